@@ -1,0 +1,137 @@
+//! Command-line syntax only: no I/O happens here.
+
+use std::path::PathBuf;
+
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+
+/// Get data out of Amazon DynamoDB: parallel scans and queries into JSON Lines, resumable.
+#[derive(Debug, Parser)]
+#[command(name = "ddbpipe", version, about, long_about = None)]
+pub struct Args {
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// When to draw the scan progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressMode {
+    /// When stderr is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a pipeline.
+    Run {
+        /// The pipeline file (YAML).
+        config: PathBuf,
+        /// Progress bar on stderr.
+        #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+        progress: ProgressMode,
+    },
+    /// Validate a pipeline and probe the table, the sink and the state without reading data.
+    Check {
+        /// The pipeline file (YAML).
+        config: PathBuf,
+        /// Print `{"ok":bool,"probes":[…]}`.
+        #[arg(long)]
+        json: bool,
+        /// Time allowed for the DescribeTable probe, retries included.
+        #[arg(long, default_value_t = 10)]
+        timeout_secs: u64,
+    },
+    /// List tables with their key schema, size, billing mode, stream and indexes.
+    Discover(DiscoverArgs),
+    /// Show or reset a pipeline's stored position.
+    State {
+        /// `show` or `reset`.
+        #[command(subcommand)]
+        action: StateAction,
+    },
+    /// Probe the stream lag of a streams or mirror pipeline.
+    Lag {
+        /// The pipeline file (YAML).
+        config: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when the lag is above this many seconds.
+        #[arg(long)]
+        max_lag_seconds: Option<f64>,
+    },
+    /// Start an embedded DynamoDB emulator with a sample table and export it: no AWS needed.
+    #[cfg(feature = "demo")]
+    Demo {
+        /// Where the demo writes its pipeline file, output and state.
+        #[arg(long, default_value = "ddbpipe-demo")]
+        dir: PathBuf,
+        /// How many sample orders to create.
+        #[arg(long, default_value_t = 2000)]
+        items: u32,
+    },
+}
+
+/// Where `discover` looks.
+#[derive(Debug, ClapArgs)]
+pub struct DiscoverArgs {
+    /// Take region, endpoint and credentials from this pipeline file.
+    #[arg(long, conflicts_with_all = ["region", "endpoint_url", "profile"])]
+    pub config: Option<PathBuf>,
+    /// AWS region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Endpoint URL (an emulator, a VPC endpoint).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// Named AWS profile.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Only this table.
+    #[arg(long)]
+    pub table: Option<String>,
+    /// Print a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `state` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum StateAction {
+    /// Print the stored state of the pipeline.
+    Show {
+        /// The pipeline file (YAML).
+        config: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget the pipeline's position (the destination's data is untouched).
+    Reset {
+        /// The pipeline file (YAML).
+        config: PathBuf,
+        /// Do not ask for confirmation (required without a terminal).
+        #[arg(long)]
+        yes: bool,
+    },
+}

@@ -1,0 +1,209 @@
+//! `ddbpipe check`: validate, then probe the table, the sink and the state without reading
+//! data (SPEC §8.2). Each probe is PASS, WARN or FAIL with a detail line.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ddbpipe_pipeline::state::StateFile;
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_source::retry::Cancel;
+use serde_json::json;
+
+use crate::config::{JsonlTarget, PipelineConfig, SinkConfig};
+use crate::failure::{Exit, Failure};
+use crate::wiring;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+struct Probe {
+    name: &'static str,
+    status: Status,
+    detail: String,
+}
+
+#[derive(Default)]
+struct Probes(Vec<Probe>);
+
+impl Probes {
+    fn add(&mut self, name: &'static str, status: Status, detail: impl Into<String>) {
+        self.0.push(Probe {
+            name,
+            status,
+            detail: detail.into(),
+        });
+    }
+
+    fn ok(&self) -> bool {
+        self.0.iter().all(|p| p.status != Status::Fail)
+    }
+}
+
+/// Runs every probe and prints them; exit 0 when none failed.
+pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<Exit, Failure> {
+    let config = wiring::load_config(config_path)?;
+    let mut probes = Probes::default();
+    let mode = config.source.mode;
+    let detail = format!(
+        "pipeline '{}', mode {mode}, table '{}'",
+        config.name, config.source.table_name
+    );
+    if config.warnings.is_empty() {
+        probes.add("config", Status::Pass, detail);
+    } else {
+        probes.add("config", Status::Warn, format!("{detail}; {}", config.warnings.join("; ")));
+    }
+    probe_table(&config, timeout, &mut probes).await;
+    probe_sink(&config, &mut probes);
+    probe_state(&config, &mut probes);
+
+    if json {
+        let list: Vec<_> = probes
+            .0
+            .iter()
+            .map(|p| json!({"detail": p.detail, "name": p.name, "status": p.status.as_str()}))
+            .collect();
+        println!("{}", json!({"ok": probes.ok(), "probes": list}));
+    } else {
+        for p in &probes.0 {
+            println!("{} {:<14} {}", p.status.as_str(), p.name, p.detail);
+        }
+    }
+    Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
+}
+
+async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Probes) {
+    let source = &config.source;
+    let api = wiring::table_api(source).await;
+    let described = tokio::time::timeout(timeout, wiring::describe(&api, source, &Cancel::never())).await;
+    let table = match described {
+        Ok(Ok(table)) => table,
+        Ok(Err(failure)) => {
+            let hint = failure.hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+            probes.add("describe_table", Status::Fail, format!("{failure}{hint}"));
+            return;
+        }
+        Err(_) => {
+            probes.add(
+                "describe_table",
+                Status::Fail,
+                format!("no answer within {} s", timeout.as_secs()),
+            );
+            return;
+        }
+    };
+    let rcu = table
+        .read_capacity_units
+        .filter(|r| *r > 0)
+        .map(|r| format!(", RCU {r}"))
+        .unwrap_or_default();
+    probes.add(
+        "describe_table",
+        Status::Pass,
+        format!(
+            "status {}, ~{} items, billing {}{rcu}",
+            table.status.as_deref().unwrap_or("unknown"),
+            table.item_count.unwrap_or(0),
+            table.billing_mode.as_deref().unwrap_or("unknown"),
+        ),
+    );
+    if table.key_schema.is_empty() {
+        probes.add("key_schema", Status::Fail, format!("table '{}' has an empty key schema", table.name));
+    } else {
+        let keys: Vec<String> = table
+            .key_schema
+            .iter()
+            .map(|k| format!("{} ({})", k.name, k.key_type.as_str()))
+            .collect();
+        probes.add("key_schema", Status::Pass, keys.join(", "));
+    }
+    let rules = wiring::table_rules(source, &table);
+    match (&source.index_name, rules.index) {
+        (_, Some(problem)) => probes.add("index", Status::Fail, problem),
+        (Some(name), None) => probes.add("index", Status::Pass, format!("index '{name}' found")),
+        (None, None) => probes.add("index", Status::Pass, "no index_name: reads the table"),
+    }
+    match rules.read_rate {
+        Ok(Some(rate)) => probes.add(
+            "read_capacity",
+            Status::Pass,
+            format!("limited to {rate:.1} read units/s"),
+        ),
+        Ok(None) => probes.add("read_capacity", Status::Pass, "unlimited"),
+        Err(problem) => probes.add("read_capacity", Status::Fail, problem),
+    }
+}
+
+fn probe_sink(config: &PipelineConfig, probes: &mut Probes) {
+    let SinkConfig::Jsonl(jsonl) = &config.sink;
+    match &jsonl.path {
+        JsonlTarget::Stdout => probes.add("sink", Status::Pass, "jsonl to stdout"),
+        JsonlTarget::File(path) => match writable(path) {
+            Ok(detail) => probes.add("sink", Status::Pass, format!("jsonl {}: {detail}", path.display())),
+            Err(problem) => probes.add("sink", Status::Fail, format!("jsonl {}: {problem}", path.display())),
+        },
+    }
+}
+
+/// Whether `path` can be appended to (or created), without writing to it.
+fn writable(path: &Path) -> Result<String, String> {
+    if path.is_dir() {
+        return Err("is a directory".into());
+    }
+    if path.exists() {
+        return std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(|_| "exists and is writable".to_string())
+            .map_err(|e| format!("cannot open for appending: {e}"));
+    }
+    let mut dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    while !dir.exists() {
+        dir = dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    }
+    tempfile::tempfile_in(dir)
+        .map(|_| format!("will be created (directory {} is writable)", dir.display()))
+        .map_err(|e| format!("directory {} is not writable: {e}", dir.display()))
+}
+
+fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
+    let file = StateFile::new(&config.state.path);
+    let where_ = config.state.path.display();
+    let (mut status, mut detail) = match file.load(&config.name) {
+        Err(error) => (Status::Fail, error.to_string()),
+        Ok(None) => (Status::Pass, format!("{where_}: no stored position")),
+        Ok(Some(entry)) => {
+            let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
+            match (&entry.position, changes.is_empty()) {
+                (None, _) => (Status::Pass, format!("{where_}: no position in progress")),
+                (Some(_), true) => (Status::Pass, format!("{where_}: position matches the source")),
+                (Some(_), false) => (
+                    Status::Fail,
+                    format!(
+                        "{where_}: the stored position was made with a different source: {}",
+                        changes.join("; ")
+                    ),
+                ),
+            }
+        }
+    };
+    if file.is_locked() && status == Status::Pass {
+        status = Status::Warn;
+        detail.push_str(&format!("; pipeline '{}' is running now (lock held)", config.name));
+    }
+    probes.add("state", status, detail);
+}

@@ -1,0 +1,247 @@
+//! Reads the `source:` section into a [`SourceConfig`] (fields and rules in `ddbpipe_source`).
+
+use std::collections::BTreeSet;
+
+use ddbpipe_source::config::{Credentials, RetryConfig, Secret, SourceConfig, defaults};
+use ddbpipe_value::{Value as AttributeValue, value_from_plain_json, value_from_typed_json};
+use yaml_serde::Value;
+
+use super::fields::{Fields, Report, Stage, convert, expected, found};
+
+/// Reads the source section; also returns the keys it set, for the mode warnings.
+pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>) {
+    let table_name = f.required::<String>("table_name").unwrap_or_default();
+    let mut source = SourceConfig::new(table_name);
+    source.region = f.get("region");
+    source.endpoint_url = f.get("endpoint_url");
+    source.credentials = f.section("credentials").map(read_credentials).unwrap_or_default();
+    source.mode = f.or("mode", source.mode);
+    source.segments = f.or("segments", source.segments);
+    source.max_concurrency = f.or("max_concurrency", source.max_concurrency);
+    source.index_name = f.get("index_name");
+    source.projection = f.get("projection");
+    source.filter_expression = f.get("filter_expression");
+    source.key_condition_expression = f.get("key_condition_expression");
+    source.expression_attribute_names =
+        f.map("expression_attribute_names", |report, path, value| {
+            convert::<String>(report, path, value)
+        });
+    source.expression_attribute_values =
+        f.map("expression_attribute_values", |report, path, value| {
+            let json = to_json(report, path, value, Form::Plain)?;
+            Some(value_from_plain_json(&json))
+        });
+    source.expression_attribute_values_typed =
+        f.map("expression_attribute_values_typed", decode_typed);
+    source.consistent_read = f.or("consistent_read", source.consistent_read);
+    source.scan_index_forward = f.or("scan_index_forward", source.scan_index_forward);
+    source.page_limit = f.get("page_limit");
+    source.stream_arn = f.get("stream_arn");
+    source.start_position = f.get("start_position");
+    source.on_gap = f.or("on_gap", source.on_gap);
+    source.resnapshot_deletes = f.or("resnapshot_deletes", source.resnapshot_deletes);
+    source.resnapshot_max_keys = f.or("resnapshot_max_keys", source.resnapshot_max_keys);
+    source.poll_interval_ms = f.or("poll_interval_ms", source.poll_interval_ms);
+    source.records_per_request = f.or("records_per_request", source.records_per_request);
+    source.shard_concurrency = f.or("shard_concurrency", source.shard_concurrency);
+    source.idle_termination_secs = f.get("idle_termination_secs");
+    source.max_messages = f.get("max_messages");
+    source.follow = f.or("follow", source.follow);
+    source.discovery_interval_secs =
+        f.or("discovery_interval_secs", source.discovery_interval_secs);
+    source.max_read_units_per_second = f.get("max_read_units_per_second");
+    source.read_capacity_fraction = f.get("read_capacity_fraction");
+    source.retry = f.section("retry").map(read_retry).unwrap_or_default();
+    source.batch_size = f.or("batch_size", source.batch_size);
+    source.value_format = f.or("value_format", source.value_format);
+    (source, f.finish())
+}
+
+/// `retry: {max_retries, initial_backoff_ms, max_backoff_ms, attempt_timeout_ms}`, each field
+/// defaulting on its own.
+fn read_retry(mut f: Fields<'_>) -> RetryConfig {
+    let retry = RetryConfig {
+        max_retries: f.or("max_retries", defaults::MAX_RETRIES),
+        initial_backoff_ms: f.or("initial_backoff_ms", defaults::INITIAL_BACKOFF_MS),
+        max_backoff_ms: f.or("max_backoff_ms", defaults::MAX_BACKOFF_MS),
+        attempt_timeout_ms: f.or("attempt_timeout_ms", defaults::ATTEMPT_TIMEOUT_MS),
+    };
+    f.finish();
+    retry
+}
+
+/// The `type` of `credentials`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CredentialsType {
+    Default,
+    Profile,
+    AccessKey,
+    AssumeRole,
+    WebIdentity,
+}
+
+impl super::fields::Choice for CredentialsType {
+    fn all() -> &'static [Self] {
+        &[
+            CredentialsType::Default,
+            CredentialsType::Profile,
+            CredentialsType::AccessKey,
+            CredentialsType::AssumeRole,
+            CredentialsType::WebIdentity,
+        ]
+    }
+    fn name(self) -> &'static str {
+        match self {
+            CredentialsType::Default => "default",
+            CredentialsType::Profile => "profile",
+            CredentialsType::AccessKey => "access_key",
+            CredentialsType::AssumeRole => "assume_role",
+            CredentialsType::WebIdentity => "web_identity",
+        }
+    }
+}
+
+/// `credentials: {type: <variant>, config: {...}}` (SPEC §1.4). A problem leaves the default
+/// credentials in place; the run does not start anyway.
+fn read_credentials(mut f: Fields<'_>) -> Credentials {
+    let Some(kind) = f.required::<CredentialsType>("type") else {
+        // Without a known type the keys of `config` cannot be checked: skip it.
+        f.raw("config");
+        f.finish();
+        return Credentials::Default;
+    };
+    let credentials = match kind {
+        CredentialsType::Default | CredentialsType::WebIdentity => {
+            if let Some((path, _)) = f.raw("config") {
+                let name = super::fields::Choice::name(kind);
+                let message = format!("credentials of type {name} take no config");
+                f.report().error(Stage::Unknown, &path, message);
+            }
+            if kind == CredentialsType::Default {
+                Some(Credentials::Default)
+            } else {
+                Some(Credentials::WebIdentity)
+            }
+        }
+        _ => {
+            let path = super::fields::join(f.path(), "config");
+            let config = f.raw("config").map_or(Value::Mapping(Default::default()), |(_, v)| v);
+            Fields::open(f.report(), &path, config).and_then(|config| read_config(kind, config))
+        }
+    };
+    f.finish();
+    credentials.unwrap_or_default()
+}
+
+/// The `config` map of the credential types that take one.
+fn read_config(kind: CredentialsType, mut f: Fields<'_>) -> Option<Credentials> {
+    let credentials = match kind {
+        CredentialsType::Profile => f.required("name").map(|name| Credentials::Profile { name }),
+        CredentialsType::AccessKey => {
+            let access_key_id = f.required::<String>("access_key_id");
+            let secret_access_key = f.required::<Secret>("secret_access_key");
+            let session_token = f.get::<Secret>("session_token");
+            access_key_id
+                .zip(secret_access_key)
+                .map(|(access_key_id, secret_access_key)| Credentials::AccessKey {
+                    access_key_id,
+                    secret_access_key,
+                    session_token,
+                })
+        }
+        CredentialsType::AssumeRole => {
+            let role_arn = f.required::<String>("role_arn");
+            let session_name = f.or("session_name", defaults::SESSION_NAME.to_owned());
+            let external_id = f.get("external_id");
+            role_arn.map(|role_arn| Credentials::AssumeRole {
+                role_arn,
+                session_name,
+                external_id,
+            })
+        }
+        CredentialsType::Default | CredentialsType::WebIdentity => None,
+    };
+    f.finish();
+    credentials
+}
+
+/// Which JSON a YAML expression value becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// §3.4: YAML numbers are JSON numbers.
+    Plain,
+    /// §3.5: attribute JSON holds no JSON numbers, so a number re-read from `${…}` goes back
+    /// to its text: `{N: ${BIG}}` keeps every digit of `BIG`.
+    Typed,
+}
+
+/// An entry of `expression_attribute_values_typed`, decoded strictly (SPEC §3.5).
+fn decode_typed(report: &mut Report, path: &str, value: Value) -> Option<AttributeValue> {
+    let json = to_json(report, path, value, Form::Typed)?;
+    match value_from_typed_json(&json, path) {
+        Ok(value) => Some(value),
+        Err(error) => {
+            let message = format!("malformed typed attribute value: {}", error.problem);
+            report.error(Stage::Type, &error.path, message);
+            None
+        }
+    }
+}
+
+/// A YAML value as JSON, or a type error at the path of the part that has no JSON form.
+fn to_json(report: &mut Report, path: &str, value: Value, form: Form) -> Option<serde_json::Value> {
+    match json_of(report, path, value, form) {
+        Ok(json) => Some(json),
+        Err((path, message)) => {
+            report.error(Stage::Type, &path, message);
+            None
+        }
+    }
+}
+
+fn json_of(
+    report: &Report,
+    path: &str,
+    value: Value,
+    form: Form,
+) -> Result<serde_json::Value, (String, String)> {
+    Ok(match value {
+        Value::Null => serde_json::Value::Null,
+        Value::Bool(flag) => serde_json::Value::Bool(flag),
+        Value::Number(number) => {
+            if let (Form::Typed, Some(text)) = (form, report.substituted.get(path)) {
+                serde_json::Value::String(text.clone())
+            } else if let Some(unsigned) = number.as_u64() {
+                unsigned.into()
+            } else if let Some(signed) = number.as_i64() {
+                signed.into()
+            } else {
+                let float = number.as_f64().and_then(serde_json::Number::from_f64);
+                let message = || expected("a finite number", &Value::Number(number.clone()));
+                serde_json::Value::Number(float.ok_or_else(|| (path.to_owned(), message()))?)
+            }
+        }
+        Value::String(text) => serde_json::Value::String(text),
+        Value::Sequence(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| json_of(report, &format!("{path}[{index}]"), item, form))
+            .collect::<Result<_, _>>()?,
+        Value::Mapping(mapping) => {
+            let mut object = serde_json::Map::new();
+            for (key, item) in mapping {
+                let Value::String(key) = key else {
+                    let message = format!("keys must be strings, found {}", found(&key));
+                    return Err((path.to_owned(), message));
+                };
+                let item = json_of(report, &super::fields::join(path, &key), item, form)?;
+                object.insert(key, item);
+            }
+            serde_json::Value::Object(object)
+        }
+        Value::Tagged(tagged) => {
+            let message = format!("YAML tags are not supported here (found {})", tagged.tag);
+            return Err((path.to_owned(), message));
+        }
+    })
+}

@@ -1,0 +1,215 @@
+//! `ddbpipe discover`: the tables an account holds, with what a pipeline needs to know.
+//!
+//! `ListTables` paged by `LastEvaluatedTableName`, then `DescribeTable` per table, 4 at once,
+//! each retried by the one policy. A table deleted between the two calls is skipped with a
+//! warning; any other failure names the table (exit 1).
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use ddbpipe_source::api::{KeyAttribute, KeyType, TableApi, TableDescription};
+use ddbpipe_source::aws::{self, ClientSettings};
+use ddbpipe_source::config::Credentials;
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use serde_json::{Map, Value as Json, json};
+use tokio::task::JoinSet;
+
+use crate::args::DiscoverArgs;
+use crate::failure::{Exit, Failure};
+use crate::wiring;
+
+/// Tables described at once.
+const DESCRIBE_CONCURRENCY: usize = 4;
+
+/// Lists and describes tables, printing them sorted by name.
+pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
+    let (settings, retry) = match &args.config {
+        Some(path) => {
+            let config = wiring::load_config(path)?;
+            (wiring::client_settings(&config.source), wiring::retry_policy(&config.source))
+        }
+        None => (
+            ClientSettings {
+                region: args.region.clone(),
+                endpoint_url: args.endpoint_url.clone(),
+                credentials: match &args.profile {
+                    Some(name) => Credentials::Profile { name: name.clone() },
+                    None => Credentials::Default,
+                },
+            },
+            RetryPolicy::default(),
+        ),
+    };
+    let sdk = aws::load_sdk_config(&settings).await;
+    let api = Arc::new(aws::table_api(&sdk));
+    let cancel = Cancel::never();
+
+    let names = match &args.table {
+        Some(table) => vec![table.clone()],
+        None => list_tables(api.as_ref(), &retry, &cancel).await?,
+    };
+    let mut tables = describe_all(api, retry, names).await?;
+    tables.sort_by(|a, b| a.name.cmp(&b.name));
+
+    if args.json {
+        let list: Vec<Json> = tables.iter().map(table_json).collect();
+        println!("{}", Json::Array(list));
+    } else if tables.is_empty() {
+        println!("no tables");
+    } else {
+        for table in &tables {
+            println!("{}", table_line(table));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+async fn list_tables<A: TableApi>(api: &A, retry: &RetryPolicy, cancel: &Cancel) -> Result<Vec<String>, Failure> {
+    let mut names = Vec::new();
+    let mut start: Option<String> = None;
+    loop {
+        let page = retry
+            .run("list_tables", || "ListTables".to_string(), cancel, &NoObserver, |_| {
+                api.list_tables(start.as_deref())
+            })
+            .await
+            .map_err(|e| Failure::runtime(e).hint("check --region / --endpoint-url and the credentials"))?;
+        names.extend(page.names);
+        match page.last_evaluated {
+            Some(last) => start = Some(last),
+            None => return Ok(names),
+        }
+    }
+}
+
+async fn describe_all<A: TableApi>(
+    api: Arc<A>,
+    retry: RetryPolicy,
+    names: Vec<String>,
+) -> Result<Vec<TableDescription>, Failure> {
+    let mut pending = names.into_iter();
+    let mut tasks = JoinSet::new();
+    let mut tables = Vec::new();
+    loop {
+        while tasks.len() < DESCRIBE_CONCURRENCY {
+            let Some(name) = pending.next() else { break };
+            let api = Arc::clone(&api);
+            tasks.spawn(async move {
+                let described = retry
+                    .run(
+                        "describe_table",
+                        || format!("DescribeTable '{name}'"),
+                        &Cancel::never(),
+                        &NoObserver,
+                        |_| api.describe_table(&name),
+                    )
+                    .await;
+                (name, described)
+            });
+        }
+        let Some(joined) = tasks.join_next().await else {
+            return Ok(tables);
+        };
+        let (name, described) = joined.map_err(|e| Failure::runtime(anyhow!("internal error: describe task: {e}")))?;
+        match described {
+            Ok(Some(table)) => tables.push(table),
+            Ok(None) => tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped."),
+            Err(error) if error.code() == Some("ResourceNotFoundException") => {
+                tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.");
+            }
+            Err(error) => {
+                return Err(Failure::runtime(anyhow!("describing table '{name}': {error}")));
+            }
+        }
+    }
+}
+
+fn key_fragment(key: &KeyAttribute) -> Json {
+    match key.key_type {
+        KeyType::N => json!({"type": ["number", "string"]}),
+        KeyType::S | KeyType::B => json!({"type": "string"}),
+    }
+}
+
+fn table_json(table: &TableDescription) -> Json {
+    let mut properties = Map::new();
+    for key in &table.key_schema {
+        properties.insert(key.name.clone(), key_fragment(key));
+    }
+    let mut out = Map::new();
+    out.insert("name".into(), json!(table.name));
+    out.insert("kind".into(), json!("table"));
+    out.insert("config_patch".into(), json!({"table_name": table.name}));
+    out.insert("schema".into(), json!({"type": "object", "properties": properties}));
+    out.insert(
+        "primary_key".into(),
+        json!(table.key_schema.iter().map(|k| k.name.clone()).collect::<Vec<_>>()),
+    );
+    if let Some(count) = table.item_count.filter(|c| *c >= 0) {
+        out.insert("estimated_rows".into(), json!(count));
+    }
+    if let Some(size) = table.size_bytes {
+        out.insert("size_bytes".into(), json!(size));
+    }
+    if let Some(mode) = &table.billing_mode {
+        out.insert("billing_mode".into(), json!(mode));
+    }
+    if let Some(rcu) = table.read_capacity_units {
+        out.insert("read_capacity_units".into(), json!(rcu));
+    }
+    let stream = match &table.stream {
+        Some(s) => {
+            let mut m = Map::new();
+            m.insert("enabled".into(), json!(s.enabled));
+            if let Some(v) = &s.view_type {
+                m.insert("view_type".into(), json!(v));
+            }
+            if let Some(a) = &s.arn {
+                m.insert("arn".into(), json!(a));
+            }
+            Json::Object(m)
+        }
+        None => Json::Null,
+    };
+    out.insert("stream".into(), stream);
+    let indexes: Vec<Json> = table
+        .indexes
+        .iter()
+        .map(|i| {
+            json!({
+                "name": i.name,
+                "kind": i.kind.as_str(),
+                "primary_key": i.key_schema.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    out.insert("indexes".into(), Json::Array(indexes));
+    Json::Object(out)
+}
+
+fn table_line(table: &TableDescription) -> String {
+    let keys: Vec<String> = table
+        .key_schema
+        .iter()
+        .map(|k| format!("{} ({})", k.name, k.key_type.as_str()))
+        .collect();
+    let stream = match &table.stream {
+        Some(s) if s.enabled => format!("stream {}", s.view_type.as_deref().unwrap_or("?")),
+        _ => "no stream".to_string(),
+    };
+    let indexes = if table.indexes.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = table.indexes.iter().map(|i| i.name.as_str()).collect();
+        format!(", indexes: {}", names.join(", "))
+    };
+    format!(
+        "{}  key: {}  ~{} items  {}  {}{}",
+        table.name,
+        keys.join(", "),
+        table.item_count.unwrap_or(0),
+        table.billing_mode.as_deref().unwrap_or("?"),
+        stream,
+        indexes
+    )
+}

@@ -1,0 +1,86 @@
+//! How a command fails: the documented exit code, the message, and a remedy.
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// Exit codes (README "Exit codes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: success.
+    Ok,
+    /// 1: runtime failure (AWS, sink, corrupt state, internal error, failed probe).
+    Runtime,
+    /// 2: bad config or usage (validation, config errors found at start, changed identity).
+    Usage,
+}
+
+impl Exit {
+    /// The process exit code.
+    pub fn code(self) -> ExitCode {
+        ExitCode::from(match self {
+            Exit::Ok => 0,
+            Exit::Runtime => 1,
+            Exit::Usage => 2,
+        })
+    }
+}
+
+/// A failed command: printed as `error: …` and `hint: …` lines.
+#[derive(Debug)]
+pub struct Failure {
+    /// Which exit code.
+    pub exit: Exit,
+    /// What went wrong, with its causes.
+    pub error: anyhow::Error,
+    /// What the user can do.
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    /// A runtime failure (exit 1).
+    pub fn runtime(error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            exit: Exit::Runtime,
+            error: error.into(),
+            hint: None,
+        }
+    }
+
+    /// A config or usage failure (exit 2).
+    pub fn usage(error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            exit: Exit::Usage,
+            error: error.into(),
+            hint: None,
+        }
+    }
+
+    /// Adds a remedy.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+/// Prints a failure to stderr and returns its exit code.
+pub fn report(failure: &Failure) -> ExitCode {
+    let text = format!("{:#}", failure.error);
+    // Config errors are already one `config error: …` line each.
+    for line in text.lines() {
+        if line.starts_with("config error:") {
+            eprintln!("{line}");
+        } else {
+            eprintln!("error: {line}");
+        }
+    }
+    if let Some(hint) = &failure.hint {
+        eprintln!("hint: {hint}");
+    }
+    failure.exit.code()
+}

@@ -1,0 +1,102 @@
+//! `ddbpipe`: get data out of Amazon DynamoDB.
+//!
+//! `fn main` parses the arguments (no I/O), runs the command, and maps its outcome to the
+//! documented exit codes: 0 success, 1 runtime failure, 2 bad config or usage.
+
+mod args;
+mod check;
+mod config;
+#[cfg(feature = "demo")]
+mod demo;
+mod discover;
+mod failure;
+mod state_cmd;
+mod telemetry;
+mod wiring;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use clap::Parser;
+use ddbpipe_source::retry::{Cancel, CancelHandle};
+
+use crate::args::{Args, Command, StateAction};
+use crate::failure::{Exit, Failure, report};
+
+/// After the first signal, the drain gets this long before the process exits anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(error) = telemetry::init(&args.log_level, args.log_format) {
+        return report(&Failure::usage(anyhow!(error)));
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return report(&Failure::runtime(anyhow!("cannot start the runtime: {error}"))),
+    };
+    let outcome = runtime.block_on(dispatch(args.command));
+    // Pending reads and timers are abandoned; state was committed by the command.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(exit) => exit.code(),
+        Err(failure) => report(&failure),
+    }
+}
+
+async fn dispatch(command: Command) -> Result<Exit, Failure> {
+    match command {
+        Command::Run { config, progress } => {
+            let stop = signals();
+            wiring::run(&config, progress, stop).await
+        }
+        Command::Check {
+            config,
+            json,
+            timeout_secs,
+        } => check::check(&config, json, Duration::from_secs(timeout_secs)).await,
+        Command::Discover(args) => discover::discover(args).await,
+        Command::State { action } => match action {
+            StateAction::Show { config, json } => state_cmd::show(&config, json),
+            StateAction::Reset { config, yes } => state_cmd::reset(&config, yes),
+        },
+        Command::Lag { config, .. } => {
+            let loaded = wiring::load_config(&config)?;
+            Err(Failure::usage(anyhow!(
+                "lag applies to streams and mirror modes (this pipeline is mode: {})",
+                loaded.source.mode
+            )))
+        }
+        #[cfg(feature = "demo")]
+        Command::Demo { dir, items } => demo::demo(&dir, items).await,
+    }
+}
+
+/// The first SIGINT/SIGTERM stops reading and drains; a second one, or the drain limit, ends
+/// the process with exit 1 (committed state only ever covers acknowledged batches).
+fn signals() -> Cancel {
+    let (handle, cancel) = Cancel::new();
+    tokio::spawn(watch_signals(handle));
+    cancel
+}
+
+async fn watch_signals(handle: CancelHandle) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::warn!("Cannot install signal handlers; SIGINT/SIGTERM will end the process at once.");
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("Signal received: stopping reads and draining (a second signal exits at once).");
+    handle.cancel();
+    tokio::select! {
+        _ = int.recv() => eprintln!("error: second signal: exiting without waiting for the drain"),
+        _ = term.recv() => eprintln!("error: second signal: exiting without waiting for the drain"),
+        () = tokio::time::sleep(DRAIN_LIMIT) => eprintln!("error: the drain took longer than 60 s: exiting"),
+    }
+    std::process::exit(1);
+}

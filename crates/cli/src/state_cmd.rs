@@ -1,0 +1,118 @@
+//! `ddbpipe state show|reset`: look at or forget a pipeline's stored position.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+
+use anyhow::anyhow;
+use ddbpipe_pipeline::state::StateFile;
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::position::Position;
+use serde_json::json;
+
+use crate::failure::{Exit, Failure};
+use crate::wiring;
+
+/// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
+pub fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
+    let config = wiring::load_config(config_path)?;
+    let file = StateFile::new(&config.state.path);
+    let entry = file
+        .load(&config.name)
+        .map_err(|e| wiring::state_failure(e, config_path))?;
+    let Some(entry) = entry else {
+        if json {
+            println!(
+                "{}",
+                json!({"entry": null, "fingerprint_status": "none", "pipeline": config.name,
+                       "state_file": config.state.path.display().to_string()})
+            );
+        } else {
+            println!("no stored state for pipeline '{}'", config.name);
+        }
+        return Ok(Exit::Ok);
+    };
+    let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
+    let status = if entry.position.is_none() {
+        "none"
+    } else if changes.is_empty() {
+        "match"
+    } else {
+        "differs"
+    };
+    let position = entry.position.as_ref().map(Position::to_json);
+    let document = json!({
+        "entry": {
+            "fingerprint": entry.identity.fingerprint(),
+            "identity": entry.identity.as_json(),
+            "last_completed": entry.last_completed,
+            "position": position,
+            "updated_at": entry.updated_at,
+        },
+        "fingerprint_changes": changes,
+        "fingerprint_status": status,
+        "pipeline": config.name,
+        "state_file": config.state.path.display().to_string(),
+    });
+    if json {
+        println!("{document}");
+    } else {
+        println!("pipeline:           {}", config.name);
+        println!("state file:         {}", config.state.path.display());
+        println!("updated at:         {}", entry.updated_at);
+        println!("fingerprint status: {status}");
+        for change in &changes {
+            println!("  {change}");
+        }
+        match &entry.position {
+            None => println!("position:           none (nothing in progress)"),
+            Some(Position::Scan(scan)) => {
+                println!(
+                    "position:           {} of {} segment(s) done, {} in progress",
+                    scan.done.count(),
+                    scan.total_segments,
+                    scan.cursors.len()
+                );
+            }
+            Some(Position::Streams(_)) => println!("position:           streams"),
+        }
+        println!("position (JSON):    {}", position.unwrap_or(serde_json::Value::Null));
+        if let Some(last) = &entry.last_completed {
+            println!("last completed:     {last}");
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// Removes the pipeline's entry. Asks on a terminal; without one `--yes` is required.
+pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
+    let config = wiring::load_config(config_path)?;
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(anyhow!(
+                "state reset needs confirmation: no terminal to ask on"
+            ))
+            .hint(format!("run `ddbpipe state reset {} --yes`", config_path.display())));
+        }
+        eprint!(
+            "Forget the position of pipeline '{}' in {}? The destination's data is untouched. [y/N] ",
+            config.name,
+            config.state.path.display()
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("nothing changed");
+            return Ok(Exit::Ok);
+        }
+    }
+    let file = StateFile::new(&config.state.path);
+    let _lock = file
+        .lock(&config.name)
+        .map_err(|e| wiring::state_failure(e, config_path))?;
+    let said = file
+        .reset(&config.name)
+        .map_err(|e| wiring::state_failure(e, config_path))?;
+    println!("{said}");
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,82 @@
+//! Logs (tracing to stderr, text or JSON) and the scan progress bar.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use ddbpipe_pipeline::runner::Progress;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tracing_subscriber::EnvFilter;
+
+use crate::args::{LogFormat, ProgressMode};
+
+/// Installs the tracing subscriber: stderr, the given level, text or JSON lines.
+pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
+    let filter = EnvFilter::try_new(format!(
+        "warn,ddbpipe={level},ddbpipe_source={level},ddbpipe_pipeline={level}"
+    ))
+    .map_err(|e| format!("--log-level {level}: {e}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// The scan progress bar: items, capacity units per second, ETA from `ItemCount`.
+pub struct ScanProgress {
+    bar: Option<ProgressBar>,
+    started: Instant,
+}
+
+impl ScanProgress {
+    /// A bar on stderr when `mode` says so (`auto`: when stderr is a terminal).
+    pub fn new(mode: ProgressMode, item_count: Option<i64>, done: u64, segments: u32) -> Self {
+        let draw = match mode {
+            ProgressMode::Never => false,
+            ProgressMode::Always => true,
+            ProgressMode::Auto => std::io::stderr().is_terminal(),
+        };
+        let bar = draw.then(|| {
+            let total = item_count.filter(|n| *n > 0).map(|n| n as u64);
+            let bar = match total {
+                Some(total) => ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()),
+                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            };
+            let template = if total.is_some() {
+                "{spinner} [{elapsed_precise}] {bar:30} {human_pos}/~{human_len} items {msg} ETA {eta}"
+            } else {
+                "{spinner} [{elapsed_precise}] {human_pos} items {msg}"
+            };
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                bar.set_style(style);
+            }
+            bar.set_message(format!("(segments done at start: {done}/{segments})"));
+            bar
+        });
+        ScanProgress {
+            bar,
+            started: Instant::now(),
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for ScanProgress {
+    fn advanced(&self, written: u64, capacity_units: f64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(written);
+            let secs = self.started.elapsed().as_secs_f64().max(0.001);
+            bar.set_message(format!("{:.1} RCU/s", capacity_units / secs));
+        }
+    }
+}

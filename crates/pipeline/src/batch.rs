@@ -1,0 +1,136 @@
+//! Batches: records plus the positions they reach, assembled from pages.
+//!
+//! # Positions (SPEC §2.5)
+//! A page's cursor rides on the batch holding the page's **last** record; a page with no
+//! records attaches its cursor to the next batch handed over. So when a batch is
+//! acknowledged, every record before each of its cursors has been written.
+
+use ddbpipe_source::records::{Lines, SegmentCursor};
+use ddbpipe_source::scan::PageOut;
+
+/// Records and the positions they reach.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The records, in order.
+    pub records: Lines,
+    /// Segment cursors reached once this batch is acknowledged, in page order.
+    pub segments: Vec<(u32, SegmentCursor)>,
+}
+
+impl Batch {
+    /// Whether the batch has neither records nor positions.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.segments.is_empty()
+    }
+}
+
+/// Cuts pages into batches of at most `batch_size` records.
+#[derive(Debug)]
+pub struct Batcher {
+    batch_size: usize,
+    current: Batch,
+}
+
+impl Batcher {
+    /// A batcher of batches of at most `batch_size` records.
+    pub fn new(batch_size: usize) -> Self {
+        Batcher {
+            batch_size: batch_size.max(1),
+            current: Batch::default(),
+        }
+    }
+
+    /// Adds a page; returns the batches it filled, in order.
+    pub fn push(&mut self, page: PageOut) -> Vec<Batch> {
+        let mut full = Vec::new();
+        let total = page.records.len();
+        let mut from = 0;
+        while from < total {
+            let room = self.batch_size - self.current.records.len();
+            let to = total.min(from + room);
+            self.current.records.extend_from(&page.records, from, to);
+            from = to;
+            if from == total {
+                self.current.segments.push((page.segment, page.cursor.clone()));
+            }
+            if self.current.records.len() >= self.batch_size {
+                full.push(std::mem::take(&mut self.current));
+            }
+        }
+        if total == 0 {
+            self.current.segments.push((page.segment, page.cursor));
+        }
+        full
+    }
+
+    /// Whether something waits to be handed over.
+    pub fn has_pending(&self) -> bool {
+        !self.current.is_empty()
+    }
+
+    /// Takes the batch being assembled (records and/or positions).
+    pub fn take(&mut self) -> Option<Batch> {
+        self.has_pending()
+            .then(|| std::mem::take(&mut self.current))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_value::{Item, Value};
+
+    use super::*;
+
+    fn page(segment: u32, n: usize, cursor: Option<&str>) -> PageOut {
+        let mut records = Lines::default();
+        for i in 0..n {
+            records.push_with(|buf| buf.extend_from_slice(format!("{segment}-{i}").as_bytes()));
+        }
+        PageOut {
+            segment,
+            records,
+            cursor: match cursor {
+                Some(k) => SegmentCursor::Next(Item::from([("pk".into(), Value::S(k.into()))])),
+                None => SegmentCursor::Done,
+            },
+        }
+    }
+
+    #[test]
+    fn a_cursor_rides_on_the_batch_holding_the_last_record_of_its_page() {
+        let mut batcher = Batcher::new(50);
+        assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
+        let full = batcher.push(page(1, 40, Some("b")));
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].records.len(), 50);
+        // Segment 0's page ended inside the first batch; segment 1's did not.
+        assert_eq!(full[0].segments.len(), 1);
+        assert_eq!(full[0].segments[0].0, 0);
+        let rest = batcher.take().unwrap();
+        assert_eq!(rest.records.len(), 30);
+        assert_eq!(rest.segments[0].0, 1);
+    }
+
+    #[test]
+    fn an_empty_page_attaches_its_cursor_to_the_next_batch() {
+        let mut batcher = Batcher::new(10);
+        assert!(batcher.push(page(2, 0, Some("x"))).is_empty());
+        assert!(batcher.has_pending());
+        let full = batcher.push(page(3, 10, None));
+        assert_eq!(full.len(), 1);
+        let cursors: Vec<u32> = full[0].segments.iter().map(|(s, _)| *s).collect();
+        assert_eq!(cursors, vec![2, 3]);
+        assert!(batcher.take().is_none());
+    }
+
+    #[test]
+    fn a_page_larger_than_a_batch_spans_several() {
+        let mut batcher = Batcher::new(3);
+        let full = batcher.push(page(0, 7, None));
+        assert_eq!(full.len(), 2);
+        assert!(full.iter().all(|b| b.segments.is_empty()));
+        let last = batcher.take().unwrap();
+        assert_eq!(last.records.len(), 1);
+        assert_eq!(last.segments.len(), 1);
+    }
+}

@@ -1,0 +1,205 @@
+//! The run's checkpointer: applies acknowledged positions and writes them, debounced.
+//!
+//! # Rules (SPEC §6.4)
+//! 1. A position advances only after the sink acknowledged the batch carrying it and every
+//!    batch before it. Sinks acknowledge in order, so applying each acknowledged batch's
+//!    positions in turn keeps the committed position a contiguous acknowledged prefix.
+//! 2. Writes are debounced by `flush_interval` (0 = after every batch) and always happen at a
+//!    clean end, a drain and after a failure. Nothing changed → nothing written.
+//! 3. A completed scan clears the position and records `last_completed`.
+
+use std::time::{Duration, Instant};
+
+use ddbpipe_source::records::SegmentCursor;
+use serde_json::json;
+
+use crate::batch::Batch;
+use crate::state::identity::Identity;
+use crate::state::position::{Position, ScanKind, ScanPosition};
+use crate::state::{Entry, StateError, StateFile};
+
+/// Why a run cannot start from the stored state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The state could not be read (or is corrupt).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Definite: the stored position belongs to another source (exit 2).
+    #[error(
+        "stored position of pipeline '{pipeline}' was made with a different source: {changes}. \
+         Restore the config, use a new pipeline name, or run `ddbpipe state reset <config>`."
+    )]
+    IdentityChanged {
+        /// The pipeline.
+        pipeline: String,
+        /// The changed fields, joined by "; ".
+        changes: String,
+    },
+    /// Definite: the stored position is of another mode than the configured one.
+    #[error(
+        "stored position of pipeline '{pipeline}' is a {stored} position but the source is in \
+         mode: {mode}. Run `ddbpipe state reset <config>` to start afresh."
+    )]
+    WrongKind {
+        /// The pipeline.
+        pipeline: String,
+        /// The stored kind.
+        stored: &'static str,
+        /// The configured mode.
+        mode: String,
+    },
+}
+
+/// Applies and stores one pipeline's position.
+#[derive(Debug)]
+pub struct Checkpointer {
+    file: StateFile,
+    pipeline: String,
+    identity: Identity,
+    last_completed: Option<serde_json::Value>,
+    position: ScanPosition,
+    flush_interval: Duration,
+    written_at: Option<Instant>,
+    dirty: bool,
+}
+
+/// RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    now.format(&format).unwrap_or_else(|_| now.to_string())
+}
+
+impl Checkpointer {
+    /// Loads the stored entry and checks it belongs to this source; returns the checkpointer
+    /// and the scan position to resume from (fresh when none is stored).
+    pub fn open_scan(
+        file: StateFile,
+        pipeline: &str,
+        identity: Identity,
+        kind: ScanKind,
+        total_segments: u32,
+        flush_interval: Duration,
+    ) -> Result<Self, StartError> {
+        let stored = file.load(pipeline)?;
+        let (last_completed, position) = match stored {
+            None => (None, None),
+            Some(entry) => {
+                if let Some(position) = &entry.position {
+                    let changes = identity.changes_from(&entry.identity, true);
+                    if !changes.is_empty() {
+                        return Err(StartError::IdentityChanged {
+                            pipeline: pipeline.to_string(),
+                            changes: changes.join("; "),
+                        });
+                    }
+                    let stored_kind = match position {
+                        Position::Scan(scan) => match scan.kind {
+                            ScanKind::Scan => "scan",
+                            ScanKind::Query => "query",
+                        },
+                        Position::Streams(_) => "streams",
+                    };
+                    let wanted = match kind {
+                        ScanKind::Scan => "scan",
+                        ScanKind::Query => "query",
+                    };
+                    if stored_kind != wanted {
+                        return Err(StartError::WrongKind {
+                            pipeline: pipeline.to_string(),
+                            stored: stored_kind,
+                            mode: wanted.to_string(),
+                        });
+                    }
+                }
+                let position = match entry.position {
+                    Some(Position::Scan(scan)) if scan.total_segments == total_segments => Some(scan),
+                    _ => None,
+                };
+                (entry.last_completed, position)
+            }
+        };
+        Ok(Checkpointer {
+            file,
+            pipeline: pipeline.to_string(),
+            identity,
+            last_completed,
+            position: position.unwrap_or_else(|| ScanPosition::new(kind, total_segments)),
+            flush_interval,
+            written_at: None,
+            dirty: false,
+        })
+    }
+
+    /// The position the run resumes from / has reached.
+    pub fn position(&self) -> &ScanPosition {
+        &self.position
+    }
+
+    /// The last completed scan, if recorded.
+    pub fn last_completed(&self) -> Option<&serde_json::Value> {
+        self.last_completed.as_ref()
+    }
+
+    /// Applies the positions of an acknowledged batch and writes them when due.
+    pub fn acknowledged(&mut self, batch: &Batch) -> Result<(), StateError> {
+        for (segment, cursor) in &batch.segments {
+            match cursor {
+                SegmentCursor::Next(key) => {
+                    self.position.cursors.insert(*segment, key.clone());
+                }
+                SegmentCursor::Done => {
+                    self.position.cursors.remove(segment);
+                    self.position.done.insert(*segment);
+                }
+            }
+            self.dirty = true;
+        }
+        let due = self
+            .written_at
+            .is_none_or(|at| at.elapsed() >= self.flush_interval);
+        if self.dirty && due {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the position now if it changed since the last write.
+    pub fn flush(&mut self) -> Result<(), StateError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let position = self
+            .position
+            .has_progress()
+            .then(|| Position::Scan(self.position.clone()));
+        self.write(position)
+    }
+
+    /// The scan completed: clear the position, record `last_completed`, write now.
+    pub fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
+        self.last_completed = Some(json!({
+            "at": now_rfc3339(),
+            "capacity_units": capacity_units,
+            "items": items,
+        }));
+        self.position = ScanPosition::new(self.position.kind, self.position.total_segments);
+        self.write(None)
+    }
+
+    fn write(&mut self, position: Option<Position>) -> Result<(), StateError> {
+        let entry = Entry {
+            identity: self.identity.clone(),
+            last_completed: self.last_completed.clone(),
+            position,
+            updated_at: now_rfc3339(),
+        };
+        self.file.store(&self.pipeline, Some(&entry))?;
+        self.written_at = Some(Instant::now());
+        self.dirty = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,18 @@
+#![warn(missing_docs)]
+//! The ddbpipe runner: pages become batches, batches go to a sink, acknowledged batches move
+//! the stored position.
+//!
+//! # Tour
+//! - [`runner::run_scan`]: wiring of a scan or query run.
+//! - [`batch::Batcher`]: cuts pages into batches and attaches each page's cursor to the batch
+//!   holding its last record.
+//! - [`sink::Sink`]: write a batch, acknowledge once durable; [`sinks::jsonl::JsonlSink`].
+//! - [`checkpoint::Checkpointer`]: applies acknowledged positions, debounced writes.
+//! - [`state::StateFile`]: the versioned state file, its lock and strict reading.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod runner;
+pub mod sink;
+pub mod sinks;
+pub mod state;

@@ -1,0 +1,197 @@
+//! Wiring only: segment readers → bounded channel → batcher → sink → acknowledgements →
+//! checkpoint.
+//!
+//! # Ordering
+//! Pages arrive from the segment tasks through a bounded channel, are cut into batches, and
+//! each batch is written to the sink and acknowledged before the next one; only then are its
+//! positions applied. So the committed position is always a contiguous acknowledged prefix.
+//!
+//! # Stopping (SPEC §8.5)
+//! - `stop` (first SIGINT/SIGTERM): reading stops (in-flight requests are cancelled), pages
+//!   already read are handed over, the last batch is written, the position is committed, and
+//!   the run reports that it was interrupted.
+//! - A read failure: batches already written stay committed; the batch being assembled is
+//!   dropped; the position is written; the error is returned.
+//! - Completion: every segment done and every batch acknowledged → the position is cleared.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_source::api::TableApi;
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::scan::SegmentReader;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::batch::{Batch, Batcher};
+use crate::checkpoint::Checkpointer;
+use crate::sink::{Sink, SinkError};
+use crate::state::StateError;
+
+/// A batch is handed over at the latest this long after its first record or position.
+const BATCH_LINGER: Duration = Duration::from_secs(1);
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Reading failed definitely.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The sink failed; the batch was not acknowledged.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    /// The position could not be written.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// Told about progress after each acknowledged batch.
+pub trait Progress: Send + Sync {
+    /// Records written so far, and capacity units consumed so far.
+    fn advanced(&self, written: u64, capacity_units: f64);
+}
+
+/// A progress observer that ignores everything.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn advanced(&self, _written: u64, _capacity_units: f64) {}
+}
+
+/// How a scan or query run ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanOutcome {
+    /// Items received from DynamoDB.
+    pub read: u64,
+    /// Items written and acknowledged.
+    pub written: u64,
+    /// Read capacity units consumed by this run.
+    pub capacity_units: f64,
+    /// `true` when every segment was read to its end; `false` when stopped by a signal.
+    pub completed: bool,
+    /// Segments finished, of the total.
+    pub segments_done: u64,
+}
+
+/// Runs a scan or query to completion (or until `stop`), writing to `sink`.
+pub async fn run_scan<A: TableApi, S: Sink>(
+    reader: SegmentReader<A>,
+    batch_size: usize,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: Cancel,
+    progress: &dyn Progress,
+) -> Result<ScanOutcome, RunError> {
+    let (read_stop, read_cancel) = Cancel::new();
+    let (tx, mut rx) = mpsc::channel(reader.max_concurrency.max(1));
+    let done = checkpointer.position().done.clone();
+    let cursors = checkpointer.position().cursors.clone();
+    let limiter = Arc::clone(&reader.limiter);
+    let mut read_task = tokio::spawn(async move { reader.run(&done, cursors, tx, read_cancel).await });
+
+    let mut batcher = Batcher::new(batch_size);
+    let mut deadline: Option<Instant> = None;
+    let mut stopping = false;
+    let mut read_result: Option<Result<(), ReadError>> = None;
+    let mut read = 0u64;
+    let mut written = 0u64;
+
+    let mut deliver = async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
+        sink.write(&batch).await?;
+        written += batch.records.len() as u64;
+        checkpointer.acknowledged(&batch)?;
+        progress.advanced(written, limiter.total_units());
+        Ok(())
+    };
+
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                read_stop.cancel();
+            }
+            joined = &mut read_task, if read_result.is_none() => {
+                let result = joined.unwrap_or_else(|error| Err(ReadError::Panicked {
+                    segment: 0,
+                    message: format!("segment scheduler: {error}"),
+                }));
+                let failed = matches!(&result, Err(e) if !(stopping && matches!(e, ReadError::Cancelled)));
+                read_result = Some(result);
+                if failed {
+                    break;
+                }
+            }
+            page = rx.recv() => match page {
+                Some(page) => {
+                    read += page.records.len() as u64;
+                    for batch in batcher.push(page) {
+                        deliver(batch, checkpointer).await?;
+                    }
+                    deadline = match (batcher.has_pending(), deadline) {
+                        (false, _) => None,
+                        (true, None) => Some(Instant::now() + BATCH_LINGER),
+                        (true, Some(at)) => Some(at),
+                    };
+                }
+                None => {
+                    if read_result.is_some() {
+                        break;
+                    }
+                    // Senders are gone; the reader's result follows at once.
+                    let joined = (&mut read_task).await;
+                    read_result = Some(joined.unwrap_or_else(|error| Err(ReadError::Panicked {
+                        segment: 0,
+                        message: format!("segment scheduler: {error}"),
+                    })));
+                    break;
+                }
+            },
+            () = sleep_until(deadline), if deadline.is_some() => {
+                deadline = None;
+                if let Some(batch) = batcher.take() {
+                    deliver(batch, checkpointer).await?;
+                }
+            }
+        }
+    }
+
+    let capacity_units = limiter.total_units();
+    let result = read_result.unwrap_or(Err(ReadError::Cancelled));
+    match result {
+        Err(ReadError::Cancelled) if stopping => {}
+        Err(error) => {
+            // The batch being assembled is dropped; what was acknowledged is committed.
+            drop(batcher);
+            checkpointer.flush()?;
+            return Err(error.into());
+        }
+        Ok(()) => {}
+    }
+    if let Some(batch) = batcher.take() {
+        deliver(batch, checkpointer).await?;
+    }
+    let completed = !stopping && read_task.is_finished();
+    let segments_done = checkpointer.position().done.count();
+    if completed {
+        checkpointer.complete(written, capacity_units)?;
+    } else {
+        checkpointer.flush()?;
+    }
+    Ok(ScanOutcome {
+        read,
+        written,
+        capacity_units,
+        completed,
+        segments_done,
+    })
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,3 @@
+//! The sinks batches are written to.
+
+pub mod jsonl;

@@ -1,0 +1,487 @@
+//! The state file and its lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value as Json, json};
+
+use super::identity::Identity;
+use super::position::Position;
+
+const FORMAT: &str = "ddbpipe-state";
+
+/// Why the state could not be read, locked or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// Definite: the file exists but cannot be read.
+    #[error("cannot read state file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Definite: the file does not hold valid state; it is left as it is.
+    #[error("state file {path} is corrupt: {location}: {problem}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// "pipeline 'orders' at pipelines.orders.position.shards.s1", or "the file".
+        location: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Definite: another run holds the pipeline's lock.
+    #[error("pipeline '{pipeline}' is already running (lock {lock}{pid})")]
+    Locked {
+        /// The pipeline.
+        pipeline: String,
+        /// The lock file.
+        lock: String,
+        /// ", pid N" when the holder wrote its pid.
+        pid: String,
+    },
+    /// The file could not be written (the previous state stays).
+    #[error("cannot write state file {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl StateError {
+    /// Whether this is corrupt state (the user fixes the entry or resets it).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, StateError::Corrupt { .. })
+    }
+}
+
+/// One pipeline's stored entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Identity of the source the position belongs to.
+    pub identity: Identity,
+    /// `{"at", "capacity_units", "items"}` of the last completed scan, if any.
+    pub last_completed: Option<Json>,
+    /// Where the pipeline stands; `None` = nothing in progress.
+    pub position: Option<Position>,
+    /// When the entry was written (RFC 3339, ms).
+    pub updated_at: String,
+}
+
+impl Entry {
+    fn to_json(&self) -> Json {
+        json!({
+            "fingerprint": self.identity.fingerprint(),
+            "identity": self.identity.as_json(),
+            "last_completed": self.last_completed,
+            "position": self.position.as_ref().map(Position::to_json),
+            "updated_at": self.updated_at,
+        })
+    }
+}
+
+/// A state file on disk.
+#[derive(Debug, Clone)]
+pub struct StateFile {
+    path: PathBuf,
+}
+
+/// An exclusive lock on a pipeline's state, held until dropped.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl StateLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        // The OS releases the lock with the descriptor; the file itself is left in place so a
+        // waiting process never locks an unlinked inode.
+    }
+}
+
+fn corrupt(path: &Path, location: impl Into<String>, problem: impl Into<String>) -> StateError {
+    StateError::Corrupt {
+        path: path.to_path_buf(),
+        location: location.into(),
+        problem: problem.into(),
+    }
+}
+
+impl StateFile {
+    /// The state file at `path` (it need not exist).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StateFile { path: path.into() }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".lock");
+        PathBuf::from(name)
+    }
+
+    /// Takes the exclusive lock of `pipeline`'s state, or says who holds it.
+    pub fn lock(&self, pipeline: &str) -> Result<StateLock, StateError> {
+        let lock_path = self.lock_path();
+        let write_error = |source| StateError::Write {
+            path: lock_path.clone(),
+            source,
+        };
+        if let Some(dir) = lock_path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(write_error)?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(write_error)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let pid = holder
+                    .trim()
+                    .parse::<u32>()
+                    .map(|pid| format!(", pid {pid}"))
+                    .unwrap_or_default();
+                return Err(StateError::Locked {
+                    pipeline: pipeline.to_string(),
+                    lock: lock_path.display().to_string(),
+                    pid,
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => return Err(write_error(source)),
+        }
+        file.set_len(0).map_err(write_error)?;
+        write!(file, "{}", std::process::id()).map_err(write_error)?;
+        file.flush().map_err(write_error)?;
+        Ok(StateLock {
+            _file: file,
+            path: lock_path,
+        })
+    }
+
+    /// Whether another process holds the lock now (for `check`).
+    pub fn is_locked(&self) -> bool {
+        let Ok(file) = File::open(self.lock_path()) else {
+            return false;
+        };
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Reads the whole document; `None` when the file does not exist.
+    fn read_document(&self) -> Result<Option<Map<String, Json>>, StateError> {
+        let text = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateError::Read {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        let doc: Json = serde_json::from_slice(&text)
+            .map_err(|e| corrupt(&self.path, "the file", format!("not valid JSON: {e}")))?;
+        let Json::Object(doc) = doc else {
+            return Err(corrupt(&self.path, "the file", "not a JSON object"));
+        };
+        for key in doc.keys() {
+            if !matches!(key.as_str(), "format" | "pipelines" | "version") {
+                return Err(corrupt(&self.path, key.as_str(), "unknown field"));
+            }
+        }
+        match doc.get("format") {
+            Some(Json::String(f)) if f == FORMAT => {}
+            _ => return Err(corrupt(&self.path, "format", format!("expected \"{FORMAT}\""))),
+        }
+        match doc.get("version") {
+            Some(Json::Number(v)) if v.as_u64() == Some(1) => {}
+            Some(v) => {
+                return Err(corrupt(
+                    &self.path,
+                    "version",
+                    format!("unsupported version {v}: this ddbpipe reads version 1"),
+                ));
+            }
+            None => return Err(corrupt(&self.path, "version", "missing field")),
+        }
+        if !matches!(doc.get("pipelines"), Some(Json::Object(_))) {
+            return Err(corrupt(&self.path, "pipelines", "missing or not an object"));
+        }
+        Ok(Some(doc))
+    }
+
+    /// Reads `pipeline`'s entry strictly; `None` when there is none.
+    pub fn load(&self, pipeline: &str) -> Result<Option<Entry>, StateError> {
+        let Some(doc) = self.read_document()? else {
+            return Ok(None);
+        };
+        let Some(raw) = doc.get("pipelines").and_then(|p| p.get(pipeline)) else {
+            return Ok(None);
+        };
+        let base = format!("pipelines.{pipeline}");
+        let here = |sub: &str| {
+            let path = if sub.is_empty() {
+                base.clone()
+            } else {
+                format!("{base}.{sub}")
+            };
+            format!("pipeline '{pipeline}' at {path}")
+        };
+        let Json::Object(entry) = raw else {
+            return Err(corrupt(&self.path, here(""), "not an object"));
+        };
+        for key in entry.keys() {
+            if !matches!(
+                key.as_str(),
+                "fingerprint" | "identity" | "last_completed" | "position" | "updated_at"
+            ) {
+                return Err(corrupt(&self.path, here(key), "unknown field"));
+            }
+        }
+        let identity = match entry.get("identity") {
+            Some(identity @ Json::Object(_)) => Identity::from_json(identity.clone()),
+            _ => return Err(corrupt(&self.path, here("identity"), "missing or not an object")),
+        };
+        match entry.get("fingerprint") {
+            Some(Json::String(f)) if *f == identity.fingerprint() => {}
+            Some(Json::String(_)) => {
+                return Err(corrupt(
+                    &self.path,
+                    here("fingerprint"),
+                    "does not match the stored identity",
+                ));
+            }
+            _ => return Err(corrupt(&self.path, here("fingerprint"), "missing or not a string")),
+        }
+        let updated_at = match entry.get("updated_at") {
+            Some(Json::String(s)) => s.clone(),
+            _ => return Err(corrupt(&self.path, here("updated_at"), "missing or not a string")),
+        };
+        let last_completed = match entry.get("last_completed") {
+            None | Some(Json::Null) => None,
+            Some(value @ Json::Object(_)) => Some(value.clone()),
+            Some(_) => return Err(corrupt(&self.path, here("last_completed"), "not an object")),
+        };
+        let position = match entry.get("position") {
+            None | Some(Json::Null) => None,
+            Some(json) => Some(Position::from_json(json).map_err(|e| {
+                let sub = if e.path.is_empty() {
+                    "position".to_string()
+                } else {
+                    format!("position.{}", e.path)
+                };
+                corrupt(&self.path, here(&sub), e.problem)
+            })?),
+        };
+        Ok(Some(Entry {
+            identity,
+            last_completed,
+            position,
+            updated_at,
+        }))
+    }
+
+    /// Replaces `pipeline`'s entry (`None` removes it), keeping every other entry.
+    pub fn store(&self, pipeline: &str, entry: Option<&Entry>) -> Result<(), StateError> {
+        let mut doc = self.read_document()?.unwrap_or_default();
+        let mut pipelines = match doc.remove("pipelines") {
+            Some(Json::Object(p)) => p,
+            _ => Map::new(),
+        };
+        match entry {
+            Some(entry) => {
+                pipelines.insert(pipeline.to_string(), entry.to_json());
+            }
+            None => {
+                pipelines.remove(pipeline);
+            }
+        }
+        let doc = json!({"format": FORMAT, "pipelines": pipelines, "version": 1});
+        self.write_atomically(doc.to_string().as_bytes())
+    }
+
+    /// Removes `pipeline`'s entry for `state reset`. A file that cannot be read at all is
+    /// moved aside as `<path>.corrupt-<unix s>` first. Returns what was done.
+    pub fn reset(&self, pipeline: &str) -> Result<String, StateError> {
+        match self.read_document() {
+            Ok(None) => Ok(format!("no stored state for pipeline '{pipeline}'")),
+            Ok(Some(doc)) => {
+                let present = doc
+                    .get("pipelines")
+                    .and_then(|p| p.get(pipeline))
+                    .is_some();
+                if !present {
+                    return Ok(format!("no stored state for pipeline '{pipeline}'"));
+                }
+                self.store(pipeline, None)?;
+                Ok(format!(
+                    "removed the position of pipeline '{pipeline}' from {}",
+                    self.path.display()
+                ))
+            }
+            Err(StateError::Corrupt { location, .. }) if !location.starts_with("pipeline '") => {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or_default();
+                let mut aside = self.path.as_os_str().to_owned();
+                aside.push(format!(".corrupt-{secs}"));
+                let aside = PathBuf::from(aside);
+                std::fs::rename(&self.path, &aside).map_err(|source| StateError::Write {
+                    path: self.path.clone(),
+                    source,
+                })?;
+                Ok(format!(
+                    "moved the unreadable state file aside to {}",
+                    aside.display()
+                ))
+            }
+            Err(StateError::Corrupt { .. }) => {
+                // Our entry is broken but the file is readable: drop just our entry.
+                self.store(pipeline, None)?;
+                Ok(format!(
+                    "removed the corrupt entry of pipeline '{pipeline}' from {}",
+                    self.path.display()
+                ))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    fn write_atomically(&self, bytes: &[u8]) -> Result<(), StateError> {
+        let write_error = |source| StateError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir).map_err(write_error)?;
+        let mut tmp_name = self.path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = PathBuf::from(tmp_name);
+        {
+            let mut file = File::create(&tmp).map_err(write_error)?;
+            file.write_all(bytes).map_err(write_error)?;
+            file.write_all(b"\n").map_err(write_error)?;
+            file.sync_all().map_err(write_error)?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(write_error)?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(write_error)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::position::{ScanKind, ScanPosition};
+
+    fn entry() -> Entry {
+        Entry {
+            identity: Identity::from_json(json!({"table_name": "orders", "segments": 4})),
+            last_completed: None,
+            position: Some(Position::Scan(ScanPosition::new(ScanKind::Scan, 4))),
+            updated_at: "2026-10-01T12:00:00.123Z".into(),
+        }
+    }
+
+    #[test]
+    fn an_entry_round_trips_and_other_pipelines_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("s.json"));
+        file.store("other", Some(&entry())).unwrap();
+        file.store("orders", Some(&entry())).unwrap();
+        assert_eq!(file.load("orders").unwrap(), Some(entry()));
+        file.store("orders", None).unwrap();
+        assert_eq!(file.load("orders").unwrap(), None);
+        assert!(file.load("other").unwrap().is_some());
+        assert!(!dir.path().join("s.json.tmp").exists());
+    }
+
+    #[test]
+    fn the_file_matches_the_documented_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("s.json"));
+        file.store("orders", Some(&entry())).unwrap();
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        let fp = entry().identity.fingerprint();
+        assert_eq!(
+            text,
+            format!(
+                "{{\"format\":\"ddbpipe-state\",\"pipelines\":{{\"orders\":{{\"fingerprint\":\"{fp}\",\
+                 \"identity\":{{\"segments\":4,\"table_name\":\"orders\"}},\"last_completed\":null,\
+                 \"position\":{{\"cursors\":{{}},\"done\":[],\"kind\":\"scan\",\"total_segments\":4}},\
+                 \"updated_at\":\"2026-10-01T12:00:00.123Z\"}}}},\"version\":1}}\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_newer_version_is_corruption_and_the_file_is_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        let text = r#"{"format":"ddbpipe-state","pipelines":{},"version":2}"#;
+        std::fs::write(&path, text).unwrap();
+        let file = StateFile::new(&path);
+        let error = file.load("orders").unwrap_err();
+        assert!(error.to_string().contains("unsupported version 2"), "{error}");
+        assert!(file.store("orders", Some(&entry())).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+
+    #[test]
+    fn a_second_lock_is_refused_with_the_holders_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("s.json"));
+        let _held = file.lock("orders").unwrap();
+        let error = file.lock("orders").unwrap_err().to_string();
+        assert!(error.contains("pipeline 'orders' is already running"), "{error}");
+        assert!(error.contains(&format!("pid {}", std::process::id())), "{error}");
+        assert!(file.is_locked());
+    }
+
+    #[test]
+    fn reset_moves_an_unreadable_file_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, "{not json").unwrap();
+        let file = StateFile::new(&path);
+        let said = file.reset("orders").unwrap();
+        assert!(said.contains("moved the unreadable state file aside"), "{said}");
+        assert!(!path.exists());
+    }
+}

@@ -1,0 +1,214 @@
+//! The small traits the engine reads through, so it runs on AWS or on an in-memory fake.
+//!
+//! Nothing here names an AWS SDK type: [`crate::aws`] implements [`TableApi`] with the SDK,
+//! and `fake` (feature `fake`) implements it in memory with scripted faults.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use ddbpipe_value::{Item, Value};
+
+use crate::error::ApiError;
+
+/// What kind of read a [`ReadRequest`] is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReadKind {
+    /// A `Scan`; `segment` is `Some((segment, total))` for a parallel scan of more than one.
+    Scan {
+        /// `Segment` and `TotalSegments`, sent only when the total is greater than 1.
+        segment: Option<(u32, u32)>,
+    },
+    /// A `Query` by key condition.
+    Query {
+        /// `KeyConditionExpression`.
+        key_condition: String,
+        /// `ScanIndexForward`, always sent.
+        scan_index_forward: bool,
+    },
+}
+
+/// One `Scan` or `Query` page request (SPEC §2.2). `ReturnConsumedCapacity` is always `TOTAL`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadRequest {
+    /// `TableName`.
+    pub table_name: String,
+    /// Scan or query, with their own parameters.
+    pub kind: ReadKind,
+    /// `IndexName`.
+    pub index_name: Option<String>,
+    /// `ProjectionExpression`.
+    pub projection: Option<String>,
+    /// `FilterExpression`.
+    pub filter_expression: Option<String>,
+    /// `ExpressionAttributeNames`, sent only when non-empty.
+    pub expression_attribute_names: BTreeMap<String, String>,
+    /// `ExpressionAttributeValues`, sent only when non-empty.
+    pub expression_attribute_values: BTreeMap<String, Value>,
+    /// `ConsistentRead`, sent only when true.
+    pub consistent_read: bool,
+    /// `Limit`.
+    pub limit: Option<u32>,
+    /// `ExclusiveStartKey`: where the previous page ended.
+    pub exclusive_start_key: Option<Item>,
+}
+
+impl ReadRequest {
+    /// The operation name, for metrics and errors.
+    pub fn operation(&self) -> &'static str {
+        match self.kind {
+            ReadKind::Scan { .. } => "scan",
+            ReadKind::Query { .. } => "query",
+        }
+    }
+}
+
+/// One page of items as DynamoDB returned it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// The items, in response order.
+    pub items: Vec<Item>,
+    /// `LastEvaluatedKey`; `None` or empty means the segment is done.
+    pub last_evaluated_key: Option<Item>,
+    /// `ConsumedCapacity.CapacityUnits`, when the service reported it.
+    pub consumed_capacity: Option<f64>,
+}
+
+/// The type of a key attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// String.
+    S,
+    /// Number.
+    N,
+    /// Binary.
+    B,
+}
+
+impl KeyType {
+    /// `"S"`, `"N"` or `"B"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyType::S => "S",
+            KeyType::N => "N",
+            KeyType::B => "B",
+        }
+    }
+}
+
+/// One key attribute: hash first, then range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyAttribute {
+    /// Attribute name.
+    pub name: String,
+    /// Declared type.
+    pub key_type: KeyType,
+}
+
+/// Global or local secondary index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKind {
+    /// Global secondary index.
+    Gsi,
+    /// Local secondary index.
+    Lsi,
+}
+
+impl IndexKind {
+    /// `"gsi"` or `"lsi"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IndexKind::Gsi => "gsi",
+            IndexKind::Lsi => "lsi",
+        }
+    }
+}
+
+/// A secondary index of a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexDescription {
+    /// Index name.
+    pub name: String,
+    /// GSI or LSI.
+    pub kind: IndexKind,
+    /// Hash key, then range key.
+    pub key_schema: Vec<KeyAttribute>,
+    /// Provisioned read capacity of a GSI, when provisioned.
+    pub read_capacity_units: Option<i64>,
+    /// On-demand maximum read request units of a GSI, when set.
+    pub max_read_request_units: Option<i64>,
+}
+
+/// The table's stream, as `DescribeTable` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// `StreamSpecification.StreamEnabled`.
+    pub enabled: bool,
+    /// `StreamSpecification.StreamViewType`.
+    pub view_type: Option<String>,
+    /// `LatestStreamArn`.
+    pub arn: Option<String>,
+}
+
+/// What ddbpipe needs from `DescribeTable`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableDescription {
+    /// Table name.
+    pub name: String,
+    /// `TableStatus`, e.g. `ACTIVE`.
+    pub status: Option<String>,
+    /// `ItemCount` (approximate, refreshed about every six hours).
+    pub item_count: Option<i64>,
+    /// `TableSizeBytes`.
+    pub size_bytes: Option<i64>,
+    /// `PROVISIONED` or `PAY_PER_REQUEST`.
+    pub billing_mode: Option<String>,
+    /// Hash key, then range key (SPEC §3.6).
+    pub key_schema: Vec<KeyAttribute>,
+    /// Provisioned `ReadCapacityUnits` (0 or absent for on-demand tables).
+    pub read_capacity_units: Option<i64>,
+    /// `OnDemandThroughput.MaxReadRequestUnits`, when set.
+    pub max_read_request_units: Option<i64>,
+    /// Secondary indexes.
+    pub indexes: Vec<IndexDescription>,
+    /// The stream, when the table has one.
+    pub stream: Option<StreamInfo>,
+}
+
+impl TableDescription {
+    /// The index named `name`, if the table has it.
+    pub fn index(&self, name: &str) -> Option<&IndexDescription> {
+        self.indexes.iter().find(|index| index.name == name)
+    }
+
+    /// Whether the table bills per request.
+    pub fn is_on_demand(&self) -> bool {
+        self.billing_mode.as_deref() == Some("PAY_PER_REQUEST")
+    }
+}
+
+/// One page of `ListTables`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableNames {
+    /// Table names of this page.
+    pub names: Vec<String>,
+    /// `LastEvaluatedTableName`: where the next page starts.
+    pub last_evaluated: Option<String>,
+}
+
+/// Reads of a DynamoDB table: each method is one request attempt (retries are the caller's).
+pub trait TableApi: Send + Sync + 'static {
+    /// One `Scan` or `Query` page.
+    fn read_page(&self, request: &ReadRequest) -> impl Future<Output = Result<Page, ApiError>> + Send;
+
+    /// `DescribeTable`. `Ok(None)` when the response held no table.
+    fn describe_table(
+        &self,
+        table_name: &str,
+    ) -> impl Future<Output = Result<Option<TableDescription>, ApiError>> + Send;
+
+    /// One page of `ListTables`.
+    fn list_tables(
+        &self,
+        exclusive_start: Option<&str>,
+    ) -> impl Future<Output = Result<TableNames, ApiError>> + Send;
+}

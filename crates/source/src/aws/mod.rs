@@ -1,0 +1,100 @@
+//! The only code that names `aws_sdk_*`: building clients, converting values, reading error
+//! codes.
+//!
+//! # Clients
+//! One DynamoDB client per run, built from `aws-config` with the configured region,
+//! credentials and endpoint. The SDK's own retries are off (one attempt per call, whatever
+//! `AWS_MAX_ATTEMPTS` says): [`crate::retry`] is the only retry layer. Building does no
+//! network I/O; credentials are resolved lazily by the SDK's providers.
+
+mod convert;
+mod table;
+
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::Credentials as StaticCredentials;
+use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
+
+pub use table::AwsTableApi;
+
+use crate::config::Credentials;
+
+/// How to reach AWS: everything the clients are built from.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Region; `None` = the default region chain.
+    pub region: Option<String>,
+    /// Endpoint override for DynamoDB and Streams (emulators, VPC endpoints).
+    pub endpoint_url: Option<String>,
+    /// Where credentials come from.
+    pub credentials: Credentials,
+}
+
+/// Connect timeout of every client (SPEC §1.4).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+
+/// Loads the shared SDK configuration: region, credentials, endpoint; SDK retries off.
+pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .build(),
+        );
+    if let Some(region) = &settings.region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(url) = &settings.endpoint_url {
+        loader = loader.endpoint_url(url.clone());
+    }
+    match &settings.credentials {
+        Credentials::Default | Credentials::WebIdentity => {}
+        Credentials::Profile { name } => loader = loader.profile_name(name.clone()),
+        Credentials::AccessKey {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } => {
+            loader = loader.credentials_provider(StaticCredentials::new(
+                access_key_id.clone(),
+                secret_access_key.expose().to_string(),
+                session_token.as_ref().map(|token| token.expose().to_string()),
+                None,
+                "ddbpipe-config",
+            ));
+        }
+        Credentials::AssumeRole { .. } => {}
+    }
+    let base = loader.load().await;
+    let Credentials::AssumeRole {
+        role_arn,
+        session_name,
+        external_id,
+    } = &settings.credentials
+    else {
+        return base;
+    };
+    let mut builder = aws_config::sts::AssumeRoleProvider::builder(role_arn.clone())
+        .session_name(session_name.clone())
+        .configure(&base);
+    if let Some(id) = external_id {
+        builder = builder.external_id(id.clone());
+    }
+    if let Some(region) = &settings.region {
+        builder = builder.region(Region::new(region.clone()));
+    }
+    let provider = builder.build().await;
+    base.into_builder()
+        .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
+            provider,
+        ))
+        .build()
+}
+
+/// Builds the DynamoDB table reader from loaded SDK configuration.
+pub fn table_api(config: &SdkConfig) -> AwsTableApi {
+    AwsTableApi::new(aws_sdk_dynamodb::Client::new(config))
+}

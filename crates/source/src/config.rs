@@ -1,0 +1,763 @@
+//! The `source:` section of a pipeline file: which table to read, how, and when a run ends.
+//!
+//! The `///` docs of these types are the user reference for every source field (SPEC §1.2).
+//! The CLI reads YAML into [`SourceConfig`] with strict types and rejects unknown keys; this
+//! module owns what is left: the defaults ([`defaults`]), the validation rules
+//! ([`SourceConfig::validate`]) and the warnings for fields that do nothing in the chosen mode
+//! ([`SourceConfig::ineffective_fields`]).
+//!
+//! # Validation
+//! Rules run in the order of SPEC §1.3 and every failing rule is reported, never only the first:
+//! 1. `table_name` is not blank.
+//! 2. `batch_size` is 1..=1 000 000 (0, "one batch for the whole run", is refused).
+//! 3. `segments` is 1..=1 000 000.
+//! 4. Query mode reads one segment.
+//! 5. Counts and limits that must be at least 1 are.
+//! 6. `key_condition_expression` is required in query mode and refused elsewhere.
+//! 7. Expression attribute names start with `#`.
+//! 8. Expression attribute values start with `:` and are set in only one of the two maps.
+//! 9. Streams and mirror: a way to end the run, no scan-only fields, sane polling.
+//! 10. Scan and query: no stream-only fields.
+//! 11. Rates, fractions and intervals are in range.
+//!
+//! Rule 12 (the pipeline name, sink and state) belongs to the CLI, which sees the whole file.
+//! Decoding a typed expression value (part of rule 8) happens while the CLI reads the YAML,
+//! because a [`SourceConfig`] only ever holds decoded values.
+//!
+//! # Error handling
+//! A rule appends a [`ConfigError`] (dotted path, message) and validation goes on, so one run
+//! of `ddbpipe check` shows every problem of a file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use ddbpipe_value::{Value, ValueFormat};
+use serde::{Deserialize, Serialize};
+
+/// The documented default of every source field that has one.
+pub mod defaults {
+    /// `mode`: a parallel scan of the whole table.
+    pub const MODE: super::Mode = super::Mode::Scan;
+    /// `segments`: one segment, a plain (not parallel) scan.
+    pub const SEGMENTS: u32 = 1;
+    /// `max_concurrency`: segments read at once.
+    pub const MAX_CONCURRENCY: usize = 8;
+    /// `consistent_read`: eventually consistent reads.
+    pub const CONSISTENT_READ: bool = false;
+    /// `scan_index_forward`: a query returns items in ascending sort-key order.
+    pub const SCAN_INDEX_FORWARD: bool = true;
+    /// `on_gap`: a run that cannot resume without losing changes stops.
+    pub const ON_GAP: super::OnGap = super::OnGap::Fail;
+    /// `resnapshot_deletes`: a complete snapshot deletes destination rows of vanished items.
+    pub const RESNAPSHOT_DELETES: bool = true;
+    /// `resnapshot_max_keys`: above this many keys a snapshot deletes nothing.
+    pub const RESNAPSHOT_MAX_KEYS: usize = 1_000_000;
+    /// `poll_interval_ms`: wait between reads of a caught-up shard.
+    pub const POLL_INTERVAL_MS: u64 = 1000;
+    /// `records_per_request`: the `Limit` of each `GetRecords`.
+    pub const RECORDS_PER_REQUEST: u32 = 1000;
+    /// `shard_concurrency`: shards read at once.
+    pub const SHARD_CONCURRENCY: usize = 4;
+    /// `follow`: a streams run ends by `idle_termination_secs` or `max_messages`.
+    pub const FOLLOW: bool = false;
+    /// `discovery_interval_secs`: how often the stream's shards are listed again.
+    pub const DISCOVERY_INTERVAL_SECS: u64 = 60;
+    /// `batch_size`: records handed to the sink at once.
+    pub const BATCH_SIZE: usize = 1000;
+    /// `value_format`: plain JSON values.
+    pub const VALUE_FORMAT: ddbpipe_value::ValueFormat = ddbpipe_value::ValueFormat::Plain;
+    /// `retry.max_retries`: retries after the first attempt of a request.
+    pub const MAX_RETRIES: u32 = 8;
+    /// `retry.initial_backoff_ms`: the first back-off delay.
+    pub const INITIAL_BACKOFF_MS: u64 = 100;
+    /// `retry.max_backoff_ms`: the longest back-off delay.
+    pub const MAX_BACKOFF_MS: u64 = 10_000;
+    /// `retry.attempt_timeout_ms`: the time one attempt of a request may take.
+    pub const ATTEMPT_TIMEOUT_MS: u64 = 30_000;
+    /// `credentials.config.session_name` of `assume_role`.
+    pub const SESSION_NAME: &str = "ddbpipe";
+}
+
+const MAX_SEGMENTS: u32 = 1_000_000;
+const MAX_BATCH_SIZE: usize = 1_000_000;
+const MAX_RECORDS_PER_REQUEST: u32 = 1000;
+const MAX_POLL_INTERVAL_MS: u64 = 600_000;
+const ATTEMPT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1000..=600_000;
+const DISCOVERY_INTERVAL_SECS_RANGE: std::ops::RangeInclusive<u64> = 10..=3600;
+
+/// What a run reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// `scan`: every item of the table or index, read by parallel `Scan` segments. Ends after
+    /// the last page.
+    Scan,
+    /// `query`: the items matching `key_condition_expression`. Ends after the last page.
+    Query,
+    /// `streams`: the change records of the table's stream (CDC), as change envelopes.
+    Streams,
+    /// `mirror`: capture the stream positions, scan the table as snapshot envelopes, then
+    /// stream the changes from the captured positions.
+    Mirror,
+}
+
+impl Mode {
+    /// Every mode, in documentation order.
+    pub const ALL: [Mode; 4] = [Mode::Scan, Mode::Query, Mode::Streams, Mode::Mirror];
+
+    /// The name used in the config file: `"scan"`, `"query"`, `"streams"` or `"mirror"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Scan => "scan",
+            Mode::Query => "query",
+            Mode::Streams => "streams",
+            Mode::Mirror => "mirror",
+        }
+    }
+
+    /// Whether this mode reads a stream (streams, mirror) rather than only `Scan`/`Query`.
+    pub const fn reads_stream(self) -> bool {
+        matches!(self, Mode::Streams | Mode::Mirror)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the first run of a streams pipeline starts reading (SPEC §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPosition {
+    /// `trim_horizon`: the oldest record the stream still holds (about 24 hours back).
+    TrimHorizon,
+    /// `latest`: only changes made after the first run started.
+    Latest,
+}
+
+impl StartPosition {
+    /// Every start position, in documentation order.
+    pub const ALL: [StartPosition; 2] = [StartPosition::TrimHorizon, StartPosition::Latest];
+
+    /// The name used in the config file: `"trim_horizon"` or `"latest"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StartPosition::TrimHorizon => "trim_horizon",
+            StartPosition::Latest => "latest",
+        }
+    }
+}
+
+impl fmt::Display for StartPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a streams or mirror run does when, at start-up, it cannot resume without losing
+/// changes (SPEC §4.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnGap {
+    /// `fail`: stop with exit code 1 and explain the gap.
+    Fail,
+    /// `resnapshot`: capture the stream again, rescan the table, then stream on (SPEC §4.7).
+    Resnapshot,
+}
+
+impl OnGap {
+    /// Every choice, in documentation order.
+    pub const ALL: [OnGap; 2] = [OnGap::Fail, OnGap::Resnapshot];
+
+    /// The name used in the config file: `"fail"` or `"resnapshot"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnGap::Fail => "fail",
+            OnGap::Resnapshot => "resnapshot",
+        }
+    }
+}
+
+impl fmt::Display for OnGap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A secret string, such as a secret access key. It prints as `***` in logs, errors and
+/// `Debug` output; only the code that hands it to AWS calls [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret itself. Never log or format the result.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Where the AWS credentials come from, written `{type: <variant>, config: {...}}` (SPEC §1.4).
+/// Unknown keys inside `config` are rejected; `default` and `web_identity` take no `config`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Credentials {
+    /// `default`: the AWS default chain (environment, shared files, SSO, container, web
+    /// identity, instance metadata), refreshed automatically.
+    #[default]
+    Default,
+    /// `profile`: the named profile of the shared AWS files; it also drives the region.
+    Profile {
+        /// `name` (required): the profile name.
+        name: String,
+    },
+    /// `access_key`: static keys.
+    AccessKey {
+        /// `access_key_id` (required).
+        access_key_id: String,
+        /// `secret_access_key` (required). Never printed.
+        secret_access_key: Secret,
+        /// `session_token` (optional), for temporary keys. Never printed.
+        session_token: Option<Secret>,
+    },
+    /// `assume_role`: STS AssumeRole on top of the default chain; STS uses `region` when set.
+    AssumeRole {
+        /// `role_arn` (required): the role to assume.
+        role_arn: String,
+        /// `session_name` (default `"ddbpipe"`): the role session name, seen in CloudTrail.
+        session_name: String,
+        /// `external_id` (optional): the external id the role's trust policy asks for.
+        external_id: Option<String>,
+    },
+    /// `web_identity`: the same as `default`; says that a web identity token is expected.
+    WebIdentity,
+}
+
+impl Credentials {
+    /// The `type` of these credentials as written in the config file.
+    pub const fn type_name(&self) -> &'static str {
+        match self {
+            Credentials::Default => "default",
+            Credentials::Profile { .. } => "profile",
+            Credentials::AccessKey { .. } => "access_key",
+            Credentials::AssumeRole { .. } => "assume_role",
+            Credentials::WebIdentity => "web_identity",
+        }
+    }
+}
+
+/// How failed requests are retried (SPEC §9). Each field defaults on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Retries after the first attempt of a request before the run fails. Default 8.
+    pub max_retries: u32,
+    /// The first back-off delay, in milliseconds; later delays grow from it. Default 100.
+    pub initial_backoff_ms: u64,
+    /// The longest back-off delay, in milliseconds. Default 10 000.
+    pub max_backoff_ms: u64,
+    /// ★ The time one attempt may take before it counts as a transient failure, in
+    /// milliseconds; 1000..=600 000. Default 30 000.
+    pub attempt_timeout_ms: u64,
+}
+
+impl RetryConfig {
+    /// Every field at its default.
+    pub const DEFAULT: RetryConfig = RetryConfig {
+        max_retries: defaults::MAX_RETRIES,
+        initial_backoff_ms: defaults::INITIAL_BACKOFF_MS,
+        max_backoff_ms: defaults::MAX_BACKOFF_MS,
+        attempt_timeout_ms: defaults::ATTEMPT_TIMEOUT_MS,
+    };
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig::DEFAULT
+    }
+}
+
+/// The DynamoDB source of a pipeline: the `source:` section of the config file.
+///
+/// Fields marked ★ are ddbpipe's own; the others keep the reference connector's names, types
+/// and defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceConfig {
+    /// The table to read, by name or ARN. Required; must not be blank.
+    pub table_name: String,
+    /// The AWS region, e.g. `us-east-1`. Unset: the AWS default region chain.
+    pub region: Option<String>,
+    /// An endpoint URL for both the DynamoDB and the Streams client, e.g. a local emulator.
+    /// Unset: the AWS endpoints of the region.
+    pub endpoint_url: Option<String>,
+    /// Where the AWS credentials come from. Default `{type: default}`.
+    pub credentials: Credentials,
+    /// What a run reads: `scan`, `query`, `streams` or ★`mirror`. Default `scan`.
+    pub mode: Mode,
+    /// The number of parallel-scan segments (`TotalSegments`), 1..=1 000 000. Used by scan,
+    /// mirror and resnapshot scans; query reads one segment. Default 1.
+    pub segments: u32,
+    /// Segments read at once, at least 1. Default 8.
+    pub max_concurrency: usize,
+    /// A global or local secondary index to read instead of the table. Scan and query only.
+    pub index_name: Option<String>,
+    /// A `ProjectionExpression`: the attributes to return. Scan and query only.
+    pub projection: Option<String>,
+    /// A `FilterExpression` applied after reading. Scan and query only.
+    pub filter_expression: Option<String>,
+    /// The `KeyConditionExpression`: required in query mode, refused in the others.
+    pub key_condition_expression: Option<String>,
+    /// `ExpressionAttributeNames`: placeholders (keys starting with `#`) for attribute names.
+    pub expression_attribute_names: BTreeMap<String, String>,
+    /// `ExpressionAttributeValues` written as plain YAML (keys starting with `:`): null, booleans,
+    /// numbers, strings, lists and maps (SPEC §3.4). Numbers are read as i64, u64 or f64; use
+    /// `expression_attribute_values_typed` for sets, binary and exact big numbers.
+    pub expression_attribute_values: BTreeMap<String, Value>,
+    /// ★ `ExpressionAttributeValues` written as DynamoDB attribute JSON (keys starting with
+    /// `:`), e.g. `{N: "123456789012345678901234567"}` or `{B: "AQI="}` (SPEC §3.5). A key may
+    /// be set here or in `expression_attribute_values`, not both.
+    pub expression_attribute_values_typed: BTreeMap<String, Value>,
+    /// Strongly consistent reads. Not supported on global secondary indexes. Default false.
+    pub consistent_read: bool,
+    /// Query only: ascending (true) or descending (false) sort-key order. Default true.
+    pub scan_index_forward: bool,
+    /// The `Limit` of each Scan or Query request, at least 1. Unset: DynamoDB's 1 MB pages.
+    pub page_limit: Option<u32>,
+    /// Streams and mirror: the stream to read. Unset: the table's current stream.
+    pub stream_arn: Option<String>,
+    /// Streams only, first run only: where reading starts. Unset: `trim_horizon`.
+    pub start_position: Option<StartPosition>,
+    /// Streams and mirror: what to do when a run cannot resume without losing changes.
+    /// Default `fail`.
+    pub on_gap: OnGap,
+    /// Whether a complete snapshot (mirror, resnapshot) deletes destination rows whose items
+    /// are gone. The jsonl sink cannot delete: set false with it. Default true.
+    pub resnapshot_deletes: bool,
+    /// A snapshot that wrote more keys than this deletes nothing, at least 1. Default 1 000 000.
+    pub resnapshot_max_keys: usize,
+    /// Streams and mirror: the wait between reads of a caught-up shard, in milliseconds; at
+    /// least 200 is used, at most 600 000 accepted. Default 1000.
+    pub poll_interval_ms: u64,
+    /// Streams and mirror: the `Limit` of each `GetRecords`, 1..=1000. Default 1000.
+    pub records_per_request: u32,
+    /// Streams and mirror: shards read at once, at least 1. Default 4.
+    pub shard_concurrency: usize,
+    /// Streams and mirror: end the run after this many seconds without a new record, at
+    /// least 1. Unset: no idle limit.
+    pub idle_termination_secs: Option<u64>,
+    /// Streams and mirror: end the run after exactly this many change records, at least 1.
+    /// Unset: no limit.
+    pub max_messages: Option<usize>,
+    /// ★ Streams and mirror: run until stopped (SIGINT/SIGTERM). Excludes
+    /// `idle_termination_secs` and `max_messages`. Default false.
+    pub follow: bool,
+    /// ★ Streams and mirror: how often the stream's shards are listed again, in seconds,
+    /// 10..=3600. Default 60.
+    pub discovery_interval_secs: u64,
+    /// ★ A ceiling on read capacity units consumed per second by Scan and Query; finite and
+    /// greater than 0. Unset: no ceiling (SPEC §2.7).
+    pub max_read_units_per_second: Option<f64>,
+    /// ★ A share of the table's (or index's) read capacity to use, 0 < f ≤ 1. With
+    /// `max_read_units_per_second` too, the smaller rate wins. Unset: no share (SPEC §2.7).
+    pub read_capacity_fraction: Option<f64>,
+    /// How failed requests are retried.
+    pub retry: RetryConfig,
+    /// Records handed to the sink at once, 1..=1 000 000. Default 1000.
+    pub batch_size: usize,
+    /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default
+    /// `plain`.
+    pub value_format: ValueFormat,
+}
+
+/// One problem in a config file: the dotted path of the field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.line())]
+pub struct ConfigError {
+    /// The dotted YAML path, e.g. `source.segments`; empty for the file as a whole.
+    pub path: String,
+    /// What is wrong, e.g. `segments must be 1..=1000000 (got 0)`.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    fn line(&self) -> String {
+        if self.path.is_empty() {
+            format!("config error: {}", self.message)
+        } else {
+            format!("config error: {}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl SourceConfig {
+    /// Reads `table_name` with every other field at its default.
+    pub fn new(table_name: impl Into<String>) -> Self {
+        SourceConfig {
+            table_name: table_name.into(),
+            region: None,
+            endpoint_url: None,
+            credentials: Credentials::Default,
+            mode: defaults::MODE,
+            segments: defaults::SEGMENTS,
+            max_concurrency: defaults::MAX_CONCURRENCY,
+            index_name: None,
+            projection: None,
+            filter_expression: None,
+            key_condition_expression: None,
+            expression_attribute_names: BTreeMap::new(),
+            expression_attribute_values: BTreeMap::new(),
+            expression_attribute_values_typed: BTreeMap::new(),
+            consistent_read: defaults::CONSISTENT_READ,
+            scan_index_forward: defaults::SCAN_INDEX_FORWARD,
+            page_limit: None,
+            stream_arn: None,
+            start_position: None,
+            on_gap: defaults::ON_GAP,
+            resnapshot_deletes: defaults::RESNAPSHOT_DELETES,
+            resnapshot_max_keys: defaults::RESNAPSHOT_MAX_KEYS,
+            poll_interval_ms: defaults::POLL_INTERVAL_MS,
+            records_per_request: defaults::RECORDS_PER_REQUEST,
+            shard_concurrency: defaults::SHARD_CONCURRENCY,
+            idle_termination_secs: None,
+            max_messages: None,
+            follow: defaults::FOLLOW,
+            discovery_interval_secs: defaults::DISCOVERY_INTERVAL_SECS,
+            max_read_units_per_second: None,
+            read_capacity_fraction: None,
+            retry: RetryConfig::DEFAULT,
+            batch_size: defaults::BATCH_SIZE,
+            value_format: defaults::VALUE_FORMAT,
+        }
+    }
+
+    /// All expression values as sent to DynamoDB: the plain and typed maps merged. Validation
+    /// refuses a key set in both; were it not run, the typed value would win.
+    pub fn merged_expression_values(&self) -> BTreeMap<String, Value> {
+        let mut merged = self.expression_attribute_values.clone();
+        merged.extend(
+            self.expression_attribute_values_typed
+                .iter()
+                .map(|(key, value)| (key.clone(), value.clone())),
+        );
+        merged
+    }
+
+    /// Whether this run issues `Scan` or `Query` requests at all: scan, query, mirror, and
+    /// streams that may resnapshot.
+    fn reads_table(&self) -> bool {
+        self.mode != Mode::Streams || self.on_gap == OnGap::Resnapshot
+    }
+
+    /// Whether this run may run a parallel scan: scan, mirror, and streams that may resnapshot.
+    fn scans_segments(&self) -> bool {
+        self.mode != Mode::Query && self.reads_table()
+    }
+
+    /// Applies SPEC §1.3 rules 1–11 and appends every failure to `errors`, in rule order, with
+    /// paths like `source.segments`.
+    pub fn validate(&self, errors: &mut Vec<ConfigError>) {
+        let mut fail = |field: &str, message: String| {
+            errors.push(ConfigError::new(format!("source.{field}"), message));
+        };
+
+        // 1.
+        if self.table_name.trim().is_empty() {
+            fail("table_name", "table_name must not be empty".into());
+        }
+        // 2.
+        if self.batch_size == 0 {
+            fail(
+                "batch_size",
+                "batch_size must be 1..=1000000 (got 0); 0 (one batch for the whole run) is not \
+                 supported: it holds the whole table in memory"
+                    .into(),
+            );
+        } else if self.batch_size > MAX_BATCH_SIZE {
+            let got = self.batch_size;
+            fail(
+                "batch_size",
+                format!("batch_size must be 1..=1000000 (got {got})"),
+            );
+        }
+        // 3.
+        if !(1..=MAX_SEGMENTS).contains(&self.segments) {
+            let got = self.segments;
+            fail("segments", format!("segments must be 1..=1000000 (got {got})"));
+        }
+        // 4.
+        if self.mode == Mode::Query && self.segments > 1 {
+            fail("segments", "segments > 1 is not valid in mode: query".into());
+        }
+        // 5.
+        let at_least_one = [
+            ("max_concurrency", Some(self.max_concurrency as u64)),
+            ("resnapshot_max_keys", Some(self.resnapshot_max_keys as u64)),
+            ("page_limit", self.page_limit.map(u64::from)),
+            ("shard_concurrency", Some(self.shard_concurrency as u64)),
+            ("idle_termination_secs", self.idle_termination_secs),
+            ("max_messages", self.max_messages.map(|n| n as u64)),
+        ];
+        for (field, value) in at_least_one {
+            if value == Some(0) {
+                fail(field, format!("{field} must be at least 1"));
+            }
+        }
+        // 6.
+        match (self.mode, &self.key_condition_expression) {
+            (Mode::Query, None) => fail(
+                "key_condition_expression",
+                "mode: query requires key_condition_expression".into(),
+            ),
+            (Mode::Query, Some(_)) | (_, None) => {}
+            (mode, Some(_)) => fail(
+                "key_condition_expression",
+                format!("key_condition_expression is only valid in query mode (mode: {mode})"),
+            ),
+        }
+        // 7.
+        for key in self.expression_attribute_names.keys() {
+            if !key.starts_with('#') {
+                fail(
+                    "expression_attribute_names",
+                    format!("key '{key}' must start with '#'"),
+                );
+            }
+        }
+        // 8.
+        let value_maps = [
+            ("expression_attribute_values", &self.expression_attribute_values),
+            (
+                "expression_attribute_values_typed",
+                &self.expression_attribute_values_typed,
+            ),
+        ];
+        for (field, map) in value_maps {
+            for key in map.keys().filter(|key| !key.starts_with(':')) {
+                fail(field, format!("key '{key}' must start with ':'"));
+            }
+        }
+        for key in self.expression_attribute_values.keys() {
+            if self.expression_attribute_values_typed.contains_key(key) {
+                fail(
+                    "expression_attribute_values_typed",
+                    format!(
+                        "'{key}' is set in both expression_attribute_values and \
+                         expression_attribute_values_typed"
+                    ),
+                );
+            }
+        }
+        // 9.
+        if self.mode.reads_stream() {
+            self.validate_stream_rules(&mut fail);
+        }
+        // 10.
+        if !self.mode.reads_stream() {
+            if self.stream_arn.is_some() {
+                fail(
+                    "stream_arn",
+                    "stream_arn is only valid in streams and mirror modes".into(),
+                );
+            }
+            if self.follow {
+                fail(
+                    "follow",
+                    "follow is only valid in streams and mirror modes".into(),
+                );
+            }
+        }
+        // 11.
+        if let Some(rate) = self.max_read_units_per_second
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            fail(
+                "max_read_units_per_second",
+                format!("max_read_units_per_second must be finite and greater than 0 (got {rate})"),
+            );
+        }
+        if let Some(fraction) = self.read_capacity_fraction
+            && !(fraction > 0.0 && fraction <= 1.0)
+        {
+            fail(
+                "read_capacity_fraction",
+                format!(
+                    "read_capacity_fraction must be greater than 0 and at most 1 (got {fraction})"
+                ),
+            );
+        }
+        let timeout = self.retry.attempt_timeout_ms;
+        if !ATTEMPT_TIMEOUT_MS_RANGE.contains(&timeout) {
+            fail(
+                "retry.attempt_timeout_ms",
+                format!("attempt_timeout_ms must be 1000..=600000 (got {timeout})"),
+            );
+        }
+        let interval = self.discovery_interval_secs;
+        if !DISCOVERY_INTERVAL_SECS_RANGE.contains(&interval) {
+            fail(
+                "discovery_interval_secs",
+                format!("discovery_interval_secs must be 10..=3600 (got {interval})"),
+            );
+        }
+    }
+
+    /// Rule 9: streams and mirror modes.
+    fn validate_stream_rules(&self, fail: &mut impl FnMut(&str, String)) {
+        let mode = self.mode;
+        let got = self.records_per_request;
+        if !(1..=MAX_RECORDS_PER_REQUEST).contains(&got) {
+            fail(
+                "records_per_request",
+                format!("records_per_request must be 1..=1000 (got {got})"),
+            );
+        }
+        let bounded = self.idle_termination_secs.is_some() || self.max_messages.is_some();
+        if !self.follow && !bounded {
+            fail(
+                "mode",
+                format!(
+                    "mode: {mode} needs a way to terminate: set idle_termination_secs, \
+                     max_messages, or follow: true"
+                ),
+            );
+        }
+        if self.follow && bounded {
+            fail(
+                "follow",
+                "follow: true runs until stopped; remove idle_termination_secs/max_messages"
+                    .into(),
+            );
+        }
+        let scan_only = [
+            ("projection", self.projection.is_some()),
+            ("filter_expression", self.filter_expression.is_some()),
+            ("index_name", self.index_name.is_some()),
+            (
+                "expression_attribute_names",
+                !self.expression_attribute_names.is_empty(),
+            ),
+            (
+                "expression_attribute_values",
+                !self.expression_attribute_values.is_empty(),
+            ),
+            (
+                "expression_attribute_values_typed",
+                !self.expression_attribute_values_typed.is_empty(),
+            ),
+        ];
+        let set: Vec<&str> = scan_only
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(field, _)| *field)
+            .collect();
+        if let Some(first) = set.first() {
+            let verb = if set.len() == 1 { "does" } else { "do" };
+            let fields = set.join(", ");
+            fail(first, format!("{fields} {verb} not apply to mode: {mode}"));
+        }
+        let interval = self.poll_interval_ms;
+        if interval > MAX_POLL_INTERVAL_MS {
+            fail(
+                "poll_interval_ms",
+                format!(
+                    "poll_interval_ms must be at most 600000 (shard iterators expire after 15 \
+                     minutes); got {interval}"
+                ),
+            );
+        }
+        if mode == Mode::Mirror && self.start_position.is_some() {
+            fail(
+                "start_position",
+                "start_position does not apply to mode: mirror (mirror captures its own start \
+                 positions)"
+                    .into(),
+            );
+        }
+    }
+
+    /// Warnings for fields set in the file (`present` holds their keys, e.g.
+    /// `"poll_interval_ms"`) that have no effect in this mode, one sentence each, naming the
+    /// field and the mode. Fields that are errors in this mode are left to [`Self::validate`].
+    pub fn ineffective_fields(&self, present: &BTreeSet<String>) -> Vec<String> {
+        let mode = self.mode;
+        // Fields of Scan and Query requests are live in streams mode only for a resnapshot.
+        let scan_condition = if mode == Mode::Streams {
+            " with on_gap: fail (only a resnapshot scans)"
+        } else {
+            ""
+        };
+        let mut ineffective: Vec<(&str, &str)> = Vec::new();
+        if !self.scans_segments() {
+            ineffective.push(("segments", scan_condition));
+            ineffective.push(("max_concurrency", scan_condition));
+        }
+        if !self.reads_table() {
+            for field in [
+                "consistent_read",
+                "page_limit",
+                "max_read_units_per_second",
+                "read_capacity_fraction",
+            ] {
+                ineffective.push((field, scan_condition));
+            }
+        }
+        if mode != Mode::Query {
+            ineffective.push(("scan_index_forward", ""));
+        }
+        if !mode.reads_stream() {
+            for field in [
+                "start_position",
+                "on_gap",
+                "poll_interval_ms",
+                "records_per_request",
+                "shard_concurrency",
+                "idle_termination_secs",
+                "max_messages",
+                "discovery_interval_secs",
+            ] {
+                ineffective.push((field, ""));
+            }
+        }
+        let cleans_up = mode == Mode::Mirror || (mode.reads_stream() && self.reads_table());
+        if !cleans_up {
+            let condition = if mode == Mode::Streams {
+                " with on_gap: fail (only a resnapshot cleans up)"
+            } else {
+                ""
+            };
+            ineffective.push(("resnapshot_deletes", condition));
+            ineffective.push(("resnapshot_max_keys", condition));
+        }
+        ineffective
+            .into_iter()
+            .filter(|(field, _)| present.contains(*field))
+            .map(|(field, condition)| {
+                format!("source.{field} has no effect in mode: {mode}{condition}; it is ignored.")
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,136 @@
+//! Errors of the DynamoDB source, each one transient or definite.
+//!
+//! # Error handling
+//! An [`ApiError`] is what one request attempt returned, already classified by its AWS error
+//! code (SPEC §9.1). The one retry layer ([`crate::retry`]) retries throttles and transients
+//! and turns the last failure into a [`ReadError`], which is definite: it stops the run.
+
+use std::fmt;
+
+/// How the retry layer treats a failed attempt (SPEC §9.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The service asked us to slow down: back off and retry; a read limit halves its rate.
+    Throttle,
+    /// A passing fault (connection, timeout, 5xx): back off and retry the same request.
+    Transient,
+    /// Retrying cannot change the answer: stop.
+    Fatal,
+}
+
+impl ErrorClass {
+    /// The `outcome` label of `ddbpipe_requests_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Throttle => "throttled",
+            ErrorClass::Transient => "transient",
+            ErrorClass::Fatal => "fatal",
+        }
+    }
+
+    /// Classifies an AWS error code; `None` (no code at all) is transient.
+    pub fn of_code(code: Option<&str>) -> ErrorClass {
+        match code {
+            None => ErrorClass::Transient,
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "Throttling"
+                | "RequestLimitExceeded"
+                | "LimitExceededException",
+            ) => ErrorClass::Throttle,
+            Some(
+                "InternalServerError"
+                | "InternalFailure"
+                | "ServiceUnavailable"
+                | "ServiceUnavailableException"
+                | "TransactionInProgressException",
+            ) => ErrorClass::Transient,
+            Some(_) => ErrorClass::Fatal,
+        }
+    }
+}
+
+/// One failed request attempt, as the API layer reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// How to treat it.
+    pub class: ErrorClass,
+    /// The AWS error code, when the service sent one.
+    pub code: Option<String>,
+    /// The service's message (or the transport's), verbatim.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error classified by its code.
+    pub fn from_code(code: Option<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            class: ErrorClass::of_code(code.as_deref()),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A transport failure without an error code: transient.
+    pub fn transport(message: impl Into<String>) -> Self {
+        ApiError::from_code(None, message)
+    }
+
+    /// A definite problem found in a response (e.g. an attribute type we do not know).
+    pub fn fatal(message: impl Into<String>) -> Self {
+        ApiError {
+            class: ErrorClass::Fatal,
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.code {
+            Some(code) => write!(f, "{code}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A definite failure of a read: the run stops with it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// Definite: a request failed with a fatal error, or its retry budget ran out.
+    #[error("{what} failed after {attempts} attempt(s): {error}")]
+    Request {
+        /// The call and its object, e.g. "scan of 'orders'".
+        what: String,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last attempt's error.
+        error: ApiError,
+    },
+    /// Definite: a segment task panicked; its output cannot be trusted.
+    #[error("internal error: segment {segment} task panicked: {message}")]
+    Panicked {
+        /// The segment whose task panicked.
+        segment: u32,
+        /// The panic message.
+        message: String,
+    },
+    /// The run was asked to stop (signal or failure elsewhere) while this read waited.
+    #[error("the read was cancelled")]
+    Cancelled,
+}
+
+impl ReadError {
+    /// The AWS error code behind this failure, if any.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ReadError::Request { error, .. } => error.code.as_deref(),
+            _ => None,
+        }
+    }
+}

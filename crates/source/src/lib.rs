@@ -1,0 +1,27 @@
+#![warn(missing_docs)]
+//! The DynamoDB source of ddbpipe: parallel scans and queries, resumable per segment, with
+//! one retry layer and a read-capacity governor.
+//!
+//! # Tour
+//! - [`config::SourceConfig`]: the `source:` section of a pipeline file, validated.
+//! - [`api::TableApi`]: the small trait the engine reads through; [`aws::AwsTableApi`]
+//!   implements it with the AWS SDK, `fake::FakeTable` (feature `fake`) in memory.
+//! - [`scan::SegmentReader`]: reads segments in parallel and hands on rendered pages with
+//!   the cursor each page reaches.
+//! - [`retry::RetryPolicy`]: classification by error code, backoff with jitter, budgets.
+//! - [`capacity::ReadLimiter`]: the token bucket debited by consumed capacity.
+//!
+//! # Feature flags
+//! - `fake`: the in-memory [`api::TableApi`] used by tests of this and later crates.
+
+pub mod api;
+pub mod aws;
+pub mod capacity;
+pub mod config;
+pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+pub mod records;
+pub mod retry;
+pub mod scan;
+pub mod segments;

@@ -1,0 +1,321 @@
+//! The one retry layer: every request goes through [`RetryPolicy::run`].
+//!
+//! # Backoff (SPEC §9.2)
+//! `delay(n) = jitter(max(1 ms, min(initial × 2^min(n, 20), max(max_backoff, 1))))`, where
+//! `jitter` multiplies by a uniform factor in [0.5, 1.5). So the delay is never zero and may
+//! exceed `max_backoff_ms` by up to half.
+//!
+//! # Budget (SPEC §9.3)
+//! Attempt `n` starts at 0. A throttle or a transient with `n < max_retries` waits `delay(n)`
+//! and tries again; throttles and transients share the budget, so at most `max_retries + 1`
+//! attempts are made. Every attempt is bounded by `attempt_timeout`; running out of it is a
+//! transient failure. Waits end at once when the run is cancelled.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::watch;
+
+use crate::error::{ApiError, ErrorClass, ReadError};
+
+/// Retry settings, validated (SPEC §1.2 `retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Base of the exponential backoff.
+    pub initial_backoff: Duration,
+    /// Cap of the backoff before jitter.
+    pub max_backoff: Duration,
+    /// Bound of one attempt.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 8,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(10_000),
+            attempt_timeout: Duration::from_millis(30_000),
+        }
+    }
+}
+
+/// Something that is told about each attempt's outcome (metrics, the read limiter).
+pub trait AttemptObserver: Send + Sync {
+    /// Called after each attempt with its outcome class (`None` = success).
+    fn attempt(&self, operation: &'static str, outcome: Option<ErrorClass>);
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+
+impl AttemptObserver for NoObserver {
+    fn attempt(&self, _operation: &'static str, _outcome: Option<ErrorClass>) {}
+}
+
+/// A signal that the run is stopping: waits and attempts end as soon as it is set.
+#[derive(Debug, Clone)]
+pub struct Cancel(watch::Receiver<bool>);
+
+/// The sending side of [`Cancel`].
+#[derive(Debug)]
+pub struct CancelHandle(watch::Sender<bool>);
+
+impl Cancel {
+    /// A new cancellation pair, not cancelled.
+    pub fn new() -> (CancelHandle, Cancel) {
+        let (tx, rx) = watch::channel(false);
+        (CancelHandle(tx), Cancel(rx))
+    }
+
+    /// A signal that never fires.
+    pub fn never() -> Cancel {
+        let (tx, rx) = watch::channel(false);
+        // Keep the sender alive for the life of the program so `cancelled()` pends forever.
+        std::mem::forget(tx);
+        Cancel(rx)
+    }
+
+    /// Whether the run is stopping.
+    pub fn is_cancelled(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once the run is stopping.
+    pub async fn cancelled(&self) {
+        let mut rx = self.0.clone();
+        // An error means the handle is gone without cancelling: then we never resolve.
+        if rx.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl CancelHandle {
+    /// Stops the run: every wait and in-flight attempt ends.
+    pub fn cancel(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff before retry `n` (0-based), with jitter (SPEC §9.2).
+    pub fn delay(&self, n: u32) -> Duration {
+        let factor: f64 = rand::rng().random_range(0.5..1.5);
+        self.delay_with_factor(n, factor)
+    }
+
+    /// [`delay`](Self::delay) with a given jitter factor in [0.5, 1.5).
+    pub fn delay_with_factor(&self, n: u32, factor: f64) -> Duration {
+        let initial = self.initial_backoff.as_millis().min(u128::from(u64::MAX)) as u64;
+        let cap = (self.max_backoff.as_millis().min(u128::from(u64::MAX)) as u64).max(1);
+        let exp = initial.saturating_mul(1u64 << n.min(20));
+        let base = exp.min(cap).max(1);
+        Duration::from_secs_f64(base as f64 * factor / 1000.0).max(Duration::from_millis(1))
+    }
+
+    /// Runs `attempt` until it succeeds, fails definitely, or the budget is spent.
+    ///
+    /// `what` names the call and its object for the final error ("scan of 'orders'").
+    pub async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        what: impl Fn() -> String,
+        cancel: &Cancel,
+        observer: &dyn AttemptObserver,
+        mut attempt: F,
+    ) -> Result<T, ReadError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let mut n = 0u32;
+        loop {
+            if cancel.is_cancelled() {
+                return Err(ReadError::Cancelled);
+            }
+            let outcome = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                outcome = tokio::time::timeout(self.attempt_timeout, attempt(n)) => outcome,
+            };
+            let error = match outcome {
+                Ok(Ok(value)) => {
+                    observer.attempt(operation, None);
+                    return Ok(value);
+                }
+                Ok(Err(error)) => error,
+                Err(_elapsed) => ApiError::transport(format!(
+                    "attempt timed out after {} ms",
+                    self.attempt_timeout.as_millis()
+                )),
+            };
+            observer.attempt(operation, Some(error.class));
+            let retryable = matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient);
+            if !retryable || n >= self.max_retries {
+                return Err(ReadError::Request {
+                    what: what(),
+                    attempts: n + 1,
+                    error,
+                });
+            }
+            let delay = self.delay(n);
+            tracing::debug!(operation, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Request failed; retrying.");
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                () = tokio::time::sleep(delay) => {}
+            }
+            n += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn policy(max_retries: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            ..RetryPolicy::default()
+        }
+    }
+
+    #[test]
+    fn delays_follow_the_pinned_bounds() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay_with_factor(0, 0.5), Duration::from_millis(50));
+        assert!(p.delay_with_factor(0, 1.4999) < Duration::from_millis(150));
+        let capped = RetryPolicy {
+            max_backoff: Duration::from_millis(400),
+            ..p
+        };
+        assert_eq!(capped.delay_with_factor(9, 0.5), Duration::from_millis(200));
+        assert!(capped.delay_with_factor(9, 1.4999) < Duration::from_millis(600));
+        // Huge exponents saturate instead of overflowing, and zero bases still wait 1 ms.
+        assert_eq!(capped.delay_with_factor(u32::MAX, 1.0), Duration::from_millis(400));
+        let zero = RetryPolicy {
+            initial_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+            ..p
+        };
+        assert!(zero.delay_with_factor(3, 0.5) >= Duration::from_micros(500));
+        for n in 0..30 {
+            let d = capped.delay(n);
+            assert!(d > Duration::ZERO && d < Duration::from_millis(600), "{d:?}");
+        }
+    }
+
+    async fn scripted(
+        policy: RetryPolicy,
+        script: Vec<Result<u32, ApiError>>,
+    ) -> (Result<u32, ReadError>, u32) {
+        let calls = AtomicU32::new(0);
+        let result = policy
+            .run(
+                "scan",
+                || "scan of 't'".to_string(),
+                &Cancel::never(),
+                &NoObserver,
+                |_| {
+                    let i = calls.fetch_add(1, Ordering::SeqCst) as usize;
+                    let step = script.get(i).cloned().unwrap_or(Ok(99));
+                    async move { step }
+                },
+            )
+            .await;
+        (result, calls.load(Ordering::SeqCst))
+    }
+
+    fn throttle() -> ApiError {
+        ApiError::from_code(
+            Some("ProvisionedThroughputExceededException".into()),
+            "slow down",
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_throttles_then_success_take_three_calls() {
+        let (result, calls) = scripted(policy(8), vec![Err(throttle()), Err(throttle()), Ok(7)]).await;
+        assert_eq!(result.unwrap(), 7);
+        assert_eq!(calls, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_error_is_not_retried() {
+        let fatal = ApiError::from_code(Some("ValidationException".into()), "bad");
+        let (result, calls) = scripted(policy(8), vec![Err(fatal)]).await;
+        assert_eq!(calls, 1);
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "scan of 't' failed after 1 attempt(s): ValidationException: bad"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transients_share_the_budget_with_throttles() {
+        let transient = ApiError::from_code(Some("InternalServerError".into()), "oops");
+        let script = vec![Err(throttle()), Err(transient.clone()), Err(transient)];
+        let (result, calls) = scripted(policy(2), script).await;
+        assert_eq!(calls, 3);
+        assert!(result.unwrap_err().to_string().contains("failed after 3 attempt(s)"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_that_hangs_times_out_and_is_retried() {
+        let p = RetryPolicy {
+            attempt_timeout: Duration::from_millis(1000),
+            ..policy(1)
+        };
+        let calls = AtomicU32::new(0);
+        let result = p
+            .run("scan", || "scan of 't'".into(), &Cancel::never(), &NoObserver, |_| {
+                let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, ApiError>(5)
+                }
+            })
+            .await;
+        assert_eq!(result.unwrap(), 5);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_interrupts_a_backoff_wait() {
+        let (handle, cancel) = Cancel::new();
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            ..policy(5)
+        };
+        let task = tokio::spawn(async move {
+            p.run("scan", || "scan".into(), &cancel, &NoObserver, |_| async {
+                Err::<u32, _>(ApiError::transport("down"))
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        handle.cancel();
+        let result = task.await.unwrap();
+        assert!(matches!(result, Err(ReadError::Cancelled)));
+    }
+
+    #[test]
+    fn codes_are_classified_like_the_reference() {
+        assert_eq!(ErrorClass::of_code(None), ErrorClass::Transient);
+        assert_eq!(ErrorClass::of_code(Some("ThrottlingException")), ErrorClass::Throttle);
+        assert_eq!(ErrorClass::of_code(Some("LimitExceededException")), ErrorClass::Throttle);
+        assert_eq!(ErrorClass::of_code(Some("ServiceUnavailable")), ErrorClass::Transient);
+        assert_eq!(ErrorClass::of_code(Some("ResourceNotFoundException")), ErrorClass::Fatal);
+        assert_eq!(ErrorClass::of_code(Some("AccessDeniedException")), ErrorClass::Fatal);
+    }
+}

@@ -1,0 +1,210 @@
+//! Parallel segments of a Scan (or the one segment of a Query), each resumed on its own.
+//!
+//! # Concurrency and memory (SPEC §2.4)
+//! 1. Pending segments wait in ascending order; at most `max_concurrency` are read at once,
+//!    and a finished segment's slot goes to the next pending one.
+//! 2. A segment's task is spawned only when it starts, so a million segments cost
+//!    `O(max_concurrency)`; finished ranges are skipped without being listed.
+//! 3. Each active segment has at most one request in flight and one page waiting to be
+//!    handed on (the bounded channel applies back-pressure).
+//! 4. Every task's outcome is checked: a panic fails the run naming the segment.
+//!
+//! # Resumption
+//! Segments recorded done are skipped; segments with a cursor continue from it as
+//! `ExclusiveStartKey`; the others start from the beginning.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use ddbpipe_value::Item;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::api::{ReadKind, ReadRequest, TableApi};
+use crate::capacity::ReadLimiter;
+use crate::error::{ErrorClass, ReadError};
+use crate::records::{Lines, SegmentCursor};
+use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
+use crate::segments::SegmentRanges;
+
+/// Turns one item into one output record (an item line, or a snapshot envelope).
+pub type Render = Arc<dyn Fn(&Item, &mut Vec<u8>) + Send + Sync>;
+
+/// One page read from one segment, rendered.
+#[derive(Debug)]
+pub struct PageOut {
+    /// The segment it came from.
+    pub segment: u32,
+    /// The page's records.
+    pub records: Lines,
+    /// Where the segment stands after this page.
+    pub cursor: SegmentCursor,
+}
+
+/// What to read and how.
+pub struct SegmentReader<A> {
+    /// The table API.
+    pub api: Arc<A>,
+    /// The request of every page; the segment and start key are filled in per page.
+    pub template: ReadRequest,
+    /// `TotalSegments` (1 for a query).
+    pub total_segments: u32,
+    /// Segments read at once.
+    pub max_concurrency: usize,
+    /// The read-capacity governor shared by every segment.
+    pub limiter: Arc<ReadLimiter>,
+    /// The one retry policy.
+    pub retry: RetryPolicy,
+    /// How items become records.
+    pub render: Render,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+}
+
+// Not derived: a derive would require `A: Clone`, but only the `Arc` is cloned.
+impl<A> Clone for SegmentReader<A> {
+    fn clone(&self) -> Self {
+        SegmentReader {
+            api: Arc::clone(&self.api),
+            template: self.template.clone(),
+            total_segments: self.total_segments,
+            max_concurrency: self.max_concurrency,
+            limiter: Arc::clone(&self.limiter),
+            retry: self.retry,
+            render: Arc::clone(&self.render),
+            observer: Arc::clone(&self.observer),
+        }
+    }
+}
+
+impl<A: TableApi> SegmentReader<A> {
+    /// Reads every segment not in `done`, continuing `cursors`, sending pages to `out`.
+    ///
+    /// Returns when every segment is done, `out` is closed, or a segment failed (the other
+    /// segments are cancelled: dropping the task set aborts them). `cancel` stops it early.
+    pub async fn run(
+        &self,
+        done: &SegmentRanges,
+        mut cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        let mut pending = done.missing(self.total_segments);
+        let mut tasks = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, u32> = HashMap::new();
+        loop {
+            while running.len() < self.max_concurrency.max(1) {
+                let Some(segment) = pending.next() else { break };
+                let start = cursors.remove(&segment);
+                let reader = self.clone();
+                let out = out.clone();
+                let cancel = cancel.clone();
+                let handle = tasks.spawn(async move { reader.read_segment(segment, start, out, cancel).await });
+                running.insert(handle.id(), segment);
+                tracing::debug!(segment, "Segment started.");
+            }
+            let joined = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                joined = tasks.join_next_with_id() => joined,
+            };
+            let Some(joined) = joined else {
+                return Ok(());
+            };
+            match joined {
+                Ok((id, result)) => {
+                    let segment = running.remove(&id);
+                    result?;
+                    tracing::debug!(segment, "Segment done.");
+                }
+                Err(error) => {
+                    let segment = running.remove(&error.id()).unwrap_or_default();
+                    if error.is_panic() {
+                        let payload = error.into_panic();
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".to_string());
+                        return Err(ReadError::Panicked { segment, message });
+                    }
+                    return Err(ReadError::Cancelled);
+                }
+            }
+        }
+    }
+
+    async fn read_segment(
+        &self,
+        segment: u32,
+        mut start: Option<Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        let mut request = self.template.clone();
+        if let ReadKind::Scan { segment: seg } = &mut request.kind {
+            *seg = (self.total_segments > 1).then_some((segment, self.total_segments));
+        }
+        let operation = request.operation();
+        let table = request.table_name.clone();
+        let what = || match self.total_segments {
+            1 => format!("{operation} of '{table}'"),
+            total => format!("{operation} of '{table}' (segment {segment} of {total})"),
+        };
+        loop {
+            request.exclusive_start_key = start.take();
+            let page = self
+                .retry
+                .run(operation, what, &cancel, self.observer.as_ref(), |_| {
+                    let request = &request;
+                    async move {
+                        let grant = self.limiter.acquire().await;
+                        match self.api.read_page(request).await {
+                            Ok(page) => {
+                                if self.limiter.settle(grant, page.consumed_capacity) {
+                                    tracing::warn!(
+                                        table = %request.table_name,
+                                        "The endpoint reports no consumed capacity; each request is counted as 1 unit."
+                                    );
+                                }
+                                Ok(page)
+                            }
+                            Err(error) => {
+                                if error.class == ErrorClass::Throttle {
+                                    self.limiter.throttled();
+                                }
+                                self.limiter.refund(grant);
+                                Err(error)
+                            }
+                        }
+                    }
+                })
+                .await?;
+            let mut records = Lines::with_capacity(page.items.len(), page.items.len() * 256);
+            for item in &page.items {
+                records.push_with(|buf| (self.render)(item, buf));
+            }
+            let cursor = match page.last_evaluated_key {
+                Some(key) => SegmentCursor::Next(key),
+                None => SegmentCursor::Done,
+            };
+            let next = match &cursor {
+                SegmentCursor::Next(key) => Some(key.clone()),
+                SegmentCursor::Done => None,
+            };
+            let page_out = PageOut {
+                segment,
+                records,
+                cursor,
+            };
+            if out.send(page_out).await.is_err() {
+                // The consumer is gone: the run is stopping.
+                return Ok(());
+            }
+            match next {
+                Some(key) => start = Some(key),
+                None => return Ok(()),
+            }
+        }
+    }
+}

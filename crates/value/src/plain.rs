@@ -1,0 +1,192 @@
+//! `value_format: plain` (SPEC §3.1): attribute values as ordinary JSON, and back (§3.4).
+//!
+//! `S` is a string, `N` follows the number rule ([`crate::plain_number`]), `B` is base64,
+//! `BOOL` a boolean, `NULL` null, `L` and every set an array, `M` an object. Set-ness is not
+//! visible; `typed` keeps it.
+
+use crate::json::{write_array, write_base64, write_i64, write_object, write_str, write_u64};
+use crate::number::{Classified, classify};
+use crate::{Item, Number, Value};
+
+pub(crate) fn write_item(item: &Item, out: &mut Vec<u8>) {
+    write_object(out, item, |out, value| write_value(value, out));
+}
+
+pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::S(text) => write_str(out, text),
+        Value::N(number) => write_number(number, out),
+        Value::B(bytes) => write_base64(out, bytes),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::M(item) => write_item(item, out),
+        Value::L(values) => write_array(out, values, |out, value| write_value(value, out)),
+        Value::Ss(texts) => write_array(out, texts, |out, text| write_str(out, text)),
+        Value::Ns(numbers) => write_array(out, numbers, |out, number| write_number(number, out)),
+        Value::Bs(blobs) => write_array(out, blobs, |out, bytes| write_base64(out, bytes)),
+    }
+}
+
+fn write_number(number: &Number, out: &mut Vec<u8>) {
+    match classify(number.as_str()) {
+        Classified::U64(value) => write_u64(out, value),
+        Classified::I64(value) => write_i64(out, value),
+        Classified::F64(_, shortest) => out.extend_from_slice(shortest.as_bytes()),
+        Classified::Text => write_str(out, number.as_str()),
+    }
+}
+
+/// §3.4: a plain (YAML-derived) JSON value to an attribute value: null→NULL, bool→BOOL,
+/// integer→N printed as integer, float→N in shortest round-trip form, string→S, array→L,
+/// object→M.
+///
+/// Sets, binary and numbers beyond a double cannot be spelled this way; they need attribute
+/// JSON ([`crate::value_from_typed_json`]).
+pub fn value_from_plain_json(json: &serde_json::Value) -> Value {
+    match json {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(flag) => Value::Bool(*flag),
+        // serde_json prints integers as integers and doubles in shortest round-trip form.
+        serde_json::Value::Number(number) => Value::N(Number::new(number.to_string())),
+        serde_json::Value::String(text) => Value::S(text.clone()),
+        serde_json::Value::Array(values) => {
+            Value::L(values.iter().map(value_from_plain_json).collect())
+        }
+        serde_json::Value::Object(entries) => Value::M(
+            entries
+                .iter()
+                .map(|(key, value)| (key.clone(), value_from_plain_json(value)))
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ValueFormat;
+
+    fn plain(value: &Value) -> String {
+        let mut out = Vec::new();
+        ValueFormat::Plain.write_value(value, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn n(text: &str) -> Value {
+        Value::N(Number::new(text))
+    }
+
+    #[test]
+    fn a_string_is_a_json_string() {
+        assert_eq!(plain(&Value::S("a \"b\"\n".into())), r#""a \"b\"\n""#);
+    }
+
+    #[test]
+    fn binary_is_a_base64_string() {
+        assert_eq!(plain(&Value::B(vec![1, 2])), r#""AQI=""#);
+        assert_eq!(plain(&Value::B(vec![0xff])), r#""/w==""#);
+    }
+
+    #[test]
+    fn booleans_and_null_are_json_literals() {
+        assert_eq!(plain(&Value::Bool(true)), "true");
+        assert_eq!(plain(&Value::Bool(false)), "false");
+        assert_eq!(plain(&Value::Null), "null");
+    }
+
+    #[test]
+    fn sets_are_arrays_in_response_order() {
+        assert_eq!(
+            plain(&Value::Ss(vec!["b".into(), "a".into()])),
+            r#"["b","a"]"#
+        );
+        let numbers = Value::Ns(vec![
+            Number::new("1"),
+            Number::new("1.5"),
+            Number::new("1e99999"),
+        ]);
+        assert_eq!(plain(&numbers), r#"[1,1.5,"1e99999"]"#);
+        assert_eq!(
+            plain(&Value::Bs(vec![vec![1, 2], vec![0xff]])),
+            r#"["AQI=","/w=="]"#
+        );
+        assert_eq!(plain(&Value::Ss(vec![])), "[]");
+    }
+
+    #[test]
+    fn lists_and_maps_nest() {
+        let inner: Item = [("z".to_owned(), Value::Null), ("a".to_owned(), n("2"))].into();
+        let value = Value::L(vec![
+            Value::M(inner),
+            Value::L(vec![]),
+            Value::M(Item::new()),
+        ]);
+        assert_eq!(plain(&value), r#"[{"a":2,"z":null},[],{}]"#);
+    }
+
+    #[test]
+    fn an_item_is_one_compact_object_with_sorted_keys() {
+        let item: Item = [
+            ("price".to_owned(), n("12345678901234567890.123456789")),
+            ("pk".to_owned(), Value::S("a".into())),
+            ("blob".to_owned(), Value::B(vec![1])),
+            ("tags".to_owned(), Value::Ss(vec!["x".into()])),
+            ("count".to_owned(), n("3")),
+        ]
+        .into();
+        let mut out = Vec::new();
+        ValueFormat::Plain.write_item(&item, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"blob":"AQ==","count":3,"pk":"a","price":"12345678901234567890.123456789","tags":["x"]}"#
+        );
+    }
+
+    #[test]
+    fn writing_appends_to_what_the_buffer_already_holds() {
+        let mut out = b"line 1\n".to_vec();
+        ValueFormat::Plain.write_value(&Value::Bool(true), &mut out);
+        assert_eq!(out, b"line 1\ntrue");
+    }
+
+    #[test]
+    fn plain_json_becomes_attribute_values() {
+        let json = json!({
+            "nothing": null,
+            "flag": true,
+            "count": 42,
+            "negative": -7,
+            "big": u64::MAX,
+            "ratio": 0.1,
+            "huge": 1e20,
+            "whole": 3.0,
+            "name": "x",
+            "list": [1, "a"],
+            "map": {"k": false},
+        });
+        let expected: Item = [
+            ("nothing".to_owned(), Value::Null),
+            ("flag".to_owned(), Value::Bool(true)),
+            ("count".to_owned(), n("42")),
+            ("negative".to_owned(), n("-7")),
+            ("big".to_owned(), n("18446744073709551615")),
+            ("ratio".to_owned(), n("0.1")),
+            ("huge".to_owned(), n("1e+20")),
+            ("whole".to_owned(), n("3.0")),
+            ("name".to_owned(), Value::S("x".into())),
+            (
+                "list".to_owned(),
+                Value::L(vec![n("1"), Value::S("a".into())]),
+            ),
+            (
+                "map".to_owned(),
+                Value::M([("k".to_owned(), Value::Bool(false))].into()),
+            ),
+        ]
+        .into();
+        assert_eq!(value_from_plain_json(&json), Value::M(expected));
+    }
+}

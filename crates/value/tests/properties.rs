@@ -1,0 +1,266 @@
+//! Property tests for the JSON forms: typed round trips, the number rule never losing a digit,
+//! and plain output always being valid, compact, sorted JSON.
+
+use std::collections::BTreeMap;
+
+use ddbpipe_value::{
+    Item, Number, PlainNumber, Value, ValueFormat, item_from_typed_json, item_to_typed_json,
+    plain_number, value_from_typed_json, value_to_typed_json,
+};
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+use serde_json::json;
+
+// ---- strategies ----
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-c]{0,3}",
+        "[\\x00-\\x1f\"\\\\/a\\x7f]{0,4}",
+        any::<String>(),
+    ]
+}
+
+/// Number texts of every shape: structured decimals with signs, leading zeros, points,
+/// exponents and whitespace; texts of doubles and of integers near the 64-bit limits; junk.
+fn number_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "[ \t\n]{0,2}[+-]?0{0,3}[0-9]{0,22}(\\.[0-9]{0,22})?([eE][+-]?0{0,2}[0-9]{1,3})?[ \t\n]{0,2}",
+        2 => "[+-]?[0-9]{1,17}(\\.[0-9]{1,17})?([eE][+-]?[0-9]{1,3})?",
+        2 => any::<f64>().prop_flat_map(|double| {
+            prop_oneof![
+                Just(double.to_string()),
+                Just(format!("{double:e}")),
+                Just(format!("{double:E}")),
+                Just(format!("{double:?}")),
+            ]
+        }),
+        1 => (0u64..2048).prop_map(|below| (u64::MAX - below).to_string()),
+        1 => (0i64..2048).prop_map(|above| (i64::MIN + above).to_string()),
+        1 => (any::<u128>(), 0u32..4).prop_map(|(value, shift)| (value >> (shift * 32)).to_string()),
+        1 => "[-+0-9eE. x]{0,12}",
+        1 => "[0-9]{1,3}[eE][+-]?[0-9]{18,21}",
+    ]
+}
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..8)
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        text().prop_map(Value::S),
+        number_text().prop_map(|text| Value::N(Number::new(text))),
+        bytes().prop_map(Value::B),
+        any::<bool>().prop_map(Value::Bool),
+        Just(Value::Null),
+        vec(text(), 0..4).prop_map(Value::Ss),
+        vec(number_text().prop_map(Number::new), 0..4).prop_map(Value::Ns),
+        vec(bytes(), 0..4).prop_map(Value::Bs),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::L),
+            btree_map(text(), inner, 0..4).prop_map(Value::M),
+        ]
+    })
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    btree_map(text(), value(), 0..6)
+}
+
+// ---- an independent reference for §3.2 step 1, built on strings ----
+
+/// A number text reduced to (negative, D, E); zero is `(false, "", 0)`. `None` if it does not
+/// parse.
+fn reduce(text: &str) -> Option<(bool, String, i128)> {
+    let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let (negative, text) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |part: &str| part.bytes().all(|byte| byte.is_ascii_digit());
+    if !all_digits(integer) || !all_digits(fraction) || integer.len() + fraction.len() == 0 {
+        return None;
+    }
+    let digits = format!("{integer}{fraction}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let trimmed = significant.trim_end_matches('0');
+    let trailing = significant.len() - trimmed.len();
+    let exponent = i128::from(exponent) - fraction.len() as i128 + trailing as i128;
+    Some((negative, trimmed.to_owned(), exponent))
+}
+
+fn plain(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    ValueFormat::Plain.write_value(value, &mut out);
+    out
+}
+
+/// What the plain output of a value must be, built from serde_json values: serialising it
+/// gives compact JSON, sorted keys and serde_json's own escaping.
+fn expected_plain(value: &Value) -> serde_json::Value {
+    use base64::Engine;
+    let base64 = |bytes: &Vec<u8>| {
+        serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    let number = |number: &Number| match plain_number(number.as_str()) {
+        PlainNumber::U64(value) => json!(value),
+        PlainNumber::I64(value) => json!(value),
+        PlainNumber::F64(value) => json!(value),
+        PlainNumber::Text => json!(number.as_str()),
+    };
+    match value {
+        Value::S(text) => json!(text),
+        Value::N(n) => number(n),
+        Value::B(bytes) => base64(bytes),
+        Value::Bool(flag) => json!(flag),
+        Value::Null => serde_json::Value::Null,
+        Value::M(item) => serde_json::Value::Object(
+            item.iter()
+                .map(|(key, value)| (key.clone(), expected_plain(value)))
+                .collect(),
+        ),
+        Value::L(values) => values.iter().map(expected_plain).collect(),
+        Value::Ss(texts) => json!(texts),
+        Value::Ns(numbers) => numbers.iter().map(number).collect(),
+        Value::Bs(blobs) => blobs.iter().map(base64).collect(),
+    }
+}
+
+/// Every object's keys in the order the JSON text lists them, checked to be ascending.
+fn keys_are_sorted(json: &serde_json::Value) -> bool {
+    match json {
+        serde_json::Value::Object(entries) => {
+            let keys: Vec<&String> = entries.keys().collect();
+            keys.windows(2)
+                .all(|pair| pair[0].as_bytes() < pair[1].as_bytes())
+                && entries.values().all(keys_are_sorted)
+        }
+        serde_json::Value::Array(values) => values.iter().all(keys_are_sorted),
+        _ => true,
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_typed_item_round_trips_exactly(item in item()) {
+        let json = item_to_typed_json(&item);
+        prop_assert_eq!(item_from_typed_json(&json, "item"), Ok(item.clone()));
+
+        let mut out = Vec::new();
+        ValueFormat::Typed.write_item(&item, &mut out);
+        let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        prop_assert_eq!(&parsed, &json);
+        prop_assert_eq!(out, serde_json::to_vec(&json).unwrap());
+    }
+
+    #[test]
+    fn plain_output_is_valid_compact_json_with_sorted_keys(item in item()) {
+        let mut out = Vec::new();
+        ValueFormat::Plain.write_item(&item, &mut out);
+        let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        prop_assert!(parsed.is_object());
+        prop_assert!(keys_are_sorted(&parsed));
+        let expected = expected_plain(&Value::M(item));
+        prop_assert_eq!(
+            String::from_utf8(out).unwrap(),
+            serde_json::to_string(&expected).unwrap()
+        );
+    }
+
+    #[test]
+    fn decoding_accepts_only_what_encoding_produces(json in typed_json_ish()) {
+        if let Ok(value) = value_from_typed_json(&json, "v") {
+            prop_assert_eq!(value_to_typed_json(&value), json);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8192))]
+
+    #[test]
+    fn plain_never_loses_a_digit(text in number_text()) {
+        let out = String::from_utf8(plain(&Value::N(Number::new(text.as_str())))).unwrap();
+        if out.starts_with('"') {
+            prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
+        } else {
+            let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+            prop_assert!(parsed.is_number(), "{}", out);
+            prop_assert!(reduce(&text).is_some(), "{:?} is not a number, yet gave {}", text, out);
+            prop_assert_eq!(reduce(&out), reduce(&text), "{:?} became {}", text, out);
+            prop_assert_ne!(out, "-0");
+        }
+    }
+
+    #[test]
+    fn exact_numbers_do_not_needlessly_become_strings(text in number_text()) {
+        let Some((negative, digits, exponent)) = reduce(&text) else { return Ok(()); };
+        let len = digits.len() as i128;
+        let decision = plain_number(&text);
+        if exponent >= 0 && len + exponent <= 20 {
+            // Step 3: an integer whenever it fits.
+            let magnitude: u128 = format!("{digits}{}", "0".repeat(exponent as usize))
+                .parse()
+                .unwrap_or(0);
+            if negative {
+                if let Ok(value) = i64::try_from(-(magnitude as i128)) {
+                    prop_assert_eq!(decision, PlainNumber::I64(value));
+                }
+            } else if let Ok(value) = u64::try_from(magnitude) {
+                prop_assert_eq!(decision, PlainNumber::U64(value));
+            }
+        }
+        // At most 15 significant digits in the normal double range: a double holds them, and
+        // they are its shortest form.
+        if (1..=15).contains(&len) && (-300..=300).contains(&(len + exponent)) {
+            prop_assert_ne!(decision, PlainNumber::Text, "{:?}", text);
+        }
+    }
+}
+
+/// JSON shaped like attribute JSON, often slightly wrong.
+fn typed_json_ish() -> impl Strategy<Value = serde_json::Value> {
+    let tag = prop_oneof![
+        Just("S"),
+        Just("N"),
+        Just("B"),
+        Just("BOOL"),
+        Just("NULL"),
+        Just("SS"),
+        Just("NS"),
+        Just("BS"),
+        Just("L"),
+        Just("M"),
+        Just("X"),
+    ];
+    let scalar = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::Bool),
+        any::<i32>().prop_map(|number| json!(number)),
+        prop_oneof!["[A-Za-z0-9+/=]{0,8}", "[0-9.]{0,4}"].prop_map(serde_json::Value::String),
+    ];
+    let payload = scalar.prop_recursive(3, 16, 3, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..3).prop_map(serde_json::Value::Array),
+            btree_map("[a-b]", inner, 0..3).prop_map(
+                |entries: BTreeMap<String, serde_json::Value>| {
+                    serde_json::Value::Object(entries.into_iter().collect())
+                }
+            ),
+        ]
+    });
+    btree_map(tag.prop_map(str::to_owned), payload, 0..3)
+        .prop_map(|entries| serde_json::Value::Object(entries.into_iter().collect()))
+}
