@@ -18,6 +18,7 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     match format {
         LogFormat::Text => builder.try_init(),

@@ -31,6 +31,8 @@ use ddbpipe_source::config::{ConfigError, OnGap, SourceConfig};
 use yaml_serde::Value;
 
 use self::fields::{Fields, Report, Stage};
+// The public names of the config; the binary does not need to name every one of them.
+#[allow(unused_imports)]
 pub use self::sink::{JsonlConfig, JsonlTarget, SinkConfig, StateConfig};
 
 /// The longest pipeline `name`.

@@ -21,15 +21,6 @@ pub enum SinkConfig {
     Jsonl(JsonlConfig),
 }
 
-impl SinkConfig {
-    /// The `type` of the sink as written in the config file.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            SinkConfig::Jsonl(_) => SinkType::Jsonl.name(),
-        }
-    }
-}
-
 /// The `jsonl` sink: `{type: jsonl, path: "-" | <file>, rotate_bytes: <bytes>, fsync: true}`.
 ///
 /// Lines are UTF-8 JSON objects with sorted keys, each ending in `\n`. A file is opened for

@@ -1,0 +1,181 @@
+//! The baseline: what a program using the AWS SDK directly would do to export a table as JSON
+//! lines.
+//!
+//! A default `aws_sdk_dynamodb::Client` (static keys, us-east-1, the bench endpoint; SDK
+//! defaults otherwise), one tokio task per segment with at most `concurrency` running, paging
+//! with `ExclusiveStartKey`. Every item is converted to a `serde_json::Value` by a plain
+//! recursive function and written with `serde_json::to_writer` and a newline into
+//! `std::io::sink()`.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use aws_config::{BehaviorVersion, Region};
+use aws_credential_types::Credentials;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Number, Value as Json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::items::TABLE;
+use crate::phase::PhaseSettings;
+
+/// Everything built before the meter starts.
+pub struct Prepared {
+    client: Client,
+    segments: u32,
+    concurrency: usize,
+}
+
+/// Builds the client (no network I/O).
+pub async fn prepare(settings: &PhaseSettings) -> Prepared {
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(settings.endpoint.clone())
+        .credentials_provider(Credentials::new(
+            "AKIDBENCH",
+            "bench-secret",
+            None,
+            None,
+            "ddbpipe-bench",
+        ))
+        .load()
+        .await;
+    Prepared {
+        client: Client::new(&config),
+        segments: settings.segments,
+        concurrency: settings.concurrency,
+    }
+}
+
+impl Prepared {
+    /// Scans every segment; returns the items written.
+    pub async fn scan(self) -> anyhow::Result<u64> {
+        let slots = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let mut tasks = JoinSet::new();
+        for segment in 0..self.segments {
+            let client = self.client.clone();
+            let slots = Arc::clone(&slots);
+            let total = self.segments;
+            tasks.spawn(async move {
+                let _slot = slots.acquire_owned().await?;
+                scan_segment(&client, segment, total)
+                    .await
+                    .with_context(|| format!("segment {segment} of {total}"))
+            });
+        }
+        let mut items = 0;
+        while let Some(joined) = tasks.join_next().await {
+            items += joined.context("a segment task failed")??;
+        }
+        Ok(items)
+    }
+}
+
+async fn scan_segment(client: &Client, segment: u32, total: u32) -> anyhow::Result<u64> {
+    let mut out = std::io::sink();
+    let mut start: Option<HashMap<String, AttributeValue>> = None;
+    let mut items = 0;
+    loop {
+        let mut request = client
+            .scan()
+            .table_name(TABLE)
+            .set_exclusive_start_key(start.take());
+        if total > 1 {
+            request = request.segment(segment as i32).total_segments(total as i32);
+        }
+        let page = request.send().await?;
+        for item in page.items.unwrap_or_default() {
+            let json = item_to_json(item)?;
+            serde_json::to_writer(&mut out, &json)?;
+            out.write_all(b"\n")?;
+            items += 1;
+        }
+        match page.last_evaluated_key {
+            Some(key) if !key.is_empty() => start = Some(key),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// An item as a JSON object.
+pub fn item_to_json(item: HashMap<String, AttributeValue>) -> anyhow::Result<Json> {
+    let map = item
+        .into_iter()
+        .map(|(name, value)| Ok((name, value_to_json(value)?)))
+        .collect::<anyhow::Result<Map<String, Json>>>()?;
+    Ok(Json::Object(map))
+}
+
+/// One value: S → string, N → number if it parses as `f64` (else its text), B → base64,
+/// sets → arrays, M and L recursively.
+fn value_to_json(value: AttributeValue) -> anyhow::Result<Json> {
+    Ok(match value {
+        AttributeValue::S(s) => Json::String(s),
+        AttributeValue::N(n) => number(n),
+        AttributeValue::B(b) => Json::String(STANDARD.encode(b.as_ref())),
+        AttributeValue::Bool(b) => Json::Bool(b),
+        AttributeValue::Null(_) => Json::Null,
+        AttributeValue::M(m) => item_to_json(m)?,
+        AttributeValue::L(l) => Json::Array(
+            l.into_iter()
+                .map(value_to_json)
+                .collect::<anyhow::Result<_>>()?,
+        ),
+        AttributeValue::Ss(ss) => Json::Array(ss.into_iter().map(Json::String).collect()),
+        AttributeValue::Ns(ns) => Json::Array(ns.into_iter().map(number).collect()),
+        AttributeValue::Bs(bs) => Json::Array(
+            bs.into_iter()
+                .map(|b| Json::String(STANDARD.encode(b.as_ref())))
+                .collect(),
+        ),
+        other => bail!("unknown attribute value {other:?}"),
+    })
+}
+
+fn number(text: String) -> Json {
+    match text.parse::<f64>().ok().and_then(Number::from_f64) {
+        Some(number) => Json::Number(number),
+        None => Json::String(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::primitives::Blob;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_attribute_type_converts() {
+        let item = HashMap::from([
+            ("s".to_string(), AttributeValue::S("x".into())),
+            ("n".to_string(), AttributeValue::N("1.5".into())),
+            ("b".to_string(), AttributeValue::B(Blob::new(b"hi".to_vec()))),
+            ("t".to_string(), AttributeValue::Bool(true)),
+            ("z".to_string(), AttributeValue::Null(true)),
+            ("ss".to_string(), AttributeValue::Ss(vec!["a".into()])),
+            ("ns".to_string(), AttributeValue::Ns(vec!["2".into()])),
+            ("bs".to_string(), AttributeValue::Bs(vec![Blob::new(b"hi".to_vec())])),
+            (
+                "m".to_string(),
+                AttributeValue::M(HashMap::from([(
+                    "l".to_string(),
+                    AttributeValue::L(vec![AttributeValue::N("3".into())]),
+                )])),
+            ),
+        ]);
+        let json = item_to_json(item).expect("converts");
+        assert_eq!(
+            json,
+            json!({"s": "x", "n": 1.5, "b": "aGk=", "t": true, "z": null, "ss": ["a"],
+                   "ns": [2.0], "bs": ["aGk="], "m": {"l": [3.0]}})
+        );
+    }
+}

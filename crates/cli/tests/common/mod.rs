@@ -1,0 +1,309 @@
+//! Test harness: real DynamoDB emulators (dynoxide in process, moto as a server process), a
+//! seeding client, pipeline files in temp dirs, and the `ddbpipe` binary.
+
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
+    ScalarAttributeType, WriteRequest,
+};
+
+/// The two emulators every protocol test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emulator {
+    /// dynoxide, embedded, served over HTTP on a loopback port.
+    Dynoxide,
+    /// moto's server (`moto_server`), a separate process.
+    Moto,
+}
+
+/// A running emulator: its endpoint and a client to seed it.
+pub struct Running {
+    pub endpoint: String,
+    pub client: Client,
+    _moto: Option<ChildGuard>,
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One runtime for the harness's async calls (seeding, the embedded emulator).
+pub fn rt() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("the test runtime starts")
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Emulator {
+    /// Starts a fresh instance (each test gets its own, so tests run in parallel).
+    pub fn start(self) -> Running {
+        match self {
+            Emulator::Dynoxide => {
+                let listener = rt()
+                    .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+                    .expect("bind a loopback port");
+                let endpoint = format!("http://{}", listener.local_addr().expect("local addr"));
+                let db = dynoxide::Database::memory().expect("dynoxide in-memory database");
+                rt().spawn(dynoxide::server::serve_on(listener, db));
+                Running {
+                    client: client(&endpoint),
+                    endpoint,
+                    _moto: None,
+                }
+            }
+            Emulator::Moto => {
+                let port = free_port();
+                let child = Command::new("moto_server")
+                    .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect(
+                        "moto_server runs: install it with `pip install 'moto[server]==5.2.5'` \
+                         (scripts/test.sh does)",
+                    );
+                let guard = ChildGuard(child);
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                    assert!(Instant::now() < deadline, "moto_server did not listen within 60 s");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let endpoint = format!("http://127.0.0.1:{port}");
+                Running {
+                    client: client(&endpoint),
+                    endpoint,
+                    _moto: Some(guard),
+                }
+            }
+        }
+    }
+}
+
+/// A seeding client for the emulator (static test credentials).
+pub fn client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .build();
+    Client::from_conf(config)
+}
+
+impl Running {
+    /// Creates a table with a hash key (and optional range key), on demand.
+    pub fn create_table(&self, name: &str, hash: (&str, ScalarAttributeType), range: Option<(&str, ScalarAttributeType)>) {
+        let mut request = self
+            .client
+            .create_table()
+            .table_name(name)
+            .billing_mode(BillingMode::PayPerRequest);
+        for (key, kind) in std::iter::once((hash, KeyType::Hash)).chain(range.map(|r| (r, KeyType::Range))) {
+            request = request
+                .attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(key.0)
+                        .attribute_type(key.1)
+                        .build()
+                        .expect("attribute definition"),
+                )
+                .key_schema(
+                    KeySchemaElement::builder()
+                        .attribute_name(key.0)
+                        .key_type(kind)
+                        .build()
+                        .expect("key schema element"),
+                );
+        }
+        rt().block_on(request.send()).expect("CreateTable");
+    }
+
+    /// Writes items with BatchWriteItem, 25 at a time, retrying unprocessed ones.
+    pub fn put_items(&self, table: &str, items: Vec<HashMap<String, AttributeValue>>) {
+        for chunk in items.chunks(25) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    WriteRequest::builder()
+                        .put_request(PutRequest::builder().set_item(Some(item.clone())).build().expect("put"))
+                        .build()
+                })
+                .collect();
+            while !requests.is_empty() {
+                let out = rt()
+                    .block_on(self.client.batch_write_item().request_items(table, requests).send())
+                    .expect("BatchWriteItem");
+                requests = out
+                    .unprocessed_items
+                    .and_then(|mut u| u.remove(table))
+                    .unwrap_or_default();
+            }
+        }
+    }
+}
+
+/// `S` attribute.
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+/// `N` attribute.
+pub fn n(v: &str) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// An item from pairs.
+pub fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// A temp dir with a pipeline file in it.
+pub struct Pipeline {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub out: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Pipeline {
+    /// Writes `name: <name>` + the `source:` lines given (indented by the caller as YAML under
+    /// `source:`), a jsonl sink to `out.jsonl` and state `state.json`, all in a new temp dir.
+    pub fn new(name: &str, endpoint: &str, source: &str) -> Pipeline {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("out.jsonl");
+        let state = dir.path().join("state.json");
+        let config = dir.path().join("pipeline.yaml");
+        let pipeline = Pipeline { dir, config, out, state };
+        pipeline.write(name, endpoint, source);
+        pipeline
+    }
+
+    /// Rewrites the pipeline file with another source section.
+    pub fn write(&self, name: &str, endpoint: &str, source: &str) {
+        let source: String = source
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("  {}\n", l.trim_start()))
+            .collect();
+        let yaml = format!(
+            "name: {name}\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+             credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n\
+             {source}sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n  flush_interval_ms: 0\n",
+            self.out.display(),
+            self.state.display()
+        );
+        std::fs::write(&self.config, yaml).expect("write the pipeline file");
+    }
+
+    /// Runs `ddbpipe <args…> <config>` to completion.
+    pub fn ddbpipe(&self, args: &[&str]) -> Output {
+        ddbpipe(args, &self.config)
+    }
+
+    /// Output lines written so far.
+    pub fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The output lines parsed as JSON.
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        self.lines()
+            .iter()
+            .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+            .collect()
+    }
+
+    /// The stored entry of pipeline `name`, if any.
+    pub fn entry(&self, name: &str) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.state).ok()?;
+        let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+        doc["pipelines"].get(name).cloned()
+    }
+}
+
+/// Runs the binary with `args` followed by the config path.
+pub fn ddbpipe(args: &[&str], config: &Path) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ddbpipe"));
+    command.args(args).arg(config).stdin(Stdio::null());
+    command.output().expect("ddbpipe runs")
+}
+
+/// Starts `ddbpipe run <config>` in the background.
+pub fn spawn_run(config: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ddbpipe runs")
+}
+
+/// Waits until `check` holds (polling every 20 ms), at most `limit`.
+pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// stderr as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// stdout as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Defines `mod dynoxide` and `mod moto` with one `#[test]` per listed function, each calling
+/// it with that emulator.
+#[macro_export]
+macro_rules! on_both_emulators {
+    ($($test:ident),* $(,)?) => {
+        mod dynoxide {
+            $( #[test] fn $test() { super::$test($crate::common::Emulator::Dynoxide) } )*
+        }
+        mod moto {
+            $( #[test] fn $test() { super::$test($crate::common::Emulator::Moto) } )*
+        }
+    };
+}

@@ -1,0 +1,216 @@
+//! Scan and query end to end through the CLI, on both emulators (SPEC §10 scenarios 1–4).
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType};
+use serde_json::{Value, json};
+
+use common::{Emulator, Pipeline, item, n, s, stderr};
+
+/// 501 items; item 0 holds a 23-digit number, binary [1,2] and a string set.
+fn seed_501(emulator: &common::Running, table: &str) {
+    emulator.create_table(table, ("pk", ScalarAttributeType::S), None);
+    let mut items = vec![item(vec![
+        ("pk", s("k000")),
+        ("big", n("12345678901234567890123")),
+        ("bin", AttributeValue::B(Blob::new(vec![1, 2]))),
+        ("set", AttributeValue::Ss(vec!["a".into(), "b".into()])),
+    ])];
+    for i in 1..501 {
+        items.push(item(vec![("pk", s(&format!("k{i:03}"))), ("n", n(&i.to_string()))]));
+    }
+    emulator.put_items(table, items);
+}
+
+fn parallel_scan_writes_every_item_once(emulator: Emulator) {
+    let running = emulator.start();
+    seed_501(&running, "items");
+    let pipeline = Pipeline::new(
+        "items-export",
+        &running.endpoint,
+        "table_name: items\nsegments: 4\npage_limit: 40\nbatch_size: 50",
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    assert_eq!(records.len(), 501);
+    let keys: BTreeSet<String> = records.iter().map(|r| r["pk"].as_str().unwrap().to_string()).collect();
+    assert_eq!(keys.len(), 501, "every line is a distinct item");
+    let first = records.iter().find(|r| r["pk"] == "k000").unwrap();
+    assert_eq!(first["big"], json!("12345678901234567890123"));
+    assert_eq!(first["bin"], json!("AQI="));
+    assert!(first["set"].is_array());
+    let mut set: Vec<&str> = first["set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    set.sort();
+    assert_eq!(set, ["a", "b"]);
+    // Lines are compact objects with sorted keys.
+    let line = pipeline.lines().into_iter().find(|l| l.contains("k000")).unwrap();
+    assert_eq!(line, r#"{"big":"12345678901234567890123","bin":"AQI=","pk":"k000","set":["a","b"]}"#);
+    let entry = pipeline.entry("items-export").expect("an entry is stored");
+    assert_eq!(entry["position"], Value::Null);
+    assert_eq!(entry["last_completed"]["items"], json!(501));
+    assert!(stderr(&output).contains("complete: 501 read, 501 written"), "{}", stderr(&output));
+}
+
+fn a_scan_killed_after_its_first_commit_resumes_without_losing_items(emulator: Emulator) {
+    let running = emulator.start();
+    seed_501(&running, "items");
+    let slow = "table_name: items\nsegments: 4\nmax_concurrency: 2\npage_limit: 10\nbatch_size: 10\nmax_read_units_per_second: 1";
+    let pipeline = Pipeline::new("items-export", &running.endpoint, slow);
+    let mut child = common::spawn_run(&pipeline.config);
+    let committed = common::wait_for(std::time::Duration::from_secs(60), || {
+        pipeline
+            .entry("items-export")
+            .is_some_and(|e| !e["position"].is_null())
+    });
+    assert!(committed, "the first run committed a position");
+    child.kill().unwrap(); // SIGKILL: no drain, no final commit.
+    child.wait().unwrap();
+    let first_run = pipeline.lines().len();
+    assert!(first_run < 501, "the first run was interrupted ({first_run} lines)");
+
+    pipeline.write(
+        "items-export",
+        &running.endpoint,
+        "table_name: items\nsegments: 4\nmax_concurrency: 2\npage_limit: 10\nbatch_size: 10",
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = pipeline.lines();
+    let rerun = lines.len() - first_run;
+    assert!(rerun < 501, "the rerun read fewer items than a full scan ({rerun})");
+    let keys: BTreeSet<String> = pipeline
+        .records()
+        .iter()
+        .map(|r| r["pk"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys.len(), 501, "the two runs together hold every key");
+    assert!(stderr(&output).contains("resumed=true"), "{}", stderr(&output));
+}
+
+fn a_query_reads_one_partition_backwards_with_filter_and_projection(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_table("events", ("pk", ScalarAttributeType::S), Some(("sk", ScalarAttributeType::N)));
+    let mut items = Vec::new();
+    for i in 0..20 {
+        items.push(item(vec![
+            ("pk", s("user#1")),
+            ("sk", n(&i.to_string())),
+            ("kind", s(if i % 2 == 0 { "even" } else { "odd" })),
+            ("payload", s("not projected")),
+        ]));
+    }
+    items.push(item(vec![("pk", s("user#2")), ("sk", n("1")), ("kind", s("even"))]));
+    running.put_items("events", items);
+    let pipeline = Pipeline::new(
+        "events-query",
+        &running.endpoint,
+        "table_name: events\nmode: query\nkey_condition_expression: \"pk = :p\"\n\
+         filter_expression: \"#k = :even\"\nprojection: \"pk, sk, #k\"\n\
+         expression_attribute_names: {\"#k\": kind}\n\
+         expression_attribute_values: {\":p\": \"user#1\", \":even\": even}\n\
+         scan_index_forward: false\npage_limit: 4\nbatch_size: 3",
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    let sks: Vec<i64> = records.iter().map(|r| r["sk"].as_i64().unwrap()).collect();
+    assert_eq!(sks, vec![18, 16, 14, 12, 10, 8, 6, 4, 2, 0]);
+    for record in &records {
+        let keys: Vec<&String> = record.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["kind", "pk", "sk"], "projected attributes only");
+        assert_eq!(record["pk"], "user#1");
+    }
+}
+
+/// Number texts DynamoDB accepts, with their plain output (SPEC §3.2).
+const NUMBERS: &[(&str, &str)] = &[
+    ("1.0", "1"),
+    ("0.1", "0.1"),
+    ("1E+3", "1000"),
+    ("1.50", "1.5"),
+    ("0012", "12"),
+    ("2.5e-3", "0.0025"),
+    ("-1.5e2", "-150"),
+    ("18446744073709551615", "18446744073709551615"),
+    ("-9223372036854775808", "-9223372036854775808"),
+    ("18446744073709551616", "\"18446744073709551616\""),
+    ("-9223372036854775809", "\"-9223372036854775809\""),
+    ("99999999999999999999", "\"99999999999999999999\""),
+    ("12345678901234567890123", "\"12345678901234567890123\""),
+    ("9007199254740993", "9007199254740993"),
+    ("0.30000000000000004", "0.30000000000000004"),
+    ("1e20", "1e+20"),
+    ("1E+30", "1e+30"),
+    ("1.00000000000000001", "\"1.00000000000000001\""),
+    ("123456789.123456789", "\"123456789.123456789\""),
+    ("3.14159265358979323846264338327950288", "\"3.14159265358979323846264338327950288\""),
+    ("-0.000", "0"),
+];
+
+fn every_value_kind_comes_out_as_specified_in_plain_and_typed(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_table("values", ("pk", ScalarAttributeType::S), None);
+    let mut items = Vec::new();
+    for (i, (text, _)) in NUMBERS.iter().enumerate() {
+        items.push(item(vec![("pk", s(&format!("n{i:02}"))), ("v", n(text))]));
+    }
+    items.push(item(vec![
+        ("pk", s("sets")),
+        ("ns", AttributeValue::Ns(vec!["1".into(), "1.5".into()])),
+        ("bs", AttributeValue::Bs(vec![Blob::new(vec![0xff])])),
+        (
+            "nested",
+            AttributeValue::M(
+                [
+                    ("l".to_string(), AttributeValue::L(vec![n("1"), s("x"), AttributeValue::Null(true), AttributeValue::Bool(true)])),
+                    ("m".to_string(), AttributeValue::M([("deep".to_string(), n("2.50"))].into())),
+                ]
+                .into(),
+            ),
+        ),
+    ]));
+    items.push(item(vec![
+        ("pk", s("a")),
+        ("blob", AttributeValue::B(Blob::new(vec![1]))),
+        ("price", n("12345678901234567890.123456789")),
+        ("tags", AttributeValue::Ss(vec!["x".into()])),
+    ]));
+    running.put_items("values", items);
+
+    let pipeline = Pipeline::new("values-plain", &running.endpoint, "table_name: values");
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = pipeline.lines();
+    for (i, (text, expected)) in NUMBERS.iter().enumerate() {
+        let key = format!("n{i:02}");
+        let line = lines.iter().find(|l| l.contains(&format!("\"{key}\""))).unwrap();
+        assert_eq!(line, &format!("{{\"pk\":\"{key}\",\"v\":{expected}}}"), "number {text}");
+    }
+    // Sets have no order: emulators may return their elements in any order.
+    let sets = lines.iter().find(|l| l.contains("\"sets\"")).unwrap();
+    let sets = sets.replace("[1.5,1]", "[1,1.5]");
+    assert_eq!(
+        sets,
+        r#"{"bs":["/w=="],"nested":{"l":[1,"x",null,true],"m":{"deep":2.5}},"ns":[1,1.5],"pk":"sets"}"#
+    );
+
+    let typed = Pipeline::new("values-typed", &running.endpoint, "table_name: values\nvalue_format: typed");
+    let output = typed.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let line = typed.lines().into_iter().find(|l| l.contains(r#""pk":{"S":"a"}"#)).unwrap();
+    assert_eq!(
+        line,
+        r#"{"blob":{"B":"AQ=="},"pk":{"S":"a"},"price":{"N":"12345678901234567890.123456789"},"tags":{"SS":["x"]}}"#
+    );
+}
+
+on_both_emulators!(
+    parallel_scan_writes_every_item_once,
+    a_scan_killed_after_its_first_commit_resumes_without_losing_items,
+    a_query_reads_one_partition_backwards_with_filter_and_projection,
+    every_value_kind_comes_out_as_specified_in_plain_and_typed,
+);

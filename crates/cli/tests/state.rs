@@ -1,0 +1,158 @@
+//! Stored positions through the CLI: identity changes, corrupt state, locks, drains, and the
+//! `state show|reset` commands (SPEC §6, §8.4, §8.5, §10 scenarios 16 and 17).
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::ScalarAttributeType;
+use serde_json::json;
+
+use common::{Emulator, Pipeline, item, n, s, stderr, stdout};
+
+fn seed(running: &common::Running, count: usize) {
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    let items = (0..count)
+        .map(|i| item(vec![("pk", s(&format!("k{i:03}"))), ("a", n(if i % 2 == 0 { "1" } else { "2" }))]))
+        .collect();
+    running.put_items("items", items);
+}
+
+const SLOW: &str = "max_read_units_per_second: 1\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1";
+
+/// Starts a slow run and waits until it has committed a position.
+fn run_until_committed(pipeline: &Pipeline, name: &str) -> std::process::Child {
+    let child = common::spawn_run(&pipeline.config);
+    let committed = common::wait_for(Duration::from_secs(60), || {
+        pipeline.entry(name).is_some_and(|e| !e["position"].is_null())
+    });
+    assert!(committed, "the run committed a position");
+    child
+}
+
+fn sigterm(child: &std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running, 200);
+    let with_filter = |filter: &str, slow: bool| {
+        format!(
+            "table_name: items\nfilter_expression: \"a = :x\"\nexpression_attribute_values: {{\":x\": 1}}\n{}\n",
+            if slow { SLOW } else { "segments: 2" }
+        )
+        .replace("a = :x", filter)
+    };
+    let pipeline = Pipeline::new("items-export", &running.endpoint, &with_filter("a = :x", true));
+    let mut child = run_until_committed(&pipeline, "items-export");
+    // SIGTERM drains: what was read is written, the position is committed, exit 1 (a scan was
+    // interrupted and the output is incomplete).
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let entry = pipeline.entry("items-export").unwrap();
+    assert!(!entry["position"].is_null(), "the drain committed the position");
+
+    pipeline.write("items-export", &running.endpoint, &with_filter("a <> :x", false));
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("was made with a different source"), "{err}");
+    assert!(err.contains("filter_expression changed from \"a = :x\" to \"a <> :x\""), "{err}");
+    assert!(err.contains("ddbpipe state reset"), "{err}");
+
+    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+    assert_eq!(show.status.code(), Some(0));
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&show)).unwrap();
+    assert_eq!(shown["fingerprint_status"], "differs");
+
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("complete: 100 read"), "{}", stderr(&output));
+}
+
+fn a_second_run_of_the_same_pipeline_is_refused(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running, 100);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, &format!("table_name: items\n{SLOW}"));
+    let mut first = run_until_committed(&pipeline, "items-export");
+    let second = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(second.status.code(), Some(1));
+    let err = stderr(&second);
+    assert!(err.contains("pipeline 'items-export' is already running"), "{err}");
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(1), "reset fails while a run holds the lock");
+    let check = pipeline.ddbpipe(&["check"]);
+    assert!(stdout(&check).contains("WARN state"), "{}", stdout(&check));
+    first.kill().unwrap();
+    first.wait().unwrap();
+}
+
+fn corrupt_state_stops_the_run_and_is_left_untouched(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running, 10);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // Replace the position with one whose shard sequence is a number, not a string.
+    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pipeline.state).unwrap()).unwrap();
+    doc["pipelines"]["items-export"]["position"] = json!({"finished":[],"kind":"streams","latest_floor_ms":{},
+        "shards":{"s1":4960},"snapshot":null,"stream_arn":"arn:aws:dynamodb:us-east-1:1:table/items/stream/x","verified_at":{}});
+    let corrupt = doc.to_string();
+    std::fs::write(&pipeline.state, &corrupt).unwrap();
+
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains(&pipeline.state.display().to_string()), "names the file: {err}");
+    assert!(err.contains("pipelines.items-export.position.shards.s1"), "names the path: {err}");
+    assert!(err.contains("state reset"), "{err}");
+    assert_eq!(std::fs::read_to_string(&pipeline.state).unwrap(), corrupt, "byte-for-byte unchanged");
+
+    let show = pipeline.ddbpipe(&["state", "show"]);
+    assert_eq!(show.status.code(), Some(1));
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+fn state_show_and_reset_report_what_is_stored(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running, 10);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let show = pipeline.ddbpipe(&["state", "show"]);
+    assert_eq!(show.status.code(), Some(0));
+    assert!(stdout(&show).contains("no stored state for pipeline 'items-export'"));
+
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&show)).unwrap();
+    assert_eq!(shown["fingerprint_status"], "none");
+    assert_eq!(shown["entry"]["last_completed"]["items"], 10);
+    assert_eq!(shown["entry"]["position"], serde_json::Value::Null);
+
+    let refused = pipeline.ddbpipe(&["state", "reset"]);
+    assert_eq!(refused.status.code(), Some(2), "without a terminal --yes is required");
+    assert!(stderr(&refused).contains("--yes"));
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0));
+    assert!(pipeline.entry("items-export").is_none());
+    assert_eq!(pipeline.lines().len(), 10, "the destination is untouched");
+}
+
+on_both_emulators!(
+    a_changed_filter_is_refused_until_the_state_is_reset,
+    a_second_run_of_the_same_pipeline_is_refused,
+    corrupt_state_stops_the_run_and_is_left_untouched,
+    state_show_and_reset_report_what_is_stored,
+);

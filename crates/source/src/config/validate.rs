@@ -1,0 +1,414 @@
+//! The validation rules of the source (SPEC §1.3 rules 1–11) and the mode warnings.
+//!
+//! # Validation
+//! Rules run in the order of SPEC §1.3 and every failing rule is reported, never only the first:
+//! 1. `table_name` is not blank.
+//! 2. `batch_size` is 1..=1 000 000 (0, "one batch for the whole run", is refused).
+//! 3. `segments` is 1..=1 000 000.
+//! 4. Query mode reads one segment.
+//! 5. Counts and limits that must be at least 1 are.
+//! 6. `key_condition_expression` is required in query mode and refused elsewhere.
+//! 7. Expression attribute names start with `#`.
+//! 8. Expression attribute values start with `:` and are set in only one of the two maps.
+//! 9. Streams and mirror: a way to end the run, no scan-only fields, sane polling.
+//! 10. Scan and query: no stream-only fields.
+//! 11. Rates, fractions and intervals are in range.
+//!
+//! Rule 12 (the pipeline name, sink and state) belongs to the CLI, which sees the whole file.
+//! Decoding a typed expression value (part of rule 8) happens while the CLI reads the YAML,
+//! because a [`SourceConfig`] only ever holds decoded values.
+//!
+//! # Error handling
+//! A rule appends a [`ConfigError`] (dotted path, message) and validation goes on, so one run
+//! of `ddbpipe check` shows every problem of a file.
+
+use std::collections::BTreeSet;
+
+use super::{ConfigError, Mode, OnGap, SourceConfig};
+
+const MAX_SEGMENTS: u32 = 1_000_000;
+const MAX_BATCH_SIZE: usize = 1_000_000;
+const MAX_RECORDS_PER_REQUEST: u32 = 1000;
+const MAX_POLL_INTERVAL_MS: u64 = 600_000;
+const ATTEMPT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1000..=600_000;
+const DISCOVERY_INTERVAL_SECS_RANGE: std::ops::RangeInclusive<u64> = 10..=3600;
+
+impl SourceConfig {
+    /// Whether this run issues `Scan` or `Query` requests at all: scan, query, mirror, and
+    /// streams that may resnapshot.
+    fn reads_table(&self) -> bool {
+        self.mode != Mode::Streams || self.on_gap == OnGap::Resnapshot
+    }
+
+    /// Whether this run may run a parallel scan: scan, mirror, and streams that may resnapshot.
+    fn scans_segments(&self) -> bool {
+        self.mode != Mode::Query && self.reads_table()
+    }
+
+    /// Applies SPEC §1.3 rules 1–11 and appends every failure to `errors`, in rule order, with
+    /// paths like `source.segments`.
+    pub fn validate(&self, errors: &mut Vec<ConfigError>) {
+        let mut fail = |field: &str, message: String| {
+            errors.push(ConfigError::new(format!("source.{field}"), message));
+        };
+
+        // 1.
+        if self.table_name.trim().is_empty() {
+            fail("table_name", "table_name must not be empty".into());
+        }
+        // 2.
+        if self.batch_size == 0 {
+            fail(
+                "batch_size",
+                "batch_size must be 1..=1000000 (got 0); 0 (one batch for the whole run) is not \
+                 supported: it holds the whole table in memory"
+                    .into(),
+            );
+        } else if self.batch_size > MAX_BATCH_SIZE {
+            let got = self.batch_size;
+            fail(
+                "batch_size",
+                format!("batch_size must be 1..=1000000 (got {got})"),
+            );
+        }
+        // 3.
+        if !(1..=MAX_SEGMENTS).contains(&self.segments) {
+            let got = self.segments;
+            fail("segments", format!("segments must be 1..=1000000 (got {got})"));
+        }
+        // 4.
+        if self.mode == Mode::Query && self.segments > 1 {
+            fail("segments", "segments > 1 is not valid in mode: query".into());
+        }
+        // 5.
+        let at_least_one = [
+            ("max_concurrency", Some(self.max_concurrency as u64)),
+            ("resnapshot_max_keys", Some(self.resnapshot_max_keys as u64)),
+            ("page_limit", self.page_limit.map(u64::from)),
+            ("shard_concurrency", Some(self.shard_concurrency as u64)),
+            ("idle_termination_secs", self.idle_termination_secs),
+            ("max_messages", self.max_messages.map(|n| n as u64)),
+        ];
+        for (field, value) in at_least_one {
+            if value == Some(0) {
+                fail(field, format!("{field} must be at least 1"));
+            }
+        }
+        // 6.
+        match (self.mode, &self.key_condition_expression) {
+            (Mode::Query, None) => fail(
+                "key_condition_expression",
+                "mode: query requires key_condition_expression".into(),
+            ),
+            (Mode::Query, Some(_)) | (_, None) => {}
+            (mode, Some(_)) => fail(
+                "key_condition_expression",
+                format!("key_condition_expression is only valid in query mode (mode: {mode})"),
+            ),
+        }
+        // 7.
+        for key in self.expression_attribute_names.keys() {
+            if !key.starts_with('#') {
+                fail(
+                    "expression_attribute_names",
+                    format!("key '{key}' must start with '#'"),
+                );
+            }
+        }
+        // 8.
+        let value_maps = [
+            ("expression_attribute_values", &self.expression_attribute_values),
+            (
+                "expression_attribute_values_typed",
+                &self.expression_attribute_values_typed,
+            ),
+        ];
+        for (field, map) in value_maps {
+            for key in map.keys().filter(|key| !key.starts_with(':')) {
+                fail(field, format!("key '{key}' must start with ':'"));
+            }
+        }
+        for key in self.expression_attribute_values.keys() {
+            if self.expression_attribute_values_typed.contains_key(key) {
+                fail(
+                    "expression_attribute_values_typed",
+                    format!(
+                        "'{key}' is set in both expression_attribute_values and \
+                         expression_attribute_values_typed"
+                    ),
+                );
+            }
+        }
+        // 9.
+        if self.mode.reads_stream() {
+            self.validate_stream_rules(&mut fail);
+        }
+        // 10.
+        if !self.mode.reads_stream() {
+            if self.stream_arn.is_some() {
+                fail(
+                    "stream_arn",
+                    "stream_arn is only valid in streams and mirror modes".into(),
+                );
+            }
+            if self.follow {
+                fail(
+                    "follow",
+                    "follow is only valid in streams and mirror modes".into(),
+                );
+            }
+        }
+        // 11.
+        if let Some(rate) = self.max_read_units_per_second
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            fail(
+                "max_read_units_per_second",
+                format!("max_read_units_per_second must be finite and greater than 0 (got {rate})"),
+            );
+        }
+        if let Some(fraction) = self.read_capacity_fraction
+            && !(fraction > 0.0 && fraction <= 1.0)
+        {
+            fail(
+                "read_capacity_fraction",
+                format!(
+                    "read_capacity_fraction must be greater than 0 and at most 1 (got {fraction})"
+                ),
+            );
+        }
+        let timeout = self.retry.attempt_timeout_ms;
+        if !ATTEMPT_TIMEOUT_MS_RANGE.contains(&timeout) {
+            fail(
+                "retry.attempt_timeout_ms",
+                format!("attempt_timeout_ms must be 1000..=600000 (got {timeout})"),
+            );
+        }
+        let interval = self.discovery_interval_secs;
+        if !DISCOVERY_INTERVAL_SECS_RANGE.contains(&interval) {
+            fail(
+                "discovery_interval_secs",
+                format!("discovery_interval_secs must be 10..=3600 (got {interval})"),
+            );
+        }
+    }
+
+    /// Rule 9: streams and mirror modes.
+    fn validate_stream_rules(&self, fail: &mut impl FnMut(&str, String)) {
+        let mode = self.mode;
+        let got = self.records_per_request;
+        if !(1..=MAX_RECORDS_PER_REQUEST).contains(&got) {
+            fail(
+                "records_per_request",
+                format!("records_per_request must be 1..=1000 (got {got})"),
+            );
+        }
+        let bounded = self.idle_termination_secs.is_some() || self.max_messages.is_some();
+        if !self.follow && !bounded {
+            fail(
+                "mode",
+                format!(
+                    "mode: {mode} needs a way to terminate: set idle_termination_secs, \
+                     max_messages, or follow: true"
+                ),
+            );
+        }
+        if self.follow && bounded {
+            fail(
+                "follow",
+                "follow: true runs until stopped; remove idle_termination_secs/max_messages"
+                    .into(),
+            );
+        }
+        let scan_only = [
+            ("projection", self.projection.is_some()),
+            ("filter_expression", self.filter_expression.is_some()),
+            ("index_name", self.index_name.is_some()),
+            (
+                "expression_attribute_names",
+                !self.expression_attribute_names.is_empty(),
+            ),
+            (
+                "expression_attribute_values",
+                !self.expression_attribute_values.is_empty(),
+            ),
+            (
+                "expression_attribute_values_typed",
+                !self.expression_attribute_values_typed.is_empty(),
+            ),
+        ];
+        let set: Vec<&str> = scan_only
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(field, _)| *field)
+            .collect();
+        if let Some(first) = set.first() {
+            let verb = if set.len() == 1 { "does" } else { "do" };
+            let fields = set.join(", ");
+            fail(first, format!("{fields} {verb} not apply to mode: {mode}"));
+        }
+        let interval = self.poll_interval_ms;
+        if interval > MAX_POLL_INTERVAL_MS {
+            fail(
+                "poll_interval_ms",
+                format!(
+                    "poll_interval_ms must be at most 600000 (shard iterators expire after 15 \
+                     minutes); got {interval}"
+                ),
+            );
+        }
+        if mode == Mode::Mirror && self.start_position.is_some() {
+            fail(
+                "start_position",
+                "start_position does not apply to mode: mirror (mirror captures its own start \
+                 positions)"
+                    .into(),
+            );
+        }
+    }
+
+    /// Warnings for fields set in the file (`present` holds their keys, e.g.
+    /// `"poll_interval_ms"`) that have no effect in this mode, one sentence each, naming the
+    /// field and the mode. Fields that are errors in this mode are left to [`Self::validate`].
+    pub fn ineffective_fields(&self, present: &BTreeSet<String>) -> Vec<String> {
+        let mode = self.mode;
+        // Fields of Scan and Query requests are live in streams mode only for a resnapshot.
+        let scan_condition = if mode == Mode::Streams {
+            " with on_gap: fail (only a resnapshot scans)"
+        } else {
+            ""
+        };
+        let mut ineffective: Vec<(&str, &str)> = Vec::new();
+        if !self.scans_segments() {
+            ineffective.push(("segments", scan_condition));
+            ineffective.push(("max_concurrency", scan_condition));
+        }
+        if !self.reads_table() {
+            for field in [
+                "consistent_read",
+                "page_limit",
+                "max_read_units_per_second",
+                "read_capacity_fraction",
+            ] {
+                ineffective.push((field, scan_condition));
+            }
+        }
+        if mode != Mode::Query {
+            ineffective.push(("scan_index_forward", ""));
+        }
+        if !mode.reads_stream() {
+            for field in [
+                "start_position",
+                "on_gap",
+                "poll_interval_ms",
+                "records_per_request",
+                "shard_concurrency",
+                "idle_termination_secs",
+                "max_messages",
+                "discovery_interval_secs",
+            ] {
+                ineffective.push((field, ""));
+            }
+        }
+        let cleans_up = mode == Mode::Mirror || (mode.reads_stream() && self.reads_table());
+        if !cleans_up {
+            let condition = if mode == Mode::Streams {
+                " with on_gap: fail (only a resnapshot cleans up)"
+            } else {
+                ""
+            };
+            ineffective.push(("resnapshot_deletes", condition));
+            ineffective.push(("resnapshot_max_keys", condition));
+        }
+        ineffective
+            .into_iter()
+            .filter(|(field, _)| present.contains(*field))
+            .map(|(field, condition)| {
+                format!("source.{field} has no effect in mode: {mode}{condition}; it is ignored.")
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ddbpipe_value::Value;
+
+    use super::*;
+    use crate::config::StartPosition;
+
+    fn paths(config: &SourceConfig) -> Vec<String> {
+        let mut errors = Vec::new();
+        config.validate(&mut errors);
+        errors.into_iter().map(|error| error.path).collect()
+    }
+
+    #[test]
+    fn a_config_at_its_defaults_is_valid_and_warns_about_nothing() {
+        let config = SourceConfig::new("orders");
+        assert!(paths(&config).is_empty());
+        let every_field: BTreeSet<String> = ["segments", "consistent_read", "batch_size"]
+            .map(String::from)
+            .into();
+        assert!(config.ineffective_fields(&every_field).is_empty());
+    }
+
+    #[test]
+    fn every_failing_rule_is_reported_in_rule_order() {
+        let mut config = SourceConfig::new(" ");
+        config.batch_size = 0;
+        config.segments = 0;
+        config.page_limit = Some(0);
+        config.key_condition_expression = Some("pk = :p".into());
+        config.expression_attribute_names = BTreeMap::from([("n".into(), "name".into())]);
+        config.expression_attribute_values = BTreeMap::from([(":v".into(), Value::Null)]);
+        config.expression_attribute_values_typed = BTreeMap::from([(":v".into(), Value::Null)]);
+        config.follow = true;
+        config.discovery_interval_secs = 0;
+        assert_eq!(
+            paths(&config),
+            [
+                "source.table_name",
+                "source.batch_size",
+                "source.segments",
+                "source.page_limit",
+                "source.key_condition_expression",
+                "source.expression_attribute_names",
+                "source.expression_attribute_values_typed",
+                "source.follow",
+                "source.discovery_interval_secs",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_streams_rules_are_reported_in_their_order() {
+        let mut config = SourceConfig::new("orders");
+        config.mode = Mode::Mirror;
+        config.records_per_request = 0;
+        config.projection = Some("a".into());
+        config.poll_interval_ms = 600_001;
+        config.start_position = Some(StartPosition::Latest);
+        assert_eq!(
+            paths(&config),
+            [
+                "source.records_per_request",
+                "source.mode",
+                "source.projection",
+                "source.poll_interval_ms",
+                "source.start_position",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_typed_value_wins_when_both_maps_set_a_key() {
+        let mut config = SourceConfig::new("orders");
+        config.expression_attribute_values = BTreeMap::from([(":v".into(), Value::Null)]);
+        config.expression_attribute_values_typed =
+            BTreeMap::from([(":v".into(), Value::Bool(true))]);
+        assert_eq!(config.merged_expression_values()[":v"], Value::Bool(true));
+    }
+}
