@@ -1,1 +1,268 @@
-fn main() {}
+//! `ddbpipe-bench`: how fast, and at what CPU and memory cost, ddbpipe exports a table,
+//! against the AWS SDK used directly, measured in the same run (see README.md).
+//!
+//! # Processes
+//! The bench starts itself three times over:
+//! 1. `serve` (hidden): the local DynamoDB endpoint, which builds every page before it prints
+//!    its port. Its CPU is its own, not the clients'.
+//! 2. `phase --client ddbpipe` and `phase --client sdk` (hidden): one scan each, in processes of
+//!    their own, so that CPU time and peak RSS (`VmHWM`, which only grows) are each client's.
+//!
+//! Each phase checks it received exactly the table's items and fails loudly otherwise. Nothing
+//! here asserts on time: the figures are reported, not judged.
+
+mod ddbpipe_client;
+mod items;
+mod phase;
+mod procfs;
+mod report;
+mod sdk_client;
+mod server;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+
+use anyhow::{Context as _, bail, ensure};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::phase::{Client, PhaseReport, PhaseSettings};
+use crate::report::Setup;
+use crate::server::{Ready, ServeSettings};
+
+/// Benchmarks a parallel scan by ddbpipe against the plain AWS SDK, against a local endpoint.
+#[derive(Debug, Parser)]
+#[command(name = "ddbpipe-bench", args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Hidden>,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Items in the table; each client must receive exactly these.
+    #[arg(long, default_value_t = 200_000)]
+    items: u64,
+    /// `TotalSegments` of the parallel scan.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    segments: u32,
+    /// Segments read at once.
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    concurrency: usize,
+    /// Which client(s) to measure.
+    #[arg(long, value_enum, default_value_t = Which::Both)]
+    client: Which,
+    /// Items per page (the server's "1 MB").
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    page_items: u64,
+    /// Runs of each client (alternating); the report shows medians.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
+    /// Print one JSON line instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    Ddbpipe,
+    Sdk,
+    Both,
+}
+
+#[derive(Debug, Subcommand)]
+enum Hidden {
+    /// Serves the bench table on 127.0.0.1; prints a JSON line with the port when ready.
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        items: u64,
+        #[arg(long)]
+        segments: u32,
+        #[arg(long)]
+        page_items: u64,
+    },
+    /// Runs one client's scan and prints what it measured as a JSON line.
+    #[command(hide = true)]
+    Phase {
+        #[arg(long, value_enum)]
+        client: Client,
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        items: u64,
+        #[arg(long)]
+        segments: u32,
+        #[arg(long)]
+        concurrency: usize,
+        #[arg(long)]
+        clk_tck: u64,
+    },
+}
+
+fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("expected a whole number of at least 1, got {text:?}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Hidden::Serve {
+            items,
+            segments,
+            page_items,
+        }) => server::serve(ServeSettings {
+            items,
+            segments,
+            page_items,
+        }),
+        Some(Hidden::Phase {
+            client,
+            endpoint,
+            items,
+            segments,
+            concurrency,
+            clk_tck,
+        }) => {
+            let settings = PhaseSettings {
+                client,
+                endpoint,
+                items,
+                segments,
+                concurrency,
+            };
+            phase::run(&settings, clk_tck).and_then(|report| {
+                println!("{}", serde_json::to_string(&report)?);
+                Ok(())
+            })
+        }
+        None => bench(&cli.bench),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("ddbpipe-bench: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server process; stopped (stdin closed, then killed) when dropped.
+struct ServerProcess(Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server(exe: &Path, args: &BenchArgs) -> anyhow::Result<(ServerProcess, Ready)> {
+    let mut child = Command::new(exe)
+        .args(["serve", "--items", &args.items.to_string()])
+        .args(["--segments", &args.segments.to_string()])
+        .args(["--page-items", &args.page_items.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start the server")?;
+    let stdout = child.stdout.take().context("the server has no stdout")?;
+    let server = ServerProcess(child);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("cannot read the server's port")?;
+    let ready: Ready = serde_json::from_str(line.trim())
+        .with_context(|| format!("the server did not start (it printed {line:?})"))?;
+    Ok((server, ready))
+}
+
+fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport> {
+    let name = settings.client.name();
+    let output = Command::new(exe)
+        .args(["phase", "--client", name, "--endpoint", &settings.endpoint])
+        .args(["--items", &settings.items.to_string()])
+        .args(["--segments", &settings.segments.to_string()])
+        .args(["--concurrency", &settings.concurrency.to_string()])
+        .args(["--clk-tck", &clk_tck.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start the {name} phase"))?;
+    if !output.status.success() {
+        bail!("the {name} phase failed ({}); its error is above", output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .with_context(|| format!("the {name} phase printed nothing"))?;
+    let report: PhaseReport = serde_json::from_str(line)
+        .with_context(|| format!("the {name} phase printed {line:?}"))?;
+    ensure!(
+        report.items == settings.items,
+        "the {name} phase received {} items, not {}",
+        report.items,
+        settings.items
+    );
+    Ok(report)
+}
+
+fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let clk = procfs::clock_ticks_per_second();
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let clients: &[Client] = match args.client {
+        Which::Ddbpipe => &[Client::Ddbpipe],
+        Which::Sdk => &[Client::Sdk],
+        Which::Both => &[Client::Ddbpipe, Client::Sdk],
+    };
+    if !args.json {
+        eprintln!("ddbpipe-bench: building {} items...", args.items);
+    }
+    let (server, ready) = start_server(&exe, args)?;
+    let endpoint = format!("http://127.0.0.1:{}", ready.port);
+    let mut reports = Vec::new();
+    for run in 0..args.runs {
+        // Alternate the order so neither client always runs on a cold or a warm machine.
+        let mut order = clients.to_vec();
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        for client in order {
+            if !args.json {
+                eprintln!("ddbpipe-bench: run {} of {}: {}...", run + 1, args.runs, client.name());
+            }
+            let settings = PhaseSettings {
+                client,
+                endpoint: endpoint.clone(),
+                items: args.items,
+                segments: args.segments,
+                concurrency: args.concurrency,
+            };
+            reports.push(run_phase(&exe, &settings, clk.0)?);
+        }
+    }
+    drop(server);
+
+    let setup = Setup::new(&ready, args.segments, args.concurrency, args.page_items, args.runs, clk);
+    let summaries: Vec<(Client, report::ClientSummary)> = clients
+        .iter()
+        .filter_map(|c| report::summarize(&reports, *c).map(|s| (*c, s)))
+        .collect();
+    let find = |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
+    let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
+    if args.json {
+        println!("{}", report::json_line(&setup, &summaries, ratios));
+    } else {
+        print!("{}", report::table(&setup, &summaries, ratios));
+    }
+    Ok(())
+}

@@ -64,9 +64,6 @@ pub struct PhaseReport {
     pub peak_rss_kib: u64,
 }
 
-/// The scan of one client; returns the items it received.
-pub type Counted = anyhow::Result<u64>;
-
 /// Runs one phase: set up, measure the scan, check the count, report.
 pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport> {
     // The same runtime as `ddbpipe run` (crates/cli/src/main.rs), for both clients.

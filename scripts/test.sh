@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs the whole test suite.
+#
+# - moto's DynamoDB server (PyPI `moto[server]==5.2.5`), started by the tests on free loopback
+#   ports; dynoxide is embedded in the tests as a crate, so it needs no install.
+# - Reuses a build cache outside the checkout when one exists ($CARGO_TARGET_DIR, default
+#   ~/.cache/ddbpipe/target): a cold build of the AWS SDK takes minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! python3 - <<'PY' 2>/dev/null
+import importlib.metadata as m, shutil, sys
+sys.exit(0 if m.version("moto") == "5.2.5" and shutil.which("moto_server") else 1)
+PY
+then
+  echo "scripts/test.sh: installing moto[server]==5.2.5" >&2
+  python3 -m pip install --quiet 'moto[server]==5.2.5'
+fi
+command -v moto_server >/dev/null || { echo "moto_server is not on PATH after installing moto" >&2; exit 1; }
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ddbpipe/target}"
+cargo test --workspace --locked "$@"
