@@ -1,5 +1,8 @@
 //! `check`, `discover`, config errors and a bad endpoint, through the CLI.
 
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;

@@ -1,5 +1,8 @@
 //! Scan and query end to end through the CLI, on both emulators (SPEC §10 scenarios 1–4).
 
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

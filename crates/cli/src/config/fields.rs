@@ -314,9 +314,7 @@ impl FromYaml for bool {
 impl FromYaml for f64 {
     fn from_yaml(value: Value, _: Option<&str>) -> Result<Self, String> {
         match &value {
-            Value::Number(number) => number
-                .as_f64()
-                .ok_or_else(|| expected("a number", &value)),
+            Value::Number(number) => number.as_f64().ok_or_else(|| expected("a number", &value)),
             other => Err(expected("a number", other)),
         }
     }

@@ -203,7 +203,10 @@ mod tests {
 
     #[test]
     fn a_default_applies_when_the_variable_is_unset_or_empty() {
-        assert_eq!(sub("${NOPE:-us-east-1}"), Ok(Substituted::Whole("us-east-1".into())));
+        assert_eq!(
+            sub("${NOPE:-us-east-1}"),
+            Ok(Substituted::Whole("us-east-1".into()))
+        );
         assert_eq!(sub("${EMPTY:-x}"), Ok(Substituted::Whole("x".into())));
         assert_eq!(sub("${TABLE:-x}"), Ok(Substituted::Whole("orders".into())));
         assert_eq!(sub("${EMPTY}"), Ok(Substituted::Whole(String::new())));
@@ -225,12 +228,8 @@ mod tests {
 
     #[test]
     fn bad_references_are_errors() {
-        assert!(sub("${TABLE")
-            .unwrap_err()[0]
-            .starts_with("unterminated ${"));
-        assert!(sub("${1X}")
-            .unwrap_err()[0]
-            .starts_with("invalid variable name \"1X\""));
+        assert!(sub("${TABLE").unwrap_err()[0].starts_with("unterminated ${"));
+        assert!(sub("${1X}").unwrap_err()[0].starts_with("invalid variable name \"1X\""));
         assert!(sub("${}").unwrap_err()[0].starts_with("invalid variable name \"\""));
     }
 

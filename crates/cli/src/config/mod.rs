@@ -112,7 +112,10 @@ impl std::error::Error for LoadError {
 
 /// Loads, interpolates, type-checks and validates the pipeline file at `path`. `env` looks up
 /// environment variables (`main` passes `std::env::var`, tests a closure).
-pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<PipelineConfig, LoadError> {
+pub fn load(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PipelineConfig, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
@@ -219,7 +222,11 @@ fn validate_name(name: &str, errors: &mut Vec<ConfigError>) {
 }
 
 /// Rule 12: the source and the sink must agree.
-fn validate_sink_for_source(source: &SourceConfig, sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
+fn validate_sink_for_source(
+    source: &SourceConfig,
+    sink: &SinkConfig,
+    errors: &mut Vec<ConfigError>,
+) {
     let SinkConfig::Jsonl(_) = sink;
     if source.on_gap == OnGap::Resnapshot && source.resnapshot_deletes {
         errors.push(ConfigError::new(

@@ -14,7 +14,10 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
     let mut source = SourceConfig::new(table_name);
     source.region = f.get("region");
     source.endpoint_url = f.get("endpoint_url");
-    source.credentials = f.section("credentials").map(read_credentials).unwrap_or_default();
+    source.credentials = f
+        .section("credentials")
+        .map(read_credentials)
+        .unwrap_or_default();
     source.mode = f.or("mode", source.mode);
     source.segments = f.or("segments", source.segments);
     source.max_concurrency = f.or("max_concurrency", source.max_concurrency);
@@ -22,8 +25,8 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
     source.projection = f.get("projection");
     source.filter_expression = f.get("filter_expression");
     source.key_condition_expression = f.get("key_condition_expression");
-    source.expression_attribute_names =
-        f.map("expression_attribute_names", |report, path, value| {
+    source.expression_attribute_names = f
+        .map("expression_attribute_names", |report, path, value| {
             convert::<String>(report, path, value)
         });
     source.expression_attribute_values =
@@ -125,7 +128,9 @@ fn read_credentials(mut f: Fields<'_>) -> Credentials {
         }
         _ => {
             let path = super::fields::join(f.path(), "config");
-            let config = f.raw("config").map_or(Value::Mapping(Default::default()), |(_, v)| v);
+            let config = f
+                .raw("config")
+                .map_or(Value::Mapping(Default::default()), |(_, v)| v);
             Fields::open(f.report(), &path, config).and_then(|config| read_config(kind, config))
         }
     };
@@ -143,11 +148,13 @@ fn read_config(kind: CredentialsType, mut f: Fields<'_>) -> Option<Credentials> 
             let session_token = f.get::<Secret>("session_token");
             access_key_id
                 .zip(secret_access_key)
-                .map(|(access_key_id, secret_access_key)| Credentials::AccessKey {
-                    access_key_id,
-                    secret_access_key,
-                    session_token,
-                })
+                .map(
+                    |(access_key_id, secret_access_key)| Credentials::AccessKey {
+                        access_key_id,
+                        secret_access_key,
+                        session_token,
+                    },
+                )
         }
         CredentialsType::AssumeRole => {
             let role_arn = f.required::<String>("role_arn");

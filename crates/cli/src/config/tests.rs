@@ -114,7 +114,11 @@ fn a_minimal_file_takes_every_documented_default() {
     assert!(source.resnapshot_deletes);
     assert_eq!(source.resnapshot_max_keys, 1_000_000);
     assert_eq!(
-        (source.poll_interval_ms, source.records_per_request, source.shard_concurrency),
+        (
+            source.poll_interval_ms,
+            source.records_per_request,
+            source.shard_concurrency
+        ),
         (1000, 1000, 4)
     );
     assert_eq!(source.discovery_interval_secs, 60);
@@ -127,10 +131,19 @@ fn a_minimal_file_takes_every_documented_default() {
         (source.retry.max_backoff_ms, source.retry.attempt_timeout_ms),
         (10_000, 30_000)
     );
-    assert_eq!((source.batch_size, source.value_format), (1000, ValueFormat::Plain));
+    assert_eq!(
+        (source.batch_size, source.value_format),
+        (1000, ValueFormat::Plain)
+    );
     let SinkConfig::Jsonl(jsonl) = &config.sink;
-    assert_eq!((&jsonl.path, jsonl.rotate_bytes, jsonl.fsync), (&JsonlTarget::Stdout, None, true));
-    assert_eq!(config.state.path, Path::new("conf").join("orders.state.json"));
+    assert_eq!(
+        (&jsonl.path, jsonl.rotate_bytes, jsonl.fsync),
+        (&JsonlTarget::Stdout, None, true)
+    );
+    assert_eq!(
+        config.state.path,
+        Path::new("conf").join("orders.state.json")
+    );
     assert_eq!(config.state.flush_interval_ms, 1000);
     assert!(config.warnings.is_empty());
 }
@@ -166,8 +179,10 @@ sink:
 fn query_without_a_key_condition_is_an_error() {
     assert_eq!(
         source_errors("mode: query"),
-        ["config error: source.key_condition_expression: mode: query requires \
-          key_condition_expression"]
+        [
+            "config error: source.key_condition_expression: mode: query requires \
+          key_condition_expression"
+        ]
     );
 }
 
@@ -175,11 +190,17 @@ fn query_without_a_key_condition_is_an_error() {
 fn streams_without_a_way_to_terminate_is_an_error() {
     assert_eq!(
         source_errors("mode: streams"),
-        ["config error: source.mode: mode: streams needs a way to terminate: set \
-          idle_termination_secs, max_messages, or follow: true"]
+        [
+            "config error: source.mode: mode: streams needs a way to terminate: set \
+          idle_termination_secs, max_messages, or follow: true"
+        ]
     );
     assert!(source_errors("mode: mirror")[0].contains("mode: mirror needs a way to terminate"));
-    for ending in ["follow: true", "idle_termination_secs: 1", "max_messages: 1"] {
+    for ending in [
+        "follow: true",
+        "idle_termination_secs: 1",
+        "max_messages: 1",
+    ] {
         source_of(&format!("mode: streams\n{ending}"));
     }
 }
@@ -188,8 +209,10 @@ fn streams_without_a_way_to_terminate_is_an_error() {
 fn follow_with_idle_termination_is_an_error() {
     assert_eq!(
         source_errors("mode: streams\nfollow: true\nidle_termination_secs: 30"),
-        ["config error: source.follow: follow: true runs until stopped; remove \
-          idle_termination_secs/max_messages"]
+        [
+            "config error: source.follow: follow: true runs until stopped; remove \
+          idle_termination_secs/max_messages"
+        ]
     );
 }
 
@@ -341,8 +364,12 @@ fn the_boundaries_of_the_ranges_are_valid() {
     );
     assert_eq!((source.segments, source.batch_size), (1_000_000, 1_000_000));
     assert_eq!(source.read_capacity_fraction, Some(1.0));
-    let streams = source_of("mode: streams\nfollow: true\nrecords_per_request: 1\npoll_interval_ms: 600000");
-    assert_eq!((streams.records_per_request, streams.poll_interval_ms), (1, 600_000));
+    let streams =
+        source_of("mode: streams\nfollow: true\nrecords_per_request: 1\npoll_interval_ms: 600000");
+    assert_eq!(
+        (streams.records_per_request, streams.poll_interval_ms),
+        (1, 600_000)
+    );
 }
 
 #[test]
@@ -351,12 +378,18 @@ fn every_pipeline_rule_reports_its_wording() {
     let source = "source: {table_name: orders}\n";
     let long_name = "a".repeat(129);
     let cases = [
-        (format!("name: .hidden\n{source}{sink}"), "name: name must not start with '.'"),
+        (
+            format!("name: .hidden\n{source}{sink}"),
+            "name: name must not start with '.'",
+        ),
         (
             format!("name: a b/c\n{source}{sink}"),
             "name: name may only contain A-Z, a-z, 0-9, '_', '.' and '-' (found \" /\")",
         ),
-        (format!("name: ''\n{source}{sink}"), "name: name must not be empty"),
+        (
+            format!("name: ''\n{source}{sink}"),
+            "name: name must not be empty",
+        ),
         (
             format!("name: {long_name}\n{source}{sink}"),
             "name: name must be at most 128 characters (got 129)",
@@ -383,11 +416,18 @@ fn every_pipeline_rule_reports_its_wording() {
         ),
     ];
     for (yaml, expected) in &cases {
-        assert_eq!(errors(yaml), [format!("config error: {expected}")], "{yaml}");
+        assert_eq!(
+            errors(yaml),
+            [format!("config error: {expected}")],
+            "{yaml}"
+        );
     }
     let names = ["a", "orders.v2_x-1", &"Z".repeat(128)];
     for name in names {
-        assert_eq!(parse_ok(&format!("name: '{name}'\n{source}{sink}")).name, name);
+        assert_eq!(
+            parse_ok(&format!("name: '{name}'\n{source}{sink}")).name,
+            name
+        );
     }
     let resnapshot = parse_ok(&format!(
         "name: t\nsource: {{table_name: o, mode: streams, follow: true, on_gap: resnapshot, \
@@ -442,15 +482,30 @@ fn missing_required_fields_are_reported() {
 #[test]
 fn types_are_strict() {
     let cases = [
-        ("segments: '8'", "source.segments: expected a whole number, found string \"8\""),
-        ("segments: 1.5", "source.segments: expected a whole number, found number 1.5"),
+        (
+            "segments: '8'",
+            "source.segments: expected a whole number, found string \"8\"",
+        ),
+        (
+            "segments: 1.5",
+            "source.segments: expected a whole number, found number 1.5",
+        ),
         (
             "segments: -1",
             "source.segments: expected a whole number from 0 to 4294967295, found number -1",
         ),
-        ("consistent_read: yes", "source.consistent_read: expected a boolean (true or false), found string \"yes\""),
-        ("consistent_read: ~", "source.consistent_read: expected a boolean (true or false), found null"),
-        ("region: 5", "source.region: expected a string, found number 5"),
+        (
+            "consistent_read: yes",
+            "source.consistent_read: expected a boolean (true or false), found string \"yes\"",
+        ),
+        (
+            "consistent_read: ~",
+            "source.consistent_read: expected a boolean (true or false), found null",
+        ),
+        (
+            "region: 5",
+            "source.region: expected a string, found number 5",
+        ),
         (
             "mode: stream",
             "source.mode: unknown value \"stream\", expected one of scan, query, streams, mirror",
@@ -472,7 +527,10 @@ fn types_are_strict() {
             "read_capacity_fraction: half",
             "source.read_capacity_fraction: expected a number, found string \"half\"",
         ),
-        ("retry: 3", "source.retry: expected a mapping, found number 3"),
+        (
+            "retry: 3",
+            "source.retry: expected a mapping, found number 3",
+        ),
         (
             "expression_attribute_names: {'#n': 1}",
             "source.expression_attribute_names.#n: expected a string, found number 1",
@@ -509,8 +567,10 @@ fn a_bad_value_falls_back_to_its_default_and_the_rest_is_still_validated() {
 fn only_the_jsonl_sink_exists_in_this_version() {
     assert_eq!(
         errors("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n"),
-        ["config error: sink.type: unknown value \"sqlite\", expected jsonl (the sqlite and \
-          postgres sinks are not available in this version)"]
+        [
+            "config error: sink.type: unknown value \"sqlite\", expected jsonl (the sqlite and \
+          postgres sinks are not available in this version)"
+        ]
     );
     assert_eq!(
         errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
@@ -531,8 +591,9 @@ state: {flush_interval_ms: 0}
     assert_eq!((&jsonl.path, jsonl.fsync), (&JsonlTarget::Stdout, false));
     assert_eq!(config.state.path, Path::new("conf/t.state.json"));
     assert_eq!(config.state.flush_interval_ms, 0);
-    let rotated =
-        parse_ok("name: t\nsource: {table_name: o}\nsink: {type: jsonl, path: /o/x.jsonl, rotate_bytes: 1048576}\n");
+    let rotated = parse_ok(
+        "name: t\nsource: {table_name: o}\nsink: {type: jsonl, path: /o/x.jsonl, rotate_bytes: 1048576}\n",
+    );
     let SinkConfig::Jsonl(jsonl) = &rotated.sink;
     assert_eq!(jsonl.path, JsonlTarget::File(PathBuf::from("/o/x.jsonl")));
     assert_eq!(jsonl.rotate_bytes, Some(1_048_576));
@@ -555,7 +616,10 @@ sink: {type: jsonl}
     assert_eq!(config.name, "orders-export");
     assert_eq!(config.source.table_name, "orders");
     assert_eq!(config.source.region.as_deref(), Some("eu-west-1"));
-    assert_eq!(config.source.filter_expression.as_deref(), Some("price > ${cheap}"));
+    assert_eq!(
+        config.source.filter_expression.as_deref(),
+        Some("price > ${cheap}")
+    );
     assert_eq!(config.source.segments, 8);
     assert!(config.source.consistent_read);
     assert_eq!(config.source.index_name, None);
@@ -583,7 +647,10 @@ sink: {type: jsonl}
     else {
         panic!("{:?}", source.credentials);
     };
-    assert_eq!((access_key_id.as_str(), secret_access_key.expose()), ("8", "8"));
+    assert_eq!(
+        (access_key_id.as_str(), secret_access_key.expose()),
+        ("8", "8")
+    );
     assert_eq!(
         source.expression_attribute_values[":n"],
         AttributeValue::N(Number::new("8"))
@@ -597,7 +664,9 @@ sink: {type: jsonl}
 #[test]
 fn an_unset_variable_is_an_error_naming_the_variable_and_the_path() {
     assert_eq!(
-        errors("name: t\nsource: {table_name: '${NO_TABLE}', segments: '${NO_SEGMENTS}'}\nsink: {type: jsonl}\n"),
+        errors(
+            "name: t\nsource: {table_name: '${NO_TABLE}', segments: '${NO_SEGMENTS}'}\nsink: {type: jsonl}\n"
+        ),
         [
             "config error: source.table_name: environment variable NO_TABLE is not set (write \
              ${NO_TABLE:-default} to give a default)",
@@ -670,7 +739,11 @@ fn credentials_read_every_variant() {
         ),
     ];
     for (yaml, expected) in cases {
-        assert_eq!(source_of(&format!("credentials: {yaml}")).credentials, expected, "{yaml}");
+        assert_eq!(
+            source_of(&format!("credentials: {yaml}")).credentials,
+            expected,
+            "{yaml}"
+        );
     }
 }
 
@@ -709,7 +782,11 @@ fn credentials_refuse_a_wrong_shape() {
             .iter()
             .map(|line| format!("config error: {line}"))
             .collect();
-        assert_eq!(source_errors(&format!("credentials: {yaml}")), expected, "{yaml}");
+        assert_eq!(
+            source_errors(&format!("credentials: {yaml}")),
+            expected,
+            "{yaml}"
+        );
     }
 }
 
@@ -723,7 +800,10 @@ fn secrets_never_appear_in_debug_output_or_errors() {
     let debug = format!("{credentials:?}");
     assert!(debug.contains("AKIAEXAMPLE"), "{debug}");
     assert!(debug.contains("***"), "{debug}");
-    assert!(!debug.contains("wJalrXUtnFEMI") && !debug.contains("sessiontok"), "{debug}");
+    assert!(
+        !debug.contains("wJalrXUtnFEMI") && !debug.contains("sessiontok"),
+        "{debug}"
+    );
     assert_eq!(Secret::new("x").to_string(), "***");
 
     let lines = source_errors(
@@ -731,8 +811,10 @@ fn secrets_never_appear_in_debug_output_or_errors() {
     );
     assert_eq!(
         lines,
-        ["config error: source.credentials.config.secret_access_key: expected a string, found a \
-          number"]
+        [
+            "config error: source.credentials.config.secret_access_key: expected a string, found a \
+          number"
+        ]
     );
 }
 
@@ -800,14 +882,18 @@ fn a_typed_value_that_does_not_decode_names_the_key_and_the_problem() {
     ));
     assert_eq!(
         source_errors("expression_attribute_values: {':x': .nan}"),
-        ["config error: source.expression_attribute_values.:x: expected a finite number, found \
-          number .nan"]
+        [
+            "config error: source.expression_attribute_values.:x: expected a finite number, found \
+          number .nan"
+        ]
     );
 }
 
 #[test]
 fn fields_without_effect_in_the_mode_become_warnings() {
-    let scan = parse_ok(&with_source("poll_interval_ms: 500\nscan_index_forward: false"));
+    let scan = parse_ok(&with_source(
+        "poll_interval_ms: 500\nscan_index_forward: false",
+    ));
     assert_eq!(
         scan.warnings,
         [
@@ -815,7 +901,9 @@ fn fields_without_effect_in_the_mode_become_warnings() {
             "source.poll_interval_ms has no effect in mode: scan; it is ignored.",
         ]
     );
-    let streams = parse_ok(&with_source(&format!("{STREAMS}\nsegments: 4\npage_limit: 10")));
+    let streams = parse_ok(&with_source(&format!(
+        "{STREAMS}\nsegments: 4\npage_limit: 10"
+    )));
     assert_eq!(
         streams.warnings,
         [
@@ -840,7 +928,9 @@ fn fields_without_effect_in_the_mode_become_warnings() {
 
 #[test]
 fn the_start_position_of_streams_is_read() {
-    let source = source_of(&format!("{STREAMS}\nstart_position: latest\nmax_messages: 10"));
+    let source = source_of(&format!(
+        "{STREAMS}\nstart_position: latest\nmax_messages: 10"
+    ));
     assert_eq!(source.start_position, Some(StartPosition::Latest));
     assert_eq!(
         (source.idle_termination_secs, source.max_messages),
@@ -860,14 +950,21 @@ fn a_file_that_is_not_a_pipeline_mapping_is_one_error() {
     );
     let syntax = errors("name: [unclosed\n");
     assert_eq!(syntax.len(), 1);
-    assert!(syntax[0].starts_with("config error: invalid YAML: "), "{syntax:?}");
+    assert!(
+        syntax[0].starts_with("config error: invalid YAML: "),
+        "{syntax:?}"
+    );
 }
 
 #[test]
 fn loading_reads_the_file_and_puts_the_state_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("orders.yaml");
-    std::fs::write(&path, "name: orders\nsource: {table_name: o}\nsink: {type: jsonl}\n").unwrap();
+    std::fs::write(
+        &path,
+        "name: orders\nsource: {table_name: o}\nsink: {type: jsonl}\n",
+    )
+    .unwrap();
     let config = load(&path, &env).unwrap();
     assert_eq!(config.state.path, dir.path().join("orders.state.json"));
 
@@ -880,8 +977,14 @@ fn loading_reads_the_file_and_puts_the_state_beside_it() {
     );
     assert!(std::error::Error::source(&error).is_some());
 
-    std::fs::write(&path, "name: orders\nsource: {table_name: o, bogus: 1}\nsink: {type: jsonl}\n")
-        .unwrap();
+    std::fs::write(
+        &path,
+        "name: orders\nsource: {table_name: o, bogus: 1}\nsink: {type: jsonl}\n",
+    )
+    .unwrap();
     let error = load(&path, &env).unwrap_err();
-    assert_eq!(error.to_string(), "config error: source.bogus: unknown field");
+    assert_eq!(
+        error.to_string(),
+        "config error: source.bogus: unknown field"
+    );
 }

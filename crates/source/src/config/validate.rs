@@ -74,11 +74,17 @@ impl SourceConfig {
         // 3.
         if !(1..=MAX_SEGMENTS).contains(&self.segments) {
             let got = self.segments;
-            fail("segments", format!("segments must be 1..=1000000 (got {got})"));
+            fail(
+                "segments",
+                format!("segments must be 1..=1000000 (got {got})"),
+            );
         }
         // 4.
         if self.mode == Mode::Query && self.segments > 1 {
-            fail("segments", "segments > 1 is not valid in mode: query".into());
+            fail(
+                "segments",
+                "segments > 1 is not valid in mode: query".into(),
+            );
         }
         // 5.
         let at_least_one = [
@@ -117,7 +123,10 @@ impl SourceConfig {
         }
         // 8.
         let value_maps = [
-            ("expression_attribute_values", &self.expression_attribute_values),
+            (
+                "expression_attribute_values",
+                &self.expression_attribute_values,
+            ),
             (
                 "expression_attribute_values_typed",
                 &self.expression_attribute_values_typed,
@@ -216,8 +225,7 @@ impl SourceConfig {
         if self.follow && bounded {
             fail(
                 "follow",
-                "follow: true runs until stopped; remove idle_termination_secs/max_messages"
-                    .into(),
+                "follow: true runs until stopped; remove idle_termination_secs/max_messages".into(),
             );
         }
         let scan_only = [
