@@ -6,7 +6,7 @@ use ddbpipe_source::config::{Credentials, RetryConfig, Secret, SourceConfig, def
 use ddbpipe_value::{Value as AttributeValue, value_from_plain_json, value_from_typed_json};
 use yaml_serde::Value;
 
-use super::fields::{Fields, Report, Stage, convert, expected, found};
+use super::fields::{Choice, Fields, Report, Stage, convert, expected, found, join};
 
 /// Reads the source section; also returns the keys it set, for the mode warnings.
 pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>) {
@@ -83,7 +83,7 @@ enum CredentialsType {
     WebIdentity,
 }
 
-impl super::fields::Choice for CredentialsType {
+impl Choice for CredentialsType {
     fn all() -> &'static [Self] {
         &[
             CredentialsType::Default,
@@ -116,7 +116,7 @@ fn read_credentials(mut f: Fields<'_>) -> Credentials {
     let credentials = match kind {
         CredentialsType::Default | CredentialsType::WebIdentity => {
             if let Some((path, _)) = f.raw("config") {
-                let name = super::fields::Choice::name(kind);
+                let name = kind.name();
                 let message = format!("credentials of type {name} take no config");
                 f.report().error(Stage::Unknown, &path, message);
             }
@@ -127,7 +127,7 @@ fn read_credentials(mut f: Fields<'_>) -> Credentials {
             }
         }
         _ => {
-            let path = super::fields::join(f.path(), "config");
+            let path = join(f.path(), "config");
             let config = f
                 .raw("config")
                 .map_or(Value::Mapping(Default::default()), |(_, v)| v);
@@ -241,7 +241,7 @@ fn json_of(
                     let message = format!("keys must be strings, found {}", found(&key));
                     return Err((path.to_owned(), message));
                 };
-                let item = json_of(report, &super::fields::join(path, &key), item, form)?;
+                let item = json_of(report, &join(path, &key), item, form)?;
                 object.insert(key, item);
             }
             serde_json::Value::Object(object)
