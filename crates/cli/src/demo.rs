@@ -133,18 +133,18 @@ fn order(i: u32) -> HashMap<String, AttributeValue> {
         ("ledger_id".to_string(), n(format!("1234567890123456789{:06}", i))),
         ("lines".to_string(), AttributeValue::L(lines)),
         ("tags".to_string(), AttributeValue::Ss(vec!["web".into(), format!("region-{}", i % 5)])),
-        ("gift".to_string(), AttributeValue::Bool(i % 7 == 0)),
+        ("gift".to_string(), AttributeValue::Bool(i.is_multiple_of(7))),
         ("signature".to_string(), AttributeValue::B(Blob::new(vec![(i % 256) as u8, 1, 2]))),
         (
             "shipping".to_string(),
             AttributeValue::M(HashMap::from([
                 ("city".to_string(), s(["Lisbon", "Osaka", "Denver", "Accra", "Tallinn"][(i % 5) as usize].to_string())),
-                ("express".to_string(), AttributeValue::Bool(i % 3 == 0)),
+                ("express".to_string(), AttributeValue::Bool(i.is_multiple_of(3))),
                 ("notes".to_string(), AttributeValue::Null(true)),
             ])),
         ),
     ]);
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         item.insert("coupon_values".to_string(), AttributeValue::Ns(vec!["5".into(), "12.5".into()]));
     }
     item
