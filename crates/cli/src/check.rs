@@ -65,7 +65,11 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     if config.warnings.is_empty() {
         probes.add("config", Status::Pass, detail);
     } else {
-        probes.add("config", Status::Warn, format!("{detail}; {}", config.warnings.join("; ")));
+        probes.add(
+            "config",
+            Status::Warn,
+            format!("{detail}; {}", config.warnings.join("; ")),
+        );
     }
     probe_table(&config, timeout, &mut probes).await;
     probe_sink(&config, &mut probes);
@@ -89,11 +93,16 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
 async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Probes) {
     let source = &config.source;
     let api = wiring::table_api(source).await;
-    let described = tokio::time::timeout(timeout, wiring::describe(&api, source, &Cancel::never())).await;
+    let described =
+        tokio::time::timeout(timeout, wiring::describe(&api, source, &Cancel::never())).await;
     let table = match described {
         Ok(Ok(table)) => table,
         Ok(Err(failure)) => {
-            let hint = failure.hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default();
+            let hint = failure
+                .hint
+                .as_ref()
+                .map(|h| format!(" ({h})"))
+                .unwrap_or_default();
             probes.add("describe_table", Status::Fail, format!("{failure}{hint}"));
             return;
         }
@@ -122,7 +131,11 @@ async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Pr
         ),
     );
     if table.key_schema.is_empty() {
-        probes.add("key_schema", Status::Fail, format!("table '{}' has an empty key schema", table.name));
+        probes.add(
+            "key_schema",
+            Status::Fail,
+            format!("table '{}' has an empty key schema", table.name),
+        );
     } else {
         let keys: Vec<String> = table
             .key_schema
@@ -153,8 +166,16 @@ fn probe_sink(config: &PipelineConfig, probes: &mut Probes) {
     match &jsonl.path {
         JsonlTarget::Stdout => probes.add("sink", Status::Pass, "jsonl to stdout"),
         JsonlTarget::File(path) => match writable(path) {
-            Ok(detail) => probes.add("sink", Status::Pass, format!("jsonl {}: {detail}", path.display())),
-            Err(problem) => probes.add("sink", Status::Fail, format!("jsonl {}: {problem}", path.display())),
+            Ok(detail) => probes.add(
+                "sink",
+                Status::Pass,
+                format!("jsonl {}: {detail}", path.display()),
+            ),
+            Err(problem) => probes.add(
+                "sink",
+                Status::Fail,
+                format!("jsonl {}: {problem}", path.display()),
+            ),
         },
     }
 }
@@ -171,9 +192,15 @@ fn writable(path: &Path) -> Result<String, String> {
             .map(|_| "exists and is writable".to_string())
             .map_err(|e| format!("cannot open for appending: {e}"));
     }
-    let mut dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     while !dir.exists() {
-        dir = dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        dir = dir
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
     }
     tempfile::tempfile_in(dir)
         .map(|_| format!("will be created (directory {} is writable)", dir.display()))
@@ -190,7 +217,10 @@ fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
             let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
             match (&entry.position, changes.is_empty()) {
                 (None, _) => (Status::Pass, format!("{where_}: no position in progress")),
-                (Some(_), true) => (Status::Pass, format!("{where_}: position matches the source")),
+                (Some(_), true) => (
+                    Status::Pass,
+                    format!("{where_}: position matches the source"),
+                ),
                 (Some(_), false) => (
                     Status::Fail,
                     format!(
@@ -203,7 +233,10 @@ fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
     };
     if file.is_locked() && status == Status::Pass {
         status = Status::Warn;
-        detail.push_str(&format!("; pipeline '{}' is running now (lock held)", config.name));
+        detail.push_str(&format!(
+            "; pipeline '{}' is running now (lock held)",
+            config.name
+        ));
     }
     probes.add("state", status, detail);
 }

@@ -33,9 +33,12 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         .map_err(Failure::runtime)?;
     let endpoint = format!(
         "http://{}",
-        listener.local_addr().map_err(|e| Failure::runtime(anyhow!(e)))?
+        listener
+            .local_addr()
+            .map_err(|e| Failure::runtime(anyhow!(e)))?
     );
-    let db = dynoxide::Database::memory().map_err(|e| Failure::runtime(anyhow!("dynoxide: {e}")))?;
+    let db =
+        dynoxide::Database::memory().map_err(|e| Failure::runtime(anyhow!("dynoxide: {e}")))?;
     tokio::spawn(dynoxide::server::serve_on(listener, db));
     eprintln!("demo: DynamoDB emulator (dynoxide) listening on {endpoint}");
 
@@ -65,7 +68,12 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         .map_err(Failure::runtime)?;
     eprintln!("demo: running pipeline {}", config_path.display());
 
-    let exit = wiring::run(&config_path, ProgressMode::Auto, ddbpipe_source::retry::Cancel::never()).await?;
+    let exit = wiring::run(
+        &config_path,
+        ProgressMode::Auto,
+        ddbpipe_source::retry::Cancel::never(),
+    )
+    .await?;
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     let lines = text.lines().count();
     eprintln!("demo: wrote {lines} items to {}", out.display());
@@ -85,7 +93,9 @@ async fn client(endpoint: &str) -> Client {
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new("demo", "demo", None, None, "demo"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "demo", "demo", None, None, "demo",
+        ))
         .build();
     Client::from_conf(config)
 }
@@ -97,7 +107,12 @@ async fn create_table(client: &Client) -> anyhow::Result<()> {
             .attribute_type(ScalarAttributeType::S)
             .build()
     };
-    let key = |name: &str, kind| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
+    let key = |name: &str, kind| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+    };
     client
         .create_table()
         .table_name(TABLE)
@@ -119,33 +134,72 @@ fn order(i: u32) -> HashMap<String, AttributeValue> {
     let lines = (0..(i % 4 + 1))
         .map(|l| {
             AttributeValue::M(HashMap::from([
-                ("sku".to_string(), s(format!("SKU-{:05}", (i * 7 + l * 13) % 50_000))),
+                (
+                    "sku".to_string(),
+                    s(format!("SKU-{:05}", (i * 7 + l * 13) % 50_000)),
+                ),
                 ("qty".to_string(), n(format!("{}", l + 1))),
-                ("unit_price".to_string(), n(format!("{}.{:02}", 3 + (i + l) % 97, (i * l) % 100))),
+                (
+                    "unit_price".to_string(),
+                    n(format!("{}.{:02}", 3 + (i + l) % 97, (i * l) % 100)),
+                ),
             ]))
         })
         .collect();
     let mut item = HashMap::from([
-        ("customer".to_string(), s(format!("customer#{:04}", i % 250))),
+        (
+            "customer".to_string(),
+            s(format!("customer#{:04}", i % 250)),
+        ),
         ("order_id".to_string(), s(format!("order#{i:06}"))),
-        ("status".to_string(), s(["placed", "paid", "shipped", "delivered"][(i % 4) as usize].to_string())),
-        ("total".to_string(), n(format!("{}.{:02}", 10 + i % 990, i % 100))),
-        ("ledger_id".to_string(), n(format!("1234567890123456789{:06}", i))),
+        (
+            "status".to_string(),
+            s(["placed", "paid", "shipped", "delivered"][(i % 4) as usize].to_string()),
+        ),
+        (
+            "total".to_string(),
+            n(format!("{}.{:02}", 10 + i % 990, i % 100)),
+        ),
+        (
+            "ledger_id".to_string(),
+            n(format!("1234567890123456789{:06}", i)),
+        ),
         ("lines".to_string(), AttributeValue::L(lines)),
-        ("tags".to_string(), AttributeValue::Ss(vec!["web".into(), format!("region-{}", i % 5)])),
-        ("gift".to_string(), AttributeValue::Bool(i.is_multiple_of(7))),
-        ("signature".to_string(), AttributeValue::B(Blob::new(vec![(i % 256) as u8, 1, 2]))),
+        (
+            "tags".to_string(),
+            AttributeValue::Ss(vec!["web".into(), format!("region-{}", i % 5)]),
+        ),
+        (
+            "gift".to_string(),
+            AttributeValue::Bool(i.is_multiple_of(7)),
+        ),
+        (
+            "signature".to_string(),
+            AttributeValue::B(Blob::new(vec![(i % 256) as u8, 1, 2])),
+        ),
         (
             "shipping".to_string(),
             AttributeValue::M(HashMap::from([
-                ("city".to_string(), s(["Lisbon", "Osaka", "Denver", "Accra", "Tallinn"][(i % 5) as usize].to_string())),
-                ("express".to_string(), AttributeValue::Bool(i.is_multiple_of(3))),
+                (
+                    "city".to_string(),
+                    s(
+                        ["Lisbon", "Osaka", "Denver", "Accra", "Tallinn"][(i % 5) as usize]
+                            .to_string(),
+                    ),
+                ),
+                (
+                    "express".to_string(),
+                    AttributeValue::Bool(i.is_multiple_of(3)),
+                ),
                 ("notes".to_string(), AttributeValue::Null(true)),
             ])),
         ),
     ]);
     if i.is_multiple_of(10) {
-        item.insert("coupon_values".to_string(), AttributeValue::Ns(vec!["5".into(), "12.5".into()]));
+        item.insert(
+            "coupon_values".to_string(),
+            AttributeValue::Ns(vec!["5".into(), "12.5".into()]),
+        );
     }
     item
 }

@@ -26,7 +26,10 @@ pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
     let (settings, retry) = match &args.config {
         Some(path) => {
             let config = wiring::load_config(path)?;
-            (wiring::client_settings(&config.source), wiring::retry_policy(&config.source))
+            (
+                wiring::client_settings(&config.source),
+                wiring::retry_policy(&config.source),
+            )
         }
         None => (
             ClientSettings {
@@ -64,16 +67,26 @@ pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
     Ok(Exit::Ok)
 }
 
-async fn list_tables<A: TableApi>(api: &A, retry: &RetryPolicy, cancel: &Cancel) -> Result<Vec<String>, Failure> {
+async fn list_tables<A: TableApi>(
+    api: &A,
+    retry: &RetryPolicy,
+    cancel: &Cancel,
+) -> Result<Vec<String>, Failure> {
     let mut names = Vec::new();
     let mut start: Option<String> = None;
     loop {
         let page = retry
-            .run("list_tables", || "ListTables".to_string(), cancel, &NoObserver, |_| {
-                api.list_tables(start.as_deref())
-            })
+            .run(
+                "list_tables",
+                || "ListTables".to_string(),
+                cancel,
+                &NoObserver,
+                |_| api.list_tables(start.as_deref()),
+            )
             .await
-            .map_err(|e| Failure::runtime(e).hint("check --region / --endpoint-url and the credentials"))?;
+            .map_err(|e| {
+                Failure::runtime(e).hint("check --region / --endpoint-url and the credentials")
+            })?;
         names.extend(page.names);
         match page.last_evaluated {
             Some(last) => start = Some(last),
@@ -110,15 +123,20 @@ async fn describe_all<A: TableApi>(
         let Some(joined) = tasks.join_next().await else {
             return Ok(tables);
         };
-        let (name, described) = joined.map_err(|e| Failure::runtime(anyhow!("internal error: describe task: {e}")))?;
+        let (name, described) =
+            joined.map_err(|e| Failure::runtime(anyhow!("internal error: describe task: {e}")))?;
         match described {
             Ok(Some(table)) => tables.push(table),
-            Ok(None) => tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped."),
+            Ok(None) => {
+                tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.")
+            }
             Err(error) if error.code() == Some("ResourceNotFoundException") => {
                 tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.");
             }
             Err(error) => {
-                return Err(Failure::runtime(anyhow!("describing table '{name}': {error}")));
+                return Err(Failure::runtime(anyhow!(
+                    "describing table '{name}': {error}"
+                )));
             }
         }
     }
@@ -140,10 +158,19 @@ fn table_json(table: &TableDescription) -> Json {
     out.insert("name".into(), json!(table.name));
     out.insert("kind".into(), json!("table"));
     out.insert("config_patch".into(), json!({"table_name": table.name}));
-    out.insert("schema".into(), json!({"type": "object", "properties": properties}));
+    out.insert(
+        "schema".into(),
+        json!({"type": "object", "properties": properties}),
+    );
     out.insert(
         "primary_key".into(),
-        json!(table.key_schema.iter().map(|k| k.name.clone()).collect::<Vec<_>>()),
+        json!(
+            table
+                .key_schema
+                .iter()
+                .map(|k| k.name.clone())
+                .collect::<Vec<_>>()
+        ),
     );
     if let Some(count) = table.item_count.filter(|c| *c >= 0) {
         out.insert("estimated_rows".into(), json!(count));

@@ -32,9 +32,16 @@ fn main() -> ExitCode {
     if let Err(error) = telemetry::init(&args.log_level, args.log_format) {
         return report(&Failure::usage(anyhow!(error)));
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
-        Err(error) => return report(&Failure::runtime(anyhow!("cannot start the runtime: {error}"))),
+        Err(error) => {
+            return report(&Failure::runtime(anyhow!(
+                "cannot start the runtime: {error}"
+            )));
+        }
     };
     let outcome = runtime.block_on(dispatch(args.command));
     // Pending reads and timers are abandoned; state was committed by the command.
@@ -63,6 +70,11 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
         },
         Command::Lag { config, .. } => {
             let loaded = wiring::load_config(&config)?;
+            if loaded.source.mode.reads_stream() {
+                return Err(Failure::usage(anyhow!(
+                    "lag is not available in this version of ddbpipe (streams modes come next)"
+                )));
+            }
             Err(Failure::usage(anyhow!(
                 "lag applies to streams and mirror modes (this pipeline is mode: {})",
                 loaded.source.mode
@@ -83,8 +95,13 @@ fn signals() -> Cancel {
 
 async fn watch_signals(handle: CancelHandle) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        tracing::warn!("Cannot install signal handlers; SIGINT/SIGTERM will end the process at once.");
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!(
+            "Cannot install signal handlers; SIGINT/SIGTERM will end the process at once."
+        );
         return;
     };
     tokio::select! {

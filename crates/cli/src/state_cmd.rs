@@ -75,7 +75,10 @@ pub fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
             }
             Some(Position::Streams(_)) => println!("position:           streams"),
         }
-        println!("position (JSON):    {}", position.unwrap_or(serde_json::Value::Null));
+        println!(
+            "position (JSON):    {}",
+            position.unwrap_or(serde_json::Value::Null)
+        );
         if let Some(last) = &entry.last_completed {
             println!("last completed:     {last}");
         }
@@ -91,7 +94,10 @@ pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
             return Err(Failure::usage(anyhow!(
                 "state reset needs confirmation: no terminal to ask on"
             ))
-            .hint(format!("run `ddbpipe state reset {} --yes`", config_path.display())));
+            .hint(format!(
+                "run `ddbpipe state reset {} --yes`",
+                config_path.display()
+            )));
         }
         eprint!(
             "Forget the position of pipeline '{}' in {}? The destination's data is untouched. [y/N] ",

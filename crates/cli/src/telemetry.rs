@@ -22,7 +22,11 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
         .with_target(false);
     match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
     }
     .map_err(|e| e.to_string())
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, StartError};
-use ddbpipe_pipeline::runner::{ScanOutcome, run_scan};
+use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
@@ -84,7 +84,9 @@ pub async fn describe<A: TableApi>(
         .await;
     match described {
         Ok(Some(description)) => Ok(description),
-        Ok(None) => Err(Failure::runtime(anyhow!("DescribeTable '{table}' returned no table"))),
+        Ok(None) => Err(Failure::runtime(anyhow!(
+            "DescribeTable '{table}' returned no table"
+        ))),
         Err(error) => {
             let hint = match error.code() {
                 Some("ResourceNotFoundException") => Some(format!(
@@ -241,7 +243,11 @@ pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
 }
 
 /// Runs a pipeline: validate, lock, load the position, build, read, write, commit.
-pub async fn run(config_path: &Path, progress: ProgressMode, stop: Cancel) -> Result<Exit, Failure> {
+pub async fn run(
+    config_path: &Path,
+    progress: ProgressMode,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
     let config = load_config(config_path)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
@@ -265,7 +271,11 @@ pub async fn run(config_path: &Path, progress: ProgressMode, stop: Cancel) -> Re
     let _lock = state
         .lock(&config.name)
         .map_err(|e| state_failure(e, config_path))?;
-    let total_segments = if kind == ScanKind::Query { 1 } else { source.segments };
+    let total_segments = if kind == ScanKind::Query {
+        1
+    } else {
+        source.segments
+    };
     let mut checkpointer = Checkpointer::open_scan(
         state,
         &config.name,
@@ -287,11 +297,15 @@ pub async fn run(config_path: &Path, progress: ProgressMode, stop: Cancel) -> Re
     let table = describe(api.as_ref(), source, &stop).await?;
     let rules = table_rules(source, &table);
     if let Some(problem) = rules.index {
-        return Err(Failure::usage(anyhow!("config error: source.index_name: {problem}")));
+        return Err(Failure::usage(anyhow!(
+            "config error: source.index_name: {problem}"
+        )));
     }
-    let rate = rules
-        .read_rate
-        .map_err(|problem| Failure::usage(anyhow!("config error: source.read_capacity_fraction: {problem}")))?;
+    let rate = rules.read_rate.map_err(|problem| {
+        Failure::usage(anyhow!(
+            "config error: source.read_capacity_fraction: {problem}"
+        ))
+    })?;
     let limiter = Arc::new(ReadLimiter::new(rate));
     if let Some(rate) = rate {
         tracing::info!(units_per_second = rate, "Read capacity limited.");
@@ -339,7 +353,12 @@ pub async fn run(config_path: &Path, progress: ProgressMode, stop: Cancel) -> Re
         "Run started."
     );
     let started = Instant::now();
-    let bar = ScanProgress::new(progress, table.item_count, checkpointer.position().done.count(), total_segments);
+    let bar = ScanProgress::new(
+        progress,
+        table.item_count,
+        checkpointer.position().done.count(),
+        total_segments,
+    );
     let outcome = run_scan(
         reader,
         source.batch_size,
@@ -354,11 +373,19 @@ pub async fn run(config_path: &Path, progress: ProgressMode, stop: Cancel) -> Re
         task.abort();
     }
     let outcome = outcome.map_err(|error| {
-        let failure = Failure::runtime(error);
-        failure.hint(format!(
-            "what was written is committed; `ddbpipe run {}` resumes after the last committed page",
-            config_path.display()
-        ))
+        let hint = match &error {
+            RunError::Read(read) if read.code() == Some("AccessDeniedException") => format!(
+                "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
+                if kind == ScanKind::Query { "Query" } else { "Scan" },
+                source.table_name,
+                source.credentials.describe()
+            ),
+            _ => format!(
+                "what was written is committed; `ddbpipe run {}` resumes after the last committed page",
+                config_path.display()
+            ),
+        };
+        Failure::runtime(error).hint(hint)
     })?;
     summarize(&config, &outcome, started.elapsed());
     if outcome.completed {
@@ -386,7 +413,11 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
             outcome.segments_done
         )
     };
-    let status = if outcome.completed { "complete" } else { "interrupted" };
+    let status = if outcome.completed {
+        "complete"
+    } else {
+        "interrupted"
+    };
     tracing::info!(
         items = outcome.written,
         capacity_units = outcome.capacity_units,

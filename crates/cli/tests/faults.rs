@@ -383,3 +383,39 @@ async fn the_secret_access_key_appears_in_no_output_of_a_failing_run_or_a_check(
         assert!(!text.contains(SECRET), "{what} shows the secret:\n{text}");
     }
 }
+
+// --- SPEC §9.5: access errors name the action, the resource and the credentials ------------
+
+#[tokio::test]
+async fn an_access_denied_scan_names_the_action_the_table_and_the_credentials() {
+    let fake = fake_with_table().await;
+    fake.always(
+        Op::Scan,
+        aws_error(
+            400,
+            "AccessDeniedException",
+            "User is not authorized to perform dynamodb:Scan",
+        ),
+    )
+    .await;
+    let pipeline = Pipeline::new(&fake);
+
+    let outcome = pipeline.run().await;
+
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert_eq!(fake.calls(Op::Scan).await, 1, "access errors are fatal");
+    assert!(
+        outcome
+            .stderr
+            .contains("User is not authorized to perform dynamodb:Scan"),
+        "the AWS message verbatim: {}",
+        outcome.stderr
+    );
+    assert!(
+        outcome
+            .stderr
+            .contains("hint: access denied for dynamodb:Scan on table 't' — grant it to the credentials in use (access key"),
+        "{}",
+        outcome.stderr
+    );
+}

@@ -23,7 +23,10 @@ fn seed_501(emulator: &common::Running, table: &str) {
         ("set", AttributeValue::Ss(vec!["a".into(), "b".into()])),
     ])];
     for i in 1..501 {
-        items.push(item(vec![("pk", s(&format!("k{i:03}"))), ("n", n(&i.to_string()))]));
+        items.push(item(vec![
+            ("pk", s(&format!("k{i:03}"))),
+            ("n", n(&i.to_string())),
+        ]));
     }
     emulator.put_items(table, items);
 }
@@ -40,22 +43,41 @@ fn parallel_scan_writes_every_item_once(emulator: Emulator) {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = pipeline.records();
     assert_eq!(records.len(), 501);
-    let keys: BTreeSet<String> = records.iter().map(|r| r["pk"].as_str().unwrap().to_string()).collect();
+    let keys: BTreeSet<String> = records
+        .iter()
+        .map(|r| r["pk"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(keys.len(), 501, "every line is a distinct item");
     let first = records.iter().find(|r| r["pk"] == "k000").unwrap();
     assert_eq!(first["big"], json!("12345678901234567890123"));
     assert_eq!(first["bin"], json!("AQI="));
     assert!(first["set"].is_array());
-    let mut set: Vec<&str> = first["set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let mut set: Vec<&str> = first["set"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     set.sort();
     assert_eq!(set, ["a", "b"]);
     // Lines are compact objects with sorted keys.
-    let line = pipeline.lines().into_iter().find(|l| l.contains("k000")).unwrap();
-    assert_eq!(line, r#"{"big":"12345678901234567890123","bin":"AQI=","pk":"k000","set":["a","b"]}"#);
+    let line = pipeline
+        .lines()
+        .into_iter()
+        .find(|l| l.contains("k000"))
+        .unwrap();
+    assert_eq!(
+        line,
+        r#"{"big":"12345678901234567890123","bin":"AQI=","pk":"k000","set":["a","b"]}"#
+    );
     let entry = pipeline.entry("items-export").expect("an entry is stored");
     assert_eq!(entry["position"], Value::Null);
     assert_eq!(entry["last_completed"]["items"], json!(501));
-    assert!(stderr(&output).contains("complete: 501 read, 501 written"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("complete: 501 read, 501 written"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 fn a_scan_killed_after_its_first_commit_resumes_without_losing_items(emulator: Emulator) {
@@ -73,7 +95,10 @@ fn a_scan_killed_after_its_first_commit_resumes_without_losing_items(emulator: E
     child.kill().unwrap(); // SIGKILL: no drain, no final commit.
     child.wait().unwrap();
     let first_run = pipeline.lines().len();
-    assert!(first_run < 501, "the first run was interrupted ({first_run} lines)");
+    assert!(
+        first_run < 501,
+        "the first run was interrupted ({first_run} lines)"
+    );
 
     pipeline.write(
         "items-export",
@@ -84,19 +109,30 @@ fn a_scan_killed_after_its_first_commit_resumes_without_losing_items(emulator: E
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let lines = pipeline.lines();
     let rerun = lines.len() - first_run;
-    assert!(rerun < 501, "the rerun read fewer items than a full scan ({rerun})");
+    assert!(
+        rerun < 501,
+        "the rerun read fewer items than a full scan ({rerun})"
+    );
     let keys: BTreeSet<String> = pipeline
         .records()
         .iter()
         .map(|r| r["pk"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(keys.len(), 501, "the two runs together hold every key");
-    assert!(stderr(&output).contains("resumed=true"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("resumed=true"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 fn a_query_reads_one_partition_backwards_with_filter_and_projection(emulator: Emulator) {
     let running = emulator.start();
-    running.create_table("events", ("pk", ScalarAttributeType::S), Some(("sk", ScalarAttributeType::N)));
+    running.create_table(
+        "events",
+        ("pk", ScalarAttributeType::S),
+        Some(("sk", ScalarAttributeType::N)),
+    );
     let mut items = Vec::new();
     for i in 0..20 {
         items.push(item(vec![
@@ -106,7 +142,11 @@ fn a_query_reads_one_partition_backwards_with_filter_and_projection(emulator: Em
             ("payload", s("not projected")),
         ]));
     }
-    items.push(item(vec![("pk", s("user#2")), ("sk", n("1")), ("kind", s("even"))]));
+    items.push(item(vec![
+        ("pk", s("user#2")),
+        ("sk", n("1")),
+        ("kind", s("even")),
+    ]));
     running.put_items("events", items);
     let pipeline = Pipeline::new(
         "events-query",
@@ -150,7 +190,10 @@ const NUMBERS: &[(&str, &str)] = &[
     ("1E+30", "1e+30"),
     ("1.00000000000000001", "\"1.00000000000000001\""),
     ("123456789.123456789", "\"123456789.123456789\""),
-    ("3.14159265358979323846264338327950288", "\"3.14159265358979323846264338327950288\""),
+    (
+        "3.14159265358979323846264338327950288",
+        "\"3.14159265358979323846264338327950288\"",
+    ),
     ("-0.000", "0"),
 ];
 
@@ -169,8 +212,19 @@ fn every_value_kind_comes_out_as_specified_in_plain_and_typed(emulator: Emulator
             "nested",
             AttributeValue::M(
                 [
-                    ("l".to_string(), AttributeValue::L(vec![n("1"), s("x"), AttributeValue::Null(true), AttributeValue::Bool(true)])),
-                    ("m".to_string(), AttributeValue::M([("deep".to_string(), n("2.50"))].into())),
+                    (
+                        "l".to_string(),
+                        AttributeValue::L(vec![
+                            n("1"),
+                            s("x"),
+                            AttributeValue::Null(true),
+                            AttributeValue::Bool(true),
+                        ]),
+                    ),
+                    (
+                        "m".to_string(),
+                        AttributeValue::M([("deep".to_string(), n("2.50"))].into()),
+                    ),
                 ]
                 .into(),
             ),
@@ -190,8 +244,15 @@ fn every_value_kind_comes_out_as_specified_in_plain_and_typed(emulator: Emulator
     let lines = pipeline.lines();
     for (i, (text, expected)) in NUMBERS.iter().enumerate() {
         let key = format!("n{i:02}");
-        let line = lines.iter().find(|l| l.contains(&format!("\"{key}\""))).unwrap();
-        assert_eq!(line, &format!("{{\"pk\":\"{key}\",\"v\":{expected}}}"), "number {text}");
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("\"{key}\"")))
+            .unwrap();
+        assert_eq!(
+            line,
+            &format!("{{\"pk\":\"{key}\",\"v\":{expected}}}"),
+            "number {text}"
+        );
     }
     // Sets have no order: emulators may return their elements in any order.
     let sets = lines.iter().find(|l| l.contains("\"sets\"")).unwrap();
@@ -201,10 +262,18 @@ fn every_value_kind_comes_out_as_specified_in_plain_and_typed(emulator: Emulator
         r#"{"bs":["/w=="],"nested":{"l":[1,"x",null,true],"m":{"deep":2.5}},"ns":[1,1.5],"pk":"sets"}"#
     );
 
-    let typed = Pipeline::new("values-typed", &running.endpoint, "table_name: values\nvalue_format: typed");
+    let typed = Pipeline::new(
+        "values-typed",
+        &running.endpoint,
+        "table_name: values\nvalue_format: typed",
+    );
     let output = typed.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let line = typed.lines().into_iter().find(|l| l.contains(r#""pk":{"S":"a"}"#)).unwrap();
+    let line = typed
+        .lines()
+        .into_iter()
+        .find(|l| l.contains(r#""pk":{"S":"a"}"#))
+        .unwrap();
     assert_eq!(
         line,
         r#"{"blob":{"B":"AQ=="},"pk":{"S":"a"},"price":{"N":"12345678901234567890.123456789"},"tags":{"SS":["x"]}}"#

@@ -16,18 +16,26 @@ use common::{Emulator, Pipeline, item, n, s, stderr, stdout};
 fn seed(running: &common::Running, count: usize) {
     running.create_table("items", ("pk", ScalarAttributeType::S), None);
     let items = (0..count)
-        .map(|i| item(vec![("pk", s(&format!("k{i:03}"))), ("a", n(if i % 2 == 0 { "1" } else { "2" }))]))
+        .map(|i| {
+            item(vec![
+                ("pk", s(&format!("k{i:03}"))),
+                ("a", n(if i % 2 == 0 { "1" } else { "2" })),
+            ])
+        })
         .collect();
     running.put_items("items", items);
 }
 
-const SLOW: &str = "max_read_units_per_second: 1\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1";
+const SLOW: &str =
+    "max_read_units_per_second: 1\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1";
 
 /// Starts a slow run and waits until it has committed a position.
 fn run_until_committed(pipeline: &Pipeline, name: &str) -> std::process::Child {
     let child = common::spawn_run(&pipeline.config);
     let committed = common::wait_for(Duration::from_secs(60), || {
-        pipeline.entry(name).is_some_and(|e| !e["position"].is_null())
+        pipeline
+            .entry(name)
+            .is_some_and(|e| !e["position"].is_null())
     });
     assert!(committed, "the run committed a position");
     child
@@ -51,7 +59,11 @@ fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
         )
         .replace("a = :x", filter)
     };
-    let pipeline = Pipeline::new("items-export", &running.endpoint, &with_filter("a = :x", true));
+    let pipeline = Pipeline::new(
+        "items-export",
+        &running.endpoint,
+        &with_filter("a = :x", true),
+    );
     let mut child = run_until_committed(&pipeline, "items-export");
     // SIGTERM drains: what was read is written, the position is committed, exit 1 (a scan was
     // interrupted and the output is incomplete).
@@ -59,14 +71,24 @@ fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(1));
     let entry = pipeline.entry("items-export").unwrap();
-    assert!(!entry["position"].is_null(), "the drain committed the position");
+    assert!(
+        !entry["position"].is_null(),
+        "the drain committed the position"
+    );
 
-    pipeline.write("items-export", &running.endpoint, &with_filter("a <> :x", false));
+    pipeline.write(
+        "items-export",
+        &running.endpoint,
+        &with_filter("a <> :x", false),
+    );
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let err = stderr(&output);
     assert!(err.contains("was made with a different source"), "{err}");
-    assert!(err.contains("filter_expression changed from \"a = :x\" to \"a <> :x\""), "{err}");
+    assert!(
+        err.contains("filter_expression changed from \"a = :x\" to \"a <> :x\""),
+        "{err}"
+    );
     assert!(err.contains("ddbpipe state reset"), "{err}");
 
     let show = pipeline.ddbpipe(&["state", "show", "--json"]);
@@ -78,21 +100,36 @@ fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(stderr(&output).contains("complete: 100 read"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("complete: 100 read"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 fn a_second_run_of_the_same_pipeline_is_refused(emulator: Emulator) {
     let running = emulator.start();
     seed(&running, 100);
-    let pipeline = Pipeline::new("items-export", &running.endpoint, &format!("table_name: items\n{SLOW}"));
+    let pipeline = Pipeline::new(
+        "items-export",
+        &running.endpoint,
+        &format!("table_name: items\n{SLOW}"),
+    );
     let mut first = run_until_committed(&pipeline, "items-export");
     let second = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(second.status.code(), Some(1));
     let err = stderr(&second);
-    assert!(err.contains("pipeline 'items-export' is already running"), "{err}");
+    assert!(
+        err.contains("pipeline 'items-export' is already running"),
+        "{err}"
+    );
     assert!(err.contains(&format!("pid {}", first.id())), "{err}");
     let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
-    assert_eq!(reset.status.code(), Some(1), "reset fails while a run holds the lock");
+    assert_eq!(
+        reset.status.code(),
+        Some(1),
+        "reset fails while a run holds the lock"
+    );
     let check = pipeline.ddbpipe(&["check"]);
     assert!(stdout(&check).contains("WARN state"), "{}", stdout(&check));
     first.kill().unwrap();
@@ -106,7 +143,8 @@ fn corrupt_state_stops_the_run_and_is_left_untouched(emulator: Emulator) {
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     // Replace the position with one whose shard sequence is a number, not a string.
-    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pipeline.state).unwrap()).unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pipeline.state).unwrap()).unwrap();
     doc["pipelines"]["items-export"]["position"] = json!({"finished":[],"kind":"streams","latest_floor_ms":{},
         "shards":{"s1":4960},"snapshot":null,"stream_arn":"arn:aws:dynamodb:us-east-1:1:table/items/stream/x","verified_at":{}});
     let corrupt = doc.to_string();
@@ -115,10 +153,20 @@ fn corrupt_state_stops_the_run_and_is_left_untouched(emulator: Emulator) {
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let err = stderr(&output);
-    assert!(err.contains(&pipeline.state.display().to_string()), "names the file: {err}");
-    assert!(err.contains("pipelines.items-export.position.shards.s1"), "names the path: {err}");
+    assert!(
+        err.contains(&pipeline.state.display().to_string()),
+        "names the file: {err}"
+    );
+    assert!(
+        err.contains("pipelines.items-export.position.shards.s1"),
+        "names the path: {err}"
+    );
     assert!(err.contains("state reset"), "{err}");
-    assert_eq!(std::fs::read_to_string(&pipeline.state).unwrap(), corrupt, "byte-for-byte unchanged");
+    assert_eq!(
+        std::fs::read_to_string(&pipeline.state).unwrap(),
+        corrupt,
+        "byte-for-byte unchanged"
+    );
 
     let show = pipeline.ddbpipe(&["state", "show"]);
     assert_eq!(show.status.code(), Some(1));
@@ -145,7 +193,11 @@ fn state_show_and_reset_report_what_is_stored(emulator: Emulator) {
     assert_eq!(shown["entry"]["position"], serde_json::Value::Null);
 
     let refused = pipeline.ddbpipe(&["state", "reset"]);
-    assert_eq!(refused.status.code(), Some(2), "without a terminal --yes is required");
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "without a terminal --yes is required"
+    );
     assert!(stderr(&refused).contains("--yes"));
     let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
     assert_eq!(reset.status.code(), Some(0));

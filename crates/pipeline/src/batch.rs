@@ -51,7 +51,9 @@ impl Batcher {
             self.current.records.extend_from(&page.records, from, to);
             from = to;
             if from == total {
-                self.current.segments.push((page.segment, page.cursor.clone()));
+                self.current
+                    .segments
+                    .push((page.segment, page.cursor.clone()));
             }
             if self.current.records.len() >= self.batch_size {
                 full.push(std::mem::take(&mut self.current));

@@ -116,7 +116,9 @@ impl Checkpointer {
                     }
                 }
                 let position = match entry.position {
-                    Some(Position::Scan(scan)) if scan.total_segments == total_segments => Some(scan),
+                    Some(Position::Scan(scan)) if scan.total_segments == total_segments => {
+                        Some(scan)
+                    }
                     _ => None,
                 };
                 (entry.last_completed, position)

@@ -89,7 +89,8 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
     let limiter = Arc::clone(&reader.limiter);
-    let mut read_task = tokio::spawn(async move { reader.run(&done, cursors, tx, read_cancel).await });
+    let mut read_task =
+        tokio::spawn(async move { reader.run(&done, cursors, tx, read_cancel).await });
 
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
@@ -98,13 +99,14 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let mut read = 0u64;
     let mut written = 0u64;
 
-    let mut deliver = async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
-        sink.write(&batch).await?;
-        written += batch.records.len() as u64;
-        checkpointer.acknowledged(&batch)?;
-        progress.advanced(written, limiter.total_units());
-        Ok(())
-    };
+    let mut deliver =
+        async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
+            sink.write(&batch).await?;
+            written += batch.records.len() as u64;
+            checkpointer.acknowledged(&batch)?;
+            progress.advanced(written, limiter.total_units());
+            Ok(())
+        };
 
     loop {
         tokio::select! {

@@ -52,7 +52,12 @@ impl Sink for MemorySink {
     }
 }
 
-fn reader(table: Arc<FakeTable>, segments: u32, page_limit: u32, rate: Option<f64>) -> SegmentReader<FakeTable> {
+fn reader(
+    table: Arc<FakeTable>,
+    segments: u32,
+    page_limit: u32,
+    rate: Option<f64>,
+) -> SegmentReader<FakeTable> {
     SegmentReader {
         api: table,
         template: ReadRequest {
@@ -94,12 +99,20 @@ fn checkpointer(dir: &std::path::Path, segments: u32) -> Checkpointer {
 fn keys(lines: &[String]) -> BTreeSet<String> {
     lines
         .iter()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["pk"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["pk"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect()
 }
 
 fn stored_position(dir: &std::path::Path) -> Option<Position> {
-    StateFile::new(dir.join("state.json")).load("p").unwrap().and_then(|e| e.position)
+    StateFile::new(dir.join("state.json"))
+        .load("p")
+        .unwrap()
+        .and_then(|e| e.position)
 }
 
 #[tokio::test(start_paused = true)]
@@ -108,14 +121,24 @@ async fn every_item_is_written_once_and_completion_clears_the_position() {
     let table = Arc::new(FakeTable::numbered(1000));
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 4);
-    let outcome = run_scan(reader(table, 4, 30, None), 50, &mut sink, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap();
+    let outcome = run_scan(
+        reader(table, 4, 30, None),
+        50,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     assert!(outcome.completed);
     assert_eq!((outcome.read, outcome.written), (1000, 1000));
     assert_eq!(sink.lines.len(), 1000);
     assert_eq!(keys(&sink.lines).len(), 1000);
-    let entry = StateFile::new(dir.path().join("state.json")).load("p").unwrap().unwrap();
+    let entry = StateFile::new(dir.path().join("state.json"))
+        .load("p")
+        .unwrap()
+        .unwrap();
     assert_eq!(entry.position, None);
     assert_eq!(entry.last_completed.unwrap()["items"], 1000);
 }
@@ -126,11 +149,20 @@ async fn a_panicking_segment_fails_the_run_and_is_never_recorded_done() {
     let table = Arc::new(FakeTable::numbered(300).panic_on_segment(2));
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 4);
-    let error = run_scan(reader(table, 4, 10, None), 10, &mut sink, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap_err();
+    let error = run_scan(
+        reader(table, 4, 10, None),
+        10,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap_err();
     assert!(
-        error.to_string().contains("internal error: segment 2 task panicked: scripted panic in segment 2"),
+        error
+            .to_string()
+            .contains("internal error: segment 2 task panicked: scripted panic in segment 2"),
         "{error}"
     );
     if let Some(Position::Scan(scan)) = stored_position(dir.path()) {
@@ -148,9 +180,16 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
         ..MemorySink::default()
     };
     let mut cp = checkpointer(dir.path(), 1);
-    let error = run_scan(reader(table.clone(), 1, 10, None), 10, &mut sink, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap_err();
+    let error = run_scan(
+        reader(table.clone(), 1, 10, None),
+        10,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(error, RunError::Sink(_)), "{error}");
     assert_eq!(sink.lines.len(), 30);
     let Some(Position::Scan(scan)) = stored_position(dir.path()) else {
@@ -163,9 +202,16 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
     // Resuming from it reads exactly the rest.
     let mut sink2 = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 1);
-    let outcome = run_scan(reader(table, 1, 10, None), 10, &mut sink2, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap();
+    let outcome = run_scan(
+        reader(table, 1, 10, None),
+        10,
+        &mut sink2,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.read, 170);
     let mut all = sink.lines.clone();
     all.extend(sink2.lines);
@@ -180,10 +226,20 @@ async fn a_fatal_read_error_drops_the_batch_being_assembled() {
     let table = Arc::new(FakeTable::numbered(100).fail_next([fatal]));
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 1);
-    let error = run_scan(reader(table, 1, 10, None), 10, &mut sink, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap_err();
-    assert_eq!(error.to_string(), "scan of 't' failed after 1 attempt(s): ValidationException: bad");
+    let error = run_scan(
+        reader(table, 1, 10, None),
+        10,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "scan of 't' failed after 1 attempt(s): ValidationException: bad"
+    );
     assert!(sink.lines.is_empty());
     assert_eq!(stored_position(dir.path()), None);
 }
@@ -196,7 +252,14 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 4);
     // 2 units/s and 1 unit per page: the scan takes about 40 s of fake time.
-    let run = run_scan(reader(table.clone(), 4, 10, Some(1.0)), 10, &mut sink, &mut cp, cancel, &NoProgress);
+    let run = run_scan(
+        reader(table.clone(), 4, 10, Some(1.0)),
+        10,
+        &mut sink,
+        &mut cp,
+        cancel,
+        &NoProgress,
+    );
     let stopper = async {
         tokio::time::sleep(Duration::from_secs(10)).await;
         handle.cancel();
@@ -204,7 +267,10 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     let (outcome, ()) = tokio::join!(run, stopper);
     let outcome = outcome.unwrap();
     assert!(!outcome.completed);
-    assert_eq!(outcome.written, outcome.read, "everything read was handed over");
+    assert_eq!(
+        outcome.written, outcome.read,
+        "everything read was handed over"
+    );
     assert!(outcome.written > 0 && outcome.written < 400);
     let Some(Position::Scan(scan)) = stored_position(dir.path()) else {
         panic!("the position was saved");
@@ -213,9 +279,16 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
 
     let mut rest = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 4);
-    let outcome = run_scan(reader(table, 4, 10, None), 10, &mut rest, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap();
+    let outcome = run_scan(
+        reader(table, 4, 10, None),
+        10,
+        &mut rest,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     assert!(outcome.completed);
     let mut all = sink.lines.clone();
     all.extend(rest.lines);
@@ -229,25 +302,50 @@ async fn thirty_pages_of_ten_units_under_a_limit_of_twenty_take_at_least_fourtee
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 1);
     let started = tokio::time::Instant::now();
-    let outcome = run_scan(reader(table.clone(), 1, 10, Some(20.0)), 100, &mut sink, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap();
+    let outcome = run_scan(
+        reader(table.clone(), 1, 10, Some(20.0)),
+        100,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.written, 300);
     assert_eq!(table.requests().len(), 30);
-    assert!(started.elapsed() >= Duration::from_secs(14), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(14),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(outcome.capacity_units, 300.0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn throttles_are_retried_and_halve_the_limited_rate() {
     let dir = tempfile::tempdir().unwrap();
-    let throttle = || ApiError::from_code(Some("ProvisionedThroughputExceededException".into()), "slow down");
+    let throttle = || {
+        ApiError::from_code(
+            Some("ProvisionedThroughputExceededException".into()),
+            "slow down",
+        )
+    };
     let table = Arc::new(FakeTable::numbered(50).fail_next([throttle(), throttle()]));
     let mut sink = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 1);
     let reader = reader(table.clone(), 1, 100, Some(100.0));
     let limiter = Arc::clone(&reader.limiter);
-    let outcome = run_scan(reader, 100, &mut sink, &mut cp, Cancel::never(), &NoProgress).await.unwrap();
+    let outcome = run_scan(
+        reader,
+        100,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.written, 50);
     assert_eq!(table.requests().len(), 3, "two throttles, then success");
     assert!(limiter.rate().unwrap() < 100.0, "the rate was halved");
@@ -262,16 +360,33 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
         ..MemorySink::default()
     };
     let mut cp = checkpointer(dir.path(), 4);
-    let _ = run_scan(reader(table.clone(), 4, 5, None), 5, &mut sink, &mut cp, Cancel::never(), &NoProgress).await;
+    let _ = run_scan(
+        reader(table.clone(), 4, 5, None),
+        5,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await;
     let before = table.requests().len();
     let mut rest = MemorySink::default();
     let mut cp = checkpointer(dir.path(), 4);
-    run_scan(reader(table.clone(), 4, 5, None), 5, &mut rest, &mut cp, Cancel::never(), &NoProgress)
-        .await
-        .unwrap();
+    run_scan(
+        reader(table.clone(), 4, 5, None),
+        5,
+        &mut rest,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
     let requests = table.requests();
     assert!(
-        requests[before..].iter().any(|r| r.exclusive_start_key.is_some()),
+        requests[before..]
+            .iter()
+            .any(|r| r.exclusive_start_key.is_some()),
         "a cursor was continued"
     );
     let mut all = sink.lines.clone();

@@ -198,7 +198,10 @@ pub struct TableNames {
 /// Reads of a DynamoDB table: each method is one request attempt (retries are the caller's).
 pub trait TableApi: Send + Sync + 'static {
     /// One `Scan` or `Query` page.
-    fn read_page(&self, request: &ReadRequest) -> impl Future<Output = Result<Page, ApiError>> + Send;
+    fn read_page(
+        &self,
+        request: &ReadRequest,
+    ) -> impl Future<Output = Result<Page, ApiError>> + Send;
 
     /// `DescribeTable`. `Ok(None)` when the response held no table.
     fn describe_table(

@@ -40,7 +40,8 @@ impl Bucket {
 
     /// Adds what the elapsed time earned and any rate recovery that is due.
     fn advance(&mut self, now: Instant) {
-        while now.duration_since(self.recovered_at) >= RECOVERY_STEP && self.rate < self.configured {
+        while now.duration_since(self.recovered_at) >= RECOVERY_STEP && self.rate < self.configured
+        {
             self.rate = (self.rate + 0.1 * self.configured).min(self.configured);
             self.recovered_at += RECOVERY_STEP;
         }
@@ -120,7 +121,11 @@ impl ReadLimiter {
         if let Some(bucket) = &self.bucket {
             let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
             b.advance(Instant::now());
-            let ratio = if b.configured > 0.0 { b.rate / b.configured } else { 1.0 };
+            let ratio = if b.configured > 0.0 {
+                b.rate / b.configured
+            } else {
+                1.0
+            };
             b.configured = rate;
             b.rate = (rate * ratio).max(1.0).min(rate.max(1.0));
         }

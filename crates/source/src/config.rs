@@ -234,6 +234,19 @@ impl Credentials {
             Credentials::WebIdentity => "web_identity",
         }
     }
+
+    /// Names the credentials for messages, without any secret: "profile 'prod'",
+    /// "access key AKIA…", "role arn:…", "the default credential chain".
+    pub fn describe(&self) -> String {
+        match self {
+            Credentials::Default | Credentials::WebIdentity => {
+                "the default credential chain".into()
+            }
+            Credentials::Profile { name } => format!("profile '{name}'"),
+            Credentials::AccessKey { access_key_id, .. } => format!("access key {access_key_id}"),
+            Credentials::AssumeRole { role_arn, .. } => format!("role {role_arn}"),
+        }
+    }
 }
 
 /// How failed requests are retried (SPEC §9). Each field defaults on its own.

@@ -101,7 +101,12 @@ impl TableApi for FakeTable {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(request.clone());
-        if let Some(error) = self.faults.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+        if let Some(error) = self
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+        {
             return Err(error);
         }
         let (segment, total) = match &request.kind {
@@ -122,7 +127,10 @@ impl TableApi for FakeTable {
         let start_after = request.exclusive_start_key.as_ref();
         let mut mine: Vec<&Item> = match start_after {
             None => mine.collect(),
-            Some(key) => mine.skip_while(|item| Self::key_of(item) != *key).skip(1).collect(),
+            Some(key) => mine
+                .skip_while(|item| Self::key_of(item) != *key)
+                .skip(1)
+                .collect(),
         };
         let limit = request.limit.unwrap_or(100) as usize;
         let more = mine.len() > limit;
@@ -139,7 +147,10 @@ impl TableApi for FakeTable {
         })
     }
 
-    async fn describe_table(&self, _table_name: &str) -> Result<Option<TableDescription>, ApiError> {
+    async fn describe_table(
+        &self,
+        _table_name: &str,
+    ) -> Result<Option<TableDescription>, ApiError> {
         Ok(self.description.clone())
     }
 

@@ -199,7 +199,10 @@ mod tests {
         assert_eq!(capped.delay_with_factor(9, 0.5), Duration::from_millis(200));
         assert!(capped.delay_with_factor(9, 1.4999) < Duration::from_millis(600));
         // Huge exponents saturate instead of overflowing, and zero bases still wait 1 ms.
-        assert_eq!(capped.delay_with_factor(u32::MAX, 1.0), Duration::from_millis(400));
+        assert_eq!(
+            capped.delay_with_factor(u32::MAX, 1.0),
+            Duration::from_millis(400)
+        );
         let zero = RetryPolicy {
             initial_backoff: Duration::ZERO,
             max_backoff: Duration::ZERO,
@@ -208,7 +211,10 @@ mod tests {
         assert!(zero.delay_with_factor(3, 0.5) >= Duration::from_micros(500));
         for n in 0..30 {
             let d = capped.delay(n);
-            assert!(d > Duration::ZERO && d < Duration::from_millis(600), "{d:?}");
+            assert!(
+                d > Duration::ZERO && d < Duration::from_millis(600),
+                "{d:?}"
+            );
         }
     }
 
@@ -242,7 +248,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn two_throttles_then_success_take_three_calls() {
-        let (result, calls) = scripted(policy(8), vec![Err(throttle()), Err(throttle()), Ok(7)]).await;
+        let (result, calls) =
+            scripted(policy(8), vec![Err(throttle()), Err(throttle()), Ok(7)]).await;
         assert_eq!(result.unwrap(), 7);
         assert_eq!(calls, 3);
     }
@@ -264,7 +271,12 @@ mod tests {
         let script = vec![Err(throttle()), Err(transient.clone()), Err(transient)];
         let (result, calls) = scripted(policy(2), script).await;
         assert_eq!(calls, 3);
-        assert!(result.unwrap_err().to_string().contains("failed after 3 attempt(s)"));
+        assert!(
+            result
+                .unwrap_err()
+                .to_string()
+                .contains("failed after 3 attempt(s)")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -275,15 +287,21 @@ mod tests {
         };
         let calls = AtomicU32::new(0);
         let result = p
-            .run("scan", || "scan of 't'".into(), &Cancel::never(), &NoObserver, |_| {
-                let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
-                async move {
-                    if first {
-                        std::future::pending::<()>().await;
+            .run(
+                "scan",
+                || "scan of 't'".into(),
+                &Cancel::never(),
+                &NoObserver,
+                |_| {
+                    let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        if first {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, ApiError>(5)
                     }
-                    Ok::<_, ApiError>(5)
-                }
-            })
+                },
+            )
             .await;
         assert_eq!(result.unwrap(), 5);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -298,9 +316,13 @@ mod tests {
             ..policy(5)
         };
         let task = tokio::spawn(async move {
-            p.run("scan", || "scan".into(), &cancel, &NoObserver, |_| async {
-                Err::<u32, _>(ApiError::transport("down"))
-            })
+            p.run(
+                "scan",
+                || "scan".into(),
+                &cancel,
+                &NoObserver,
+                |_| async { Err::<u32, _>(ApiError::transport("down")) },
+            )
             .await
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -312,10 +334,25 @@ mod tests {
     #[test]
     fn codes_are_classified_like_the_reference() {
         assert_eq!(ErrorClass::of_code(None), ErrorClass::Transient);
-        assert_eq!(ErrorClass::of_code(Some("ThrottlingException")), ErrorClass::Throttle);
-        assert_eq!(ErrorClass::of_code(Some("LimitExceededException")), ErrorClass::Throttle);
-        assert_eq!(ErrorClass::of_code(Some("ServiceUnavailable")), ErrorClass::Transient);
-        assert_eq!(ErrorClass::of_code(Some("ResourceNotFoundException")), ErrorClass::Fatal);
-        assert_eq!(ErrorClass::of_code(Some("AccessDeniedException")), ErrorClass::Fatal);
+        assert_eq!(
+            ErrorClass::of_code(Some("ThrottlingException")),
+            ErrorClass::Throttle
+        );
+        assert_eq!(
+            ErrorClass::of_code(Some("LimitExceededException")),
+            ErrorClass::Throttle
+        );
+        assert_eq!(
+            ErrorClass::of_code(Some("ServiceUnavailable")),
+            ErrorClass::Transient
+        );
+        assert_eq!(
+            ErrorClass::of_code(Some("ResourceNotFoundException")),
+            ErrorClass::Fatal
+        );
+        assert_eq!(
+            ErrorClass::of_code(Some("AccessDeniedException")),
+            ErrorClass::Fatal
+        );
     }
 }

@@ -99,7 +99,8 @@ impl<A: TableApi> SegmentReader<A> {
                 let reader = self.clone();
                 let out = out.clone();
                 let cancel = cancel.clone();
-                let handle = tasks.spawn(async move { reader.read_segment(segment, start, out, cancel).await });
+                let handle = tasks
+                    .spawn(async move { reader.read_segment(segment, start, out, cancel).await });
                 running.insert(handle.id(), segment);
                 tracing::debug!(segment, "Segment started.");
             }
@@ -151,6 +152,7 @@ impl<A: TableApi> SegmentReader<A> {
             1 => format!("{operation} of '{table}'"),
             total => format!("{operation} of '{table}' (segment {segment} of {total})"),
         };
+        let mut units = 0.0;
         loop {
             request.exclusive_start_key = start.take();
             let page = self
@@ -180,6 +182,7 @@ impl<A: TableApi> SegmentReader<A> {
                     }
                 })
                 .await?;
+            units += page.consumed_capacity.unwrap_or(1.0);
             let mut records = Lines::with_capacity(page.items.len(), page.items.len() * 256);
             for item in &page.items {
                 records.push_with(|buf| (self.render)(item, buf));
@@ -203,7 +206,10 @@ impl<A: TableApi> SegmentReader<A> {
             }
             match next {
                 Some(key) => start = Some(key),
-                None => return Ok(()),
+                None => {
+                    tracing::debug!(segment, capacity_units = units, "Segment read to its end.");
+                    return Ok(());
+                }
             }
         }
     }

@@ -24,7 +24,9 @@ impl SegmentRanges {
             if let Some([_, prev_hi]) = i.checked_sub(1).map(|j| ranges[j])
                 && u64::from(prev_hi) + 1 >= u64::from(*lo)
             {
-                return Err(format!("range [{lo},{hi}] overlaps or touches the one before"));
+                return Err(format!(
+                    "range [{lo},{hi}] overlaps or touches the one before"
+                ));
             }
         }
         Ok(SegmentRanges(ranges))
@@ -43,10 +45,7 @@ impl SegmentRanges {
 
     /// Number of segments in the set.
     pub fn count(&self) -> u64 {
-        self.0
-            .iter()
-            .map(|[lo, hi]| u64::from(hi - lo) + 1)
-            .sum()
+        self.0.iter().map(|[lo, hi]| u64::from(hi - lo) + 1).sum()
     }
 
     /// Adds `segment`, merging ranges that become adjacent.
@@ -56,7 +55,10 @@ impl SegmentRanges {
         }
         let i = self.0.partition_point(|[_, hi]| *hi < segment);
         let joins_prev = i > 0 && self.0[i - 1][1].checked_add(1) == Some(segment);
-        let joins_next = self.0.get(i).is_some_and(|[lo, _]| segment.checked_add(1) == Some(*lo));
+        let joins_next = self
+            .0
+            .get(i)
+            .is_some_and(|[lo, _]| segment.checked_add(1) == Some(*lo));
         match (joins_prev, joins_next) {
             (true, true) => {
                 self.0[i - 1][1] = self.0[i][1];

@@ -91,7 +91,10 @@ impl Emulator {
                 let guard = ChildGuard(child);
                 let deadline = Instant::now() + Duration::from_secs(60);
                 while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                    assert!(Instant::now() < deadline, "moto_server did not listen within 60 s");
+                    assert!(
+                        Instant::now() < deadline,
+                        "moto_server did not listen within 60 s"
+                    );
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 let endpoint = format!("http://127.0.0.1:{port}");
@@ -120,13 +123,20 @@ pub fn client(endpoint: &str) -> Client {
 
 impl Running {
     /// Creates a table with a hash key (and optional range key), on demand.
-    pub fn create_table(&self, name: &str, hash: (&str, ScalarAttributeType), range: Option<(&str, ScalarAttributeType)>) {
+    pub fn create_table(
+        &self,
+        name: &str,
+        hash: (&str, ScalarAttributeType),
+        range: Option<(&str, ScalarAttributeType)>,
+    ) {
         let mut request = self
             .client
             .create_table()
             .table_name(name)
             .billing_mode(BillingMode::PayPerRequest);
-        for (key, kind) in std::iter::once((hash, KeyType::Hash)).chain(range.map(|r| (r, KeyType::Range))) {
+        for (key, kind) in
+            std::iter::once((hash, KeyType::Hash)).chain(range.map(|r| (r, KeyType::Range)))
+        {
             request = request
                 .attribute_definitions(
                     AttributeDefinition::builder()
@@ -153,13 +163,23 @@ impl Running {
                 .iter()
                 .map(|item| {
                     WriteRequest::builder()
-                        .put_request(PutRequest::builder().set_item(Some(item.clone())).build().expect("put"))
+                        .put_request(
+                            PutRequest::builder()
+                                .set_item(Some(item.clone()))
+                                .build()
+                                .expect("put"),
+                        )
                         .build()
                 })
                 .collect();
             while !requests.is_empty() {
                 let out = rt()
-                    .block_on(self.client.batch_write_item().request_items(table, requests).send())
+                    .block_on(
+                        self.client
+                            .batch_write_item()
+                            .request_items(table, requests)
+                            .send(),
+                    )
                     .expect("BatchWriteItem");
                 requests = out
                     .unprocessed_items
@@ -201,7 +221,12 @@ impl Pipeline {
         let out = dir.path().join("out.jsonl");
         let state = dir.path().join("state.json");
         let config = dir.path().join("pipeline.yaml");
-        let pipeline = Pipeline { dir, config, out, state };
+        let pipeline = Pipeline {
+            dir,
+            config,
+            out,
+            state,
+        };
         pipeline.write(name, endpoint, source);
         pipeline
     }

@@ -43,7 +43,12 @@ pub struct JsonlSettings {
 
 enum Output {
     Stdout(std::io::Stdout),
-    File { file: File, path: PathBuf, size: u64, number: u32 },
+    File {
+        file: File,
+        path: PathBuf,
+        size: u64,
+        number: u32,
+    },
 }
 
 /// Writes batches as JSON lines.
@@ -286,7 +291,10 @@ mod tests {
         std::fs::write(&path, "{\"a\":1}\n{\"b\":").unwrap();
         let mut sink = JsonlSink::open(settings(path.clone(), None)).unwrap();
         sink.write(&batch(&["{\"c\":3}"])).await.unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":1}\n{\"c\":3}\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"c\":3}\n"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -326,7 +334,13 @@ mod tests {
             rotated_path(Path::new("out/orders.jsonl"), 3),
             PathBuf::from("out/orders.000003.jsonl")
         );
-        assert_eq!(parse_rotation(Path::new("out/orders.jsonl"), "orders.000012.jsonl"), Some(12));
-        assert_eq!(parse_rotation(Path::new("out/orders.jsonl"), "orders.12.jsonl"), None);
+        assert_eq!(
+            parse_rotation(Path::new("out/orders.jsonl"), "orders.000012.jsonl"),
+            Some(12)
+        );
+        assert_eq!(
+            parse_rotation(Path::new("out/orders.jsonl"), "orders.12.jsonl"),
+            None
+        );
     }
 }

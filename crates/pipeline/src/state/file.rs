@@ -221,7 +221,13 @@ impl StateFile {
         }
         match doc.get("format") {
             Some(Json::String(f)) if f == FORMAT => {}
-            _ => return Err(corrupt(&self.path, "format", format!("expected \"{FORMAT}\""))),
+            _ => {
+                return Err(corrupt(
+                    &self.path,
+                    "format",
+                    format!("expected \"{FORMAT}\""),
+                ));
+            }
         }
         match doc.get("version") {
             Some(Json::Number(v)) if v.as_u64() == Some(1) => {}
@@ -270,7 +276,13 @@ impl StateFile {
         }
         let identity = match entry.get("identity") {
             Some(identity @ Json::Object(_)) => Identity::from_json(identity.clone()),
-            _ => return Err(corrupt(&self.path, here("identity"), "missing or not an object")),
+            _ => {
+                return Err(corrupt(
+                    &self.path,
+                    here("identity"),
+                    "missing or not an object",
+                ));
+            }
         };
         match entry.get("fingerprint") {
             Some(Json::String(f)) if *f == identity.fingerprint() => {}
@@ -281,11 +293,23 @@ impl StateFile {
                     "does not match the stored identity",
                 ));
             }
-            _ => return Err(corrupt(&self.path, here("fingerprint"), "missing or not a string")),
+            _ => {
+                return Err(corrupt(
+                    &self.path,
+                    here("fingerprint"),
+                    "missing or not a string",
+                ));
+            }
         }
         let updated_at = match entry.get("updated_at") {
             Some(Json::String(s)) => s.clone(),
-            _ => return Err(corrupt(&self.path, here("updated_at"), "missing or not a string")),
+            _ => {
+                return Err(corrupt(
+                    &self.path,
+                    here("updated_at"),
+                    "missing or not a string",
+                ));
+            }
         };
         let last_completed = match entry.get("last_completed") {
             None | Some(Json::Null) => None,
@@ -336,10 +360,7 @@ impl StateFile {
         match self.read_document() {
             Ok(None) => Ok(format!("no stored state for pipeline '{pipeline}'")),
             Ok(Some(doc)) => {
-                let present = doc
-                    .get("pipelines")
-                    .and_then(|p| p.get(pipeline))
-                    .is_some();
+                let present = doc.get("pipelines").and_then(|p| p.get(pipeline)).is_some();
                 if !present {
                     return Ok(format!("no stored state for pipeline '{pipeline}'"));
                 }
@@ -458,7 +479,10 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let file = StateFile::new(&path);
         let error = file.load("orders").unwrap_err();
-        assert!(error.to_string().contains("unsupported version 2"), "{error}");
+        assert!(
+            error.to_string().contains("unsupported version 2"),
+            "{error}"
+        );
         assert!(file.store("orders", Some(&entry())).is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
@@ -469,8 +493,14 @@ mod tests {
         let file = StateFile::new(dir.path().join("s.json"));
         let _held = file.lock("orders").unwrap();
         let error = file.lock("orders").unwrap_err().to_string();
-        assert!(error.contains("pipeline 'orders' is already running"), "{error}");
-        assert!(error.contains(&format!("pid {}", std::process::id())), "{error}");
+        assert!(
+            error.contains("pipeline 'orders' is already running"),
+            "{error}"
+        );
+        assert!(
+            error.contains(&format!("pid {}", std::process::id())),
+            "{error}"
+        );
         assert!(file.is_locked());
     }
 
@@ -481,7 +511,10 @@ mod tests {
         std::fs::write(&path, "{not json").unwrap();
         let file = StateFile::new(&path);
         let said = file.reset("orders").unwrap();
-        assert!(said.contains("moved the unreadable state file aside"), "{said}");
+        assert!(
+            said.contains("moved the unreadable state file aside"),
+            "{said}"
+        );
         assert!(!path.exists());
     }
 }

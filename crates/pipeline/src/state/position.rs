@@ -107,10 +107,11 @@ impl Position {
         match kind {
             Some("scan" | "query") => {
                 let raw: ScanPositionJson = strict(json)?;
-                let done = SegmentRanges::from_ranges(raw.done).map_err(|problem| PositionError {
-                    path: "done".into(),
-                    problem,
-                })?;
+                let done =
+                    SegmentRanges::from_ranges(raw.done).map_err(|problem| PositionError {
+                        path: "done".into(),
+                        problem,
+                    })?;
                 let mut cursors = BTreeMap::new();
                 for (segment, cursor) in raw.cursors {
                     let path = format!("cursors.{segment}");
@@ -127,12 +128,13 @@ impl Position {
                             ),
                         });
                     }
-                    let item = ddbpipe_value::item_from_typed_json(&cursor, &path).map_err(|e| {
-                        PositionError {
-                            path: e.path.clone(),
-                            problem: e.to_string(),
-                        }
-                    })?;
+                    let item =
+                        ddbpipe_value::item_from_typed_json(&cursor, &path).map_err(|e| {
+                            PositionError {
+                                path: e.path.clone(),
+                                problem: e.to_string(),
+                            }
+                        })?;
                     cursors.insert(number, item);
                 }
                 Ok(Position::Scan(ScanPosition {
@@ -161,7 +163,9 @@ impl Position {
                 let cursors = scan
                     .cursors
                     .iter()
-                    .map(|(segment, item)| (segment.to_string(), ddbpipe_value::item_to_typed_json(item)))
+                    .map(|(segment, item)| {
+                        (segment.to_string(), ddbpipe_value::item_to_typed_json(item))
+                    })
                     .collect();
                 serde_json::to_value(ScanPositionJson {
                     cursors,
@@ -201,10 +205,12 @@ mod tests {
     fn unknown_fields_and_bad_cursors_are_corruption() {
         let extra = json!({"cursors":{},"done":[],"kind":"scan","total_segments":1,"x":1});
         assert!(Position::from_json(&extra).is_err());
-        let bad = json!({"cursors":{"0":{"pk":{"Q":"x"}}},"done":[],"kind":"scan","total_segments":1});
+        let bad =
+            json!({"cursors":{"0":{"pk":{"Q":"x"}}},"done":[],"kind":"scan","total_segments":1});
         let error = Position::from_json(&bad).unwrap_err();
         assert!(error.path.starts_with("cursors.0"), "{error:?}");
-        let outside = json!({"cursors":{"4":{"pk":{"S":"x"}}},"done":[],"kind":"scan","total_segments":2});
+        let outside =
+            json!({"cursors":{"4":{"pk":{"S":"x"}}},"done":[],"kind":"scan","total_segments":2});
         assert!(Position::from_json(&outside).is_err());
     }
 }

@@ -25,7 +25,11 @@ fn value_from_sdk(value: AttributeValue) -> Result<Value, UnknownType> {
         AttributeValue::Bool(b) => Value::Bool(b),
         AttributeValue::Null(_) => Value::Null,
         AttributeValue::M(m) => Value::M(item_from_sdk(m)?),
-        AttributeValue::L(l) => Value::L(l.into_iter().map(value_from_sdk).collect::<Result<_, _>>()?),
+        AttributeValue::L(l) => Value::L(
+            l.into_iter()
+                .map(value_from_sdk)
+                .collect::<Result<_, _>>()?,
+        ),
         AttributeValue::Ss(ss) => Value::Ss(ss),
         AttributeValue::Ns(ns) => Value::Ns(ns.into_iter().map(Number::new).collect()),
         AttributeValue::Bs(bs) => Value::Bs(bs.into_iter().map(Blob::into_inner).collect()),

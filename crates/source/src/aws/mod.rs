@@ -61,7 +61,9 @@ pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
             loader = loader.credentials_provider(StaticCredentials::new(
                 access_key_id.clone(),
                 secret_access_key.expose().to_string(),
-                session_token.as_ref().map(|token| token.expose().to_string()),
+                session_token
+                    .as_ref()
+                    .map(|token| token.expose().to_string()),
                 None,
                 "ddbpipe-config",
             ));
@@ -88,9 +90,9 @@ pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
     }
     let provider = builder.build().await;
     base.into_builder()
-        .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
-            provider,
-        ))
+        .credentials_provider(
+            aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+        )
         .build()
 }
 

@@ -58,7 +58,10 @@ fn page(
     table: &str,
 ) -> Result<Page, ApiError> {
     let unknown = |e: super::convert::UnknownType| {
-        ApiError::fatal(format!("unsupported attribute value type {} in table '{table}'", e.0))
+        ApiError::fatal(format!(
+            "unsupported attribute value type {} in table '{table}'",
+            e.0
+        ))
     };
     let items = items
         .unwrap_or_default()
@@ -139,7 +142,12 @@ impl TableApi for AwsTableApi {
                     .send()
                     .await
                     .map_err(api_error)?;
-                page(output.items, output.last_evaluated_key, output.consumed_capacity, table)
+                page(
+                    output.items,
+                    output.last_evaluated_key,
+                    output.consumed_capacity,
+                    table,
+                )
             }
             ReadKind::Query {
                 key_condition,
@@ -163,7 +171,12 @@ impl TableApi for AwsTableApi {
                     .send()
                     .await
                     .map_err(api_error)?;
-                page(output.items, output.last_evaluated_key, output.consumed_capacity, table)
+                page(
+                    output.items,
+                    output.last_evaluated_key,
+                    output.consumed_capacity,
+                    table,
+                )
             }
         }
     }
@@ -194,7 +207,9 @@ impl TableApi for AwsTableApi {
                 read_capacity_units: gsi
                     .provisioned_throughput
                     .and_then(|p| p.read_capacity_units),
-                max_read_request_units: gsi.on_demand_throughput.and_then(|o| o.max_read_request_units),
+                max_read_request_units: gsi
+                    .on_demand_throughput
+                    .and_then(|o| o.max_read_request_units),
             });
         }
         for lsi in table.local_secondary_indexes.unwrap_or_default() {
