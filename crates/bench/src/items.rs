@@ -77,16 +77,20 @@ const WORDS: &[&str] = &[
     "summit", "timber", "umbra", "valley", "willow", "xenon", "yonder", "zephyr", "the", "and",
     "of", "with",
 ];
-const CITIES: &[&str] = &["Lisbon", "Osaka", "Denver", "Nairobi", "Tallinn", "Recife", "Perth"];
+const CITIES: &[&str] = &[
+    "Lisbon", "Osaka", "Denver", "Nairobi", "Tallinn", "Recife", "Perth",
+];
 const STATUSES: &[&str] = &["active", "pending", "suspended", "closed"];
-const TAGS: &[&str] = &["red", "green", "blue", "sale", "new", "vip", "eu", "us", "beta"];
+const TAGS: &[&str] = &[
+    "red", "green", "blue", "sale", "new", "vip", "eu", "us", "beta",
+];
 
 /// Item `index` as DynamoDB attribute JSON (the `Items` element of a `Scan` response).
 pub fn item_json(index: u64) -> Json {
     let mut rng = Rng::new(index);
     let name_len = 8 + rng.below(10) as usize;
     let name = rng.letters(name_len);
-    let bio_words = 12 + rng.below(10) as usize;
+    let bio_words = 8 + rng.below(9) as usize;
     let bio: Vec<&str> = (0..bio_words).map(|_| rng.pick(WORDS)).collect();
     let mut tags: Vec<&str> = Vec::new();
     while tags.len() < 3 {
@@ -157,11 +161,24 @@ fn value_size(value: &Json) -> u64 {
         "N" => number(text()),
         "B" => binary(text()),
         "BOOL" | "NULL" => 1,
-        "SS" => elements().iter().map(|e| e.as_str().map_or(0, str::len) as u64).sum(),
-        "NS" => elements().iter().map(|e| number(e.as_str().unwrap_or_default())).sum(),
-        "BS" => elements().iter().map(|e| binary(e.as_str().unwrap_or_default())).sum(),
+        "SS" => elements()
+            .iter()
+            .map(|e| e.as_str().map_or(0, str::len) as u64)
+            .sum(),
+        "NS" => elements()
+            .iter()
+            .map(|e| number(e.as_str().unwrap_or_default()))
+            .sum(),
+        "BS" => elements()
+            .iter()
+            .map(|e| binary(e.as_str().unwrap_or_default()))
+            .sum(),
         "L" => 3 + elements().iter().map(|e| 1 + value_size(e)).sum::<u64>(),
-        "M" => 3 + inner.as_object().map_or(0, |m| item_size(m) + m.len() as u64),
+        "M" => {
+            3 + inner
+                .as_object()
+                .map_or(0, |m| item_size(m) + m.len() as u64)
+        }
         _ => 0,
     }
 }

@@ -105,7 +105,9 @@ enum Hidden {
 fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("expected a whole number of at least 1, got {text:?}")),
+        _ => Err(format!(
+            "expected a whole number of at least 1, got {text:?}"
+        )),
     }
 }
 
@@ -197,7 +199,10 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
         .output()
         .with_context(|| format!("cannot start the {name} phase"))?;
     if !output.status.success() {
-        bail!("the {name} phase failed ({}); its error is above", output.status);
+        bail!(
+            "the {name} phase failed ({}); its error is above",
+            output.status
+        );
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
@@ -205,8 +210,8 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
         .rev()
         .find(|line| !line.trim().is_empty())
         .with_context(|| format!("the {name} phase printed nothing"))?;
-    let report: PhaseReport = serde_json::from_str(line)
-        .with_context(|| format!("the {name} phase printed {line:?}"))?;
+    let report: PhaseReport =
+        serde_json::from_str(line).with_context(|| format!("the {name} phase printed {line:?}"))?;
     ensure!(
         report.items == settings.items,
         "the {name} phase received {} items, not {}",
@@ -238,7 +243,12 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
         for client in order {
             if !args.json {
-                eprintln!("ddbpipe-bench: run {} of {}: {}...", run + 1, args.runs, client.name());
+                eprintln!(
+                    "ddbpipe-bench: run {} of {}: {}...",
+                    run + 1,
+                    args.runs,
+                    client.name()
+                );
             }
             let settings = PhaseSettings {
                 client,
@@ -252,7 +262,14 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     }
     drop(server);
 
-    let setup = Setup::new(&ready, args.segments, args.concurrency, args.page_items, args.runs, clk);
+    let setup = Setup::new(
+        &ready,
+        args.segments,
+        args.concurrency,
+        args.page_items,
+        args.runs,
+        clk,
+    );
     let summaries: Vec<(Client, report::ClientSummary)> = clients
         .iter()
         .filter_map(|c| report::summarize(&reports, *c).map(|s| (*c, s)))

@@ -128,7 +128,13 @@ mod tests {
     fn stat_fields_are_counted_from_the_last_parenthesis() {
         let stat = "4242 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 123 45 0 0 20 0 9 0 100 0 0";
         let ticks = parse_stat(stat).expect("parses");
-        assert_eq!(ticks, CpuTicks { user: 123, system: 45 });
+        assert_eq!(
+            ticks,
+            CpuTicks {
+                user: 123,
+                system: 45
+            }
+        );
     }
 
     #[test]

@@ -34,7 +34,14 @@ pub struct Setup {
 
 impl Setup {
     /// The setup of a bench whose server announced `ready`.
-    pub fn new(ready: &Ready, segments: u32, concurrency: usize, page_items: u64, runs: u32, clk: (u64, bool)) -> Self {
+    pub fn new(
+        ready: &Ready,
+        segments: u32,
+        concurrency: usize,
+        page_items: u64,
+        runs: u32,
+        clk: (u64, bool),
+    ) -> Self {
         Setup {
             items: ready.items,
             segments,
@@ -119,7 +126,10 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
     let clk = if setup.clk_tck_measured {
         format!("{} ticks/s (getconf CLK_TCK)", setup.clk_tck)
     } else {
-        format!("{} ticks/s (assumed; getconf CLK_TCK failed)", setup.clk_tck)
+        format!(
+            "{} ticks/s (assumed; getconf CLK_TCK failed)",
+            setup.clk_tck
+        )
     };
     let _ = writeln!(
         out,
@@ -163,7 +173,11 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
 }
 
 /// The machine-readable report: one JSON line.
-pub fn json_line(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<Ratios>) -> String {
+pub fn json_line(
+    setup: &Setup,
+    clients: &[(Client, ClientSummary)],
+    ratios: Option<Ratios>,
+) -> String {
     let clients: serde_json::Map<String, serde_json::Value> = clients
         .iter()
         .map(|(client, summary)| (client.name().to_string(), json!(summary)))

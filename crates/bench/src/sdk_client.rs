@@ -157,12 +157,18 @@ mod tests {
         let item = HashMap::from([
             ("s".to_string(), AttributeValue::S("x".into())),
             ("n".to_string(), AttributeValue::N("1.5".into())),
-            ("b".to_string(), AttributeValue::B(Blob::new(b"hi".to_vec()))),
+            (
+                "b".to_string(),
+                AttributeValue::B(Blob::new(b"hi".to_vec())),
+            ),
             ("t".to_string(), AttributeValue::Bool(true)),
             ("z".to_string(), AttributeValue::Null(true)),
             ("ss".to_string(), AttributeValue::Ss(vec!["a".into()])),
             ("ns".to_string(), AttributeValue::Ns(vec!["2".into()])),
-            ("bs".to_string(), AttributeValue::Bs(vec![Blob::new(b"hi".to_vec())])),
+            (
+                "bs".to_string(),
+                AttributeValue::Bs(vec![Blob::new(b"hi".to_vec())]),
+            ),
             (
                 "m".to_string(),
                 AttributeValue::M(HashMap::from([(

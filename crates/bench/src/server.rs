@@ -171,10 +171,9 @@ impl Server {
             loop {
                 let count = server.page_items.min(high - first);
                 let (head, tail) = server.framing(first, count, high);
-                server.framing.insert(
-                    (total, segment, first),
-                    Framing { count, head, tail },
-                );
+                server
+                    .framing
+                    .insert((total, segment, first), Framing { count, head, tail });
                 first += count;
                 if first >= high {
                     break;
@@ -245,7 +244,10 @@ impl Server {
 
     fn page(&self, request: &ScanRequest) -> Result<Answer<'_>, String> {
         if request.table_name != TABLE {
-            return Err(format!("no table {:?}; the bench table is {TABLE:?}", request.table_name));
+            return Err(format!(
+                "no table {:?}; the bench table is {TABLE:?}",
+                request.table_name
+            ));
         }
         let (segment, total) = match (request.segment, request.total_segments) {
             (Some(segment), Some(total)) if total > 0 && segment < total => (segment, total),
@@ -464,7 +466,10 @@ mod tests {
     }
 
     fn scan(server: &Server, request: Json) -> Json {
-        body(server.answer(Some("DynamoDB_20120810.Scan"), request.to_string().as_bytes()))
+        body(server.answer(
+            Some("DynamoDB_20120810.Scan"),
+            request.to_string().as_bytes(),
+        ))
     }
 
     /// Every item of every segment, read page by page like a client would.
@@ -473,7 +478,8 @@ mod tests {
         for segment in 0..total {
             let mut start: Option<Json> = None;
             loop {
-                let mut request = json!({"TableName": "bench", "Segment": segment, "TotalSegments": total});
+                let mut request =
+                    json!({"TableName": "bench", "Segment": segment, "TotalSegments": total});
                 if let Some(limit) = limit {
                     request["Limit"] = json!(limit);
                 }
@@ -483,7 +489,11 @@ mod tests {
                 let page = scan(server, request);
                 let items = page["Items"].as_array().expect("items");
                 assert_eq!(page["Count"], json!(items.len()));
-                keys.extend(items.iter().map(|i| i["pk"]["S"].as_str().expect("pk").to_string()));
+                keys.extend(
+                    items
+                        .iter()
+                        .map(|i| i["pk"]["S"].as_str().expect("pk").to_string()),
+                );
                 match page.get("LastEvaluatedKey") {
                     Some(key) => start = Some(key.clone()),
                     None => break,
@@ -498,7 +508,11 @@ mod tests {
         let server = server(2503, 4, 100);
         let expected: Vec<String> = (0..2503).map(items::partition_key).collect();
         assert_eq!(read_all(&server, 4, None), expected, "pre-built pages");
-        assert_eq!(read_all(&server, 3, Some(77)), expected, "pages built on the fly");
+        assert_eq!(
+            read_all(&server, 3, Some(77)),
+            expected,
+            "pages built on the fly"
+        );
     }
 
     #[test]
@@ -508,13 +522,21 @@ mod tests {
         assert_eq!(page["Count"], json!(10));
         assert!(page.get("LastEvaluatedKey").is_none());
         assert_eq!(page["ConsumedCapacity"]["TableName"], "bench");
-        assert!(page["ConsumedCapacity"]["CapacityUnits"].as_f64().expect("units") >= 0.5);
+        assert!(
+            page["ConsumedCapacity"]["CapacityUnits"]
+                .as_f64()
+                .expect("units")
+                >= 0.5
+        );
     }
 
     #[test]
     fn an_empty_segment_is_one_empty_page() {
         let server = server(2, 4, 100);
-        let page = scan(&server, json!({"TableName": "bench", "Segment": 0, "TotalSegments": 4}));
+        let page = scan(
+            &server,
+            json!({"TableName": "bench", "Segment": 0, "TotalSegments": 4}),
+        );
         assert_eq!(page["Items"], json!([]));
         assert!(page.get("LastEvaluatedKey").is_none());
     }
@@ -524,9 +546,19 @@ mod tests {
         let server = server(10, 2, 100);
         let foreign = json!({"TableName": "bench", "Segment": 0, "TotalSegments": 2,
                              "ExclusiveStartKey": items::key_json(9)});
-        assert!(scan(&server, foreign)["__type"].as_str().expect("type").ends_with("ValidationException"));
+        assert!(
+            scan(&server, foreign)["__type"]
+                .as_str()
+                .expect("type")
+                .ends_with("ValidationException")
+        );
         let other = body(server.answer(Some("DynamoDB_20120810.Query"), b"{}"));
-        assert!(other["__type"].as_str().expect("type").ends_with("UnknownOperationException"));
+        assert!(
+            other["__type"]
+                .as_str()
+                .expect("type")
+                .ends_with("UnknownOperationException")
+        );
     }
 
     #[test]
