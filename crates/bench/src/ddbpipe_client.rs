@@ -17,12 +17,11 @@ use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
-use ddbpipe_source::api::{ReadKind, ReadRequest};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
 use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::{self, SegmentReader};
 use ddbpipe_value::ValueFormat;
 
 use crate::items::TABLE;
@@ -90,18 +89,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let format = ValueFormat::Plain;
     let reader = SegmentReader {
         api,
-        template: ReadRequest {
-            table_name: TABLE.to_string(),
-            kind: ReadKind::Scan { segment: None },
-            index_name: None,
-            projection: None,
-            filter_expression: None,
-            expression_attribute_names: Default::default(),
-            expression_attribute_values: Default::default(),
-            consistent_read: false,
-            limit: None,
-            exclusive_start_key: None,
-        },
+        template: scan::read_template(&SourceConfig::new(TABLE)),
         total_segments: settings.segments,
         max_concurrency: settings.concurrency,
         limiter: Arc::new(ReadLimiter::new(None)),

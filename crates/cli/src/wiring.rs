@@ -12,12 +12,12 @@ use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_pipeline::state::{StateError, StateFile};
-use ddbpipe_source::api::{IndexKind, ReadKind, ReadRequest, TableApi, TableDescription};
+use ddbpipe_source::api::{IndexKind, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Mode, SourceConfig};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::{self, SegmentReader};
 
 use crate::args::ProgressMode;
 use crate::config::{self, JsonlTarget, PipelineConfig, SinkConfig};
@@ -187,29 +187,6 @@ fn read_rate(source: &SourceConfig, table: &TableDescription) -> Result<Option<f
     }
 }
 
-/// The request template of a scan or query source.
-pub fn read_template(source: &SourceConfig) -> ReadRequest {
-    let kind = match source.mode {
-        Mode::Query => ReadKind::Query {
-            key_condition: source.key_condition_expression.clone().unwrap_or_default(),
-            scan_index_forward: source.scan_index_forward,
-        },
-        _ => ReadKind::Scan { segment: None },
-    };
-    ReadRequest {
-        table_name: source.table_name.clone(),
-        kind,
-        index_name: source.index_name.clone(),
-        projection: source.projection.clone(),
-        filter_expression: source.filter_expression.clone(),
-        expression_attribute_names: source.expression_attribute_names.clone(),
-        expression_attribute_values: source.merged_expression_values(),
-        consistent_read: source.consistent_read,
-        limit: source.page_limit,
-        exclusive_start_key: None,
-    }
-}
-
 /// The jsonl sink settings of a config.
 pub fn jsonl_settings(config: &PipelineConfig) -> JsonlSettings {
     let SinkConfig::Jsonl(jsonl) = &config.sink;
@@ -338,7 +315,7 @@ pub async fn run(
     let format = source.value_format;
     let reader = SegmentReader {
         api,
-        template: read_template(source),
+        template: scan::read_template(source),
         total_segments,
         max_concurrency: source.max_concurrency,
         limiter,

@@ -15,12 +15,13 @@ use ddbpipe_pipeline::sink::{Sink, SinkError};
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::{Position, ScanKind};
-use ddbpipe_source::api::{ReadKind, ReadRequest};
+use ddbpipe_source::api::ReadRequest;
 use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::{self, SegmentReader};
 use ddbpipe_value::ValueFormat;
 use serde_json::json;
 
@@ -61,16 +62,8 @@ fn reader(
     SegmentReader {
         api: table,
         template: ReadRequest {
-            table_name: "t".into(),
-            kind: ReadKind::Scan { segment: None },
-            index_name: None,
-            projection: None,
-            filter_expression: None,
-            expression_attribute_names: Default::default(),
-            expression_attribute_values: Default::default(),
-            consistent_read: false,
             limit: Some(page_limit),
-            exclusive_start_key: None,
+            ..scan::read_template(&SourceConfig::new("t"))
         },
         total_segments: segments,
         max_concurrency: 3,

@@ -22,10 +22,35 @@ use tokio::task::JoinSet;
 
 use crate::api::{ReadKind, ReadRequest, TableApi};
 use crate::capacity::ReadLimiter;
+use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
 use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
 use crate::segments::SegmentRanges;
+
+/// The request of every page of a scan or query source (SPEC §2.2); segments and start keys
+/// are filled in per page.
+pub fn read_template(source: &SourceConfig) -> ReadRequest {
+    let kind = match source.mode {
+        Mode::Query => ReadKind::Query {
+            key_condition: source.key_condition_expression.clone().unwrap_or_default(),
+            scan_index_forward: source.scan_index_forward,
+        },
+        _ => ReadKind::Scan { segment: None },
+    };
+    ReadRequest {
+        table_name: source.table_name.clone(),
+        kind,
+        index_name: source.index_name.clone(),
+        projection: source.projection.clone(),
+        filter_expression: source.filter_expression.clone(),
+        expression_attribute_names: source.expression_attribute_names.clone(),
+        expression_attribute_values: source.merged_expression_values(),
+        consistent_read: source.consistent_read,
+        limit: source.page_limit,
+        exclusive_start_key: None,
+    }
+}
 
 /// Turns one item into one output record (an item line, or a snapshot envelope).
 pub type Render = Arc<dyn Fn(&Item, &mut Vec<u8>) + Send + Sync>;
