@@ -116,10 +116,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
                 read_stop.cancel();
             }
             joined = &mut read_task, if read_result.is_none() => {
-                let result = joined.unwrap_or_else(|error| Err(ReadError::Panicked {
-                    segment: 0,
-                    message: format!("segment scheduler: {error}"),
-                }));
+                let result = joined.unwrap_or_else(scheduler_failed);
                 let failed = matches!(&result, Err(e) if !(stopping && matches!(e, ReadError::Cancelled)));
                 read_result = Some(result);
                 if failed {
@@ -144,10 +141,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
                     }
                     // Senders are gone; the reader's result follows at once.
                     let joined = (&mut read_task).await;
-                    read_result = Some(joined.unwrap_or_else(|error| Err(ReadError::Panicked {
-                        segment: 0,
-                        message: format!("segment scheduler: {error}"),
-                    })));
+                    read_result = Some(joined.unwrap_or_else(scheduler_failed));
                     break;
                 }
             },
@@ -189,6 +183,13 @@ pub async fn run_scan<A: TableApi, S: Sink>(
         completed,
         segments_done,
     })
+}
+
+/// The task that schedules segments panicked (or was aborted): an internal error.
+fn scheduler_failed(error: tokio::task::JoinError) -> Result<(), ReadError> {
+    Err(ReadError::Internal(format!(
+        "segment scheduler task failed: {error}"
+    )))
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

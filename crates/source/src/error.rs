@@ -120,6 +120,9 @@ pub enum ReadError {
         /// The panic message.
         message: String,
     },
+    /// Definite: a task of the engine itself failed.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The run was asked to stop (signal or failure elsewhere) while this read waited.
     #[error("the read was cancelled")]
     Cancelled,

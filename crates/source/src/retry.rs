@@ -57,8 +57,9 @@ impl AttemptObserver for NoObserver {
 }
 
 /// A signal that the run is stopping: waits and attempts end as soon as it is set.
+/// `None` never fires.
 #[derive(Debug, Clone)]
-pub struct Cancel(watch::Receiver<bool>);
+pub struct Cancel(Option<watch::Receiver<bool>>);
 
 /// The sending side of [`Cancel`].
 #[derive(Debug)]
@@ -68,25 +69,25 @@ impl Cancel {
     /// A new cancellation pair, not cancelled.
     pub fn new() -> (CancelHandle, Cancel) {
         let (tx, rx) = watch::channel(false);
-        (CancelHandle(tx), Cancel(rx))
+        (CancelHandle(tx), Cancel(Some(rx)))
     }
 
     /// A signal that never fires.
     pub fn never() -> Cancel {
-        let (tx, rx) = watch::channel(false);
-        // Keep the sender alive for the life of the program so `cancelled()` pends forever.
-        std::mem::forget(tx);
-        Cancel(rx)
+        Cancel(None)
     }
 
     /// Whether the run is stopping.
     pub fn is_cancelled(&self) -> bool {
-        *self.0.borrow()
+        self.0.as_ref().is_some_and(|rx| *rx.borrow())
     }
 
     /// Resolves once the run is stopping.
     pub async fn cancelled(&self) {
-        let mut rx = self.0.clone();
+        let Some(rx) = &self.0 else {
+            return std::future::pending().await;
+        };
+        let mut rx = rx.clone();
         // An error means the handle is gone without cancelling: then we never resolve.
         if rx.wait_for(|stop| *stop).await.is_err() {
             std::future::pending::<()>().await;

@@ -92,6 +92,9 @@ pub struct StateFile {
 }
 
 /// An exclusive lock on a pipeline's state, held until dropped.
+///
+/// The OS releases the lock with the descriptor. The lock file itself stays in place, so a
+/// process waiting for it never locks an unlinked inode.
 #[derive(Debug)]
 pub struct StateLock {
     _file: File,
@@ -102,13 +105,6 @@ impl StateLock {
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl Drop for StateLock {
-    fn drop(&mut self) {
-        // The OS releases the lock with the descriptor; the file itself is left in place so a
-        // waiting process never locks an unlinked inode.
     }
 }
 
