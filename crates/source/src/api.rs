@@ -9,6 +9,7 @@ use std::future::Future;
 use ddbpipe_value::{Item, Value};
 
 use crate::error::ApiError;
+use crate::ids::{SequenceNumber, ShardId};
 
 /// What kind of read a [`ReadRequest`] is.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,4 +215,120 @@ pub trait TableApi: Send + Sync + 'static {
         &self,
         exclusive_start: Option<&str>,
     ) -> impl Future<Output = Result<TableNames, ApiError>> + Send;
+}
+
+/// One shard as `DescribeStream` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardDescription {
+    /// The shard's id.
+    pub id: ShardId,
+    /// `ParentShardId`, when the shard was split or rotated from another.
+    pub parent: Option<ShardId>,
+    /// Whether `SequenceNumberRange.EndingSequenceNumber` is present. Some emulators report an
+    /// ending number on an open shard: only a `GetRecords` without a next iterator proves a
+    /// shard closed.
+    pub closed: bool,
+}
+
+/// One page of `DescribeStream`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamPage {
+    /// `StreamStatus`: `ENABLING`, `ENABLED`, `DISABLING`, `DISABLED`.
+    pub status: Option<String>,
+    /// `StreamViewType`.
+    pub view_type: Option<String>,
+    /// The shards of this page (entries without an id are skipped).
+    pub shards: Vec<ShardDescription>,
+    /// `LastEvaluatedShardId`: where the next page starts.
+    pub last_evaluated_shard_id: Option<ShardId>,
+}
+
+/// Where a shard iterator starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest record still retained.
+    TrimHorizon,
+    /// Just after the newest record.
+    Latest,
+    /// Just after this record.
+    After(SequenceNumber),
+}
+
+/// `userIdentity` of a record (TTL deletes: `dynamodb.amazonaws.com`, `Service`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserIdentity {
+    /// `PrincipalId`.
+    pub principal_id: Option<String>,
+    /// `Type`.
+    pub kind: Option<String>,
+}
+
+/// The `dynamodb` part of a stream record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeData {
+    /// `ApproximateCreationDateTime` in unix ms.
+    pub created_ms: Option<i64>,
+    /// `Keys`.
+    pub keys: Option<Item>,
+    /// `NewImage`.
+    pub new_image: Option<Item>,
+    /// `OldImage`.
+    pub old_image: Option<Item>,
+    /// `SequenceNumber` (validated at the edge; `None` when missing).
+    pub sequence_number: Option<SequenceNumber>,
+    /// `SizeBytes`.
+    pub size_bytes: Option<i64>,
+    /// `StreamViewType`.
+    pub view_type: Option<String>,
+}
+
+/// One stream record as `GetRecords` returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRecord {
+    /// `eventID`.
+    pub event_id: Option<String>,
+    /// `eventName`: `INSERT`, `MODIFY`, `REMOVE`.
+    pub event_name: Option<String>,
+    /// `dynamodb`: `None` when the record lacks it (a definite error for the run).
+    pub change: Option<ChangeData>,
+    /// `userIdentity`.
+    pub user_identity: Option<UserIdentity>,
+}
+
+/// One `GetRecords` answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordsPage {
+    /// Records in stream order.
+    pub records: Vec<StreamRecord>,
+    /// `NextShardIterator`; `None` means the shard is closed and fully read.
+    pub next_iterator: Option<String>,
+}
+
+/// Reads of a table's stream: each method is one request attempt. Errors carry their AWS code:
+/// `ExpiredIteratorException`, `TrimmedDataAccessException` and `ResourceNotFoundException` are
+/// handled by the shard reader before the retry policy sees them.
+pub trait StreamsApi: Send + Sync + 'static {
+    /// One page of `DescribeStream` (`Limit` ≤ 100). `child_of` asks only for the children of
+    /// that shard (`ShardFilter {Type: CHILD_SHARDS}`).
+    fn describe_stream(
+        &self,
+        stream_arn: &str,
+        exclusive_start: Option<&ShardId>,
+        child_of: Option<&ShardId>,
+    ) -> impl Future<Output = Result<StreamPage, ApiError>> + Send;
+
+    /// `GetShardIterator`; `Ok(None)` when the answer holds no iterator.
+    fn shard_iterator(
+        &self,
+        stream_arn: &str,
+        shard: &ShardId,
+        start: &StartAt,
+    ) -> impl Future<Output = Result<Option<String>, ApiError>> + Send;
+
+    /// `GetRecords` with `Limit`.
+    fn get_records(
+        &self,
+        iterator: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<RecordsPage, ApiError>> + Send;
 }

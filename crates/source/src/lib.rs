@@ -21,6 +21,8 @@ pub mod config;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod ids;
+pub mod position;
 pub mod records;
 pub mod retry;
 pub mod scan;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::segments::SegmentRanges;
 use ddbpipe_value::Item;
 use serde::{Deserialize, Serialize};
@@ -37,22 +38,6 @@ struct ScanPositionJson {
     done: Vec<[u32; 2]>,
     kind: ScanKind,
     total_segments: u32,
-}
-
-/// A streams or mirror position, kept as read: this version checks its shape (so corrupt
-/// state is reported, never overwritten) but does not resume streams yet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StreamsPosition {
-    finished: Vec<String>,
-    kind: String,
-    #[serde(default)]
-    latest_floor_ms: BTreeMap<String, u64>,
-    shards: BTreeMap<String, String>,
-    snapshot: Option<Json>,
-    stream_arn: Option<String>,
-    #[serde(default)]
-    verified_at: BTreeMap<String, u64>,
 }
 
 /// A stored position of any mode.
