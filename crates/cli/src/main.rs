@@ -11,6 +11,7 @@ mod demo;
 mod discover;
 mod failure;
 mod state_cmd;
+mod stream_wiring;
 mod telemetry;
 mod wiring;
 

@@ -230,19 +230,19 @@ pub async fn run(
         tracing::warn!("{warning}");
     }
     let source = &config.source;
+    let span = tracing::info_span!("run", pipeline = %config.name, table = %source.table_name);
+    let _entered = span.enter();
     let kind = match source.mode {
         Mode::Scan => ScanKind::Scan,
         Mode::Query => ScanKind::Query,
-        Mode::Streams | Mode::Mirror => {
+        Mode::Streams => return crate::stream_wiring::run(&config, config_path, stop).await,
+        Mode::Mirror => {
             return Err(Failure::usage(anyhow!(
-                "config error: source.mode: mode: {} is not available in this version of ddbpipe",
-                source.mode
+                "config error: source.mode: mode: mirror is not available in this version of ddbpipe"
             ))
-            .hint("use mode: scan or mode: query"));
+            .hint("use mode: streams, scan or query"));
         }
     };
-    let span = tracing::info_span!("run", pipeline = %config.name, table = %source.table_name);
-    let _entered = span.enter();
 
     let state = StateFile::new(&config.state.path);
     let _lock = state

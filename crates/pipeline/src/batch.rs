@@ -7,6 +7,7 @@
 
 use ddbpipe_source::records::{Lines, SegmentCursor};
 use ddbpipe_source::scan::PageOut;
+use ddbpipe_source::streams::handover::{Handed, StreamMark};
 
 /// Records and the positions they reach.
 #[derive(Debug, Default)]
@@ -15,12 +16,14 @@ pub struct Batch {
     pub records: Lines,
     /// Segment cursors reached once this batch is acknowledged, in page order.
     pub segments: Vec<(u32, SegmentCursor)>,
+    /// Stream position marks reached once this batch is acknowledged, in hand-over order.
+    pub shards: Vec<StreamMark>,
 }
 
 impl Batch {
     /// Whether the batch has neither records nor positions.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.segments.is_empty()
+        self.records.is_empty() && self.segments.is_empty() && self.shards.is_empty()
     }
 }
 
@@ -61,6 +64,37 @@ impl Batcher {
         }
         if total == 0 {
             self.current.segments.push((page.segment, page.cursor));
+        }
+        full
+    }
+
+    /// Adds records handed over by the stream reader; returns the batches they filled.
+    ///
+    /// Each part of the records that lands in a batch advances its shard to the part's last
+    /// sequence number; the hand-over's other marks (finish, admissions) follow its last record.
+    pub fn push_handed(&mut self, handed: Handed) -> Vec<Batch> {
+        let mut full = Vec::new();
+        let total = handed.records.len();
+        let mut from = 0;
+        while from < total {
+            let room = self.batch_size - self.current.records.len();
+            let to = total.min(from + room);
+            self.current.records.extend_from(&handed.records, from, to);
+            if let Some(shard) = &handed.shard {
+                self.current
+                    .shards
+                    .push(StreamMark::Advance(shard.clone(), handed.seqs[to - 1].clone()));
+            }
+            from = to;
+            if from == total {
+                self.current.shards.extend(handed.marks.iter().cloned());
+            }
+            if self.current.records.len() >= self.batch_size {
+                full.push(std::mem::take(&mut self.current));
+            }
+        }
+        if total == 0 {
+            self.current.shards.extend(handed.marks);
         }
         full
     }

@@ -10,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::records::SegmentCursor;
+use ddbpipe_source::streams::handover;
 use serde_json::json;
 
 use crate::batch::Batch;
@@ -59,6 +61,7 @@ pub struct Checkpointer {
     identity: Identity,
     last_completed: Option<serde_json::Value>,
     position: ScanPosition,
+    streams: Option<StreamsPosition>,
     flush_interval: Duration,
     written_at: Option<Instant>,
     dirty: bool,
@@ -130,10 +133,73 @@ impl Checkpointer {
             identity,
             last_completed,
             position: position.unwrap_or_else(|| ScanPosition::new(kind, total_segments)),
+            streams: None,
             flush_interval,
             written_at: None,
             dirty: false,
         })
+    }
+
+    /// Loads the stored entry of a streams pipeline and checks it belongs to this source.
+    /// Returns the checkpointer; [`streams_position`](Self::streams_position) is `None` on a
+    /// first run.
+    pub fn open_streams(
+        file: StateFile,
+        pipeline: &str,
+        identity: Identity,
+        flush_interval: Duration,
+    ) -> Result<Self, StartError> {
+        let stored = file.load(pipeline)?;
+        let (last_completed, streams) = match stored {
+            None => (None, None),
+            Some(entry) => match entry.position {
+                None => (entry.last_completed, None),
+                Some(Position::Streams(position)) => {
+                    let changes = identity.changes_from(&entry.identity, position.snapshot.is_some());
+                    if !changes.is_empty() {
+                        return Err(StartError::IdentityChanged {
+                            pipeline: pipeline.to_string(),
+                            changes: changes.join("; "),
+                        });
+                    }
+                    (entry.last_completed, Some(position))
+                }
+                Some(Position::Scan(scan)) => {
+                    return Err(StartError::WrongKind {
+                        pipeline: pipeline.to_string(),
+                        stored: match scan.kind {
+                            ScanKind::Scan => "scan",
+                            ScanKind::Query => "query",
+                        },
+                        mode: "streams".to_string(),
+                    });
+                }
+            },
+        };
+        Ok(Checkpointer {
+            file,
+            pipeline: pipeline.to_string(),
+            identity,
+            last_completed,
+            position: ScanPosition::new(ScanKind::Scan, 1),
+            streams,
+            flush_interval,
+            written_at: None,
+            dirty: false,
+        })
+    }
+
+    /// The stored streams position (`None` before the first run committed one).
+    pub fn streams_position(&self) -> Option<&StreamsPosition> {
+        self.streams.as_ref()
+    }
+
+    /// Replaces the streams position and writes it now (start-up: the first run's initial
+    /// position, the current ARN, pruning).
+    pub fn set_streams(&mut self, position: StreamsPosition) -> Result<(), StateError> {
+        self.streams = Some(position);
+        self.dirty = true;
+        self.flush()
     }
 
     /// The position the run resumes from / has reached.
@@ -160,6 +226,15 @@ impl Checkpointer {
             }
             self.dirty = true;
         }
+        if !batch.shards.is_empty() {
+            let streams = self
+                .streams
+                .get_or_insert_with(|| StreamsPosition::new(StreamKind::Streams, None));
+            for mark in &batch.shards {
+                handover::apply(streams, mark);
+            }
+            self.dirty = true;
+        }
         let due = self
             .written_at
             .is_none_or(|at| at.elapsed() >= self.flush_interval);
@@ -174,10 +249,13 @@ impl Checkpointer {
         if !self.dirty {
             return Ok(());
         }
-        let position = self
-            .position
-            .has_progress()
-            .then(|| Position::Scan(self.position.clone()));
+        let position = match &self.streams {
+            Some(streams) => Some(Position::Streams(streams.clone())),
+            None => self
+                .position
+                .has_progress()
+                .then(|| Position::Scan(self.position.clone())),
+        };
         self.write(position)
     }
 

@@ -16,3 +16,4 @@ pub mod runner;
 pub mod sink;
 pub mod sinks;
 pub mod state;
+pub mod streams;

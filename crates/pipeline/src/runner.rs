@@ -21,6 +21,10 @@ use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
+use ddbpipe_source::streams::handover::Handed;
+use ddbpipe_source::streams::shard_reader::StreamError;
+use ddbpipe_source::api::StreamsApi;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -45,6 +49,9 @@ pub enum RunError {
     /// The position could not be written.
     #[error(transparent)]
     State(#[from] StateError),
+    /// Reading the stream failed (a gap while reading, a failed shard, a bad record).
+    #[error(transparent)]
+    Stream(#[from] StreamError),
 }
 
 /// Told about progress after each acknowledged batch.
@@ -190,6 +197,93 @@ fn scheduler_failed(error: tokio::task::JoinError) -> Result<(), ReadError> {
     Err(ReadError::Internal(format!(
         "segment scheduler task failed: {error}"
     )))
+}
+
+/// How a streams run ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOutcome {
+    /// Change records written and acknowledged.
+    pub written: u64,
+    /// Why the run ended.
+    pub end: EndReason,
+}
+
+/// Runs a stream read until an end condition, writing handed-over records to `sink` and
+/// committing the marks of every acknowledged batch.
+///
+/// `handed` is the receiving end of the engine's hand-over channel. When the engine ends,
+/// what it already handed over is written and committed (a clean end, a signal, or
+/// `max_messages`); when it fails, the batch being assembled is dropped.
+pub async fn run_stream<A: StreamsApi, S: Sink>(
+    engine: StreamEngine<A>,
+    mut handed: mpsc::Receiver<Handed>,
+    batch_size: usize,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    progress: &dyn Progress,
+) -> Result<StreamOutcome, RunError> {
+    let mut engine_task = tokio::spawn(engine.run());
+    let mut batcher = Batcher::new(batch_size);
+    let mut deadline: Option<Instant> = None;
+    let mut written = 0u64;
+    let mut deliver = async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
+        sink.write(&batch).await?;
+        written += batch.records.len() as u64;
+        checkpointer.acknowledged(&batch)?;
+        progress.advanced(written, 0.0);
+        Ok(())
+    };
+    let ended = loop {
+        tokio::select! {
+            biased;
+            joined = &mut engine_task => {
+                break joined.unwrap_or_else(|error| {
+                    Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
+                });
+            }
+            next = handed.recv() => {
+                let Some(next) = next else {
+                    // The engine dropped its hand-over: its result follows at once.
+                    break (&mut engine_task).await.unwrap_or_else(|error| {
+                        Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
+                    });
+                };
+                for batch in batcher.push_handed(next) {
+                    deliver(batch, checkpointer).await?;
+                }
+                deadline = match (batcher.has_pending(), deadline) {
+                    (false, _) => None,
+                    (true, None) => Some(Instant::now() + BATCH_LINGER),
+                    (true, Some(at)) => Some(at),
+                };
+            }
+            () = sleep_until(deadline), if deadline.is_some() => {
+                deadline = None;
+                if let Some(batch) = batcher.take() {
+                    deliver(batch, checkpointer).await?;
+                }
+            }
+        }
+    };
+    let end = match ended {
+        Ok(end) => end,
+        Err(error) => {
+            drop(batcher);
+            checkpointer.flush()?;
+            return Err(error.into());
+        }
+    };
+    // What was handed over before the end is written and committed.
+    while let Ok(next) = handed.try_recv() {
+        for batch in batcher.push_handed(next) {
+            deliver(batch, checkpointer).await?;
+        }
+    }
+    if let Some(batch) = batcher.take() {
+        deliver(batch, checkpointer).await?;
+    }
+    checkpointer.flush()?;
+    Ok(StreamOutcome { written, end })
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

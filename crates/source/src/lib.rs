@@ -27,3 +27,4 @@ pub mod records;
 pub mod retry;
 pub mod scan;
 pub mod segments;
+pub mod streams;

@@ -271,7 +271,7 @@ mod tests {
         }
         Batch {
             records,
-            segments: vec![],
+            ..Batch::default()
         }
     }
 

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodbstreams::types::AttributeValue as StreamsAttributeValue;
 use ddbpipe_value::{Item, Number, Value};
 
 /// An attribute type this version does not know.
@@ -33,6 +34,37 @@ fn value_from_sdk(value: AttributeValue) -> Result<Value, UnknownType> {
         AttributeValue::Ss(ss) => Value::Ss(ss),
         AttributeValue::Ns(ns) => Value::Ns(ns.into_iter().map(Number::new).collect()),
         AttributeValue::Bs(bs) => Value::Bs(bs.into_iter().map(Blob::into_inner).collect()),
+        other => return Err(UnknownType(format!("{other:?}"))),
+    })
+}
+
+/// Converts one stream record's `Keys`, `NewImage` or `OldImage`, taking its strings and blobs.
+/// The Streams SDK has its own `AttributeValue`, of the same shape as DynamoDB's.
+pub fn item_from_streams(
+    item: HashMap<String, StreamsAttributeValue>,
+) -> Result<Item, UnknownType> {
+    item.into_iter()
+        .map(|(name, value)| Ok((name, value_from_streams(value)?)))
+        .collect()
+}
+
+fn value_from_streams(value: StreamsAttributeValue) -> Result<Value, UnknownType> {
+    type V = StreamsAttributeValue;
+    Ok(match value {
+        V::S(s) => Value::S(s),
+        V::N(n) => Value::N(Number::new(n)),
+        V::B(b) => Value::B(b.into_inner()),
+        V::Bool(b) => Value::Bool(b),
+        V::Null(_) => Value::Null,
+        V::M(m) => Value::M(item_from_streams(m)?),
+        V::L(l) => Value::L(
+            l.into_iter()
+                .map(value_from_streams)
+                .collect::<Result<_, _>>()?,
+        ),
+        V::Ss(ss) => Value::Ss(ss),
+        V::Ns(ns) => Value::Ns(ns.into_iter().map(Number::new).collect()),
+        V::Bs(bs) => Value::Bs(bs.into_iter().map(Blob::into_inner).collect()),
         other => return Err(UnknownType(format!("{other:?}"))),
     })
 }

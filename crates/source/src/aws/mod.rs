@@ -8,6 +8,7 @@
 //! network I/O; credentials are resolved lazily by the SDK's providers.
 
 mod convert;
+mod streams;
 mod table;
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ use aws_credential_types::Credentials as StaticCredentials;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
+pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 
 use crate::config::Credentials;
@@ -99,4 +101,10 @@ pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
 /// Builds the DynamoDB table reader from loaded SDK configuration.
 pub fn table_api(config: &SdkConfig) -> AwsTableApi {
     AwsTableApi::new(aws_sdk_dynamodb::Client::new(config))
+}
+
+/// Builds the DynamoDB Streams reader from the same SDK configuration as the table reader, so
+/// the endpoint override, region and credentials apply to both.
+pub fn streams_api(config: &SdkConfig) -> AwsStreamsApi {
+    AwsStreamsApi::new(aws_sdk_dynamodbstreams::Client::new(config))
 }

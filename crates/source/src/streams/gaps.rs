@@ -1,0 +1,422 @@
+//! Start-up gap detection (SPEC §4.5) and the texts of `on_gap` (SPEC §4.6).
+//!
+//! A *gap* is a change the stored position can no longer deliver. Detection is skipped on the
+//! first run; on a later run it happens after resolving the ARN and discovering the shards,
+//! before pruning and admission.
+//!
+//! # Layers
+//! A later layer runs only when the earlier ones found no reason.
+//! 1. The stored `stream_arn` differs from the current one (stream re-created) → exactly one
+//!    reason, and nothing else is reported. A position without a stored ARN has nothing to
+//!    compare and passes.
+//! 2. Expiry. Every stored shard (positioned or `""`) that is not described → "shard <id>
+//!    expired before it was fully read". Every described shard with no entry whose parent is
+//!    neither described, stored nor finished → "shard <id>'s parent <p> expired unread".
+//!    Finished shards that are no longer described are not a gap: they are pruned.
+//! 3. Staleness of shards stored `""`. Without `verified_at` → one warning listing them (not
+//!    a gap). With `now − verified_at > 82 800 s` (23 h; exactly 23 h is not stale) → "shard
+//!    <id> was last read <whole hours>h ago with nothing to read; records written since may
+//!    have been trimmed".
+//! 4. Every positioned, described shard is probed with `GetShardIterator
+//!    (AFTER_SEQUENCE_NUMBER, seq)`; [`check`] lists the probes and the caller runs them. A
+//!    probe answered `TrimmedDataAccessException` → [`trimmed`].
+//!
+//! Reasons and warnings come in id order within a layer.
+//!
+//! # Error handling
+//! With `on_gap: fail` the run stops with [`cannot_resume`]. A trim met while reading always
+//! fails the run with [`trimmed_while_reading`]; the next start-up applies `on_gap`.
+
+use crate::ids::{SequenceNumber, ShardId};
+use crate::position::{ShardCheckpoint, StreamsPosition};
+use crate::streams::lineage::ShardGraph;
+
+/// How long a shard stored `""` may go unverified before records written since may have been
+/// trimmed, in seconds (23 h: an hour of margin under the 24 h retention).
+pub const STALE_AFTER_SECS: i64 = 82_800;
+
+/// What start-up gap detection found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// Why the position cannot be resumed without losing changes; empty when it can.
+    pub reasons: Vec<String>,
+    /// Things to log that are not a gap.
+    pub warnings: Vec<String>,
+    /// Positioned, described shards to probe with `GetShardIterator(AFTER_SEQUENCE_NUMBER)`
+    /// (layer 4); filled only when layers 1–3 found no reason.
+    pub probes: Vec<(ShardId, SequenceNumber)>,
+}
+
+impl Findings {
+    /// Whether layers 1–3 found a gap.
+    pub fn is_gap(&self) -> bool {
+        !self.reasons.is_empty()
+    }
+}
+
+/// Layers 1–3 and the list of layer-4 probes, for a later start-up. `table` is the configured
+/// table name; `now_s` is unix seconds.
+pub fn check(
+    stored: &StreamsPosition,
+    current_arn: &str,
+    graph: &ShardGraph,
+    table: &str,
+    now_s: i64,
+) -> Findings {
+    let mut findings = Findings::default();
+
+    // Layer 1: the stream was re-created.
+    if let Some(old) = stored.stream_arn.as_deref()
+        && old != current_arn
+    {
+        findings.reasons.push(format!(
+            "the position belongs to stream {old} but table '{table}' now has stream {current_arn}"
+        ));
+        return findings;
+    }
+
+    // Layer 2: shards, or parents of new shards, expired before they were read.
+    for id in stored.shards.keys().filter(|id| !graph.contains(id)) {
+        findings
+            .reasons
+            .push(format!("shard {id} expired before it was fully read"));
+    }
+    for id in graph.ids().filter(|id| !stored.knows(id)) {
+        if let Some(parent) = graph.get(id).and_then(|shard| shard.parent.as_ref())
+            && !graph.contains(parent)
+            && !stored.knows(parent)
+        {
+            findings
+                .reasons
+                .push(format!("shard {id}'s parent {parent} expired unread"));
+        }
+    }
+    if findings.is_gap() {
+        return findings;
+    }
+
+    // Layer 3: shards with nothing read whose retention may have run out.
+    let mut unverified = Vec::new();
+    for id in empty_shards(stored) {
+        match stored.verified_at.get(id) {
+            None => unverified.push(id.as_str()),
+            Some(&at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
+                let hours = now_s.saturating_sub(at) / 3600;
+                findings.reasons.push(format!(
+                    "shard {id} was last read {hours}h ago with nothing to read; records \
+                     written since may have been trimmed"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if !unverified.is_empty() {
+        findings.warnings.push(format!(
+            "shards with nothing read and no verified_at cannot be checked for trimmed \
+             records: {}",
+            unverified.join(", ")
+        ));
+    }
+    if findings.is_gap() {
+        return findings;
+    }
+
+    // Layer 4: the caller probes every positioned, described shard.
+    findings.probes = probes(stored, graph);
+    findings
+}
+
+/// Every positioned, described shard with its stored sequence number, in id order: the layer-4
+/// probes. Resnapshot probes these even when an earlier layer found the gap (SPEC §4.7).
+pub fn probes(stored: &StreamsPosition, graph: &ShardGraph) -> Vec<(ShardId, SequenceNumber)> {
+    stored
+        .shards
+        .iter()
+        .filter(|(id, _)| graph.contains(id))
+        .filter_map(|(id, checkpoint)| match checkpoint {
+            ShardCheckpoint::After(seq) => Some((id.clone(), seq.clone())),
+            ShardCheckpoint::TrimHorizon => None,
+        })
+        .collect()
+}
+
+/// The shards stored `""`, in id order.
+fn empty_shards(stored: &StreamsPosition) -> impl Iterator<Item = &ShardId> {
+    stored
+        .shards
+        .iter()
+        .filter(|(_, checkpoint)| **checkpoint == ShardCheckpoint::TrimHorizon)
+        .map(|(id, _)| id)
+}
+
+/// The layer-4 reason for a probe answered `TrimmedDataAccessException`.
+pub fn trimmed(shard: &ShardId, seq: &SequenceNumber) -> String {
+    format!("shard {shard} was trimmed past sequence {seq}")
+}
+
+/// The `on_gap: fail` error text (SPEC §4.6); `config` is the config path as given.
+pub fn cannot_resume(table: &str, reasons: &[String], config: &str) -> String {
+    format!(
+        "cannot resume table '{table}' without losing changes: {}. Set on_gap: resnapshot, or \
+         reset the position with `ddbpipe state reset {config}`.",
+        reasons.join("; ")
+    )
+}
+
+/// The error text of a trim met while reading (SPEC §4.6), whatever `on_gap` says.
+pub fn trimmed_while_reading(shard: &ShardId) -> String {
+    format!(
+        "shard {shard} was trimmed past the position being read (changes older than the 24 h \
+         retention are lost); set on_gap: resnapshot or reset the position"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::ShardDescription;
+    use crate::position::StreamKind;
+
+    use super::*;
+
+    const ARN: &str = "arn:aws:dynamodb:eu-west-1:1:table/orders/stream/2026-10-01T00:00:00.000";
+    const NEW_ARN: &str =
+        "arn:aws:dynamodb:eu-west-1:1:table/orders/stream/2026-10-02T00:00:00.000";
+    const NOW: i64 = 1_767_225_600;
+
+    fn id(s: &str) -> ShardId {
+        ShardId::new(s)
+    }
+
+    fn seq(s: &str) -> SequenceNumber {
+        SequenceNumber::parse(s).unwrap()
+    }
+
+    fn graph(shards: &[(&str, Option<&str>)]) -> ShardGraph {
+        let mut graph = ShardGraph::new();
+        graph.merge(shards.iter().map(|(s, p)| ShardDescription {
+            id: id(s),
+            parent: p.map(id),
+            closed: false,
+        }));
+        graph
+    }
+
+    fn stored() -> StreamsPosition {
+        StreamsPosition::new(StreamKind::Streams, Some(ARN.into()))
+    }
+
+    fn positioned(position: &mut StreamsPosition, shard: &str, at: &str) {
+        position
+            .shards
+            .insert(id(shard), ShardCheckpoint::After(seq(at)));
+    }
+
+    fn check_now(stored: &StreamsPosition, graph: &ShardGraph) -> Findings {
+        check(stored, ARN, graph, "orders", NOW)
+    }
+
+    #[test]
+    fn a_stored_arn_other_than_the_tables_is_the_only_reason() {
+        let mut position = stored();
+        position.admit(&id("gone"), Some(0), None);
+        position.admit(&id("unverified"), None, None);
+        positioned(&mut position, "s1", "5");
+        let findings = check(
+            &position,
+            NEW_ARN,
+            &graph(&[("s1", None), ("unverified", None)]),
+            "orders",
+            NOW,
+        );
+        assert_eq!(
+            findings.reasons,
+            vec![format!(
+                "the position belongs to stream {ARN} but table 'orders' now has stream {NEW_ARN}"
+            )]
+        );
+        assert!(findings.warnings.is_empty() && findings.probes.is_empty());
+    }
+
+    #[test]
+    fn a_position_without_a_stored_arn_is_not_a_recreated_stream() {
+        let mut position = stored();
+        position.stream_arn = None;
+        positioned(&mut position, "s1", "5");
+        let findings = check(&position, NEW_ARN, &graph(&[("s1", None)]), "orders", NOW);
+        assert!(!findings.is_gap());
+        assert_eq!(findings.probes, vec![(id("s1"), seq("5"))]);
+    }
+
+    #[test]
+    fn a_stored_shard_that_is_not_described_expired_before_it_was_fully_read() {
+        let mut position = stored();
+        positioned(&mut position, "a", "5");
+        position.admit(&id("b"), Some(NOW), None);
+        positioned(&mut position, "c", "9");
+        let findings = check_now(&position, &graph(&[("c", None)]));
+        assert_eq!(
+            findings.reasons,
+            vec![
+                "shard a expired before it was fully read",
+                "shard b expired before it was fully read",
+            ]
+        );
+        assert!(findings.probes.is_empty(), "no probes once a gap is found");
+    }
+
+    #[test]
+    fn a_new_shard_whose_parent_vanished_unread_is_a_gap() {
+        let findings = check_now(&stored(), &graph(&[("c", Some("p"))]));
+        assert_eq!(findings.reasons, vec!["shard c's parent p expired unread"]);
+    }
+
+    #[test]
+    fn a_new_shard_whose_parent_is_described_stored_or_finished_is_not_a_gap() {
+        let mut position = stored();
+        position.finish(&id("done"), Some(NOW));
+        let described = graph(&[("p", None), ("c1", Some("p")), ("c2", Some("done"))]);
+        assert!(!check_now(&position, &described).is_gap());
+    }
+
+    #[test]
+    fn a_stored_parent_that_expired_is_reported_once_not_through_its_child() {
+        let mut position = stored();
+        positioned(&mut position, "p", "5");
+        let findings = check_now(&position, &graph(&[("c", Some("p"))]));
+        assert_eq!(
+            findings.reasons,
+            vec!["shard p expired before it was fully read"]
+        );
+    }
+
+    #[test]
+    fn a_shard_with_an_entry_is_not_checked_for_its_parent() {
+        let mut position = stored();
+        positioned(&mut position, "c", "5");
+        let findings = check_now(&position, &graph(&[("c", Some("gone"))]));
+        assert!(!findings.is_gap());
+    }
+
+    #[test]
+    fn finished_shards_that_are_not_described_are_not_a_gap() {
+        let mut position = stored();
+        position.finish(&id("old"), Some(0));
+        let findings = check_now(&position, &graph(&[("new", None)]));
+        assert!(!findings.is_gap());
+        assert!(findings.warnings.is_empty());
+    }
+
+    #[test]
+    fn staleness_is_not_checked_once_a_shard_expired() {
+        let mut position = stored();
+        positioned(&mut position, "gone", "5");
+        position.admit(&id("stale"), Some(NOW - 2 * 86_400), None);
+        position.admit(&id("unverified"), None, None);
+        let findings = check_now(&position, &graph(&[("stale", None), ("unverified", None)]));
+        assert_eq!(
+            findings.reasons,
+            vec!["shard gone expired before it was fully read"]
+        );
+        assert!(findings.warnings.is_empty());
+    }
+
+    #[test]
+    fn shards_without_verified_at_give_one_warning_that_is_not_a_gap() {
+        let mut position = stored();
+        position.admit(&id("s2"), None, None);
+        position.admit(&id("s1"), None, None);
+        positioned(&mut position, "s3", "7");
+        let findings = check_now(
+            &position,
+            &graph(&[("s1", None), ("s2", None), ("s3", None)]),
+        );
+        assert!(!findings.is_gap());
+        assert_eq!(findings.warnings.len(), 1);
+        assert!(findings.warnings[0].ends_with(": s1, s2"), "{findings:?}");
+        assert_eq!(findings.probes, vec![(id("s3"), seq("7"))]);
+    }
+
+    #[test]
+    fn exactly_23_hours_is_not_stale() {
+        let mut position = stored();
+        position.admit(&id("s1"), Some(NOW - STALE_AFTER_SECS), None);
+        let findings = check_now(&position, &graph(&[("s1", None)]));
+        assert!(!findings.is_gap() && findings.warnings.is_empty());
+    }
+
+    #[test]
+    fn one_second_past_23_hours_is_stale_in_whole_hours() {
+        let mut position = stored();
+        position.admit(&id("s1"), Some(NOW - STALE_AFTER_SECS - 1), None);
+        let findings = check_now(&position, &graph(&[("s1", None)]));
+        assert_eq!(
+            findings.reasons,
+            vec![
+                "shard s1 was last read 23h ago with nothing to read; records written since \
+                 may have been trimmed"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shard_verified_24_hours_ago_was_last_read_24h_ago() {
+        let mut position = stored();
+        position.admit(&id("s1"), Some(NOW - 24 * 3600), None);
+        positioned(&mut position, "s2", "5");
+        let findings = check_now(&position, &graph(&[("s1", None), ("s2", None)]));
+        assert_eq!(findings.reasons.len(), 1);
+        assert!(findings.reasons[0].starts_with("shard s1 was last read 24h ago"));
+        assert!(findings.probes.is_empty(), "no probes once a gap is found");
+    }
+
+    #[test]
+    fn only_positioned_described_shards_are_probed() {
+        let mut position = stored();
+        positioned(&mut position, "b", "20");
+        positioned(&mut position, "a", "5");
+        position.admit(&id("empty"), Some(NOW), None);
+        position.finish(&id("done"), Some(NOW));
+        let described = graph(&[("a", None), ("b", None), ("empty", None), ("done", None)]);
+        let findings = check_now(&position, &described);
+        assert!(!findings.is_gap() && findings.warnings.is_empty());
+        assert_eq!(
+            findings.probes,
+            vec![(id("a"), seq("5")), (id("b"), seq("20"))]
+        );
+        // Resnapshot probes the described ones even when the shard list has a gap.
+        positioned(&mut position, "gone", "1");
+        assert!(check_now(&position, &described).probes.is_empty());
+        assert_eq!(probes(&position, &described).len(), 2);
+    }
+
+    #[test]
+    fn a_trimmed_probe_names_the_shard_and_the_sequence() {
+        assert_eq!(
+            trimmed(&id("s1"), &seq("5")),
+            "shard s1 was trimmed past sequence 5"
+        );
+    }
+
+    #[test]
+    fn the_on_gap_fail_text_joins_the_reasons_and_names_the_remedies() {
+        let reasons = vec![
+            trimmed(&id("s1"), &seq("5")),
+            "shard s2 expired".to_string(),
+        ];
+        assert_eq!(
+            cannot_resume("orders", &reasons, "pipes/orders.yaml"),
+            "cannot resume table 'orders' without losing changes: shard s1 was trimmed past \
+             sequence 5; shard s2 expired. Set on_gap: resnapshot, or reset the position with \
+             `ddbpipe state reset pipes/orders.yaml`."
+        );
+    }
+
+    #[test]
+    fn a_trim_while_reading_names_the_shard() {
+        assert_eq!(
+            trimmed_while_reading(&id("s1")),
+            "shard s1 was trimmed past the position being read (changes older than the 24 h \
+             retention are lost); set on_gap: resnapshot or reset the position"
+        );
+    }
+}

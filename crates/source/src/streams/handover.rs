@@ -1,0 +1,194 @@
+//! The one place where change records leave the stream reader for the pipeline.
+//!
+//! # Rules
+//! 1. Records and position marks travel through one bounded channel in the order they were
+//!    handed over, so a child's admission always follows its parent's last record and the
+//!    sequential sink acknowledges them in that order (SPEC §4.8).
+//! 2. `max_messages`: the handover counts records and cuts the page that reaches the limit,
+//!    so exactly N records are handed over and the shard's mark is the N-th record's sequence
+//!    number (SPEC §4.10). After that nothing more is accepted.
+//! 3. The idle clock restarts at every non-empty read and after every hand-over that had to
+//!    wait for room (time spent waiting for the sink is not idleness).
+//! 4. The handed view of the position (what has been handed over, not yet acknowledged) is
+//!    what admission decisions use: a child is admitted once its parent's last record was
+//!    handed over.
+
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+
+use crate::ids::{SequenceNumber, ShardId};
+use crate::position::StreamsPosition;
+use crate::records::Lines;
+
+/// A change to the stored position, applied once the batch carrying it is acknowledged.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamMark {
+    /// Every record of the shard up to and including this one was delivered.
+    Advance(ShardId, SequenceNumber),
+    /// The shard's last record was delivered (`ShardEnd`); `frontier` (unix s) is kept for its
+    /// children's `verified_at`.
+    Finish(ShardId, Option<i64>),
+    /// A shard joins the position with nothing read (`""`).
+    Admit {
+        /// The shard.
+        shard: ShardId,
+        /// Unix s before which every record is delivered or not needed.
+        verified_at: Option<i64>,
+        /// The `latest` floor (unix ms), on a first run's `LATEST` shards.
+        floor_ms: Option<i64>,
+    },
+    /// A shard still at `""` was read empty twice: refresh its `verified_at` (unix s).
+    Verify(ShardId, i64),
+}
+
+/// Records of one shard read in one response, with the marks they reach.
+#[derive(Debug, Default)]
+pub struct Handed {
+    /// The envelopes, in stream order.
+    pub records: Lines,
+    /// Sequence number of each record (same length as `records`).
+    pub seqs: Vec<SequenceNumber>,
+    /// The shard they came from (`None` for a pure mark message).
+    pub shard: Option<ShardId>,
+    /// Marks that follow the records (finish, admissions, verifications).
+    pub marks: Vec<StreamMark>,
+}
+
+/// Why the handover accepts nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// `max_messages` records were handed over.
+    MaxMessages,
+    /// The pipeline is gone (the run is stopping).
+    Gone,
+}
+
+#[derive(Debug)]
+struct State {
+    view: StreamsPosition,
+    handed: u64,
+    limit: Option<u64>,
+    last_activity: Instant,
+}
+
+/// Shared by the engine and its slices.
+#[derive(Debug)]
+pub struct Handover {
+    tx: mpsc::Sender<Handed>,
+    state: Mutex<State>,
+}
+
+impl Handover {
+    /// A handover into `tx`, starting from `view` (the committed position), stopping after
+    /// `limit` records.
+    pub fn new(tx: mpsc::Sender<Handed>, view: StreamsPosition, limit: Option<u64>) -> Self {
+        Handover {
+            tx,
+            state: Mutex::new(State {
+                view,
+                handed: 0,
+                limit,
+                last_activity: Instant::now(),
+            }),
+        }
+    }
+
+    /// Hands over records (and marks). Returns how many records were accepted; `Err` when the
+    /// handover is closed (the records after the limit are dropped, to be read again).
+    pub async fn hand(&self, mut handed: Handed) -> Result<usize, Closed> {
+        let mut state = self.state.lock().await;
+        if let Some(limit) = state.limit {
+            let room = limit.saturating_sub(state.handed) as usize;
+            if room == 0 {
+                return Err(Closed::MaxMessages);
+            }
+            if handed.seqs.len() > room {
+                let mut cut = Lines::default();
+                cut.extend_from(&handed.records, 0, room);
+                handed.records = cut;
+                handed.seqs.truncate(room);
+                // The rest of the shard is read again next run: no finish, no admissions.
+                handed.marks.clear();
+            }
+        }
+        let accepted = handed.seqs.len();
+        if let Some(shard) = &handed.shard
+            && let Some(last) = handed.seqs.last()
+        {
+            state.view.advance(shard, last);
+        }
+        for mark in &handed.marks {
+            apply(&mut state.view, mark);
+        }
+        state.handed += accepted as u64;
+        if accepted > 0 {
+            state.last_activity = Instant::now();
+        }
+        let waited = match self.tx.try_send(handed) {
+            Ok(()) => false,
+            Err(mpsc::error::TrySendError::Full(handed)) => {
+                self.tx.send(handed).await.map_err(|_| Closed::Gone)?;
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Closed::Gone),
+        };
+        if waited {
+            state.last_activity = Instant::now();
+        }
+        Ok(accepted)
+    }
+
+    /// Records a non-empty read (restarts the idle clock) without handing anything over.
+    pub async fn touch(&self) {
+        self.state.lock().await.last_activity = Instant::now();
+    }
+
+    /// How long since the last non-empty read or blocked hand-over.
+    pub async fn idle_for(&self) -> Duration {
+        self.state.lock().await.last_activity.elapsed()
+    }
+
+    /// Restarts the idle clock (streaming starts).
+    pub async fn reset_idle(&self) {
+        self.state.lock().await.last_activity = Instant::now();
+    }
+
+    /// Records handed over so far.
+    pub async fn handed(&self) -> u64 {
+        self.state.lock().await.handed
+    }
+
+    /// Whether `max_messages` records were handed over.
+    pub async fn limit_reached(&self) -> bool {
+        let state = self.state.lock().await;
+        state.limit.is_some_and(|limit| state.handed >= limit)
+    }
+
+    /// Runs `f` on the handed-over position (what admission decisions use).
+    pub async fn with_view<R>(&self, f: impl FnOnce(&mut StreamsPosition) -> R) -> R {
+        f(&mut self.state.lock().await.view)
+    }
+}
+
+/// Applies a mark to a position (the committed one at acknowledgement, the handed view here).
+pub fn apply(position: &mut StreamsPosition, mark: &StreamMark) {
+    match mark {
+        StreamMark::Advance(shard, seq) => position.advance(shard, seq),
+        StreamMark::Finish(shard, frontier) => position.finish(shard, *frontier),
+        StreamMark::Admit {
+            shard,
+            verified_at,
+            floor_ms,
+        } => position.admit(shard, *verified_at, *floor_ms),
+        StreamMark::Verify(shard, at) => {
+            if matches!(
+                position.shards.get(shard),
+                Some(crate::position::ShardCheckpoint::TrimHorizon)
+            ) {
+                position.verified_at.insert(shard.clone(), *at);
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! DynamoDB Streams: change capture in stream order, parents before children.
+//!
+//! # Modules
+//! - `envelope`: stream records → the change envelope (SPEC §4.1).
+//! - `lineage`: the pure shard graph: parents, children, which shards may be admitted.
+//! - `start`: where each shard's read starts (SPEC §4.4) and the `latest` time floor.
+//! - `gaps`: start-up gap detection in layers (SPEC §4.5).
+//! - `scheduler`: the FIFO queue of (shard, due time) and the slots (SPEC §4.8).
+//! - `handover`: the one point where records and position marks enter the pipeline.
+//! - `shard_reader`: one shard's slices (SPEC §4.9).
+//! - `engine`: discovery, admission, slices, run end (SPEC §4.3, §4.10).
+
+pub mod engine;
+pub mod envelope;
+pub mod gaps;
+pub mod handover;
+pub mod lineage;
+pub mod scheduler;
+pub mod shard_reader;
+pub mod start;

@@ -1,0 +1,427 @@
+//! One shard's reads: iterator acquisition and renewal, `GetRecords` slices, `ShardEnd`.
+//!
+//! # One slice (SPEC §4.9)
+//! 1. Without an iterator, acquire one: after the last record **read** if any, else where the
+//!    shard starts (§4.4); a `LATEST` shard that read nothing re-acquires at `TRIM_HORIZON`
+//!    with its floor. No iterator in the answer → the shard is drained. Trimmed → a gap.
+//! 2. Then, until the slice ends:
+//!    - after 8 successful reads → yield (delay 0);
+//!    - reads of one shard start at least 100 ms apart;
+//!    - success: error counters reset; records converted in order (floor filter), handed
+//!      over with the marks they reach; no next iterator → **drained** (the finish mark follows
+//!      the last records); an empty answer → yield with the poll interval, and the second
+//!      empty answer in a row means **caught up**;
+//!    - `ExpiredIteratorException` → re-acquire (not a read, not an error); three in a row
+//!      without a successful read fail the shard;
+//!    - trimmed / shard not found → a runtime gap (always fails the run);
+//!    - throttle → yield with `min(delay(n), 10 s)`; never fails; a streak over 60 s warns;
+//!    - transient → yield with `min(delay(n), 10 s)`; more than `max_retries` in a row fail;
+//!    - anything else fails the shard.
+//!
+//! ```text
+//!   no iterator ──acquire──► reading ──8 reads / empty / throttle / transient──► yielded
+//!        ▲                     │  │                                               │
+//!        └──expired────────────┘  └──no next iterator──► drained (ShardEnd)       │
+//!        └───────────────────────────────────────────────────────────────────────┘
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_value::ValueFormat;
+use tokio::time::Instant;
+
+use super::envelope::{self, EnvelopeError};
+use super::gaps;
+use super::handover::{Closed, Handed, Handover, StreamMark};
+use super::start::FloorFilter;
+use crate::api::{StartAt, StreamsApi};
+use crate::error::{ApiError, ErrorClass, ReadError};
+use crate::ids::{SequenceNumber, ShardId};
+use crate::records::Lines;
+use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
+
+/// Successful `GetRecords` per slice.
+pub const READS_PER_SLICE: u32 = 8;
+/// Least time between two `GetRecords` of one shard.
+pub const READ_SPACING: Duration = Duration::from_millis(100);
+/// Longest yield after a throttle or a transient error.
+pub const MAX_YIELD: Duration = Duration::from_secs(10);
+/// Expiries in a row without a successful read that fail the shard.
+pub const EXPIRY_LIMIT: u32 = 3;
+/// Throttling longer than this logs a warning (at most once a minute).
+const THROTTLE_WARN_AFTER: Duration = Duration::from_secs(60);
+
+/// What every slice of a run shares.
+pub struct StreamContext<A> {
+    /// The Streams API.
+    pub api: Arc<A>,
+    /// The stream being read.
+    pub stream_arn: String,
+    /// The configured table name (the envelope's `table`).
+    pub table: String,
+    /// Plain or typed values.
+    pub format: ValueFormat,
+    /// The one retry policy (GetShardIterator; GetRecords budgets).
+    pub retry: RetryPolicy,
+    /// `GetRecords` `Limit`.
+    pub records_per_request: u32,
+    /// The effective poll interval of caught-up shards (at least 200 ms).
+    pub poll_interval: Duration,
+    /// Where records go.
+    pub handover: Arc<Handover>,
+    /// Set when the run stops.
+    pub cancel: Cancel,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+}
+
+/// Why reading a stream failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// Definite: a shard was trimmed (or vanished) past the position being read.
+    #[error("{0}")]
+    Gap(String),
+    /// Definite: a shard failed (retries spent, iterator keeps expiring, fatal error).
+    #[error("{0}")]
+    ShardFailed(String),
+    /// Definite: a request of the run failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Definite: a record cannot become an envelope.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    /// The run is stopping (signal, `max_messages`, the pipeline is gone).
+    #[error("the stream read was stopped")]
+    Stopped,
+}
+
+/// How a slice ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceEnd {
+    /// Requeue the shard, due after this delay.
+    Yield(Duration),
+    /// The shard's last record was handed over.
+    Drained,
+}
+
+/// One shard's read state, carried from slice to slice.
+#[derive(Debug)]
+pub struct ShardState {
+    /// The shard.
+    pub id: ShardId,
+    start: StartAt,
+    iterator: Option<String>,
+    last_read: Option<SequenceNumber>,
+    floor: Option<FloorFilter>,
+    handed_any: bool,
+    empty_streak: u32,
+    first_empty_at_s: Option<i64>,
+    expiries: u32,
+    throttles: u32,
+    transients: u32,
+    throttled_since: Option<Instant>,
+    throttle_warned_at: Option<Instant>,
+    last_get: Option<Instant>,
+    /// `ts_ms` of the newest record read (running lag).
+    pub newest_ts_ms: Option<i64>,
+    /// Two empty answers in a row: nothing more to read for now.
+    pub caught_up: bool,
+}
+
+impl ShardState {
+    /// A shard about to be read from `start`, with a `latest` floor while it reads nothing,
+    /// and an iterator already acquired (by the start-up probe) if any.
+    pub fn new(id: ShardId, start: StartAt, floor_ms: Option<i64>, iterator: Option<String>) -> Self {
+        ShardState {
+            id,
+            start,
+            iterator,
+            last_read: None,
+            floor: floor_ms.map(FloorFilter::new),
+            handed_any: false,
+            empty_streak: 0,
+            first_empty_at_s: None,
+            expiries: 0,
+            throttles: 0,
+            transients: 0,
+            throttled_since: None,
+            throttle_warned_at: None,
+            last_get: None,
+            newest_ts_ms: None,
+            caught_up: false,
+        }
+    }
+
+    /// Whether anything was read from the shard this run.
+    pub fn has_read(&self) -> bool {
+        self.last_read.is_some()
+    }
+}
+
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+fn capped(delay: Duration) -> Duration {
+    delay.min(MAX_YIELD)
+}
+
+/// Sleeps until `at`, or returns `Stopped` when the run stops first.
+async fn sleep_until(at: Instant, cancel: &Cancel) -> Result<(), StreamError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(StreamError::Stopped),
+        () = tokio::time::sleep_until(at) => Ok(()),
+    }
+}
+
+fn closed(_: Closed) -> StreamError {
+    StreamError::Stopped
+}
+
+fn is_gap_code(code: Option<&str>) -> bool {
+    matches!(code, Some("TrimmedDataAccessException" | "ResourceNotFoundException"))
+}
+
+impl<A: StreamsApi> StreamContext<A> {
+    /// Runs one slice of `shard` (see the module docs).
+    pub async fn slice(&self, shard: &mut ShardState) -> Result<SliceEnd, StreamError> {
+        let mut reads = 0;
+        loop {
+            if self.cancel.is_cancelled() {
+                return Err(StreamError::Stopped);
+            }
+            let Some(iterator) = shard.iterator.clone() else {
+                match self.acquire(shard).await? {
+                    Some(iterator) => {
+                        shard.iterator = Some(iterator);
+                        continue;
+                    }
+                    None => {
+                        self.hand_drained(shard, Handed::default()).await?;
+                        return Ok(SliceEnd::Drained);
+                    }
+                }
+            };
+            if reads == READS_PER_SLICE {
+                return Ok(SliceEnd::Yield(Duration::ZERO));
+            }
+            if let Some(last) = shard.last_get {
+                sleep_until(last + READ_SPACING, &self.cancel).await?;
+            }
+            shard.last_get = Some(Instant::now());
+            let answer = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(StreamError::Stopped),
+                answer = tokio::time::timeout(
+                    self.retry.attempt_timeout,
+                    self.api.get_records(&iterator, self.records_per_request),
+                ) => answer,
+            };
+            let answer = answer.unwrap_or_else(|_| {
+                Err(ApiError::transport(format!(
+                    "attempt timed out after {} ms",
+                    self.retry.attempt_timeout.as_millis()
+                )))
+            });
+            let page = match answer {
+                Ok(page) => {
+                    self.observer.attempt("get_records", None);
+                    page
+                }
+                Err(error) => {
+                    self.observer.attempt("get_records", Some(error.class));
+                    match self.failed_read(shard, error)? {
+                        Some(end) => return Ok(end),
+                        None => continue,
+                    }
+                }
+            };
+            reads += 1;
+            shard.expiries = 0;
+            shard.throttles = 0;
+            shard.transients = 0;
+            shard.throttled_since = None;
+            let empty = page.records.is_empty();
+            let mut handed = Handed {
+                records: Lines::with_capacity(page.records.len(), page.records.len() * 512),
+                seqs: Vec::with_capacity(page.records.len()),
+                shard: Some(shard.id.clone()),
+                marks: Vec::new(),
+            };
+            for record in &page.records {
+                let Some(change) = &record.change else {
+                    return Err(EnvelopeError::NoStreamRecord {
+                        event_id: record.event_id.clone(),
+                        shard: shard.id.clone(),
+                    }
+                    .into());
+                };
+                let Some(seq) = &change.sequence_number else {
+                    return Err(EnvelopeError::NoSequenceNumber {
+                        event_id: record.event_id.clone(),
+                        shard: shard.id.clone(),
+                    }
+                    .into());
+                };
+                shard.last_read = Some(seq.clone());
+                if let Some(ts) = change.created_ms {
+                    shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
+                }
+                if let Some(floor) = &mut shard.floor
+                    && !floor.keep(change.created_ms)
+                {
+                    continue;
+                }
+                let mut result = Ok(());
+                handed.records.push_with(|out| {
+                    result = envelope::write_change(record, &shard.id, &self.table, self.format, out);
+                });
+                result?;
+                handed.seqs.push(seq.clone());
+            }
+            if !empty {
+                shard.empty_streak = 0;
+                shard.caught_up = false;
+                shard.first_empty_at_s = None;
+            }
+            match page.next_iterator {
+                None => {
+                    self.hand_drained(shard, handed).await?;
+                    return Ok(SliceEnd::Drained);
+                }
+                Some(next) => shard.iterator = Some(next),
+            }
+            if !handed.seqs.is_empty() {
+                shard.handed_any = true;
+                self.handover.hand(handed).await.map_err(closed)?;
+            } else if !empty {
+                // Every record was below the floor: a non-empty read all the same.
+                self.handover.touch().await;
+            }
+            if empty {
+                shard.empty_streak += 1;
+                if shard.empty_streak == 1 {
+                    shard.first_empty_at_s = Some(unix_now_s());
+                } else {
+                    shard.caught_up = true;
+                    if !shard.handed_any
+                        && let Some(at) = shard.first_empty_at_s
+                    {
+                        let mark = Handed {
+                            marks: vec![StreamMark::Verify(shard.id.clone(), at)],
+                            ..Handed::default()
+                        };
+                        self.handover.hand(mark).await.map_err(closed)?;
+                    }
+                }
+                return Ok(SliceEnd::Yield(self.poll_interval));
+            }
+        }
+    }
+
+    /// Acquires an iterator (step 1). `None`: the shard has nothing more (drained).
+    async fn acquire(&self, shard: &mut ShardState) -> Result<Option<String>, StreamError> {
+        let start = match &shard.last_read {
+            Some(seq) => StartAt::After(seq.clone()),
+            None => shard.start.clone(),
+        };
+        let arn = self.stream_arn.as_str();
+        let id = shard.id.clone();
+        let acquired = self
+            .retry
+            .run(
+                "get_shard_iterator",
+                || format!("GetShardIterator for {id}"),
+                &self.cancel,
+                self.observer.as_ref(),
+                |_| self.api.shard_iterator(arn, &id, &start),
+            )
+            .await;
+        // A `LATEST` shard that read nothing comes back at TRIM_HORIZON, with its floor.
+        if shard.start == StartAt::Latest {
+            shard.start = StartAt::TrimHorizon;
+        }
+        match acquired {
+            Ok(iterator) => Ok(iterator),
+            Err(ReadError::Cancelled) => Err(StreamError::Stopped),
+            Err(error) if is_gap_code(error.code()) => Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id))),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Handles a failed `GetRecords`: `Some(end)` ends the slice, `None` goes on.
+    fn failed_read(&self, shard: &mut ShardState, error: ApiError) -> Result<Option<SliceEnd>, StreamError> {
+        if error.code.as_deref() == Some("ExpiredIteratorException") {
+            shard.iterator = None;
+            shard.expiries += 1;
+            if shard.expiries >= EXPIRY_LIMIT {
+                return Err(StreamError::ShardFailed(format!(
+                    "iterator for shard {} keeps expiring ({} expiries in a row without a successful read)",
+                    shard.id, shard.expiries
+                )));
+            }
+            tracing::debug!(shard = %shard.id, "Shard iterator expired; renewing it after the last record read.");
+            return Ok(None);
+        }
+        if is_gap_code(error.code.as_deref()) {
+            return Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id)));
+        }
+        match error.class {
+            ErrorClass::Throttle => {
+                shard.throttles += 1;
+                let since = *shard.throttled_since.get_or_insert_with(Instant::now);
+                let warned_recently = shard
+                    .throttle_warned_at
+                    .is_some_and(|at| at.elapsed() < THROTTLE_WARN_AFTER);
+                if since.elapsed() > THROTTLE_WARN_AFTER && !warned_recently {
+                    shard.throttle_warned_at = Some(Instant::now());
+                    tracing::warn!(
+                        shard = %shard.id,
+                        throttled_secs = since.elapsed().as_secs(),
+                        "Shard has been throttled for over a minute."
+                    );
+                }
+                Ok(Some(SliceEnd::Yield(capped(self.retry.delay(shard.throttles - 1)))))
+            }
+            ErrorClass::Transient => {
+                shard.transients += 1;
+                if shard.transients > self.retry.max_retries {
+                    return Err(StreamError::ShardFailed(format!(
+                        "GetRecords on {} failed after {} attempt(s): {error}",
+                        shard.id, shard.transients
+                    )));
+                }
+                Ok(Some(SliceEnd::Yield(capped(self.retry.delay(shard.transients - 1)))))
+            }
+            ErrorClass::Fatal => Err(StreamError::ShardFailed(format!(
+                "GetRecords on {} failed after {} attempt(s): {error}",
+                shard.id,
+                shard.transients + 1
+            ))),
+        }
+    }
+
+    /// Hands over the shard's last records followed by its finish mark.
+    async fn hand_drained(&self, shard: &ShardState, mut handed: Handed) -> Result<(), StreamError> {
+        let frontier = match shard.newest_ts_ms {
+            Some(ts) => Some(ts.div_euclid(1000) - 120),
+            None => {
+                let id = shard.id.clone();
+                self.handover
+                    .with_view(|view| view.verified_at.get(&id).copied())
+                    .await
+            }
+        };
+        handed.shard = Some(shard.id.clone());
+        handed.marks.push(StreamMark::Finish(shard.id.clone(), frontier));
+        tracing::info!(shard = %shard.id, "Shard finished.");
+        self.handover.hand(handed).await.map_err(closed)?;
+        Ok(())
+    }
+}
