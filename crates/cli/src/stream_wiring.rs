@@ -72,7 +72,9 @@ fn no_stream(table: &str) -> Failure {
 /// What a jsonl streams run will miss with this view type, if anything.
 pub fn view_warning(view_type: Option<&str>) -> Option<String> {
     match view_type? {
-        "KEYS_ONLY" => Some("the stream view is KEYS_ONLY: envelopes carry keys but no before/after images".into()),
+        "KEYS_ONLY" => Some(
+            "the stream view is KEYS_ONLY: envelopes carry keys but no before/after images".into(),
+        ),
         "NEW_IMAGE" => Some("the stream view is NEW_IMAGE: envelopes carry no before image".into()),
         "OLD_IMAGE" => Some("the stream view is OLD_IMAGE: envelopes carry no after image".into()),
         _ => None,
@@ -104,7 +106,9 @@ pub async fn run(
         )),
     })?;
     if checkpointer.streams_position().is_some() && source.start_position.is_some() {
-        tracing::info!("start_position applies to the first run only; the stored position is used.");
+        tracing::info!(
+            "start_position applies to the first run only; the stored position is used."
+        );
     }
 
     let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
@@ -167,8 +171,11 @@ fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
     let reset = format!("`ddbpipe state reset {}`", config_path.display());
     match error {
         StreamRunError::Gap(message) => Failure::runtime(anyhow!(message)),
-        StreamRunError::Run(RunError::Stream(StreamError::Gap(message))) => Failure::runtime(anyhow!(message))
-            .hint(format!("the next run applies on_gap at start-up; {reset} starts afresh")),
+        StreamRunError::Run(RunError::Stream(StreamError::Gap(message))) => {
+            Failure::runtime(anyhow!(message)).hint(format!(
+                "the next run applies on_gap at start-up; {reset} starts afresh"
+            ))
+        }
         other => Failure::runtime(other).hint(format!(
             "what was written is committed; `ddbpipe run {}` resumes after it",
             config_path.display()

@@ -81,9 +81,10 @@ impl Batcher {
             let to = total.min(from + room);
             self.current.records.extend_from(&handed.records, from, to);
             if let Some(shard) = &handed.shard {
-                self.current
-                    .shards
-                    .push(StreamMark::Advance(shard.clone(), handed.seqs[to - 1].clone()));
+                self.current.shards.push(StreamMark::Advance(
+                    shard.clone(),
+                    handed.seqs[to - 1].clone(),
+                ));
             }
             from = to;
             if from == total {

@@ -155,7 +155,8 @@ impl Checkpointer {
             Some(entry) => match entry.position {
                 None => (entry.last_completed, None),
                 Some(Position::Streams(position)) => {
-                    let changes = identity.changes_from(&entry.identity, position.snapshot.is_some());
+                    let changes =
+                        identity.changes_from(&entry.identity, position.snapshot.is_some());
                     if !changes.is_empty() {
                         return Err(StartError::IdentityChanged {
                             pipeline: pipeline.to_string(),

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::Cancel;
@@ -24,7 +25,6 @@ use ddbpipe_source::scan::SegmentReader;
 use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
 use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
-use ddbpipe_source::api::StreamsApi;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -226,13 +226,14 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
     let mut written = 0u64;
-    let mut deliver = async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
-        sink.write(&batch).await?;
-        written += batch.records.len() as u64;
-        checkpointer.acknowledged(&batch)?;
-        progress.advanced(written, 0.0);
-        Ok(())
-    };
+    let mut deliver =
+        async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
+            sink.write(&batch).await?;
+            written += batch.records.len() as u64;
+            checkpointer.acknowledged(&batch)?;
+            progress.advanced(written, 0.0);
+            Ok(())
+        };
     let ended = loop {
         tokio::select! {
             biased;

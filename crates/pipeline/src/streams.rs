@@ -109,14 +109,22 @@ pub async fn run_streams<A: StreamsApi, S: Sink>(
     let mut probed = BTreeMap::new();
     let position = match stored {
         None => {
-            let mut position = StreamsPosition::new(StreamKind::Streams, Some(run.stream_arn.clone()));
-            for mark in engine::first_run_marks(&graph, &position, run.start_position, run_start_ms) {
+            let mut position =
+                StreamsPosition::new(StreamKind::Streams, Some(run.stream_arn.clone()));
+            for mark in engine::first_run_marks(&graph, &position, run.start_position, run_start_ms)
+            {
                 handover::apply(&mut position, &mark);
             }
             position
         }
         Some(mut position) => {
-            let findings = gaps::check(&position, &run.stream_arn, &graph, &run.table, run_start_ms / 1000);
+            let findings = gaps::check(
+                &position,
+                &run.stream_arn,
+                &graph,
+                &run.table,
+                run_start_ms / 1000,
+            );
             for warning in &findings.warnings {
                 tracing::warn!("{warning}");
             }

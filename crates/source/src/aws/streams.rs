@@ -14,12 +14,6 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodbstreams::Client;
-use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodbstreams::types::{
-    AttributeValue, Identity, Record, ShardFilter, ShardFilterType, ShardIteratorType,
-    StreamDescription, StreamRecord as SdkStreamRecord,
-};
 use super::convert::{UnknownType, item_from_streams};
 use crate::api::{
     ChangeData, RecordsPage, ShardDescription, StartAt, StreamPage, StreamRecord, StreamsApi,
@@ -27,6 +21,12 @@ use crate::api::{
 };
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
+use aws_sdk_dynamodbstreams::Client;
+use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodbstreams::types::{
+    AttributeValue, Identity, Record, ShardFilter, ShardFilterType, ShardIteratorType,
+    StreamDescription, StreamRecord as SdkStreamRecord,
+};
 
 /// `Limit` of every `DescribeStream` page (SPEC §4.3); also the service's maximum.
 const DESCRIBE_STREAM_LIMIT: i32 = 100;
@@ -535,10 +535,7 @@ mod tests {
     }
 
     fn service_error(code: &str, message: &str) -> SdkError<GetRecordsError, Response> {
-        let meta = ErrorMetadata::builder()
-            .code(code)
-            .message(message)
-            .build();
+        let meta = ErrorMetadata::builder().code(code).message(message).build();
         let error = GetRecordsError::ExpiredIteratorException(
             ExpiredIteratorException::builder()
                 .message(message)

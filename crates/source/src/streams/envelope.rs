@@ -357,7 +357,11 @@ mod tests {
     #[test]
     fn a_full_plain_envelope_has_exactly_these_bytes() {
         let before = item(&[("pk", s("a")), ("price", n("1.50"))]);
-        let after = item(&[("pk", s("a")), ("price", n("2")), ("blob", Value::B(vec![1, 2]))]);
+        let after = item(&[
+            ("pk", s("a")),
+            ("price", n("2")),
+            ("blob", Value::B(vec![1, 2])),
+        ]);
         let modify = record("MODIFY", Some(before), Some(after), None);
         assert_eq!(
             change(&modify, ValueFormat::Plain),
@@ -456,7 +460,10 @@ mod tests {
         write_change(&odd, &shard(), "or\"ders\t", ValueFormat::Plain, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         for raw in ["INSERT\u{1}\"", "ev\\\n\u{7f}é\u{2028}", "or\"ders\t"] {
-            assert!(text.contains(&serde_json::to_string(raw).unwrap()), "{raw:?}");
+            assert!(
+                text.contains(&serde_json::to_string(raw).unwrap()),
+                "{raw:?}"
+            );
         }
         assert_eq!(envelope["op"], "insert\u{1}\"");
     }
@@ -497,16 +504,22 @@ mod tests {
         let mut broken = record("INSERT", None, None, None);
         broken.change = None;
         let mut out = b"kept".to_vec();
-        let error = write_change(&broken, &shard(), "orders", ValueFormat::Plain, &mut out)
-            .unwrap_err();
+        let error =
+            write_change(&broken, &shard(), "orders", ValueFormat::Plain, &mut out).unwrap_err();
         assert_eq!(
             error.to_string(),
             "record ev-1 in shardId-00000001700000000000-0123abcd has no stream record"
         );
         assert_eq!(out, b"kept");
         broken.event_id = None;
-        let error = write_change(&broken, &ShardId::new("s1"), "t", ValueFormat::Plain, &mut out)
-            .unwrap_err();
+        let error = write_change(
+            &broken,
+            &ShardId::new("s1"),
+            "t",
+            ValueFormat::Plain,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(error.to_string(), "record ? in s1 has no stream record");
     }
 
@@ -517,9 +530,18 @@ mod tests {
             change.sequence_number = None;
         }
         let mut out = Vec::new();
-        let error = write_change(&broken, &ShardId::new("s1"), "t", ValueFormat::Plain, &mut out)
-            .unwrap_err();
-        assert_eq!(error.to_string(), "record ev-1 in s1 has no sequence number");
+        let error = write_change(
+            &broken,
+            &ShardId::new("s1"),
+            "t",
+            ValueFormat::Plain,
+            &mut out,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "record ev-1 in s1 has no sequence number"
+        );
         assert_eq!(
             error,
             EnvelopeError::NoSequenceNumber {
@@ -529,8 +551,14 @@ mod tests {
         );
         assert!(out.is_empty());
         broken.event_id = None;
-        let error = write_change(&broken, &ShardId::new("s1"), "t", ValueFormat::Plain, &mut out)
-            .unwrap_err();
+        let error = write_change(
+            &broken,
+            &ShardId::new("s1"),
+            "t",
+            ValueFormat::Plain,
+            &mut out,
+        )
+        .unwrap_err();
         assert_eq!(error.to_string(), "record ? in s1 has no sequence number");
     }
 

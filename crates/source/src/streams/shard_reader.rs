@@ -133,7 +133,12 @@ pub struct ShardState {
 impl ShardState {
     /// A shard about to be read from `start`, with a `latest` floor while it reads nothing,
     /// and an iterator already acquired (by the start-up probe) if any.
-    pub fn new(id: ShardId, start: StartAt, floor_ms: Option<i64>, iterator: Option<String>) -> Self {
+    pub fn new(
+        id: ShardId,
+        start: StartAt,
+        floor_ms: Option<i64>,
+        iterator: Option<String>,
+    ) -> Self {
         ShardState {
             id,
             start,
@@ -185,7 +190,10 @@ fn closed(_: Closed) -> StreamError {
 }
 
 fn is_gap_code(code: Option<&str>) -> bool {
-    matches!(code, Some("TrimmedDataAccessException" | "ResourceNotFoundException"))
+    matches!(
+        code,
+        Some("TrimmedDataAccessException" | "ResourceNotFoundException")
+    )
 }
 
 impl<A: StreamsApi> StreamContext<A> {
@@ -280,7 +288,8 @@ impl<A: StreamsApi> StreamContext<A> {
                 }
                 let mut result = Ok(());
                 handed.records.push_with(|out| {
-                    result = envelope::write_change(record, &shard.id, &self.table, self.format, out);
+                    result =
+                        envelope::write_change(record, &shard.id, &self.table, self.format, out);
                 });
                 result?;
                 handed.seqs.push(seq.clone());
@@ -350,13 +359,19 @@ impl<A: StreamsApi> StreamContext<A> {
         match acquired {
             Ok(iterator) => Ok(iterator),
             Err(ReadError::Cancelled) => Err(StreamError::Stopped),
-            Err(error) if is_gap_code(error.code()) => Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id))),
+            Err(error) if is_gap_code(error.code()) => {
+                Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id)))
+            }
             Err(error) => Err(error.into()),
         }
     }
 
     /// Handles a failed `GetRecords`: `Some(end)` ends the slice, `None` goes on.
-    fn failed_read(&self, shard: &mut ShardState, error: ApiError) -> Result<Option<SliceEnd>, StreamError> {
+    fn failed_read(
+        &self,
+        shard: &mut ShardState,
+        error: ApiError,
+    ) -> Result<Option<SliceEnd>, StreamError> {
         if error.code.as_deref() == Some("ExpiredIteratorException") {
             shard.iterator = None;
             shard.expiries += 1;
@@ -387,7 +402,9 @@ impl<A: StreamsApi> StreamContext<A> {
                         "Shard has been throttled for over a minute."
                     );
                 }
-                Ok(Some(SliceEnd::Yield(capped(self.retry.delay(shard.throttles - 1)))))
+                Ok(Some(SliceEnd::Yield(capped(
+                    self.retry.delay(shard.throttles - 1),
+                ))))
             }
             ErrorClass::Transient => {
                 shard.transients += 1;
@@ -397,7 +414,9 @@ impl<A: StreamsApi> StreamContext<A> {
                         shard.id, shard.transients
                     )));
                 }
-                Ok(Some(SliceEnd::Yield(capped(self.retry.delay(shard.transients - 1)))))
+                Ok(Some(SliceEnd::Yield(capped(
+                    self.retry.delay(shard.transients - 1),
+                ))))
             }
             ErrorClass::Fatal => Err(StreamError::ShardFailed(format!(
                 "GetRecords on {} failed after {} attempt(s): {error}",
@@ -408,7 +427,11 @@ impl<A: StreamsApi> StreamContext<A> {
     }
 
     /// Hands over the shard's last records followed by its finish mark.
-    async fn hand_drained(&self, shard: &ShardState, mut handed: Handed) -> Result<(), StreamError> {
+    async fn hand_drained(
+        &self,
+        shard: &ShardState,
+        mut handed: Handed,
+    ) -> Result<(), StreamError> {
         let frontier = match shard.newest_ts_ms {
             Some(ts) => Some(ts.div_euclid(1000) - 120),
             None => {
@@ -419,7 +442,9 @@ impl<A: StreamsApi> StreamContext<A> {
             }
         };
         handed.shard = Some(shard.id.clone());
-        handed.marks.push(StreamMark::Finish(shard.id.clone(), frontier));
+        handed
+            .marks
+            .push(StreamMark::Finish(shard.id.clone(), frontier));
         tracing::info!(shard = %shard.id, "Shard finished.");
         self.handover.hand(handed).await.map_err(closed)?;
         Ok(())

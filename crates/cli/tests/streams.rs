@@ -1,0 +1,203 @@
+//! `mode: streams` end to end through the CLI on both emulators (SPEC §10 scenarios 6, 19).
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+use serde_json::{Value, json};
+
+use common::{Emulator, Pipeline, item, n, rt, s, stderr};
+
+fn create_streamed_table(running: &common::Running, name: &str, view: StreamViewType) {
+    let request = running
+        .client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(view)
+                .build()
+                .unwrap(),
+        );
+    rt().block_on(request.send()).unwrap();
+}
+
+fn put(running: &common::Running, table: &str, pk: &str, v: &str) {
+    let request = running
+        .client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item(vec![("pk", s(pk)), ("v", n(v))])));
+    rt().block_on(request.send()).unwrap();
+}
+
+fn delete(running: &common::Running, table: &str, pk: &str) {
+    let request = running
+        .client
+        .delete_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk.into()));
+    rt().block_on(request.send()).unwrap();
+}
+
+const STREAMS: &str = "table_name: orders\nmode: streams\nidle_termination_secs: 2";
+
+fn inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes(
+    emulator: Emulator,
+) {
+    let running = emulator.start();
+    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    put(&running, "orders", "a", "1");
+    put(&running, "orders", "b", "1");
+    put(&running, "orders", "a", "2");
+    delete(&running, "orders", "b");
+    let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    let ops: Vec<&str> = records.iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["c", "c", "u", "d"]);
+    assert_eq!(records[0]["after"], json!({"pk": "a", "v": 1}));
+    assert_eq!(records[0]["before"], Value::Null);
+    assert_eq!(records[2]["before"], json!({"pk": "a", "v": 1}));
+    assert_eq!(records[2]["after"], json!({"pk": "a", "v": 2}));
+    assert_eq!(records[3]["after"], Value::Null);
+    assert_eq!(records[3]["before"], json!({"pk": "b", "v": 1}));
+    for record in &records {
+        assert_eq!(record["document_key"], record["key"]);
+        assert_eq!(record["table"], "orders");
+        assert!(!record["event_name"].as_str().unwrap().is_empty());
+        assert_eq!(record["stream_view_type"], "NEW_AND_OLD_IMAGES");
+        let keys: Vec<&String> = record.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "after",
+                "before",
+                "document_key",
+                "event_id",
+                "event_name",
+                "key",
+                "op",
+                "sequence_number",
+                "shard_id",
+                "size_bytes",
+                "stream_view_type",
+                "table",
+                "ts_ms",
+                "user_identity"
+            ]
+        );
+    }
+    let lines = pipeline.lines();
+    assert!(
+        lines[0]
+            .starts_with(r#"{"after":{"pk":"a","v":1},"before":null,"document_key":{"pk":"a"},"#),
+        "{}",
+        lines[0]
+    );
+
+    // One more change: a rerun emits exactly it.
+    put(&running, "orders", "c", "7");
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    assert_eq!(records.len(), 5, "exactly one more record");
+    assert_eq!(records[4]["op"], "c");
+    assert_eq!(records[4]["key"], json!({"pk": "c"}));
+}
+
+fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator: Emulator) {
+    let running = emulator.start();
+    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    for i in 0..20 {
+        put(&running, "orders", &format!("k{i:02}"), "1");
+    }
+    let pipeline = Pipeline::new(
+        "orders-cdc",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nfollow: true\nbatch_size: 7",
+    );
+    let mut child = common::spawn_run(&pipeline.config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || pipeline.lines().len() >= 20),
+        "the run caught up"
+    );
+    // Keep writing while it follows, then stop it.
+    for i in 20..30 {
+        put(&running, "orders", &format!("k{i:02}"), "1");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a signal in a streaming phase exits 0"
+    );
+    let written = pipeline.records();
+    let entry = pipeline.entry("orders-cdc").unwrap();
+    let stored: Vec<String> = entry["position"]["shards"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let last_written = written.last().unwrap()["sequence_number"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        stored.contains(&last_written),
+        "the position covers exactly the written records: {stored:?} vs {last_written}"
+    );
+
+    // The next run neither loses nor repeats, and reports no gap.
+    put(&running, "orders", "after", "1");
+    pipeline.write("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let all = pipeline.records();
+    let keys: Vec<&str> = all
+        .iter()
+        .map(|r| r["key"]["pk"].as_str().unwrap())
+        .collect();
+    let mut unique = keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 31, "every change once: {keys:?}");
+    assert_eq!(keys.len(), 31, "nothing repeated");
+    assert_eq!(*keys.last().unwrap(), "after");
+}
+
+on_both_emulators!(
+    inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
+    follow_stops_on_sigterm_with_the_position_covering_what_was_written,
+);
