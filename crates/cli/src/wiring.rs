@@ -18,6 +18,7 @@ use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Mode, SourceConfig};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
+use tracing::Instrument;
 
 use crate::args::ProgressMode;
 use crate::config::{self, JsonlTarget, PipelineConfig, SinkConfig};
@@ -229,9 +230,20 @@ pub async fn run(
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
+    let span =
+        tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
+    run_instrumented(config, config_path, progress, stop)
+        .instrument(span)
+        .await
+}
+
+async fn run_instrumented(
+    config: PipelineConfig,
+    config_path: &Path,
+    progress: ProgressMode,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
     let source = &config.source;
-    let span = tracing::info_span!("run", pipeline = %config.name, table = %source.table_name);
-    let _entered = span.enter();
     let kind = match source.mode {
         Mode::Scan => ScanKind::Scan,
         Mode::Query => ScanKind::Query,

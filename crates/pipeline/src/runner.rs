@@ -27,6 +27,7 @@ use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::batch::{Batch, Batcher};
 use crate::checkpoint::Checkpointer;
@@ -96,8 +97,9 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
     let limiter = Arc::clone(&reader.limiter);
-    let mut read_task =
-        tokio::spawn(async move { reader.run(&done, cursors, tx, read_cancel).await });
+    let mut read_task = tokio::spawn(
+        async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
+    );
 
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
@@ -222,7 +224,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     checkpointer: &mut Checkpointer,
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, RunError> {
-    let mut engine_task = tokio::spawn(engine.run());
+    let mut engine_task = tokio::spawn(engine.run().in_current_span());
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
     let mut written = 0u64;

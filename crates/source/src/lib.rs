@@ -21,6 +21,8 @@ pub mod config;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake_streams;
 pub mod ids;
 pub mod position;
 pub mod records;

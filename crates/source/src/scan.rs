@@ -19,6 +19,7 @@ use std::sync::Arc;
 use ddbpipe_value::Item;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::api::{ReadKind, ReadRequest, TableApi};
 use crate::capacity::ReadLimiter;
@@ -124,8 +125,10 @@ impl<A: TableApi> SegmentReader<A> {
                 let reader = self.clone();
                 let out = out.clone();
                 let cancel = cancel.clone();
-                let handle = tasks
-                    .spawn(async move { reader.read_segment(segment, start, out, cancel).await });
+                let handle = tasks.spawn(
+                    async move { reader.read_segment(segment, start, out, cancel).await }
+                        .in_current_span(),
+                );
                 running.insert(handle.id(), segment);
                 tracing::debug!(segment, "Segment started.");
             }

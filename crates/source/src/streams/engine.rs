@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::handover::{Handed, StreamMark};
 use super::lineage::{self, ShardGraph};
@@ -251,10 +252,13 @@ impl<A: StreamsApi> StreamEngine<A> {
                     continue;
                 };
                 let ctx = Arc::clone(&self.ctx);
-                slices.spawn(async move {
-                    let end = ctx.slice(&mut state).await;
-                    (state, end)
-                });
+                slices.spawn(
+                    async move {
+                        let end = ctx.slice(&mut state).await;
+                        (state, end)
+                    }
+                    .in_current_span(),
+                );
             }
             if self.ctx.handover.limit_reached().await {
                 return Ok(EndReason::MaxMessages);
