@@ -6,15 +6,16 @@
 //! exactly as `ddbpipe run` does.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, WriteRequest,
+    ScalarAttributeType, StreamSpecification, StreamViewType, WriteRequest,
 };
+use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
 use crate::failure::{Exit, Failure};
@@ -47,45 +48,149 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     fill(&client, items).await.map_err(Failure::runtime)?;
     eprintln!("demo: created table '{TABLE}' with {items} orders");
 
-    let out = dir.join("orders.jsonl");
-    let _ = std::fs::remove_file(&out);
-    let state = dir.join("orders-export.state.json");
-    let _ = std::fs::remove_file(&state);
-    let config_path = dir.join("orders-export.yaml");
-    let yaml = format!(
-        "# Written by `ddbpipe demo`: a 4-segment parallel scan of the sample table.\n\
-         name: orders-export\n\
-         source:\n  table_name: {TABLE}\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
-         credentials: {{type: access_key, config: {{access_key_id: demo, secret_access_key: demo}}}}\n  \
-         mode: scan\n  segments: 4\n  page_limit: 250\n  max_read_units_per_second: 5000\n\
-         sink:\n  type: jsonl\n  path: {}\n\
-         state:\n  path: {}\n",
-        out.display(),
-        state.display()
+    let credentials = "{type: access_key, config: {access_key_id: demo, secret_access_key: demo}}";
+    let export = Step {
+        name: "orders-export",
+        comment: "a 4-segment parallel scan of the sample table",
+        source: format!(
+            "mode: scan\n  segments: 4\n  page_limit: 250\n  max_read_units_per_second: 5000"
+        ),
+        out: dir.join("orders.jsonl"),
+    };
+    let exit = export.run(dir, &endpoint, credentials).await?;
+    if exit != Exit::Ok {
+        return Ok(exit);
+    }
+    let text = std::fs::read_to_string(&export.out).unwrap_or_default();
+    eprintln!(
+        "demo: wrote {} items to {}",
+        text.lines().count(),
+        export.out.display()
     );
-    std::fs::write(&config_path, yaml)
-        .with_context(|| format!("cannot write {}", config_path.display()))
-        .map_err(Failure::runtime)?;
-    eprintln!("demo: running pipeline {}", config_path.display());
-
-    let exit = wiring::run(
-        &config_path,
-        ProgressMode::Auto,
-        ddbpipe_source::retry::Cancel::never(),
-    )
-    .await?;
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let lines = text.lines().count();
-    eprintln!("demo: wrote {lines} items to {}", out.display());
     if let Some(first) = text.lines().next() {
         eprintln!("demo: first line:\n{first}");
     }
+
+    // Change data capture: enable the stream, change a few orders, read the changes.
+    enable_stream(&client).await.map_err(Failure::runtime)?;
+    change_some_orders(&client)
+        .await
+        .map_err(Failure::runtime)?;
+    eprintln!("demo: enabled the table's stream, then updated 2 orders, deleted 1 and added 1");
+    let cdc = Step {
+        name: "orders-cdc",
+        comment: "change data capture from the table's stream, ending after 2 s without changes",
+        source: "mode: streams\n  idle_termination_secs: 2".to_string(),
+        out: dir.join("orders-changes.jsonl"),
+    };
+    let exit = cdc.run(dir, &endpoint, credentials).await?;
+    let text = std::fs::read_to_string(&cdc.out).unwrap_or_default();
     eprintln!(
-        "demo: the pipeline file is {} (the emulator stops with the demo; point endpoint_url at \
-         your own table, or remove it to read from AWS)",
-        config_path.display()
+        "demo: wrote {} change envelopes to {}:",
+        text.lines().count(),
+        cdc.out.display()
+    );
+    for line in text.lines() {
+        eprintln!("{line}");
+    }
+    eprintln!(
+        "demo: the pipeline files are in {} (the emulator stops with the demo; point \
+         endpoint_url at your own table, or remove it to read from AWS)",
+        dir.display()
     );
     Ok(exit)
+}
+
+/// One pipeline of the demo: written to `<dir>/<name>.yaml` and run like `ddbpipe run`.
+struct Step {
+    name: &'static str,
+    comment: &'static str,
+    source: String,
+    out: PathBuf,
+}
+
+impl Step {
+    async fn run(&self, dir: &Path, endpoint: &str, credentials: &str) -> Result<Exit, Failure> {
+        let _ = std::fs::remove_file(&self.out);
+        let state = dir.join(format!("{}.state.json", self.name));
+        let _ = std::fs::remove_file(&state);
+        let config_path = dir.join(format!("{}.yaml", self.name));
+        let yaml = format!(
+            "# Written by `ddbpipe demo`: {}.\n\
+             name: {}\n\
+             source:\n  table_name: {TABLE}\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+             credentials: {credentials}\n  {}\n\
+             sink:\n  type: jsonl\n  path: {}\n\
+             state:\n  path: {}\n",
+            self.comment,
+            self.name,
+            self.source,
+            self.out.display(),
+            state.display()
+        );
+        std::fs::write(&config_path, yaml)
+            .with_context(|| format!("cannot write {}", config_path.display()))
+            .map_err(Failure::runtime)?;
+        eprintln!("demo: running pipeline {}", config_path.display());
+        wiring::run(&config_path, ProgressMode::Auto, Cancel::never()).await
+    }
+}
+
+async fn enable_stream(client: &Client) -> anyhow::Result<()> {
+    let spec = StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::NewAndOldImages)
+        .build()?;
+    client
+        .update_table()
+        .table_name(TABLE)
+        .stream_specification(spec)
+        .send()
+        .await
+        .context("UpdateTable (enable the stream) on the emulator")?;
+    Ok(())
+}
+
+async fn change_some_orders(client: &Client) -> anyhow::Result<()> {
+    let key = |i: u32| {
+        HashMap::from([
+            (
+                "customer".to_string(),
+                AttributeValue::S(format!("customer#{:04}", i % 250)),
+            ),
+            (
+                "order_id".to_string(),
+                AttributeValue::S(format!("order#{i:06}")),
+            ),
+        ])
+    };
+    for i in [3, 4] {
+        client
+            .update_item()
+            .table_name(TABLE)
+            .set_key(Some(key(i)))
+            .update_expression("SET #s = :s")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", AttributeValue::S("shipped".into()))
+            .send()
+            .await
+            .context("UpdateItem on the emulator")?;
+    }
+    client
+        .delete_item()
+        .table_name(TABLE)
+        .set_key(Some(key(5)))
+        .send()
+        .await
+        .context("DeleteItem on the emulator")?;
+    client
+        .put_item()
+        .table_name(TABLE)
+        .set_item(Some(order(999_999)))
+        .send()
+        .await
+        .context("PutItem on the emulator")?;
+    Ok(())
 }
 
 async fn client(endpoint: &str) -> Client {
