@@ -52,9 +52,10 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     let export = Step {
         name: "orders-export",
         comment: "a 4-segment parallel scan of the sample table",
-        source: format!(
-            "mode: scan\n  segments: 4\n  page_limit: 250\n  max_read_units_per_second: 5000"
-        ),
+        source: "mode: scan
+  segments: 4
+  page_limit: 250
+  max_read_units_per_second: 5000",
         out: dir.join("orders.jsonl"),
     };
     let exit = export.run(dir, &endpoint, credentials).await?;
@@ -80,7 +81,7 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     let cdc = Step {
         name: "orders-cdc",
         comment: "change data capture from the table's stream, ending after 2 s without changes",
-        source: "mode: streams\n  idle_termination_secs: 2".to_string(),
+        source: "mode: streams\n  idle_termination_secs: 2",
         out: dir.join("orders-changes.jsonl"),
     };
     let exit = cdc.run(dir, &endpoint, credentials).await?;
@@ -105,7 +106,7 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
 struct Step {
     name: &'static str,
     comment: &'static str,
-    source: String,
+    source: &'static str,
     out: PathBuf,
 }
 
