@@ -49,6 +49,9 @@ pub enum Command {
         /// Progress bar on stderr.
         #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
         progress: ProgressMode,
+        /// Serve Prometheus metrics on this address (`HOST:PORT`, e.g. 127.0.0.1:9464).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Validate a pipeline and probe the table, the sink and the state without reading data.
     Check {

@@ -6,11 +6,15 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::api::StreamsApi;
+use ddbpipe_source::aws;
+use ddbpipe_source::config::Mode;
+use ddbpipe_source::retry::{Cancel, NoObserver};
 use serde_json::json;
 
 use crate::config::{JsonlTarget, PipelineConfig, SinkConfig};
 use crate::failure::{Exit, Failure};
+use crate::stream_wiring::{resolve_stream, view_warning};
 use crate::wiring;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +76,9 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         );
     }
     probe_table(&config, timeout, &mut probes).await;
+    if mode.reads_stream() {
+        probe_stream(&config, timeout, &mut probes).await;
+    }
     probe_sink(&config, &mut probes);
     probe_state(&config, &mut probes);
 
@@ -158,6 +165,134 @@ async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Pr
         ),
         Ok(None) => probes.add("read_capacity", Status::Pass, "unlimited"),
         Err(problem) => probes.add("read_capacity", Status::Fail, problem),
+    }
+}
+
+/// Streams and mirror (SPEC §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
+/// Skipped when `describe_table` failed (that ends the source probes). Only the first
+/// `DescribeStream` page is read, and no shard iterator is opened.
+async fn probe_stream(config: &PipelineConfig, timeout: Duration, probes: &mut Probes) {
+    if probes
+        .0
+        .iter()
+        .any(|p| p.name == "describe_table" && p.status == Status::Fail)
+    {
+        return;
+    }
+    let source = &config.source;
+    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
+    let cancel = Cancel::never();
+    let table_api = aws::table_api(&sdk);
+    let resolved = tokio::time::timeout(timeout, resolve_stream(&table_api, source, &cancel)).await;
+    let stream = match resolved {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(failure)) => {
+            probes.add("stream", Status::Fail, with_hint(&failure));
+            return;
+        }
+        Err(_) => {
+            probes.add(
+                "stream",
+                Status::Fail,
+                format!("no answer within {} s", timeout.as_secs()),
+            );
+            return;
+        }
+    };
+    let origin = if source.stream_arn.is_some() {
+        "set by stream_arn"
+    } else {
+        "enabled on the table"
+    };
+    probes.add("stream", Status::Pass, format!("{} ({origin})", stream.arn));
+
+    let streams_api = aws::streams_api(&sdk);
+    let arn = stream.arn.as_str();
+    let retry = wiring::retry_policy(source);
+    let first_page = retry.run(
+        "describe_stream",
+        || format!("DescribeStream {arn}"),
+        &cancel,
+        &NoObserver,
+        |_| streams_api.describe_stream(arn, None, None),
+    );
+    let described = match tokio::time::timeout(timeout, first_page).await {
+        Ok(Ok(page)) => Ok(page),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {} s", timeout.as_secs())),
+    };
+    let view = stream.view_type.clone().or_else(|| {
+        described
+            .as_ref()
+            .ok()
+            .and_then(|page| page.view_type.clone())
+    });
+    let (status, detail) = view_type_verdict(config, view.as_deref());
+    probes.add("stream_view_type", status, detail);
+    match described {
+        Ok(page) => {
+            let more = if page.last_evaluated_shard_id.is_some() {
+                " on the first page"
+            } else {
+                ""
+            };
+            probes.add(
+                "describe_stream",
+                Status::Pass,
+                format!(
+                    "status {}, {} shard(s){more}",
+                    page.status.as_deref().unwrap_or("unknown"),
+                    page.shards.len()
+                ),
+            );
+        }
+        Err(problem) => probes.add("describe_stream", Status::Fail, problem),
+    }
+}
+
+/// The `stream_view_type` probe (SPEC §4.2): keyed sinks and mirror mode need new images;
+/// streams into jsonl take any view, with a warning naming what the envelopes will miss.
+fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, String) {
+    let Some(view) = view else {
+        return (
+            Status::Warn,
+            "the stream view type is unknown (neither DescribeTable nor DescribeStream reported it)"
+                .to_string(),
+        );
+    };
+    let keyed_sink = match &config.sink {
+        SinkConfig::Jsonl(_) => false,
+    };
+    let needs_new_images = keyed_sink || config.source.mode == Mode::Mirror;
+    let lacks_new_images = matches!(view, "KEYS_ONLY" | "OLD_IMAGE");
+    if needs_new_images && lacks_new_images {
+        let who = if config.source.mode == Mode::Mirror {
+            "mode: mirror"
+        } else {
+            "a keyed sink"
+        };
+        return (
+            Status::Fail,
+            format!(
+                "the stream view is {view}: {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES — \
+                 change the table's stream view type"
+            ),
+        );
+    }
+    match view_warning(Some(view)) {
+        Some(warning) => (Status::Warn, warning),
+        None => (
+            Status::Pass,
+            format!("{view}: envelopes carry the images this pipeline needs"),
+        ),
+    }
+}
+
+/// A failure's text with its remedy in parentheses.
+fn with_hint(failure: &Failure) -> String {
+    match &failure.hint {
+        Some(hint) => format!("{failure} ({hint})"),
+        None => failure.to_string(),
     }
 }
 

@@ -133,7 +133,7 @@ impl Step {
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
         eprintln!("demo: running pipeline {}", config_path.display());
-        wiring::run(&config_path, ProgressMode::Auto, Cancel::never()).await
+        wiring::run(&config_path, ProgressMode::Auto, None, Cancel::never()).await
     }
 }
 

@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod discover;
 mod failure;
+mod lag;
 mod state_cmd;
 mod stream_wiring;
 mod telemetry;
@@ -55,9 +56,13 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command) -> Result<Exit, Failure> {
     match command {
-        Command::Run { config, progress } => {
+        Command::Run {
+            config,
+            progress,
+            metrics_addr,
+        } => {
             let stop = signals();
-            wiring::run(&config, progress, stop).await
+            wiring::run(&config, progress, metrics_addr, stop).await
         }
         Command::Check {
             config,
@@ -69,18 +74,11 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
             StateAction::Show { config, json } => state_cmd::show(&config, json),
             StateAction::Reset { config, yes } => state_cmd::reset(&config, yes),
         },
-        Command::Lag { config, .. } => {
-            let loaded = wiring::load_config(&config)?;
-            if loaded.source.mode.reads_stream() {
-                return Err(Failure::usage(anyhow!(
-                    "lag is not available in this version of ddbpipe (streams modes come next)"
-                )));
-            }
-            Err(Failure::usage(anyhow!(
-                "lag applies to streams and mirror modes (this pipeline is mode: {})",
-                loaded.source.mode
-            )))
-        }
+        Command::Lag {
+            config,
+            json,
+            max_lag_seconds,
+        } => lag::lag(&config, json, max_lag_seconds).await,
         #[cfg(feature = "demo")]
         Command::Demo { dir, items } => demo::demo(&dir, items).await,
     }

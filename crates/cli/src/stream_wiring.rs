@@ -14,7 +14,8 @@ use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::aws;
 use ddbpipe_source::config::{SourceConfig, StartPosition};
-use ddbpipe_source::retry::{Cancel, NoObserver};
+use ddbpipe_source::events::RequestMetrics;
+use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_source::streams::shard_reader::StreamError;
 
@@ -145,7 +146,7 @@ pub async fn run(
         &mut sink,
         &mut checkpointer,
         stop,
-        Arc::new(NoObserver),
+        Arc::new(RequestMetrics),
         &NoProgress,
     )
     .await

@@ -31,6 +31,17 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// Serves Prometheus metrics on `addr`, every series labelled `pipeline`.
+pub fn serve_metrics(addr: std::net::SocketAddr, pipeline: &str) -> anyhow::Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .add_global_label("pipeline", pipeline)
+        .install()
+        .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    tracing::info!(%addr, "Serving Prometheus metrics.");
+    Ok(())
+}
+
 /// The scan progress bar: items, capacity units per second, ETA from `ItemCount`.
 pub struct ScanProgress {
     bar: Option<ProgressBar>,

@@ -16,7 +16,8 @@ use ddbpipe_source::api::{IndexKind, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Mode, SourceConfig};
-use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::events::RequestMetrics;
+use ddbpipe_source::retry::{Cancel, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
 use tracing::Instrument;
 
@@ -79,7 +80,7 @@ pub async fn describe<A: TableApi>(
             "describe_table",
             || format!("DescribeTable '{table}'"),
             cancel,
-            &NoObserver,
+            &RequestMetrics,
             |_| api.describe_table(table),
         )
         .await;
@@ -224,11 +225,15 @@ pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
 pub async fn run(
     config_path: &Path,
     progress: ProgressMode,
+    metrics_addr: Option<std::net::SocketAddr>,
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let config = load_config(config_path)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
+    }
+    if let Some(addr) = metrics_addr {
+        crate::telemetry::serve_metrics(addr, &config.name).map_err(Failure::runtime)?;
     }
     let span =
         tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
@@ -333,7 +338,7 @@ async fn run_instrumented(
         limiter,
         retry: retry_policy(source),
         render: Arc::new(move |item, buf| format.write_item(item, buf)),
-        observer: Arc::new(NoObserver),
+        observer: Arc::new(RequestMetrics),
     };
     tracing::info!(
         mode = %source.mode,

@@ -197,7 +197,92 @@ fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator:
     assert_eq!(*keys.last().unwrap(), "after");
 }
 
+fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
+    let running = emulator.start();
+    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    for i in 0..5 {
+        put(&running, "orders", &format!("k{i}"), "1");
+    }
+    let pipeline = Pipeline::new(
+        "orders-cdc",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nfollow: true",
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args([
+            "run",
+            "--progress",
+            "never",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg(&pipeline.config)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        common::wait_for(Duration::from_secs(60), || pipeline.lines().len() >= 5),
+        "caught up"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let scrape = || -> String {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return String::new();
+        };
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body);
+        body
+    };
+    let body = scrape();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // A series: its name, its labels (in any order), and optionally its value.
+    let has = |name: &str, labels: &[&str], value: Option<&str>| {
+        body.lines().any(|line| {
+            line.starts_with(&format!("{name}{{"))
+                && line.contains("pipeline=\"orders-cdc\"")
+                && labels.iter().all(|label| line.contains(label))
+                && value.is_none_or(|v| line.ends_with(&format!(" {v}")))
+        })
+    };
+    let expected: [(&str, &[&str], Option<&str>); 7] = [
+        (
+            "ddbpipe_records_read_total",
+            &["kind=\"change\""],
+            Some("5"),
+        ),
+        ("ddbpipe_records_written_total", &["op=\"c\""], Some("5")),
+        (
+            "ddbpipe_requests_total",
+            &["operation=\"get_records\"", "outcome=\"ok\""],
+            None,
+        ),
+        ("ddbpipe_batches_committed_total", &[], None),
+        ("ddbpipe_shards", &["state=\"active\""], None),
+        ("ddbpipe_source_lag_seconds", &[], None),
+        ("ddbpipe_checkpoint_age_seconds", &[], None),
+    ];
+    for (name, labels, value) in expected {
+        assert!(
+            has(name, labels, value),
+            "missing {name} {labels:?} {value:?} in:\n{body}"
+        );
+    }
+}
+
 on_both_emulators!(
+    a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,
 );

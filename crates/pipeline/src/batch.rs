@@ -18,6 +18,22 @@ pub struct Batch {
     pub segments: Vec<(u32, SegmentCursor)>,
     /// Stream position marks reached once this batch is acknowledged, in hand-over order.
     pub shards: Vec<StreamMark>,
+    /// Change records by op: `c`, `u`, `d`, other (all zero for scan items).
+    pub ops: [u64; 4],
+}
+
+impl Batch {
+    fn count_ops(&mut self, ops: &[u8]) {
+        for op in ops {
+            let slot = match op {
+                b'c' => 0,
+                b'u' => 1,
+                b'd' => 2,
+                _ => 3,
+            };
+            self.ops[slot] += 1;
+        }
+    }
 }
 
 impl Batch {
@@ -80,6 +96,9 @@ impl Batcher {
             let room = self.batch_size - self.current.records.len();
             let to = total.min(from + room);
             self.current.records.extend_from(&handed.records, from, to);
+            if let Some(ops) = handed.ops.get(from..to) {
+                self.current.count_ops(ops);
+            }
             if let Some(shard) = &handed.shard {
                 self.current.shards.push(StreamMark::Advance(
                     shard.clone(),

@@ -16,6 +16,7 @@ use ddbpipe_source::streams::handover;
 use serde_json::json;
 
 use crate::batch::Batch;
+use crate::events::CheckpointAged;
 use crate::state::identity::Identity;
 use crate::state::position::{Position, ScanKind, ScanPosition};
 use crate::state::{Entry, StateError, StateFile};
@@ -241,6 +242,12 @@ impl Checkpointer {
             .is_none_or(|at| at.elapsed() >= self.flush_interval);
         if self.dirty && due {
             self.flush()?;
+        }
+        if let Some(at) = self.written_at {
+            CheckpointAged {
+                seconds: at.elapsed().as_secs_f64(),
+            }
+            .emit();
         }
         Ok(())
     }

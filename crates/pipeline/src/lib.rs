@@ -12,6 +12,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod events;
 pub mod runner;
 pub mod sink;
 pub mod sinks;

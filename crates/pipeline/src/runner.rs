@@ -31,6 +31,7 @@ use tracing::Instrument;
 
 use crate::batch::{Batch, Batcher};
 use crate::checkpoint::Checkpointer;
+use crate::events::BatchAcknowledged;
 use crate::sink::{Sink, SinkError};
 use crate::state::StateError;
 
@@ -113,6 +114,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
             sink.write(&batch).await?;
             written += batch.records.len() as u64;
             checkpointer.acknowledged(&batch)?;
+            BatchAcknowledged { batch: &batch }.emit();
             progress.advanced(written, limiter.total_units());
             Ok(())
         };
@@ -233,6 +235,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
             sink.write(&batch).await?;
             written += batch.records.len() as u64;
             checkpointer.acknowledged(&batch)?;
+            BatchAcknowledged { batch: &batch }.emit();
             progress.advanced(written, 0.0);
             Ok(())
         };

@@ -19,6 +19,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use crate::events::ReadRateSet;
+
 /// Responses the estimate averages over.
 const ESTIMATE_WINDOW: usize = 8;
 /// Quiet time after which 10 % of the configured rate comes back.
@@ -91,6 +93,10 @@ impl ReadLimiter {
     /// A limiter with `rate` units per second; `None` = unlimited (only counts).
     pub fn new(rate: Option<f64>) -> Self {
         let now = Instant::now();
+        ReadRateSet {
+            units_per_second: rate,
+        }
+        .emit();
         ReadLimiter {
             bucket: rate.map(|rate| {
                 Mutex::new(Bucket {
@@ -214,6 +220,10 @@ impl ReadLimiter {
             b.rate = (b.rate / 2.0).max(1.0);
             b.tokens = b.tokens.min(b.capacity());
             b.recovered_at = now;
+            ReadRateSet {
+                units_per_second: Some(b.rate),
+            }
+            .emit();
         }
     }
 }

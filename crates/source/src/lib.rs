@@ -19,6 +19,7 @@ pub mod aws;
 pub mod capacity;
 pub mod config;
 pub mod error;
+pub mod events;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 #[cfg(any(test, feature = "fake"))]

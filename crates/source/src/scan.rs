@@ -25,6 +25,7 @@ use crate::api::{ReadKind, ReadRequest, TableApi};
 use crate::capacity::ReadLimiter;
 use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
+use crate::events::{PageRead, RecordKind, SegmentsCounted};
 use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
 use crate::segments::SegmentRanges;
@@ -118,6 +119,8 @@ impl<A: TableApi> SegmentReader<A> {
         let mut pending = done.missing(self.total_segments);
         let mut tasks = JoinSet::new();
         let mut running: HashMap<tokio::task::Id, u32> = HashMap::new();
+        let total = u64::from(self.total_segments);
+        let mut finished = done.count();
         loop {
             while running.len() < self.max_concurrency.max(1) {
                 let Some(segment) = pending.next() else { break };
@@ -132,6 +135,13 @@ impl<A: TableApi> SegmentReader<A> {
                 running.insert(handle.id(), segment);
                 tracing::debug!(segment, "Segment started.");
             }
+            let active = running.len() as u64;
+            SegmentsCounted {
+                pending: total.saturating_sub(finished + active),
+                active,
+                done: finished,
+            }
+            .emit();
             let joined = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(ReadError::Cancelled),
@@ -144,6 +154,7 @@ impl<A: TableApi> SegmentReader<A> {
                 Ok((id, result)) => {
                     let segment = running.remove(&id);
                     result?;
+                    finished += 1;
                     tracing::debug!(segment, "Segment done.");
                 }
                 Err(error) => {
@@ -211,6 +222,12 @@ impl<A: TableApi> SegmentReader<A> {
                 })
                 .await?;
             units += page.consumed_capacity.unwrap_or(1.0);
+            PageRead {
+                kind: RecordKind::Item,
+                records: page.items.len(),
+                capacity_units: page.consumed_capacity,
+            }
+            .emit();
             let mut records = Lines::with_capacity(page.items.len(), page.items.len() * 256);
             for item in &page.items {
                 records.push_with(|buf| (self.render)(item, buf));

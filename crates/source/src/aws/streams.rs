@@ -14,6 +14,13 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodbstreams::Client;
+use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodbstreams::types::{
+    AttributeValue, Identity, Record, ShardFilter, ShardFilterType, ShardIteratorType,
+    StreamDescription, StreamRecord as SdkStreamRecord,
+};
+
 use super::convert::{UnknownType, item_from_streams};
 use crate::api::{
     ChangeData, RecordsPage, ShardDescription, StartAt, StreamPage, StreamRecord, StreamsApi,
@@ -21,12 +28,6 @@ use crate::api::{
 };
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
-use aws_sdk_dynamodbstreams::Client;
-use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodbstreams::types::{
-    AttributeValue, Identity, Record, ShardFilter, ShardFilterType, ShardIteratorType,
-    StreamDescription, StreamRecord as SdkStreamRecord,
-};
 
 /// `Limit` of every `DescribeStream` page (SPEC §4.3); also the service's maximum.
 const DESCRIBE_STREAM_LIMIT: i32 = 100;

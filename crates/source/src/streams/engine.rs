@@ -31,6 +31,7 @@ use super::start::{ShardStart, start_for};
 use crate::api::{ShardDescription, StartAt, StreamsApi};
 use crate::config::StartPosition;
 use crate::error::{ErrorClass, ReadError};
+use crate::events::{DiscoveryFailed, LagMeasured, ShardsCounted};
 use crate::ids::ShardId;
 use crate::position::{ShardCheckpoint, StreamsPosition};
 use crate::retry::{Cancel, NoObserver, RetryPolicy};
@@ -167,6 +168,7 @@ pub struct StreamEngine<A> {
     states: HashMap<ShardId, ShardState>,
     scheduler: super::scheduler::Scheduler,
     child_filter_works: bool,
+    lag: HashMap<ShardId, LagInfo>,
     stop: Cancel,
 }
 
@@ -193,6 +195,7 @@ impl<A: StreamsApi> StreamEngine<A> {
             run_start_ms,
             states: HashMap::new(),
             child_filter_works: true,
+            lag: HashMap::new(),
             stop,
         };
         let readable: Vec<(ShardId, ShardCheckpoint, Option<i64>)> = engine
@@ -272,6 +275,21 @@ impl<A: StreamsApi> StreamEngine<A> {
                 );
                 return Ok(EndReason::Idle);
             }
+            let finished = self
+                .ctx
+                .handover
+                .with_view(|view| view.finished.len())
+                .await;
+            ShardsCounted {
+                queued: self.scheduler.queued() as u64,
+                active: self.scheduler.active() as u64,
+                finished: finished as u64,
+            }
+            .emit();
+            LagMeasured {
+                seconds: running_lag(self.lag.values(), unix_now_ms()),
+            }
+            .emit();
             let all_finished = slices.is_empty() && self.scheduler.queued() == 0;
             if all_finished && now >= next_drain_check {
                 next_drain_check = now + self.ctx.poll_interval;
@@ -302,12 +320,17 @@ impl<A: StreamsApi> StreamEngine<A> {
                     })?;
                     match end {
                         Ok(SliceEnd::Yield(delay)) => {
+                            self.lag.insert(state.id.clone(), LagInfo {
+                                newest_ts_ms: state.newest_ts_ms,
+                                caught_up: state.caught_up,
+                            });
                             let due = Instant::now() + delay;
                             self.scheduler.push(state.id.clone(), due);
                             self.states.insert(state.id.clone(), state);
                         }
                         Ok(SliceEnd::Drained) => {
                             let id = state.id.clone();
+                            self.lag.remove(&id);
                             if self.graph.children_of(&id).is_empty() {
                                 self.find_children(&id).await;
                             }
@@ -422,7 +445,7 @@ impl<A: StreamsApi> StreamEngine<A> {
             }
             Err(ReadError::Cancelled) => None,
             Err(error) => {
-                tracing::warn!(error = %error, "Shard discovery failed; retrying at the next interval.");
+                DiscoveryFailed { error: &error }.emit();
                 None
             }
         }
@@ -477,21 +500,62 @@ impl<A: StreamsApi> StreamEngine<A> {
         }
         None
     }
+}
 
-    /// Running lag in seconds (SPEC §4.11): the oldest newest-record age over unfinished
-    /// shards that read something; caught-up shards count 0.
-    pub fn running_lag(states: &[&ShardState], now_ms: i64) -> Option<f64> {
-        states
-            .iter()
-            .filter(|s| s.has_read())
-            .map(|s| {
-                if s.caught_up {
-                    0.0
-                } else {
-                    s.newest_ts_ms
-                        .map_or(0.0, |ts| ((now_ms - ts) as f64 / 1000.0).max(0.0))
-                }
+/// What the running lag needs to know of one shard.
+#[derive(Debug, Clone, Copy, Default)]
+struct LagInfo {
+    newest_ts_ms: Option<i64>,
+    caught_up: bool,
+}
+
+/// Running lag in seconds (SPEC §4.11): over unfinished shards that read something, the age
+/// of the newest record read; caught-up shards count 0. `None` when no shard qualifies.
+fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Option<f64> {
+    shards
+        .filter_map(|info| {
+            let ts = info.newest_ts_ms?;
+            Some(if info.caught_up {
+                0.0
+            } else {
+                ((now_ms - ts) as f64 / 1000.0).max(0.0)
             })
-            .reduce(f64::max)
+        })
+        .reduce(f64::max)
+}
+
+fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_running_lag_is_the_oldest_newest_record_and_caught_up_shards_count_zero() {
+        let behind = LagInfo {
+            newest_ts_ms: Some(10_000),
+            caught_up: false,
+        };
+        let caught_up = LagInfo {
+            newest_ts_ms: Some(1_000),
+            caught_up: true,
+        };
+        let unread = LagInfo::default();
+        assert_eq!(
+            running_lag([behind, caught_up, unread].iter(), 25_000),
+            Some(15.0)
+        );
+        assert_eq!(running_lag([caught_up].iter(), 25_000), Some(0.0));
+        assert_eq!(running_lag([unread].iter(), 25_000), None);
+        assert_eq!(
+            running_lag([behind].iter(), 5_000),
+            Some(0.0),
+            "clamped at 0"
+        );
     }
 }

@@ -50,6 +50,8 @@ pub struct Handed {
     pub records: Lines,
     /// Sequence number of each record (same length as `records`).
     pub seqs: Vec<SequenceNumber>,
+    /// The `op` of each record (`b'c'`, `b'u'`, `b'd'`, or `b'?'`), for metrics.
+    pub ops: Vec<u8>,
     /// The shard they came from (`None` for a pure mark message).
     pub shard: Option<ShardId>,
     /// Marks that follow the records (finish, admissions, verifications).
@@ -109,6 +111,7 @@ impl Handover {
                 cut.extend_from(&handed.records, 0, room);
                 handed.records = cut;
                 handed.seqs.truncate(room);
+                handed.ops.truncate(room);
                 // The rest of the shard is read again next run: no finish, no admissions.
                 handed.marks.clear();
             }

@@ -37,6 +37,7 @@ use super::handover::{Closed, Handed, Handover, StreamMark};
 use super::start::FloorFilter;
 use crate::api::{StartAt, StreamsApi};
 use crate::error::{ApiError, ErrorClass, ReadError};
+use crate::events::{PageRead, RecordKind};
 use crate::ids::{SequenceNumber, ShardId};
 use crate::records::Lines;
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
@@ -256,9 +257,16 @@ impl<A: StreamsApi> StreamContext<A> {
             shard.transients = 0;
             shard.throttled_since = None;
             let empty = page.records.is_empty();
+            PageRead {
+                kind: RecordKind::Change,
+                records: page.records.len(),
+                capacity_units: None,
+            }
+            .emit();
             let mut handed = Handed {
                 records: Lines::with_capacity(page.records.len(), page.records.len() * 512),
                 seqs: Vec::with_capacity(page.records.len()),
+                ops: Vec::with_capacity(page.records.len()),
                 shard: Some(shard.id.clone()),
                 marks: Vec::new(),
             };
@@ -293,6 +301,12 @@ impl<A: StreamsApi> StreamContext<A> {
                 });
                 result?;
                 handed.seqs.push(seq.clone());
+                handed.ops.push(match record.event_name.as_deref() {
+                    Some("INSERT") => b'c',
+                    Some("MODIFY") => b'u',
+                    Some("REMOVE") => b'd',
+                    _ => b'?',
+                });
             }
             if !empty {
                 shard.empty_streak = 0;

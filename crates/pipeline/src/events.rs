@@ -1,0 +1,43 @@
+//! Typed telemetry events of the pipeline: writes and commits.
+
+use crate::batch::Batch;
+
+/// A batch was acknowledged by the sink.
+pub struct BatchAcknowledged<'a> {
+    /// The batch.
+    pub batch: &'a Batch,
+}
+
+impl BatchAcknowledged<'_> {
+    /// Counts `ddbpipe_batches_committed_total` and `ddbpipe_records_written_total{op}`.
+    pub fn emit(self) {
+        metrics::counter!("ddbpipe_batches_committed_total").increment(1);
+        let [c, u, d, other] = self.batch.ops;
+        let changes = c + u + d + other;
+        let items = (self.batch.records.len() as u64).saturating_sub(changes);
+        for (op, count) in [
+            ("item", items),
+            ("c", c),
+            ("u", u),
+            ("d", d),
+            ("other", other),
+        ] {
+            if count > 0 {
+                metrics::counter!("ddbpipe_records_written_total", "op" => op).increment(count);
+            }
+        }
+    }
+}
+
+/// How old the stored position is.
+pub struct CheckpointAged {
+    /// Seconds since the position was last written.
+    pub seconds: f64,
+}
+
+impl CheckpointAged {
+    /// Sets `ddbpipe_checkpoint_age_seconds`.
+    pub fn emit(self) {
+        metrics::gauge!("ddbpipe_checkpoint_age_seconds").set(self.seconds);
+    }
+}

@@ -1,0 +1,142 @@
+//! Typed telemetry events of the source: each writes its log line and its metric together.
+//!
+//! Metrics are `ddbpipe_<what>_<unit>_total` counters and gauges; labels take few values
+//! (operation, outcome, kind, state), never a shard id or a message. The exporter adds the
+//! `pipeline` label to every series.
+
+use crate::error::ErrorClass;
+use crate::retry::AttemptObserver;
+
+/// Counts every request attempt by operation and outcome (`ddbpipe_requests_total`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RequestMetrics;
+
+impl AttemptObserver for RequestMetrics {
+    fn attempt(&self, operation: &'static str, outcome: Option<ErrorClass>) {
+        let outcome = outcome.map_or("ok", ErrorClass::as_str);
+        metrics::counter!("ddbpipe_requests_total", "operation" => operation, "outcome" => outcome)
+            .increment(1);
+    }
+}
+
+/// What kind of record was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A scan or query item.
+    Item,
+    /// A stream change record.
+    Change,
+    /// A snapshot row of a mirror or resnapshot.
+    Snapshot,
+}
+
+impl RecordKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Item => "item",
+            RecordKind::Change => "change",
+            RecordKind::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// A page (or a `GetRecords` answer) was read.
+pub struct PageRead {
+    /// Item, change or snapshot.
+    pub kind: RecordKind,
+    /// Records in it.
+    pub records: usize,
+    /// Read capacity units it consumed (scans and queries).
+    pub capacity_units: Option<f64>,
+}
+
+impl PageRead {
+    /// Counts the records and the capacity.
+    pub fn emit(self) {
+        metrics::counter!("ddbpipe_records_read_total", "kind" => self.kind.as_str())
+            .increment(self.records as u64);
+        if let Some(units) = self.capacity_units {
+            metrics::counter!("ddbpipe_read_capacity_units_total").increment(units.ceil() as u64);
+        }
+    }
+}
+
+/// The effective read rate changed (or was set at start).
+pub struct ReadRateSet {
+    /// Units per second; `None` = unlimited.
+    pub units_per_second: Option<f64>,
+}
+
+impl ReadRateSet {
+    /// Sets `ddbpipe_read_rate_limit_units` (0 = unlimited).
+    pub fn emit(self) {
+        metrics::gauge!("ddbpipe_read_rate_limit_units").set(self.units_per_second.unwrap_or(0.0));
+    }
+}
+
+/// How many scan segments are in each state.
+pub struct SegmentsCounted {
+    /// Not started.
+    pub pending: u64,
+    /// Being read.
+    pub active: u64,
+    /// Read to their end (this run and before).
+    pub done: u64,
+}
+
+impl SegmentsCounted {
+    /// Sets `ddbpipe_scan_segments{state}`.
+    pub fn emit(self) {
+        metrics::gauge!("ddbpipe_scan_segments", "state" => "pending").set(self.pending as f64);
+        metrics::gauge!("ddbpipe_scan_segments", "state" => "active").set(self.active as f64);
+        metrics::gauge!("ddbpipe_scan_segments", "state" => "done").set(self.done as f64);
+    }
+}
+
+/// How many shards are in each state.
+pub struct ShardsCounted {
+    /// Waiting for a turn.
+    pub queued: u64,
+    /// Being read by a slice.
+    pub active: u64,
+    /// Finished (their last record handed over).
+    pub finished: u64,
+}
+
+impl ShardsCounted {
+    /// Sets `ddbpipe_shards{state}`.
+    pub fn emit(self) {
+        metrics::gauge!("ddbpipe_shards", "state" => "queued").set(self.queued as f64);
+        metrics::gauge!("ddbpipe_shards", "state" => "active").set(self.active as f64);
+        metrics::gauge!("ddbpipe_shards", "state" => "finished").set(self.finished as f64);
+    }
+}
+
+/// The running lag was measured (SPEC §4.11).
+pub struct LagMeasured {
+    /// Seconds; `None` when no unfinished shard has read anything.
+    pub seconds: Option<f64>,
+}
+
+impl LagMeasured {
+    /// Sets `ddbpipe_source_lag_seconds` when there is a value.
+    pub fn emit(self) {
+        if let Some(seconds) = self.seconds {
+            metrics::gauge!("ddbpipe_source_lag_seconds").set(seconds);
+        }
+    }
+}
+
+/// A discovery after the start failed (the run goes on).
+pub struct DiscoveryFailed<'a> {
+    /// Why.
+    pub error: &'a dyn std::fmt::Display,
+}
+
+impl DiscoveryFailed<'_> {
+    /// Warns and counts `ddbpipe_discovery_failures_total`.
+    pub fn emit(self) {
+        tracing::warn!(error = %self.error, "Shard discovery failed; retrying at the next interval.");
+        metrics::counter!("ddbpipe_discovery_failures_total").increment(1);
+    }
+}
