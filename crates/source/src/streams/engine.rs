@@ -169,6 +169,8 @@ pub struct StreamEngine<A> {
     scheduler: super::scheduler::Scheduler,
     child_filter_works: bool,
     lag: HashMap<ShardId, LagInfo>,
+    /// When the last `DescribeStream` call of this engine started (at most 5 a second).
+    described_at: Option<Instant>,
     stop: Cancel,
 }
 
@@ -196,6 +198,7 @@ impl<A: StreamsApi> StreamEngine<A> {
             states: HashMap::new(),
             child_filter_works: true,
             lag: HashMap::new(),
+            described_at: None,
             stop,
         };
         let readable: Vec<(ShardId, ShardCheckpoint, Option<i64>)> = engine
@@ -422,16 +425,27 @@ impl<A: StreamsApi> StreamEngine<A> {
         Ok(())
     }
 
+    /// Waits so that `DescribeStream` calls start at least 200 ms apart (SPEC §4.3).
+    async fn pace_describe(&mut self) {
+        if let Some(at) = self.described_at {
+            tokio::time::sleep_until(at + DESCRIBE_SPACING).await;
+        }
+        self.described_at = Some(Instant::now());
+    }
+
     /// A full discovery merged into the graph; a failure warns and is counted.
     async fn rediscover(&mut self) -> Option<Discovery> {
-        match discover(
+        self.pace_describe().await;
+        let discovered = discover(
             self.ctx.api.as_ref(),
             &self.ctx.stream_arn,
             &self.ctx.retry,
             &self.stop,
         )
-        .await
-        {
+        .await;
+        // A listing of several pages ends later than it started: pace from its last page.
+        self.described_at = Some(Instant::now());
+        match discovered {
             Ok(discovery) => {
                 let new = self.graph.merge(discovery.shards.clone());
                 if !new.is_empty() {
@@ -454,6 +468,7 @@ impl<A: StreamsApi> StreamEngine<A> {
     /// Asks for the children of a drained shard at once (SPEC §4.3).
     async fn find_children(&mut self, shard: &ShardId) {
         if self.child_filter_works {
+            self.pace_describe().await;
             let arn = self.ctx.stream_arn.clone();
             let answer = self
                 .ctx
