@@ -35,6 +35,7 @@ use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{RecordsPage, ShardDescription, StartAt, StreamsApi};
 use ddbpipe_source::aws;
+use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::error::{ApiError, ErrorClass, ReadError};
 use ddbpipe_source::ids::ShardId;
@@ -367,8 +368,7 @@ fn plan(
         .ids()
         .filter(|id| !position.finished.contains(*id))
         .filter_map(|id| {
-            let mut shard = graph.get(id)?.clone();
-            shard.closed = shard.closed && !graph.children_of(id).is_empty();
+            let shard = graph.with_trusted_closed(id)?;
             match start_for(&shard, position, first_run, true, start_position, now_ms) {
                 ShardStart::Read { at, floor_ms } => Some(ShardProbe {
                     shard: shard.id,
@@ -514,13 +514,6 @@ fn age_seconds(created_ms: Option<i64>, floor_ms: Option<i64>, now_ms: i64) -> f
     } else {
         0.0
     }
-}
-
-fn unix_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_source::api::{StartAt, StreamsApi};
+use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
@@ -79,13 +80,6 @@ pub enum StreamRunError {
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
-}
-
-fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 /// Runs the stream from the checkpointer's stored position to an end condition.

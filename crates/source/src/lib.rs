@@ -17,6 +17,7 @@
 pub mod api;
 pub mod aws;
 pub mod capacity;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod events;

@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::Credentials as StaticCredentials;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::display::DisplayErrorContext;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
@@ -22,6 +25,7 @@ pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 
 use crate::config::Credentials;
+use crate::error::ApiError;
 
 /// How to reach AWS: everything the clients are built from.
 #[derive(Debug, Clone)]
@@ -32,6 +36,21 @@ pub struct ClientSettings {
     pub endpoint_url: Option<String>,
     /// Where credentials come from.
     pub credentials: Credentials,
+}
+
+/// Classifies an SDK error by its AWS error code; transport failures carry no code. Both
+/// SDKs (DynamoDB and Streams) share the error types.
+pub(crate) fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let code = error.code().map(str::to_string);
+    let message = match (&code, error.message()) {
+        (Some(_), Some(message)) => message.to_string(),
+        _ => DisplayErrorContext(&error).to_string(),
+    };
+    ApiError::from_code(code, message)
 }
 
 /// Connect timeout of every client (SPEC §1.4).

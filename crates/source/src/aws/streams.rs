@@ -15,12 +15,12 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodbstreams::Client;
-use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodbstreams::types::{
     AttributeValue, Identity, Record, ShardFilter, ShardFilterType, ShardIteratorType,
     StreamDescription, StreamRecord as SdkStreamRecord,
 };
 
+use super::api_error;
 use super::convert::{UnknownType, item_from_streams};
 use crate::api::{
     ChangeData, RecordsPage, ShardDescription, StartAt, StreamPage, StreamRecord, StreamsApi,
@@ -43,21 +43,6 @@ impl AwsStreamsApi {
     pub fn new(client: Client) -> Self {
         AwsStreamsApi { client }
     }
-}
-
-/// Classifies an SDK error by its AWS error code; transport failures carry no code.
-// The same rule as `table::api_error`; the two SDKs share `SdkError` and the metadata trait.
-fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    let code = error.code().map(str::to_string);
-    let message = match (&code, error.message()) {
-        (Some(_), Some(message)) => message.to_string(),
-        _ => DisplayErrorContext(&error).to_string(),
-    };
-    ApiError::from_code(code, message)
 }
 
 /// The `ShardIteratorType` and `SequenceNumber` of a `GetShardIterator` request.
@@ -236,6 +221,7 @@ impl StreamsApi for AwsStreamsApi {
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodbstreams::error::ErrorMetadata;
+    use aws_sdk_dynamodbstreams::error::SdkError;
     use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsError;
     use aws_sdk_dynamodbstreams::primitives::{Blob, DateTime};
     use aws_sdk_dynamodbstreams::types::error::ExpiredIteratorException;

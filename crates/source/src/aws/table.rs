@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     BillingMode, KeySchemaElement, KeyType as SdkKeyType, ReturnConsumedCapacity,
     ScalarAttributeType,
 };
 
+use super::api_error;
 use super::convert::{item_from_sdk, item_to_sdk, value_to_sdk};
 use crate::api::{
     IndexDescription, IndexKind, KeyAttribute, KeyType, Page, ReadKind, ReadRequest, StreamInfo,
@@ -27,20 +27,6 @@ impl AwsTableApi {
     pub fn new(client: Client) -> Self {
         AwsTableApi { client }
     }
-}
-
-/// Classifies an SDK error by its AWS error code; transport failures carry no code.
-fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    let code = error.code().map(str::to_string);
-    let message = match (&code, error.message()) {
-        (Some(_), Some(message)) => message.to_string(),
-        _ => DisplayErrorContext(&error).to_string(),
-    };
-    ApiError::from_code(code, message)
 }
 
 fn non_empty<K, V>(map: HashMap<K, V>) -> Option<HashMap<K, V>> {

@@ -29,6 +29,7 @@ use super::lineage::{self, ShardGraph};
 use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
 use super::start::{ShardStart, start_for};
 use crate::api::{ShardDescription, StartAt, StreamsApi};
+use crate::clock::unix_now_ms;
 use crate::config::StartPosition;
 use crate::error::{ErrorClass, ReadError};
 use crate::events::{DiscoveryFailed, LagMeasured, ShardsCounted};
@@ -125,14 +126,9 @@ pub fn first_run_marks(
     loop {
         let mut finished_any = false;
         for admission in lineage::admissible(graph, &view) {
-            let Some(described) = graph.get(&admission.shard) else {
+            let Some(shard) = graph.with_trusted_closed(&admission.shard) else {
                 continue;
             };
-            // Some emulators report an ending sequence number on their one open shard; a shard
-            // counts as closed here only when its successor is listed too. Reading a really
-            // closed shard at LATEST finds nothing and drains it, so both ways agree.
-            let mut shard = described.clone();
-            shard.closed = shard.closed && !graph.children_of(&shard.id).is_empty();
             let shard = &shard;
             let start = start_for(shard, &view, true, true, start_position, run_start_ms);
             let admit = StreamMark::Admit {
@@ -537,13 +533,6 @@ fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Op
             })
         })
         .reduce(f64::max)
-}
-
-fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

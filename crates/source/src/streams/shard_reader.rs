@@ -36,6 +36,7 @@ use super::gaps;
 use super::handover::{Closed, Handed, Handover, StreamMark};
 use super::start::FloorFilter;
 use crate::api::{StartAt, StreamsApi};
+use crate::clock::unix_now_s;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind};
 use crate::ids::{SequenceNumber, ShardId};
@@ -164,13 +165,6 @@ impl ShardState {
     pub fn has_read(&self) -> bool {
         self.last_read.is_some()
     }
-}
-
-fn unix_now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
 }
 
 fn capped(delay: Duration) -> Duration {

@@ -1,0 +1,16 @@
+//! Wall-clock time as the stream works with it: unix seconds and milliseconds.
+//!
+//! Decisions take these as arguments; only the thin async loops read the clock.
+
+/// Now, in unix milliseconds (0 if the clock is before 1970).
+pub fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// Now, in unix seconds.
+pub fn unix_now_s() -> i64 {
+    unix_now_ms().div_euclid(1000)
+}
