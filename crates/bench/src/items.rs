@@ -32,14 +32,14 @@ pub fn key_json(index: u64) -> Json {
 }
 
 /// SplitMix64: small, fast, and the same everywhere.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -47,11 +47,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
-    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
+    pub(crate) fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
         choices[self.below(choices.len() as u64) as usize]
     }
 
@@ -61,7 +61,7 @@ impl Rng {
             .collect()
     }
 
-    fn digits(&mut self, len: usize) -> String {
+    pub(crate) fn digits(&mut self, len: usize) -> String {
         let mut text = String::with_capacity(len);
         text.push(char::from(b'1' + self.below(9) as u8));
         for _ in 1..len {
@@ -80,7 +80,7 @@ const WORDS: &[&str] = &[
 const CITIES: &[&str] = &[
     "Lisbon", "Osaka", "Denver", "Nairobi", "Tallinn", "Recife", "Perth",
 ];
-const STATUSES: &[&str] = &["active", "pending", "suspended", "closed"];
+pub(crate) const STATUSES: &[&str] = &["active", "pending", "suspended", "closed"];
 const TAGS: &[&str] = &[
     "red", "green", "blue", "sale", "new", "vip", "eu", "us", "beta",
 ];

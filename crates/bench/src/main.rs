@@ -1,23 +1,29 @@
-//! `ddbpipe-bench`: how fast, and at what CPU and memory cost, ddbpipe exports a table,
-//! against the AWS SDK used directly, measured in the same run (see README.md).
+//! `ddbpipe-bench`: how fast, and at what CPU and memory cost, ddbpipe exports a table (the
+//! scan case) and a table's stream (the streams case), against the AWS SDK used directly,
+//! measured in the same run (see README.md).
 //!
 //! # Processes
-//! The bench starts itself three times over:
-//! 1. `serve` (hidden): the local DynamoDB endpoint, which builds every page before it prints
-//!    its port. Its CPU is its own, not the clients'.
-//! 2. `phase --client ddbpipe` and `phase --client sdk` (hidden): one scan each, in processes of
-//!    their own, so that CPU time and peak RSS (`VmHWM`, which only grows) are each client's.
+//! The bench starts itself several times over:
+//! 1. `serve` (hidden): the local DynamoDB and DynamoDB Streams endpoint, which builds every
+//!    page before it prints its port. Its CPU is its own, not the clients'.
+//! 2. `phase --case scan|streams --client ddbpipe|sdk` (hidden): one scan or stream read each,
+//!    in processes of their own, so that CPU time and peak RSS (`VmHWM`, which only grows) are
+//!    each client's.
 //!
-//! Each phase checks it received exactly the table's items and fails loudly otherwise. Nothing
-//! here asserts on time: the figures are reported, not judged.
+//! Each phase checks it received exactly the table's items, or the stream's records, and fails
+//! loudly otherwise. Nothing here asserts on time: the figures are reported, not judged.
 
 mod ddbpipe_client;
+mod ddbpipe_streams;
 mod items;
 mod phase;
 mod procfs;
+mod records;
 mod report;
 mod sdk_client;
+mod sdk_streams;
 mod server;
+mod stream_server;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -26,11 +32,14 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use anyhow::{Context as _, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::phase::{Client, PhaseReport, PhaseSettings};
-use crate::report::Setup;
+use crate::phase::{Case, Client, PhaseReport, PhaseSettings};
+use crate::report::{ScanSetup, Setup, StreamsSetup};
 use crate::server::{Ready, ServeSettings};
+use crate::stream_server::StreamSettings;
+use ddbpipe_source::streams::shard_reader::READ_SPACING;
 
-/// Benchmarks a parallel scan by ddbpipe against the plain AWS SDK, against a local endpoint.
+/// Benchmarks a parallel scan and a stream read by ddbpipe against the plain AWS SDK, against
+/// a local endpoint.
 #[derive(Debug, Parser)]
 #[command(name = "ddbpipe-bench", args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -42,13 +51,22 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
+    /// Which case(s) to measure.
+    #[arg(long = "case", value_enum, default_value_t = WhichCase::Both)]
+    case: WhichCase,
     /// Items in the table; each client must receive exactly these.
     #[arg(long, default_value_t = 200_000)]
     items: u64,
     /// `TotalSegments` of the parallel scan.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     segments: u32,
-    /// Segments read at once.
+    /// Change records in the stream; each client must receive exactly these.
+    #[arg(long, default_value_t = 400_000)]
+    records: u64,
+    /// Closed shards of the stream.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    shards: u32,
+    /// Segments (scan) or shards (streams) read at once.
     #[arg(long, default_value_t = 4, value_parser = positive)]
     concurrency: usize,
     /// Which client(s) to measure.
@@ -66,6 +84,13 @@ struct BenchArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WhichCase {
+    Scan,
+    Streams,
+    Both,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Which {
     Ddbpipe,
     Sdk,
@@ -74,7 +99,8 @@ enum Which {
 
 #[derive(Debug, Subcommand)]
 enum Hidden {
-    /// Serves the bench table on 127.0.0.1; prints a JSON line with the port when ready.
+    /// Serves the bench table and stream on 127.0.0.1; prints a JSON line with the port when
+    /// ready.
     #[command(hide = true)]
     Serve {
         #[arg(long)]
@@ -83,16 +109,23 @@ enum Hidden {
         segments: u32,
         #[arg(long)]
         page_items: u64,
+        #[arg(long, default_value_t = 0)]
+        records: u64,
+        #[arg(long, default_value_t = 1)]
+        shards: u32,
     },
-    /// Runs one client's scan and prints what it measured as a JSON line.
+    /// Runs one client's scan or stream read and prints what it measured as a JSON line.
     #[command(hide = true)]
     Phase {
+        #[arg(long = "case", value_enum)]
+        case: Case,
         #[arg(long, value_enum)]
         client: Client,
         #[arg(long)]
         endpoint: String,
+        /// Items or records the client must receive.
         #[arg(long)]
-        items: u64,
+        expect: u64,
         #[arg(long)]
         segments: u32,
         #[arg(long)]
@@ -118,23 +151,28 @@ fn main() -> ExitCode {
             items,
             segments,
             page_items,
+            records,
+            shards,
         }) => server::serve(ServeSettings {
             items,
             segments,
             page_items,
+            stream: StreamSettings { records, shards },
         }),
         Some(Hidden::Phase {
+            case,
             client,
             endpoint,
-            items,
+            expect,
             segments,
             concurrency,
             clk_tck,
         }) => {
             let settings = PhaseSettings {
+                case,
                 client,
                 endpoint,
-                items,
+                expected: expect,
                 segments,
                 concurrency,
             };
@@ -165,11 +203,28 @@ impl Drop for ServerProcess {
     }
 }
 
-fn start_server(exe: &Path, args: &BenchArgs) -> anyhow::Result<(ServerProcess, Ready)> {
+fn start_server(
+    exe: &Path,
+    args: &BenchArgs,
+    cases: &[Case],
+) -> anyhow::Result<(ServerProcess, Ready)> {
+    // A case not measured gets nothing to serve: no time or memory spent building it.
+    let items = if cases.contains(&Case::Scan) {
+        args.items
+    } else {
+        0
+    };
+    let records = if cases.contains(&Case::Streams) {
+        args.records
+    } else {
+        0
+    };
     let mut child = Command::new(exe)
-        .args(["serve", "--items", &args.items.to_string()])
+        .args(["serve", "--items", &items.to_string()])
         .args(["--segments", &args.segments.to_string()])
         .args(["--page-items", &args.page_items.to_string()])
+        .args(["--records", &records.to_string()])
+        .args(["--shards", &args.shards.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -189,8 +244,9 @@ fn start_server(exe: &Path, args: &BenchArgs) -> anyhow::Result<(ServerProcess, 
 fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport> {
     let name = settings.client.name();
     let output = Command::new(exe)
-        .args(["phase", "--client", name, "--endpoint", &settings.endpoint])
-        .args(["--items", &settings.items.to_string()])
+        .args(["phase", "--case", settings.case.name()])
+        .args(["--client", name, "--endpoint", &settings.endpoint])
+        .args(["--expect", &settings.expected.to_string()])
         .args(["--segments", &settings.segments.to_string()])
         .args(["--concurrency", &settings.concurrency.to_string()])
         .args(["--clk-tck", &clk_tck.to_string()])
@@ -213,10 +269,11 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
     let report: PhaseReport =
         serde_json::from_str(line).with_context(|| format!("the {name} phase printed {line:?}"))?;
     ensure!(
-        report.items == settings.items,
-        "the {name} phase received {} items, not {}",
-        report.items,
-        settings.items
+        report.received == settings.expected,
+        "the {name} phase received {} {}s, not {}",
+        report.received,
+        settings.case.noun(),
+        settings.expected
     );
     Ok(report)
 }
@@ -229,57 +286,95 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         Which::Sdk => &[Client::Sdk],
         Which::Both => &[Client::Ddbpipe, Client::Sdk],
     };
+    let cases: &[Case] = match args.case {
+        WhichCase::Scan => &[Case::Scan],
+        WhichCase::Streams => &[Case::Streams],
+        WhichCase::Both => &[Case::Scan, Case::Streams],
+    };
     if !args.json {
-        eprintln!("ddbpipe-bench: building {} items...", args.items);
+        let mut building = Vec::new();
+        if cases.contains(&Case::Scan) {
+            building.push(format!("{} items", args.items));
+        }
+        if cases.contains(&Case::Streams) {
+            building.push(format!(
+                "{} change records in {} shards",
+                args.records, args.shards
+            ));
+        }
+        eprintln!("ddbpipe-bench: building {}...", building.join(" and "));
     }
-    let (server, ready) = start_server(&exe, args)?;
+    let (server, ready) = start_server(&exe, args, cases)?;
     let endpoint = format!("http://127.0.0.1:{}", ready.port);
     let mut reports = Vec::new();
-    for run in 0..args.runs {
-        // Alternate the order so neither client always runs on a cold or a warm machine.
-        let mut order = clients.to_vec();
-        if run % 2 == 1 {
-            order.reverse();
-        }
-        for client in order {
-            if !args.json {
-                eprintln!(
-                    "ddbpipe-bench: run {} of {}: {}...",
-                    run + 1,
-                    args.runs,
-                    client.name()
-                );
+    for &case in cases {
+        let (expected, segments) = match case {
+            Case::Scan => (args.items, args.segments),
+            Case::Streams => (args.records, args.shards),
+        };
+        for run in 0..args.runs {
+            // Alternate the order so neither client always runs on a cold or a warm machine.
+            let mut order = clients.to_vec();
+            if run % 2 == 1 {
+                order.reverse();
             }
-            let settings = PhaseSettings {
-                client,
-                endpoint: endpoint.clone(),
-                items: args.items,
-                segments: args.segments,
-                concurrency: args.concurrency,
-            };
-            reports.push(run_phase(&exe, &settings, clk.0)?);
+            for client in order {
+                if !args.json {
+                    eprintln!(
+                        "ddbpipe-bench: {} run {} of {}: {}...",
+                        case.name(),
+                        run + 1,
+                        args.runs,
+                        client.name()
+                    );
+                }
+                let settings = PhaseSettings {
+                    case,
+                    client,
+                    endpoint: endpoint.clone(),
+                    expected,
+                    segments,
+                    concurrency: args.concurrency,
+                };
+                reports.push(run_phase(&exe, &settings, clk.0)?);
+            }
         }
     }
     drop(server);
 
-    let setup = Setup::new(
-        &ready,
-        args.segments,
-        args.concurrency,
-        args.page_items,
-        args.runs,
-        clk,
-    );
-    let summaries: Vec<(Client, report::ClientSummary)> = clients
-        .iter()
-        .filter_map(|c| report::summarize(&reports, *c).map(|s| (*c, s)))
-        .collect();
-    let find = |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
-    let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
-    if args.json {
-        println!("{}", report::json_line(&setup, &summaries, ratios));
-    } else {
-        print!("{}", report::table(&setup, &summaries, ratios));
+    for (index, &case) in cases.iter().enumerate() {
+        let setup = match case {
+            Case::Scan => Setup::Scan(ScanSetup::new(
+                &ready,
+                args.segments,
+                args.concurrency,
+                args.page_items,
+                args.runs,
+                clk,
+            )),
+            Case::Streams => Setup::Streams(StreamsSetup::new(
+                &ready,
+                args.concurrency,
+                records::PAGE_RECORDS,
+                READ_SPACING,
+                args.runs,
+                clk,
+            )),
+        };
+        let summaries: Vec<(Client, report::ClientSummary)> = clients
+            .iter()
+            .filter_map(|c| report::summarize(&reports, case, *c).map(|s| (*c, s)))
+            .collect();
+        let find = |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
+        let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
+        if args.json {
+            println!("{}", report::json_line(&setup, &summaries, ratios));
+        } else {
+            if index > 0 {
+                println!();
+            }
+            print!("{}", report::table(&setup, &summaries, ratios));
+        }
     }
     Ok(())
 }

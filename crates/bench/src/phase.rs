@@ -1,8 +1,8 @@
-//! `ddbpipe-bench phase`: one client scanning the bench table once, in a process of its own,
-//! printing what it measured as one JSON line.
+//! `ddbpipe-bench phase`: one client scanning the bench table, or reading the bench stream,
+//! once, in a process of its own, printing what it measured as one JSON line.
 //!
-//! Only the scan is timed: building the client, the sink and the state file comes before the
-//! meter starts. The peak RSS is the whole process's, setup included.
+//! Only the scan or the stream read is timed: building the client, the sink and the state file
+//! comes before the meter starts. The peak RSS is the whole process's, setup included.
 
 use std::sync::Arc;
 
@@ -10,7 +10,35 @@ use anyhow::{Context as _, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{self, Meter};
-use crate::{ddbpipe_client, sdk_client};
+use crate::{ddbpipe_client, ddbpipe_streams, sdk_client, sdk_streams};
+
+/// What a phase reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Case {
+    /// A parallel scan of the bench table.
+    Scan,
+    /// Every change record of the bench stream.
+    Streams,
+}
+
+impl Case {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Scan => "scan",
+            Case::Streams => "streams",
+        }
+    }
+
+    /// What the case counts.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Case::Scan => "item",
+            Case::Streams => "record",
+        }
+    }
+}
 
 /// Which client a phase runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -18,7 +46,8 @@ use crate::{ddbpipe_client, sdk_client};
 pub enum Client {
     /// ddbpipe's engine, wired as `ddbpipe run` wires a scan.
     Ddbpipe,
-    /// `aws_sdk_dynamodb::Client` + a recursive conversion to `serde_json::Value`.
+    /// `aws_sdk_dynamodb::Client` (or `aws_sdk_dynamodbstreams::Client`) + a recursive
+    /// conversion to `serde_json::Value`.
     Sdk,
 }
 
@@ -35,36 +64,45 @@ impl Client {
 /// What one phase is asked to do.
 #[derive(Debug, Clone)]
 pub struct PhaseSettings {
+    /// Scan or streams.
+    pub case: Case,
     /// The client.
     pub client: Client,
     /// `http://127.0.0.1:<port>` of the bench server.
     pub endpoint: String,
-    /// Items the table holds: the scan must return exactly these.
-    pub items: u64,
-    /// `TotalSegments`.
+    /// Items the table holds, or records the stream holds: the phase must receive exactly
+    /// these.
+    pub expected: u64,
+    /// `TotalSegments` of the scan, or shards of the stream (the streams clients check they
+    /// read exactly these).
     pub segments: u32,
-    /// Segments read at once.
+    /// Segments, or shards, read at once.
     pub concurrency: usize,
 }
 
 /// What a phase measured; printed as one JSON line on its stdout.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PhaseReport {
+    /// Scan or streams.
+    pub case: Case,
     /// The client.
     pub client: Client,
-    /// Items received (equal to the table's, or the phase failed).
-    pub items: u64,
-    /// Wall-clock seconds of the scan.
+    /// Items or records received (equal to the expected count, or the phase failed).
+    pub received: u64,
+    /// Wall-clock seconds of the scan or stream read.
     pub wall_secs: f64,
-    /// User CPU seconds of the process during the scan.
+    /// User CPU seconds of the process during the scan or stream read.
     pub user_secs: f64,
-    /// System CPU seconds of the process during the scan.
+    /// System CPU seconds of the process during the scan or stream read.
     pub system_secs: f64,
     /// Peak RSS of the process (`VmHWM`), KiB.
     pub peak_rss_kib: u64,
+    /// Why a ddbpipe stream read ended (`stream disabled` or `idle`); `None` otherwise.
+    #[serde(default)]
+    pub end: Option<String>,
 }
 
-/// Runs one phase: set up, measure the scan, check the count, report.
+/// Runs one phase: set up, measure the scan or stream read, check the count, report.
 pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport> {
     // The same runtime as `ddbpipe run` (crates/cli/src/main.rs), for both clients.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -72,35 +110,53 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
         .build()
         .context("cannot start the runtime")?;
     let settings = Arc::new(settings.clone());
-    let (received, measured) = runtime.block_on(async {
-        match settings.client {
-            Client::Ddbpipe => {
+    let (received, end, measured) = runtime.block_on(async {
+        match (settings.case, settings.client) {
+            (Case::Scan, Client::Ddbpipe) => {
                 let prepared = ddbpipe_client::prepare(&settings).await?;
                 let meter = Meter::start()?;
                 let received = prepared.scan().await?;
-                anyhow::Ok((received, meter.stop()?))
+                anyhow::Ok((received, None, meter.stop()?))
             }
-            Client::Sdk => {
+            (Case::Scan, Client::Sdk) => {
                 let prepared = sdk_client::prepare(&settings).await;
                 let meter = Meter::start()?;
                 let received = prepared.scan().await?;
-                anyhow::Ok((received, meter.stop()?))
+                anyhow::Ok((received, None, meter.stop()?))
+            }
+            (Case::Streams, Client::Ddbpipe) => {
+                let prepared = ddbpipe_streams::prepare(&settings).await?;
+                let meter = Meter::start()?;
+                let (received, end) = prepared.read().await?;
+                anyhow::Ok((received, Some(end.to_string()), meter.stop()?))
+            }
+            (Case::Streams, Client::Sdk) => {
+                let prepared = sdk_streams::prepare(&settings).await;
+                let meter = Meter::start()?;
+                let received = prepared.read().await?;
+                anyhow::Ok((received, None, meter.stop()?))
             }
         }
     })?;
+    let (noun, holder) = match settings.case {
+        Case::Scan => ("items", "the table"),
+        Case::Streams => ("records", "the stream"),
+    };
     ensure!(
-        received == settings.items,
-        "{} received {received} items, but the table holds {}",
+        received == settings.expected,
+        "{} received {received} {noun}, but {holder} holds {}",
         settings.client.name(),
-        settings.items
+        settings.expected
     );
     let ticks = clk_tck as f64;
     Ok(PhaseReport {
+        case: settings.case,
         client: settings.client,
-        items: received,
+        received,
         wall_secs: measured.wall.as_secs_f64(),
         user_secs: measured.user_ticks as f64 / ticks,
         system_secs: measured.system_ticks as f64 / ticks,
         peak_rss_kib: procfs::peak_rss_kib()?,
+        end,
     })
 }

@@ -1,17 +1,18 @@
-//! Summaries of the phases: per client, the median over runs; ddbpipe against the SDK as
-//! ratios within the one bench run.
+//! Summaries of the phases: per case and client, the median over runs; ddbpipe against the SDK
+//! as ratios within the one bench run.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
 
-use crate::phase::{Client, PhaseReport};
+use crate::phase::{Case, Client, PhaseReport};
 use crate::server::Ready;
 
-/// How the bench was run, for the report's header.
+/// How the scan case was run, for the report's header.
 #[derive(Debug, Clone, Serialize)]
-pub struct Setup {
+pub struct ScanSetup {
     /// Items in the table.
     pub items: u64,
     /// `TotalSegments`.
@@ -32,7 +33,7 @@ pub struct Setup {
     pub mean_wire_bytes: f64,
 }
 
-impl Setup {
+impl ScanSetup {
     /// The setup of a bench whose server announced `ready`.
     pub fn new(
         ready: &Ready,
@@ -42,7 +43,7 @@ impl Setup {
         runs: u32,
         clk: (u64, bool),
     ) -> Self {
-        Setup {
+        ScanSetup {
             items: ready.items,
             segments,
             concurrency,
@@ -56,12 +57,175 @@ impl Setup {
     }
 }
 
+/// How the streams case was run, for the report's header.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamsSetup {
+    /// Change records in the stream.
+    pub records: u64,
+    /// Closed shards holding them.
+    pub shards: u32,
+    /// Shards read at once.
+    pub concurrency: usize,
+    /// `GetRecords` `Limit` (and most records per answer).
+    pub records_per_page: u64,
+    /// Runs of each client.
+    pub runs: u32,
+    /// Clock ticks per second used to convert CPU time.
+    pub clk_tck: u64,
+    /// Whether `clk_tck` came from `getconf CLK_TCK` (else 100 was assumed).
+    pub clk_tck_measured: bool,
+    /// Mean `SizeBytes` of a record (keys and images as DynamoDB counts them), bytes.
+    pub mean_record_bytes: f64,
+    /// Mean JSON size of a record on the wire, bytes.
+    pub mean_wire_bytes: f64,
+    /// The least wall time ddbpipe can take here: it starts the `GetRecords` of one shard at
+    /// least `READ_SPACING` apart, and a shard holds a slot while it waits.
+    pub ddbpipe_floor_secs: f64,
+}
+
+impl StreamsSetup {
+    /// The setup of a bench whose server announced `ready`.
+    pub fn new(
+        ready: &Ready,
+        concurrency: usize,
+        records_per_page: u64,
+        read_spacing: Duration,
+        runs: u32,
+        clk: (u64, bool),
+    ) -> Self {
+        StreamsSetup {
+            records: ready.records,
+            shards: ready.shards,
+            concurrency,
+            records_per_page,
+            runs,
+            clk_tck: clk.0,
+            clk_tck_measured: clk.1,
+            mean_record_bytes: ready.mean_record_bytes,
+            mean_wire_bytes: ready.mean_record_wire_bytes,
+            ddbpipe_floor_secs: pacing_floor(
+                ready.records,
+                ready.shards,
+                concurrency,
+                records_per_page,
+                read_spacing,
+            ),
+        }
+    }
+}
+
+/// The least time to read `records` in `shards` (split as the server splits them) with
+/// `concurrency` slots, when the reads of one shard start `spacing` apart and a slot is held
+/// while waiting: every slot does at most one read per `spacing`, and a shard's reads are
+/// sequential.
+pub fn pacing_floor(
+    records: u64,
+    shards: u32,
+    concurrency: usize,
+    per_page: u64,
+    spacing: Duration,
+) -> f64 {
+    let shards = shards.max(1);
+    let pages: Vec<u64> = (0..shards)
+        .map(|k| {
+            let (low, high) = crate::records::shard_range(k, shards, records);
+            (high - low).div_ceil(per_page.max(1)).max(1)
+        })
+        .collect();
+    let total: u64 = pages.iter().sum();
+    let slots = (concurrency.max(1) as u64).min(u64::from(shards));
+    let longest = pages.iter().copied().max().unwrap_or(1);
+    let reads_in_a_row = total.div_ceil(slots).max(longest);
+    reads_in_a_row.saturating_sub(1) as f64 * spacing.as_secs_f64()
+}
+
+/// How one case was run.
+#[derive(Debug, Clone)]
+pub enum Setup {
+    /// The parallel scan.
+    Scan(ScanSetup),
+    /// The stream read.
+    Streams(StreamsSetup),
+}
+
+impl Setup {
+    fn case(&self) -> Case {
+        match self {
+            Setup::Scan(_) => Case::Scan,
+            Setup::Streams(_) => Case::Streams,
+        }
+    }
+
+    fn clk(&self) -> (u64, bool) {
+        match self {
+            Setup::Scan(s) => (s.clk_tck, s.clk_tck_measured),
+            Setup::Streams(s) => (s.clk_tck, s.clk_tck_measured),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Setup::Scan(s) => json!(s),
+            Setup::Streams(s) => json!(s),
+        }
+    }
+
+    /// The first line of the human report.
+    fn header(&self) -> String {
+        let (ticks, measured) = self.clk();
+        let clk = if measured {
+            format!("{ticks} ticks/s (getconf CLK_TCK)")
+        } else {
+            format!("{ticks} ticks/s (assumed; getconf CLK_TCK failed)")
+        };
+        match self {
+            Setup::Scan(s) => format!(
+                "ddbpipe-bench: {}-segment scan of {} items (mean {:.0} B as DynamoDB counts, \
+                 {:.0} B of attribute JSON), concurrency {}, {} items per page, {} run(s), \
+                 median shown; CPU at {clk}",
+                s.segments,
+                s.items,
+                s.mean_item_bytes,
+                s.mean_wire_bytes,
+                s.concurrency,
+                s.page_items,
+                s.runs,
+            ),
+            Setup::Streams(s) => format!(
+                "ddbpipe-bench: stream of {} change records in {} closed shards \
+                 (NEW_AND_OLD_IMAGES, mean {:.0} B as DynamoDB counts, {:.0} B of JSON), \
+                 concurrency {}, {} records per GetRecords, {} run(s), median shown; CPU at {clk}",
+                s.records,
+                s.shards,
+                s.mean_record_bytes,
+                s.mean_wire_bytes,
+                s.concurrency,
+                s.records_per_page,
+                s.runs,
+            ),
+        }
+    }
+
+    /// Lines after the ratios.
+    fn notes(&self) -> Vec<String> {
+        match self {
+            Setup::Scan(_) => Vec::new(),
+            Setup::Streams(s) => vec![format!(
+                "note: ddbpipe starts the GetRecords of one shard at least 100 ms apart (AWS \
+                 allows 5 a second per shard), so it cannot take less than about {:.1} s here; \
+                 the sdk baseline does not pace its reads",
+                s.ddbpipe_floor_secs
+            )],
+        }
+    }
+}
+
 /// One client's figures: medians over its runs, and the highest peak RSS.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientSummary {
-    /// Items per second of wall-clock time.
+    /// Items (or records) per second of wall-clock time.
     pub items_per_sec: f64,
-    /// User + system CPU microseconds per item.
+    /// User + system CPU microseconds per item (or record).
     pub cpu_us_per_item: f64,
     /// User CPU seconds.
     pub user_secs: f64,
@@ -71,6 +235,9 @@ pub struct ClientSummary {
     pub wall_secs: f64,
     /// Peak RSS of the client process, MiB.
     pub peak_rss_mib: f64,
+    /// Why each run ended, when the client says (ddbpipe's stream reads).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ends: Vec<String>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -82,20 +249,24 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// The summary of one client's runs (`None` when it did not run).
-pub fn summarize(reports: &[PhaseReport], client: Client) -> Option<ClientSummary> {
-    let runs: Vec<&PhaseReport> = reports.iter().filter(|r| r.client == client).collect();
+/// The summary of one client's runs of one case (`None` when it did not run).
+pub fn summarize(reports: &[PhaseReport], case: Case, client: Client) -> Option<ClientSummary> {
+    let runs: Vec<&PhaseReport> = reports
+        .iter()
+        .filter(|r| r.case == case && r.client == client)
+        .collect();
     if runs.is_empty() {
         return None;
     }
     let of = |f: &dyn Fn(&PhaseReport) -> f64| median(runs.iter().map(|r| f(r)).collect());
     Some(ClientSummary {
-        items_per_sec: of(&|r| r.items as f64 / r.wall_secs.max(f64::MIN_POSITIVE)),
-        cpu_us_per_item: of(&|r| (r.user_secs + r.system_secs) * 1e6 / (r.items.max(1) as f64)),
+        items_per_sec: of(&|r| r.received as f64 / r.wall_secs.max(f64::MIN_POSITIVE)),
+        cpu_us_per_item: of(&|r| (r.user_secs + r.system_secs) * 1e6 / (r.received.max(1) as f64)),
         user_secs: of(&|r| r.user_secs),
         system_secs: of(&|r| r.system_secs),
         wall_secs: of(&|r| r.wall_secs),
         peak_rss_mib: runs.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0,
+        ends: runs.iter().filter_map(|r| r.end.clone()).collect(),
     })
 }
 
@@ -120,38 +291,26 @@ pub fn ratios(ddbpipe: Option<&ClientSummary>, sdk: Option<&ClientSummary>) -> O
     })
 }
 
-/// The human report: a header, one line per client, the ratios.
+/// The human report: a header, one line per client, the ratios, notes.
 pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<Ratios>) -> String {
+    let noun = setup.case().noun();
     let mut out = String::new();
-    let clk = if setup.clk_tck_measured {
-        format!("{} ticks/s (getconf CLK_TCK)", setup.clk_tck)
-    } else {
-        format!(
-            "{} ticks/s (assumed; getconf CLK_TCK failed)",
-            setup.clk_tck
-        )
-    };
+    let _ = writeln!(out, "{}", setup.header());
     let _ = writeln!(
         out,
-        "ddbpipe-bench: {}-segment scan of {} items (mean {:.0} B as DynamoDB counts, {:.0} B of \
-         attribute JSON), concurrency {}, {} items per page, {} run(s), median shown; CPU at {clk}",
-        setup.segments,
-        setup.items,
-        setup.mean_item_bytes,
-        setup.mean_wire_bytes,
-        setup.concurrency,
-        setup.page_items,
-        setup.runs,
-    );
-    let _ = writeln!(
-        out,
-        "{:<8} {:>11} {:>12} {:>8} {:>8} {:>8} {:>13}",
-        "client", "items/s", "CPU µs/item", "user s", "sys s", "wall s", "peak RSS MiB"
+        "{:<8} {:>11} {:>14} {:>8} {:>8} {:>8} {:>13}",
+        "client",
+        format!("{noun}s/s"),
+        format!("CPU µs/{noun}"),
+        "user s",
+        "sys s",
+        "wall s",
+        "peak RSS MiB"
     );
     for (client, s) in clients {
         let _ = writeln!(
             out,
-            "{:<8} {:>11.0} {:>12.2} {:>8.2} {:>8.2} {:>8.3} {:>13.1}",
+            "{:<8} {:>11.0} {:>14.2} {:>8.2} {:>8.2} {:>8.3} {:>13.1}",
             client.name(),
             s.items_per_sec,
             s.cpu_us_per_item,
@@ -164,58 +323,186 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
     if let Some(r) = ratios {
         let _ = writeln!(
             out,
-            "ddbpipe/sdk: CPU µs/item {:.2} (<1: ddbpipe cheaper), items/s {:.2} (>1: ddbpipe \
-             faster), peak RSS {:.2}",
+            "ddbpipe/sdk: CPU µs/{noun} {:.2} (<1: ddbpipe cheaper), {noun}s/s {:.2} (>1: \
+             ddbpipe faster), peak RSS {:.2}",
             r.cpu_us_per_item, r.items_per_sec, r.peak_rss
         );
+    }
+    for note in setup.notes() {
+        let _ = writeln!(out, "{note}");
+    }
+    for (client, s) in clients {
+        if let Some(note) = ends_note(*client, &s.ends) {
+            let _ = writeln!(out, "{note}");
+        }
     }
     out
 }
 
-/// The machine-readable report: one JSON line.
+/// How a client's runs ended, when it says: `stream disabled` (on the drained stream, at once)
+/// or `idle` (after `idle_termination_secs` without a record, counted in its wall time).
+fn ends_note(client: Client, ends: &[String]) -> Option<String> {
+    if ends.is_empty() {
+        return None;
+    }
+    let mut counted: Vec<(&str, usize)> = Vec::new();
+    for end in ends {
+        match counted.iter_mut().find(|(name, _)| name == end) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((end, 1)),
+        }
+    }
+    let list: Vec<String> = counted
+        .iter()
+        .map(|(name, n)| format!("{name} ×{n}"))
+        .collect();
+    let idle = if counted.iter().any(|(name, _)| *name == "idle") {
+        " (an idle end waited 1 s without a record after the last one, and that second is in \
+         its wall time)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{} runs ended: {}{idle}",
+        client.name(),
+        list.join(", ")
+    ))
+}
+
+/// `value` with `item` in its key names replaced by the case's noun (`record`).
+fn with_noun(value: serde_json::Value, noun: &str) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) if noun != "item" => map
+            .into_iter()
+            .map(|(key, value)| (key.replace("item", noun), value))
+            .collect(),
+        other => other,
+    }
+}
+
+/// The machine-readable report of one case: one JSON line. Field names say `item` in the
+/// scan case and `record` in the streams case (`records_per_sec`, `cpu_us_per_record`).
 pub fn json_line(
     setup: &Setup,
     clients: &[(Client, ClientSummary)],
     ratios: Option<Ratios>,
 ) -> String {
+    let noun = setup.case().noun();
     let clients: serde_json::Map<String, serde_json::Value> = clients
         .iter()
-        .map(|(client, summary)| (client.name().to_string(), json!(summary)))
+        .map(|(client, summary)| (client.name().to_string(), with_noun(json!(summary), noun)))
         .collect();
-    json!({"setup": setup, "clients": clients, "ddbpipe_over_sdk": ratios}).to_string()
+    json!({
+        "case": setup.case().name(),
+        "setup": setup.json(),
+        "clients": clients,
+        "ddbpipe_over_sdk": with_noun(json!(ratios), noun),
+    })
+    .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn report(client: Client, wall: f64, cpu: f64, rss: u64) -> PhaseReport {
+    fn report(case: Case, client: Client, wall: f64, cpu: f64, rss: u64) -> PhaseReport {
         PhaseReport {
+            case,
             client,
-            items: 1000,
+            received: 1000,
             wall_secs: wall,
             user_secs: cpu * 0.75,
             system_secs: cpu * 0.25,
             peak_rss_kib: rss,
+            end: None,
         }
     }
 
     #[test]
     fn summaries_take_medians_and_ratios_compare_ddbpipe_with_sdk() {
         let reports = [
-            report(Client::Ddbpipe, 1.0, 0.010, 2048),
-            report(Client::Ddbpipe, 0.5, 0.005, 4096),
-            report(Client::Ddbpipe, 2.0, 0.020, 1024),
-            report(Client::Sdk, 2.0, 0.020, 8192),
+            report(Case::Scan, Client::Ddbpipe, 1.0, 0.010, 2048),
+            report(Case::Scan, Client::Ddbpipe, 0.5, 0.005, 4096),
+            report(Case::Scan, Client::Ddbpipe, 2.0, 0.020, 1024),
+            report(Case::Scan, Client::Sdk, 2.0, 0.020, 8192),
+            report(Case::Streams, Client::Sdk, 9.0, 9.0, 9999),
         ];
-        let d = summarize(&reports, Client::Ddbpipe).expect("ddbpipe ran");
+        let d = summarize(&reports, Case::Scan, Client::Ddbpipe).expect("ddbpipe ran");
         assert_eq!(d.items_per_sec, 1000.0);
         assert!((d.cpu_us_per_item - 10.0).abs() < 1e-9);
         assert_eq!(d.peak_rss_mib, 4.0);
-        let s = summarize(&reports, Client::Sdk).expect("sdk ran");
+        let s = summarize(&reports, Case::Scan, Client::Sdk).expect("sdk ran");
         let r = ratios(Some(&d), Some(&s)).expect("both ran");
         assert!((r.cpu_us_per_item - 0.5).abs() < 1e-9);
         assert!((r.items_per_sec - 2.0).abs() < 1e-9);
         assert!(ratios(Some(&d), None).is_none());
+        assert!(summarize(&reports, Case::Streams, Client::Ddbpipe).is_none());
+    }
+
+    #[test]
+    fn streams_reports_count_records() {
+        let ready = Ready {
+            port: 1,
+            items: 0,
+            mean_item_bytes: 0.0,
+            mean_wire_bytes: 0.0,
+            records: 4000,
+            shards: 4,
+            mean_record_bytes: 900.0,
+            mean_record_wire_bytes: 1700.0,
+        };
+        let setup = Setup::Streams(StreamsSetup::new(
+            &ready,
+            4,
+            1000,
+            Duration::from_millis(100),
+            1,
+            (100, true),
+        ));
+        let summary = ClientSummary {
+            items_per_sec: 10.0,
+            cpu_us_per_item: 1.0,
+            user_secs: 1.0,
+            system_secs: 0.0,
+            wall_secs: 1.0,
+            peak_rss_mib: 1.0,
+            ends: Vec::new(),
+        };
+        let ddbpipe = ClientSummary {
+            ends: vec![
+                "stream disabled".into(),
+                "idle".into(),
+                "stream disabled".into(),
+            ],
+            ..summary.clone()
+        };
+        let clients = [(Client::Ddbpipe, ddbpipe), (Client::Sdk, summary)];
+        let r = ratios(Some(&clients[0].1), Some(&clients[1].1));
+        let text = table(&setup, &clients, r);
+        assert!(
+            text.contains("records/s") && text.contains("CPU µs/record"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ddbpipe runs ended: stream disabled ×2, idle ×1 (an idle end"),
+            "{text}"
+        );
+        assert!(!text.contains("sdk runs ended"), "{text}");
+        let line: serde_json::Value =
+            serde_json::from_str(&json_line(&setup, &clients, r)).expect("JSON");
+        assert_eq!(line["case"], "streams");
+        assert_eq!(line["clients"]["sdk"]["records_per_sec"], 10.0);
+        assert_eq!(line["ddbpipe_over_sdk"]["cpu_us_per_record"], 1.0);
+    }
+
+    #[test]
+    fn the_pacing_floor_counts_sequential_reads() {
+        let spacing = Duration::from_millis(100);
+        // 4 shards of 100 pages, 4 at once: 100 reads in a row per shard.
+        assert!((pacing_floor(400_000, 4, 4, 1000, spacing) - 9.9).abs() < 1e-9);
+        // 2 at once: 200 reads per slot.
+        assert!((pacing_floor(400_000, 4, 2, 1000, spacing) - 19.9).abs() < 1e-9);
+        // More slots than shards change nothing.
+        assert!((pacing_floor(400_000, 4, 8, 1000, spacing) - 9.9).abs() < 1e-9);
     }
 }

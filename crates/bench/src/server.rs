@@ -1,4 +1,6 @@
-//! `ddbpipe-bench serve`: a local DynamoDB `Scan` endpoint that answers from memory.
+//! `ddbpipe-bench serve`: a local DynamoDB endpoint that answers `Scan` of the bench table,
+//! and `DescribeStream`, `GetShardIterator` and `GetRecords` of the bench stream (see
+//! [`crate::stream_server`]), from memory.
 //!
 //! # Layout
 //! Every item is serialized once, before the port is announced, into one buffer with commas
@@ -30,6 +32,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::items::{self, TABLE};
+use crate::stream_server::{Stream, StreamSettings};
 
 /// What the server prints on its first line of stdout once it is ready.
 #[derive(Debug, serde::Serialize, Deserialize)]
@@ -42,6 +45,14 @@ pub struct Ready {
     pub mean_item_bytes: f64,
     /// Mean size of an item's attribute JSON on the wire, in bytes.
     pub mean_wire_bytes: f64,
+    /// Change records in the stream.
+    pub records: u64,
+    /// Shards of the stream.
+    pub shards: u32,
+    /// Mean `SizeBytes` of a change record.
+    pub mean_record_bytes: f64,
+    /// Mean size of a change record's JSON on the wire, in bytes.
+    pub mean_record_wire_bytes: f64,
 }
 
 /// Settings of the served table.
@@ -53,16 +64,68 @@ pub struct ServeSettings {
     pub segments: u32,
     /// Items per page when the request has no smaller `Limit` (the "1 MB" of the bench).
     pub page_items: u64,
+    /// The stream.
+    pub stream: StreamSettings,
+}
+
+/// Rows of JSON serialized one after the other, with commas between them: any run of
+/// consecutive rows is one slice.
+#[derive(Default)]
+pub(crate) struct Rows {
+    /// `row,row,...,row`.
+    bytes: Vec<u8>,
+    /// Where row `i` starts in `bytes`.
+    starts: Vec<usize>,
+    /// Where row `i` ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Rows {
+    /// Room for `count` rows of about `row_bytes` each.
+    pub(crate) fn with_capacity(count: usize, row_bytes: usize) -> Self {
+        Rows {
+            bytes: Vec::with_capacity(count.saturating_mul(row_bytes)),
+            starts: Vec::with_capacity(count),
+            ends: Vec::with_capacity(count),
+        }
+    }
+
+    /// Appends one row.
+    pub(crate) fn push(&mut self, row: &Json) -> anyhow::Result<()> {
+        if !self.starts.is_empty() {
+            self.bytes.push(b',');
+        }
+        self.starts.push(self.bytes.len());
+        serde_json::to_writer(&mut self.bytes, row)?;
+        self.ends.push(self.bytes.len());
+        Ok(())
+    }
+
+    /// Rows held.
+    pub(crate) fn len(&self) -> u64 {
+        self.starts.len() as u64
+    }
+
+    /// Bytes of JSON held, commas included.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Rows `[first, first + count)` as one slice (empty when `count` is 0).
+    pub(crate) fn slice(&self, first: u64, count: u64) -> &[u8] {
+        if count == 0 {
+            return &[];
+        }
+        let start = self.starts[first as usize];
+        let end = self.ends[(first + count - 1) as usize];
+        &self.bytes[start..end]
+    }
 }
 
 /// The serialized table.
 struct Table {
-    /// `item,item,...,item` as attribute JSON.
-    bytes: Vec<u8>,
-    /// Where item `i` starts in `bytes`.
-    starts: Vec<usize>,
-    /// Where item `i` ends in `bytes`.
-    ends: Vec<usize>,
+    /// The items, as attribute JSON.
+    rows: Rows,
     /// `sizes[i]` = DynamoDB size of items `0..i`.
     sizes: Vec<u64>,
 }
@@ -71,21 +134,14 @@ impl Table {
     fn build(count: u64) -> anyhow::Result<Self> {
         let count_usize = usize::try_from(count).context("too many items")?;
         let mut table = Table {
-            bytes: Vec::with_capacity(count_usize.saturating_mul(800)),
-            starts: Vec::with_capacity(count_usize),
-            ends: Vec::with_capacity(count_usize),
+            rows: Rows::with_capacity(count_usize, 800),
             sizes: Vec::with_capacity(count_usize + 1),
         };
         table.sizes.push(0);
         for index in 0..count {
             let item = items::item_json(index);
             let size = item.as_object().map_or(0, items::item_size);
-            if index > 0 {
-                table.bytes.push(b',');
-            }
-            table.starts.push(table.bytes.len());
-            serde_json::to_writer(&mut table.bytes, &item)?;
-            table.ends.push(table.bytes.len());
+            table.rows.push(&item)?;
             let total = table.sizes.last().copied().unwrap_or(0) + size;
             table.sizes.push(total);
         }
@@ -93,14 +149,12 @@ impl Table {
     }
 
     fn len(&self) -> u64 {
-        self.starts.len() as u64
+        self.rows.len()
     }
 
-    /// Items `[first, first + count)` as one slice (`count > 0`).
+    /// Items `[first, first + count)` as one slice.
     fn slice(&self, first: u64, count: u64) -> &[u8] {
-        let start = self.starts[first as usize];
-        let end = self.ends[(first + count - 1) as usize];
-        &self.bytes[start..end]
+        self.rows.slice(first, count)
     }
 
     /// Capacity units of reading items `[first, first + count)` eventually consistent: half
@@ -118,18 +172,19 @@ struct Framing {
     tail: Vec<u8>,
 }
 
-/// One answer: a page (three slices) or an error body.
-enum Answer<'a> {
+/// One answer: a page (three slices) or a whole response (an error, a small answer).
+pub(crate) enum Answer<'a> {
     Page {
         head: Cow<'a, [u8]>,
         items: &'a [u8],
         tail: Cow<'a, [u8]>,
     },
-    Error(Vec<u8>),
+    Whole(Vec<u8>),
 }
 
 struct Server {
     table: Table,
+    stream: Stream,
     page_items: u64,
     /// Pre-built framing by (total segments, segment, first item).
     framing: HashMap<(u32, u32, u64), Framing>,
@@ -137,7 +192,7 @@ struct Server {
 
 const ITEMS_OPEN: &[u8] = b"{\"Items\":[";
 
-fn http_head(status: &str, body_len: usize) -> Vec<u8> {
+pub(crate) fn http_head(status: &str, body_len: usize) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.0\r\n\
          Content-Length: {body_len}\r\nx-amzn-RequestId: ddbpipe-bench\r\n\r\n"
@@ -161,6 +216,7 @@ impl Server {
         let table = Table::build(settings.items)?;
         let mut server = Server {
             table,
+            stream: Stream::build(settings.stream)?,
             page_items: settings.page_items.max(1),
             framing: HashMap::new(),
         };
@@ -220,10 +276,16 @@ impl Server {
     fn answer(&self, target: Option<&str>, body: &[u8]) -> Answer<'_> {
         match target {
             Some("DynamoDB_20120810.Scan") => {}
+            Some(streams) if streams.starts_with("DynamoDBStreams_20120810.") => {
+                let operation = &streams["DynamoDBStreams_20120810.".len()..];
+                return self.stream.answer(operation, body);
+            }
             other => {
                 return error(
                     "com.amazonaws.dynamodb.v20120810#UnknownOperationException",
-                    &format!("the bench server only answers Scan, not {other:?}"),
+                    &format!(
+                        "the bench server only answers Scan and DynamoDB Streams, not {other:?}"
+                    ),
                 );
             }
         }
@@ -295,11 +357,11 @@ impl Server {
     }
 }
 
-fn error(kind: &str, message: &str) -> Answer<'static> {
+pub(crate) fn error(kind: &str, message: &str) -> Answer<'static> {
     let body = json!({"__type": kind, "message": message}).to_string();
     let mut bytes = http_head("400 Bad Request", body.len());
     bytes.extend_from_slice(body.as_bytes());
-    Answer::Error(bytes)
+    Answer::Whole(bytes)
 }
 
 /// The request head fields the server needs.
@@ -390,7 +452,7 @@ async fn connection(server: Arc<Server>, mut stream: TcpStream) -> anyhow::Resul
             Answer::Page { head, items, tail } => {
                 write_parts(&mut stream, &[&head, items, &tail]).await?;
             }
-            Answer::Error(bytes) => stream.write_all(&bytes).await?,
+            Answer::Whole(bytes) => stream.write_all(&bytes).await?,
         }
         buf.drain(..end);
         if head.close {
@@ -412,7 +474,11 @@ pub fn serve(settings: ServeSettings) -> anyhow::Result<()> {
             port: listener.local_addr()?.port(),
             items: server.table.len(),
             mean_item_bytes: server.table.sizes.last().copied().unwrap_or(0) as f64 / n,
-            mean_wire_bytes: server.table.bytes.len() as f64 / n,
+            mean_wire_bytes: server.table.rows.byte_len() as f64 / n,
+            records: server.stream.len(),
+            shards: server.stream.shards(),
+            mean_record_bytes: server.stream.mean_record_bytes(),
+            mean_record_wire_bytes: server.stream.mean_wire_bytes(),
         };
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", serde_json::to_string(&ready)?)?;
@@ -436,7 +502,7 @@ pub fn serve(settings: ServeSettings) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn server(items: u64, segments: u32, page_items: u64) -> Server {
@@ -444,15 +510,19 @@ mod tests {
             items,
             segments,
             page_items,
+            stream: StreamSettings {
+                records: 0,
+                shards: 1,
+            },
         })
         .expect("builds")
     }
 
     /// The body of an answer, parsed.
-    fn body(answer: Answer<'_>) -> Json {
+    pub(crate) fn body(answer: Answer<'_>) -> Json {
         let bytes = match answer {
             Answer::Page { head, items, tail } => [&head[..], items, &tail[..]].concat(),
-            Answer::Error(bytes) => bytes,
+            Answer::Whole(bytes) => bytes,
         };
         let end = find_head_end(&bytes).expect("head");
         let head = std::str::from_utf8(&bytes[..end]).expect("utf-8");

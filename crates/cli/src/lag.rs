@@ -27,7 +27,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, StartError};

@@ -281,7 +281,64 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
     }
 }
 
+fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture(
+    emulator: Emulator,
+) {
+    let running = emulator.start();
+    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    put(&running, "orders", "a", "1");
+    let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(pipeline.records().len(), 1);
+    let old_arn = pipeline.entry("orders-cdc").unwrap()["position"]["stream_arn"].clone();
+
+    // The table (and so its stream) is re-created: the stored position belongs to a dead stream.
+    rt().block_on(running.client.delete_table().table_name("orders").send()).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    for pk in ["x", "y", "z"] {
+        put(&running, "orders", pk, "2");
+    }
+    let state_before = std::fs::read(&pipeline.state).unwrap();
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("cannot resume table 'orders' without losing changes"), "{err}");
+    assert!(err.contains("the position belongs to stream"), "{err}");
+    assert!(err.contains("on_gap: resnapshot"), "{err}");
+    assert_eq!(std::fs::read(&pipeline.state).unwrap(), state_before, "state unchanged");
+
+    pipeline.write(
+        "orders-cdc",
+        &running.endpoint,
+        &format!("{STREAMS}\non_gap: resnapshot\nresnapshot_deletes: false\nsegments: 2"),
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    let snapshot: Vec<&Value> = records.iter().filter(|r| r["op"] == "r").collect();
+    let mut keys: Vec<&str> = snapshot.iter().map(|r| r["key"]["pk"].as_str().unwrap()).collect();
+    keys.sort();
+    assert_eq!(keys, ["x", "y", "z"], "the snapshot holds the table's items");
+    for row in &snapshot {
+        assert_eq!(row["event_name"], "SNAPSHOT");
+        assert_eq!(row["document_key"], row["key"]);
+        assert_eq!(row["after"]["v"], 2);
+        assert_eq!(row["sequence_number"], Value::Null);
+    }
+    let first_change = records.iter().position(|r| r["op"] == "c" && r["key"]["pk"] != "a").unwrap();
+    let last_snapshot = records.iter().rposition(|r| r["op"] == "r").unwrap();
+    assert!(last_snapshot < first_change, "the stream is read after the snapshot");
+    let changes: Vec<&str> = records[first_change..].iter().map(|r| r["key"]["pk"].as_str().unwrap()).collect();
+    assert_eq!(changes, ["x", "y", "z"], "streamed from the capture: the new stream's changes");
+    let entry = pipeline.entry("orders-cdc").unwrap();
+    assert_eq!(entry["position"]["snapshot"], Value::Null, "the snapshot is closed");
+    assert_ne!(entry["position"]["stream_arn"], old_arn);
+}
+
 on_both_emulators!(
+    a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture,
     a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,

@@ -178,17 +178,49 @@ impl Checkpointer {
                 }
             },
         };
+        let position = match streams.as_ref().and_then(|s| s.snapshot.as_ref()) {
+            Some(snapshot) => snapshot_progress(snapshot).map_err(|problem| {
+                StartError::State(StateError::Corrupt {
+                    path: file.path().to_path_buf(),
+                    location: format!(
+                        "pipeline '{pipeline}' at pipelines.{pipeline}.position.snapshot"
+                    ),
+                    problem,
+                })
+            })?,
+            None => ScanPosition::new(ScanKind::Scan, 1),
+        };
         Ok(Checkpointer {
             file,
             pipeline: pipeline.to_string(),
             identity,
             last_completed,
-            position: ScanPosition::new(ScanKind::Scan, 1),
+            position,
             streams,
             flush_interval,
             written_at: None,
             dirty: false,
         })
+    }
+
+    /// Whether a snapshot (resnapshot or mirror scan) is open: segment progress then lives in
+    /// the snapshot record, and completing the scan closes the snapshot instead of clearing
+    /// the position.
+    pub fn snapshot_open(&self) -> bool {
+        self.streams.as_ref().is_some_and(|s| s.snapshot.is_some())
+    }
+
+    /// Commits a capture with its open snapshot record **before** the first Scan request, so
+    /// a crash resumes the snapshot instead of detecting the gap again (SPEC §4.7).
+    pub fn begin_snapshot(
+        &mut self,
+        capture: StreamsPosition,
+        total_segments: u32,
+    ) -> Result<(), StateError> {
+        self.position = ScanPosition::new(ScanKind::Scan, total_segments);
+        self.streams = Some(capture);
+        self.dirty = true;
+        self.flush()
     }
 
     /// The stored streams position (`None` before the first run committed one).
@@ -258,7 +290,13 @@ impl Checkpointer {
             return Ok(());
         }
         let position = match &self.streams {
-            Some(streams) => Some(Position::Streams(streams.clone())),
+            Some(streams) => {
+                let mut streams = streams.clone();
+                if let Some(snapshot) = streams.snapshot.as_mut() {
+                    write_snapshot_progress(snapshot, &self.position);
+                }
+                Some(Position::Streams(streams))
+            }
             None => self
                 .position
                 .has_progress()
@@ -267,8 +305,22 @@ impl Checkpointer {
         self.write(position)
     }
 
-    /// The scan completed: clear the position, record `last_completed`, write now.
+    /// The scan completed: clear the position, record `last_completed`, write now. With an open
+    /// snapshot, the snapshot is closed instead (the jsonl sink deletes nothing) and the stream
+    /// position — the capture — stays, so streaming starts from it.
     pub fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
+        if let Some(streams) = self.streams.as_mut()
+            && let Some(snapshot) = streams.snapshot.take()
+        {
+            tracing::info!(
+                items,
+                capacity_units,
+                snapshot = %snapshot.get("id").unwrap_or(&serde_json::Value::Null),
+                "Snapshot complete."
+            );
+            self.dirty = true;
+            return self.flush();
+        }
         self.last_completed = Some(json!({
             "at": now_rfc3339(),
             "capacity_units": capacity_units,
@@ -289,5 +341,41 @@ impl Checkpointer {
         self.written_at = Some(Instant::now());
         self.dirty = false;
         Ok(())
+    }
+}
+
+/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`).
+fn snapshot_progress(snapshot: &serde_json::Value) -> Result<ScanPosition, String> {
+    let total = snapshot
+        .get("total_segments")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|t| u32::try_from(t).ok())
+        .filter(|t| *t >= 1)
+        .ok_or("total_segments is missing or not a segment count")?;
+    let mut json = serde_json::json!({
+        "cursors": snapshot.get("cursors").cloned().unwrap_or_else(|| serde_json::json!({})),
+        "done": snapshot.get("done").cloned().unwrap_or_else(|| serde_json::json!([])),
+        "kind": "scan",
+        "total_segments": total,
+    });
+    if let Some(map) = json.as_object_mut() {
+        map.retain(|_, v| !v.is_null());
+    }
+    match Position::from_json(&json) {
+        Ok(Position::Scan(scan)) => Ok(scan),
+        Ok(Position::Streams(_)) => Err("not a scan progress".into()),
+        Err(e) => Err(format!("{}: {}", e.path, e.problem)),
+    }
+}
+
+/// Writes scan progress into an open snapshot record.
+fn write_snapshot_progress(snapshot: &mut serde_json::Value, progress: &ScanPosition) {
+    let as_scan = Position::Scan(progress.clone()).to_json();
+    if let Some(record) = snapshot.as_object_mut() {
+        for key in ["cursors", "done", "total_segments"] {
+            if let Some(value) = as_scan.get(key) {
+                record.insert(key.to_string(), value.clone());
+            }
+        }
     }
 }

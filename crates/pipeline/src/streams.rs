@@ -16,14 +16,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ddbpipe_source::api::{StartAt, StreamsApi};
+use ddbpipe_source::api::{
+    KeyAttribute, Page, ReadKind, ReadRequest, StartAt, StreamsApi, TableApi, TableDescription,
+    TableNames,
+};
+use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{OnGap, StartPosition};
+use ddbpipe_source::error::ApiError;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::position::ShardCheckpoint;
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
+use ddbpipe_source::scan::SegmentReader;
 use ddbpipe_source::streams::engine::{self, RunBounds, StreamEngine};
+use ddbpipe_source::streams::envelope;
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{self, Handover};
 use ddbpipe_source::streams::lineage::{self, ShardGraph};
@@ -32,7 +40,7 @@ use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
 use crate::checkpoint::Checkpointer;
-use crate::runner::{Progress, RunError, StreamOutcome, run_stream};
+use crate::runner::{Progress, RunError, StreamOutcome, run_scan, run_stream};
 use crate::sink::Sink;
 
 /// Hand-overs waiting between the engine and the batcher.
@@ -80,11 +88,76 @@ pub enum StreamRunError {
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A signal stopped the snapshot scan; its progress is saved and the next run resumes it.
+    #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
+    SnapshotInterrupted,
 }
 
-/// Runs the stream from the checkpointer's stored position to an end condition.
+/// What a resnapshot (`on_gap: resnapshot`, SPEC §4.7) scans the table with.
+pub struct SnapshotScan<T> {
+    /// The table API.
+    pub api: Arc<T>,
+    /// The table's key schema, from the run's single `DescribeTable`.
+    pub key_schema: Vec<KeyAttribute>,
+    /// `TotalSegments`.
+    pub segments: u32,
+    /// Segments read at once.
+    pub max_concurrency: usize,
+    /// `Limit` of each page.
+    pub page_limit: Option<u32>,
+    /// `ConsistentRead`.
+    pub consistent_read: bool,
+    /// The read-capacity governor.
+    pub limiter: Arc<ReadLimiter>,
+}
+
+/// A `TableApi` that cannot exist: the type of "no snapshot scan".
+enum NoTable {}
+
+impl TableApi for NoTable {
+    async fn read_page(&self, _: &ReadRequest) -> Result<Page, ApiError> {
+        match *self {}
+    }
+    async fn describe_table(&self, _: &str) -> Result<Option<TableDescription>, ApiError> {
+        match *self {}
+    }
+    async fn list_tables(&self, _: Option<&str>) -> Result<TableNames, ApiError> {
+        match *self {}
+    }
+}
+
+/// Runs the stream from the checkpointer's stored position to an end condition. A gap at
+/// start-up with `on_gap: resnapshot` fails: resnapshots need [`run_streams_with_snapshots`].
 pub async fn run_streams<A: StreamsApi, S: Sink>(
     api: Arc<A>,
+    run: &StreamRun,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: Cancel,
+    observer: Arc<dyn AttemptObserver>,
+    progress: &dyn Progress,
+) -> Result<StreamOutcome, StreamRunError> {
+    run_streams_with_snapshots::<A, NoTable, S>(
+        api,
+        None,
+        run,
+        sink,
+        checkpointer,
+        stop,
+        observer,
+        progress,
+    )
+    .await
+}
+
+/// [`run_streams`], able to resnapshot: a gap at start-up with `on_gap: resnapshot` captures the
+/// shard positions, scans the table as snapshot envelopes (`op: "r"`) with per-segment
+/// checkpoints kept in the snapshot record, then streams from the capture. An open snapshot
+/// found at start-up is resumed where it stopped.
+#[allow(clippy::too_many_arguments)] // The run's wiring, passed once.
+pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
+    api: Arc<A>,
+    snapshot: Option<SnapshotScan<T>>,
     run: &StreamRun,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
@@ -98,6 +171,26 @@ pub async fn run_streams<A: StreamsApi, S: Sink>(
     graph.merge(discovery.shards);
     tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
 
+    let mut snapshotted = false;
+    if checkpointer.snapshot_open() {
+        let Some(scan) = &snapshot else {
+            return Err(StreamRunError::Gap(
+                "the stored position holds an open snapshot; this run cannot scan the table".into(),
+            ));
+        };
+        tracing::info!("Resuming the open snapshot.");
+        snapshot_phase(
+            scan,
+            run,
+            sink,
+            checkpointer,
+            &stop,
+            observer.clone(),
+            progress,
+        )
+        .await?;
+        snapshotted = true;
+    }
     let stored = checkpointer.streams_position().cloned();
     let first_run = stored.is_none();
     let mut probed = BTreeMap::new();
@@ -124,21 +217,60 @@ pub async fn run_streams<A: StreamsApi, S: Sink>(
             }
             let mut reasons = findings.reasons;
             if reasons.is_empty() {
-                reasons = probe(api.as_ref(), run, &findings.probes, &stop, &mut probed).await?;
+                reasons = probe(api.as_ref(), run, &findings.probes, &stop, &mut probed)
+                    .await?
+                    .into_iter()
+                    .map(|(_, reason)| reason)
+                    .collect();
             }
             if !reasons.is_empty() {
                 tracing::warn!(reasons = %reasons.join("; "), "Gap detected at start-up.");
-                return Err(StreamRunError::Gap(match run.on_gap {
-                    OnGap::Fail => gaps::cannot_resume(&run.table, &reasons, &run.config_label),
-                    OnGap::Resnapshot => format!(
-                        "{} (on_gap: resnapshot is not available in this version of ddbpipe)",
-                        gaps::cannot_resume(&run.table, &reasons, &run.config_label)
-                    ),
-                }));
+                let resnapshot = run.on_gap == OnGap::Resnapshot && !snapshotted;
+                let Some(scan) = snapshot.as_ref().filter(|_| resnapshot) else {
+                    let message = gaps::cannot_resume(&run.table, &reasons, &run.config_label);
+                    return Err(StreamRunError::Gap(if snapshotted {
+                        format!(
+                            "{message} (found right after a snapshot: the snapshot took longer than the stream retention margin — raise segments, max_concurrency or the read limit)"
+                        )
+                    } else {
+                        message
+                    }));
+                };
+                tracing::warn!(
+                    table = %run.table,
+                    reasons = %reasons.join("; "),
+                    "Resnapshot: the table is scanned again, then the stream is read from a fresh capture; the jsonl sink deletes nothing, so rows of items deleted meanwhile stay in the output."
+                );
+                let capture = capture(
+                    api.as_ref(),
+                    run,
+                    &graph,
+                    &position,
+                    &reasons,
+                    scan.segments,
+                    &stop,
+                )
+                .await?;
+                checkpointer
+                    .begin_snapshot(capture, scan.segments)
+                    .map_err(RunError::from)?;
+                snapshot_phase(
+                    scan,
+                    run,
+                    sink,
+                    checkpointer,
+                    &stop,
+                    observer.clone(),
+                    progress,
+                )
+                .await?;
+                probed.clear();
+                checkpointer.streams_position().cloned().unwrap_or(position)
+            } else {
+                position.stream_arn = Some(run.stream_arn.clone());
+                lineage::prune(&graph, &mut position);
+                position
             }
-            position.stream_arn = Some(run.stream_arn.clone());
-            lineage::prune(&graph, &mut position);
-            position
         }
     };
     checkpointer
@@ -181,7 +313,7 @@ async fn probe<A: StreamsApi>(
     probes: &[(ShardId, ddbpipe_source::ids::SequenceNumber)],
     stop: &Cancel,
     probed: &mut BTreeMap<ShardId, String>,
-) -> Result<Vec<String>, StreamRunError> {
+) -> Result<Vec<(ShardId, String)>, StreamRunError> {
     let mut reasons = Vec::new();
     for chunk in probes.chunks(run.bounds.shard_concurrency.max(1)) {
         let answers = chunk.iter().map(|(shard, seq)| async move {
@@ -205,7 +337,7 @@ async fn probe<A: StreamsApi>(
                 }
                 Ok(None) => {}
                 Err(error) if error.code() == Some("TrimmedDataAccessException") => {
-                    reasons.push(gaps::trimmed(shard, seq));
+                    reasons.push((shard.clone(), gaps::trimmed(shard, seq)));
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -236,4 +368,119 @@ async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) 
     })
     .await;
     outputs.into_iter().flatten().collect()
+}
+
+/// The capture of a resnapshot (SPEC §4.7 step 3): the current ARN; every described shard
+/// opened; a positioned shard keeps its position only if the ARN is unchanged and its trim
+/// probe passed; finished ids are kept when the ARN is unchanged; every other shard is `""`
+/// verified at the capture time. The open snapshot record goes with it.
+async fn capture<A: StreamsApi>(
+    api: &A,
+    run: &StreamRun,
+    graph: &ShardGraph,
+    stored: &StreamsPosition,
+    reasons: &[String],
+    segments: u32,
+    stop: &Cancel,
+) -> Result<StreamsPosition, StreamRunError> {
+    let captured_ms = unix_now_ms();
+    let captured_s = captured_ms.div_euclid(1000);
+    let same_stream = stored.stream_arn.as_deref() == Some(run.stream_arn.as_str());
+    let mut unused = BTreeMap::new();
+    let trimmed: Vec<ShardId> = if same_stream {
+        probe(api, run, &gaps::probes(stored, graph), stop, &mut unused)
+            .await?
+            .into_iter()
+            .map(|(shard, _)| shard)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut capture = StreamsPosition::new(StreamKind::Streams, Some(run.stream_arn.clone()));
+    if same_stream {
+        capture.finished = stored.finished.clone();
+        for id in &capture.finished {
+            if let Some(at) = stored.verified_at.get(id) {
+                capture.verified_at.insert(id.clone(), *at);
+            }
+        }
+    }
+    for id in graph.ids() {
+        if capture.finished.contains(id) {
+            continue;
+        }
+        match stored.shards.get(id) {
+            Some(ShardCheckpoint::After(seq)) if same_stream && !trimmed.contains(id) => {
+                capture.advance(id, seq);
+            }
+            _ => capture.admit(id, Some(captured_s), None),
+        }
+    }
+    capture.snapshot = Some(serde_json::json!({
+        "captured_at": captured_s,
+        "complete": false,
+        "cursors": {},
+        "destination_rows_at_start": 0,
+        "done": [],
+        "gap_reasons": reasons,
+        "id": captured_ms,
+        "keys_written": 0,
+        "reason": "resnapshot",
+        "total_segments": segments,
+    }));
+    Ok(capture)
+}
+
+/// The scan of a snapshot: every item as a snapshot envelope, segment progress committed in
+/// the snapshot record; completing it closes the snapshot.
+async fn snapshot_phase<T: TableApi, S: Sink>(
+    scan: &SnapshotScan<T>,
+    run: &StreamRun,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: &Cancel,
+    observer: Arc<dyn AttemptObserver>,
+    progress: &dyn Progress,
+) -> Result<(), StreamRunError> {
+    let key_schema = scan.key_schema.clone();
+    let table = run.table.clone();
+    let format = run.format;
+    let template = ReadRequest {
+        table_name: run.table.clone(),
+        kind: ReadKind::Scan { segment: None },
+        index_name: None,
+        projection: None,
+        filter_expression: None,
+        expression_attribute_names: BTreeMap::new(),
+        expression_attribute_values: BTreeMap::new(),
+        consistent_read: scan.consistent_read,
+        limit: scan.page_limit,
+        exclusive_start_key: None,
+    };
+    let reader = SegmentReader {
+        api: Arc::clone(&scan.api),
+        template,
+        total_segments: scan.segments,
+        max_concurrency: scan.max_concurrency,
+        limiter: Arc::clone(&scan.limiter),
+        retry: run.retry,
+        render: Arc::new(move |item, out| {
+            envelope::write_snapshot(item, &key_schema, &table, format, out);
+        }),
+        observer,
+    };
+    tracing::info!(segments = scan.segments, "Snapshot started.");
+    let outcome = run_scan(
+        reader,
+        run.batch_size,
+        sink,
+        checkpointer,
+        stop.clone(),
+        progress,
+    )
+    .await?;
+    if !outcome.completed {
+        return Err(StreamRunError::SnapshotInterrupted);
+    }
+    Ok(())
 }

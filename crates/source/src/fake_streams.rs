@@ -51,6 +51,8 @@ pub const FAKE_STREAM_ARN: &str =
 
 /// `DescribeStream` page size (`Limit 100`).
 const PAGE: usize = 100;
+/// Calls kept in the journal.
+const JOURNAL: usize = 64;
 /// The hash space keys are routed in.
 const HASH_SPACE: u32 = 1 << 16;
 
@@ -230,6 +232,7 @@ struct State {
     versions: BTreeMap<String, (u64, bool)>,
     written: Vec<Written>,
     calls: Calls,
+    journal: VecDeque<String>,
 }
 
 /// An in-memory DynamoDB stream (see the module docs).
@@ -281,6 +284,7 @@ impl FakeStreams {
                 versions: BTreeMap::new(),
                 written: Vec::new(),
                 calls: Calls::default(),
+                journal: VecDeque::new(),
             }),
         }
     }
@@ -388,6 +392,11 @@ impl FakeStreams {
         self.lock().calls.clone()
     }
 
+    /// The last calls received and their answers, oldest first.
+    pub fn journal(&self) -> Vec<String> {
+        self.lock().journal.iter().cloned().collect()
+    }
+
     /// The fake's wall clock now, in unix ms.
     pub fn wall_now_ms(&self) -> i64 {
         let state = self.lock();
@@ -431,7 +440,13 @@ impl State {
         Some(&mut self.shards[i])
     }
 
-    fn add_shard(&mut self, id: &str, parent: Option<ShardId>, range: (u32, u32), listed_at: Instant) {
+    fn add_shard(
+        &mut self,
+        id: &str,
+        parent: Option<ShardId>,
+        range: (u32, u32),
+        listed_at: Instant,
+    ) {
         let id = ShardId::new(id);
         if self.index.contains_key(&id) {
             return;
@@ -477,18 +492,22 @@ impl State {
                 children,
                 listed_after,
             } => {
-                let Some(p) = self.shard_mut(&parent) else { return };
+                let Some(p) = self.shard_mut(&parent) else {
+                    return;
+                };
                 if p.closed_at.is_some() {
                     return;
                 }
                 p.closed_at = Some(at);
                 let (from, to) = p.range;
                 let parent_id = p.id.clone();
+                // A shard is never listed before its parent.
+                let listed_at = (at + listed_after).max(p.listed_at);
                 let n = children.len().max(1) as u32;
                 for (k, child) in children.iter().enumerate() {
                     let k = k as u32;
                     let range = (from + (to - from) * k / n, from + (to - from) * (k + 1) / n);
-                    self.add_shard(child, Some(parent_id.clone()), range, at + listed_after);
+                    self.add_shard(child, Some(parent_id.clone()), range, listed_at);
                 }
             }
             Change::Close { shard } => {
@@ -550,7 +569,10 @@ impl State {
             ));
         }
         if self.chance(self.faults.transient) {
-            return Some(api("InternalServerError", format!("{what}: internal error (fake)")));
+            return Some(api(
+                "InternalServerError",
+                format!("{what}: internal error (fake)"),
+            ));
         }
         None
     }
@@ -587,14 +609,27 @@ impl State {
         }
     }
 
-    fn get_records(&mut self, iterator: &str, limit: u32, now: Instant) -> Result<RecordsPage, ApiError> {
-        let invalid = || api("ValidationException", format!("invalid shard iterator '{iterator}'"));
+    fn get_records(
+        &mut self,
+        iterator: &str,
+        limit: u32,
+        now: Instant,
+    ) -> Result<RecordsPage, ApiError> {
+        let invalid = || {
+            api(
+                "ValidationException",
+                format!("invalid shard iterator '{iterator}'"),
+            )
+        };
         let parts: Vec<&str> = iterator.split('/').collect();
         let [_, shard, pos, issued, kind] = parts[..] else {
             return Err(invalid());
         };
-        let (Ok(i), Ok(pos), Ok(issued)) = (shard.parse::<usize>(), pos.parse::<usize>(), issued.parse::<u64>())
-        else {
+        let (Ok(i), Ok(pos), Ok(issued)) = (
+            shard.parse::<usize>(),
+            pos.parse::<usize>(),
+            issued.parse::<u64>(),
+        ) else {
             return Err(invalid());
         };
         if i >= self.shards.len() || pos > self.shards[i].records.len() {
@@ -611,7 +646,8 @@ impl State {
             return Err(error);
         }
         let age = now.saturating_duration_since(self.epoch + Duration::from_millis(issued));
-        let expired = age > self.faults.iterator_ttl || (kind == "n" && self.chance(self.faults.expire));
+        let expired =
+            age > self.faults.iterator_ttl || (kind == "n" && self.chance(self.faults.expire));
         if expired {
             return Err(api("ExpiredIteratorException", "Iterator expired (fake)"));
         }
@@ -619,7 +655,10 @@ impl State {
         if pos < shard.trimmed {
             return Err(api(
                 "TrimmedDataAccessException",
-                format!("records of {} before the trim horizon are gone (fake)", shard.id),
+                format!(
+                    "records of {} before the trim horizon are gone (fake)",
+                    shard.id
+                ),
             ));
         }
         let closed = shard.closed_at.is_some_and(|t| t <= now);
@@ -652,26 +691,25 @@ impl State {
     }
 }
 
-impl StreamsApi for FakeStreams {
-    async fn describe_stream(
-        &self,
+impl State {
+    fn describe_stream(
+        &mut self,
         stream_arn: &str,
         exclusive_start: Option<&ShardId>,
         child_of: Option<&ShardId>,
+        now: Instant,
     ) -> Result<StreamPage, ApiError> {
-        let latency = self.latency();
-        tokio::time::sleep(latency).await;
-        let mut state = self.lock();
-        let now = Instant::now();
-        state.advance(now);
-        state.calls.describe += 1;
+        self.calls.describe += 1;
         if child_of.is_some() {
-            state.calls.describe_children += 1;
+            self.calls.describe_children += 1;
         }
         if stream_arn != FAKE_STREAM_ARN {
-            return Err(api("ResourceNotFoundException", format!("no stream {stream_arn}")));
+            return Err(api(
+                "ResourceNotFoundException",
+                format!("no stream {stream_arn}"),
+            ));
         }
-        if let Some(error) = state.random_fault("DescribeStream") {
+        if let Some(error) = self.random_fault("DescribeStream") {
             return Err(error);
         }
         let describe = |s: &Shard| ShardDescription {
@@ -679,15 +717,18 @@ impl StreamsApi for FakeStreams {
             parent: s.parent.clone(),
             closed: s.closed_at.is_some_and(|t| t <= now),
         };
-        let listed = state.shards.iter().filter(|s| s.listed_at <= now);
+        let listed = self.shards.iter().filter(|s| s.listed_at <= now);
         let mut page = StreamPage {
             status: Some("ENABLED".into()),
             view_type: Some("NEW_AND_OLD_IMAGES".into()),
             ..StreamPage::default()
         };
         if let Some(parent) = child_of {
-            if state.faults.reject_child_filter {
-                return Err(api("ValidationException", "ShardFilter is not supported (fake)"));
+            if self.faults.reject_child_filter {
+                return Err(api(
+                    "ValidationException",
+                    "ShardFilter is not supported (fake)",
+                ));
             }
             page.shards = listed
                 .filter(|s| s.parent.as_ref() == Some(parent))
@@ -706,25 +747,28 @@ impl StreamsApi for FakeStreams {
         Ok(page)
     }
 
-    async fn shard_iterator(
-        &self,
+    fn shard_iterator(
+        &mut self,
         stream_arn: &str,
         shard: &ShardId,
         start: &StartAt,
+        now: Instant,
     ) -> Result<Option<String>, ApiError> {
-        let latency = self.latency();
-        tokio::time::sleep(latency).await;
-        let mut state = self.lock();
-        let now = Instant::now();
-        state.advance(now);
-        state.calls.shard_iterator += 1;
-        let Some(&i) = state.index.get(shard).filter(|_| stream_arn == FAKE_STREAM_ARN) else {
-            return Err(api("ResourceNotFoundException", format!("no shard {shard}")));
+        self.calls.shard_iterator += 1;
+        let Some(&i) = self
+            .index
+            .get(shard)
+            .filter(|_| stream_arn == FAKE_STREAM_ARN)
+        else {
+            return Err(api(
+                "ResourceNotFoundException",
+                format!("no shard {shard}"),
+            ));
         };
-        if let Some(error) = state.random_fault("GetShardIterator") {
+        if let Some(error) = self.random_fault("GetShardIterator") {
             return Err(error);
         }
-        let s = &state.shards[i];
+        let s = &self.shards[i];
         let pos = match start {
             StartAt::TrimHorizon => s.trimmed,
             StartAt::Latest => s.records.len(),
@@ -744,17 +788,78 @@ impl StreamsApi for FakeStreams {
                 at + 1
             }
         };
-        Ok(Some(state.iterator(i, pos, now, true)))
+        Ok(Some(self.iterator(i, pos, now, true)))
+    }
+
+    /// Keeps the last calls and their answers, for a failing test to print.
+    fn note(&mut self, now: Instant, call: String, answer: String) {
+        if self.journal.len() == JOURNAL {
+            self.journal.pop_front();
+        }
+        let at = now.saturating_duration_since(self.epoch);
+        self.journal.push_back(format!("{at:?} {call} -> {answer}"));
+    }
+}
+
+fn summary<T>(answer: &Result<T, ApiError>, ok: impl FnOnce(&T) -> String) -> String {
+    match answer {
+        Ok(value) => ok(value),
+        Err(error) => error.to_string(),
+    }
+}
+
+impl StreamsApi for FakeStreams {
+    async fn describe_stream(
+        &self,
+        stream_arn: &str,
+        exclusive_start: Option<&ShardId>,
+        child_of: Option<&ShardId>,
+    ) -> Result<StreamPage, ApiError> {
+        tokio::time::sleep(self.latency()).await;
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.advance(now);
+        let answer = state.describe_stream(stream_arn, exclusive_start, child_of, now);
+        let call = format!("DescribeStream(start {exclusive_start:?}, child_of {child_of:?})");
+        let shown = summary(&answer, |p| {
+            format!(
+                "{} shards, last {:?}",
+                p.shards.len(),
+                p.last_evaluated_shard_id
+            )
+        });
+        state.note(now, call, shown);
+        answer
+    }
+
+    async fn shard_iterator(
+        &self,
+        stream_arn: &str,
+        shard: &ShardId,
+        start: &StartAt,
+    ) -> Result<Option<String>, ApiError> {
+        tokio::time::sleep(self.latency()).await;
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.advance(now);
+        let answer = state.shard_iterator(stream_arn, shard, start, now);
+        let shown = summary(&answer, |it| format!("{it:?}"));
+        state.note(now, format!("GetShardIterator({shard}, {start:?})"), shown);
+        answer
     }
 
     async fn get_records(&self, iterator: &str, limit: u32) -> Result<RecordsPage, ApiError> {
-        let latency = self.latency();
-        tokio::time::sleep(latency).await;
+        tokio::time::sleep(self.latency()).await;
         let mut state = self.lock();
         let now = Instant::now();
         state.advance(now);
         state.calls.get_records += 1;
-        state.get_records(iterator, limit, now)
+        let answer = state.get_records(iterator, limit, now);
+        let shown = summary(&answer, |p| {
+            format!("{} records, next {:?}", p.records.len(), p.next_iterator)
+        });
+        state.note(now, format!("GetRecords({iterator}, {limit})"), shown);
+        answer
     }
 }
 
@@ -797,10 +902,17 @@ mod tests {
         }
         fake.apply(Change::Close { shard: "s1".into() });
         let s1 = ShardId::new("s1");
-        let it = fake.shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon).await.unwrap().unwrap();
+        let it = fake
+            .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+            .await
+            .unwrap()
+            .unwrap();
         let page = fake.get_records(&it, 2).await.unwrap();
         assert_eq!(page.records.len(), 2);
-        let page = fake.get_records(&page.next_iterator.unwrap(), 2).await.unwrap();
+        let page = fake
+            .get_records(&page.next_iterator.unwrap(), 2)
+            .await
+            .unwrap();
         assert_eq!(page.records.len(), 1);
         assert_eq!(page.records[0].event_name.as_deref(), Some("MODIFY"));
         assert!(page.next_iterator.is_none());
@@ -819,12 +931,21 @@ mod tests {
             },
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
-        fake.apply(Change::Write { key: "k".into(), remove: false });
-        let page = fake.describe_stream(FAKE_STREAM_ARN, None, None).await.unwrap();
+        fake.apply(Change::Write {
+            key: "k".into(),
+            remove: false,
+        });
+        let page = fake
+            .describe_stream(FAKE_STREAM_ARN, None, None)
+            .await
+            .unwrap();
         assert_eq!(page.shards.len(), 1);
         assert!(page.shards[0].closed);
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let page = fake.describe_stream(FAKE_STREAM_ARN, None, Some(&ShardId::new("p"))).await.unwrap();
+        let page = fake
+            .describe_stream(FAKE_STREAM_ARN, None, Some(&ShardId::new("p")))
+            .await
+            .unwrap();
         assert_eq!(page.shards.len(), 2);
         let written = fake.written();
         assert_eq!(written.len(), 1);
@@ -837,10 +958,16 @@ mod tests {
         for i in 0..150 {
             fake.apply(root(&format!("s{i:03}")));
         }
-        let first = fake.describe_stream(FAKE_STREAM_ARN, None, None).await.unwrap();
+        let first = fake
+            .describe_stream(FAKE_STREAM_ARN, None, None)
+            .await
+            .unwrap();
         assert_eq!(first.shards.len(), 100);
         let last = first.last_evaluated_shard_id.unwrap();
-        let second = fake.describe_stream(FAKE_STREAM_ARN, Some(&last), None).await.unwrap();
+        let second = fake
+            .describe_stream(FAKE_STREAM_ARN, Some(&last), None)
+            .await
+            .unwrap();
         assert_eq!(second.shards.len(), 50);
         assert!(second.last_evaluated_shard_id.is_none());
     }
@@ -852,14 +979,28 @@ mod tests {
             fake.apply(write_to("s1", key));
         }
         let s1 = ShardId::new("s1");
-        let old = fake.shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon).await.unwrap().unwrap();
+        let old = fake
+            .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+            .await
+            .unwrap()
+            .unwrap();
         let first = fake.written()[0].seq.clone();
-        fake.apply(Change::Trim { shard: "s1".into(), through: 1 });
+        fake.apply(Change::Trim {
+            shard: "s1".into(),
+            through: 1,
+        });
         let error = fake.get_records(&old, 10).await.unwrap_err();
         assert_eq!(error.code.as_deref(), Some("TrimmedDataAccessException"));
-        let error = fake.shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::After(first)).await.unwrap_err();
+        let error = fake
+            .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::After(first))
+            .await
+            .unwrap_err();
         assert_eq!(error.code.as_deref(), Some("TrimmedDataAccessException"));
-        let it = fake.shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon).await.unwrap().unwrap();
+        let it = fake
+            .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+            .await
+            .unwrap()
+            .unwrap();
         let page = fake.get_records(&it, 10).await.unwrap();
         assert_eq!(page.records.len(), 1);
     }
@@ -868,7 +1009,11 @@ mod tests {
     async fn an_old_iterator_has_expired() {
         let fake = FakeStreams::new(5).at(Duration::ZERO, root("s1"));
         let s1 = ShardId::new("s1");
-        let it = fake.shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::Latest).await.unwrap().unwrap();
+        let it = fake
+            .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::Latest)
+            .await
+            .unwrap()
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(16 * 60)).await;
         let error = fake.get_records(&it, 10).await.unwrap_err();
         assert_eq!(error.code.as_deref(), Some("ExpiredIteratorException"));

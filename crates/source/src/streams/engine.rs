@@ -167,6 +167,9 @@ pub struct StreamEngine<A> {
     lag: HashMap<ShardId, LagInfo>,
     /// When the last `DescribeStream` call of this engine started (at most 5 a second).
     described_at: Option<Instant>,
+    /// Shards in the position whose parent is still being read (`WaitingOnParentShards`):
+    /// a capture stores every shard at once, but children are still read after parents.
+    waiting: Vec<ShardId>,
     stop: Cancel,
 }
 
@@ -195,26 +198,34 @@ impl<A: StreamsApi> StreamEngine<A> {
             child_filter_works: true,
             lag: HashMap::new(),
             described_at: None,
+            waiting: Vec::new(),
             stop,
         };
-        let readable: Vec<(ShardId, ShardCheckpoint, Option<i64>)> = engine
+        let graph = &engine.graph;
+        let readable: Vec<(ShardId, ShardCheckpoint, Option<i64>, bool)> = engine
             .ctx
             .handover
             .with_view(|view| {
                 view.shards
                     .iter()
                     .map(|(id, cp)| {
+                        // A described parent that is not finished is read first.
+                        let parent_unfinished = graph
+                            .get(id)
+                            .and_then(|shard| shard.parent.as_ref())
+                            .is_some_and(|p| graph.contains(p) && !view.finished.contains(p));
                         (
                             id.clone(),
                             cp.clone(),
                             view.latest_floor_ms.get(id).copied(),
+                            parent_unfinished,
                         )
                     })
                     .collect()
             })
             .await;
         let now = Instant::now();
-        for (id, checkpoint, floor) in readable {
+        for (id, checkpoint, floor, parent_unfinished) in readable {
             if !engine.graph.contains(&id) {
                 continue;
             }
@@ -234,7 +245,11 @@ impl<A: StreamsApi> StreamEngine<A> {
                 id.clone(),
                 ShardState::new(id.clone(), start, floor, iterator),
             );
-            engine.scheduler.push(id, now);
+            if parent_unfinished {
+                engine.waiting.push(id);
+            } else {
+                engine.scheduler.push(id, now);
+            }
         }
         engine
     }
@@ -330,6 +345,7 @@ impl<A: StreamsApi> StreamEngine<A> {
                         Ok(SliceEnd::Drained) => {
                             let id = state.id.clone();
                             self.lag.remove(&id);
+                            self.release_children(&id);
                             if self.graph.children_of(&id).is_empty() {
                                 self.find_children(&id).await;
                             }
@@ -346,6 +362,21 @@ impl<A: StreamsApi> StreamEngine<A> {
                 }
                 () = tokio::time::sleep_until(wake) => {}
             }
+        }
+    }
+
+    /// Queues the shards that waited for `parent` to finish.
+    fn release_children(&mut self, parent: &ShardId) {
+        let graph = &self.graph;
+        let (ready, still): (Vec<ShardId>, Vec<ShardId>) = self
+            .waiting
+            .drain(..)
+            .partition(|child| graph.get(child).and_then(|s| s.parent.as_ref()) == Some(parent));
+        self.waiting = still;
+        let now = Instant::now();
+        for child in ready {
+            tracing::debug!(shard = %child, parent = %parent, "Parent finished; reading its child.");
+            self.scheduler.push(child, now);
         }
     }
 

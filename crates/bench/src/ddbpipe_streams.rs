@@ -1,0 +1,153 @@
+//! The ddbpipe streams client: the engine wired as `ddbpipe run` wires `mode: streams`
+//! (crates/cli/src/stream_wiring.rs `run`), through the same public APIs.
+//!
+//! `AwsStreamsApi` from `load_sdk_config` + `streams_api` (static keys, us-east-1, the bench
+//! endpoint) → `run_streams` with a [`StreamRun`] as a config with `stream_arn` set would give
+//! (`trim_horizon`, `on_gap: fail`, the default retry policy, plain values, `Limit` 1000, a
+//! 200 ms poll, `shard_concurrency` = the bench's concurrency, `idle_termination_secs: 1`,
+//! no `max_messages`, batches of 1000) → a `JsonlSink` on `/dev/null` (no fsync) and a
+//! `Checkpointer::open_streams` on a temporary state file, flushed every second.
+//!
+//! The bench stream is `DISABLED` with closed shards, so the run is meant to end "stream
+//! disabled and fully drained" right after the last shard's last page. It may end on the idle
+//! second instead, every record written and every shard finished all the same: the engine
+//! spaces its `DescribeStream` calls 200 ms apart inside its loop, and each drained shard asks
+//! for its children, so shards draining together hold the loop for 200 ms each. Either end is
+//! accepted and reported; any other fails the phase. What `ddbpipe run` does besides is left
+//! out: the progress bar and the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::runner::NoProgress;
+use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::{StateFile, StateLock};
+use ddbpipe_pipeline::streams::{StreamRun, run_streams};
+use ddbpipe_source::aws::{self, AwsStreamsApi};
+use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
+use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
+use ddbpipe_source::streams::engine::{EndReason, RunBounds};
+use ddbpipe_value::ValueFormat;
+
+use crate::ddbpipe_client::client_settings;
+use crate::items::TABLE;
+use crate::phase::PhaseSettings;
+use crate::records::{PAGE_RECORDS, STREAM_ARN};
+
+const PIPELINE: &str = "bench-streams";
+const BATCH_SIZE: usize = 1000;
+const FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
+/// `poll_interval_ms: 200`, the least `ddbpipe run` accepts.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// `idle_termination_secs: 1`: a safety net; the disabled stream should end the run first.
+const IDLE_TERMINATION: Duration = Duration::from_secs(1);
+/// `discovery_interval_secs` default.
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Everything built before the meter starts.
+pub struct Prepared {
+    api: Arc<AwsStreamsApi>,
+    run: StreamRun,
+    sink: JsonlSink,
+    checkpointer: Checkpointer,
+    expected_shards: usize,
+    _stop: CancelHandle,
+    stop: Cancel,
+    _lock: StateLock,
+    _state_dir: tempfile::TempDir,
+}
+
+/// Builds the client, run settings, sink and checkpointer (no network I/O).
+pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
+    let client = client_settings(&settings.endpoint);
+    let mut source = SourceConfig::new(TABLE);
+    source.mode = Mode::Streams;
+    source.stream_arn = Some(STREAM_ARN.to_string());
+    source.region = client.region.clone();
+    source.endpoint_url = client.endpoint_url.clone();
+    source.credentials = client.credentials.clone();
+
+    let state_dir = tempfile::tempdir().context("cannot create the state directory")?;
+    let state = StateFile::new(state_dir.path().join("state.json"));
+    let lock = state.lock(PIPELINE)?;
+    let checkpointer =
+        Checkpointer::open_streams(state, PIPELINE, Identity::of(&source), FLUSH_INTERVAL)?;
+    ensure!(
+        checkpointer.streams_position().is_none(),
+        "a fresh state file holds a streams position"
+    );
+    let sink = JsonlSink::open(JsonlSettings {
+        target: JsonlTarget::File("/dev/null".into()),
+        rotate_bytes: None,
+        fsync: false,
+    })?;
+
+    let sdk = aws::load_sdk_config(&client).await;
+    let api = Arc::new(aws::streams_api(&sdk));
+    let run = StreamRun {
+        table: TABLE.to_string(),
+        stream_arn: STREAM_ARN.to_string(),
+        format: ValueFormat::Plain,
+        retry: RetryPolicy::default(),
+        records_per_request: PAGE_RECORDS as u32,
+        poll_interval: POLL_INTERVAL,
+        bounds: RunBounds {
+            shard_concurrency: settings.concurrency,
+            discovery_interval: DISCOVERY_INTERVAL,
+            idle_termination: Some(IDLE_TERMINATION),
+            follow: false,
+        },
+        start_position: StartPosition::TrimHorizon,
+        on_gap: OnGap::Fail,
+        max_messages: None,
+        batch_size: BATCH_SIZE,
+        config_label: "ddbpipe-bench".to_string(),
+    };
+    let (stop_handle, stop) = Cancel::new();
+    Ok(Prepared {
+        api,
+        run,
+        sink,
+        checkpointer,
+        expected_shards: settings.segments as usize,
+        _stop: stop_handle,
+        stop,
+        _lock: lock,
+        _state_dir: state_dir,
+    })
+}
+
+impl Prepared {
+    /// Reads the stream to its end; returns the change records written and why the run ended
+    /// (`stream disabled` or `idle`).
+    pub async fn read(mut self) -> anyhow::Result<(u64, &'static str)> {
+        let outcome = run_streams(
+            self.api,
+            &self.run,
+            &mut self.sink,
+            &mut self.checkpointer,
+            self.stop,
+            Arc::new(NoObserver),
+            &NoProgress,
+        )
+        .await?;
+        let end = match outcome.end {
+            EndReason::StreamDisabled => "stream disabled",
+            EndReason::Idle => "idle",
+            other => anyhow::bail!("the run ended early ({other:?}): {outcome:?}"),
+        };
+        let finished = self
+            .checkpointer
+            .streams_position()
+            .map_or(0, |position| position.finished.len());
+        ensure!(
+            finished == self.expected_shards,
+            "{finished} of {} shards finished",
+            self.expected_shards
+        );
+        Ok((outcome.written, end))
+    }
+}
