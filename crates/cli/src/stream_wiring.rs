@@ -15,7 +15,6 @@ use ddbpipe_pipeline::streams::{
 };
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::aws;
-use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{OnGap, SourceConfig, StartPosition};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::Cancel;
@@ -143,33 +142,21 @@ pub async fn run(
     let mut sink = JsonlSink::open(jsonl_settings(config)).map_err(Failure::runtime)?;
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
-    // A resnapshot needs the table: its key schema and read limit, from one DescribeTable.
-    let snapshot = if source.on_gap == OnGap::Resnapshot || checkpointer.snapshot_open() {
-        let table = describe(&table_api, source, &stop).await?;
-        if table.key_schema.is_empty() {
-            return Err(Failure::runtime(anyhow!(
-                "table '{}' has an empty key schema",
-                source.table_name
-            )));
-        }
-        let rules = wiring::table_rules(source, &table);
-        let rate = rules.read_rate.map_err(|problem| {
-            Failure::usage(anyhow!(
-                "config error: source.read_capacity_fraction: {problem}"
-            ))
-        })?;
-        Some(SnapshotScan {
-            api: Arc::new(table_api),
-            key_schema: table.key_schema,
-            segments: source.segments,
-            max_concurrency: source.max_concurrency,
-            page_limit: source.page_limit,
-            consistent_read: source.consistent_read,
-            limiter: Arc::new(ReadLimiter::new(rate)),
-        })
-    } else {
-        None
-    };
+    // A resnapshot scans the table: described only if one is needed.
+    let snapshot =
+        (source.on_gap == OnGap::Resnapshot || checkpointer.snapshot_open()).then(|| {
+            let plan_source = source.clone();
+            SnapshotScan {
+                api: Arc::new(table_api),
+                segments: source.segments,
+                max_concurrency: source.max_concurrency,
+                page_limit: source.page_limit,
+                consistent_read: source.consistent_read,
+                read_rate: Arc::new(move |table| {
+                    wiring::table_rules(&plan_source, table).read_rate
+                }),
+            }
+        });
     let outcome = run_streams_with_snapshots(
         Arc::new(aws::streams_api(&sdk)),
         snapshot,
@@ -203,6 +190,9 @@ fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
     let reset = format!("`ddbpipe state reset {}`", config_path.display());
     match error {
         StreamRunError::Gap(message) => Failure::runtime(anyhow!(message)),
+        StreamRunError::Config(problem) => Failure::usage(anyhow!(
+            "config error: source.read_capacity_fraction: {problem}"
+        )),
         StreamRunError::SnapshotInterrupted => {
             Failure::runtime(StreamRunError::SnapshotInterrupted).hint(format!(
                 "the output is incomplete; `ddbpipe run {}` resumes the snapshot",

@@ -88,17 +88,23 @@ pub enum StreamRunError {
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// Definite: a setting cannot be applied to the table (e.g. a capacity fraction without
+    /// a base); the message names the field.
+    #[error("{0}")]
+    Config(String),
     /// A signal stopped the snapshot scan; its progress is saved and the next run resumes it.
     #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
     SnapshotInterrupted,
 }
 
-/// What a resnapshot (`on_gap: resnapshot`, SPEC §4.7) scans the table with.
+/// The read rate of a table (SPEC §2.7), or why it has none: computed from `DescribeTable`.
+pub type ReadRatePlan = Arc<dyn Fn(&TableDescription) -> Result<Option<f64>, String> + Send + Sync>;
+
+/// What a resnapshot (`on_gap: resnapshot`, SPEC §4.7) scans the table with. The table is
+/// described only when a snapshot is needed: its key schema and read rate come from there.
 pub struct SnapshotScan<T> {
     /// The table API.
     pub api: Arc<T>,
-    /// The table's key schema, from the run's single `DescribeTable`.
-    pub key_schema: Vec<KeyAttribute>,
     /// `TotalSegments`.
     pub segments: u32,
     /// Segments read at once.
@@ -107,8 +113,8 @@ pub struct SnapshotScan<T> {
     pub page_limit: Option<u32>,
     /// `ConsistentRead`.
     pub consistent_read: bool,
-    /// The read-capacity governor.
-    pub limiter: Arc<ReadLimiter>,
+    /// The effective read rate for the described table.
+    pub read_rate: ReadRatePlan,
 }
 
 /// A `TableApi` that cannot exist: the type of "no snapshot scan".
@@ -442,7 +448,31 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
     observer: Arc<dyn AttemptObserver>,
     progress: &dyn Progress,
 ) -> Result<(), StreamRunError> {
-    let key_schema = scan.key_schema.clone();
+    let described = run
+        .retry
+        .run(
+            "describe_table",
+            || format!("DescribeTable '{}'", run.table),
+            stop,
+            observer.as_ref(),
+            |_| scan.api.describe_table(&run.table),
+        )
+        .await?;
+    let Some(description) = described else {
+        return Err(StreamRunError::Gap(format!(
+            "DescribeTable '{}' returned no table",
+            run.table
+        )));
+    };
+    if description.key_schema.is_empty() {
+        return Err(StreamRunError::Gap(format!(
+            "table '{}' has an empty key schema",
+            run.table
+        )));
+    }
+    let rate = (scan.read_rate)(&description).map_err(StreamRunError::Config)?;
+    let limiter = Arc::new(ReadLimiter::new(rate));
+    let key_schema: Vec<KeyAttribute> = description.key_schema;
     let table = run.table.clone();
     let format = run.format;
     let template = ReadRequest {
@@ -462,7 +492,7 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
         template,
         total_segments: scan.segments,
         max_concurrency: scan.max_concurrency,
-        limiter: Arc::clone(&scan.limiter),
+        limiter,
         retry: run.retry,
         render: Arc::new(move |item, out| {
             envelope::write_snapshot(item, &key_schema, &table, format, out);
