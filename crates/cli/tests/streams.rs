@@ -294,7 +294,8 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     let old_arn = pipeline.entry("orders-cdc").unwrap()["position"]["stream_arn"].clone();
 
     // The table (and so its stream) is re-created: the stored position belongs to a dead stream.
-    rt().block_on(running.client.delete_table().table_name("orders").send()).unwrap();
+    rt().block_on(running.client.delete_table().table_name("orders").send())
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1100));
     create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
     for pk in ["x", "y", "z"] {
@@ -304,10 +305,17 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let err = stderr(&output);
-    assert!(err.contains("cannot resume table 'orders' without losing changes"), "{err}");
+    assert!(
+        err.contains("cannot resume table 'orders' without losing changes"),
+        "{err}"
+    );
     assert!(err.contains("the position belongs to stream"), "{err}");
     assert!(err.contains("on_gap: resnapshot"), "{err}");
-    assert_eq!(std::fs::read(&pipeline.state).unwrap(), state_before, "state unchanged");
+    assert_eq!(
+        std::fs::read(&pipeline.state).unwrap(),
+        state_before,
+        "state unchanged"
+    );
 
     pipeline.write(
         "orders-cdc",
@@ -318,22 +326,46 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = pipeline.records();
     let snapshot: Vec<&Value> = records.iter().filter(|r| r["op"] == "r").collect();
-    let mut keys: Vec<&str> = snapshot.iter().map(|r| r["key"]["pk"].as_str().unwrap()).collect();
+    let mut keys: Vec<&str> = snapshot
+        .iter()
+        .map(|r| r["key"]["pk"].as_str().unwrap())
+        .collect();
     keys.sort();
-    assert_eq!(keys, ["x", "y", "z"], "the snapshot holds the table's items");
+    assert_eq!(
+        keys,
+        ["x", "y", "z"],
+        "the snapshot holds the table's items"
+    );
     for row in &snapshot {
         assert_eq!(row["event_name"], "SNAPSHOT");
         assert_eq!(row["document_key"], row["key"]);
         assert_eq!(row["after"]["v"], 2);
         assert_eq!(row["sequence_number"], Value::Null);
     }
-    let first_change = records.iter().position(|r| r["op"] == "c" && r["key"]["pk"] != "a").unwrap();
+    let first_change = records
+        .iter()
+        .position(|r| r["op"] == "c" && r["key"]["pk"] != "a")
+        .unwrap();
     let last_snapshot = records.iter().rposition(|r| r["op"] == "r").unwrap();
-    assert!(last_snapshot < first_change, "the stream is read after the snapshot");
-    let changes: Vec<&str> = records[first_change..].iter().map(|r| r["key"]["pk"].as_str().unwrap()).collect();
-    assert_eq!(changes, ["x", "y", "z"], "streamed from the capture: the new stream's changes");
+    assert!(
+        last_snapshot < first_change,
+        "the stream is read after the snapshot"
+    );
+    let changes: Vec<&str> = records[first_change..]
+        .iter()
+        .map(|r| r["key"]["pk"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        changes,
+        ["x", "y", "z"],
+        "streamed from the capture: the new stream's changes"
+    );
     let entry = pipeline.entry("orders-cdc").unwrap();
-    assert_eq!(entry["position"]["snapshot"], Value::Null, "the snapshot is closed");
+    assert_eq!(
+        entry["position"]["snapshot"],
+        Value::Null,
+        "the snapshot is closed"
+    );
     assert_ne!(entry["position"]["stream_arn"], old_arn);
 }
 
