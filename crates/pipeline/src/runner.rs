@@ -98,9 +98,9 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
     let limiter = Arc::clone(&reader.limiter);
-    let mut read_task = tokio::spawn(
+    let mut read_task = AbortOnDrop(tokio::spawn(
         async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
-    );
+    ));
 
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
@@ -126,7 +126,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
                 stopping = true;
                 read_stop.cancel();
             }
-            joined = &mut read_task, if read_result.is_none() => {
+            joined = &mut read_task.0, if read_result.is_none() => {
                 let result = joined.unwrap_or_else(scheduler_failed);
                 let failed = matches!(&result, Err(e) if !(stopping && matches!(e, ReadError::Cancelled)));
                 read_result = Some(result);
@@ -151,7 +151,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
                         break;
                     }
                     // Senders are gone; the reader's result follows at once.
-                    let joined = (&mut read_task).await;
+                    let joined = (&mut read_task.0).await;
                     read_result = Some(joined.unwrap_or_else(scheduler_failed));
                     break;
                 }
@@ -180,7 +180,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     if let Some(batch) = batcher.take() {
         deliver(batch, checkpointer).await?;
     }
-    let completed = !stopping && read_task.is_finished();
+    let completed = !stopping && read_task.0.is_finished();
     let segments_done = checkpointer.position().done.count();
     if completed {
         checkpointer.complete(written, capacity_units)?;
@@ -226,7 +226,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     checkpointer: &mut Checkpointer,
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, RunError> {
-    let mut engine_task = tokio::spawn(engine.run().in_current_span());
+    let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
     let mut batcher = Batcher::new(batch_size);
     let mut deadline: Option<Instant> = None;
     let mut written = 0u64;
@@ -242,7 +242,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     let ended = loop {
         tokio::select! {
             biased;
-            joined = &mut engine_task => {
+            joined = &mut engine_task.0 => {
                 break joined.unwrap_or_else(|error| {
                     Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
                 });
@@ -250,7 +250,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
             next = handed.recv() => {
                 let Some(next) = next else {
                     // The engine dropped its hand-over: its result follows at once.
-                    break (&mut engine_task).await.unwrap_or_else(|error| {
+                    break (&mut engine_task.0).await.unwrap_or_else(|error| {
                         Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
                     });
                 };
@@ -290,6 +290,16 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     }
     checkpointer.flush()?;
     Ok(StreamOutcome { written, end })
+}
+
+/// A spawned task that is aborted when its owner is dropped: a run whose caller gives up (a
+/// timeout, a crash of the calling task) stops reading instead of running on unseen.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

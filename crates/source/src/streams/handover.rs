@@ -103,7 +103,8 @@ impl Handover {
         let mut state = self.state.lock().await;
         if let Some(limit) = state.limit {
             let room = limit.saturating_sub(state.handed) as usize;
-            if room == 0 {
+            // Marks without records (admissions, verifications) are harmless past the limit.
+            if room == 0 && !handed.seqs.is_empty() {
                 return Err(Closed::MaxMessages);
             }
             if handed.seqs.len() > room {
@@ -137,7 +138,8 @@ impl Handover {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(Closed::Gone),
         };
-        if waited {
+        // Waiting for the sink with records in hand is not idleness; marks alone do not count.
+        if waited && accepted > 0 {
             state.last_activity = Instant::now();
         }
         Ok(accepted)

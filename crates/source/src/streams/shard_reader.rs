@@ -327,7 +327,9 @@ impl<A: StreamsApi> StreamContext<A> {
                     shard.first_empty_at_s = Some(unix_now_s());
                 } else {
                     shard.caught_up = true;
-                    if !shard.handed_any
+                    // Once per streak of empty reads: the first of the two refreshes it.
+                    if shard.empty_streak == 2
+                        && !shard.handed_any
                         && let Some(at) = shard.first_empty_at_s
                     {
                         let mark = Handed {
