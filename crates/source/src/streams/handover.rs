@@ -103,9 +103,15 @@ impl Handover {
         let mut state = self.state.lock().await;
         if let Some(limit) = state.limit {
             let room = limit.saturating_sub(state.handed) as usize;
-            // Marks without records (admissions, verifications) are harmless past the limit.
-            if room == 0 && !handed.seqs.is_empty() {
-                return Err(Closed::MaxMessages);
+            // Past the limit nothing may finish a shard (its unread records would be lost);
+            // admissions and verifications alone are harmless.
+            if room == 0 {
+                if !handed.seqs.is_empty() {
+                    return Err(Closed::MaxMessages);
+                }
+                handed
+                    .marks
+                    .retain(|mark| !matches!(mark, StreamMark::Finish(..)));
             }
             if handed.seqs.len() > room {
                 let mut cut = Lines::default();

@@ -316,7 +316,12 @@ impl<A: StreamsApi> StreamContext<A> {
             }
             if !handed.seqs.is_empty() {
                 shard.handed_any = true;
-                self.handover.hand(handed).await.map_err(closed)?;
+                let offered = handed.seqs.len();
+                let accepted = self.handover.hand(handed).await.map_err(closed)?;
+                if accepted < offered {
+                    // The limit cut this page: what follows is read again by the next run.
+                    return Err(StreamError::Stopped);
+                }
             } else if !empty {
                 // Every record was below the floor: a non-empty read all the same.
                 self.handover.touch().await;
@@ -455,8 +460,12 @@ impl<A: StreamsApi> StreamContext<A> {
         handed
             .marks
             .push(StreamMark::Finish(shard.id.clone(), frontier));
-        tracing::info!(shard = %shard.id, "Shard finished.");
-        self.handover.hand(handed).await.map_err(closed)?;
+        let offered = handed.seqs.len();
+        let accepted = self.handover.hand(handed).await.map_err(closed)?;
+        if accepted < offered {
+            return Err(StreamError::Stopped);
+        }
+        tracing::info!(shard = %shard.id, "Shard drained: its last record was handed over.");
         Ok(())
     }
 }

@@ -1,0 +1,517 @@
+//! The stream engine on the in-memory stream, scenario by scenario (SPEC §10 scenarios 7, 8
+//! and 15, and `max_messages`), with paused time and a memory sink.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
+use ddbpipe_pipeline::sink::{Sink, SinkError};
+use ddbpipe_pipeline::state::StateFile;
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::position::Position;
+use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
+use ddbpipe_source::config::{OnGap, StartPosition};
+use ddbpipe_source::error::ApiError;
+use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreams, Faults};
+use ddbpipe_source::ids::{SequenceNumber, ShardId};
+use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::streams::engine::{EndReason, RunBounds};
+use ddbpipe_value::ValueFormat;
+use serde_json::json;
+
+/// One delivered change: the shard and sequence number it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Line {
+    shard: String,
+    seq: String,
+}
+
+/// Keeps every acknowledged line; each write takes `delay`.
+#[derive(Default)]
+struct MemorySink {
+    lines: Vec<Line>,
+    delay: Duration,
+}
+
+impl Sink for MemorySink {
+    async fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+        tokio::time::sleep(self.delay).await;
+        for line in batch.records.iter() {
+            let json: serde_json::Value = serde_json::from_slice(line).unwrap();
+            self.lines.push(Line {
+                shard: json["shard_id"].as_str().unwrap().to_string(),
+                seq: json["sequence_number"].as_str().unwrap().to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+fn settings() -> StreamRun {
+    StreamRun {
+        table: "t".into(),
+        stream_arn: FAKE_STREAM_ARN.into(),
+        format: ValueFormat::Plain,
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        },
+        records_per_request: 100,
+        poll_interval: Duration::from_millis(250),
+        bounds: RunBounds {
+            shard_concurrency: 1,
+            discovery_interval: Duration::from_secs(10),
+            idle_termination: Some(Duration::from_secs(30)),
+            follow: false,
+        },
+        start_position: StartPosition::TrimHorizon,
+        on_gap: OnGap::Fail,
+        max_messages: None,
+        batch_size: 10,
+        config_label: "t.yaml".into(),
+    }
+}
+
+async fn run(
+    fake: &Arc<FakeStreams>,
+    dir: &Path,
+    settings: &StreamRun,
+) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
+    run_into(fake, dir, settings, MemorySink::default()).await
+}
+
+async fn run_into(
+    fake: &Arc<FakeStreams>,
+    dir: &Path,
+    settings: &StreamRun,
+    mut sink: MemorySink,
+) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
+    let mut checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let outcome = run_streams(
+        Arc::clone(fake),
+        settings,
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await;
+    (outcome, sink.lines)
+}
+
+fn stored(dir: &Path) -> StreamsPosition {
+    let entry = StateFile::new(dir.join("state.json")).load("p").unwrap();
+    match entry.and_then(|e| e.position) {
+        Some(Position::Streams(position)) => position,
+        other => panic!("no streams position stored: {other:?}"),
+    }
+}
+
+fn root(shard: &str) -> Change {
+    Change::Root {
+        shard: shard.into(),
+        range: None,
+    }
+}
+
+fn write_to(shard: &str, key: &str) -> Change {
+    Change::WriteTo {
+        shard: shard.into(),
+        key: key.into(),
+    }
+}
+
+/// The sequence numbers the fake wrote into `shard`, in order.
+fn seqs_of(fake: &FakeStreams, shard: &str) -> Vec<String> {
+    fake.written()
+        .iter()
+        .filter(|w| w.shard.as_str() == shard)
+        .map(|w| w.seq.to_string())
+        .collect()
+}
+
+fn expired() -> ApiError {
+    ApiError::from_code(Some("ExpiredIteratorException".into()), "Iterator expired")
+}
+
+fn after(seq: &str) -> ShardCheckpoint {
+    ShardCheckpoint::After(SequenceNumber::parse(seq).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_split_parent_is_delivered_whole_before_its_late_listed_children() {
+    let mut fake = FakeStreams::new(7).at(Duration::ZERO, root("p"));
+    for key in ["a", "b", "c"] {
+        fake = fake.at(Duration::ZERO, write_to("p", key));
+    }
+    fake = fake.at(
+        Duration::from_secs(1),
+        Change::Reshard {
+            parent: "p".into(),
+            children: vec!["c1".into(), "c2".into()],
+            listed_after: Duration::from_secs(5),
+        },
+    );
+    for (shard, key) in [("c1", "a"), ("c2", "b"), ("c1", "c"), ("c2", "d")] {
+        fake = fake.at(Duration::from_secs(1), write_to(shard, key));
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings()).await;
+
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    let shards: Vec<&str> = lines.iter().map(|l| l.shard.as_str()).collect();
+    assert_eq!(
+        &shards[..3],
+        ["p", "p", "p"],
+        "all of P's records come first"
+    );
+    let got: Vec<&str> = lines[..3].iter().map(|l| l.seq.as_str()).collect();
+    assert_eq!(got, seqs_of(&fake, "p"));
+    let position = stored(dir.path());
+    assert!(
+        position.finished.contains(&ShardId::new("p")),
+        "{position:?}"
+    );
+    for child in ["c1", "c2"] {
+        let last = seqs_of(&fake, child).pop().unwrap();
+        assert_eq!(position.shards[&ShardId::new(child)], after(&last));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_busy_shards_sharing_one_slot_each_deliver_within_the_first_three_slices() {
+    let mut fake = FakeStreams::new(8);
+    for shard in ["a", "b", "c"] {
+        fake = fake.at(Duration::ZERO, root(shard));
+        for i in 0..100 {
+            fake = fake.at(Duration::ZERO, write_to(shard, &format!("{shard}{i}")));
+        }
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        records_per_request: 2,
+        max_messages: Some(60),
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+
+    assert_eq!(outcome.unwrap().end, EndReason::MaxMessages);
+    assert_eq!(lines.len(), 60);
+    let mut turns: Vec<&str> = lines.iter().map(|l| l.shard.as_str()).collect();
+    turns.dedup();
+    assert_eq!(
+        &turns[..3],
+        ["a", "b", "c"],
+        "each shard has one of the first three slices"
+    );
+    let mut per_shard: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in &lines {
+        *per_shard.entry(line.shard.as_str()).or_default() += 1;
+    }
+    assert!(per_shard.values().all(|&n| n >= 8), "{per_shard:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_iterator_resumes_after_the_last_record_read_without_loss_or_repeat() {
+    let mut fake = FakeStreams::new(9).at(Duration::ZERO, root("s1"));
+    for i in 0..10 {
+        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
+    }
+    let fake = Arc::new(fake);
+    fake.fail_get_records("s1", 1, vec![expired()]);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        records_per_request: 3,
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+
+    assert_eq!(outcome.unwrap().written, 10);
+    let got: Vec<String> = lines.into_iter().map(|l| l.seq).collect();
+    assert_eq!(got, seqs_of(&fake, "s1"), "every record once, in order");
+    assert_eq!(fake.calls().shard_iterator, 2, "one renewal");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_iterator_that_keeps_expiring_fails_the_run() {
+    let mut fake = FakeStreams::new(10).at(Duration::ZERO, root("s1"));
+    for i in 0..10 {
+        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
+    }
+    let fake = Arc::new(fake);
+    fake.fail_get_records("s1", 1, vec![expired(), expired(), expired()]);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        records_per_request: 3,
+        ..settings()
+    };
+
+    let (outcome, _) = run(&fake, dir.path(), &settings).await;
+
+    let error = outcome.unwrap_err().to_string();
+    assert!(error.contains("keeps expiring"), "{error}");
+    assert!(error.contains("s1"), "{error}");
+}
+
+/// SPEC §10 scenario 15: 10 old records in a closed parent and its open child; a first run
+/// at `latest` emits nothing; one change later, the second run emits only that change.
+async fn latest_emits_only_the_change_made_after_the_first_run(expire_first_reads: bool) {
+    let hour = Duration::from_secs(3600);
+    let now_ms = fake_now_ms();
+    // The old records are an hour older than the runs (the floor keeps two minutes of slack).
+    let mut fake = FakeStreams::new(15)
+        .with_wall_origin_ms(now_ms - hour.as_millis() as i64)
+        .at(Duration::ZERO, root("p"));
+    for i in 0..5 {
+        fake = fake.at(Duration::ZERO, write_to("p", &format!("old{i}")));
+    }
+    fake = fake.at(
+        Duration::ZERO,
+        Change::Reshard {
+            parent: "p".into(),
+            children: vec!["c".into()],
+            listed_after: Duration::ZERO,
+        },
+    );
+    for i in 5..10 {
+        fake = fake.at(Duration::ZERO, write_to("c", &format!("old{i}")));
+    }
+    let fake = Arc::new(fake);
+    tokio::time::sleep(hour).await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        start_position: StartPosition::Latest,
+        bounds: RunBounds {
+            idle_termination: Some(Duration::from_secs(5)),
+            ..settings().bounds
+        },
+        ..settings()
+    };
+    if expire_first_reads {
+        fake.fail_get_records("c", 0, vec![expired()]);
+    }
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    assert!(lines.is_empty(), "the first run emits nothing: {lines:?}");
+
+    fake.apply(write_to("c", "new"));
+    if expire_first_reads {
+        fake.fail_get_records("c", 0, vec![expired()]);
+    }
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    let new = seqs_of(&fake, "c").pop().unwrap();
+    assert_eq!(
+        lines,
+        vec![Line {
+            shard: "c".into(),
+            seq: new
+        }]
+    );
+}
+
+fn fake_now_ms() -> i64 {
+    FakeStreams::new(0).wall_now_ms()
+}
+
+#[tokio::test(start_paused = true)]
+async fn latest_emits_only_changes_made_after_the_first_run_started() {
+    latest_emits_only_the_change_made_after_the_first_run(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn latest_emits_only_later_changes_even_when_the_childs_iterator_expired() {
+    latest_emits_only_the_change_made_after_the_first_run(true).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_messages_acknowledges_exactly_that_many_and_the_position_covers_exactly_them() {
+    let mut fake = FakeStreams::new(11).at(Duration::ZERO, root("s1"));
+    for i in 0..12 {
+        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let all = seqs_of(&fake, "s1");
+    let limited = StreamRun {
+        records_per_request: 3,
+        max_messages: Some(5),
+        batch_size: 2,
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &limited).await;
+
+    let outcome = outcome.unwrap();
+    assert_eq!((outcome.end, outcome.written), (EndReason::MaxMessages, 5));
+    let got: Vec<&str> = lines.iter().map(|l| l.seq.as_str()).collect();
+    assert_eq!(got, all[..5]);
+    assert_eq!(
+        stored(dir.path()).shards[&ShardId::new("s1")],
+        after(&all[4])
+    );
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings()).await;
+    assert_eq!(outcome.unwrap().written, 7);
+    let got: Vec<&str> = lines.iter().map(|l| l.seq.as_str()).collect();
+    assert_eq!(got, all[5..], "the next run reads exactly the rest");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_that_reaches_max_messages_with_a_parents_last_record_ends_cleanly() {
+    // The parent's last page carries the 3rd record and ends the shard; its child is then
+    // admissible, but the hand-over is full: the run must end by max_messages, not fail.
+    let mut fake = FakeStreams::new(12).at(Duration::ZERO, root("p"));
+    for key in ["a", "b", "c"] {
+        fake = fake.at(Duration::ZERO, write_to("p", key));
+    }
+    fake = fake.at(
+        Duration::ZERO,
+        Change::Reshard {
+            parent: "p".into(),
+            children: vec!["c".into()],
+            listed_after: Duration::ZERO,
+        },
+    );
+    fake = fake.at(Duration::ZERO, write_to("c", "d"));
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let limited = StreamRun {
+        max_messages: Some(3),
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &limited).await;
+
+    let outcome = outcome.expect("reaching max_messages is a clean end");
+    assert_eq!((outcome.end, outcome.written), (EndReason::MaxMessages, 3));
+    assert_eq!(lines.len(), 3);
+    assert!(stored(dir.path()).finished.contains(&ShardId::new("p")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_stream_ends_the_run_even_when_the_sink_is_slow() {
+    let mut fake = FakeStreams::new(13);
+    for shard in ["a", "b", "c", "d"] {
+        fake = fake.at(Duration::ZERO, root(shard));
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        poll_interval: Duration::from_millis(200),
+        bounds: RunBounds {
+            shard_concurrency: 4,
+            idle_termination: Some(Duration::from_secs(5)),
+            ..settings().bounds
+        },
+        ..settings()
+    };
+    let slow = MemorySink {
+        delay: Duration::from_millis(400),
+        ..MemorySink::default()
+    };
+
+    let ended = tokio::time::timeout(
+        Duration::from_secs(3600),
+        run_into(&fake, dir.path(), &settings, slow),
+    )
+    .await;
+
+    let (outcome, lines) = ended.expect("an hour without a record ends a 5 s idle run");
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    assert!(lines.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_run_stops_reading_the_stream() {
+    let mut fake = FakeStreams::new(14).at(Duration::ZERO, root("s1"));
+    for key in ["a", "b", "c"] {
+        fake = fake.at(Duration::ZERO, write_to("s1", key));
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let following = StreamRun {
+        bounds: RunBounds {
+            idle_termination: None,
+            follow: true,
+            ..settings().bounds
+        },
+        ..settings()
+    };
+
+    // The caller gives up on the run (a timeout, a select, a crash of the caller's task).
+    let ran =
+        tokio::time::timeout(Duration::from_secs(5), run(&fake, dir.path(), &following)).await;
+    assert!(ran.is_err(), "a following run only ends when stopped");
+    let at_drop = fake.calls().get_records;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+
+    let after = fake.calls().get_records - at_drop;
+    assert!(
+        after <= 1,
+        "{after} GetRecords calls were made in the minute after the run was dropped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_messages_never_finishes_a_shard_whose_last_records_were_cut() {
+    // The page holding the last records still has a next iterator; the empty page after it
+    // ends the shard. The limit cuts the first page: the shard must not be finished.
+    let mut fake = FakeStreams::new(16)
+        .with_faults(Faults {
+            last_page_ends: 0.0,
+            ..Faults::none()
+        })
+        .at(Duration::ZERO, root("s1"));
+    for key in ["a", "b", "c", "d"] {
+        fake = fake.at(Duration::ZERO, write_to("s1", key));
+    }
+    fake = fake.at(Duration::ZERO, Change::Close { shard: "s1".into() });
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let all = seqs_of(&fake, "s1");
+    let limited = StreamRun {
+        max_messages: Some(3),
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &limited).await;
+
+    assert_eq!(outcome.unwrap().written, 3);
+    assert_eq!(lines.len(), 3);
+    let position = stored(dir.path());
+    assert!(
+        !position.finished.contains(&ShardId::new("s1")),
+        "s1 finished with its 4th record never delivered: {position:?}"
+    );
+    assert_eq!(position.shards[&ShardId::new("s1")], after(&all[2]));
+    let (_, lines) = run(&fake, dir.path(), &settings()).await;
+    let got: Vec<&str> = lines.iter().map(|l| l.seq.as_str()).collect();
+    assert_eq!(got, all[3..], "the next run delivers the rest");
+}
