@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::checkpoint::{Checkpointer, StartError};
+use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{RecordsPage, ShardDescription, StartAt, StreamsApi};
@@ -51,7 +51,7 @@ use tokio::task::JoinSet;
 use crate::config::PipelineConfig;
 use crate::failure::{Exit, Failure};
 use crate::stream_wiring::resolve_stream;
-use crate::wiring::{self, retry_policy, state_failure};
+use crate::wiring::{self, retry_policy, start_failure};
 
 /// Empty `GetRecords` answers in a row after which a shard counts as caught up (SPEC §4.9).
 const EMPTY_READS: u32 = 2;
@@ -249,13 +249,7 @@ fn stored_position(
         Identity::of(&config.source),
         Duration::ZERO,
     )
-    .map_err(|error| match error {
-        StartError::State(error) => state_failure(error, config_path),
-        other => Failure::usage(other).hint(format!(
-            "`ddbpipe state reset {}` forgets the stored position",
-            config_path.display()
-        )),
-    })?;
+    .map_err(|error| start_failure(error, config_path))?;
     Ok(checkpointer.streams_position().cloned())
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::checkpoint::{Checkpointer, StartError};
+use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
 use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::state::StateFile;
@@ -23,7 +23,7 @@ use ddbpipe_source::streams::shard_reader::StreamError;
 
 use crate::config::PipelineConfig;
 use crate::failure::{Exit, Failure};
-use crate::wiring::{self, describe, jsonl_settings, retry_policy, state_failure};
+use crate::wiring::{self, describe, jsonl_settings, retry_policy, start_failure, state_failure};
 
 /// The least effective poll interval (SPEC §1.2 `poll_interval_ms`).
 const MIN_POLL: Duration = Duration::from_millis(200);
@@ -101,13 +101,7 @@ pub async fn run(
         Identity::of(source),
         Duration::from_millis(config.state.flush_interval_ms),
     )
-    .map_err(|error| match error {
-        StartError::State(error) => state_failure(error, config_path),
-        other => Failure::usage(other).hint(format!(
-            "`ddbpipe state reset {}` forgets the stored position",
-            config_path.display()
-        )),
-    })?;
+    .map_err(|error| start_failure(error, config_path))?;
     if checkpointer.streams_position().is_some() && source.start_position.is_some() {
         tracing::info!(
             "start_position applies to the first run only; the stored position is used."

@@ -221,6 +221,18 @@ pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
     }
 }
 
+/// Maps a failure to start from the stored state: corrupt state and locks are runtime
+/// failures, a position of another source is a usage failure with the reset remedy.
+pub fn start_failure(error: StartError, config_path: &Path) -> Failure {
+    match error {
+        StartError::State(error) => state_failure(error, config_path),
+        other => Failure::usage(other).hint(format!(
+            "`ddbpipe state reset {}` forgets the stored position",
+            config_path.display()
+        )),
+    }
+}
+
 /// Runs a pipeline: validate, lock, load the position, build, read, write, commit.
 pub async fn run(
     config_path: &Path,
@@ -278,13 +290,7 @@ async fn run_instrumented(
         total_segments,
         Duration::from_millis(config.state.flush_interval_ms),
     )
-    .map_err(|error| match error {
-        StartError::State(error) => state_failure(error, config_path),
-        other => Failure::usage(other).hint(format!(
-            "`ddbpipe state reset {}` forgets the stored position",
-            config_path.display()
-        )),
-    })?;
+    .map_err(|error| start_failure(error, config_path))?;
     let resumed = checkpointer.position().has_progress();
 
     let api = Arc::new(table_api(source).await);
