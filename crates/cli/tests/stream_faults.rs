@@ -626,3 +626,58 @@ async fn max_messages_writes_exactly_n_records_and_stores_the_nth_sequence_numbe
     assert_eq!(pipeline.written_seqs(), ["101", "102"]);
     assert_eq!(stored_seq(&pipeline, "s1"), "102");
 }
+
+#[tokio::test]
+async fn a_disabled_stream_is_drained_without_looking_for_children_and_ends_the_run() {
+    let ids: Vec<String> = (0..10).map(|i| format!("s{i:03}")).collect();
+    let listed: Vec<Value> = ids.iter().map(|id| shard(id, None, true)).collect();
+    let fake = FakeStreams::start().await;
+    let disabled = json!({"StreamDescription": {
+        "StreamArn": ARN, "StreamStatus": "DISABLED", "StreamViewType": "NEW_AND_OLD_IMAGES",
+        "TableName": "t", "Shards": listed,
+    }});
+    fake.always(
+        Op::DescribeStream,
+        any(),
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "application/x-amz-json-1.0")
+            .set_body_json(disabled),
+    )
+    .await;
+    fake.always(Op::GetShardIterator, any(), |request: &Request| {
+        let body: Value = request.body_json().expect("a JSON body");
+        iterator(&format!(
+            "it-{}",
+            body["ShardId"].as_str().unwrap_or_default()
+        ))
+    })
+    .await;
+    fake.always(Op::GetRecords, any(), |request: &Request| {
+        let body: Value = request.body_json().expect("a JSON body");
+        let it = body["ShardIterator"].as_str().unwrap_or_default();
+        records(
+            &[record(&format!("1{}", it.trim_start_matches("it-s")))],
+            None,
+        )
+    })
+    .await;
+    // Following: only the disabled, drained stream can end this run.
+    let pipeline = Pipeline::new(&fake).follow();
+
+    let outcome = pipeline.run().await;
+
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("stream disabled and fully drained"),
+        "{}",
+        outcome.stderr
+    );
+    assert_eq!(pipeline.written_seqs().len(), 10);
+    let child_lookups = fake
+        .bodies(Op::DescribeStream)
+        .await
+        .iter()
+        .filter(|body| body.get("ShardFilter").is_some())
+        .count();
+    assert_eq!(child_lookups, 0, "a disabled stream gets no children");
+}

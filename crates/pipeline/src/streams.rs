@@ -173,6 +173,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
 ) -> Result<StreamOutcome, StreamRunError> {
     let run_start_ms = unix_now_ms();
     let discovery = engine::discover(api.as_ref(), &run.stream_arn, &run.retry, &stop).await?;
+    let status = discovery.status.clone();
     let mut graph = ShardGraph::new();
     graph.merge(discovery.shards);
     tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
@@ -307,7 +308,8 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         probed,
         stop,
     )
-    .await;
+    .await
+    .with_status(status.as_deref());
     Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)
 }
 

@@ -311,6 +311,13 @@ impl Pipeline {
         self
     }
 
+    /// `follow: true` instead of `idle_termination_secs`: only a signal (or a disabled,
+    /// drained stream) ends the run.
+    pub fn follow(mut self) -> Self {
+        self.terminator = "follow: true".to_string();
+        self
+    }
+
     /// One more `source:` line, e.g. `on_gap: fail`.
     pub fn source(mut self, line: &str) -> Self {
         self.source_lines.push(line.to_string());

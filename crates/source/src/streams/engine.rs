@@ -170,6 +170,8 @@ pub struct StreamEngine<A> {
     /// Shards in the position whose parent is still being read (`WaitingOnParentShards`):
     /// a capture stores every shard at once, but children are still read after parents.
     waiting: Vec<ShardId>,
+    /// The stream was `DISABLED` at the last discovery: no shard will ever get a child.
+    disabled: bool,
     stop: Cancel,
 }
 
@@ -199,6 +201,7 @@ impl<A: StreamsApi> StreamEngine<A> {
             lag: HashMap::new(),
             described_at: None,
             waiting: Vec::new(),
+            disabled: false,
             stop,
         };
         let graph = &engine.graph;
@@ -365,6 +368,12 @@ impl<A: StreamsApi> StreamEngine<A> {
         }
     }
 
+    /// Records the stream status of the start-up discovery.
+    pub fn with_status(mut self, status: Option<&str>) -> Self {
+        self.disabled = status == Some("DISABLED");
+        self
+    }
+
     /// Queues the shards that waited for `parent` to finish.
     fn release_children(&mut self, parent: &ShardId) {
         let graph = &self.graph;
@@ -474,6 +483,7 @@ impl<A: StreamsApi> StreamEngine<A> {
         self.described_at = Some(Instant::now());
         match discovered {
             Ok(discovery) => {
+                self.disabled = discovery.status.as_deref() == Some("DISABLED");
                 let new = self.graph.merge(discovery.shards.clone());
                 if !new.is_empty() {
                     tracing::info!(
@@ -494,6 +504,10 @@ impl<A: StreamsApi> StreamEngine<A> {
 
     /// Asks for the children of a drained shard at once (SPEC §4.3).
     async fn find_children(&mut self, shard: &ShardId) {
+        if self.disabled {
+            // A disabled stream gets no new shards: nothing to look for.
+            return;
+        }
         if self.child_filter_works {
             self.pace_describe().await;
             let arn = self.ctx.stream_arn.clone();
