@@ -160,11 +160,6 @@ impl ShardState {
             caught_up: false,
         }
     }
-
-    /// Whether anything was read from the shard this run.
-    pub fn has_read(&self) -> bool {
-        self.last_read.is_some()
-    }
 }
 
 fn capped(delay: Duration) -> Duration {
