@@ -91,7 +91,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         println!("{}", json!({"ok": probes.ok(), "probes": list}));
     } else {
         for p in &probes.0 {
-            println!("{} {:<14} {}", p.status.as_str(), p.name, p.detail);
+            println!("{} {:<16} {}", p.status.as_str(), p.name, p.detail);
         }
     }
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
