@@ -102,22 +102,11 @@ pub async fn run_scan<A: TableApi, S: Sink>(
         async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
     ));
 
-    let mut batcher = Batcher::new(batch_size);
-    let mut deadline: Option<Instant> = None;
+    let units = || limiter.total_units();
+    let mut out = Delivery::new(sink, checkpointer, batch_size, progress, &units);
     let mut stopping = false;
     let mut read_result: Option<Result<(), ReadError>> = None;
     let mut read = 0u64;
-    let mut written = 0u64;
-
-    let mut deliver =
-        async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
-            sink.write(&batch).await?;
-            written += batch.records.len() as u64;
-            checkpointer.acknowledged(&batch)?;
-            BatchAcknowledged { batch: &batch }.emit();
-            progress.advanced(written, limiter.total_units());
-            Ok(())
-        };
 
     loop {
         tokio::select! {
@@ -137,14 +126,8 @@ pub async fn run_scan<A: TableApi, S: Sink>(
             page = rx.recv() => match page {
                 Some(page) => {
                     read += page.records.len() as u64;
-                    for batch in batcher.push(page) {
-                        deliver(batch, checkpointer).await?;
-                    }
-                    deadline = match (batcher.has_pending(), deadline) {
-                        (false, _) => None,
-                        (true, None) => Some(Instant::now() + BATCH_LINGER),
-                        (true, Some(at)) => Some(at),
-                    };
+                    let full = out.batcher.push(page);
+                    out.deliver_all(full).await?;
                 }
                 None => {
                     if read_result.is_some() {
@@ -156,12 +139,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
                     break;
                 }
             },
-            () = sleep_until(deadline), if deadline.is_some() => {
-                deadline = None;
-                if let Some(batch) = batcher.take() {
-                    deliver(batch, checkpointer).await?;
-                }
-            }
+            () = sleep_until(out.deadline), if out.deadline.is_some() => out.linger_elapsed().await?,
         }
     }
 
@@ -169,23 +147,17 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let result = read_result.unwrap_or(Err(ReadError::Cancelled));
     match result {
         Err(ReadError::Cancelled) if stopping => {}
-        Err(error) => {
-            // The batch being assembled is dropped; what was acknowledged is committed.
-            drop(batcher);
-            checkpointer.flush()?;
-            return Err(error.into());
-        }
+        Err(error) => return Err(out.fail(error.into())?),
         Ok(()) => {}
     }
-    if let Some(batch) = batcher.take() {
-        deliver(batch, checkpointer).await?;
-    }
+    out.finish().await?;
+    let written = out.written;
     let completed = !stopping && read_task.0.is_finished();
-    let segments_done = checkpointer.position().done.count();
+    let segments_done = out.checkpointer.position().done.count();
     if completed {
-        checkpointer.complete(written, capacity_units)?;
+        out.checkpointer.complete(written, capacity_units)?;
     } else {
-        checkpointer.flush()?;
+        out.checkpointer.flush()?;
     }
     Ok(ScanOutcome {
         read,
@@ -227,18 +199,8 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, RunError> {
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
-    let mut batcher = Batcher::new(batch_size);
-    let mut deadline: Option<Instant> = None;
-    let mut written = 0u64;
-    let mut deliver =
-        async |batch: Batch, checkpointer: &mut Checkpointer| -> Result<(), RunError> {
-            sink.write(&batch).await?;
-            written += batch.records.len() as u64;
-            checkpointer.acknowledged(&batch)?;
-            BatchAcknowledged { batch: &batch }.emit();
-            progress.advanced(written, 0.0);
-            Ok(())
-        };
+    let no_units = || 0.0;
+    let mut out = Delivery::new(sink, checkpointer, batch_size, progress, &no_units);
     let ended = loop {
         tokio::select! {
             biased;
@@ -254,42 +216,105 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
                         Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
                     });
                 };
-                for batch in batcher.push_handed(next) {
-                    deliver(batch, checkpointer).await?;
-                }
-                deadline = match (batcher.has_pending(), deadline) {
-                    (false, _) => None,
-                    (true, None) => Some(Instant::now() + BATCH_LINGER),
-                    (true, Some(at)) => Some(at),
-                };
+                let full = out.batcher.push_handed(next);
+                out.deliver_all(full).await?;
             }
-            () = sleep_until(deadline), if deadline.is_some() => {
-                deadline = None;
-                if let Some(batch) = batcher.take() {
-                    deliver(batch, checkpointer).await?;
-                }
-            }
+            () = sleep_until(out.deadline), if out.deadline.is_some() => out.linger_elapsed().await?,
         }
     };
     let end = match ended {
         Ok(end) => end,
-        Err(error) => {
-            drop(batcher);
-            checkpointer.flush()?;
-            return Err(error.into());
-        }
+        Err(error) => return Err(out.fail(error.into())?),
     };
     // What was handed over before the end is written and committed.
     while let Ok(next) = handed.try_recv() {
-        for batch in batcher.push_handed(next) {
-            deliver(batch, checkpointer).await?;
+        let full = out.batcher.push_handed(next);
+        out.deliver_all(full).await?;
+    }
+    out.finish().await?;
+    out.checkpointer.flush()?;
+    Ok(StreamOutcome {
+        written: out.written,
+        end,
+    })
+}
+
+/// The sink side of a run: batches assembled from pages, written in order, acknowledged,
+/// and their positions committed; a partial batch is handed over `BATCH_LINGER` after its
+/// first record or position.
+struct Delivery<'a, S> {
+    sink: &'a mut S,
+    checkpointer: &'a mut Checkpointer,
+    batcher: Batcher,
+    deadline: Option<Instant>,
+    written: u64,
+    progress: &'a dyn Progress,
+    units: &'a dyn Fn() -> f64,
+}
+
+impl<'a, S: Sink> Delivery<'a, S> {
+    fn new(
+        sink: &'a mut S,
+        checkpointer: &'a mut Checkpointer,
+        batch_size: usize,
+        progress: &'a dyn Progress,
+        units: &'a dyn Fn() -> f64,
+    ) -> Self {
+        Delivery {
+            sink,
+            checkpointer,
+            batcher: Batcher::new(batch_size),
+            deadline: None,
+            written: 0,
+            progress,
+            units,
         }
     }
-    if let Some(batch) = batcher.take() {
-        deliver(batch, checkpointer).await?;
+
+    /// Writes one batch, then commits its positions: the acknowledgement comes first.
+    async fn deliver(&mut self, batch: Batch) -> Result<(), RunError> {
+        self.sink.write(&batch).await?;
+        self.written += batch.records.len() as u64;
+        self.checkpointer.acknowledged(&batch)?;
+        BatchAcknowledged { batch: &batch }.emit();
+        self.progress.advanced(self.written, (self.units)());
+        Ok(())
     }
-    checkpointer.flush()?;
-    Ok(StreamOutcome { written, end })
+
+    /// Delivers the batches a page filled, and arms the linger timer for what is left.
+    async fn deliver_all(&mut self, full: Vec<Batch>) -> Result<(), RunError> {
+        for batch in full {
+            self.deliver(batch).await?;
+        }
+        self.deadline = match (self.batcher.has_pending(), self.deadline) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now() + BATCH_LINGER),
+            (true, Some(at)) => Some(at),
+        };
+        Ok(())
+    }
+
+    /// The linger time is up: hand over the partial batch.
+    async fn linger_elapsed(&mut self) -> Result<(), RunError> {
+        self.deadline = None;
+        self.finish().await
+    }
+
+    /// Hands over what is being assembled (the end of a run, or a drain).
+    async fn finish(&mut self) -> Result<(), RunError> {
+        match self.batcher.take() {
+            Some(batch) => self.deliver(batch).await,
+            None => Ok(()),
+        }
+    }
+
+    /// A read failed: the batch being assembled is dropped, what was acknowledged is
+    /// committed. Returns the error to report (or the state error that hid it).
+    fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
+        drop(self.batcher.take());
+        self.checkpointer.flush()?;
+        Ok(error)
+    }
 }
 
 /// A spawned task that is aborted when its owner is dropped: a run whose caller gives up (a
