@@ -515,3 +515,39 @@ async fn max_messages_never_finishes_a_shard_whose_last_records_were_cut() {
     let got: Vec<&str> = lines.iter().map(|l| l.seq.as_str()).collect();
     assert_eq!(got, all[3..], "the next run delivers the rest");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shard_last_read_empty_more_than_23_hours_ago_is_a_gap_at_the_next_start() {
+    // A shard with nothing to read: the run stores it `""`, verified when it was read empty.
+    let fake = Arc::new(FakeStreams::new(15).at(Duration::ZERO, root("s1")));
+    let dir = tempfile::tempdir().unwrap();
+    let (outcome, lines) = run(&fake, dir.path(), &settings()).await;
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    assert!(lines.is_empty());
+    let s1 = ShardId::new("s1");
+    assert_eq!(stored(dir.path()).shards[&s1], ShardCheckpoint::TrimHorizon);
+    let verified = stored(dir.path()).verified_at[&s1];
+
+    // The run's clock is the wall clock: age the stored verification instead of waiting.
+    let age = |hours: i64| {
+        let path = dir.path().join("state.json");
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        doc["pipelines"]["p"]["position"]["verified_at"]["s1"] = json!(verified - hours * 3600);
+        std::fs::write(&path, doc.to_string()).unwrap();
+    };
+    // 22 hours is not stale (the exact 23-hour boundary is pinned in gaps.rs): the run starts.
+    age(22);
+    let (outcome, _) = run(&fake, dir.path(), &settings()).await;
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+
+    // 24 hours: records written meanwhile may have been trimmed; the start-up reports a gap.
+    age(24);
+    let (outcome, _) = run(&fake, dir.path(), &settings()).await;
+    let error = outcome.unwrap_err().to_string();
+    assert!(
+        error.contains("shard s1 was last read 24h ago with nothing to read"),
+        "{error}"
+    );
+    assert!(error.contains("on_gap: resnapshot"), "{error}");
+}
