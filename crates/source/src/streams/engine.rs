@@ -331,36 +331,57 @@ impl<A: StreamsApi> StreamEngine<A> {
                 () = self.stop.cancelled() => return Ok(EndReason::Stopped),
                 joined = slices.join_next(), if !slices.is_empty() => {
                     let Some(joined) = joined else { continue };
-                    self.scheduler.release();
-                    let (state, end) = joined.map_err(|error| {
-                        StreamError::Read(ReadError::Internal(format!("shard slice task failed: {error}")))
-                    })?;
-                    match end {
-                        Ok(SliceEnd::Yield(delay)) => {
-                            self.lag.insert(state.id.clone(), LagInfo {
-                                newest_ts_ms: state.newest_ts_ms,
-                                caught_up: state.caught_up,
-                            });
-                            let due = Instant::now() + delay;
-                            self.scheduler.push(state.id.clone(), due);
-                            self.states.insert(state.id.clone(), state);
-                        }
-                        Ok(SliceEnd::Drained) => {
-                            let id = state.id.clone();
-                            self.lag.remove(&id);
-                            self.release_children(&id);
-                            if self.graph.children_of(&id).is_empty() {
-                                self.find_children(&id).await;
+                    // Slices that ended together are settled together, so shards that drain
+                    // at once share one discovery instead of one child lookup each.
+                    let mut ended = vec![joined];
+                    while let Some(more) = slices.try_join_next() {
+                        ended.push(more);
+                    }
+                    let mut drained = Vec::new();
+                    for joined in ended {
+                        self.scheduler.release();
+                        let (state, end) = joined.map_err(|error| {
+                            StreamError::Read(ReadError::Internal(format!("shard slice task failed: {error}")))
+                        })?;
+                        match end {
+                            Ok(SliceEnd::Yield(delay)) => {
+                                self.lag.insert(state.id.clone(), LagInfo {
+                                    newest_ts_ms: state.newest_ts_ms,
+                                    caught_up: state.caught_up,
+                                });
+                                let due = Instant::now() + delay;
+                                self.scheduler.push(state.id.clone(), due);
+                                self.states.insert(state.id.clone(), state);
                             }
-                            self.admit().await?;
-                        }
-                        Err(StreamError::Stopped) => {
-                            if self.ctx.handover.limit_reached().await {
-                                return Ok(EndReason::MaxMessages);
+                            Ok(SliceEnd::Drained) => {
+                                let id = state.id.clone();
+                                self.lag.remove(&id);
+                                self.release_children(&id);
+                                drained.push(id);
                             }
-                            return Ok(EndReason::Stopped);
+                            Err(StreamError::Stopped) => {
+                                if self.ctx.handover.limit_reached().await {
+                                    return Ok(EndReason::MaxMessages);
+                                }
+                                return Ok(EndReason::Stopped);
+                            }
+                            Err(error) => return Err(error),
                         }
-                        Err(error) => return Err(error),
+                    }
+                    if !drained.is_empty() {
+                        let childless: Vec<ShardId> = drained
+                            .into_iter()
+                            .filter(|id| self.graph.children_of(id).is_empty())
+                            .collect();
+                        match childless.as_slice() {
+                            [] => {}
+                            [one] => self.find_children(one).await,
+                            _ if !self.disabled => {
+                                self.rediscover().await;
+                            }
+                            _ => {}
+                        }
+                        self.admit().await?;
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {}
