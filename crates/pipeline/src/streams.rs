@@ -338,7 +338,7 @@ async fn probe<A: StreamsApi>(
                 .await;
             (shard, seq, answer)
         });
-        for (shard, seq, answer) in join_all(answers).await {
+        for (shard, seq, answer) in futures_util::future::join_all(answers).await {
             match answer {
                 Ok(Some(iterator)) => {
                     probed.insert(shard.clone(), iterator);
@@ -352,30 +352,6 @@ async fn probe<A: StreamsApi>(
         }
     }
     Ok(reasons)
-}
-
-/// Awaits futures concurrently, keeping their order.
-async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in pinned.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(value) => *output = Some(value),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 /// The capture of a resnapshot (SPEC §4.7 step 3): the current ARN; every described shard
