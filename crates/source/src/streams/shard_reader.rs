@@ -259,6 +259,7 @@ impl<A: StreamsApi> StreamContext<A> {
                 shard: Some(shard.id.clone()),
                 marks: Vec::new(),
             };
+            let mut last_seq = None;
             for record in &page.records {
                 let Some(change) = &record.change else {
                     return Err(EnvelopeError::NoStreamRecord {
@@ -274,7 +275,7 @@ impl<A: StreamsApi> StreamContext<A> {
                     }
                     .into());
                 };
-                shard.last_read = Some(seq.clone());
+                last_seq = Some(seq);
                 if let Some(ts) = change.created_ms {
                     shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
                 }
@@ -290,12 +291,18 @@ impl<A: StreamsApi> StreamContext<A> {
                 });
                 result?;
                 handed.seqs.push(seq.clone());
-                handed.ops.push(match record.event_name.as_deref() {
-                    Some("INSERT") => b'c',
-                    Some("MODIFY") => b'u',
-                    Some("REMOVE") => b'd',
-                    _ => b'?',
-                });
+                handed.ops.push(
+                    match envelope::op_of(record.event_name.as_deref()).as_ref() {
+                        "c" => b'c',
+                        "u" => b'u',
+                        "d" => b'd',
+                        _ => b'?',
+                    },
+                );
+            }
+            // The last record read, filtered or not: an expired iterator resumes after it.
+            if let Some(seq) = last_seq {
+                shard.last_read = Some(seq.clone());
             }
             if !empty {
                 shard.empty_streak = 0;
