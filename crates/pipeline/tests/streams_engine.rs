@@ -17,6 +17,7 @@ use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
+use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreams, Faults};
@@ -550,4 +551,91 @@ async fn a_shard_last_read_empty_more_than_23_hours_ago_is_a_gap_at_the_next_sta
         "{error}"
     );
     assert!(error.contains("on_gap: resnapshot"), "{error}");
+}
+
+/// The fake stream, noting when each `DescribeStream` call starts.
+struct TimedDescribes {
+    inner: Arc<FakeStreams>,
+    at: std::sync::Mutex<Vec<tokio::time::Instant>>,
+}
+
+impl StreamsApi for TimedDescribes {
+    async fn describe_stream(
+        &self,
+        stream_arn: &str,
+        exclusive_start: Option<&ShardId>,
+        child_of: Option<&ShardId>,
+    ) -> Result<StreamPage, ApiError> {
+        self.at.lock().unwrap().push(tokio::time::Instant::now());
+        self.inner
+            .describe_stream(stream_arn, exclusive_start, child_of)
+            .await
+    }
+
+    async fn shard_iterator(
+        &self,
+        stream_arn: &str,
+        shard: &ShardId,
+        start: &StartAt,
+    ) -> Result<Option<String>, ApiError> {
+        self.inner.shard_iterator(stream_arn, shard, start).await
+    }
+
+    async fn get_records(&self, iterator: &str, limit: u32) -> Result<RecordsPage, ApiError> {
+        self.inner.get_records(iterator, limit).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn describe_stream_is_called_at_most_five_times_a_second() {
+    // Twenty closed shards without children, read one at a time: every drain asks for the
+    // shard's children, and those lookups must be paced (SPEC §4.3).
+    let mut fake = FakeStreams::new(16);
+    for i in 0..20 {
+        let shard = format!("s{i:02}");
+        fake = fake
+            .at(Duration::ZERO, root(&shard))
+            .at(Duration::ZERO, write_to(&shard, &format!("k{i}")))
+            .at(Duration::ZERO, Change::Close { shard });
+    }
+    let api = Arc::new(TimedDescribes {
+        inner: Arc::new(fake),
+        at: std::sync::Mutex::new(Vec::new()),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.path().join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let mut sink = MemorySink::default();
+
+    let outcome = run_streams(
+        Arc::clone(&api),
+        &settings(),
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await;
+
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    assert_eq!(sink.lines.len(), 20);
+    let at = api.at.lock().unwrap().clone();
+    assert!(
+        at.len() >= 20,
+        "each drained shard looked for children ({} calls)",
+        at.len()
+    );
+    for window in at.windows(6) {
+        let span = window[5] - window[0];
+        assert!(
+            span >= Duration::from_secs(1),
+            "6 DescribeStream calls within {span:?}"
+        );
+    }
 }

@@ -199,7 +199,8 @@ impl<A: StreamsApi> StreamEngine<A> {
             states: HashMap::new(),
             child_filter_works: true,
             lag: HashMap::new(),
-            described_at: None,
+            // The start-up discovery has just listed the stream.
+            described_at: Some(Instant::now()),
             waiting: Vec::new(),
             disabled: false,
             stop,
