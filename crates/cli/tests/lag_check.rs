@@ -15,56 +15,12 @@ mod common;
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    StreamSpecification, StreamViewType,
-};
+use aws_sdk_dynamodb::types::StreamViewType;
 use serde_json::Value;
 
-use common::{Emulator, Pipeline, item, n, rt, s, stderr, stdout};
+use common::{Emulator, Pipeline, stderr, stdout};
 
 const STREAMS: &str = "table_name: orders\nmode: streams\nidle_termination_secs: 2";
-
-/// Creates `name` with hash key `pk`, and a stream of `view` when given.
-fn create_table(running: &common::Running, name: &str, view: Option<StreamViewType>) {
-    let stream = view.map(|view| {
-        StreamSpecification::builder()
-            .stream_enabled(true)
-            .stream_view_type(view)
-            .build()
-            .unwrap()
-    });
-    let request = running
-        .client
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .set_stream_specification(stream);
-    rt().block_on(request.send()).unwrap();
-}
-
-fn put(running: &common::Running, table: &str, pk: &str, v: &str) {
-    let request = running
-        .client
-        .put_item()
-        .table_name(table)
-        .set_item(Some(item(vec![("pk", s(pk)), ("v", n(v))])));
-    rt().block_on(request.send()).unwrap();
-}
 
 /// `check --json`: the exit code and the probes by name.
 fn check(pipeline: &Pipeline) -> (Option<i32>, Value) {
@@ -95,7 +51,7 @@ fn lag(pipeline: &Pipeline, extra: &[&str]) -> (Option<i32>, Value) {
 
 fn a_keys_only_stream_warns_in_check_for_jsonl_and_fails_for_a_mirror(emulator: Emulator) {
     let running = emulator.start();
-    create_table(&running, "orders", Some(StreamViewType::KeysOnly));
+    running.create_pk_table("orders", Some(StreamViewType::KeysOnly));
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
 
     let (code, report) = check(&pipeline);
@@ -144,7 +100,7 @@ fn a_keys_only_stream_warns_in_check_for_jsonl_and_fails_for_a_mirror(emulator: 
 
 fn a_new_and_old_images_stream_passes_check(emulator: Emulator) {
     let running = emulator.start();
-    create_table(&running, "orders", Some(StreamViewType::NewAndOldImages));
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
     let (code, report) = check(&pipeline);
     assert_eq!(code, Some(0), "{report}");
@@ -155,7 +111,7 @@ fn a_new_and_old_images_stream_passes_check(emulator: Emulator) {
 
 fn a_table_without_a_stream_fails_check_and_run_with_has_no_stream(emulator: Emulator) {
     let running = emulator.start();
-    create_table(&running, "orders", None);
+    running.create_pk_table("orders", None);
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
 
     let (code, report) = check(&pipeline);
@@ -199,9 +155,9 @@ fn lag_is_positive_before_a_run_zero_once_caught_up_and_over_a_zero_limit_while_
     emulator: Emulator,
 ) {
     let running = emulator.start();
-    create_table(&running, "orders", Some(StreamViewType::NewAndOldImages));
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     for i in 0..3 {
-        put(&running, "orders", &format!("k{i}"), "1");
+        running.put_pk("orders", &format!("k{i}"), "1");
     }
     // Some emulators round ApproximateCreationDateTime down to the second: wait until the
     // records are surely in the past.
@@ -248,7 +204,7 @@ fn lag_is_positive_before_a_run_zero_once_caught_up_and_over_a_zero_limit_while_
     assert_eq!(report["error"], Value::Null);
 
     // A new change puts the pipeline behind again.
-    put(&running, "orders", "k9", "1");
+    running.put_pk("orders", "k9", "1");
     std::thread::sleep(Duration::from_millis(1600));
     let (code, report) = lag(&pipeline, &["--max-lag-seconds", "0"]);
     assert_eq!(code, Some(1), "behind again: {report}");
@@ -257,7 +213,7 @@ fn lag_is_positive_before_a_run_zero_once_caught_up_and_over_a_zero_limit_while_
 
 fn lag_on_a_scan_pipeline_is_a_usage_error(emulator: Emulator) {
     let running = emulator.start();
-    create_table(&running, "orders", None);
+    running.create_pk_table("orders", None);
     let pipeline = Pipeline::new("orders-scan", &running.endpoint, "table_name: orders");
     let output = pipeline.ddbpipe(&["lag"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));

@@ -7,52 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
 use serde_json::{Value, json};
 
-use common::{Emulator, Pipeline, item, n, rt, s, stderr};
-
-fn create_streamed_table(running: &common::Running, name: &str, view: StreamViewType) {
-    let request = running
-        .client
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(view)
-                .build()
-                .unwrap(),
-        );
-    rt().block_on(request.send()).unwrap();
-}
-
-fn put(running: &common::Running, table: &str, pk: &str, v: &str) {
-    let request = running
-        .client
-        .put_item()
-        .table_name(table)
-        .set_item(Some(item(vec![("pk", s(pk)), ("v", n(v))])));
-    rt().block_on(request.send()).unwrap();
-}
+use common::{Emulator, Pipeline, rt, stderr};
 
 fn delete(running: &common::Running, table: &str, pk: &str) {
     let request = running
@@ -69,10 +27,10 @@ fn inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new
     emulator: Emulator,
 ) {
     let running = emulator.start();
-    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
-    put(&running, "orders", "a", "1");
-    put(&running, "orders", "b", "1");
-    put(&running, "orders", "a", "2");
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    running.put_pk("orders", "b", "1");
+    running.put_pk("orders", "a", "2");
     delete(&running, "orders", "b");
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
@@ -121,7 +79,7 @@ fn inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new
     );
 
     // One more change: a rerun emits exactly it.
-    put(&running, "orders", "c", "7");
+    running.put_pk("orders", "c", "7");
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let records = pipeline.records();
@@ -132,9 +90,9 @@ fn inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new
 
 fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator: Emulator) {
     let running = emulator.start();
-    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     for i in 0..20 {
-        put(&running, "orders", &format!("k{i:02}"), "1");
+        running.put_pk("orders", &format!("k{i:02}"), "1");
     }
     let pipeline = Pipeline::new(
         "orders-cdc",
@@ -148,7 +106,7 @@ fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator:
     );
     // Keep writing while it follows, then stop it.
     for i in 20..30 {
-        put(&running, "orders", &format!("k{i:02}"), "1");
+        running.put_pk("orders", &format!("k{i:02}"), "1");
     }
     std::thread::sleep(Duration::from_millis(1500));
     let status = std::process::Command::new("kill")
@@ -180,7 +138,7 @@ fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator:
     );
 
     // The next run neither loses nor repeats, and reports no gap.
-    put(&running, "orders", "after", "1");
+    running.put_pk("orders", "after", "1");
     pipeline.write("orders-cdc", &running.endpoint, STREAMS);
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -199,9 +157,9 @@ fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator:
 
 fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
     let running = emulator.start();
-    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     for i in 0..5 {
-        put(&running, "orders", &format!("k{i}"), "1");
+        running.put_pk("orders", &format!("k{i}"), "1");
     }
     let pipeline = Pipeline::new(
         "orders-cdc",
@@ -285,8 +243,8 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     emulator: Emulator,
 ) {
     let running = emulator.start();
-    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
-    put(&running, "orders", "a", "1");
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -297,9 +255,9 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     rt().block_on(running.client.delete_table().table_name("orders").send())
         .unwrap();
     std::thread::sleep(Duration::from_millis(1100));
-    create_streamed_table(&running, "orders", StreamViewType::NewAndOldImages);
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     for pk in ["x", "y", "z"] {
-        put(&running, "orders", pk, "2");
+        running.put_pk("orders", pk, "2");
     }
     let state_before = std::fs::read(&pipeline.state).unwrap();
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, WriteRequest,
+    ScalarAttributeType, StreamSpecification, StreamViewType, WriteRequest,
 };
 
 /// The two emulators every protocol test runs against.
@@ -154,6 +154,48 @@ impl Running {
                 );
         }
         rt().block_on(request.send()).expect("CreateTable");
+    }
+
+    /// Creates `name` with hash key `pk` (S), on demand, with a stream of `view` when given.
+    pub fn create_pk_table(&self, name: &str, view: Option<StreamViewType>) {
+        let stream = view.map(|view| {
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(view)
+                .build()
+                .expect("stream specification")
+        });
+        let request = self
+            .client
+            .create_table()
+            .table_name(name)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .expect("attribute definition"),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .expect("key schema element"),
+            )
+            .set_stream_specification(stream);
+        rt().block_on(request.send()).expect("CreateTable");
+    }
+
+    /// Puts `{pk: S, v: N}` with PutItem.
+    pub fn put_pk(&self, table: &str, pk: &str, v: &str) {
+        let request = self
+            .client
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item(vec![("pk", s(pk)), ("v", n(v))])));
+        rt().block_on(request.send()).expect("PutItem");
     }
 
     /// Writes items with BatchWriteItem, 25 at a time, retrying unprocessed ones.
