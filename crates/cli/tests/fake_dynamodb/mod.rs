@@ -333,7 +333,7 @@ fn path_str(path: &Path) -> &str {
 }
 
 /// Runs the binary with a clean environment: no AWS settings of the machine leak in.
-async fn ddbpipe(args: &[&str]) -> Outcome {
+pub async fn ddbpipe(args: &[&str]) -> Outcome {
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args(args)
         .env_clear()

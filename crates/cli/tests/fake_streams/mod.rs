@@ -16,14 +16,13 @@
 mod fake_dynamodb;
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use wiremock::matchers::{body_partial_json, header, method, path};
 use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
+use fake_dynamodb::ddbpipe;
 pub use fake_dynamodb::{Outcome, aws_error, ok, throttle};
 
 /// The stream every pipeline here reads unless told otherwise.
@@ -31,9 +30,6 @@ pub const ARN: &str =
     "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000";
 /// The pipeline's name, which keys its entry in the state file.
 const NAME: &str = "t-stream";
-/// How long one `ddbpipe` invocation may take before the test gives up on it. A safety net
-/// against a hung binary, not an assertion: nothing here measures elapsed time.
-const PROCESS_LIMIT: Duration = Duration::from_secs(120);
 
 /// An operation of the endpoint, as named in `x-amz-target`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,30 +392,5 @@ impl Pipeline {
         let bytes = self.state_bytes().expect("the run wrote a state file");
         let state: Value = serde_json::from_slice(&bytes).expect("the state file is JSON");
         state["pipelines"][NAME]["position"].clone()
-    }
-}
-
-/// Runs the binary with a clean environment: no AWS settings of the machine leak in.
-async fn ddbpipe(args: &[&str]) -> Outcome {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-        .args(args)
-        .env_clear()
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_CONFIG_FILE", "/nonexistent/ddbpipe-test/config")
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/ddbpipe-test/credentials",
-        )
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(PROCESS_LIMIT, child)
-        .await
-        .unwrap_or_else(|_| panic!("ddbpipe {args:?} did not finish"))
-        .expect("the ddbpipe binary starts");
-    Outcome {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
