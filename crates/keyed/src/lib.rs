@@ -1,0 +1,283 @@
+//! Keyed destinations: one table per source table in SQLite or PostgreSQL, with typed key
+//! columns, a document column and a snapshot marker, and the pipeline's position in the same
+//! database (SPEC §6.5, §7.2–§7.4).
+//!
+//! # The destination table
+//! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
+//! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
+//! column (the item JSON: `TEXT` / `jsonb`), `_ddbpipe_snapshot` (integer, null) and
+//! `_ddbpipe_updated_at` (RFC 3339 text). Primary key: the key columns.
+//!
+//! # Rows
+//! [`RowChange::Upsert`] inserts or replaces the row; a snapshot row (written while a snapshot
+//! is open, `snapshot: true`) sets `_ddbpipe_snapshot` to the snapshot id, every other upsert
+//! leaves the marker as it is (null for a new row). [`RowChange::Delete`] deletes by key.
+//! Changes apply in slice order, so several changes to one key in a batch end in the last.
+//!
+//! # State
+//! Table `_ddbpipe_state (pipeline, part, value, updated_at)`, primary key `(pipeline, part)`;
+//! `value` is JSON text (SQLite) or `jsonb` (PostgreSQL). A [`StateWrite`] upserts and deletes
+//! parts. [`Database::apply`] writes the rows and the state in **one** transaction: its commit is
+//! the acknowledgement of the batch, so a crash either keeps both or neither.
+//!
+//! # Complete-read cleanup (SPEC §5.3, §7.4)
+//! [`Database::close_snapshot`] counts the rows marked with the snapshot id (`keys_written`); if
+//! that is at most `max_keys` and deletes are wanted, it deletes every row whose marker is null
+//! or another id; then it writes the state; all in one transaction.
+
+use std::collections::BTreeMap;
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PostgresDatabase;
+pub use sqlite::SqliteDatabase;
+
+/// The type of a key attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// `S`: text.
+    S,
+    /// `N`: an exact number, stored as its text (SQLite) or `numeric` (PostgreSQL).
+    N,
+    /// `B`: bytes.
+    B,
+}
+
+impl KeyType {
+    /// `"S"`, `"N"` or `"B"`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            KeyType::S => "S",
+            KeyType::N => "N",
+            KeyType::B => "B",
+        }
+    }
+}
+
+/// One key column of the destination table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyColumn {
+    /// The attribute name, used as the column name (quoted).
+    pub name: String,
+    /// Its type.
+    pub kind: KeyType,
+}
+
+/// The destination table of a pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    /// The table name (unquoted; quoted in SQL).
+    pub table: String,
+    /// PostgreSQL: the schema holding the table and `_ddbpipe_state` (default `public`).
+    /// SQLite: ignored.
+    pub schema: String,
+    /// The key columns, hash key first.
+    pub key: Vec<KeyColumn>,
+    /// The document column's name.
+    pub document_column: String,
+    /// Create the table (and `_ddbpipe_state`) when missing; otherwise a missing table is an
+    /// error.
+    pub create_table: bool,
+}
+
+/// One key value, in key-column order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyValue {
+    /// Text.
+    S(String),
+    /// The number's text (exact; as written by ddbpipe).
+    N(String),
+    /// Bytes.
+    B(Vec<u8>),
+}
+
+/// One change to the destination table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowChange {
+    /// Insert or replace the row of `key`.
+    Upsert {
+        /// The key values, in key-column order.
+        key: Vec<KeyValue>,
+        /// The document: a JSON object, as text.
+        document: String,
+        /// A snapshot row: marks the row with the open snapshot's id.
+        snapshot: bool,
+    },
+    /// Delete the row of `key` (nothing when there is none).
+    Delete {
+        /// The key values, in key-column order.
+        key: Vec<KeyValue>,
+    },
+}
+
+/// Parts of the pipeline state to write in a transaction (SPEC §6.5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateWrite {
+    /// The pipeline name.
+    pub pipeline: String,
+    /// Parts to insert or replace: `(part, JSON text)`.
+    pub upserts: Vec<(String, String)>,
+    /// Parts to delete.
+    pub deletes: Vec<String>,
+    /// `updated_at` of the written parts (RFC 3339).
+    pub updated_at: String,
+}
+
+impl StateWrite {
+    /// Whether nothing is to be written.
+    pub fn is_empty(&self) -> bool {
+        self.upserts.is_empty() && self.deletes.is_empty()
+    }
+}
+
+/// Closing a snapshot with the complete-read cleanup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseSnapshot {
+    /// The snapshot id (the marker of its rows).
+    pub id: i64,
+    /// Delete rows the snapshot did not write (`resnapshot_deletes`, and for a mirror only when
+    /// the destination held rows at the capture).
+    pub delete_unseen: bool,
+    /// Delete nothing when the snapshot wrote more than this many keys.
+    pub max_keys: u64,
+}
+
+/// What closing a snapshot did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed {
+    /// Rows marked with the snapshot id.
+    pub keys_written: u64,
+    /// Rows deleted.
+    pub deleted: u64,
+    /// `true` when deletes were wanted but skipped because `keys_written > max_keys`.
+    pub ceiling_hit: bool,
+}
+
+/// A database error, classified for retries (SPEC §9.4).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DbError {
+    /// What went wrong, with the table or file; never a password.
+    pub message: String,
+    /// Connection loss, serialization failure, deadlock, too many connections, admin shutdown,
+    /// SQLite busy/locked: retry the whole transaction.
+    pub retryable: bool,
+}
+
+impl DbError {
+    /// A definite error.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        DbError {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+/// Who holds a pipeline's lock, when it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// Where the lock is ("postgres advisory lock 12345 on host/db").
+    pub location: String,
+    /// The holder's process (PostgreSQL: the backend pid), when known.
+    pub pid: Option<u32>,
+}
+
+/// A keyed destination database.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A SQLite file.
+    Sqlite(SqliteDatabase),
+    /// A PostgreSQL database.
+    Postgres(PostgresDatabase),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $db:ident => $call:expr) => {
+        match $self {
+            Database::Sqlite($db) => $call,
+            Database::Postgres($db) => $call,
+        }
+    };
+}
+
+impl Database {
+    /// "sqlite out/orders.db" or "postgres db.example.com:5432/app" (never a password).
+    pub fn describe(&self) -> String {
+        dispatch!(self, db => db.describe())
+    }
+
+    /// Creates `_ddbpipe_state` when missing (a database opened only to read state creates
+    /// nothing: see [`load_state`](Self::load_state)).
+    pub async fn prepare_state(&self) -> Result<(), DbError> {
+        dispatch!(self, db => db.prepare_state().await)
+    }
+
+    /// Creates the destination table when missing and allowed, or checks an existing one has
+    /// the same key columns (an error lists both); also prepares `_ddbpipe_state`.
+    pub async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+        dispatch!(self, db => db.prepare(spec).await)
+    }
+
+    /// One transaction: the rows in order (snapshot rows marked with `snapshot_id`), then the
+    /// state parts; the commit is the acknowledgement.
+    pub async fn apply(
+        &self,
+        spec: &TableSpec,
+        rows: &[RowChange],
+        snapshot_id: Option<i64>,
+        state: &StateWrite,
+    ) -> Result<(), DbError> {
+        dispatch!(self, db => db.apply(spec, rows, snapshot_id, state).await)
+    }
+
+    /// Writes state parts alone, in one transaction.
+    pub async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
+        dispatch!(self, db => db.store_state(state).await)
+    }
+
+    /// The stored parts of `pipeline` as `part → JSON text`; empty when there are none or the
+    /// state table does not exist.
+    pub async fn load_state(&self, pipeline: &str) -> Result<BTreeMap<String, String>, DbError> {
+        dispatch!(self, db => db.load_state(pipeline).await)
+    }
+
+    /// Deletes every part of `pipeline`; `true` when something was deleted.
+    pub async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
+        dispatch!(self, db => db.reset_state(pipeline).await)
+    }
+
+    /// Rows in the destination table (0 when it does not exist).
+    pub async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
+        dispatch!(self, db => db.count_rows(spec).await)
+    }
+
+    /// Closes a snapshot (see the module docs) and writes `state`, in one transaction.
+    pub async fn close_snapshot(
+        &self,
+        spec: &TableSpec,
+        close: CloseSnapshot,
+        state: &StateWrite,
+    ) -> Result<Closed, DbError> {
+        dispatch!(self, db => db.close_snapshot(spec, close, state).await)
+    }
+
+    /// Takes the pipeline's run lock, held until this database handle and all its clones are
+    /// dropped. `Err(Ok(holder))` when another run holds it.
+    pub async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
+        dispatch!(self, db => db.lock(pipeline).await)
+    }
+
+    /// Whether another run holds the pipeline's lock (for `check`; takes nothing).
+    pub async fn lock_holder(&self, pipeline: &str) -> Result<Option<LockHolder>, DbError> {
+        dispatch!(self, db => db.lock_holder(pipeline).await)
+    }
+
+    /// The `check` probe (SPEC §8.2): the database is reachable and the table creatable or
+    /// compatible, with rights to create, write and delete; changes nothing. Returns a detail
+    /// line.
+    pub async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
+        dispatch!(self, db => db.probe(spec).await)
+    }
+}
