@@ -3,6 +3,9 @@
 #
 # - moto's DynamoDB server (PyPI `moto[server]==5.2.5`), started by the tests on free loopback
 #   ports; dynoxide is embedded in the tests as a crate, so it needs no install.
+# - PostgreSQL for the keyed-destination tests: scripts/postgres.sh starts a throwaway server
+#   (installing Debian's `postgresql` package when missing) and exports
+#   DDBPIPE_TEST_POSTGRES_URL, unless that is already set; the server stops on exit.
 # - Reuses a build cache outside the checkout when one exists ($CARGO_TARGET_DIR, default
 #   ~/.cache/ddbpipe/target): a cold build of the AWS SDK takes minutes on 2 cores.
 set -euo pipefail
@@ -17,6 +20,9 @@ then
   python3 -m pip install --quiet 'moto[server]==5.2.5'
 fi
 command -v moto_server >/dev/null || { echo "moto_server is not on PATH after installing moto" >&2; exit 1; }
+
+# shellcheck source=scripts/postgres.sh
+source scripts/postgres.sh
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ddbpipe/target}"
 cargo test --workspace --locked "$@"

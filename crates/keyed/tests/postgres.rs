@@ -1,0 +1,1290 @@
+//! The PostgreSQL backend against a real server.
+//!
+//! The server comes from `DDBPIPE_TEST_POSTGRES_URL`, which `scripts/test.sh` sets (it starts a
+//! throwaway server); without it every test here fails. Each test works in its own schema
+//! (random name, dropped at the end, even after a failure), so the tests run in parallel.
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ddbpipe_keyed::{
+    CloseSnapshot, Closed, Database, KeyColumn, KeyType, KeyValue, PostgresDatabase, RowChange,
+    StateWrite, TableSpec,
+};
+use tokio_postgres::NoTls;
+
+fn url() -> String {
+    std::env::var("DDBPIPE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
+             starts a throwaway PostgreSQL server (or point the variable at a server of yours)"
+        )
+    })
+}
+
+/// A fresh schema, a handle whose state schema it is, and a separate admin connection to look.
+struct Fixture {
+    schema: String,
+    db: Database,
+    admin: tokio_postgres::Client,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let schema = format!(
+            "t_{}_{}_{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = admin().await;
+        admin
+            .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+            .await
+            .unwrap();
+        let db = Self::handle_in(&schema).await;
+        Fixture { schema, db, admin }
+    }
+
+    async fn handle_in(schema: &str) -> Database {
+        Database::Postgres(
+            PostgresDatabase::connect(&url())
+                .await
+                .unwrap()
+                .with_schema(schema),
+        )
+    }
+
+    async fn handle(&self) -> Database {
+        Self::handle_in(&self.schema).await
+    }
+
+    fn spec(&self, table: &str, key: &[(&str, KeyType)]) -> TableSpec {
+        TableSpec {
+            table: table.to_string(),
+            schema: self.schema.clone(),
+            key: key
+                .iter()
+                .map(|(name, kind)| KeyColumn {
+                    name: name.to_string(),
+                    kind: *kind,
+                })
+                .collect(),
+            document_column: "doc".to_string(),
+            create_table: true,
+        }
+    }
+
+    /// `id → (doc, marker)` for a table keyed by `id` (S).
+    async fn by_id(&self, table: &str) -> BTreeMap<String, (serde_json::Value, Option<i64>)> {
+        self.admin
+            .query(
+                &format!(
+                    "SELECT id, doc::text, _ddbpipe_snapshot FROM \"{}\".\"{table}\"",
+                    self.schema
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let doc: String = row.get(1);
+                (
+                    row.get(0),
+                    (serde_json::from_str(&doc).unwrap(), row.get(2)),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // Runs after a failed assertion too; the test's runtime cannot be used from here.
+        let schema = self.schema.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                admin()
+                    .await
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+            })
+        })
+        .join();
+    }
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to DDBPIPE_TEST_POSTGRES_URL: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+fn s(text: &str) -> KeyValue {
+    KeyValue::S(text.to_string())
+}
+
+fn upsert(id: &str, value: i64, snapshot: bool) -> RowChange {
+    RowChange::Upsert {
+        key: vec![s(id)],
+        document: format!(r#"{{"id": "{id}", "v": {value}}}"#),
+        snapshot,
+    }
+}
+
+fn delete(id: &str) -> RowChange {
+    RowChange::Delete { key: vec![s(id)] }
+}
+
+fn state(pipeline: &str, parts: &[(&str, &str)], deletes: &[&str]) -> StateWrite {
+    StateWrite {
+        pipeline: pipeline.to_string(),
+        upserts: parts
+            .iter()
+            .map(|(part, value)| (part.to_string(), value.to_string()))
+            .collect(),
+        deletes: deletes.iter().map(|part| part.to_string()).collect(),
+        updated_at: "2024-05-01T12:00:00.000Z".to_string(),
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
+async fn load(db: &Database, pipeline: &str) -> BTreeMap<String, serde_json::Value> {
+    db.load_state(pipeline)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(part, value)| (part, json(&value)))
+        .collect()
+}
+
+#[tokio::test]
+async fn creates_the_table_and_reopens_a_compatible_one() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec(
+        "orders",
+        &[("customer", KeyType::S), ("order_id", KeyType::N)],
+    );
+
+    let detail = fx.db.probe(&spec).await.unwrap();
+    assert!(
+        detail.ends_with(&format!("table '{}.orders' will be created", fx.schema)),
+        "{detail}"
+    );
+    assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 0);
+    assert!(
+        fx.admin.tables(&fx.schema).await.is_empty(),
+        "probe created something"
+    );
+
+    fx.db.prepare(&spec).await.unwrap();
+    assert_eq!(
+        fx.admin.tables(&fx.schema).await,
+        ["_ddbpipe_state", "orders"]
+    );
+    let columns: Vec<(String, String, String)> = fx
+        .admin
+        .query(
+            "SELECT column_name::text, data_type::text, is_nullable::text \
+             FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'orders' \
+             ORDER BY ordinal_position",
+            &[&fx.schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    let want = [
+        ("customer", "text", "NO"),
+        ("order_id", "numeric", "NO"),
+        ("doc", "jsonb", "NO"),
+        ("_ddbpipe_snapshot", "bigint", "YES"),
+        ("_ddbpipe_updated_at", "text", "NO"),
+    ];
+    assert_eq!(
+        columns,
+        want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    );
+
+    // Reopen: another handle, the same spec; and `create_table: false` now that it exists.
+    let other = fx.handle().await;
+    other.prepare(&spec).await.unwrap();
+    other
+        .prepare(&TableSpec {
+            create_table: false,
+            ..spec.clone()
+        })
+        .await
+        .unwrap();
+    fx.db
+        .apply(
+            &spec,
+            &[RowChange::Upsert {
+                key: vec![s("c1"), KeyValue::N("1".into())],
+                document: "{}".into(),
+                snapshot: false,
+            }],
+            None,
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    let detail = other.probe(&spec).await.unwrap();
+    assert!(
+        detail.ends_with(&format!("table '{}.orders' exists, 1 row(s)", fx.schema)),
+        "{detail}"
+    );
+    assert!(
+        detail.starts_with("127.0.0.1:") || detail.contains(':'),
+        "{detail}"
+    );
+    assert!(fx.db.describe().starts_with("postgres "));
+    assert!(
+        !fx.db.describe().contains("ddbpipe:"),
+        "{}",
+        fx.db.describe()
+    );
+}
+
+/// Lists a schema's tables.
+trait Tables {
+    async fn tables(&self, schema: &str) -> Vec<String>;
+}
+
+impl Tables for tokio_postgres::Client {
+    async fn tables(&self, schema: &str) -> Vec<String> {
+        self.query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 \
+             ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+    }
+}
+
+#[tokio::test]
+async fn an_incompatible_table_is_an_error_listing_both_keys() {
+    let fx = Fixture::new().await;
+    fx.db
+        .prepare(&fx.spec("orders", &[("id", KeyType::S)]))
+        .await
+        .unwrap();
+
+    let err = fx
+        .db
+        .prepare(&fx.spec("orders", &[("id", KeyType::N)]))
+        .await
+        .unwrap_err();
+    assert!(!err.retryable);
+    assert!(
+        err.message
+            .contains(&format!("postgres table '{}.orders'", fx.schema)),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains(r#"("id" text)"#), "{}", err.message);
+    assert!(err.message.contains(r#"("id" numeric)"#), "{}", err.message);
+
+    let err = fx
+        .db
+        .prepare(&fx.spec("orders", &[("id", KeyType::S), ("sk", KeyType::B)]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message.contains(r#"("id" text, "sk" bytea)"#),
+        "{}",
+        err.message
+    );
+
+    // A table of someone else's: right key, but not the columns ddbpipe writes.
+    fx.admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{}\".foreign_made (id text PRIMARY KEY, doc jsonb)",
+            fx.schema
+        ))
+        .await
+        .unwrap();
+    let err = fx
+        .db
+        .prepare(&fx.spec("foreign_made", &[("id", KeyType::S)]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message.contains("\"_ddbpipe_snapshot\""),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("\"_ddbpipe_updated_at\""),
+        "{}",
+        err.message
+    );
+    assert!(!err.message.contains("\"doc\""), "{}", err.message);
+    let err = fx
+        .db
+        .probe(&fx.spec("foreign_made", &[("id", KeyType::S)]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message.contains("\"_ddbpipe_snapshot\""),
+        "{}",
+        err.message
+    );
+
+    // Missing and not to be created.
+    let spec = TableSpec {
+        create_table: false,
+        ..fx.spec("absent", &[("id", KeyType::S)])
+    };
+    let err = fx.db.prepare(&spec).await.unwrap_err();
+    assert!(err.message.contains("does not exist"), "{}", err.message);
+    let err = fx.db.probe(&spec).await.unwrap_err();
+    assert!(err.message.contains("does not exist"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn a_name_over_63_bytes_asks_for_sink_table() {
+    let fx = Fixture::new().await;
+    let long = "x".repeat(64);
+    let err = fx
+        .db
+        .prepare(&fx.spec(&long, &[("id", KeyType::S)]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        format!(
+            "postgres table name '{long}' is longer than 63 bytes; set sink.table to a shorter name"
+        )
+    );
+    // 63 bytes (multi-byte characters count in bytes) is fine.
+    let fits = format!("{}é", "y".repeat(61));
+    assert_eq!(fits.len(), 63);
+    fx.db
+        .prepare(&fx.spec(&fits, &[("id", KeyType::S)]))
+        .await
+        .unwrap();
+    let err = fx
+        .db
+        .prepare(&fx.spec("t", &[(&"k".repeat(64), KeyType::S)]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message.contains("longer than 63 bytes"),
+        "{}",
+        err.message
+    );
+}
+
+/// Applies `rows` to a model of the table, in order.
+fn model(rows: &[RowChange], into: &mut BTreeMap<String, serde_json::Value>) {
+    for row in rows {
+        match row {
+            RowChange::Upsert { key, document, .. } => {
+                let [KeyValue::S(id)] = key.as_slice() else {
+                    unreachable!()
+                };
+                into.insert(id.clone(), json(document));
+            }
+            RowChange::Delete { key } => {
+                let [KeyValue::S(id)] = key.as_slice() else {
+                    unreachable!()
+                };
+                into.remove(id);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn changes_apply_in_order_within_a_batch() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+
+    // A short batch: upsert, delete, upsert again, and a delete that ends a key.
+    let short = [
+        upsert("a", 1, false),
+        upsert("b", 1, false),
+        delete("a"),
+        upsert("a", 2, false),
+        upsert("a", 3, false),
+        delete("b"),
+    ];
+    // A long batch (over try_join_all's small-batch path): each of 10 keys changed 20 times.
+    let mut long = Vec::new();
+    for round in 0..20 {
+        for k in 0..10 {
+            let id = format!("k{k}");
+            if (round + k) % 3 == 0 {
+                long.push(delete(&id));
+            } else {
+                long.push(upsert(&id, round * 100 + k, false));
+            }
+        }
+    }
+    let mut want = BTreeMap::new();
+    for batch in [&short[..], &long[..]] {
+        fx.db
+            .apply(&spec, batch, None, &StateWrite::default())
+            .await
+            .unwrap();
+        model(batch, &mut want);
+        let got: BTreeMap<String, serde_json::Value> = fx
+            .by_id("t")
+            .await
+            .into_iter()
+            .map(|(id, (doc, _))| (id, doc))
+            .collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(fx.db.count_rows(&spec).await.unwrap(), want.len() as u64);
+}
+
+#[tokio::test]
+async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("a", 1, true), upsert("b", 1, true)],
+            Some(7),
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    // A change while the snapshot is open: updates the document, keeps the marker; a new row
+    // from a change has none.
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("a", 2, false), upsert("c", 1, false)],
+            Some(7),
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("b", 2, false)],
+            None,
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    let rows = fx.by_id("t").await;
+    assert_eq!(rows["a"], (json(r#"{"id": "a", "v": 2}"#), Some(7)));
+    assert_eq!(rows["b"], (json(r#"{"id": "b", "v": 2}"#), Some(7)));
+    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), None));
+
+    // A later snapshot re-marks the rows it writes.
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("c", 3, true), upsert("a", 3, true)],
+            Some(8),
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    let rows = fx.by_id("t").await;
+    assert_eq!(rows["a"].1, Some(8));
+    assert_eq!(rows["b"].1, Some(7));
+    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 3}"#), Some(8)));
+
+    let updated_at: String = fx
+        .admin
+        .query_one(
+            &format!(
+                "SELECT _ddbpipe_updated_at FROM \"{}\".t WHERE id = 'a'",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // RFC 3339 UTC with milliseconds: 2024-05-01T12:00:00.000Z
+    let shape: String = updated_at
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '0' } else { c })
+        .collect();
+    assert_eq!(shape, "0000-00-00T00:00:00.000Z", "{updated_at}");
+
+    // A snapshot row without a snapshot id is a bug of the caller.
+    let err = fx
+        .db
+        .apply(&spec, &[upsert("d", 1, true)], None, &StateWrite::default())
+        .await
+        .unwrap_err();
+    assert!(!err.retryable);
+}
+
+#[tokio::test]
+async fn replaying_a_batch_and_its_state_changes_nothing() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("old", 1, false), upsert("x", 1, false)],
+            None,
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+
+    let batch = [
+        upsert("a", 1, true),
+        delete("old"),
+        upsert("x", 5, false),
+        upsert("b", 1, true),
+        delete("a"),
+        upsert("a", 2, true),
+    ];
+    let write = state("p", &[("position", r#"{"seq": "42"}"#)], &["stale"]);
+    fx.db.apply(&spec, &batch, Some(3), &write).await.unwrap();
+    let rows_once = fx.by_id("t").await;
+    let state_once = load(&fx.db, "p").await;
+    fx.db.apply(&spec, &batch, Some(3), &write).await.unwrap();
+    assert_eq!(fx.by_id("t").await, rows_once);
+    assert_eq!(load(&fx.db, "p").await, state_once);
+    assert_eq!(
+        state_once,
+        BTreeMap::from([("position".to_string(), json(r#"{"seq": "42"}"#))])
+    );
+    assert_eq!(rows_once.len(), 3);
+}
+
+#[tokio::test]
+async fn a_bad_row_rolls_back_the_batch_and_the_state() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    fx.db
+        .apply(
+            &spec,
+            &[upsert("keep", 1, false)],
+            None,
+            &state("p", &[("pos", "1")], &[]),
+        )
+        .await
+        .unwrap();
+    let before = fx.by_id("t").await;
+
+    let bad_document = RowChange::Upsert {
+        key: vec![s("bad")],
+        document: "{not json".into(),
+        snapshot: false,
+    };
+    let write = state("p", &[("pos", "2"), ("extra", "true")], &[]);
+    let err = fx
+        .db
+        .apply(
+            &spec,
+            &[
+                upsert("new", 1, false),
+                delete("keep"),
+                bad_document,
+                upsert("later", 1, false),
+            ],
+            None,
+            &write,
+        )
+        .await
+        .unwrap_err();
+    assert!(!err.retryable, "{}", err.message);
+    assert!(
+        err.message
+            .starts_with(&format!("postgres table '{}.t': ", fx.schema)),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("json"), "{}", err.message);
+    assert_eq!(fx.by_id("t").await, before);
+    assert_eq!(
+        load(&fx.db, "p").await,
+        BTreeMap::from([("pos".to_string(), json("1"))])
+    );
+
+    // The handle is still usable after the rollback.
+    fx.db
+        .apply(&spec, &[upsert("new", 1, false)], None, &write)
+        .await
+        .unwrap();
+    assert_eq!(fx.by_id("t").await.len(), 2);
+    assert_eq!(load(&fx.db, "p").await.len(), 2);
+
+    // A bad number and a bad state value fail the same way.
+    let nspec = fx.spec("n", &[("id", KeyType::N)]);
+    fx.db.prepare(&nspec).await.unwrap();
+    let good = RowChange::Upsert {
+        key: vec![KeyValue::N("1".into())],
+        document: "{}".into(),
+        snapshot: false,
+    };
+    let bad = RowChange::Upsert {
+        key: vec![KeyValue::N("one".into())],
+        document: "{}".into(),
+        snapshot: false,
+    };
+    let err = fx
+        .db
+        .apply(&nspec, &[good.clone(), bad], None, &StateWrite::default())
+        .await
+        .unwrap_err();
+    assert!(!err.retryable);
+    assert_eq!(fx.db.count_rows(&nspec).await.unwrap(), 0);
+    let err = fx
+        .db
+        .apply(
+            &nspec,
+            std::slice::from_ref(&good),
+            None,
+            &state("p", &[("pos", "{oops")], &[]),
+        )
+        .await
+        .unwrap_err();
+    assert!(!err.retryable);
+    assert_eq!(fx.db.count_rows(&nspec).await.unwrap(), 0);
+
+    // Wrong number or type of key values: fatal, naming the table, nothing written.
+    for key in [
+        vec![s("x")],
+        vec![KeyValue::N("1".into()), KeyValue::N("2".into())],
+    ] {
+        let err = fx
+            .db
+            .apply(
+                &nspec,
+                &[good.clone(), RowChange::Delete { key }],
+                None,
+                &StateWrite::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(!err.retryable);
+        assert!(
+            err.message
+                .contains(&format!("postgres table '{}.n'", fx.schema)),
+            "{}",
+            err.message
+        );
+        assert_eq!(fx.db.count_rows(&nspec).await.unwrap(), 0);
+    }
+}
+
+#[tokio::test]
+async fn state_round_trips_and_resets() {
+    let fx = Fixture::new().await;
+    // No state table yet: nothing stored, nothing to reset, no rows.
+    assert!(fx.db.load_state("p").await.unwrap().is_empty());
+    assert!(!fx.db.reset_state("p").await.unwrap());
+    assert_eq!(
+        fx.db
+            .count_rows(&fx.spec("t", &[("id", KeyType::S)]))
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(
+        fx.admin.tables(&fx.schema).await.is_empty(),
+        "reading created something"
+    );
+
+    fx.db.prepare_state().await.unwrap();
+    assert_eq!(fx.admin.tables(&fx.schema).await, ["_ddbpipe_state"]);
+    fx.db
+        .store_state(&state(
+            "p",
+            &[
+                ("position", r#"{"shards": {"s1": "100"}}"#),
+                ("snapshot", r#"{"id": 3}"#),
+            ],
+            &[],
+        ))
+        .await
+        .unwrap();
+    fx.db
+        .store_state(&state("other", &[("position", "1")], &[]))
+        .await
+        .unwrap();
+    fx.db
+        .store_state(&state(
+            "p",
+            &[("position", r#"{"shards": {}}"#)],
+            &["snapshot", "never"],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        load(&fx.db, "p").await,
+        BTreeMap::from([("position".to_string(), json(r#"{"shards": {}}"#))])
+    );
+    let updated_at: String = fx
+        .admin
+        .query_one(
+            &format!(
+                "SELECT updated_at FROM \"{}\"._ddbpipe_state WHERE pipeline = 'p'",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(updated_at, "2024-05-01T12:00:00.000Z");
+
+    // Another handle reads the same.
+    assert_eq!(load(&fx.handle().await, "p").await, load(&fx.db, "p").await);
+
+    assert!(fx.db.reset_state("p").await.unwrap());
+    assert!(fx.db.load_state("p").await.unwrap().is_empty());
+    assert!(!fx.db.reset_state("p").await.unwrap());
+    assert_eq!(load(&fx.db, "other").await.len(), 1);
+
+    // A schema that does not exist at all reads as empty too.
+    let nowhere = Fixture::handle_in(&format!("{}_absent", fx.schema)).await;
+    assert!(nowhere.load_state("p").await.unwrap().is_empty());
+    assert!(!nowhere.reset_state("p").await.unwrap());
+}
+
+#[tokio::test]
+async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    let fill = |fx: &Fixture| {
+        let db = fx.db.clone();
+        let spec = spec.clone();
+        async move {
+            db.apply(
+                &spec,
+                &[upsert("old", 1, true)],
+                Some(4),
+                &StateWrite::default(),
+            )
+            .await
+            .unwrap();
+            db.apply(
+                &spec,
+                &[
+                    upsert("a", 1, true),
+                    upsert("b", 1, true),
+                    upsert("changed", 1, false),
+                ],
+                Some(5),
+                &StateWrite::default(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    fill(&fx).await;
+
+    // Over the ceiling: nothing deleted, the state still written.
+    let close = CloseSnapshot {
+        id: 5,
+        delete_unseen: true,
+        max_keys: 1,
+    };
+    let closed = fx
+        .db
+        .close_snapshot(
+            &spec,
+            close,
+            &state("p", &[("snapshot", "\"closed\"")], &[]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        closed,
+        Closed {
+            keys_written: 2,
+            deleted: 0,
+            ceiling_hit: true
+        }
+    );
+    assert_eq!(fx.by_id("t").await.len(), 4);
+    assert_eq!(load(&fx.db, "p").await["snapshot"], json("\"closed\""));
+
+    // No deletes wanted.
+    let closed = fx
+        .db
+        .close_snapshot(
+            &spec,
+            CloseSnapshot {
+                delete_unseen: false,
+                ..close
+            },
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        closed,
+        Closed {
+            keys_written: 2,
+            deleted: 0,
+            ceiling_hit: false
+        }
+    );
+    assert_eq!(fx.by_id("t").await.len(), 4);
+
+    // At the ceiling: the row of an older snapshot and the unmarked one go.
+    let closed = fx
+        .db
+        .close_snapshot(
+            &spec,
+            CloseSnapshot {
+                max_keys: 2,
+                ..close
+            },
+            &state("p", &[("snapshot", "null")], &[]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        closed,
+        Closed {
+            keys_written: 2,
+            deleted: 2,
+            ceiling_hit: false
+        }
+    );
+    assert_eq!(
+        fx.by_id("t").await.into_keys().collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(load(&fx.db, "p").await["snapshot"], json("null"));
+
+    // A failure inside rolls back the deletes: a state value that is not JSON.
+    fill(&fx).await;
+    let err = fx
+        .db
+        .close_snapshot(
+            &spec,
+            CloseSnapshot {
+                max_keys: 10,
+                ..close
+            },
+            &state("p", &[("snapshot", "{bad")], &[]),
+        )
+        .await
+        .unwrap_err();
+    assert!(!err.retryable);
+    assert_eq!(fx.by_id("t").await.len(), 4);
+}
+
+/// FNV-1a 64 of "ddbpipe:" + pipeline.
+fn lock_key(pipeline: &str) -> u64 {
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for b in format!("ddbpipe:{pipeline}").bytes() {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
+    }
+    hash
+}
+
+/// The backend pid holding `pipeline`'s lock, seen by an independent query.
+async fn lock_pid(admin: &tokio_postgres::Client, pipeline: &str) -> Option<i32> {
+    let hash = lock_key(pipeline);
+    admin
+        .query_opt(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1",
+            &[&((hash >> 32) as i64), &((hash & 0xffff_ffff) as i64)],
+        )
+        .await
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
+    let fx = Fixture::new().await;
+    let pipeline = format!("orders-{}", fx.schema);
+    let first = fx.handle().await;
+    let second = fx.handle().await;
+
+    assert_eq!(second.lock_holder(&pipeline).await.unwrap(), None);
+    first.lock(&pipeline).await.unwrap();
+    first.lock(&pipeline).await.unwrap(); // again: already ours
+    let pid = lock_pid(&fx.admin, &pipeline)
+        .await
+        .expect("lock not in pg_locks");
+
+    let holder = second.lock(&pipeline).await.unwrap_err().unwrap();
+    assert_eq!(holder.pid, Some(pid as u32));
+    let config: tokio_postgres::Config = url().parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("the tests need a TCP host")
+    };
+    assert_eq!(
+        holder.location,
+        format!(
+            "postgres advisory lock {} on {host}:{}/{}",
+            lock_key(&pipeline) as i64,
+            config.get_ports()[0],
+            config.get_dbname().unwrap()
+        )
+    );
+    assert_eq!(
+        second.lock_holder(&pipeline).await.unwrap(),
+        Some(holder.clone())
+    );
+    assert_eq!(
+        first.lock_holder(&pipeline).await.unwrap(),
+        None,
+        "own lock reported"
+    );
+    // Another pipeline is free.
+    second.lock(&format!("{pipeline}-2")).await.unwrap();
+
+    // A clone keeps it; dropping every clone releases it.
+    let clone = first.clone();
+    drop(first);
+    assert!(second.lock(&pipeline).await.is_err());
+    drop(clone);
+    eventually("the lock to be released", || async {
+        second.lock(&pipeline).await.is_ok()
+    })
+    .await;
+    let third = fx.handle().await;
+    let holder = third.lock(&pipeline).await.unwrap_err().unwrap();
+    assert_eq!(
+        holder.pid.map(|p| p as i32),
+        lock_pid(&fx.admin, &pipeline).await
+    );
+    assert_ne!(holder.pid, Some(pid as u32));
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
+    let fx = Fixture::new().await;
+    let pipeline = format!("orders-{}", fx.schema);
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    let db = fx.handle().await;
+    db.prepare(&spec).await.unwrap();
+    db.lock(&pipeline).await.unwrap();
+    let pid = lock_pid(&fx.admin, &pipeline).await.unwrap();
+
+    let kill = |pid: i32| async move {
+        let admin = admin().await;
+        assert!(
+            admin
+                .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        );
+        eventually("the backend to exit", || async {
+            admin
+                .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&pid])
+                .await
+                .unwrap()
+                .is_none()
+        })
+        .await;
+    };
+    kill(pid).await;
+    // The first call may notice the loss (retryable) or reconnect straight away; then it works.
+    match db
+        .apply(
+            &spec,
+            &[upsert("a", 1, false)],
+            None,
+            &StateWrite::default(),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(e) => {
+            assert!(e.retryable, "{}", e.message);
+            db.apply(
+                &spec,
+                &[upsert("a", 1, false)],
+                None,
+                &StateWrite::default(),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    assert_eq!(fx.by_id("t").await.len(), 1);
+    let new_pid = lock_pid(&fx.admin, &pipeline)
+        .await
+        .expect("lock not re-taken");
+    assert_ne!(new_pid, pid);
+
+    // Lost again, and another run takes the lock meanwhile: fatal.
+    kill(new_pid).await;
+    let other = fx.handle().await;
+    other.lock(&pipeline).await.unwrap();
+    let mut err = db.count_rows(&spec).await.unwrap_err();
+    if err.retryable {
+        err = db.count_rows(&spec).await.unwrap_err();
+    }
+    assert!(!err.retryable, "{}", err.message);
+    assert!(err.message.contains("another run"), "{}", err.message);
+    assert!(err.message.contains(&pipeline), "{}", err.message);
+}
+
+#[tokio::test]
+async fn numbers_and_bytes_keys_are_exact() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("n", KeyType::N), ("b", KeyType::B)]);
+    fx.db.prepare(&spec).await.unwrap();
+    let big = "12345678901234567890123456789012345678";
+    let tiny = "-0.000000000000000000000000000000000001";
+    let bytes = vec![0u8, 255, 1, 0x27, 0x5c];
+    let key = |n: &str, b: &[u8]| vec![KeyValue::N(n.to_string()), KeyValue::B(b.to_vec())];
+    let rows = [
+        RowChange::Upsert {
+            key: key(big, &bytes),
+            document: r#"{"v": 1}"#.into(),
+            snapshot: false,
+        },
+        RowChange::Upsert {
+            key: key(tiny, &bytes),
+            document: r#"{"v": 2}"#.into(),
+            snapshot: false,
+        },
+        // One more than `big`: a float would merge them.
+        RowChange::Upsert {
+            key: key("12345678901234567890123456789012345679", &bytes),
+            document: r#"{"v": 3}"#.into(),
+            snapshot: false,
+        },
+        RowChange::Upsert {
+            key: key(big, &[]),
+            document: r#"{"v": 4}"#.into(),
+            snapshot: false,
+        },
+    ];
+    fx.db
+        .apply(&spec, &rows, None, &StateWrite::default())
+        .await
+        .unwrap();
+    let got: Vec<(String, Vec<u8>)> = fx
+        .admin
+        .query(
+            &format!("SELECT n::text, b FROM \"{}\".t ORDER BY n, b", fx.schema),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (tiny.to_string(), bytes.clone()),
+            (big.to_string(), vec![]),
+            (big.to_string(), bytes.clone()),
+            (
+                "12345678901234567890123456789012345679".to_string(),
+                bytes.clone()
+            ),
+        ]
+    );
+    fx.db
+        .apply(
+            &spec,
+            &[RowChange::Delete {
+                key: key(big, &bytes),
+            }],
+            None,
+            &StateWrite::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 3);
+}
+
+#[test]
+fn redact_hides_passwords() {
+    for (url, want) in [
+        (
+            "postgres://ddbpipe:hunter22@db.example.com:5432/app?sslmode=require",
+            "postgres://ddbpipe:***@db.example.com:5432/app?sslmode=require",
+        ),
+        (
+            "postgresql://ddbpipe@db/app?password=hunter22",
+            "postgresql://ddbpipe@db/app?password=***",
+        ),
+        (
+            "host=db.example.com user=ddbpipe password=hunter22 dbname=app",
+            "host=db.example.com user=ddbpipe password=*** dbname=app",
+        ),
+        (
+            "host=db password='hunter 22' sslmode=prefer",
+            "host=db password=*** sslmode=prefer",
+        ),
+    ] {
+        let redacted = PostgresDatabase::redact(url);
+        assert_eq!(redacted, want);
+        assert!(!redacted.contains("hunter"));
+    }
+}
+
+#[tokio::test]
+async fn connect_errors_do_not_show_the_password() {
+    let config: tokio_postgres::Config = url().parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        other => panic!("the tests need a TCP host, got {other:?}"),
+    };
+    let port = config.get_ports()[0];
+    let user = config.get_user().unwrap();
+
+    // Wrong password, both forms.
+    for url in [
+        format!("postgres://{user}:hunter22-wrong@{host}:{port}/ddbpipe_test?sslmode=disable"),
+        format!(
+            "host={host} port={port} user={user} password=hunter22-wrong dbname=ddbpipe_test sslmode=disable"
+        ),
+    ] {
+        let err = PostgresDatabase::connect(&url).await.unwrap_err();
+        assert!(!err.message.contains("hunter22"), "{}", err.message);
+        assert!(!err.retryable, "{}", err.message);
+        assert!(
+            err.message.contains("password authentication failed"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message
+                .starts_with(&format!("postgres {host}:{port}/ddbpipe_test: ")),
+            "{}",
+            err.message
+        );
+    }
+    // Unparsable: the string is shown redacted.
+    let err = PostgresDatabase::connect("postgres://u:hunter22@db:notaport/app")
+        .await
+        .unwrap_err();
+    assert!(!err.message.contains("hunter22"), "{}", err.message);
+    assert!(err.message.contains("u:***@db"), "{}", err.message);
+    // Nobody listening: retryable.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = PostgresDatabase::connect(&format!(
+        "postgres://{user}:hunter22@127.0.0.1:{closed_port}/app?sslmode=disable"
+    ))
+    .await
+    .unwrap_err();
+    assert!(err.retryable, "{}", err.message);
+    assert!(!err.message.contains("hunter22"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn sslmode_require_and_prefer() {
+    let fx = Fixture::new().await;
+    let ssl: String = fx.admin.query_one("SHOW ssl", &[]).await.unwrap().get(0);
+    let base = url().replace("sslmode=disable", "");
+    let with = |mode: &str| {
+        if base.contains('?') {
+            format!("{base}&sslmode={mode}")
+                .replace("?&", "?")
+                .replace("&&", "&")
+        } else {
+            format!("{base}?sslmode={mode}")
+        }
+    };
+    // prefer always connects (encrypted when the server can).
+    let db = Database::Postgres(PostgresDatabase::connect(&with("prefer")).await.unwrap());
+    assert!(db.load_state("p").await.unwrap().is_empty());
+    let require = PostgresDatabase::connect(&with("require")).await;
+    if ssl == "on" {
+        // scripts/postgres.sh turns TLS on with a self-signed certificate: `require` does not
+        // verify it, like libpq.
+        let db = Database::Postgres(require.unwrap().with_schema(&fx.schema));
+        db.prepare_state().await.unwrap();
+        let encrypted: i64 = fx
+            .admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE s.ssl AND a.application_name = 'ddbpipe'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(encrypted >= 1);
+    } else {
+        let err = require.unwrap_err();
+        assert!(
+            err.message.contains("TLS") || err.message.contains("tls"),
+            "{}",
+            err.message
+        );
+    }
+}
+
+#[test]
+fn futures_are_send() {
+    fn send<T: Send>(_: T) {}
+    let db: Option<Database> = None;
+    if let Some(db) = db {
+        let spec = TableSpec {
+            table: String::new(),
+            schema: String::new(),
+            key: vec![],
+            document_column: String::new(),
+            create_table: false,
+        };
+        send(db.apply(&spec, &[], None, &StateWrite::default()));
+        send(db.close_snapshot(
+            &spec,
+            CloseSnapshot {
+                id: 0,
+                delete_unseen: false,
+                max_keys: 0,
+            },
+            &StateWrite::default(),
+        ));
+        send(db.lock("p"));
+        send(db.probe(&spec));
+    }
+}
