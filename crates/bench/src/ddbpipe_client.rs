@@ -16,7 +16,7 @@ use ddbpipe_pipeline::runner::{NoProgress, run_scan};
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
-use ddbpipe_pipeline::state::{StateFile, StateLock};
+use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
@@ -71,13 +71,14 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let state = StateFile::new(state_dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
     let checkpointer = Checkpointer::open_scan(
-        state,
+        Store::File(state),
         PIPELINE,
         Identity::of(&source),
         ScanKind::Scan,
         settings.segments,
         FLUSH_INTERVAL,
-    )?;
+    )
+    .await?;
     let sink = JsonlSink::open(JsonlSettings {
         target: JsonlTarget::File("/dev/null".into()),
         rotate_bytes: None,

@@ -24,7 +24,7 @@ use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::state::{StateFile, StateLock};
+use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
@@ -73,8 +73,13 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let state_dir = tempfile::tempdir().context("cannot create the state directory")?;
     let state = StateFile::new(state_dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
-    let checkpointer =
-        Checkpointer::open_streams(state, PIPELINE, Identity::of(&source), FLUSH_INTERVAL)?;
+    let checkpointer = Checkpointer::open_streams(
+        Store::File(state),
+        PIPELINE,
+        Identity::of(&source),
+        FLUSH_INTERVAL,
+    )
+    .await?;
     ensure!(
         checkpointer.streams_position().is_none(),
         "a fresh state file holds a streams position"
@@ -105,6 +110,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         max_messages: None,
         batch_size: BATCH_SIZE,
         config_label: "ddbpipe-bench".to_string(),
+        mirror: false,
     };
     let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {

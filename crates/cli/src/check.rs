@@ -4,15 +4,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_source::api::StreamsApi;
+use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
+use ddbpipe_source::api::{StreamsApi, TableDescription};
 use ddbpipe_source::aws;
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use serde_json::json;
 
-use crate::config::{JsonlTarget, PipelineConfig, SinkConfig};
+use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
+use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::stream_wiring::{resolve_stream, view_warning};
 use crate::wiring;
@@ -75,12 +76,19 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             format!("{detail}; {}", config.warnings.join("; ")),
         );
     }
-    probe_table(&config, timeout, &mut probes).await;
+    let table = probe_table(&config, timeout, &mut probes).await;
     if mode.reads_stream() {
         probe_stream(&config, timeout, &mut probes).await;
     }
-    probe_sink(&config, &mut probes);
-    probe_state(&config, &mut probes);
+    match &config.sink {
+        SinkConfig::Jsonl(jsonl) => {
+            probe_jsonl(jsonl, &mut probes);
+            probe_state(&config, &mut probes);
+        }
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            probe_keyed(&config, table.as_ref(), timeout, &mut probes).await;
+        }
+    }
 
     if json {
         let list: Vec<_> = probes
@@ -97,7 +105,11 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
 }
 
-async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Probes) {
+async fn probe_table(
+    config: &PipelineConfig,
+    timeout: Duration,
+    probes: &mut Probes,
+) -> Option<TableDescription> {
     let source = &config.source;
     let api = wiring::table_api(source).await;
     let described =
@@ -111,7 +123,7 @@ async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Pr
                 .map(|h| format!(" ({h})"))
                 .unwrap_or_default();
             probes.add("describe_table", Status::Fail, format!("{failure}{hint}"));
-            return;
+            return None;
         }
         Err(_) => {
             probes.add(
@@ -119,7 +131,7 @@ async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Pr
                 Status::Fail,
                 format!("no answer within {} s", timeout.as_secs()),
             );
-            return;
+            return None;
         }
     };
     let rcu = table
@@ -166,6 +178,7 @@ async fn probe_table(config: &PipelineConfig, timeout: Duration, probes: &mut Pr
         Ok(None) => probes.add("read_capacity", Status::Pass, "unlimited"),
         Err(problem) => probes.add("read_capacity", Status::Fail, problem),
     }
+    Some(table)
 }
 
 /// Streams and mirror (SPEC §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
@@ -260,9 +273,7 @@ fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, St
                 .to_string(),
         );
     };
-    let keyed_sink = match &config.sink {
-        SinkConfig::Jsonl(_) => false,
-    };
+    let keyed_sink = config.sink.keyed().is_some();
     let needs_new_images = keyed_sink || config.source.mode == Mode::Mirror;
     let lacks_new_images = matches!(view, "KEYS_ONLY" | "OLD_IMAGE");
     if needs_new_images && lacks_new_images {
@@ -296,8 +307,7 @@ fn with_hint(failure: &Failure) -> String {
     }
 }
 
-fn probe_sink(config: &PipelineConfig, probes: &mut Probes) {
-    let SinkConfig::Jsonl(jsonl) = &config.sink;
+fn probe_jsonl(jsonl: &JsonlConfig, probes: &mut Probes) {
     match &jsonl.path {
         JsonlTarget::Stdout => probes.add("sink", Status::Pass, "jsonl to stdout"),
         JsonlTarget::File(path) => match writable(path) {
@@ -347,24 +357,7 @@ fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
     let where_ = config.state.path.display();
     let (mut status, mut detail) = match file.load(&config.name) {
         Err(error) => (Status::Fail, error.to_string()),
-        Ok(None) => (Status::Pass, format!("{where_}: no stored position")),
-        Ok(Some(entry)) => {
-            let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
-            match (&entry.position, changes.is_empty()) {
-                (None, _) => (Status::Pass, format!("{where_}: no position in progress")),
-                (Some(_), true) => (
-                    Status::Pass,
-                    format!("{where_}: position matches the source"),
-                ),
-                (Some(_), false) => (
-                    Status::Fail,
-                    format!(
-                        "{where_}: the stored position was made with a different source: {}",
-                        changes.join("; ")
-                    ),
-                ),
-            }
-        }
+        Ok(entry) => state_verdict(config, &where_.to_string(), entry),
     };
     if file.is_locked() && status == Status::Pass {
         status = Status::Warn;
@@ -374,4 +367,117 @@ fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
         ));
     }
     probes.add("state", status, detail);
+}
+
+/// The `sink` and `state` probes of a keyed sink (SPEC §8.2 items 4–5): the database is
+/// reachable, the table creatable or compatible with the rights to write; the stored state
+/// readable and of this source; the lock free. Nothing is created or changed.
+async fn probe_keyed(
+    config: &PipelineConfig,
+    table: Option<&TableDescription>,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    let kind = config.sink.kind();
+    let opened = tokio::time::timeout(timeout, destination::open_existing(config)).await;
+    let db = match opened {
+        Err(_) => {
+            probes.add(
+                "sink",
+                Status::Fail,
+                format!("{kind}: no answer within {} s", timeout.as_secs()),
+            );
+            return;
+        }
+        Ok(Err(failure)) => {
+            probes.add("sink", Status::Fail, with_hint(&failure));
+            return;
+        }
+        Ok(Ok(None)) => {
+            let SinkConfig::Sqlite(sqlite) = &config.sink else {
+                return;
+            };
+            match writable(&sqlite.path) {
+                Ok(detail) => probes.add(
+                    "sink",
+                    Status::Pass,
+                    format!("sqlite {}: {detail}", sqlite.path.display()),
+                ),
+                Err(problem) => probes.add(
+                    "sink",
+                    Status::Fail,
+                    format!("sqlite {}: {problem}", sqlite.path.display()),
+                ),
+            }
+            probes.add("state", Status::Pass, "no database yet: no stored position");
+            return;
+        }
+        Ok(Ok(Some(db))) => db,
+    };
+    match destination::table_spec(config, table) {
+        Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),
+        Ok(spec) if table.is_none() => probes.add(
+            "sink",
+            Status::Warn,
+            format!(
+                "{}: reachable; table '{}' not checked (DescribeTable failed)",
+                db.describe(),
+                spec.table
+            ),
+        ),
+        Ok(spec) => match tokio::time::timeout(timeout, db.probe(&spec)).await {
+            Ok(Ok(detail)) => probes.add("sink", Status::Pass, format!("{kind} {detail}")),
+            Ok(Err(error)) => {
+                probes.add("sink", Status::Fail, format!("{kind}: {}", error.message))
+            }
+            Err(_) => probes.add(
+                "sink",
+                Status::Fail,
+                format!("{kind}: no answer within {} s", timeout.as_secs()),
+            ),
+        },
+    }
+    let spec = destination::table_spec(config, None).ok();
+    let Some(spec) = spec else {
+        return;
+    };
+    let mut store = Store::Database(DatabaseStore::new(db.clone(), spec));
+    let where_ = store.describe();
+    let (mut status, mut detail) = match store.load(&config.name).await {
+        Err(error) => (Status::Fail, error.to_string()),
+        Ok(entry) => state_verdict(config, &where_, entry),
+    };
+    if let Ok(Some(holder)) = db.lock_holder(&config.name).await
+        && status == Status::Pass
+    {
+        status = Status::Warn;
+        let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+        detail.push_str(&format!(
+            "; pipeline '{}' is running now (lock {}{pid})",
+            config.name, holder.location
+        ));
+    }
+    probes.add("state", status, detail);
+}
+
+/// Whether a stored entry suits this source.
+fn state_verdict(config: &PipelineConfig, where_: &str, entry: Option<Entry>) -> (Status, String) {
+    let Some(entry) = entry else {
+        return (Status::Pass, format!("{where_}: no stored position"));
+    };
+    let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
+    match (&entry.position, changes.is_empty()) {
+        (None, _) => (Status::Pass, format!("{where_}: no position in progress")),
+        (Some(_), true) => (
+            Status::Pass,
+            format!("{where_}: position matches the source"),
+        ),
+        (Some(_), false) => (
+            Status::Fail,
+            format!(
+                "{where_}: the stored position was made with a different source: {}",
+                changes.join("; ")
+            ),
+        ),
+    }
 }

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{RecordsPage, ShardDescription, StartAt, StreamsApi};
 use ddbpipe_source::aws;
@@ -49,6 +48,7 @@ use serde_json::{Value as Json, json};
 use tokio::task::JoinSet;
 
 use crate::config::PipelineConfig;
+use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::stream_wiring::resolve_stream;
 use crate::wiring::{self, retry_policy, start_failure};
@@ -215,7 +215,7 @@ pub async fn lag(
             source.mode
         )));
     }
-    let stored = stored_position(&config, config_path)?;
+    let stored = stored_position(&config, config_path).await?;
     let report = match snapshot_phase(source.mode, stored.as_ref()) {
         Some(report) => report,
         None => match probe(&config, stored.as_ref()).await {
@@ -239,16 +239,20 @@ pub async fn lag(
 }
 
 /// The stored streams position, read without the lock; `None` before the first run.
-fn stored_position(
+async fn stored_position(
     config: &PipelineConfig,
     config_path: &Path,
 ) -> Result<Option<StreamsPosition>, Failure> {
+    let Some(store) = destination::read_store(config).await? else {
+        return Ok(None);
+    };
     let checkpointer = Checkpointer::open_streams(
-        StateFile::new(&config.state.path),
+        store,
         &config.name,
         Identity::of(&config.source),
         Duration::ZERO,
     )
+    .await
     .map_err(|error| start_failure(error, config_path))?;
     Ok(checkpointer.streams_position().cloned())
 }

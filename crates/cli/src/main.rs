@@ -8,6 +8,7 @@ mod check;
 mod config;
 #[cfg(feature = "demo")]
 mod demo;
+mod destination;
 mod discover;
 mod failure;
 mod lag;
@@ -71,8 +72,8 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
         } => check::check(&config, json, Duration::from_secs(timeout_secs)).await,
         Command::Discover(args) => discover::discover(args).await,
         Command::State { action } => match action {
-            StateAction::Show { config, json } => state_cmd::show(&config, json),
-            StateAction::Reset { config, yes } => state_cmd::reset(&config, yes),
+            StateAction::Show { config, json } => state_cmd::show(&config, json).await,
+            StateAction::Reset { config, yes } => state_cmd::reset(&config, yes).await,
         },
         Command::Lag {
             config,

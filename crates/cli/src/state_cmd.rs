@@ -9,22 +9,28 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
 use serde_json::json;
 
+use crate::config::PipelineConfig;
+use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
 
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
-pub fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
+pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
-    let file = StateFile::new(&config.state.path);
-    let entry = file
-        .load(&config.name)
-        .map_err(|e| wiring::state_failure(e, config_path))?;
+    let where_ = destination::position_label(&config);
+    let entry = match destination::read_store(&config).await? {
+        Some(mut store) => store
+            .load(&config.name)
+            .await
+            .map_err(|e| wiring::state_failure(e, config_path))?,
+        None => None,
+    };
     let Some(entry) = entry else {
         if json {
             println!(
                 "{}",
                 json!({"entry": null, "fingerprint_status": "none", "pipeline": config.name,
-                       "state_file": config.state.path.display().to_string()})
+                       "state_file": where_})
             );
         } else {
             println!("no stored state for pipeline '{}'", config.name);
@@ -51,13 +57,13 @@ pub fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         "fingerprint_changes": changes,
         "fingerprint_status": status,
         "pipeline": config.name,
-        "state_file": config.state.path.display().to_string(),
+        "state_file": where_,
     });
     if json {
         println!("{document}");
     } else {
         println!("pipeline:           {}", config.name);
-        println!("state file:         {}", config.state.path.display());
+        println!("state:              {where_}");
         println!("updated at:         {}", entry.updated_at);
         println!("fingerprint status: {status}");
         for change in &changes {
@@ -87,7 +93,7 @@ pub fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
 }
 
 /// Removes the pipeline's entry. Asks on a terminal; without one `--yes` is required.
-pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
+pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
     if !yes {
         if !std::io::stdin().is_terminal() {
@@ -102,7 +108,7 @@ pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
         eprint!(
             "Forget the position of pipeline '{}' in {}? The destination's data is untouched. [y/N] ",
             config.name,
-            config.state.path.display()
+            destination::position_label(&config)
         );
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
@@ -112,6 +118,9 @@ pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
             return Ok(Exit::Ok);
         }
     }
+    if config.sink.keyed().is_some() {
+        return reset_in_database(&config).await;
+    }
     let file = StateFile::new(&config.state.path);
     let _lock = file
         .lock(&config.name)
@@ -120,5 +129,46 @@ pub fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
         .reset(&config.name)
         .map_err(|e| wiring::state_failure(e, config_path))?;
     println!("{said}");
+    Ok(Exit::Ok)
+}
+
+/// `state reset` of a keyed sink: the pipeline's parts of `_ddbpipe_state` are deleted, under
+/// the pipeline's lock; the destination table is untouched.
+async fn reset_in_database(config: &PipelineConfig) -> Result<Exit, Failure> {
+    let Some(db) = destination::open_existing(config).await? else {
+        println!("no stored state for pipeline '{}'", config.name);
+        return Ok(Exit::Ok);
+    };
+    match db.lock(&config.name).await {
+        Ok(()) => {}
+        Err(Ok(holder)) => {
+            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            return Err(Failure::runtime(anyhow!(
+                "pipeline '{}' is already running (lock {}{pid})",
+                config.name,
+                holder.location
+            )));
+        }
+        Err(Err(error)) => {
+            return Err(Failure::runtime(anyhow!(
+                "{}: {}",
+                db.describe(),
+                error.message
+            )));
+        }
+    }
+    let removed = db
+        .reset_state(&config.name)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))?;
+    if removed {
+        println!(
+            "removed the stored position of pipeline '{}' from {}",
+            config.name,
+            db.describe()
+        );
+    } else {
+        println!("no stored state for pipeline '{}'", config.name);
+    }
     Ok(Exit::Ok)
 }

@@ -7,23 +7,23 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
-use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
-use ddbpipe_pipeline::state::StateFile;
+use ddbpipe_pipeline::sinks::keyed::Records;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::api::TableApi;
+use ddbpipe_source::api::{TableApi, TableDescription};
 use ddbpipe_source::aws;
-use ddbpipe_source::config::{OnGap, SourceConfig, StartPosition};
+use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_source::streams::shard_reader::StreamError;
 
 use crate::config::PipelineConfig;
+use crate::destination;
 use crate::failure::{Exit, Failure};
-use crate::wiring::{self, describe, jsonl_settings, retry_policy, start_failure, state_failure};
+use crate::wiring::{self, describe, retry_policy, start_failure};
 
 /// The least effective poll interval (SPEC §1.2 `poll_interval_ms`).
 const MIN_POLL: Duration = Duration::from_millis(200);
@@ -50,8 +50,16 @@ pub async fn resolve_stream<A: TableApi>(
         });
     }
     let table = describe(api, source, cancel).await?;
+    stream_of(source, &table)
+}
+
+/// The table's enabled stream (SPEC §4.2), from its description.
+pub fn stream_of(
+    source: &SourceConfig,
+    table: &TableDescription,
+) -> Result<ResolvedStream, Failure> {
     let name = &source.table_name;
-    match table.stream {
+    match table.stream.clone() {
         Some(stream) if stream.enabled => match stream.arn {
             Some(arn) => Ok(ResolvedStream {
                 arn,
@@ -91,28 +99,67 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let source = &config.source;
-    let state = StateFile::new(&config.state.path);
-    let _lock = state
-        .lock(&config.name)
-        .map_err(|e| state_failure(e, config_path))?;
+    let mirror = source.mode == Mode::Mirror;
+    let keyed = config.sink.keyed().is_some();
+    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
+    let table_api = aws::table_api(&sdk);
+    // Described when the run needs the table: its stream, or the key schema of a keyed sink
+    // or of snapshot rows. Draining a configured stream_arn into jsonl needs no table.
+    let table = if keyed || mirror || source.stream_arn.is_none() {
+        Some(describe(&table_api, source, &stop).await?)
+    } else {
+        None
+    };
+    let stream = match (&source.stream_arn, &table) {
+        (Some(arn), table) => ResolvedStream {
+            arn: arn.clone(),
+            view_type: table
+                .as_ref()
+                .and_then(|t| t.stream.as_ref())
+                .filter(|s| s.arn.as_deref() == Some(arn.as_str()))
+                .and_then(|s| s.view_type.clone()),
+        },
+        (None, Some(table)) => stream_of(source, table)?,
+        (None, None) => {
+            return Err(Failure::runtime(anyhow!(
+                "internal error: no table described"
+            )));
+        }
+    };
+    if (keyed || mirror)
+        && let Some(view) = stream.view_type.as_deref()
+        && matches!(view, "KEYS_ONLY" | "OLD_IMAGE")
+    {
+        let who = if mirror {
+            "mode: mirror".to_string()
+        } else {
+            format!("the {} sink", config.sink.kind())
+        };
+        return Err(Failure::usage(anyhow!(
+            "config error: the stream of table '{}' has view type {view}; {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES",
+            source.table_name
+        ))
+        .hint("change the table's stream view type (disable and re-enable the stream), or use a jsonl sink with mode: streams"));
+    }
+    if let Some(warning) = view_warning(stream.view_type.as_deref()) {
+        tracing::warn!("{warning}.");
+    }
+    let destination =
+        destination::open(config, config_path, table.as_ref(), Records::Envelopes).await?;
+    let mut sink = destination.sink;
     let mut checkpointer = Checkpointer::open_streams(
-        state,
+        destination.store,
         &config.name,
         Identity::of(source),
         Duration::from_millis(config.state.flush_interval_ms),
     )
-    .map_err(|error| start_failure(error, config_path))?;
+    .await
+    .map_err(|error| start_failure(error, config_path))?
+    .with_cleanup(destination.cleanup);
     if checkpointer.streams_position().is_some() && source.start_position.is_some() {
         tracing::info!(
             "start_position applies to the first run only; the stored position is used."
         );
-    }
-
-    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
-    let table_api = aws::table_api(&sdk);
-    let stream = resolve_stream(&table_api, source, &stop).await?;
-    if let Some(warning) = view_warning(stream.view_type.as_deref()) {
-        tracing::warn!("{warning}.");
     }
     let run = StreamRun {
         table: source.table_name.clone(),
@@ -132,13 +179,13 @@ pub async fn run(
         max_messages: source.max_messages.map(|m| m as u64),
         batch_size: source.batch_size,
         config_label: config_path.display().to_string(),
+        mirror,
     };
-    let mut sink = JsonlSink::open(jsonl_settings(config)).map_err(Failure::runtime)?;
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
     // A resnapshot scans the table: described only if one is needed.
-    let snapshot =
-        (source.on_gap == OnGap::Resnapshot || checkpointer.snapshot_open()).then(|| {
+    let snapshot = (source.on_gap == OnGap::Resnapshot || checkpointer.snapshot_open() || mirror)
+        .then(|| {
             let plan_source = source.clone();
             SnapshotScan {
                 api: Arc::new(table_api),
@@ -171,11 +218,12 @@ pub async fn run(
     };
     tracing::info!(records = outcome.written, reason = why, "Run finished.");
     eprintln!(
-        "ddbpipe: streams of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
+        "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
+        source.mode,
         source.table_name,
         outcome.written,
         started.elapsed().as_secs_f64(),
-        config.state.path.display()
+        destination::position_label(config)
     );
     Ok(Exit::Ok)
 }
@@ -193,6 +241,10 @@ fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
                 config_path.display()
             ))
         }
+        error @ StreamRunError::CleanupSkipped { .. } => Failure::runtime(error).hint(format!(
+            "the snapshot is closed; the next `ddbpipe run {}` streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
+            config_path.display()
+        )),
         StreamRunError::Run(RunError::Stream(StreamError::Gap(message))) => {
             Failure::runtime(anyhow!(message)).hint(format!(
                 "the next run applies on_gap at start-up; {reset} starts afresh"

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, StartError};
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
-use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
+use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings};
+use ddbpipe_pipeline::sinks::keyed::Records;
+use ddbpipe_pipeline::state::StateError;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
-use ddbpipe_pipeline::state::{StateError, StateFile};
 use ddbpipe_source::api::{IndexKind, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
@@ -22,7 +23,8 @@ use ddbpipe_source::scan::{self, SegmentReader};
 use tracing::Instrument;
 
 use crate::args::ProgressMode;
-use crate::config::{self, JsonlTarget, PipelineConfig, SinkConfig};
+use crate::config::{self, JsonlConfig, JsonlTarget, PipelineConfig};
+use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::telemetry::ScanProgress;
 
@@ -189,9 +191,8 @@ fn read_rate(source: &SourceConfig, table: &TableDescription) -> Result<Option<f
     }
 }
 
-/// The jsonl sink settings of a config.
-pub fn jsonl_settings(config: &PipelineConfig) -> JsonlSettings {
-    let SinkConfig::Jsonl(jsonl) = &config.sink;
+/// The settings of a jsonl sink.
+pub fn jsonl_settings(jsonl: &JsonlConfig) -> JsonlSettings {
     JsonlSettings {
         target: match &jsonl.path {
             JsonlTarget::Stdout => jsonl::JsonlTarget::Stdout,
@@ -264,37 +265,32 @@ async fn run_instrumented(
     let kind = match source.mode {
         Mode::Scan => ScanKind::Scan,
         Mode::Query => ScanKind::Query,
-        Mode::Streams => return crate::stream_wiring::run(&config, config_path, stop).await,
-        Mode::Mirror => {
-            return Err(Failure::usage(anyhow!(
-                "config error: source.mode: mode: mirror is not available in this version of ddbpipe"
-            ))
-            .hint("use mode: streams, scan or query"));
+        Mode::Streams | Mode::Mirror => {
+            return crate::stream_wiring::run(&config, config_path, stop).await;
         }
     };
 
-    let state = StateFile::new(&config.state.path);
-    let _lock = state
-        .lock(&config.name)
-        .map_err(|e| state_failure(e, config_path))?;
+    let api = Arc::new(table_api(source).await);
+    let table = describe(api.as_ref(), source, &stop).await?;
+    let destination = destination::open(&config, config_path, Some(&table), Records::Items).await?;
+    let mut sink = destination.sink;
     let total_segments = if kind == ScanKind::Query {
         1
     } else {
         source.segments
     };
     let mut checkpointer = Checkpointer::open_scan(
-        state,
+        destination.store,
         &config.name,
         Identity::of(source),
         kind,
         total_segments,
         Duration::from_millis(config.state.flush_interval_ms),
     )
+    .await
     .map_err(|error| start_failure(error, config_path))?;
     let resumed = checkpointer.position().has_progress();
 
-    let api = Arc::new(table_api(source).await);
-    let table = describe(api.as_ref(), source, &stop).await?;
     let rules = table_rules(source, &table);
     if let Some(problem) = rules.index {
         return Err(Failure::usage(anyhow!(
@@ -334,7 +330,6 @@ async fn run_instrumented(
         })
     });
 
-    let mut sink = JsonlSink::open(jsonl_settings(&config)).map_err(Failure::runtime)?;
     let format = source.value_format;
     let reader = SegmentReader {
         api,
@@ -409,7 +404,7 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
     } else {
         format!(
             "position saved in {} ({} segment(s) done)",
-            config.state.path.display(),
+            destination::position_label(config),
             outcome.segments_done
         )
     };

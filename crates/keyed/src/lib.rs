@@ -120,7 +120,8 @@ pub struct StateWrite {
     pub upserts: Vec<(String, String)>,
     /// Parts to delete.
     pub deletes: Vec<String>,
-    /// `updated_at` of the written parts (RFC 3339).
+    /// `updated_at` of the written parts (RFC 3339); rows written in the same transaction get
+    /// it as their `_ddbpipe_updated_at` (empty: the time of the write).
     pub updated_at: String,
 }
 

@@ -55,7 +55,7 @@
 //! `40P01` deadlock, `53300` too many connections. Everything else is fatal.
 //!
 //! # Lock (SPEC §6.6)
-//! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + pipeline` (as `bigint`), taken with
+//! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline` (as `bigint`), taken with
 //! `pg_try_advisory_lock` and held by the handle's session until the last clone is dropped (the
 //! server frees it when the session ends). The holder's backend pid comes from `pg_locks`.
 
@@ -301,7 +301,12 @@ impl PostgresDatabase {
                 RowChange::Delete { key } => check_key(spec, key)?,
             }
         }
-        let updated_at = now_rfc3339();
+        // Rows carry the time of the state they commit with, so a reader can match them.
+        let updated_at = if state.updated_at.is_empty() {
+            now_rfc3339()
+        } else {
+            state.updated_at.clone()
+        };
         let snapshot_id = snapshot_id.unwrap_or_default();
         let mut session = self.shared.session.lock().await;
         let result = async {
@@ -506,7 +511,7 @@ impl PostgresDatabase {
     }
 
     pub(crate) async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
-        let key = lock_key(pipeline);
+        let key = lock_key(&self.shared.state_schema(), pipeline);
         let location = self.lock_location(key);
         let mut session = self.shared.session.lock().await;
         if session.locks.iter().any(|held| held.key == key) {
@@ -535,7 +540,7 @@ impl PostgresDatabase {
     }
 
     pub(crate) async fn lock_holder(&self, pipeline: &str) -> Result<Option<LockHolder>, DbError> {
-        let key = lock_key(pipeline);
+        let key = lock_key(&self.shared.state_schema(), pipeline);
         let location = self.lock_location(key);
         let mut session = self.shared.session.lock().await;
         let result = async {
@@ -1042,10 +1047,12 @@ async fn missing_rights(client: &Client, oid: u32, context: &str) -> Result<(), 
     }
 }
 
-/// The pipeline's advisory lock key: FNV-1a 64 of `"ddbpipe:" + pipeline`, as a bigint.
-fn lock_key(pipeline: &str) -> i64 {
+/// The pipeline's advisory lock key: FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline`, as
+/// a bigint. The state lives per schema, so one pipeline name may run once per schema.
+fn lock_key(schema: &str, pipeline: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in b"ddbpipe:".iter().chain(pipeline.as_bytes()) {
+    let name = format!("{schema}:{pipeline}");
+    for byte in b"ddbpipe:".iter().chain(name.as_bytes()) {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -1577,8 +1584,12 @@ mod tests {
         for b in b"ddbpipe:" {
             hash = (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3);
         }
-        assert_eq!(lock_key(""), hash as i64);
-        assert_ne!(lock_key("a"), lock_key("b"));
+        for b in b":" {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+        }
+        assert_eq!(lock_key("", ""), hash as i64);
+        assert_ne!(lock_key("s", "a"), lock_key("s", "b"));
+        assert_ne!(lock_key("s", "a"), lock_key("t", "a"));
     }
 
     #[test]

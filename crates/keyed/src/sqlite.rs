@@ -226,7 +226,12 @@ impl SqliteDatabase {
         snapshot_id: Option<i64>,
         state: &StateWrite,
     ) -> Result<(), DbError> {
-        let updated_at = now_rfc3339().map_err(|m| self.message(&spec.table, &m))?;
+        // Rows carry the time of the state they commit with, so a reader can match them.
+        let updated_at = if state.updated_at.is_empty() {
+            now_rfc3339().map_err(|m| self.message(&spec.table, &m))?
+        } else {
+            state.updated_at.clone()
+        };
         self.with_conn(|c| {
             let sql = c.table_sql(spec);
             let tx = c

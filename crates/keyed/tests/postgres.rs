@@ -903,18 +903,18 @@ async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
     assert_eq!(fx.by_id("t").await.len(), 4);
 }
 
-/// FNV-1a 64 of "ddbpipe:" + pipeline.
-fn lock_key(pipeline: &str) -> u64 {
+/// FNV-1a 64 of "ddbpipe:" + schema + ":" + pipeline.
+fn lock_key(schema: &str, pipeline: &str) -> u64 {
     let mut hash: u64 = 0xcbf29ce484222325;
-    for b in format!("ddbpipe:{pipeline}").bytes() {
+    for b in format!("ddbpipe:{schema}:{pipeline}").bytes() {
         hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
     }
     hash
 }
 
 /// The backend pid holding `pipeline`'s lock, seen by an independent query.
-async fn lock_pid(admin: &tokio_postgres::Client, pipeline: &str) -> Option<i32> {
-    let hash = lock_key(pipeline);
+async fn lock_pid(admin: &tokio_postgres::Client, schema: &str, pipeline: &str) -> Option<i32> {
+    let hash = lock_key(schema, pipeline);
     admin
         .query_opt(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
@@ -948,7 +948,7 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
     assert_eq!(second.lock_holder(&pipeline).await.unwrap(), None);
     first.lock(&pipeline).await.unwrap();
     first.lock(&pipeline).await.unwrap(); // again: already ours
-    let pid = lock_pid(&fx.admin, &pipeline)
+    let pid = lock_pid(&fx.admin, &fx.schema, &pipeline)
         .await
         .expect("lock not in pg_locks");
 
@@ -962,7 +962,7 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
         holder.location,
         format!(
             "postgres advisory lock {} on {host}:{}/{}",
-            lock_key(&pipeline) as i64,
+            lock_key(&fx.schema, &pipeline) as i64,
             config.get_ports()[0],
             config.get_dbname().unwrap()
         )
@@ -992,7 +992,7 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
     let holder = third.lock(&pipeline).await.unwrap_err().unwrap();
     assert_eq!(
         holder.pid.map(|p| p as i32),
-        lock_pid(&fx.admin, &pipeline).await
+        lock_pid(&fx.admin, &fx.schema, &pipeline).await
     );
     assert_ne!(holder.pid, Some(pid as u32));
 }
@@ -1005,7 +1005,7 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
     let db = fx.handle().await;
     db.prepare(&spec).await.unwrap();
     db.lock(&pipeline).await.unwrap();
-    let pid = lock_pid(&fx.admin, &pipeline).await.unwrap();
+    let pid = lock_pid(&fx.admin, &fx.schema, &pipeline).await.unwrap();
 
     let kill = |pid: i32| async move {
         let admin = admin().await;
@@ -1050,7 +1050,7 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
         }
     }
     assert_eq!(fx.by_id("t").await.len(), 1);
-    let new_pid = lock_pid(&fx.admin, &pipeline)
+    let new_pid = lock_pid(&fx.admin, &fx.schema, &pipeline)
         .await
         .expect("lock not re-taken");
     assert_ne!(new_pid, pid);

@@ -7,8 +7,17 @@
 //! 2. Writes are debounced by `flush_interval` (0 = after every batch) and always happen at a
 //!    clean end, a drain and after a failure. Nothing changed → nothing written.
 //! 3. A completed scan clears the position and records `last_completed`.
+//! 4. With a keyed sink the position lives in the sink's database (SPEC §6.5): each batch's
+//!    state parts are [staged](Checkpointer::stage) before the write and committed by the sink
+//!    in the transaction holding the batch's rows, so rows and position never disagree.
+//! 5. A completed snapshot is first marked `complete`, then closed together with the
+//!    complete-read cleanup in one transaction (SPEC §5.3); a failed cleanup is retried by the
+//!    next run without scanning again.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+use ddbpipe_keyed::{CloseSnapshot, StateWrite};
 
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::records::SegmentCursor;
@@ -19,7 +28,7 @@ use crate::batch::Batch;
 use crate::events::CheckpointAged;
 use crate::state::identity::Identity;
 use crate::state::position::{Position, ScanKind, ScanPosition};
-use crate::state::{Entry, StateError, StateFile};
+use crate::state::{Entry, StateError, Store};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +63,38 @@ pub enum StartError {
     },
 }
 
+/// What a snapshot's completion may delete (SPEC §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `resnapshot_deletes`.
+    pub deletes: bool,
+    /// `resnapshot_max_keys`.
+    pub max_keys: u64,
+}
+
+/// The state parts of a batch, committed by a keyed sink with the batch's rows.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The parts to write.
+    pub state: StateWrite,
+    /// The open snapshot's id: snapshot rows (`op: "r"`) are marked with it.
+    pub snapshot_id: Option<i64>,
+    parts: BTreeMap<String, String>,
+}
+
+/// The cleanup ceiling was hit: the snapshot was closed without deletes (SPEC §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CeilingHit {
+    /// Distinct keys the snapshot wrote.
+    pub keys: u64,
+    /// `resnapshot_max_keys`.
+    pub max_keys: u64,
+}
+
 /// Applies and stores one pipeline's position.
 #[derive(Debug)]
 pub struct Checkpointer {
-    file: StateFile,
+    store: Store,
     pipeline: String,
     identity: Identity,
     last_completed: Option<serde_json::Value>,
@@ -66,6 +103,8 @@ pub struct Checkpointer {
     flush_interval: Duration,
     written_at: Option<Instant>,
     dirty: bool,
+    cleanup: CleanupPolicy,
+    ceiling: Option<CeilingHit>,
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -80,15 +119,15 @@ pub fn now_rfc3339() -> String {
 impl Checkpointer {
     /// Loads the stored entry and checks it belongs to this source; returns the checkpointer
     /// and the scan position to resume from (fresh when none is stored).
-    pub fn open_scan(
-        file: StateFile,
+    pub async fn open_scan(
+        mut store: Store,
         pipeline: &str,
         identity: Identity,
         kind: ScanKind,
         total_segments: u32,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
-        let stored = file.load(pipeline)?;
+        let stored = store.load(pipeline).await?;
         let (last_completed, position) = match stored {
             None => (None, None),
             Some(entry) => {
@@ -129,7 +168,7 @@ impl Checkpointer {
             }
         };
         Ok(Checkpointer {
-            file,
+            store,
             pipeline: pipeline.to_string(),
             identity,
             last_completed,
@@ -138,19 +177,24 @@ impl Checkpointer {
             flush_interval,
             written_at: None,
             dirty: false,
+            cleanup: CleanupPolicy {
+                deletes: false,
+                max_keys: u64::MAX,
+            },
+            ceiling: None,
         })
     }
 
     /// Loads the stored entry of a streams pipeline and checks it belongs to this source.
     /// Returns the checkpointer; [`streams_position`](Self::streams_position) is `None` on a
     /// first run.
-    pub fn open_streams(
-        file: StateFile,
+    pub async fn open_streams(
+        mut store: Store,
         pipeline: &str,
         identity: Identity,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
-        let stored = file.load(pipeline)?;
+        let stored = store.load(pipeline).await?;
         let (last_completed, streams) = match stored {
             None => (None, None),
             Some(entry) => match entry.position {
@@ -181,7 +225,7 @@ impl Checkpointer {
         let position = match streams.as_ref().and_then(|s| s.snapshot.as_ref()) {
             Some(snapshot) => snapshot_progress(snapshot).map_err(|problem| {
                 StartError::State(StateError::Corrupt {
-                    path: file.path().to_path_buf(),
+                    path: store.describe().into(),
                     location: format!(
                         "pipeline '{pipeline}' at pipelines.{pipeline}.position.snapshot"
                     ),
@@ -191,7 +235,7 @@ impl Checkpointer {
             None => ScanPosition::new(ScanKind::Scan, 1),
         };
         Ok(Checkpointer {
-            file,
+            store,
             pipeline: pipeline.to_string(),
             identity,
             last_completed,
@@ -200,7 +244,18 @@ impl Checkpointer {
             flush_interval,
             written_at: None,
             dirty: false,
+            cleanup: CleanupPolicy {
+                deletes: false,
+                max_keys: u64::MAX,
+            },
+            ceiling: None,
         })
+    }
+
+    /// Sets what a snapshot's completion may delete (default: nothing).
+    pub fn with_cleanup(mut self, cleanup: CleanupPolicy) -> Self {
+        self.cleanup = cleanup;
+        self
     }
 
     /// Whether a snapshot (resnapshot or mirror scan) is open: segment progress then lives in
@@ -210,9 +265,53 @@ impl Checkpointer {
         self.streams.as_ref().is_some_and(|s| s.snapshot.is_some())
     }
 
+    /// Whether the open snapshot's scan already completed (only its closing is left).
+    pub fn snapshot_complete(&self) -> bool {
+        self.snapshot_field("complete")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    fn snapshot_field(&self, field: &str) -> Option<&serde_json::Value> {
+        self.streams.as_ref()?.snapshot.as_ref()?.get(field)
+    }
+
+    /// The open snapshot's id, the marker of its rows in a keyed sink.
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot_field("id")
+            .and_then(serde_json::Value::as_i64)
+    }
+
+    /// Rows in the destination table when the position lives in the sink's database (a
+    /// mirror's capture records it: SPEC §5.1).
+    pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
+        let Store::Database(db) = &self.store else {
+            return Ok(None);
+        };
+        db.database()
+            .count_rows(db.table())
+            .await
+            .map(Some)
+            .map_err(|e| StateError::Database {
+                store: db.database().describe(),
+                message: e.message,
+            })
+    }
+
+    /// Whether completing a snapshot deletes destination rows it did not see: a keyed sink
+    /// with `resnapshot_deletes: true`.
+    pub fn deletes_unseen(&self) -> bool {
+        self.cleanup.deletes && matches!(self.store, Store::Database(_))
+    }
+
+    /// Where the position is kept, for messages.
+    pub fn store_label(&self) -> String {
+        self.store.describe()
+    }
+
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
-    /// a crash resumes the snapshot instead of detecting the gap again (SPEC §4.7).
-    pub fn begin_snapshot(
+    /// a crash resumes the snapshot instead of detecting the gap again (SPEC §4.7, §5.1).
+    pub async fn begin_snapshot(
         &mut self,
         capture: StreamsPosition,
         total_segments: u32,
@@ -220,7 +319,7 @@ impl Checkpointer {
         self.position = ScanPosition::new(ScanKind::Scan, total_segments);
         self.streams = Some(capture);
         self.dirty = true;
-        self.flush()
+        self.flush().await
     }
 
     /// The stored streams position (`None` before the first run committed one).
@@ -230,10 +329,10 @@ impl Checkpointer {
 
     /// Replaces the streams position and writes it now (start-up: the first run's initial
     /// position, the current ARN, pruning).
-    pub fn set_streams(&mut self, position: StreamsPosition) -> Result<(), StateError> {
+    pub async fn set_streams(&mut self, position: StreamsPosition) -> Result<(), StateError> {
         self.streams = Some(position);
         self.dirty = true;
-        self.flush()
+        self.flush().await
     }
 
     /// The position the run resumes from / has reached.
@@ -246,34 +345,45 @@ impl Checkpointer {
         self.last_completed.as_ref()
     }
 
-    /// Applies the positions of an acknowledged batch and writes them when due.
-    pub fn acknowledged(&mut self, batch: &Batch) -> Result<(), StateError> {
-        for (segment, cursor) in &batch.segments {
-            match cursor {
-                SegmentCursor::Next(key) => {
-                    self.position.cursors.insert(*segment, key.clone());
-                }
-                SegmentCursor::Done => {
-                    self.position.cursors.remove(segment);
-                    self.position.done.insert(*segment);
-                }
-            }
+    /// With the position in the sink's database: the state parts the position reaches once
+    /// `batch` is acknowledged, for the sink to commit with the batch's rows. `None` with a
+    /// state file.
+    pub fn stage(&self, batch: &Batch) -> Option<Staged> {
+        let Store::Database(db) = &self.store else {
+            return None;
+        };
+        let mut position = self.position.clone();
+        let mut streams = self.streams.clone();
+        apply_batch(&mut position, &mut streams, batch);
+        let entry = self.entry(current_position(&position, streams.as_ref()));
+        let (state, parts) = db.changes(&self.pipeline, Some(&entry));
+        Some(Staged {
+            state,
+            snapshot_id: self.snapshot_id(),
+            parts,
+        })
+    }
+
+    /// Applies the positions of an acknowledged batch and writes them when due. `staged` is
+    /// what the sink committed with the batch (a keyed sink): then nothing is left to write.
+    pub async fn acknowledged(
+        &mut self,
+        batch: &Batch,
+        staged: Option<Staged>,
+    ) -> Result<(), StateError> {
+        if apply_batch(&mut self.position, &mut self.streams, batch) {
             self.dirty = true;
         }
-        if !batch.shards.is_empty() {
-            let streams = self
-                .streams
-                .get_or_insert_with(|| StreamsPosition::new(StreamKind::Streams, None));
-            for mark in &batch.shards {
-                handover::apply(streams, mark);
-            }
-            self.dirty = true;
+        if let (Some(staged), Store::Database(db)) = (staged, &mut self.store) {
+            db.written(staged.parts);
+            self.written_at = Some(Instant::now());
+            self.dirty = false;
         }
         let due = self
             .written_at
             .is_none_or(|at| at.elapsed() >= self.flush_interval);
         if self.dirty && due {
-            self.flush()?;
+            self.flush().await?;
         }
         if let Some(at) = self.written_at {
             CheckpointAged {
@@ -285,41 +395,30 @@ impl Checkpointer {
     }
 
     /// Writes the position now if it changed since the last write.
-    pub fn flush(&mut self) -> Result<(), StateError> {
+    pub async fn flush(&mut self) -> Result<(), StateError> {
         if !self.dirty {
             return Ok(());
         }
-        let position = match &self.streams {
-            Some(streams) => {
-                let mut streams = streams.clone();
-                if let Some(snapshot) = streams.snapshot.as_mut() {
-                    write_snapshot_progress(snapshot, &self.position);
-                }
-                Some(Position::Streams(streams))
-            }
-            None => self
-                .position
-                .has_progress()
-                .then(|| Position::Scan(self.position.clone())),
-        };
-        self.write(position)
+        let position = current_position(&self.position, self.streams.as_ref());
+        self.write(position).await
     }
 
-    /// The scan completed: clear the position, record `last_completed`, write now. With an open
-    /// snapshot, the snapshot is closed instead (the jsonl sink deletes nothing) and the stream
-    /// position — the capture — stays, so streaming starts from it.
-    pub fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
-        if let Some(streams) = self.streams.as_mut()
-            && let Some(snapshot) = streams.snapshot.take()
-        {
+    /// The scan completed: clear the position, record `last_completed`, write now.
+    ///
+    /// With an open snapshot, the snapshot is closed instead and the stream position — the
+    /// capture — stays, so streaming starts from it. In a sink database the snapshot is first
+    /// committed as `complete`, then closed with the complete-read cleanup in one transaction
+    /// (SPEC §5.3); over `resnapshot_max_keys` nothing is deleted and
+    /// [`take_ceiling`](Self::take_ceiling) says so.
+    pub async fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
+        if self.snapshot_open() {
             tracing::info!(
                 items,
                 capacity_units,
-                snapshot = %snapshot.get("id").unwrap_or(&serde_json::Value::Null),
+                snapshot = self.snapshot_id().unwrap_or_default(),
                 "Snapshot complete."
             );
-            self.dirty = true;
-            return self.flush();
+            return self.close_snapshot().await;
         }
         self.last_completed = Some(json!({
             "at": now_rfc3339(),
@@ -327,20 +426,152 @@ impl Checkpointer {
             "items": items,
         }));
         self.position = ScanPosition::new(self.position.kind, self.position.total_segments);
-        self.write(None)
+        self.write(None).await
     }
 
-    fn write(&mut self, position: Option<Position>) -> Result<(), StateError> {
-        let entry = Entry {
+    /// Closes a snapshot whose scan completed (the end of its scan, or a later run retrying a
+    /// cleanup that failed).
+    pub async fn close_snapshot(&mut self) -> Result<(), StateError> {
+        if !self.snapshot_open() {
+            return Ok(());
+        }
+        let complete = self.snapshot_complete();
+        let file_store = matches!(self.store, Store::File(_));
+        let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
+            return Ok(());
+        };
+        if file_store {
+            // A file store: nothing to clean up (jsonl deletes nothing).
+            if let Some(streams) = self.streams.as_mut() {
+                streams.snapshot = None;
+            }
+            self.dirty = true;
+            return self.flush().await;
+        }
+        if !complete {
+            if let Some(record) = snapshot.as_object_mut() {
+                record.insert("complete".into(), json!(true));
+            }
+            self.dirty = true;
+            self.flush().await?;
+        }
+        let id = self.snapshot_id().unwrap_or_default();
+        let mirror = self
+            .snapshot_field("reason")
+            .and_then(serde_json::Value::as_str)
+            == Some("mirror");
+        let rows_at_start = self
+            .snapshot_field("destination_rows_at_start")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        let close = CloseSnapshot {
+            id,
+            delete_unseen: self.cleanup.deletes && (!mirror || rows_at_start > 0),
+            max_keys: self.cleanup.max_keys,
+        };
+        let mut closed_streams = self.streams.clone();
+        if let Some(streams) = closed_streams.as_mut() {
+            streams.snapshot = None;
+        }
+        let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
+        let Store::Database(db) = &mut self.store else {
+            return Ok(());
+        };
+        let (write, parts) = db.changes(&self.pipeline, Some(&entry));
+        let closed = db
+            .database()
+            .close_snapshot(db.table(), close, &write)
+            .await
+            .map_err(|e| StateError::Database {
+                store: db.database().describe(),
+                message: e.message,
+            })?;
+        db.written(parts);
+        self.streams = closed_streams;
+        self.written_at = Some(Instant::now());
+        self.dirty = false;
+        tracing::info!(
+            snapshot = id,
+            keys_written = closed.keys_written,
+            deleted = closed.deleted,
+            "Snapshot closed."
+        );
+        if closed.ceiling_hit {
+            self.ceiling = Some(CeilingHit {
+                keys: closed.keys_written,
+                max_keys: close.max_keys,
+            });
+        }
+        Ok(())
+    }
+
+    /// The cleanup ceiling hit by the last snapshot close, if any.
+    pub fn take_ceiling(&mut self) -> Option<CeilingHit> {
+        self.ceiling.take()
+    }
+
+    fn entry(&self, position: Option<Position>) -> Entry {
+        Entry {
             identity: self.identity.clone(),
             last_completed: self.last_completed.clone(),
             position,
             updated_at: now_rfc3339(),
-        };
-        self.file.store(&self.pipeline, Some(&entry))?;
+        }
+    }
+
+    async fn write(&mut self, position: Option<Position>) -> Result<(), StateError> {
+        let entry = self.entry(position);
+        self.store.store(&self.pipeline, Some(&entry)).await?;
         self.written_at = Some(Instant::now());
         self.dirty = false;
         Ok(())
+    }
+}
+
+/// Applies a batch's positions; `true` when it carried any.
+fn apply_batch(
+    position: &mut ScanPosition,
+    streams: &mut Option<StreamsPosition>,
+    batch: &Batch,
+) -> bool {
+    for (segment, cursor) in &batch.segments {
+        match cursor {
+            SegmentCursor::Next(key) => {
+                position.cursors.insert(*segment, key.clone());
+            }
+            SegmentCursor::Done => {
+                position.cursors.remove(segment);
+                position.done.insert(*segment);
+            }
+        }
+    }
+    if !batch.shards.is_empty() {
+        let streams =
+            streams.get_or_insert_with(|| StreamsPosition::new(StreamKind::Streams, None));
+        for mark in &batch.shards {
+            handover::apply(streams, mark);
+        }
+    }
+    !batch.segments.is_empty() || !batch.shards.is_empty()
+}
+
+/// The position to store: the streams position (with an open snapshot's scan progress in its
+/// record), or the scan position while it has progress.
+fn current_position(
+    position: &ScanPosition,
+    streams: Option<&StreamsPosition>,
+) -> Option<Position> {
+    match streams {
+        Some(streams) => {
+            let mut streams = streams.clone();
+            if let Some(snapshot) = streams.snapshot.as_mut() {
+                write_snapshot_progress(snapshot, position);
+            }
+            Some(Position::Streams(streams))
+        }
+        None => position
+            .has_progress()
+            .then(|| Position::Scan(position.clone())),
     }
 }
 

@@ -147,7 +147,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let result = read_result.unwrap_or(Err(ReadError::Cancelled));
     match result {
         Err(ReadError::Cancelled) if stopping => {}
-        Err(error) => return Err(out.fail(error.into())?),
+        Err(error) => return Err(out.fail(error.into()).await?),
         Ok(()) => {}
     }
     out.finish().await?;
@@ -155,9 +155,9 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let completed = !stopping && read_task.0.is_finished();
     let segments_done = out.checkpointer.position().done.count();
     if completed {
-        out.checkpointer.complete(written, capacity_units)?;
+        out.checkpointer.complete(written, capacity_units).await?;
     } else {
-        out.checkpointer.flush()?;
+        out.checkpointer.flush().await?;
     }
     Ok(ScanOutcome {
         read,
@@ -224,7 +224,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     };
     let end = match ended {
         Ok(end) => end,
-        Err(error) => return Err(out.fail(error.into())?),
+        Err(error) => return Err(out.fail(error.into()).await?),
     };
     // What was handed over before the end is written and committed.
     while let Ok(next) = handed.try_recv() {
@@ -232,7 +232,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
         out.deliver_all(full).await?;
     }
     out.finish().await?;
-    out.checkpointer.flush()?;
+    out.checkpointer.flush().await?;
     Ok(StreamOutcome {
         written: out.written,
         end,
@@ -273,9 +273,10 @@ impl<'a, S: Sink> Delivery<'a, S> {
 
     /// Writes one batch, then commits its positions: the acknowledgement comes first.
     async fn deliver(&mut self, batch: Batch) -> Result<(), RunError> {
-        self.sink.write(&batch).await?;
+        let staged = self.checkpointer.stage(&batch);
+        self.sink.write(&batch, staged.as_ref()).await?;
         self.written += batch.records.len() as u64;
-        self.checkpointer.acknowledged(&batch)?;
+        self.checkpointer.acknowledged(&batch, staged).await?;
         BatchAcknowledged { batch: &batch }.emit();
         self.progress.advanced(self.written, (self.units)());
         Ok(())
@@ -310,9 +311,9 @@ impl<'a, S: Sink> Delivery<'a, S> {
 
     /// A read failed: the batch being assembled is dropped, what was acknowledged is
     /// committed. Returns the error to report (or the state error that hid it).
-    fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
+    async fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
         drop(self.batcher.take());
-        self.checkpointer.flush()?;
+        self.checkpointer.flush().await?;
         Ok(error)
     }
 }

@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use crate::batch::Batch;
+use crate::checkpoint::Staged;
 
 /// A failed write. The batch was not acknowledged, so its position does not advance.
 #[derive(Debug, thiserror::Error)]
@@ -16,8 +17,13 @@ pub struct SinkError {
 
 /// Where batches go. Batches arrive in order; `write` returning `Ok` is the acknowledgement.
 pub trait Sink: Send {
-    /// Writes the whole batch and returns once it is durable.
-    fn write(&mut self, batch: &Batch) -> impl Future<Output = Result<(), SinkError>> + Send;
+    /// Writes the whole batch and returns once it is durable. `state` is given when the
+    /// position lives in the sink's database: the sink commits it in the batch's transaction.
+    fn write(
+        &mut self,
+        batch: &Batch,
+        state: Option<&Staged>,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
 
     /// Names the sink and its target for messages ("jsonl out/orders.jsonl").
     fn describe(&self) -> String;

@@ -73,6 +73,19 @@ pub struct StreamRun {
     pub batch_size: usize,
     /// The config path as the user gave it (for remedies in messages).
     pub config_label: String,
+    /// `mode: mirror`: the first run captures every shard at its trim horizon and scans the
+    /// table before streaming (SPEC §5).
+    pub mirror: bool,
+}
+
+impl StreamRun {
+    fn kind(&self) -> StreamKind {
+        if self.mirror {
+            StreamKind::Mirror
+        } else {
+            StreamKind::Streams
+        }
+    }
 }
 
 /// Why a streams run could not start or failed.
@@ -95,6 +108,17 @@ pub enum StreamRunError {
     /// A signal stopped the snapshot scan; its progress is saved and the next run resumes it.
     #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
     SnapshotInterrupted,
+    /// The snapshot wrote more keys than `resnapshot_max_keys`: it was closed without deletes
+    /// (SPEC §5.3); the next run streams on.
+    #[error(
+        "complete-read cleanup skipped: the snapshot saw {keys} keys, more than resnapshot_max_keys ({max_keys}); nothing was deleted and the position was saved"
+    )]
+    CleanupSkipped {
+        /// Keys the snapshot wrote.
+        keys: u64,
+        /// `resnapshot_max_keys`.
+        max_keys: u64,
+    },
 }
 
 /// The read rate of a table (SPEC §2.7), or why it has none: computed from `DescribeTable`.
@@ -198,13 +222,45 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .await?;
         snapshotted = true;
     }
+    if run.mirror && checkpointer.streams_position().is_none() {
+        let Some(scan) = &snapshot else {
+            return Err(StreamRunError::Gap(
+                "mode: mirror needs a table scan; this run cannot scan the table".into(),
+            ));
+        };
+        let rows = checkpointer
+            .destination_rows()
+            .await
+            .map_err(RunError::from)?
+            .unwrap_or(0);
+        let capture = mirror_capture(run, &graph, scan.segments, rows);
+        tracing::info!(
+            shards = capture.shards.len(),
+            destination_rows = rows,
+            "Mirror: shard positions captured; scanning the table."
+        );
+        checkpointer
+            .begin_snapshot(capture, scan.segments)
+            .await
+            .map_err(RunError::from)?;
+        snapshot_phase(
+            scan,
+            run,
+            sink,
+            checkpointer,
+            &stop,
+            observer.clone(),
+            progress,
+        )
+        .await?;
+        snapshotted = true;
+    }
     let stored = checkpointer.streams_position().cloned();
     let first_run = stored.is_none();
     let mut probed = BTreeMap::new();
     let position = match stored {
         None => {
-            let mut position =
-                StreamsPosition::new(StreamKind::Streams, Some(run.stream_arn.clone()));
+            let mut position = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
             for mark in engine::first_run_marks(&graph, &position, run.start_position, run_start_ms)
             {
                 handover::apply(&mut position, &mark);
@@ -243,10 +299,15 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                         message
                     }));
                 };
+                let deletes = if checkpointer.deletes_unseen() {
+                    "destination rows of items deleted meanwhile are deleted once the scan completes (resnapshot_deletes: true)"
+                } else {
+                    "nothing is deleted, so rows of items deleted meanwhile stay in the destination (resnapshot_deletes: false or a jsonl sink)"
+                };
                 tracing::warn!(
                     table = %run.table,
                     reasons = %reasons.join("; "),
-                    "Resnapshot: the table is scanned again, then the stream is read from a fresh capture; the jsonl sink deletes nothing, so rows of items deleted meanwhile stay in the output."
+                    "Resnapshot: the table is scanned again, then the stream is read from a fresh capture; {deletes}."
                 );
                 let capture = capture(
                     api.as_ref(),
@@ -260,6 +321,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                 .await?;
                 checkpointer
                     .begin_snapshot(capture, scan.segments)
+                    .await
                     .map_err(RunError::from)?;
                 snapshot_phase(
                     scan,
@@ -282,6 +344,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     };
     checkpointer
         .set_streams(position.clone())
+        .await
         .map_err(RunError::from)?;
 
     let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
@@ -380,7 +443,7 @@ async fn capture<A: StreamsApi>(
     } else {
         Vec::new()
     };
-    let mut capture = StreamsPosition::new(StreamKind::Streams, Some(run.stream_arn.clone()));
+    let mut capture = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
     if same_stream {
         capture.finished = stored.finished.clone();
         for id in &capture.finished {
@@ -400,23 +463,65 @@ async fn capture<A: StreamsApi>(
             _ => capture.admit(id, Some(captured_s), None),
         }
     }
-    capture.snapshot = Some(serde_json::json!({
-        "captured_at": captured_s,
-        "complete": false,
-        "cursors": {},
-        "destination_rows_at_start": 0,
-        "done": [],
-        "gap_reasons": reasons,
-        "id": captured_ms,
-        "keys_written": 0,
-        "reason": "resnapshot",
-        "total_segments": segments,
-    }));
+    capture.snapshot = Some(snapshot_record(
+        captured_ms,
+        segments,
+        "resnapshot",
+        reasons,
+        0,
+    ));
     Ok(capture)
 }
 
+/// A mirror's first capture (SPEC §5.1): every described shard at its trim horizon, verified at
+/// the capture time, with the open snapshot record.
+fn mirror_capture(
+    run: &StreamRun,
+    graph: &ShardGraph,
+    segments: u32,
+    destination_rows: u64,
+) -> StreamsPosition {
+    let captured_ms = unix_now_ms();
+    let captured_s = captured_ms.div_euclid(1000);
+    let mut capture = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
+    for id in graph.ids() {
+        capture.admit(id, Some(captured_s), None);
+    }
+    capture.snapshot = Some(snapshot_record(
+        captured_ms,
+        segments,
+        "mirror",
+        &[],
+        destination_rows,
+    ));
+    capture
+}
+
+/// An open snapshot record (SPEC §6.3).
+fn snapshot_record(
+    captured_ms: i64,
+    segments: u32,
+    reason: &str,
+    gap_reasons: &[String],
+    destination_rows: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "captured_at": captured_ms.div_euclid(1000),
+        "complete": false,
+        "cursors": {},
+        "destination_rows_at_start": destination_rows,
+        "done": [],
+        "gap_reasons": gap_reasons,
+        "id": captured_ms,
+        "keys_written": 0,
+        "reason": reason,
+        "total_segments": segments,
+    })
+}
+
 /// The scan of a snapshot: every item as a snapshot envelope, segment progress committed in
-/// the snapshot record; completing it closes the snapshot.
+/// the snapshot record; completing it closes the snapshot. A snapshot whose scan completed
+/// earlier (its cleanup failed) is only closed.
 async fn snapshot_phase<T: TableApi, S: Sink>(
     scan: &SnapshotScan<T>,
     run: &StreamRun,
@@ -426,6 +531,14 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
     observer: Arc<dyn AttemptObserver>,
     progress: &dyn Progress,
 ) -> Result<(), StreamRunError> {
+    if checkpointer.snapshot_complete() {
+        tracing::info!("The snapshot's scan completed earlier; closing it.");
+        checkpointer
+            .close_snapshot()
+            .await
+            .map_err(RunError::from)?;
+        return ceiling(checkpointer);
+    }
     let described = run
         .retry
         .run(
@@ -490,5 +603,16 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
     if !outcome.completed {
         return Err(StreamRunError::SnapshotInterrupted);
     }
-    Ok(())
+    ceiling(checkpointer)
+}
+
+/// Stops the run once when the snapshot's cleanup was skipped for its size (SPEC §5.3).
+fn ceiling(checkpointer: &mut Checkpointer) -> Result<(), StreamRunError> {
+    match checkpointer.take_ceiling() {
+        Some(hit) => Err(StreamRunError::CleanupSkipped {
+            keys: hit.keys,
+            max_keys: hit.max_keys,
+        }),
+        None => Ok(()),
+    }
 }

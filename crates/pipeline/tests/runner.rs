@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, run_scan};
 use ddbpipe_pipeline::sink::{Sink, SinkError};
-use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::{Position, ScanKind};
+use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_source::api::ReadRequest;
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
@@ -34,7 +35,7 @@ struct MemorySink {
 }
 
 impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
         if self.fail_at == Some(self.batches) {
             return Err(SinkError {
                 sink: "memory".into(),
@@ -77,15 +78,16 @@ fn reader(
     }
 }
 
-fn checkpointer(dir: &std::path::Path, segments: u32) -> Checkpointer {
+async fn checkpointer(dir: &std::path::Path, segments: u32) -> Checkpointer {
     Checkpointer::open_scan(
-        StateFile::new(dir.join("state.json")),
+        Store::File(StateFile::new(dir.join("state.json"))),
         "p",
         Identity::from_json(json!({"table_name": "t", "segments": segments})),
         ScanKind::Scan,
         segments,
         Duration::ZERO,
     )
+    .await
     .unwrap()
 }
 
@@ -113,7 +115,7 @@ async fn every_item_is_written_once_and_completion_clears_the_position() {
     let dir = tempfile::tempdir().unwrap();
     let table = Arc::new(FakeTable::numbered(1000));
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     let outcome = run_scan(
         reader(table, 4, 30, None),
         50,
@@ -141,7 +143,7 @@ async fn a_panicking_segment_fails_the_run_and_is_never_recorded_done() {
     let dir = tempfile::tempdir().unwrap();
     let table = Arc::new(FakeTable::numbered(300).panic_on_segment(2));
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     let error = run_scan(
         reader(table, 4, 10, None),
         10,
@@ -172,7 +174,7 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
         fail_at: Some(3),
         ..MemorySink::default()
     };
-    let mut cp = checkpointer(dir.path(), 1);
+    let mut cp = checkpointer(dir.path(), 1).await;
     let error = run_scan(
         reader(table.clone(), 1, 10, None),
         10,
@@ -194,7 +196,7 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
 
     // Resuming from it reads exactly the rest.
     let mut sink2 = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 1);
+    let mut cp = checkpointer(dir.path(), 1).await;
     let outcome = run_scan(
         reader(table, 1, 10, None),
         10,
@@ -218,7 +220,7 @@ async fn a_fatal_read_error_drops_the_batch_being_assembled() {
     let fatal = ApiError::from_code(Some("ValidationException".into()), "bad");
     let table = Arc::new(FakeTable::numbered(100).fail_next([fatal]));
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 1);
+    let mut cp = checkpointer(dir.path(), 1).await;
     let error = run_scan(
         reader(table, 1, 10, None),
         10,
@@ -243,7 +245,7 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     let table = Arc::new(FakeTable::numbered(400));
     let (handle, cancel) = Cancel::new();
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     // 2 units/s and 1 unit per page: the scan takes about 40 s of fake time.
     let run = run_scan(
         reader(table.clone(), 4, 10, Some(1.0)),
@@ -271,7 +273,7 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     assert!(scan.has_progress());
 
     let mut rest = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     let outcome = run_scan(
         reader(table, 4, 10, None),
         10,
@@ -293,7 +295,7 @@ async fn thirty_pages_of_ten_units_under_a_limit_of_twenty_take_at_least_fourtee
     let dir = tempfile::tempdir().unwrap();
     let table = Arc::new(FakeTable::numbered(300).units_per_page(Some(10.0)));
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 1);
+    let mut cp = checkpointer(dir.path(), 1).await;
     let started = tokio::time::Instant::now();
     let outcome = run_scan(
         reader(table.clone(), 1, 10, Some(20.0)),
@@ -326,7 +328,7 @@ async fn throttles_are_retried_and_halve_the_limited_rate() {
     };
     let table = Arc::new(FakeTable::numbered(50).fail_next([throttle(), throttle()]));
     let mut sink = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 1);
+    let mut cp = checkpointer(dir.path(), 1).await;
     let reader = reader(table.clone(), 1, 100, Some(100.0));
     let limiter = Arc::clone(&reader.limiter);
     let outcome = run_scan(
@@ -352,7 +354,7 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
         fail_at: Some(4),
         ..MemorySink::default()
     };
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     let _ = run_scan(
         reader(table.clone(), 4, 5, None),
         5,
@@ -364,7 +366,7 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
     .await;
     let before = table.requests().len();
     let mut rest = MemorySink::default();
-    let mut cp = checkpointer(dir.path(), 4);
+    let mut cp = checkpointer(dir.path(), 4).await;
     run_scan(
         reader(table.clone(), 4, 5, None),
         5,

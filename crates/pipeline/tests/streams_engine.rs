@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
 use ddbpipe_pipeline::sink::{Sink, SinkError};
-use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
+use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
@@ -43,7 +44,7 @@ struct MemorySink {
 }
 
 impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
         tokio::time::sleep(self.delay).await;
         for line in batch.records.iter() {
             let json: serde_json::Value = serde_json::from_slice(line).unwrap();
@@ -82,6 +83,7 @@ fn settings() -> StreamRun {
         max_messages: None,
         batch_size: 10,
         config_label: "t.yaml".into(),
+        mirror: false,
     }
 }
 
@@ -100,11 +102,12 @@ async fn run_into(
     mut sink: MemorySink,
 ) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
     let mut checkpointer = Checkpointer::open_streams(
-        StateFile::new(dir.join("state.json")),
+        Store::File(StateFile::new(dir.join("state.json"))),
         "p",
         Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
         Duration::ZERO,
     )
+    .await
     .unwrap();
     let outcome = run_streams(
         Arc::clone(fake),
@@ -604,11 +607,12 @@ async fn describe_stream_is_called_at_most_five_times_a_second() {
     });
     let dir = tempfile::tempdir().unwrap();
     let mut checkpointer = Checkpointer::open_streams(
-        StateFile::new(dir.path().join("state.json")),
+        Store::File(StateFile::new(dir.path().join("state.json"))),
         "p",
         Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
         Duration::ZERO,
     )
+    .await
     .unwrap();
     let mut sink = MemorySink::default();
 

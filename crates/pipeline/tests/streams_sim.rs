@@ -40,11 +40,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, StreamOutcome};
 use ddbpipe_pipeline::sink::{Sink, SinkError};
-use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
+use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::{
@@ -95,7 +96,7 @@ struct MemorySink {
 }
 
 impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
         self.states.push((self.lines.len(), load(&self.file)));
         if !self.latency.is_zero() {
             let before = self.rng.random_range(0..=self.latency.as_millis() as u64);
@@ -180,6 +181,7 @@ fn plan(seed: u64) -> Plan {
         max_messages: rng.random_bool(0.3).then(|| rng.random_range(5..=40)),
         batch_size: rng.random_range(1..=20),
         config_label: "t.yaml".into(),
+        mirror: false,
     };
     let flush_interval = if rng.random_bool(0.7) {
         Duration::ZERO
@@ -512,11 +514,12 @@ async fn one_run(
     let fake = &plan.fake;
     let file = sink.file.clone();
     let mut checkpointer = Checkpointer::open_streams(
-        file.clone(),
+        Store::File(file.clone()),
         "p",
         Identity::from_json(json!({"table_name": "t"})),
         plan.flush_interval,
     )
+    .await
     .map_err(|e| format!("cannot open the state: {e}"))?;
     let (stop, cancel) = Cancel::new();
     let run = run_streams(

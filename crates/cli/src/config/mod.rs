@@ -33,7 +33,9 @@ use yaml_serde::Value;
 use self::fields::{Fields, Report, Stage};
 // The public names of the config; the binary does not need to name every one of them.
 #[allow(unused_imports)]
-pub use self::sink::{JsonlConfig, JsonlTarget, SinkConfig, StateConfig};
+pub use self::sink::{
+    JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, SqliteConfig, StateConfig,
+};
 
 /// The longest pipeline `name`.
 const MAX_NAME_CHARS: usize = 128;
@@ -227,8 +229,10 @@ fn validate_sink_for_source(
     sink: &SinkConfig,
     errors: &mut Vec<ConfigError>,
 ) {
-    let SinkConfig::Jsonl(_) = sink;
-    if source.on_gap == OnGap::Resnapshot && source.resnapshot_deletes {
+    if matches!(sink, SinkConfig::Jsonl(_))
+        && source.on_gap == OnGap::Resnapshot
+        && source.resnapshot_deletes
+    {
         errors.push(ConfigError::new(
             "source.resnapshot_deletes",
             "the jsonl sink cannot delete rows; set resnapshot_deletes: false or use a \

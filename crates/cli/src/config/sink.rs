@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use ddbpipe_source::config::ConfigError;
+use ddbpipe_source::config::{ConfigError, Secret};
 
 use super::fields::{Choice, Fields};
 
@@ -19,6 +19,75 @@ pub const MIN_ROTATE_BYTES: u64 = 1_048_576;
 pub enum SinkConfig {
     /// `type: jsonl`: one JSON object per line, to stdout or files (SPEC §7.1).
     Jsonl(JsonlConfig),
+    /// `type: sqlite`: a keyed table in a SQLite file, the position in the same database
+    /// (SPEC §7.2).
+    Sqlite(SqliteConfig),
+    /// `type: postgres`: a keyed table in PostgreSQL, the position in the same database
+    /// (SPEC §7.3).
+    Postgres(PostgresConfig),
+}
+
+impl SinkConfig {
+    /// `"jsonl"`, `"sqlite"` or `"postgres"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkConfig::Jsonl(_) => "jsonl",
+            SinkConfig::Sqlite(_) => "sqlite",
+            SinkConfig::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The keyed part of a sqlite or postgres sink; `None` for jsonl.
+    pub fn keyed(&self) -> Option<&KeyedConfig> {
+        match self {
+            SinkConfig::Jsonl(_) => None,
+            SinkConfig::Sqlite(sqlite) => Some(&sqlite.keyed),
+            SinkConfig::Postgres(postgres) => Some(&postgres.keyed),
+        }
+    }
+}
+
+/// What the sqlite and postgres sinks share: the destination table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedConfig {
+    /// The destination table; default: the DynamoDB table name.
+    pub table: Option<String>,
+    /// The column holding the item JSON (per `value_format`). Default `document`.
+    pub document_column: String,
+    /// Create the table when it does not exist. Default true.
+    pub create_table: bool,
+}
+
+/// The `sqlite` sink: `{type: sqlite, path: <file>, table: <name>?, document_column:
+/// "document", create_table: true}`.
+///
+/// One table per source table: a column per key attribute (`S` → TEXT, `N` → TEXT with the
+/// exact number, `B` → BLOB), the document column, `_ddbpipe_snapshot` and
+/// `_ddbpipe_updated_at`. Items and `c`/`u`/`r` envelopes are upserts, `d` deletes. Each batch is
+/// one transaction together with the position (table `_ddbpipe_state`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    /// The database file, created when missing. A relative path is relative to the working
+    /// directory.
+    pub path: PathBuf,
+    /// The destination table.
+    pub keyed: KeyedConfig,
+}
+
+/// The `postgres` sink: `{type: postgres, url: <connection string>, schema: "public", table:
+/// <name>?, document_column: "document", create_table: true}`.
+///
+/// As sqlite, with `text`, `numeric` (exact) and `bytea` key columns and a `jsonb` document;
+/// `sslmode` in the URL is honoured (`disable`, `prefer`, `require`). The password never
+/// appears in output (`***`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// A `postgres://user:password@host:port/db?sslmode=…` URL or a libpq key=value string.
+    pub url: Secret,
+    /// The schema of the table and of `_ddbpipe_state`. Default `public`.
+    pub schema: String,
+    /// The destination table.
+    pub keyed: KeyedConfig,
 }
 
 /// The `jsonl` sink: `{type: jsonl, path: "-" | <file>, rotate_bytes: <bytes>, fsync: true}`.
@@ -61,44 +130,83 @@ pub struct StateConfig {
     /// writes after every acknowledged batch. The file is always written at the end of a run,
     /// on a signal and after a failure. Default 1000.
     pub flush_interval_ms: u64,
+    /// Whether `path` was set in the file (an error with a keyed sink).
+    pub path_set: bool,
 }
 
 /// The `type` of `sink`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SinkType {
     Jsonl,
+    Sqlite,
+    Postgres,
 }
 
 impl Choice for SinkType {
     fn all() -> &'static [Self] {
-        &[SinkType::Jsonl]
+        &[SinkType::Jsonl, SinkType::Sqlite, SinkType::Postgres]
     }
     fn name(self) -> &'static str {
         match self {
             SinkType::Jsonl => "jsonl",
+            SinkType::Sqlite => "sqlite",
+            SinkType::Postgres => "postgres",
         }
     }
     fn hint(found: &str) -> Option<&'static str> {
-        matches!(found, "sqlite" | "postgres")
-            .then_some("the sqlite and postgres sinks are not available in this version")
+        matches!(found, "postgresql" | "pg").then_some("the PostgreSQL sink is `type: postgres`")
     }
 }
+
+/// The default `document_column`.
+pub const DEFAULT_DOCUMENT_COLUMN: &str = "document";
 
 /// Reads the sink section; also returns the keys it set. An unknown `type` stops here: the
 /// other keys cannot be judged without it.
 pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<String>)> {
-    let SinkType::Jsonl = f.required::<SinkType>("type")?;
+    let sink = match f.required::<SinkType>("type")? {
+        SinkType::Jsonl => SinkConfig::Jsonl(read_jsonl(&mut f)),
+        SinkType::Sqlite => {
+            let path = f.required::<String>("path").map(PathBuf::from);
+            let keyed = read_keyed(&mut f);
+            SinkConfig::Sqlite(SqliteConfig {
+                path: path.unwrap_or_default(),
+                keyed,
+            })
+        }
+        SinkType::Postgres => {
+            let url = f.required::<Secret>("url");
+            let schema = f.or("schema", "public".to_string());
+            let keyed = read_keyed(&mut f);
+            SinkConfig::Postgres(PostgresConfig {
+                url: url.unwrap_or_else(|| Secret::new("")),
+                schema,
+                keyed,
+            })
+        }
+    };
+    Some((sink, f.finish()))
+}
+
+fn read_keyed(f: &mut Fields<'_>) -> KeyedConfig {
+    KeyedConfig {
+        table: f.get("table"),
+        document_column: f.or("document_column", DEFAULT_DOCUMENT_COLUMN.to_string()),
+        create_table: f.or("create_table", true),
+    }
+}
+
+fn read_jsonl(f: &mut Fields<'_>) -> JsonlConfig {
     let path = match f.get::<String>("path") {
         Some(path) if path == "-" => JsonlTarget::Stdout,
         Some(path) => JsonlTarget::File(PathBuf::from(path)),
         None => JsonlTarget::Stdout,
     };
-    let jsonl = JsonlConfig {
+    JsonlConfig {
         path,
         rotate_bytes: f.get("rotate_bytes"),
         fsync: f.or("fsync", DEFAULT_FSYNC),
-    };
-    Some((SinkConfig::Jsonl(jsonl), f.finish()))
+    }
 }
 
 /// Reads the state section, if any. `default_path` is where the file goes without `path`.
@@ -106,10 +214,12 @@ pub(super) fn read_state(f: Option<Fields<'_>>, default_path: PathBuf) -> StateC
     let mut state = StateConfig {
         path: default_path,
         flush_interval_ms: DEFAULT_FLUSH_INTERVAL_MS,
+        path_set: false,
     };
     if let Some(mut f) = f {
         if let Some(path) = f.get::<String>("path") {
             state.path = PathBuf::from(path);
+            state.path_set = true;
         }
         state.flush_interval_ms = f.or("flush_interval_ms", state.flush_interval_ms);
         f.finish();
@@ -124,7 +234,13 @@ pub(super) fn default_state_path(config_dir: &Path, name: &str) -> PathBuf {
 
 /// The sink and state rules of SPEC §1.3 rule 12 (§6.1, §7.1).
 pub(super) fn validate(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<ConfigError>) {
-    let SinkConfig::Jsonl(jsonl) = sink;
+    let jsonl = match sink {
+        SinkConfig::Jsonl(jsonl) => jsonl,
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            validate_keyed(sink, state, errors);
+            return;
+        }
+    };
     if let JsonlTarget::File(path) = &jsonl.path
         && path.as_os_str().is_empty()
     {
@@ -149,5 +265,55 @@ pub(super) fn validate(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<
     }
     if state.path.as_os_str().is_empty() {
         errors.push(ConfigError::new("state.path", "path must not be empty"));
+    }
+}
+
+/// The sqlite and postgres rules: a target, a usable table and document column, and no state
+/// file (the position lives in the database).
+fn validate_keyed(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<ConfigError>) {
+    let kind = sink.kind();
+    match sink {
+        SinkConfig::Sqlite(sqlite) if sqlite.path.as_os_str().is_empty() => {
+            errors.push(ConfigError::new("sink.path", "path must not be empty"));
+        }
+        SinkConfig::Postgres(postgres) if postgres.url.expose().trim().is_empty() => {
+            errors.push(ConfigError::new("sink.url", "url must not be empty"));
+        }
+        SinkConfig::Postgres(postgres) if postgres.schema.trim().is_empty() => {
+            errors.push(ConfigError::new("sink.schema", "schema must not be empty"));
+        }
+        _ => {}
+    }
+    if let Some(keyed) = sink.keyed() {
+        if keyed.table.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            errors.push(ConfigError::new("sink.table", "table must not be empty"));
+        }
+        if keyed
+            .table
+            .as_deref()
+            .is_some_and(|t| t.starts_with("_ddbpipe_"))
+        {
+            errors.push(ConfigError::new(
+                "sink.table",
+                "names starting with _ddbpipe_ are reserved for ddbpipe's own tables",
+            ));
+        }
+        if keyed.document_column.trim().is_empty() {
+            errors.push(ConfigError::new(
+                "sink.document_column",
+                "document_column must not be empty",
+            ));
+        } else if keyed.document_column.starts_with("_ddbpipe_") {
+            errors.push(ConfigError::new(
+                "sink.document_column",
+                "names starting with _ddbpipe_ are reserved for ddbpipe's own columns",
+            ));
+        }
+    }
+    if state.path_set {
+        errors.push(ConfigError::new(
+            "state.path",
+            format!("the {kind} sink keeps the position in its database; remove state.path"),
+        ));
     }
 }

@@ -93,6 +93,7 @@ state:
         state: StateConfig {
             path: PathBuf::from("state/orders.state.json"),
             flush_interval_ms: 1000,
+            path_set: true,
         },
         warnings: vec![],
     };
@@ -135,7 +136,9 @@ fn a_minimal_file_takes_every_documented_default() {
         (source.batch_size, source.value_format),
         (1000, ValueFormat::Plain)
     );
-    let SinkConfig::Jsonl(jsonl) = &config.sink;
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
     assert_eq!(
         (&jsonl.path, jsonl.rotate_bytes, jsonl.fsync),
         (&JsonlTarget::Stdout, None, true)
@@ -564,18 +567,68 @@ fn a_bad_value_falls_back_to_its_default_and_the_rest_is_still_validated() {
 }
 
 #[test]
-fn only_the_jsonl_sink_exists_in_this_version() {
+fn keyed_sinks_are_read_with_their_defaults() {
+    let config = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n");
     assert_eq!(
-        errors("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n"),
+        config.sink,
+        SinkConfig::Sqlite(SqliteConfig {
+            path: PathBuf::from("x.db"),
+            keyed: KeyedConfig {
+                table: None,
+                document_column: "document".into(),
+                create_table: true,
+            },
+        })
+    );
+    let config = parse_ok(
+        "name: t\nsource: {table_name: o}\nsink: {type: postgres, url: 'postgres://u:hunter22@h/db', schema: s, table: m, document_column: doc, create_table: false}\n",
+    );
+    let SinkConfig::Postgres(pg) = &config.sink else {
+        panic!("a postgres sink");
+    };
+    assert_eq!(pg.url.expose(), "postgres://u:hunter22@h/db");
+    assert_eq!(pg.schema, "s");
+    assert_eq!(
+        pg.keyed,
+        KeyedConfig {
+            table: Some("m".into()),
+            document_column: "doc".into(),
+            create_table: false,
+        }
+    );
+    assert!(!format!("{config:?}").contains("hunter22"));
+    assert_eq!(
+        errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
         [
-            "config error: sink.type: unknown value \"sqlite\", expected jsonl (the sqlite and \
-          postgres sinks are not available in this version)"
+            "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres"
+        ]
+    );
+}
+
+#[test]
+fn keyed_sinks_keep_the_position_in_their_database() {
+    assert_eq!(
+        errors(
+            "name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\nstate: {path: s.json}\n"
+        ),
+        [
+            "config error: state.path: the sqlite sink keeps the position in its database; remove state.path"
         ]
     );
     assert_eq!(
-        errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
-        ["config error: sink.type: unknown value \"kafka\", expected jsonl"]
+        errors(
+            "name: t\nsource: {table_name: o}\nsink: {type: postgres, url: '', document_column: _ddbpipe_x}\n"
+        ),
+        [
+            "config error: sink.url: url must not be empty",
+            "config error: sink.document_column: names starting with _ddbpipe_ are reserved for ddbpipe's own columns",
+        ]
     );
+    // Deletes need a keyed sink; with one, a resnapshot may delete.
+    let ok = parse_ok(
+        "name: t\nsource: {table_name: o, mode: mirror, idle_termination_secs: 1, on_gap: resnapshot}\nsink: {type: sqlite, path: x.db}\n",
+    );
+    assert!(ok.source.resnapshot_deletes);
 }
 
 #[test]
@@ -587,14 +640,18 @@ sink: {type: jsonl, path: '-', fsync: false}
 state: {flush_interval_ms: 0}
 ",
     );
-    let SinkConfig::Jsonl(jsonl) = &config.sink;
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
     assert_eq!((&jsonl.path, jsonl.fsync), (&JsonlTarget::Stdout, false));
     assert_eq!(config.state.path, Path::new("conf/t.state.json"));
     assert_eq!(config.state.flush_interval_ms, 0);
     let rotated = parse_ok(
         "name: t\nsource: {table_name: o}\nsink: {type: jsonl, path: /o/x.jsonl, rotate_bytes: 1048576}\n",
     );
-    let SinkConfig::Jsonl(jsonl) = &rotated.sink;
+    let SinkConfig::Jsonl(jsonl) = &rotated.sink else {
+        panic!("a jsonl sink");
+    };
     assert_eq!(jsonl.path, JsonlTarget::File(PathBuf::from("/o/x.jsonl")));
     assert_eq!(jsonl.rotate_bytes, Some(1_048_576));
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
+pub mod keyed;
+
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -286,6 +288,22 @@ impl Pipeline {
              {source}sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n  flush_interval_ms: 0\n",
             self.out.display(),
             self.state.display()
+        );
+        std::fs::write(&self.config, yaml).expect("write the pipeline file");
+    }
+
+    /// Rewrites the pipeline file with a source section and the given `sink:` section (a keyed
+    /// sink: no state section).
+    pub fn write_with_sink(&self, name: &str, endpoint: &str, source: &str, sink: &str) {
+        let source: String = source
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("  {}\n", l.trim_start()))
+            .collect();
+        let yaml = format!(
+            "name: {name}\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+             credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n\
+             {source}{sink}"
         );
         std::fs::write(&self.config, yaml).expect("write the pipeline file");
     }

@@ -19,6 +19,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
+use crate::checkpoint::Staged;
 use crate::sink::{Sink, SinkError};
 
 /// Where the lines go.
@@ -244,7 +245,7 @@ impl JsonlSink {
 }
 
 impl Sink for JsonlSink {
-    async fn write(&mut self, batch: &Batch) -> Result<(), SinkError> {
+    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
         if batch.records.is_empty() {
             return Ok(());
         }
@@ -290,7 +291,7 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "{\"a\":1}\n{\"b\":").unwrap();
         let mut sink = JsonlSink::open(settings(path.clone(), None)).unwrap();
-        sink.write(&batch(&["{\"c\":3}"])).await.unwrap();
+        sink.write(&batch(&["{\"c\":3}"]), None).await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "{\"a\":1}\n{\"c\":3}\n"
@@ -303,7 +304,7 @@ mod tests {
         let path = dir.path().join("items.jsonl");
         std::fs::write(&path, "{\"half").unwrap();
         let mut sink = JsonlSink::open(settings(path.clone(), None)).unwrap();
-        sink.write(&batch(&["x"])).await.unwrap();
+        sink.write(&batch(&["x"]), None).await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "x\n");
     }
 
@@ -313,9 +314,9 @@ mod tests {
         let path = dir.path().join("items.jsonl");
         let big = "x".repeat(700_000);
         let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576))).unwrap();
-        sink.write(&batch(&[&big])).await.unwrap();
-        sink.write(&batch(&[&big])).await.unwrap(); // same file: it was below the size
-        sink.write(&batch(&["small"])).await.unwrap(); // the first file is full now
+        sink.write(&batch(&[&big]), None).await.unwrap();
+        sink.write(&batch(&[&big]), None).await.unwrap(); // same file: it was below the size
+        sink.write(&batch(&["small"]), None).await.unwrap(); // the first file is full now
         let first = dir.path().join("items.000001.jsonl");
         let second = dir.path().join("items.000002.jsonl");
         assert_eq!(std::fs::metadata(&first).unwrap().len(), 1_400_002);
@@ -323,7 +324,7 @@ mod tests {
         drop(sink);
         // A new run continues the highest-numbered file.
         let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576))).unwrap();
-        sink.write(&batch(&["again"])).await.unwrap();
+        sink.write(&batch(&["again"]), None).await.unwrap();
         assert_eq!(std::fs::read_to_string(&second).unwrap(), "small\nagain\n");
         assert!(!path.exists());
     }

@@ -24,7 +24,7 @@ pub enum StateError {
         source: std::io::Error,
     },
     /// Definite: the file does not hold valid state; it is left as it is.
-    #[error("state file {path} is corrupt: {location}: {problem}")]
+    #[error("state in {path} is corrupt: {location}: {problem}")]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -42,6 +42,14 @@ pub enum StateError {
         lock: String,
         /// ", pid N" when the holder wrote its pid.
         pid: String,
+    },
+    /// The sink database holding the state failed (the previous state stays).
+    #[error("state in {store}: {message}")]
+    Database {
+        /// The database ("sqlite out.db").
+        store: String,
+        /// What went wrong.
+        message: String,
     },
     /// The file could not be written (the previous state stays).
     #[error("cannot write state file {path}: {source}")]
@@ -74,7 +82,84 @@ pub struct Entry {
 }
 
 impl Entry {
-    fn to_json(&self) -> Json {
+    /// Reads one pipeline's entry strictly; problems are corruption in `path` (the state file,
+    /// or the database holding the state) at `pipelines.<pipeline>.…`.
+    pub fn from_json(raw: &Json, pipeline: &str, path: &Path) -> Result<Entry, StateError> {
+        let base = format!("pipelines.{pipeline}");
+        let here = |sub: &str| {
+            let path = if sub.is_empty() {
+                base.clone()
+            } else {
+                format!("{base}.{sub}")
+            };
+            format!("pipeline '{pipeline}' at {path}")
+        };
+        let Json::Object(entry) = raw else {
+            return Err(corrupt(path, here(""), "not an object"));
+        };
+        for key in entry.keys() {
+            if !matches!(
+                key.as_str(),
+                "fingerprint" | "identity" | "last_completed" | "position" | "updated_at"
+            ) {
+                return Err(corrupt(path, here(key), "unknown field"));
+            }
+        }
+        let identity = match entry.get("identity") {
+            Some(identity @ Json::Object(_)) => Identity::from_json(identity.clone()),
+            _ => {
+                return Err(corrupt(path, here("identity"), "missing or not an object"));
+            }
+        };
+        match entry.get("fingerprint") {
+            Some(Json::String(f)) if *f == identity.fingerprint() => {}
+            Some(Json::String(_)) => {
+                return Err(corrupt(
+                    path,
+                    here("fingerprint"),
+                    "does not match the stored identity",
+                ));
+            }
+            _ => {
+                return Err(corrupt(
+                    path,
+                    here("fingerprint"),
+                    "missing or not a string",
+                ));
+            }
+        }
+        let updated_at = match entry.get("updated_at") {
+            Some(Json::String(s)) => s.clone(),
+            _ => {
+                return Err(corrupt(path, here("updated_at"), "missing or not a string"));
+            }
+        };
+        let last_completed = match entry.get("last_completed") {
+            None | Some(Json::Null) => None,
+            Some(value @ Json::Object(_)) => Some(value.clone()),
+            Some(_) => return Err(corrupt(path, here("last_completed"), "not an object")),
+        };
+        let position = match entry.get("position") {
+            None | Some(Json::Null) => None,
+            Some(json) => Some(Position::from_json(json).map_err(|e| {
+                let sub = if e.path.is_empty() {
+                    "position".to_string()
+                } else {
+                    format!("position.{}", e.path)
+                };
+                corrupt(path, here(&sub), e.problem)
+            })?),
+        };
+        Ok(Entry {
+            identity,
+            last_completed,
+            position,
+            updated_at,
+        })
+    }
+
+    /// The entry as stored: `{fingerprint, identity, last_completed, position, updated_at}`.
+    pub fn to_json(&self) -> Json {
         json!({
             "fingerprint": self.identity.fingerprint(),
             "identity": self.identity.as_json(),
@@ -250,85 +335,7 @@ impl StateFile {
         let Some(raw) = doc.get("pipelines").and_then(|p| p.get(pipeline)) else {
             return Ok(None);
         };
-        let base = format!("pipelines.{pipeline}");
-        let here = |sub: &str| {
-            let path = if sub.is_empty() {
-                base.clone()
-            } else {
-                format!("{base}.{sub}")
-            };
-            format!("pipeline '{pipeline}' at {path}")
-        };
-        let Json::Object(entry) = raw else {
-            return Err(corrupt(&self.path, here(""), "not an object"));
-        };
-        for key in entry.keys() {
-            if !matches!(
-                key.as_str(),
-                "fingerprint" | "identity" | "last_completed" | "position" | "updated_at"
-            ) {
-                return Err(corrupt(&self.path, here(key), "unknown field"));
-            }
-        }
-        let identity = match entry.get("identity") {
-            Some(identity @ Json::Object(_)) => Identity::from_json(identity.clone()),
-            _ => {
-                return Err(corrupt(
-                    &self.path,
-                    here("identity"),
-                    "missing or not an object",
-                ));
-            }
-        };
-        match entry.get("fingerprint") {
-            Some(Json::String(f)) if *f == identity.fingerprint() => {}
-            Some(Json::String(_)) => {
-                return Err(corrupt(
-                    &self.path,
-                    here("fingerprint"),
-                    "does not match the stored identity",
-                ));
-            }
-            _ => {
-                return Err(corrupt(
-                    &self.path,
-                    here("fingerprint"),
-                    "missing or not a string",
-                ));
-            }
-        }
-        let updated_at = match entry.get("updated_at") {
-            Some(Json::String(s)) => s.clone(),
-            _ => {
-                return Err(corrupt(
-                    &self.path,
-                    here("updated_at"),
-                    "missing or not a string",
-                ));
-            }
-        };
-        let last_completed = match entry.get("last_completed") {
-            None | Some(Json::Null) => None,
-            Some(value @ Json::Object(_)) => Some(value.clone()),
-            Some(_) => return Err(corrupt(&self.path, here("last_completed"), "not an object")),
-        };
-        let position = match entry.get("position") {
-            None | Some(Json::Null) => None,
-            Some(json) => Some(Position::from_json(json).map_err(|e| {
-                let sub = if e.path.is_empty() {
-                    "position".to_string()
-                } else {
-                    format!("position.{}", e.path)
-                };
-                corrupt(&self.path, here(&sub), e.problem)
-            })?),
-        };
-        Ok(Some(Entry {
-            identity,
-            last_completed,
-            position,
-            updated_at,
-        }))
+        Entry::from_json(raw, pipeline, &self.path).map(Some)
     }
 
     /// Replaces `pipeline`'s entry (`None` removes it), keeping every other entry.

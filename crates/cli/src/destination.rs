@@ -1,0 +1,286 @@
+//! Where a run's records and position go: the jsonl sink with its state file, or a keyed sink
+//! (sqlite, postgres) whose database also holds the position (SPEC §6.1, §7).
+
+use std::path::Path;
+
+use anyhow::anyhow;
+use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
+use ddbpipe_pipeline::checkpoint::CleanupPolicy;
+use ddbpipe_pipeline::sinks::AnySink;
+use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
+use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
+use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
+use ddbpipe_source::api::{self, TableDescription};
+
+use crate::config::{PipelineConfig, SinkConfig};
+use crate::failure::Failure;
+use crate::wiring::{jsonl_settings, state_failure};
+
+/// The sink of a run, where its position lives, and the run's lock.
+pub struct Destination {
+    /// The sink.
+    pub sink: AnySink,
+    /// The position store.
+    pub store: Store,
+    /// What to delete when a snapshot completes.
+    pub cleanup: CleanupPolicy,
+    // The state file's lock (a keyed sink's lock lives in its database handle).
+    _lock: Option<StateLock>,
+}
+
+/// Opens the sink and the position store of a run and takes the pipeline's lock. A keyed
+/// sink's table is created (or checked) from the described key schema.
+pub async fn open(
+    config: &PipelineConfig,
+    config_path: &Path,
+    table: Option<&TableDescription>,
+    records: Records,
+) -> Result<Destination, Failure> {
+    let source = &config.source;
+    let cleanup = CleanupPolicy {
+        deletes: source.resnapshot_deletes,
+        max_keys: source.resnapshot_max_keys as u64,
+    };
+    if let SinkConfig::Jsonl(jsonl) = &config.sink {
+        let file = StateFile::new(&config.state.path);
+        let lock = file
+            .lock(&config.name)
+            .map_err(|e| state_failure(e, config_path))?;
+        let sink = JsonlSink::open(jsonl_settings(jsonl)).map_err(Failure::runtime)?;
+        return Ok(Destination {
+            sink: AnySink::Jsonl(sink),
+            store: Store::File(file),
+            cleanup,
+            _lock: Some(lock),
+        });
+    }
+    let Some(table) = table else {
+        return Err(Failure::runtime(anyhow!(
+            "internal error: a keyed sink needs the table's key schema"
+        )));
+    };
+    let spec = table_spec(config, Some(table))?;
+    let db = connect(config)
+        .await?
+        .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
+    match db.lock(&config.name).await {
+        Ok(()) => {}
+        Err(Ok(holder)) => {
+            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            return Err(Failure::runtime(anyhow!(
+                "pipeline '{}' is already running (lock {}{pid})",
+                config.name,
+                holder.location
+            ))
+            .hint("wait for the other run to finish, or stop it (SIGTERM drains it)"));
+        }
+        Err(Err(error)) => return Err(sink_failure(&db, error.message)),
+    }
+    let retry = crate::wiring::retry_policy(source);
+    let sink = KeyedSink::new(
+        db.clone(),
+        spec.clone(),
+        source.value_format,
+        records,
+        SinkRetry {
+            max_retries: retry.max_retries,
+            initial_backoff: retry.initial_backoff,
+            max_backoff: retry.max_backoff,
+        },
+    );
+    sink.prepare().await.map_err(Failure::runtime)?;
+    Ok(Destination {
+        sink: AnySink::Keyed(sink),
+        store: Store::Database(DatabaseStore::new(db, spec)),
+        cleanup,
+        _lock: None,
+    })
+}
+
+/// The position store for reading (`state`, `lag`, `check`): creates nothing and takes no
+/// lock. `None` when a sqlite sink's database does not exist yet.
+pub async fn read_store(config: &PipelineConfig) -> Result<Option<Store>, Failure> {
+    match &config.sink {
+        SinkConfig::Jsonl(_) => Ok(Some(Store::File(StateFile::new(&config.state.path)))),
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            let spec = table_spec(config, None)?;
+            Ok(open_existing(config)
+                .await?
+                .map(|db| Store::Database(DatabaseStore::new(db, spec))))
+        }
+    }
+}
+
+/// Where the position of a pipeline is saved, for messages.
+pub fn position_label(config: &PipelineConfig) -> String {
+    match &config.sink {
+        SinkConfig::Jsonl(_) => config.state.path.display().to_string(),
+        SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
+        SinkConfig::Postgres(postgres) => format!(
+            "postgres {} (schema {})",
+            PostgresDatabase::redact(postgres.url.expose()),
+            postgres.schema
+        ),
+    }
+}
+
+/// Opens (creating a sqlite file when missing) or connects to a keyed sink's database.
+pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
+    match &config.sink {
+        SinkConfig::Jsonl(_) => Ok(None),
+        SinkConfig::Sqlite(sqlite) => {
+            if let Some(dir) = sqlite.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Failure::runtime(anyhow!(
+                        "sink sqlite {}: cannot create the directory {}: {e}",
+                        sqlite.path.display(),
+                        dir.display()
+                    ))
+                })?;
+            }
+            SqliteDatabase::open(&sqlite.path)
+                .map(|db| Some(Database::Sqlite(db)))
+                .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message))
+        }
+        SinkConfig::Postgres(postgres) => PostgresDatabase::connect(postgres.url.expose())
+            .await
+            .map(|db| Some(Database::Postgres(db.with_schema(&postgres.schema))))
+            .map_err(|e| {
+                db_failure(
+                    "postgres",
+                    &PostgresDatabase::redact(postgres.url.expose()),
+                    e.message,
+                )
+            }),
+    }
+}
+
+/// Opens a keyed sink's database without creating anything; `None` for a missing sqlite file
+/// or a jsonl sink.
+pub async fn open_existing(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
+    match &config.sink {
+        SinkConfig::Sqlite(sqlite) => SqliteDatabase::open_existing(&sqlite.path)
+            .map(|db| db.map(Database::Sqlite))
+            .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message)),
+        _ => connect(config).await,
+    }
+}
+
+fn db_failure(kind: &str, target: &str, message: String) -> Failure {
+    Failure::runtime(anyhow!("sink {kind} {target}: {message}"))
+}
+
+fn sink_failure(db: &Database, message: String) -> Failure {
+    Failure::runtime(anyhow!("sink {}: {message}", db.describe()))
+}
+
+/// The destination table of a keyed sink: its name (`sink.table`, else the DynamoDB table
+/// name) and, when the table was described, its key columns. Key attributes that collide
+/// with the document column or ddbpipe's reserved names, and a projection that leaves out a
+/// key attribute, are config errors (exit 2).
+pub fn table_spec(
+    config: &PipelineConfig,
+    table: Option<&TableDescription>,
+) -> Result<TableSpec, Failure> {
+    let (keyed, schema) = match &config.sink {
+        SinkConfig::Sqlite(sqlite) => (&sqlite.keyed, "main".to_string()),
+        SinkConfig::Postgres(postgres) => (&postgres.keyed, postgres.schema.clone()),
+        SinkConfig::Jsonl(_) => {
+            return Err(Failure::runtime(anyhow!(
+                "internal error: the jsonl sink has no table"
+            )));
+        }
+    };
+    let kind = config.sink.kind();
+    let source = &config.source;
+    let name = keyed
+        .table
+        .clone()
+        .unwrap_or_else(|| table_name_of(&source.table_name));
+    let mut key = Vec::new();
+    for attribute in table.map(|t| t.key_schema.as_slice()).unwrap_or_default() {
+        if attribute.name == keyed.document_column {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink.document_column: key attribute '{}' of table '{}' has the same name as the document column; choose another document_column",
+                attribute.name,
+                source.table_name
+            )));
+        }
+        if attribute.name.starts_with("_ddbpipe_") {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink: key attribute '{}' starts with the reserved prefix _ddbpipe_; the {kind} sink cannot mirror this table",
+                attribute.name
+            )));
+        }
+        if let Some(projection) = &source.projection
+            && !projects(
+                projection,
+                &source.expression_attribute_names,
+                &attribute.name,
+            )
+        {
+            return Err(Failure::usage(anyhow!(
+                "config error: source.projection: projection must include key attribute '{}' for the {kind} sink",
+                attribute.name
+            )));
+        }
+        key.push(KeyColumn {
+            name: attribute.name.clone(),
+            kind: match attribute.key_type {
+                api::KeyType::S => KeyType::S,
+                api::KeyType::N => KeyType::N,
+                api::KeyType::B => KeyType::B,
+            },
+        });
+    }
+    Ok(TableSpec {
+        table: name,
+        schema,
+        key,
+        document_column: keyed.document_column.clone(),
+        create_table: keyed.create_table,
+    })
+}
+
+/// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
+fn table_name_of(table: &str) -> String {
+    match table.rsplit_once(":table/") {
+        Some((_, name)) => name.to_string(),
+        None => table.to_string(),
+    }
+}
+
+/// Whether a projection expression names `attribute` at its top level (directly or through
+/// an `expression_attribute_names` placeholder).
+fn projects(
+    projection: &str,
+    names: &std::collections::BTreeMap<String, String>,
+    attribute: &str,
+) -> bool {
+    projection.split(',').any(|path| {
+        let top = path.trim().split(['.', '[']).next().unwrap_or("").trim();
+        top == attribute || names.get(top).is_some_and(|name| name == attribute)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_projection_names_key_attributes_directly_or_by_placeholder() {
+        let names = [("#k".to_string(), "pk".to_string())].into();
+        assert!(projects("a, pk.x", &Default::default(), "pk"));
+        assert!(projects("#k,b", &names, "pk"));
+        assert!(!projects("pkx, b", &names, "pk"));
+    }
+
+    #[test]
+    fn an_arn_gives_its_table_name() {
+        assert_eq!(
+            table_name_of("arn:aws:dynamodb:eu-west-1:1:table/orders"),
+            "orders"
+        );
+        assert_eq!(table_name_of("orders"), "orders");
+    }
+}

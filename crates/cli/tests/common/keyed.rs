@@ -1,0 +1,251 @@
+//! Keyed destinations for the end-to-end tests: a SQLite file in the test's directory, or a
+//! fresh schema in the PostgreSQL server `scripts/test.sh` starts (`DDBPIPE_TEST_POSTGRES_URL`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::rt;
+
+/// Which database a test mirrors into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A SQLite file.
+    Sqlite,
+    /// PostgreSQL on loopback.
+    Postgres,
+}
+
+/// One destination row: the document, the snapshot marker and `_ddbpipe_updated_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub document: Value,
+    pub snapshot: Option<i64>,
+    pub updated_at: String,
+}
+
+/// A destination database of one test.
+pub struct Destination {
+    pub target: Target,
+    /// The SQLite file.
+    pub path: PathBuf,
+    /// The PostgreSQL URL and the test's schema.
+    pub url: String,
+    pub schema: String,
+}
+
+/// The PostgreSQL server of the test run.
+pub fn postgres_url() -> String {
+    std::env::var("DDBPIPE_TEST_POSTGRES_URL").expect(
+        "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
+    )
+}
+
+async fn pg() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(connection);
+    client
+}
+
+impl Destination {
+    /// A fresh destination in `dir` (SQLite) or a fresh schema (PostgreSQL).
+    pub fn new(target: Target, dir: &Path) -> Destination {
+        let schema = format!("t_{:016x}", rand::random::<u64>());
+        if target == Target::Postgres {
+            rt().block_on(async {
+                pg().await
+                    .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                    .await
+                    .expect("create the test schema");
+            });
+        }
+        Destination {
+            target,
+            path: dir.join("mirror.db"),
+            url: match target {
+                Target::Sqlite => String::new(),
+                Target::Postgres => postgres_url(),
+            },
+            schema,
+        }
+    }
+
+    /// The `sink:` section.
+    pub fn sink_yaml(&self) -> String {
+        match self.target {
+            Target::Sqlite => format!("sink:\n  type: sqlite\n  path: {}\n", self.path.display()),
+            Target::Postgres => format!(
+                "sink:\n  type: postgres\n  url: '{}'\n  schema: {}\n",
+                self.url, self.schema
+            ),
+        }
+    }
+
+    /// Runs SQL statements (test set-up: drops, edits).
+    pub fn execute(&self, sql: &str) {
+        match self.target {
+            Target::Sqlite => {
+                let db = rusqlite::Connection::open(&self.path).expect("open the sqlite file");
+                db.execute_batch(sql).expect("sqlite statements");
+            }
+            Target::Postgres => rt().block_on(async {
+                let client = pg().await;
+                client
+                    .batch_execute(&format!("SET search_path TO \"{}\"; {sql}", self.schema))
+                    .await
+                    .expect("postgres statements");
+            }),
+        }
+    }
+
+    /// The rows of `table` by hash key `pk` (text).
+    pub fn rows(&self, table: &str) -> BTreeMap<String, Row> {
+        match self.target {
+            Target::Sqlite => {
+                let Ok(db) = rusqlite::Connection::open_with_flags(
+                    &self.path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                ) else {
+                    return BTreeMap::new();
+                };
+                let sql = format!(
+                    "SELECT pk, document, _ddbpipe_snapshot, _ddbpipe_updated_at FROM \"{table}\""
+                );
+                let Ok(mut statement) = db.prepare(&sql) else {
+                    return BTreeMap::new();
+                };
+                statement
+                    .query_map([], |row| {
+                        let document: String = row.get(1)?;
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            Row {
+                                document: serde_json::from_str(&document).expect("JSON document"),
+                                snapshot: row.get(2)?,
+                                updated_at: row.get(3)?,
+                            },
+                        ))
+                    })
+                    .expect("query rows")
+                    .map(|row| row.expect("a row"))
+                    .collect()
+            }
+            Target::Postgres => rt().block_on(async {
+                let client = pg().await;
+                let sql = format!(
+                    "SELECT pk::text, document::text, _ddbpipe_snapshot, _ddbpipe_updated_at FROM \"{}\".\"{table}\"",
+                    self.schema
+                );
+                let Ok(rows) = client.query(&sql, &[]).await else {
+                    return BTreeMap::new();
+                };
+                rows.iter()
+                    .map(|row| {
+                        let document: String = row.get(1);
+                        (
+                            row.get::<_, String>(0),
+                            Row {
+                                document: serde_json::from_str(&document).expect("JSON document"),
+                                snapshot: row.get(2),
+                                updated_at: row.get(3),
+                            },
+                        )
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    /// The documents of `table` by `pk`.
+    pub fn documents(&self, table: &str) -> BTreeMap<String, Value> {
+        self.rows(table)
+            .into_iter()
+            .map(|(pk, row)| (pk, row.document))
+            .collect()
+    }
+
+    /// The stored state parts of `pipeline`: part → (value, updated_at).
+    pub fn state(&self, pipeline: &str) -> BTreeMap<String, (Value, String)> {
+        match self.target {
+            Target::Sqlite => {
+                let Ok(db) = rusqlite::Connection::open_with_flags(
+                    &self.path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                ) else {
+                    return BTreeMap::new();
+                };
+                let Ok(mut statement) = db.prepare(
+                    "SELECT part, value, updated_at FROM _ddbpipe_state WHERE pipeline = ?1",
+                ) else {
+                    return BTreeMap::new();
+                };
+                statement
+                    .query_map([pipeline], |row| {
+                        let value: String = row.get(1)?;
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            (serde_json::from_str(&value).expect("JSON"), row.get(2)?),
+                        ))
+                    })
+                    .expect("query state")
+                    .map(|row| row.expect("a row"))
+                    .collect()
+            }
+            Target::Postgres => rt().block_on(async {
+                let client = pg().await;
+                let sql = format!(
+                    "SELECT part, value::text, updated_at FROM \"{}\"._ddbpipe_state WHERE pipeline = $1",
+                    self.schema
+                );
+                let Ok(rows) = client.query(&sql, &[&pipeline]).await else {
+                    return BTreeMap::new();
+                };
+                rows.iter()
+                    .map(|row| {
+                        let value: String = row.get(1);
+                        (
+                            row.get::<_, String>(0),
+                            (serde_json::from_str(&value).expect("JSON"), row.get(2)),
+                        )
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+impl Drop for Destination {
+    fn drop(&mut self) {
+        if self.target == Target::Postgres {
+            let schema = self.schema.clone();
+            rt().block_on(async move {
+                let _ = pg()
+                    .await
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await;
+            });
+        }
+    }
+}
+
+/// Sorts the members of every set (`SS`, `NS`, `BS`) in typed JSON, so two renderings of one
+/// item compare equal whatever order the sets came in.
+pub fn normalize_sets(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (tag, member) in map.iter_mut() {
+                if matches!(tag.as_str(), "SS" | "NS" | "BS")
+                    && let Value::Array(items) = member
+                {
+                    items.sort_by_key(|v| v.to_string());
+                }
+                normalize_sets(member);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_sets),
+        _ => {}
+    }
+}

@@ -1,0 +1,525 @@
+//! `mode: mirror` and the keyed sinks end to end through the CLI: a DynamoDB emulator as the
+//! source, SQLite and PostgreSQL as destinations (SPEC §5, §7.2–§7.4; §10 scenarios 10–14).
+//!
+//! The convergence tests compare the destination with the table item for item in typed form:
+//! the table is dumped by a `mode: scan` pipeline with `value_format: typed`, the mirror runs
+//! with the same format, so both sides are DynamoDB attribute JSON.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+use common::keyed::{Destination, Target, normalize_sets};
+use common::{Emulator, Pipeline, Running, item, rt, s, stderr};
+
+const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 2";
+
+/// A pipeline mirroring `orders` into a fresh destination.
+fn mirror(running: &Running, target: Target, source: &str) -> (Pipeline, Destination) {
+    let pipeline = Pipeline::new("orders-mirror", &running.endpoint, source);
+    let destination = Destination::new(target, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "orders-mirror",
+        &running.endpoint,
+        source,
+        &destination.sink_yaml(),
+    );
+    (pipeline, destination)
+}
+
+fn run(pipeline: &Pipeline) -> std::process::Output {
+    pipeline.ddbpipe(&["run", "--progress", "never"])
+}
+
+fn keys(destination: &Destination) -> Vec<String> {
+    destination.rows("orders").into_keys().collect()
+}
+
+fn delete(running: &Running, pk: &str) {
+    let request = running
+        .client
+        .delete_item()
+        .table_name("orders")
+        .key("pk", AttributeValue::S(pk.into()));
+    rt().block_on(request.send()).unwrap();
+}
+
+/// Re-creates `orders`: its stream is new, so a stored position has a gap (SPEC §4.5).
+fn recreate(running: &Running) {
+    rt().block_on(running.client.delete_table().table_name("orders").send())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+}
+
+/// The snapshot record of the stored state (`null` when none is open).
+fn snapshot_record(destination: &Destination) -> Value {
+    let state = destination.state("orders-mirror");
+    state["meta"].0["position"]["snapshot"].clone()
+}
+
+/// On moto: a re-created table's stream starts empty, as in DynamoDB (dynoxide replays the old
+/// table's records into the new stream, which would bring b back).
+fn mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap(target: Target) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for pk in ["a", "b", "c"] {
+        running.put_pk("orders", pk, "1");
+    }
+    let source = format!("{MIRROR}\non_gap: resnapshot\nsegments: 3");
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(keys(&destination), ["a", "b", "c"]);
+    let rows = destination.rows("orders");
+    assert_eq!(rows["a"].document, serde_json::json!({"pk": "a", "v": 1}));
+    assert!(rows.values().all(|r| r.snapshot.is_some()), "{rows:?}");
+    assert_eq!(snapshot_record(&destination), Value::Null);
+
+    // Scenario 10: b deleted and d inserted during a gap.
+    recreate(&running);
+    for pk in ["a", "c", "d"] {
+        running.put_pk("orders", pk, "2");
+    }
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("are deleted once the scan completes"), "{err}");
+    assert_eq!(keys(&destination), ["a", "c", "d"], "b is gone: {err}");
+    assert_eq!(
+        destination.rows("orders")["d"].document,
+        serde_json::json!({"pk": "d", "v": 2})
+    );
+    assert_eq!(
+        snapshot_record(&destination),
+        Value::Null,
+        "no snapshot open"
+    );
+
+    // The stream is read from the capture: a later change arrives.
+    running.put_pk("orders", "e", "3");
+    delete(&running, "a");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(keys(&destination), ["c", "d", "e"]);
+}
+
+fn over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on(target: Target) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for pk in ["a", "b", "c"] {
+        running.put_pk("orders", pk, "1");
+    }
+    let source = format!("{MIRROR}\non_gap: resnapshot\nsegments: 3\nresnapshot_max_keys: 2");
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let output = run(&pipeline);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "a first mirror deletes nothing, so its size is no matter: {}",
+        stderr(&output)
+    );
+    recreate(&running);
+    for pk in ["a", "c", "d"] {
+        running.put_pk("orders", pk, "2");
+    }
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("the snapshot saw 3 keys, more than resnapshot_max_keys (2)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("nothing was deleted and the position was saved"),
+        "{err}"
+    );
+    assert_eq!(keys(&destination), ["a", "b", "c", "d"], "nothing deleted");
+    assert_eq!(
+        snapshot_record(&destination),
+        Value::Null,
+        "snapshot closed"
+    );
+
+    running.put_pk("orders", "e", "3");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(keys(&destination), ["a", "b", "c", "d", "e"]);
+}
+
+/// A seeded writer of puts (sets, binary, big numbers, nested values), updates and deletes.
+struct Writer {
+    rng: StdRng,
+    keys: usize,
+}
+
+impl Writer {
+    fn new(seed: u64, keys: usize) -> Writer {
+        Writer {
+            rng: StdRng::seed_from_u64(seed),
+            keys,
+        }
+    }
+
+    fn random_item(&mut self, pk: &str) -> HashMap<String, AttributeValue> {
+        let rng = &mut self.rng;
+        let big = format!(
+            "{}{:018}.{:04}",
+            rng.random_range(1..9),
+            rng.random::<u64>() % 1_000_000_000_000_000_000,
+            rng.random_range(0..10_000)
+        );
+        let mut pairs = vec![
+            ("pk", s(pk)),
+            (
+                "v",
+                AttributeValue::N(rng.random_range(-1000..1000).to_string()),
+            ),
+            ("big", AttributeValue::N(big)),
+            (
+                "blob",
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
+                    (0..rng.random_range(1..8))
+                        .map(|_| rng.random::<u8>())
+                        .collect::<Vec<u8>>(),
+                )),
+            ),
+            (
+                "nested",
+                AttributeValue::M(HashMap::from([
+                    (
+                        "l".to_string(),
+                        AttributeValue::L(vec![
+                            s("x"),
+                            AttributeValue::Bool(true),
+                            AttributeValue::Null(true),
+                        ]),
+                    ),
+                    ("n".to_string(), AttributeValue::N("0.5".into())),
+                ])),
+            ),
+        ];
+        if rng.random_bool(0.7) {
+            let tags: Vec<String> = (0..rng.random_range(1..4))
+                .map(|i| format!("t{i}-{}", rng.random_range(0..5)))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            pairs.push(("tags", AttributeValue::Ss(tags)));
+            pairs.push((
+                "nums",
+                AttributeValue::Ns(vec!["1".into(), "12345678901234567890123".into()]),
+            ));
+        }
+        item(pairs)
+    }
+
+    /// One random write.
+    fn step(&mut self, running: &Running) {
+        let pk = format!("k{:03}", self.rng.random_range(0..self.keys));
+        let roll = self.rng.random_range(0..10);
+        let request = if roll < 5 {
+            let item = self.random_item(&pk);
+            rt().block_on(
+                running
+                    .client
+                    .put_item()
+                    .table_name("orders")
+                    .set_item(Some(item))
+                    .send(),
+            )
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+        } else if roll < 8 {
+            let v = self.rng.random_range(-1000..1000).to_string();
+            rt().block_on(
+                running
+                    .client
+                    .update_item()
+                    .table_name("orders")
+                    .key("pk", s(&pk))
+                    .update_expression("SET v = :v, note = :n")
+                    .expression_attribute_values(":v", AttributeValue::N(v))
+                    .expression_attribute_values(":n", s("updated"))
+                    .send(),
+            )
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+        } else {
+            rt().block_on(
+                running
+                    .client
+                    .delete_item()
+                    .table_name("orders")
+                    .key("pk", s(&pk))
+                    .send(),
+            )
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+        };
+        request.unwrap();
+    }
+}
+
+/// Writes in the background until `stop` is set.
+fn start_writer(
+    running: Arc<Running>,
+    seed: u64,
+    keys: usize,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut writer = Writer::new(seed, keys);
+        let mut writes = 0;
+        while !stop.load(Ordering::Relaxed) {
+            writer.step(&running);
+            writes += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        writes
+    })
+}
+
+/// The table's items in typed JSON by `pk`, read by a `mode: scan` pipeline.
+fn table_items(running: &Running) -> BTreeMap<String, Value> {
+    let dump = Pipeline::new(
+        "dump",
+        &running.endpoint,
+        "table_name: orders\nvalue_format: typed\nsegments: 2",
+    );
+    let output = dump.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    dump.records()
+        .into_iter()
+        .map(|mut item| {
+            normalize_sets(&mut item);
+            (item["pk"]["S"].as_str().unwrap().to_string(), item)
+        })
+        .collect()
+}
+
+fn mirrored_items(destination: &Destination) -> BTreeMap<String, Value> {
+    destination
+        .documents("orders")
+        .into_iter()
+        .map(|(pk, mut doc)| {
+            normalize_sets(&mut doc);
+            (pk, doc)
+        })
+        .collect()
+}
+
+fn assert_converged(running: &Running, destination: &Destination) {
+    let table = table_items(running);
+    let mirrored = mirrored_items(destination);
+    let missing: Vec<&String> = table
+        .keys()
+        .filter(|k| !mirrored.contains_key(*k))
+        .collect();
+    let extra: Vec<&String> = mirrored
+        .keys()
+        .filter(|k| !table.contains_key(*k))
+        .collect();
+    let differ: Vec<&String> = table
+        .iter()
+        .filter(|(k, v)| mirrored.get(*k).is_some_and(|m| m != *v))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && differ.is_empty(),
+        "the destination differs from the table: missing {missing:?}, extra {extra:?}, differing {differ:?}"
+    );
+}
+
+/// Scenario 13: 2 000 items, a writer updating and deleting random keys during the scan; the
+/// mirror run until idle equals the table.
+fn a_mirror_under_writes_converges_to_the_table(target: Target) {
+    let running = Arc::new(Emulator::Dynoxide.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(13, 2000);
+    let items: Vec<_> = (0..2000)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    running.put_items("orders", items);
+    let source = format!(
+        "{MIRROR}\nvalue_format: typed\nsegments: 4\nmax_concurrency: 1\npage_limit: 50\nbatch_size: 100\nmax_read_units_per_second: 10"
+    );
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(&running), 1313, 2000, Arc::clone(&stop));
+    let child = spawn(&pipeline);
+    // Writes go on while the scan runs (its first batches are committed meanwhile).
+    assert!(
+        common::wait_for(Duration::from_secs(60), || destination.rows("orders").len()
+            >= 200),
+        "the scan made no progress"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(writes > 20, "the writer wrote during the scan ({writes})");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_converged(&running, &destination);
+}
+
+fn spawn(pipeline: &Pipeline) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&pipeline.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Starts a run whose stderr goes to a file (it is killed, so nothing drains a pipe).
+fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
+    let log =
+        std::fs::File::create(pipeline.dir.path().join(format!("run-{attempt}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&pipeline.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The committed state and rows agree: every row was written by a transaction whose state is
+/// committed, i.e. no row is newer than the stored position (SPEC §6.5: rows and position
+/// commit together; the rows carry their transaction's time).
+fn assert_rows_match_the_position(destination: &Destination, attempt: usize) {
+    let state = destination.state("orders-mirror");
+    let Some((_, meta_at)) = state.get("meta") else {
+        assert!(
+            destination.rows("orders").is_empty(),
+            "rows without any committed position after kill {attempt}"
+        );
+        return;
+    };
+    let newest_row = destination
+        .rows("orders")
+        .into_values()
+        .map(|row| row.updated_at)
+        .max();
+    if let Some(newest) = newest_row {
+        assert!(
+            newest <= *meta_at,
+            "after kill {attempt}: a row written at {newest} is newer than the committed position ({meta_at})"
+        );
+    }
+}
+
+/// Scenario 14 and the convergence test: a writer applies a seeded random mix while the mirror
+/// is killed with SIGKILL at random points and restarted; at the end the destination equals the
+/// table, and after every kill the rows and the committed position agree.
+fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
+    target: Target,
+    kills: usize,
+) {
+    let running = Arc::new(Emulator::Dynoxide.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(14, 600);
+    let items: Vec<_> = (0..600)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    running.put_items("orders", items);
+    let source = format!(
+        "{MIRROR}\nvalue_format: typed\nsegments: 4\nmax_concurrency: 2\npage_limit: 25\nbatch_size: 20\non_gap: resnapshot"
+    );
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(&running), 1414, 600, Arc::clone(&stop));
+    let mut rng = StdRng::seed_from_u64(0x14);
+    for attempt in 0..kills {
+        let mut child = spawn_logged(&pipeline, attempt);
+        std::thread::sleep(Duration::from_millis(rng.random_range(150..1500)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        assert_rows_match_the_position(&destination, attempt);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_rows_match_the_position(&destination, kills);
+    assert_converged(&running, &destination);
+    assert_eq!(snapshot_record(&destination), Value::Null);
+}
+
+mod sqlite {
+    use super::*;
+
+    #[test]
+    fn mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap() {
+        super::mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap(
+            Target::Sqlite,
+        );
+    }
+
+    #[test]
+    fn over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on() {
+        super::over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on(
+            Target::Sqlite,
+        );
+    }
+
+    #[test]
+    fn a_mirror_under_writes_converges_to_the_table() {
+        super::a_mirror_under_writes_converges_to_the_table(Target::Sqlite);
+    }
+
+    #[test]
+    fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice() {
+        super::a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
+            Target::Sqlite,
+            10,
+        );
+    }
+}
+
+mod postgres {
+    use super::*;
+
+    #[test]
+    fn mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap() {
+        super::mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap(
+            Target::Postgres,
+        );
+    }
+
+    #[test]
+    fn over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on() {
+        super::over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on(
+            Target::Postgres,
+        );
+    }
+
+    #[test]
+    fn a_mirror_under_writes_converges_to_the_table() {
+        super::a_mirror_under_writes_converges_to_the_table(Target::Postgres);
+    }
+
+    #[test]
+    fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice() {
+        super::a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
+            Target::Postgres,
+            20,
+        );
+    }
+}

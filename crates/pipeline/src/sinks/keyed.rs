@@ -1,0 +1,506 @@
+//! The `sqlite` and `postgres` sinks: records become row changes of a keyed table, committed
+//! with the pipeline's position in one transaction (SPEC §7.2–§7.4, §6.5).
+//!
+//! # From records to rows
+//! The sink reads the JSON lines the source rendered (the same bytes the jsonl sink writes):
+//! - scan/query items → upsert of the item, the key taken from its key attributes;
+//! - envelopes: `op` `c`, `u`, `r` → upsert of `after`; `d` → delete by `key`; any other `op`
+//!   fails the run naming the record's `event_id` and shard. `r` rows written while a snapshot
+//!   is open carry its id (SPEC §7.4).
+//!
+//! Key values follow `value_format`: plain `S` strings, `N` numbers (a JSON number's text, or
+//! the string §3.2 writes for a number no double holds), `B` base64; typed `{"S": …}`,
+//! `{"N": "<text>"}`, `{"B": "<base64>"}`. Scan and stream records of one pipeline render keys
+//! the same way, so a key always maps to the same row.
+//!
+//! # Retries (SPEC §9.4)
+//! A retryable database error (connection loss, serialization failure, deadlock, busy) rolls
+//! the transaction back; the whole batch is retried with the source's backoff and budget.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use base64::Engine as _;
+use ddbpipe_keyed::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
+use ddbpipe_value::ValueFormat;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::batch::Batch;
+use crate::checkpoint::Staged;
+use crate::sink::{Sink, SinkError};
+
+/// What the records of a run are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Records {
+    /// Scan or query items.
+    Items,
+    /// Change and snapshot envelopes (streams, mirror).
+    Envelopes,
+}
+
+/// How failed transactions are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkRetry {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first backoff.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+}
+
+/// A keyed sink over a SQLite or PostgreSQL database.
+#[derive(Debug)]
+pub struct KeyedSink {
+    db: Database,
+    table: TableSpec,
+    format: ValueFormat,
+    records: Records,
+    retry: SinkRetry,
+}
+
+impl KeyedSink {
+    /// A sink writing `records` into `table` of `db`; call [`prepare`](Self::prepare) first.
+    pub fn new(
+        db: Database,
+        table: TableSpec,
+        format: ValueFormat,
+        records: Records,
+        retry: SinkRetry,
+    ) -> Self {
+        KeyedSink {
+            db,
+            table,
+            format,
+            records,
+            retry,
+        }
+    }
+
+    /// Creates or checks the destination table and the state table.
+    pub async fn prepare(&self) -> Result<(), SinkError> {
+        self.db
+            .prepare(&self.table)
+            .await
+            .map_err(|e| self.error(e.message))
+    }
+
+    /// The database.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The destination table.
+    pub fn table(&self) -> &TableSpec {
+        &self.table
+    }
+
+    fn error(&self, message: String) -> SinkError {
+        SinkError {
+            sink: self.db.describe(),
+            message,
+        }
+    }
+
+    /// The row changes of a batch, in order.
+    pub fn rows(&self, batch: &Batch, snapshot_open: bool) -> Result<Vec<RowChange>, String> {
+        let mut rows = Vec::with_capacity(batch.records.len());
+        for (i, line) in batch.records.iter().enumerate() {
+            let text = std::str::from_utf8(line)
+                .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
+            let row = match self.records {
+                Records::Items => self
+                    .item_row(text)
+                    .map_err(|problem| format!("item {}: {problem}", short(text)))?,
+                Records::Envelopes => self.envelope_row(text, snapshot_open)?,
+            };
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    fn item_row(&self, text: &str) -> Result<RowChange, String> {
+        let item: std::collections::BTreeMap<Cow<'_, str>, &RawValue> =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+        Ok(RowChange::Upsert {
+            key: self.key_of(|name| item.get(name).copied())?,
+            document: text.to_string(),
+            snapshot: false,
+        })
+    }
+
+    fn envelope_row(&self, text: &str, snapshot_open: bool) -> Result<RowChange, String> {
+        let envelope: Envelope<'_> =
+            serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        let record = || {
+            format!(
+                "record {} in {}",
+                envelope.event_id.as_deref().unwrap_or("?"),
+                envelope.shard_id.as_deref().unwrap_or("the snapshot")
+            )
+        };
+        let key = || -> Result<Vec<KeyValue>, String> {
+            let key: std::collections::BTreeMap<Cow<'_, str>, &RawValue> = envelope
+                .key
+                .filter(|raw| raw.get() != "null")
+                .map(|raw| serde_json::from_str(raw.get()))
+                .transpose()
+                .map_err(|e| format!("{}: its key is not an object: {e}", record()))?
+                .ok_or_else(|| format!("{} has no key", record()))?;
+            self.key_of(|name| key.get(name).copied())
+                .map_err(|problem| format!("{}: {problem}", record()))
+        };
+        match envelope.op.as_ref() {
+            "c" | "u" | "r" => {
+                let after = envelope.after.filter(|raw| raw.get() != "null").ok_or_else(|| {
+                    format!(
+                        "{} has no new image: the {} sink needs a stream view of NEW_IMAGE or NEW_AND_OLD_IMAGES",
+                        record(),
+                        self.kind()
+                    )
+                })?;
+                Ok(RowChange::Upsert {
+                    key: key()?,
+                    document: after.get().to_string(),
+                    snapshot: snapshot_open && envelope.op == "r",
+                })
+            }
+            "d" => Ok(RowChange::Delete { key: key()? }),
+            other => Err(format!(
+                "{} has op '{other}', which the {} sink cannot apply (only c, u, d and r)",
+                record(),
+                self.kind()
+            )),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.db {
+            Database::Sqlite(_) => "sqlite",
+            Database::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The key values of a record whose attributes `get` looks up.
+    fn key_of<'a>(
+        &self,
+        get: impl Fn(&str) -> Option<&'a RawValue>,
+    ) -> Result<Vec<KeyValue>, String> {
+        self.table
+            .key
+            .iter()
+            .map(|column| {
+                let raw = get(&column.name)
+                    .ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
+                key_value(raw, column.kind, self.format).map_err(|problem| {
+                    format!(
+                        "key attribute '{}' ({}): {problem}",
+                        column.name,
+                        column.kind.tag()
+                    )
+                })
+            })
+            .collect()
+    }
+
+    async fn apply(&self, rows: &[RowChange], state: Option<&Staged>) -> Result<(), DbError> {
+        let empty = StateWrite::default();
+        let (write, snapshot_id) = match state {
+            Some(staged) => (&staged.state, staged.snapshot_id),
+            None => (&empty, None),
+        };
+        let mut backoff = self.retry.initial_backoff;
+        let mut attempt = 0;
+        loop {
+            match self.db.apply(&self.table, rows, snapshot_id, write).await {
+                Err(error) if error.retryable && attempt < self.retry.max_retries => {
+                    attempt += 1;
+                    tracing::warn!(
+                        sink = %self.db.describe(),
+                        attempt,
+                        error = %error.message,
+                        "Sink transaction failed; retrying the batch."
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.retry.max_backoff);
+                }
+                Err(mut error) => {
+                    if attempt > 0 {
+                        error.message = format!(
+                            "{} (failed after {} attempt(s))",
+                            error.message,
+                            attempt + 1
+                        );
+                    }
+                    return Err(error);
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The fields of an envelope a keyed sink reads.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    shard_id: Option<Cow<'a, str>>,
+}
+
+/// One key attribute's value as rendered per `format`.
+fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<KeyValue, String> {
+    let text = raw.get();
+    let payload: Cow<'_, str> = match format {
+        ValueFormat::Typed => {
+            let typed: std::collections::BTreeMap<Cow<'_, str>, Cow<'_, str>> =
+                serde_json::from_str(text).map_err(|_| {
+                    format!("expected {{\"{}\": …}}, found {}", kind.tag(), short(text))
+                })?;
+            match typed.into_iter().next() {
+                Some((tag, value)) if tag == kind.tag() => value,
+                _ => {
+                    return Err(format!(
+                        "expected {{\"{}\": …}}, found {}",
+                        kind.tag(),
+                        short(text)
+                    ));
+                }
+            }
+        }
+        ValueFormat::Plain => match serde_json::from_str::<Cow<'_, str>>(text) {
+            Ok(string) => string,
+            // A plain number is its JSON text.
+            Err(_)
+                if kind == KeyType::N
+                    && text
+                        .starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) =>
+            {
+                Cow::Borrowed(text)
+            }
+            Err(_) => {
+                return Err(format!(
+                    "expected a {} value, found {}",
+                    kind.tag(),
+                    short(text)
+                ));
+            }
+        },
+    };
+    Ok(match kind {
+        KeyType::S => KeyValue::S(payload.into_owned()),
+        KeyType::N => KeyValue::N(payload.into_owned()),
+        KeyType::B => KeyValue::B(
+            base64::engine::general_purpose::STANDARD
+                .decode(payload.as_bytes())
+                .map_err(|e| format!("not base64: {e}"))?,
+        ),
+    })
+}
+
+/// The start of a record for messages.
+fn short(text: &str) -> String {
+    const MAX: usize = 120;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+impl Sink for KeyedSink {
+    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+        let snapshot_open = state.is_some_and(|s| s.snapshot_id.is_some());
+        let rows = self
+            .rows(batch, snapshot_open)
+            .map_err(|message| self.error(message))?;
+        if rows.is_empty() && state.is_none_or(|s| s.state.is_empty()) {
+            return Ok(());
+        }
+        self.apply(&rows, state)
+            .await
+            .map_err(|e| self.error(e.message))
+    }
+
+    fn describe(&self) -> String {
+        format!("{} table '{}'", self.db.describe(), self.table.table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_keyed::KeyColumn;
+    use ddbpipe_source::records::Lines;
+
+    use super::*;
+
+    fn sink(format: ValueFormat, records: Records, key: &[(&str, KeyType)]) -> KeyedSink {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ddbpipe_keyed::SqliteDatabase::open(&dir.path().join("t.db")).unwrap();
+        KeyedSink::new(
+            Database::Sqlite(db),
+            TableSpec {
+                table: "t".into(),
+                schema: "public".into(),
+                key: key
+                    .iter()
+                    .map(|(name, kind)| KeyColumn {
+                        name: (*name).into(),
+                        kind: *kind,
+                    })
+                    .collect(),
+                document_column: "document".into(),
+                create_table: true,
+            },
+            format,
+            records,
+            SinkRetry {
+                max_retries: 0,
+                initial_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(1),
+            },
+        )
+    }
+
+    fn batch(lines: &[&str]) -> Batch {
+        let mut records = Lines::default();
+        for line in lines {
+            records.push_with(|buf| buf.extend_from_slice(line.as_bytes()));
+        }
+        Batch {
+            records,
+            ..Batch::default()
+        }
+    }
+
+    #[test]
+    fn plain_items_give_typed_keys_and_the_item_as_document() {
+        let sink = sink(
+            ValueFormat::Plain,
+            Records::Items,
+            &[("pk", KeyType::S), ("n", KeyType::N), ("b", KeyType::B)],
+        );
+        let line = r#"{"b":"AQI=","n":12345678901234567890123,"pk":"a","x":1}"#;
+        let big = r#"{"b":"/w==","n":"99999999999999999999","pk":"\u00e9"}"#;
+        let rows = sink.rows(&batch(&[line, big]), false).unwrap();
+        assert_eq!(
+            rows[0],
+            RowChange::Upsert {
+                key: vec![
+                    KeyValue::S("a".into()),
+                    KeyValue::N("12345678901234567890123".into()),
+                    KeyValue::B(vec![1, 2]),
+                ],
+                document: line.into(),
+                snapshot: false,
+            }
+        );
+        let RowChange::Upsert { key, .. } = &rows[1] else {
+            panic!("upsert expected");
+        };
+        assert_eq!(key[0], KeyValue::S("é".into()));
+        assert_eq!(key[1], KeyValue::N("99999999999999999999".into()));
+    }
+
+    #[test]
+    fn typed_keys_keep_their_text() {
+        let sink = sink(ValueFormat::Typed, Records::Items, &[("pk", KeyType::N)]);
+        let rows = sink
+            .rows(&batch(&[r#"{"pk":{"N":"1.50"}}"#]), false)
+            .unwrap();
+        assert!(
+            matches!(&rows[0], RowChange::Upsert { key, .. } if key == &[KeyValue::N("1.50".into())])
+        );
+        let wrong = sink
+            .rows(&batch(&[r#"{"pk":{"S":"1"}}"#]), false)
+            .unwrap_err();
+        assert!(wrong.contains("key attribute 'pk' (N)"), "{wrong}");
+    }
+
+    #[test]
+    fn envelopes_become_upserts_of_after_and_deletes_by_key() {
+        let sink = sink(
+            ValueFormat::Plain,
+            Records::Envelopes,
+            &[("pk", KeyType::S)],
+        );
+        let rows = sink
+            .rows(
+                &batch(&[
+                    r#"{"after":{"pk":"a","v":1},"before":null,"event_id":"e1","key":{"pk":"a"},"op":"c","shard_id":"s1"}"#,
+                    r#"{"after":null,"before":{"pk":"a"},"event_id":"e2","key":{"pk":"a"},"op":"d","shard_id":"s1"}"#,
+                    r#"{"after":{"pk":"b"},"before":null,"event_id":null,"key":{"pk":"b"},"op":"r","shard_id":null}"#,
+                ]),
+                true,
+            )
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                RowChange::Upsert {
+                    key: vec![KeyValue::S("a".into())],
+                    document: r#"{"pk":"a","v":1}"#.into(),
+                    snapshot: false,
+                },
+                RowChange::Delete {
+                    key: vec![KeyValue::S("a".into())]
+                },
+                RowChange::Upsert {
+                    key: vec![KeyValue::S("b".into())],
+                    document: r#"{"pk":"b"}"#.into(),
+                    snapshot: true,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_ops_and_missing_images_name_the_record_and_shard() {
+        let sink = sink(
+            ValueFormat::Plain,
+            Records::Envelopes,
+            &[("pk", KeyType::S)],
+        );
+        let error = sink
+            .rows(
+                &batch(&[r#"{"after":null,"event_id":"e9","key":{"pk":"a"},"op":"unknown","shard_id":"s7"}"#]),
+                false,
+            )
+            .unwrap_err();
+        assert!(
+            error.contains("record e9 in s7 has op 'unknown'"),
+            "{error}"
+        );
+        let error = sink
+            .rows(
+                &batch(&[
+                    r#"{"after":null,"event_id":"e8","key":{"pk":"a"},"op":"u","shard_id":"s7"}"#,
+                ]),
+                false,
+            )
+            .unwrap_err();
+        assert!(
+            error.contains("record e8 in s7 has no new image"),
+            "{error}"
+        );
+        assert!(error.contains("NEW_AND_OLD_IMAGES"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_key_attribute_is_named() {
+        let sink = sink(
+            ValueFormat::Plain,
+            Records::Items,
+            &[("pk", KeyType::S), ("sk", KeyType::N)],
+        );
+        let error = sink.rows(&batch(&[r#"{"pk":"a"}"#]), false).unwrap_err();
+        assert!(error.contains("key attribute 'sk' is missing"), "{error}");
+    }
+}

@@ -1,0 +1,355 @@
+//! Where a pipeline's entry is kept: the state file, or the sink's database (SPEC §6.1, §6.5).
+//!
+//! # Parts (SPEC §6.5)
+//! In a database the entry is split into rows of `_ddbpipe_state`: `segment:<i>` holds the
+//! cursor of segment `i` (of a scan position, or of an open snapshot), `shard:<id>` holds a
+//! shard's entry (`{"position", "verified_at"?, "latest_floor_ms"?}`), and `meta` holds the rest.
+//! So a batch that advances two shards rewrites two small rows, not the whole entry. Reading
+//! assembles the parts into the same document as a state-file entry and checks it as strictly.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ddbpipe_keyed::{Database, StateWrite, TableSpec};
+use serde_json::{Map, Value as Json};
+
+use super::file::{Entry, StateError, StateFile};
+
+/// The part holding everything that is not a segment cursor or a shard entry.
+const META: &str = "meta";
+
+/// A pipeline's position store.
+#[derive(Debug)]
+pub enum Store {
+    /// A JSON state file (the jsonl sink).
+    File(StateFile),
+    /// The sink's database: batches commit their state parts with their rows.
+    Database(DatabaseStore),
+}
+
+impl Store {
+    /// Reads `pipeline`'s entry strictly; `None` when there is none.
+    pub async fn load(&mut self, pipeline: &str) -> Result<Option<Entry>, StateError> {
+        match self {
+            Store::File(file) => file.load(pipeline),
+            Store::Database(db) => db.load(pipeline).await,
+        }
+    }
+
+    /// Replaces `pipeline`'s entry (`None` removes it).
+    pub async fn store(&mut self, pipeline: &str, entry: Option<&Entry>) -> Result<(), StateError> {
+        match self {
+            Store::File(file) => file.store(pipeline, entry),
+            Store::Database(db) => {
+                let (write, parts) = db.changes(pipeline, entry);
+                if !write.is_empty() {
+                    db.db
+                        .store_state(&write)
+                        .await
+                        .map_err(|e| db.error(e.message))?;
+                }
+                db.written = parts;
+                Ok(())
+            }
+        }
+    }
+
+    /// Where the state is, for messages ("/x/orders.state.json", "sqlite out.db").
+    pub fn describe(&self) -> String {
+        match self {
+            Store::File(file) => file.path().display().to_string(),
+            Store::Database(db) => db.db.describe(),
+        }
+    }
+}
+
+/// The state parts of one pipeline in a sink database, and what was last written there.
+#[derive(Debug)]
+pub struct DatabaseStore {
+    db: Database,
+    table: TableSpec,
+    /// The parts as last read or written (canonical JSON text), to write only changed ones.
+    written: BTreeMap<String, String>,
+}
+
+impl DatabaseStore {
+    /// The store in `db`, beside the destination `table` (whose snapshot rows it cleans up).
+    pub fn new(db: Database, table: TableSpec) -> Self {
+        DatabaseStore {
+            db,
+            table,
+            written: BTreeMap::new(),
+        }
+    }
+
+    /// The database.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The destination table.
+    pub fn table(&self) -> &TableSpec {
+        &self.table
+    }
+
+    fn error(&self, message: String) -> StateError {
+        StateError::Database {
+            store: self.db.describe(),
+            message,
+        }
+    }
+
+    async fn load(&mut self, pipeline: &str) -> Result<Option<Entry>, StateError> {
+        let raw = self
+            .db
+            .load_state(pipeline)
+            .await
+            .map_err(|e| self.error(e.message))?;
+        let where_ = PathBuf::from(self.db.describe());
+        let mut parts = BTreeMap::new();
+        for (part, text) in raw {
+            let value: Json = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+                path: where_.clone(),
+                location: format!("pipeline '{pipeline}' at _ddbpipe_state part '{part}'"),
+                problem: format!("not JSON: {e}"),
+            })?;
+            parts.insert(part, value);
+        }
+        if parts.is_empty() {
+            self.written.clear();
+            return Ok(None);
+        }
+        let entry = assemble(&parts).map_err(|problem| StateError::Corrupt {
+            path: where_.clone(),
+            location: format!("pipeline '{pipeline}' in _ddbpipe_state"),
+            problem,
+        })?;
+        let entry = Entry::from_json(&entry, pipeline, &where_)?;
+        self.written = parts
+            .into_iter()
+            .map(|(part, value)| (part, value.to_string()))
+            .collect();
+        Ok(Some(entry))
+    }
+
+    /// The parts `entry` consists of, and the write that turns what is stored into them.
+    pub fn changes(
+        &self,
+        pipeline: &str,
+        entry: Option<&Entry>,
+    ) -> (StateWrite, BTreeMap<String, String>) {
+        let parts: BTreeMap<String, String> = match entry {
+            Some(entry) => split(&entry.to_json())
+                .into_iter()
+                .map(|(part, value)| (part, value.to_string()))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        let upserts = parts
+            .iter()
+            .filter(|(part, text)| self.written.get(*part) != Some(text))
+            .map(|(part, text)| (part.clone(), text.clone()))
+            .collect();
+        let deletes = self
+            .written
+            .keys()
+            .filter(|part| !parts.contains_key(*part))
+            .cloned()
+            .collect();
+        let write = StateWrite {
+            pipeline: pipeline.to_string(),
+            upserts,
+            deletes,
+            updated_at: entry.map_or_else(crate::checkpoint::now_rfc3339, |e| e.updated_at.clone()),
+        };
+        (write, parts)
+    }
+
+    /// Records parts as written (after a sink transaction committed them).
+    pub fn written(&mut self, parts: BTreeMap<String, String>) {
+        self.written = parts;
+    }
+}
+
+/// Splits an entry document into parts (see the module docs).
+pub fn split(entry: &Json) -> BTreeMap<String, Json> {
+    let mut parts = BTreeMap::new();
+    let mut meta = entry.clone();
+    if let Some(position) = meta.get_mut("position").and_then(Json::as_object_mut) {
+        take_cursors(position, &mut parts);
+        if let Some(snapshot) = position.get_mut("snapshot").and_then(Json::as_object_mut) {
+            take_cursors(snapshot, &mut parts);
+        }
+        if let Some(Json::Object(shards)) = position.remove("shards") {
+            for (id, at) in shards {
+                let mut shard = Map::new();
+                shard.insert("position".into(), at);
+                for field in ["verified_at", "latest_floor_ms"] {
+                    if let Some(value) = position
+                        .get_mut(field)
+                        .and_then(Json::as_object_mut)
+                        .and_then(|map| map.remove(&id))
+                    {
+                        shard.insert(field.into(), value);
+                    }
+                }
+                parts.insert(format!("shard:{id}"), Json::Object(shard));
+            }
+        }
+    }
+    parts.insert(META.into(), meta);
+    parts
+}
+
+fn take_cursors(holder: &mut Map<String, Json>, parts: &mut BTreeMap<String, Json>) {
+    if let Some(Json::Object(cursors)) = holder.remove("cursors") {
+        for (segment, cursor) in cursors {
+            parts.insert(format!("segment:{segment}"), cursor);
+        }
+    }
+}
+
+/// Assembles parts into an entry document; the inverse of [`split`].
+pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
+    let mut entry = parts
+        .get(META)
+        .cloned()
+        .ok_or("the 'meta' part is missing")?;
+    let mut cursors = Map::new();
+    let mut shards = Map::new();
+    let mut verified = Map::new();
+    let mut floors = Map::new();
+    for (part, value) in parts {
+        if let Some(segment) = part.strip_prefix("segment:") {
+            cursors.insert(segment.to_string(), value.clone());
+        } else if let Some(id) = part.strip_prefix("shard:") {
+            let Json::Object(shard) = value else {
+                return Err(format!("part '{part}' is not an object"));
+            };
+            for key in shard.keys() {
+                if !matches!(key.as_str(), "position" | "verified_at" | "latest_floor_ms") {
+                    return Err(format!("part '{part}' has an unknown field '{key}'"));
+                }
+            }
+            let at = shard
+                .get("position")
+                .ok_or_else(|| format!("part '{part}' has no position"))?;
+            shards.insert(id.to_string(), at.clone());
+            if let Some(v) = shard.get("verified_at") {
+                verified.insert(id.to_string(), v.clone());
+            }
+            if let Some(v) = shard.get("latest_floor_ms") {
+                floors.insert(id.to_string(), v.clone());
+            }
+        } else if part != META {
+            return Err(format!("unknown part '{part}'"));
+        }
+    }
+    if entry.get("position").and_then(Json::as_object).is_none() {
+        if cursors.is_empty() && shards.is_empty() {
+            return Ok(entry);
+        }
+        return Err("segment or shard parts without a position".into());
+    }
+    let Some(position) = entry.get_mut("position").and_then(Json::as_object_mut) else {
+        return Ok(entry);
+    };
+    let streams = position.get("kind").and_then(Json::as_str) != Some("scan")
+        && position.get("kind").and_then(Json::as_str) != Some("query");
+    if streams {
+        merge_into(position, "shards", shards);
+        merge_into(position, "verified_at", verified);
+        merge_into(position, "latest_floor_ms", floors);
+        match position.get_mut("snapshot").and_then(Json::as_object_mut) {
+            Some(snapshot) => merge_into(snapshot, "cursors", cursors),
+            None if !cursors.is_empty() => {
+                return Err("segment parts without an open snapshot".into());
+            }
+            None => {}
+        }
+    } else {
+        if !shards.is_empty() {
+            return Err("shard parts in a scan position".into());
+        }
+        merge_into(position, "cursors", cursors);
+    }
+    Ok(entry)
+}
+
+/// Adds `extra` to the object at `holder[key]` (created when missing).
+fn merge_into(holder: &mut Map<String, Json>, key: &str, extra: Map<String, Json>) {
+    let slot = holder
+        .entry(key.to_string())
+        .or_insert_with(|| Json::Object(Map::new()));
+    if let Json::Object(map) = slot {
+        map.extend(extra);
+    } else if !extra.is_empty() {
+        *slot = Json::Object(extra);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn round_trip(entry: Json) {
+        let parts = split(&entry);
+        assert_eq!(assemble(&parts).unwrap(), entry, "parts: {parts:?}");
+    }
+
+    #[test]
+    fn a_scan_entry_splits_into_meta_and_segment_parts_and_back() {
+        let entry = json!({"fingerprint": "sha256:x", "identity": {"table_name": "t"},
+            "last_completed": null, "updated_at": "2026-01-01T00:00:00.000Z",
+            "position": {"cursors": {"3": {"pk": {"S": "k17"}}, "5": {"pk": {"N": "1"}}},
+                "done": [[0, 2]], "kind": "scan", "total_segments": 8}});
+        let parts = split(&entry);
+        assert_eq!(parts["segment:3"], json!({"pk": {"S": "k17"}}));
+        assert!(parts["meta"]["position"].get("cursors").is_none());
+        round_trip(entry);
+    }
+
+    #[test]
+    fn a_streams_entry_keeps_each_shard_with_its_verification_and_floor() {
+        let entry = json!({"fingerprint": "sha256:x", "identity": {}, "last_completed": null,
+            "updated_at": "t", "position": {"finished": ["s0"], "kind": "mirror",
+            "latest_floor_ms": {"s2": 5}, "shards": {"s1": "49", "s2": ""},
+            "snapshot": {"cursors": {"1": {"pk": {"S": "a"}}}, "done": [], "id": 7},
+            "stream_arn": "arn", "verified_at": {"s0": 9, "s2": 10}}});
+        let parts = split(&entry);
+        assert_eq!(
+            parts["shard:s2"],
+            json!({"latest_floor_ms": 5, "position": "", "verified_at": 10})
+        );
+        assert_eq!(parts["shard:s1"], json!({"position": "49"}));
+        // A finished shard's frontier stays in meta.
+        assert_eq!(parts["meta"]["position"]["verified_at"], json!({"s0": 9}));
+        assert_eq!(parts["segment:1"], json!({"pk": {"S": "a"}}));
+        round_trip(entry);
+    }
+
+    #[test]
+    fn an_entry_without_position_is_only_meta() {
+        let entry = json!({"fingerprint": "f", "identity": {}, "last_completed": {"items": 1},
+            "position": null, "updated_at": "t"});
+        assert_eq!(split(&entry).len(), 1);
+        round_trip(entry);
+    }
+
+    #[test]
+    fn unknown_or_orphan_parts_are_reported() {
+        let mut parts = BTreeMap::new();
+        parts.insert("meta".to_string(), json!({"position": null}));
+        parts.insert("shard:s1".to_string(), json!({"position": "1"}));
+        assert!(assemble(&parts).unwrap_err().contains("without a position"));
+        parts.insert("bogus".to_string(), json!(1));
+        assert!(
+            assemble(&parts)
+                .unwrap_err()
+                .contains("unknown part 'bogus'")
+        );
+        assert!(assemble(&BTreeMap::new()).unwrap_err().contains("meta"));
+    }
+}
