@@ -56,17 +56,17 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
   segments: 4
   page_limit: 250
   max_read_units_per_second: 5000",
-        out: dir.join("orders.jsonl"),
+        out: Out::Jsonl(dir.join("orders.jsonl")),
     };
     let exit = export.run(dir, &endpoint, credentials).await?;
     if exit != Exit::Ok {
         return Ok(exit);
     }
-    let text = std::fs::read_to_string(&export.out).unwrap_or_default();
+    let text = std::fs::read_to_string(export.out.path()).unwrap_or_default();
     eprintln!(
         "demo: wrote {} items to {}",
         text.lines().count(),
-        export.out.display()
+        export.out.path().display()
     );
     if let Some(first) = text.lines().next() {
         eprintln!("demo: first line:\n{first}");
@@ -82,18 +82,42 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         name: "orders-cdc",
         comment: "change data capture from the table's stream, ending after 2 s without changes",
         source: "mode: streams\n  idle_termination_secs: 2",
-        out: dir.join("orders-changes.jsonl"),
+        out: Out::Jsonl(dir.join("orders-changes.jsonl")),
     };
     let exit = cdc.run(dir, &endpoint, credentials).await?;
-    let text = std::fs::read_to_string(&cdc.out).unwrap_or_default();
+    if exit != Exit::Ok {
+        return Ok(exit);
+    }
+    let text = std::fs::read_to_string(cdc.out.path()).unwrap_or_default();
     eprintln!(
         "demo: wrote {} change envelopes to {}:",
         text.lines().count(),
-        cdc.out.display()
+        cdc.out.path().display()
     );
     for line in text.lines() {
         eprintln!("{line}");
     }
+
+    // A mirror: snapshot, then the stream, into a SQLite table that stays equal to the table.
+    let mirror = Step {
+        name: "orders-mirror",
+        comment: "a SQLite copy of the table: capture the stream, scan, then apply the changes",
+        source: "mode: mirror\n  segments: 4\n  idle_termination_secs: 2",
+        out: Out::Sqlite(dir.join("orders.db")),
+    };
+    let exit = mirror.run(dir, &endpoint, credentials).await?;
+    if exit != Exit::Ok {
+        return Ok(exit);
+    }
+    let db = mirror.out.path().display();
+    eprintln!(
+        "demo: mirrored the table into {db} (table \"{TABLE}\": key columns customer and order_id, \
+         the item in the document column). Query it:\n  sqlite3 {db} \"SELECT customer, order_id, \
+         json_extract(document, '$.status') AS status, json_extract(document, '$.total') AS total \
+         FROM {TABLE} ORDER BY customer, order_id LIMIT 5\"\n\
+         Run `ddbpipe run {}` again after changing the table to apply just the changes.",
+        dir.join("orders-mirror.yaml").display()
+    );
     eprintln!(
         "demo: the pipeline files are in {} (the emulator stops with the demo; point \
          endpoint_url at your own table, or remove it to read from AWS)",
@@ -107,27 +131,60 @@ struct Step {
     name: &'static str,
     comment: &'static str,
     source: &'static str,
-    out: PathBuf,
+    out: Out,
+}
+
+/// Where a demo pipeline writes.
+enum Out {
+    /// A jsonl file (with a state file beside it).
+    Jsonl(PathBuf),
+    /// A SQLite database (holding the position too).
+    Sqlite(PathBuf),
+}
+
+impl Out {
+    fn path(&self) -> &Path {
+        match self {
+            Out::Jsonl(path) | Out::Sqlite(path) => path,
+        }
+    }
+
+    /// Removes what an earlier demo left, and gives the `sink:` (and `state:`) sections.
+    fn fresh_sections(&self, dir: &Path, name: &str) -> String {
+        match self {
+            Out::Jsonl(path) => {
+                let state = dir.join(format!("{name}.state.json"));
+                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(&state);
+                format!(
+                    "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
+                    path.display(),
+                    state.display()
+                )
+            }
+            Out::Sqlite(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut file = path.as_os_str().to_owned();
+                    file.push(suffix);
+                    let _ = std::fs::remove_file(PathBuf::from(file));
+                }
+                format!("sink:\n  type: sqlite\n  path: {}\n", path.display())
+            }
+        }
+    }
 }
 
 impl Step {
     async fn run(&self, dir: &Path, endpoint: &str, credentials: &str) -> Result<Exit, Failure> {
-        let _ = std::fs::remove_file(&self.out);
-        let state = dir.join(format!("{}.state.json", self.name));
-        let _ = std::fs::remove_file(&state);
+        let sections = self.out.fresh_sections(dir, self.name);
         let config_path = dir.join(format!("{}.yaml", self.name));
         let yaml = format!(
             "# Written by `ddbpipe demo`: {}.\n\
              name: {}\n\
              source:\n  table_name: {TABLE}\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
              credentials: {credentials}\n  {}\n\
-             sink:\n  type: jsonl\n  path: {}\n\
-             state:\n  path: {}\n",
-            self.comment,
-            self.name,
-            self.source,
-            self.out.display(),
-            state.display()
+             {sections}",
+            self.comment, self.name, self.source,
         );
         std::fs::write(&config_path, yaml)
             .with_context(|| format!("cannot write {}", config_path.display()))

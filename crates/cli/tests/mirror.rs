@@ -462,8 +462,147 @@ fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
     assert_eq!(snapshot_record(&destination), Value::Null);
 }
 
+fn check_state_and_reset_work_on_the_sink_database(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for pk in ["a", "b"] {
+        running.put_pk("orders", pk, "1");
+    }
+    let (pipeline, destination) = mirror(&running, target, MIRROR);
+    let output = pipeline.ddbpipe(&["check"]);
+    let out = common::stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{out}{}", stderr(&output));
+    assert!(out.contains("PASS sink"), "{out}");
+    assert!(out.contains("will be created"), "{out}");
+    assert!(out.contains("PASS state"), "{out}");
+
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = pipeline.ddbpipe(&["check", "--json"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    let probe = |name: &str| {
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert!(
+        probe("sink")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("exists, 2 row(s)"),
+        "{report}"
+    );
+    assert!(
+        probe("state")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("position matches the source"),
+        "{report}"
+    );
+
+    let output = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["fingerprint_status"], "match", "{shown}");
+    assert_eq!(shown["entry"]["position"]["kind"], "mirror");
+    assert_eq!(shown["entry"]["position"]["snapshot"], Value::Null);
+    assert!(
+        shown["entry"]["position"]["shards"]
+            .as_object()
+            .is_some_and(|s| !s.is_empty()),
+        "{shown}"
+    );
+
+    let output = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(destination.state("orders-mirror").is_empty());
+    assert_eq!(keys(&destination), ["a", "b"], "the rows stay");
+    let output = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["entry"], Value::Null);
+}
+
+fn a_keys_only_stream_cannot_feed_a_keyed_sink(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::KeysOnly));
+    let (pipeline, _destination) = mirror(
+        &running,
+        target,
+        "table_name: orders\nmode: streams\nidle_termination_secs: 1",
+    );
+    let output = pipeline.ddbpipe(&["check"]);
+    let out = common::stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL stream_view_type"), "{out}");
+    assert!(out.contains("KEYS_ONLY"), "{out}");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("KEYS_ONLY"), "{err}");
+    assert!(err.contains("NEW_IMAGE or NEW_AND_OLD_IMAGES"), "{err}");
+}
+
+/// Scan and query items are upserts too; a rerun of a completed scan changes nothing.
+fn a_scan_into_a_keyed_sink_upserts_every_item(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", None);
+    let mut writer = Writer::new(7, 100);
+    let items: Vec<_> = (0..100)
+        .map(|i| writer.random_item(&format!("k{i:03}")))
+        .collect();
+    running.put_items("orders", items);
+    let (pipeline, destination) = mirror(
+        &running,
+        target,
+        "table_name: orders\nvalue_format: typed\nsegments: 3\npage_limit: 7\nbatch_size: 9",
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_converged(&running, &destination);
+    let before = destination.documents("orders");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(destination.documents("orders"), before);
+}
+
+fn an_existing_table_with_other_key_columns_is_refused(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let (pipeline, destination) = mirror(&running, target, MIRROR);
+    destination.execute("CREATE TABLE orders (id TEXT PRIMARY KEY, document TEXT)");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("id"), "{err}");
+    assert!(err.contains("pk"), "{err}");
+}
+
 mod sqlite {
     use super::*;
+
+    #[test]
+    fn check_state_and_reset_work_on_the_sink_database() {
+        super::check_state_and_reset_work_on_the_sink_database(Target::Sqlite);
+    }
+
+    #[test]
+    fn a_keys_only_stream_cannot_feed_a_keyed_sink() {
+        super::a_keys_only_stream_cannot_feed_a_keyed_sink(Target::Sqlite);
+    }
+
+    #[test]
+    fn a_scan_into_a_keyed_sink_upserts_every_item() {
+        super::a_scan_into_a_keyed_sink_upserts_every_item(Target::Sqlite);
+    }
+
+    #[test]
+    fn an_existing_table_with_other_key_columns_is_refused() {
+        super::an_existing_table_with_other_key_columns_is_refused(Target::Sqlite);
+    }
 
     #[test]
     fn mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap() {
@@ -495,6 +634,65 @@ mod sqlite {
 
 mod postgres {
     use super::*;
+
+    /// A wrong password fails the run; no output of run, check or state shows it.
+    #[test]
+    fn the_password_is_never_printed() {
+        let running = Emulator::Dynoxide.start();
+        running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+        let url = common::keyed::postgres_url();
+        let (user, rest) = url.split_once("://").unwrap().1.split_once(':').unwrap();
+        let (_, host) = rest.split_once('@').unwrap();
+        let secret = "s3cret-hunter2";
+        let wrong = format!("postgres://{user}:{secret}@{host}");
+        let pipeline = Pipeline::new("orders-mirror", &running.endpoint, MIRROR);
+        pipeline.write_with_sink(
+            "orders-mirror",
+            &running.endpoint,
+            MIRROR,
+            &format!("sink:\n  type: postgres\n  url: '{wrong}'\n"),
+        );
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(1));
+        let err = stderr(&output);
+        assert!(
+            err.contains("password") || err.contains("authentication"),
+            "{err}"
+        );
+        for args in [
+            &["run"][..],
+            &["check"],
+            &["check", "--json"],
+            &["state", "show"],
+        ] {
+            let output = pipeline.ddbpipe(args);
+            let all = format!("{}{}", common::stdout(&output), stderr(&output));
+            assert!(
+                !all.contains(secret),
+                "{args:?} printed the password: {all}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_state_and_reset_work_on_the_sink_database() {
+        super::check_state_and_reset_work_on_the_sink_database(Target::Postgres);
+    }
+
+    #[test]
+    fn a_keys_only_stream_cannot_feed_a_keyed_sink() {
+        super::a_keys_only_stream_cannot_feed_a_keyed_sink(Target::Postgres);
+    }
+
+    #[test]
+    fn a_scan_into_a_keyed_sink_upserts_every_item() {
+        super::a_scan_into_a_keyed_sink_upserts_every_item(Target::Postgres);
+    }
+
+    #[test]
+    fn an_existing_table_with_other_key_columns_is_refused() {
+        super::an_existing_table_with_other_key_columns_is_refused(Target::Postgres);
+    }
 
     #[test]
     fn mirror_gives_the_table_then_resnapshot_deletes_rows_of_items_gone_in_a_gap() {
