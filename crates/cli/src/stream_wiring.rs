@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::runner::{NoProgress, RunError};
+use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sinks::keyed::Records;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
@@ -20,9 +20,11 @@ use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_source::streams::shard_reader::StreamError;
 
+use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{Exit, Failure};
+use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe, retry_policy, start_failure};
 
 /// The least effective poll interval (SPEC §1.2 `poll_interval_ms`).
@@ -96,6 +98,7 @@ pub fn view_warning(view_type: Option<&str>) -> Option<String> {
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let source = &config.source;
@@ -198,6 +201,17 @@ pub async fn run(
                 }),
             }
         });
+    // A snapshot scan (mirror, resnapshot) shows its progress and ETA against the item count.
+    let bar = ScanProgress::new(
+        if snapshot.is_some() {
+            progress
+        } else {
+            ProgressMode::Never
+        },
+        table.as_ref().and_then(|t| t.item_count),
+        checkpointer.position().done.count(),
+        source.segments,
+    );
     let outcome = run_streams_with_snapshots(
         Arc::new(aws::streams_api(&sdk)),
         snapshot,
@@ -206,10 +220,11 @@ pub async fn run(
         &mut checkpointer,
         stop,
         Arc::new(RequestMetrics),
-        &NoProgress,
+        &bar,
     )
-    .await
-    .map_err(|error| stream_failure(error, config_path))?;
+    .await;
+    bar.finish();
+    let outcome = outcome.map_err(|error| stream_failure(error, config_path))?;
     let why = match outcome.end {
         EndReason::MaxMessages => "max_messages reached",
         EndReason::Idle => "idle termination",

@@ -266,7 +266,7 @@ async fn run_instrumented(
         Mode::Scan => ScanKind::Scan,
         Mode::Query => ScanKind::Query,
         Mode::Streams | Mode::Mirror => {
-            return crate::stream_wiring::run(&config, config_path, stop).await;
+            return crate::stream_wiring::run(&config, config_path, progress, stop).await;
         }
     };
 
