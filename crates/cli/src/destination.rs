@@ -63,19 +63,7 @@ pub async fn open(
     let db = connect(config)
         .await?
         .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
-    match db.lock(&config.name).await {
-        Ok(()) => {}
-        Err(Ok(holder)) => {
-            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-            return Err(Failure::runtime(anyhow!(
-                "pipeline '{}' is already running (lock {}{pid})",
-                config.name,
-                holder.location
-            ))
-            .hint("wait for the other run to finish, or stop it (SIGTERM drains it)"));
-        }
-        Err(Err(error)) => return Err(sink_failure(&db, error.message)),
-    }
+    lock(&db, &config.name).await?;
     let retry = crate::wiring::retry_policy(source);
     let sink = KeyedSink::new(
         db.clone(),
@@ -95,6 +83,23 @@ pub async fn open(
         cleanup,
         _lock: None,
     })
+}
+
+/// Takes the pipeline's run lock in a sink database; another run holding it is a failure
+/// naming where and which process.
+pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
+    match db.lock(pipeline).await {
+        Ok(()) => Ok(()),
+        Err(Ok(holder)) => {
+            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            Err(Failure::runtime(anyhow!(
+                "pipeline '{pipeline}' is already running (lock {}{pid})",
+                holder.location
+            ))
+            .hint("wait for the other run to finish, or stop it (SIGTERM drains it)"))
+        }
+        Err(Err(error)) => Err(sink_failure(db, error.message)),
+    }
 }
 
 /// The position store for reading (`state`, `lag`, `check`): creates nothing and takes no

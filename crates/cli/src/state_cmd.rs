@@ -139,24 +139,7 @@ async fn reset_in_database(config: &PipelineConfig) -> Result<Exit, Failure> {
         println!("no stored state for pipeline '{}'", config.name);
         return Ok(Exit::Ok);
     };
-    match db.lock(&config.name).await {
-        Ok(()) => {}
-        Err(Ok(holder)) => {
-            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-            return Err(Failure::runtime(anyhow!(
-                "pipeline '{}' is already running (lock {}{pid})",
-                config.name,
-                holder.location
-            )));
-        }
-        Err(Err(error)) => {
-            return Err(Failure::runtime(anyhow!(
-                "{}: {}",
-                db.describe(),
-                error.message
-            )));
-        }
-    }
+    destination::lock(&db, &config.name).await?;
     let removed = db
         .reset_state(&config.name)
         .await

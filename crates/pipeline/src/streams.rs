@@ -215,6 +215,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             run,
             sink,
             checkpointer,
+            None,
             &stop,
             observer.clone(),
             progress,
@@ -239,15 +240,12 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             destination_rows = rows,
             "Mirror: shard positions captured; scanning the table."
         );
-        checkpointer
-            .begin_snapshot(capture, scan.segments)
-            .await
-            .map_err(RunError::from)?;
         snapshot_phase(
             scan,
             run,
             sink,
             checkpointer,
+            Some(capture),
             &stop,
             observer.clone(),
             progress,
@@ -319,15 +317,12 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                     &stop,
                 )
                 .await?;
-                checkpointer
-                    .begin_snapshot(capture, scan.segments)
-                    .await
-                    .map_err(RunError::from)?;
                 snapshot_phase(
                     scan,
                     run,
                     sink,
                     checkpointer,
+                    Some(capture),
                     &stop,
                     observer.clone(),
                     progress,
@@ -521,17 +516,27 @@ fn snapshot_record(
 }
 
 /// The scan of a snapshot: every item as a snapshot envelope, segment progress committed in
-/// the snapshot record; completing it closes the snapshot. A snapshot whose scan completed
-/// earlier (its cleanup failed) is only closed.
+/// the snapshot record; completing it closes the snapshot. A new `capture` is committed with
+/// its open snapshot record **before** the first Scan request; without one, the stored open
+/// snapshot is resumed. A snapshot whose scan completed earlier (its cleanup failed) is only
+/// closed.
+#[allow(clippy::too_many_arguments)] // The run's wiring, passed once.
 async fn snapshot_phase<T: TableApi, S: Sink>(
     scan: &SnapshotScan<T>,
     run: &StreamRun,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
+    capture: Option<StreamsPosition>,
     stop: &Cancel,
     observer: Arc<dyn AttemptObserver>,
     progress: &dyn Progress,
 ) -> Result<(), StreamRunError> {
+    if let Some(capture) = capture {
+        checkpointer
+            .begin_snapshot(capture, scan.segments)
+            .await
+            .map_err(RunError::from)?;
+    }
     if checkpointer.snapshot_complete() {
         tracing::info!("The snapshot's scan completed earlier; closing it.");
         checkpointer

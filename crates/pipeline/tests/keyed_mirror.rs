@@ -87,9 +87,9 @@ fn sink(db: &SqliteDatabase) -> KeyedSink {
 }
 
 /// One mirror run into the database at `path`.
-async fn mirror(
+async fn mirror<T: TableApi>(
     stream: &Arc<FakeStreams>,
-    table: &Arc<FakeTable>,
+    table: Arc<T>,
     path: &Path,
     max_keys: u64,
 ) -> Result<StreamOutcome, StreamRunError> {
@@ -110,7 +110,7 @@ async fn mirror(
         max_keys,
     });
     let scan = SnapshotScan {
-        api: Arc::clone(table),
+        api: table,
         segments: 3,
         max_concurrency: 1,
         page_limit: Some(2),
@@ -225,7 +225,7 @@ async fn no_cleanup_after_a_failed_segment(failing: FakeTable) {
     destination_with_a_stale_row(&path).await;
     let stream = stream();
 
-    let outcome = mirror(&stream, &Arc::new(failing), &path, 1000).await;
+    let outcome = mirror(&stream, Arc::new(failing), &path, 1000).await;
     assert!(outcome.is_err(), "the failed segment fails the run");
     assert!(
         keys(&path).contains("stale"),
@@ -237,7 +237,7 @@ async fn no_cleanup_after_a_failed_segment(failing: FakeTable) {
 
     // The fault is gone: only unfinished segments are read, then the cleanup runs.
     let table = Arc::new(FakeTable::numbered(12));
-    let outcome = mirror(&stream, &table, &path, 1000).await;
+    let outcome = mirror(&stream, Arc::clone(&table), &path, 1000).await;
     assert!(outcome.is_ok(), "{outcome:?}");
     let read = segments_read(&table);
     assert!(read.contains(&2), "{read:?}");
@@ -295,49 +295,23 @@ async fn a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing
     let path = dir.path().join("mirror.db");
     destination_with_a_stale_row(&path).await;
     let stream = stream();
-    let failing = Arc::new(FailLater(FakeTable::numbered(12)));
-    let db = SqliteDatabase::open(&path).unwrap();
-    let mut sink = sink(&db);
-    let store = Store::Database(DatabaseStore::new(Database::Sqlite(db), spec()));
-    let mut checkpointer = Checkpointer::open_streams(
-        store,
-        "p",
-        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
-        Duration::ZERO,
-    )
-    .await
-    .unwrap()
-    .with_cleanup(CleanupPolicy {
-        deletes: true,
-        max_keys: 1000,
-    });
-    let outcome = run_streams_with_snapshots(
-        Arc::clone(&stream),
-        Some(SnapshotScan {
-            api: failing,
-            segments: 3,
-            max_concurrency: 1,
-            page_limit: Some(2),
-            consistent_read: false,
-            read_rate: Arc::new(|_| Ok(None)),
-        }),
-        &settings(),
-        &mut sink,
-        &mut checkpointer,
-        Cancel::never(),
-        Arc::new(NoObserver),
-        &NoProgress,
+    let outcome = mirror(
+        &stream,
+        Arc::new(FailLater(FakeTable::numbered(12))),
+        &path,
+        1000,
     )
     .await;
     let error = outcome.unwrap_err().to_string();
     assert!(error.contains("failed after 1 attempt"), "{error}");
-    drop(checkpointer);
     assert!(keys(&path).contains("stale"));
     assert!(snapshot_open(&path));
     let done = segments_done(&path);
 
     let table = Arc::new(FakeTable::numbered(12));
-    mirror(&stream, &table, &path, 1000).await.unwrap();
+    mirror(&stream, Arc::clone(&table), &path, 1000)
+        .await
+        .unwrap();
     let read = segments_read(&table);
     assert!(
         read.contains(&2) && read.is_disjoint(&done),

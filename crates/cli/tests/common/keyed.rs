@@ -101,14 +101,20 @@ impl Destination {
         }
     }
 
+    /// The SQLite file opened read-only (`None` before it exists).
+    fn read_only(&self) -> Option<rusqlite::Connection> {
+        rusqlite::Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .ok()
+    }
+
     /// The rows of `table` by hash key `pk` (text).
     pub fn rows(&self, table: &str) -> BTreeMap<String, Row> {
         match self.target {
             Target::Sqlite => {
-                let Ok(db) = rusqlite::Connection::open_with_flags(
-                    &self.path,
-                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-                ) else {
+                let Some(db) = self.read_only() else {
                     return BTreeMap::new();
                 };
                 let sql = format!(
@@ -171,10 +177,7 @@ impl Destination {
     pub fn state(&self, pipeline: &str) -> BTreeMap<String, (Value, String)> {
         match self.target {
             Target::Sqlite => {
-                let Ok(db) = rusqlite::Connection::open_with_flags(
-                    &self.path,
-                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-                ) else {
+                let Some(db) = self.read_only() else {
                     return BTreeMap::new();
                 };
                 let Ok(mut statement) = db.prepare(

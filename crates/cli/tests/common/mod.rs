@@ -277,19 +277,12 @@ impl Pipeline {
 
     /// Rewrites the pipeline file with another source section.
     pub fn write(&self, name: &str, endpoint: &str, source: &str) {
-        let source: String = source
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| format!("  {}\n", l.trim_start()))
-            .collect();
-        let yaml = format!(
-            "name: {name}\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
-             credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n\
-             {source}sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n  flush_interval_ms: 0\n",
+        let sink = format!(
+            "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n  flush_interval_ms: 0\n",
             self.out.display(),
             self.state.display()
         );
-        std::fs::write(&self.config, yaml).expect("write the pipeline file");
+        self.write_with_sink(name, endpoint, source, &sink);
     }
 
     /// Rewrites the pipeline file with a source section and the given `sink:` section (a keyed

@@ -493,6 +493,51 @@ mod tests {
         assert!(error.contains("NEW_AND_OLD_IMAGES"), "{error}");
     }
 
+    /// SPEC §9.4: a busy database rolls the batch back and retries it whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_busy_database_is_retried_with_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let db = ddbpipe_keyed::SqliteDatabase::open(&path).unwrap();
+        let mut sink = KeyedSink::new(
+            Database::Sqlite(db),
+            TableSpec {
+                table: "t".into(),
+                schema: "main".into(),
+                key: vec![KeyColumn {
+                    name: "pk".into(),
+                    kind: KeyType::S,
+                }],
+                document_column: "document".into(),
+                create_table: true,
+            },
+            ValueFormat::Plain,
+            Records::Items,
+            SinkRetry {
+                max_retries: 3,
+                initial_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(50),
+            },
+        );
+        sink.prepare().await.unwrap();
+        // Another writer holds the database longer than the 5 s busy timeout.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5600));
+            blocker.execute_batch("COMMIT").unwrap();
+        });
+        sink.write(&batch(&[r#"{"pk":"a"}"#, r#"{"pk":"b"}"#]), None)
+            .await
+            .unwrap();
+        release.join().unwrap();
+        let check = rusqlite::Connection::open(&path).unwrap();
+        let rows: i64 = check
+            .query_row("SELECT count(*) FROM \"t\"", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
+    }
+
     #[test]
     fn a_missing_key_attribute_is_named() {
         let sink = sink(
