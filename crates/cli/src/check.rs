@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
 use crate::destination;
 use crate::failure::{Exit, Failure};
-use crate::stream_wiring::{resolve_stream, view_warning};
+use crate::stream_wiring::{resolve_with, view_warning};
 use crate::wiring;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     }
     let table = probe_table(&config, timeout, &mut probes).await;
     if mode.reads_stream() {
-        probe_stream(&config, timeout, &mut probes).await;
+        probe_stream(&config, table.as_ref(), timeout, &mut probes).await;
     }
     match &config.sink {
         SinkConfig::Jsonl(jsonl) => {
@@ -184,31 +184,25 @@ async fn probe_table(
 /// Streams and mirror (SPEC §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
 /// Skipped when `describe_table` failed (that ends the source probes). Only the first
 /// `DescribeStream` page is read, and no shard iterator is opened.
-async fn probe_stream(config: &PipelineConfig, timeout: Duration, probes: &mut Probes) {
-    if probes
-        .0
-        .iter()
-        .any(|p| p.name == "describe_table" && p.status == Status::Fail)
-    {
+async fn probe_stream(
+    config: &PipelineConfig,
+    table: Option<&TableDescription>,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    // `describe_table` failed: that ends the source probes.
+    let Some(table) = table else {
         return;
-    }
+    };
     let source = &config.source;
     let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
     let cancel = Cancel::never();
-    let table_api = aws::table_api(&sdk);
-    let resolved = tokio::time::timeout(timeout, resolve_stream(&table_api, source, &cancel)).await;
+    // The table was described once already; its stream comes from that answer.
+    let resolved = resolve_with(source, table);
     let stream = match resolved {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(failure)) => {
+        Ok(stream) => stream,
+        Err(failure) => {
             probes.add("stream", Status::Fail, with_hint(&failure));
-            return;
-        }
-        Err(_) => {
-            probes.add(
-                "stream",
-                Status::Fail,
-                format!("no answer within {} s", timeout.as_secs()),
-            );
             return;
         }
     };

@@ -55,6 +55,25 @@ pub async fn resolve_stream<A: TableApi>(
     stream_of(source, &table)
 }
 
+/// `stream_arn` if set (with its view type when it is the table's stream), else the table's
+/// enabled stream, from the table's description.
+pub fn resolve_with(
+    source: &SourceConfig,
+    table: &TableDescription,
+) -> Result<ResolvedStream, Failure> {
+    match &source.stream_arn {
+        Some(arn) => Ok(ResolvedStream {
+            arn: arn.clone(),
+            view_type: table
+                .stream
+                .as_ref()
+                .filter(|s| s.arn.as_deref() == Some(arn.as_str()))
+                .and_then(|s| s.view_type.clone()),
+        }),
+        None => stream_of(source, table),
+    }
+}
+
 /// The table's enabled stream (SPEC §4.2), from its description.
 pub fn stream_of(
     source: &SourceConfig,
@@ -113,21 +132,12 @@ pub async fn run(
     } else {
         None
     };
-    let stream = match (&source.stream_arn, &table) {
-        (Some(arn), table) => ResolvedStream {
-            arn: arn.clone(),
-            view_type: table
-                .as_ref()
-                .and_then(|t| t.stream.as_ref())
-                .filter(|s| s.arn.as_deref() == Some(arn.as_str()))
-                .and_then(|s| s.view_type.clone()),
+    let stream = match &table {
+        Some(table) => resolve_with(source, table)?,
+        None => ResolvedStream {
+            arn: source.stream_arn.clone().unwrap_or_default(),
+            view_type: None,
         },
-        (None, Some(table)) => stream_of(source, table)?,
-        (None, None) => {
-            return Err(Failure::runtime(anyhow!(
-                "internal error: no table described"
-            )));
-        }
     };
     if (keyed || mirror)
         && let Some(view) = stream.view_type.as_deref()
