@@ -1,16 +1,22 @@
-//! A mirror into a real SQLite database on the in-memory table and stream: the snapshot
-//! cleanup never runs after a failed or panicked segment, the next run reads only unfinished
-//! segments and then cleans up (SPEC §5.3, §10 scenario 11); replaying batches changes nothing.
+//! A mirror into a real keyed database (SQLite and PostgreSQL) on the in-memory table and
+//! stream: the snapshot cleanup never runs after a failed or panicked segment, the next run reads
+//! only unfinished segments and then cleans up (SPEC §5.3, §10 scenario 11); replaying batches
+//! changes nothing.
+//!
+//! Every scenario runs once per [`Target`] (modules `sqlite` and `postgres`). The PostgreSQL
+//! server comes from `DDBPIPE_TEST_POSTGRES_URL`, which `scripts/test.sh` sets (it starts a
+//! throwaway server); without it the PostgreSQL tests fail. Each PostgreSQL test works in its
+//! own schema (random name, dropped at the end, even after a failure).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ddbpipe_keyed::{Database, KeyColumn, KeyType, SqliteDatabase, TableSpec};
+use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
@@ -30,18 +36,204 @@ use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_value::ValueFormat;
-use serde_json::json;
+use serde_json::{Value, json};
 
-fn spec() -> TableSpec {
-    TableSpec {
-        table: "t".into(),
-        schema: "main".into(),
-        key: vec![KeyColumn {
-            name: "pk".into(),
-            kind: KeyType::S,
-        }],
-        document_column: "document".into(),
-        create_table: true,
+/// Which database a scenario mirrors into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A SQLite file in a temporary directory.
+    Sqlite,
+    /// A fresh schema in the PostgreSQL server of `DDBPIPE_TEST_POSTGRES_URL`.
+    Postgres,
+}
+
+/// The PostgreSQL server of the test run.
+fn postgres_url() -> String {
+    std::env::var("DDBPIPE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
+             starts a throwaway PostgreSQL server (or point the variable at a server of yours)"
+        )
+    })
+}
+
+/// A plain connection to the test server, for set-up and for looking at the rows.
+async fn postgres_admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to DDBPIPE_TEST_POSTGRES_URL: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// The destination database of one test: a SQLite file, or a fresh PostgreSQL schema that is
+/// dropped when the destination is (also when the test failed).
+struct Destination {
+    target: Target,
+    /// Holds the SQLite file (unused for PostgreSQL).
+    dir: tempfile::TempDir,
+    /// The PostgreSQL schema (SQLite: `main`).
+    schema: String,
+    /// The PostgreSQL admin connection.
+    admin: Option<tokio_postgres::Client>,
+}
+
+impl Destination {
+    async fn new(target: Target) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (schema, admin) = match target {
+            Target::Sqlite => ("main".to_string(), None),
+            Target::Postgres => {
+                let schema = format!("keyed_mirror_{:016x}", rand::random::<u64>());
+                let admin = postgres_admin().await;
+                admin
+                    .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                    .await
+                    .unwrap();
+                (schema, Some(admin))
+            }
+        };
+        Destination {
+            target,
+            dir,
+            schema,
+            admin,
+        }
+    }
+
+    fn sqlite_path(&self) -> PathBuf {
+        self.dir.path().join("mirror.db")
+    }
+
+    /// The mirrored table `t`, keyed by `pk` (S), in this destination's schema.
+    fn spec(&self) -> TableSpec {
+        TableSpec {
+            table: "t".into(),
+            schema: self.schema.clone(),
+            key: vec![KeyColumn {
+                name: "pk".into(),
+                kind: KeyType::S,
+            }],
+            document_column: "document".into(),
+            create_table: true,
+        }
+    }
+
+    /// A new handle on the database, as a run opens it.
+    async fn database(&self) -> Database {
+        match self.target {
+            Target::Sqlite => Database::Sqlite(SqliteDatabase::open(&self.sqlite_path()).unwrap()),
+            Target::Postgres => Database::Postgres(
+                PostgresDatabase::connect(&postgres_url())
+                    .await
+                    .unwrap()
+                    .with_schema(&self.schema),
+            ),
+        }
+    }
+
+    /// The rows of `t` ordered by `pk`: the key, the document and the snapshot marker.
+    async fn rows(&self) -> Vec<(String, Value, Option<i64>)> {
+        const COLUMNS: &str = "pk, document, _ddbpipe_snapshot";
+        let rows: Vec<(String, String, Option<i64>)> = match &self.admin {
+            None => {
+                let db = rusqlite::Connection::open(self.sqlite_path()).unwrap();
+                let mut statement = db
+                    .prepare(&format!("SELECT {COLUMNS} FROM \"t\" ORDER BY pk"))
+                    .unwrap();
+                statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            }
+            Some(admin) => admin
+                .query(
+                    &format!(
+                        "SELECT pk, document::text, _ddbpipe_snapshot FROM \"{}\".\"t\" \
+                         ORDER BY pk",
+                        self.schema
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect(),
+        };
+        rows.into_iter()
+            .map(|(pk, document, snapshot)| {
+                (pk, serde_json::from_str(&document).unwrap(), snapshot)
+            })
+            .collect()
+    }
+
+    /// The keys of the rows of `t`.
+    async fn keys(&self) -> BTreeSet<String> {
+        match &self.admin {
+            None => {
+                let db = rusqlite::Connection::open(self.sqlite_path()).unwrap();
+                let mut statement = db.prepare("SELECT pk FROM \"t\"").unwrap();
+                statement
+                    .query_map([], |row| row.get::<_, String>(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            }
+            Some(admin) => admin
+                .query(&format!("SELECT pk FROM \"{}\".\"t\"", self.schema), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect(),
+        }
+    }
+
+    /// The `meta` state part of pipeline `p`, read through the generic state API.
+    async fn meta(&self) -> Value {
+        let parts = self.database().await.load_state("p").await.unwrap();
+        serde_json::from_str(&parts["meta"]).unwrap()
+    }
+
+    /// Whether the state records an open snapshot.
+    async fn snapshot_open(&self) -> bool {
+        !self.meta().await["position"]["snapshot"].is_null()
+    }
+
+    /// The segments the open snapshot's record holds as done.
+    async fn segments_done(&self) -> BTreeSet<u32> {
+        let meta = self.meta().await;
+        let mut done = BTreeSet::new();
+        for range in meta["position"]["snapshot"]["done"].as_array().unwrap() {
+            let (from, to) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
+            done.extend((from..=to).map(|s| s as u32));
+        }
+        done
+    }
+}
+
+impl Drop for Destination {
+    fn drop(&mut self) {
+        if self.target != Target::Postgres {
+            return;
+        }
+        // Runs after a failed assertion too; the test's runtime cannot be used from here.
+        let schema = self.schema.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                postgres_admin()
+                    .await
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+            })
+        })
+        .join();
     }
 }
 
@@ -72,31 +264,35 @@ fn settings() -> StreamRun {
     }
 }
 
-fn sink(db: &SqliteDatabase) -> KeyedSink {
-    KeyedSink::new(
-        Database::Sqlite(db.clone()),
-        spec(),
+/// A prepared sink into `destination` taking `records`.
+async fn sink(destination: &Destination, records: Records) -> KeyedSink {
+    let sink = KeyedSink::new(
+        destination.database().await,
+        destination.spec(),
         ValueFormat::Plain,
-        Records::Envelopes,
+        records,
         SinkRetry {
             max_retries: 0,
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(1),
         },
-    )
+    );
+    sink.prepare().await.unwrap();
+    sink
 }
 
-/// One mirror run into the database at `path`.
+/// One mirror run into `destination`.
 async fn mirror<T: TableApi>(
     stream: &Arc<FakeStreams>,
     table: Arc<T>,
-    path: &Path,
+    destination: &Destination,
     max_keys: u64,
 ) -> Result<StreamOutcome, StreamRunError> {
-    let db = SqliteDatabase::open(path).unwrap();
-    let mut sink = sink(&db);
-    sink.prepare().await.unwrap();
-    let store = Store::Database(DatabaseStore::new(Database::Sqlite(db), spec()));
+    let mut sink = sink(destination, Records::Envelopes).await;
+    let store = Store::Database(DatabaseStore::new(
+        destination.database().await,
+        destination.spec(),
+    ));
     let mut checkpointer = Checkpointer::open_streams(
         store,
         "p",
@@ -130,64 +326,11 @@ async fn mirror<T: TableApi>(
     .await
 }
 
-fn keys(path: &Path) -> BTreeSet<String> {
-    let db = rusqlite::Connection::open(path).unwrap();
-    let mut statement = db.prepare("SELECT pk FROM \"t\"").unwrap();
-    statement
-        .query_map([], |row| row.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
-fn snapshot_open(path: &Path) -> bool {
-    let db = rusqlite::Connection::open(path).unwrap();
-    let meta: String = db
-        .query_row(
-            "SELECT value FROM _ddbpipe_state WHERE pipeline = 'p' AND part = 'meta'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
-    !meta["position"]["snapshot"].is_null()
-}
-
-/// The segments the open snapshot's record holds as done.
-fn segments_done(path: &Path) -> BTreeSet<u32> {
-    let db = rusqlite::Connection::open(path).unwrap();
-    let meta: String = db
-        .query_row(
-            "SELECT value FROM _ddbpipe_state WHERE pipeline = 'p' AND part = 'meta'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
-    let mut done = BTreeSet::new();
-    for range in meta["position"]["snapshot"]["done"].as_array().unwrap() {
-        let (from, to) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
-        done.extend((from..=to).map(|s| s as u32));
-    }
-    done
-}
-
 /// A destination that already holds a row the table does not have: the first mirror's
 /// snapshot deletes it once complete (SPEC §5.3: the destination held rows at the capture).
-async fn destination_with_a_stale_row(path: &Path) {
-    let db = SqliteDatabase::open(path).unwrap();
-    let mut sink = KeyedSink::new(
-        Database::Sqlite(db),
-        spec(),
-        ValueFormat::Plain,
-        Records::Items,
-        SinkRetry {
-            max_retries: 0,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_millis(1),
-        },
-    );
-    sink.prepare().await.unwrap();
+async fn destination_with_a_stale_row(target: Target) -> Destination {
+    let destination = Destination::new(target).await;
+    let mut sink = sink(&destination, Records::Items).await;
     let mut records = Lines::default();
     records.push_with(|buf| buf.extend_from_slice(br#"{"pk":"stale","n":0}"#));
     let batch = Batch {
@@ -195,6 +338,7 @@ async fn destination_with_a_stale_row(path: &Path) {
         ..Batch::default()
     };
     sink.write(&batch, None).await.unwrap();
+    destination
 }
 
 fn stream() -> Arc<FakeStreams> {
@@ -219,25 +363,23 @@ fn segments_read(table: &FakeTable) -> BTreeSet<u32> {
         .collect()
 }
 
-async fn no_cleanup_after_a_failed_segment(failing: FakeTable) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mirror.db");
-    destination_with_a_stale_row(&path).await;
+async fn no_cleanup_after_a_failed_segment(target: Target, failing: FakeTable) {
+    let destination = destination_with_a_stale_row(target).await;
     let stream = stream();
 
-    let outcome = mirror(&stream, Arc::new(failing), &path, 1000).await;
+    let outcome = mirror(&stream, Arc::new(failing), &destination, 1000).await;
     assert!(outcome.is_err(), "the failed segment fails the run");
     assert!(
-        keys(&path).contains("stale"),
+        destination.keys().await.contains("stale"),
         "no cleanup after a failed segment"
     );
-    assert!(snapshot_open(&path), "the snapshot stays open");
-    let written_before = keys(&path).len();
-    let done = segments_done(&path);
+    assert!(destination.snapshot_open().await, "the snapshot stays open");
+    let written_before = destination.keys().await.len();
+    let done = destination.segments_done().await;
 
     // The fault is gone: only unfinished segments are read, then the cleanup runs.
     let table = Arc::new(FakeTable::numbered(12));
-    let outcome = mirror(&stream, Arc::clone(&table), &path, 1000).await;
+    let outcome = mirror(&stream, Arc::clone(&table), &destination, 1000).await;
     assert!(outcome.is_ok(), "{outcome:?}");
     let read = segments_read(&table);
     assert!(read.contains(&2), "{read:?}");
@@ -246,18 +388,16 @@ async fn no_cleanup_after_a_failed_segment(failing: FakeTable) {
         "segments done ({done:?}) are not read again: {read:?}"
     );
     let expected: BTreeSet<String> = (0..12).map(|i| format!("k{i:06}")).collect();
-    assert_eq!(keys(&path), expected, "the stale row is gone");
-    assert!(!snapshot_open(&path));
+    assert_eq!(destination.keys().await, expected, "the stale row is gone");
+    assert!(!destination.snapshot_open().await);
     assert!(written_before > 1, "the first run had committed batches");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing() {
-    no_cleanup_after_a_failed_segment(FakeTable::numbered(12).panic_on_segment(2)).await;
+async fn a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing(target: Target) {
+    no_cleanup_after_a_failed_segment(target, FakeTable::numbered(12).panic_on_segment(2)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing() {
+async fn a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing(target: Target) {
     /// Fails once the first segment was read: a fatal error mid-scan.
     struct FailLater(FakeTable);
     impl TableApi for FailLater {
@@ -291,25 +431,23 @@ async fn a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing
             self.0.list_tables(start).await
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mirror.db");
-    destination_with_a_stale_row(&path).await;
+    let destination = destination_with_a_stale_row(target).await;
     let stream = stream();
     let outcome = mirror(
         &stream,
         Arc::new(FailLater(FakeTable::numbered(12))),
-        &path,
+        &destination,
         1000,
     )
     .await;
     let error = outcome.unwrap_err().to_string();
     assert!(error.contains("failed after 1 attempt"), "{error}");
-    assert!(keys(&path).contains("stale"));
-    assert!(snapshot_open(&path));
-    let done = segments_done(&path);
+    assert!(destination.keys().await.contains("stale"));
+    assert!(destination.snapshot_open().await);
+    let done = destination.segments_done().await;
 
     let table = Arc::new(FakeTable::numbered(12));
-    mirror(&stream, Arc::clone(&table), &path, 1000)
+    mirror(&stream, Arc::clone(&table), &destination, 1000)
         .await
         .unwrap();
     let read = segments_read(&table);
@@ -317,17 +455,13 @@ async fn a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing
         read.contains(&2) && read.is_disjoint(&done),
         "{read:?} {done:?}"
     );
-    assert!(!keys(&path).contains("stale"));
-    assert!(!snapshot_open(&path));
+    assert!(!destination.keys().await.contains("stale"));
+    assert!(!destination.snapshot_open().await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replaying_the_same_batches_leaves_the_destination_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mirror.db");
-    let db = SqliteDatabase::open(&path).unwrap();
-    let mut sink = sink(&db);
-    sink.prepare().await.unwrap();
+async fn replaying_the_same_batches_leaves_the_destination_unchanged(target: Target) {
+    let destination = Destination::new(target).await;
+    let mut sink = sink(&destination, Records::Envelopes).await;
     let mut records = Lines::default();
     for line in [
         r#"{"after":{"pk":"a","v":1},"event_id":"1","key":{"pk":"a"},"op":"c","shard_id":"s1"}"#,
@@ -341,29 +475,34 @@ async fn replaying_the_same_batches_leaves_the_destination_unchanged() {
         records,
         ..Batch::default()
     };
-    let contents = || {
-        let db = rusqlite::Connection::open(&path).unwrap();
-        let mut statement = db
-            .prepare("SELECT pk, document, _ddbpipe_snapshot FROM \"t\" ORDER BY pk")
-            .unwrap();
-        statement
-            .query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, Option<i64>>(2)?,
-                ))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect::<Vec<_>>()
-    };
     sink.write(&batch, None).await.unwrap();
-    let once = contents();
-    assert_eq!(
-        once,
-        [("a".to_string(), r#"{"pk":"a","v":2}"#.to_string(), None)]
-    );
+    let once = destination.rows().await;
+    assert_eq!(once, [("a".to_string(), json!({"pk": "a", "v": 2}), None)]);
     sink.write(&batch, None).await.unwrap();
-    assert_eq!(contents(), once);
+    assert_eq!(destination.rows().await, once);
 }
+
+/// Declares, for each scenario `async fn name(Target)` above, the tests `sqlite::name` and
+/// `postgres::name`.
+macro_rules! on_each_target {
+    ($($scenario:ident),* $(,)?) => {
+        on_each_target!(@module sqlite, Sqlite, $($scenario),*);
+        on_each_target!(@module postgres, Postgres, $($scenario),*);
+    };
+    (@module $module:ident, $target:ident, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Target::$target).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_target!(
+    a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing,
+    a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing,
+    replaying_the_same_batches_leaves_the_destination_unchanged,
+);
