@@ -15,7 +15,7 @@ pub(crate) fn write_item(item: &Item, out: &mut Vec<u8>) {
 pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::S(text) => write_str(out, text),
-        Value::N(number) => write_number(number, out),
+        Value::N(number) => write_number(number.as_str(), out),
         Value::B(bytes) => write_base64(out, bytes),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
@@ -23,17 +23,20 @@ pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
         Value::M(item) => write_item(item, out),
         Value::L(values) => write_array(out, values, |out, value| write_value(value, out)),
         Value::Ss(texts) => write_array(out, texts, |out, text| write_str(out, text)),
-        Value::Ns(numbers) => write_array(out, numbers, |out, number| write_number(number, out)),
+        Value::Ns(numbers) => write_array(out, numbers, |out, number| {
+            write_number(number.as_str(), out);
+        }),
         Value::Bs(blobs) => write_array(out, blobs, |out, bytes| write_base64(out, bytes)),
     }
 }
 
-fn write_number(number: &Number, out: &mut Vec<u8>) {
-    match classify(number.as_str()) {
+/// Writes one number text by the number rule (§3.2).
+pub(crate) fn write_number(text: &str, out: &mut Vec<u8>) {
+    match classify(text) {
         Classified::U64(value) => write_u64(out, value),
         Classified::I64(value) => write_i64(out, value),
         Classified::F64(_, shortest) => out.extend_from_slice(shortest.as_bytes()),
-        Classified::Text => write_str(out, number.as_str()),
+        Classified::Text => write_str(out, text),
     }
 }
 

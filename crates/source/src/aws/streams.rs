@@ -22,9 +22,11 @@ use aws_sdk_dynamodbstreams::types::{
 
 use super::api_error;
 use super::convert::{UnknownType, item_from_streams};
+use super::raw_body::TakeBody;
+use super::wire;
 use crate::api::{
-    ChangeData, RecordsPage, ShardDescription, StartAt, StreamPage, StreamRecord, StreamsApi,
-    UserIdentity,
+    ChangeData, ChangePage, ChangeShape, RecordsPage, ShardDescription, StartAt, StreamPage,
+    StreamRecord, StreamsApi, UserIdentity,
 };
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
@@ -215,6 +217,27 @@ impl StreamsApi for AwsStreamsApi {
             .await
             .map_err(api_error)?;
         records_page(output.records, output.next_shard_iterator)
+    }
+
+    /// The SDK sends the request and reads errors; a successful body is decoded here, straight
+    /// into envelopes (`wire`).
+    async fn get_changes(
+        &self,
+        iterator: &str,
+        limit: u32,
+        shape: &ChangeShape<'_>,
+    ) -> Result<ChangePage, ApiError> {
+        let body = TakeBody::default();
+        self.client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .customize()
+            .interceptor(body.clone())
+            .send()
+            .await
+            .map_err(api_error)?;
+        wire::change_page(&body.collect().await?, shape)
     }
 }
 

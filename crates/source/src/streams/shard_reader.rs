@@ -31,11 +31,10 @@ use std::time::Duration;
 use ddbpipe_value::ValueFormat;
 use tokio::time::Instant;
 
-use super::envelope::{self, EnvelopeError};
 use super::gaps;
 use super::handover::{Closed, Handed, Handover, StreamMark};
 use super::start::FloorFilter;
-use crate::api::{StartAt, StreamsApi};
+use crate::api::{ChangeShape, Changes, StartAt, StreamsApi};
 use crate::clock::unix_now_s;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind};
@@ -93,7 +92,7 @@ pub enum StreamError {
     Read(#[from] ReadError),
     /// Definite: a record cannot become an envelope.
     #[error(transparent)]
-    Envelope(#[from] EnvelopeError),
+    Envelope(#[from] super::envelope::EnvelopeError),
     /// The run is stopping (signal, `max_messages`, the pipeline is gone).
     #[error("the stream read was stopped")]
     Stopped,
@@ -213,12 +212,17 @@ impl<A: StreamsApi> StreamContext<A> {
                 sleep_until(last + READ_SPACING, &self.cancel).await?;
             }
             shard.last_get = Some(Instant::now());
+            let shape = ChangeShape {
+                shard: &shard.id,
+                table: &self.table,
+                format: self.format,
+            };
             let answer = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(StreamError::Stopped),
                 answer = tokio::time::timeout(
                     self.retry.attempt_timeout,
-                    self.api.get_records(&iterator, self.records_per_request),
+                    self.api.get_changes(&iterator, self.records_per_request, &shape),
                 ) => answer,
             };
             let answer = answer.unwrap_or_else(|_| {
@@ -245,64 +249,18 @@ impl<A: StreamsApi> StreamContext<A> {
             shard.throttles = 0;
             shard.transients = 0;
             shard.throttled_since = None;
-            let empty = page.records.is_empty();
+            let changes = page.changes?;
+            let empty = changes.records.is_empty();
             PageRead {
                 kind: RecordKind::Change,
-                records: page.records.len(),
+                records: changes.records.len(),
                 capacity_units: None,
             }
             .emit();
-            let mut handed = Handed {
-                records: Lines::with_capacity(page.records.len(), page.records.len() * 512),
-                seqs: Vec::with_capacity(page.records.len()),
-                ops: Vec::with_capacity(page.records.len()),
-                shard: Some(shard.id.clone()),
-                marks: Vec::new(),
-            };
-            let mut last_seq = None;
-            for record in &page.records {
-                let Some(change) = &record.change else {
-                    return Err(EnvelopeError::NoStreamRecord {
-                        event_id: record.event_id.clone(),
-                        shard: shard.id.clone(),
-                    }
-                    .into());
-                };
-                let Some(seq) = &change.sequence_number else {
-                    return Err(EnvelopeError::NoSequenceNumber {
-                        event_id: record.event_id.clone(),
-                        shard: shard.id.clone(),
-                    }
-                    .into());
-                };
-                last_seq = Some(seq);
-                if let Some(ts) = change.created_ms {
-                    shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
-                }
-                if let Some(floor) = &mut shard.floor
-                    && !floor.keep(change.created_ms)
-                {
-                    continue;
-                }
-                let mut result = Ok(());
-                handed.records.push_with(|out| {
-                    result =
-                        envelope::write_change(record, &shard.id, &self.table, self.format, out);
-                });
-                result?;
-                handed.seqs.push(seq.clone());
-                handed.ops.push(
-                    match envelope::op_of(record.event_name.as_deref()).as_ref() {
-                        "c" => b'c',
-                        "u" => b'u',
-                        "d" => b'd',
-                        _ => b'?',
-                    },
-                );
-            }
+            let (handed, last_seq) = self.keep(shard, changes);
             // The last record read, filtered or not: an expired iterator resumes after it.
-            if let Some(seq) = last_seq {
-                shard.last_read = Some(seq.clone());
+            if last_seq.is_some() {
+                shard.last_read = last_seq;
             }
             if !empty {
                 shard.empty_streak = 0;
@@ -349,6 +307,43 @@ impl<A: StreamsApi> StreamContext<A> {
                 return Ok(SliceEnd::Yield(self.poll_interval));
             }
         }
+    }
+
+    /// The records of a page to hand over (the floor filter drops some), and the last
+    /// sequence number read, filtered or not.
+    fn keep(&self, shard: &mut ShardState, changes: Changes) -> (Handed, Option<SequenceNumber>) {
+        let Changes { envelopes, records } = changes;
+        let mut kept = Vec::with_capacity(records.len());
+        for record in &records {
+            if let Some(ts) = record.created_ms {
+                shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
+            }
+            let keep = match &mut shard.floor {
+                Some(floor) => floor.keep(record.created_ms),
+                None => true,
+            };
+            kept.push(keep);
+        }
+        let last_seq = records.last().map(|record| record.sequence_number.clone());
+        let mut handed = Handed {
+            shard: Some(shard.id.clone()),
+            ..Handed::default()
+        };
+        if kept.iter().all(|keep| *keep) {
+            handed.records = envelopes;
+        } else {
+            handed.records = Lines::with_capacity(records.len(), envelopes.as_bytes().len());
+            for (index, _) in kept.iter().enumerate().filter(|(_, keep)| **keep) {
+                handed.records.extend_from(&envelopes, index, index + 1);
+            }
+        }
+        for (record, keep) in records.into_iter().zip(kept) {
+            if keep {
+                handed.seqs.push(record.sequence_number);
+                handed.ops.push(record.op);
+            }
+        }
+        (handed, last_seq)
     }
 
     /// Acquires an iterator (step 1). `None`: the shard has nothing more (drained).
