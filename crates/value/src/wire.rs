@@ -31,9 +31,7 @@ use std::ops::Range;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use serde::de::{
-    self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
-};
+use serde::de::{self, DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 
 use crate::ValueFormat;
 use crate::json::{write_base64, write_str};
@@ -351,11 +349,8 @@ impl<'de> Visitor<'de> for AttributeSeed<'_, 'de> {
                 map.next_value_seed(ListSeed { writer, out, tag })?;
             }
         }
-        if map.next_key::<IgnoredAny>()?.is_some() {
-            return Err(de::Error::custom(
-                "an attribute value with more than one type",
-            ));
-        }
+        // A second type tag is left unread: serde_json then fails the object at its `,`, as
+        // every deserializer fails a map that was not read to its end.
         if typed {
             out.push(b'}');
         }

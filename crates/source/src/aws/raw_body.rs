@@ -7,6 +7,11 @@
 //! output, and [`TakeBody::collect`] then reads the real body for the wire decoder. An error
 //! answer is left alone: the SDK reads its `__type` / `x-amzn-ErrorType` as before, and
 //! `api_error` classifies it by that code.
+//!
+//! # Memory
+//! A body is copied into one contiguous buffer for the parser. Buffers come from
+//! [`BodyBuffers`] and go back to it once the page is decoded: a fresh megabyte per page would
+//! cost more in page faults than the copy itself. At most [`KEPT_BUFFERS`] are kept.
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
@@ -28,9 +33,8 @@ pub(crate) struct TakeBody {
 }
 
 impl TakeBody {
-    /// Reads the whole body taken from the response. The SDK returned success, so there was a
-    /// successful response and its body was taken.
-    pub(crate) async fn collect(&self) -> Result<impl Deref<Target = [u8]> + use<>, ApiError> {
+    /// Reads the whole body taken from the response into a buffer of `buffers`.
+    pub(crate) async fn collect<'b>(&self, buffers: &'b BodyBuffers) -> Result<Body<'b>, ApiError> {
         let body = self
             .taken
             .lock()
@@ -40,8 +44,62 @@ impl TakeBody {
         let bytes = ByteStream::new(body).collect().await.map_err(|error| {
             ApiError::transport(format!("reading the response failed: {error}"))
         })?;
-        // One copy into contiguous memory (`to_vec` would copy byte by byte).
-        Ok(bytes.into_bytes())
+        let mut buffer = buffers.take();
+        for segment in bytes.into_segments() {
+            buffer.extend_from_slice(&segment);
+        }
+        Ok(Body { buffer, buffers })
+    }
+}
+
+/// Response bodies kept for reuse.
+pub(crate) const KEPT_BUFFERS: usize = 4;
+
+/// Buffers for response bodies, shared by the requests of one client.
+#[derive(Debug, Default)]
+pub(crate) struct BodyBuffers {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BodyBuffers {
+    fn take(&self) -> Vec<u8> {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, mut buffer: Vec<u8>) {
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if free.len() < KEPT_BUFFERS {
+            buffer.clear();
+            free.push(buffer);
+        }
+    }
+}
+
+/// A whole response body; its buffer goes back to the [`BodyBuffers`] when dropped.
+#[derive(Debug)]
+pub(crate) struct Body<'b> {
+    buffer: Vec<u8>,
+    buffers: &'b BodyBuffers,
+}
+
+impl Deref for Body<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buffer
+    }
+}
+
+impl Drop for Body<'_> {
+    fn drop(&mut self) {
+        self.buffers.give(std::mem::take(&mut self.buffer));
     }
 }
 

@@ -13,6 +13,7 @@
 //! them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{
@@ -22,7 +23,7 @@ use aws_sdk_dynamodbstreams::types::{
 
 use super::api_error;
 use super::convert::{UnknownType, item_from_streams};
-use super::raw_body::TakeBody;
+use super::raw_body::{BodyBuffers, TakeBody};
 use super::wire;
 use crate::api::{
     ChangeData, ChangePage, ChangeShape, RecordsPage, ShardDescription, StartAt, StreamPage,
@@ -38,12 +39,17 @@ const DESCRIBE_STREAM_LIMIT: i32 = 100;
 #[derive(Debug, Clone)]
 pub struct AwsStreamsApi {
     client: Client,
+    /// Reused buffers for the bodies of data-plane answers.
+    buffers: Arc<BodyBuffers>,
 }
 
 impl AwsStreamsApi {
     /// Wraps a client built by [`super::streams_api`].
     pub fn new(client: Client) -> Self {
-        AwsStreamsApi { client }
+        AwsStreamsApi {
+            client,
+            buffers: Arc::default(),
+        }
     }
 }
 
@@ -237,7 +243,7 @@ impl StreamsApi for AwsStreamsApi {
             .send()
             .await
             .map_err(api_error)?;
-        wire::change_page(&body.collect().await?, shape)
+        wire::change_page(&body.collect(&self.buffers).await?, shape)
     }
 }
 

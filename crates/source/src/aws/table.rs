@@ -1,6 +1,7 @@
 //! [`TableApi`] over `aws-sdk-dynamodb`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
@@ -12,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::api_error;
 use super::convert::{item_from_sdk, item_to_sdk, value_to_sdk};
-use super::raw_body::TakeBody;
+use super::raw_body::{BodyBuffers, TakeBody};
 use super::wire;
 use crate::api::{
     IndexDescription, IndexKind, KeyAttribute, KeyType, Page, ReadKind, ReadRequest, Render,
@@ -24,12 +25,17 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub struct AwsTableApi {
     client: Client,
+    /// Reused buffers for the bodies of data-plane answers.
+    buffers: Arc<BodyBuffers>,
 }
 
 impl AwsTableApi {
     /// Wraps a client built by [`super::table_api`].
     pub fn new(client: Client) -> Self {
-        AwsTableApi { client }
+        AwsTableApi {
+            client,
+            buffers: Arc::default(),
+        }
     }
 }
 
@@ -234,7 +240,11 @@ impl TableApi for AwsTableApi {
                     .map_err(api_error)?;
             }
         }
-        wire::rendered_page(&body.collect().await?, render, &request.table_name)
+        wire::rendered_page(
+            &body.collect(&self.buffers).await?,
+            render,
+            &request.table_name,
+        )
     }
 
     async fn describe_table(&self, table_name: &str) -> Result<Option<TableDescription>, ApiError> {
