@@ -292,6 +292,36 @@ pub fn ratios(ddbpipe: Option<&ClientSummary>, sdk: Option<&ClientSummary>) -> O
 }
 
 /// The human report: a header, one line per client, the ratios, notes.
+/// The concurrency curve of one case: per concurrency and client, throughput, CPU and memory.
+pub fn curve(case: Case, points: &[(usize, Vec<(Client, ClientSummary)>)]) -> String {
+    let noun = case.noun();
+    let mut out = String::new();
+    let _ = writeln!(out, "ddbpipe-bench: {} concurrency curve", case.name());
+    let _ = writeln!(
+        out,
+        "{:>11} {:<8} {:>11} {:>14} {:>13}",
+        "concurrency",
+        "client",
+        format!("{noun}s/s"),
+        format!("CPU µs/{noun}"),
+        "peak RSS MiB"
+    );
+    for (concurrency, clients) in points {
+        for (client, s) in clients {
+            let _ = writeln!(
+                out,
+                "{:>11} {:<8} {:>11.0} {:>14.2} {:>13.1}",
+                concurrency,
+                client.name(),
+                s.items_per_sec,
+                s.cpu_us_per_item,
+                s.peak_rss_mib
+            );
+        }
+    }
+    out
+}
+
 pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<Ratios>) -> String {
     let noun = setup.case().noun();
     let mut out = String::new();
