@@ -28,6 +28,7 @@ mod stream_server;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -79,6 +80,10 @@ struct BenchArgs {
     /// Runs of each client (alternating); the report shows medians.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
+    /// Milliseconds every answer of the server waits: a real endpoint's round trip, which
+    /// concurrent reads hide (0: answer at once, so CPU is the only limit).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
@@ -114,6 +119,8 @@ enum Hidden {
         records: u64,
         #[arg(long, default_value_t = 1)]
         shards: u32,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
     },
     /// Runs one client's scan or stream read and prints what it measured as a JSON line.
     #[command(hide = true)]
@@ -154,11 +161,13 @@ fn main() -> ExitCode {
             page_items,
             records,
             shards,
+            latency_ms,
         }) => server::serve(ServeSettings {
             items,
             segments,
             page_items,
             stream: StreamSettings { records, shards },
+            latency: Duration::from_millis(latency_ms),
         }),
         Some(Hidden::Phase {
             case,
@@ -226,6 +235,7 @@ fn start_server(
         .args(["--page-items", &args.page_items.to_string()])
         .args(["--records", &records.to_string()])
         .args(["--shards", &args.shards.to_string()])
+        .args(["--latency-ms", &args.latency_ms.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -293,6 +303,7 @@ fn setup(
             args.segments,
             concurrency,
             args.page_items,
+            args.latency_ms,
             args.runs,
             clk,
         )),
@@ -301,6 +312,7 @@ fn setup(
             concurrency,
             records::PAGE_RECORDS,
             READ_SPACING,
+            args.latency_ms,
             args.runs,
             clk,
         )),

@@ -46,7 +46,7 @@ fn a_list_of_concurrencies_measures_each_of_them() {
     let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
         .args(["--case", "scan", "--client", "ddbpipe", "--json"])
         .args(["--concurrency", "1,3", "--items", "600", "--segments", "3"])
-        .args(["--page-items", "100"])
+        .args(["--page-items", "100", "--latency-ms", "1"])
         .output()
         .expect("the bench starts");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -57,7 +57,10 @@ fn a_list_of_concurrencies_measures_each_of_them() {
         .map(|line| {
             let report: serde_json::Value = serde_json::from_str(line).expect("JSON");
             assert_eq!(report["setup"]["items"], 600, "{report}");
-            report["setup"]["concurrency"].as_u64().expect("concurrency")
+            assert_eq!(report["setup"]["latency_ms"], 1, "{report}");
+            report["setup"]["concurrency"]
+                .as_u64()
+                .expect("concurrency")
         })
         .collect();
     assert_eq!(concurrencies, [1, 3], "{stdout}");

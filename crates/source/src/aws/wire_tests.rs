@@ -14,7 +14,7 @@ use crate::api::{
     ChangeData, ChangePage, ChangeShape, KeyAttribute, KeyType, Page, RecordsPage, Render,
     SnapshotShape, StreamRecord, UserIdentity,
 };
-use crate::error::ErrorClass;
+use crate::error::{ApiError, ErrorClass};
 use crate::ids::{SequenceNumber, ShardId};
 use crate::streams::envelope::EnvelopeError;
 
@@ -269,17 +269,20 @@ fn a_record_without_its_stream_record_or_sequence_number_cannot_become_an_envelo
     );
 }
 
+/// The error of a page holding `record` alone, which must be fatal.
+fn fatal_error_of(record: &str) -> ApiError {
+    let shard = shard();
+    let body = records_body(&[record.into()], None);
+    let error = change_page(body.as_bytes(), &shape(&shard)).unwrap_err();
+    assert_eq!(error.class, ErrorClass::Fatal, "{error}");
+    error
+}
+
 #[test]
 fn an_unknown_attribute_type_in_an_image_is_fatal_and_names_the_record() {
     // The eventID follows the images on the wire, as DynamoDB orders a record's fields.
     let record = r#"{"dynamodb":{"Keys":{"pk":{"XS":"a"}},"SequenceNumber":"1"},"eventID":"e9"}"#;
-    let shard = shard();
-    let error = change_page(
-        records_body(&[record.into()], None).as_bytes(),
-        &shape(&shard),
-    )
-    .unwrap_err();
-    assert_eq!(error.class, ErrorClass::Fatal);
+    let error = fatal_error_of(record);
     assert_eq!(
         error.message,
         "unsupported attribute value type XS in stream record e9"
@@ -289,13 +292,7 @@ fn an_unknown_attribute_type_in_an_image_is_fatal_and_names_the_record() {
 #[test]
 fn a_sequence_number_that_is_not_digits_is_fatal() {
     let record = r#"{"dynamodb":{"SequenceNumber":"12a"},"eventID":"e3"}"#;
-    let shard = shard();
-    let error = change_page(
-        records_body(&[record.into()], None).as_bytes(),
-        &shape(&shard),
-    )
-    .unwrap_err();
-    assert_eq!(error.class, ErrorClass::Fatal);
+    let error = fatal_error_of(record);
     assert!(error.message.starts_with("stream record e3: "), "{error}");
 }
 
