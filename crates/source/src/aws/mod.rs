@@ -18,8 +18,6 @@ mod raw_body;
 mod streams;
 mod table;
 mod wire;
-#[cfg(test)]
-mod wire_tests;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use ddbpipe_value::{Item, ValueFormat};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use super::wire::{change_page, rendered_page};
+use super::{change_page, rendered_page};
 use crate::api::{
     ChangeData, ChangePage, ChangeShape, KeyAttribute, KeyType, Page, RecordsPage, Render,
     SnapshotShape, StreamRecord, UserIdentity,
@@ -19,7 +19,7 @@ use crate::ids::{SequenceNumber, ShardId};
 use crate::streams::envelope::EnvelopeError;
 
 // The value crate's strategies and wire encoder, shared by path rather than copied.
-#[path = "../../../value/tests/strategies/mod.rs"]
+#[path = "../../../../value/tests/strategies/mod.rs"]
 mod strategies;
 
 use strategies::{item, text, wire_item};

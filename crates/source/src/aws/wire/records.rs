@@ -1,84 +1,19 @@
-//! Scan, Query and GetRecords answers decoded straight into records (SPEC §8.7).
-//!
-//! # Scan and Query
-//! Each of `Items` is written as its record by [`WireWriter`] while it is parsed, without an
-//! SDK value or an `Item` in between. `LastEvaluatedKey` (one per page) becomes an `Item`
-//! for the cursor, `ConsumedCapacity.CapacityUnits` is read, every other field is skipped.
-//!
-//! # GetRecords
-//! The fields of a record arrive in wire order, not envelope order. Its images are written
-//! into a scratch buffer as they arrive, its other fields are borrowed from the body, and when
-//! the record closes its envelope is assembled by the same writer as for decoded records
-//! ([`envelope::write_envelope`]).
-//!
-//! # Error handling
-//! As on the SDK path: an attribute type this version does not know and a sequence number that
-//! is not one are fatal, naming the table or the record's `eventID`; a record without its
-//! `dynamodb` part or its sequence number is an [`EnvelopeError`] for the shard reader; a body
-//! that does not parse is an error without a code (transient), like an answer the SDK cannot
-//! read.
+//! GetRecords answers: each record written as its envelope once it has been read.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
 use aws_smithy_types::DateTime;
-use ddbpipe_value::{WireWriter, item_from_typed_json};
+use ddbpipe_value::WireWriter;
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::api::{ChangeMeta, ChangePage, ChangeShape, Changes, Render, RenderedPage};
+use super::{Optional, Text, parse, unreadable};
+use crate::api::{ChangeMeta, ChangePage, ChangeShape, Changes};
 use crate::error::ApiError;
 use crate::ids::SequenceNumber;
 use crate::records::Lines;
 use crate::streams::envelope::{self, ChangeFields, EnvelopeError, Image};
-
-/// Decodes a Scan or Query answer of `table`, writing its items as records by `render`.
-pub(crate) fn rendered_page(
-    body: &[u8],
-    render: &Render,
-    table: &str,
-) -> Result<RenderedPage, ApiError> {
-    let mut writer = WireWriter::new(render.format());
-    // The records take about as many bytes as the items on the wire.
-    let mut records = Lines::with_capacity(0, body.len());
-    let answer = parse(body, |deserializer| {
-        PageSeed {
-            writer: &mut writer,
-            render,
-            records: &mut records,
-        }
-        .deserialize(deserializer)
-    });
-    let (cursor, consumed_capacity) = match answer {
-        Ok(answer) => answer,
-        Err(error) => {
-            return Err(match writer.unknown_type() {
-                Some(tag) => ApiError::fatal(format!(
-                    "unsupported attribute value type {tag} in table '{table}'"
-                )),
-                None => unreadable("Scan or Query", &error),
-            });
-        }
-    };
-    let last_evaluated_key = match cursor {
-        Some(serde_json::Value::Object(key)) if !key.is_empty() => {
-            let key = serde_json::Value::Object(key);
-            let item = item_from_typed_json(&key, "LastEvaluatedKey").map_err(|error| {
-                ApiError::fatal(format!(
-                    "a cursor of table '{table}' cannot be read: {error}"
-                ))
-            })?;
-            Some(item)
-        }
-        _ => None,
-    };
-    Ok(RenderedPage {
-        records,
-        last_evaluated_key,
-        consumed_capacity,
-    })
-}
 
 /// Decodes a GetRecords answer, writing its records as envelopes of `shape`.
 pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<ChangePage, ApiError> {
@@ -121,29 +56,6 @@ pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<Change
     })
 }
 
-/// Parses the whole body with `read`, which must consume all of it. The body is checked to
-/// be UTF-8 once, as a whole, rather than string by string.
-fn parse<'de, T>(
-    body: &'de [u8],
-    read: impl FnOnce(
-        &mut serde_json::Deserializer<serde_json::de::StrRead<'de>>,
-    ) -> serde_json::Result<T>,
-) -> serde_json::Result<T> {
-    let body = std::str::from_utf8(body).map_err(|error| {
-        <serde_json::Error as serde::de::Error>::custom(format_args!(
-            "the body is not UTF-8: {error}"
-        ))
-    })?;
-    let mut deserializer = serde_json::Deserializer::from_str(body);
-    let value = read(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
-}
-
-fn unreadable(operation: &str, error: &serde_json::Error) -> ApiError {
-    ApiError::transport(format!("the {operation} response cannot be read: {error}"))
-}
-
 /// The `eventID` of record `index` of a GetRecords body, or `?`. Only for error messages: the
 /// decoder writes images before it reaches the `eventID` that follows them on the wire.
 fn event_id_of_record(body: &[u8], index: usize) -> String {
@@ -152,168 +64,6 @@ fn event_id_of_record(body: &[u8], index: usize) -> String {
         .as_str()
         .unwrap_or("?")
         .to_string()
-}
-
-/// A string of the body, borrowed unless it holds escapes.
-#[derive(Debug, Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
-
-#[derive(Debug, Deserialize)]
-struct ConsumedCapacity {
-    #[serde(rename = "CapacityUnits")]
-    capacity_units: Option<f64>,
-}
-
-/// A Scan or Query answer: the cursor (as JSON) and the consumed capacity; the items go to
-/// `records`.
-struct PageSeed<'w, 'de> {
-    writer: &'w mut WireWriter<'de>,
-    render: &'w Render,
-    records: &'w mut Lines,
-}
-
-type PageFields = (Option<serde_json::Value>, Option<f64>);
-
-impl<'de> DeserializeSeed<'de> for PageSeed<'_, 'de> {
-    type Value = PageFields;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<PageFields, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for PageSeed<'_, 'de> {
-    type Value = PageFields;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Scan or Query answer")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PageFields, A::Error> {
-        let mut cursor = None;
-        let mut capacity = None;
-        while let Some(field) = map.next_key::<Text<'de>>()? {
-            match field.0.as_ref() {
-                "Items" => map.next_value_seed(Optional(ItemsSeed {
-                    writer: &mut *self.writer,
-                    render: self.render,
-                    records: &mut *self.records,
-                }))?,
-                "LastEvaluatedKey" => cursor = map.next_value()?,
-                "ConsumedCapacity" => {
-                    let consumed: Option<ConsumedCapacity> = map.next_value()?;
-                    capacity = consumed.and_then(|consumed| consumed.capacity_units);
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok((cursor, capacity))
-    }
-}
-
-/// A value that may be `null` (absent), read by the inner seed otherwise.
-struct Optional<S>(S);
-
-impl<'de, S: DeserializeSeed<'de, Value = ()>> DeserializeSeed<'de> for Optional<S> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de, S: DeserializeSeed<'de, Value = ()>> Visitor<'de> for Optional<S> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a value or null")
-    }
-
-    fn visit_none<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        self.0.deserialize(deserializer)
-    }
-}
-
-/// `Items`: each item written as its record.
-struct ItemsSeed<'w, 'de> {
-    writer: &'w mut WireWriter<'de>,
-    render: &'w Render,
-    records: &'w mut Lines,
-}
-
-impl<'de> DeserializeSeed<'de> for ItemsSeed<'_, 'de> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of items")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let ItemsSeed {
-            writer,
-            render,
-            records,
-        } = self;
-        while records.try_push_with(|out| {
-            let record = RecordSeed {
-                writer: &mut *writer,
-                render,
-                out,
-            };
-            seq.next_element_seed(record).map(|read| read.is_some())
-        })? {}
-        Ok(())
-    }
-}
-
-/// One item, written as its record.
-struct RecordSeed<'w, 'de> {
-    writer: &'w mut WireWriter<'de>,
-    render: &'w Render,
-    out: &'w mut Vec<u8>,
-}
-
-impl<'de> DeserializeSeed<'de> for RecordSeed<'_, 'de> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        let RecordSeed {
-            writer,
-            render,
-            out,
-        } = self;
-        match render {
-            Render::Items(_) => writer.item(out).deserialize(deserializer),
-            Render::Snapshots(shape) => {
-                out.extend_from_slice(b"{\"after\":");
-                writer.item(out).deserialize(deserializer)?;
-                envelope::finish_snapshot(&shape.key_schema, &shape.table, out, |name, out| {
-                    match writer.attribute(name) {
-                        Some(value) => {
-                            out.extend_from_within(value);
-                            true
-                        }
-                        None => false,
-                    }
-                });
-                Ok(())
-            }
-        }
-    }
 }
 
 /// What a GetRecords answer is decoded into.
