@@ -185,6 +185,43 @@ fn is_gap_code(code: Option<&str>) -> bool {
     )
 }
 
+/// The records of a page to hand over (the floor filter drops some), and the last
+/// sequence number read, filtered or not.
+fn keep(shard: &mut ShardState, changes: Changes) -> (Handed, Option<SequenceNumber>) {
+    let Changes { envelopes, records } = changes;
+    let mut kept = Vec::with_capacity(records.len());
+    for record in &records {
+        if let Some(ts) = record.created_ms {
+            shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
+        }
+        let keep = match &mut shard.floor {
+            Some(floor) => floor.keep(record.created_ms),
+            None => true,
+        };
+        kept.push(keep);
+    }
+    let last_seq = records.last().map(|record| record.sequence_number.clone());
+    let mut handed = Handed {
+        shard: Some(shard.id.clone()),
+        ..Handed::default()
+    };
+    if kept.iter().all(|keep| *keep) {
+        handed.records = envelopes;
+    } else {
+        handed.records = Lines::with_capacity(records.len(), envelopes.as_bytes().len());
+        for (index, _) in kept.iter().enumerate().filter(|(_, keep)| **keep) {
+            handed.records.extend_from(&envelopes, index, index + 1);
+        }
+    }
+    for (record, keep) in records.into_iter().zip(kept) {
+        if keep {
+            handed.seqs.push(record.sequence_number);
+            handed.ops.push(record.op);
+        }
+    }
+    (handed, last_seq)
+}
+
 impl<A: StreamsApi> StreamContext<A> {
     /// Runs one slice of `shard` (see the module docs).
     pub async fn slice(&self, shard: &mut ShardState) -> Result<SliceEnd, StreamError> {
@@ -257,7 +294,7 @@ impl<A: StreamsApi> StreamContext<A> {
                 capacity_units: None,
             }
             .emit();
-            let (handed, last_seq) = self.keep(shard, changes);
+            let (handed, last_seq) = keep(shard, changes);
             // The last record read, filtered or not: an expired iterator resumes after it.
             if last_seq.is_some() {
                 shard.last_read = last_seq;
@@ -307,43 +344,6 @@ impl<A: StreamsApi> StreamContext<A> {
                 return Ok(SliceEnd::Yield(self.poll_interval));
             }
         }
-    }
-
-    /// The records of a page to hand over (the floor filter drops some), and the last
-    /// sequence number read, filtered or not.
-    fn keep(&self, shard: &mut ShardState, changes: Changes) -> (Handed, Option<SequenceNumber>) {
-        let Changes { envelopes, records } = changes;
-        let mut kept = Vec::with_capacity(records.len());
-        for record in &records {
-            if let Some(ts) = record.created_ms {
-                shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
-            }
-            let keep = match &mut shard.floor {
-                Some(floor) => floor.keep(record.created_ms),
-                None => true,
-            };
-            kept.push(keep);
-        }
-        let last_seq = records.last().map(|record| record.sequence_number.clone());
-        let mut handed = Handed {
-            shard: Some(shard.id.clone()),
-            ..Handed::default()
-        };
-        if kept.iter().all(|keep| *keep) {
-            handed.records = envelopes;
-        } else {
-            handed.records = Lines::with_capacity(records.len(), envelopes.as_bytes().len());
-            for (index, _) in kept.iter().enumerate().filter(|(_, keep)| **keep) {
-                handed.records.extend_from(&envelopes, index, index + 1);
-            }
-        }
-        for (record, keep) in records.into_iter().zip(kept) {
-            if keep {
-                handed.seqs.push(record.sequence_number);
-                handed.ops.push(record.op);
-            }
-        }
-        (handed, last_seq)
     }
 
     /// Acquires an iterator (step 1). `None`: the shard has nothing more (drained).
@@ -464,5 +464,58 @@ impl<A: StreamsApi> StreamContext<A> {
         }
         tracing::info!(shard = %shard.id, "Shard drained: its last record was handed over.");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ChangeMeta;
+
+    fn changes(created_ms: &[i64]) -> Changes {
+        let mut changes = Changes::default();
+        for (index, &ts) in created_ms.iter().enumerate() {
+            changes
+                .envelopes
+                .push_with(|out| out.extend_from_slice(format!("record {index}").as_bytes()));
+            changes.records.push(ChangeMeta {
+                sequence_number: SequenceNumber::parse(&format!("{}", 100 + index))
+                    .expect("digits"),
+                created_ms: Some(ts),
+                op: b'c',
+            });
+        }
+        changes
+    }
+
+    #[test]
+    fn records_below_the_floor_are_not_handed_over_but_were_read() {
+        let floor_ms = 10_000_000;
+        let mut shard = ShardState::new(
+            ShardId::new("s"),
+            StartAt::TrimHorizon,
+            Some(floor_ms),
+            None,
+        );
+        let old = floor_ms - 3_600_000;
+        let (handed, last) = keep(&mut shard, changes(&[old, old, floor_ms, old]));
+        // The filter passes at the first recent record and keeps everything after it.
+        assert_eq!(handed.records.as_bytes(), b"record 2\nrecord 3\n");
+        let seqs: Vec<&str> = handed.seqs.iter().map(SequenceNumber::as_str).collect();
+        assert_eq!(seqs, ["102", "103"]);
+        assert_eq!(handed.ops, b"cc");
+        assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("103"));
+        assert_eq!(shard.newest_ts_ms, Some(floor_ms));
+    }
+
+    #[test]
+    fn without_a_floor_the_whole_page_is_handed_over() {
+        let mut shard = ShardState::new(ShardId::new("s"), StartAt::TrimHorizon, None, None);
+        let (handed, last) = keep(&mut shard, changes(&[5, 7]));
+        assert_eq!(handed.records.as_bytes(), b"record 0\nrecord 1\n");
+        assert_eq!(handed.seqs.len(), 2);
+        assert_eq!(handed.shard, Some(ShardId::new("s")));
+        assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("101"));
+        assert_eq!(shard.newest_ts_ms, Some(7));
     }
 }
