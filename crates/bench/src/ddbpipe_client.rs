@@ -17,6 +17,7 @@ use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
+use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
@@ -95,7 +96,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         max_concurrency: settings.concurrency,
         limiter: Arc::new(ReadLimiter::new(None)),
         retry: RetryPolicy::default(),
-        render: Arc::new(move |item, buf| format.write_item(item, buf)),
+        render: Render::Items(format),
         observer: Arc::new(NoObserver),
     };
     let (stop_handle, stop) = Cancel::new();

@@ -28,6 +28,7 @@ mod stream_server;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -66,9 +67,10 @@ struct BenchArgs {
     /// Closed shards of the stream.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     shards: u32,
-    /// Segments (scan) or shards (streams) read at once.
-    #[arg(long, default_value_t = 4, value_parser = positive)]
-    concurrency: usize,
+    /// Segments (scan) or shards (streams) read at once. A list (`1,2,4,8`) measures the
+    /// concurrency curve: every case and client once per value, then one table of the curve.
+    #[arg(long, default_value = "4", value_delimiter = ',', value_parser = positive)]
+    concurrency: Vec<usize>,
     /// Which client(s) to measure.
     #[arg(long, value_enum, default_value_t = Which::Both)]
     client: Which,
@@ -78,6 +80,10 @@ struct BenchArgs {
     /// Runs of each client (alternating); the report shows medians.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
+    /// Milliseconds every answer of the server waits: a real endpoint's round trip, which
+    /// concurrent reads hide (0: answer at once, so CPU is the only limit).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
@@ -113,6 +119,8 @@ enum Hidden {
         records: u64,
         #[arg(long, default_value_t = 1)]
         shards: u32,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
     },
     /// Runs one client's scan or stream read and prints what it measured as a JSON line.
     #[command(hide = true)]
@@ -153,11 +161,13 @@ fn main() -> ExitCode {
             page_items,
             records,
             shards,
+            latency_ms,
         }) => server::serve(ServeSettings {
             items,
             segments,
             page_items,
             stream: StreamSettings { records, shards },
+            latency: Duration::from_millis(latency_ms),
         }),
         Some(Hidden::Phase {
             case,
@@ -225,6 +235,7 @@ fn start_server(
         .args(["--page-items", &args.page_items.to_string()])
         .args(["--records", &records.to_string()])
         .args(["--shards", &args.shards.to_string()])
+        .args(["--latency-ms", &args.latency_ms.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -278,6 +289,36 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
     Ok(report)
 }
 
+/// The setup of one case at one concurrency, for its report.
+fn setup(
+    case: Case,
+    ready: &Ready,
+    args: &BenchArgs,
+    concurrency: usize,
+    clk: (u64, bool),
+) -> Setup {
+    match case {
+        Case::Scan => Setup::Scan(ScanSetup::new(
+            ready,
+            args.segments,
+            concurrency,
+            args.page_items,
+            args.latency_ms,
+            args.runs,
+            clk,
+        )),
+        Case::Streams => Setup::Streams(StreamsSetup::new(
+            ready,
+            concurrency,
+            records::PAGE_RECORDS,
+            READ_SPACING,
+            args.latency_ms,
+            args.runs,
+            clk,
+        )),
+    }
+}
+
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let clk = procfs::clock_ticks_per_second();
     let exe = std::env::current_exe().context("cannot find this executable")?;
@@ -312,68 +353,69 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             Case::Scan => (args.items, args.segments),
             Case::Streams => (args.records, args.shards),
         };
-        for run in 0..args.runs {
-            // Alternate the order so neither client always runs on a cold or a warm machine.
-            let mut order = clients.to_vec();
-            if run % 2 == 1 {
-                order.reverse();
-            }
-            for client in order {
-                if !args.json {
-                    eprintln!(
-                        "ddbpipe-bench: {} run {} of {}: {}...",
-                        case.name(),
-                        run + 1,
-                        args.runs,
-                        client.name()
-                    );
+        for &concurrency in &args.concurrency {
+            for run in 0..args.runs {
+                // Alternate the order so neither client always runs on a cold or a warm machine.
+                let mut order = clients.to_vec();
+                if run % 2 == 1 {
+                    order.reverse();
                 }
-                let settings = PhaseSettings {
-                    case,
-                    client,
-                    endpoint: endpoint.clone(),
-                    expected,
-                    segments,
-                    concurrency: args.concurrency,
-                };
-                reports.push(run_phase(&exe, &settings, clk.0)?);
+                for client in order {
+                    if !args.json {
+                        eprintln!(
+                            "ddbpipe-bench: {} at concurrency {concurrency}, run {} of {}: {}...",
+                            case.name(),
+                            run + 1,
+                            args.runs,
+                            client.name()
+                        );
+                    }
+                    let settings = PhaseSettings {
+                        case,
+                        client,
+                        endpoint: endpoint.clone(),
+                        expected,
+                        segments,
+                        concurrency,
+                    };
+                    reports.push((concurrency, run_phase(&exe, &settings, clk.0)?));
+                }
             }
         }
     }
     drop(server);
 
-    for (index, &case) in cases.iter().enumerate() {
-        let setup = match case {
-            Case::Scan => Setup::Scan(ScanSetup::new(
-                &ready,
-                args.segments,
-                args.concurrency,
-                args.page_items,
-                args.runs,
-                clk,
-            )),
-            Case::Streams => Setup::Streams(StreamsSetup::new(
-                &ready,
-                args.concurrency,
-                records::PAGE_RECORDS,
-                READ_SPACING,
-                args.runs,
-                clk,
-            )),
-        };
-        let summaries: Vec<(Client, report::ClientSummary)> = clients
-            .iter()
-            .filter_map(|c| report::summarize(&reports, case, *c).map(|s| (*c, s)))
-            .collect();
-        let find = |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
-        let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
-        if args.json {
-            println!("{}", report::json_line(&setup, &summaries, ratios));
-        } else {
-            if index > 0 {
-                println!();
+    let mut printed = 0;
+    for &case in cases {
+        let mut curve = Vec::new();
+        for &concurrency in &args.concurrency {
+            let runs: Vec<PhaseReport> = reports
+                .iter()
+                .filter(|(c, _)| *c == concurrency)
+                .map(|(_, report)| report.clone())
+                .collect();
+            let setup = setup(case, &ready, args, concurrency, clk);
+            let summaries: Vec<(Client, report::ClientSummary)> = clients
+                .iter()
+                .filter_map(|c| report::summarize(&runs, case, *c).map(|s| (*c, s)))
+                .collect();
+            let find =
+                |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
+            let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
+            if args.json {
+                println!("{}", report::json_line(&setup, &summaries, ratios));
+            } else {
+                if printed > 0 {
+                    println!();
+                }
+                printed += 1;
+                print!("{}", report::table(&setup, &summaries, ratios));
             }
-            print!("{}", report::table(&setup, &summaries, ratios));
+            curve.push((concurrency, summaries));
+        }
+        if curve.len() > 1 && !args.json {
+            println!();
+            print!("{}", report::curve(case, &curve));
         }
     }
     Ok(())

@@ -21,6 +21,8 @@ pub struct ScanSetup {
     pub concurrency: usize,
     /// Items per page.
     pub page_items: u64,
+    /// Milliseconds every answer of the server waited.
+    pub latency_ms: u64,
     /// Runs of each client.
     pub runs: u32,
     /// Clock ticks per second used to convert CPU time.
@@ -40,6 +42,7 @@ impl ScanSetup {
         segments: u32,
         concurrency: usize,
         page_items: u64,
+        latency_ms: u64,
         runs: u32,
         clk: (u64, bool),
     ) -> Self {
@@ -48,6 +51,7 @@ impl ScanSetup {
             segments,
             concurrency,
             page_items,
+            latency_ms,
             runs,
             clk_tck: clk.0,
             clk_tck_measured: clk.1,
@@ -68,6 +72,8 @@ pub struct StreamsSetup {
     pub concurrency: usize,
     /// `GetRecords` `Limit` (and most records per answer).
     pub records_per_page: u64,
+    /// Milliseconds every answer of the server waited.
+    pub latency_ms: u64,
     /// Runs of each client.
     pub runs: u32,
     /// Clock ticks per second used to convert CPU time.
@@ -90,6 +96,7 @@ impl StreamsSetup {
         concurrency: usize,
         records_per_page: u64,
         read_spacing: Duration,
+        latency_ms: u64,
         runs: u32,
         clk: (u64, bool),
     ) -> Self {
@@ -98,6 +105,7 @@ impl StreamsSetup {
             shards: ready.shards,
             concurrency,
             records_per_page,
+            latency_ms,
             runs,
             clk_tck: clk.0,
             clk_tck_measured: clk.1,
@@ -172,6 +180,14 @@ impl Setup {
 
     /// The first line of the human report.
     fn header(&self) -> String {
+        let latency = match self {
+            Setup::Scan(s) => s.latency_ms,
+            Setup::Streams(s) => s.latency_ms,
+        };
+        let latency = match latency {
+            0 => String::new(),
+            ms => format!(", {ms} ms per answer"),
+        };
         let (ticks, measured) = self.clk();
         let clk = if measured {
             format!("{ticks} ticks/s (getconf CLK_TCK)")
@@ -181,7 +197,7 @@ impl Setup {
         match self {
             Setup::Scan(s) => format!(
                 "ddbpipe-bench: {}-segment scan of {} items (mean {:.0} B as DynamoDB counts, \
-                 {:.0} B of attribute JSON), concurrency {}, {} items per page, {} run(s), \
+                 {:.0} B of attribute JSON), concurrency {}, {} items per page{latency}, {} run(s), \
                  median shown; CPU at {clk}",
                 s.segments,
                 s.items,
@@ -194,7 +210,8 @@ impl Setup {
             Setup::Streams(s) => format!(
                 "ddbpipe-bench: stream of {} change records in {} closed shards \
                  (NEW_AND_OLD_IMAGES, mean {:.0} B as DynamoDB counts, {:.0} B of JSON), \
-                 concurrency {}, {} records per GetRecords, {} run(s), median shown; CPU at {clk}",
+                 concurrency {}, {} records per GetRecords{latency}, {} run(s), median shown; \
+                 CPU at {clk}",
                 s.records,
                 s.shards,
                 s.mean_record_bytes,
@@ -292,6 +309,36 @@ pub fn ratios(ddbpipe: Option<&ClientSummary>, sdk: Option<&ClientSummary>) -> O
 }
 
 /// The human report: a header, one line per client, the ratios, notes.
+/// The concurrency curve of one case: per concurrency and client, throughput, CPU and memory.
+pub fn curve(case: Case, points: &[(usize, Vec<(Client, ClientSummary)>)]) -> String {
+    let noun = case.noun();
+    let mut out = String::new();
+    let _ = writeln!(out, "ddbpipe-bench: {} concurrency curve", case.name());
+    let _ = writeln!(
+        out,
+        "{:>11} {:<8} {:>11} {:>14} {:>13}",
+        "concurrency",
+        "client",
+        format!("{noun}s/s"),
+        format!("CPU µs/{noun}"),
+        "peak RSS MiB"
+    );
+    for (concurrency, clients) in points {
+        for (client, s) in clients {
+            let _ = writeln!(
+                out,
+                "{:>11} {:<8} {:>11.0} {:>14.2} {:>13.1}",
+                concurrency,
+                client.name(),
+                s.items_per_sec,
+                s.cpu_us_per_item,
+                s.peak_rss_mib
+            );
+        }
+    }
+    out
+}
+
 pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<Ratios>) -> String {
     let noun = setup.case().noun();
     let mut out = String::new();
@@ -456,6 +503,7 @@ mod tests {
             4,
             1000,
             Duration::from_millis(100),
+            0,
             1,
             (100, true),
         ));

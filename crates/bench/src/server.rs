@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{IoSlice, Write as _};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::Deserialize;
@@ -66,6 +67,9 @@ pub struct ServeSettings {
     pub page_items: u64,
     /// The stream.
     pub stream: StreamSettings,
+    /// How long every answer waits before it is sent: the round trip of a real endpoint,
+    /// which concurrent reads hide (zero: answer at once).
+    pub latency: Duration,
 }
 
 /// Rows of JSON serialized one after the other, with commas between them: any run of
@@ -425,7 +429,11 @@ async fn write_parts(stream: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result
     Ok(())
 }
 
-async fn connection(server: Arc<Server>, mut stream: TcpStream) -> anyhow::Result<()> {
+async fn connection(
+    server: Arc<Server>,
+    mut stream: TcpStream,
+    latency: Duration,
+) -> anyhow::Result<()> {
     stream.set_nodelay(true)?;
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     loop {
@@ -448,6 +456,9 @@ async fn connection(server: Arc<Server>, mut stream: TcpStream) -> anyhow::Resul
                 return Ok(());
             }
         }
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         match server.answer(head.target.as_deref(), &buf[head_end..end]) {
             Answer::Page { head, items, tail } => {
                 write_parts(&mut stream, &[&head, items, &tail]).await?;
@@ -466,6 +477,7 @@ pub fn serve(settings: ServeSettings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let latency = settings.latency;
     runtime.block_on(async move {
         let server = Arc::new(Server::build(settings)?);
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -493,7 +505,7 @@ pub fn serve(settings: ServeSettings) -> anyhow::Result<()> {
             let (stream, _) = listener.accept().await?;
             let server = Arc::clone(&server);
             tokio::spawn(async move {
-                if let Err(error) = connection(server, stream).await {
+                if let Err(error) = connection(server, stream, latency).await {
                     eprintln!("ddbpipe-bench serve: connection failed: {error:#}");
                 }
             });
@@ -514,6 +526,7 @@ pub(crate) mod tests {
                 records: 0,
                 shards: 1,
             },
+            latency: Duration::ZERO,
         })
         .expect("builds")
     }

@@ -42,6 +42,31 @@ fn both_clients_receive_every_item_and_every_record() {
 }
 
 #[test]
+fn a_list_of_concurrencies_measures_each_of_them() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args(["--case", "scan", "--client", "ddbpipe", "--json"])
+        .args(["--concurrency", "1,3", "--items", "600", "--segments", "3"])
+        .args(["--page-items", "100", "--latency-ms", "1"])
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let concurrencies: Vec<u64> = stdout
+        .lines()
+        .map(|line| {
+            let report: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            assert_eq!(report["setup"]["items"], 600, "{report}");
+            assert_eq!(report["setup"]["latency_ms"], 1, "{report}");
+            report["setup"]["concurrency"]
+                .as_u64()
+                .expect("concurrency")
+        })
+        .collect();
+    assert_eq!(concurrencies, [1, 3], "{stdout}");
+}
+
+#[test]
 fn a_client_that_receives_the_wrong_count_fails() {
     let server = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
         .args(["serve", "--items", "30", "--segments", "2"])

@@ -13,7 +13,7 @@ use ddbpipe_pipeline::sinks::keyed::Records;
 use ddbpipe_pipeline::state::StateError;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::ScanKind;
-use ddbpipe_source::api::{IndexKind, TableApi, TableDescription};
+use ddbpipe_source::api::{IndexKind, Render, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Mode, SourceConfig};
@@ -338,7 +338,7 @@ async fn run_instrumented(
         max_concurrency: source.max_concurrency,
         limiter,
         retry: retry_policy(source),
-        render: Arc::new(move |item, buf| format.write_item(item, buf)),
+        render: Render::Items(format),
         observer: Arc::new(RequestMetrics),
     };
     tracing::info!(

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_source::api::{
-    KeyAttribute, Page, ReadKind, ReadRequest, StartAt, StreamsApi, TableApi, TableDescription,
-    TableNames,
+    KeyAttribute, Page, ReadKind, ReadRequest, Render, SnapshotShape, StartAt, StreamsApi,
+    TableApi, TableDescription, TableNames,
 };
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
@@ -31,7 +31,6 @@ use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::scan::SegmentReader;
 use ddbpipe_source::streams::engine::{self, RunBounds, StreamEngine};
-use ddbpipe_source::streams::envelope;
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{self, Handover};
 use ddbpipe_source::streams::lineage::{self, ShardGraph};
@@ -591,9 +590,11 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
         max_concurrency: scan.max_concurrency,
         limiter,
         retry: run.retry,
-        render: Arc::new(move |item, out| {
-            envelope::write_snapshot(item, &key_schema, &table, format, out);
-        }),
+        render: Render::Snapshots(Arc::new(SnapshotShape {
+            key_schema,
+            table,
+            format,
+        })),
         observer,
     };
     tracing::info!(segments = scan.segments, "Snapshot started.");

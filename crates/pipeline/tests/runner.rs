@@ -16,7 +16,7 @@ use ddbpipe_pipeline::sink::{Sink, SinkError};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::{Position, ScanKind};
 use ddbpipe_pipeline::state::{StateFile, Store};
-use ddbpipe_source::api::ReadRequest;
+use ddbpipe_source::api::{ReadRequest, Render};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::error::ApiError;
@@ -73,7 +73,7 @@ fn reader(
             initial_backoff: Duration::from_millis(10),
             ..RetryPolicy::default()
         },
-        render: Arc::new(|item, buf| ValueFormat::Plain.write_item(item, buf)),
+        render: Render::Items(ValueFormat::Plain),
         observer: Arc::new(NoObserver),
     }
 }

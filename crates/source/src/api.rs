@@ -5,11 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
-use ddbpipe_value::{Item, Value};
+use ddbpipe_value::{Item, Value, ValueFormat};
 
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
+use crate::records::Lines;
+use crate::streams::envelope::{self, EnvelopeError};
 
 /// What kind of read a [`ReadRequest`] is.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +72,72 @@ pub struct Page {
     /// The items, in response order.
     pub items: Vec<Item>,
     /// `LastEvaluatedKey`; `None` or empty means the segment is done.
+    pub last_evaluated_key: Option<Item>,
+    /// `ConsumedCapacity.CapacityUnits`, when the service reported it.
+    pub consumed_capacity: Option<f64>,
+}
+
+impl Page {
+    /// The page with its items written as records by `render`.
+    pub fn render(self, render: &Render) -> RenderedPage {
+        let mut records = Lines::with_capacity(self.items.len(), self.items.len() * 256);
+        for item in &self.items {
+            records.push_with(|out| render.write_item(item, out));
+        }
+        RenderedPage {
+            records,
+            last_evaluated_key: self.last_evaluated_key,
+            consumed_capacity: self.consumed_capacity,
+        }
+    }
+}
+
+/// How each item of a page becomes one record.
+#[derive(Debug, Clone)]
+pub enum Render {
+    /// The item itself (scan and query), in this format.
+    Items(ValueFormat),
+    /// The item's snapshot envelope (mirror and resnapshot rows, SPEC §4.1).
+    Snapshots(Arc<SnapshotShape>),
+}
+
+impl Render {
+    /// The format of attribute values.
+    pub fn format(&self) -> ValueFormat {
+        match self {
+            Render::Items(format) => *format,
+            Render::Snapshots(shape) => shape.format,
+        }
+    }
+
+    /// Appends the record of `item`, without newline.
+    pub fn write_item(&self, item: &Item, out: &mut Vec<u8>) {
+        match self {
+            Render::Items(format) => format.write_item(item, out),
+            Render::Snapshots(shape) => {
+                envelope::write_snapshot(item, &shape.key_schema, &shape.table, shape.format, out)
+            }
+        }
+    }
+}
+
+/// What a snapshot envelope needs besides the item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotShape {
+    /// The table's key attributes (`key_of(item)`, SPEC §3.6).
+    pub key_schema: Vec<KeyAttribute>,
+    /// The configured table name (the envelope's `table`).
+    pub table: String,
+    /// Plain or typed values.
+    pub format: ValueFormat,
+}
+
+/// One page of items already written as records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RenderedPage {
+    /// One record per item, in response order.
+    pub records: Lines,
+    /// `LastEvaluatedKey`; `None` means the segment is done.
     pub last_evaluated_key: Option<Item>,
     /// `ConsumedCapacity.CapacityUnits`, when the service reported it.
     pub consumed_capacity: Option<f64>,
@@ -204,6 +273,17 @@ pub trait TableApi: Send + Sync + 'static {
         request: &ReadRequest,
     ) -> impl Future<Output = Result<Page, ApiError>> + Send;
 
+    /// One `Scan` or `Query` page, each item written as its record by `render`. The scan
+    /// engine reads through this; an implementation that can write records straight from the
+    /// response overrides it, the others render [`Self::read_page`]'s items.
+    fn read_records(
+        &self,
+        request: &ReadRequest,
+        render: &Render,
+    ) -> impl Future<Output = Result<RenderedPage, ApiError>> + Send {
+        async move { Ok(self.read_page(request).await?.render(render)) }
+    }
+
     /// `DescribeTable`. `Ok(None)` when the response held no table.
     fn describe_table(
         &self,
@@ -304,6 +384,56 @@ pub struct RecordsPage {
     pub next_iterator: Option<String>,
 }
 
+impl RecordsPage {
+    /// The page with its records written as envelopes of `shape`.
+    pub fn into_changes(self, shape: &ChangeShape<'_>) -> ChangePage {
+        ChangePage {
+            changes: envelope::write_changes(&self.records, shape),
+            next_iterator: self.next_iterator,
+        }
+    }
+}
+
+/// Where the envelopes of a shard's records go, and in which format (SPEC §4.1).
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeShape<'a> {
+    /// The shard read.
+    pub shard: &'a ShardId,
+    /// The configured table name (the envelope's `table`).
+    pub table: &'a str,
+    /// Plain or typed images.
+    pub format: ValueFormat,
+}
+
+/// What the shard reader needs of one record besides its envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeMeta {
+    /// The record's sequence number.
+    pub sequence_number: SequenceNumber,
+    /// `ApproximateCreationDateTime` in unix ms.
+    pub created_ms: Option<i64>,
+    /// The envelope's `op` as one byte (`b'c'`, `b'u'`, `b'd'`, or `b'?'`), for metrics.
+    pub op: u8,
+}
+
+/// The records of one `GetRecords` answer as envelopes, one per record, in stream order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Changes {
+    /// The envelopes.
+    pub envelopes: Lines,
+    /// Of each envelope, what the reader needs (same length as `envelopes`).
+    pub records: Vec<ChangeMeta>,
+}
+
+/// One `GetRecords` answer written as envelopes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangePage {
+    /// The envelopes, or the first record that cannot become one (definite: the run fails).
+    pub changes: Result<Changes, EnvelopeError>,
+    /// `NextShardIterator`; `None` means the shard is closed and fully read.
+    pub next_iterator: Option<String>,
+}
+
 /// Reads of a table's stream: each method is one request attempt. Errors carry their AWS code:
 /// `ExpiredIteratorException`, `TrimmedDataAccessException` and `ResourceNotFoundException` are
 /// handled by the shard reader before the retry policy sees them.
@@ -331,4 +461,16 @@ pub trait StreamsApi: Send + Sync + 'static {
         iterator: &str,
         limit: u32,
     ) -> impl Future<Output = Result<RecordsPage, ApiError>> + Send;
+
+    /// `GetRecords` with `Limit`, each record written as its envelope. The shard reader reads
+    /// through this; an implementation that can write envelopes straight from the response
+    /// overrides it, the others write [`Self::get_records`]'s records.
+    fn get_changes(
+        &self,
+        iterator: &str,
+        limit: u32,
+        shape: &ChangeShape<'_>,
+    ) -> impl Future<Output = Result<ChangePage, ApiError>> + Send {
+        async move { Ok(self.get_records(iterator, limit).await?.into_changes(shape)) }
+    }
 }

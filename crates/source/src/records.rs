@@ -27,6 +27,23 @@ impl Lines {
         self.ends.push(self.buf.len());
     }
 
+    /// Appends one record if `write` writes one: on `Ok(true)` what it appended becomes a
+    /// record; on `Ok(false)` or an error it is dropped.
+    pub fn try_push_with<E>(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let start = self.buf.len();
+        let written = write(&mut self.buf);
+        if matches!(written, Ok(true)) {
+            self.buf.push(b'\n');
+            self.ends.push(self.buf.len());
+        } else {
+            self.buf.truncate(start);
+        }
+        written
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.ends.len()
@@ -98,5 +115,31 @@ mod tests {
         assert_eq!(other.as_bytes(), b"x\nbb\nccc\n");
         assert_eq!(other.get(2), Some(&b"ccc"[..]));
         assert_eq!(other.iter().count(), 3);
+    }
+
+    #[test]
+    fn a_record_that_is_not_written_leaves_nothing_behind() {
+        let mut lines = Lines::default();
+        let kept: Result<bool, ()> = lines.try_push_with(|buf| {
+            buf.push(b'a');
+            Ok(true)
+        });
+        assert_eq!(kept, Ok(true));
+        assert_eq!(
+            lines.try_push_with(|buf| {
+                buf.push(b'b');
+                Ok::<_, ()>(false)
+            }),
+            Ok(false)
+        );
+        assert_eq!(
+            lines.try_push_with(|buf| {
+                buf.push(b'c');
+                Err(())
+            }),
+            Err(())
+        );
+        assert_eq!(lines.as_bytes(), b"a\n");
+        assert_eq!(lines.len(), 1);
     }
 }

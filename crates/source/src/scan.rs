@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::api::{ReadKind, ReadRequest, TableApi};
+use crate::api::{ReadKind, ReadRequest, Render, TableApi};
 use crate::capacity::ReadLimiter;
 use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
@@ -53,9 +53,6 @@ pub fn read_template(source: &SourceConfig) -> ReadRequest {
         exclusive_start_key: None,
     }
 }
-
-/// Turns one item into one output record (an item line, or a snapshot envelope).
-pub type Render = Arc<dyn Fn(&Item, &mut Vec<u8>) + Send + Sync>;
 
 /// One page read from one segment, rendered.
 #[derive(Debug)]
@@ -98,7 +95,7 @@ impl<A> Clone for SegmentReader<A> {
             max_concurrency: self.max_concurrency,
             limiter: Arc::clone(&self.limiter),
             retry: self.retry,
-            render: Arc::clone(&self.render),
+            render: self.render.clone(),
             observer: Arc::clone(&self.observer),
         }
     }
@@ -200,7 +197,7 @@ impl<A: TableApi> SegmentReader<A> {
                     let request = &request;
                     async move {
                         let grant = self.limiter.acquire().await;
-                        match self.api.read_page(request).await {
+                        match self.api.read_records(request, &self.render).await {
                             Ok(page) => {
                                 if self.limiter.settle(grant, page.consumed_capacity) {
                                     tracing::warn!(
@@ -224,14 +221,10 @@ impl<A: TableApi> SegmentReader<A> {
             units += page.consumed_capacity.unwrap_or(1.0);
             PageRead {
                 kind: RecordKind::Item,
-                records: page.items.len(),
+                records: page.records.len(),
                 capacity_units: page.consumed_capacity,
             }
             .emit();
-            let mut records = Lines::with_capacity(page.items.len(), page.items.len() * 256);
-            for item in &page.items {
-                records.push_with(|buf| (self.render)(item, buf));
-            }
             let cursor = match page.last_evaluated_key {
                 Some(key) => SegmentCursor::Next(key),
                 None => SegmentCursor::Done,
@@ -242,7 +235,7 @@ impl<A: TableApi> SegmentReader<A> {
             };
             let page_out = PageOut {
                 segment,
-                records,
+                records: page.records,
                 cursor,
             };
             if out.send(page_out).await.is_err() {

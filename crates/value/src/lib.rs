@@ -18,6 +18,9 @@
 //!   for scan cursors in state files. Decoding is strict (§3.5) and fails with a
 //!   [`DecodeError`] naming where the bad value sits.
 //! * [`value_from_plain_json`]: a plain config value (YAML) as an attribute value (§3.4).
+//! * [`WireWriter`]: attribute JSON as DynamoDB sends it, written in either format while it is
+//!   parsed, without building values (the data plane's hot path); [`write_wire_item`] for one
+//!   item.
 //!
 //! # Example
 //! ```
@@ -51,6 +54,7 @@ mod number;
 mod plain;
 mod typed;
 mod value;
+mod wire;
 
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;
@@ -58,3 +62,4 @@ pub use number::{Number, PlainNumber, plain_number};
 pub use plain::value_from_plain_json;
 pub use typed::{item_to_typed_json, value_to_typed_json};
 pub use value::{Item, Value};
+pub use wire::{ItemSeed, WireWriter, write_wire_item};

@@ -15,7 +15,7 @@ pub(crate) fn write_item(item: &Item, out: &mut Vec<u8>) {
 pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::S(text) => write_str(out, text),
-        Value::N(number) => write_number(number, out),
+        Value::N(number) => write_number(number.as_str(), out),
         Value::B(bytes) => write_base64(out, bytes),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
@@ -23,18 +23,74 @@ pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
         Value::M(item) => write_item(item, out),
         Value::L(values) => write_array(out, values, |out, value| write_value(value, out)),
         Value::Ss(texts) => write_array(out, texts, |out, text| write_str(out, text)),
-        Value::Ns(numbers) => write_array(out, numbers, |out, number| write_number(number, out)),
+        Value::Ns(numbers) => write_array(out, numbers, |out, number| {
+            write_number(number.as_str(), out);
+        }),
         Value::Bs(blobs) => write_array(out, blobs, |out, bytes| write_base64(out, bytes)),
     }
 }
 
-fn write_number(number: &Number, out: &mut Vec<u8>) {
-    match classify(number.as_str()) {
+/// Writes one number text by the number rule (§3.2).
+pub(crate) fn write_number(text: &str, out: &mut Vec<u8>) {
+    if is_plain_integer(text) || is_plain_decimal(text) {
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
+    match classify(text) {
         Classified::U64(value) => write_u64(out, value),
         Classified::I64(value) => write_i64(out, value),
         Classified::F64(_, shortest) => out.extend_from_slice(shortest.as_bytes()),
-        Classified::Text => write_str(out, number.as_str()),
+        Classified::Text => write_str(out, text),
     }
+}
+
+/// Whether `text` is `0`, or an optional `-` and 1 to 18 digits without a leading zero. The
+/// number rule writes such a text as the integer it spells (steps 2 and 3: 18 digits fit both
+/// `i64` and `u64`), which is the text itself, so it is copied without being parsed.
+fn is_plain_integer(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text).as_bytes();
+    match digits {
+        [b'0'] => digits.len() == text.len(),
+        [b'1'..=b'9', rest @ ..] => rest.len() < 18 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// Significant digits that always come back from the nearest double unchanged (`f64::DIGITS`).
+const ROUND_TRIP_DIGITS: usize = 15;
+
+/// Whether `text` is a decimal the number rule writes as exactly itself: an optional `-`, then
+/// `I.F` where `I` is `0` or up to 16 digits without a leading zero, `F` ends in a non-zero
+/// digit, `0.F` has at most four zeros after the point, and there are at most 15 significant
+/// digits. Why the output is the text:
+/// 1. It is not an integer (step 3 does not apply) and not zero.
+/// 2. With at most 15 significant digits, the nearest double's shortest round-trip decimal
+///    has exactly these digits (step 4 keeps the double): two decimals of 15 digits never
+///    share a double, and a shorter one would be one of them with trailing zeros.
+/// 3. serde_json writes a double whose first digit has a decimal exponent in −5..=15 in fixed
+///    notation, without exponent or trailing zeros: the text's own spelling.
+fn is_plain_decimal(text: &str) -> bool {
+    let unsigned = text.strip_prefix('-').unwrap_or(text).as_bytes();
+    let Some(point) = unsigned.iter().position(|&byte| byte == b'.') else {
+        return false;
+    };
+    let (whole, fraction) = (&unsigned[..point], &unsigned[point + 1..]);
+    let all_digits = |part: &[u8]| part.iter().all(u8::is_ascii_digit);
+    if !all_digits(whole) || !all_digits(fraction) || fraction.last().is_none_or(|&d| d == b'0') {
+        return false;
+    }
+    let significant = match whole {
+        [b'0'] => {
+            let zeros = fraction.iter().take_while(|&&digit| digit == b'0').count();
+            if zeros > 4 {
+                return false;
+            }
+            fraction.len() - zeros
+        }
+        [b'1'..=b'9', ..] if whole.len() <= 16 => whole.len() + fraction.len(),
+        _ => return false,
+    };
+    significant <= ROUND_TRIP_DIGITS
 }
 
 /// §3.4: a plain (YAML-derived) JSON value to an attribute value: null→NULL, bool→BOOL,
@@ -143,6 +199,84 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"blob":"AQ==","count":3,"pk":"a","price":"12345678901234567890.123456789","tags":["x"]}"#
         );
+    }
+
+    #[test]
+    fn integers_copied_as_they_are_follow_the_number_rule() {
+        for text in [
+            "0",
+            "7",
+            "-7",
+            "120",
+            "999999999999999999",
+            "-999999999999999999",
+            "-0",
+            "007",
+            "1000000000000000000",
+            "+7",
+        ] {
+            let mut expected = Vec::new();
+            match crate::plain_number(text) {
+                crate::PlainNumber::U64(value) => write_u64(&mut expected, value),
+                crate::PlainNumber::I64(value) => write_i64(&mut expected, value),
+                other => panic!("{text} is {other:?}"),
+            }
+            assert_eq!(plain(&n(text)).as_bytes(), expected, "{text}");
+        }
+        assert!(is_plain_integer("-12"));
+        assert!(!is_plain_integer("-0"));
+        assert!(!is_plain_integer("1000000000000000000"));
+        assert!(!is_plain_integer("1.0"));
+        assert!(!is_plain_integer(""));
+        assert!(!is_plain_integer("-"));
+    }
+
+    #[test]
+    fn decimals_copied_as_they_are_follow_the_number_rule() {
+        for text in [
+            "0.1",
+            "-0.5",
+            "12.5",
+            "0.00001",
+            "0.000012345678901",
+            "123456789012.345",
+            "1234567890123456.5",
+            "0.000001",
+            "1.50",
+            "12345678901234567.5",
+            "1.0000000000000001",
+            "01.5",
+            "1.",
+            ".5",
+            "1.5e3",
+        ] {
+            let mut expected = Vec::new();
+            match crate::number::classify(text) {
+                Classified::F64(_, shortest) => expected.extend_from_slice(shortest.as_bytes()),
+                Classified::Text => write_str(&mut expected, text),
+                Classified::U64(value) => write_u64(&mut expected, value),
+                Classified::I64(value) => write_i64(&mut expected, value),
+            }
+            assert_eq!(plain(&n(text)).as_bytes(), expected, "{text}");
+        }
+        assert!(is_plain_decimal("-0.00001"));
+        assert!(!is_plain_decimal("0.000001"));
+        assert!(!is_plain_decimal("1.50"));
+        assert!(!is_plain_decimal("1234567890123.456"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_decimal_copied_as_it_is_is_what_the_number_rule_writes(
+            text in "-?(0|[1-9][0-9]{0,16})\\.0{0,5}[0-9]{0,14}[1-9]",
+        ) {
+            if is_plain_decimal(&text) {
+                let Classified::F64(_, shortest) = crate::number::classify(&text) else {
+                    panic!("{text} is not a double");
+                };
+                proptest::prop_assert_eq!(shortest.as_bytes(), text.as_bytes());
+            }
+        }
     }
 
     #[test]

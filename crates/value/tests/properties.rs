@@ -4,71 +4,16 @@
 use std::collections::BTreeMap;
 
 use ddbpipe_value::{
-    Item, Number, PlainNumber, Value, ValueFormat, item_from_typed_json, item_to_typed_json,
+    Number, PlainNumber, Value, ValueFormat, item_from_typed_json, item_to_typed_json,
     plain_number, value_from_typed_json, value_to_typed_json,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use serde_json::json;
 
-// ---- strategies ----
+use strategies::{item, number_text};
 
-fn text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        "[a-c]{0,3}",
-        "[\\x00-\\x1f\"\\\\/a\\x7f]{0,4}",
-        any::<String>(),
-    ]
-}
-
-/// Number texts of every shape: structured decimals with signs, leading zeros, points,
-/// exponents and whitespace; texts of doubles and of integers near the 64-bit limits; junk.
-fn number_text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        4 => "[ \t\n]{0,2}[+-]?0{0,3}[0-9]{0,22}(\\.[0-9]{0,22})?([eE][+-]?0{0,2}[0-9]{1,3})?[ \t\n]{0,2}",
-        2 => "[+-]?[0-9]{1,17}(\\.[0-9]{1,17})?([eE][+-]?[0-9]{1,3})?",
-        2 => any::<f64>().prop_flat_map(|double| {
-            prop_oneof![
-                Just(double.to_string()),
-                Just(format!("{double:e}")),
-                Just(format!("{double:E}")),
-                Just(format!("{double:?}")),
-            ]
-        }),
-        1 => (0u64..2048).prop_map(|below| (u64::MAX - below).to_string()),
-        1 => (0i64..2048).prop_map(|above| (i64::MIN + above).to_string()),
-        1 => (any::<u128>(), 0u32..4).prop_map(|(value, shift)| (value >> (shift * 32)).to_string()),
-        1 => "[-+0-9eE. x]{0,12}",
-        1 => "[0-9]{1,3}[eE][+-]?[0-9]{18,21}",
-    ]
-}
-
-fn bytes() -> impl Strategy<Value = Vec<u8>> {
-    vec(any::<u8>(), 0..8)
-}
-
-fn value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        text().prop_map(Value::S),
-        number_text().prop_map(|text| Value::N(Number::new(text))),
-        bytes().prop_map(Value::B),
-        any::<bool>().prop_map(Value::Bool),
-        Just(Value::Null),
-        vec(text(), 0..4).prop_map(Value::Ss),
-        vec(number_text().prop_map(Number::new), 0..4).prop_map(Value::Ns),
-        vec(bytes(), 0..4).prop_map(Value::Bs),
-    ];
-    leaf.prop_recursive(3, 24, 4, |inner| {
-        prop_oneof![
-            vec(inner.clone(), 0..4).prop_map(Value::L),
-            btree_map(text(), inner, 0..4).prop_map(Value::M),
-        ]
-    })
-}
-
-fn item() -> impl Strategy<Value = Item> {
-    btree_map(text(), value(), 0..6)
-}
+mod strategies;
 
 // ---- an independent reference for §3.2 step 1, built on strings ----
 

@@ -13,6 +13,7 @@
 //! them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{
@@ -22,9 +23,11 @@ use aws_sdk_dynamodbstreams::types::{
 
 use super::api_error;
 use super::convert::{UnknownType, item_from_streams};
+use super::raw_body::{BodyBuffers, TakeBody};
+use super::wire;
 use crate::api::{
-    ChangeData, RecordsPage, ShardDescription, StartAt, StreamPage, StreamRecord, StreamsApi,
-    UserIdentity,
+    ChangeData, ChangePage, ChangeShape, RecordsPage, ShardDescription, StartAt, StreamPage,
+    StreamRecord, StreamsApi, UserIdentity,
 };
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
@@ -36,12 +39,17 @@ const DESCRIBE_STREAM_LIMIT: i32 = 100;
 #[derive(Debug, Clone)]
 pub struct AwsStreamsApi {
     client: Client,
+    /// Reused buffers for the bodies of data-plane answers.
+    buffers: Arc<BodyBuffers>,
 }
 
 impl AwsStreamsApi {
     /// Wraps a client built by [`super::streams_api`].
     pub fn new(client: Client) -> Self {
-        AwsStreamsApi { client }
+        AwsStreamsApi {
+            client,
+            buffers: Arc::default(),
+        }
     }
 }
 
@@ -215,6 +223,27 @@ impl StreamsApi for AwsStreamsApi {
             .await
             .map_err(api_error)?;
         records_page(output.records, output.next_shard_iterator)
+    }
+
+    /// The SDK sends the request and reads errors; a successful body is decoded here, straight
+    /// into envelopes (`wire`).
+    async fn get_changes(
+        &self,
+        iterator: &str,
+        limit: u32,
+        shape: &ChangeShape<'_>,
+    ) -> Result<ChangePage, ApiError> {
+        let body = TakeBody::default();
+        self.client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .customize()
+            .interceptor(body.clone())
+            .send()
+            .await
+            .map_err(api_error)?;
+        wire::change_page(&body.collect(&self.buffers).await?, shape)
     }
 }
 

@@ -1,18 +1,23 @@
 //! [`TableApi`] over `aws-sdk-dynamodb`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::operation::scan::builders::ScanFluentBuilder;
 use aws_sdk_dynamodb::types::{
-    BillingMode, KeySchemaElement, KeyType as SdkKeyType, ReturnConsumedCapacity,
+    AttributeValue, BillingMode, KeySchemaElement, KeyType as SdkKeyType, ReturnConsumedCapacity,
     ScalarAttributeType,
 };
 
 use super::api_error;
 use super::convert::{item_from_sdk, item_to_sdk, value_to_sdk};
+use super::raw_body::{BodyBuffers, TakeBody};
+use super::wire;
 use crate::api::{
-    IndexDescription, IndexKind, KeyAttribute, KeyType, Page, ReadKind, ReadRequest, StreamInfo,
-    TableApi, TableDescription, TableNames,
+    IndexDescription, IndexKind, KeyAttribute, KeyType, Page, ReadKind, ReadRequest, Render,
+    RenderedPage, StreamInfo, TableApi, TableDescription, TableNames,
 };
 use crate::error::ApiError;
 
@@ -20,12 +25,17 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub struct AwsTableApi {
     client: Client,
+    /// Reused buffers for the bodies of data-plane answers.
+    buffers: Arc<BodyBuffers>,
 }
 
 impl AwsTableApi {
     /// Wraps a client built by [`super::table_api`].
     pub fn new(client: Client) -> Self {
-        AwsTableApi { client }
+        AwsTableApi {
+            client,
+            buffers: Arc::default(),
+        }
     }
 }
 
@@ -38,8 +48,8 @@ fn limit(value: Option<u32>) -> Option<i32> {
 }
 
 fn page(
-    items: Option<Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>>,
-    last: Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+    items: Option<Vec<HashMap<String, AttributeValue>>>,
+    last: Option<HashMap<String, AttributeValue>>,
     consumed: Option<aws_sdk_dynamodb::types::ConsumedCapacity>,
     table: &str,
 ) -> Result<Page, ApiError> {
@@ -89,42 +99,89 @@ fn key_schema(
         .collect()
 }
 
+impl AwsTableApi {
+    /// The `Scan` of `request`, ready to send.
+    fn scan(&self, request: &ReadRequest, segment: Option<(u32, u32)>) -> ScanFluentBuilder {
+        let parts = RequestParts::of(request);
+        self.client
+            .scan()
+            .table_name(&request.table_name)
+            .set_index_name(request.index_name.clone())
+            .set_projection_expression(request.projection.clone())
+            .set_filter_expression(request.filter_expression.clone())
+            .set_expression_attribute_names(parts.names)
+            .set_expression_attribute_values(parts.values)
+            .set_consistent_read(parts.consistent)
+            .set_limit(limit(request.limit))
+            .set_exclusive_start_key(parts.start)
+            .set_segment(segment.map(|(s, _)| s as i32))
+            .set_total_segments(segment.map(|(_, t)| t as i32))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+
+    /// The `Query` of `request`, ready to send.
+    fn query(
+        &self,
+        request: &ReadRequest,
+        key_condition: &str,
+        scan_index_forward: bool,
+    ) -> QueryFluentBuilder {
+        let parts = RequestParts::of(request);
+        self.client
+            .query()
+            .table_name(&request.table_name)
+            .set_index_name(request.index_name.clone())
+            .key_condition_expression(key_condition)
+            .set_projection_expression(request.projection.clone())
+            .set_filter_expression(request.filter_expression.clone())
+            .set_expression_attribute_names(parts.names)
+            .set_expression_attribute_values(parts.values)
+            .set_consistent_read(parts.consistent)
+            .scan_index_forward(scan_index_forward)
+            .set_limit(limit(request.limit))
+            .set_exclusive_start_key(parts.start)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+    }
+}
+
+/// The members `Scan` and `Query` share, in SDK types.
+struct RequestParts {
+    names: Option<HashMap<String, String>>,
+    values: Option<HashMap<String, AttributeValue>>,
+    start: Option<HashMap<String, AttributeValue>>,
+    consistent: Option<bool>,
+}
+
+impl RequestParts {
+    fn of(request: &ReadRequest) -> Self {
+        RequestParts {
+            names: non_empty(
+                request
+                    .expression_attribute_names
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            values: non_empty(
+                request
+                    .expression_attribute_values
+                    .iter()
+                    .map(|(k, v)| (k.clone(), value_to_sdk(v)))
+                    .collect(),
+            ),
+            start: request.exclusive_start_key.as_ref().map(item_to_sdk),
+            consistent: request.consistent_read.then_some(true),
+        }
+    }
+}
+
 impl TableApi for AwsTableApi {
     async fn read_page(&self, request: &ReadRequest) -> Result<Page, ApiError> {
-        let names = non_empty(
-            request
-                .expression_attribute_names
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        );
-        let values = non_empty(
-            request
-                .expression_attribute_values
-                .iter()
-                .map(|(k, v)| (k.clone(), value_to_sdk(v)))
-                .collect(),
-        );
-        let start = request.exclusive_start_key.as_ref().map(item_to_sdk);
-        let consistent = request.consistent_read.then_some(true);
         let table = request.table_name.as_str();
         match &request.kind {
             ReadKind::Scan { segment } => {
                 let output = self
-                    .client
-                    .scan()
-                    .table_name(table)
-                    .set_index_name(request.index_name.clone())
-                    .set_projection_expression(request.projection.clone())
-                    .set_filter_expression(request.filter_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .set_consistent_read(consistent)
-                    .set_limit(limit(request.limit))
-                    .set_exclusive_start_key(start)
-                    .set_segment(segment.map(|(s, _)| s as i32))
-                    .set_total_segments(segment.map(|(_, t)| t as i32))
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .scan(request, *segment)
                     .send()
                     .await
                     .map_err(api_error)?;
@@ -140,20 +197,7 @@ impl TableApi for AwsTableApi {
                 scan_index_forward,
             } => {
                 let output = self
-                    .client
-                    .query()
-                    .table_name(table)
-                    .set_index_name(request.index_name.clone())
-                    .key_condition_expression(key_condition)
-                    .set_projection_expression(request.projection.clone())
-                    .set_filter_expression(request.filter_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .set_consistent_read(consistent)
-                    .scan_index_forward(*scan_index_forward)
-                    .set_limit(limit(request.limit))
-                    .set_exclusive_start_key(start)
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .query(request, key_condition, *scan_index_forward)
                     .send()
                     .await
                     .map_err(api_error)?;
@@ -165,6 +209,42 @@ impl TableApi for AwsTableApi {
                 )
             }
         }
+    }
+
+    /// The SDK sends the request and reads errors; a successful body is decoded here, straight
+    /// into records (`wire`).
+    async fn read_records(
+        &self,
+        request: &ReadRequest,
+        render: &Render,
+    ) -> Result<RenderedPage, ApiError> {
+        let body = TakeBody::default();
+        match &request.kind {
+            ReadKind::Scan { segment } => {
+                self.scan(request, *segment)
+                    .customize()
+                    .interceptor(body.clone())
+                    .send()
+                    .await
+                    .map_err(api_error)?;
+            }
+            ReadKind::Query {
+                key_condition,
+                scan_index_forward,
+            } => {
+                self.query(request, key_condition, *scan_index_forward)
+                    .customize()
+                    .interceptor(body.clone())
+                    .send()
+                    .await
+                    .map_err(api_error)?;
+            }
+        }
+        wire::rendered_page(
+            &body.collect(&self.buffers).await?,
+            render,
+            &request.table_name,
+        )
     }
 
     async fn describe_table(&self, table_name: &str) -> Result<Option<TableDescription>, ApiError> {

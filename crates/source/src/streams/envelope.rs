@@ -28,8 +28,9 @@ use std::borrow::Cow;
 use ddbpipe_value::{Item, ValueFormat};
 use serde::Serialize;
 
-use crate::api::{KeyAttribute, StreamRecord, UserIdentity};
-use crate::ids::ShardId;
+use crate::api::{ChangeData, ChangeMeta, ChangeShape, Changes, KeyAttribute, StreamRecord};
+use crate::ids::{SequenceNumber, ShardId};
+use crate::records::Lines;
 
 /// A record that cannot become an envelope (definite: the run fails).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,6 +73,54 @@ pub fn write_change(
     format: ValueFormat,
     out: &mut Vec<u8>,
 ) -> Result<(), EnvelopeError> {
+    let (change, sequence_number) = parts(record, shard)?;
+    let shape = ChangeShape {
+        shard,
+        table,
+        format,
+    };
+    write_record(record, change, sequence_number, &shape, out);
+    Ok(())
+}
+
+/// Appends the envelope of a record whose parts were checked.
+fn write_record(
+    record: &StreamRecord,
+    change: &ChangeData,
+    sequence_number: &SequenceNumber,
+    shape: &ChangeShape<'_>,
+    out: &mut Vec<u8>,
+) {
+    let fields = ChangeFields {
+        event_id: record.event_id.as_deref(),
+        event_name: record.event_name.as_deref(),
+        sequence_number: sequence_number.as_str(),
+        size_bytes: change.size_bytes,
+        view_type: change.view_type.as_deref(),
+        created_ms: change.created_ms,
+        user_identity: record
+            .user_identity
+            .as_ref()
+            .map(|identity| (identity.principal_id.as_deref(), identity.kind.as_deref())),
+    };
+    write_envelope(&fields, shape, out, |image, out| {
+        let item = match image {
+            Image::New => change.new_image.as_ref(),
+            Image::Old => change.old_image.as_ref(),
+            Image::Keys => change.keys.as_ref(),
+        };
+        match item {
+            Some(item) => shape.format.write_item(item, out),
+            None => out.extend_from_slice(b"null"),
+        }
+    });
+}
+
+/// The change part and the sequence number of `record`, which every envelope needs.
+fn parts<'r>(
+    record: &'r StreamRecord,
+    shard: &ShardId,
+) -> Result<(&'r ChangeData, &'r SequenceNumber), EnvelopeError> {
     let Some(change) = &record.change else {
         return Err(EnvelopeError::NoStreamRecord {
             event_id: record.event_id.clone(),
@@ -84,43 +133,105 @@ pub fn write_change(
             shard: shard.clone(),
         });
     };
-    let event_name = record.event_name.as_deref();
+    Ok((change, sequence_number))
+}
 
+/// Writes every record of a page as its envelope, stopping at the first that cannot be one.
+pub fn write_changes(
+    records: &[StreamRecord],
+    shape: &ChangeShape<'_>,
+) -> Result<Changes, EnvelopeError> {
+    let mut changes = Changes {
+        envelopes: Lines::with_capacity(records.len(), records.len() * 512),
+        records: Vec::with_capacity(records.len()),
+    };
+    for record in records {
+        let (change, sequence_number) = parts(record, shape.shard)?;
+        changes
+            .envelopes
+            .push_with(|out| write_record(record, change, sequence_number, shape, out));
+        changes.records.push(ChangeMeta {
+            sequence_number: sequence_number.clone(),
+            created_ms: change.created_ms,
+            op: op_code(record.event_name.as_deref()),
+        });
+    }
+    Ok(changes)
+}
+
+/// The fields of a change envelope other than its images, borrowed from wherever the record
+/// was read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChangeFields<'a> {
+    pub(crate) event_id: Option<&'a str>,
+    pub(crate) event_name: Option<&'a str>,
+    pub(crate) sequence_number: &'a str,
+    pub(crate) size_bytes: Option<i64>,
+    pub(crate) view_type: Option<&'a str>,
+    pub(crate) created_ms: Option<i64>,
+    /// `userIdentity`: its `PrincipalId` and `Type`.
+    pub(crate) user_identity: Option<(Option<&'a str>, Option<&'a str>)>,
+}
+
+/// The images of a change envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Image {
+    /// `NewImage`: the envelope's `after`.
+    New,
+    /// `OldImage`: the envelope's `before`.
+    Old,
+    /// `Keys`: the envelope's `key` and `document_key`.
+    Keys,
+}
+
+/// Appends a change envelope; `image` appends each image in the record's format, or `null`.
+/// The keys are written once and their bytes copied for the second field.
+pub(crate) fn write_envelope(
+    fields: &ChangeFields<'_>,
+    shape: &ChangeShape<'_>,
+    out: &mut Vec<u8>,
+    mut image: impl FnMut(Image, &mut Vec<u8>),
+) {
     out.extend_from_slice(b"{\"after\":");
-    write_optional_item(change.new_image.as_ref(), format, out);
+    image(Image::New, out);
     out.extend_from_slice(b",\"before\":");
-    write_optional_item(change.old_image.as_ref(), format, out);
+    image(Image::Old, out);
     out.extend_from_slice(b",\"document_key\":");
     let key_start = out.len();
-    write_optional_item(change.keys.as_ref(), format, out);
+    image(Image::Keys, out);
     let key_end = out.len();
     out.extend_from_slice(b",\"event_id\":");
-    write_optional_str(record.event_id.as_deref(), out);
+    write_optional_str(fields.event_id, out);
     out.extend_from_slice(b",\"event_name\":");
-    write_json(event_name.unwrap_or("UNKNOWN"), out);
+    write_json(fields.event_name.unwrap_or("UNKNOWN"), out);
     out.extend_from_slice(b",\"key\":");
     out.extend_from_within(key_start..key_end);
     out.extend_from_slice(b",\"op\":");
-    write_json(op_of(event_name).as_ref(), out);
+    write_json(op_of(fields.event_name).as_ref(), out);
     out.extend_from_slice(b",\"sequence_number\":");
-    write_json(sequence_number.as_str(), out);
+    write_json(fields.sequence_number, out);
     out.extend_from_slice(b",\"shard_id\":");
-    write_json(shard.as_str(), out);
+    write_json(shape.shard.as_str(), out);
     out.extend_from_slice(b",\"size_bytes\":");
-    write_optional_i64(change.size_bytes, out);
+    write_optional_i64(fields.size_bytes, out);
     out.extend_from_slice(b",\"stream_view_type\":");
-    write_optional_str(change.view_type.as_deref(), out);
+    write_optional_str(fields.view_type, out);
     out.extend_from_slice(b",\"table\":");
-    write_json(table, out);
+    write_json(shape.table, out);
     out.extend_from_slice(b",\"ts_ms\":");
-    write_optional_i64(change.created_ms, out);
+    write_optional_i64(fields.created_ms, out);
     out.extend_from_slice(b",\"user_identity\":");
-    match &record.user_identity {
-        Some(identity) => write_user_identity(identity, out),
+    match fields.user_identity {
+        Some((principal_id, kind)) => {
+            out.extend_from_slice(b"{\"principal_id\":");
+            write_optional_str(principal_id, out);
+            out.extend_from_slice(b",\"type\":");
+            write_optional_str(kind, out);
+            out.push(b'}');
+        }
         None => out.extend_from_slice(b"null"),
     }
     out.push(b'}');
-    Ok(())
 }
 
 /// Appends the snapshot envelope of a scanned item (op "r", event_name "SNAPSHOT", after = item,
@@ -135,9 +246,27 @@ pub fn write_snapshot(
 ) {
     out.extend_from_slice(b"{\"after\":");
     format.write_item(item, out);
+    finish_snapshot(key_schema, table, out, |name, out| match item.get(name) {
+        Some(value) => {
+            format.write_value(value, out);
+            true
+        }
+        None => false,
+    });
+}
+
+/// Appends what follows `after` in a snapshot envelope whose item was just written.
+/// `value_of` appends the value of a key attribute in the item's format and says whether the
+/// item has it.
+pub(crate) fn finish_snapshot(
+    key_schema: &[KeyAttribute],
+    table: &str,
+    out: &mut Vec<u8>,
+    value_of: impl FnMut(&str, &mut Vec<u8>) -> bool,
+) {
     out.extend_from_slice(b",\"before\":null,\"document_key\":");
     let key_start = out.len();
-    write_key_of(item, key_schema, format, out);
+    write_key_of(key_schema, out, value_of);
     let key_end = out.len();
     out.extend_from_slice(b",\"event_id\":null,\"event_name\":\"SNAPSHOT\",\"key\":");
     out.extend_from_within(key_start..key_end);
@@ -161,10 +290,24 @@ pub fn op_of(event_name: Option<&str>) -> Cow<'static, str> {
     }
 }
 
-/// `key_of(item)` (SPEC §3.6): one entry per key attribute copied from the item, `null` when
-/// the item lacks it. The key schema lists the hash key first, which need not be the first
-/// name in byte order, so the names are sorted here.
-fn write_key_of(item: &Item, key_schema: &[KeyAttribute], format: ValueFormat, out: &mut Vec<u8>) {
+/// The `op` of [`op_of`] as one byte for metrics: `b'c'`, `b'u'`, `b'd'`, else `b'?'`.
+pub fn op_code(event_name: Option<&str>) -> u8 {
+    match event_name {
+        Some("INSERT") => b'c',
+        Some("MODIFY") => b'u',
+        Some("REMOVE") => b'd',
+        _ => b'?',
+    }
+}
+
+/// `key_of(item)` (SPEC §3.6): one entry per key attribute copied from the item by
+/// `value_of`, `null` when the item lacks it. The key schema lists the hash key first, which
+/// need not be the first name in byte order, so the names are sorted here.
+fn write_key_of(
+    key_schema: &[KeyAttribute],
+    out: &mut Vec<u8>,
+    mut value_of: impl FnMut(&str, &mut Vec<u8>) -> bool,
+) {
     // A key schema has one or two attributes: this allocation is a few words.
     let mut names: Vec<&str> = key_schema.iter().map(|key| key.name.as_str()).collect();
     names.sort_unstable();
@@ -176,27 +319,11 @@ fn write_key_of(item: &Item, key_schema: &[KeyAttribute], format: ValueFormat, o
         }
         write_json(name, out);
         out.push(b':');
-        match item.get(name) {
-            Some(value) => format.write_value(value, out),
-            None => out.extend_from_slice(b"null"),
+        if !value_of(name, out) {
+            out.extend_from_slice(b"null");
         }
     }
     out.push(b'}');
-}
-
-fn write_user_identity(identity: &UserIdentity, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"principal_id\":");
-    write_optional_str(identity.principal_id.as_deref(), out);
-    out.extend_from_slice(b",\"type\":");
-    write_optional_str(identity.kind.as_deref(), out);
-    out.push(b'}');
-}
-
-fn write_optional_item(item: Option<&Item>, format: ValueFormat, out: &mut Vec<u8>) {
-    match item {
-        Some(item) => format.write_item(item, out),
-        None => out.extend_from_slice(b"null"),
-    }
 }
 
 fn write_optional_str(text: Option<&str>, out: &mut Vec<u8>) {
@@ -224,8 +351,7 @@ mod tests {
     use ddbpipe_value::{Number, Value};
 
     use super::*;
-    use crate::api::{ChangeData, KeyType};
-    use crate::ids::SequenceNumber;
+    use crate::api::{KeyType, UserIdentity};
 
     fn shard() -> ShardId {
         ShardId::new("shardId-00000001700000000000-0123abcd")

@@ -31,11 +31,10 @@ use std::time::Duration;
 use ddbpipe_value::ValueFormat;
 use tokio::time::Instant;
 
-use super::envelope::{self, EnvelopeError};
 use super::gaps;
 use super::handover::{Closed, Handed, Handover, StreamMark};
 use super::start::FloorFilter;
-use crate::api::{StartAt, StreamsApi};
+use crate::api::{ChangeShape, Changes, StartAt, StreamsApi};
 use crate::clock::unix_now_s;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind};
@@ -93,7 +92,7 @@ pub enum StreamError {
     Read(#[from] ReadError),
     /// Definite: a record cannot become an envelope.
     #[error(transparent)]
-    Envelope(#[from] EnvelopeError),
+    Envelope(#[from] super::envelope::EnvelopeError),
     /// The run is stopping (signal, `max_messages`, the pipeline is gone).
     #[error("the stream read was stopped")]
     Stopped,
@@ -186,6 +185,43 @@ fn is_gap_code(code: Option<&str>) -> bool {
     )
 }
 
+/// The records of a page to hand over (the floor filter drops some), and the last
+/// sequence number read, filtered or not.
+fn keep(shard: &mut ShardState, changes: Changes) -> (Handed, Option<SequenceNumber>) {
+    let Changes { envelopes, records } = changes;
+    let mut kept = Vec::with_capacity(records.len());
+    for record in &records {
+        if let Some(ts) = record.created_ms {
+            shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
+        }
+        let keep = match &mut shard.floor {
+            Some(floor) => floor.keep(record.created_ms),
+            None => true,
+        };
+        kept.push(keep);
+    }
+    let last_seq = records.last().map(|record| record.sequence_number.clone());
+    let mut handed = Handed {
+        shard: Some(shard.id.clone()),
+        ..Handed::default()
+    };
+    if kept.iter().all(|keep| *keep) {
+        handed.records = envelopes;
+    } else {
+        handed.records = Lines::with_capacity(records.len(), envelopes.as_bytes().len());
+        for (index, _) in kept.iter().enumerate().filter(|(_, keep)| **keep) {
+            handed.records.extend_from(&envelopes, index, index + 1);
+        }
+    }
+    for (record, keep) in records.into_iter().zip(kept) {
+        if keep {
+            handed.seqs.push(record.sequence_number);
+            handed.ops.push(record.op);
+        }
+    }
+    (handed, last_seq)
+}
+
 impl<A: StreamsApi> StreamContext<A> {
     /// Runs one slice of `shard` (see the module docs).
     pub async fn slice(&self, shard: &mut ShardState) -> Result<SliceEnd, StreamError> {
@@ -213,12 +249,17 @@ impl<A: StreamsApi> StreamContext<A> {
                 sleep_until(last + READ_SPACING, &self.cancel).await?;
             }
             shard.last_get = Some(Instant::now());
+            let shape = ChangeShape {
+                shard: &shard.id,
+                table: &self.table,
+                format: self.format,
+            };
             let answer = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(StreamError::Stopped),
                 answer = tokio::time::timeout(
                     self.retry.attempt_timeout,
-                    self.api.get_records(&iterator, self.records_per_request),
+                    self.api.get_changes(&iterator, self.records_per_request, &shape),
                 ) => answer,
             };
             let answer = answer.unwrap_or_else(|_| {
@@ -245,64 +286,18 @@ impl<A: StreamsApi> StreamContext<A> {
             shard.throttles = 0;
             shard.transients = 0;
             shard.throttled_since = None;
-            let empty = page.records.is_empty();
+            let changes = page.changes?;
+            let empty = changes.records.is_empty();
             PageRead {
                 kind: RecordKind::Change,
-                records: page.records.len(),
+                records: changes.records.len(),
                 capacity_units: None,
             }
             .emit();
-            let mut handed = Handed {
-                records: Lines::with_capacity(page.records.len(), page.records.len() * 512),
-                seqs: Vec::with_capacity(page.records.len()),
-                ops: Vec::with_capacity(page.records.len()),
-                shard: Some(shard.id.clone()),
-                marks: Vec::new(),
-            };
-            let mut last_seq = None;
-            for record in &page.records {
-                let Some(change) = &record.change else {
-                    return Err(EnvelopeError::NoStreamRecord {
-                        event_id: record.event_id.clone(),
-                        shard: shard.id.clone(),
-                    }
-                    .into());
-                };
-                let Some(seq) = &change.sequence_number else {
-                    return Err(EnvelopeError::NoSequenceNumber {
-                        event_id: record.event_id.clone(),
-                        shard: shard.id.clone(),
-                    }
-                    .into());
-                };
-                last_seq = Some(seq);
-                if let Some(ts) = change.created_ms {
-                    shard.newest_ts_ms = Some(shard.newest_ts_ms.map_or(ts, |n| n.max(ts)));
-                }
-                if let Some(floor) = &mut shard.floor
-                    && !floor.keep(change.created_ms)
-                {
-                    continue;
-                }
-                let mut result = Ok(());
-                handed.records.push_with(|out| {
-                    result =
-                        envelope::write_change(record, &shard.id, &self.table, self.format, out);
-                });
-                result?;
-                handed.seqs.push(seq.clone());
-                handed.ops.push(
-                    match envelope::op_of(record.event_name.as_deref()).as_ref() {
-                        "c" => b'c',
-                        "u" => b'u',
-                        "d" => b'd',
-                        _ => b'?',
-                    },
-                );
-            }
+            let (handed, last_seq) = keep(shard, changes);
             // The last record read, filtered or not: an expired iterator resumes after it.
-            if let Some(seq) = last_seq {
-                shard.last_read = Some(seq.clone());
+            if last_seq.is_some() {
+                shard.last_read = last_seq;
             }
             if !empty {
                 shard.empty_streak = 0;
@@ -469,5 +464,58 @@ impl<A: StreamsApi> StreamContext<A> {
         }
         tracing::info!(shard = %shard.id, "Shard drained: its last record was handed over.");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ChangeMeta;
+
+    fn changes(created_ms: &[i64]) -> Changes {
+        let mut changes = Changes::default();
+        for (index, &ts) in created_ms.iter().enumerate() {
+            changes
+                .envelopes
+                .push_with(|out| out.extend_from_slice(format!("record {index}").as_bytes()));
+            changes.records.push(ChangeMeta {
+                sequence_number: SequenceNumber::parse(&format!("{}", 100 + index))
+                    .expect("digits"),
+                created_ms: Some(ts),
+                op: b'c',
+            });
+        }
+        changes
+    }
+
+    #[test]
+    fn records_below_the_floor_are_not_handed_over_but_were_read() {
+        let floor_ms = 10_000_000;
+        let mut shard = ShardState::new(
+            ShardId::new("s"),
+            StartAt::TrimHorizon,
+            Some(floor_ms),
+            None,
+        );
+        let old = floor_ms - 3_600_000;
+        let (handed, last) = keep(&mut shard, changes(&[old, old, floor_ms, old]));
+        // The filter passes at the first recent record and keeps everything after it.
+        assert_eq!(handed.records.as_bytes(), b"record 2\nrecord 3\n");
+        let seqs: Vec<&str> = handed.seqs.iter().map(SequenceNumber::as_str).collect();
+        assert_eq!(seqs, ["102", "103"]);
+        assert_eq!(handed.ops, b"cc");
+        assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("103"));
+        assert_eq!(shard.newest_ts_ms, Some(floor_ms));
+    }
+
+    #[test]
+    fn without_a_floor_the_whole_page_is_handed_over() {
+        let mut shard = ShardState::new(ShardId::new("s"), StartAt::TrimHorizon, None, None);
+        let (handed, last) = keep(&mut shard, changes(&[5, 7]));
+        assert_eq!(handed.records.as_bytes(), b"record 0\nrecord 1\n");
+        assert_eq!(handed.seqs.len(), 2);
+        assert_eq!(handed.shard, Some(ShardId::new("s")));
+        assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("101"));
+        assert_eq!(shard.newest_ts_ms, Some(7));
     }
 }

@@ -1,0 +1,566 @@
+//! DynamoDB attribute JSON as the service sends it, written as plain or typed output while it is
+//! parsed (SPEC §3, §8.7).
+//!
+//! The data plane hands response bytes here instead of building SDK values and then an
+//! [`Item`](crate::Item): strings are borrowed from the input unless they hold escapes, no value
+//! is built, and every scalar goes through the writers [`ValueFormat::write_value`] uses, so the
+//! bytes are the ones the value-tree path writes.
+//!
+//! # Strings
+//! A string the parser could borrow held no escape in the input, so it holds no byte that
+//! needs one in the output either (JSON forbids raw control characters, `"` and `\` in
+//! strings): it is copied between quotes as it is. Only strings that held escapes go through
+//! the escaping writer.
+//!
+//! # Maps
+//! Output keys are sorted (SPEC §3), wire keys are not. A map is written in two steps:
+//! 1. each entry `"name":value` is written as it arrives, and its name and byte range are
+//!    pushed on a stack that every level of the item shares;
+//! 2. when the map closes, its entries are checked for order; unless they already are sorted,
+//!    they are ordered by name (of a repeated name the last one wins, as when the JSON is read
+//!    into a map), moved aside and copied back.
+//!
+//! # Errors
+//! Malformed JSON and a payload of the wrong type are errors of the deserializer. So is a type
+//! tag this version does not know; [`WireWriter::unknown_type`] then names the tag, so that the
+//! caller can report "unsupported attribute value type".
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Range;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::de::{self, DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+
+use crate::ValueFormat;
+use crate::json::{write_base64, write_str};
+use crate::plain;
+
+/// Writes items of attribute JSON in one [`ValueFormat`], reusing its buffers from item to item.
+///
+/// `'de` is the lifetime of the input: names of the last item written borrow from it.
+#[derive(Debug)]
+pub struct WireWriter<'de> {
+    format: ValueFormat,
+    /// Entries of the maps being written, innermost last.
+    stack: Vec<Entry<'de>>,
+    /// The top-level attributes of the last item, sorted by name.
+    top: Vec<Entry<'de>>,
+    /// Where a map's entries wait while they are copied back in order.
+    moved: Vec<u8>,
+    /// Decoded binary, before it is encoded again.
+    blob: Vec<u8>,
+    /// Maps open around the one being written.
+    depth: usize,
+    unknown: Option<String>,
+}
+
+/// One `"name":value` entry of a map, by byte offsets into the output.
+#[derive(Debug, Clone)]
+struct Entry<'de> {
+    name: Cow<'de, str>,
+    start: usize,
+    value: usize,
+    end: usize,
+}
+
+impl<'de> WireWriter<'de> {
+    /// A writer of `format` output.
+    pub fn new(format: ValueFormat) -> Self {
+        WireWriter {
+            format,
+            stack: Vec::new(),
+            top: Vec::new(),
+            moved: Vec::new(),
+            blob: Vec::new(),
+            depth: 0,
+            unknown: None,
+        }
+    }
+
+    /// The output format.
+    pub fn format(&self) -> ValueFormat {
+        self.format
+    }
+
+    /// A seed that reads one item (an object of attribute JSON) and appends it to `out` as
+    /// one compact object with sorted keys, as [`ValueFormat::write_item`] writes it.
+    pub fn item<'w>(&'w mut self, out: &'w mut Vec<u8>) -> ItemSeed<'w, 'de> {
+        self.depth = 0;
+        self.stack.clear();
+        self.unknown = None;
+        ItemSeed { writer: self, out }
+    }
+
+    /// Where the value of the last item's top-level attribute `name` sits in the output it was
+    /// written to, as [`ValueFormat::write_value`] writes it.
+    pub fn attribute(&self, name: &str) -> Option<Range<usize>> {
+        let index = self
+            .top
+            .binary_search_by(|entry| entry.name.as_ref().cmp(name))
+            .ok()?;
+        let entry = &self.top[index];
+        Some(entry.value..entry.end)
+    }
+
+    /// The type tag that failed the last item, when it failed on a tag this version does not
+    /// know.
+    pub fn unknown_type(&self) -> Option<&str> {
+        self.unknown.as_deref()
+    }
+
+    /// Puts the entries of the map that started at `start` (its `{`) in name order.
+    fn close_map(&mut self, base: usize, start: usize, out: &mut Vec<u8>) {
+        let top_level = self.depth == 0;
+        let WireWriter {
+            stack, top, moved, ..
+        } = self;
+        let entries = &mut stack[base..];
+        let sorted = entries.windows(2).all(|pair| pair[0].name < pair[1].name);
+        if !sorted {
+            // Stable: of entries with one name, the last written stays last.
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            moved.clear();
+            moved.extend_from_slice(&out[start..]);
+            out.truncate(start + 1);
+            let mut kept = 0;
+            for index in 0..entries.len() {
+                let repeated = entries
+                    .get(index + 1)
+                    .is_some_and(|next| next.name == entries[index].name);
+                if repeated {
+                    continue;
+                }
+                if kept > 0 {
+                    out.push(b',');
+                }
+                let entry = &entries[index];
+                let from = out.len();
+                out.extend_from_slice(&moved[entry.start - start..entry.end - start]);
+                let moved_entry = Entry {
+                    name: entry.name.clone(),
+                    start: from,
+                    value: from + (entry.value - entry.start),
+                    end: out.len(),
+                };
+                entries[kept] = moved_entry;
+                kept += 1;
+            }
+            out.push(b'}');
+            stack.truncate(base + kept);
+        }
+        if top_level {
+            top.clear();
+            top.extend(stack.drain(base..));
+        } else {
+            stack.truncate(base);
+        }
+    }
+
+    // A `Cow`, not a `&str`: whether the text was borrowed decides how it is written.
+    #[allow(clippy::ptr_arg)]
+    fn write_number(&self, text: &Cow<'_, str>, out: &mut Vec<u8>) {
+        match self.format {
+            ValueFormat::Plain => plain::write_number(text, out),
+            ValueFormat::Typed => write_text(out, text),
+        }
+    }
+
+    fn write_binary<E: de::Error>(&mut self, text: &str, out: &mut Vec<u8>) -> Result<(), E> {
+        self.blob.clear();
+        STANDARD
+            .decode_vec(text, &mut self.blob)
+            .map_err(|error| E::custom(format_args!("invalid base64 binary: {error}")))?;
+        write_base64(out, &self.blob);
+        Ok(())
+    }
+}
+
+/// Reads one item and writes it; see [`WireWriter::item`].
+pub struct ItemSeed<'w, 'de> {
+    writer: &'w mut WireWriter<'de>,
+    out: &'w mut Vec<u8>,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(MapSeed {
+            writer: self.writer,
+            out: self.out,
+        })
+    }
+}
+
+/// An object of attribute JSON: an item, or the payload of an `M`.
+struct MapSeed<'w, 'de> {
+    writer: &'w mut WireWriter<'de>,
+    out: &'w mut Vec<u8>,
+}
+
+impl<'de> DeserializeSeed<'de> for MapSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MapSeed<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object of attribute values")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let MapSeed { writer, out } = self;
+        let base = writer.stack.len();
+        let start = out.len();
+        out.push(b'{');
+        writer.depth += 1;
+        while let Some(name) = map.next_key_seed(Text)? {
+            if writer.stack.len() > base {
+                out.push(b',');
+            }
+            let entry_start = out.len();
+            write_text(out, &name);
+            out.push(b':');
+            let value = out.len();
+            map.next_value_seed(AttributeSeed {
+                writer: &mut *writer,
+                out: &mut *out,
+            })?;
+            writer.stack.push(Entry {
+                name,
+                start: entry_start,
+                value,
+                end: out.len(),
+            });
+        }
+        out.push(b'}');
+        writer.depth -= 1;
+        writer.close_map(base, start, out);
+        Ok(())
+    }
+}
+
+/// The DynamoDB attribute types, by their tags.
+#[derive(Debug, Clone, Copy)]
+enum Tag {
+    S,
+    N,
+    B,
+    Bool,
+    Null,
+    M,
+    L,
+    Ss,
+    Ns,
+    Bs,
+}
+
+impl Tag {
+    fn parse(tag: &str) -> Option<Tag> {
+        Some(match tag {
+            "S" => Tag::S,
+            "N" => Tag::N,
+            "B" => Tag::B,
+            "BOOL" => Tag::Bool,
+            "NULL" => Tag::Null,
+            "M" => Tag::M,
+            "L" => Tag::L,
+            "SS" => Tag::Ss,
+            "NS" => Tag::Ns,
+            "BS" => Tag::Bs,
+            _ => return None,
+        })
+    }
+
+    /// The typed form's prefix: `{"<tag>":`.
+    fn typed_prefix(self) -> &'static [u8] {
+        match self {
+            Tag::S => br#"{"S":"#,
+            Tag::N => br#"{"N":"#,
+            Tag::B => br#"{"B":"#,
+            Tag::Bool => br#"{"BOOL":"#,
+            Tag::Null => br#"{"NULL":"#,
+            Tag::M => br#"{"M":"#,
+            Tag::L => br#"{"L":"#,
+            Tag::Ss => br#"{"SS":"#,
+            Tag::Ns => br#"{"NS":"#,
+            Tag::Bs => br#"{"BS":"#,
+        }
+    }
+}
+
+/// One attribute value: an object with one type tag.
+struct AttributeSeed<'w, 'de> {
+    writer: &'w mut WireWriter<'de>,
+    out: &'w mut Vec<u8>,
+}
+
+impl<'de> DeserializeSeed<'de> for AttributeSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AttributeSeed<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an attribute value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let AttributeSeed { writer, out } = self;
+        let Some(name) = map.next_key_seed(Text)? else {
+            return Err(de::Error::custom("an attribute value without a type"));
+        };
+        let Some(tag) = Tag::parse(&name) else {
+            let error = A::Error::custom(format_args!("unsupported attribute value type {name}"));
+            writer.unknown = Some(name.into_owned());
+            return Err(error);
+        };
+        let typed = writer.format == ValueFormat::Typed;
+        if typed {
+            out.extend_from_slice(tag.typed_prefix());
+        }
+        match tag {
+            Tag::S => write_text(out, &map.next_value_seed(Text)?),
+            Tag::N => writer.write_number(&map.next_value_seed(Text)?, out),
+            Tag::B => writer.write_binary(&map.next_value_seed(Text)?, out)?,
+            Tag::Bool => {
+                let flag: bool = map.next_value()?;
+                out.extend_from_slice(if flag { b"true" } else { b"false" });
+            }
+            Tag::Null => {
+                // The payload is `true`; the value is null whatever it says, as in the SDK.
+                let _: bool = map.next_value()?;
+                out.extend_from_slice(if typed { b"true" } else { b"null" });
+            }
+            Tag::M => map.next_value_seed(MapSeed { writer, out })?,
+            Tag::L | Tag::Ss | Tag::Ns | Tag::Bs => {
+                map.next_value_seed(ListSeed { writer, out, tag })?;
+            }
+        }
+        // A second type tag is left unread: serde_json then fails the object at its `,`, as
+        // every deserializer fails a map that was not read to its end.
+        if typed {
+            out.push(b'}');
+        }
+        Ok(())
+    }
+}
+
+/// The payload of `L`, `SS`, `NS` or `BS`.
+struct ListSeed<'w, 'de> {
+    writer: &'w mut WireWriter<'de>,
+    out: &'w mut Vec<u8>,
+    tag: Tag,
+}
+
+impl<'de> DeserializeSeed<'de> for ListSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ListSeed<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let ListSeed { writer, out, tag } = self;
+        out.push(b'[');
+        let mut first = true;
+        loop {
+            // The separator goes in first and comes out again after the last element.
+            let mark = out.len();
+            if !first {
+                out.push(b',');
+            }
+            let element = ElementSeed {
+                writer: &mut *writer,
+                out: &mut *out,
+                tag,
+            };
+            if seq.next_element_seed(element)?.is_none() {
+                out.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        out.push(b']');
+        Ok(())
+    }
+}
+
+/// One element of a list or set payload.
+struct ElementSeed<'w, 'de> {
+    writer: &'w mut WireWriter<'de>,
+    out: &'w mut Vec<u8>,
+    tag: Tag,
+}
+
+impl<'de> DeserializeSeed<'de> for ElementSeed<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        let ElementSeed { writer, out, tag } = self;
+        match tag {
+            Tag::Ss => write_text(out, &Text.deserialize(deserializer)?),
+            Tag::Ns => writer.write_number(&Text.deserialize(deserializer)?, out),
+            Tag::Bs => writer.write_binary(&Text.deserialize(deserializer)?, out)?,
+            _ => AttributeSeed { writer, out }.deserialize(deserializer)?,
+        }
+        Ok(())
+    }
+}
+
+/// Writes a string read by [`Text`] as a JSON string, escaped as [`write_str`] escapes it.
+// A `Cow`, not a `&str`: whether the text was borrowed decides how it is written.
+#[allow(clippy::ptr_arg)]
+fn write_text(out: &mut Vec<u8>, text: &Cow<'_, str>) {
+    match text {
+        // Borrowed: no escape in the input, so none needed (see the module docs).
+        Cow::Borrowed(text) => {
+            out.reserve(text.len() + 2);
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(text) => write_str(out, text),
+    }
+}
+
+/// A string, borrowed from the input when it holds no escape.
+struct Text;
+
+impl<'de> DeserializeSeed<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(text))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(text.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(text))
+    }
+}
+
+/// Writes one item of attribute JSON from `json` in `format`; for tests and one-off callers.
+/// The data plane uses [`WireWriter::item`] inside its own response decoder.
+pub fn write_wire_item(
+    json: &[u8],
+    format: ValueFormat,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    let mut writer = WireWriter::new(format);
+    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    writer.item(out).deserialize(&mut deserializer)?;
+    deserializer.end()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(json: &str, format: ValueFormat) -> String {
+        let mut out = Vec::new();
+        write_wire_item(json.as_bytes(), format, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn keys_come_out_sorted_whatever_the_wire_order() {
+        let json =
+            r#"{"z":{"N":"1"},"a":{"M":{"y":{"S":"b"},"b":{"NULL":true}}},"m":{"BOOL":false}}"#;
+        assert_eq!(
+            wire(json, ValueFormat::Plain),
+            r#"{"a":{"b":null,"y":"b"},"m":false,"z":1}"#
+        );
+        assert_eq!(
+            wire(json, ValueFormat::Typed),
+            r#"{"a":{"M":{"b":{"NULL":true},"y":{"S":"b"}}},"m":{"BOOL":false},"z":{"N":"1"}}"#
+        );
+    }
+
+    #[test]
+    fn of_a_repeated_name_the_last_value_wins() {
+        let json = r#"{"b":{"S":"1"},"a":{"S":"x"},"b":{"S":"2"}}"#;
+        assert_eq!(wire(json, ValueFormat::Plain), r#"{"a":"x","b":"2"}"#);
+    }
+
+    #[test]
+    fn the_attributes_of_the_last_item_are_found_by_name() {
+        let json = br#"{"sk":{"N":"2.50"},"pk":{"S":"a"}}"#;
+        let mut out = b"prefix".to_vec();
+        let mut writer = WireWriter::new(ValueFormat::Plain);
+        let mut deserializer = serde_json::Deserializer::from_slice(json);
+        writer
+            .item(&mut out)
+            .deserialize(&mut deserializer)
+            .unwrap();
+        let pk = writer.attribute("pk").unwrap();
+        let sk = writer.attribute("sk").unwrap();
+        assert_eq!(&out[pk], br#""a""#);
+        assert_eq!(&out[sk], b"2.5");
+        assert_eq!(writer.attribute("other"), None);
+    }
+
+    #[test]
+    fn an_unknown_type_tag_is_named() {
+        let json = br#"{"a":{"S":"x"},"b":{"XS":"y"}}"#;
+        let mut writer = WireWriter::new(ValueFormat::Plain);
+        let mut deserializer = serde_json::Deserializer::from_slice(json);
+        let mut out = Vec::new();
+        let error = writer.item(&mut out).deserialize(&mut deserializer);
+        assert!(error.is_err());
+        assert_eq!(writer.unknown_type(), Some("XS"));
+    }
+
+    #[test]
+    fn malformed_attribute_values_are_errors() {
+        for json in [
+            r#"{"a":{}}"#,
+            r#"{"a":{"S":"x","N":"1"}}"#,
+            r#"{"a":{"S":1}}"#,
+            r#"{"a":{"B":"not base64!"}}"#,
+            r#"{"a":{"SS":"x"}}"#,
+            r#"{"a":{"S":"x"}"#,
+        ] {
+            let mut out = Vec::new();
+            assert!(
+                write_wire_item(json.as_bytes(), ValueFormat::Plain, &mut out).is_err(),
+                "{json}"
+            );
+        }
+    }
+}
