@@ -270,7 +270,8 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                 &run.stream_arn,
                 &graph,
                 &run.table,
-                run_start_ms / 1000,
+                // Now, not the run's start: a snapshot may have taken hours (SPEC §5.4).
+                unix_now_ms() / 1000,
             );
             for warning in &findings.warnings {
                 tracing::warn!("{warning}");

@@ -643,3 +643,86 @@ async fn describe_stream_is_called_at_most_five_times_a_second() {
         );
     }
 }
+
+/// SPEC §5.4: a snapshot that outlasted the stream retention margin is reported after the
+/// scan instead of streaming from a capture whose records may be trimmed, and the run does
+/// not start another snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation() {
+    use ddbpipe_pipeline::state::Entry;
+    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_source::fake::FakeTable;
+    use ddbpipe_source::position::StreamKind;
+
+    let fake = Arc::new(FakeStreams::new(5));
+    fake.apply(root("s1"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = StateFile::new(dir.path().join("state.json"));
+    // The capture of a mirror whose scan started 24 h ago and is still open.
+    let captured_s = ddbpipe_source::clock::unix_now_ms() / 1000 - 24 * 3600;
+    let mut capture = StreamsPosition::new(StreamKind::Mirror, Some(FAKE_STREAM_ARN.into()));
+    capture.admit(&ShardId::new("s1"), Some(captured_s), None);
+    capture.snapshot = Some(json!({
+        "captured_at": captured_s, "complete": false, "cursors": {},
+        "destination_rows_at_start": 0, "done": [], "gap_reasons": [],
+        "id": captured_s * 1000, "keys_written": 0, "reason": "mirror", "total_segments": 2,
+    }));
+    let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
+    let entry = Entry {
+        identity: identity.clone(),
+        last_completed: None,
+        position: Some(Position::Streams(capture)),
+        updated_at: "2026-01-01T00:00:00.000Z".into(),
+    };
+    file.store("p", Some(&entry)).unwrap();
+    let mut checkpointer =
+        Checkpointer::open_streams(Store::File(file), "p", identity, Duration::ZERO)
+            .await
+            .unwrap();
+    /// Takes snapshot rows (which name no shard) and counts them.
+    #[derive(Default)]
+    struct Counting(usize);
+    impl Sink for Counting {
+        async fn write(&mut self, batch: &Batch, _: Option<&Staged>) -> Result<(), SinkError> {
+            self.0 += batch.records.len();
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "counting".into()
+        }
+    }
+    let table = Arc::new(FakeTable::numbered(6));
+    let mut sink = Counting::default();
+    let outcome = run_streams_with_snapshots(
+        Arc::clone(&fake),
+        Some(SnapshotScan {
+            api: Arc::clone(&table),
+            segments: 2,
+            max_concurrency: 2,
+            page_limit: None,
+            consistent_read: false,
+            read_rate: Arc::new(|_| Ok(None)),
+        }),
+        &StreamRun {
+            mirror: true,
+            on_gap: OnGap::Resnapshot,
+            ..settings()
+        },
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await;
+    let Err(StreamRunError::Gap(message)) = outcome else {
+        panic!("a gap was expected, got {outcome:?}");
+    };
+    assert!(
+        message.contains("longer than the stream retention margin"),
+        "{message}"
+    );
+    assert!(message.contains("s1"), "{message}");
+    assert_eq!(sink.0, 6, "the snapshot rows were written");
+    assert_eq!(table.requests().len(), 2, "one scan, no second snapshot");
+}
