@@ -237,9 +237,7 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
     ];
     for (case, refused, texts) in cases {
         let err = db.prepare(&refused).await.expect_err(case);
-        for text in texts {
-            assert!(err.message.contains(text), "{case}: {}", err.message);
-        }
+        common::assert_contains_all(case, &err.message, texts);
     }
     assert!(!table_exists(&path, "x"));
 }

@@ -56,3 +56,10 @@ pub fn state_at(
         updated_at: updated_at.to_string(),
     }
 }
+
+/// Asserts that `message` holds every one of `texts`, naming `case` and the message if not.
+pub fn assert_contains_all(case: &str, message: &str, texts: &[&str]) {
+    for text in texts {
+        assert!(message.contains(text), "{case}: no {text:?} in: {message}");
+    }
+}
