@@ -6,13 +6,16 @@
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
-    CloseSnapshot, Closed, Database, KeyColumn, KeyType, KeyValue, PostgresDatabase, RowChange,
-    StateWrite, TableSpec,
+    CloseSnapshot, Closed, Database, KeyType, KeyValue, PostgresDatabase, RowChange, StateWrite,
+    TableSpec,
 };
 use tokio_postgres::NoTls;
 
@@ -67,19 +70,22 @@ impl Fixture {
     }
 
     fn spec(&self, table: &str, key: &[(&str, KeyType)]) -> TableSpec {
-        TableSpec {
-            table: table.to_string(),
-            schema: self.schema.clone(),
-            key: key
-                .iter()
-                .map(|(name, kind)| KeyColumn {
-                    name: name.to_string(),
-                    kind: *kind,
-                })
-                .collect(),
-            document_column: "doc".to_string(),
-            create_table: true,
-        }
+        common::spec_in(&self.schema, table, key)
+    }
+
+    /// The table `t` keyed by `id` (S), prepared.
+    async fn table_t(&self) -> TableSpec {
+        let spec = self.spec("t", &[("id", KeyType::S)]);
+        self.db.prepare(&spec).await.unwrap();
+        spec
+    }
+
+    /// Applies `rows` with no state write.
+    async fn apply(&self, spec: &TableSpec, rows: &[RowChange], snapshot: Option<i64>) {
+        self.db
+            .apply(spec, rows, snapshot, &StateWrite::default())
+            .await
+            .unwrap();
     }
 
     /// `id → (doc, marker)` for a table keyed by `id` (S).
@@ -134,32 +140,13 @@ async fn admin() -> tokio_postgres::Client {
     client
 }
 
-fn s(text: &str) -> KeyValue {
-    KeyValue::S(text.to_string())
-}
-
 fn upsert(id: &str, value: i64, snapshot: bool) -> RowChange {
-    RowChange::Upsert {
-        key: vec![s(id)],
-        document: format!(r#"{{"id": "{id}", "v": {value}}}"#),
-        snapshot,
-    }
-}
-
-fn delete(id: &str) -> RowChange {
-    RowChange::Delete { key: vec![s(id)] }
+    let document = format!(r#"{{"id": "{id}", "v": {value}}}"#);
+    upsert_key(vec![s(id)], &document, snapshot)
 }
 
 fn state(pipeline: &str, parts: &[(&str, &str)], deletes: &[&str]) -> StateWrite {
-    StateWrite {
-        pipeline: pipeline.to_string(),
-        upserts: parts
-            .iter()
-            .map(|(part, value)| (part.to_string(), value.to_string()))
-            .collect(),
-        deletes: deletes.iter().map(|part| part.to_string()).collect(),
-        updated_at: "2024-05-01T12:00:00.000Z".to_string(),
-    }
+    common::state_at("2024-05-01T12:00:00.000Z", pipeline, parts, deletes)
 }
 
 fn json(text: &str) -> serde_json::Value {
@@ -234,19 +221,16 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         })
         .await
         .unwrap();
-    fx.db
-        .apply(
-            &spec,
-            &[RowChange::Upsert {
-                key: vec![s("c1"), KeyValue::N("1".into())],
-                document: "{}".into(),
-                snapshot: false,
-            }],
-            None,
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
+    fx.apply(
+        &spec,
+        &[upsert_key(
+            vec![s("c1"), KeyValue::N("1".into())],
+            "{}",
+            false,
+        )],
+        None,
+    )
+    .await;
     let detail = other.probe(&spec).await.unwrap();
     assert!(
         detail.ends_with(&format!("table '{}.orders' exists, 1 row(s)", fx.schema)),
@@ -298,25 +282,16 @@ async fn an_incompatible_table_is_an_error_listing_both_keys() {
         .await
         .unwrap_err();
     assert!(!err.retryable);
-    assert!(
-        err.message
-            .contains(&format!("postgres table '{}.orders'", fx.schema)),
-        "{}",
-        err.message
-    );
-    assert!(err.message.contains(r#"("id" text)"#), "{}", err.message);
-    assert!(err.message.contains(r#"("id" numeric)"#), "{}", err.message);
+    let table = format!("postgres table '{}.orders'", fx.schema);
+    let texts = [&table[..], r#"("id" text)"#, r#"("id" numeric)"#];
+    common::assert_contains_all("other key type", &err.message, &texts);
 
     let err = fx
         .db
         .prepare(&fx.spec("orders", &[("id", KeyType::S), ("sk", KeyType::B)]))
         .await
         .unwrap_err();
-    assert!(
-        err.message.contains(r#"("id" text, "sk" bytea)"#),
-        "{}",
-        err.message
-    );
+    common::assert_contains_all("other key", &err.message, &[r#"("id" text, "sk" bytea)"#]);
 
     // A table of someone else's: right key, but not the columns ddbpipe writes.
     fx.admin
@@ -326,32 +301,13 @@ async fn an_incompatible_table_is_an_error_listing_both_keys() {
         ))
         .await
         .unwrap();
-    let err = fx
-        .db
-        .prepare(&fx.spec("foreign_made", &[("id", KeyType::S)]))
-        .await
-        .unwrap_err();
-    assert!(
-        err.message.contains("\"_ddbpipe_snapshot\""),
-        "{}",
-        err.message
-    );
-    assert!(
-        err.message.contains("\"_ddbpipe_updated_at\""),
-        "{}",
-        err.message
-    );
+    let foreign_made = fx.spec("foreign_made", &[("id", KeyType::S)]);
+    let err = fx.db.prepare(&foreign_made).await.unwrap_err();
+    let missing = ["\"_ddbpipe_snapshot\"", "\"_ddbpipe_updated_at\""];
+    common::assert_contains_all("foreign table", &err.message, &missing);
     assert!(!err.message.contains("\"doc\""), "{}", err.message);
-    let err = fx
-        .db
-        .probe(&fx.spec("foreign_made", &[("id", KeyType::S)]))
-        .await
-        .unwrap_err();
-    assert!(
-        err.message.contains("\"_ddbpipe_snapshot\""),
-        "{}",
-        err.message
-    );
+    let err = fx.db.probe(&foreign_made).await.unwrap_err();
+    common::assert_contains_all("probe foreign table", &err.message, &missing[..1]);
 
     // Missing and not to be created.
     let spec = TableSpec {
@@ -421,8 +377,7 @@ fn model(rows: &[RowChange], into: &mut BTreeMap<String, serde_json::Value>) {
 #[tokio::test]
 async fn changes_apply_in_order_within_a_batch() {
     let fx = Fixture::new().await;
-    let spec = fx.spec("t", &[("id", KeyType::S)]);
-    fx.db.prepare(&spec).await.unwrap();
+    let spec = fx.table_t().await;
 
     // A short batch: upsert, delete, upsert again, and a delete that ends a key.
     let short = [
@@ -447,10 +402,7 @@ async fn changes_apply_in_order_within_a_batch() {
     }
     let mut want = BTreeMap::new();
     for batch in [&short[..], &long[..]] {
-        fx.db
-            .apply(&spec, batch, None, &StateWrite::default())
-            .await
-            .unwrap();
+        fx.apply(&spec, batch, None).await;
         model(batch, &mut want);
         let got: BTreeMap<String, serde_json::Value> = fx
             .by_id("t")
@@ -466,53 +418,30 @@ async fn changes_apply_in_order_within_a_batch() {
 #[tokio::test]
 async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
     let fx = Fixture::new().await;
-    let spec = fx.spec("t", &[("id", KeyType::S)]);
-    fx.db.prepare(&spec).await.unwrap();
+    let spec = fx.table_t().await;
 
-    fx.db
-        .apply(
-            &spec,
-            &[upsert("a", 1, true), upsert("b", 1, true)],
-            Some(7),
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
-    // A change while the snapshot is open: updates the document, keeps the marker; a new row
-    // from a change has none.
-    fx.db
-        .apply(
-            &spec,
-            &[upsert("a", 2, false), upsert("c", 1, false)],
-            Some(7),
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
-    fx.db
-        .apply(
-            &spec,
-            &[upsert("b", 2, false)],
-            None,
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
+    let batches = [
+        (vec![upsert("a", 1, true), upsert("b", 1, true)], Some(7)),
+        // A change while the snapshot is open: updates the document, keeps the marker; a new
+        // row from a change has none.
+        (vec![upsert("a", 2, false), upsert("c", 1, false)], Some(7)),
+        (vec![upsert("b", 2, false)], None),
+    ];
+    for (rows, snapshot) in batches {
+        fx.apply(&spec, &rows, snapshot).await;
+    }
     let rows = fx.by_id("t").await;
     assert_eq!(rows["a"], (json(r#"{"id": "a", "v": 2}"#), Some(7)));
     assert_eq!(rows["b"], (json(r#"{"id": "b", "v": 2}"#), Some(7)));
     assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), None));
 
     // A later snapshot re-marks the rows it writes.
-    fx.db
-        .apply(
-            &spec,
-            &[upsert("c", 3, true), upsert("a", 3, true)],
-            Some(8),
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
+    fx.apply(
+        &spec,
+        &[upsert("c", 3, true), upsert("a", 3, true)],
+        Some(8),
+    )
+    .await;
     let rows = fx.by_id("t").await;
     assert_eq!(rows["a"].1, Some(8));
     assert_eq!(rows["b"].1, Some(7));
@@ -549,17 +478,13 @@ async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
 #[tokio::test]
 async fn replaying_a_batch_and_its_state_changes_nothing() {
     let fx = Fixture::new().await;
-    let spec = fx.spec("t", &[("id", KeyType::S)]);
-    fx.db.prepare(&spec).await.unwrap();
-    fx.db
-        .apply(
-            &spec,
-            &[upsert("old", 1, false), upsert("x", 1, false)],
-            None,
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
+    let spec = fx.table_t().await;
+    fx.apply(
+        &spec,
+        &[upsert("old", 1, false), upsert("x", 1, false)],
+        None,
+    )
+    .await;
 
     let batch = [
         upsert("a", 1, true),
@@ -586,8 +511,7 @@ async fn replaying_a_batch_and_its_state_changes_nothing() {
 #[tokio::test]
 async fn a_bad_row_rolls_back_the_batch_and_the_state() {
     let fx = Fixture::new().await;
-    let spec = fx.spec("t", &[("id", KeyType::S)]);
-    fx.db.prepare(&spec).await.unwrap();
+    let spec = fx.table_t().await;
     fx.db
         .apply(
             &spec,
@@ -599,11 +523,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         .unwrap();
     let before = fx.by_id("t").await;
 
-    let bad_document = RowChange::Upsert {
-        key: vec![s("bad")],
-        document: "{not json".into(),
-        snapshot: false,
-    };
+    let bad_document = upsert_key(vec![s("bad")], "{not json", false);
     let write = state("p", &[("pos", "2"), ("extra", "true")], &[]);
     let err = fx
         .db
@@ -645,16 +565,8 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
     // A bad number and a bad state value fail the same way.
     let nspec = fx.spec("n", &[("id", KeyType::N)]);
     fx.db.prepare(&nspec).await.unwrap();
-    let good = RowChange::Upsert {
-        key: vec![KeyValue::N("1".into())],
-        document: "{}".into(),
-        snapshot: false,
-    };
-    let bad = RowChange::Upsert {
-        key: vec![KeyValue::N("one".into())],
-        document: "{}".into(),
-        snapshot: false,
-    };
+    let good = upsert_key(vec![KeyValue::N("1".into())], "{}", false);
+    let bad = upsert_key(vec![KeyValue::N("one".into())], "{}", false);
     let err = fx
         .db
         .apply(&nspec, &[good.clone(), bad], None, &StateWrite::default())
@@ -779,114 +691,90 @@ async fn state_round_trips_and_resets() {
 #[tokio::test]
 async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
     let fx = Fixture::new().await;
-    let spec = fx.spec("t", &[("id", KeyType::S)]);
-    fx.db.prepare(&spec).await.unwrap();
-    let fill = |fx: &Fixture| {
-        let db = fx.db.clone();
-        let spec = spec.clone();
-        async move {
-            db.apply(
-                &spec,
-                &[upsert("old", 1, true)],
-                Some(4),
-                &StateWrite::default(),
-            )
-            .await
-            .unwrap();
-            db.apply(
-                &spec,
-                &[
-                    upsert("a", 1, true),
-                    upsert("b", 1, true),
-                    upsert("changed", 1, false),
-                ],
-                Some(5),
-                &StateWrite::default(),
-            )
-            .await
-            .unwrap();
-        }
+    let spec = fx.table_t().await;
+    // `old` from snapshot 4, `a` and `b` from snapshot 5, `changed` from a change.
+    let fill = || async {
+        fx.apply(&spec, &[upsert("old", 1, true)], Some(4)).await;
+        let rows = [
+            upsert("a", 1, true),
+            upsert("b", 1, true),
+            upsert("changed", 1, false),
+        ];
+        fx.apply(&spec, &rows, Some(5)).await;
     };
-    fill(&fx).await;
+    fill().await;
+    let all_four = ["a", "b", "changed", "old"];
 
-    // Over the ceiling: nothing deleted, the state still written.
     let close = CloseSnapshot {
         id: 5,
         delete_unseen: true,
         max_keys: 1,
     };
-    let closed = fx
-        .db
-        .close_snapshot(
-            &spec,
+    // One after the other: (step, close, state written, what it did, the keys after, the
+    // `snapshot` state part after).
+    let steps = [
+        // Over the ceiling: nothing deleted, the state still written.
+        (
+            "over the ceiling",
             close,
-            &state("p", &[("snapshot", "\"closed\"")], &[]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 2,
-            deleted: 0,
-            ceiling_hit: true
-        }
-    );
-    assert_eq!(fx.by_id("t").await.len(), 4);
-    assert_eq!(load(&fx.db, "p").await["snapshot"], json("\"closed\""));
-
-    // No deletes wanted.
-    let closed = fx
-        .db
-        .close_snapshot(
-            &spec,
+            state("p", &[("snapshot", "\"closed\"")], &[]),
+            Closed {
+                keys_written: 2,
+                deleted: 0,
+                ceiling_hit: true,
+            },
+            &all_four[..],
+            "\"closed\"",
+        ),
+        (
+            "no deletes wanted",
             CloseSnapshot {
                 delete_unseen: false,
                 ..close
             },
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 2,
-            deleted: 0,
-            ceiling_hit: false
-        }
-    );
-    assert_eq!(fx.by_id("t").await.len(), 4);
-
-    // At the ceiling: the row of an older snapshot and the unmarked one go.
-    let closed = fx
-        .db
-        .close_snapshot(
-            &spec,
+            StateWrite::default(),
+            Closed {
+                keys_written: 2,
+                deleted: 0,
+                ceiling_hit: false,
+            },
+            &all_four,
+            "\"closed\"",
+        ),
+        // At the ceiling: the row of an older snapshot and the unmarked one go.
+        (
+            "at the ceiling",
             CloseSnapshot {
                 max_keys: 2,
                 ..close
             },
-            &state("p", &[("snapshot", "null")], &[]),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 2,
-            deleted: 2,
-            ceiling_hit: false
-        }
-    );
-    assert_eq!(
-        fx.by_id("t").await.into_keys().collect::<Vec<_>>(),
-        ["a", "b"]
-    );
-    assert_eq!(load(&fx.db, "p").await["snapshot"], json("null"));
+            state("p", &[("snapshot", "null")], &[]),
+            Closed {
+                keys_written: 2,
+                deleted: 2,
+                ceiling_hit: false,
+            },
+            &["a", "b"],
+            "null",
+        ),
+    ];
+    for (step, close, write, want_closed, want_keys, want_snapshot) in steps {
+        let closed = fx.db.close_snapshot(&spec, close, &write).await.unwrap();
+        assert_eq!(closed, want_closed, "{step}");
+        assert_eq!(
+            fx.by_id("t").await.into_keys().collect::<Vec<_>>(),
+            want_keys,
+            "{step}"
+        );
+        assert_eq!(
+            load(&fx.db, "p").await["snapshot"],
+            json(want_snapshot),
+            "{step}"
+        );
+    }
 
     // A failure inside rolls back the deletes: a state value that is not JSON.
-    fill(&fx).await;
+    fill().await;
     let err = fx
         .db
         .close_snapshot(
@@ -1078,32 +966,17 @@ async fn numbers_and_bytes_keys_are_exact() {
     let bytes = vec![0u8, 255, 1, 0x27, 0x5c];
     let key = |n: &str, b: &[u8]| vec![KeyValue::N(n.to_string()), KeyValue::B(b.to_vec())];
     let rows = [
-        RowChange::Upsert {
-            key: key(big, &bytes),
-            document: r#"{"v": 1}"#.into(),
-            snapshot: false,
-        },
-        RowChange::Upsert {
-            key: key(tiny, &bytes),
-            document: r#"{"v": 2}"#.into(),
-            snapshot: false,
-        },
+        upsert_key(key(big, &bytes), r#"{"v": 1}"#, false),
+        upsert_key(key(tiny, &bytes), r#"{"v": 2}"#, false),
         // One more than `big`: a float would merge them.
-        RowChange::Upsert {
-            key: key("12345678901234567890123456789012345679", &bytes),
-            document: r#"{"v": 3}"#.into(),
-            snapshot: false,
-        },
-        RowChange::Upsert {
-            key: key(big, &[]),
-            document: r#"{"v": 4}"#.into(),
-            snapshot: false,
-        },
+        upsert_key(
+            key("12345678901234567890123456789012345679", &bytes),
+            r#"{"v": 3}"#,
+            false,
+        ),
+        upsert_key(key(big, &[]), r#"{"v": 4}"#, false),
     ];
-    fx.db
-        .apply(&spec, &rows, None, &StateWrite::default())
-        .await
-        .unwrap();
+    fx.apply(&spec, &rows, None).await;
     let got: Vec<(String, Vec<u8>)> = fx
         .admin
         .query(
@@ -1127,17 +1000,14 @@ async fn numbers_and_bytes_keys_are_exact() {
             ),
         ]
     );
-    fx.db
-        .apply(
-            &spec,
-            &[RowChange::Delete {
-                key: key(big, &bytes),
-            }],
-            None,
-            &StateWrite::default(),
-        )
-        .await
-        .unwrap();
+    fx.apply(
+        &spec,
+        &[RowChange::Delete {
+            key: key(big, &bytes),
+        }],
+        None,
+    )
+    .await;
     assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 3);
 }
 

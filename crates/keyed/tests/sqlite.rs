@@ -1,27 +1,19 @@
 //! The SQLite backend against real database files in a temporary directory.
 
+mod common;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
-    CloseSnapshot, Closed, Database, KeyColumn, KeyType, KeyValue, RowChange, SqliteDatabase,
-    StateWrite, TableSpec,
+    CloseSnapshot, Closed, Database, KeyType, KeyValue, RowChange, SqliteDatabase, StateWrite,
+    TableSpec,
 };
 use rusqlite::types::Value;
 
 fn spec(table: &str, key: &[(&str, KeyType)]) -> TableSpec {
-    TableSpec {
-        table: table.to_string(),
-        schema: String::new(),
-        key: key
-            .iter()
-            .map(|(name, kind)| KeyColumn {
-                name: name.to_string(),
-                kind: *kind,
-            })
-            .collect(),
-        document_column: "doc".to_string(),
-        create_table: true,
-    }
+    common::spec_in("", table, key)
 }
 
 fn orders() -> TableSpec {
@@ -36,32 +28,41 @@ fn db_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("out.db")
 }
 
-fn s(text: &str) -> KeyValue {
-    KeyValue::S(text.to_string())
+/// A database file in a fresh temporary directory (removed on drop), and a handle on it.
+struct Fixture {
+    /// Held for its drop.
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    db: Database,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = db_path(&dir);
+        let db = open(&path);
+        Fixture {
+            _dir: dir,
+            path,
+            db,
+        }
+    }
+
+    /// A fresh database with `orders` prepared.
+    async fn with_orders() -> (Self, TableSpec) {
+        let fx = Self::new();
+        let spec = orders();
+        fx.db.prepare(&spec).await.expect("prepare");
+        (fx, spec)
+    }
 }
 
 fn upsert(key: &str, document: &str, snapshot: bool) -> RowChange {
-    RowChange::Upsert {
-        key: vec![s(key)],
-        document: document.to_string(),
-        snapshot,
-    }
-}
-
-fn delete(key: &str) -> RowChange {
-    RowChange::Delete { key: vec![s(key)] }
+    upsert_key(vec![s(key)], document, snapshot)
 }
 
 fn state(pipeline: &str, upserts: &[(&str, &str)], deletes: &[&str]) -> StateWrite {
-    StateWrite {
-        pipeline: pipeline.to_string(),
-        upserts: upserts
-            .iter()
-            .map(|(p, v)| (p.to_string(), v.to_string()))
-            .collect(),
-        deletes: deletes.iter().map(|p| p.to_string()).collect(),
-        updated_at: "2026-11-29T21:00:00.123Z".to_string(),
-    }
+    common::state_at("2026-11-29T21:00:00.123Z", pipeline, upserts, deletes)
 }
 
 fn no_state() -> StateWrite {
@@ -103,12 +104,27 @@ fn table_exists(path: &Path, table: &str) -> bool {
     .is_empty()
 }
 
+fn text(v: &str) -> Value {
+    Value::Text(v.to_string())
+}
+
+/// Applies `rows` with no state write; `what` names the step when it fails.
+async fn apply(
+    db: &Database,
+    spec: &TableSpec,
+    rows: &[RowChange],
+    snapshot: Option<i64>,
+    what: &str,
+) {
+    db.apply(spec, rows, snapshot, &no_state())
+        .await
+        .expect(what);
+}
+
 #[tokio::test]
 async fn creates_the_table_and_reopens_a_compatible_one() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
+    let Fixture { _dir, path, db } = Fixture::new();
     let spec = spec("orders", &[("pk", KeyType::S), ("sk", KeyType::N)]);
-    let db = open(&path);
     assert_eq!(db.describe(), format!("sqlite {}", path.display()));
     db.prepare(&spec).await.expect("prepare");
 
@@ -116,54 +132,29 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         &path,
         "SELECT name, type, \"notnull\", pk FROM pragma_table_info('orders') ORDER BY cid",
     );
-    let text = |v: &str| Value::Text(v.to_string());
-    assert_eq!(
-        columns,
+    // (name, type, not null, position in the primary key)
+    let want = [
+        ("pk", "TEXT", 1, 1),
+        ("sk", "TEXT", 1, 2),
+        ("doc", "TEXT", 1, 0),
+        ("_ddbpipe_snapshot", "INTEGER", 0, 0),
+        ("_ddbpipe_updated_at", "TEXT", 1, 0),
+    ]
+    .map(|(name, kind, not_null, pk)| {
         vec![
-            vec![
-                text("pk"),
-                text("TEXT"),
-                Value::Integer(1),
-                Value::Integer(1)
-            ],
-            vec![
-                text("sk"),
-                text("TEXT"),
-                Value::Integer(1),
-                Value::Integer(2)
-            ],
-            vec![
-                text("doc"),
-                text("TEXT"),
-                Value::Integer(1),
-                Value::Integer(0)
-            ],
-            vec![
-                text("_ddbpipe_snapshot"),
-                text("INTEGER"),
-                Value::Integer(0),
-                Value::Integer(0)
-            ],
-            vec![
-                text("_ddbpipe_updated_at"),
-                text("TEXT"),
-                Value::Integer(1),
-                Value::Integer(0)
-            ],
+            text(name),
+            text(kind),
+            Value::Integer(not_null),
+            Value::Integer(pk),
         ]
-    );
+    });
+    assert_eq!(columns, want);
     assert!(table_exists(&path, "_ddbpipe_state"));
     let journal = query(&path, "PRAGMA journal_mode");
     assert_eq!(journal, vec![vec![text("wal")]]);
 
-    let row = RowChange::Upsert {
-        key: vec![s("a"), KeyValue::N("1".to_string())],
-        document: "{}".to_string(),
-        snapshot: false,
-    };
-    db.apply(&spec, &[row], None, &no_state())
-        .await
-        .expect("apply");
+    let row = upsert_key(vec![s("a"), KeyValue::N("1".to_string())], "{}", false);
+    apply(&db, &spec, &[row], None, "apply").await;
     drop(db);
 
     let again = open(&path);
@@ -189,9 +180,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
 
 #[tokio::test]
 async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
+    let Fixture { _dir, path, db } = Fixture::new();
     db.prepare(&spec("orders", &[("id", KeyType::S)]))
         .await
         .expect("prepare id");
@@ -212,56 +201,50 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
     let err = db.probe(&wanted).await.expect_err("probe other key");
     assert!(err.message.contains("(id TEXT)"), "{}", err.message);
 
-    // Same name, other type.
-    let err = db
-        .prepare(&spec("orders", &[("id", KeyType::B)]))
-        .await
-        .expect_err("other type");
-    assert!(
-        err.message.contains("(id TEXT)") && err.message.contains("(id BLOB)"),
-        "{}",
-        err.message
-    );
-
     // A table without ddbpipe's columns.
     let conn = rusqlite::Connection::open(&path).expect("raw open");
     conn.execute_batch(
         "CREATE TABLE plain (pk TEXT NOT NULL PRIMARY KEY, doc TEXT NOT NULL, _ddbpipe_snapshot INTEGER)",
     )
     .expect("create plain");
-    let err = db
-        .prepare(&spec("plain", &[("pk", KeyType::S)]))
-        .await
-        .expect_err("missing column");
-    assert!(
-        err.message.contains("'_ddbpipe_updated_at'"),
-        "{}",
-        err.message
-    );
     let mut other_doc = spec("plain", &[("pk", KeyType::S)]);
     other_doc.document_column = "item".to_string();
-    let err = db.prepare(&other_doc).await.expect_err("missing document");
-    assert!(err.message.contains("'item'"), "{}", err.message);
 
-    // Key attributes colliding with ddbpipe's columns.
-    let err = db
-        .prepare(&spec("x", &[("doc", KeyType::S)]))
-        .await
-        .expect_err("key named like the document");
-    assert!(err.message.contains("'doc'"), "{}", err.message);
-    let err = db
-        .prepare(&spec("x", &[("_ddbpipe_snapshot", KeyType::S)]))
-        .await
-        .expect_err("reserved key");
-    assert!(err.message.contains("_ddbpipe_"), "{}", err.message);
+    // (case, spec refused, every text the message holds)
+    let cases = [
+        (
+            "same name, other type",
+            spec("orders", &[("id", KeyType::B)]),
+            &["(id TEXT)", "(id BLOB)"][..],
+        ),
+        (
+            "missing column",
+            spec("plain", &[("pk", KeyType::S)]),
+            &["'_ddbpipe_updated_at'"],
+        ),
+        ("missing document", other_doc, &["'item'"]),
+        // Key attributes colliding with ddbpipe's columns.
+        (
+            "key named like the document",
+            spec("x", &[("doc", KeyType::S)]),
+            &["'doc'"],
+        ),
+        (
+            "reserved key",
+            spec("x", &[("_ddbpipe_snapshot", KeyType::S)]),
+            &["_ddbpipe_"],
+        ),
+    ];
+    for (case, refused, texts) in cases {
+        let err = db.prepare(&refused).await.expect_err(case);
+        common::assert_contains_all(case, &err.message, texts);
+    }
     assert!(!table_exists(&path, "x"));
 }
 
 #[tokio::test]
 async fn a_missing_table_without_create_table_is_an_error_and_probe_changes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
+    let Fixture { _dir, path, db } = Fixture::new();
     let mut spec = orders();
 
     let detail = db.probe(&spec).await.expect("probe creatable");
@@ -291,11 +274,8 @@ async fn a_missing_table_without_create_table_is_an_error_and_probe_changes_noth
 
 #[tokio::test]
 async fn apply_runs_the_changes_in_order() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, path, db } = fx;
     let rows = [
         upsert("a", r#"{"v":1}"#, false),
         upsert("b", r#"{"v":1}"#, false),
@@ -317,51 +297,41 @@ async fn apply_runs_the_changes_in_order() {
     let loaded = db.load_state("p").await.expect("load");
     assert_eq!(loaded.get("position").map(String::as_str), Some("1"));
 
-    db.apply(&spec, &[delete("b")], None, &no_state())
-        .await
-        .expect("delete");
+    apply(&db, &spec, &[delete("b")], None, "delete").await;
     assert_eq!(orders_rows(&path), vec![row("a", r#"{"v":3}"#, None)]);
 }
 
 #[tokio::test]
 async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, path, db } = fx;
 
-    db.apply(&spec, &[upsert("a", "{}", true)], Some(7), &no_state())
-        .await
-        .expect("snapshot row");
-    assert_eq!(orders_rows(&path), vec![row("a", "{}", Some(7))]);
-
-    db.apply(
-        &spec,
-        &[upsert("a", r#"{"x":1}"#, false), upsert("b", "{}", false)],
-        Some(7),
-        &no_state(),
-    )
-    .await
-    .expect("changes");
-    assert_eq!(
-        orders_rows(&path),
-        vec![row("a", r#"{"x":1}"#, Some(7)), row("b", "{}", None)]
-    );
-
-    // A later snapshot re-marks both.
-    db.apply(
-        &spec,
-        &[upsert("a", "{}", true), upsert("b", "{}", true)],
-        Some(8),
-        &no_state(),
-    )
-    .await
-    .expect("second snapshot");
-    assert_eq!(
-        orders_rows(&path),
-        vec![row("a", "{}", Some(8)), row("b", "{}", Some(8))]
-    );
+    // (step, rows, snapshot open, the table after)
+    let steps = [
+        (
+            "snapshot row",
+            vec![upsert("a", "{}", true)],
+            Some(7),
+            vec![row("a", "{}", Some(7))],
+        ),
+        (
+            "changes",
+            vec![upsert("a", r#"{"x":1}"#, false), upsert("b", "{}", false)],
+            Some(7),
+            vec![row("a", r#"{"x":1}"#, Some(7)), row("b", "{}", None)],
+        ),
+        // A later snapshot re-marks both.
+        (
+            "second snapshot",
+            vec![upsert("a", "{}", true), upsert("b", "{}", true)],
+            Some(8),
+            vec![row("a", "{}", Some(8)), row("b", "{}", Some(8))],
+        ),
+    ];
+    for (step, rows, snapshot, want) in steps {
+        apply(&db, &spec, &rows, snapshot, step).await;
+        assert_eq!(orders_rows(&path), want, "{step}");
+    }
 
     // A snapshot row with no snapshot open is refused.
     let err = db
@@ -374,19 +344,10 @@ async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
 
 #[tokio::test]
 async fn applying_the_same_batch_twice_changes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
-    db.apply(
-        &spec,
-        &[upsert("z", "{}", false), upsert("y", "{}", true)],
-        Some(3),
-        &no_state(),
-    )
-    .await
-    .expect("earlier rows");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, path, db } = fx;
+    let earlier = [upsert("z", "{}", false), upsert("y", "{}", true)];
+    apply(&db, &spec, &earlier, Some(3), "earlier rows").await;
 
     let rows = [
         upsert("a", r#"{"v":1}"#, true),
@@ -416,11 +377,8 @@ async fn applying_the_same_batch_twice_changes_nothing() {
 
 #[tokio::test]
 async fn a_bad_row_rolls_back_the_batch_and_the_state() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, path, db } = fx;
     db.apply(
         &spec,
         &[upsert("a", "{}", false)],
@@ -434,11 +392,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
 
     let bad_batches = [
         // A value of the wrong type.
-        RowChange::Upsert {
-            key: vec![KeyValue::N("1".to_string())],
-            document: "{}".to_string(),
-            snapshot: false,
-        },
+        upsert_key(vec![KeyValue::N("1".to_string())], "{}", false),
         // Too many values.
         RowChange::Delete {
             key: vec![s("a"), s("b")],
@@ -472,17 +426,26 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         );
     }
     // The connection is usable afterwards.
-    db.apply(&spec, &[upsert("b", "{}", false)], None, &no_state())
-        .await
-        .expect("after the rollback");
+    apply(
+        &db,
+        &spec,
+        &[upsert("b", "{}", false)],
+        None,
+        "after the rollback",
+    )
+    .await;
     assert_eq!(db.count_rows(&spec).await.expect("count"), 2);
 }
 
 #[tokio::test]
 async fn state_round_trip() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
+    let Fixture { _dir, path, db } = Fixture::new();
+    let parts = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(part, value)| (part.to_string(), value.to_string()))
+            .collect()
+    };
 
     // No state table: nothing to load or reset, and nothing created.
     assert!(db.load_state("p").await.expect("load").is_empty());
@@ -499,17 +462,14 @@ async fn state_round_trip() {
     let loaded = db.load_state("p").await.expect("load");
     assert_eq!(
         loaded.into_iter().collect::<Vec<_>>(),
-        vec![
-            ("a".to_string(), "1".to_string()),
-            ("b".to_string(), r#"{"x":[1,2]}"#.to_string())
-        ]
+        parts(&[("a", "1"), ("b", r#"{"x":[1,2]}"#)])
     );
     assert_eq!(
         query(
             &path,
             "SELECT updated_at FROM _ddbpipe_state WHERE pipeline = 'p' AND part = 'a'"
         ),
-        vec![vec![Value::Text("2026-11-29T21:00:00.123Z".to_string())]]
+        vec![vec![text("2026-11-29T21:00:00.123Z")]]
     );
 
     db.store_state(&state("p", &[("a", "2"), ("c", "3")], &["b", "missing"]))
@@ -518,10 +478,7 @@ async fn state_round_trip() {
     let loaded = db.load_state("p").await.expect("load");
     assert_eq!(
         loaded.into_iter().collect::<Vec<_>>(),
-        vec![
-            ("a".to_string(), "2".to_string()),
-            ("c".to_string(), "3".to_string())
-        ]
+        parts(&[("a", "2"), ("c", "3")])
     );
 
     assert!(db.reset_state("p").await.expect("reset"));
@@ -533,115 +490,103 @@ async fn state_round_trip() {
     );
 }
 
-/// Rows `a` (snapshot 5), `b` (no marker), `c` (snapshot 4).
-async fn three_rows(db: &Database, spec: &TableSpec) {
-    db.prepare(spec).await.expect("prepare");
-    db.apply(spec, &[upsert("c", "{}", true)], Some(4), &no_state())
-        .await
-        .expect("old snapshot");
-    db.apply(
-        spec,
-        &[upsert("a", "{}", true), upsert("b", "{}", false)],
-        Some(5),
-        &no_state(),
+/// A fresh database with `orders` holding rows `a` (snapshot 5), `b` (no marker) and `c`
+/// (snapshot 4).
+async fn three_rows() -> (Fixture, TableSpec) {
+    let (fx, spec) = Fixture::with_orders().await;
+    apply(
+        &fx.db,
+        &spec,
+        &[upsert("c", "{}", true)],
+        Some(4),
+        "old snapshot",
     )
-    .await
-    .expect("rows");
+    .await;
+    let rows = [upsert("a", "{}", true), upsert("b", "{}", false)];
+    apply(&fx.db, &spec, &rows, Some(5), "rows").await;
+    (fx, spec)
 }
 
 #[tokio::test]
-async fn close_snapshot_deletes_the_unseen_rows() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    three_rows(&db, &spec).await;
-    let close = CloseSnapshot {
-        id: 5,
-        delete_unseen: true,
-        max_keys: 1,
-    };
-    let closed = db
-        .close_snapshot(&spec, close, &state("p", &[("snapshot", "null")], &[]))
-        .await
-        .expect("close");
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 1,
-            deleted: 2,
-            ceiling_hit: false
-        }
-    );
-    assert_eq!(orders_rows(&path), vec![row("a", "{}", Some(5))]);
-    assert_eq!(
-        db.load_state("p").await.expect("load").get("snapshot"),
-        Some(&"null".to_string())
-    );
-}
-
-#[tokio::test]
-async fn close_snapshot_over_the_ceiling_deletes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    three_rows(&db, &spec).await;
-    let close = CloseSnapshot {
-        id: 5,
-        delete_unseen: true,
-        max_keys: 0,
-    };
-    let closed = db
-        .close_snapshot(&spec, close, &state("p", &[("snapshot", "null")], &[]))
-        .await
-        .expect("close");
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 1,
-            deleted: 0,
-            ceiling_hit: true
-        }
-    );
-    assert_eq!(orders_rows(&path).len(), 3);
-    assert_eq!(db.load_state("p").await.expect("load").len(), 1);
-}
-
-#[tokio::test]
-async fn close_snapshot_without_deletes_only_counts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    three_rows(&db, &spec).await;
-    let close = CloseSnapshot {
-        id: 4,
-        delete_unseen: false,
-        max_keys: 100,
-    };
-    let closed = db
-        .close_snapshot(&spec, close, &no_state())
-        .await
-        .expect("close");
-    assert_eq!(
-        closed,
-        Closed {
-            keys_written: 1,
-            deleted: 0,
-            ceiling_hit: false
-        }
-    );
-    assert_eq!(orders_rows(&path).len(), 3);
+async fn close_snapshot_deletes_the_unseen_rows_below_the_ceiling_when_asked() {
+    let all_three = vec![
+        row("a", "{}", Some(5)),
+        row("b", "{}", None),
+        row("c", "{}", Some(4)),
+    ];
+    let closed_state = [("snapshot", "null")];
+    // (case, close, state parts written, what it did, the table after, the state after)
+    let cases = [
+        (
+            "deletes the unseen rows",
+            CloseSnapshot {
+                id: 5,
+                delete_unseen: true,
+                max_keys: 1,
+            },
+            &closed_state[..],
+            Closed {
+                keys_written: 1,
+                deleted: 2,
+                ceiling_hit: false,
+            },
+            vec![row("a", "{}", Some(5))],
+            &closed_state[..],
+        ),
+        (
+            "over the ceiling deletes nothing",
+            CloseSnapshot {
+                id: 5,
+                delete_unseen: true,
+                max_keys: 0,
+            },
+            &closed_state,
+            Closed {
+                keys_written: 1,
+                deleted: 0,
+                ceiling_hit: true,
+            },
+            all_three.clone(),
+            &closed_state,
+        ),
+        (
+            "without deletes only counts",
+            CloseSnapshot {
+                id: 4,
+                delete_unseen: false,
+                max_keys: 100,
+            },
+            &[],
+            Closed {
+                keys_written: 1,
+                deleted: 0,
+                ceiling_hit: false,
+            },
+            all_three.clone(),
+            &[],
+        ),
+    ];
+    for (case, close, parts, want_closed, want_rows, want_state) in cases {
+        let (fx, spec) = three_rows().await;
+        let Fixture { _dir, path, db } = fx;
+        let closed = db
+            .close_snapshot(&spec, close, &state("p", parts, &[]))
+            .await
+            .expect(case);
+        assert_eq!(closed, want_closed, "{case}");
+        assert_eq!(orders_rows(&path), want_rows, "{case}");
+        let want_state: BTreeMap<String, String> = want_state
+            .iter()
+            .map(|(part, value)| (part.to_string(), value.to_string()))
+            .collect();
+        assert_eq!(db.load_state("p").await.expect(case), want_state, "{case}");
+    }
 }
 
 #[tokio::test]
 async fn a_failed_close_snapshot_rolls_back_its_deletes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    three_rows(&db, &spec).await;
+    let (fx, spec) = three_rows().await;
+    let Fixture { _dir, path, db } = fx;
     // Writing the state fails: no state table.
     rusqlite::Connection::open(&path)
         .expect("raw open")
@@ -662,9 +607,11 @@ async fn a_failed_close_snapshot_rolls_back_its_deletes() {
 
 #[tokio::test]
 async fn the_run_lock_is_exclusive_until_every_clone_is_dropped() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let first = open(&path);
+    let Fixture {
+        _dir,
+        path,
+        db: first,
+    } = Fixture::new();
     let clone = first.clone();
     let second = open(&path);
     let lock_file = format!("{}-ddbpipe-p.lock", path.display());
@@ -737,9 +684,7 @@ async fn open_existing_creates_nothing() {
 
 #[tokio::test]
 async fn number_and_binary_keys_round_trip_exactly() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
+    let Fixture { _dir, path, db } = Fixture::new();
     let spec = spec("things", &[("n", KeyType::N), ("b", KeyType::B)]);
     db.prepare(&spec).await.expect("prepare");
     let big = "12345678901234567890123";
@@ -747,92 +692,38 @@ async fn number_and_binary_keys_round_trip_exactly() {
     let bytes = vec![0u8, 255, 1, 0, 128];
     let key = |n: &str, b: &[u8]| vec![KeyValue::N(n.to_string()), KeyValue::B(b.to_vec())];
     let rows = [
-        RowChange::Upsert {
-            key: key(big, &bytes),
-            document: "{}".to_string(),
-            snapshot: false,
-        },
-        RowChange::Upsert {
-            key: key(tiny, &[]),
-            document: "{}".to_string(),
-            snapshot: false,
-        },
+        upsert_key(key(big, &bytes), "{}", false),
+        upsert_key(key(tiny, &[]), "{}", false),
         // Another number text is another key, even when numerically equal.
-        RowChange::Upsert {
-            key: key("1E1", b"x"),
-            document: "{}".to_string(),
-            snapshot: false,
-        },
-        RowChange::Upsert {
-            key: key("10", b"x"),
-            document: "{}".to_string(),
-            snapshot: false,
-        },
+        upsert_key(key("1E1", b"x"), "{}", false),
+        upsert_key(key("10", b"x"), "{}", false),
     ];
-    db.apply(&spec, &rows, None, &no_state())
-        .await
-        .expect("apply");
+    apply(&db, &spec, &rows, None, "apply").await;
     let stored = query(
         &path,
         "SELECT n, typeof(n), b, typeof(b) FROM things ORDER BY n",
     );
-    let text = |v: &str| Value::Text(v.to_string());
-    assert_eq!(
-        stored,
-        vec![
-            vec![text(tiny), text("text"), Value::Blob(vec![]), text("blob")],
-            vec![
-                text("10"),
-                text("text"),
-                Value::Blob(b"x".to_vec()),
-                text("blob")
-            ],
-            vec![
-                text(big),
-                text("text"),
-                Value::Blob(bytes.clone()),
-                text("blob")
-            ],
-            vec![
-                text("1E1"),
-                text("text"),
-                Value::Blob(b"x".to_vec()),
-                text("blob")
-            ],
-        ]
-    );
-    db.apply(
-        &spec,
-        &[RowChange::Delete {
-            key: key(big, &bytes),
-        }],
-        None,
-        &no_state(),
-    )
-    .await
-    .expect("delete");
+    let want = [(tiny, &[][..]), ("10", b"x"), (big, &bytes), ("1E1", b"x")]
+        .map(|(n, b)| vec![text(n), text("text"), Value::Blob(b.to_vec()), text("blob")]);
+    assert_eq!(stored, want);
+    let gone = RowChange::Delete {
+        key: key(big, &bytes),
+    };
+    apply(&db, &spec, &[gone], None, "delete").await;
     assert_eq!(db.count_rows(&spec).await.expect("count"), 3);
 }
 
 #[tokio::test]
 async fn identifiers_are_quoted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
+    let Fixture { _dir, db, .. } = Fixture::new();
     let mut spec = spec(
         r#"my "odd" table; drop"#,
         &[(r#"p"k"#, KeyType::S), ("order", KeyType::S)],
     );
     spec.document_column = "select".to_string();
     db.prepare(&spec).await.expect("prepare");
-    let row = RowChange::Upsert {
-        key: vec![s("a"), s("b")],
-        document: "{}".to_string(),
-        snapshot: true,
-    };
-    db.apply(&spec, &[row], Some(1), &no_state())
-        .await
-        .expect("apply");
+    let row = upsert_key(vec![s("a"), s("b")], "{}", true);
+    apply(&db, &spec, &[row], Some(1), "apply").await;
     assert_eq!(db.count_rows(&spec).await.expect("count"), 1);
     db.prepare(&spec).await.expect("compatible");
     let closed = db
@@ -852,11 +743,8 @@ async fn identifiers_are_quoted() {
 
 #[tokio::test]
 async fn a_busy_database_is_retryable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, path, db } = fx;
     let other = rusqlite::Connection::open(&path).expect("raw open");
     other
         .execute_batch("BEGIN IMMEDIATE")
@@ -869,18 +757,20 @@ async fn a_busy_database_is_retryable() {
     assert!(err.retryable, "{}", err.message);
     assert!(err.message.contains("'orders'"), "{}", err.message);
     other.execute_batch("ROLLBACK").expect("release");
-    db.apply(&spec, &[upsert("a", "{}", false)], None, &no_state())
-        .await
-        .expect("after release");
+    apply(
+        &db,
+        &spec,
+        &[upsert("a", "{}", false)],
+        None,
+        "after release",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_on_a_multi_thread_runtime() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = db_path(&dir);
-    let db = open(&path);
-    let spec = orders();
-    db.prepare(&spec).await.expect("prepare");
+    let (fx, spec) = Fixture::with_orders().await;
+    let Fixture { _dir, db, .. } = fx;
     let tasks: Vec<_> = (0..4)
         .map(|i| {
             let db = db.clone();
