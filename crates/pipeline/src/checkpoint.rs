@@ -117,6 +117,34 @@ pub fn now_rfc3339() -> String {
 }
 
 impl Checkpointer {
+    /// A checkpointer over `store` starting from what was loaded.
+    fn new(
+        store: Store,
+        pipeline: &str,
+        identity: Identity,
+        last_completed: Option<serde_json::Value>,
+        position: ScanPosition,
+        streams: Option<StreamsPosition>,
+        flush_interval: Duration,
+    ) -> Self {
+        Checkpointer {
+            store,
+            pipeline: pipeline.to_string(),
+            identity,
+            last_completed,
+            position,
+            streams,
+            flush_interval,
+            written_at: None,
+            dirty: false,
+            cleanup: CleanupPolicy {
+                deletes: false,
+                max_keys: u64::MAX,
+            },
+            ceiling: None,
+        }
+    }
+
     /// Loads the stored entry and checks it belongs to this source; returns the checkpointer
     /// and the scan position to resume from (fresh when none is stored).
     pub async fn open_scan(
@@ -167,22 +195,15 @@ impl Checkpointer {
                 (entry.last_completed, position)
             }
         };
-        Ok(Checkpointer {
+        Ok(Checkpointer::new(
             store,
-            pipeline: pipeline.to_string(),
+            pipeline,
             identity,
             last_completed,
-            position: position.unwrap_or_else(|| ScanPosition::new(kind, total_segments)),
-            streams: None,
+            position.unwrap_or_else(|| ScanPosition::new(kind, total_segments)),
+            None,
             flush_interval,
-            written_at: None,
-            dirty: false,
-            cleanup: CleanupPolicy {
-                deletes: false,
-                max_keys: u64::MAX,
-            },
-            ceiling: None,
-        })
+        ))
     }
 
     /// Loads the stored entry of a streams pipeline and checks it belongs to this source.
@@ -234,22 +255,15 @@ impl Checkpointer {
             })?,
             None => ScanPosition::new(ScanKind::Scan, 1),
         };
-        Ok(Checkpointer {
+        Ok(Checkpointer::new(
             store,
-            pipeline: pipeline.to_string(),
+            pipeline,
             identity,
             last_completed,
             position,
             streams,
             flush_interval,
-            written_at: None,
-            dirty: false,
-            cleanup: CleanupPolicy {
-                deletes: false,
-                max_keys: u64::MAX,
-            },
-            ceiling: None,
-        })
+        ))
     }
 
     /// Sets what a snapshot's completion may delete (default: nothing).
@@ -302,11 +316,6 @@ impl Checkpointer {
     /// with `resnapshot_deletes: true`.
     pub fn deletes_unseen(&self) -> bool {
         self.cleanup.deletes && matches!(self.store, Store::Database(_))
-    }
-
-    /// Where the position is kept, for messages.
-    pub fn store_label(&self) -> String {
-        self.store.describe()
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so

@@ -86,16 +86,6 @@ impl KeyedSink {
             .map_err(|e| self.error(e.message))
     }
 
-    /// The database.
-    pub fn database(&self) -> &Database {
-        &self.db
-    }
-
-    /// The destination table.
-    pub fn table(&self) -> &TableSpec {
-        &self.table
-    }
-
     fn error(&self, message: String) -> SinkError {
         SinkError {
             sink: self.db.describe(),
