@@ -584,6 +584,37 @@ fn an_existing_table_with_other_key_columns_is_refused(target: Target) {
 mod sqlite {
     use super::*;
 
+    /// SPEC §1.3 (rules that need DescribeTable) and §7.2: a projection without a key
+    /// attribute, and a key attribute named like the document column, are config errors.
+    #[test]
+    fn keys_a_keyed_sink_cannot_store_are_config_errors() {
+        let running = Emulator::Dynoxide.start();
+        running.create_pk_table("orders", None);
+        running.put_pk("orders", "a", "1");
+        let pipeline = Pipeline::new("orders-mirror", &running.endpoint, "table_name: orders");
+        let sink = format!(
+            "sink:\n  type: sqlite\n  path: {}\n",
+            pipeline.dir.path().join("m.db").display()
+        );
+        for (source, sink, expected) in [
+            (
+                "table_name: orders\nprojection: v",
+                sink.clone(),
+                "projection must include key attribute 'pk' for the sqlite sink",
+            ),
+            (
+                "table_name: orders",
+                format!("{sink}  document_column: pk\n"),
+                "key attribute 'pk' of table 'orders' has the same name as the document column",
+            ),
+        ] {
+            pipeline.write_with_sink("orders-mirror", &running.endpoint, source, &sink);
+            let output = run(&pipeline);
+            assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+            assert!(stderr(&output).contains(expected), "{}", stderr(&output));
+        }
+    }
+
     #[test]
     fn check_state_and_reset_work_on_the_sink_database() {
         super::check_state_and_reset_work_on_the_sink_database(Target::Sqlite);

@@ -169,6 +169,23 @@ impl Destination {
             .collect()
     }
 
+    /// Runs SQL in this destination (`sqlite` or `postgres`, whichever it is).
+    async fn execute(&self, sqlite: &str, postgres: &str) {
+        match &self.admin {
+            None => rusqlite::Connection::open(self.sqlite_path())
+                .unwrap()
+                .execute_batch(sqlite)
+                .unwrap(),
+            Some(admin) => admin
+                .batch_execute(&format!(
+                    "SET search_path TO \"{}\"; {postgres}",
+                    self.schema
+                ))
+                .await
+                .unwrap(),
+        }
+    }
+
     /// The keys of the rows of `t`.
     async fn keys(&self) -> BTreeSet<String> {
         match &self.admin {
@@ -393,6 +410,45 @@ async fn no_cleanup_after_a_failed_segment(target: Target, failing: FakeTable) {
     assert!(written_before > 1, "the first run had committed batches");
 }
 
+/// SPEC §5.3: a cleanup that fails rolls back; the snapshot stays open as `complete`, and the
+/// next run retries only the cleanup — it does not scan again.
+async fn a_failed_cleanup_is_retried_by_the_next_run_without_scanning(target: Target) {
+    let destination = destination_with_a_stale_row(target).await;
+    destination
+        .execute(
+            "CREATE TRIGGER refuse BEFORE DELETE ON t BEGIN SELECT RAISE(ABORT, 'no deletes'); END;",
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'no deletes'; END $$; \
+             CREATE TRIGGER refuse BEFORE DELETE ON t FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .await;
+    let stream = stream();
+    let outcome = mirror(
+        &stream,
+        Arc::new(FakeTable::numbered(12)),
+        &destination,
+        1000,
+    )
+    .await;
+    let error = outcome.unwrap_err().to_string();
+    assert!(error.contains("no deletes"), "{error}");
+    let meta = destination.meta().await;
+    assert_eq!(meta["position"]["snapshot"]["complete"], true, "{meta}");
+    assert!(destination.keys().await.contains("stale"), "rolled back");
+
+    destination
+        .execute("DROP TRIGGER refuse;", "DROP TRIGGER refuse ON t;")
+        .await;
+    let table = Arc::new(FakeTable::numbered(12));
+    mirror(&stream, Arc::clone(&table), &destination, 1000)
+        .await
+        .unwrap();
+    assert!(table.requests().is_empty(), "no second scan");
+    let expected: BTreeSet<String> = (0..12).map(|i| format!("k{i:06}")).collect();
+    assert_eq!(destination.keys().await, expected, "the stale row is gone");
+    assert!(!destination.snapshot_open().await);
+}
+
 async fn a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing(target: Target) {
     no_cleanup_after_a_failed_segment(target, FakeTable::numbered(12).panic_on_segment(2)).await;
 }
@@ -502,6 +558,7 @@ macro_rules! on_each_target {
 }
 
 on_each_target!(
+    a_failed_cleanup_is_retried_by_the_next_run_without_scanning,
     a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing,
     a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing,
     replaying_the_same_batches_leaves_the_destination_unchanged,

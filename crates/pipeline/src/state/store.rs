@@ -338,6 +338,44 @@ mod tests {
         round_trip(entry);
     }
 
+    /// SPEC §6.5: a write carries only the parts that changed, and deletes parts that are gone.
+    #[test]
+    fn only_changed_parts_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ddbpipe_keyed::SqliteDatabase::open(&dir.path().join("s.db")).unwrap();
+        let table = TableSpec {
+            table: "t".into(),
+            schema: "main".into(),
+            key: vec![],
+            document_column: "document".into(),
+            create_table: true,
+        };
+        let mut store = DatabaseStore::new(Database::Sqlite(db), table);
+        let entry = |shards: Json| {
+            Entry::from_json(
+                &json!({"fingerprint": crate::state::identity::Identity::from_json(json!({})).fingerprint(),
+                    "identity": {}, "last_completed": null, "updated_at": "t",
+                    "position": {"finished": [], "kind": "streams", "latest_floor_ms": {},
+                        "shards": shards, "snapshot": null, "stream_arn": "arn",
+                        "verified_at": {}}}),
+                "p",
+                std::path::Path::new("s.db"),
+            )
+            .unwrap()
+        };
+        let first = entry(json!({"s1": "100000000000000000001", "s2": "100000000000000000002"}));
+        let (write, parts) = store.changes("p", Some(&first));
+        let names: Vec<&str> = write.upserts.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, ["meta", "shard:s1", "shard:s2"]);
+        store.written(parts);
+
+        let second = entry(json!({"s1": "100000000000000000009"}));
+        let (write, _) = store.changes("p", Some(&second));
+        let names: Vec<&str> = write.upserts.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, ["shard:s1"], "meta and s2 did not change");
+        assert_eq!(write.deletes, ["shard:s2"]);
+    }
+
     #[test]
     fn unknown_or_orphan_parts_are_reported() {
         let mut parts = BTreeMap::new();
