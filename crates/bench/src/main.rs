@@ -13,6 +13,7 @@
 //! Each phase checks it received exactly the table's items, or the stream's records, and fails
 //! loudly otherwise. Nothing here asserts on time: the figures are reported, not judged.
 
+mod attribute_json;
 mod ddbpipe_client;
 mod ddbpipe_streams;
 mod items;

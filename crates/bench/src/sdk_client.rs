@@ -11,14 +11,11 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Number, Value as Json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -103,47 +100,7 @@ async fn scan_segment(client: &Client, segment: u32, total: u32) -> anyhow::Resu
     }
 }
 
-/// An item as a JSON object.
-pub fn item_to_json(item: HashMap<String, AttributeValue>) -> anyhow::Result<Json> {
-    let map = item
-        .into_iter()
-        .map(|(name, value)| Ok((name, value_to_json(value)?)))
-        .collect::<anyhow::Result<Map<String, Json>>>()?;
-    Ok(Json::Object(map))
-}
-
-/// One value: S → string, N → number if it parses as `f64` (else its text), B → base64,
-/// sets → arrays, M and L recursively.
-fn value_to_json(value: AttributeValue) -> anyhow::Result<Json> {
-    Ok(match value {
-        AttributeValue::S(s) => Json::String(s),
-        AttributeValue::N(n) => number(n),
-        AttributeValue::B(b) => Json::String(STANDARD.encode(b.as_ref())),
-        AttributeValue::Bool(b) => Json::Bool(b),
-        AttributeValue::Null(_) => Json::Null,
-        AttributeValue::M(m) => item_to_json(m)?,
-        AttributeValue::L(l) => Json::Array(
-            l.into_iter()
-                .map(value_to_json)
-                .collect::<anyhow::Result<_>>()?,
-        ),
-        AttributeValue::Ss(ss) => Json::Array(ss.into_iter().map(Json::String).collect()),
-        AttributeValue::Ns(ns) => Json::Array(ns.into_iter().map(number).collect()),
-        AttributeValue::Bs(bs) => Json::Array(
-            bs.into_iter()
-                .map(|b| Json::String(STANDARD.encode(b.as_ref())))
-                .collect(),
-        ),
-        other => bail!("unknown attribute value {other:?}"),
-    })
-}
-
-fn number(text: String) -> Json {
-    match text.parse::<f64>().ok().and_then(Number::from_f64) {
-        Some(number) => Json::Number(number),
-        None => Json::String(text),
-    }
-}
+crate::attribute_json::attribute_json!(AttributeValue);
 
 #[cfg(test)]
 mod tests {

@@ -14,14 +14,12 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Number, Value as Json, json};
+use serde_json::{Value as Json, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -181,46 +179,7 @@ pub fn envelope(record: Record, shard: &str) -> anyhow::Result<Json> {
     }))
 }
 
-/// An image as a JSON object.
-fn item_to_json(item: HashMap<String, AttributeValue>) -> anyhow::Result<Json> {
-    let map = item
-        .into_iter()
-        .map(|(name, value)| Ok((name, value_to_json(value)?)))
-        .collect::<anyhow::Result<Map<String, Json>>>()?;
-    Ok(Json::Object(map))
-}
-
-/// One value, converted as the scan baseline converts it (`crate::sdk_client`).
-fn value_to_json(value: AttributeValue) -> anyhow::Result<Json> {
-    Ok(match value {
-        AttributeValue::S(s) => Json::String(s),
-        AttributeValue::N(n) => number(n),
-        AttributeValue::B(b) => Json::String(STANDARD.encode(b.as_ref())),
-        AttributeValue::Bool(b) => Json::Bool(b),
-        AttributeValue::Null(_) => Json::Null,
-        AttributeValue::M(m) => item_to_json(m)?,
-        AttributeValue::L(l) => Json::Array(
-            l.into_iter()
-                .map(value_to_json)
-                .collect::<anyhow::Result<_>>()?,
-        ),
-        AttributeValue::Ss(ss) => Json::Array(ss.into_iter().map(Json::String).collect()),
-        AttributeValue::Ns(ns) => Json::Array(ns.into_iter().map(number).collect()),
-        AttributeValue::Bs(bs) => Json::Array(
-            bs.into_iter()
-                .map(|b| Json::String(STANDARD.encode(b.as_ref())))
-                .collect(),
-        ),
-        other => bail!("unknown attribute value {other:?}"),
-    })
-}
-
-fn number(text: String) -> Json {
-    match text.parse::<f64>().ok().and_then(Number::from_f64) {
-        Some(number) => Json::Number(number),
-        None => Json::String(text),
-    }
-}
+crate::attribute_json::attribute_json!(AttributeValue);
 
 #[cfg(test)]
 mod tests {
