@@ -12,6 +12,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+// Shared with `faults.rs`; only its answer builders and its binary runner are used here.
+#[allow(dead_code)]
+mod fake_dynamodb;
 
 use std::time::Duration;
 
@@ -234,30 +237,20 @@ on_both_emulators!(
 
 /// `lag` and `check` against a scripted DynamoDB + Streams endpoint (wiremock).
 mod scripted {
-    use std::process::Stdio;
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     use serde_json::{Value, json};
     use wiremock::matchers::{body_partial_json, header, method};
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
-    const AMZ_JSON: &str = "application/x-amz-json-1.0";
+    use crate::fake_dynamodb::{ok, throttle};
+
     const ARN: &str =
         "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000";
-    /// A safety net against a hung binary, not an assertion on time.
-    const PROCESS_LIMIT: Duration = Duration::from_secs(120);
 
-    fn ok(body: Value) -> ResponseTemplate {
-        ResponseTemplate::new(200).set_body_raw(body.to_string(), AMZ_JSON)
-    }
-
+    /// An AWS error answer (400).
     fn aws_error(code: &str, message: &str) -> ResponseTemplate {
-        let body = json!({"__type": format!("com.amazonaws.dynamodb.v20120810#{code}"), "message": message});
-        ResponseTemplate::new(400).set_body_raw(body.to_string(), AMZ_JSON)
-    }
-
-    fn throttle() -> ResponseTemplate {
-        aws_error("ProvisionedThroughputExceededException", "Slow down.")
+        crate::fake_dynamodb::aws_error(400, code, message)
     }
 
     fn target(operation: &str) -> String {
@@ -403,28 +396,11 @@ mod scripted {
                 self.dir.path().join("state.json").display(),
             );
             std::fs::write(&config, yaml).unwrap();
-            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-                .args(args)
-                .arg(&config)
-                .env_clear()
-                .env("AWS_EC2_METADATA_DISABLED", "true")
-                .env("AWS_CONFIG_FILE", "/nonexistent/ddbpipe-test/config")
-                .env(
-                    "AWS_SHARED_CREDENTIALS_FILE",
-                    "/nonexistent/ddbpipe-test/credentials",
-                )
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output();
-            let output = tokio::time::timeout(PROCESS_LIMIT, child)
-                .await
-                .unwrap_or_else(|_| panic!("ddbpipe {args:?} did not finish"))
-                .unwrap();
-            (
-                output.status.code(),
-                String::from_utf8_lossy(&output.stdout).into_owned(),
-                String::from_utf8_lossy(&output.stderr).into_owned(),
-            )
+            let mut args = args.to_vec();
+            let config = config.display().to_string();
+            args.push(&config);
+            let outcome = crate::fake_dynamodb::ddbpipe(&args).await;
+            (outcome.code, outcome.stdout, outcome.stderr)
         }
 
         async fn lag_json(&self, extra: &[&str]) -> (Option<i32>, Value) {
