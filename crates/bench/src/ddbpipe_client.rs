@@ -14,7 +14,7 @@ use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, run_scan};
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
-use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
 use ddbpipe_source::api::Render;
@@ -74,7 +74,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let checkpointer = Checkpointer::open_scan(
         Store::File(state),
         PIPELINE,
-        Identity::of(&source),
+        Identity::of(&source, &Location::default(), None),
         ScanKind::Scan,
         settings.segments,
         FLUSH_INTERVAL,

@@ -23,7 +23,7 @@ use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
-use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
@@ -76,7 +76,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let checkpointer = Checkpointer::open_streams(
         Store::File(state),
         PIPELINE,
-        Identity::of(&source),
+        Identity::of(&source, &Location::default(), None),
         FLUSH_INTERVAL,
     )
     .await?;

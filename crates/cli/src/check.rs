@@ -4,12 +4,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::identity::Location;
+use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
 use ddbpipe_source::api::{StreamsApi, TableDescription};
 use ddbpipe_source::aws;
-use ddbpipe_source::config::Mode;
+use ddbpipe_source::config::{Mode, OnGap};
 use ddbpipe_source::retry::{Cancel, NoObserver};
+use ddbpipe_source::streams::gaps;
 use serde_json::json;
 
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
@@ -76,17 +78,28 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             format!("{detail}; {}", config.warnings.join("; ")),
         );
     }
-    let table = probe_table(&config, timeout, &mut probes).await;
-    if mode.reads_stream() {
-        probe_stream(&config, table.as_ref(), timeout, &mut probes).await;
-    }
+    let (table, location) = probe_table(&config, timeout, &mut probes).await;
+    let stream = if mode.reads_stream() {
+        probe_stream(&config, table.as_ref(), timeout, &mut probes).await
+    } else {
+        None
+    };
+    let stream = stream.as_deref();
     match &config.sink {
         SinkConfig::Jsonl(jsonl) => {
             probe_jsonl(jsonl, &mut probes);
-            probe_state(&config, &mut probes);
+            probe_state(&config, &location, stream, &mut probes);
         }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
-            probe_keyed(&config, table.as_ref(), timeout, &mut probes).await;
+            probe_keyed(
+                &config,
+                table.as_ref(),
+                &location,
+                stream,
+                timeout,
+                &mut probes,
+            )
+            .await;
         }
     }
 
@@ -105,13 +118,15 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
 }
 
+/// `describe_table`, `key_schema`, `index`, `read_capacity`; the table (when described) and
+/// where it lives.
 async fn probe_table(
     config: &PipelineConfig,
     timeout: Duration,
     probes: &mut Probes,
-) -> Option<TableDescription> {
+) -> (Option<TableDescription>, Location) {
     let source = &config.source;
-    let api = wiring::table_api(source).await;
+    let (api, mut location) = wiring::table_api(source).await;
     let described =
         tokio::time::timeout(timeout, wiring::describe(&api, source, &Cancel::never())).await;
     let table = match described {
@@ -123,7 +138,7 @@ async fn probe_table(
                 .map(|h| format!(" ({h})"))
                 .unwrap_or_default();
             probes.add("describe_table", Status::Fail, format!("{failure}{hint}"));
-            return None;
+            return (None, location);
         }
         Err(_) => {
             probes.add(
@@ -131,9 +146,10 @@ async fn probe_table(
                 Status::Fail,
                 format!("no answer within {} s", timeout.as_secs()),
             );
-            return None;
+            return (None, location);
         }
     };
+    location.learn(&table);
     let rcu = table
         .read_capacity_units
         .filter(|r| *r > 0)
@@ -178,22 +194,21 @@ async fn probe_table(
         Ok(None) => probes.add("read_capacity", Status::Pass, "unlimited"),
         Err(problem) => probes.add("read_capacity", Status::Fail, problem),
     }
-    Some(table)
+    (Some(table), location)
 }
 
 /// Streams and mirror (SPEC §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
 /// Skipped when `describe_table` failed (that ends the source probes). Only the first
-/// `DescribeStream` page is read, and no shard iterator is opened.
+/// `DescribeStream` page is read, and no shard iterator is opened. Returns the stream's ARN
+/// when it resolved.
 async fn probe_stream(
     config: &PipelineConfig,
     table: Option<&TableDescription>,
     timeout: Duration,
     probes: &mut Probes,
-) {
+) -> Option<String> {
     // `describe_table` failed: that ends the source probes.
-    let Some(table) = table else {
-        return;
-    };
+    let table = table?;
     let source = &config.source;
     let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
     let cancel = Cancel::never();
@@ -203,7 +218,7 @@ async fn probe_stream(
         Ok(stream) => stream,
         Err(failure) => {
             probes.add("stream", Status::Fail, with_hint(&failure));
-            return;
+            return None;
         }
     };
     let origin = if source.stream_arn.is_some() {
@@ -255,6 +270,7 @@ async fn probe_stream(
         }
         Err(problem) => probes.add("describe_stream", Status::Fail, problem),
     }
+    Some(stream.arn)
 }
 
 /// The `stream_view_type` probe (SPEC §4.2): keyed sinks and mirror mode need new images;
@@ -346,12 +362,17 @@ fn writable(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("directory {} is not writable: {e}", dir.display()))
 }
 
-fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
+fn probe_state(
+    config: &PipelineConfig,
+    location: &Location,
+    stream: Option<&str>,
+    probes: &mut Probes,
+) {
     let file = StateFile::new(&config.state.path);
     let where_ = config.state.path.display();
     let (mut status, mut detail) = match file.load(&config.name) {
         Err(error) => (Status::Fail, error.to_string()),
-        Ok(entry) => state_verdict(config, &where_.to_string(), entry),
+        Ok(entry) => state_verdict(config, location, stream, &where_.to_string(), entry),
     };
     if file.is_locked() && status == Status::Pass {
         status = Status::Warn;
@@ -369,6 +390,8 @@ fn probe_state(config: &PipelineConfig, probes: &mut Probes) {
 async fn probe_keyed(
     config: &PipelineConfig,
     table: Option<&TableDescription>,
+    location: &Location,
+    stream: Option<&str>,
     timeout: Duration,
     probes: &mut Probes,
 ) {
@@ -439,7 +462,7 @@ async fn probe_keyed(
     let where_ = store.describe();
     let (mut status, mut detail) = match store.load(&config.name).await {
         Err(error) => (Status::Fail, error.to_string()),
-        Ok(entry) => state_verdict(config, &where_, entry),
+        Ok(entry) => state_verdict(config, location, stream, &where_, entry),
     };
     if let Ok(Some(holder)) = db.lock_holder(&config.name).await
         && status == Status::Pass
@@ -455,23 +478,54 @@ async fn probe_keyed(
 }
 
 /// Whether a stored entry suits this source.
-fn state_verdict(config: &PipelineConfig, where_: &str, entry: Option<Entry>) -> (Status, String) {
+fn state_verdict(
+    config: &PipelineConfig,
+    location: &Location,
+    stream: Option<&str>,
+    where_: &str,
+    entry: Option<Entry>,
+) -> (Status, String) {
     let Some(entry) = entry else {
         return (Status::Pass, format!("{where_}: no stored position"));
     };
-    let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
-    match (&entry.position, changes.is_empty()) {
-        (None, _) => (Status::Pass, format!("{where_}: no position in progress")),
-        (Some(_), true) => (
-            Status::Pass,
-            format!("{where_}: position matches the source"),
-        ),
-        (Some(_), false) => (
+    let Some(position) = &entry.position else {
+        return (Status::Pass, format!("{where_}: no position in progress"));
+    };
+    let changes = wiring::identity(config, location).changes_for(&entry.identity, position);
+    if !changes.is_empty() {
+        return (
             Status::Fail,
             format!(
                 "{where_}: the stored position was made with a different source: {}",
                 changes.join("; ")
             ),
+        );
+    }
+    // The run's first gap layer: a position of a stream the table no longer has.
+    let recreated = match (position, stream) {
+        (Position::Streams(streams), Some(current)) => {
+            gaps::recreated(streams, current, &config.source.table_name)
+        }
+        _ => None,
+    };
+    match recreated {
+        None => (
+            Status::Pass,
+            format!("{where_}: position matches the source"),
         ),
+        Some(reason) => {
+            let on_gap = config.source.on_gap;
+            let status = match on_gap {
+                OnGap::Fail => Status::Fail,
+                _ => Status::Warn,
+            };
+            (
+                status,
+                format!(
+                    "{where_}: {reason}; the run applies on_gap: {}",
+                    on_gap.as_str()
+                ),
+            )
+        }
     }
 }

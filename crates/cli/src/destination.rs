@@ -9,6 +9,7 @@ use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::sinks::AnySink;
 use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
+use ddbpipe_pipeline::state::identity::KeyedOutput;
 use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
 use ddbpipe_source::api::{self, TableDescription};
 
@@ -248,6 +249,18 @@ pub fn table_spec(
 }
 
 /// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
+/// Where a keyed sink writes the records, for the position's identity; `None` for jsonl.
+pub fn keyed_output(config: &PipelineConfig) -> Option<KeyedOutput> {
+    let keyed = config.sink.keyed()?;
+    Some(KeyedOutput {
+        table: keyed
+            .table
+            .clone()
+            .unwrap_or_else(|| table_name_of(&config.source.table_name)),
+        document_column: keyed.document_column.clone(),
+    })
+}
+
 fn table_name_of(table: &str) -> String {
     match table.rsplit_once(":table/") {
         Some((_, name)) => name.to_string(),

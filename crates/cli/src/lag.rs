@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_source::api::{RecordsPage, ShardDescription, StartAt, StreamsApi};
 use ddbpipe_source::aws;
 use ddbpipe_source::clock::unix_now_ms;
@@ -40,10 +40,10 @@ use ddbpipe_source::error::{ApiError, ErrorClass, ReadError};
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
-use ddbpipe_source::streams::engine;
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::shard_reader::{MAX_YIELD, READ_SPACING};
 use ddbpipe_source::streams::start::{FLOOR_MARGIN_MS, ShardStart, start_for};
+use ddbpipe_source::streams::{engine, gaps};
 use serde_json::{Value as Json, json};
 use tokio::task::JoinSet;
 
@@ -215,10 +215,12 @@ pub async fn lag(
             source.mode
         )));
     }
-    let stored = stored_position(&config, config_path).await?;
+    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
+    let location = wiring::location(&sdk, source);
+    let stored = stored_position(&config, config_path, &location).await?;
     let report = match snapshot_phase(source.mode, stored.as_ref()) {
         Some(report) => report,
-        None => match probe(&config, stored.as_ref()).await {
+        None => match probe(&config, &sdk, stored.as_ref()).await {
             Ok(report) => report,
             // Without the stream there is nothing to probe: text mode reports it as the
             // command's error, with its remedy; JSON mode keeps stdout machine-readable.
@@ -242,6 +244,7 @@ pub async fn lag(
 async fn stored_position(
     config: &PipelineConfig,
     config_path: &Path,
+    location: &Location,
 ) -> Result<Option<StreamsPosition>, Failure> {
     let Some(store) = destination::read_store(config).await? else {
         return Ok(None);
@@ -249,7 +252,7 @@ async fn stored_position(
     let checkpointer = Checkpointer::open_streams(
         store,
         &config.name,
-        Identity::of(&config.source),
+        wiring::identity(config, location),
         Duration::ZERO,
     )
     .await
@@ -308,17 +311,25 @@ fn snapshot_progress(record: &Json) -> String {
 }
 
 /// Resolves the stream, discovers it and probes every unfinished shard. `Err` only when the
-/// stream itself cannot be reached; shard failures are in the report.
+/// stream itself cannot be reached; shard failures are in the report. A position of another
+/// stream (the table was re-created) has no lag to measure: the value is unknown, with the
+/// reason the next run gives.
 async fn probe(
     config: &PipelineConfig,
+    sdk: &aws::SdkSettings,
     stored: Option<&StreamsPosition>,
 ) -> Result<LagReport, Failure> {
     let source = &config.source;
-    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
     let cancel = Cancel::never();
-    let stream = resolve_stream(&aws::table_api(&sdk), source, &cancel).await?;
+    let stream = resolve_stream(&aws::table_api(sdk), source, &cancel).await?;
+    if let Some(reason) = stored.and_then(|s| gaps::recreated(s, &stream.arn, &source.table_name)) {
+        return Ok(LagReport::unknown(format!(
+            "{reason}: the stored position cannot be resumed; the next run applies on_gap ({})",
+            source.on_gap.as_str()
+        )));
+    }
     let retry = retry_policy(source);
-    let api = Arc::new(aws::streams_api(&sdk));
+    let api = Arc::new(aws::streams_api(sdk));
     let discovery = engine::discover(api.as_ref(), &stream.arn, &retry, &cancel)
         .await
         .map_err(Failure::runtime)?;

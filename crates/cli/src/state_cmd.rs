@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::state::StateFile;
-use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
+use ddbpipe_source::aws;
 use serde_json::json;
 
 use crate::config::PipelineConfig;
@@ -37,7 +37,13 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         }
         return Ok(Exit::Ok);
     };
-    let changes = Identity::of(&config.source).changes_from(&entry.identity, true);
+    let sdk = aws::load_sdk_config(&wiring::client_settings(&config.source)).await;
+    let location = wiring::location(&sdk, &config.source);
+    let identity = wiring::identity(&config, &location);
+    let changes = match &entry.position {
+        Some(position) => identity.changes_for(&entry.identity, position),
+        None => identity.changes_from(&entry.identity, true),
+    };
     let status = if entry.position.is_none() {
         "none"
     } else if changes.is_empty() {

@@ -8,7 +8,6 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sinks::keyed::Records;
-use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
@@ -157,13 +156,17 @@ pub async fn run(
     if let Some(warning) = view_warning(stream.view_type.as_deref()) {
         tracing::warn!("{warning}.");
     }
+    let mut location = wiring::location(&sdk, source);
+    if let Some(table) = &table {
+        location.learn(table);
+    }
     let destination =
         destination::open(config, config_path, table.as_ref(), Records::Envelopes).await?;
     let mut sink = destination.sink;
     let mut checkpointer = Checkpointer::open_streams(
         destination.store,
         &config.name,
-        Identity::of(source),
+        wiring::identity(config, &location),
         Duration::from_millis(config.state.flush_interval_ms),
     )
     .await

@@ -11,7 +11,7 @@ use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings};
 use ddbpipe_pipeline::sinks::keyed::Records;
 use ddbpipe_pipeline::state::StateError;
-use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_source::api::{IndexKind, Render, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
@@ -64,10 +64,37 @@ pub fn client_settings(source: &SourceConfig) -> ClientSettings {
     }
 }
 
-/// Builds the table API (no network I/O).
-pub async fn table_api(source: &SourceConfig) -> AwsTableApi {
+/// Builds the table API (no network I/O) and says where it reads.
+pub async fn table_api(source: &SourceConfig) -> (AwsTableApi, Location) {
     let sdk = aws::load_sdk_config(&client_settings(source)).await;
-    aws::table_api(&sdk)
+    (aws::table_api(&sdk), location(&sdk, source))
+}
+
+/// Where the clients built from `sdk` read: its region and endpoint, and the account when the
+/// configured table name or stream ARN names one. [`Location::learn`] adds what a
+/// `DescribeTable` answer says.
+pub fn location(sdk: &aws::SdkSettings, source: &SourceConfig) -> Location {
+    let account = [
+        Some(source.table_name.as_str()),
+        source.stream_arn.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(Location::account_of);
+    Location {
+        region: sdk.region().map(|r| r.as_ref().to_string()),
+        endpoint_url: sdk.endpoint_url().map(str::to_string),
+        account,
+    }
+}
+
+/// The identity of this pipeline's position (SPEC-level rules in `state::identity`).
+pub fn identity(config: &PipelineConfig, location: &Location) -> Identity {
+    Identity::of(
+        &config.source,
+        location,
+        destination::keyed_output(config).as_ref(),
+    )
 }
 
 /// `DescribeTable`, retried by the one policy. `None` when the response held no table.
@@ -270,8 +297,10 @@ async fn run_instrumented(
         }
     };
 
-    let api = Arc::new(table_api(source).await);
+    let (api, mut location) = table_api(source).await;
+    let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
+    location.learn(&table);
     let destination = destination::open(&config, config_path, Some(&table), Records::Items).await?;
     let mut sink = destination.sink;
     let total_segments = if kind == ScanKind::Query {
@@ -282,7 +311,7 @@ async fn run_instrumented(
     let mut checkpointer = Checkpointer::open_scan(
         destination.store,
         &config.name,
-        Identity::of(source),
+        identity(&config, &location),
         kind,
         total_segments,
         Duration::from_millis(config.state.flush_interval_ms),

@@ -280,9 +280,93 @@ fn every_value_kind_comes_out_as_specified_in_plain_and_typed(emulator: Emulator
     );
 }
 
+/// Issue 9 items 1 and 8: a stored scan position belongs to one table in one place, read into
+/// one shape. Resuming it in another region (where a table of the same name exists), in
+/// another account, or with another value format or projection would write a wrong or mixed
+/// output: each is refused naming the field, and the state is left as it was.
+fn a_resume_against_another_table_or_in_another_shape_is_refused_naming_the_field(
+    emulator: Emulator,
+) {
+    let running = emulator.start();
+    seed_501(&running, "items");
+    // moto keeps regions apart: the same table name exists in us-west-2 too. dynoxide has one
+    // region; the refusal must not depend on it. (The account comes from the table's ARN;
+    // neither emulator serves two accounts, so that rule is tested on `Identity` itself.)
+    if emulator == Emulator::Moto {
+        let client = common::client_in(&running.endpoint, "us-west-2", "testing");
+        common::create_table_on(&client, "items", ("pk", ScalarAttributeType::S), None);
+    }
+    let slow = "table_name: items\nsegments: 4\nmax_concurrency: 2\npage_limit: 10\nbatch_size: 10\nmax_read_units_per_second: 1";
+    let pipeline = Pipeline::new("items-export", &running.endpoint, slow);
+    let mut child = common::spawn_run(&pipeline.config);
+    let committed = common::wait_for(std::time::Duration::from_secs(60), || {
+        pipeline
+            .entry("items-export")
+            .is_some_and(|e| !e["position"].is_null())
+    });
+    assert!(committed, "the first run committed a position");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stored = std::fs::read_to_string(&pipeline.state).unwrap();
+    assert!(stored.contains(r#""region":"us-east-1""#), "{stored}");
+
+    let original = std::fs::read_to_string(&pipeline.config).unwrap();
+    let changes = [
+        (
+            "region: us-east-1",
+            "region: us-west-2",
+            r#"region changed from "us-east-1" to "us-west-2""#,
+        ),
+        (
+            "segments: 4",
+            "segments: 4\n  value_format: typed",
+            r#"value_format changed from "plain" to "typed""#,
+        ),
+        (
+            "segments: 4",
+            "segments: 4\n  projection: pk",
+            r#"projection changed from null to "pk""#,
+        ),
+    ];
+    for (from, to, expected) in changes {
+        std::fs::write(&pipeline.config, original.replace(from, to)).unwrap();
+        let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{to}: {err}");
+        assert!(
+            err.contains(expected),
+            "{to}: expected '{expected}' in {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&pipeline.state).unwrap(),
+            stored,
+            "{to}: the refused run left the state as it was"
+        );
+    }
+
+    std::fs::write(
+        &pipeline.config,
+        original.replace("\n  max_read_units_per_second: 1", ""),
+    )
+    .unwrap();
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let keys: BTreeSet<String> = pipeline
+        .records()
+        .iter()
+        .map(|r| r["pk"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys.len(),
+        501,
+        "the unchanged pipeline resumes and completes"
+    );
+}
+
 on_both_emulators!(
     parallel_scan_writes_every_item_once,
     a_scan_killed_after_its_first_commit_resumes_without_losing_items,
     a_query_reads_one_partition_backwards_with_filter_and_projection,
     every_value_kind_comes_out_as_specified_in_plain_and_typed,
+    a_resume_against_another_table_or_in_another_shape_is_refused_naming_the_field,
 );

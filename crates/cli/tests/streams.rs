@@ -274,6 +274,30 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
         state_before,
         "state unchanged"
     );
+    // Issue 9 item 6: `lag` and `check` see the re-created stream as the run does.
+    let output = pipeline.ddbpipe(&["lag", "--json", "--max-lag-seconds", "5"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    assert_eq!(report["lag_seconds"], Value::Null, "{report}");
+    let why = report["error"].as_str().unwrap_or_default();
+    assert!(why.contains("the position belongs to stream"), "{report}");
+    let output = pipeline.ddbpipe(&["check", "--json"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    let state = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "state")
+        .unwrap();
+    assert_eq!(state["status"], "FAIL", "{report}");
+    let detail = state["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("the position belongs to stream"),
+        "{detail}"
+    );
+    assert!(detail.contains("on_gap: fail"), "{detail}");
+    assert_eq!(std::fs::read(&pipeline.state).unwrap(), state_before);
 
     pipeline.write(
         "orders-cdc",
@@ -327,8 +351,58 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     assert_ne!(entry["position"]["stream_arn"], old_arn);
 }
 
+/// Issue 9 item 5: `stream_arn` set to the stream the stored position already reads (the
+/// remedy the disabled-stream error names) is not a change of source; another ARN is.
+fn setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let arn = pipeline.entry("orders-cdc").unwrap()["position"]["stream_arn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    running.put_pk("orders", "b", "1");
+    pipeline.write(
+        "orders-cdc",
+        &running.endpoint,
+        &format!("{STREAMS}\nstream_arn: \"{arn}\""),
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let records = pipeline.records();
+    assert_eq!(records.len(), 2, "the rerun emits exactly the new change");
+    assert_eq!(records[1]["key"], json!({"pk": "b"}));
+
+    // Back to the table's stream (the same one): not a change either.
+    running.put_pk("orders", "c", "1");
+    pipeline.write("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(pipeline.records().len(), 3);
+
+    // Another stream is a change of source, refused before anything is read.
+    let other = format!("{arn}-other");
+    pipeline.write(
+        "orders-cdc",
+        &running.endpoint,
+        &format!("{STREAMS}\nstream_arn: \"{other}\""),
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("stream_arn changed from"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 on_both_emulators!(
     a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture,
+    setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change,
     a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,

@@ -160,7 +160,7 @@ impl Checkpointer {
             None => (None, None),
             Some(entry) => {
                 if let Some(position) = &entry.position {
-                    let changes = identity.changes_from(&entry.identity, true);
+                    let changes = identity.changes_for(&entry.identity, position);
                     if !changes.is_empty() {
                         return Err(StartError::IdentityChanged {
                             pipeline: pipeline.to_string(),
@@ -220,18 +220,17 @@ impl Checkpointer {
             None => (None, None),
             Some(entry) => match entry.position {
                 None => (entry.last_completed, None),
-                Some(Position::Streams(position)) => {
-                    let changes =
-                        identity.changes_from(&entry.identity, position.snapshot.is_some());
+                Some(ref stored @ Position::Streams(ref position)) => {
+                    let changes = identity.changes_for(&entry.identity, stored);
                     if !changes.is_empty() {
                         return Err(StartError::IdentityChanged {
                             pipeline: pipeline.to_string(),
                             changes: changes.join("; "),
                         });
                     }
-                    (entry.last_completed, Some(position))
+                    (entry.last_completed, Some(position.clone()))
                 }
-                Some(Position::Scan(scan)) => {
+                Some(Position::Scan(ref scan)) => {
                     return Err(StartError::WrongKind {
                         pipeline: pipeline.to_string(),
                         stored: match scan.kind {

@@ -224,6 +224,8 @@ pub struct StreamInfo {
 pub struct TableDescription {
     /// Table name.
     pub name: String,
+    /// `TableArn` (`arn:aws:dynamodb:<region>:<account>:table/<name>`), when reported.
+    pub arn: Option<String>,
     /// `TableStatus`, e.g. `ACTIVE`.
     pub status: Option<String>,
     /// `ItemCount` (approximate, refreshed about every six hours).

@@ -41,6 +41,7 @@ impl FakeTable {
             units_per_page: Some(1.0),
             description: Some(TableDescription {
                 name: "t".into(),
+                arn: None,
                 status: Some("ACTIVE".into()),
                 item_count: Some(n as i64),
                 size_bytes: None,

@@ -112,12 +112,21 @@ impl Emulator {
 
 /// A seeding client for the emulator (static test credentials).
 pub fn client(endpoint: &str) -> Client {
+    client_in(endpoint, "us-east-1", "testing")
+}
+
+/// A seeding client in `region` with access key id `key` (moto keeps regions apart).
+pub fn client_in(endpoint: &str, region: &str, key: &str) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .region(aws_sdk_dynamodb::config::Region::new(region.to_string()))
         .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "testing", "testing", None, None, "test",
+            key.to_string(),
+            "testing",
+            None,
+            None,
+            "test",
         ))
         .build();
     Client::from_conf(config)
@@ -131,31 +140,7 @@ impl Running {
         hash: (&str, ScalarAttributeType),
         range: Option<(&str, ScalarAttributeType)>,
     ) {
-        let mut request = self
-            .client
-            .create_table()
-            .table_name(name)
-            .billing_mode(BillingMode::PayPerRequest);
-        for (key, kind) in
-            std::iter::once((hash, KeyType::Hash)).chain(range.map(|r| (r, KeyType::Range)))
-        {
-            request = request
-                .attribute_definitions(
-                    AttributeDefinition::builder()
-                        .attribute_name(key.0)
-                        .attribute_type(key.1)
-                        .build()
-                        .expect("attribute definition"),
-                )
-                .key_schema(
-                    KeySchemaElement::builder()
-                        .attribute_name(key.0)
-                        .key_type(kind)
-                        .build()
-                        .expect("key schema element"),
-                );
-        }
-        rt().block_on(request.send()).expect("CreateTable");
+        create_table_on(&self.client, name, hash, range);
     }
 
     /// Creates `name` with hash key `pk` (S), on demand, with a stream of `view` when given.
@@ -232,6 +217,39 @@ impl Running {
             }
         }
     }
+}
+
+/// Creates a table with a hash key (and optional range key), on demand, through `client`.
+pub fn create_table_on(
+    client: &Client,
+    name: &str,
+    hash: (&str, ScalarAttributeType),
+    range: Option<(&str, ScalarAttributeType)>,
+) {
+    let mut request = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest);
+    for (key, kind) in
+        std::iter::once((hash, KeyType::Hash)).chain(range.map(|r| (r, KeyType::Range)))
+    {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(key.0)
+                    .attribute_type(key.1)
+                    .build()
+                    .expect("attribute definition"),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(key.0)
+                    .key_type(kind)
+                    .build()
+                    .expect("key schema element"),
+            );
+    }
+    rt().block_on(request.send()).expect("CreateTable");
 }
 
 /// `S` attribute.

@@ -1,10 +1,31 @@
-//! What a stored position depends on, and its fingerprint (SPEC §6.2).
+//! What a stored position depends on, and its fingerprint (`docs/state.md`, "Identity").
 //!
 //! A position is only valid for the source that made it: resuming a scan cursor under another
-//! filter, index or segment count would silently read the wrong items. So a stored position
-//! carries the identity of its source, and a run whose identity differs stops with the fields
-//! that changed.
+//! filter, index or segment count would silently read the wrong items, and resuming it against
+//! a table of the same name in another region or account would silently skip the items the
+//! cursor had not reached there. So a stored position carries the identity of its source, and
+//! a run whose identity differs stops with the fields that changed.
+//!
+//! # Rules
+//! 1. The identity holds what the position depends on — the table and its query (name, mode,
+//!    index, key condition, filter, expression names and values, direction, segments, stream
+//!    ARN) — where the table lives (region, endpoint, account), and what the records look like
+//!    (value format, projection, and for keyed sinks the destination table and document
+//!    column). Changing any of them changes what a resumed run would produce.
+//! 2. A field is compared only when both sides hold it. A stored identity written by an earlier
+//!    ddbpipe lacks the fields added since (they are recorded from the next write on); a
+//!    command that could not learn a field leaves it out (the account is known only from a
+//!    table or stream ARN).
+//! 3. `segments` counts only when the position has segment state (a scan, or an open
+//!    snapshot); a finished scan may be resumed with another segment count.
+//! 4. `stream_arn` is not a change when the configured value, before or after, is the stream
+//!    the stored position reads: setting it to drain that stream (the remedy for a disabled
+//!    stream), or removing it again, keeps reading the same shards. Whether the table's
+//!    current stream is still that one is start-up gap detection's question (layer 1), not
+//!    the identity's.
 
+use crate::state::position::Position;
+use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::config::{Mode, SourceConfig};
 use serde_json::{Map, Value as Json, json};
 use sha2::{Digest, Sha256};
@@ -13,9 +34,71 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity(Json);
 
+/// Where the table lives, as far as the command learned it (rule 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    /// The region the clients use (resolved by `aws-config`); `None` = no region.
+    pub region: Option<String>,
+    /// The endpoint override in use; `None` = the AWS endpoint of the region.
+    pub endpoint_url: Option<String>,
+    /// The account that owns the table, from its ARN; `None` = not learned (rule 2).
+    pub account: Option<String>,
+}
+
+impl Location {
+    /// Adds the account of a described table, when its ARN names one.
+    pub fn learn(&mut self, table: &TableDescription) {
+        if let Some(account) = table.arn.as_deref().and_then(Self::account_of) {
+            self.account = Some(account);
+        }
+    }
+
+    /// The account in an ARN (`arn:aws:dynamodb:<region>:<account>:table/…`), if it has one.
+    pub fn account_of(arn: &str) -> Option<String> {
+        let mut parts = arn.splitn(6, ':');
+        let (Some("arn"), Some(_), Some(_), Some(_), Some(account)) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        (!account.is_empty()).then(|| account.to_string())
+    }
+}
+
+/// Where a keyed sink writes the records (rule 1); `None` for the jsonl sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedOutput {
+    /// The destination table.
+    pub table: String,
+    /// The column holding the item document.
+    pub document_column: String,
+}
+
 impl Identity {
-    /// The identity of a configured source.
-    pub fn of(source: &SourceConfig) -> Self {
+    /// The identity of a configured source at `location`, written to `keyed` (rule 1).
+    pub fn of(source: &SourceConfig, location: &Location, keyed: Option<&KeyedOutput>) -> Self {
+        let mut identity = Self::of_source(source);
+        let Json::Object(fields) = &mut identity.0 else {
+            unreachable!("the source identity is an object")
+        };
+        fields.insert("region".into(), json!(location.region));
+        fields.insert("endpoint_url".into(), json!(location.endpoint_url));
+        if let Some(account) = &location.account {
+            fields.insert("account".into(), json!(account));
+        }
+        if let Some(keyed) = keyed {
+            fields.insert("sink_table".into(), json!(keyed.table));
+            fields.insert("document_column".into(), json!(keyed.document_column));
+        }
+        identity
+    }
+
+    /// The fields of the source configuration alone.
+    fn of_source(source: &SourceConfig) -> Self {
         let values: Map<String, Json> = source
             .merged_expression_values()
             .iter()
@@ -38,6 +121,7 @@ impl Identity {
             "scan_index_forward": (source.mode == Mode::Query).then_some(source.scan_index_forward),
             "segments": source.segments,
             "stream_arn": source.stream_arn,
+            "value_format": source.value_format.as_str(),
         }))
     }
 
@@ -58,8 +142,37 @@ impl Identity {
         format!("sha256:{hex}")
     }
 
-    /// The fields that differ from `stored`, as "<field> changed from <old> to <new>".
-    /// `segments` counts only when `compare_segments` (the position has segment state).
+    /// Why `position`, stored under `stored`, cannot be resumed by this identity (rules 2–4):
+    /// "<field> changed from <old> to <new>", one per field; empty when it can.
+    pub fn changes_for(&self, stored: &Identity, position: &Position) -> Vec<String> {
+        let (segment_state, read_stream) = match position {
+            Position::Scan(_) => (true, None),
+            Position::Streams(streams) => {
+                (streams.snapshot.is_some(), streams.stream_arn.as_deref())
+            }
+        };
+        let configured = |identity: &Identity| {
+            identity
+                .0
+                .get("stream_arn")
+                .and_then(Json::as_str)
+                .map(str::to_string)
+        };
+        let same_stream = read_stream.is_some_and(|read| {
+            let (before, after) = (configured(stored), configured(self));
+            [before.as_deref(), after.as_deref()]
+                .into_iter()
+                .flatten()
+                .all(|arn| arn == read)
+        });
+        self.changes_from(stored, segment_state)
+            .into_iter()
+            .filter(|change| !(same_stream && change.starts_with("stream_arn ")))
+            .collect()
+    }
+
+    /// The fields that differ from `stored`, as "<field> changed from <old> to <new>": those
+    /// both hold (rule 2); `segments` only when `compare_segments` (rule 3).
     pub fn changes_from(&self, stored: &Identity, compare_segments: bool) -> Vec<String> {
         let empty = Map::new();
         let new = self.0.as_object().unwrap_or(&empty);
@@ -70,10 +183,138 @@ impl Identity {
         keys.into_iter()
             .filter(|key| compare_segments || key.as_str() != "segments")
             .filter_map(|key| {
-                let before = old.get(key).unwrap_or(&Json::Null);
-                let after = new.get(key).unwrap_or(&Json::Null);
+                let (before, after) = (old.get(key)?, new.get(key)?);
                 (before != after).then(|| format!("{key} changed from {before} to {after}"))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ddbpipe_value::ValueFormat;
+
+    fn east() -> Location {
+        Location {
+            region: Some("us-east-1".into()),
+            endpoint_url: None,
+            account: Some("111122223333".into()),
+        }
+    }
+
+    #[test]
+    fn the_account_is_read_from_table_and_stream_arns_only() {
+        let table = "arn:aws:dynamodb:us-east-1:111122223333:table/orders";
+        let stream =
+            "arn:aws:dynamodb:us-east-1:111122223333:table/orders/stream/2026-01-01T00:00:00.000";
+        assert_eq!(Location::account_of(table).as_deref(), Some("111122223333"));
+        assert_eq!(
+            Location::account_of(stream).as_deref(),
+            Some("111122223333")
+        );
+        assert_eq!(Location::account_of("orders"), None);
+        assert_eq!(
+            Location::account_of("arn:aws:dynamodb:us-east-1::table/x"),
+            None
+        );
+    }
+
+    #[test]
+    fn where_the_table_lives_is_part_of_the_identity() {
+        let source = SourceConfig::new("orders");
+        let here = Identity::of(&source, &east(), None);
+        let west = Location {
+            region: Some("us-west-2".into()),
+            ..east()
+        };
+        let other_account = Location {
+            account: Some("444455556666".into()),
+            ..east()
+        };
+        let emulator = Location {
+            endpoint_url: Some("http://127.0.0.1:8000".into()),
+            ..east()
+        };
+        for (location, field) in [
+            (west, "region"),
+            (other_account, "account"),
+            (emulator, "endpoint_url"),
+        ] {
+            let changes = Identity::of(&source, &location, None).changes_from(&here, true);
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert!(
+                changes[0].starts_with(&format!("{field} changed from")),
+                "{changes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_the_records_look_like_is_part_of_the_identity() {
+        let source = SourceConfig::new("orders");
+        let keyed = KeyedOutput {
+            table: "orders".into(),
+            document_column: "document".into(),
+        };
+        let here = Identity::of(&source, &east(), Some(&keyed));
+        let mut typed = source.clone();
+        typed.value_format = ValueFormat::Typed;
+        let moved = KeyedOutput {
+            table: "orders_copy".into(),
+            ..keyed.clone()
+        };
+        let renamed = KeyedOutput {
+            document_column: "doc".into(),
+            ..keyed.clone()
+        };
+        for (identity, field) in [
+            (Identity::of(&typed, &east(), Some(&keyed)), "value_format"),
+            (Identity::of(&source, &east(), Some(&moved)), "sink_table"),
+            (
+                Identity::of(&source, &east(), Some(&renamed)),
+                "document_column",
+            ),
+        ] {
+            let changes = identity.changes_from(&here, true);
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert!(
+                changes[0].starts_with(&format!("{field} changed from")),
+                "{changes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_field_one_side_does_not_hold_is_not_compared() {
+        let source = SourceConfig::new("orders");
+        let now = Identity::of(&source, &east(), None);
+        // Written by an earlier ddbpipe: no location, no value format.
+        let mut earlier = now.as_json().clone();
+        for field in ["region", "endpoint_url", "account", "value_format"] {
+            earlier.as_object_mut().map(|o| o.remove(field));
+        }
+        assert!(
+            now.changes_from(&Identity::from_json(earlier), true)
+                .is_empty()
+        );
+        // This command could not learn the account: not compared, the rest is.
+        let unknown_account = Location {
+            account: None,
+            ..east()
+        };
+        let without = Identity::of(&source, &unknown_account, None);
+        assert!(without.changes_from(&now, true).is_empty());
+        let west = Location {
+            region: Some("us-west-2".into()),
+            account: None,
+            ..east()
+        };
+        assert_eq!(
+            Identity::of(&source, &west, None)
+                .changes_from(&now, true)
+                .len(),
+            1
+        );
     }
 }

@@ -29,6 +29,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
+pub use aws_config::SdkConfig as SdkSettings;
 pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 

@@ -310,6 +310,7 @@ impl TableApi for AwsTableApi {
         });
         Ok(Some(TableDescription {
             name: table.table_name.unwrap_or_else(|| table_name.to_string()),
+            arn: table.table_arn,
             status: table.table_status.map(|s| s.as_str().to_string()),
             item_count: table.item_count,
             size_bytes: table.table_size_bytes,

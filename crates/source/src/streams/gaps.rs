@@ -54,6 +54,18 @@ impl Findings {
     }
 }
 
+/// Layer 1 alone: why the position belongs to another stream than `current_arn`, if it does.
+/// `lag` and `check` ask it too, so they never measure or accept a position of a stream that
+/// is gone.
+pub fn recreated(stored: &StreamsPosition, current_arn: &str, table: &str) -> Option<String> {
+    let old = stored.stream_arn.as_deref()?;
+    (old != current_arn).then(|| {
+        format!(
+            "the position belongs to stream {old} but table '{table}' now has stream {current_arn}"
+        )
+    })
+}
+
 /// Layers 1–3 and the list of layer-4 probes, for a later start-up. `table` is the configured
 /// table name; `now_s` is unix seconds.
 pub fn check(
@@ -66,12 +78,8 @@ pub fn check(
     let mut findings = Findings::default();
 
     // Layer 1: the stream was re-created.
-    if let Some(old) = stored.stream_arn.as_deref()
-        && old != current_arn
-    {
-        findings.reasons.push(format!(
-            "the position belongs to stream {old} but table '{table}' now has stream {current_arn}"
-        ));
+    if let Some(reason) = recreated(stored, current_arn, table) {
+        findings.reasons.push(reason);
         return findings;
     }
 
