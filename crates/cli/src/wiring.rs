@@ -15,7 +15,7 @@ use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_source::api::{IndexKind, Render, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
-use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::capacity::{ReadLimiter, clamp_rate};
 use ddbpipe_source::config::{Mode, SourceConfig};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::{Cancel, RetryPolicy};
@@ -206,7 +206,7 @@ fn read_rate(source: &SourceConfig, table: &TableDescription) -> Result<Option<f
     };
     match capacity_base(source, table) {
         Some(base) => {
-            let from_fraction = (base * fraction).max(f64::MIN_POSITIVE);
+            let from_fraction = clamp_rate(base * fraction);
             Ok(Some(fixed.map_or(from_fraction, |f| f.min(from_fraction))))
         }
         None if fixed.is_some() => Ok(fixed),
@@ -335,7 +335,7 @@ async fn run_instrumented(
     if let Some(rate) = rate {
         tracing::info!(units_per_second = rate, "Read capacity limited.");
     }
-    let refresher = source.read_capacity_fraction.map(|fraction| {
+    let refresher = source.read_capacity_fraction.map(|_| {
         let api = Arc::clone(&api);
         let limiter = Arc::clone(&limiter);
         let source = source.clone();
@@ -344,14 +344,12 @@ async fn run_instrumented(
             loop {
                 tokio::time::sleep(BASE_REFRESH).await;
                 match describe(api.as_ref(), &source, &stop).await {
-                    Ok(table) => match capacity_base(&source, &table) {
-                        Some(base) => {
-                            let rate = source
-                                .max_read_units_per_second
-                                .map_or(base * fraction, |m| m.min(base * fraction));
+                    // The same rule as at the start: fraction of the base, the fixed limit.
+                    Ok(table) => match read_rate(&source, &table) {
+                        Ok(Some(rate)) if capacity_base(&source, &table).is_some() => {
                             limiter.set_configured_rate(rate);
                         }
-                        None => tracing::warn!("The capacity base is gone; keeping the current read rate."),
+                        _ => tracing::warn!("The capacity base is gone; keeping the current read rate."),
                     },
                     Err(error) => tracing::warn!(error = %error, "Re-reading the capacity base failed; keeping the current read rate."),
                 }

@@ -8,6 +8,10 @@
 //!    `estimate`: the mean consumed capacity of the last 8 responses (1 before any).
 //! 4. On the response the bucket is credited `estimate − actual`; it may go negative.
 //! 5. Until the first response arrives only one request is in flight.
+//! 6. No rate is below [`MIN_READ_RATE`] or above [`MAX_READ_RATE`] (a computed rate is
+//!    clamped; config validation refuses a configured one), and one wait is at most
+//!    [`MAX_WAIT`]: the bucket is re-checked after it, so no arithmetic on a rate can overflow
+//!    or panic.
 //!
 //! Without a configured rate the limiter only counts units.
 
@@ -25,6 +29,29 @@ use crate::events::ReadRateSet;
 const ESTIMATE_WINDOW: usize = 8;
 /// Quiet time after which 10 % of the configured rate comes back.
 const RECOVERY_STEP: Duration = Duration::from_secs(10);
+/// The least read rate, units/s (rule 6): one request of one unit every 100 s.
+pub const MIN_READ_RATE: f64 = 0.01;
+/// The greatest read rate, units/s (rule 6); far above any table's limit.
+pub const MAX_READ_RATE: f64 = 1e9;
+/// The longest single wait for tokens (rule 6).
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// `rate` within the bounds of rule 6 (`NaN` is the least rate).
+pub fn clamp_rate(rate: f64) -> f64 {
+    if rate.is_nan() {
+        MIN_READ_RATE
+    } else {
+        rate.clamp(MIN_READ_RATE, MAX_READ_RATE)
+    }
+}
+
+/// How long to wait for `missing` units at `rate` units/s: at most [`MAX_WAIT`], at least 1 ms.
+fn wait_for(missing: f64, rate: f64) -> Duration {
+    let seconds = missing / clamp_rate(rate);
+    Duration::try_from_secs_f64(seconds)
+        .unwrap_or(MAX_WAIT)
+        .clamp(Duration::from_millis(1), MAX_WAIT)
+}
 
 #[derive(Debug)]
 struct Bucket {
@@ -92,6 +119,7 @@ pub struct Grant<'a> {
 impl ReadLimiter {
     /// A limiter with `rate` units per second; `None` = unlimited (only counts).
     pub fn new(rate: Option<f64>) -> Self {
+        let rate = rate.map(clamp_rate);
         let now = Instant::now();
         ReadRateSet {
             units_per_second: rate,
@@ -124,6 +152,7 @@ impl ReadLimiter {
 
     /// Replaces the configured rate (the base was re-read); the effective rate follows.
     pub fn set_configured_rate(&self, rate: f64) {
+        let rate = clamp_rate(rate);
         if let Some(bucket) = &self.bucket {
             let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
             b.advance(Instant::now());
@@ -168,9 +197,9 @@ impl ReadLimiter {
                         b.tokens -= estimate;
                         break;
                     }
-                    Duration::from_secs_f64((need - b.tokens) / b.rate)
+                    wait_for(need - b.tokens, b.rate)
                 };
-                tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+                tokio::time::sleep(wait).await;
             }
         }
         Grant {
@@ -182,7 +211,11 @@ impl ReadLimiter {
     /// Settles a granted request with what the response consumed (`None`: not reported,
     /// charged 1 unit). Returns `true` the first time a response lacked consumed capacity.
     pub fn settle(&self, grant: Grant<'_>, consumed: Option<f64>) -> bool {
-        let actual = consumed.unwrap_or(1.0).max(0.0);
+        // DynamoDB reports a small finite number; anything else is charged like a missing one.
+        let actual = consumed
+            .filter(|units| units.is_finite())
+            .unwrap_or(1.0)
+            .clamp(0.0, MAX_READ_RATE);
         {
             let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
             recent.actuals.push_back(actual);
@@ -231,6 +264,71 @@ impl ReadLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Any f64 a config value or a response could bring, extremes first.
+    fn any_rate() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(0.0),
+            Just(-1.0),
+            Just(1e-320),
+            Just(f64::MIN_POSITIVE),
+            Just(1e-300),
+            Just(f64::MAX),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::NAN),
+            any::<f64>(),
+            0.0..1e6f64,
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_wait_is_always_between_a_millisecond_and_max_wait(missing in any_rate(), rate in any_rate()) {
+            let wait = wait_for(missing, rate);
+            prop_assert!(wait >= Duration::from_millis(1) && wait <= MAX_WAIT, "{wait:?}");
+        }
+
+        #[test]
+        fn the_governor_never_panics_and_always_grants_whatever_the_rates_and_answers(
+            rate in any_rate(),
+            refreshed in any_rate(),
+            // What a page can consume (a 1 MB strongly consistent page is 256 units), and
+            // answers without, or with a nonsense, consumed capacity.
+            consumed in proptest::collection::vec(
+                proptest::option::of(prop_oneof![0.0..300.0f64, Just(f64::NAN), Just(-5.0)]),
+                1..6,
+            ),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let limiter = ReadLimiter::new(Some(rate));
+                for (i, units) in consumed.iter().enumerate() {
+                    if i == 2 {
+                        limiter.set_configured_rate(refreshed);
+                        limiter.throttled();
+                    }
+                    // At the least rate, 300 units take 30 000 s.
+                    let granted = tokio::time::timeout(
+                        Duration::from_secs(40_000),
+                        limiter.acquire(),
+                    )
+                    .await;
+                    let Ok(grant) = granted else {
+                        panic!("no grant within 40 000 s at rate {rate}");
+                    };
+                    limiter.settle(grant, *units);
+                }
+                let rate = limiter.rate().expect("limited");
+                assert!((MIN_READ_RATE..=MAX_READ_RATE).contains(&rate), "{rate}");
+            });
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn thirty_pages_of_ten_units_at_twenty_per_second_take_at_least_14_seconds() {

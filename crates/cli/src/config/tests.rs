@@ -336,6 +336,21 @@ fn every_source_rule_reports_its_wording() {
              greater than 0 (got inf)",
         ),
         (
+            "max_read_units_per_second: 1e-320",
+            "source.max_read_units_per_second: max_read_units_per_second must be at least 0.01 \
+             and at most 1e9 read units per second (got 1e-320)",
+        ),
+        (
+            "read_capacity_fraction: 1e-300",
+            "source.read_capacity_fraction: read_capacity_fraction must be at least 1e-6 (got \
+             1e-300); for a fixed small rate set max_read_units_per_second",
+        ),
+        (
+            "retry: {initial_backoff_ms: 20000, max_backoff_ms: 10000}",
+            "source.retry.initial_backoff_ms: initial_backoff_ms (20000) must not be greater \
+             than max_backoff_ms (10000)",
+        ),
+        (
             "read_capacity_fraction: 1.5",
             "source.read_capacity_fraction: read_capacity_fraction must be greater than 0 and at \
              most 1 (got 1.5)",

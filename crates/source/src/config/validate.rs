@@ -25,6 +25,7 @@
 use std::collections::BTreeSet;
 
 use super::{ConfigError, Mode, OnGap, SourceConfig};
+use crate::capacity::{MAX_READ_RATE, MIN_READ_RATE};
 
 const MAX_SEGMENTS: u32 = 1_000_000;
 const MAX_BATCH_SIZE: usize = 1_000_000;
@@ -32,6 +33,8 @@ const MAX_RECORDS_PER_REQUEST: u32 = 1000;
 const MAX_POLL_INTERVAL_MS: u64 = 600_000;
 const ATTEMPT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1000..=600_000;
 const DISCOVERY_INTERVAL_SECS_RANGE: std::ops::RangeInclusive<u64> = 10..=3600;
+/// The least `read_capacity_fraction`: a millionth of the table's capacity.
+const MIN_READ_CAPACITY_FRACTION: f64 = 1e-6;
 
 impl SourceConfig {
     /// Whether this run issues `Scan` or `Query` requests at all: scan, query, mirror, and
@@ -167,22 +170,51 @@ impl SourceConfig {
                 );
             }
         }
-        // 11.
-        if let Some(rate) = self.max_read_units_per_second
-            && !(rate.is_finite() && rate > 0.0)
-        {
-            fail(
-                "max_read_units_per_second",
-                format!("max_read_units_per_second must be finite and greater than 0 (got {rate})"),
-            );
+        // 11. Bounds a person can mean: beyond them a run would wait for ages between two
+        // requests (and the arithmetic on the rate would overflow).
+        if let Some(rate) = self.max_read_units_per_second {
+            if !(rate.is_finite() && rate > 0.0) {
+                fail(
+                    "max_read_units_per_second",
+                    format!(
+                        "max_read_units_per_second must be finite and greater than 0 (got {rate})"
+                    ),
+                );
+            } else if !(MIN_READ_RATE..=MAX_READ_RATE).contains(&rate) {
+                fail(
+                    "max_read_units_per_second",
+                    format!(
+                        "max_read_units_per_second must be at least {MIN_READ_RATE} and at most \
+                         {MAX_READ_RATE:e} read units per second (got {rate:e})"
+                    ),
+                );
+            }
         }
-        if let Some(fraction) = self.read_capacity_fraction
-            && !(fraction > 0.0 && fraction <= 1.0)
-        {
+        if let Some(fraction) = self.read_capacity_fraction {
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                fail(
+                    "read_capacity_fraction",
+                    format!(
+                        "read_capacity_fraction must be greater than 0 and at most 1 (got {fraction})"
+                    ),
+                );
+            } else if fraction < MIN_READ_CAPACITY_FRACTION {
+                fail(
+                    "read_capacity_fraction",
+                    format!(
+                        "read_capacity_fraction must be at least {MIN_READ_CAPACITY_FRACTION:e} \
+                         (got {fraction:e}); for a fixed small rate set max_read_units_per_second"
+                    ),
+                );
+            }
+        }
+        let retry = &self.retry;
+        if retry.initial_backoff_ms > retry.max_backoff_ms {
             fail(
-                "read_capacity_fraction",
+                "retry.initial_backoff_ms",
                 format!(
-                    "read_capacity_fraction must be greater than 0 and at most 1 (got {fraction})"
+                    "initial_backoff_ms ({}) must not be greater than max_backoff_ms ({})",
+                    retry.initial_backoff_ms, retry.max_backoff_ms
                 ),
             );
         }
