@@ -80,11 +80,14 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         FLUSH_INTERVAL,
     )
     .await?;
-    let sink = JsonlSink::open(JsonlSettings {
-        target: JsonlTarget::File("/dev/null".into()),
-        rotate_bytes: None,
-        fsync: false,
-    })?;
+    let sink = JsonlSink::open(
+        JsonlSettings {
+            target: JsonlTarget::File("/dev/null".into()),
+            rotate_bytes: None,
+            fsync: false,
+        },
+        "bench",
+    )?;
 
     let sdk = aws::load_sdk_config(&client).await;
     let api = Arc::new(aws::table_api(&sdk));

@@ -84,11 +84,14 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         checkpointer.streams_position().is_none(),
         "a fresh state file holds a streams position"
     );
-    let sink = JsonlSink::open(JsonlSettings {
-        target: JsonlTarget::File("/dev/null".into()),
-        rotate_bytes: None,
-        fsync: false,
-    })?;
+    let sink = JsonlSink::open(
+        JsonlSettings {
+            target: JsonlTarget::File("/dev/null".into()),
+            rotate_bytes: None,
+            fsync: false,
+        },
+        "bench",
+    )?;
 
     let sdk = aws::load_sdk_config(&client).await;
     let api = Arc::new(aws::streams_api(&sdk));

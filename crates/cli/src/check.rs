@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ddbpipe_pipeline::files::{self, RunLock};
+use ddbpipe_pipeline::sinks::jsonl;
 use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
@@ -85,12 +87,20 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         None
     };
     let stream = stream.as_deref();
-    match &config.sink {
-        SinkConfig::Jsonl(jsonl) => {
-            probe_jsonl(jsonl, &mut probes);
+    // The same rule `run` applies before writing anything.
+    let distinct = destination::distinct_paths(&config, config_path);
+    match (&config.sink, distinct) {
+        (_, Err(failure)) => {
+            probes.add("sink", Status::Fail, with_hint(&failure));
+            if let SinkConfig::Jsonl(_) = &config.sink {
+                probe_state(&config, &location, stream, &mut probes);
+            }
+        }
+        (SinkConfig::Jsonl(jsonl), Ok(())) => {
+            probe_jsonl(&config, jsonl, &mut probes);
             probe_state(&config, &location, stream, &mut probes);
         }
-        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+        (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
             probe_keyed(
                 &config,
                 table.as_ref(),
@@ -317,48 +327,74 @@ fn with_hint(failure: &Failure) -> String {
     }
 }
 
-fn probe_jsonl(jsonl: &JsonlConfig, probes: &mut Probes) {
-    match &jsonl.path {
-        JsonlTarget::Stdout => probes.add("sink", Status::Pass, "jsonl to stdout"),
-        JsonlTarget::File(path) => match writable(path) {
-            Ok(detail) => probes.add(
-                "sink",
-                Status::Pass,
-                format!("jsonl {}: {detail}", path.display()),
+fn probe_jsonl(config: &PipelineConfig, jsonl: &JsonlConfig, probes: &mut Probes) {
+    let JsonlTarget::File(path) = &jsonl.path else {
+        probes.add("sink", Status::Pass, "jsonl to stdout");
+        return;
+    };
+    let shown = path.display();
+    let lock = jsonl::output_lock_path(path);
+    let probed = writable(path).and_then(|detail| match &lock {
+        Some(lock) => writable(lock).map(|_| detail),
+        None => Ok(detail),
+    });
+    let detail = match probed {
+        Ok(detail) => detail,
+        Err(problem) => {
+            probes.add("sink", Status::Fail, format!("jsonl {shown}: {problem}"));
+            return;
+        }
+    };
+    match lock.as_deref().and_then(RunLock::holder) {
+        Some(holder) if holder.pipeline.as_deref() != Some(config.name.as_str()) => probes.add(
+            "sink",
+            Status::Fail,
+            format!(
+                "jsonl {shown}: is being written by pipeline '{}' (lock {}{}): give each \
+                 pipeline its own sink.path, or wait for that run to finish",
+                holder.pipeline.as_deref().unwrap_or("unknown"),
+                lock.as_deref().unwrap_or(path).display(),
+                holder.pid_suffix()
             ),
-            Err(problem) => probes.add(
-                "sink",
-                Status::Fail,
-                format!("jsonl {}: {problem}", path.display()),
+        ),
+        Some(holder) => probes.add(
+            "sink",
+            Status::Warn,
+            format!(
+                "jsonl {shown}: {detail}; written now by this pipeline{}",
+                holder.pid_suffix()
             ),
-        },
+        ),
+        None => probes.add("sink", Status::Pass, format!("jsonl {shown}: {detail}")),
     }
 }
 
-/// Whether `path` can be appended to (or created), without writing to it.
+/// Whether `path` can be opened for writing (it exists) or created, by real attempts that
+/// change nothing: root passes permission bits, so only an attempt tells.
 fn writable(path: &Path) -> Result<String, String> {
     if path.is_dir() {
-        return Err("is a directory".into());
+        return Err(format!("{} is a directory", path.display()));
     }
     if path.exists() {
         return std::fs::OpenOptions::new()
             .append(true)
             .open(path)
             .map(|_| "exists and is writable".to_string())
-            .map_err(|e| format!("cannot open for appending: {e}"));
+            .map_err(|e| format!("cannot open {} for writing: {e}", path.display()));
     }
-    let mut dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    while !dir.exists() {
-        dir = dir
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+    creatable_beside(path).map(|dir| format!("will be created (directory {dir} is writable)"))
+}
+
+/// Whether a file can be created in the directory of `path` (or, when that does not exist
+/// yet, in the nearest existing one, where the run creates it): a temporary file is created
+/// and removed. This is what replacing a file by rename, or SQLite's journal, needs.
+fn creatable_beside(path: &Path) -> Result<String, String> {
+    let mut dir = files::parent_of(path);
+    while !dir.exists() && dir.parent().is_some() {
+        dir = files::parent_of(&dir);
     }
-    tempfile::tempfile_in(dir)
-        .map(|_| format!("will be created (directory {} is writable)", dir.display()))
+    tempfile::tempfile_in(&dir)
+        .map(|_| dir.display().to_string())
         .map_err(|e| format!("directory {} is not writable: {e}", dir.display()))
 }
 
@@ -374,11 +410,25 @@ fn probe_state(
         Err(error) => (Status::Fail, error.to_string()),
         Ok(entry) => state_verdict(config, location, stream, &where_.to_string(), entry),
     };
-    if file.is_locked() && status == Status::Pass {
+    // A run takes the lock file, then replaces the state file by rename in the directory the
+    // path leads to.
+    let written = writable(&files::lock_path(&config.state.path))
+        .and_then(|_| creatable_beside(&files::resolve(&config.state.path)));
+    if let Err(problem) = written {
+        status = Status::Fail;
+        detail = format!(
+            "cannot write state file {where_}: {problem} (state.path: make it writable or \
+             choose another state.path)"
+        );
+    }
+    if status == Status::Pass
+        && let Some(holder) = file.lock_holder()
+    {
         status = Status::Warn;
         detail.push_str(&format!(
-            "; pipeline '{}' is running now (lock held)",
-            config.name
+            "; pipeline '{}' is running now (lock held{})",
+            holder.pipeline.as_deref().unwrap_or(&config.name),
+            holder.pid_suffix()
         ));
     }
     probes.add("state", status, detail);
@@ -414,25 +464,47 @@ async fn probe_keyed(
             let SinkConfig::Sqlite(sqlite) = &config.sink else {
                 return;
             };
-            match writable(&sqlite.path) {
-                Ok(detail) => probes.add(
-                    "sink",
-                    Status::Pass,
-                    format!("sqlite {}: {detail}", sqlite.path.display()),
-                ),
-                Err(problem) => probes.add(
-                    "sink",
-                    Status::Fail,
-                    format!("sqlite {}: {problem}", sqlite.path.display()),
-                ),
+            // The key rules need only the table's description, not the database.
+            match table.map(|table| destination::table_spec(config, Some(table))) {
+                Some(Err(failure)) => probes.add("sink", Status::Fail, with_hint(&failure)),
+                _ => match writable(&sqlite.path) {
+                    Ok(detail) => probes.add(
+                        "sink",
+                        Status::Pass,
+                        format!("sqlite {}: {detail}", sqlite.path.display()),
+                    ),
+                    Err(problem) => probes.add(
+                        "sink",
+                        Status::Fail,
+                        format!("sqlite {}: {problem}", sqlite.path.display()),
+                    ),
+                },
             }
             probes.add("state", Status::Pass, "no database yet: no stored position");
             return;
         }
         Ok(Ok(Some(db))) => db,
     };
+    // SQLite may open a file it cannot write read-only without a word; the run then fails
+    // at its first write. It also creates its -wal and -shm files beside the database.
+    let file_problem = match &config.sink {
+        SinkConfig::Sqlite(sqlite) => writable(&sqlite.path)
+            .and_then(|_| creatable_beside(&sqlite.path))
+            .err()
+            .map(|problem| {
+                format!(
+                    "sqlite {}: {problem} (the run writes the database and its -wal and -shm \
+                     files beside it)",
+                    sqlite.path.display()
+                )
+            }),
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) => None,
+    };
     match destination::table_spec(config, table) {
         Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),
+        Ok(_) if file_problem.is_some() => {
+            probes.add("sink", Status::Fail, file_problem.unwrap_or_default());
+        }
         Ok(spec) if table.is_none() => probes.add(
             "sink",
             Status::Warn,

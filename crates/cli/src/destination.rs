@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
+use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sinks::AnySink;
 use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
@@ -13,7 +14,7 @@ use ddbpipe_pipeline::state::identity::KeyedOutput;
 use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
 use ddbpipe_source::api::{self, TableDescription};
 
-use crate::config::{PipelineConfig, SinkConfig};
+use crate::config::{JsonlTarget, PipelineConfig, SinkConfig};
 use crate::failure::Failure;
 use crate::wiring::{jsonl_settings, state_failure};
 
@@ -37,6 +38,7 @@ pub async fn open(
     table: Option<&TableDescription>,
     records: Records,
 ) -> Result<Destination, Failure> {
+    distinct_paths(config, config_path)?;
     let source = &config.source;
     let cleanup = CleanupPolicy {
         deletes: source.resnapshot_deletes,
@@ -47,7 +49,8 @@ pub async fn open(
         let lock = file
             .lock(&config.name)
             .map_err(|e| state_failure(e, config_path))?;
-        let sink = JsonlSink::open(jsonl_settings(jsonl)).map_err(Failure::runtime)?;
+        let sink =
+            JsonlSink::open(jsonl_settings(jsonl), &config.name).map_err(Failure::runtime)?;
         return Ok(Destination {
             sink: AnySink::Jsonl(sink),
             store: Store::File(file),
@@ -84,6 +87,57 @@ pub async fn open(
         cleanup,
         _lock: None,
     })
+}
+
+/// The files a run writes must differ from each other and from the config file, compared
+/// where they lead (symlinks followed, relative paths made absolute):
+/// 1. A jsonl `sink.path` that is `state.path`: the lines and the state would overwrite each
+///    other.
+/// 2. A `sink.path` (jsonl or sqlite) or `state.path` that is the config file: the run would
+///    write into its own config.
+///
+/// `run` checks this before it writes anything, and `check` fails with the same message.
+pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(), Failure> {
+    let config_file = files::resolve(config_path);
+    let sink_path = match &config.sink {
+        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
+            JsonlTarget::File(path) => Some(path),
+            JsonlTarget::Stdout => None,
+        },
+        SinkConfig::Sqlite(sqlite) => Some(&sqlite.path),
+        SinkConfig::Postgres(_) => None,
+    };
+    let state_path = matches!(config.sink, SinkConfig::Jsonl(_)).then_some(&config.state.path);
+    if let Some(sink) = sink_path {
+        let resolved = files::resolve(sink);
+        if resolved == config_file {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink.path: {} is the config file {} itself; choose another sink.path",
+                sink.display(),
+                config_path.display()
+            )));
+        }
+        if let Some(state) = state_path
+            && files::resolve(state) == resolved
+        {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink.path: {} is also the state file (state.path {}); the lines \
+                 and the state would overwrite each other: choose another sink.path or state.path",
+                sink.display(),
+                state.display()
+            )));
+        }
+    }
+    if let Some(state) = state_path
+        && files::resolve(state) == config_file
+    {
+        return Err(Failure::usage(anyhow!(
+            "config error: state.path: {} is the config file {} itself; choose another state.path",
+            state.display(),
+            config_path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Takes the pipeline's run lock in a sink database; another run holding it is a failure

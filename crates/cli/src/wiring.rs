@@ -240,6 +240,9 @@ pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
         StateError::Locked { .. } => {
             Some("wait for the other run to finish, or stop it (SIGTERM drains it)".to_string())
         }
+        StateError::Write { .. } => Some(
+            "state.path: make its directory writable, or choose another state.path".to_string(),
+        ),
         _ => None,
     };
     let failure = Failure::runtime(error);

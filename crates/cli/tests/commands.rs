@@ -197,3 +197,155 @@ fn an_unreachable_endpoint_fails_with_a_clear_error() {
         "nothing was stored"
     );
 }
+
+/// `check` must fail where `run` fails at once, with the message `run` gives.
+fn check_and_run_fail_alike(pipeline: &Pipeline, run_exit: i32, expected: &str) {
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(stdout(&check).contains(expected), "{}", stdout(&check));
+    let run = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(run.status.code(), Some(run_exit), "{}", stderr(&run));
+    assert!(stderr(&run).contains(expected), "{}", stderr(&run));
+}
+
+fn jsonl_sink(out: &std::path::Path, state: &std::path::Path) -> String {
+    format!(
+        "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
+        out.display(),
+        state.display()
+    )
+}
+
+/// Issue 9 item 11: a sink path that is the state file (here through a symlink) or the config
+/// file passed `check`; `run` then wrote over the state or over its own config file.
+#[test]
+fn check_and_run_refuse_a_sink_path_that_is_the_state_file_or_the_config_file() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items("items", vec![item(vec![("pk", s("a"))])]);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let source = "table_name: items";
+    let link = pipeline.dir.path().join("link.jsonl");
+    std::os::unix::fs::symlink(&pipeline.state, &link).unwrap();
+    let sink = jsonl_sink(&link, &pipeline.state);
+    pipeline.write_with_sink("items-export", &running.endpoint, source, &sink);
+    check_and_run_fail_alike(&pipeline, 2, "sink.path: ");
+    check_and_run_fail_alike(&pipeline, 2, "is also the state file (state.path");
+    assert!(!pipeline.state.exists(), "nothing was written");
+
+    let sink = jsonl_sink(&pipeline.config, &pipeline.state);
+    pipeline.write_with_sink("items-export", &running.endpoint, source, &sink);
+    let config = std::fs::read_to_string(&pipeline.config).unwrap();
+    check_and_run_fail_alike(&pipeline, 2, "sink.path: ");
+    check_and_run_fail_alike(&pipeline, 2, "is the config file");
+    assert_eq!(std::fs::read_to_string(&pipeline.config).unwrap(), config);
+
+    // A relative spelling of the config file is the config file too.
+    let relative = pipeline.dir.path().join(".").join("pipeline.yaml");
+    let sink = jsonl_sink(&pipeline.out, &relative);
+    pipeline.write_with_sink("items-export", &running.endpoint, source, &sink);
+    let config = std::fs::read_to_string(&pipeline.config).unwrap();
+    check_and_run_fail_alike(&pipeline, 2, "state.path: ");
+    assert_eq!(std::fs::read_to_string(&pipeline.config).unwrap(), config);
+    assert!(!pipeline.out.exists(), "nothing was written");
+}
+
+/// Issue 9 item 11: before the database existed, `check` skipped the key rules of keyed
+/// sinks, and `run` then refused the table.
+#[test]
+fn check_applies_the_key_rules_of_run_before_the_database_exists() {
+    let running = Emulator::Dynoxide.start();
+    for (table, key) in [("docs", "document"), ("reserved", "_ddbpipe_key")] {
+        running.create_table(table, (key, ScalarAttributeType::S), None);
+        let pipeline = Pipeline::new("mirror", &running.endpoint, "table_name: items");
+        let db = pipeline.dir.path().join("out.db");
+        let sink = format!("sink:\n  type: sqlite\n  path: {}\n", db.display());
+        let source = format!("table_name: {table}");
+        pipeline.write_with_sink("mirror", &running.endpoint, &source, &sink);
+        let expected = if key == "document" {
+            "config error: sink.document_column: key attribute 'document'"
+        } else {
+            "config error: sink: key attribute '_ddbpipe_key' starts with the reserved prefix"
+        };
+        check_and_run_fail_alike(&pipeline, 2, expected);
+    }
+}
+
+/// Issue 9 item 11: a state directory or a SQLite file the run cannot write passed `check`.
+/// Root writes read-only files anyway, so both commands run as an unprivileged user
+/// ([`common::ddbpipe_unprivileged`]); the probes make real write attempts, which are right
+/// for every user.
+#[test]
+fn check_fails_like_run_when_the_state_directory_or_the_database_is_read_only() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items("items", vec![item(vec![("pk", s("a"))])]);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    common::open_to_all(&pipeline);
+    let dir = pipeline.dir.path();
+    let both = |expected: &[&str]| {
+        let check = common::ddbpipe_unprivileged(&["check"], &pipeline.config, dir);
+        let run =
+            common::ddbpipe_unprivileged(&["run", "--progress", "never"], &pipeline.config, dir);
+        assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+        assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+        for text in expected {
+            assert!(stdout(&check).contains(text), "check: {}", stdout(&check));
+            assert!(stderr(&run).contains(text), "run: {}", stderr(&run));
+        }
+    };
+
+    // The state directory: the output is writable, the state's directory is not.
+    let out_dir = dir.join("out");
+    let state_dir = dir.join("state");
+    for sub in [&out_dir, &state_dir] {
+        std::fs::create_dir(sub).unwrap();
+    }
+    common::set_mode(&out_dir, 0o777);
+    common::set_mode(&state_dir, 0o555);
+    let sink = jsonl_sink(&out_dir.join("out.jsonl"), &state_dir.join("state.json"));
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &sink,
+    );
+    both(&["cannot write state file", "Permission denied", "state.path"]);
+
+    // A database file the user cannot write, in a directory it can.
+    let db_dir = dir.join("db");
+    std::fs::create_dir(&db_dir).unwrap();
+    common::set_mode(&db_dir, 0o777);
+    let db = db_dir.join("out.db");
+    let sink = format!("sink:\n  type: sqlite\n  path: {}\n", db.display());
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &sink,
+    );
+    let created = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(created.status.code(), Some(0), "{}", stderr(&created));
+    common::set_mode(&db, 0o444);
+    let check = common::ddbpipe_unprivileged(&["check"], &pipeline.config, dir);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(stdout(&check).contains("FAIL sink"), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("Permission denied"),
+        "{}",
+        stdout(&check)
+    );
+    let run = common::ddbpipe_unprivileged(&["run", "--progress", "never"], &pipeline.config, dir);
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+
+    // The database file is writable, its directory (for the -wal and -shm files) is not.
+    common::set_mode(&db, 0o666);
+    common::set_mode(&db_dir, 0o555);
+    let check = common::ddbpipe_unprivileged(&["check"], &pipeline.config, dir);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("is not writable"),
+        "{}",
+        stdout(&check)
+    );
+}

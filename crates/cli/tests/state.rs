@@ -211,3 +211,131 @@ on_both_emulators!(
     corrupt_state_stops_the_run_and_is_left_untouched,
     state_show_and_reset_report_what_is_stored,
 );
+
+/// A pipeline `name` in its own temp dir: its own state file, the jsonl sink to `out`.
+fn pipeline_writing_to(name: &str, endpoint: &str, out: &std::path::Path) -> Pipeline {
+    let pipeline = Pipeline::new(name, endpoint, "table_name: items");
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
+        out.display(),
+        pipeline.state.display()
+    );
+    pipeline.write_with_sink(name, endpoint, "table_name: items", &sink);
+    pipeline
+}
+
+/// Issue 9 item 2: two pipelines writing one file interleaved and overwrote each other's
+/// lines. The second writer is refused at once, naming the holder; the output stays whole.
+#[test]
+fn a_second_pipeline_writing_the_same_file_is_refused_and_the_output_stays_intact() {
+    let running = Emulator::Dynoxide.start();
+    seed(&running, 100);
+    let first = Pipeline::new(
+        "items-export",
+        &running.endpoint,
+        &format!("table_name: items\n{SLOW}"),
+    );
+    let mut child = run_until_committed(&first, "items-export");
+    let second = pipeline_writing_to("items-copy", &running.endpoint, &first.out);
+    let output = second.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("is being written by pipeline 'items-export'"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", child.id())), "{err}");
+    assert!(
+        err.contains("give each pipeline its own sink.path"),
+        "{err}"
+    );
+    assert!(
+        second.entry("items-copy").is_none(),
+        "nothing was committed"
+    );
+    let check = second.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).contains("FAIL sink") && stdout(&check).contains("'items-export'"),
+        "{}",
+        stdout(&check)
+    );
+
+    sigterm(&child);
+    child.wait().unwrap();
+    let lines = first.lines();
+    let keys: std::collections::BTreeSet<String> = first
+        .records()
+        .iter()
+        .map(|r| r["pk"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!lines.is_empty());
+    assert_eq!(keys.len(), lines.len(), "one line per key, none broken");
+}
+
+/// Issue 9 item 12: with one state file shared by two pipelines, the refused one was told
+/// that it itself was running.
+#[test]
+fn a_shared_state_file_names_the_pipeline_that_holds_the_lock() {
+    let running = Emulator::Dynoxide.start();
+    seed(&running, 100);
+    let first = Pipeline::new(
+        "items-export",
+        &running.endpoint,
+        &format!("table_name: items\n{SLOW}"),
+    );
+    let mut child = run_until_committed(&first, "items-export");
+    let other = Pipeline::new("items-other", &running.endpoint, "table_name: items");
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
+        other.out.display(),
+        first.state.display()
+    );
+    other.write_with_sink("items-other", &running.endpoint, "table_name: items", &sink);
+    let output = other.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("pipeline 'items-export' is already running"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", child.id())), "{err}");
+    assert!(
+        err.contains("pipeline 'items-other' shares its state file"),
+        "{err}"
+    );
+    let check = other.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).contains("pipeline 'items-export' is running now"),
+        "{}",
+        stdout(&check)
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Issue 9 item 12: the operating system's text appeared twice in one message (the error's
+/// own text, then again as its cause).
+#[test]
+fn an_os_error_is_printed_once() {
+    let running = Emulator::Dynoxide.start();
+    seed(&running, 1);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let blocker = pipeline.dir.path().join("blocker");
+    std::fs::write(&blocker, "").unwrap();
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
+        pipeline.out.display(),
+        blocker.join("state.json").display()
+    );
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &sink,
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.matches("(os error").count(), 1, "{err}");
+    assert!(err.contains("state.path"), "{err}");
+}

@@ -13,6 +13,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod events;
+pub mod files;
 pub mod runner;
 pub mod sink;
 pub mod sinks;

@@ -403,3 +403,50 @@ macro_rules! on_both_emulators {
         }
     };
 }
+
+/// The uid 65534 (`nobody`) that [`ddbpipe_unprivileged`] runs as when the tests run as root.
+pub const UNPRIVILEGED_UID: u32 = 65534;
+
+/// Runs the binary with `args` followed by the config path as a user to whom permission bits
+/// apply. Root ignores them (tests run as root in CI), so a read-only directory is writable
+/// to root; as root the binary therefore runs as uid 65534 through `setpriv`, from a link to
+/// it in `dir` (the build directory may be closed to that user). `dir` and the config must be
+/// readable to that user: [`open_to_all`] them.
+pub fn ddbpipe_unprivileged(args: &[&str], config: &Path, dir: &Path) -> Output {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").expect("procfs").uid() == 0;
+    let binary = Path::new(env!("CARGO_BIN_EXE_ddbpipe"));
+    let mut command = if root {
+        let link = dir.join("ddbpipe-bin");
+        if !link.exists() && std::fs::hard_link(binary, &link).is_err() {
+            std::fs::copy(binary, &link).expect("copy the binary");
+        }
+        let mut command = Command::new("setpriv");
+        command
+            .arg(format!("--reuid={UNPRIVILEGED_UID}"))
+            .arg(format!("--regid={UNPRIVILEGED_UID}"))
+            .args(["--clear-groups", "--"])
+            .arg(link);
+        command
+    } else {
+        Command::new(binary)
+    };
+    // The SDK looks for ~/.aws; root's home is closed to the other user.
+    command.env("HOME", dir).args(args).arg(config);
+    command
+        .stdin(Stdio::null())
+        .output()
+        .expect("ddbpipe runs (setpriv from util-linux when the tests run as root)")
+}
+
+/// Gives `path` the permission bits `mode` (e.g. 0o755 to open a temp dir to every user).
+pub fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Opens a pipeline's temp dir and config file to every user (read and traverse).
+pub fn open_to_all(pipeline: &Pipeline) {
+    set_mode(pipeline.dir.path(), 0o755);
+    set_mode(&pipeline.config, 0o644);
+}

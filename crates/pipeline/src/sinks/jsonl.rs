@@ -5,9 +5,18 @@
 //! `fdatasync`, so the state file never runs ahead of the data.
 //!
 //! # Restart
-//! Files are opened for appending and never truncated as a whole. A trailing partial line is
-//! what a crash in the middle of a write leaves; it belonged to an unacknowledged batch, so it
-//! is cut off before anything is appended.
+//! Files are opened for appending (`O_APPEND`: every write lands at the end of the file, wherever
+//! it is now) and never truncated as a whole. A trailing partial line is what a crash in the
+//! middle of a write leaves; it belonged to an unacknowledged batch, so it is cut off before
+//! anything is appended.
+//!
+//! # One writer per file
+//! 1. Before the file is opened, the run takes the exclusive lock `<path>.lock` beside the
+//!    file `path` leads to (symlinks followed), and holds it until the sink is dropped. With
+//!    rotation, `path` is the base name, so the one lock covers every numbered file.
+//! 2. A second writer is refused at once, naming the pipeline and process holding the lock.
+//! 3. The partial-line cut happens under the lock, so it never cuts another writer's line.
+//! 4. A path that is not a regular file (`/dev/null`, a FIFO) is written without a lock.
 //!
 //! # Rotation
 //! With `rotate_bytes`, files are `<stem>.<NNNNNN><ext>` beside `path`, from `000001`. When a
@@ -20,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
 use crate::checkpoint::Staged;
+use crate::files::{self, LockError, RunLock};
 use crate::sink::{Sink, SinkError};
 
 /// Where the lines go.
@@ -56,6 +66,8 @@ enum Output {
 pub struct JsonlSink {
     settings: JsonlSettings,
     output: Output,
+    // Held for the whole run: no other writer appends to these files meanwhile.
+    _lock: Option<RunLock>,
 }
 
 fn io_error(sink: &str, path: &Path, action: &str, error: std::io::Error) -> SinkError {
@@ -120,9 +132,8 @@ fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
     }
     let mut file = OpenOptions::new()
         .read(true)
-        .write(true)
+        .append(true)
         .create(true)
-        .truncate(false)
         .open(path)?;
     let len = file.metadata()?.len();
     let keep = complete_length(&mut file, len)?;
@@ -135,8 +146,41 @@ fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
             "Cut a trailing partial line left by an interrupted write."
         );
     }
-    file.seek(SeekFrom::Start(keep))?;
+    // Writes go to the end (`O_APPEND`) whatever the read position is.
     Ok((file, keep))
+}
+
+/// The lock file of the output `path`: `<path>.lock` beside the file `path` leads to; `None`
+/// for a path that is not a regular file (`/dev/null`, a FIFO).
+pub fn output_lock_path(path: &Path) -> Option<PathBuf> {
+    let target = files::resolve(path);
+    match std::fs::metadata(&target) {
+        Ok(meta) if !meta.is_file() => None,
+        _ => Some(files::lock_path(&target)),
+    }
+}
+
+/// Takes the run lock of the output `path` for `pipeline`; a second writer is refused naming
+/// the holder.
+fn lock_output(path: &Path, pipeline: &str) -> Result<Option<RunLock>, SinkError> {
+    let Some(lock_path) = output_lock_path(path) else {
+        return Ok(None);
+    };
+    let describe = path.display().to_string();
+    match RunLock::acquire(&lock_path, pipeline) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Held(holder)) => Err(SinkError {
+            sink: format!("jsonl {describe}"),
+            message: format!(
+                "{describe} is being written by pipeline '{}' (lock {}{}): give each pipeline \
+                 its own sink.path, or wait for that run to finish",
+                holder.pipeline.as_deref().unwrap_or("unknown"),
+                lock_path.display(),
+                holder.pid_suffix()
+            ),
+        }),
+        Err(LockError::Io(error)) => Err(io_error(&describe, &lock_path, "lock", error)),
+    }
 }
 
 /// The length of `file` up to and including its last newline.
@@ -157,12 +201,15 @@ fn complete_length(file: &mut File, len: u64) -> std::io::Result<u64> {
 }
 
 impl JsonlSink {
-    /// Opens the target: stdout, or the file (the highest rotation) for appending.
-    pub fn open(settings: JsonlSettings) -> Result<Self, SinkError> {
+    /// Opens the target for `pipeline`: stdout, or the file (the highest rotation) for
+    /// appending, under the file's run lock (see the module docs).
+    pub fn open(settings: JsonlSettings, pipeline: &str) -> Result<Self, SinkError> {
+        let mut lock = None;
         let output = match &settings.target {
             JsonlTarget::Stdout => Output::Stdout(std::io::stdout()),
             JsonlTarget::File(path) => {
                 let describe = path.display().to_string();
+                lock = lock_output(path, pipeline)?;
                 let number = match settings.rotate_bytes {
                     Some(_) => highest_rotation(path)
                         .map_err(|e| io_error(&describe, path, "list the directory of", e))?
@@ -184,7 +231,11 @@ impl JsonlSink {
                 }
             }
         };
-        Ok(JsonlSink { settings, output })
+        Ok(JsonlSink {
+            settings,
+            output,
+            _lock: lock,
+        })
     }
 
     fn describe_target(&self) -> String {
@@ -290,7 +341,7 @@ mod tests {
         let path = dir.path().join("out/items.jsonl");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "{\"a\":1}\n{\"b\":").unwrap();
-        let mut sink = JsonlSink::open(settings(path.clone(), None)).unwrap();
+        let mut sink = JsonlSink::open(settings(path.clone(), None), "p").unwrap();
         sink.write(&batch(&["{\"c\":3}"]), None).await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -303,7 +354,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("items.jsonl");
         std::fs::write(&path, "{\"half").unwrap();
-        let mut sink = JsonlSink::open(settings(path.clone(), None)).unwrap();
+        let mut sink = JsonlSink::open(settings(path.clone(), None), "p").unwrap();
         sink.write(&batch(&["x"]), None).await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "x\n");
     }
@@ -313,7 +364,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("items.jsonl");
         let big = "x".repeat(700_000);
-        let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576))).unwrap();
+        let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576)), "p").unwrap();
         sink.write(&batch(&[&big]), None).await.unwrap();
         sink.write(&batch(&[&big]), None).await.unwrap(); // same file: it was below the size
         sink.write(&batch(&["small"]), None).await.unwrap(); // the first file is full now
@@ -323,10 +374,70 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&second).unwrap(), "small\n");
         drop(sink);
         // A new run continues the highest-numbered file.
-        let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576))).unwrap();
+        let mut sink = JsonlSink::open(settings(path.clone(), Some(1_048_576)), "p").unwrap();
         sink.write(&batch(&["again"]), None).await.unwrap();
         assert_eq!(std::fs::read_to_string(&second).unwrap(), "small\nagain\n");
         assert!(!path.exists());
+    }
+
+    /// `O_APPEND`: a batch lands at the end of the file even when something else appended
+    /// after the sink opened it (without it, the sink's own offset would overwrite that).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn writes_land_at_the_end_even_after_another_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl");
+        let mut sink = JsonlSink::open(settings(path.clone(), None), "p").unwrap();
+        sink.write(&batch(&["first"]), None).await.unwrap();
+        let mut other = OpenOptions::new().append(true).open(&path).unwrap();
+        other.write_all(b"other\n").unwrap();
+        sink.write(&batch(&["mine"]), None).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "first\nother\nmine\n"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_second_writer_is_refused_naming_the_holder_and_leaves_the_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl");
+        let mut sink = JsonlSink::open(settings(path.clone(), None), "orders").unwrap();
+        sink.write(&batch(&["{\"a\":1}"]), None).await.unwrap();
+        // The holder is mid-line: the refused writer must not cut it.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"b\":")
+            .unwrap();
+        // Through a symlink too: the lock is beside the file the path leads to.
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        for second in [path.clone(), link] {
+            let error = JsonlSink::open(settings(second, Some(1_048_576)), "refunds")
+                .err()
+                .expect("a second writer is refused")
+                .to_string();
+            assert!(
+                error.contains("is being written by pipeline 'orders'"),
+                "{error}"
+            );
+            assert!(
+                error.contains(&format!("pid {}", std::process::id())),
+                "{error}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"b\":"
+        );
+        drop(sink);
+        assert!(JsonlSink::open(settings(path, None), "refunds").is_ok());
+    }
+
+    #[test]
+    fn a_device_is_written_without_a_lock() {
+        assert_eq!(output_lock_path(Path::new("/dev/null")), None);
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! The state file and its lock.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json, json};
 
 use super::identity::Identity;
 use super::position::Position;
+use crate::files::{self, Holder, LockError, RunLock};
 
 const FORMAT: &str = "ddbpipe-state";
 
@@ -16,12 +17,13 @@ const FORMAT: &str = "ddbpipe-state";
 #[non_exhaustive]
 pub enum StateError {
     /// Definite: the file exists but cannot be read.
-    #[error("cannot read state file {path}: {source}")]
+    // The I/O error is part of the message, not a `source`: `{:#}` would print it twice.
+    #[error("cannot read state file {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Definite: the file does not hold valid state; it is left as it is.
     #[error("state in {path} is corrupt: {location}: {problem}")]
@@ -33,15 +35,17 @@ pub enum StateError {
         /// What is wrong.
         problem: String,
     },
-    /// Definite: another run holds the pipeline's lock.
-    #[error("pipeline '{pipeline}' is already running (lock {lock}{pid})")]
+    /// Definite: another run holds the state file's lock.
+    #[error("pipeline '{pipeline}' is already running (lock {lock}{pid}){shared}")]
     Locked {
-        /// The pipeline.
+        /// The pipeline holding the lock (as its lock file says; else the one asking).
         pipeline: String,
         /// The lock file.
         lock: String,
         /// ", pid N" when the holder wrote its pid.
         pid: String,
+        /// "; pipeline 'b' shares its state file" when the holder is another pipeline.
+        shared: String,
     },
     /// The sink database holding the state failed (the previous state stays).
     #[error("state in {store}: {message}")]
@@ -52,12 +56,12 @@ pub enum StateError {
         message: String,
     },
     /// The file could not be written (the previous state stays).
-    #[error("cannot write state file {path}: {source}")]
+    #[error("cannot write state file {path}: {error}")]
     Write {
-        /// The file.
+        /// The file (or its lock file).
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -176,22 +180,9 @@ pub struct StateFile {
     path: PathBuf,
 }
 
-/// An exclusive lock on a pipeline's state, held until dropped.
-///
-/// The OS releases the lock with the descriptor. The lock file itself stays in place, so a
-/// process waiting for it never locks an unlinked inode.
-#[derive(Debug)]
-pub struct StateLock {
-    _file: File,
-    path: PathBuf,
-}
-
-impl StateLock {
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
+/// An exclusive lock on a state file, held until dropped. Every pipeline sharing the file
+/// takes the same lock: their read-modify-write of the file must not interleave.
+pub type StateLock = RunLock;
 
 fn corrupt(path: &Path, location: impl Into<String>, problem: impl Into<String>) -> StateError {
     StateError::Corrupt {
@@ -213,69 +204,44 @@ impl StateFile {
     }
 
     fn lock_path(&self) -> PathBuf {
-        let mut name = self.path.as_os_str().to_owned();
-        name.push(".lock");
-        PathBuf::from(name)
+        files::lock_path(&self.path)
     }
 
-    /// Takes the exclusive lock of `pipeline`'s state, or says who holds it.
+    /// Takes the exclusive lock of the state file for `pipeline`, or says which pipeline and
+    /// process hold it.
     pub fn lock(&self, pipeline: &str) -> Result<StateLock, StateError> {
         let lock_path = self.lock_path();
-        let write_error = |source| StateError::Write {
-            path: lock_path.clone(),
-            source,
-        };
-        if let Some(dir) = lock_path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(write_error)?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(write_error)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let pid = holder
-                    .trim()
-                    .parse::<u32>()
-                    .map(|pid| format!(", pid {pid}"))
-                    .unwrap_or_default();
-                return Err(StateError::Locked {
-                    pipeline: pipeline.to_string(),
+        RunLock::acquire(&lock_path, pipeline).map_err(|error| match error {
+            LockError::Held(holder) => {
+                let holding = holder
+                    .pipeline
+                    .clone()
+                    .unwrap_or_else(|| pipeline.to_string());
+                let shared = if holding == pipeline {
+                    String::new()
+                } else {
+                    format!(
+                        "; pipeline '{pipeline}' shares its state file {}",
+                        self.path.display()
+                    )
+                };
+                StateError::Locked {
+                    pipeline: holding,
                     lock: lock_path.display().to_string(),
-                    pid,
-                });
+                    pid: holder.pid_suffix(),
+                    shared,
+                }
             }
-            Err(std::fs::TryLockError::Error(source)) => return Err(write_error(source)),
-        }
-        file.set_len(0).map_err(write_error)?;
-        write!(file, "{}", std::process::id()).map_err(write_error)?;
-        file.flush().map_err(write_error)?;
-        Ok(StateLock {
-            _file: file,
-            path: lock_path,
+            LockError::Io(error) => StateError::Write {
+                path: lock_path.clone(),
+                error,
+            },
         })
     }
 
-    /// Whether another process holds the lock now (for `check`).
-    pub fn is_locked(&self) -> bool {
-        let Ok(file) = File::open(self.lock_path()) else {
-            return false;
-        };
-        match file.try_lock_shared() {
-            Ok(()) => {
-                let _ = file.unlock();
-                false
-            }
-            Err(_) => true,
-        }
+    /// Who holds the lock now, when another process does (for `check`).
+    pub fn lock_holder(&self) -> Option<Holder> {
+        RunLock::holder(&self.lock_path())
     }
 
     /// Reads the whole document; `None` when the file does not exist.
@@ -283,10 +249,10 @@ impl StateFile {
         let text = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(error) => {
                 return Err(StateError::Read {
                     path: self.path.clone(),
-                    source,
+                    error,
                 });
             }
         };
@@ -381,9 +347,9 @@ impl StateFile {
                 let mut aside = self.path.as_os_str().to_owned();
                 aside.push(format!(".corrupt-{secs}"));
                 let aside = PathBuf::from(aside);
-                std::fs::rename(&self.path, &aside).map_err(|source| StateError::Write {
+                std::fs::rename(&self.path, &aside).map_err(|error| StateError::Write {
                     path: self.path.clone(),
-                    source,
+                    error,
                 })?;
                 Ok(format!(
                     "moved the unreadable state file aside to {}",
@@ -402,17 +368,20 @@ impl StateFile {
         }
     }
 
+    /// Writes `bytes` as the new file: temp file, `fsync`, rename, `fsync` the directory.
+    ///
+    /// 1. A symlinked state file is written where the link leads: the temp file goes beside
+    ///    the target and is renamed onto it, so the link stays a link.
+    /// 2. The temp file is in the target's directory, so the rename is atomic.
     fn write_atomically(&self, bytes: &[u8]) -> Result<(), StateError> {
-        let write_error = |source| StateError::Write {
+        let write_error = |error| StateError::Write {
             path: self.path.clone(),
-            source,
+            error,
         };
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let target = files::resolve(&self.path);
+        let dir = files::parent_of(&target);
         std::fs::create_dir_all(&dir).map_err(write_error)?;
-        let mut tmp_name = self.path.as_os_str().to_owned();
+        let mut tmp_name = target.as_os_str().to_owned();
         tmp_name.push(".tmp");
         let tmp = PathBuf::from(tmp_name);
         {
@@ -421,7 +390,7 @@ impl StateFile {
             file.write_all(b"\n").map_err(write_error)?;
             file.sync_all().map_err(write_error)?;
         }
-        std::fs::rename(&tmp, &self.path).map_err(write_error)?;
+        std::fs::rename(&tmp, &target).map_err(write_error)?;
         File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(write_error)?;
@@ -504,7 +473,68 @@ mod tests {
             error.contains(&format!("pid {}", std::process::id())),
             "{error}"
         );
-        assert!(file.is_locked());
+        assert!(file.lock_holder().is_some());
+    }
+
+    #[test]
+    fn the_lock_message_names_the_pipeline_holding_a_shared_state_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path().join("s.json"));
+        let _held = file.lock("orders").unwrap();
+        let error = file.lock("refunds").unwrap_err().to_string();
+        assert!(
+            error.starts_with("pipeline 'orders' is already running"),
+            "{error}"
+        );
+        assert!(
+            error.contains("pipeline 'refunds' shares its state file"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_state_file_is_written_through_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("s.json");
+        std::os::unix::fs::symlink(real.join("s.json"), &link).unwrap();
+        let file = StateFile::new(&link);
+        file.store("orders", Some(&entry())).unwrap();
+        file.store("other", Some(&entry())).unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the link stays a link"
+        );
+        assert_eq!(file.load("orders").unwrap(), Some(entry()));
+        let target = std::fs::read_to_string(real.join("s.json")).unwrap();
+        assert!(target.contains("\"other\""), "{target}");
+        assert!(!real.join("s.json.tmp").exists());
+    }
+
+    #[test]
+    fn an_io_error_is_printed_once_with_its_causes() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("blocker");
+        std::fs::write(&blocker, "").unwrap();
+        let file = StateFile::new(blocker.join("s.json"));
+        let error = file.store("orders", Some(&entry())).unwrap_err();
+        let text = anyhow_like(&error);
+        assert_eq!(text.matches("os error").count(), 1, "{text}");
+    }
+
+    /// The message and its source chain, joined the way the CLI prints them (anyhow's `{:#}`).
+    fn anyhow_like(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
     }
 
     #[test]
