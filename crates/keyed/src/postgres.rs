@@ -61,7 +61,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -75,9 +74,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use self::conninfo::ConnInfo;
 use crate::{
     CloseSnapshot, Closed, DbError, KeyType, KeyValue, LockHolder, RowChange, StateWrite, TableSpec,
 };
+
+mod conninfo;
 
 const STATE_TABLE: &str = "_ddbpipe_state";
 const SNAPSHOT_COLUMN: &str = "_ddbpipe_snapshot";
@@ -153,12 +155,13 @@ impl PostgresDatabase {
     /// Connects with a libpq-style URL or key=value string, honouring `sslmode` (`disable`,
     /// `prefer`, `require`). Errors never show the password.
     pub async fn connect(url: &str) -> Result<Self, DbError> {
-        let mut config = Config::from_str(url).map_err(|e| {
-            DbError::fatal(format!(
-                "postgres connection string '{}': {e}",
-                Self::redact(url)
-            ))
-        })?;
+        let unusable = |shown: &str, problem: &str| {
+            DbError::fatal(format!("postgres connection string '{shown}': {problem}"))
+        };
+        let parsed = ConnInfo::parse(url).map_err(|e| unusable(&e.redacted, &e.problem))?;
+        let mut config = parsed
+            .config()
+            .map_err(|problem| unusable(&parsed.redacted(), &problem))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
@@ -206,18 +209,12 @@ impl PostgresDatabase {
         self
     }
 
-    /// The URL with its password replaced by `***`.
-    ///
-    /// Handles the URL form (`postgres://user:pw@host/db`, and a `password=` query parameter)
-    /// and the key=value form (`host=h password='p w'`); when a key=value string cannot be
-    /// parsed, everything from the unparsable point on is hidden.
+    /// The connection string with every password replaced by `***`, from the same parse
+    /// [`connect`](Self::connect) uses (see `conninfo`): the URL form (`postgres://user:pw@host/db`,
+    /// a `password=` query parameter) and the key=value form (`host=h password='p w'`). When the
+    /// string does not parse, everything from the unparsable point on is hidden too.
     pub fn redact(url: &str) -> String {
-        let trimmed = url.trim_start();
-        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
-            redact_url(url)
-        } else {
-            redact_key_values(url)
-        }
+        conninfo::redact(url)
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -1181,117 +1178,6 @@ fn location(config: &Config) -> String {
     let port = config.get_ports().first().copied().unwrap_or(5432);
     let db = config.get_dbname().or(config.get_user()).unwrap_or("");
     format!("{host}:{port}/{db}")
-}
-
-fn redact_url(url: &str) -> String {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let (head, rest) = url.split_at(start);
-    let mut out = head.to_string();
-    // The credentials end at the last '@' of all: a raw password may hold '/', '?' or '@', and
-    // an '@' in the query only makes this hide too much (fine), never too little.
-    match rest.rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str(&redact_query(userinfo)),
-            }
-            out.push('@');
-            out.push_str(&redact_query(&rest[at + 1..]));
-        }
-        None => out.push_str(&redact_query(rest)),
-    }
-    out
-}
-
-/// Hides the value of a `password=` query parameter.
-fn redact_query(s: &str) -> String {
-    let Some(q) = s.find('?') else {
-        return s.to_string();
-    };
-    let params: Vec<&str> = s[q + 1..]
-        .split('&')
-        .map(|param| {
-            if param.split('=').next() == Some("password") {
-                "password=***"
-            } else {
-                param
-            }
-        })
-        .collect();
-    format!("{}{}", &s[..=q], params.join("&"))
-}
-
-/// Redacts `password` values of a key=value string (values plain or single-quoted, with
-/// backslash escapes, as libpq parses them).
-fn redact_key_values(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.char_indices().peekable();
-    let mut copied = 0;
-    loop {
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        let Some(&(key_start, _)) = chars.peek() else {
-            break;
-        };
-        while chars
-            .next_if(|(_, c)| *c != '=' && !c.is_whitespace())
-            .is_some()
-        {}
-        let key_end = chars.peek().map_or(s.len(), |(i, _)| *i);
-        let key = &s[key_start..key_end];
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        if chars.next_if(|(_, c)| *c == '=').is_none() {
-            // Malformed: hide the rest.
-            out.push_str(&s[copied..key_start]);
-            out.push_str("***");
-            return out;
-        }
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        let value_start = chars.peek().map_or(s.len(), |(i, _)| *i);
-        let mut value_end = None;
-        if chars.next_if(|(_, c)| *c == '\'').is_some() {
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => {
-                        chars.next();
-                    }
-                    '\'' => {
-                        value_end = Some(i + 1);
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            if value_end.is_none() {
-                // An unterminated quote: hide the rest.
-                out.push_str(&s[copied..value_start]);
-                out.push_str("***");
-                return out;
-            }
-        } else {
-            while let Some(&(_, c)) = chars.peek() {
-                if c.is_whitespace() {
-                    break;
-                }
-                chars.next();
-                if c == '\\' {
-                    chars.next();
-                }
-            }
-            value_end = Some(chars.peek().map_or(s.len(), |(i, _)| *i));
-        }
-        let value_end = value_end.unwrap_or(s.len());
-        if key == "password" {
-            out.push_str(&s[copied..value_start]);
-            out.push_str("***");
-            copied = value_end;
-        }
-    }
-    out.push_str(&s[copied..]);
-    out
 }
 
 fn quote(identifier: &str) -> String {
