@@ -181,7 +181,8 @@ impl DbError {
 pub struct LockHolder {
     /// Where the lock is ("postgres advisory lock 12345 on host/db").
     pub location: String,
-    /// The holder's process (PostgreSQL: the backend pid), when known.
+    /// The pid of the ddbpipe process holding it (PostgreSQL: recorded beside the advisory lock,
+    /// not the server backend's pid), when known.
     pub pid: Option<u32>,
 }
 

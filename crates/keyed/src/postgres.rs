@@ -57,7 +57,10 @@
 //! # Lock (SPEC §6.6)
 //! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline` (as `bigint`), taken with
 //! `pg_try_advisory_lock` and held by the handle's session until the last clone is dropped (the
-//! server frees it when the session ends). The holder's backend pid comes from `pg_locks`.
+//! server frees it when the session ends). Once it has the lock, the session also takes the
+//! shared advisory lock `(PID_MARKER, <ddbpipe's pid>)`; another run finds the backend holding
+//! the pipeline lock in `pg_locks` and reports the pid of that backend's marker, i.e. the
+//! ddbpipe process, not the PostgreSQL backend.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -86,6 +89,9 @@ const SNAPSHOT_COLUMN: &str = "_ddbpipe_snapshot";
 const UPDATED_AT_COLUMN: &str = "_ddbpipe_updated_at";
 /// PostgreSQL truncates longer identifiers (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;
+/// The first key of the shared two-int4 advisory lock `(PID_MARKER, pid)` a session takes
+/// beside a pipeline lock, so that another ddbpipe can name the process holding it ("ddbp").
+const PID_MARKER: i32 = 0x6464_6270;
 /// The connect timeout when the connection string sets none.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -1056,36 +1062,54 @@ fn lock_key(schema: &str, pipeline: &str) -> i64 {
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
+/// Takes the lock `key`; once it is ours, also records this process's pid beside it (see
+/// [`PID_MARKER`]).
 async fn try_lock(client: &Client, key: i64) -> Result<bool, tokio_postgres::Error> {
-    client
+    let locked: bool = client
         .query_one(
             "SELECT pg_catalog.pg_try_advisory_lock($1::bigint)",
             &[&key],
         )
         .await?
-        .try_get(0)
+        .try_get(0)?;
+    if locked && let Ok(pid) = i32::try_from(std::process::id()) {
+        // Shared: never conflicts, even with a process of the same pid on another host.
+        client
+            .query_one(
+                "SELECT pg_catalog.pg_try_advisory_lock_shared($1::int4, $2::int4)",
+                &[&PID_MARKER, &pid],
+            )
+            .await?;
+    }
+    Ok(locked)
 }
 
-/// Another session holding the lock: `Some(pid)` (the pid is unknown for a prepared
-/// transaction), or `None` when nobody else holds it.
+/// The session holding the lock `key` (other than ours): `Some(pid)` with the pid of the
+/// ddbpipe process it belongs to (`None` inside when that process recorded none), or `None`
+/// when nobody else holds it.
 async fn holder(client: &Client, key: i64) -> Result<Option<Option<u32>>, tokio_postgres::Error> {
     // A bigint advisory lock shows in pg_locks as classid = high 32 bits, objid = low 32 bits,
-    // objsubid = 1, in the current database.
+    // objsubid = 1, in the current database; a two-int4 one as classid, objid, objsubid = 2.
+    // The holder's pid marker is the shared two-int4 lock (PID_MARKER, pid) of the same backend.
     let bits = u64::from_ne_bytes(key.to_ne_bytes());
     let high = i64::from((bits >> 32) as u32);
     let low = i64::from(bits as u32);
     let row = client
         .query_opt(
-            "SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
-             AND database = (SELECT oid FROM pg_catalog.pg_database \
-                             WHERE datname = pg_catalog.current_database()) \
-             AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 \
-             AND pid IS DISTINCT FROM pg_catalog.pg_backend_pid() LIMIT 1",
-            &[&high, &low],
+            "SELECT l.pid, (SELECT m.objid::text::bigint FROM pg_catalog.pg_locks m \
+                WHERE m.locktype = 'advisory' AND m.granted AND m.pid = l.pid \
+                AND m.database = l.database AND m.classid = $3::bigint::oid \
+                AND m.objsubid = 2 LIMIT 1) \
+             FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+             AND l.database = (SELECT oid FROM pg_catalog.pg_database \
+                               WHERE datname = pg_catalog.current_database()) \
+             AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 \
+             AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() LIMIT 1",
+            &[&high, &low, &i64::from(PID_MARKER)],
         )
         .await?;
     row.map(|row| {
-        row.try_get::<_, Option<i32>>(0)
+        row.try_get::<_, Option<i64>>(1)
             .map(|pid| pid.and_then(|pid| u32::try_from(pid).ok()))
     })
     .transpose()
