@@ -16,7 +16,8 @@
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS "public"."orders" (
 //!   "customer" text NOT NULL, "order_id" numeric NOT NULL,   -- S → text, N → numeric, B → bytea
-//!   "doc" jsonb NOT NULL, "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
+//!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type
+//!   "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
 //!   PRIMARY KEY ("customer", "order_id"));
 //! CREATE TABLE IF NOT EXISTS "public"."_ddbpipe_state" (pipeline text NOT NULL,
 //!   part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL,
@@ -31,9 +32,10 @@
 //! DELETE FROM "public"."orders" WHERE "customer" = $1::text AND "order_id" = $2::text::numeric;
 //! ```
 //!
-//! Numbers are bound as text and cast by the server, so they stay exact; documents and state
-//! values are bound as text and cast to `jsonb`; `_ddbpipe_updated_at` is RFC 3339 UTC with
-//! milliseconds.
+//! Numbers are bound as text and cast by the server, so they stay exact; documents are bound
+//! as text and cast to the document type (`jsonb`, `json` or `text`: see `document` for the
+//! U+0000 that `jsonb` cannot hold), state values to `jsonb`; `_ddbpipe_updated_at` is RFC
+//! 3339 UTC with milliseconds.
 //!
 //! # Transactions
 //! [`apply`](PostgresDatabase::apply) is one transaction: every row change in slice order,
@@ -83,6 +85,7 @@ use crate::{
 };
 
 mod conninfo;
+mod document;
 
 const STATE_TABLE: &str = "_ddbpipe_state";
 const SNAPSHOT_COLUMN: &str = "_ddbpipe_snapshot";
@@ -215,6 +218,13 @@ impl PostgresDatabase {
         self
     }
 
+    /// Checks a connection string without connecting: `Err` says what is wrong, naming a key
+    /// or a position but never a value, so it may be shown.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let parsed = ConnInfo::parse(url).map_err(|e| e.problem)?;
+        parsed.config().map(drop)
+    }
+
     /// The connection string with every password replaced by `***`, from the same parse
     /// [`connect`](Self::connect) uses (see `conninfo`): the URL form (`postgres://user:pw@host/db`,
     /// a `password=` query parameter) and the key=value form (`host=h password='p w'`). When the
@@ -293,8 +303,20 @@ impl PostgresDatabase {
         let context = spec_context(spec);
         for row in rows {
             match row {
-                RowChange::Upsert { key, snapshot, .. } => {
+                RowChange::Upsert {
+                    key,
+                    snapshot,
+                    document,
+                } => {
                     check_key(spec, key)?;
+                    if let Some(path) = document::unstorable(spec.document_type, document) {
+                        return Err(DbError::fatal(format!(
+                            "{context}: the item with key {} holds U+0000 in attribute '{path}', \
+                             which a jsonb document cannot store; set sink.document_type: json \
+                             (keeps the document exactly) or text",
+                            document::describe_key(&spec.key, key)
+                        )));
+                    }
                     if *snapshot && snapshot_id.is_none() {
                         return Err(DbError::fatal(format!(
                             "{context}: a snapshot row without an open snapshot id"
@@ -922,8 +944,8 @@ struct Existing {
     oid: u32,
     /// Primary key columns in order: (name, type).
     key: Vec<(String, String)>,
-    /// All column names.
-    columns: Vec<String>,
+    /// All columns: (name, type).
+    columns: Vec<(String, String)>,
 }
 
 impl Existing {
@@ -960,7 +982,7 @@ impl Existing {
             UPDATED_AT_COLUMN,
         ]
         .into_iter()
-        .filter(|column| !self.columns.iter().any(|c| c == column))
+        .filter(|column| !self.columns.iter().any(|(name, _)| name == column))
         .map(quote)
         .collect();
         if !missing.is_empty() {
@@ -968,6 +990,19 @@ impl Existing {
                 "{context} exists without the column(s) {} that ddbpipe writes; \
                  drop the table or set sink.table to another name",
                 missing.join(", ")
+            )));
+        }
+        let wanted = spec.document_type.name();
+        if let Some((_, found)) = self
+            .columns
+            .iter()
+            .find(|(name, kind)| *name == spec.document_column && kind != wanted)
+        {
+            return Err(DbError::fatal(format!(
+                "{context} exists with document column {} of type {found} but \
+                 sink.document_type is {wanted}; set sink.document_type to match the table, \
+                 or drop it or set sink.table to another name",
+                quote(&spec.document_column)
             )));
         }
         Ok(())
@@ -1019,14 +1054,15 @@ async fn inspect(client: &Client, spec: &TableSpec) -> Result<Option<Existing>, 
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     let columns = client
         .query(
-            "SELECT attname::text FROM pg_catalog.pg_attribute \
+            "SELECT attname::text, pg_catalog.format_type(atttypid, atttypmod) \
+             FROM pg_catalog.pg_attribute \
              WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             &[&oid],
         )
         .await?
         .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<Vec<String>, _>>()?;
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     Ok(Some(Existing { oid, key, columns }))
 }
 
@@ -1345,8 +1381,9 @@ fn create_table_sql(spec: &TableSpec) -> String {
     }
     let _ = write!(
         sql,
-        "{} jsonb NOT NULL, {} bigint, {} text NOT NULL, PRIMARY KEY ({}))",
+        "{} {} NOT NULL, {} bigint, {} text NOT NULL, PRIMARY KEY ({}))",
         quote(&spec.document_column),
+        spec.document_type.name(),
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),
         key_list(spec)
@@ -1383,7 +1420,7 @@ fn upsert_sql(spec: &TableSpec, snapshot: bool) -> String {
         .collect();
     let mut n = spec.key.len();
     n += 1;
-    values.push(format!("${n}::text::jsonb"));
+    values.push(format!("${n}{}", document::cast(spec.document_type)));
     if snapshot {
         n += 1;
         values.push(format!("${n}::bigint"));
@@ -1518,6 +1555,7 @@ mod tests {
                 },
             ],
             document_column: "doc".into(),
+            document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
         assert_eq!(

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
 use crate::checkpoint::Staged;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Sink, SinkError, SinkErrorClass};
 
 /// Where the lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +62,7 @@ fn io_error(sink: &str, path: &Path, action: &str, error: std::io::Error) -> Sin
     SinkError {
         sink: format!("jsonl {sink}"),
         message: format!("cannot {action} {}: {error}", path.display()),
+        class: SinkErrorClass::Transient,
     }
 }
 
@@ -207,6 +208,7 @@ impl JsonlSink {
                     .map_err(|e| SinkError {
                         sink: "jsonl stdout".into(),
                         message: format!("cannot write: {e}"),
+                        class: SinkErrorClass::Transient,
                     })
             }
             Output::File {
