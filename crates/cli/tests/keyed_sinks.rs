@@ -210,12 +210,22 @@ mod postgres {
         first.wait().unwrap();
     }
 
-    fn scan_with(running: &Running, destination: &Destination, extra: &str) -> Pipeline {
-        let pipeline = Pipeline::new("orders-scan", &running.endpoint, "table_name: orders");
+    fn pipeline_into(
+        running: &Running,
+        destination: &Destination,
+        source: &str,
+        extra: &str,
+    ) -> Pipeline {
+        let name = if source.contains("mirror") {
+            "orders-mirror"
+        } else {
+            "orders-scan"
+        };
+        let pipeline = Pipeline::new(name, &running.endpoint, source);
         pipeline.write_with_sink(
-            "orders-scan",
+            name,
             &running.endpoint,
-            "table_name: orders",
+            source,
             &format!("{}{extra}", destination.sink_yaml()),
         );
         pipeline
@@ -227,7 +237,7 @@ mod postgres {
     #[test]
     fn u0000_fails_a_jsonb_sink_naming_the_item_and_json_keeps_it() {
         let running = Emulator::Dynoxide.start();
-        running.create_pk_table("orders", None);
+        running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
         running.put_items(
             "orders",
             vec![
@@ -238,24 +248,31 @@ mod postgres {
         let dir = tempfile::tempdir().unwrap();
         let destination = Destination::new(Target::Postgres, dir.path());
 
-        let jsonb = scan_with(&running, &destination, "");
-        for attempt in ["first", "rerun"] {
-            let output = jsonb.ddbpipe(&["run", "--progress", "never"]);
-            assert_eq!(output.status.code(), Some(1), "{attempt}");
-            let err = stderr(&output);
-            for want in [
-                "the item with key pk \"b\" holds U+0000 in attribute 'v'",
-                "sink.document_type: json",
-                "hint: retrying cannot help",
-            ] {
-                assert!(err.contains(want), "{attempt}: no {want:?} in {err}");
+        // A scan (wiring's hint) and a mirror (the streams runner's hint), each run twice.
+        for source in ["table_name: orders", MIRROR] {
+            let jsonb = pipeline_into(&running, &destination, source, "");
+            for attempt in ["first", "rerun"] {
+                let output = jsonb.ddbpipe(&["run", "--progress", "never"]);
+                assert_eq!(output.status.code(), Some(1), "{source}, {attempt}");
+                let err = stderr(&output);
+                for want in [
+                    "the item with key pk \"b\" holds U+0000 in attribute 'v'",
+                    "sink.document_type: json",
+                    "hint: retrying cannot help",
+                ] {
+                    assert!(
+                        err.contains(want),
+                        "{source}, {attempt}: no {want:?} in {err}"
+                    );
+                }
+                assert!(!err.contains("resumes"), "{source}, {attempt}: {err}");
             }
-            assert!(!err.contains("resumes"), "{attempt}: {err}");
         }
 
-        let json = scan_with(
+        let json = pipeline_into(
             &running,
             &destination,
+            "table_name: orders",
             "  table: orders_json\n  document_type: json\n",
         );
         let output = json.ddbpipe(&["run", "--progress", "never"]);
@@ -264,9 +281,10 @@ mod postgres {
         assert_eq!(documents["b"]["v"], "x\u{0}y");
         assert_eq!(documents["a"]["v"], "plain");
 
-        let text = scan_with(
+        let text = pipeline_into(
             &running,
             &destination,
+            "table_name: orders",
             "  table: orders_json\n  document_type: text\n",
         );
         let output = text.ddbpipe(&["run", "--progress", "never"]);
