@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use anyhow::anyhow;
-use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
+use ddbpipe_keyed::{
+    Database, DocumentType, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec,
+};
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sinks::AnySink;
@@ -242,9 +244,13 @@ pub fn table_spec(
     config: &PipelineConfig,
     table: Option<&TableDescription>,
 ) -> Result<TableSpec, Failure> {
-    let (keyed, schema) = match &config.sink {
-        SinkConfig::Sqlite(sqlite) => (&sqlite.keyed, "main".to_string()),
-        SinkConfig::Postgres(postgres) => (&postgres.keyed, postgres.schema.clone()),
+    let (keyed, schema, document_type) = match &config.sink {
+        SinkConfig::Sqlite(sqlite) => (&sqlite.keyed, "main".to_string(), DocumentType::Jsonb),
+        SinkConfig::Postgres(postgres) => (
+            &postgres.keyed,
+            postgres.schema.clone(),
+            postgres.document_type,
+        ),
         SinkConfig::Jsonl(_) => {
             return Err(Failure::runtime(anyhow!(
                 "internal error: the jsonl sink has no table"
@@ -298,6 +304,7 @@ pub fn table_spec(
         schema,
         key,
         document_column: keyed.document_column.clone(),
+        document_type,
         create_table: keyed.create_table,
     })
 }

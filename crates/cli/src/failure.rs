@@ -1,7 +1,11 @@
 //! How a command fails: the documented exit code, the message, and a remedy.
 
 use std::fmt;
+use std::path::Path;
 use std::process::ExitCode;
+
+use ddbpipe_pipeline::runner::RunError;
+use ddbpipe_pipeline::sink::SinkErrorClass;
 
 /// Exit codes (README "Exit codes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +69,22 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:#}", self.error)
+    }
+}
+
+/// The hint after a failed run (`error`, when the run itself failed): a definite sink error
+/// fails every rerun on the same batch, so the hint asks to fix its cause and promises no
+/// resumption; any other failure resumes after `resumes_after` ("it", "the last committed
+/// page").
+pub fn rerun_hint(error: Option<&RunError>, config_path: &Path, resumes_after: &str) -> String {
+    let config = config_path.display();
+    match error {
+        Some(RunError::Sink(sink)) if sink.class == SinkErrorClass::Definite => format!(
+            "retrying cannot help: `ddbpipe run {config}` fails on the same batch until the cause above is fixed (what was written before it is committed)"
+        ),
+        _ => format!(
+            "what was written is committed; `ddbpipe run {config}` resumes after {resumes_after}"
+        ),
     }
 }
 

@@ -22,7 +22,7 @@ use ddbpipe_source::streams::shard_reader::StreamError;
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
-use crate::failure::{Exit, Failure};
+use crate::failure::{self, Exit, Failure};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe, retry_policy, start_failure};
 
@@ -278,9 +278,13 @@ fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
                 "the next run applies on_gap at start-up; {reset} starts afresh"
             ))
         }
-        other => Failure::runtime(other).hint(format!(
-            "what was written is committed; `ddbpipe run {}` resumes after it",
-            config_path.display()
-        )),
+        other => {
+            let run = match &other {
+                StreamRunError::Run(run) => Some(run),
+                _ => None,
+            };
+            let hint = failure::rerun_hint(run, config_path, "it");
+            Failure::runtime(other).hint(hint)
+        }
     }
 }

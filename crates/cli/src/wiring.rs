@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::args::ProgressMode;
 use crate::config::{self, JsonlConfig, JsonlTarget, PipelineConfig};
 use crate::destination;
-use crate::failure::{Exit, Failure};
+use crate::failure::{self, Exit, Failure};
 use crate::telemetry::ScanProgress;
 
 /// How often a `read_capacity_fraction` base is re-read (auto-scaling changes it).
@@ -405,10 +405,7 @@ async fn run_instrumented(
                 source.table_name,
                 source.credentials.describe()
             ),
-            _ => format!(
-                "what was written is committed; `ddbpipe run {}` resumes after the last committed page",
-                config_path.display()
-            ),
+            _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
         };
         Failure::runtime(error).hint(hint)
     })?;

@@ -5,8 +5,9 @@
 //! # The destination table
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
 //! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
-//! column (the item JSON: `TEXT` / `jsonb`), `_ddbpipe_snapshot` (integer, null) and
-//! `_ddbpipe_updated_at` (RFC 3339 text). Primary key: the key columns.
+//! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]),
+//! `_ddbpipe_snapshot` (integer, null) and `_ddbpipe_updated_at` (RFC 3339 text). Primary key:
+//! the key columns.
 //!
 //! # Rows
 //! [`RowChange::Upsert`] inserts or replaces the row; a snapshot row (written while a snapshot
@@ -55,6 +56,31 @@ impl KeyType {
     }
 }
 
+/// The type of the PostgreSQL document column (`sink.document_type`). SQLite always stores
+/// TEXT, which keeps every document exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DocumentType {
+    /// `jsonb` (the default): queryable and indexable, but it cannot hold U+0000 inside a
+    /// string; a document with one fails its batch, naming the item's key and the attribute.
+    #[default]
+    Jsonb,
+    /// `json`: the document text exactly as written, `\u0000` included (validated as JSON).
+    Json,
+    /// `text`: the document text exactly as written, not validated.
+    Text,
+}
+
+impl DocumentType {
+    /// `"jsonb"`, `"json"` or `"text"`: the config value and the PostgreSQL type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DocumentType::Jsonb => "jsonb",
+            DocumentType::Json => "json",
+            DocumentType::Text => "text",
+        }
+    }
+}
+
 /// One key column of the destination table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyColumn {
@@ -76,6 +102,8 @@ pub struct TableSpec {
     pub key: Vec<KeyColumn>,
     /// The document column's name.
     pub document_column: String,
+    /// PostgreSQL: the document column's type. SQLite: ignored (TEXT).
+    pub document_type: DocumentType,
     /// Create the table (and `_ddbpipe_state`) when missing; otherwise a missing table is an
     /// error.
     pub create_table: bool,
@@ -181,7 +209,8 @@ impl DbError {
 pub struct LockHolder {
     /// Where the lock is ("postgres advisory lock 12345 on host/db").
     pub location: String,
-    /// The holder's process (PostgreSQL: the backend pid), when known.
+    /// The pid of the ddbpipe process holding it (PostgreSQL: recorded beside the advisory lock,
+    /// not the server backend's pid), when known.
     pub pid: Option<u32>,
 }
 

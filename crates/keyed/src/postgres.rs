@@ -16,7 +16,8 @@
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS "public"."orders" (
 //!   "customer" text NOT NULL, "order_id" numeric NOT NULL,   -- S → text, N → numeric, B → bytea
-//!   "doc" jsonb NOT NULL, "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
+//!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type
+//!   "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
 //!   PRIMARY KEY ("customer", "order_id"));
 //! CREATE TABLE IF NOT EXISTS "public"."_ddbpipe_state" (pipeline text NOT NULL,
 //!   part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL,
@@ -31,9 +32,10 @@
 //! DELETE FROM "public"."orders" WHERE "customer" = $1::text AND "order_id" = $2::text::numeric;
 //! ```
 //!
-//! Numbers are bound as text and cast by the server, so they stay exact; documents and state
-//! values are bound as text and cast to `jsonb`; `_ddbpipe_updated_at` is RFC 3339 UTC with
-//! milliseconds.
+//! Numbers are bound as text and cast by the server, so they stay exact; documents are bound
+//! as text and cast to the document type (`jsonb`, `json` or `text`: see `document` for the
+//! U+0000 that `jsonb` cannot hold), state values to `jsonb`; `_ddbpipe_updated_at` is RFC
+//! 3339 UTC with milliseconds.
 //!
 //! # Transactions
 //! [`apply`](PostgresDatabase::apply) is one transaction: every row change in slice order,
@@ -57,11 +59,13 @@
 //! # Lock (SPEC §6.6)
 //! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline` (as `bigint`), taken with
 //! `pg_try_advisory_lock` and held by the handle's session until the last clone is dropped (the
-//! server frees it when the session ends). The holder's backend pid comes from `pg_locks`.
+//! server frees it when the session ends). Once it has the lock, the session also takes the
+//! shared advisory lock `(PID_MARKER, <ddbpipe's pid>)`; another run finds the backend holding
+//! the pipeline lock in `pg_locks` and reports the pid of that backend's marker, i.e. the
+//! ddbpipe process, not the PostgreSQL backend.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -75,15 +79,22 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use self::conninfo::ConnInfo;
 use crate::{
     CloseSnapshot, Closed, DbError, KeyType, KeyValue, LockHolder, RowChange, StateWrite, TableSpec,
 };
+
+mod conninfo;
+mod document;
 
 const STATE_TABLE: &str = "_ddbpipe_state";
 const SNAPSHOT_COLUMN: &str = "_ddbpipe_snapshot";
 const UPDATED_AT_COLUMN: &str = "_ddbpipe_updated_at";
 /// PostgreSQL truncates longer identifiers (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;
+/// The first key of the shared two-int4 advisory lock `(PID_MARKER, pid)` a session takes
+/// beside a pipeline lock, so that another ddbpipe can name the process holding it ("ddbp").
+const PID_MARKER: i32 = 0x6464_6270;
 /// The connect timeout when the connection string sets none.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -153,12 +164,13 @@ impl PostgresDatabase {
     /// Connects with a libpq-style URL or key=value string, honouring `sslmode` (`disable`,
     /// `prefer`, `require`). Errors never show the password.
     pub async fn connect(url: &str) -> Result<Self, DbError> {
-        let mut config = Config::from_str(url).map_err(|e| {
-            DbError::fatal(format!(
-                "postgres connection string '{}': {e}",
-                Self::redact(url)
-            ))
-        })?;
+        let unusable = |shown: &str, problem: &str| {
+            DbError::fatal(format!("postgres connection string '{shown}': {problem}"))
+        };
+        let parsed = ConnInfo::parse(url).map_err(|e| unusable(&e.redacted, &e.problem))?;
+        let mut config = parsed
+            .config()
+            .map_err(|problem| unusable(&parsed.redacted(), &problem))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
@@ -206,18 +218,19 @@ impl PostgresDatabase {
         self
     }
 
-    /// The URL with its password replaced by `***`.
-    ///
-    /// Handles the URL form (`postgres://user:pw@host/db`, and a `password=` query parameter)
-    /// and the key=value form (`host=h password='p w'`); when a key=value string cannot be
-    /// parsed, everything from the unparsable point on is hidden.
+    /// Checks a connection string without connecting: `Err` says what is wrong, naming a key
+    /// or a position but never a value, so it may be shown.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let parsed = ConnInfo::parse(url).map_err(|e| e.problem)?;
+        parsed.config().map(drop)
+    }
+
+    /// The connection string with every password replaced by `***`, from the same parse
+    /// [`connect`](Self::connect) uses (see `conninfo`): the URL form (`postgres://user:pw@host/db`,
+    /// a `password=` query parameter) and the key=value form (`host=h password='p w'`). When the
+    /// string does not parse, everything from the unparsable point on is hidden too.
     pub fn redact(url: &str) -> String {
-        let trimmed = url.trim_start();
-        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
-            redact_url(url)
-        } else {
-            redact_key_values(url)
-        }
+        conninfo::redact(url)
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -290,8 +303,20 @@ impl PostgresDatabase {
         let context = spec_context(spec);
         for row in rows {
             match row {
-                RowChange::Upsert { key, snapshot, .. } => {
+                RowChange::Upsert {
+                    key,
+                    snapshot,
+                    document,
+                } => {
                     check_key(spec, key)?;
+                    if let Some(path) = document::unstorable(spec.document_type, document) {
+                        return Err(DbError::fatal(format!(
+                            "{context}: the item with key {} holds U+0000 in attribute '{path}', \
+                             which a jsonb document cannot store; set sink.document_type: json \
+                             (keeps the document exactly) or text",
+                            document::describe_key(&spec.key, key)
+                        )));
+                    }
                     if *snapshot && snapshot_id.is_none() {
                         return Err(DbError::fatal(format!(
                             "{context}: a snapshot row without an open snapshot id"
@@ -919,8 +944,8 @@ struct Existing {
     oid: u32,
     /// Primary key columns in order: (name, type).
     key: Vec<(String, String)>,
-    /// All column names.
-    columns: Vec<String>,
+    /// All columns: (name, type).
+    columns: Vec<(String, String)>,
 }
 
 impl Existing {
@@ -957,7 +982,7 @@ impl Existing {
             UPDATED_AT_COLUMN,
         ]
         .into_iter()
-        .filter(|column| !self.columns.iter().any(|c| c == column))
+        .filter(|column| !self.columns.iter().any(|(name, _)| name == column))
         .map(quote)
         .collect();
         if !missing.is_empty() {
@@ -965,6 +990,19 @@ impl Existing {
                 "{context} exists without the column(s) {} that ddbpipe writes; \
                  drop the table or set sink.table to another name",
                 missing.join(", ")
+            )));
+        }
+        let wanted = spec.document_type.name();
+        if let Some((_, found)) = self
+            .columns
+            .iter()
+            .find(|(name, kind)| *name == spec.document_column && kind != wanted)
+        {
+            return Err(DbError::fatal(format!(
+                "{context} exists with document column {} of type {found} but \
+                 sink.document_type is {wanted}; set sink.document_type to match the table, \
+                 or drop it or set sink.table to another name",
+                quote(&spec.document_column)
             )));
         }
         Ok(())
@@ -1016,14 +1054,15 @@ async fn inspect(client: &Client, spec: &TableSpec) -> Result<Option<Existing>, 
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     let columns = client
         .query(
-            "SELECT attname::text FROM pg_catalog.pg_attribute \
+            "SELECT attname::text, pg_catalog.format_type(atttypid, atttypmod) \
+             FROM pg_catalog.pg_attribute \
              WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             &[&oid],
         )
         .await?
         .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<Vec<String>, _>>()?;
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     Ok(Some(Existing { oid, key, columns }))
 }
 
@@ -1059,36 +1098,54 @@ fn lock_key(schema: &str, pipeline: &str) -> i64 {
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
+/// Takes the lock `key`; once it is ours, also records this process's pid beside it (see
+/// [`PID_MARKER`]).
 async fn try_lock(client: &Client, key: i64) -> Result<bool, tokio_postgres::Error> {
-    client
+    let locked: bool = client
         .query_one(
             "SELECT pg_catalog.pg_try_advisory_lock($1::bigint)",
             &[&key],
         )
         .await?
-        .try_get(0)
+        .try_get(0)?;
+    if locked && let Ok(pid) = i32::try_from(std::process::id()) {
+        // Shared: never conflicts, even with a process of the same pid on another host.
+        client
+            .query_one(
+                "SELECT pg_catalog.pg_try_advisory_lock_shared($1::int4, $2::int4)",
+                &[&PID_MARKER, &pid],
+            )
+            .await?;
+    }
+    Ok(locked)
 }
 
-/// Another session holding the lock: `Some(pid)` (the pid is unknown for a prepared
-/// transaction), or `None` when nobody else holds it.
+/// The session holding the lock `key` (other than ours): `Some(pid)` with the pid of the
+/// ddbpipe process it belongs to (`None` inside when that process recorded none), or `None`
+/// when nobody else holds it.
 async fn holder(client: &Client, key: i64) -> Result<Option<Option<u32>>, tokio_postgres::Error> {
     // A bigint advisory lock shows in pg_locks as classid = high 32 bits, objid = low 32 bits,
-    // objsubid = 1, in the current database.
+    // objsubid = 1, in the current database; a two-int4 one as classid, objid, objsubid = 2.
+    // The holder's pid marker is the shared two-int4 lock (PID_MARKER, pid) of the same backend.
     let bits = u64::from_ne_bytes(key.to_ne_bytes());
     let high = i64::from((bits >> 32) as u32);
     let low = i64::from(bits as u32);
     let row = client
         .query_opt(
-            "SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
-             AND database = (SELECT oid FROM pg_catalog.pg_database \
-                             WHERE datname = pg_catalog.current_database()) \
-             AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1 \
-             AND pid IS DISTINCT FROM pg_catalog.pg_backend_pid() LIMIT 1",
-            &[&high, &low],
+            "SELECT l.pid, (SELECT m.objid::text::bigint FROM pg_catalog.pg_locks m \
+                WHERE m.locktype = 'advisory' AND m.granted AND m.pid = l.pid \
+                AND m.database = l.database AND m.classid = $3::bigint::oid \
+                AND m.objsubid = 2 LIMIT 1) \
+             FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+             AND l.database = (SELECT oid FROM pg_catalog.pg_database \
+                               WHERE datname = pg_catalog.current_database()) \
+             AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 \
+             AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid() LIMIT 1",
+            &[&high, &low, &i64::from(PID_MARKER)],
         )
         .await?;
     row.map(|row| {
-        row.try_get::<_, Option<i32>>(0)
+        row.try_get::<_, Option<i64>>(1)
             .map(|pid| pid.and_then(|pid| u32::try_from(pid).ok()))
     })
     .transpose()
@@ -1181,117 +1238,6 @@ fn location(config: &Config) -> String {
     let port = config.get_ports().first().copied().unwrap_or(5432);
     let db = config.get_dbname().or(config.get_user()).unwrap_or("");
     format!("{host}:{port}/{db}")
-}
-
-fn redact_url(url: &str) -> String {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    let (head, rest) = url.split_at(start);
-    let mut out = head.to_string();
-    // The credentials end at the last '@' of all: a raw password may hold '/', '?' or '@', and
-    // an '@' in the query only makes this hide too much (fine), never too little.
-    match rest.rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str(&redact_query(userinfo)),
-            }
-            out.push('@');
-            out.push_str(&redact_query(&rest[at + 1..]));
-        }
-        None => out.push_str(&redact_query(rest)),
-    }
-    out
-}
-
-/// Hides the value of a `password=` query parameter.
-fn redact_query(s: &str) -> String {
-    let Some(q) = s.find('?') else {
-        return s.to_string();
-    };
-    let params: Vec<&str> = s[q + 1..]
-        .split('&')
-        .map(|param| {
-            if param.split('=').next() == Some("password") {
-                "password=***"
-            } else {
-                param
-            }
-        })
-        .collect();
-    format!("{}{}", &s[..=q], params.join("&"))
-}
-
-/// Redacts `password` values of a key=value string (values plain or single-quoted, with
-/// backslash escapes, as libpq parses them).
-fn redact_key_values(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.char_indices().peekable();
-    let mut copied = 0;
-    loop {
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        let Some(&(key_start, _)) = chars.peek() else {
-            break;
-        };
-        while chars
-            .next_if(|(_, c)| *c != '=' && !c.is_whitespace())
-            .is_some()
-        {}
-        let key_end = chars.peek().map_or(s.len(), |(i, _)| *i);
-        let key = &s[key_start..key_end];
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        if chars.next_if(|(_, c)| *c == '=').is_none() {
-            // Malformed: hide the rest.
-            out.push_str(&s[copied..key_start]);
-            out.push_str("***");
-            return out;
-        }
-        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
-        let value_start = chars.peek().map_or(s.len(), |(i, _)| *i);
-        let mut value_end = None;
-        if chars.next_if(|(_, c)| *c == '\'').is_some() {
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => {
-                        chars.next();
-                    }
-                    '\'' => {
-                        value_end = Some(i + 1);
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            if value_end.is_none() {
-                // An unterminated quote: hide the rest.
-                out.push_str(&s[copied..value_start]);
-                out.push_str("***");
-                return out;
-            }
-        } else {
-            while let Some(&(_, c)) = chars.peek() {
-                if c.is_whitespace() {
-                    break;
-                }
-                chars.next();
-                if c == '\\' {
-                    chars.next();
-                }
-            }
-            value_end = Some(chars.peek().map_or(s.len(), |(i, _)| *i));
-        }
-        let value_end = value_end.unwrap_or(s.len());
-        if key == "password" {
-            out.push_str(&s[copied..value_start]);
-            out.push_str("***");
-            copied = value_end;
-        }
-    }
-    out.push_str(&s[copied..]);
-    out
 }
 
 fn quote(identifier: &str) -> String {
@@ -1435,8 +1381,9 @@ fn create_table_sql(spec: &TableSpec) -> String {
     }
     let _ = write!(
         sql,
-        "{} jsonb NOT NULL, {} bigint, {} text NOT NULL, PRIMARY KEY ({}))",
+        "{} {} NOT NULL, {} bigint, {} text NOT NULL, PRIMARY KEY ({}))",
         quote(&spec.document_column),
+        spec.document_type.name(),
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),
         key_list(spec)
@@ -1473,7 +1420,7 @@ fn upsert_sql(spec: &TableSpec, snapshot: bool) -> String {
         .collect();
     let mut n = spec.key.len();
     n += 1;
-    values.push(format!("${n}::text::jsonb"));
+    values.push(format!("${n}{}", document::cast(spec.document_type)));
     if snapshot {
         n += 1;
         values.push(format!("${n}::bigint"));
@@ -1608,6 +1555,7 @@ mod tests {
                 },
             ],
             document_column: "doc".into(),
+            document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
         assert_eq!(

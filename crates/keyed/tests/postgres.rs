@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
-    CloseSnapshot, Closed, Database, KeyType, KeyValue, PostgresDatabase, RowChange, StateWrite,
-    TableSpec,
+    CloseSnapshot, Closed, Database, DocumentType, KeyType, KeyValue, PostgresDatabase, RowChange,
+    StateWrite, TableSpec,
 };
 use tokio_postgres::NoTls;
 
@@ -836,12 +836,15 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
     assert_eq!(second.lock_holder(&pipeline).await.unwrap(), None);
     first.lock(&pipeline).await.unwrap();
     first.lock(&pipeline).await.unwrap(); // again: already ours
-    let pid = lock_pid(&fx.admin, &fx.schema, &pipeline)
+    let backend = lock_pid(&fx.admin, &fx.schema, &pipeline)
         .await
         .expect("lock not in pg_locks");
 
+    // Issue 9 item 12: the holder is named by its ddbpipe process (this test process), not by
+    // the PostgreSQL backend serving it.
     let holder = second.lock(&pipeline).await.unwrap_err().unwrap();
-    assert_eq!(holder.pid, Some(pid as u32));
+    assert_eq!(holder.pid, Some(std::process::id()));
+    assert_ne!(holder.pid, Some(backend as u32));
     let config: tokio_postgres::Config = url().parse().unwrap();
     let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
         panic!("the tests need a TCP host")
@@ -878,11 +881,11 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
     .await;
     let third = fx.handle().await;
     let holder = third.lock(&pipeline).await.unwrap_err().unwrap();
-    assert_eq!(
+    assert_eq!(holder.pid, Some(std::process::id()));
+    assert_ne!(
         holder.pid.map(|p| p as i32),
         lock_pid(&fx.admin, &fx.schema, &pipeline).await
     );
-    assert_ne!(holder.pid, Some(pid as u32));
 }
 
 #[tokio::test]
@@ -1009,6 +1012,103 @@ async fn numbers_and_bytes_keys_are_exact() {
     )
     .await;
     assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 3);
+}
+
+/// Issue 9 item 3: jsonb cannot hold U+0000. The batch fails before anything is sent, as a
+/// definite error naming the item's key, the attribute and the option; nothing is written.
+#[tokio::test]
+async fn a_jsonb_document_with_u0000_fails_naming_the_key_the_attribute_and_the_option() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("t", &[("id", KeyType::S), ("n", KeyType::N)]);
+    fx.db.prepare(&spec).await.unwrap();
+    let rows = [
+        upsert_key(
+            vec![s("fine"), KeyValue::N("1".into())],
+            r#"{"id":"fine","n":1}"#,
+            false,
+        ),
+        upsert_key(
+            vec![s("bad"), KeyValue::N("7".into())],
+            r#"{"id":"bad","n":7,"tags":{"L":["ok","a\u0000b"]}}"#,
+            false,
+        ),
+    ];
+    let error = fx
+        .db
+        .apply(&spec, &rows, None, &state("p", &[("meta", "{}")], &[]))
+        .await
+        .unwrap_err();
+    assert!(!error.retryable, "{}", error.message);
+    common::assert_contains_all(
+        "U+0000",
+        &error.message,
+        &[
+            "key id \"bad\", n 7",
+            "U+0000 in attribute 'tags.L[1]'",
+            "sink.document_type: json",
+        ],
+    );
+    assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 0);
+    assert!(load(&fx.db, "p").await.is_empty());
+}
+
+/// Issue 9 item 3: `json` and `text` keep a document byte for byte, `\u0000` included.
+#[tokio::test]
+async fn json_and_text_documents_keep_u0000_exactly() {
+    let fx = Fixture::new().await;
+    let document = r#"{"id":"a","v":"x\u0000y","w":"\\u0000","z":1.50}"#;
+    for (table, kind) in [
+        ("as_json", DocumentType::Json),
+        ("as_text", DocumentType::Text),
+    ] {
+        let spec = TableSpec {
+            document_type: kind,
+            ..fx.spec(table, &[("id", KeyType::S)])
+        };
+        fx.db.prepare(&spec).await.unwrap();
+        fx.apply(&spec, &[upsert_key(vec![s("a")], document, false)], None)
+            .await;
+        let row = fx
+            .admin
+            .query_one(
+                &format!(
+                    "SELECT doc::text, pg_catalog.format_type(pg_catalog.pg_typeof(doc), NULL) \
+                     FROM \"{}\".\"{table}\"",
+                    fx.schema
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), document, "{table}");
+        assert_eq!(row.get::<_, String>(1), kind.name(), "{table}");
+    }
+}
+
+/// An existing table whose document column has another type than `document_type` is refused
+/// naming both (as a key mismatch is).
+#[tokio::test]
+async fn an_existing_document_column_of_another_type_is_refused_naming_both() {
+    let fx = Fixture::new().await;
+    let jsonb = fx.table_t().await;
+    let json = TableSpec {
+        document_type: DocumentType::Json,
+        ..jsonb.clone()
+    };
+    for db in [fx.db.clone(), fx.handle().await] {
+        let error = db.prepare(&json).await.unwrap_err();
+        common::assert_contains_all(
+            "prepare",
+            &error.message,
+            &[
+                "document column \"doc\" of type jsonb",
+                "sink.document_type is json",
+            ],
+        );
+        let error = db.probe(&json).await.unwrap_err();
+        assert!(error.message.contains("of type jsonb"), "{}", error.message);
+    }
+    fx.db.prepare(&jsonb).await.unwrap();
 }
 
 #[test]
@@ -1142,6 +1242,7 @@ fn futures_are_send() {
             schema: String::new(),
             key: vec![],
             document_column: String::new(),
+            document_type: ddbpipe_keyed::DocumentType::Jsonb,
             create_table: false,
         };
         send(db.apply(&spec, &[], None, &StateWrite::default()));

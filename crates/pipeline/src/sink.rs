@@ -13,6 +13,19 @@ pub struct SinkError {
     pub sink: String,
     /// What went wrong.
     pub message: String,
+    /// Whether a later run may succeed where this one failed.
+    pub class: SinkErrorClass,
+}
+
+/// What a failed write means for the next run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkErrorClass {
+    /// The sink's own retries ran out (connection loss, busy database, I/O): a later run
+    /// resumes after the last acknowledged batch.
+    Transient,
+    /// Retrying cannot help (a record the sink cannot store, a constraint, a wrong table):
+    /// every rerun fails on the same batch until its cause is fixed.
+    Definite,
 }
 
 /// Where batches go. Batches arrive in order; `write` returning `Ok` is the acknowledgement.

@@ -115,6 +115,7 @@ impl Destination {
                 kind: KeyType::S,
             }],
             document_column: "document".into(),
+            document_type: ddbpipe_keyed::DocumentType::Jsonb,
             create_table: true,
         }
     }

@@ -12,7 +12,7 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, run_scan};
-use ddbpipe_pipeline::sink::{Sink, SinkError};
+use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::{Position, ScanKind};
 use ddbpipe_pipeline::state::{StateFile, Store};
@@ -40,6 +40,7 @@ impl Sink for MemorySink {
             return Err(SinkError {
                 sink: "memory".into(),
                 message: "disk full".into(),
+                class: SinkErrorClass::Transient,
             });
         }
         self.batches += 1;

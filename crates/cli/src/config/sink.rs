@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use ddbpipe_keyed::{DocumentType, PostgresDatabase};
 use ddbpipe_source::config::{ConfigError, Secret};
 
 use super::fields::{Choice, Fields};
@@ -77,15 +78,19 @@ pub struct SqliteConfig {
 /// The `postgres` sink: `{type: postgres, url: <connection string>, schema: "public", table:
 /// <name>?, document_column: "document", create_table: true}`.
 ///
-/// As sqlite, with `text`, `numeric` (exact) and `bytea` key columns and a `jsonb` document;
-/// `sslmode` in the URL is honoured (`disable`, `prefer`, `require`). The password never
-/// appears in output (`***`).
+/// As sqlite, with `text`, `numeric` (exact) and `bytea` key columns and a `jsonb` (or `json`,
+/// `text`) document; `sslmode` in the URL is honoured (`disable`, `prefer`, `require`). The
+/// password never appears in output (`***`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresConfig {
     /// A `postgres://user:password@host:port/db?sslmode=…` URL or a libpq key=value string.
     pub url: Secret,
     /// The schema of the table and of `_ddbpipe_state`. Default `public`.
     pub schema: String,
+    /// The type of the document column: `jsonb` (the default; cannot hold U+0000 in a string,
+    /// such an item fails the run naming its key and attribute), `json` (the document text
+    /// exactly, `\u0000` included) or `text`. An existing table must have this type.
+    pub document_type: DocumentType,
     /// The destination table.
     pub keyed: KeyedConfig,
 }
@@ -158,6 +163,15 @@ impl Choice for SinkType {
     }
 }
 
+impl Choice for DocumentType {
+    fn all() -> &'static [Self] {
+        &[DocumentType::Jsonb, DocumentType::Json, DocumentType::Text]
+    }
+    fn name(self) -> &'static str {
+        DocumentType::name(self)
+    }
+}
+
 /// The default `document_column`.
 pub const DEFAULT_DOCUMENT_COLUMN: &str = "document";
 
@@ -177,10 +191,12 @@ pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
         SinkType::Postgres => {
             let url = f.required::<Secret>("url");
             let schema = f.or("schema", "public".to_string());
+            let document_type = f.or("document_type", DocumentType::default());
             let keyed = read_keyed(&mut f);
             SinkConfig::Postgres(PostgresConfig {
                 url: url.unwrap_or_else(|| Secret::new("")),
                 schema,
+                document_type,
                 keyed,
             })
         }
@@ -278,6 +294,12 @@ fn validate_keyed(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<Confi
         }
         SinkConfig::Postgres(postgres) if postgres.url.expose().trim().is_empty() => {
             errors.push(ConfigError::new("sink.url", "url must not be empty"));
+        }
+        SinkConfig::Postgres(postgres)
+            if let Err(problem) = PostgresDatabase::check_url(postgres.url.expose()) =>
+        {
+            // The problem names a key or a position, never a value.
+            errors.push(ConfigError::new("sink.url", problem));
         }
         SinkConfig::Postgres(postgres) if postgres.schema.trim().is_empty() => {
             errors.push(ConfigError::new("sink.schema", "schema must not be empty"));

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ddbpipe_keyed::DocumentType;
 use ddbpipe_source::config::{
     Credentials, Mode, OnGap, RetryConfig, Secret, SourceConfig, StartPosition,
 };
@@ -618,6 +619,54 @@ fn keyed_sinks_are_read_with_their_defaults() {
             "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres"
         ]
     );
+}
+
+/// Issue 9 item 3: `document_type` on postgres sinks, `jsonb` unless set.
+#[test]
+fn a_postgres_sink_takes_a_document_type() {
+    let sink = |extra: &str| {
+        format!(
+            "name: t\nsource: {{table_name: o}}\nsink: {{type: postgres, url: 'host=h'{extra}}}\n"
+        )
+    };
+    for (extra, want) in [
+        ("", DocumentType::Jsonb),
+        (", document_type: json", DocumentType::Json),
+        (", document_type: text", DocumentType::Text),
+        (", document_type: jsonb", DocumentType::Jsonb),
+    ] {
+        let config = parse_ok(&sink(extra));
+        let SinkConfig::Postgres(pg) = &config.sink else {
+            panic!("a postgres sink");
+        };
+        assert_eq!(pg.document_type, want, "{extra}");
+    }
+    assert_eq!(
+        errors(&sink(", document_type: bson")),
+        [
+            "config error: sink.document_type: unknown value \"bson\", expected one of jsonb, json, text"
+        ]
+    );
+}
+
+/// Issue 9 item 4(b): a misspelled libpq key is a config error naming the key, never the
+/// value or the string.
+#[test]
+fn a_misspelled_connection_string_key_is_named_without_its_value() {
+    for url in [
+        "host=db user=app pasword=Wq7xK9zT dbname=app",
+        "postgres://app@db/app?pasword=Wq7xK9zT",
+    ] {
+        let lines = errors(&format!(
+            "name: t\nsource: {{table_name: o}}\nsink: {{type: postgres, url: '{url}'}}\n"
+        ));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("config error: sink.url: unknown parameter 'pasword'"),
+            "{lines:?}"
+        );
+        assert!(!lines[0].contains("Wq7"), "{lines:?}");
+    }
 }
 
 #[test]

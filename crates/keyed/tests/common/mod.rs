@@ -17,6 +17,7 @@ pub fn spec_in(schema: &str, table: &str, key: &[(&str, KeyType)]) -> TableSpec 
             })
             .collect(),
         document_column: "doc".to_string(),
+        document_type: ddbpipe_keyed::DocumentType::Jsonb,
         create_table: true,
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use crate::batch::Batch;
 use crate::checkpoint::Staged;
 use crate::files::{self, LockError, RunLock};
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Sink, SinkError, SinkErrorClass};
 
 /// Where the lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +74,7 @@ fn io_error(sink: &str, path: &Path, action: &str, error: std::io::Error) -> Sin
     SinkError {
         sink: format!("jsonl {sink}"),
         message: format!("cannot {action} {}: {error}", path.display()),
+        class: SinkErrorClass::Transient,
     }
 }
 
@@ -178,6 +179,8 @@ fn lock_output(path: &Path, pipeline: &str) -> Result<Option<RunLock>, SinkError
                 lock_path.display(),
                 holder.pid_suffix()
             ),
+            // The other run ends some time: a later run may succeed.
+            class: SinkErrorClass::Transient,
         }),
         Err(LockError::Io(error)) => Err(io_error(&describe, &lock_path, "lock", error)),
     }
@@ -258,6 +261,7 @@ impl JsonlSink {
                     .map_err(|e| SinkError {
                         sink: "jsonl stdout".into(),
                         message: format!("cannot write: {e}"),
+                        class: SinkErrorClass::Transient,
                     })
             }
             Output::File {

@@ -15,7 +15,10 @@
 //!
 //! # Retries (SPEC §9.4)
 //! A retryable database error (connection loss, serialization failure, deadlock, busy) rolls
-//! the transaction back; the whole batch is retried with the source's backoff and budget.
+//! the transaction back; the whole batch is retried with the source's backoff and budget. When
+//! the budget runs out the error is [`SinkErrorClass::Transient`] (a later run may succeed);
+//! any other failure (a record that cannot become a row, a document the column cannot store, a
+//! constraint) is [`SinkErrorClass::Definite`]: a rerun fails on the same batch.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -28,7 +31,7 @@ use serde_json::value::RawValue;
 
 use crate::batch::Batch;
 use crate::checkpoint::Staged;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{Sink, SinkError, SinkErrorClass};
 
 /// What the records of a run are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,13 +86,27 @@ impl KeyedSink {
         self.db
             .prepare(&self.table)
             .await
-            .map_err(|e| self.error(e.message))
+            .map_err(|e| self.db_error(e))
     }
 
+    /// A definite failure: retrying cannot change it.
     fn error(&self, message: String) -> SinkError {
         SinkError {
             sink: self.db.describe(),
             message,
+            class: SinkErrorClass::Definite,
+        }
+    }
+
+    /// A database error after the sink's retries: transient when it was retryable.
+    fn db_error(&self, error: DbError) -> SinkError {
+        SinkError {
+            class: if error.retryable {
+                SinkErrorClass::Transient
+            } else {
+                SinkErrorClass::Definite
+            },
+            ..self.error(error.message)
         }
     }
 
@@ -314,9 +331,7 @@ impl Sink for KeyedSink {
         if rows.is_empty() && state.is_none_or(|s| s.state.is_empty()) {
             return Ok(());
         }
-        self.apply(&rows, state)
-            .await
-            .map_err(|e| self.error(e.message))
+        self.apply(&rows, state).await.map_err(|e| self.db_error(e))
     }
 
     fn describe(&self) -> String {
@@ -347,6 +362,7 @@ mod tests {
                     })
                     .collect(),
                 document_column: "document".into(),
+                document_type: ddbpipe_keyed::DocumentType::Jsonb,
                 create_table: true,
             },
             format,
@@ -499,6 +515,7 @@ mod tests {
                     kind: KeyType::S,
                 }],
                 document_column: "document".into(),
+                document_type: ddbpipe_keyed::DocumentType::Jsonb,
                 create_table: true,
             },
             ValueFormat::Plain,

@@ -348,6 +348,7 @@ mod tests {
             schema: "main".into(),
             key: vec![],
             document_column: "document".into(),
+            document_type: ddbpipe_keyed::DocumentType::Jsonb,
             create_table: true,
         };
         let mut store = DatabaseStore::new(Database::Sqlite(db), table);

@@ -1,0 +1,337 @@
+//! The keyed sinks end to end through the CLI, issue 9: connection-string secrets in every
+//! command's output, U+0000 in documents (`document_type`), and the process named by a held
+//! PostgreSQL lock.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::StreamViewType;
+
+use common::keyed::{Destination, Target, postgres_url};
+use common::{Emulator, Pipeline, Running, item, s, stderr, stdout};
+
+const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 1";
+
+/// Every command that reads the sink config, as `ddbpipe` arguments (the config path follows),
+/// logging everything as JSON.
+const COMMANDS: &[&[&str]] = &[
+    &["check"],
+    &["check", "--json"],
+    &["run", "--progress", "never"],
+    &["state", "show"],
+    &["state", "show", "--json"],
+    &["state", "reset", "--yes"],
+    &["lag"],
+    &["lag", "--json"],
+];
+
+/// Runs `args` with `--log-format json --log-level trace`; stdout and stderr together.
+fn traced(pipeline: &Pipeline, args: &[&str]) -> (Output, String) {
+    let mut all = args.to_vec();
+    all.extend(["--log-format", "json", "--log-level", "trace"]);
+    let output = pipeline.ddbpipe(&all);
+    let text = format!("{}{}", stdout(&output), stderr(&output));
+    (output, text)
+}
+
+/// Fails when `text` holds `secret` or any `window`-character piece of it.
+fn assert_hidden(text: &str, secret: &str, window: usize, what: &str) {
+    let chars: Vec<char> = secret.chars().collect();
+    for piece in chars.windows(window.min(chars.len())) {
+        let piece: String = piece.iter().collect();
+        assert!(
+            !text.contains(&piece),
+            "{what} printed {piece:?} of the password: {text}"
+        );
+    }
+}
+
+/// A loopback port nobody listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn orders(running: &Running) {
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+}
+
+fn pipeline_with_sink(running: &Running, source: &str, sink: &str) -> Pipeline {
+    let pipeline = Pipeline::new("orders-mirror", &running.endpoint, source);
+    pipeline.write_with_sink("orders-mirror", &running.endpoint, source, sink);
+    pipeline
+}
+
+mod postgres {
+    use super::*;
+
+    /// Issue 9 item 4(a): the driver split the userinfo at the first `@` and the masking at the
+    /// last, so the host shown in messages was the password's tail. No command prints any
+    /// piece of it, and the host is the real one.
+    #[test]
+    fn a_password_with_an_at_sign_reaches_no_output_of_any_command() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let password = "Pa@Wq7xK9zT";
+        let port = closed_port();
+        let url = format!(
+            "postgres://ddbpipe:{password}@127.0.0.1:{port}/app?sslmode=disable&connect_timeout=2"
+        );
+        let pipeline = pipeline_with_sink(
+            &running,
+            MIRROR,
+            &format!("sink:\n  type: postgres\n  url: '{url}'\n"),
+        );
+        for args in COMMANDS {
+            let (output, text) = traced(&pipeline, args);
+            assert_hidden(&text, password, 4, &format!("{args:?}"));
+            if args[0] != "check" {
+                assert_eq!(output.status.code(), Some(1), "{args:?}: {text}");
+            }
+            assert!(
+                text.contains(&format!("127.0.0.1:{port}/app")),
+                "{args:?} does not name the server: {text}"
+            );
+        }
+    }
+
+    /// Issue 9 item 4(b): a misspelled key used to be echoed with the whole string. Now it is a
+    /// config error naming the key, in every command.
+    #[test]
+    fn a_misspelled_connection_string_key_is_named_without_the_password() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let password = "Wq7 xK9:zT@q";
+        let url = format!(
+            "host=127.0.0.1 port={} user=ddbpipe pasword='{password}' dbname=app",
+            closed_port()
+        );
+        let pipeline = pipeline_with_sink(
+            &running,
+            MIRROR,
+            &format!("sink:\n  type: postgres\n  url: \"{url}\"\n"),
+        );
+        for args in COMMANDS {
+            let (output, text) = traced(&pipeline, args);
+            assert_hidden(&text, password, 4, &format!("{args:?}"));
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {text}");
+            assert!(
+                text.contains("sink.url: unknown parameter 'pasword'"),
+                "{args:?}: {text}"
+            );
+        }
+    }
+
+    /// The real password, in a quoted key=value string, through a whole mirror and every
+    /// command after it. (It is random hex, which short pieces of shard ids and timestamps may
+    /// match by chance, so pieces of 10 characters are looked for.)
+    #[test]
+    fn the_real_password_reaches_no_output_of_any_command() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let config: tokio_postgres::Config = postgres_url().parse().unwrap();
+        let password = String::from_utf8(config.get_password().unwrap().to_vec()).unwrap();
+        let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+            panic!("the tests need a TCP host")
+        };
+        let kv = format!(
+            "host={host} port={} user='{}' password='{password}' dbname={} sslmode=disable",
+            config.get_ports()[0],
+            config.get_user().unwrap(),
+            config.get_dbname().unwrap()
+        );
+        let pipeline = Pipeline::new("orders-mirror", &running.endpoint, MIRROR);
+        let destination = Destination::new(Target::Postgres, pipeline.dir.path());
+        pipeline.write_with_sink(
+            "orders-mirror",
+            &running.endpoint,
+            MIRROR,
+            &format!(
+                "sink:\n  type: postgres\n  url: \"{kv}\"\n  schema: {}\n",
+                destination.schema
+            ),
+        );
+        let (output, text) = traced(&pipeline, &["run", "--progress", "never"]);
+        assert_eq!(output.status.code(), Some(0), "{text}");
+        assert_eq!(destination.documents("orders").len(), 1);
+        for args in COMMANDS {
+            let (output, text) = traced(&pipeline, args);
+            assert_hidden(&text, &password, 10, &format!("{args:?}"));
+            assert_eq!(output.status.code(), Some(0), "{args:?}: {text}");
+        }
+    }
+
+    /// Issue 9 item 12: the lock message named the PostgreSQL backend serving the other run;
+    /// it names the other ddbpipe process.
+    #[test]
+    fn a_held_lock_names_the_ddbpipe_process_holding_it() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let source = "table_name: orders\nmode: mirror\nidle_termination_secs: 120";
+        let pipeline = Pipeline::new("orders-mirror", &running.endpoint, source);
+        let destination = Destination::new(Target::Postgres, pipeline.dir.path());
+        pipeline.write_with_sink(
+            "orders-mirror",
+            &running.endpoint,
+            source,
+            &destination.sink_yaml(),
+        );
+        let mut first = common::spawn_run(&pipeline.config);
+        let streaming = common::wait_for(Duration::from_secs(60), || {
+            destination.state("orders-mirror").contains_key("meta")
+        });
+        assert!(streaming, "the first run committed no position");
+        let pid = format!("pid {})", first.id());
+        for args in [
+            &["run", "--progress", "never"][..],
+            &["state", "reset", "--yes"],
+        ] {
+            let output = pipeline.ddbpipe(args);
+            assert_eq!(output.status.code(), Some(1), "{args:?}");
+            let err = stderr(&output);
+            assert!(
+                err.contains("pipeline 'orders-mirror' is already running"),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains(&pid), "{args:?} does not name {pid}: {err}");
+        }
+        let check = stdout(&pipeline.ddbpipe(&["check"]));
+        assert!(
+            check.contains("WARN state") && check.contains(&pid),
+            "{check}"
+        );
+        first.kill().unwrap();
+        first.wait().unwrap();
+    }
+
+    fn pipeline_into(
+        running: &Running,
+        destination: &Destination,
+        source: &str,
+        extra: &str,
+    ) -> Pipeline {
+        let name = if source.contains("mirror") {
+            "orders-mirror"
+        } else {
+            "orders-scan"
+        };
+        let pipeline = Pipeline::new(name, &running.endpoint, source);
+        pipeline.write_with_sink(
+            name,
+            &running.endpoint,
+            source,
+            &format!("{}{extra}", destination.sink_yaml()),
+        );
+        pipeline
+    }
+
+    /// Issue 9 item 3: with `jsonb` an item holding U+0000 fails the run naming its key, the
+    /// attribute and the option, and the hint does not promise that a rerun resumes; `json`
+    /// keeps the document exactly; a table of another document type is refused.
+    #[test]
+    fn u0000_fails_a_jsonb_sink_naming_the_item_and_json_keeps_it() {
+        let running = Emulator::Dynoxide.start();
+        running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+        running.put_items(
+            "orders",
+            vec![
+                item(vec![("pk", s("a")), ("v", s("plain"))]),
+                item(vec![("pk", s("b")), ("v", s("x\u{0}y"))]),
+            ],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Destination::new(Target::Postgres, dir.path());
+
+        // A scan (wiring's hint) and a mirror (the streams runner's hint), each run twice.
+        for source in ["table_name: orders", MIRROR] {
+            let jsonb = pipeline_into(&running, &destination, source, "");
+            for attempt in ["first", "rerun"] {
+                let output = jsonb.ddbpipe(&["run", "--progress", "never"]);
+                assert_eq!(output.status.code(), Some(1), "{source}, {attempt}");
+                let err = stderr(&output);
+                for want in [
+                    "the item with key pk \"b\" holds U+0000 in attribute 'v'",
+                    "sink.document_type: json",
+                    "hint: retrying cannot help",
+                ] {
+                    assert!(
+                        err.contains(want),
+                        "{source}, {attempt}: no {want:?} in {err}"
+                    );
+                }
+                assert!(!err.contains("resumes"), "{source}, {attempt}: {err}");
+            }
+        }
+
+        let json = pipeline_into(
+            &running,
+            &destination,
+            "table_name: orders",
+            "  table: orders_json\n  document_type: json\n",
+        );
+        let output = json.ddbpipe(&["run", "--progress", "never"]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let documents = destination.documents("orders_json");
+        assert_eq!(documents["b"]["v"], "x\u{0}y");
+        assert_eq!(documents["a"]["v"], "plain");
+
+        let text = pipeline_into(
+            &running,
+            &destination,
+            "table_name: orders",
+            "  table: orders_json\n  document_type: text\n",
+        );
+        let output = text.ddbpipe(&["run", "--progress", "never"]);
+        assert_eq!(output.status.code(), Some(1));
+        assert!(
+            stderr(&output).contains(
+                "exists with document column \"document\" of type json but sink.document_type is text"
+            ),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+mod sqlite {
+    use super::*;
+
+    /// Issue 9 item 3, SQLite: a TEXT document keeps `\u0000`, and SQLite's JSON functions read
+    /// the U+0000 back.
+    #[test]
+    fn sqlite_keeps_u0000_exactly() {
+        let running = Emulator::Dynoxide.start();
+        running.create_pk_table("orders", None);
+        running.put_items(
+            "orders",
+            vec![item(vec![("pk", s("b")), ("v", s("x\u{0}y"))])],
+        );
+        let pipeline = Pipeline::new("orders-scan", &running.endpoint, "table_name: orders");
+        let destination = Destination::new(Target::Sqlite, pipeline.dir.path());
+        pipeline.write_with_sink(
+            "orders-scan",
+            &running.endpoint,
+            "table_name: orders",
+            &destination.sink_yaml(),
+        );
+        let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(destination.documents("orders")["b"]["v"], "x\u{0}y");
+        let db = rusqlite::Connection::open(&destination.path).unwrap();
+        let (document, extracted): (String, String) = db
+            .query_row(
+                "SELECT document, json_extract(document, '$.v') FROM orders",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert!(document.contains(r#""v":"x\u0000y""#), "{document}");
+        assert_eq!(extracted, "x\u{0}y");
+    }
+}

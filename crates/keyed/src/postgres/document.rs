@@ -1,0 +1,146 @@
+//! The document column: its SQL type, and the U+0000 that `jsonb` cannot store.
+//!
+//! # U+0000 and `jsonb`
+//! DynamoDB strings may hold U+0000; the rendered document keeps it as the escape `\u0000`.
+//! `json` and `text` store that text as it is, `jsonb` refuses it (and every retry or rerun
+//! would fail the same way), so with `jsonb`:
+//! 1. Only a document whose text holds `\u0000` is looked at further (one substring search).
+//! 2. Such a document is parsed; the first string or member name holding U+0000, in document
+//!    order, gives the attribute path (`v.list[2]`). `\\u0000` (an escaped backslash) is no
+//!    U+0000 and passes.
+//! 3. The batch fails before anything is sent, with a definite error naming the item's key,
+//!    that path and `sink.document_type`.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::{DocumentType, KeyColumn, KeyValue};
+
+/// The parameter cast of the document: it is bound as text.
+pub(super) fn cast(kind: DocumentType) -> &'static str {
+    match kind {
+        DocumentType::Jsonb => "::text::jsonb",
+        DocumentType::Json => "::text::json",
+        DocumentType::Text => "::text",
+    }
+}
+
+/// Why a document cannot go into a column of type `kind`: the attribute path of its first
+/// U+0000 when `kind` is `jsonb` (rules 1 and 2).
+pub(super) fn unstorable(kind: DocumentType, document: &str) -> Option<String> {
+    if kind != DocumentType::Jsonb || !document.contains("\\u0000") {
+        return None;
+    }
+    let value: Value = serde_json::from_str(document).ok()?;
+    let mut path = String::new();
+    first_nul(&value, &mut path).then_some(path)
+}
+
+/// Appends to `path` the way to the first U+0000 below `value`; `false` when there is none.
+fn first_nul(value: &Value, path: &mut String) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+            let len = path.len();
+            let _ = write!(path, "[{i}]");
+            first_nul(item, path) || {
+                path.truncate(len);
+                false
+            }
+        }),
+        Value::Object(members) => members.iter().any(|(name, member)| {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            let _ = write!(path, "{}", name.escape_debug());
+            name.contains('\0') || first_nul(member, path) || {
+                path.truncate(len);
+                false
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+/// A row's key for messages: `pk "a", sk 12, b 0x0102`.
+pub(super) fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
+    let parts: Vec<String> = columns
+        .iter()
+        .zip(key)
+        .map(|(column, value)| match value {
+            KeyValue::S(text) => format!("{} {text:?}", column.name),
+            KeyValue::N(number) => format!("{} {number}", column.name),
+            KeyValue::B(bytes) => {
+                let mut hex = format!("{} 0x", column.name);
+                for byte in bytes {
+                    let _ = write!(hex, "{byte:02x}");
+                }
+                hex
+            }
+        })
+        .collect();
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonb_names_the_path_of_the_first_nul() {
+        let cases = [
+            (r#"{"pk":"a","v":"x\u0000y"}"#, Some("v")),
+            (
+                r#"{"a":{"b":[1,"ok",{"c":"\u0000"}]},"z":"\u0000"}"#,
+                Some("a.b[2].c"),
+            ),
+            (r#"{"pk":"a","v":{"S":"\u0000"}}"#, Some("v.S")),
+            (r#"{"k\u0000":1}"#, Some("k\\0")),
+            (r#"{"pk":"a","v":"\\u0000"}"#, None),
+            (r#"{"pk":"a","v":"plain"}"#, None),
+        ];
+        for (document, want) in cases {
+            assert_eq!(
+                unstorable(DocumentType::Jsonb, document).as_deref(),
+                want,
+                "{document}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_and_text_store_every_document() {
+        for kind in [DocumentType::Json, DocumentType::Text] {
+            assert_eq!(unstorable(kind, r#"{"v":"\u0000"}"#), None);
+        }
+    }
+
+    #[test]
+    fn keys_are_described_by_attribute() {
+        let columns = [
+            KeyColumn {
+                name: "pk".into(),
+                kind: crate::KeyType::S,
+            },
+            KeyColumn {
+                name: "n".into(),
+                kind: crate::KeyType::N,
+            },
+            KeyColumn {
+                name: "b".into(),
+                kind: crate::KeyType::B,
+            },
+        ];
+        let key = [
+            KeyValue::S("a\"b".into()),
+            KeyValue::N("12.5".into()),
+            KeyValue::B(vec![1, 0xff]),
+        ];
+        assert_eq!(
+            describe_key(&columns, &key),
+            r#"pk "a\"b", n 12.5, b 0x01ff"#
+        );
+    }
+}
