@@ -363,10 +363,43 @@ fn a_resume_against_another_table_or_in_another_shape_is_refused_naming_the_fiel
     );
 }
 
+/// Issue 9 item 7: a plain YAML number in `expression_attribute_values` is sent with every
+/// digit of its text, so the filter matches the item it names and not its double neighbour.
+fn a_filter_value_keeps_every_digit_of_its_yaml_text(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items(
+        "items",
+        vec![
+            item(vec![("pk", s("exact")), ("n", n("123456789.123456789"))]),
+            item(vec![("pk", s("double")), ("n", n("123456789.12345679"))]),
+        ],
+    );
+    let pipeline = Pipeline::new(
+        "filtered",
+        &running.endpoint,
+        "table_name: items\nfilter_expression: \"n = :v\"\nexpression_attribute_values: {':v': 123456789.123456789}",
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let keys: Vec<String> = pipeline
+        .records()
+        .iter()
+        .map(|r| r["pk"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["exact"]);
+    let state = std::fs::read_to_string(&pipeline.state).unwrap();
+    assert!(
+        state.contains(r#"{":v":{"N":"123456789.123456789"}}"#),
+        "{state}"
+    );
+}
+
 on_both_emulators!(
     parallel_scan_writes_every_item_once,
     a_scan_killed_after_its_first_commit_resumes_without_losing_items,
     a_query_reads_one_partition_backwards_with_filter_and_projection,
     every_value_kind_comes_out_as_specified_in_plain_and_typed,
     a_resume_against_another_table_or_in_another_shape_is_refused_naming_the_field,
+    a_filter_value_keeps_every_digit_of_its_yaml_text,
 );

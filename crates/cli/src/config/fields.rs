@@ -41,6 +41,9 @@ pub(super) struct Report {
     /// their substituted text. A string field takes the text, so `table_name: ${TABLE}` with
     /// `TABLE=2024` is the table "2024", not a type error.
     pub(super) substituted: BTreeMap<String, String>,
+    /// The text of each YAML number under `source.expression_attribute_values` that is not
+    /// an exact integer, by path (`numbers`).
+    pub(super) number_texts: BTreeMap<String, String>,
     /// Paths whose interpolation failed. The failure is reported once; the walker skips the
     /// field instead of adding a type error about the unsubstituted text.
     pub(super) failed: BTreeSet<String>,

@@ -19,11 +19,13 @@
 
 mod fields;
 mod interpolate;
+mod numbers;
 mod sink;
 mod source;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -133,8 +135,9 @@ pub fn parse(
     config_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<PipelineConfig, ConfigErrors> {
-    let mut document = parse_yaml(text)?;
+    let (mut document, number_texts) = parse_yaml(text)?;
     let mut report = Report::default();
+    report.number_texts = number_texts;
     interpolate::interpolate(&mut document, "", env, &mut report);
 
     if document.is_null() {
@@ -184,14 +187,21 @@ pub fn parse(
     }
 }
 
-/// Parses the YAML text and applies `<<` merge keys.
-fn parse_yaml(text: &str) -> Result<Value, ConfigErrors> {
+/// Parses the YAML text and applies `<<` merge keys; also returns the text of the numbers
+/// of `expression_attribute_values` (`numbers`).
+fn parse_yaml(text: &str) -> Result<(Value, BTreeMap<String, String>), ConfigErrors> {
     let invalid = |error: yaml_serde::Error| {
         ConfigErrors(vec![ConfigError::new("", format!("invalid YAML: {error}"))])
     };
-    let mut document: Value = yaml_serde::from_str(text).map_err(invalid)?;
+    let mut document: Value = yaml_serde::from_str(text).map_err(|error| {
+        match numbers::wide_integer(&error.to_string()) {
+            Some((path, problem)) => ConfigErrors(vec![ConfigError::new(path, problem)]),
+            None => invalid(error),
+        }
+    })?;
+    let number_texts = numbers::texts(text, &document);
     document.apply_merge().map_err(invalid)?;
-    Ok(document)
+    Ok((document, number_texts))
 }
 
 /// Rule 12: `name` is 1–128 characters from `[A-Za-z0-9_.-]`, not starting with `.`.

@@ -3,10 +3,11 @@
 use std::collections::BTreeSet;
 
 use ddbpipe_source::config::{Credentials, RetryConfig, Secret, SourceConfig, defaults};
-use ddbpipe_value::{Value as AttributeValue, value_from_plain_json, value_from_typed_json};
+use ddbpipe_value::{Number, Value as AttributeValue, value_from_typed_json};
 use yaml_serde::Value;
 
 use super::fields::{Choice, Fields, Report, Stage, convert, expected, found, join};
+use super::numbers;
 
 /// Reads the source section; also returns the keys it set, for the mode warnings.
 pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>) {
@@ -29,11 +30,16 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
         .map("expression_attribute_names", |report, path, value| {
             convert::<String>(report, path, value)
         });
-    source.expression_attribute_values =
-        f.map("expression_attribute_values", |report, path, value| {
-            let json = to_json(report, path, value, Form::Plain)?;
-            Some(value_from_plain_json(&json))
-        });
+    source.expression_attribute_values = f.map(
+        "expression_attribute_values",
+        |report, path, value| match plain_value(report, path, value) {
+            Ok(value) => Some(value),
+            Err((path, message)) => {
+                report.error(Stage::Type, &path, message);
+                None
+            }
+        },
+    );
     source.expression_attribute_values_typed =
         f.map("expression_attribute_values_typed", decode_typed);
     source.consistent_read = f.or("consistent_read", source.consistent_read);
@@ -172,19 +178,63 @@ fn read_config(kind: CredentialsType, mut f: Fields<'_>) -> Option<Credentials> 
     credentials
 }
 
-/// Which JSON a YAML expression value becomes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Form {
-    /// §3.4: YAML numbers are JSON numbers.
-    Plain,
-    /// §3.5: attribute JSON holds no JSON numbers, so a number re-read from `${…}` goes back
-    /// to its text: `{N: ${BIG}}` keeps every digit of `BIG`.
-    Typed,
+/// An entry of `expression_attribute_values` (SPEC §3.4): null → NULL, bool → BOOL, number →
+/// N from its exact text (`numbers`), string → S, list → L, mapping → M.
+fn plain_value(
+    report: &Report,
+    path: &str,
+    value: Value,
+) -> Result<AttributeValue, (String, String)> {
+    Ok(match value {
+        Value::Null => AttributeValue::Null,
+        Value::Bool(flag) => AttributeValue::Bool(flag),
+        Value::Number(number) if number.is_nan() || number.is_infinite() => {
+            return Err((
+                path.to_owned(),
+                expected("a finite number", &Value::Number(number)),
+            ));
+        }
+        Value::Number(number) => {
+            let text = report
+                .substituted
+                .get(path)
+                .or_else(|| report.number_texts.get(path));
+            let exact = numbers::exact(&number, text.map(String::as_str))
+                .map_err(|message| (path.to_owned(), message))?;
+            AttributeValue::N(Number::new(exact))
+        }
+        Value::String(text) => AttributeValue::S(text),
+        Value::Sequence(items) => AttributeValue::L(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(index, item)| plain_value(report, &format!("{path}[{index}]"), item))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Mapping(mapping) => {
+            let mut entries = ddbpipe_value::Item::new();
+            for (key, item) in mapping {
+                let Value::String(key) = key else {
+                    let message = format!("keys must be strings, found {}", found(&key));
+                    return Err((path.to_owned(), message));
+                };
+                let item = plain_value(report, &join(path, &key), item)?;
+                entries.insert(key, item);
+            }
+            AttributeValue::M(entries)
+        }
+        Value::Tagged(tagged) => {
+            let message = format!("YAML tags are not supported here (found {})", tagged.tag);
+            return Err((path.to_owned(), message));
+        }
+    })
 }
 
-/// An entry of `expression_attribute_values_typed`, decoded strictly (SPEC §3.5).
+/// An entry of `expression_attribute_values_typed`, decoded strictly (SPEC §3.5). Attribute
+/// JSON holds no JSON numbers, so a number re-read from `${…}` goes back to its text:
+/// `{N: ${BIG}}` keeps every digit of `BIG`.
 fn decode_typed(report: &mut Report, path: &str, value: Value) -> Option<AttributeValue> {
-    let json = to_json(report, path, value, Form::Typed)?;
+    let json = to_json(report, path, value)?;
     match value_from_typed_json(&json, path) {
         Ok(value) => Some(value),
         Err(error) => {
@@ -196,8 +246,8 @@ fn decode_typed(report: &mut Report, path: &str, value: Value) -> Option<Attribu
 }
 
 /// A YAML value as JSON, or a type error at the path of the part that has no JSON form.
-fn to_json(report: &mut Report, path: &str, value: Value, form: Form) -> Option<serde_json::Value> {
-    match json_of(report, path, value, form) {
+fn to_json(report: &mut Report, path: &str, value: Value) -> Option<serde_json::Value> {
+    match json_of(report, path, value) {
         Ok(json) => Some(json),
         Err((path, message)) => {
             report.error(Stage::Type, &path, message);
@@ -210,13 +260,12 @@ fn json_of(
     report: &Report,
     path: &str,
     value: Value,
-    form: Form,
 ) -> Result<serde_json::Value, (String, String)> {
     Ok(match value {
         Value::Null => serde_json::Value::Null,
         Value::Bool(flag) => serde_json::Value::Bool(flag),
         Value::Number(number) => {
-            if let (Form::Typed, Some(text)) = (form, report.substituted.get(path)) {
+            if let Some(text) = report.substituted.get(path) {
                 serde_json::Value::String(text.clone())
             } else if let Some(unsigned) = number.as_u64() {
                 unsigned.into()
@@ -232,7 +281,7 @@ fn json_of(
         Value::Sequence(items) => items
             .into_iter()
             .enumerate()
-            .map(|(index, item)| json_of(report, &format!("{path}[{index}]"), item, form))
+            .map(|(index, item)| json_of(report, &format!("{path}[{index}]"), item))
             .collect::<Result<_, _>>()?,
         Value::Mapping(mapping) => {
             let mut object = serde_json::Map::new();
@@ -241,7 +290,7 @@ fn json_of(
                     let message = format!("keys must be strings, found {}", found(&key));
                     return Err((path.to_owned(), message));
                 };
-                let item = json_of(report, &join(path, &key), item, form)?;
+                let item = json_of(report, &join(path, &key), item)?;
                 object.insert(key, item);
             }
             serde_json::Value::Object(object)

@@ -1109,3 +1109,59 @@ fn loading_reads_the_file_and_puts_the_state_beside_it() {
         "config error: source.bogus: unknown field"
     );
 }
+
+#[test]
+fn plain_expression_numbers_are_sent_with_every_digit_of_their_text() {
+    let source = source_of(
+        "expression_attribute_values:\n  ':a': 123456789.123456789\n  ':b': 1.00000000000000001\n  \
+         ':c': [1e3, {d: -0.000000000000000000001}]\n  ':e': 7\n  ':f': +2.50",
+    );
+    let values = &source.expression_attribute_values;
+    let n = |text: &str| AttributeValue::N(Number::new(text));
+    assert_eq!(values[":a"], n("123456789.123456789"));
+    assert_eq!(values[":b"], n("1.00000000000000001"));
+    assert_eq!(
+        values[":c"],
+        AttributeValue::L(vec![
+            n("1e3"),
+            AttributeValue::M([("d".to_string(), n("-0.000000000000000000001"))].into()),
+        ])
+    );
+    assert_eq!(values[":e"], n("7"));
+    assert_eq!(values[":f"], n("2.50"));
+    // From `${…}` the substituted text is used.
+    let config = parse(
+        &with_source("expression_attribute_values: {':v': '${V}'}"),
+        Path::new(""),
+        &|name| (name == "V").then(|| "1.00000000000000001".to_string()),
+    )
+    .unwrap();
+    assert_eq!(
+        config.source.expression_attribute_values[":v"],
+        n("1.00000000000000001")
+    );
+}
+
+#[test]
+fn a_plain_number_that_cannot_be_sent_exactly_is_refused_pointing_at_the_typed_map() {
+    let lines = source_errors(
+        "expression_attribute_values: {':big': 123456789012345678901234567890123456789012}",
+    );
+    assert_eq!(
+        lines,
+        ["config error: source.expression_attribute_values.:big: \
+             123456789012345678901234567890123456789012 has 42 significant digits and DynamoDB \
+             numbers have at most 38; write it as text in expression_attribute_values_typed, \
+             e.g. {\":v\": {N: \"12.5\"}}"]
+    );
+    let lines = source_errors("expression_attribute_values: {':wide': 99999999999999999999}");
+    assert_eq!(
+        lines,
+        [
+            "config error: source.expression_attribute_values.:wide: the integer \
+             99999999999999999999 is wider than 64 bits, which plain YAML values cannot hold; \
+             write it as text in expression_attribute_values_typed, e.g. {\":v\": {N: \
+             \"99999999999999999999\"}}"
+        ]
+    );
+}
