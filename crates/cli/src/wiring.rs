@@ -36,7 +36,9 @@ pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
     let env = |name: &str| std::env::var(name).ok();
     match config::load(path, &env) {
         Ok(config) => Ok(config),
-        Err(error @ config::LoadError::Read { .. }) => Err(Failure::usage(error)),
+        Err(error @ (config::LoadError::Read { .. } | config::LoadError::TooLarge { .. })) => {
+            Err(Failure::usage(error))
+        }
         Err(error) => Err(Failure::usage(error).hint(format!(
             "fix the lines above in {}; `ddbpipe check {}` shows them again",
             path.display(),

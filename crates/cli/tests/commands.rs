@@ -170,6 +170,31 @@ fn every_config_problem_is_reported_at_once_with_exit_2() {
     );
 }
 
+/// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
+/// YAML parser (quadratic in the depth) sees it.
+#[test]
+fn an_endless_or_deeply_nested_config_file_is_refused_at_once() {
+    let output = common::ddbpipe(&["check"], std::path::Path::new("/dev/zero"));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("config file /dev/zero is larger than 4 MiB"),
+        "{}",
+        stderr(&output)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nested.yaml");
+    std::fs::write(&config, "[".repeat(100_000)).unwrap();
+    for command in ["check", "run"] {
+        let output = common::ddbpipe(&[command], &config);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("nested more than 64 levels deep at line 1"),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
 #[test]
 fn an_unreachable_endpoint_fails_with_a_clear_error() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

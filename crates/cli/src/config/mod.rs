@@ -27,6 +27,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ddbpipe_source::config::{ConfigError, OnGap, SourceConfig};
@@ -41,6 +42,10 @@ pub use self::sink::{
 
 /// The longest pipeline `name`.
 const MAX_NAME_CHARS: usize = 128;
+/// The largest pipeline file read, in bytes (4 MiB; real ones are a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+/// The deepest nesting of mappings and lists a pipeline file may have (real ones have ~5).
+const MAX_NESTING: usize = 64;
 
 /// One pipeline, loaded and validated: what to read, where to write it, where the position
 /// lives.
@@ -89,6 +94,11 @@ pub enum LoadError {
         /// What the operating system said.
         source: std::io::Error,
     },
+    /// The file is larger than a pipeline file can be ([`MAX_CONFIG_BYTES`]).
+    TooLarge {
+        /// The config file.
+        path: PathBuf,
+    },
     /// The file was read and has problems, all listed.
     Invalid(ConfigErrors),
 }
@@ -99,6 +109,12 @@ impl fmt::Display for LoadError {
             LoadError::Read { path, .. } => {
                 write!(f, "cannot read config file {}", path.display())
             }
+            LoadError::TooLarge { path } => write!(
+                f,
+                "config file {} is larger than {} MiB: that is not a pipeline file",
+                path.display(),
+                MAX_CONFIG_BYTES >> 20
+            ),
             LoadError::Invalid(errors) => errors.fmt(f),
         }
     }
@@ -109,7 +125,7 @@ impl std::error::Error for LoadError {
         match self {
             LoadError::Read { source, .. } => Some(source),
             // The lines are the whole message; repeating them as a source would print them twice.
-            LoadError::Invalid(_) => None,
+            LoadError::Invalid(_) | LoadError::TooLarge { .. } => None,
         }
     }
 }
@@ -120,10 +136,22 @@ pub fn load(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<PipelineConfig, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+    let read_error = |source| LoadError::Read {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    // Bounded: `/dev/zero` or a runaway file must not be read into memory whole.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|error| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, error)))?;
     let config_dir = path.parent().unwrap_or(Path::new(""));
     parse(&text, config_dir, env).map_err(LoadError::Invalid)
 }
@@ -193,15 +221,148 @@ fn parse_yaml(text: &str) -> Result<(Value, BTreeMap<String, String>), ConfigErr
     let invalid = |error: yaml_serde::Error| {
         ConfigErrors(vec![ConfigError::new("", format!("invalid YAML: {error}"))])
     };
+    // A UTF-8 byte order mark (some editors write one) is not content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if let Some(line) = too_deep(text, MAX_NESTING) {
+        return Err(ConfigErrors(vec![ConfigError::new(
+            "",
+            format!(
+                "invalid YAML: nested more than {MAX_NESTING} levels deep at line {line}; a \
+                 pipeline file is a few levels deep"
+            ),
+        )]));
+    }
     let mut document: Value = yaml_serde::from_str(text).map_err(|error| {
-        match numbers::wide_integer(&error.to_string()) {
-            Some((path, problem)) => ConfigErrors(vec![ConfigError::new(path, problem)]),
+        let message = error.to_string();
+        if let Some((path, problem)) = numbers::wide_integer(&message) {
+            return ConfigErrors(vec![ConfigError::new(path, problem)]);
+        }
+        match duplicate_key(text, &message) {
+            Some(problem) => ConfigErrors(vec![ConfigError::new("", problem)]),
             None => invalid(error),
         }
     })?;
     let number_texts = numbers::texts(text, &document);
     document.apply_merge().map_err(invalid)?;
     Ok((document, number_texts))
+}
+
+/// The parser's duplicate-key error (`<path>: duplicate entry with key "k" at line L column
+/// C`) names where the mapping starts; this finds the lines of the key's first and second
+/// entries in that mapping, for a message that points at the duplicate. `None` when the
+/// error is another one, or the lines cannot be found (the parser's message stands).
+fn duplicate_key(text: &str, message: &str) -> Option<String> {
+    const DUPLICATE: &str = "duplicate entry with key \"";
+    let lines: Vec<&str> = text.lines().collect();
+    let (path, rest) = match message.strip_prefix(DUPLICATE) {
+        Some(rest) => ("", rest),
+        None => message.split_once(&format!(": {DUPLICATE}"))?,
+    };
+    let (key, line, column) = match rest.split_once("\" at line ") {
+        Some((key, location)) => {
+            let (line, column) = location.split_once(" column ")?;
+            let column = column.split_whitespace().next()?;
+            (key, line.parse().ok()?, column.parse().ok()?)
+        }
+        // The top-level mapping without a location: it starts at the first line with content.
+        None => {
+            let first = lines.iter().position(|l| {
+                let l = l.trim();
+                !(l.is_empty() || l.starts_with('#') || l.starts_with("---"))
+            })?;
+            (rest.strip_suffix('"')?, first + 1, 1usize)
+        }
+    };
+    let start = lines.get(line.checked_sub(1)?)?;
+    let is_entry = |content: &str| {
+        [
+            format!("{key}:"),
+            format!("\"{key}\":"),
+            format!("'{key}':"),
+        ]
+        .iter()
+        .any(|entry| content.starts_with(entry.as_str()))
+    };
+    let mut found = Vec::new();
+    if start.get(column.checked_sub(1)?..)?.starts_with('{') {
+        // A flow mapping: entries follow `{` or `,` on the lines from its start.
+        for (offset, text_line) in lines[line - 1..].iter().enumerate() {
+            let from = if offset == 0 { column } else { 0 };
+            for piece in text_line.get(from..).unwrap_or("").split([',', '{']) {
+                if is_entry(piece.trim_start()) {
+                    found.push(line + offset);
+                }
+            }
+            if found.len() >= 2 {
+                break;
+            }
+        }
+    } else {
+        // A block mapping: entries sit at its column until a line is indented less.
+        let indent = column - 1;
+        for (offset, text_line) in lines[line - 1..].iter().enumerate() {
+            let content = text_line.trim_start();
+            if content.is_empty() || content.starts_with('#') {
+                continue;
+            }
+            let at = text_line.len() - content.len();
+            if at < indent && offset > 0 {
+                break;
+            }
+            if at == indent && is_entry(content) {
+                found.push(line + offset);
+            }
+        }
+    }
+    let [first, second, ..] = found[..] else {
+        return None;
+    };
+    let within = if path.is_empty() || path == "." {
+        String::new()
+    } else {
+        format!(" in {path}")
+    };
+    Some(format!(
+        "invalid YAML: duplicate key \"{key}\"{within} at line {second} (first at line {first}); \
+         remove one of them"
+    ))
+}
+
+/// The first line (1-based) at which `text` nests flow collections (`[`, `{`) and block
+/// indentation deeper than `limit`, if any. Checked before parsing, which takes time
+/// quadratic in the depth. Quoted scalars and comments are skipped; a bracket inside a plain
+/// scalar counts, which only makes the bound stricter for files far beyond any real one.
+fn too_deep(text: &str, limit: usize) -> Option<usize> {
+    let mut flow = 0usize;
+    let mut indents: Vec<usize> = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let content = line.trim_start_matches([' ', '-']);
+        if flow == 0 && !content.is_empty() && !content.starts_with('#') {
+            let indent = line.len() - content.len();
+            while indents.last().is_some_and(|&top| top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+        }
+        let mut quote = None;
+        let mut previous = ' ';
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), _) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '\'' | '"') => quote = Some(c),
+                (None, '#') if previous.is_whitespace() => break,
+                (None, '[' | '{') => flow += 1,
+                (None, ']' | '}') => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+            previous = c;
+        }
+        if flow + indents.len() > limit {
+            return Some(number + 1);
+        }
+    }
+    None
 }
 
 /// Rule 12: `name` is 1–128 characters from `[A-Za-z0-9_.-]`, not starting with `.`.

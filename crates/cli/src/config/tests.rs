@@ -1165,3 +1165,69 @@ fn a_plain_number_that_cannot_be_sent_exactly_is_refused_pointing_at_the_typed_m
         ]
     );
 }
+
+#[test]
+fn a_byte_order_mark_is_not_content() {
+    let text = format!("\u{feff}{}", with_source("segments: 2"));
+    assert_eq!(parse_ok(&text).source.segments, 2);
+}
+
+#[test]
+fn a_duplicate_key_is_reported_at_its_second_entry() {
+    let block = "name: t\nsource:\n  table_name: orders\n  segments: 2\n  max_concurrency: 2\n  \
+                 segments: 3\nsink:\n  type: jsonl\n";
+    assert_eq!(
+        errors(block),
+        [
+            "config error: invalid YAML: duplicate key \"segments\" in source at line 6 (first \
+             at line 4); remove one of them"
+        ]
+    );
+    let flow = "name: t\nsource: {table_name: orders,\n  segments: 2, segments: 3}\nsink:\n  type: jsonl\n";
+    assert_eq!(
+        errors(flow),
+        [
+            "config error: invalid YAML: duplicate key \"segments\" in source at line 3 (first \
+             at line 3); remove one of them"
+        ]
+    );
+    let top =
+        "# a pipeline\nname: t\nsource: {table_name: orders}\nname: u\nsink:\n  type: jsonl\n";
+    assert_eq!(
+        errors(top),
+        [
+            "config error: invalid YAML: duplicate key \"name\" at line 4 (first at line 2); \
+             remove one of them"
+        ]
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let flow = format!("name: t\nsource: {}", "[".repeat(100_000));
+    let started = std::time::Instant::now();
+    let lines = errors(&flow);
+    assert_eq!(
+        lines,
+        [
+            "config error: invalid YAML: nested more than 64 levels deep at line 2; a pipeline \
+             file is a few levels deep"
+        ]
+    );
+    // Not a timing assertion of the product: a guard that the parser never saw the text.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let block: String = (0..70)
+        .map(|depth| format!("{}k{depth}:\n", " ".repeat(depth)))
+        .collect();
+    assert!(errors(&block)[0].contains("nested more than 64 levels deep at line 65"));
+    // Brackets in quotes and comments do not count; a real file passes.
+    let quoted = with_source(&format!(
+        "filter_expression: \"{}\" # {}",
+        "[".repeat(100),
+        "{".repeat(100)
+    ));
+    assert_eq!(
+        parse_ok(&quoted).source.filter_expression.unwrap().len(),
+        100
+    );
+}
