@@ -170,6 +170,86 @@ fn every_config_problem_is_reported_at_once_with_exit_2() {
     );
 }
 
+/// Issue 9 item 4(c): no value under `credentials` reaches any output, in any command, even
+/// when it is typed into the wrong place; with a good secret, not at trace level either.
+#[test]
+fn no_credentials_value_reaches_any_output_of_any_command() {
+    const SECRET: &str = "SUPERSECRETVALUE123";
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table(
+        "orders",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    running.put_pk("orders", "a", "1");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pipeline.yaml");
+    let write = |credentials: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "name: orders-cdc\nsource:\n  table_name: orders\n  region: us-east-1\n  \
+                 endpoint_url: {}\n  mode: streams\n  idle_termination_secs: 1\n  \
+                 credentials: {credentials}\nsink:\n  type: jsonl\n  path: {}\n",
+                running.endpoint,
+                dir.path().join("out.jsonl").display()
+            ),
+        )
+        .unwrap();
+    };
+    let misplaced = [
+        format!("{{type: access_key, config: {SECRET}}}"),
+        format!("{{type: {SECRET}}}"),
+        format!(
+            "{{type: access_key, config: {{access_key_id: [{SECRET}], secret_access_key: x}}}}"
+        ),
+        format!(
+            "{{type: access_key, config: {{access_key_id: {SECRET}, secret_access_key: [{SECRET}]}}}}"
+        ),
+        format!("{{type: profile, config: {{name: {{a: {SECRET}}}}}}}"),
+        SECRET.to_string(),
+    ];
+    for credentials in &misplaced {
+        write(credentials);
+        for args in common::COMMANDS {
+            let mut all = args.to_vec();
+            all.extend(["--log-format", "json", "--log-level", "trace"]);
+            let output = common::ddbpipe(&all, &config);
+            let text = format!("{}{}", stdout(&output), stderr(&output));
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{credentials} {args:?}: {text}"
+            );
+            assert!(
+                text.contains("source.credentials"),
+                "{credentials} {args:?}: {text}"
+            );
+            common::assert_hidden(&text, SECRET, 6, &format!("{credentials} {args:?}"));
+        }
+    }
+    write("{type: access_key, config: {access_key_id: testing, secret_access_key: ''}}");
+    let output = common::ddbpipe(&["check"], &config);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains(
+            "source.credentials.config.secret_access_key: secret_access_key must not be empty"
+        ),
+        "{}",
+        stderr(&output)
+    );
+    write(&format!(
+        "{{type: access_key, config: {{access_key_id: testing, secret_access_key: {SECRET}}}}}"
+    ));
+    for args in common::COMMANDS {
+        let mut all = args.to_vec();
+        all.extend(["--log-format", "json", "--log-level", "trace"]);
+        let output = common::ddbpipe(&all, &config);
+        let text = format!("{}{}", stdout(&output), stderr(&output));
+        assert_ne!(output.status.code(), Some(2), "{args:?}: {text}");
+        common::assert_hidden(&text, SECRET, 6, &format!("{args:?}"));
+    }
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]

@@ -13,43 +13,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::StreamViewType;
 
 use common::keyed::{Destination, Target, postgres_url};
-use common::{Emulator, Pipeline, Running, item, s, stderr, stdout};
+use common::{
+    COMMANDS, Emulator, Pipeline, Running, assert_hidden, item, s, stderr, stdout, traced,
+};
 
 const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 1";
-
-/// Every command that reads the sink config, as `ddbpipe` arguments (the config path follows),
-/// logging everything as JSON.
-const COMMANDS: &[&[&str]] = &[
-    &["check"],
-    &["check", "--json"],
-    &["run", "--progress", "never"],
-    &["state", "show"],
-    &["state", "show", "--json"],
-    &["state", "reset", "--yes"],
-    &["lag"],
-    &["lag", "--json"],
-];
-
-/// Runs `args` with `--log-format json --log-level trace`; stdout and stderr together.
-fn traced(pipeline: &Pipeline, args: &[&str]) -> (Output, String) {
-    let mut all = args.to_vec();
-    all.extend(["--log-format", "json", "--log-level", "trace"]);
-    let output = pipeline.ddbpipe(&all);
-    let text = format!("{}{}", stdout(&output), stderr(&output));
-    (output, text)
-}
-
-/// Fails when `text` holds `secret` or any `window`-character piece of it.
-fn assert_hidden(text: &str, secret: &str, window: usize, what: &str) {
-    let chars: Vec<char> = secret.chars().collect();
-    for piece in chars.windows(window.min(chars.len())) {
-        let piece: String = piece.iter().collect();
-        assert!(
-            !text.contains(&piece),
-            "{what} printed {piece:?} of the password: {text}"
-        );
-    }
-}
 
 /// A loopback port nobody listens on.
 fn closed_port() -> u16 {

@@ -80,6 +80,33 @@ impl Report {
     }
 }
 
+/// Where every value is a secret or may hold one: a message about a value there names its
+/// kind, never the value (issue 9 item 4: a value typed into the wrong place is still a
+/// secret).
+const SECRET_SECTIONS: [&str; 2] = ["source.credentials", "sink.url"];
+
+/// Whether a value at `path` may be a secret.
+fn is_secret(path: &str) -> bool {
+    SECRET_SECTIONS
+        .iter()
+        .any(|section| is_within(path, section))
+}
+
+/// `message` about `value` at `path`, with the value replaced by its kind where it may be a
+/// secret.
+fn shown(path: &str, message: String, value: &Value) -> String {
+    if !is_secret(path) {
+        return message;
+    }
+    let mut message = message.replace(&found(value), kind(value));
+    if let Value::String(text) = value
+        && !text.is_empty()
+    {
+        message = message.replace(text.as_str(), "***");
+    }
+    message
+}
+
 /// Whether `path` is `ancestor` or lies inside it (`source.retry.x` is within `source.retry`).
 fn is_within(path: &str, ancestor: &str) -> bool {
     match path.strip_prefix(ancestor) {
@@ -120,7 +147,7 @@ impl<'r> Fields<'r> {
     pub(super) fn open(report: &'r mut Report, path: &str, value: Value) -> Option<Self> {
         let Value::Mapping(mapping) = value else {
             let message = format!("expected a mapping, found {}", found(&value));
-            report.error(Stage::Type, path, message);
+            report.error(Stage::Type, path, shown(path, message, &value));
             return None;
         };
         let mut entries = Vec::with_capacity(mapping.len());
@@ -129,7 +156,7 @@ impl<'r> Fields<'r> {
                 Value::String(key) => entries.push((key, Some(value))),
                 other => {
                     let message = format!("keys must be strings, found {}", found(&other));
-                    report.error(Stage::Type, path, message);
+                    report.error(Stage::Type, path, shown(path, message, &other));
                 }
             }
         }
@@ -268,9 +295,14 @@ impl<'r> Fields<'r> {
 /// Converts `value` at `path`, reporting a type error on failure.
 pub(super) fn convert<T: FromYaml>(report: &mut Report, path: &str, value: Value) -> Option<T> {
     let text = report.substituted.get(path).map(String::as_str);
+    let secret = is_secret(path).then(|| value.clone());
     match T::from_yaml(value, text) {
         Ok(converted) => Some(converted),
         Err(message) => {
+            let message = match &secret {
+                Some(value) => shown(path, message, value),
+                None => message,
+            };
             report.error(Stage::Type, path, message);
             None
         }

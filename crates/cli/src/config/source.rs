@@ -151,6 +151,25 @@ fn read_config(kind: CredentialsType, mut f: Fields<'_>) -> Option<Credentials> 
         CredentialsType::AccessKey => {
             let access_key_id = f.required::<String>("access_key_id");
             let secret_access_key = f.required::<Secret>("secret_access_key");
+            for (key, empty) in [
+                (
+                    "access_key_id",
+                    access_key_id.as_ref().is_some_and(String::is_empty),
+                ),
+                (
+                    "secret_access_key",
+                    secret_access_key
+                        .as_ref()
+                        .is_some_and(|s| s.expose().is_empty()),
+                ),
+            ] {
+                if empty {
+                    let path = join(f.path(), key);
+                    let message =
+                        format!("{key} must not be empty (is the variable it comes from set?)");
+                    f.report().error(Stage::Type, &path, message);
+                }
+            }
             let session_token = f.get::<Secret>("session_token");
             access_key_id
                 .zip(secret_access_key)

@@ -390,6 +390,40 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Every command that reads a pipeline file's source and sink, as `ddbpipe` arguments (the config path follows),
+/// logging everything as JSON.
+pub const COMMANDS: &[&[&str]] = &[
+    &["check"],
+    &["check", "--json"],
+    &["run", "--progress", "never"],
+    &["state", "show"],
+    &["state", "show", "--json"],
+    &["state", "reset", "--yes"],
+    &["lag"],
+    &["lag", "--json"],
+];
+
+/// Runs `args` with `--log-format json --log-level trace`; stdout and stderr together.
+pub fn traced(pipeline: &Pipeline, args: &[&str]) -> (Output, String) {
+    let mut all = args.to_vec();
+    all.extend(["--log-format", "json", "--log-level", "trace"]);
+    let output = pipeline.ddbpipe(&all);
+    let text = format!("{}{}", stdout(&output), stderr(&output));
+    (output, text)
+}
+
+/// Fails when `text` holds `secret` or any `window`-character piece of it.
+pub fn assert_hidden(text: &str, secret: &str, window: usize, what: &str) {
+    let chars: Vec<char> = secret.chars().collect();
+    for piece in chars.windows(window.min(chars.len())) {
+        let piece: String = piece.iter().collect();
+        assert!(
+            !text.contains(&piece),
+            "{what} printed {piece:?} of the secret: {text}"
+        );
+    }
+}
+
 /// Defines `mod dynoxide` and `mod moto` with one `#[test]` per listed function, each calling
 /// it with that emulator.
 #[macro_export]
