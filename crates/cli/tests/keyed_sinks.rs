@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::process::Output;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;

@@ -889,7 +889,8 @@ fn credentials_refuse_a_wrong_shape() {
         (
             "{type: sso}",
             vec![
-                "source.credentials.type: unknown value \"sso\", expected one of default, \
+                // Issue 9 item 4(c): no value under credentials is shown, not even a type.
+                "source.credentials.type: unknown value \"***\", expected one of default, \
                  profile, access_key, assume_role, web_identity",
             ],
         ),
