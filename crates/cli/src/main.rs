@@ -85,8 +85,9 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
     }
 }
 
-/// The first SIGINT/SIGTERM stops reading and drains; a second one, or the drain limit, ends
-/// the process with exit 1 (committed state only ever covers acknowledged batches).
+/// The first SIGINT, SIGTERM or SIGHUP (a closed terminal or ssh session) stops reading and
+/// drains; a second one, or the drain limit, ends the process with exit 1 (committed state
+/// only ever covers acknowledged batches).
 fn signals() -> Cancel {
     let (handle, cancel) = Cancel::new();
     tokio::spawn(watch_signals(handle));
@@ -95,24 +96,28 @@ fn signals() -> Cancel {
 
 async fn watch_signals(handle: CancelHandle) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
     ) else {
         tracing::warn!(
-            "Cannot install signal handlers; SIGINT/SIGTERM will end the process at once."
+            "Cannot install signal handlers; SIGINT/SIGTERM/SIGHUP will end the process at once."
         );
         return;
     };
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
     tracing::info!("Signal received: stopping reads and draining (a second signal exits at once).");
     handle.cancel();
+    let second = "error: second signal: exiting without waiting for the drain";
     tokio::select! {
-        _ = int.recv() => eprintln!("error: second signal: exiting without waiting for the drain"),
-        _ = term.recv() => eprintln!("error: second signal: exiting without waiting for the drain"),
+        _ = int.recv() => eprintln!("{second}"),
+        _ = term.recv() => eprintln!("{second}"),
+        _ = hup.recv() => eprintln!("{second}"),
         () = tokio::time::sleep(DRAIN_LIMIT) => eprintln!("error: the drain took longer than 60 s: exiting"),
     }
     std::process::exit(1);

@@ -107,6 +107,31 @@ async fn a_fatal_scan_error_is_not_retried_and_its_message_is_shown_verbatim() {
     assert!(outcome.stderr.contains(message), "{}", outcome.stderr);
 }
 
+/// Issue 9 item 12: a complete answer that does not decode is definite: one attempt, not the
+/// whole retry budget.
+#[tokio::test]
+async fn a_scan_answer_that_does_not_decode_is_not_retried() {
+    let fake = fake_with_table().await;
+    fake.always(
+        Op::Scan,
+        fake_dynamodb::ok(json!({"Items": [{"pk": {"S": 1}}], "Count": 1})),
+    )
+    .await;
+    let pipeline = Pipeline::new(&fake);
+
+    let outcome = pipeline.run().await;
+
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert_eq!(fake.calls(Op::Scan).await, 1);
+    assert!(
+        outcome.stderr.contains(
+            "scan of 't' failed after 1 attempt(s): the Scan or Query response cannot be read"
+        ),
+        "{}",
+        outcome.stderr
+    );
+}
+
 #[tokio::test]
 async fn a_transient_server_error_is_retried_up_to_the_budget_then_fails() {
     let fake = fake_with_table().await;

@@ -89,6 +89,16 @@ fn inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new
 }
 
 fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator: Emulator) {
+    follow_stops_on(emulator, "TERM");
+}
+
+/// Issue 9 item 12: SIGHUP (a closed terminal or ssh session) drains like SIGTERM instead of
+/// killing the process.
+fn follow_stops_on_sighup_like_on_sigterm(emulator: Emulator) {
+    follow_stops_on(emulator, "HUP");
+}
+
+fn follow_stops_on(emulator: Emulator, signal: &str) {
     let running = emulator.start();
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     for i in 0..20 {
@@ -110,7 +120,7 @@ fn follow_stops_on_sigterm_with_the_position_covering_what_was_written(emulator:
     }
     std::thread::sleep(Duration::from_millis(1500));
     let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -406,4 +416,5 @@ on_both_emulators!(
     a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,
+    follow_stops_on_sighup_like_on_sigterm,
 );

@@ -59,8 +59,19 @@ pub(super) fn parse<'de, T>(
     Ok(value)
 }
 
-pub(super) fn unreadable(operation: &str, error: &serde_json::Error) -> ApiError {
-    ApiError::transport(format!("the {operation} response cannot be read: {error}"))
+/// The error of a body that does not decode. Transient when the answer may differ next time:
+/// cut short (the connection broke mid-body) or not JSON at all (something between us and
+/// DynamoDB answered). Definite otherwise: a complete JSON answer with the wrong shape, bad
+/// UTF-8 or trailing bytes decodes the same way every time, so retrying it only waits.
+pub(super) fn unreadable(operation: &str, body: &[u8], error: &serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    let message = format!("the {operation} response cannot be read: {error}");
+    let json = body.trim_ascii_start().starts_with(b"{");
+    match error.classify() {
+        Category::Io | Category::Eof => ApiError::transport(message),
+        Category::Syntax | Category::Data if !json => ApiError::transport(message),
+        Category::Syntax | Category::Data => ApiError::fatal(message),
+    }
 }
 
 /// A string of the body, borrowed unless it holds escapes.

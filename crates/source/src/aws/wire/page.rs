@@ -36,7 +36,7 @@ pub(crate) fn rendered_page(
                 Some(tag) => ApiError::fatal(format!(
                     "unsupported attribute value type {tag} in table '{table}'"
                 )),
-                None => unreadable("Scan or Query", &error),
+                None => unreadable("Scan or Query", body, &error),
             });
         }
     };

@@ -40,7 +40,7 @@ pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<Change
                     "unsupported attribute value type {tag} in stream record {}",
                     event_id_of_record(body, state.seen.saturating_sub(1))
                 )),
-                None => unreadable("GetRecords", &error),
+                None => unreadable("GetRecords", body, &error),
             });
         }
     };
