@@ -6,6 +6,7 @@
 //! ([`SourceConfig::validate`]) and the warnings for fields that do nothing in the chosen mode
 //! ([`SourceConfig::ineffective_fields`]), which live in `validate`.
 
+pub mod reserved;
 mod validate;
 
 use std::collections::BTreeMap;

@@ -279,6 +279,16 @@ fn every_source_rule_reports_its_wording() {
             "expression_attribute_names: {n: name}",
             "source.expression_attribute_names: key 'n' must start with '#'",
         ),
+        (
+            "projection: \"order_id, created_at, total\"",
+            "source.projection: 'total' is a DynamoDB reserved word: write #total in the \
+             expression and add expression_attribute_names: {\"#total\": total}",
+        ),
+        (
+            "filter_expression: \"status = :s AND size(tags) > :n\"",
+            "source.filter_expression: 'status' is a DynamoDB reserved word: write #status in \
+             the expression and add expression_attribute_names: {\"#status\": status}",
+        ),
         // 8
         (
             "expression_attribute_values: {v: 1}",
@@ -1231,4 +1241,26 @@ fn deep_nesting_is_refused_before_parsing() {
         parse_ok(&quoted).source.filter_expression.unwrap().len(),
         100
     );
+}
+
+/// Every pipeline example of the README is a valid pipeline file (issue 11: its GSI query
+/// example named the reserved word `total` bare and failed at run time).
+#[test]
+fn every_pipeline_example_in_the_readme_is_valid() {
+    let readme = include_str!("../../../../README.md");
+    let mut examples = 0;
+    for block in readme.split("```yaml\n").skip(1) {
+        let Some((yaml, _)) = block.split_once("```") else {
+            continue;
+        };
+        if !yaml.starts_with("name:") {
+            continue;
+        }
+        examples += 1;
+        let parsed = parse(yaml, Path::new("/etc/ddbpipe"), &|_| Some("x".to_string()));
+        if let Err(errors) = parsed {
+            panic!("README example is invalid:\n{yaml}\n{errors}");
+        }
+    }
+    assert!(examples >= 5, "found {examples} examples");
 }

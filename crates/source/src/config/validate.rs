@@ -8,7 +8,8 @@
 //! 4. Query mode reads one segment.
 //! 5. Counts and limits that must be at least 1 are.
 //! 6. `key_condition_expression` is required in query mode and refused elsewhere.
-//! 7. Expression attribute names start with `#`.
+//! 7. Expression attribute names start with `#`; no expression names an attribute by a
+//!    DynamoDB reserved word (`reserved`), which the service would refuse at the first request.
 //! 8. Expression attribute values start with `:` and are set in only one of the two maps.
 //! 9. Streams and mirror: a way to end the run, no scan-only fields, sane polling.
 //! 10. Scan and query: no stream-only fields.
@@ -24,7 +25,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{ConfigError, Mode, OnGap, SourceConfig};
+use super::{ConfigError, Mode, OnGap, SourceConfig, reserved};
 use crate::capacity::{MAX_READ_RATE, MIN_READ_RATE};
 
 const MAX_SEGMENTS: u32 = 1_000_000;
@@ -121,6 +122,30 @@ impl SourceConfig {
                 fail(
                     "expression_attribute_names",
                     format!("key '{key}' must start with '#'"),
+                );
+            }
+        }
+        let expressions = [
+            ("projection", &self.projection, false),
+            ("filter_expression", &self.filter_expression, true),
+            (
+                "key_condition_expression",
+                &self.key_condition_expression,
+                true,
+            ),
+        ];
+        for (field, expression, condition) in expressions {
+            let Some(expression) = expression else {
+                continue;
+            };
+            for word in reserved::bare_reserved_words(expression, condition) {
+                let placeholder = format!("#{}", word.to_ascii_lowercase());
+                fail(
+                    field,
+                    format!(
+                        "'{word}' is a DynamoDB reserved word: write {placeholder} in the \
+                         expression and add expression_attribute_names: {{\"{placeholder}\": {word}}}"
+                    ),
                 );
             }
         }
