@@ -131,6 +131,8 @@ pub(super) struct Fields<'r> {
     entries: Vec<(String, Option<Value>)>,
     /// Keys asked for whose value was set (not null).
     present: BTreeSet<String>,
+    /// Every key the section asked for, for "did you mean" on an unknown one.
+    asked: BTreeSet<String>,
     report: &'r mut Report,
 }
 
@@ -164,6 +166,7 @@ impl<'r> Fields<'r> {
             path: path.to_owned(),
             entries,
             present: BTreeSet::new(),
+            asked: BTreeSet::new(),
             report,
         })
     }
@@ -179,6 +182,7 @@ impl<'r> Fields<'r> {
     }
 
     fn take(&mut self, key: &str) -> Taken {
+        self.asked.insert(key.to_owned());
         let Some(value) = self
             .entries
             .iter_mut()
@@ -285,7 +289,11 @@ impl<'r> Fields<'r> {
         for (key, value) in &self.entries {
             if value.is_some() {
                 let path = join(&self.path, key);
-                self.report.error(Stage::Unknown, &path, "unknown field");
+                let message = match did_you_mean(key, self.asked.iter().map(String::as_str)) {
+                    Some(known) => format!("unknown field (did you mean {known}?)"),
+                    None => "unknown field".to_owned(),
+                };
+                self.report.error(Stage::Unknown, &path, message);
             }
         }
         self.present
@@ -407,6 +415,8 @@ impl<T: Choice> FromYaml for T {
         let mut message = format!("unknown value {text:?}, expected {expected_names}");
         if let Some(hint) = T::hint(text) {
             message = format!("{message} ({hint})");
+        } else if let Some(known) = did_you_mean(text, names.iter().copied()) {
+            message = format!("{message} (did you mean {known}?)");
         }
         Err(message)
     }
@@ -446,6 +456,55 @@ impl Choice for ValueFormat {
     fn name(self) -> &'static str {
         self.as_str()
     }
+}
+
+/// The candidate a mistyped `word` most likely meant: equal but for case, or at most two
+/// edits away (one for words of up to four letters); `None` when nothing is that close.
+pub(super) fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let limit = if word.chars().count() <= 4 { 1 } else { 2 };
+    candidates
+        .into_iter()
+        .filter(|candidate| *candidate != word)
+        .map(|candidate| {
+            let distance = if candidate.eq_ignore_ascii_case(word) {
+                0
+            } else {
+                edit_distance(&word.to_ascii_lowercase(), &candidate.to_ascii_lowercase())
+            };
+            (distance, candidate)
+        })
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, candidate)| candidate)
+}
+
+/// Edit distance by characters: insertions, deletions, substitutions and swaps of two
+/// neighbours (`scna` is one edit from `scan`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        rows[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
 }
 
 /// "expected <what>, found <value>".

@@ -537,7 +537,9 @@ fn types_are_strict() {
         ),
         (
             "mode: stream",
-            "source.mode: unknown value \"stream\", expected one of scan, query, streams, mirror",
+            // Issue 11: a near miss gets a suggestion.
+            "source.mode: unknown value \"stream\", expected one of scan, query, streams, mirror \
+             (did you mean streams?)",
         ),
         (
             "start_position: earliest",
@@ -585,7 +587,7 @@ fn a_bad_value_falls_back_to_its_default_and_the_rest_is_still_validated() {
         source_errors("mode: stream\nsegments: 0\nfollow: true"),
         [
             "config error: source.mode: unknown value \"stream\", expected one of scan, query, \
-             streams, mirror",
+             streams, mirror (did you mean streams?)",
             "config error: source.segments: segments must be 1..=1000000 (got 0)",
             "config error: source.follow: follow is only valid in streams and mirror modes",
         ]
@@ -654,7 +656,8 @@ fn a_postgres_sink_takes_a_document_type() {
     assert_eq!(
         errors(&sink(", document_type: bson")),
         [
-            "config error: sink.document_type: unknown value \"bson\", expected one of jsonb, json, text"
+            "config error: sink.document_type: unknown value \"bson\", expected one of jsonb, json, \
+             text (did you mean json?)"
         ]
     );
 }
@@ -1263,4 +1266,19 @@ fn every_pipeline_example_in_the_readme_is_valid() {
         }
     }
     assert!(examples >= 5, "found {examples} examples");
+}
+
+#[test]
+fn a_mistyped_key_or_choice_gets_a_suggestion() {
+    assert_eq!(
+        source_errors("segmnets: 4\nmode: scna\nvalue_format: Typed\nbogus: 1"),
+        [
+            "config error: source.segmnets: unknown field (did you mean segments?)",
+            "config error: source.bogus: unknown field",
+            "config error: source.mode: unknown value \"scna\", expected one of scan, query, \
+             streams, mirror (did you mean scan?)",
+            "config error: source.value_format: unknown value \"Typed\", expected one of plain, \
+             typed (did you mean typed?)",
+        ]
+    );
 }
