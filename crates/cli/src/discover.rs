@@ -51,7 +51,16 @@ pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
         Some(table) => vec![table.clone()],
         None => list_tables(api.as_ref(), &retry, &cancel).await?,
     };
-    let mut tables = describe_all(api, retry, names).await?;
+    let (mut tables, missing) = describe_all(api, retry, names).await?;
+    if let Some(table) = &args.table
+        && !missing.is_empty()
+    {
+        return Err(Failure::runtime(anyhow!("table '{table}' not found"))
+            .hint("check the name, --region / --endpoint-url and the account of the credentials"));
+    }
+    for name in &missing {
+        tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.");
+    }
     tables.sort_by(|a, b| a.name.cmp(&b.name));
 
     if args.json {
@@ -95,14 +104,16 @@ async fn list_tables<A: TableApi>(
     }
 }
 
+/// Describes `names`: the tables, and the names no table answered to.
 async fn describe_all<A: TableApi>(
     api: Arc<A>,
     retry: RetryPolicy,
     names: Vec<String>,
-) -> Result<Vec<TableDescription>, Failure> {
+) -> Result<(Vec<TableDescription>, Vec<String>), Failure> {
     let mut pending = names.into_iter();
     let mut tasks = JoinSet::new();
     let mut tables = Vec::new();
+    let mut missing = Vec::new();
     loop {
         while tasks.len() < DESCRIBE_CONCURRENCY {
             let Some(name) = pending.next() else { break };
@@ -121,18 +132,14 @@ async fn describe_all<A: TableApi>(
             });
         }
         let Some(joined) = tasks.join_next().await else {
-            return Ok(tables);
+            return Ok((tables, missing));
         };
         let (name, described) =
             joined.map_err(|e| Failure::runtime(anyhow!("internal error: describe task: {e}")))?;
         match described {
             Ok(Some(table)) => tables.push(table),
-            Ok(None) => {
-                tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.")
-            }
-            Err(error) if error.code() == Some("ResourceNotFoundException") => {
-                tracing::warn!(table = %name, "Table vanished between ListTables and DescribeTable; skipped.");
-            }
+            Ok(None) => missing.push(name),
+            Err(error) if error.code() == Some("ResourceNotFoundException") => missing.push(name),
             Err(error) => {
                 return Err(Failure::runtime(anyhow!(
                     "describing table '{name}': {error}"
@@ -230,8 +237,17 @@ fn table_line(table: &TableDescription) -> String {
         let names: Vec<&str> = table.indexes.iter().map(|i| i.name.as_str()).collect();
         format!(", indexes: {}", names.join(", "))
     };
+    let size = table
+        .size_bytes
+        .map(|bytes| format!("  {}", human_bytes(bytes)))
+        .unwrap_or_default();
+    let capacity = match (table.read_capacity_units, table.max_read_request_units) {
+        (Some(rcu), _) if rcu > 0 => format!(", {rcu} RCU"),
+        (_, Some(max)) if max > 0 => format!(", max {max} read units/s"),
+        _ => String::new(),
+    };
     format!(
-        "{}  key: {}  ~{} items  {}  {}{}",
+        "{}  key: {}  ~{} items{size}  {}{capacity}  {}{}",
         table.name,
         keys.join(", "),
         table.item_count.unwrap_or(0),
@@ -239,4 +255,20 @@ fn table_line(table: &TableDescription) -> String {
         stream,
         indexes
     )
+}
+
+/// `1536` → `1.5 KiB`: the size DynamoDB reports (refreshed about every six hours).
+fn human_bytes(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes.max(0) as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }

@@ -115,9 +115,47 @@ fn discover_lists_every_table_with_its_key_schema(emulator: Emulator) {
     assert_eq!(tables[1]["kind"], "table");
 }
 
+/// Issue 11: `discover --table` of a missing table is a failure naming it, not an empty
+/// success; the text lines carry the size and the billing with its capacity.
+fn discover_of_a_missing_table_fails_and_text_lines_show_size_and_capacity(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_table("orders", ("pk", ScalarAttributeType::S), None);
+    let discover = |extra: &[&str]| {
+        let mut args = vec![
+            "discover",
+            "--region",
+            "us-east-1",
+            "--endpoint-url",
+            &running.endpoint,
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .output()
+            .unwrap()
+    };
+    let output = discover(&["--table", "nope"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("table 'nope' not found"),
+        "{}",
+        stderr(&output)
+    );
+    let output = discover(&["--table", "orders"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let line = stdout(&output);
+    assert!(
+        line.starts_with("orders  key: pk (S)  ~0 items  0 B  PAY_PER_REQUEST"),
+        "{line}"
+    );
+}
+
 on_both_emulators!(
     check_passes_on_a_good_pipeline_and_fails_on_a_missing_index,
     discover_lists_every_table_with_its_key_schema,
+    discover_of_a_missing_table_fails_and_text_lines_show_size_and_capacity,
 );
 
 #[test]
