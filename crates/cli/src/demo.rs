@@ -126,6 +126,13 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     Ok(exit)
 }
 
+/// The last component of `path`, as the pipeline files of the demo name their outputs.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// One pipeline of the demo: written to `<dir>/<name>.yaml` and run like `ddbpipe run`.
 struct Step {
     name: &'static str,
@@ -156,10 +163,11 @@ impl Out {
                 let state = dir.join(format!("{name}.state.json"));
                 let _ = std::fs::remove_file(path);
                 let _ = std::fs::remove_file(&state);
+                // Relative to the pipeline file, which sits beside them.
                 format!(
                     "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
-                    path.display(),
-                    state.display()
+                    file_name(path),
+                    file_name(&state)
                 )
             }
             Out::Sqlite(path) => {
@@ -168,7 +176,7 @@ impl Out {
                     file.push(suffix);
                     let _ = std::fs::remove_file(PathBuf::from(file));
                 }
-                format!("sink:\n  type: sqlite\n  path: {}\n", path.display())
+                format!("sink:\n  type: sqlite\n  path: {}\n", file_name(path))
             }
         }
     }

@@ -288,6 +288,46 @@ fn no_credentials_value_reaches_any_output_of_any_command() {
     }
 }
 
+/// Issue 11: relative paths in a pipeline file are relative to the file's directory, so a
+/// run from cron (another working directory) writes and resumes the same files.
+#[test]
+fn relative_paths_are_relative_to_the_pipeline_file_wherever_ddbpipe_runs() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items("items", vec![item(vec![("pk", s("a"))])]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pipeline.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: items-export\nsource:\n  table_name: items\n  region: us-east-1\n  \
+             endpoint_url: {}\n  credentials: {{type: access_key, config: {{access_key_id: t, \
+             secret_access_key: t}}}}\nsink:\n  type: jsonl\n  path: out/items.jsonl\n\
+             state:\n  path: state/items.json\n",
+            running.endpoint
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    std::fs::create_dir(dir.path().join("state")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&config)
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let written = std::fs::read_to_string(dir.path().join("out/items.jsonl")).unwrap();
+    assert_eq!(written.lines().count(), 1);
+    assert!(dir.path().join("state/items.json").exists());
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing was written in the working directory"
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]

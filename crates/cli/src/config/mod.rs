@@ -179,8 +179,12 @@ pub fn parse(
     let source = top.required_section("source").map(source::read_source);
     let sink = top.required_section("sink").and_then(sink::read_sink);
     let default_state = sink::default_state_path(config_dir, name.as_deref().unwrap_or(""));
-    let state = sink::read_state(top.section("state"), default_state);
+    let mut state = sink::read_state(top.section("state"), default_state);
     top.finish();
+    let mut sink = sink;
+    if let Some((sink, _)) = &mut sink {
+        sink::anchor_paths(config_dir, sink, &mut state);
+    }
 
     let mut errors = Vec::new();
     if let Some((source, _)) = &source {

@@ -68,8 +68,8 @@ pub struct KeyedConfig {
 /// one transaction together with the position (table `_ddbpipe_state`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
-    /// The database file, created when missing. A relative path is relative to the working
-    /// directory.
+    /// The database file, created when missing. A relative path is relative to the directory
+    /// of the pipeline file, wherever ddbpipe runs from.
     pub path: PathBuf,
     /// The destination table.
     pub keyed: KeyedConfig,
@@ -103,7 +103,7 @@ pub struct PostgresConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JsonlConfig {
     /// Where lines go: `"-"` (the default) for stdout, or a file path. A relative path is
-    /// relative to the working directory. Logs and progress always go to stderr.
+    /// relative to the directory of the pipeline file. Logs and progress always go to stderr.
     pub path: JsonlTarget,
     /// Start a new file once the current one has reached this size, in bytes; at least
     /// 1048576 (1 MiB), and only with a file `path`. Files are then `<stem>.000001<ext>`,
@@ -128,8 +128,7 @@ pub enum JsonlTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateConfig {
     /// The state file. Default `<directory of the config file>/<name>.state.json`; a relative
-    /// path given here is relative to the working directory. One file may hold several
-    /// pipelines.
+    /// path given here is relative to that directory too. One file may hold several pipelines.
     pub path: PathBuf,
     /// The least time between two writes of the state file while running, in milliseconds; 0
     /// writes after every acknowledged batch. The file is always written at the end of a run,
@@ -241,6 +240,30 @@ pub(super) fn read_state(f: Option<Fields<'_>>, default_path: PathBuf) -> StateC
         f.finish();
     }
     state
+}
+
+/// Makes the relative file paths of the sink and the state relative to `config_dir`, the
+/// directory of the pipeline file, so a run from cron or another directory reads and writes
+/// the same files as one from beside the config. Empty paths stay empty (validation names
+/// them).
+pub(super) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig, state: &mut StateConfig) {
+    let anchor = |path: &mut PathBuf| {
+        if !path.as_os_str().is_empty() && path.is_relative() {
+            *path = config_dir.join(&*path);
+        }
+    };
+    match sink {
+        SinkConfig::Jsonl(JsonlConfig {
+            path: JsonlTarget::File(path),
+            ..
+        })
+        | SinkConfig::Sqlite(SqliteConfig { path, .. }) => anchor(path),
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) => {}
+    }
+    // The default state path is built in `config_dir` already.
+    if state.path_set {
+        anchor(&mut state.path);
+    }
 }
 
 /// The default state file of pipeline `name` whose config file is in `config_dir`.

@@ -87,12 +87,13 @@ state:
         name: "orders-export".into(),
         source,
         sink: SinkConfig::Jsonl(JsonlConfig {
-            path: JsonlTarget::File(PathBuf::from("out/orders.jsonl")),
+            // Issue 11: relative to the directory of the pipeline file (`conf` here).
+            path: JsonlTarget::File(PathBuf::from("conf/out/orders.jsonl")),
             rotate_bytes: None,
             fsync: true,
         }),
         state: StateConfig {
-            path: PathBuf::from("state/orders.state.json"),
+            path: PathBuf::from("conf/state/orders.state.json"),
             flush_interval_ms: 1000,
             path_set: true,
         },
@@ -600,7 +601,7 @@ fn keyed_sinks_are_read_with_their_defaults() {
     assert_eq!(
         config.sink,
         SinkConfig::Sqlite(SqliteConfig {
-            path: PathBuf::from("x.db"),
+            path: PathBuf::from("conf/x.db"),
             keyed: KeyedConfig {
                 table: None,
                 document_column: "document".into(),
