@@ -278,7 +278,11 @@ async fn closed_shards_in_two_generations_behind_an_endpoint_ignoring_the_filter
         .collect();
     assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected);
     let finished = pipeline.position()["finished"].clone();
-    assert_eq!(finished.as_array().map(Vec::len), Some(2 * LANES), "{finished}");
+    assert_eq!(
+        finished.as_array().map(Vec::len),
+        Some(2 * LANES),
+        "{finished}"
+    );
     let filtered = fake
         .bodies(Op::DescribeStream)
         .await

@@ -21,7 +21,7 @@ use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
-use ddbpipe_source::fake_streams::{ChildFilter, Change, FAKE_STREAM_ARN, FakeStreams, Faults};
+use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};

@@ -235,8 +235,11 @@ fn faults(rng: &mut StdRng) -> Faults {
         late: rng.random_range(0.0..0.3),
         visibility_delay: Duration::from_millis(rng.random_range(0..=3000)),
         last_page_ends: rng.random_range(0.0..=1.0),
-        child_filter: [ChildFilter::Honoured, ChildFilter::Rejected, ChildFilter::Ignored]
-            [rng.random_range(0..3)],
+        child_filter: [
+            ChildFilter::Honoured,
+            ChildFilter::Rejected,
+            ChildFilter::Ignored,
+        ][rng.random_range(0..3)],
     }
 }
 
@@ -508,7 +511,15 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
             end_state.as_ref(),
             max_messages,
         )?;
-        if quiet_start && matches!(log.outcome, Outcome::Ended { end: EndReason::Idle, .. }) {
+        if quiet_start
+            && matches!(
+                log.outcome,
+                Outcome::Ended {
+                    end: EndReason::Idle,
+                    ..
+                }
+            )
+        {
             let missing = checker.undelivered(&written);
             if let Some(w) = missing.first() {
                 return Err(format!(

@@ -404,9 +404,10 @@ impl FakeStreams {
         let now = Instant::now();
         state.advance(now);
         state.script.is_empty()
-            && state.shards.iter().all(|s| {
-                s.listed_at <= now && s.records.iter().all(|r| r.visible_at <= now)
-            })
+            && state
+                .shards
+                .iter()
+                .all(|s| s.listed_at <= now && s.records.iter().all(|r| r.visible_at <= now))
     }
 
     /// Calls received so far.

@@ -25,9 +25,9 @@
 //!    keeps the run going; idle termination then ends it once the last of them caught up.
 //!
 //! # Discovery (SPEC §4.3)
-//! Every `DescribeStream` after the start-up listing is the shard syncer's: a full listing
-//! every `discovery_interval`, when every known shard is finished, and for child lookups of
-//! an endpoint without a working child-shard filter.
+//! Every `DescribeStream` after the start-up listing is the shard syncer's (`shard_sync`):
+//! children lookups of drained shards, a full listing every `discovery_interval`, and one when
+//! nothing is left to read and every known shard is finished.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -42,8 +42,7 @@ use super::lineage::{self, ShardGraph};
 use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
 use super::shard_sync::{ShardSyncer, Synced};
 use super::start::{ShardStart, start_for};
-use crate::api::StartAt;
-use crate::api::StreamsApi;
+use crate::api::{StartAt, StreamsApi};
 use crate::clock::unix_now_ms;
 use crate::config::StartPosition;
 use crate::error::ReadError;
@@ -506,7 +505,6 @@ impl<A: StreamsApi> StreamEngine<A> {
             .map_err(|_| StreamError::Stopped)?;
         Ok(())
     }
-
 }
 
 /// What the running lag needs to know of one shard.

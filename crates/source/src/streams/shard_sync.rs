@@ -329,3 +329,41 @@ async fn run_batch<A: StreamsApi>(
     }
     synced
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>) -> ShardDescription {
+        ShardDescription {
+            id: ShardId::new(id),
+            parent: parent.map(ShardId::new),
+            closed: false,
+        }
+    }
+
+    #[test]
+    fn an_answer_with_other_shards_or_more_pages_ignored_the_filter() {
+        let p = ShardId::new("p");
+        let children = StreamPage {
+            shards: vec![shard("c1", Some("p")), shard("c2", Some("p"))],
+            ..StreamPage::default()
+        };
+        assert!(kept_to_filter(&children, &p));
+        assert!(kept_to_filter(&StreamPage::default(), &p), "no child yet");
+        let listing = StreamPage {
+            shards: vec![shard("p", None), shard("c1", Some("p"))],
+            ..StreamPage::default()
+        };
+        assert!(!kept_to_filter(&listing, &p), "the parent itself is listed");
+        let paged = StreamPage {
+            shards: vec![shard("c1", Some("p"))],
+            last_evaluated_shard_id: Some(ShardId::new("c1")),
+            ..StreamPage::default()
+        };
+        assert!(
+            !kept_to_filter(&paged, &p),
+            "a filtered answer has one page"
+        );
+    }
+}
