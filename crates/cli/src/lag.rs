@@ -40,10 +40,11 @@ use ddbpipe_source::error::{ApiError, ErrorClass, ReadError};
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::shard_reader::{MAX_YIELD, READ_SPACING};
+use ddbpipe_source::streams::shard_sync;
 use ddbpipe_source::streams::start::{FLOOR_MARGIN_MS, ShardStart, start_for};
-use ddbpipe_source::streams::{engine, gaps};
 use serde_json::{Value as Json, json};
 use tokio::task::JoinSet;
 
@@ -330,7 +331,7 @@ async fn probe(
     }
     let retry = retry_policy(source);
     let api = Arc::new(aws::streams_api(sdk));
-    let discovery = engine::discover(api.as_ref(), &stream.arn, &retry, &cancel)
+    let discovery = shard_sync::discover(api.as_ref(), &stream.arn, &retry, &cancel)
         .await
         .map_err(Failure::runtime)?;
     let start_position = source.start_position.unwrap_or(StartPosition::TrimHorizon);

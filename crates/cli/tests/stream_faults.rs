@@ -203,6 +203,98 @@ async fn a_child_listed_only_by_the_child_filter_is_read_right_after_its_parent_
     assert_eq!(position["shards"]["c"], "201", "{position}");
 }
 
+#[tokio::test]
+async fn closed_shards_in_two_generations_behind_an_endpoint_ignoring_the_filter_are_read_in_one_run()
+ {
+    // 110 lanes of two closed shards, the second without children. The endpoint answers a
+    // filtered DescribeStream with the first page of the full listing (like the emulators)
+    // and takes 1.2 s per page, longer than the 1 s idle end: children lookups must neither
+    // hold read slots nor let the run end idle with shards unread.
+    const LANES: usize = 110;
+    let ids: Vec<String> = (0..LANES)
+        .map(|i| format!("a{i:03}"))
+        .chain((0..LANES).map(|i| format!("b{i:03}")))
+        .collect();
+    let listed: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            let parent = id.strip_prefix('b').map(|n| format!("a{n}"));
+            shard(id, parent.as_deref(), true)
+        })
+        .collect();
+    let slow = std::time::Duration::from_millis(1200);
+    let fake = FakeStreams::start().await;
+    // Among standing answers the first mounted wins: the continuation pages come first, and
+    // every other request, filtered or not, gets the first page.
+    let pages: Vec<&[Value]> = listed.chunks(100).collect();
+    for (i, page) in pages.iter().enumerate() {
+        let last = (i + 1 < pages.len()).then(|| ids[i * 100 + 99].as_str());
+        let answer = stream_page(ARN, page, last).set_delay(slow);
+        if i == 0 {
+            continue;
+        }
+        fake.always(
+            Op::DescribeStream,
+            json!({"ExclusiveStartShardId": ids[i * 100 - 1]}),
+            answer,
+        )
+        .await;
+    }
+    fake.always(
+        Op::DescribeStream,
+        any(),
+        stream_page(ARN, pages[0], Some(ids[99].as_str())).set_delay(slow),
+    )
+    .await;
+    // Shard `aNNN` holds record 1NNN, shard `bNNN` record 2NNN; both are closed.
+    fake.always(Op::GetShardIterator, any(), |request: &Request| {
+        let body: Value = request.body_json().expect("a JSON body");
+        let id = body["ShardId"].as_str().unwrap_or_default();
+        iterator(&format!("it-{id}"))
+    })
+    .await;
+    fake.always(
+        Op::GetRecords,
+        any(),
+        |request: &Request| -> ResponseTemplate {
+            let body: Value = request.body_json().expect("a JSON body");
+            let it = body["ShardIterator"].as_str().unwrap_or_default();
+            let id = it.trim_start_matches("it-");
+            let seq = id.replacen('a', "1", 1).replacen('b', "2", 1);
+            records(&[record(&seq)], None)
+        },
+    )
+    .await;
+    let pipeline = Pipeline::new(&fake).source("shard_concurrency: 2");
+
+    let outcome = pipeline.run().await;
+
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    let written = pipeline.written_seqs();
+    assert_eq!(written.len(), 2 * LANES, "one run reads every record once");
+    let expected: BTreeSet<String> = ids
+        .iter()
+        .map(|id| id.replacen('a', "1", 1).replacen('b', "2", 1))
+        .collect();
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected);
+    let finished = pipeline.position()["finished"].clone();
+    assert_eq!(
+        finished.as_array().map(Vec::len),
+        Some(2 * LANES),
+        "{finished}"
+    );
+    let filtered = fake
+        .bodies(Op::DescribeStream)
+        .await
+        .into_iter()
+        .filter(|body| body.get("ShardFilter").is_some())
+        .count();
+    assert_eq!(
+        filtered, 1,
+        "the ignored filter is noticed once; full listings serve the later lookups"
+    );
+}
+
 // --- SPEC §10 scenario 8: expired iterators -------------------------------------------------
 
 #[tokio::test]

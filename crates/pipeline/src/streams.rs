@@ -35,6 +35,7 @@ use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{self, Handover};
 use ddbpipe_source::streams::lineage::{self, ShardGraph};
 use ddbpipe_source::streams::shard_reader::StreamContext;
+use ddbpipe_source::streams::shard_sync;
 use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
@@ -195,7 +196,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, StreamRunError> {
     let run_start_ms = unix_now_ms();
-    let discovery = engine::discover(api.as_ref(), &run.stream_arn, &run.retry, &stop).await?;
+    let discovery = shard_sync::discover(api.as_ref(), &run.stream_arn, &run.retry, &stop).await?;
     let status = discovery.status.clone();
     let mut graph = ShardGraph::new();
     graph.merge(discovery.shards);

@@ -21,7 +21,7 @@ use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
-use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreams, Faults};
+use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
@@ -642,6 +642,74 @@ async fn describe_stream_is_called_at_most_five_times_a_second() {
             "6 DescribeStream calls within {span:?}"
         );
     }
+}
+
+/// Issue 9 item 13 in miniature: 600 closed shards in two generations, the second listed only
+/// after the start-up listing and without children of its own, an endpoint that ignores the
+/// child-shard filter (so a lookup is a 6-page listing, longer than the idle time), 2 slots.
+#[tokio::test(start_paused = true)]
+async fn drained_shards_waiting_for_children_hold_no_slot_and_the_run_reads_every_shard() {
+    const LANES: usize = 300;
+    let mut fake = FakeStreams::new(17).with_faults(Faults {
+        child_filter: ChildFilter::Ignored,
+        ..Faults::none()
+    });
+    for lane in 0..LANES {
+        let (parent, child) = (format!("g1-{lane:03}"), format!("g2-{lane:03}"));
+        fake = fake
+            .at(Duration::ZERO, root(&parent))
+            .at(Duration::ZERO, write_to(&parent, &format!("a{lane}")))
+            .at(
+                Duration::ZERO,
+                Change::Reshard {
+                    parent,
+                    children: vec![child.clone()],
+                    listed_after: Duration::from_millis(300),
+                },
+            )
+            .at(Duration::ZERO, write_to(&child, &format!("b{lane}")))
+            .at(Duration::ZERO, Change::Close { shard: child });
+    }
+    let fake = Arc::new(fake);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        bounds: RunBounds {
+            shard_concurrency: 2,
+            idle_termination: Some(Duration::from_secs(1)),
+            ..settings().bounds
+        },
+        ..settings()
+    };
+    let started = tokio::time::Instant::now();
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+
+    let took = started.elapsed();
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    let mut got: Vec<String> = lines.into_iter().map(|l| l.seq).collect();
+    got.sort();
+    let mut all: Vec<String> = fake.written().iter().map(|w| w.seq.to_string()).collect();
+    all.sort();
+    assert_eq!(got.len(), 2 * LANES, "one run reads every record once");
+    assert_eq!(got, all);
+    let position = stored(dir.path());
+    assert_eq!(position.finished.len(), 2 * LANES, "{position:?}");
+    let calls = fake.calls();
+    assert_eq!(
+        calls.describe_children, 1,
+        "the ignored filter is noticed once; full listings serve every later lookup"
+    );
+    // Reads go on while lookups run: one listing per drained shard (6 pages each) would
+    // take minutes of lookups and hundreds of calls.
+    assert!(
+        took < Duration::from_secs(30),
+        "the run took {took:?}: lookups held up the reads"
+    );
+    assert!(
+        calls.describe < 100,
+        "{} DescribeStream calls: a listing per drained shard",
+        calls.describe
+    );
 }
 
 /// SPEC §5.4: a snapshot that outlasted the stream retention margin is reported after the

@@ -5,7 +5,9 @@
 //! # One seed
 //! 1. A script: root shards, writes over time, splits and rotations whose children are
 //!    listed late, fault rates; run settings (concurrency, discovery interval, idle end,
-//!    `max_messages`, batch size, flush interval, sink latency).
+//!    `max_messages`, batch size, flush interval, sink latency). Some seeds add many lanes of
+//!    closed shards in two generations whose children are listed late, read with one or two
+//!    slots and a short idle end (issue 9 item 13).
 //! 2. Runs from one state file until a run ends idle with the writer stopped and every
 //!    record delivered. A run may crash: its future is dropped at a seeded instant (and its
 //!    engine told to stop, as a dead process would), keeping only what was committed.
@@ -23,6 +25,9 @@
 //!   committed position (and every mark a batch carries) covers only delivered records.
 //! - A clean end commits exactly what was delivered; `max_messages` delivers exactly N.
 //! - A run ends (idle termination) within 30 minutes of fake time, and fails only with a gap.
+//! - Idle means nothing is left to read: a run that starts on a quiescent stream (every change
+//!   applied, every shard listed, every record visible; no empty-answer faults, no trims) and
+//!   ends idle has delivered every record.
 //!
 //! # Replay
 //! `SIM_SEED=123 cargo test -p ddbpipe-pipeline --test streams_sim` runs one seed;
@@ -49,7 +54,7 @@ use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::{
-    Change, FAKE_STREAM_ARN, FakeStreams, Faults, ShardInfo, Written,
+    Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults, ShardInfo, Written,
 };
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
@@ -141,6 +146,8 @@ fn load(file: &StateFile) -> Option<StreamsPosition> {
 struct Plan {
     fake: Arc<FakeStreams>,
     settings: StreamRun,
+    /// `GetRecords` may answer empty with records pending: an idle end may leave some unread.
+    empty_answers: bool,
     flush_interval: Duration,
     sink_latency: Duration,
     crash_rate: f64,
@@ -156,10 +163,12 @@ fn plan(seed: u64) -> Plan {
         1_000_000_000_000_000_000_000 - rng.random_range(1..40)
     };
     let faults = faults(&mut rng);
+    let empty_answers = faults.empty > 0.0;
     let fake = FakeStreams::new(seed)
         .with_first_sequence(first_seq)
         .with_faults(faults);
-    let fake = script(fake, &mut rng);
+    let many_lanes = rng.random_bool(0.05);
+    let fake = script(fake, many_lanes, &mut rng);
     let settings = StreamRun {
         table: "t".into(),
         stream_arn: FAKE_STREAM_ARN.into(),
@@ -171,9 +180,15 @@ fn plan(seed: u64) -> Plan {
         records_per_request: rng.random_range(1..=25),
         poll_interval: Duration::from_millis(rng.random_range(200..=1000)),
         bounds: RunBounds {
-            shard_concurrency: rng.random_range(1..=4),
+            shard_concurrency: rng.random_range(1..=if many_lanes { 2 } else { 4 }),
             discovery_interval: Duration::from_secs(rng.random_range(10..=60)),
-            idle_termination: Some(Duration::from_secs(rng.random_range(3..=20))),
+            // Many lanes: a full listing (several pages at 5 calls a second) outlasts the idle
+            // time, as 20 pages outlast 3 s on an endpoint with thousands of shards.
+            idle_termination: Some(Duration::from_secs(if many_lanes {
+                rng.random_range(1..=2)
+            } else {
+                rng.random_range(3..=20)
+            })),
             follow: false,
         },
         start_position: StartPosition::TrimHorizon,
@@ -197,6 +212,7 @@ fn plan(seed: u64) -> Plan {
     Plan {
         fake: Arc::new(fake),
         settings,
+        empty_answers,
         flush_interval,
         sink_latency,
         crash_rate: [0.0, 0.2, 0.5][rng.random_range(0..3)],
@@ -219,13 +235,18 @@ fn faults(rng: &mut StdRng) -> Faults {
         late: rng.random_range(0.0..0.3),
         visibility_delay: Duration::from_millis(rng.random_range(0..=3000)),
         last_page_ends: rng.random_range(0.0..=1.0),
-        reject_child_filter: rng.random_bool(0.2),
+        child_filter: [
+            ChildFilter::Honoured,
+            ChildFilter::Rejected,
+            ChildFilter::Ignored,
+        ][rng.random_range(0..3)],
     }
 }
 
-/// Root shards (sometimes behind more than a page of old closed ones), then writes of a few
-/// keys over a window of up to a minute, with up to four splits or rotations among them.
-fn script(mut fake: FakeStreams, rng: &mut StdRng) -> FakeStreams {
+/// Root shards (sometimes behind more than a page of old closed ones, or with `many_lanes`
+/// behind lanes of closed shards in two generations), then writes of a few keys over a window
+/// of up to a minute, with up to four splits or rotations among them.
+fn script(mut fake: FakeStreams, many_lanes: bool, rng: &mut StdRng) -> FakeStreams {
     let mut ids = 0u32;
     let mut new_id = |rng: &mut StdRng| {
         ids += 1;
@@ -233,7 +254,35 @@ fn script(mut fake: FakeStreams, rng: &mut StdRng) -> FakeStreams {
     };
     let now = |change| (0u64, change);
     let mut changes: Vec<(u64, Change)> = Vec::new();
-    if rng.random_bool(0.06) {
+    if many_lanes {
+        // Pages of closed shards: each parent's child is listed late and has no child itself,
+        // so many drained shards wait for children lookups at once.
+        for _ in 0..rng.random_range(200..=300) {
+            let (parent, child) = (new_id(rng), new_id(rng));
+            changes.push(now(Change::Root {
+                shard: parent.clone(),
+                range: Some((0, 0)),
+            }));
+            for _ in 0..rng.random_range(1..=2) {
+                let key = format!("lane-{parent}");
+                changes.push(now(Change::WriteTo {
+                    shard: parent.clone(),
+                    key,
+                }));
+            }
+            changes.push(now(Change::Reshard {
+                parent: parent.clone(),
+                children: vec![child.clone()],
+                listed_after: Duration::from_millis(rng.random_range(0..=3_000)),
+            }));
+            let key = format!("lane-{parent}");
+            changes.push(now(Change::WriteTo {
+                shard: child.clone(),
+                key,
+            }));
+            changes.push(now(Change::Close { shard: child }));
+        }
+    } else if rng.random_bool(0.06) {
         // Enough old closed shards to page DescribeStream, each with its own key.
         for _ in 0..rng.random_range(100..=130) {
             let shard = new_id(rng);
@@ -408,6 +457,7 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
         let trim_at = (plan.trims && trims.is_empty()).then(|| after_ms(&mut rng, 20_000));
         let start = load(&file);
         let first = sink.lines.len();
+        let quiet_start = fake.quiescent() && !plan.trims && !plan.empty_answers;
         let result = one_run(&plan, &mut sink, crash_at, trim_at, &mut trims, &mut rng)
             .await
             .map_err(|e| format!("run {run} {e}"))?;
@@ -461,6 +511,27 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
             end_state.as_ref(),
             max_messages,
         )?;
+        if quiet_start
+            && matches!(
+                log.outcome,
+                Outcome::Ended {
+                    end: EndReason::Idle,
+                    ..
+                }
+            )
+        {
+            let missing = checker.undelivered(&written);
+            if let Some(w) = missing.first() {
+                return Err(format!(
+                    "run {run} started on a quiescent stream and ended idle, but {} record(s) were \
+                     never delivered; first: {} #{} seq {}",
+                    missing.len(),
+                    w.shard,
+                    w.index,
+                    w.seq
+                ));
+            }
+        }
         stats.records = written.len();
         stats.delivered = sink.lines.len();
         match &log.outcome {

@@ -22,7 +22,7 @@
 //! [`Faults`] sets seeded rates of throttles (`ProvisionedThroughputExceededException`), 5xx
 //! (`InternalServerError`), empty answers with records pending, expiries of iterators that
 //! came from `GetRecords`, an iterator lifetime, call latency, and whether the child-shard
-//! filter is rejected. [`FakeStreams::fail_get_records`] scripts errors after a shard's n-th
+//! filter is honoured, rejected or ignored. [`FakeStreams::fail_get_records`] scripts errors after a shard's n-th
 //! successful read. Iterators are opaque strings holding the shard, the position and the
 //! issue time.
 //!
@@ -78,8 +78,19 @@ pub struct Faults {
     /// Chance that the page holding a closed shard's last record also ends the shard (no next
     /// iterator); otherwise an empty page without iterator follows.
     pub last_page_ends: f64,
-    /// `DescribeStream` rejects `ShardFilter` with a `ValidationException`.
-    pub reject_child_filter: bool,
+    /// What `DescribeStream` does with `ShardFilter`.
+    pub child_filter: ChildFilter,
+}
+
+/// What the fake's `DescribeStream` does with the child-shard filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildFilter {
+    /// Lists only the children of the shard named, like DynamoDB.
+    Honoured,
+    /// Rejects the request with a `ValidationException`.
+    Rejected,
+    /// Answers as if there were no filter (a page of the full listing), like some emulators.
+    Ignored,
 }
 
 impl Faults {
@@ -95,7 +106,7 @@ impl Faults {
             late: 0.0,
             visibility_delay: Duration::ZERO,
             last_page_ends: 1.0,
-            reject_child_filter: false,
+            child_filter: ChildFilter::Honoured,
         }
     }
 }
@@ -385,6 +396,18 @@ impl FakeStreams {
         let now = Instant::now();
         state.advance(now);
         state.script.is_empty() && state.shards.iter().all(|s| s.listed_at <= now)
+    }
+
+    /// Whether the stream is settled and every record written is visible to `GetRecords`.
+    pub fn quiescent(&self) -> bool {
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.advance(now);
+        state.script.is_empty()
+            && state
+                .shards
+                .iter()
+                .all(|s| s.listed_at <= now && s.records.iter().all(|r| r.visible_at <= now))
     }
 
     /// Calls received so far.
@@ -724,17 +747,22 @@ impl State {
             ..StreamPage::default()
         };
         if let Some(parent) = child_of {
-            if self.faults.reject_child_filter {
-                return Err(api(
-                    "ValidationException",
-                    "ShardFilter is not supported (fake)",
-                ));
+            match self.faults.child_filter {
+                ChildFilter::Honoured => {
+                    page.shards = listed
+                        .filter(|s| s.parent.as_ref() == Some(parent))
+                        .map(describe)
+                        .collect();
+                    return Ok(page);
+                }
+                ChildFilter::Rejected => {
+                    return Err(api(
+                        "ValidationException",
+                        "ShardFilter is not supported (fake)",
+                    ));
+                }
+                ChildFilter::Ignored => {}
             }
-            page.shards = listed
-                .filter(|s| s.parent.as_ref() == Some(parent))
-                .map(describe)
-                .collect();
-            return Ok(page);
         }
         let after: Vec<&Shard> = match exclusive_start {
             None => listed.collect(),

@@ -1,22 +1,35 @@
-//! The stream read loop: discovery, admission, the scheduler and the slices.
+//! The stream read loop: admission, the scheduler, the slices and the run's end.
 //!
 //! # Ordering (SPEC §4.8)
 //! 1. A shard is admitted only when its parent is absent, finished in the handed-over view,
 //!    or an orphan; a child is therefore read only after its parent's last record was handed
 //!    over, and the sequential sink acknowledges it after them.
-//! 2. Admission runs at start, after each shard drains (asking `DescribeStream` for its
-//!    children at once when none is known), and after each discovery.
+//! 2. Admission runs at start, after each shard drains, and after each answer of the shard
+//!    syncer (`shard_sync`).
+//! 3. A drained shard gives its read slot back at once. When none of its children is known
+//!    (and the stream is not disabled), the syncer looks them up, batched with the other
+//!    shards that drained meanwhile; the loop goes on reading while it does.
 //!
 //! # Run end (SPEC §4.10)
-//! `max_messages` records handed over, no record for `idle_termination_secs`, a stop signal,
-//! or a disabled stream whose every shard is finished. With `follow`, only a signal ends it.
+//! 1. `max_messages` records handed over, a stop signal, or a disabled stream whose every
+//!    shard is finished. With `follow`, only a signal or a disabled, drained stream ends it.
+//! 2. *Idle* means both of:
+//!    - no record was read (and no hand-over waited for the sink) for
+//!      `idle_termination_secs`, by the handover's idle clock;
+//!    - no admissible shard may have unread records: every admitted shard that is queued or
+//!      being read is caught up (its last two reads answered nothing), and no drained shard's
+//!      children lookup is pending or running. Shards waiting for an unfinished parent count
+//!      through that parent.
+//!
+//!    So a shard waiting for a slot, one not read yet, or one throttled before it caught up
+//!    keeps the run going; idle termination then ends it once the last of them caught up.
 //!
 //! # Discovery (SPEC §4.3)
-//! A full `DescribeStream` listing (pages of 100, at most 5 calls a second) every
-//! `discovery_interval`; failures after the start warn and never end the run. An endpoint
-//! that rejects the child-shard filter gets full discoveries for the rest of the run.
+//! Every `DescribeStream` after the start-up listing is the shard syncer's (`shard_sync`):
+//! children lookups of drained shards, a full listing every `discovery_interval`, and one when
+//! nothing is left to read and every known shard is finished.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,18 +40,16 @@ use tracing::Instrument;
 use super::handover::{Handed, StreamMark};
 use super::lineage::{self, ShardGraph};
 use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
+use super::shard_sync::{ShardSyncer, Synced};
 use super::start::{ShardStart, start_for};
-use crate::api::{ShardDescription, StartAt, StreamsApi};
+use crate::api::{StartAt, StreamsApi};
 use crate::clock::unix_now_ms;
 use crate::config::StartPosition;
-use crate::error::{ErrorClass, ReadError};
-use crate::events::{DiscoveryFailed, LagMeasured, ShardsCounted};
+use crate::error::ReadError;
+use crate::events::{LagMeasured, ShardsCounted};
 use crate::ids::ShardId;
 use crate::position::{ShardCheckpoint, StreamsPosition};
-use crate::retry::{Cancel, NoObserver, RetryPolicy};
-
-/// Least time between two `DescribeStream` calls (at most 5 a second).
-const DESCRIBE_SPACING: Duration = Duration::from_millis(200);
+use crate::retry::Cancel;
 
 /// How a stream run is bounded.
 #[derive(Debug, Clone)]
@@ -47,7 +58,7 @@ pub struct RunBounds {
     pub shard_concurrency: usize,
     /// Full re-discovery period.
     pub discovery_interval: Duration,
-    /// End after this long without a record.
+    /// End after this long without a record (see the module docs for *idle*).
     pub idle_termination: Option<Duration>,
     /// Run until stopped.
     pub follow: bool,
@@ -58,55 +69,12 @@ pub struct RunBounds {
 pub enum EndReason {
     /// `max_messages` records were handed over.
     MaxMessages,
-    /// No record for `idle_termination_secs`.
+    /// The run was idle (see the module docs).
     Idle,
     /// A signal asked the run to stop.
     Stopped,
     /// The stream is disabled and every shard is finished.
     StreamDisabled,
-}
-
-/// The stream as discovered: shards and status.
-#[derive(Debug, Clone, Default)]
-pub struct Discovery {
-    /// Every shard listed.
-    pub shards: Vec<ShardDescription>,
-    /// `StreamStatus`.
-    pub status: Option<String>,
-    /// `StreamViewType`.
-    pub view_type: Option<String>,
-}
-
-/// Lists every shard of the stream (paged, retried).
-pub async fn discover<A: StreamsApi>(
-    api: &A,
-    stream_arn: &str,
-    retry: &RetryPolicy,
-    cancel: &Cancel,
-) -> Result<Discovery, ReadError> {
-    let mut discovery = Discovery::default();
-    let mut start: Option<ShardId> = None;
-    loop {
-        let page = retry
-            .run(
-                "describe_stream",
-                || format!("DescribeStream {stream_arn}"),
-                cancel,
-                &NoObserver,
-                |_| api.describe_stream(stream_arn, start.as_ref(), None),
-            )
-            .await?;
-        discovery.status = page.status.or(discovery.status);
-        discovery.view_type = page.view_type.or(discovery.view_type);
-        discovery.shards.extend(page.shards);
-        match page.last_evaluated_shard_id {
-            Some(last) => {
-                start = Some(last);
-                tokio::time::sleep(DESCRIBE_SPACING).await;
-            }
-            None => return Ok(discovery),
-        }
-    }
 }
 
 /// The marks a first run commits before reading (SPEC §4.4): every shard described at the
@@ -161,12 +129,14 @@ pub struct StreamEngine<A> {
     graph: ShardGraph,
     start_position: StartPosition,
     run_start_ms: i64,
+    /// Read states of the shards queued (or waiting for their parent), not being read.
     states: HashMap<ShardId, ShardState>,
     scheduler: super::scheduler::Scheduler,
-    child_filter_works: bool,
+    /// Every `DescribeStream` after the start-up listing.
+    syncer: ShardSyncer<A>,
+    /// Shards being read now that were not caught up when their slice started.
+    reading_unread: HashSet<ShardId>,
     lag: HashMap<ShardId, LagInfo>,
-    /// When the last `DescribeStream` call of this engine started (at most 5 a second).
-    described_at: Option<Instant>,
     /// Shards in the position whose parent is still being read (`WaitingOnParentShards`):
     /// a capture stores every shard at once, but children are still read after parents.
     waiting: Vec<ShardId>,
@@ -174,7 +144,6 @@ pub struct StreamEngine<A> {
     disabled: bool,
     stop: Cancel,
 }
-
 impl<A: StreamsApi> StreamEngine<A> {
     /// An engine over `graph` (the start-up discovery), starting from the handover's view.
     /// `probed` holds iterators acquired by the start-up probe, used by first slices.
@@ -189,6 +158,8 @@ impl<A: StreamsApi> StreamEngine<A> {
         mut probed: BTreeMap<ShardId, String>,
         stop: Cancel,
     ) -> Self {
+        // The start-up discovery has just listed the stream: the syncer paces from now.
+        let syncer = ShardSyncer::new(Arc::clone(&ctx), stop.clone());
         let mut engine = StreamEngine {
             scheduler: super::scheduler::Scheduler::new(bounds.shard_concurrency),
             ctx,
@@ -197,10 +168,9 @@ impl<A: StreamsApi> StreamEngine<A> {
             start_position,
             run_start_ms,
             states: HashMap::new(),
-            child_filter_works: true,
+            syncer,
+            reading_unread: HashSet::new(),
             lag: HashMap::new(),
-            // The start-up discovery has just listed the stream.
-            described_at: Some(Instant::now()),
             waiting: Vec::new(),
             disabled: false,
             stop,
@@ -258,7 +228,7 @@ impl<A: StreamsApi> StreamEngine<A> {
         engine
     }
 
-    /// Runs until an end condition; in-flight slices are cancelled when it returns.
+    /// Runs until an end condition; in-flight slices and lookups are cancelled when it returns.
     pub async fn run(mut self) -> Result<EndReason, StreamError> {
         let mut slices: JoinSet<(ShardState, Result<SliceEnd, StreamError>)> = JoinSet::new();
         self.admit().await?;
@@ -272,6 +242,9 @@ impl<A: StreamsApi> StreamEngine<A> {
                     self.scheduler.release();
                     continue;
                 };
+                if !state.caught_up {
+                    self.reading_unread.insert(id);
+                }
                 let ctx = Arc::clone(&self.ctx);
                 slices.spawn(
                     async move {
@@ -285,6 +258,7 @@ impl<A: StreamsApi> StreamEngine<A> {
                 return Ok(EndReason::MaxMessages);
             }
             if let Some(idle) = self.bounds.idle_termination
+                && !self.may_have_unread()
                 && self.ctx.handover.idle_for().await >= idle
             {
                 tracing::info!(
@@ -308,42 +282,57 @@ impl<A: StreamsApi> StreamEngine<A> {
                 seconds: running_lag(self.lag.values(), unix_now_ms()),
             }
             .emit();
-            let all_finished = slices.is_empty() && self.scheduler.queued() == 0;
-            if all_finished && now >= next_drain_check {
+            // Nothing to read and no children lookup left: when every known shard is
+            // finished, list the stream for new shards (or a disabled status, which ends it).
+            let drain_check = slices.is_empty()
+                && self.scheduler.queued() == 0
+                && !self.syncer.children_pending();
+            if drain_check && now >= next_drain_check {
                 next_drain_check = now + self.ctx.poll_interval;
-                if let Some(reason) = self.drained_stream().await {
-                    return Ok(reason);
+                if self.every_shard_finished().await {
+                    self.syncer.want_listing();
                 }
             }
             if now >= next_discovery {
                 next_discovery = now + self.bounds.discovery_interval;
-                self.rediscover().await;
-                self.admit().await?;
+                self.syncer.want_listing();
             }
             let mut wake = next_discovery.min(now + Duration::from_secs(1));
             if let Some(due) = self.scheduler.next_due() {
                 wake = wake.min(due.max(now));
             }
-            if all_finished {
+            if drain_check {
                 wake = wake.min(next_drain_check);
             }
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return Ok(EndReason::Stopped),
+                synced = self.syncer.next(), if self.syncer.busy() => {
+                    let listed = self.merge_synced(synced?);
+                    self.admit().await?;
+                    if listed
+                        && self.disabled
+                        && slices.is_empty()
+                        && self.scheduler.queued() == 0
+                        && self.every_shard_finished().await
+                    {
+                        tracing::info!("Stream disabled and fully drained.");
+                        return Ok(EndReason::StreamDisabled);
+                    }
+                }
                 joined = slices.join_next(), if !slices.is_empty() => {
                     let Some(joined) = joined else { continue };
-                    // Slices that ended together are settled together, so shards that drain
-                    // at once share one discovery instead of one child lookup each.
                     let mut ended = vec![joined];
                     while let Some(more) = slices.try_join_next() {
                         ended.push(more);
                     }
-                    let mut drained = Vec::new();
+                    let mut drained_any = false;
                     for joined in ended {
                         self.scheduler.release();
                         let (state, end) = joined.map_err(|error| {
                             StreamError::Read(ReadError::Internal(format!("shard slice task failed: {error}")))
                         })?;
+                        self.reading_unread.remove(&state.id);
                         match end {
                             Ok(SliceEnd::Yield(delay)) => {
                                 self.lag.insert(state.id.clone(), LagInfo {
@@ -355,10 +344,14 @@ impl<A: StreamsApi> StreamEngine<A> {
                                 self.states.insert(state.id.clone(), state);
                             }
                             Ok(SliceEnd::Drained) => {
-                                let id = state.id.clone();
+                                // The slot is free already; the children are the syncer's.
+                                let id = state.id;
                                 self.lag.remove(&id);
                                 self.release_children(&id);
-                                drained.push(id);
+                                if !self.disabled && self.graph.children_of(&id).is_empty() {
+                                    self.syncer.want_children(id);
+                                }
+                                drained_any = true;
                             }
                             Err(StreamError::Stopped) => {
                                 if self.ctx.handover.limit_reached().await {
@@ -369,25 +362,55 @@ impl<A: StreamsApi> StreamEngine<A> {
                             Err(error) => return Err(error),
                         }
                     }
-                    if !drained.is_empty() {
-                        let childless: Vec<ShardId> = drained
-                            .into_iter()
-                            .filter(|id| self.graph.children_of(id).is_empty())
-                            .collect();
-                        match childless.as_slice() {
-                            [] => {}
-                            [one] => self.find_children(one).await,
-                            _ if !self.disabled => {
-                                self.rediscover().await;
-                            }
-                            _ => {}
-                        }
+                    if drained_any {
                         self.admit().await?;
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+
+    /// Whether an admissible shard may still have unread records (run end rule 2): a children
+    /// lookup is pending or running, or a queued or active shard is not caught up.
+    fn may_have_unread(&self) -> bool {
+        self.syncer.children_pending()
+            || !self.reading_unread.is_empty()
+            || self
+                .states
+                .iter()
+                .any(|(id, state)| !state.caught_up && !self.waiting.contains(id))
+    }
+
+    /// Whether every described shard is finished in the handed-over view.
+    async fn every_shard_finished(&self) -> bool {
+        let graph = &self.graph;
+        self.ctx
+            .handover
+            .with_view(|view| graph.ids().all(|id| view.finished.contains(id)))
+            .await
+    }
+
+    /// Merges what the syncer learnt into the graph; `true` when it held a full listing.
+    fn merge_synced(&mut self, synced: Synced) -> bool {
+        let mut shards = synced.children;
+        let listed = match synced.listing {
+            Some(listing) => {
+                self.disabled = listing.status.as_deref() == Some("DISABLED");
+                shards.extend(listing.shards);
+                true
+            }
+            None => false,
+        };
+        let new = self.graph.merge(shards);
+        if !new.is_empty() {
+            tracing::info!(
+                new = new.len(),
+                total = self.graph.len(),
+                "Shards discovered."
+            );
+        }
+        listed
     }
 
     /// Records the stream status of the start-up discovery.
@@ -481,102 +504,6 @@ impl<A: StreamsApi> StreamEngine<A> {
             .await
             .map_err(|_| StreamError::Stopped)?;
         Ok(())
-    }
-
-    /// Waits so that `DescribeStream` calls start at least 200 ms apart (SPEC §4.3).
-    async fn pace_describe(&mut self) {
-        if let Some(at) = self.described_at {
-            tokio::time::sleep_until(at + DESCRIBE_SPACING).await;
-        }
-        self.described_at = Some(Instant::now());
-    }
-
-    /// A full discovery merged into the graph; a failure warns and is counted.
-    async fn rediscover(&mut self) -> Option<Discovery> {
-        self.pace_describe().await;
-        let discovered = discover(
-            self.ctx.api.as_ref(),
-            &self.ctx.stream_arn,
-            &self.ctx.retry,
-            &self.stop,
-        )
-        .await;
-        // A listing of several pages ends later than it started: pace from its last page.
-        self.described_at = Some(Instant::now());
-        match discovered {
-            Ok(discovery) => {
-                self.disabled = discovery.status.as_deref() == Some("DISABLED");
-                let new = self.graph.merge(discovery.shards.clone());
-                if !new.is_empty() {
-                    tracing::info!(
-                        new = new.len(),
-                        total = self.graph.len(),
-                        "Shards discovered."
-                    );
-                }
-                Some(discovery)
-            }
-            Err(ReadError::Cancelled) => None,
-            Err(error) => {
-                DiscoveryFailed { error: &error }.emit();
-                None
-            }
-        }
-    }
-
-    /// Asks for the children of a drained shard at once (SPEC §4.3).
-    async fn find_children(&mut self, shard: &ShardId) {
-        if self.disabled {
-            // A disabled stream gets no new shards: nothing to look for.
-            return;
-        }
-        if self.child_filter_works {
-            self.pace_describe().await;
-            let arn = self.ctx.stream_arn.clone();
-            let answer = self
-                .ctx
-                .retry
-                .run(
-                    "describe_stream",
-                    || format!("DescribeStream {arn} (children of {shard})"),
-                    &self.stop,
-                    &NoObserver,
-                    |_| self.ctx.api.describe_stream(&arn, None, Some(shard)),
-                )
-                .await;
-            match answer {
-                Ok(page) => {
-                    self.graph.merge(page.shards);
-                    return;
-                }
-                Err(ReadError::Request { error, .. }) if error.class == ErrorClass::Fatal => {
-                    tracing::info!(error = %error, "The endpoint rejects the child-shard filter; using full discoveries.");
-                    self.child_filter_works = false;
-                }
-                Err(_) => return,
-            }
-        }
-        self.rediscover().await;
-    }
-
-    /// Every known shard is finished: re-discover; a disabled stream ends the run.
-    async fn drained_stream(&mut self) -> Option<EndReason> {
-        let graph = &self.graph;
-        let unfinished = self
-            .ctx
-            .handover
-            .with_view(|view| graph.ids().any(|id| !view.finished.contains(id)))
-            .await;
-        if unfinished {
-            return None;
-        }
-        let discovery = self.rediscover().await?;
-        let _ = self.admit().await;
-        if discovery.status.as_deref() == Some("DISABLED") && self.scheduler.queued() == 0 {
-            tracing::info!("Stream disabled and fully drained.");
-            return Some(EndReason::StreamDisabled);
-        }
-        None
     }
 }
 

@@ -8,7 +8,8 @@
 //! - `scheduler`: the FIFO queue of (shard, due time) and the slots (SPEC §4.8).
 //! - `handover`: the one point where records and position marks enter the pipeline.
 //! - `shard_reader`: one shard's slices (SPEC §4.9).
-//! - `engine`: discovery, admission, slices, run end (SPEC §4.3, §4.10).
+//! - `shard_sync`: the shard syncer: listings and child lookups beside the read loop (SPEC §4.3).
+//! - `engine`: admission, slices, run end (SPEC §4.8, §4.10).
 
 pub mod engine;
 pub mod envelope;
@@ -17,4 +18,5 @@ pub mod handover;
 pub mod lineage;
 pub mod scheduler;
 pub mod shard_reader;
+pub mod shard_sync;
 pub mod start;
