@@ -2,7 +2,8 @@
 //!
 //! # Rules (SPEC §2.7)
 //! 1. The effective rate `r` (units/s) is the configured one; a throttle halves it (floor
-//!    1 unit/s) and every 10 s without a throttle restores 10 % of the configured rate.
+//!    1 unit/s, or the configured rate when that is lower) and every 10 s without a throttle
+//!    restores 10 % of the configured rate.
 //! 2. The bucket holds at most `b = max(r, 1)` units and starts full.
 //! 3. Before a request the reader waits until the bucket holds `min(estimate, b)` and deducts
 //!    `estimate`: the mean consumed capacity of the last 8 responses (1 before any).
@@ -250,7 +251,9 @@ impl ReadLimiter {
             let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             b.advance(now);
-            b.rate = (b.rate / 2.0).max(1.0);
+            // Floor 1 unit/s, but never above the configured rate: a throttle must not raise
+            // a limit set below 1 unit/s.
+            b.rate = (b.rate / 2.0).max(1.0).min(b.configured);
             b.tokens = b.tokens.min(b.capacity());
             b.recovered_at = now;
             ReadRateSet {
@@ -375,6 +378,13 @@ mod tests {
             limiter.throttled();
         }
         assert_eq!(limiter.rate(), Some(1.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttle_never_raises_a_rate_configured_below_one_unit() {
+        let limiter = ReadLimiter::new(Some(0.5));
+        limiter.throttled();
+        assert_eq!(limiter.rate(), Some(0.5));
     }
 
     #[tokio::test(start_paused = true)]
