@@ -11,8 +11,15 @@ use crate::args::{LogFormat, ProgressMode};
 
 /// Installs the tracing subscriber: stderr, the given level, text or JSON lines.
 pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
+    // The AWS SDK's own warnings (a credential provider that failed, with its `Debug` dump)
+    // are noise beside ddbpipe's one-line error: shown from `debug` on.
+    let dependencies = match level {
+        "debug" | "trace" => "warn",
+        _ => "error",
+    };
     let filter = EnvFilter::try_new(format!(
-        "warn,ddbpipe={level},ddbpipe_source={level},ddbpipe_pipeline={level}"
+        "{dependencies},ddbpipe={level},ddbpipe_source={level},ddbpipe_pipeline={level},\
+         ddbpipe_keyed={level}"
     ))
     .map_err(|e| format!("--log-level {level}: {e}"))?;
     let builder = tracing_subscriber::fmt()

@@ -328,6 +328,41 @@ fn relative_paths_are_relative_to_the_pipeline_file_wherever_ddbpipe_runs() {
     );
 }
 
+/// Issue 11: without credentials a command fails at the first attempt with one line naming
+/// the credential chain and the fix: no retries through the chain, no SDK `Debug` dumps.
+#[test]
+fn missing_credentials_fail_at_once_in_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["discover", "--region", "us-east-1", "--endpoint-url"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .env_clear()
+        .env("HOME", home.path())
+        // No instance metadata service to wait for in CI; the chain still fails the same way.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("after 1 attempt(s): no AWS credentials"),
+        "{err}"
+    );
+    assert!(
+        err.contains("set one of them, or source.credentials"),
+        "{err}"
+    );
+    for dump in ["DispatchFailure(", "ConnectorError {", "WARN"] {
+        assert!(!err.contains(dump), "{dump} in {err}");
+    }
+    assert!(err.lines().count() <= 2, "{err}");
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]

@@ -24,7 +24,6 @@ use std::time::Duration;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::Credentials as StaticCredentials;
 use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
@@ -49,17 +48,64 @@ pub struct ClientSettings {
 
 /// Classifies an SDK error by its AWS error code; transport failures carry no code. Both
 /// SDKs (DynamoDB and Streams) share the error types.
+///
+/// # Error handling
+/// 1. An answer with an error code: its code and message, classified by the code.
+/// 2. No credentials could be loaded: definite at once (retrying the chain only repeats its
+///    probes), with one line naming the chain and the fix.
+/// 3. Anything else without a code (connection refused, DNS, TLS, timeouts): transient, with
+///    the error's chain of causes as sentences, never the SDK's `Debug` dump.
 pub(crate) fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
 {
     let code = error.code().map(str::to_string);
-    let message = match (&code, error.message()) {
-        (Some(_), Some(message)) => message.to_string(),
-        _ => DisplayErrorContext(&error).to_string(),
-    };
-    ApiError::from_code(code, message)
+    if let (Some(_), Some(message)) = (&code, error.message()) {
+        return ApiError::from_code(code, message.to_string());
+    }
+    if let Some(missing) = credentials_error(&error) {
+        // The chain lists every provider it tried, a line each: one line here.
+        let missing: Vec<&str> = missing.lines().map(str::trim).collect();
+        let missing = missing.join(" ");
+        let missing = missing.trim_end_matches('.');
+        return ApiError::fatal(format!(
+            "no AWS credentials: {missing}. ddbpipe looked where aws-config's default chain \
+             looks (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/config, SSO, \
+             web identity, the container and EC2 instance metadata): set one of them, or \
+             source.credentials"
+        ));
+    }
+    ApiError::from_code(code, causes(&error))
+}
+
+/// The reason credentials could not be loaded, if that is what failed.
+fn credentials_error(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(credentials) =
+            error.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+        {
+            return Some(causes(credentials));
+        }
+        current = error.source();
+    }
+    None
+}
+
+/// An error and its sources as one line, `outer: inner: …`, each message once.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(error);
+    while let Some(error) = current {
+        let text = error.to_string();
+        // An outer message often repeats its source's text: keep the new part only.
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = error.source();
+    }
+    parts.join(": ")
 }
 
 /// Connect timeout of every client (SPEC §1.4).
