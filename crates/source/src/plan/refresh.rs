@@ -88,3 +88,52 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeTable;
+    use crate::retry::NoObserver;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fraction_is_re_read_every_refresh_period_until_the_refresher_is_dropped() {
+        let rule = ReadRule {
+            table_name: "t".into(),
+            fraction: Some(0.5),
+            ..ReadRule::default()
+        };
+        let limiter = Arc::new(ReadLimiter::new(Some(1.0)));
+        let refresher = Refresher::start(
+            Arc::new(FakeTable::numbered(1)),
+            &rule,
+            Arc::clone(&limiter),
+            RetryPolicy::default(),
+            Cancel::never(),
+            Arc::new(NoObserver),
+        );
+        assert!(refresher.is_some());
+        tokio::time::sleep(BASE_REFRESH / 2).await;
+        assert_eq!(limiter.rate(), Some(1.0));
+        tokio::time::sleep(BASE_REFRESH).await;
+        // The fake table has 100 RCU.
+        assert_eq!(limiter.rate(), Some(50.0));
+        drop(refresher);
+    }
+
+    #[test]
+    fn a_fixed_rate_is_not_refreshed() {
+        let fixed = ReadRule {
+            fixed: Some(5.0),
+            ..ReadRule::default()
+        };
+        let started = Refresher::start(
+            Arc::new(FakeTable::numbered(1)),
+            &fixed,
+            Arc::new(ReadLimiter::new(Some(5.0))),
+            RetryPolicy::default(),
+            Cancel::never(),
+            Arc::new(NoObserver),
+        );
+        assert!(started.is_none());
+    }
+}
