@@ -15,12 +15,15 @@
 //!    ([`index_problem`], [`ReadRule::rate`]); a problem is a definite config error, index
 //!    first.
 //! 3. The effective poll interval is at least [`MIN_POLL`] (SPEC §1.2 `poll_interval_ms`).
-//! 4. A streams run scans the table when `on_gap` is `resnapshot`, in mirror mode, or when
+//! 4. The stream is the configured `stream_arn` or the table's enabled one
+//!    ([`resolve_stream`]).
+//! 5. A streams run scans the table when `on_gap` is `resnapshot`, in mirror mode, or when
 //!    the stored position holds an open snapshot ([`StreamPlan::scans_table`]).
 
 mod index;
 mod read_rate;
 mod refresh;
+mod stream;
 
 use std::time::Duration;
 
@@ -29,6 +32,7 @@ use ddbpipe_value::ValueFormat;
 pub use self::index::{IndexProblem, index_problem};
 pub use self::read_rate::{NoCapacityBase, ReadRule};
 pub use self::refresh::{BASE_REFRESH, Refresher};
+pub use self::stream::{NoStream, ResolvedStream, configured_stream, resolve_stream, view_warning};
 use crate::api::{ReadRequest, TableDescription};
 use crate::aws::ClientSettings;
 use crate::config::{ConfigError, Mode, OnGap, RetryConfig, SourceConfig, StartPosition};
@@ -195,7 +199,7 @@ impl StreamPlan {
         }
     }
 
-    /// Whether the run may scan the table (rule 4), given whether the stored position holds
+    /// Whether the run may scan the table (rule 5), given whether the stored position holds
     /// an open snapshot.
     pub fn scans_table(&self, snapshot_open: bool) -> bool {
         self.on_gap == OnGap::Resnapshot || snapshot_open || self.mode == Mode::Mirror
