@@ -97,6 +97,9 @@ mod tests {
 
     #[test]
     fn no_index_name_has_no_problem() {
-        assert_eq!(index_problem(&SourceConfig::new("orders"), &with_gsi()), None);
+        assert_eq!(
+            index_problem(&SourceConfig::new("orders"), &with_gsi()),
+            None
+        );
     }
 }

@@ -83,7 +83,9 @@ impl ReadRule {
         match self.capacity_base(table) {
             Some(base) => {
                 let from_fraction = clamp_rate(base * fraction);
-                Ok(Some(self.fixed.map_or(from_fraction, |f| f.min(from_fraction))))
+                Ok(Some(
+                    self.fixed.map_or(from_fraction, |f| f.min(from_fraction)),
+                ))
             }
             None if self.fixed.is_some() => Ok(self.fixed),
             None => Err(NoCapacityBase {
@@ -144,7 +146,10 @@ pub(crate) mod tests {
     fn a_fraction_of_the_provisioned_capacity_is_capped_by_the_fixed_limit() {
         let provisioned = table("PROVISIONED", Some(100), None);
         assert_eq!(rule(Some(0.5), None).rate(&provisioned), Ok(Some(50.0)));
-        assert_eq!(rule(Some(0.5), Some(20.0)).rate(&provisioned), Ok(Some(20.0)));
+        assert_eq!(
+            rule(Some(0.5), Some(20.0)).rate(&provisioned),
+            Ok(Some(20.0))
+        );
         assert!(rule(Some(0.5), None).refreshes());
     }
 

@@ -129,17 +129,28 @@ mod tests {
         let mut source = SourceConfig::new("orders");
         source.stream_arn = Some("arn:old".into());
         let resolved = resolve_stream(&source, &with_stream(true, Some("arn:new"))).unwrap();
-        assert_eq!((resolved.arn.as_str(), resolved.view_type), ("arn:old", None));
+        assert_eq!(
+            (resolved.arn.as_str(), resolved.view_type),
+            ("arn:old", None)
+        );
         let current = resolve_stream(&source, &with_stream(false, Some("arn:old"))).unwrap();
         assert_eq!(current.view_type.as_deref(), Some("NEW_IMAGE"));
-        assert_eq!(configured_stream(&source).map(|s| s.arn), Some("arn:old".into()));
+        assert_eq!(
+            configured_stream(&source).map(|s| s.arn),
+            Some("arn:old".into())
+        );
     }
 
     #[test]
     fn a_disabled_or_missing_stream_names_the_remedy() {
         let source = SourceConfig::new("orders");
         let disabled = resolve_stream(&source, &with_stream(false, Some("arn:s")));
-        assert!(disabled.unwrap_err().to_string().contains("set stream_arn to drain"));
+        assert!(
+            disabled
+                .unwrap_err()
+                .to_string()
+                .contains("set stream_arn to drain")
+        );
         let bare = table("PROVISIONED", Some(1), None);
         assert_eq!(
             resolve_stream(&source, &bare).unwrap_err(),
