@@ -1,5 +1,5 @@
 //! The ddbpipe streams client: the engine wired as `ddbpipe run` wires `mode: streams`
-//! (crates/cli/src/stream_wiring.rs `run`), through the same public APIs.
+//! (crates/cli/src/run/streams.rs `run`), through the same public APIs.
 //!
 //! `AwsStreamsApi` from `load_sdk_config` + `streams_api` (static keys, us-east-1, the bench
 //! endpoint) → `run_streams` with a [`StreamRun`] as a config with `stream_arn` set would give

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
-/// Get data out of Amazon DynamoDB: parallel scans and queries into JSON Lines, resumable.
+/// Get data out of Amazon DynamoDB: parallel scans, queries, change streams and mirrors into
+/// JSON Lines, SQLite or PostgreSQL, resumable.
 #[derive(Debug, Parser)]
 #[command(name = "ddbpipe", version, about, long_about = None)]
 pub struct Args {

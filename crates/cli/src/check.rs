@@ -12,6 +12,7 @@ use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
 use ddbpipe_source::api::{StreamsApi, TableDescription};
 use ddbpipe_source::aws;
 use ddbpipe_source::config::{Mode, OnGap};
+use ddbpipe_source::plan::{self, ReadRule, index_problem, view_warning};
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::gaps;
 use serde_json::json;
@@ -19,7 +20,6 @@ use serde_json::json;
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
 use crate::destination;
 use crate::failure::{Exit, Failure};
-use crate::stream_wiring::{resolve_with, view_warning};
 use crate::wiring;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,20 +189,19 @@ async fn probe_table(
             .collect();
         probes.add("key_schema", Status::Pass, keys.join(", "));
     }
-    let rules = wiring::table_rules(source, &table);
-    match (&source.index_name, rules.index) {
-        (_, Some(problem)) => probes.add("index", Status::Fail, problem),
+    match (&source.index_name, index_problem(source, &table)) {
+        (_, Some(problem)) => probes.add("index", Status::Fail, problem.to_string()),
         (Some(name), None) => probes.add("index", Status::Pass, format!("index '{name}' found")),
         (None, None) => probes.add("index", Status::Pass, "no index_name: reads the table"),
     }
-    match rules.read_rate {
+    match ReadRule::of(source).rate(&table) {
         Ok(Some(rate)) => probes.add(
             "read_capacity",
             Status::Pass,
             format!("limited to {rate:.1} read units/s"),
         ),
         Ok(None) => probes.add("read_capacity", Status::Pass, "unlimited"),
-        Err(problem) => probes.add("read_capacity", Status::Fail, problem),
+        Err(problem) => probes.add("read_capacity", Status::Fail, problem.to_string()),
     }
     (Some(table), location)
 }
@@ -220,14 +219,14 @@ async fn probe_stream(
     // `describe_table` failed: that ends the source probes.
     let table = table?;
     let source = &config.source;
-    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
+    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
     let cancel = Cancel::never();
     // The table was described once already; its stream comes from that answer.
-    let resolved = resolve_with(source, table);
+    let resolved = plan::resolve_stream(source, table);
     let stream = match resolved {
         Ok(stream) => stream,
-        Err(failure) => {
-            probes.add("stream", Status::Fail, with_hint(&failure));
+        Err(problem) => {
+            probes.add("stream", Status::Fail, problem.to_string());
             return None;
         }
     };
@@ -240,7 +239,7 @@ async fn probe_stream(
 
     let streams_api = aws::streams_api(&sdk);
     let arn = stream.arn.as_str();
-    let retry = wiring::retry_policy(source);
+    let retry = source.retry.policy();
     let first_page = retry.run(
         "describe_stream",
         || format!("DescribeStream {arn}"),

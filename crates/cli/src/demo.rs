@@ -19,7 +19,7 @@ use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
 use crate::failure::{Exit, Failure};
-use crate::wiring;
+use crate::run;
 
 const TABLE: &str = "orders";
 
@@ -198,7 +198,7 @@ impl Step {
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
         eprintln!("demo: running pipeline {}", config_path.display());
-        wiring::run(&config_path, ProgressMode::Auto, None, Cancel::never()).await
+        run::run(&config_path, ProgressMode::Auto, None, Cancel::never()).await
     }
 }
 

@@ -10,15 +10,14 @@ use ddbpipe_keyed::{
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sinks::AnySink;
-use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
+use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
 use ddbpipe_pipeline::state::identity::KeyedOutput;
 use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
 use ddbpipe_source::api::{self, TableDescription};
 
-use crate::config::{JsonlTarget, PipelineConfig, SinkConfig};
-use crate::failure::Failure;
-use crate::wiring::{jsonl_settings, state_failure};
+use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
+use crate::failure::{Failure, state_failure};
 
 /// The sink of a run, where its position lives, and the run's lock.
 pub struct Destination {
@@ -70,7 +69,7 @@ pub async fn open(
         .await?
         .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
     lock(&db, &config.name).await?;
-    let retry = crate::wiring::retry_policy(source);
+    let retry = source.retry.policy();
     let sink = KeyedSink::new(
         db.clone(),
         spec.clone(),
@@ -89,6 +88,18 @@ pub async fn open(
         cleanup,
         _lock: None,
     })
+}
+
+/// The settings of a jsonl sink.
+pub fn jsonl_settings(jsonl: &JsonlConfig) -> JsonlSettings {
+    JsonlSettings {
+        target: match &jsonl.path {
+            JsonlTarget::Stdout => jsonl::JsonlTarget::Stdout,
+            JsonlTarget::File(path) => jsonl::JsonlTarget::File(path.clone()),
+        },
+        rotate_bytes: jsonl.rotate_bytes,
+        fsync: jsonl.fsync,
+    }
 }
 
 /// The files a run writes must differ from each other and from the config file, compared

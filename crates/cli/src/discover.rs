@@ -10,6 +10,7 @@ use anyhow::anyhow;
 use ddbpipe_source::api::{KeyAttribute, KeyType, TableApi, TableDescription};
 use ddbpipe_source::aws::{self, ClientSettings};
 use ddbpipe_source::config::Credentials;
+use ddbpipe_source::plan;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use serde_json::{Map, Value as Json, json};
 use tokio::task::JoinSet;
@@ -27,8 +28,8 @@ pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
         Some(path) => {
             let config = wiring::load_config(path)?;
             (
-                wiring::client_settings(&config.source),
-                wiring::retry_policy(&config.source),
+                plan::client_settings(&config.source),
+                config.source.retry.policy(),
             )
         }
         None => (

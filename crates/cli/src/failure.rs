@@ -1,11 +1,14 @@
-//! How a command fails: the documented exit code, the message, and a remedy.
+//! How a command fails: the documented exit code, the message, and a remedy (also for the
+//! library's state and start-up errors).
 
 use std::fmt;
 use std::path::Path;
 use std::process::ExitCode;
 
+use ddbpipe_pipeline::checkpoint::StartError;
 use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sink::SinkErrorClass;
+use ddbpipe_pipeline::state::StateError;
 
 /// Exit codes (README "Exit codes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +88,40 @@ pub fn rerun_hint(error: Option<&RunError>, config_path: &Path, resumes_after: &
         _ => format!(
             "what was written is committed; `ddbpipe run {config}` resumes after {resumes_after}"
         ),
+    }
+}
+
+/// Maps a state problem to its failure: corrupt state and locks are runtime failures.
+pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
+    let hint = match &error {
+        StateError::Corrupt { .. } => Some(format!(
+            "fix the entry or run `ddbpipe state reset {}`",
+            config_path.display()
+        )),
+        StateError::Locked { .. } => {
+            Some("wait for the other run to finish, or stop it (SIGTERM drains it)".to_string())
+        }
+        StateError::Write { .. } => Some(
+            "state.path: make its directory writable, or choose another state.path".to_string(),
+        ),
+        _ => None,
+    };
+    let failure = Failure::runtime(error);
+    match hint {
+        Some(hint) => failure.hint(hint),
+        None => failure,
+    }
+}
+
+/// Maps a failure to start from the stored state: corrupt state and locks are runtime
+/// failures, a position of another source is a usage failure with the reset remedy.
+pub fn start_failure(error: StartError, config_path: &Path) -> Failure {
+    match error {
+        StartError::State(error) => state_failure(error, config_path),
+        other => Failure::usage(other).hint(format!(
+            "`ddbpipe state reset {}` forgets the stored position",
+            config_path.display()
+        )),
     }
 }
 

@@ -38,6 +38,7 @@ use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::error::{ApiError, ErrorClass, ReadError};
 use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::plan;
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::gaps;
@@ -50,9 +51,8 @@ use tokio::task::JoinSet;
 
 use crate::config::PipelineConfig;
 use crate::destination;
-use crate::failure::{Exit, Failure};
-use crate::stream_wiring::resolve_stream;
-use crate::wiring::{self, retry_policy, start_failure};
+use crate::failure::{Exit, Failure, start_failure};
+use crate::wiring::{self, resolve_stream};
 
 /// Empty `GetRecords` answers in a row after which a shard counts as caught up (SPEC §4.9).
 const EMPTY_READS: u32 = 2;
@@ -216,7 +216,7 @@ pub async fn lag(
             source.mode
         )));
     }
-    let sdk = aws::load_sdk_config(&wiring::client_settings(source)).await;
+    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
     let location = wiring::location(&sdk, source);
     let stored = stored_position(&config, config_path, &location).await?;
     let report = match snapshot_phase(source.mode, stored.as_ref()) {
@@ -329,7 +329,7 @@ async fn probe(
             source.on_gap.as_str()
         )));
     }
-    let retry = retry_policy(source);
+    let retry = source.retry.policy();
     let api = Arc::new(aws::streams_api(sdk));
     let discovery = shard_sync::discover(api.as_ref(), &stream.arn, &retry, &cancel)
         .await

@@ -12,8 +12,8 @@ mod destination;
 mod discover;
 mod failure;
 mod lag;
+mod run;
 mod state_cmd;
-mod stream_wiring;
 mod telemetry;
 mod wiring;
 
@@ -63,7 +63,7 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
             metrics_addr,
         } => {
             let stop = signals();
-            wiring::run(&config, progress, metrics_addr, stop).await
+            run::run(&config, progress, metrics_addr, stop).await
         }
         Command::Check {
             config,

@@ -7,11 +7,12 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_source::aws;
+use ddbpipe_source::plan;
 use serde_json::json;
 
 use crate::config::PipelineConfig;
 use crate::destination;
-use crate::failure::{Exit, Failure};
+use crate::failure::{self, Exit, Failure};
 use crate::wiring;
 
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
@@ -22,7 +23,7 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         Some(mut store) => store
             .load(&config.name)
             .await
-            .map_err(|e| wiring::state_failure(e, config_path))?,
+            .map_err(|e| failure::state_failure(e, config_path))?,
         None => None,
     };
     let Some(entry) = entry else {
@@ -37,7 +38,7 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         }
         return Ok(Exit::Ok);
     };
-    let sdk = aws::load_sdk_config(&wiring::client_settings(&config.source)).await;
+    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
     let location = wiring::location(&sdk, &config.source);
     let identity = wiring::identity(&config, &location);
     let changes = match &entry.position {
@@ -130,10 +131,10 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     let file = StateFile::new(&config.state.path);
     let _lock = file
         .lock(&config.name)
-        .map_err(|e| wiring::state_failure(e, config_path))?;
+        .map_err(|e| failure::state_failure(e, config_path))?;
     let said = file
         .reset(&config.name)
-        .map_err(|e| wiring::state_failure(e, config_path))?;
+        .map_err(|e| failure::state_failure(e, config_path))?;
     println!("{said}");
     Ok(Exit::Ok)
 }

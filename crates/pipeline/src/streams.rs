@@ -22,10 +22,11 @@ use ddbpipe_source::api::{
 };
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
-use ddbpipe_source::config::{OnGap, StartPosition};
+use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan, StreamPlan};
 use ddbpipe_source::position::ShardCheckpoint;
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
@@ -79,6 +80,26 @@ pub struct StreamRun {
 }
 
 impl StreamRun {
+    /// The run of `plan` on `stream_arn` of `table`; `config_label` names the config file in
+    /// remedies.
+    pub fn new(plan: &StreamPlan, table: &str, stream_arn: &str, config_label: String) -> Self {
+        StreamRun {
+            table: table.to_string(),
+            stream_arn: stream_arn.to_string(),
+            format: plan.format,
+            retry: plan.retry,
+            records_per_request: plan.records_per_request,
+            poll_interval: plan.poll_interval,
+            bounds: plan.bounds.clone(),
+            start_position: plan.start_position,
+            on_gap: plan.on_gap,
+            max_messages: plan.max_messages,
+            batch_size: plan.batch_size,
+            config_label,
+            mirror: plan.mode == Mode::Mirror,
+        }
+    }
+
     fn kind(&self) -> StreamKind {
         if self.mirror {
             StreamKind::Mirror
@@ -121,9 +142,6 @@ pub enum StreamRunError {
     },
 }
 
-/// The read rate of a table (SPEC §2.7), or why it has none: computed from `DescribeTable`.
-pub type ReadRatePlan = Arc<dyn Fn(&TableDescription) -> Result<Option<f64>, String> + Send + Sync>;
-
 /// What a resnapshot (`on_gap: resnapshot`, SPEC §4.7) scans the table with. The table is
 /// described only when a snapshot is needed: its key schema and read rate come from there.
 pub struct SnapshotScan<T> {
@@ -137,8 +155,23 @@ pub struct SnapshotScan<T> {
     pub page_limit: Option<u32>,
     /// `ConsistentRead`.
     pub consistent_read: bool,
-    /// The effective read rate for the described table.
-    pub read_rate: ReadRatePlan,
+    /// The read-rate rule (SPEC §2.7), applied to the described table and refreshed while
+    /// the scan runs.
+    pub read_rule: ReadRule,
+}
+
+impl<T> SnapshotScan<T> {
+    /// The snapshot scan of `plan` through `api`.
+    pub fn new(api: Arc<T>, plan: &SnapshotPlan) -> Self {
+        SnapshotScan {
+            api,
+            segments: plan.segments,
+            max_concurrency: plan.max_concurrency,
+            page_limit: plan.page_limit,
+            consistent_read: plan.consistent_read,
+            read_rule: plan.read_rule.clone(),
+        }
+    }
 }
 
 /// A `TableApi` that cannot exist: the type of "no snapshot scan".
@@ -568,8 +601,19 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
             run.table
         )));
     }
-    let rate = (scan.read_rate)(&description).map_err(StreamRunError::Config)?;
+    let rate = scan
+        .read_rule
+        .rate(&description)
+        .map_err(|problem| StreamRunError::Config(problem.to_string()))?;
     let limiter = Arc::new(ReadLimiter::new(rate));
+    let refresher = Refresher::start(
+        Arc::clone(&scan.api),
+        &scan.read_rule,
+        Arc::clone(&limiter),
+        run.retry,
+        stop.clone(),
+        Arc::clone(&observer),
+    );
     let key_schema: Vec<KeyAttribute> = description.key_schema;
     let table = run.table.clone();
     let format = run.format;
@@ -609,6 +653,7 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
         progress,
     )
     .await?;
+    drop(refresher);
     if !outcome.completed {
         return Err(StreamRunError::SnapshotInterrupted);
     }

@@ -329,7 +329,7 @@ async fn mirror<T: TableApi>(
         max_concurrency: 1,
         page_limit: Some(2),
         consistent_read: false,
-        read_rate: Arc::new(|_| Ok(None)),
+        read_rule: ddbpipe_source::plan::ReadRule::default(),
     };
     run_streams_with_snapshots(
         Arc::clone(stream),

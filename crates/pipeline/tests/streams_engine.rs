@@ -769,7 +769,7 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
             max_concurrency: 2,
             page_limit: None,
             consistent_read: false,
-            read_rate: Arc::new(|_| Ok(None)),
+            read_rule: ddbpipe_source::plan::ReadRule::default(),
         }),
         &StreamRun {
             mirror: true,

@@ -10,6 +10,8 @@
 //!   the cursor each page reaches.
 //! - [`retry::RetryPolicy`]: classification by error code, backoff with jitter, budgets.
 //! - [`capacity::ReadLimiter`]: the token bucket debited by consumed capacity.
+//! - [`plan`]: a validated config and the table's description built into the plan a run
+//!   executes ([`plan::ScanPlan`], [`plan::StreamPlan`]), with the read-rate rule.
 //!
 //! # Feature flags
 //! - `fake`: the in-memory [`api::TableApi`] used by tests of this and later crates.
@@ -26,6 +28,7 @@ pub mod fake;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake_streams;
 pub mod ids;
+pub mod plan;
 pub mod position;
 pub mod records;
 pub mod retry;

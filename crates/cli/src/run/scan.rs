@@ -1,0 +1,174 @@
+//! `mode: scan` and `mode: query`: describe the table, open the destination and the position,
+//! build the scan plan, then hand the run to the library's runner.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
+use ddbpipe_pipeline::sinks::keyed::Records;
+use ddbpipe_pipeline::state::position::ScanKind;
+use ddbpipe_source::api::Render;
+use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::config::Mode;
+use ddbpipe_source::events::RequestMetrics;
+use ddbpipe_source::plan::{Refresher, ScanPlan};
+use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::scan::SegmentReader;
+
+use crate::args::ProgressMode;
+use crate::config::PipelineConfig;
+use crate::destination;
+use crate::failure::{self, Exit, Failure, start_failure};
+use crate::telemetry::ScanProgress;
+use crate::wiring::{self, describe};
+
+/// Runs a `mode: scan` or `mode: query` pipeline.
+pub async fn run(
+    config: &PipelineConfig,
+    config_path: &Path,
+    progress: ProgressMode,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
+    let source = &config.source;
+    let kind = match source.mode {
+        Mode::Query => ScanKind::Query,
+        _ => ScanKind::Scan,
+    };
+    let (api, mut location) = wiring::table_api(source).await;
+    let api = Arc::new(api);
+    let table = describe(api.as_ref(), source, &stop).await?;
+    location.learn(&table);
+    let destination = destination::open(config, config_path, Some(&table), Records::Items).await?;
+    let mut sink = destination.sink;
+    // The plan's segments: validation makes a query one segment (SPEC §1.3 rule 4).
+    let mut checkpointer = Checkpointer::open_scan(
+        destination.store,
+        &config.name,
+        wiring::identity(config, &location),
+        kind,
+        source.segments,
+        Duration::from_millis(config.state.flush_interval_ms),
+    )
+    .await
+    .map_err(|error| start_failure(error, config_path))?;
+    let resumed = checkpointer.position().has_progress();
+
+    let plan = ScanPlan::build(source, &table)
+        .map_err(|problem| Failure::usage(problem.config_error()))?;
+    let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
+    if let Some(rate) = plan.read_rate {
+        tracing::info!(units_per_second = rate, "Read capacity limited.");
+    }
+    let observer = Arc::new(RequestMetrics);
+    let refresher = Refresher::start(
+        Arc::clone(&api),
+        &plan.read_rule,
+        Arc::clone(&limiter),
+        plan.retry,
+        stop.clone(),
+        observer.clone(),
+    );
+    let reader = SegmentReader {
+        api,
+        template: plan.template,
+        total_segments: plan.total_segments,
+        max_concurrency: plan.max_concurrency,
+        limiter,
+        retry: plan.retry,
+        render: Render::Items(plan.format),
+        observer,
+    };
+    tracing::info!(
+        mode = %source.mode,
+        segments = plan.total_segments,
+        resumed,
+        "Run started."
+    );
+    let started = Instant::now();
+    let bar = ScanProgress::new(
+        progress,
+        table.item_count,
+        checkpointer.position().done.count(),
+        plan.total_segments,
+    );
+    let outcome = run_scan(
+        reader,
+        plan.batch_size,
+        &mut sink,
+        &mut checkpointer,
+        stop,
+        &bar,
+    )
+    .await;
+    bar.finish();
+    drop(refresher);
+    let outcome = outcome.map_err(|error| {
+        let hint = match &error {
+            RunError::Read(read) if read.code() == Some("AccessDeniedException") => format!(
+                "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
+                if kind == ScanKind::Query { "Query" } else { "Scan" },
+                source.table_name,
+                source.credentials.describe()
+            ),
+            _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
+        };
+        Failure::runtime(error).hint(hint)
+    })?;
+    summarize(config, &outcome, started.elapsed());
+    if outcome.completed {
+        Ok(Exit::Ok)
+    } else {
+        Err(Failure::runtime(anyhow!(
+            "{} of '{}' was interrupted: the output is incomplete",
+            source.mode,
+            source.table_name
+        ))
+        .hint(format!(
+            "the position is saved; `ddbpipe run {}` resumes",
+            config_path.display()
+        )))
+    }
+}
+
+fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
+    let position = if outcome.completed {
+        "position cleared (the next run reads the table afresh)".to_string()
+    } else {
+        format!(
+            "position saved in {} ({} segment(s) done)",
+            destination::position_label(config),
+            outcome.segments_done
+        )
+    };
+    let status = if outcome.completed {
+        "complete"
+    } else {
+        "interrupted"
+    };
+    tracing::info!(
+        items = outcome.written,
+        capacity_units = outcome.capacity_units,
+        "{} {status}.",
+        capitalized(config.source.mode.as_str())
+    );
+    eprintln!(
+        "ddbpipe: {} of '{}' {status}: {} read, {} written, {:.1} capacity units, {:.1}s; {position}",
+        config.source.mode,
+        config.source.table_name,
+        outcome.read,
+        outcome.written,
+        outcome.capacity_units,
+        took.as_secs_f64(),
+    );
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
