@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 
 mod postgres;
+mod sql;
 mod sqlite;
 
 pub use postgres::PostgresDatabase;
