@@ -412,8 +412,7 @@ impl PostgresDatabase {
             state_statements.push_calls(state, &mut calls)?;
             let tx = client.transaction().await?;
             let closed = async {
-                let count_sql =
-                    format!("SELECT count(*) FROM {table} WHERE {marker} = $1::bigint");
+                let count_sql = format!("SELECT count(*) FROM {table} WHERE {marker} = $1::bigint");
                 let keys_written =
                     row_count(tx.query_one(&count_sql, &[&close.id]).await?.try_get(0)?);
                 let mut closed = Closed {
