@@ -185,7 +185,7 @@ async fn probe_table(
         let keys: Vec<String> = table
             .key_schema
             .iter()
-            .map(|k| format!("{} ({})", k.name, k.key_type.as_str()))
+            .map(|k| format!("{} ({})", k.name, k.key_type.tag()))
             .collect();
         probes.add("key_schema", Status::Pass, keys.join(", "));
     }

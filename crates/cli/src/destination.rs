@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use ddbpipe_keyed::{
-    Database, DocumentType, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec,
+    Database, DocumentType, KeyColumn, PostgresDatabase, SqliteDatabase, TableSpec,
 };
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::files;
@@ -14,7 +14,7 @@ use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
 use ddbpipe_pipeline::state::identity::KeyedOutput;
 use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
-use ddbpipe_source::api::{self, TableDescription};
+use ddbpipe_source::api::TableDescription;
 
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
 use crate::failure::{Failure, state_failure};
@@ -303,11 +303,7 @@ pub fn table_spec(
         }
         key.push(KeyColumn {
             name: attribute.name.clone(),
-            kind: match attribute.key_type {
-                api::KeyType::S => KeyType::S,
-                api::KeyType::N => KeyType::N,
-                api::KeyType::B => KeyType::B,
-            },
+            kind: attribute.key_type,
         });
     }
     Ok(TableSpec {

@@ -226,7 +226,7 @@ fn table_line(table: &TableDescription) -> String {
     let keys: Vec<String> = table
         .key_schema
         .iter()
-        .map(|k| format!("{} ({})", k.name, k.key_type.as_str()))
+        .map(|k| format!("{} ({})", k.name, k.key_type.tag()))
         .collect();
     let stream = match &table.stream {
         Some(s) if s.enabled => format!("stream {}", s.view_type.as_deref().unwrap_or("?")),

@@ -36,7 +36,7 @@ use ddbpipe_source::api::{RecordsPage, ShardDescription, StartAt, StreamsApi};
 use ddbpipe_source::aws;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, StartPosition};
-use ddbpipe_source::error::{ApiError, ErrorClass, ReadError};
+use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::plan;
 use ddbpipe_source::position::StreamsPosition;
@@ -483,28 +483,16 @@ async fn get_one_record<A: StreamsApi>(
     shard: &ShardId,
     retry: &RetryPolicy,
 ) -> Result<RecordsPage, ReadError> {
-    let mut n = 0u32;
-    loop {
-        let error =
-            match tokio::time::timeout(retry.attempt_timeout, api.get_records(iterator, 1)).await {
-                Ok(Ok(page)) => return Ok(page),
-                Ok(Err(error)) => error,
-                Err(_elapsed) => ApiError::transport(format!(
-                    "attempt timed out after {} ms",
-                    retry.attempt_timeout.as_millis()
-                )),
-            };
-        let retryable = matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient);
-        if !retryable || n >= retry.max_retries {
-            return Err(ReadError::Request {
-                what: format!("GetRecords on {shard}"),
-                attempts: n + 1,
-                error,
-            });
-        }
-        tokio::time::sleep(retry.delay(n).min(MAX_YIELD)).await;
-        n += 1;
-    }
+    retry
+        .run_capped(
+            MAX_YIELD,
+            "get_records",
+            || format!("GetRecords on {shard}"),
+            &Cancel::never(),
+            &NoObserver,
+            |_| api.get_records(iterator, 1),
+        )
+        .await
 }
 
 /// `(now − ts) / 1000` clamped to ≥ 0 (non-finite → 0); no timestamp → 0. With a `latest`

@@ -29,32 +29,15 @@
 use std::collections::BTreeMap;
 
 mod postgres;
+mod sql;
 mod sqlite;
 
+/// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
+/// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
+pub use ddbpipe_source::api::KeyType;
 pub use postgres::PostgresDatabase;
+pub use sql::now_rfc3339;
 pub use sqlite::SqliteDatabase;
-
-/// The type of a key attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyType {
-    /// `S`: text.
-    S,
-    /// `N`: an exact number, stored as its text (SQLite) or `numeric` (PostgreSQL).
-    N,
-    /// `B`: bytes.
-    B,
-}
-
-impl KeyType {
-    /// `"S"`, `"N"` or `"B"`.
-    pub fn tag(self) -> &'static str {
-        match self {
-            KeyType::S => "S",
-            KeyType::N => "N",
-            KeyType::B => "B",
-        }
-    }
-}
 
 /// The type of the PostgreSQL document column (`sink.document_type`). SQLite always stores
 /// TEXT, which keeps every document exactly.

@@ -107,14 +107,8 @@ pub struct Checkpointer {
     ceiling: Option<CeilingHit>,
 }
 
-/// RFC 3339 UTC with milliseconds.
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    now.format(&format).unwrap_or_else(|_| now.to_string())
-}
+/// RFC 3339 UTC with milliseconds: the one clock of state documents and keyed rows.
+pub use ddbpipe_keyed::now_rfc3339;
 
 impl Checkpointer {
     /// A checkpointer over `store` starting from what was loaded.

@@ -156,7 +156,7 @@ pub enum KeyType {
 
 impl KeyType {
     /// `"S"`, `"N"` or `"B"`.
-    pub fn as_str(self) -> &'static str {
+    pub fn tag(self) -> &'static str {
         match self {
             KeyType::S => "S",
             KeyType::N => "N",

@@ -1,4 +1,6 @@
-//! The one retry layer: every request goes through [`RetryPolicy::run`].
+//! The one retry layer: every request goes through [`RetryPolicy::run`] (or
+//! [`run_capped`](RetryPolicy::run_capped)), and every other retried call (a keyed sink's
+//! transaction) through the loop under both, [`RetryPolicy::retry`].
 //!
 //! # Backoff (SPEC §9.2)
 //! `delay(n) = jitter(max(1 ms, min(initial × 2^min(n, 20), max(max_backoff, 1))))`, where
@@ -10,6 +12,13 @@
 //! and tries again; throttles and transients share the budget, so at most `max_retries + 1`
 //! attempts are made. Every attempt is bounded by `attempt_timeout`; running out of it is a
 //! transient failure. Waits end at once when the run is cancelled.
+//!
+//! # The loop (`retry`)
+//! 1. Before each attempt and while it runs, a cancelled run ends the call ([`GaveUp::Cancelled`]).
+//! 2. A failure the caller calls retryable, with `n < max_retries`, waits `min(delay(n), cap)`
+//!    (the caller is told first, to log it) and tries again; any other failure ends the call
+//!    with that error and the number of attempts made ([`GaveUp::Failed`]).
+//! 3. `retry` bounds no attempt: `run` adds the `attempt_timeout` and the observer.
 
 use std::future::Future;
 use std::time::Duration;
@@ -102,6 +111,20 @@ impl CancelHandle {
     }
 }
 
+/// How a retried call ended without a value.
+#[derive(Debug)]
+pub enum GaveUp<E> {
+    /// The run was cancelled (rule 1).
+    Cancelled,
+    /// The last attempt's error: definite, or the budget was spent (rule 2).
+    Failed {
+        /// The last attempt's error.
+        error: E,
+        /// The attempts made, the last included.
+        attempts: u32,
+    },
+}
+
 impl RetryPolicy {
     /// The backoff before retry `n` (0-based), with jitter (SPEC §9.2).
     pub fn delay(&self, n: u32) -> Duration {
@@ -127,47 +150,106 @@ impl RetryPolicy {
         what: impl Fn() -> String,
         cancel: &Cancel,
         observer: &dyn AttemptObserver,
+        attempt: F,
+    ) -> Result<T, ReadError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        self.run_capped(Duration::MAX, operation, what, cancel, observer, attempt)
+            .await
+    }
+
+    /// [`run`](Self::run) with every wait at most `cap` (the `min(delay(n), 10 s)` of a
+    /// stream read, SPEC §4.8).
+    pub async fn run_capped<T, F, Fut>(
+        &self,
+        cap: Duration,
+        operation: &'static str,
+        what: impl Fn() -> String,
+        cancel: &Cancel,
+        observer: &dyn AttemptObserver,
         mut attempt: F,
     ) -> Result<T, ReadError>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
+        let bounded = |n| {
+            let attempt = tokio::time::timeout(self.attempt_timeout, attempt(n));
+            async move {
+                let error = match attempt.await {
+                    Ok(Ok(value)) => {
+                        observer.attempt(operation, None);
+                        return Ok(value);
+                    }
+                    Ok(Err(error)) => error,
+                    Err(_elapsed) => ApiError::transport(format!(
+                        "attempt timed out after {} ms",
+                        self.attempt_timeout.as_millis()
+                    )),
+                };
+                observer.attempt(operation, Some(error.class));
+                Err(error)
+            }
+        };
+        let retryable =
+            |error: &ApiError| matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient);
+        let retrying = |n: u32, error: &ApiError, delay: Duration| {
+            tracing::debug!(operation, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Request failed; retrying.");
+        };
+        self.retry(cap, cancel, retryable, retrying, bounded)
+            .await
+            .map_err(|gave_up| match gave_up {
+                GaveUp::Cancelled => ReadError::Cancelled,
+                GaveUp::Failed { error, attempts } => ReadError::Request {
+                    what: what(),
+                    attempts,
+                    error,
+                },
+            })
+    }
+
+    /// The loop under [`run`](Self::run), for any error type (see the module docs, "The
+    /// loop"): `retryable` classifies a failure, `retrying(n, error, delay)` is told before
+    /// each wait.
+    pub async fn retry<T, E, F, Fut>(
+        &self,
+        cap: Duration,
+        cancel: &Cancel,
+        retryable: impl Fn(&E) -> bool,
+        retrying: impl Fn(u32, &E, Duration),
+        mut attempt: F,
+    ) -> Result<T, GaveUp<E>>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let mut n = 0u32;
         loop {
             if cancel.is_cancelled() {
-                return Err(ReadError::Cancelled);
+                return Err(GaveUp::Cancelled);
             }
             let outcome = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(ReadError::Cancelled),
-                outcome = tokio::time::timeout(self.attempt_timeout, attempt(n)) => outcome,
+                () = cancel.cancelled() => return Err(GaveUp::Cancelled),
+                outcome = attempt(n) => outcome,
             };
             let error = match outcome {
-                Ok(Ok(value)) => {
-                    observer.attempt(operation, None);
-                    return Ok(value);
-                }
-                Ok(Err(error)) => error,
-                Err(_elapsed) => ApiError::transport(format!(
-                    "attempt timed out after {} ms",
-                    self.attempt_timeout.as_millis()
-                )),
+                Ok(value) => return Ok(value),
+                Err(error) => error,
             };
-            observer.attempt(operation, Some(error.class));
-            let retryable = matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient);
-            if !retryable || n >= self.max_retries {
-                return Err(ReadError::Request {
-                    what: what(),
-                    attempts: n + 1,
+            if !retryable(&error) || n >= self.max_retries {
+                return Err(GaveUp::Failed {
                     error,
+                    attempts: n + 1,
                 });
             }
-            let delay = self.delay(n);
-            tracing::debug!(operation, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Request failed; retrying.");
+            let delay = self.delay(n).min(cap);
+            retrying(n, &error, delay);
             tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                () = cancel.cancelled() => return Err(GaveUp::Cancelled),
                 () = tokio::time::sleep(delay) => {}
             }
             n += 1;
@@ -330,6 +412,55 @@ mod tests {
         handle.cancel();
         let result = task.await.unwrap();
         assert!(matches!(result, Err(ReadError::Cancelled)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_retries_any_error_type_and_caps_every_wait() {
+        let p = RetryPolicy {
+            initial_backoff: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            ..policy(5)
+        };
+        let calls = AtomicU32::new(0);
+        let waits = std::sync::Mutex::new(Vec::new());
+        let started = tokio::time::Instant::now();
+        let result = p
+            .retry(
+                Duration::from_secs(10),
+                &Cancel::never(),
+                |error: &&str| *error == "busy",
+                |n, _, delay| waits.lock().unwrap().push((n, delay)),
+                |_| {
+                    let i = calls.fetch_add(1, Ordering::SeqCst);
+                    async move { if i < 2 { Err("busy") } else { Ok(i) } }
+                },
+            )
+            .await;
+        assert_eq!(result.unwrap(), 2);
+        let waits = waits.into_inner().unwrap();
+        assert_eq!(waits.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [0, 1]);
+        assert!(waits.iter().all(|(_, d)| *d == Duration::from_secs(10)));
+        assert_eq!(started.elapsed(), Duration::from_secs(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_ends_on_a_definite_failure_with_the_attempts_made() {
+        let result = policy(5)
+            .retry(
+                Duration::MAX,
+                &Cancel::never(),
+                |error: &&str| *error == "busy",
+                |_, _, _| {},
+                |n| async move { Err::<(), _>(if n == 0 { "busy" } else { "broken" }) },
+            )
+            .await;
+        assert!(matches!(
+            result,
+            Err(GaveUp::Failed {
+                error: "broken",
+                attempts: 2
+            })
+        ));
     }
 
     #[test]

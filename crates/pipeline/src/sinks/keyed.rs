@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use ddbpipe_keyed::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
+use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -217,33 +218,46 @@ impl KeyedSink {
             Some(staged) => (&staged.state, staged.snapshot_id),
             None => (&empty, None),
         };
-        let mut backoff = self.retry.initial_backoff;
-        let mut attempt = 0;
-        loop {
-            match self.db.apply(&self.table, rows, snapshot_id, write).await {
-                Err(error) if error.retryable && attempt < self.retry.max_retries => {
-                    attempt += 1;
-                    tracing::warn!(
-                        sink = %self.db.describe(),
-                        attempt,
-                        error = %error.message,
-                        "Sink transaction failed; retrying the batch."
-                    );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.retry.max_backoff);
+        let policy = RetryPolicy {
+            max_retries: self.retry.max_retries,
+            initial_backoff: self.retry.initial_backoff,
+            max_backoff: self.retry.max_backoff,
+            ..RetryPolicy::default()
+        };
+        let retrying = |n: u32, error: &DbError, _delay| {
+            tracing::warn!(
+                sink = %self.db.describe(),
+                attempt = n + 1,
+                error = %error.message,
+                "Sink transaction failed; retrying the batch."
+            );
+        };
+        let applied = policy
+            .retry(
+                Duration::MAX,
+                &Cancel::never(),
+                |error: &DbError| error.retryable,
+                retrying,
+                |_| self.db.apply(&self.table, rows, snapshot_id, write),
+            )
+            .await;
+        match applied {
+            Ok(()) => Ok(()),
+            Err(GaveUp::Failed {
+                mut error,
+                attempts,
+            }) => {
+                if attempts > 1 {
+                    error.message =
+                        format!("{} (failed after {attempts} attempt(s))", error.message);
                 }
-                Err(mut error) => {
-                    if attempt > 0 {
-                        error.message = format!(
-                            "{} (failed after {} attempt(s))",
-                            error.message,
-                            attempt + 1
-                        );
-                    }
-                    return Err(error);
-                }
-                Ok(()) => return Ok(()),
+                Err(error)
             }
+            // `Cancel::never()` never fires.
+            Err(GaveUp::Cancelled) => Err(DbError::fatal(format!(
+                "{}: the transaction was cancelled",
+                self.db.describe()
+            ))),
         }
     }
 }

@@ -1,0 +1,630 @@
+//! The PostgreSQL backend (SPEC §6.5, §6.6, §7.3, §7.4, §9.4).
+//!
+//! # Connection
+//! [`PostgresDatabase::connect`] takes a libpq URL (`postgres://user:pw@host:5432/db?sslmode=…`)
+//! or key=value string. `sslmode` `disable`, `prefer` (the default) and `require` are honoured
+//! with rustls (ring); like libpq, `prefer` and `require` encrypt but do not verify the server
+//! certificate. The handle is a cheap clone around one shared session (one connection; calls
+//! take turns). A lost connection is reported as retryable and the next call reconnects,
+//! re-taking the pipeline lock when it had been taken (when another run took it meanwhile, that
+//! call fails for good). Messages name the table ("postgres table 'public.orders': …") or the
+//! server ("postgres 127.0.0.1:5432/app: …") and never show the password.
+//!
+//! # SQL shape
+//! Everything lives in the spec's schema, identifiers quoted (`"` doubled), at most 63 bytes:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS "public"."orders" (
+//!   "customer" text NOT NULL, "order_id" numeric NOT NULL,   -- S → text, N → numeric, B → bytea
+//!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type
+//!   "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
+//!   PRIMARY KEY ("customer", "order_id"));
+//! CREATE TABLE IF NOT EXISTS "public"."_ddbpipe_state" (pipeline text NOT NULL,
+//!   part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL,
+//!   PRIMARY KEY (pipeline, part));
+//! -- a snapshot row (marker = the snapshot id); a change row leaves the marker out of the
+//! -- conflict update, so an existing row keeps it and a new row has null:
+//! INSERT INTO "public"."orders" (…keys, "doc", "_ddbpipe_snapshot", "_ddbpipe_updated_at")
+//!   VALUES ($1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text)
+//!   ON CONFLICT ("customer", "order_id") DO UPDATE SET "doc" = EXCLUDED."doc",
+//!   "_ddbpipe_snapshot" = EXCLUDED."_ddbpipe_snapshot",
+//!   "_ddbpipe_updated_at" = EXCLUDED."_ddbpipe_updated_at";
+//! DELETE FROM "public"."orders" WHERE "customer" = $1::text AND "order_id" = $2::text::numeric;
+//! ```
+//!
+//! Numbers are bound as text and cast by the server, so they stay exact; documents are bound
+//! as text and cast to the document type (`jsonb`, `json` or `text`: see `document` for the
+//! U+0000 that `jsonb` cannot hold), state values to `jsonb`; `_ddbpipe_updated_at` is RFC
+//! 3339 UTC with milliseconds.
+//!
+//! # Transactions
+//! [`apply`](PostgresDatabase::apply) is one transaction: every row change in slice order,
+//! then the state parts, then `COMMIT`. The statements are prepared once per connection and
+//! executed pipelined (sent in order without waiting for each reply), so several changes to one
+//! key in a batch end in the last. Any error rolls back the rows and the state together.
+//! [`close_snapshot`](PostgresDatabase::close_snapshot) counts, deletes and writes the state in
+//! one transaction too.
+//!
+//! # The state table's schema
+//! `apply` and `close_snapshot` write the state next to the table (`spec.schema`). The calls
+//! without a spec (`prepare_state`, `store_state`, `load_state`, `reset_state`) use the handle's
+//! state schema: `public`, or the one given to [`PostgresDatabase::with_schema`], or the schema of
+//! the last [`prepare`](PostgresDatabase::prepare).
+//!
+//! # Retry classification (SPEC §9.4)
+//! Retryable: connection loss (closed client, I/O errors, SQLSTATE class `08`, `57P01` admin
+//! shutdown, `57P02` crash shutdown, `57P03` cannot connect now), `40001` serialization failure,
+//! `40P01` deadlock, `53300` too many connections. Everything else is fatal.
+//!
+//! # Lock (SPEC §6.6)
+//! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline` (as `bigint`), taken with
+//! `pg_try_advisory_lock` and held by the handle's session until the last clone is dropped (the
+//! server frees it when the session ends). Once it has the lock, the session also takes the
+//! shared advisory lock `(PID_MARKER, <ddbpipe's pid>)`; another run finds the backend holding
+//! the pipeline lock in `pg_locks` and reports the pid of that backend's marker, i.e. the
+//! ddbpipe process, not the PostgreSQL backend.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use self::conninfo::ConnInfo;
+use self::schema::{create_state_sql, create_table_sql, inspect, missing_rights, relation};
+use self::session::{
+    Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
+    lock_key, prepared, statement, try_lock,
+};
+use self::sql::{
+    StateStatements, check_identifier, check_key, delete_sql, key_param, qualified, spec_context,
+    table_context, upsert_sql, validate,
+};
+use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, now_rfc3339, quote, row_count};
+use crate::{CloseSnapshot, Closed, DbError, LockHolder, RowChange, StateWrite, TableSpec};
+
+mod conninfo;
+mod document;
+mod schema;
+mod session;
+mod sql;
+mod tls;
+
+/// A postgres destination database (a cheap handle: clones share the connection).
+#[derive(Clone)]
+pub struct PostgresDatabase {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PostgresDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresDatabase")
+            .field("location", &self.shared.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresDatabase {
+    /// Connects with a libpq-style URL or key=value string, honouring `sslmode` (`disable`,
+    /// `prefer`, `require`). Errors never show the password.
+    pub async fn connect(url: &str) -> Result<Self, DbError> {
+        Ok(PostgresDatabase {
+            shared: Arc::new(Shared::connect(url).await?),
+        })
+    }
+
+    /// Sets the schema of `_ddbpipe_state` for the calls without a table spec (`prepare_state`,
+    /// `store_state`, `load_state`, `reset_state`): the sink's schema, so that reading the state
+    /// before [`prepare`](Self::prepare) looks where the pipeline writes it. Default `public`;
+    /// `prepare` sets it to its spec's schema.
+    pub fn with_schema(self, schema: &str) -> Self {
+        self.shared.set_state_schema(schema);
+        self
+    }
+
+    /// Checks a connection string without connecting: `Err` says what is wrong, naming a key
+    /// or a position but never a value, so it may be shown.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let parsed = ConnInfo::parse(url).map_err(|e| e.problem)?;
+        parsed.config().map(drop)
+    }
+
+    /// The connection string with every password replaced by `***`, from the same parse
+    /// [`connect`](Self::connect) uses (see `conninfo`): the URL form (`postgres://user:pw@host/db`,
+    /// a `password=` query parameter) and the key=value form (`host=h password='p w'`). When the
+    /// string does not parse, everything from the unparsable point on is hidden too.
+    pub fn redact(url: &str) -> String {
+        conninfo::redact(url)
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!("postgres {}", self.shared.location)
+    }
+
+    pub(crate) async fn prepare_state(&self) -> Result<(), DbError> {
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, STATE_TABLE);
+        check_identifier(&schema, "schema", &context)?;
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            client.batch_execute(&create_state_sql(&schema)).await?;
+            Ok(())
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            match inspect(client, spec).await? {
+                Some(existing) => existing.check(spec)?,
+                None if !spec.create_table => {
+                    return Err(DbError::fatal(format!(
+                        "{context} does not exist and create_table is false"
+                    ))
+                    .into());
+                }
+                None => {
+                    client.batch_execute(&create_table_sql(spec)).await?;
+                    // Re-read what is there: another run may have created it meanwhile.
+                    match inspect(client, spec).await? {
+                        Some(existing) => existing.check(spec)?,
+                        None => {
+                            return Err(DbError::fatal(format!(
+                                "{context} is missing right after CREATE TABLE"
+                            ))
+                            .into());
+                        }
+                    }
+                }
+            }
+            client
+                .batch_execute(&create_state_sql(&spec.schema))
+                .await?;
+            Ok(())
+        }
+        .await;
+        let result = session.finish(&self.shared, &context, result);
+        if result.is_ok() {
+            self.shared.set_state_schema(&spec.schema);
+        }
+        result
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        spec: &TableSpec,
+        rows: &[RowChange],
+        snapshot_id: Option<i64>,
+        state: &StateWrite,
+    ) -> Result<(), DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        for row in rows {
+            match row {
+                RowChange::Upsert {
+                    key,
+                    snapshot,
+                    document,
+                } => {
+                    check_key(spec, key)?;
+                    if let Some(path) = document::unstorable(spec.document_type, document) {
+                        return Err(DbError::fatal(format!(
+                            "{context}: the item with key {} holds U+0000 in attribute '{path}', \
+                             which a jsonb document cannot store; set sink.document_type: json \
+                             (keeps the document exactly) or text",
+                            document::describe_key(&spec.key, key)
+                        )));
+                    }
+                    if *snapshot && snapshot_id.is_none() {
+                        return Err(DbError::fatal(format!(
+                            "{context}: a snapshot row without an open snapshot id"
+                        )));
+                    }
+                }
+                RowChange::Delete { key } => check_key(spec, key)?,
+            }
+        }
+        // Rows carry the time of the state they commit with, so a reader can match them.
+        let updated_at = if state.updated_at.is_empty() {
+            now_rfc3339()
+        } else {
+            state.updated_at.clone()
+        };
+        let snapshot_id = snapshot_id.unwrap_or_default();
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let needs = |f: fn(&RowChange) -> bool| rows.iter().any(f);
+            let upsert_snapshot =
+                if needs(|r| matches!(r, RowChange::Upsert { snapshot: true, .. })) {
+                    Some(statement(client, cache, upsert_sql(spec, true)).await?)
+                } else {
+                    None
+                };
+            let upsert_change = if needs(|r| {
+                matches!(
+                    r,
+                    RowChange::Upsert {
+                        snapshot: false,
+                        ..
+                    }
+                )
+            }) {
+                Some(statement(client, cache, upsert_sql(spec, false)).await?)
+            } else {
+                None
+            };
+            let delete = if needs(|r| matches!(r, RowChange::Delete { .. })) {
+                Some(statement(client, cache, delete_sql(spec)).await?)
+            } else {
+                None
+            };
+            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
+
+            let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
+                Vec::with_capacity(rows.len() + state.upserts.len() + state.deletes.len());
+            for row in rows {
+                match row {
+                    RowChange::Upsert {
+                        key,
+                        document,
+                        snapshot,
+                    } => {
+                        let mut params: Vec<&(dyn ToSql + Sync)> =
+                            key.iter().map(key_param).collect();
+                        params.push(document);
+                        let statement = if *snapshot {
+                            params.push(&snapshot_id);
+                            upsert_snapshot.as_ref()
+                        } else {
+                            upsert_change.as_ref()
+                        };
+                        params.push(&updated_at);
+                        calls.push((prepared(statement)?, params));
+                    }
+                    RowChange::Delete { key } => {
+                        let params = key.iter().map(key_param).collect();
+                        calls.push((prepared(delete.as_ref())?, params));
+                    }
+                }
+            }
+            state_statements.push_calls(state, &mut calls)?;
+
+            let tx = client.transaction().await?;
+            let written = execute_pipelined(&tx, &calls).await;
+            end_transaction(tx, written).await
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
+        if state.is_empty() {
+            return Ok(());
+        }
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, STATE_TABLE);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let statements = StateStatements::get(client, cache, &schema, state).await?;
+            let mut calls = Vec::new();
+            statements.push_calls(state, &mut calls)?;
+            let tx = client.transaction().await?;
+            let written = execute_pipelined(&tx, &calls).await;
+            end_transaction(tx, written).await
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn load_state(
+        &self,
+        pipeline: &str,
+    ) -> Result<BTreeMap<String, String>, DbError> {
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, STATE_TABLE);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let sql = format!(
+                "SELECT part, value::text FROM {} WHERE pipeline = $1",
+                qualified(&schema, STATE_TABLE)
+            );
+            let rows = match statement(client, cache, sql).await {
+                Ok(select) => client.query(&select, &[&pipeline]).await,
+                Err(e) => Err(e),
+            };
+            match rows {
+                Ok(rows) => rows
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                    .collect::<Result<BTreeMap<_, _>, tokio_postgres::Error>>()
+                    .map_err(Failure::Pg),
+                Err(e) if is_missing_relation(&e) => Ok(BTreeMap::new()),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, STATE_TABLE);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            let sql = format!(
+                "DELETE FROM {} WHERE pipeline = $1::text",
+                qualified(&schema, STATE_TABLE)
+            );
+            match client.execute(&sql, &[&pipeline]).await {
+                Ok(deleted) => Ok(deleted > 0),
+                Err(e) if is_missing_relation(&e) => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
+        let context = spec_context(spec);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            let sql = format!(
+                "SELECT count(*) FROM {}",
+                qualified(&spec.schema, &spec.table)
+            );
+            match client.query_one(&sql, &[]).await {
+                Ok(row) => Ok(row_count(row.try_get(0)?)),
+                Err(e) if is_missing_relation(&e) => Ok(0),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn close_snapshot(
+        &self,
+        spec: &TableSpec,
+        close: CloseSnapshot,
+        state: &StateWrite,
+    ) -> Result<Closed, DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let table = qualified(&spec.schema, &spec.table);
+        let marker = quote(SNAPSHOT_COLUMN);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
+            let mut calls = Vec::new();
+            state_statements.push_calls(state, &mut calls)?;
+            let tx = client.transaction().await?;
+            let closed = async {
+                let count_sql = format!("SELECT count(*) FROM {table} WHERE {marker} = $1::bigint");
+                let keys_written =
+                    row_count(tx.query_one(&count_sql, &[&close.id]).await?.try_get(0)?);
+                let mut closed = Closed {
+                    keys_written,
+                    deleted: 0,
+                    ceiling_hit: false,
+                };
+                if close.delete_unseen {
+                    if keys_written <= close.max_keys {
+                        let delete_sql = format!(
+                            "DELETE FROM {table} WHERE {marker} IS DISTINCT FROM $1::bigint"
+                        );
+                        closed.deleted = tx.execute(&delete_sql, &[&close.id]).await?;
+                    } else {
+                        closed.ceiling_hit = true;
+                    }
+                }
+                execute_pipelined(&tx, &calls).await?;
+                Ok(closed)
+            }
+            .await;
+            end_transaction(tx, closed).await
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
+        let key = lock_key(&self.shared.state_schema(), pipeline);
+        let location = self.lock_location(key);
+        let mut session = self.shared.session.lock().await;
+        if session.locks.iter().any(|held| held.key == key) {
+            return Ok(());
+        }
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            if try_lock(client, key).await? {
+                Ok(None)
+            } else {
+                Ok(Some(holder(client, key).await?.flatten()))
+            }
+        }
+        .await;
+        match session.finish(&self.shared, &location, result) {
+            Ok(None) => {
+                session.locks.push(HeldLock {
+                    pipeline: pipeline.to_string(),
+                    key,
+                });
+                Ok(())
+            }
+            Ok(Some(pid)) => Err(Ok(LockHolder { location, pid })),
+            Err(e) => Err(Err(e)),
+        }
+    }
+
+    pub(crate) async fn lock_holder(&self, pipeline: &str) -> Result<Option<LockHolder>, DbError> {
+        let key = lock_key(&self.shared.state_schema(), pipeline);
+        let location = self.lock_location(key);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            Ok(holder(client, key).await?)
+        }
+        .await;
+        let holder = session.finish(&self.shared, &location, result)?;
+        Ok(holder.map(|pid| LockHolder { location, pid }))
+    }
+
+    pub(crate) async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let display = format!("{}.{}", spec.schema, spec.table);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            let client: &Client = client;
+            let schema_oid: Option<u32> = client
+                .query_opt(
+                    "SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text",
+                    &[&spec.schema],
+                )
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            let Some(schema_oid) = schema_oid else {
+                return Err(DbError::fatal(format!(
+                    "{context}: schema '{}' does not exist",
+                    spec.schema
+                ))
+                .into());
+            };
+            let schema_rights = |right: &'static str| async move {
+                let row = client
+                    .query_one(
+                        "SELECT pg_catalog.has_schema_privilege($1::oid, $2::text)",
+                        &[&schema_oid, &right],
+                    )
+                    .await?;
+                row.try_get::<_, bool>(0)
+            };
+            if !schema_rights("USAGE").await? {
+                return Err(DbError::fatal(format!(
+                    "{context}: no USAGE right on schema '{}'",
+                    spec.schema
+                ))
+                .into());
+            }
+            let can_create = schema_rights("CREATE").await?;
+            let detail = match inspect(client, spec).await? {
+                Some(existing) => {
+                    existing.check(spec)?;
+                    missing_rights(client, existing.oid, &context).await?;
+                    let rows: i64 = client
+                        .query_one(
+                            &format!(
+                                "SELECT count(*) FROM {}",
+                                qualified(&spec.schema, &spec.table)
+                            ),
+                            &[],
+                        )
+                        .await?
+                        .try_get(0)?;
+                    format!("table '{display}' exists, {} row(s)", row_count(rows))
+                }
+                None if !spec.create_table => {
+                    return Err(DbError::fatal(format!(
+                        "{context} does not exist and create_table is false"
+                    ))
+                    .into());
+                }
+                None if !can_create => {
+                    return Err(DbError::fatal(format!(
+                        "{context} does not exist and there is no CREATE right on schema '{}' to create it",
+                        spec.schema
+                    ))
+                    .into());
+                }
+                None => format!("table '{display}' will be created"),
+            };
+            let state_context = table_context(&spec.schema, STATE_TABLE);
+            match relation(client, &spec.schema, STATE_TABLE).await? {
+                Some((oid, _)) => missing_rights(client, oid, &state_context).await?,
+                None if !can_create => {
+                    return Err(DbError::fatal(format!(
+                        "{state_context} does not exist and there is no CREATE right on schema '{}' to create it",
+                        spec.schema
+                    ))
+                    .into());
+                }
+                None => {}
+            }
+            Ok(format!("{}: {detail}", self.shared.location))
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    fn lock_location(&self, key: i64) -> String {
+        format!("postgres advisory lock {key} on {}", self.shared.location)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_urls() {
+        let cases = [
+            (
+                "postgres://app:s3cret@db:5432/app?sslmode=require",
+                "postgres://app:***@db:5432/app?sslmode=require",
+            ),
+            ("postgresql://app@db/app", "postgresql://app@db/app"),
+            ("postgres://db/app", "postgres://db/app"),
+            (
+                "postgres://app:p@ss/w?rd@db/app",
+                "postgres://app:***@db/app",
+            ),
+            (
+                "postgres://db/app?password=s3cret&application_name=a@b",
+                "postgres://db/app?password=***&application_name=a@b",
+            ),
+            (
+                "postgres://app@db/app?password=s3cret&sslmode=disable",
+                "postgres://app@db/app?password=***&sslmode=disable",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(PostgresDatabase::redact(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn redacts_key_values() {
+        let cases = [
+            (
+                "host=db password=s3cret dbname=app",
+                "host=db password=*** dbname=app",
+            ),
+            (
+                "host=db password = 'se cr\\'et' user=app",
+                "host=db password = *** user=app",
+            ),
+            ("password=s3cret", "password=***"),
+            ("host=db user=app", "host=db user=app"),
+            ("host='db password=s3cret", "host=***"),
+            ("host=db password", "host=db ***"),
+        ];
+        for (s, want) in cases {
+            assert_eq!(PostgresDatabase::redact(s), want, "{s}");
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The statement builders (row upserts and deletes, the state's statements), the names'
+//! validation, the key check and the message contexts (see the `postgres` module docs, "SQL
+//! shape").
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use super::document;
+use super::session::{Failure, prepared, statement};
+use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, key_misfit, key_type, quote};
+use crate::{DbError, KeyType, KeyValue, StateWrite, TableSpec};
+
+/// PostgreSQL truncates longer identifiers (NAMEDATALEN - 1).
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
+pub(super) fn qualified(schema: &str, table: &str) -> String {
+    format!("{}.{}", quote(schema), quote(table))
+}
+
+pub(super) fn table_context(schema: &str, table: &str) -> String {
+    format!("postgres table '{schema}.{table}'")
+}
+
+pub(super) fn spec_context(spec: &TableSpec) -> String {
+    table_context(&spec.schema, &spec.table)
+}
+
+pub(super) fn check_identifier(name: &str, what: &str, context: &str) -> Result<(), DbError> {
+    if name.is_empty() {
+        return Err(DbError::fatal(format!("{context}: empty {what} name")));
+    }
+    if name.contains('\0') {
+        return Err(DbError::fatal(format!(
+            "{context}: the {what} name '{}' contains a NUL character",
+            name.escape_debug()
+        )));
+    }
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        return Err(DbError::fatal(format!(
+            "{context}: postgres {what} name '{name}' is longer than {MAX_IDENTIFIER_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Names that fit PostgreSQL, and no column twice.
+pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
+    if spec.table.len() > MAX_IDENTIFIER_BYTES {
+        return Err(DbError::fatal(format!(
+            "postgres table name '{}' is longer than {MAX_IDENTIFIER_BYTES} bytes; set sink.table to a shorter name",
+            spec.table
+        )));
+    }
+    let context = spec_context(spec);
+    check_identifier(&spec.table, "table", &context)?;
+    check_identifier(&spec.schema, "schema", &context)?;
+    if spec.key.is_empty() {
+        return Err(DbError::fatal(format!("{context}: no key columns")));
+    }
+    let mut columns: Vec<&str> = Vec::new();
+    for column in spec.key.iter().map(|k| k.name.as_str()).chain([
+        spec.document_column.as_str(),
+        SNAPSHOT_COLUMN,
+        UPDATED_AT_COLUMN,
+    ]) {
+        check_identifier(column, "column", &context)?;
+        if columns.contains(&column) {
+            return Err(DbError::fatal(format!(
+                "{context}: column '{column}' is used twice (key attributes, document column and \
+                 {SNAPSHOT_COLUMN}/{UPDATED_AT_COLUMN} must differ)"
+            )));
+        }
+        columns.push(column);
+    }
+    Ok(())
+}
+
+/// The key values match the key columns in number and type.
+pub(super) fn check_key(spec: &TableSpec, key: &[KeyValue]) -> Result<(), DbError> {
+    if key_misfit(spec, key).is_none() {
+        return Ok(());
+    }
+    let got: Vec<&str> = key.iter().map(|value| key_type(value).tag()).collect();
+    let wanted: Vec<String> = spec
+        .key
+        .iter()
+        .map(|k| format!("{} {}", k.name, k.kind.tag()))
+        .collect();
+    Err(DbError::fatal(format!(
+        "{}: a row's key has {} value(s) ({}) but the table's key is ({})",
+        spec_context(spec),
+        key.len(),
+        got.join(", "),
+        wanted.join(", ")
+    )))
+}
+
+pub(super) fn key_param(value: &KeyValue) -> &(dyn ToSql + Sync) {
+    match value {
+        KeyValue::S(text) | KeyValue::N(text) => text,
+        KeyValue::B(bytes) => bytes,
+    }
+}
+
+pub(super) fn sql_type(kind: KeyType) -> &'static str {
+    match kind {
+        KeyType::S => "text",
+        KeyType::N => "numeric",
+        KeyType::B => "bytea",
+    }
+}
+
+/// The parameter cast of a key column: numbers go as text and are cast by the server.
+fn key_cast(kind: KeyType) -> &'static str {
+    match kind {
+        KeyType::S => "::text",
+        KeyType::N => "::text::numeric",
+        KeyType::B => "::bytea",
+    }
+}
+
+pub(super) fn key_list(spec: &TableSpec) -> String {
+    spec.key
+        .iter()
+        .map(|k| quote(&k.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parameters: the keys, the document, (the snapshot id,) `_ddbpipe_updated_at`.
+pub(super) fn upsert_sql(spec: &TableSpec, snapshot: bool) -> String {
+    let document = quote(&spec.document_column);
+    let marker = quote(SNAPSHOT_COLUMN);
+    let updated_at = quote(UPDATED_AT_COLUMN);
+    let mut values: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("${}{}", i + 1, key_cast(k.kind)))
+        .collect();
+    let mut n = spec.key.len();
+    n += 1;
+    values.push(format!("${n}{}", document::cast(spec.document_type)));
+    if snapshot {
+        n += 1;
+        values.push(format!("${n}::bigint"));
+    } else {
+        values.push("NULL".to_string());
+    }
+    n += 1;
+    values.push(format!("${n}::text"));
+    let mut set = format!("{document} = EXCLUDED.{document}, ");
+    if snapshot {
+        let _ = write!(set, "{marker} = EXCLUDED.{marker}, ");
+    }
+    let _ = write!(set, "{updated_at} = EXCLUDED.{updated_at}");
+    format!(
+        "INSERT INTO {} ({}, {document}, {marker}, {updated_at}) VALUES ({}) \
+         ON CONFLICT ({}) DO UPDATE SET {set}",
+        qualified(&spec.schema, &spec.table),
+        key_list(spec),
+        values.join(", "),
+        key_list(spec)
+    )
+}
+
+pub(super) fn delete_sql(spec: &TableSpec) -> String {
+    let conditions: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{} = ${}{}", quote(&k.name), i + 1, key_cast(k.kind)))
+        .collect();
+    format!(
+        "DELETE FROM {} WHERE {}",
+        qualified(&spec.schema, &spec.table),
+        conditions.join(" AND ")
+    )
+}
+
+/// The state statements a [`StateWrite`] needs.
+pub(super) struct StateStatements {
+    upsert: Option<Statement>,
+    delete: Option<Statement>,
+}
+
+impl StateStatements {
+    pub(super) async fn get(
+        client: &Client,
+        cache: &mut HashMap<String, Statement>,
+        schema: &str,
+        state: &StateWrite,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let table = qualified(schema, STATE_TABLE);
+        let upsert = if state.upserts.is_empty() {
+            None
+        } else {
+            let sql = format!(
+                "INSERT INTO {table} (pipeline, part, value, updated_at) \
+                 VALUES ($1::text, $2::text, $3::text::jsonb, $4::text) \
+                 ON CONFLICT (pipeline, part) DO UPDATE SET value = EXCLUDED.value, \
+                 updated_at = EXCLUDED.updated_at"
+            );
+            Some(statement(client, cache, sql).await?)
+        };
+        let delete = if state.deletes.is_empty() {
+            None
+        } else {
+            let sql = format!("DELETE FROM {table} WHERE pipeline = $1::text AND part = $2::text");
+            Some(statement(client, cache, sql).await?)
+        };
+        Ok(StateStatements { upsert, delete })
+    }
+
+    pub(super) fn push_calls<'a>(
+        &'a self,
+        state: &'a StateWrite,
+        calls: &mut Vec<(&'a Statement, Vec<&'a (dyn ToSql + Sync)>)>,
+    ) -> Result<(), Failure> {
+        for (part, value) in &state.upserts {
+            calls.push((
+                prepared(self.upsert.as_ref())?,
+                vec![&state.pipeline, part, value, &state.updated_at],
+            ));
+        }
+        for part in &state.deletes {
+            calls.push((prepared(self.delete.as_ref())?, vec![&state.pipeline, part]));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upsert_sql_shape() {
+        let spec = TableSpec {
+            table: "or\"ders".into(),
+            schema: "public".into(),
+            key: vec![
+                crate::KeyColumn {
+                    name: "id".into(),
+                    kind: KeyType::S,
+                },
+                crate::KeyColumn {
+                    name: "n".into(),
+                    kind: KeyType::N,
+                },
+            ],
+            document_column: "doc".into(),
+            document_type: crate::DocumentType::Jsonb,
+            create_table: true,
+        };
+        assert_eq!(
+            upsert_sql(&spec, false),
+            "INSERT INTO \"public\".\"or\"\"ders\" (\"id\", \"n\", \"doc\", \"_ddbpipe_snapshot\", \
+             \"_ddbpipe_updated_at\") VALUES ($1::text, $2::text::numeric, $3::text::jsonb, NULL, \
+             $4::text) ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = EXCLUDED.\"doc\", \
+             \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\""
+        );
+        assert!(upsert_sql(&spec, true).contains(
+            "$4::bigint, $5::text) ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = \
+             EXCLUDED.\"doc\", \"_ddbpipe_snapshot\" = EXCLUDED.\"_ddbpipe_snapshot\""
+        ));
+    }
+}

@@ -1,0 +1,183 @@
+//! The schema: validating a spec's names, inspecting an existing table against it, and the
+//! `CREATE TABLE` statements of the destination and the state (see the `sqlite` module docs,
+//! "The SQL shape").
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::sql::{SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, quote};
+use crate::{KeyColumn, KeyType, TableSpec};
+
+/// The prefix reserved for ddbpipe's own columns and tables.
+const RESERVED_PREFIX: &str = "_ddbpipe_";
+
+pub(super) const CREATE_STATE_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_state\" (\
+     pipeline TEXT NOT NULL, part TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL, \
+     PRIMARY KEY (pipeline, part))";
+
+/// What a name is in the database.
+pub(super) enum Found {
+    /// Nothing of that name.
+    Missing,
+    /// A view, index or trigger.
+    Other(String),
+    /// A table, with its columns.
+    Table(Vec<ColumnInfo>),
+}
+
+/// One column of an existing table.
+pub(super) struct ColumnInfo {
+    name: String,
+    declared: String,
+    /// The 1-based position in the primary key, 0 when not in it.
+    pk: i64,
+}
+
+/// Looks `table` up in the main schema (names compare case-insensitively, as in SQLite).
+pub(super) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found> {
+    let kind: Option<String> = conn
+        .prepare_cached(
+            "SELECT type FROM main.sqlite_master WHERE name = ?1 COLLATE NOCASE \
+             ORDER BY type = 'table' DESC LIMIT 1",
+        )?
+        .query_row([table], |row| row.get(0))
+        .optional()?;
+    match kind.as_deref() {
+        None => Ok(Found::Missing),
+        Some("table") => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, type, pk FROM pragma_table_info(?1, 'main') ORDER BY cid",
+            )?;
+            let columns = stmt
+                .query_map([table], |row| {
+                    Ok(ColumnInfo {
+                        name: row.get(0)?,
+                        declared: row.get(1)?,
+                        pk: row.get(2)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Found::Table(columns))
+        }
+        Some(other) => Ok(Found::Other(other.to_string())),
+    }
+}
+
+/// Compares an existing table's columns with `spec`: `Err` completes "sqlite table 'x' in f …".
+pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<(), String> {
+    let mut key: Vec<&ColumnInfo> = columns.iter().filter(|c| c.pk > 0).collect();
+    key.sort_by_key(|c| c.pk);
+    let same_key = key.len() == spec.key.len()
+        && key.iter().zip(&spec.key).all(|(have, want)| {
+            have.name.eq_ignore_ascii_case(&want.name)
+                && have.declared.eq_ignore_ascii_case(sql_type(want.kind))
+        });
+    if !same_key {
+        let have = key
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.declared))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(format!(
+            "has key columns ({have}) but the source key is {}",
+            spec_key_text(spec)
+        ));
+    }
+    for (wanted, what) in [
+        (spec.document_column.as_str(), "the document column"),
+        (SNAPSHOT_COLUMN, "the snapshot marker"),
+        (UPDATED_AT_COLUMN, "the update time"),
+    ] {
+        if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(wanted)) {
+            return Err(format!("has no column '{wanted}' ({what})"));
+        }
+    }
+    Ok(())
+}
+
+/// Rejects specs whose columns would collide (the caller checks too).
+pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
+    let reserved = |name: &str| {
+        name.get(..RESERVED_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_PREFIX))
+    };
+    if spec.table.is_empty() || reserved(&spec.table) {
+        return Err("the table name is empty or reserved by ddbpipe".to_string());
+    }
+    if spec.key.is_empty() {
+        return Err("the key has no columns".to_string());
+    }
+    if spec.document_column.is_empty() || reserved(&spec.document_column) {
+        return Err(format!(
+            "the document column '{}' is empty or starts with {RESERVED_PREFIX}",
+            spec.document_column
+        ));
+    }
+    for (i, k) in spec.key.iter().enumerate() {
+        if k.name.is_empty() {
+            return Err("a key attribute has an empty name".to_string());
+        }
+        if reserved(&k.name) {
+            return Err(format!(
+                "the key attribute '{}' starts with {RESERVED_PREFIX}, reserved for ddbpipe's columns",
+                k.name
+            ));
+        }
+        if k.name.eq_ignore_ascii_case(&spec.document_column) {
+            return Err(format!(
+                "the key attribute '{}' has the document column's name; set another sink.document_column",
+                k.name
+            ));
+        }
+        if spec.key[..i]
+            .iter()
+            .any(|o| o.name.eq_ignore_ascii_case(&k.name))
+        {
+            return Err(format!(
+                "the key attributes have the same column name '{}' (SQLite ignores case)",
+                k.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `CREATE TABLE IF NOT EXISTS` for `spec` (see the module docs).
+pub(super) fn create_table_sql(spec: &TableSpec) -> String {
+    let mut columns: Vec<String> = spec
+        .key
+        .iter()
+        .map(|k| format!("{} {} NOT NULL", quote(&k.name), sql_type(k.kind)))
+        .collect();
+    columns.push(format!("{} TEXT NOT NULL", quote(&spec.document_column)));
+    columns.push(format!("{} INTEGER", quote(SNAPSHOT_COLUMN)));
+    columns.push(format!("{} TEXT NOT NULL", quote(UPDATED_AT_COLUMN)));
+    let key = spec
+        .key
+        .iter()
+        .map(|k| quote(&k.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({key}))",
+        quote(&spec.table),
+        columns.join(", ")
+    )
+}
+
+/// `"(pk TEXT, sk TEXT)"`.
+pub(super) fn spec_key_text(spec: &TableSpec) -> String {
+    let parts = spec
+        .key
+        .iter()
+        .map(|KeyColumn { name, kind }| format!("{name} {}", sql_type(*kind)))
+        .collect::<Vec<_>>();
+    format!("({})", parts.join(", "))
+}
+
+/// The declared column type of a key type.
+fn sql_type(kind: KeyType) -> &'static str {
+    match kind {
+        KeyType::S | KeyType::N => "TEXT",
+        KeyType::B => "BLOB",
+    }
+}
