@@ -64,14 +64,8 @@ pub(crate) fn row_count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-/// Now, RFC 3339 UTC with milliseconds (rule 4).
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let format = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    now.format(&format).unwrap_or_else(|_| now.to_string())
-}
+/// Now, RFC 3339 UTC with milliseconds (rule 4): the one clock of the workspace.
+pub use ddbpipe_source::clock::now_rfc3339;
 
 #[cfg(test)]
 mod tests {

@@ -108,7 +108,7 @@ pub struct Checkpointer {
 }
 
 /// RFC 3339 UTC with milliseconds: the one clock of state documents and keyed rows.
-pub use ddbpipe_keyed::now_rfc3339;
+pub use ddbpipe_source::clock::now_rfc3339;
 
 impl Checkpointer {
     /// A checkpointer over `store` starting from what was loaded.

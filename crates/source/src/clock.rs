@@ -14,3 +14,13 @@ pub fn unix_now_ms() -> i64 {
 pub fn unix_now_s() -> i64 {
     unix_now_ms().div_euclid(1000)
 }
+
+/// Now, RFC 3339 UTC with milliseconds (`2026-12-01T08:00:00.123Z`): the time stored in state
+/// entries and destination rows.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    now.format(&format).unwrap_or_else(|_| now.to_string())
+}
