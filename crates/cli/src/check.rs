@@ -64,7 +64,22 @@ impl Probes {
 
 /// Runs every probe and prints them; exit 0 when none failed.
 pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<Exit, Failure> {
-    let config = wiring::load_config(config_path)?;
+    let config = match wiring::load_config(config_path) {
+        Ok(config) => config,
+        // `--json` keeps stdout machine-readable when the file itself is invalid too.
+        Err(failure) if json => {
+            let errors: Vec<String> = format!("{:#}", failure.error)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            println!(
+                "{}",
+                json!({"errors": errors, "hint": failure.hint, "ok": false, "probes": []})
+            );
+            return Ok(failure.exit);
+        }
+        Err(failure) => return Err(failure),
+    };
     let mut probes = Probes::default();
     let mode = config.source.mode;
     let detail = format!(

@@ -20,6 +20,7 @@ use ddbpipe_source::retry::Cancel;
 use crate::args::ProgressMode;
 use crate::failure::{Exit, Failure};
 use crate::run;
+use crate::telemetry::note;
 
 const TABLE: &str = "orders";
 
@@ -41,12 +42,12 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     let db =
         dynoxide::Database::memory().map_err(|e| Failure::runtime(anyhow!("dynoxide: {e}")))?;
     tokio::spawn(dynoxide::server::serve_on(listener, db));
-    eprintln!("demo: DynamoDB emulator (dynoxide) listening on {endpoint}");
+    note!("demo: DynamoDB emulator (dynoxide) listening on {endpoint}");
 
     let client = client(&endpoint).await;
     create_table(&client).await.map_err(Failure::runtime)?;
     fill(&client, items).await.map_err(Failure::runtime)?;
-    eprintln!("demo: created table '{TABLE}' with {items} orders");
+    note!("demo: created table '{TABLE}' with {items} orders");
 
     let credentials = "{type: access_key, config: {access_key_id: demo, secret_access_key: demo}}";
     let export = Step {
@@ -63,13 +64,13 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         return Ok(exit);
     }
     let text = std::fs::read_to_string(export.out.path()).unwrap_or_default();
-    eprintln!(
+    note!(
         "demo: wrote {} items to {}",
         text.lines().count(),
         export.out.path().display()
     );
     if let Some(first) = text.lines().next() {
-        eprintln!("demo: first line:\n{first}");
+        note!("demo: first line:\n{first}");
     }
 
     // Change data capture: enable the stream, change a few orders, read the changes.
@@ -77,7 +78,7 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
     change_some_orders(&client)
         .await
         .map_err(Failure::runtime)?;
-    eprintln!("demo: enabled the table's stream, then updated 2 orders, deleted 1 and added 1");
+    note!("demo: enabled the table's stream, then updated 2 orders, deleted 1 and added 1");
     let cdc = Step {
         name: "orders-cdc",
         comment: "change data capture from the table's stream, ending after 2 s without changes",
@@ -89,13 +90,13 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         return Ok(exit);
     }
     let text = std::fs::read_to_string(cdc.out.path()).unwrap_or_default();
-    eprintln!(
+    note!(
         "demo: wrote {} change envelopes to {}:",
         text.lines().count(),
         cdc.out.path().display()
     );
     for line in text.lines() {
-        eprintln!("{line}");
+        note!("{line}");
     }
 
     // A mirror: snapshot, then the stream, into a SQLite table that stays equal to the table.
@@ -110,7 +111,7 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
         return Ok(exit);
     }
     let db = mirror.out.path().display();
-    eprintln!(
+    note!(
         "demo: mirrored the table into {db} (table \"{TABLE}\": key columns customer and order_id, \
          the item in the document column). Query it:\n  sqlite3 {db} \"SELECT customer, order_id, \
          json_extract(document, '$.status') AS status, json_extract(document, '$.total') AS total \
@@ -118,7 +119,7 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
          Run `ddbpipe run {}` again after changing the table to apply just the changes.",
         dir.join("orders-mirror.yaml").display()
     );
-    eprintln!(
+    note!(
         "demo: the pipeline files are in {} (the emulator stops with the demo; point \
          endpoint_url at your own table, or remove it to read from AWS)",
         dir.display()
@@ -197,7 +198,7 @@ impl Step {
         std::fs::write(&config_path, yaml)
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
-        eprintln!("demo: running pipeline {}", config_path.display());
+        note!("demo: running pipeline {}", config_path.display());
         run::run(&config_path, ProgressMode::Auto, None, Cancel::never()).await
     }
 }

@@ -10,6 +10,8 @@ use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::StateError;
 
+use crate::telemetry::{Line, say};
+
 /// Exit codes (README "Exit codes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -131,13 +133,13 @@ pub fn report(failure: &Failure) -> ExitCode {
     // Config errors are already one `config error: …` line each.
     for line in text.lines() {
         if line.starts_with("config error:") {
-            eprintln!("{line}");
+            say(Line::ConfigError, line);
         } else {
-            eprintln!("error: {line}");
+            say(Line::Error, &format!("error: {line}"));
         }
     }
     if let Some(hint) = &failure.hint {
-        eprintln!("hint: {hint}");
+        say(Line::Hint, &format!("hint: {hint}"));
     }
     failure.exit.code()
 }

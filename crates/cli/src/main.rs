@@ -26,6 +26,7 @@ use ddbpipe_source::retry::{Cancel, CancelHandle};
 
 use crate::args::{Args, Command, StateAction};
 use crate::failure::{Exit, Failure, report};
+use crate::telemetry::{Line, say};
 
 /// After the first signal, the drain gets this long before the process exits anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
@@ -115,10 +116,10 @@ async fn watch_signals(handle: CancelHandle) {
     handle.cancel();
     let second = "error: second signal: exiting without waiting for the drain";
     tokio::select! {
-        _ = int.recv() => eprintln!("{second}"),
-        _ = term.recv() => eprintln!("{second}"),
-        _ = hup.recv() => eprintln!("{second}"),
-        () = tokio::time::sleep(DRAIN_LIMIT) => eprintln!("error: the drain took longer than 60 s: exiting"),
+        _ = int.recv() => say(Line::Error, second),
+        _ = term.recv() => say(Line::Error, second),
+        _ = hup.recv() => say(Line::Error, second),
+        () = tokio::time::sleep(DRAIN_LIMIT) => say(Line::Error, "error: the drain took longer than 60 s: exiting"),
     }
     std::process::exit(1);
 }

@@ -13,6 +13,7 @@ use serde_json::json;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Exit, Failure};
+use crate::telemetry::note;
 use crate::wiring;
 
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
@@ -121,7 +122,7 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("nothing changed");
+            note!("nothing changed");
             return Ok(Exit::Ok);
         }
     }

@@ -1,6 +1,7 @@
 //! Logs (tracing to stderr, text or JSON) and the scan progress bar.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use ddbpipe_pipeline::runner::Progress;
@@ -9,8 +10,77 @@ use tracing_subscriber::EnvFilter;
 
 use crate::args::{LogFormat, ProgressMode};
 
+/// The log format of this process, for the lines ddbpipe writes to stderr itself.
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// What a line that ddbpipe writes to stderr itself (not through `tracing`) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// A run's closing summary.
+    Summary,
+    /// One line of a failure (`error: …`).
+    Error,
+    /// One `config error: <path>: <message>` line.
+    ConfigError,
+    /// What to do about a failure (`hint: …`).
+    Hint,
+    /// A note to the person at the terminal (the demo's narration, `nothing changed`).
+    Note,
+}
+
+impl Line {
+    fn level(self) -> &'static str {
+        match self {
+            Line::Error | Line::ConfigError => "ERROR",
+            Line::Summary | Line::Hint | Line::Note => "INFO",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Line::Summary => "summary",
+            Line::Error => "error",
+            Line::ConfigError => "config_error",
+            Line::Hint => "hint",
+            Line::Note => "note",
+        }
+    }
+}
+
+/// Writes one line to stderr: `text` as it is with `--log-format text`, or one JSON object
+/// (`timestamp`, `level`, `kind`, `message`) with `--log-format json`, so that every line on
+/// stderr is JSON in that mode.
+pub fn say(line: Line, text: &str) {
+    match FORMAT.get() {
+        Some(LogFormat::Json) => {
+            let message = match line {
+                Line::Error => text.strip_prefix("error: ").unwrap_or(text),
+                Line::Hint => text.strip_prefix("hint: ").unwrap_or(text),
+                _ => text,
+            };
+            let object = serde_json::json!({
+                "timestamp": ddbpipe_source::clock::now_rfc3339(),
+                "level": line.level(),
+                "kind": line.kind(),
+                "message": message,
+            });
+            eprintln!("{object}");
+        }
+        _ => eprintln!("{text}"),
+    }
+}
+
+/// `note!("…", args)`: [`say`] a [`Line::Note`], formatted like `eprintln!`.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::telemetry::say($crate::telemetry::Line::Note, &format!($($arg)*))
+    };
+}
+pub(crate) use note;
+
 /// Installs the tracing subscriber: stderr, the given level, text or JSON lines.
 pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
+    let _ = FORMAT.set(format);
     // The AWS SDK's own warnings (a credential provider that failed, with its `Debug` dump)
     // are noise beside ddbpipe's one-line error: shown from `debug` on.
     let dependencies = match level {

@@ -363,6 +363,54 @@ fn missing_credentials_fail_at_once_in_one_line() {
     assert!(err.lines().count() <= 2, "{err}");
 }
 
+/// Issue 11: with `--log-format json` every line on stderr is a JSON object (logs, the run's
+/// summary, `config error:`, `error:` and `hint:` lines); `check --json` of an invalid file
+/// prints its errors as JSON on stdout.
+#[test]
+fn log_format_json_makes_every_stderr_line_json() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items("items", vec![item(vec![("pk", s("a"))])]);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let every_line_json = |output: &std::process::Output| -> Vec<serde_json::Value> {
+        let err = stderr(output);
+        err.lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{err}"))
+            })
+            .collect()
+    };
+    let output = pipeline.ddbpipe(&["--log-format", "json", "run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines = every_line_json(&output);
+    assert!(
+        lines.iter().any(|l| l["kind"] == "summary"
+            && l["message"].as_str().unwrap().contains("1 read, 1 written")),
+        "{lines:?}"
+    );
+
+    std::fs::write(
+        &pipeline.config,
+        "name: x\nsource: {table_name: t, segmnets: 2}\nsink: {type: jsonl}\n",
+    )
+    .unwrap();
+    let output = pipeline.ddbpipe(&["--log-format", "json", "run"]);
+    assert_eq!(output.status.code(), Some(2));
+    let lines = every_line_json(&output);
+    assert_eq!(lines[0]["kind"], "config_error", "{lines:?}");
+    assert!(lines.iter().any(|l| l["kind"] == "hint"), "{lines:?}");
+
+    let output = pipeline.ddbpipe(&["check", "--json"]);
+    assert_eq!(output.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["errors"][0],
+        "config error: source.segmnets: unknown field (did you mean segments?)"
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]

@@ -23,6 +23,7 @@ use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Exit, Failure, start_failure};
 use crate::telemetry::ScanProgress;
+use crate::telemetry::{Line, say};
 use crate::wiring::{self, describe};
 
 /// Runs a `mode: scan` or `mode: query` pipeline.
@@ -154,14 +155,17 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
         "{} {status}.",
         capitalized(config.source.mode.as_str())
     );
-    eprintln!(
-        "ddbpipe: {} of '{}' {status}: {} read, {} written, {:.1} capacity units, {:.1}s; {position}",
-        config.source.mode,
-        config.source.table_name,
-        outcome.read,
-        outcome.written,
-        outcome.capacity_units,
-        took.as_secs_f64(),
+    say(
+        Line::Summary,
+        &format!(
+            "ddbpipe: {} of '{}' {status}: {} read, {} written, {:.1} capacity units, {:.1}s; {position}",
+            config.source.mode,
+            config.source.table_name,
+            outcome.read,
+            outcome.written,
+            outcome.capacity_units,
+            took.as_secs_f64(),
+        ),
     );
 }
 

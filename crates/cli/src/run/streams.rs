@@ -25,6 +25,7 @@ use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Exit, Failure, start_failure};
 use crate::telemetry::ScanProgress;
+use crate::telemetry::{Line, say};
 use crate::wiring::{self, describe};
 
 /// Runs a `mode: streams` or `mode: mirror` pipeline.
@@ -135,13 +136,16 @@ pub async fn run(
         EndReason::StreamDisabled => "stream disabled and fully drained",
     };
     tracing::info!(records = outcome.written, reason = why, "Run finished.");
-    eprintln!(
-        "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
-        source.mode,
-        source.table_name,
-        outcome.written,
-        started.elapsed().as_secs_f64(),
-        destination::position_label(config)
+    say(
+        Line::Summary,
+        &format!(
+            "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
+            source.mode,
+            source.table_name,
+            outcome.written,
+            started.elapsed().as_secs_f64(),
+            destination::position_label(config)
+        ),
     );
     Ok(Exit::Ok)
 }
