@@ -38,6 +38,7 @@ use self::fields::{Fields, Report, Stage};
 #[allow(unused_imports)]
 pub use self::sink::{
     JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, SqliteConfig, StateConfig,
+    stale_rows_warning,
 };
 
 /// The longest pipeline `name`.
@@ -206,7 +207,10 @@ pub fn parse(
     let errors = report.into_errors();
     match (name, source, sink) {
         (Some(name), Some((source, source_keys)), Some((sink, _))) if errors.is_empty() => {
-            let warnings = source.ineffective_fields(&source_keys);
+            let mut warnings = source.ineffective_fields(&source_keys);
+            if let Some(warning) = sink::stale_rows_warning(&source, &sink) {
+                warnings.push(warning);
+            }
             Ok(PipelineConfig {
                 name,
                 source,

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use ddbpipe_keyed::{DocumentType, PostgresDatabase};
-use ddbpipe_source::config::{ConfigError, Secret};
+use ddbpipe_source::config::{ConfigError, Mode, Secret, SourceConfig};
 
 use super::fields::{Choice, Fields};
 
@@ -264,6 +264,21 @@ pub(super) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig, state: &mut
     if state.path_set {
         anchor(&mut state.path);
     }
+}
+
+/// A scan or query into a keyed sink upserts what it reads and deletes nothing: rows of items
+/// deleted from the table since an earlier run stay. Said once, by `check` and at the start
+/// and end of a run.
+pub fn stale_rows_warning(source: &SourceConfig, sink: &SinkConfig) -> Option<String> {
+    let keyed = matches!(sink, SinkConfig::Sqlite(_) | SinkConfig::Postgres(_));
+    (keyed && matches!(source.mode, Mode::Scan | Mode::Query)).then(|| {
+        format!(
+            "mode: {} into the {} sink upserts the items it reads and deletes no row: rows of \
+             items deleted from the table stay; use mode: mirror to keep an equal copy",
+            source.mode,
+            sink.kind()
+        )
+    })
 }
 
 /// The default state file of pipeline `name` whose config file is in `config_dir`.

@@ -1283,3 +1283,21 @@ fn a_mistyped_key_or_choice_gets_a_suggestion() {
         ]
     );
 }
+
+#[test]
+fn a_scan_into_a_keyed_sink_warns_that_deleted_items_stay() {
+    let config = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n");
+    assert_eq!(
+        config.warnings,
+        [
+            "mode: scan into the sqlite sink upserts the items it reads and deletes no row: rows of \
+          items deleted from the table stay; use mode: mirror to keep an equal copy"
+        ]
+    );
+    let mirror = parse_ok(
+        "name: t\nsource: {table_name: o, mode: mirror, follow: true}\nsink: {type: sqlite, path: x.db}\n",
+    );
+    assert!(mirror.warnings.is_empty(), "{:?}", mirror.warnings);
+    let jsonl = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: jsonl}\n");
+    assert!(jsonl.warnings.is_empty());
+}

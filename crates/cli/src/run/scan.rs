@@ -167,6 +167,9 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
             took.as_secs_f64(),
         ),
     );
+    if let Some(warning) = crate::config::stale_rows_warning(&config.source, &config.sink) {
+        tracing::warn!("{warning}.");
+    }
 }
 
 fn capitalized(word: &str) -> String {
