@@ -215,16 +215,23 @@ pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failur
                 .map(|db| Some(Database::Sqlite(db)))
                 .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message))
         }
-        SinkConfig::Postgres(postgres) => PostgresDatabase::connect(postgres.url.expose())
-            .await
-            .map(|db| Some(Database::Postgres(db.with_schema(&postgres.schema))))
-            .map_err(|e| {
-                db_failure(
-                    "postgres",
-                    &PostgresDatabase::redact(postgres.url.expose()),
-                    e.message,
-                )
-            }),
+        SinkConfig::Postgres(postgres) => {
+            let defaults: Vec<(&str, String)> = postgres
+                .environment
+                .iter()
+                .map(|(parameter, value)| (*parameter, value.expose().to_string()))
+                .collect();
+            PostgresDatabase::connect_with(postgres.url.expose(), &defaults)
+                .await
+                .map(|db| Some(Database::Postgres(db.with_schema(&postgres.schema))))
+                .map_err(|e| {
+                    db_failure(
+                        "postgres",
+                        &PostgresDatabase::redact(postgres.url.expose()),
+                        e.message,
+                    )
+                })
+        }
     }
 }
 

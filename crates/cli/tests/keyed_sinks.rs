@@ -134,6 +134,62 @@ mod postgres {
         }
     }
 
+    /// Issue 11: the libpq environment variables users expect are defaults for what the
+    /// connection string does not name (`PGPASSWORD`, `PGUSER`, `PGDATABASE`, `PGHOST`,
+    /// `PGPORT`, `PGSSLMODE`); a server that is down is named with the reason.
+    #[test]
+    fn libpq_environment_variables_complete_the_connection_string() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let config: tokio_postgres::Config = postgres_url().parse().unwrap();
+        let password = String::from_utf8(config.get_password().unwrap().to_vec()).unwrap();
+        let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+            panic!("the tests need a TCP host")
+        };
+        let pipeline = Pipeline::new("orders-mirror", &running.endpoint, MIRROR);
+        let destination = Destination::new(Target::Postgres, pipeline.dir.path());
+        pipeline.write_with_sink(
+            "orders-mirror",
+            &running.endpoint,
+            MIRROR,
+            &format!(
+                "sink:\n  type: postgres\n  url: \"host={host}\"\n  schema: {}\n",
+                destination.schema
+            ),
+        );
+        let run = |port: u16| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+                .args(["run", "--progress", "never"])
+                .arg(&pipeline.config)
+                .env("PGPASSWORD", &password)
+                .env("PGUSER", config.get_user().unwrap())
+                .env("PGDATABASE", config.get_dbname().unwrap())
+                .env("PGPORT", port.to_string())
+                .env("PGSSLMODE", "disable")
+                .output()
+                .unwrap()
+        };
+        let output = run(config.get_ports()[0]);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(destination.documents("orders").len(), 1);
+        assert_hidden(&stderr(&output), &password, 10, "run");
+
+        let down = closed_port();
+        let output = run(down);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{host}:{down}/{} as user {}",
+                config.get_dbname().unwrap(),
+                config.get_user().unwrap()
+            )),
+            "{err}"
+        );
+        assert!(err.contains("Connection refused"), "{err}");
+        assert_hidden(&err, &password, 10, "a failed run");
+    }
+
     /// Issue 9 item 12: the lock message named the PostgreSQL backend serving the other run;
     /// it names the other ddbpipe process.
     #[test]

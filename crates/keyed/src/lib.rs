@@ -35,7 +35,7 @@ mod sqlite;
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
-pub use postgres::PostgresDatabase;
+pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase};
 pub use sql::now_rfc3339;
 pub use sqlite::SqliteDatabase;
 

@@ -185,6 +185,16 @@ pub fn parse(
     let mut sink = sink;
     if let Some((sink, _)) = &mut sink {
         sink::anchor_paths(config_dir, sink, &mut state);
+        if let SinkConfig::Postgres(postgres) = sink {
+            postgres.environment = ddbpipe_keyed::LIBPQ_ENVIRONMENT
+                .iter()
+                .filter_map(|(variable, parameter)| {
+                    env(variable)
+                        .filter(|value| !value.is_empty())
+                        .map(|value| (*parameter, ddbpipe_source::config::Secret::new(value)))
+                })
+                .collect();
+        }
     }
 
     let mut errors = Vec::new();

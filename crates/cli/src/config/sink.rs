@@ -93,6 +93,10 @@ pub struct PostgresConfig {
     pub document_type: DocumentType,
     /// The destination table.
     pub keyed: KeyedConfig,
+    /// The libpq environment variables that were set when the file was loaded (`PGPASSWORD`,
+    /// `PGHOST`, `PGUSER`, `PGDATABASE`, `PGSSLMODE`, …), as the parameters they set: defaults
+    /// for what `url` does not name, as libpq applies them.
+    pub environment: Vec<(&'static str, Secret)>,
 }
 
 /// The `jsonl` sink: `{type: jsonl, path: "-" | <file>, rotate_bytes: <bytes>, fsync: true}`.
@@ -197,6 +201,7 @@ pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
                 schema,
                 document_type,
                 keyed,
+                environment: Vec::new(),
             })
         }
     };

@@ -51,6 +51,23 @@ const KNOWN: &[&str] = &[
     "load_balance_hosts",
 ];
 
+/// The libpq environment variables ddbpipe honours, with the parameter each one sets: a
+/// default for a parameter the connection string does not name (as libpq does).
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    ("PGHOST", "host"),
+    ("PGHOSTADDR", "hostaddr"),
+    ("PGPORT", "port"),
+    ("PGDATABASE", "dbname"),
+    ("PGUSER", "user"),
+    ("PGPASSWORD", "password"),
+    ("PGOPTIONS", "options"),
+    ("PGAPPNAME", "application_name"),
+    ("PGSSLMODE", "sslmode"),
+    ("PGCONNECT_TIMEOUT", "connect_timeout"),
+    ("PGTARGETSESSIONATTRS", "target_session_attrs"),
+    ("PGCHANNELBINDING", "channel_binding"),
+];
+
 /// A parsed connection string: its parameters in order (a later one wins), and where the
 /// password values are in the original text.
 #[derive(Debug)]
@@ -103,10 +120,27 @@ impl<'a> ConnInfo<'a> {
 
     /// The driver's configuration. Fails naming the parameter whose value the driver rejects.
     pub(crate) fn config(&self) -> Result<Config, String> {
+        self.config_with(&[])
+    }
+
+    /// The driver's configuration, with `defaults` (parameter, value: from [`ENVIRONMENT`])
+    /// for the parameters the string does not name. Fails naming the parameter whose value
+    /// the driver rejects.
+    pub(crate) fn config_with(&self, defaults: &[(&str, String)]) -> Result<Config, String> {
+        let named = |key: &str| self.params.iter().any(|(k, _)| *k == key);
+        let inherited: Vec<(&str, &String)> = defaults
+            .iter()
+            .filter(|(key, _)| !named(key))
+            .map(|(key, value)| (*key, value))
+            .collect();
         // The driver parses a key=value string we write from our parse: quoted values, `\` and
         // `'` escaped, so it reads exactly the values we found.
         let mut canonical = String::new();
-        for (key, value) in &self.params {
+        let all = inherited
+            .iter()
+            .copied()
+            .chain(self.params.iter().map(|(key, value)| (*key, value)));
+        for (key, value) in all {
             canonical.push_str(key);
             canonical.push_str("='");
             for c in value.chars() {

@@ -84,6 +84,7 @@ use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, now_rfc3339, quote, row_count};
 use crate::{CloseSnapshot, Closed, DbError, LockHolder, RowChange, StateWrite, TableSpec};
 
 mod conninfo;
+pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
 mod schema;
 mod session;
@@ -108,8 +109,15 @@ impl PostgresDatabase {
     /// Connects with a libpq-style URL or key=value string, honouring `sslmode` (`disable`,
     /// `prefer`, `require`). Errors never show the password.
     pub async fn connect(url: &str) -> Result<Self, DbError> {
+        Self::connect_with(url, &[]).await
+    }
+
+    /// [`connect`](Self::connect), with `defaults` (parameter, value) for the parameters the
+    /// string does not name: the libpq environment variables of [`conninfo::ENVIRONMENT`]
+    /// (`PGPASSWORD`, `PGHOST`, …), read by the caller when it loads its configuration.
+    pub async fn connect_with(url: &str, defaults: &[(&str, String)]) -> Result<Self, DbError> {
         Ok(PostgresDatabase {
-            shared: Arc::new(Shared::connect(url).await?),
+            shared: Arc::new(Shared::connect(url, defaults).await?),
         })
     }
 

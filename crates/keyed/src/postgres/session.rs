@@ -74,13 +74,13 @@ impl From<DbError> for Failure {
 
 impl Shared {
     /// Parses `url` and opens the first connection (see [`PostgresDatabase::connect`]).
-    pub(super) async fn connect(url: &str) -> Result<Shared, DbError> {
+    pub(super) async fn connect(url: &str, defaults: &[(&str, String)]) -> Result<Shared, DbError> {
         let unusable = |shown: &str, problem: &str| {
             DbError::fatal(format!("postgres connection string '{shown}': {problem}"))
         };
         let parsed = ConnInfo::parse(url).map_err(|e| unusable(&e.redacted, &e.problem))?;
         let mut config = parsed
-            .config()
+            .config_with(defaults)
             .map_err(|problem| unusable(&parsed.redacted(), &problem))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
@@ -148,8 +148,12 @@ impl Shared {
             let (retryable, _) = classify(&e);
             DbError {
                 message: self.scrub(format!(
-                    "postgres {}: cannot connect: {}",
+                    "postgres {}{}: cannot connect: {}",
                     self.location,
+                    self.config
+                        .get_user()
+                        .map(|user| format!(" as user {user}"))
+                        .unwrap_or_default(),
                     error_text(&e)
                 )),
                 retryable,
@@ -275,7 +279,20 @@ fn error_text(e: &tokio_postgres::Error) -> String {
             }
             text
         }
-        None => e.to_string(),
+        // The driver's own text ("error connecting to server") hides the reason in its
+        // sources: "Connection refused (os error 111)", "password authentication failed".
+        None => {
+            let mut parts = vec![e.to_string()];
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let text = cause.to_string();
+                if !parts.iter().any(|p| p.contains(&text)) {
+                    parts.push(text);
+                }
+                source = cause.source();
+            }
+            parts.join(": ")
+        }
     }
 }
 
