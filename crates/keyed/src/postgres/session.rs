@@ -148,7 +148,7 @@ impl Shared {
             let (retryable, _) = classify(&e);
             DbError {
                 message: self.scrub(format!(
-                    "postgres {}{}: cannot connect: {}",
+                    "postgres {}: cannot connect{}: {}",
                     self.location,
                     self.config
                         .get_user()
