@@ -180,7 +180,7 @@ mod postgres {
         assert_eq!(output.status.code(), Some(1), "{err}");
         assert!(
             err.contains(&format!(
-                "{host}:{down}/{} as user {}",
+                "{host}:{down}/{}: cannot connect as user {}",
                 config.get_dbname().unwrap(),
                 config.get_user().unwrap()
             )),
