@@ -9,7 +9,7 @@ use ddbpipe_pipeline::sinks::jsonl;
 use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
-use ddbpipe_source::api::{StreamsApi, TableDescription};
+use ddbpipe_source::api::{StreamsApi, TableApi, TableDescription};
 use ddbpipe_source::aws;
 use ddbpipe_source::config::{Mode, OnGap};
 use ddbpipe_source::plan::{self, ReadRule, index_problem, view_warning};
@@ -143,6 +143,9 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
 }
 
+/// How long the one attempt after a timed-out `describe_table` probe may take.
+const LAST_ATTEMPT: Duration = Duration::from_secs(5);
+
 /// `describe_table`, `key_schema`, `index`, `read_capacity`; the table (when described) and
 /// where it lives.
 async fn probe_table(
@@ -166,10 +169,22 @@ async fn probe_table(
             return (None, location);
         }
         Err(_) => {
+            // The retries outlasted the probe: one more attempt, alone, says why (connection
+            // refused, DNS, TLS) instead of only that nothing came back.
+            let why =
+                match tokio::time::timeout(LAST_ATTEMPT, api.describe_table(&source.table_name))
+                    .await
+                {
+                    Ok(Err(error)) => format!(": the last attempt failed: {error}"),
+                    Ok(Ok(_)) => {
+                        ": the last attempt succeeded; the endpoint answers slowly".to_string()
+                    }
+                    Err(_) => String::new(),
+                };
             probes.add(
                 "describe_table",
                 Status::Fail,
-                format!("no answer within {} s", timeout.as_secs()),
+                format!("no answer within {} s{why}", timeout.as_secs()),
             );
             return (None, location);
         }

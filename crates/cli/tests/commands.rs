@@ -411,6 +411,30 @@ fn log_format_json_makes_every_stderr_line_json() {
     );
 }
 
+/// Issue 11: a `check` whose probe times out on a down endpoint says why (the connection was
+/// refused), not only that nothing came back.
+#[test]
+fn check_names_the_connection_error_of_a_down_endpoint() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pipeline = Pipeline::new(
+        "items-export",
+        &format!("http://127.0.0.1:{port}"),
+        "table_name: items",
+    );
+    let output = pipeline.ddbpipe(&["check", "--timeout-secs", "1"]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.contains("FAIL describe_table   no answer within 1 s: the last attempt failed:")
+            && text.contains("Connection refused"),
+        "{text}"
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]
