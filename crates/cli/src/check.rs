@@ -324,8 +324,7 @@ fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, St
     };
     let keyed_sink = config.sink.keyed().is_some();
     let needs_new_images = keyed_sink || config.source.mode == Mode::Mirror;
-    let lacks_new_images = matches!(view, "KEYS_ONLY" | "OLD_IMAGE");
-    if needs_new_images && lacks_new_images {
+    if needs_new_images && plan::lacks_new_images(view) {
         let who = if config.source.mode == Mode::Mirror {
             "mode: mirror"
         } else {
@@ -334,8 +333,8 @@ fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, St
         return (
             Status::Fail,
             format!(
-                "the stream view is {view}: {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES — \
-                 change the table's stream view type"
+                "the stream view is {view}: {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES — {}",
+                plan::NEW_IMAGES_REMEDY
             ),
         );
     }

@@ -99,6 +99,11 @@ fn a_keys_only_stream_warns_in_check_for_jsonl_and_fails_for_a_mirror(emulator: 
         detail.contains("KEYS_ONLY") && detail.contains("NEW_IMAGE or NEW_AND_OLD_IMAGES"),
         "{detail}"
     );
+    // Issue 11: the same remedy as the run's.
+    assert!(
+        detail.contains("disable and re-enable the stream"),
+        "{detail}"
+    );
 }
 
 fn a_new_and_old_images_stream_passes_check(emulator: Emulator) {

@@ -32,7 +32,10 @@ use ddbpipe_value::ValueFormat;
 pub use self::index::{IndexProblem, index_problem};
 pub use self::read_rate::{NoCapacityBase, ReadRule};
 pub use self::refresh::{BASE_REFRESH, Refresher};
-pub use self::stream::{NoStream, ResolvedStream, configured_stream, resolve_stream, view_warning};
+pub use self::stream::{
+    NEW_IMAGES_REMEDY, NoStream, ResolvedStream, configured_stream, lacks_new_images,
+    resolve_stream, view_warning,
+};
 use crate::api::{ReadRequest, TableDescription};
 use crate::aws::ClientSettings;
 use crate::config::{ConfigError, Mode, OnGap, RetryConfig, SourceConfig, StartPosition};

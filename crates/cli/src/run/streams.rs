@@ -56,7 +56,7 @@ pub async fn run(
     };
     if (keyed || mirror)
         && let Some(view) = stream.view_type.as_deref()
-        && matches!(view, "KEYS_ONLY" | "OLD_IMAGE")
+        && plan::lacks_new_images(view)
     {
         let who = if mirror {
             "mode: mirror".to_string()
@@ -67,7 +67,7 @@ pub async fn run(
             "config error: the stream of table '{}' has view type {view}; {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES",
             source.table_name
         ))
-        .hint("change the table's stream view type (disable and re-enable the stream), or use a jsonl sink with mode: streams"));
+        .hint(plan::NEW_IMAGES_REMEDY));
     }
     if let Some(warning) = plan::view_warning(stream.view_type.as_deref()) {
         tracing::warn!("{warning}.");

@@ -7,9 +7,21 @@
 //! 2. Otherwise the table's enabled stream; a disabled stream or none is a definite error
 //!    naming the remedy.
 //! 3. A view type without both images is read, with a warning naming what envelopes miss.
+//! 4. Keyed sinks and mirror mode need new images: a view without them ([`lacks_new_images`])
+//!    is refused, by `check` and by the run alike, with [`NEW_IMAGES_REMEDY`].
 
 use crate::api::TableDescription;
 use crate::config::SourceConfig;
+
+/// What to do about a stream without new images (rule 4): the same words in `check` and
+/// `run`.
+pub const NEW_IMAGES_REMEDY: &str = "change the table's stream view type (disable and re-enable \
+     the stream), or use a jsonl sink with mode: streams";
+
+/// Whether a stream of view type `view` carries no new images (rule 4).
+pub fn lacks_new_images(view: &str) -> bool {
+    matches!(view, "KEYS_ONLY" | "OLD_IMAGE")
+}
 
 /// The stream a run reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
