@@ -1,8 +1,8 @@
 //! Logs (tracing to stderr, text or JSON) and the scan progress bar.
 
 use std::io::IsTerminal;
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use ddbpipe_pipeline::runner::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -119,20 +119,36 @@ pub fn serve_metrics(addr: std::net::SocketAddr, pipeline: &str) -> anyhow::Resu
     Ok(())
 }
 
-/// The scan progress bar: items, capacity units per second, ETA from `ItemCount`.
+/// How often `--progress always` writes a progress line when stderr is no terminal.
+const PROGRESS_LINE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The scan progress bar: items, capacity units per second, ETA from `ItemCount`. With
+/// `--progress always` and stderr no terminal (a file, a pipe) a bar cannot be drawn: a line
+/// is written at the first progress and then every [`PROGRESS_LINE_INTERVAL`] instead.
 pub struct ScanProgress {
     bar: Option<ProgressBar>,
+    lines: Option<ProgressLines>,
     started: Instant,
+}
+
+/// The state of the progress lines.
+struct ProgressLines {
+    total: Option<u64>,
+    last: Mutex<Option<Instant>>,
 }
 
 impl ScanProgress {
     /// A bar on stderr when `mode` says so (`auto`: when stderr is a terminal).
     pub fn new(mode: ProgressMode, item_count: Option<i64>, done: u64, segments: u32) -> Self {
+        let terminal = std::io::stderr().is_terminal();
         let draw = match mode {
             ProgressMode::Never => false,
-            ProgressMode::Always => true,
-            ProgressMode::Auto => std::io::stderr().is_terminal(),
+            ProgressMode::Always | ProgressMode::Auto => terminal,
         };
+        let lines = (mode == ProgressMode::Always && !terminal).then(|| ProgressLines {
+            total: item_count.filter(|n| *n > 0).map(|n| n as u64),
+            last: Mutex::new(None),
+        });
         let bar = draw.then(|| {
             let total = item_count.filter(|n| *n > 0).map(|n| n as u64);
             let bar = match total {
@@ -152,6 +168,7 @@ impl ScanProgress {
         });
         ScanProgress {
             bar,
+            lines,
             started: Instant::now(),
         }
     }
@@ -166,10 +183,32 @@ impl ScanProgress {
 
 impl Progress for ScanProgress {
     fn advanced(&self, written: u64, capacity_units: f64) {
+        let secs = self.started.elapsed().as_secs_f64().max(0.001);
         if let Some(bar) = &self.bar {
             bar.set_position(written);
-            let secs = self.started.elapsed().as_secs_f64().max(0.001);
             bar.set_message(format!("{:.1} RCU/s", capacity_units / secs));
+        }
+        if let Some(lines) = &self.lines {
+            let mut last = lines.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|at| at.elapsed() < PROGRESS_LINE_INTERVAL) {
+                return;
+            }
+            *last = Some(Instant::now());
+            let of = match lines.total {
+                Some(total) => format!(
+                    " of ~{total} ({:.0} %)",
+                    100.0 * written as f64 / total.max(1) as f64
+                ),
+                None => String::new(),
+            };
+            say(
+                Line::Note,
+                &format!(
+                    "progress: {written} items{of}, {:.0} items/s, {:.1} RCU/s, {secs:.0}s",
+                    written as f64 / secs,
+                    capacity_units / secs
+                ),
+            );
         }
     }
 }

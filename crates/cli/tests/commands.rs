@@ -435,6 +435,34 @@ fn check_names_the_connection_error_of_a_down_endpoint() {
     );
 }
 
+/// Issue 11: `--progress always` with stderr not a terminal writes progress lines instead of
+/// drawing nothing.
+#[test]
+fn progress_always_writes_lines_when_stderr_is_no_terminal() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items(
+        "items",
+        (0..30)
+            .map(|i| item(vec![("pk", s(&format!("k{i}")))]))
+            .collect(),
+    );
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let output = pipeline.ddbpipe(&["run", "--progress", "always"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("progress: ") && l.contains(" items")),
+        "{err}"
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "auto"]);
+    assert!(
+        !stderr(&output).contains("progress: "),
+        "auto draws nothing off a terminal"
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]
