@@ -331,7 +331,7 @@ async fn probe(
     }
     let retry = source.retry.policy();
     let api = Arc::new(aws::streams_api(sdk));
-    let discovery = shard_sync::discover(api.as_ref(), &stream.arn, &retry, &cancel)
+    let discovery = shard_sync::discover(api.as_ref(), &stream.arn, &retry, &cancel, &NoObserver)
         .await
         .map_err(Failure::runtime)?;
     let start_position = source.start_position.unwrap_or(StartPosition::TrimHorizon);

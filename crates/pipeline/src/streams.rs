@@ -229,7 +229,14 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, StreamRunError> {
     let run_start_ms = unix_now_ms();
-    let discovery = shard_sync::discover(api.as_ref(), &run.stream_arn, &run.retry, &stop).await?;
+    let discovery = shard_sync::discover(
+        api.as_ref(),
+        &run.stream_arn,
+        &run.retry,
+        &stop,
+        observer.as_ref(),
+    )
+    .await?;
     let status = discovery.status.clone();
     let mut graph = ShardGraph::new();
     graph.merge(discovery.shards);
@@ -312,11 +319,18 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             }
             let mut reasons = findings.reasons;
             if reasons.is_empty() {
-                reasons = probe(api.as_ref(), run, &findings.probes, &stop, &mut probed)
-                    .await?
-                    .into_iter()
-                    .map(|(_, reason)| reason)
-                    .collect();
+                reasons = probe(
+                    api.as_ref(),
+                    run,
+                    &findings.probes,
+                    &stop,
+                    &mut probed,
+                    observer.as_ref(),
+                )
+                .await?
+                .into_iter()
+                .map(|(_, reason)| reason)
+                .collect();
             }
             if !reasons.is_empty() {
                 tracing::warn!(reasons = %reasons.join("; "), "Gap detected at start-up.");
@@ -414,6 +428,7 @@ async fn probe<A: StreamsApi>(
     probes: &[(ShardId, ddbpipe_source::ids::SequenceNumber)],
     stop: &Cancel,
     probed: &mut BTreeMap<ShardId, String>,
+    observer: &dyn AttemptObserver,
 ) -> Result<Vec<(ShardId, String)>, StreamRunError> {
     let mut reasons = Vec::new();
     for chunk in probes.chunks(run.bounds.shard_concurrency.max(1)) {
@@ -425,7 +440,7 @@ async fn probe<A: StreamsApi>(
                     "get_shard_iterator",
                     || format!("GetShardIterator for {shard}"),
                     stop,
-                    &ddbpipe_source::retry::NoObserver,
+                    observer,
                     |_| api.shard_iterator(&run.stream_arn, shard, &start),
                 )
                 .await;
@@ -465,11 +480,18 @@ async fn capture<A: StreamsApi>(
     let same_stream = stored.stream_arn.as_deref() == Some(run.stream_arn.as_str());
     let mut unused = BTreeMap::new();
     let trimmed: Vec<ShardId> = if same_stream {
-        probe(api, run, &gaps::probes(stored, graph), stop, &mut unused)
-            .await?
-            .into_iter()
-            .map(|(shard, _)| shard)
-            .collect()
+        probe(
+            api,
+            run,
+            &gaps::probes(stored, graph),
+            stop,
+            &mut unused,
+            &ddbpipe_source::events::RequestMetrics,
+        )
+        .await?
+        .into_iter()
+        .map(|(shard, _)| shard)
+        .collect()
     } else {
         Vec::new()
     };

@@ -33,7 +33,7 @@ use crate::api::{ShardDescription, StreamPage, StreamsApi};
 use crate::error::{ErrorClass, ReadError};
 use crate::events::DiscoveryFailed;
 use crate::ids::ShardId;
-use crate::retry::{Cancel, NoObserver, RetryPolicy};
+use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
 
 /// Least time between two `DescribeStream` calls (at most 5 a second).
 const DESCRIBE_SPACING: Duration = Duration::from_millis(200);
@@ -55,6 +55,7 @@ pub async fn discover<A: StreamsApi>(
     stream_arn: &str,
     retry: &RetryPolicy,
     cancel: &Cancel,
+    observer: &dyn AttemptObserver,
 ) -> Result<Discovery, ReadError> {
     let mut discovery = Discovery::default();
     let mut start: Option<ShardId> = None;
@@ -64,7 +65,7 @@ pub async fn discover<A: StreamsApi>(
                 "describe_stream",
                 || format!("DescribeStream {stream_arn}"),
                 cancel,
-                &NoObserver,
+                observer,
                 |_| api.describe_stream(stream_arn, start.as_ref(), None),
             )
             .await?;
@@ -271,7 +272,7 @@ async fn children<A: StreamsApi>(
             "describe_stream",
             || format!("DescribeStream {arn} (children of {shard})"),
             stop,
-            &NoObserver,
+            ctx.observer.as_ref(),
             |_| ctx.api.describe_stream(arn, None, Some(shard)),
         )
         .await;
@@ -319,7 +320,14 @@ async fn run_batch<A: StreamsApi>(
     }
     if listing {
         pacer.pace().await;
-        let discovered = discover(ctx.api.as_ref(), &ctx.stream_arn, &ctx.retry, &stop).await;
+        let discovered = discover(
+            ctx.api.as_ref(),
+            &ctx.stream_arn,
+            &ctx.retry,
+            &stop,
+            ctx.observer.as_ref(),
+        )
+        .await;
         pacer.ended();
         match discovered {
             Ok(discovery) => synced.listing = Some(discovery),
