@@ -73,7 +73,7 @@ async fn an_open_snapshot_resumes_with_its_progress() {
         let file = StateFile::new(golden(name));
         let identity = file.load("orders-mirror").unwrap().unwrap().identity;
         let checkpointer = Checkpointer::open_streams(
-            ddbpipe_pipeline::state::Store::File(file),
+            file,
             "orders-mirror",
             Identity::from_json(identity.as_json().clone()),
             Duration::ZERO,

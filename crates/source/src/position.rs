@@ -91,6 +91,11 @@ impl StreamsPosition {
         }
     }
 
+    /// The open snapshot's id, the marker of its rows in a keyed sink.
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot.as_ref()?.get("id")?.as_i64()
+    }
+
     /// Whether `shard` is known to the position (positioned, `""` or finished).
     pub fn knows(&self, shard: &ShardId) -> bool {
         self.shards.contains_key(shard) || self.finished.contains(shard)

@@ -14,10 +14,9 @@
 //!    complete-read cleanup in one transaction (SPEC §5.3); a failed cleanup is retried by the
 //!    next run without scanning again.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+pub mod store;
 
-use ddbpipe_keyed::{CloseSnapshot, StateWrite};
+use std::time::{Duration, Instant};
 
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::records::SegmentCursor;
@@ -26,9 +25,11 @@ use serde_json::json;
 
 use crate::batch::Batch;
 use crate::events::CheckpointAged;
+use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::position::{Position, ScanKind, ScanPosition};
-use crate::state::{Entry, StateError, Store};
+use crate::state::{Entry, StateError};
+use store::{Ceiling, CheckpointStore, Placement, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -72,16 +73,6 @@ pub struct CleanupPolicy {
     pub max_keys: u64,
 }
 
-/// The state parts of a batch, committed by a keyed sink with the batch's rows.
-#[derive(Debug, Clone)]
-pub struct Staged {
-    /// The parts to write.
-    pub state: StateWrite,
-    /// The open snapshot's id: snapshot rows (`op: "r"`) are marked with it.
-    pub snapshot_id: Option<i64>,
-    parts: BTreeMap<String, String>,
-}
-
 /// The cleanup ceiling was hit: the snapshot was closed without deletes (SPEC §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CeilingHit {
@@ -94,7 +85,7 @@ pub struct CeilingHit {
 /// Applies and stores one pipeline's position.
 #[derive(Debug)]
 pub struct Checkpointer {
-    store: Store,
+    store: Box<dyn CheckpointStore>,
     pipeline: String,
     identity: Identity,
     last_completed: Option<serde_json::Value>,
@@ -119,7 +110,7 @@ pub fn now_rfc3339() -> String {
 impl Checkpointer {
     /// A checkpointer over `store` starting from what was loaded.
     fn new(
-        store: Store,
+        store: Box<dyn CheckpointStore>,
         pipeline: &str,
         identity: Identity,
         last_completed: Option<serde_json::Value>,
@@ -148,13 +139,14 @@ impl Checkpointer {
     /// Loads the stored entry and checks it belongs to this source; returns the checkpointer
     /// and the scan position to resume from (fresh when none is stored).
     pub async fn open_scan(
-        mut store: Store,
+        store: impl CheckpointStore + 'static,
         pipeline: &str,
         identity: Identity,
         kind: ScanKind,
         total_segments: u32,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
+        let mut store: Box<dyn CheckpointStore> = Box::new(store);
         let stored = store.load(pipeline).await?;
         let (last_completed, position) = match stored {
             None => (None, None),
@@ -210,11 +202,12 @@ impl Checkpointer {
     /// Returns the checkpointer; [`streams_position`](Self::streams_position) is `None` on a
     /// first run.
     pub async fn open_streams(
-        mut store: Store,
+        store: impl CheckpointStore + 'static,
         pipeline: &str,
         identity: Identity,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
+        let mut store: Box<dyn CheckpointStore> = Box::new(store);
         let stored = store.load(pipeline).await?;
         let (last_completed, streams) = match stored {
             None => (None, None),
@@ -291,30 +284,19 @@ impl Checkpointer {
 
     /// The open snapshot's id, the marker of its rows in a keyed sink.
     pub fn snapshot_id(&self) -> Option<i64> {
-        self.snapshot_field("id")
-            .and_then(serde_json::Value::as_i64)
+        self.streams.as_ref()?.snapshot_id()
     }
 
     /// Rows in the destination table when the position lives in the sink's database (a
     /// mirror's capture records it: SPEC §5.1).
     pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
-        let Store::Database(db) = &self.store else {
-            return Ok(None);
-        };
-        db.database()
-            .count_rows(db.table())
-            .await
-            .map(Some)
-            .map_err(|e| StateError::Database {
-                store: db.database().describe(),
-                message: e.message,
-            })
+        self.store.destination_rows().await
     }
 
     /// Whether completing a snapshot deletes destination rows it did not see: a keyed sink
     /// with `resnapshot_deletes: true`.
     pub fn deletes_unseen(&self) -> bool {
-        self.cleanup.deletes && matches!(self.store, Store::Database(_))
+        self.cleanup.deletes && self.store.placement() == Placement::WithRows
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
@@ -353,22 +335,19 @@ impl Checkpointer {
         self.last_completed.as_ref()
     }
 
-    /// With the position in the sink's database: the state parts the position reaches once
-    /// `batch` is acknowledged, for the sink to commit with the batch's rows. `None` with a
-    /// state file.
+    /// With the position in the sink's database: the entry the position reaches once `batch`
+    /// is acknowledged, for the sink to commit with the batch's rows. `None` with a state
+    /// file.
     pub fn stage(&self, batch: &Batch) -> Option<Staged> {
-        let Store::Database(db) = &self.store else {
+        if self.store.placement() == Placement::Apart {
             return None;
-        };
+        }
         let mut position = self.position.clone();
         let mut streams = self.streams.clone();
         apply_batch(&mut position, &mut streams, batch);
-        let entry = self.entry(current_position(&position, streams.as_ref()));
-        let (state, parts) = db.changes(&self.pipeline, Some(&entry));
         Some(Staged {
-            state,
-            snapshot_id: self.snapshot_id(),
-            parts,
+            pipeline: self.pipeline.clone(),
+            entry: self.entry(current_position(&position, streams.as_ref())),
         })
     }
 
@@ -382,8 +361,7 @@ impl Checkpointer {
         if apply_batch(&mut self.position, &mut self.streams, batch) {
             self.dirty = true;
         }
-        if let (Some(staged), Store::Database(db)) = (staged, &mut self.store) {
-            db.written(staged.parts);
+        if staged.is_some() {
             self.written_at = Some(Instant::now());
             self.dirty = false;
         }
@@ -444,7 +422,7 @@ impl Checkpointer {
             return Ok(());
         }
         let complete = self.snapshot_complete();
-        let file_store = matches!(self.store, Store::File(_));
+        let file_store = self.store.placement() == Placement::Apart;
         let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
             return Ok(());
         };
@@ -472,9 +450,13 @@ impl Checkpointer {
             .snapshot_field("destination_rows_at_start")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0);
-        let close = CloseSnapshot {
+        let close = SnapshotClose {
             id,
-            delete_unseen: self.cleanup.deletes && (!mirror || rows_at_start > 0),
+            unseen: if self.cleanup.deletes && (!mirror || rows_at_start > 0) {
+                Unseen::Delete
+            } else {
+                Unseen::Keep
+            },
             max_keys: self.cleanup.max_keys,
         };
         let mut closed_streams = self.streams.clone();
@@ -482,19 +464,10 @@ impl Checkpointer {
             streams.snapshot = None;
         }
         let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
-        let Store::Database(db) = &mut self.store else {
-            return Ok(());
-        };
-        let (write, parts) = db.changes(&self.pipeline, Some(&entry));
-        let closed = db
-            .database()
-            .close_snapshot(db.table(), close, &write)
-            .await
-            .map_err(|e| StateError::Database {
-                store: db.database().describe(),
-                message: e.message,
-            })?;
-        db.written(parts);
+        let closed = self
+            .store
+            .close_snapshot(&self.pipeline, close, &entry)
+            .await?;
         self.streams = closed_streams;
         self.written_at = Some(Instant::now());
         self.dirty = false;
@@ -504,7 +477,7 @@ impl Checkpointer {
             deleted = closed.deleted,
             "Snapshot closed."
         );
-        if closed.ceiling_hit {
+        if closed.ceiling == Ceiling::Hit {
             self.ceiling = Some(CeilingHit {
                 keys: closed.keys_written,
                 max_keys: close.max_keys,

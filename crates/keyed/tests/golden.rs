@@ -1,4 +1,4 @@
-//! Golden sink databases (`tests/golden/README.md`): the state parts every sink database
+//! Golden sink databases (`crates/pipeline/tests/golden/README.md`): the state parts every sink database
 //! ddbpipe has written are read, and written back part for part, byte-identically.
 
 // A failed unwrap in a test is a failed test, with its location.
@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ddbpipe_keyed::state::DatabaseStore;
 use ddbpipe_keyed::{Database, DocumentType, SqliteDatabase, TableSpec};
-use ddbpipe_pipeline::state::{DatabaseStore, Store};
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 
 fn golden(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
+        .join("../pipeline/tests/golden")
         .join(name)
 }
 
@@ -44,13 +45,13 @@ async fn every_sink_database_is_written_back_part_for_part() {
         let copy = dir.path().join(name);
         std::fs::copy(golden(name), &copy).unwrap();
         let db = Database::Sqlite(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
-        let mut store = Store::Database(DatabaseStore::new(db, table()));
+        let mut store = DatabaseStore::new(db, table());
         let entry = store.load(pipeline).await.unwrap().unwrap();
         // Into a fresh database: every part is written anew.
         let fresh = dir.path().join("fresh.db");
         let db = Database::Sqlite(SqliteDatabase::open(&fresh).unwrap());
         db.prepare_state().await.unwrap();
-        let mut again = Store::Database(DatabaseStore::new(db, table()));
+        let mut again = DatabaseStore::new(db, table());
         again.store(pipeline, Some(&entry)).await.unwrap();
         assert_eq!(
             parts(&fresh, pipeline).await,
