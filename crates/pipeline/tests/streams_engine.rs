@@ -662,11 +662,14 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
     let captured_s = ddbpipe_source::clock::unix_now_ms() / 1000 - 24 * 3600;
     let mut capture = StreamsPosition::new(StreamKind::Mirror, Some(FAKE_STREAM_ARN.into()));
     capture.admit(&ShardId::new("s1"), Some(captured_s), None);
-    capture.snapshot = Some(json!({
-        "captured_at": captured_s, "complete": false, "cursors": {},
-        "destination_rows_at_start": 0, "done": [], "gap_reasons": [],
-        "id": captured_s * 1000, "keys_written": 0, "reason": "mirror", "total_segments": 2,
-    }));
+    capture.snapshot = Some(
+        serde_json::from_value(json!({
+            "captured_at": captured_s, "complete": false, "cursors": {},
+            "destination_rows_at_start": 0, "done": [], "gap_reasons": [],
+            "id": captured_s * 1000, "keys_written": 0, "reason": "mirror", "total_segments": 2,
+        }))
+        .unwrap(),
+    );
     let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
     let entry = Entry {
         identity: identity.clone(),

@@ -18,7 +18,7 @@ pub mod store;
 
 use std::time::{Duration, Instant};
 
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::position::{SnapshotReason, SnapshotRecord, StreamKind, StreamsPosition};
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::streams::handover;
 use serde_json::json;
@@ -273,13 +273,11 @@ impl Checkpointer {
 
     /// Whether the open snapshot's scan already completed (only its closing is left).
     pub fn snapshot_complete(&self) -> bool {
-        self.snapshot_field("complete")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false)
+        self.snapshot().is_some_and(|snapshot| snapshot.complete)
     }
 
-    fn snapshot_field(&self, field: &str) -> Option<&serde_json::Value> {
-        self.streams.as_ref()?.snapshot.as_ref()?.get(field)
+    fn snapshot(&self) -> Option<&SnapshotRecord> {
+        self.streams.as_ref()?.snapshot.as_deref()
     }
 
     /// The open snapshot's id, the marker of its rows in a keyed sink.
@@ -435,21 +433,17 @@ impl Checkpointer {
             return self.flush().await;
         }
         if !complete {
-            if let Some(record) = snapshot.as_object_mut() {
-                record.insert("complete".into(), json!(true));
-            }
+            snapshot.complete = true;
             self.dirty = true;
             self.flush().await?;
         }
         let id = self.snapshot_id().unwrap_or_default();
-        let mirror = self
-            .snapshot_field("reason")
-            .and_then(serde_json::Value::as_str)
-            == Some("mirror");
-        let rows_at_start = self
-            .snapshot_field("destination_rows_at_start")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
+        let (mirror, rows_at_start) = self.snapshot().map_or((false, 0), |snapshot| {
+            (
+                snapshot.reason == SnapshotReason::Mirror,
+                snapshot.destination_rows_at_start.unwrap_or(0),
+            )
+        });
         let close = SnapshotClose {
             id,
             unseen: if self.cleanup.deletes && (!mirror || rows_at_start > 0) {
@@ -556,23 +550,18 @@ fn current_position(
     }
 }
 
-/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`).
-fn snapshot_progress(snapshot: &serde_json::Value) -> Result<ScanPosition, String> {
-    let total = snapshot
-        .get("total_segments")
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|t| u32::try_from(t).ok())
-        .filter(|t| *t >= 1)
-        .ok_or("total_segments is missing or not a segment count")?;
-    let mut json = serde_json::json!({
-        "cursors": snapshot.get("cursors").cloned().unwrap_or_else(|| serde_json::json!({})),
-        "done": snapshot.get("done").cloned().unwrap_or_else(|| serde_json::json!([])),
-        "kind": "scan",
-        "total_segments": total,
-    });
-    if let Some(map) = json.as_object_mut() {
-        map.retain(|_, v| !v.is_null());
+/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`),
+/// checked as strictly as a scan position.
+fn snapshot_progress(snapshot: &SnapshotRecord) -> Result<ScanPosition, String> {
+    if snapshot.total_segments < 1 {
+        return Err("total_segments is missing or not a segment count".into());
     }
+    let json = json!({
+        "cursors": snapshot.cursors,
+        "done": snapshot.done,
+        "kind": "scan",
+        "total_segments": snapshot.total_segments,
+    });
     match Position::from_json(&json) {
         Ok(Position::Scan(scan)) => Ok(scan),
         Ok(Position::Streams(_)) => Err("not a scan progress".into()),
@@ -581,13 +570,8 @@ fn snapshot_progress(snapshot: &serde_json::Value) -> Result<ScanPosition, Strin
 }
 
 /// Writes scan progress into an open snapshot record.
-fn write_snapshot_progress(snapshot: &mut serde_json::Value, progress: &ScanPosition) {
-    let as_scan = Position::Scan(progress.clone()).to_json();
-    if let Some(record) = snapshot.as_object_mut() {
-        for key in ["cursors", "done", "total_segments"] {
-            if let Some(value) = as_scan.get(key) {
-                record.insert(key.to_string(), value.clone());
-            }
-        }
-    }
+fn write_snapshot_progress(snapshot: &mut SnapshotRecord, progress: &ScanPosition) {
+    snapshot.cursors = progress.typed_cursors();
+    snapshot.done = progress.done.ranges().to_vec();
+    snapshot.total_segments = progress.total_segments;
 }
