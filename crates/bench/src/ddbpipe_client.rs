@@ -16,7 +16,7 @@ use ddbpipe_pipeline::runner::{NoProgress, run_scan};
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::position::ScanKind;
-use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
+use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
@@ -72,7 +72,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let state = StateFile::new(state_dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
     let checkpointer = Checkpointer::open_scan(
-        Store::File(state),
+        state,
         PIPELINE,
         Identity::of(&source, &Location::default(), None),
         ScanKind::Scan,

@@ -24,7 +24,7 @@ use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
 use ddbpipe_pipeline::state::identity::{Identity, Location};
-use ddbpipe_pipeline::state::{StateFile, StateLock, Store};
+use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
@@ -74,7 +74,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     let state = StateFile::new(state_dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
     let checkpointer = Checkpointer::open_streams(
-        Store::File(state),
+        state,
         PIPELINE,
         Identity::of(&source, &Location::default(), None),
         FLUSH_INTERVAL,

@@ -4,11 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ddbpipe_keyed::state::DatabaseStore;
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files::{self, RunLock};
 use ddbpipe_pipeline::sinks::jsonl;
 use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::state::position::Position;
-use ddbpipe_pipeline::state::{DatabaseStore, Entry, StateFile, Store};
+use ddbpipe_pipeline::state::{Entry, StateFile};
 use ddbpipe_source::api::{StreamsApi, TableApi, TableDescription};
 use ddbpipe_source::aws;
 use ddbpipe_source::config::{Mode, OnGap};
@@ -558,7 +560,7 @@ async fn probe_keyed(
     let Some(spec) = spec else {
         return;
     };
-    let mut store = Store::Database(DatabaseStore::new(db.clone(), spec));
+    let mut store = DatabaseStore::new(db.clone(), spec);
     let where_ = store.describe();
     let (mut status, mut detail) = match store.load(&config.name).await {
         Err(error) => (Status::Fail, error.to_string()),

@@ -4,27 +4,54 @@
 use std::path::Path;
 
 use anyhow::anyhow;
+use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
+use ddbpipe_keyed::state::DatabaseStore;
 use ddbpipe_keyed::{
     Database, DocumentType, KeyColumn, PostgresDatabase, SqliteDatabase, TableSpec,
 };
+use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
-use ddbpipe_pipeline::sinks::AnySink;
+use ddbpipe_pipeline::sink::{Records, Sink, SinkError, Staged};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
-use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
 use ddbpipe_pipeline::state::identity::KeyedOutput;
-use ddbpipe_pipeline::state::{DatabaseStore, StateFile, StateLock, Store};
+use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
 use crate::failure::{Failure, state_failure};
+
+/// The sink a pipeline's config chose.
+pub enum AnySink {
+    /// JSON lines to stdout or files.
+    Jsonl(JsonlSink),
+    /// A SQLite or PostgreSQL table.
+    Keyed(KeyedSink),
+}
+
+impl Sink for AnySink {
+    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+        match self {
+            AnySink::Jsonl(sink) => sink.write(batch, state).await,
+            AnySink::Keyed(sink) => sink.write(batch, state).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            AnySink::Jsonl(sink) => sink.describe(),
+            AnySink::Keyed(sink) => sink.describe(),
+        }
+    }
+}
 
 /// The sink of a run, where its position lives, and the run's lock.
 pub struct Destination {
     /// The sink.
     pub sink: AnySink,
     /// The position store.
-    pub store: Store,
+    pub store: Box<dyn CheckpointStore>,
     /// What to delete when a snapshot completes.
     pub cleanup: CleanupPolicy,
     // The state file's lock (a keyed sink's lock lives in its database handle).
@@ -54,7 +81,7 @@ pub async fn open(
             JsonlSink::open(jsonl_settings(jsonl), &config.name).map_err(Failure::runtime)?;
         return Ok(Destination {
             sink: AnySink::Jsonl(sink),
-            store: Store::File(file),
+            store: Box::new(file),
             cleanup,
             _lock: Some(lock),
         });
@@ -83,8 +110,8 @@ pub async fn open(
     );
     sink.prepare().await.map_err(Failure::runtime)?;
     Ok(Destination {
+        store: Box::new(sink.state_store()),
         sink: AnySink::Keyed(sink),
-        store: Store::Database(DatabaseStore::new(db, spec)),
         cleanup,
         _lock: None,
     })
@@ -172,14 +199,16 @@ pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
 
 /// The position store for reading (`state`, `lag`, `check`): creates nothing and takes no
 /// lock. `None` when a sqlite sink's database does not exist yet.
-pub async fn read_store(config: &PipelineConfig) -> Result<Option<Store>, Failure> {
+pub async fn read_store(
+    config: &PipelineConfig,
+) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
-        SinkConfig::Jsonl(_) => Ok(Some(Store::File(StateFile::new(&config.state.path)))),
+        SinkConfig::Jsonl(_) => Ok(Some(Box::new(StateFile::new(&config.state.path)))),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let spec = table_spec(config, None)?;
             Ok(open_existing(config)
                 .await?
-                .map(|db| Store::Database(DatabaseStore::new(db, spec))))
+                .map(|db| Box::new(DatabaseStore::new(db, spec)) as Box<dyn CheckpointStore>))
         }
     }
 }

@@ -39,7 +39,7 @@ use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::plan;
-use ddbpipe_source::position::StreamsPosition;
+use ddbpipe_source::position::{SnapshotRecord, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::lineage::ShardGraph;
@@ -269,7 +269,7 @@ fn snapshot_phase(mode: Mode, stored: Option<&StreamsPosition>) -> Option<LagRep
             let record = position.snapshot.as_ref()?;
             Some(LagReport::snapshot(
                 snapshot_progress(record),
-                record.clone(),
+                serde_json::to_value(record).unwrap_or(Json::Null),
             ))
         }
         None if mode == Mode::Mirror => Some(LagReport::snapshot(
@@ -282,29 +282,16 @@ fn snapshot_phase(mode: Mode, stored: Option<&StreamsPosition>) -> Option<LagRep
 }
 
 /// `snapshot (mirror) open: 3 of 16 segment(s) done` from a stored snapshot record (SPEC
-/// §6.3), tolerant of missing fields.
-fn snapshot_progress(record: &Json) -> String {
-    let reason = record
-        .get("reason")
-        .and_then(Json::as_str)
-        .unwrap_or("unknown reason");
-    let total = record.get("total_segments").and_then(Json::as_u64);
+/// §6.3).
+fn snapshot_progress(record: &SnapshotRecord) -> String {
+    let reason = record.reason.as_str();
     let done: u64 = record
-        .get("done")
-        .and_then(Json::as_array)
-        .map(|ranges| {
-            ranges
-                .iter()
-                .filter_map(|r| Some((r.get(0)?.as_u64()?, r.get(1)?.as_u64()?)))
-                .map(|(first, last)| last.saturating_sub(first) + 1)
-                .sum()
-        })
-        .unwrap_or(0);
-    let segments = match total {
-        Some(total) => format!("{done} of {total} segment(s) done"),
-        None => format!("{done} segment(s) done"),
-    };
-    if record.get("complete").and_then(Json::as_bool) == Some(true) {
+        .done
+        .iter()
+        .map(|[first, last]| u64::from(last.saturating_sub(*first)) + 1)
+        .sum();
+    let segments = format!("{done} of {} segment(s) done", record.total_segments);
+    if record.complete {
         format!("snapshot ({reason}) scanned, {segments}; streaming starts after its cleanup")
     } else {
         format!("snapshot ({reason}) open: {segments}")
@@ -659,7 +646,7 @@ mod tests {
         let record = json!({"captured_at": 1, "complete": false, "cursors": {}, "done": [[0, 3], [6, 6]],
             "gap_reasons": [], "id": 1, "keys_written": 0, "reason": "mirror", "total_segments": 16});
         let mut position = StreamsPosition::new(StreamKind::Mirror, Some("arn".into()));
-        position.snapshot = Some(record.clone());
+        position.snapshot = Some(serde_json::from_value(record.clone()).unwrap());
         let report = snapshot_phase(Mode::Mirror, Some(&position)).unwrap();
         assert_eq!(
             report.to_text(),

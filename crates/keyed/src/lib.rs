@@ -25,12 +25,19 @@
 //! [`Database::close_snapshot`] counts the rows marked with the snapshot id (`keys_written`); if
 //! that is at most `max_keys` and deletes are wanted, it deletes every row whose marker is null
 //! or another id; then it writes the state; all in one transaction.
+//!
+//! # The pipeline's side
+//! [`sink::KeyedSink`] is the `sqlite` / `postgres` sink of the pipeline crate's `Sink` trait,
+//! and [`state::DatabaseStore`] its `CheckpointStore`: batches commit their state parts with
+//! their rows.
 
 use std::collections::BTreeMap;
 
 mod postgres;
+pub mod sink;
 mod sql;
 mod sqlite;
+pub mod state;
 
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.

@@ -7,7 +7,9 @@
 //! - [`batch::Batcher`]: cuts pages into batches and attaches each page's cursor to the batch
 //!   holding its last record.
 //! - [`sink::Sink`]: write a batch, acknowledge once durable; [`sinks::jsonl::JsonlSink`].
-//! - [`checkpoint::Checkpointer`]: applies acknowledged positions, debounced writes.
+//! - [`checkpoint::Checkpointer`]: applies acknowledged positions, debounced writes, into a
+//!   [`checkpoint::store::CheckpointStore`] (the state file here; the sink databases implement
+//!   it in `ddbpipe-keyed`, which depends on this crate, never the other way).
 //! - [`state::StateFile`]: the versioned state file, its lock and strict reading.
 
 pub mod batch;

@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use crate::batch::Batch;
-use crate::checkpoint::Staged;
+use crate::state::Entry;
 
 /// A failed write. The batch was not acknowledged, so its position does not advance.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +26,35 @@ pub enum SinkErrorClass {
     /// Retrying cannot help (a record the sink cannot store, a constraint, a wrong table):
     /// every rerun fails on the same batch until its cause is fixed.
     Definite,
+}
+
+/// The entry a batch's positions reach, for a sink whose database holds the position: it
+/// commits the entry in the batch's transaction (SPEC §6.5).
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The pipeline the entry belongs to.
+    pub pipeline: String,
+    /// The entry to commit.
+    pub entry: Entry,
+}
+
+impl Staged {
+    /// The open snapshot's id: snapshot rows (`op: "r"`) are marked with it.
+    pub fn snapshot_id(&self) -> Option<i64> {
+        match &self.entry.position {
+            Some(crate::state::position::Position::Streams(streams)) => streams.snapshot_id(),
+            _ => None,
+        }
+    }
+}
+
+/// What the records of a run are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Records {
+    /// Scan or query items.
+    Items,
+    /// Change and snapshot envelopes (streams, mirror).
+    Envelopes,
 }
 
 /// Where batches go. Batches arrive in order; `write` returning `Ok` is the acknowledgement.

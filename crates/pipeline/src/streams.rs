@@ -28,7 +28,7 @@ use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan, StreamPlan};
 use ddbpipe_source::position::ShardCheckpoint;
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::position::{SnapshotReason, SnapshotRecord, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::scan::SegmentReader;
 use ddbpipe_source::streams::engine::{self, RunBounds, StreamEngine};
@@ -518,7 +518,7 @@ async fn capture<A: StreamsApi>(
     capture.snapshot = Some(snapshot_record(
         captured_ms,
         segments,
-        "resnapshot",
+        SnapshotReason::Resnapshot,
         reasons,
         0,
     ));
@@ -542,7 +542,7 @@ fn mirror_capture(
     capture.snapshot = Some(snapshot_record(
         captured_ms,
         segments,
-        "mirror",
+        SnapshotReason::Mirror,
         &[],
         destination_rows,
     ));
@@ -553,21 +553,22 @@ fn mirror_capture(
 fn snapshot_record(
     captured_ms: i64,
     segments: u32,
-    reason: &str,
+    reason: SnapshotReason,
     gap_reasons: &[String],
     destination_rows: u64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "captured_at": captured_ms.div_euclid(1000),
-        "complete": false,
-        "cursors": {},
-        "destination_rows_at_start": destination_rows,
-        "done": [],
-        "gap_reasons": gap_reasons,
-        "id": captured_ms,
-        "keys_written": 0,
-        "reason": reason,
-        "total_segments": segments,
+) -> Box<SnapshotRecord> {
+    Box::new(SnapshotRecord {
+        captured_at: captured_ms.div_euclid(1000),
+        complete: false,
+        cursors: BTreeMap::new(),
+        destination_rows_at_start: Some(destination_rows),
+        done: Vec::new(),
+        gap_reasons: gap_reasons.to_vec(),
+        id: captured_ms,
+        keys_written: 0,
+        reason,
+        total_segments: segments,
+        other: BTreeMap::new(),
     })
 }
 

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, run_scan};
+use ddbpipe_pipeline::sink::Staged;
 use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass};
+use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::{Position, ScanKind};
-use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_source::api::{ReadRequest, Render};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
@@ -81,7 +81,7 @@ fn reader(
 
 async fn checkpointer(dir: &std::path::Path, segments: u32) -> Checkpointer {
     Checkpointer::open_scan(
-        Store::File(StateFile::new(dir.join("state.json"))),
+        StateFile::new(dir.join("state.json")),
         "p",
         Identity::from_json(json!({"table_name": "t", "segments": segments})),
         ScanKind::Scan,

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
+use ddbpipe_pipeline::sink::Staged;
 use ddbpipe_pipeline::sink::{Sink, SinkError};
+use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
-use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
@@ -102,7 +102,7 @@ async fn run_into(
     mut sink: MemorySink,
 ) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
     let mut checkpointer = Checkpointer::open_streams(
-        Store::File(StateFile::new(dir.join("state.json"))),
+        StateFile::new(dir.join("state.json")),
         "p",
         Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
         Duration::ZERO,
@@ -607,7 +607,7 @@ async fn describe_stream_is_called_at_most_five_times_a_second() {
     });
     let dir = tempfile::tempdir().unwrap();
     let mut checkpointer = Checkpointer::open_streams(
-        Store::File(StateFile::new(dir.path().join("state.json"))),
+        StateFile::new(dir.path().join("state.json")),
         "p",
         Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
         Duration::ZERO,
@@ -730,11 +730,14 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
     let captured_s = ddbpipe_source::clock::unix_now_ms() / 1000 - 24 * 3600;
     let mut capture = StreamsPosition::new(StreamKind::Mirror, Some(FAKE_STREAM_ARN.into()));
     capture.admit(&ShardId::new("s1"), Some(captured_s), None);
-    capture.snapshot = Some(json!({
-        "captured_at": captured_s, "complete": false, "cursors": {},
-        "destination_rows_at_start": 0, "done": [], "gap_reasons": [],
-        "id": captured_s * 1000, "keys_written": 0, "reason": "mirror", "total_segments": 2,
-    }));
+    capture.snapshot = Some(
+        serde_json::from_value(json!({
+            "captured_at": captured_s, "complete": false, "cursors": {},
+            "destination_rows_at_start": 0, "done": [], "gap_reasons": [],
+            "id": captured_s * 1000, "keys_written": 0, "reason": "mirror", "total_segments": 2,
+        }))
+        .unwrap(),
+    );
     let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
     let entry = Entry {
         identity: identity.clone(),
@@ -743,10 +746,9 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
         updated_at: "2026-01-01T00:00:00.000Z".into(),
     };
     file.store("p", Some(&entry)).unwrap();
-    let mut checkpointer =
-        Checkpointer::open_streams(Store::File(file), "p", identity, Duration::ZERO)
-            .await
-            .unwrap();
+    let mut checkpointer = Checkpointer::open_streams(file, "p", identity, Duration::ZERO)
+        .await
+        .unwrap();
     /// Takes snapshot rows (which name no shard) and counts them.
     #[derive(Default)]
     struct Counting(usize);

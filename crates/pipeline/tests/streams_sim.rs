@@ -45,12 +45,12 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
-use ddbpipe_pipeline::checkpoint::Staged;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, StreamOutcome};
+use ddbpipe_pipeline::sink::Staged;
 use ddbpipe_pipeline::sink::{Sink, SinkError};
+use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::state::position::Position;
-use ddbpipe_pipeline::state::{StateFile, Store};
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::{
@@ -585,7 +585,7 @@ async fn one_run(
     let fake = &plan.fake;
     let file = sink.file.clone();
     let mut checkpointer = Checkpointer::open_streams(
-        Store::File(file.clone()),
+        file.clone(),
         "p",
         Identity::from_json(json!({"table_name": "t"})),
         plan.flush_interval,

@@ -9,6 +9,12 @@
 //!   resumes `AFTER_SEQUENCE_NUMBER <seq>`.
 //! - `finished` holds shards whose last record was acknowledged (`ShardEnd`): their children
 //!   may be read. A finished shard keeps its frontier in `verified_at` until it is pruned.
+//!
+//! # The open snapshot (SPEC §6.3)
+//! A mirror's first scan or a resnapshot is a [`SnapshotRecord`] beside the shards: why it was
+//! opened, its id (the marker of its rows in a keyed sink), its scan progress (`cursors`,
+//! `done`, `total_segments`, decoded by the pipeline's checkpointer) and whether the scan
+//! completed. Fields this version does not know are kept as stored.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,6 +60,56 @@ pub enum StreamKind {
     Mirror,
 }
 
+/// Why a snapshot was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotReason {
+    /// `on_gap: resnapshot` found a gap.
+    Resnapshot,
+    /// A mirror's first run.
+    Mirror,
+}
+
+impl SnapshotReason {
+    /// `"resnapshot"` or `"mirror"`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotReason::Resnapshot => "resnapshot",
+            SnapshotReason::Mirror => "mirror",
+        }
+    }
+}
+
+/// The open snapshot of a mirror or resnapshot, as stored (sorted keys).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    /// The capture time (unix s).
+    pub captured_at: i64,
+    /// Whether the scan completed (only the closing, with its cleanup, is left).
+    pub complete: bool,
+    /// Per segment in progress, its `ExclusiveStartKey` as typed JSON.
+    pub cursors: BTreeMap<String, serde_json::Value>,
+    /// Rows the destination held at the capture (a mirror deletes unseen rows only when it
+    /// held some); absent = 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_rows_at_start: Option<u64>,
+    /// Segments read to their end, as inclusive ranges.
+    pub done: Vec<[u32; 2]>,
+    /// Why the stream had a gap (a resnapshot).
+    pub gap_reasons: Vec<String>,
+    /// The snapshot id (the capture time in unix ms): the marker of its rows.
+    pub id: i64,
+    /// Keys written, as recorded at the capture.
+    pub keys_written: u64,
+    /// Why it was opened.
+    pub reason: SnapshotReason,
+    /// `TotalSegments` of its scan.
+    pub total_segments: u32,
+    /// Fields of another version, kept as stored.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
 /// A streams or mirror position.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,8 +123,8 @@ pub struct StreamsPosition {
     pub latest_floor_ms: BTreeMap<ShardId, i64>,
     /// Per shard, what has been acknowledged.
     pub shards: BTreeMap<ShardId, ShardCheckpoint>,
-    /// The open snapshot of a mirror or resnapshot, kept as stored.
-    pub snapshot: Option<serde_json::Value>,
+    /// The open snapshot of a mirror or resnapshot.
+    pub snapshot: Option<Box<SnapshotRecord>>,
     /// The stream these shards belong to.
     pub stream_arn: Option<String>,
     /// Per shard stored `""` (and finished shards' frontiers): unix s before which every
@@ -89,6 +145,11 @@ impl StreamsPosition {
             stream_arn,
             verified_at: BTreeMap::new(),
         }
+    }
+
+    /// The open snapshot's id, the marker of its rows in a keyed sink.
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot.as_ref().map(|snapshot| snapshot.id)
     }
 
     /// Whether `shard` is known to the position (positioned, `""` or finished).
@@ -168,6 +229,17 @@ mod tests {
         assert_eq!(serde_json::to_value(&position).unwrap(), json);
         let bad = json!({"finished":[],"kind":"streams","shards":{"s1":4960},"snapshot":null,"stream_arn":null});
         assert!(serde_json::from_value::<StreamsPosition>(bad).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_record_round_trips_keeping_fields_of_another_version() {
+        let json = json!({"captured_at":1,"complete":false,"cursors":{"1":{"pk":{"S":"a"}}},
+            "destination_rows_at_start":3,"done":[[0,0]],"gap_reasons":["g"],"id":1000,
+            "keys_written":0,"later":{"x":1},"reason":"mirror","total_segments":4});
+        let record: SnapshotRecord = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(record.reason, SnapshotReason::Mirror);
+        assert_eq!(record.other["later"], json!({"x": 1}));
+        assert_eq!(serde_json::to_value(&record).unwrap(), json);
     }
 
     #[test]

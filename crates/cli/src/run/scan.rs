@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
-use ddbpipe_pipeline::sinks::keyed::Records;
+use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_source::api::Render;
 use ddbpipe_source::capacity::ReadLimiter;

@@ -28,9 +28,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
-use crate::checkpoint::Staged;
 use crate::files::{self, LockError, RunLock};
-use crate::sink::{Sink, SinkError, SinkErrorClass};
+use crate::sink::{Sink, SinkError, SinkErrorClass, Staged};
 
 /// Where the lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]

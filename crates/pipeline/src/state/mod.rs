@@ -17,7 +17,5 @@
 mod file;
 pub mod identity;
 pub mod position;
-pub mod store;
 
 pub use file::{Entry, StateError, StateFile, StateLock};
-pub use store::{DatabaseStore, Store};

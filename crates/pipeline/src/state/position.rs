@@ -79,6 +79,14 @@ impl ScanPosition {
         }
     }
 
+    /// The cursors as stored: segment number → the key as typed JSON.
+    pub fn typed_cursors(&self) -> BTreeMap<String, Json> {
+        self.cursors
+            .iter()
+            .map(|(segment, item)| (segment.to_string(), ddbpipe_value::item_to_typed_json(item)))
+            .collect()
+    }
+
     /// Whether any segment has started.
     pub fn has_progress(&self) -> bool {
         self.done.count() > 0 || !self.cursors.is_empty()
@@ -144,22 +152,13 @@ impl Position {
     /// The position as stored (sorted keys).
     pub fn to_json(&self) -> Json {
         match self {
-            Position::Scan(scan) => {
-                let cursors = scan
-                    .cursors
-                    .iter()
-                    .map(|(segment, item)| {
-                        (segment.to_string(), ddbpipe_value::item_to_typed_json(item))
-                    })
-                    .collect();
-                serde_json::to_value(ScanPositionJson {
-                    cursors,
-                    done: scan.done.ranges().to_vec(),
-                    kind: scan.kind,
-                    total_segments: scan.total_segments,
-                })
-                .unwrap_or(Json::Null)
-            }
+            Position::Scan(scan) => serde_json::to_value(ScanPositionJson {
+                cursors: scan.typed_cursors(),
+                done: scan.done.ranges().to_vec(),
+                kind: scan.kind,
+                total_segments: scan.total_segments,
+            })
+            .unwrap_or(Json::Null),
             Position::Streams(streams) => serde_json::to_value(streams).unwrap_or(Json::Null),
         }
     }

@@ -14,21 +14,22 @@
 //!    complete-read cleanup in one transaction (SPEC §5.3); a failed cleanup is retried by the
 //!    next run without scanning again.
 
-use std::collections::BTreeMap;
+pub mod store;
+
 use std::time::{Duration, Instant};
 
-use ddbpipe_keyed::{CloseSnapshot, StateWrite};
-
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::position::{SnapshotReason, SnapshotRecord, StreamKind, StreamsPosition};
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::streams::handover;
 use serde_json::json;
 
 use crate::batch::Batch;
 use crate::events::CheckpointAged;
+use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::position::{Position, ScanKind, ScanPosition};
-use crate::state::{Entry, StateError, Store};
+use crate::state::{Entry, StateError};
+use store::{Ceiling, CheckpointStore, Placement, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -72,16 +73,6 @@ pub struct CleanupPolicy {
     pub max_keys: u64,
 }
 
-/// The state parts of a batch, committed by a keyed sink with the batch's rows.
-#[derive(Debug, Clone)]
-pub struct Staged {
-    /// The parts to write.
-    pub state: StateWrite,
-    /// The open snapshot's id: snapshot rows (`op: "r"`) are marked with it.
-    pub snapshot_id: Option<i64>,
-    parts: BTreeMap<String, String>,
-}
-
 /// The cleanup ceiling was hit: the snapshot was closed without deletes (SPEC §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CeilingHit {
@@ -94,7 +85,7 @@ pub struct CeilingHit {
 /// Applies and stores one pipeline's position.
 #[derive(Debug)]
 pub struct Checkpointer {
-    store: Store,
+    store: Box<dyn CheckpointStore>,
     pipeline: String,
     identity: Identity,
     last_completed: Option<serde_json::Value>,
@@ -113,7 +104,7 @@ pub use ddbpipe_source::clock::now_rfc3339;
 impl Checkpointer {
     /// A checkpointer over `store` starting from what was loaded.
     fn new(
-        store: Store,
+        store: Box<dyn CheckpointStore>,
         pipeline: &str,
         identity: Identity,
         last_completed: Option<serde_json::Value>,
@@ -142,13 +133,14 @@ impl Checkpointer {
     /// Loads the stored entry and checks it belongs to this source; returns the checkpointer
     /// and the scan position to resume from (fresh when none is stored).
     pub async fn open_scan(
-        mut store: Store,
+        store: impl CheckpointStore + 'static,
         pipeline: &str,
         identity: Identity,
         kind: ScanKind,
         total_segments: u32,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
+        let mut store: Box<dyn CheckpointStore> = Box::new(store);
         let stored = store.load(pipeline).await?;
         let (last_completed, position) = match stored {
             None => (None, None),
@@ -204,11 +196,12 @@ impl Checkpointer {
     /// Returns the checkpointer; [`streams_position`](Self::streams_position) is `None` on a
     /// first run.
     pub async fn open_streams(
-        mut store: Store,
+        store: impl CheckpointStore + 'static,
         pipeline: &str,
         identity: Identity,
         flush_interval: Duration,
     ) -> Result<Self, StartError> {
+        let mut store: Box<dyn CheckpointStore> = Box::new(store);
         let stored = store.load(pipeline).await?;
         let (last_completed, streams) = match stored {
             None => (None, None),
@@ -274,41 +267,28 @@ impl Checkpointer {
 
     /// Whether the open snapshot's scan already completed (only its closing is left).
     pub fn snapshot_complete(&self) -> bool {
-        self.snapshot_field("complete")
-            .and_then(serde_json::Value::as_bool)
-            .unwrap_or(false)
+        self.snapshot().is_some_and(|snapshot| snapshot.complete)
     }
 
-    fn snapshot_field(&self, field: &str) -> Option<&serde_json::Value> {
-        self.streams.as_ref()?.snapshot.as_ref()?.get(field)
+    fn snapshot(&self) -> Option<&SnapshotRecord> {
+        self.streams.as_ref()?.snapshot.as_deref()
     }
 
     /// The open snapshot's id, the marker of its rows in a keyed sink.
     pub fn snapshot_id(&self) -> Option<i64> {
-        self.snapshot_field("id")
-            .and_then(serde_json::Value::as_i64)
+        self.streams.as_ref()?.snapshot_id()
     }
 
     /// Rows in the destination table when the position lives in the sink's database (a
     /// mirror's capture records it: SPEC §5.1).
     pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
-        let Store::Database(db) = &self.store else {
-            return Ok(None);
-        };
-        db.database()
-            .count_rows(db.table())
-            .await
-            .map(Some)
-            .map_err(|e| StateError::Database {
-                store: db.database().describe(),
-                message: e.message,
-            })
+        self.store.destination_rows().await
     }
 
     /// Whether completing a snapshot deletes destination rows it did not see: a keyed sink
     /// with `resnapshot_deletes: true`.
     pub fn deletes_unseen(&self) -> bool {
-        self.cleanup.deletes && matches!(self.store, Store::Database(_))
+        self.cleanup.deletes && self.store.placement() == Placement::WithRows
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
@@ -347,22 +327,19 @@ impl Checkpointer {
         self.last_completed.as_ref()
     }
 
-    /// With the position in the sink's database: the state parts the position reaches once
-    /// `batch` is acknowledged, for the sink to commit with the batch's rows. `None` with a
-    /// state file.
+    /// With the position in the sink's database: the entry the position reaches once `batch`
+    /// is acknowledged, for the sink to commit with the batch's rows. `None` with a state
+    /// file.
     pub fn stage(&self, batch: &Batch) -> Option<Staged> {
-        let Store::Database(db) = &self.store else {
+        if self.store.placement() == Placement::Apart {
             return None;
-        };
+        }
         let mut position = self.position.clone();
         let mut streams = self.streams.clone();
         apply_batch(&mut position, &mut streams, batch);
-        let entry = self.entry(current_position(&position, streams.as_ref()));
-        let (state, parts) = db.changes(&self.pipeline, Some(&entry));
         Some(Staged {
-            state,
-            snapshot_id: self.snapshot_id(),
-            parts,
+            pipeline: self.pipeline.clone(),
+            entry: self.entry(current_position(&position, streams.as_ref())),
         })
     }
 
@@ -376,8 +353,7 @@ impl Checkpointer {
         if apply_batch(&mut self.position, &mut self.streams, batch) {
             self.dirty = true;
         }
-        if let (Some(staged), Store::Database(db)) = (staged, &mut self.store) {
-            db.written(staged.parts);
+        if staged.is_some() {
             self.written_at = Some(Instant::now());
             self.dirty = false;
         }
@@ -438,7 +414,7 @@ impl Checkpointer {
             return Ok(());
         }
         let complete = self.snapshot_complete();
-        let file_store = matches!(self.store, Store::File(_));
+        let file_store = self.store.placement() == Placement::Apart;
         let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
             return Ok(());
         };
@@ -451,24 +427,24 @@ impl Checkpointer {
             return self.flush().await;
         }
         if !complete {
-            if let Some(record) = snapshot.as_object_mut() {
-                record.insert("complete".into(), json!(true));
-            }
+            snapshot.complete = true;
             self.dirty = true;
             self.flush().await?;
         }
         let id = self.snapshot_id().unwrap_or_default();
-        let mirror = self
-            .snapshot_field("reason")
-            .and_then(serde_json::Value::as_str)
-            == Some("mirror");
-        let rows_at_start = self
-            .snapshot_field("destination_rows_at_start")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
-        let close = CloseSnapshot {
+        let (mirror, rows_at_start) = self.snapshot().map_or((false, 0), |snapshot| {
+            (
+                snapshot.reason == SnapshotReason::Mirror,
+                snapshot.destination_rows_at_start.unwrap_or(0),
+            )
+        });
+        let close = SnapshotClose {
             id,
-            delete_unseen: self.cleanup.deletes && (!mirror || rows_at_start > 0),
+            unseen: if self.cleanup.deletes && (!mirror || rows_at_start > 0) {
+                Unseen::Delete
+            } else {
+                Unseen::Keep
+            },
             max_keys: self.cleanup.max_keys,
         };
         let mut closed_streams = self.streams.clone();
@@ -476,19 +452,10 @@ impl Checkpointer {
             streams.snapshot = None;
         }
         let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
-        let Store::Database(db) = &mut self.store else {
-            return Ok(());
-        };
-        let (write, parts) = db.changes(&self.pipeline, Some(&entry));
-        let closed = db
-            .database()
-            .close_snapshot(db.table(), close, &write)
-            .await
-            .map_err(|e| StateError::Database {
-                store: db.database().describe(),
-                message: e.message,
-            })?;
-        db.written(parts);
+        let closed = self
+            .store
+            .close_snapshot(&self.pipeline, close, &entry)
+            .await?;
         self.streams = closed_streams;
         self.written_at = Some(Instant::now());
         self.dirty = false;
@@ -498,7 +465,7 @@ impl Checkpointer {
             deleted = closed.deleted,
             "Snapshot closed."
         );
-        if closed.ceiling_hit {
+        if closed.ceiling == Ceiling::Hit {
             self.ceiling = Some(CeilingHit {
                 keys: closed.keys_written,
                 max_keys: close.max_keys,
@@ -577,23 +544,18 @@ fn current_position(
     }
 }
 
-/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`).
-fn snapshot_progress(snapshot: &serde_json::Value) -> Result<ScanPosition, String> {
-    let total = snapshot
-        .get("total_segments")
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|t| u32::try_from(t).ok())
-        .filter(|t| *t >= 1)
-        .ok_or("total_segments is missing or not a segment count")?;
-    let mut json = serde_json::json!({
-        "cursors": snapshot.get("cursors").cloned().unwrap_or_else(|| serde_json::json!({})),
-        "done": snapshot.get("done").cloned().unwrap_or_else(|| serde_json::json!([])),
-        "kind": "scan",
-        "total_segments": total,
-    });
-    if let Some(map) = json.as_object_mut() {
-        map.retain(|_, v| !v.is_null());
+/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`),
+/// checked as strictly as a scan position.
+fn snapshot_progress(snapshot: &SnapshotRecord) -> Result<ScanPosition, String> {
+    if snapshot.total_segments < 1 {
+        return Err("total_segments is missing or not a segment count".into());
     }
+    let json = json!({
+        "cursors": snapshot.cursors,
+        "done": snapshot.done,
+        "kind": "scan",
+        "total_segments": snapshot.total_segments,
+    });
     match Position::from_json(&json) {
         Ok(Position::Scan(scan)) => Ok(scan),
         Ok(Position::Streams(_)) => Err("not a scan progress".into()),
@@ -602,13 +564,8 @@ fn snapshot_progress(snapshot: &serde_json::Value) -> Result<ScanPosition, Strin
 }
 
 /// Writes scan progress into an open snapshot record.
-fn write_snapshot_progress(snapshot: &mut serde_json::Value, progress: &ScanPosition) {
-    let as_scan = Position::Scan(progress.clone()).to_json();
-    if let Some(record) = snapshot.as_object_mut() {
-        for key in ["cursors", "done", "total_segments"] {
-            if let Some(value) = as_scan.get(key) {
-                record.insert(key.to_string(), value.clone());
-            }
-        }
-    }
+fn write_snapshot_progress(snapshot: &mut SnapshotRecord, progress: &ScanPosition) {
+    snapshot.cursors = progress.typed_cursors();
+    snapshot.done = progress.done.ranges().to_vec();
+    snapshot.total_segments = progress.total_segments;
 }

@@ -24,24 +24,15 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use base64::Engine as _;
-use ddbpipe_keyed::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::batch::Batch;
-use crate::checkpoint::Staged;
-use crate::sink::{Sink, SinkError, SinkErrorClass};
-
-/// What the records of a run are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Records {
-    /// Scan or query items.
-    Items,
-    /// Change and snapshot envelopes (streams, mirror).
-    Envelopes,
-}
+use crate::state::DatabaseStore;
+use crate::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
 
 /// How failed transactions are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +50,8 @@ pub struct SinkRetry {
 pub struct KeyedSink {
     db: Database,
     table: TableSpec,
+    /// The pipeline's state in `db`, shared with the checkpointer's store.
+    state: DatabaseStore,
     format: ValueFormat,
     records: Records,
     retry: SinkRetry,
@@ -74,12 +67,19 @@ impl KeyedSink {
         retry: SinkRetry,
     ) -> Self {
         KeyedSink {
+            state: DatabaseStore::new(db.clone(), table.clone()),
             db,
             table,
             format,
             records,
             retry,
         }
+    }
+
+    /// The position store of the pipeline in the sink's database, sharing what the sink's
+    /// batches commit: the checkpointer's store when the sink writes the batches.
+    pub fn state_store(&self) -> DatabaseStore {
+        self.state.clone()
     }
 
     /// Creates or checks the destination table and the state table.
@@ -212,12 +212,12 @@ impl KeyedSink {
             .collect()
     }
 
-    async fn apply(&self, rows: &[RowChange], state: Option<&Staged>) -> Result<(), DbError> {
-        let empty = StateWrite::default();
-        let (write, snapshot_id) = match state {
-            Some(staged) => (&staged.state, staged.snapshot_id),
-            None => (&empty, None),
-        };
+    async fn apply(
+        &self,
+        rows: &[RowChange],
+        write: &StateWrite,
+        snapshot_id: Option<i64>,
+    ) -> Result<(), DbError> {
         let policy = RetryPolicy {
             max_retries: self.retry.max_retries,
             initial_backoff: self.retry.initial_backoff,
@@ -338,14 +338,27 @@ fn short(text: &str) -> String {
 
 impl Sink for KeyedSink {
     async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
-        let snapshot_open = state.is_some_and(|s| s.snapshot_id.is_some());
+        let snapshot_id = state.and_then(Staged::snapshot_id);
         let rows = self
-            .rows(batch, snapshot_open)
+            .rows(batch, snapshot_id.is_some())
             .map_err(|message| self.error(message))?;
-        if rows.is_empty() && state.is_none_or(|s| s.state.is_empty()) {
+        let (write, parts) = match state {
+            Some(staged) => {
+                let (write, parts) = self.state.changes(&staged.pipeline, Some(&staged.entry));
+                (write, Some(parts))
+            }
+            None => (StateWrite::default(), None),
+        };
+        if rows.is_empty() && write.is_empty() {
             return Ok(());
         }
-        self.apply(&rows, state).await.map_err(|e| self.db_error(e))
+        self.apply(&rows, &write, snapshot_id)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        if let Some(parts) = parts {
+            self.state.written(parts);
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -355,14 +368,14 @@ impl Sink for KeyedSink {
 
 #[cfg(test)]
 mod tests {
-    use ddbpipe_keyed::KeyColumn;
+    use crate::KeyColumn;
     use ddbpipe_source::records::Lines;
 
     use super::*;
 
     fn sink(format: ValueFormat, records: Records, key: &[(&str, KeyType)]) -> KeyedSink {
         let dir = tempfile::tempdir().unwrap();
-        let db = ddbpipe_keyed::SqliteDatabase::open(&dir.path().join("t.db")).unwrap();
+        let db = crate::SqliteDatabase::open(&dir.path().join("t.db")).unwrap();
         KeyedSink::new(
             Database::Sqlite(db),
             TableSpec {
@@ -376,7 +389,7 @@ mod tests {
                     })
                     .collect(),
                 document_column: "document".into(),
-                document_type: ddbpipe_keyed::DocumentType::Jsonb,
+                document_type: crate::DocumentType::Jsonb,
                 create_table: true,
             },
             format,
@@ -518,7 +531,7 @@ mod tests {
     async fn a_busy_database_is_retried_with_the_whole_batch() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
-        let db = ddbpipe_keyed::SqliteDatabase::open(&path).unwrap();
+        let db = crate::SqliteDatabase::open(&path).unwrap();
         let mut sink = KeyedSink::new(
             Database::Sqlite(db),
             TableSpec {
@@ -529,7 +542,7 @@ mod tests {
                     kind: KeyType::S,
                 }],
                 document_column: "document".into(),
-                document_type: ddbpipe_keyed::DocumentType::Jsonb,
+                document_type: crate::DocumentType::Jsonb,
                 create_table: true,
             },
             ValueFormat::Plain,

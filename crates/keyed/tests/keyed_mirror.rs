@@ -16,14 +16,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
-use ddbpipe_pipeline::sink::Sink;
-use ddbpipe_pipeline::sinks::keyed::{KeyedSink, Records, SinkRetry};
+use ddbpipe_pipeline::sink::{Records, Sink};
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::state::{DatabaseStore, Store};
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
@@ -307,12 +306,8 @@ async fn mirror<T: TableApi>(
     max_keys: u64,
 ) -> Result<StreamOutcome, StreamRunError> {
     let mut sink = sink(destination, Records::Envelopes).await;
-    let store = Store::Database(DatabaseStore::new(
-        destination.database().await,
-        destination.spec(),
-    ));
     let mut checkpointer = Checkpointer::open_streams(
-        store,
+        sink.state_store(),
         "p",
         Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
         Duration::ZERO,

@@ -1,4 +1,5 @@
-//! Where a pipeline's entry is kept: the state file, or the sink's database (SPEC §6.1, §6.5).
+//! The pipeline's entry in the sink's database: a [`CheckpointStore`] whose batches commit
+//! with their rows (SPEC §6.5).
 //!
 //! # Parts (SPEC §6.5)
 //! In a database the entry is split into rows of `_ddbpipe_state`: `segment:<i>` holds the
@@ -6,70 +7,36 @@
 //! shard's entry (`{"position", "verified_at"?, "latest_floor_ms"?}`), and `meta` holds the rest.
 //! So a batch that advances two shards rewrites two small rows, not the whole entry. Reading
 //! assembles the parts into the same document as a state-file entry and checks it as strictly.
+//!
+//! # Sharing
+//! The store and the [`KeyedSink`](crate::sink::KeyedSink) writing the batches share what was
+//! last written ([`DatabaseStore`] clones share it): the sink commits a batch's changed parts,
+//! the store's own writes then start from them.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use ddbpipe_keyed::{Database, StateWrite, TableSpec};
+use ddbpipe_pipeline::checkpoint::store::{
+    Ceiling, CheckpointStore, Placement, SnapshotClose, SnapshotClosed, Unseen,
+};
+use ddbpipe_pipeline::state::{Entry, StateError};
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value as Json};
 
-use super::file::{Entry, StateError, StateFile};
+use crate::{CloseSnapshot, Database, StateWrite, TableSpec};
 
 /// The part holding everything that is not a segment cursor or a shard entry.
 const META: &str = "meta";
 
-/// A pipeline's position store.
-#[derive(Debug)]
-pub enum Store {
-    /// A JSON state file (the jsonl sink).
-    File(StateFile),
-    /// The sink's database: batches commit their state parts with their rows.
-    Database(DatabaseStore),
-}
-
-impl Store {
-    /// Reads `pipeline`'s entry strictly; `None` when there is none.
-    pub async fn load(&mut self, pipeline: &str) -> Result<Option<Entry>, StateError> {
-        match self {
-            Store::File(file) => file.load(pipeline),
-            Store::Database(db) => db.load(pipeline).await,
-        }
-    }
-
-    /// Replaces `pipeline`'s entry (`None` removes it).
-    pub async fn store(&mut self, pipeline: &str, entry: Option<&Entry>) -> Result<(), StateError> {
-        match self {
-            Store::File(file) => file.store(pipeline, entry),
-            Store::Database(db) => {
-                let (write, parts) = db.changes(pipeline, entry);
-                if !write.is_empty() {
-                    db.db
-                        .store_state(&write)
-                        .await
-                        .map_err(|e| db.error(e.message))?;
-                }
-                db.written = parts;
-                Ok(())
-            }
-        }
-    }
-
-    /// Where the state is, for messages ("/x/orders.state.json", "sqlite out.db").
-    pub fn describe(&self) -> String {
-        match self {
-            Store::File(file) => file.path().display().to_string(),
-            Store::Database(db) => db.db.describe(),
-        }
-    }
-}
-
 /// The state parts of one pipeline in a sink database, and what was last written there.
-#[derive(Debug)]
+/// Clones share what was written (see the module docs).
+#[derive(Debug, Clone)]
 pub struct DatabaseStore {
     db: Database,
     table: TableSpec,
     /// The parts as last read or written (canonical JSON text), to write only changed ones.
-    written: BTreeMap<String, String>,
+    written: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl DatabaseStore {
@@ -78,7 +45,7 @@ impl DatabaseStore {
         DatabaseStore {
             db,
             table,
-            written: BTreeMap::new(),
+            written: Arc::default(),
         }
     }
 
@@ -99,7 +66,11 @@ impl DatabaseStore {
         }
     }
 
-    async fn load(&mut self, pipeline: &str) -> Result<Option<Entry>, StateError> {
+    fn written_parts(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn load(&self, pipeline: &str) -> Result<Option<Entry>, StateError> {
         let raw = self
             .db
             .load_state(pipeline)
@@ -116,7 +87,7 @@ impl DatabaseStore {
             parts.insert(part, value);
         }
         if parts.is_empty() {
-            self.written.clear();
+            self.written_parts().clear();
             return Ok(None);
         }
         let entry = assemble(&parts).map_err(|problem| StateError::Corrupt {
@@ -125,11 +96,52 @@ impl DatabaseStore {
             problem,
         })?;
         let entry = Entry::from_json(&entry, pipeline, &where_)?;
-        self.written = parts
+        *self.written_parts() = parts
             .into_iter()
             .map(|(part, value)| (part, value.to_string()))
             .collect();
         Ok(Some(entry))
+    }
+
+    async fn store(&self, pipeline: &str, entry: Option<&Entry>) -> Result<(), StateError> {
+        let (write, parts) = self.changes(pipeline, entry);
+        if !write.is_empty() {
+            self.db
+                .store_state(&write)
+                .await
+                .map_err(|e| self.error(e.message))?;
+        }
+        self.written(parts);
+        Ok(())
+    }
+
+    async fn close(
+        &self,
+        pipeline: &str,
+        close: SnapshotClose,
+        entry: &Entry,
+    ) -> Result<SnapshotClosed, StateError> {
+        let (write, parts) = self.changes(pipeline, Some(entry));
+        let close = CloseSnapshot {
+            id: close.id,
+            delete_unseen: close.unseen == Unseen::Delete,
+            max_keys: close.max_keys,
+        };
+        let closed = self
+            .db
+            .close_snapshot(&self.table, close, &write)
+            .await
+            .map_err(|e| self.error(e.message))?;
+        self.written(parts);
+        Ok(SnapshotClosed {
+            keys_written: closed.keys_written,
+            deleted: closed.deleted,
+            ceiling: if closed.ceiling_hit {
+                Ceiling::Hit
+            } else {
+                Ceiling::Kept
+            },
+        })
     }
 
     /// The parts `entry` consists of, and the write that turns what is stored into them.
@@ -145,13 +157,13 @@ impl DatabaseStore {
                 .collect(),
             None => BTreeMap::new(),
         };
+        let written = self.written_parts();
         let upserts = parts
             .iter()
-            .filter(|(part, text)| self.written.get(*part) != Some(text))
+            .filter(|(part, text)| written.get(*part) != Some(text))
             .map(|(part, text)| (part.clone(), text.clone()))
             .collect();
-        let deletes = self
-            .written
+        let deletes = written
             .keys()
             .filter(|part| !parts.contains_key(*part))
             .cloned()
@@ -160,14 +172,60 @@ impl DatabaseStore {
             pipeline: pipeline.to_string(),
             upserts,
             deletes,
-            updated_at: entry.map_or_else(crate::checkpoint::now_rfc3339, |e| e.updated_at.clone()),
+            updated_at: entry.map_or_else(ddbpipe_pipeline::checkpoint::now_rfc3339, |e| {
+                e.updated_at.clone()
+            }),
         };
         (write, parts)
     }
 
     /// Records parts as written (after a sink transaction committed them).
-    pub fn written(&mut self, parts: BTreeMap<String, String>) {
-        self.written = parts;
+    pub fn written(&self, parts: BTreeMap<String, String>) {
+        *self.written_parts() = parts;
+    }
+}
+
+impl CheckpointStore for DatabaseStore {
+    fn describe(&self) -> String {
+        self.db.describe()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::WithRows
+    }
+
+    fn load<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
+        Box::pin(DatabaseStore::load(self, pipeline))
+    }
+
+    fn store<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+        entry: Option<&'a Entry>,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(DatabaseStore::store(self, pipeline, entry))
+    }
+
+    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+        Box::pin(async move {
+            self.db
+                .count_rows(&self.table)
+                .await
+                .map(Some)
+                .map_err(|e| self.error(e.message))
+        })
+    }
+
+    fn close_snapshot<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+        close: SnapshotClose,
+        entry: &'a Entry,
+    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
+        Box::pin(self.close(pipeline, close, entry))
     }
 }
 
@@ -342,19 +400,19 @@ mod tests {
     #[test]
     fn only_changed_parts_are_written() {
         let dir = tempfile::tempdir().unwrap();
-        let db = ddbpipe_keyed::SqliteDatabase::open(&dir.path().join("s.db")).unwrap();
+        let db = crate::SqliteDatabase::open(&dir.path().join("s.db")).unwrap();
         let table = TableSpec {
             table: "t".into(),
             schema: "main".into(),
             key: vec![],
             document_column: "document".into(),
-            document_type: ddbpipe_keyed::DocumentType::Jsonb,
+            document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
-        let mut store = DatabaseStore::new(Database::Sqlite(db), table);
+        let store = DatabaseStore::new(Database::Sqlite(db), table);
         let entry = |shards: Json| {
             Entry::from_json(
-                &json!({"fingerprint": crate::state::identity::Identity::from_json(json!({})).fingerprint(),
+                &json!({"fingerprint": ddbpipe_pipeline::state::identity::Identity::from_json(json!({})).fingerprint(),
                     "identity": {}, "last_completed": null, "updated_at": "t",
                     "position": {"finished": [], "kind": "streams", "latest_floor_ms": {},
                         "shards": shards, "snapshot": null, "stream_arn": "arn",
