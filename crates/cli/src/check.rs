@@ -1,5 +1,5 @@
 //! `ddbpipe check`: validate, then probe the table, the sink and the state without reading
-//! data (SPEC §8.2). Each probe is PASS, WARN or FAIL with a detail line.
+//! data (docs/cli.md §8.2). Each probe is PASS, WARN or FAIL with a detail line.
 
 use std::path::Path;
 use std::time::Duration;
@@ -238,7 +238,7 @@ async fn probe_table(
     (Some(table), location)
 }
 
-/// Streams and mirror (SPEC §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
+/// Streams and mirror (docs/cli.md §8.2 item 3): `stream`, `stream_view_type`, `describe_stream`.
 /// Skipped when `describe_table` failed (that ends the source probes). Only the first
 /// `DescribeStream` page is read, and no shard iterator is opened. Returns the stream's ARN
 /// when it resolved.
@@ -314,7 +314,7 @@ async fn probe_stream(
     Some(stream.arn)
 }
 
-/// The `stream_view_type` probe (SPEC §4.2): keyed sinks and mirror mode need new images;
+/// The `stream_view_type` probe (docs/streams.md §4.2): keyed sinks and mirror mode need new images;
 /// streams into jsonl take any view, with a warning naming what the envelopes will miss.
 fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, String) {
     let Some(view) = view else {
@@ -464,7 +464,7 @@ fn probe_state(
     probes.add("state", status, detail);
 }
 
-/// The `sink` and `state` probes of a keyed sink (SPEC §8.2 items 4–5): the database is
+/// The `sink` and `state` probes of a keyed sink (docs/cli.md §8.2 items 4–5): the database is
 /// reachable, the table creatable or compatible with the rights to write; the stored state
 /// readable and of this source; the lock free. Nothing is created or changed.
 async fn probe_keyed(

@@ -1,5 +1,5 @@
 //! Where a run's records and position go: the jsonl sink with its state file, or a keyed sink
-//! (sqlite, postgres) whose database also holds the position (SPEC §6.1, §7).
+//! (sqlite, postgres) whose database also holds the position (docs/state.md §6.1, docs/sinks.md §7).
 
 use std::path::Path;
 

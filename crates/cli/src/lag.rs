@@ -1,15 +1,15 @@
-//! `ddbpipe lag`: how far a streams or mirror pipeline is behind its stream (SPEC §4.11).
+//! `ddbpipe lag`: how far a streams or mirror pipeline is behind its stream (docs/streams.md §4.11).
 //!
 //! # Probe
 //! 1. Load the stored position without taking the lock (a running pipeline keeps running).
 //!    An open snapshot, or a mirror that has not captured yet, is the `snapshot` phase: its
 //!    progress is printed and there is no value.
-//! 2. Resolve the stream (SPEC §4.2) and discover its shards (SPEC §4.3).
+//! 2. Resolve the stream (docs/streams.md §4.2) and discover its shards (docs/streams.md §4.3).
 //! 3. Every described shard that is not finished is probed, `shard_concurrency` at once, from
-//!    where the next run would start it (SPEC §4.4, [`plan`]).
+//!    where the next run would start it (docs/streams.md §4.4, [`plan`]).
 //! 4. `GetShardIterator`, then `GetRecords(Limit 1)`, following the iterator past one empty
 //!    page: like a slice, a shard counts as caught up only after two empty answers in a row
-//!    (SPEC §4.9). Throttles and transients are retried with `min(delay(n), 10 s)` up to
+//!    (docs/streams.md §4.9). Throttles and transients are retried with `min(delay(n), 10 s)` up to
 //!    `max_retries`.
 //! 5. A shard's lag is the age of its first record, `(now − ts_ms) / 1000`, clamped to ≥ 0;
 //!    no record, no timestamp or no iterator → 0. A shard with a `latest` floor counts no
@@ -54,7 +54,7 @@ use crate::destination;
 use crate::failure::{Exit, Failure, start_failure};
 use crate::wiring::{self, resolve_stream};
 
-/// Empty `GetRecords` answers in a row after which a shard counts as caught up (SPEC §4.9).
+/// Empty `GetRecords` answers in a row after which a shard counts as caught up (docs/streams.md §4.9).
 const EMPTY_READS: u32 = 2;
 
 /// Shards listed in the text line; the JSON lists them all.
@@ -281,7 +281,7 @@ fn snapshot_phase(mode: Mode, stored: Option<&StreamsPosition>) -> Option<LagRep
     }
 }
 
-/// `snapshot (mirror) open: 3 of 16 segment(s) done` from a stored snapshot record (SPEC
+/// `snapshot (mirror) open: 3 of 16 segment(s) done` from a stored snapshot record (docs/state.md
 /// §6.3).
 fn snapshot_progress(record: &SnapshotRecord) -> String {
     let reason = record.reason.as_str();
@@ -342,7 +342,7 @@ struct ShardProbe {
     floor_ms: Option<i64>,
 }
 
-/// The shards to probe and where each starts (SPEC §4.4), in id order. Finished shards, and
+/// The shards to probe and where each starts (docs/streams.md §4.4), in id order. Finished shards, and
 /// shards a `latest` first run would finish unread, are left out.
 ///
 /// 1. A stored entry decides: `After(seq)`, or `""` → `TRIM_HORIZON` with its floor.
@@ -463,7 +463,7 @@ async fn probe_shard<A: StreamsApi>(
 }
 
 /// `GetRecords(Limit 1)`: throttles and transients wait `min(delay(n), 10 s)` (the slice rule
-/// of SPEC §4.8, not the plain §9.2 delay), sharing the `max_retries` budget.
+/// of docs/streams.md §4.8, not the plain docs/errors.md §9.2 delay), sharing the `max_retries` budget.
 async fn get_one_record<A: StreamsApi>(
     api: &A,
     iterator: &str,

@@ -57,7 +57,7 @@ pub fn location(sdk: &aws::SdkSettings, source: &SourceConfig) -> Location {
     }
 }
 
-/// The identity of this pipeline's position (SPEC-level rules in `state::identity`).
+/// The identity of this pipeline's position (the rules in `state::identity`).
 pub fn identity(config: &PipelineConfig, location: &Location) -> Identity {
     Identity::of(
         &config.source,
@@ -115,7 +115,7 @@ pub async fn describe<A: TableApi>(
     }
 }
 
-/// `stream_arn` if set, else the table's enabled stream, described now (SPEC §4.2).
+/// `stream_arn` if set, else the table's enabled stream, described now (docs/streams.md §4.2).
 pub async fn resolve_stream<A: TableApi>(
     api: &A,
     source: &SourceConfig,

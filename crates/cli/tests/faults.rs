@@ -1,6 +1,6 @@
 //! Fault injection through the real binary: a scripted DynamoDB endpoint throttles, fails,
 //! hangs and describes awkward tables, and `ddbpipe run` / `ddbpipe check` must retry, stop
-//! and report exactly as SPEC §9 (errors and retries), §2.2 (requests) and §2.7 (read-capacity
+//! and report exactly as docs/errors.md §9 (errors and retries), docs/scan.md §2.2 (requests) and §2.7 (read-capacity
 //! limit) say. Nothing here measures elapsed time: backoffs are configured short and
 //! outcomes are counted in requests.
 
@@ -40,7 +40,7 @@ fn first_number(text: &str) -> Option<f64> {
         .and_then(|word| word.trim_matches('.').parse().ok())
 }
 
-// --- SPEC §9.3: the retry budget, pinned cases -------------------------------------------
+// --- docs/errors.md §9.3: the retry budget, pinned cases -------------------------------------------
 
 #[tokio::test]
 async fn a_scan_throttled_twice_succeeds_on_the_third_call() {
@@ -179,7 +179,7 @@ async fn throttles_and_transients_share_one_budget() {
     );
 }
 
-// --- SPEC §9.1 Differs: an attempt that hangs is a transient -----------------------------
+// --- docs/errors.md §9.1 Differs: an attempt that hangs is a transient -----------------------------
 
 #[tokio::test]
 async fn an_attempt_that_hangs_past_the_attempt_timeout_is_retried() {
@@ -202,7 +202,7 @@ async fn an_attempt_that_hangs_past_the_attempt_timeout_is_retried() {
     assert_eq!(pipeline.written_keys(), ["a"]);
 }
 
-// --- SPEC §2.2: what every Scan request carries ------------------------------------------
+// --- docs/scan.md §2.2: what every Scan request carries ------------------------------------------
 
 #[tokio::test]
 async fn a_one_segment_scan_asks_for_total_capacity_and_the_page_limit_without_segment_fields() {
@@ -277,7 +277,7 @@ async fn the_second_page_starts_at_the_first_pages_last_evaluated_key() {
     assert_eq!(pipeline.written_keys(), ["a", "b"]);
 }
 
-// --- SPEC §2.7: the read-capacity fraction needs a base -----------------------------------
+// --- docs/scan.md §2.7: the read-capacity fraction needs a base -----------------------------------
 
 #[tokio::test]
 async fn check_fails_read_capacity_for_a_fraction_of_an_on_demand_table_without_a_maximum() {
@@ -337,7 +337,7 @@ async fn check_shows_half_the_provisioned_read_capacity_for_a_fraction_of_one_ha
     assert_eq!(fake.calls(Op::Scan).await, 0);
 }
 
-// --- SPEC §9.5: messages -------------------------------------------------------------------
+// --- docs/errors.md §9.5: messages -------------------------------------------------------------------
 
 #[tokio::test]
 async fn a_missing_table_fails_naming_the_table_with_a_hint() {
@@ -409,7 +409,7 @@ async fn the_secret_access_key_appears_in_no_output_of_a_failing_run_or_a_check(
     }
 }
 
-// --- SPEC §9.5: access errors name the action, the resource and the credentials ------------
+// --- docs/errors.md §9.5: access errors name the action, the resource and the credentials ------------
 
 #[tokio::test]
 async fn an_access_denied_scan_names_the_action_the_table_and_the_credentials() {

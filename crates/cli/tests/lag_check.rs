@@ -1,8 +1,8 @@
-//! `ddbpipe lag` and the streams probes of `ddbpipe check` on both emulators (SPEC §4.11,
+//! `ddbpipe lag` and the streams probes of `ddbpipe check` on both emulators (docs/streams.md §4.11,
 //! §8.2 item 3, §10 scenario 20 as far as the emulators and the jsonl sink allow).
 //!
 //! Scenario 20 fails `stream_view_type` for a `KEYS_ONLY` stream with a sqlite sink. Keyed
-//! sinks do not exist yet, so a jsonl pipeline gets the WARN (SPEC §4.2: jsonl takes any view)
+//! sinks do not exist yet, so a jsonl pipeline gets the WARN (docs/streams.md §4.2: jsonl takes any view)
 //! and the FAIL is shown with `mode: mirror`, the other case that needs new images.
 //!
 //! The emulators cannot throttle or refuse a stream call, so `scripted` drives the same binary

@@ -1,5 +1,5 @@
 //! `mode: mirror` and the keyed sinks end to end through the CLI: a DynamoDB emulator as the
-//! source, SQLite and PostgreSQL as destinations (SPEC §5, §7.2–§7.4; §10 scenarios 10–14).
+//! source, SQLite and PostgreSQL as destinations (docs/mirror.md §5, docs/sinks.md §7.2–§7.4; docs/testing.md §10 scenarios 10–14).
 //!
 //! The convergence tests compare the destination with the table item for item in typed form:
 //! the table is dumped by a `mode: scan` pipeline with `value_format: typed`, the mirror runs
@@ -56,7 +56,7 @@ fn delete(running: &Running, pk: &str) {
     rt().block_on(request.send()).unwrap();
 }
 
-/// Re-creates `orders`: its stream is new, so a stored position has a gap (SPEC §4.5).
+/// Re-creates `orders`: its stream is new, so a stored position has a gap (docs/streams.md §4.5).
 fn recreate(running: &Running) {
     rt().block_on(running.client.delete_table().table_name("orders").send())
         .unwrap();
@@ -401,7 +401,7 @@ fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
 }
 
 /// The committed state and rows agree: every row was written by a transaction whose state is
-/// committed, i.e. no row is newer than the stored position (SPEC §6.5: rows and position
+/// committed, i.e. no row is newer than the stored position (docs/state.md §6.5: rows and position
 /// commit together; the rows carry their transaction's time).
 fn assert_rows_match_the_position(destination: &Destination, attempt: usize) {
     let state = destination.state("orders-mirror");
@@ -584,7 +584,7 @@ fn an_existing_table_with_other_key_columns_is_refused(target: Target) {
 mod sqlite {
     use super::*;
 
-    /// SPEC §1.3 (rules that need DescribeTable) and §7.2: a projection without a key
+    /// docs/config.md §1.3 (rules that need DescribeTable) and docs/sinks.md §7.2: a projection without a key
     /// attribute, and a key attribute named like the document column, are config errors.
     #[test]
     fn keys_a_keyed_sink_cannot_store_are_config_errors() {

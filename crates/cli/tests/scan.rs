@@ -1,4 +1,4 @@
-//! Scan and query end to end through the CLI, on both emulators (SPEC §10 scenarios 1–4).
+//! Scan and query end to end through the CLI, on both emulators (docs/testing.md §10 scenarios 1–4).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -169,7 +169,7 @@ fn a_query_reads_one_partition_backwards_with_filter_and_projection(emulator: Em
     }
 }
 
-/// Number texts DynamoDB accepts, with their plain output (SPEC §3.2).
+/// Number texts DynamoDB accepts, with their plain output (docs/values.md §3.2).
 const NUMBERS: &[(&str, &str)] = &[
     ("1.0", "1"),
     ("0.1", "0.1"),

@@ -1,5 +1,5 @@
 //! Stored positions through the CLI: identity changes, corrupt state, locks, drains, and the
-//! `state show|reset` commands (SPEC §6, §8.4, §8.5, §10 scenarios 16 and 17).
+//! `state show|reset` commands (docs/state.md §6, docs/cli.md §8.4, §8.5, docs/testing.md §10 scenarios 16 and 17).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]

@@ -1,7 +1,7 @@
 //! `mode: streams` under faults, through the real binary: a scripted DynamoDB Streams endpoint
 //! pages its shard listing, hides children from the full listing, expires iterators, trims
 //! shards, throttles, fails and sends malformed records, and `ddbpipe run` must read, resume,
-//! stop and report exactly as SPEC §4.3 (discovery), §4.5–§4.6 (gaps), §4.9 (one slice),
+//! stop and report exactly as docs/streams.md §4.3 (discovery), §4.5–§4.6 (gaps), §4.9 (one slice),
 //! §4.10 (`max_messages`), §9 (errors and retries) and §10 scenarios 8 and 9 say. Nothing here
 //! measures elapsed time: backoffs are configured short and outcomes are counted in requests.
 
@@ -55,7 +55,7 @@ fn stored_seq(pipeline: &Pipeline, shard: &str) -> Value {
     pipeline.position()["shards"][shard].clone()
 }
 
-// --- SPEC §4.3: discovery ------------------------------------------------------------------
+// --- docs/streams.md §4.3: discovery ------------------------------------------------------------------
 
 #[tokio::test]
 async fn every_shard_of_a_two_page_listing_is_read_and_page_two_starts_after_page_one() {
@@ -295,7 +295,7 @@ async fn closed_shards_in_two_generations_behind_an_endpoint_ignoring_the_filter
     );
 }
 
-// --- SPEC §10 scenario 8: expired iterators -------------------------------------------------
+// --- docs/testing.md §10 scenario 8: expired iterators -------------------------------------------------
 
 #[tokio::test]
 async fn an_expired_iterator_resumes_after_the_last_record_read_without_loss_or_repeat() {
@@ -385,7 +385,7 @@ async fn an_iterator_that_expires_three_times_in_a_row_fails_the_run() {
     assert!(written.is_empty() || written == ["101"], "{written:?}");
 }
 
-// --- SPEC §10 scenario 9, §4.5–§4.6: gaps --------------------------------------------------
+// --- docs/testing.md §10 scenario 9, docs/streams.md §4.5–§4.6: gaps --------------------------------------------------
 
 #[tokio::test]
 async fn a_trimmed_resume_point_at_start_up_with_on_gap_fail_stops_and_leaves_the_state_unchanged()
@@ -544,7 +544,7 @@ async fn a_stored_stream_other_than_the_tables_is_exactly_one_reason_naming_both
     assert_eq!(fake.calls(Op::GetRecords).await, 0);
 }
 
-// --- SPEC §4.9, §9: throttles and transient errors on GetRecords ---------------------------
+// --- docs/streams.md §4.9, docs/errors.md §9: throttles and transient errors on GetRecords ---------------------------
 
 #[tokio::test]
 async fn a_get_records_throttled_three_times_is_retried_and_the_run_succeeds() {
@@ -643,7 +643,7 @@ async fn a_get_records_failing_transiently_past_max_retries_fails_the_run() {
     assert!(pipeline.written_seqs().is_empty());
 }
 
-// --- SPEC §4.1: malformed records ----------------------------------------------------------
+// --- docs/streams.md §4.1: malformed records ----------------------------------------------------------
 
 #[tokio::test]
 async fn a_record_without_its_stream_part_fails_the_run() {
@@ -699,7 +699,7 @@ async fn a_record_without_a_sequence_number_fails_the_run() {
     assert!(pipeline.written_seqs().is_empty());
 }
 
-// --- SPEC §4.10: max_messages --------------------------------------------------------------
+// --- docs/streams.md §4.10: max_messages --------------------------------------------------------------
 
 #[tokio::test]
 async fn max_messages_writes_exactly_n_records_and_stores_the_nth_sequence_number() {

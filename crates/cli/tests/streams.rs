@@ -1,4 +1,4 @@
-//! `mode: streams` end to end through the CLI on both emulators (SPEC §10 scenarios 6, 19).
+//! `mode: streams` end to end through the CLI on both emulators (docs/testing.md §10 scenarios 6, 19).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]

@@ -1,6 +1,6 @@
 //! Keyed destinations: one table per source table in SQLite or PostgreSQL, with typed key
 //! columns, a document column and a snapshot marker, and the pipeline's position in the same
-//! database (SPEC §6.5, §7.2–§7.4).
+//! database (docs/state.md §6.5, docs/sinks.md §7.2–§7.4).
 //!
 //! # The destination table
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
@@ -21,7 +21,7 @@
 //! parts. [`Database::apply`] writes the rows and the state in **one** transaction: its commit is
 //! the acknowledgement of the batch, so a crash either keeps both or neither.
 //!
-//! # Complete-read cleanup (SPEC §5.3, §7.4)
+//! # Complete-read cleanup (docs/mirror.md §5.3, docs/sinks.md §7.4)
 //! [`Database::close_snapshot`] counts the rows marked with the snapshot id (`keys_written`); if
 //! that is at most `max_keys` and deletes are wanted, it deletes every row whose marker is null
 //! or another id; then it writes the state; all in one transaction.
@@ -129,7 +129,7 @@ pub enum RowChange {
     },
 }
 
-/// Parts of the pipeline state to write in a transaction (SPEC §6.5).
+/// Parts of the pipeline state to write in a transaction (docs/state.md §6.5).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateWrite {
     /// The pipeline name.
@@ -173,7 +173,7 @@ pub struct Closed {
     pub ceiling_hit: bool,
 }
 
-/// A database error, classified for retries (SPEC §9.4).
+/// A database error, classified for retries (docs/errors.md §9.4).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct DbError {
@@ -294,7 +294,7 @@ impl Database {
         dispatch!(self, db => db.lock_holder(pipeline).await)
     }
 
-    /// The `check` probe (SPEC §8.2): the database is reachable and the table creatable or
+    /// The `check` probe (docs/cli.md §8.2): the database is reachable and the table creatable or
     /// compatible, with rights to create, write and delete; changes nothing. Returns a detail
     /// line.
     pub async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {

@@ -1,19 +1,19 @@
 //! The `sqlite` and `postgres` sinks: records become row changes of a keyed table, committed
-//! with the pipeline's position in one transaction (SPEC §7.2–§7.4, §6.5).
+//! with the pipeline's position in one transaction (docs/sinks.md §7.2–§7.4, docs/state.md §6.5).
 //!
 //! # From records to rows
 //! The sink reads the JSON lines the source rendered (the same bytes the jsonl sink writes):
 //! - scan/query items → upsert of the item, the key taken from its key attributes;
 //! - envelopes: `op` `c`, `u`, `r` → upsert of `after`; `d` → delete by `key`; any other `op`
 //!   fails the run naming the record's `event_id` and shard. `r` rows written while a snapshot
-//!   is open carry its id (SPEC §7.4).
+//!   is open carry its id (docs/sinks.md §7.4).
 //!
 //! Key values follow `value_format`: plain `S` strings, `N` numbers (a JSON number's text, or
 //! the string §3.2 writes for a number no double holds), `B` base64; typed `{"S": …}`,
 //! `{"N": "<text>"}`, `{"B": "<base64>"}`. Scan and stream records of one pipeline render keys
 //! the same way, so a key always maps to the same row.
 //!
-//! # Retries (SPEC §9.4)
+//! # Retries (docs/errors.md §9.4)
 //! A retryable database error (connection loss, serialization failure, deadlock, busy) rolls
 //! the transaction back; the whole batch is retried with the source's backoff and budget. When
 //! the budget runs out the error is [`SinkErrorClass::Transient`] (a later run may succeed);
@@ -526,7 +526,7 @@ mod tests {
         assert!(error.contains("NEW_AND_OLD_IMAGES"), "{error}");
     }
 
-    /// SPEC §9.4: a busy database rolls the batch back and retries it whole.
+    /// docs/errors.md §9.4: a busy database rolls the batch back and retries it whole.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_busy_database_is_retried_with_the_whole_batch() {
         let dir = tempfile::tempdir().unwrap();

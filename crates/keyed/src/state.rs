@@ -1,7 +1,7 @@
 //! The pipeline's entry in the sink's database: a [`CheckpointStore`] whose batches commit
-//! with their rows (SPEC §6.5).
+//! with their rows (docs/state.md §6.5).
 //!
-//! # Parts (SPEC §6.5)
+//! # Parts (docs/state.md §6.5)
 //! In a database the entry is split into rows of `_ddbpipe_state`: `segment:<i>` holds the
 //! cursor of segment `i` (of a scan position, or of an open snapshot), `shard:<id>` holds a
 //! shard's entry (`{"position", "verified_at"?, "latest_floor_ms"?}`), and `meta` holds the rest.
@@ -396,7 +396,7 @@ mod tests {
         round_trip(entry);
     }
 
-    /// SPEC §6.5: a write carries only the parts that changed, and deletes parts that are gone.
+    /// docs/state.md §6.5: a write carries only the parts that changed, and deletes parts that are gone.
     #[test]
     fn only_changed_parts_are_written() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
 //! A mirror into a real keyed database (SQLite and PostgreSQL) on the in-memory table and
 //! stream: the snapshot cleanup never runs after a failed or panicked segment, the next run reads
-//! only unfinished segments and then cleans up (SPEC §5.3, §10 scenario 11); replaying batches
+//! only unfinished segments and then cleans up (docs/mirror.md §5.3, docs/testing.md §10 scenario 11); replaying batches
 //! changes nothing.
 //!
 //! Every scenario runs once per [`Target`] (modules `sqlite` and `postgres`). The PostgreSQL
@@ -340,7 +340,7 @@ async fn mirror<T: TableApi>(
 }
 
 /// A destination that already holds a row the table does not have: the first mirror's
-/// snapshot deletes it once complete (SPEC §5.3: the destination held rows at the capture).
+/// snapshot deletes it once complete (docs/mirror.md §5.3: the destination held rows at the capture).
 async fn destination_with_a_stale_row(target: Target) -> Destination {
     let destination = Destination::new(target).await;
     let mut sink = sink(&destination, Records::Items).await;
@@ -406,7 +406,7 @@ async fn no_cleanup_after_a_failed_segment(target: Target, failing: FakeTable) {
     assert!(written_before > 1, "the first run had committed batches");
 }
 
-/// SPEC §5.3: a cleanup that fails rolls back; the snapshot stays open as `complete`, and the
+/// docs/mirror.md §5.3: a cleanup that fails rolls back; the snapshot stays open as `complete`, and the
 /// next run retries only the cleanup — it does not scan again.
 async fn a_failed_cleanup_is_retried_by_the_next_run_without_scanning(target: Target) {
     let destination = destination_with_a_stale_row(target).await;

@@ -1,6 +1,6 @@
 //! Batches: records plus the positions they reach, assembled from pages.
 //!
-//! # Positions (SPEC §2.5)
+//! # Positions (docs/scan.md §2.5)
 //! A page's cursor rides on the batch holding the page's **last** record; a page with no
 //! records attaches its cursor to the next batch handed over. So when a batch is
 //! acknowledged, every record before each of its cursors has been written.

@@ -6,7 +6,7 @@
 //! each batch is written to the sink and acknowledged before the next one; only then are its
 //! positions applied. So the committed position is always a contiguous acknowledged prefix.
 //!
-//! # Stopping (SPEC §8.5)
+//! # Stopping (docs/cli.md §8.5)
 //! - `stop` (first SIGINT/SIGTERM): reading stops (in-flight requests are cancelled), pages
 //!   already read are handed over, the last batch is written, the position is committed, and
 //!   the run reports that it was interrupted.

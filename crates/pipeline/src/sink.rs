@@ -29,7 +29,7 @@ pub enum SinkErrorClass {
 }
 
 /// The entry a batch's positions reach, for a sink whose database holds the position: it
-/// commits the entry in the batch's transaction (SPEC §6.5).
+/// commits the entry in the batch's transaction (docs/state.md §6.5).
 #[derive(Debug, Clone)]
 pub struct Staged {
     /// The pipeline the entry belongs to.

@@ -1,7 +1,7 @@
 //! A streams run from start-up to end: discovery, the start-up gap checks, the first run's
 //! initial position, then the engine feeding the sink.
 //!
-//! # Start-up (SPEC §4.4–§4.6)
+//! # Start-up (docs/streams.md §4.4–§4.6)
 //! 1. Discover every shard (a failure, after retries, fails the run).
 //! 2. First run (no stored streams position): admit the shards described now per
 //!    `start_position` and commit that initial position **before** reading.
@@ -75,7 +75,7 @@ pub struct StreamRun {
     /// The config path as the user gave it (for remedies in messages).
     pub config_label: String,
     /// `mode: mirror`: the first run captures every shard at its trim horizon and scans the
-    /// table before streaming (SPEC §5).
+    /// table before streaming (docs/mirror.md §5).
     pub mirror: bool,
 }
 
@@ -130,7 +130,7 @@ pub enum StreamRunError {
     #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
     SnapshotInterrupted,
     /// The snapshot wrote more keys than `resnapshot_max_keys`: it was closed without deletes
-    /// (SPEC §5.3); the next run streams on.
+    /// (docs/mirror.md §5.3); the next run streams on.
     #[error(
         "complete-read cleanup skipped: the snapshot saw {keys} keys, more than resnapshot_max_keys ({max_keys}); nothing was deleted and the position was saved"
     )]
@@ -142,7 +142,7 @@ pub enum StreamRunError {
     },
 }
 
-/// What a resnapshot (`on_gap: resnapshot`, SPEC §4.7) scans the table with. The table is
+/// What a resnapshot (`on_gap: resnapshot`, docs/streams.md §4.7) scans the table with. The table is
 /// described only when a snapshot is needed: its key schema and read rate come from there.
 pub struct SnapshotScan<T> {
     /// The table API.
@@ -155,7 +155,7 @@ pub struct SnapshotScan<T> {
     pub page_limit: Option<u32>,
     /// `ConsistentRead`.
     pub consistent_read: bool,
-    /// The read-rate rule (SPEC §2.7), applied to the described table and refreshed while
+    /// The read-rate rule (docs/scan.md §2.7), applied to the described table and refreshed while
     /// the scan runs.
     pub read_rule: ReadRule,
 }
@@ -311,7 +311,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                 &run.stream_arn,
                 &graph,
                 &run.table,
-                // Now, not the run's start: a snapshot may have taken hours (SPEC §5.4).
+                // Now, not the run's start: a snapshot may have taken hours (docs/mirror.md §5.4).
                 unix_now_ms() / 1000,
             );
             for warning in &findings.warnings {
@@ -462,7 +462,7 @@ async fn probe<A: StreamsApi>(
     Ok(reasons)
 }
 
-/// The capture of a resnapshot (SPEC §4.7 step 3): the current ARN; every described shard
+/// The capture of a resnapshot (docs/streams.md §4.7 step 3): the current ARN; every described shard
 /// opened; a positioned shard keeps its position only if the ARN is unchanged and its trim
 /// probe passed; finished ids are kept when the ARN is unchanged; every other shard is `""`
 /// verified at the capture time. The open snapshot record goes with it.
@@ -525,7 +525,7 @@ async fn capture<A: StreamsApi>(
     Ok(capture)
 }
 
-/// A mirror's first capture (SPEC §5.1): every described shard at its trim horizon, verified at
+/// A mirror's first capture (docs/mirror.md §5.1): every described shard at its trim horizon, verified at
 /// the capture time, with the open snapshot record.
 fn mirror_capture(
     run: &StreamRun,
@@ -549,7 +549,7 @@ fn mirror_capture(
     capture
 }
 
-/// An open snapshot record (SPEC §6.3).
+/// An open snapshot record (docs/state.md §6.3).
 fn snapshot_record(
     captured_ms: i64,
     segments: u32,
@@ -683,7 +683,7 @@ async fn snapshot_phase<T: TableApi, S: Sink>(
     ceiling(checkpointer)
 }
 
-/// Stops the run once when the snapshot's cleanup was skipped for its size (SPEC §5.3).
+/// Stops the run once when the snapshot's cleanup was skipped for its size (docs/mirror.md §5.3).
 fn ceiling(checkpointer: &mut Checkpointer) -> Result<(), StreamRunError> {
     match checkpointer.take_ceiling() {
         Some(hit) => Err(StreamRunError::CleanupSkipped {

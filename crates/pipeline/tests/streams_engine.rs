@@ -1,4 +1,4 @@
-//! The stream engine on the in-memory stream, scenario by scenario (SPEC §10 scenarios 7, 8
+//! The stream engine on the in-memory stream, scenario by scenario (docs/testing.md §10 scenarios 7, 8
 //! and 15, and `max_messages`), with paused time and a memory sink.
 
 // A failed unwrap in a test helper is a failed test, with its location.
@@ -282,7 +282,7 @@ async fn an_iterator_that_keeps_expiring_fails_the_run() {
     assert!(error.contains("s1"), "{error}");
 }
 
-/// SPEC §10 scenario 15: 10 old records in a closed parent and its open child; a first run
+/// docs/testing.md §10 scenario 15: 10 old records in a closed parent and its open child; a first run
 /// at `latest` emits nothing; one change later, the second run emits only that change.
 async fn latest_emits_only_the_change_made_after_the_first_run(expire_first_reads: bool) {
     let hour = Duration::from_secs(3600);
@@ -592,7 +592,7 @@ impl StreamsApi for TimedDescribes {
 #[tokio::test(start_paused = true)]
 async fn describe_stream_is_called_at_most_five_times_a_second() {
     // Twenty closed shards without children, read one at a time: every drain asks for the
-    // shard's children, and those lookups must be paced (SPEC §4.3).
+    // shard's children, and those lookups must be paced (docs/streams.md §4.3).
     let mut fake = FakeStreams::new(16);
     for i in 0..20 {
         let shard = format!("s{i:02}");
@@ -712,7 +712,7 @@ async fn drained_shards_waiting_for_children_hold_no_slot_and_the_run_reads_ever
     );
 }
 
-/// SPEC §5.4: a snapshot that outlasted the stream retention margin is reported after the
+/// docs/mirror.md §5.4: a snapshot that outlasted the stream retention margin is reported after the
 /// scan instead of streaming from a capture whose records may be trimmed, and the run does
 /// not start another snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

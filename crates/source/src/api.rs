@@ -31,7 +31,7 @@ pub enum ReadKind {
     },
 }
 
-/// One `Scan` or `Query` page request (SPEC §2.2). `ReturnConsumedCapacity` is always `TOTAL`.
+/// One `Scan` or `Query` page request (docs/scan.md §2.2). `ReturnConsumedCapacity` is always `TOTAL`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadRequest {
     /// `TableName`.
@@ -97,7 +97,7 @@ impl Page {
 pub enum Render {
     /// The item itself (scan and query), in this format.
     Items(ValueFormat),
-    /// The item's snapshot envelope (mirror and resnapshot rows, SPEC §4.1).
+    /// The item's snapshot envelope (mirror and resnapshot rows, docs/streams.md §4.1).
     Snapshots(Arc<SnapshotShape>),
 }
 
@@ -124,7 +124,7 @@ impl Render {
 /// What a snapshot envelope needs besides the item.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotShape {
-    /// The table's key attributes (`key_of(item)`, SPEC §3.6).
+    /// The table's key attributes (`key_of(item)`, docs/values.md §3.6).
     pub key_schema: Vec<KeyAttribute>,
     /// The configured table name (the envelope's `table`).
     pub table: String,
@@ -234,7 +234,7 @@ pub struct TableDescription {
     pub size_bytes: Option<i64>,
     /// `PROVISIONED` or `PAY_PER_REQUEST`.
     pub billing_mode: Option<String>,
-    /// Hash key, then range key (SPEC §3.6).
+    /// Hash key, then range key (docs/values.md §3.6).
     pub key_schema: Vec<KeyAttribute>,
     /// Provisioned `ReadCapacityUnits` (0 or absent for on-demand tables).
     pub read_capacity_units: Option<i64>,
@@ -396,7 +396,7 @@ impl RecordsPage {
     }
 }
 
-/// Where the envelopes of a shard's records go, and in which format (SPEC §4.1).
+/// Where the envelopes of a shard's records go, and in which format (docs/streams.md §4.1).
 #[derive(Debug, Clone, Copy)]
 pub struct ChangeShape<'a> {
     /// The shard read.

@@ -1,6 +1,6 @@
 //! The read-capacity governor: a token bucket debited by the capacity DynamoDB reports.
 //!
-//! # Rules (SPEC §2.7)
+//! # Rules (docs/scan.md §2.7)
 //! 1. The effective rate `r` (units/s) is the configured one; a throttle halves it (floor
 //!    1 unit/s, or the configured rate when that is lower) and every 10 s without a throttle
 //!    restores 10 % of the configured rate.

@@ -1,6 +1,6 @@
 //! The `source:` section of a pipeline file: which table to read, how, and when a run ends.
 //!
-//! The `///` docs of these types are the user reference for every source field (SPEC §1.2).
+//! The `///` docs of these types are the user reference for every source field (docs/config.md §1.2).
 //! The CLI reads YAML into [`SourceConfig`] with strict types and rejects unknown keys; this
 //! module owns what is left: the defaults ([`defaults`]), the validation rules
 //! ([`SourceConfig::validate`]) and the warnings for fields that do nothing in the chosen mode
@@ -101,7 +101,7 @@ impl fmt::Display for Mode {
     }
 }
 
-/// Where the first run of a streams pipeline starts reading (SPEC §4.4).
+/// Where the first run of a streams pipeline starts reading (docs/streams.md §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StartPosition {
@@ -131,13 +131,13 @@ impl fmt::Display for StartPosition {
 }
 
 /// What a streams or mirror run does when, at start-up, it cannot resume without losing
-/// changes (SPEC §4.6).
+/// changes (docs/streams.md §4.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnGap {
     /// `fail`: stop with exit code 1 and explain the gap.
     Fail,
-    /// `resnapshot`: capture the stream again, rescan the table, then stream on (SPEC §4.7).
+    /// `resnapshot`: capture the stream again, rescan the table, then stream on (docs/streams.md §4.7).
     Resnapshot,
 }
 
@@ -189,7 +189,7 @@ impl fmt::Display for Secret {
     }
 }
 
-/// Where the AWS credentials come from, written `{type: <variant>, config: {...}}` (SPEC §1.4).
+/// Where the AWS credentials come from, written `{type: <variant>, config: {...}}` (docs/config.md §1.4).
 /// Unknown keys inside `config` are rejected; `default` and `web_identity` take no `config`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Credentials {
@@ -250,7 +250,7 @@ impl Credentials {
     }
 }
 
-/// How failed requests are retried (SPEC §9). Each field defaults on its own.
+/// How failed requests are retried (docs/errors.md §9). Each field defaults on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryConfig {
     /// Retries after the first attempt of a request before the run fails. Default 8.
@@ -313,11 +313,11 @@ pub struct SourceConfig {
     /// `ExpressionAttributeNames`: placeholders (keys starting with `#`) for attribute names.
     pub expression_attribute_names: BTreeMap<String, String>,
     /// `ExpressionAttributeValues` written as plain YAML (keys starting with `:`): null, booleans,
-    /// numbers, strings, lists and maps (SPEC §3.4). Numbers are read as i64, u64 or f64; use
+    /// numbers, strings, lists and maps (docs/values.md §3.4). Numbers are read as i64, u64 or f64; use
     /// `expression_attribute_values_typed` for sets, binary and exact big numbers.
     pub expression_attribute_values: BTreeMap<String, Value>,
     /// ★ `ExpressionAttributeValues` written as DynamoDB attribute JSON (keys starting with
-    /// `:`), e.g. `{N: "123456789012345678901234567"}` or `{B: "AQI="}` (SPEC §3.5). A key may
+    /// `:`), e.g. `{N: "123456789012345678901234567"}` or `{B: "AQI="}` (docs/values.md §3.5). A key may
     /// be set here or in `expression_attribute_values`, not both.
     pub expression_attribute_values_typed: BTreeMap<String, Value>,
     /// Strongly consistent reads. Not supported on global secondary indexes. Default false.
@@ -358,10 +358,10 @@ pub struct SourceConfig {
     /// 10..=3600. Default 60.
     pub discovery_interval_secs: u64,
     /// ★ A ceiling on read capacity units consumed per second by Scan and Query; finite and
-    /// greater than 0. Unset: no ceiling (SPEC §2.7).
+    /// greater than 0. Unset: no ceiling (docs/scan.md §2.7).
     pub max_read_units_per_second: Option<f64>,
     /// ★ A share of the table's (or index's) read capacity to use, 0 < f ≤ 1. With
-    /// `max_read_units_per_second` too, the smaller rate wins. Unset: no share (SPEC §2.7).
+    /// `max_read_units_per_second` too, the smaller rate wins. Unset: no share (docs/scan.md §2.7).
     pub read_capacity_fraction: Option<f64>,
     /// How failed requests are retried.
     pub retry: RetryConfig,

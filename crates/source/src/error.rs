@@ -2,12 +2,12 @@
 //!
 //! # Error handling
 //! An [`ApiError`] is what one request attempt returned, already classified by its AWS error
-//! code (SPEC §9.1). The one retry layer ([`crate::retry`]) retries throttles and transients
+//! code (docs/errors.md §9.1). The one retry layer ([`crate::retry`]) retries throttles and transients
 //! and turns the last failure into a [`ReadError`], which is definite: it stops the run.
 
 use std::fmt;
 
-/// How the retry layer treats a failed attempt (SPEC §9.1).
+/// How the retry layer treats a failed attempt (docs/errors.md §9.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// The service asked us to slow down: back off and retry; a read limit halves its rate.

@@ -112,7 +112,7 @@ impl ShardsCounted {
     }
 }
 
-/// The running lag was measured (SPEC §4.11).
+/// The running lag was measured (docs/streams.md §4.11).
 pub struct LagMeasured {
     /// Seconds; `None` when no unfinished shard has read anything.
     pub seconds: Option<f64>,

@@ -9,12 +9,12 @@
 //!   gap does, and the [`SnapshotPlan`] of a mirror's or a resnapshot's table scan.
 //!
 //! # Rules
-//! 1. Query mode reads one segment: validation (SPEC §1.3 rule 4) refuses more, so the plan
+//! 1. Query mode reads one segment: validation (docs/config.md §1.3 rule 4) refuses more, so the plan
 //!    takes `segments` as it is.
 //! 2. The `index_name` rules and the read rate need the table's description
 //!    ([`index_problem`], [`ReadRule::rate`]); a problem is a definite config error, index
 //!    first.
-//! 3. The effective poll interval is at least [`MIN_POLL`] (SPEC §1.2 `poll_interval_ms`).
+//! 3. The effective poll interval is at least [`MIN_POLL`] (docs/config.md §1.2 `poll_interval_ms`).
 //! 4. The stream is the configured `stream_arn` or the table's enabled one
 //!    ([`resolve_stream`]).
 //! 5. A streams run scans the table when `on_gap` is `resnapshot`, in mirror mode, or when

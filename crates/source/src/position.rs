@@ -1,4 +1,4 @@
-//! Where a streams read stands, per shard (SPEC §6.3). Stored in the state file (or the sink's
+//! Where a streams read stands, per shard (docs/state.md §6.3). Stored in the state file (or the sink's
 //! database) and read back strictly.
 //!
 //! # Per shard
@@ -10,7 +10,7 @@
 //! - `finished` holds shards whose last record was acknowledged (`ShardEnd`): their children
 //!   may be read. A finished shard keeps its frontier in `verified_at` until it is pruned.
 //!
-//! # The open snapshot (SPEC §6.3)
+//! # The open snapshot (docs/state.md §6.3)
 //! A mirror's first scan or a resnapshot is a [`SnapshotRecord`] beside the shards: why it was
 //! opened, its id (the marker of its rows in a keyed sink), its scan progress (`cursors`,
 //! `done`, `total_segments`, decoded by the pipeline's checkpointer) and whether the scan
@@ -118,7 +118,7 @@ pub struct StreamsPosition {
     pub finished: BTreeSet<ShardId>,
     /// `streams` or `mirror`.
     pub kind: StreamKind,
-    /// Time floors (unix ms) of shards first read at `LATEST` (SPEC §4.4).
+    /// Time floors (unix ms) of shards first read at `LATEST` (docs/streams.md §4.4).
     #[serde(default)]
     pub latest_floor_ms: BTreeMap<ShardId, i64>,
     /// Per shard, what has been acknowledged.

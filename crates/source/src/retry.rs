@@ -2,12 +2,12 @@
 //! [`run_capped`](RetryPolicy::run_capped)), and every other retried call (a keyed sink's
 //! transaction) through the loop under both, [`RetryPolicy::retry`].
 //!
-//! # Backoff (SPEC §9.2)
+//! # Backoff (docs/errors.md §9.2)
 //! `delay(n) = jitter(max(1 ms, min(initial × 2^min(n, 20), max(max_backoff, 1))))`, where
 //! `jitter` multiplies by a uniform factor in [0.5, 1.5). So the delay is never zero and may
 //! exceed `max_backoff_ms` by up to half.
 //!
-//! # Budget (SPEC §9.3)
+//! # Budget (docs/errors.md §9.3)
 //! Attempt `n` starts at 0. A throttle or a transient with `n < max_retries` waits `delay(n)`
 //! and tries again; throttles and transients share the budget, so at most `max_retries + 1`
 //! attempts are made. Every attempt is bounded by `attempt_timeout`; running out of it is a
@@ -28,7 +28,7 @@ use tokio::sync::watch;
 
 use crate::error::{ApiError, ErrorClass, ReadError};
 
-/// Retry settings, validated (SPEC §1.2 `retry`).
+/// Retry settings, validated (docs/config.md §1.2 `retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt.
@@ -126,7 +126,7 @@ pub enum GaveUp<E> {
 }
 
 impl RetryPolicy {
-    /// The backoff before retry `n` (0-based), with jitter (SPEC §9.2).
+    /// The backoff before retry `n` (0-based), with jitter (docs/errors.md §9.2).
     pub fn delay(&self, n: u32) -> Duration {
         let factor: f64 = rand::rng().random_range(0.5..1.5);
         self.delay_with_factor(n, factor)
@@ -161,7 +161,7 @@ impl RetryPolicy {
     }
 
     /// [`run`](Self::run) with every wait at most `cap` (the `min(delay(n), 10 s)` of a
-    /// stream read, SPEC §4.8).
+    /// stream read, docs/streams.md §4.8).
     pub async fn run_capped<T, F, Fut>(
         &self,
         cap: Duration,

@@ -1,6 +1,6 @@
 //! Parallel segments of a Scan (or the one segment of a Query), each resumed on its own.
 //!
-//! # Concurrency and memory (SPEC §2.4)
+//! # Concurrency and memory (docs/scan.md §2.4)
 //! 1. Pending segments wait in ascending order; at most `max_concurrency` are read at once,
 //!    and a finished segment's slot goes to the next pending one.
 //! 2. A segment's task is spawned only when it starts, so a million segments cost
@@ -30,7 +30,7 @@ use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
 use crate::segments::SegmentRanges;
 
-/// The request of every page of a scan or query source (SPEC §2.2); segments and start keys
+/// The request of every page of a scan or query source (docs/scan.md §2.2); segments and start keys
 /// are filled in per page.
 pub fn read_template(source: &SourceConfig) -> ReadRequest {
     let kind = match source.mode {

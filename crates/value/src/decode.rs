@@ -1,4 +1,4 @@
-//! Strict decoding of attribute JSON (SPEC §3.5), for typed cursors and typed expression values.
+//! Strict decoding of attribute JSON (docs/values.md §3.5), for typed cursors and typed expression values.
 //!
 //! # Rules
 //! 1. A value is an object with exactly one key, and that key is a known type tag.
@@ -22,7 +22,7 @@ use serde_json::Value as Json;
 
 use crate::{Item, Number, Value};
 
-/// Attribute JSON that breaks the rules of SPEC §3.5.
+/// Attribute JSON that breaks the rules of docs/values.md §3.5.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed typed attribute value at {path}: {problem}")]
 pub struct DecodeError {

@@ -2,7 +2,7 @@
 //! DynamoDB attribute values and their lossless JSON forms.
 //!
 //! This is the leaf crate of ddbpipe: no AWS, no tokio, no I/O. It holds the item model every
-//! other crate shares and the two ways of writing it as JSON (SPEC §3). Every object it writes
+//! other crate shares and the two ways of writing it as JSON (docs/values.md §3). Every object it writes
 //! is compact, with keys in UTF-8 byte order, strings escaped exactly as `serde_json` escapes
 //! them.
 //!

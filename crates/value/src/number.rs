@@ -4,7 +4,7 @@
 //! more than an `f64` holds. A [`Number`] therefore keeps the text DynamoDB sent, and only the
 //! plain writer ever looks at its value, through [`plain_number`].
 //!
-//! # The number rule (SPEC §3.2)
+//! # The number rule (docs/values.md §3.2)
 //! 1. Parse: trim ASCII whitespace; optional `+`/`-`; digits with at most one `.` and at least
 //!    one digit; optional `e`/`E` exponent whose signed digits fit `i64`. Reduce to a sign, a
 //!    digit string `D` without leading or trailing zeros and an exponent `E`, value ±D×10^E.
@@ -65,7 +65,7 @@ pub enum PlainNumber {
     Text,
 }
 
-/// Applies the number rule (SPEC §3.2) to one number text.
+/// Applies the number rule (docs/values.md §3.2) to one number text.
 ///
 /// ```
 /// use ddbpipe_value::{PlainNumber, plain_number};

@@ -1,4 +1,4 @@
-//! `value_format: plain` (SPEC §3.1): attribute values as ordinary JSON, and back (§3.4).
+//! `value_format: plain` (docs/values.md §3.1): attribute values as ordinary JSON, and back (§3.4).
 //!
 //! `S` is a string, `N` follows the number rule ([`crate::plain_number`]), `B` is base64,
 //! `BOOL` a boolean, `NULL` null, `L` and every set an array, `M` an object. Set-ness is not

@@ -1,4 +1,4 @@
-//! `value_format: typed` (SPEC §3.3): every attribute as DynamoDB attribute JSON.
+//! `value_format: typed` (docs/values.md §3.3): every attribute as DynamoDB attribute JSON.
 //!
 //! `{"S":s}`, `{"N":"<original text>"}`, `{"B":"<base64>"}`, `{"BOOL":b}`, `{"NULL":true}`,
 //! `{"SS":[…]}`, `{"NS":["<text>",…]}`, `{"BS":["<base64>",…]}`, `{"L":[…]}`, `{"M":{…}}`.

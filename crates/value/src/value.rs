@@ -11,7 +11,7 @@ use crate::Number;
 /// An item: attribute names to values.
 ///
 /// A `BTreeMap` keyed by `String` iterates in UTF-8 byte order, which is the key order of every
-/// JSON object ddbpipe writes (SPEC §3), so writers need no sorting step.
+/// JSON object ddbpipe writes (docs/values.md §3), so writers need no sorting step.
 pub type Item = BTreeMap<String, Value>;
 
 /// One DynamoDB attribute value, one variant per attribute type.

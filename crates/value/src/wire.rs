@@ -1,5 +1,5 @@
 //! DynamoDB attribute JSON as the service sends it, written as plain or typed output while it is
-//! parsed (SPEC §3, §8.7).
+//! parsed (docs/values.md §3, docs/cli.md §8.7).
 //!
 //! The data plane hands response bytes here instead of building SDK values and then an
 //! [`Item`](crate::Item): strings are borrowed from the input unless they hold escapes, no value
@@ -13,7 +13,7 @@
 //! the escaping writer.
 //!
 //! # Maps
-//! Output keys are sorted (SPEC §3), wire keys are not. A map is written in two steps:
+//! Output keys are sorted (docs/values.md §3), wire keys are not. A map is written in two steps:
 //! 1. each entry `"name":value` is written as it arrives, and its name and byte range are
 //!    pushed on a stack that every level of the item shares;
 //! 2. when the map closes, its entries are checked for order; unless they already are sorted,

@@ -29,7 +29,7 @@ pub(super) enum Stage {
     Type,
     /// A required field that is absent.
     Missing,
-    /// A rule of SPEC §1.3.
+    /// A rule of docs/config.md §1.3.
     Validate,
 }
 

@@ -1,4 +1,4 @@
-//! `${VAR}` interpolation of the string scalars of a config file (SPEC §1.1).
+//! `${VAR}` interpolation of the string scalars of a config file (docs/config.md §1.1).
 //!
 //! # Rules
 //! 1. `${NAME}` is replaced by the value of the environment variable `NAME`

@@ -1,4 +1,4 @@
-//! The pipeline file: YAML, `${ENV}` interpolation, strict types and validation (SPEC §1).
+//! The pipeline file: YAML, `${ENV}` interpolation, strict types and validation (docs/config.md §1).
 //!
 //! [`load`] reads one file and [`parse`] does the rest, in this order:
 //! 1. **Parse** the YAML (a syntax error is the only problem that stops at once).
@@ -6,7 +6,7 @@
 //! 3. **Type-check** by walking every section key by key (`fields`, `source`, `sink`): unknown
 //!    keys, values of the wrong type and missing fields are all reported, and a bad field falls
 //!    back to its default so the next stage still runs.
-//! 4. **Validate**: the source rules 1–11 of SPEC §1.3 (`SourceConfig::validate`), then the
+//! 4. **Validate**: the source rules 1–11 of docs/config.md §1.3 (`SourceConfig::validate`), then the
 //!    pipeline rules (rule 12: name, sink, state).
 //!
 //! Nothing here touches the network or the state store, and the environment is read only

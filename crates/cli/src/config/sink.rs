@@ -18,13 +18,13 @@ pub const MIN_ROTATE_BYTES: u64 = 1_048_576;
 /// Where the records of a run are written: the `sink:` section, `{type: <sink>, ...}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkConfig {
-    /// `type: jsonl`: one JSON object per line, to stdout or files (SPEC §7.1).
+    /// `type: jsonl`: one JSON object per line, to stdout or files (docs/sinks.md §7.1).
     Jsonl(JsonlConfig),
     /// `type: sqlite`: a keyed table in a SQLite file, the position in the same database
-    /// (SPEC §7.2).
+    /// (docs/sinks.md §7.2).
     Sqlite(SqliteConfig),
     /// `type: postgres`: a keyed table in PostgreSQL, the position in the same database
-    /// (SPEC §7.3).
+    /// (docs/sinks.md §7.3).
     Postgres(PostgresConfig),
 }
 
@@ -291,7 +291,7 @@ pub(super) fn default_state_path(config_dir: &Path, name: &str) -> PathBuf {
     config_dir.join(format!("{name}.state.json"))
 }
 
-/// The sink and state rules of SPEC §1.3 rule 12 (§6.1, §7.1).
+/// The sink and state rules of docs/config.md §1.3 rule 12 (docs/state.md §6.1, docs/sinks.md §7.1).
 pub(super) fn validate(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<ConfigError>) {
     let jsonl = match sink {
         SinkConfig::Jsonl(jsonl) => jsonl,

@@ -110,7 +110,7 @@ impl Choice for CredentialsType {
     }
 }
 
-/// `credentials: {type: <variant>, config: {...}}` (SPEC §1.4). A problem leaves the default
+/// `credentials: {type: <variant>, config: {...}}` (docs/config.md §1.4). A problem leaves the default
 /// credentials in place; the run does not start anyway.
 fn read_credentials(mut f: Fields<'_>) -> Credentials {
     let Some(kind) = f.required::<CredentialsType>("type") else {
@@ -197,7 +197,7 @@ fn read_config(kind: CredentialsType, mut f: Fields<'_>) -> Option<Credentials> 
     credentials
 }
 
-/// An entry of `expression_attribute_values` (SPEC §3.4): null → NULL, bool → BOOL, number →
+/// An entry of `expression_attribute_values` (docs/values.md §3.4): null → NULL, bool → BOOL, number →
 /// N from its exact text (`numbers`), string → S, list → L, mapping → M.
 fn plain_value(
     report: &Report,
@@ -249,7 +249,7 @@ fn plain_value(
     })
 }
 
-/// An entry of `expression_attribute_values_typed`, decoded strictly (SPEC §3.5). Attribute
+/// An entry of `expression_attribute_values_typed`, decoded strictly (docs/values.md §3.5). Attribute
 /// JSON holds no JSON numbers, so a number re-read from `${…}` goes back to its text:
 /// `{N: ${BIG}}` keeps every digit of `BIG`.
 fn decode_typed(report: &mut Report, path: &str, value: Value) -> Option<AttributeValue> {

@@ -44,7 +44,7 @@ pub async fn run(
     location.learn(&table);
     let destination = destination::open(config, config_path, Some(&table), Records::Items).await?;
     let mut sink = destination.sink;
-    // The plan's segments: validation makes a query one segment (SPEC §1.3 rule 4).
+    // The plan's segments: validation makes a query one segment (docs/config.md §1.3 rule 4).
     let mut checkpointer = Checkpointer::open_scan(
         destination.store,
         &config.name,

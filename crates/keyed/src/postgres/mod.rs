@@ -1,4 +1,4 @@
-//! The PostgreSQL backend (SPEC §6.5, §6.6, §7.3, §7.4, §9.4).
+//! The PostgreSQL backend (docs/state.md §6.5, §6.6, docs/sinks.md §7.3, §7.4, docs/errors.md §9.4).
 //!
 //! # Connection
 //! [`PostgresDatabase::connect`] takes a libpq URL (`postgres://user:pw@host:5432/db?sslmode=…`)
@@ -51,12 +51,12 @@
 //! state schema: `public`, or the one given to [`PostgresDatabase::with_schema`], or the schema of
 //! the last [`prepare`](PostgresDatabase::prepare).
 //!
-//! # Retry classification (SPEC §9.4)
+//! # Retry classification (docs/errors.md §9.4)
 //! Retryable: connection loss (closed client, I/O errors, SQLSTATE class `08`, `57P01` admin
 //! shutdown, `57P02` crash shutdown, `57P03` cannot connect now), `40001` serialization failure,
 //! `40P01` deadlock, `53300` too many connections. Everything else is fatal.
 //!
-//! # Lock (SPEC §6.6)
+//! # Lock (docs/state.md §6.6)
 //! A session advisory lock: key = FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline` (as `bigint`), taken with
 //! `pg_try_advisory_lock` and held by the handle's session until the last clone is dropped (the
 //! server frees it when the session ends). Once it has the lock, the session also takes the

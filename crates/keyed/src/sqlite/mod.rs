@@ -1,5 +1,5 @@
 //! The SQLite backend: one database file holding the destination table(s) and
-//! `_ddbpipe_state` (SPEC §6.5, §7.2, §7.4, §9.4).
+//! `_ddbpipe_state` (docs/state.md §6.5, docs/sinks.md §7.2, §7.4, docs/errors.md §9.4).
 //!
 //! # Connection
 //! One [`rusqlite::Connection`] per handle, shared by its clones behind a mutex; the file is
@@ -40,7 +40,7 @@
 //! SQLite `BUSY` and `LOCKED` are retryable (retry the whole transaction); everything else is
 //! fatal. Messages name the table and the file: `sqlite table 'orders' in out.db: …`.
 //!
-//! # The run lock (SPEC §6.6)
+//! # The run lock (docs/state.md §6.6)
 //! An OS exclusive lock (`flock`-like, [`File::try_lock`]) on `<database path>-ddbpipe-<pipeline>.lock`,
 //! holding the holder's process id; the open file stays in the handle until its last clone is
 //! dropped.

@@ -1,17 +1,17 @@
 //! The run's checkpointer: applies acknowledged positions and writes them, debounced.
 //!
-//! # Rules (SPEC §6.4)
+//! # Rules (docs/state.md §6.4)
 //! 1. A position advances only after the sink acknowledged the batch carrying it and every
 //!    batch before it. Sinks acknowledge in order, so applying each acknowledged batch's
 //!    positions in turn keeps the committed position a contiguous acknowledged prefix.
 //! 2. Writes are debounced by `flush_interval` (0 = after every batch) and always happen at a
 //!    clean end, a drain and after a failure. Nothing changed → nothing written.
 //! 3. A completed scan clears the position and records `last_completed`.
-//! 4. With a keyed sink the position lives in the sink's database (SPEC §6.5): each batch's
+//! 4. With a keyed sink the position lives in the sink's database (docs/state.md §6.5): each batch's
 //!    state parts are [staged](Checkpointer::stage) before the write and committed by the sink
 //!    in the transaction holding the batch's rows, so rows and position never disagree.
 //! 5. A completed snapshot is first marked `complete`, then closed together with the
-//!    complete-read cleanup in one transaction (SPEC §5.3); a failed cleanup is retried by the
+//!    complete-read cleanup in one transaction (docs/mirror.md §5.3); a failed cleanup is retried by the
 //!    next run without scanning again.
 
 pub mod store;
@@ -64,7 +64,7 @@ pub enum StartError {
     },
 }
 
-/// What a snapshot's completion may delete (SPEC §5.3).
+/// What a snapshot's completion may delete (docs/mirror.md §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CleanupPolicy {
     /// `resnapshot_deletes`.
@@ -73,7 +73,7 @@ pub struct CleanupPolicy {
     pub max_keys: u64,
 }
 
-/// The cleanup ceiling was hit: the snapshot was closed without deletes (SPEC §5.3).
+/// The cleanup ceiling was hit: the snapshot was closed without deletes (docs/mirror.md §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CeilingHit {
     /// Distinct keys the snapshot wrote.
@@ -280,7 +280,7 @@ impl Checkpointer {
     }
 
     /// Rows in the destination table when the position lives in the sink's database (a
-    /// mirror's capture records it: SPEC §5.1).
+    /// mirror's capture records it: docs/mirror.md §5.1).
     pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
         self.store.destination_rows().await
     }
@@ -292,7 +292,7 @@ impl Checkpointer {
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
-    /// a crash resumes the snapshot instead of detecting the gap again (SPEC §4.7, §5.1).
+    /// a crash resumes the snapshot instead of detecting the gap again (docs/streams.md §4.7, docs/mirror.md §5.1).
     pub async fn begin_snapshot(
         &mut self,
         capture: StreamsPosition,
@@ -386,7 +386,7 @@ impl Checkpointer {
     /// With an open snapshot, the snapshot is closed instead and the stream position — the
     /// capture — stays, so streaming starts from it. In a sink database the snapshot is first
     /// committed as `complete`, then closed with the complete-read cleanup in one transaction
-    /// (SPEC §5.3); over `resnapshot_max_keys` nothing is deleted and
+    /// (docs/mirror.md §5.3); over `resnapshot_max_keys` nothing is deleted and
     /// [`take_ceiling`](Self::take_ceiling) says so.
     pub async fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
         if self.snapshot_open() {

@@ -1,7 +1,7 @@
 //! Where a pipeline's entry is kept: the [`CheckpointStore`] contract, and the state file as
 //! its first implementation (the sink databases implement it in `ddbpipe-keyed`).
 //!
-//! # Rules (SPEC §6.1, §6.5)
+//! # Rules (docs/state.md §6.1, §6.5)
 //! 1. A store reads an entry strictly (corruption names the store and the JSON path) and
 //!    replaces it whole; what it writes is its own business (one file, or parts in rows).
 //! 2. A store [`WithRows`](Placement::WithRows) lives in the sink's database: each batch's
@@ -33,7 +33,7 @@ pub enum Unseen {
     Delete,
 }
 
-/// Closing a snapshot with the complete-read cleanup (SPEC §5.3).
+/// Closing a snapshot with the complete-read cleanup (docs/mirror.md §5.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotClose {
     /// The snapshot id (the marker of its rows).
@@ -86,7 +86,7 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<(), StateError>>;
 
     /// Rows in the destination table, when the state lives with the rows (a mirror's capture
-    /// records it: SPEC §5.1); `None` apart from them.
+    /// records it: docs/mirror.md §5.1); `None` apart from them.
     fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>>;
 
     /// Closes a snapshot: the cleanup of `close`, then `entry` is written, in one transaction.

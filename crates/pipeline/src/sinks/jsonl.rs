@@ -1,6 +1,6 @@
 //! The `jsonl` sink: one JSON object per line, to stdout or to (rotated) files.
 //!
-//! # Durability (SPEC §7.1)
+//! # Durability (docs/sinks.md §7.1)
 //! A batch is acknowledged after it is written and flushed and, with `fsync: true`, after
 //! `fdatasync`, so the state file never runs ahead of the data.
 //!

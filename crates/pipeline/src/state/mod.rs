@@ -1,6 +1,6 @@
 //! Stored positions: the versioned JSON state file, its lock, identity checks.
 //!
-//! # Format (SPEC §6.1)
+//! # Format (docs/state.md §6.1)
 //! `{"format":"ddbpipe-state","pipelines":{<name>:{fingerprint, identity, last_completed,
 //! position, updated_at}},"version":1}`. One file may hold several pipelines; a run changes
 //! only its own entry.

@@ -1,4 +1,4 @@
-//! Positions by mode (SPEC §6.3), read strictly: anything unexpected is corruption.
+//! Positions by mode (docs/state.md §6.3), read strictly: anything unexpected is corruption.
 
 use std::collections::BTreeMap;
 

@@ -108,7 +108,7 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Connect timeout of every client (SPEC §1.4).
+/// Connect timeout of every client (docs/config.md §1.4).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
 
 /// Loads the shared SDK configuration: region, credentials, endpoint; SDK retries off.

@@ -7,7 +7,7 @@
 //! sequence number that is not digits) is a fatal [`ApiError`] naming the record's `eventID`.
 //!
 //! # Error handling
-//! Failed calls are classified by their AWS error code (SPEC §9.1), as for tables. The code is
+//! Failed calls are classified by their AWS error code (docs/errors.md §9.1), as for tables. The code is
 //! kept verbatim: the shard reader matches `ExpiredIteratorException`,
 //! `TrimmedDataAccessException` and `ResourceNotFoundException` before the retry policy sees
 //! them.
@@ -32,7 +32,7 @@ use crate::api::{
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
 
-/// `Limit` of every `DescribeStream` page (SPEC §4.3); also the service's maximum.
+/// `Limit` of every `DescribeStream` page (docs/streams.md §4.3); also the service's maximum.
 const DESCRIBE_STREAM_LIMIT: i32 = 100;
 
 /// Reads a table's stream through the AWS SDK client.

@@ -81,7 +81,7 @@ fn key_schema(
     types: &HashMap<String, ScalarAttributeType>,
 ) -> Vec<KeyAttribute> {
     let mut elements = elements.unwrap_or_default();
-    // Hash key first, then range (SPEC §3.6).
+    // Hash key first, then range (docs/values.md §3.6).
     elements.sort_by_key(|e| !matches!(e.key_type, SdkKeyType::Hash));
     elements
         .into_iter()

@@ -1,7 +1,7 @@
-//! The validation rules of the source (SPEC §1.3 rules 1–11) and the mode warnings.
+//! The validation rules of the source (docs/config.md §1.3 rules 1–11) and the mode warnings.
 //!
 //! # Validation
-//! Rules run in the order of SPEC §1.3 and every failing rule is reported, never only the first:
+//! Rules run in the order of docs/config.md §1.3 and every failing rule is reported, never only the first:
 //! 1. `table_name` is not blank.
 //! 2. `batch_size` is 1..=1 000 000 (0, "one batch for the whole run", is refused).
 //! 3. `segments` is 1..=1 000 000.
@@ -49,7 +49,7 @@ impl SourceConfig {
         self.mode != Mode::Query && self.reads_table()
     }
 
-    /// Applies SPEC §1.3 rules 1–11 and appends every failure to `errors`, in rule order, with
+    /// Applies docs/config.md §1.3 rules 1–11 and appends every failure to `errors`, in rule order, with
     /// paths like `source.segments`.
     pub fn validate(&self, errors: &mut Vec<ConfigError>) {
         let mut fail = |field: &str, message: String| {

@@ -1,4 +1,4 @@
-//! The `index_name` rules that need `DescribeTable` (SPEC §1.3 last paragraph).
+//! The `index_name` rules that need `DescribeTable` (docs/config.md §1.3 last paragraph).
 //!
 //! # Rules
 //! 1. The named index exists on the table; the message lists the indexes it has.

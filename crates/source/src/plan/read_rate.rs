@@ -1,4 +1,4 @@
-//! The read rate of a scan (SPEC §2.7): a fixed limit, a fraction of the table's capacity, or
+//! The read rate of a scan (docs/scan.md §2.7): a fixed limit, a fraction of the table's capacity, or
 //! both, decided from the config and a `DescribeTable` answer.
 //!
 //! # Rules
@@ -18,7 +18,7 @@ use crate::api::{IndexKind, TableDescription};
 use crate::capacity::clamp_rate;
 use crate::config::SourceConfig;
 
-/// The read-rate settings of a source: what SPEC §2.7 needs besides the table's description.
+/// The read-rate settings of a source: what docs/scan.md §2.7 needs besides the table's description.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReadRule {
     /// The configured table name (for messages).

@@ -1,4 +1,4 @@
-//! The refresher of a read rate based on the table's capacity (SPEC §2.7 rule 5): every scan
+//! The refresher of a read rate based on the table's capacity (docs/scan.md §2.7 rule 5): every scan
 //! of the table (scan, query, and the snapshot scans of mirror and resnapshot) runs the same one.
 //!
 //! # Rules

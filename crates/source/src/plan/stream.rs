@@ -1,4 +1,4 @@
-//! Which stream a streams or mirror run reads (SPEC §4.2), from the config and the table's
+//! Which stream a streams or mirror run reads (docs/streams.md §4.2), from the config and the table's
 //! description, and what its view type leaves out.
 //!
 //! # Rules

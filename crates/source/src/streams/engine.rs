@@ -1,6 +1,6 @@
 //! The stream read loop: admission, the scheduler, the slices and the run's end.
 //!
-//! # Ordering (SPEC §4.8)
+//! # Ordering (docs/streams.md §4.8)
 //! 1. A shard is admitted only when its parent is absent, finished in the handed-over view,
 //!    or an orphan; a child is therefore read only after its parent's last record was handed
 //!    over, and the sequential sink acknowledges it after them.
@@ -10,7 +10,7 @@
 //!    (and the stream is not disabled), the syncer looks them up, batched with the other
 //!    shards that drained meanwhile; the loop goes on reading while it does.
 //!
-//! # Run end (SPEC §4.10)
+//! # Run end (docs/streams.md §4.10)
 //! 1. `max_messages` records handed over, a stop signal, or a disabled stream whose every
 //!    shard is finished. With `follow`, only a signal or a disabled, drained stream ends it.
 //! 2. *Idle* means both of:
@@ -24,7 +24,7 @@
 //!    So a shard waiting for a slot, one not read yet, or one throttled before it caught up
 //!    keeps the run going; idle termination then ends it once the last of them caught up.
 //!
-//! # Discovery (SPEC §4.3)
+//! # Discovery (docs/streams.md §4.3)
 //! Every `DescribeStream` after the start-up listing is the shard syncer's (`shard_sync`):
 //! children lookups of drained shards, a full listing every `discovery_interval`, and one when
 //! nothing is left to read and every known shard is finished.
@@ -77,7 +77,7 @@ pub enum EndReason {
     StreamDisabled,
 }
 
-/// The marks a first run commits before reading (SPEC §4.4): every shard described at the
+/// The marks a first run commits before reading (docs/streams.md §4.4): every shard described at the
 /// start is admitted `""` (verified at the run start) with, for `LATEST` shards, a floor;
 /// closed shards under `latest` are finished unread.
 pub fn first_run_marks(
@@ -514,7 +514,7 @@ struct LagInfo {
     caught_up: bool,
 }
 
-/// Running lag in seconds (SPEC §4.11): over unfinished shards that read something, the age
+/// Running lag in seconds (docs/streams.md §4.11): over unfinished shards that read something, the age
 /// of the newest record read; caught-up shards count 0. `None` when no shard qualifies.
 fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Option<f64> {
     shards

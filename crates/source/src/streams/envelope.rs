@@ -1,4 +1,4 @@
-//! Stream records and scanned items as change envelopes (SPEC §4.1).
+//! Stream records and scanned items as change envelopes (docs/streams.md §4.1).
 //!
 //! # Shape
 //! One compact JSON object per record, its fourteen keys in byte order:
@@ -8,7 +8,7 @@
 //! stream_view_type table ts_ms user_identity
 //! ```
 //!
-//! `after`, `before`, `key` and `document_key` follow `value_format` (SPEC §3); `document_key`
+//! `after`, `before`, `key` and `document_key` follow `value_format` (docs/values.md §3); `document_key`
 //! is the same value as `key`. A snapshot envelope (mirror and resnapshot rows) has `op: "r"`,
 //! `event_name: "SNAPSHOT"`, the item as `after`, `key_of(item)` as the key and `null` in every
 //! stream field.
@@ -60,7 +60,7 @@ pub enum EnvelopeError {
     },
 }
 
-/// Appends the change envelope of `record` read from `shard` (SPEC §4.1) as one compact JSON
+/// Appends the change envelope of `record` read from `shard` (docs/streams.md §4.1) as one compact JSON
 /// object with keys in this (sorted) order: after, before, document_key, event_id, event_name,
 /// key, op, sequence_number, shard_id, size_bytes, stream_view_type, table, ts_ms,
 /// user_identity. No newline is written.
@@ -300,7 +300,7 @@ pub fn op_code(event_name: Option<&str>) -> u8 {
     }
 }
 
-/// `key_of(item)` (SPEC §3.6): one entry per key attribute copied from the item by
+/// `key_of(item)` (docs/values.md §3.6): one entry per key attribute copied from the item by
 /// `value_of`, `null` when the item lacks it. The key schema lists the hash key first, which
 /// need not be the first name in byte order, so the names are sorted here.
 fn write_key_of(

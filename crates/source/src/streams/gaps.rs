@@ -1,4 +1,4 @@
-//! Start-up gap detection (SPEC §4.5) and the texts of `on_gap` (SPEC §4.6).
+//! Start-up gap detection (docs/streams.md §4.5) and the texts of `on_gap` (docs/streams.md §4.6).
 //!
 //! A *gap* is a change the stored position can no longer deliver. Detection is skipped on the
 //! first run; on a later run it happens after resolving the ARN and discovering the shards,
@@ -135,7 +135,7 @@ pub fn check(
 }
 
 /// Every positioned, described shard with its stored sequence number, in id order: the layer-4
-/// probes. Resnapshot probes these even when an earlier layer found the gap (SPEC §4.7).
+/// probes. Resnapshot probes these even when an earlier layer found the gap (docs/streams.md §4.7).
 pub fn probes(stored: &StreamsPosition, graph: &ShardGraph) -> Vec<(ShardId, SequenceNumber)> {
     stored
         .shards
@@ -162,7 +162,7 @@ pub fn trimmed(shard: &ShardId, seq: &SequenceNumber) -> String {
     format!("shard {shard} was trimmed past sequence {seq}")
 }
 
-/// The `on_gap: fail` error text (SPEC §4.6); `config` is the config path as given.
+/// The `on_gap: fail` error text (docs/streams.md §4.6); `config` is the config path as given.
 pub fn cannot_resume(table: &str, reasons: &[String], config: &str) -> String {
     format!(
         "cannot resume table '{table}' without losing changes: {}. Set on_gap: resnapshot, or \
@@ -171,7 +171,7 @@ pub fn cannot_resume(table: &str, reasons: &[String], config: &str) -> String {
     )
 }
 
-/// The error text of a trim met while reading (SPEC §4.6), whatever `on_gap` says.
+/// The error text of a trim met while reading (docs/streams.md §4.6), whatever `on_gap` says.
 pub fn trimmed_while_reading(shard: &ShardId) -> String {
     format!(
         "shard {shard} was trimmed past the position being read (changes older than the 24 h \

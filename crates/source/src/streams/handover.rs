@@ -3,10 +3,10 @@
 //! # Rules
 //! 1. Records and position marks travel through one bounded channel in the order they were
 //!    handed over, so a child's admission always follows its parent's last record and the
-//!    sequential sink acknowledges them in that order (SPEC §4.8).
+//!    sequential sink acknowledges them in that order (docs/streams.md §4.8).
 //! 2. `max_messages`: the handover counts records and cuts the page that reaches the limit,
 //!    so exactly N records are handed over and the shard's mark is the N-th record's sequence
-//!    number (SPEC §4.10). After that nothing more is accepted.
+//!    number (docs/streams.md §4.10). After that nothing more is accepted.
 //! 3. The idle clock restarts at every non-empty read and after every hand-over that had to
 //!    wait for room (time spent waiting for the sink is not idleness).
 //! 4. The handed view of the position (what has been handed over, not yet acknowledged) is

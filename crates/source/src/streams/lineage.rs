@@ -1,4 +1,4 @@
-//! The shard graph of a stream and which of its shards may be admitted now (SPEC §4.8).
+//! The shard graph of a stream and which of its shards may be admitted now (docs/streams.md §4.8).
 //!
 //! Pure decisions: data in, decision out. The shard syncer merges each discovery into a
 //! [`ShardGraph`]; the scheduler asks [`admissible`] after every discovery and every drained
@@ -20,13 +20,13 @@
 //!    back. A child is therefore never admitted in the same call as its parent: it waits until
 //!    the parent is finished (`ShardEnd`).
 //! 4. A child of a finished parent inherits the parent's frontier (`verified_at[parent]`) as
-//!    its own `verified_at` (SPEC §4.5).
+//!    its own `verified_at` (docs/streams.md §4.5).
 //! 5. Admissions come ordered by ancestry depth (the number of described ancestors), then id,
 //!    so the same inputs always give the same order.
 //!
 //! # Pruning
 //! A finished id that is neither described nor the parent of a described shard can unblock
-//! nothing: it is dropped from `finished` with its `verified_at` (SPEC §4.6).
+//! nothing: it is dropped from `finished` with its `verified_at` (docs/streams.md §4.6).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -198,7 +198,7 @@ pub fn admissible(graph: &ShardGraph, position: &StreamsPosition) -> Vec<Admissi
 }
 
 /// Removes finished ids that are neither described nor the parent of a described shard, with
-/// their `verified_at` (and any leftover time floor) (SPEC §4.6 "prune").
+/// their `verified_at` (and any leftover time floor) (docs/streams.md §4.6 "prune").
 pub fn prune(graph: &ShardGraph, position: &mut StreamsPosition) {
     let parents: BTreeSet<&ShardId> = graph
         .shards

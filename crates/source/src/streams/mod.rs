@@ -1,15 +1,15 @@
 //! DynamoDB Streams: change capture in stream order, parents before children.
 //!
 //! # Modules
-//! - `envelope`: stream records → the change envelope (SPEC §4.1).
+//! - `envelope`: stream records → the change envelope (docs/streams.md §4.1).
 //! - `lineage`: the pure shard graph: parents, children, which shards may be admitted.
-//! - `start`: where each shard's read starts (SPEC §4.4) and the `latest` time floor.
-//! - `gaps`: start-up gap detection in layers (SPEC §4.5).
-//! - `scheduler`: the FIFO queue of (shard, due time) and the slots (SPEC §4.8).
+//! - `start`: where each shard's read starts (docs/streams.md §4.4) and the `latest` time floor.
+//! - `gaps`: start-up gap detection in layers (docs/streams.md §4.5).
+//! - `scheduler`: the FIFO queue of (shard, due time) and the slots (docs/streams.md §4.8).
 //! - `handover`: the one point where records and position marks enter the pipeline.
-//! - `shard_reader`: one shard's slices (SPEC §4.9).
-//! - `shard_sync`: the shard syncer: listings and child lookups beside the read loop (SPEC §4.3).
-//! - `engine`: admission, slices, run end (SPEC §4.8, §4.10).
+//! - `shard_reader`: one shard's slices (docs/streams.md §4.9).
+//! - `shard_sync`: the shard syncer: listings and child lookups beside the read loop (docs/streams.md §4.3).
+//! - `engine`: admission, slices, run end (docs/streams.md §4.8, §4.10).
 
 pub mod engine;
 pub mod envelope;

@@ -1,6 +1,6 @@
 //! Which shard is read next: a FIFO queue of (shard, due time) and a fixed number of slots.
 //!
-//! # Fairness (SPEC §4.8)
+//! # Fairness (docs/streams.md §4.8)
 //! 1. A free slot takes the **first** queued shard whose due time has passed.
 //! 2. A slice ends by yielding (the shard goes to the **back** of the queue with a due time),
 //!    by draining, or by failing; so every readable shard gets turns, and with one slot and

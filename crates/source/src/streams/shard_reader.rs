@@ -1,6 +1,6 @@
 //! One shard's reads: iterator acquisition and renewal, `GetRecords` slices, `ShardEnd`.
 //!
-//! # One slice (SPEC §4.9)
+//! # One slice (docs/streams.md §4.9)
 //! 1. Without an iterator, acquire one: after the last record **read** if any, else where the
 //!    shard starts (§4.4); a `LATEST` shard that read nothing re-acquires at `TRIM_HORIZON`
 //!    with its floor. No iterator in the answer → the shard is drained. Trimmed → a gap.

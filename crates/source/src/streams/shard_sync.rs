@@ -1,4 +1,4 @@
-//! The shard syncer: every `DescribeStream` of a run, beside the read loop (SPEC §4.3).
+//! The shard syncer: every `DescribeStream` of a run, beside the read loop (docs/streams.md §4.3).
 //!
 //! The read loop asks; the syncer lists the stream or looks up children in a task of its own
 //! and hands back what it learnt. No lookup ever holds a read slot or stops the loop.

@@ -1,4 +1,4 @@
-//! Where each shard's read starts (SPEC §4.4), and the `latest` time floor.
+//! Where each shard's read starts (docs/streams.md §4.4), and the `latest` time floor.
 //!
 //! # Start positions
 //! The first run is one with no stored streams position. Per shard, the first rule that

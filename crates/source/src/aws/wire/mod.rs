@@ -1,4 +1,4 @@
-//! Scan, Query and GetRecords answers decoded straight into records (SPEC §8.7).
+//! Scan, Query and GetRecords answers decoded straight into records (docs/cli.md §8.7).
 //!
 //! # Scan and Query
 //! Each of `Items` is written as its record by [`WireWriter`](ddbpipe_value::WireWriter) while
