@@ -53,6 +53,10 @@ pub enum Command {
         /// Serve Prometheus metrics on this address (`HOST:PORT`, e.g. 127.0.0.1:9464).
         #[arg(long, value_name = "HOST:PORT")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Write the final metrics to this file when the run ends, in the Prometheus text
+        /// format (for node-exporter's textfile collector; e.g. `/var/lib/node_exporter/ddbpipe.prom`).
+        #[arg(long, value_name = "PATH")]
+        metrics_file: Option<PathBuf>,
     },
     /// Validate a pipeline and probe the table, the sink and the state without reading data.
     Check {

@@ -199,7 +199,13 @@ impl Step {
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
         note!("demo: running pipeline {}", config_path.display());
-        run::run(&config_path, ProgressMode::Auto, None, Cancel::never()).await
+        run::run(
+            &config_path,
+            ProgressMode::Auto,
+            &Default::default(),
+            Cancel::never(),
+        )
+        .await
     }
 }
 

@@ -62,9 +62,14 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
             config,
             progress,
             metrics_addr,
+            metrics_file,
         } => {
             let stop = signals();
-            run::run(&config, progress, metrics_addr, stop).await
+            let metrics = telemetry::MetricsOutput {
+                addr: metrics_addr,
+                file: metrics_file,
+            };
+            run::run(&config, progress, &metrics, stop).await
         }
         Command::Check {
             config,

@@ -19,16 +19,14 @@ use crate::wiring;
 pub async fn run(
     config_path: &Path,
     progress: ProgressMode,
-    metrics_addr: Option<std::net::SocketAddr>,
+    metrics: &telemetry::MetricsOutput,
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    if let Some(addr) = metrics_addr {
-        telemetry::serve_metrics(addr, &config.name).map_err(Failure::runtime)?;
-    }
+    let metrics = telemetry::install_metrics(metrics, &config.name).map_err(Failure::runtime)?;
     let span =
         tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
     let mode = config.source.mode;
@@ -40,5 +38,12 @@ pub async fn run(
             }
         }
     };
-    ran.instrument(span).await
+    let outcome = ran.instrument(span).await;
+    // The final values, whatever the outcome: a failed nightly run is worth scraping too.
+    if let Some(metrics) = &metrics
+        && let Err(error) = metrics.write_final()
+    {
+        tracing::warn!("{error:#}");
+    }
+    outcome
 }

@@ -1,6 +1,7 @@
 //! Logs (tracing to stderr, text or JSON) and the scan progress bar.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -108,15 +109,72 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-/// Serves Prometheus metrics on `addr`, every series labelled `pipeline`.
-pub fn serve_metrics(addr: std::net::SocketAddr, pipeline: &str) -> anyhow::Result<()> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .add_global_label("pipeline", pipeline)
-        .install()
-        .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-    tracing::info!(%addr, "Serving Prometheus metrics.");
-    Ok(())
+/// Where a run's Prometheus metrics go: served on an address, written to a file at the end
+/// (for the node-exporter textfile collector: runs that end, from cron), or both.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsOutput {
+    /// `--metrics-addr`: served at `/metrics` while the run lasts.
+    pub addr: Option<std::net::SocketAddr>,
+    /// `--metrics-file`: the final values in the Prometheus text format, written when the run
+    /// ends (temporary file, then renamed over it).
+    pub file: Option<PathBuf>,
+}
+
+/// The installed recorder's handle, to write the final metrics.
+pub struct Metrics {
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+    file: Option<PathBuf>,
+}
+
+/// Installs the Prometheus recorder when `output` asks for metrics: every series labelled
+/// `pipeline`, every metric described (`# HELP`).
+pub fn install_metrics(output: &MetricsOutput, pipeline: &str) -> anyhow::Result<Option<Metrics>> {
+    if output.addr.is_none() && output.file.is_none() {
+        return Ok(None);
+    }
+    let mut builder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .add_global_label("pipeline", pipeline);
+    if let Some(addr) = output.addr {
+        builder = builder.with_http_listener(addr);
+    }
+    let (recorder, exporter) = builder
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+    if let Some(addr) = output.addr {
+        tokio::spawn(async move {
+            if exporter.await.is_err() {
+                tracing::warn!(%addr, "The metrics listener stopped.");
+            }
+        });
+        tracing::info!(%addr, "Serving Prometheus metrics.");
+    }
+    ddbpipe_source::events::describe_metrics();
+    ddbpipe_pipeline::events::describe_metrics();
+    Ok(Some(Metrics {
+        handle,
+        file: output.file.clone(),
+    }))
+}
+
+impl Metrics {
+    /// Writes the final metrics to `--metrics-file`, if set: a temporary file beside it, then
+    /// renamed over it, so a collector never reads half a file.
+    pub fn write_final(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temporary = path.with_file_name(format!(".{name}.tmp"));
+        std::fs::write(&temporary, self.handle.render())
+            .and_then(|()| std::fs::rename(&temporary, path))
+            .map_err(|e| anyhow::anyhow!("cannot write --metrics-file {}: {e}", path.display()))
+    }
 }
 
 /// How often `--progress always` writes a progress line when stderr is no terminal.

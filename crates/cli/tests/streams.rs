@@ -249,6 +249,46 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
     }
 }
 
+/// Issue 11: a run that ends writes its final metrics to `--metrics-file` (Prometheus text,
+/// for the textfile collector), every metric described, every request kind counted.
+fn a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
+    let file = pipeline.dir.path().join("ddbpipe.prom");
+    let first = pipeline.ddbpipe(&[
+        "run",
+        "--progress",
+        "never",
+        "--metrics-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    // A later run probes the stored position before reading: GetShardIterator is counted too.
+    running.put_pk("orders", "b", "1");
+    let output = pipeline.ddbpipe(&[
+        "run",
+        "--progress",
+        "never",
+        "--metrics-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&file).unwrap();
+    for expected in [
+        "# HELP ddbpipe_requests_total",
+        "# HELP ddbpipe_records_written_total",
+        "operation=\"describe_table\"",
+        "operation=\"describe_stream\"",
+        "operation=\"get_shard_iterator\"",
+        "operation=\"get_records\"",
+        "pipeline=\"orders-cdc\"",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in:\n{text}");
+    }
+}
+
 fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture(
     emulator: Emulator,
 ) {
@@ -413,6 +453,7 @@ fn setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change(emulator:
 on_both_emulators!(
     a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture,
     setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change,
+    a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted,
     a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,

@@ -2,6 +2,25 @@
 
 use crate::batch::Batch;
 
+/// Describes the pipeline's metrics to the installed recorder (the `# HELP` lines of the
+/// Prometheus text format). Call once, after installing a recorder.
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_counter!(
+        "ddbpipe_batches_committed_total",
+        "Batches the sink acknowledged (durable) and the checkpoint took"
+    );
+    describe_counter!(
+        "ddbpipe_records_written_total",
+        "Records written durably, by op (item, c, u, d, r, other)"
+    );
+    describe_gauge!(
+        "ddbpipe_checkpoint_age_seconds",
+        Unit::Seconds,
+        "Time since the position was last committed"
+    );
+}
+
 /// A batch was acknowledged by the sink.
 pub struct BatchAcknowledged<'a> {
     /// The batch.

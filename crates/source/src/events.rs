@@ -7,6 +7,46 @@
 use crate::error::ErrorClass;
 use crate::retry::AttemptObserver;
 
+/// Describes the source's metrics to the installed recorder (the `# HELP` lines of the
+/// Prometheus text format). Call once, after installing a recorder.
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_counter!(
+        "ddbpipe_requests_total",
+        "DynamoDB and Streams request attempts, by operation and outcome (ok, throttled, transient, fatal)"
+    );
+    describe_counter!(
+        "ddbpipe_records_read_total",
+        "Records read from the source, by kind (item, change, snapshot)"
+    );
+    describe_counter!(
+        "ddbpipe_read_capacity_units_total",
+        Unit::Count,
+        "Read capacity units consumed, as DynamoDB reported them"
+    );
+    describe_gauge!(
+        "ddbpipe_read_rate_limit_units",
+        "The effective read-capacity limit in units per second (0: unlimited)"
+    );
+    describe_gauge!(
+        "ddbpipe_scan_segments",
+        "Scan segments by state (pending, active, done)"
+    );
+    describe_gauge!(
+        "ddbpipe_shards",
+        "Stream shards by state (queued, active, finished)"
+    );
+    describe_gauge!(
+        "ddbpipe_source_lag_seconds",
+        Unit::Seconds,
+        "Age of the oldest change not yet read, over the shards being read"
+    );
+    describe_counter!(
+        "ddbpipe_discovery_failures_total",
+        "Shard discoveries that failed after the start (the run goes on)"
+    );
+}
+
 /// Counts every request attempt by operation and outcome (`ddbpipe_requests_total`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RequestMetrics;
