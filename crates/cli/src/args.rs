@@ -97,6 +97,9 @@ pub enum Command {
         /// How many sample orders to create.
         #[arg(long, default_value_t = 2000)]
         items: u32,
+        /// Keep the emulator up after the demo, until Ctrl-C, to run the pipelines again.
+        #[arg(long)]
+        keep: bool,
     },
 }
 

@@ -25,7 +25,7 @@ use crate::telemetry::note;
 const TABLE: &str = "orders";
 
 /// Runs the demo in `dir` with `items` sample orders.
-pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
+pub async fn demo(dir: &Path, items: u32, keep: bool) -> Result<Exit, Failure> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create {}", dir.display()))
         .map_err(Failure::runtime)?;
@@ -119,11 +119,25 @@ pub async fn demo(dir: &Path, items: u32) -> Result<Exit, Failure> {
          Run `ddbpipe run {}` again after changing the table to apply just the changes.",
         dir.join("orders-mirror.yaml").display()
     );
+    if !keep {
+        note!(
+            "demo: the pipeline files are in {} (the emulator stops with the demo — `ddbpipe \
+             demo --keep` keeps it up; point endpoint_url at your own table, or remove it to \
+             read from AWS)",
+            dir.display()
+        );
+        return Ok(exit);
+    }
     note!(
-        "demo: the pipeline files are in {} (the emulator stops with the demo; point \
-         endpoint_url at your own table, or remove it to read from AWS)",
+        "demo: the pipeline files are in {}; the emulator stays up at {endpoint} until Ctrl-C: \
+         change the table (aws dynamodb --endpoint-url {endpoint} …) and run the mirror again",
         dir.display()
     );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")
+        .map_err(Failure::runtime)?;
+    note!("demo: emulator stopped");
     Ok(exit)
 }
 

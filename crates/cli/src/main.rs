@@ -87,7 +87,7 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
             max_lag_seconds,
         } => lag::lag(&config, json, max_lag_seconds).await,
         #[cfg(feature = "demo")]
-        Command::Demo { dir, items } => demo::demo(&dir, items).await,
+        Command::Demo { dir, items, keep } => demo::demo(&dir, items, keep).await,
     }
 }
 
