@@ -484,10 +484,9 @@ fn every_pipeline_rule_reports_its_wording() {
             "sink.write: write: overwrite needs a file path: stdout cannot be replaced or renamed",
         ),
         (
-            format!(
-                "name: t\nsource: {{table_name: o, mode: streams, follow: true}}\nsink: \
-                 {{type: jsonl, path: o.jsonl, write: overwrite}}"
-            ),
+            "name: t\nsource: {table_name: o, mode: streams, follow: true}\nsink: \
+             {type: jsonl, path: o.jsonl, write: overwrite}"
+                .to_string(),
             "sink.write: write: overwrite needs mode: scan or query: a streams run never \
              completes, so its file would never replace sink.path; use write: append or \
              new_file_per_run",
