@@ -13,13 +13,13 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
-use ddbpipe_pipeline::sink::{Records, Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::{Records, RunStart, Sink, SinkError, Staged};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::state::identity::KeyedOutput;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
-use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
+use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
 use crate::failure::{Failure, state_failure};
 
 /// The sink a pipeline's config chose.
@@ -35,6 +35,20 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.write(batch, state).await,
             AnySink::Keyed(sink) => sink.write(batch, state).await,
+        }
+    }
+
+    async fn start(&mut self, start: RunStart) -> Result<(), SinkError> {
+        match self {
+            AnySink::Jsonl(sink) => sink.start(start).await,
+            AnySink::Keyed(sink) => sink.start(start).await,
+        }
+    }
+
+    async fn complete(&mut self) -> Result<(), SinkError> {
+        match self {
+            AnySink::Jsonl(sink) => sink.complete().await,
+            AnySink::Keyed(sink) => sink.complete().await,
         }
     }
 
@@ -77,8 +91,8 @@ pub async fn open(
         let lock = file
             .lock(&config.name)
             .map_err(|e| state_failure(e, config_path))?;
-        let sink =
-            JsonlSink::open(jsonl_settings(jsonl), &config.name).map_err(Failure::runtime)?;
+        let sink = JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
+            .map_err(Failure::runtime)?;
         return Ok(Destination {
             sink: AnySink::Jsonl(sink),
             store: Box::new(file),
@@ -117,8 +131,10 @@ pub async fn open(
     })
 }
 
-/// The settings of a jsonl sink.
-pub fn jsonl_settings(jsonl: &JsonlConfig) -> JsonlSettings {
+/// The settings of a jsonl sink. `records` says whether the run can complete (items: scan,
+/// query) or never does (envelopes: streams, mirror), which decides when a
+/// `new_file_per_run` file gets its name.
+pub fn jsonl_settings(jsonl: &JsonlConfig, records: Records) -> JsonlSettings {
     JsonlSettings {
         target: match &jsonl.path {
             JsonlTarget::Stdout => jsonl::JsonlTarget::Stdout,
@@ -126,6 +142,19 @@ pub fn jsonl_settings(jsonl: &JsonlConfig) -> JsonlSettings {
         },
         rotate_bytes: jsonl.rotate_bytes,
         fsync: jsonl.fsync,
+        write: match jsonl.write {
+            WriteMode::Append => jsonl::WriteMode::Append,
+            WriteMode::Overwrite => jsonl::WriteMode::Overwrite,
+            WriteMode::NewFilePerRun => jsonl::WriteMode::NewFilePerRun(match records {
+                Records::Items => jsonl::Publish::OnCompletion,
+                Records::Envelopes => jsonl::Publish::Immediately,
+            }),
+        },
+        compression: if jsonl.gzip {
+            jsonl::Compression::Gzip
+        } else {
+            jsonl::Compression::None
+        },
     }
 }
 

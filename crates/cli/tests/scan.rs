@@ -395,7 +395,72 @@ fn a_filter_value_keeps_every_digit_of_its_yaml_text(emulator: Emulator) {
     );
 }
 
+/// Issue 11: a rerun of a nightly export with `write: overwrite` replaces the file instead of
+/// doubling it; with `gzip: true` the file gunzips to the items.
+fn two_overwrite_runs_leave_the_items_once_plain_and_gzipped(emulator: Emulator) {
+    let running = emulator.start();
+    seed_501(&running, "items");
+    for gzip in [false, true] {
+        let pipeline = Pipeline::new("items-export", &running.endpoint, "");
+        let sink = format!(
+            "sink:\n  type: jsonl\n  path: {}\n  write: overwrite\n  gzip: {gzip}\nstate:\n  \
+             path: {}\n  flush_interval_ms: 0\n",
+            pipeline.out.display(),
+            pipeline.state.display()
+        );
+        pipeline.write_with_sink(
+            "items-export",
+            &running.endpoint,
+            "table_name: items\nsegments: 2\nbatch_size: 100",
+            &sink,
+        );
+        for _ in 0..2 {
+            let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+            assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        }
+        let text = if gzip {
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&pipeline.out).unwrap()),
+                &mut text,
+            )
+            .unwrap();
+            text
+        } else {
+            std::fs::read_to_string(&pipeline.out).unwrap()
+        };
+        let keys: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["pk"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let distinct: BTreeSet<&String> = keys.iter().collect();
+        assert_eq!((keys.len(), distinct.len()), (501, 501), "gzip: {gzip}");
+        let mut names: Vec<String> = std::fs::read_dir(pipeline.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "out.jsonl",
+                "out.jsonl.lock",
+                "pipeline.yaml",
+                "state.json",
+                "state.json.lock"
+            ],
+            "no temporary file is left (gzip: {gzip})"
+        );
+    }
+}
+
 on_both_emulators!(
+    two_overwrite_runs_leave_the_items_once_plain_and_gzipped,
     parallel_scan_writes_every_item_once,
     a_scan_killed_after_its_first_commit_resumes_without_losing_items,
     a_query_reads_one_partition_backwards_with_filter_and_projection,

@@ -12,7 +12,11 @@
 //!   the run reports that it was interrupted.
 //! - A read failure: batches already written stay committed; the batch being assembled is
 //!   dropped; the position is written; the error is returned.
-//! - Completion: every segment done and every batch acknowledged → the position is cleared.
+//! - Completion: every segment done and every batch acknowledged → the position is cleared,
+//!   then the sink is told (`Sink::complete`, e.g. the jsonl sink renames its temporary file
+//!   over the output). In that order: a crash between the two leaves no position, so the next
+//!   run reads the table afresh and the output is still the previous complete one; the other
+//!   order could publish a file while a position still says more of it was written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +36,7 @@ use tracing::Instrument;
 use crate::batch::{Batch, Batcher};
 use crate::checkpoint::Checkpointer;
 use crate::events::BatchAcknowledged;
-use crate::sink::{Sink, SinkError};
+use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
 /// A batch is handed over at the latest this long after its first record or position.
@@ -93,6 +97,12 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     stop: Cancel,
     progress: &dyn Progress,
 ) -> Result<ScanOutcome, RunError> {
+    let start = if checkpointer.position().has_progress() {
+        RunStart::Resumed
+    } else {
+        RunStart::Fresh
+    };
+    sink.start(start).await?;
     let (read_stop, read_cancel) = Cancel::new();
     let (tx, mut rx) = mpsc::channel(reader.max_concurrency.max(1));
     let done = checkpointer.position().done.clone();
@@ -156,6 +166,7 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     let segments_done = out.checkpointer.position().done.count();
     if completed {
         out.checkpointer.complete(written, capacity_units).await?;
+        out.sink.complete().await?;
     } else {
         out.checkpointer.flush().await?;
     }

@@ -67,6 +67,30 @@ pub trait Sink: Send {
         state: Option<&Staged>,
     ) -> impl Future<Output = Result<(), SinkError>> + Send;
 
+    /// Told once, before the first batch of a scan or query run, whether the run continues a
+    /// saved position. A sink that writes a run into a temporary file (jsonl `write:
+    /// overwrite`) empties it on a fresh start and continues it on a resumed one.
+    fn start(&mut self, start: RunStart) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = start;
+        async { Ok(()) }
+    }
+
+    /// Told once, after a scan or query run read every segment and its position was cleared:
+    /// a sink that publishes a run's output at its end (an atomic rename) does it here. Never
+    /// called for an interrupted run, nor for streams and mirror runs (they do not complete).
+    fn complete(&mut self) -> impl Future<Output = Result<(), SinkError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Names the sink and its target for messages ("jsonl out/orders.jsonl").
     fn describe(&self) -> String;
+}
+
+/// How a scan or query run begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStart {
+    /// No saved position: the table is read from the start.
+    Fresh,
+    /// A saved position is continued (an earlier run was interrupted).
+    Resumed,
 }

@@ -30,7 +30,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use ddbpipe_source::config::{ConfigError, OnGap, SourceConfig};
+use ddbpipe_source::config::{ConfigError, Mode, OnGap, SourceConfig};
 use yaml_serde::Value;
 
 use self::fields::{Fields, Report, Stage};
@@ -38,7 +38,7 @@ use self::fields::{Fields, Report, Stage};
 #[allow(unused_imports)]
 pub use self::sink::{
     JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, SqliteConfig, StateConfig,
-    stale_rows_warning,
+    WriteMode, stale_rows_warning,
 };
 
 /// The longest pipeline `name`.
@@ -426,6 +426,19 @@ fn validate_sink_for_source(
             "source.resnapshot_deletes",
             "the jsonl sink cannot delete rows; set resnapshot_deletes: false or use a \
              sqlite/postgres sink",
+        ));
+    }
+    if let SinkConfig::Jsonl(jsonl) = sink
+        && jsonl.write == WriteMode::Overwrite
+        && !matches!(source.mode, Mode::Scan | Mode::Query)
+    {
+        errors.push(ConfigError::new(
+            "sink.write",
+            format!(
+                "write: overwrite needs mode: scan or query: a {} run never completes, so its \
+                 file would never replace sink.path; use write: append or new_file_per_run",
+                source.mode
+            ),
         ));
     }
 }

@@ -99,11 +99,13 @@ pub struct PostgresConfig {
     pub environment: Vec<(&'static str, Secret)>,
 }
 
-/// The `jsonl` sink: `{type: jsonl, path: "-" | <file>, rotate_bytes: <bytes>, fsync: true}`.
+/// The `jsonl` sink: `{type: jsonl, path: "-" | <file>, rotate_bytes: <bytes>, fsync: true,
+/// write: append | overwrite | new_file_per_run, gzip: false}`.
 ///
-/// Lines are UTF-8 JSON objects with sorted keys, each ending in `\n`. A file is opened for
-/// appending, never truncated; a partial last line left by a crash is cut off first. The jsonl
-/// sink cannot delete rows, so `on_gap: resnapshot` needs `resnapshot_deletes: false`.
+/// Lines are UTF-8 JSON objects with sorted keys, each ending in `\n`. With `write: append` a
+/// file is opened for appending, never truncated; a partial last line left by a crash is cut
+/// off first. The jsonl sink cannot delete rows, so `on_gap: resnapshot` needs
+/// `resnapshot_deletes: false`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JsonlConfig {
     /// Where lines go: `"-"` (the default) for stdout, or a file path. A relative path is
@@ -117,6 +119,49 @@ pub struct JsonlConfig {
     /// Acknowledge a batch only after `fdatasync`, so a crash cannot lose a line whose position
     /// was saved. Default true.
     pub fsync: bool,
+    /// What a run does with the file of an earlier run (docs/sinks.md §7.1). Named `write`
+    /// because `mode` is the source's (`source.mode: scan`). Default `append`.
+    pub write: WriteMode,
+    /// Write the lines gzip-compressed, one gzip member per batch. Only with `write:
+    /// overwrite` or `new_file_per_run`, and without `rotate_bytes`. Default false.
+    pub gzip: bool,
+}
+
+/// `sink.write` of the jsonl sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// `append`: lines are added after those of earlier runs (a rerun of a scan adds the
+    /// table again).
+    #[default]
+    Append,
+    /// `overwrite`: a scan or query writes a temporary file beside `path` and renames it over
+    /// `path` when it completes; an interrupted run leaves `path` as it was. Scan and query
+    /// only.
+    Overwrite,
+    /// `new_file_per_run`: each run writes `<stem>.<YYYYMMDDTHHMMSSZ><ext>` beside `path`
+    /// (UTC); a scan or query renames its temporary file to that name when it completes.
+    NewFilePerRun,
+}
+
+impl Choice for WriteMode {
+    fn all() -> &'static [Self] {
+        &[
+            WriteMode::Append,
+            WriteMode::Overwrite,
+            WriteMode::NewFilePerRun,
+        ]
+    }
+    fn name(self) -> &'static str {
+        match self {
+            WriteMode::Append => "append",
+            WriteMode::Overwrite => "overwrite",
+            WriteMode::NewFilePerRun => "new_file_per_run",
+        }
+    }
+    fn hint(found: &str) -> Option<&'static str> {
+        matches!(found, "truncate" | "replace")
+            .then_some("a run that replaces the file is `write: overwrite`")
+    }
 }
 
 /// The target of the jsonl sink.
@@ -226,6 +271,8 @@ fn read_jsonl(f: &mut Fields<'_>) -> JsonlConfig {
         path,
         rotate_bytes: f.get("rotate_bytes"),
         fsync: f.or("fsync", DEFAULT_FSYNC),
+        write: f.or("write", WriteMode::default()),
+        gzip: f.or("gzip", false),
     }
 }
 
@@ -321,6 +368,38 @@ pub(super) fn validate(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<
                 "rotate_bytes needs a file path: stdout cannot be rotated",
             ));
         }
+        if jsonl.write != WriteMode::Append {
+            errors.push(ConfigError::new(
+                "sink.rotate_bytes",
+                format!(
+                    "rotate_bytes needs write: append (got write: {}): rotated files are \
+                     continued, never replaced",
+                    jsonl.write.name()
+                ),
+            ));
+        }
+        if jsonl.gzip {
+            errors.push(ConfigError::new(
+                "sink.rotate_bytes",
+                "rotate_bytes cannot be combined with gzip: true",
+            ));
+        }
+    }
+    if jsonl.write != WriteMode::Append && jsonl.path == JsonlTarget::Stdout {
+        errors.push(ConfigError::new(
+            "sink.write",
+            format!(
+                "write: {} needs a file path: stdout cannot be replaced or renamed",
+                jsonl.write.name()
+            ),
+        ));
+    }
+    if jsonl.gzip && jsonl.write == WriteMode::Append {
+        errors.push(ConfigError::new(
+            "sink.gzip",
+            "gzip: true needs write: overwrite or write: new_file_per_run: a gzip file is \
+             written whole by one run, never appended to by the next",
+        ));
     }
     if state.path.as_os_str().is_empty() {
         errors.push(ConfigError::new("state.path", "path must not be empty"));

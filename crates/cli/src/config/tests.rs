@@ -91,6 +91,8 @@ state:
             path: JsonlTarget::File(PathBuf::from("conf/out/orders.jsonl")),
             rotate_bytes: None,
             fsync: true,
+            write: WriteMode::Append,
+            gzip: false,
         }),
         state: StateConfig {
             path: PathBuf::from("conf/state/orders.state.json"),
@@ -403,6 +405,34 @@ fn the_boundaries_of_the_ranges_are_valid() {
 }
 
 #[test]
+fn the_jsonl_write_mode_and_gzip_are_read() {
+    let source = "source: {table_name: orders}\n";
+    let config = parse_ok(&format!(
+        "name: t\n{source}sink: {{type: jsonl, path: o.jsonl.gz, write: overwrite, gzip: true}}"
+    ));
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!((jsonl.write, jsonl.gzip), (WriteMode::Overwrite, true));
+    let config = parse_ok(&format!(
+        "name: t\n{source}sink: {{type: jsonl, path: o.jsonl, write: new_file_per_run}}"
+    ));
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!((jsonl.write, jsonl.gzip), (WriteMode::NewFilePerRun, false));
+    assert_eq!(
+        errors(&format!(
+            "name: t\n{source}sink: {{type: jsonl, path: o.jsonl, write: truncate}}"
+        )),
+        [
+            "config error: sink.write: unknown value \"truncate\", expected one of append, \
+             overwrite, new_file_per_run (a run that replaces the file is `write: overwrite`)"
+        ]
+    );
+}
+
+#[test]
 fn every_pipeline_rule_reports_its_wording() {
     let sink = "sink:\n  type: jsonl\n";
     let source = "source: {table_name: orders}\n";
@@ -443,6 +473,31 @@ fn every_pipeline_rule_reports_its_wording() {
         (
             format!("name: t\n{source}sink: {{type: jsonl, path: ''}}"),
             "sink.path: path must not be empty: use \"-\" for stdout or a file path",
+        ),
+        (
+            format!("name: t\n{source}sink: {{type: jsonl, path: o.jsonl, gzip: true}}"),
+            "sink.gzip: gzip: true needs write: overwrite or write: new_file_per_run: a gzip \
+             file is written whole by one run, never appended to by the next",
+        ),
+        (
+            format!("name: t\n{source}sink: {{type: jsonl, write: overwrite}}"),
+            "sink.write: write: overwrite needs a file path: stdout cannot be replaced or renamed",
+        ),
+        (
+            "name: t\nsource: {table_name: o, mode: streams, follow: true}\nsink: \
+             {type: jsonl, path: o.jsonl, write: overwrite}"
+                .to_string(),
+            "sink.write: write: overwrite needs mode: scan or query: a streams run never \
+             completes, so its file would never replace sink.path; use write: append or \
+             new_file_per_run",
+        ),
+        (
+            format!(
+                "name: t\n{source}sink: {{type: jsonl, path: o.jsonl, write: new_file_per_run, \
+                 rotate_bytes: 1048576}}"
+            ),
+            "sink.rotate_bytes: rotate_bytes needs write: append (got write: \
+             new_file_per_run): rotated files are continued, never replaced",
         ),
     ];
     for (yaml, expected) in &cases {

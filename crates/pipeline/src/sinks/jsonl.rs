@@ -21,15 +21,37 @@
 //! # Rotation
 //! With `rotate_bytes`, files are `<stem>.<NNNNNN><ext>` beside `path`, from `000001`. When a
 //! file reaches the size after a batch, the next batch opens the next number; a batch is never
-//! split. A run continues the highest-numbered file.
+//! split. A run continues the highest-numbered file. Only with `WriteMode::Append`.
+//!
+//! # Write modes (docs/sinks.md §7.1)
+//! 1. `Append`: everything above; a rerun of a scan adds its lines after the earlier ones.
+//! 2. `Overwrite`: a scan or query run writes `.<name>.tmp-<pipeline>` beside the file `path`
+//!    leads to. When the run completes (`Sink::complete`) the file is fsynced and renamed over
+//!    that file, then the directory is fsynced: readers see the old export or the new one,
+//!    never a mix. An interrupted run keeps its temporary file and its position; the run that
+//!    resumes it (`RunStart::Resumed`) continues the file (partial tail cut as above), and a
+//!    fresh run (`RunStart::Fresh`) empties it first.
+//! 3. `NewFilePerRun`: as `Overwrite`, but the completed file is renamed to
+//!    `<stem>.<YYYYMMDDTHHMMSSZ><ext>` beside `path` (UTC, the time of completion; `-2`, `-3`,
+//!    … after the timestamp if that name exists). With `Publish::Immediately` (streams and
+//!    mirror runs, which never complete) the run writes that name (the time it started)
+//!    directly.
+//!
+//! The run lock is `<path>.lock` in every mode.
+//!
+//! # Gzip
+//! With `Compression::Gzip` each batch is written as one complete gzip member (RFC 1952
+//! allows a file of several; `gzip -d` and `zcat` read them as one stream), so every
+//! acknowledged batch is readable on its own and a crash can only leave a partial member at
+//! the end. A resumed file is cut after its last complete member.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
 use crate::files::{self, LockError, RunLock};
-use crate::sink::{Sink, SinkError, SinkErrorClass, Staged};
+use crate::sink::{RunStart, Sink, SinkError, SinkErrorClass, Staged};
 
 /// Where the lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +71,55 @@ pub struct JsonlSettings {
     pub rotate_bytes: Option<u64>,
     /// `fdatasync` before acknowledging.
     pub fsync: bool,
+    /// What a run does with the file of an earlier run (see the module docs).
+    pub write: WriteMode,
+    /// Whether the lines are gzip-compressed.
+    pub compression: Compression,
+}
+
+/// What a run does with the output of earlier runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Lines are added to the end of the file.
+    Append,
+    /// A completed run replaces the file at once (a temporary file, then a rename).
+    Overwrite,
+    /// Each run writes a new file named after a UTC timestamp.
+    NewFilePerRun(Publish),
+}
+
+/// When a `NewFilePerRun` file gets its final name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// Written under a temporary name, renamed when the run completes (scan, query).
+    OnCompletion,
+    /// Written under its final name from the start (streams, mirror: they never complete).
+    Immediately,
+}
+
+/// How the lines are encoded in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Plain UTF-8 lines.
+    None,
+    /// One gzip member per batch.
+    Gzip,
+}
+
+/// Where a temporary file goes when the run completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Destination {
+    /// Renamed over this file.
+    Over(PathBuf),
+    /// Renamed to `<stem>.<timestamp><ext>` beside this path.
+    Timestamped(PathBuf),
+}
+
+/// A run's temporary file and where it goes at completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    temp: PathBuf,
+    destination: Destination,
 }
 
 enum Output {
@@ -65,6 +136,8 @@ enum Output {
 pub struct JsonlSink {
     settings: JsonlSettings,
     output: Output,
+    // `Some` while a temporary file waits for the run's completion.
+    pending: Option<Pending>,
     // Held for the whole run: no other writer appends to these files meanwhile.
     _lock: Option<RunLock>,
 }
@@ -123,8 +196,9 @@ fn parse_rotation(path: &Path, name: &str) -> Option<u32> {
         .flatten()
 }
 
-/// Opens `path` for appending, cutting a trailing partial line. Returns the file and its size.
-fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
+/// Opens `path` for appending, cutting a trailing partial line (a partial gzip member with
+/// `Compression::Gzip`). Returns the file and its size.
+fn open_append(path: &Path, compression: Compression) -> std::io::Result<(File, u64)> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
@@ -136,7 +210,10 @@ fn open_append(path: &Path) -> std::io::Result<(File, u64)> {
         .create(true)
         .open(path)?;
     let len = file.metadata()?.len();
-    let keep = complete_length(&mut file, len)?;
+    let keep = match compression {
+        Compression::None => complete_length(&mut file, len)?,
+        Compression::Gzip => complete_gzip_length(&mut file)?,
+    };
     if keep < len {
         file.set_len(keep)?;
         file.sync_data()?;
@@ -202,14 +279,142 @@ fn complete_length(file: &mut File, len: u64) -> std::io::Result<u64> {
     Ok(0)
 }
 
+/// The length of the complete gzip members at the start of `file`.
+fn complete_gzip_length(file: &mut File) -> std::io::Result<u64> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut reader = BufReader::new(&mut *file);
+    let mut complete = 0;
+    loop {
+        if reader.fill_buf()?.is_empty() {
+            return Ok(complete);
+        }
+        let mut member = flate2::bufread::GzDecoder::new(&mut reader);
+        match std::io::copy(&mut member, &mut std::io::sink()) {
+            Ok(_) => complete = reader.stream_position()?,
+            Err(_) => return Ok(complete),
+        }
+    }
+}
+
+/// `<stem>.<YYYYMMDDTHHMMSSZ><ext>` beside `path` at `at`; with `attempt` > 1, `-<attempt>`
+/// after the timestamp.
+pub fn timestamped_path(path: &Path, at: time::OffsetDateTime, attempt: u32) -> PathBuf {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let stamp = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    let suffix = if attempt > 1 {
+        format!("-{attempt}")
+    } else {
+        String::new()
+    };
+    let (stem, ext) = stem_and_ext(path);
+    path.with_file_name(format!("{stem}.{stamp}{suffix}{ext}"))
+}
+
+/// The first `timestamped_path` at `at` that does not exist yet.
+fn unused_timestamped_path(path: &Path, at: time::OffsetDateTime) -> PathBuf {
+    let mut attempt = 1;
+    loop {
+        let candidate = timestamped_path(path, at, attempt);
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            return candidate;
+        }
+        attempt += 1;
+    }
+}
+
+fn stem_and_ext(path: &Path) -> (String, String) {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    (stem, ext)
+}
+
+/// The temporary file of `pipeline` for the output `target`: `.<name>.tmp-<pipeline>` beside it.
+pub fn temporary_path(target: &Path, pipeline: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.tmp-{pipeline}"))
+}
+
+/// Fsyncs the directory holding `path`, so a rename in it is durable.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
 impl JsonlSink {
     /// Opens the target for `pipeline`: stdout, or the file (the highest rotation) for
-    /// appending, under the file's run lock (see the module docs).
+    /// appending, or the run's temporary file, under the file's run lock (see the module docs).
     pub fn open(settings: JsonlSettings, pipeline: &str) -> Result<Self, SinkError> {
         let mut lock = None;
-        let output = match &settings.target {
-            JsonlTarget::Stdout => Output::Stdout(std::io::stdout()),
-            JsonlTarget::File(path) => {
+        let mut pending = None;
+        let compression = settings.compression;
+        let output = match (&settings.target, settings.write) {
+            (JsonlTarget::Stdout, _) => Output::Stdout(std::io::stdout()),
+            (JsonlTarget::File(path), WriteMode::Overwrite | WriteMode::NewFilePerRun(_)) => {
+                let describe = path.display().to_string();
+                let (actual, destination) = match settings.write {
+                    WriteMode::Overwrite => {
+                        let target = files::resolve(path);
+                        if let Ok(meta) = std::fs::metadata(&target)
+                            && !meta.is_file()
+                        {
+                            return Err(SinkError {
+                                sink: format!("jsonl {describe}"),
+                                message: format!(
+                                    "{describe} is not a regular file: write: overwrite \
+                                     cannot replace it; use write: append"
+                                ),
+                                class: SinkErrorClass::Definite,
+                            });
+                        }
+                        (
+                            temporary_path(&target, pipeline),
+                            Some(Destination::Over(target)),
+                        )
+                    }
+                    WriteMode::NewFilePerRun(Publish::OnCompletion) => (
+                        temporary_path(path, pipeline),
+                        Some(Destination::Timestamped(path.clone())),
+                    ),
+                    _ => (
+                        unused_timestamped_path(path, time::OffsetDateTime::now_utc()),
+                        None,
+                    ),
+                };
+                lock = lock_output(path, pipeline)?;
+                let (file, size) = open_append(&actual, compression)
+                    .map_err(|e| io_error(&describe, &actual, "open", e))?;
+                pending = destination.map(|destination| Pending {
+                    temp: actual.clone(),
+                    destination,
+                });
+                Output::File {
+                    file,
+                    path: actual,
+                    size,
+                    number: 0,
+                }
+            }
+            (JsonlTarget::File(path), WriteMode::Append) => {
                 let describe = path.display().to_string();
                 lock = lock_output(path, pipeline)?;
                 let number = match settings.rotate_bytes {
@@ -223,8 +428,8 @@ impl JsonlSink {
                 } else {
                     path.clone()
                 };
-                let (file, size) =
-                    open_append(&actual).map_err(|e| io_error(&describe, &actual, "open", e))?;
+                let (file, size) = open_append(&actual, compression)
+                    .map_err(|e| io_error(&describe, &actual, "open", e))?;
                 Output::File {
                     file,
                     path: actual,
@@ -236,8 +441,56 @@ impl JsonlSink {
         Ok(JsonlSink {
             settings,
             output,
+            pending,
             _lock: lock,
         })
+    }
+
+    /// A fresh run empties the temporary file an earlier, unfinished run left.
+    fn start_sync(&mut self, start: RunStart) -> Result<(), SinkError> {
+        let describe = self.describe_target();
+        if let (
+            RunStart::Fresh,
+            Some(_),
+            Output::File {
+                file, path, size, ..
+            },
+        ) = (start, &self.pending, &mut self.output)
+            && *size > 0
+        {
+            file.set_len(0)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| io_error(&describe, path, "empty", e))?;
+            tracing::info!(
+                file = %path.display(),
+                "Emptied the temporary file of an earlier run that did not complete."
+            );
+            *size = 0;
+        }
+        Ok(())
+    }
+
+    /// The run completed: the temporary file is fsynced and renamed to its destination.
+    fn complete_sync(&mut self) -> Result<(), SinkError> {
+        let describe = self.describe_target();
+        let (Some(pending), Output::File { file, .. }) = (self.pending.take(), &mut self.output)
+        else {
+            return Ok(());
+        };
+        file.sync_all()
+            .map_err(|e| io_error(&describe, &pending.temp, "fsync", e))?;
+        let target = match &pending.destination {
+            Destination::Over(target) => target.clone(),
+            Destination::Timestamped(base) => {
+                unused_timestamped_path(base, time::OffsetDateTime::now_utc())
+            }
+        };
+        std::fs::rename(&pending.temp, &target)
+            .map_err(|e| io_error(&describe, &pending.temp, "rename", e))?;
+        sync_parent(&target)
+            .map_err(|e| io_error(&describe, &target, "fsync the directory of", e))?;
+        tracing::info!(file = %target.display(), "Output published.");
+        Ok(())
     }
 
     fn describe_target(&self) -> String {
@@ -279,12 +532,27 @@ impl JsonlSink {
                     };
                     *number += 1;
                     let next = rotated_path(&base, *number);
-                    let (new_file, new_size) =
-                        open_append(&next).map_err(|e| io_error(&describe, &next, "open", e))?;
+                    let (new_file, new_size) = open_append(&next, Compression::None)
+                        .map_err(|e| io_error(&describe, &next, "open", e))?;
                     *file = new_file;
                     *path = next;
                     *size = new_size;
                 }
+                let compressed;
+                let bytes = match self.settings.compression {
+                    Compression::None => bytes,
+                    Compression::Gzip => {
+                        let mut member = flate2::write::GzEncoder::new(
+                            Vec::with_capacity(bytes.len() / 4),
+                            flate2::Compression::default(),
+                        );
+                        compressed = member
+                            .write_all(bytes)
+                            .and_then(|()| member.finish())
+                            .map_err(|e| io_error(&describe, path, "compress for", e))?;
+                        &compressed[..]
+                    }
+                };
                 file.write_all(bytes)
                     .map_err(|e| io_error(&describe, path, "write", e))?;
                 if fsync {
@@ -306,6 +574,14 @@ impl Sink for JsonlSink {
         // Writes are small and sequential; blocking the worker briefly is cheaper than a
         // hand-off to the blocking pool per batch.
         tokio::task::block_in_place(|| self.write_sync(batch))
+    }
+
+    async fn start(&mut self, start: RunStart) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.start_sync(start))
+    }
+
+    async fn complete(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.complete_sync())
     }
 
     fn describe(&self) -> String {
@@ -335,6 +611,8 @@ mod tests {
             target: JsonlTarget::File(path),
             rotate_bytes,
             fsync: true,
+            write: WriteMode::Append,
+            compression: Compression::None,
         }
     }
 
@@ -436,6 +714,176 @@ mod tests {
         );
         drop(sink);
         assert!(JsonlSink::open(settings(path, None), "refunds").is_ok());
+    }
+
+    fn with(path: PathBuf, write: WriteMode, compression: Compression) -> JsonlSettings {
+        JsonlSettings {
+            write,
+            compression,
+            ..settings(path, None)
+        }
+    }
+
+    fn gunzip(path: &Path) -> String {
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(File::open(path).unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn overwrite_keeps_the_old_file_until_completion_then_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl");
+        std::fs::write(&path, "old\n").unwrap();
+        let mut sink = JsonlSink::open(
+            with(path.clone(), WriteMode::Overwrite, Compression::None),
+            "p",
+        )
+        .unwrap();
+        sink.start(RunStart::Fresh).await.unwrap();
+        sink.write(&batch(&["new1", "new2"]), None).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\n");
+        sink.complete().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new1\nnew2\n");
+        drop(sink);
+        assert_eq!(names(dir.path()), ["items.jsonl", "items.jsonl.lock"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_interrupted_overwrite_leaves_the_old_file_and_its_resume_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl");
+        std::fs::write(&path, "old\n").unwrap();
+        let settings = with(path.clone(), WriteMode::Overwrite, Compression::None);
+        let mut sink = JsonlSink::open(settings.clone(), "p").unwrap();
+        sink.start(RunStart::Fresh).await.unwrap();
+        sink.write(&batch(&["a"]), None).await.unwrap();
+        drop(sink); // interrupted: never completed
+        let temp = dir.path().join(".items.jsonl.tmp-p");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&temp)
+            .unwrap()
+            .write_all(b"{\"half")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\n");
+        // The resumed run continues the temporary file (its partial line cut).
+        let mut sink = JsonlSink::open(settings.clone(), "p").unwrap();
+        sink.start(RunStart::Resumed).await.unwrap();
+        sink.write(&batch(&["b"]), None).await.unwrap();
+        sink.complete().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
+        assert!(!temp.exists());
+        // A fresh run empties a left-over temporary file first.
+        std::fs::write(&temp, "stale\n").unwrap();
+        drop(sink);
+        let mut sink = JsonlSink::open(settings, "p").unwrap();
+        sink.start(RunStart::Fresh).await.unwrap();
+        sink.write(&batch(&["c"]), None).await.unwrap();
+        sink.complete().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "c\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn new_file_per_run_publishes_a_timestamped_file_at_completion() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl");
+        let settings = with(
+            path.clone(),
+            WriteMode::NewFilePerRun(Publish::OnCompletion),
+            Compression::None,
+        );
+        let mut published = Vec::new();
+        for line in ["one", "two"] {
+            let mut sink = JsonlSink::open(settings.clone(), "p").unwrap();
+            sink.start(RunStart::Fresh).await.unwrap();
+            sink.write(&batch(&[line]), None).await.unwrap();
+            assert_eq!(
+                names(dir.path()).len(),
+                2 + published.len(),
+                "only the temp file, the lock and earlier runs' files"
+            );
+            sink.complete().await.unwrap();
+            drop(sink);
+            let new: Vec<String> = names(dir.path())
+                .into_iter()
+                .filter(|n| n != "items.jsonl.lock" && !published.contains(n))
+                .collect();
+            assert_eq!(new.len(), 1, "{new:?}");
+            let name = new[0].clone();
+            let stamp = name
+                .strip_prefix("items.")
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .unwrap();
+            assert!(
+                stamp.starts_with("20") && stamp.as_bytes()[8] == b'T',
+                "{name}"
+            );
+            assert!(
+                stamp[..15].ends_with(|c: char| c.is_ascii_digit()),
+                "{name}"
+            );
+            assert_eq!(&stamp[15..16], "Z", "{name}");
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(&name)).unwrap(),
+                format!("{line}\n")
+            );
+            published.push(name);
+        }
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn timestamped_names_are_utc_and_keep_the_extension() {
+        let at = time::macros::datetime!(2025-03-04 05:06:07 +02:00);
+        assert_eq!(
+            timestamped_path(Path::new("out/orders.jsonl.gz"), at, 1),
+            PathBuf::from("out/orders.jsonl.20250304T030607Z.gz")
+        );
+        assert_eq!(
+            timestamped_path(Path::new("out/orders.jsonl"), at, 2),
+            PathBuf::from("out/orders.20250304T030607Z-2.jsonl")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn gzip_output_decompresses_to_the_lines_and_a_partial_member_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.jsonl.gz");
+        let settings = with(path.clone(), WriteMode::Overwrite, Compression::Gzip);
+        let mut sink = JsonlSink::open(settings.clone(), "p").unwrap();
+        sink.start(RunStart::Fresh).await.unwrap();
+        sink.write(&batch(&["{\"a\":1}", "{\"b\":2}"]), None)
+            .await
+            .unwrap();
+        drop(sink);
+        // A crash in the middle of the next member.
+        let temp = dir.path().join(".items.jsonl.gz.tmp-p");
+        let mut half = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        half.write_all(b"lost\n").unwrap();
+        let half = half.finish().unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&temp)
+            .unwrap()
+            .write_all(&half[..half.len() - 5])
+            .unwrap();
+        let mut sink = JsonlSink::open(settings, "p").unwrap();
+        sink.start(RunStart::Resumed).await.unwrap();
+        sink.write(&batch(&["{\"c\":3}"]), None).await.unwrap();
+        sink.complete().await.unwrap();
+        assert_eq!(gunzip(&path), "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
     }
 
     #[test]
