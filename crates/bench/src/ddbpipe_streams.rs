@@ -22,7 +22,9 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::NoProgress;
-use ddbpipe_pipeline::sinks::jsonl::{JsonlSettings, JsonlSink, JsonlTarget};
+use ddbpipe_pipeline::sinks::jsonl::{
+    Compression, JsonlSettings, JsonlSink, JsonlTarget, WriteMode,
+};
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
@@ -89,6 +91,8 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
             target: JsonlTarget::File("/dev/null".into()),
             rotate_bytes: None,
             fsync: false,
+            write: WriteMode::Append,
+            compression: Compression::None,
         },
         "bench",
     )?;
