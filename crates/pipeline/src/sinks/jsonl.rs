@@ -555,7 +555,10 @@ impl JsonlSink {
                 };
                 file.write_all(bytes)
                     .map_err(|e| io_error(&describe, path, "write", e))?;
-                if fsync {
+                // A device or a pipe (`/dev/null`, a FIFO) holds nothing to make durable, and
+                // `fdatasync` refuses it: written and flushed is all there is (what `check`
+                // accepts, `run` accepts).
+                if fsync && file.metadata().map_or(true, |m| m.is_file()) {
                     file.sync_data()
                         .map_err(|e| io_error(&describe, path, "fdatasync", e))?;
                 }
@@ -884,6 +887,12 @@ mod tests {
         sink.write(&batch(&["{\"c\":3}"]), None).await.unwrap();
         sink.complete().await.unwrap();
         assert_eq!(gunzip(&path), "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_device_is_written_without_fdatasync_which_it_refuses() {
+        let mut sink = JsonlSink::open(settings(PathBuf::from("/dev/null"), None), "p").unwrap();
+        sink.write(&batch(&["{\"a\":1}"]), None).await.unwrap();
     }
 
     #[test]
