@@ -101,6 +101,25 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Print the shell completion script (e.g. `ddbpipe completions bash > /etc/bash_completion.d/ddbpipe`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Print the manual page in roff (e.g. `ddbpipe man > /usr/local/share/man/man1/ddbpipe.1`).
+    Man,
+}
+
+/// A shell `completions` can be written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// bash.
+    Bash,
+    /// zsh.
+    Zsh,
+    /// fish.
+    Fish,
 }
 
 /// Where `discover` looks.

@@ -11,6 +11,7 @@ mod demo;
 mod destination;
 mod discover;
 mod failure;
+mod generate;
 mod lag;
 mod run;
 mod state_cmd;
@@ -88,6 +89,8 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
         } => lag::lag(&config, json, max_lag_seconds).await,
         #[cfg(feature = "demo")]
         Command::Demo { dir, items, keep } => demo::demo(&dir, items, keep).await,
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man => generate::man(),
     }
 }
 

@@ -463,6 +463,33 @@ fn progress_always_writes_lines_when_stderr_is_no_terminal() {
     );
 }
 
+/// Issue 11: shell completions and the manual page come from the argument definitions.
+#[test]
+fn completions_and_the_manual_page_cover_every_command() {
+    let ddbpipe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for shell in ["bash", "zsh", "fish"] {
+        let output = ddbpipe(&["completions", shell]);
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = stdout(&output);
+        for word in ["discover", "lag", "metrics-file", "log-format"] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    let output = ddbpipe(&["man"]);
+    assert_eq!(output.status.code(), Some(0));
+    let page = stdout(&output);
+    assert!(page.contains(".TH ddbpipe 1"), "{page}");
+    assert!(
+        page.contains("check") && page.contains("discover"),
+        "{page}"
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]
