@@ -101,6 +101,8 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Write a commented pipeline file for a table it describes (`DescribeTable`).
+    Init(InitArgs),
     /// Print the shell completion script (e.g. `ddbpipe completions bash > /etc/bash_completion.d/ddbpipe`).
     Completions {
         /// The shell.
@@ -143,6 +145,54 @@ pub struct DiscoverArgs {
     /// Print a JSON array.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `init` writes.
+#[derive(Debug, ClapArgs)]
+pub struct InitArgs {
+    /// The table to describe and read.
+    #[arg(long)]
+    pub table: String,
+    /// The pipeline's mode.
+    #[arg(long, value_enum, default_value_t = InitMode::Scan)]
+    pub mode: InitMode,
+    /// The destination.
+    #[arg(long, value_enum, default_value_t = InitSink::Jsonl)]
+    pub sink: InitSink,
+    /// AWS region (also written into the file).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Endpoint URL (an emulator, a VPC endpoint; also written into the file).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// Named AWS profile (also written into the file).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Write the pipeline here instead of stdout (refused if the file exists).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// The modes `init` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InitMode {
+    /// A parallel scan.
+    Scan,
+    /// The stream's changes.
+    Streams,
+    /// A snapshot, then the stream, into a keyed sink.
+    Mirror,
+}
+
+/// The sinks `init` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InitSink {
+    /// JSON Lines in a file.
+    Jsonl,
+    /// A SQLite database.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
 }
 
 /// `state` subcommands.

@@ -12,6 +12,7 @@ mod destination;
 mod discover;
 mod failure;
 mod generate;
+mod init;
 mod lag;
 mod run;
 mod state_cmd;
@@ -89,6 +90,7 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
         } => lag::lag(&config, json, max_lag_seconds).await,
         #[cfg(feature = "demo")]
         Command::Demo { dir, items, keep } => demo::demo(&dir, items, keep).await,
+        Command::Init(args) => init::init(args).await,
         Command::Completions { shell } => generate::completions(shell),
         Command::Man => generate::man(),
     }

@@ -490,6 +490,59 @@ fn completions_and_the_manual_page_cover_every_command() {
     );
 }
 
+/// Issue 11: `init` describes a table and writes a pipeline file that `run` takes as it is;
+/// it never overwrites a file.
+#[test]
+fn init_writes_a_pipeline_that_runs_and_never_overwrites() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("orders", ("pk", ScalarAttributeType::S), None);
+    running.put_items(
+        "orders",
+        vec![item(vec![("pk", s("a"))]), item(vec![("pk", s("b"))])],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orders.yaml");
+    let ddbpipe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .output()
+            .unwrap()
+    };
+    let init = [
+        "init",
+        "--table",
+        "orders",
+        "--region",
+        "us-east-1",
+        "--endpoint-url",
+        &running.endpoint,
+        "--output",
+        file.to_str().unwrap(),
+    ];
+    let output = ddbpipe(&init);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("key pk (S)") && text.contains("mode: scan"),
+        "{text}"
+    );
+    let output = ddbpipe(&["run", "--progress", "never", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let written = std::fs::read_to_string(dir.path().join("orders.jsonl")).unwrap();
+    assert_eq!(written.lines().count(), 2, "{written}");
+
+    let output = ddbpipe(&init);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("init never overwrites a file"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]
