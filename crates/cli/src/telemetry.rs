@@ -187,7 +187,19 @@ pub struct ScanProgress {
     bar: Option<ProgressBar>,
     lines: Option<ProgressLines>,
     started: Instant,
+    /// Set when a streams or mirror run reached its stream: the figures are change records
+    /// from then on, with the shards and the lag (see [`Progress::streaming`]).
+    stream: OnceLock<StreamPhase>,
 }
+
+/// When the stream phase began, and when its status was last logged.
+struct StreamPhase {
+    started: Instant,
+    logged: Mutex<Instant>,
+}
+
+/// How often a streams or mirror run logs its status (`info`) while it reads the stream.
+const STREAM_STATUS_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The state of the progress lines.
 struct ProgressLines {
@@ -228,6 +240,7 @@ impl ScanProgress {
             bar,
             lines,
             started: Instant::now(),
+            stream: OnceLock::new(),
         }
     }
 
@@ -239,8 +252,77 @@ impl ScanProgress {
     }
 }
 
+impl ScanProgress {
+    /// The live status of the stream phase: `N change records (x/s), shards a active /
+    /// q queued / f finished, lag L s`; logged at `info` every [`STREAM_STATUS_INTERVAL`].
+    fn stream_advanced(&self, phase: &StreamPhase, written: u64) {
+        let secs = phase.started.elapsed().as_secs_f64().max(0.001);
+        let status = ddbpipe_source::events::stream_status();
+        let lag = status
+            .lag_seconds
+            .map(|lag| format!(", lag {lag:.1} s"))
+            .unwrap_or_default();
+        let line = format!(
+            "{written} change records ({:.0}/s), shards {} active / {} queued / {} finished{lag}",
+            written as f64 / secs,
+            status.active,
+            status.queued,
+            status.finished
+        );
+        if let Some(bar) = &self.bar {
+            bar.set_position(written);
+            bar.set_message(line.clone());
+        }
+        let mut logged = phase.logged.lock().unwrap_or_else(|e| e.into_inner());
+        if logged.elapsed() >= STREAM_STATUS_INTERVAL {
+            *logged = Instant::now();
+            tracing::info!(
+                records = written,
+                active = status.active,
+                queued = status.queued,
+                finished = status.finished,
+                lag_seconds = status.lag_seconds,
+                "Streaming."
+            );
+        }
+        drop(logged);
+        if let Some(lines) = &self.lines {
+            let mut last = lines.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_none_or(|at| at.elapsed() >= PROGRESS_LINE_INTERVAL) {
+                *last = Some(Instant::now());
+                say(Line::Note, &format!("streaming: {line}"));
+            }
+        }
+    }
+}
+
 impl Progress for ScanProgress {
+    fn streaming(&self) {
+        let now = Instant::now();
+        let _ = self.stream.set(StreamPhase {
+            started: now,
+            logged: Mutex::new(now),
+        });
+        if let Some(bar) = &self.bar {
+            bar.unset_length();
+            bar.set_position(0);
+            if let Ok(style) =
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] streaming: {msg}")
+            {
+                bar.set_style(style);
+            }
+            bar.set_message("waiting for the first change records");
+        }
+        if let Some(lines) = &self.lines {
+            *lines.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
     fn advanced(&self, written: u64, capacity_units: f64) {
+        if let Some(phase) = self.stream.get() {
+            self.stream_advanced(phase, written);
+            return;
+        }
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
         if let Some(bar) = &self.bar {
             bar.set_position(written);

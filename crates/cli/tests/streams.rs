@@ -289,6 +289,25 @@ fn a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted(emulator:
     }
 }
 
+/// Issue 11: a streams run shows its change records, shards and lag as it goes (here as
+/// lines: `--progress always` with stderr not a terminal).
+fn a_streams_run_shows_its_records_shards_and_lag(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
+    let output = pipeline.ddbpipe(&["run", "--progress", "always"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("streaming: 1 change records")
+                && l.contains("shards ")
+                && l.contains(" finished")),
+        "{err}"
+    );
+}
+
 fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture(
     emulator: Emulator,
 ) {
@@ -454,6 +473,7 @@ on_both_emulators!(
     a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture,
     setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change,
     a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted,
+    a_streams_run_shows_its_records_shards_and_lag,
     a_following_run_serves_prometheus_metrics,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,

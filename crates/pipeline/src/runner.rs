@@ -64,6 +64,10 @@ pub enum RunError {
 pub trait Progress: Send + Sync {
     /// Records written so far, and capacity units consumed so far.
     fn advanced(&self, written: u64, capacity_units: f64);
+
+    /// A streams or mirror run moved on from its snapshot (if any) to the stream: what follows
+    /// counts change records, with no total.
+    fn streaming(&self) {}
 }
 
 /// A progress observer that ignores everything.

@@ -41,7 +41,7 @@ use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
 use crate::checkpoint::Checkpointer;
-use crate::runner::{NoProgress, Progress, RunError, StreamOutcome, run_scan, run_stream};
+use crate::runner::{Progress, RunError, StreamOutcome, run_scan, run_stream};
 use crate::sink::Sink;
 
 /// Hand-overs waiting between the engine and the batcher.
@@ -416,8 +416,9 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     )
     .await
     .with_status(status.as_deref());
-    // `progress` follows snapshot scans; the stream has no total to show progress against.
-    Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, &NoProgress).await?)
+    // The stream has no total to show progress against: the observer is told so.
+    progress.streaming();
+    Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)
 }
 
 /// Layer 4: `GetShardIterator(AFTER_SEQUENCE_NUMBER)` for each positioned shard, a few at

@@ -4,6 +4,8 @@
 //! (operation, outcome, kind, state), never a shard id or a message. The exporter adds the
 //! `pipeline` label to every series.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
 use crate::error::ErrorClass;
 use crate::retry::AttemptObserver;
 
@@ -143,9 +145,44 @@ pub struct ShardsCounted {
     pub finished: u64,
 }
 
+/// The latest shard counts and running lag of this process's stream read, for the live
+/// status line of a run (`stream_status`). One stream is read per process.
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+static ACTIVE: AtomicU64 = AtomicU64::new(0);
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+/// The lag in milliseconds; negative = not measured yet.
+static LAG_MS: AtomicI64 = AtomicI64::new(-1);
+
+/// What a stream read reported last: shards by state and the running lag.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamStatus {
+    /// Shards waiting for a turn.
+    pub queued: u64,
+    /// Shards being read.
+    pub active: u64,
+    /// Shards finished.
+    pub finished: u64,
+    /// The running lag in seconds, once measured.
+    pub lag_seconds: Option<f64>,
+}
+
+/// The latest [`StreamStatus`] of this process.
+pub fn stream_status() -> StreamStatus {
+    let lag = LAG_MS.load(Ordering::Relaxed);
+    StreamStatus {
+        queued: QUEUED.load(Ordering::Relaxed),
+        active: ACTIVE.load(Ordering::Relaxed),
+        finished: FINISHED.load(Ordering::Relaxed),
+        lag_seconds: (lag >= 0).then(|| lag as f64 / 1000.0),
+    }
+}
+
 impl ShardsCounted {
-    /// Sets `ddbpipe_shards{state}`.
+    /// Sets `ddbpipe_shards{state}` and the live status.
     pub fn emit(self) {
+        QUEUED.store(self.queued, Ordering::Relaxed);
+        ACTIVE.store(self.active, Ordering::Relaxed);
+        FINISHED.store(self.finished, Ordering::Relaxed);
         metrics::gauge!("ddbpipe_shards", "state" => "queued").set(self.queued as f64);
         metrics::gauge!("ddbpipe_shards", "state" => "active").set(self.active as f64);
         metrics::gauge!("ddbpipe_shards", "state" => "finished").set(self.finished as f64);
@@ -163,6 +200,7 @@ impl LagMeasured {
     pub fn emit(self) {
         if let Some(seconds) = self.seconds {
             metrics::gauge!("ddbpipe_source_lag_seconds").set(seconds);
+            LAG_MS.store((seconds * 1000.0).round() as i64, Ordering::Relaxed);
         }
     }
 }

@@ -105,14 +105,14 @@ pub async fn run(
     let snapshot = plan
         .scans_table(checkpointer.snapshot_open())
         .then(|| SnapshotScan::new(Arc::new(table_api), &plan.snapshot));
-    // A snapshot scan (mirror, resnapshot) shows its progress and ETA against the item count.
+    // A snapshot scan (mirror, resnapshot) shows its progress and ETA against the item count;
+    // the stream then shows its change records, shards and lag (`Progress::streaming`).
     let bar = ScanProgress::new(
-        if snapshot.is_some() {
-            progress
-        } else {
-            ProgressMode::Never
-        },
-        table.as_ref().and_then(|t| t.item_count),
+        progress,
+        table
+            .as_ref()
+            .and_then(|t| t.item_count)
+            .filter(|_| snapshot.is_some()),
         checkpointer.position().done.count(),
         plan.snapshot.segments,
     );
