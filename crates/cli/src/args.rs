@@ -124,12 +124,9 @@ pub enum Shell {
     Fish,
 }
 
-/// Where `discover` looks.
-#[derive(Debug, ClapArgs)]
-pub struct DiscoverArgs {
-    /// Take region, endpoint and credentials from this pipeline file.
-    #[arg(long, conflicts_with_all = ["region", "endpoint_url", "profile"])]
-    pub config: Option<PathBuf>,
+/// Where AWS is reached, for the commands that take no pipeline file.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct AwsArgs {
     /// AWS region.
     #[arg(long)]
     pub region: Option<String>,
@@ -139,6 +136,31 @@ pub struct DiscoverArgs {
     /// Named AWS profile.
     #[arg(long)]
     pub profile: Option<String>,
+}
+
+impl AwsArgs {
+    /// The client settings: the region, endpoint and profile given, else the default chain.
+    pub fn settings(&self) -> ddbpipe_source::aws::ClientSettings {
+        ddbpipe_source::aws::ClientSettings {
+            region: self.region.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+            credentials: match &self.profile {
+                Some(name) => ddbpipe_source::config::Credentials::Profile { name: name.clone() },
+                None => ddbpipe_source::config::Credentials::Default,
+            },
+        }
+    }
+}
+
+/// Where `discover` looks.
+#[derive(Debug, ClapArgs)]
+pub struct DiscoverArgs {
+    /// Take region, endpoint and credentials from this pipeline file.
+    #[arg(long, conflicts_with_all = ["region", "endpoint_url", "profile"])]
+    pub config: Option<PathBuf>,
+    /// Where AWS is reached without `--config`.
+    #[command(flatten)]
+    pub aws: AwsArgs,
     /// Only this table.
     #[arg(long)]
     pub table: Option<String>,
@@ -159,15 +181,9 @@ pub struct InitArgs {
     /// The destination.
     #[arg(long, value_enum, default_value_t = InitSink::Jsonl)]
     pub sink: InitSink,
-    /// AWS region (also written into the file).
-    #[arg(long)]
-    pub region: Option<String>,
-    /// Endpoint URL (an emulator, a VPC endpoint; also written into the file).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// Named AWS profile (also written into the file).
-    #[arg(long)]
-    pub profile: Option<String>,
+    /// Where AWS is reached (also written into the file).
+    #[command(flatten)]
+    pub aws: AwsArgs,
     /// Write the pipeline here instead of stdout (refused if the file exists).
     #[arg(long)]
     pub output: Option<PathBuf>,

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use ddbpipe_source::api::{KeyAttribute, KeyType, TableApi, TableDescription};
-use ddbpipe_source::aws::{self, ClientSettings};
-use ddbpipe_source::config::Credentials;
+use ddbpipe_source::aws;
 use ddbpipe_source::plan;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use serde_json::{Map, Value as Json, json};
@@ -32,17 +31,7 @@ pub async fn discover(args: DiscoverArgs) -> Result<Exit, Failure> {
                 config.source.retry.policy(),
             )
         }
-        None => (
-            ClientSettings {
-                region: args.region.clone(),
-                endpoint_url: args.endpoint_url.clone(),
-                credentials: match &args.profile {
-                    Some(name) => Credentials::Profile { name: name.clone() },
-                    None => Credentials::Default,
-                },
-            },
-            RetryPolicy::default(),
-        ),
+        None => (args.aws.settings(), RetryPolicy::default()),
     };
     let sdk = aws::load_sdk_config(&settings).await;
     let api = Arc::new(aws::table_api(&sdk));

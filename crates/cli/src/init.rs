@@ -16,8 +16,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use ddbpipe_source::api::TableDescription;
-use ddbpipe_source::aws::{self, ClientSettings};
-use ddbpipe_source::config::Credentials;
+use ddbpipe_source::aws;
 use ddbpipe_source::plan;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 
@@ -32,15 +31,7 @@ const MAX_SUGGESTED_SEGMENTS: i64 = 64;
 
 /// Runs `ddbpipe init`.
 pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
-    let settings = ClientSettings {
-        region: args.region.clone(),
-        endpoint_url: args.endpoint_url.clone(),
-        credentials: match &args.profile {
-            Some(name) => Credentials::Profile { name: name.clone() },
-            None => Credentials::Default,
-        },
-    };
-    let sdk = aws::load_sdk_config(&settings).await;
+    let sdk = aws::load_sdk_config(&args.aws.settings()).await;
     let api = aws::table_api(&sdk);
     let table = &args.table;
     let described = RetryPolicy::default()
@@ -111,13 +102,13 @@ fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
     out.push_str("# Reference: README.md \"Configuration reference\" and docs/config.md.\n");
     out.push_str(&format!("name: {name}-{mode}\nsource:\n"));
     out.push_str(&format!("  table_name: {}\n", table.name));
-    if let Some(region) = &args.region {
+    if let Some(region) = &args.aws.region {
         out.push_str(&format!("  region: {region}\n"));
     }
-    if let Some(url) = &args.endpoint_url {
+    if let Some(url) = &args.aws.endpoint_url {
         out.push_str(&format!("  endpoint_url: {url}\n"));
     }
-    if let Some(profile) = &args.profile {
+    if let Some(profile) = &args.aws.profile {
         out.push_str(&format!(
             "  credentials: {{type: profile, config: {{name: {profile}}}}}\n"
         ));
