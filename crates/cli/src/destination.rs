@@ -15,7 +15,7 @@ use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sink::{Records, RunStart, Sink, SinkError, Staged};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
-use ddbpipe_pipeline::state::identity::KeyedOutput;
+use ddbpipe_pipeline::state::identity::Output;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
@@ -381,19 +381,30 @@ pub fn table_spec(
     })
 }
 
-/// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
-/// Where a keyed sink writes the records, for the position's identity; `None` for jsonl.
-pub fn keyed_output(config: &PipelineConfig) -> Option<KeyedOutput> {
-    let keyed = config.sink.keyed()?;
-    Some(KeyedOutput {
-        table: keyed
-            .table
-            .clone()
-            .unwrap_or_else(|| table_name_of(&config.source.table_name)),
-        document_column: keyed.document_column.clone(),
-    })
+/// Where the records go and in what form, for the position's identity; `None` for stdout.
+pub fn output(config: &PipelineConfig) -> Option<Output> {
+    match &config.sink {
+        SinkConfig::Jsonl(jsonl) => match jsonl.path {
+            JsonlTarget::Stdout => None,
+            JsonlTarget::File(_) => Some(Output::File {
+                write: jsonl.write.as_str(),
+                gzip: jsonl.gzip,
+            }),
+        },
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            let keyed = config.sink.keyed()?;
+            Some(Output::Keyed {
+                table: keyed
+                    .table
+                    .clone()
+                    .unwrap_or_else(|| table_name_of(&config.source.table_name)),
+                document_column: keyed.document_column.clone(),
+            })
+        }
+    }
 }
 
+/// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
 fn table_name_of(table: &str) -> String {
     match table.rsplit_once(":table/") {
         Some((_, name)) => name.to_string(),

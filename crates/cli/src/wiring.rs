@@ -62,7 +62,7 @@ pub fn identity(config: &PipelineConfig, location: &Location) -> Identity {
     Identity::of(
         &config.source,
         location,
-        destination::keyed_output(config).as_ref(),
+        destination::output(config).as_ref(),
     )
 }
 

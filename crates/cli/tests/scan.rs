@@ -327,6 +327,13 @@ fn a_resume_against_another_table_or_in_another_shape_is_refused_naming_the_fiel
             "segments: 4\n  projection: pk",
             r#"projection changed from null to "pk""#,
         ),
+        // An overwrite resume would continue an empty temporary file and replace the lines
+        // the interrupted append run wrote: refused.
+        (
+            "  type: jsonl\n",
+            "  type: jsonl\n  write: overwrite\n",
+            r#"sink_write changed from "append" to "overwrite""#,
+        ),
     ];
     for (from, to, expected) in changes {
         std::fs::write(&pipeline.config, original.replace(from, to)).unwrap();

@@ -143,6 +143,17 @@ pub enum WriteMode {
     NewFilePerRun,
 }
 
+impl WriteMode {
+    /// The name in the config file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WriteMode::Append => "append",
+            WriteMode::Overwrite => "overwrite",
+            WriteMode::NewFilePerRun => "new_file_per_run",
+        }
+    }
+}
+
 impl Choice for WriteMode {
     fn all() -> &'static [Self] {
         &[
@@ -152,11 +163,7 @@ impl Choice for WriteMode {
         ]
     }
     fn name(self) -> &'static str {
-        match self {
-            WriteMode::Append => "append",
-            WriteMode::Overwrite => "overwrite",
-            WriteMode::NewFilePerRun => "new_file_per_run",
-        }
+        self.as_str()
     }
     fn hint(found: &str) -> Option<&'static str> {
         matches!(found, "truncate" | "replace")

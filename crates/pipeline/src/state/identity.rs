@@ -10,8 +10,8 @@
 //! 1. The identity holds what the position depends on — the table and its query (name, mode,
 //!    index, key condition, filter, expression names and values, direction, segments, stream
 //!    ARN) — where the table lives (region, endpoint, account), and what the records look like
-//!    (value format, projection, and for keyed sinks the destination table and document
-//!    column). Changing any of them changes what a resumed run would produce.
+//!    (value format, projection; for keyed sinks the destination table and document column,
+//!    for jsonl files the write mode and compression). Changing any of them changes what a resumed run would produce.
 //! 2. A field is compared only when both sides hold it. A stored identity written by an earlier
 //!    ddbpipe lacks the fields added since (they are recorded from the next write on); a
 //!    command that could not learn a field leaves it out (the account is known only from a
@@ -69,18 +69,30 @@ impl Location {
     }
 }
 
-/// Where a keyed sink writes the records (rule 1); `None` for the jsonl sink.
+/// Where the records go and in what form (rule 1): what a resumed run must keep writing the
+/// same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyedOutput {
-    /// The destination table.
-    pub table: String,
-    /// The column holding the item document.
-    pub document_column: String,
+pub enum Output {
+    /// A keyed sink: the destination table and the column holding the item document.
+    Keyed {
+        /// The destination table.
+        table: String,
+        /// The column holding the item document.
+        document_column: String,
+    },
+    /// A jsonl file: how runs write it (`append`, `overwrite`, `new_file_per_run`: where a
+    /// position's lines are) and whether it is gzip-compressed.
+    File {
+        /// `sink.write`.
+        write: &'static str,
+        /// `sink.gzip`.
+        gzip: bool,
+    },
 }
 
 impl Identity {
-    /// The identity of a configured source at `location`, written to `keyed` (rule 1).
-    pub fn of(source: &SourceConfig, location: &Location, keyed: Option<&KeyedOutput>) -> Self {
+    /// The identity of a configured source at `location`, written to `output` (rule 1).
+    pub fn of(source: &SourceConfig, location: &Location, output: Option<&Output>) -> Self {
         let mut identity = Self::of_source(source);
         let Json::Object(fields) = &mut identity.0 else {
             unreachable!("the source identity is an object")
@@ -90,9 +102,19 @@ impl Identity {
         if let Some(account) = &location.account {
             fields.insert("account".into(), json!(account));
         }
-        if let Some(keyed) = keyed {
-            fields.insert("sink_table".into(), json!(keyed.table));
-            fields.insert("document_column".into(), json!(keyed.document_column));
+        match output {
+            Some(Output::Keyed {
+                table,
+                document_column,
+            }) => {
+                fields.insert("sink_table".into(), json!(table));
+                fields.insert("document_column".into(), json!(document_column));
+            }
+            Some(Output::File { write, gzip }) => {
+                fields.insert("sink_write".into(), json!(write));
+                fields.insert("gzip".into(), json!(gzip));
+            }
+            None => {}
         }
         identity
     }
@@ -253,21 +275,49 @@ mod tests {
     #[test]
     fn what_the_records_look_like_is_part_of_the_identity() {
         let source = SourceConfig::new("orders");
-        let keyed = KeyedOutput {
+        let keyed = Output::Keyed {
             table: "orders".into(),
             document_column: "document".into(),
         };
         let here = Identity::of(&source, &east(), Some(&keyed));
         let mut typed = source.clone();
         typed.value_format = ValueFormat::Typed;
-        let moved = KeyedOutput {
+        let moved = Output::Keyed {
             table: "orders_copy".into(),
-            ..keyed.clone()
+            document_column: "document".into(),
         };
-        let renamed = KeyedOutput {
+        let renamed = Output::Keyed {
+            table: "orders".into(),
             document_column: "doc".into(),
-            ..keyed.clone()
         };
+        let appended = Output::File {
+            write: "append",
+            gzip: false,
+        };
+        let file = Identity::of(&source, &east(), Some(&appended));
+        for (other, field) in [
+            (
+                Output::File {
+                    write: "overwrite",
+                    gzip: false,
+                },
+                "sink_write",
+            ),
+            (
+                Output::File {
+                    write: "append",
+                    gzip: true,
+                },
+                "gzip",
+            ),
+        ] {
+            let changes = Identity::of(&source, &east(), Some(&other)).changes_from(&file, true);
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert!(
+                changes[0].starts_with(&format!("{field} changed from")),
+                "{changes:?}"
+            );
+        }
         for (identity, field) in [
             (Identity::of(&typed, &east(), Some(&keyed)), "value_format"),
             (Identity::of(&source, &east(), Some(&moved)), "sink_table"),
