@@ -129,12 +129,7 @@ fn discover_of_a_missing_table_fails_and_text_lines_show_size_and_capacity(emula
             &running.endpoint,
         ];
         args.extend_from_slice(extra);
-        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-            .args(args)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .output()
-            .unwrap()
+        common::ddbpipe_with_test_credentials(&args)
     };
     let output = discover(&["--table", "nope"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
@@ -249,10 +244,7 @@ fn no_credentials_value_reaches_any_output_of_any_command() {
     for credentials in &misplaced {
         write(credentials);
         for args in common::COMMANDS {
-            let mut all = args.to_vec();
-            all.extend(["--log-format", "json", "--log-level", "trace"]);
-            let output = common::ddbpipe(&all, &config);
-            let text = format!("{}{}", stdout(&output), stderr(&output));
+            let (output, text) = common::traced_at(&config, args);
             assert_eq!(
                 output.status.code(),
                 Some(2),
@@ -279,10 +271,7 @@ fn no_credentials_value_reaches_any_output_of_any_command() {
         "{{type: access_key, config: {{access_key_id: testing, secret_access_key: {SECRET}}}}}"
     ));
     for args in common::COMMANDS {
-        let mut all = args.to_vec();
-        all.extend(["--log-format", "json", "--log-level", "trace"]);
-        let output = common::ddbpipe(&all, &config);
-        let text = format!("{}{}", stdout(&output), stderr(&output));
+        let (output, text) = common::traced_at(&config, args);
         assert_ne!(output.status.code(), Some(2), "{args:?}: {text}");
         common::assert_hidden(&text, SECRET, 6, &format!("{args:?}"));
     }
@@ -466,12 +455,7 @@ fn progress_always_writes_lines_when_stderr_is_no_terminal() {
 /// Issue 11: shell completions and the manual page come from the argument definitions.
 #[test]
 fn completions_and_the_manual_page_cover_every_command() {
-    let ddbpipe = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let ddbpipe = common::ddbpipe_with_test_credentials;
     for shell in ["bash", "zsh", "fish"] {
         let output = ddbpipe(&["completions", shell]);
         assert_eq!(output.status.code(), Some(0), "{shell}");
@@ -502,14 +486,7 @@ fn init_writes_a_pipeline_that_runs_and_never_overwrites() {
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("orders.yaml");
-    let ddbpipe = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-            .args(args)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .output()
-            .unwrap()
-    };
+    let ddbpipe = common::ddbpipe_with_test_credentials;
     let init = [
         "init",
         "--table",

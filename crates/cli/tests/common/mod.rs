@@ -405,11 +405,28 @@ pub const COMMANDS: &[&[&str]] = &[
 
 /// Runs `args` with `--log-format json --log-level trace`; stdout and stderr together.
 pub fn traced(pipeline: &Pipeline, args: &[&str]) -> (Output, String) {
+    traced_at(&pipeline.config, args)
+}
+
+/// [`traced`] for the pipeline file at `config`.
+pub fn traced_at(config: &Path, args: &[&str]) -> (Output, String) {
     let mut all = args.to_vec();
     all.extend(["--log-format", "json", "--log-level", "trace"]);
-    let output = pipeline.ddbpipe(&all);
+    let output = ddbpipe(&all, config);
     let text = format!("{}{}", stdout(&output), stderr(&output));
     (output, text)
+}
+
+/// Runs the binary with exactly `args` (no config path appended) and the emulators' static
+/// test credentials in its environment.
+pub fn ddbpipe_with_test_credentials(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .stdin(Stdio::null())
+        .output()
+        .expect("ddbpipe runs")
 }
 
 /// Fails when `text` holds `secret` or any `window`-character piece of it.
