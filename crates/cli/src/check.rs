@@ -19,7 +19,7 @@ use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::gaps;
 use serde_json::json;
 
-use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig};
+use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
 use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
@@ -363,6 +363,12 @@ fn probe_jsonl(config: &PipelineConfig, jsonl: &JsonlConfig, probes: &mut Probes
         return;
     };
     let shown = path.display();
+    if jsonl.write == WriteMode::Overwrite
+        && let Some(problem) = jsonl::overwrite_problem(path)
+    {
+        probes.add("sink", Status::Fail, format!("jsonl {shown}: {problem}"));
+        return;
+    }
     let lock = jsonl::output_lock_path(path);
     let probed = writable(path).and_then(|detail| match &lock {
         Some(lock) => writable(lock).map(|_| detail),

@@ -520,6 +520,40 @@ fn init_writes_a_pipeline_that_runs_and_never_overwrites() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 }
 
+/// What `run` refuses, `check` refuses: `write: overwrite` cannot replace a device.
+#[test]
+fn check_fails_like_run_for_an_overwrite_of_a_device() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let state = pipeline.dir.path().join("state.json");
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &format!(
+            "sink:\n  type: jsonl\n  path: /dev/null\n  write: overwrite\nstate:\n  path: {}\n",
+            state.display()
+        ),
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(
+        stdout(&check)
+            .contains("/dev/null is not a regular file: write: overwrite cannot replace it"),
+        "{}",
+        stdout(&check)
+    );
+    let run = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        stderr(&run)
+            .contains("/dev/null is not a regular file: write: overwrite cannot replace it"),
+        "{}",
+        stderr(&run)
+    );
+}
+
 /// Issue 9 item 10: a config file is read with a bound, and nesting is bounded before the
 /// YAML parser (quadratic in the depth) sees it.
 #[test]

@@ -1275,7 +1275,6 @@ fn a_duplicate_key_is_reported_at_its_second_entry() {
 #[test]
 fn deep_nesting_is_refused_before_parsing() {
     let flow = format!("name: t\nsource: {}", "[".repeat(100_000));
-    let started = std::time::Instant::now();
     let lines = errors(&flow);
     assert_eq!(
         lines,
@@ -1284,8 +1283,6 @@ fn deep_nesting_is_refused_before_parsing() {
              file is a few levels deep"
         ]
     );
-    // Not a timing assertion of the product: a guard that the parser never saw the text.
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let block: String = (0..70)
         .map(|depth| format!("{}k{depth}:\n", " ".repeat(depth)))
         .collect();

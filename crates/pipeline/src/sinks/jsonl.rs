@@ -227,6 +227,18 @@ fn open_append(path: &Path, compression: Compression) -> std::io::Result<(File, 
     Ok((file, keep))
 }
 
+/// Why `write: overwrite` cannot replace the file `path` leads to (a device, a FIFO, a
+/// directory), if it cannot: `run` refuses it and `check` says the same.
+pub fn overwrite_problem(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(files::resolve(path)).ok()?;
+    (!meta.is_file()).then(|| {
+        format!(
+            "{} is not a regular file: write: overwrite cannot replace it; use write: append",
+            path.display()
+        )
+    })
+}
+
 /// The lock file of the output `path`: `<path>.lock` beside the file `path` leads to; `None`
 /// for a path that is not a regular file (`/dev/null`, a FIFO).
 pub fn output_lock_path(path: &Path) -> Option<PathBuf> {
@@ -374,15 +386,10 @@ impl JsonlSink {
                 let (actual, destination) = match settings.write {
                     WriteMode::Overwrite => {
                         let target = files::resolve(path);
-                        if let Ok(meta) = std::fs::metadata(&target)
-                            && !meta.is_file()
-                        {
+                        if let Some(message) = overwrite_problem(path) {
                             return Err(SinkError {
                                 sink: format!("jsonl {describe}"),
-                                message: format!(
-                                    "{describe} is not a regular file: write: overwrite \
-                                     cannot replace it; use write: append"
-                                ),
+                                message,
                                 class: SinkErrorClass::Definite,
                             });
                         }
