@@ -30,6 +30,7 @@ use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
+use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_value::ValueFormat;
@@ -117,7 +118,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         max_messages: None,
         batch_size: BATCH_SIZE,
         config_label: "ddbpipe-bench".to_string(),
-        mirror: false,
+        kind: StreamKind::Streams,
     };
     let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {

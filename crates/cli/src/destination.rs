@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::state::DatabaseStore;
 use ddbpipe_keyed::{
-    Database, DocumentType, KeyColumn, PostgresDatabase, SqliteDatabase, TableSpec,
+    Database, DocumentType, KeyColumn, LockAttempt, PostgresDatabase, SqliteDatabase, TableSpec,
 };
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
@@ -213,8 +213,8 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
 /// naming where and which process.
 pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
     match db.lock(pipeline).await {
-        Ok(()) => Ok(()),
-        Err(Ok(holder)) => {
+        Ok(LockAttempt::Acquired) => Ok(()),
+        Ok(LockAttempt::HeldBy(holder)) => {
             let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
             Err(Failure::runtime(anyhow!(
                 "pipeline '{pipeline}' is already running (lock {}{pid})",
@@ -222,7 +222,7 @@ pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
             ))
             .hint("wait for the other run to finish, or stop it (SIGTERM drains it)"))
         }
-        Err(Err(error)) => Err(sink_failure(db, error.message)),
+        Err(error) => Err(sink_failure(db, error.message)),
     }
 }
 

@@ -204,6 +204,15 @@ pub struct LockHolder {
     pub pid: Option<u32>,
 }
 
+/// What taking a pipeline's run lock found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockAttempt {
+    /// This handle holds the lock now (or held it already).
+    Acquired,
+    /// Another run holds it.
+    HeldBy(LockHolder),
+}
+
 /// A keyed destination database.
 #[derive(Debug, Clone)]
 pub enum Database {
@@ -284,8 +293,8 @@ impl Database {
     }
 
     /// Takes the pipeline's run lock, held until this database handle and all its clones are
-    /// dropped. `Err(Ok(holder))` when another run holds it.
-    pub async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
+    /// dropped, or finds who holds it.
+    pub async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
         dispatch!(self, db => db.lock(pipeline).await)
     }
 

@@ -31,6 +31,7 @@ use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreams};
+use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::RunBounds;
@@ -277,7 +278,7 @@ fn settings() -> StreamRun {
         max_messages: None,
         batch_size: 4,
         config_label: "t.yaml".into(),
-        mirror: true,
+        kind: StreamKind::Mirror,
     }
 }
 

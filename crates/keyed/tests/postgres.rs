@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
-    CloseSnapshot, Closed, Database, DocumentType, KeyType, KeyValue, PostgresDatabase, RowChange,
-    StateWrite, TableSpec,
+    CloseSnapshot, Closed, Database, DbError, DocumentType, KeyType, KeyValue, LockAttempt,
+    LockHolder, PostgresDatabase, RowChange, StateWrite, TableSpec,
 };
 use tokio_postgres::NoTls;
 
@@ -814,6 +814,14 @@ async fn lock_pid(admin: &tokio_postgres::Client, schema: &str, pipeline: &str) 
         .map(|row| row.get(0))
 }
 
+/// The holder named by a lock attempt that found the lock held.
+fn held_by(attempt: Result<LockAttempt, DbError>) -> LockHolder {
+    match attempt {
+        Ok(LockAttempt::HeldBy(holder)) => holder,
+        other => panic!("expected the lock to be held by another run, got {other:?}"),
+    }
+}
+
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -834,15 +842,16 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
     let second = fx.handle().await;
 
     assert_eq!(second.lock_holder(&pipeline).await.unwrap(), None);
-    first.lock(&pipeline).await.unwrap();
-    first.lock(&pipeline).await.unwrap(); // again: already ours
+    assert_eq!(first.lock(&pipeline).await.unwrap(), LockAttempt::Acquired);
+    // Again: already ours.
+    assert_eq!(first.lock(&pipeline).await.unwrap(), LockAttempt::Acquired);
     let backend = lock_pid(&fx.admin, &fx.schema, &pipeline)
         .await
         .expect("lock not in pg_locks");
 
     // Issue 9 item 12: the holder is named by its ddbpipe process (this test process), not by
     // the PostgreSQL backend serving it.
-    let holder = second.lock(&pipeline).await.unwrap_err().unwrap();
+    let holder = held_by(second.lock(&pipeline).await);
     assert_eq!(holder.pid, Some(std::process::id()));
     assert_ne!(holder.pid, Some(backend as u32));
     let config: tokio_postgres::Config = url().parse().unwrap();
@@ -868,19 +877,22 @@ async fn the_lock_reports_its_holder_and_is_released_with_the_handle() {
         "own lock reported"
     );
     // Another pipeline is free.
-    second.lock(&format!("{pipeline}-2")).await.unwrap();
+    assert_eq!(
+        second.lock(&format!("{pipeline}-2")).await.unwrap(),
+        LockAttempt::Acquired
+    );
 
     // A clone keeps it; dropping every clone releases it.
     let clone = first.clone();
     drop(first);
-    assert!(second.lock(&pipeline).await.is_err());
+    held_by(second.lock(&pipeline).await);
     drop(clone);
     eventually("the lock to be released", || async {
-        second.lock(&pipeline).await.is_ok()
+        second.lock(&pipeline).await.ok() == Some(LockAttempt::Acquired)
     })
     .await;
     let third = fx.handle().await;
-    let holder = third.lock(&pipeline).await.unwrap_err().unwrap();
+    let holder = held_by(third.lock(&pipeline).await);
     assert_eq!(holder.pid, Some(std::process::id()));
     assert_ne!(
         holder.pid.map(|p| p as i32),
@@ -895,7 +907,7 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
     let spec = fx.spec("t", &[("id", KeyType::S)]);
     let db = fx.handle().await;
     db.prepare(&spec).await.unwrap();
-    db.lock(&pipeline).await.unwrap();
+    assert_eq!(db.lock(&pipeline).await.unwrap(), LockAttempt::Acquired);
     let pid = lock_pid(&fx.admin, &fx.schema, &pipeline).await.unwrap();
 
     let kill = |pid: i32| async move {
@@ -949,7 +961,7 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
     // Lost again, and another run takes the lock meanwhile: fatal.
     kill(new_pid).await;
     let other = fx.handle().await;
-    other.lock(&pipeline).await.unwrap();
+    assert_eq!(other.lock(&pipeline).await.unwrap(), LockAttempt::Acquired);
     let mut err = db.count_rows(&spec).await.unwrap_err();
     if err.retryable {
         err = db.count_rows(&spec).await.unwrap_err();

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
-    CloseSnapshot, Closed, Database, KeyType, KeyValue, RowChange, SqliteDatabase, StateWrite,
-    TableSpec,
+    CloseSnapshot, Closed, Database, KeyType, KeyValue, LockAttempt, RowChange, SqliteDatabase,
+    StateWrite, TableSpec,
 };
 use rusqlite::types::Value;
 
@@ -617,8 +617,14 @@ async fn the_run_lock_is_exclusive_until_every_clone_is_dropped() {
     let lock_file = format!("{}-ddbpipe-p.lock", path.display());
 
     assert_eq!(second.lock_holder("p").await.expect("free"), None);
-    first.lock("p").await.expect("take the lock");
-    first.lock("p").await.expect("taking it again is a no-op");
+    assert_eq!(
+        first.lock("p").await.expect("take the lock"),
+        LockAttempt::Acquired
+    );
+    assert_eq!(
+        first.lock("p").await.expect("taking it again is a no-op"),
+        LockAttempt::Acquired
+    );
     assert_eq!(
         std::fs::read_to_string(&lock_file)
             .expect("lock file")
@@ -627,7 +633,7 @@ async fn the_run_lock_is_exclusive_until_every_clone_is_dropped() {
     );
 
     let holder = match second.lock("p").await {
-        Err(Ok(holder)) => holder,
+        Ok(LockAttempt::HeldBy(holder)) => holder,
         other => panic!("expected the holder, got {other:?}"),
     };
     assert_eq!(holder.location, lock_file);
@@ -638,7 +644,10 @@ async fn the_run_lock_is_exclusive_until_every_clone_is_dropped() {
     );
     assert_eq!(first.lock_holder("p").await.expect("ours"), None);
     // Another pipeline has its own lock.
-    second.lock("q").await.expect("other pipeline");
+    assert_eq!(
+        second.lock("q").await.expect("other pipeline"),
+        LockAttempt::Acquired
+    );
 
     drop(first);
     assert_eq!(
@@ -647,7 +656,10 @@ async fn the_run_lock_is_exclusive_until_every_clone_is_dropped() {
     );
     drop(clone);
     assert_eq!(second.lock_holder("p").await.expect("released"), None);
-    second.lock("p").await.expect("take after release");
+    assert_eq!(
+        second.lock("p").await.expect("take after release"),
+        LockAttempt::Acquired
+    );
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! records attaches its cursor to the next batch handed over. So when a batch is
 //! acknowledged, every record before each of its cursors has been written.
 
+use ddbpipe_source::api::ChangeOp;
 use ddbpipe_source::records::{Lines, SegmentCursor};
 use ddbpipe_source::scan::PageOut;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
@@ -18,20 +19,14 @@ pub struct Batch {
     pub segments: Vec<(u32, SegmentCursor)>,
     /// Stream position marks reached once this batch is acknowledged, in hand-over order.
     pub shards: Vec<StreamMark>,
-    /// Change records by op: `c`, `u`, `d`, other (all zero for scan items).
+    /// Change records by kind, indexed by [`ChangeOp::index`] (all zero for scan items).
     pub ops: [u64; 4],
 }
 
 impl Batch {
-    fn count_ops(&mut self, ops: &[u8]) {
+    fn count_ops(&mut self, ops: &[ChangeOp]) {
         for op in ops {
-            let slot = match op {
-                b'c' => 0,
-                b'u' => 1,
-                b'd' => 2,
-                _ => 3,
-            };
-            self.ops[slot] += 1;
+            self.ops[op.index()] += 1;
         }
     }
 }

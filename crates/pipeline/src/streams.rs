@@ -74,9 +74,9 @@ pub struct StreamRun {
     pub batch_size: usize,
     /// The config path as the user gave it (for remedies in messages).
     pub config_label: String,
-    /// `mode: mirror`: the first run captures every shard at its trim horizon and scans the
-    /// table before streaming (docs/mirror.md §5).
-    pub mirror: bool,
+    /// `streams`, or `mirror`: a mirror's first run captures every shard at its trim horizon
+    /// and scans the table before streaming (docs/mirror.md §5).
+    pub kind: StreamKind,
 }
 
 impl StreamRun {
@@ -96,15 +96,11 @@ impl StreamRun {
             max_messages: plan.max_messages,
             batch_size: plan.batch_size,
             config_label,
-            mirror: plan.mode == Mode::Mirror,
-        }
-    }
-
-    fn kind(&self) -> StreamKind {
-        if self.mirror {
-            StreamKind::Mirror
-        } else {
-            StreamKind::Streams
+            kind: if plan.mode == Mode::Mirror {
+                StreamKind::Mirror
+            } else {
+                StreamKind::Streams
+            },
         }
     }
 }
@@ -263,7 +259,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .await?;
         snapshotted = true;
     }
-    if run.mirror && checkpointer.streams_position().is_none() {
+    if run.kind == StreamKind::Mirror && checkpointer.streams_position().is_none() {
         let Some(scan) = &snapshot else {
             return Err(StreamRunError::Gap(
                 "mode: mirror needs a table scan; this run cannot scan the table".into(),
@@ -298,7 +294,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     let mut probed = BTreeMap::new();
     let position = match stored {
         None => {
-            let mut position = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
+            let mut position = StreamsPosition::new(run.kind, Some(run.stream_arn.clone()));
             for mark in engine::first_run_marks(&graph, &position, run.start_position, run_start_ms)
             {
                 handover::apply(&mut position, &mark);
@@ -496,7 +492,7 @@ async fn capture<A: StreamsApi>(
     } else {
         Vec::new()
     };
-    let mut capture = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
+    let mut capture = StreamsPosition::new(run.kind, Some(run.stream_arn.clone()));
     if same_stream {
         capture.finished = stored.finished.clone();
         for id in &capture.finished {
@@ -536,7 +532,7 @@ fn mirror_capture(
 ) -> StreamsPosition {
     let captured_ms = unix_now_ms();
     let captured_s = captured_ms.div_euclid(1000);
-    let mut capture = StreamsPosition::new(run.kind(), Some(run.stream_arn.clone()));
+    let mut capture = StreamsPosition::new(run.kind, Some(run.stream_arn.clone()));
     for id in graph.ids() {
         capture.admit(id, Some(captured_s), None);
     }

@@ -23,7 +23,7 @@ use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
+use ddbpipe_source::position::{ShardCheckpoint, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_value::ValueFormat;
@@ -83,7 +83,7 @@ fn settings() -> StreamRun {
         max_messages: None,
         batch_size: 10,
         config_label: "t.yaml".into(),
-        mirror: false,
+        kind: StreamKind::Streams,
     }
 }
 
@@ -720,7 +720,6 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
     use ddbpipe_pipeline::state::Entry;
     use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
     use ddbpipe_source::fake::FakeTable;
-    use ddbpipe_source::position::StreamKind;
 
     let fake = Arc::new(FakeStreams::new(5));
     fake.apply(root("s1"));
@@ -774,7 +773,7 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
             read_rule: ddbpipe_source::plan::ReadRule::default(),
         }),
         &StreamRun {
-            mirror: true,
+            kind: StreamKind::Mirror,
             on_gap: OnGap::Resnapshot,
             ..settings()
         },

@@ -57,7 +57,7 @@ use ddbpipe_source::fake_streams::{
     Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults, ShardInfo, Written,
 };
 use ddbpipe_source::ids::ShardId;
-use ddbpipe_source::position::{ShardCheckpoint, StreamsPosition};
+use ddbpipe_source::position::{ShardCheckpoint, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_source::streams::handover::StreamMark;
@@ -196,7 +196,7 @@ fn plan(seed: u64) -> Plan {
         max_messages: rng.random_bool(0.3).then(|| rng.random_range(5..=40)),
         batch_size: rng.random_range(1..=20),
         config_label: "t.yaml".into(),
-        mirror: false,
+        kind: StreamKind::Streams,
     };
     let flush_interval = if rng.random_bool(0.7) {
         Duration::ZERO

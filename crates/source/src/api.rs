@@ -414,8 +414,46 @@ pub struct ChangeMeta {
     pub sequence_number: SequenceNumber,
     /// `ApproximateCreationDateTime` in unix ms.
     pub created_ms: Option<i64>,
-    /// The envelope's `op` as one byte (`b'c'`, `b'u'`, `b'd'`, or `b'?'`), for metrics.
-    pub op: u8,
+    /// The record's kind, for metrics.
+    pub op: ChangeOp,
+}
+
+/// A change record's kind, from its `eventName` (the envelope's `op`, docs/streams.md §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeOp {
+    /// `INSERT`, `op: "c"`.
+    Insert,
+    /// `MODIFY`, `op: "u"`.
+    Modify,
+    /// `REMOVE`, `op: "d"`.
+    Remove,
+    /// Any other or no event name.
+    Other,
+}
+
+impl ChangeOp {
+    /// Every kind, in the order of [`ChangeOp::index`].
+    pub const ALL: [ChangeOp; 4] = [
+        ChangeOp::Insert,
+        ChangeOp::Modify,
+        ChangeOp::Remove,
+        ChangeOp::Other,
+    ];
+
+    /// The kind of a record with `event_name`.
+    pub fn of(event_name: Option<&str>) -> Self {
+        match event_name {
+            Some("INSERT") => ChangeOp::Insert,
+            Some("MODIFY") => ChangeOp::Modify,
+            Some("REMOVE") => ChangeOp::Remove,
+            _ => ChangeOp::Other,
+        }
+    }
+
+    /// The position of the kind in [`ChangeOp::ALL`], for counters kept in arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// The records of one `GetRecords` answer as envelopes, one per record, in stream order.

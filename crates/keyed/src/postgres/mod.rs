@@ -81,7 +81,9 @@ use self::sql::{
     table_context, upsert_sql, validate,
 };
 use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, now_rfc3339, quote, row_count};
-use crate::{CloseSnapshot, Closed, DbError, LockHolder, RowChange, StateWrite, TableSpec};
+use crate::{
+    CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+};
 
 mod conninfo;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
@@ -448,12 +450,12 @@ impl PostgresDatabase {
         session.finish(&self.shared, &context, result)
     }
 
-    pub(crate) async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
+    pub(crate) async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
         let key = lock_key(&self.shared.state_schema(), pipeline);
         let location = self.lock_location(key);
         let mut session = self.shared.session.lock().await;
         if session.locks.iter().any(|held| held.key == key) {
-            return Ok(());
+            return Ok(LockAttempt::Acquired);
         }
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
@@ -464,16 +466,15 @@ impl PostgresDatabase {
             }
         }
         .await;
-        match session.finish(&self.shared, &location, result) {
-            Ok(None) => {
+        match session.finish(&self.shared, &location, result)? {
+            None => {
                 session.locks.push(HeldLock {
                     pipeline: pipeline.to_string(),
                     key,
                 });
-                Ok(())
+                Ok(LockAttempt::Acquired)
             }
-            Ok(Some(pid)) => Err(Ok(LockHolder { location, pid })),
-            Err(e) => Err(Err(e)),
+            Some(pid) => Ok(LockAttempt::HeldBy(LockHolder { location, pid })),
         }
     }
 

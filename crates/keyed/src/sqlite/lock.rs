@@ -7,21 +7,18 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use super::{SqliteDatabase, blocking, lock_mutex};
-use crate::{DbError, LockHolder};
+use crate::{DbError, LockAttempt, LockHolder};
 
 impl SqliteDatabase {
-    pub(crate) async fn lock(&self, pipeline: &str) -> Result<(), Result<LockHolder, DbError>> {
-        let path = self.lock_path(pipeline).map_err(Err)?;
+    pub(crate) async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
+        let path = self.lock_path(pipeline)?;
         blocking(|| {
             let mut locks = lock_mutex(&self.shared.locks);
             if locks.contains_key(pipeline) {
-                return Ok(());
+                return Ok(LockAttempt::Acquired);
             }
             let io_err = |e: std::io::Error| {
-                Err(DbError::fatal(format!(
-                    "sqlite lock file {}: {e}",
-                    path.display()
-                )))
+                DbError::fatal(format!("sqlite lock file {}: {e}", path.display()))
             };
             let mut file = OpenOptions::new()
                 .read(true)
@@ -33,7 +30,7 @@ impl SqliteDatabase {
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
-                    return Err(Ok(LockHolder {
+                    return Ok(LockAttempt::HeldBy(LockHolder {
                         location: path.display().to_string(),
                         pid: read_pid(&mut file),
                     }));
@@ -45,7 +42,7 @@ impl SqliteDatabase {
                 .and_then(|_| writeln!(file, "{}", std::process::id()))
                 .map_err(io_err)?;
             locks.insert(pipeline.to_string(), file);
-            Ok(())
+            Ok(LockAttempt::Acquired)
         })
     }
 

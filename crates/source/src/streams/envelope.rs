@@ -28,7 +28,9 @@ use std::borrow::Cow;
 use ddbpipe_value::{Item, ValueFormat};
 use serde::Serialize;
 
-use crate::api::{ChangeData, ChangeMeta, ChangeShape, Changes, KeyAttribute, StreamRecord};
+use crate::api::{
+    ChangeData, ChangeMeta, ChangeOp, ChangeShape, Changes, KeyAttribute, StreamRecord,
+};
 use crate::ids::{SequenceNumber, ShardId};
 use crate::records::Lines;
 
@@ -153,7 +155,7 @@ pub fn write_changes(
         changes.records.push(ChangeMeta {
             sequence_number: sequence_number.clone(),
             created_ms: change.created_ms,
-            op: op_code(record.event_name.as_deref()),
+            op: ChangeOp::of(record.event_name.as_deref()),
         });
     }
     Ok(changes)
@@ -287,16 +289,6 @@ pub fn op_of(event_name: Option<&str>) -> Cow<'static, str> {
         Some("REMOVE") => Cow::Borrowed("d"),
         Some(other) => Cow::Owned(other.to_lowercase()),
         None => Cow::Borrowed("unknown"),
-    }
-}
-
-/// The `op` of [`op_of`] as one byte for metrics: `b'c'`, `b'u'`, `b'd'`, else `b'?'`.
-pub fn op_code(event_name: Option<&str>) -> u8 {
-    match event_name {
-        Some("INSERT") => b'c',
-        Some("MODIFY") => b'u',
-        Some("REMOVE") => b'd',
-        _ => b'?',
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
+use crate::api::ChangeOp;
 use crate::ids::{SequenceNumber, ShardId};
 use crate::position::StreamsPosition;
 use crate::records::Lines;
@@ -50,8 +51,8 @@ pub struct Handed {
     pub records: Lines,
     /// Sequence number of each record (same length as `records`).
     pub seqs: Vec<SequenceNumber>,
-    /// The `op` of each record (`b'c'`, `b'u'`, `b'd'`, or `b'?'`), for metrics.
-    pub ops: Vec<u8>,
+    /// The kind of each record, for metrics.
+    pub ops: Vec<ChangeOp>,
     /// The shard they came from (`None` for a pure mark message).
     pub shard: Option<ShardId>,
     /// Marks that follow the records (finish, admissions, verifications).

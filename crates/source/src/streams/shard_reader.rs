@@ -470,7 +470,7 @@ impl<A: StreamsApi> StreamContext<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ChangeMeta;
+    use crate::api::{ChangeMeta, ChangeOp};
 
     fn changes(created_ms: &[i64]) -> Changes {
         let mut changes = Changes::default();
@@ -482,7 +482,7 @@ mod tests {
                 sequence_number: SequenceNumber::parse(&format!("{}", 100 + index))
                     .expect("digits"),
                 created_ms: Some(ts),
-                op: b'c',
+                op: ChangeOp::Insert,
             });
         }
         changes
@@ -503,7 +503,7 @@ mod tests {
         assert_eq!(handed.records.as_bytes(), b"record 2\nrecord 3\n");
         let seqs: Vec<&str> = handed.seqs.iter().map(SequenceNumber::as_str).collect();
         assert_eq!(seqs, ["102", "103"]);
-        assert_eq!(handed.ops, b"cc");
+        assert_eq!(handed.ops, [ChangeOp::Insert; 2]);
         assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("103"));
         assert_eq!(shard.newest_ts_ms, Some(floor_ms));
     }

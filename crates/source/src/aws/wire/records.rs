@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{Optional, Text, parse, unreadable};
-use crate::api::{ChangeMeta, ChangePage, ChangeShape, Changes};
+use crate::api::{ChangeMeta, ChangeOp, ChangePage, ChangeShape, Changes};
 use crate::error::ApiError;
 use crate::ids::SequenceNumber;
 use crate::records::Lines;
@@ -171,7 +171,7 @@ impl<'de> ChangeState<'_, 'de> {
                 }
             });
         });
-        let op = envelope::op_code(fields.event_name);
+        let op = ChangeOp::of(fields.event_name);
         self.changes.records.push(ChangeMeta {
             sequence_number,
             created_ms: change.created_ms,
