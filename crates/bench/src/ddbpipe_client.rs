@@ -17,12 +17,12 @@ use ddbpipe_pipeline::sinks::jsonl::{
     Compression, JsonlSettings, JsonlSink, JsonlTarget, WriteMode,
 };
 use ddbpipe_pipeline::state::identity::{Identity, Location};
-use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
+use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
 use ddbpipe_value::ValueFormat;

@@ -156,7 +156,7 @@ impl Prepared {
         let finished = self
             .checkpointer
             .streams_position()
-            .map_or(0, |position| position.finished.len());
+            .map_or(0, |position| position.finished().count());
         ensure!(
             finished == self.expected_shards,
             "{finished} of {} shards finished",

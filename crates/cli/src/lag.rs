@@ -363,7 +363,7 @@ fn plan(
     let position = stored.unwrap_or(&empty);
     graph
         .ids()
-        .filter(|id| !position.finished.contains(*id))
+        .filter(|id| !position.is_finished(id))
         .filter_map(|id| {
             let shard = graph.with_trusted_closed(id)?;
             match start_for(&shard, position, first_run, true, start_position, now_ms) {

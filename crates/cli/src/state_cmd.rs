@@ -5,9 +5,9 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::state::StateFile;
-use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_source::aws;
 use ddbpipe_source::plan;
+use ddbpipe_source::position::Position;
 use serde_json::json;
 
 use crate::config::PipelineConfig;

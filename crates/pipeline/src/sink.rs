@@ -42,7 +42,7 @@ impl Staged {
     /// The open snapshot's id: snapshot rows (`op: "r"`) are marked with it.
     pub fn snapshot_id(&self) -> Option<i64> {
         match &self.entry.position {
-            Some(crate::state::position::Position::Streams(streams)) => streams.snapshot_id(),
+            Some(ddbpipe_source::position::Position::Streams(streams)) => streams.snapshot_id(),
             _ => None,
         }
     }

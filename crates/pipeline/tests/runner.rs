@@ -8,52 +8,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, run_scan};
-use ddbpipe_pipeline::sink::Staged;
-use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass};
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::state::position::{Position, ScanKind};
 use ddbpipe_source::api::{ReadRequest, Render};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
+use ddbpipe_source::position::{Position, ScanKind};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
+use ddbpipe_testkit::MemorySink;
 use ddbpipe_value::ValueFormat;
 use serde_json::json;
-
-/// Keeps every acknowledged line; can be told to fail at a given batch.
-#[derive(Default)]
-struct MemorySink {
-    lines: Vec<String>,
-    batches: usize,
-    fail_at: Option<usize>,
-}
-
-impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
-        if self.fail_at == Some(self.batches) {
-            return Err(SinkError {
-                sink: "memory".into(),
-                message: "disk full".into(),
-                class: SinkErrorClass::Transient,
-            });
-        }
-        self.batches += 1;
-        for line in batch.records.iter() {
-            self.lines.push(String::from_utf8(line.to_vec()).unwrap());
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        "memory".into()
-    }
-}
 
 fn reader(
     table: Arc<FakeTable>,
@@ -171,10 +140,7 @@ async fn a_panicking_segment_fails_the_run_and_is_never_recorded_done() {
 async fn a_sink_failure_commits_only_acknowledged_batches() {
     let dir = tempfile::tempdir().unwrap();
     let table = Arc::new(FakeTable::numbered(200));
-    let mut sink = MemorySink {
-        fail_at: Some(3),
-        ..MemorySink::default()
-    };
+    let mut sink = MemorySink::default().failing_at(3);
     let mut cp = checkpointer(dir.path(), 1).await;
     let error = run_scan(
         reader(table.clone(), 1, 10, None),
@@ -351,10 +317,7 @@ async fn throttles_are_retried_and_halve_the_limited_rate() {
 async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
     let dir = tempfile::tempdir().unwrap();
     let table = Arc::new(FakeTable::numbered(100));
-    let mut sink = MemorySink {
-        fail_at: Some(4),
-        ..MemorySink::default()
-    };
+    let mut sink = MemorySink::default().failing_at(4);
     let mut cp = checkpointer(dir.path(), 4).await;
     let _ = run_scan(
         reader(table.clone(), 4, 5, None),

@@ -16,16 +16,17 @@ use ddbpipe_pipeline::sink::Staged;
 use ddbpipe_pipeline::sink::{Sink, SinkError};
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::api::{RecordsPage, StartAt, StreamPage, StreamsApi};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::position::{ShardCheckpoint, StreamKind, StreamsPosition};
+use ddbpipe_source::position::Position;
+use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
+use ddbpipe_testkit::MemorySink;
 use ddbpipe_value::ValueFormat;
 use serde_json::json;
 
@@ -36,29 +37,17 @@ struct Line {
     seq: String,
 }
 
-/// Keeps every acknowledged line; each write takes `delay`.
-#[derive(Default)]
-struct MemorySink {
-    lines: Vec<Line>,
-    delay: Duration,
-}
+/// Keeps every acknowledged change as the shard and sequence number it names.
+type LineSink = MemorySink<Line>;
 
-impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
-        tokio::time::sleep(self.delay).await;
-        for line in batch.records.iter() {
-            let json: serde_json::Value = serde_json::from_slice(line).unwrap();
-            self.lines.push(Line {
-                shard: json["shard_id"].as_str().unwrap().to_string(),
-                seq: json["sequence_number"].as_str().unwrap().to_string(),
-            });
+fn line_sink() -> LineSink {
+    MemorySink::decoding(|line| {
+        let json: serde_json::Value = serde_json::from_slice(line).unwrap();
+        Line {
+            shard: json["shard_id"].as_str().unwrap().to_string(),
+            seq: json["sequence_number"].as_str().unwrap().to_string(),
         }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        "memory".into()
-    }
+    })
 }
 
 fn settings() -> StreamRun {
@@ -92,14 +81,14 @@ async fn run(
     dir: &Path,
     settings: &StreamRun,
 ) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
-    run_into(fake, dir, settings, MemorySink::default()).await
+    run_into(fake, dir, settings, line_sink()).await
 }
 
 async fn run_into(
     fake: &Arc<FakeStreams>,
     dir: &Path,
     settings: &StreamRun,
-    mut sink: MemorySink,
+    mut sink: LineSink,
 ) -> (Result<StreamOutcome, StreamRunError>, Vec<Line>) {
     let mut checkpointer = Checkpointer::open_streams(
         StateFile::new(dir.join("state.json")),
@@ -157,8 +146,8 @@ fn expired() -> ApiError {
     ApiError::from_code(Some("ExpiredIteratorException".into()), "Iterator expired")
 }
 
-fn after(seq: &str) -> ShardCheckpoint {
-    ShardCheckpoint::After(SequenceNumber::parse(seq).unwrap())
+fn after(seq: &str) -> ShardProgress {
+    ShardProgress::After(SequenceNumber::parse(seq).unwrap())
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,10 +183,7 @@ async fn a_split_parent_is_delivered_whole_before_its_late_listed_children() {
     let got: Vec<&str> = lines[..3].iter().map(|l| l.seq.as_str()).collect();
     assert_eq!(got, seqs_of(&fake, "p"));
     let position = stored(dir.path());
-    assert!(
-        position.finished.contains(&ShardId::new("p")),
-        "{position:?}"
-    );
+    assert!(position.is_finished(&ShardId::new("p")), "{position:?}");
     for child in ["c1", "c2"] {
         let last = seqs_of(&fake, child).pop().unwrap();
         assert_eq!(position.shards[&ShardId::new(child)], after(&last));
@@ -416,7 +402,7 @@ async fn a_run_that_reaches_max_messages_with_a_parents_last_record_ends_cleanly
     let outcome = outcome.expect("reaching max_messages is a clean end");
     assert_eq!((outcome.end, outcome.written), (EndReason::MaxMessages, 3));
     assert_eq!(lines.len(), 3);
-    assert!(stored(dir.path()).finished.contains(&ShardId::new("p")));
+    assert!(stored(dir.path()).is_finished(&ShardId::new("p")));
 }
 
 #[tokio::test(start_paused = true)]
@@ -436,10 +422,7 @@ async fn an_idle_stream_ends_the_run_even_when_the_sink_is_slow() {
         },
         ..settings()
     };
-    let slow = MemorySink {
-        delay: Duration::from_millis(400),
-        ..MemorySink::default()
-    };
+    let slow = line_sink().taking(Duration::from_millis(400));
 
     let ended = tokio::time::timeout(
         Duration::from_secs(3600),
@@ -511,7 +494,7 @@ async fn max_messages_never_finishes_a_shard_whose_last_records_were_cut() {
     assert_eq!(lines.len(), 3);
     let position = stored(dir.path());
     assert!(
-        !position.finished.contains(&ShardId::new("s1")),
+        !position.is_finished(&ShardId::new("s1")),
         "s1 finished with its 4th record never delivered: {position:?}"
     );
     assert_eq!(position.shards[&ShardId::new("s1")], after(&all[2]));
@@ -529,8 +512,13 @@ async fn a_shard_last_read_empty_more_than_23_hours_ago_is_a_gap_at_the_next_sta
     assert_eq!(outcome.unwrap().end, EndReason::Idle);
     assert!(lines.is_empty());
     let s1 = ShardId::new("s1");
-    assert_eq!(stored(dir.path()).shards[&s1], ShardCheckpoint::TrimHorizon);
-    let verified = stored(dir.path()).verified_at[&s1];
+    let ShardProgress::TrimHorizon {
+        verified_at: Some(verified),
+        ..
+    } = stored(dir.path()).shards[&s1]
+    else {
+        panic!("s1 is not stored \"\" with a verified_at");
+    };
 
     // The run's clock is the wall clock: age the stored verification instead of waiting.
     let age = |hours: i64| {
@@ -614,7 +602,7 @@ async fn describe_stream_is_called_at_most_five_times_a_second() {
     )
     .await
     .unwrap();
-    let mut sink = MemorySink::default();
+    let mut sink = line_sink();
 
     let outcome = run_streams(
         Arc::clone(&api),
@@ -693,7 +681,7 @@ async fn drained_shards_waiting_for_children_hold_no_slot_and_the_run_reads_ever
     assert_eq!(got.len(), 2 * LANES, "one run reads every record once");
     assert_eq!(got, all);
     let position = stored(dir.path());
-    assert_eq!(position.finished.len(), 2 * LANES, "{position:?}");
+    assert_eq!(position.finished().count(), 2 * LANES, "{position:?}");
     let calls = fake.calls();
     assert_eq!(
         calls.describe_children, 1,

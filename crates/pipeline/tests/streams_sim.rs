@@ -40,28 +40,26 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, RunError, StreamOutcome};
-use ddbpipe_pipeline::sink::Staged;
-use ddbpipe_pipeline::sink::{Sink, SinkError};
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::state::position::Position;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError, run_streams};
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::{
     Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults, ShardInfo, Written,
 };
 use ddbpipe_source::ids::ShardId;
-use ddbpipe_source::position::{ShardCheckpoint, StreamKind, StreamsPosition};
+use ddbpipe_source::position::Position;
+use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_source::streams::handover::StreamMark;
 use ddbpipe_source::streams::shard_reader::StreamError;
+use ddbpipe_testkit::MemorySink;
 use ddbpipe_value::ValueFormat;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -81,56 +79,18 @@ struct Delivered {
     key: String,
 }
 
-/// One acknowledged batch: how many records were delivered before it, its records, its marks.
-#[derive(Debug)]
-struct AckedBatch {
-    first: usize,
-    len: usize,
-    marks: Vec<StreamMark>,
-}
+/// The simulation's sink: the shared in-memory sink, keeping who delivered what.
+type SimSink = MemorySink<Delivered>;
 
-/// Keeps every acknowledged batch and reads the committed state before each write.
-struct MemorySink {
-    file: StateFile,
-    lines: Vec<Delivered>,
-    batches: Vec<AckedBatch>,
-    /// (records delivered when read, committed position).
-    states: Vec<(usize, Option<StreamsPosition>)>,
-    rng: StdRng,
-    latency: Duration,
-}
+/// The committed position read before each write: (records delivered when read, position).
+type States = Arc<Mutex<Vec<(usize, Option<StreamsPosition>)>>>;
 
-impl Sink for MemorySink {
-    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
-        self.states.push((self.lines.len(), load(&self.file)));
-        if !self.latency.is_zero() {
-            let before = self.rng.random_range(0..=self.latency.as_millis() as u64);
-            tokio::time::sleep(Duration::from_millis(before)).await;
-        }
-        let first = self.lines.len();
-        for line in batch.records.iter() {
-            let json: serde_json::Value = serde_json::from_slice(line).unwrap();
-            self.lines.push(Delivered {
-                shard: json["shard_id"].as_str().unwrap().to_string(),
-                seq: json["sequence_number"].as_str().unwrap().to_string(),
-                key: json["key"]["pk"].as_str().unwrap().to_string(),
-            });
-        }
-        self.batches.push(AckedBatch {
-            first,
-            len: batch.records.len(),
-            marks: batch.shards.clone(),
-        });
-        // Written and durable; a crash during this wait replays the batch.
-        if !self.latency.is_zero() {
-            let after = self.rng.random_range(0..=self.latency.as_millis() as u64);
-            tokio::time::sleep(Duration::from_millis(after)).await;
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        "memory".into()
+fn delivered(line: &[u8]) -> Delivered {
+    let json: serde_json::Value = serde_json::from_slice(line).unwrap();
+    Delivered {
+        shard: json["shard_id"].as_str().unwrap().to_string(),
+        seq: json["sequence_number"].as_str().unwrap().to_string(),
+        key: json["key"]["pk"].as_str().unwrap().to_string(),
     }
 }
 
@@ -361,10 +321,9 @@ fn trim_past_commit(fake: &FakeStreams, file: &StateFile, rng: &mut StdRng) -> O
     let state = load(file)?;
     let shards = fake.shards();
     let candidates: Vec<(String, String, usize, usize)> = state
-        .shards
-        .iter()
-        .filter_map(|(id, checkpoint)| {
-            let ShardCheckpoint::After(seq) = checkpoint else {
+        .open_shards()
+        .filter_map(|(id, progress)| {
+            let ShardProgress::After(seq) = progress else {
                 return None;
             };
             let shard = shards.iter().find(|s| &s.id == id)?;
@@ -431,18 +390,20 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
     let fake = &plan.fake;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_5eed);
     let file = StateFile::new(dir.join("state.json"));
-    let mut sink = MemorySink {
-        file: file.clone(),
-        lines: Vec::new(),
-        batches: Vec::new(),
-        states: Vec::new(),
-        rng: StdRng::seed_from_u64(seed ^ 0x51f),
-        latency: plan.sink_latency,
-    };
+    let states = States::default();
+    let mut sink = SimSink::decoding(delivered)
+        .with_jitter(seed ^ 0x51f, plan.sink_latency)
+        .before_write({
+            let (file, states) = (file.clone(), Arc::clone(&states));
+            move |lines| states.lock().unwrap().push((lines, load(&file)))
+        });
     let mut trims: Vec<Trimmed> = Vec::new();
     let mut stats = Stats::default();
     let mut quiet_runs = 0;
-    let mut checker = Checker::default();
+    let mut checker = Checker {
+        states,
+        ..Checker::default()
+    };
     for run in 0..MAX_RUNS {
         // A trim past a committed position between runs must stop the next start-up.
         let mut expected_gap = None;
@@ -458,9 +419,11 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
         let start = load(&file);
         let first = sink.lines.len();
         let quiet_start = fake.quiescent() && !plan.trims && !plan.empty_answers;
-        let result = one_run(&plan, &mut sink, crash_at, trim_at, &mut trims, &mut rng)
-            .await
-            .map_err(|e| format!("run {run} {e}"))?;
+        let result = one_run(
+            &plan, &mut sink, &file, crash_at, trim_at, &mut trims, &mut rng,
+        )
+        .await
+        .map_err(|e| format!("run {run} {e}"))?;
         stats.runs += 1;
         let outcome = match result {
             None => {
@@ -576,14 +539,14 @@ fn after_ms(rng: &mut StdRng, max_ms: u64) -> Instant {
 /// position is made at `trim_at` while it runs.
 async fn one_run(
     plan: &Plan,
-    sink: &mut MemorySink,
+    sink: &mut SimSink,
+    file: &StateFile,
     crash_at: Option<Instant>,
     mut trim_at: Option<Instant>,
     trims: &mut Vec<Trimmed>,
     rng: &mut StdRng,
 ) -> Result<Option<Result<StreamOutcome, StreamRunError>>, String> {
     let fake = &plan.fake;
-    let file = sink.file.clone();
     let mut checkpointer = Checkpointer::open_streams(
         file.clone(),
         "p",
@@ -651,12 +614,9 @@ fn complete(checker: &Checker, written: &[Written], shards: &[ShardInfo]) -> Res
 }
 
 /// Prints a run: its start position, outcome and deliveries (`SIM_TRACE=1`).
-fn trace(run: &RunLog, sink: &MemorySink, shards: &[ShardInfo]) {
+fn trace(run: &RunLog, sink: &SimSink, shards: &[ShardInfo]) {
     eprintln!("--- run at {:?}: {:?}", Instant::now(), run.outcome);
-    eprintln!(
-        "    start: {:?}",
-        run.start.as_ref().map(|s| (&s.shards, &s.finished))
-    );
+    eprintln!("    start: {:?}", run.start.as_ref().map(|s| &s.shards));
     for shard in shards
         .iter()
         .filter(|s| !s.records.is_empty() || s.parent.is_some())
@@ -691,6 +651,8 @@ struct Checker {
     /// Batches and state snapshots already checked.
     batches_seen: usize,
     states_seen: usize,
+    /// The positions the sink saw committed.
+    states: States,
     /// The last committed position seen.
     last_state: Option<StreamsPosition>,
 }
@@ -706,7 +668,7 @@ impl Checker {
     fn check_run(
         &mut self,
         run: &RunLog,
-        sink: &MemorySink,
+        sink: &SimSink,
         written: &[Written],
         shards: &[ShardInfo],
         end_state: Option<&StreamsPosition>,
@@ -745,14 +707,14 @@ impl Checker {
             let id = ShardId::new(*shard);
             let info = by_shard[shard];
             let from = match &run.start {
-                Some(start) if start.finished.contains(&id) => {
+                Some(start) if start.is_finished(&id) => {
                     return Err(format!(
                         "{shard} was finished when the run started, yet {} of its records were delivered",
                         got.len()
                     ));
                 }
-                Some(start) => match start.shards.get(&id) {
-                    Some(ShardCheckpoint::After(seq)) => info
+                Some(start) => match start.progress(&id) {
+                    Some(ShardProgress::After(seq)) => info
                         .records
                         .iter()
                         .position(|r| &r.seq == seq)
@@ -826,8 +788,8 @@ impl Checker {
 
         // Committed positions: monotonic, and covering only delivered records.
         let mut states: Vec<(usize, Option<StreamsPosition>)> =
-            sink.states[self.states_seen..].to_vec();
-        self.states_seen = sink.states.len();
+            self.states.lock().unwrap()[self.states_seen..].to_vec();
+        self.states_seen += states.len();
         states.push((run.end, end_state.cloned()));
         for (delivered, state) in states {
             let Some(state) = state else { continue };
@@ -841,8 +803,8 @@ impl Checker {
                         .map(|l| l.seq.as_str()),
                 )
                 .collect();
-            for (id, checkpoint) in &state.shards {
-                if let ShardCheckpoint::After(seq) = checkpoint {
+            for (id, progress) in state.open_shards() {
+                if let ShardProgress::After(seq) = progress {
                     covered(
                         &StreamMark::Advance(id.clone(), seq.clone()),
                         &upto,
@@ -851,7 +813,7 @@ impl Checker {
                     .map_err(|e| format!("committed {id} at {seq}: {e}"))?;
                 }
             }
-            for id in &state.finished {
+            for id in state.finished() {
                 covered(&StreamMark::Finish(id.clone(), None), &upto, &by_shard)
                     .map_err(|e| format!("committed {id} finished: {e}"))?;
             }
@@ -884,10 +846,10 @@ impl Checker {
                 let last = got.last().unwrap();
                 let info = by_shard[shard];
                 let is_last = info.closed && last.index + 1 == info.records.len();
-                let ok = match state.shards.get(&id) {
-                    Some(ShardCheckpoint::After(seq)) => *seq == last.seq,
-                    Some(ShardCheckpoint::TrimHorizon) => false,
-                    None => state.finished.contains(&id) && is_last,
+                let ok = match state.progress(&id) {
+                    Some(ShardProgress::After(seq)) => *seq == last.seq,
+                    Some(ShardProgress::TrimHorizon { .. }) | None => false,
+                    Some(ShardProgress::ShardEnd { .. }) => is_last,
                 };
                 if !ok {
                     return Err(format!(
@@ -945,22 +907,22 @@ fn covered(
 
 /// Committed positions never move backwards; finished shards stay finished.
 fn monotonic(before: &StreamsPosition, after: &StreamsPosition) -> Result<(), String> {
-    for id in &before.finished {
-        if !after.finished.contains(id) {
+    for id in before.finished() {
+        if !after.is_finished(id) {
             return Err(format!(
                 "{id} was committed finished, then {:?}",
-                after.shards.get(id)
+                after.progress(id)
             ));
         }
     }
-    for (id, old) in &before.shards {
-        match (old, after.shards.get(id)) {
-            (_, None) if after.finished.contains(id) => {}
+    for (id, old) in before.open_shards() {
+        match (old, after.progress(id)) {
+            (_, Some(ShardProgress::ShardEnd { .. })) => {}
             (_, None) => return Err(format!("{id} vanished from the committed position")),
-            (ShardCheckpoint::After(a), Some(ShardCheckpoint::After(b))) if b < a => {
+            (ShardProgress::After(a), Some(ShardProgress::After(b))) if b < a => {
                 return Err(format!("{id} moved back from {a} to {b}"));
             }
-            (ShardCheckpoint::After(a), Some(ShardCheckpoint::TrimHorizon)) => {
+            (ShardProgress::After(a), Some(ShardProgress::TrimHorizon { .. })) => {
                 return Err(format!("{id} moved back from {a} to \"\""));
             }
             _ => {}

@@ -9,12 +9,12 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sink::Records;
-use ddbpipe_pipeline::state::position::ScanKind;
 use ddbpipe_source::api::Render;
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{Refresher, ScanPlan};
+use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::scan::SegmentReader;
 

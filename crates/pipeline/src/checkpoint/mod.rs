@@ -27,8 +27,8 @@ use crate::batch::Batch;
 use crate::events::CheckpointAged;
 use crate::sink::Staged;
 use crate::state::identity::Identity;
-use crate::state::position::{Position, ScanKind, ScanPosition};
 use crate::state::{Entry, StateError};
+use ddbpipe_source::position::{Position, ScanKind, ScanPosition};
 use store::{Ceiling, CheckpointStore, Placement, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
@@ -230,7 +230,7 @@ impl Checkpointer {
             },
         };
         let position = match streams.as_ref().and_then(|s| s.snapshot.as_ref()) {
-            Some(snapshot) => snapshot_progress(snapshot).map_err(|problem| {
+            Some(snapshot) => snapshot.progress().map_err(|problem| {
                 StartError::State(StateError::Corrupt {
                     path: store.describe().into(),
                     location: format!(
@@ -534,7 +534,7 @@ fn current_position(
         Some(streams) => {
             let mut streams = streams.clone();
             if let Some(snapshot) = streams.snapshot.as_mut() {
-                write_snapshot_progress(snapshot, position);
+                snapshot.set_progress(position);
             }
             Some(Position::Streams(streams))
         }
@@ -542,30 +542,4 @@ fn current_position(
             .has_progress()
             .then(|| Position::Scan(position.clone())),
     }
-}
-
-/// The scan progress stored in an open snapshot record (`cursors`, `done`, `total_segments`),
-/// checked as strictly as a scan position.
-fn snapshot_progress(snapshot: &SnapshotRecord) -> Result<ScanPosition, String> {
-    if snapshot.total_segments < 1 {
-        return Err("total_segments is missing or not a segment count".into());
-    }
-    let json = json!({
-        "cursors": snapshot.cursors,
-        "done": snapshot.done,
-        "kind": "scan",
-        "total_segments": snapshot.total_segments,
-    });
-    match Position::from_json(&json) {
-        Ok(Position::Scan(scan)) => Ok(scan),
-        Ok(Position::Streams(_)) => Err("not a scan progress".into()),
-        Err(e) => Err(format!("{}: {}", e.path, e.problem)),
-    }
-}
-
-/// Writes scan progress into an open snapshot record.
-fn write_snapshot_progress(snapshot: &mut SnapshotRecord, progress: &ScanPosition) {
-    snapshot.cursors = progress.typed_cursors();
-    snapshot.done = progress.done.ranges().to_vec();
-    snapshot.total_segments = progress.total_segments;
 }

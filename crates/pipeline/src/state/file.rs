@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value as Json, json};
 
 use super::identity::Identity;
-use super::position::Position;
 use crate::files::{self, Holder, LockError, RunLock};
+use ddbpipe_source::position::Position;
 
 const FORMAT: &str = "ddbpipe-state";
 
@@ -401,7 +401,7 @@ impl StateFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::position::{ScanKind, ScanPosition};
+    use ddbpipe_source::position::{ScanKind, ScanPosition};
 
     fn entry() -> Entry {
         Entry {

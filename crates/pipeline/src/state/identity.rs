@@ -24,9 +24,9 @@
 //!    current stream is still that one is start-up gap detection's question (layer 1), not
 //!    the identity's.
 
-use crate::state::position::Position;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::config::{Mode, SourceConfig};
+use ddbpipe_source::position::Position;
 use serde_json::{Map, Value as Json, json};
 use sha2::{Digest, Sha256};
 

@@ -16,6 +16,5 @@
 
 mod file;
 pub mod identity;
-pub mod position;
 
 pub use file::{Entry, StateError, StateFile, StateLock};

@@ -48,7 +48,7 @@ use crate::config::StartPosition;
 use crate::error::ReadError;
 use crate::events::{LagMeasured, ShardsCounted};
 use crate::ids::ShardId;
-use crate::position::{ShardCheckpoint, StreamsPosition};
+use crate::position::{ShardProgress, StreamsPosition};
 use crate::retry::Cancel;
 
 /// How a stream run is bounded.
@@ -176,41 +176,36 @@ impl<A: StreamsApi> StreamEngine<A> {
             stop,
         };
         let graph = &engine.graph;
-        let readable: Vec<(ShardId, ShardCheckpoint, Option<i64>, bool)> = engine
+        let readable: Vec<(ShardId, ShardProgress, bool)> = engine
             .ctx
             .handover
             .with_view(|view| {
-                view.shards
-                    .iter()
-                    .map(|(id, cp)| {
+                view.open_shards()
+                    .map(|(id, progress)| {
                         // A described parent that is not finished is read first.
                         let parent_unfinished = graph
                             .get(id)
                             .and_then(|shard| shard.parent.as_ref())
-                            .is_some_and(|p| graph.contains(p) && !view.finished.contains(p));
-                        (
-                            id.clone(),
-                            cp.clone(),
-                            view.latest_floor_ms.get(id).copied(),
-                            parent_unfinished,
-                        )
+                            .is_some_and(|p| graph.contains(p) && !view.is_finished(p));
+                        (id.clone(), progress.clone(), parent_unfinished)
                     })
                     .collect()
             })
             .await;
         let now = Instant::now();
-        for (id, checkpoint, floor, parent_unfinished) in readable {
+        for (id, progress, parent_unfinished) in readable {
             if !engine.graph.contains(&id) {
                 continue;
             }
-            let start = match checkpoint {
-                ShardCheckpoint::After(seq) => StartAt::After(seq),
-                ShardCheckpoint::TrimHorizon => {
-                    let first_latest = first_run && floor.is_some();
+            let (start, floor) = match progress {
+                ShardProgress::After(seq) => (StartAt::After(seq), None),
+                ShardProgress::ShardEnd { .. } => continue,
+                ShardProgress::TrimHorizon { floor_ms, .. } => {
+                    let first_latest = first_run && floor_ms.is_some();
                     if first_latest {
-                        StartAt::Latest
+                        (StartAt::Latest, floor_ms)
                     } else {
-                        StartAt::TrimHorizon
+                        (StartAt::TrimHorizon, floor_ms)
                     }
                 }
             };
@@ -270,7 +265,7 @@ impl<A: StreamsApi> StreamEngine<A> {
             let finished = self
                 .ctx
                 .handover
-                .with_view(|view| view.finished.len())
+                .with_view(|view| view.finished().count())
                 .await;
             ShardsCounted {
                 queued: self.scheduler.queued() as u64,
@@ -387,7 +382,7 @@ impl<A: StreamsApi> StreamEngine<A> {
         let graph = &self.graph;
         self.ctx
             .handover
-            .with_view(|view| graph.ids().all(|id| view.finished.contains(id)))
+            .with_view(|view| graph.ids().all(|id| view.is_finished(id)))
             .await
     }
 
@@ -444,10 +439,8 @@ impl<A: StreamsApi> StreamEngine<A> {
                 lineage::admissible(graph, view)
                     .into_iter()
                     .map(|a| {
-                        let verified_at = a
-                            .finished_parent
-                            .as_ref()
-                            .and_then(|p| view.verified_at.get(p).copied());
+                        let verified_at =
+                            a.finished_parent.as_ref().and_then(|p| view.verified_at(p));
                         (a, verified_at)
                     })
                     .collect::<Vec<_>>()

@@ -28,7 +28,7 @@
 //! fails the run with [`trimmed_while_reading`]; the next start-up applies `on_gap`.
 
 use crate::ids::{SequenceNumber, ShardId};
-use crate::position::{ShardCheckpoint, StreamsPosition};
+use crate::position::{ShardProgress, StreamsPosition};
 use crate::streams::lineage::ShardGraph;
 
 /// How long a shard stored `""` may go unverified before records written since may have been
@@ -84,7 +84,7 @@ pub fn check(
     }
 
     // Layer 2: shards, or parents of new shards, expired before they were read.
-    for id in stored.shards.keys().filter(|id| !graph.contains(id)) {
+    for (id, _) in stored.open_shards().filter(|(id, _)| !graph.contains(id)) {
         findings
             .reasons
             .push(format!("shard {id} expired before it was fully read"));
@@ -105,10 +105,10 @@ pub fn check(
 
     // Layer 3: shards with nothing read whose retention may have run out.
     let mut unverified = Vec::new();
-    for id in empty_shards(stored) {
-        match stored.verified_at.get(id) {
+    for (id, verified_at) in empty_shards(stored) {
+        match verified_at {
             None => unverified.push(id.as_str()),
-            Some(&at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
+            Some(at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
                 let hours = now_s.saturating_sub(at) / 3600;
                 findings.reasons.push(format!(
                     "shard {id} was last read {hours}h ago with nothing to read; records \
@@ -141,20 +141,22 @@ pub fn probes(stored: &StreamsPosition, graph: &ShardGraph) -> Vec<(ShardId, Seq
         .shards
         .iter()
         .filter(|(id, _)| graph.contains(id))
-        .filter_map(|(id, checkpoint)| match checkpoint {
-            ShardCheckpoint::After(seq) => Some((id.clone(), seq.clone())),
-            ShardCheckpoint::TrimHorizon => None,
+        .filter_map(|(id, progress)| match progress {
+            ShardProgress::After(seq) => Some((id.clone(), seq.clone())),
+            ShardProgress::TrimHorizon { .. } | ShardProgress::ShardEnd { .. } => None,
         })
         .collect()
 }
 
-/// The shards stored `""`, in id order.
-fn empty_shards(stored: &StreamsPosition) -> impl Iterator<Item = &ShardId> {
+/// The shards at their trim horizon (stored `""`) with their `verified_at`, in id order.
+fn empty_shards(stored: &StreamsPosition) -> impl Iterator<Item = (&ShardId, Option<i64>)> {
     stored
         .shards
         .iter()
-        .filter(|(_, checkpoint)| **checkpoint == ShardCheckpoint::TrimHorizon)
-        .map(|(id, _)| id)
+        .filter_map(|(id, progress)| match progress {
+            ShardProgress::TrimHorizon { verified_at, .. } => Some((id, *verified_at)),
+            _ => None,
+        })
 }
 
 /// The layer-4 reason for a probe answered `TrimmedDataAccessException`.
@@ -214,9 +216,7 @@ mod tests {
     }
 
     fn positioned(position: &mut StreamsPosition, shard: &str, at: &str) {
-        position
-            .shards
-            .insert(id(shard), ShardCheckpoint::After(seq(at)));
+        position.advance(&id(shard), &seq(at));
     }
 
     fn check_now(stored: &StreamsPosition, graph: &ShardGraph) -> Findings {

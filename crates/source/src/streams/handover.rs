@@ -194,13 +194,6 @@ pub fn apply(position: &mut StreamsPosition, mark: &StreamMark) {
             verified_at,
             floor_ms,
         } => position.admit(shard, *verified_at, *floor_ms),
-        StreamMark::Verify(shard, at) => {
-            if matches!(
-                position.shards.get(shard),
-                Some(crate::position::ShardCheckpoint::TrimHorizon)
-            ) {
-                position.verified_at.insert(shard.clone(), *at);
-            }
-        }
+        StreamMark::Verify(shard, at) => position.verify(shard, *at),
     }
 }

@@ -154,7 +154,7 @@ pub struct Admission {
     /// The parent when it is an orphan (rule 2): the caller warns mid-run; a gap at a later
     /// start-up is detected by `gaps`.
     pub orphan_parent: Option<ShardId>,
-    /// The parent when it is finished: its frontier (`position.verified_at[parent]`) becomes
+    /// The parent when it is finished: its frontier (`ShardEnd { frontier }`) becomes
     /// the child's `verified_at` (rule 4).
     pub finished_parent: Option<ShardId>,
 }
@@ -164,7 +164,7 @@ impl Admission {
     pub fn inherited_verified_at(&self, position: &StreamsPosition) -> Option<i64> {
         self.finished_parent
             .as_ref()
-            .and_then(|parent| position.verified_at.get(parent).copied())
+            .and_then(|parent| position.verified_at(parent))
     }
 }
 
@@ -179,7 +179,7 @@ pub fn admissible(graph: &ShardGraph, position: &StreamsPosition) -> Vec<Admissi
         .filter_map(|shard| {
             let (orphan_parent, finished_parent) = match &shard.parent {
                 None => (None, None),
-                Some(parent) if position.finished.contains(parent) => (None, Some(parent.clone())),
+                Some(parent) if position.is_finished(parent) => (None, Some(parent.clone())),
                 Some(parent) if !graph.contains(parent) && !position.knows(parent) => {
                     (Some(parent.clone()), None)
                 }
@@ -197,8 +197,8 @@ pub fn admissible(graph: &ShardGraph, position: &StreamsPosition) -> Vec<Admissi
     ready.into_iter().map(|(_, admission)| admission).collect()
 }
 
-/// Removes finished ids that are neither described nor the parent of a described shard, with
-/// their `verified_at` (and any leftover time floor) (docs/streams.md §4.6 "prune").
+/// Removes finished shards that are neither described nor the parent of a described shard,
+/// with their frontier (docs/streams.md §4.6 "prune").
 pub fn prune(graph: &ShardGraph, position: &mut StreamsPosition) {
     let parents: BTreeSet<&ShardId> = graph
         .shards
@@ -206,22 +206,19 @@ pub fn prune(graph: &ShardGraph, position: &mut StreamsPosition) {
         .filter_map(|shard| shard.parent.as_ref())
         .collect();
     let gone: Vec<ShardId> = position
-        .finished
-        .iter()
+        .finished()
         .filter(|id| !graph.contains(id) && !parents.contains(id))
         .cloned()
         .collect();
     for id in gone {
-        position.finished.remove(&id);
-        position.verified_at.remove(&id);
-        position.latest_floor_ms.remove(&id);
+        position.forget(&id);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::ids::SequenceNumber;
-    use crate::position::{ShardCheckpoint, StreamKind};
+    use crate::position::{ShardProgress, StreamKind};
 
     use super::*;
 
@@ -366,10 +363,7 @@ mod tests {
         let mut position = position();
         position.admit(&id("p"), None, None);
         assert!(admissible(&graph, &position).is_empty());
-        position.shards.insert(
-            id("p"),
-            ShardCheckpoint::After(SequenceNumber::parse("3").unwrap()),
-        );
+        position.advance(&id("p"), &SequenceNumber::parse("3").unwrap());
         assert!(admissible(&graph, &position).is_empty());
     }
 
@@ -426,21 +420,20 @@ mod tests {
         for shard in ["kept", "parent", "gone"] {
             position.finish(&id(shard), Some(10));
         }
-        position.latest_floor_ms.insert(id("gone"), 5);
         position.admit(&id("stored"), Some(20), Some(7));
         prune(&graph, &mut position);
-        let finished: Vec<&str> = position.finished.iter().map(ShardId::as_str).collect();
+        let finished: Vec<&str> = position.finished().map(ShardId::as_str).collect();
         assert_eq!(finished, vec!["kept", "parent"]);
-        assert!(!position.verified_at.contains_key(&id("gone")));
-        assert!(!position.latest_floor_ms.contains_key(&id("gone")));
-        assert_eq!(position.verified_at[&id("parent")], 10);
+        assert!(!position.knows(&id("gone")), "its frontier goes with it");
+        assert_eq!(position.verified_at(&id("parent")), Some(10));
         assert_eq!(
-            position.verified_at[&id("stored")],
-            20,
+            position.shards[&id("stored")],
+            ShardProgress::TrimHorizon {
+                verified_at: Some(20),
+                floor_ms: Some(7)
+            },
             "unfinished shards stay"
         );
-        assert_eq!(position.latest_floor_ms[&id("stored")], 7);
-        assert!(position.shards.contains_key(&id("stored")));
     }
 
     /// SplitMix64: a small deterministic PRNG, so a failing seed can be replayed.
@@ -506,7 +499,7 @@ mod tests {
                         && graph.contains(parent)
                     {
                         assert!(
-                            position.finished.contains(parent),
+                            position.is_finished(parent),
                             "seed {seed}: {shard} admitted before its parent {parent} finished"
                         );
                     }

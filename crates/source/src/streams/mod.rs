@@ -5,6 +5,8 @@
 //! - `lineage`: the pure shard graph: parents, children, which shards may be admitted.
 //! - `start`: where each shard's read starts (docs/streams.md §4.4) and the `latest` time floor.
 //! - `gaps`: start-up gap detection in layers (docs/streams.md §4.5).
+//! - `startup`: the start-up plan: first run, mirror capture, resume, resnapshot or fail
+//!   (docs/streams.md §4.4–§4.7), and the layer-4 probe.
 //! - `scheduler`: the FIFO queue of (shard, due time) and the slots (docs/streams.md §4.8).
 //! - `handover`: the one point where records and position marks enter the pipeline.
 //! - `shard_reader`: one shard's slices (docs/streams.md §4.9).
@@ -20,3 +22,4 @@ pub mod scheduler;
 pub mod shard_reader;
 pub mod shard_sync;
 pub mod start;
+pub mod startup;

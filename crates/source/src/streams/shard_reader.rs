@@ -448,9 +448,7 @@ impl<A: StreamsApi> StreamContext<A> {
             Some(ts) => Some(ts.div_euclid(1000) - 120),
             None => {
                 let id = shard.id.clone();
-                self.handover
-                    .with_view(|view| view.verified_at.get(&id).copied())
-                    .await
+                self.handover.with_view(|view| view.verified_at(&id)).await
             }
         };
         handed.shard = Some(shard.id.clone());

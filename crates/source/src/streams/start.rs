@@ -30,7 +30,7 @@
 
 use crate::api::{ShardDescription, StartAt};
 use crate::config::StartPosition;
-use crate::position::{ShardCheckpoint, StreamsPosition};
+use crate::position::{ShardProgress, StreamsPosition};
 
 /// The slack below a `latest` floor within which records are still kept, in ms.
 pub const FLOOR_MARGIN_MS: i64 = 120_000;
@@ -63,19 +63,19 @@ pub fn start_for(
     run_start_ms: i64,
 ) -> ShardStart {
     match position.shards.get(&shard.id) {
-        Some(ShardCheckpoint::After(seq)) => {
+        Some(ShardProgress::After(seq)) => {
             return ShardStart::Read {
                 at: StartAt::After(seq.clone()),
                 floor_ms: None,
             };
         }
-        Some(ShardCheckpoint::TrimHorizon) => {
+        Some(ShardProgress::TrimHorizon { floor_ms, .. }) => {
             return ShardStart::Read {
                 at: StartAt::TrimHorizon,
-                floor_ms: position.latest_floor_ms.get(&shard.id).copied(),
+                floor_ms: *floor_ms,
             };
         }
-        None => {}
+        Some(ShardProgress::ShardEnd { .. }) | None => {}
     }
     let trim_horizon = ShardStart::Read {
         at: StartAt::TrimHorizon,

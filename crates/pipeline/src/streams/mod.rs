@@ -1,0 +1,384 @@
+//! A streams run from start-up to end: the driver of the source's start-up plan
+//! (`ddbpipe_source::streams::startup`, whose rules say what is decided), the snapshot scans it
+//! asks for (`snapshot`), then the engine feeding the sink.
+//!
+//! # The driver (docs/streams.md §4.4–§4.7)
+//! 1. Discover every shard (a failure, after retries, fails the run).
+//! 2. Resume an open snapshot found in the stored position; a mirror's first run captures and
+//!    scans.
+//! 3. First run: commit the initial position **before** reading. Later runs: the layered gap
+//!    checks, then the layer-4 probe; the plan says stream on, resnapshot or fail. A failure
+//!    leaves the state as it was.
+//! 4. Commit the position the engine starts from; the probe's iterators serve the first slices.
+//!
+//! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
+
+mod snapshot;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::config::{Mode, OnGap, StartPosition};
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::ids::{SequenceNumber, ShardId};
+use ddbpipe_source::plan::StreamPlan;
+use ddbpipe_source::position::StreamKind;
+use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
+use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
+use ddbpipe_source::streams::gaps;
+use ddbpipe_source::streams::handover::Handover;
+use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::shard_reader::StreamContext;
+use ddbpipe_source::streams::shard_sync;
+use ddbpipe_source::streams::startup::{self, Resume, Startup};
+use ddbpipe_value::ValueFormat;
+use tokio::sync::mpsc;
+
+pub use self::snapshot::SnapshotScan;
+use self::snapshot::{NoTable, Snapshots};
+use crate::checkpoint::Checkpointer;
+use crate::runner::{Progress, RunError, StreamOutcome, run_stream};
+use crate::sink::Sink;
+
+/// Hand-overs waiting between the engine and the batcher.
+const HANDOVER_DEPTH: usize = 2;
+
+/// Everything a streams run needs besides its I/O.
+#[derive(Debug, Clone)]
+pub struct StreamRun {
+    /// The configured table name (envelopes, messages).
+    pub table: String,
+    /// The resolved stream.
+    pub stream_arn: String,
+    /// Plain or typed values.
+    pub format: ValueFormat,
+    /// The one retry policy.
+    pub retry: RetryPolicy,
+    /// `GetRecords` `Limit`.
+    pub records_per_request: u32,
+    /// Effective poll interval (at least 200 ms).
+    pub poll_interval: Duration,
+    /// Concurrency, discovery and end conditions.
+    pub bounds: RunBounds,
+    /// `trim_horizon` or `latest` (first run only).
+    pub start_position: StartPosition,
+    /// What a gap found at start-up does.
+    pub on_gap: OnGap,
+    /// Stop after this many records.
+    pub max_messages: Option<u64>,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// The config path as the user gave it (for remedies in messages).
+    pub config_label: String,
+    /// `streams`, or `mirror`: a mirror's first run captures every shard at its trim horizon
+    /// and scans the table before streaming (docs/mirror.md §5).
+    pub kind: StreamKind,
+}
+
+impl StreamRun {
+    /// The run of `plan` on `stream_arn` of `table`; `config_label` names the config file in
+    /// remedies.
+    pub fn new(plan: &StreamPlan, table: &str, stream_arn: &str, config_label: String) -> Self {
+        StreamRun {
+            table: table.to_string(),
+            stream_arn: stream_arn.to_string(),
+            format: plan.format,
+            retry: plan.retry,
+            records_per_request: plan.records_per_request,
+            poll_interval: plan.poll_interval,
+            bounds: plan.bounds.clone(),
+            start_position: plan.start_position,
+            on_gap: plan.on_gap,
+            max_messages: plan.max_messages,
+            batch_size: plan.batch_size,
+            config_label,
+            kind: if plan.mode == Mode::Mirror {
+                StreamKind::Mirror
+            } else {
+                StreamKind::Streams
+            },
+        }
+    }
+
+    /// What the start-up plan knows about this run.
+    fn startup(&self) -> Startup<'_> {
+        Startup {
+            kind: self.kind,
+            stream_arn: &self.stream_arn,
+            table: &self.table,
+            start_position: self.start_position,
+            on_gap: self.on_gap,
+            config_label: &self.config_label,
+        }
+    }
+
+    /// Layer 4 through the run's retry policy (see [`startup::probe`]).
+    async fn probe<A: StreamsApi>(
+        &self,
+        api: &A,
+        probes: &[(ShardId, SequenceNumber)],
+        stop: &Cancel,
+        probed: &mut BTreeMap<ShardId, String>,
+        observer: &dyn AttemptObserver,
+    ) -> Result<Vec<(ShardId, String)>, ReadError> {
+        let concurrency = self.bounds.shard_concurrency;
+        startup::probe(
+            api,
+            &self.stream_arn,
+            probes,
+            concurrency,
+            &self.retry,
+            stop,
+            probed,
+            observer,
+        )
+        .await
+    }
+}
+
+/// Why a streams run could not start or failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamRunError {
+    /// Definite: a gap at start-up with `on_gap: fail` (the state is unchanged).
+    #[error("{0}")]
+    Gap(String),
+    /// A start-up request failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// Definite: a setting cannot be applied to the table (e.g. a capacity fraction without
+    /// a base); the message names the field.
+    #[error("{0}")]
+    Config(String),
+    /// A signal stopped the snapshot scan; its progress is saved and the next run resumes it.
+    #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
+    SnapshotInterrupted,
+    /// The snapshot wrote more keys than `resnapshot_max_keys`: it was closed without deletes
+    /// (docs/mirror.md §5.3); the next run streams on.
+    #[error(
+        "complete-read cleanup skipped: the snapshot saw {keys} keys, more than resnapshot_max_keys ({max_keys}); nothing was deleted and the position was saved"
+    )]
+    CleanupSkipped {
+        /// Keys the snapshot wrote.
+        keys: u64,
+        /// `resnapshot_max_keys`.
+        max_keys: u64,
+    },
+}
+
+/// Runs the stream from the checkpointer's stored position to an end condition. A gap at
+/// start-up with `on_gap: resnapshot` fails: resnapshots need [`run_streams_with_snapshots`].
+pub async fn run_streams<A: StreamsApi, S: Sink>(
+    api: Arc<A>,
+    run: &StreamRun,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: Cancel,
+    observer: Arc<dyn AttemptObserver>,
+    progress: &dyn Progress,
+) -> Result<StreamOutcome, StreamRunError> {
+    run_streams_with_snapshots::<A, NoTable, S>(
+        api,
+        None,
+        run,
+        sink,
+        checkpointer,
+        stop,
+        observer,
+        progress,
+    )
+    .await
+}
+
+/// [`run_streams`], able to resnapshot: a gap at start-up with `on_gap: resnapshot` captures the
+/// shard positions, scans the table as snapshot envelopes (`op: "r"`) with per-segment
+/// checkpoints kept in the snapshot record, then streams from the capture. An open snapshot
+/// found at start-up is resumed where it stopped.
+#[allow(clippy::too_many_arguments)] // The run's wiring, passed once.
+pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
+    api: Arc<A>,
+    snapshot: Option<SnapshotScan<T>>,
+    run: &StreamRun,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: Cancel,
+    observer: Arc<dyn AttemptObserver>,
+    progress: &dyn Progress,
+) -> Result<StreamOutcome, StreamRunError> {
+    let run_start_ms = unix_now_ms();
+    let discovery = shard_sync::discover(
+        api.as_ref(),
+        &run.stream_arn,
+        &run.retry,
+        &stop,
+        observer.as_ref(),
+    )
+    .await?;
+    let status = discovery.status.clone();
+    let mut graph = ShardGraph::new();
+    graph.merge(discovery.shards);
+    tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
+
+    let plan = run.startup();
+    let snapshots = Snapshots {
+        scan: snapshot.as_ref(),
+        run,
+        stop: &stop,
+        observer: Arc::clone(&observer),
+        progress,
+    };
+    let mut snapshotted = false;
+    if checkpointer.snapshot_open() {
+        let scan = snapshots.scan("the stored position holds an open snapshot")?;
+        tracing::info!("Resuming the open snapshot.");
+        snapshots.run(scan, sink, checkpointer, None).await?;
+        snapshotted = true;
+    }
+    if run.kind == StreamKind::Mirror && checkpointer.streams_position().is_none() {
+        let scan = snapshots.scan("mode: mirror needs a table scan")?;
+        let rows = checkpointer
+            .destination_rows()
+            .await
+            .map_err(RunError::from)?
+            .unwrap_or(0);
+        let capture = plan.mirror_capture(&graph, scan.segments, rows, unix_now_ms());
+        tracing::info!(
+            shards = capture.shards.len(),
+            destination_rows = rows,
+            "Mirror: shard positions captured; scanning the table."
+        );
+        snapshots
+            .run(scan, sink, checkpointer, Some(capture))
+            .await?;
+        snapshotted = true;
+    }
+    let stored = checkpointer.streams_position().cloned();
+    let first_run = stored.is_none();
+    let mut probed = BTreeMap::new();
+    let position = match stored {
+        None => plan.first_run(&graph, run_start_ms),
+        Some(stored) => {
+            let findings = gaps::check(
+                &stored,
+                &run.stream_arn,
+                &graph,
+                &run.table,
+                // Now, not the run's start: a snapshot may have taken hours (docs/mirror.md §5.4).
+                unix_now_ms() / 1000,
+            );
+            for warning in &findings.warnings {
+                tracing::warn!("{warning}");
+            }
+            let mut reasons = findings.reasons;
+            if reasons.is_empty() {
+                let trimmed = run
+                    .probe(
+                        api.as_ref(),
+                        &findings.probes,
+                        &stop,
+                        &mut probed,
+                        observer.as_ref(),
+                    )
+                    .await?;
+                reasons = trimmed.into_iter().map(|(_, reason)| reason).collect();
+            }
+            if !reasons.is_empty() {
+                tracing::warn!(reasons = %reasons.join("; "), "Gap detected at start-up.");
+            }
+            match plan.resume(
+                stored.clone(),
+                &graph,
+                reasons,
+                snapshot.is_some(),
+                snapshotted,
+            ) {
+                Resume::Stream(position) => position,
+                Resume::Fail(message) => return Err(StreamRunError::Gap(message)),
+                Resume::Resnapshot(reasons) => {
+                    let scan = snapshots.scan("a resnapshot needs a table scan")?;
+                    let deletes = if checkpointer.deletes_unseen() {
+                        "destination rows of items deleted meanwhile are deleted once the scan completes (resnapshot_deletes: true)"
+                    } else {
+                        "nothing is deleted, so rows of items deleted meanwhile stay in the destination (resnapshot_deletes: false or a jsonl sink)"
+                    };
+                    tracing::warn!(
+                        table = %run.table,
+                        reasons = %reasons.join("; "),
+                        "Resnapshot: the table is scanned again, then the stream is read from a fresh capture; {deletes}."
+                    );
+                    // Positions kept by the capture must not be trimmed (rule 5); the probe's
+                    // iterators are not used, the stream is read from the capture later.
+                    let same_stream = stored.stream_arn.as_deref() == Some(run.stream_arn.as_str());
+                    let trimmed: Vec<ShardId> = if same_stream {
+                        run.probe(
+                            api.as_ref(),
+                            &gaps::probes(&stored, &graph),
+                            &stop,
+                            &mut BTreeMap::new(),
+                            observer.as_ref(),
+                        )
+                        .await?
+                        .into_iter()
+                        .map(|(shard, _)| shard)
+                        .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let capture = plan.resnapshot_capture(
+                        &stored,
+                        &graph,
+                        &trimmed,
+                        &reasons,
+                        scan.segments,
+                        unix_now_ms(),
+                    );
+                    snapshots
+                        .run(scan, sink, checkpointer, Some(capture))
+                        .await?;
+                    probed.clear();
+                    checkpointer.streams_position().cloned().unwrap_or(stored)
+                }
+            }
+        }
+    };
+    checkpointer
+        .set_streams(position.clone())
+        .await
+        .map_err(RunError::from)?;
+
+    let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
+    let handover = Arc::new(Handover::new(tx, position, run.max_messages));
+    let ctx = Arc::new(StreamContext {
+        api,
+        stream_arn: run.stream_arn.clone(),
+        table: run.table.clone(),
+        format: run.format,
+        retry: run.retry,
+        records_per_request: run.records_per_request,
+        poll_interval: run.poll_interval,
+        handover,
+        cancel: stop.clone(),
+        observer,
+    });
+    let engine = StreamEngine::new(
+        ctx,
+        run.bounds.clone(),
+        graph,
+        run.start_position,
+        first_run,
+        run_start_ms,
+        probed,
+        stop,
+    )
+    .await
+    .with_status(status.as_deref());
+    // The stream has no total to show progress against: the observer is told so.
+    progress.streaming();
+    Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)
+}

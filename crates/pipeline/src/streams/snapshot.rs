@@ -1,0 +1,201 @@
+//! The snapshot scan of a mirror or resnapshot (docs/mirror.md §5, docs/streams.md §4.7): every
+//! item as a snapshot envelope (`op: "r"`), segment progress committed in the open snapshot
+//! record, the read rate refreshed while it runs; completing it closes the snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ddbpipe_source::api::{
+    KeyAttribute, Page, ReadKind, ReadRequest, Render, SnapshotShape, TableApi, TableDescription,
+    TableNames,
+};
+use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::error::ApiError;
+use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
+use ddbpipe_source::position::StreamsPosition;
+use ddbpipe_source::retry::{AttemptObserver, Cancel};
+use ddbpipe_source::scan::SegmentReader;
+
+use super::{StreamRun, StreamRunError};
+use crate::checkpoint::Checkpointer;
+use crate::runner::{Progress, RunError, run_scan};
+use crate::sink::Sink;
+
+/// What a snapshot scans the table with. The table is described only when a snapshot is
+/// needed: its key schema and read rate come from there.
+pub struct SnapshotScan<T> {
+    /// The table API.
+    pub api: Arc<T>,
+    /// `TotalSegments`.
+    pub segments: u32,
+    /// Segments read at once.
+    pub max_concurrency: usize,
+    /// `Limit` of each page.
+    pub page_limit: Option<u32>,
+    /// `ConsistentRead`.
+    pub consistent_read: bool,
+    /// The read-rate rule (docs/scan.md §2.7), applied to the described table and refreshed while
+    /// the scan runs.
+    pub read_rule: ReadRule,
+}
+
+impl<T> SnapshotScan<T> {
+    /// The snapshot scan of `plan` through `api`.
+    pub fn new(api: Arc<T>, plan: &SnapshotPlan) -> Self {
+        SnapshotScan {
+            api,
+            segments: plan.segments,
+            max_concurrency: plan.max_concurrency,
+            page_limit: plan.page_limit,
+            consistent_read: plan.consistent_read,
+            read_rule: plan.read_rule.clone(),
+        }
+    }
+}
+
+/// A `TableApi` that cannot exist: the type of "no snapshot scan".
+pub(super) enum NoTable {}
+
+impl TableApi for NoTable {
+    async fn read_page(&self, _: &ReadRequest) -> Result<Page, ApiError> {
+        match *self {}
+    }
+    async fn describe_table(&self, _: &str) -> Result<Option<TableDescription>, ApiError> {
+        match *self {}
+    }
+    async fn list_tables(&self, _: Option<&str>) -> Result<TableNames, ApiError> {
+        match *self {}
+    }
+}
+
+/// A run's snapshot scans: what they read with and report to, set up once.
+pub(super) struct Snapshots<'a, T> {
+    pub scan: Option<&'a SnapshotScan<T>>,
+    pub run: &'a StreamRun,
+    pub stop: &'a Cancel,
+    pub observer: Arc<dyn AttemptObserver>,
+    pub progress: &'a dyn Progress,
+}
+
+impl<T: TableApi> Snapshots<'_, T> {
+    /// The snapshot scan, or the definite error `why` when this run cannot scan the table.
+    pub fn scan(&self, why: &str) -> Result<&SnapshotScan<T>, StreamRunError> {
+        self.scan
+            .ok_or_else(|| StreamRunError::Gap(format!("{why}; this run cannot scan the table")))
+    }
+
+    /// Runs a snapshot to its end. A new `capture` is committed with its open snapshot record
+    /// **before** the first Scan request; without one, the stored open snapshot is resumed. A
+    /// snapshot whose scan completed earlier (its cleanup failed) is only closed.
+    pub async fn run<S: Sink>(
+        &self,
+        scan: &SnapshotScan<T>,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+        capture: Option<StreamsPosition>,
+    ) -> Result<(), StreamRunError> {
+        let run = self.run;
+        if let Some(capture) = capture {
+            checkpointer
+                .begin_snapshot(capture, scan.segments)
+                .await
+                .map_err(RunError::from)?;
+        }
+        if checkpointer.snapshot_complete() {
+            tracing::info!("The snapshot's scan completed earlier; closing it.");
+            checkpointer
+                .close_snapshot()
+                .await
+                .map_err(RunError::from)?;
+            return ceiling(checkpointer);
+        }
+        let described = run
+            .retry
+            .run(
+                "describe_table",
+                || format!("DescribeTable '{}'", run.table),
+                self.stop,
+                self.observer.as_ref(),
+                |_| scan.api.describe_table(&run.table),
+            )
+            .await?;
+        let Some(description) = described else {
+            return Err(StreamRunError::Gap(format!(
+                "DescribeTable '{}' returned no table",
+                run.table
+            )));
+        };
+        if description.key_schema.is_empty() {
+            return Err(StreamRunError::Gap(format!(
+                "table '{}' has an empty key schema",
+                run.table
+            )));
+        }
+        let rate = scan
+            .read_rule
+            .rate(&description)
+            .map_err(|problem| StreamRunError::Config(problem.to_string()))?;
+        let limiter = Arc::new(ReadLimiter::new(rate));
+        let refresher = Refresher::start(
+            Arc::clone(&scan.api),
+            &scan.read_rule,
+            Arc::clone(&limiter),
+            run.retry,
+            self.stop.clone(),
+            Arc::clone(&self.observer),
+        );
+        let key_schema: Vec<KeyAttribute> = description.key_schema;
+        let template = ReadRequest {
+            table_name: run.table.clone(),
+            kind: ReadKind::Scan { segment: None },
+            index_name: None,
+            projection: None,
+            filter_expression: None,
+            expression_attribute_names: BTreeMap::new(),
+            expression_attribute_values: BTreeMap::new(),
+            consistent_read: scan.consistent_read,
+            limit: scan.page_limit,
+            exclusive_start_key: None,
+        };
+        let reader = SegmentReader {
+            api: Arc::clone(&scan.api),
+            template,
+            total_segments: scan.segments,
+            max_concurrency: scan.max_concurrency,
+            limiter,
+            retry: run.retry,
+            render: Render::Snapshots(Arc::new(SnapshotShape {
+                key_schema,
+                table: run.table.clone(),
+                format: run.format,
+            })),
+            observer: Arc::clone(&self.observer),
+        };
+        tracing::info!(segments = scan.segments, "Snapshot started.");
+        let outcome = run_scan(
+            reader,
+            run.batch_size,
+            sink,
+            checkpointer,
+            self.stop.clone(),
+            self.progress,
+        )
+        .await?;
+        drop(refresher);
+        if !outcome.completed {
+            return Err(StreamRunError::SnapshotInterrupted);
+        }
+        ceiling(checkpointer)
+    }
+}
+
+/// Stops the run once when the snapshot's cleanup was skipped for its size (docs/mirror.md §5.3).
+fn ceiling(checkpointer: &mut Checkpointer) -> Result<(), StreamRunError> {
+    match checkpointer.take_ceiling() {
+        Some(hit) => Err(StreamRunError::CleanupSkipped {
+            keys: hit.keys,
+            max_keys: hit.max_keys,
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,142 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn root(id: &str) -> Change {
+    Change::Root {
+        shard: id.into(),
+        range: None,
+    }
+}
+
+fn write_to(shard: &str, key: &str) -> Change {
+    Change::WriteTo {
+        shard: shard.into(),
+        key: key.into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_shard_is_read_to_its_end_and_then_has_no_next_iterator() {
+    let fake = FakeStreams::new(1).at(Duration::ZERO, root("s1"));
+    for key in ["a", "b", "a"] {
+        fake.apply(write_to("s1", key));
+    }
+    fake.apply(Change::Close { shard: "s1".into() });
+    let s1 = ShardId::new("s1");
+    let it = fake
+        .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+        .await
+        .unwrap()
+        .unwrap();
+    let page = fake.get_records(&it, 2).await.unwrap();
+    assert_eq!(page.records.len(), 2);
+    let page = fake
+        .get_records(&page.next_iterator.unwrap(), 2)
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    assert_eq!(page.records[0].event_name.as_deref(), Some("MODIFY"));
+    assert!(page.next_iterator.is_none());
+    let versions: Vec<u64> = fake.written().iter().map(|w| w.version).collect();
+    assert_eq!(versions, vec![1, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn children_are_listed_only_after_their_delay_and_take_the_parents_keys() {
+    let fake = FakeStreams::new(2).at(Duration::ZERO, root("p")).at(
+        Duration::from_secs(1),
+        Change::Reshard {
+            parent: "p".into(),
+            children: vec!["c1".into(), "c2".into()],
+            listed_after: Duration::from_secs(5),
+        },
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fake.apply(Change::Write {
+        key: "k".into(),
+        remove: false,
+    });
+    let page = fake
+        .describe_stream(FAKE_STREAM_ARN, None, None)
+        .await
+        .unwrap();
+    assert_eq!(page.shards.len(), 1);
+    assert!(page.shards[0].closed);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let page = fake
+        .describe_stream(FAKE_STREAM_ARN, None, Some(&ShardId::new("p")))
+        .await
+        .unwrap();
+    assert_eq!(page.shards.len(), 2);
+    let written = fake.written();
+    assert_eq!(written.len(), 1);
+    assert!(written[0].shard.as_str().starts_with('c'));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_of_more_than_a_hundred_shards_comes_in_pages() {
+    let fake = FakeStreams::new(3);
+    for i in 0..150 {
+        fake.apply(root(&format!("s{i:03}")));
+    }
+    let first = fake
+        .describe_stream(FAKE_STREAM_ARN, None, None)
+        .await
+        .unwrap();
+    assert_eq!(first.shards.len(), 100);
+    let last = first.last_evaluated_shard_id.unwrap();
+    let second = fake
+        .describe_stream(FAKE_STREAM_ARN, Some(&last), None)
+        .await
+        .unwrap();
+    assert_eq!(second.shards.len(), 50);
+    assert!(second.last_evaluated_shard_id.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trimmed_position_is_refused_and_trim_horizon_skips_it() {
+    let fake = FakeStreams::new(4).at(Duration::ZERO, root("s1"));
+    for key in ["a", "b", "c"] {
+        fake.apply(write_to("s1", key));
+    }
+    let s1 = ShardId::new("s1");
+    let old = fake
+        .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = fake.written()[0].seq.clone();
+    fake.apply(Change::Trim {
+        shard: "s1".into(),
+        through: 1,
+    });
+    let error = fake.get_records(&old, 10).await.unwrap_err();
+    assert_eq!(error.code.as_deref(), Some("TrimmedDataAccessException"));
+    let error = fake
+        .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::After(first))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code.as_deref(), Some("TrimmedDataAccessException"));
+    let it = fake
+        .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::TrimHorizon)
+        .await
+        .unwrap()
+        .unwrap();
+    let page = fake.get_records(&it, 10).await.unwrap();
+    assert_eq!(page.records.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_old_iterator_has_expired() {
+    let fake = FakeStreams::new(5).at(Duration::ZERO, root("s1"));
+    let s1 = ShardId::new("s1");
+    let it = fake
+        .shard_iterator(FAKE_STREAM_ARN, &s1, &StartAt::Latest)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(16 * 60)).await;
+    let error = fake.get_records(&it, 10).await.unwrap_err();
+    assert_eq!(error.code.as_deref(), Some("ExpiredIteratorException"));
+}

@@ -1,0 +1,128 @@
+//! Where a scan or query stands (docs/state.md §6.3): finished segments as ranges and the
+//! `ExclusiveStartKey` of each started one, as typed JSON.
+
+use std::collections::BTreeMap;
+
+use ddbpipe_value::Item;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use super::{PositionError, strict};
+use crate::segments::SegmentRanges;
+
+/// Where a scan or query stands: finished segments and the cursors of started ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanPosition {
+    /// `"scan"` or `"query"`.
+    pub kind: ScanKind,
+    /// `TotalSegments` the cursors belong to.
+    pub total_segments: u32,
+    /// Segments read to their end.
+    pub done: SegmentRanges,
+    /// `ExclusiveStartKey` of each segment in progress.
+    pub cursors: BTreeMap<u32, Item>,
+}
+
+/// The two kinds of paged read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanKind {
+    /// Parallel `Scan`.
+    Scan,
+    /// `Query`.
+    Query,
+}
+
+/// The stored layout.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stored {
+    cursors: BTreeMap<String, Json>,
+    done: Vec<[u32; 2]>,
+    kind: ScanKind,
+    total_segments: u32,
+}
+
+impl ScanPosition {
+    /// A fresh position: nothing done, no cursor.
+    pub fn new(kind: ScanKind, total_segments: u32) -> Self {
+        ScanPosition {
+            kind,
+            total_segments,
+            done: SegmentRanges::new(),
+            cursors: BTreeMap::new(),
+        }
+    }
+
+    /// The cursors as stored: segment number → the key as typed JSON.
+    pub fn typed_cursors(&self) -> BTreeMap<String, Json> {
+        self.cursors
+            .iter()
+            .map(|(segment, item)| (segment.to_string(), ddbpipe_value::item_to_typed_json(item)))
+            .collect()
+    }
+
+    /// Whether any segment has started.
+    pub fn has_progress(&self) -> bool {
+        self.done.count() > 0 || !self.cursors.is_empty()
+    }
+
+    /// Reads a stored scan or query position strictly.
+    pub(super) fn from_json(json: &Json) -> Result<Self, PositionError> {
+        let stored: Stored = strict(json)?;
+        Self::decode(
+            stored.kind,
+            stored.total_segments,
+            stored.done,
+            &stored.cursors,
+        )
+    }
+
+    /// The position as stored (sorted keys).
+    pub(super) fn to_json(&self) -> Json {
+        serde_json::to_value(Stored {
+            cursors: self.typed_cursors(),
+            done: self.done.ranges().to_vec(),
+            kind: self.kind,
+            total_segments: self.total_segments,
+        })
+        .unwrap_or(Json::Null)
+    }
+
+    /// Decodes stored progress: `done` ranges, and cursors keyed by segment number inside
+    /// `total_segments`, each a key as typed JSON. Paths are relative to the progress.
+    pub(super) fn decode(
+        kind: ScanKind,
+        total_segments: u32,
+        done: Vec<[u32; 2]>,
+        cursors: &BTreeMap<String, Json>,
+    ) -> Result<Self, PositionError> {
+        let done = SegmentRanges::from_ranges(done)
+            .map_err(|problem| PositionError::new("done", problem))?;
+        let mut decoded = BTreeMap::new();
+        for (segment, cursor) in cursors {
+            let path = format!("cursors.{segment}");
+            let number: u32 = segment.parse().map_err(|_| {
+                PositionError::new(
+                    &path,
+                    format!("segment '{segment}' is not a segment number"),
+                )
+            })?;
+            if number >= total_segments {
+                return Err(PositionError::new(
+                    path,
+                    format!("segment {number} is outside total_segments {total_segments}"),
+                ));
+            }
+            let item = ddbpipe_value::item_from_typed_json(cursor, &path)
+                .map_err(|e| PositionError::new(e.path.clone(), e.to_string()))?;
+            decoded.insert(number, item);
+        }
+        Ok(ScanPosition {
+            kind,
+            total_segments,
+            done,
+            cursors: decoded,
+        })
+    }
+}

@@ -1,0 +1,342 @@
+//! Stream records and scanned items as change envelopes (docs/streams.md §4.1).
+//!
+//! # Shape
+//! One compact JSON object per record, its fourteen keys in byte order:
+//!
+//! ```text
+//! after before document_key event_id event_name key op sequence_number shard_id size_bytes
+//! stream_view_type table ts_ms user_identity
+//! ```
+//!
+//! `after`, `before`, `key` and `document_key` follow `value_format` (docs/values.md §3); `document_key`
+//! is the same value as `key`. A snapshot envelope (mirror and resnapshot rows) has `op: "r"`,
+//! `event_name: "SNAPSHOT"`, the item as `after`, `key_of(item)` as the key and `null` in every
+//! stream field.
+//!
+//! # Hot path
+//! Envelopes are written straight into the caller's buffer: no `serde_json::Value` per record.
+//! Strings go through `serde_json`, so they are escaped exactly as it escapes them. The key is
+//! converted once and its bytes copied for the second field.
+//!
+//! # Error handling
+//! A record without its `dynamodb` part or without a sequence number cannot become an envelope
+//! and cannot be skipped either (its position would be lost): an [`EnvelopeError`] is definite
+//! and stops the run. It is detected before anything is written, so the buffer is unchanged.
+
+use std::borrow::Cow;
+
+use ddbpipe_value::{Item, ValueFormat};
+use serde::Serialize;
+
+use crate::api::{
+    ChangeData, ChangeMeta, ChangeOp, ChangeShape, Changes, KeyAttribute, StreamRecord,
+};
+use crate::ids::{SequenceNumber, ShardId};
+use crate::records::Lines;
+
+/// A record that cannot become an envelope (definite: the run fails).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvelopeError {
+    /// Definite: the record has no `dynamodb` part, so nothing says what changed.
+    #[error(
+        "record {} in {shard} has no stream record",
+        .event_id.as_deref().unwrap_or("?")
+    )]
+    NoStreamRecord {
+        /// The record's `eventID`, when it has one.
+        event_id: Option<String>,
+        /// The shard the record was read from.
+        shard: ShardId,
+    },
+    /// Definite: the record has no sequence number, so no position can follow it.
+    #[error(
+        "record {} in {shard} has no sequence number",
+        .event_id.as_deref().unwrap_or("?")
+    )]
+    NoSequenceNumber {
+        /// The record's `eventID`, when it has one.
+        event_id: Option<String>,
+        /// The shard the record was read from.
+        shard: ShardId,
+    },
+}
+
+/// Appends the change envelope of `record` read from `shard` (docs/streams.md §4.1) as one compact JSON
+/// object with keys in this (sorted) order: after, before, document_key, event_id, event_name,
+/// key, op, sequence_number, shard_id, size_bytes, stream_view_type, table, ts_ms,
+/// user_identity. No newline is written.
+///
+/// On error nothing is appended.
+pub fn write_change(
+    record: &StreamRecord,
+    shard: &ShardId,
+    table: &str,
+    format: ValueFormat,
+    out: &mut Vec<u8>,
+) -> Result<(), EnvelopeError> {
+    let (change, sequence_number) = parts(record, shard)?;
+    let shape = ChangeShape {
+        shard,
+        table,
+        format,
+    };
+    write_record(record, change, sequence_number, &shape, out);
+    Ok(())
+}
+
+/// Appends the envelope of a record whose parts were checked.
+fn write_record(
+    record: &StreamRecord,
+    change: &ChangeData,
+    sequence_number: &SequenceNumber,
+    shape: &ChangeShape<'_>,
+    out: &mut Vec<u8>,
+) {
+    let fields = ChangeFields {
+        event_id: record.event_id.as_deref(),
+        event_name: record.event_name.as_deref(),
+        sequence_number: sequence_number.as_str(),
+        size_bytes: change.size_bytes,
+        view_type: change.view_type.as_deref(),
+        created_ms: change.created_ms,
+        user_identity: record
+            .user_identity
+            .as_ref()
+            .map(|identity| (identity.principal_id.as_deref(), identity.kind.as_deref())),
+    };
+    write_envelope(&fields, shape, out, |image, out| {
+        let item = match image {
+            Image::New => change.new_image.as_ref(),
+            Image::Old => change.old_image.as_ref(),
+            Image::Keys => change.keys.as_ref(),
+        };
+        match item {
+            Some(item) => shape.format.write_item(item, out),
+            None => out.extend_from_slice(b"null"),
+        }
+    });
+}
+
+/// The change part and the sequence number of `record`, which every envelope needs.
+fn parts<'r>(
+    record: &'r StreamRecord,
+    shard: &ShardId,
+) -> Result<(&'r ChangeData, &'r SequenceNumber), EnvelopeError> {
+    let Some(change) = &record.change else {
+        return Err(EnvelopeError::NoStreamRecord {
+            event_id: record.event_id.clone(),
+            shard: shard.clone(),
+        });
+    };
+    let Some(sequence_number) = &change.sequence_number else {
+        return Err(EnvelopeError::NoSequenceNumber {
+            event_id: record.event_id.clone(),
+            shard: shard.clone(),
+        });
+    };
+    Ok((change, sequence_number))
+}
+
+/// Writes every record of a page as its envelope, stopping at the first that cannot be one.
+pub fn write_changes(
+    records: &[StreamRecord],
+    shape: &ChangeShape<'_>,
+) -> Result<Changes, EnvelopeError> {
+    let mut changes = Changes {
+        envelopes: Lines::with_capacity(records.len(), records.len() * 512),
+        records: Vec::with_capacity(records.len()),
+    };
+    for record in records {
+        let (change, sequence_number) = parts(record, shape.shard)?;
+        changes
+            .envelopes
+            .push_with(|out| write_record(record, change, sequence_number, shape, out));
+        changes.records.push(ChangeMeta {
+            sequence_number: sequence_number.clone(),
+            created_ms: change.created_ms,
+            op: ChangeOp::of(record.event_name.as_deref()),
+        });
+    }
+    Ok(changes)
+}
+
+/// The fields of a change envelope other than its images, borrowed from wherever the record
+/// was read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChangeFields<'a> {
+    pub(crate) event_id: Option<&'a str>,
+    pub(crate) event_name: Option<&'a str>,
+    pub(crate) sequence_number: &'a str,
+    pub(crate) size_bytes: Option<i64>,
+    pub(crate) view_type: Option<&'a str>,
+    pub(crate) created_ms: Option<i64>,
+    /// `userIdentity`: its `PrincipalId` and `Type`.
+    pub(crate) user_identity: Option<(Option<&'a str>, Option<&'a str>)>,
+}
+
+/// The images of a change envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Image {
+    /// `NewImage`: the envelope's `after`.
+    New,
+    /// `OldImage`: the envelope's `before`.
+    Old,
+    /// `Keys`: the envelope's `key` and `document_key`.
+    Keys,
+}
+
+/// Appends a change envelope; `image` appends each image in the record's format, or `null`.
+/// The keys are written once and their bytes copied for the second field.
+pub(crate) fn write_envelope(
+    fields: &ChangeFields<'_>,
+    shape: &ChangeShape<'_>,
+    out: &mut Vec<u8>,
+    mut image: impl FnMut(Image, &mut Vec<u8>),
+) {
+    out.extend_from_slice(b"{\"after\":");
+    image(Image::New, out);
+    out.extend_from_slice(b",\"before\":");
+    image(Image::Old, out);
+    out.extend_from_slice(b",\"document_key\":");
+    let key_start = out.len();
+    image(Image::Keys, out);
+    let key_end = out.len();
+    out.extend_from_slice(b",\"event_id\":");
+    write_optional_str(fields.event_id, out);
+    out.extend_from_slice(b",\"event_name\":");
+    write_json(fields.event_name.unwrap_or("UNKNOWN"), out);
+    out.extend_from_slice(b",\"key\":");
+    out.extend_from_within(key_start..key_end);
+    out.extend_from_slice(b",\"op\":");
+    write_json(op_of(fields.event_name).as_ref(), out);
+    out.extend_from_slice(b",\"sequence_number\":");
+    write_json(fields.sequence_number, out);
+    out.extend_from_slice(b",\"shard_id\":");
+    write_json(shape.shard.as_str(), out);
+    out.extend_from_slice(b",\"size_bytes\":");
+    write_optional_i64(fields.size_bytes, out);
+    out.extend_from_slice(b",\"stream_view_type\":");
+    write_optional_str(fields.view_type, out);
+    out.extend_from_slice(b",\"table\":");
+    write_json(shape.table, out);
+    out.extend_from_slice(b",\"ts_ms\":");
+    write_optional_i64(fields.created_ms, out);
+    out.extend_from_slice(b",\"user_identity\":");
+    match fields.user_identity {
+        Some((principal_id, kind)) => {
+            out.extend_from_slice(b"{\"principal_id\":");
+            write_optional_str(principal_id, out);
+            out.extend_from_slice(b",\"type\":");
+            write_optional_str(kind, out);
+            out.push(b'}');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
+}
+
+/// Appends the snapshot envelope of a scanned item (op "r", event_name "SNAPSHOT", after = item,
+/// key = document_key = key_of(item, key_schema), all stream fields null). No newline is
+/// written.
+pub fn write_snapshot(
+    item: &Item,
+    key_schema: &[KeyAttribute],
+    table: &str,
+    format: ValueFormat,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b"{\"after\":");
+    format.write_item(item, out);
+    finish_snapshot(key_schema, table, out, |name, out| match item.get(name) {
+        Some(value) => {
+            format.write_value(value, out);
+            true
+        }
+        None => false,
+    });
+}
+
+/// Appends what follows `after` in a snapshot envelope whose item was just written.
+/// `value_of` appends the value of a key attribute in the item's format and says whether the
+/// item has it.
+pub(crate) fn finish_snapshot(
+    key_schema: &[KeyAttribute],
+    table: &str,
+    out: &mut Vec<u8>,
+    value_of: impl FnMut(&str, &mut Vec<u8>) -> bool,
+) {
+    out.extend_from_slice(b",\"before\":null,\"document_key\":");
+    let key_start = out.len();
+    write_key_of(key_schema, out, value_of);
+    let key_end = out.len();
+    out.extend_from_slice(b",\"event_id\":null,\"event_name\":\"SNAPSHOT\",\"key\":");
+    out.extend_from_within(key_start..key_end);
+    out.extend_from_slice(
+        b",\"op\":\"r\",\"sequence_number\":null,\"shard_id\":null,\"size_bytes\":null,\
+          \"stream_view_type\":null,\"table\":",
+    );
+    write_json(table, out);
+    out.extend_from_slice(b",\"ts_ms\":null,\"user_identity\":null}");
+}
+
+/// op mapping: INSERT→"c", MODIFY→"u", REMOVE→"d", other names lower-cased, missing →
+/// "unknown".
+pub fn op_of(event_name: Option<&str>) -> Cow<'static, str> {
+    match event_name {
+        Some("INSERT") => Cow::Borrowed("c"),
+        Some("MODIFY") => Cow::Borrowed("u"),
+        Some("REMOVE") => Cow::Borrowed("d"),
+        Some(other) => Cow::Owned(other.to_lowercase()),
+        None => Cow::Borrowed("unknown"),
+    }
+}
+
+/// `key_of(item)` (docs/values.md §3.6): one entry per key attribute copied from the item by
+/// `value_of`, `null` when the item lacks it. The key schema lists the hash key first, which
+/// need not be the first name in byte order, so the names are sorted here.
+fn write_key_of(
+    key_schema: &[KeyAttribute],
+    out: &mut Vec<u8>,
+    mut value_of: impl FnMut(&str, &mut Vec<u8>) -> bool,
+) {
+    // A key schema has one or two attributes: this allocation is a few words.
+    let mut names: Vec<&str> = key_schema.iter().map(|key| key.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    out.push(b'{');
+    for (index, name) in names.into_iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_json(name, out);
+        out.push(b':');
+        if !value_of(name, out) {
+            out.extend_from_slice(b"null");
+        }
+    }
+    out.push(b'}');
+}
+
+fn write_optional_str(text: Option<&str>, out: &mut Vec<u8>) {
+    match text {
+        Some(text) => write_json(text, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_optional_i64(number: Option<i64>, out: &mut Vec<u8>) {
+    match number {
+        Some(number) => write_json(&number, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// Writes a string or an integer as `serde_json` does.
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, value)
+        .expect("a string or an integer serializes into a Vec<u8> without error");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,24 @@
+//! What ddbpipe's tests share (docs/testing.md §9.2): the in-memory sink of the pipeline tests
+//! and the PostgreSQL test server with a throwaway schema per test. Pipeline files for the CLI
+//! tests are built by the CLI's own harness (`crates/cli/tests/common`), which also runs the
+//! emulators and the binary.
+//!
+//! # Which fake for what
+//! - **In-process fakes** behind the engine's traits (`ddbpipe_source::fake::FakeTable`,
+//!   `ddbpipe_source::fake_streams::FakeStreams`, [`MemorySink`]): the engine's rules under
+//!   paused time, faults by seed, the seeded simulation. Fast and exact; no HTTP.
+//! - **Scripted HTTP fakes** (`wiremock`, the CLI's `fake_dynamodb` and `fake_streams`): what
+//!   no emulator does (throttling, 5xx, timeouts, shard splits, trims, iterator expiry), through
+//!   the real AWS client and the binary.
+//! - **Emulators** (dynoxide in process, moto as a server): the real wire protocol end to end,
+//!   from the CLI.
+//! - **Databases**: SQLite in a temporary directory; PostgreSQL from [`postgres`], a fresh schema
+//!   per test in the server `scripts/test.sh` starts.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod memory;
+pub mod postgres;
+
+pub use memory::{Acked, MemorySink};
