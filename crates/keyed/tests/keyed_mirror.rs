@@ -35,6 +35,7 @@ use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::RunBounds;
+use ddbpipe_testkit::postgres::{self as test_postgres, TestSchema};
 use ddbpipe_value::ValueFormat;
 use serde_json::{Value, json};
 
@@ -47,25 +48,6 @@ enum Target {
     Postgres,
 }
 
-/// The PostgreSQL server of the test run.
-fn postgres_url() -> String {
-    std::env::var("DDBPIPE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
-             starts a throwaway PostgreSQL server (or point the variable at a server of yours)"
-        )
-    })
-}
-
-/// A plain connection to the test server, for set-up and for looking at the rows.
-async fn postgres_admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to DDBPIPE_TEST_POSTGRES_URL: {e}"));
-    tokio::spawn(connection);
-    client
-}
-
 /// The destination database of one test: a SQLite file, or a fresh PostgreSQL schema that is
 /// dropped when the destination is (also when the test failed).
 struct Destination {
@@ -76,21 +58,19 @@ struct Destination {
     schema: String,
     /// The PostgreSQL admin connection.
     admin: Option<tokio_postgres::Client>,
+    /// Drops the PostgreSQL schema with the destination.
+    _owned: Option<TestSchema>,
 }
 
 impl Destination {
     async fn new(target: Target) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (schema, admin) = match target {
-            Target::Sqlite => ("main".to_string(), None),
+        let (schema, admin, owned) = match target {
+            Target::Sqlite => ("main".to_string(), None, None),
             Target::Postgres => {
-                let schema = format!("keyed_mirror_{:016x}", rand::random::<u64>());
-                let admin = postgres_admin().await;
-                admin
-                    .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-                    .await
-                    .unwrap();
-                (schema, Some(admin))
+                let admin = test_postgres::connect().await;
+                let owned = TestSchema::create(&admin, "keyed_mirror").await;
+                (owned.name().to_string(), Some(admin), Some(owned))
             }
         };
         Destination {
@@ -98,6 +78,7 @@ impl Destination {
             dir,
             schema,
             admin,
+            _owned: owned,
         }
     }
 
@@ -125,7 +106,7 @@ impl Destination {
         match self.target {
             Target::Sqlite => Database::Sqlite(SqliteDatabase::open(&self.sqlite_path()).unwrap()),
             Target::Postgres => Database::Postgres(
-                PostgresDatabase::connect(&postgres_url())
+                PostgresDatabase::connect(&test_postgres::url())
                     .await
                     .unwrap()
                     .with_schema(&self.schema),
@@ -229,29 +210,6 @@ impl Destination {
             done.extend((from..=to).map(|s| s as u32));
         }
         done
-    }
-}
-
-impl Drop for Destination {
-    fn drop(&mut self) {
-        if self.target != Target::Postgres {
-            return;
-        }
-        // Runs after a failed assertion too; the test's runtime cannot be used from here.
-        let schema = self.schema.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                postgres_admin()
-                    .await
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await
-            })
-        })
-        .join();
     }
 }
 

@@ -9,51 +9,36 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
     CloseSnapshot, Closed, Database, DbError, DocumentType, KeyType, KeyValue, LockAttempt,
     LockHolder, PostgresDatabase, RowChange, StateWrite, TableSpec,
 };
-use tokio_postgres::NoTls;
-
-fn url() -> String {
-    std::env::var("DDBPIPE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
-             starts a throwaway PostgreSQL server (or point the variable at a server of yours)"
-        )
-    })
-}
+use ddbpipe_testkit::postgres::{TestSchema, connect as admin, url};
 
 /// A fresh schema, a handle whose state schema it is, and a separate admin connection to look.
 struct Fixture {
     schema: String,
+    /// Drops the schema with the fixture.
+    _owned: TestSchema,
     db: Database,
     admin: tokio_postgres::Client,
 }
 
 impl Fixture {
     async fn new() -> Self {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let schema = format!(
-            "t_{}_{}_{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
         let admin = admin().await;
-        admin
-            .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-            .await
-            .unwrap();
+        let owned = TestSchema::create(&admin, "t").await;
+        let schema = owned.name().to_string();
         let db = Self::handle_in(&schema).await;
-        Fixture { schema, db, admin }
+        Fixture {
+            schema,
+            _owned: owned,
+            db,
+            admin,
+        }
     }
 
     async fn handle_in(schema: &str) -> Database {
@@ -110,34 +95,6 @@ impl Fixture {
             })
             .collect()
     }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        // Runs after a failed assertion too; the test's runtime cannot be used from here.
-        let schema = self.schema.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                admin()
-                    .await
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await
-            })
-        })
-        .join();
-    }
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to DDBPIPE_TEST_POSTGRES_URL: {e}"));
-    tokio::spawn(connection);
-    client
 }
 
 fn upsert(id: &str, value: i64, snapshot: bool) -> RowChange {

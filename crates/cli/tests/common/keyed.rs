@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ddbpipe_testkit::postgres::TestSchema;
 use serde_json::Value;
 
 use super::rt;
@@ -33,35 +34,24 @@ pub struct Destination {
     /// The PostgreSQL URL and the test's schema.
     pub url: String,
     pub schema: String,
+    /// Drops the PostgreSQL schema with the destination.
+    _owned: Option<TestSchema>,
 }
 
-/// The PostgreSQL server of the test run.
-pub fn postgres_url() -> String {
-    std::env::var("DDBPIPE_TEST_POSTGRES_URL").expect(
-        "DDBPIPE_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
-    )
-}
+pub use ddbpipe_testkit::postgres::url as postgres_url;
 
 async fn pg() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls)
-        .await
-        .expect("connect to the test PostgreSQL");
-    tokio::spawn(connection);
-    client
+    ddbpipe_testkit::postgres::connect().await
 }
 
 impl Destination {
     /// A fresh destination in `dir` (SQLite) or a fresh schema (PostgreSQL).
     pub fn new(target: Target, dir: &Path) -> Destination {
-        let schema = format!("t_{:016x}", rand::random::<u64>());
-        if target == Target::Postgres {
-            rt().block_on(async {
-                pg().await
-                    .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
-                    .await
-                    .expect("create the test schema");
-            });
-        }
+        let owned = (target == Target::Postgres).then(|| TestSchema::create_blocking("t"));
+        let schema = match &owned {
+            Some(owned) => owned.name().to_string(),
+            None => format!("t_{:016x}", rand::random::<u64>()),
+        };
         Destination {
             target,
             path: dir.join("mirror.db"),
@@ -70,6 +60,7 @@ impl Destination {
                 Target::Postgres => postgres_url(),
             },
             schema,
+            _owned: owned,
         }
     }
 
@@ -216,20 +207,6 @@ impl Destination {
                     })
                     .collect()
             }),
-        }
-    }
-}
-
-impl Drop for Destination {
-    fn drop(&mut self) {
-        if self.target == Target::Postgres {
-            let schema = self.schema.clone();
-            rt().block_on(async move {
-                let _ = pg()
-                    .await
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await;
-            });
         }
     }
 }
