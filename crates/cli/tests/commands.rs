@@ -460,7 +460,7 @@ fn completions_and_the_manual_page_cover_every_command() {
         let output = ddbpipe(&["completions", shell]);
         assert_eq!(output.status.code(), Some(0), "{shell}");
         let script = stdout(&output);
-        for word in ["discover", "lag", "metrics-file", "log-format"] {
+        for word in ["discover", "lag", "schema", "metrics-file", "log-format"] {
             assert!(script.contains(word), "{shell} completions lack {word}");
         }
     }
@@ -469,9 +469,46 @@ fn completions_and_the_manual_page_cover_every_command() {
     let page = stdout(&output);
     assert!(page.contains(".TH ddbpipe 1"), "{page}");
     assert!(
-        page.contains("check") && page.contains("discover"),
+        page.contains("check") && page.contains("discover") && page.contains("schema"),
         "{page}"
     );
+}
+
+/// Issue 11: `ddbpipe schema` prints a valid JSON Schema (draft 2020-12) of the pipeline file,
+/// which accepts a pipeline `check` accepts and flags a mistyped key.
+#[test]
+fn schema_prints_a_json_schema_of_the_pipeline_file() {
+    let output = common::ddbpipe_with_test_credentials(&["schema"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let schema: serde_json::Value =
+        serde_json::from_str(&stdout(&output)).expect("schema prints JSON");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    jsonschema::meta::validate(&schema).expect("a valid JSON Schema");
+    let validator = jsonschema::draft202012::new(&schema).expect("the schema compiles");
+    let mut pipeline = serde_json::json!({
+        "name": "orders-export",
+        "source": {"table_name": "orders", "mode": "scan", "segments": 4},
+        "sink": {"type": "jsonl", "path": "out.jsonl", "write": "overwrite", "gzip": true},
+        "state": {"flush_interval_ms": 0},
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(&pipeline)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    pipeline["sink"]["wirte"] = serde_json::json!("append");
+    assert!(!validator.is_valid(&pipeline));
+    for text in [
+        "table_name",
+        "\"description\"",
+        "new_file_per_run",
+        "assume_role",
+    ] {
+        assert!(stdout(&output).contains(text), "the schema names {text}");
+    }
 }
 
 /// Issue 11: `init` describes a table and writes a pipeline file that `run` takes as it is;

@@ -6,6 +6,12 @@
 //! still checked and validated. When the section is done, [`Fields::finish`] reports every key
 //! nobody asked for as unknown.
 //!
+//! # Declared fields
+//! Every mapping is opened with its section's table of fields (`schema`), the same tables the
+//! JSON Schema is made of. A section may read only declared keys, with the declared type and
+//! presence; debug builds assert it, so every config test checks that the walker and the
+//! schema agree. "Did you mean" suggests declared keys.
+//!
 //! # Error handling
 //! Problems are collected in a [`Report`] with the [`Stage`] that found them. The final list
 //! is ordered by stage (interpolation, unknown keys, types, missing fields, validation), then
@@ -16,7 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ddbpipe_source::config::{ConfigError, Mode, OnGap, Secret, StartPosition};
 use ddbpipe_value::ValueFormat;
+use serde_json::{Value as Json, json};
 use yaml_serde::Value;
+
+use super::schema::{Field, Presence, Shape, Variant};
 
 /// The stage of loading that found a problem; problems are reported in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,8 +140,12 @@ pub(super) struct Fields<'r> {
     entries: Vec<(String, Option<Value>)>,
     /// Keys asked for whose value was set (not null).
     present: BTreeSet<String>,
-    /// Every key the section asked for, for "did you mean" on an unknown one.
+    /// Every key the section asked for; any other key is unknown.
     asked: BTreeSet<String>,
+    /// The declared fields of the section: its table, then those of the variant selected.
+    declared: Vec<&'static [Field]>,
+    /// The variants of a tagged section, one of which [`Fields::select`] adds.
+    variants: &'static [Variant],
     report: &'r mut Report,
 }
 
@@ -145,8 +158,14 @@ enum Taken {
 }
 
 impl<'r> Fields<'r> {
-    /// Opens `value` at `path` as a mapping; anything else is a type error.
-    pub(super) fn open(report: &'r mut Report, path: &str, value: Value) -> Option<Self> {
+    /// Opens `value` at `path` as a mapping of the declared `fields`; anything else is a type
+    /// error.
+    pub(super) fn open(
+        report: &'r mut Report,
+        path: &str,
+        value: Value,
+        fields: &'static [Field],
+    ) -> Option<Self> {
         let Value::Mapping(mapping) = value else {
             let message = format!("expected a mapping, found {}", found(&value));
             report.error(Stage::Type, path, shown(path, message, &value));
@@ -167,8 +186,85 @@ impl<'r> Fields<'r> {
             entries,
             present: BTreeSet::new(),
             asked: BTreeSet::new(),
+            declared: vec![fields],
+            variants: &[],
             report,
         })
+    }
+
+    /// Opens `value` at `path` as a mapping of the shape `shape` declares: a section's fields,
+    /// a tagged mapping's tag (until [`Fields::select`]), or a map's entries.
+    fn open_shape(
+        report: &'r mut Report,
+        path: &str,
+        value: Value,
+        shape: Option<Shape>,
+    ) -> Option<Self> {
+        let (fields, variants): (&'static [Field], &'static [Variant]) = match shape {
+            Some(Shape::Section(fields)) => (fields, &[]),
+            Some(Shape::Tagged { tag, variants }) => (std::slice::from_ref(tag), variants),
+            Some(Shape::Map(_)) => (&[], &[]),
+            Some(Shape::Value(_)) | None => {
+                if cfg!(debug_assertions) {
+                    panic!("{path} is read as a mapping but not declared as one");
+                }
+                (&[], &[])
+            }
+        };
+        let mut fields = Fields::open(report, path, value, fields)?;
+        fields.variants = variants;
+        Some(fields)
+    }
+
+    /// Adds the fields of the variant `tag` of a tagged section.
+    pub(super) fn select(&mut self, tag: &str) {
+        let variant = self.variants.iter().find(|variant| variant.tag == tag);
+        debug_assert!(
+            variant.is_some(),
+            "{}: variant {tag} is not declared",
+            self.path
+        );
+        if let Some(variant) = variant {
+            self.declared.push(variant.fields);
+        }
+    }
+
+    /// The declaration of `key` in this section.
+    fn declared(&self, key: &str) -> Option<&'static Field> {
+        self.declared
+            .iter()
+            .flat_map(|fields| fields.iter())
+            .find(|field| field.name == key)
+    }
+
+    /// Debug builds: `key` is declared, holds values of type `T`, and is read as `presence`
+    /// says (`Default` also allows a read that applies its default itself).
+    fn assert_declared<T: FromYaml>(&self, key: &str, read: Read<'_, T>) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let path = join(&self.path, key);
+        let Some(field) = self.declared(key) else {
+            panic!("{path} is read but not declared in its section's fields");
+        };
+        match field.shape {
+            Shape::Value(schema) => assert_eq!(
+                schema(),
+                T::schema(),
+                "{path} is read with another type than declared"
+            ),
+            _ => panic!("{path} is read as a value but declared as a mapping"),
+        }
+        match (field.presence, read) {
+            (Presence::Required, Read::Required)
+            | (Presence::Optional | Presence::Default(_), Read::Optional) => {}
+            (Presence::Default(declared), Read::Default(default)) => assert_eq!(
+                declared(),
+                default.to_json(),
+                "{path} is read with another default than declared"
+            ),
+            (presence, _) => panic!("{path} is declared {presence:?} but read otherwise"),
+        }
     }
 
     /// The report, for sections that convert values themselves.
@@ -182,6 +278,16 @@ impl<'r> Fields<'r> {
     }
 
     fn take(&mut self, key: &str) -> Taken {
+        debug_assert!(
+            self.declared(key).is_some(),
+            "{} is read but not declared in its section's fields",
+            join(&self.path, key)
+        );
+        self.take_any(key)
+    }
+
+    /// Takes `key`, declared or not (for [`Fields::refuse`] and [`Fields::skip`]).
+    fn take_any(&mut self, key: &str) -> Taken {
         self.asked.insert(key.to_owned());
         let Some(value) = self
             .entries
@@ -203,6 +309,7 @@ impl<'r> Fields<'r> {
 
     /// An optional field: absent or null is `None`.
     pub(super) fn get<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+        self.assert_declared::<T>(key, Read::Optional);
         match self.take(key) {
             Taken::Absent | Taken::Skipped | Taken::Present(_, Value::Null) => None,
             Taken::Present(path, value) => convert(self.report, &path, value),
@@ -211,6 +318,7 @@ impl<'r> Fields<'r> {
 
     /// A field with a default: absent is `default`; null is a type error.
     pub(super) fn or<T: FromYaml>(&mut self, key: &str, default: T) -> T {
+        self.assert_declared(key, Read::Default(&default));
         match self.take(key) {
             Taken::Absent | Taken::Skipped => default,
             Taken::Present(path, value) => convert(self.report, &path, value).unwrap_or(default),
@@ -219,6 +327,7 @@ impl<'r> Fields<'r> {
 
     /// A required field: absent or null is reported as missing.
     pub(super) fn required<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+        self.assert_declared::<T>(key, Read::Required);
         match self.take(key) {
             Taken::Skipped => None,
             Taken::Absent | Taken::Present(_, Value::Null) => {
@@ -240,20 +349,47 @@ impl<'r> Fields<'r> {
 
     /// A nested mapping; absent or null is `None`, anything but a mapping a type error.
     pub(super) fn section(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
         let (path, value) = self.raw(key)?;
-        Fields::open(self.report, &path, value)
+        Fields::open_shape(self.report, &path, value, shape)
+    }
+
+    /// A nested mapping where absent, null or skipped reads as empty, so its required fields
+    /// are reported missing.
+    pub(super) fn section_or_empty(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
+        let path = join(&self.path, key);
+        let value = self
+            .raw(key)
+            .map_or(Value::Mapping(Default::default()), |(_, value)| value);
+        Fields::open_shape(self.report, &path, value, shape)
     }
 
     /// A required nested mapping.
     pub(super) fn required_section(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
         match self.take(key) {
             Taken::Skipped => None,
             Taken::Absent | Taken::Present(_, Value::Null) => {
                 self.missing(key);
                 None
             }
-            Taken::Present(path, value) => Fields::open(self.report, &path, value),
+            Taken::Present(path, value) => Fields::open_shape(self.report, &path, value, shape),
         }
+    }
+
+    /// Refuses `key`, which this section (or the variant selected) does not have, with
+    /// `message` instead of "unknown field", when it is set.
+    pub(super) fn refuse(&mut self, key: &str, message: &str) {
+        if let Taken::Present(path, _) = self.take_any(key) {
+            self.report.error(Stage::Unknown, &path, message);
+        }
+    }
+
+    /// Passes over `key` without judging it: the section could not tell what it may hold (an
+    /// error saying why is reported already).
+    pub(super) fn skip(&mut self, key: &str) {
+        self.take_any(key);
     }
 
     /// A mapping from string keys to values converted by `convert`, which reports its own
@@ -289,7 +425,8 @@ impl<'r> Fields<'r> {
         for (key, value) in &self.entries {
             if value.is_some() {
                 let path = join(&self.path, key);
-                let message = match did_you_mean(key, self.asked.iter().map(String::as_str)) {
+                let declared = self.declared.iter().flat_map(|fields| fields.iter());
+                let message = match did_you_mean(key, declared.map(|field| field.name)) {
                     Some(known) => format!("unknown field (did you mean {known}?)"),
                     None => "unknown field".to_owned(),
                 };
@@ -322,6 +459,17 @@ pub(super) fn convert<T: FromYaml>(report: &mut Report, path: &str, value: Value
 pub(super) trait FromYaml: Sized {
     /// Reads `value`. `substituted` is the text an interpolated scalar was re-read from.
     fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String>;
+    /// The JSON Schema of the values read (`schema`).
+    fn schema() -> Json;
+    /// The value as JSON, to compare a default with the declared one.
+    fn to_json(&self) -> Json;
+}
+
+/// How a section reads a key, to compare with its declared presence.
+enum Read<'a, T> {
+    Required,
+    Optional,
+    Default(&'a T),
 }
 
 impl FromYaml for String {
@@ -331,6 +479,12 @@ impl FromYaml for String {
             (Value::Number(_) | Value::Bool(_), Some(text)) => Ok(text.to_owned()),
             (other, _) => Err(expected("a string", &other)),
         }
+    }
+    fn schema() -> Json {
+        json!({"type": "string"})
+    }
+    fn to_json(&self) -> Json {
+        json!(self)
     }
 }
 
@@ -343,6 +497,13 @@ impl FromYaml for Secret {
             (other, _) => Err(format!("expected a string, found {}", kind(&other))),
         }
     }
+    fn schema() -> Json {
+        json!({"type": "string"})
+    }
+    fn to_json(&self) -> Json {
+        // Never the secret: no secret has a default to compare.
+        json!("***")
+    }
 }
 
 impl FromYaml for bool {
@@ -352,6 +513,12 @@ impl FromYaml for bool {
             other => Err(expected("a boolean (true or false)", &other)),
         }
     }
+    fn schema() -> Json {
+        json!({"type": "boolean"})
+    }
+    fn to_json(&self) -> Json {
+        json!(self)
+    }
 }
 
 impl FromYaml for f64 {
@@ -360,6 +527,12 @@ impl FromYaml for f64 {
             Value::Number(number) => number.as_f64().ok_or_else(|| expected("a number", &value)),
             other => Err(expected("a number", other)),
         }
+    }
+    fn schema() -> Json {
+        json!({"type": "number"})
+    }
+    fn to_json(&self) -> Json {
+        json!(self)
     }
 }
 
@@ -380,6 +553,12 @@ macro_rules! whole_number_from_yaml {
                     let range = format!("a whole number from 0 to {}", <$type>::MAX);
                     expected(&range, &value)
                 })
+            }
+            fn schema() -> Json {
+                json!({"type": "integer", "minimum": 0, "maximum": <$type>::MAX})
+            }
+            fn to_json(&self) -> Json {
+                json!(self)
             }
         }
     )*};
@@ -419,6 +598,13 @@ impl<T: Choice> FromYaml for T {
             message = format!("{message} (did you mean {known}?)");
         }
         Err(message)
+    }
+    fn schema() -> Json {
+        let names: Vec<&str> = T::all().iter().map(|choice| choice.name()).collect();
+        json!({"type": "string", "enum": names})
+    }
+    fn to_json(&self) -> Json {
+        json!(self.name())
     }
 }
 
