@@ -27,6 +27,7 @@ mod sink;
 mod source;
 #[cfg(test)]
 mod tests;
+mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;

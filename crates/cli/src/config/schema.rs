@@ -21,7 +21,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::fields::FromYaml;
+use super::types::FromYaml;
 
 /// One key of a section, as the walker reads it and the schema shows it.
 #[derive(Debug)]

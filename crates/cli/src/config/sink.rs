@@ -7,8 +7,9 @@ use ddbpipe_keyed::{DocumentType, PostgresDatabase};
 use ddbpipe_source::config::{ConfigError, Mode, Secret, SourceConfig};
 use serde_json::json;
 
-use super::fields::{Choice, Fields};
+use super::fields::Fields;
 use super::schema::{Field, Shape, Variant, defaulted, of, optional, required};
+use super::types::Choice;
 
 /// `state.flush_interval_ms` when unset.
 pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 1000;

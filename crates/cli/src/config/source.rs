@@ -9,11 +9,12 @@ use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat, value_from_typ
 use serde_json::json;
 use yaml_serde::Value;
 
-use super::fields::{Choice, Fields, Report, Stage, convert, expected, found, join};
+use super::fields::{Fields, Report, Stage, convert, join};
 use super::numbers;
 use super::schema::{
     Field, Shape, Variant, any_mapping, any_value, defaulted, of, optional, required,
 };
+use super::types::{Choice, FromYaml, expected, found};
 
 /// The keys of `source:` (docs/config.md §1.2), as the walker reads them and the schema shows
 /// them.
@@ -83,7 +84,7 @@ pub(super) static SOURCE: &[Field] = &[
     ),
     optional(
         "expression_attribute_names",
-        Shape::Map(<String as super::fields::FromYaml>::schema),
+        Shape::Map(<String as FromYaml>::schema),
         "Placeholders for attribute names in the expressions: keys start with #.",
     ),
     optional(
