@@ -60,7 +60,10 @@ mod tests;
 use std::path::PathBuf;
 
 pub use self::lock::{output_lock_path, overwrite_problem};
-pub use self::names::{rotated_path, temporary_path, timestamped_path};
+pub use self::names::{
+    Published, RunFiles, next_timestamped_path, rotated_path, run_files, temporary_path,
+    timestamped_path, timestamped_pattern,
+};
 pub use self::sink::JsonlSink;
 
 /// Where the lines go.

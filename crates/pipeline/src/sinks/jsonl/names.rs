@@ -3,6 +3,90 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use super::{Publish, WriteMode};
+use crate::files;
+
+/// The files a run writes to the output `path` (docs/sinks.md §7.1): what `JsonlSink::open`
+/// opens, and what `check` shows and probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFiles {
+    /// The file the lines are written to during the run.
+    pub written: PathBuf,
+    /// Its rotation number (`write: append` with `rotate_bytes`), else 0.
+    pub rotation: u32,
+    /// Where `written` goes when the run completes; `None` when it is written in place.
+    pub published: Option<Published>,
+}
+
+/// Where a run's temporary file goes when the run completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// Renamed over this file (`write: overwrite`; the file `path` leads to).
+    Over(PathBuf),
+    /// Renamed to `<stem>.<YYYYMMDDTHHMMSSZ><ext>` beside this path, at the time of
+    /// completion (`write: new_file_per_run`).
+    Timestamped(PathBuf),
+}
+
+/// The files a run of `pipeline` writes to `path` with `write` and `rotate_bytes`, if it
+/// started now. Lists the directory for the rotation number or a free timestamped name.
+pub fn run_files(
+    path: &Path,
+    write: WriteMode,
+    rotate_bytes: Option<u64>,
+    pipeline: &str,
+) -> std::io::Result<RunFiles> {
+    let now = time::OffsetDateTime::now_utc();
+    Ok(match write {
+        WriteMode::Append => {
+            let rotation = match rotate_bytes {
+                Some(_) => highest_rotation(path)?.max(1),
+                None => 0,
+            };
+            let written = if rotation > 0 {
+                rotated_path(path, rotation)
+            } else {
+                path.to_path_buf()
+            };
+            RunFiles {
+                written,
+                rotation,
+                published: None,
+            }
+        }
+        WriteMode::Overwrite => {
+            let target = files::resolve(path);
+            RunFiles {
+                written: temporary_path(&target, pipeline),
+                rotation: 0,
+                published: Some(Published::Over(target)),
+            }
+        }
+        WriteMode::NewFilePerRun(Publish::OnCompletion) => RunFiles {
+            written: temporary_path(path, pipeline),
+            rotation: 0,
+            published: Some(Published::Timestamped(path.to_path_buf())),
+        },
+        WriteMode::NewFilePerRun(Publish::Immediately) => RunFiles {
+            written: unused_timestamped_path(path, now),
+            rotation: 0,
+            published: None,
+        },
+    })
+}
+
+/// The name a `new_file_per_run` run completing now would publish beside `path`.
+pub fn next_timestamped_path(path: &Path) -> PathBuf {
+    unused_timestamped_path(path, time::OffsetDateTime::now_utc())
+}
+
+/// The pattern of the names `new_file_per_run` publishes beside `path`, for messages:
+/// `<stem>.<YYYYMMDDTHHMMSSZ><ext>`.
+pub fn timestamped_pattern(path: &Path) -> PathBuf {
+    let (stem, ext) = stem_and_ext(path);
+    path.with_file_name(format!("{stem}.<YYYYMMDDTHHMMSSZ>{ext}"))
+}
+
 /// `<stem>.<NNNNNN><ext>` beside `path`.
 pub fn rotated_path(path: &Path, number: u32) -> PathBuf {
     let stem = path
@@ -17,7 +101,7 @@ pub fn rotated_path(path: &Path, number: u32) -> PathBuf {
 }
 
 /// The highest existing rotation number beside `path` (0 if none).
-pub(super) fn highest_rotation(path: &Path) -> std::io::Result<u32> {
+fn highest_rotation(path: &Path) -> std::io::Result<u32> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

@@ -5,30 +5,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::batch::Batch;
-use crate::files::{self, RunLock};
+use crate::files::RunLock;
 use crate::sink::{RunStart, Sink, SinkError, SinkErrorClass, Staged};
 
 use super::append::open_append;
 use super::lock::{lock_output, overwrite_problem};
-use super::names::{
-    highest_rotation, rotated_path, sync_parent, temporary_path, unused_timestamped_path,
-};
-use super::{Compression, JsonlSettings, JsonlTarget, Publish, WriteMode};
-
-/// Where a temporary file goes when the run completes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Destination {
-    /// Renamed over this file.
-    Over(PathBuf),
-    /// Renamed to `<stem>.<timestamp><ext>` beside this path.
-    Timestamped(PathBuf),
-}
+use super::names::{Published, next_timestamped_path, rotated_path, run_files, sync_parent};
+use super::{Compression, JsonlSettings, JsonlTarget, WriteMode};
 
 /// A run's temporary file and where it goes at completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     temp: PathBuf,
-    destination: Destination,
+    destination: Published,
 }
 
 enum Output {
@@ -66,69 +55,33 @@ impl JsonlSink {
         let mut lock = None;
         let mut pending = None;
         let compression = settings.compression;
-        let output = match (&settings.target, settings.write) {
-            (JsonlTarget::Stdout, _) => Output::Stdout(std::io::stdout()),
-            (JsonlTarget::File(path), WriteMode::Overwrite | WriteMode::NewFilePerRun(_)) => {
+        let output = match &settings.target {
+            JsonlTarget::Stdout => Output::Stdout(std::io::stdout()),
+            JsonlTarget::File(path) => {
                 let describe = path.display().to_string();
-                let (actual, destination) = match settings.write {
-                    WriteMode::Overwrite => {
-                        let target = files::resolve(path);
-                        if let Some(message) = overwrite_problem(path) {
-                            return Err(SinkError {
-                                sink: format!("jsonl {describe}"),
-                                message,
-                                class: SinkErrorClass::Definite,
-                            });
-                        }
-                        (
-                            temporary_path(&target, pipeline),
-                            Some(Destination::Over(target)),
-                        )
-                    }
-                    WriteMode::NewFilePerRun(Publish::OnCompletion) => (
-                        temporary_path(path, pipeline),
-                        Some(Destination::Timestamped(path.clone())),
-                    ),
-                    _ => (
-                        unused_timestamped_path(path, time::OffsetDateTime::now_utc()),
-                        None,
-                    ),
-                };
+                if settings.write == WriteMode::Overwrite
+                    && let Some(message) = overwrite_problem(path)
+                {
+                    return Err(SinkError {
+                        sink: format!("jsonl {describe}"),
+                        message,
+                        class: SinkErrorClass::Definite,
+                    });
+                }
                 lock = lock_output(path, pipeline)?;
-                let (file, size) = open_append(&actual, compression)
-                    .map_err(|e| io_error(&describe, &actual, "open", e))?;
-                pending = destination.map(|destination| Pending {
-                    temp: actual.clone(),
+                let files = run_files(path, settings.write, settings.rotate_bytes, pipeline)
+                    .map_err(|e| io_error(&describe, path, "list the directory of", e))?;
+                let (file, size) = open_append(&files.written, compression)
+                    .map_err(|e| io_error(&describe, &files.written, "open", e))?;
+                pending = files.published.map(|destination| Pending {
+                    temp: files.written.clone(),
                     destination,
                 });
                 Output::File {
                     file,
-                    path: actual,
+                    path: files.written,
                     size,
-                    number: 0,
-                }
-            }
-            (JsonlTarget::File(path), WriteMode::Append) => {
-                let describe = path.display().to_string();
-                lock = lock_output(path, pipeline)?;
-                let number = match settings.rotate_bytes {
-                    Some(_) => highest_rotation(path)
-                        .map_err(|e| io_error(&describe, path, "list the directory of", e))?
-                        .max(1),
-                    None => 0,
-                };
-                let actual = if number > 0 {
-                    rotated_path(path, number)
-                } else {
-                    path.clone()
-                };
-                let (file, size) = open_append(&actual, compression)
-                    .map_err(|e| io_error(&describe, &actual, "open", e))?;
-                Output::File {
-                    file,
-                    path: actual,
-                    size,
-                    number,
+                    number: files.rotation,
                 }
             }
         };
@@ -174,10 +127,8 @@ impl JsonlSink {
         file.sync_all()
             .map_err(|e| io_error(&describe, &pending.temp, "fsync", e))?;
         let target = match &pending.destination {
-            Destination::Over(target) => target.clone(),
-            Destination::Timestamped(base) => {
-                unused_timestamped_path(base, time::OffsetDateTime::now_utc())
-            }
+            Published::Over(target) => target.clone(),
+            Published::Timestamped(base) => next_timestamped_path(base),
         };
         std::fs::rename(&pending.temp, &target)
             .map_err(|e| io_error(&describe, &pending.temp, "rename", e))?;

@@ -10,6 +10,7 @@ use ddbpipe_source::records::Lines;
 use super::names::parse_rotation;
 use super::*;
 use crate::batch::Batch;
+use crate::files;
 use crate::sink::{RunStart, Sink};
 
 fn batch(lines: &[&str]) -> Batch {
@@ -327,5 +328,51 @@ fn rotated_names_keep_the_extension() {
     assert_eq!(
         parse_rotation(Path::new("out/orders.jsonl"), "orders.12.jsonl"),
         None
+    );
+}
+
+/// `check` shows and probes the files `run_files` names: they must be those a run opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn run_files_names_the_files_a_run_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("items.jsonl");
+    for write in [
+        WriteMode::Append,
+        WriteMode::Overwrite,
+        WriteMode::NewFilePerRun(Publish::OnCompletion),
+        WriteMode::NewFilePerRun(Publish::Immediately),
+    ] {
+        let files = run_files(&path, write, None, "p").unwrap();
+        let sink = JsonlSink::open(with(path.clone(), write, Compression::None), "p").unwrap();
+        // A timestamped name is that of the second the run opens it.
+        let opened = names(dir.path()).contains(
+            &files
+                .written
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+        );
+        let immediately = write == WriteMode::NewFilePerRun(Publish::Immediately);
+        assert!(opened || immediately, "{write:?}: {files:?}");
+        let published = match write {
+            WriteMode::Append | WriteMode::NewFilePerRun(Publish::Immediately) => None,
+            WriteMode::Overwrite => Some(Published::Over(files::resolve(&path))),
+            WriteMode::NewFilePerRun(Publish::OnCompletion) => {
+                Some(Published::Timestamped(path.clone()))
+            }
+        };
+        assert_eq!(files.published, published, "{write:?}");
+        drop(sink);
+        for name in names(dir.path()) {
+            if !name.ends_with(".lock") {
+                std::fs::remove_file(dir.path().join(name)).unwrap();
+            }
+        }
+    }
+    let rotated = run_files(&path, WriteMode::Append, Some(1 << 20), "p").unwrap();
+    assert_eq!(
+        (rotated.written, rotated.rotation),
+        (dir.path().join("items.000001.jsonl"), 1)
     );
 }
