@@ -109,6 +109,9 @@ pub enum Command {
         #[arg(value_enum)]
         shell: Shell,
     },
+    /// Print the JSON Schema of the pipeline file (e.g. `ddbpipe schema > ddbpipe.schema.json`
+    /// for an editor).
+    Schema,
     /// Print the manual page in roff (e.g. `ddbpipe man > /usr/local/share/man/man1/ddbpipe.1`).
     Man,
 }

@@ -49,17 +49,8 @@ pub async fn demo(dir: &Path, items: u32, keep: bool) -> Result<Exit, Failure> {
     fill(&client, items).await.map_err(Failure::runtime)?;
     note!("demo: created table '{TABLE}' with {items} orders");
 
-    let credentials = "{type: access_key, config: {access_key_id: demo, secret_access_key: demo}}";
-    let export = Step {
-        name: "orders-export",
-        comment: "a 4-segment parallel scan of the sample table",
-        source: "mode: scan
-  segments: 4
-  page_limit: 250
-  max_read_units_per_second: 5000",
-        out: Out::Jsonl(dir.join("orders.jsonl")),
-    };
-    let exit = export.run(dir, &endpoint, credentials).await?;
+    let [export, cdc, mirror] = steps(dir);
+    let exit = export.run(dir, &endpoint).await?;
     if exit != Exit::Ok {
         return Ok(exit);
     }
@@ -79,13 +70,7 @@ pub async fn demo(dir: &Path, items: u32, keep: bool) -> Result<Exit, Failure> {
         .await
         .map_err(Failure::runtime)?;
     note!("demo: enabled the table's stream, then updated 2 orders, deleted 1 and added 1");
-    let cdc = Step {
-        name: "orders-cdc",
-        comment: "change data capture from the table's stream, ending after 2 s without changes",
-        source: "mode: streams\n  idle_termination_secs: 2",
-        out: Out::Jsonl(dir.join("orders-changes.jsonl")),
-    };
-    let exit = cdc.run(dir, &endpoint, credentials).await?;
+    let exit = cdc.run(dir, &endpoint).await?;
     if exit != Exit::Ok {
         return Ok(exit);
     }
@@ -100,13 +85,7 @@ pub async fn demo(dir: &Path, items: u32, keep: bool) -> Result<Exit, Failure> {
     }
 
     // A mirror: snapshot, then the stream, into a SQLite table that stays equal to the table.
-    let mirror = Step {
-        name: "orders-mirror",
-        comment: "a SQLite copy of the table: capture the stream, scan, then apply the changes",
-        source: "mode: mirror\n  segments: 4\n  idle_termination_secs: 2",
-        out: Out::Sqlite(dir.join("orders.db")),
-    };
-    let exit = mirror.run(dir, &endpoint, credentials).await?;
+    let exit = mirror.run(dir, &endpoint).await?;
     if exit != Exit::Ok {
         return Ok(exit);
     }
@@ -141,6 +120,40 @@ pub async fn demo(dir: &Path, items: u32, keep: bool) -> Result<Exit, Failure> {
     Ok(exit)
 }
 
+/// The emulator's static credentials, as the demo's pipeline files name them.
+const CREDENTIALS: &str =
+    "{type: access_key, config: {access_key_id: demo, secret_access_key: demo}}";
+
+/// The demo's pipelines, in the order it runs them: an export, the table's changes, a mirror.
+fn steps(dir: &Path) -> [Step; 3] {
+    [
+        Step {
+            name: "orders-export",
+            comment: "a 4-segment parallel scan of the sample table",
+            source: "mode: scan
+  segments: 4
+  page_limit: 250
+  max_read_units_per_second: 5000",
+            out: Out::Jsonl(dir.join("orders.jsonl")),
+        },
+        // Change data capture: the stream enabled, a few orders changed, the changes read.
+        Step {
+            name: "orders-cdc",
+            comment: "change data capture from the table's stream, ending after 2 s without \
+                      changes",
+            source: "mode: streams\n  idle_termination_secs: 2",
+            out: Out::Jsonl(dir.join("orders-changes.jsonl")),
+        },
+        Step {
+            name: "orders-mirror",
+            comment: "a SQLite copy of the table: capture the stream, scan, then apply the \
+                      changes",
+            source: "mode: mirror\n  segments: 4\n  idle_termination_secs: 2",
+            out: Out::Sqlite(dir.join("orders.db")),
+        },
+    ]
+}
+
 /// The last component of `path`, as the pipeline files of the demo name their outputs.
 fn file_name(path: &Path) -> String {
     path.file_name()
@@ -171,44 +184,61 @@ impl Out {
         }
     }
 
-    /// Removes what an earlier demo left, and gives the `sink:` (and `state:`) sections.
-    fn fresh_sections(&self, dir: &Path, name: &str) -> String {
+    /// The state file of the pipeline `name` writing here, when it has one.
+    fn state(&self, dir: &Path, name: &str) -> Option<PathBuf> {
         match self {
-            Out::Jsonl(path) => {
-                let state = dir.join(format!("{name}.state.json"));
-                let _ = std::fs::remove_file(path);
-                let _ = std::fs::remove_file(&state);
-                // Relative to the pipeline file, which sits beside them.
-                format!(
-                    "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {}\n",
-                    file_name(path),
-                    file_name(&state)
-                )
+            Out::Jsonl(_) => Some(dir.join(format!("{name}.state.json"))),
+            Out::Sqlite(_) => None,
+        }
+    }
+
+    /// Removes what an earlier demo left: the output and the position.
+    fn remove_earlier(&self, dir: &Path, name: &str) {
+        let mut files = vec![self.path().to_path_buf()];
+        if let Out::Sqlite(path) = self {
+            for suffix in ["-wal", "-shm"] {
+                let mut file = path.as_os_str().to_owned();
+                file.push(suffix);
+                files.push(PathBuf::from(file));
             }
-            Out::Sqlite(path) => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut file = path.as_os_str().to_owned();
-                    file.push(suffix);
-                    let _ = std::fs::remove_file(PathBuf::from(file));
-                }
-                format!("sink:\n  type: sqlite\n  path: {}\n", file_name(path))
-            }
+        }
+        files.extend(self.state(dir, name));
+        for file in files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
+    /// The `sink:` (and `state:`) sections, with paths relative to the pipeline file, which
+    /// sits beside them.
+    fn sections(&self, name: &str) -> String {
+        match self {
+            Out::Jsonl(path) => format!(
+                "sink:\n  type: jsonl\n  path: {}\nstate:\n  path: {name}.state.json\n",
+                file_name(path),
+            ),
+            Out::Sqlite(path) => format!("sink:\n  type: sqlite\n  path: {}\n", file_name(path)),
         }
     }
 }
 
 impl Step {
-    async fn run(&self, dir: &Path, endpoint: &str, credentials: &str) -> Result<Exit, Failure> {
-        let sections = self.out.fresh_sections(dir, self.name);
-        let config_path = dir.join(format!("{}.yaml", self.name));
-        let yaml = format!(
+    /// The pipeline file of this step for the emulator at `endpoint`.
+    fn yaml(&self, endpoint: &str) -> String {
+        let sections = self.out.sections(self.name);
+        format!(
             "# Written by `ddbpipe demo`: {}.\n\
              name: {}\n\
              source:\n  table_name: {TABLE}\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
-             credentials: {credentials}\n  {}\n\
+             credentials: {CREDENTIALS}\n  {}\n\
              {sections}",
             self.comment, self.name, self.source,
-        );
+        )
+    }
+
+    async fn run(&self, dir: &Path, endpoint: &str) -> Result<Exit, Failure> {
+        self.out.remove_earlier(dir, self.name);
+        let config_path = dir.join(format!("{}.yaml", self.name));
+        let yaml = self.yaml(endpoint);
         std::fs::write(&config_path, yaml)
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
@@ -421,4 +451,14 @@ async fn fill(client: &Client, items: u32) -> anyhow::Result<()> {
         i = end;
     }
     Ok(())
+}
+
+/// The demo's pipeline files as `(name, text)`, for the schema tests.
+#[cfg(test)]
+pub(crate) fn pipeline_files() -> Vec<(&'static str, String)> {
+    let dir = Path::new("ddbpipe-demo");
+    steps(dir)
+        .iter()
+        .map(|step| (step.name, step.yaml("http://127.0.0.1:8000")))
+        .collect()
 }

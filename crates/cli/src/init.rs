@@ -78,7 +78,7 @@ pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
 }
 
 /// The pipeline file for `table` (rules 1–3).
-fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
+pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
     let name = table_slug(&table.name);
     let mode = match args.mode {
         InitMode::Scan => "scan",

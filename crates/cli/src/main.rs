@@ -15,6 +15,7 @@ mod generate;
 mod init;
 mod lag;
 mod run;
+mod schema;
 mod state_cmd;
 mod telemetry;
 mod wiring;
@@ -92,6 +93,7 @@ async fn dispatch(command: Command) -> Result<Exit, Failure> {
         Command::Demo { dir, items, keep } => demo::demo(&dir, items, keep).await,
         Command::Init(args) => init::init(args).await,
         Command::Completions { shell } => generate::completions(shell),
+        Command::Schema => schema::schema(),
         Command::Man => generate::man(),
     }
 }

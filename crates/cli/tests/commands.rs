@@ -49,6 +49,7 @@ fn check_passes_on_a_good_pipeline_and_fails_on_a_missing_index(emulator: Emulat
             "key_schema",
             "index",
             "read_capacity",
+            "write_mode",
             "sink",
             "state"
         ]
@@ -460,7 +461,7 @@ fn completions_and_the_manual_page_cover_every_command() {
         let output = ddbpipe(&["completions", shell]);
         assert_eq!(output.status.code(), Some(0), "{shell}");
         let script = stdout(&output);
-        for word in ["discover", "lag", "metrics-file", "log-format"] {
+        for word in ["discover", "lag", "schema", "metrics-file", "log-format"] {
             assert!(script.contains(word), "{shell} completions lack {word}");
         }
     }
@@ -469,9 +470,46 @@ fn completions_and_the_manual_page_cover_every_command() {
     let page = stdout(&output);
     assert!(page.contains(".TH ddbpipe 1"), "{page}");
     assert!(
-        page.contains("check") && page.contains("discover"),
+        page.contains("check") && page.contains("discover") && page.contains("schema"),
         "{page}"
     );
+}
+
+/// Issue 11: `ddbpipe schema` prints a valid JSON Schema (draft 2020-12) of the pipeline file,
+/// which accepts a pipeline `check` accepts and flags a mistyped key.
+#[test]
+fn schema_prints_a_json_schema_of_the_pipeline_file() {
+    let output = common::ddbpipe_with_test_credentials(&["schema"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let schema: serde_json::Value =
+        serde_json::from_str(&stdout(&output)).expect("schema prints JSON");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    jsonschema::meta::validate(&schema).expect("a valid JSON Schema");
+    let validator = jsonschema::draft202012::new(&schema).expect("the schema compiles");
+    let mut pipeline = serde_json::json!({
+        "name": "orders-export",
+        "source": {"table_name": "orders", "mode": "scan", "segments": 4},
+        "sink": {"type": "jsonl", "path": "out.jsonl", "write": "overwrite", "gzip": true},
+        "state": {"flush_interval_ms": 0},
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(&pipeline)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    pipeline["sink"]["wirte"] = serde_json::json!("append");
+    assert!(!validator.is_valid(&pipeline));
+    for text in [
+        "table_name",
+        "\"description\"",
+        "new_file_per_run",
+        "assume_role",
+    ] {
+        assert!(stdout(&output).contains(text), "the schema names {text}");
+    }
 }
 
 /// Issue 11: `init` describes a table and writes a pipeline file that `run` takes as it is;
@@ -757,4 +795,151 @@ fn check_fails_like_run_when_the_state_directory_or_the_database_is_read_only() 
         "{}",
         stdout(&check)
     );
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 11: `check` says which write mode a jsonl sink has and which files a run writes —
+/// for overwrite the temporary file and the file it replaces, for new_file_per_run the name
+/// pattern and the next name — in text and in `--json`, and leaves the directory as it was.
+#[test]
+fn check_reports_the_write_mode_and_the_files_a_run_writes() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let dir = std::fs::canonicalize(pipeline.dir.path()).unwrap();
+    let out = dir.join("out.jsonl");
+    let temp = dir.join(".out.jsonl.tmp-items-export");
+    let cases = [
+        (
+            "write: append",
+            format!("append: appends to {}", out.display()),
+        ),
+        (
+            "write: overwrite\n  gzip: true",
+            format!(
+                "overwrite, gzip: writes {}, renamed over {} when the run completes",
+                temp.display(),
+                out.display()
+            ),
+        ),
+        (
+            "write: new_file_per_run",
+            format!(
+                "new_file_per_run: writes {}, renamed to {} when the run completes (next: out.20",
+                temp.display(),
+                dir.join("out.<YYYYMMDDTHHMMSSZ>.jsonl").display()
+            ),
+        ),
+    ];
+    for (write, expected) in cases {
+        let sink = format!(
+            "sink:\n  type: jsonl\n  path: {}\n  {write}\nstate:\n  path: {}\n",
+            out.display(),
+            pipeline.state.display()
+        );
+        pipeline.write_with_sink(
+            "items-export",
+            &running.endpoint,
+            "table_name: items",
+            &sink,
+        );
+        let before = names_in(&dir);
+        let check = pipeline.ddbpipe(&["check"]);
+        assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+        let line = stdout(&check)
+            .lines()
+            .find(|line| line.starts_with("PASS write_mode"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("a write_mode probe: {}", stdout(&check)));
+        assert!(line.contains(&expected), "{line}\nexpected: {expected}");
+        assert_eq!(names_in(&dir), before, "check leaves no file behind");
+
+        let check = pipeline.ddbpipe(&["check", "--json"]);
+        let report: serde_json::Value = serde_json::from_str(&stdout(&check)).unwrap();
+        let probe = report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|probe| probe["name"] == "write_mode")
+            .cloned()
+            .unwrap();
+        let data = &probe["data"];
+        let mode = write.split_whitespace().nth(1).unwrap();
+        assert_eq!(data["write"], mode, "{probe}");
+        match mode {
+            "append" => assert_eq!(data["written"], out.display().to_string()),
+            "overwrite" => {
+                assert_eq!(data["written"], temp.display().to_string());
+                assert_eq!(data["published"], out.display().to_string());
+                assert_eq!(data["gzip"], true);
+            }
+            _ => {
+                assert_eq!(data["written"], temp.display().to_string());
+                let next = data["next"].as_str().unwrap();
+                assert!(
+                    next.starts_with(&format!("{}/out.20", dir.display())),
+                    "{next}"
+                );
+                assert!(
+                    data["pattern"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("out.<YYYYMMDDTHHMMSSZ>.jsonl")
+                );
+            }
+        }
+        assert_eq!(names_in(&dir), before, "check --json leaves no file behind");
+    }
+}
+
+/// Issue 11: `check` creates (and removes) the temporary file of an overwrite where the run
+/// will, so what makes the run refuse it — a directory in its place, a name too long for the
+/// file system — fails `check` too. Before, `check` probed only `path`, which the run never
+/// opens in this mode.
+#[test]
+fn check_fails_like_run_when_the_temporary_file_cannot_be_created() {
+    let running = Emulator::Dynoxide.start();
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    running.put_items("items", vec![item(vec![("pk", s("a"))])]);
+    let pipeline = Pipeline::new("items-export", &running.endpoint, "table_name: items");
+    let dir = std::fs::canonicalize(pipeline.dir.path()).unwrap();
+    let overwrite = |out: &std::path::Path| {
+        format!(
+            "sink:\n  type: jsonl\n  path: {}\n  write: overwrite\nstate:\n  path: {}\n",
+            out.display(),
+            pipeline.state.display()
+        )
+    };
+    let out = dir.join("out.jsonl");
+    let temp = dir.join(".out.jsonl.tmp-items-export");
+    std::fs::create_dir(&temp).unwrap();
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &overwrite(&out),
+    );
+    check_and_run_fail_alike(&pipeline, 1, &temp.display().to_string());
+    assert!(!out.exists());
+    std::fs::remove_dir(&temp).unwrap();
+
+    // 245 characters are a valid name; the temporary file's 263 are not.
+    let long = dir.join(format!("{}.jsonl", "x".repeat(239)));
+    pipeline.write_with_sink(
+        "items-export",
+        &running.endpoint,
+        "table_name: items",
+        &overwrite(&long),
+    );
+    check_and_run_fail_alike(&pipeline, 1, "File name too long");
+    assert!(!long.exists());
 }

@@ -6,6 +6,12 @@
 //! still checked and validated. When the section is done, [`Fields::finish`] reports every key
 //! nobody asked for as unknown.
 //!
+//! # Declared fields
+//! Every mapping is opened with its section's table of fields (`schema`), the same tables the
+//! JSON Schema is made of. A section may read only declared keys, with the declared type and
+//! presence; debug builds assert it, so every config test checks that the walker and the
+//! schema agree. "Did you mean" suggests declared keys.
+//!
 //! # Error handling
 //! Problems are collected in a [`Report`] with the [`Stage`] that found them. The final list
 //! is ordered by stage (interpolation, unknown keys, types, missing fields, validation), then
@@ -14,9 +20,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ddbpipe_source::config::{ConfigError, Mode, OnGap, Secret, StartPosition};
-use ddbpipe_value::ValueFormat;
+use ddbpipe_source::config::ConfigError;
 use yaml_serde::Value;
+
+use super::schema::{Field, Presence, Shape, Variant};
+use super::types::{FromYaml, did_you_mean, found, kind};
 
 /// The stage of loading that found a problem; problems are reported in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,8 +139,12 @@ pub(super) struct Fields<'r> {
     entries: Vec<(String, Option<Value>)>,
     /// Keys asked for whose value was set (not null).
     present: BTreeSet<String>,
-    /// Every key the section asked for, for "did you mean" on an unknown one.
+    /// Every key the section asked for; any other key is unknown.
     asked: BTreeSet<String>,
+    /// The declared fields of the section: its table, then those of the variant selected.
+    declared: Vec<&'static [Field]>,
+    /// The variants of a tagged section, one of which [`Fields::select`] adds.
+    variants: &'static [Variant],
     report: &'r mut Report,
 }
 
@@ -145,8 +157,14 @@ enum Taken {
 }
 
 impl<'r> Fields<'r> {
-    /// Opens `value` at `path` as a mapping; anything else is a type error.
-    pub(super) fn open(report: &'r mut Report, path: &str, value: Value) -> Option<Self> {
+    /// Opens `value` at `path` as a mapping of the declared `fields`; anything else is a type
+    /// error.
+    pub(super) fn open(
+        report: &'r mut Report,
+        path: &str,
+        value: Value,
+        fields: &'static [Field],
+    ) -> Option<Self> {
         let Value::Mapping(mapping) = value else {
             let message = format!("expected a mapping, found {}", found(&value));
             report.error(Stage::Type, path, shown(path, message, &value));
@@ -167,8 +185,85 @@ impl<'r> Fields<'r> {
             entries,
             present: BTreeSet::new(),
             asked: BTreeSet::new(),
+            declared: vec![fields],
+            variants: &[],
             report,
         })
+    }
+
+    /// Opens `value` at `path` as a mapping of the shape `shape` declares: a section's fields,
+    /// a tagged mapping's tag (until [`Fields::select`]), or a map's entries.
+    fn open_shape(
+        report: &'r mut Report,
+        path: &str,
+        value: Value,
+        shape: Option<Shape>,
+    ) -> Option<Self> {
+        let (fields, variants): (&'static [Field], &'static [Variant]) = match shape {
+            Some(Shape::Section(fields)) => (fields, &[]),
+            Some(Shape::Tagged { tag, variants }) => (std::slice::from_ref(tag), variants),
+            Some(Shape::Map(_)) => (&[], &[]),
+            Some(Shape::Value(_)) | None => {
+                if cfg!(debug_assertions) {
+                    panic!("{path} is read as a mapping but not declared as one");
+                }
+                (&[], &[])
+            }
+        };
+        let mut fields = Fields::open(report, path, value, fields)?;
+        fields.variants = variants;
+        Some(fields)
+    }
+
+    /// Adds the fields of the variant `tag` of a tagged section.
+    pub(super) fn select(&mut self, tag: &str) {
+        let variant = self.variants.iter().find(|variant| variant.tag == tag);
+        debug_assert!(
+            variant.is_some(),
+            "{}: variant {tag} is not declared",
+            self.path
+        );
+        if let Some(variant) = variant {
+            self.declared.push(variant.fields);
+        }
+    }
+
+    /// The declaration of `key` in this section.
+    fn declared(&self, key: &str) -> Option<&'static Field> {
+        self.declared
+            .iter()
+            .flat_map(|fields| fields.iter())
+            .find(|field| field.name == key)
+    }
+
+    /// Debug builds: `key` is declared, holds values of type `T`, and is read as `presence`
+    /// says (`Default` also allows a read that applies its default itself).
+    fn assert_declared<T: FromYaml>(&self, key: &str, read: Read<'_, T>) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let path = join(&self.path, key);
+        let Some(field) = self.declared(key) else {
+            panic!("{path} is read but not declared in its section's fields");
+        };
+        match field.shape {
+            Shape::Value(schema) => assert_eq!(
+                schema(),
+                T::schema(),
+                "{path} is read with another type than declared"
+            ),
+            _ => panic!("{path} is read as a value but declared as a mapping"),
+        }
+        match (field.presence, read) {
+            (Presence::Required, Read::Required)
+            | (Presence::Optional | Presence::Default(_), Read::Optional) => {}
+            (Presence::Default(declared), Read::Default(default)) => assert_eq!(
+                declared(),
+                default.to_json(),
+                "{path} is read with another default than declared"
+            ),
+            (presence, _) => panic!("{path} is declared {presence:?} but read otherwise"),
+        }
     }
 
     /// The report, for sections that convert values themselves.
@@ -182,6 +277,16 @@ impl<'r> Fields<'r> {
     }
 
     fn take(&mut self, key: &str) -> Taken {
+        debug_assert!(
+            self.declared(key).is_some(),
+            "{} is read but not declared in its section's fields",
+            join(&self.path, key)
+        );
+        self.take_any(key)
+    }
+
+    /// Takes `key`, declared or not (for [`Fields::refuse`] and [`Fields::skip`]).
+    fn take_any(&mut self, key: &str) -> Taken {
         self.asked.insert(key.to_owned());
         let Some(value) = self
             .entries
@@ -203,6 +308,7 @@ impl<'r> Fields<'r> {
 
     /// An optional field: absent or null is `None`.
     pub(super) fn get<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+        self.assert_declared::<T>(key, Read::Optional);
         match self.take(key) {
             Taken::Absent | Taken::Skipped | Taken::Present(_, Value::Null) => None,
             Taken::Present(path, value) => convert(self.report, &path, value),
@@ -211,6 +317,7 @@ impl<'r> Fields<'r> {
 
     /// A field with a default: absent is `default`; null is a type error.
     pub(super) fn or<T: FromYaml>(&mut self, key: &str, default: T) -> T {
+        self.assert_declared(key, Read::Default(&default));
         match self.take(key) {
             Taken::Absent | Taken::Skipped => default,
             Taken::Present(path, value) => convert(self.report, &path, value).unwrap_or(default),
@@ -219,6 +326,7 @@ impl<'r> Fields<'r> {
 
     /// A required field: absent or null is reported as missing.
     pub(super) fn required<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+        self.assert_declared::<T>(key, Read::Required);
         match self.take(key) {
             Taken::Skipped => None,
             Taken::Absent | Taken::Present(_, Value::Null) => {
@@ -240,20 +348,47 @@ impl<'r> Fields<'r> {
 
     /// A nested mapping; absent or null is `None`, anything but a mapping a type error.
     pub(super) fn section(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
         let (path, value) = self.raw(key)?;
-        Fields::open(self.report, &path, value)
+        Fields::open_shape(self.report, &path, value, shape)
+    }
+
+    /// A nested mapping where absent, null or skipped reads as empty, so its required fields
+    /// are reported missing.
+    pub(super) fn section_or_empty(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
+        let path = join(&self.path, key);
+        let value = self
+            .raw(key)
+            .map_or(Value::Mapping(Default::default()), |(_, value)| value);
+        Fields::open_shape(self.report, &path, value, shape)
     }
 
     /// A required nested mapping.
     pub(super) fn required_section(&mut self, key: &str) -> Option<Fields<'_>> {
+        let shape = self.declared(key).map(|field| field.shape);
         match self.take(key) {
             Taken::Skipped => None,
             Taken::Absent | Taken::Present(_, Value::Null) => {
                 self.missing(key);
                 None
             }
-            Taken::Present(path, value) => Fields::open(self.report, &path, value),
+            Taken::Present(path, value) => Fields::open_shape(self.report, &path, value, shape),
         }
+    }
+
+    /// Refuses `key`, which this section (or the variant selected) does not have, with
+    /// `message` instead of "unknown field", when it is set.
+    pub(super) fn refuse(&mut self, key: &str, message: &str) {
+        if let Taken::Present(path, _) = self.take_any(key) {
+            self.report.error(Stage::Unknown, &path, message);
+        }
+    }
+
+    /// Passes over `key` without judging it: the section could not tell what it may hold (an
+    /// error saying why is reported already).
+    pub(super) fn skip(&mut self, key: &str) {
+        self.take_any(key);
     }
 
     /// A mapping from string keys to values converted by `convert`, which reports its own
@@ -289,7 +424,8 @@ impl<'r> Fields<'r> {
         for (key, value) in &self.entries {
             if value.is_some() {
                 let path = join(&self.path, key);
-                let message = match did_you_mean(key, self.asked.iter().map(String::as_str)) {
+                let declared = self.declared.iter().flat_map(|fields| fields.iter());
+                let message = match did_you_mean(key, declared.map(|field| field.name)) {
                     Some(known) => format!("unknown field (did you mean {known}?)"),
                     None => "unknown field".to_owned(),
                 };
@@ -317,226 +453,9 @@ pub(super) fn convert<T: FromYaml>(report: &mut Report, path: &str, value: Value
     }
 }
 
-/// A type a config field can hold, read strictly: `"false"` is not a boolean and `"8"` is not
-/// a number.
-pub(super) trait FromYaml: Sized {
-    /// Reads `value`. `substituted` is the text an interpolated scalar was re-read from.
-    fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String>;
-}
-
-impl FromYaml for String {
-    fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String> {
-        match (value, substituted) {
-            (Value::String(text), _) => Ok(text),
-            (Value::Number(_) | Value::Bool(_), Some(text)) => Ok(text.to_owned()),
-            (other, _) => Err(expected("a string", &other)),
-        }
-    }
-}
-
-impl FromYaml for Secret {
-    // The value never appears in a message: only its kind does.
-    fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String> {
-        match (value, substituted) {
-            (Value::String(text), _) => Ok(Secret::new(text)),
-            (Value::Number(_) | Value::Bool(_), Some(text)) => Ok(Secret::new(text)),
-            (other, _) => Err(format!("expected a string, found {}", kind(&other))),
-        }
-    }
-}
-
-impl FromYaml for bool {
-    fn from_yaml(value: Value, _: Option<&str>) -> Result<Self, String> {
-        match value {
-            Value::Bool(flag) => Ok(flag),
-            other => Err(expected("a boolean (true or false)", &other)),
-        }
-    }
-}
-
-impl FromYaml for f64 {
-    fn from_yaml(value: Value, _: Option<&str>) -> Result<Self, String> {
-        match &value {
-            Value::Number(number) => number.as_f64().ok_or_else(|| expected("a number", &value)),
-            other => Err(expected("a number", other)),
-        }
-    }
-}
-
-/// Whole numbers: YAML integers in the type's range; `1.0` and `"8"` are refused.
-macro_rules! whole_number_from_yaml {
-    ($($type:ty),*) => {$(
-        impl FromYaml for $type {
-            fn from_yaml(value: Value, _: Option<&str>) -> Result<Self, String> {
-                let Value::Number(number) = &value else {
-                    return Err(expected("a whole number", &value));
-                };
-                let in_range = match (number.as_u64(), number.as_i64()) {
-                    (Some(unsigned), _) => <$type>::try_from(unsigned).ok(),
-                    (None, Some(_)) => None,
-                    (None, None) => return Err(expected("a whole number", &value)),
-                };
-                in_range.ok_or_else(|| {
-                    let range = format!("a whole number from 0 to {}", <$type>::MAX);
-                    expected(&range, &value)
-                })
-            }
-        }
-    )*};
-}
-
-whole_number_from_yaml!(u32, u64, usize);
-
-/// An enum written as one of a few names.
-pub(super) trait Choice: Copy + 'static {
-    /// Every value, in documentation order.
-    fn all() -> &'static [Self];
-    /// The name of a value in the config file.
-    fn name(self) -> &'static str;
-    /// More words for a name that is not (or not yet) a choice.
-    fn hint(_found: &str) -> Option<&'static str> {
-        None
-    }
-}
-
-impl<T: Choice> FromYaml for T {
-    fn from_yaml(value: Value, _: Option<&str>) -> Result<Self, String> {
-        let names: Vec<&str> = T::all().iter().map(|choice| choice.name()).collect();
-        let expected_names = match names.as_slice() {
-            [only] => (*only).to_owned(),
-            names => format!("one of {}", names.join(", ")),
-        };
-        let Value::String(text) = &value else {
-            return Err(expected(&expected_names, &value));
-        };
-        if let Some(choice) = T::all().iter().find(|choice| choice.name() == text) {
-            return Ok(*choice);
-        }
-        let mut message = format!("unknown value {text:?}, expected {expected_names}");
-        if let Some(hint) = T::hint(text) {
-            message = format!("{message} ({hint})");
-        } else if let Some(known) = did_you_mean(text, names.iter().copied()) {
-            message = format!("{message} (did you mean {known}?)");
-        }
-        Err(message)
-    }
-}
-
-impl Choice for Mode {
-    fn all() -> &'static [Self] {
-        &Mode::ALL
-    }
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl Choice for StartPosition {
-    fn all() -> &'static [Self] {
-        &StartPosition::ALL
-    }
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl Choice for OnGap {
-    fn all() -> &'static [Self] {
-        &OnGap::ALL
-    }
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-impl Choice for ValueFormat {
-    fn all() -> &'static [Self] {
-        &[ValueFormat::Plain, ValueFormat::Typed]
-    }
-    fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
-
-/// The candidate a mistyped `word` most likely meant: equal but for case, or at most two
-/// edits away (one for words of up to four letters); `None` when nothing is that close.
-pub(super) fn did_you_mean<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let limit = if word.chars().count() <= 4 { 1 } else { 2 };
-    candidates
-        .into_iter()
-        .filter(|candidate| *candidate != word)
-        .map(|candidate| {
-            let distance = if candidate.eq_ignore_ascii_case(word) {
-                0
-            } else {
-                edit_distance(&word.to_ascii_lowercase(), &candidate.to_ascii_lowercase())
-            };
-            (distance, candidate)
-        })
-        .filter(|(distance, _)| *distance <= limit)
-        .min()
-        .map(|(_, candidate)| candidate)
-}
-
-/// Edit distance by characters: insertions, deletions, substitutions and swaps of two
-/// neighbours (`scna` is one edit from `scan`).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (rows[i - 1][j] + 1)
-                .min(rows[i][j - 1] + 1)
-                .min(rows[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = best;
-        }
-    }
-    rows[a.len()][b.len()]
-}
-
-/// "expected <what>, found <value>".
-pub(super) fn expected(what: &str, value: &Value) -> String {
-    format!("expected {what}, found {}", found(value))
-}
-
-/// A value as an error message shows it: its kind and, for scalars, the value itself.
-pub(super) fn found(value: &Value) -> String {
-    const SHOWN_CHARS: usize = 60;
-    match value {
-        Value::Null => "null".to_owned(),
-        Value::Bool(flag) => format!("boolean {flag}"),
-        Value::Number(number) => format!("number {number}"),
-        Value::String(text) if text.chars().count() > SHOWN_CHARS => {
-            let start: String = text.chars().take(SHOWN_CHARS).collect();
-            format!("string {start:?}…")
-        }
-        Value::String(text) => format!("string {text:?}"),
-        other => kind(other).to_owned(),
-    }
-}
-
-/// The kind of a value, without the value.
-pub(super) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Sequence(_) => "a list",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
-    }
+/// How a section reads a key, to compare with its declared presence.
+enum Read<'a, T> {
+    Required,
+    Optional,
+    Default(&'a T),
 }

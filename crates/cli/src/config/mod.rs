@@ -20,10 +20,14 @@
 mod fields;
 mod interpolate;
 mod numbers;
+mod schema;
+#[cfg(test)]
+mod schema_tests;
 mod sink;
 mod source;
 #[cfg(test)]
 mod tests;
+mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +38,8 @@ use ddbpipe_source::config::{ConfigError, Mode, OnGap, SourceConfig};
 use yaml_serde::Value;
 
 use self::fields::{Fields, Report, Stage};
+pub use self::schema::json_schema;
+use self::schema::{Field, Shape, of, optional, required};
 // The public names of the config; the binary does not need to name every one of them.
 #[allow(unused_imports)]
 pub use self::sink::{
@@ -47,6 +53,31 @@ const MAX_NAME_CHARS: usize = 128;
 pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// The deepest nesting of mappings and lists a pipeline file may have (real ones have ~5).
 const MAX_NESTING: usize = 64;
+
+/// The top level of the pipeline file (docs/config.md §1.1).
+static TOP: &[Field] = &[
+    required(
+        "name",
+        of::<String>(),
+        "The pipeline name: 1-128 characters from A-Z a-z 0-9 _ . -, not starting with '.'; it \
+         keys the stored position.",
+    ),
+    required(
+        "source",
+        Shape::Section(source::SOURCE),
+        "The DynamoDB table to read, and how (docs/config.md §1.2).",
+    ),
+    required(
+        "sink",
+        sink::SINK,
+        "Where the records are written (docs/sinks.md §7).",
+    ),
+    optional(
+        "state",
+        Shape::Section(sink::STATE),
+        "Where the position of a jsonl pipeline is kept (docs/state.md §6.1).",
+    ),
+];
 
 /// One pipeline, loaded and validated: what to read, where to write it, where the position
 /// lives.
@@ -173,7 +204,7 @@ pub fn parse(
         let message = "the file is empty: it needs name, source and sink";
         return Err(ConfigErrors(vec![ConfigError::new("", message)]));
     }
-    let Some(mut top) = Fields::open(&mut report, "", document) else {
+    let Some(mut top) = Fields::open(&mut report, "", document, TOP) else {
         return Err(ConfigErrors(report.into_errors()));
     };
     let name = top.required::<String>("name");

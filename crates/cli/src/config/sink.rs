@@ -5,13 +5,158 @@ use std::path::{Path, PathBuf};
 
 use ddbpipe_keyed::{DocumentType, PostgresDatabase};
 use ddbpipe_source::config::{ConfigError, Mode, Secret, SourceConfig};
+use serde_json::json;
 
-use super::fields::{Choice, Fields};
+use super::fields::Fields;
+use super::schema::{Field, Shape, Variant, defaulted, of, optional, required};
+use super::types::Choice;
 
 /// `state.flush_interval_ms` when unset.
 pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 1000;
 /// `sink.fsync` when unset.
 pub const DEFAULT_FSYNC: bool = true;
+/// `sink.path` of the jsonl sink when unset: standard output.
+pub const STDOUT_PATH: &str = "-";
+/// `sink.schema` of the postgres sink when unset.
+pub const DEFAULT_SCHEMA: &str = "public";
+/// `sink.create_table` of the keyed sinks when unset.
+pub const DEFAULT_CREATE_TABLE: bool = true;
+
+/// `sink:`: a `type`, then the keys of that sink (docs/sinks.md §7).
+pub(super) const SINK: Shape = Shape::Tagged {
+    tag: &SINK_TYPE,
+    variants: SINKS,
+};
+
+/// `sink.type`.
+static SINK_TYPE: Field = required("type", of::<SinkType>(), "The kind of sink.");
+
+/// The sinks and their keys.
+static SINKS: &[Variant] = &[
+    Variant {
+        tag: "jsonl",
+        description: "JSON Lines to stdout or to files (docs/sinks.md §7.1).",
+        fields: JSONL,
+    },
+    Variant {
+        tag: "sqlite",
+        description: "A keyed table in a SQLite file, the position in the same database \
+                      (docs/sinks.md §7.2).",
+        fields: SQLITE,
+    },
+    Variant {
+        tag: "postgres",
+        description: "A keyed table in PostgreSQL, the position in the same database \
+                      (docs/sinks.md §7.3).",
+        fields: POSTGRES,
+    },
+];
+
+static JSONL: &[Field] = &[
+    defaulted(
+        "path",
+        of::<String>(),
+        || json!(STDOUT_PATH),
+        "\"-\" for stdout, or a file; a relative path is relative to this file's directory.",
+    ),
+    optional(
+        "rotate_bytes",
+        of::<u64>(),
+        "Start the next numbered file once one reaches this size, in bytes (at least 1048576; \
+         write: append only).",
+    ),
+    defaulted(
+        "fsync",
+        of::<bool>(),
+        || json!(DEFAULT_FSYNC),
+        "Acknowledge a batch only after fdatasync.",
+    ),
+    defaulted(
+        "write",
+        of::<WriteMode>(),
+        || json!(WriteMode::default().as_str()),
+        "What a run does with an earlier run's file: append to it, overwrite it at completion, \
+         or write a new timestamped file.",
+    ),
+    defaulted(
+        "gzip",
+        of::<bool>(),
+        || json!(false),
+        "Gzip-compress the file, one member per batch (write: overwrite or new_file_per_run).",
+    ),
+];
+
+static SQLITE: &[Field] = &[
+    required(
+        "path",
+        of::<String>(),
+        "The database file, created when missing; a relative path is relative to this file's \
+         directory.",
+    ),
+    TABLE,
+    DOCUMENT_COLUMN,
+    CREATE_TABLE,
+];
+
+static POSTGRES: &[Field] = &[
+    required(
+        "url",
+        of::<Secret>(),
+        "A postgres:// URL or a libpq key=value string; PG* variables fill in what it does not \
+         name. The password is never printed.",
+    ),
+    defaulted(
+        "schema",
+        of::<String>(),
+        || json!(DEFAULT_SCHEMA),
+        "The schema of the table and of _ddbpipe_state.",
+    ),
+    defaulted(
+        "document_type",
+        of::<DocumentType>(),
+        || json!(DocumentType::default().name()),
+        "The type of the document column: jsonb, json (the exact text) or text.",
+    ),
+    TABLE,
+    DOCUMENT_COLUMN,
+    CREATE_TABLE,
+];
+
+/// The keys both keyed sinks have.
+const TABLE: Field = optional(
+    "table",
+    of::<String>(),
+    "The destination table; unset: the DynamoDB table's name.",
+);
+const DOCUMENT_COLUMN: Field = defaulted(
+    "document_column",
+    of::<String>(),
+    || json!(DEFAULT_DOCUMENT_COLUMN),
+    "The column holding the item as JSON.",
+);
+const CREATE_TABLE: Field = defaulted(
+    "create_table",
+    of::<bool>(),
+    || json!(DEFAULT_CREATE_TABLE),
+    "Create the table when it does not exist.",
+);
+
+/// The keys of `state:`.
+pub(super) static STATE: &[Field] = &[
+    optional(
+        "path",
+        of::<String>(),
+        "The state file (jsonl sink only); unset: <name>.state.json beside this file; a \
+         relative path is relative to this file's directory.",
+    ),
+    defaulted(
+        "flush_interval_ms",
+        of::<u64>(),
+        || json!(DEFAULT_FLUSH_INTERVAL_MS),
+        "Least time between two writes of the state file while running, in milliseconds; 0: \
+         after every batch.",
+    ),
+];
 /// The smallest `sink.rotate_bytes`: 1 MiB.
 pub const MIN_ROTATE_BYTES: u64 = 1_048_576;
 
@@ -233,7 +378,9 @@ pub const DEFAULT_DOCUMENT_COLUMN: &str = "document";
 /// Reads the sink section; also returns the keys it set. An unknown `type` stops here: the
 /// other keys cannot be judged without it.
 pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<String>)> {
-    let sink = match f.required::<SinkType>("type")? {
+    let kind = f.required::<SinkType>("type")?;
+    f.select(kind.name());
+    let sink = match kind {
         SinkType::Jsonl => SinkConfig::Jsonl(read_jsonl(&mut f)),
         SinkType::Sqlite => {
             let path = f.required::<String>("path").map(PathBuf::from);
@@ -245,7 +392,7 @@ pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
         }
         SinkType::Postgres => {
             let url = f.required::<Secret>("url");
-            let schema = f.or("schema", "public".to_string());
+            let schema = f.or("schema", DEFAULT_SCHEMA.to_string());
             let document_type = f.or("document_type", DocumentType::default());
             let keyed = read_keyed(&mut f);
             SinkConfig::Postgres(PostgresConfig {
@@ -264,13 +411,13 @@ fn read_keyed(f: &mut Fields<'_>) -> KeyedConfig {
     KeyedConfig {
         table: f.get("table"),
         document_column: f.or("document_column", DEFAULT_DOCUMENT_COLUMN.to_string()),
-        create_table: f.or("create_table", true),
+        create_table: f.or("create_table", DEFAULT_CREATE_TABLE),
     }
 }
 
 fn read_jsonl(f: &mut Fields<'_>) -> JsonlConfig {
     let path = match f.get::<String>("path") {
-        Some(path) if path == "-" => JsonlTarget::Stdout,
+        Some(path) if path == STDOUT_PATH => JsonlTarget::Stdout,
         Some(path) => JsonlTarget::File(PathBuf::from(path)),
         None => JsonlTarget::Stdout,
     };

@@ -2,12 +2,335 @@
 
 use std::collections::BTreeSet;
 
-use ddbpipe_source::config::{Credentials, RetryConfig, Secret, SourceConfig, defaults};
-use ddbpipe_value::{Number, Value as AttributeValue, value_from_typed_json};
+use ddbpipe_source::config::{
+    Credentials, Mode, OnGap, RetryConfig, Secret, SourceConfig, StartPosition, defaults,
+};
+use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat, value_from_typed_json};
+use serde_json::json;
 use yaml_serde::Value;
 
-use super::fields::{Choice, Fields, Report, Stage, convert, expected, found, join};
+use super::fields::{Fields, Report, Stage, convert, join};
 use super::numbers;
+use super::schema::{
+    Field, Shape, Variant, any_mapping, any_value, defaulted, of, optional, required,
+};
+use super::types::{Choice, FromYaml, expected, found};
+
+/// The keys of `source:` (docs/config.md §1.2), as the walker reads them and the schema shows
+/// them.
+pub(super) static SOURCE: &[Field] = &[
+    required(
+        "table_name",
+        of::<String>(),
+        "The table to read: its name or its ARN.",
+    ),
+    optional(
+        "region",
+        of::<String>(),
+        "AWS region; unset: the AWS default region chain.",
+    ),
+    optional(
+        "endpoint_url",
+        of::<String>(),
+        "Endpoint of both the DynamoDB and the Streams client (an emulator, a VPC endpoint).",
+    ),
+    optional(
+        "credentials",
+        Shape::Tagged {
+            tag: &CREDENTIALS_TYPE,
+            variants: CREDENTIALS,
+        },
+        "Where the AWS credentials come from: {type: <variant>, config: {...}}; unset: the \
+         default chain.",
+    ),
+    defaulted(
+        "mode",
+        of::<Mode>(),
+        || json!(defaults::MODE.as_str()),
+        "What to read: a parallel scan, a query, the change stream, or a mirror (snapshot, \
+         then stream).",
+    ),
+    defaulted(
+        "segments",
+        of::<u32>(),
+        || json!(defaults::SEGMENTS),
+        "Parallel Scan segments (TotalSegments), 1..=1000000; only 1 in query mode.",
+    ),
+    defaulted(
+        "max_concurrency",
+        of::<usize>(),
+        || json!(defaults::MAX_CONCURRENCY),
+        "Segments read at once, at least 1.",
+    ),
+    optional(
+        "index_name",
+        of::<String>(),
+        "A global or local secondary index to read instead of the table (scan and query).",
+    ),
+    optional(
+        "projection",
+        of::<String>(),
+        "ProjectionExpression: the attributes to read (scan and query).",
+    ),
+    optional(
+        "filter_expression",
+        of::<String>(),
+        "FilterExpression: items to drop after reading (scan and query).",
+    ),
+    optional(
+        "key_condition_expression",
+        of::<String>(),
+        "KeyConditionExpression: required in query mode, refused in the others.",
+    ),
+    optional(
+        "expression_attribute_names",
+        Shape::Map(<String as FromYaml>::schema),
+        "Placeholders for attribute names in the expressions: keys start with #.",
+    ),
+    optional(
+        "expression_attribute_values",
+        Shape::Map(any_value),
+        "Values of the expressions as plain YAML: keys start with :; numbers keep every digit \
+         of their text.",
+    ),
+    optional(
+        "expression_attribute_values_typed",
+        Shape::Map(any_mapping),
+        "Values of the expressions as attribute JSON ({\"N\": \"1.5\"}, sets, binary): keys \
+         start with :.",
+    ),
+    defaulted(
+        "consistent_read",
+        of::<bool>(),
+        || json!(defaults::CONSISTENT_READ),
+        "Strongly consistent reads (not on a global secondary index).",
+    ),
+    defaulted(
+        "scan_index_forward",
+        of::<bool>(),
+        || json!(defaults::SCAN_INDEX_FORWARD),
+        "Query only: ascending sort-key order; false reads backwards.",
+    ),
+    optional(
+        "page_limit",
+        of::<u32>(),
+        "The Limit of each Scan or Query request, at least 1; unset: DynamoDB's 1 MB pages.",
+    ),
+    optional(
+        "stream_arn",
+        of::<String>(),
+        "Streams and mirror: read this stream; unset: the table's current stream.",
+    ),
+    optional(
+        "start_position",
+        of::<StartPosition>(),
+        "Streams, first run only: all retained records (trim_horizon, the default) or only \
+         later ones (latest).",
+    ),
+    defaulted(
+        "on_gap",
+        of::<OnGap>(),
+        || json!(defaults::ON_GAP.as_str()),
+        "Streams and mirror: what a gap found at start-up does: stop, or scan the table again.",
+    ),
+    defaulted(
+        "resnapshot_deletes",
+        of::<bool>(),
+        || json!(defaults::RESNAPSHOT_DELETES),
+        "A complete resnapshot deletes the rows of items it did not see (keyed sinks; false \
+         with jsonl).",
+    ),
+    defaulted(
+        "resnapshot_max_keys",
+        of::<usize>(),
+        || json!(defaults::RESNAPSHOT_MAX_KEYS),
+        "Cleanup ceiling: a snapshot that wrote more keys than this deletes nothing.",
+    ),
+    defaulted(
+        "poll_interval_ms",
+        of::<u64>(),
+        || json!(defaults::POLL_INTERVAL_MS),
+        "Wait before re-reading a caught-up shard, in milliseconds (at most 600000, at least \
+         200 in effect).",
+    ),
+    defaulted(
+        "records_per_request",
+        of::<u32>(),
+        || json!(defaults::RECORDS_PER_REQUEST),
+        "The Limit of each GetRecords request, 1..=1000.",
+    ),
+    defaulted(
+        "shard_concurrency",
+        of::<usize>(),
+        || json!(defaults::SHARD_CONCURRENCY),
+        "Shards read at once, at least 1.",
+    ),
+    optional(
+        "idle_termination_secs",
+        of::<u64>(),
+        "Streams and mirror: end after this many seconds without a new record.",
+    ),
+    optional(
+        "max_messages",
+        of::<usize>(),
+        "Streams and mirror: end after exactly this many change records.",
+    ),
+    defaulted(
+        "follow",
+        of::<bool>(),
+        || json!(defaults::FOLLOW),
+        "Streams and mirror: run until SIGINT or SIGTERM.",
+    ),
+    defaulted(
+        "discovery_interval_secs",
+        of::<u64>(),
+        || json!(defaults::DISCOVERY_INTERVAL_SECS),
+        "How often the stream's shards are listed again, in seconds, 10..=3600.",
+    ),
+    optional(
+        "max_read_units_per_second",
+        of::<f64>(),
+        "Read-capacity limit in read units per second, 0.01..=1e9.",
+    ),
+    optional(
+        "read_capacity_fraction",
+        of::<f64>(),
+        "At most this share (1e-6..=1) of the table's or index's read capacity.",
+    ),
+    optional(
+        "retry",
+        Shape::Section(RETRY),
+        "Retries of DynamoDB requests; each field defaults on its own.",
+    ),
+    defaulted(
+        "batch_size",
+        of::<usize>(),
+        || json!(defaults::BATCH_SIZE),
+        "Records handed to the sink at once, 1..=1000000.",
+    ),
+    defaulted(
+        "value_format",
+        of::<ValueFormat>(),
+        || json!(defaults::VALUE_FORMAT.as_str()),
+        "How attribute values are written: plain JSON, or typed attribute JSON.",
+    ),
+];
+
+/// The keys of `source.retry:`.
+static RETRY: &[Field] = &[
+    defaulted(
+        "max_retries",
+        of::<u32>(),
+        || json!(defaults::MAX_RETRIES),
+        "Retries after the first attempt of a request.",
+    ),
+    defaulted(
+        "initial_backoff_ms",
+        of::<u64>(),
+        || json!(defaults::INITIAL_BACKOFF_MS),
+        "The first back-off delay, in milliseconds; not above max_backoff_ms.",
+    ),
+    defaulted(
+        "max_backoff_ms",
+        of::<u64>(),
+        || json!(defaults::MAX_BACKOFF_MS),
+        "The longest back-off delay, in milliseconds.",
+    ),
+    defaulted(
+        "attempt_timeout_ms",
+        of::<u64>(),
+        || json!(defaults::ATTEMPT_TIMEOUT_MS),
+        "The time one attempt may take, in milliseconds, 1000..=600000.",
+    ),
+];
+
+/// `source.credentials.type`.
+static CREDENTIALS_TYPE: Field = required(
+    "type",
+    of::<CredentialsType>(),
+    "Where the credentials come from (docs/config.md §1.4).",
+);
+
+/// The variants of `source.credentials`, each with its `config`.
+static CREDENTIALS: &[Variant] = &[
+    Variant {
+        tag: "default",
+        description: "The AWS default chain (environment, shared files, SSO, container, web \
+                      identity, instance metadata); takes no config.",
+        fields: &[],
+    },
+    Variant {
+        tag: "profile",
+        description: "A named profile of the shared AWS files.",
+        fields: &[required(
+            "config",
+            Shape::Section(PROFILE),
+            "The profile to use.",
+        )],
+    },
+    Variant {
+        tag: "access_key",
+        description: "Static keys (use ${VAR} for the secret).",
+        fields: &[required(
+            "config",
+            Shape::Section(ACCESS_KEY),
+            "The keys; never printed.",
+        )],
+    },
+    Variant {
+        tag: "assume_role",
+        description: "STS AssumeRole on top of the default chain.",
+        fields: &[required(
+            "config",
+            Shape::Section(ASSUME_ROLE),
+            "The role to assume.",
+        )],
+    },
+    Variant {
+        tag: "web_identity",
+        description: "The default chain, stating that it uses a web identity; takes no config.",
+        fields: &[],
+    },
+];
+
+static PROFILE: &[Field] = &[required(
+    "name",
+    of::<String>(),
+    "The profile name; it also drives the region.",
+)];
+
+static ACCESS_KEY: &[Field] = &[
+    required(
+        "access_key_id",
+        of::<String>(),
+        "The access key id; not empty.",
+    ),
+    required(
+        "secret_access_key",
+        of::<Secret>(),
+        "The secret access key; not empty, never printed.",
+    ),
+    optional(
+        "session_token",
+        of::<Secret>(),
+        "The session token of temporary keys; never printed.",
+    ),
+];
+
+static ASSUME_ROLE: &[Field] = &[
+    required("role_arn", of::<String>(), "The ARN of the role to assume."),
+    defaulted(
+        "session_name",
+        of::<String>(),
+        || json!(defaults::SESSION_NAME),
+        "The role session name.",
+    ),
+    optional(
+        "external_id",
+        of::<String>(),
+        "The external id the role's trust policy asks for.",
+    ),
+];
 
 /// Reads the source section; also returns the keys it set, for the mode warnings.
 pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>) {
@@ -115,30 +438,24 @@ impl Choice for CredentialsType {
 fn read_credentials(mut f: Fields<'_>) -> Credentials {
     let Some(kind) = f.required::<CredentialsType>("type") else {
         // Without a known type the keys of `config` cannot be checked: skip it.
-        f.raw("config");
+        f.skip("config");
         f.finish();
         return Credentials::Default;
     };
+    f.select(kind.name());
     let credentials = match kind {
         CredentialsType::Default | CredentialsType::WebIdentity => {
-            if let Some((path, _)) = f.raw("config") {
-                let name = kind.name();
-                let message = format!("credentials of type {name} take no config");
-                f.report().error(Stage::Unknown, &path, message);
-            }
+            let message = format!("credentials of type {} take no config", kind.name());
+            f.refuse("config", &message);
             if kind == CredentialsType::Default {
                 Some(Credentials::Default)
             } else {
                 Some(Credentials::WebIdentity)
             }
         }
-        _ => {
-            let path = join(f.path(), "config");
-            let config = f
-                .raw("config")
-                .map_or(Value::Mapping(Default::default()), |(_, v)| v);
-            Fields::open(f.report(), &path, config).and_then(|config| read_config(kind, config))
-        }
+        _ => f
+            .section_or_empty("config")
+            .and_then(|config| read_config(kind, config)),
     };
     f.finish();
     credentials.unwrap_or_default()

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use ddbpipe_keyed::state::DatabaseStore;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
-use ddbpipe_pipeline::files::{self, RunLock};
-use ddbpipe_pipeline::sinks::jsonl;
+use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::state::{Entry, StateFile};
 use ddbpipe_source::api::{StreamsApi, TableApi, TableDescription};
@@ -19,10 +18,14 @@ use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::gaps;
 use serde_json::json;
 
-use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
+use crate::config::{PipelineConfig, SinkConfig};
 use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
+
+mod paths;
+
+use self::paths::{creatable_beside, probe_jsonl, writable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -45,6 +48,8 @@ struct Probe {
     name: &'static str,
     status: Status,
     detail: String,
+    /// More about the probe for `--json`, under `data`.
+    data: Option<serde_json::Value>,
 }
 
 #[derive(Default)]
@@ -56,7 +61,22 @@ impl Probes {
             name,
             status,
             detail: detail.into(),
+            data: None,
         });
+    }
+
+    /// [`Probes::add`] with `data` for `--json`.
+    fn add_with(
+        &mut self,
+        name: &'static str,
+        status: Status,
+        detail: impl Into<String>,
+        data: serde_json::Value,
+    ) {
+        self.add(name, status, detail);
+        if let Some(probe) = self.0.last_mut() {
+            probe.data = Some(data);
+        }
     }
 
     fn ok(&self) -> bool {
@@ -134,7 +154,14 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         let list: Vec<_> = probes
             .0
             .iter()
-            .map(|p| json!({"detail": p.detail, "name": p.name, "status": p.status.as_str()}))
+            .map(|p| {
+                let mut probe =
+                    json!({"detail": p.detail, "name": p.name, "status": p.status.as_str()});
+                if let Some(data) = &p.data {
+                    probe["data"] = data.clone();
+                }
+                probe
+            })
             .collect();
         println!("{}", json!({"ok": probes.ok(), "probes": list}));
     } else {
@@ -355,83 +382,6 @@ fn with_hint(failure: &Failure) -> String {
         Some(hint) => format!("{failure} ({hint})"),
         None => failure.to_string(),
     }
-}
-
-fn probe_jsonl(config: &PipelineConfig, jsonl: &JsonlConfig, probes: &mut Probes) {
-    let JsonlTarget::File(path) = &jsonl.path else {
-        probes.add("sink", Status::Pass, "jsonl to stdout");
-        return;
-    };
-    let shown = path.display();
-    if jsonl.write == WriteMode::Overwrite
-        && let Some(problem) = jsonl::overwrite_problem(path)
-    {
-        probes.add("sink", Status::Fail, format!("jsonl {shown}: {problem}"));
-        return;
-    }
-    let lock = jsonl::output_lock_path(path);
-    let probed = writable(path).and_then(|detail| match &lock {
-        Some(lock) => writable(lock).map(|_| detail),
-        None => Ok(detail),
-    });
-    let detail = match probed {
-        Ok(detail) => detail,
-        Err(problem) => {
-            probes.add("sink", Status::Fail, format!("jsonl {shown}: {problem}"));
-            return;
-        }
-    };
-    match lock.as_deref().and_then(RunLock::holder) {
-        Some(holder) if holder.pipeline.as_deref() != Some(config.name.as_str()) => probes.add(
-            "sink",
-            Status::Fail,
-            format!(
-                "jsonl {shown}: is being written by pipeline '{}' (lock {}{}): give each \
-                 pipeline its own sink.path, or wait for that run to finish",
-                holder.pipeline.as_deref().unwrap_or("unknown"),
-                lock.as_deref().unwrap_or(path).display(),
-                holder.pid_suffix()
-            ),
-        ),
-        Some(holder) => probes.add(
-            "sink",
-            Status::Warn,
-            format!(
-                "jsonl {shown}: {detail}; written now by this pipeline{}",
-                holder.pid_suffix()
-            ),
-        ),
-        None => probes.add("sink", Status::Pass, format!("jsonl {shown}: {detail}")),
-    }
-}
-
-/// Whether `path` can be opened for writing (it exists) or created, by real attempts that
-/// change nothing: root passes permission bits, so only an attempt tells.
-fn writable(path: &Path) -> Result<String, String> {
-    if path.is_dir() {
-        return Err(format!("{} is a directory", path.display()));
-    }
-    if path.exists() {
-        return std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map(|_| "exists and is writable".to_string())
-            .map_err(|e| format!("cannot open {} for writing: {e}", path.display()));
-    }
-    creatable_beside(path).map(|dir| format!("will be created (directory {dir} is writable)"))
-}
-
-/// Whether a file can be created in the directory of `path` (or, when that does not exist
-/// yet, in the nearest existing one, where the run creates it): a temporary file is created
-/// and removed. This is what replacing a file by rename, or SQLite's journal, needs.
-fn creatable_beside(path: &Path) -> Result<String, String> {
-    let mut dir = files::parent_of(path);
-    while !dir.exists() && dir.parent().is_some() {
-        dir = files::parent_of(&dir);
-    }
-    tempfile::tempfile_in(&dir)
-        .map(|_| dir.display().to_string())
-        .map_err(|e| format!("directory {} is not writable: {e}", dir.display()))
 }
 
 fn probe_state(
