@@ -581,7 +581,7 @@ async fn one_run(
             }
             () = sleep_until(trim_at) => {
                 trim_at = None;
-                trims.extend(trim_past_commit(fake, &file, rng));
+                trims.extend(trim_past_commit(fake, file, rng));
             }
         }
     };

@@ -1,4 +1,4 @@
-//! What ddbpipe's tests share (docs/testing.md §9.2): the in-memory sink of the pipeline tests
+//! What ddbpipe's tests share (docs/testing.md, "Which fake to use for what"): the in-memory sink of the pipeline tests
 //! and the PostgreSQL test server with a throwaway schema per test. Pipeline files for the CLI
 //! tests are built by the CLI's own harness (`crates/cli/tests/common`), which also runs the
 //! emulators and the binary.

@@ -1,0 +1,188 @@
+//! The sink and state sections: jsonl modes, keyed sinks, connection strings.
+
+use super::*;
+
+#[test]
+fn the_jsonl_write_mode_and_gzip_are_read() {
+    let source = "source: {table_name: orders}\n";
+    let config = parse_ok(&format!(
+        "name: t\n{source}sink: {{type: jsonl, path: o.jsonl.gz, write: overwrite, gzip: true}}"
+    ));
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!((jsonl.write, jsonl.gzip), (WriteMode::Overwrite, true));
+    let config = parse_ok(&format!(
+        "name: t\n{source}sink: {{type: jsonl, path: o.jsonl, write: new_file_per_run}}"
+    ));
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!((jsonl.write, jsonl.gzip), (WriteMode::NewFilePerRun, false));
+    assert_eq!(
+        errors(&format!(
+            "name: t\n{source}sink: {{type: jsonl, path: o.jsonl, write: truncate}}"
+        )),
+        [
+            "config error: sink.write: unknown value \"truncate\", expected one of append, \
+             overwrite, new_file_per_run (a run that replaces the file is `write: overwrite`)"
+        ]
+    );
+}
+
+#[test]
+fn keyed_sinks_are_read_with_their_defaults() {
+    let config = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n");
+    assert_eq!(
+        config.sink,
+        SinkConfig::Sqlite(SqliteConfig {
+            path: PathBuf::from("conf/x.db"),
+            keyed: KeyedConfig {
+                table: None,
+                document_column: "document".into(),
+                create_table: true,
+            },
+        })
+    );
+    let config = parse_ok(
+        "name: t\nsource: {table_name: o}\nsink: {type: postgres, url: 'postgres://u:hunter22@h/db', schema: s, table: m, document_column: doc, create_table: false}\n",
+    );
+    let SinkConfig::Postgres(pg) = &config.sink else {
+        panic!("a postgres sink");
+    };
+    assert_eq!(pg.url.expose(), "postgres://u:hunter22@h/db");
+    assert_eq!(pg.schema, "s");
+    assert_eq!(
+        pg.keyed,
+        KeyedConfig {
+            table: Some("m".into()),
+            document_column: "doc".into(),
+            create_table: false,
+        }
+    );
+    assert!(!format!("{config:?}").contains("hunter22"));
+    assert_eq!(
+        errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
+        [
+            "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres"
+        ]
+    );
+}
+
+/// Issue 9 item 3: `document_type` on postgres sinks, `jsonb` unless set.
+#[test]
+fn a_postgres_sink_takes_a_document_type() {
+    let sink = |extra: &str| {
+        format!(
+            "name: t\nsource: {{table_name: o}}\nsink: {{type: postgres, url: 'host=h'{extra}}}\n"
+        )
+    };
+    for (extra, want) in [
+        ("", DocumentType::Jsonb),
+        (", document_type: json", DocumentType::Json),
+        (", document_type: text", DocumentType::Text),
+        (", document_type: jsonb", DocumentType::Jsonb),
+    ] {
+        let config = parse_ok(&sink(extra));
+        let SinkConfig::Postgres(pg) = &config.sink else {
+            panic!("a postgres sink");
+        };
+        assert_eq!(pg.document_type, want, "{extra}");
+    }
+    assert_eq!(
+        errors(&sink(", document_type: bson")),
+        [
+            "config error: sink.document_type: unknown value \"bson\", expected one of jsonb, json, \
+             text (did you mean json?)"
+        ]
+    );
+}
+
+/// Issue 9 item 4(b): a misspelled libpq key is a config error naming the key, never the
+/// value or the string.
+#[test]
+fn a_misspelled_connection_string_key_is_named_without_its_value() {
+    for url in [
+        "host=db user=app pasword=Wq7xK9zT dbname=app",
+        "postgres://app@db/app?pasword=Wq7xK9zT",
+    ] {
+        let lines = errors(&format!(
+            "name: t\nsource: {{table_name: o}}\nsink: {{type: postgres, url: '{url}'}}\n"
+        ));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("config error: sink.url: unknown parameter 'pasword'"),
+            "{lines:?}"
+        );
+        assert!(!lines[0].contains("Wq7"), "{lines:?}");
+    }
+}
+
+#[test]
+fn keyed_sinks_keep_the_position_in_their_database() {
+    assert_eq!(
+        errors(
+            "name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\nstate: {path: s.json}\n"
+        ),
+        [
+            "config error: state.path: the sqlite sink keeps the position in its database; remove state.path"
+        ]
+    );
+    assert_eq!(
+        errors(
+            "name: t\nsource: {table_name: o}\nsink: {type: postgres, url: '', document_column: _ddbpipe_x}\n"
+        ),
+        [
+            "config error: sink.url: url must not be empty",
+            "config error: sink.document_column: names starting with _ddbpipe_ are reserved for ddbpipe's own columns",
+        ]
+    );
+    // Deletes need a keyed sink; with one, a resnapshot may delete.
+    let ok = parse_ok(
+        "name: t\nsource: {table_name: o, mode: mirror, idle_termination_secs: 1, on_gap: resnapshot}\nsink: {type: sqlite, path: x.db}\n",
+    );
+    assert!(ok.source.resnapshot_deletes);
+}
+
+#[test]
+fn sink_and_state_fields_are_read() {
+    let config = parse_ok(
+        "name: t
+source: {table_name: o}
+sink: {type: jsonl, path: '-', fsync: false}
+state: {flush_interval_ms: 0}
+",
+    );
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!((&jsonl.path, jsonl.fsync), (&JsonlTarget::Stdout, false));
+    assert_eq!(config.state.path, Path::new("conf/t.state.json"));
+    assert_eq!(config.state.flush_interval_ms, 0);
+    let rotated = parse_ok(
+        "name: t\nsource: {table_name: o}\nsink: {type: jsonl, path: /o/x.jsonl, rotate_bytes: 1048576}\n",
+    );
+    let SinkConfig::Jsonl(jsonl) = &rotated.sink else {
+        panic!("a jsonl sink");
+    };
+    assert_eq!(jsonl.path, JsonlTarget::File(PathBuf::from("/o/x.jsonl")));
+    assert_eq!(jsonl.rotate_bytes, Some(1_048_576));
+}
+
+#[test]
+fn a_scan_into_a_keyed_sink_warns_that_deleted_items_stay() {
+    let config = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: x.db}\n");
+    assert_eq!(
+        config.warnings,
+        [
+            "mode: scan into the sqlite sink upserts the items it reads and deletes no row: rows of \
+          items deleted from the table stay; use mode: mirror to keep an equal copy"
+        ]
+    );
+    let mirror = parse_ok(
+        "name: t\nsource: {table_name: o, mode: mirror, follow: true}\nsink: {type: sqlite, path: x.db}\n",
+    );
+    assert!(mirror.warnings.is_empty(), "{:?}", mirror.warnings);
+    let jsonl = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: jsonl}\n");
+    assert!(jsonl.warnings.is_empty());
+}
