@@ -7,7 +7,7 @@ mod common;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;
 
-use common::{Emulator, Pipeline, item, s, stderr, stdout};
+use common::{Emulator, Pipeline, item, names_in, s, stderr, stdout};
 
 fn check_passes_on_a_good_pipeline_and_fails_on_a_missing_index(emulator: Emulator) {
     let running = emulator.start();
@@ -795,16 +795,6 @@ fn check_fails_like_run_when_the_state_directory_or_the_database_is_read_only() 
         "{}",
         stdout(&check)
     );
-}
-
-/// The names in `dir`, sorted.
-fn names_in(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Issue 11: `check` says which write mode a jsonl sink has and which files a run writes —

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;
 
-use common::{Emulator, Pipeline, item, n, s, stderr};
+use common::{Emulator, Pipeline, item, n, names_in, s, stderr};
 
 const PIPELINE: &str = "items-export";
 
@@ -51,16 +51,6 @@ fn write(pipeline: &Pipeline, endpoint: &str, source: &str, sink: &str) {
 fn run(pipeline: &Pipeline) {
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-}
-
-/// The names in the pipeline's directory, sorted.
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The `pk`s of a file of JSON lines; every line is complete JSON.
@@ -118,7 +108,7 @@ fn two_new_file_per_run_scans_write_two_complete_files(emulator: Emulator) {
     );
     let dir = pipeline.dir.path();
     let published = |dir: &Path| -> Vec<String> {
-        names(dir)
+        names_in(dir)
             .into_iter()
             .filter(|name| name.starts_with("out.") && !name.ends_with(".lock"))
             .collect()
@@ -126,14 +116,14 @@ fn two_new_file_per_run_scans_write_two_complete_files(emulator: Emulator) {
 
     run(&pipeline);
     let first = published(dir);
-    assert_eq!(first.len(), 1, "{:?}", names(dir));
+    assert_eq!(first.len(), 1, "{:?}", names_in(dir));
     let first_path = dir.join(&first[0]);
     let first_text = std::fs::read_to_string(&first_path).unwrap();
     let first_meta = std::fs::metadata(&first_path).unwrap();
 
     run(&pipeline);
     let both = published(dir);
-    assert_eq!(both.len(), 2, "{:?}", names(dir));
+    assert_eq!(both.len(), 2, "{:?}", names_in(dir));
     for name in &both {
         assert!(is_timestamped(name), "documented name: {name}");
         let keys = keys(&std::fs::read_to_string(dir.join(name)).unwrap());
@@ -153,9 +143,9 @@ fn two_new_file_per_run_scans_write_two_complete_files(emulator: Emulator) {
     );
     assert!(!pipeline.out.exists(), "path itself is never written");
     assert!(
-        !names(dir).iter().any(|name| name.contains(".tmp-")),
+        !names_in(dir).iter().any(|name| name.contains(".tmp-")),
         "no temporary file is left: {:?}",
-        names(dir)
+        names_in(dir)
     );
 }
 

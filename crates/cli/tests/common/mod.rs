@@ -501,3 +501,13 @@ pub fn open_to_all(pipeline: &Pipeline) {
     set_mode(pipeline.dir.path(), 0o755);
     set_mode(&pipeline.config, 0o644);
 }
+
+/// The names of the entries in `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}

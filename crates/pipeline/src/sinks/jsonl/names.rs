@@ -89,14 +89,7 @@ pub fn timestamped_pattern(path: &Path) -> PathBuf {
 
 /// `<stem>.<NNNNNN><ext>` beside `path`.
 pub fn rotated_path(path: &Path, number: u32) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ext = path
-        .extension()
-        .map(|e| format!(".{}", e.to_string_lossy()))
-        .unwrap_or_default();
+    let (stem, ext) = stem_and_ext(path);
     path.with_file_name(format!("{stem}.{number:06}{ext}"))
 }
 
