@@ -1,3 +1,5 @@
+//! The fake stream itself: paging, children, trims, faults and reshards, as the engine sees them.
+
 #![allow(clippy::unwrap_used)]
 
 use super::*;
