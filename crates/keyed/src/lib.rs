@@ -121,12 +121,28 @@ pub enum RowChange {
         document: String,
         /// A snapshot row: marks the row with the open snapshot's id.
         snapshot: bool,
+        /// When the document was true (docs/mirror.md §5.6).
+        version: Version,
     },
     /// Delete the row of `key` (nothing when there is none).
     Delete {
         /// The key values, in key-column order.
         key: Vec<KeyValue>,
+        /// When the item was deleted (docs/mirror.md §5.6).
+        version: Version,
     },
+}
+
+/// The version a row change is written at (docs/mirror.md §5.6): for a stream change, its
+/// record's `ApproximateCreationDateTime` and sequence number; for a snapshot row, when the Scan
+/// request of its page was sent. Scan items and records without a time have no version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Version {
+    /// Unix ms: the change's creation time (DynamoDB rounds it down to the second), or the
+    /// page's request time (this machine's clock).
+    pub at_ms: Option<i64>,
+    /// The stream record's sequence number; `None` for snapshot rows.
+    pub sequence: Option<String>,
 }
 
 /// Parts of the pipeline state to write in a transaction (docs/state.md §6.5).

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::state::DatabaseStore;
-use crate::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
+use crate::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version};
 
 /// How failed transactions are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl KeyedSink {
                 Records::Items => self
                     .item_row(text)
                     .map_err(|problem| format!("item {}: {problem}", short(text)))?,
-                Records::Envelopes => self.envelope_row(text, snapshot_open)?,
+                Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms)?,
             };
             rows.push(row);
         }
@@ -135,10 +135,18 @@ impl KeyedSink {
             key: self.key_of(|name| item.get(name).copied())?,
             document: text.to_string(),
             snapshot: false,
+            version: Version::default(),
         })
     }
 
-    fn envelope_row(&self, text: &str, snapshot_open: bool) -> Result<RowChange, String> {
+    /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
+    /// change at its record's `ts_ms` and sequence number (docs/mirror.md §5.6).
+    fn envelope_row(
+        &self,
+        text: &str,
+        snapshot_open: bool,
+        read_ms: Option<i64>,
+    ) -> Result<RowChange, String> {
         let envelope: Envelope<'_> =
             serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
         let record = || {
@@ -159,6 +167,17 @@ impl KeyedSink {
             self.key_of(|name| key.get(name).copied())
                 .map_err(|problem| format!("{}: {problem}", record()))
         };
+        let version = if envelope.op == "r" {
+            Version {
+                at_ms: read_ms,
+                sequence: None,
+            }
+        } else {
+            Version {
+                at_ms: envelope.ts_ms,
+                sequence: envelope.sequence_number.as_deref().map(str::to_string),
+            }
+        };
         match envelope.op.as_ref() {
             "c" | "u" | "r" => {
                 let after = envelope.after.filter(|raw| raw.get() != "null").ok_or_else(|| {
@@ -172,9 +191,13 @@ impl KeyedSink {
                     key: key()?,
                     document: after.get().to_string(),
                     snapshot: snapshot_open && envelope.op == "r",
+                    version,
                 })
             }
-            "d" => Ok(RowChange::Delete { key: key()? }),
+            "d" => Ok(RowChange::Delete {
+                key: key()?,
+                version,
+            }),
             other => Err(format!(
                 "{} has op '{other}', which the {} sink cannot apply (only c, u, d and r)",
                 record(),
@@ -275,6 +298,10 @@ struct Envelope<'a> {
     event_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     shard_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    sequence_number: Option<Cow<'a, str>>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
 }
 
 /// One key attribute's value as rendered per `format`.
@@ -433,6 +460,7 @@ mod tests {
                 ],
                 document: line.into(),
                 snapshot: false,
+                version: Version::default(),
             }
         );
         let RowChange::Upsert { key, .. } = &rows[1] else {
@@ -466,14 +494,21 @@ mod tests {
         );
         let rows = sink
             .rows(
-                &batch(&[
-                    r#"{"after":{"pk":"a","v":1},"before":null,"event_id":"e1","key":{"pk":"a"},"op":"c","shard_id":"s1"}"#,
-                    r#"{"after":null,"before":{"pk":"a"},"event_id":"e2","key":{"pk":"a"},"op":"d","shard_id":"s1"}"#,
-                    r#"{"after":{"pk":"b"},"before":null,"event_id":null,"key":{"pk":"b"},"op":"r","shard_id":null}"#,
-                ]),
+                &Batch {
+                    read_ms: Some(1767225602123),
+                    ..batch(&[
+                    r#"{"after":{"pk":"a","v":1},"before":null,"event_id":"e1","key":{"pk":"a"},"op":"c","sequence_number":"100","shard_id":"s1","ts_ms":1767225600000}"#,
+                    r#"{"after":null,"before":{"pk":"a"},"event_id":"e2","key":{"pk":"a"},"op":"d","sequence_number":"200","shard_id":"s1","ts_ms":1767225601000}"#,
+                    r#"{"after":{"pk":"b"},"before":null,"event_id":null,"key":{"pk":"b"},"op":"r","sequence_number":null,"shard_id":null,"ts_ms":null}"#,
+                ])
+                },
                 true,
             )
             .unwrap();
+        let change = |ms: i64, seq: &str| Version {
+            at_ms: Some(ms),
+            sequence: Some(seq.into()),
+        };
         assert_eq!(
             rows,
             vec![
@@ -481,14 +516,20 @@ mod tests {
                     key: vec![KeyValue::S("a".into())],
                     document: r#"{"pk":"a","v":1}"#.into(),
                     snapshot: false,
+                    version: change(1767225600000, "100"),
                 },
                 RowChange::Delete {
-                    key: vec![KeyValue::S("a".into())]
+                    key: vec![KeyValue::S("a".into())],
+                    version: change(1767225601000, "200"),
                 },
                 RowChange::Upsert {
                     key: vec![KeyValue::S("b".into())],
                     document: r#"{"pk":"b"}"#.into(),
                     snapshot: true,
+                    version: Version {
+                        at_ms: Some(1767225602123),
+                        sequence: None,
+                    },
                 },
             ]
         );

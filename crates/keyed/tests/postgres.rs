@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
     CloseSnapshot, Closed, Database, DbError, DocumentType, KeyType, KeyValue, LockAttempt,
-    LockHolder, PostgresDatabase, RowChange, StateWrite, TableSpec,
+    LockHolder, PostgresDatabase, RowChange, StateWrite, TableSpec, Version,
 };
 use ddbpipe_testkit::postgres::{TestSchema, connect as admin, url};
 
@@ -321,7 +321,7 @@ fn model(rows: &[RowChange], into: &mut BTreeMap<String, serde_json::Value>) {
                 };
                 into.insert(id.clone(), json(document));
             }
-            RowChange::Delete { key } => {
+            RowChange::Delete { key, .. } => {
                 let [KeyValue::S(id)] = key.as_slice() else {
                     unreachable!()
                 };
@@ -553,7 +553,13 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
             .db
             .apply(
                 &nspec,
-                &[good.clone(), RowChange::Delete { key }],
+                &[
+                    good.clone(),
+                    RowChange::Delete {
+                        key,
+                        version: Version::default(),
+                    },
+                ],
                 None,
                 &StateWrite::default(),
             )
@@ -976,6 +982,7 @@ async fn numbers_and_bytes_keys_are_exact() {
         &spec,
         &[RowChange::Delete {
             key: key(big, &bytes),
+            version: Version::default(),
         }],
         None,
     )

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use common::{delete, s, upsert_key};
 use ddbpipe_keyed::{
     CloseSnapshot, Closed, Database, KeyType, KeyValue, LockAttempt, RowChange, SqliteDatabase,
-    StateWrite, TableSpec,
+    StateWrite, TableSpec, Version,
 };
 use rusqlite::types::Value;
 
@@ -396,9 +396,13 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         // Too many values.
         RowChange::Delete {
             key: vec![s("a"), s("b")],
+            version: Version::default(),
         },
         // None at all.
-        RowChange::Delete { key: vec![] },
+        RowChange::Delete {
+            key: vec![],
+            version: Version::default(),
+        },
     ];
     for bad in bad_batches {
         let batch = [upsert("b", "{}", false), delete("a"), bad.clone()];
@@ -720,6 +724,7 @@ async fn number_and_binary_keys_round_trip_exactly() {
     assert_eq!(stored, want);
     let gone = RowChange::Delete {
         key: key(big, &bytes),
+        version: Version::default(),
     };
     apply(&db, &spec, &[gone], None, "delete").await;
     assert_eq!(db.count_rows(&spec).await.expect("count"), 3);

@@ -21,6 +21,9 @@ pub struct Batch {
     pub shards: Vec<StreamMark>,
     /// Change records by kind, indexed by [`ChangeOp::index`] (all zero for scan items).
     pub ops: [u64; 4],
+    /// The earliest request time (unix ms) of the scan pages whose records are in the batch:
+    /// the version of its snapshot rows (docs/mirror.md §5.6). `None` for stream records.
+    pub read_ms: Option<i64>,
 }
 
 impl Batch {
@@ -63,6 +66,11 @@ impl Batcher {
             let room = self.batch_size - self.current.records.len();
             let to = total.min(from + room);
             self.current.records.extend_from(&page.records, from, to);
+            self.current.read_ms = Some(
+                self.current
+                    .read_ms
+                    .map_or(page.requested_ms, |at| at.min(page.requested_ms)),
+            );
             from = to;
             if from == total {
                 self.current
@@ -144,6 +152,8 @@ mod tests {
                 Some(k) => SegmentCursor::Next(Item::from([("pk".into(), Value::S(k.into()))])),
                 None => SegmentCursor::Done,
             },
+            // Later pages were requested later.
+            requested_ms: 1_000 * i64::from(segment),
         }
     }
 
@@ -160,6 +170,21 @@ mod tests {
         let rest = batcher.take().unwrap();
         assert_eq!(rest.records.len(), 30);
         assert_eq!(rest.segments[0].0, 1);
+    }
+
+    #[test]
+    fn a_batch_is_as_old_as_the_earliest_page_with_records_in_it() {
+        let mut batcher = Batcher::new(50);
+        assert!(batcher.push(page(1, 40, Some("a"))).is_empty());
+        let full = batcher.push(page(2, 40, Some("b")));
+        assert_eq!(full[0].read_ms, Some(1_000), "pages of segments 1 and 2");
+        assert_eq!(batcher.take().unwrap().read_ms, Some(2_000));
+        assert!(batcher.push(page(3, 0, None)).is_empty());
+        assert_eq!(
+            batcher.take().unwrap().read_ms,
+            None,
+            "no records, no version"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::api::{ReadKind, ReadRequest, Render, TableApi};
 use crate::capacity::ReadLimiter;
+use crate::clock::unix_now_ms;
 use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
@@ -63,6 +64,9 @@ pub struct PageOut {
     pub records: Lines,
     /// Where the segment stands after this page.
     pub cursor: SegmentCursor,
+    /// When the request that read it was sent (unix ms, this machine's clock): the version of
+    /// its rows in a snapshot (docs/mirror.md §5.6).
+    pub requested_ms: i64,
 }
 
 /// What to read and how.
@@ -191,12 +195,13 @@ impl<A: TableApi> SegmentReader<A> {
         let mut units = 0.0;
         loop {
             request.exclusive_start_key = start.take();
-            let page = self
+            let (page, requested_ms) = self
                 .retry
                 .run(operation, what, &cancel, self.observer.as_ref(), |_| {
                     let request = &request;
                     async move {
                         let grant = self.limiter.acquire().await;
+                        let requested_ms = unix_now_ms();
                         match self.api.read_records(request, &self.render).await {
                             Ok(page) => {
                                 if self.limiter.settle(grant, page.consumed_capacity) {
@@ -205,7 +210,7 @@ impl<A: TableApi> SegmentReader<A> {
                                         "The endpoint reports no consumed capacity; each request is counted as 1 unit."
                                     );
                                 }
-                                Ok(page)
+                                Ok((page, requested_ms))
                             }
                             Err(error) => {
                                 if error.class == ErrorClass::Throttle {
@@ -237,6 +242,7 @@ impl<A: TableApi> SegmentReader<A> {
                 segment,
                 records: page.records,
                 cursor,
+                requested_ms,
             };
             if out.send(page_out).await.is_err() {
                 // The consumer is gone: the run is stopping.

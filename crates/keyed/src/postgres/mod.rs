@@ -221,6 +221,7 @@ impl PostgresDatabase {
                     key,
                     snapshot,
                     document,
+                    ..
                 } => {
                     check_key(spec, key)?;
                     if let Some(path) = document::unstorable(spec.document_type, document) {
@@ -237,7 +238,7 @@ impl PostgresDatabase {
                         )));
                     }
                 }
-                RowChange::Delete { key } => check_key(spec, key)?,
+                RowChange::Delete { key, .. } => check_key(spec, key)?,
             }
         }
         // Rows carry the time of the state they commit with, so a reader can match them.
@@ -285,6 +286,7 @@ impl PostgresDatabase {
                         key,
                         document,
                         snapshot,
+                        ..
                     } => {
                         let mut params: Vec<&(dyn ToSql + Sync)> =
                             key.iter().map(key_param).collect();
@@ -298,7 +300,7 @@ impl PostgresDatabase {
                         params.push(&updated_at);
                         calls.push((prepared(statement)?, params));
                     }
-                    RowChange::Delete { key } => {
+                    RowChange::Delete { key, .. } => {
                         let params = key.iter().map(key_param).collect();
                         calls.push((prepared(delete.as_ref())?, params));
                     }

@@ -219,6 +219,7 @@ impl SqliteDatabase {
                             key,
                             document,
                             snapshot,
+                            ..
                         } => {
                             check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
                             let (stmt, marker) = if *snapshot {
@@ -240,7 +241,7 @@ impl SqliteDatabase {
                                 .and_then(|()| stmt.raw_execute())
                                 .map_err(table_err)?;
                         }
-                        RowChange::Delete { key } => {
+                        RowChange::Delete { key, .. } => {
                             check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
                             bind_key(&mut delete, key)
                                 .and_then(|()| delete.raw_execute())

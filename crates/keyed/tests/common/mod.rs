@@ -1,7 +1,7 @@
 //! Builders shared by the backend tests (`sqlite.rs`, `postgres.rs`); each uses a part of them.
 #![allow(dead_code)]
 
-use ddbpipe_keyed::{KeyColumn, KeyType, KeyValue, RowChange, StateWrite, TableSpec};
+use ddbpipe_keyed::{KeyColumn, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version};
 
 /// A table keyed by `key` (name, type) in `schema`, with the document in `doc`, created when
 /// missing.
@@ -32,12 +32,16 @@ pub fn upsert_key(key: Vec<KeyValue>, document: &str, snapshot: bool) -> RowChan
         key,
         document: document.to_string(),
         snapshot,
+        version: Version::default(),
     }
 }
 
 /// A delete of a one-string key.
 pub fn delete(key: &str) -> RowChange {
-    RowChange::Delete { key: vec![s(key)] }
+    RowChange::Delete {
+        key: vec![s(key)],
+        version: Version::default(),
+    }
 }
 
 /// A state write of `pipeline` stamped `updated_at`.
