@@ -58,6 +58,13 @@ impl Sink for AnySink {
             AnySink::Keyed(sink) => sink.describe(),
         }
     }
+
+    fn versioned(&self) -> bool {
+        match self {
+            AnySink::Jsonl(sink) => sink.versioned(),
+            AnySink::Keyed(sink) => sink.versioned(),
+        }
+    }
 }
 
 /// The sink of a run, where its position lives, and the run's lock.

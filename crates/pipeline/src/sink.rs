@@ -84,6 +84,13 @@ pub trait Sink: Send {
 
     /// Names the sink and its target for messages ("jsonl out/orders.jsonl").
     fn describe(&self) -> String;
+
+    /// Whether the sink applies snapshot rows beside stream changes by their versions
+    /// (docs/mirror.md §5.6), so that a snapshot's scan can run while the stream is read.
+    /// A sink that does not reads the stream only after its snapshot.
+    fn versioned(&self) -> bool {
+        false
+    }
 }
 
 /// How a scan or query run begins.

@@ -783,3 +783,104 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
     assert_eq!(sink.0, 6, "the snapshot rows were written");
     assert_eq!(table.requests().len(), 2, "one scan, no second snapshot");
 }
+
+/// docs/mirror.md §5.6 (issue 12): into a sink that applies rows by version, a mirror reads the
+/// stream beside a snapshot scan that lasts far longer than the stream keeps records. Every
+/// change arrives (none was trimmed unread), a quiet stream during the scan does not end the
+/// run, the snapshot closes when the scan completes, and the run then streams on and ends idle.
+#[tokio::test(start_paused = true)]
+async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan() {
+    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_source::fake::FakeTable;
+    use ddbpipe_source::plan::ReadRule;
+
+    // Records live 60 s; the first write comes at 100 s, past the 30 s idle end, while the
+    // scan (20 pages at one page per 10 s) runs until about 200 s.
+    let mut fake = FakeStreams::new(7)
+        .with_retention(Duration::from_secs(60))
+        .at(Duration::ZERO, root("s1"));
+    for i in 0..30u64 {
+        fake = fake.at(
+            Duration::from_secs(100 + 10 * i),
+            write_to("s1", &format!("k{i}")),
+        );
+    }
+    let fake = Arc::new(fake);
+    let table = Arc::new(FakeTable::numbered(40).units_per_page(Some(1.0)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.path().join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    let mut sink =
+        MemorySink::decoding(|line| serde_json::from_slice::<serde_json::Value>(line).unwrap());
+    sink.versioned = true;
+    let outcome = run_streams_with_snapshots(
+        Arc::clone(&fake),
+        Some(SnapshotScan {
+            api: Arc::clone(&table),
+            segments: 1,
+            max_concurrency: 1,
+            page_limit: Some(2),
+            consistent_read: false,
+            read_rule: ReadRule {
+                fixed: Some(0.1),
+                ..ReadRule::default()
+            },
+        }),
+        &StreamRun {
+            kind: StreamKind::Mirror,
+            ..settings()
+        },
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.end, EndReason::Idle);
+
+    let ops: Vec<&str> = sink
+        .lines
+        .iter()
+        .map(|l| l["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ops.iter().filter(|op| **op == "r").count(),
+        40,
+        "every item"
+    );
+    let changes: Vec<&str> = sink
+        .lines
+        .iter()
+        .filter(|l| l["op"] != "r")
+        .map(|l| l["sequence_number"].as_str().unwrap())
+        .collect();
+    let written: Vec<String> = fake
+        .written()
+        .into_iter()
+        .map(|w| w.seq.as_str().to_string())
+        .collect();
+    assert_eq!(
+        changes, written,
+        "every change, in order, none trimmed unread"
+    );
+    let first_change = ops.iter().position(|op| *op != "r").unwrap();
+    let last_row = ops.iter().rposition(|op| *op == "r").unwrap();
+    assert!(
+        first_change < last_row,
+        "the stream was read while the table was scanned: {ops:?}"
+    );
+    let position = stored(dir.path());
+    assert!(position.snapshot.is_none(), "the snapshot closed");
+    assert_eq!(
+        position.shards[&ShardId::new("s1")],
+        ShardProgress::After(SequenceNumber::parse(written.last().unwrap()).unwrap())
+    );
+}

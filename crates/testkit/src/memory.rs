@@ -33,6 +33,9 @@ pub struct MemorySink<L = String> {
     pub fail_at: Option<usize>,
     /// Each write takes this long (tokio time).
     pub delay: Duration,
+    /// What [`Sink::versioned`] answers (a test of a run that reads the stream during its
+    /// snapshot says `true`).
+    pub versioned: bool,
     decode: fn(&[u8]) -> L,
     jitter: Option<(StdRng, Duration)>,
     before_write: Option<Box<dyn FnMut(usize) + Send>>,
@@ -52,6 +55,7 @@ impl<L> MemorySink<L> {
             batches: Vec::new(),
             fail_at: None,
             delay: Duration::ZERO,
+            versioned: false,
             decode,
             jitter: None,
             before_write: None,
@@ -123,5 +127,9 @@ impl<L: Send> Sink for MemorySink<L> {
 
     fn describe(&self) -> String {
         "memory".into()
+    }
+
+    fn versioned(&self) -> bool {
+        self.versioned
     }
 }

@@ -38,13 +38,13 @@ use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
 pub use self::snapshot::SnapshotScan;
-use self::snapshot::{NoTable, Snapshots};
+use self::snapshot::{BesideStream, NoTable, Snapshots};
 use crate::checkpoint::Checkpointer;
 use crate::runner::{Progress, RunError, StreamOutcome, run_stream};
 use crate::sink::Sink;
 
 /// Hand-overs waiting between the engine and the batcher.
-const HANDOVER_DEPTH: usize = 2;
+pub(super) const HANDOVER_DEPTH: usize = 2;
 
 /// Everything a streams run needs besides its I/O.
 #[derive(Debug, Clone)]
@@ -237,7 +237,20 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     if checkpointer.snapshot_open() {
         let scan = snapshots.scan("the stored position holds an open snapshot")?;
         tracing::info!("Resuming the open snapshot.");
-        snapshots.run(scan, sink, checkpointer, None).await?;
+        let beside = if sink.versioned() {
+            // The stream resumes with the scan: its stored shard positions must still be
+            // readable (docs/mirror.md §5.6).
+            check_beside(&api, run, &graph, checkpointer, &stop, observer.as_ref()).await?;
+            Some(BesideStream {
+                api: &api,
+                graph: &graph,
+            })
+        } else {
+            None
+        };
+        snapshots
+            .run(scan, sink, checkpointer, None, beside)
+            .await?;
         snapshotted = true;
     }
     if run.kind == StreamKind::Mirror && checkpointer.streams_position().is_none() {
@@ -253,8 +266,12 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             destination_rows = rows,
             "Mirror: shard positions captured; scanning the table."
         );
+        let beside = sink.versioned().then_some(BesideStream {
+            api: &api,
+            graph: &graph,
+        });
         snapshots
-            .run(scan, sink, checkpointer, Some(capture))
+            .run(scan, sink, checkpointer, Some(capture), beside)
             .await?;
         snapshotted = true;
     }
@@ -338,8 +355,12 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                         scan.segments,
                         unix_now_ms(),
                     );
+                    let beside = sink.versioned().then_some(BesideStream {
+                        api: &api,
+                        graph: &graph,
+                    });
                     snapshots
-                        .run(scan, sink, checkpointer, Some(capture))
+                        .run(scan, sink, checkpointer, Some(capture), beside)
                         .await?;
                     probed.clear();
                     checkpointer.streams_position().cloned().unwrap_or(stored)
@@ -381,4 +402,50 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     // The stream has no total to show progress against: the observer is told so.
     progress.streaming();
     Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)
+}
+
+/// Before an open snapshot resumes with the stream beside it: the stored shard positions must
+/// still be readable (gap layers 1–4, docs/streams.md §4.5). A gap there means changes made
+/// during the snapshot are lost: the run fails naming the reasons, and the state stays as it
+/// was (`state reset` starts the mirror over).
+async fn check_beside<A: StreamsApi>(
+    api: &Arc<A>,
+    run: &StreamRun,
+    graph: &ShardGraph,
+    checkpointer: &Checkpointer,
+    stop: &Cancel,
+    observer: &dyn AttemptObserver,
+) -> Result<(), StreamRunError> {
+    let Some(stored) = checkpointer.streams_position() else {
+        return Ok(());
+    };
+    let findings = gaps::check(
+        stored,
+        &run.stream_arn,
+        graph,
+        &run.table,
+        unix_now_ms() / 1000,
+    );
+    let mut reasons = findings.reasons;
+    if reasons.is_empty() {
+        reasons = run
+            .probe(
+                api.as_ref(),
+                &findings.probes,
+                stop,
+                &mut BTreeMap::new(),
+                observer,
+            )
+            .await?
+            .into_iter()
+            .map(|(_, reason)| reason)
+            .collect();
+    }
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    Err(StreamRunError::Gap(format!(
+        "{} (found while resuming an open snapshot whose stream was read beside its scan: the run was stopped longer than the stream keeps changes)",
+        gaps::cannot_resume(&run.table, &reasons, &run.config_label)
+    )))
 }

@@ -1,24 +1,34 @@
 //! The snapshot scan of a mirror or resnapshot (docs/mirror.md §5, docs/streams.md §4.7): every
 //! item as a snapshot envelope (`op: "r"`), segment progress committed in the open snapshot
 //! record, the read rate refreshed while it runs; completing it closes the snapshot.
+//!
+//! Into a sink that applies rows by version (a keyed sink), the stream is read from the capture
+//! while the table is scanned (docs/mirror.md §5.6, `runner::run_together`); into any other
+//! sink the scan runs alone and the stream is read after it (§5.5).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ddbpipe_source::api::{
-    KeyAttribute, Page, ReadKind, ReadRequest, Render, SnapshotShape, TableApi, TableDescription,
-    TableNames,
+    KeyAttribute, Page, ReadKind, ReadRequest, Render, SnapshotShape, StreamsApi, TableApi,
+    TableDescription, TableNames,
 };
 use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
+use ddbpipe_source::streams::handover::Handover;
+use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::shard_reader::StreamContext;
+use tokio::sync::mpsc;
 
-use super::{StreamRun, StreamRunError};
+use super::{HANDOVER_DEPTH, StreamRun, StreamRunError};
 use crate::checkpoint::Checkpointer;
-use crate::runner::{Progress, RunError, run_scan};
+use crate::runner::{Progress, RunError, run_scan, run_together};
 use crate::sink::Sink;
 
 /// What a snapshot scans the table with. The table is described only when a snapshot is
@@ -68,6 +78,12 @@ impl TableApi for NoTable {
     }
 }
 
+/// The stream a snapshot reads beside its scan: the API and the shards discovered at start-up.
+pub(super) struct BesideStream<'a, A> {
+    pub api: &'a Arc<A>,
+    pub graph: &'a ShardGraph,
+}
+
 /// A run's snapshot scans: what they read with and report to, set up once.
 pub(super) struct Snapshots<'a, T> {
     pub scan: Option<&'a SnapshotScan<T>>,
@@ -87,12 +103,15 @@ impl<T: TableApi> Snapshots<'_, T> {
     /// Runs a snapshot to its end. A new `capture` is committed with its open snapshot record
     /// **before** the first Scan request; without one, the stored open snapshot is resumed. A
     /// snapshot whose scan completed earlier (its cleanup failed) is only closed.
-    pub async fn run<S: Sink>(
+    /// With `beside`, the stream is read from the committed position while the table is scanned
+    /// (docs/mirror.md §5.6).
+    pub async fn run<S: Sink, A: StreamsApi>(
         &self,
         scan: &SnapshotScan<T>,
         sink: &mut S,
         checkpointer: &mut Checkpointer,
         capture: Option<StreamsPosition>,
+        beside: Option<BesideStream<'_, A>>,
     ) -> Result<(), StreamRunError> {
         let run = self.run;
         if let Some(capture) = capture {
@@ -171,9 +190,85 @@ impl<T: TableApi> Snapshots<'_, T> {
             })),
             observer: Arc::clone(&self.observer),
         };
-        tracing::info!(segments = scan.segments, "Snapshot started.");
-        let outcome = run_scan(
+        let completed = match beside {
+            None => {
+                tracing::info!(segments = scan.segments, "Snapshot started.");
+                run_scan(
+                    reader,
+                    run.batch_size,
+                    sink,
+                    checkpointer,
+                    self.stop.clone(),
+                    self.progress,
+                )
+                .await?
+                .completed
+            }
+            Some(beside) => {
+                tracing::info!(
+                    segments = scan.segments,
+                    "Snapshot started; the stream is read beside it."
+                );
+                self.run_beside(reader, beside, sink, checkpointer).await?
+            }
+        };
+        drop(refresher);
+        if !completed {
+            return Err(StreamRunError::SnapshotInterrupted);
+        }
+        ceiling(checkpointer)
+    }
+
+    /// The scan and the stream from the committed position together
+    /// (`runner::run_together`); `true` when the scan completed and the snapshot was closed.
+    async fn run_beside<S: Sink, A: StreamsApi>(
+        &self,
+        reader: SegmentReader<T>,
+        beside: BesideStream<'_, A>,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+    ) -> Result<bool, StreamRunError> {
+        let run = self.run;
+        let position = checkpointer.streams_position().cloned().ok_or_else(|| {
+            StreamRunError::Gap("an open snapshot without shard positions".into())
+        })?;
+        let (engine_stop, engine_cancel) = Cancel::new();
+        let (tx, handed) = mpsc::channel(HANDOVER_DEPTH);
+        // No max_messages and no idle end while the snapshot is open (runner rule 2).
+        let handover = Arc::new(Handover::new(tx, position, None));
+        let ctx = Arc::new(StreamContext {
+            api: Arc::clone(beside.api),
+            stream_arn: run.stream_arn.clone(),
+            table: run.table.clone(),
+            format: run.format,
+            retry: run.retry,
+            records_per_request: run.records_per_request,
+            poll_interval: run.poll_interval,
+            handover,
+            cancel: engine_cancel.clone(),
+            observer: Arc::clone(&self.observer),
+        });
+        let bounds = RunBounds {
+            idle_termination: None,
+            follow: true,
+            ..run.bounds.clone()
+        };
+        let engine = StreamEngine::new(
+            ctx,
+            bounds,
+            beside.graph.clone(),
+            run.start_position,
+            false,
+            unix_now_ms(),
+            BTreeMap::new(),
+            engine_cancel,
+        )
+        .await;
+        let outcome = run_together(
             reader,
+            engine,
+            engine_stop,
+            handed,
             run.batch_size,
             sink,
             checkpointer,
@@ -181,11 +276,13 @@ impl<T: TableApi> Snapshots<'_, T> {
             self.progress,
         )
         .await?;
-        drop(refresher);
-        if !outcome.completed {
-            return Err(StreamRunError::SnapshotInterrupted);
-        }
-        ceiling(checkpointer)
+        tracing::info!(
+            snapshot_rows = outcome.snapshot_rows,
+            changes = outcome.changes,
+            completed = outcome.completed,
+            "Snapshot and stream read together."
+        );
+        Ok(outcome.completed)
     }
 }
 

@@ -39,6 +39,10 @@ use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
+mod together;
+
+pub use together::{TogetherOutcome, run_together};
+
 /// A batch is handed over at the latest this long after its first record or position.
 const BATCH_LINGER: Duration = Duration::from_secs(1);
 
@@ -288,11 +292,7 @@ impl<'a, S: Sink> Delivery<'a, S> {
 
     /// Writes one batch, then commits its positions: the acknowledgement comes first.
     async fn deliver(&mut self, batch: Batch) -> Result<(), RunError> {
-        let staged = self.checkpointer.stage(&batch);
-        self.sink.write(&batch, staged.as_ref()).await?;
-        self.written += batch.records.len() as u64;
-        self.checkpointer.acknowledged(&batch, staged).await?;
-        BatchAcknowledged { batch: &batch }.emit();
+        self.written += deliver(self.sink, self.checkpointer, &batch).await?;
         self.progress.advanced(self.written, (self.units)());
         Ok(())
     }
@@ -331,6 +331,20 @@ impl<'a, S: Sink> Delivery<'a, S> {
         self.checkpointer.flush().await?;
         Ok(error)
     }
+}
+
+/// Writes one batch, then commits its positions (the acknowledgement comes first); returns
+/// the records written.
+async fn deliver<S: Sink>(
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    batch: &Batch,
+) -> Result<u64, RunError> {
+    let staged = checkpointer.stage(batch);
+    sink.write(batch, staged.as_ref()).await?;
+    checkpointer.acknowledged(batch, staged).await?;
+    BatchAcknowledged { batch }.emit();
+    Ok(batch.records.len() as u64)
 }
 
 /// A spawned task that is aborted when its owner is dropped: a run whose caller gives up (a

@@ -1,0 +1,229 @@
+//! A snapshot scan and the stream read together into one sink (docs/mirror.md §5.6): the run
+//! of a mirror or resnapshot into a keyed sink, so that a snapshot of any length never outruns
+//! the stream's retention.
+//!
+//! # Rules
+//! 1. Scan pages and stream hand-overs become separate batches, each with its own batcher and
+//!    linger; one batch is written and acknowledged at a time, so the committed position (scan
+//!    progress in the open snapshot record, shard positions beside it) is always an
+//!    acknowledged prefix of both.
+//! 2. The stream engine runs in follow mode without `max_messages`: a quiet stream during a
+//!    long scan is not idleness, and the run never ends while its snapshot is open.
+//! 3. When the scan has read every segment, its last batch is written, the engine is stopped,
+//!    what it handed over is written, and the snapshot is closed with its cleanup (§5.3). The
+//!    caller then streams on from the committed position with the run's own bounds.
+//! 4. A stop (signal) stops both; everything acknowledged is committed and the next run
+//!    resumes the scan segments and the shards where they were. A failure of either side drops
+//!    both partial batches, commits what was acknowledged and returns the error.
+
+use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::retry::{Cancel, CancelHandle};
+use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
+use ddbpipe_source::streams::handover::Handed;
+use ddbpipe_source::streams::shard_reader::StreamError;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{
+    AbortOnDrop, BATCH_LINGER, Progress, RunError, deliver, scheduler_failed, sleep_until,
+};
+use crate::batch::{Batch, Batcher};
+use crate::checkpoint::Checkpointer;
+use crate::sink::Sink;
+
+/// How a scan and stream run together ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TogetherOutcome {
+    /// Snapshot rows written and acknowledged.
+    pub snapshot_rows: u64,
+    /// Change records written and acknowledged.
+    pub changes: u64,
+    /// `true` when the scan read every segment and the snapshot was closed; `false` when a
+    /// signal stopped the run first.
+    pub completed: bool,
+}
+
+/// One side's batches: its batcher and the linger deadline of its partial batch.
+struct Side {
+    batcher: Batcher,
+    deadline: Option<Instant>,
+}
+
+impl Side {
+    fn new(batch_size: usize) -> Self {
+        Side {
+            batcher: Batcher::new(batch_size),
+            deadline: None,
+        }
+    }
+
+    /// Arms the linger timer when a partial batch waits, or clears it.
+    fn rearm(&mut self) {
+        self.deadline = match (self.batcher.has_pending(), self.deadline) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now() + BATCH_LINGER),
+            (true, Some(at)) => Some(at),
+        };
+    }
+}
+
+/// Runs `reader` (the snapshot scan) and `engine` (the stream from the capture) together into
+/// `sink` until the scan completes (rule 3), `stop` fires (rule 4) or either fails.
+/// `engine_stop` stops the engine; `handed` is its hand-over channel.
+#[allow(clippy::too_many_arguments)] // The two sides' wiring, passed once.
+pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
+    reader: SegmentReader<T>,
+    engine: StreamEngine<A>,
+    engine_stop: CancelHandle,
+    mut handed: mpsc::Receiver<Handed>,
+    batch_size: usize,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    stop: Cancel,
+    progress: &dyn Progress,
+) -> Result<TogetherOutcome, RunError> {
+    let (read_stop, read_cancel) = Cancel::new();
+    let (tx, mut pages) = mpsc::channel(reader.max_concurrency.max(1));
+    let done = checkpointer.position().done.clone();
+    let cursors = checkpointer.position().cursors.clone();
+    let limiter = std::sync::Arc::clone(&reader.limiter);
+    let mut read_task = AbortOnDrop(tokio::spawn(
+        async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
+    ));
+    let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
+
+    let mut scan = Side::new(batch_size);
+    let mut stream = Side::new(batch_size);
+    let mut outcome = TogetherOutcome {
+        snapshot_rows: 0,
+        changes: 0,
+        completed: false,
+    };
+    let mut stopping = false;
+    let mut pages_open = true;
+    let mut handed_open = true;
+    let mut scan_result: Option<Result<(), ReadError>> = None;
+    let mut engine_result: Option<Result<EndReason, StreamError>> = None;
+
+    let failure: Option<RunError> = loop {
+        if scan_result.is_some() && !pages_open {
+            break None;
+        }
+        tokio::select! {
+            biased;
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                read_stop.cancel();
+                engine_stop.cancel();
+            }
+            joined = &mut read_task.0, if scan_result.is_none() => {
+                let result = joined.unwrap_or_else(scheduler_failed);
+                match result {
+                    Err(ReadError::Cancelled) if stopping => scan_result = Some(Ok(())),
+                    Err(error) => break Some(error.into()),
+                    Ok(()) => scan_result = Some(Ok(())),
+                }
+            }
+            page = pages.recv(), if pages_open => match page {
+                Some(page) => {
+                    for batch in scan.batcher.push(page) {
+                        outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
+                        progress.advanced(outcome.snapshot_rows, limiter.total_units());
+                    }
+                    scan.rearm();
+                }
+                None => pages_open = false,
+            },
+            joined = &mut engine_task.0, if engine_result.is_none() => {
+                let ended = joined.unwrap_or_else(|error| {
+                    Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
+                });
+                match ended {
+                    Err(error) => break Some(error.into()),
+                    Ok(end) => engine_result = Some(Ok(end)),
+                }
+            }
+            next = handed.recv(), if handed_open && engine_result.is_none() => match next {
+                Some(next) => {
+                    outcome.changes += deliver_all(sink, checkpointer, stream.batcher.push_handed(next)).await?;
+                    stream.rearm();
+                }
+                // The engine dropped its hand-over: its result follows.
+                None => handed_open = false,
+            },
+            () = sleep_until(scan.deadline), if scan.deadline.is_some() => {
+                scan.deadline = None;
+                if let Some(batch) = scan.batcher.take() {
+                    outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
+                    progress.advanced(outcome.snapshot_rows, limiter.total_units());
+                }
+            }
+            () = sleep_until(stream.deadline), if stream.deadline.is_some() => {
+                stream.deadline = None;
+                outcome.changes += deliver_all(sink, checkpointer, stream.batcher.take().into_iter().collect()).await?;
+            }
+        }
+    };
+    if let Some(error) = failure {
+        drop(scan.batcher.take());
+        drop(stream.batcher.take());
+        engine_stop.cancel();
+        checkpointer.flush().await?;
+        return Err(error);
+    }
+
+    // The scan's end (or a stop): its last batch, then the stream's (rule 3).
+    if let Some(batch) = scan.batcher.take() {
+        outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
+        progress.advanced(outcome.snapshot_rows, limiter.total_units());
+    }
+    engine_stop.cancel();
+    if engine_result.is_none() {
+        let ended = (&mut engine_task.0).await.unwrap_or_else(|error| {
+            Err(StreamError::Read(ReadError::Internal(format!(
+                "stream engine task failed: {error}"
+            ))))
+        });
+        if let Err(error) = ended {
+            drop(stream.batcher.take());
+            checkpointer.flush().await?;
+            return Err(error.into());
+        }
+    }
+    while let Ok(next) = handed.try_recv() {
+        outcome.changes +=
+            deliver_all(sink, checkpointer, stream.batcher.push_handed(next)).await?;
+    }
+    outcome.changes += deliver_all(
+        sink,
+        checkpointer,
+        stream.batcher.take().into_iter().collect(),
+    )
+    .await?;
+
+    outcome.completed = !stopping && read_task.0.is_finished();
+    if outcome.completed {
+        checkpointer
+            .complete(outcome.snapshot_rows, limiter.total_units())
+            .await?;
+    } else {
+        checkpointer.flush().await?;
+    }
+    Ok(outcome)
+}
+
+/// Delivers `batches` in order; returns the records written.
+async fn deliver_all<S: Sink>(
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    batches: Vec<Batch>,
+) -> Result<u64, RunError> {
+    let mut written = 0;
+    for batch in batches {
+        written += deliver(sink, checkpointer, &batch).await?;
+    }
+    Ok(written)
+}
