@@ -193,6 +193,10 @@ impl<T: TableApi> Snapshots<'_, T> {
         let completed = match beside {
             None => {
                 tracing::info!(segments = scan.segments, "Snapshot started.");
+                tracing::warn!(
+                    sink = %sink.describe(),
+                    "This sink reads the stream only after the snapshot's scan: the scan must finish within the stream's 24 h retention (docs/mirror.md §5.5); a sqlite or postgres sink reads the stream beside the scan."
+                );
                 run_scan(
                     reader,
                     run.batch_size,

@@ -428,6 +428,9 @@ impl FakeStreams {
 }
 
 mod state;
+mod table;
+
+pub use self::table::FakeStreamTable;
 
 use self::state::summary;
 

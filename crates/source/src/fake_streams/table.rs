@@ -1,0 +1,114 @@
+//! The table a fake stream belongs to: a [`TableApi`] whose `Scan` reads the items as the
+//! stream's writes have left them at the moment of each request, so a snapshot scan and the
+//! stream it runs beside see one and the same table (docs/mirror.md §5.6).
+//!
+//! Items are `{"pk": <key>, "v": <version>}`, the stream's new images. A segment holds the keys
+//! whose hash is the segment number modulo `TotalSegments`; pages go in key order, `Limit`
+//! items at most (default 100), and resume after `ExclusiveStartKey`. Each page consumes one
+//! read unit.
+
+use std::sync::Arc;
+
+use ddbpipe_value::Value;
+use tokio::time::Instant;
+
+use super::{FakeStreams, State, hash};
+use crate::api::{
+    KeyAttribute, KeyType, Page, ReadKind, ReadRequest, TableApi, TableDescription, TableNames,
+};
+use crate::error::ApiError;
+
+/// The table behind a [`FakeStreams`] (see the module docs).
+#[derive(Debug, Clone)]
+pub struct FakeStreamTable {
+    stream: Arc<FakeStreams>,
+}
+
+impl FakeStreamTable {
+    /// The table whose writes `stream` records.
+    pub fn of(stream: Arc<FakeStreams>) -> Self {
+        FakeStreamTable { stream }
+    }
+
+    /// Every item the table holds now, by key: its version.
+    pub fn items(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut state = self.stream.lock();
+        state.advance(Instant::now());
+        state
+            .versions
+            .iter()
+            .filter(|(_, (_, exists))| *exists)
+            .map(|(key, (version, _))| (key.clone(), *version))
+            .collect()
+    }
+}
+
+impl TableApi for FakeStreamTable {
+    async fn read_page(&self, request: &ReadRequest) -> Result<Page, ApiError> {
+        let (segment, total) = match &request.kind {
+            ReadKind::Scan {
+                segment: Some((s, t)),
+            } => (*s, *t),
+            _ => (0, 1),
+        };
+        let after = request
+            .exclusive_start_key
+            .as_ref()
+            .and_then(|key| match key.get("pk") {
+                Some(Value::S(text)) => Some(text.clone()),
+                _ => None,
+            });
+        let limit = request.limit.unwrap_or(100).max(1) as usize;
+        let mut state = self.stream.lock();
+        state.advance(Instant::now());
+        let mut mine: Vec<(String, u64)> = state
+            .versions
+            .iter()
+            .filter(|(_, (_, exists))| *exists)
+            .filter(|(key, _)| hash(key) % total == segment)
+            .filter(|(key, _)| after.as_ref().is_none_or(|after| key.as_str() > after.as_str()))
+            .map(|(key, (version, _))| (key.clone(), *version))
+            .take(limit + 1)
+            .collect();
+        let more = mine.len() > limit;
+        mine.truncate(limit);
+        let last_evaluated_key = more.then(|| {
+            let (key, _) = mine.last().expect("a full page");
+            ddbpipe_value::Item::from([("pk".to_string(), Value::S(key.clone()))])
+        });
+        Ok(Page {
+            items: mine
+                .iter()
+                .map(|(key, version)| State::image(key, *version))
+                .collect(),
+            last_evaluated_key,
+            consumed_capacity: Some(1.0),
+        })
+    }
+
+    async fn describe_table(&self, _table_name: &str) -> Result<Option<TableDescription>, ApiError> {
+        Ok(Some(TableDescription {
+            name: "t".into(),
+            arn: None,
+            status: Some("ACTIVE".into()),
+            item_count: None,
+            size_bytes: None,
+            billing_mode: Some("PROVISIONED".into()),
+            key_schema: vec![KeyAttribute {
+                name: "pk".into(),
+                key_type: KeyType::S,
+            }],
+            read_capacity_units: Some(100),
+            max_read_request_units: None,
+            indexes: vec![],
+            stream: None,
+        }))
+    }
+
+    async fn list_tables(&self, _exclusive_start: Option<&str>) -> Result<TableNames, ApiError> {
+        Ok(TableNames {
+            names: vec!["t".into()],
+            last_evaluated: None,
+        })
+    }
+}
