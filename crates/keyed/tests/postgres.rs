@@ -141,7 +141,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
     fx.db.prepare(&spec).await.unwrap();
     assert_eq!(
         fx.admin.tables(&fx.schema).await,
-        ["_ddbpipe_state", "orders"]
+        ["_ddbpipe_deleted", "_ddbpipe_state", "orders"]
     );
     let columns: Vec<(String, String, String)> = fx
         .admin
@@ -162,6 +162,8 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         ("doc", "jsonb", "NO"),
         ("_ddbpipe_snapshot", "bigint", "YES"),
         ("_ddbpipe_updated_at", "text", "NO"),
+        ("_ddbpipe_version_ms", "bigint", "YES"),
+        ("_ddbpipe_version_seq", "text", "YES"),
     ];
     assert_eq!(
         columns,
@@ -373,16 +375,16 @@ async fn changes_apply_in_order_within_a_batch() {
 }
 
 #[tokio::test]
-async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
+async fn the_snapshot_marker_is_set_while_a_snapshot_is_open_and_kept_otherwise() {
     let fx = Fixture::new().await;
     let spec = fx.table_t().await;
 
     let batches = [
         (vec![upsert("a", 1, true), upsert("b", 1, true)], Some(7)),
-        // A change while the snapshot is open: updates the document, keeps the marker; a new
-        // row from a change has none.
+        // A change while the snapshot is open marks its row too (docs/mirror.md §5.6).
         (vec![upsert("a", 2, false), upsert("c", 1, false)], Some(7)),
-        (vec![upsert("b", 2, false)], None),
+        // A change with no snapshot open keeps the marker; a new row from it has none.
+        (vec![upsert("b", 2, false), upsert("d", 1, false)], None),
     ];
     for (rows, snapshot) in batches {
         fx.apply(&spec, &rows, snapshot).await;
@@ -390,7 +392,8 @@ async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
     let rows = fx.by_id("t").await;
     assert_eq!(rows["a"], (json(r#"{"id": "a", "v": 2}"#), Some(7)));
     assert_eq!(rows["b"], (json(r#"{"id": "b", "v": 2}"#), Some(7)));
-    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), None));
+    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), Some(7)));
+    assert_eq!(rows["d"], (json(r#"{"id": "d", "v": 1}"#), None));
 
     // A later snapshot re-marks the rows it writes.
     fx.apply(
@@ -655,14 +658,12 @@ async fn state_round_trips_and_resets() {
 async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
     let fx = Fixture::new().await;
     let spec = fx.table_t().await;
-    // `old` from snapshot 4, `a` and `b` from snapshot 5, `changed` from a change.
+    // `old` from snapshot 4, `changed` from a change outside a snapshot, `a` and `b` from
+    // snapshot 5.
     let fill = || async {
         fx.apply(&spec, &[upsert("old", 1, true)], Some(4)).await;
-        let rows = [
-            upsert("a", 1, true),
-            upsert("b", 1, true),
-            upsert("changed", 1, false),
-        ];
+        fx.apply(&spec, &[upsert("changed", 1, false)], None).await;
+        let rows = [upsert("a", 1, true), upsert("b", 1, true)];
         fx.apply(&spec, &rows, Some(5)).await;
     };
     fill().await;

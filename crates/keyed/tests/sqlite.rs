@@ -139,6 +139,8 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         ("doc", "TEXT", 1, 0),
         ("_ddbpipe_snapshot", "INTEGER", 0, 0),
         ("_ddbpipe_updated_at", "TEXT", 1, 0),
+        ("_ddbpipe_version_ms", "INTEGER", 0, 0),
+        ("_ddbpipe_version_seq", "TEXT", 0, 0),
     ]
     .map(|(name, kind, not_null, pk)| {
         vec![
@@ -150,6 +152,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
     });
     assert_eq!(columns, want);
     assert!(table_exists(&path, "_ddbpipe_state"));
+    assert!(table_exists(&path, "_ddbpipe_deleted"));
     let journal = query(&path, "PRAGMA journal_mode");
     assert_eq!(journal, vec![vec![text("wal")]]);
 
@@ -257,6 +260,7 @@ async fn a_missing_table_without_create_table_is_an_error_and_probe_changes_noth
     );
     assert!(!table_exists(&path, "orders"));
     assert!(!table_exists(&path, "_ddbpipe_state"));
+    assert!(!table_exists(&path, "_ddbpipe_deleted"));
 
     spec.create_table = false;
     let expected = format!(
@@ -302,7 +306,7 @@ async fn apply_runs_the_changes_in_order() {
 }
 
 #[tokio::test]
-async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
+async fn snapshot_rows_set_the_marker_and_changes_keep_it_outside_a_snapshot() {
     let (fx, spec) = Fixture::with_orders().await;
     let Fixture { _dir, path, db } = fx;
 
@@ -315,10 +319,20 @@ async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
             vec![row("a", "{}", Some(7))],
         ),
         (
-            "changes",
+            "changes with no snapshot open",
             vec![upsert("a", r#"{"x":1}"#, false), upsert("b", "{}", false)],
-            Some(7),
+            None,
             vec![row("a", r#"{"x":1}"#, Some(7)), row("b", "{}", None)],
+        ),
+        // docs/mirror.md §5.6: a change while a snapshot is open marks its row.
+        (
+            "a change with the snapshot open",
+            vec![upsert("b", r#"{"x":1}"#, false)],
+            Some(7),
+            vec![
+                row("a", r#"{"x":1}"#, Some(7)),
+                row("b", r#"{"x":1}"#, Some(7)),
+            ],
         ),
         // A later snapshot re-marks both.
         (
@@ -369,8 +383,9 @@ async fn applying_the_same_batch_twice_changes_nothing() {
         orders_rows(&path),
         vec![
             row("a", r#"{"v":2}"#, Some(4)),
-            row("b", r#"{"v":1}"#, None),
-            row("y", r#"{"v":2}"#, Some(3)),
+            // Changes while the snapshot is open mark their rows (docs/mirror.md §5.6).
+            row("b", r#"{"v":1}"#, Some(4)),
+            row("y", r#"{"v":2}"#, Some(4)),
         ]
     );
 }
@@ -506,8 +521,9 @@ async fn three_rows() -> (Fixture, TableSpec) {
         "old snapshot",
     )
     .await;
-    let rows = [upsert("a", "{}", true), upsert("b", "{}", false)];
-    apply(&fx.db, &spec, &rows, Some(5), "rows").await;
+    let change = [upsert("b", "{}", false)];
+    apply(&fx.db, &spec, &change, None, "change").await;
+    apply(&fx.db, &spec, &[upsert("a", "{}", true)], Some(5), "rows").await;
     (fx, spec)
 }
 
