@@ -6,14 +6,34 @@
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
 //! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
 //! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]),
-//! `_ddbpipe_snapshot` (integer, null) and `_ddbpipe_updated_at` (RFC 3339 text). Primary key:
-//! the key columns.
+//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text), and the version
+//! of the last write (docs/mirror.md §5.6): `_ddbpipe_version_ms` (integer, null: unix ms) and
+//! `_ddbpipe_version_seq` (text, null: the stream record's sequence number, set only by stream
+//! changes). Primary key: the key columns. A table created before versions existed gets the two
+//! version columns from [`Database::prepare`]; its rows keep null versions.
+//!
+//! Beside it (in PostgreSQL, in the same schema) `_ddbpipe_deleted (table_name, key_text,
+//! version_ms)`, primary key `(table_name, key_text)`, holds a deleted-key marker for each key a
+//! stream change deleted while a snapshot was open. `key_text` is the JSON array of the typed
+//! key values (`[{"S":"a"},{"N":"1"}]`, bytes in base64).
 //!
 //! # Rows
-//! [`RowChange::Upsert`] inserts or replaces the row; a snapshot row (written while a snapshot
-//! is open, `snapshot: true`) sets `_ddbpipe_snapshot` to the snapshot id, every other upsert
-//! leaves the marker as it is (null for a new row). [`RowChange::Delete`] deletes by key.
 //! Changes apply in slice order, so several changes to one key in a batch end in the last.
+//! Every upsert records its [`Version`]: a stream change its time and sequence number, a
+//! snapshot row its page's request time and no sequence, an unversioned row nulls.
+//!
+//! - No snapshot open: [`RowChange::Upsert`] inserts or replaces the row and leaves
+//!   `_ddbpipe_snapshot` as it is (null for a new row); [`RowChange::Delete`] deletes by key. A
+//!   snapshot row is refused.
+//! - A snapshot open (`snapshot_id` given to [`Database::apply`]): a stream upsert (`snapshot:
+//!   false`) also sets the marker to the snapshot id, so its key counts as seen by the cleanup;
+//!   a delete also leaves a deleted-key marker at the delete's time, in the same transaction.
+//! - A snapshot row (`snapshot: true`) read at `p` is written, marked with the id, unless the
+//!   stream may already have applied something newer for its key: a deleted-key marker, or a row
+//!   written by a stream change during this snapshot (the id and a sequence), whose version is
+//!   above `p − 1 s − 60 s` (a null time counts as newer). Rows from before the snapshot never
+//!   hold it back. A snapshot row without a version is written as before versions. The check is
+//!   part of the row's one statement.
 //!
 //! # State
 //! Table `_ddbpipe_state (pipeline, part, value, updated_at)`, primary key `(pipeline, part)`;
@@ -22,9 +42,11 @@
 //! the acknowledgement of the batch, so a crash either keeps both or neither.
 //!
 //! # Complete-read cleanup (docs/mirror.md §5.3, docs/sinks.md §7.4)
-//! [`Database::close_snapshot`] counts the rows marked with the snapshot id (`keys_written`); if
-//! that is at most `max_keys` and deletes are wanted, it deletes every row whose marker is null
-//! or another id; then it writes the state; all in one transaction.
+//! [`Database::close_snapshot`] counts the rows marked with the snapshot id (`keys_written`,
+//! which includes the keys stream changes wrote during the snapshot); if that is at most
+//! `max_keys` and deletes are wanted, it deletes every row whose marker is null or another id;
+//! it drops the table's deleted-key markers (whether or not it deleted); then it writes the
+//! state; all in one transaction.
 //!
 //! # The pipeline's side
 //! [`sink::KeyedSink`] is the `sqlite` / `postgres` sink of the pipeline crate's `Sink` trait,
@@ -260,13 +282,14 @@ impl Database {
     }
 
     /// Creates the destination table when missing and allowed, or checks an existing one has
-    /// the same key columns (an error lists both); also prepares `_ddbpipe_state`.
+    /// the same key columns (an error lists both) and adds the version columns a table of an
+    /// earlier ddbpipe lacks; also creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
     pub async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
         dispatch!(self, db => db.prepare(spec).await)
     }
 
-    /// One transaction: the rows in order (snapshot rows marked with `snapshot_id`), then the
-    /// state parts; the commit is the acknowledgement.
+    /// One transaction: the rows in order, as the module docs' "Rows" say (`snapshot_id`: the
+    /// open snapshot), then the state parts; the commit is the acknowledgement.
     pub async fn apply(
         &self,
         spec: &TableSpec,

@@ -1,5 +1,6 @@
 //! What both backends' SQL shares: ddbpipe's own table and column names, identifier quoting,
-//! the key check, row counts and the clock of `_ddbpipe_updated_at`.
+//! the key check, how a row change is written (docs/mirror.md §5.6), row counts and the clock
+//! of `_ddbpipe_updated_at`.
 //!
 //! # Rules
 //! 1. An identifier is always double-quoted, an embedded `"` doubled (`or"ders` →
@@ -9,8 +10,25 @@
 //!    else the first value of another type. The backends word the message.
 //! 3. A count from the database below zero (never expected) reads as 0.
 //! 4. Times are RFC 3339 UTC with milliseconds: `2026-11-29T21:00:00.123Z`.
+//! 5. How a row change is written ([`plan`], docs/mirror.md §5.6):
+//!    - no snapshot open: an upsert replaces the document and records its version, leaving the
+//!      marker as it is; a delete deletes;
+//!    - a snapshot open, a stream upsert (`snapshot: false`): as above, and the marker becomes
+//!      the snapshot id; a delete also leaves a deleted-key marker in `_ddbpipe_deleted`;
+//!    - a snapshot row with a version read at `p`: written (marker = id, version `p`, no
+//!      sequence) unless the key has a deleted-key marker newer than [`cutoff_ms`]`(p)`, or its
+//!      row was written by a stream change during this snapshot (marker = id, a sequence) at a
+//!      version newer than the cutoff. A marker or stream row whose time is unknown (null)
+//!      counts as newer: skipping is always safe, since the stream covers the key (§5.6);
+//!    - a snapshot row without a version: marker = id, version null, as before versions.
+//!    - a snapshot row with no snapshot open is refused.
+//! 6. The key of a deleted-key marker is [`key_text`]: the JSON array of the typed key values,
+//!    `[{"S":"a"},{"N":"1"},{"B":"AAE="}]` (base64 bytes). Stream and scan records of one
+//!    pipeline render a key the same way (see `sink`), so one key has one text.
 
-use crate::{KeyColumn, KeyType, KeyValue, TableSpec};
+use base64::Engine as _;
+
+use crate::{KeyColumn, KeyType, KeyValue, RowChange, TableSpec, Version};
 
 /// The state table's name.
 pub(crate) const STATE_TABLE: &str = "_ddbpipe_state";
@@ -18,6 +36,149 @@ pub(crate) const STATE_TABLE: &str = "_ddbpipe_state";
 pub(crate) const SNAPSHOT_COLUMN: &str = "_ddbpipe_snapshot";
 /// The last-write time column.
 pub(crate) const UPDATED_AT_COLUMN: &str = "_ddbpipe_updated_at";
+/// The version time column (unix ms, null when unknown; docs/mirror.md §5.6).
+pub(crate) const VERSION_MS_COLUMN: &str = "_ddbpipe_version_ms";
+/// The version sequence column: the stream record's sequence number, null for snapshot rows.
+pub(crate) const VERSION_SEQ_COLUMN: &str = "_ddbpipe_version_seq";
+/// The deleted-key markers table: `(table_name, key_text, version_ms)`, primary key
+/// `(table_name, key_text)`, beside the destination table.
+pub(crate) const DELETED_TABLE: &str = "_ddbpipe_deleted";
+
+/// How far a stream record's `ApproximateCreationDateTime` may be ahead of this machine's
+/// clock and still be recognised as newer than a page read at the same moment
+/// (docs/mirror.md §5.6, rule 3). Larger only skips more snapshot rows, which is safe.
+pub(crate) const CLOCK_MARGIN_MS: i64 = 60_000;
+/// DynamoDB rounds a record's creation time down to the second.
+pub(crate) const CREATION_ROUNDING_MS: i64 = 1_000;
+
+/// The cutoff of a snapshot row read at `read_ms`: a deleted-key marker or a stream-written
+/// row with a version above it holds the row back (rule 5; ties go to the stream).
+pub(crate) fn cutoff_ms(read_ms: i64) -> i64 {
+    read_ms.saturating_sub(CREATION_ROUNDING_MS + CLOCK_MARGIN_MS)
+}
+
+/// The canonical text of a key for `_ddbpipe_deleted` (rule 6).
+pub(crate) fn key_text(key: &[KeyValue]) -> String {
+    let values: Vec<serde_json::Value> = key
+        .iter()
+        .map(|value| {
+            let (tag, text) = match value {
+                KeyValue::S(text) => ("S", text.clone()),
+                KeyValue::N(text) => ("N", text.clone()),
+                KeyValue::B(bytes) => {
+                    ("B", base64::engine::general_purpose::STANDARD.encode(bytes))
+                }
+            };
+            serde_json::json!({ tag: text })
+        })
+        .collect();
+    serde_json::Value::Array(values).to_string()
+}
+
+/// How one row change is written (rule 5).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Write<'a> {
+    /// Insert or replace; the marker stays as it is (null for a new row).
+    Upsert {
+        /// The version's time.
+        version_ms: Option<i64>,
+        /// The version's sequence number.
+        version_seq: Option<&'a str>,
+    },
+    /// Insert or replace, marking the row with the open snapshot's id.
+    UpsertMarked {
+        /// The snapshot id.
+        id: i64,
+        /// The version's time.
+        version_ms: Option<i64>,
+        /// The version's sequence number (`None` for a snapshot row).
+        version_seq: Option<&'a str>,
+    },
+    /// A snapshot row read at `read_ms`: as `UpsertMarked` without a sequence, unless the
+    /// stream may hold something newer for the key than `cutoff_ms`.
+    UpsertUnlessNewer {
+        /// The snapshot id.
+        id: i64,
+        /// The page's request time: the row's version.
+        read_ms: i64,
+        /// [`cutoff_ms`] of `read_ms`.
+        cutoff_ms: i64,
+    },
+    /// Delete by key.
+    Delete,
+    /// Delete by key and leave a deleted-key marker at `version_ms`.
+    DeleteMarked {
+        /// The delete's time.
+        version_ms: Option<i64>,
+    },
+}
+
+/// A snapshot row came with no snapshot open (a bug of the caller).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NoSnapshotOpen;
+
+/// How `row` is written with `snapshot_id` open (rule 5).
+pub(crate) fn plan(row: &RowChange, snapshot_id: Option<i64>) -> Result<Write<'_>, NoSnapshotOpen> {
+    let write = match (row, snapshot_id) {
+        (RowChange::Upsert { snapshot: true, .. }, None) => return Err(NoSnapshotOpen),
+        (
+            RowChange::Upsert {
+                snapshot: false,
+                version,
+                ..
+            },
+            None,
+        ) => Write::Upsert {
+            version_ms: version.at_ms,
+            version_seq: version.sequence.as_deref(),
+        },
+        (
+            RowChange::Upsert {
+                snapshot: false,
+                version,
+                ..
+            },
+            Some(id),
+        ) => Write::UpsertMarked {
+            id,
+            version_ms: version.at_ms,
+            version_seq: version.sequence.as_deref(),
+        },
+        (
+            RowChange::Upsert {
+                snapshot: true,
+                version:
+                    Version {
+                        at_ms: Some(read_ms),
+                        ..
+                    },
+                ..
+            },
+            Some(id),
+        ) => Write::UpsertUnlessNewer {
+            id,
+            read_ms: *read_ms,
+            cutoff_ms: cutoff_ms(*read_ms),
+        },
+        (RowChange::Upsert { snapshot: true, .. }, Some(id)) => Write::UpsertMarked {
+            id,
+            version_ms: None,
+            version_seq: None,
+        },
+        (RowChange::Delete { .. }, None) => Write::Delete,
+        (RowChange::Delete { version, .. }, Some(_)) => Write::DeleteMarked {
+            version_ms: version.at_ms,
+        },
+    };
+    Ok(write)
+}
+
+/// The key of a row change.
+pub(crate) fn row_key(row: &RowChange) -> &[KeyValue] {
+    match row {
+        RowChange::Upsert { key, .. } | RowChange::Delete { key, .. } => key,
+    }
+}
 
 /// A double-quoted identifier, embedded `"` doubled (rule 1).
 pub(crate) fn quote(identifier: &str) -> String {
@@ -85,6 +246,100 @@ mod tests {
             document_column: "doc".into(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
+        }
+    }
+
+    fn upsert(snapshot: bool, at_ms: Option<i64>, sequence: Option<&str>) -> RowChange {
+        RowChange::Upsert {
+            key: vec![KeyValue::S("a".into())],
+            document: "{}".into(),
+            snapshot,
+            version: Version {
+                at_ms,
+                sequence: sequence.map(str::to_string),
+            },
+        }
+    }
+
+    fn delete(at_ms: Option<i64>) -> RowChange {
+        RowChange::Delete {
+            key: vec![KeyValue::S("a".into())],
+            version: Version {
+                at_ms,
+                sequence: Some("9".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn the_cutoff_is_a_second_and_the_margin_before_the_read() {
+        assert_eq!(cutoff_ms(100_000), 39_000);
+        assert_eq!(cutoff_ms(i64::MIN), i64::MIN);
+    }
+
+    #[test]
+    fn a_key_text_is_the_json_of_the_typed_values() {
+        let key = [
+            KeyValue::S("a\"b".into()),
+            KeyValue::N("1E1".into()),
+            KeyValue::B(vec![0, 1]),
+        ];
+        assert_eq!(key_text(&key), r#"[{"S":"a\"b"},{"N":"1E1"},{"B":"AAE="}]"#);
+    }
+
+    #[test]
+    fn outside_a_snapshot_upserts_keep_the_marker_and_deletes_leave_no_marker() {
+        assert_eq!(
+            plan(&upsert(false, Some(5), Some("1")), None),
+            Ok(Write::Upsert {
+                version_ms: Some(5),
+                version_seq: Some("1")
+            })
+        );
+        assert_eq!(plan(&delete(Some(5)), None), Ok(Write::Delete));
+        assert_eq!(
+            plan(&upsert(true, Some(5), None), None),
+            Err(NoSnapshotOpen)
+        );
+    }
+
+    #[test]
+    fn during_a_snapshot_stream_changes_mark_and_snapshot_rows_with_a_version_are_guarded() {
+        let cases = [
+            (
+                upsert(false, Some(5), Some("1")),
+                Write::UpsertMarked {
+                    id: 7,
+                    version_ms: Some(5),
+                    version_seq: Some("1"),
+                },
+            ),
+            (
+                upsert(true, Some(100_000), None),
+                Write::UpsertUnlessNewer {
+                    id: 7,
+                    read_ms: 100_000,
+                    cutoff_ms: 39_000,
+                },
+            ),
+            // Without a version, as before versions; a snapshot row never records a sequence.
+            (
+                upsert(true, None, Some("1")),
+                Write::UpsertMarked {
+                    id: 7,
+                    version_ms: None,
+                    version_seq: None,
+                },
+            ),
+            (
+                delete(Some(5)),
+                Write::DeleteMarked {
+                    version_ms: Some(5),
+                },
+            ),
+        ];
+        for (row, want) in &cases {
+            assert_eq!(plan(row, Some(7)).as_ref(), Ok(want), "{row:?}");
         }
     }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ddbpipe_keyed::state::DatabaseStore;
-use ddbpipe_keyed::{Database, DocumentType, SqliteDatabase, TableSpec};
+use ddbpipe_keyed::{Database, DocumentType, KeyColumn, KeyType, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 
 fn golden(name: &str) -> PathBuf {
@@ -58,5 +58,43 @@ async fn every_sink_database_is_written_back_part_for_part() {
             parts(&golden(name), pipeline).await,
             "{name}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_destination_table_written_before_versions_is_upgraded_by_prepare() {
+    for name in ["v1-mirror-open.db", "v1-resnapshot-complete.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join(name);
+        std::fs::copy(golden(name), &copy).unwrap();
+        let db = Database::Sqlite(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
+        let spec = TableSpec {
+            key: ["customer", "order_id"]
+                .map(|name| KeyColumn {
+                    name: name.to_string(),
+                    kind: KeyType::S,
+                })
+                .to_vec(),
+            ..table()
+        };
+        let before = parts(&copy, "orders-mirror").await;
+        db.probe(&spec).await.unwrap();
+        db.prepare(&spec).await.unwrap();
+        let conn = rusqlite::Connection::open(&copy).unwrap();
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('orders') ORDER BY cid")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            columns.ends_with(&[
+                "_ddbpipe_version_ms".to_string(),
+                "_ddbpipe_version_seq".to_string()
+            ]),
+            "{name}: {columns:?}"
+        );
+        assert_eq!(parts(&copy, "orders-mirror").await, before, "{name}");
     }
 }

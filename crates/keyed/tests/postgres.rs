@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{delete, s, upsert_key};
+use common::{delete, s, upsert_key, versions};
 use ddbpipe_keyed::{
     CloseSnapshot, Closed, Database, DbError, DocumentType, KeyType, KeyValue, LockAttempt,
     LockHolder, PostgresDatabase, RowChange, StateWrite, TableSpec, Version,
@@ -141,7 +141,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
     fx.db.prepare(&spec).await.unwrap();
     assert_eq!(
         fx.admin.tables(&fx.schema).await,
-        ["_ddbpipe_state", "orders"]
+        ["_ddbpipe_deleted", "_ddbpipe_state", "orders"]
     );
     let columns: Vec<(String, String, String)> = fx
         .admin
@@ -162,6 +162,8 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         ("doc", "jsonb", "NO"),
         ("_ddbpipe_snapshot", "bigint", "YES"),
         ("_ddbpipe_updated_at", "text", "NO"),
+        ("_ddbpipe_version_ms", "bigint", "YES"),
+        ("_ddbpipe_version_seq", "text", "YES"),
     ];
     assert_eq!(
         columns,
@@ -373,16 +375,16 @@ async fn changes_apply_in_order_within_a_batch() {
 }
 
 #[tokio::test]
-async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
+async fn the_snapshot_marker_is_set_while_a_snapshot_is_open_and_kept_otherwise() {
     let fx = Fixture::new().await;
     let spec = fx.table_t().await;
 
     let batches = [
         (vec![upsert("a", 1, true), upsert("b", 1, true)], Some(7)),
-        // A change while the snapshot is open: updates the document, keeps the marker; a new
-        // row from a change has none.
+        // A change while the snapshot is open marks its row too (docs/mirror.md §5.6).
         (vec![upsert("a", 2, false), upsert("c", 1, false)], Some(7)),
-        (vec![upsert("b", 2, false)], None),
+        // A change with no snapshot open keeps the marker; a new row from it has none.
+        (vec![upsert("b", 2, false), upsert("d", 1, false)], None),
     ];
     for (rows, snapshot) in batches {
         fx.apply(&spec, &rows, snapshot).await;
@@ -390,7 +392,8 @@ async fn the_snapshot_marker_is_set_by_snapshot_rows_only() {
     let rows = fx.by_id("t").await;
     assert_eq!(rows["a"], (json(r#"{"id": "a", "v": 2}"#), Some(7)));
     assert_eq!(rows["b"], (json(r#"{"id": "b", "v": 2}"#), Some(7)));
-    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), None));
+    assert_eq!(rows["c"], (json(r#"{"id": "c", "v": 1}"#), Some(7)));
+    assert_eq!(rows["d"], (json(r#"{"id": "d", "v": 1}"#), None));
 
     // A later snapshot re-marks the rows it writes.
     fx.apply(
@@ -655,14 +658,12 @@ async fn state_round_trips_and_resets() {
 async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
     let fx = Fixture::new().await;
     let spec = fx.table_t().await;
-    // `old` from snapshot 4, `a` and `b` from snapshot 5, `changed` from a change.
+    // `old` from snapshot 4, `changed` from a change outside a snapshot, `a` and `b` from
+    // snapshot 5.
     let fill = || async {
         fx.apply(&spec, &[upsert("old", 1, true)], Some(4)).await;
-        let rows = [
-            upsert("a", 1, true),
-            upsert("b", 1, true),
-            upsert("changed", 1, false),
-        ];
+        fx.apply(&spec, &[upsert("changed", 1, false)], None).await;
+        let rows = [upsert("a", 1, true), upsert("b", 1, true)];
         fx.apply(&spec, &rows, Some(5)).await;
     };
     fill().await;
@@ -1234,4 +1235,141 @@ fn futures_are_send() {
         send(db.lock("p"));
         send(db.probe(&spec));
     }
+}
+
+impl versions::Look for Fixture {
+    async fn rows(&self, spec: &TableSpec) -> BTreeMap<String, versions::Seen> {
+        let sql = format!(
+            "SELECT \"{}\"::text, \"{}\"::text, _ddbpipe_snapshot, _ddbpipe_version_ms, \
+             _ddbpipe_version_seq FROM \"{}\".\"{}\"",
+            spec.key[0].name, spec.document_column, self.schema, spec.table
+        );
+        self.admin
+            .query(&sql, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let doc: String = row.get(1);
+                let seen = versions::Seen {
+                    doc: json(&doc),
+                    marker: row.get(2),
+                    version_ms: row.get(3),
+                    version_seq: row.get(4),
+                };
+                (row.get(0), seen)
+            })
+            .collect()
+    }
+
+    async fn markers(&self) -> Vec<versions::Marker> {
+        let sql = format!(
+            "SELECT table_name, key_text, version_ms FROM \"{}\"._ddbpipe_deleted ORDER BY 1, 2",
+            self.schema
+        );
+        self.admin
+            .query(&sql, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect()
+    }
+}
+
+/// Runs a scenario of `common::versions` in a fresh schema with `t` prepared.
+macro_rules! versions_scenario {
+    ($name:ident) => {
+        #[tokio::test]
+        async fn $name() {
+            let fx = Fixture::new().await;
+            let spec = fx.table_t().await;
+            versions::$name(&fx.db, &spec, &fx).await;
+        }
+    };
+}
+
+versions_scenario!(a_stream_upsert_during_an_open_snapshot_marks_the_row_and_records_its_version);
+versions_scenario!(
+    a_snapshot_row_within_the_margin_of_a_stream_change_is_skipped_and_a_later_one_is_written
+);
+versions_scenario!(
+    a_stream_delete_leaves_a_marker_and_only_a_page_read_after_the_cutoff_resurrects_the_item
+);
+versions_scenario!(rows_from_before_the_snapshot_never_hold_a_snapshot_row_back);
+versions_scenario!(replaying_a_batch_of_changes_and_pages_changes_nothing);
+versions_scenario!(close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys);
+versions_scenario!(a_snapshot_row_without_a_version_is_written_as_before_versions);
+
+#[tokio::test]
+async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_its_rows() {
+    let fx = Fixture::new().await;
+    // The DDL of ddbpipe before versions.
+    fx.admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{0}\".\"t\" (\"id\" text NOT NULL, \"doc\" jsonb NOT NULL, \
+             \"_ddbpipe_snapshot\" bigint, \"_ddbpipe_updated_at\" text NOT NULL, \
+             PRIMARY KEY (\"id\")); \
+             INSERT INTO \"{0}\".t VALUES ('old', '{{\"v\": 0}}', 3, '2025-01-01T00:00:00.000Z');",
+            fx.schema
+        ))
+        .await
+        .unwrap();
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    let columns = || async {
+        fx.admin
+            .query(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = $1 AND table_name = 't' ORDER BY ordinal_position",
+                &[&fx.schema],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    let old_columns = columns().await;
+
+    // `check` accepts it and changes nothing.
+    let detail = fx.db.probe(&spec).await.unwrap();
+    assert!(detail.ends_with("exists, 1 row(s)"), "{detail}");
+    assert_eq!(columns().await, old_columns);
+    assert_eq!(fx.admin.tables(&fx.schema).await, ["t"]);
+
+    fx.db.prepare(&spec).await.unwrap();
+    fx.db.prepare(&spec).await.unwrap();
+    assert_eq!(
+        columns().await,
+        [
+            "id",
+            "doc",
+            "_ddbpipe_snapshot",
+            "_ddbpipe_updated_at",
+            "_ddbpipe_version_ms",
+            "_ddbpipe_version_seq"
+        ]
+    );
+    assert_eq!(
+        fx.admin.tables(&fx.schema).await,
+        ["_ddbpipe_deleted", "_ddbpipe_state", "t"]
+    );
+    let old = versions::seen(r#"{"v":0}"#, Some(3), None, None);
+    assert_eq!(versions::Look::rows(&fx, &spec).await["old"], old);
+
+    // Its row does not hold a snapshot row back; new writes carry versions.
+    let rows = [
+        versions::snapshot_row("old", r#"{"v":1}"#, Some(versions::T)),
+        versions::change("new", "{}", versions::T, "100"),
+    ];
+    fx.apply(&spec, &rows, Some(7)).await;
+    let after = versions::Look::rows(&fx, &spec).await;
+    assert_eq!(
+        after["old"],
+        versions::seen(r#"{"v":1}"#, Some(7), Some(versions::T), None)
+    );
+    assert_eq!(
+        after["new"],
+        versions::seen("{}", Some(7), Some(versions::T), Some("100"))
+    );
 }

@@ -5,7 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{delete, s, upsert_key};
+use common::{delete, s, upsert_key, versions};
 use ddbpipe_keyed::{
     CloseSnapshot, Closed, Database, KeyType, KeyValue, LockAttempt, RowChange, SqliteDatabase,
     StateWrite, TableSpec, Version,
@@ -139,6 +139,8 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         ("doc", "TEXT", 1, 0),
         ("_ddbpipe_snapshot", "INTEGER", 0, 0),
         ("_ddbpipe_updated_at", "TEXT", 1, 0),
+        ("_ddbpipe_version_ms", "INTEGER", 0, 0),
+        ("_ddbpipe_version_seq", "TEXT", 0, 0),
     ]
     .map(|(name, kind, not_null, pk)| {
         vec![
@@ -150,6 +152,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
     });
     assert_eq!(columns, want);
     assert!(table_exists(&path, "_ddbpipe_state"));
+    assert!(table_exists(&path, "_ddbpipe_deleted"));
     let journal = query(&path, "PRAGMA journal_mode");
     assert_eq!(journal, vec![vec![text("wal")]]);
 
@@ -257,6 +260,7 @@ async fn a_missing_table_without_create_table_is_an_error_and_probe_changes_noth
     );
     assert!(!table_exists(&path, "orders"));
     assert!(!table_exists(&path, "_ddbpipe_state"));
+    assert!(!table_exists(&path, "_ddbpipe_deleted"));
 
     spec.create_table = false;
     let expected = format!(
@@ -302,7 +306,7 @@ async fn apply_runs_the_changes_in_order() {
 }
 
 #[tokio::test]
-async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
+async fn snapshot_rows_set_the_marker_and_changes_keep_it_outside_a_snapshot() {
     let (fx, spec) = Fixture::with_orders().await;
     let Fixture { _dir, path, db } = fx;
 
@@ -315,10 +319,20 @@ async fn snapshot_rows_set_the_marker_and_changes_keep_it() {
             vec![row("a", "{}", Some(7))],
         ),
         (
-            "changes",
+            "changes with no snapshot open",
             vec![upsert("a", r#"{"x":1}"#, false), upsert("b", "{}", false)],
-            Some(7),
+            None,
             vec![row("a", r#"{"x":1}"#, Some(7)), row("b", "{}", None)],
+        ),
+        // docs/mirror.md §5.6: a change while a snapshot is open marks its row.
+        (
+            "a change with the snapshot open",
+            vec![upsert("b", r#"{"x":1}"#, false)],
+            Some(7),
+            vec![
+                row("a", r#"{"x":1}"#, Some(7)),
+                row("b", r#"{"x":1}"#, Some(7)),
+            ],
         ),
         // A later snapshot re-marks both.
         (
@@ -369,8 +383,9 @@ async fn applying_the_same_batch_twice_changes_nothing() {
         orders_rows(&path),
         vec![
             row("a", r#"{"v":2}"#, Some(4)),
-            row("b", r#"{"v":1}"#, None),
-            row("y", r#"{"v":2}"#, Some(3)),
+            // Changes while the snapshot is open mark their rows (docs/mirror.md §5.6).
+            row("b", r#"{"v":1}"#, Some(4)),
+            row("y", r#"{"v":2}"#, Some(4)),
         ]
     );
 }
@@ -506,8 +521,9 @@ async fn three_rows() -> (Fixture, TableSpec) {
         "old snapshot",
     )
     .await;
-    let rows = [upsert("a", "{}", true), upsert("b", "{}", false)];
-    apply(&fx.db, &spec, &rows, Some(5), "rows").await;
+    let change = [upsert("b", "{}", false)];
+    apply(&fx.db, &spec, &change, None, "change").await;
+    apply(&fx.db, &spec, &[upsert("a", "{}", true)], Some(5), "rows").await;
     (fx, spec)
 }
 
@@ -805,4 +821,140 @@ async fn works_on_a_multi_thread_runtime() {
         task.await.expect("join").expect("apply");
     }
     assert_eq!(db.count_rows(&spec).await.expect("count"), 100);
+}
+
+/// Reads a database file behind the handle's back, for the scenarios of `common::versions`.
+struct FileLook<'a>(&'a Path);
+
+impl versions::Look for FileLook<'_> {
+    async fn rows(&self, spec: &TableSpec) -> BTreeMap<String, versions::Seen> {
+        let conn = rusqlite::Connection::open(self.0).expect("raw open");
+        let sql = format!(
+            "SELECT \"{}\", \"{}\", _ddbpipe_snapshot, _ddbpipe_version_ms, _ddbpipe_version_seq \
+             FROM \"{}\"",
+            spec.key[0].name, spec.document_column, spec.table
+        );
+        let mut stmt = conn.prepare(&sql).expect("prepare");
+        stmt.query_map([], |row| {
+            let doc: String = row.get(1)?;
+            Ok((
+                row.get(0)?,
+                versions::Seen {
+                    doc: serde_json::from_str(&doc).expect("a JSON document"),
+                    marker: row.get(2)?,
+                    version_ms: row.get(3)?,
+                    version_seq: row.get(4)?,
+                },
+            ))
+        })
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+    }
+
+    async fn markers(&self) -> Vec<versions::Marker> {
+        let conn = rusqlite::Connection::open(self.0).expect("raw open");
+        let mut stmt = conn
+            .prepare("SELECT table_name, key_text, version_ms FROM _ddbpipe_deleted ORDER BY 1, 2")
+            .expect("prepare");
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    }
+}
+
+/// Runs a scenario of `common::versions` on a fresh database with `orders` prepared.
+macro_rules! versions_scenario {
+    ($name:ident) => {
+        #[tokio::test]
+        async fn $name() {
+            let (fx, spec) = Fixture::with_orders().await;
+            versions::$name(&fx.db, &spec, &FileLook(&fx.path)).await;
+        }
+    };
+}
+
+versions_scenario!(a_stream_upsert_during_an_open_snapshot_marks_the_row_and_records_its_version);
+versions_scenario!(
+    a_snapshot_row_within_the_margin_of_a_stream_change_is_skipped_and_a_later_one_is_written
+);
+versions_scenario!(
+    a_stream_delete_leaves_a_marker_and_only_a_page_read_after_the_cutoff_resurrects_the_item
+);
+versions_scenario!(rows_from_before_the_snapshot_never_hold_a_snapshot_row_back);
+versions_scenario!(replaying_a_batch_of_changes_and_pages_changes_nothing);
+versions_scenario!(close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys);
+versions_scenario!(a_snapshot_row_without_a_version_is_written_as_before_versions);
+
+#[tokio::test]
+async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_its_rows() {
+    let Fixture { _dir, path, db } = Fixture::new();
+    // The DDL of ddbpipe before versions.
+    rusqlite::Connection::open(&path)
+        .expect("raw open")
+        .execute_batch(
+            "CREATE TABLE \"orders\" (\"pk\" TEXT NOT NULL, \"doc\" TEXT NOT NULL, \
+             \"_ddbpipe_snapshot\" INTEGER, \"_ddbpipe_updated_at\" TEXT NOT NULL, \
+             PRIMARY KEY (\"pk\")); \
+             INSERT INTO orders VALUES ('old', '{\"v\":0}', 3, '2025-01-01T00:00:00.000Z');",
+        )
+        .expect("old table");
+    let spec = orders();
+    let columns = || {
+        query(
+            &path,
+            "SELECT name FROM pragma_table_info('orders') ORDER BY cid",
+        )
+        .into_iter()
+        .map(|row| match &row[0] {
+            Value::Text(name) => name.clone(),
+            other => panic!("a column name: {other:?}"),
+        })
+        .collect::<Vec<_>>()
+    };
+    let old_columns = columns();
+
+    // `check` accepts it and changes nothing.
+    let detail = db.probe(&spec).await.expect("probe");
+    assert!(
+        detail.contains("table 'orders' exists, 1 row(s)"),
+        "{detail}"
+    );
+    assert_eq!(columns(), old_columns);
+    assert!(!table_exists(&path, "_ddbpipe_deleted"));
+
+    db.prepare(&spec).await.expect("prepare upgrades");
+    db.prepare(&spec).await.expect("prepare again");
+    assert_eq!(
+        columns(),
+        [
+            "pk",
+            "doc",
+            "_ddbpipe_snapshot",
+            "_ddbpipe_updated_at",
+            "_ddbpipe_version_ms",
+            "_ddbpipe_version_seq"
+        ]
+    );
+    assert!(table_exists(&path, "_ddbpipe_deleted"));
+    let look = FileLook(&path);
+    let old = versions::seen(r#"{"v":0}"#, Some(3), None, None);
+    assert_eq!(versions::Look::rows(&look, &spec).await["old"], old);
+
+    // Its row does not hold a snapshot row back; new writes carry versions.
+    let rows = [
+        versions::snapshot_row("old", r#"{"v":1}"#, Some(versions::T)),
+        versions::change("new", "{}", versions::T, "100"),
+    ];
+    apply(&db, &spec, &rows, Some(7), "versioned rows").await;
+    let after = versions::Look::rows(&look, &spec).await;
+    assert_eq!(
+        after["old"],
+        versions::seen(r#"{"v":1}"#, Some(7), Some(versions::T), None)
+    );
+    assert_eq!(
+        after["new"],
+        versions::seen("{}", Some(7), Some(versions::T), Some("100"))
+    );
 }

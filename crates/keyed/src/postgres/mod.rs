@@ -18,19 +18,38 @@
 //!   "customer" text NOT NULL, "order_id" numeric NOT NULL,   -- S → text, N → numeric, B → bytea
 //!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type
 //!   "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" text NOT NULL,
+//!   "_ddbpipe_version_ms" bigint, "_ddbpipe_version_seq" text,  -- docs/mirror.md §5.6
 //!   PRIMARY KEY ("customer", "order_id"));
 //! CREATE TABLE IF NOT EXISTS "public"."_ddbpipe_state" (pipeline text NOT NULL,
 //!   part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL,
 //!   PRIMARY KEY (pipeline, part));
-//! -- a snapshot row (marker = the snapshot id); a change row leaves the marker out of the
-//! -- conflict update, so an existing row keeps it and a new row has null:
-//! INSERT INTO "public"."orders" (…keys, "doc", "_ddbpipe_snapshot", "_ddbpipe_updated_at")
-//!   VALUES ($1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text)
-//!   ON CONFLICT ("customer", "order_id") DO UPDATE SET "doc" = EXCLUDED."doc",
-//!   "_ddbpipe_snapshot" = EXCLUDED."_ddbpipe_snapshot",
-//!   "_ddbpipe_updated_at" = EXCLUDED."_ddbpipe_updated_at";
+//! CREATE TABLE IF NOT EXISTS "public"."_ddbpipe_deleted" (table_name text NOT NULL,
+//!   key_text text NOT NULL, version_ms bigint, PRIMARY KEY (table_name, key_text));
+//! -- a stream upsert while a snapshot is open, or a snapshot row without a version (marker =
+//! -- the snapshot id); with no snapshot open the marker is left out of the conflict update, so
+//! -- an existing row keeps it and a new row has null:
+//! INSERT INTO "public"."orders" (…keys, "doc", "_ddbpipe_snapshot", "_ddbpipe_updated_at",
+//!   "_ddbpipe_version_ms", "_ddbpipe_version_seq")
+//!   VALUES ($1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text, $6::bigint, $7::text)
+//!   ON CONFLICT ("customer", "order_id") DO UPDATE SET "doc" = EXCLUDED."doc", …,
+//!   "_ddbpipe_snapshot" = EXCLUDED."_ddbpipe_snapshot";
+//! -- a snapshot row read at $6 (cutoff $7, table name $8, key text $9):
+//! INSERT INTO "public"."orders" AS t (…) SELECT $1::text, …, $6::bigint, NULL
+//!   WHERE NOT EXISTS (SELECT 1 FROM "public"."_ddbpipe_deleted" d WHERE d.table_name = $8::text
+//!     AND d.key_text = $9::text AND (d.version_ms IS NULL OR d.version_ms > $7::bigint))
+//!   ON CONFLICT (…) DO UPDATE SET … WHERE NOT (t."_ddbpipe_snapshot" IS NOT DISTINCT FROM
+//!     EXCLUDED."_ddbpipe_snapshot" AND t."_ddbpipe_version_seq" IS NOT NULL
+//!     AND (t."_ddbpipe_version_ms" IS NULL OR t."_ddbpipe_version_ms" > $7::bigint));
 //! DELETE FROM "public"."orders" WHERE "customer" = $1::text AND "order_id" = $2::text::numeric;
+//! -- after a delete while a snapshot is open, in the same transaction:
+//! INSERT INTO "public"."_ddbpipe_deleted" AS d (table_name, key_text, version_ms)
+//!   VALUES ($1::text, $2::text, $3::bigint) ON CONFLICT (table_name, key_text) DO UPDATE …;
 //! ```
+//!
+//! Which statement a row change takes is `crate::sql::plan`'s decision, the same as SQLite's.
+//! Each is one statement, so a batch stays one pipelined round trip. A table of an earlier
+//! ddbpipe, without the version columns, gets them from `prepare` (`ALTER TABLE … ADD COLUMN IF
+//! NOT EXISTS`, which needs the table's owner; `check` says so when this role is not).
 //!
 //! Numbers are bound as text and cast by the server, so they stay exact; documents are bound
 //! as text and cast to the document type (`jsonb`, `json` or `text`: see `document` for the
@@ -42,8 +61,8 @@
 //! then the state parts, then `COMMIT`. The statements are prepared once per connection and
 //! executed pipelined (sent in order without waiting for each reply), so several changes to one
 //! key in a batch end in the last. Any error rolls back the rows and the state together.
-//! [`close_snapshot`](PostgresDatabase::close_snapshot) counts, deletes and writes the state in
-//! one transaction too.
+//! [`close_snapshot`](PostgresDatabase::close_snapshot) counts, deletes, drops the table's
+//! deleted-key markers and writes the state in one transaction too.
 //!
 //! # The state table's schema
 //! `apply` and `close_snapshot` write the state next to the table (`spec.schema`). The calls
@@ -71,16 +90,22 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use self::conninfo::ConnInfo;
-use self::schema::{create_state_sql, create_table_sql, inspect, missing_rights, relation};
+use self::schema::{
+    create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
+    relation,
+};
 use self::session::{
     Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
     lock_key, prepared, statement, try_lock,
 };
 use self::sql::{
-    StateStatements, check_identifier, check_key, delete_sql, key_param, qualified, spec_context,
-    table_context, upsert_sql, validate,
+    StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
+    key_param, mark_deleted_sql, qualified, spec_context, table_context, upsert_sql, validate,
 };
-use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, now_rfc3339, quote, row_count};
+use crate::sql::{
+    DELETED_TABLE, NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339,
+    plan, quote, row_count, row_key,
+};
 use crate::{
     CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
 };
@@ -171,8 +196,8 @@ impl PostgresDatabase {
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
-            match inspect(client, spec).await? {
-                Some(existing) => existing.check(spec)?,
+            let existing = match inspect(client, spec).await? {
+                Some(existing) => existing,
                 None if !spec.create_table => {
                     return Err(DbError::fatal(format!(
                         "{context} does not exist and create_table is false"
@@ -182,19 +207,21 @@ impl PostgresDatabase {
                 None => {
                     client.batch_execute(&create_table_sql(spec)).await?;
                     // Re-read what is there: another run may have created it meanwhile.
-                    match inspect(client, spec).await? {
-                        Some(existing) => existing.check(spec)?,
-                        None => {
-                            return Err(DbError::fatal(format!(
-                                "{context} is missing right after CREATE TABLE"
-                            ))
-                            .into());
-                        }
-                    }
+                    inspect(client, spec).await?.ok_or_else(|| {
+                        DbError::fatal(format!("{context} is missing right after CREATE TABLE"))
+                    })?
                 }
+            };
+            existing.check(spec)?;
+            // A table of an earlier ddbpipe: its rows keep null versions.
+            for alter in existing.add_version_columns_sql(spec) {
+                client.batch_execute(&alter).await?;
             }
             client
                 .batch_execute(&create_state_sql(&spec.schema))
+                .await?;
+            client
+                .batch_execute(&create_deleted_sql(&spec.schema))
                 .await?;
             Ok(())
         }
@@ -215,31 +242,33 @@ impl PostgresDatabase {
     ) -> Result<(), DbError> {
         validate(spec)?;
         let context = spec_context(spec);
+        let mut writes = Vec::with_capacity(rows.len());
+        // The key texts of deleted-key markers and guarded snapshot rows (empty for the others):
+        // owned here, borrowed by the calls.
+        let mut key_texts = Vec::with_capacity(rows.len());
         for row in rows {
-            match row {
-                RowChange::Upsert {
-                    key,
-                    snapshot,
-                    document,
-                    ..
-                } => {
-                    check_key(spec, key)?;
-                    if let Some(path) = document::unstorable(spec.document_type, document) {
-                        return Err(DbError::fatal(format!(
-                            "{context}: the item with key {} holds U+0000 in attribute '{path}', \
-                             which a jsonb document cannot store; set sink.document_type: json \
-                             (keeps the document exactly) or text",
-                            document::describe_key(&spec.key, key)
-                        )));
-                    }
-                    if *snapshot && snapshot_id.is_none() {
-                        return Err(DbError::fatal(format!(
-                            "{context}: a snapshot row without an open snapshot id"
-                        )));
-                    }
-                }
-                RowChange::Delete { key, .. } => check_key(spec, key)?,
+            let key = row_key(row);
+            check_key(spec, key)?;
+            if let RowChange::Upsert { document, .. } = row
+                && let Some(path) = document::unstorable(spec.document_type, document)
+            {
+                return Err(DbError::fatal(format!(
+                    "{context}: the item with key {} holds U+0000 in attribute '{path}', \
+                     which a jsonb document cannot store; set sink.document_type: json \
+                     (keeps the document exactly) or text",
+                    document::describe_key(&spec.key, key)
+                )));
             }
+            let write = plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
+                DbError::fatal(format!(
+                    "{context}: a snapshot row without an open snapshot id"
+                ))
+            })?;
+            key_texts.push(match write {
+                Write::UpsertUnlessNewer { .. } | Write::DeleteMarked { .. } => key_text(key),
+                _ => String::new(),
+            });
+            writes.push(write);
         }
         // Rows carry the time of the state they commit with, so a reader can match them.
         let updated_at = if state.updated_at.is_empty() {
@@ -247,64 +276,93 @@ impl PostgresDatabase {
         } else {
             state.updated_at.clone()
         };
-        let snapshot_id = snapshot_id.unwrap_or_default();
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
-            let needs = |f: fn(&RowChange) -> bool| rows.iter().any(f);
-            let upsert_snapshot =
-                if needs(|r| matches!(r, RowChange::Upsert { snapshot: true, .. })) {
-                    Some(statement(client, cache, upsert_sql(spec, true)).await?)
+            let needs = |f: fn(&Write<'_>) -> bool| writes.iter().any(f);
+            let mut prepare = async |needed: bool, sql: String| {
+                if needed {
+                    statement(client, cache, sql).await.map(Some)
                 } else {
-                    None
-                };
-            let upsert_change = if needs(|r| {
-                matches!(
-                    r,
-                    RowChange::Upsert {
-                        snapshot: false,
-                        ..
-                    }
-                )
-            }) {
-                Some(statement(client, cache, upsert_sql(spec, false)).await?)
-            } else {
-                None
+                    Ok(None)
+                }
             };
-            let delete = if needs(|r| matches!(r, RowChange::Delete { .. })) {
-                Some(statement(client, cache, delete_sql(spec)).await?)
-            } else {
-                None
-            };
+            let upsert_change = prepare(
+                needs(|w| matches!(w, Write::Upsert { .. })),
+                upsert_sql(spec, UpsertKind::Change),
+            )
+            .await?;
+            let upsert_marked = prepare(
+                needs(|w| matches!(w, Write::UpsertMarked { .. })),
+                upsert_sql(spec, UpsertKind::Marked),
+            )
+            .await?;
+            let upsert_unless_newer = prepare(
+                needs(|w| matches!(w, Write::UpsertUnlessNewer { .. })),
+                upsert_sql(spec, UpsertKind::UnlessNewer),
+            )
+            .await?;
+            let delete = prepare(
+                needs(|w| matches!(w, Write::Delete | Write::DeleteMarked { .. })),
+                delete_sql(spec),
+            )
+            .await?;
+            let mark_deleted = prepare(
+                needs(|w| matches!(w, Write::DeleteMarked { .. })),
+                mark_deleted_sql(&spec.schema),
+            )
+            .await?;
             let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
 
             let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
                 Vec::with_capacity(rows.len() + state.upserts.len() + state.deletes.len());
-            for row in rows {
-                match row {
-                    RowChange::Upsert {
-                        key,
-                        document,
-                        snapshot,
-                        ..
+            for ((row, write), key_text) in rows.iter().zip(&writes).zip(&key_texts) {
+                let mut params: Vec<&(dyn ToSql + Sync)> =
+                    row_key(row).iter().map(key_param).collect();
+                let document: &(dyn ToSql + Sync) = match row {
+                    RowChange::Upsert { document, .. } => document,
+                    RowChange::Delete { .. } => &"",
+                };
+                let statement = match write {
+                    Write::Upsert {
+                        version_ms,
+                        version_seq,
                     } => {
-                        let mut params: Vec<&(dyn ToSql + Sync)> =
-                            key.iter().map(key_param).collect();
-                        params.push(document);
-                        let statement = if *snapshot {
-                            params.push(&snapshot_id);
-                            upsert_snapshot.as_ref()
-                        } else {
-                            upsert_change.as_ref()
-                        };
-                        params.push(&updated_at);
-                        calls.push((prepared(statement)?, params));
+                        params.extend([document, &updated_at, version_ms, version_seq]);
+                        upsert_change.as_ref()
                     }
-                    RowChange::Delete { key, .. } => {
-                        let params = key.iter().map(key_param).collect();
+                    Write::UpsertMarked {
+                        id,
+                        version_ms,
+                        version_seq,
+                    } => {
+                        params.extend([document, id, &updated_at, version_ms, version_seq]);
+                        upsert_marked.as_ref()
+                    }
+                    Write::UpsertUnlessNewer {
+                        id,
+                        read_ms,
+                        cutoff_ms,
+                    } => {
+                        params.extend([
+                            document,
+                            id,
+                            &updated_at,
+                            read_ms,
+                            cutoff_ms,
+                            &spec.table,
+                            key_text,
+                        ]);
+                        upsert_unless_newer.as_ref()
+                    }
+                    Write::Delete => delete.as_ref(),
+                    Write::DeleteMarked { version_ms } => {
                         calls.push((prepared(delete.as_ref())?, params));
+                        params = vec![&spec.table, key_text, version_ms];
+                        mark_deleted.as_ref()
                     }
-                }
+                };
+                calls.push((prepared(statement)?, params));
             }
             state_statements.push_calls(state, &mut calls)?;
 
@@ -442,6 +500,8 @@ impl PostgresDatabase {
                         closed.ceiling_hit = true;
                     }
                 }
+                tx.execute(&drop_deleted_marks_sql(&spec.schema), &[&spec.table])
+                    .await?;
                 execute_pipelined(&tx, &calls).await?;
                 Ok(closed)
             }
@@ -537,6 +597,9 @@ impl PostgresDatabase {
                 Some(existing) => {
                     existing.check(spec)?;
                     missing_rights(client, existing.oid, &context).await?;
+                    if !existing.add_version_columns_sql(spec).is_empty() {
+                        may_alter(client, existing.oid, &context).await?;
+                    }
                     let rows: i64 = client
                         .query_one(
                             &format!(
@@ -564,17 +627,19 @@ impl PostgresDatabase {
                 }
                 None => format!("table '{display}' will be created"),
             };
-            let state_context = table_context(&spec.schema, STATE_TABLE);
-            match relation(client, &spec.schema, STATE_TABLE).await? {
-                Some((oid, _)) => missing_rights(client, oid, &state_context).await?,
-                None if !can_create => {
-                    return Err(DbError::fatal(format!(
-                        "{state_context} does not exist and there is no CREATE right on schema '{}' to create it",
-                        spec.schema
-                    ))
-                    .into());
+            for own in [STATE_TABLE, DELETED_TABLE] {
+                let own_context = table_context(&spec.schema, own);
+                match relation(client, &spec.schema, own).await? {
+                    Some((oid, _)) => missing_rights(client, oid, &own_context).await?,
+                    None if !can_create => {
+                        return Err(DbError::fatal(format!(
+                            "{own_context} does not exist and there is no CREATE right on schema '{}' to create it",
+                            spec.schema
+                        ))
+                        .into());
+                    }
+                    None => {}
                 }
-                None => {}
             }
             Ok(format!("{}: {detail}", self.shared.location))
         }

@@ -1,5 +1,6 @@
 //! The schema: inspecting an existing destination table (key columns, columns, document type,
-//! rights) against the spec, and the `CREATE TABLE` statements of the table and the state.
+//! rights) against the spec, the `CREATE TABLE` statements of the table, the state and the
+//! deleted-key markers, and adding the version columns to a table of an earlier ddbpipe.
 
 use std::fmt::Write as _;
 
@@ -7,7 +8,15 @@ use tokio_postgres::Client;
 
 use super::session::Failure;
 use super::sql::{key_list, qualified, spec_context, sql_type};
-use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, quote};
+use crate::sql::{
+    DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
+    VERSION_SEQ_COLUMN, quote,
+};
+
+/// The version columns (docs/mirror.md §5.6) with their types; a table created by an earlier
+/// ddbpipe lacks them and gets them from `prepare`.
+const VERSION_COLUMNS: [(&str, &str); 2] =
+    [(VERSION_MS_COLUMN, "bigint"), (VERSION_SEQ_COLUMN, "text")];
 use crate::{DbError, TableSpec};
 
 /// An existing destination table.
@@ -77,6 +86,22 @@ impl Existing {
             )));
         }
         Ok(())
+    }
+
+    /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS` for each version column the table lacks (none
+    /// for a table of this version).
+    pub(super) fn add_version_columns_sql(&self, spec: &TableSpec) -> Vec<String> {
+        VERSION_COLUMNS
+            .iter()
+            .filter(|(name, _)| !self.columns.iter().any(|(have, _)| have == name))
+            .map(|(name, kind)| {
+                format!(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {kind}",
+                    qualified(&spec.schema, &spec.table),
+                    quote(name)
+                )
+            })
+            .collect()
     }
 }
 
@@ -164,6 +189,29 @@ pub(super) async fn missing_rights(
     }
 }
 
+/// Fails unless this role may add columns to the table (`ALTER TABLE` needs its owner): what
+/// `prepare` does to a table of an earlier ddbpipe.
+pub(super) async fn may_alter(client: &Client, oid: u32, context: &str) -> Result<(), Failure> {
+    let owner: bool = client
+        .query_one(
+            "SELECT pg_catalog.pg_has_role(relowner, 'USAGE') FROM pg_catalog.pg_class \
+             WHERE oid = $1::oid",
+            &[&oid],
+        )
+        .await?
+        .try_get(0)?;
+    if owner {
+        Ok(())
+    } else {
+        Err(DbError::fatal(format!(
+            "{context} lacks the columns {VERSION_MS_COLUMN} and {VERSION_SEQ_COLUMN} (written \
+             by an earlier ddbpipe) and only its owner can add them; run ddbpipe once as the \
+             owner, or add them: {VERSION_MS_COLUMN} bigint, {VERSION_SEQ_COLUMN} text"
+        ))
+        .into())
+    }
+}
+
 pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     let mut sql = format!(
         "CREATE TABLE IF NOT EXISTS {} (",
@@ -179,14 +227,25 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     }
     let _ = write!(
         sql,
-        "{} {} NOT NULL, {} bigint, {} text NOT NULL, PRIMARY KEY ({}))",
+        "{} {} NOT NULL, {} bigint, {} text NOT NULL, ",
         quote(&spec.document_column),
         spec.document_type.name(),
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),
-        key_list(spec)
     );
+    for (name, kind) in VERSION_COLUMNS {
+        let _ = write!(sql, "{} {kind}, ", quote(name));
+    }
+    let _ = write!(sql, "PRIMARY KEY ({}))", key_list(spec));
     sql
+}
+
+pub(super) fn create_deleted_sql(schema: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, key_text text NOT NULL, \
+         version_ms bigint, PRIMARY KEY (table_name, key_text))",
+        qualified(schema, DELETED_TABLE)
+    )
 }
 
 pub(super) fn create_state_sql(schema: &str) -> String {

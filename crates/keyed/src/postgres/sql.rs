@@ -10,7 +10,10 @@ use tokio_postgres::{Client, Statement};
 
 use super::document;
 use super::session::{Failure, prepared, statement};
-use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, key_misfit, key_type, quote};
+use crate::sql::{
+    DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
+    VERSION_SEQ_COLUMN, key_misfit, key_type, quote,
+};
 use crate::{DbError, KeyType, KeyValue, StateWrite, TableSpec};
 
 /// PostgreSQL truncates longer identifiers (NAMEDATALEN - 1).
@@ -65,12 +68,15 @@ pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
         spec.document_column.as_str(),
         SNAPSHOT_COLUMN,
         UPDATED_AT_COLUMN,
+        VERSION_MS_COLUMN,
+        VERSION_SEQ_COLUMN,
     ]) {
         check_identifier(column, "column", &context)?;
         if columns.contains(&column) {
             return Err(DbError::fatal(format!(
                 "{context}: column '{column}' is used twice (key attributes, document column and \
-                 {SNAPSHOT_COLUMN}/{UPDATED_AT_COLUMN} must differ)"
+                 ddbpipe's own {SNAPSHOT_COLUMN}, {UPDATED_AT_COLUMN}, {VERSION_MS_COLUMN} and \
+                 {VERSION_SEQ_COLUMN} must differ)"
             )));
         }
         columns.push(column);
@@ -130,11 +136,29 @@ pub(super) fn key_list(spec: &TableSpec) -> String {
         .join(", ")
 }
 
-/// Parameters: the keys, the document, (the snapshot id,) `_ddbpipe_updated_at`.
-pub(super) fn upsert_sql(spec: &TableSpec, snapshot: bool) -> String {
+/// Which upsert statement a row change takes (see `crate::sql::Write`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UpsertKind {
+    /// Parameters: the keys, the document, `_ddbpipe_updated_at`, the version's time and
+    /// sequence. The marker is not updated (a new row gets null).
+    Change,
+    /// Parameters: the keys, the document, the snapshot id, `_ddbpipe_updated_at`, the version's
+    /// time and sequence. The marker becomes the id.
+    Marked,
+    /// Parameters: the keys, the document, the snapshot id, `_ddbpipe_updated_at`, the read
+    /// time, the cutoff, the table name and the key text (`crate::sql::key_text`). Writes
+    /// nothing when a deleted-key marker or a stream-written row of this snapshot is newer than
+    /// the cutoff (a null time counts as newer); otherwise as `Marked`, with no sequence.
+    UnlessNewer,
+}
+
+pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
+    let table = qualified(&spec.schema, &spec.table);
     let document = quote(&spec.document_column);
     let marker = quote(SNAPSHOT_COLUMN);
     let updated_at = quote(UPDATED_AT_COLUMN);
+    let version_ms = quote(VERSION_MS_COLUMN);
+    let version_seq = quote(VERSION_SEQ_COLUMN);
     let mut values: Vec<String> = spec
         .key
         .iter()
@@ -142,28 +166,68 @@ pub(super) fn upsert_sql(spec: &TableSpec, snapshot: bool) -> String {
         .map(|(i, k)| format!("${}{}", i + 1, key_cast(k.kind)))
         .collect();
     let mut n = spec.key.len();
-    n += 1;
-    values.push(format!("${n}{}", document::cast(spec.document_type)));
-    if snapshot {
+    let mut param = |cast: &str| {
         n += 1;
-        values.push(format!("${n}::bigint"));
-    } else {
-        values.push("NULL".to_string());
+        format!("${n}{cast}")
+    };
+    values.push(param(document::cast(spec.document_type)));
+    values.push(match kind {
+        UpsertKind::Change => "NULL".to_string(),
+        UpsertKind::Marked | UpsertKind::UnlessNewer => param("::bigint"),
+    });
+    values.push(param("::text"));
+    values.push(param("::bigint"));
+    values.push(match kind {
+        UpsertKind::UnlessNewer => "NULL".to_string(),
+        UpsertKind::Change | UpsertKind::Marked => param("::text"),
+    });
+    let mut set = format!(
+        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
+         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
+    );
+    if kind != UpsertKind::Change {
+        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
     }
-    n += 1;
-    values.push(format!("${n}::text"));
-    let mut set = format!("{document} = EXCLUDED.{document}, ");
-    if snapshot {
-        let _ = write!(set, "{marker} = EXCLUDED.{marker}, ");
+    let keys = key_list(spec);
+    let columns =
+        format!("{keys}, {document}, {marker}, {updated_at}, {version_ms}, {version_seq}");
+    let values = values.join(", ");
+    if kind != UpsertKind::UnlessNewer {
+        return format!(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({keys}) DO UPDATE SET {set}"
+        );
     }
-    let _ = write!(set, "{updated_at} = EXCLUDED.{updated_at}");
+    let cutoff = param("::bigint");
+    let table_name = param("::text");
+    let key_text = param("::text");
     format!(
-        "INSERT INTO {} ({}, {document}, {marker}, {updated_at}) VALUES ({}) \
-         ON CONFLICT ({}) DO UPDATE SET {set}",
-        qualified(&spec.schema, &spec.table),
-        key_list(spec),
-        values.join(", "),
-        key_list(spec)
+        "INSERT INTO {table} AS t ({columns}) SELECT {values} \
+         WHERE NOT EXISTS (SELECT 1 FROM {} d WHERE d.table_name = {table_name} \
+         AND d.key_text = {key_text} AND (d.version_ms IS NULL OR d.version_ms > {cutoff})) \
+         ON CONFLICT ({keys}) DO UPDATE SET {set} \
+         WHERE NOT (t.{marker} IS NOT DISTINCT FROM EXCLUDED.{marker} AND t.{version_seq} IS NOT NULL \
+         AND (t.{version_ms} IS NULL OR t.{version_ms} > {cutoff}))",
+        qualified(&spec.schema, DELETED_TABLE)
+    )
+}
+
+/// Parameters: the table name, the key text, the delete's time. Of two markers of a key the
+/// newer time stays (null, unknown, counts as the newest).
+pub(super) fn mark_deleted_sql(schema: &str) -> String {
+    format!(
+        "INSERT INTO {} AS d (table_name, key_text, version_ms) \
+         VALUES ($1::text, $2::text, $3::bigint) ON CONFLICT (table_name, key_text) DO UPDATE \
+         SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL THEN NULL \
+         ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END",
+        qualified(schema, DELETED_TABLE)
+    )
+}
+
+/// Parameter: the table name.
+pub(super) fn drop_deleted_marks_sql(schema: &str) -> String {
+    format!(
+        "DELETE FROM {} WHERE table_name = $1::text",
+        qualified(schema, DELETED_TABLE)
     )
 }
 
@@ -257,15 +321,30 @@ mod tests {
             create_table: true,
         };
         assert_eq!(
-            upsert_sql(&spec, false),
+            upsert_sql(&spec, UpsertKind::Change),
             "INSERT INTO \"public\".\"or\"\"ders\" (\"id\", \"n\", \"doc\", \"_ddbpipe_snapshot\", \
-             \"_ddbpipe_updated_at\") VALUES ($1::text, $2::text::numeric, $3::text::jsonb, NULL, \
-             $4::text) ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = EXCLUDED.\"doc\", \
-             \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\""
+             \"_ddbpipe_updated_at\", \"_ddbpipe_version_ms\", \"_ddbpipe_version_seq\") VALUES \
+             ($1::text, $2::text::numeric, $3::text::jsonb, NULL, $4::text, $5::bigint, $6::text) \
+             ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = EXCLUDED.\"doc\", \
+             \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\", \
+             \"_ddbpipe_version_ms\" = EXCLUDED.\"_ddbpipe_version_ms\", \
+             \"_ddbpipe_version_seq\" = EXCLUDED.\"_ddbpipe_version_seq\""
         );
-        assert!(upsert_sql(&spec, true).contains(
-            "$4::bigint, $5::text) ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = \
-             EXCLUDED.\"doc\", \"_ddbpipe_snapshot\" = EXCLUDED.\"_ddbpipe_snapshot\""
+        assert!(upsert_sql(&spec, UpsertKind::Marked).ends_with(
+            "$4::bigint, $5::text, $6::bigint, $7::text) ON CONFLICT (\"id\", \"n\") DO UPDATE \
+             SET \"doc\" = EXCLUDED.\"doc\", \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\", \
+             \"_ddbpipe_version_ms\" = EXCLUDED.\"_ddbpipe_version_ms\", \
+             \"_ddbpipe_version_seq\" = EXCLUDED.\"_ddbpipe_version_seq\", \
+             \"_ddbpipe_snapshot\" = EXCLUDED.\"_ddbpipe_snapshot\""
         ));
+        let guarded = upsert_sql(&spec, UpsertKind::UnlessNewer);
+        assert!(
+            guarded.contains(
+                "SELECT $1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text, \
+                 $6::bigint, NULL WHERE NOT EXISTS"
+            ) && guarded.contains("d.table_name = $8::text AND d.key_text = $9::text")
+                && guarded.ends_with("t.\"_ddbpipe_version_ms\" > $7::bigint))"),
+            "{guarded}"
+        );
     }
 }

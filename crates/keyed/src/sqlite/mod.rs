@@ -17,23 +17,37 @@
 //!     "doc" TEXT NOT NULL,                -- the item JSON
 //!     "_ddbpipe_snapshot" INTEGER,        -- the id of the snapshot that last wrote the row, or null
 //!     "_ddbpipe_updated_at" TEXT NOT NULL, -- RFC 3339 UTC with milliseconds
+//!     "_ddbpipe_version_ms" INTEGER,      -- the version of the last write (docs/mirror.md §5.6)
+//!     "_ddbpipe_version_seq" TEXT,        -- its sequence number: set only by stream changes
 //!     PRIMARY KEY ("pk", "sk"))
 //! ```
 //!
-//! (a rowid table: documents can be large, which WITHOUT ROWID tables handle poorly). A
-//! snapshot upsert is `INSERT … ON CONFLICT ("pk", "sk") DO UPDATE SET "doc" = excluded."doc",
-//! "_ddbpipe_snapshot" = excluded."_ddbpipe_snapshot", "_ddbpipe_updated_at" = …` with the
-//! snapshot id as the marker; a change upsert is the same without the marker in the update
-//! (a new row gets null); a delete is `DELETE … WHERE "pk" = ? AND "sk" = ?`. The statements
-//! of a table are built once per handle and prepared through rusqlite's statement cache.
+//! (a rowid table: documents can be large, which WITHOUT ROWID tables handle poorly). A table
+//! of an earlier ddbpipe, without the two version columns, gets them from `prepare` (`ALTER
+//! TABLE … ADD COLUMN`; its rows keep null versions). Each row change is written as
+//! `crate::sql::plan` decides:
+//!
+//! - an upsert is `INSERT … ON CONFLICT ("pk", "sk") DO UPDATE SET "doc" = excluded."doc", …`
+//!   writing the version; with a snapshot open it also sets `_ddbpipe_snapshot` to the id,
+//!   otherwise the marker is left out of the update (a new row gets null);
+//! - a snapshot row with a version is `INSERT … SELECT ?1, … WHERE NOT EXISTS (a newer
+//!   deleted-key marker) ON CONFLICT … DO UPDATE SET … WHERE NOT (the row was written by a
+//!   stream change of this snapshot after the cutoff)`: one statement, so one step per row as
+//!   before;
+//! - a delete is `DELETE … WHERE "pk" = ? AND "sk" = ?`; with a snapshot open it is followed by
+//!   an upsert into `"_ddbpipe_deleted" (table_name, key_text, version_ms)`, primary key
+//!   `(table_name, key_text)`, which `close_snapshot` empties for the table.
+//!
+//! The statements of a table are built once per handle and prepared through rusqlite's
+//! statement cache.
 //!
 //! The state lives in `"_ddbpipe_state" (pipeline, part, value, updated_at)`, primary key
 //! `(pipeline, part)`, `value` being JSON text.
 //!
 //! # The transaction rule
 //! [`apply`](SqliteDatabase::apply) and [`close_snapshot`](SqliteDatabase::close_snapshot) run
-//! in **one** `BEGIN IMMEDIATE` transaction each: the rows, then the state parts, then
-//! `COMMIT`. Any error (a bad key, a SQLite error) rolls back the whole transaction, so the
+//! in **one** `BEGIN IMMEDIATE` transaction each: the rows (with their deleted-key markers),
+//! then the state parts, then `COMMIT`. Any error (a bad key, a SQLite error) rolls back the whole transaction, so the
 //! rows and the pipeline position are either both written or neither.
 //!
 //! # Errors
@@ -54,10 +68,13 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use self::schema::{
-    CREATE_STATE_SQL, Found, check_columns, create_table_sql, inspect, spec_key_text, validate_spec,
+    CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, add_version_columns_sql, check_columns,
+    create_table_sql, inspect, spec_key_text, validate_spec,
 };
-use self::sql::{TableSql, bind_key, check_key, count, write_state};
-use crate::sql::{STATE_TABLE, now_rfc3339, row_count};
+use self::sql::{Statements, TableSql, check_key, count, write_state};
+use crate::sql::{
+    DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
+};
 use crate::{CloseSnapshot, Closed, DbError, RowChange, StateWrite, TableSpec};
 
 mod lock;
@@ -143,7 +160,7 @@ impl SqliteDatabase {
     }
 
     fn from_connection(path: &Path, conn: Connection) -> Self {
-        // Three statements per table, the state's two, and the odd query.
+        // Up to eight statements per table, the state's two, and the odd query.
         conn.set_prepared_statement_cache_capacity(64);
         SqliteDatabase {
             shared: Arc::new(Shared {
@@ -176,15 +193,7 @@ impl SqliteDatabase {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.error(&spec.table, &e))?;
-            match inspect(&tx, &spec.table).map_err(|e| self.error(&spec.table, &e))? {
-                Found::Missing if spec.create_table => {
-                    tx.execute_batch(&create_table_sql(spec))
-                        .map_err(|e| self.error(&spec.table, &e))?;
-                }
-                found => self.check_found(spec, found)?,
-            }
-            tx.execute_batch(CREATE_STATE_SQL)
-                .map_err(|e| self.error(STATE_TABLE, &e))?;
+            self.set_up(&tx, spec)?;
             tx.commit().map_err(|e| self.error(&spec.table, &e))
         })
     }
@@ -210,44 +219,23 @@ impl SqliteDatabase {
                 .map_err(|e| self.error(&spec.table, &e))?;
             {
                 let table_err = |e: rusqlite::Error| self.error(&spec.table, &e);
-                let mut upsert_snapshot = tx.prepare_cached(&sql.upsert_snapshot).map_err(table_err)?;
-                let mut upsert_change = tx.prepare_cached(&sql.upsert_change).map_err(table_err)?;
-                let mut delete = tx.prepare_cached(&sql.delete).map_err(table_err)?;
+                let mut statements = Statements::new(&tx, &sql);
                 for (index, row) in rows.iter().enumerate() {
-                    match row {
-                        RowChange::Upsert {
-                            key,
-                            document,
-                            snapshot,
-                            ..
-                        } => {
-                            check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
-                            let (stmt, marker) = if *snapshot {
-                                let Some(id) = snapshot_id else {
-                                    return Err(self.message(
-                                        &spec.table,
-                                        &format!("change {index} is a snapshot row but no snapshot is open"),
-                                    ));
-                                };
-                                (&mut upsert_snapshot, Some(id))
-                            } else {
-                                (&mut upsert_change, None)
-                            };
-                            let n = key.len();
-                            bind_key(stmt, key)
-                                .and_then(|()| stmt.raw_bind_parameter(n + 1, document.as_str()))
-                                .and_then(|()| stmt.raw_bind_parameter(n + 2, marker))
-                                .and_then(|()| stmt.raw_bind_parameter(n + 3, updated_at.as_str()))
-                                .and_then(|()| stmt.raw_execute())
-                                .map_err(table_err)?;
-                        }
-                        RowChange::Delete { key, .. } => {
-                            check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
-                            bind_key(&mut delete, key)
-                                .and_then(|()| delete.raw_execute())
-                                .map_err(table_err)?;
-                        }
-                    }
+                    let key = row_key(row);
+                    check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
+                    let write = plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
+                        self.message(
+                            &spec.table,
+                            &format!("change {index} is a snapshot row but no snapshot is open"),
+                        )
+                    })?;
+                    let document = match row {
+                        RowChange::Upsert { document, .. } => document.as_str(),
+                        RowChange::Delete { .. } => "",
+                    };
+                    statements
+                        .write(spec, key, document, &updated_at, &write)
+                        .map_err(table_err)?;
                 }
             }
             write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
@@ -350,6 +338,9 @@ impl SqliteDatabase {
                     closed.ceiling_hit = true;
                 }
             }
+            tx.prepare_cached(&sql.drop_deleted_marks)
+                .and_then(|mut stmt| stmt.execute([spec.table.as_str()]))
+                .map_err(|e| self.error(DELETED_TABLE, &e))?;
             write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
             tx.commit().map_err(err)?;
             Ok(closed)
@@ -366,26 +357,20 @@ impl SqliteDatabase {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err)?;
-            tx.execute_batch(CREATE_STATE_SQL)
-                .map_err(|e| self.error(STATE_TABLE, &e))?;
-            let detail = match inspect(&tx, &spec.table).map_err(err)? {
-                Found::Missing if spec.create_table => {
-                    tx.execute_batch(&create_table_sql(spec)).map_err(err)?;
-                    format!(
-                        "{shown}: table '{}' will be created, key {}",
-                        spec.table,
-                        spec_key_text(spec)
-                    )
-                }
-                found => {
-                    self.check_found(spec, found)?;
-                    let rows = count(&tx, &spec.table).map_err(err)?;
-                    format!(
-                        "{shown}: table '{}' exists, {rows} row(s), key {}",
-                        spec.table,
-                        spec_key_text(spec)
-                    )
-                }
+            // What `prepare` does, rolled back: the file is writable and the table usable.
+            let detail = if self.set_up(&tx, spec)? {
+                format!(
+                    "{shown}: table '{}' will be created, key {}",
+                    spec.table,
+                    spec_key_text(spec)
+                )
+            } else {
+                let rows = count(&tx, &spec.table).map_err(err)?;
+                format!(
+                    "{shown}: table '{}' exists, {rows} row(s), key {}",
+                    spec.table,
+                    spec_key_text(spec)
+                )
             };
             tx.rollback().map_err(err)?;
             Ok(detail)
@@ -397,8 +382,32 @@ impl SqliteDatabase {
         blocking(|| f(&mut lock_mutex(&self.shared.conn)))
     }
 
+    /// In `tx`: creates the destination table when missing and allowed (`true`), or checks an
+    /// existing one and adds the version columns a table of an earlier ddbpipe lacks; then
+    /// creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
+    fn set_up(&self, tx: &rusqlite::Transaction<'_>, spec: &TableSpec) -> Result<bool, DbError> {
+        let err = |e: rusqlite::Error| self.error(&spec.table, &e);
+        let found = inspect(tx, &spec.table).map_err(err)?;
+        let created = matches!(found, Found::Missing) && spec.create_table;
+        if created {
+            tx.execute_batch(&create_table_sql(spec)).map_err(err)?;
+        } else {
+            self.check_found(spec, &found)?;
+        }
+        if let Found::Table(columns) = &found {
+            for alter in add_version_columns_sql(spec, columns) {
+                tx.execute_batch(&alter).map_err(err)?;
+            }
+        }
+        tx.execute_batch(CREATE_STATE_SQL)
+            .map_err(|e| self.error(STATE_TABLE, &e))?;
+        tx.execute_batch(CREATE_DELETED_SQL)
+            .map_err(|e| self.error(DELETED_TABLE, &e))?;
+        Ok(created)
+    }
+
     /// Checks an existing table (or its absence, `create_table` being false) against `spec`.
-    fn check_found(&self, spec: &TableSpec, found: Found) -> Result<(), DbError> {
+    fn check_found(&self, spec: &TableSpec, found: &Found) -> Result<(), DbError> {
         let shown = self.shared.path.display();
         let table = &spec.table;
         let columns = match found {
@@ -414,7 +423,7 @@ impl SqliteDatabase {
             }
             Found::Table(columns) => columns,
         };
-        check_columns(spec, &columns).map_err(|m| {
+        check_columns(spec, columns).map_err(|m| {
             DbError::fatal(format!(
                 "sqlite table '{table}' in {shown} {m}: choose another sink.table or drop the table"
             ))

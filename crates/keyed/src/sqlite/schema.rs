@@ -1,10 +1,13 @@
-//! The schema: validating a spec's names, inspecting an existing table against it, and the
-//! `CREATE TABLE` statements of the destination and the state (see the `sqlite` module docs,
+//! The schema: validating a spec's names, inspecting an existing table against it, the
+//! `CREATE TABLE` statements of the destination, the state and the deleted-key markers, and
+//! adding the version columns to a table of an earlier ddbpipe (see the `sqlite` module docs,
 //! "The SQL shape").
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::sql::{SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, quote};
+use crate::sql::{
+    SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, quote,
+};
 use crate::{KeyColumn, KeyType, TableSpec};
 
 /// The prefix reserved for ddbpipe's own columns and tables.
@@ -13,6 +16,15 @@ const RESERVED_PREFIX: &str = "_ddbpipe_";
 pub(super) const CREATE_STATE_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_state\" (\
      pipeline TEXT NOT NULL, part TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL, \
      PRIMARY KEY (pipeline, part))";
+
+pub(super) const CREATE_DELETED_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_deleted\" (\
+     table_name TEXT NOT NULL, key_text TEXT NOT NULL, version_ms INTEGER, \
+     PRIMARY KEY (table_name, key_text))";
+
+/// The version columns (docs/mirror.md §5.6) with their declared types; a table created by an
+/// earlier ddbpipe lacks them and gets them from `prepare`.
+const VERSION_COLUMNS: [(&str, &str); 2] =
+    [(VERSION_MS_COLUMN, "INTEGER"), (VERSION_SEQ_COLUMN, "TEXT")];
 
 /// What a name is in the database.
 pub(super) enum Found {
@@ -94,6 +106,22 @@ pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<
     Ok(())
 }
 
+/// `ALTER TABLE … ADD COLUMN` for each version column the existing table lacks (none for a
+/// table of this version).
+pub(super) fn add_version_columns_sql(spec: &TableSpec, columns: &[ColumnInfo]) -> Vec<String> {
+    VERSION_COLUMNS
+        .iter()
+        .filter(|(name, _)| !columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)))
+        .map(|(name, kind)| {
+            format!(
+                "ALTER TABLE {} ADD COLUMN {} {kind}",
+                quote(&spec.table),
+                quote(name)
+            )
+        })
+        .collect()
+}
+
 /// Rejects specs whose columns would collide (the caller checks too).
 pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
     let reserved = |name: &str| {
@@ -151,6 +179,9 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     columns.push(format!("{} TEXT NOT NULL", quote(&spec.document_column)));
     columns.push(format!("{} INTEGER", quote(SNAPSHOT_COLUMN)));
     columns.push(format!("{} TEXT NOT NULL", quote(UPDATED_AT_COLUMN)));
+    for (name, kind) in VERSION_COLUMNS {
+        columns.push(format!("{} {kind}", quote(name)));
+    }
     let key = spec
         .key
         .iter()

@@ -1,9 +1,12 @@
 //! The statements of the rows and the state, built once per table, and binding a row's key to
 //! them (see the `sqlite` module docs, "The SQL shape").
 
-use rusqlite::{Connection, Statement};
+use rusqlite::{CachedStatement, Connection, Statement};
 
-use crate::sql::{KeyMisfit, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, key_misfit, quote, row_count};
+use crate::sql::{
+    DELETED_TABLE, KeyMisfit, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
+    VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, row_count,
+};
 use crate::{KeyValue, StateWrite, TableSpec};
 
 const UPSERT_STATE_SQL: &str = "INSERT INTO \"_ddbpipe_state\" (pipeline, part, value, updated_at) \
@@ -15,34 +18,68 @@ const DELETE_STATE_SQL: &str = "DELETE FROM \"_ddbpipe_state\" WHERE pipeline = 
 pub(super) struct TableSql {
     /// The spec they were built for (a different spec under the same name rebuilds them).
     pub(super) spec: TableSpec,
-    /// Parameters: the key values, the document, the marker, `updated_at`.
-    pub(super) upsert_snapshot: String,
-    /// As `upsert_snapshot`, but the marker is not updated on conflict.
+    /// Parameters: the key values, the document, the marker (bound null), `updated_at`, the
+    /// version's time and sequence. The marker is not updated on conflict.
     pub(super) upsert_change: String,
+    /// As `upsert_change`, the marker bound to the snapshot id and updated on conflict.
+    pub(super) upsert_marked: String,
+    /// Parameters: the key values, the document, the snapshot id, `updated_at`, the read time,
+    /// the cutoff, the table name and the key text (`crate::sql::key_text`). Writes nothing
+    /// when a deleted-key marker or a stream-written row of this snapshot is newer than the
+    /// cutoff (a null time counts as newer).
+    pub(super) upsert_unless_newer: String,
     /// Parameters: the key values.
     pub(super) delete: String,
+    /// Parameters: the table name, the key text, the delete's time. Keeps the newer time of
+    /// two markers of a key (null, unknown, counts as the newest).
+    pub(super) mark_deleted: String,
     /// Parameter: the snapshot id.
     pub(super) count_marked: String,
     /// Parameter: the snapshot id.
     pub(super) delete_unmarked: String,
+    /// Parameter: the table name.
+    pub(super) drop_deleted_marks: String,
 }
 
 impl TableSql {
     pub(super) fn new(spec: &TableSpec) -> Self {
         let table = quote(&spec.table);
+        let deleted = quote(DELETED_TABLE);
         let doc = quote(&spec.document_column);
         let marker = quote(SNAPSHOT_COLUMN);
         let updated = quote(UPDATED_AT_COLUMN);
+        let version_ms = quote(VERSION_MS_COLUMN);
+        let version_seq = quote(VERSION_SEQ_COLUMN);
         let keys: Vec<String> = spec.key.iter().map(|k| quote(&k.name)).collect();
         let n = keys.len();
         let key_list = keys.join(", ");
-        let values = (1..=n + 3)
-            .map(|i| format!("?{i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let params = |count: usize| {
+            (1..=count)
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let columns =
+            format!("{key_list}, {doc}, {marker}, {updated}, {version_ms}, {version_seq}");
+        let set = format!(
+            "{doc} = excluded.{doc}, {updated} = excluded.{updated}, \
+             {version_ms} = excluded.{version_ms}, {version_seq} = excluded.{version_seq}"
+        );
         let insert = format!(
-            "INSERT INTO {table} ({key_list}, {doc}, {marker}, {updated}) VALUES ({values}) \
-             ON CONFLICT ({key_list}) DO UPDATE SET {doc} = excluded.{doc}, "
+            "INSERT INTO {table} ({columns}) VALUES ({}) ON CONFLICT ({key_list}) DO UPDATE SET {set}",
+            params(n + 5)
+        );
+        let cutoff = format!("?{}", n + 5);
+        let unless_newer = format!(
+            "INSERT INTO {table} ({columns}) SELECT {}, NULL \
+             WHERE NOT EXISTS (SELECT 1 FROM {deleted} WHERE table_name = ?{} AND key_text = ?{} \
+             AND (version_ms IS NULL OR version_ms > {cutoff})) \
+             ON CONFLICT ({key_list}) DO UPDATE SET {set}, {marker} = excluded.{marker} \
+             WHERE NOT ({table}.{marker} IS excluded.{marker} AND {table}.{version_seq} IS NOT NULL \
+             AND ({table}.{version_ms} IS NULL OR {table}.{version_ms} > {cutoff}))",
+            params(n + 4),
+            n + 6,
+            n + 7
         );
         let where_key = keys
             .iter()
@@ -52,17 +89,138 @@ impl TableSql {
             .join(" AND ");
         TableSql {
             spec: spec.clone(),
-            upsert_snapshot: format!(
-                "{insert}{marker} = excluded.{marker}, {updated} = excluded.{updated}"
-            ),
-            upsert_change: format!("{insert}{updated} = excluded.{updated}"),
+            upsert_marked: format!("{insert}, {marker} = excluded.{marker}"),
+            upsert_change: insert,
+            upsert_unless_newer: unless_newer,
             delete: format!("DELETE FROM {table} WHERE {where_key}"),
+            // SQLite's max() of two values is null when either is.
+            mark_deleted: format!(
+                "INSERT INTO {deleted} (table_name, key_text, version_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (table_name, key_text) DO UPDATE SET \
+                 version_ms = max(version_ms, excluded.version_ms)"
+            ),
             count_marked: format!("SELECT count(*) FROM {table} WHERE {marker} = ?1"),
             delete_unmarked: format!(
                 "DELETE FROM {table} WHERE {marker} IS NULL OR {marker} <> ?1"
             ),
+            drop_deleted_marks: format!("DELETE FROM {deleted} WHERE table_name = ?1"),
         }
     }
+}
+
+/// The statements of a table in one transaction, each prepared on first use (through the
+/// connection's statement cache).
+pub(super) struct Statements<'t> {
+    tx: &'t Connection,
+    sql: &'t TableSql,
+    upsert_change: Option<CachedStatement<'t>>,
+    upsert_marked: Option<CachedStatement<'t>>,
+    upsert_unless_newer: Option<CachedStatement<'t>>,
+    delete: Option<CachedStatement<'t>>,
+    mark_deleted: Option<CachedStatement<'t>>,
+}
+
+impl<'t> Statements<'t> {
+    pub(super) fn new(tx: &'t Connection, sql: &'t TableSql) -> Self {
+        Statements {
+            tx,
+            sql,
+            upsert_change: None,
+            upsert_marked: None,
+            upsert_unless_newer: None,
+            delete: None,
+            mark_deleted: None,
+        }
+    }
+
+    /// Writes one row change of `key` as `write` says (`document` is ignored for deletes).
+    pub(super) fn write(
+        &mut self,
+        spec: &TableSpec,
+        key: &[KeyValue],
+        document: &str,
+        updated_at: &str,
+        write: &Write<'_>,
+    ) -> rusqlite::Result<()> {
+        let (tx, sql) = (self.tx, self.sql);
+        let n = key.len();
+        match *write {
+            Write::Upsert {
+                version_ms,
+                version_seq,
+            } => {
+                let stmt = cached(&mut self.upsert_change, tx, &sql.upsert_change)?;
+                bind_upsert(stmt, key, document, None, updated_at)?;
+                stmt.raw_bind_parameter(n + 4, version_ms)?;
+                stmt.raw_bind_parameter(n + 5, version_seq)?;
+                stmt.raw_execute().map(drop)
+            }
+            Write::UpsertMarked {
+                id,
+                version_ms,
+                version_seq,
+            } => {
+                let stmt = cached(&mut self.upsert_marked, tx, &sql.upsert_marked)?;
+                bind_upsert(stmt, key, document, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(n + 4, version_ms)?;
+                stmt.raw_bind_parameter(n + 5, version_seq)?;
+                stmt.raw_execute().map(drop)
+            }
+            Write::UpsertUnlessNewer {
+                id,
+                read_ms,
+                cutoff_ms,
+            } => {
+                let stmt = cached(&mut self.upsert_unless_newer, tx, &sql.upsert_unless_newer)?;
+                bind_upsert(stmt, key, document, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(n + 4, read_ms)?;
+                stmt.raw_bind_parameter(n + 5, cutoff_ms)?;
+                stmt.raw_bind_parameter(n + 6, spec.table.as_str())?;
+                stmt.raw_bind_parameter(n + 7, key_text(key))?;
+                stmt.raw_execute().map(drop)
+            }
+            Write::Delete => self.delete(key),
+            Write::DeleteMarked { version_ms } => {
+                self.delete(key)?;
+                let stmt = cached(&mut self.mark_deleted, tx, &sql.mark_deleted)?;
+                stmt.execute((spec.table.as_str(), key_text(key), version_ms))
+                    .map(drop)
+            }
+        }
+    }
+
+    fn delete(&mut self, key: &[KeyValue]) -> rusqlite::Result<()> {
+        let stmt = cached(&mut self.delete, self.tx, &self.sql.delete)?;
+        bind_key(stmt, key)?;
+        stmt.raw_execute().map(drop)
+    }
+}
+
+/// The statement in `slot`, prepared (through the cache) when it is not yet.
+fn cached<'s, 't>(
+    slot: &'s mut Option<CachedStatement<'t>>,
+    tx: &'t Connection,
+    sql: &str,
+) -> rusqlite::Result<&'s mut CachedStatement<'t>> {
+    match slot {
+        Some(stmt) => Ok(stmt),
+        None => Ok(slot.insert(tx.prepare_cached(sql)?)),
+    }
+}
+
+/// Binds the key values, the document, the marker and `updated_at` (parameters `1..=n + 3`).
+fn bind_upsert(
+    stmt: &mut Statement<'_>,
+    key: &[KeyValue],
+    document: &str,
+    marker: Option<i64>,
+    updated_at: &str,
+) -> rusqlite::Result<()> {
+    let n = key.len();
+    bind_key(stmt, key)?;
+    stmt.raw_bind_parameter(n + 1, document)?;
+    stmt.raw_bind_parameter(n + 2, marker)?;
+    stmt.raw_bind_parameter(n + 3, updated_at)
 }
 
 /// Checks a row's key against the key columns.
@@ -84,7 +242,7 @@ pub(super) fn check_key(spec: &TableSpec, index: usize, key: &[KeyValue]) -> Res
 }
 
 /// Binds the key values to parameters `1..=key.len()`: S and N as TEXT, B as BLOB.
-pub(super) fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> {
+fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> {
     for (i, value) in key.iter().enumerate() {
         match value {
             KeyValue::S(text) | KeyValue::N(text) => {

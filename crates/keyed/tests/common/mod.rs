@@ -1,6 +1,8 @@
 //! Builders shared by the backend tests (`sqlite.rs`, `postgres.rs`); each uses a part of them.
 #![allow(dead_code)]
 
+pub mod versions;
+
 use ddbpipe_keyed::{KeyColumn, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version};
 
 /// A table keyed by `key` (name, type) in `schema`, with the document in `doc`, created when

@@ -1,0 +1,381 @@
+//! Scenarios of docs/mirror.md §5.6 (versions: snapshot rows beside stream changes), run by
+//! both backend tests against a table keyed by one `S` attribute. Each backend supplies a
+//! [`Look`] to read the table and the deleted-key markers behind ddbpipe's back.
+//!
+//! Times: a stream change stamped `T`, a page read at `p`; `p` holds a row back while the
+//! stream wrote the key at more than `p − 61 000 ms` (1 s of rounding and the 60 s margin).
+
+use std::collections::BTreeMap;
+
+use ddbpipe_keyed::{CloseSnapshot, Closed, Database, RowChange, StateWrite, TableSpec, Version};
+
+use super::{s, state_at};
+
+/// 2026-01-01T00:00:00Z: when the stream changes of the scenarios happen.
+pub const T: i64 = 1_767_225_600_000;
+/// A second of rounding and the 60 s margin: a page read this long after a change is newer.
+pub const MARGIN_MS: i64 = 61_000;
+
+/// One destination row as the scenarios look at it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// The document, parsed (PostgreSQL's `jsonb` reformats it).
+    pub doc: serde_json::Value,
+    /// `_ddbpipe_snapshot`.
+    pub marker: Option<i64>,
+    /// `_ddbpipe_version_ms`.
+    pub version_ms: Option<i64>,
+    /// `_ddbpipe_version_seq`.
+    pub version_seq: Option<String>,
+}
+
+/// A deleted-key marker: (table name, key text, version_ms).
+pub type Marker = (String, String, Option<i64>);
+
+/// Reads a backend's tables directly.
+// Only this test crate implements and calls it, so `Send` bounds on the futures do not matter.
+#[allow(async_fn_in_trait)]
+pub trait Look {
+    /// The rows of `spec`'s table by key (its one `S` key column).
+    async fn rows(&self, spec: &TableSpec) -> BTreeMap<String, Seen>;
+    /// Every row of `_ddbpipe_deleted`, sorted.
+    async fn markers(&self) -> Vec<Marker>;
+}
+
+pub fn seen(doc: &str, marker: Option<i64>, version_ms: Option<i64>, seq: Option<&str>) -> Seen {
+    Seen {
+        doc: serde_json::from_str(doc).expect("a JSON document"),
+        marker,
+        version_ms,
+        version_seq: seq.map(str::to_string),
+    }
+}
+
+/// A stream upsert (`c`/`u`) stamped `at_ms` with sequence number `seq`.
+pub fn change(key: &str, doc: &str, at_ms: i64, seq: &str) -> RowChange {
+    RowChange::Upsert {
+        key: vec![s(key)],
+        document: doc.to_string(),
+        snapshot: false,
+        version: Version {
+            at_ms: Some(at_ms),
+            sequence: Some(seq.to_string()),
+        },
+    }
+}
+
+/// A stream delete stamped `at_ms`.
+pub fn deleted(key: &str, at_ms: i64, seq: &str) -> RowChange {
+    RowChange::Delete {
+        key: vec![s(key)],
+        version: Version {
+            at_ms: Some(at_ms),
+            sequence: Some(seq.to_string()),
+        },
+    }
+}
+
+/// A snapshot row (`op: "r"`) of a page read at `read_ms`, when known.
+pub fn snapshot_row(key: &str, doc: &str, read_ms: Option<i64>) -> RowChange {
+    RowChange::Upsert {
+        key: vec![s(key)],
+        document: doc.to_string(),
+        snapshot: true,
+        version: Version {
+            at_ms: read_ms,
+            sequence: None,
+        },
+    }
+}
+
+/// The marker of a one-string key `key` in `spec`'s table.
+pub fn marker(spec: &TableSpec, key: &str, version_ms: i64) -> Marker {
+    (
+        spec.table.clone(),
+        format!(r#"[{{"S":"{key}"}}]"#),
+        Some(version_ms),
+    )
+}
+
+async fn apply(db: &Database, spec: &TableSpec, rows: &[RowChange], snapshot: Option<i64>) {
+    db.apply(spec, rows, snapshot, &StateWrite::default())
+        .await
+        .expect("apply");
+}
+
+fn rows_of(rows: &[(&str, Seen)]) -> BTreeMap<String, Seen> {
+    rows.iter()
+        .map(|(key, row)| (key.to_string(), row.clone()))
+        .collect()
+}
+
+pub async fn a_stream_upsert_during_an_open_snapshot_marks_the_row_and_records_its_version(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    // `a` from an earlier snapshot.
+    let page = snapshot_row("a", r#"{"v":0}"#, Some(T - 100_000));
+    apply(db, spec, &[page], Some(3)).await;
+
+    let rows = [
+        change("a", r#"{"v":1}"#, T, "100"),
+        change("b", r#"{"v":1}"#, T + 1000, "200"),
+    ];
+    apply(db, spec, &rows, Some(7)).await;
+    assert_eq!(
+        look.rows(spec).await,
+        rows_of(&[
+            ("a", seen(r#"{"v":1}"#, Some(7), Some(T), Some("100"))),
+            (
+                "b",
+                seen(r#"{"v":1}"#, Some(7), Some(T + 1000), Some("200"))
+            ),
+        ])
+    );
+
+    // With no snapshot open the marker stays as it is; the version is recorded all the same.
+    let rows = [
+        change("a", r#"{"v":2}"#, T + 2000, "300"),
+        change("c", r#"{"v":1}"#, T + 2000, "301"),
+    ];
+    apply(db, spec, &rows, None).await;
+    let after = look.rows(spec).await;
+    assert_eq!(
+        after["a"],
+        seen(r#"{"v":2}"#, Some(7), Some(T + 2000), Some("300"))
+    );
+    assert_eq!(
+        after["c"],
+        seen(r#"{"v":1}"#, None, Some(T + 2000), Some("301"))
+    );
+}
+
+pub async fn a_snapshot_row_within_the_margin_of_a_stream_change_is_skipped_and_a_later_one_is_written(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    let stream = seen(r#"{"v":"stream"}"#, Some(7), Some(T), Some("100"));
+    apply(
+        db,
+        spec,
+        &[change("a", r#"{"v":"stream"}"#, T, "100")],
+        Some(7),
+    )
+    .await;
+
+    // Read 1 ms too early to be sure it saw the change: skipped.
+    let early = snapshot_row("a", r#"{"v":"page"}"#, Some(T + MARGIN_MS - 1));
+    apply(db, spec, &[early], Some(7)).await;
+    assert_eq!(look.rows(spec).await["a"], stream);
+
+    // In one batch with the change as well.
+    let batch = [
+        change("b", r#"{"v":"stream"}"#, T, "101"),
+        snapshot_row("b", r#"{"v":"page"}"#, Some(T + 1000)),
+    ];
+    apply(db, spec, &batch, Some(7)).await;
+    assert_eq!(look.rows(spec).await["b"].doc, stream.doc);
+
+    // Read at the cutoff: the page is newer, written without a sequence.
+    let later = snapshot_row("a", r#"{"v":"page"}"#, Some(T + MARGIN_MS));
+    apply(db, spec, &[later], Some(7)).await;
+    assert_eq!(
+        look.rows(spec).await["a"],
+        seen(r#"{"v":"page"}"#, Some(7), Some(T + MARGIN_MS), None)
+    );
+
+    // A page of this snapshot (no sequence) never holds a later page back.
+    let again = snapshot_row("a", r#"{"v":"again"}"#, Some(T + MARGIN_MS + 500));
+    apply(db, spec, &[again], Some(7)).await;
+    assert_eq!(
+        look.rows(spec).await["a"],
+        seen(r#"{"v":"again"}"#, Some(7), Some(T + MARGIN_MS + 500), None)
+    );
+}
+
+pub async fn a_stream_delete_leaves_a_marker_and_only_a_page_read_after_the_cutoff_resurrects_the_item(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    // `a` and `b` from before the snapshot.
+    let before = [
+        change("a", r#"{"v":0}"#, T - 100_000, "50"),
+        change("b", r#"{"v":0}"#, T - 100_000, "51"),
+    ];
+    apply(db, spec, &before, None).await;
+
+    apply(db, spec, &[deleted("a", T, "100")], Some(7)).await;
+    assert!(!look.rows(spec).await.contains_key("a"));
+    assert_eq!(look.markers().await, [marker(spec, "a", T)]);
+
+    let early = snapshot_row("a", r#"{"v":"page"}"#, Some(T + MARGIN_MS - 1));
+    apply(db, spec, &[early], Some(7)).await;
+    assert!(!look.rows(spec).await.contains_key("a"), "resurrected");
+
+    let later = snapshot_row("a", r#"{"v":"page"}"#, Some(T + MARGIN_MS));
+    apply(db, spec, &[later], Some(7)).await;
+    assert_eq!(
+        look.rows(spec).await["a"],
+        seen(r#"{"v":"page"}"#, Some(7), Some(T + MARGIN_MS), None)
+    );
+
+    // With no snapshot open, a delete leaves no marker.
+    apply(db, spec, &[deleted("b", T, "101")], None).await;
+    assert!(!look.rows(spec).await.contains_key("b"));
+    assert_eq!(look.markers().await, [marker(spec, "a", T)]);
+}
+
+pub async fn rows_from_before_the_snapshot_never_hold_a_snapshot_row_back(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    // Written at T: `a` by a change outside any snapshot, `b` by a change during snapshot 6,
+    // `c` by a page of snapshot 6.
+    apply(db, spec, &[change("a", r#"{"v":0}"#, T, "100")], None).await;
+    let six = [
+        change("b", r#"{"v":0}"#, T, "101"),
+        snapshot_row("c", r#"{"v":0}"#, Some(T)),
+    ];
+    apply(db, spec, &six, Some(6)).await;
+
+    // Snapshot 7 reads them at T, well within the margin of their versions.
+    let pages: Vec<RowChange> = ["a", "b", "c"]
+        .iter()
+        .map(|key| snapshot_row(key, r#"{"v":"page"}"#, Some(T)))
+        .collect();
+    apply(db, spec, &pages, Some(7)).await;
+    let page = seen(r#"{"v":"page"}"#, Some(7), Some(T), None);
+    assert_eq!(
+        look.rows(spec).await,
+        rows_of(&[("a", page.clone()), ("b", page.clone()), ("c", page)])
+    );
+}
+
+pub async fn replaying_a_batch_of_changes_and_pages_changes_nothing(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    apply(
+        db,
+        spec,
+        &[change("x", r#"{"v":0}"#, T - 200_000, "1")],
+        None,
+    )
+    .await;
+    let batch = [
+        snapshot_row("a", r#"{"v":"page"}"#, Some(T)),
+        change("a", r#"{"v":1}"#, T + 500, "110"),
+        snapshot_row("b", r#"{"v":"page"}"#, Some(T)),
+        deleted("b", T + 500, "111"),
+        snapshot_row("b", r#"{"v":"page"}"#, Some(T + 1000)),
+        deleted("x", T, "112"),
+        change("c", r#"{"v":1}"#, T, "113"),
+        snapshot_row("c", r#"{"v":"page"}"#, Some(T + 2000)),
+        snapshot_row("d", r#"{"v":"page"}"#, Some(T + 2000)),
+    ];
+    let write = state_at("2026-01-01T00:00:05.000Z", "p", &[("position", "1")], &[]);
+    db.apply(spec, &batch, Some(7), &write).await.expect("once");
+    let (rows, markers) = (look.rows(spec).await, look.markers().await);
+    let state = db.load_state("p").await.expect("load");
+    db.apply(spec, &batch, Some(7), &write)
+        .await
+        .expect("twice");
+    assert_eq!(look.rows(spec).await, rows);
+    assert_eq!(look.markers().await, markers);
+    assert_eq!(db.load_state("p").await.expect("load"), state);
+
+    assert_eq!(rows.keys().collect::<Vec<_>>(), ["a", "c", "d"]);
+    assert_eq!(rows["a"].version_seq.as_deref(), Some("110"));
+    assert_eq!(rows["c"].version_seq.as_deref(), Some("113"));
+    assert_eq!(markers, [marker(spec, "b", T + 500), marker(spec, "x", T)]);
+}
+
+pub async fn close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    let other = TableSpec {
+        table: format!("{}_other", spec.table),
+        ..spec.clone()
+    };
+    db.prepare(&other).await.expect("prepare other");
+    let before = ["kept", "unseen", "gone"].map(|key| change(key, "{}", T - 100_000, "1"));
+    apply(db, spec, &before, None).await;
+
+    let during = [
+        change("kept", r#"{"v":1}"#, T, "100"),
+        change("new", r#"{"v":1}"#, T, "101"),
+        deleted("gone", T, "102"),
+        snapshot_row("paged", r#"{"v":1}"#, Some(T + 1000)),
+        // Held back by the change to `kept`, which stays seen.
+        snapshot_row("kept", r#"{"v":0}"#, Some(T + 1000)),
+    ];
+    apply(db, spec, &during, Some(7)).await;
+    apply(db, &other, &[deleted("z", T, "1")], Some(7)).await;
+    assert_eq!(
+        look.markers().await,
+        [marker(spec, "gone", T), marker(&other, "z", T)]
+    );
+
+    let close = CloseSnapshot {
+        id: 7,
+        delete_unseen: true,
+        max_keys: 10,
+    };
+    let write = state_at(
+        "2026-01-01T00:00:05.000Z",
+        "p",
+        &[("snapshot", "null")],
+        &[],
+    );
+    let closed = db.close_snapshot(spec, close, &write).await.expect("close");
+    assert_eq!(
+        closed,
+        Closed {
+            keys_written: 3,
+            deleted: 1,
+            ceiling_hit: false,
+        }
+    );
+    assert_eq!(
+        look.rows(spec).await.keys().collect::<Vec<_>>(),
+        ["kept", "new", "paged"]
+    );
+    // Only this table's markers go.
+    assert_eq!(look.markers().await, [marker(&other, "z", T)]);
+
+    // Closing without deletes drops them too.
+    let close = CloseSnapshot {
+        delete_unseen: false,
+        ..close
+    };
+    db.close_snapshot(&other, close, &StateWrite::default())
+        .await
+        .expect("close other");
+    assert_eq!(look.markers().await, []);
+}
+
+pub async fn a_snapshot_row_without_a_version_is_written_as_before_versions(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    let stream = [change("a", r#"{"v":1}"#, T, "100"), deleted("b", T, "101")];
+    apply(db, spec, &stream, Some(7)).await;
+    let pages = [
+        snapshot_row("a", r#"{"v":"page"}"#, None),
+        snapshot_row("b", r#"{"v":"page"}"#, None),
+    ];
+    apply(db, spec, &pages, Some(7)).await;
+    let page = seen(r#"{"v":"page"}"#, Some(7), None, None);
+    assert_eq!(
+        look.rows(spec).await,
+        rows_of(&[("a", page.clone()), ("b", page)])
+    );
+}
