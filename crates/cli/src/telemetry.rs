@@ -324,9 +324,14 @@ impl Progress for ScanProgress {
             return;
         }
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
+        // A snapshot read beside its stream (docs/mirror.md §5.2) shows the stream's lag too.
+        let beside = ddbpipe_source::events::stream_status()
+            .lag_seconds
+            .map(|lag| format!(", stream lag {lag:.1} s"))
+            .unwrap_or_default();
         if let Some(bar) = &self.bar {
             bar.set_position(written);
-            bar.set_message(format!("{:.1} RCU/s", capacity_units / secs));
+            bar.set_message(format!("{:.1} RCU/s{beside}", capacity_units / secs));
         }
         if let Some(lines) = &self.lines {
             let mut last = lines.last.lock().unwrap_or_else(|e| e.into_inner());
@@ -344,7 +349,7 @@ impl Progress for ScanProgress {
             say(
                 Line::Note,
                 &format!(
-                    "progress: {written} items{of}, {:.0} items/s, {:.1} RCU/s, {secs:.0}s",
+                    "progress: {written} items{of}, {:.0} items/s, {:.1} RCU/s, {secs:.0}s{beside}",
                     written as f64 / secs,
                     capacity_units / secs
                 ),

@@ -375,6 +375,57 @@ fn a_mirror_under_writes_converges_to_the_table(target: Target) {
     assert_converged(&running, &destination);
 }
 
+/// docs/mirror.md §5.2, §5.6 (issue 12): into a keyed sink the stream is read while the table is
+/// still being scanned. An item written after the scan started is in the destination while
+/// the snapshot is still open; an item deleted meanwhile is gone and stays gone.
+fn a_mirror_applies_changes_while_its_table_is_still_being_scanned(target: Target) {
+    let running = Arc::new(Emulator::Dynoxide.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(21, 3000);
+    let items: Vec<_> = (0..3000)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    running.put_items("orders", items);
+    // A few items a second: the scan takes minutes; the test stops it long before.
+    let source = format!(
+        "{MIRROR}\nsegments: 1\nmax_concurrency: 1\npage_limit: 10\nbatch_size: 10\nmax_read_units_per_second: 0.2"
+    );
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let mut child = spawn_logged(&pipeline, 0);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || !destination
+            .rows("orders")
+            .is_empty()),
+        "the scan made no progress"
+    );
+    running.put_pk("orders", "written-during-the-scan", "7");
+    // The scan is still reading while the change is applied: the snapshot is open and its
+    // one segment is not done.
+    let scanning = || {
+        destination
+            .state("orders-mirror")
+            .get("meta")
+            .is_some_and(|(meta, _)| {
+                let snapshot = &meta["position"]["snapshot"];
+                !snapshot.is_null() && snapshot["done"].as_array().is_some_and(Vec::is_empty)
+            })
+    };
+    let seen = common::wait_for(Duration::from_secs(30), || {
+        destination
+            .rows("orders")
+            .contains_key("written-during-the-scan")
+    });
+    let still_scanning = scanning();
+    let rows = destination.rows("orders").len();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen, "the change did not arrive during the scan");
+    assert!(
+        still_scanning,
+        "the scan had finished first ({rows} rows): the test scanned too fast"
+    );
+}
+
 fn spawn(pipeline: &Pipeline) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args(["run", "--progress", "never"])
@@ -655,6 +706,11 @@ mod sqlite {
     }
 
     #[test]
+    fn a_mirror_applies_changes_while_its_table_is_still_being_scanned() {
+        super::a_mirror_applies_changes_while_its_table_is_still_being_scanned(Target::Sqlite);
+    }
+
+    #[test]
     fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice() {
         super::a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
             Target::Sqlite,
@@ -742,6 +798,11 @@ mod postgres {
     #[test]
     fn a_mirror_under_writes_converges_to_the_table() {
         super::a_mirror_under_writes_converges_to_the_table(Target::Postgres);
+    }
+
+    #[test]
+    fn a_mirror_applies_changes_while_its_table_is_still_being_scanned() {
+        super::a_mirror_applies_changes_while_its_table_is_still_being_scanned(Target::Postgres);
     }
 
     #[test]

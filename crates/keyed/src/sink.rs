@@ -391,6 +391,12 @@ impl Sink for KeyedSink {
     fn describe(&self) -> String {
         format!("{} table '{}'", self.db.describe(), self.table.table)
     }
+
+    /// Snapshot rows are written by their versions (docs/mirror.md §5.6): the stream is read
+    /// beside a snapshot's scan.
+    fn versioned(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -220,7 +220,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         observer.as_ref(),
     )
     .await?;
-    let status = discovery.status.clone();
+    let mut status = discovery.status.clone();
     let mut graph = ShardGraph::new();
     graph.merge(discovery.shards);
     tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
@@ -274,6 +274,21 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             .run(scan, sink, checkpointer, Some(capture), beside)
             .await?;
         snapshotted = true;
+    }
+    if snapshotted && sink.versioned() {
+        // The stream was read beside the snapshot: shards created meanwhile are in the
+        // position, so the checks below need today's shards (docs/mirror.md §5.2).
+        let discovery = shard_sync::discover(
+            api.as_ref(),
+            &run.stream_arn,
+            &run.retry,
+            &stop,
+            observer.as_ref(),
+        )
+        .await?;
+        status = discovery.status.clone();
+        graph = ShardGraph::new();
+        graph.merge(discovery.shards);
     }
     let stored = checkpointer.streams_position().cloned();
     let first_run = stored.is_none();

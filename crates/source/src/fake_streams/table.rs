@@ -66,7 +66,11 @@ impl TableApi for FakeStreamTable {
             .iter()
             .filter(|(_, (_, exists))| *exists)
             .filter(|(key, _)| hash(key) % total == segment)
-            .filter(|(key, _)| after.as_ref().is_none_or(|after| key.as_str() > after.as_str()))
+            .filter(|(key, _)| {
+                after
+                    .as_ref()
+                    .is_none_or(|after| key.as_str() > after.as_str())
+            })
             .map(|(key, (version, _))| (key.clone(), *version))
             .take(limit + 1)
             .collect();
@@ -86,7 +90,10 @@ impl TableApi for FakeStreamTable {
         })
     }
 
-    async fn describe_table(&self, _table_name: &str) -> Result<Option<TableDescription>, ApiError> {
+    async fn describe_table(
+        &self,
+        _table_name: &str,
+    ) -> Result<Option<TableDescription>, ApiError> {
         Ok(Some(TableDescription {
             name: "t".into(),
             arn: None,

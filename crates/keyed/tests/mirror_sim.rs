@@ -1,0 +1,328 @@
+//! The seeded simulation of a mirror whose snapshot runs beside the stream (docs/mirror.md §5.6,
+//! issue 12), into a real SQLite database.
+//!
+//! Each seed scripts a table and its stream (`FakeStreams` with `FakeStreamTable`, one and the
+//! same table): keys put and deleted by writers at random times, before, during and after the
+//! scan, on keys the scan has and has not reached; the stream keeps records for much less time
+//! than the scan lasts; shards split and rotate during the scan. The mirror runs through
+//! `run_streams_with_snapshots` with the keyed sink, and crashes (the run is dropped) at random
+//! points; each run resumes from what was committed.
+//!
+//! Checked after every acknowledged batch: no row is older than a change already committed for
+//! its key (a snapshot row never overwrote a newer change, a deleted item never came back).
+//! Checked at the end: the destination equals the table, key by key and version by version.
+//!
+//! `MIRROR_SIM_SEEDS=n` runs more seeds, `MIRROR_SIM_SEED=n` one seed.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
+use ddbpipe_keyed::{Database, KeyColumn, KeyType, SqliteDatabase, TableSpec};
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
+use ddbpipe_pipeline::runner::NoProgress;
+use ddbpipe_pipeline::sink::{Records, Sink, SinkError, Staged};
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::streams::{
+    SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
+};
+use ddbpipe_source::config::{OnGap, StartPosition};
+use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreamTable, FakeStreams};
+use ddbpipe_source::plan::ReadRule;
+use ddbpipe_source::position::StreamKind;
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::streams::engine::{EndReason, RunBounds};
+use ddbpipe_value::ValueFormat;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+const SEEDS: u64 = 500;
+const KEYS: usize = 24;
+
+/// The latest committed change per key: its version, and whether it deleted the item.
+type Committed = BTreeMap<String, (u64, bool)>;
+
+/// The keyed sink, checked after every batch it acknowledges.
+struct Checked {
+    inner: KeyedSink,
+    path: std::path::PathBuf,
+    committed: Committed,
+}
+
+impl Sink for Checked {
+    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+        self.inner.write(batch, state).await?;
+        for line in batch.records.iter() {
+            let envelope: Value = serde_json::from_slice(line).unwrap();
+            let key = envelope["key"]["pk"].as_str().unwrap().to_string();
+            match envelope["op"].as_str().unwrap() {
+                "c" | "u" => {
+                    let version = envelope["after"]["v"].as_u64().unwrap();
+                    self.committed.insert(key, (version, false));
+                }
+                "d" => {
+                    // A delete of version n is the item's version n + 1.
+                    let version = envelope["before"]["v"].as_u64().map_or(1, |v| v + 1);
+                    self.committed.insert(key, (version, true));
+                }
+                _ => {}
+            }
+        }
+        let rows = rows(&self.path);
+        for (key, (version, deleted)) in &self.committed {
+            match rows.get(key) {
+                Some(row) if *row < *version && !deleted => panic!(
+                    "row {key} holds version {row}, older than the committed change to {version}"
+                ),
+                Some(row) if *deleted && *row < *version => panic!(
+                    "row {key} holds version {row}, though its delete (version {version}) was committed"
+                ),
+                None if !deleted => {
+                    panic!("row {key} is missing after its change to {version} was committed")
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn versioned(&self) -> bool {
+        self.inner.versioned()
+    }
+}
+
+/// `pk → v` of the destination table.
+fn rows(path: &Path) -> BTreeMap<String, u64> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut statement = db.prepare("SELECT pk, document FROM \"t\"").unwrap();
+    statement
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .map(|(pk, document)| {
+            let document: Value = serde_json::from_str(&document).unwrap();
+            (pk, document["v"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+fn spec() -> TableSpec {
+    TableSpec {
+        table: "t".into(),
+        schema: "main".into(),
+        key: vec![KeyColumn {
+            name: "pk".into(),
+            kind: KeyType::S,
+        }],
+        document_column: "document".into(),
+        document_type: ddbpipe_keyed::DocumentType::Jsonb,
+        create_table: true,
+    }
+}
+
+fn settings() -> StreamRun {
+    StreamRun {
+        table: "t".into(),
+        stream_arn: FAKE_STREAM_ARN.into(),
+        format: ValueFormat::Plain,
+        retry: RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            ..RetryPolicy::default()
+        },
+        records_per_request: 100,
+        poll_interval: Duration::from_millis(250),
+        bounds: RunBounds {
+            shard_concurrency: 2,
+            discovery_interval: Duration::from_secs(10),
+            idle_termination: Some(Duration::from_secs(20)),
+            follow: false,
+        },
+        start_position: StartPosition::TrimHorizon,
+        on_gap: OnGap::Fail,
+        max_messages: None,
+        batch_size: 4,
+        config_label: "t.yaml".into(),
+        kind: StreamKind::Mirror,
+    }
+}
+
+/// The script of one seed: the writes and reshards, and how long the stream keeps records.
+fn stream(seed: u64) -> Arc<FakeStreams> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut fake = FakeStreams::new(seed)
+        .with_retention(Duration::from_secs(rng.random_range(20..=60)))
+        .at(
+            Duration::ZERO,
+            Change::Root {
+                shard: "s1".into(),
+                range: None,
+            },
+        );
+    // The table before the capture: most keys exist.
+    for key in 0..KEYS {
+        if rng.random_bool(0.8) {
+            fake = fake.at(Duration::ZERO, write(key, false));
+        }
+    }
+    // Writers during and after the scan (it lasts about 2 minutes).
+    for _ in 0..rng.random_range(10..60) {
+        let at = Duration::from_millis(rng.random_range(1_000..200_000));
+        fake = fake.at(at, write(rng.random_range(0..KEYS), rng.random_bool(0.3)));
+    }
+    if rng.random_bool(0.7) {
+        let at = Duration::from_secs(rng.random_range(5..120));
+        let children = if rng.random_bool(0.5) {
+            vec!["s2".to_string()]
+        } else {
+            vec!["s2".to_string(), "s3".to_string()]
+        };
+        fake = fake.at(
+            at,
+            Change::Reshard {
+                parent: "s1".into(),
+                children,
+                listed_after: Duration::from_secs(rng.random_range(0..15)),
+            },
+        );
+    }
+    Arc::new(fake)
+}
+
+fn write(key: usize, remove: bool) -> Change {
+    Change::Write {
+        key: format!("k{key:02}"),
+        remove,
+    }
+}
+
+/// One run, dropped at `crash_at` when given.
+async fn run(
+    stream: &Arc<FakeStreams>,
+    path: &Path,
+    committed: Committed,
+    crash_at: Option<Duration>,
+) -> (Option<Result<EndReason, StreamRunError>>, Committed) {
+    let db = Database::Sqlite(SqliteDatabase::open(path).unwrap());
+    let inner = KeyedSink::new(
+        db,
+        spec(),
+        ValueFormat::Plain,
+        Records::Envelopes,
+        SinkRetry {
+            max_retries: 0,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(10),
+        },
+    );
+    inner.prepare().await.unwrap();
+    let mut checkpointer = Checkpointer::open_streams(
+        inner.state_store(),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap()
+    .with_cleanup(CleanupPolicy {
+        deletes: true,
+        max_keys: u64::MAX,
+    });
+    let mut sink = Checked {
+        inner,
+        path: path.to_path_buf(),
+        committed,
+    };
+    let scan = SnapshotScan {
+        api: Arc::new(FakeStreamTable::of(Arc::clone(stream))),
+        segments: 3,
+        max_concurrency: 2,
+        page_limit: Some(2),
+        consistent_read: false,
+        // About a page every 4 s: the scan outlasts the stream's retention.
+        read_rule: ReadRule {
+            fixed: Some(0.25),
+            ..ReadRule::default()
+        },
+    };
+    let settings = settings();
+    let running = run_streams_with_snapshots(
+        Arc::clone(stream),
+        Some(scan),
+        &settings,
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    );
+    let result = match crash_at {
+        None => Some(running.await.map(|outcome| outcome.end)),
+        Some(at) => tokio::time::timeout(at, running)
+            .await
+            .ok()
+            .map(|result| result.map(|outcome| outcome.end)),
+    };
+    (result, sink.committed)
+}
+
+async fn simulate(seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mirror.db");
+    let stream = stream(seed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6d69_7272);
+    let mut committed = Committed::new();
+    for attempt in 0..12 {
+        let crash_at = (attempt < 4 && rng.random_bool(0.5))
+            .then(|| Duration::from_millis(rng.random_range(500..150_000)));
+        let (result, now_committed) = run(&stream, &path, committed, crash_at).await;
+        committed = now_committed;
+        match result {
+            None => continue,
+            Some(Ok(EndReason::Idle)) if stream.quiescent() => break,
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => panic!("seed {seed}: run {attempt} failed: {error}"),
+        }
+    }
+    assert!(stream.quiescent(), "seed {seed}: the script did not finish");
+    let table = FakeStreamTable::of(Arc::clone(&stream)).items();
+    assert_eq!(
+        rows(&path),
+        table,
+        "seed {seed}: the destination differs from the table"
+    );
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("MIRROR_SIM_SEED") {
+        return vec![seed.trim().parse().expect("MIRROR_SIM_SEED is a number")];
+    }
+    let n = std::env::var("MIRROR_SIM_SEEDS")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(SEEDS);
+    (0..n).collect()
+}
+
+#[test]
+fn a_mirror_whose_scan_outlasts_the_stream_retention_converges_under_writes_reshards_and_crashes() {
+    for seed in seeds() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(simulate(seed));
+    }
+}
