@@ -208,9 +208,10 @@ pub struct KeyedConfig {
 /// "document", create_table: true}`.
 ///
 /// One table per source table: a column per key attribute (`S` → TEXT, `N` → TEXT with the
-/// exact number, `B` → BLOB), the document column, `_ddbpipe_snapshot` and
-/// `_ddbpipe_updated_at`. Items and `c`/`u`/`r` envelopes are upserts, `d` deletes. Each batch is
-/// one transaction together with the position (table `_ddbpipe_state`).
+/// exact number, `B` → BLOB), the document column, `_ddbpipe_snapshot`, `_ddbpipe_updated_at`
+/// and the row's version (`_ddbpipe_version_ms`, `_ddbpipe_version_seq`, docs/mirror.md §5.6).
+/// Items and `c`/`u`/`r` envelopes are upserts, `d` deletes. Each batch is one transaction
+/// together with the position (table `_ddbpipe_state`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
     /// The database file, created when missing. A relative path is relative to the directory
