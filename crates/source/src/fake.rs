@@ -25,6 +25,27 @@ pub struct FakeTable {
     description: Option<TableDescription>,
 }
 
+/// The description of the fake tables: table `t`, hash key `pk` (S), provisioned with 100 read
+/// units.
+pub(crate) fn pk_table(item_count: Option<i64>) -> TableDescription {
+    TableDescription {
+        name: "t".into(),
+        arn: None,
+        status: Some("ACTIVE".into()),
+        item_count,
+        size_bytes: None,
+        billing_mode: Some("PROVISIONED".into()),
+        key_schema: vec![KeyAttribute {
+            name: "pk".into(),
+            key_type: KeyType::S,
+        }],
+        read_capacity_units: Some(100),
+        max_read_request_units: None,
+        indexes: vec![],
+        stream: None,
+    }
+}
+
 impl FakeTable {
     /// A table of `n` items `{"pk": "k<i>", "n": i}` with a hash key `pk`.
     pub fn numbered(n: usize) -> Self {
@@ -39,22 +60,7 @@ impl FakeTable {
         FakeTable {
             items,
             units_per_page: Some(1.0),
-            description: Some(TableDescription {
-                name: "t".into(),
-                arn: None,
-                status: Some("ACTIVE".into()),
-                item_count: Some(n as i64),
-                size_bytes: None,
-                billing_mode: Some("PROVISIONED".into()),
-                key_schema: vec![KeyAttribute {
-                    name: "pk".into(),
-                    key_type: KeyType::S,
-                }],
-                read_capacity_units: Some(100),
-                max_read_request_units: None,
-                indexes: vec![],
-                stream: None,
-            }),
+            description: Some(pk_table(Some(n as i64))),
             ..FakeTable::default()
         }
     }

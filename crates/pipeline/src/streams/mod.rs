@@ -103,6 +103,28 @@ impl StreamRun {
         }
     }
 
+    /// The shard readers' context of this run.
+    fn context<A: StreamsApi>(
+        &self,
+        api: Arc<A>,
+        handover: Arc<Handover>,
+        cancel: Cancel,
+        observer: Arc<dyn AttemptObserver>,
+    ) -> StreamContext<A> {
+        StreamContext {
+            api,
+            stream_arn: self.stream_arn.clone(),
+            table: self.table.clone(),
+            format: self.format,
+            retry: self.retry,
+            records_per_request: self.records_per_request,
+            poll_interval: self.poll_interval,
+            handover,
+            cancel,
+            observer,
+        }
+    }
+
     /// What the start-up plan knows about this run.
     fn startup(&self) -> Startup<'_> {
         Startup {
@@ -212,17 +234,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, StreamRunError> {
     let run_start_ms = unix_now_ms();
-    let discovery = shard_sync::discover(
-        api.as_ref(),
-        &run.stream_arn,
-        &run.retry,
-        &stop,
-        observer.as_ref(),
-    )
-    .await?;
-    let mut status = discovery.status.clone();
-    let mut graph = ShardGraph::new();
-    graph.merge(discovery.shards);
+    let (mut graph, mut status) = discover(api.as_ref(), run, &stop, observer.as_ref()).await?;
     tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
 
     let plan = run.startup();
@@ -278,17 +290,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     if snapshotted && sink.versioned() {
         // The stream was read beside the snapshot: shards created meanwhile are in the
         // position, so the checks below need today's shards (docs/mirror.md §5.2).
-        let discovery = shard_sync::discover(
-            api.as_ref(),
-            &run.stream_arn,
-            &run.retry,
-            &stop,
-            observer.as_ref(),
-        )
-        .await?;
-        status = discovery.status.clone();
-        graph = ShardGraph::new();
-        graph.merge(discovery.shards);
+        (graph, status) = discover(api.as_ref(), run, &stop, observer.as_ref()).await?;
     }
     let stored = checkpointer.streams_position().cloned();
     let first_run = stored.is_none();
@@ -390,18 +392,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
 
     let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
     let handover = Arc::new(Handover::new(tx, position, run.max_messages));
-    let ctx = Arc::new(StreamContext {
-        api,
-        stream_arn: run.stream_arn.clone(),
-        table: run.table.clone(),
-        format: run.format,
-        retry: run.retry,
-        records_per_request: run.records_per_request,
-        poll_interval: run.poll_interval,
-        handover,
-        cancel: stop.clone(),
-        observer,
-    });
+    let ctx = Arc::new(run.context(api, handover, stop.clone(), observer));
     let engine = StreamEngine::new(
         ctx,
         run.bounds.clone(),
@@ -463,4 +454,18 @@ async fn check_beside<A: StreamsApi>(
         "{} (found while resuming an open snapshot whose stream was read beside its scan: the run was stopped longer than the stream keeps changes)",
         gaps::cannot_resume(&run.table, &reasons, &run.config_label)
     )))
+}
+
+/// Every shard of the run's stream (a failure, after retries, fails the run), and the stream's
+/// status.
+async fn discover<A: StreamsApi>(
+    api: &A,
+    run: &StreamRun,
+    stop: &Cancel,
+    observer: &dyn AttemptObserver,
+) -> Result<(ShardGraph, Option<String>), StreamRunError> {
+    let discovery = shard_sync::discover(api, &run.stream_arn, &run.retry, stop, observer).await?;
+    let mut graph = ShardGraph::new();
+    graph.merge(discovery.shards);
+    Ok((graph, discovery.status))
 }

@@ -23,7 +23,6 @@ use ddbpipe_source::scan::SegmentReader;
 use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
 use ddbpipe_source::streams::handover::Handover;
 use ddbpipe_source::streams::lineage::ShardGraph;
-use ddbpipe_source::streams::shard_reader::StreamContext;
 use tokio::sync::mpsc;
 
 use super::{HANDOVER_DEPTH, StreamRun, StreamRunError};
@@ -240,18 +239,12 @@ impl<T: TableApi> Snapshots<'_, T> {
         let (tx, handed) = mpsc::channel(HANDOVER_DEPTH);
         // No max_messages and no idle end while the snapshot is open (runner rule 2).
         let handover = Arc::new(Handover::new(tx, position, None));
-        let ctx = Arc::new(StreamContext {
-            api: Arc::clone(beside.api),
-            stream_arn: run.stream_arn.clone(),
-            table: run.table.clone(),
-            format: run.format,
-            retry: run.retry,
-            records_per_request: run.records_per_request,
-            poll_interval: run.poll_interval,
+        let ctx = Arc::new(run.context(
+            Arc::clone(beside.api),
             handover,
-            cancel: engine_cancel.clone(),
-            observer: Arc::clone(&self.observer),
-        });
+            engine_cancel.clone(),
+            Arc::clone(&self.observer),
+        ));
         let bounds = RunBounds {
             idle_termination: None,
             follow: true,

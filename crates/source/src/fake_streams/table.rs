@@ -13,9 +13,7 @@ use ddbpipe_value::Value;
 use tokio::time::Instant;
 
 use super::{FakeStreams, State, hash};
-use crate::api::{
-    KeyAttribute, KeyType, Page, ReadKind, ReadRequest, TableApi, TableDescription, TableNames,
-};
+use crate::api::{Page, ReadKind, ReadRequest, TableApi, TableDescription, TableNames};
 use crate::error::ApiError;
 
 /// The table behind a [`FakeStreams`] (see the module docs).
@@ -94,22 +92,7 @@ impl TableApi for FakeStreamTable {
         &self,
         _table_name: &str,
     ) -> Result<Option<TableDescription>, ApiError> {
-        Ok(Some(TableDescription {
-            name: "t".into(),
-            arn: None,
-            status: Some("ACTIVE".into()),
-            item_count: None,
-            size_bytes: None,
-            billing_mode: Some("PROVISIONED".into()),
-            key_schema: vec![KeyAttribute {
-                name: "pk".into(),
-                key_type: KeyType::S,
-            }],
-            read_capacity_units: Some(100),
-            max_read_request_units: None,
-            indexes: vec![],
-            stream: None,
-        }))
+        Ok(Some(crate::fake::pk_table(None)))
     }
 
     async fn list_tables(&self, _exclusive_start: Option<&str>) -> Result<TableNames, ApiError> {
