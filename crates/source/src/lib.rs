@@ -23,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod export;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 #[cfg(any(test, feature = "fake"))]

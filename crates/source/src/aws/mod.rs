@@ -19,6 +19,8 @@ mod streams;
 mod table;
 mod wire;
 
+pub(crate) use wire::ExportLineWriter;
+
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};

@@ -23,7 +23,9 @@
 //! # Modules
 //! - `page`: Scan and Query answers.
 //! - `records`: GetRecords answers.
+//! - `export`: the `{"Item": …}` lines of a full export's data files (docs/scan.md §2.10).
 
+mod export;
 mod page;
 mod records;
 #[cfg(test)]
@@ -37,6 +39,7 @@ use serde::de::{DeserializeSeed, Deserializer, Visitor};
 
 use crate::error::ApiError;
 
+pub(crate) use export::ExportLineWriter;
 pub(crate) use page::rendered_page;
 pub(crate) use records::change_page;
 

@@ -155,10 +155,10 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
 }
 
 /// One item, written as its record.
-struct RecordSeed<'w, 'de> {
-    writer: &'w mut WireWriter<'de>,
-    render: &'w Render,
-    out: &'w mut Vec<u8>,
+pub(super) struct RecordSeed<'w, 'de> {
+    pub(super) writer: &'w mut WireWriter<'de>,
+    pub(super) render: &'w Render,
+    pub(super) out: &'w mut Vec<u8>,
 }
 
 impl<'de> DeserializeSeed<'de> for RecordSeed<'_, 'de> {
