@@ -432,14 +432,6 @@ pub enum ChangeOp {
 }
 
 impl ChangeOp {
-    /// Every kind, in the order of [`ChangeOp::index`].
-    pub const ALL: [ChangeOp; 4] = [
-        ChangeOp::Insert,
-        ChangeOp::Modify,
-        ChangeOp::Remove,
-        ChangeOp::Other,
-    ];
-
     /// The kind of a record with `event_name`.
     pub fn of(event_name: Option<&str>) -> Self {
         match event_name {
@@ -450,7 +442,7 @@ impl ChangeOp {
         }
     }
 
-    /// The position of the kind in [`ChangeOp::ALL`], for counters kept in arrays.
+    /// The kind's slot in counters kept in arrays: `c`, `u`, `d`, other.
     pub fn index(self) -> usize {
         self as usize
     }

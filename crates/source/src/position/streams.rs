@@ -45,12 +45,6 @@ pub enum ShardProgress {
 }
 
 impl ShardProgress {
-    /// Admitted with nothing known about it.
-    pub const TRIM_HORIZON: ShardProgress = ShardProgress::TrimHorizon {
-        verified_at: None,
-        floor_ms: None,
-    };
-
     /// Whether the shard was read to its end.
     pub fn is_finished(&self) -> bool {
         matches!(self, ShardProgress::ShardEnd { .. })
