@@ -25,7 +25,7 @@ use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::plan::StreamPlan;
-use ddbpipe_source::position::StreamKind;
+use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
 use ddbpipe_source::streams::gaps;
@@ -135,6 +135,38 @@ impl StreamRun {
             on_gap: self.on_gap,
             config_label: &self.config_label,
         }
+    }
+
+    /// Why `stored` cannot be resumed on `graph` now: the gap layers 1–3, then, when they find
+    /// nothing, the layer-4 probe, whose iterators go into `probed` (docs/streams.md §4.5).
+    /// Warnings are logged.
+    async fn gap_reasons<A: StreamsApi>(
+        &self,
+        api: &A,
+        stored: &StreamsPosition,
+        graph: &ShardGraph,
+        stop: &Cancel,
+        probed: &mut BTreeMap<ShardId, String>,
+        observer: &dyn AttemptObserver,
+    ) -> Result<Vec<String>, ReadError> {
+        // Now, not the run's start: a snapshot may have taken hours (docs/mirror.md §5.4).
+        let findings = gaps::check(
+            stored,
+            &self.stream_arn,
+            graph,
+            &self.table,
+            unix_now_ms() / 1000,
+        );
+        for warning in &findings.warnings {
+            tracing::warn!("{warning}");
+        }
+        if !findings.reasons.is_empty() {
+            return Ok(findings.reasons);
+        }
+        let trimmed = self
+            .probe(api, &findings.probes, stop, probed, observer)
+            .await?;
+        Ok(trimmed.into_iter().map(|(_, reason)| reason).collect())
     }
 
     /// Layer 4 through the run's retry policy (see [`startup::probe`]).
@@ -287,9 +319,10 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             .await?;
         snapshotted = true;
     }
-    if snapshotted && sink.versioned() {
-        // The stream was read beside the snapshot: shards created meanwhile are in the
-        // position, so the checks below need today's shards (docs/mirror.md §5.2).
+    if snapshotted {
+        // The checks below judge the position against the stream as it is now: a snapshot may
+        // have taken hours, shards closed, expired or were created meanwhile (and, read beside
+        // the snapshot, are already in the position; docs/mirror.md §5.2, §5.4).
         (graph, status) = discover(api.as_ref(), run, &stop, observer.as_ref()).await?;
     }
     let stored = checkpointer.streams_position().cloned();
@@ -298,30 +331,16 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     let position = match stored {
         None => plan.first_run(&graph, run_start_ms),
         Some(stored) => {
-            let findings = gaps::check(
-                &stored,
-                &run.stream_arn,
-                &graph,
-                &run.table,
-                // Now, not the run's start: a snapshot may have taken hours (docs/mirror.md §5.4).
-                unix_now_ms() / 1000,
-            );
-            for warning in &findings.warnings {
-                tracing::warn!("{warning}");
-            }
-            let mut reasons = findings.reasons;
-            if reasons.is_empty() {
-                let trimmed = run
-                    .probe(
-                        api.as_ref(),
-                        &findings.probes,
-                        &stop,
-                        &mut probed,
-                        observer.as_ref(),
-                    )
-                    .await?;
-                reasons = trimmed.into_iter().map(|(_, reason)| reason).collect();
-            }
+            let reasons = run
+                .gap_reasons(
+                    api.as_ref(),
+                    &stored,
+                    &graph,
+                    &stop,
+                    &mut probed,
+                    observer.as_ref(),
+                )
+                .await?;
             if !reasons.is_empty() {
                 tracing::warn!(reasons = %reasons.join("; "), "Gap detected at start-up.");
             }
@@ -425,28 +444,16 @@ async fn check_beside<A: StreamsApi>(
     let Some(stored) = checkpointer.streams_position() else {
         return Ok(());
     };
-    let findings = gaps::check(
-        stored,
-        &run.stream_arn,
-        graph,
-        &run.table,
-        unix_now_ms() / 1000,
-    );
-    let mut reasons = findings.reasons;
-    if reasons.is_empty() {
-        reasons = run
-            .probe(
-                api.as_ref(),
-                &findings.probes,
-                stop,
-                &mut BTreeMap::new(),
-                observer,
-            )
-            .await?
-            .into_iter()
-            .map(|(_, reason)| reason)
-            .collect();
-    }
+    let reasons = run
+        .gap_reasons(
+            api.as_ref(),
+            stored,
+            graph,
+            stop,
+            &mut BTreeMap::new(),
+            observer,
+        )
+        .await?;
     if reasons.is_empty() {
         return Ok(());
     }
