@@ -1289,17 +1289,7 @@ macro_rules! versions_scenario {
     };
 }
 
-versions_scenario!(a_stream_upsert_during_an_open_snapshot_marks_the_row_and_records_its_version);
-versions_scenario!(
-    a_snapshot_row_within_the_margin_of_a_stream_change_is_skipped_and_a_later_one_is_written
-);
-versions_scenario!(
-    a_stream_delete_leaves_a_marker_and_only_a_page_read_after_the_cutoff_resurrects_the_item
-);
-versions_scenario!(rows_from_before_the_snapshot_never_hold_a_snapshot_row_back);
-versions_scenario!(replaying_a_batch_of_changes_and_pages_changes_nothing);
-versions_scenario!(close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys);
-versions_scenario!(a_snapshot_row_without_a_version_is_written_as_before_versions);
+each_versions_scenario!(versions_scenario);
 
 #[tokio::test]
 async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_its_rows() {

@@ -11,6 +11,25 @@ use ddbpipe_keyed::{CloseSnapshot, Closed, Database, RowChange, StateWrite, Tabl
 
 use super::{s, state_at};
 
+/// Calls `$each!(<scenario>)` for every scenario below: each backend's test file defines
+/// `$each` to run one scenario on its database, so both run the same list.
+#[macro_export]
+macro_rules! each_versions_scenario {
+    ($each:ident) => {
+        $each!(a_stream_upsert_during_an_open_snapshot_marks_the_row_and_records_its_version);
+        $each!(
+            a_snapshot_row_within_the_margin_of_a_stream_change_is_skipped_and_a_later_one_is_written
+        );
+        $each!(
+            a_stream_delete_leaves_a_marker_and_only_a_page_read_after_the_cutoff_resurrects_the_item
+        );
+        $each!(rows_from_before_the_snapshot_never_hold_a_snapshot_row_back);
+        $each!(replaying_a_batch_of_changes_and_pages_changes_nothing);
+        $each!(close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys);
+        $each!(a_snapshot_row_without_a_version_is_written_as_before_versions);
+    };
+}
+
 /// 2026-01-01T00:00:00Z: when the stream changes of the scenarios happen.
 pub const T: i64 = 1_767_225_600_000;
 /// A second of rounding and the 60 s margin: a page read this long after a change is newer.
