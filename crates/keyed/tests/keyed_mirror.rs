@@ -27,10 +27,10 @@ use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
 use ddbpipe_source::api::{ReadKind, TableApi};
-use ddbpipe_source::config::{OnGap, StartPosition};
+use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
-use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreams};
+use ddbpipe_source::fake_streams::{Change, FakeStreams};
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
@@ -214,29 +214,20 @@ impl Destination {
 }
 
 fn settings() -> StreamRun {
+    let base = ddbpipe_testkit::fake_stream_run();
     StreamRun {
-        table: "t".into(),
-        stream_arn: FAKE_STREAM_ARN.into(),
-        format: ValueFormat::Plain,
         retry: RetryPolicy {
-            initial_backoff: Duration::from_millis(10),
             max_retries: 1,
-            ..RetryPolicy::default()
+            ..base.retry
         },
-        records_per_request: 100,
-        poll_interval: Duration::from_millis(250),
         bounds: RunBounds {
-            shard_concurrency: 1,
-            discovery_interval: Duration::from_secs(10),
             idle_termination: Some(Duration::from_secs(2)),
-            follow: false,
+            ..base.bounds
         },
-        start_position: StartPosition::TrimHorizon,
         on_gap: OnGap::Resnapshot,
-        max_messages: None,
         batch_size: 4,
-        config_label: "t.yaml".into(),
         kind: StreamKind::Mirror,
+        ..base
     }
 }
 

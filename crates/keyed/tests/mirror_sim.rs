@@ -32,11 +32,10 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::config::{OnGap, StartPosition};
-use ddbpipe_source::fake_streams::{Change, FAKE_STREAM_ARN, FakeStreamTable, FakeStreams};
+use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
 use ddbpipe_source::plan::ReadRule;
 use ddbpipe_source::position::StreamKind;
-use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_value::ValueFormat;
 use rand::rngs::StdRng;
@@ -134,28 +133,16 @@ fn spec() -> TableSpec {
 }
 
 fn settings() -> StreamRun {
+    let base = ddbpipe_testkit::fake_stream_run();
     StreamRun {
-        table: "t".into(),
-        stream_arn: FAKE_STREAM_ARN.into(),
-        format: ValueFormat::Plain,
-        retry: RetryPolicy {
-            initial_backoff: Duration::from_millis(10),
-            ..RetryPolicy::default()
-        },
-        records_per_request: 100,
-        poll_interval: Duration::from_millis(250),
         bounds: RunBounds {
             shard_concurrency: 2,
-            discovery_interval: Duration::from_secs(10),
             idle_termination: Some(Duration::from_secs(20)),
-            follow: false,
+            ..base.bounds
         },
-        start_position: StartPosition::TrimHorizon,
-        on_gap: OnGap::Fail,
-        max_messages: None,
         batch_size: 4,
-        config_label: "t.yaml".into(),
         kind: StreamKind::Mirror,
+        ..base
     }
 }
 

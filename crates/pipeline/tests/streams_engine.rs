@@ -24,10 +24,9 @@ use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStr
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::position::Position;
 use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
-use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_testkit::MemorySink;
-use ddbpipe_value::ValueFormat;
 use serde_json::json;
 
 /// One delivered change: the shard and sequence number it names.
@@ -51,29 +50,7 @@ fn line_sink() -> LineSink {
 }
 
 fn settings() -> StreamRun {
-    StreamRun {
-        table: "t".into(),
-        stream_arn: FAKE_STREAM_ARN.into(),
-        format: ValueFormat::Plain,
-        retry: RetryPolicy {
-            initial_backoff: Duration::from_millis(10),
-            ..RetryPolicy::default()
-        },
-        records_per_request: 100,
-        poll_interval: Duration::from_millis(250),
-        bounds: RunBounds {
-            shard_concurrency: 1,
-            discovery_interval: Duration::from_secs(10),
-            idle_termination: Some(Duration::from_secs(30)),
-            follow: false,
-        },
-        start_position: StartPosition::TrimHorizon,
-        on_gap: OnGap::Fail,
-        max_messages: None,
-        batch_size: 10,
-        config_label: "t.yaml".into(),
-        kind: StreamKind::Streams,
-    }
+    ddbpipe_testkit::fake_stream_run()
 }
 
 async fn run(

@@ -20,5 +20,7 @@
 
 mod memory;
 pub mod postgres;
+mod stream_run;
 
 pub use memory::{Acked, MemorySink};
+pub use stream_run::fake_stream_run;
