@@ -442,6 +442,16 @@ impl ChangeOp {
         }
     }
 
+    /// The envelope's `op` of the kind (`c`, `u`, `d`); `None` for any other event name.
+    pub fn code(self) -> Option<&'static str> {
+        match self {
+            ChangeOp::Insert => Some("c"),
+            ChangeOp::Modify => Some("u"),
+            ChangeOp::Remove => Some("d"),
+            ChangeOp::Other => None,
+        }
+    }
+
     /// The kind's slot in counters kept in arrays: `c`, `u`, `d`, other.
     pub fn index(self) -> usize {
         self as usize

@@ -46,9 +46,13 @@ pub fn clamp_rate(rate: f64) -> f64 {
     }
 }
 
-/// How long to wait for `missing` units at `rate` units/s: at most [`MAX_WAIT`], at least 1 ms.
+/// How long to wait for `missing` units at `rate` units/s: at most [`MAX_WAIT`], at least 1 ms
+/// (nothing missing, or a `missing` that is no number, waits the least).
 fn wait_for(missing: f64, rate: f64) -> Duration {
     let seconds = missing / clamp_rate(rate);
+    if !(seconds > 0.0) {
+        return Duration::from_millis(1);
+    }
     Duration::try_from_secs_f64(seconds)
         .unwrap_or(MAX_WAIT)
         .clamp(Duration::from_millis(1), MAX_WAIT)
@@ -291,6 +295,14 @@ mod tests {
         fn a_wait_is_always_between_a_millisecond_and_max_wait(missing in any_rate(), rate in any_rate()) {
             let wait = wait_for(missing, rate);
             prop_assert!(wait >= Duration::from_millis(1) && wait <= MAX_WAIT, "{wait:?}");
+            // The wait is the time the missing units take at the rate, within the bounds.
+            let seconds = missing / clamp_rate(rate);
+            let expected = if seconds.is_nan() || seconds <= 0.001 {
+                0.001
+            } else {
+                seconds.min(MAX_WAIT.as_secs_f64())
+            };
+            prop_assert!((wait.as_secs_f64() - expected).abs() <= 1e-6 * expected.max(1.0), "{missing} at {rate}: {wait:?}, expected {expected}");
         }
 
         #[test]

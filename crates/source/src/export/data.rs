@@ -1,11 +1,9 @@
-//! Data files: a full export's items written as records (rules 2–4 of `export`), and the
-//! changes of an incremental export's lines.
+//! Data files: a full export's items written as records (rules 2–4 of `export`).
 
 use std::io::{BufRead, BufReader, Read};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ddbpipe_value::{Item, item_from_typed_json};
 use flate2::read::GzDecoder;
 use md5::{Digest, Md5};
 
@@ -55,15 +53,9 @@ pub fn read_data_file<E: From<ExportError>>(
         if content.is_empty() {
             continue;
         }
-        let mut problem = None;
-        records.push_with(|out| {
-            if let Err(error) = writer.write(content, out) {
-                problem = Some(error);
-            }
-        });
-        if let Some(problem) = problem {
-            return Err(ExportError::new(key, format!("line {number}: {problem}")).into());
-        }
+        records
+            .try_push_with(|out| writer.write(content, out).map(|()| true))
+            .map_err(|problem| ExportError::new(key, format!("line {number}: {problem}")))?;
         items += 1;
         if records.len() >= batch {
             each(std::mem::replace(
@@ -105,49 +97,6 @@ pub fn read_data_file<E: From<ExportError>>(
     })
 }
 
-/// One line of an incremental export: a key's state after a write, at the write's time.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IncrementalChange {
-    /// `Metadata.WriteTimestampMicros`: when the write happened (unix µs).
-    pub write_micros: i64,
-    /// `Keys`.
-    pub keys: Item,
-    /// `NewImage`; `None` when the write deleted the item.
-    pub new_image: Option<Item>,
-    /// `OldImage`, when the export has it.
-    pub old_image: Option<Item>,
-}
-
-/// Reads one line of an incremental export's data file; `key` and `number` name it in errors.
-pub fn read_incremental_line(
-    key: &str,
-    number: u64,
-    line: &[u8],
-) -> Result<IncrementalChange, ExportError> {
-    let at = |problem: String| ExportError::new(key, format!("line {number}: {problem}"));
-    let json: serde_json::Value =
-        serde_json::from_slice(line).map_err(|e| at(format!("not JSON: {e}")))?;
-    let micros = json
-        .pointer("/Metadata/WriteTimestampMicros/N")
-        .and_then(serde_json::Value::as_str)
-        .and_then(|text| text.parse::<i64>().ok())
-        .ok_or_else(|| at("no Metadata.WriteTimestampMicros".into()))?;
-    let item = |field: &str| -> Result<Option<Item>, ExportError> {
-        match json.get(field) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(value) => item_from_typed_json(value, field)
-                .map(Some)
-                .map_err(|e| at(e.to_string())),
-        }
-    };
-    Ok(IncrementalChange {
-        write_micros: micros,
-        keys: item("Keys")?.ok_or_else(|| at("no Keys".into()))?,
-        new_image: item("NewImage")?,
-        old_image: item("OldImage")?,
-    })
-}
-
 /// Hashes and counts the bytes read through it.
 struct Hashing<R> {
     inner: R,
@@ -181,6 +130,8 @@ mod tests {
     use ddbpipe_value::ValueFormat;
     use flate2::Compression;
     use flate2::write::GzEncoder;
+
+    use ddbpipe_value::item_from_typed_json;
 
     use super::*;
 
@@ -310,20 +261,5 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-    }
-
-    #[test]
-    fn an_incremental_line_gives_its_time_keys_and_images() {
-        let line = br#"{"Metadata":{"WriteTimestampMicros":{"N":"1680109764000000"}},"Keys":{"pk":{"S":"a"}},"NewImage":{"pk":{"S":"a"},"v":{"N":"2"}},"OldImage":{"pk":{"S":"a"},"v":{"N":"1"}}}"#;
-        let change = read_incremental_line("k", 7, line).unwrap();
-        assert_eq!(change.write_micros, 1_680_109_764_000_000);
-        assert!(change.new_image.is_some() && change.old_image.is_some());
-        let deleted = br#"{"Metadata":{"WriteTimestampMicros":{"N":"1"}},"Keys":{"pk":{"S":"a"}}}"#;
-        assert_eq!(
-            read_incremental_line("k", 1, deleted).unwrap().new_image,
-            None
-        );
-        let error = read_incremental_line("k", 9, br#"{"Keys":{}}"#).unwrap_err();
-        assert!(error.problem.starts_with("line 9: no Metadata"), "{error}");
     }
 }

@@ -29,7 +29,7 @@
 mod data;
 mod manifest;
 
-pub use data::{FileRead, IncrementalChange, read_data_file, read_incremental_line};
+pub use data::{FileRead, read_data_file};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 
 /// Why an export cannot be read; definite: the same files give the same error.

@@ -69,24 +69,13 @@ impl Refresher {
                         continue;
                     }
                     Ok(None) => format!("DescribeTable '{table}' returned no table"),
-                    Err(error) => with_causes(&error),
+                    // A read error's message already names its cause (it has no `source`).
+                    Err(error) => error.to_string(),
                 };
                 tracing::warn!(error = %failed, "Re-reading the capacity base failed; keeping the current read rate.");
             }
         })))
     }
-}
-
-/// An error and its causes, as `anyhow` shows them with `{:#}` (the CLI's form).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -253,8 +253,8 @@ impl<A: StreamsApi> StreamEngine<A> {
                 return Ok(EndReason::MaxMessages);
             }
             if let Some(idle) = self.bounds.idle_termination
-                && !self.may_have_unread()
                 && self.ctx.handover.idle_for().await >= idle
+                && !self.may_have_unread()
             {
                 tracing::info!(
                     idle_secs = idle.as_secs(),
@@ -439,8 +439,7 @@ impl<A: StreamsApi> StreamEngine<A> {
                 lineage::admissible(graph, view)
                     .into_iter()
                     .map(|a| {
-                        let verified_at =
-                            a.finished_parent.as_ref().and_then(|p| view.verified_at(p));
+                        let verified_at = a.inherited_verified_at(view);
                         (a, verified_at)
                     })
                     .collect::<Vec<_>>()

@@ -7,11 +7,12 @@ use std::fmt;
 use ddbpipe_value::WireWriter;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::Text;
 use super::page::RecordSeed;
+use super::{Text, parse};
 use crate::api::Render;
 
-/// Writes export lines as records, reusing its buffers from line to line.
+/// Writes export lines as records. Each line is its own JSON document, so each gets its own
+/// [`WireWriter`] (whose entries borrow from the line).
 pub(crate) struct ExportLineWriter {
     render: Render,
 }
@@ -26,16 +27,15 @@ impl ExportLineWriter {
     /// `{"Item": {…}}` with attribute JSON this version reads. `out` holds part of a record
     /// after an error: the caller drops it.
     pub(crate) fn write(&self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8: {e}"))?;
         let mut writer = WireWriter::new(self.render.format());
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let found = LineSeed {
-            writer: &mut writer,
-            render: &self.render,
-            out,
-        }
-        .deserialize(&mut deserializer)
-        .and_then(|found| deserializer.end().map(|()| found));
+        let found = parse(line, |deserializer| {
+            LineSeed {
+                writer: &mut writer,
+                render: &self.render,
+                out,
+            }
+            .deserialize(deserializer)
+        });
         match found {
             Ok(true) => Ok(()),
             Ok(false) => Err("the line has no \"Item\"".into()),

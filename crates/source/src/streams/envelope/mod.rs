@@ -283,12 +283,10 @@ pub(crate) fn finish_snapshot(
 /// op mapping: INSERT→"c", MODIFY→"u", REMOVE→"d", other names lower-cased, missing →
 /// "unknown".
 pub fn op_of(event_name: Option<&str>) -> Cow<'static, str> {
-    match event_name {
-        Some("INSERT") => Cow::Borrowed("c"),
-        Some("MODIFY") => Cow::Borrowed("u"),
-        Some("REMOVE") => Cow::Borrowed("d"),
-        Some(other) => Cow::Owned(other.to_lowercase()),
-        None => Cow::Borrowed("unknown"),
+    match (ChangeOp::of(event_name).code(), event_name) {
+        (Some(code), _) => Cow::Borrowed(code),
+        (None, Some(other)) => Cow::Owned(other.to_lowercase()),
+        (None, None) => Cow::Borrowed("unknown"),
     }
 }
 
