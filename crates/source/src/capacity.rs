@@ -50,7 +50,7 @@ pub fn clamp_rate(rate: f64) -> f64 {
 /// (nothing missing, or a `missing` that is no number, waits the least).
 fn wait_for(missing: f64, rate: f64) -> Duration {
     let seconds = missing / clamp_rate(rate);
-    if !(seconds > 0.0) {
+    if seconds.is_nan() || seconds <= 0.0 {
         return Duration::from_millis(1);
     }
     Duration::try_from_secs_f64(seconds)
