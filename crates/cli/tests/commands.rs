@@ -241,6 +241,13 @@ fn no_credentials_value_reaches_any_output_of_any_command() {
         ),
         format!("{{type: profile, config: {{name: {{a: {SECRET}}}}}}}"),
         SECRET.to_string(),
+        // Interpolation problems quote the value they are in.
+        format!(
+            "{{type: access_key, config: {{access_key_id: testing, secret_access_key: 'x${{{SECRET}'}}}}"
+        ),
+        format!(
+            "{{type: access_key, config: {{access_key_id: testing, secret_access_key: 'x${{{SECRET}!}}'}}}}"
+        ),
     ];
     for credentials in &misplaced {
         write(credentials);

@@ -94,7 +94,7 @@ impl Report {
 const SECRET_SECTIONS: [&str; 2] = ["source.credentials", "sink.url"];
 
 /// Whether a value at `path` may be a secret.
-fn is_secret(path: &str) -> bool {
+pub(super) fn is_secret(path: &str) -> bool {
     SECRET_SECTIONS
         .iter()
         .any(|section| is_within(path, section))

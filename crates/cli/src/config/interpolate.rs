@@ -19,7 +19,7 @@
 
 use yaml_serde::Value;
 
-use super::fields::{Report, Stage, join};
+use super::fields::{Report, Stage, is_secret, join};
 
 /// Interpolates every string scalar of `value` (at `path`) in place, recording problems,
 /// failed paths and re-read scalars in `report`.
@@ -44,6 +44,11 @@ pub(super) fn interpolate(
                 }
                 Err(problems) => {
                     for problem in problems {
+                        let problem = if is_secret(path) {
+                            masked(problem)
+                        } else {
+                            problem
+                        };
                         report.error(Stage::Interpolate, path, problem);
                     }
                     report.failed.insert(path.to_owned());
@@ -124,6 +129,21 @@ fn substitute(
         Ok(Substituted::Whole(out))
     } else {
         Ok(Substituted::Text(out))
+    }
+}
+
+/// `problem` without the text of the value it quotes, for a value that may be a secret: the
+/// unterminated `${` and the invalid name quote it, the other problems name only variables.
+fn masked(problem: String) -> String {
+    if problem.starts_with("unterminated ${") {
+        "unterminated ${ in the value (not shown: it may be a secret): a reference is written ${NAME}"
+            .to_owned()
+    } else if problem.starts_with("invalid variable name") {
+        "invalid variable name in a ${…} of the value (not shown: it may be a secret): use \
+         letters, digits and '_', not starting with a digit"
+            .to_owned()
+    } else {
+        problem
     }
 }
 
