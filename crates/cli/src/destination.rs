@@ -388,12 +388,17 @@ pub fn table_spec(
     })
 }
 
-/// Where the records go and in what form, for the position's identity; `None` for stdout.
+/// Where the records go and in what form, for the position's identity.
 pub fn output(config: &PipelineConfig) -> Option<Output> {
     match &config.sink {
-        SinkConfig::Jsonl(jsonl) => match jsonl.path {
-            JsonlTarget::Stdout => None,
-            JsonlTarget::File(_) => Some(Output::File {
+        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
+            JsonlTarget::Stdout => Some(Output::Stdout),
+            JsonlTarget::File(path) => Some(Output::File {
+                // Absolute, so runs started from other directories name the same file.
+                path: std::path::absolute(path)
+                    .unwrap_or_else(|_| path.clone())
+                    .display()
+                    .to_string(),
                 write: jsonl.write.as_str(),
                 gzip: jsonl.gzip,
             }),

@@ -80,14 +80,19 @@ pub enum Output {
         /// The column holding the item document.
         document_column: String,
     },
-    /// A jsonl file: how runs write it (`append`, `overwrite`, `new_file_per_run`: where a
-    /// position's lines are) and whether it is gzip-compressed.
+    /// A jsonl file: where it is (a resumed run writes the rest of a position's lines there,
+    /// or into a temporary file named after it), how runs write it (`append`, `overwrite`,
+    /// `new_file_per_run`) and whether it is gzip-compressed.
     File {
+        /// The absolute path of `sink.path`.
+        path: String,
         /// `sink.write`.
         write: &'static str,
         /// `sink.gzip`.
         gzip: bool,
     },
+    /// Standard output.
+    Stdout,
 }
 
 impl Identity {
@@ -110,9 +115,13 @@ impl Identity {
                 fields.insert("sink_table".into(), json!(table));
                 fields.insert("document_column".into(), json!(document_column));
             }
-            Some(Output::File { write, gzip }) => {
+            Some(Output::File { path, write, gzip }) => {
+                fields.insert("sink_path".into(), json!(path));
                 fields.insert("sink_write".into(), json!(write));
                 fields.insert("gzip".into(), json!(gzip));
+            }
+            Some(Output::Stdout) => {
+                fields.insert("sink_path".into(), json!("-"));
             }
             None => {}
         }
@@ -291,6 +300,7 @@ mod tests {
             document_column: "doc".into(),
         };
         let appended = Output::File {
+            path: "/data/orders.jsonl".into(),
             write: "append",
             gzip: false,
         };
@@ -298,6 +308,7 @@ mod tests {
         for (other, field) in [
             (
                 Output::File {
+                    path: "/data/orders.jsonl".into(),
                     write: "overwrite",
                     gzip: false,
                 },
@@ -305,11 +316,21 @@ mod tests {
             ),
             (
                 Output::File {
+                    path: "/data/orders.jsonl".into(),
                     write: "append",
                     gzip: true,
                 },
                 "gzip",
             ),
+            (
+                Output::File {
+                    path: "/data/orders-2.jsonl".into(),
+                    write: "append",
+                    gzip: false,
+                },
+                "sink_path",
+            ),
+            (Output::Stdout, "sink_path"),
         ] {
             let changes = Identity::of(&source, &east(), Some(&other)).changes_from(&file, true);
             assert_eq!(changes.len(), 1, "{changes:?}");
