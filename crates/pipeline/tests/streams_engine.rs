@@ -939,3 +939,89 @@ async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_tri
     assert!(sink.lines.is_empty());
     assert_eq!(stored(dir.path()), before, "the state stays as it was");
 }
+
+/// docs/mirror.md §5.3, §5.4: a snapshot whose scan completed earlier (only its cleanup was left)
+/// is closed first even when its stream was read beside it and a position was trimmed meanwhile;
+/// the trim is then the gap found right after a snapshot, handled once by `on_gap`.
+#[tokio::test(start_paused = true)]
+async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged() {
+    use ddbpipe_pipeline::state::Entry;
+    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_source::fake::FakeTable;
+
+    let fake = Arc::new(FakeStreams::new(9).at(Duration::ZERO, root("s1")));
+    for key in ["a", "b", "c"] {
+        fake.apply(write_to("s1", key));
+    }
+    let first = seqs_of(&fake, "s1")[0].clone();
+    fake.apply(Change::Trim {
+        shard: "s1".into(),
+        through: 1,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = StateFile::new(dir.path().join("state.json"));
+    let mut before = StreamsPosition::new(StreamKind::Mirror, Some(FAKE_STREAM_ARN.into()));
+    before.advance(&ShardId::new("s1"), &SequenceNumber::parse(&first).unwrap());
+    before.snapshot = Some(Box::new(ddbpipe_source::position::SnapshotRecord::open(
+        ddbpipe_source::clock::unix_now_ms(),
+        2,
+        ddbpipe_source::position::SnapshotReason::Mirror,
+        &[],
+        0,
+    )));
+    if let Some(snapshot) = before.snapshot.as_mut() {
+        snapshot.complete = true;
+    }
+    let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
+    let entry = Entry {
+        identity: identity.clone(),
+        last_completed: None,
+        position: Some(Position::Streams(before.clone())),
+        updated_at: "2026-01-01T00:00:00.000Z".into(),
+    };
+    file.store("p", Some(&entry)).unwrap();
+    let mut checkpointer = Checkpointer::open_streams(file, "p", identity, Duration::ZERO)
+        .await
+        .unwrap();
+    let mut sink = line_sink();
+    sink.versioned = true;
+    let table = Arc::new(FakeTable::numbered(4));
+    let outcome = run_streams_with_snapshots(
+        Arc::clone(&fake),
+        Some(SnapshotScan {
+            api: Arc::clone(&table),
+            segments: 2,
+            max_concurrency: 1,
+            page_limit: None,
+            consistent_read: false,
+            read_rule: ddbpipe_source::plan::ReadRule::default(),
+        }),
+        &StreamRun {
+            kind: StreamKind::Mirror,
+            on_gap: OnGap::Fail,
+            ..settings()
+        },
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await;
+    let Err(StreamRunError::Gap(message)) = outcome else {
+        panic!("a gap was expected, got {outcome:?}");
+    };
+    assert!(message.contains("shard s1 was trimmed"), "{message}");
+    assert!(
+        message.contains("found right after a snapshot"),
+        "{message}"
+    );
+    assert!(table.requests().is_empty(), "no Scan request");
+    assert!(sink.lines.is_empty());
+    let after = stored(dir.path());
+    assert!(after.snapshot.is_none(), "the snapshot was closed");
+    assert_eq!(
+        after.shards, before.shards,
+        "the shard positions stay as they were"
+    );
+}

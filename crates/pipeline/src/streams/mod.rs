@@ -281,7 +281,9 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     if checkpointer.snapshot_open() {
         let scan = snapshots.scan("the stored position holds an open snapshot")?;
         tracing::info!("Resuming the open snapshot.");
-        let beside = if sink.versioned() {
+        // A snapshot whose scan completed earlier is only closed (its cleanup retried): no
+        // stream is read beside it, the checks after the snapshot judge the position.
+        let beside = if sink.versioned() && !checkpointer.snapshot_complete() {
             // The stream resumes with the scan: its stored shard positions must still be
             // readable (docs/mirror.md §5.6).
             check_beside(&api, run, &graph, checkpointer, &stop, observer.as_ref()).await?;
