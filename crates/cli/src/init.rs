@@ -126,7 +126,9 @@ pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
     }
     if args.mode != InitMode::Scan {
         out.push_str("  follow: true                     # until SIGINT/SIGTERM (or idle_termination_secs)\n");
-        if args.mode == InitMode::Mirror {
+        // A jsonl file cannot delete what vanished, so its resnapshot would need
+        // `resnapshot_deletes: false`: a jsonl mirror keeps the default `on_gap: fail`.
+        if args.mode == InitMode::Mirror && args.sink != InitSink::Jsonl {
             out.push_str("  on_gap: resnapshot               # a gap rescans the table and deletes what vanished\n");
         }
         let view = table

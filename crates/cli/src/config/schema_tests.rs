@@ -270,6 +270,17 @@ fn documented_examples() -> Vec<(String, Json)> {
 
 /// What `ddbpipe init` writes for every mode and sink.
 fn init_outputs() -> Vec<(String, Json)> {
+    init_texts()
+        .into_iter()
+        .map(|(what, text)| {
+            let document = yaml_serde::from_str(&text).expect("init writes YAML");
+            (what, document)
+        })
+        .collect()
+}
+
+/// `init`'s file for every mode and sink, as text.
+fn init_texts() -> Vec<(String, String)> {
     use ddbpipe_source::api::{KeyAttribute, KeyType, TableDescription};
     let table = TableDescription {
         name: "orders".into(),
@@ -302,8 +313,7 @@ fn init_outputs() -> Vec<(String, Json)> {
                 output: None,
             };
             let text = crate::init::pipeline(&args, &table);
-            let document = yaml_serde::from_str(&text).expect("init writes YAML");
-            outputs.push((format!("init --mode {mode:?} --sink {sink:?}"), document));
+            outputs.push((format!("init --mode {mode:?} --sink {sink:?}"), text));
         }
     }
     outputs
@@ -356,4 +366,17 @@ fn the_schema_flags_mistakes_and_admits_interpolation() {
     interpolated["sink"]["gzip"] = json!("${GZIP}");
     let errors = schema_errors(&validator, &interpolated);
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// `init` writes a pipeline that loads for every mode and sink: the schema does not check the
+/// cross-field rules (`on_gap: resnapshot` into jsonl needs `resnapshot_deletes: false`).
+#[test]
+fn every_pipeline_init_writes_loads_with_every_rule() {
+    for (what, text) in init_texts() {
+        if let Err(errors) =
+            super::parse(&text, std::path::Path::new("."), &|_| Some("x".to_string()))
+        {
+            panic!("{what}: {errors}\n{text}");
+        }
+    }
 }
