@@ -544,6 +544,55 @@ async fn a_stored_stream_other_than_the_tables_is_exactly_one_reason_naming_both
     assert_eq!(fake.calls(Op::GetRecords).await, 0);
 }
 
+/// Gap layer 3 needs no shard listing, so `check` applies it as the run does: a shard last read
+/// empty longer ago than the stream keeps records fails both with `on_gap: fail`.
+#[tokio::test]
+async fn check_fails_like_run_on_a_shard_last_read_empty_more_than_23_hours_ago() {
+    let fake = one_open_shard().await;
+    fake.always(Op::DescribeTable, any(), streamed_table(ARN))
+        .await;
+    fake.always(
+        Op::GetRecords,
+        with_iterator("it-1"),
+        records(&[], Some(TAIL)),
+    )
+    .await;
+    let pipeline = Pipeline::new(&fake).table_stream();
+    let first = pipeline.run().await;
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(pipeline.position()["shards"]["s1"], "");
+    let day_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 24 * 3600;
+    pipeline.edit_position(|position| position["verified_at"]["s1"] = json!(day_ago));
+
+    let checked = pipeline.check().await;
+    let report: Value = serde_json::from_str(&checked.stdout).expect("check --json");
+    let state = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|probe| probe["name"] == "state")
+        .expect("a state probe");
+    assert_eq!(state["status"], "FAIL", "{report}");
+    let detail = state["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("shard s1 was last read 24h ago"),
+        "{detail}"
+    );
+    assert_eq!(checked.code, Some(1), "{checked:?}");
+
+    let outcome = pipeline.run().await;
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("shard s1 was last read 24h ago"),
+        "{}",
+        outcome.stderr
+    );
+}
+
 // --- docs/streams.md §4.9, docs/errors.md §9: throttles and transient errors on GetRecords ---------------------------
 
 #[tokio::test]

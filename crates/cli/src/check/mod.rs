@@ -559,14 +559,19 @@ fn state_verdict(
             ),
         );
     }
-    // The run's first gap layer: a position of a stream the table no longer has.
-    let recreated = match (position, stream) {
-        (Position::Streams(streams), Some(current)) => {
-            gaps::recreated(streams, current, &config.source.table_name)
-        }
-        _ => None,
+    // The run's gap layers that need no shard listing: a position of a stream the table no
+    // longer has, or shards last read empty longer ago than the stream keeps records.
+    let reasons = match (position, stream) {
+        (Position::Streams(streams), Some(current)) => gaps::without_listing(
+            streams,
+            current,
+            &config.source.table_name,
+            ddbpipe_source::clock::unix_now_ms() / 1000,
+        ),
+        _ => Vec::new(),
     };
-    match recreated {
+    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    match reason {
         None => (
             Status::Pass,
             format!("{where_}: position matches the source"),

@@ -359,6 +359,21 @@ impl Pipeline {
         ddbpipe(&["run", config, "--progress", "never"]).await
     }
 
+    /// `ddbpipe check CONFIG --json`.
+    pub async fn check(&self) -> Outcome {
+        let config = self.write();
+        let config = config.to_str().expect("temporary paths are UTF-8");
+        ddbpipe(&["check", config, "--json"]).await
+    }
+
+    /// Rewrites the pipeline's stored position with `edit`.
+    pub fn edit_position(&self, edit: impl FnOnce(&mut Value)) {
+        let bytes = self.state_bytes().expect("the run wrote a state file");
+        let mut state: Value = serde_json::from_slice(&bytes).expect("the state file is JSON");
+        edit(&mut state["pipelines"][NAME]["position"]);
+        std::fs::write(self.path("state.json"), state.to_string()).expect("the state is writable");
+    }
+
     /// The change envelopes written, in output order; empty when nothing was written.
     pub fn envelopes(&self) -> Vec<Value> {
         let Ok(text) = std::fs::read_to_string(self.path("out.jsonl")) else {

@@ -66,6 +66,48 @@ pub fn recreated(stored: &StreamsPosition, current_arn: &str, table: &str) -> Op
     })
 }
 
+/// The layers that need no shard listing (1 and 3): why the position cannot be resumed on
+/// `current_arn` at `now_s`, judged from the position and the clock alone. `check` asks them,
+/// so it fails (or warns) where the run's start-up will.
+pub fn without_listing(
+    stored: &StreamsPosition,
+    current_arn: &str,
+    table: &str,
+    now_s: i64,
+) -> Vec<String> {
+    if let Some(reason) = recreated(stored, current_arn, table) {
+        return vec![reason];
+    }
+    let mut findings = Findings::default();
+    stale(stored, now_s, &mut findings);
+    findings.reasons
+}
+
+/// Layer 3: shards with nothing read whose retention may have run out.
+fn stale(stored: &StreamsPosition, now_s: i64, findings: &mut Findings) {
+    let mut unverified = Vec::new();
+    for (id, verified_at) in empty_shards(stored) {
+        match verified_at {
+            None => unverified.push(id.as_str()),
+            Some(at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
+                let hours = now_s.saturating_sub(at) / 3600;
+                findings.reasons.push(format!(
+                    "shard {id} was last read {hours}h ago with nothing to read; records \
+                     written since may have been trimmed"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if !unverified.is_empty() {
+        findings.warnings.push(format!(
+            "shards with nothing read and no verified_at cannot be checked for trimmed \
+             records: {}",
+            unverified.join(", ")
+        ));
+    }
+}
+
 /// Layers 1–3 and the list of layer-4 probes, for a later start-up. `table` is the configured
 /// table name; `now_s` is unix seconds.
 pub fn check(
@@ -104,27 +146,7 @@ pub fn check(
     }
 
     // Layer 3: shards with nothing read whose retention may have run out.
-    let mut unverified = Vec::new();
-    for (id, verified_at) in empty_shards(stored) {
-        match verified_at {
-            None => unverified.push(id.as_str()),
-            Some(at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
-                let hours = now_s.saturating_sub(at) / 3600;
-                findings.reasons.push(format!(
-                    "shard {id} was last read {hours}h ago with nothing to read; records \
-                     written since may have been trimmed"
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    if !unverified.is_empty() {
-        findings.warnings.push(format!(
-            "shards with nothing read and no verified_at cannot be checked for trimmed \
-             records: {}",
-            unverified.join(", ")
-        ));
-    }
+    stale(stored, now_s, &mut findings);
     if findings.is_gap() {
         return findings;
     }
