@@ -357,4 +357,33 @@ mod sqlite {
         assert!(document.contains(r#""v":"x\u0000y""#), "{document}");
         assert_eq!(extracted, "x\u{0}y");
     }
+
+    /// `check` fails where `run` will: without `create_table`, a database that does not exist
+    /// yet cannot hold the table the run needs.
+    #[test]
+    fn check_fails_like_run_on_a_missing_database_without_create_table() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let pipeline = Pipeline::new("orders-scan", &running.endpoint, "table_name: orders");
+        let path = pipeline.dir.path().join("missing.db");
+        let sink = format!(
+            "sink:\n  type: sqlite\n  path: {}\n  create_table: false\n",
+            path.display()
+        );
+        pipeline.write_with_sink(
+            "orders-scan",
+            &running.endpoint,
+            "table_name: orders",
+            &sink,
+        );
+        let check = pipeline.ddbpipe(&["check"]);
+        assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+        assert!(
+            stdout(&check).contains("create_table is false"),
+            "{}",
+            stdout(&check)
+        );
+        let run = pipeline.ddbpipe(&["run", "--progress", "never"]);
+        assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    }
 }

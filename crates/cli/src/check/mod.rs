@@ -453,6 +453,16 @@ async fn probe_keyed(
             // The key rules need only the table's description, not the database.
             match table.map(|table| destination::table_spec(config, Some(table))) {
                 Some(Err(failure)) => probes.add("sink", Status::Fail, with_hint(&failure)),
+                // Without create_table the run needs the table, so it needs the database.
+                _ if !sqlite.keyed.create_table => probes.add(
+                    "sink",
+                    Status::Fail,
+                    format!(
+                        "sqlite {}: the database does not exist and create_table is false, so \
+                         the run cannot find its table; create it, or set create_table: true",
+                        sqlite.path.display()
+                    ),
+                ),
                 _ => match writable(&sqlite.path) {
                     Ok(detail) => probes.add(
                         "sink",
