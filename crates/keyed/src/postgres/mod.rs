@@ -96,7 +96,7 @@ use self::schema::{
 };
 use self::session::{
     Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
-    lock_key, prepared, statement, try_lock,
+    lock_key, prepare_if, prepared, statement, try_lock,
 };
 use self::sql::{
     StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
@@ -280,36 +280,40 @@ impl PostgresDatabase {
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
             let needs = |f: fn(&Write<'_>) -> bool| writes.iter().any(f);
-            let mut prepare = async |needed: bool, sql: String| {
-                if needed {
-                    statement(client, cache, sql).await.map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let upsert_change = prepare(
+            // Each statement's text is built only when the batch needs it.
+            let upsert_change = prepare_if(
+                client,
+                cache,
                 needs(|w| matches!(w, Write::Upsert { .. })),
-                upsert_sql(spec, UpsertKind::Change),
+                || upsert_sql(spec, UpsertKind::Change),
             )
             .await?;
-            let upsert_marked = prepare(
+            let upsert_marked = prepare_if(
+                client,
+                cache,
                 needs(|w| matches!(w, Write::UpsertMarked { .. })),
-                upsert_sql(spec, UpsertKind::Marked),
+                || upsert_sql(spec, UpsertKind::Marked),
             )
             .await?;
-            let upsert_unless_newer = prepare(
+            let upsert_unless_newer = prepare_if(
+                client,
+                cache,
                 needs(|w| matches!(w, Write::UpsertUnlessNewer { .. })),
-                upsert_sql(spec, UpsertKind::UnlessNewer),
+                || upsert_sql(spec, UpsertKind::UnlessNewer),
             )
             .await?;
-            let delete = prepare(
+            let delete = prepare_if(
+                client,
+                cache,
                 needs(|w| matches!(w, Write::Delete | Write::DeleteMarked { .. })),
-                delete_sql(spec),
+                || delete_sql(spec),
             )
             .await?;
-            let mark_deleted = prepare(
+            let mark_deleted = prepare_if(
+                client,
+                cache,
                 needs(|w| matches!(w, Write::DeleteMarked { .. })),
-                mark_deleted_sql(&spec.schema),
+                || mark_deleted_sql(&spec.schema),
             )
             .await?;
             let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;

@@ -316,6 +316,20 @@ pub(super) async fn statement(
     Ok(statement)
 }
 
+/// The prepared statement of `sql()` when `needed`, from the session's cache.
+pub(super) async fn prepare_if(
+    client: &Client,
+    cache: &mut HashMap<String, Statement>,
+    needed: bool,
+    sql: impl FnOnce() -> String,
+) -> Result<Option<Statement>, tokio_postgres::Error> {
+    if needed {
+        statement(client, cache, sql()).await.map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 pub(super) fn prepared(statement: Option<&Statement>) -> Result<&Statement, Failure> {
     statement.ok_or_else(|| DbError::fatal("postgres: statement not prepared").into())
 }
