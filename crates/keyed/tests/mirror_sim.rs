@@ -43,6 +43,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 const SEEDS: u64 = 500;
+/// When the first run starts: after the stream dropped the records of the table's first writes.
+const CAPTURE: Duration = Duration::from_secs(70);
 const KEYS: usize = 24;
 
 /// The latest committed change per key: its version, and whether it deleted the item.
@@ -146,8 +148,9 @@ fn settings() -> StreamRun {
     }
 }
 
-/// The script of one seed: the writes and reshards, and how long the stream keeps records.
-fn stream(seed: u64) -> Arc<FakeStreams> {
+/// The script of one seed: the writes and reshards, how long the stream keeps records, and how
+/// far the stream's clock is off this machine's (ms).
+fn stream(seed: u64) -> (Arc<FakeStreams>, i64) {
     let mut rng = StdRng::seed_from_u64(seed);
     // The stream's clock runs up to 50 s ahead of or behind this machine's (the margin of
     // docs/mirror.md §5.6 is 61 s).
@@ -162,7 +165,8 @@ fn stream(seed: u64) -> Arc<FakeStreams> {
                 range: None,
             },
         );
-    // The table before the capture: most keys exist.
+    // The table before the capture: most keys exist, written longer ago than the stream keeps
+    // records (the mirror starts at CAPTURE), so only the scan can bring them.
     for key in 0..KEYS {
         if rng.random_bool(0.8) {
             fake = fake.at(Duration::ZERO, write(key, false));
@@ -170,11 +174,11 @@ fn stream(seed: u64) -> Arc<FakeStreams> {
     }
     // Writers during and after the scan (it lasts about 2 minutes).
     for _ in 0..rng.random_range(10..60) {
-        let at = Duration::from_millis(rng.random_range(1_000..200_000));
+        let at = CAPTURE + Duration::from_millis(rng.random_range(1_000..200_000));
         fake = fake.at(at, write(rng.random_range(0..KEYS), rng.random_bool(0.3)));
     }
     if rng.random_bool(0.7) {
-        let at = Duration::from_secs(rng.random_range(5..120));
+        let at = CAPTURE + Duration::from_secs(rng.random_range(5..120));
         let children = if rng.random_bool(0.5) {
             vec!["s2".to_string()]
         } else {
@@ -189,7 +193,7 @@ fn stream(seed: u64) -> Arc<FakeStreams> {
             },
         );
     }
-    Arc::new(fake)
+    (Arc::new(fake), skew_ms)
 }
 
 fn write(key: usize, remove: bool) -> Change {
@@ -202,6 +206,7 @@ fn write(key: usize, remove: bool) -> Change {
 /// One run, dropped at `crash_at` when given.
 async fn run(
     stream: &Arc<FakeStreams>,
+    skew_ms: i64,
     path: &Path,
     committed: Committed,
     crash_at: Option<Duration>,
@@ -237,7 +242,8 @@ async fn run(
         committed,
     };
     let scan = SnapshotScan {
-        api: Arc::new(FakeStreamTable::of(Arc::clone(stream))),
+        // Pages are timed by this machine's clock, records by the stream's.
+        api: Arc::new(FakeStreamTable::of(Arc::clone(stream)).with_local_offset_ms(-skew_ms)),
         segments: 3,
         max_concurrency: 2,
         page_limit: Some(2),
@@ -269,19 +275,22 @@ async fn run(
     (result, sink.committed)
 }
 
-async fn simulate(seed: u64) {
+/// One seed; returns how many rows a snapshot row wrote last (none of its key's changes came
+/// after it).
+async fn simulate(seed: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mirror.db");
-    let stream = stream(seed);
+    let (stream, skew_ms) = stream(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6d69_7272);
     let mut committed = Committed::new();
+    tokio::time::sleep(CAPTURE).await;
     for attempt in 0..16 {
         let crash_at = (attempt < 4 && rng.random_bool(0.5))
             .then(|| Duration::from_millis(rng.random_range(500..150_000)));
         // A run that starts after the last write and ends idle has read everything; one that
         // ends idle while the last writes land may leave them to the next run.
         let quiet_start = stream.quiescent();
-        let (result, now_committed) = run(&stream, &path, committed, crash_at).await;
+        let (result, now_committed) = run(&stream, skew_ms, &path, committed, crash_at).await;
         committed = now_committed;
         match result {
             None => continue,
@@ -297,6 +306,13 @@ async fn simulate(seed: u64) {
         table,
         "seed {seed}: the destination differs from the table"
     );
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.query_row(
+        "SELECT count(*) FROM \"t\" WHERE _ddbpipe_version_seq IS NULL",
+        [],
+        |row| row.get(0),
+    )
+    .unwrap()
 }
 
 fn seeds() -> Vec<u64> {
@@ -312,12 +328,23 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn a_mirror_whose_scan_outlasts_the_stream_retention_converges_under_writes_reshards_and_crashes() {
-    for seed in seeds() {
+    let seeds = seeds();
+    let mut landed = 0;
+    for &seed in &seeds {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(simulate(seed));
+        if runtime.block_on(simulate(seed)) > 0 {
+            landed += 1;
+        }
     }
+    // The version rule writes snapshot rows too, not only holds them back: in most seeds some
+    // row ends as a page left it.
+    assert!(
+        seeds.len() < 10 || landed * 2 > seeds.len(),
+        "snapshot rows landed in only {landed} of {} seeds",
+        seeds.len()
+    );
 }

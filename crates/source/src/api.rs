@@ -297,6 +297,13 @@ pub trait TableApi: Send + Sync + 'static {
         &self,
         exclusive_start: Option<&str>,
     ) -> impl Future<Output = Result<TableNames, ApiError>> + Send;
+
+    /// Now in unix ms on this machine's clock: the time a page's request is sent, the version
+    /// of its snapshot rows (docs/mirror.md §5.6). An in-memory table on tokio's paused clock
+    /// answers its own.
+    fn clock_ms(&self) -> i64 {
+        crate::clock::unix_now_ms()
+    }
 }
 
 /// One shard as `DescribeStream` lists it.

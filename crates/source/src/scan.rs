@@ -23,7 +23,6 @@ use tracing::Instrument;
 
 use crate::api::{ReadKind, ReadRequest, Render, TableApi};
 use crate::capacity::ReadLimiter;
-use crate::clock::unix_now_ms;
 use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
@@ -201,7 +200,7 @@ impl<A: TableApi> SegmentReader<A> {
                     let request = &request;
                     async move {
                         let grant = self.limiter.acquire().await;
-                        let requested_ms = unix_now_ms();
+                        let requested_ms = self.api.clock_ms();
                         match self.api.read_records(request, &self.render).await {
                             Ok(page) => {
                                 if self.limiter.settle(grant, page.consumed_capacity) {

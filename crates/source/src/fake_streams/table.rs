@@ -5,7 +5,8 @@
 //! Items are `{"pk": <key>, "v": <version>}`, the stream's new images. A segment holds the keys
 //! whose hash is the segment number modulo `TotalSegments`; pages go in key order, `Limit`
 //! items at most (default 100), and resume after `ExclusiveStartKey`. Each page consumes one
-//! read unit.
+//! read unit. Its clock is the stream's wall clock (on tokio's time), shifted by the local offset
+//! the test gives, so page times and record times drift as the test says and no further.
 
 use std::sync::Arc;
 
@@ -20,12 +21,24 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub struct FakeStreamTable {
     stream: Arc<FakeStreams>,
+    /// This machine's clock minus the stream's (ms).
+    local_offset_ms: i64,
 }
 
 impl FakeStreamTable {
-    /// The table whose writes `stream` records.
+    /// The table whose writes `stream` records; this machine's clock is the stream's.
     pub fn of(stream: Arc<FakeStreams>) -> Self {
-        FakeStreamTable { stream }
+        FakeStreamTable {
+            stream,
+            local_offset_ms: 0,
+        }
+    }
+
+    /// The same table on a machine whose clock is `offset_ms` ahead of the stream's (negative:
+    /// behind): page times follow it, record times the stream's.
+    pub fn with_local_offset_ms(mut self, offset_ms: i64) -> Self {
+        self.local_offset_ms = offset_ms;
+        self
     }
 
     /// Every item the table holds now, by key: its version.
@@ -93,6 +106,10 @@ impl TableApi for FakeStreamTable {
         _table_name: &str,
     ) -> Result<Option<TableDescription>, ApiError> {
         Ok(Some(crate::fake::pk_table(None)))
+    }
+
+    fn clock_ms(&self) -> i64 {
+        self.stream.wall_now_ms() + self.local_offset_ms
     }
 
     async fn list_tables(&self, _exclusive_start: Option<&str>) -> Result<TableNames, ApiError> {
