@@ -854,6 +854,14 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
         first_change < last_row,
         "the stream was read while the table was scanned: {ops:?}"
     );
+    // Runner rule 1: scan pages and stream hand-overs never share a batch.
+    for batch in &sink.batches {
+        let rows = ops[batch.first..batch.first + batch.len]
+            .iter()
+            .filter(|op| **op == "r")
+            .count();
+        assert!(rows == 0 || rows == batch.len, "a mixed batch: {batch:?}");
+    }
     let position = stored(dir.path());
     assert!(position.snapshot.is_none(), "the snapshot closed");
     assert_eq!(

@@ -20,7 +20,7 @@ use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::scan::SegmentReader;
-use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
+use ddbpipe_source::streams::engine::StreamEngine;
 use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
 use tokio::sync::mpsc;
@@ -105,11 +105,12 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
     let mut stopping = false;
     let mut pages_open = true;
     let mut handed_open = true;
-    let mut scan_result: Option<Result<(), ReadError>> = None;
-    let mut engine_result: Option<Result<EndReason, StreamError>> = None;
+    // The scan task and the engine task ended cleanly (a failure ends the loop at once).
+    let mut scan_ended = false;
+    let mut engine_ended = false;
 
     let failure: Option<RunError> = loop {
-        if scan_result.is_some() && !pages_open {
+        if scan_ended && !pages_open {
             break None;
         }
         tokio::select! {
@@ -119,12 +120,12 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
                 read_stop.cancel();
                 engine_stop.cancel();
             }
-            joined = &mut read_task.0, if scan_result.is_none() => {
+            joined = &mut read_task.0, if !scan_ended => {
                 let result = joined.unwrap_or_else(scheduler_failed);
                 match result {
-                    Err(ReadError::Cancelled) if stopping => scan_result = Some(Ok(())),
+                    Err(ReadError::Cancelled) if stopping => scan_ended = true,
                     Err(error) => break Some(error.into()),
-                    Ok(()) => scan_result = Some(Ok(())),
+                    Ok(()) => scan_ended = true,
                 }
             }
             page = pages.recv(), if pages_open => match page {
@@ -137,16 +138,16 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
                 }
                 None => pages_open = false,
             },
-            joined = &mut engine_task.0, if engine_result.is_none() => {
+            joined = &mut engine_task.0, if !engine_ended => {
                 let ended = joined.unwrap_or_else(|error| {
                     Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
                 });
                 match ended {
                     Err(error) => break Some(error.into()),
-                    Ok(end) => engine_result = Some(Ok(end)),
+                    Ok(_) => engine_ended = true,
                 }
             }
-            next = handed.recv(), if handed_open && engine_result.is_none() => match next {
+            next = handed.recv(), if handed_open && !engine_ended => match next {
                 Some(next) => {
                     outcome.changes += deliver_all(sink, checkpointer, stream.batcher.push_handed(next)).await?;
                     stream.rearm();
@@ -181,7 +182,7 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
         progress.advanced(outcome.snapshot_rows, limiter.total_units());
     }
     engine_stop.cancel();
-    if engine_result.is_none() {
+    if !engine_ended {
         let ended = (&mut engine_task.0).await.unwrap_or_else(|error| {
             Err(StreamError::Read(ReadError::Internal(format!(
                 "stream engine task failed: {error}"
@@ -204,7 +205,8 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
     )
     .await?;
 
-    outcome.completed = !stopping && read_task.0.is_finished();
+    // The loop ends on a stop or when the scan task ended and handed over every page.
+    outcome.completed = !stopping;
     if outcome.completed {
         checkpointer
             .complete(outcome.snapshot_rows, limiter.total_units())

@@ -29,7 +29,7 @@ use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
 use ddbpipe_source::streams::gaps;
-use ddbpipe_source::streams::handover::Handover;
+use ddbpipe_source::streams::handover::{Handed, Handover};
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::shard_reader::StreamContext;
 use ddbpipe_source::streams::shard_sync;
@@ -103,15 +103,17 @@ impl StreamRun {
         }
     }
 
-    /// The shard readers' context of this run.
-    fn context<A: StreamsApi>(
+    /// The stream engine of this run from `start.position`, and its hand-over channel.
+    async fn engine<A: StreamsApi>(
         &self,
         api: Arc<A>,
-        handover: Arc<Handover>,
+        start: EngineStart,
         cancel: Cancel,
         observer: Arc<dyn AttemptObserver>,
-    ) -> StreamContext<A> {
-        StreamContext {
+    ) -> (StreamEngine<A>, mpsc::Receiver<Handed>) {
+        let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
+        let handover = Arc::new(Handover::new(tx, start.position, start.max_messages));
+        let ctx = Arc::new(StreamContext {
             api,
             stream_arn: self.stream_arn.clone(),
             table: self.table.clone(),
@@ -120,9 +122,22 @@ impl StreamRun {
             records_per_request: self.records_per_request,
             poll_interval: self.poll_interval,
             handover,
-            cancel,
+            cancel: cancel.clone(),
             observer,
-        }
+        });
+        let engine = StreamEngine::new(
+            ctx,
+            start.bounds,
+            start.graph,
+            self.start_position,
+            start.first_run,
+            start.run_start_ms,
+            start.probed,
+            cancel,
+        )
+        .await
+        .with_status(start.status.as_deref());
+        (engine, rx)
     }
 
     /// What the start-up plan knows about this run.
@@ -191,6 +206,26 @@ impl StreamRun {
         )
         .await
     }
+}
+
+/// Where a stream engine starts and how it ends.
+pub(super) struct EngineStart {
+    /// The position it reads from.
+    pub position: StreamsPosition,
+    /// The shards described at start-up.
+    pub graph: ShardGraph,
+    /// The stream's status at start-up (`DISABLED` ends the run once every shard is read).
+    pub status: Option<String>,
+    /// Concurrency, discovery and end conditions.
+    pub bounds: RunBounds,
+    /// Stop after this many records.
+    pub max_messages: Option<u64>,
+    /// Whether no position was stored (docs/streams.md §4.4).
+    pub first_run: bool,
+    /// The run's start (unix ms).
+    pub run_start_ms: i64,
+    /// Iterators of the layer-4 probe, for the first slices.
+    pub probed: BTreeMap<ShardId, String>,
 }
 
 /// Why a streams run could not start or failed.
@@ -290,6 +325,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             Some(BesideStream {
                 api: &api,
                 graph: &graph,
+                status: &status,
             })
         } else {
             None
@@ -315,6 +351,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         let beside = sink.versioned().then_some(BesideStream {
             api: &api,
             graph: &graph,
+            status: &status,
         });
         snapshots
             .run(scan, sink, checkpointer, Some(capture), beside)
@@ -396,6 +433,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                     let beside = sink.versioned().then_some(BesideStream {
                         api: &api,
                         graph: &graph,
+                        status: &status,
                     });
                     snapshots
                         .run(scan, sink, checkpointer, Some(capture), beside)
@@ -411,21 +449,23 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .await
         .map_err(RunError::from)?;
 
-    let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
-    let handover = Arc::new(Handover::new(tx, position, run.max_messages));
-    let ctx = Arc::new(run.context(api, handover, stop.clone(), observer));
-    let engine = StreamEngine::new(
-        ctx,
-        run.bounds.clone(),
-        graph,
-        run.start_position,
-        first_run,
-        run_start_ms,
-        probed,
-        stop,
-    )
-    .await
-    .with_status(status.as_deref());
+    let (engine, rx) = run
+        .engine(
+            api,
+            EngineStart {
+                position,
+                graph,
+                status,
+                bounds: run.bounds.clone(),
+                max_messages: run.max_messages,
+                first_run,
+                run_start_ms,
+                probed,
+            },
+            stop,
+            observer,
+        )
+        .await;
     // The stream has no total to show progress against: the observer is told so.
     progress.streaming();
     Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)

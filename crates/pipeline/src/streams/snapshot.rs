@@ -20,12 +20,10 @@ use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::scan::SegmentReader;
-use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
-use ddbpipe_source::streams::handover::Handover;
+use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_source::streams::lineage::ShardGraph;
-use tokio::sync::mpsc;
 
-use super::{HANDOVER_DEPTH, StreamRun, StreamRunError};
+use super::{EngineStart, StreamRun, StreamRunError};
 use crate::checkpoint::Checkpointer;
 use crate::runner::{Progress, RunError, run_scan, run_together};
 use crate::sink::Sink;
@@ -81,6 +79,7 @@ impl TableApi for NoTable {
 pub(super) struct BesideStream<'a, A> {
     pub api: &'a Arc<A>,
     pub graph: &'a ShardGraph,
+    pub status: &'a Option<String>,
 }
 
 /// A run's snapshot scans: what they read with and report to, set up once.
@@ -236,31 +235,29 @@ impl<T: TableApi> Snapshots<'_, T> {
             StreamRunError::Gap("an open snapshot without shard positions".into())
         })?;
         let (engine_stop, engine_cancel) = Cancel::new();
-        let (tx, handed) = mpsc::channel(HANDOVER_DEPTH);
-        // No max_messages and no idle end while the snapshot is open (runner rule 2).
-        let handover = Arc::new(Handover::new(tx, position, None));
-        let ctx = Arc::new(run.context(
-            Arc::clone(beside.api),
-            handover,
-            engine_cancel.clone(),
-            Arc::clone(&self.observer),
-        ));
-        let bounds = RunBounds {
-            idle_termination: None,
-            follow: true,
-            ..run.bounds.clone()
-        };
-        let engine = StreamEngine::new(
-            ctx,
-            bounds,
-            beside.graph.clone(),
-            run.start_position,
-            false,
-            unix_now_ms(),
-            BTreeMap::new(),
-            engine_cancel,
-        )
-        .await;
+        let (engine, handed) = run
+            .engine(
+                Arc::clone(beside.api),
+                EngineStart {
+                    position,
+                    graph: beside.graph.clone(),
+                    status: beside.status.clone(),
+                    // No max_messages and no idle end while the snapshot is open (runner
+                    // rule 2).
+                    bounds: RunBounds {
+                        idle_termination: None,
+                        follow: true,
+                        ..run.bounds.clone()
+                    },
+                    max_messages: None,
+                    first_run: false,
+                    run_start_ms: unix_now_ms(),
+                    probed: BTreeMap::new(),
+                },
+                engine_cancel,
+                Arc::clone(&self.observer),
+            )
+            .await;
         let outcome = run_together(
             reader,
             engine,
