@@ -426,6 +426,30 @@ fn a_mirror_applies_changes_while_its_table_is_still_being_scanned(target: Targe
     );
 }
 
+/// docs/mirror.md §5.2: a jsonl mirror reads its stream only after its scan, and says that the
+/// scan must then finish within the stream's retention.
+#[test]
+fn a_jsonl_mirror_warns_that_its_scan_must_finish_within_the_retention() {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new("orders-mirror", &running.endpoint, MIRROR);
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("the scan must finish within the stream's 24 h retention"),
+        "{}",
+        stderr(&output)
+    );
+    // The scan first, then the stream from the capture (which replays the item's insert).
+    let ops: Vec<String> = pipeline
+        .records()
+        .iter()
+        .map(|r| r["op"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ops, ["r", "c"]);
+}
+
 fn spawn(pipeline: &Pipeline) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args(["run", "--progress", "never"])
