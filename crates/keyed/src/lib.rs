@@ -65,7 +65,6 @@ pub mod state;
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
 pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase};
-pub use sql::now_rfc3339;
 pub use sqlite::SqliteDatabase;
 
 /// The type of the PostgreSQL document column (`sink.document_type`). SQLite always stores

@@ -59,20 +59,31 @@ pub(crate) fn cutoff_ms(read_ms: i64) -> i64 {
 
 /// The canonical text of a key for `_ddbpipe_deleted` (rule 6).
 pub(crate) fn key_text(key: &[KeyValue]) -> String {
-    let values: Vec<serde_json::Value> = key
-        .iter()
-        .map(|value| {
-            let (tag, text) = match value {
-                KeyValue::S(text) => ("S", text.clone()),
-                KeyValue::N(text) => ("N", text.clone()),
-                KeyValue::B(bytes) => {
-                    ("B", base64::engine::general_purpose::STANDARD.encode(bytes))
-                }
-            };
-            serde_json::json!({ tag: text })
-        })
-        .collect();
-    serde_json::Value::Array(values).to_string()
+    // Written straight into one buffer (this runs for every guarded row): the bytes of the JSON
+    // array of `{"<tag>": "<text>"}` objects serde_json writes.
+    let mut out = Vec::with_capacity(16 * key.len() + 2);
+    out.push(b'[');
+    for (index, value) in key.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        let (tag, text): (&[u8], std::borrow::Cow<'_, str>) = match value {
+            KeyValue::S(text) => (b"{\"S\":", text.as_str().into()),
+            KeyValue::N(text) => (b"{\"N\":", text.as_str().into()),
+            KeyValue::B(bytes) => (
+                b"{\"B\":",
+                base64::engine::general_purpose::STANDARD
+                    .encode(bytes)
+                    .into(),
+            ),
+        };
+        out.extend_from_slice(tag);
+        // A string always serializes.
+        let _ = serde_json::to_writer(&mut out, text.as_ref());
+        out.push(b'}');
+    }
+    out.push(b']');
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// How one row change is written (rule 5).

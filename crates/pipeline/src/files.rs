@@ -95,7 +95,6 @@ pub enum LockError {
 #[derive(Debug)]
 pub struct RunLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl RunLock {
@@ -124,15 +123,7 @@ impl RunLock {
             .and_then(|()| write!(file, "{}\n{pipeline}\n", std::process::id()))
             .and_then(|()| file.flush())
             .map_err(LockError::Io)?;
-        Ok(RunLock {
-            _file: file,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(RunLock { _file: file })
     }
 
     /// Who holds the lock at `path` now, when another process does (for `check`; takes

@@ -40,11 +40,8 @@ use yaml_serde::Value;
 use self::fields::{Fields, Report, Stage};
 pub use self::schema::json_schema;
 use self::schema::{Field, Shape, of, optional, required};
-// The public names of the config; the binary does not need to name every one of them.
-#[allow(unused_imports)]
 pub use self::sink::{
-    JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, SqliteConfig, StateConfig,
-    WriteMode, stale_rows_warning,
+    JsonlConfig, JsonlTarget, SinkConfig, StateConfig, WriteMode, stale_rows_warning,
 };
 
 /// The longest pipeline `name`.

@@ -9,6 +9,7 @@ use ddbpipe_source::config::{
 };
 use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat};
 
+use super::sink::{KeyedConfig, SqliteConfig};
 use super::*;
 
 fn env(name: &str) -> Option<String> {
