@@ -203,8 +203,10 @@ impl StateFile {
         &self.path
     }
 
+    /// Beside the file the path leads to, as the writes are: two spellings of one state file
+    /// (a symlink and its target) take one lock.
     fn lock_path(&self) -> PathBuf {
-        files::lock_path(&self.path)
+        files::lock_path(&files::resolve(&self.path))
     }
 
     /// Takes the exclusive lock of the state file for `pipeline`, or says which pipeline and
@@ -474,6 +476,23 @@ mod tests {
             "{error}"
         );
         assert!(file.lock_holder().is_some());
+    }
+
+    #[test]
+    fn a_symlink_to_a_locked_state_file_shares_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("s.json");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let _held = StateFile::new(&real).lock("orders").unwrap();
+        let error = StateFile::new(&link)
+            .lock("orders")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("pipeline 'orders' is already running"),
+            "{error}"
+        );
     }
 
     #[test]
