@@ -15,7 +15,7 @@ use ddbpipe_pipeline::streams::{
 use ddbpipe_source::aws;
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
-use ddbpipe_source::plan::{self, ResolvedStream, StreamPlan};
+use ddbpipe_source::plan::{self, StreamPlan};
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -49,10 +49,12 @@ pub async fn run(
     };
     let stream = match &table {
         Some(table) => plan::resolve_stream(source, table).map_err(Failure::runtime)?,
-        None => plan::configured_stream(source).unwrap_or(ResolvedStream {
-            arn: String::new(),
-            view_type: None,
-        }),
+        // Without a table description the stream is the configured one (see above).
+        None => plan::configured_stream(source).ok_or_else(|| {
+            Failure::runtime(anyhow!(
+                "internal error: no stream_arn and no table description"
+            ))
+        })?,
     };
     if (keyed || mirror)
         && let Some(view) = stream.view_type.as_deref()
