@@ -37,14 +37,17 @@ impl ErrorClass {
                 | "ThrottlingException"
                 | "Throttling"
                 | "RequestLimitExceeded"
-                | "LimitExceededException",
+                | "LimitExceededException"
+                | "SlowDown",
             ) => ErrorClass::Throttle,
             Some(
                 "InternalServerError"
                 | "InternalFailure"
                 | "ServiceUnavailable"
                 | "ServiceUnavailableException"
-                | "TransactionInProgressException",
+                | "TransactionInProgressException"
+                | "InternalError"
+                | "RequestTimeout",
             ) => ErrorClass::Transient,
             Some(_) => ErrorClass::Fatal,
         }
@@ -123,6 +126,10 @@ pub enum ReadError {
     /// Definite: a task of the engine itself failed.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Definite: an export failed, or its files do not read or verify (the error names the
+    /// export or the file).
+    #[error("export {0}")]
+    Export(#[from] crate::export::ExportError),
     /// The run was asked to stop (signal or failure elsewhere) while this read waited.
     #[error("the read was cancelled")]
     Cancelled,

@@ -14,6 +14,7 @@
 //! `read_page` and `get_records` (value trees, for the lag probe) still go through the SDK.
 
 mod convert;
+mod export;
 mod raw_body;
 mod streams;
 mod table;
@@ -31,6 +32,7 @@ use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
 pub use aws_config::SdkConfig as SdkSettings;
+pub use export::{AwsExportApi, AwsObjectStore, s3_client};
 pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 
@@ -177,6 +179,11 @@ pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
 /// Builds the DynamoDB table reader from loaded SDK configuration.
 pub fn table_api(config: &SdkConfig) -> AwsTableApi {
     AwsTableApi::new(aws_sdk_dynamodb::Client::new(config))
+}
+
+/// Builds DynamoDB's export calls from the same SDK configuration as the table reader.
+pub fn export_api(config: &SdkConfig) -> AwsExportApi {
+    AwsExportApi::new(aws_sdk_dynamodb::Client::new(config))
 }
 
 /// Builds the DynamoDB Streams reader from the same SDK configuration as the table reader, so

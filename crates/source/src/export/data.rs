@@ -22,7 +22,9 @@ pub struct FileRead {
 }
 
 /// Reads the data file `file` of a full export from its stored bytes `stored`, writing each
-/// item as its record by `render` and handing the records to `each` `batch` at a time (rule 2).
+/// item after the first `skip` as its record by `render` and handing the records to `each`
+/// `batch` at a time (rule 2). Skipped items are counted, not written: they were handed on by
+/// an earlier read of the file.
 /// Fails when the file does not verify (rule 3) or a line does not read (rule 4); records
 /// already handed over stay with the caller, who commits the file only when this returns `Ok`.
 pub fn read_data_file<E: From<ExportError>>(
@@ -30,6 +32,7 @@ pub fn read_data_file<E: From<ExportError>>(
     file: &ManifestFile,
     render: Render,
     batch: usize,
+    skip: u64,
     mut each: impl FnMut(Lines) -> Result<(), E>,
 ) -> Result<FileRead, E> {
     let key = file.data_file_key.as_str();
@@ -51,6 +54,10 @@ pub fn read_data_file<E: From<ExportError>>(
         number += 1;
         let content = line.trim_ascii_end();
         if content.is_empty() {
+            continue;
+        }
+        if items < skip {
+            items += 1;
             continue;
         }
         records
@@ -164,7 +171,7 @@ mod tests {
         format: ValueFormat,
     ) -> Result<Vec<String>, ExportError> {
         let mut out = Vec::new();
-        read_data_file::<ExportError>(stored, file, Render::Items(format), 2, |lines| {
+        read_data_file::<ExportError>(stored, file, Render::Items(format), 2, 0, |lines| {
             out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
             Ok(())
         })?;
@@ -199,6 +206,7 @@ mod tests {
             &file(&stored, 3),
             Render::Items(ValueFormat::Plain),
             2,
+            0,
             |lines| {
                 batches.push(lines.len());
                 Ok(())

@@ -25,11 +25,29 @@
 //!    a file that does not verify.
 //! 4. A line that is not an export line fails the read naming the file and the line number.
 //!    An empty line (the end of a file) is not an item.
+//!
+//! # Reading an export as a snapshot (`ExportReader`)
+//! 5. The export's ARN is committed by the caller before the first wait; `DescribeExport` is
+//!    then asked from 2 s apart, doubling to 30 s, until `COMPLETED`. `FAILED` is a definite
+//!    error naming the export and its failure code.
+//! 6. The manifests name the files; their item counts must add up to the summary's. Data file
+//!    `i` of `manifest-files.json` is segment `i` of the snapshot: its cursor is the number of
+//!    its items handed on (`{"lines": {"N": …}}`), and it is done once it verified.
+//! 7. At most `max_concurrency` files are read at once, each streamed from S3 through gzip on
+//!    a blocking thread, `page_lines` records a page, each page's records carrying the
+//!    export's `exportTime` as their read time (their version in a keyed sink).
+//! 8. A transient failure of a file's request or body reads the file again from its start,
+//!    skipping the items already handed on; a resumed file skips its cursor's items the same
+//!    way. So a crash re-sends at most the unacknowledged part of the open files.
+//! 9. S3 and export error codes say what to do (`api::remedy`).
 
+pub mod api;
 mod data;
 mod manifest;
+mod reader;
 
 pub use data::{FileRead, read_data_file};
+pub use reader::{ExportFiles, ExportPoll, ExportReader, cursor_lines, file_cursor};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 
 /// Why an export cannot be read; definite: the same files give the same error.
@@ -43,7 +61,7 @@ pub struct ExportError {
 }
 
 impl ExportError {
-    fn new(object: &str, problem: impl Into<String>) -> Self {
+    pub(crate) fn new(object: &str, problem: impl Into<String>) -> Self {
         ExportError {
             object: object.to_string(),
             problem: problem.into(),

@@ -1,0 +1,457 @@
+//! An export read as a snapshot (rules 5–9 of `export`): wait for the export, read its
+//! manifests, then its data files in parallel, handing on pages as a Scan's segments do.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_value::{Item, Number, Value};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::io::SyncIoBridge;
+use tracing::Instrument;
+
+use super::api::{ExportApi, ExportState, ExportStatus, ObjectStore, remedy};
+use super::{ExportError, ExportType, ManifestFile, ManifestSummary, manifest_files, read_data_file};
+use crate::api::Render;
+use crate::error::{ApiError, ErrorClass, ReadError};
+use crate::events::{PageRead, RecordKind, SegmentsCounted};
+use crate::records::{Lines, SegmentCursor};
+use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
+use crate::scan::PageOut;
+use crate::segments::SegmentRanges;
+
+/// The attribute of a data file's cursor: the number of its items already handed on.
+const LINES: &str = "lines";
+
+/// A data file's cursor as stored in a scan position's `cursors`: `{"lines": {"N": "<n>"}}`,
+/// the number of its items handed on (docs/state.md §6.3).
+pub fn file_cursor(lines: u64) -> Item {
+    Item::from([(LINES.to_string(), Value::N(Number::new(lines.to_string())))])
+}
+
+/// The items handed on that a data file's cursor records; the problem when it is not one.
+pub fn cursor_lines(cursor: &Item) -> Result<u64, String> {
+    match cursor.get(LINES) {
+        Some(Value::N(n)) if cursor.len() == 1 => n
+            .as_str()
+            .parse()
+            .map_err(|_| format!("'{n}' is not a count of lines")),
+        _ => Err("an export file's cursor is {\"lines\": {\"N\": …}}".into()),
+    }
+}
+
+/// How often `DescribeExport` is asked while an export runs: from `first`, doubling, at most
+/// `max` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportPoll {
+    /// The first wait.
+    pub first: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for ExportPoll {
+    fn default() -> Self {
+        ExportPoll {
+            first: Duration::from_secs(2),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A completed export, its manifests read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportFiles {
+    /// `manifest-summary.json`.
+    pub summary: ManifestSummary,
+    /// `manifest-files.json`: file `i` is segment `i` of the snapshot.
+    pub files: Vec<ManifestFile>,
+    /// `BilledSizeBytes`, when reported.
+    pub billed_bytes: Option<u64>,
+}
+
+/// What to read and how.
+pub struct ExportReader<E, O> {
+    /// DynamoDB's export calls.
+    pub exports: Arc<E>,
+    /// The bucket the export writes to.
+    pub store: Arc<O>,
+    /// The export (committed in the position before the first wait).
+    pub arn: String,
+    /// Data files read at once.
+    pub max_concurrency: usize,
+    /// How items become records.
+    pub render: Render,
+    /// Records per page handed on.
+    pub page_lines: usize,
+    /// The one retry policy (each call, and each file read from its start).
+    pub retry: RetryPolicy,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+    /// How the export is waited for.
+    pub poll: ExportPoll,
+}
+
+impl<E, O> Clone for ExportReader<E, O> {
+    fn clone(&self) -> Self {
+        ExportReader {
+            exports: Arc::clone(&self.exports),
+            store: Arc::clone(&self.store),
+            arn: self.arn.clone(),
+            max_concurrency: self.max_concurrency,
+            render: self.render.clone(),
+            page_lines: self.page_lines,
+            retry: self.retry,
+            observer: Arc::clone(&self.observer),
+            poll: self.poll,
+        }
+    }
+}
+
+/// An export call's or an S3 error's line, with what to do when the code is known.
+fn request_error(what: String, attempts: u32, error: ApiError) -> ReadError {
+    let error = match remedy(error.code.as_deref()) {
+        Some(fix) => ApiError {
+            message: format!("{}; {fix}", error.message),
+            ..error
+        },
+        None => error,
+    };
+    ReadError::Request {
+        what,
+        attempts,
+        error,
+    }
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
+    /// `DescribeExport` of the export, retried.
+    pub async fn describe(&self, cancel: &Cancel) -> Result<ExportStatus, ReadError> {
+        let what = || format!("DescribeExport of '{}'", self.arn);
+        self.retry
+            .run("describe_export", what, cancel, self.observer.as_ref(), |_| {
+                self.exports.describe_export(&self.arn)
+            })
+            .await
+            .map_err(with_remedy)
+    }
+
+    /// Waits until the export completes (rule 5); a failed export is a definite error naming
+    /// it and its failure.
+    pub async fn wait(&self, cancel: &Cancel) -> Result<ExportStatus, ReadError> {
+        let started = Instant::now();
+        let mut delay = self.poll.first;
+        loop {
+            let status = self.describe(cancel).await?;
+            match &status.state {
+                ExportState::Completed => {
+                    tracing::info!(export = %self.arn, items = status.item_count, "The export is complete.");
+                    return Ok(status);
+                }
+                ExportState::Failed { code, message } => {
+                    return Err(ReadError::Export(ExportError::new(
+                        &self.arn,
+                        format!(
+                            "the export FAILED ({}: {}); nothing of it was read. Run again to start a new export",
+                            code.as_deref().unwrap_or("no code"),
+                            message.as_deref().unwrap_or("no message")
+                        ),
+                    )));
+                }
+                ExportState::InProgress => {
+                    tracing::info!(
+                        export = %self.arn,
+                        waited_s = started.elapsed().as_secs(),
+                        "The export is IN_PROGRESS; waiting."
+                    );
+                }
+            }
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(self.poll.max);
+        }
+    }
+
+    /// Reads the manifests of the completed export `status` (rule 1); `kind` is the type the
+    /// caller expects.
+    pub async fn files(
+        &self,
+        status: &ExportStatus,
+        kind: ExportType,
+        cancel: &Cancel,
+    ) -> Result<ExportFiles, ReadError> {
+        let Some(summary_key) = &status.manifest_key else {
+            return Err(ReadError::Export(ExportError::new(
+                &self.arn,
+                "DescribeExport reports no ExportManifest for a completed export",
+            )));
+        };
+        let bytes = self.object(summary_key, cancel).await?;
+        let summary = ManifestSummary::parse(summary_key, &bytes)?;
+        if summary.export_type != kind {
+            return Err(ReadError::Export(ExportError::new(
+                &self.arn,
+                format!(
+                    "it is {} but a {} is needed here",
+                    type_name(summary.export_type),
+                    type_name(kind)
+                ),
+            )));
+        }
+        let bytes = self.object(&summary.manifest_files_key, cancel).await?;
+        let files = manifest_files(&summary.manifest_files_key, &bytes)?;
+        let listed: u64 = files.iter().map(|f| f.item_count).sum();
+        if listed != summary.item_count {
+            return Err(ReadError::Export(ExportError::new(
+                &summary.manifest_files_key,
+                format!(
+                    "lists {listed} items but the summary says {}; the export is incomplete, run it again",
+                    summary.item_count
+                ),
+            )));
+        }
+        Ok(ExportFiles {
+            summary,
+            files,
+            billed_bytes: status.billed_bytes,
+        })
+    }
+
+    /// A small object (a manifest) whole, retried.
+    async fn object(&self, key: &str, cancel: &Cancel) -> Result<Vec<u8>, ReadError> {
+        let what = || format!("GetObject of s3://{}/{key}", self.store.bucket());
+        self.retry
+            .run("get_object", what, cancel, self.observer.as_ref(), |_| async {
+                let mut body = self.store.get(key).await?;
+                let mut bytes = Vec::new();
+                body.read_to_end(&mut bytes)
+                    .await
+                    .map_err(|e| ApiError::transport(format!("reading the object failed: {e}")))?;
+                Ok(bytes)
+            })
+            .await
+            .map_err(with_remedy)
+    }
+
+    /// Reads every data file of `files` not in `done`, continuing `cursors` (items already
+    /// handed on), sending pages to `out` (rules 6–8). Returns when every file is read, `out`
+    /// is closed, or a file failed (the others are cancelled).
+    pub async fn read_files(
+        &self,
+        files: &ExportFiles,
+        done: &SegmentRanges,
+        mut cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        let total = files.files.len() as u32;
+        let mut pending = done.missing(total);
+        let mut tasks = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, u32> = HashMap::new();
+        let mut finished = done.count();
+        let at_ms = files.summary.export_time_ms;
+        loop {
+            while running.len() < self.max_concurrency.max(1) {
+                let Some(index) = pending.next() else { break };
+                let skip = match cursors.remove(&index) {
+                    Some(cursor) => cursor_lines(&cursor).map_err(|problem| {
+                        ReadError::Internal(format!("file {index}'s cursor: {problem}"))
+                    })?,
+                    None => 0,
+                };
+                let file = files.files[index as usize].clone();
+                let reader = self.clone();
+                let out = out.clone();
+                let cancel = cancel.clone();
+                let handle = tasks.spawn(
+                    async move { reader.read_file(index, file, skip, at_ms, out, cancel).await }
+                        .in_current_span(),
+                );
+                running.insert(handle.id(), index);
+            }
+            let active = running.len() as u64;
+            SegmentsCounted {
+                pending: u64::from(total).saturating_sub(finished + active),
+                active,
+                done: finished,
+            }
+            .emit();
+            let joined = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(ReadError::Cancelled),
+                joined = tasks.join_next_with_id() => joined,
+            };
+            let Some(joined) = joined else { return Ok(()) };
+            match joined {
+                Ok((id, result)) => {
+                    running.remove(&id);
+                    result?;
+                    finished += 1;
+                }
+                Err(error) => {
+                    let index = running.remove(&error.id()).unwrap_or_default();
+                    if error.is_panic() {
+                        return Err(ReadError::Panicked {
+                            segment: index,
+                            message: "export file reader panicked".into(),
+                        });
+                    }
+                    return Err(ReadError::Cancelled);
+                }
+            }
+        }
+    }
+
+    /// Reads one data file from its start, skipping the `skip` items handed on before;
+    /// a transient failure (of the request or of the body) starts it again, skipping what
+    /// this read handed on too.
+    async fn read_file(
+        &self,
+        index: u32,
+        file: ManifestFile,
+        skip: u64,
+        at_ms: i64,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        let key = file.data_file_key.clone();
+        let handed = Arc::new(std::sync::atomic::AtomicU64::new(skip));
+        let retryable = |error: &FileError| match error {
+            FileError::Api(error) => matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient),
+            FileError::Body(_) => true,
+            FileError::Export(_) | FileError::Closed | FileError::Cancelled => false,
+        };
+        let retrying = |n: u32, error: &FileError, delay: Duration| {
+            tracing::warn!(file = %key, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Reading an export file failed; reading it again.");
+        };
+        let result = self
+            .retry
+            .retry(Duration::MAX, &cancel, retryable, retrying, |_| {
+                let handed = Arc::clone(&handed);
+                let file = file.clone();
+                let out = out.clone();
+                let cancel = cancel.clone();
+                async move {
+                    let body = self.store.get(&file.data_file_key).await.map_err(FileError::Api)?;
+                    let render = self.render.clone();
+                    let page_lines = self.page_lines;
+                    let bridge = SyncIoBridge::new(body);
+                    tokio::task::spawn_blocking(move || {
+                        read_blocking(bridge, &file, render, page_lines, index, at_ms, &handed, &out, &cancel)
+                    })
+                    .await
+                    .map_err(|e| FileError::Body(format!("the file reader stopped: {e}")))?
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(crate::retry::GaveUp::Cancelled) => Err(ReadError::Cancelled),
+            Err(crate::retry::GaveUp::Failed { error, attempts }) => Err(match error {
+                FileError::Api(error) => {
+                    request_error(format!("GetObject of s3://{}/{key}", self.store.bucket()), attempts, error)
+                }
+                FileError::Body(problem) => ReadError::Export(ExportError::new(
+                    &key,
+                    format!("reading it failed {attempts} time(s): {problem}"),
+                )),
+                FileError::Export(error) => ReadError::Export(error),
+                FileError::Closed | FileError::Cancelled => ReadError::Cancelled,
+            }),
+        }
+    }
+}
+
+/// Reads a file on a blocking thread: items after `handed` are sent as pages, then the file's
+/// end (rule 3: only once it verified).
+#[allow(clippy::too_many_arguments)] // One file's read, called once.
+fn read_blocking(
+    body: impl Read,
+    file: &ManifestFile,
+    render: Render,
+    page_lines: usize,
+    index: u32,
+    at_ms: i64,
+    handed: &std::sync::atomic::AtomicU64,
+    out: &mpsc::Sender<PageOut>,
+    cancel: &Cancel,
+) -> Result<(), FileError> {
+    use std::sync::atomic::Ordering;
+    let skip = handed.load(Ordering::SeqCst);
+    let send = |records: Lines, cursor: SegmentCursor| -> Result<(), FileError> {
+        if cancel.is_cancelled() {
+            return Err(FileError::Cancelled);
+        }
+        PageRead {
+            kind: RecordKind::Item,
+            records: records.len(),
+            capacity_units: None,
+        }
+        .emit();
+        out.blocking_send(PageOut {
+            segment: index,
+            records,
+            cursor,
+            requested_ms: at_ms,
+        })
+        .map_err(|_| FileError::Closed)
+    };
+    read_data_file::<FileError>(body, file, render, page_lines, skip, |records| {
+        let reached = handed.load(Ordering::SeqCst) + records.len() as u64;
+        send(records, SegmentCursor::Next(file_cursor(reached)))?;
+        handed.store(reached, Ordering::SeqCst);
+        Ok(())
+    })?;
+    send(Lines::default(), SegmentCursor::Done)
+}
+
+/// Why reading one file stopped.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error(transparent)]
+    Api(ApiError),
+    #[error("{0}")]
+    Body(String),
+    #[error(transparent)]
+    Export(ExportError),
+    #[error("the consumer stopped")]
+    Closed,
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl From<ExportError> for FileError {
+    fn from(error: ExportError) -> Self {
+        // A gzip stream cut short by the connection is a body failure, retried.
+        if error.problem.starts_with("cannot be read") {
+            FileError::Body(error.problem)
+        } else {
+            FileError::Export(error)
+        }
+    }
+}
+
+fn with_remedy(error: ReadError) -> ReadError {
+    match error {
+        ReadError::Request {
+            what,
+            attempts,
+            error,
+        } => request_error(what, attempts, error),
+        other => other,
+    }
+}
+
+fn type_name(kind: ExportType) -> &'static str {
+    match kind {
+        ExportType::Full => "FULL_EXPORT",
+        ExportType::Incremental => "INCREMENTAL_EXPORT",
+    }
+}
