@@ -370,6 +370,57 @@ pub struct SourceConfig {
     /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default
     /// `plain`.
     pub value_format: ValueFormat,
+    /// ★ How snapshots read the table (`snapshot:`): Scan (default) or an export to S3.
+    pub snapshot: SnapshotConfig,
+}
+
+/// How a snapshot (a scan-mode run, a mirror's first run, a resnapshot) reads the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SnapshotEngine {
+    /// Parallel `Scan` requests (consumes read capacity).
+    #[default]
+    Scan,
+    /// `ExportTableToPointInTime` to S3, then the export's files (no read capacity; needs
+    /// point-in-time recovery).
+    Export,
+}
+
+impl SnapshotEngine {
+    /// Every engine, in the order the docs list them.
+    pub const ALL: [SnapshotEngine; 2] = [SnapshotEngine::Scan, SnapshotEngine::Export];
+
+    /// `"scan"` or `"export"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SnapshotEngine::Scan => "scan",
+            SnapshotEngine::Export => "export",
+        }
+    }
+}
+
+impl fmt::Display for SnapshotEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `source.snapshot`: the snapshot engine and, for exports, where they are written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotConfig {
+    /// `scan` (default) or `export`.
+    pub engine: SnapshotEngine,
+    /// The bucket exports are written to; required with `engine: export`.
+    pub s3_bucket: Option<String>,
+    /// The key prefix of exports; unset: `ddbpipe/<pipeline name>` (the CLI fills it in).
+    pub s3_prefix: Option<String>,
+    /// The bucket owner's account id, when the bucket is another account's.
+    pub s3_bucket_owner: Option<String>,
+    /// The bucket's region; unset: the source's.
+    pub s3_region: Option<String>,
+    /// An S3 endpoint (path-style); unset: `source.endpoint_url` when set.
+    pub s3_endpoint_url: Option<String>,
+    /// A completed full export to read instead of starting one.
+    pub export_arn: Option<String>,
 }
 
 /// One problem in a config file: the dotted path of the field and what is wrong with it.
@@ -438,6 +489,7 @@ impl SourceConfig {
             retry: RetryConfig::DEFAULT,
             batch_size: defaults::BATCH_SIZE,
             value_format: defaults::VALUE_FORMAT,
+            snapshot: SnapshotConfig::default(),
         }
     }
 

@@ -14,7 +14,8 @@
 //!   executes ([`plan::ScanPlan`], [`plan::StreamPlan`]), with the read-rate rule.
 //!
 //! # Feature flags
-//! - `fake`: the in-memory [`api::TableApi`] used by tests of this and later crates.
+//! - `fake`: the in-memory [`api::TableApi`], streams and exports used by tests of this and
+//!   later crates.
 
 pub mod api;
 pub mod aws;
@@ -26,6 +27,8 @@ pub mod events;
 pub mod export;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake_export;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake_streams;
 pub mod ids;

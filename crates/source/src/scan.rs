@@ -68,6 +68,47 @@ pub struct PageOut {
     pub requested_ms: i64,
 }
 
+/// What reads a snapshot's segments and hands on their pages: a parallel Scan
+/// ([`SegmentReader`]) or an export's data files ([`crate::export::ExportSnapshot`]). The
+/// runners take either.
+pub trait PageSource: Send + 'static {
+    /// Pages waiting to be handed on at once (the channel's bound).
+    fn in_flight(&self) -> usize;
+
+    /// The read-capacity governor whose units the run reports (an export consumes none).
+    fn limiter(&self) -> Arc<ReadLimiter>;
+
+    /// Reads every segment not in `done`, continuing `cursors`, sending pages to `out`, until
+    /// every segment is done, `out` is closed, a segment failed, or `cancel` fires.
+    fn read(
+        self,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> impl std::future::Future<Output = Result<(), ReadError>> + Send;
+}
+
+impl<A: TableApi> PageSource for SegmentReader<A> {
+    fn in_flight(&self) -> usize {
+        self.max_concurrency.max(1)
+    }
+
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        Arc::clone(&self.limiter)
+    }
+
+    async fn read(
+        self,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        self.run(&done, cursors, out, cancel).await
+    }
+}
+
 /// What to read and how.
 pub struct SegmentReader<A> {
     /// The table API.

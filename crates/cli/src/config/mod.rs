@@ -34,7 +34,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use ddbpipe_source::config::{ConfigError, Mode, OnGap, SourceConfig};
+use ddbpipe_source::config::{ConfigError, Mode, OnGap, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
 use self::fields::{Fields, Report, Stage};
@@ -244,7 +244,12 @@ pub fn parse(
 
     let errors = report.into_errors();
     match (name, source, sink) {
-        (Some(name), Some((source, source_keys)), Some((sink, _))) if errors.is_empty() => {
+        (Some(name), Some((mut source, source_keys)), Some((sink, _))) if errors.is_empty() => {
+            if source.snapshot.engine == SnapshotEngine::Export
+                && source.snapshot.s3_prefix.is_none()
+            {
+                source.snapshot.s3_prefix = Some(format!("ddbpipe/{name}"));
+            }
             let mut warnings = source.ineffective_fields(&source_keys);
             if let Some(warning) = sink::stale_rows_warning(&source, &sink) {
                 warnings.push(warning);

@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 
 use ddbpipe_source::config::{
-    Credentials, Mode, OnGap, RetryConfig, Secret, SourceConfig, StartPosition, defaults,
+    Credentials, Mode, OnGap, RetryConfig, Secret, SnapshotConfig, SnapshotEngine, SourceConfig,
+    StartPosition, defaults,
 };
 use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat, value_from_typed_json};
 use serde_json::json;
@@ -208,6 +209,12 @@ pub(super) static SOURCE: &[Field] = &[
         || json!(defaults::BATCH_SIZE),
         "Records handed to the sink at once, 1..=1000000.",
     ),
+    optional(
+        "snapshot",
+        Shape::Section(SNAPSHOT),
+        "How snapshots (mode: scan, a mirror's first run, a resnapshot) read the table: Scan \
+         requests, or an export to S3 that consumes no read capacity.",
+    ),
     defaulted(
         "value_format",
         of::<ValueFormat>(),
@@ -241,6 +248,47 @@ static RETRY: &[Field] = &[
         of::<u64>(),
         || json!(defaults::ATTEMPT_TIMEOUT_MS),
         "The time one attempt may take, in milliseconds, 1000..=600000.",
+    ),
+];
+
+/// The keys of `source.snapshot:` (docs/scan.md §2.10).
+static SNAPSHOT: &[Field] = &[
+    defaulted(
+        "engine",
+        of::<SnapshotEngine>(),
+        || json!(SnapshotEngine::Scan.as_str()),
+        "scan: parallel Scan requests; export: ExportTableToPointInTime to S3, then its files \
+         (needs point-in-time recovery; no read capacity).",
+    ),
+    optional(
+        "s3_bucket",
+        of::<String>(),
+        "The bucket the export is written to; required with engine: export.",
+    ),
+    optional(
+        "s3_prefix",
+        of::<String>(),
+        "The key prefix of exports; unset: ddbpipe/<pipeline name>.",
+    ),
+    optional(
+        "s3_bucket_owner",
+        of::<String>(),
+        "The account id owning the bucket, when it is another account's.",
+    ),
+    optional(
+        "s3_region",
+        of::<String>(),
+        "The bucket's region; unset: the source's region.",
+    ),
+    optional(
+        "s3_endpoint_url",
+        of::<String>(),
+        "An S3 endpoint, addressed path-style; unset: source.endpoint_url when set.",
+    ),
+    optional(
+        "export_arn",
+        of::<String>(),
+        "A completed full export of the table to read instead of starting one.",
     ),
 ];
 
@@ -386,7 +434,24 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
     source.retry = f.section("retry").map(read_retry).unwrap_or_default();
     source.batch_size = f.or("batch_size", source.batch_size);
     source.value_format = f.or("value_format", source.value_format);
+    source.snapshot = f.section("snapshot").map(read_snapshot).unwrap_or_default();
     (source, f.finish())
+}
+
+/// `snapshot: {engine, s3_bucket, s3_prefix, s3_bucket_owner, s3_region, s3_endpoint_url,
+/// export_arn}`.
+fn read_snapshot(mut f: Fields<'_>) -> SnapshotConfig {
+    let snapshot = SnapshotConfig {
+        engine: f.or("engine", SnapshotEngine::Scan),
+        s3_bucket: f.get("s3_bucket"),
+        s3_prefix: f.get("s3_prefix"),
+        s3_bucket_owner: f.get("s3_bucket_owner"),
+        s3_region: f.get("s3_region"),
+        s3_endpoint_url: f.get("s3_endpoint_url"),
+        export_arn: f.get("export_arn"),
+    };
+    f.finish();
+    snapshot
 }
 
 /// `retry: {max_retries, initial_backoff_ms, max_backoff_ms, attempt_timeout_ms}`, each field

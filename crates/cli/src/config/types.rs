@@ -1,7 +1,7 @@
 //! The types a config field can hold, read strictly (`"false"` is not a boolean, `"8"` is not a
 //! number), with their JSON Schema, and the words messages use for found values and near misses.
 
-use ddbpipe_source::config::{Mode, OnGap, Secret, StartPosition};
+use ddbpipe_source::config::{Mode, OnGap, Secret, SnapshotEngine, StartPosition};
 use ddbpipe_value::ValueFormat;
 use serde_json::{Value as Json, json};
 use yaml_serde::Value;
@@ -174,6 +174,15 @@ impl Choice for StartPosition {
 impl Choice for OnGap {
     fn all() -> &'static [Self] {
         &OnGap::ALL
+    }
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl Choice for SnapshotEngine {
+    fn all() -> &'static [Self] {
+        &SnapshotEngine::ALL
     }
     fn name(self) -> &'static str {
         self.as_str()

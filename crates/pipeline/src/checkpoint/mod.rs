@@ -154,26 +154,27 @@ impl Checkpointer {
                         });
                     }
                     let stored_kind = match position {
-                        Position::Scan(scan) => match scan.kind {
-                            ScanKind::Scan => "scan",
-                            ScanKind::Query => "query",
-                        },
+                        Position::Scan(scan) => scan.kind.as_str(),
                         Position::Streams(_) => "streams",
                     };
-                    let wanted = match kind {
-                        ScanKind::Scan => "scan",
-                        ScanKind::Query => "query",
-                    };
+                    let wanted = kind.as_str();
                     if stored_kind != wanted {
                         return Err(StartError::WrongKind {
                             pipeline: pipeline.to_string(),
                             stored: stored_kind,
-                            mode: wanted.to_string(),
+                            mode: match kind {
+                                ScanKind::Export => "scan with snapshot.engine: export".into(),
+                                _ => wanted.to_string(),
+                            },
                         });
                     }
                 }
+                // An export's files are known only once it completed: its position is kept
+                // whatever the count (checked against the manifest when read).
                 let position = match entry.position {
-                    Some(Position::Scan(scan)) if scan.total_segments == total_segments => {
+                    Some(Position::Scan(scan))
+                        if scan.total_segments == total_segments || kind == ScanKind::Export =>
+                    {
                         Some(scan)
                     }
                     _ => None,
@@ -220,10 +221,7 @@ impl Checkpointer {
                 Some(Position::Scan(ref scan)) => {
                     return Err(StartError::WrongKind {
                         pipeline: pipeline.to_string(),
-                        stored: match scan.kind {
-                            ScanKind::Scan => "scan",
-                            ScanKind::Query => "query",
-                        },
+                        stored: scan.kind.as_str(),
                         mode: "streams".to_string(),
                     });
                 }
@@ -300,6 +298,17 @@ impl Checkpointer {
     ) -> Result<(), StateError> {
         self.position = ScanPosition::new(ScanKind::Scan, total_segments);
         self.streams = Some(capture);
+        self.dirty = true;
+        self.flush().await
+    }
+
+    /// Records the export a snapshot reads (its files are the segments) and writes it now:
+    /// **before** the first wait for it, so a restart waits on the same export instead of
+    /// paying for another (docs/scan.md §2.10). In a streams run it is stored in the open
+    /// snapshot record.
+    pub async fn set_export(&mut self, arn: &str) -> Result<(), StateError> {
+        self.position.kind = ScanKind::Export;
+        self.position.export_arn = Some(arn.to_string());
         self.dirty = true;
         self.flush().await
     }

@@ -18,14 +18,12 @@
 //!   run reads the table afresh and the output is still the previous complete one; the other
 //!   order could publish a file while a position still says more of it was written.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_source::api::StreamsApi;
-use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::Cancel;
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
 use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -97,8 +95,8 @@ pub struct ScanOutcome {
 }
 
 /// Runs a scan or query to completion (or until `stop`), writing to `sink`.
-pub async fn run_scan<A: TableApi, S: Sink>(
-    reader: SegmentReader<A>,
+pub async fn run_scan<R: PageSource, S: Sink>(
+    reader: R,
     batch_size: usize,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
@@ -112,12 +110,14 @@ pub async fn run_scan<A: TableApi, S: Sink>(
     };
     sink.start(start).await?;
     let (read_stop, read_cancel) = Cancel::new();
-    let (tx, mut rx) = mpsc::channel(reader.max_concurrency.max(1));
+    let (tx, mut rx) = mpsc::channel(reader.in_flight());
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
-    let limiter = Arc::clone(&reader.limiter);
+    let limiter = reader.limiter();
     let mut read_task = AbortOnDrop(tokio::spawn(
-        async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
+        reader
+            .read(done, cursors, tx, read_cancel)
+            .in_current_span(),
     ));
 
     let units = || limiter.total_units();

@@ -16,10 +16,10 @@
 //!    resumes the scan segments and the shards where they were. A failure of either side drops
 //!    both partial batches, commits what was acknowledged and returns the error.
 
-use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::StreamEngine;
 use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -74,8 +74,8 @@ impl Side {
 /// `sink` until the scan completes (rule 3), `stop` fires (rule 4) or either fails.
 /// `engine_stop` stops the engine; `handed` is its hand-over channel.
 #[allow(clippy::too_many_arguments)] // The two sides' wiring, passed once.
-pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
-    reader: SegmentReader<T>,
+pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
+    reader: R,
     engine: StreamEngine<A>,
     engine_stop: CancelHandle,
     mut handed: mpsc::Receiver<Handed>,
@@ -86,12 +86,14 @@ pub async fn run_together<T: TableApi, A: StreamsApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<TogetherOutcome, RunError> {
     let (read_stop, read_cancel) = Cancel::new();
-    let (tx, mut pages) = mpsc::channel(reader.max_concurrency.max(1));
+    let (tx, mut pages) = mpsc::channel(reader.in_flight());
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
-    let limiter = std::sync::Arc::clone(&reader.limiter);
+    let limiter = reader.limiter();
     let mut read_task = AbortOnDrop(tokio::spawn(
-        async move { reader.run(&done, cursors, tx, read_cancel).await }.in_current_span(),
+        reader
+            .read(done, cursors, tx, read_cancel)
+            .in_current_span(),
     ));
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 

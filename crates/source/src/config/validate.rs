@@ -14,6 +14,10 @@
 //! 9. Streams and mirror: a way to end the run, no scan-only fields, sane polling.
 //! 10. Scan and query: no stream-only fields.
 //! 11. Rates, fractions and intervals are in range.
+//! 13. `snapshot.engine: export` (docs/scan.md §2.10): `s3_bucket` is set; not in query mode;
+//!     none of `filter_expression`, `projection`, `index_name`, `segments` above 1 or
+//!     `consistent_read` (an export has none of them); `export_arn` is an export's ARN and only
+//!     with the export engine; the export fields need `engine: export`.
 //!
 //! Rule 12 (the pipeline name, sink and state) belongs to the CLI, which sees the whole file.
 //! Decoding a typed expression value (part of rule 8) happens while the CLI reads the YAML,
@@ -25,7 +29,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{ConfigError, Mode, OnGap, SourceConfig, reserved};
+use super::{ConfigError, Mode, OnGap, SnapshotEngine, SourceConfig, reserved};
 use crate::capacity::{MAX_READ_RATE, MIN_READ_RATE};
 
 const MAX_SEGMENTS: u32 = 1_000_000;
@@ -257,6 +261,8 @@ impl SourceConfig {
                 format!("discovery_interval_secs must be 10..=3600 (got {interval})"),
             );
         }
+        // 13.
+        self.validate_snapshot(&mut fail);
     }
 
     /// Rule 9: streams and mirror modes.
@@ -328,6 +334,89 @@ impl SourceConfig {
                 "start_position does not apply to mode: mirror (mirror captures its own start \
                  positions)"
                     .into(),
+            );
+        }
+    }
+
+    /// Rule 13: the export engine's fields (`snapshot.*`).
+    fn validate_snapshot(&self, fail: &mut impl FnMut(&str, String)) {
+        let snapshot = &self.snapshot;
+        if snapshot.engine != SnapshotEngine::Export {
+            let export_only = [
+                ("s3_bucket", snapshot.s3_bucket.is_some()),
+                ("s3_prefix", snapshot.s3_prefix.is_some()),
+                ("s3_bucket_owner", snapshot.s3_bucket_owner.is_some()),
+                ("s3_region", snapshot.s3_region.is_some()),
+                ("s3_endpoint_url", snapshot.s3_endpoint_url.is_some()),
+                ("export_arn", snapshot.export_arn.is_some()),
+            ];
+            for (field, set) in export_only {
+                if set {
+                    fail(
+                        &format!("snapshot.{field}"),
+                        format!("snapshot.{field} needs snapshot.engine: export"),
+                    );
+                }
+            }
+            return;
+        }
+        if self.mode == Mode::Query {
+            fail(
+                "snapshot.engine",
+                "snapshot.engine: export does not apply to mode: query (an export holds the \
+                 whole table; use mode: scan)"
+                    .into(),
+            );
+        }
+        if snapshot
+            .s3_bucket
+            .as_deref()
+            .is_none_or(|b| b.trim().is_empty())
+        {
+            fail(
+                "snapshot.s3_bucket",
+                "snapshot.engine: export requires snapshot.s3_bucket, the bucket the export is \
+                 written to"
+                    .into(),
+            );
+        }
+        let refused = [
+            ("filter_expression", self.filter_expression.is_some()),
+            ("projection", self.projection.is_some()),
+            ("index_name", self.index_name.is_some()),
+            ("segments", self.segments > 1),
+            ("consistent_read", self.consistent_read),
+        ];
+        for (field, set) in refused {
+            if set {
+                fail(
+                    field,
+                    format!(
+                        "{field} does not apply to snapshot.engine: export (an export holds \
+                         every attribute of every item of the table, at one instant); remove \
+                         it, or use snapshot.engine: scan"
+                    ),
+                );
+            }
+        }
+        if let Some(prefix) = &snapshot.s3_prefix
+            && (prefix.starts_with('/') || prefix.trim().is_empty())
+        {
+            fail(
+                "snapshot.s3_prefix",
+                format!(
+                    "snapshot.s3_prefix must be a key prefix without a leading '/' (got '{prefix}')"
+                ),
+            );
+        }
+        if let Some(arn) = &snapshot.export_arn
+            && !(arn.starts_with("arn:") && arn.contains(":table/") && arn.contains("/export/"))
+        {
+            fail(
+                "snapshot.export_arn",
+                format!(
+                    "'{arn}' is not an export ARN (arn:aws:dynamodb:<region>:<account>:table/<table>/export/<id>)"
+                ),
             );
         }
     }
@@ -465,6 +554,62 @@ mod tests {
                 "source.poll_interval_ms",
                 "source.start_position",
             ]
+        );
+    }
+
+    #[test]
+    fn the_export_engine_refuses_what_an_export_has_not_and_needs_a_bucket() {
+        let mut config = SourceConfig::new("orders");
+        config.snapshot.engine = SnapshotEngine::Export;
+        assert_eq!(paths(&config), ["source.snapshot.s3_bucket"]);
+        config.snapshot.s3_bucket = Some("exports".into());
+        assert!(paths(&config).is_empty());
+        config.filter_expression = Some("a = :a".into());
+        config.expression_attribute_values = BTreeMap::from([(":a".into(), Value::Null)]);
+        config.projection = Some("a".into());
+        config.index_name = Some("by_a".into());
+        config.segments = 4;
+        config.consistent_read = true;
+        config.snapshot.s3_prefix = Some("/p".into());
+        config.snapshot.export_arn = Some("arn:aws:dynamodb:us-east-1:1:table/orders".into());
+        assert_eq!(
+            paths(&config),
+            [
+                "source.filter_expression",
+                "source.projection",
+                "source.index_name",
+                "source.segments",
+                "source.consistent_read",
+                "source.snapshot.s3_prefix",
+                "source.snapshot.export_arn",
+            ]
+        );
+        let mut errors = Vec::new();
+        config.validate(&mut errors);
+        assert!(
+            errors[0]
+                .message
+                .contains("does not apply to snapshot.engine: export"),
+            "{}",
+            errors[0]
+        );
+        let mut query = SourceConfig::new("orders");
+        query.mode = Mode::Query;
+        query.key_condition_expression = Some("pk = :p".into());
+        query.expression_attribute_values = BTreeMap::from([(":p".into(), Value::Null)]);
+        query.snapshot.engine = SnapshotEngine::Export;
+        query.snapshot.s3_bucket = Some("b".into());
+        assert_eq!(paths(&query), ["source.snapshot.engine"]);
+    }
+
+    #[test]
+    fn export_fields_without_the_export_engine_are_errors() {
+        let mut config = SourceConfig::new("orders");
+        config.snapshot.s3_bucket = Some("exports".into());
+        config.snapshot.export_arn = Some("arn:x".into());
+        assert_eq!(
+            paths(&config),
+            ["source.snapshot.s3_bucket", "source.snapshot.export_arn"]
         );
     }
 

@@ -103,7 +103,8 @@ pub type ObjectBody = Pin<Box<dyn AsyncRead + Send>>;
 /// DynamoDB's export and backup calls. One attempt per call: [`crate::retry`] retries.
 pub trait ExportApi: Send + Sync + 'static {
     /// `DescribeContinuousBackups` of `table_name`.
-    fn recovery(&self, table_name: &str) -> impl Future<Output = Result<Recovery, ApiError>> + Send;
+    fn recovery(&self, table_name: &str)
+    -> impl Future<Output = Result<Recovery, ApiError>> + Send;
 
     /// `ExportTableToPointInTime`.
     fn start_export(
@@ -137,7 +138,9 @@ pub fn remedy(code: Option<&str>) -> Option<&'static str> {
              prefix, and dynamodb:ExportTableToPointInTime and dynamodb:DescribeExport on the \
              table (README, Export snapshots)"
         }
-        "KMS.AccessDeniedException" | "KMS.DisabledException" | "KMS.NotFoundException"
+        "KMS.AccessDeniedException"
+        | "KMS.DisabledException"
+        | "KMS.NotFoundException"
         | "KMSAccessDeniedException" => {
             "the bucket's KMS key must allow kms:Decrypt (and kms:GenerateDataKey for the \
              export) to these credentials"

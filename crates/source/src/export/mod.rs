@@ -40,15 +40,27 @@
 //!    skipping the items already handed on; a resumed file skips its cursor's items the same
 //!    way. So a crash re-sends at most the unacknowledged part of the open files.
 //! 9. S3 and export error codes say what to do (`api::remedy`).
+//!
+//! # Starting (`start`, `given`)
+//! 10. An export is started with a `ClientToken` derived from the pipeline and the snapshot
+//!     (`client_token`): repeated after a crash before its ARN was committed, the request
+//!     returns the same export instead of paying for a second.
+//! 11. A configured `export_arn` must be a full export of this table that did not fail.
 
 pub mod api;
 mod data;
 mod manifest;
 mod reader;
+mod start;
+#[cfg(test)]
+mod tests;
 
 pub use data::{FileRead, read_data_file};
-pub use reader::{ExportFiles, ExportPoll, ExportReader, cursor_lines, file_cursor};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
+pub use reader::{
+    ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
+};
+pub use start::{ExportTarget, client_token, given, start};
 
 /// Why an export cannot be read; definite: the same files give the same error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

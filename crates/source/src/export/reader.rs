@@ -15,13 +15,16 @@ use tokio_util::io::SyncIoBridge;
 use tracing::Instrument;
 
 use super::api::{ExportApi, ExportState, ExportStatus, ObjectStore, remedy};
-use super::{ExportError, ExportType, ManifestFile, ManifestSummary, manifest_files, read_data_file};
+use super::{
+    ExportError, ExportType, ManifestFile, ManifestSummary, manifest_files, read_data_file,
+};
 use crate::api::Render;
+use crate::capacity::ReadLimiter;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
 use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
-use crate::scan::PageOut;
+use crate::scan::{PageOut, PageSource};
 use crate::segments::SegmentRanges;
 
 /// The attribute of a data file's cursor: the number of its items already handed on.
@@ -133,9 +136,13 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
     pub async fn describe(&self, cancel: &Cancel) -> Result<ExportStatus, ReadError> {
         let what = || format!("DescribeExport of '{}'", self.arn);
         self.retry
-            .run("describe_export", what, cancel, self.observer.as_ref(), |_| {
-                self.exports.describe_export(&self.arn)
-            })
+            .run(
+                "describe_export",
+                what,
+                cancel,
+                self.observer.as_ref(),
+                |_| self.exports.describe_export(&self.arn),
+            )
             .await
             .map_err(with_remedy)
     }
@@ -228,14 +235,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
     async fn object(&self, key: &str, cancel: &Cancel) -> Result<Vec<u8>, ReadError> {
         let what = || format!("GetObject of s3://{}/{key}", self.store.bucket());
         self.retry
-            .run("get_object", what, cancel, self.observer.as_ref(), |_| async {
-                let mut body = self.store.get(key).await?;
-                let mut bytes = Vec::new();
-                body.read_to_end(&mut bytes)
-                    .await
-                    .map_err(|e| ApiError::transport(format!("reading the object failed: {e}")))?;
-                Ok(bytes)
-            })
+            .run(
+                "get_object",
+                what,
+                cancel,
+                self.observer.as_ref(),
+                |_| async {
+                    let mut body = self.store.get(key).await?;
+                    let mut bytes = Vec::new();
+                    body.read_to_end(&mut bytes).await.map_err(|e| {
+                        ApiError::transport(format!("reading the object failed: {e}"))
+                    })?;
+                    Ok(bytes)
+                },
+            )
             .await
             .map_err(with_remedy)
     }
@@ -271,8 +284,12 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                 let out = out.clone();
                 let cancel = cancel.clone();
                 let handle = tasks.spawn(
-                    async move { reader.read_file(index, file, skip, at_ms, out, cancel).await }
-                        .in_current_span(),
+                    async move {
+                        reader
+                            .read_file(index, file, skip, at_ms, out, cancel)
+                            .await
+                    }
+                    .in_current_span(),
                 );
                 running.insert(handle.id(), index);
             }
@@ -324,7 +341,9 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
         let key = file.data_file_key.clone();
         let handed = Arc::new(std::sync::atomic::AtomicU64::new(skip));
         let retryable = |error: &FileError| match error {
-            FileError::Api(error) => matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient),
+            FileError::Api(error) => {
+                matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient)
+            }
             FileError::Body(_) => true,
             FileError::Export(_) | FileError::Closed | FileError::Cancelled => false,
         };
@@ -339,12 +358,18 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                 let out = out.clone();
                 let cancel = cancel.clone();
                 async move {
-                    let body = self.store.get(&file.data_file_key).await.map_err(FileError::Api)?;
+                    let body = self
+                        .store
+                        .get(&file.data_file_key)
+                        .await
+                        .map_err(FileError::Api)?;
                     let render = self.render.clone();
                     let page_lines = self.page_lines;
                     let bridge = SyncIoBridge::new(body);
                     tokio::task::spawn_blocking(move || {
-                        read_blocking(bridge, &file, render, page_lines, index, at_ms, &handed, &out, &cancel)
+                        read_blocking(
+                            bridge, &file, render, page_lines, index, at_ms, &handed, &out, &cancel,
+                        )
                     })
                     .await
                     .map_err(|e| FileError::Body(format!("the file reader stopped: {e}")))?
@@ -355,9 +380,11 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
             Ok(()) => Ok(()),
             Err(crate::retry::GaveUp::Cancelled) => Err(ReadError::Cancelled),
             Err(crate::retry::GaveUp::Failed { error, attempts }) => Err(match error {
-                FileError::Api(error) => {
-                    request_error(format!("GetObject of s3://{}/{key}", self.store.bucket()), attempts, error)
-                }
+                FileError::Api(error) => request_error(
+                    format!("GetObject of s3://{}/{key}", self.store.bucket()),
+                    attempts,
+                    error,
+                ),
                 FileError::Body(problem) => ReadError::Export(ExportError::new(
                     &key,
                     format!("reading it failed {attempts} time(s): {problem}"),
@@ -453,5 +480,65 @@ fn type_name(kind: ExportType) -> &'static str {
     match kind {
         ExportType::Full => "FULL_EXPORT",
         ExportType::Incremental => "INCREMENTAL_EXPORT",
+    }
+}
+
+/// A full export read as a snapshot's pages (the runners' [`PageSource`]): wait for it, read
+/// its manifests, then its files.
+pub struct ExportSnapshot<E, O> {
+    /// The reader of the export.
+    pub reader: ExportReader<E, O>,
+    /// Counts no units (an export consumes no read capacity); the runners report it.
+    pub limiter: Arc<ReadLimiter>,
+}
+
+impl<E: ExportApi, O: ObjectStore> PageSource for ExportSnapshot<E, O> {
+    fn in_flight(&self) -> usize {
+        self.reader.max_concurrency.max(1)
+    }
+
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        Arc::clone(&self.limiter)
+    }
+
+    async fn read(
+        self,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        let status = self.reader.wait(&cancel).await?;
+        let files = self
+            .reader
+            .files(&status, ExportType::Full, &cancel)
+            .await?;
+        if let Some(beyond) = done
+            .ranges()
+            .last()
+            .map(|range| range[1])
+            .into_iter()
+            .chain(cursors.keys().copied())
+            .find(|index| *index as usize >= files.files.len())
+        {
+            return Err(ReadError::Export(ExportError::new(
+                &files.summary.manifest_files_key,
+                format!(
+                    "the position has progress for file {beyond} but the export has {} file(s): \
+                     the position belongs to another export; run `ddbpipe state reset`",
+                    files.files.len()
+                ),
+            )));
+        }
+        tracing::info!(
+            export = %self.reader.arn,
+            files = files.files.len(),
+            items = files.summary.item_count,
+            export_time_ms = files.summary.export_time_ms,
+            "Reading the export's files."
+        );
+        self.reader
+            .read_files(&files, &done, cursors, out, cancel)
+            .await
     }
 }

@@ -64,7 +64,7 @@ impl Position {
     /// Reads a stored position strictly.
     pub fn from_json(json: &Json) -> Result<Position, PositionError> {
         match json.get("kind").and_then(Json::as_str) {
-            Some("scan" | "query") => Ok(Position::Scan(ScanPosition::from_json(json)?)),
+            Some("scan" | "query" | "export") => Ok(Position::Scan(ScanPosition::from_json(json)?)),
             Some("streams" | "mirror") => Ok(Position::Streams(StreamsPosition::from_json(json)?)),
             Some(other) => Err(PositionError::new(
                 "kind",

@@ -19,8 +19,10 @@ pub struct ScanPosition {
     pub total_segments: u32,
     /// Segments read to their end.
     pub done: SegmentRanges,
-    /// `ExclusiveStartKey` of each segment in progress.
+    /// `ExclusiveStartKey` of each segment in progress (an export file: its items handed on).
     pub cursors: BTreeMap<u32, Item>,
+    /// The export read (kind `export`), once started.
+    pub export_arn: Option<String>,
 }
 
 /// The two kinds of paged read.
@@ -31,6 +33,19 @@ pub enum ScanKind {
     Scan,
     /// `Query`.
     Query,
+    /// The data files of an export (`source.snapshot.engine: export`).
+    Export,
+}
+
+impl ScanKind {
+    /// `"scan"`, `"query"` or `"export"`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScanKind::Scan => "scan",
+            ScanKind::Query => "query",
+            ScanKind::Export => "export",
+        }
+    }
 }
 
 /// The stored layout.
@@ -39,6 +54,8 @@ pub enum ScanKind {
 struct Stored {
     cursors: BTreeMap<String, Json>,
     done: Vec<[u32; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    export_arn: Option<String>,
     kind: ScanKind,
     total_segments: u32,
 }
@@ -51,6 +68,7 @@ impl ScanPosition {
             total_segments,
             done: SegmentRanges::new(),
             cursors: BTreeMap::new(),
+            export_arn: None,
         }
     }
 
@@ -70,12 +88,14 @@ impl ScanPosition {
     /// Reads a stored scan or query position strictly.
     pub(super) fn from_json(json: &Json) -> Result<Self, PositionError> {
         let stored: Stored = strict(json)?;
-        Self::decode(
+        let mut position = Self::decode(
             stored.kind,
             stored.total_segments,
             stored.done,
             &stored.cursors,
-        )
+        )?;
+        position.export_arn = stored.export_arn;
+        Ok(position)
     }
 
     /// The position as stored (sorted keys).
@@ -83,6 +103,7 @@ impl ScanPosition {
         serde_json::to_value(Stored {
             cursors: self.typed_cursors(),
             done: self.done.ranges().to_vec(),
+            export_arn: self.export_arn.clone(),
             kind: self.kind,
             total_segments: self.total_segments,
         })
@@ -90,7 +111,8 @@ impl ScanPosition {
     }
 
     /// Decodes stored progress: `done` ranges, and cursors keyed by segment number inside
-    /// `total_segments`, each a key as typed JSON. Paths are relative to the progress.
+    /// `total_segments` (an export's files: any number, checked against its manifest when
+    /// read), each a key as typed JSON. Paths are relative to the progress.
     pub(super) fn decode(
         kind: ScanKind,
         total_segments: u32,
@@ -108,7 +130,7 @@ impl ScanPosition {
                     format!("segment '{segment}' is not a segment number"),
                 )
             })?;
-            if number >= total_segments {
+            if kind != ScanKind::Export && number >= total_segments {
                 return Err(PositionError::new(
                     path,
                     format!("segment {number} is outside total_segments {total_segments}"),
@@ -116,6 +138,10 @@ impl ScanPosition {
             }
             let item = ddbpipe_value::item_from_typed_json(cursor, &path)
                 .map_err(|e| PositionError::new(e.path.clone(), e.to_string()))?;
+            if kind == ScanKind::Export {
+                crate::export::cursor_lines(&item)
+                    .map_err(|problem| PositionError::new(&path, problem))?;
+            }
             decoded.insert(number, item);
         }
         Ok(ScanPosition {
@@ -123,6 +149,7 @@ impl ScanPosition {
             total_segments,
             done,
             cursors: decoded,
+            export_arn: None,
         })
     }
 }

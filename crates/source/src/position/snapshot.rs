@@ -55,6 +55,10 @@ pub struct SnapshotRecord {
     pub reason: SnapshotReason,
     /// `TotalSegments` of its scan.
     pub total_segments: u32,
+    /// The export the snapshot reads (`snapshot.engine: export`), once started: its data
+    /// files are the segments, `total_segments` their number once known (0 before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_arn: Option<String>,
     /// Fields of another version, kept as stored.
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
@@ -81,6 +85,7 @@ impl SnapshotRecord {
             keys_written: 0,
             reason,
             total_segments: segments,
+            export_arn: None,
             other: BTreeMap::new(),
         }
     }
@@ -88,16 +93,18 @@ impl SnapshotRecord {
     /// The scan progress, checked as strictly as a scan position; the problem names its path
     /// below the record.
     pub fn progress(&self) -> Result<ScanPosition, String> {
-        if self.total_segments < 1 {
+        let kind = match self.export_arn {
+            Some(_) => ScanKind::Export,
+            None => ScanKind::Scan,
+        };
+        if self.total_segments < 1 && kind == ScanKind::Scan {
             return Err("total_segments is missing or not a segment count".into());
         }
-        ScanPosition::decode(
-            ScanKind::Scan,
-            self.total_segments,
-            self.done.clone(),
-            &self.cursors,
-        )
-        .map_err(|e| format!("{}: {}", e.path, e.problem))
+        let mut progress =
+            ScanPosition::decode(kind, self.total_segments, self.done.clone(), &self.cursors)
+                .map_err(|e| format!("{}: {}", e.path, e.problem))?;
+        progress.export_arn = self.export_arn.clone();
+        Ok(progress)
     }
 
     /// Stores `progress` as the record's scan progress.
@@ -105,6 +112,7 @@ impl SnapshotRecord {
         self.cursors = progress.typed_cursors();
         self.done = progress.done.ranges().to_vec();
         self.total_segments = progress.total_segments;
+        self.export_arn = progress.export_arn.clone();
     }
 }
 
