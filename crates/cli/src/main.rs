@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod destination;
 mod discover;
+mod export;
 mod failure;
 mod generate;
 mod init;

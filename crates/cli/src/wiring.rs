@@ -35,8 +35,17 @@ pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
 
 /// Builds the table API (no network I/O) and says where it reads.
 pub async fn table_api(source: &SourceConfig) -> (AwsTableApi, Location) {
+    let (_, api, location) = clients(source).await;
+    (api, location)
+}
+
+/// The SDK configuration of a source (for the export and S3 clients), its table API, and
+/// where it reads.
+pub async fn clients(source: &SourceConfig) -> (aws::SdkSettings, AwsTableApi, Location) {
     let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
-    (aws::table_api(&sdk), location(&sdk, source))
+    let api = aws::table_api(&sdk);
+    let location = location(&sdk, source);
+    (sdk, api, location)
 }
 
 /// Where the clients built from `sdk` read: its region and endpoint, and the account when the

@@ -275,6 +275,7 @@ async fn mirror<T: TableApi>(
         page_limit: Some(2),
         consistent_read: false,
         read_rule: ddbpipe_source::plan::ReadRule::default(),
+        exports: None,
     };
     run_streams_with_snapshots(
         Arc::clone(stream),

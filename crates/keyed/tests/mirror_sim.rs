@@ -253,6 +253,7 @@ async fn run(
             fixed: Some(0.25),
             ..ReadRule::default()
         },
+        exports: None,
     };
     let settings = settings();
     let running = run_streams_with_snapshots(

@@ -736,6 +736,7 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
             page_limit: None,
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
+            exports: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -808,6 +809,7 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
                 fixed: Some(0.1),
                 ..ReadRule::default()
             },
+            exports: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -922,6 +924,7 @@ async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_tri
             page_limit: None,
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
+            exports: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -1003,6 +1006,7 @@ async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged(
             page_limit: None,
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
+            exports: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,

@@ -18,9 +18,20 @@ pub fn unix_now_s() -> i64 {
 /// Now, RFC 3339 UTC with milliseconds (`2026-12-01T08:00:00.123Z`): the time stored in state
 /// entries and destination rows.
 pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
+    format_ms(time::OffsetDateTime::now_utc())
+}
+
+/// Unix milliseconds as RFC 3339 UTC with milliseconds (as [`now_rfc3339`]).
+pub fn rfc3339_ms(ms: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(at) => format_ms(at),
+        Err(_) => format!("{ms} ms"),
+    }
+}
+
+fn format_ms(at: time::OffsetDateTime) -> String {
     let format = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
     );
-    now.format(&format).unwrap_or_else(|_| now.to_string())
+    at.format(&format).unwrap_or_else(|_| at.to_string())
 }

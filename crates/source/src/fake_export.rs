@@ -250,23 +250,19 @@ impl State {
     ) -> (String, u64) {
         let id = arn.rsplit('/').next().unwrap_or("export").to_string();
         let base = format!("{}/AWSDynamoDB/{id}", request.prefix.trim_end_matches('/'));
-        let (lines, incremental): (Vec<String>, bool) = match request.kind {
-            ExportKind::Full { .. } => (
-                self.source
-                    .items()
-                    .iter()
-                    .map(|item| json!({"Item": item_to_typed_json(item)}).to_string())
-                    .collect(),
-                false,
-            ),
-            ExportKind::Incremental { from_ms, to_ms } => (
-                self.source
-                    .changes(from_ms, to_ms)
-                    .iter()
-                    .map(change_line)
-                    .collect(),
-                true,
-            ),
+        let lines: Vec<String> = match request.kind {
+            ExportKind::Full { .. } => self
+                .source
+                .items()
+                .iter()
+                .map(|item| json!({"Item": item_to_typed_json(item)}).to_string())
+                .collect(),
+            ExportKind::Incremental { from_ms, to_ms } => self
+                .source
+                .changes(from_ms, to_ms)
+                .iter()
+                .map(change_line)
+                .collect(),
         };
         let mut manifest = String::new();
         let files = self.files.max(1);
@@ -292,7 +288,7 @@ impl State {
         self.objects
             .insert(files_key.clone(), manifest.into_bytes());
         let mut summary = json!({
-            "version": "2023-08-01",
+            "version": "2020-06-30",
             "exportArn": arn,
             "startTime": rfc3339(export_time_ms),
             "endTime": rfc3339(export_time_ms),
@@ -308,7 +304,15 @@ impl State {
             "itemCount": lines.len() + usize::from(miscount),
             "outputFormat": "DYNAMODB_JSON",
         });
-        if incremental {
+        // AWS's incremental summary has a window instead of an exportTime.
+        if let ExportKind::Incremental { from_ms, to_ms } = request.kind {
+            if let Some(fields) = summary.as_object_mut() {
+                fields.remove("exportTime");
+            }
+            summary["version"] = json!("2023-08-01");
+            summary["exportFromTime"] = json!(rfc3339(from_ms));
+            summary["exportToTime"] = json!(rfc3339(to_ms));
+            summary["outputView"] = json!("NEW_AND_OLD_IMAGES");
             summary["exportType"] = json!("INCREMENTAL_EXPORT");
         }
         let summary_key = format!("{base}/manifest-summary.json");
@@ -346,7 +350,7 @@ impl ExportApi for FakeExports {
             ExportKind::Incremental { to_ms, .. } => (to_ms, true),
         };
         let arn = format!(
-            "{}/export/{:013}-{:08x}",
+            "{}/export/{:014}-{:08x}",
             request.table_arn, now_ms, state.calls.started
         );
         let (summary_key, items) = state.write(&self.bucket, request, &arn, export_time_ms);

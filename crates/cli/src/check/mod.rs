@@ -23,6 +23,7 @@ use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
 
+mod export;
 mod paths;
 
 use self::paths::{creatable_beside, probe_jsonl, writable};
@@ -118,6 +119,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         );
     }
     let (table, location) = probe_table(&config, timeout, &mut probes).await;
+    export::probe_export(&config, table.as_ref(), timeout, &mut probes).await;
     let stream = if mode.reads_stream() {
         probe_stream(&config, table.as_ref(), timeout, &mut probes).await
     } else {

@@ -11,7 +11,7 @@ use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::Render;
 use ddbpipe_source::capacity::ReadLimiter;
-use ddbpipe_source::config::Mode;
+use ddbpipe_source::config::{Mode, SnapshotEngine};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{Refresher, ScanPlan};
 use ddbpipe_source::position::ScanKind;
@@ -21,6 +21,7 @@ use ddbpipe_source::scan::SegmentReader;
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
+use crate::export;
 use crate::failure::{self, Exit, Failure, start_failure};
 use crate::telemetry::ScanProgress;
 use crate::telemetry::{Line, say};
@@ -34,11 +35,13 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let source = &config.source;
+    let exported = source.snapshot.engine == SnapshotEngine::Export;
     let kind = match source.mode {
         Mode::Query => ScanKind::Query,
+        _ if exported => ScanKind::Export,
         _ => ScanKind::Scan,
     };
-    let (api, mut location) = wiring::table_api(source).await;
+    let (sdk, api, mut location) = wiring::clients(source).await;
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
@@ -59,6 +62,35 @@ pub async fn run(
 
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
+    let started = Instant::now();
+    if let Some(engine) = export::engine(&sdk, source) {
+        let table_arn = export::table_arn(source, &table)?;
+        let arn =
+            export::begin_scan(&engine, &config.name, &table_arn, &mut checkpointer, &stop).await?;
+        tracing::info!(mode = %source.mode, export = %arn, resumed, "Run started.");
+        let reader = engine.typed_reader(&arn, Render::Items(plan.format));
+        let bar = ScanProgress::new(
+            progress,
+            table.item_count,
+            checkpointer.position().done.count(),
+            0,
+        );
+        let outcome = run_scan(
+            reader,
+            plan.batch_size,
+            &mut sink,
+            &mut checkpointer,
+            stop,
+            &bar,
+        )
+        .await;
+        bar.finish();
+        let outcome = outcome.map_err(|error| {
+            let hint = failure::rerun_hint(Some(&error), config_path, "the last committed page");
+            Failure::runtime(error).hint(hint)
+        })?;
+        return finish(config, config_path, &outcome, started.elapsed());
+    }
     let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
     if let Some(rate) = plan.read_rate {
         tracing::info!(units_per_second = rate, "Read capacity limited.");
@@ -88,7 +120,6 @@ pub async fn run(
         resumed,
         "Run started."
     );
-    let started = Instant::now();
     let bar = ScanProgress::new(
         progress,
         table.item_count,
@@ -118,7 +149,18 @@ pub async fn run(
         };
         Failure::runtime(error).hint(hint)
     })?;
-    summarize(config, &outcome, started.elapsed());
+    finish(config, config_path, &outcome, started.elapsed())
+}
+
+/// Says how the run ended; an interrupted run is a failure whose hint says it resumes.
+fn finish(
+    config: &PipelineConfig,
+    config_path: &Path,
+    outcome: &ScanOutcome,
+    took: Duration,
+) -> Result<Exit, Failure> {
+    let source = &config.source;
+    summarize(config, outcome, took);
     if outcome.completed {
         Ok(Exit::Ok)
     } else {

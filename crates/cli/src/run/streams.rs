@@ -15,6 +15,7 @@ use ddbpipe_pipeline::streams::{
 use ddbpipe_source::aws;
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
+use ddbpipe_source::export::SnapshotExports;
 use ddbpipe_source::plan::{self, StreamPlan};
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::EndReason;
@@ -104,9 +105,11 @@ pub async fn run(
     );
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
-    let snapshot = plan
-        .scans_table(checkpointer.snapshot_open())
-        .then(|| SnapshotScan::new(Arc::new(table_api), &plan.snapshot));
+    let snapshot = plan.scans_table(checkpointer.snapshot_open()).then(|| {
+        let exports = crate::export::engine(&sdk, source)
+            .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
+        SnapshotScan::new(Arc::new(table_api), &plan.snapshot).with_exports(exports)
+    });
     // A snapshot scan (mirror, resnapshot) shows its progress and ETA against the item count;
     // the stream then shows its change records, shards and lag (`Progress::streaming`).
     let bar = ScanProgress::new(

@@ -16,10 +16,11 @@ use ddbpipe_source::api::{
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::error::ApiError;
+use ddbpipe_source::export::SnapshotExports;
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
-use ddbpipe_source::scan::SegmentReader;
+use ddbpipe_source::scan::{PageSource, SegmentReader};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_source::streams::lineage::ShardGraph;
 
@@ -44,6 +45,9 @@ pub struct SnapshotScan<T> {
     /// The read-rate rule (docs/scan.md §2.7), applied to the described table and refreshed while
     /// the scan runs.
     pub read_rule: ReadRule,
+    /// With `snapshot.engine: export`: snapshots read a full export instead of scanning
+    /// (docs/scan.md §2.10), so they consume no read capacity.
+    pub exports: Option<Arc<dyn SnapshotExports>>,
 }
 
 impl<T> SnapshotScan<T> {
@@ -56,7 +60,14 @@ impl<T> SnapshotScan<T> {
             page_limit: plan.page_limit,
             consistent_read: plan.consistent_read,
             read_rule: plan.read_rule.clone(),
+            exports: None,
         }
+    }
+
+    /// The same, reading exports through `exports` instead of scanning.
+    pub fn with_exports(mut self, exports: Option<Arc<dyn SnapshotExports>>) -> Self {
+        self.exports = exports;
+        self
     }
 }
 
@@ -148,6 +159,39 @@ impl<T: TableApi> Snapshots<'_, T> {
                 run.table
             )));
         }
+        let key_schema: Vec<KeyAttribute> = description.key_schema.clone();
+        let render = Render::Snapshots(Arc::new(SnapshotShape {
+            key_schema,
+            table: run.table.clone(),
+            format: run.format,
+        }));
+        if let Some(exports) = &scan.exports {
+            let arn = match checkpointer.position().export_arn.clone() {
+                Some(arn) => arn,
+                None => {
+                    let table_arn = description.arn.clone().ok_or_else(|| {
+                        StreamRunError::Gap(format!(
+                            "DescribeTable '{}' reported no TableArn, which an export needs",
+                            run.table
+                        ))
+                    })?;
+                    let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
+                    let arn = exports.begin(&table_arn, &unique, self.stop).await?;
+                    checkpointer
+                        .set_export(&arn)
+                        .await
+                        .map_err(RunError::from)?;
+                    arn
+                }
+            };
+            tracing::info!(export = %arn, "The snapshot reads an export.");
+            let reader = exports.reader(&arn, render);
+            let completed = self.execute(reader, beside, sink, checkpointer).await?;
+            if !completed {
+                return Err(StreamRunError::SnapshotInterrupted);
+            }
+            return ceiling(checkpointer);
+        }
         let rate = scan
             .read_rule
             .rate(&description)
@@ -161,7 +205,6 @@ impl<T: TableApi> Snapshots<'_, T> {
             self.stop.clone(),
             Arc::clone(&self.observer),
         );
-        let key_schema: Vec<KeyAttribute> = description.key_schema;
         let template = ReadRequest {
             table_name: run.table.clone(),
             kind: ReadKind::Scan { segment: None },
@@ -181,16 +224,31 @@ impl<T: TableApi> Snapshots<'_, T> {
             max_concurrency: scan.max_concurrency,
             limiter,
             retry: run.retry,
-            render: Render::Snapshots(Arc::new(SnapshotShape {
-                key_schema,
-                table: run.table.clone(),
-                format: run.format,
-            })),
+            render,
             observer: Arc::clone(&self.observer),
         };
-        let completed = match beside {
+        let completed = self.execute(reader, beside, sink, checkpointer).await?;
+        drop(refresher);
+        if !completed {
+            return Err(StreamRunError::SnapshotInterrupted);
+        }
+        ceiling(checkpointer)
+    }
+
+    /// Reads the snapshot's pages alone or beside the stream; `true` when it completed and the
+    /// snapshot was closed.
+    async fn execute<R: PageSource, S: Sink, A: StreamsApi>(
+        &self,
+        reader: R,
+        beside: Option<BesideStream<'_, A>>,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+    ) -> Result<bool, StreamRunError> {
+        let run = self.run;
+        let scan_segments = checkpointer.position().total_segments;
+        Ok(match beside {
             None => {
-                tracing::info!(segments = scan.segments, "Snapshot started.");
+                tracing::info!(segments = scan_segments, "Snapshot started.");
                 tracing::warn!(
                     sink = %sink.describe(),
                     "This sink reads the stream only after the snapshot's scan: the scan must finish within the stream's 24 h retention (docs/mirror.md §5.5); a sqlite or postgres sink reads the stream beside the scan."
@@ -208,24 +266,19 @@ impl<T: TableApi> Snapshots<'_, T> {
             }
             Some(beside) => {
                 tracing::info!(
-                    segments = scan.segments,
+                    segments = scan_segments,
                     "Snapshot started; the stream is read beside it."
                 );
                 self.run_beside(reader, beside, sink, checkpointer).await?
             }
-        };
-        drop(refresher);
-        if !completed {
-            return Err(StreamRunError::SnapshotInterrupted);
-        }
-        ceiling(checkpointer)
+        })
     }
 
     /// The scan and the stream from the committed position together
     /// (`runner::run_together`); `true` when the scan completed and the snapshot was closed.
-    async fn run_beside<S: Sink, A: StreamsApi>(
+    async fn run_beside<R: PageSource, S: Sink, A: StreamsApi>(
         &self,
-        reader: SegmentReader<T>,
+        reader: R,
         beside: BesideStream<'_, A>,
         sink: &mut S,
         checkpointer: &mut Checkpointer,

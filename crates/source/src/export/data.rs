@@ -36,7 +36,12 @@ pub fn read_data_file<E: From<ExportError>>(
     mut each: impl FnMut(Lines) -> Result<(), E>,
 ) -> Result<FileRead, E> {
     let key = file.data_file_key.as_str();
-    let mut hashing = Hashing::new(stored);
+    let mut hashing = BufReader::new(Hashing::new(stored));
+    // An empty partition may be stored as an empty object instead of an empty gzip: no items.
+    let empty = hashing
+        .fill_buf()
+        .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?
+        .is_empty();
     let writer = ExportLineWriter::new(render);
     let mut lines = BufReader::new(GzDecoder::new(&mut hashing));
     let mut records = Lines::with_capacity(batch, batch * 256);
@@ -45,6 +50,9 @@ pub fn read_data_file<E: From<ExportError>>(
     let mut items = 0u64;
     loop {
         line.clear();
+        if empty {
+            break;
+        }
         let read = lines
             .read_until(b'\n', &mut line)
             .map_err(|e| ExportError::new(key, format!("cannot be read as gzip: {e}")))?;
@@ -86,7 +94,7 @@ pub fn read_data_file<E: From<ExportError>>(
         .into());
     }
     if let Some(expected) = &file.md5_checksum {
-        let found = STANDARD.encode(hashing.digest.finalize_reset());
+        let found = STANDARD.encode(hashing.get_mut().digest.finalize_reset());
         if &found != expected {
             return Err(ExportError::new(
                 key,
@@ -100,7 +108,7 @@ pub fn read_data_file<E: From<ExportError>>(
     }
     Ok(FileRead {
         items,
-        stored_bytes: hashing.bytes,
+        stored_bytes: hashing.get_ref().bytes,
     })
 }
 
@@ -269,5 +277,32 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+        // Stored as an empty object, not an empty gzip.
+        assert!(
+            read(b"", &file(b"", 0), ValueFormat::Plain)
+                .unwrap()
+                .is_empty()
+        );
+        let error = read(b"", &file(b"", 1), ValueFormat::Plain).unwrap_err();
+        assert!(error.problem.contains("holds 0 items"), "{error}");
+    }
+
+    #[test]
+    fn a_resumed_file_skips_the_items_handed_on_before() {
+        let stored = gzip(&LINES);
+        let mut out = Vec::new();
+        read_data_file::<ExportError>(
+            &stored[..],
+            &file(&stored, 3),
+            Render::Items(ValueFormat::Plain),
+            10,
+            2,
+            |lines| {
+                out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(out, [r#"{"pk":"c"}"#]);
     }
 }

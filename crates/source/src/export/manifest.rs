@@ -22,8 +22,11 @@ pub enum ExportType {
 pub struct ManifestSummary {
     /// The export.
     pub export_arn: String,
-    /// `exportTime` in unix ms: the instant a full export shows (its rows' version).
+    /// `exportTime` in unix ms: the instant a full export shows (its rows' version); for an
+    /// incremental export (whose summary has none) its `exportToTime`.
     pub export_time_ms: i64,
+    /// `exportFromTime` of an incremental export, in unix ms.
+    pub from_ms: Option<i64>,
     /// Items in all data files.
     pub item_count: u64,
     /// Full or incremental (full when absent).
@@ -36,7 +39,12 @@ pub struct ManifestSummary {
 #[serde(rename_all = "camelCase")]
 struct SummaryJson {
     export_arn: String,
-    export_time: String,
+    #[serde(default)]
+    export_time: Option<String>,
+    #[serde(default)]
+    export_from_time: Option<String>,
+    #[serde(default)]
+    export_to_time: Option<String>,
     item_count: u64,
     output_format: String,
     #[serde(default)]
@@ -58,17 +66,38 @@ impl ManifestSummary {
                 ),
             ));
         }
-        let at = OffsetDateTime::parse(&json.export_time, &Rfc3339).map_err(|e| {
-            ExportError::new(
+        let export_type = json.export_type.unwrap_or(ExportType::Full);
+        let time = |field: &str, text: &Option<String>| -> Result<Option<i64>, ExportError> {
+            text.as_deref()
+                .map(|text| {
+                    OffsetDateTime::parse(text, &Rfc3339)
+                        .map(|at| (at.unix_timestamp_nanos() / 1_000_000) as i64)
+                        .map_err(|e| {
+                            ExportError::new(key, format!("{field} '{text}' is not RFC 3339: {e}"))
+                        })
+                })
+                .transpose()
+        };
+        let at = match export_type {
+            ExportType::Full => time("exportTime", &json.export_time)?,
+            ExportType::Incremental => time("exportToTime", &json.export_to_time)?
+                .or(time("exportTime", &json.export_time)?),
+        };
+        let Some(export_time_ms) = at else {
+            return Err(ExportError::new(
                 key,
-                format!("exportTime '{}' is not RFC 3339: {e}", json.export_time),
-            )
-        })?;
+                match export_type {
+                    ExportType::Full => "the summary has no exportTime",
+                    ExportType::Incremental => "the summary has no exportToTime",
+                },
+            ));
+        };
         Ok(ManifestSummary {
             export_arn: json.export_arn,
-            export_time_ms: (at.unix_timestamp_nanos() / 1_000_000) as i64,
+            export_time_ms,
+            from_ms: time("exportFromTime", &json.export_from_time)?,
             item_count: json.item_count,
-            export_type: json.export_type.unwrap_or(ExportType::Full),
+            export_type,
             manifest_files_key: json.manifest_files_s3_key,
         })
     }
@@ -119,16 +148,18 @@ mod tests {
         assert_eq!(summary.export_type, ExportType::Full);
         assert_eq!(summary.export_time_ms, 1_793_777_314_028);
         assert!(summary.manifest_files_key.ends_with("/manifest-files.json"));
+        // AWS's incremental summary has no exportTime, but a window.
         let incremental = SUMMARY.replace(
-            r#""outputFormat""#,
-            r#""exportType":"INCREMENTAL_EXPORT","outputFormat""#,
+            r#""exportTime":"2026-11-04T07:28:34.028Z","#,
+            r#""exportFromTime":"2026-11-04T06:28:34.028Z","exportToTime":"2026-11-04T07:28:34.028Z","outputView":"NEW_AND_OLD_IMAGES","exportType":"INCREMENTAL_EXPORT","#,
         );
-        assert_eq!(
-            ManifestSummary::parse("s", incremental.as_bytes())
-                .unwrap()
-                .export_type,
-            ExportType::Incremental
-        );
+        let incremental = ManifestSummary::parse("s", incremental.as_bytes()).unwrap();
+        assert_eq!(incremental.export_type, ExportType::Incremental);
+        assert_eq!(incremental.export_time_ms, 1_793_777_314_028);
+        assert_eq!(incremental.from_ms, Some(1_793_777_314_028 - 3_600_000));
+        let timeless = SUMMARY.replace(r#""exportTime":"2026-11-04T07:28:34.028Z","#, "");
+        let error = ManifestSummary::parse("s", timeless.as_bytes()).unwrap_err();
+        assert!(error.problem.contains("no exportTime"), "{error}");
     }
 
     #[test]

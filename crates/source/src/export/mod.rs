@@ -49,6 +49,7 @@
 
 pub mod api;
 mod data;
+mod engine;
 mod manifest;
 mod reader;
 mod start;
@@ -56,6 +57,7 @@ mod start;
 mod tests;
 
 pub use data::{FileRead, read_data_file};
+pub use engine::{BoxedPages, DynPages, ExportEngine, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 pub use reader::{
     ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,

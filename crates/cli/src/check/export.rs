@@ -1,0 +1,103 @@
+//! The probes of `source.snapshot.engine: export` (docs/cli.md §8.2): point-in-time recovery
+//! on the table (an export needs it, `run` fails without it) and a configured `export_arn`.
+
+use std::time::Duration;
+
+use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::aws;
+use ddbpipe_source::export::api::ExportApi;
+use ddbpipe_source::plan;
+use ddbpipe_source::retry::{Cancel, NoObserver};
+
+use super::{Probes, Status};
+use crate::config::PipelineConfig;
+
+/// The fix for point-in-time recovery being off, as a command.
+pub(crate) fn pitr_fix(table: &str) -> String {
+    format!(
+        "turn it on: aws dynamodb update-continuous-backups --table-name {table} \
+         --point-in-time-recovery-specification PointInTimeRecoveryEnabled=true (or use \
+         snapshot.engine: scan)"
+    )
+}
+
+/// `point_in_time_recovery` and `export_arn`; nothing when the engine is `scan` or the table
+/// was not described.
+pub(super) async fn probe_export(
+    config: &PipelineConfig,
+    table: Option<&TableDescription>,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    let source = &config.source;
+    let Some(table) = table else { return };
+    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
+    let Some(engine) = crate::export::engine(&sdk, source) else {
+        return;
+    };
+    let retry = source.retry.policy();
+    let cancel = Cancel::never();
+    let name = table.name.as_str();
+    let recovery = retry.run(
+        "describe_continuous_backups",
+        || format!("DescribeContinuousBackups '{name}'"),
+        &cancel,
+        &NoObserver,
+        |_| engine.exports.recovery(name),
+    );
+    match tokio::time::timeout(timeout, recovery).await {
+        Ok(Ok(recovery)) if recovery.enabled => {
+            let since = recovery
+                .earliest_ms
+                .map(|ms| {
+                    format!(
+                        ", restorable from {}",
+                        ddbpipe_source::clock::rfc3339_ms(ms)
+                    )
+                })
+                .unwrap_or_default();
+            probes.add(
+                "point_in_time_recovery",
+                Status::Pass,
+                format!("enabled{since}: exports can be taken"),
+            );
+        }
+        Ok(Ok(_)) => probes.add(
+            "point_in_time_recovery",
+            Status::Fail,
+            format!(
+                "off for table '{name}': snapshot.engine: export needs it; {}",
+                pitr_fix(name)
+            ),
+        ),
+        Ok(Err(error)) => probes.add("point_in_time_recovery", Status::Fail, error.to_string()),
+        Err(_) => probes.add(
+            "point_in_time_recovery",
+            Status::Fail,
+            format!("no answer within {} s", timeout.as_secs()),
+        ),
+    }
+    if let (Some(arn), Some(table_arn)) = (&source.snapshot.export_arn, &table.arn) {
+        let given =
+            ddbpipe_source::export::given(engine.exports.as_ref(), arn, table_arn, &retry, &cancel);
+        match tokio::time::timeout(timeout, given).await {
+            Ok(Ok(status)) => probes.add(
+                "export_arn",
+                Status::Pass,
+                format!(
+                    "a full export of the table, {}",
+                    match status.state {
+                        ddbpipe_source::export::api::ExportState::Completed => "COMPLETED",
+                        _ => "IN_PROGRESS",
+                    }
+                ),
+            ),
+            Ok(Err(error)) => probes.add("export_arn", Status::Fail, error.to_string()),
+            Err(_) => probes.add(
+                "export_arn",
+                Status::Fail,
+                format!("no answer within {} s", timeout.as_secs()),
+            ),
+        }
+    }
+}

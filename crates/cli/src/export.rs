@@ -1,0 +1,90 @@
+//! Wiring of `source.snapshot.engine: export` (docs/scan.md §2.10): the export engine over the
+//! export and S3 clients built from the run's SDK configuration (same credentials), and the
+//! export a scan-mode run reads. The rules live in `ddbpipe_source::export`.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::aws::{self, AwsExportApi, AwsObjectStore};
+use ddbpipe_source::config::{SnapshotEngine, SourceConfig};
+use ddbpipe_source::events::RequestMetrics;
+use ddbpipe_source::export::{ExportEngine, ExportPoll, SnapshotExports};
+use ddbpipe_source::retry::Cancel;
+
+use crate::failure::Failure;
+
+/// The export engine of a source over AWS.
+pub type AwsExports = ExportEngine<AwsExportApi, AwsObjectStore>;
+
+/// The export engine of `source`, when its snapshots are exports: both clients from the run's
+/// SDK configuration; S3 in the snapshot's region and endpoint when set, else at the source's
+/// endpoint (path-style).
+pub fn engine(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExports> {
+    let snapshot = &source.snapshot;
+    if snapshot.engine != SnapshotEngine::Export {
+        return None;
+    }
+    let endpoint = snapshot
+        .s3_endpoint_url
+        .as_deref()
+        .or(source.endpoint_url.as_deref());
+    let s3 = aws::s3_client(sdk, snapshot.s3_region.as_deref(), endpoint);
+    Some(ExportEngine {
+        exports: Arc::new(aws::export_api(sdk)),
+        store: Arc::new(AwsObjectStore::new(
+            s3,
+            snapshot.s3_bucket.as_deref().unwrap_or_default(),
+            snapshot.s3_bucket_owner.as_deref(),
+        )),
+        prefix: snapshot.s3_prefix.clone().unwrap_or_default(),
+        bucket_owner: snapshot.s3_bucket_owner.clone(),
+        given_arn: snapshot.export_arn.clone(),
+        max_concurrency: source.max_concurrency,
+        page_lines: source.batch_size.min(1000),
+        retry: source.retry.policy(),
+        observer: Arc::new(RequestMetrics),
+        poll: ExportPoll::default(),
+    })
+}
+
+/// The table's ARN, which an export needs.
+pub fn table_arn(source: &SourceConfig, table: &TableDescription) -> Result<String, Failure> {
+    table.arn.clone().ok_or_else(|| {
+        Failure::runtime(anyhow!(
+            "DescribeTable '{}' reported no TableArn, which an export needs",
+            source.table_name
+        ))
+    })
+}
+
+/// The export a scan-mode run reads, committed in the position before anything waits for it:
+/// the one the position names (a restart), else the configured or a new one (its client token
+/// made of the pipeline and its last completed run, so each run's export is its own).
+pub async fn begin_scan(
+    engine: &AwsExports,
+    pipeline: &str,
+    table_arn: &str,
+    checkpointer: &mut Checkpointer,
+    cancel: &Cancel,
+) -> Result<String, Failure> {
+    if let Some(arn) = checkpointer.position().export_arn.clone() {
+        tracing::info!(export = %arn, "Resuming the export of the last run.");
+        return Ok(arn);
+    }
+    let previous = checkpointer
+        .last_completed()
+        .map(|done| done.to_string())
+        .unwrap_or_default();
+    let unique = format!("{pipeline}\n{previous}");
+    let arn = engine
+        .begin(table_arn, &unique, cancel)
+        .await
+        .map_err(Failure::runtime)?;
+    checkpointer
+        .set_export(&arn)
+        .await
+        .map_err(Failure::runtime)?;
+    Ok(arn)
+}

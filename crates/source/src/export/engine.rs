@@ -1,0 +1,182 @@
+//! The export engine as the runners see it: [`SnapshotExports`] starts (or takes) a full export
+//! for a snapshot and builds its reader, type-erased so a run holds it whatever the clients.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ddbpipe_value::Item;
+use tokio::sync::mpsc;
+
+use super::api::{ExportApi, ExportKind, ObjectStore};
+use super::{ExportPoll, ExportReader, ExportSnapshot, ExportTarget, client_token, given, start};
+use crate::api::Render;
+use crate::capacity::ReadLimiter;
+use crate::error::ReadError;
+use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
+use crate::scan::{PageOut, PageSource};
+use crate::segments::SegmentRanges;
+
+/// A boxed future of the engine's calls.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, ReadError>> + Send + 'a>>;
+
+/// A [`PageSource`] behind a box: what [`SnapshotExports::reader`] returns.
+pub trait DynPages: Send {
+    /// [`PageSource::in_flight`].
+    fn in_flight(&self) -> usize;
+    /// [`PageSource::limiter`].
+    fn limiter(&self) -> Arc<ReadLimiter>;
+    /// [`PageSource::read`].
+    fn read_boxed(
+        self: Box<Self>,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Pending<'static, ()>;
+}
+
+impl<P: PageSource> DynPages for P {
+    fn in_flight(&self) -> usize {
+        PageSource::in_flight(self)
+    }
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        PageSource::limiter(self)
+    }
+    fn read_boxed(
+        self: Box<Self>,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Pending<'static, ()> {
+        Box::pin((*self).read(done, cursors, out, cancel))
+    }
+}
+
+/// Boxed pages are pages.
+pub struct BoxedPages(pub Box<dyn DynPages>);
+
+impl PageSource for BoxedPages {
+    fn in_flight(&self) -> usize {
+        self.0.in_flight()
+    }
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        self.0.limiter()
+    }
+    async fn read(
+        self,
+        done: SegmentRanges,
+        cursors: BTreeMap<u32, Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> Result<(), ReadError> {
+        self.0.read_boxed(done, cursors, out, cancel).await
+    }
+}
+
+/// What a run's snapshots need of exports (`source.snapshot.engine: export`).
+pub trait SnapshotExports: Send + Sync {
+    /// The full export a snapshot of `table_arn` reads: the configured `export_arn` (checked),
+    /// or a new one whose client token is made of `unique` (what makes this snapshot unique)
+    /// and the target. The caller commits the ARN before reading.
+    fn begin<'a>(
+        &'a self,
+        table_arn: &'a str,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String>;
+
+    /// The reader of export `arn`, writing records by `render`.
+    fn reader(&self, arn: &str, render: Render) -> BoxedPages;
+}
+
+/// The export engine over an [`ExportApi`] and an [`ObjectStore`].
+pub struct ExportEngine<E, O> {
+    /// DynamoDB's export calls.
+    pub exports: Arc<E>,
+    /// The export bucket.
+    pub store: Arc<O>,
+    /// `S3Prefix`.
+    pub prefix: String,
+    /// `S3BucketOwner`.
+    pub bucket_owner: Option<String>,
+    /// `snapshot.export_arn`: read this export instead of starting one.
+    pub given_arn: Option<String>,
+    /// Data files read at once.
+    pub max_concurrency: usize,
+    /// Records per page.
+    pub page_lines: usize,
+    /// The one retry policy.
+    pub retry: RetryPolicy,
+    /// Told about every attempt.
+    pub observer: Arc<dyn AttemptObserver>,
+    /// How exports are waited for.
+    pub poll: ExportPoll,
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
+    /// Where exports of `table_arn` go.
+    pub fn target(&self, table_arn: &str) -> ExportTarget {
+        ExportTarget {
+            table_arn: table_arn.to_string(),
+            bucket: self.store.bucket().to_string(),
+            prefix: self.prefix.clone(),
+            bucket_owner: self.bucket_owner.clone(),
+        }
+    }
+
+    /// The typed reader of export `arn`.
+    pub fn typed_reader(&self, arn: &str, render: Render) -> ExportSnapshot<E, O> {
+        ExportSnapshot {
+            reader: ExportReader {
+                exports: Arc::clone(&self.exports),
+                store: Arc::clone(&self.store),
+                arn: arn.to_string(),
+                max_concurrency: self.max_concurrency,
+                render,
+                page_lines: self.page_lines,
+                retry: self.retry,
+                observer: Arc::clone(&self.observer),
+                poll: self.poll,
+            },
+            limiter: Arc::new(ReadLimiter::new(None)),
+        }
+    }
+}
+
+impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
+    fn begin<'a>(
+        &'a self,
+        table_arn: &'a str,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String> {
+        Box::pin(async move {
+            if let Some(arn) = &self.given_arn {
+                return Ok(
+                    given(self.exports.as_ref(), arn, table_arn, &self.retry, cancel)
+                        .await?
+                        .arn,
+                );
+            }
+            let target = self.target(table_arn);
+            let token = client_token(&[&target.table_arn, &target.bucket, &target.prefix, unique]);
+            let status = start(
+                self.exports.as_ref(),
+                &target,
+                ExportKind::Full { at_ms: None },
+                &token,
+                &self.retry,
+                cancel,
+            )
+            .await?;
+            Ok(status.arn)
+        })
+    }
+
+    fn reader(&self, arn: &str, render: Render) -> BoxedPages {
+        BoxedPages(Box::new(self.typed_reader(arn, render)))
+    }
+}
