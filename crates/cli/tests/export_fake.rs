@@ -30,31 +30,44 @@ use common::{Emulator, Running, client, rt};
 use fake_export::{FakeExport, create_bucket, list_keys, read_object};
 
 const BUCKET: &str = "exports";
+const TABLE: &str = "items";
 
-/// moto with a table `t` (NEW_AND_OLD_IMAGES stream) and the bucket, the fake in front of it,
-/// and a client of the fake.
+/// An emulator with a table `items` (NEW_AND_OLD_IMAGES stream), moto's S3 with the bucket, the
+/// fake in front of the emulator, and a client of the fake.
 struct Setup {
-    moto: Running,
+    db: Running,
+    /// The S3 endpoint (moto's).
+    s3: String,
+    /// moto for S3 when the emulator is dynoxide.
+    _s3_server: Option<Running>,
     fake: FakeExport,
     client: Client,
     table_arn: String,
 }
 
 fn setup() -> Setup {
-    let moto = Emulator::Moto.start();
-    moto.create_pk_table("t", Some(StreamViewType::NewAndOldImages));
-    create_bucket(&moto.endpoint, BUCKET);
-    let fake = FakeExport::start(&moto.endpoint, &moto.endpoint);
+    setup_on(Emulator::Moto)
+}
+
+fn setup_on(emulator: Emulator) -> Setup {
+    let db = emulator.start();
+    db.create_pk_table(TABLE, Some(StreamViewType::NewAndOldImages));
+    let s3_server = (emulator != Emulator::Moto).then(|| Emulator::Moto.start());
+    let s3 = s3_server.as_ref().unwrap_or(&db).endpoint.clone();
+    create_bucket(&s3, BUCKET);
+    let fake = FakeExport::start(&db.endpoint, &s3);
     let client = client(&fake.url());
     let table_arn = rt()
-        .block_on(client.describe_table().table_name("t").send())
+        .block_on(client.describe_table().table_name(TABLE).send())
         .expect("DescribeTable through the fake")
         .table()
         .and_then(|t| t.table_arn())
         .expect("a TableArn")
         .to_string();
     Setup {
-        moto,
+        db,
+        s3,
+        _s3_server: s3_server,
         fake,
         client,
         table_arn,
@@ -127,8 +140,8 @@ fn seed_items() -> Vec<Value> {
 
 fn seed(setup: &Setup, items: &[Value]) {
     setup
-        .moto
-        .put_items("t", items.iter().map(attributes).collect());
+        .db
+        .put_items(TABLE, items.iter().map(attributes).collect());
 }
 
 /// What ddbpipe writes for `item` (plain format).
@@ -219,19 +232,23 @@ fn summary_of(endpoint: &str, d: &ExportDescription) -> (String, Vec<u8>) {
     (key.to_string(), bytes)
 }
 
-#[test]
-fn a_full_export_writes_aws_layout_and_ddbpipe_reads_the_table_back() {
-    let setup = setup();
+on_both_emulators!(
+    a_full_export_writes_aws_layout_and_ddbpipe_reads_the_table_back,
+    an_incremental_export_holds_each_changed_key_once_with_its_images,
+);
+
+fn a_full_export_writes_aws_layout_and_ddbpipe_reads_the_table_back(emulator: Emulator) {
+    let setup = setup_on(emulator);
     let items = seed_items();
     seed(&setup, &items);
-    let (fake, endpoint) = (&setup.fake, &setup.moto.endpoint);
+    let (fake, endpoint) = (&setup.fake, &setup.s3);
 
     let backups = rt()
         .block_on(
             setup
                 .client
                 .describe_continuous_backups()
-                .table_name("t")
+                .table_name(TABLE)
                 .send(),
         )
         .unwrap();
@@ -304,15 +321,21 @@ fn a_full_export_writes_aws_layout_and_ddbpipe_reads_the_table_back() {
         Some(format!("{dir}/manifest-summary.json").as_str())
     );
 
-    // Read through the fake: S3 requests are forwarded to moto like everything else.
-    let (summary_key, bytes) = summary_of(&fake.url(), &done);
-    assert!(
-        fake.forwarded_requests().iter().any(|f| f.target.is_none()
-            && f.method == "GET"
-            && f.path.contains("manifest-summary")),
-        "{:?}",
-        fake.forwarded_requests()
-    );
+    let (summary_key, bytes) = summary_of(endpoint, &done);
+    if emulator == Emulator::Moto {
+        // Read through the fake: S3 requests are forwarded to moto like everything else.
+        assert_eq!(
+            summary_of(&fake.url(), &done),
+            (summary_key.clone(), bytes.clone())
+        );
+        assert!(
+            fake.forwarded_requests().iter().any(|f| f.target.is_none()
+                && f.method == "GET"
+                && f.path.contains("manifest-summary")),
+            "{:?}",
+            fake.forwarded_requests()
+        );
+    }
     let summary = ManifestSummary::parse(&summary_key, &bytes).unwrap();
     assert_eq!(summary.export_arn, arn);
     assert_eq!(summary.item_count, items.len() as u64);
@@ -423,7 +446,7 @@ fn a_scripted_failure_fails_the_next_export_only() {
         Some(&ExportStatus::Failed)
     );
     assert_eq!(
-        keys_now(&setup.moto.endpoint),
+        keys_now(&setup.s3),
         [format!("{}/_started", export_dir("f", arn))]
     );
 
@@ -443,7 +466,7 @@ fn refusals_name_aws_error_codes() {
             setup
                 .client
                 .describe_continuous_backups()
-                .table_name("t")
+                .table_name(TABLE)
                 .send(),
         )
         .unwrap();
@@ -469,7 +492,7 @@ fn refusals_name_aws_error_codes() {
         describe(&setup.client, &unknown).unwrap_err(),
         "ExportNotFoundException"
     );
-    let missing_table = setup.table_arn.replace("table/t", "table/nope");
+    let missing_table = setup.table_arn.replace("table/items", "table/nope");
     assert_eq!(
         start(&setup.client, &missing_table, "p", "b", None).unwrap_err(),
         "TableNotFoundException"
@@ -483,7 +506,7 @@ fn refusals_name_aws_error_codes() {
             setup
                 .client
                 .describe_continuous_backups()
-                .table_name("t")
+                .table_name(TABLE)
                 .send(),
         )
         .unwrap();
@@ -521,7 +544,7 @@ fn refusals_name_aws_error_codes() {
     let d = start(&setup.client, &setup.table_arn, "p", "e", Some(at)).unwrap();
     assert_eq!(d.export_time().unwrap().round_ms(), at);
     let (done, _) = wait(&setup.client, d.export_arn().unwrap());
-    let (key, bytes) = summary_of(&setup.moto.endpoint, &done);
+    let (key, bytes) = summary_of(&setup.s3, &done);
     assert_eq!(
         ManifestSummary::parse(&key, &bytes).unwrap().export_time_ms,
         at
@@ -537,12 +560,12 @@ fn scripted_describes_in_progress_and_forwarded_requests_are_counted() {
         let request = setup
             .client
             .put_item()
-            .table_name("t")
+            .table_name(TABLE)
             .item("pk", AttributeValue::S(format!("p{i}")));
         rt().block_on(request.send()).unwrap();
     }
     let scanned = rt()
-        .block_on(setup.client.scan().table_name("t").send())
+        .block_on(setup.client.scan().table_name(TABLE).send())
         .unwrap();
     assert_eq!(scanned.count(), 3);
     assert_eq!(fake.forwarded("Scan"), 1);
@@ -575,7 +598,7 @@ fn a_miscounted_file_fails_ddbpipe_verification_naming_it() {
     let d = start(&setup.client, &setup.table_arn, "m", "m", None).unwrap();
     let (done, _) = wait(&setup.client, d.export_arn().unwrap());
     assert_eq!(done.item_count(), Some(items.len() as i64 + 1));
-    let endpoint = &setup.moto.endpoint;
+    let endpoint = &setup.s3;
     let (key, bytes) = summary_of(endpoint, &done);
     let summary = ManifestSummary::parse(&key, &bytes).unwrap();
     let listing = read_object(endpoint, BUCKET, &summary.manifest_files_key).unwrap();
@@ -613,7 +636,7 @@ fn a_miscounted_file_fails_ddbpipe_verification_naming_it() {
 fn empty_data_files_are_empty_gzip_or_zero_bytes_as_scripted() {
     let setup = setup();
     seed(&setup, &seed_items()[..1]);
-    let endpoint = &setup.moto.endpoint;
+    let endpoint = &setup.s3;
     let stored_sizes = |token: &str| -> Vec<(u64, usize)> {
         let d = start(&setup.client, &setup.table_arn, token, token, None).unwrap();
         let (done, _) = wait(&setup.client, d.export_arn().unwrap());
@@ -680,27 +703,26 @@ fn start_incremental(
         .map_err(|e| e.into_service_error().code().unwrap_or("?").to_string())
 }
 
-#[test]
-fn an_incremental_export_holds_each_changed_key_once_with_its_images() {
-    let setup = setup();
-    let (moto, fake) = (&setup.moto, &setup.fake);
-    moto.put_pk("t", "x", "1");
-    moto.put_pk("t", "y", "1");
+fn an_incremental_export_holds_each_changed_key_once_with_its_images(emulator: Emulator) {
+    let setup = setup_on(emulator);
+    let (db, fake) = (&setup.db, &setup.fake);
+    db.put_pk(TABLE, "x", "1");
+    db.put_pk(TABLE, "y", "1");
     let from = next_second();
-    moto.put_pk("t", "x", "2");
-    moto.put_pk("t", "x", "3");
+    db.put_pk(TABLE, "x", "2");
+    db.put_pk(TABLE, "x", "3");
     let delete = |pk: &str| {
-        let request = moto
+        let request = db
             .client
             .delete_item()
-            .table_name("t")
+            .table_name(TABLE)
             .key("pk", AttributeValue::S(pk.to_string()));
         rt().block_on(request.send()).unwrap();
     };
     delete("y");
-    moto.put_pk("t", "z", "1");
-    moto.put_pk("t", "z", "2");
-    moto.put_pk("t", "w", "1");
+    db.put_pk(TABLE, "z", "1");
+    db.put_pk(TABLE, "z", "2");
+    db.put_pk(TABLE, "w", "1");
     delete("w");
     std::thread::sleep(Duration::from_millis(5));
     let to = now_ms();
@@ -739,7 +761,7 @@ fn an_incremental_export_holds_each_changed_key_once_with_its_images() {
     assert_eq!(done.export_status(), Some(&ExportStatus::Completed));
     assert_eq!(done.item_count(), Some(3), "x, y and z; w came and went");
 
-    let endpoint = &moto.endpoint;
+    let endpoint = &setup.s3;
     let (key, bytes) = summary_of(endpoint, &done);
     assert_eq!(
         key,

@@ -6,15 +6,33 @@
 //! unchanged to the upstream emulator, recording the `x-amz-target` of each. moto routes by the
 //! SigV4 `Authorization` header, so with moto upstream the fake's URL also serves S3 path-style.
 //!
+//! It runs on the harness's runtime (`common::rt()`), so a test binary declares `mod common;`
+//! beside `mod fake_export;`. Knobs and counters are plain methods, usable from sync tests:
+//!
+//! ```ignore
+//! let moto = Emulator::Moto.start();
+//! fake_export::create_bucket(&moto.endpoint, "exports");
+//! let fake = FakeExport::start(&moto.endpoint, &moto.endpoint);
+//! fake.set_in_progress_describes(2);
+//! fake.fail_next_export("S3AccessDenied", "Access denied");
+//! // … point ddbpipe (or an SDK client) at fake.url() …
+//! assert_eq!(fake.exports_started(), 1);
+//! assert_eq!(fake.forwarded("Scan"), 0);
+//! ```
+//!
+//! With dynoxide upstream, give the S3 endpoint of a separate moto: S3 requests sent to the
+//! fake's URL are forwarded to dynoxide, which does not speak S3.
+//!
 //! # What an export writes (AWS's documented layout)
 //! Under `<S3Prefix>/AWSDynamoDB/<export id>/` in the request's bucket, through the fake's own
 //! S3 client (path-style, at the S3 endpoint given at start):
 //! - `_started` (empty), when the export starts;
 //! - `data/<26 random chars>.json.gz`: gzip of JSON lines, when the export starts (a full export
-//!   scans the upstream table then, consistently; an incremental one reads the table's stream
-//!   from `TRIM_HORIZON` then). Lines are spread over [`DEFAULT_DATA_FILES`] files (a knob) by a
-//!   hash of the item's key, so some files may hold nothing, as an empty partition's do;
-//!   an incremental export's data files go to the shared `<S3Prefix>/AWSDynamoDB/data/`, as AWS's;
+//!   scans the upstream table then, consistently, whatever its `ExportTime` says; an
+//!   incremental one reads the table's stream from `TRIM_HORIZON` then). Lines are spread over
+//!   [`DEFAULT_DATA_FILES`] files (a knob) by a hash of the item's key, so some files may hold
+//!   nothing, as an empty partition's do. An incremental export's data files go to the shared
+//!   `<S3Prefix>/AWSDynamoDB/data/`, as AWS's;
 //! - `manifest-files.json` (a line per data file: `itemCount`, `md5Checksum` = base64 of the MD5
 //!   of the stored file, `etag`, `dataFileS3Key`), `manifest-summary.json`, and their
 //!   `.checksum` files (the manifest's MD5 in hex), only when the export turns `COMPLETED`.
@@ -34,7 +52,19 @@
 //!
 //! # Status
 //! An export answers `IN_PROGRESS` to its first N `DescribeExport` calls (knob, default 1), then
-//! `COMPLETED` (or `FAILED`, scripted or when writing to S3 failed).
+//! `COMPLETED` (or `FAILED`, scripted or when writing to S3 failed: `FailureCode` is then the S3
+//! error code). Timestamps are epoch seconds with ms, as AWS's.
+//!
+//! # Refusals (HTTP 400, AWS's codes)
+//! - `ExportConflictException`: a `ClientToken` used before with other parameters (the same
+//!   token and parameters return the first export, starting none);
+//! - `PointInTimeRecoveryUnavailableException`: PITR off ([`FakeExport::set_pitr`]);
+//! - `InvalidExportTimeException`: an `ExportTime` or window outside
+//!   `[EarliestRestorableDateTime, now]`;
+//! - `ValidationException`: a missing member, `ION`, a window not longer than 0, shorter than
+//!   the minimum (15 minutes, a knob) or longer than 24 hours, an incremental export of a table
+//!   without a stream;
+//! - `TableNotFoundException`; `ExportNotFoundException` (`DescribeExport` of an unknown ARN).
 
 #![allow(dead_code)] // Each test binary uses a different part of the fake.
 
