@@ -505,13 +505,8 @@ pub fn open_to_all(pipeline: &Pipeline) {
 /// The names of the entries in `dir`, sorted.
 pub fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
-        .expect("the directory reads")
-        .map(|e| {
-            e.expect("the directory entry reads")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
     names
