@@ -1,5 +1,9 @@
-//! The export fake (`tests/fake_export`) itself, with moto as its upstream and as S3: the files
-//! it writes read back with ddbpipe's own export readers, and its scripted faults and counters.
+//! The export fake (`tests/fake_export`) itself, with moto as its S3 and moto (or, for the
+//! round trips, dynoxide too) as its upstream: the files it writes read back with ddbpipe's own
+//! export readers, and its scripted faults and counters.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 mod fake_export;

@@ -928,82 +928,7 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
             format!("Point in time recovery is not enabled for table '{table_arn_in}'"),
         ));
     }
-    let kind = match params["ExportType"].as_str() {
-        Some("FULL_EXPORT") => {
-            let at_ms = timestamp_ms(input, "ExportTime")?.unwrap_or(now);
-            if at_ms < earliest || at_ms > now {
-                return Err(AwsError::bad(
-                    "InvalidExportTimeException",
-                    format!(
-                        "ExportTime {} is outside the point in time recovery window [{}, {}]",
-                        iso(at_ms),
-                        iso(earliest),
-                        iso(now)
-                    ),
-                ));
-            }
-            Kind::Full { at_ms }
-        }
-        Some("INCREMENTAL_EXPORT") => {
-            let spec = &params["IncrementalExportSpecification"];
-            if !spec.is_object() {
-                return Err(AwsError::validation(
-                    "IncrementalExportSpecification is required for an INCREMENTAL_EXPORT",
-                ));
-            }
-            let from_ms = timestamp_ms(spec, "ExportFromTime")?
-                .ok_or_else(|| AwsError::validation("ExportFromTime is required"))?;
-            let to_ms = timestamp_ms(spec, "ExportToTime")?.unwrap_or(now);
-            let view = match spec["ExportViewType"].as_str() {
-                Some("NEW_AND_OLD_IMAGES") => View::NewAndOld,
-                Some("NEW_IMAGE") => View::New,
-                other => {
-                    return Err(AwsError::validation(format!(
-                        "ExportViewType {other:?} is not NEW_IMAGE or NEW_AND_OLD_IMAGES"
-                    )));
-                }
-            };
-            let window = to_ms - from_ms;
-            if window <= 0 {
-                return Err(AwsError::validation(
-                    "ExportToTime must be after ExportFromTime",
-                ));
-            }
-            if window < min_window.as_millis() as i64 {
-                return Err(AwsError::validation(format!(
-                    "The incremental export period must be at least {} minutes",
-                    min_window.as_secs() / 60
-                )));
-            }
-            if window > MAX_INCREMENTAL_WINDOW.as_millis() as i64 {
-                return Err(AwsError::validation(
-                    "The incremental export period must be at most 24 hours",
-                ));
-            }
-            if from_ms < earliest || to_ms > now {
-                return Err(AwsError::bad(
-                    "InvalidExportTimeException",
-                    format!(
-                        "The export period [{}, {}) is outside the point in time recovery window [{}, {}]",
-                        iso(from_ms),
-                        iso(to_ms),
-                        iso(earliest),
-                        iso(now)
-                    ),
-                ));
-            }
-            Kind::Incremental {
-                from_ms,
-                to_ms,
-                view,
-            }
-        }
-        other => {
-            return Err(AwsError::validation(format!(
-                "ExportType {other:?} is not FULL_EXPORT or INCREMENTAL_EXPORT"
-            )));
-        }
-    };
+    let kind = export_kind(input, &params, now, earliest, min_window)?;
     if matches!(kind, Kind::Incremental { .. }) && table.stream_arn.is_none() {
         return Err(AwsError::validation(
             "fake_export reads an incremental export's changes from the table's stream, and the \
@@ -1104,6 +1029,91 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
     state.tokens.insert(client_token, index);
     state.exports.push(export);
     Ok(answer)
+}
+
+/// What the request asks for, checked against the recovery window `[earliest, now]` and the
+/// window rules.
+fn export_kind(
+    input: &Value,
+    params: &Value,
+    now: i64,
+    earliest: i64,
+    min_window: Duration,
+) -> Result<Kind, AwsError> {
+    match params["ExportType"].as_str() {
+        Some("FULL_EXPORT") => {
+            let at_ms = timestamp_ms(input, "ExportTime")?.unwrap_or(now);
+            if at_ms < earliest || at_ms > now {
+                return Err(AwsError::bad(
+                    "InvalidExportTimeException",
+                    format!(
+                        "ExportTime {} is outside the point in time recovery window [{}, {}]",
+                        iso(at_ms),
+                        iso(earliest),
+                        iso(now)
+                    ),
+                ));
+            }
+            Ok(Kind::Full { at_ms })
+        }
+        Some("INCREMENTAL_EXPORT") => {
+            let spec = &params["IncrementalExportSpecification"];
+            if !spec.is_object() {
+                return Err(AwsError::validation(
+                    "IncrementalExportSpecification is required for an INCREMENTAL_EXPORT",
+                ));
+            }
+            let from_ms = timestamp_ms(spec, "ExportFromTime")?
+                .ok_or_else(|| AwsError::validation("ExportFromTime is required"))?;
+            let to_ms = timestamp_ms(spec, "ExportToTime")?.unwrap_or(now);
+            let view = match spec["ExportViewType"].as_str() {
+                Some("NEW_AND_OLD_IMAGES") => View::NewAndOld,
+                Some("NEW_IMAGE") => View::New,
+                other => {
+                    return Err(AwsError::validation(format!(
+                        "ExportViewType {other:?} is not NEW_IMAGE or NEW_AND_OLD_IMAGES"
+                    )));
+                }
+            };
+            let window = to_ms - from_ms;
+            if window <= 0 {
+                return Err(AwsError::validation(
+                    "ExportToTime must be after ExportFromTime",
+                ));
+            }
+            if window < min_window.as_millis() as i64 {
+                return Err(AwsError::validation(format!(
+                    "The incremental export period must be at least {} minutes",
+                    min_window.as_secs() / 60
+                )));
+            }
+            if window > MAX_INCREMENTAL_WINDOW.as_millis() as i64 {
+                return Err(AwsError::validation(
+                    "The incremental export period must be at most 24 hours",
+                ));
+            }
+            if from_ms < earliest || to_ms > now {
+                return Err(AwsError::bad(
+                    "InvalidExportTimeException",
+                    format!(
+                        "The export period [{}, {}) is outside the point in time recovery window [{}, {}]",
+                        iso(from_ms),
+                        iso(to_ms),
+                        iso(earliest),
+                        iso(now)
+                    ),
+                ));
+            }
+            Ok(Kind::Incremental {
+                from_ms,
+                to_ms,
+                view,
+            })
+        }
+        other => Err(AwsError::validation(format!(
+            "ExportType {other:?} is not FULL_EXPORT or INCREMENTAL_EXPORT"
+        ))),
+    }
 }
 
 async fn describe_export(inner: &Inner, input: &Value) -> Answer {
