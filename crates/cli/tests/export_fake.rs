@@ -458,6 +458,28 @@ fn a_scripted_failure_fails_the_next_export_only() {
     let (done, _) = wait(&setup.client, next.export_arn().unwrap());
     assert_eq!(done.export_status(), Some(&ExportStatus::Completed));
     assert_eq!(done.item_count(), Some(3));
+
+    // An export to a bucket that is not there fails as it would in S3's words.
+    let request = setup
+        .client
+        .export_table_to_point_in_time()
+        .table_arn(&setup.table_arn)
+        .s3_bucket("no-such-bucket")
+        .client_token("t3");
+    let d = rt()
+        .block_on(request.send())
+        .unwrap()
+        .export_description
+        .unwrap();
+    let (failed, _) = wait(&setup.client, d.export_arn().unwrap());
+    assert_eq!(failed.export_status(), Some(&ExportStatus::Failed));
+    assert_eq!(failed.failure_code(), Some("NoSuchBucket"));
+    assert!(
+        failed
+            .failure_message()
+            .is_some_and(|m| m.contains("s3://no-such-bucket/AWSDynamoDB/")),
+        "{failed:?}"
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! SigV4 `Authorization` header, so with moto upstream the fake's URL also serves S3 path-style.
 //!
 //! It runs on the harness's runtime (`common::rt()`), so a test binary declares `mod common;`
-//! beside `mod fake_export;`. Knobs and counters are plain methods, usable from sync tests:
+//! beside `mod fake_export;`. Knobs and counters are plain methods, usable from sync and async
+//! tests alike (the S3 helpers block on `common::rt()`: sync tests only):
 //!
 //! ```ignore
 //! let moto = Emulator::Moto.start();
@@ -306,9 +307,11 @@ impl FakeExport {
     /// (`http://127.0.0.1:PORT`), writing exports through the S3 endpoint `s3_endpoint` (moto's;
     /// the same URL when moto is the upstream too).
     pub fn start(upstream: &str, s3_endpoint: &str) -> FakeExport {
-        let listener = rt()
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind a loopback port");
+        // Bound here, served on the harness's runtime: `start` works in sync and async tests.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
         let url = format!("http://{}", listener.local_addr().expect("local addr"));
         let upstream_addr = upstream
             .trim_start_matches("http://")
@@ -325,8 +328,10 @@ impl FakeExport {
         });
         let serving = inner.clone();
         let server = rt().spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
                 let inner = serving.clone();
