@@ -60,8 +60,9 @@ pub fn table_arn(source: &SourceConfig, table: &TableDescription) -> Result<Stri
 }
 
 /// The export a scan-mode run reads, committed in the position before anything waits for it:
-/// the one the position names (a restart), else the configured or a new one (its client token
-/// made of the pipeline and its last completed run, so each run's export is its own).
+/// the one the position names (a restart) unless it failed, else the configured or a new one
+/// (its client token made of the pipeline and this run's start, so each run's export is its
+/// own).
 pub async fn begin_scan(
     engine: &AwsExports,
     pipeline: &str,
@@ -69,22 +70,19 @@ pub async fn begin_scan(
     checkpointer: &mut Checkpointer,
     cancel: &Cancel,
 ) -> Result<String, Failure> {
-    if let Some(arn) = checkpointer.position().export_arn.clone() {
-        tracing::info!(export = %arn, "Resuming the export of the last run.");
-        return Ok(arn);
-    }
-    let previous = checkpointer
-        .last_completed()
-        .map(|done| done.to_string())
-        .unwrap_or_default();
-    let unique = format!("{pipeline}\n{previous}");
+    let stored = checkpointer.position().export_arn.clone();
+    // This run's start: a retry of the request within the run returns the same export; a run
+    // after a reset or a completed run takes a new one (never an export hours old).
+    let unique = format!("{pipeline}\n{}", ddbpipe_source::clock::unix_now_ms());
     let arn = engine
-        .begin(table_arn, &unique, cancel)
+        .begin(stored.as_deref(), table_arn, &unique, cancel)
         .await
         .map_err(Failure::runtime)?;
-    checkpointer
-        .set_export(&arn)
-        .await
-        .map_err(Failure::runtime)?;
+    if stored.as_deref() != Some(arn.as_str()) {
+        checkpointer
+            .set_export(&arn)
+            .await
+            .map_err(Failure::runtime)?;
+    }
     Ok(arn)
 }

@@ -128,7 +128,7 @@ pub enum ReadError {
     Internal(String),
     /// Definite: an export failed, or its files do not read or verify (the error names the
     /// export or the file).
-    #[error("export {0}")]
+    #[error(transparent)]
     Export(#[from] crate::export::ExportError),
     /// The run was asked to stop (signal or failure elsewhere) while this read waited.
     #[error("the read was cancelled")]

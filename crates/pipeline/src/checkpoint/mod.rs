@@ -547,8 +547,8 @@ fn current_position(
             }
             Some(Position::Streams(streams))
         }
-        None => position
-            .has_progress()
+        // An export's ARN is kept from before its first file (docs/scan.md §2.10).
+        None => (position.has_progress() || position.export_arn.is_some())
             .then(|| Position::Scan(position.clone())),
     }
 }

@@ -166,24 +166,23 @@ impl<T: TableApi> Snapshots<'_, T> {
             format: run.format,
         }));
         if let Some(exports) = &scan.exports {
-            let arn = match checkpointer.position().export_arn.clone() {
-                Some(arn) => arn,
-                None => {
-                    let table_arn = description.arn.clone().ok_or_else(|| {
-                        StreamRunError::Gap(format!(
-                            "DescribeTable '{}' reported no TableArn, which an export needs",
-                            run.table
-                        ))
-                    })?;
-                    let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
-                    let arn = exports.begin(&table_arn, &unique, self.stop).await?;
-                    checkpointer
-                        .set_export(&arn)
-                        .await
-                        .map_err(RunError::from)?;
-                    arn
-                }
-            };
+            let stored = checkpointer.position().export_arn.clone();
+            let table_arn = description.arn.clone().ok_or_else(|| {
+                StreamRunError::Gap(format!(
+                    "DescribeTable '{}' reported no TableArn, which an export needs",
+                    run.table
+                ))
+            })?;
+            let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
+            let arn = exports
+                .begin(stored.as_deref(), &table_arn, &unique, self.stop)
+                .await?;
+            if stored.as_deref() != Some(arn.as_str()) {
+                checkpointer
+                    .set_export(&arn)
+                    .await
+                    .map_err(RunError::from)?;
+            }
             tracing::info!(export = %arn, "The snapshot reads an export.");
             let reader = exports.reader(&arn, render);
             let completed = self.execute(reader, beside, sink, checkpointer).await?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ddbpipe_value::Item;
 use tokio::sync::mpsc;
 
-use super::api::{ExportApi, ExportKind, ObjectStore};
+use super::api::{ExportApi, ExportKind, ExportState, ObjectStore};
 use super::{ExportPoll, ExportReader, ExportSnapshot, ExportTarget, client_token, given, start};
 use crate::api::Render;
 use crate::capacity::ReadLimiter;
@@ -78,11 +78,14 @@ impl PageSource for BoxedPages {
 
 /// What a run's snapshots need of exports (`source.snapshot.engine: export`).
 pub trait SnapshotExports: Send + Sync {
-    /// The full export a snapshot of `table_arn` reads: the configured `export_arn` (checked),
-    /// or a new one whose client token is made of `unique` (what makes this snapshot unique)
-    /// and the target. The caller commits the ARN before reading.
+    /// The full export a snapshot of `table_arn` reads: `stored` (the export the position
+    /// names, from an earlier run) unless it FAILED, else the configured `export_arn`
+    /// (checked), else a new one whose client token is made of `unique` (what makes this
+    /// snapshot unique), the target and the failed export. The caller commits the ARN before
+    /// reading, when it differs from `stored`.
     fn begin<'a>(
         &'a self,
+        stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
         cancel: &'a Cancel,
@@ -149,11 +152,23 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
 impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
     fn begin<'a>(
         &'a self,
+        stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
         cancel: &'a Cancel,
     ) -> Pending<'a, String> {
         Box::pin(async move {
+            let mut failed = "";
+            if let Some(arn) = stored {
+                let reader = self.typed_reader(arn, Render::Items(Default::default()));
+                let status = reader.reader.describe(cancel).await?;
+                if !matches!(status.state, ExportState::Failed { .. }) {
+                    tracing::info!(export = %arn, "Resuming the export of the last run.");
+                    return Ok(arn.to_string());
+                }
+                tracing::warn!(export = %arn, "The last run's export FAILED; starting another.");
+                failed = arn;
+            }
             if let Some(arn) = &self.given_arn {
                 return Ok(
                     given(self.exports.as_ref(), arn, table_arn, &self.retry, cancel)
@@ -162,7 +177,13 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                 );
             }
             let target = self.target(table_arn);
-            let token = client_token(&[&target.table_arn, &target.bucket, &target.prefix, unique]);
+            let token = client_token(&[
+                &target.table_arn,
+                &target.bucket,
+                &target.prefix,
+                unique,
+                failed,
+            ]);
             let status = start(
                 self.exports.as_ref(),
                 &target,

@@ -1,0 +1,329 @@
+//! `source.snapshot.engine: export` end to end through the CLI (docs/scan.md §2.10): moto as
+//! the table's emulator and S3, the export fake (`tests/fake_export`) in front of it answering
+//! the export calls in AWS's documented layout, and counting the Scan requests ddbpipe made.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod fake_export;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
+use serde_json::Value;
+
+use common::keyed::{Destination, Target, normalize_sets};
+use common::{Emulator, Pipeline, Running, item, n, rt, s, stderr};
+use fake_export::{FakeExport, create_bucket};
+
+const BUCKET: &str = "exports";
+const EXPORT: &str = "snapshot: {engine: export, s3_bucket: exports}";
+
+/// moto with table `orders` (NEW_AND_OLD_IMAGES stream) holding `n` items, the bucket, and the
+/// export fake in front of it.
+fn setup(items: usize) -> (Running, FakeExport) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seeded = vec![item(vec![
+        ("pk", s("k0000")),
+        ("big", n("12345678901234567890123.000000000000001")),
+        ("bin", AttributeValue::B(Blob::new(vec![0, 255]))),
+        ("set", AttributeValue::Ss(vec!["b".into(), "a".into()])),
+        (
+            "map",
+            AttributeValue::M(
+                [("z".to_string(), AttributeValue::Null(true))]
+                    .into_iter()
+                    .collect(),
+            ),
+        ),
+    ])];
+    for i in 1..items {
+        seeded.push(item(vec![
+            ("pk", s(&format!("k{i:04}"))),
+            ("n", n(&i.to_string())),
+        ]));
+    }
+    running.put_items("orders", seeded);
+    create_bucket(&running.endpoint, BUCKET);
+    let fake = FakeExport::start(&running.endpoint, &running.endpoint);
+    (running, fake)
+}
+
+fn sorted_lines(pipeline: &Pipeline) -> Vec<String> {
+    let mut lines = pipeline.lines();
+    lines.sort();
+    lines
+}
+
+fn run(pipeline: &Pipeline) -> std::process::Output {
+    pipeline.ddbpipe(&["run", "--progress", "never"])
+}
+
+/// The export engine writes the lines a Scan writes, in both value formats, and makes no Scan
+/// request; the completed run clears its position.
+#[test]
+fn a_scan_through_an_export_writes_the_lines_a_scan_writes() {
+    let (running, fake) = setup(120);
+    fake.set_data_files(4);
+    for format in ["plain", "typed"] {
+        let scanned = Pipeline::new(
+            "by-scan",
+            &running.endpoint,
+            &format!("table_name: orders\nvalue_format: {format}"),
+        );
+        let output = run(&scanned);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let exported = Pipeline::new(
+            "by-export",
+            &fake.url(),
+            &format!("table_name: orders\nvalue_format: {format}\n{EXPORT}"),
+        );
+        let output = run(&exported);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(sorted_lines(&exported), sorted_lines(&scanned), "{format}");
+        assert_eq!(sorted_lines(&exported).len(), 120);
+        let entry = exported.entry("by-export").unwrap();
+        assert_eq!(entry["position"], Value::Null, "{entry}");
+        assert_eq!(entry["last_completed"]["items"], 120);
+    }
+    assert_eq!(fake.forwarded("Scan"), 0, "no Scan request went through");
+    assert_eq!(fake.exports_started(), 2, "each run exports afresh");
+}
+
+/// An export still IN_PROGRESS when the run is killed is waited on by the next run: its ARN
+/// was committed before the first wait, so no second export is paid for.
+#[test]
+fn an_export_in_progress_across_a_restart_is_not_started_again() {
+    let (running, fake) = setup(30);
+    let _ = &running;
+    fake.set_in_progress_describes(3);
+    let pipeline = Pipeline::new(
+        "restart",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let mut child = common::spawn_run(&pipeline.config);
+    assert!(
+        common::wait_for(Duration::from_secs(30), || fake.describe_calls() >= 1),
+        "the run asked about its export"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let entry = pipeline.entry("restart").unwrap();
+    let arn = entry["position"]["export_arn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(entry["position"]["kind"], "export");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(fake.exports_started(), 1, "the same export was read");
+    assert_eq!(fake.export_arns(), vec![arn]);
+    assert_eq!(pipeline.lines().len(), 30);
+}
+
+/// A FAILED export fails the run naming it; the next run starts another and completes.
+#[test]
+fn a_failed_export_fails_the_run_and_the_next_run_exports_again() {
+    let (_running, fake) = setup(10);
+    fake.fail_next_export("S3AccessDenied", "Access denied writing to the bucket");
+    let pipeline = Pipeline::new(
+        "failing",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0));
+    let text = stderr(&output);
+    assert!(
+        text.contains("FAILED (S3AccessDenied: Access denied writing to the bucket)"),
+        "{text}"
+    );
+    assert!(pipeline.lines().is_empty(), "nothing was written");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(fake.exports_started(), 2);
+    assert_eq!(pipeline.lines().len(), 10);
+}
+
+/// Point-in-time recovery off: `check` fails naming the fix, and `run` refuses the same way.
+#[test]
+fn without_point_in_time_recovery_check_and_run_name_the_fix() {
+    let (_running, fake) = setup(3);
+    fake.set_pitr(false);
+    let pipeline = Pipeline::new(
+        "no-pitr",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = pipeline.ddbpipe(&["check"]);
+    assert_ne!(output.status.code(), Some(0));
+    let text = common::stdout(&output);
+    assert!(
+        text.contains("FAIL point_in_time_recovery off for table 'orders'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("aws dynamodb update-continuous-backups --table-name orders"),
+        "{text}"
+    );
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0));
+    let text = stderr(&output);
+    assert!(
+        text.contains("PointInTimeRecoveryUnavailableException"),
+        "{text}"
+    );
+    assert!(text.contains("update-continuous-backups"), "{text}");
+    assert!(
+        pipeline
+            .entry("no-pitr")
+            .is_none_or(|e| e["position"].is_null())
+    );
+    fake.set_pitr(true);
+    let output = pipeline.ddbpipe(&["check"]);
+    let text = common::stdout(&output);
+    assert!(
+        text.contains("PASS point_in_time_recovery enabled"),
+        "{text}"
+    );
+}
+
+/// Config rule 13: what an export has not is refused naming the field.
+#[test]
+fn the_export_engine_refuses_a_filter_naming_the_field() {
+    let pipeline = Pipeline::new(
+        "refused",
+        "http://127.0.0.1:9",
+        &format!(
+            "table_name: orders\nfilter_expression: a = :a\nexpression_attribute_values: {{':a': 1}}\n{EXPORT}"
+        ),
+    );
+    let output = pipeline.ddbpipe(&["check"]);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(
+        text.contains(
+            "source.filter_expression: filter_expression does not apply to snapshot.engine: export"
+        ),
+        "{text}"
+    );
+}
+
+fn put(running: &Running, pk: &str, v: i64) {
+    let request = running
+        .client
+        .put_item()
+        .table_name("orders")
+        .item("pk", AttributeValue::S(pk.into()))
+        .item("v", AttributeValue::N(v.to_string()));
+    rt().block_on(request.send()).unwrap();
+}
+
+fn delete(running: &Running, pk: &str) {
+    let request = running
+        .client
+        .delete_item()
+        .table_name("orders")
+        .key("pk", AttributeValue::S(pk.into()));
+    rt().block_on(request.send()).unwrap();
+}
+
+/// The table as a typed scan of the emulator itself gives it.
+fn table_items(running: &Running) -> BTreeMap<String, Value> {
+    let dump = Pipeline::new(
+        "dump",
+        &running.endpoint,
+        "table_name: orders\nvalue_format: typed",
+    );
+    let output = run(&dump);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    dump.records()
+        .into_iter()
+        .map(|mut item| {
+            normalize_sets(&mut item);
+            (item["pk"]["S"].as_str().unwrap().to_string(), item)
+        })
+        .collect()
+}
+
+/// A mirror whose snapshot is an export, under a concurrent writer, ends equal to the table and
+/// made no Scan request.
+fn a_mirror_via_an_export_under_writes_equals_the_table(target: Target) {
+    let (running, fake) = setup(300);
+    let running = Arc::new(running);
+    fake.set_in_progress_describes(2);
+    let source = format!(
+        "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 3\nbatch_size: 50\n{EXPORT}"
+    );
+    let pipeline = Pipeline::new("orders-mirror", &fake.url(), &source);
+    let destination = Destination::new(target, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "orders-mirror",
+        &fake.url(),
+        &source,
+        &destination.sink_yaml(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let running = Arc::clone(&running);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut writes = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("k{:04}", (writes * 37) % 400);
+                if writes % 5 == 4 {
+                    delete(&running, &key);
+                } else {
+                    put(&running, &key, writes);
+                }
+                writes += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            writes
+        })
+    };
+    let child = common::spawn_run(&pipeline.config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || fake.exports_started() >= 1),
+        "the mirror started an export"
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(
+        writes > 20,
+        "the writer wrote while the export ran ({writes})"
+    );
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let table = table_items(&running);
+    let mirrored: BTreeMap<String, Value> = destination
+        .documents("orders")
+        .into_iter()
+        .map(|(pk, mut doc)| {
+            normalize_sets(&mut doc);
+            (pk, doc)
+        })
+        .collect();
+    assert_eq!(mirrored.len(), table.len());
+    assert!(mirrored == table, "the destination differs from the table");
+    assert_eq!(fake.forwarded("Scan"), 0, "the mirror made no Scan request");
+    assert_eq!(fake.exports_started(), 1);
+}
+
+#[test]
+fn a_mirror_via_an_export_under_writes_equals_the_table_in_sqlite() {
+    a_mirror_via_an_export_under_writes_equals_the_table(Target::Sqlite);
+}
+
+#[test]
+fn a_mirror_via_an_export_under_writes_equals_the_table_in_postgres() {
+    a_mirror_via_an_export_under_writes_equals_the_table(Target::Postgres);
+}
