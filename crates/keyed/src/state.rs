@@ -312,8 +312,10 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
     let Some(position) = entry.get_mut("position").and_then(Json::as_object_mut) else {
         return Ok(entry);
     };
-    let streams = position.get("kind").and_then(Json::as_str) != Some("scan")
-        && position.get("kind").and_then(Json::as_str) != Some("query");
+    let streams = !matches!(
+        position.get("kind").and_then(Json::as_str),
+        Some("scan" | "query" | "export")
+    );
     if streams {
         merge_into(position, "shards", shards);
         merge_into(position, "verified_at", verified);
@@ -366,6 +368,18 @@ mod tests {
         let parts = split(&entry);
         assert_eq!(parts["segment:3"], json!({"pk": {"S": "k17"}}));
         assert!(parts["meta"]["position"].get("cursors").is_none());
+        round_trip(entry);
+    }
+
+    #[test]
+    fn an_export_entry_keeps_its_arn_and_its_files_as_segment_parts() {
+        let entry = json!({"fingerprint": "sha256:x", "identity": {"table_name": "t"},
+            "last_completed": null, "updated_at": "2026-01-01T00:00:00.000Z",
+            "position": {"cursors": {"2": {"lines": {"N": "1000"}}}, "done": [[0, 1]],
+                "export_arn": "arn:aws:dynamodb:us-east-1:1:table/t/export/01-a", "kind": "export",
+                "total_segments": 0}});
+        let parts = split(&entry);
+        assert_eq!(parts["segment:2"], json!({"lines": {"N": "1000"}}));
         round_trip(entry);
     }
 

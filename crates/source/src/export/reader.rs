@@ -465,7 +465,8 @@ impl From<ExportError> for FileError {
     }
 }
 
-fn with_remedy(error: ReadError) -> ReadError {
+/// A request's error with what to do about its code (rule 9).
+pub(super) fn with_remedy(error: ReadError) -> ReadError {
     match error {
         ReadError::Request {
             what,

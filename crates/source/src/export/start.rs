@@ -3,8 +3,9 @@
 use sha2::{Digest, Sha256};
 
 use super::ExportError;
-use super::api::{ExportApi, ExportKind, ExportState, ExportStatus, StartExport, remedy};
-use crate::error::{ApiError, ReadError};
+use super::api::{ExportApi, ExportKind, ExportState, ExportStatus, StartExport};
+use super::reader::with_remedy;
+use crate::error::ReadError;
 use crate::events::RequestMetrics;
 use crate::retry::{Cancel, RetryPolicy};
 
@@ -35,32 +36,6 @@ pub fn client_token(parts: &[&str]) -> String {
         .take(16)
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-fn failed(what: String, attempts: u32, error: ApiError) -> ReadError {
-    let error = match remedy(error.code.as_deref()) {
-        Some(fix) => ApiError {
-            message: format!("{}; {fix}", error.message),
-            ..error
-        },
-        None => error,
-    };
-    ReadError::Request {
-        what,
-        attempts,
-        error,
-    }
-}
-
-fn with_remedy(error: ReadError) -> ReadError {
-    match error {
-        ReadError::Request {
-            what,
-            attempts,
-            error,
-        } => failed(what, attempts, error),
-        other => other,
-    }
 }
 
 /// `ExportTableToPointInTime` of `kind` into `target`, retried (rule 10); the caller commits

@@ -119,8 +119,8 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_is_corruption_at_kind() {
-        let error = Position::from_json(&json!({"kind":"export"})).unwrap_err();
+        let error = Position::from_json(&json!({"kind":"backup"})).unwrap_err();
         assert_eq!(error.path, "kind");
-        assert!(error.problem.contains("'export'"), "{error:?}");
+        assert!(error.problem.contains("'backup'"), "{error:?}");
     }
 }
