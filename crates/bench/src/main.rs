@@ -1,21 +1,28 @@
 //! `ddbpipe-bench`: how fast, and at what CPU and memory cost, ddbpipe exports a table (the
 //! scan case) and a table's stream (the streams case), against the AWS SDK used directly,
-//! measured in the same run (see README.md).
+//! measured in the same run, and how ddbpipe's export read path compares with its scan on
+//! the same items (the export case; see README.md).
 //!
 //! # Processes
 //! The bench starts itself several times over:
 //! 1. `serve` (hidden): the local DynamoDB and DynamoDB Streams endpoint, which builds every
 //!    page before it prints its port. Its CPU is its own, not the clients'.
-//! 2. `phase --case scan|streams --client ddbpipe|sdk` (hidden): one scan or stream read each,
-//!    in processes of their own, so that CPU time and peak RSS (`VmHWM`, which only grows) are
-//!    each client's.
+//! 2. `phase --case scan|streams|export --client ddbpipe|sdk` (hidden): one scan, stream read
+//!    or export read each, in processes of their own, so that CPU time and peak RSS (`VmHWM`,
+//!    which only grows) are each client's.
 //!
-//! Each phase checks it received exactly the table's items, or the stream's records, and fails
-//! loudly otherwise. Nothing here asserts on time: the figures are reported, not judged.
+//! The export case's files are written by the bench itself, into a temporary directory,
+//! before any phase runs (`write-export`, hidden, writes them alone).
+//!
+//! Each phase checks it received exactly the table's (or export's) items, or the stream's
+//! records, and fails loudly otherwise. Nothing here asserts on time: the figures are
+//! reported, not judged.
 
 mod attribute_json;
 mod ddbpipe_client;
+mod ddbpipe_export;
 mod ddbpipe_streams;
+mod export_files;
 mod items;
 mod phase;
 mod procfs;
@@ -27,21 +34,22 @@ mod server;
 mod stream_server;
 
 use std::io::{BufRead as _, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::export_files::Written;
 use crate::phase::{Case, Client, PhaseReport, PhaseSettings};
-use crate::report::{ScanSetup, Setup, StreamsSetup};
+use crate::report::{ExportSetup, ScanSetup, Setup, StreamsSetup};
 use crate::server::{Ready, ServeSettings};
 use crate::stream_server::StreamSettings;
 use ddbpipe_source::streams::shard_reader::READ_SPACING;
 
 /// Benchmarks a parallel scan and a stream read by ddbpipe against the plain AWS SDK, against
-/// a local endpoint.
+/// a local endpoint, and ddbpipe's read of a full export against its scan of the same items.
 #[derive(Debug, Parser)]
 #[command(name = "ddbpipe-bench", args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -53,12 +61,15 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Which case(s) to measure.
-    #[arg(long = "case", value_enum, default_value_t = WhichCase::Both)]
+    /// Which case(s) to measure (`both` is `all`: every case).
+    #[arg(long = "case", value_enum, default_value_t = WhichCase::All)]
     case: WhichCase,
-    /// Items in the table; each client must receive exactly these.
+    /// Items in the table (and in the export); each client must receive exactly these.
     #[arg(long, default_value_t = 200_000)]
     items: u64,
+    /// Gzip data files of the export (AWS writes one per partition).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    export_files: u32,
     /// `TotalSegments` of the parallel scan.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     segments: u32,
@@ -68,11 +79,13 @@ struct BenchArgs {
     /// Closed shards of the stream.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     shards: u32,
-    /// Segments (scan) or shards (streams) read at once. A list (`1,2,4,8`) measures the
-    /// concurrency curve: every case and client once per value, then one table of the curve.
+    /// Segments (scan), shards (streams) or data files (export) read at once. A list
+    /// (`1,2,4,8`) measures the concurrency curve: every case and client once per value, then
+    /// one table of the curve.
     #[arg(long, default_value = "4", value_delimiter = ',', value_parser = positive)]
     concurrency: Vec<usize>,
-    /// Which client(s) to measure.
+    /// Which client(s) to measure in the scan and streams cases (the export case always
+    /// measures ddbpipe's export read and ddbpipe's scan).
     #[arg(long, value_enum, default_value_t = Which::Both)]
     client: Which,
     /// Items per page (the server's "1 MB").
@@ -94,7 +107,9 @@ struct BenchArgs {
 enum WhichCase {
     Scan,
     Streams,
-    Both,
+    Export,
+    #[value(alias = "both")]
+    All,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -123,7 +138,19 @@ enum Hidden {
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
     },
-    /// Runs one client's scan or stream read and prints what it measured as a JSON line.
+    /// Writes the bench export (AWS's layout) of the first `items` bench items under `dir`;
+    /// prints what it wrote as a JSON line.
+    #[command(hide = true)]
+    WriteExport {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        items: u64,
+        #[arg(long, default_value_t = 8)]
+        files: u32,
+    },
+    /// Runs one client's scan, stream read or export read and prints what it measured as a
+    /// JSON line.
     #[command(hide = true)]
     Phase {
         #[arg(long = "case", value_enum)]
@@ -141,6 +168,9 @@ enum Hidden {
         concurrency: usize,
         #[arg(long)]
         clk_tck: u64,
+        /// The export's directory (the export case).
+        #[arg(long)]
+        export_dir: Option<PathBuf>,
     },
 }
 
@@ -170,6 +200,11 @@ fn main() -> ExitCode {
             stream: StreamSettings { records, shards },
             latency: Duration::from_millis(latency_ms),
         }),
+        Some(Hidden::WriteExport { dir, items, files }) => export_files::write(&dir, items, files)
+            .and_then(|written| {
+                println!("{}", serde_json::to_string(&written)?);
+                Ok(())
+            }),
         Some(Hidden::Phase {
             case,
             client,
@@ -178,6 +213,7 @@ fn main() -> ExitCode {
             segments,
             concurrency,
             clk_tck,
+            export_dir,
         }) => {
             let settings = PhaseSettings {
                 case,
@@ -186,6 +222,7 @@ fn main() -> ExitCode {
                 expected: expect,
                 segments,
                 concurrency,
+                export_dir,
             };
             phase::run(&settings, clk_tck).and_then(|report| {
                 println!("{}", serde_json::to_string(&report)?);
@@ -219,8 +256,9 @@ fn start_server(
     args: &BenchArgs,
     cases: &[Case],
 ) -> anyhow::Result<(ServerProcess, Ready)> {
-    // A case not measured gets nothing to serve: no time or memory spent building it.
-    let items = if cases.contains(&Case::Scan) {
+    // A case not measured gets nothing to serve: no time or memory spent building it. The
+    // export case's baseline is the scan of the same items.
+    let items = if cases.contains(&Case::Scan) || cases.contains(&Case::Export) {
         args.items
     } else {
         0
@@ -254,14 +292,23 @@ fn start_server(
 }
 
 fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport> {
-    let name = settings.client.name();
-    let output = Command::new(exe)
+    let name = match settings.case {
+        Case::Export => "export",
+        _ => settings.client.name(),
+    };
+    let mut command = Command::new(exe);
+    command
         .args(["phase", "--case", settings.case.name()])
-        .args(["--client", name, "--endpoint", &settings.endpoint])
+        .args(["--client", settings.client.name()])
+        .args(["--endpoint", &settings.endpoint])
         .args(["--expect", &settings.expected.to_string()])
         .args(["--segments", &settings.segments.to_string()])
         .args(["--concurrency", &settings.concurrency.to_string()])
-        .args(["--clk-tck", &clk_tck.to_string()])
+        .args(["--clk-tck", &clk_tck.to_string()]);
+    if let Some(dir) = &settings.export_dir {
+        command.arg("--export-dir").arg(dir);
+    }
+    let output = command
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -294,6 +341,7 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
 fn setup(
     case: Case,
     ready: &Ready,
+    written: Option<&Written>,
     args: &BenchArgs,
     concurrency: usize,
     clk: (u64, bool),
@@ -317,7 +365,56 @@ fn setup(
             args.runs,
             clk,
         )),
+        Case::Export => {
+            let written = written.copied().unwrap_or(Written {
+                items: 0,
+                files: args.export_files,
+                stored_bytes: 0,
+                line_bytes: 0,
+                table_bytes: 0,
+            });
+            let n = written.items.max(1) as f64;
+            Setup::Export(ExportSetup {
+                items: written.items,
+                files: written.files,
+                concurrency,
+                page_lines: ddbpipe_export::PAGE_LINES,
+                stored_bytes: written.stored_bytes,
+                mean_line_bytes: written.line_bytes as f64 / n,
+                mean_item_bytes: written.table_bytes as f64 / n,
+                scan_segments: args.segments,
+                scan_page_items: args.page_items,
+                latency_ms: args.latency_ms,
+                runs: args.runs,
+                clk_tck: clk.0,
+                clk_tck_measured: clk.1,
+            })
+        }
     }
+}
+
+/// The phases run one after the other, alternating, at each concurrency and run: the scan
+/// case's clients (with the export case's read and its baseline, ddbpipe's scan, once), then
+/// the streams case's.
+fn groups(cases: &[Case], clients: &[Client]) -> Vec<Vec<(Case, Client)>> {
+    let mut table = Vec::new();
+    if cases.contains(&Case::Scan) {
+        table.extend(clients.iter().map(|&c| (Case::Scan, c)));
+    }
+    if cases.contains(&Case::Export) {
+        if !table.contains(&(Case::Scan, Client::Ddbpipe)) {
+            table.push((Case::Scan, Client::Ddbpipe));
+        }
+        table.push((Case::Export, Client::Ddbpipe));
+    }
+    let mut groups = Vec::new();
+    if !table.is_empty() {
+        groups.push(table);
+    }
+    if cases.contains(&Case::Streams) {
+        groups.push(clients.iter().map(|&c| (Case::Streams, c)).collect());
+    }
+    groups
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -331,12 +428,20 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     let cases: &[Case] = match args.case {
         WhichCase::Scan => &[Case::Scan],
         WhichCase::Streams => &[Case::Streams],
-        WhichCase::Both => &[Case::Scan, Case::Streams],
+        WhichCase::Export => &[Case::Export],
+        WhichCase::All => &[Case::Scan, Case::Streams, Case::Export],
     };
+    let exported = cases.contains(&Case::Export);
     if !args.json {
         let mut building = Vec::new();
-        if cases.contains(&Case::Scan) {
+        if cases.contains(&Case::Scan) || exported {
             building.push(format!("{} items", args.items));
+        }
+        if exported {
+            building.push(format!(
+                "an export of them in {} gzip files",
+                args.export_files
+            ));
         }
         if cases.contains(&Case::Streams) {
             building.push(format!(
@@ -346,22 +451,42 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
         eprintln!("ddbpipe-bench: building {}...", building.join(" and "));
     }
+    // The export's files, written before any phase (and removed when the bench ends).
+    let export_dir = if exported {
+        Some(
+            tempfile::Builder::new()
+                .prefix("ddbpipe-bench-export.")
+                .tempdir()
+                .context("cannot create the export's directory")?,
+        )
+    } else {
+        None
+    };
+    let written = match &export_dir {
+        Some(dir) => Some(export_files::write(
+            dir.path(),
+            args.items,
+            args.export_files,
+        )?),
+        None => None,
+    };
     let (server, ready) = start_server(&exe, args, cases)?;
     let endpoint = format!("http://127.0.0.1:{}", ready.port);
     let mut reports = Vec::new();
-    for &case in cases {
-        let (expected, segments) = match case {
-            Case::Scan => (args.items, args.segments),
-            Case::Streams => (args.records, args.shards),
-        };
+    for group in groups(cases, clients) {
         for &concurrency in &args.concurrency {
             for run in 0..args.runs {
                 // Alternate the order so neither client always runs on a cold or a warm machine.
-                let mut order = clients.to_vec();
+                let mut order = group.clone();
                 if run % 2 == 1 {
                     order.reverse();
                 }
-                for client in order {
+                for (case, client) in order {
+                    let (expected, segments) = match case {
+                        Case::Scan => (args.items, args.segments),
+                        Case::Streams => (args.records, args.shards),
+                        Case::Export => (args.items, args.export_files),
+                    };
                     if !args.json {
                         eprintln!(
                             "ddbpipe-bench: {} at concurrency {concurrency}, run {} of {}: {}...",
@@ -378,6 +503,10 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
                         expected,
                         segments,
                         concurrency,
+                        export_dir: match case {
+                            Case::Export => export_dir.as_ref().map(|d| d.path().to_path_buf()),
+                            _ => None,
+                        },
                     };
                     reports.push((concurrency, run_phase(&exe, &settings, clk.0)?));
                 }
@@ -385,6 +514,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     drop(server);
+    drop(export_dir);
 
     let mut printed = 0;
     for &case in cases {
@@ -395,14 +525,8 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
                 .filter(|(c, _)| *c == concurrency)
                 .map(|(_, report)| report.clone())
                 .collect();
-            let setup = setup(case, &ready, args, concurrency, clk);
-            let summaries: Vec<(Client, report::ClientSummary)> = clients
-                .iter()
-                .filter_map(|c| report::summarize(&runs, case, *c).map(|s| (*c, s)))
-                .collect();
-            let find =
-                |wanted: Client| summaries.iter().find(|(c, _)| *c == wanted).map(|(_, s)| s);
-            let ratios = report::ratios(find(Client::Ddbpipe), find(Client::Sdk));
+            let setup = setup(case, &ready, written.as_ref(), args, concurrency, clk);
+            let (summaries, ratios) = report::rows(&runs, case, clients);
             if args.json {
                 println!("{}", report::json_line(&setup, &summaries, ratios));
             } else {

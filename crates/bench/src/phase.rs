@@ -1,16 +1,19 @@
-//! `ddbpipe-bench phase`: one client scanning the bench table, or reading the bench stream,
-//! once, in a process of its own, printing what it measured as one JSON line.
+//! `ddbpipe-bench phase`: one client scanning the bench table, reading the bench stream, or
+//! (ddbpipe only) reading the bench export, once, in a process of its own, printing what it
+//! measured as one JSON line.
 //!
-//! Only the scan or the stream read is timed: building the client, the sink and the state file
-//! comes before the meter starts. The peak RSS is the whole process's, setup included.
+//! Only the scan, stream read or export read is timed: building the client, the sink and the
+//! state file comes before the meter starts. The peak RSS is the whole process's, setup
+//! included.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{self, Meter};
-use crate::{ddbpipe_client, ddbpipe_streams, sdk_client, sdk_streams};
+use crate::{ddbpipe_client, ddbpipe_export, ddbpipe_streams, sdk_client, sdk_streams};
 
 /// What a phase reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -20,6 +23,9 @@ pub enum Case {
     Scan,
     /// Every change record of the bench stream.
     Streams,
+    /// A full export of the bench table's items, read from its files (ddbpipe only; its
+    /// baseline is ddbpipe's scan).
+    Export,
 }
 
 impl Case {
@@ -28,13 +34,14 @@ impl Case {
         match self {
             Case::Scan => "scan",
             Case::Streams => "streams",
+            Case::Export => "export",
         }
     }
 
     /// What the case counts.
     pub fn noun(self) -> &'static str {
         match self {
-            Case::Scan => "item",
+            Case::Scan | Case::Export => "item",
             Case::Streams => "record",
         }
     }
@@ -68,16 +75,18 @@ pub struct PhaseSettings {
     pub case: Case,
     /// The client.
     pub client: Client,
-    /// `http://127.0.0.1:<port>` of the bench server.
+    /// `http://127.0.0.1:<port>` of the bench server (unused by the export case).
     pub endpoint: String,
-    /// Items the table holds, or records the stream holds: the phase must receive exactly
-    /// these.
+    /// Items the table (or export) holds, or records the stream holds: the phase must receive
+    /// exactly these.
     pub expected: u64,
-    /// `TotalSegments` of the scan, or shards of the stream (the streams clients check they
-    /// read exactly these).
+    /// `TotalSegments` of the scan, shards of the stream (the streams clients check they read
+    /// exactly these), or data files of the export (the export phase checks it finished each).
     pub segments: u32,
-    /// Segments, or shards, read at once.
+    /// Segments, shards, or data files read at once.
     pub concurrency: usize,
+    /// The directory holding the export (its bucket), for the export case.
+    pub export_dir: Option<PathBuf>,
 }
 
 /// What a phase measured; printed as one JSON line on its stdout.
@@ -136,11 +145,21 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
                 let received = prepared.read().await?;
                 anyhow::Ok((received, None, meter.stop()?))
             }
+            (Case::Export, Client::Ddbpipe) => {
+                let prepared = ddbpipe_export::prepare(&settings).await?;
+                let meter = Meter::start()?;
+                let received = prepared.read().await?;
+                anyhow::Ok((received, None, meter.stop()?))
+            }
+            (Case::Export, Client::Sdk) => {
+                anyhow::bail!("the export case has no sdk client: its baseline is ddbpipe's scan")
+            }
         }
     })?;
     let (noun, holder) = match settings.case {
         Case::Scan => ("items", "the table"),
         Case::Streams => ("records", "the stream"),
+        Case::Export => ("items", "the export"),
     };
     ensure!(
         received == settings.expected,

@@ -1,5 +1,5 @@
 //! Summaries of the phases: per case and client, the median over runs; ddbpipe against the SDK
-//! as ratios within the one bench run.
+//! (and ddbpipe's export read against its scan) as ratios within the one bench run.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -122,6 +122,37 @@ impl StreamsSetup {
     }
 }
 
+/// How the export case was run, for the report's header.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportSetup {
+    /// Items in the export (and in the table its baseline scans).
+    pub items: u64,
+    /// Gzip data files holding them.
+    pub files: u32,
+    /// Data files read at once (the scan's segments read at once).
+    pub concurrency: usize,
+    /// Records per page the export reader hands on.
+    pub page_lines: usize,
+    /// Bytes of the data files as stored (gzip).
+    pub stored_bytes: u64,
+    /// Mean bytes of an uncompressed export line (`{"Item":…}` and its newline).
+    pub mean_line_bytes: f64,
+    /// Mean DynamoDB size of an item, bytes.
+    pub mean_item_bytes: f64,
+    /// `TotalSegments` of the baseline scan.
+    pub scan_segments: u32,
+    /// Items per page of the baseline scan.
+    pub scan_page_items: u64,
+    /// Milliseconds every answer of the scan's server waited (the export waits for none).
+    pub latency_ms: u64,
+    /// Runs of each path.
+    pub runs: u32,
+    /// Clock ticks per second used to convert CPU time.
+    pub clk_tck: u64,
+    /// Whether `clk_tck` came from `getconf CLK_TCK` (else 100 was assumed).
+    pub clk_tck_measured: bool,
+}
+
 /// The least time to read `records` in `shards` (split as the server splits them) with
 /// `concurrency` slots, when the reads of one shard start `spacing` apart and a slot is held
 /// while waiting: every slot does at most one read per `spacing`, and a shard's reads are
@@ -154,6 +185,8 @@ pub enum Setup {
     Scan(ScanSetup),
     /// The stream read.
     Streams(StreamsSetup),
+    /// The export read, against ddbpipe's scan.
+    Export(ExportSetup),
 }
 
 impl Setup {
@@ -161,6 +194,7 @@ impl Setup {
         match self {
             Setup::Scan(_) => Case::Scan,
             Setup::Streams(_) => Case::Streams,
+            Setup::Export(_) => Case::Export,
         }
     }
 
@@ -168,6 +202,7 @@ impl Setup {
         match self {
             Setup::Scan(s) => (s.clk_tck, s.clk_tck_measured),
             Setup::Streams(s) => (s.clk_tck, s.clk_tck_measured),
+            Setup::Export(s) => (s.clk_tck, s.clk_tck_measured),
         }
     }
 
@@ -175,6 +210,26 @@ impl Setup {
         match self {
             Setup::Scan(s) => json!(s),
             Setup::Streams(s) => json!(s),
+            Setup::Export(s) => json!(s),
+        }
+    }
+
+    /// What the rows of the case compare, and the names of its ratio: `(rows' title, JSON key
+    /// of the rows, JSON key of the ratios, numerator, denominator)`.
+    fn comparison(
+        &self,
+    ) -> (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ) {
+        match self {
+            Setup::Scan(_) | Setup::Streams(_) => {
+                ("client", "clients", "ddbpipe_over_sdk", "ddbpipe", "sdk")
+            }
+            Setup::Export(_) => ("path", "paths", "export_over_scan", "export", "scan"),
         }
     }
 
@@ -183,6 +238,7 @@ impl Setup {
         let latency = match self {
             Setup::Scan(s) => s.latency_ms,
             Setup::Streams(s) => s.latency_ms,
+            Setup::Export(s) => s.latency_ms,
         };
         let latency = match latency {
             0 => String::new(),
@@ -220,6 +276,23 @@ impl Setup {
                 s.records_per_page,
                 s.runs,
             ),
+            Setup::Export(s) => format!(
+                "ddbpipe-bench: full export of {} items in {} gzip files ({:.1} MB stored, mean \
+                 {:.0} B of export JSON a line, {:.0} B as DynamoDB counts), {} files at once, {} \
+                 lines per page, against ddbpipe's {}-segment scan of the same items at \
+                 concurrency {}, {} items per page{latency}; {} run(s), median shown; CPU at {clk}",
+                s.items,
+                s.files,
+                s.stored_bytes as f64 / 1e6,
+                s.mean_line_bytes,
+                s.mean_item_bytes,
+                s.concurrency,
+                s.page_lines,
+                s.scan_segments,
+                s.concurrency,
+                s.scan_page_items,
+                s.runs,
+            ),
         }
     }
 
@@ -227,6 +300,13 @@ impl Setup {
     fn notes(&self) -> Vec<String> {
         match self {
             Setup::Scan(_) => Vec::new(),
+            Setup::Export(_) => vec![
+                "note: export = DescribeExport, the manifests, then every data file streamed \
+                 from local disk (page cache) through gunzip, MD5 and the line writer, in its \
+                 process; scan = the scan case's ddbpipe phase, whose server's CPU is not its \
+                 own"
+                .to_string(),
+            ],
             Setup::Streams(s) => vec![format!(
                 "note: ddbpipe starts the GetRecords of one shard at least 100 ms apart (AWS \
                  allows 5 a second per shard), so it cannot take less than about {:.1} s here; \
@@ -287,18 +367,47 @@ pub fn summarize(reports: &[PhaseReport], case: Case, client: Client) -> Option<
     })
 }
 
-/// ddbpipe ÷ SDK.
+/// ddbpipe ÷ SDK (export ÷ scan in the export case).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Ratios {
-    /// CPU µs per item: below 1 means ddbpipe spends less CPU per item.
+    /// CPU µs per item: below 1 means ddbpipe (the export) spends less CPU per item.
     pub cpu_us_per_item: f64,
-    /// Items per second: above 1 means ddbpipe is faster.
+    /// Items per second: above 1 means ddbpipe (the export) is faster.
     pub items_per_sec: f64,
-    /// Peak RSS: below 1 means ddbpipe peaks lower.
+    /// Peak RSS: below 1 means ddbpipe (the export) peaks lower.
     pub peak_rss: f64,
 }
 
-/// The ratios, when both clients ran.
+/// One row of a case's report: its name (the client, or the read path) and its figures.
+pub type Row = (&'static str, ClientSummary);
+
+/// The rows of `case` and their ratios, from every phase's report: the scan and streams cases
+/// have a row per client of `clients` that ran, and ddbpipe ÷ sdk; the export case has the
+/// export read and ddbpipe's scan (its baseline), and export ÷ scan.
+pub fn rows(reports: &[PhaseReport], case: Case, clients: &[Client]) -> (Vec<Row>, Option<Ratios>) {
+    let rows: Vec<Row> = match case {
+        Case::Scan | Case::Streams => clients
+            .iter()
+            .filter_map(|c| summarize(reports, case, *c).map(|s| (c.name(), s)))
+            .collect(),
+        Case::Export => [
+            ("export", summarize(reports, Case::Export, Client::Ddbpipe)),
+            ("scan", summarize(reports, Case::Scan, Client::Ddbpipe)),
+        ]
+        .into_iter()
+        .filter_map(|(name, s)| s.map(|s| (name, s)))
+        .collect(),
+    };
+    let (top, bottom) = match case {
+        Case::Scan | Case::Streams => ("ddbpipe", "sdk"),
+        Case::Export => ("export", "scan"),
+    };
+    let find = |wanted: &str| rows.iter().find(|(n, _)| *n == wanted).map(|(_, s)| s);
+    let ratios = ratios(find(top), find(bottom));
+    (rows, ratios)
+}
+
+/// The ratios, when both clients (or paths) ran.
 pub fn ratios(ddbpipe: Option<&ClientSummary>, sdk: Option<&ClientSummary>) -> Option<Ratios> {
     let (d, s) = (ddbpipe?, sdk?);
     Some(Ratios {
@@ -308,17 +417,21 @@ pub fn ratios(ddbpipe: Option<&ClientSummary>, sdk: Option<&ClientSummary>) -> O
     })
 }
 
-/// The human report: a header, one line per client, the ratios, notes.
-/// The concurrency curve of one case: per concurrency and client, throughput, CPU and memory.
-pub fn curve(case: Case, points: &[(usize, Vec<(Client, ClientSummary)>)]) -> String {
+/// The concurrency curve of one case: per concurrency and client (or path), throughput, CPU
+/// and memory.
+pub fn curve(case: Case, points: &[(usize, Vec<Row>)]) -> String {
     let noun = case.noun();
+    let title = match case {
+        Case::Scan | Case::Streams => "client",
+        Case::Export => "path",
+    };
     let mut out = String::new();
     let _ = writeln!(out, "ddbpipe-bench: {} concurrency curve", case.name());
     let _ = writeln!(
         out,
         "{:>11} {:<8} {:>11} {:>14} {:>13}",
         "concurrency",
-        "client",
+        title,
         format!("{noun}s/s"),
         format!("CPU µs/{noun}"),
         "peak RSS MiB"
@@ -328,25 +441,23 @@ pub fn curve(case: Case, points: &[(usize, Vec<(Client, ClientSummary)>)]) -> St
             let _ = writeln!(
                 out,
                 "{:>11} {:<8} {:>11.0} {:>14.2} {:>13.1}",
-                concurrency,
-                client.name(),
-                s.items_per_sec,
-                s.cpu_us_per_item,
-                s.peak_rss_mib
+                concurrency, client, s.items_per_sec, s.cpu_us_per_item, s.peak_rss_mib
             );
         }
     }
     out
 }
 
-pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<Ratios>) -> String {
+/// The human report: a header, one line per client (or path), the ratios, notes.
+pub fn table(setup: &Setup, clients: &[Row], ratios: Option<Ratios>) -> String {
     let noun = setup.case().noun();
+    let (title, _, _, top, bottom) = setup.comparison();
     let mut out = String::new();
     let _ = writeln!(out, "{}", setup.header());
     let _ = writeln!(
         out,
         "{:<8} {:>11} {:>14} {:>8} {:>8} {:>8} {:>13}",
-        "client",
+        title,
         format!("{noun}s/s"),
         format!("CPU µs/{noun}"),
         "user s",
@@ -358,7 +469,7 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
         let _ = writeln!(
             out,
             "{:<8} {:>11.0} {:>14.2} {:>8.2} {:>8.2} {:>8.3} {:>13.1}",
-            client.name(),
+            client,
             s.items_per_sec,
             s.cpu_us_per_item,
             s.user_secs,
@@ -370,8 +481,8 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
     if let Some(r) = ratios {
         let _ = writeln!(
             out,
-            "ddbpipe/sdk: CPU µs/{noun} {:.2} (<1: ddbpipe cheaper), {noun}s/s {:.2} (>1: \
-             ddbpipe faster), peak RSS {:.2}",
+            "{top}/{bottom}: CPU µs/{noun} {:.2} (<1: {top} cheaper), {noun}s/s {:.2} (>1: \
+             {top} faster), peak RSS {:.2}",
             r.cpu_us_per_item, r.items_per_sec, r.peak_rss
         );
     }
@@ -379,7 +490,7 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
         let _ = writeln!(out, "{note}");
     }
     for (client, s) in clients {
-        if let Some(note) = ends_note(*client, &s.ends) {
+        if let Some(note) = ends_note(client, &s.ends) {
             let _ = writeln!(out, "{note}");
         }
     }
@@ -388,7 +499,7 @@ pub fn table(setup: &Setup, clients: &[(Client, ClientSummary)], ratios: Option<
 
 /// How a client's runs ended, when it says: `stream disabled` (on the drained stream, at once)
 /// or `idle` (after `idle_termination_secs` without a record, counted in its wall time).
-fn ends_note(client: Client, ends: &[String]) -> Option<String> {
+fn ends_note(client: &str, ends: &[String]) -> Option<String> {
     if ends.is_empty() {
         return None;
     }
@@ -409,11 +520,7 @@ fn ends_note(client: Client, ends: &[String]) -> Option<String> {
     } else {
         ""
     };
-    Some(format!(
-        "{} runs ended: {}{idle}",
-        client.name(),
-        list.join(", ")
-    ))
+    Some(format!("{client} runs ended: {}{idle}", list.join(", ")))
 }
 
 /// `value` with `item` in its key names replaced by the case's noun (`record`).
@@ -428,24 +535,22 @@ fn with_noun(value: serde_json::Value, noun: &str) -> serde_json::Value {
 }
 
 /// The machine-readable report of one case: one JSON line. Field names say `item` in the
-/// scan case and `record` in the streams case (`records_per_sec`, `cpu_us_per_record`).
-pub fn json_line(
-    setup: &Setup,
-    clients: &[(Client, ClientSummary)],
-    ratios: Option<Ratios>,
-) -> String {
+/// scan and export cases and `record` in the streams case (`records_per_sec`,
+/// `cpu_us_per_record`). The scan and streams cases give `clients` and `ddbpipe_over_sdk`;
+/// the export case gives `paths` (`export`, `scan`) and `export_over_scan`.
+pub fn json_line(setup: &Setup, clients: &[Row], ratios: Option<Ratios>) -> String {
     let noun = setup.case().noun();
+    let (_, rows_key, ratios_key, _, _) = setup.comparison();
     let clients: serde_json::Map<String, serde_json::Value> = clients
         .iter()
-        .map(|(client, summary)| (client.name().to_string(), with_noun(json!(summary), noun)))
+        .map(|(client, summary)| (client.to_string(), with_noun(json!(summary), noun)))
         .collect();
-    json!({
-        "case": setup.case().name(),
-        "setup": setup.json(),
-        "clients": clients,
-        "ddbpipe_over_sdk": with_noun(json!(ratios), noun),
-    })
-    .to_string()
+    let mut line = serde_json::Map::new();
+    line.insert("case".into(), json!(setup.case().name()));
+    line.insert("setup".into(), setup.json());
+    line.insert(rows_key.into(), serde_json::Value::Object(clients));
+    line.insert(ratios_key.into(), with_noun(json!(ratios), noun));
+    serde_json::Value::Object(line).to_string()
 }
 
 #[cfg(test)]
@@ -524,7 +629,7 @@ mod tests {
             ],
             ..summary.clone()
         };
-        let clients = [(Client::Ddbpipe, ddbpipe), (Client::Sdk, summary)];
+        let clients = [("ddbpipe", ddbpipe), ("sdk", summary)];
         let r = ratios(Some(&clients[0].1), Some(&clients[1].1));
         let text = table(&setup, &clients, r);
         assert!(
@@ -541,6 +646,56 @@ mod tests {
         assert_eq!(line["case"], "streams");
         assert_eq!(line["clients"]["sdk"]["records_per_sec"], 10.0);
         assert_eq!(line["ddbpipe_over_sdk"]["cpu_us_per_record"], 1.0);
+    }
+
+    #[test]
+    fn the_export_case_compares_the_export_read_with_ddbpipe_s_scan() {
+        let reports = [
+            report(Case::Export, Client::Ddbpipe, 1.0, 0.004, 1024),
+            report(Case::Scan, Client::Ddbpipe, 0.5, 0.002, 2048),
+            report(Case::Scan, Client::Sdk, 2.0, 0.020, 8192),
+        ];
+        // The scan case keeps its clients; the export case is the export and ddbpipe's scan.
+        let (scan, _) = rows(&reports, Case::Scan, &[Client::Sdk]);
+        assert_eq!(scan.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["sdk"]);
+        let (export, r) = rows(&reports, Case::Export, &[Client::Sdk]);
+        assert_eq!(
+            export.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            ["export", "scan"]
+        );
+        let r = r.expect("both paths ran");
+        assert!((r.cpu_us_per_item - 2.0).abs() < 1e-9);
+        assert!((r.items_per_sec - 0.5).abs() < 1e-9);
+        assert!((r.peak_rss - 0.5).abs() < 1e-9);
+        let setup = Setup::Export(ExportSetup {
+            items: 1000,
+            files: 8,
+            concurrency: 4,
+            page_lines: 1000,
+            stored_bytes: 200_000,
+            mean_line_bytes: 840.0,
+            mean_item_bytes: 450.0,
+            scan_segments: 4,
+            scan_page_items: 1000,
+            latency_ms: 0,
+            runs: 1,
+            clk_tck: 100,
+            clk_tck_measured: true,
+        });
+        let text = table(&setup, &export, Some(r));
+        assert!(
+            text.contains("full export of 1000 items in 8 gzip files"),
+            "{text}"
+        );
+        assert!(text.contains("\npath "), "{text}");
+        assert!(text.contains("export/scan: CPU µs/item 2.00"), "{text}");
+        let line: serde_json::Value =
+            serde_json::from_str(&json_line(&setup, &export, Some(r))).expect("JSON");
+        assert_eq!(line["case"], "export");
+        assert_eq!(line["paths"]["export"]["items_per_sec"], 1000.0);
+        assert_eq!(line["paths"]["scan"]["items_per_sec"], 2000.0);
+        assert_eq!(line["export_over_scan"]["items_per_sec"], 0.5);
+        assert!(line.get("clients").is_none(), "{line}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! The bench end to end on a small table and stream: both clients receive every item and every
-//! change record. Correctness only; nothing here looks at the times.
+//! The bench end to end on a small table, stream and export: both clients receive every item
+//! and every change record, and the export read every item. Correctness only; nothing here
+//! looks at the times.
 
+use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -8,7 +10,7 @@ fn both_clients_receive_every_item_and_every_record() {
     let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
         .args(["--case", "both", "--concurrency", "2", "--json"])
         .args(["--items", "2500", "--segments", "3", "--page-items", "400"])
-        .args(["--records", "2500", "--shards", "3"])
+        .args(["--records", "2500", "--shards", "3", "--export-files", "5"])
         .output()
         .expect("the bench starts");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -18,11 +20,12 @@ fn both_clients_receive_every_item_and_every_record() {
         .lines()
         .map(|line| serde_json::from_str(line).expect("one JSON line per case"))
         .collect();
-    assert_eq!(reports.len(), 2, "{stdout}");
+    assert_eq!(reports.len(), 3, "{stdout}");
     let cases = [
         ("scan", "items", "items_per_sec"),
         ("streams", "records", "records_per_sec"),
     ];
+    assert_export_report(&reports[2], 2500, 5);
     for (report, (case, count, rate)) in reports.iter().zip(cases) {
         assert_eq!(report["case"], case);
         assert_eq!(report["setup"][count], 2500, "{report}");
@@ -39,6 +42,126 @@ fn both_clients_receive_every_item_and_every_record() {
         }
     }
     assert_eq!(reports[1]["setup"]["shards"], 3);
+}
+
+/// The export case's JSON line: both paths ran on every item, and their ratios are there.
+fn assert_export_report(report: &serde_json::Value, items: u64, files: u64) {
+    assert_eq!(report["case"], "export", "{report}");
+    assert_eq!(report["setup"]["items"], items, "{report}");
+    assert_eq!(report["setup"]["files"], files, "{report}");
+    assert!(
+        report["setup"]["stored_bytes"].as_u64().expect("stored") > 0,
+        "{report}"
+    );
+    for path in ["export", "scan"] {
+        let summary = &report["paths"][path];
+        assert!(
+            summary["peak_rss_mib"].as_f64().expect("rss") > 0.0,
+            "{path}: {report}"
+        );
+        assert!(
+            summary["items_per_sec"].as_f64().expect("rate") > 0.0,
+            "{path}: {report}"
+        );
+    }
+    assert!(
+        report["export_over_scan"]["items_per_sec"]
+            .as_f64()
+            .expect("ratio")
+            > 0.0,
+        "{report}"
+    );
+}
+
+#[test]
+fn the_export_case_reads_every_item_and_reports_against_the_scan() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args(["--case", "export", "--concurrency", "1,3", "--json"])
+        .args(["--items", "1200", "--segments", "2", "--export-files", "4"])
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let reports: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON line per concurrency"))
+        .collect();
+    assert_eq!(reports.len(), 2, "{stdout}");
+    for (report, concurrency) in reports.iter().zip([1, 3]) {
+        assert_export_report(report, 1200, 4);
+        assert_eq!(report["setup"]["concurrency"], concurrency, "{report}");
+    }
+
+    // The table says the same.
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args(["--case", "export", "--items", "300", "--export-files", "2"])
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("full export of 300 items in 2 gzip files"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nexport "), "{stdout}");
+    assert!(stdout.contains("\nscan "), "{stdout}");
+    assert!(stdout.contains("export/scan: CPU µs/item"), "{stdout}");
+}
+
+/// Writes the bench export of `items` items in `files` files under `dir`.
+fn write_export(dir: &Path, items: u64, files: u32) {
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .arg("write-export")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--items", &items.to_string(), "--files", &files.to_string()])
+        .output()
+        .expect("write-export starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "write-export failed: {stderr}");
+    let written: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON line");
+    assert_eq!(written["items"], items);
+}
+
+/// Runs the export phase over `dir`, expecting `expect` items in `files` files.
+fn export_phase(dir: &Path, expect: u64, files: u32) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args(["phase", "--case", "export", "--client", "ddbpipe"])
+        .args(["--endpoint", "", "--expect", &expect.to_string()])
+        .args(["--segments", &files.to_string(), "--concurrency", "2"])
+        .args(["--clk-tck", "100", "--export-dir"])
+        .arg(dir)
+        .output()
+        .expect("the phase starts")
+}
+
+#[test]
+fn an_export_read_that_is_short_or_damaged_fails() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_export(dir.path(), 30, 3);
+    let output = export_phase(dir.path(), 30, 3);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the export phase failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["received"], 30, "{report}");
+
+    // A damaged data file (bytes after its gzip stream): its MD5 differs from its manifest's,
+    // and the read fails naming it.
+    let data = dir.path().join(
+        "bench/AWSDynamoDB/01735689600000-0bench00/data/01735689600000-0bench00-0001.json.gz",
+    );
+    let mut bytes = std::fs::read(&data).expect("data file");
+    bytes.push(0);
+    std::fs::write(&data, bytes).expect("damaged");
+    let output = export_phase(dir.path(), 30, 3);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a damaged export was read");
+    assert!(
+        stderr.contains("0001.json.gz") && stderr.contains("MD5"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -103,6 +226,16 @@ fn a_client_that_receives_the_wrong_count_fails() {
             );
         }
     }
+}
+
+#[test]
+fn an_export_read_that_receives_the_wrong_count_fails() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_export(dir.path(), 30, 2);
+    let output = export_phase(dir.path(), 31, 2);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "export accepted a short export");
+    assert!(stderr.contains("received 30 items"), "{stderr}");
 }
 
 /// Stops the server when the test ends, passing or not.
