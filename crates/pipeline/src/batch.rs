@@ -3,9 +3,12 @@
 //! # Positions (docs/scan.md §2.5)
 //! A page's cursor rides on the batch holding the page's **last** record; a page with no
 //! records attaches its cursor to the next batch handed over. So when a batch is
-//! acknowledged, every record before each of its cursors has been written.
+//! acknowledged, every record before each of its cursors has been written. A page of an
+//! export file (`lines_from`) also gives each batch that ends inside it the file's exact
+//! count there, so a resumed read re-sends no acknowledged item.
 
 use ddbpipe_source::api::ChangeOp;
+use ddbpipe_source::export::file_cursor;
 use ddbpipe_source::records::{Lines, SegmentCursor};
 use ddbpipe_source::scan::PageOut;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
@@ -76,6 +79,11 @@ impl Batcher {
                 self.current
                     .segments
                     .push((page.segment, page.cursor.clone()));
+            } else if let Some(before) = page.lines_from {
+                let reached = before + from as u64;
+                self.current
+                    .segments
+                    .push((page.segment, SegmentCursor::Next(file_cursor(reached))));
             }
             if self.current.records.len() >= self.batch_size {
                 full.push(std::mem::take(&mut self.current));
@@ -154,6 +162,7 @@ mod tests {
             },
             // Later pages were requested later.
             requested_ms: 1_000 * i64::from(segment),
+            lines_from: None,
         }
     }
 
@@ -197,6 +206,31 @@ mod tests {
         let cursors: Vec<u32> = full[0].segments.iter().map(|(s, _)| *s).collect();
         assert_eq!(cursors, vec![2, 3]);
         assert!(batcher.take().is_none());
+    }
+
+    #[test]
+    fn an_export_page_split_across_batches_records_the_count_at_each_cut() {
+        let mut batcher = Batcher::new(3);
+        let mut export = page(0, 7, None);
+        export.cursor = SegmentCursor::Next(file_cursor(17));
+        export.lines_from = Some(10);
+        let full = batcher.push(export);
+        let cuts: Vec<&SegmentCursor> = full
+            .iter()
+            .flat_map(|b| b.segments.iter().map(|(_, c)| c))
+            .collect();
+        assert_eq!(
+            cuts,
+            [
+                &SegmentCursor::Next(file_cursor(13)),
+                &SegmentCursor::Next(file_cursor(16))
+            ]
+        );
+        let last = batcher.take().unwrap();
+        assert_eq!(
+            last.segments,
+            vec![(0, SegmentCursor::Next(file_cursor(17)))]
+        );
     }
 
     #[test]

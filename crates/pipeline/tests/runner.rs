@@ -353,3 +353,178 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
     assert_eq!(keys(&all).len(), 100);
     assert_eq!(all.len(), 100, "acknowledged pages were not read again");
 }
+
+mod export {
+    //! The runner over an export (docs/scan.md §2.10): a crash in the middle of the files
+    //! resumes from the acknowledged items without a second export, and file progress belongs
+    //! to its export.
+
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ddbpipe_pipeline::checkpoint::Checkpointer;
+    use ddbpipe_pipeline::runner::{NoProgress, run_scan};
+    use ddbpipe_pipeline::state::StateFile;
+    use ddbpipe_pipeline::state::identity::Identity;
+    use ddbpipe_source::api::Render;
+    use ddbpipe_source::export::api::ExportKind;
+    use ddbpipe_source::export::{ExportEngine, ExportPoll, ExportTarget, SnapshotExports, start};
+    use ddbpipe_source::fake_export::{FakeExports, FixedItems};
+    use ddbpipe_source::position::{Position, ScanKind};
+    use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+    use ddbpipe_testkit::MemorySink;
+    use ddbpipe_value::{Item, Value, ValueFormat};
+    use serde_json::json;
+
+    use super::{keys, stored_position};
+
+    const TABLE_ARN: &str = "arn:aws:dynamodb:us-east-1:1:table/t";
+
+    fn engine(fake: &FakeExports) -> ExportEngine<FakeExports, FakeExports> {
+        ExportEngine {
+            exports: Arc::new(fake.clone()),
+            store: Arc::new(fake.clone()),
+            prefix: "ddbpipe/p".into(),
+            bucket_owner: None,
+            given_arn: None,
+            max_concurrency: 2,
+            page_lines: 7,
+            retry: RetryPolicy::default(),
+            observer: Arc::new(NoObserver),
+            poll: ExportPoll {
+                first: Duration::from_millis(1),
+                max: Duration::from_millis(1),
+            },
+        }
+    }
+
+    async fn checkpointer(dir: &std::path::Path) -> Checkpointer {
+        Checkpointer::open_scan(
+            StateFile::new(dir.join("state.json")),
+            "p",
+            Identity::from_json(json!({"table_name": "t"})),
+            ScanKind::Export,
+            0,
+            Duration::ZERO,
+        )
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_crash_among_the_files_resumes_the_same_export_without_duplicates() {
+        let items: Vec<Item> = (0..100)
+            .map(|i| Item::from([("pk".to_string(), Value::S(format!("k{i:06}")))]))
+            .collect();
+        let fake = FakeExports::new(
+            "b",
+            FixedItems {
+                items,
+                at_ms: 1_700_000_000_000,
+                changes: Vec::new(),
+            },
+        )
+        .with_files(4);
+        let engine = engine(&fake);
+        let dir = tempfile::tempdir().unwrap();
+        let mut cp = checkpointer(dir.path()).await;
+        let arn = engine
+            .begin(None, TABLE_ARN, "run-1", &Cancel::never())
+            .await
+            .unwrap();
+        cp.set_export(&arn).await.unwrap();
+        let mut first = MemorySink::default().failing_at(5);
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        run_scan(reader, 5, &mut first, &mut cp, Cancel::never(), &NoProgress)
+            .await
+            .unwrap_err();
+        let Some(Position::Scan(stored)) = stored_position(dir.path()) else {
+            panic!("the export's position was committed");
+        };
+        assert_eq!(stored.export_arn.as_deref(), Some(arn.as_str()));
+        assert!(stored.has_progress(), "{stored:?}");
+
+        let mut cp = checkpointer(dir.path()).await;
+        let resumed = cp.position().export_arn.clone();
+        let again = engine
+            .begin(resumed.as_deref(), TABLE_ARN, "run-2", &Cancel::never())
+            .await
+            .unwrap();
+        assert_eq!(again, arn, "the stored export is read again");
+        let mut rest = MemorySink::default();
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        let outcome = run_scan(reader, 5, &mut rest, &mut cp, Cancel::never(), &NoProgress)
+            .await
+            .unwrap();
+        assert!(outcome.completed);
+        let before: BTreeSet<String> = keys(&first.lines);
+        let after: BTreeSet<String> = keys(&rest.lines);
+        assert_eq!(
+            first.lines.len(),
+            25,
+            "five batches acknowledged before the failing one"
+        );
+        assert!(
+            before.is_disjoint(&after),
+            "no acknowledged item is written twice"
+        );
+        assert_eq!(before.len() + after.len(), 100);
+        assert_eq!(rest.lines.len(), after.len());
+        assert_eq!(fake.calls().started, 1, "no second export");
+        assert!(
+            stored_position(dir.path()).is_none(),
+            "a completed read clears its position"
+        );
+    }
+
+    #[tokio::test]
+    async fn recording_another_export_starts_its_files_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeExports::new(
+            "b",
+            FixedItems {
+                items: Vec::new(),
+                at_ms: 1,
+                changes: Vec::new(),
+            },
+        );
+        let target = ExportTarget {
+            table_arn: TABLE_ARN.into(),
+            bucket: "b".into(),
+            prefix: "p".into(),
+            bucket_owner: None,
+        };
+        let full = ExportKind::Full { at_ms: None };
+        let retry = RetryPolicy::default();
+        let one = start(&fake, &target, full, "t1", &retry, &Cancel::never())
+            .await
+            .unwrap();
+        let two = start(&fake, &target, full, "t2", &retry, &Cancel::never())
+            .await
+            .unwrap();
+        let mut cp = checkpointer(dir.path()).await;
+        cp.set_export(&one.arn).await.unwrap();
+        let mut batch = ddbpipe_pipeline::batch::Batch::default();
+        batch
+            .segments
+            .push((1, ddbpipe_source::records::SegmentCursor::Done));
+        let staged = cp.stage(&batch);
+        cp.acknowledged(&batch, staged).await.unwrap();
+        cp.flush().await.unwrap();
+        assert_eq!(cp.position().done.count(), 1);
+        cp.set_export(&one.arn).await.unwrap();
+        assert_eq!(
+            cp.position().done.count(),
+            1,
+            "the same export keeps its files"
+        );
+        cp.set_export(&two.arn).await.unwrap();
+        assert_eq!(
+            cp.position().done.count(),
+            0,
+            "another export's files start afresh"
+        );
+        assert_eq!(cp.position().export_arn.as_deref(), Some(two.arn.as_str()));
+    }
+}

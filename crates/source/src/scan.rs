@@ -66,6 +66,10 @@ pub struct PageOut {
     /// When the request that read it was sent (unix ms, this machine's clock): the version of
     /// its rows in a snapshot (docs/mirror.md §5.6).
     pub requested_ms: i64,
+    /// An export file's page: the file's items handed on before it. Any count is a cursor of
+    /// the file, so a batch ending inside the page records exactly where (docs/scan.md §2.10);
+    /// a Scan page's only cursor is its end (`None`).
+    pub lines_from: Option<u64>,
 }
 
 /// What reads a snapshot's segments and hands on their pages: a parallel Scan
@@ -283,6 +287,7 @@ impl<A: TableApi> SegmentReader<A> {
                 records: page.records,
                 cursor,
                 requested_ms,
+                lines_from: None,
             };
             if out.send(page_out).await.is_err() {
                 // The consumer is gone: the run is stopping.

@@ -306,8 +306,13 @@ impl Checkpointer {
     /// **before** the first wait for it, so a restart waits on the same export instead of
     /// paying for another (docs/scan.md §2.10). In a streams run it is stored in the open
     /// snapshot record.
+    ///
+    /// File progress belongs to its export: recording another export (or the first, over scan
+    /// segment progress) starts its files afresh.
     pub async fn set_export(&mut self, arn: &str) -> Result<(), StateError> {
-        self.position.kind = ScanKind::Export;
+        if self.position.export_arn.as_deref() != Some(arn) {
+            self.position = ScanPosition::new(ScanKind::Export, 0);
+        }
         self.position.export_arn = Some(arn.to_string());
         self.dirty = true;
         self.flush().await

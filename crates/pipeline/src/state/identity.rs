@@ -16,8 +16,10 @@
 //!    ddbpipe lacks the fields added since (they are recorded from the next write on); a
 //!    command that could not learn a field leaves it out (the account is known only from a
 //!    table or stream ARN).
-//! 3. `segments` counts only when the position has segment state (a scan, or an open
-//!    snapshot); a finished scan may be resumed with another segment count.
+//! 3. `segments`, `snapshot_engine` and `snapshot_export_arn` count only when the position
+//!    has segment state (a scan, or an open snapshot): segment progress means Scan segments
+//!    or an export's data files, of the export the position names (docs/scan.md §2.10). A
+//!    finished scan may be resumed with another segment count or engine.
 //! 4. `stream_arn` is not a change when the configured value, before or after, is the stream
 //!    the stored position reads: setting it to drain that stream (the remedy for a disabled
 //!    stream), or removing it again, keeps reading the same shards. Whether the table's
@@ -29,6 +31,9 @@ use ddbpipe_source::config::{Mode, SourceConfig};
 use ddbpipe_source::position::Position;
 use serde_json::{Map, Value as Json, json};
 use sha2::{Digest, Sha256};
+
+/// The fields that matter only to a position with segment state (rule 3).
+const SEGMENT_STATE: [&str; 3] = ["segments", "snapshot_engine", "snapshot_export_arn"];
 
 /// The source identity: the fields a position depends on, as a JSON object with sorted keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +156,8 @@ impl Identity {
             "expression_attribute_values": values,
             "scan_index_forward": (source.mode == Mode::Query).then_some(source.scan_index_forward),
             "segments": source.segments,
+            "snapshot_engine": source.snapshot.engine.as_str(),
+            "snapshot_export_arn": source.snapshot.export_arn,
             "stream_arn": source.stream_arn,
             "value_format": source.value_format.as_str(),
         }))
@@ -203,7 +210,7 @@ impl Identity {
     }
 
     /// The fields that differ from `stored`, as "<field> changed from <old> to <new>": those
-    /// both hold (rule 2); `segments` only when `compare_segments` (rule 3).
+    /// both hold (rule 2); the segment-state fields only when `compare_segments` (rule 3).
     pub fn changes_from(&self, stored: &Identity, compare_segments: bool) -> Vec<String> {
         let empty = Map::new();
         let new = self.0.as_object().unwrap_or(&empty);
@@ -212,7 +219,7 @@ impl Identity {
         keys.sort();
         keys.dedup();
         keys.into_iter()
-            .filter(|key| compare_segments || key.as_str() != "segments")
+            .filter(|key| compare_segments || !SEGMENT_STATE.contains(&key.as_str()))
             .filter_map(|key| {
                 let (before, after) = (old.get(key)?, new.get(key)?);
                 (before != after).then(|| format!("{key} changed from {before} to {after}"))
@@ -354,6 +361,35 @@ mod tests {
                 "{changes:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_snapshot_engine_and_export_matter_only_to_segment_state() {
+        use ddbpipe_source::config::SnapshotEngine;
+        use ddbpipe_source::position::{ScanKind, ScanPosition, StreamKind, StreamsPosition};
+        let source = SourceConfig::new("orders");
+        let here = Identity::of(&source, &east(), None);
+        let mut exported = source.clone();
+        exported.snapshot.engine = SnapshotEngine::Export;
+        let mut given = exported.clone();
+        given.snapshot.export_arn =
+            Some("arn:aws:dynamodb:us-east-1:1:table/orders/export/x".into());
+        let scanning = Position::Scan(ScanPosition::new(ScanKind::Scan, 1));
+        let streaming = Position::Streams(StreamsPosition::new(StreamKind::Mirror, None));
+        let changes = Identity::of(&exported, &east(), None).changes_for(&here, &scanning);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            changes[0].starts_with("snapshot_engine changed from"),
+            "{changes:?}"
+        );
+        let exporting = Identity::of(&exported, &east(), None);
+        let changes = Identity::of(&given, &east(), None).changes_for(&exporting, &scanning);
+        assert!(
+            changes[0].starts_with("snapshot_export_arn changed from null"),
+            "{changes:?}"
+        );
+        // No open snapshot: the engine may change between runs.
+        assert!(exporting.changes_for(&here, &streaming).is_empty());
     }
 
     #[test]

@@ -412,7 +412,7 @@ fn read_blocking(
 ) -> Result<(), FileError> {
     use std::sync::atomic::Ordering;
     let skip = handed.load(Ordering::SeqCst);
-    let send = |records: Lines, cursor: SegmentCursor| -> Result<(), FileError> {
+    let send = |records: Lines, from: u64, cursor: SegmentCursor| -> Result<(), FileError> {
         if cancel.is_cancelled() {
             return Err(FileError::Cancelled);
         }
@@ -427,16 +427,22 @@ fn read_blocking(
             records,
             cursor,
             requested_ms: at_ms,
+            lines_from: Some(from),
         })
         .map_err(|_| FileError::Closed)
     };
     read_data_file::<FileError>(body, file, render, page_lines, skip, |records| {
-        let reached = handed.load(Ordering::SeqCst) + records.len() as u64;
-        send(records, SegmentCursor::Next(file_cursor(reached)))?;
+        let from = handed.load(Ordering::SeqCst);
+        let reached = from + records.len() as u64;
+        send(records, from, SegmentCursor::Next(file_cursor(reached)))?;
         handed.store(reached, Ordering::SeqCst);
         Ok(())
     })?;
-    send(Lines::default(), SegmentCursor::Done)
+    send(
+        Lines::default(),
+        handed.load(Ordering::SeqCst),
+        SegmentCursor::Done,
+    )
 }
 
 /// Why reading one file stopped.
