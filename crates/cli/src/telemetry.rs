@@ -233,7 +233,10 @@ impl ScanProgress {
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style);
             }
-            bar.set_message(format!("(segments done at start: {done}/{segments})"));
+            // An export's files are not known yet (segments 0): nothing to say about them.
+            if segments > 0 {
+                bar.set_message(format!("(segments done at start: {done}/{segments})"));
+            }
             bar
         });
         ScanProgress {

@@ -96,6 +96,42 @@ fn a_scan_through_an_export_writes_the_lines_a_scan_writes() {
     assert_eq!(fake.exports_started(), 2, "each run exports afresh");
 }
 
+/// `s3_endpoint_url` sends S3 to its own endpoint (here moto's, beside a dynoxide table): the
+/// files are read there, and no S3 request reaches the DynamoDB endpoint.
+#[test]
+fn the_bucket_is_read_at_its_own_endpoint_when_one_is_set() {
+    let db = Emulator::Dynoxide.start();
+    db.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let items: Vec<_> = (0..40)
+        .map(|i| {
+            item(vec![
+                ("pk", s(&format!("k{i:02}"))),
+                ("n", n(&i.to_string())),
+            ])
+        })
+        .collect();
+    db.put_items("orders", items);
+    let s3 = Emulator::Moto.start();
+    create_bucket(&s3.endpoint, BUCKET);
+    let fake = FakeExport::start(&db.endpoint, &s3.endpoint);
+    let pipeline = Pipeline::new(
+        "own-endpoint",
+        &fake.url(),
+        &format!(
+            "table_name: orders\nsnapshot: {{engine: export, s3_bucket: exports, s3_endpoint_url: '{}'}}",
+            s3.endpoint
+        ),
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(pipeline.lines().len(), 40);
+    assert_eq!(fake.forwarded("Scan"), 0);
+    assert!(
+        fake.forwarded_requests().iter().all(|r| r.target.is_some()),
+        "an S3 request went to the DynamoDB endpoint"
+    );
+}
+
 /// An export still IN_PROGRESS when the run is killed is waited on by the next run: its ARN
 /// was committed before the first wait, so no second export is paid for.
 #[test]
@@ -180,7 +216,10 @@ fn without_point_in_time_recovery_check_and_run_name_the_fix() {
         text.contains("PointInTimeRecoveryUnavailableException"),
         "{text}"
     );
-    assert!(text.contains("update-continuous-backups"), "{text}");
+    assert!(
+        text.contains("update-continuous-backups --table-name orders "),
+        "{text}"
+    );
     assert!(
         pipeline
             .entry("no-pitr")

@@ -94,7 +94,10 @@ pub struct ExportCalls {
 
 #[derive(Debug, Clone)]
 struct Export {
-    status: ExportStatus,
+    /// What `DescribeExport` says while `describes_left` lasts.
+    running: ExportStatus,
+    /// What it says after.
+    done: ExportStatus,
     token: String,
     describes_left: u32,
 }
@@ -111,6 +114,7 @@ struct State {
     miscount_next: bool,
     deny_gets: Option<String>,
     fail_gets: Vec<ApiError>,
+    cut_bodies: Vec<(String, usize)>,
 }
 
 /// The in-memory export service and bucket (see the module docs).
@@ -141,6 +145,7 @@ impl FakeExports {
                 miscount_next: false,
                 deny_gets: None,
                 fail_gets: Vec::new(),
+                cut_bodies: Vec::new(),
             })),
         }
     }
@@ -184,6 +189,12 @@ impl FakeExports {
     /// The next `GetObject` requests fail with these errors, in order.
     pub fn fail_gets(&self, errors: impl IntoIterator<Item = ApiError>) {
         self.lock().fail_gets.extend(errors);
+    }
+
+    /// The next `GetObject` of a key ending in `suffix` breaks off after `bytes` bytes of its
+    /// body with a connection error (a transfer cut short).
+    pub fn cut_next_body(&self, suffix: &str, bytes: usize) {
+        self.lock().cut_bodies.push((suffix.to_string(), bytes));
     }
 
     /// What was asked so far.
@@ -341,7 +352,7 @@ impl ExportApi for FakeExports {
             .values()
             .find(|e| e.token == request.client_token)
         {
-            return Ok(export.status.clone());
+            return Ok(export.running.clone());
         }
         state.calls.started += 1;
         let now_ms = state.source.now_ms();
@@ -384,22 +395,10 @@ impl ExportApi for FakeExports {
         state.exports.insert(
             arn,
             Export {
-                status: if describes_left == 0 {
-                    done.clone()
-                } else {
-                    status.clone()
-                },
+                running: status.clone(),
+                done,
                 token: request.client_token.clone(),
                 describes_left,
-            },
-        );
-        // The finished description, kept for when the describes run out.
-        state.exports.insert(
-            format!("done:{}", done.arn),
-            Export {
-                status: done,
-                token: String::new(),
-                describes_left: 0,
             },
         );
         Ok(status)
@@ -408,7 +407,6 @@ impl ExportApi for FakeExports {
     async fn describe_export(&self, arn: &str) -> Result<ExportStatus, ApiError> {
         let mut state = self.lock();
         state.calls.describes += 1;
-        let done = state.exports.get(&format!("done:{arn}")).cloned();
         let Some(export) = state.exports.get_mut(arn) else {
             return Err(ApiError::from_code(
                 Some("ExportNotFoundException".into()),
@@ -417,12 +415,9 @@ impl ExportApi for FakeExports {
         };
         if export.describes_left > 0 {
             export.describes_left -= 1;
-            return Ok(export.status.clone());
+            return Ok(export.running.clone());
         }
-        if let Some(done) = done {
-            export.status = done.status;
-        }
-        Ok(export.status.clone())
+        Ok(export.done.clone())
     }
 }
 
@@ -443,12 +438,46 @@ impl ObjectStore for FakeExports {
         if !state.fail_gets.is_empty() {
             return Err(state.fail_gets.remove(0));
         }
+        let cut = state
+            .cut_bodies
+            .iter()
+            .position(|(suffix, _)| key.ends_with(suffix.as_str()))
+            .map(|at| state.cut_bodies.remove(at).1);
         match state.objects.get(key) {
-            Some(bytes) => Ok(Box::pin(std::io::Cursor::new(bytes.clone()))),
+            Some(bytes) => match cut {
+                Some(at) => {
+                    let head = std::io::Cursor::new(bytes[..at.min(bytes.len())].to_vec());
+                    let reset = std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "connection reset by peer",
+                    );
+                    Ok(Box::pin(tokio::io::AsyncReadExt::chain(
+                        head,
+                        Broken(Some(reset)),
+                    )))
+                }
+                None => Ok(Box::pin(std::io::Cursor::new(bytes.clone()))),
+            },
             None => Err(ApiError::from_code(
                 Some("NoSuchKey".into()),
                 "The specified key does not exist.",
             )),
         }
+    }
+}
+
+/// A body that fails once with its error, then ends.
+struct Broken(Option<std::io::Error>);
+
+impl tokio::io::AsyncRead for Broken {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        _buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(match self.0.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        })
     }
 }

@@ -5,20 +5,18 @@ use std::time::Duration;
 
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
-use ddbpipe_source::export::api::ExportApi;
+use ddbpipe_source::export::api::{ExportApi, remedy};
 use ddbpipe_source::plan;
 use ddbpipe_source::retry::{Cancel, NoObserver};
 
 use super::{Probes, Status};
 use crate::config::PipelineConfig;
 
-/// The fix for point-in-time recovery being off, as a command.
-pub(crate) fn pitr_fix(table: &str) -> String {
-    format!(
-        "turn it on: aws dynamodb update-continuous-backups --table-name {table} \
-         --point-in-time-recovery-specification PointInTimeRecoveryEnabled=true (or use \
-         snapshot.engine: scan)"
-    )
+/// The fix for point-in-time recovery being off: the one `run` gives, for this table.
+fn pitr_fix(table: &str) -> String {
+    remedy(Some("PointInTimeRecoveryUnavailableException"))
+        .unwrap_or_default()
+        .replace("<table>", table)
 }
 
 /// `point_in_time_recovery` and `export_arn`; nothing when the engine is `scan` or the table

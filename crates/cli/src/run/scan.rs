@@ -11,7 +11,7 @@ use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::Render;
 use ddbpipe_source::capacity::ReadLimiter;
-use ddbpipe_source::config::{Mode, SnapshotEngine};
+use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{Refresher, ScanPlan};
 use ddbpipe_source::position::ScanKind;
@@ -35,13 +35,13 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let source = &config.source;
-    let exported = source.snapshot.engine == SnapshotEngine::Export;
-    let kind = match source.mode {
-        Mode::Query => ScanKind::Query,
-        _ if exported => ScanKind::Export,
-        _ => ScanKind::Scan,
-    };
     let (sdk, api, mut location) = wiring::clients(source).await;
+    let exports = export::engine(&sdk, source);
+    let kind = match (source.mode, &exports) {
+        (Mode::Query, _) => ScanKind::Query,
+        (_, Some(_)) => ScanKind::Export,
+        (_, None) => ScanKind::Scan,
+    };
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
@@ -63,88 +63,91 @@ pub async fn run(
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let started = Instant::now();
-    if let Some(engine) = export::engine(&sdk, source) {
-        let table_arn = export::table_arn(source, &table)?;
-        let arn =
-            export::begin_scan(&engine, &config.name, &table_arn, &mut checkpointer, &stop).await?;
-        tracing::info!(mode = %source.mode, export = %arn, resumed, "Run started.");
-        let reader = engine.typed_reader(&arn, Render::Items(plan.format));
-        let bar = ScanProgress::new(
-            progress,
-            table.item_count,
-            checkpointer.position().done.count(),
-            0,
-        );
-        let outcome = run_scan(
-            reader,
-            plan.batch_size,
-            &mut sink,
-            &mut checkpointer,
-            stop,
-            &bar,
-        )
-        .await;
-        bar.finish();
-        let outcome = outcome.map_err(|error| {
-            let hint = failure::rerun_hint(Some(&error), config_path, "the last committed page");
-            Failure::runtime(error).hint(hint)
-        })?;
-        return finish(config, config_path, &outcome, started.elapsed());
-    }
-    let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
-    if let Some(rate) = plan.read_rate {
-        tracing::info!(units_per_second = rate, "Read capacity limited.");
-    }
-    let observer = Arc::new(RequestMetrics);
-    let refresher = Refresher::start(
-        Arc::clone(&api),
-        &plan.read_rule,
-        Arc::clone(&limiter),
-        plan.retry,
-        stop.clone(),
-        observer.clone(),
-    );
-    let reader = SegmentReader {
-        api,
-        template: plan.template,
-        total_segments: plan.total_segments,
-        max_concurrency: plan.max_concurrency,
-        limiter,
-        retry: plan.retry,
-        render: Render::Items(plan.format),
-        observer,
+    let render = Render::Items(plan.format);
+    let outcome = match exports {
+        Some(engine) => {
+            let table_arn = export::table_arn(source, &table)?;
+            let arn =
+                export::begin_scan(&engine, &config.name, &table_arn, &mut checkpointer, &stop)
+                    .await?;
+            tracing::info!(mode = %source.mode, export = %arn, resumed, "Run started.");
+            // The export's files are known once it completed: no segment total yet.
+            let bar = ScanProgress::new(progress, table.item_count, 0, 0);
+            let reader = engine.typed_reader(&arn, render);
+            let outcome = run_scan(
+                reader,
+                plan.batch_size,
+                &mut sink,
+                &mut checkpointer,
+                stop,
+                &bar,
+            )
+            .await;
+            bar.finish();
+            outcome
+        }
+        None => {
+            let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
+            if let Some(rate) = plan.read_rate {
+                tracing::info!(units_per_second = rate, "Read capacity limited.");
+            }
+            let observer = Arc::new(RequestMetrics);
+            let refresher = Refresher::start(
+                Arc::clone(&api),
+                &plan.read_rule,
+                Arc::clone(&limiter),
+                plan.retry,
+                stop.clone(),
+                observer.clone(),
+            );
+            let reader = SegmentReader {
+                api,
+                template: plan.template,
+                total_segments: plan.total_segments,
+                max_concurrency: plan.max_concurrency,
+                limiter,
+                retry: plan.retry,
+                render,
+                observer,
+            };
+            tracing::info!(
+                mode = %source.mode,
+                segments = plan.total_segments,
+                resumed,
+                "Run started."
+            );
+            let bar = ScanProgress::new(
+                progress,
+                table.item_count,
+                checkpointer.position().done.count(),
+                plan.total_segments,
+            );
+            let outcome = run_scan(
+                reader,
+                plan.batch_size,
+                &mut sink,
+                &mut checkpointer,
+                stop,
+                &bar,
+            )
+            .await;
+            bar.finish();
+            drop(refresher);
+            outcome
+        }
     };
-    tracing::info!(
-        mode = %source.mode,
-        segments = plan.total_segments,
-        resumed,
-        "Run started."
-    );
-    let bar = ScanProgress::new(
-        progress,
-        table.item_count,
-        checkpointer.position().done.count(),
-        plan.total_segments,
-    );
-    let outcome = run_scan(
-        reader,
-        plan.batch_size,
-        &mut sink,
-        &mut checkpointer,
-        stop,
-        &bar,
-    )
-    .await;
-    bar.finish();
-    drop(refresher);
     let outcome = outcome.map_err(|error| {
         let hint = match &error {
-            RunError::Read(read) if read.code() == Some("AccessDeniedException") => format!(
-                "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
-                if kind == ScanKind::Query { "Query" } else { "Scan" },
-                source.table_name,
-                source.credentials.describe()
-            ),
+            RunError::Read(read)
+                if kind != ScanKind::Export && read.code() == Some("AccessDeniedException") =>
+            {
+                format!(
+                    "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
+                    if kind == ScanKind::Query { "Query" } else { "Scan" },
+                    source.table_name,
+                    source.credentials.describe()
+                )
+            }
             _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
         };
         Failure::runtime(error).hint(hint)

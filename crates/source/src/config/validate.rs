@@ -443,6 +443,7 @@ impl SourceConfig {
                 "page_limit",
                 "max_read_units_per_second",
                 "read_capacity_fraction",
+                "snapshot",
             ] {
                 ineffective.push((field, scan_condition));
             }
@@ -600,6 +601,25 @@ mod tests {
         query.snapshot.engine = SnapshotEngine::Export;
         query.snapshot.s3_bucket = Some("b".into());
         assert_eq!(paths(&query), ["source.snapshot.engine"]);
+    }
+
+    #[test]
+    fn a_snapshot_engine_of_a_run_that_never_snapshots_is_ineffective() {
+        let mut config = SourceConfig::new("orders");
+        config.mode = Mode::Streams;
+        config.follow = true;
+        config.snapshot.engine = SnapshotEngine::Export;
+        config.snapshot.s3_bucket = Some("exports".into());
+        let present: BTreeSet<String> = ["snapshot".to_string()].into();
+        let warnings = config.ineffective_fields(&present);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .starts_with("source.snapshot has no effect in mode: streams with on_gap: fail"),
+            "{warnings:?}"
+        );
+        config.on_gap = OnGap::Resnapshot;
+        assert!(config.ineffective_fields(&present).is_empty());
     }
 
     #[test]

@@ -152,7 +152,7 @@ pub fn remedy(code: Option<&str>) -> Option<&'static str> {
         "PointInTimeRecoveryUnavailableException" => {
             "turn on point-in-time recovery: aws dynamodb update-continuous-backups \
              --table-name <table> --point-in-time-recovery-specification \
-             PointInTimeRecoveryEnabled=true"
+             PointInTimeRecoveryEnabled=true (or use snapshot.engine: scan)"
         }
         "ExportConflictException" => {
             "another export with this client token but other parameters exists; wait 8 hours \
@@ -164,4 +164,38 @@ pub fn remedy(code: Option<&str>) -> Option<&'static str> {
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+
+    #[test]
+    fn s3_and_export_codes_say_what_to_do_and_are_classified() {
+        for (code, says) in [
+            ("NoSuchBucket", "source.snapshot.s3_bucket"),
+            ("AccessDenied", "s3:GetObject"),
+            ("KMS.AccessDeniedException", "kms:Decrypt"),
+            ("NoSuchKey", "lifecycle rule"),
+            (
+                "PointInTimeRecoveryUnavailableException",
+                "update-continuous-backups",
+            ),
+            ("ExportNotFoundException", "source.snapshot.export_arn"),
+        ] {
+            let fix = remedy(Some(code)).unwrap_or_default();
+            assert!(fix.contains(says), "{code}: {fix}");
+            assert_eq!(ErrorClass::of_code(Some(code)), ErrorClass::Fatal, "{code}");
+        }
+        assert_eq!(remedy(Some("ValidationException")), None);
+        assert_eq!(ErrorClass::of_code(Some("SlowDown")), ErrorClass::Throttle);
+        for code in ["InternalError", "RequestTimeout"] {
+            assert_eq!(
+                ErrorClass::of_code(Some(code)),
+                ErrorClass::Transient,
+                "{code}"
+            );
+        }
+    }
 }

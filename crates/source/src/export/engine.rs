@@ -10,6 +10,7 @@ use ddbpipe_value::Item;
 use tokio::sync::mpsc;
 
 use super::api::{ExportApi, ExportKind, ExportState, ObjectStore};
+use super::reader::describe;
 use super::{ExportPoll, ExportReader, ExportSnapshot, ExportTarget, client_token, given, start};
 use crate::api::Render;
 use crate::capacity::ReadLimiter;
@@ -160,8 +161,14 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
         Box::pin(async move {
             let mut failed = "";
             if let Some(arn) = stored {
-                let reader = self.typed_reader(arn, Render::Items(Default::default()));
-                let status = reader.reader.describe(cancel).await?;
+                let status = describe(
+                    self.exports.as_ref(),
+                    arn,
+                    &self.retry,
+                    self.observer.as_ref(),
+                    cancel,
+                )
+                .await?;
                 if !matches!(status.state, ExportState::Failed { .. }) {
                     tracing::info!(export = %arn, "Resuming the export of the last run.");
                     return Ok(arn.to_string());

@@ -134,17 +134,14 @@ fn request_error(what: String, attempts: u32, error: ApiError) -> ReadError {
 impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
     /// `DescribeExport` of the export, retried.
     pub async fn describe(&self, cancel: &Cancel) -> Result<ExportStatus, ReadError> {
-        let what = || format!("DescribeExport of '{}'", self.arn);
-        self.retry
-            .run(
-                "describe_export",
-                what,
-                cancel,
-                self.observer.as_ref(),
-                |_| self.exports.describe_export(&self.arn),
-            )
-            .await
-            .map_err(with_remedy)
+        describe(
+            self.exports.as_ref(),
+            &self.arn,
+            &self.retry,
+            self.observer.as_ref(),
+            cancel,
+        )
+        .await
     }
 
     /// Waits until the export completes (rule 5); a failed export is a definite error naming
@@ -469,6 +466,23 @@ impl From<ExportError> for FileError {
             FileError::Export(error)
         }
     }
+}
+
+/// `DescribeExport` of `arn`, retried, its error saying what to do.
+pub async fn describe<E: ExportApi>(
+    exports: &E,
+    arn: &str,
+    retry: &RetryPolicy,
+    observer: &dyn AttemptObserver,
+    cancel: &Cancel,
+) -> Result<ExportStatus, ReadError> {
+    let what = || format!("DescribeExport of '{arn}'");
+    retry
+        .run("describe_export", what, cancel, observer, |_| {
+            exports.describe_export(arn)
+        })
+        .await
+        .map_err(with_remedy)
 }
 
 /// A request's error with what to do about its code (rule 9).

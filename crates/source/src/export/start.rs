@@ -4,7 +4,7 @@ use sha2::{Digest, Sha256};
 
 use super::ExportError;
 use super::api::{ExportApi, ExportKind, ExportState, ExportStatus, StartExport};
-use super::reader::with_remedy;
+use super::reader::{describe, with_remedy};
 use crate::error::ReadError;
 use crate::events::RequestMetrics;
 use crate::retry::{Cancel, RetryPolicy};
@@ -62,7 +62,23 @@ pub async fn start<E: ExportApi>(
             api.start_export(&request)
         })
         .await
-        .map_err(with_remedy)?;
+        .map_err(|error| match with_remedy(error) {
+            // The remedy names the table as the command needs it.
+            ReadError::Request {
+                what,
+                attempts,
+                mut error,
+            } => {
+                let table = target.table_arn.rsplit('/').next().unwrap_or_default();
+                error.message = error.message.replace("<table>", table);
+                ReadError::Request {
+                    what,
+                    attempts,
+                    error,
+                }
+            }
+            other => other,
+        })?;
     tracing::info!(export = %status.arn, bucket = %target.bucket, prefix = %target.prefix, "Export started.");
     Ok(status)
 }
@@ -76,13 +92,7 @@ pub async fn given<E: ExportApi>(
     retry: &RetryPolicy,
     cancel: &Cancel,
 ) -> Result<ExportStatus, ReadError> {
-    let what = || format!("DescribeExport of '{arn}'");
-    let status = retry
-        .run("describe_export", what, cancel, &RequestMetrics, |_| {
-            api.describe_export(arn)
-        })
-        .await
-        .map_err(with_remedy)?;
+    let status = describe(api, arn, retry, &RequestMetrics, cancel).await?;
     let problem = if status.incremental {
         Some(
             "it is an INCREMENTAL_EXPORT; source.snapshot.export_arn must be a full export"

@@ -271,6 +271,42 @@ async fn a_transient_failure_of_a_file_reads_it_again_without_duplicates() {
 }
 
 #[tokio::test]
+async fn a_body_cut_off_mid_file_is_read_again_skipping_what_was_handed_on() {
+    let fake = fake(2000).with_files(1);
+    let arn = started(&fake).await;
+    let key = fake
+        .keys()
+        .into_iter()
+        .find(|k| k.ends_with(".json.gz"))
+        .unwrap();
+    let stored = fake.object(&key).unwrap().len();
+    // Cut well inside the file: some pages were handed on before the connection broke.
+    fake.cut_next_body(".json.gz", stored / 2);
+    let (pages, result) = read_all(
+        snapshot(&fake, &arn, 100),
+        SegmentRanges::new(),
+        BTreeMap::new(),
+    )
+    .await;
+    result.unwrap();
+    let all = lines(&pages);
+    let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!(
+        all.len(),
+        2000,
+        "every item once: nothing skipped, nothing twice"
+    );
+    assert_eq!(distinct.len(), 2000);
+    let data_gets = fake
+        .calls()
+        .gets
+        .iter()
+        .filter(|k| k.ends_with(".json.gz"))
+        .count();
+    assert_eq!(data_gets, 2, "the file was requested again after the cut");
+}
+
+#[tokio::test]
 async fn the_same_client_token_returns_the_same_export() {
     let fake = fake(3);
     let first = started(&fake).await;
