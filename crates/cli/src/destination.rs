@@ -394,11 +394,10 @@ pub fn output(config: &PipelineConfig) -> Option<Output> {
         SinkConfig::Jsonl(jsonl) => match &jsonl.path {
             JsonlTarget::Stdout => Some(Output::Stdout),
             JsonlTarget::File(path) => Some(Output::File {
-                // Absolute, so runs started from other directories name the same file.
-                path: std::path::absolute(path)
-                    .unwrap_or_else(|_| path.clone())
-                    .display()
-                    .to_string(),
+                // Where the path leads (absolute, `..` and symlinks resolved), as the output
+                // lock and the path-collision rule see it: runs started from other directories,
+                // or through another spelling, name the same file.
+                path: files::resolve(path).display().to_string(),
                 write: jsonl.write.as_str(),
                 gzip: jsonl.gzip,
             }),
@@ -447,6 +446,30 @@ mod tests {
         assert!(projects("a, pk.x", &Default::default(), "pk"));
         assert!(projects("#k,b", &names, "pk"));
         assert!(!projects("pkx, b", &names, "pk"));
+    }
+
+    #[test]
+    fn the_identity_names_the_file_a_sink_path_leads_to_whatever_its_spelling() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(dir.path().join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        let load = |name: &str, sink: &str| {
+            let file = dir.path().join(name);
+            let yaml = format!(
+                "name: p\nsource:\n  table_name: t\nsink:\n  type: jsonl\n  path: {sink}\n"
+            );
+            std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
+            let config =
+                crate::config::load(&file, &|_: &str| None).unwrap_or_else(|e| panic!("{e}"));
+            output(&config)
+        };
+        let plain = load("a.yaml", "out.jsonl");
+        assert_eq!(load("b.yaml", "sub/../out.jsonl"), plain);
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.path(), dir.path().join("link"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(load("c.yaml", "link/out.jsonl"), plain);
+        }
     }
 
     #[test]

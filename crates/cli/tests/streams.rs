@@ -371,6 +371,46 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     pipeline.write(
         "orders-cdc",
         &running.endpoint,
+        &format!("{STREAMS}\non_gap: resnapshot\nresnapshot_deletes: false"),
+    );
+    let state_probe = |pipeline: &Pipeline| {
+        let output = pipeline.ddbpipe(&["check", "--json"]);
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let probe = report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "state")
+            .unwrap()
+            .clone();
+        (
+            probe["status"].as_str().unwrap().to_string(),
+            probe["detail"].as_str().unwrap().to_string(),
+        )
+    };
+    let (status, detail) = state_probe(&pipeline);
+    assert_eq!(status, "WARN", "{detail}");
+    assert!(
+        detail.contains("the run applies on_gap: resnapshot"),
+        "{detail}"
+    );
+    // With a snapshot open the run fails on the gap whatever on_gap says: so does check.
+    let mut state: Value = serde_json::from_slice(&state_before).unwrap();
+    state["pipelines"]["orders-cdc"]["position"]["snapshot"] = serde_json::json!({
+        "captured_at": 1, "complete": false, "cursors": {}, "destination_rows_at_start": 0,
+        "done": [], "gap_reasons": [], "id": 1000, "keys_written": 0, "reason": "mirror",
+        "total_segments": 1});
+    std::fs::write(&pipeline.state, serde_json::to_vec(&state).unwrap()).unwrap();
+    let (status, detail) = state_probe(&pipeline);
+    assert_eq!(status, "FAIL", "{detail}");
+    assert!(
+        detail.contains("a snapshot is open, so the run fails on this gap"),
+        "{detail}"
+    );
+    std::fs::write(&pipeline.state, &state_before).unwrap();
+    pipeline.write(
+        "orders-cdc",
+        &running.endpoint,
         &format!("{STREAMS}\non_gap: resnapshot\nresnapshot_deletes: false\nsegments: 2"),
     );
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);

@@ -400,7 +400,7 @@ fn probe_state(
     };
     // A run takes the lock file, then replaces the state file by rename in the directory the
     // path leads to.
-    let written = writable(&files::lock_path(&config.state.path))
+    let written = writable(&file.lock_path())
         .and_then(|_| creatable_beside(&files::resolve(&config.state.path)));
     if let Err(problem) = written {
         status = Status::Fail;
@@ -587,6 +587,15 @@ fn state_verdict(
         None => (
             Status::Pass,
             format!("{where_}: position matches the source"),
+        ),
+        // With a snapshot open the run does not apply on_gap: it fails on the gap (during the
+        // snapshot into a keyed sink, after it into a jsonl one).
+        Some(reason) if matches!(position, Position::Streams(s) if s.snapshot.is_some()) => (
+            Status::Fail,
+            format!(
+                "{where_}: {reason}; a snapshot is open, so the run fails on this gap whatever \
+                 on_gap says: run `ddbpipe state reset` to start afresh"
+            ),
         ),
         Some(reason) => {
             let on_gap = config.source.on_gap;

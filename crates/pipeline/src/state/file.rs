@@ -205,7 +205,7 @@ impl StateFile {
 
     /// Beside the file the path leads to, as the writes are: two spellings of one state file
     /// (a symlink and its target) take one lock.
-    fn lock_path(&self) -> PathBuf {
+    pub fn lock_path(&self) -> PathBuf {
         files::lock_path(&files::resolve(&self.path))
     }
 
