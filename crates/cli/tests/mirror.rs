@@ -415,11 +415,26 @@ fn a_mirror_applies_changes_while_its_table_is_still_being_scanned(target: Targe
             .rows("orders")
             .contains_key("written-during-the-scan")
     });
+    // An item the scan already wrote is deleted: its row goes, and the scan, still reading,
+    // does not bring it back.
+    let deleted = destination
+        .rows("orders")
+        .into_keys()
+        .find(|k| k != "written-during-the-scan")
+        .unwrap();
+    delete(&running, &deleted);
+    let gone = common::wait_for(Duration::from_secs(30), || {
+        !destination.rows("orders").contains_key(&deleted)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let stays_gone = !destination.rows("orders").contains_key(&deleted);
     let still_scanning = scanning();
     let rows = destination.rows("orders").len();
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(seen, "the change did not arrive during the scan");
+    assert!(gone, "the delete did not arrive during the scan");
+    assert!(stays_gone, "the deleted row came back");
     assert!(
         still_scanning,
         "the scan had finished first ({rows} rows): the test scanned too fast"

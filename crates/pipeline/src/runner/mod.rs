@@ -187,6 +187,13 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     })
 }
 
+/// The stream engine's task panicked (or was aborted): an internal error.
+fn engine_failed(error: tokio::task::JoinError) -> Result<EndReason, StreamError> {
+    Err(StreamError::Read(ReadError::Internal(format!(
+        "stream engine task failed: {error}"
+    ))))
+}
+
 /// The task that schedules segments panicked (or was aborted): an internal error.
 fn scheduler_failed(error: tokio::task::JoinError) -> Result<(), ReadError> {
     Err(ReadError::Internal(format!(
@@ -224,16 +231,12 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
         tokio::select! {
             biased;
             joined = &mut engine_task.0 => {
-                break joined.unwrap_or_else(|error| {
-                    Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
-                });
+                break joined.unwrap_or_else(engine_failed);
             }
             next = handed.recv() => {
                 let Some(next) = next else {
                     // The engine dropped its hand-over: its result follows at once.
-                    break (&mut engine_task.0).await.unwrap_or_else(|error| {
-                        Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
-                    });
+                    break (&mut engine_task.0).await.unwrap_or_else(engine_failed);
                 };
                 let full = out.batcher.push_handed(next);
                 out.deliver_all(full).await?;

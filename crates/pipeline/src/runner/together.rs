@@ -22,13 +22,13 @@ use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::StreamEngine;
 use ddbpipe_source::streams::handover::Handed;
-use ddbpipe_source::streams::shard_reader::StreamError;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    AbortOnDrop, BATCH_LINGER, Progress, RunError, deliver, scheduler_failed, sleep_until,
+    AbortOnDrop, BATCH_LINGER, Progress, RunError, deliver, engine_failed, scheduler_failed,
+    sleep_until,
 };
 use crate::batch::{Batch, Batcher};
 use crate::checkpoint::Checkpointer;
@@ -141,9 +141,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
                 None => pages_open = false,
             },
             joined = &mut engine_task.0, if !engine_ended => {
-                let ended = joined.unwrap_or_else(|error| {
-                    Err(StreamError::Read(ReadError::Internal(format!("stream engine task failed: {error}"))))
-                });
+                let ended = joined.unwrap_or_else(engine_failed);
                 match ended {
                     Err(error) => break Some(error.into()),
                     Ok(_) => engine_ended = true,
@@ -185,11 +183,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     }
     engine_stop.cancel();
     if !engine_ended {
-        let ended = (&mut engine_task.0).await.unwrap_or_else(|error| {
-            Err(StreamError::Read(ReadError::Internal(format!(
-                "stream engine task failed: {error}"
-            ))))
-        });
+        let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
         if let Err(error) = ended {
             drop(stream.batcher.take());
             checkpointer.flush().await?;
