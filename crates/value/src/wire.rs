@@ -56,6 +56,16 @@ pub struct WireWriter<'de> {
     unknown: Option<String>,
 }
 
+/// An emptied vector of entries borrowing from other input: collected in place (the layouts are
+/// equal), so the allocation is kept.
+fn relabel<'next>(mut entries: Vec<Entry<'_>>) -> Vec<Entry<'next>> {
+    entries.clear();
+    entries
+        .into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}
+
 /// One `"name":value` entry of a map, by byte offsets into the output.
 #[derive(Debug, Clone)]
 struct Entry<'de> {
@@ -74,6 +84,21 @@ impl<'de> WireWriter<'de> {
             top: Vec::new(),
             moved: Vec::new(),
             blob: Vec::new(),
+            depth: 0,
+            unknown: None,
+        }
+    }
+
+    /// The same writer, emptied, for input that lives for another lifetime (the next line of an
+    /// export file): its buffers keep their capacity, so a writer per input document costs no
+    /// allocation once they have grown.
+    pub fn recycle<'next>(self) -> WireWriter<'next> {
+        WireWriter {
+            format: self.format,
+            stack: relabel(self.stack),
+            top: relabel(self.top),
+            moved: self.moved,
+            blob: self.blob,
             depth: 0,
             unknown: None,
         }
@@ -510,6 +535,38 @@ mod tests {
             wire(json, ValueFormat::Typed),
             r#"{"a":{"M":{"b":{"NULL":true},"y":{"S":"b"}}},"m":{"BOOL":false},"z":{"N":"1"}}"#
         );
+    }
+
+    #[test]
+    fn a_recycled_writer_keeps_its_buffers_and_forgets_the_last_item() {
+        let mut writer = WireWriter::new(ValueFormat::Plain);
+        let mut out = Vec::new();
+        {
+            let line = br#"{"z":{"N":"1"},"a":{"M":{"y":{"S":"b"},"b":{"NULL":true}}}}"#.to_vec();
+            let mut deserializer = serde_json::Deserializer::from_slice(&line);
+            writer
+                .item(&mut out)
+                .deserialize(&mut deserializer)
+                .unwrap();
+            let capacity = (writer.stack.capacity(), writer.top.capacity());
+            assert!(capacity.0 > 0 && capacity.1 > 0);
+            let recycled: WireWriter<'static> = writer.recycle();
+            assert_eq!(
+                (recycled.stack.capacity(), recycled.top.capacity()),
+                capacity
+            );
+            assert_eq!(recycled.attribute("z"), None);
+            writer = recycled;
+        }
+        let next = br#"{"k":{"S":"v"}}"#.to_vec();
+        let mut writer = writer.recycle();
+        out.clear();
+        let mut deserializer = serde_json::Deserializer::from_slice(&next);
+        writer
+            .item(&mut out)
+            .deserialize(&mut deserializer)
+            .unwrap();
+        assert_eq!(out, br#"{"k":"v"}"#);
     }
 
     #[test]

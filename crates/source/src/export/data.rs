@@ -42,7 +42,7 @@ pub fn read_data_file<E: From<ExportError>>(
         .fill_buf()
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?
         .is_empty();
-    let writer = ExportLineWriter::new(render);
+    let mut writer = ExportLineWriter::new(render);
     let mut lines = BufReader::new(GzDecoder::new(&mut hashing));
     let mut records = Lines::with_capacity(batch, batch * 256);
     let mut line = Vec::with_capacity(1024);

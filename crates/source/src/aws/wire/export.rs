@@ -11,23 +11,29 @@ use super::page::RecordSeed;
 use super::{Text, parse};
 use crate::api::Render;
 
-/// Writes export lines as records. Each line is its own JSON document, so each gets its own
-/// [`WireWriter`] (whose entries borrow from the line).
+/// Writes export lines as records. Each line is its own JSON document, and a [`WireWriter`]'s
+/// entries borrow from its input: the one writer is recycled from line to line, keeping its
+/// buffers (no allocation per item once they have grown).
 pub(crate) struct ExportLineWriter {
     render: Render,
+    spare: Option<WireWriter<'static>>,
 }
 
 impl ExportLineWriter {
     /// A writer of records by `render`.
     pub(crate) fn new(render: Render) -> Self {
-        ExportLineWriter { render }
+        let spare = Some(WireWriter::new(render.format()));
+        ExportLineWriter { render, spare }
     }
 
     /// Appends the record of one line to `out`; the problem when the line is not
     /// `{"Item": {…}}` with attribute JSON this version reads. `out` holds part of a record
     /// after an error: the caller drops it.
-    pub(crate) fn write(&self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let mut writer = WireWriter::new(self.render.format());
+    pub(crate) fn write(&mut self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        let mut writer = match self.spare.take() {
+            Some(spare) => spare.recycle(),
+            None => WireWriter::new(self.render.format()),
+        };
         let found = parse(line, |deserializer| {
             LineSeed {
                 writer: &mut writer,
@@ -36,14 +42,16 @@ impl ExportLineWriter {
             }
             .deserialize(deserializer)
         });
-        match found {
+        let result = match found {
             Ok(true) => Ok(()),
             Ok(false) => Err("the line has no \"Item\"".into()),
             Err(error) => Err(match writer.unknown_type() {
                 Some(tag) => format!("unsupported attribute value type {tag}"),
                 None => format!("not an export line: {error}"),
             }),
-        }
+        };
+        self.spare = Some(writer.recycle());
+        result
     }
 }
 
