@@ -387,10 +387,14 @@ async fn a_failed_cleanup_is_retried_by_the_next_run_without_scanning(target: Ta
         .execute("DROP TRIGGER refuse;", "DROP TRIGGER refuse ON t;")
         .await;
     let table = Arc::new(FakeTable::numbered(12));
+    let listed = stream.calls().describe;
     mirror(&stream, Arc::clone(&table), &destination, 1000)
         .await
         .unwrap();
     assert!(table.requests().is_empty(), "no second scan");
+    // Only closing the snapshot took no time: the start-up listing stays current.
+    let listings = stream.calls().describe - listed;
+    assert_eq!(listings, 1, "the stream was listed {listings} times");
     let expected: BTreeSet<String> = (0..12).map(|i| format!("k{i:06}")).collect();
     assert_eq!(destination.keys().await, expected, "the stale row is gone");
     assert!(!destination.snapshot_open().await);

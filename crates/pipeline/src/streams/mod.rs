@@ -313,6 +313,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         progress,
     };
     let mut snapshotted = false;
+    let mut read = false;
     if checkpointer.snapshot_open() {
         let scan = snapshots.scan("the stored position holds an open snapshot")?;
         tracing::info!("Resuming the open snapshot.");
@@ -330,7 +331,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         } else {
             None
         };
-        snapshots
+        read |= snapshots
             .run(scan, sink, checkpointer, None, beside)
             .await?;
         snapshotted = true;
@@ -353,12 +354,14 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             graph: &graph,
             status: &status,
         });
-        snapshots
+        read |= snapshots
             .run(scan, sink, checkpointer, Some(capture), beside)
             .await?;
         snapshotted = true;
     }
-    if snapshotted {
+    // Only a snapshot that read the table took time: one that was only closed leaves the
+    // listing of this start-up current.
+    if read {
         // The checks below judge the position against the stream as it is now: a snapshot may
         // have taken hours, shards closed, expired or were created meanwhile (and, read beside
         // the snapshot, are already in the position; docs/mirror.md §5.2, §5.4).

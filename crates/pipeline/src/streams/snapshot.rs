@@ -113,7 +113,8 @@ impl<T: TableApi> Snapshots<'_, T> {
     /// **before** the first Scan request; without one, the stored open snapshot is resumed. A
     /// snapshot whose scan completed earlier (its cleanup failed) is only closed.
     /// With `beside`, the stream is read from the committed position while the table is scanned
-    /// (docs/mirror.md §5.6).
+    /// (docs/mirror.md §5.6). `true` when it read the table (or an export); `false` when it only
+    /// closed a snapshot read earlier.
     pub async fn run<S: Sink, A: StreamsApi>(
         &self,
         scan: &SnapshotScan<T>,
@@ -121,7 +122,7 @@ impl<T: TableApi> Snapshots<'_, T> {
         checkpointer: &mut Checkpointer,
         capture: Option<StreamsPosition>,
         beside: Option<BesideStream<'_, A>>,
-    ) -> Result<(), StreamRunError> {
+    ) -> Result<bool, StreamRunError> {
         let run = self.run;
         if let Some(capture) = capture {
             checkpointer
@@ -135,7 +136,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                 .close_snapshot()
                 .await
                 .map_err(RunError::from)?;
-            return ceiling(checkpointer);
+            return ceiling(checkpointer).map(|()| false);
         }
         let described = run
             .retry
@@ -189,7 +190,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);
             }
-            return ceiling(checkpointer);
+            return ceiling(checkpointer).map(|()| true);
         }
         let rate = scan
             .read_rule
@@ -231,7 +232,7 @@ impl<T: TableApi> Snapshots<'_, T> {
         if !completed {
             return Err(StreamRunError::SnapshotInterrupted);
         }
-        ceiling(checkpointer)
+        ceiling(checkpointer).map(|()| true)
     }
 
     /// Reads the snapshot's pages alone or beside the stream; `true` when it completed and the
