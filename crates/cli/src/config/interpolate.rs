@@ -34,7 +34,7 @@ pub(super) fn interpolate(
             if !text.contains('$') {
                 return;
             }
-            match substitute(text, env) {
+            match substitute(text, env, is_secret(path)) {
                 Ok(Substituted::Text(result)) => *text = result,
                 Ok(Substituted::Whole(result)) => {
                     *value = reread(result.clone());
@@ -44,11 +44,6 @@ pub(super) fn interpolate(
                 }
                 Err(problems) => {
                     for problem in problems {
-                        let problem = if is_secret(path) {
-                            masked(problem)
-                        } else {
-                            problem
-                        };
                         report.error(Stage::Interpolate, path, problem);
                     }
                     report.failed.insert(path.to_owned());
@@ -84,10 +79,12 @@ enum Substituted {
     Whole(String),
 }
 
-/// Substitutes the references of one scalar, or lists every problem in it.
+/// Substitutes the references of one scalar, or lists every problem in it. The problems of a
+/// `secret` value never quote its text (it may hold the secret itself): only variable names.
 fn substitute(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    secret: bool,
 ) -> Result<Substituted, Vec<String>> {
     let mut out = String::with_capacity(text.len());
     let mut problems = Vec::new();
@@ -104,13 +101,17 @@ fn substitute(
             rest = escaped;
         } else if let Some(reference) = after.strip_prefix("${") {
             let Some(end) = reference.find('}') else {
-                problems.push(format!(
-                    "unterminated ${{ in {text:?}: a reference is written ${{NAME}}"
-                ));
+                problems.push(if secret {
+                    "unterminated ${ in the value (not shown: it may be a secret): a reference \
+                     is written ${NAME}"
+                        .to_owned()
+                } else {
+                    format!("unterminated ${{ in {text:?}: a reference is written ${{NAME}}")
+                });
                 return Err(problems);
             };
             references += 1;
-            match resolve(&reference[..end], env) {
+            match resolve(&reference[..end], env, secret) {
                 Ok(value) => out.push_str(&value),
                 Err(problem) => problems.push(problem),
             }
@@ -132,32 +133,27 @@ fn substitute(
     }
 }
 
-/// `problem` without the text of the value it quotes, for a value that may be a secret: the
-/// unterminated `${` and the invalid name quote it, the other problems name only variables.
-fn masked(problem: String) -> String {
-    if problem.starts_with("unterminated ${") {
-        "unterminated ${ in the value (not shown: it may be a secret): a reference is written ${NAME}"
-            .to_owned()
-    } else if problem.starts_with("invalid variable name") {
-        "invalid variable name in a ${…} of the value (not shown: it may be a secret): use \
-         letters, digits and '_', not starting with a digit"
-            .to_owned()
-    } else {
-        problem
-    }
-}
-
 /// The value of the inside of one `${…}`: `NAME` or `NAME:-default`.
-fn resolve(reference: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+fn resolve(
+    reference: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    secret: bool,
+) -> Result<String, String> {
     let (name, default) = match reference.split_once(":-") {
         Some((name, default)) => (name, Some(default)),
         None => (reference, None),
     };
     if !is_variable_name(name) {
-        return Err(format!(
-            "invalid variable name {name:?} in ${{{reference}}}: use letters, digits and '_', \
-             not starting with a digit"
-        ));
+        return Err(if secret {
+            "invalid variable name in a ${…} of the value (not shown: it may be a secret): use \
+             letters, digits and '_', not starting with a digit"
+                .to_owned()
+        } else {
+            format!(
+                "invalid variable name {name:?} in ${{{reference}}}: use letters, digits and \
+                 '_', not starting with a digit"
+            )
+        });
     }
     match (env(name), default) {
         (Some(value), None) => Ok(value),
@@ -201,7 +197,29 @@ mod tests {
     }
 
     fn sub(text: &str) -> Result<Substituted, Vec<String>> {
-        substitute(text, &env)
+        substitute(text, &env, false)
+    }
+
+    #[test]
+    fn the_problems_of_a_secret_value_never_quote_it() {
+        for text in [
+            "hunter2${",
+            "hunter2${bad-name}",
+            "hunter2${bad-name:-x}${UNSET}",
+        ] {
+            let problems = substitute(text, &env, true).unwrap_err();
+            assert!(!problems.is_empty());
+            for problem in &problems {
+                assert!(!problem.contains("hunter2"), "{problem}");
+                assert!(!problem.contains("bad-name"), "{problem}");
+            }
+            let shown = substitute(text, &env, false).unwrap_err();
+            assert!(
+                shown
+                    .iter()
+                    .any(|p| p.contains("hunter2") || p.contains("bad-name"))
+            );
+        }
     }
 
     #[test]
