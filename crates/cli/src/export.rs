@@ -8,7 +8,7 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws::{self, AwsExportApi, AwsObjectStore};
-use ddbpipe_source::config::{SnapshotEngine, SourceConfig};
+use ddbpipe_source::config::{OnGap, SnapshotEngine, SourceConfig};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::export::{ExportEngine, ExportPoll, SnapshotExports};
 use ddbpipe_source::retry::Cancel;
@@ -22,16 +22,23 @@ pub type AwsExports = ExportEngine<AwsExportApi, AwsObjectStore>;
 /// SDK configuration; S3 in the snapshot's region and endpoint when set, else at the source's
 /// endpoint (path-style).
 pub fn engine(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExports> {
+    (source.snapshot.engine == SnapshotEngine::Export).then(|| build(sdk, source))
+}
+
+/// The export engine a streams or mirror run repairs gaps with (`on_gap: repair`,
+/// docs/streams.md §4.12), whatever the snapshot engine: the same bucket fields.
+pub fn repairs(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExports> {
+    (source.on_gap == OnGap::Repair && source.mode.reads_stream()).then(|| build(sdk, source))
+}
+
+fn build(sdk: &aws::SdkSettings, source: &SourceConfig) -> AwsExports {
     let snapshot = &source.snapshot;
-    if snapshot.engine != SnapshotEngine::Export {
-        return None;
-    }
     let endpoint = snapshot
         .s3_endpoint_url
         .as_deref()
         .or(source.endpoint_url.as_deref());
     let s3 = aws::s3_client(sdk, snapshot.s3_region.as_deref(), endpoint);
-    Some(ExportEngine {
+    ExportEngine {
         exports: Arc::new(aws::export_api(sdk)),
         store: Arc::new(AwsObjectStore::new(
             s3,
@@ -46,7 +53,7 @@ pub fn engine(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExport
         retry: source.retry.policy(),
         observer: Arc::new(RequestMetrics),
         poll: ExportPoll::default(),
-    })
+    }
 }
 
 /// The table's ARN, which an export needs.

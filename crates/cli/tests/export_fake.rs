@@ -211,6 +211,7 @@ fn read_files(endpoint: &str, files: &[ManifestFile]) -> Vec<Result<Vec<String>,
             read_data_file::<ExportError>(
                 &stored[..],
                 file,
+                SummaryType::Full,
                 Render::Items(ValueFormat::Plain),
                 4,
                 0,

@@ -34,6 +34,14 @@
 //!   above `p − 1 s − 60 s` (a null time counts as newer). Rows from before the snapshot never
 //!   hold it back. A snapshot row without a version is written as before versions. The check is
 //!   part of the row's one statement.
+//! - A repair change (a [`Version`] with `repair`, docs/streams.md §4.12) written at `w`: the
+//!   upsert or delete applies only when the row is missing or older — its version null, a
+//!   stream change's time below `w`, or another row's (a snapshot's read time, an earlier
+//!   repair's write time) below `w` plus 60 s; the row is then marked with the repair id, no
+//!   sequence. An older row the delete removes is gone; a newer row stays and is marked too.
+//!   Closing a repair window ([`Database::close_repair_window`]) deletes the rows a stream
+//!   change wrote at a time inside the window that the window did not mark: the item was
+//!   created and deleted inside the window, which an incremental export leaves out.
 //!
 //! # State
 //! Table `_ddbpipe_state (pipeline, part, value, updated_at)`, primary key `(pipeline, part)`;
@@ -164,6 +172,9 @@ pub struct Version {
     pub at_ms: Option<i64>,
     /// The stream record's sequence number; `None` for snapshot rows.
     pub sequence: Option<String>,
+    /// A change read from an incremental export by this repair (its id; docs/streams.md
+    /// §4.12): `at_ms` is the exact write time, and the change applies only over an older row.
+    pub repair: Option<i64>,
 }
 
 /// Parts of the pipeline state to write in a transaction (docs/state.md §6.5).
@@ -328,6 +339,17 @@ impl Database {
         state: &StateWrite,
     ) -> Result<Closed, DbError> {
         dispatch!(self, db => db.close_snapshot(spec, close, state).await)
+    }
+
+    /// Closes a repair window (see the module docs) and writes `state`, in one transaction;
+    /// returns the rows deleted.
+    pub async fn close_repair_window(
+        &self,
+        spec: &TableSpec,
+        sweep: ddbpipe_pipeline::checkpoint::store::RepairSweep,
+        state: &StateWrite,
+    ) -> Result<u64, DbError> {
+        dispatch!(self, db => db.close_repair_window(spec, sweep, state).await)
     }
 
     /// Takes the pipeline's run lock, held until this database handle and all its clones are

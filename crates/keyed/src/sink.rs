@@ -113,6 +113,18 @@ impl KeyedSink {
 
     /// The row changes of a batch, in order.
     pub fn rows(&self, batch: &Batch, snapshot_open: bool) -> Result<Vec<RowChange>, String> {
+        self.rows_during(batch, snapshot_open, None)
+    }
+
+    /// The row changes of a batch written while repair `repair` is open: its changes (change
+    /// envelopes without a sequence number, read from an incremental export) carry the repair
+    /// id in their version.
+    pub fn rows_during(
+        &self,
+        batch: &Batch,
+        snapshot_open: bool,
+        repair: Option<i64>,
+    ) -> Result<Vec<RowChange>, String> {
         let mut rows = Vec::with_capacity(batch.records.len());
         for (i, line) in batch.records.iter().enumerate() {
             let text = std::str::from_utf8(line)
@@ -121,7 +133,9 @@ impl KeyedSink {
                 Records::Items => self
                     .item_row(text)
                     .map_err(|problem| format!("item {}: {problem}", short(text)))?,
-                Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms)?,
+                Records::Envelopes => {
+                    self.envelope_row(text, snapshot_open, batch.read_ms, repair)?
+                }
             };
             rows.push(row);
         }
@@ -140,12 +154,14 @@ impl KeyedSink {
     }
 
     /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
-    /// change at its record's `ts_ms` and sequence number (docs/mirror.md §5.6).
+    /// change at its record's `ts_ms` and sequence number (docs/mirror.md §5.6); a change of
+    /// an open repair's export (no sequence number) at its exact `ts_ms`, with the repair id.
     fn envelope_row(
         &self,
         text: &str,
         snapshot_open: bool,
         read_ms: Option<i64>,
+        repair: Option<i64>,
     ) -> Result<RowChange, String> {
         let envelope: Envelope<'_> =
             serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
@@ -171,11 +187,14 @@ impl KeyedSink {
             Version {
                 at_ms: read_ms,
                 sequence: None,
+                repair: None,
             }
         } else {
+            let sequence = envelope.sequence_number.as_deref().map(str::to_string);
             Version {
                 at_ms: envelope.ts_ms,
-                sequence: envelope.sequence_number.as_deref().map(str::to_string),
+                repair: repair.filter(|_| sequence.is_none()),
+                sequence,
             }
         };
         match envelope.op.as_ref() {
@@ -366,8 +385,9 @@ fn short(text: &str) -> String {
 impl Sink for KeyedSink {
     async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
         let snapshot_id = state.and_then(Staged::snapshot_id);
+        let repair_id = state.and_then(Staged::repair_id);
         let rows = self
-            .rows(batch, snapshot_id.is_some())
+            .rows_during(batch, snapshot_id.is_some(), repair_id)
             .map_err(|message| self.error(message))?;
         let (write, parts) = match state {
             Some(staged) => {
@@ -514,6 +534,7 @@ mod tests {
         let change = |ms: i64, seq: &str| Version {
             at_ms: Some(ms),
             sequence: Some(seq.into()),
+            repair: None,
         };
         assert_eq!(
             rows,
@@ -535,6 +556,7 @@ mod tests {
                     version: Version {
                         at_ms: Some(1767225602123),
                         sequence: None,
+                        repair: None,
                     },
                 },
             ]

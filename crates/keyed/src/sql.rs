@@ -22,6 +22,8 @@
 //!      counts as newer: skipping is always safe, since the stream covers the key (§5.6);
 //!    - a snapshot row without a version: marker = id, version null, as before versions.
 //!    - a snapshot row with no snapshot open is refused.
+//! 7. A repair change (docs/streams.md §4.12) at `w` applies over a missing or older row
+//!    ([`repair_older`]) and marks the row with the repair id whether or not it applied.
 //! 6. The key of a deleted-key marker is [`key_text`]: the JSON array of the typed key values,
 //!    `[{"S":"a"},{"N":"1"},{"B":"AAE="}]` (base64 bytes). Stream and scan records of one
 //!    pipeline render a key the same way (see `sink`), so one key has one text.
@@ -122,6 +124,33 @@ pub(crate) enum Write<'a> {
         /// The delete's time.
         version_ms: Option<i64>,
     },
+    /// A repair's upsert written at `version_ms`: replaces an older row ([`repair_older`]),
+    /// marks the row with the repair id either way.
+    RepairUpsert {
+        /// The repair id.
+        id: i64,
+        /// The exact write time.
+        version_ms: i64,
+    },
+    /// A repair's delete at `version_ms`: deletes an older row, marks a newer one.
+    RepairDelete {
+        /// The repair id.
+        id: i64,
+        /// The exact delete time.
+        version_ms: i64,
+    },
+}
+
+/// The SQL condition "the row (`{table}`'s columns) is older than a repair change written at
+/// `{written}`" (rule 7): no version, a stream change's time below it, or another row's below
+/// it plus [`CLOCK_MARGIN_MS`] (a snapshot's read time on this machine's clock).
+pub(crate) fn repair_older(table: &str, written: &str) -> String {
+    let ms = quote(VERSION_MS_COLUMN);
+    let seq = quote(VERSION_SEQ_COLUMN);
+    format!(
+        "({table}.{ms} IS NULL OR ({table}.{seq} IS NOT NULL AND {table}.{ms} < {written}) \
+         OR ({table}.{seq} IS NULL AND {table}.{ms} < {written} + {CLOCK_MARGIN_MS}))"
+    )
 }
 
 /// A snapshot row came with no snapshot open (a bug of the caller).
@@ -131,6 +160,36 @@ pub(crate) struct NoSnapshotOpen;
 /// How `row` is written with `snapshot_id` open (rule 5).
 pub(crate) fn plan(row: &RowChange, snapshot_id: Option<i64>) -> Result<Write<'_>, NoSnapshotOpen> {
     let write = match (row, snapshot_id) {
+        (
+            RowChange::Upsert {
+                version:
+                    Version {
+                        repair: Some(id),
+                        at_ms,
+                        ..
+                    },
+                ..
+            },
+            _,
+        ) => Write::RepairUpsert {
+            id: *id,
+            version_ms: at_ms.unwrap_or(i64::MIN),
+        },
+        (
+            RowChange::Delete {
+                version:
+                    Version {
+                        repair: Some(id),
+                        at_ms,
+                        ..
+                    },
+                ..
+            },
+            _,
+        ) => Write::RepairDelete {
+            id: *id,
+            version_ms: at_ms.unwrap_or(i64::MIN),
+        },
         (RowChange::Upsert { snapshot: true, .. }, None) => return Err(NoSnapshotOpen),
         (
             RowChange::Upsert {
@@ -268,6 +327,7 @@ mod tests {
             version: Version {
                 at_ms,
                 sequence: sequence.map(str::to_string),
+                repair: None,
             },
         }
     }
@@ -278,6 +338,7 @@ mod tests {
             version: Version {
                 at_ms,
                 sequence: Some("9".into()),
+                repair: None,
             },
         }
     }

@@ -4,7 +4,8 @@
 //! # Parts (docs/state.md §6.5)
 //! In a database the entry is split into rows of `_ddbpipe_state`: `segment:<i>` holds the
 //! cursor of segment `i` (of a scan position, or of an open snapshot), `shard:<id>` holds a
-//! shard's entry (`{"position", "verified_at"?, "latest_floor_ms"?}`), and `meta` holds the rest.
+//! shard's entry (`{"position", "verified_at"?, "latest_floor_ms"?, "read_at"?}`), and `meta`
+//! holds the rest (an open repair's file cursors included: a repair is small).
 //! So a batch that advances two shards rewrites two small rows, not the whole entry. Reading
 //! assembles the parts into the same document as a state-file entry and checks it as strictly.
 //!
@@ -18,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ddbpipe_pipeline::checkpoint::store::{
-    Ceiling, CheckpointStore, Placement, SnapshotClose, SnapshotClosed, Unseen,
+    Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, SnapshotClosed, Unseen,
 };
 use ddbpipe_pipeline::state::{Entry, StateError};
 use futures_util::future::BoxFuture;
@@ -144,6 +145,22 @@ impl DatabaseStore {
         })
     }
 
+    async fn close_repair(
+        &self,
+        pipeline: &str,
+        sweep: RepairSweep,
+        entry: &Entry,
+    ) -> Result<u64, StateError> {
+        let (write, parts) = self.changes(pipeline, Some(entry));
+        let deleted = self
+            .db
+            .close_repair_window(&self.table, sweep, &write)
+            .await
+            .map_err(|e| self.error(e.message))?;
+        self.written(parts);
+        Ok(deleted)
+    }
+
     /// The parts `entry` consists of, and the write that turns what is stored into them.
     pub fn changes(
         &self,
@@ -227,6 +244,15 @@ impl CheckpointStore for DatabaseStore {
     ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
         Box::pin(self.close(pipeline, close, entry))
     }
+
+    fn close_repair_window<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+        sweep: RepairSweep,
+        entry: &'a Entry,
+    ) -> BoxFuture<'a, Result<u64, StateError>> {
+        Box::pin(self.close_repair(pipeline, sweep, entry))
+    }
 }
 
 /// Splits an entry document into parts (see the module docs).
@@ -242,7 +268,7 @@ pub fn split(entry: &Json) -> BTreeMap<String, Json> {
             for (id, at) in shards {
                 let mut shard = Map::new();
                 shard.insert("position".into(), at);
-                for field in ["verified_at", "latest_floor_ms"] {
+                for field in ["verified_at", "latest_floor_ms", "read_at"] {
                     if let Some(value) = position
                         .get_mut(field)
                         .and_then(Json::as_object_mut)
@@ -277,6 +303,7 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
     let mut shards = Map::new();
     let mut verified = Map::new();
     let mut floors = Map::new();
+    let mut read_at = Map::new();
     for (part, value) in parts {
         if let Some(segment) = part.strip_prefix("segment:") {
             cursors.insert(segment.to_string(), value.clone());
@@ -285,7 +312,10 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
                 return Err(format!("part '{part}' is not an object"));
             };
             for key in shard.keys() {
-                if !matches!(key.as_str(), "position" | "verified_at" | "latest_floor_ms") {
+                if !matches!(
+                    key.as_str(),
+                    "position" | "verified_at" | "latest_floor_ms" | "read_at"
+                ) {
                     return Err(format!("part '{part}' has an unknown field '{key}'"));
                 }
             }
@@ -298,6 +328,9 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
             }
             if let Some(v) = shard.get("latest_floor_ms") {
                 floors.insert(id.to_string(), v.clone());
+            }
+            if let Some(v) = shard.get("read_at") {
+                read_at.insert(id.to_string(), v.clone());
             }
         } else if part != META {
             return Err(format!("unknown part '{part}'"));
@@ -320,6 +353,9 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
         merge_into(position, "shards", shards);
         merge_into(position, "verified_at", verified);
         merge_into(position, "latest_floor_ms", floors);
+        if !read_at.is_empty() {
+            merge_into(position, "read_at", read_at);
+        }
         match position.get_mut("snapshot").and_then(Json::as_object_mut) {
             Some(snapshot) => merge_into(snapshot, "cursors", cursors),
             None if !cursors.is_empty() => {

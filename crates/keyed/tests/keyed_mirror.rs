@@ -276,6 +276,7 @@ async fn mirror<T: TableApi>(
         consistent_read: false,
         read_rule: ddbpipe_source::plan::ReadRule::default(),
         exports: None,
+        repairs: None,
     };
     run_streams_with_snapshots(
         Arc::clone(stream),

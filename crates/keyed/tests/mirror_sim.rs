@@ -254,6 +254,7 @@ async fn run(
             ..ReadRule::default()
         },
         exports: None,
+        repairs: None,
     };
     let settings = settings();
     let running = run_streams_with_snapshots(

@@ -115,6 +115,11 @@ impl Batcher {
                     shard.clone(),
                     handed.seqs[to - 1].clone(),
                 ));
+                if let Some(at) = handed.created_s {
+                    self.current
+                        .shards
+                        .push(StreamMark::ReadAt(shard.clone(), at));
+                }
             }
             from = to;
             if from == total {
@@ -242,5 +247,43 @@ mod tests {
         let last = batcher.take().unwrap();
         assert_eq!(last.records.len(), 1);
         assert_eq!(last.segments.len(), 1);
+    }
+
+    #[test]
+    fn each_part_of_a_hand_over_advances_its_shard_and_says_when_its_records_were_created() {
+        use ddbpipe_source::ids::{SequenceNumber, ShardId};
+        let shard = ShardId::new("s1");
+        let mut records = Lines::default();
+        let mut seqs = Vec::new();
+        for i in 0..5 {
+            records.push_with(|buf| buf.extend_from_slice(format!("r{i}").as_bytes()));
+            seqs.push(SequenceNumber::parse(&format!("{}", 10 + i)).unwrap());
+        }
+        let handed = Handed {
+            records,
+            ops: vec![ChangeOp::Insert; 5],
+            seqs,
+            shard: Some(shard.clone()),
+            marks: Vec::new(),
+            created_s: Some(1_767_225_600),
+        };
+        let mut batcher = Batcher::new(3);
+        let full = batcher.push_handed(handed);
+        let rest = batcher.take().unwrap();
+        let marks = |batch: &Batch| batch.shards.clone();
+        assert_eq!(
+            marks(&full[0]),
+            [
+                StreamMark::Advance(shard.clone(), SequenceNumber::parse("12").unwrap()),
+                StreamMark::ReadAt(shard.clone(), 1_767_225_600),
+            ]
+        );
+        assert_eq!(
+            marks(&rest),
+            [
+                StreamMark::Advance(shard.clone(), SequenceNumber::parse("14").unwrap()),
+                StreamMark::ReadAt(shard, 1_767_225_600),
+            ]
+        );
     }
 }

@@ -46,6 +46,15 @@ impl Staged {
             _ => None,
         }
     }
+
+    /// The open repair's id: the changes of its incremental exports are applied by version
+    /// and mark their rows with it (docs/streams.md §4.12).
+    pub fn repair_id(&self) -> Option<i64> {
+        match &self.entry.position {
+            Some(ddbpipe_source::position::Position::Streams(streams)) => streams.repair_id(),
+            _ => None,
+        }
+    }
 }
 
 /// What the records of a run are.

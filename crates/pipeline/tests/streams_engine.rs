@@ -737,6 +737,7 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
             exports: None,
+            repairs: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -810,6 +811,7 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
                 ..ReadRule::default()
             },
             exports: None,
+            repairs: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -925,6 +927,7 @@ async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_tri
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
             exports: None,
+            repairs: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,
@@ -1007,6 +1010,7 @@ async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged(
             consistent_read: false,
             read_rule: ddbpipe_source::plan::ReadRule::default(),
             exports: None,
+            repairs: None,
         }),
         &StreamRun {
             kind: StreamKind::Mirror,

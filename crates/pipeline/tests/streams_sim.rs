@@ -882,7 +882,7 @@ fn covered(
             (id, Some(at))
         }
         StreamMark::Finish(id, _) => (id, None),
-        StreamMark::Admit { .. } | StreamMark::Verify(..) => return Ok(()),
+        StreamMark::Admit { .. } | StreamMark::Verify(..) | StreamMark::ReadAt(..) => return Ok(()),
     };
     let Some(info) = shards.get(id.as_str()) else {
         return Err(format!("{id} is not a shard of the stream"));

@@ -139,18 +139,27 @@ pub enum OnGap {
     Fail,
     /// `resnapshot`: capture the stream again, rescan the table, then stream on (docs/streams.md §4.7).
     Resnapshot,
+    /// `repair`: export the changes of the gap's window incrementally and apply them, then
+    /// stream on; a full resnapshot where that cannot work (docs/streams.md §4.12).
+    Repair,
 }
 
 impl OnGap {
     /// Every choice, in documentation order.
-    pub const ALL: [OnGap; 2] = [OnGap::Fail, OnGap::Resnapshot];
+    pub const ALL: [OnGap; 3] = [OnGap::Fail, OnGap::Resnapshot, OnGap::Repair];
 
-    /// The name used in the config file: `"fail"` or `"resnapshot"`.
+    /// The name used in the config file: `"fail"`, `"resnapshot"` or `"repair"`.
     pub const fn as_str(self) -> &'static str {
         match self {
             OnGap::Fail => "fail",
             OnGap::Resnapshot => "resnapshot",
+            OnGap::Repair => "repair",
         }
+    }
+
+    /// Whether a gap may rescan the table: `resnapshot`, and `repair` when the repair cannot work.
+    pub const fn may_resnapshot(self) -> bool {
+        matches!(self, OnGap::Resnapshot | OnGap::Repair)
     }
 }
 

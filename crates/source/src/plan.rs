@@ -17,7 +17,8 @@
 //! 3. The effective poll interval is at least [`MIN_POLL`] (docs/config.md §1.2 `poll_interval_ms`).
 //! 4. The stream is the configured `stream_arn` or the table's enabled one
 //!    ([`resolve_stream`]).
-//! 5. A streams run scans the table when `on_gap` is `resnapshot`, in mirror mode, or when
+//! 5. A streams run scans the table when `on_gap` is `resnapshot` or `repair` (whose fallback is a
+//!    resnapshot), in mirror mode, or when
 //!    the stored position holds an open snapshot ([`StreamPlan::scans_table`]).
 
 mod index;
@@ -205,7 +206,7 @@ impl StreamPlan {
     /// Whether the run may scan the table (rule 5), given whether the stored position holds
     /// an open snapshot.
     pub fn scans_table(&self, snapshot_open: bool) -> bool {
-        self.on_gap == OnGap::Resnapshot || snapshot_open || self.mode == Mode::Mirror
+        self.on_gap.may_resnapshot() || snapshot_open || self.mode == Mode::Mirror
     }
 }
 

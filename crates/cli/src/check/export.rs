@@ -1,5 +1,6 @@
-//! The probes of `source.snapshot.engine: export` (docs/cli.md §8.2): point-in-time recovery
-//! on the table (an export needs it, `run` fails without it) and a configured `export_arn`.
+//! The probes of `source.snapshot.engine: export` and `on_gap: repair` (docs/cli.md §8.2):
+//! point-in-time recovery on the table (an export needs it, `run` fails without it; a repair
+//! without it resnapshots, a warning) and a configured `export_arn`.
 
 use std::time::Duration;
 
@@ -30,7 +31,12 @@ pub(super) async fn probe_export(
     let source = &config.source;
     let Some(table) = table else { return };
     let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
-    let Some(engine) = crate::export::engine(&sdk, source) else {
+    // The snapshot engine needs point-in-time recovery; a repair without it falls back to a
+    // full resnapshot (docs/streams.md §4.12), which `run` does rather than fail.
+    let snapshots = source.snapshot.engine == ddbpipe_source::config::SnapshotEngine::Export;
+    let Some(engine) =
+        crate::export::engine(&sdk, source).or_else(|| crate::export::repairs(&sdk, source))
+    else {
         return;
     };
     let retry = source.retry.policy();
@@ -60,11 +66,20 @@ pub(super) async fn probe_export(
                 format!("enabled{since}: exports can be taken"),
             );
         }
-        Ok(Ok(_)) => probes.add(
+        Ok(Ok(_)) if snapshots => probes.add(
             "point_in_time_recovery",
             Status::Fail,
             format!(
                 "off for table '{name}': snapshot.engine: export needs it; {}",
+                pitr_fix(name)
+            ),
+        ),
+        Ok(Ok(_)) => probes.add(
+            "point_in_time_recovery",
+            Status::Warn,
+            format!(
+                "off for table '{name}': on_gap: repair would resnapshot the whole table instead \
+                 of exporting a gap's changes; {}",
                 pitr_fix(name)
             ),
         ),

@@ -34,7 +34,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use ddbpipe_source::config::{ConfigError, Mode, OnGap, SnapshotEngine, SourceConfig};
+use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
 use self::fields::{Fields, Report, Stage};
@@ -452,7 +452,7 @@ fn validate_sink_for_source(
     errors: &mut Vec<ConfigError>,
 ) {
     if matches!(sink, SinkConfig::Jsonl(_))
-        && source.on_gap == OnGap::Resnapshot
+        && source.on_gap.may_resnapshot()
         && source.resnapshot_deletes
     {
         errors.push(ConfigError::new(

@@ -105,10 +105,15 @@ pub async fn run(
     );
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
-    let snapshot = plan.scans_table(checkpointer.snapshot_open()).then(|| {
+    let open = checkpointer.snapshot_open() || checkpointer.repair_open();
+    let snapshot = plan.scans_table(open).then(|| {
         let exports = crate::export::engine(&sdk, source)
             .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
-        SnapshotScan::new(Arc::new(table_api), &plan.snapshot).with_exports(exports)
+        let repairs = crate::export::repairs(&sdk, source)
+            .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
+        SnapshotScan::new(Arc::new(table_api), &plan.snapshot)
+            .with_exports(exports)
+            .with_repairs(repairs)
     });
     // A snapshot scan (mirror, resnapshot) shows its progress and ETA against the item count;
     // the stream then shows its change records, shards and lag (`Progress::streaming`).
@@ -165,6 +170,12 @@ fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
         StreamRunError::SnapshotInterrupted => {
             Failure::runtime(StreamRunError::SnapshotInterrupted).hint(format!(
                 "the output is incomplete; `ddbpipe run {}` resumes the snapshot",
+                config_path.display()
+            ))
+        }
+        StreamRunError::RepairInterrupted => {
+            Failure::runtime(StreamRunError::RepairInterrupted).hint(format!(
+                "the destination misses changes of the gap until the repair completes; `ddbpipe run {}` resumes it",
                 config_path.display()
             ))
         }

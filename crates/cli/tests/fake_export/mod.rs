@@ -51,6 +51,12 @@
 //! last (absent if deleted), the timestamp the last change's. A key inserted and deleted within
 //! the window leaves no line. `NEW_IMAGE` exports leave out `OldImage`.
 //!
+//! # Trimming the stream
+//! [`FakeExport::trim_stream_before`] makes the stream behind the fake lose its older records, as
+//! DynamoDB's retention does: forwarded `GetRecords` answers leave them out and positions at them
+//! are refused with `TrimmedDataAccessException`. A gap a test can make on an emulator whose
+//! stream never trims.
+//!
 //! # Status
 //! An export answers `IN_PROGRESS` to its first N `DescribeExport` calls (knob, default 1), then
 //! `COMPLETED` (or `FAILED`, scripted or when writing to S3 failed: `FailureCode` is then the S3
@@ -96,6 +102,7 @@ pub const MAX_INCREMENTAL_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 
 const AMZ_JSON: &str = "application/x-amz-json-1.0";
 const TARGET_PREFIX: &str = "DynamoDB_20120810.";
+const STREAMS_TARGET_PREFIX: &str = "DynamoDBStreams_20120810.";
 /// The secret of the fake's own clients (emulators check no signatures).
 const SECRET: &str = "testing";
 
@@ -153,6 +160,7 @@ struct Knobs {
     miscount_next: bool,
     full_summary_export_type: bool,
     empty_files_zero_bytes: bool,
+    trim_before_ms: Option<i64>,
 }
 
 impl Default for Knobs {
@@ -167,6 +175,7 @@ impl Default for Knobs {
             miscount_next: false,
             full_summary_export_type: false,
             empty_files_zero_bytes: false,
+            trim_before_ms: None,
         }
     }
 }
@@ -181,6 +190,9 @@ struct State {
     describe_calls: usize,
     backups_calls: usize,
     forwarded: Vec<Forwarded>,
+    /// `ApproximateCreationDateTime` (unix ms) of every stream record a forwarded `GetRecords`
+    /// answered, by sequence number.
+    record_times: HashMap<String, i64>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -370,6 +382,15 @@ impl FakeExport {
     /// and windows before it are refused with `InvalidExportTimeException`.
     pub fn set_earliest_restorable_ms(&self, ms: Option<i64>) {
         self.state().knobs.earliest_ms = ms;
+    }
+
+    /// The stream behind the fake keeps no record created before `ms` (unix ms), as DynamoDB
+    /// trims records after 24 h: forwarded `GetRecords` answers leave them out, and
+    /// `GetShardIterator` `AFTER_SEQUENCE_NUMBER` / `AT_SEQUENCE_NUMBER` of such a record (one a
+    /// forwarded `GetRecords` answered) is refused with `TrimmedDataAccessException`.
+    /// Incremental exports still see every record (they read the upstream directly).
+    pub fn trim_stream_before(&self, ms: i64) {
+        self.state().knobs.trim_before_ms = Some(ms);
     }
 
     /// Exports started from now on answer `IN_PROGRESS` to their first `n` `DescribeExport`
@@ -611,14 +632,26 @@ async fn handle(inner: &Inner, request: Request<Incoming>) -> Response<Full<Byte
     };
     let Some(op) = own else {
         inner.lock().forwarded.push(Forwarded {
-            target,
+            target: target.clone(),
             method: parts.method.to_string(),
             path: parts
                 .uri
                 .path_and_query()
                 .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
         });
-        return forward(inner, parts, body).await;
+        let streams_op = target
+            .as_deref()
+            .and_then(|t| t.strip_prefix(STREAMS_TARGET_PREFIX));
+        if streams_op == Some("GetShardIterator")
+            && let Some(refused) = trimmed_iterator(inner, &body)
+        {
+            return refused;
+        }
+        let response = forward(inner, parts, body).await;
+        if streams_op == Some("GetRecords") {
+            return trim_records(inner, response).await;
+        }
+        return response;
     };
     let access = access_of(&parts.headers);
     let answer = match serde_json::from_slice::<Value>(&body) {
@@ -682,6 +715,63 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(text.to_string())));
     *response.status_mut() = status;
     response
+}
+
+/// `TrimmedDataAccessException` for a `GetShardIterator` after or at a record created before
+/// the trim point ([`FakeExport::trim_stream_before`]).
+fn trimmed_iterator(inner: &Inner, body: &Bytes) -> Option<Response<Full<Bytes>>> {
+    let input: Value = serde_json::from_slice(body).ok()?;
+    let kind = input["ShardIteratorType"].as_str()?;
+    if !matches!(kind, "AFTER_SEQUENCE_NUMBER" | "AT_SEQUENCE_NUMBER") {
+        return None;
+    }
+    let seq = input["SequenceNumber"].as_str()?;
+    let state = inner.lock();
+    let trim = state.knobs.trim_before_ms?;
+    let created = *state.record_times.get(seq)?;
+    (created < trim).then(|| {
+        json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TrimmedDataAccessException",
+                "message": format!("sequence number {seq} is beyond the trim horizon"),
+            }),
+        )
+    })
+}
+
+/// Records the creation times of a `GetRecords` answer's records and leaves out those before
+/// the trim point.
+async fn trim_records(inner: &Inner, response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = body.collect().await.map(|b| b.to_bytes());
+    let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    let created = |record: &Value| {
+        record["dynamodb"]["ApproximateCreationDateTime"]
+            .as_f64()
+            .map(|s| (s * 1000.0) as i64)
+    };
+    let mut state = inner.lock();
+    let trim = state.knobs.trim_before_ms;
+    let Some(records) = answer["Records"].as_array_mut() else {
+        return Response::from_parts(parts, Full::new(bytes));
+    };
+    for record in records.iter() {
+        if let (Some(seq), Some(at)) = (
+            record["dynamodb"]["SequenceNumber"].as_str(),
+            created(record),
+        ) {
+            state.record_times.insert(seq.to_string(), at);
+        }
+    }
+    if let Some(trim) = trim {
+        records.retain(|record| created(record).is_none_or(|at| at >= trim));
+    }
+    drop(state);
+    parts.headers.remove(hyper::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Full::new(Bytes::from(answer.to_string())))
 }
 
 /// Sends the request as it came to the upstream and hands back its answer.

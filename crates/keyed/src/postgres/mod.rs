@@ -100,7 +100,8 @@ use self::session::{
 };
 use self::sql::{
     StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
-    key_param, mark_deleted_sql, qualified, spec_context, table_context, upsert_sql, validate,
+    key_param, mark_deleted_sql, qualified, repair_delete_sql, repair_mark_sql, repair_sweep_sql,
+    repair_upsert_sql, spec_context, table_context, upsert_sql, validate,
 };
 use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339,
@@ -109,6 +110,7 @@ use crate::sql::{
 use crate::{
     CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
 };
+use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
 mod conninfo;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
@@ -316,6 +318,14 @@ impl PostgresDatabase {
                 || mark_deleted_sql(&spec.schema),
             )
             .await?;
+            let repairs_upsert = needs(|w| matches!(w, Write::RepairUpsert { .. }));
+            let repairs_delete = needs(|w| matches!(w, Write::RepairDelete { .. }));
+            let repair_upsert =
+                prepare_if(client, cache, repairs_upsert, || repair_upsert_sql(spec)).await?;
+            let repair_delete =
+                prepare_if(client, cache, repairs_delete, || repair_delete_sql(spec)).await?;
+            let repair_mark =
+                prepare_if(client, cache, repairs_delete, || repair_mark_sql(spec)).await?;
             let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
 
             let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
@@ -364,6 +374,18 @@ impl PostgresDatabase {
                         calls.push((prepared(delete.as_ref())?, params));
                         params = vec![&spec.table, key_text, version_ms];
                         mark_deleted.as_ref()
+                    }
+                    Write::RepairUpsert { id, version_ms } => {
+                        params.extend([document, id, &updated_at, version_ms]);
+                        repair_upsert.as_ref()
+                    }
+                    Write::RepairDelete { id, version_ms } => {
+                        let mut mark = params.clone();
+                        params.push(version_ms);
+                        calls.push((prepared(repair_delete.as_ref())?, params));
+                        mark.push(id);
+                        params = mark;
+                        repair_mark.as_ref()
                     }
                 };
                 calls.push((prepared(statement)?, params));
@@ -511,6 +533,38 @@ impl PostgresDatabase {
             }
             .await;
             end_transaction(tx, closed).await
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
+    pub(crate) async fn close_repair_window(
+        &self,
+        spec: &TableSpec,
+        sweep: RepairSweep,
+        state: &StateWrite,
+    ) -> Result<u64, DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
+            let mut calls = Vec::new();
+            state_statements.push_calls(state, &mut calls)?;
+            let tx = client.transaction().await?;
+            let swept = async {
+                let deleted = tx
+                    .execute(
+                        &repair_sweep_sql(spec),
+                        &[&sweep.id, &sweep.from_ms, &sweep.to_ms],
+                    )
+                    .await?;
+                execute_pipelined(&tx, &calls).await?;
+                Ok(deleted)
+            }
+            .await;
+            end_transaction(tx, swept).await
         }
         .await;
         session.finish(&self.shared, &context, result)

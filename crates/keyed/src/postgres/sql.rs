@@ -12,7 +12,7 @@ use super::document;
 use super::session::{Failure, prepared, statement};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
-    VERSION_SEQ_COLUMN, key_misfit, key_type, quote,
+    VERSION_SEQ_COLUMN, key_misfit, key_type, quote, repair_older,
 };
 use crate::{DbError, KeyType, KeyValue, StateWrite, TableSpec};
 
@@ -208,6 +208,86 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
          WHERE NOT (t.{marker} IS NOT DISTINCT FROM EXCLUDED.{marker} AND t.{version_seq} IS NOT NULL \
          AND (t.{version_ms} IS NULL OR t.{version_ms} > {cutoff}))",
         qualified(&spec.schema, DELETED_TABLE)
+    )
+}
+
+/// A repair's upsert (`crate::sql::Write::RepairUpsert`). Parameters: the keys, the document,
+/// the repair id, `_ddbpipe_updated_at`, the write time. Replaces an older row's document and
+/// version, marks the row with the id either way.
+pub(super) fn repair_upsert_sql(spec: &TableSpec) -> String {
+    let table = qualified(&spec.schema, &spec.table);
+    let document = quote(&spec.document_column);
+    let marker = quote(SNAPSHOT_COLUMN);
+    let updated_at = quote(UPDATED_AT_COLUMN);
+    let version_ms = quote(VERSION_MS_COLUMN);
+    let version_seq = quote(VERSION_SEQ_COLUMN);
+    let n = spec.key.len();
+    let mut values: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("${}{}", i + 1, key_cast(k.kind)))
+        .collect();
+    values.push(format!("${}{}", n + 1, document::cast(spec.document_type)));
+    values.push(format!("${}::bigint", n + 2));
+    values.push(format!("${}::text", n + 3));
+    values.push(format!("${}::bigint", n + 4));
+    values.push("NULL".into());
+    let older = repair_older("t", &format!("EXCLUDED.{version_ms}"));
+    let keep = |column: &str| {
+        format!("{column} = CASE WHEN {older} THEN EXCLUDED.{column} ELSE t.{column} END")
+    };
+    let keys = key_list(spec);
+    format!(
+        "INSERT INTO {table} AS t ({keys}, {document}, {marker}, {updated_at}, {version_ms}, \
+         {version_seq}) VALUES ({}) ON CONFLICT ({keys}) DO UPDATE SET {}, {}, {}, {}, \
+         {marker} = EXCLUDED.{marker}",
+        values.join(", "),
+        keep(&document),
+        keep(&updated_at),
+        keep(&version_seq),
+        keep(&version_ms),
+    )
+}
+
+/// A repair's delete: parameters the keys, the delete's time; deletes the row when older.
+pub(super) fn repair_delete_sql(spec: &TableSpec) -> String {
+    let n = spec.key.len();
+    format!(
+        "{} AND {}",
+        delete_sql(spec).replacen(" WHERE ", " AS t WHERE ", 1),
+        repair_older("t", &format!("${}::bigint", n + 1))
+    )
+}
+
+/// Parameters: the keys, the repair id. Marks the row (a newer one a repair's delete kept).
+pub(super) fn repair_mark_sql(spec: &TableSpec) -> String {
+    let n = spec.key.len();
+    let conditions: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{} = ${}{}", quote(&k.name), i + 1, key_cast(k.kind)))
+        .collect();
+    format!(
+        "UPDATE {} SET {} = ${}::bigint WHERE {}",
+        qualified(&spec.schema, &spec.table),
+        quote(SNAPSHOT_COLUMN),
+        n + 1,
+        conditions.join(" AND ")
+    )
+}
+
+/// Parameters: the repair id, the window's start and end. Deletes the rows a stream change
+/// wrote inside the window that the repair did not mark.
+pub(super) fn repair_sweep_sql(spec: &TableSpec) -> String {
+    let version_ms = quote(VERSION_MS_COLUMN);
+    format!(
+        "DELETE FROM {} WHERE {} IS NOT NULL AND {version_ms} >= $2::bigint \
+         AND {version_ms} < $3::bigint AND {} IS DISTINCT FROM $1::bigint",
+        qualified(&spec.schema, &spec.table),
+        quote(VERSION_SEQ_COLUMN),
+        quote(SNAPSHOT_COLUMN),
     )
 }
 

@@ -76,6 +76,7 @@ use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
 };
 use crate::{CloseSnapshot, Closed, DbError, RowChange, StateWrite, TableSpec};
+use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
 mod lock;
 mod schema;
@@ -346,6 +347,29 @@ impl SqliteDatabase {
             Ok(closed)
         })
     }
+    pub(crate) async fn close_repair_window(
+        &self,
+        spec: &TableSpec,
+        sweep: RepairSweep,
+        state: &StateWrite,
+    ) -> Result<u64, DbError> {
+        self.with_conn(|c| {
+            let sql = c.table_sql(spec);
+            let err = |e: rusqlite::Error| self.error(&spec.table, &e);
+            let tx = c
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let deleted = tx
+                .prepare_cached(&sql.repair_sweep)
+                .and_then(|mut stmt| stmt.execute((sweep.id, sweep.from_ms, sweep.to_ms)))
+                .map_err(err)?;
+            write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
+            tx.commit().map_err(err)?;
+            Ok(deleted as u64)
+        })
+    }
+
     pub(crate) async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
         validate_spec(spec).map_err(|m| self.message(&spec.table, &m))?;
         let shown = self.shared.path.display().to_string();

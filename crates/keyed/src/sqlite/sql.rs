@@ -5,7 +5,7 @@ use rusqlite::{CachedStatement, Connection, Statement};
 
 use crate::sql::{
     DELETED_TABLE, KeyMisfit, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
-    VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, row_count,
+    VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, repair_older, row_count,
 };
 use crate::{KeyValue, StateWrite, TableSpec};
 
@@ -39,6 +39,17 @@ pub(super) struct TableSql {
     pub(super) delete_unmarked: String,
     /// Parameter: the table name.
     pub(super) drop_deleted_marks: String,
+    /// A repair's upsert. Parameters: the key values, the document, the repair id,
+    /// `updated_at`, the write time. Replaces an older row's document and version; marks the
+    /// row with the id either way.
+    pub(super) repair_upsert: String,
+    /// Parameters: the key values, the delete's time. Deletes the row when it is older.
+    pub(super) repair_delete: String,
+    /// Parameters: the key values, the repair id. Marks the row (a newer one the delete kept).
+    pub(super) repair_mark: String,
+    /// Parameters: the repair id, the window's start and end. Deletes the rows a stream change
+    /// wrote inside the window that the repair did not mark.
+    pub(super) repair_sweep: String,
 }
 
 impl TableSql {
@@ -87,7 +98,33 @@ impl TableSql {
             .map(|(i, k)| format!("{k} = ?{}", i + 1))
             .collect::<Vec<_>>()
             .join(" AND ");
+        let older = |written: &str| repair_older(&table, written);
+        let keep = |column: &str| {
+            format!(
+                "{column} = CASE WHEN {} THEN excluded.{column} ELSE {table}.{column} END",
+                older(&format!("excluded.{version_ms}"))
+            )
+        };
+        let repair_upsert = format!(
+            "INSERT INTO {table} ({columns}) VALUES ({}, NULL) ON CONFLICT ({key_list}) DO UPDATE SET \
+             {}, {}, {}, {}, {marker} = excluded.{marker}",
+            params(n + 4),
+            keep(&doc),
+            keep(&updated),
+            keep(&version_seq),
+            keep(&version_ms),
+        );
         TableSql {
+            repair_delete: format!(
+                "DELETE FROM {table} WHERE {where_key} AND {}",
+                older(&format!("?{}", n + 1))
+            ),
+            repair_mark: format!("UPDATE {table} SET {marker} = ?{} WHERE {where_key}", n + 1),
+            repair_sweep: format!(
+                "DELETE FROM {table} WHERE {version_seq} IS NOT NULL AND {version_ms} >= ?2 \
+                 AND {version_ms} < ?3 AND ({marker} IS NULL OR {marker} <> ?1)"
+            ),
+            repair_upsert,
             spec: spec.clone(),
             upsert_marked: format!("{insert}, {marker} = excluded.{marker}"),
             upsert_change: insert,
@@ -118,6 +155,9 @@ pub(super) struct Statements<'t> {
     upsert_unless_newer: Option<CachedStatement<'t>>,
     delete: Option<CachedStatement<'t>>,
     mark_deleted: Option<CachedStatement<'t>>,
+    repair_upsert: Option<CachedStatement<'t>>,
+    repair_delete: Option<CachedStatement<'t>>,
+    repair_mark: Option<CachedStatement<'t>>,
 }
 
 impl<'t> Statements<'t> {
@@ -130,6 +170,9 @@ impl<'t> Statements<'t> {
             upsert_unless_newer: None,
             delete: None,
             mark_deleted: None,
+            repair_upsert: None,
+            repair_delete: None,
+            repair_mark: None,
         }
     }
 
@@ -185,6 +228,22 @@ impl<'t> Statements<'t> {
                 let stmt = cached(&mut self.mark_deleted, tx, &sql.mark_deleted)?;
                 stmt.execute((spec.table.as_str(), key_text(key), version_ms))
                     .map(drop)
+            }
+            Write::RepairUpsert { id, version_ms } => {
+                let stmt = cached(&mut self.repair_upsert, tx, &sql.repair_upsert)?;
+                bind_upsert(stmt, key, document, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(n + 4, version_ms)?;
+                stmt.raw_execute().map(drop)
+            }
+            Write::RepairDelete { id, version_ms } => {
+                let stmt = cached(&mut self.repair_delete, tx, &sql.repair_delete)?;
+                bind_key(stmt, key)?;
+                stmt.raw_bind_parameter(n + 1, version_ms)?;
+                stmt.raw_execute()?;
+                let stmt = cached(&mut self.repair_mark, tx, &sql.repair_mark)?;
+                bind_key(stmt, key)?;
+                stmt.raw_bind_parameter(n + 1, id)?;
+                stmt.raw_execute().map(drop)
             }
         }
     }

@@ -27,6 +27,8 @@ macro_rules! each_versions_scenario {
         $each!(replaying_a_batch_of_changes_and_pages_changes_nothing);
         $each!(close_snapshot_drops_the_markers_and_the_cleanup_keeps_stream_written_keys);
         $each!(a_snapshot_row_without_a_version_is_written_as_before_versions);
+        $each!(a_repair_change_applies_only_over_an_older_row_and_marks_the_row_either_way);
+        $each!(closing_a_repair_window_deletes_the_rows_streamed_inside_it_that_it_did_not_mark);
     };
 }
 
@@ -79,6 +81,7 @@ pub fn change(key: &str, doc: &str, at_ms: i64, seq: &str) -> RowChange {
         version: Version {
             at_ms: Some(at_ms),
             sequence: Some(seq.to_string()),
+            repair: None,
         },
     }
 }
@@ -90,6 +93,7 @@ pub fn deleted(key: &str, at_ms: i64, seq: &str) -> RowChange {
         version: Version {
             at_ms: Some(at_ms),
             sequence: Some(seq.to_string()),
+            repair: None,
         },
     }
 }
@@ -103,6 +107,29 @@ pub fn snapshot_row(key: &str, doc: &str, read_ms: Option<i64>) -> RowChange {
         version: Version {
             at_ms: read_ms,
             sequence: None,
+            repair: None,
+        },
+    }
+}
+
+/// A change of repair `id`'s incremental export written at `at_ms`: an upsert of `doc`, or a
+/// delete when `doc` is `None`.
+pub fn repaired(key: &str, doc: Option<&str>, at_ms: i64, id: i64) -> RowChange {
+    let version = Version {
+        at_ms: Some(at_ms),
+        sequence: None,
+        repair: Some(id),
+    };
+    match doc {
+        Some(doc) => RowChange::Upsert {
+            key: vec![s(key)],
+            document: doc.to_string(),
+            snapshot: false,
+            version,
+        },
+        None => RowChange::Delete {
+            key: vec![s(key)],
+            version,
         },
     }
 }
@@ -396,5 +423,116 @@ pub async fn a_snapshot_row_without_a_version_is_written_as_before_versions(
     assert_eq!(
         look.rows(spec).await,
         rows_of(&[("a", page.clone()), ("b", page)])
+    );
+}
+
+/// docs/streams.md §4.12: a repair's change replaces a row only when the row is older (a stream
+/// change's time below the write time; a snapshot's read time below it plus the 60 s margin; no
+/// version), and marks the row with the repair id either way. Replaying the batch changes
+/// nothing.
+pub async fn a_repair_change_applies_only_over_an_older_row_and_marks_the_row_either_way(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    let before = [
+        change("older", r#"{"v":"stream"}"#, T, "100"),
+        change("newer", r#"{"v":"stream"}"#, T + 2000, "101"),
+        change("gone", r#"{"v":"stream"}"#, T, "102"),
+        change("kept", r#"{"v":"stream"}"#, T + 2000, "103"),
+    ];
+    apply(db, spec, &before, None).await;
+    apply(
+        db,
+        spec,
+        &[snapshot_row("paged", r#"{"v":"page"}"#, Some(T + 30_000))],
+        Some(3),
+    )
+    .await;
+    let repair = [
+        repaired("older", Some(r#"{"v":"export"}"#), T + 500, 9),
+        repaired("newer", Some(r#"{"v":"export"}"#), T + 1000, 9),
+        repaired("paged", Some(r#"{"v":"export"}"#), T + 1000, 9),
+        repaired("missing", Some(r#"{"v":"export"}"#), T + 1000, 9),
+        repaired("gone", None, T + 500, 9),
+        repaired("kept", None, T + 1000, 9),
+    ];
+    let expected = rows_of(&[
+        (
+            "older",
+            seen(r#"{"v":"export"}"#, Some(9), Some(T + 500), None),
+        ),
+        (
+            "newer",
+            seen(r#"{"v":"stream"}"#, Some(9), Some(T + 2000), Some("101")),
+        ),
+        (
+            "paged",
+            seen(r#"{"v":"export"}"#, Some(9), Some(T + 1000), None),
+        ),
+        (
+            "missing",
+            seen(r#"{"v":"export"}"#, Some(9), Some(T + 1000), None),
+        ),
+        (
+            "kept",
+            seen(r#"{"v":"stream"}"#, Some(9), Some(T + 2000), Some("103")),
+        ),
+    ]);
+    apply(db, spec, &repair, None).await;
+    assert_eq!(look.rows(spec).await, expected);
+    apply(db, spec, &repair, None).await;
+    assert_eq!(look.rows(spec).await, expected, "a replay changes nothing");
+}
+
+/// docs/streams.md §4.12: closing a repair window deletes the rows a stream change wrote at a
+/// time inside the window that the window's export did not mark (items created and deleted
+/// inside it), in one transaction with the state; rows outside the window, snapshot rows and
+/// marked rows stay.
+pub async fn closing_a_repair_window_deletes_the_rows_streamed_inside_it_that_it_did_not_mark(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    let rows = [
+        change("vanished", r#"{"v":1}"#, T + 1000, "100"),
+        change("before", r#"{"v":1}"#, T - 1000, "101"),
+        change("after", r#"{"v":1}"#, T + 10_000, "102"),
+        change("marked", r#"{"v":1}"#, T + 2000, "103"),
+    ];
+    apply(db, spec, &rows, None).await;
+    apply(
+        db,
+        spec,
+        &[snapshot_row("paged", r#"{"v":1}"#, Some(T + 1000))],
+        Some(3),
+    )
+    .await;
+    apply(
+        db,
+        spec,
+        &[repaired("marked", Some(r#"{"v":0}"#), T + 1500, 9)],
+        None,
+    )
+    .await;
+    let sweep = ddbpipe_pipeline::checkpoint::store::RepairSweep {
+        id: 9,
+        from_ms: T,
+        to_ms: T + 10_000,
+    };
+    let write = state_at("2026-01-01T00:00:05.000Z", "p", &[("meta", "{}")], &[]);
+    let deleted = db
+        .close_repair_window(spec, sweep, &write)
+        .await
+        .expect("close the window");
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        look.rows(spec).await.keys().collect::<Vec<_>>(),
+        ["after", "before", "marked", "paged"]
+    );
+    assert_eq!(
+        db.load_state("p").await.expect("state")["meta"],
+        "{}",
+        "the state is written in the same transaction"
     );
 }

@@ -13,12 +13,17 @@
 //! 5. A completed snapshot is first marked `complete`, then closed together with the
 //!    complete-read cleanup in one transaction (docs/mirror.md §5.3); a failed cleanup is retried by the
 //!    next run without scanning again.
+//! 6. An open repair keeps its current export's file progress in its record; the files of a
+//!    window all applied, the window closes with the deletes of its vanished rows in one
+//!    transaction, and the repair moves to its next window (docs/streams.md §4.12).
 
 pub mod store;
 
 use std::time::{Duration, Instant};
 
-use ddbpipe_source::position::{SnapshotReason, SnapshotRecord, StreamKind, StreamsPosition};
+use ddbpipe_source::position::{
+    RepairRecord, SnapshotReason, SnapshotRecord, StreamKind, StreamsPosition,
+};
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::streams::handover;
 use serde_json::json;
@@ -29,7 +34,7 @@ use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::{Entry, StateError};
 use ddbpipe_source::position::{Position, ScanKind, ScanPosition};
-use store::{Ceiling, CheckpointStore, Placement, SnapshotClose, Unseen};
+use store::{Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -227,17 +232,23 @@ impl Checkpointer {
                 }
             },
         };
-        let position = match streams.as_ref().and_then(|s| s.snapshot.as_ref()) {
-            Some(snapshot) => snapshot.progress().map_err(|problem| {
-                StartError::State(StateError::Corrupt {
-                    path: store.describe().into(),
-                    location: format!(
-                        "pipeline '{pipeline}' at pipelines.{pipeline}.position.snapshot"
-                    ),
-                    problem,
-                })
-            })?,
-            None => ScanPosition::new(ScanKind::Scan, 1),
+        let corrupt = |part: &str, problem: String| {
+            StartError::State(StateError::Corrupt {
+                path: store.describe().into(),
+                location: format!("pipeline '{pipeline}' at pipelines.{pipeline}.position.{part}"),
+                problem,
+            })
+        };
+        let snapshot = streams.as_ref().and_then(|s| s.snapshot.as_ref());
+        let repair = streams.as_ref().and_then(|s| s.repair.as_ref());
+        let position = match (snapshot, repair) {
+            (Some(snapshot), _) => snapshot
+                .progress()
+                .map_err(|problem| corrupt("snapshot", problem))?,
+            (None, Some(repair)) => repair
+                .progress()
+                .map_err(|problem| corrupt("repair", problem))?,
+            (None, None) => ScanPosition::new(ScanKind::Scan, 1),
         };
         Ok(Checkpointer::new(
             store,
@@ -316,6 +327,72 @@ impl Checkpointer {
         self.position.export_arn = Some(arn.to_string());
         self.dirty = true;
         self.flush().await
+    }
+
+    /// Whether a repair of a gap by incremental exports is open: file progress then lives in
+    /// its record, and completing an export's files closes its window.
+    pub fn repair_open(&self) -> bool {
+        self.repair().is_some()
+    }
+
+    /// The open repair.
+    pub fn repair(&self) -> Option<&RepairRecord> {
+        self.streams.as_ref()?.repair.as_deref()
+    }
+
+    /// Commits `repair` as the open repair **before** its first export is started, so a crash
+    /// resumes it instead of detecting the gap again (docs/streams.md §4.12).
+    /// A repair follows a stored streams position (a gap needs one); without one nothing
+    /// happens.
+    pub async fn begin_repair(&mut self, repair: RepairRecord) -> Result<(), StateError> {
+        let Some(streams) = self.streams.as_mut() else {
+            return Ok(());
+        };
+        streams.repair = Some(Box::new(repair));
+        self.position = ScanPosition::new(ScanKind::Export, 0);
+        self.dirty = true;
+        self.flush().await
+    }
+
+    /// The files of the open repair's current window were all applied: in one write (with a
+    /// keyed sink, in the transaction that also deletes the window's vanished rows), the
+    /// repair moves on to its next window, or is marked applied after its last.
+    async fn close_repair_window(&mut self) -> Result<(), StateError> {
+        let Some(mut repair) = self.repair().cloned() else {
+            return Ok(());
+        };
+        let sweep = RepairSweep {
+            id: repair.id,
+            from_ms: repair.window_from_ms,
+            to_ms: repair.window_to_ms,
+        };
+        if !repair.next_window() {
+            repair.applied = true;
+        }
+        let mut position = ScanPosition::new(ScanKind::Export, 0);
+        position.export_arn = None;
+        let mut streams = self.streams.clone();
+        if let Some(streams) = streams.as_mut() {
+            streams.repair = Some(Box::new(repair.clone()));
+        }
+        let entry = self.entry(current_position(&position, streams.as_ref()));
+        let swept = self
+            .store
+            .close_repair_window(&self.pipeline, sweep, &entry)
+            .await?;
+        self.position = position;
+        self.streams = streams;
+        self.written_at = Some(Instant::now());
+        self.dirty = false;
+        tracing::info!(
+            repair = sweep.id,
+            window_from_ms = sweep.from_ms,
+            window_to_ms = sweep.to_ms,
+            vanished_rows_deleted = swept,
+            applied = repair.applied,
+            "Repair window applied."
+        );
+        Ok(())
     }
 
     /// The stored streams position (`None` before the first run committed one).
@@ -403,6 +480,9 @@ impl Checkpointer {
     /// (docs/mirror.md §5.3); over `resnapshot_max_keys` nothing is deleted and
     /// [`take_ceiling`](Self::take_ceiling) says so.
     pub async fn complete(&mut self, items: u64, capacity_units: f64) -> Result<(), StateError> {
+        if self.repair_open() {
+            return self.close_repair_window().await;
+        }
         if self.snapshot_open() {
             tracing::info!(
                 items,
@@ -549,6 +629,9 @@ fn current_position(
             let mut streams = streams.clone();
             if let Some(snapshot) = streams.snapshot.as_mut() {
                 snapshot.set_progress(position);
+            }
+            if let Some(repair) = streams.repair.as_mut() {
+                repair.set_progress(position);
             }
             Some(Position::Streams(streams))
         }

@@ -7,12 +7,14 @@
 //! 2. Resume an open snapshot found in the stored position; a mirror's first run captures and
 //!    scans.
 //! 3. First run: commit the initial position **before** reading. Later runs: the layered gap
-//!    checks, then the layer-4 probe; the plan says stream on, resnapshot or fail. A failure
-//!    leaves the state as it was.
+//!    checks, then the layer-4 probe; the plan says stream on, resnapshot, repair or fail. A
+//!    failure leaves the state as it was. An open repair found at start-up is resumed first
+//!    (`repair`, docs/streams.md §4.12).
 //! 4. Commit the position the engine starts from; the probe's iterators serve the first slices.
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
+mod repair;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -25,12 +27,13 @@ use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::plan::StreamPlan;
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::position::{RepairRecord, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{Handed, Handover};
 use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::repair::RepairPlan;
 use ddbpipe_source::streams::shard_reader::StreamContext;
 use ddbpipe_source::streams::shard_sync;
 use ddbpipe_source::streams::startup::{self, Resume, Startup};
@@ -248,6 +251,10 @@ pub enum StreamRunError {
     /// A signal stopped the snapshot scan; its progress is saved and the next run resumes it.
     #[error("the snapshot was interrupted: its progress is saved and the next run resumes it")]
     SnapshotInterrupted,
+    /// A signal stopped a repair's export reads; its progress is saved and the next run
+    /// resumes it.
+    #[error("the repair was interrupted: its progress is saved and the next run resumes it")]
+    RepairInterrupted,
     /// The snapshot wrote more keys than `resnapshot_max_keys`: it was closed without deletes
     /// (docs/mirror.md §5.3); the next run streams on.
     #[error(
@@ -314,6 +321,13 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     };
     let mut snapshotted = false;
     let mut read = false;
+    if checkpointer.repair_open() {
+        let scan = snapshots.scan("the stored position holds an open repair")?;
+        tracing::info!("Resuming the open repair.");
+        snapshots.repair(scan, sink, checkpointer).await?;
+        (_, graph, status) = repair::recapture(&api, &snapshots, checkpointer).await?;
+        snapshotted = true;
+    }
     if checkpointer.snapshot_open() {
         let scan = snapshots.scan("the stored position holds an open snapshot")?;
         tracing::info!("Resuming the open snapshot.");
@@ -386,14 +400,52 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             if !reasons.is_empty() {
                 tracing::warn!(reasons = %reasons.join("; "), "Gap detected at start-up.");
             }
-            match plan.resume(
+            let mut resume = plan.resume(
                 stored.clone(),
                 &graph,
                 reasons,
                 snapshot.is_some(),
                 snapshotted,
-            ) {
+            );
+            if let Resume::Repair(reasons) = &resume {
+                let scan = snapshots.scan("a repair needs the table's description")?;
+                match snapshots.plan_repair(scan, &stored).await? {
+                    RepairPlan::Repair { from_ms, to_ms } => {
+                        tracing::warn!(
+                            table = %run.table,
+                            reasons = %reasons.join("; "),
+                            from_ms,
+                            to_ms,
+                            "Repair: the changes of the gap's window are read from incremental exports, then the stream is captured again."
+                        );
+                        checkpointer
+                            .begin_repair(RepairRecord::open(
+                                unix_now_ms(),
+                                from_ms,
+                                to_ms,
+                                reasons,
+                            ))
+                            .await
+                            .map_err(RunError::from)?;
+                        snapshots.repair(scan, sink, checkpointer).await?;
+                        let position;
+                        (position, graph, status) =
+                            repair::recapture(&api, &snapshots, checkpointer).await?;
+                        probed.clear();
+                        resume = Resume::Stream(position);
+                    }
+                    RepairPlan::Resnapshot(why) => {
+                        tracing::warn!(
+                            table = %run.table,
+                            "The gap cannot be repaired by incremental exports: {why}; the table is snapshotted again instead."
+                        );
+                        resume = Resume::Resnapshot(reasons.clone());
+                    }
+                }
+            }
+            match resume {
                 Resume::Stream(position) => position,
+                Resume::Repair(_) => unreachable!("a repair became a stream or a resnapshot"),
                 Resume::Fail(message) => return Err(StreamRunError::Gap(message)),
                 Resume::Resnapshot(reasons) => {
                     let scan = snapshots.scan("a resnapshot needs a table scan")?;

@@ -48,6 +48,9 @@ pub struct SnapshotScan<T> {
     /// With `snapshot.engine: export`: snapshots read a full export instead of scanning
     /// (docs/scan.md §2.10), so they consume no read capacity.
     pub exports: Option<Arc<dyn SnapshotExports>>,
+    /// With `on_gap: repair`: the export engine a gap's incremental exports go through
+    /// (docs/streams.md §4.12), whatever the snapshot engine.
+    pub repairs: Option<Arc<dyn SnapshotExports>>,
 }
 
 impl<T> SnapshotScan<T> {
@@ -61,12 +64,19 @@ impl<T> SnapshotScan<T> {
             consistent_read: plan.consistent_read,
             read_rule: plan.read_rule.clone(),
             exports: None,
+            repairs: None,
         }
     }
 
     /// The same, reading exports through `exports` instead of scanning.
     pub fn with_exports(mut self, exports: Option<Arc<dyn SnapshotExports>>) -> Self {
         self.exports = exports;
+        self
+    }
+
+    /// The same, repairing gaps by incremental exports through `repairs`.
+    pub fn with_repairs(mut self, repairs: Option<Arc<dyn SnapshotExports>>) -> Self {
+        self.repairs = repairs;
         self
     }
 }

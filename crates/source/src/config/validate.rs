@@ -17,7 +17,9 @@
 //! 13. `snapshot.engine: export` (docs/scan.md §2.10): `s3_bucket` is set; not in query mode;
 //!     none of `filter_expression`, `projection`, `index_name`, `segments` above 1 or
 //!     `consistent_read` (an export has none of them); `export_arn` is an export's ARN and only
-//!     with the export engine; the export fields need `engine: export`.
+//!     with the export engine; the export fields need `engine: export`, except that
+//!     `on_gap: repair` (streams and mirror) needs `s3_bucket` and may set the other bucket
+//!     fields whatever the engine (docs/streams.md §4.12).
 //!
 //! Rule 12 (the pipeline name, sink and state) belongs to the CLI, which sees the whole file.
 //! Decoding a typed expression value (part of rule 8) happens while the CLI reads the YAML,
@@ -45,7 +47,13 @@ impl SourceConfig {
     /// Whether this run issues `Scan` or `Query` requests at all: scan, query, mirror, and
     /// streams that may resnapshot.
     fn reads_table(&self) -> bool {
-        self.mode != Mode::Streams || self.on_gap == OnGap::Resnapshot
+        self.mode != Mode::Streams || self.on_gap.may_resnapshot()
+    }
+
+    /// Whether a gap is repaired by incremental exports (streams and mirror with
+    /// `on_gap: repair`): the export bucket fields are needed whatever the snapshot engine.
+    fn repairs_by_export(&self) -> bool {
+        self.mode.reads_stream() && self.on_gap == OnGap::Repair
     }
 
     /// Whether this run may run a parallel scan: scan, mirror, and streams that may resnapshot.
@@ -341,7 +349,24 @@ impl SourceConfig {
     /// Rule 13: the export engine's fields (`snapshot.*`).
     fn validate_snapshot(&self, fail: &mut impl FnMut(&str, String)) {
         let snapshot = &self.snapshot;
+        let bucket_missing = snapshot
+            .s3_bucket
+            .as_deref()
+            .is_none_or(|b| b.trim().is_empty());
+        if self.repairs_by_export() && bucket_missing && snapshot.engine != SnapshotEngine::Export {
+            fail(
+                "snapshot.s3_bucket",
+                "on_gap: repair exports the changes of a gap to S3: set snapshot.s3_bucket (the \
+                 export engine's bucket fields serve the repair whatever snapshot.engine says)"
+                    .into(),
+            );
+        }
         if snapshot.engine != SnapshotEngine::Export {
+            let needs = if self.repairs_by_export() {
+                "snapshot.engine: export (on_gap: repair uses only the bucket fields)"
+            } else {
+                "snapshot.engine: export or on_gap: repair"
+            };
             let export_only = [
                 ("s3_bucket", snapshot.s3_bucket.is_some()),
                 ("s3_prefix", snapshot.s3_prefix.is_some()),
@@ -351,10 +376,11 @@ impl SourceConfig {
                 ("export_arn", snapshot.export_arn.is_some()),
             ];
             for (field, set) in export_only {
-                if set {
+                let for_repair = self.repairs_by_export() && field != "export_arn";
+                if set && !for_repair {
                     fail(
                         &format!("snapshot.{field}"),
-                        format!("snapshot.{field} needs snapshot.engine: export"),
+                        format!("snapshot.{field} needs {needs}"),
                     );
                 }
             }
@@ -368,11 +394,7 @@ impl SourceConfig {
                     .into(),
             );
         }
-        if snapshot
-            .s3_bucket
-            .as_deref()
-            .is_none_or(|b| b.trim().is_empty())
-        {
+        if bucket_missing {
             fail(
                 "snapshot.s3_bucket",
                 "snapshot.engine: export requires snapshot.s3_bucket, the bucket the export is \

@@ -7,7 +7,8 @@ use base64::engine::general_purpose::STANDARD;
 use flate2::read::GzDecoder;
 use md5::{Digest, Md5};
 
-use super::{ExportError, ManifestFile};
+use super::incremental::write_change_line;
+use super::{ExportError, ExportType, ManifestFile};
 use crate::api::Render;
 use crate::aws::ExportLineWriter;
 use crate::records::Lines;
@@ -21,8 +22,10 @@ pub struct FileRead {
     pub stored_bytes: u64,
 }
 
-/// Reads the data file `file` of a full export from its stored bytes `stored`, writing each
-/// item after the first `skip` as its record by `render` and handing the records to `each`
+/// Reads the data file `file` of an export of `kind` from its stored bytes `stored`, writing
+/// each line after the first `skip` as its record — a full export's item by `render`, an
+/// incremental export's change as its change envelope (`render` gives the table and the
+/// format) — and handing the records to `each`
 /// `batch` at a time (rule 2). Skipped items are counted, not written: they were handed on by
 /// an earlier read of the file.
 /// Fails when the file does not verify (rule 3) or a line does not read (rule 4); records
@@ -30,6 +33,7 @@ pub struct FileRead {
 pub fn read_data_file<E: From<ExportError>>(
     stored: impl Read,
     file: &ManifestFile,
+    kind: ExportType,
     render: Render,
     batch: usize,
     skip: u64,
@@ -42,7 +46,8 @@ pub fn read_data_file<E: From<ExportError>>(
         .fill_buf()
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?
         .is_empty();
-    let mut writer = ExportLineWriter::new(render);
+    let mut writer =
+        LineWriter::new(kind, render).map_err(|problem| ExportError::new(key, problem))?;
     let mut lines = BufReader::new(GzDecoder::new(&mut hashing));
     let mut records = Lines::with_capacity(batch, batch * 256);
     let mut line = Vec::with_capacity(1024);
@@ -112,6 +117,35 @@ pub fn read_data_file<E: From<ExportError>>(
     })
 }
 
+/// How the lines of one export become records.
+enum LineWriter {
+    /// A full export's `{"Item": …}` lines, by the Scan page's writer.
+    Full(ExportLineWriter),
+    /// An incremental export's changes, as change envelopes of this table and format.
+    Incremental(std::sync::Arc<crate::api::SnapshotShape>),
+}
+
+impl LineWriter {
+    fn new(kind: ExportType, render: Render) -> Result<Self, String> {
+        match (kind, render) {
+            (ExportType::Full, render) => Ok(LineWriter::Full(ExportLineWriter::new(render))),
+            (ExportType::Incremental, Render::Snapshots(shape)) => {
+                Ok(LineWriter::Incremental(shape))
+            }
+            (ExportType::Incremental, Render::Items(_)) => {
+                Err("an incremental export is read only as change envelopes".into())
+            }
+        }
+    }
+
+    fn write(&mut self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        match self {
+            LineWriter::Full(writer) => writer.write(line, out),
+            LineWriter::Incremental(shape) => write_change_line(line, shape, out),
+        }
+    }
+}
+
 /// Hashes and counts the bytes read through it.
 struct Hashing<R> {
     inner: R,
@@ -179,10 +213,18 @@ mod tests {
         format: ValueFormat,
     ) -> Result<Vec<String>, ExportError> {
         let mut out = Vec::new();
-        read_data_file::<ExportError>(stored, file, Render::Items(format), 2, 0, |lines| {
-            out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
-            Ok(())
-        })?;
+        read_data_file::<ExportError>(
+            stored,
+            file,
+            ExportType::Full,
+            Render::Items(format),
+            2,
+            0,
+            |lines| {
+                out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
+                Ok(())
+            },
+        )?;
         Ok(out)
     }
 
@@ -212,6 +254,7 @@ mod tests {
         let read = read_data_file::<ExportError>(
             &stored[..],
             &file(&stored, 3),
+            ExportType::Full,
             Render::Items(ValueFormat::Plain),
             2,
             0,
@@ -294,6 +337,7 @@ mod tests {
         read_data_file::<ExportError>(
             &stored[..],
             &file(&stored, 3),
+            ExportType::Full,
             Render::Items(ValueFormat::Plain),
             10,
             2,

@@ -9,10 +9,12 @@ use std::sync::Arc;
 use ddbpipe_value::Item;
 use tokio::sync::mpsc;
 
-use super::api::{ExportApi, ExportKind, ExportState, ObjectStore};
-use super::reader::describe;
-use super::{ExportPoll, ExportReader, ExportSnapshot, ExportTarget, client_token, given, start};
-use crate::api::Render;
+use super::api::{ExportApi, ExportKind, ExportState, ObjectStore, Recovery};
+use super::reader::{describe, with_remedy};
+use super::{
+    ExportPoll, ExportReader, ExportSnapshot, ExportTarget, ExportType, client_token, given, start,
+};
+use crate::api::{Render, SnapshotShape};
 use crate::capacity::ReadLimiter;
 use crate::error::ReadError;
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
@@ -94,6 +96,27 @@ pub trait SnapshotExports: Send + Sync {
 
     /// The reader of export `arn`, writing records by `render`.
     fn reader(&self, arn: &str, render: Render) -> BoxedPages;
+
+    /// `DescribeContinuousBackups` of `table_name`: whether point-in-time recovery is on and
+    /// the window it covers (a repair needs its start inside it).
+    fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery>;
+
+    /// The incremental export of `[from_ms, to_ms)` a repair window reads: `stored` (the
+    /// export its record names) unless it FAILED, else a new one whose client token is made of
+    /// `unique`, the target, the window and the failed export. The caller commits the ARN
+    /// before reading, when it differs from `stored`.
+    fn begin_incremental<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+        table_arn: &'a str,
+        window: (i64, i64),
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String>;
+
+    /// The reader of incremental export `arn`, writing its changes as change envelopes of
+    /// `shape`'s table and format.
+    fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
 }
 
 /// The export engine over an [`ExportApi`] and an [`ObjectStore`].
@@ -131,14 +154,25 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
         }
     }
 
-    /// The typed reader of export `arn`.
+    /// The typed reader of full export `arn`.
     pub fn typed_reader(&self, arn: &str, render: Render) -> ExportSnapshot<E, O> {
+        self.typed_reader_of(arn, ExportType::Full, render)
+    }
+
+    /// The typed reader of export `arn` of `kind`.
+    pub fn typed_reader_of(
+        &self,
+        arn: &str,
+        kind: ExportType,
+        render: Render,
+    ) -> ExportSnapshot<E, O> {
         ExportSnapshot {
             reader: ExportReader {
                 exports: Arc::clone(&self.exports),
                 store: Arc::clone(&self.store),
                 arn: arn.to_string(),
                 max_concurrency: self.max_concurrency,
+                kind,
                 render,
                 page_lines: self.page_lines,
                 retry: self.retry,
@@ -159,23 +193,11 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
         cancel: &'a Cancel,
     ) -> Pending<'a, String> {
         Box::pin(async move {
-            let mut failed = "";
-            if let Some(arn) = stored {
-                let status = describe(
-                    self.exports.as_ref(),
-                    arn,
-                    &self.retry,
-                    self.observer.as_ref(),
-                    cancel,
-                )
-                .await?;
-                if !matches!(status.state, ExportState::Failed { .. }) {
-                    tracing::info!(export = %arn, "Resuming the export of the last run.");
-                    return Ok(arn.to_string());
-                }
-                tracing::warn!(export = %arn, "The last run's export FAILED; starting another.");
-                failed = arn;
-            }
+            let failed = match self.resumable(stored, cancel).await? {
+                Resumable::Resume(arn) => return Ok(arn),
+                Resumable::Failed(arn) => arn,
+                Resumable::None => "",
+            };
             if let Some(arn) = &self.given_arn {
                 return Ok(
                     given(self.exports.as_ref(), arn, table_arn, &self.retry, cancel)
@@ -206,5 +228,103 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
 
     fn reader(&self, arn: &str, render: Render) -> BoxedPages {
         BoxedPages(Box::new(self.typed_reader(arn, render)))
+    }
+
+    fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery> {
+        Box::pin(async move {
+            self.retry
+                .run(
+                    "describe_continuous_backups",
+                    || format!("DescribeContinuousBackups of '{table_name}'"),
+                    cancel,
+                    self.observer.as_ref(),
+                    |_| self.exports.recovery(table_name),
+                )
+                .await
+                .map_err(with_remedy)
+        })
+    }
+
+    fn begin_incremental<'a>(
+        &'a self,
+        stored: Option<&'a str>,
+        table_arn: &'a str,
+        (from_ms, to_ms): (i64, i64),
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String> {
+        Box::pin(async move {
+            let failed = match self.resumable(stored, cancel).await? {
+                Resumable::Resume(arn) => return Ok(arn),
+                Resumable::Failed(arn) => arn,
+                Resumable::None => "",
+            };
+            let target = self.target(table_arn);
+            let (from, to) = (from_ms.to_string(), to_ms.to_string());
+            let token = client_token(&[
+                &target.table_arn,
+                &target.bucket,
+                &target.prefix,
+                unique,
+                &from,
+                &to,
+                failed,
+            ]);
+            let status = start(
+                self.exports.as_ref(),
+                &target,
+                ExportKind::Incremental { from_ms, to_ms },
+                &token,
+                &self.retry,
+                cancel,
+            )
+            .await?;
+            Ok(status.arn)
+        })
+    }
+
+    fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages {
+        BoxedPages(Box::new(self.typed_reader_of(
+            arn,
+            ExportType::Incremental,
+            Render::Snapshots(shape),
+        )))
+    }
+}
+
+/// What an export named by the position is worth.
+enum Resumable<'a> {
+    /// Nothing is stored.
+    None,
+    /// It is running or done: read it.
+    Resume(String),
+    /// It FAILED: start another, whose token differs.
+    Failed(&'a str),
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
+    /// Whether the export `stored` (from an earlier run) can be read.
+    async fn resumable<'a>(
+        &self,
+        stored: Option<&'a str>,
+        cancel: &Cancel,
+    ) -> Result<Resumable<'a>, ReadError> {
+        let Some(arn) = stored else {
+            return Ok(Resumable::None);
+        };
+        let status = describe(
+            self.exports.as_ref(),
+            arn,
+            &self.retry,
+            self.observer.as_ref(),
+            cancel,
+        )
+        .await?;
+        if matches!(status.state, ExportState::Failed { .. }) {
+            tracing::warn!(export = %arn, "The last run's export FAILED; starting another.");
+            return Ok(Resumable::Failed(arn));
+        }
+        tracing::info!(export = %arn, "Resuming the export of the last run.");
+        Ok(Resumable::Resume(arn.to_string()))
     }
 }

@@ -50,6 +50,7 @@
 pub mod api;
 mod data;
 mod engine;
+mod incremental;
 mod manifest;
 mod reader;
 mod start;

@@ -87,6 +87,8 @@ pub struct ExportReader<E, O> {
     pub arn: String,
     /// Data files read at once.
     pub max_concurrency: usize,
+    /// Full or incremental (its lines are items or changes).
+    pub kind: ExportType,
     /// How items become records.
     pub render: Render,
     /// Records per page handed on.
@@ -106,6 +108,7 @@ impl<E, O> Clone for ExportReader<E, O> {
             store: Arc::clone(&self.store),
             arn: self.arn.clone(),
             max_concurrency: self.max_concurrency,
+            kind: self.kind,
             render: self.render.clone(),
             page_lines: self.page_lines,
             retry: self.retry,
@@ -361,11 +364,13 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                         .await
                         .map_err(FileError::Api)?;
                     let render = self.render.clone();
+                    let kind = self.kind;
                     let page_lines = self.page_lines;
                     let bridge = SyncIoBridge::new(body);
                     tokio::task::spawn_blocking(move || {
                         read_blocking(
-                            bridge, &file, render, page_lines, index, at_ms, &handed, &out, &cancel,
+                            bridge, &file, kind, render, page_lines, index, at_ms, &handed, &out,
+                            &cancel,
                         )
                     })
                     .await
@@ -399,6 +404,7 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
 fn read_blocking(
     body: impl Read,
     file: &ManifestFile,
+    kind: ExportType,
     render: Render,
     page_lines: usize,
     index: u32,
@@ -414,7 +420,10 @@ fn read_blocking(
             return Err(FileError::Cancelled);
         }
         PageRead {
-            kind: RecordKind::Item,
+            kind: match kind {
+                ExportType::Full => RecordKind::Item,
+                ExportType::Incremental => RecordKind::Change,
+            },
             records: records.len(),
             capacity_units: None,
         }
@@ -428,7 +437,7 @@ fn read_blocking(
         })
         .map_err(|_| FileError::Closed)
     };
-    read_data_file::<FileError>(body, file, render, page_lines, skip, |records| {
+    read_data_file::<FileError>(body, file, kind, render, page_lines, skip, |records| {
         let from = handed.load(Ordering::SeqCst);
         let reached = from + records.len() as u64;
         send(records, from, SegmentCursor::Next(file_cursor(reached)))?;
@@ -532,7 +541,7 @@ impl<E: ExportApi, O: ObjectStore> PageSource for ExportSnapshot<E, O> {
         let status = self.reader.wait(&cancel).await?;
         let files = self
             .reader
-            .files(&status, ExportType::Full, &cancel)
+            .files(&status, self.reader.kind, &cancel)
             .await?;
         if let Some(beyond) = done
             .ranges()

@@ -12,7 +12,7 @@ use super::*;
 use crate::api::Render;
 use crate::capacity::ReadLimiter;
 use crate::error::{ApiError, ReadError};
-use crate::fake_export::{FakeExports, FixedItems};
+use crate::fake_export::{FakeChange, FakeExports, FixedItems};
 use crate::records::SegmentCursor;
 use crate::retry::{Cancel, NoObserver, RetryPolicy};
 use crate::scan::{PageOut, PageSource};
@@ -67,6 +67,7 @@ fn snapshot(
             store: Arc::new(fake.clone()),
             arn: arn.to_string(),
             max_concurrency: 2,
+            kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
             page_lines,
             retry: quick_retry(),
@@ -350,5 +351,124 @@ async fn a_given_export_must_be_a_full_export_of_this_table() {
     assert!(
         error.contains("check source.snapshot.export_arn"),
         "{error}"
+    );
+}
+
+/// An incremental export read through the engine: each changed key once, as a change envelope
+/// at its exact write time; the export named by the record is resumed, not started again.
+#[tokio::test]
+async fn an_incremental_export_is_read_as_change_envelopes_and_resumed_by_its_arn() {
+    use crate::api::SnapshotShape;
+    let key = |k: &str| Item::from([("pk".to_string(), Value::S(k.into()))]);
+    let with_v = |k: &str, v: &str| {
+        Item::from([
+            ("pk".to_string(), Value::S(k.into())),
+            ("v".to_string(), Value::N(ddbpipe_value::Number::new(v))),
+        ])
+    };
+    let changes = vec![
+        FakeChange {
+            micros: AT_MS * 1000 + 456,
+            keys: key("a"),
+            new: Some(with_v("a", "2")),
+            old: Some(with_v("a", "1")),
+        },
+        FakeChange {
+            micros: AT_MS * 1000 + 1_000_000,
+            keys: key("b"),
+            new: None,
+            old: Some(key("b")),
+        },
+        // Outside the window.
+        FakeChange {
+            micros: (AT_MS + 10_000_000) * 1000,
+            keys: key("c"),
+            new: Some(key("c")),
+            old: None,
+        },
+    ];
+    let fake = FakeExports::new(
+        "exports",
+        FixedItems {
+            items: Vec::new(),
+            at_ms: AT_MS + 20_000_000,
+            changes,
+        },
+    )
+    .with_files(2);
+    let engine = ExportEngine {
+        exports: Arc::new(fake.clone()),
+        store: Arc::new(fake.clone()),
+        prefix: "ddbpipe/orders".into(),
+        bucket_owner: None,
+        given_arn: None,
+        max_concurrency: 2,
+        page_lines: 10,
+        retry: quick_retry(),
+        observer: Arc::new(NoObserver),
+        poll: ExportPoll {
+            first: Duration::from_millis(1),
+            max: Duration::from_millis(2),
+        },
+    };
+    let window = (AT_MS - 1_000, AT_MS + 1_000_000_i64 * 5);
+    let cancel = Cancel::never();
+    let arn = engine
+        .begin_incremental(None, TABLE_ARN, window, "7", &cancel)
+        .await
+        .unwrap();
+    let again = engine
+        .begin_incremental(Some(&arn), TABLE_ARN, window, "7", &cancel)
+        .await
+        .unwrap();
+    assert_eq!(again, arn);
+    assert_eq!(fake.calls().started, 1, "the stored export is resumed");
+    let request = &fake.calls().start_requests[0];
+    assert_eq!(
+        request.kind,
+        ExportKind::Incremental {
+            from_ms: window.0,
+            to_ms: window.1
+        }
+    );
+    let shape = Arc::new(SnapshotShape {
+        key_schema: Vec::new(),
+        table: "orders".into(),
+        format: ValueFormat::Plain,
+    });
+    let reader = engine.typed_reader_of(&arn, ExportType::Incremental, Render::Snapshots(shape));
+    let (pages, result) = read_all(reader, SegmentRanges::new(), BTreeMap::new()).await;
+    result.unwrap();
+    let envelopes: Vec<serde_json::Value> = lines(&pages)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(envelopes.len(), 2, "{envelopes:?}");
+    let by_key = |k: &str| {
+        envelopes
+            .iter()
+            .find(|e| e["key"]["pk"] == k)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_key("a")["op"], "u");
+    assert_eq!(by_key("a")["after"]["v"], 2);
+    assert_eq!(by_key("a")["ts_ms"], AT_MS);
+    assert_eq!(by_key("b")["op"], "d");
+    assert_eq!(by_key("b")["ts_ms"], AT_MS + 1000);
+    assert!(envelopes.iter().all(|e| e["sequence_number"].is_null()));
+
+    // A full export is not an incremental one.
+    let full = started(&fake).await;
+    let shape = Arc::new(SnapshotShape {
+        key_schema: Vec::new(),
+        table: "orders".into(),
+        format: ValueFormat::Plain,
+    });
+    let reader = engine.typed_reader_of(&full, ExportType::Incremental, Render::Snapshots(shape));
+    let (_, result) = read_all(reader, SegmentRanges::new(), BTreeMap::new()).await;
+    assert!(
+        result.unwrap_err().to_string().contains("INCREMENTAL"),
+        "the type is checked"
     );
 }

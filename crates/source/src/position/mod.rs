@@ -7,16 +7,20 @@
 //!   shard (`TrimHorizon | After(seq) | ShardEnd`), the stream, the open snapshot.
 //! - [`SnapshotRecord`] (`snapshot.rs`): the open snapshot of a mirror or resnapshot, with its
 //!   scan progress.
+//! - [`RepairRecord`] (`repair.rs`): the open repair of a stream gap by incremental exports,
+//!   with its windows and the current export's file progress.
 //!
 //! The read requests' own start points are not stored positions: a page's cursor is
 //! [`crate::records::SegmentCursor`], a shard iterator's start is [`crate::api::StartAt`].
 
+mod repair;
 mod scan;
 mod snapshot;
 mod streams;
 
 use serde_json::Value as Json;
 
+pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord};
 pub use scan::{ScanKind, ScanPosition};
 pub use snapshot::{SnapshotReason, SnapshotRecord};
 pub use streams::{ShardProgress, StreamKind, StreamsPosition};

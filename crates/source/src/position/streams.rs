@@ -13,16 +13,20 @@
 //! # Stored layout
 //! The file keeps the layout of every earlier version: `shards` maps each open shard to `""`
 //! (`TrimHorizon`) or its sequence number, `finished` lists the `ShardEnd` shards, and
-//! `verified_at` / `latest_floor_ms` hold the numbers by shard id. Reading checks that they
-//! agree: a shard both open and finished, a floor of a shard that is not at its trim horizon,
-//! or a number for a shard the position does not hold is corruption, named by its path.
+//! `verified_at` / `latest_floor_ms` hold the numbers by shard id. `read_at` holds, for a
+//! positioned shard, the creation time (unix s) of the earliest record of the hand-over that
+//! reached its position: every record created before then was delivered. A repair of a gap
+//! starts its window there (docs/streams.md §4.12). Reading checks that they agree: a shard both
+//! open and finished, a floor of a shard that is not at its trim horizon, a `read_at` of a
+//! shard that is not positioned, or a number for a shard the position does not hold is
+//! corruption, named by its path. `repair` is the open repair, when there is one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::{PositionError, SnapshotRecord, strict};
+use super::{PositionError, RepairRecord, SnapshotRecord, strict};
 use crate::ids::{SequenceNumber, ShardId};
 
 /// What has been committed for one shard.
@@ -83,6 +87,11 @@ pub struct StreamsPosition {
     pub snapshot: Option<Box<SnapshotRecord>>,
     /// The stream these shards belong to.
     pub stream_arn: Option<String>,
+    /// Per positioned shard, unix s before which every record of it was delivered (see the
+    /// module docs); absent when no record said when it was created.
+    pub read_at: BTreeMap<ShardId, i64>,
+    /// The open repair of a gap by incremental exports.
+    pub repair: Option<Box<RepairRecord>>,
 }
 
 impl StreamsPosition {
@@ -93,7 +102,39 @@ impl StreamsPosition {
             shards: BTreeMap::new(),
             snapshot: None,
             stream_arn,
+            read_at: BTreeMap::new(),
+            repair: None,
         }
+    }
+
+    /// The open repair's id, the marker of its rows in a keyed sink.
+    pub fn repair_id(&self) -> Option<i64> {
+        self.repair.as_ref().map(|repair| repair.id)
+    }
+
+    /// Records that every record of positioned `shard` created before `at` (unix s) was
+    /// delivered. The time only moves forward; a shard not positioned keeps none.
+    pub fn read(&mut self, shard: &ShardId, at: i64) {
+        if matches!(self.shards.get(shard), Some(ShardProgress::After(_))) {
+            let entry = self.read_at.entry(shard.clone()).or_insert(at);
+            *entry = (*entry).max(at);
+        }
+    }
+
+    /// The time (unix s) before which every record of the position's open shards was
+    /// delivered: the earliest of their `read_at` (positioned shards) and `verified_at`
+    /// (shards at their trim horizon). `Err` names a shard that does not say.
+    pub fn delivered_before(&self) -> Result<Option<i64>, ShardId> {
+        let mut earliest: Option<i64> = None;
+        for (id, progress) in self.open_shards() {
+            let at = match progress {
+                ShardProgress::After(_) => self.read_at.get(id).copied(),
+                other => other.verified_at(),
+            };
+            let at = at.ok_or_else(|| id.clone())?;
+            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+        }
+        Ok(earliest)
     }
 
     /// The open snapshot's id, the marker of its rows in a keyed sink.
@@ -139,7 +180,8 @@ impl StreamsPosition {
     }
 
     /// Records that everything up to `seq` in `shard` was acknowledged. Positions never move
-    /// backwards; the floor and the verification of the shard are dropped once it advances.
+    /// backwards; the floor of the shard is dropped once it advances, its verification becomes
+    /// its `read_at` until a later record says more.
     pub fn advance(&mut self, shard: &ShardId, seq: &SequenceNumber) {
         let newer = match self.shards.get(shard) {
             Some(ShardProgress::ShardEnd { .. }) => false,
@@ -147,6 +189,14 @@ impl StreamsPosition {
             Some(ShardProgress::TrimHorizon { .. }) | None => true,
         };
         if newer {
+            // What the trim horizon's verification said stays true once the shard advances.
+            if let Some(ShardProgress::TrimHorizon {
+                verified_at: Some(at),
+                ..
+            }) = self.shards.get(shard)
+            {
+                self.read_at.entry(shard.clone()).or_insert(*at);
+            }
             self.shards
                 .insert(shard.clone(), ShardProgress::After(seq.clone()));
         }
@@ -155,6 +205,7 @@ impl StreamsPosition {
     /// Records that the shard's last record was acknowledged (`ShardEnd`), keeping `frontier`
     /// (unix s) for its children.
     pub fn finish(&mut self, shard: &ShardId, frontier: Option<i64>) {
+        self.read_at.remove(shard);
         self.shards
             .insert(shard.clone(), ShardProgress::ShardEnd { frontier });
     }
@@ -180,6 +231,7 @@ impl StreamsPosition {
 
     /// Drops everything the position holds for `shard`.
     pub fn forget(&mut self, shard: &ShardId) {
+        self.read_at.remove(shard);
         self.shards.remove(shard);
     }
 
@@ -202,6 +254,10 @@ struct Stored {
     kind: StreamKind,
     #[serde(default)]
     latest_floor_ms: BTreeMap<ShardId, i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    read_at: BTreeMap<ShardId, i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    repair: Option<Box<RepairRecord>>,
     shards: BTreeMap<ShardId, StoredShard>,
     snapshot: Option<Box<SnapshotRecord>>,
     stream_arn: Option<String>,
@@ -241,6 +297,8 @@ impl Stored {
             finished,
             kind,
             mut latest_floor_ms,
+            read_at,
+            repair,
             shards: stored_shards,
             snapshot,
             stream_arn,
@@ -286,11 +344,33 @@ impl Stored {
                 ));
             }
         }
+        if let Some(id) = read_at
+            .keys()
+            .find(|id| !matches!(shards.get(*id), Some(ShardProgress::After(_))))
+        {
+            return Err(PositionError::new(
+                format!("read_at.{id}"),
+                format!("shard '{id}' is not positioned, so it has no read_at"),
+            ));
+        }
+        if let Some(repair) = &repair {
+            repair
+                .check()
+                .map_err(|problem| PositionError::new("repair", problem))?;
+            if snapshot.is_some() {
+                return Err(PositionError::new(
+                    "repair",
+                    "a repair and a snapshot are both open",
+                ));
+            }
+        }
         Ok(StreamsPosition {
             kind,
             shards,
             snapshot,
             stream_arn,
+            read_at,
+            repair,
         })
     }
 }
@@ -301,6 +381,8 @@ impl From<StreamsPosition> for Stored {
             finished: BTreeSet::new(),
             kind: position.kind,
             latest_floor_ms: BTreeMap::new(),
+            read_at: position.read_at,
+            repair: position.repair,
             shards: BTreeMap::new(),
             snapshot: position.snapshot,
             stream_arn: position.stream_arn,
@@ -442,5 +524,69 @@ mod tests {
         assert_eq!(p.open_shards().count(), 0);
         p.forget(&s1);
         assert!(!p.knows(&s1));
+    }
+
+    #[test]
+    fn read_at_follows_the_delivered_records_and_is_stored_only_for_positioned_shards() {
+        let mut p = StreamsPosition::new(StreamKind::Mirror, Some("arn:x".into()));
+        let (a, b, c) = (ShardId::new("a"), ShardId::new("b"), ShardId::new("c"));
+        p.admit(&a, Some(100), None);
+        p.admit(&b, Some(300), None);
+        p.admit(&c, None, None);
+        // Leaving the trim horizon keeps what its verification said.
+        p.advance(&a, &seq("10"));
+        assert_eq!(p.read_at.get(&a), Some(&100));
+        p.read(&a, 250);
+        p.read(&a, 200);
+        assert_eq!(p.read_at.get(&a), Some(&250), "the time only moves forward");
+        p.read(&b, 999);
+        assert!(!p.read_at.contains_key(&b), "b is not positioned");
+        // c has no verification: the position cannot say when it was read.
+        assert_eq!(p.delivered_before(), Err(c.clone()));
+        p.verify(&c, 400);
+        assert_eq!(p.delivered_before(), Ok(Some(250)));
+
+        let json = Position::Streams(p.clone()).to_json();
+        assert_eq!(json["read_at"], json!({"a": 250}));
+        assert_eq!(decode(json.clone()).unwrap(), p);
+        let mut bad = json.clone();
+        bad["read_at"] = json!({"b": 1});
+        assert_eq!(decode(bad).unwrap_err().path, "read_at.b");
+
+        p.finish(&a, Some(260));
+        assert!(
+            p.read_at.is_empty(),
+            "a finished shard keeps its frontier only"
+        );
+        let json = Position::Streams(p).to_json();
+        assert!(json.get("read_at").is_none(), "an empty map is not written");
+    }
+
+    #[test]
+    fn an_open_repair_round_trips_and_beside_a_snapshot_is_corruption() {
+        let mut p = StreamsPosition::new(StreamKind::Mirror, Some("arn:x".into()));
+        p.repair = Some(Box::new(RepairRecord::open(
+            5_000_000,
+            1_000_000,
+            2_000_000,
+            &[],
+        )));
+        let json = Position::Streams(p.clone()).to_json();
+        assert_eq!(json["repair"]["window_to_ms"], json!(2_000_000));
+        assert_eq!(decode(json.clone()).unwrap(), p);
+        let mut both = json.clone();
+        both["snapshot"] = serde_json::to_value(crate::position::SnapshotRecord::open(
+            1,
+            1,
+            crate::position::SnapshotReason::Mirror,
+            &[],
+            0,
+        ))
+        .unwrap();
+        assert_eq!(decode(both).unwrap_err().path, "repair");
+        let mut long = json;
+        long["repair"]["to_ms"] = json!(200_000_000);
+        long["repair"]["window_to_ms"] = json!(200_000_000);
+        assert_eq!(decode(long).unwrap_err().path, "repair");
     }
 }

@@ -42,6 +42,9 @@ pub enum StreamMark {
     },
     /// A shard still at `""` was read empty twice: refresh its `verified_at` (unix s).
     Verify(ShardId, i64),
+    /// Every record of the shard created before this time (unix s) was delivered: its
+    /// `read_at`, which a repair starts from (docs/streams.md §4.12). Follows an `Advance`.
+    ReadAt(ShardId, i64),
 }
 
 /// Records of one shard read in one response, with the marks they reach.
@@ -57,6 +60,9 @@ pub struct Handed {
     pub shard: Option<ShardId>,
     /// Marks that follow the records (finish, admissions, verifications).
     pub marks: Vec<StreamMark>,
+    /// The creation time (unix s) of the earliest record, when the records say: every record
+    /// of the shard before it was delivered once these are.
+    pub created_s: Option<i64>,
 }
 
 /// Why the handover accepts nothing more.
@@ -195,5 +201,6 @@ pub fn apply(position: &mut StreamsPosition, mark: &StreamMark) {
             floor_ms,
         } => position.admit(shard, *verified_at, *floor_ms),
         StreamMark::Verify(shard, at) => position.verify(shard, *at),
+        StreamMark::ReadAt(shard, at) => position.read(shard, *at),
     }
 }

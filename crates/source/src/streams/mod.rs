@@ -12,12 +12,14 @@
 //! - `shard_reader`: one shard's slices (docs/streams.md §4.9).
 //! - `shard_sync`: the shard syncer: listings and child lookups beside the read loop (docs/streams.md §4.3).
 //! - `engine`: admission, slices, run end (docs/streams.md §4.8, §4.10).
+//! - `repair`: the window an `on_gap: repair` exports, or why it resnapshots (docs/streams.md §4.12).
 
 pub mod engine;
 pub mod envelope;
 pub mod gaps;
 pub mod handover;
 pub mod lineage;
+pub mod repair;
 pub mod scheduler;
 pub mod shard_reader;
 pub mod shard_sync;

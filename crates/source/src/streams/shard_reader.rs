@@ -215,6 +215,10 @@ fn keep(shard: &mut ShardState, changes: Changes) -> (Handed, Option<SequenceNum
     }
     for (record, keep) in records.into_iter().zip(kept) {
         if keep {
+            if let Some(ms) = record.created_ms {
+                let s = ms.div_euclid(1000);
+                handed.created_s = Some(handed.created_s.map_or(s, |e| e.min(s)));
+            }
             handed.seqs.push(record.sequence_number);
             handed.ops.push(record.op);
         }

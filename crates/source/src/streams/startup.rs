@@ -11,13 +11,17 @@
 //!    time, with an open snapshot record ([`mirror_capture`]); committed before the first Scan.
 //! 3. **Resume** ([`resume`]): the gap findings of layers 1–3, else the layer-4 probe answers.
 //!    No reason: stream on with the current ARN, finished shards nobody needs pruned.
-//! 4. **A gap**: with `on_gap: resnapshot`, a table to scan and no snapshot taken in this run,
-//!    a resnapshot; otherwise the run fails and the state stays as it was. A gap found right
+//! 4. **A gap**: with `on_gap: resnapshot` (or `repair`), a table to scan and no snapshot (or
+//!    repair) taken in this run, a resnapshot (a repair); otherwise the run fails and the state
+//!    stays as it was. A gap found right
 //!    after this run's snapshot says the snapshot outlived the retention margin.
 //! 5. **Resnapshot capture** ([`resnapshot_capture`]): the current ARN; on the same stream,
 //!    finished shards stay finished and a positioned shard keeps its position unless its probe
 //!    was trimmed; every other described shard is admitted at its trim horizon, verified at the
 //!    capture time. The open snapshot record goes with it.
+//! 6. **Repair** (`on_gap: repair`, docs/streams.md §4.12): as rule 4, a repair instead of a
+//!    resnapshot; once its exports are applied the stream is captured again as in rule 5
+//!    ([`recapture`], at that time), without a snapshot record.
 
 use std::collections::BTreeMap;
 
@@ -56,6 +60,9 @@ pub enum Resume {
     Stream(StreamsPosition),
     /// A gap to repair by scanning the table again, for these reasons.
     Resnapshot(Vec<String>),
+    /// A gap to repair by incremental exports (`on_gap: repair`), for these reasons; where
+    /// that cannot work, a resnapshot (docs/streams.md §4.12).
+    Repair(Vec<String>),
     /// A gap that stops the run, with the message; the state stays as it was.
     Fail(String),
 }
@@ -109,8 +116,12 @@ impl Startup<'_> {
             lineage::prune(graph, &mut stored);
             return Resume::Stream(stored);
         }
-        if self.on_gap == OnGap::Resnapshot && can_resnapshot && !snapshotted {
-            return Resume::Resnapshot(reasons);
+        if can_resnapshot && !snapshotted {
+            match self.on_gap {
+                OnGap::Resnapshot => return Resume::Resnapshot(reasons),
+                OnGap::Repair => return Resume::Repair(reasons),
+                OnGap::Fail => {}
+            }
         }
         let message = gaps::cannot_resume(self.table, &reasons, self.config_label);
         Resume::Fail(if snapshotted {
@@ -133,6 +144,31 @@ impl Startup<'_> {
         segments: u32,
         now_ms: i64,
     ) -> StreamsPosition {
+        let mut capture = self.recapture(stored, graph, trimmed, now_ms);
+        capture.snapshot = Some(Box::new(SnapshotRecord::open(
+            now_ms,
+            segments,
+            SnapshotReason::Resnapshot,
+            reasons,
+            0,
+        )));
+        capture
+    }
+}
+
+impl Startup<'_> {
+    /// Rules 5 and 6: the stream captured again at `now_ms` after a resnapshot's scan or a
+    /// repair's exports: on the same stream finished shards stay finished and a positioned shard
+    /// keeps its position (and its `read_at`) unless its probe was trimmed; every other
+    /// described shard is admitted at its trim horizon, verified at `now_ms`. No snapshot or
+    /// repair record goes with it.
+    pub fn recapture(
+        &self,
+        stored: &StreamsPosition,
+        graph: &ShardGraph,
+        trimmed: &[ShardId],
+        now_ms: i64,
+    ) -> StreamsPosition {
         let captured_s = now_ms.div_euclid(1000);
         let same_stream = stored.stream_arn.as_deref() == Some(self.stream_arn);
         let mut capture = StreamsPosition::new(self.kind, Some(self.stream_arn.to_string()));
@@ -148,17 +184,13 @@ impl Startup<'_> {
             match stored.progress(id) {
                 Some(ShardProgress::After(seq)) if same_stream && !trimmed.contains(id) => {
                     capture.advance(id, seq);
+                    if let Some(at) = stored.read_at.get(id) {
+                        capture.read(id, *at);
+                    }
                 }
                 _ => capture.admit(id, Some(captured_s), None),
             }
         }
-        capture.snapshot = Some(Box::new(SnapshotRecord::open(
-            now_ms,
-            segments,
-            SnapshotReason::Resnapshot,
-            reasons,
-            0,
-        )));
         capture
     }
 }

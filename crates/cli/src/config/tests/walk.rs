@@ -174,7 +174,7 @@ fn types_are_strict() {
         ),
         (
             "on_gap: skip",
-            "source.on_gap: unknown value \"skip\", expected one of fail, resnapshot",
+            "source.on_gap: unknown value \"skip\", expected one of fail, resnapshot, repair",
         ),
         (
             "value_format: json",

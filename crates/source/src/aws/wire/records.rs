@@ -148,7 +148,8 @@ impl<'de> ChangeState<'_, 'de> {
         let fields = ChangeFields {
             event_id,
             event_name: text(&record.event_name),
-            sequence_number: sequence_number.as_str(),
+            sequence_number: Some(sequence_number.as_str()),
+            shard_id: Some(self.shape.shard.as_str()),
             size_bytes: change.size_bytes,
             view_type: text(&change.view_type),
             created_ms: change.created_ms,
@@ -159,7 +160,7 @@ impl<'de> ChangeState<'_, 'de> {
         };
         let images = &self.images;
         self.changes.envelopes.push_with(|out| {
-            envelope::write_envelope(&fields, self.shape, out, |image, out| {
+            envelope::write_envelope(&fields, self.shape.table, out, |image, out| {
                 let range = match image {
                     Image::New => &change.new_image,
                     Image::Old => &change.old_image,

@@ -96,7 +96,8 @@ fn write_record(
     let fields = ChangeFields {
         event_id: record.event_id.as_deref(),
         event_name: record.event_name.as_deref(),
-        sequence_number: sequence_number.as_str(),
+        sequence_number: Some(sequence_number.as_str()),
+        shard_id: Some(shape.shard.as_str()),
         size_bytes: change.size_bytes,
         view_type: change.view_type.as_deref(),
         created_ms: change.created_ms,
@@ -105,7 +106,7 @@ fn write_record(
             .as_ref()
             .map(|identity| (identity.principal_id.as_deref(), identity.kind.as_deref())),
     };
-    write_envelope(&fields, shape, out, |image, out| {
+    write_envelope(&fields, shape.table, out, |image, out| {
         let item = match image {
             Image::New => change.new_image.as_ref(),
             Image::Old => change.old_image.as_ref(),
@@ -167,7 +168,10 @@ pub fn write_changes(
 pub(crate) struct ChangeFields<'a> {
     pub(crate) event_id: Option<&'a str>,
     pub(crate) event_name: Option<&'a str>,
-    pub(crate) sequence_number: &'a str,
+    /// `None` for a change read from an incremental export.
+    pub(crate) sequence_number: Option<&'a str>,
+    /// `None` for a change read from an incremental export.
+    pub(crate) shard_id: Option<&'a str>,
     pub(crate) size_bytes: Option<i64>,
     pub(crate) view_type: Option<&'a str>,
     pub(crate) created_ms: Option<i64>,
@@ -190,7 +194,7 @@ pub(crate) enum Image {
 /// The keys are written once and their bytes copied for the second field.
 pub(crate) fn write_envelope(
     fields: &ChangeFields<'_>,
-    shape: &ChangeShape<'_>,
+    table: &str,
     out: &mut Vec<u8>,
     mut image: impl FnMut(Image, &mut Vec<u8>),
 ) {
@@ -211,15 +215,15 @@ pub(crate) fn write_envelope(
     out.extend_from_slice(b",\"op\":");
     write_json(op_of(fields.event_name).as_ref(), out);
     out.extend_from_slice(b",\"sequence_number\":");
-    write_json(fields.sequence_number, out);
+    write_optional_str(fields.sequence_number, out);
     out.extend_from_slice(b",\"shard_id\":");
-    write_json(shape.shard.as_str(), out);
+    write_optional_str(fields.shard_id, out);
     out.extend_from_slice(b",\"size_bytes\":");
     write_optional_i64(fields.size_bytes, out);
     out.extend_from_slice(b",\"stream_view_type\":");
     write_optional_str(fields.view_type, out);
     out.extend_from_slice(b",\"table\":");
-    write_json(shape.table, out);
+    write_json(table, out);
     out.extend_from_slice(b",\"ts_ms\":");
     write_optional_i64(fields.created_ms, out);
     out.extend_from_slice(b",\"user_identity\":");
@@ -234,6 +238,49 @@ pub(crate) fn write_envelope(
         None => out.extend_from_slice(b"null"),
     }
     out.push(b'}');
+}
+
+/// Appends the change envelope of one line of an incremental export (docs/streams.md §4.12):
+/// `after` = its `NewImage`, `before` = its `OldImage`, `key` = its `Keys`; `op` `"c"`
+/// (`INSERT`: no old image), `"u"` (`MODIFY`) or `"d"` (`REMOVE`: no new image); `ts_ms` = its
+/// `WriteTimestampMicros` in ms (exact, not rounded to the second); `stream_view_type`
+/// `"NEW_AND_OLD_IMAGES"`; `event_id`, `sequence_number`, `shard_id`, `size_bytes` and
+/// `user_identity` null. No newline is written.
+pub fn write_export_change(
+    keys: &Item,
+    new_image: Option<&Item>,
+    old_image: Option<&Item>,
+    written_ms: i64,
+    table: &str,
+    format: ValueFormat,
+    out: &mut Vec<u8>,
+) {
+    let event_name = match (new_image, old_image) {
+        (None, _) => "REMOVE",
+        (Some(_), None) => "INSERT",
+        (Some(_), Some(_)) => "MODIFY",
+    };
+    let fields = ChangeFields {
+        event_id: None,
+        event_name: Some(event_name),
+        sequence_number: None,
+        shard_id: None,
+        size_bytes: None,
+        view_type: Some("NEW_AND_OLD_IMAGES"),
+        created_ms: Some(written_ms),
+        user_identity: None,
+    };
+    write_envelope(&fields, table, out, |image, out| {
+        let item = match image {
+            Image::New => new_image,
+            Image::Old => old_image,
+            Image::Keys => Some(keys),
+        };
+        match item {
+            Some(item) => format.write_item(item, out),
+            None => out.extend_from_slice(b"null"),
+        }
+    });
 }
 
 /// Appends the snapshot envelope of a scanned item (op "r", event_name "SNAPSHOT", after = item,

@@ -1,0 +1,217 @@
+//! `on_gap: repair` end to end through the CLI (docs/streams.md §4.12): moto as the table's
+//! emulator and S3, the export fake (`tests/fake_export`) in front of it answering the export
+//! calls in AWS's layout and trimming the stream (`trim_stream_before`), so a mirror's stored
+//! position falls behind the stream's trim horizon as it does after a day-long outage.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod fake_export;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
+use serde_json::Value;
+
+use common::keyed::{Destination, Target, normalize_sets};
+use common::{Emulator, Pipeline, Running, rt, stderr};
+use fake_export::{FakeExport, create_bucket};
+
+const BUCKET: &str = "exports";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn put(running: &Running, pk: &str, v: i64) {
+    let request = running
+        .client
+        .put_item()
+        .table_name("orders")
+        .item("pk", AttributeValue::S(pk.into()))
+        .item("v", AttributeValue::N(v.to_string()));
+    rt().block_on(request.send()).unwrap();
+}
+
+fn delete(running: &Running, pk: &str) {
+    let request = running
+        .client
+        .delete_item()
+        .table_name("orders")
+        .key("pk", AttributeValue::S(pk.into()));
+    rt().block_on(request.send()).unwrap();
+}
+
+/// The table as a typed scan of the emulator itself gives it (straight to moto, not through
+/// the fake, so it counts no Scan of ddbpipe's runs).
+fn table_items(running: &Running) -> BTreeMap<String, Value> {
+    let dump = Pipeline::new(
+        "dump",
+        &running.endpoint,
+        "table_name: orders\nvalue_format: typed",
+    );
+    let output = dump.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    dump.records()
+        .into_iter()
+        .map(|mut item| {
+            normalize_sets(&mut item);
+            (item["pk"]["S"].as_str().unwrap().to_string(), item)
+        })
+        .collect()
+}
+
+fn mirrored(destination: &Destination) -> BTreeMap<String, Value> {
+    destination
+        .documents("orders")
+        .into_iter()
+        .map(|(pk, mut doc)| {
+            normalize_sets(&mut doc);
+            (pk, doc)
+        })
+        .collect()
+}
+
+/// moto with table `orders` (NEW_AND_OLD_IMAGES) holding 40 items, the bucket, the export fake
+/// in front, and a mirror pipeline through the fake into `target` with `source_extra`.
+fn setup(target: Target, source_extra: &str) -> (Running, FakeExport, Pipeline, Destination) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for i in 0..40 {
+        put(&running, &format!("k{i:02}"), 0);
+    }
+    create_bucket(&running.endpoint, BUCKET);
+    let fake = FakeExport::start(&running.endpoint, &running.endpoint);
+    // Backups reach back an hour: the shortest incremental export (15 min) fits.
+    fake.set_earliest_restorable_ms(Some(now_ms() - 3_600_000));
+    let source = format!(
+        "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 7\non_gap: repair\n{source_extra}"
+    );
+    let pipeline = Pipeline::new("orders-mirror", &fake.url(), &source);
+    let destination = Destination::new(target, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "orders-mirror",
+        &fake.url(),
+        &source,
+        &destination.sink_yaml(),
+    );
+    (running, fake, pipeline, destination)
+}
+
+/// Changes the stream then loses: updates, inserts, deletes and an item created and deleted
+/// inside the gap; then the trim point, then one change the stream keeps.
+fn changes_lost_in_a_gap(running: &Running, fake: &FakeExport) {
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..10 {
+        put(running, &format!("k{i:02}"), 1);
+    }
+    for i in 10..15 {
+        delete(running, &format!("k{i:02}"));
+    }
+    for i in 40..45 {
+        put(running, &format!("k{i:02}"), 1);
+    }
+    put(running, "ghost", 1);
+    delete(running, "ghost");
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(now_ms());
+    std::thread::sleep(Duration::from_millis(1100));
+    put(running, "k20", 2);
+}
+
+/// The scenario: a mirror whose stored position was trimmed repairs the gap from an
+/// incremental export, makes no Scan request, and ends equal to the table; a change after the
+/// repair still streams in.
+fn a_gap_repaired_by_an_incremental_export_makes_no_scan_and_ends_equal_to_the_table(
+    target: Target,
+) {
+    let (running, fake, pipeline, destination) =
+        setup(target, "snapshot: {engine: export, s3_bucket: exports}");
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(mirrored(&destination), table_items(&running));
+
+    changes_lost_in_a_gap(&running, &fake);
+    let output = pipeline.ddbpipe(&["run"]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(err.contains("Gap detected at start-up"), "{err}");
+    assert!(err.contains("Repair"), "{err}");
+    let table = table_items(&running);
+    let rows = mirrored(&destination);
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        table.keys().collect::<Vec<_>>()
+    );
+    assert!(rows == table, "the destination differs from the table");
+    assert!(!rows.contains_key("ghost") && !rows.contains_key("k10"));
+    assert_eq!(fake.forwarded("Scan"), 0, "no Scan request");
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "the full export and one incremental"
+    );
+    let state = destination.state("orders-mirror");
+    assert!(
+        state["meta"].0["position"].get("repair").is_none(),
+        "the repair is closed: {state:?}"
+    );
+
+    // The stream goes on from the capture after the repair.
+    put(&running, "later", 3);
+    delete(&running, "k00");
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(mirrored(&destination) == table_items(&running));
+    assert_eq!(fake.exports_started(), 2, "no further export");
+}
+
+#[test]
+fn a_gap_repaired_by_an_incremental_export_makes_no_scan_and_ends_equal_to_the_table_in_sqlite() {
+    a_gap_repaired_by_an_incremental_export_makes_no_scan_and_ends_equal_to_the_table(
+        Target::Sqlite,
+    );
+}
+
+#[test]
+fn a_gap_repaired_by_an_incremental_export_makes_no_scan_and_ends_equal_to_the_table_in_postgres() {
+    a_gap_repaired_by_an_incremental_export_makes_no_scan_and_ends_equal_to_the_table(
+        Target::Postgres,
+    );
+}
+
+/// Without point-in-time recovery a repair cannot export: the run says why in one line and
+/// resnapshots with the configured engine (a Scan here), ending equal to the table; `check`
+/// warns beforehand.
+#[test]
+fn without_point_in_time_recovery_a_repair_falls_back_to_a_resnapshot_and_says_why() {
+    let (running, fake, pipeline, destination) = setup(
+        Target::Sqlite,
+        "snapshot: {s3_bucket: exports}\nresnapshot_deletes: true",
+    );
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    changes_lost_in_a_gap(&running, &fake);
+    fake.set_pitr(false);
+    let check = pipeline.ddbpipe(&["check"]);
+    let report = format!("{}{}", common::stdout(&check), stderr(&check));
+    assert!(
+        report.contains("on_gap: repair would resnapshot"),
+        "{report}"
+    );
+    let scans_before = fake.forwarded("Scan");
+    let output = pipeline.ddbpipe(&["run"]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("cannot be repaired by incremental exports: point-in-time recovery is off"),
+        "{err}"
+    );
+    assert!(fake.forwarded("Scan") > scans_before, "a resnapshot scans");
+    assert_eq!(fake.exports_started(), 0);
+    assert!(mirrored(&destination) == table_items(&running));
+}

@@ -1,0 +1,206 @@
+//! `on_gap: repair` (docs/streams.md §4.12): the changes a gap lost, read from incremental
+//! exports and applied, then the stream captured again.
+//!
+//! # Rules
+//! 1. The plan (`ddbpipe_source::streams::repair::plan`) needs the table's point-in-time
+//!    recovery window, from `DescribeContinuousBackups`; where it says "resnapshot", the run
+//!    resnapshots with the configured engine and logs why in one line.
+//! 2. The repair record is committed **before** the first export is started, and each window's
+//!    export ARN before it is waited for: a crash resumes the same window and export.
+//! 3. A window's files are read as a snapshot's are (in parallel, exact cursors, resumable),
+//!    their changes written as change envelopes; a keyed sink applies them by version. Once the
+//!    window's files are all applied its vanished rows are deleted and the next window begins,
+//!    in one transaction.
+//! 4. After the last window the stream is captured again (`Startup::recapture`) at that time
+//!    and committed without the repair record; the run then streams from it.
+
+use std::sync::Arc;
+
+use ddbpipe_source::api::{KeyAttribute, SnapshotShape, StreamsApi, TableApi};
+use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::position::StreamsPosition;
+use ddbpipe_source::streams::repair::{self, RepairPlan};
+
+use super::snapshot::{SnapshotScan, Snapshots};
+use super::{StreamRunError, discover};
+use crate::checkpoint::Checkpointer;
+use crate::runner::{RunError, run_scan};
+use crate::sink::Sink;
+
+impl<T: TableApi> Snapshots<'_, T> {
+    /// Rule 1: what a gap of `stored` with `on_gap: repair` leads to.
+    pub async fn plan_repair(
+        &self,
+        scan: &SnapshotScan<T>,
+        stored: &StreamsPosition,
+    ) -> Result<RepairPlan, StreamRunError> {
+        let run = self.run;
+        let Some(repairs) = &scan.repairs else {
+            return Ok(RepairPlan::Resnapshot(
+                "this run has no export bucket for incremental exports".into(),
+            ));
+        };
+        let recovery = repairs.recovery(&run.table, self.stop).await?;
+        Ok(repair::plan(
+            stored,
+            &run.stream_arn,
+            &run.table,
+            &recovery,
+            unix_now_ms(),
+        ))
+    }
+
+    /// Rules 2–3: applies every window of the open repair that is not applied yet.
+    pub async fn repair<S: Sink>(
+        &self,
+        scan: &SnapshotScan<T>,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+    ) -> Result<(), StreamRunError> {
+        let run = self.run;
+        let Some(repairs) = &scan.repairs else {
+            return Err(StreamRunError::Gap(
+                "the stored position holds an open repair, but this run has no export bucket \
+                 for incremental exports: restore source.snapshot.s3_bucket and on_gap: repair, \
+                 or run `ddbpipe state reset`"
+                    .into(),
+            ));
+        };
+        if checkpointer.repair().is_none_or(|repair| repair.applied) {
+            return Ok(());
+        }
+        let (key_schema, table_arn) = self.describe(scan).await?;
+        let shape = Arc::new(SnapshotShape {
+            key_schema,
+            table: run.table.clone(),
+            format: run.format,
+        });
+        while let Some(record) = checkpointer.repair().filter(|r| !r.applied).cloned() {
+            let stored = checkpointer.position().export_arn.clone();
+            let window = (record.window_from_ms, record.window_to_ms);
+            let arn = repairs
+                .begin_incremental(
+                    stored.as_deref(),
+                    &table_arn,
+                    window,
+                    &record.id.to_string(),
+                    self.stop,
+                )
+                .await?;
+            if stored.as_deref() != Some(arn.as_str()) {
+                checkpointer
+                    .set_export(&arn)
+                    .await
+                    .map_err(RunError::from)?;
+            }
+            tracing::info!(
+                export = %arn,
+                window_from_ms = window.0,
+                window_to_ms = window.1,
+                windows = record.windows(),
+                "Repair: reading the incremental export of a window."
+            );
+            let reader = repairs.incremental_reader(&arn, Arc::clone(&shape));
+            let outcome = run_scan(
+                reader,
+                run.batch_size,
+                sink,
+                checkpointer,
+                self.stop.clone(),
+                self.progress,
+            )
+            .await?;
+            if !outcome.completed {
+                return Err(StreamRunError::RepairInterrupted);
+            }
+        }
+        Ok(())
+    }
+
+    /// The table's key schema and ARN, from one `DescribeTable`.
+    async fn describe(
+        &self,
+        scan: &SnapshotScan<T>,
+    ) -> Result<(Vec<KeyAttribute>, String), StreamRunError> {
+        let run = self.run;
+        let described = run
+            .retry
+            .run(
+                "describe_table",
+                || format!("DescribeTable '{}'", run.table),
+                self.stop,
+                self.observer.as_ref(),
+                |_| scan.api.describe_table(&run.table),
+            )
+            .await?;
+        let Some(description) = described else {
+            return Err(StreamRunError::Gap(format!(
+                "DescribeTable '{}' returned no table",
+                run.table
+            )));
+        };
+        let arn = description.arn.clone().ok_or_else(|| {
+            StreamRunError::Gap(format!(
+                "DescribeTable '{}' reported no TableArn, which an export needs",
+                run.table
+            ))
+        })?;
+        Ok((description.key_schema, arn))
+    }
+}
+
+/// Rule 4: captures the stream again once the repair is applied and commits it without the
+/// repair record; returns the listing it made.
+pub(super) async fn recapture<A: StreamsApi>(
+    api: &Arc<A>,
+    snapshots: &Snapshots<'_, impl TableApi>,
+    checkpointer: &mut Checkpointer,
+) -> Result<
+    (
+        StreamsPosition,
+        ddbpipe_source::streams::lineage::ShardGraph,
+        Option<String>,
+    ),
+    StreamRunError,
+> {
+    let run = snapshots.run;
+    let Some(stored) = checkpointer.streams_position().cloned() else {
+        return Err(StreamRunError::Gap(
+            "a repair without a stored stream position".into(),
+        ));
+    };
+    let (graph, status) = discover(
+        api.as_ref(),
+        run,
+        snapshots.stop,
+        snapshots.observer.as_ref(),
+    )
+    .await?;
+    let trimmed = if stored.stream_arn.as_deref() == Some(run.stream_arn.as_str()) {
+        run.probe(
+            api.as_ref(),
+            &ddbpipe_source::streams::gaps::probes(&stored, &graph),
+            snapshots.stop,
+            &mut std::collections::BTreeMap::new(),
+            snapshots.observer.as_ref(),
+        )
+        .await?
+        .into_iter()
+        .map(|(shard, _)| shard)
+        .collect()
+    } else {
+        Vec::new()
+    };
+    let capture = run
+        .startup()
+        .recapture(&stored, &graph, &trimmed, unix_now_ms());
+    tracing::info!(
+        shards = capture.shards.len(),
+        "Repair applied; the stream is captured again and read from there."
+    );
+    checkpointer
+        .set_streams(capture.clone())
+        .await
+        .map_err(RunError::from)?;
+    Ok((capture, graph, status))
+}
