@@ -333,10 +333,16 @@ mod tests {
             decide(OnGap::Resnapshot, true, false),
             Resume::Resnapshot(reasons.clone())
         );
+        assert_eq!(
+            decide(OnGap::Repair, true, false),
+            Resume::Repair(reasons.clone())
+        );
         for (on_gap, can, done) in [
             (OnGap::Fail, true, false),
             (OnGap::Resnapshot, false, false),
             (OnGap::Resnapshot, true, true),
+            (OnGap::Repair, false, false),
+            (OnGap::Repair, true, true),
         ] {
             let Resume::Fail(message) = decide(on_gap, can, done) else {
                 panic!("{on_gap:?} {can} {done}: expected a failure");
@@ -406,4 +412,26 @@ mod tests {
         assert!(!capture.knows(&id("p")));
         assert_eq!(capture.shards[&id("kept")], at_capture);
     }
+
+    #[test]
+    fn a_recapture_after_a_repair_keeps_untrimmed_positions_with_their_read_at_and_no_record() {
+        let mut stored = StreamsPosition::new(StreamKind::Mirror, Some(ARN.into()));
+        stored.advance(&id("kept"), &seq("5"));
+        stored.read(&id("kept"), 1_000);
+        stored.advance(&id("trimmed"), &seq("6"));
+        stored.read(&id("trimmed"), 900);
+        stored.repair = Some(Box::new(crate::position::RepairRecord::open(
+            NOW_MS, 0, 1_000_000, &[],
+        )));
+        let graph = graph(&[("kept", None), ("trimmed", None), ("new", None)]);
+        let capture =
+            startup(OnGap::Repair).recapture(&stored, &graph, &[id("trimmed")], NOW_MS);
+        assert_eq!(capture.shards[&id("kept")], ShardProgress::After(seq("5")));
+        assert_eq!(capture.read_at.get(&id("kept")), Some(&1_000));
+        assert!(!capture.read_at.contains_key(&id("trimmed")));
+        assert_eq!(capture.verified_at(&id("trimmed")), Some(NOW_MS / 1000));
+        assert_eq!(capture.verified_at(&id("new")), Some(NOW_MS / 1000));
+        assert!(capture.repair.is_none() && capture.snapshot.is_none());
+    }
 }
+
