@@ -421,11 +421,13 @@ mod tests {
         stored.advance(&id("trimmed"), &seq("6"));
         stored.read(&id("trimmed"), 900);
         stored.repair = Some(Box::new(crate::position::RepairRecord::open(
-            NOW_MS, 0, 1_000_000, &[],
+            NOW_MS,
+            0,
+            1_000_000,
+            &[],
         )));
         let graph = graph(&[("kept", None), ("trimmed", None), ("new", None)]);
-        let capture =
-            startup(OnGap::Repair).recapture(&stored, &graph, &[id("trimmed")], NOW_MS);
+        let capture = startup(OnGap::Repair).recapture(&stored, &graph, &[id("trimmed")], NOW_MS);
         assert_eq!(capture.shards[&id("kept")], ShardProgress::After(seq("5")));
         assert_eq!(capture.read_at.get(&id("kept")), Some(&1_000));
         assert!(!capture.read_at.contains_key(&id("trimmed")));
@@ -434,4 +436,3 @@ mod tests {
         assert!(capture.repair.is_none() && capture.snapshot.is_none());
     }
 }
-
