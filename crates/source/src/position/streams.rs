@@ -15,7 +15,8 @@
 //! (`TrimHorizon`) or its sequence number, `finished` lists the `ShardEnd` shards, and
 //! `verified_at` / `latest_floor_ms` hold the numbers by shard id. `read_at` holds, for a
 //! positioned shard, the creation time (unix s) of the earliest record of the hand-over that
-//! reached its position: every record created before then was delivered. A repair of a gap
+//! reached its position, or the time of the first of two empty reads once it is caught up:
+//! every record created before then was delivered. A repair of a gap
 //! starts its window there (docs/streams.md §4.12). Reading checks that they agree: a shard both
 //! open and finished, a floor of a shard that is not at its trim horizon, a `read_at` of a
 //! shard that is not positioned, or a number for a shard the position does not hold is

@@ -333,13 +333,18 @@ impl<A: StreamsApi> StreamContext<A> {
                     shard.first_empty_at_s = Some(unix_now_s());
                 } else {
                     shard.caught_up = true;
-                    // Once per streak of empty reads: the first of the two refreshes it.
+                    // Once per streak of empty reads, the first of the two says the shard held
+                    // nothing more then: it refreshes a trim horizon's verification, and a
+                    // positioned shard's `read_at` (a quiet shard keeps a repair window short).
                     if shard.empty_streak == 2
-                        && !shard.handed_any
                         && let Some(at) = shard.first_empty_at_s
                     {
+                        let mut marks = vec![StreamMark::ReadAt(shard.id.clone(), at)];
+                        if !shard.handed_any {
+                            marks.insert(0, StreamMark::Verify(shard.id.clone(), at));
+                        }
                         let mark = Handed {
-                            marks: vec![StreamMark::Verify(shard.id.clone(), at)],
+                            marks,
                             ..Handed::default()
                         };
                         self.handover.hand(mark).await.map_err(closed)?;
