@@ -18,8 +18,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
 use serde_json::Value;
 
-use common::keyed::{Destination, Target, normalize_sets};
-use common::{Emulator, Pipeline, Running, item, n, rt, s, stderr};
+use common::keyed::{self, Destination, Target};
+use common::{Emulator, Pipeline, Running, item, n, s, stderr};
 use fake_export::{FakeExport, create_bucket, list_keys, read_object};
 
 const BUCKET: &str = "exports";
@@ -420,14 +420,7 @@ fn sigkill_during_a_mirrors_file_reads_resumes_without_a_second_export_in_sqlite
 
     let table = table_items(&running);
     assert_eq!(table.len(), ITEMS);
-    let mirrored: BTreeMap<String, Value> = destination
-        .documents("orders")
-        .into_iter()
-        .map(|(pk, mut doc)| {
-            normalize_sets(&mut doc);
-            (pk, doc)
-        })
-        .collect();
+    let mirrored = destination.items("orders");
     assert_eq!(mirrored.len(), ITEMS);
     assert!(mirrored == table, "the destination differs from the table");
 }
@@ -524,40 +517,15 @@ fn the_export_engine_refuses_a_filter_naming_the_field() {
 }
 
 fn put(running: &Running, pk: &str, v: i64) {
-    let request = running
-        .client
-        .put_item()
-        .table_name("orders")
-        .item("pk", AttributeValue::S(pk.into()))
-        .item("v", AttributeValue::N(v.to_string()));
-    rt().block_on(request.send()).unwrap();
+    running.put_pk("orders", pk, &v.to_string());
 }
 
 fn delete(running: &Running, pk: &str) {
-    let request = running
-        .client
-        .delete_item()
-        .table_name("orders")
-        .key("pk", AttributeValue::S(pk.into()));
-    rt().block_on(request.send()).unwrap();
+    running.delete_pk("orders", pk);
 }
 
-/// The table as a typed scan of the emulator itself gives it.
 fn table_items(running: &Running) -> BTreeMap<String, Value> {
-    let dump = Pipeline::new(
-        "dump",
-        &running.endpoint,
-        "table_name: orders\nvalue_format: typed",
-    );
-    let output = run(&dump);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    dump.records()
-        .into_iter()
-        .map(|mut item| {
-            normalize_sets(&mut item);
-            (item["pk"]["S"].as_str().unwrap().to_string(), item)
-        })
-        .collect()
+    keyed::table_items(&running.endpoint, "orders")
 }
 
 /// A mirror whose snapshot is an export, under a concurrent writer, ends equal to the table and
@@ -611,14 +579,7 @@ fn a_mirror_via_an_export_under_writes_equals_the_table(target: Target) {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let table = table_items(&running);
-    let mirrored: BTreeMap<String, Value> = destination
-        .documents("orders")
-        .into_iter()
-        .map(|(pk, mut doc)| {
-            normalize_sets(&mut doc);
-            (pk, doc)
-        })
-        .collect();
+    let mirrored = destination.items("orders");
     assert_eq!(mirrored.len(), table.len());
     assert!(mirrored == table, "the destination differs from the table");
     assert_eq!(fake.forwarded("Scan"), 0, "the mirror made no Scan request");

@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-use common::keyed::{Destination, Target, normalize_sets};
+use common::keyed::{self, Destination, Target};
 use common::{Emulator, Pipeline, Running, item, rt, s, stderr};
 
 const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 2";
@@ -48,12 +48,7 @@ fn keys(destination: &Destination) -> Vec<String> {
 }
 
 fn delete(running: &Running, pk: &str) {
-    let request = running
-        .client
-        .delete_item()
-        .table_name("orders")
-        .key("pk", AttributeValue::S(pk.into()));
-    rt().block_on(request.send()).unwrap();
+    running.delete_pk("orders", pk);
 }
 
 /// Re-creates `orders`: its stream is new, so a stored position has a gap (docs/streams.md §4.5).
@@ -292,33 +287,12 @@ fn start_writer(
     })
 }
 
-/// The table's items in typed JSON by `pk`, read by a `mode: scan` pipeline.
 fn table_items(running: &Running) -> BTreeMap<String, Value> {
-    let dump = Pipeline::new(
-        "dump",
-        &running.endpoint,
-        "table_name: orders\nvalue_format: typed\nsegments: 2",
-    );
-    let output = dump.ddbpipe(&["run", "--progress", "never"]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    dump.records()
-        .into_iter()
-        .map(|mut item| {
-            normalize_sets(&mut item);
-            (item["pk"]["S"].as_str().unwrap().to_string(), item)
-        })
-        .collect()
+    keyed::table_items(&running.endpoint, "orders")
 }
 
 fn mirrored_items(destination: &Destination) -> BTreeMap<String, Value> {
-    destination
-        .documents("orders")
-        .into_iter()
-        .map(|(pk, mut doc)| {
-            normalize_sets(&mut doc);
-            (pk, doc)
-        })
-        .collect()
+    destination.items("orders")
 }
 
 fn assert_converged(running: &Running, destination: &Destination) {

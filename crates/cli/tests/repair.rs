@@ -12,11 +12,11 @@ mod fake_export;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::types::{AttributeValue, StreamViewType};
+use aws_sdk_dynamodb::types::StreamViewType;
 use serde_json::Value;
 
-use common::keyed::{Destination, Target, normalize_sets};
-use common::{Emulator, Pipeline, Running, rt, stderr};
+use common::keyed::{self, Destination, Target};
+use common::{Emulator, Pipeline, Running, stderr};
 use fake_export::{FakeExport, create_bucket};
 
 const BUCKET: &str = "exports";
@@ -28,52 +28,19 @@ fn now_ms() -> i64 {
 }
 
 fn put(running: &Running, pk: &str, v: i64) {
-    let request = running
-        .client
-        .put_item()
-        .table_name("orders")
-        .item("pk", AttributeValue::S(pk.into()))
-        .item("v", AttributeValue::N(v.to_string()));
-    rt().block_on(request.send()).unwrap();
+    running.put_pk("orders", pk, &v.to_string());
 }
 
 fn delete(running: &Running, pk: &str) {
-    let request = running
-        .client
-        .delete_item()
-        .table_name("orders")
-        .key("pk", AttributeValue::S(pk.into()));
-    rt().block_on(request.send()).unwrap();
+    running.delete_pk("orders", pk);
 }
 
-/// The table as a typed scan of the emulator itself gives it (straight to moto, not through
-/// the fake, so it counts no Scan of ddbpipe's runs).
 fn table_items(running: &Running) -> BTreeMap<String, Value> {
-    let dump = Pipeline::new(
-        "dump",
-        &running.endpoint,
-        "table_name: orders\nvalue_format: typed",
-    );
-    let output = dump.ddbpipe(&["run"]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    dump.records()
-        .into_iter()
-        .map(|mut item| {
-            normalize_sets(&mut item);
-            (item["pk"]["S"].as_str().unwrap().to_string(), item)
-        })
-        .collect()
+    keyed::table_items(&running.endpoint, "orders")
 }
 
 fn mirrored(destination: &Destination) -> BTreeMap<String, Value> {
-    destination
-        .documents("orders")
-        .into_iter()
-        .map(|(pk, mut doc)| {
-            normalize_sets(&mut doc);
-            (pk, doc)
-        })
-        .collect()
+    destination.items("orders")
 }
 
 /// moto with table `orders` (NEW_AND_OLD_IMAGES) holding 40 items, the bucket, the export fake

@@ -211,6 +211,39 @@ impl Destination {
     }
 }
 
+/// The items of table `table` at `endpoint` in typed JSON by `pk` (sets sorted), read by a
+/// `mode: scan` pipeline of their own.
+pub fn table_items(endpoint: &str, table: &str) -> BTreeMap<String, Value> {
+    let dump = super::Pipeline::new(
+        "dump",
+        endpoint,
+        &format!("table_name: {table}\nvalue_format: typed\nsegments: 2"),
+    );
+    let output = dump.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", super::stderr(&output));
+    dump.records()
+        .into_iter()
+        .map(|mut item| {
+            normalize_sets(&mut item);
+            let pk = item["pk"]["S"].as_str().expect("a string pk").to_string();
+            (pk, item)
+        })
+        .collect()
+}
+
+impl Destination {
+    /// The documents of `table` by `pk`, sets sorted: comparable with [`table_items`].
+    pub fn items(&self, table: &str) -> BTreeMap<String, Value> {
+        self.documents(table)
+            .into_iter()
+            .map(|(pk, mut doc)| {
+                normalize_sets(&mut doc);
+                (pk, doc)
+            })
+            .collect()
+    }
+}
+
 /// Sorts the members of every set (`SS`, `NS`, `BS`) in typed JSON, so two renderings of one
 /// item compare equal whatever order the sets came in.
 pub fn normalize_sets(value: &mut Value) {

@@ -185,6 +185,12 @@ impl Running {
         rt().block_on(request.send()).expect("PutItem");
     }
 
+    /// Deletes the item `{pk: S}` with DeleteItem.
+    pub fn delete_pk(&self, table: &str, pk: &str) {
+        let request = self.client.delete_item().table_name(table).key("pk", s(pk));
+        rt().block_on(request.send()).expect("DeleteItem");
+    }
+
     /// Writes items with BatchWriteItem, 25 at a time, retrying unprocessed ones.
     pub fn put_items(&self, table: &str, items: Vec<HashMap<String, AttributeValue>>) {
         for chunk in items.chunks(25) {
