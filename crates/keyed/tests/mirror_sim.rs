@@ -13,9 +13,35 @@
 //! its key (a snapshot row never overwrote a newer change, a deleted item never came back).
 //! Checked at the end: the destination equals the table, key by key and version by version.
 //!
+//! # Scan and export snapshots
+//! Even seeds scan the table (`Scan` pages, about one every 4 s). Odd seeds read the snapshot
+//! from a full export instead (docs/scan.md §2.10; the script is in `mirror_sim_export/`): the
+//! export engine over the in-memory `FakeExports`, whose exports hold the table as the stream's
+//! writes left it when the export starts, with the stream's clock then as `ExportTime`, the
+//! snapshot rows' version. The seed draws the export's data files (1–5), how many
+//! `DescribeExport` calls it stays `IN_PROGRESS` (0–6: up to 90 s of waiting, longer than the
+//! stream keeps records), the files read at once (1–3) and the lines per page (1–5), whether
+//! the first export FAILED (the run waiting on it fails naming it; the next run starts
+//! another), transient S3 errors, and a data file's body cut off mid-transfer.
+//!
+//! The files are read on blocking threads, which hold tokio's paused clock still: reading them
+//! takes no tokio time, and a sink that waited on a timer meanwhile would wait for ever. So an
+//! export seed crashes either at a time, as a scan seed does, or once the sink has written its
+//! n-th batch of snapshot rows, which lands among the files. Checked besides the above: one
+//! export per snapshot (two after the FAILED one) however the runs crashed, and a crash among
+//! the files in more than a fifth of the export seeds. With more than one file read at once,
+//! which file's page comes first depends on those threads, so a replay of such a seed may
+//! batch its rows differently.
+//!
+//! An export seed costs about what a scan seed does (the stream dominates), so the 500 default
+//! seeds, half of each, take as long as 500 scan seeds did: about a minute in debug on two idle
+//! cores.
+//!
 //! `MIRROR_SIM_SEEDS=n` runs more seeds, `MIRROR_SIM_SEED=n` one seed.
 
 #![allow(clippy::unwrap_used)]
+
+mod mirror_sim_export;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,6 +58,8 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
+use ddbpipe_source::api::{Page, ReadRequest, TableApi, TableDescription, TableNames};
+use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
 use ddbpipe_source::plan::ReadRule;
 use ddbpipe_source::position::StreamKind;
@@ -41,11 +69,16 @@ use ddbpipe_value::ValueFormat;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use mirror_sim_export::{ExportScript, among_the_files};
 
 const SEEDS: u64 = 500;
 /// When the first run starts: after the stream dropped the records of the table's first writes.
 const CAPTURE: Duration = Duration::from_secs(70);
 const KEYS: usize = 24;
+/// The table's ARN as `DescribeTable` reports it (an export names its table by ARN).
+const TABLE_ARN: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/t";
 
 /// The latest committed change per key: its version, and whether it deleted the item.
 type Committed = BTreeMap<String, (u64, bool)>;
@@ -55,14 +88,21 @@ struct Checked {
     inner: KeyedSink,
     path: std::path::PathBuf,
     committed: Committed,
+    /// Batches with snapshot rows written so far.
+    snapshot_batches: u64,
+    /// Crash once this many batches with snapshot rows are written.
+    crash_after: Option<u64>,
+    crash: Arc<Notify>,
 }
 
 impl Sink for Checked {
     async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
         self.inner.write(batch, state).await?;
+        let mut snapshot_rows = false;
         for line in batch.records.iter() {
             let envelope: Value = serde_json::from_slice(line).unwrap();
             let key = envelope["key"]["pk"].as_str().unwrap().to_string();
+            snapshot_rows |= envelope["op"] == "r";
             match envelope["op"].as_str().unwrap() {
                 "c" | "u" => {
                     let version = envelope["after"]["v"].as_u64().unwrap();
@@ -89,6 +129,14 @@ impl Sink for Checked {
                     panic!("row {key} is missing after its change to {version} was committed")
                 }
                 _ => {}
+            }
+        }
+        if snapshot_rows {
+            self.snapshot_batches += 1;
+            if self.crash_after == Some(self.snapshot_batches) {
+                // The batch is committed; the run dies before it hears so.
+                self.crash.notify_one();
+                std::future::pending::<()>().await;
             }
         }
         Ok(())
@@ -203,13 +251,66 @@ fn write(key: usize, remove: bool) -> Change {
     }
 }
 
-/// One run, dropped at `crash_at` when given.
+/// The table behind the stream, described with its ARN.
+struct Described(FakeStreamTable);
+
+impl TableApi for Described {
+    async fn read_page(&self, request: &ReadRequest) -> Result<Page, ApiError> {
+        self.0.read_page(request).await
+    }
+
+    async fn describe_table(&self, table_name: &str) -> Result<Option<TableDescription>, ApiError> {
+        let mut described = self.0.describe_table(table_name).await?;
+        if let Some(table) = described.as_mut() {
+            table.arn = Some(TABLE_ARN.into());
+        }
+        Ok(described)
+    }
+
+    async fn list_tables(&self, exclusive_start: Option<&str>) -> Result<TableNames, ApiError> {
+        self.0.list_tables(exclusive_start).await
+    }
+
+    fn clock_ms(&self) -> i64 {
+        self.0.clock_ms()
+    }
+}
+
+/// How one seed's snapshot reads the table.
+enum Engine {
+    /// `Scan` pages.
+    Scan,
+    /// A full export through the export engine.
+    Export(ExportScript),
+}
+
+/// How seed `seed` reads its snapshot: even seeds scan, odd ones read exports.
+fn engine(seed: u64, stream: &Arc<FakeStreams>) -> Engine {
+    if seed.is_multiple_of(2) {
+        Engine::Scan
+    } else {
+        Engine::Export(ExportScript::seeded(seed, stream))
+    }
+}
+
+/// Where a run crashes (is dropped).
+#[derive(Debug, Clone, Copy)]
+enum Crash {
+    /// This long after it started (tokio's time).
+    At(Duration),
+    /// Once the sink has written this many batches with snapshot rows: among an export's files,
+    /// which take no tokio time to read.
+    AfterSnapshotBatches(u64),
+}
+
+/// One run, dropped at `crash` when given.
 async fn run(
     stream: &Arc<FakeStreams>,
     skew_ms: i64,
+    engine: &Engine,
     path: &Path,
     committed: Committed,
-    crash_at: Option<Duration>,
+    crash: Option<Crash>,
 ) -> (Option<Result<EndReason, StreamRunError>>, Committed) {
     let db = Database::Sqlite(SqliteDatabase::open(path).unwrap());
     let inner = KeyedSink::new(
@@ -236,14 +337,27 @@ async fn run(
         deletes: true,
         max_keys: u64::MAX,
     });
+    let settings = settings();
+    let exports = match engine {
+        Engine::Scan => None,
+        Engine::Export(script) => Some(script.engine(&settings)),
+    };
+    let crashed = Arc::new(Notify::new());
     let mut sink = Checked {
         inner,
         path: path.to_path_buf(),
         committed,
+        snapshot_batches: 0,
+        crash_after: match crash {
+            Some(Crash::AfterSnapshotBatches(n)) => Some(n),
+            _ => None,
+        },
+        crash: Arc::clone(&crashed),
     };
+    let table = FakeStreamTable::of(Arc::clone(stream)).with_local_offset_ms(-skew_ms);
     let scan = SnapshotScan {
         // Pages are timed by this machine's clock, records by the stream's.
-        api: Arc::new(FakeStreamTable::of(Arc::clone(stream)).with_local_offset_ms(-skew_ms)),
+        api: Arc::new(Described(table)),
         segments: 3,
         max_concurrency: 2,
         page_limit: Some(2),
@@ -253,10 +367,9 @@ async fn run(
             fixed: Some(0.25),
             ..ReadRule::default()
         },
-        exports: None,
+        exports,
         repairs: None,
     };
-    let settings = settings();
     let running = run_streams_with_snapshots(
         Arc::clone(stream),
         Some(scan),
@@ -267,37 +380,68 @@ async fn run(
         Arc::new(NoObserver),
         &NoProgress,
     );
-    let result = match crash_at {
-        None => Some(running.await.map(|outcome| outcome.end)),
-        Some(at) => tokio::time::timeout(at, running)
-            .await
-            .ok()
-            .map(|result| result.map(|outcome| outcome.end)),
+    let crashing = async {
+        match crash {
+            Some(Crash::At(at)) => tokio::time::sleep(at).await,
+            Some(Crash::AfterSnapshotBatches(_)) => crashed.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        biased;
+        result = running => Some(result.map(|outcome| outcome.end)),
+        () = crashing => None,
     };
     (result, sink.committed)
 }
 
-/// One seed; returns how many rows a snapshot row wrote last (none of its key's changes came
-/// after it).
-async fn simulate(seed: u64) -> u64 {
+/// What one seed showed beyond its checks.
+struct Simulated {
+    /// Rows a snapshot row wrote last (none of its key's changes came after it).
+    snapshot_rows: u64,
+    /// The seed read an export.
+    exported: bool,
+    /// A crash landed among the export's files.
+    crashed_among_files: bool,
+}
+
+/// One seed.
+async fn simulate(seed: u64) -> Simulated {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mirror.db");
     let (stream, skew_ms) = stream(seed);
+    let engine = engine(seed, &stream);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6d69_7272);
     let mut committed = Committed::new();
+    let mut failed_exports = 0;
+    let mut crashed_among_files = false;
     tokio::time::sleep(CAPTURE).await;
     for attempt in 0..16 {
-        let crash_at = (attempt < 4 && rng.random_bool(0.5))
-            .then(|| Duration::from_millis(rng.random_range(500..150_000)));
+        let crash = (attempt < 4 && rng.random_bool(0.5)).then(|| {
+            if matches!(engine, Engine::Export(_)) && rng.random_bool(0.7) {
+                Crash::AfterSnapshotBatches(rng.random_range(1..=5))
+            } else {
+                Crash::At(Duration::from_millis(rng.random_range(500..150_000)))
+            }
+        });
         // A run that starts after the last write and ends idle has read everything; one that
         // ends idle while the last writes land may leave them to the next run.
         let quiet_start = stream.quiescent();
-        let (result, now_committed) = run(&stream, skew_ms, &path, committed, crash_at).await;
+        let (result, now_committed) = run(&stream, skew_ms, &engine, &path, committed, crash).await;
+
         committed = now_committed;
         match result {
-            None => continue,
+            None => crashed_among_files |= among_the_files(&path),
             Some(Ok(EndReason::Idle)) if quiet_start => break,
-            Some(Ok(_)) => continue,
+            Some(Ok(_)) => {}
+            // The scripted FAILED export fails the run that waits on it, once.
+            Some(Err(error))
+                if matches!(&engine, Engine::Export(script) if script.fails)
+                    && failed_exports == 0
+                    && error.to_string().contains("FAILED (S3AccessDenied") =>
+            {
+                failed_exports += 1;
+            }
             Some(Err(error)) => panic!("seed {seed}: run {attempt} failed: {error}"),
         }
     }
@@ -308,13 +452,31 @@ async fn simulate(seed: u64) -> u64 {
         table,
         "seed {seed}: the destination differs from the table"
     );
+    if let Engine::Export(script) = &engine {
+        assert_eq!(
+            failed_exports,
+            u64::from(script.fails),
+            "seed {seed}: the FAILED export failed one run"
+        );
+        assert_eq!(
+            script.fake.calls().started,
+            1 + failed_exports,
+            "seed {seed}: one export per snapshot, and one more after a FAILED one"
+        );
+    }
     let db = rusqlite::Connection::open(&path).unwrap();
-    db.query_row(
-        "SELECT count(*) FROM \"t\" WHERE _ddbpipe_version_seq IS NULL",
-        [],
-        |row| row.get(0),
-    )
-    .unwrap()
+    let snapshot_rows = db
+        .query_row(
+            "SELECT count(*) FROM \"t\" WHERE _ddbpipe_version_seq IS NULL",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    Simulated {
+        snapshot_rows,
+        exported: matches!(engine, Engine::Export(_)),
+        crashed_among_files,
+    }
 }
 
 fn seeds() -> Vec<u64> {
@@ -329,24 +491,38 @@ fn seeds() -> Vec<u64> {
 }
 
 #[test]
-fn a_mirror_whose_scan_outlasts_the_stream_retention_converges_under_writes_reshards_and_crashes() {
+fn a_mirror_whose_snapshot_outlasts_the_stream_retention_converges_under_writes_reshards_and_crashes()
+ {
     let seeds = seeds();
-    let mut landed = 0;
+    // Per engine (scan, export): seeds, seeds where snapshot rows landed.
+    let mut seen = [(0, 0); 2];
+    let mut among_files = 0;
     for &seed in &seeds {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        if runtime.block_on(simulate(seed)) > 0 {
-            landed += 1;
+        let simulated = runtime.block_on(simulate(seed));
+        let (runs, landed) = &mut seen[usize::from(simulated.exported)];
+        *runs += 1;
+        if simulated.snapshot_rows > 0 {
+            *landed += 1;
         }
+        among_files += u32::from(simulated.crashed_among_files);
     }
     // The version rule writes snapshot rows too, not only holds them back: in most seeds some
-    // row ends as a page left it.
+    // row ends as a page (or the export) left it.
+    for (engine, (runs, landed)) in ["scan", "export"].iter().zip(seen) {
+        assert!(
+            runs < 10 || landed * 2 > runs,
+            "{engine}: snapshot rows landed in only {landed} of {runs} seeds"
+        );
+    }
+    // The export seeds crash among the files often enough to test resuming them.
+    let exported = seen[1].0;
     assert!(
-        seeds.len() < 10 || landed * 2 > seeds.len(),
-        "snapshot rows landed in only {landed} of {} seeds",
-        seeds.len()
+        exported < 10 || among_files * 5 > exported,
+        "a crash landed among the export's files in only {among_files} of {exported} seeds"
     );
 }
