@@ -47,7 +47,10 @@
 //! ```
 //!
 //! Which statement a row change takes is `crate::sql::plan`'s decision, the same as SQLite's.
-//! Each is one statement, so a batch stays one pipelined round trip. A table of an earlier
+//! Each is one statement, so a batch stays one pipelined round trip. A batch of upserts of one
+//! kind with distinct keys (a scan's items, a snapshot's pages) is instead copied into a
+//! temporary staging table and merged by one `INSERT … SELECT` with the same casts, conflict
+//! update and guards (`bulk`). A table of an earlier
 //! ddbpipe, without the version columns, gets them from `prepare` (`ALTER TABLE … ADD COLUMN IF
 //! NOT EXISTS`, which needs the table's owner; `check` says so when this role is not).
 //!
@@ -89,6 +92,7 @@ use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
+use self::bulk::Bulk;
 use self::conninfo::ConnInfo;
 use self::schema::{
     create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
@@ -112,6 +116,7 @@ use crate::{
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
+mod bulk;
 mod conninfo;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
@@ -278,9 +283,24 @@ impl PostgresDatabase {
         } else {
             state.updated_at.clone()
         };
+        let bulk = Bulk::of(rows, &writes);
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
+            if let Some(bulk) = bulk {
+                let merge = bulk::merge_statement(client, cache, spec, bulk).await?;
+                let state_statements =
+                    StateStatements::get(client, cache, &spec.schema, state).await?;
+                let mut calls = Vec::new();
+                state_statements.push_calls(state, &mut calls)?;
+                let tx = client.transaction().await?;
+                let written = async {
+                    bulk::write(&tx, spec, rows, &writes, bulk, &merge, &updated_at).await?;
+                    execute_pipelined(&tx, &calls).await
+                }
+                .await;
+                return end_transaction(tx, written).await;
+            }
             let needs = |f: fn(&Write<'_>) -> bool| writes.iter().any(f);
             // Each statement's text is built only when the batch needs it.
             let upsert_change = prepare_if(

@@ -120,7 +120,7 @@ pub(super) fn sql_type(kind: KeyType) -> &'static str {
 }
 
 /// The parameter cast of a key column: numbers go as text and are cast by the server.
-fn key_cast(kind: KeyType) -> &'static str {
+pub(super) fn key_cast(kind: KeyType) -> &'static str {
     match kind {
         KeyType::S => "::text",
         KeyType::N => "::text::numeric",
