@@ -334,8 +334,13 @@ impl State {
 }
 
 impl ExportApi for FakeExports {
+    /// The recovery set (PITR on, restorable from 0), its latest restorable time the source's
+    /// clock now unless one was set: DynamoDB's clock, not this machine's.
     async fn recovery(&self, _table_name: &str) -> Result<Recovery, ApiError> {
-        Ok(self.lock().recovery.clone())
+        let state = self.lock();
+        let mut recovery = state.recovery.clone();
+        recovery.latest_ms = recovery.latest_ms.or_else(|| Some(state.source.now_ms()));
+        Ok(recovery)
     }
 
     async fn start_export(&self, request: &StartExport) -> Result<ExportStatus, ApiError> {

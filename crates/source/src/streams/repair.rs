@@ -10,7 +10,8 @@
 //!    trim horizon (finished shards' frontiers when no shard is open), minus
 //!    [`REPAIR_MARGIN_MS`], down to the second. A shard that does not say (a position written
 //!    before `read_at` existed) makes the window unknown: a full resnapshot.
-//! 4. It ends at the table's latest restorable time (now, when not reported), down to the
+//! 4. It ends at the table's latest restorable time (DynamoDB's clock; this machine's now when not
+//!    reported), down to the
 //!    second; the stream, recaptured once the repair is applied, covers what follows.
 //! 5. A window shorter than AWS's shortest incremental export ([`MIN_WINDOW_MS`]) starts
 //!    earlier; it is then exported whole. Starting earlier only re-applies changes the
@@ -90,7 +91,8 @@ pub fn plan(
     };
     let second = |ms: i64| ms.div_euclid(1000) * 1000;
     let wanted_from = second(delivered_s * 1000 - REPAIR_MARGIN_MS);
-    let to_ms = second(recovery.latest_ms.unwrap_or(now_ms).min(now_ms));
+    // DynamoDB's own clock says how far its backups reach; this machine's only when it does not.
+    let to_ms = second(recovery.latest_ms.unwrap_or(now_ms));
     let from_ms = wanted_from.min(to_ms - MIN_WINDOW_MS);
     if let Some(earliest) = recovery.earliest_ms
         && from_ms < earliest
