@@ -4,8 +4,10 @@
 //! # Rules
 //! 1. A batch goes this way when every row change is an upsert of one kind (`Write::Upsert`,
 //!    `Write::UpsertMarked` of one snapshot, or `Write::UpsertUnlessNewer` of one snapshot and
-//!    read time) and no key occurs twice in it. Any other batch (deletes, repairs, a key
-//!    changed twice: stream hand-overs) takes the per-row statements, which keep per-key order.
+//!    read time) and no key occurs twice in it; or when it holds stream changes only —
+//!    `Upsert` and `Delete`, or, with a snapshot open, `UpsertMarked` of that snapshot and
+//!    `DeleteMarked` — in any order (rule 5). A batch with a repair's changes takes the per-row
+//!    statements.
 //! 2. The rows are copied (`COPY … FROM STDIN (FORMAT binary)`) into a session's temporary
 //!    staging table (`ON COMMIT DELETE ROWS`, created once per connection): the key values as
 //!    text (`S`, and `N` as its exact text) or bytes, the document as text, the version, and for
@@ -16,6 +18,14 @@
 //!    document type, deleted-key markers and stream-written rows holding back snapshot rows.
 //! 4. The staging rows, the merge and the state parts are one transaction with the batch, as
 //!    on the per-row path.
+//! 5. Stream changes: each staged row keeps its place in the batch (`ord`) and whether it is a
+//!    delete (`op`). The deletes first leave their deleted-key markers (with a snapshot open;
+//!    per key the newest time, null counting as newest, as the per-row marker statement keeps);
+//!    then each key's **last** change decides: a delete deletes the row, an upsert writes its
+//!    document and version. That is the state applying the changes one by one leaves — the same
+//!    rows, documents, versions and markers — except that a key deleted and upserted again in one
+//!    batch without a snapshot open keeps its old snapshot marker instead of null, which no
+//!    cleanup tells apart (only the open snapshot's id counts there).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -51,6 +61,12 @@ pub(super) enum Bulk {
         /// The cutoff of their read time.
         cutoff_ms: i64,
     },
+    /// Stream upserts and deletes in any order (rule 5); with a snapshot open, marked with its
+    /// id and leaving deleted-key markers.
+    Changes {
+        /// The open snapshot's id.
+        marked: Option<i64>,
+    },
 }
 
 impl Bulk {
@@ -78,7 +94,40 @@ impl Bulk {
             _ => false,
         });
         let mut keys = HashSet::with_capacity(rows.len());
-        (same && rows.iter().all(|row| keys.insert(row_key(row)))).then_some(first)
+        if same && rows.iter().all(|row| keys.insert(row_key(row))) {
+            return Some(first);
+        }
+        Self::changes(writes)
+    }
+
+    /// Stream changes of one snapshot state (rule 5).
+    fn changes(writes: &[Write<'_>]) -> Option<Bulk> {
+        let marked = match writes.iter().find_map(|write| match write {
+            Write::UpsertMarked { id, .. } => Some(Some(*id)),
+            Write::DeleteMarked { .. } => Some(None),
+            _ => None,
+        }) {
+            // A marked delete alone does not say the id: the per-row statements keep it.
+            Some(None)
+                if !writes
+                    .iter()
+                    .any(|w| matches!(w, Write::UpsertMarked { .. })) =>
+            {
+                return None;
+            }
+            Some(_) => writes.iter().find_map(|write| match write {
+                Write::UpsertMarked { id, .. } => Some(*id),
+                _ => None,
+            }),
+            None => None,
+        };
+        let fits = writes.iter().all(|write| match (write, marked) {
+            (Write::Upsert { .. } | Write::Delete, None) => true,
+            (Write::UpsertMarked { id, .. }, Some(want)) => *id == want,
+            (Write::DeleteMarked { .. }, Some(_)) => true,
+            _ => false,
+        });
+        fits.then_some(Bulk::Changes { marked })
     }
 }
 
@@ -115,7 +164,7 @@ fn create_stage_sql(spec: &TableSpec) -> String {
     }
     format!(
         "CREATE TEMP TABLE IF NOT EXISTS {} ({columns}doc text, vms bigint, vseq text, \
-         key_text text) ON COMMIT DELETE ROWS",
+         key_text text, op smallint, ord bigint) ON COMMIT DELETE ROWS",
         quote(&stage_name(spec))
     )
 }
@@ -123,15 +172,130 @@ fn create_stage_sql(spec: &TableSpec) -> String {
 fn copy_sql(spec: &TableSpec) -> String {
     let keys: Vec<String> = (0..spec.key.len()).map(|i| format!("k{i}")).collect();
     format!(
-        "COPY {} ({}, doc, vms, vseq, key_text) FROM STDIN (FORMAT binary)",
+        "COPY {} ({}, doc, vms, vseq, key_text, op, ord) FROM STDIN (FORMAT binary)",
         quote(&stage_name(spec)),
         keys.join(", ")
     )
 }
 
-/// The merge of the staging table into the destination (rule 3). Parameters: `updated_at`,
-/// then the id (marked kinds), then the cutoff and the table name (`UnlessNewer`).
-fn merge_sql(spec: &TableSpec, bulk: Bulk) -> String {
+/// The merge of the staging table into the destination (rules 3 and 5), one or more
+/// statements in order. An upsert's parameters: `updated_at`, then the id (marked kinds), then
+/// the cutoff and the table name (`UnlessNewer`). `Changes`: the markers' statement (with a
+/// snapshot open) takes the table name, the delete nothing, the upsert as above.
+fn merge_sql(spec: &TableSpec, bulk: Bulk) -> Vec<String> {
+    match bulk {
+        Bulk::Changes { marked } => changes_sql(spec, marked),
+        _ => vec![upserts_sql(spec, bulk)],
+    }
+}
+
+/// The value expressions of a staged row `s` in the destination's column order.
+fn staged_values(spec: &TableSpec, s: &str, marker: &str, vseq: &str) -> String {
+    let mut values: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{s}.k{i}{}", super::sql::key_cast(k.kind)))
+        .collect();
+    values.push(format!("{s}.doc{}", document::cast(spec.document_type)));
+    values.push(marker.to_string());
+    values.push("$1::text".into());
+    values.push(format!("{s}.vms"));
+    values.push(vseq.to_string());
+    values.join(", ")
+}
+
+/// The conflict update of an upsert: the document and version, and the marker when marked.
+fn conflict_set(spec: &TableSpec, marked: bool) -> String {
+    let document = quote(&spec.document_column);
+    let updated_at = quote(UPDATED_AT_COLUMN);
+    let version_ms = quote(VERSION_MS_COLUMN);
+    let version_seq = quote(VERSION_SEQ_COLUMN);
+    let mut set = format!(
+        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
+         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
+    );
+    if marked {
+        let marker = quote(SNAPSHOT_COLUMN);
+        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
+    }
+    set
+}
+
+fn columns(spec: &TableSpec) -> String {
+    format!(
+        "{}, {}, {}, {}, {}, {}",
+        key_list(spec),
+        quote(&spec.document_column),
+        quote(SNAPSHOT_COLUMN),
+        quote(UPDATED_AT_COLUMN),
+        quote(VERSION_MS_COLUMN),
+        quote(VERSION_SEQ_COLUMN)
+    )
+}
+
+/// Rule 5: the markers of the deletes (with a snapshot open), then each key's last change.
+fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> Vec<String> {
+    let table = qualified(&spec.schema, &spec.table);
+    let stage = quote(&stage_name(spec));
+    let keys = key_list(spec);
+    let cast_keys = |s: &str| -> String {
+        spec.key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{s}.k{i}{}", super::sql::key_cast(k.kind)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let last = format!(
+        "(SELECT DISTINCT ON ({}) * FROM {stage} s ORDER BY {}, s.ord DESC) last",
+        cast_keys("s"),
+        cast_keys("s")
+    );
+    let mut statements = Vec::new();
+    if marked.is_some() {
+        statements.push(format!(
+            "INSERT INTO {} AS d (table_name, key_text, version_ms) SELECT $1::text, s.key_text, \
+             CASE WHEN bool_or(s.vms IS NULL) THEN NULL ELSE max(s.vms) END FROM {stage} s \
+             WHERE s.op = 1 GROUP BY s.key_text ON CONFLICT (table_name, key_text) DO UPDATE \
+             SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL \
+             THEN NULL ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END",
+            qualified(&spec.schema, DELETED_TABLE)
+        ));
+    }
+    let matches: Vec<String> = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            format!(
+                "t.{} = last.k{i}{}",
+                quote(&k.name),
+                super::sql::key_cast(k.kind)
+            )
+        })
+        .collect();
+    statements.push(format!(
+        "DELETE FROM {table} AS t USING {last} WHERE last.op = 1 AND {}",
+        matches.join(" AND ")
+    ));
+    let marker = if marked.is_some() {
+        "$2::bigint"
+    } else {
+        "NULL::bigint"
+    };
+    statements.push(format!(
+        "INSERT INTO {table} AS t ({}) SELECT {} FROM {last} WHERE last.op = 0 \
+         ON CONFLICT ({keys}) DO UPDATE SET {}",
+        columns(spec),
+        staged_values(spec, "last", marker, "last.vseq"),
+        conflict_set(spec, marked.is_some())
+    ));
+    statements
+}
+
+/// Rule 3: upserts of one kind with distinct keys.
+fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
     let table = qualified(&spec.schema, &spec.table);
     let document = quote(&spec.document_column);
     let marker = quote(SNAPSHOT_COLUMN);
@@ -147,7 +311,7 @@ fn merge_sql(spec: &TableSpec, bulk: Bulk) -> String {
         .collect();
     values.push(format!("s.doc{}", document::cast(spec.document_type)));
     values.push(match bulk {
-        Bulk::Change => "NULL::bigint".into(),
+        Bulk::Change | Bulk::Changes { .. } => "NULL::bigint".into(),
         Bulk::Marked { .. } | Bulk::UnlessNewer { .. } => "$2::bigint".into(),
     });
     values.push("$1::text".into());
@@ -170,7 +334,7 @@ fn merge_sql(spec: &TableSpec, bulk: Bulk) -> String {
         values.join(", ")
     );
     match bulk {
-        Bulk::Change | Bulk::Marked { .. } => {
+        Bulk::Change | Bulk::Marked { .. } | Bulk::Changes { .. } => {
             format!("{insert} ON CONFLICT ({keys}) DO UPDATE SET {set}")
         }
         Bulk::UnlessNewer { .. } => format!(
@@ -186,18 +350,21 @@ fn merge_sql(spec: &TableSpec, bulk: Bulk) -> String {
 
 /// The staging table exists in this session and the merge is prepared (once per connection:
 /// the statement cache is cleared on reconnect, and the temporary table goes with the session).
-pub(super) async fn merge_statement(
+pub(super) async fn merge_statements(
     client: &Client,
     cache: &mut std::collections::HashMap<String, Statement>,
     spec: &TableSpec,
     bulk: Bulk,
-) -> Result<Statement, tokio_postgres::Error> {
-    let sql = merge_sql(spec, bulk);
-    if let Some(statement) = cache.get(&sql) {
-        return Ok(statement.clone());
+) -> Result<Vec<Statement>, tokio_postgres::Error> {
+    let sqls = merge_sql(spec, bulk);
+    if !sqls.iter().all(|sql| cache.contains_key(sql)) {
+        client.batch_execute(&create_stage_sql(spec)).await?;
     }
-    client.batch_execute(&create_stage_sql(spec)).await?;
-    super::session::statement(client, cache, sql).await
+    let mut statements = Vec::with_capacity(sqls.len());
+    for sql in sqls {
+        statements.push(super::session::statement(client, cache, sql).await?);
+    }
+    Ok(statements)
 }
 
 /// Copies the rows into the staging table and merges them (rules 2–3), inside `tx`.
@@ -207,17 +374,25 @@ pub(super) async fn write(
     rows: &[RowChange],
     writes: &[Write<'_>],
     bulk: Bulk,
-    merge: &Statement,
+    merge: &[Statement],
     updated_at: &str,
 ) -> Result<(), Failure> {
     let mut types: Vec<Type> = spec.key.iter().map(|k| stage_type(k.kind).1).collect();
-    types.extend([Type::TEXT, Type::INT8, Type::TEXT, Type::TEXT]);
+    types.extend([
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT2,
+        Type::INT8,
+    ]);
     let sink = tx.copy_in(&copy_sql(spec)).await?;
     let writer = BinaryCopyInWriter::new(sink, &types);
     pin_mut!(writer);
-    for (row, write) in rows.iter().zip(writes) {
-        let RowChange::Upsert { key, document, .. } = row else {
-            continue;
+    for (ord, (row, write)) in rows.iter().zip(writes).enumerate() {
+        let (key, document, op): (&[KeyValue], &str, i16) = match row {
+            RowChange::Upsert { key, document, .. } => (key, document, 0),
+            RowChange::Delete { key, .. } => (key, "", 1),
         };
         let (version_ms, version_seq) = match write {
             Write::Upsert {
@@ -230,28 +405,43 @@ pub(super) async fn write(
                 ..
             } => (*version_ms, *version_seq),
             Write::UpsertUnlessNewer { read_ms, .. } => (Some(*read_ms), None),
+            Write::DeleteMarked { version_ms } => (*version_ms, None),
             _ => (None, None),
         };
-        let guard = match bulk {
-            Bulk::UnlessNewer { .. } => Some(key_text(key)),
+        let guard = match (bulk, write) {
+            (Bulk::UnlessNewer { .. }, _) | (_, Write::DeleteMarked { .. }) => Some(key_text(key)),
             _ => None,
         };
+        let ord = ord as i64;
         let mut values: Vec<&(dyn ToSql + Sync)> = key.iter().map(key_value).collect();
         values.extend([
-            document as &(dyn ToSql + Sync),
+            &document as &(dyn ToSql + Sync),
             &version_ms,
             &version_seq,
             &guard,
+            &op,
+            &ord,
         ]);
         writer.as_mut().write(&values).await?;
     }
     writer.finish().await?;
-    let params: Vec<&(dyn ToSql + Sync)> = match &bulk {
-        Bulk::Change => vec![&updated_at],
-        Bulk::Marked { id } => vec![&updated_at, id],
+    let upsert: Vec<&(dyn ToSql + Sync)> = match &bulk {
+        Bulk::Change | Bulk::Changes { marked: None } => vec![&updated_at],
+        Bulk::Marked { id } | Bulk::Changes { marked: Some(id) } => vec![&updated_at, id],
         Bulk::UnlessNewer { id, cutoff_ms } => vec![&updated_at, id, cutoff_ms, &spec.table],
     };
-    tx.execute(merge, &params).await?;
+    let (last, before) = merge
+        .split_last()
+        .ok_or_else(|| crate::DbError::fatal("postgres: no merge statement"))?;
+    for statement in before {
+        // The markers' statement takes the table name; the delete takes nothing.
+        let params: &[&(dyn ToSql + Sync)] = match statement.params().len() {
+            0 => &[],
+            _ => &[&spec.table],
+        };
+        tx.execute(statement, params).await?;
+    }
+    tx.execute(last, &upsert).await?;
     Ok(())
 }
 
@@ -277,7 +467,7 @@ mod tests {
     }
 
     #[test]
-    fn only_batches_of_one_kind_of_upsert_with_distinct_keys_go_through_copy() {
+    fn upserts_of_one_kind_with_distinct_keys_and_stream_changes_go_through_copy() {
         let rows = [upsert("a", false), upsert("b", false)];
         let plain = || Write::Upsert {
             version_ms: None,
@@ -287,8 +477,8 @@ mod tests {
         let twice = [upsert("a", false), upsert("a", false)];
         assert_eq!(
             Bulk::of(&twice, &[plain(), plain()]),
-            None,
-            "a key changed twice"
+            Some(Bulk::Changes { marked: None }),
+            "a key changed twice: the last change decides"
         );
         let marked = |id| Write::UpsertMarked {
             id,
@@ -300,8 +490,26 @@ mod tests {
             Some(Bulk::Marked { id: 7 })
         );
         assert_eq!(Bulk::of(&rows, &[marked(7), plain()]), None, "two kinds");
-        assert_eq!(Bulk::of(&rows, &[plain(), Write::Delete]), None);
         assert_eq!(Bulk::of(&[], &[]), None);
+        // Stream changes, keys repeated and deletes among them.
+        assert_eq!(
+            Bulk::of(&twice, &[plain(), Write::Delete]),
+            Some(Bulk::Changes { marked: None })
+        );
+        let delete_marked = || Write::DeleteMarked {
+            version_ms: Some(1),
+        };
+        assert_eq!(
+            Bulk::of(&twice, &[marked(7), delete_marked()]),
+            Some(Bulk::Changes { marked: Some(7) })
+        );
+        assert_eq!(Bulk::of(&twice, &[delete_marked(), delete_marked()]), None);
+        assert_eq!(Bulk::of(&twice, &[marked(7), marked(8)]), None);
+        let repair = Write::RepairDelete {
+            id: 1,
+            version_ms: 1,
+        };
+        assert_eq!(Bulk::of(&twice, &[plain(), repair]), None);
     }
 
     #[test]
@@ -323,7 +531,7 @@ mod tests {
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
-        let merge = merge_sql(&spec, Bulk::Change);
+        let merge = merge_sql(&spec, Bulk::Change).join(";\n");
         assert!(merge.contains("s.k1::text::numeric"), "{merge}");
         assert!(merge.contains("s.doc::text::jsonb"), "{merge}");
         assert!(!merge.contains("_ddbpipe_deleted"), "{merge}");
@@ -333,7 +541,12 @@ mod tests {
                 id: 1,
                 cutoff_ms: 2,
             },
-        );
+        )
+        .join(";\n");
+        let changes = merge_sql(&spec, Bulk::Changes { marked: Some(3) });
+        assert_eq!(changes.len(), 3, "markers, deletes, upserts: {changes:?}");
+        assert!(changes[1].contains("DISTINCT ON (s.k0::text, s.k1::text::numeric)"));
+        assert_eq!(merge_sql(&spec, Bulk::Changes { marked: None }).len(), 2);
         assert!(guarded.contains("\"_ddbpipe_deleted\" d"), "{guarded}");
         assert!(guarded.contains("d.key_text = s.key_text"), "{guarded}");
         assert_eq!(stage_name(&spec), stage_name(&spec.clone()));

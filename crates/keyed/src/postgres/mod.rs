@@ -288,7 +288,7 @@ impl PostgresDatabase {
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
             if let Some(bulk) = bulk {
-                let merge = bulk::merge_statement(client, cache, spec, bulk).await?;
+                let merge = bulk::merge_statements(client, cache, spec, bulk).await?;
                 let state_statements =
                     StateStatements::get(client, cache, &spec.schema, state).await?;
                 let mut calls = Vec::new();
