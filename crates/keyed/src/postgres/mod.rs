@@ -89,6 +89,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
@@ -283,12 +284,27 @@ impl PostgresDatabase {
         } else {
             state.updated_at.clone()
         };
-        let bulk = Bulk::of(rows, &writes);
         let mut session = self.shared.session.lock().await;
+        let bulk = Bulk::of(rows, &writes).filter(|_| !session.no_temp_tables);
+        let mut no_temp_tables = false;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
-            if let Some(bulk) = bulk {
-                let merge = bulk::merge_statements(client, cache, spec, bulk).await?;
+            let merge = match bulk {
+                Some(bulk) => match bulk::merge_statements(client, cache, spec, bulk).await {
+                    Ok(merge) => Some((bulk, merge)),
+                    Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                        tracing::warn!(
+                            table = %context,
+                            "This role may not create temporary tables (the TEMPORARY privilege on the database): batches are written one statement per row, which is slower; grant TEMPORARY to load at COPY speed."
+                        );
+                        no_temp_tables = true;
+                        None
+                    }
+                    Err(error) => return Err(error.into()),
+                },
+                None => None,
+            };
+            if let Some((bulk, merge)) = merge {
                 let state_statements =
                     StateStatements::get(client, cache, &spec.schema, state).await?;
                 let mut calls = Vec::new();
@@ -417,6 +433,7 @@ impl PostgresDatabase {
             end_transaction(tx, written).await
         }
         .await;
+        session.no_temp_tables |= no_temp_tables;
         session.finish(&self.shared, &context, result)
     }
 

@@ -47,6 +47,9 @@ pub(super) struct Session {
     pub(super) statements: HashMap<String, Statement>,
     /// Advisory locks taken through this handle (re-taken after a reconnect).
     pub(super) locks: Vec<HeldLock>,
+    /// The role may not create temporary tables: batches take the per-row statements
+    /// (`bulk`'s staging table needs the database's TEMPORARY privilege).
+    pub(super) no_temp_tables: bool,
 }
 
 pub(super) struct HeldLock {
@@ -111,6 +114,7 @@ impl Shared {
                 client: None,
                 statements: HashMap::new(),
                 locks: Vec::new(),
+                no_temp_tables: false,
             }),
         };
         let client = shared.open().await?;
