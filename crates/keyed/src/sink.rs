@@ -29,6 +29,7 @@ use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
+use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 
 use crate::state::DatabaseStore;
@@ -143,10 +144,23 @@ impl KeyedSink {
     }
 
     fn item_row(&self, text: &str) -> Result<RowChange, String> {
-        let item: std::collections::BTreeMap<Cow<'_, str>, &RawValue> =
-            serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+        // Only the key attributes are kept; the others are skipped as they are read, with
+        // nothing allocated for them (this runs for every scanned item).
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let found = KeyAttributes {
+            key: &self.table.key,
+        }
+        .deserialize(&mut deserializer)
+        .and_then(|found| deserializer.end().map(|()| found))
+        .map_err(|e| format!("not a JSON object: {e}"))?;
         Ok(RowChange::Upsert {
-            key: self.key_of(|name| item.get(name).copied())?,
+            key: self.key_of(|name| {
+                self.table
+                    .key
+                    .iter()
+                    .position(|column| column.name == name)
+                    .and_then(|at| found[at])
+            })?,
             document: text.to_string(),
             snapshot: false,
             version: Version::default(),
@@ -301,6 +315,44 @@ impl KeyedSink {
                 self.db.describe()
             ))),
         }
+    }
+}
+
+/// The values of the key attributes of one item, in key-column order; `None` where the item
+/// lacks one.
+struct KeyAttributes<'k> {
+    key: &'k [crate::KeyColumn],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyAttributes<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyAttributes<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an item: a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.key.len()];
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            match self.key.iter().position(|column| column.name == name) {
+                Some(at) => found[at] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
     }
 }
 
