@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, run_scan};
+use ddbpipe_pipeline::sink::Sink;
 use ddbpipe_pipeline::sinks::jsonl::{
     Compression, JsonlSettings, JsonlSink, JsonlTarget, WriteMode,
 };
@@ -23,27 +24,34 @@ use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
 use ddbpipe_source::position::ScanKind;
-use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
 use ddbpipe_value::ValueFormat;
 
 use crate::items::TABLE;
 use crate::phase::PhaseSettings;
 
-const PIPELINE: &str = "bench";
-const BATCH_SIZE: usize = 1000;
-const FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
+/// The pipeline's name.
+pub const PIPELINE: &str = "bench";
+/// `batch_size` (the default).
+pub const BATCH_SIZE: usize = 1000;
+/// `state.flush_interval_ms` (the default).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
 
 /// Everything built before the meter starts.
 pub struct Prepared {
     reader: SegmentReader<AwsTableApi>,
     sink: JsonlSink,
-    checkpointer: Checkpointer,
+    state: FileState,
     expected_segments: u64,
-    _stop: CancelHandle,
-    stop: Cancel,
+}
+
+/// A checkpointer on a state file in a temporary directory, with the file's lock.
+pub struct FileState {
+    /// The checkpointer.
+    pub checkpointer: Checkpointer,
     _lock: StateLock,
-    _state_dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 /// The region, endpoint and static keys of the bench.
@@ -59,19 +67,24 @@ pub fn client_settings(endpoint: &str) -> ClientSettings {
     }
 }
 
-/// Builds the client, reader, sink and checkpointer (no network I/O).
-pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
+/// The source a config scanning the bench table at the bench endpoint gives.
+pub fn source_config(settings: &PhaseSettings) -> SourceConfig {
     let client = client_settings(&settings.endpoint);
     let mut source = SourceConfig::new(TABLE);
-    source.region = client.region.clone();
-    source.endpoint_url = client.endpoint_url.clone();
-    source.credentials = client.credentials.clone();
+    source.region = client.region;
+    source.endpoint_url = client.endpoint_url;
+    source.credentials = client.credentials;
     source.segments = settings.segments;
     source.max_concurrency = settings.concurrency;
     source.batch_size = BATCH_SIZE;
+    source
+}
 
-    let state_dir = tempfile::tempdir().context("cannot create the state directory")?;
-    let state = StateFile::new(state_dir.path().join("state.json"));
+/// A scan checkpointer on a fresh state file (no network I/O).
+pub async fn file_state(settings: &PhaseSettings) -> anyhow::Result<FileState> {
+    let source = source_config(settings);
+    let dir = tempfile::tempdir().context("cannot create the state directory")?;
+    let state = StateFile::new(dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
     let checkpointer = Checkpointer::open_scan(
         state,
@@ -82,6 +95,33 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         FLUSH_INTERVAL,
     )
     .await?;
+    Ok(FileState {
+        checkpointer,
+        _lock: lock,
+        _dir: dir,
+    })
+}
+
+/// The client and segment reader of the bench table (no network I/O).
+pub async fn reader(settings: &PhaseSettings) -> SegmentReader<AwsTableApi> {
+    let client = client_settings(&settings.endpoint);
+    let sdk = aws::load_sdk_config(&client).await;
+    let api = Arc::new(aws::table_api(&sdk));
+    SegmentReader {
+        api,
+        template: scan::read_template(&SourceConfig::new(TABLE)),
+        total_segments: settings.segments,
+        max_concurrency: settings.concurrency,
+        limiter: Arc::new(ReadLimiter::new(None)),
+        retry: RetryPolicy::default(),
+        render: Render::Items(ValueFormat::Plain),
+        observer: Arc::new(NoObserver),
+    }
+}
+
+/// Builds the client, reader, sink and checkpointer (no network I/O).
+pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
+    let state = file_state(settings).await?;
     let sink = JsonlSink::open(
         JsonlSettings {
             target: JsonlTarget::File("/dev/null".into()),
@@ -92,58 +132,50 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         },
         "bench",
     )?;
-
-    let sdk = aws::load_sdk_config(&client).await;
-    let api = Arc::new(aws::table_api(&sdk));
-    let format = ValueFormat::Plain;
-    let reader = SegmentReader {
-        api,
-        template: scan::read_template(&SourceConfig::new(TABLE)),
-        total_segments: settings.segments,
-        max_concurrency: settings.concurrency,
-        limiter: Arc::new(ReadLimiter::new(None)),
-        retry: RetryPolicy::default(),
-        render: Render::Items(format),
-        observer: Arc::new(NoObserver),
-    };
-    let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {
-        reader,
+        reader: reader(settings).await,
         sink,
-        checkpointer,
+        state,
         expected_segments: u64::from(settings.segments),
-        _stop: stop_handle,
-        stop,
-        _lock: lock,
-        _state_dir: state_dir,
     })
 }
 
 impl Prepared {
     /// Runs the scan to its end; returns the items written.
     pub async fn scan(mut self) -> anyhow::Result<u64> {
-        let outcome = run_scan(
+        scan_into(
             self.reader,
-            BATCH_SIZE,
             &mut self.sink,
-            &mut self.checkpointer,
-            self.stop,
-            &NoProgress,
+            &mut self.state.checkpointer,
+            self.expected_segments,
         )
-        .await?;
-        ensure!(outcome.completed, "the scan did not complete: {outcome:?}");
-        ensure!(
-            outcome.read == outcome.written,
-            "read {} items but wrote {}",
-            outcome.read,
-            outcome.written
-        );
-        ensure!(
-            outcome.segments_done == self.expected_segments,
-            "{} of {} segments done",
-            outcome.segments_done,
-            self.expected_segments
-        );
-        Ok(outcome.written)
+        .await
     }
+}
+
+/// Runs a scan by `reader` into `sink` to its end, as `ddbpipe run` does (batches of 1000);
+/// checks every segment finished and every item read was written; returns the items written.
+pub async fn scan_into<S: Sink>(
+    reader: SegmentReader<AwsTableApi>,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    expected_segments: u64,
+) -> anyhow::Result<u64> {
+    // Nothing stops the scan: the handle lives until it ends.
+    let (_stop_handle, stop) = Cancel::new();
+    let outcome = run_scan(reader, BATCH_SIZE, sink, checkpointer, stop, &NoProgress).await?;
+    ensure!(outcome.completed, "the scan did not complete: {outcome:?}");
+    ensure!(
+        outcome.read == outcome.written,
+        "read {} items but wrote {}",
+        outcome.read,
+        outcome.written
+    );
+    ensure!(
+        outcome.segments_done == expected_segments,
+        "{} of {} segments done",
+        outcome.segments_done,
+        expected_segments
+    );
+    Ok(outcome.written)
 }

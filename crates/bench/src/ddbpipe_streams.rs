@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::NoProgress;
+use ddbpipe_pipeline::sink::Sink;
 use ddbpipe_pipeline::sinks::jsonl::{
     Compression, JsonlSettings, JsonlSink, JsonlTarget, WriteMode,
 };
@@ -31,7 +32,7 @@ use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
 use ddbpipe_source::position::StreamKind;
-use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_value::ValueFormat;
 
@@ -40,7 +41,8 @@ use crate::items::TABLE;
 use crate::phase::PhaseSettings;
 use crate::records::{PAGE_RECORDS, STREAM_ARN};
 
-const PIPELINE: &str = "bench-streams";
+/// The pipeline's name.
+pub const PIPELINE: &str = "bench-streams";
 const BATCH_SIZE: usize = 1000;
 const FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
 /// `poll_interval_ms: 200`, the least `ddbpipe run` accepts.
@@ -57,22 +59,56 @@ pub struct Prepared {
     sink: JsonlSink,
     checkpointer: Checkpointer,
     expected_shards: usize,
-    _stop: CancelHandle,
-    stop: Cancel,
     _lock: StateLock,
     _state_dir: tempfile::TempDir,
 }
 
-/// Builds the client, run settings, sink and checkpointer (no network I/O).
-pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
-    let client = client_settings(&settings.endpoint);
+/// The source a config reading the bench stream at the bench endpoint gives.
+pub fn source_config(endpoint: &str) -> SourceConfig {
+    let client = client_settings(endpoint);
     let mut source = SourceConfig::new(TABLE);
     source.mode = Mode::Streams;
     source.stream_arn = Some(STREAM_ARN.to_string());
-    source.region = client.region.clone();
-    source.endpoint_url = client.endpoint_url.clone();
-    source.credentials = client.credentials.clone();
+    source.region = client.region;
+    source.endpoint_url = client.endpoint_url;
+    source.credentials = client.credentials;
+    source
+}
 
+/// The run settings a config with `stream_arn` set gives (see the module docs), reading
+/// `concurrency` shards at once.
+pub fn stream_run(concurrency: usize) -> StreamRun {
+    StreamRun {
+        table: TABLE.to_string(),
+        stream_arn: STREAM_ARN.to_string(),
+        format: ValueFormat::Plain,
+        retry: RetryPolicy::default(),
+        records_per_request: PAGE_RECORDS as u32,
+        poll_interval: POLL_INTERVAL,
+        bounds: RunBounds {
+            shard_concurrency: concurrency,
+            discovery_interval: DISCOVERY_INTERVAL,
+            idle_termination: Some(IDLE_TERMINATION),
+            follow: false,
+        },
+        start_position: StartPosition::TrimHorizon,
+        on_gap: OnGap::Fail,
+        max_messages: None,
+        batch_size: BATCH_SIZE,
+        config_label: "ddbpipe-bench".to_string(),
+        kind: StreamKind::Streams,
+    }
+}
+
+/// The streams client of the bench endpoint (no network I/O).
+pub async fn streams_api(endpoint: &str) -> Arc<AwsStreamsApi> {
+    let sdk = aws::load_sdk_config(&client_settings(endpoint)).await;
+    Arc::new(aws::streams_api(&sdk))
+}
+
+/// Builds the client, run settings, sink and checkpointer (no network I/O).
+pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
+    let source = source_config(&settings.endpoint);
     let state_dir = tempfile::tempdir().context("cannot create the state directory")?;
     let state = StateFile::new(state_dir.path().join("state.json"));
     let lock = state.lock(PIPELINE)?;
@@ -97,38 +133,12 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         },
         "bench",
     )?;
-
-    let sdk = aws::load_sdk_config(&client).await;
-    let api = Arc::new(aws::streams_api(&sdk));
-    let run = StreamRun {
-        table: TABLE.to_string(),
-        stream_arn: STREAM_ARN.to_string(),
-        format: ValueFormat::Plain,
-        retry: RetryPolicy::default(),
-        records_per_request: PAGE_RECORDS as u32,
-        poll_interval: POLL_INTERVAL,
-        bounds: RunBounds {
-            shard_concurrency: settings.concurrency,
-            discovery_interval: DISCOVERY_INTERVAL,
-            idle_termination: Some(IDLE_TERMINATION),
-            follow: false,
-        },
-        start_position: StartPosition::TrimHorizon,
-        on_gap: OnGap::Fail,
-        max_messages: None,
-        batch_size: BATCH_SIZE,
-        config_label: "ddbpipe-bench".to_string(),
-        kind: StreamKind::Streams,
-    };
-    let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {
-        api,
-        run,
+        api: streams_api(&settings.endpoint).await,
+        run: stream_run(settings.concurrency),
         sink,
         checkpointer,
         expected_shards: settings.segments as usize,
-        _stop: stop_handle,
-        stop,
         _lock: lock,
         _state_dir: state_dir,
     })
@@ -138,30 +148,50 @@ impl Prepared {
     /// Reads the stream to its end; returns the change records written and why the run ended
     /// (`stream disabled` or `idle`).
     pub async fn read(mut self) -> anyhow::Result<(u64, &'static str)> {
-        let outcome = run_streams(
+        read_into(
             self.api,
             &self.run,
             &mut self.sink,
             &mut self.checkpointer,
-            self.stop,
-            Arc::new(NoObserver),
-            &NoProgress,
+            self.expected_shards,
         )
-        .await?;
-        let end = match outcome.end {
-            EndReason::StreamDisabled => "stream disabled",
-            EndReason::Idle => "idle",
-            other => anyhow::bail!("the run ended early ({other:?}): {outcome:?}"),
-        };
-        let finished = self
-            .checkpointer
-            .streams_position()
-            .map_or(0, |position| position.finished().count());
-        ensure!(
-            finished == self.expected_shards,
-            "{finished} of {} shards finished",
-            self.expected_shards
-        );
-        Ok((outcome.written, end))
+        .await
     }
+}
+
+/// Reads the bench stream into `sink` to its end, as `ddbpipe run` does; checks the run ended
+/// on the drained stream (or idle) with every shard finished; returns the change records
+/// written and why the run ended (`stream disabled` or `idle`).
+pub async fn read_into<S: Sink>(
+    api: Arc<AwsStreamsApi>,
+    run: &StreamRun,
+    sink: &mut S,
+    checkpointer: &mut Checkpointer,
+    expected_shards: usize,
+) -> anyhow::Result<(u64, &'static str)> {
+    // Nothing stops the read: the handle lives until it ends.
+    let (_stop_handle, stop) = Cancel::new();
+    let outcome = run_streams(
+        api,
+        run,
+        sink,
+        checkpointer,
+        stop,
+        Arc::new(NoObserver),
+        &NoProgress,
+    )
+    .await?;
+    let end = match outcome.end {
+        EndReason::StreamDisabled => "stream disabled",
+        EndReason::Idle => "idle",
+        other => anyhow::bail!("the run ended early ({other:?}): {outcome:?}"),
+    };
+    let finished = checkpointer
+        .streams_position()
+        .map_or(0, |position| position.finished().count());
+    ensure!(
+        finished == expected_shards,
+        "{finished} of {expected_shards} shards finished"
+    );
+    Ok((outcome.written, end))
 }
