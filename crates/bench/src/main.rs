@@ -1,7 +1,9 @@
 //! `ddbpipe-bench`: how fast, and at what CPU and memory cost, ddbpipe exports a table (the
 //! scan case) and a table's stream (the streams case), against the AWS SDK used directly,
-//! measured in the same run, and how ddbpipe's export read path compares with its scan on
-//! the same items (the export case; see README.md).
+//! measured in the same run, how ddbpipe's export read path compares with its scan on
+//! the same items (the export case), and how its keyed sinks load a table and catch up a
+//! stream against each database's own floor on the same rows (the sink case, [`sink`]; see
+//! README.md).
 //!
 //! # Processes
 //! The bench starts itself several times over:
@@ -10,6 +12,8 @@
 //! 2. `phase --case scan|streams|export --client ddbpipe|sdk` (hidden): one scan, stream read
 //!    or export read each, in processes of their own, so that CPU time and peak RSS (`VmHWM`,
 //!    which only grows) are each client's.
+//! 3. `sink-phase` (hidden, its settings a JSON line on stdin): one load, floor or stream
+//!    read of the sink case, in a process of its own likewise.
 //!
 //! The export case's files are written by the bench itself, into a temporary directory,
 //! before any phase runs (`write-export`, hidden, writes them alone).
@@ -31,6 +35,7 @@ mod report;
 mod sdk_client;
 mod sdk_streams;
 mod server;
+mod sink;
 mod stream_server;
 
 use std::io::{BufRead as _, BufReader};
@@ -49,7 +54,8 @@ use crate::stream_server::StreamSettings;
 use ddbpipe_source::streams::shard_reader::READ_SPACING;
 
 /// Benchmarks a parallel scan and a stream read by ddbpipe against the plain AWS SDK, against
-/// a local endpoint, and ddbpipe's read of a full export against its scan of the same items.
+/// a local endpoint, ddbpipe's read of a full export against its scan of the same items, and
+/// its SQLite and PostgreSQL sinks against each database's own floor on the same rows.
 #[derive(Debug, Parser)]
 #[command(name = "ddbpipe-bench", args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -61,9 +67,18 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Which case(s) to measure (`both` is `all`: every case).
+    /// Which case(s) to measure (`both` is `all`: the scan, streams and export cases; the
+    /// sink case runs alone).
     #[arg(long = "case", value_enum, default_value_t = WhichCase::All)]
     case: WhichCase,
+    /// The sink case: which keyed destination(s) to measure.
+    #[arg(long, value_enum, default_value_t = WhichSink::Both)]
+    sink: WhichSink,
+    /// The sink case: the PostgreSQL server (a libpq URL with `sslmode=disable`); default
+    /// `DDBPIPE_TEST_POSTGRES_URL`, which `source scripts/postgres.sh` exports. Without
+    /// either, `--sink both` measures SQLite alone.
+    #[arg(long)]
+    postgres_url: Option<String>,
     /// Items in the table (and in the export); each client must receive exactly these.
     #[arg(long, default_value_t = 200_000)]
     items: u64,
@@ -76,9 +91,9 @@ struct BenchArgs {
     /// Change records in the stream; each client must receive exactly these.
     #[arg(long, default_value_t = 400_000)]
     records: u64,
-    /// Closed shards of the stream.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    shards: u32,
+    /// Closed shards of the stream (default 4; 16 in the sink case).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    shards: Option<u32>,
     /// Segments (scan), shards (streams) or data files (export) read at once. A list
     /// (`1,2,4,8`) measures the concurrency curve: every case and client once per value, then
     /// one table of the curve.
@@ -110,6 +125,25 @@ enum WhichCase {
     Export,
     #[value(alias = "both")]
     All,
+    Sink,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WhichSink {
+    Sqlite,
+    Postgres,
+    Both,
+}
+
+impl BenchArgs {
+    /// `--shards`, or its default: 4 for the streams case, 16 for the sink case (its stream
+    /// is read from every shard at once, so that a shard's pacing is not the limit).
+    fn shards(&self) -> u32 {
+        self.shards.unwrap_or(match self.case {
+            WhichCase::Sink => 16,
+            _ => 4,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -172,6 +206,13 @@ enum Hidden {
         #[arg(long)]
         export_dir: Option<PathBuf>,
     },
+    /// Runs one load, floor or stream read of the sink case, its settings read as a JSON line
+    /// from stdin, and prints what it measured as a JSON line.
+    #[command(hide = true)]
+    SinkPhase {
+        #[arg(long)]
+        clk_tck: u64,
+    },
 }
 
 fn positive(text: &str) -> Result<usize, String> {
@@ -229,6 +270,7 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
+        Some(Hidden::SinkPhase { clk_tck }) => sink_phase(clk_tck),
         None => bench(&cli.bench),
     };
     match result {
@@ -238,6 +280,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The sink phase: its settings from stdin, its report on stdout.
+fn sink_phase(clk_tck: u64) -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the phase's settings")?;
+    let settings: sink::SinkPhaseSettings =
+        serde_json::from_str(line.trim()).context("the phase's settings do not parse")?;
+    let report = sink::run(&settings, clk_tck)?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
 }
 
 /// The server process; stopped (stdin closed, then killed) when dropped.
@@ -268,12 +323,23 @@ fn start_server(
     } else {
         0
     };
+    spawn_server(exe, args, items, records, args.shards())
+}
+
+/// Starts the server with `items` in the table and `records` in `shards` shards.
+fn spawn_server(
+    exe: &Path,
+    args: &BenchArgs,
+    items: u64,
+    records: u64,
+    shards: u32,
+) -> anyhow::Result<(ServerProcess, Ready)> {
     let mut child = Command::new(exe)
         .args(["serve", "--items", &items.to_string()])
         .args(["--segments", &args.segments.to_string()])
         .args(["--page-items", &args.page_items.to_string()])
         .args(["--records", &records.to_string()])
-        .args(["--shards", &args.shards.to_string()])
+        .args(["--shards", &shards.to_string()])
         .args(["--latency-ms", &args.latency_ms.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -430,6 +496,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         WhichCase::Streams => &[Case::Streams],
         WhichCase::Export => &[Case::Export],
         WhichCase::All => &[Case::Scan, Case::Streams, Case::Export],
+        WhichCase::Sink => return sink::bench::run(&exe, args, args.shards(), clk),
     };
     let exported = cases.contains(&Case::Export);
     if !args.json {
@@ -446,7 +513,8 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         if cases.contains(&Case::Streams) {
             building.push(format!(
                 "{} change records in {} shards",
-                args.records, args.shards
+                args.records,
+                args.shards()
             ));
         }
         eprintln!("ddbpipe-bench: building {}...", building.join(" and "));
@@ -484,7 +552,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
                 for (case, client) in order {
                     let (expected, segments) = match case {
                         Case::Scan => (args.items, args.segments),
-                        Case::Streams => (args.records, args.shards),
+                        Case::Streams => (args.records, args.shards()),
                         Case::Export => (args.items, args.export_files),
                     };
                     if !args.json {

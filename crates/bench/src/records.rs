@@ -69,16 +69,29 @@ pub fn shard_range(shard: u32, shards: u32, records: u64) -> (u64, u64) {
     (bound(shard), bound(shard + 1))
 }
 
+/// The `eventName` of record `index`, from the first draw of its generator.
+fn event_name(rng: &mut Rng) -> &'static str {
+    match rng.below(100) {
+        0..25 => "INSERT",
+        25..85 => "MODIFY",
+        _ => "REMOVE",
+    }
+}
+
+/// The rows a keyed table holds after applying records `[0, records)` to an empty table:
+/// record `i` changes item `i` alone, so every `INSERT` and `MODIFY` leaves its row and every
+/// `REMOVE` deletes a row that was never there.
+pub fn rows_after(records: u64) -> u64 {
+    (0..records)
+        .filter(|&index| event_name(&mut Rng::new(index ^ RECORD_SEED)) != "REMOVE")
+        .count() as u64
+}
+
 /// Record `index` as DynamoDB Streams JSON (an element of `GetRecords`' `Records`), and its
 /// `SizeBytes`.
 pub fn record_json(index: u64) -> (Json, u64) {
     let mut rng = Rng::new(index ^ RECORD_SEED);
-    let kind = rng.below(100);
-    let event_name = match kind {
-        0..25 => "INSERT",
-        25..85 => "MODIFY",
-        _ => "REMOVE",
-    };
+    let event_name = event_name(&mut rng);
     let keys = items::key_json(index);
     let current = items::item_json(index);
     let (new_image, old_image) = match event_name {
@@ -186,5 +199,7 @@ mod tests {
             assert!((low..=high).contains(&n), "{name}: {n}");
         }
         assert_eq!(record_json(7), record_json(7));
+        let removes = counts.get("REMOVE").copied().unwrap_or(0);
+        assert_eq!(rows_after(1000), 1000 - removes as u64);
     }
 }

@@ -1,6 +1,7 @@
 //! The bench end to end on a small table, stream and export: both clients receive every item
-//! and every change record, and the export read every item. Correctness only; nothing here
-//! looks at the times.
+//! and every change record, the export read every item, and the sink case loads every row
+//! beside its floor (SQLite always; PostgreSQL when `DDBPIPE_TEST_POSTGRES_URL` names a
+//! server). Correctness only; nothing here looks at the times.
 
 use std::path::Path;
 use std::process::Command;
@@ -229,6 +230,66 @@ fn a_client_that_receives_the_wrong_count_fails() {
 }
 
 #[test]
+fn a_sink_phase_that_leaves_the_wrong_rows_fails() {
+    let server = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args([
+            "serve",
+            "--items",
+            "30",
+            "--segments",
+            "2",
+            "--page-items",
+            "7",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let mut server = Server(server);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.0.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("ready line");
+    let ready: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (work, received, rows) in [("load", 30, 31), ("floor", 31, 31)] {
+        let settings = serde_json::json!({
+            "work": work,
+            "destination": {"kind": "sqlite", "path": dir.path().join(format!("{work}.db"))},
+            "endpoint": format!("http://127.0.0.1:{}", ready["port"]),
+            "received": received,
+            "rows": rows,
+            "segments": 2,
+            "concurrency": 2,
+            "postmaster": null,
+        });
+        let mut phase = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+            .args(["sink-phase", "--clk-tck", "100"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the phase starts");
+        std::io::Write::write_all(
+            &mut phase.stdin.take().expect("stdin"),
+            format!("{settings}\n").as_bytes(),
+        )
+        .expect("settings written");
+        let output = phase.wait_with_output().expect("the phase ends");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{work} accepted the wrong rows");
+        assert!(
+            stderr.contains(&format!(
+                "wrote 30 of {received} and left 30 rows, not {rows}"
+            )),
+            "{work}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn an_export_read_that_receives_the_wrong_count_fails() {
     let dir = tempfile::tempdir().expect("temp dir");
     write_export(dir.path(), 30, 2);
@@ -236,6 +297,119 @@ fn an_export_read_that_receives_the_wrong_count_fails() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "export accepted a short export");
     assert!(stderr.contains("received 30 items"), "{stderr}");
+}
+
+/// Runs `--case sink` on a small table and stream with `args`; returns its JSON line.
+fn sink_case(args: &[&str], postgres_url: Option<&str>) -> (serde_json::Value, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"));
+    command
+        .args([
+            "--case",
+            "sink",
+            "--json",
+            "--items",
+            "1500",
+            "--segments",
+            "3",
+        ])
+        .args(["--page-items", "400", "--records", "1200", "--shards", "3"])
+        .args(args)
+        .env_remove("DDBPIPE_TEST_POSTGRES_URL");
+    if let Some(url) = postgres_url {
+        command.env("DDBPIPE_TEST_POSTGRES_URL", url);
+    }
+    let output = command.output().expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let report = serde_json::from_slice(&output.stdout).expect("one JSON line");
+    (report, stderr)
+}
+
+/// A load beside its floor, and the stream into the same destination and into jsonl.
+fn assert_sink_figures(report: &serde_json::Value, kind: &str) {
+    for path in ["ddbpipe", "floor"] {
+        let summary = &report["load"][kind][path];
+        assert!(
+            summary["rows_per_sec"].as_f64().expect("rate") > 0.0,
+            "{kind} {path}: {report}"
+        );
+        assert!(
+            summary["peak_rss_mib"].as_f64().expect("rss") > 0.0,
+            "{kind} {path}: {report}"
+        );
+    }
+    assert!(
+        report["load"][kind]["ddbpipe_over_floor"]["rows_per_sec"]
+            .as_f64()
+            .expect("ratio")
+            > 0.0,
+        "{report}"
+    );
+    for target in [kind, "jsonl"] {
+        let summary = &report["stream"][target];
+        assert!(
+            summary["changes_per_sec"].as_f64().expect("rate") > 0.0,
+            "{target}: {report}"
+        );
+    }
+    assert!(
+        report["stream"]["over_jsonl"][kind]["cpu_us_per_change"].is_number(),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_sink_case_loads_sqlite_beside_its_floor_and_skips_postgres_without_a_server() {
+    let (report, stderr) = sink_case(&["--sink", "both"], None);
+    assert_eq!(report["case"], "sink", "{report}");
+    assert_eq!(report["setup"]["items"], 1500, "{report}");
+    assert_eq!(report["setup"]["shards"], 3, "{report}");
+    // Every INSERT and MODIFY of the 1200 records leaves its row.
+    let rows = report["setup"]["stream_rows"].as_u64().expect("rows");
+    assert!((900..1200).contains(&rows), "{report}");
+    assert!(
+        report["setup"]["sqlite"]["filesystem"]["fs_type"].is_string(),
+        "{report}"
+    );
+    assert_sink_figures(&report, "sqlite");
+    assert!(report["load"].get("postgres").is_none(), "{report}");
+    assert!(
+        report["setup"]["postgres_skipped"]
+            .as_str()
+            .is_some_and(|why| why.contains("DDBPIPE_TEST_POSTGRES_URL")),
+        "{report}"
+    );
+    assert!(stderr.contains("PostgreSQL skipped"), "{stderr}");
+
+    // Asking for PostgreSQL alone without a server is an error that says what to do.
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args(["--case", "sink", "--sink", "postgres", "--items", "10"])
+        .env_remove("DDBPIPE_TEST_POSTGRES_URL")
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a postgres sink case ran without a server"
+    );
+    assert!(stderr.contains("scripts/postgres.sh"), "{stderr}");
+}
+
+#[test]
+fn the_sink_case_loads_postgres_beside_its_floor_when_a_server_is_given() {
+    let Ok(url) = std::env::var("DDBPIPE_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "DDBPIPE_TEST_POSTGRES_URL is not set: the sink case's PostgreSQL phases are not              tested (scripts/test.sh starts a server and sets it)"
+        );
+        return;
+    };
+    let (report, _) = sink_case(&["--sink", "postgres"], Some(&url));
+    assert_sink_figures(&report, "postgres");
+    assert!(report["load"].get("sqlite").is_none(), "{report}");
+    assert!(
+        report["setup"]["postgres"]["version"].is_string(),
+        "{report}"
+    );
 }
 
 /// Stops the server when the test ends, passing or not.

@@ -1,0 +1,358 @@
+//! `ddbpipe-bench --case sink`: the phases in order, each in a process of its own, and the
+//! report.
+//!
+//! # Order
+//! At each concurrency and run: per keyed destination (SQLite, then PostgreSQL) the load and
+//! its floor, each into a fresh file or schema, in alternating order from run to run; the two
+//! tables are compared, then removed. Then the stream into each keyed destination and into
+//! jsonl, alternating too, each keyed one into a fresh file or schema, removed after its
+//! count. The bench server serves the table and the stream throughout.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, bail, ensure};
+
+use super::databases::{self, Admin, Filesystem};
+use super::report::{self, SinkSetup, SqliteSetup};
+use super::{Destination, Kind, SinkPhaseReport, SinkPhaseSettings, Work, work_name};
+use crate::records::{self, PAGE_RECORDS};
+use crate::server::Ready;
+use crate::{BenchArgs, WhichSink};
+use ddbpipe_source::streams::shard_reader::READ_SPACING;
+
+/// Everything the phases of one bench run share.
+struct Bench<'a> {
+    exe: &'a Path,
+    args: &'a BenchArgs,
+    clk_tck: u64,
+    endpoint: String,
+    shards: u32,
+    /// Rows a keyed table holds after the stream.
+    stream_rows: u64,
+    /// Holds the SQLite files (removed at the end).
+    dir: tempfile::TempDir,
+    admin: Option<Admin>,
+    postmaster: Option<u32>,
+}
+
+/// Runs the sink case and prints its report.
+pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyhow::Result<()> {
+    let mut kinds = match args.sink {
+        WhichSink::Sqlite => vec![Kind::Sqlite],
+        WhichSink::Postgres => vec![Kind::Postgres],
+        WhichSink::Both => vec![Kind::Sqlite, Kind::Postgres],
+    };
+    let url = databases::postgres_url(args.postgres_url.as_deref());
+    let mut postgres_skipped = None;
+    if kinds.contains(&Kind::Postgres) && url.is_none() {
+        let why = "no --postgres-url and DDBPIPE_TEST_POSTGRES_URL is not set";
+        ensure!(
+            args.sink != WhichSink::Postgres,
+            "--sink postgres needs a server: {why}; run \
+             `bash -c 'source scripts/postgres.sh; ddbpipe-bench --case sink'`"
+        );
+        eprintln!(
+            "ddbpipe-bench: PostgreSQL skipped: {why} (run `bash -c 'source \
+             scripts/postgres.sh; ddbpipe-bench --case sink'` to measure it too)"
+        );
+        kinds.retain(|k| *k != Kind::Postgres);
+        postgres_skipped = Some(why.to_string());
+    }
+    let admin = match url {
+        Some(url) if kinds.contains(&Kind::Postgres) => Some(Admin::connect(url)?),
+        _ => None,
+    };
+    let server_info = admin.as_ref().map(Admin::server).transpose()?;
+    let dir = tempfile::Builder::new()
+        .prefix("ddbpipe-bench-sink.")
+        .tempdir()
+        .context("cannot create the directory of the SQLite files")?;
+    let filesystem = Filesystem::of(dir.path())?;
+    if !args.json {
+        eprintln!(
+            "ddbpipe-bench: building {} items and {} change records in {shards} shards...",
+            args.items, args.records
+        );
+    }
+    let stream_rows = records::rows_after(args.records);
+    let (server, ready) = crate::spawn_server(exe, args, args.items, args.records, shards)?;
+    let mut bench = Bench {
+        exe,
+        args,
+        clk_tck: clk.0,
+        endpoint: format!("http://127.0.0.1:{}", ready.port),
+        shards,
+        stream_rows,
+        dir,
+        postmaster: server_info.as_ref().and_then(|s| s.postmaster),
+        admin,
+    };
+
+    let mut reports: Vec<(usize, SinkPhaseReport)> = Vec::new();
+    for &concurrency in &args.concurrency {
+        for run in 0..args.runs {
+            for &kind in &kinds {
+                let pair = bench.load_and_floor(kind, concurrency, run)?;
+                reports.extend(pair.into_iter().map(|r| (concurrency, r)));
+            }
+            let mut order: Vec<Kind> = kinds.iter().copied().chain([Kind::Jsonl]).collect();
+            if run % 2 == 1 {
+                order.reverse();
+            }
+            for kind in order {
+                let report = bench.stream(kind, concurrency, run)?;
+                reports.push((concurrency, report));
+            }
+        }
+    }
+    drop(server);
+
+    for (printed, &concurrency) in args.concurrency.iter().enumerate() {
+        let runs: Vec<SinkPhaseReport> = reports
+            .iter()
+            .filter(|(c, _)| *c == concurrency)
+            .map(|(_, r)| r.clone())
+            .collect();
+        let setup = SinkSetup {
+            items: ready.items,
+            mean_item_bytes: ready.mean_item_bytes,
+            segments: args.segments,
+            concurrency,
+            page_items: args.page_items,
+            records: ready.records,
+            shards: ready.shards,
+            stream_rows,
+            mean_record_bytes: ready.mean_record_bytes,
+            stream_pacing_floor_secs: pacing_floor(&ready),
+            runs: args.runs,
+            clk_tck: clk.0,
+            clk_tck_measured: clk.1,
+            sqlite: kinds.contains(&Kind::Sqlite).then(|| SqliteSetup {
+                version: databases::sqlite_version().to_string(),
+                filesystem: filesystem.clone(),
+            }),
+            postgres: server_info.clone(),
+            postgres_skipped: postgres_skipped.clone(),
+        };
+        let summaries = report::summaries(&runs, &kinds);
+        if args.json {
+            println!("{}", report::json_line(&setup, &summaries));
+        } else {
+            if printed > 0 {
+                println!();
+            }
+            print!("{}", report::table(&setup, &summaries));
+        }
+    }
+    Ok(())
+}
+
+/// The least wall time of the stream read: every shard at once.
+fn pacing_floor(ready: &Ready) -> f64 {
+    crate::report::pacing_floor(
+        ready.records,
+        ready.shards,
+        ready.shards as usize,
+        PAGE_RECORDS,
+        READ_SPACING,
+    )
+}
+
+impl Bench<'_> {
+    /// A fresh destination of `kind` for one phase (`name` tells the phases apart).
+    fn destination(&mut self, kind: Kind, name: &str) -> anyhow::Result<Destination> {
+        match kind {
+            Kind::Sqlite => {
+                let path = self.dir.path().join(format!("{name}.db"));
+                ensure!(!path.exists(), "{} exists already", path.display());
+                Ok(Destination::Sqlite { path })
+            }
+            Kind::Postgres => {
+                let admin = self
+                    .admin
+                    .as_mut()
+                    .context("no PostgreSQL server to write to")?;
+                Ok(Destination::Postgres {
+                    url: admin.url().clone(),
+                    schema: admin.create_schema(name)?,
+                })
+            }
+            Kind::Jsonl => Ok(Destination::Jsonl),
+        }
+    }
+
+    /// Removes a destination once its phases are done.
+    fn remove(&mut self, destination: &Destination) -> anyhow::Result<()> {
+        match destination {
+            Destination::Sqlite { path } => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let file = PathBuf::from(format!("{}{suffix}", path.display()));
+                    if file.exists() {
+                        std::fs::remove_file(&file)
+                            .with_context(|| format!("cannot remove {}", file.display()))?;
+                    }
+                }
+                // The run locks beside the database (`<path>-ddbpipe-<pipeline>.lock`).
+                let prefix = format!("{}-ddbpipe-", file_name(path));
+                for entry in std::fs::read_dir(self.dir.path())? {
+                    let entry = entry?;
+                    if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                        std::fs::remove_file(entry.path())?;
+                    }
+                }
+                Ok(())
+            }
+            Destination::Postgres { schema, .. } => match self.admin.as_mut() {
+                Some(admin) => admin.drop_schema(schema),
+                None => Ok(()),
+            },
+            Destination::Jsonl => Ok(()),
+        }
+    }
+
+    /// ddbpipe's load into `kind` and its floor, in the run's order; checks they wrote the
+    /// same rows.
+    fn load_and_floor(
+        &mut self,
+        kind: Kind,
+        concurrency: usize,
+        run: u32,
+    ) -> anyhow::Result<Vec<SinkPhaseReport>> {
+        let mut order = [Work::Load, Work::Floor];
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        let tag = format!("c{concurrency}_r{run}");
+        let ddbpipe = self.destination(kind, &format!("load_{tag}"))?;
+        let floor = self.destination(kind, &format!("floor_{tag}"))?;
+        let mut reports = Vec::new();
+        for work in order {
+            let destination = match work {
+                Work::Floor => &floor,
+                _ => &ddbpipe,
+            };
+            let settings = SinkPhaseSettings {
+                work,
+                destination: destination.clone(),
+                endpoint: self.endpoint.clone(),
+                received: self.args.items,
+                rows: self.args.items,
+                segments: self.args.segments,
+                concurrency,
+                postmaster: self.postmaster.filter(|_| kind == Kind::Postgres),
+            };
+            reports.push(self.phase(&settings, concurrency, run)?);
+        }
+        let differing = match (&ddbpipe, &floor) {
+            (Destination::Sqlite { path: a }, Destination::Sqlite { path: b }) => {
+                databases::sqlite_difference(a, b)?
+            }
+            (Destination::Postgres { schema: a, .. }, Destination::Postgres { schema: b, .. }) => {
+                self.admin
+                    .as_ref()
+                    .context("no PostgreSQL server")?
+                    .difference(a, b)?
+            }
+            _ => bail!("the load and its floor wrote different kinds of destination"),
+        };
+        ensure!(
+            differing == 0,
+            "the {} floor's table differs from ddbpipe's in {differing} rows (keys or documents)",
+            kind.name()
+        );
+        self.remove(&ddbpipe)?;
+        self.remove(&floor)?;
+        Ok(reports)
+    }
+
+    /// ddbpipe's stream read into `kind`.
+    fn stream(
+        &mut self,
+        kind: Kind,
+        concurrency: usize,
+        run: u32,
+    ) -> anyhow::Result<SinkPhaseReport> {
+        let destination = self.destination(kind, &format!("stream_c{concurrency}_r{run}"))?;
+        let settings = SinkPhaseSettings {
+            work: Work::Stream,
+            destination: destination.clone(),
+            endpoint: self.endpoint.clone(),
+            received: self.args.records,
+            rows: match kind {
+                Kind::Jsonl => self.args.records,
+                Kind::Sqlite | Kind::Postgres => self.stream_rows,
+            },
+            segments: self.shards,
+            // Every shard at once: a shard's pacing is not the limit.
+            concurrency: self.shards as usize,
+            postmaster: self.postmaster.filter(|_| kind == Kind::Postgres),
+        };
+        let report = self.phase(&settings, concurrency, run)?;
+        self.remove(&destination)?;
+        Ok(report)
+    }
+
+    /// Runs one phase in a process of its own and checks its counts.
+    fn phase(
+        &self,
+        settings: &SinkPhaseSettings,
+        concurrency: usize,
+        run: u32,
+    ) -> anyhow::Result<SinkPhaseReport> {
+        let kind = settings.destination.kind();
+        let name = format!("{} {}", work_name(settings.work), kind.name());
+        if !self.args.json {
+            eprintln!(
+                "ddbpipe-bench: sink at concurrency {concurrency}, run {} of {}: {name}...",
+                run + 1,
+                self.args.runs
+            );
+        }
+        let mut child = Command::new(self.exe)
+            .args(["sink-phase", "--clk-tck", &self.clk_tck.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot start the {name} phase"))?;
+        {
+            let mut stdin = child.stdin.take().context("the phase has no stdin")?;
+            let line = serde_json::to_string(settings)?;
+            writeln!(stdin, "{line}").with_context(|| format!("cannot start the {name} phase"))?;
+        }
+        let output = child
+            .wait_with_output()
+            .with_context(|| format!("the {name} phase did not end"))?;
+        if !output.status.success() {
+            bail!(
+                "the {name} phase failed ({}); its error is above",
+                output.status
+            );
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .with_context(|| format!("the {name} phase printed nothing"))?;
+        let report: SinkPhaseReport = serde_json::from_str(line)
+            .with_context(|| format!("the {name} phase printed {line:?}"))?;
+        ensure!(
+            report.received == settings.received && report.rows == settings.rows,
+            "the {name} phase wrote {} of {} and left {} rows, not {}",
+            report.received,
+            settings.received,
+            report.rows,
+            settings.rows
+        );
+        Ok(report)
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}

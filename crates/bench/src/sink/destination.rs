@@ -1,0 +1,104 @@
+//! A phase's destination: the bench table's keyed table (`bench`, key `pk` S and `sk` N,
+//! document column `document`, the defaults a config gives), opened as `ddbpipe run` opens a
+//! sqlite or postgres sink (crates/cli/src/destination.rs `open`).
+
+use anyhow::{Context as _, bail};
+use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
+use ddbpipe_keyed::{
+    Database, DocumentType, KeyColumn, KeyType, LockAttempt, PostgresDatabase, SqliteDatabase,
+    TableSpec,
+};
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_pipeline::state::identity::Output;
+use ddbpipe_source::config::SourceConfig;
+use ddbpipe_value::ValueFormat;
+
+use super::Destination;
+use crate::items::TABLE;
+
+/// `sink.document_column` default.
+pub const DOCUMENT_COLUMN: &str = "document";
+
+/// The destination table of the bench table in `schema` (SQLite: `main`).
+pub fn table_spec(schema: &str) -> TableSpec {
+    TableSpec {
+        table: TABLE.to_string(),
+        schema: schema.to_string(),
+        key: vec![
+            KeyColumn {
+                name: "pk".to_string(),
+                kind: KeyType::S,
+            },
+            KeyColumn {
+                name: "sk".to_string(),
+                kind: KeyType::N,
+            },
+        ],
+        document_column: DOCUMENT_COLUMN.to_string(),
+        document_type: DocumentType::Jsonb,
+        create_table: true,
+    }
+}
+
+/// The output a keyed sink gives the position's identity.
+pub fn output() -> Output {
+    Output::Keyed {
+        table: TABLE.to_string(),
+        document_column: DOCUMENT_COLUMN.to_string(),
+    }
+}
+
+/// Opens (creating the SQLite file) or connects to the destination's database; returns it
+/// with the bench table's spec.
+pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableSpec)> {
+    match destination {
+        Destination::Sqlite { path } => {
+            let db = SqliteDatabase::open(path)
+                .with_context(|| format!("cannot open sqlite {}", path.display()))?;
+            Ok((Database::Sqlite(db), table_spec("main")))
+        }
+        Destination::Postgres { url, schema } => {
+            let db = PostgresDatabase::connect(url.expose())
+                .await
+                .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;
+            Ok((
+                Database::Postgres(db.with_schema(schema)),
+                table_spec(schema),
+            ))
+        }
+        Destination::Jsonl => bail!("the jsonl sink has no database"),
+    }
+}
+
+/// Takes the pipeline's run lock, as `ddbpipe run` does before it prepares the table.
+pub async fn lock(db: &Database, pipeline: &str) -> anyhow::Result<()> {
+    match db.lock(pipeline).await? {
+        LockAttempt::Acquired => Ok(()),
+        LockAttempt::HeldBy(holder) => bail!(
+            "pipeline '{pipeline}' is locked by another run ({})",
+            holder.location
+        ),
+    }
+}
+
+/// The keyed sink of `records` into `spec` of `db`, retrying as `source` says (plain values),
+/// as `ddbpipe run` builds it; not prepared yet.
+pub fn keyed_sink(
+    db: Database,
+    spec: TableSpec,
+    records: Records,
+    source: &SourceConfig,
+) -> KeyedSink {
+    let retry = source.retry.policy();
+    KeyedSink::new(
+        db,
+        spec,
+        ValueFormat::Plain,
+        records,
+        SinkRetry {
+            max_retries: retry.max_retries,
+            initial_backoff: retry.initial_backoff,
+            max_backoff: retry.max_backoff,
+        },
+    )
+}
