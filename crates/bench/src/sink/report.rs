@@ -240,7 +240,7 @@ fn cell(value: Option<f64>) -> String {
 fn line(out: &mut String, kind: Kind, path: &str, s: &Summary) {
     let _ = writeln!(
         out,
-        "{:<9} {:<8} {:>11.0} {:>11.2} {:>11} {:>11.2} {:>8.3} {:>13.1}",
+        "{:<9} {:<8} {:>10.0} {:>14.2} {:>17} {:>16.2} {:>8.3} {:>13.1}",
         kind.name(),
         path,
         s.rows_per_sec,
@@ -255,13 +255,13 @@ fn line(out: &mut String, kind: Kind, path: &str, s: &Summary) {
 fn heading(out: &mut String, noun: &str) {
     let _ = writeln!(
         out,
-        "{:<9} {:<8} {:>11} {:>11} {:>11} {:>11} {:>8} {:>13}",
+        "{:<9} {:<8} {:>10} {:>14} {:>17} {:>16} {:>8} {:>13}",
         "target",
         "path",
         format!("{noun}s/s"),
         format!("CPU µs/{noun}"),
-        "server µs",
-        "total µs",
+        format!("server µs/{noun}"),
+        format!("total µs/{noun}"),
         "wall s",
         "peak RSS MiB"
     );
