@@ -270,7 +270,7 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Some(Hidden::SinkPhase { clk_tck }) => sink_phase(clk_tck),
+        Some(Hidden::SinkPhase { clk_tck }) => sink::phase(clk_tck),
         None => bench(&cli.bench),
     };
     match result {
@@ -280,19 +280,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The sink phase: its settings from stdin, its report on stdout.
-fn sink_phase(clk_tck: u64) -> anyhow::Result<()> {
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("cannot read the phase's settings")?;
-    let settings: sink::SinkPhaseSettings =
-        serde_json::from_str(line.trim()).context("the phase's settings do not parse")?;
-    let report = sink::run(&settings, clk_tck)?;
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
 }
 
 /// The server process; stopped (stdin closed, then killed) when dropped.

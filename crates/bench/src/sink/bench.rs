@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail, ensure};
+use ddbpipe_source::streams::shard_reader::READ_SPACING;
 
 use super::databases::{self, Admin, Filesystem};
 use super::report::{self, SinkSetup, SqliteSetup};
@@ -20,7 +21,6 @@ use super::{Destination, Kind, SinkPhaseReport, SinkPhaseSettings, Work, work_na
 use crate::records::{self, PAGE_RECORDS};
 use crate::server::Ready;
 use crate::{BenchArgs, WhichSink};
-use ddbpipe_source::streams::shard_reader::READ_SPACING;
 
 /// Everything the phases of one bench run share.
 struct Bench<'a> {

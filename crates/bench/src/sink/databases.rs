@@ -10,8 +10,7 @@ use anyhow::{Context as _, ensure};
 use serde::Serialize;
 
 use super::PostgresUrl;
-use super::destination::DOCUMENT_COLUMN;
-use super::floor::quote;
+use super::destination::{DOCUMENT_COLUMN, quote};
 use crate::items::TABLE;
 use crate::procfs;
 

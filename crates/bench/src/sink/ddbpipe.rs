@@ -9,12 +9,11 @@
 //! run settings, every shard at once), each batch one transaction of its rows and the position.
 //! Left out, as in the other cases: `DescribeTable`, the progress bar and the log.
 
+use anyhow::ensure;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_source::position::ScanKind;
-
-use anyhow::ensure;
 
 use super::destination::{self, keyed_sink, output};
 use super::{Destination, ServerMeter, SinkPhaseSettings, Written};

@@ -40,6 +40,11 @@ pub fn table_spec(schema: &str) -> TableSpec {
     }
 }
 
+/// Double-quotes an identifier, doubling embedded quotes (as ddbpipe does).
+pub fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// The output a keyed sink gives the position's identity.
 pub fn output() -> Output {
     Output::Keyed {

@@ -41,7 +41,7 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
 use futures_util::SinkExt as _;
 
-use super::destination::{self, keyed_sink};
+use super::destination::{self, keyed_sink, quote};
 use super::{Destination, PostgresUrl, ServerMeter, SinkPhaseSettings, Written};
 use crate::ddbpipe_client;
 use crate::procfs::{Measured, Meter};
@@ -128,11 +128,6 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         server,
         end: None,
     })
-}
-
-/// Double-quotes an identifier, doubling embedded quotes (as ddbpipe does).
-pub fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The columns the floor writes: the key columns, the document, `_ddbpipe_updated_at`.

@@ -262,8 +262,22 @@ impl ServerMeter {
     }
 }
 
+/// `ddbpipe-bench sink-phase`: reads the settings from stdin, runs the phase, prints its
+/// report on stdout.
+pub fn phase(clk_tck: u64) -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the phase's settings")?;
+    let settings: SinkPhaseSettings =
+        serde_json::from_str(line.trim()).context("the phase's settings do not parse")?;
+    let report = run(&settings, clk_tck)?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
 /// Runs one sink phase: set up, measure the write, check the counts, report.
-pub fn run(settings: &SinkPhaseSettings, clk_tck: u64) -> anyhow::Result<SinkPhaseReport> {
+fn run(settings: &SinkPhaseSettings, clk_tck: u64) -> anyhow::Result<SinkPhaseReport> {
     // The same runtime as `ddbpipe run` (crates/cli/src/main.rs).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
