@@ -144,27 +144,37 @@ impl KeyedSink {
     }
 
     fn item_row(&self, text: &str) -> Result<RowChange, String> {
-        // Only the key attributes are kept; the others are skipped as they are read, with
-        // nothing allocated for them (this runs for every scanned item).
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let found = KeyAttributes {
-            key: &self.table.key,
-        }
-        .deserialize(&mut deserializer)
-        .and_then(|found| deserializer.end().map(|()| found))
-        .map_err(|e| format!("not a JSON object: {e}"))?;
+        let found = self
+            .key_attributes(text)
+            .map_err(|e| format!("not a JSON object: {e}"))?;
         Ok(RowChange::Upsert {
-            key: self.key_of(|name| {
-                self.table
-                    .key
-                    .iter()
-                    .position(|column| column.name == name)
-                    .and_then(|at| found[at])
-            })?,
+            key: self.key_of(|name| self.found(&found, name))?,
             document: text.to_string(),
             snapshot: false,
             version: Version::default(),
         })
+    }
+
+    /// The values of the key attributes of the JSON object `text`, in key-column order; the
+    /// other attributes are skipped as they are read, with nothing allocated for them (this runs
+    /// for every record).
+    fn key_attributes<'a>(&self, text: &'a str) -> serde_json::Result<Vec<Option<&'a RawValue>>> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let found = KeyAttributes {
+            key: &self.table.key,
+        }
+        .deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(found)
+    }
+
+    /// The value of key attribute `name` among `found` (of [`Self::key_attributes`]).
+    fn found<'a>(&self, found: &[Option<&'a RawValue>], name: &str) -> Option<&'a RawValue> {
+        self.table
+            .key
+            .iter()
+            .position(|column| column.name == name)
+            .and_then(|at| found[at])
     }
 
     /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
@@ -187,14 +197,14 @@ impl KeyedSink {
             )
         };
         let key = || -> Result<Vec<KeyValue>, String> {
-            let key: std::collections::BTreeMap<Cow<'_, str>, &RawValue> = envelope
+            let raw = envelope
                 .key
                 .filter(|raw| raw.get() != "null")
-                .map(|raw| serde_json::from_str(raw.get()))
-                .transpose()
-                .map_err(|e| format!("{}: its key is not an object: {e}", record()))?
                 .ok_or_else(|| format!("{} has no key", record()))?;
-            self.key_of(|name| key.get(name).copied())
+            let found = self
+                .key_attributes(raw.get())
+                .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
+            self.key_of(|name| self.found(&found, name))
                 .map_err(|problem| format!("{}: {problem}", record()))
         };
         let version = if envelope.op == "r" {
