@@ -29,6 +29,9 @@
 //! # Log
 //! [`FakeStreams::written`] lists every record ever written (shard, index, sequence number,
 //! key, version), so tests can check what the engine delivered against what exists.
+//! [`FakeStreams::history`] lists every write the table took with its exact time on the
+//! fake's wall clock (unix µs), so a test can rebuild the table at any moment, and
+//! [`FakeStreamTable`] serves exports of the table, incremental ones from that history.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -177,6 +180,20 @@ pub struct Written {
     pub event: &'static str,
 }
 
+/// A write as the table took it, at its exact time: what an incremental export is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableWrite {
+    /// When it was written, on the fake's wall clock (unix µs, not rounded: a change scripted
+    /// at a sub-millisecond offset keeps it).
+    pub micros: i64,
+    /// The item's `pk`.
+    pub key: String,
+    /// The item's version after it (a delete has its own version, one more than the item's).
+    pub version: u64,
+    /// It deleted the item.
+    pub removed: bool,
+}
+
 /// One shard as the fake holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardInfo {
@@ -242,6 +259,7 @@ struct State {
     next_seq: u128,
     versions: BTreeMap<String, (u64, bool)>,
     written: Vec<Written>,
+    history: Vec<TableWrite>,
     calls: Calls,
     journal: VecDeque<String>,
 }
@@ -294,6 +312,7 @@ impl FakeStreams {
                 next_seq: 100_000_000_000_000_000_000,
                 versions: BTreeMap::new(),
                 written: Vec::new(),
+                history: Vec::new(),
                 calls: Calls::default(),
                 journal: VecDeque::new(),
             }),
@@ -369,6 +388,21 @@ impl FakeStreams {
         let mut state = self.lock();
         state.advance(Instant::now());
         state.written.clone()
+    }
+
+    /// Every write the table took so far, in write order, with its exact time (see the
+    /// module docs).
+    pub fn history(&self) -> Vec<TableWrite> {
+        let mut state = self.lock();
+        state.advance(Instant::now());
+        state.history.clone()
+    }
+
+    /// The fake time since its creation: the offset [`FakeStreams::at`] and
+    /// [`FakeStreams::schedule`] take for now.
+    pub fn elapsed(&self) -> Duration {
+        let state = self.lock();
+        Instant::now().saturating_duration_since(state.epoch)
     }
 
     /// Every shard as it stands now, in creation order.

@@ -7,6 +7,11 @@ impl State {
         self.wall_origin_ms + at.saturating_duration_since(self.epoch).as_millis() as i64
     }
 
+    /// The wall clock at `at` in unix µs, not rounded to the millisecond.
+    pub(super) fn wall_micros(&self, at: Instant) -> i64 {
+        self.wall_origin_ms * 1000 + at.saturating_duration_since(self.epoch).as_micros() as i64
+    }
+
     pub(super) fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.rng.random_bool(p.min(1.0))
     }
@@ -139,6 +144,12 @@ impl State {
             Duration::ZERO
         };
         let created_ms = self.wall_ms(at);
+        self.history.push(TableWrite {
+            micros: self.wall_micros(at),
+            key: key.clone(),
+            version,
+            removed: remove,
+        });
         let s = &mut self.shards[shard];
         let previous = s.records.last().map_or(at, |r| r.visible_at);
         let written = Written {

@@ -7,15 +7,22 @@
 //! items at most (default 100), and resume after `ExclusiveStartKey`. Each page consumes one
 //! read unit. Its clock is the stream's wall clock (on tokio's time), shifted by the local offset
 //! the test gives, so page times and record times drift as the test says and no further.
+//!
+//! It is also the [`ExportSource`] of the in-memory export service: a full export holds the
+//! items as they are when it starts, its `ExportTime` the stream's clock (DynamoDB's, without
+//! the local offset); an incremental export of `[from_ms, to_ms)` holds, from the write
+//! history, one change per key written in the window ([`FakeStreamTable::changes`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ddbpipe_value::Value;
+use ddbpipe_value::{Item, Value};
 use tokio::time::Instant;
 
-use super::{FakeStreams, State, hash};
+use super::{FakeStreams, State, TableWrite, hash};
 use crate::api::{Page, ReadKind, ReadRequest, TableApi, TableDescription, TableNames};
 use crate::error::ApiError;
+use crate::fake_export::{ExportSource, FakeChange};
 
 /// The table behind a [`FakeStreams`] (see the module docs).
 #[derive(Debug, Clone)]
@@ -51,6 +58,77 @@ impl FakeStreamTable {
             .filter(|(_, (_, exists))| *exists)
             .map(|(key, (version, _))| (key.clone(), *version))
             .collect()
+    }
+
+    /// Every item the table held just before `at_ms` (the stream's clock, unix ms), by key:
+    /// its version.
+    pub fn items_before(&self, at_ms: i64) -> BTreeMap<String, u64> {
+        let mut items = BTreeMap::new();
+        for write in self.stream.history() {
+            if write.micros >= at_ms.saturating_mul(1000) {
+                break;
+            }
+            if write.removed {
+                items.remove(&write.key);
+            } else {
+                items.insert(write.key, write.version);
+            }
+        }
+        items
+    }
+
+    /// What an incremental export of `[from_ms, to_ms)` (the stream's clock, unix ms) holds:
+    /// for each key written in the window, one change at the exact time of its last write
+    /// there (`WriteTimestampMicros`), with the item before its first write there (`old`,
+    /// absent if it did not exist) and after its last (`new`, absent if deleted). A key that
+    /// did not exist at either end (created and deleted inside the window) has none. In key
+    /// order.
+    pub fn changes(&self, from_ms: i64, to_ms: i64) -> Vec<FakeChange> {
+        let (from, to) = (from_ms.saturating_mul(1000), to_ms.saturating_mul(1000));
+        let history = self.stream.history();
+        // Per key: the item before the window (`None`: absent), and its last write in it.
+        let mut before: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+        let mut last: BTreeMap<&str, &TableWrite> = BTreeMap::new();
+        for write in history.iter().take_while(|write| write.micros < to) {
+            if write.micros < from {
+                before.insert(&write.key, (!write.removed).then_some(write.version));
+            } else {
+                last.insert(&write.key, write);
+            }
+        }
+        last.into_iter()
+            .filter_map(|(key, write)| {
+                let old = before.get(key).copied().flatten();
+                let new = (!write.removed).then_some(write.version);
+                if old.is_none() && new.is_none() {
+                    return None;
+                }
+                Some(FakeChange {
+                    micros: write.micros,
+                    keys: Item::from([("pk".to_string(), Value::S(key.to_string()))]),
+                    new: new.map(|version| State::image(key, version)),
+                    old: old.map(|version| State::image(key, version)),
+                })
+            })
+            .collect()
+    }
+}
+
+impl ExportSource for FakeStreamTable {
+    fn items(&self) -> Vec<Item> {
+        FakeStreamTable::items(self)
+            .iter()
+            .map(|(key, version)| State::image(key, *version))
+            .collect()
+    }
+
+    /// The stream's clock: DynamoDB's, not this machine's.
+    fn now_ms(&self) -> i64 {
+        self.stream.wall_now_ms()
+    }
+
+    fn changes(&self, from_ms: i64, to_ms: i64) -> Vec<FakeChange> {
+        FakeStreamTable::changes(self, from_ms, to_ms)
     }
 }
 

@@ -142,3 +142,55 @@ async fn an_old_iterator_has_expired() {
     let error = fake.get_records(&it, 10).await.unwrap_err();
     assert_eq!(error.code.as_deref(), Some("ExpiredIteratorException"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_incremental_export_of_the_table_holds_each_keys_last_change_in_the_window() {
+    let write = |key: &str, remove: bool| Change::Write {
+        key: key.into(),
+        remove,
+    };
+    let us = Duration::from_micros;
+    let fake = FakeStreams::new(6)
+        .with_wall_origin_ms(1_000_000)
+        .at(Duration::ZERO, root("s1"))
+        // Before the window: a, b and d exist.
+        .at(us(1_000), write("a", false))
+        .at(us(2_000), write("b", false))
+        .at(us(3_000), write("d", false))
+        // In [1_010 000 ms, 1_020 000 ms): a updated twice, b deleted, c created and deleted,
+        // e created, d deleted and created again.
+        .at(us(10_000_250), write("a", false))
+        .at(us(11_000_500), write("a", false))
+        .at(us(12_000_000), write("b", true))
+        .at(us(13_000_000), write("c", false))
+        .at(us(14_000_000), write("c", true))
+        .at(us(15_000_000), write("e", false))
+        .at(us(16_000_000), write("d", true))
+        .at(us(17_000_001), write("d", false))
+        // After it.
+        .at(us(20_000_000), write("a", false));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let table = FakeStreamTable::of(std::sync::Arc::new(fake));
+    let changes = table.changes(1_010_000, 1_020_000);
+    let shown: Vec<(String, i64, Option<Item>, Option<Item>)> = changes
+        .into_iter()
+        .map(|c| match c.keys.get("pk") {
+            Some(Value::S(key)) => (key.clone(), c.micros, c.old, c.new),
+            other => panic!("a string key, not {other:?}"),
+        })
+        .collect();
+    let image = |key: &str, v: u64| Some(State::image(key, v));
+    assert_eq!(
+        shown,
+        vec![
+            ("a".into(), 1_011_000_500, image("a", 1), image("a", 3)),
+            ("b".into(), 1_012_000_000, image("b", 1), None),
+            ("d".into(), 1_017_000_001, image("d", 1), image("d", 3)),
+            ("e".into(), 1_015_000_000, None, image("e", 1)),
+        ]
+    );
+    assert_eq!(
+        table.items_before(1_020_000),
+        BTreeMap::from([("a".into(), 3), ("d".into(), 3), ("e".into(), 1)])
+    );
+}
