@@ -1,5 +1,6 @@
 //! The seeded simulation of a mirror whose snapshot runs beside the stream (docs/mirror.md §5.6,
-//! issue 12), into a real SQLite database.
+//! issue 12), into a real SQLite database, and of a gap repaired by incremental export once it
+//! streams (docs/streams.md §4.12).
 //!
 //! Each seed scripts a table and its stream (`FakeStreams` with `FakeStreamTable`, one and the
 //! same table): keys put and deleted by writers at random times, before, during and after the
@@ -33,32 +34,65 @@
 //! which file's page comes first depends on those threads, so a replay of such a seed may
 //! batch its rows differently.
 //!
-//! An export seed costs about what a scan seed does (the stream dominates), so the 500 default
-//! seeds, half of each, take as long as 500 scan seeds did: about a minute in debug on two idle
-//! cores.
+//! # Gap repair
+//! Every third seed, of either engine, goes on once its mirror has converged and passed the
+//! checks above (the script is in `mirror_sim_repair/`). A few keys are created and changed and
+//! streamed shortly before a downtime; then the pipeline is down for 3 min to over a day while
+//! writers keep going: keys created shortly before are deleted (the first of them in the first
+//! 30 s, so that the stream trims past the stored position), keys changed shortly before change
+//! again, keys are created and deleted inside the downtime, others put, updated and deleted,
+//! and a shard may split or rotate. The next runs have `on_gap: repair` with the export engine
+//! over the same `FakeExports` (a scan seed gets its own), whose incremental exports hold
+//! `FakeStreamTable::changes` of their window: one line per key written there, at the exact
+//! time of its last write (`WriteTimestampMicros` on the stream's clock), with the item before
+//! its first write there and after its last, none for a key that existed at neither end. They
+//! crash at a time (during the export's wait, or the stream afterwards) or once the sink has
+//! written a few batches of the export's changes (among a window's files, or before its
+//! close), and resume. A downtime of over a day is read in two windows.
+//!
+//! Checked besides the per-batch and final checks: the plan chose the repair (no `Scan` page
+//! and no full export in the phase, an incremental export per window, one however the runs
+//! crashed and one more after a FAILED one), the destination is the table at the repair's end
+//! before the stream is read again, and the stored position ends without a repair record,
+//! streaming. Closing a window deletes its vanished rows without a batch: the per-batch check
+//! counts that as their deletes committed. A repair change counts only over an older committed
+//! change, as it applies only over an older row; the stream's changes that follow always
+//! count, also when they replay what the repair wrote. Across the seeds, each case is met often
+//! enough: two windows, a crash among a window's files, rows for the sweep, an export's
+//! delete, a FAILED incremental export, the destination seen at the repair's end.
+//!
+//! Paused time holds this machine's clock still too (ddbpipe reads the real one), and a
+//! caught-up shard's `read_at` comes from it: a repair seed's stream clock starts early enough
+//! to meet it, skewed, when the phase begins, so the window starts where it would in life.
+//!
+//! An export seed costs about what a scan seed does (the stream dominates); a repair phase
+//! about a third of a seed. The 500 default seeds take about a minute and a half in debug on
+//! two lightly loaded cores, their 167 repair phases about 15 s of it.
 //!
 //! `MIRROR_SIM_SEEDS=n` runs more seeds, `MIRROR_SIM_SEED=n` one seed.
 
 #![allow(clippy::unwrap_used)]
 
+mod mirror_sim_checked;
 mod mirror_sim_export;
+mod mirror_sim_repair;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, SqliteDatabase, TableSpec};
-use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::runner::NoProgress;
-use ddbpipe_pipeline::sink::{Records, Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
 use ddbpipe_source::api::{Page, ReadRequest, TableApi, TableDescription, TableNames};
+use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
 use ddbpipe_source::plan::ReadRule;
@@ -68,10 +102,12 @@ use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_value::ValueFormat;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Notify;
 
+use mirror_sim_checked::{Checked, Committed, rows};
 use mirror_sim_export::{ExportScript, among_the_files};
+use mirror_sim_repair::{REPAIR_AT, Repaired, repair_phase, repairs};
 
 const SEEDS: u64 = 500;
 /// When the first run starts: after the stream dropped the records of the table's first writes.
@@ -79,94 +115,6 @@ const CAPTURE: Duration = Duration::from_secs(70);
 const KEYS: usize = 24;
 /// The table's ARN as `DescribeTable` reports it (an export names its table by ARN).
 const TABLE_ARN: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/t";
-
-/// The latest committed change per key: its version, and whether it deleted the item.
-type Committed = BTreeMap<String, (u64, bool)>;
-
-/// The keyed sink, checked after every batch it acknowledges.
-struct Checked {
-    inner: KeyedSink,
-    path: std::path::PathBuf,
-    committed: Committed,
-    /// Batches with snapshot rows written so far.
-    snapshot_batches: u64,
-    /// Crash once this many batches with snapshot rows are written.
-    crash_after: Option<u64>,
-    crash: Arc<Notify>,
-}
-
-impl Sink for Checked {
-    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
-        self.inner.write(batch, state).await?;
-        let mut snapshot_rows = false;
-        for line in batch.records.iter() {
-            let envelope: Value = serde_json::from_slice(line).unwrap();
-            let key = envelope["key"]["pk"].as_str().unwrap().to_string();
-            snapshot_rows |= envelope["op"] == "r";
-            match envelope["op"].as_str().unwrap() {
-                "c" | "u" => {
-                    let version = envelope["after"]["v"].as_u64().unwrap();
-                    self.committed.insert(key, (version, false));
-                }
-                "d" => {
-                    // A delete of version n is the item's version n + 1.
-                    let version = envelope["before"]["v"].as_u64().map_or(1, |v| v + 1);
-                    self.committed.insert(key, (version, true));
-                }
-                _ => {}
-            }
-        }
-        let rows = rows(&self.path);
-        for (key, (version, deleted)) in &self.committed {
-            match rows.get(key) {
-                Some(row) if *row < *version && !deleted => panic!(
-                    "row {key} holds version {row}, older than the committed change to {version}"
-                ),
-                Some(row) if *deleted && *row < *version => panic!(
-                    "row {key} holds version {row}, though its delete (version {version}) was committed"
-                ),
-                None if !deleted => {
-                    panic!("row {key} is missing after its change to {version} was committed")
-                }
-                _ => {}
-            }
-        }
-        if snapshot_rows {
-            self.snapshot_batches += 1;
-            if self.crash_after == Some(self.snapshot_batches) {
-                // The batch is committed; the run dies before it hears so.
-                self.crash.notify_one();
-                std::future::pending::<()>().await;
-            }
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
-    }
-}
-
-/// `pk → v` of the destination table.
-fn rows(path: &Path) -> BTreeMap<String, u64> {
-    let db = rusqlite::Connection::open(path).unwrap();
-    let mut statement = db.prepare("SELECT pk, document FROM \"t\"").unwrap();
-    statement
-        .query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .map(|(pk, document)| {
-            let document: Value = serde_json::from_str(&document).unwrap();
-            (pk, document["v"].as_u64().unwrap())
-        })
-        .collect()
-}
 
 fn spec() -> TableSpec {
     TableSpec {
@@ -182,7 +130,7 @@ fn spec() -> TableSpec {
     }
 }
 
-fn settings() -> StreamRun {
+fn settings(on_gap: OnGap) -> StreamRun {
     let base = ddbpipe_testkit::fake_stream_run();
     StreamRun {
         bounds: RunBounds {
@@ -192,6 +140,7 @@ fn settings() -> StreamRun {
         },
         batch_size: 4,
         kind: StreamKind::Mirror,
+        on_gap,
         ..base
     }
 }
@@ -203,8 +152,18 @@ fn stream(seed: u64) -> (Arc<FakeStreams>, i64) {
     // The stream's clock runs up to 50 s ahead of or behind this machine's (the margin of
     // docs/mirror.md §5.6 is 61 s).
     let skew_ms = rng.random_range(-50_000..=50_000);
+    // Paused time holds this machine's clock (the real one) still while the stream's runs on:
+    // a repair seed's stream clock starts early enough to meet it, skewed, when the repair
+    // phase begins (see `mirror_sim_repair`).
+    let meet = if repairs(seed) {
+        REPAIR_AT
+    } else {
+        Duration::ZERO
+    };
     let mut fake = FakeStreams::new(seed)
-        .with_wall_origin_ms(ddbpipe_source::clock::unix_now_ms() + skew_ms)
+        .with_wall_origin_ms(
+            ddbpipe_source::clock::unix_now_ms() + skew_ms - meet.as_millis() as i64,
+        )
         .with_retention(Duration::from_secs(rng.random_range(20..=60)))
         .at(
             Duration::ZERO,
@@ -251,11 +210,12 @@ fn write(key: usize, remove: bool) -> Change {
     }
 }
 
-/// The table behind the stream, described with its ARN.
-struct Described(FakeStreamTable);
+/// The table behind the stream, described with its ARN, counting `Scan` pages.
+struct Described(FakeStreamTable, Arc<AtomicU64>);
 
 impl TableApi for Described {
     async fn read_page(&self, request: &ReadRequest) -> Result<Page, ApiError> {
+        self.1.fetch_add(1, Ordering::Relaxed);
         self.0.read_page(request).await
     }
 
@@ -293,25 +253,63 @@ fn engine(seed: u64, stream: &Arc<FakeStreams>) -> Engine {
     }
 }
 
+impl Engine {
+    /// The exports this engine reads its snapshot from.
+    fn exports(&self) -> Option<&ExportScript> {
+        match self {
+            Engine::Scan => None,
+            Engine::Export(script) => Some(script),
+        }
+    }
+}
+
 /// Where a run crashes (is dropped).
 #[derive(Debug, Clone, Copy)]
 enum Crash {
     /// This long after it started (tokio's time).
     At(Duration),
-    /// Once the sink has written this many batches with snapshot rows: among an export's files,
-    /// which take no tokio time to read.
-    AfterSnapshotBatches(u64),
+    /// Once the sink has written this many batches of rows read from an export (a snapshot's
+    /// or a repair's) or a `Scan`: among an export's files, which take no tokio time to read.
+    AfterReadBatches(u64),
+}
+
+/// What every run of one seed shares.
+struct Setup<'a> {
+    seed: u64,
+    stream: &'a Arc<FakeStreams>,
+    skew_ms: i64,
+    engine: &'a Engine,
+    path: &'a Path,
+    /// In the repair phase: `on_gap: repair` from these exports.
+    repairs: Option<&'a ExportScript>,
+    /// `Scan` pages requested, over all the seed's runs.
+    pages: Arc<AtomicU64>,
+}
+
+/// What runs leave for the next one.
+struct Carried {
+    committed: Committed,
+    /// Runs that failed on the scripted FAILED export.
+    failed_exports: u64,
+    /// In a repair phase: the destination is still to be checked against the table at the
+    /// repair's end (see `Checked::repair_committed`).
+    repair_end: bool,
 }
 
 /// One run, dropped at `crash` when given.
 async fn run(
-    stream: &Arc<FakeStreams>,
-    skew_ms: i64,
-    engine: &Engine,
-    path: &Path,
-    committed: Committed,
+    setup: &Setup<'_>,
+    carried: &mut Carried,
     crash: Option<Crash>,
-) -> (Option<Result<EndReason, StreamRunError>>, Committed) {
+) -> Option<Result<EndReason, StreamRunError>> {
+    let &Setup {
+        seed,
+        stream,
+        skew_ms,
+        engine,
+        path,
+        ..
+    } = setup;
     let db = Database::Sqlite(SqliteDatabase::open(path).unwrap());
     let inner = KeyedSink::new(
         db,
@@ -337,27 +335,32 @@ async fn run(
         deletes: true,
         max_keys: u64::MAX,
     });
-    let settings = settings();
-    let exports = match engine {
-        Engine::Scan => None,
-        Engine::Export(script) => Some(script.engine(&settings)),
-    };
+    let settings = settings(if setup.repairs.is_some() {
+        OnGap::Repair
+    } else {
+        OnGap::Fail
+    });
+    let exports = engine.exports().map(|script| script.engine(&settings));
     let crashed = Arc::new(Notify::new());
     let mut sink = Checked {
+        seed,
         inner,
         path: path.to_path_buf(),
-        committed,
-        snapshot_batches: 0,
+        stream: Arc::clone(stream),
+        committed: std::mem::take(&mut carried.committed),
+        read_batches: 0,
         crash_after: match crash {
-            Some(Crash::AfterSnapshotBatches(n)) => Some(n),
+            Some(Crash::AfterReadBatches(n)) => Some(n),
             _ => None,
         },
         crash: Arc::clone(&crashed),
+        repairs: setup.repairs.map(|script| script.fake.clone()),
+        repair_end: carried.repair_end,
     };
     let table = FakeStreamTable::of(Arc::clone(stream)).with_local_offset_ms(-skew_ms);
     let scan = SnapshotScan {
         // Pages are timed by this machine's clock, records by the stream's.
-        api: Arc::new(Described(table)),
+        api: Arc::new(Described(table, Arc::clone(&setup.pages))),
         segments: 3,
         max_concurrency: 2,
         page_limit: Some(2),
@@ -368,7 +371,7 @@ async fn run(
             ..ReadRule::default()
         },
         exports,
-        repairs: None,
+        repairs: setup.repairs.map(|script| script.engine(&settings)),
     };
     let running = run_streams_with_snapshots(
         Arc::clone(stream),
@@ -383,7 +386,7 @@ async fn run(
     let crashing = async {
         match crash {
             Some(Crash::At(at)) => tokio::time::sleep(at).await,
-            Some(Crash::AfterSnapshotBatches(_)) => crashed.notified().await,
+            Some(Crash::AfterReadBatches(_)) => crashed.notified().await,
             None => std::future::pending().await,
         }
     };
@@ -392,7 +395,44 @@ async fn run(
         result = running => Some(result.map(|outcome| outcome.end)),
         () = crashing => None,
     };
-    (result, sink.committed)
+    carried.committed = sink.committed;
+    carried.repair_end = sink.repair_end;
+    result
+}
+
+/// Runs the mirror until a run that started after the script's last change ends idle (at
+/// most 16 runs), each run crashing as `crash` draws for it (given the run's number); returns
+/// whether a crash landed among an export's files.
+async fn converge(
+    setup: &Setup<'_>,
+    carried: &mut Carried,
+    mut crash: impl FnMut(u32) -> Option<Crash>,
+) -> bool {
+    let seed = setup.seed;
+    // The export a scripted FAILED export belongs to: the repair's in the repair phase.
+    let failing = setup.repairs.or(setup.engine.exports());
+    let mut crashed_among_files = false;
+    for attempt in 0..16 {
+        let crash = crash(attempt);
+        // A run that starts after the last write and ends idle has read everything; one that
+        // ends idle while the last writes land may leave them to the next run.
+        let quiet_start = setup.stream.quiescent();
+        match run(setup, carried, crash).await {
+            None => crashed_among_files |= among_the_files(setup.path),
+            Some(Ok(EndReason::Idle)) if quiet_start => break,
+            Some(Ok(_)) => {}
+            // The scripted FAILED export fails the run that waits on it, once.
+            Some(Err(error))
+                if failing.is_some_and(|script| script.fails)
+                    && carried.failed_exports == 0
+                    && error.to_string().contains("FAILED (S3AccessDenied") =>
+            {
+                carried.failed_exports += 1;
+            }
+            Some(Err(error)) => panic!("seed {seed}: run {attempt} failed: {error}"),
+        }
+    }
+    crashed_among_files
 }
 
 /// What one seed showed beyond its checks.
@@ -403,6 +443,8 @@ struct Simulated {
     exported: bool,
     /// A crash landed among the export's files.
     crashed_among_files: bool,
+    /// What its repair phase showed, in a repair seed.
+    repaired: Option<Repaired>,
 }
 
 /// One seed.
@@ -412,39 +454,32 @@ async fn simulate(seed: u64) -> Simulated {
     let (stream, skew_ms) = stream(seed);
     let engine = engine(seed, &stream);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6d69_7272);
-    let mut committed = Committed::new();
-    let mut failed_exports = 0;
-    let mut crashed_among_files = false;
+    let mut setup = Setup {
+        seed,
+        stream: &stream,
+        skew_ms,
+        engine: &engine,
+        path: &path,
+        repairs: None,
+        pages: Arc::new(AtomicU64::new(0)),
+    };
+    let mut carried = Carried {
+        committed: Committed::new(),
+        failed_exports: 0,
+        repair_end: false,
+    };
     tokio::time::sleep(CAPTURE).await;
-    for attempt in 0..16 {
-        let crash = (attempt < 4 && rng.random_bool(0.5)).then(|| {
-            if matches!(engine, Engine::Export(_)) && rng.random_bool(0.7) {
-                Crash::AfterSnapshotBatches(rng.random_range(1..=5))
+    let exported = matches!(engine, Engine::Export(_));
+    let crashed_among_files = converge(&setup, &mut carried, |attempt| {
+        (attempt < 4 && rng.random_bool(0.5)).then(|| {
+            if exported && rng.random_bool(0.7) {
+                Crash::AfterReadBatches(rng.random_range(1..=5))
             } else {
                 Crash::At(Duration::from_millis(rng.random_range(500..150_000)))
             }
-        });
-        // A run that starts after the last write and ends idle has read everything; one that
-        // ends idle while the last writes land may leave them to the next run.
-        let quiet_start = stream.quiescent();
-        let (result, now_committed) = run(&stream, skew_ms, &engine, &path, committed, crash).await;
-
-        committed = now_committed;
-        match result {
-            None => crashed_among_files |= among_the_files(&path),
-            Some(Ok(EndReason::Idle)) if quiet_start => break,
-            Some(Ok(_)) => {}
-            // The scripted FAILED export fails the run that waits on it, once.
-            Some(Err(error))
-                if matches!(&engine, Engine::Export(script) if script.fails)
-                    && failed_exports == 0
-                    && error.to_string().contains("FAILED (S3AccessDenied") =>
-            {
-                failed_exports += 1;
-            }
-            Some(Err(error)) => panic!("seed {seed}: run {attempt} failed: {error}"),
-        }
-    }
+        })
+    })
+    .await;
     assert!(stream.quiescent(), "seed {seed}: the script did not finish");
     let table = FakeStreamTable::of(Arc::clone(&stream)).items();
     assert_eq!(
@@ -454,13 +489,13 @@ async fn simulate(seed: u64) -> Simulated {
     );
     if let Engine::Export(script) = &engine {
         assert_eq!(
-            failed_exports,
+            carried.failed_exports,
             u64::from(script.fails),
             "seed {seed}: the FAILED export failed one run"
         );
         assert_eq!(
             script.fake.calls().started,
-            1 + failed_exports,
+            1 + carried.failed_exports,
             "seed {seed}: one export per snapshot, and one more after a FAILED one"
         );
     }
@@ -472,10 +507,25 @@ async fn simulate(seed: u64) -> Simulated {
             |row| row.get(0),
         )
         .unwrap();
+    let repaired = if repairs(seed) {
+        // A seed that scans has exports for its repair alone.
+        let own;
+        setup.repairs = Some(match &engine {
+            Engine::Export(script) => script,
+            Engine::Scan => {
+                own = ExportScript::seeded(seed, &stream);
+                &own
+            }
+        });
+        Some(repair_phase(&setup, &mut carried).await)
+    } else {
+        None
+    };
     Simulated {
         snapshot_rows,
-        exported: matches!(engine, Engine::Export(_)),
+        exported,
         crashed_among_files,
+        repaired,
     }
 }
 
@@ -497,6 +547,7 @@ fn a_mirror_whose_snapshot_outlasts_the_stream_retention_converges_under_writes_
     // Per engine (scan, export): seeds, seeds where snapshot rows landed.
     let mut seen = [(0, 0); 2];
     let mut among_files = 0;
+    let mut repairs = Vec::new();
     for &seed in &seeds {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -510,6 +561,7 @@ fn a_mirror_whose_snapshot_outlasts_the_stream_retention_converges_under_writes_
             *landed += 1;
         }
         among_files += u32::from(simulated.crashed_among_files);
+        repairs.extend(simulated.repaired);
     }
     // The version rule writes snapshot rows too, not only holds them back: in most seeds some
     // row ends as a page (or the export) left it.
@@ -525,4 +577,28 @@ fn a_mirror_whose_snapshot_outlasts_the_stream_retention_converges_under_writes_
         exported < 10 || among_files * 5 > exported,
         "a crash landed among the export's files in only {among_files} of {exported} seeds"
     );
+    // The repair seeds meet each case often enough (in more than 1/n of them).
+    let repaired = repairs.len();
+    let count = |case: fn(&Repaired) -> bool| repairs.iter().filter(|r| case(r)).count();
+    for (what, part, n) in [
+        ("two windows", count(|r| r.windows == 2), 10),
+        (
+            "a crash among a window's files",
+            count(|r| r.crashed_among_files),
+            5,
+        ),
+        ("rows for the sweep", count(|r| r.vanished > 0), 5),
+        ("an export's delete", count(|r| r.deletes > 0), 2),
+        (
+            "a FAILED incremental export",
+            count(|r| r.failed_export),
+            20,
+        ),
+        ("the repair's end checked", count(|r| r.end_checked), 5),
+    ] {
+        assert!(
+            repaired < 10 || part * n > repaired,
+            "{what}: in only {part} of {repaired} repair seeds"
+        );
+    }
 }

@@ -1,5 +1,7 @@
-//! The export half of the mirror simulation (`mirror_sim.rs`): what an export of the
-//! simulated table holds, one seed's export script, and where a crash landed.
+//! The export half of the mirror simulation (`mirror_sim.rs`): one seed's export script, and
+//! where a crash landed. The exports hold what `FakeStreamTable`, the simulated table, serves
+//! as their source: its items when a full export starts, with the stream's clock then as
+//! `ExportTime`, and its write history for an incremental export's window.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,39 +10,12 @@ use std::sync::Arc;
 use ddbpipe_pipeline::streams::StreamRun;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::export::{ExportEngine, ExportPoll, SnapshotExports};
-use ddbpipe_source::fake_export::{ExportSource, FakeExports};
+use ddbpipe_source::fake_export::FakeExports;
 use ddbpipe_source::fake_streams::{FakeStreamTable, FakeStreams};
 use ddbpipe_source::retry::NoObserver;
-use ddbpipe_value::{Item, Number, Value as AttributeValue};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-
-/// What an export of the table holds: its items as the stream's writes left them when the
-/// export starts, and the stream's clock then as its `ExportTime`.
-struct TableAsExported(Arc<FakeStreams>);
-
-impl ExportSource for TableAsExported {
-    fn items(&self) -> Vec<Item> {
-        FakeStreamTable::of(Arc::clone(&self.0))
-            .items()
-            .into_iter()
-            .map(|(key, version)| {
-                Item::from([
-                    ("pk".to_string(), AttributeValue::S(key)),
-                    (
-                        "v".to_string(),
-                        AttributeValue::N(Number::new(version.to_string())),
-                    ),
-                ])
-            })
-            .collect()
-    }
-
-    fn now_ms(&self) -> i64 {
-        self.0.wall_now_ms()
-    }
-}
 
 /// One seed's exports: the fake service and bucket, and the engine's settings.
 pub struct ExportScript {
@@ -48,7 +23,7 @@ pub struct ExportScript {
     pub fake: FakeExports,
     max_concurrency: usize,
     page_lines: usize,
-    /// The first export started FAILED.
+    /// The first export started (a snapshot's, or a repair's in a seed that scans) FAILED.
     pub fails: bool,
 }
 
@@ -57,7 +32,7 @@ impl ExportScript {
     pub fn seeded(seed: u64, stream: &Arc<FakeStreams>) -> Self {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x6578_706f);
         let files = rng.random_range(1..=5);
-        let fake = FakeExports::new("b", TableAsExported(Arc::clone(stream)))
+        let fake = FakeExports::new("b", FakeStreamTable::of(Arc::clone(stream)))
             .with_files(files)
             .in_progress_for(rng.random_range(0..=6));
         let fails = rng.random_bool(0.2);
@@ -100,24 +75,37 @@ impl ExportScript {
     }
 }
 
-/// Whether the committed state holds an open snapshot that has read part of an export's files
-/// or all of them and is not yet closed: a crash there landed among the files.
-pub fn among_the_files(path: &Path) -> bool {
+/// The committed state of pipeline `p`, by part (`meta`, `segment:<n>`, …).
+pub fn state(path: &Path) -> BTreeMap<String, Value> {
     let db = rusqlite::Connection::open(path).unwrap();
     let mut statement = db
         .prepare("SELECT part, value FROM _ddbpipe_state WHERE pipeline = 'p'")
         .unwrap();
-    let parts: BTreeMap<String, Value> = statement
+    statement
         .query_map([], |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
         })
         .unwrap()
         .map(Result::unwrap)
         .map(|(part, value)| (part, serde_json::from_str(&value).unwrap()))
-        .collect();
+        .collect()
+}
+
+/// Whether the committed state holds an open snapshot that has read part of an export's files
+/// or all of them and is not yet closed, or an open repair that has read part of its current
+/// window's files: a crash there landed among the files.
+pub fn among_the_files(path: &Path) -> bool {
+    let parts = state(path);
     let Some(meta) = parts.get("meta") else {
         return false;
     };
+    let repair = &meta["position"]["repair"];
+    if repair.is_object() {
+        let progress = repair["done"].as_array().is_some_and(|d| !d.is_empty())
+            || repair["cursors"].as_object().is_some_and(|c| !c.is_empty())
+            || parts.keys().any(|part| part.starts_with("segment:"));
+        return repair["export_arn"].is_string() && progress;
+    }
     let snapshot = &meta["position"]["snapshot"];
     let reading = snapshot["export_arn"].is_string() && snapshot["complete"] == false;
     let progress = snapshot["done"]
