@@ -461,22 +461,9 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                     );
                     // Positions kept by the capture must not be trimmed (rule 5); the probe's
                     // iterators are not used, the stream is read from the capture later.
-                    let same_stream = stored.stream_arn.as_deref() == Some(run.stream_arn.as_str());
-                    let trimmed: Vec<ShardId> = if same_stream {
-                        run.probe(
-                            api.as_ref(),
-                            &gaps::probes(&stored, &graph),
-                            &stop,
-                            &mut BTreeMap::new(),
-                            observer.as_ref(),
-                        )
-                        .await?
-                        .into_iter()
-                        .map(|(shard, _)| shard)
-                        .collect()
-                    } else {
-                        Vec::new()
-                    };
+                    let trimmed =
+                        trimmed(api.as_ref(), run, &stored, &graph, &stop, observer.as_ref())
+                            .await?;
                     let capture = plan.resnapshot_capture(
                         &stored,
                         &graph,
@@ -558,6 +545,27 @@ async fn check_beside<A: StreamsApi>(
         "{} (found while resuming an open snapshot whose stream was read beside its scan: the run was stopped longer than the stream keeps changes)",
         gaps::cannot_resume(&run.table, &reasons, &run.config_label)
     )))
+}
+
+/// The positioned shards of `stored` whose layer-4 probe is trimmed (none when `stored` belongs
+/// to another stream): a capture of the same stream keeps the other positions (startup rule 5).
+/// The probe's iterators are not used; the stream is read from the capture later.
+async fn trimmed<A: StreamsApi>(
+    api: &A,
+    run: &StreamRun,
+    stored: &StreamsPosition,
+    graph: &ShardGraph,
+    stop: &Cancel,
+    observer: &dyn AttemptObserver,
+) -> Result<Vec<ShardId>, StreamRunError> {
+    if stored.stream_arn.as_deref() != Some(run.stream_arn.as_str()) {
+        return Ok(Vec::new());
+    }
+    let probes = gaps::probes(stored, graph);
+    let trimmed = run
+        .probe(api, &probes, stop, &mut BTreeMap::new(), observer)
+        .await?;
+    Ok(trimmed.into_iter().map(|(shard, _)| shard).collect())
 }
 
 /// Every shard of the run's stream (a failure, after retries, fails the run), and the stream's

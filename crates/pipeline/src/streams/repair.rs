@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use ddbpipe_source::api::{KeyAttribute, SnapshotShape, StreamsApi, TableApi};
+use ddbpipe_source::api::{SnapshotShape, StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::streams::repair::{self, RepairPlan};
@@ -69,7 +69,14 @@ impl<T: TableApi> Snapshots<'_, T> {
         if checkpointer.repair().is_none_or(|repair| repair.applied) {
             return Ok(());
         }
-        let (key_schema, table_arn) = self.describe(scan).await?;
+        let description = self.describe(scan).await?;
+        let table_arn = description.arn.clone().ok_or_else(|| {
+            StreamRunError::Gap(format!(
+                "DescribeTable '{}' reported no TableArn, which an export needs",
+                run.table
+            ))
+        })?;
+        let key_schema = description.key_schema;
         let shape = Arc::new(SnapshotShape {
             key_schema,
             table: run.table.clone(),
@@ -116,37 +123,6 @@ impl<T: TableApi> Snapshots<'_, T> {
         }
         Ok(())
     }
-
-    /// The table's key schema and ARN, from one `DescribeTable`.
-    async fn describe(
-        &self,
-        scan: &SnapshotScan<T>,
-    ) -> Result<(Vec<KeyAttribute>, String), StreamRunError> {
-        let run = self.run;
-        let described = run
-            .retry
-            .run(
-                "describe_table",
-                || format!("DescribeTable '{}'", run.table),
-                self.stop,
-                self.observer.as_ref(),
-                |_| scan.api.describe_table(&run.table),
-            )
-            .await?;
-        let Some(description) = described else {
-            return Err(StreamRunError::Gap(format!(
-                "DescribeTable '{}' returned no table",
-                run.table
-            )));
-        };
-        let arn = description.arn.clone().ok_or_else(|| {
-            StreamRunError::Gap(format!(
-                "DescribeTable '{}' reported no TableArn, which an export needs",
-                run.table
-            ))
-        })?;
-        Ok((description.key_schema, arn))
-    }
 }
 
 /// Rule 4: captures the stream again once the repair is applied and commits it without the
@@ -176,21 +152,15 @@ pub(super) async fn recapture<A: StreamsApi>(
         snapshots.observer.as_ref(),
     )
     .await?;
-    let trimmed = if stored.stream_arn.as_deref() == Some(run.stream_arn.as_str()) {
-        run.probe(
-            api.as_ref(),
-            &ddbpipe_source::streams::gaps::probes(&stored, &graph),
-            snapshots.stop,
-            &mut std::collections::BTreeMap::new(),
-            snapshots.observer.as_ref(),
-        )
-        .await?
-        .into_iter()
-        .map(|(shard, _)| shard)
-        .collect()
-    } else {
-        Vec::new()
-    };
+    let trimmed = super::trimmed(
+        api.as_ref(),
+        run,
+        &stored,
+        &graph,
+        snapshots.stop,
+        snapshots.observer.as_ref(),
+    )
+    .await?;
     let capture = run
         .startup()
         .recapture(&stored, &graph, &trimmed, unix_now_ms());

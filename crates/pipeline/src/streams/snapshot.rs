@@ -148,28 +148,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                 .map_err(RunError::from)?;
             return ceiling(checkpointer).map(|()| false);
         }
-        let described = run
-            .retry
-            .run(
-                "describe_table",
-                || format!("DescribeTable '{}'", run.table),
-                self.stop,
-                self.observer.as_ref(),
-                |_| scan.api.describe_table(&run.table),
-            )
-            .await?;
-        let Some(description) = described else {
-            return Err(StreamRunError::Gap(format!(
-                "DescribeTable '{}' returned no table",
-                run.table
-            )));
-        };
-        if description.key_schema.is_empty() {
-            return Err(StreamRunError::Gap(format!(
-                "table '{}' has an empty key schema",
-                run.table
-            )));
-        }
+        let description = self.describe(scan).await?;
         let key_schema: Vec<KeyAttribute> = description.key_schema.clone();
         let render = Render::Snapshots(Arc::new(SnapshotShape {
             key_schema,
@@ -243,6 +222,37 @@ impl<T: TableApi> Snapshots<'_, T> {
             return Err(StreamRunError::SnapshotInterrupted);
         }
         ceiling(checkpointer).map(|()| true)
+    }
+
+    /// The table, from one `DescribeTable` (retried): it must exist and have a key schema.
+    pub async fn describe(
+        &self,
+        scan: &SnapshotScan<T>,
+    ) -> Result<TableDescription, StreamRunError> {
+        let run = self.run;
+        let described = run
+            .retry
+            .run(
+                "describe_table",
+                || format!("DescribeTable '{}'", run.table),
+                self.stop,
+                self.observer.as_ref(),
+                |_| scan.api.describe_table(&run.table),
+            )
+            .await?;
+        let Some(description) = described else {
+            return Err(StreamRunError::Gap(format!(
+                "DescribeTable '{}' returned no table",
+                run.table
+            )));
+        };
+        if description.key_schema.is_empty() {
+            return Err(StreamRunError::Gap(format!(
+                "table '{}' has an empty key schema",
+                run.table
+            )));
+        }
+        Ok(description)
     }
 
     /// Reads the snapshot's pages alone or beside the stream; `true` when it completed and the
