@@ -36,8 +36,8 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement, Transaction};
 
 use super::document;
-use super::session::Failure;
-use super::sql::{key_list, qualified};
+use super::session::{Failure, fnv1a};
+use super::sql::{conflict_set, key_list, key_param, qualified};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
     Write, key_text, quote, row_key,
@@ -70,8 +70,13 @@ pub(super) enum Bulk {
 }
 
 impl Bulk {
-    /// The bulk kind of `writes` (of `rows`), when the batch qualifies (rule 1).
-    pub(super) fn of(rows: &[RowChange], writes: &[Write<'_>]) -> Option<Bulk> {
+    /// The bulk kind of `writes` (of `rows`, planned with `snapshot_id` open), when the batch
+    /// qualifies (rule 1).
+    pub(super) fn of(
+        rows: &[RowChange],
+        writes: &[Write<'_>],
+        snapshot_id: Option<i64>,
+    ) -> Option<Bulk> {
         let first = match writes.first()? {
             Write::Upsert { .. } => Bulk::Change,
             Write::UpsertMarked { id, .. } => Bulk::Marked { id: *id },
@@ -79,73 +84,53 @@ impl Bulk {
                 id: *id,
                 cutoff_ms: *cutoff_ms,
             },
-            _ => return None,
+            _ => Bulk::Changes {
+                marked: snapshot_id,
+            },
         };
         let same = writes.iter().all(|write| match (write, first) {
-            (Write::Upsert { .. }, Bulk::Change) => true,
-            (Write::UpsertMarked { id, .. }, Bulk::Marked { id: want }) => *id == want,
+            (Write::Upsert { .. }, Bulk::Change)
+            | (Write::UpsertMarked { .. }, Bulk::Marked { .. }) => true,
             (
-                Write::UpsertUnlessNewer { id, cutoff_ms, .. },
+                Write::UpsertUnlessNewer { cutoff_ms, .. },
                 Bulk::UnlessNewer {
-                    id: want,
-                    cutoff_ms: cutoff,
+                    cutoff_ms: cutoff, ..
                 },
-            ) => *id == want && *cutoff_ms == cutoff,
+            ) => *cutoff_ms == cutoff,
             _ => false,
         });
         let mut keys = HashSet::with_capacity(rows.len());
         if same && rows.iter().all(|row| keys.insert(row_key(row))) {
             return Some(first);
         }
-        Self::changes(writes)
-    }
-
-    /// Stream changes of one snapshot state (rule 5).
-    fn changes(writes: &[Write<'_>]) -> Option<Bulk> {
-        let marked = match writes.iter().find_map(|write| match write {
-            Write::UpsertMarked { id, .. } => Some(Some(*id)),
-            Write::DeleteMarked { .. } => Some(None),
-            _ => None,
-        }) {
-            // A marked delete alone does not say the id: the per-row statements keep it.
-            Some(None)
-                if !writes
-                    .iter()
-                    .any(|w| matches!(w, Write::UpsertMarked { .. })) =>
-            {
-                return None;
-            }
-            Some(_) => writes.iter().find_map(|write| match write {
-                Write::UpsertMarked { id, .. } => Some(*id),
-                _ => None,
-            }),
-            None => None,
-        };
-        let fits = writes.iter().all(|write| match (write, marked) {
-            (Write::Upsert { .. } | Write::Delete, None) => true,
-            (Write::UpsertMarked { id, .. }, Some(want)) => *id == want,
-            (Write::DeleteMarked { .. }, Some(_)) => true,
-            _ => false,
+        // Stream changes (rule 5): `plan` gave every upsert and delete of the batch the same
+        // snapshot state, marked exactly when a snapshot is open.
+        let changes = writes.iter().all(|write| {
+            matches!(
+                write,
+                Write::Upsert { .. }
+                    | Write::Delete
+                    | Write::UpsertMarked { .. }
+                    | Write::DeleteMarked { .. }
+            )
         });
-        fits.then_some(Bulk::Changes { marked })
+        changes.then_some(Bulk::Changes {
+            marked: snapshot_id,
+        })
     }
 }
 
 /// The staging table of `spec` in this session: named after the destination, so two
 /// destinations of one connection do not share one.
 fn stage_name(spec: &TableSpec) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in spec
-        .schema
-        .bytes()
-        .chain([0])
-        .chain(spec.table.bytes())
-        .chain([0])
-        .chain(spec.key.iter().flat_map(|k| k.name.bytes().chain([0])))
-    {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = fnv1a(
+        spec.schema
+            .bytes()
+            .chain([0])
+            .chain(spec.table.bytes())
+            .chain([0])
+            .chain(spec.key.iter().flat_map(|k| k.name.bytes().chain([0]))),
+    );
     format!("_ddbpipe_stage_{hash:016x}")
 }
 
@@ -203,23 +188,6 @@ fn staged_values(spec: &TableSpec, s: &str, marker: &str, vseq: &str) -> String 
     values.push(format!("{s}.vms"));
     values.push(vseq.to_string());
     values.join(", ")
-}
-
-/// The conflict update of an upsert: the document and version, and the marker when marked.
-fn conflict_set(spec: &TableSpec, marked: bool) -> String {
-    let document = quote(&spec.document_column);
-    let updated_at = quote(UPDATED_AT_COLUMN);
-    let version_ms = quote(VERSION_MS_COLUMN);
-    let version_seq = quote(VERSION_SEQ_COLUMN);
-    let mut set = format!(
-        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
-         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
-    );
-    if marked {
-        let marker = quote(SNAPSHOT_COLUMN);
-        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
-    }
-    set
 }
 
 fn columns(spec: &TableSpec) -> String {
@@ -320,13 +288,7 @@ fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
         Bulk::UnlessNewer { .. } => "NULL::text".into(),
         _ => "s.vseq".into(),
     });
-    let mut set = format!(
-        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
-         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
-    );
-    if bulk != Bulk::Change {
-        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
-    }
+    let set = conflict_set(spec, bulk != Bulk::Change);
     let stage = quote(&stage_name(spec));
     let insert = format!(
         "INSERT INTO {table} AS t ({keys}, {document}, {marker}, {updated_at}, {version_ms}, \
@@ -413,7 +375,7 @@ pub(super) async fn write(
             _ => None,
         };
         let ord = ord as i64;
-        let mut values: Vec<&(dyn ToSql + Sync)> = key.iter().map(key_value).collect();
+        let mut values: Vec<&(dyn ToSql + Sync)> = key.iter().map(key_param).collect();
         values.extend([
             &document as &(dyn ToSql + Sync),
             &version_ms,
@@ -445,13 +407,6 @@ pub(super) async fn write(
     Ok(())
 }
 
-fn key_value(value: &KeyValue) -> &(dyn ToSql + Sync) {
-    match value {
-        KeyValue::S(text) | KeyValue::N(text) => text,
-        KeyValue::B(bytes) => bytes,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,10 +428,13 @@ mod tests {
             version_ms: None,
             version_seq: None,
         };
-        assert_eq!(Bulk::of(&rows, &[plain(), plain()]), Some(Bulk::Change));
+        assert_eq!(
+            Bulk::of(&rows, &[plain(), plain()], None),
+            Some(Bulk::Change)
+        );
         let twice = [upsert("a", false), upsert("a", false)];
         assert_eq!(
-            Bulk::of(&twice, &[plain(), plain()]),
+            Bulk::of(&twice, &[plain(), plain()], None),
             Some(Bulk::Changes { marked: None }),
             "a key changed twice: the last change decides"
         );
@@ -486,30 +444,42 @@ mod tests {
             version_seq: None,
         };
         assert_eq!(
-            Bulk::of(&rows, &[marked(7), marked(7)]),
+            Bulk::of(&rows, &[marked(7), marked(7)], Some(7)),
             Some(Bulk::Marked { id: 7 })
         );
-        assert_eq!(Bulk::of(&rows, &[marked(7), plain()]), None, "two kinds");
-        assert_eq!(Bulk::of(&[], &[]), None);
+        assert_eq!(Bulk::of(&[], &[], None), None);
         // Stream changes, keys repeated and deletes among them.
         assert_eq!(
-            Bulk::of(&twice, &[plain(), Write::Delete]),
+            Bulk::of(&twice, &[plain(), Write::Delete], None),
             Some(Bulk::Changes { marked: None })
         );
         let delete_marked = || Write::DeleteMarked {
             version_ms: Some(1),
         };
         assert_eq!(
-            Bulk::of(&twice, &[marked(7), delete_marked()]),
+            Bulk::of(&twice, &[marked(7), delete_marked()], Some(7)),
             Some(Bulk::Changes { marked: Some(7) })
         );
-        assert_eq!(Bulk::of(&twice, &[delete_marked(), delete_marked()]), None);
-        assert_eq!(Bulk::of(&twice, &[marked(7), marked(8)]), None);
+        assert_eq!(
+            Bulk::of(&twice, &[delete_marked(), delete_marked()], Some(7)),
+            Some(Bulk::Changes { marked: Some(7) }),
+            "deletes alone, the markers from the open snapshot"
+        );
+        let guarded = |cutoff_ms| Write::UpsertUnlessNewer {
+            id: 7,
+            read_ms: 0,
+            cutoff_ms,
+        };
+        assert_eq!(
+            Bulk::of(&rows, &[guarded(1), guarded(2)], Some(7)),
+            None,
+            "snapshot rows of two read times"
+        );
         let repair = Write::RepairDelete {
             id: 1,
             version_ms: 1,
         };
-        assert_eq!(Bulk::of(&twice, &[plain(), repair]), None);
+        assert_eq!(Bulk::of(&twice, &[plain(), repair], None), None);
     }
 
     #[test]

@@ -285,7 +285,7 @@ impl PostgresDatabase {
             state.updated_at.clone()
         };
         let mut session = self.shared.session.lock().await;
-        let bulk = Bulk::of(rows, &writes).filter(|_| !session.no_temp_tables);
+        let bulk = Bulk::of(rows, &writes, snapshot_id).filter(|_| !session.no_temp_tables);
         let mut no_temp_tables = false;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;

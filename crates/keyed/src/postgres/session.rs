@@ -374,13 +374,16 @@ pub(super) async fn end_transaction<T>(
 /// The pipeline's advisory lock key: FNV-1a 64 of `"ddbpipe:" + schema + ":" + pipeline`, as
 /// a bigint. The state lives per schema, so one pipeline name may run once per schema.
 pub(super) fn lock_key(schema: &str, pipeline: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let name = format!("{schema}:{pipeline}");
-    for byte in b"ddbpipe:".iter().chain(name.as_bytes()) {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = fnv1a(b"ddbpipe:".iter().chain(name.as_bytes()).copied());
     i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// FNV-1a 64 of `bytes`: the lock key's hash, and the staging table's name (`bulk`).
+pub(super) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Takes the lock `key`; once it is ours, also records this process's pid beside it (see

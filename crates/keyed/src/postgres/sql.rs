@@ -152,6 +152,24 @@ pub(super) enum UpsertKind {
     UnlessNewer,
 }
 
+/// The conflict update of an upsert: the document and the version, and the marker when the
+/// upsert marks its row (every upsert statement, per row or in bulk, takes this one).
+pub(super) fn conflict_set(spec: &TableSpec, marked: bool) -> String {
+    let document = quote(&spec.document_column);
+    let updated_at = quote(UPDATED_AT_COLUMN);
+    let version_ms = quote(VERSION_MS_COLUMN);
+    let version_seq = quote(VERSION_SEQ_COLUMN);
+    let mut set = format!(
+        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
+         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
+    );
+    if marked {
+        let marker = quote(SNAPSHOT_COLUMN);
+        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
+    }
+    set
+}
+
 pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
     let table = qualified(&spec.schema, &spec.table);
     let document = quote(&spec.document_column);
@@ -181,13 +199,7 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
         UpsertKind::UnlessNewer => "NULL".to_string(),
         UpsertKind::Change | UpsertKind::Marked => param("::text"),
     });
-    let mut set = format!(
-        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
-         {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
-    );
-    if kind != UpsertKind::Change {
-        let _ = write!(set, ", {marker} = EXCLUDED.{marker}");
-    }
+    let set = conflict_set(spec, kind != UpsertKind::Change);
     let keys = key_list(spec);
     let columns =
         format!("{keys}, {document}, {marker}, {updated_at}, {version_ms}, {version_seq}");
