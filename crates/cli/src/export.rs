@@ -26,9 +26,17 @@ pub fn engine(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExport
 }
 
 /// The export engine a streams or mirror run repairs gaps with (`on_gap: repair`,
-/// docs/streams.md §4.12), whatever the snapshot engine: the same bucket fields.
-pub fn repairs(sdk: &aws::SdkSettings, source: &SourceConfig) -> Option<AwsExports> {
-    (source.on_gap == OnGap::Repair && source.mode.reads_stream()).then(|| build(sdk, source))
+/// docs/streams.md §4.12), whatever the snapshot engine: the same bucket fields. A repair left
+/// open by an earlier run is finished through it whatever `on_gap` says now, when the bucket
+/// is still configured.
+pub fn repairs(
+    sdk: &aws::SdkSettings,
+    source: &SourceConfig,
+    repair_open: bool,
+) -> Option<AwsExports> {
+    let wanted = source.on_gap == OnGap::Repair || repair_open;
+    (wanted && source.mode.reads_stream() && source.snapshot.s3_bucket.is_some())
+        .then(|| build(sdk, source))
 }
 
 fn build(sdk: &aws::SdkSettings, source: &SourceConfig) -> AwsExports {

@@ -10,22 +10,16 @@ mod common;
 mod fake_export;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
 use serde_json::Value;
 
 use common::keyed::{self, Destination, Target};
 use common::{Emulator, Pipeline, Running, stderr};
-use fake_export::{FakeExport, create_bucket};
+use fake_export::{FakeExport, create_bucket, now_ms};
 
 const BUCKET: &str = "exports";
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 fn put(running: &Running, pk: &str, v: i64) {
     running.put_pk("orders", pk, &v.to_string());
@@ -239,4 +233,61 @@ fn into_jsonl_a_repair_writes_the_gap_as_change_envelopes() {
     }
     assert_eq!(fake.forwarded("Scan"), 0);
     assert_eq!(fake.exports_started(), 1);
+}
+
+/// A repair killed while its incremental export runs stays open: `check` fails it when the
+/// bucket is gone from the config, and a run with the bucket back finishes it through the same
+/// export whatever `on_gap` says now, with no Scan request.
+#[test]
+fn an_open_repair_is_finished_by_the_next_run_and_check_names_what_it_needs() {
+    let (running, fake, pipeline, destination) = setup(
+        Target::Sqlite,
+        "snapshot: {engine: export, s3_bucket: exports}",
+    );
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    changes_lost_in_a_gap(&running, &fake);
+    // IN_PROGRESS for its first 4 describes (2 s apart, doubling): about 14 s, killed sooner.
+    fake.set_in_progress_describes(4);
+    let mut child = common::spawn_run(&pipeline.config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || fake.exports_started() >= 2),
+        "the repair started its incremental export"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let state = destination.state("orders-mirror");
+    assert!(
+        state["meta"].0["position"].get("repair").is_some(),
+        "the repair is open: {state:?}"
+    );
+
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 7";
+    pipeline.write_with_sink(
+        "orders-mirror",
+        &fake.url(),
+        source,
+        &destination.sink_yaml(),
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    let report = format!("{}{}", common::stdout(&check), stderr(&check));
+    assert_ne!(check.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("holds an open repair") && report.contains("source.snapshot.s3_bucket"),
+        "{report}"
+    );
+
+    let source = format!("{source}\nsnapshot: {{engine: export, s3_bucket: exports}}");
+    pipeline.write_with_sink(
+        "orders-mirror",
+        &fake.url(),
+        &source,
+        &destination.sink_yaml(),
+    );
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(mirrored(&destination) == table_items(&running));
+    assert_eq!(fake.exports_started(), 2, "the same incremental export");
+    assert_eq!(fake.forwarded("Scan"), 0);
 }

@@ -35,7 +35,7 @@ pub(super) async fn probe_export(
     // full resnapshot (docs/streams.md §4.12), which `run` does rather than fail.
     let snapshots = source.snapshot.engine == ddbpipe_source::config::SnapshotEngine::Export;
     let Some(engine) =
-        crate::export::engine(&sdk, source).or_else(|| crate::export::repairs(&sdk, source))
+        crate::export::engine(&sdk, source).or_else(|| crate::export::repairs(&sdk, source, false))
     else {
         return;
     };

@@ -571,6 +571,19 @@ fn state_verdict(
             ),
         );
     }
+    // An open repair is resumed before anything else, through the export bucket.
+    if matches!(position, Position::Streams(s) if s.repair.is_some())
+        && config.source.snapshot.s3_bucket.is_none()
+    {
+        return (
+            Status::Fail,
+            format!(
+                "{where_}: the stored position holds an open repair, whose incremental exports \
+                 need source.snapshot.s3_bucket: restore it (and on_gap: repair), or run \
+                 `ddbpipe state reset` to start afresh"
+            ),
+        );
+    }
     // The run's gap layers that need no shard listing: a position of a stream the table no
     // longer has, or shards last read empty longer ago than the stream keeps records.
     let reasons = match (position, stream) {

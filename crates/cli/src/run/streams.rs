@@ -109,7 +109,7 @@ pub async fn run(
     let snapshot = plan.scans_table(open).then(|| {
         let exports = crate::export::engine(&sdk, source)
             .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
-        let repairs = crate::export::repairs(&sdk, source)
+        let repairs = crate::export::repairs(&sdk, source, checkpointer.repair_open())
             .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
         SnapshotScan::new(Arc::new(table_api), &plan.snapshot)
             .with_exports(exports)

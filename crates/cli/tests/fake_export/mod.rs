@@ -837,7 +837,7 @@ async fn try_forward(
 // ---------------------------------------------------------------------------------------------
 // The three operations.
 
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -369,8 +369,7 @@ impl Checkpointer {
         if !repair.next_window() {
             repair.applied = true;
         }
-        let mut position = ScanPosition::new(ScanKind::Export, 0);
-        position.export_arn = None;
+        let position = ScanPosition::new(ScanKind::Export, 0);
         let mut streams = self.streams.clone();
         if let Some(streams) = streams.as_mut() {
             streams.repair = Some(Box::new(repair.clone()));
