@@ -72,7 +72,7 @@ pub mod state;
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
-pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase};
+pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase, copy_text};
 pub use sqlite::SqliteDatabase;
 
 /// The type of the PostgreSQL document column (`sink.document_type`). SQLite always stores

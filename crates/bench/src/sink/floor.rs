@@ -30,13 +30,12 @@
 //! `_ddbpipe_updated_at` is one fixed RFC 3339 time of the sink's form
 //! (`2025-01-01T00:00:00.000Z`); the sink writes the time of each batch.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, bail, ensure};
 use bytes::{BufMut as _, BytesMut};
 use ddbpipe_keyed::sink::KeyedSink;
-use ddbpipe_keyed::{KeyValue, RowChange, TableSpec};
+use ddbpipe_keyed::{KeyValue, RowChange, TableSpec, copy_text};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
 use futures_util::SinkExt as _;
@@ -204,12 +203,12 @@ async fn postgres(url: &PostgresUrl, spec: &TableSpec, rows: &[Row]) -> anyhow::
     for row in rows {
         for value in &row.key {
             match value {
-                KeyValue::S(text) | KeyValue::N(text) => copy_text(&mut chunk, text),
-                KeyValue::B(bytes) => copy_bytea(&mut chunk, bytes),
+                KeyValue::S(text) | KeyValue::N(text) => copy_text::text(&mut chunk, text),
+                KeyValue::B(bytes) => copy_text::bytea(&mut chunk, bytes),
             }
             chunk.put_u8(b'\t');
         }
-        copy_text(&mut chunk, &row.document);
+        copy_text::text(&mut chunk, &row.document);
         chunk.put_u8(b'\t');
         chunk.put_slice(UPDATED_AT.as_bytes());
         chunk.put_u8(b'\n');
@@ -236,51 +235,9 @@ async fn postgres(url: &PostgresUrl, spec: &TableSpec, rows: &[Row]) -> anyhow::
     Ok(measured)
 }
 
-/// `text` as a field of `COPY`'s text format: backslash, tab, newline and carriage return
-/// escaped.
-fn copy_text(out: &mut BytesMut, text: &str) {
-    let bytes = text.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escaped: &[u8] = match b {
-            b'\\' => b"\\\\",
-            b'\t' => b"\\t",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            _ => continue,
-        };
-        out.put_slice(&bytes[start..i]);
-        out.put_slice(escaped);
-        start = i + 1;
-    }
-    out.put_slice(&bytes[start..]);
-}
-
-/// `bytes` as a `bytea` field of `COPY`'s text format: `\\x` and hex digits.
-fn copy_bytea(out: &mut BytesMut, bytes: &[u8]) {
-    let mut hex = String::with_capacity(3 + 2 * bytes.len());
-    hex.push_str("\\\\x");
-    for b in bytes {
-        let _ = write!(hex, "{b:02x}");
-    }
-    out.put_slice(hex.as_bytes());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_fields_escape_what_the_text_format_reserves() {
-        let mut out = BytesMut::new();
-        copy_text(&mut out, "a\\b\tc\nd\re");
-        out.put_u8(b'|');
-        copy_bytea(&mut out, &[0, 0xab]);
-        assert_eq!(&out[..], b"a\\\\b\\tc\\nd\\re|\\\\x00ab");
-        let mut plain = BytesMut::new();
-        copy_text(&mut plain, r#"{"pk":"user#1"}"#);
-        assert_eq!(&plain[..], br#"{"pk":"user#1"}"#);
-    }
 
     #[test]
     fn identifiers_are_quoted_with_embedded_quotes_doubled() {

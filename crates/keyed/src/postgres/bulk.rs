@@ -26,18 +26,28 @@
 //!    rows, documents, versions and markers — except that a key deleted and upserted again in one
 //!    batch without a snapshot open keeps its old snapshot marker instead of null, which no
 //!    cleanup tells apart (only the open snapshot's id counts there).
+//! 6. Straight into the destination: a batch of upserts of one kind with distinct keys whose
+//!    keys are all new to the table is copied into the destination itself (`COPY`'s text
+//!    format, `copy_text`), with the columns the merge would have inserted. That is the merge's
+//!    result exactly when no key is in the table yet and, for snapshot rows read beside the
+//!    stream (`UpsertUnlessNewer`), the table has no deleted-key marker at all (checked in the
+//!    batch's transaction). A key already present fails the copy with a unique violation:
+//!    the transaction is rolled back and the batch goes through the staging table (rules 2–3);
+//!    the session then stages that table's batches for the rest of its life, since a table
+//!    with rows tends to keep meeting them (a resnapshot, a scan run again).
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use futures_util::pin_mut;
+use bytes::{BufMut as _, BytesMut};
+use futures_util::{SinkExt as _, pin_mut};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement, Transaction};
 
-use super::document;
 use super::session::{Failure, fnv1a};
 use super::sql::{conflict_set, key_list, key_param, qualified};
+use super::{copy_text, document};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
     Write, key_text, quote, row_key,
@@ -70,6 +80,11 @@ pub(super) enum Bulk {
 }
 
 impl Bulk {
+    /// Whether this kind may go straight into the destination (rule 6).
+    pub(super) fn direct(self) -> bool {
+        !matches!(self, Bulk::Changes { .. })
+    }
+
     /// The bulk kind of `writes` (of `rows`, planned with `snapshot_id` open), when the batch
     /// qualifies (rule 1).
     pub(super) fn of(
@@ -163,14 +178,13 @@ fn copy_sql(spec: &TableSpec) -> String {
     )
 }
 
-/// The merge of the staging table into the destination (rules 3 and 5), one or more
-/// statements in order. An upsert's parameters: `updated_at`, then the id (marked kinds), then
-/// the cutoff and the table name (`UnlessNewer`). `Changes`: the markers' statement (with a
-/// snapshot open) takes the table name, the delete nothing, the upsert as above.
-fn merge_sql(spec: &TableSpec, bulk: Bulk) -> Vec<String> {
+/// The merge of the staging table into the destination (rules 3 and 5). An upsert's
+/// parameters: `updated_at`, then the id (marked kinds), then the cutoff and the table name
+/// (`UnlessNewer`); `Changes`: see [`changes_sql`].
+fn merge_sql(spec: &TableSpec, bulk: Bulk) -> String {
     match bulk {
         Bulk::Changes { marked } => changes_sql(spec, marked),
-        _ => vec![upserts_sql(spec, bulk)],
+        _ => upserts_sql(spec, bulk),
     }
 }
 
@@ -202,34 +216,35 @@ fn columns(spec: &TableSpec) -> String {
     )
 }
 
-/// Rule 5: the markers of the deletes (with a snapshot open), then each key's last change.
-fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> Vec<String> {
+/// Rule 5, one statement: each key's last change (`last`, sorted once), the markers of the
+/// deletes (with a snapshot open), the deletes and the upserts. Parameters: `updated_at`, then
+/// with a snapshot open its id and the table name. The parts of a data-modifying `WITH` see
+/// one snapshot of the tables; they touch no row twice, since each key has one last change.
+fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
     let table = qualified(&spec.schema, &spec.table);
     let stage = quote(&stage_name(spec));
     let keys = key_list(spec);
-    let cast_keys = |s: &str| -> String {
-        spec.key
-            .iter()
-            .enumerate()
-            .map(|(i, k)| format!("{s}.k{i}{}", super::sql::key_cast(k.kind)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let last = format!(
-        "(SELECT DISTINCT ON ({}) * FROM {stage} s ORDER BY {}, s.ord DESC) last",
-        cast_keys("s"),
-        cast_keys("s")
+    let cast_keys = spec
+        .key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("s.k{i}{}", super::sql::key_cast(k.kind)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut sql = format!(
+        "WITH last AS MATERIALIZED (SELECT DISTINCT ON ({cast_keys}) * FROM {stage} s \
+         ORDER BY {cast_keys}, s.ord DESC), "
     );
-    let mut statements = Vec::new();
     if marked.is_some() {
-        statements.push(format!(
-            "INSERT INTO {} AS d (table_name, key_text, version_ms) SELECT $1::text, s.key_text, \
-             CASE WHEN bool_or(s.vms IS NULL) THEN NULL ELSE max(s.vms) END FROM {stage} s \
-             WHERE s.op = 1 GROUP BY s.key_text ON CONFLICT (table_name, key_text) DO UPDATE \
-             SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL \
-             THEN NULL ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END",
+        let _ = write!(
+            sql,
+            "marks AS (INSERT INTO {} AS d (table_name, key_text, version_ms) SELECT $3::text, \
+             s.key_text, CASE WHEN bool_or(s.vms IS NULL) THEN NULL ELSE max(s.vms) END FROM \
+             {stage} s WHERE s.op = 1 GROUP BY s.key_text ON CONFLICT (table_name, key_text) DO \
+             UPDATE SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL \
+             THEN NULL ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END), ",
             qualified(&spec.schema, DELETED_TABLE)
-        ));
+        );
     }
     let matches: Vec<String> = spec
         .key
@@ -243,23 +258,22 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> Vec<String> {
             )
         })
         .collect();
-    statements.push(format!(
-        "DELETE FROM {table} AS t USING {last} WHERE last.op = 1 AND {}",
-        matches.join(" AND ")
-    ));
     let marker = if marked.is_some() {
         "$2::bigint"
     } else {
         "NULL::bigint"
     };
-    statements.push(format!(
-        "INSERT INTO {table} AS t ({}) SELECT {} FROM {last} WHERE last.op = 0 \
+    let _ = write!(
+        sql,
+        "gone AS (DELETE FROM {table} AS t USING last WHERE last.op = 1 AND {}) \
+         INSERT INTO {table} AS t ({}) SELECT {} FROM last WHERE last.op = 0 \
          ON CONFLICT ({keys}) DO UPDATE SET {}",
+        matches.join(" AND "),
         columns(spec),
         staged_values(spec, "last", marker, "last.vseq"),
         conflict_set(spec, marked.is_some())
-    ));
-    statements
+    );
+    sql
 }
 
 /// Rule 3: upserts of one kind with distinct keys.
@@ -310,23 +324,141 @@ fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
     }
 }
 
-/// The staging table exists in this session and the merge is prepared (once per connection:
-/// the statement cache is cleared on reconnect, and the temporary table goes with the session).
-pub(super) async fn merge_statements(
+/// `COPY` of the destination's columns (rule 6).
+fn direct_copy_sql(spec: &TableSpec) -> String {
+    format!(
+        "COPY {} ({}) FROM STDIN",
+        qualified(&spec.schema, &spec.table),
+        columns(spec)
+    )
+}
+
+/// Whether the table has any deleted-key marker (rule 6): a parameter, the table name.
+fn markers_sql(spec: &TableSpec) -> String {
+    format!(
+        "SELECT 1 FROM {} WHERE table_name = $1::text LIMIT 1",
+        qualified(&spec.schema, DELETED_TABLE)
+    )
+}
+
+/// The statement [`direct`] needs for `bulk`, prepared: the marker probe of snapshot rows
+/// read beside the stream.
+pub(super) async fn direct_statement(
     client: &Client,
     cache: &mut std::collections::HashMap<String, Statement>,
     spec: &TableSpec,
     bulk: Bulk,
-) -> Result<Vec<Statement>, tokio_postgres::Error> {
-    let sqls = merge_sql(spec, bulk);
-    if !sqls.iter().all(|sql| cache.contains_key(sql)) {
+) -> Result<Option<Statement>, tokio_postgres::Error> {
+    match bulk {
+        Bulk::UnlessNewer { .. } => Ok(Some(
+            super::session::statement(client, cache, markers_sql(spec)).await?,
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// What [`direct`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direct {
+    /// The rows are in the destination.
+    Copied,
+    /// The table has deleted-key markers: nothing was written, the transaction is usable.
+    Markers,
+}
+
+/// Bytes of `COPY` data sent at once: the server parses them while the next are encoded.
+const DIRECT_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Copies the rows straight into the destination (rule 6), inside `tx`. A unique violation
+/// comes back as the driver's error, the transaction then aborted.
+pub(super) async fn direct(
+    tx: &Transaction<'_>,
+    spec: &TableSpec,
+    rows: &[RowChange],
+    writes: &[Write<'_>],
+    bulk: Bulk,
+    markers: Option<&Statement>,
+    updated_at: &str,
+) -> Result<Direct, Failure> {
+    if let Some(markers) = markers
+        && tx.query_opt(markers, &[&spec.table]).await?.is_some()
+    {
+        return Ok(Direct::Markers);
+    }
+    let marker = match bulk {
+        Bulk::Marked { id } | Bulk::UnlessNewer { id, .. } => Some(id),
+        Bulk::Change | Bulk::Changes { .. } => None,
+    };
+    let sink = tx
+        .copy_in::<_, bytes::Bytes>(&direct_copy_sql(spec))
+        .await?;
+    pin_mut!(sink);
+    let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
+    for (row, write) in rows.iter().zip(writes) {
+        let RowChange::Upsert { key, document, .. } = row else {
+            return Err(crate::DbError::fatal("postgres: a delete in a batch of upserts").into());
+        };
+        let (version_ms, version_seq) = match write {
+            Write::Upsert {
+                version_ms,
+                version_seq,
+            }
+            | Write::UpsertMarked {
+                version_ms,
+                version_seq,
+                ..
+            } => (*version_ms, *version_seq),
+            Write::UpsertUnlessNewer { read_ms, .. } => (Some(*read_ms), None),
+            _ => (None, None),
+        };
+        for value in key {
+            match value {
+                KeyValue::S(text) | KeyValue::N(text) => copy_text::text(&mut chunk, text),
+                KeyValue::B(bytes) => copy_text::bytea(&mut chunk, bytes),
+            }
+            chunk.put_u8(b'\t');
+        }
+        copy_text::text(&mut chunk, document);
+        chunk.put_u8(b'\t');
+        copy_text::int(&mut chunk, marker);
+        chunk.put_u8(b'\t');
+        copy_text::text(&mut chunk, updated_at);
+        chunk.put_u8(b'\t');
+        copy_text::int(&mut chunk, version_ms);
+        chunk.put_u8(b'\t');
+        copy_text::text_or_null(&mut chunk, version_seq);
+        chunk.put_u8(b'\n');
+        if chunk.len() >= DIRECT_CHUNK_BYTES {
+            sink.send(chunk.split().freeze()).await?;
+        }
+    }
+    if !chunk.is_empty() {
+        sink.send(chunk.split().freeze()).await?;
+    }
+    let copied = sink.as_mut().finish().await?;
+    if copied != rows.len() as u64 {
+        return Err(crate::DbError::fatal(format!(
+            "postgres: COPY wrote {copied} rows of a batch of {}",
+            rows.len()
+        ))
+        .into());
+    }
+    Ok(Direct::Copied)
+}
+
+/// The staging table exists in this session and the merge is prepared (once per connection:
+/// the statement cache is cleared on reconnect, and the temporary table goes with the session).
+pub(super) async fn merge_statement(
+    client: &Client,
+    cache: &mut std::collections::HashMap<String, Statement>,
+    spec: &TableSpec,
+    bulk: Bulk,
+) -> Result<Statement, tokio_postgres::Error> {
+    let sql = merge_sql(spec, bulk);
+    if !cache.contains_key(&sql) {
         client.batch_execute(&create_stage_sql(spec)).await?;
     }
-    let mut statements = Vec::with_capacity(sqls.len());
-    for sql in sqls {
-        statements.push(super::session::statement(client, cache, sql).await?);
-    }
-    Ok(statements)
+    super::session::statement(client, cache, sql).await
 }
 
 /// Copies the rows into the staging table and merges them (rules 2–3), inside `tx`.
@@ -336,7 +468,7 @@ pub(super) async fn write(
     rows: &[RowChange],
     writes: &[Write<'_>],
     bulk: Bulk,
-    merge: &[Statement],
+    merge: &Statement,
     updated_at: &str,
 ) -> Result<(), Failure> {
     let mut types: Vec<Type> = spec.key.iter().map(|k| stage_type(k.kind).1).collect();
@@ -387,23 +519,13 @@ pub(super) async fn write(
         writer.as_mut().write(&values).await?;
     }
     writer.finish().await?;
-    let upsert: Vec<&(dyn ToSql + Sync)> = match &bulk {
+    let params: Vec<&(dyn ToSql + Sync)> = match &bulk {
         Bulk::Change | Bulk::Changes { marked: None } => vec![&updated_at],
-        Bulk::Marked { id } | Bulk::Changes { marked: Some(id) } => vec![&updated_at, id],
+        Bulk::Marked { id } => vec![&updated_at, id],
+        Bulk::Changes { marked: Some(id) } => vec![&updated_at, id, &spec.table],
         Bulk::UnlessNewer { id, cutoff_ms } => vec![&updated_at, id, cutoff_ms, &spec.table],
     };
-    let (last, before) = merge
-        .split_last()
-        .ok_or_else(|| crate::DbError::fatal("postgres: no merge statement"))?;
-    for statement in before {
-        // The markers' statement takes the table name; the delete takes nothing.
-        let params: &[&(dyn ToSql + Sync)] = match statement.params().len() {
-            0 => &[],
-            _ => &[&spec.table],
-        };
-        tx.execute(statement, params).await?;
-    }
-    tx.execute(last, &upsert).await?;
+    tx.execute(merge, &params).await?;
     Ok(())
 }
 
@@ -501,7 +623,7 @@ mod tests {
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
-        let merge = merge_sql(&spec, Bulk::Change).join(";\n");
+        let merge = merge_sql(&spec, Bulk::Change);
         assert!(merge.contains("s.k1::text::numeric"), "{merge}");
         assert!(merge.contains("s.doc::text::jsonb"), "{merge}");
         assert!(!merge.contains("_ddbpipe_deleted"), "{merge}");
@@ -511,12 +633,14 @@ mod tests {
                 id: 1,
                 cutoff_ms: 2,
             },
-        )
-        .join(";\n");
+        );
         let changes = merge_sql(&spec, Bulk::Changes { marked: Some(3) });
-        assert_eq!(changes.len(), 3, "markers, deletes, upserts: {changes:?}");
-        assert!(changes[1].contains("DISTINCT ON (s.k0::text, s.k1::text::numeric)"));
-        assert_eq!(merge_sql(&spec, Bulk::Changes { marked: None }).len(), 2);
+        assert!(changes.contains("DISTINCT ON (s.k0::text, s.k1::text::numeric)"));
+        assert!(changes.contains("marks AS (INSERT INTO"), "{changes}");
+        assert!(
+            !merge_sql(&spec, Bulk::Changes { marked: None }).contains("_ddbpipe_deleted"),
+            "no snapshot open: no markers"
+        );
         assert!(guarded.contains("\"_ddbpipe_deleted\" d"), "{guarded}");
         assert!(guarded.contains("d.key_text = s.key_text"), "{guarded}");
         assert_eq!(stage_name(&spec), stage_name(&spec.clone()));

@@ -48,9 +48,10 @@
 //!
 //! Which statement a row change takes is `crate::sql::plan`'s decision, the same as SQLite's.
 //! Each is one statement, so a batch stays one pipelined round trip. A batch of upserts of one
-//! kind with distinct keys (a scan's items, a snapshot's pages) is instead copied into a
-//! temporary staging table and merged by one `INSERT … SELECT` with the same casts, conflict
-//! update and guards (`bulk`). A table of an earlier
+//! kind with distinct keys (a scan's items, a snapshot's pages) is instead copied straight
+//! into the table while its keys are new there, or else into a temporary staging table and
+//! merged by one `INSERT … SELECT` with the same casts, conflict update and guards; a batch of
+//! stream changes is staged and merged by one statement too (`bulk`). A table of an earlier
 //! ddbpipe, without the version columns, gets them from `prepare` (`ALTER TABLE … ADD COLUMN IF
 //! NOT EXISTS`, which needs the table's owner; `check` says so when this role is not).
 //!
@@ -93,7 +94,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
-use self::bulk::Bulk;
+use self::bulk::{Bulk, Direct};
 use self::conninfo::ConnInfo;
 use self::schema::{
     create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
@@ -119,6 +120,7 @@ use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
 mod bulk;
 mod conninfo;
+pub mod copy_text;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
 mod schema;
@@ -285,17 +287,49 @@ impl PostgresDatabase {
             state.updated_at.clone()
         };
         let mut session = self.shared.session.lock().await;
-        let bulk = Bulk::of(rows, &writes, snapshot_id).filter(|_| !session.no_temp_tables);
+        let bulk = Bulk::of(rows, &writes, snapshot_id);
+        let table = qualified(&spec.schema, &spec.table);
+        let direct = bulk.is_some_and(Bulk::direct) && !session.staged_tables.contains(&table);
+        let staged = bulk.filter(|_| !session.no_temp_tables);
         let mut no_temp_tables = false;
+        let mut met_rows = false;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
-            let merge = match bulk {
-                Some(bulk) => match bulk::merge_statements(client, cache, spec, bulk).await {
+            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
+            if let Some(bulk) = bulk.filter(|_| direct) {
+                let mut calls = Vec::new();
+                state_statements.push_calls(state, &mut calls)?;
+                let markers = bulk::direct_statement(client, cache, spec, bulk).await?;
+                let tx = client.transaction().await?;
+                let written = async {
+                    let copied =
+                        bulk::direct(&tx, spec, rows, &writes, bulk, markers.as_ref(), &updated_at)
+                            .await?;
+                    if copied == Direct::Copied {
+                        execute_pipelined(&tx, &calls).await?;
+                    }
+                    Ok(copied)
+                }
+                .await;
+                match written {
+                    // Nothing written: the staging table's path, in a transaction of its own.
+                    Ok(Direct::Markers) => tx.rollback().await?,
+                    Err(Failure::Pg(error))
+                        if error.code() == Some(&SqlState::UNIQUE_VIOLATION) =>
+                    {
+                        tx.rollback().await?;
+                        met_rows = true;
+                    }
+                    written => return end_transaction(tx, written.map(|_| ())).await,
+                }
+            }
+            let merge = match staged {
+                Some(bulk) => match bulk::merge_statement(client, cache, spec, bulk).await {
                     Ok(merge) => Some((bulk, merge)),
                     Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
                         tracing::warn!(
                             table = %context,
-                            "This role may not create temporary tables (the TEMPORARY privilege on the database): batches are written one statement per row, which is slower; grant TEMPORARY to load at COPY speed."
+                            "This role may not create temporary tables (the TEMPORARY privilege on the database): batches over rows already in the table are written one statement per row, which is slower; grant TEMPORARY to write them at COPY speed."
                         );
                         no_temp_tables = true;
                         None
@@ -305,8 +339,6 @@ impl PostgresDatabase {
                 None => None,
             };
             if let Some((bulk, merge)) = merge {
-                let state_statements =
-                    StateStatements::get(client, cache, &spec.schema, state).await?;
                 let mut calls = Vec::new();
                 state_statements.push_calls(state, &mut calls)?;
                 let tx = client.transaction().await?;
@@ -362,8 +394,6 @@ impl PostgresDatabase {
                 prepare_if(client, cache, repairs_delete, || repair_delete_sql(spec)).await?;
             let repair_mark =
                 prepare_if(client, cache, repairs_delete, || repair_mark_sql(spec)).await?;
-            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
-
             let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
                 Vec::with_capacity(rows.len() + state.upserts.len() + state.deletes.len());
             for ((row, write), key_text) in rows.iter().zip(&writes).zip(&key_texts) {
@@ -434,6 +464,13 @@ impl PostgresDatabase {
         }
         .await;
         session.no_temp_tables |= no_temp_tables;
+        if met_rows {
+            tracing::debug!(
+                table = %context,
+                "a batch met rows of the table: its batches go through the staging table from now on"
+            );
+            session.staged_tables.insert(table);
+        }
         session.finish(&self.shared, &context, result)
     }
 
@@ -750,6 +787,83 @@ impl PostgresDatabase {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `bulk` rule 6: a batch of new keys goes straight into the table, text the `COPY` format
+    /// reserves included; one that meets a row of the table is merged through the staging
+    /// table, and so are the table's later batches.
+    #[tokio::test]
+    async fn new_keys_are_copied_into_the_table_and_a_batch_meeting_rows_is_staged() {
+        let admin = ddbpipe_testkit::postgres::connect().await;
+        let schema = ddbpipe_testkit::postgres::TestSchema::create(&admin, "direct").await;
+        let db = PostgresDatabase::connect(&ddbpipe_testkit::postgres::url())
+            .await
+            .expect("connect")
+            .with_schema(schema.name());
+        let spec = TableSpec {
+            table: "t".into(),
+            schema: schema.name().into(),
+            key: vec![crate::KeyColumn {
+                name: "id".into(),
+                kind: crate::KeyType::S,
+            }],
+            document_column: "doc".into(),
+            document_type: crate::DocumentType::Jsonb,
+            create_table: true,
+        };
+        db.prepare(&spec).await.expect("prepare");
+        let upsert = |id: &str, doc: &str| RowChange::Upsert {
+            key: vec![crate::KeyValue::S(id.into())],
+            document: doc.into(),
+            snapshot: false,
+            version: crate::Version::default(),
+        };
+        let state = |position: &str| StateWrite {
+            pipeline: "p".into(),
+            upserts: vec![("position".into(), position.into())],
+            deletes: Vec::new(),
+            updated_at: String::new(),
+        };
+        let odd = "tab\there\nnewline\\back\rcr";
+        let first = [
+            upsert("a", r#"{"v":1}"#),
+            upsert(odd, r#"{"v":"x\\ty\"z\n"}"#),
+        ];
+        db.apply(&spec, &first, None, &state("1"))
+            .await
+            .expect("first");
+        let staged = |db: &PostgresDatabase| {
+            let db = db.clone();
+            async move { db.shared.session.lock().await.staged_tables.clone() }
+        };
+        assert!(staged(&db).await.is_empty(), "new keys: copied straight in");
+        let second = [upsert("a", r#"{"v":2}"#), upsert("c", r#"{"v":3}"#)];
+        db.apply(&spec, &second, None, &state("2"))
+            .await
+            .expect("second");
+        let table = qualified(&spec.schema, &spec.table);
+        assert!(staged(&db).await.contains(&table), "met row a: staged");
+        let rows: BTreeMap<String, String> = admin
+            .query(
+                &format!("SELECT id, doc::text FROM {table} ORDER BY id"),
+                &[],
+            )
+            .await
+            .expect("rows")
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        let want: BTreeMap<String, String> = [
+            ("a", r#"{"v": 2}"#),
+            ("c", r#"{"v": 3}"#),
+            (odd, r#"{"v": "x\\ty\"z\n"}"#),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(rows, want);
+        let state = db.load_state("p").await.expect("state");
+        assert_eq!(state, [("position".to_string(), "2".to_string())].into());
+    }
 
     #[test]
     fn redacts_urls() {

@@ -50,6 +50,9 @@ pub(super) struct Session {
     /// The role may not create temporary tables: batches take the per-row statements
     /// (`bulk`'s staging table needs the database's TEMPORARY privilege).
     pub(super) no_temp_tables: bool,
+    /// Tables (qualified names) whose batches met rows of theirs already: they go through
+    /// the staging table, not straight into the table (`bulk` rule 6).
+    pub(super) staged_tables: std::collections::HashSet<String>,
 }
 
 pub(super) struct HeldLock {
@@ -115,6 +118,7 @@ impl Shared {
                 statements: HashMap::new(),
                 locks: Vec::new(),
                 no_temp_tables: false,
+                staged_tables: std::collections::HashSet::new(),
             }),
         };
         let client = shared.open().await?;
