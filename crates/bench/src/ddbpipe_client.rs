@@ -148,22 +148,25 @@ impl Prepared {
             &mut self.sink,
             &mut self.state.checkpointer,
             self.expected_segments,
+            BATCH_SIZE,
         )
         .await
     }
 }
 
-/// Runs a scan by `reader` into `sink` to its end, as `ddbpipe run` does (batches of 1000);
-/// checks every segment finished and every item read was written; returns the items written.
+/// Runs a scan by `reader` into `sink` to its end, as `ddbpipe run` does (batches of
+/// `batch_size`: 1000 into jsonl, 5000 into a keyed sink); checks every segment finished and
+/// every item read was written; returns the items written.
 pub async fn scan_into<S: Sink>(
     reader: SegmentReader<AwsTableApi>,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
     expected_segments: u64,
+    batch_size: usize,
 ) -> anyhow::Result<u64> {
     // Nothing stops the scan: the handle lives until it ends.
     let (_stop_handle, stop) = Cancel::new();
-    let outcome = run_scan(reader, BATCH_SIZE, sink, checkpointer, stop, &NoProgress).await?;
+    let outcome = run_scan(reader, batch_size, sink, checkpointer, stop, &NoProgress).await?;
     ensure!(outcome.completed, "the scan did not complete: {outcome:?}");
     ensure!(
         outcome.read == outcome.written,

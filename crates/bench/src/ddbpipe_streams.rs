@@ -77,7 +77,7 @@ pub fn source_config(endpoint: &str) -> SourceConfig {
 
 /// The run settings a config with `stream_arn` set gives (see the module docs), reading
 /// `concurrency` shards at once.
-pub fn stream_run(concurrency: usize) -> StreamRun {
+pub fn stream_run(concurrency: usize, batch_size: usize) -> StreamRun {
     StreamRun {
         table: TABLE.to_string(),
         stream_arn: STREAM_ARN.to_string(),
@@ -94,7 +94,7 @@ pub fn stream_run(concurrency: usize) -> StreamRun {
         start_position: StartPosition::TrimHorizon,
         on_gap: OnGap::Fail,
         max_messages: None,
-        batch_size: BATCH_SIZE,
+        batch_size,
         config_label: "ddbpipe-bench".to_string(),
         kind: StreamKind::Streams,
     }
@@ -135,7 +135,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     )?;
     Ok(Prepared {
         api: streams_api(&settings.endpoint).await,
-        run: stream_run(settings.concurrency),
+        run: stream_run(settings.concurrency, BATCH_SIZE),
         sink,
         checkpointer,
         expected_shards: settings.segments as usize,

@@ -45,6 +45,9 @@ pub mod defaults {
     pub const DISCOVERY_INTERVAL_SECS: u64 = 60;
     /// `batch_size`: records handed to the sink at once.
     pub const BATCH_SIZE: usize = 1000;
+    /// `batch_size` into a `sqlite` or `postgres` sink when the file gives none: each batch is
+    /// one transaction of its rows and the position, whose fixed costs larger batches spread.
+    pub const KEYED_BATCH_SIZE: usize = 5000;
     /// `value_format`: plain JSON values.
     pub const VALUE_FORMAT: ddbpipe_value::ValueFormat = ddbpipe_value::ValueFormat::Plain;
     /// `retry.max_retries`: retries after the first attempt of a request.

@@ -5,14 +5,16 @@
 //! (SQLite: WAL, `synchronous=FULL`; PostgreSQL: one session), the pipeline's lock taken, the
 //! table and `_ddbpipe_state` prepared, and the checkpointer opened on the sink's
 //! `DatabaseStore` (flushing every second). Timed: the scan of the bench table (the scan case's
-//! reader, batches of 1000) or the read of every shard of the bench stream (the streams case's
-//! run settings, every shard at once), each batch one transaction of its rows and the position.
+//! reader) or the read of every shard of the bench stream (the streams case's run settings,
+//! every shard at once), in batches of 5000 (`ddbpipe run`'s default into a keyed sink), each
+//! one transaction of its rows and the position.
 //! Left out, as in the other cases: `DescribeTable`, the progress bar and the log.
 
 use anyhow::ensure;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::state::identity::{Identity, Location};
+use ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
 use ddbpipe_source::position::ScanKind;
 
 use super::destination::{self, keyed_sink, output};
@@ -50,6 +52,7 @@ pub async fn load(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         &mut sink,
         &mut checkpointer,
         u64::from(read.segments),
+        KEYED_BATCH_SIZE,
     )
     .await?;
     let measured = meter.stop()?;
@@ -102,7 +105,7 @@ pub async fn stream(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         "the fresh destination holds a streams position"
     );
     let api = ddbpipe_streams::streams_api(&read.endpoint).await;
-    let run = ddbpipe_streams::stream_run(read.concurrency);
+    let run = ddbpipe_streams::stream_run(read.concurrency, KEYED_BATCH_SIZE);
 
     let server = ServerMeter::start(settings.postmaster)?;
     let meter = Meter::start()?;

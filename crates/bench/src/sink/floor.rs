@@ -107,6 +107,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         &mut collect,
         &mut state.checkpointer,
         u64::from(read.segments),
+        ddbpipe_client::BATCH_SIZE,
     )
     .await?;
     let rows = collect.rows;

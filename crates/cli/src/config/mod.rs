@@ -225,6 +225,14 @@ pub fn parse(
         }
     }
 
+    let mut source = source;
+    if let (Some((source, keys)), Some((sink, _))) = (&mut source, &sink)
+        && !keys.contains("batch_size")
+        && matches!(sink, SinkConfig::Sqlite(_) | SinkConfig::Postgres(_))
+    {
+        // A keyed sink commits a transaction per batch: larger batches by default (docs/config.md).
+        source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
+    }
     let mut errors = Vec::new();
     if let Some((source, _)) = &source {
         source.validate(&mut errors);

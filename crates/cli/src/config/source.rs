@@ -207,7 +207,8 @@ pub(super) static SOURCE: &[Field] = &[
         "batch_size",
         of::<usize>(),
         || json!(defaults::BATCH_SIZE),
-        "Records handed to the sink at once, 1..=1000000.",
+        "Records handed to the sink at once, 1..=1000000; when not given, 5000 into a sqlite or \
+         postgres sink (a transaction per batch).",
     ),
     optional(
         "snapshot",

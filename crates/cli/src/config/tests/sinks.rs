@@ -186,3 +186,23 @@ fn a_scan_into_a_keyed_sink_warns_that_deleted_items_stay() {
     let jsonl = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: jsonl}\n");
     assert!(jsonl.warnings.is_empty());
 }
+
+/// A keyed sink commits per batch: without `batch_size` its batches are 5000 records; a given
+/// `batch_size` is kept, and jsonl keeps the general default.
+#[test]
+fn keyed_sinks_default_to_larger_batches_unless_the_file_says() {
+    let batch = |source: &str, sink: &str| {
+        parse_ok(&format!("name: t\nsource: {source}\nsink: {sink}\n"))
+            .source
+            .batch_size
+    };
+    let sqlite = "{type: sqlite, path: x.db}";
+    let postgres = "{type: postgres, url: 'postgres://u@h/db'}";
+    let jsonl = "{type: jsonl, path: o.jsonl}";
+    assert_eq!(batch("{table_name: o}", sqlite), 5000);
+    assert_eq!(batch("{table_name: o}", postgres), 5000);
+    assert_eq!(batch("{table_name: o}", jsonl), 1000);
+    assert_eq!(batch("{table_name: o, batch_size: 1000}", sqlite), 1000);
+    assert_eq!(batch("{table_name: o, batch_size: 7}", postgres), 7);
+    assert_eq!(batch("{table_name: o, batch_size: 9000}", jsonl), 9000);
+}
