@@ -1,0 +1,1 @@
+//! Unit tests of the lease decisions and the worker.
