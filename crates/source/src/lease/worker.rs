@@ -80,6 +80,15 @@ pub enum LostReason {
     Taken,
     /// Not renewed for a lease duration: others may have taken it (§11.3 rule 3).
     Expired,
+    /// The unit's final checkpoint was applied, though its answer was lost: the unit is
+    /// finished and its lease handed back (§11.2 rule 4).
+    Ended,
+}
+
+/// Whether `row` is what this worker's finishing checkpoint on `holding` left: finished,
+/// unowned, one past the counter held. Only the holder can write that.
+fn ended_by(row: &Lease, holding: &Holding) -> bool {
+    row.owner.is_none() && row.state.is_finished() && row.counter == holding.counter.next()
 }
 
 /// A lease this worker lost: the caller stops the unit at once, without committing.
@@ -211,19 +220,26 @@ impl<T: LeaseTable> Worker<T> {
     }
 
     /// Reads the row after a write whose answer was lost (§11.2 rule 4): still this worker's,
-    /// its counter is adopted; otherwise the lease is lost. Returns the row read.
-    async fn settle(&mut self, unit: &UnitId) -> Result<Option<Lease>, LeaseError> {
+    /// its counter is adopted; otherwise the lease is no longer held, for the reason returned.
+    /// Returns the row read.
+    async fn settle(
+        &mut self,
+        unit: &UnitId,
+    ) -> Result<(Option<Lease>, Option<LostReason>), LeaseError> {
         let row = self.table.get(&self.pipeline, unit).await?;
-        match (&row, self.held.get_mut(unit)) {
+        let reason = match (&row, self.held.get_mut(unit)) {
             (Some(row), Some(holding)) if row.is_owned_by(&self.id) => {
                 holding.counter = row.counter;
                 holding.unsettled = false;
+                None
             }
-            _ => {
-                self.held.remove(unit);
-            }
+            (Some(row), Some(holding)) if ended_by(row, holding) => Some(LostReason::Ended),
+            _ => Some(LostReason::Taken),
+        };
+        if reason.is_some() {
+            self.held.remove(unit);
         }
-        Ok(row)
+        Ok((row, reason))
     }
 
     /// Records the outcome of a write to a held lease: success moves the counter on, a
@@ -279,19 +295,16 @@ impl<T: LeaseTable> Worker<T> {
         for unit in due {
             if self.held.get(&unit).is_some_and(|h| h.unsettled) {
                 match self.settle(&unit).await {
-                    Ok(_) => {}
+                    Ok((_, None)) => {}
+                    Ok((_, Some(reason))) => {
+                        report.lost.push(Lost { unit, reason });
+                        continue;
+                    }
                     Err(LeaseError::Fatal(message)) => return Err(LeaseError::Fatal(message)),
                     Err(error) => {
                         report.transient.push(error);
                         continue;
                     }
-                }
-                if !self.held.contains_key(&unit) {
-                    report.lost.push(Lost {
-                        unit,
-                        reason: LostReason::Taken,
-                    });
-                    continue;
                 }
             }
             let Some(holding) = self.held.get(&unit).copied() else {
@@ -327,15 +340,15 @@ impl<T: LeaseTable> Worker<T> {
                     holding.unsettled = false;
                 }
                 Some(row) if row.is_owned_by(&self.id) && row.counter == holding.counter => {}
-                _ => lost.push(unit.clone()),
+                Some(row) if holding.unsettled && ended_by(row, holding) => {
+                    lost.push((unit.clone(), LostReason::Ended))
+                }
+                _ => lost.push((unit.clone(), LostReason::Taken)),
             }
         }
-        for unit in lost {
+        for (unit, reason) in lost {
             self.held.remove(&unit);
-            report.lost.push(Lost {
-                unit,
-                reason: LostReason::Taken,
-            });
+            report.lost.push(Lost { unit, reason });
         }
     }
 
@@ -502,7 +515,7 @@ impl<T: LeaseTable> Worker<T> {
         }
         if holding.unsettled {
             let before = holding.counter;
-            let row = self.settle(unit).await.map_err(CheckpointError::Request)?;
+            let (row, _) = self.settle(unit).await.map_err(CheckpointError::Request)?;
             if let Some(row) = row.filter(|row| {
                 row.counter == before.next()
                     && row.checkpoint.as_deref() == Some(checkpoint)
