@@ -782,7 +782,8 @@ async fn open_work_ends_balanced_among_the_live_workers() {
 #[tokio::test]
 async fn an_idle_worker_sends_one_list_and_one_renewal_per_lease_held_each_round() {
     // 3 workers, 12 open segments, no checkpoints: per worker and second,
-    // (1 list + h renewals + its part of the leader lease) × 3 / duration (§11.8).
+    // (1 list + h renewals + its part of the leader lease) × 3 / duration
+    // (docs/coordination.md §11.8).
     let table = MemoryLeaseTable::seeded(1);
     let settings = LeaseSettings::new(DURATION_SECS).unwrap();
     let mut workers: Vec<Worker<MemoryLeaseTable>> = (0..3)
