@@ -247,7 +247,7 @@ pub fn plan(view: &View<'_>) -> Plan {
 
 /// The rows the leader writes for a discovery (§11.5).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sync {
+pub struct SyncPlan {
     /// Rows to create, parents before children.
     pub create: Vec<Lease>,
     /// Finished rows to delete, with the counter listed.
@@ -260,7 +260,7 @@ pub struct Sync {
 ///    that parent, in the same list, so a child row never exists without its parent's row.
 /// 3. A finished row whose unit is no longer discovered, and which no discovered unit names
 ///    as a parent, is deleted: its shard was trimmed and cannot be listed again.
-pub fn sync(leases: &[Lease], discovered: &[UnitSpec], now_ms: i64) -> Sync {
+pub fn sync(leases: &[Lease], discovered: &[UnitSpec], now_ms: i64) -> SyncPlan {
     let rows: BTreeSet<&UnitId> = leases.iter().map(|lease| &lease.unit).collect();
     let specs: BTreeMap<&UnitId, &UnitSpec> = discovered.iter().map(|s| (&s.unit, s)).collect();
     let mut create: Vec<Lease> = Vec::new();
@@ -289,5 +289,5 @@ pub fn sync(leases: &[Lease], discovered: &[UnitSpec], now_ms: i64) -> Sync {
         .filter(|lease| !specs.contains_key(&lease.unit) && !parents.contains(&lease.unit))
         .map(|lease| (lease.unit.clone(), lease.counter))
         .collect();
-    Sync { create, delete }
+    SyncPlan { create, delete }
 }
