@@ -10,6 +10,8 @@
 //!   the cursor each page reaches.
 //! - [`retry::RetryPolicy`]: classification by error code, backoff with jitter, budgets.
 //! - [`capacity::ReadLimiter`]: the token bucket debited by consumed capacity.
+//! - [`lease`]: several workers of one pipeline sharing its segments and shards through a
+//!   DynamoDB lease table ([`lease::Worker`], [`lease::LeaseTable`]).
 //! - [`plan`]: a validated config and the table's description built into the plan a run
 //!   executes ([`plan::ScanPlan`], [`plan::StreamPlan`]), with the read-rate rule.
 //!
@@ -32,6 +34,7 @@ pub mod fake_export;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake_streams;
 pub mod ids;
+pub mod lease;
 pub mod plan;
 pub mod position;
 pub mod records;

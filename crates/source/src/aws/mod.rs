@@ -15,6 +15,7 @@
 
 mod convert;
 mod export;
+mod lease;
 mod raw_body;
 mod streams;
 mod table;
@@ -33,6 +34,7 @@ use aws_smithy_types::timeout::TimeoutConfig;
 
 pub use aws_config::SdkConfig as SdkSettings;
 pub use export::{AwsExportApi, AwsObjectStore, s3_client};
+pub use lease::AwsLeaseTable;
 pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 
@@ -190,4 +192,10 @@ pub fn export_api(config: &SdkConfig) -> AwsExportApi {
 /// the endpoint override, region and credentials apply to both.
 pub fn streams_api(config: &SdkConfig) -> AwsStreamsApi {
     AwsStreamsApi::new(aws_sdk_dynamodbstreams::Client::new(config))
+}
+
+/// Builds the lease table client (docs/coordination.md §11.1) from the same SDK configuration
+/// as the table reader: the lease table lives beside the source table.
+pub fn lease_table(config: &SdkConfig, table: &str) -> AwsLeaseTable {
+    AwsLeaseTable::new(aws_sdk_dynamodb::Client::new(config), table)
 }

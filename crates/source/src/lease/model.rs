@@ -1,0 +1,432 @@
+//! What a lease row holds, and how each write changes it (docs/coordination.md §11.1, §11.2).
+//!
+//! Pure data: the in-memory table applies these transitions as they are, the DynamoDB table
+//! sends each one as an update expression with the same effect.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::ids::ShardId;
+
+/// The name a pipeline's leases are kept under: the lease table's partition key, so several
+/// pipelines can share one table.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PipelineName(String);
+
+/// A worker id or pipeline name that is empty, or longer than a DynamoDB key may be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} must be 1 to 1024 bytes, not {len}")]
+pub struct BadName {
+    /// What was named: "pipeline name" or "worker id".
+    pub what: &'static str,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+fn checked(what: &'static str, name: String) -> Result<String, BadName> {
+    if name.is_empty() || name.len() > 1024 {
+        Err(BadName {
+            what,
+            len: name.len(),
+        })
+    } else {
+        Ok(name)
+    }
+}
+
+impl PipelineName {
+    /// A pipeline name: 1 to 1024 bytes.
+    pub fn new(name: impl Into<String>) -> Result<Self, BadName> {
+        checked("pipeline name", name.into()).map(PipelineName)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PipelineName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who holds a lease: unique among the live workers of a pipeline (default
+/// `<hostname>-<pid>`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkerId(String);
+
+impl WorkerId {
+    /// A worker id: 1 to 1024 bytes.
+    pub fn new(id: impl Into<String>) -> Result<Self, BadName> {
+        checked("worker id", id.into()).map(WorkerId)
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One unit of work, the sort key of its lease row (docs/coordination.md §11.1).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UnitId {
+    /// The leader lease: its holder discovers units and creates their rows (§11.5). Not work:
+    /// it counts for no worker's share. Written `leader`.
+    Leader,
+    /// Scan segment `index` of `total`. Written `segment:<index>/<total>`.
+    Segment {
+        /// The segment, from 0.
+        index: u32,
+        /// `TotalSegments`.
+        total: u32,
+    },
+    /// A stream shard. Written `shard:<shard id>`.
+    Shard(ShardId),
+}
+
+impl UnitId {
+    /// Whether this is a unit of work (a segment or a shard), not the leader lease.
+    pub fn is_work(&self) -> bool {
+        !matches!(self, UnitId::Leader)
+    }
+
+    /// The state a unit's lease reaches when the unit is read to its end: `ShardEnd` for a
+    /// shard, `Done` for a segment (§11.1).
+    pub fn end_state(&self) -> LeaseState {
+        match self {
+            UnitId::Shard(_) => LeaseState::ShardEnd,
+            UnitId::Leader | UnitId::Segment { .. } => LeaseState::Done,
+        }
+    }
+}
+
+impl fmt::Display for UnitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnitId::Leader => f.write_str("leader"),
+            UnitId::Segment { index, total } => write!(f, "segment:{index}/{total}"),
+            UnitId::Shard(shard) => write!(f, "shard:{shard}"),
+        }
+    }
+}
+
+/// A sort key that names no unit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a lease unit (leader, segment:<i>/<n> or shard:<id>)")]
+pub struct BadUnit(pub String);
+
+impl FromStr for UnitId {
+    type Err = BadUnit;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || BadUnit(text.to_string());
+        if text == "leader" {
+            return Ok(UnitId::Leader);
+        }
+        if let Some(shard) = text.strip_prefix("shard:") {
+            return if shard.is_empty() {
+                Err(bad())
+            } else {
+                Ok(UnitId::Shard(ShardId::new(shard)))
+            };
+        }
+        let segment = text.strip_prefix("segment:").ok_or_else(bad)?;
+        let (index, total) = segment.split_once('/').ok_or_else(bad)?;
+        let index: u32 = index.parse().map_err(|_| bad())?;
+        let total: u32 = total.parse().map_err(|_| bad())?;
+        if index >= total {
+            return Err(bad());
+        }
+        Ok(UnitId::Segment { index, total })
+    }
+}
+
+/// The lease counter: bumped by every write, and every write is conditional on it
+/// (§11.2). It is also the fencing token a keyed sink stores beside its position (§11.7):
+/// every counter a new owner holds is greater than every counter an earlier owner held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseCounter(pub u64);
+
+impl LeaseCounter {
+    /// The counter a write conditional on this one leaves.
+    pub fn next(self) -> Self {
+        LeaseCounter(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for LeaseCounter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Where a unit's lease stands (§11.1). `Pending → Processing → ShardEnd | Done`.
+///
+/// ```text
+///   create ──► Pending ──checkpoint──► Processing ──final checkpoint──► ShardEnd (shard)
+///                 └────────────────────────┴─────────────────────────► Done (segment)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeaseState {
+    /// Created; no checkpoint written yet.
+    Pending,
+    /// At least one checkpoint written; the unit is not read to its end.
+    Processing,
+    /// A shard read to its end, its last record acknowledged and checkpointed: its children
+    /// may be taken (§11.6).
+    ShardEnd,
+    /// A scan segment read to its last page.
+    Done,
+}
+
+impl LeaseState {
+    /// Whether the unit is read to its end: nobody takes it again, and it holds no child back.
+    pub fn is_finished(self) -> bool {
+        matches!(self, LeaseState::ShardEnd | LeaseState::Done)
+    }
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Pending => "Pending",
+            LeaseState::Processing => "Processing",
+            LeaseState::ShardEnd => "ShardEnd",
+            LeaseState::Done => "Done",
+        }
+    }
+
+    /// The state a stored name stands for.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "Pending" => Some(LeaseState::Pending),
+            "Processing" => Some(LeaseState::Processing),
+            "ShardEnd" => Some(LeaseState::ShardEnd),
+            "Done" => Some(LeaseState::Done),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One lease row (docs/coordination.md §11.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The unit the lease is for.
+    pub unit: UnitId,
+    /// Its holder; `None` when nobody holds it (new, handed back, or finished).
+    pub owner: Option<WorkerId>,
+    /// Bumped by every write (§11.2); also the fencing token (§11.7).
+    pub counter: LeaseCounter,
+    /// The unit's position, an opaque string its reader stores; `None` before the first
+    /// checkpoint.
+    pub checkpoint: Option<String>,
+    /// The units that must be finished before this one is taken (§11.6): a shard's parent.
+    pub parents: Vec<UnitId>,
+    /// Where the unit stands.
+    pub state: LeaseState,
+    /// How often the owner changed since the last checkpoint (KCL's
+    /// `ownerSwitchesSinceCheckpoint`): a unit that keeps changing hands without progress.
+    pub owner_switches: u64,
+    /// The writer's wall clock at the last write, unix ms. For people reading the table;
+    /// expiry never looks at it (§11.3).
+    pub written_ms: i64,
+}
+
+impl Lease {
+    /// A new row for `unit`: nobody holds it, counter 0, no checkpoint.
+    pub fn new(unit: UnitId, parents: Vec<UnitId>, now_ms: i64) -> Self {
+        Lease {
+            unit,
+            owner: None,
+            counter: LeaseCounter(0),
+            checkpoint: None,
+            parents,
+            state: LeaseState::Pending,
+            owner_switches: 0,
+            written_ms: now_ms,
+        }
+    }
+
+    /// Whether `worker` holds it.
+    pub fn is_owned_by(&self, worker: &WorkerId) -> bool {
+        self.owner.as_ref() == Some(worker)
+    }
+
+    /// After a take by `owner` (conditional on the counter seen). Every take counts as an
+    /// owner switch, a re-take under the same id (a restarted worker) too.
+    pub fn taken(&self, owner: &WorkerId, now_ms: i64) -> Lease {
+        Lease {
+            owner: Some(owner.clone()),
+            counter: self.counter.next(),
+            owner_switches: self.owner_switches + 1,
+            written_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
+    /// After a renewal: only the counter moves.
+    pub fn renewed(&self, now_ms: i64) -> Lease {
+        Lease {
+            counter: self.counter.next(),
+            written_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
+    /// After a checkpoint: position and state written, owner switches reset; a finished state
+    /// also clears the owner (§11.7 rule 2).
+    pub fn checkpointed(&self, checkpoint: &str, state: LeaseState, now_ms: i64) -> Lease {
+        Lease {
+            owner: if state.is_finished() {
+                None
+            } else {
+                self.owner.clone()
+            },
+            counter: self.counter.next(),
+            checkpoint: Some(checkpoint.to_string()),
+            state,
+            owner_switches: 0,
+            written_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
+    /// After a hand-back: nobody holds it, anyone may take it at once (§11.7 rule 3).
+    pub fn released(&self, now_ms: i64) -> Lease {
+        Lease {
+            owner: None,
+            counter: self.counter.next(),
+            written_ms: now_ms,
+            ..self.clone()
+        }
+    }
+}
+
+/// What the holder of a lease conditions its writes on: its id and the counter it last wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The holder.
+    pub owner: WorkerId,
+    /// The counter its last successful write left.
+    pub counter: LeaseCounter,
+}
+
+/// A unit the leader found: its id and the units that must finish before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitSpec {
+    /// The unit.
+    pub unit: UnitId,
+    /// Its parents (a shard's `ParentShardId`); empty for segments and root shards.
+    pub parents: Vec<UnitId>,
+}
+
+impl UnitSpec {
+    /// The `total` segments of a parallel scan, none with a parent.
+    pub fn segments(total: u32) -> Vec<UnitSpec> {
+        (0..total)
+            .map(|index| UnitSpec {
+                unit: UnitId::Segment { index, total },
+                parents: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// A shard and its parent, as `DescribeStream` lists them.
+    pub fn shard(shard: &crate::api::ShardDescription) -> UnitSpec {
+        UnitSpec {
+            unit: UnitId::Shard(shard.id.clone()),
+            parents: shard
+                .parent
+                .iter()
+                .map(|parent| UnitId::Shard(parent.clone()))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(id: &str) -> WorkerId {
+        WorkerId::new(id).unwrap()
+    }
+
+    #[test]
+    fn unit_ids_round_trip_through_their_sort_key() {
+        for unit in [
+            UnitId::Leader,
+            UnitId::Segment { index: 3, total: 8 },
+            UnitId::Shard(ShardId::new("shardId-0001-ab")),
+        ] {
+            assert_eq!(unit.to_string().parse::<UnitId>(), Ok(unit));
+        }
+        for bad in [
+            "",
+            "segment:8/8",
+            "segment:1",
+            "segment:a/2",
+            "shard:",
+            "shards:x",
+        ] {
+            assert!(bad.parse::<UnitId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_one_to_1024_bytes() {
+        assert!(WorkerId::new("").is_err());
+        assert!(PipelineName::new("x".repeat(1025)).is_err());
+        assert_eq!(PipelineName::new("orders").unwrap().as_str(), "orders");
+    }
+
+    #[test]
+    fn every_transition_bumps_the_counter_by_one() {
+        let lease = Lease::new(UnitId::Leader, Vec::new(), 0);
+        let a = worker("a");
+        let taken = lease.taken(&a, 1);
+        assert_eq!((taken.counter, taken.owner_switches), (LeaseCounter(1), 1));
+        assert_eq!(taken.renewed(2).counter, LeaseCounter(2));
+        assert_eq!(taken.released(2).counter, LeaseCounter(2));
+        assert_eq!(taken.released(2).owner, None);
+        let checkpointed = taken.checkpointed("7", LeaseState::Processing, 3);
+        assert_eq!(checkpointed.counter, LeaseCounter(2));
+        assert_eq!(checkpointed.owner_switches, 0);
+        assert_eq!(checkpointed.owner, Some(a.clone()));
+        assert_eq!(
+            taken.taken(&a, 4).owner_switches,
+            2,
+            "a re-take is a switch too"
+        );
+    }
+
+    #[test]
+    fn a_finished_checkpoint_clears_the_owner() {
+        let unit = UnitId::Shard(ShardId::new("s"));
+        let lease = Lease::new(unit.clone(), Vec::new(), 0).taken(&worker("a"), 1);
+        let ended = lease.checkpointed("end", unit.end_state(), 2);
+        assert_eq!((ended.owner, ended.state), (None, LeaseState::ShardEnd));
+        assert!(ended.state.is_finished() && !LeaseState::Processing.is_finished());
+        for state in [
+            LeaseState::Pending,
+            LeaseState::Processing,
+            LeaseState::ShardEnd,
+            LeaseState::Done,
+        ] {
+            assert_eq!(LeaseState::parse(state.as_str()), Some(state));
+        }
+    }
+}

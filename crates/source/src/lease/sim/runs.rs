@@ -1,0 +1,213 @@
+//! The simulation's runs and their checks: finite units to their end, open units to balance,
+//! and the request rate of idle workers.
+
+// A failed unwrap in the simulation is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn seeds() -> Vec<u64> {
+    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        return vec![seed];
+    }
+    let count = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    (0..count).collect()
+}
+
+fn trace() -> bool {
+    std::env::var_os("SIM_TRACE").is_some()
+}
+
+/// Finite units, faults throughout: every unit ends exactly at its last record.
+async fn finite(seed: u64) -> Figures {
+    let mut sim = Sim::new(seed, false);
+    let mut now = 0;
+    loop {
+        sim.step(now, u64::MAX).await;
+        if sim.units.keys().all(|unit| sim.ended_at.contains_key(unit)) {
+            break;
+        }
+        now += STEP_MS;
+        assert!(
+            now < DEADLINE_MS,
+            "seed {seed}: no end after 30 minutes: {:?}",
+            sim.units
+                .keys()
+                .filter(|u| !sim.ended_at.contains_key(u))
+                .map(|u| (u, sim.table.row(&pipeline(), u)))
+                .collect::<Vec<_>>()
+        );
+    }
+    sim.check_history();
+    let units: Vec<(UnitId, u64)> = sim
+        .units
+        .values()
+        .map(|u| (u.spec.unit.clone(), u.records))
+        .collect();
+    for (unit, records) in units {
+        assert_eq!(
+            sim.last_commit(&unit, now),
+            records,
+            "seed {seed}: {unit} ends early"
+        );
+    }
+    sim.figures
+}
+
+/// Open units: faults for 90 s, then quiet: the work ends balanced and fully held.
+async fn open(seed: u64) -> (Figures, f64) {
+    let mut sim = Sim::new(seed, true);
+    let quiet_from = 90_000;
+    let end = 240_000;
+    let mut now = 0;
+    while now <= end {
+        sim.step(now, quiet_from).await;
+        now += STEP_MS;
+    }
+    sim.check_history();
+    let live: Vec<&SimWorker> = sim
+        .workers
+        .iter()
+        .filter(|w| w.life == Life::Running)
+        .collect();
+    let units = sim.units.len();
+    let share = units.div_ceil(live.len());
+    let held: Vec<usize> = live.iter().map(|w| w.worker.units().len()).collect();
+    assert_eq!(
+        held.iter().sum::<usize>(),
+        units,
+        "seed {seed}: not every unit held: {held:?}"
+    );
+    assert!(
+        held.iter().all(|&h| h <= share + 1),
+        "seed {seed}: unbalanced {held:?}, share {share}"
+    );
+    // Requests per worker-second over the quiet part, for the figures.
+    let seconds: f64 = sim
+        .workers
+        .iter()
+        .map(|w| (w.ended_at.unwrap_or(end) - w.started_at) as f64 / 1000.0)
+        .sum();
+    let requests: u64 = sim
+        .workers
+        .iter()
+        .map(|w| w.worker.table().requests())
+        .sum();
+    (sim.figures, requests as f64 / seconds)
+}
+
+/// A crash's leases are all taken within a duration (the observers' clocks) plus three
+/// rounds: the first listing of the last counter, the take after expiry, one failed take.
+fn assert_takeovers_bounded(takeovers: &[u64]) {
+    let round = LeaseSettings::new(DURATION_SECS).unwrap().renew_interval();
+    let bound = DURATION_SECS * 1000 + 3 * round.as_millis() as u64;
+    assert!(
+        takeovers.iter().all(|&t| t <= bound),
+        "a take-over took longer than {bound} ms: {}",
+        summary("take-over", takeovers.to_vec())
+    );
+}
+
+fn summary(name: &str, mut values: Vec<u64>) -> String {
+    values.sort_unstable();
+    if values.is_empty() {
+        return format!("{name}: none");
+    }
+    let at = |q: f64| values[((values.len() - 1) as f64 * q) as usize];
+    format!(
+        "{name}: n={} median={} ms p95={} ms max={} ms",
+        values.len(),
+        at(0.5),
+        at(0.95),
+        at(1.0)
+    )
+}
+
+#[tokio::test]
+async fn workers_commit_every_unit_exactly_to_its_end_through_crashes_pauses_and_steals() {
+    let mut takeovers = Vec::new();
+    let (mut refusals, mut steals) = (0, 0);
+    for seed in seeds() {
+        let figures = finite(seed).await;
+        takeovers.extend(figures.takeovers);
+        refusals += figures.zombie_refusals;
+        steals += figures.steals;
+    }
+    assert_takeovers_bounded(&takeovers);
+    assert!(refusals > 0 && steals > 0, "the faults did not happen");
+    if trace() {
+        eprintln!(
+            "finite: {}; {refusals} zombie commits refused, {steals} steals",
+            summary("take-over", takeovers)
+        );
+    }
+}
+
+#[tokio::test]
+async fn open_work_ends_balanced_among_the_live_workers() {
+    let mut takeovers = Vec::new();
+    let mut rates = Vec::new();
+    for seed in seeds().into_iter().take(100) {
+        let (figures, rate) = open(seed).await;
+        takeovers.extend(figures.takeovers);
+        rates.push(rate);
+    }
+    assert_takeovers_bounded(&takeovers);
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    if trace() {
+        eprintln!(
+            "open: {}; {mean:.2} requests per worker per second",
+            summary("take-over", takeovers)
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_idle_worker_sends_one_list_and_one_renewal_per_lease_held_each_round() {
+    // 3 workers, 12 open segments, no checkpoints: per worker and second,
+    // (1 list + h renewals + its part of the leader lease) × 3 / duration
+    // (docs/coordination.md §11.8).
+    let table = MemoryLeaseTable::seeded(1);
+    let settings = LeaseSettings::new(DURATION_SECS).unwrap();
+    let mut workers: Vec<Worker<MemoryLeaseTable>> = (0..3)
+        .map(|i| {
+            let id = WorkerId::new(format!("w{i}")).unwrap();
+            Worker::new(table.connect(), pipeline(), id, settings)
+        })
+        .collect();
+    let interval = settings.renew_interval().as_millis() as u64;
+    let (warm_up, end) = (60_000, 660_000);
+    let mut at_warm_up = 0;
+    let mut next_round = [0, 1_000, 2_000];
+    let mut now = 0;
+    while now <= end {
+        if now == warm_up {
+            at_warm_up = workers.iter().map(|w| w.table().requests()).sum();
+        }
+        for (i, worker) in workers.iter_mut().enumerate() {
+            if now >= next_round[i] {
+                next_round[i] = now + interval;
+                let report = worker.round(LocalTime::from_millis(now)).await.unwrap();
+                if report.leader {
+                    worker.sync(&UnitSpec::segments(12)).await.unwrap();
+                }
+            }
+        }
+        now += STEP_MS / 5;
+    }
+    let held: Vec<usize> = workers.iter().map(|w| w.units().len()).collect();
+    assert_eq!(held, [4, 4, 4]);
+    let requests: u64 = workers.iter().map(|w| w.table().requests()).sum::<u64>() - at_warm_up;
+    let measured = requests as f64 / 3.0 / ((end - warm_up) as f64 / 1000.0);
+    let formula = (1.0 + 4.0 + 1.0 / 3.0) * 3.0 / DURATION_SECS as f64;
+    assert!(
+        (measured - formula).abs() / formula < 0.1,
+        "measured {measured:.3} requests per worker per second, formula {formula:.3}"
+    );
+    if trace() {
+        eprintln!("idle: {measured:.3} requests per worker per second (formula {formula:.3})");
+    }
+}

@@ -1,0 +1,389 @@
+//! The lease decisions and the worker on the in-memory table (docs/coordination.md §11).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::decide::{self, Observations, View};
+use super::memory::{Faults, MemoryLeaseTable};
+use super::*;
+use crate::ids::ShardId;
+
+const SECOND: u64 = 1000;
+
+fn at(ms: u64) -> LocalTime {
+    LocalTime::from_millis(ms)
+}
+
+fn worker_id(id: &str) -> WorkerId {
+    WorkerId::new(id).unwrap()
+}
+
+fn shard(id: &str) -> UnitId {
+    UnitId::Shard(ShardId::new(id))
+}
+
+fn lease(unit: UnitId, owner: Option<&str>, counter: u64) -> Lease {
+    Lease {
+        owner: owner.map(worker_id),
+        counter: LeaseCounter(counter),
+        ..Lease::new(unit, Vec::new(), 0)
+    }
+}
+
+fn segment(index: u32) -> UnitId {
+    UnitId::Segment { index, total: 8 }
+}
+
+/// The units `me` claims from `leases`, observed at 0 and decided at `now`.
+fn claims(me: &str, leases: &[Lease], held: &[UnitId], now: u64) -> Vec<(UnitId, Option<String>)> {
+    let mut observations = Observations::default();
+    observations.observe(leases, at(0));
+    let me = worker_id(me);
+    let held: BTreeSet<UnitId> = held.iter().cloned().collect();
+    let plan = decide::plan(&View {
+        me: &me,
+        leases,
+        held: &held,
+        observations: &observations,
+        now: at(now),
+        duration: Duration::from_secs(10),
+        max_steals: 1,
+    });
+    plan.claims
+        .into_iter()
+        .map(|c| (c.unit, c.victim.map(|v| v.to_string())))
+        .collect()
+}
+
+#[test]
+fn a_lease_expires_when_its_counter_stood_still_for_a_duration_of_the_observers_clock() {
+    let duration = Duration::from_secs(10);
+    let mut observations = Observations::default();
+    let mut row = lease(segment(0), Some("a"), 4);
+    // The wall clock of the row says it is ancient: expiry never looks at it (§11.3).
+    row.written_ms = 1;
+    observations.observe(std::slice::from_ref(&row), at(100 * SECOND));
+    assert!(!observations.is_expired(&row, at(109 * SECOND), duration));
+    assert!(observations.is_expired(&row, at(110 * SECOND), duration));
+    row.counter = LeaseCounter(5);
+    observations.observe(std::slice::from_ref(&row), at(105 * SECOND));
+    assert!(
+        !observations.is_expired(&row, at(114 * SECOND), duration),
+        "a new counter starts the clock again"
+    );
+    observations.observe(std::slice::from_ref(&row), at(114 * SECOND));
+    assert!(observations.is_expired(&row, at(115 * SECOND), duration));
+    row.owner = None;
+    assert!(
+        !observations.is_expired(&row, at(999 * SECOND), duration),
+        "nobody to expire"
+    );
+}
+
+#[test]
+fn a_child_is_taken_only_after_every_parent_with_a_row_is_finished() {
+    let mut parent = lease(shard("p"), Some("b"), 3);
+    let child = Lease {
+        parents: vec![shard("p"), shard("trimmed")],
+        ..lease(shard("c"), None, 0)
+    };
+    let leases = [parent.clone(), child.clone()];
+    assert!(
+        claims("a", &leases, &[], SECOND).is_empty(),
+        "parent p is processing"
+    );
+    parent.state = LeaseState::ShardEnd;
+    parent.owner = None;
+    let leases = [parent, child.clone()];
+    assert_eq!(claims("a", &leases, &[], SECOND), [(shard("c"), None)]);
+    assert_eq!(
+        claims("a", &[child], &[], SECOND),
+        [(shard("c"), None)],
+        "parents without a row do not hold a child back"
+    );
+}
+
+#[test]
+fn free_leases_are_taken_up_to_the_fair_share() {
+    // Seven units, two live workers: a share of four; b holds three.
+    let mut leases: Vec<Lease> = (0..3).map(|i| lease(segment(i), Some("b"), 1)).collect();
+    leases.extend((3..7).map(|i| lease(segment(i), None, 0)));
+    leases.push(lease(segment(7), None, 9));
+    leases[7].state = LeaseState::Done;
+    let claimed = claims("a", &leases, &[], SECOND);
+    assert_eq!(claimed.len(), 4, "{claimed:?}");
+    assert!(
+        claimed
+            .iter()
+            .all(|(unit, victim)| victim.is_none() && *unit >= segment(3))
+    );
+}
+
+#[test]
+fn expired_leases_are_free_and_their_owner_is_not_counted_live() {
+    let leases: Vec<Lease> = (0..4).map(|i| lease(segment(i), Some("dead"), 1)).collect();
+    let before = claims("a", &leases, &[], 9 * SECOND);
+    assert_eq!(before.len(), 1, "live until expired: one steal, {before:?}");
+    assert_eq!(before[0].1.as_deref(), Some("dead"));
+    let after = claims("a", &leases, &[], 10 * SECOND);
+    assert_eq!(
+        after.len(),
+        4,
+        "expired: all free, the share is all, {after:?}"
+    );
+    assert!(after.iter().all(|(_, victim)| victim.is_none()));
+}
+
+#[test]
+fn leases_left_under_this_workers_id_are_taken_back_at_once() {
+    let leases = [
+        lease(segment(0), Some("a"), 7),
+        lease(segment(1), Some("b"), 1),
+    ];
+    assert_eq!(claims("a", &leases, &[], 0), [(segment(0), None)]);
+}
+
+#[test]
+fn a_worker_below_its_share_steals_one_lease_per_round_from_the_busiest() {
+    let mut leases: Vec<Lease> = (0..4).map(|i| lease(segment(i), Some("b"), 1)).collect();
+    leases.push(lease(segment(4), Some("c"), 1));
+    // Five units, three live workers: a share of two; b holds four, a none.
+    let claimed = claims("a", &leases, &[], SECOND);
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    assert_eq!(claimed[0].1.as_deref(), Some("b"));
+}
+
+#[test]
+fn nobody_steals_from_a_worker_that_holds_just_its_share() {
+    // Five units, two workers: b holds three (the share), a two.
+    let leases: Vec<Lease> = (0..5)
+        .map(|i| lease(segment(i), Some(if i < 3 { "b" } else { "a" }), 1))
+        .collect();
+    let held = [segment(3), segment(4)];
+    assert!(claims("a", &leases, &held, SECOND).is_empty());
+    // Four units, three workers: b and c hold two each, a none: a takes one.
+    let leases: Vec<Lease> = (0..4)
+        .map(|i| lease(segment(i), Some(if i < 2 { "b" } else { "c" }), 1))
+        .collect();
+    assert_eq!(claims("a", &leases, &[], SECOND).len(), 1);
+}
+
+#[test]
+fn the_leader_lease_is_claimed_when_free_and_counts_for_no_share() {
+    let leases = [
+        lease(UnitId::Leader, None, 0),
+        lease(segment(0), Some("b"), 1),
+    ];
+    assert_eq!(claims("a", &leases, &[], SECOND), [(UnitId::Leader, None)]);
+}
+
+#[test]
+fn the_leader_creates_parents_before_children_and_deletes_trimmed_finished_rows() {
+    let discovered = [
+        UnitSpec {
+            unit: shard("grandchild"),
+            parents: vec![shard("child")],
+        },
+        UnitSpec {
+            unit: shard("child"),
+            parents: vec![shard("root"), shard("trimmed")],
+        },
+        UnitSpec {
+            unit: shard("root"),
+            parents: vec![shard("ended")],
+        },
+    ];
+    let mut ended = lease(shard("ended"), None, 4);
+    ended.state = LeaseState::ShardEnd;
+    let mut gone = lease(shard("gone"), None, 6);
+    gone.state = LeaseState::ShardEnd;
+    let unfinished = lease(shard("vanished"), Some("a"), 2);
+    let plan = decide::sync(&[ended, gone, unfinished], &discovered, 0);
+    let created: Vec<&UnitId> = plan.create.iter().map(|l| &l.unit).collect();
+    assert_eq!(
+        created,
+        [&shard("root"), &shard("child"), &shard("grandchild")]
+    );
+    assert_eq!(
+        plan.create[1].parents,
+        vec![shard("root"), shard("trimmed")]
+    );
+    assert_eq!(
+        plan.delete,
+        [(shard("gone"), LeaseCounter(6))],
+        "a finished row still named as a parent stays, an unfinished one is never deleted"
+    );
+}
+
+fn pipeline() -> PipelineName {
+    PipelineName::new("p").unwrap()
+}
+
+fn worker(table: &MemoryLeaseTable, id: &str) -> Worker<MemoryLeaseTable> {
+    let settings = LeaseSettings::new(10).unwrap();
+    Worker::new(table.connect(), pipeline(), worker_id(id), settings)
+}
+
+/// A table with `n` segment rows, and worker `a` holding all of them and the leader lease.
+async fn one_worker_holding(n: u32) -> (MemoryLeaseTable, Worker<MemoryLeaseTable>) {
+    let table = MemoryLeaseTable::seeded(7);
+    let mut a = worker(&table, "a");
+    assert!(a.round(at(0)).await.unwrap().leader);
+    a.sync(&UnitSpec::segments(n)).await.unwrap();
+    let report = a.round(at(SECOND)).await.unwrap();
+    assert_eq!(report.taken.len(), n as usize);
+    (table, a)
+}
+
+#[test]
+fn a_lease_duration_is_3_to_300_seconds() {
+    assert!(LeaseSettings::new(2).is_err() && LeaseSettings::new(301).is_err());
+    let settings = LeaseSettings::new(9).unwrap();
+    assert_eq!(settings.renew_interval(), Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_paused_worker_cannot_checkpoint_after_its_lease_expired() {
+    let (table, mut a) = one_worker_holding(2).await;
+    let unit = UnitId::Segment { index: 0, total: 2 };
+    a.checkpoint(&unit, "1", LeaseState::Processing, at(2 * SECOND))
+        .await
+        .unwrap();
+    // a pauses; b sees the counters stand still for a duration and takes everything.
+    let mut b = worker(&table, "b");
+    b.round(at(0)).await.unwrap();
+    let report = b.round(at(10 * SECOND)).await.unwrap();
+    assert_eq!(report.taken.len(), 2);
+    assert_eq!(report.taken[0].checkpoint.as_deref(), Some("1"));
+    let writes = table.log().len();
+    let refused = a
+        .checkpoint(&unit, "2", LeaseState::Processing, at(12 * SECOND))
+        .await;
+    assert!(
+        matches!(&refused, Err(CheckpointError::Lost(lost)) if lost.reason == LostReason::Expired),
+        "{refused:?}"
+    );
+    assert_eq!(table.log().len(), writes, "refused without a write");
+    // Its other lease: written recently enough by its own clock, but stolen: the condition.
+    let other = UnitId::Segment { index: 1, total: 2 };
+    let refused = a
+        .checkpoint(&other, "5", LeaseState::Processing, at(2 * SECOND))
+        .await;
+    assert!(
+        matches!(&refused, Err(CheckpointError::Lost(lost)) if lost.reason == LostReason::Taken),
+        "{refused:?}"
+    );
+    assert!(a.units().is_empty());
+    let row = table.row(&pipeline(), &unit).unwrap();
+    assert_eq!(
+        (row.owner, row.checkpoint),
+        (Some(worker_id("b")), Some("1".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_round_reports_the_leases_another_worker_took() {
+    let (table, mut a) = one_worker_holding(2).await;
+    let unit = UnitId::Segment { index: 1, total: 2 };
+    let row = table.row(&pipeline(), &unit).unwrap();
+    table
+        .connect()
+        .take(&pipeline(), &unit, row.counter, &worker_id("b"))
+        .await
+        .unwrap();
+    let report = a.round(at(2 * SECOND)).await.unwrap();
+    assert_eq!(
+        report.lost,
+        [Lost {
+            unit: unit.clone(),
+            reason: LostReason::Taken
+        }]
+    );
+    assert_eq!(a.units(), [UnitId::Segment { index: 0, total: 2 }]);
+    assert_eq!(a.counter(&unit), None);
+}
+
+#[tokio::test]
+async fn a_checkpoint_whose_answer_was_lost_is_settled_not_lost() {
+    let (table, mut a) = one_worker_holding(1).await;
+    let unit = UnitId::Segment { index: 0, total: 1 };
+    let before = a.counter(&unit).unwrap();
+    table.set_faults(Faults {
+        lost_reply_rate: 1.0,
+        ..Faults::default()
+    });
+    let first = a
+        .checkpoint(&unit, "3", LeaseState::Processing, at(2 * SECOND))
+        .await;
+    assert!(
+        matches!(first, Err(CheckpointError::Request(_))),
+        "{first:?}"
+    );
+    table.set_faults(Faults::default());
+    let writes = table.log().len();
+    let retried = a
+        .checkpoint(&unit, "3", LeaseState::Processing, at(2 * SECOND))
+        .await
+        .unwrap();
+    assert_eq!(retried, before.next());
+    assert_eq!(
+        table.log().len(),
+        writes,
+        "the applied checkpoint is not written twice"
+    );
+    assert_eq!(a.counter(&unit), Some(before.next()));
+    // The next round renews on the settled counter.
+    let report = a.round(at(5 * SECOND)).await.unwrap();
+    assert!(
+        report.lost.is_empty() && report.transient.is_empty(),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_unit_is_handed_back_and_never_taken_again() {
+    let (table, mut a) = one_worker_holding(1).await;
+    let unit = UnitId::Segment { index: 0, total: 1 };
+    a.checkpoint(&unit, "last", LeaseState::Done, at(2 * SECOND))
+        .await
+        .unwrap();
+    assert!(a.units().is_empty());
+    let mut b = worker(&table, "b");
+    b.round(at(0)).await.unwrap();
+    assert!(b.round(at(60 * SECOND)).await.unwrap().taken.is_empty());
+    let row = table.row(&pipeline(), &unit).unwrap();
+    assert_eq!((row.owner, row.state), (None, LeaseState::Done));
+}
+
+#[tokio::test]
+async fn released_leases_are_taken_at_once_without_waiting_for_expiry() {
+    let (table, mut a) = one_worker_holding(3).await;
+    let mut b = worker(&table, "b");
+    assert_eq!(b.round(at(0)).await.unwrap().taken.len(), 1, "one steal");
+    let failed = a.release_all().await;
+    assert_eq!(failed.len(), 1, "the stolen lease is not a's to hand back");
+    let report = b.round(at(SECOND)).await.unwrap();
+    assert_eq!(report.taken.len(), 2);
+    assert!(report.leader && b.units().len() == 3);
+}
+
+#[tokio::test]
+async fn a_worker_with_nothing_steals_one_lease_per_round_until_balanced() {
+    let (table, mut a) = one_worker_holding(4).await;
+    let mut b = worker(&table, "b");
+    let mut counts = Vec::new();
+    for round in 0..4u64 {
+        let now = at(round * 3_400);
+        a.round(now).await.unwrap();
+        let report = b.round(now).await.unwrap();
+        assert!(report.taken.len() <= 1);
+        assert!(
+            report
+                .taken
+                .iter()
+                .all(|t| t.stolen_from == Some(worker_id("a")))
+        );
+        counts.push((a.units().len(), b.units().len()));
+    }
+    assert_eq!(counts, [(4, 1), (3, 2), (2, 2), (2, 2)]);
+}
