@@ -94,6 +94,11 @@ pub struct ScanOutcome {
     pub segments_done: u64,
 }
 
+/// Records a page is assumed to hold when the scan's queue is given room for a batch: DynamoDB's
+/// 1 MB pages hold about 1000 items of 1 KB (smaller items make more pages wait, never more
+/// bytes than a batch).
+const PAGE_ITEMS_GUESS: usize = 1000;
+
 /// Runs a scan or query to completion (or until `stop`), writing to `sink`.
 pub async fn run_scan<R: PageSource, S: Sink>(
     reader: R,
@@ -110,7 +115,9 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     };
     sink.start(start).await?;
     let (read_stop, read_cancel) = Cancel::new();
-    let (tx, mut rx) = mpsc::channel(reader.in_flight());
+    // Room for a whole batch besides one page per reader, so the next batch is read while
+    // the sink writes one (docs/scan.md §2.4).
+    let (tx, mut rx) = mpsc::channel(reader.in_flight() + batch_size.div_ceil(PAGE_ITEMS_GUESS));
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
     let limiter = reader.limiter();
