@@ -525,6 +525,30 @@ impl PostgresDatabase {
         session.finish(&self.shared, &context, result)
     }
 
+    pub(crate) async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, STATE_TABLE);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, cache) = session.connected(&self.shared).await?;
+            let sql = format!(
+                "SELECT max(updated_at) FROM {} WHERE pipeline = $1",
+                qualified(&schema, STATE_TABLE)
+            );
+            let row = match statement(client, cache, sql).await {
+                Ok(select) => client.query_one(&select, &[&pipeline]).await,
+                Err(e) => Err(e),
+            };
+            match row {
+                Ok(row) => row.try_get(0).map_err(Failure::Pg),
+                Err(e) if is_missing_relation(&e) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
     pub(crate) async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
         let schema = self.shared.state_schema();
         let context = table_context(&schema, STATE_TABLE);
