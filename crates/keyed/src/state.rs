@@ -481,6 +481,32 @@ mod tests {
         round_trip(entry);
     }
 
+    /// A streams entry of pipeline `p` at `updated_at` whose shards are at `shards`.
+    fn streams_entry(updated_at: &str, shards: Json) -> Entry {
+        Entry::from_json(
+            &json!({"fingerprint": ddbpipe_pipeline::state::identity::Identity::from_json(json!({})).fingerprint(),
+                "identity": {}, "last_completed": null, "updated_at": updated_at,
+                "position": {"finished": [], "kind": "streams", "latest_floor_ms": {},
+                    "shards": shards, "snapshot": null, "stream_arn": "arn",
+                    "verified_at": {}}}),
+            "p",
+            std::path::Path::new("s.db"),
+        )
+        .unwrap()
+    }
+
+    /// The destination of the stores of these tests (only its name matters).
+    fn state_table() -> TableSpec {
+        TableSpec {
+            table: "t".into(),
+            schema: "main".into(),
+            key: vec![],
+            document_column: "document".into(),
+            document_type: crate::DocumentType::Jsonb,
+            create_table: true,
+        }
+    }
+
     /// docs/state.md §6.5: `meta` is not rewritten when only `updated_at` moved; the entry
     /// read back carries the newest part's `updated_at`.
     #[tokio::test]
@@ -488,27 +514,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::Sqlite(crate::SqliteDatabase::open(&dir.path().join("s.db")).unwrap());
         db.prepare_state().await.unwrap();
-        let table = TableSpec {
-            table: "t".into(),
-            schema: "main".into(),
-            key: vec![],
-            document_column: "document".into(),
-            document_type: crate::DocumentType::Jsonb,
-            create_table: true,
-        };
+        let table = state_table();
         let store = DatabaseStore::new(db.clone(), table.clone());
-        let entry = |at: &str, seq: &str| {
-            Entry::from_json(
-                &json!({"fingerprint": ddbpipe_pipeline::state::identity::Identity::from_json(json!({})).fingerprint(),
-                    "identity": {}, "last_completed": null, "updated_at": at,
-                    "position": {"finished": [], "kind": "streams", "latest_floor_ms": {},
-                        "shards": {"s1": seq}, "snapshot": null, "stream_arn": "arn",
-                        "verified_at": {}}}),
-                "p",
-                std::path::Path::new("s.db"),
-            )
-            .unwrap()
-        };
+        let entry = |at: &str, seq: &str| streams_entry(at, json!({ "s1": seq }));
         let first = entry("2026-01-01T00:00:00.000Z", "100000000000000000001");
         store.store("p", Some(&first)).await.unwrap();
         let second = entry("2026-01-01T00:00:05.000Z", "100000000000000000009");
@@ -525,27 +533,9 @@ mod tests {
     fn only_changed_parts_are_written() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::SqliteDatabase::open(&dir.path().join("s.db")).unwrap();
-        let table = TableSpec {
-            table: "t".into(),
-            schema: "main".into(),
-            key: vec![],
-            document_column: "document".into(),
-            document_type: crate::DocumentType::Jsonb,
-            create_table: true,
-        };
+        let table = state_table();
         let store = DatabaseStore::new(Database::Sqlite(db), table);
-        let entry = |shards: Json| {
-            Entry::from_json(
-                &json!({"fingerprint": ddbpipe_pipeline::state::identity::Identity::from_json(json!({})).fingerprint(),
-                    "identity": {}, "last_completed": null, "updated_at": "t",
-                    "position": {"finished": [], "kind": "streams", "latest_floor_ms": {},
-                        "shards": shards, "snapshot": null, "stream_arn": "arn",
-                        "verified_at": {}}}),
-                "p",
-                std::path::Path::new("s.db"),
-            )
-            .unwrap()
-        };
+        let entry = |shards: Json| streams_entry("t", shards);
         let first = entry(json!({"s1": "100000000000000000001", "s2": "100000000000000000002"}));
         let (write, parts) = store.changes("p", Some(&first));
         let names: Vec<&str> = write.upserts.iter().map(|(p, _)| p.as_str()).collect();

@@ -366,6 +366,25 @@ pub(super) enum Direct {
     Markers,
 }
 
+/// The version columns a write stages: a change's time and sequence number, a snapshot row's
+/// read time, a marked delete's time.
+fn staged_version<'a>(write: &Write<'a>) -> (Option<i64>, Option<&'a str>) {
+    match write {
+        Write::Upsert {
+            version_ms,
+            version_seq,
+        }
+        | Write::UpsertMarked {
+            version_ms,
+            version_seq,
+            ..
+        } => (*version_ms, *version_seq),
+        Write::UpsertUnlessNewer { read_ms, .. } => (Some(*read_ms), None),
+        Write::DeleteMarked { version_ms } => (*version_ms, None),
+        _ => (None, None),
+    }
+}
+
 /// Bytes of `COPY` data sent at once: the server parses them while the next are encoded.
 const DIRECT_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -398,19 +417,7 @@ pub(super) async fn direct(
         let RowChange::Upsert { key, document, .. } = row else {
             return Err(crate::DbError::fatal("postgres: a delete in a batch of upserts").into());
         };
-        let (version_ms, version_seq) = match write {
-            Write::Upsert {
-                version_ms,
-                version_seq,
-            }
-            | Write::UpsertMarked {
-                version_ms,
-                version_seq,
-                ..
-            } => (*version_ms, *version_seq),
-            Write::UpsertUnlessNewer { read_ms, .. } => (Some(*read_ms), None),
-            _ => (None, None),
-        };
+        let (version_ms, version_seq) = staged_version(write);
         for value in key {
             match value {
                 KeyValue::S(text) | KeyValue::N(text) => copy_text::text(&mut chunk, text),
@@ -488,20 +495,7 @@ pub(super) async fn write(
             RowChange::Upsert { key, document, .. } => (key, document, 0),
             RowChange::Delete { key, .. } => (key, "", 1),
         };
-        let (version_ms, version_seq) = match write {
-            Write::Upsert {
-                version_ms,
-                version_seq,
-            }
-            | Write::UpsertMarked {
-                version_ms,
-                version_seq,
-                ..
-            } => (*version_ms, *version_seq),
-            Write::UpsertUnlessNewer { read_ms, .. } => (Some(*read_ms), None),
-            Write::DeleteMarked { version_ms } => (*version_ms, None),
-            _ => (None, None),
-        };
+        let (version_ms, version_seq) = staged_version(write);
         let guard = match (bulk, write) {
             (Bulk::UnlessNewer { .. }, _) | (_, Write::DeleteMarked { .. }) => Some(key_text(key)),
             _ => None,

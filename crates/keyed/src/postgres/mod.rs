@@ -498,13 +498,31 @@ impl PostgresDatabase {
         &self,
         pipeline: &str,
     ) -> Result<BTreeMap<String, String>, DbError> {
+        let rows = self.query_state("part, value::text", pipeline).await?;
+        rows.iter()
+            .map(|row| Ok((row.get(0), row.get(1))))
+            .collect()
+    }
+
+    pub(crate) async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
+        let rows = self.query_state("max(updated_at)", pipeline).await?;
+        Ok(rows.first().and_then(|row| row.get(0)))
+    }
+
+    /// `SELECT <columns> FROM _ddbpipe_state WHERE pipeline = $1` in the state schema; no rows
+    /// when the table does not exist. The columns must be text.
+    async fn query_state(
+        &self,
+        columns: &str,
+        pipeline: &str,
+    ) -> Result<Vec<tokio_postgres::Row>, DbError> {
         let schema = self.shared.state_schema();
         let context = table_context(&schema, STATE_TABLE);
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
             let sql = format!(
-                "SELECT part, value::text FROM {} WHERE pipeline = $1",
+                "SELECT {columns} FROM {} WHERE pipeline = $1",
                 qualified(&schema, STATE_TABLE)
             );
             let rows = match statement(client, cache, sql).await {
@@ -512,36 +530,16 @@ impl PostgresDatabase {
                 Err(e) => Err(e),
             };
             match rows {
-                Ok(rows) => rows
-                    .iter()
-                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                    .collect::<Result<BTreeMap<_, _>, tokio_postgres::Error>>()
-                    .map_err(Failure::Pg),
-                Err(e) if is_missing_relation(&e) => Ok(BTreeMap::new()),
-                Err(e) => Err(e.into()),
-            }
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
-        let schema = self.shared.state_schema();
-        let context = table_context(&schema, STATE_TABLE);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, cache) = session.connected(&self.shared).await?;
-            let sql = format!(
-                "SELECT max(updated_at) FROM {} WHERE pipeline = $1",
-                qualified(&schema, STATE_TABLE)
-            );
-            let row = match statement(client, cache, sql).await {
-                Ok(select) => client.query_one(&select, &[&pipeline]).await,
-                Err(e) => Err(e),
-            };
-            match row {
-                Ok(row) => row.try_get(0).map_err(Failure::Pg),
-                Err(e) if is_missing_relation(&e) => Ok(None),
+                Ok(rows) => {
+                    // Every column is text: checked once, so the callers' `get` cannot fail.
+                    for row in &rows {
+                        for at in 0..row.len() {
+                            row.try_get::<_, Option<String>>(at)?;
+                        }
+                    }
+                    Ok(rows)
+                }
+                Err(e) if is_missing_relation(&e) => Ok(Vec::new()),
                 Err(e) => Err(e.into()),
             }
         }
