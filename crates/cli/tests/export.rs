@@ -495,6 +495,49 @@ fn without_point_in_time_recovery_check_and_run_name_the_fix() {
     );
 }
 
+/// docs/cli.md §8.2: `check` asks the bucket before a run would start an export into it.
+#[test]
+fn check_names_a_missing_export_bucket_and_passes_an_existing_one() {
+    let (_running, fake) = setup(1);
+    let missing = Pipeline::new(
+        "no-bucket",
+        &fake.url(),
+        "table_name: orders\nsnapshot: {engine: export, s3_bucket: nowhere}",
+    );
+    let output = missing.ddbpipe(&["check"]);
+    assert_ne!(output.status.code(), Some(0));
+    let text = common::stdout(&output);
+    assert_eq!(
+        probe(&text, "FAIL").as_deref(),
+        Some("'nowhere' does not exist: create the bucket, or fix source.snapshot.s3_bucket"),
+        "{text}"
+    );
+    let present = Pipeline::new(
+        "bucket",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = present.ddbpipe(&["check"]);
+    let text = common::stdout(&output);
+    assert_eq!(
+        probe(&text, "PASS").as_deref(),
+        Some("'exports' can be read"),
+        "{text}"
+    );
+}
+
+/// The detail of `check`'s `s3_bucket` line with `status`, its padding dropped.
+fn probe(text: &str, status: &str) -> Option<String> {
+    text.lines()
+        .find(|line| line.starts_with(&format!("{status} s3_bucket ")))
+        .map(|line| {
+            line.split_whitespace()
+                .skip(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+}
+
 /// Config rule 13: what an export has not is refused naming the field.
 #[test]
 fn the_export_engine_refuses_a_filter_naming_the_field() {

@@ -321,11 +321,6 @@ impl Database {
         dispatch!(self, db => db.load_state(pipeline).await)
     }
 
-    /// The newest `updated_at` among the parts of `pipeline` (`None` without any).
-    pub async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
-        dispatch!(self, db => db.state_updated_at(pipeline).await)
-    }
-
     /// Deletes every part of `pipeline`; `true` when something was deleted.
     pub async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
         dispatch!(self, db => db.reset_state(pipeline).await)

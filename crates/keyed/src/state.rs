@@ -91,30 +91,15 @@ impl DatabaseStore {
             self.written_parts().clear();
             return Ok(None);
         }
-        let mut entry = assemble(&parts).map_err(|problem| StateError::Corrupt {
+        let entry = assemble(&parts).map_err(|problem| StateError::Corrupt {
             path: where_.clone(),
             location: format!("pipeline '{pipeline}' in _ddbpipe_state"),
             problem,
         })?;
-        // `meta` is not rewritten for a new `updated_at` alone: the entry's is the newest
-        // part's (RFC 3339 UTC texts of one form sort by time).
-        let newest = self
-            .db
-            .state_updated_at(pipeline)
-            .await
-            .map_err(|e| self.error(e.message))?;
-        if let (Some(newest), Some(Json::String(at))) = (newest, entry.get_mut("updated_at"))
-            && newest > *at
-        {
-            *at = newest;
-        }
         let entry = Entry::from_json(&entry, pipeline, &where_)?;
         *self.written_parts() = parts
             .into_iter()
-            .map(|(part, value)| {
-                let compared = compared(&part, &value);
-                (part, compared)
-            })
+            .map(|(part, value)| (part, value.to_string()))
             .collect();
         Ok(Some(entry))
     }
@@ -182,18 +167,10 @@ impl DatabaseStore {
         pipeline: &str,
         entry: Option<&Entry>,
     ) -> (StateWrite, BTreeMap<String, String>) {
-        // What each part is compared by: its text, `meta` without `updated_at`, which changes
-        // with every batch while the rest of `meta` seldom does (it is read back from the
-        // parts' own `updated_at`).
-        let mut full = BTreeMap::new();
         let parts: BTreeMap<String, String> = match entry {
             Some(entry) => split(&entry.to_json())
                 .into_iter()
-                .map(|(part, value)| {
-                    let compared = compared(&part, &value);
-                    full.insert(part.clone(), value.to_string());
-                    (part, compared)
-                })
+                .map(|(part, value)| (part, value.to_string()))
                 .collect(),
             None => BTreeMap::new(),
         };
@@ -201,7 +178,7 @@ impl DatabaseStore {
         let upserts = parts
             .iter()
             .filter(|(part, text)| written.get(*part) != Some(text))
-            .map(|(part, _)| (part.clone(), full.remove(part).unwrap_or_default()))
+            .map(|(part, text)| (part.clone(), text.clone()))
             .collect();
         let deletes = written
             .keys()
@@ -275,18 +252,6 @@ impl CheckpointStore for DatabaseStore {
         entry: &'a Entry,
     ) -> BoxFuture<'a, Result<u64, StateError>> {
         Box::pin(self.close_repair(pipeline, sweep, entry))
-    }
-}
-
-/// The text a part is compared by to know whether it changed: `meta` without `updated_at`.
-fn compared(part: &str, value: &Json) -> String {
-    match value {
-        Json::Object(fields) if part == META && fields.contains_key("updated_at") => {
-            let mut fields = fields.clone();
-            fields.remove("updated_at");
-            Json::Object(fields).to_string()
-        }
-        _ => value.to_string(),
     }
 }
 
@@ -505,27 +470,6 @@ mod tests {
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         }
-    }
-
-    /// docs/state.md §6.5: `meta` is not rewritten when only `updated_at` moved; the entry
-    /// read back carries the newest part's `updated_at`.
-    #[tokio::test]
-    async fn meta_is_not_rewritten_for_a_new_updated_at_and_reads_back_the_newest() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::Sqlite(crate::SqliteDatabase::open(&dir.path().join("s.db")).unwrap());
-        db.prepare_state().await.unwrap();
-        let table = state_table();
-        let store = DatabaseStore::new(db.clone(), table.clone());
-        let entry = |at: &str, seq: &str| streams_entry(at, json!({ "s1": seq }));
-        let first = entry("2026-01-01T00:00:00.000Z", "100000000000000000001");
-        store.store("p", Some(&first)).await.unwrap();
-        let second = entry("2026-01-01T00:00:05.000Z", "100000000000000000009");
-        let (write, _) = store.changes("p", Some(&second));
-        let names: Vec<&str> = write.upserts.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(names, ["shard:s1"], "meta changed only its updated_at");
-        store.store("p", Some(&second)).await.unwrap();
-        let loaded = DatabaseStore::new(db, table).load("p").await.unwrap();
-        assert_eq!(loaded.as_ref(), Some(&second));
     }
 
     /// docs/state.md §6.5: a write carries only the parts that changed, and deletes parts that are gone.

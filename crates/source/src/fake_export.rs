@@ -125,6 +125,15 @@ pub struct FakeExports {
 }
 
 impl FakeExports {
+    /// The same service and objects, seen as bucket `bucket`: what a reader configured with
+    /// another bucket than the export's sees.
+    pub fn as_bucket(&self, bucket: &str) -> Self {
+        FakeExports {
+            bucket: bucket.to_string(),
+            state: Arc::clone(&self.state),
+        }
+    }
+
     /// Exports of `source` into bucket `bucket`; PITR on, 3 files, one `IN_PROGRESS` describe.
     pub fn new(bucket: &str, source: impl ExportSource) -> Self {
         FakeExports {

@@ -1,6 +1,6 @@
 //! The probes of `source.snapshot.engine: export` and `on_gap: repair` (docs/cli.md §8.2):
 //! point-in-time recovery on the table (an export needs it, `run` fails without it; a repair
-//! without it resnapshots, a warning) and a configured `export_arn`.
+//! without it resnapshots, a warning), the bucket, and a configured `export_arn`.
 
 use std::time::Duration;
 
@@ -90,6 +90,7 @@ pub(super) async fn probe_export(
             format!("no answer within {} s", timeout.as_secs()),
         ),
     }
+    probe_bucket(&engine, timeout, probes).await;
     if let (Some(arn), Some(table_arn)) = (&source.snapshot.export_arn, &table.arn) {
         let given =
             ddbpipe_source::export::given(engine.exports.as_ref(), arn, table_arn, &retry, &cancel);
@@ -113,4 +114,49 @@ pub(super) async fn probe_export(
             ),
         }
     }
+}
+
+/// The key `check` asks for under the prefix: no export writes it, so its answer says whether
+/// the bucket exists and may be read, without reading anything.
+const PROBE_KEY: &str = "ddbpipe-check-probe";
+
+/// `s3_bucket`: a `GetObject` of a key no export writes. `NoSuchKey` means the bucket is there
+/// and readable; `NoSuchBucket` fails with the fix `run` would give; `AccessDenied` is a
+/// warning, since S3 answers it for a missing key to a role without `s3:ListBucket`.
+async fn probe_bucket(engine: &crate::export::AwsExports, timeout: Duration, probes: &mut Probes) {
+    use ddbpipe_source::export::api::ObjectStore as _;
+    let store = &engine.store;
+    let bucket = store.bucket().to_string();
+    let key = match engine.prefix.trim_end_matches('/') {
+        "" => PROBE_KEY.to_string(),
+        prefix => format!("{prefix}/{PROBE_KEY}"),
+    };
+    let (status, detail) = match tokio::time::timeout(timeout, store.get(&key)).await {
+        Ok(Ok(_)) => (Status::Pass, format!("'{bucket}' can be read")),
+        Err(_) => (
+            Status::Fail,
+            format!("'{bucket}': no answer within {} s", timeout.as_secs()),
+        ),
+        Ok(Err(error)) => match error.code.as_deref() {
+            Some("NoSuchKey") => (Status::Pass, format!("'{bucket}' can be read")),
+            Some("NoSuchBucket") => (
+                Status::Fail,
+                format!(
+                    "'{bucket}' does not exist: {}",
+                    remedy(Some("NoSuchBucket")).unwrap_or_default()
+                ),
+            ),
+            Some("AccessDenied") => (
+                Status::Warn,
+                format!(
+                    "GetObject s3://{bucket}/{key} was denied: a run needs s3:GetObject on \
+                     s3://{bucket}/{}* (and DynamoDB may write there); without s3:ListBucket a \
+                     missing key is answered this way too",
+                    engine.prefix
+                ),
+            ),
+            _ => (Status::Fail, format!("'{bucket}': {error}")),
+        },
+    };
+    probes.add("s3_bucket", status, detail);
 }

@@ -504,11 +504,6 @@ impl PostgresDatabase {
             .collect()
     }
 
-    pub(crate) async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
-        let rows = self.query_state("max(updated_at)", pipeline).await?;
-        Ok(rows.first().and_then(|row| row.get(0)))
-    }
-
     /// `SELECT <columns> FROM _ddbpipe_state WHERE pipeline = $1` in the state schema; no rows
     /// when the table does not exist. The columns must be text.
     async fn query_state(

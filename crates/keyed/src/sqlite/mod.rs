@@ -278,21 +278,6 @@ impl SqliteDatabase {
         })
     }
 
-    pub(crate) async fn state_updated_at(&self, pipeline: &str) -> Result<Option<String>, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(STATE_TABLE, &e);
-            if !matches!(inspect(&c.conn, STATE_TABLE).map_err(err)?, Found::Table(_)) {
-                return Ok(None);
-            }
-            c.conn
-                .prepare_cached(
-                    "SELECT max(updated_at) FROM \"_ddbpipe_state\" WHERE pipeline = ?1",
-                )
-                .and_then(|mut stmt| stmt.query_row([pipeline], |row| row.get(0)))
-                .map_err(err)
-        })
-    }
-
     pub(crate) async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
         self.with_conn(|c| {
             let err = |e: rusqlite::Error| self.error(STATE_TABLE, &e);

@@ -46,6 +46,10 @@
 //!     (`client_token`): repeated after a crash before its ARN was committed, the request
 //!     returns the same export instead of paying for a second.
 //! 11. A configured `export_arn` must be a full export of this table that did not fail.
+//! 12. An export is read from the bucket it was written to: when `DescribeExport` names
+//!     another bucket than `snapshot.s3_bucket` (the setting changed while an export or a
+//!     repair was open, or `export_arn` names an export elsewhere), the read fails before any
+//!     object is fetched, naming both buckets.
 
 pub mod api;
 mod data;

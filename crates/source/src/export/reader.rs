@@ -194,6 +194,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
         kind: ExportType,
         cancel: &Cancel,
     ) -> Result<ExportFiles, ReadError> {
+        // Rule 12: the manifests' keys are only meaningful in the export's own bucket.
+        if let Some(bucket) = &status.bucket
+            && bucket != self.store.bucket()
+        {
+            return Err(ReadError::Export(ExportError::new(
+                &self.arn,
+                format!(
+                    "the export was written to bucket '{bucket}', but source.snapshot.s3_bucket \
+                     is '{}': set s3_bucket back to '{bucket}' until this export (or the repair \
+                     reading it) is finished, or run `ddbpipe state reset` to start over",
+                    self.store.bucket()
+                ),
+            )));
+        }
         let Some(summary_key) = &status.manifest_key else {
             return Err(ReadError::Export(ExportError::new(
                 &self.arn,

@@ -169,6 +169,26 @@ async fn a_resumed_read_skips_done_files_and_the_items_a_cursor_counts() {
     assert!(pages.iter().all(|p| p.segment != 1));
 }
 
+/// Rule 12: an export is read only from the bucket it was written to.
+#[tokio::test]
+async fn an_export_of_another_bucket_than_the_configured_one_fails_naming_both() {
+    let fake = fake(6).with_files(2);
+    let arn = started(&fake).await;
+    let mut source = snapshot(&fake, &arn, 100);
+    source.reader.store = Arc::new(fake.as_bucket("moved"));
+    let (pages, result) = read_all(source, SegmentRanges::new(), BTreeMap::new()).await;
+    assert!(pages.is_empty());
+    let error = result.unwrap_err().to_string();
+    for part in ["'exports'", "'moved'", "s3_bucket", &arn] {
+        assert!(error.contains(part), "{part} in {error}");
+    }
+    assert!(
+        fake.calls().gets.is_empty(),
+        "no object fetched: {:?}",
+        fake.calls().gets
+    );
+}
+
 #[tokio::test]
 async fn a_failed_export_fails_naming_it_and_its_failure() {
     let fake = fake(3);
