@@ -22,8 +22,7 @@
 //!    delete (`op`). The deletes first leave their deleted-key markers (with a snapshot open;
 //!    per key the newest time, null counting as newest, as the per-row marker statement keeps);
 //!    then each key's **last** change decides: a delete deletes the row, an upsert writes its
-//!    document and version (updating the row in place when the key is in the table, inserting
-//!    it otherwise). That is the state applying the changes one by one leaves — the same
+//!    document and version. That is the state applying the changes one by one leaves — the same
 //!    rows, documents, versions and markers — except that a key deleted and upserted again in one
 //!    batch without a snapshot open keeps its old snapshot marker instead of null, which no
 //!    cleanup tells apart (only the open snapshot's id counts there).
@@ -264,55 +263,15 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
     } else {
         "NULL::bigint"
     };
-    // Keys already in the table are updated in place (an `UPDATE … FROM` costs the server
-    // about two thirds of an `ON CONFLICT DO UPDATE`), the others inserted: the `updated` part
-    // names the keys it wrote, so no row is written twice. The set columns are
-    // `conflict_set`'s: the marker only with a snapshot open.
-    let mut set = vec![
-        format!(
-            "{} = last.doc{}",
-            quote(&spec.document_column),
-            document::cast(spec.document_type)
-        ),
-        format!("{} = $1::text", quote(UPDATED_AT_COLUMN)),
-        format!("{} = last.vms", quote(VERSION_MS_COLUMN)),
-        format!("{} = last.vseq", quote(VERSION_SEQ_COLUMN)),
-    ];
-    if marked.is_some() {
-        set.push(format!("{} = $2::bigint", quote(SNAPSHOT_COLUMN)));
-    }
-    let returned: Vec<String> = spec
-        .key
-        .iter()
-        .map(|k| format!("t.{}", quote(&k.name)))
-        .collect();
-    let updated_match: Vec<String> = spec
-        .key
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            format!(
-                "u.{} = last.k{i}{}",
-                quote(&k.name),
-                super::sql::key_cast(k.kind)
-            )
-        })
-        .collect();
     let _ = write!(
         sql,
-        "gone AS (DELETE FROM {table} AS t USING last WHERE last.op = 1 AND {matches}), \
-         updated AS (UPDATE {table} AS t SET {} FROM last WHERE last.op = 0 AND {matches} \
-         RETURNING {}) \
+        "gone AS (DELETE FROM {table} AS t USING last WHERE last.op = 1 AND {}) \
          INSERT INTO {table} AS t ({}) SELECT {} FROM last WHERE last.op = 0 \
-         AND NOT EXISTS (SELECT 1 FROM updated u WHERE {}) \
          ON CONFLICT ({keys}) DO UPDATE SET {}",
-        set.join(", "),
-        returned.join(", "),
+        matches.join(" AND "),
         columns(spec),
         staged_values(spec, "last", marker, "last.vseq"),
-        updated_match.join(" AND "),
-        conflict_set(spec, marked.is_some()),
-        matches = matches.join(" AND "),
+        conflict_set(spec, marked.is_some())
     );
     sql
 }
