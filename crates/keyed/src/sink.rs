@@ -174,7 +174,7 @@ impl KeyedSink {
             .key_attributes(text)
             .map_err(|e| format!("not a JSON object: {e}"))?;
         Ok(RowChange::Upsert {
-            key: self.key_of(|name| self.found(&found, name))?,
+            key: self.key_of(&found)?,
             document: text.to_string(),
             snapshot: false,
             version: Version::default(),
@@ -192,15 +192,6 @@ impl KeyedSink {
         .deserialize(&mut deserializer)?;
         deserializer.end()?;
         Ok(found)
-    }
-
-    /// The value of key attribute `name` among `found` (of [`Self::key_attributes`]).
-    fn found<'a>(&self, found: &[Option<&'a RawValue>], name: &str) -> Option<&'a RawValue> {
-        self.table
-            .key
-            .iter()
-            .position(|column| column.name == name)
-            .and_then(|at| found[at])
     }
 
     /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
@@ -230,7 +221,7 @@ impl KeyedSink {
             let found = self
                 .key_attributes(raw.get())
                 .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
-            self.key_of(|name| self.found(&found, name))
+            self.key_of(&found)
                 .map_err(|problem| format!("{}: {problem}", record()))
         };
         let version = if envelope.op == "r" {
@@ -282,17 +273,16 @@ impl KeyedSink {
         }
     }
 
-    /// The key values of a record whose attributes `get` looks up.
-    fn key_of<'a>(
-        &self,
-        get: impl Fn(&str) -> Option<&'a RawValue>,
-    ) -> Result<Vec<KeyValue>, String> {
+    /// The key values of a record from its key attributes `found` (of
+    /// [`Self::key_attributes`], in key-column order).
+    fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
         self.table
             .key
             .iter()
-            .map(|column| {
-                let raw = get(&column.name)
-                    .ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
+            .zip(found)
+            .map(|(column, raw)| {
+                let raw =
+                    raw.ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
                 key_value(raw, column.kind, self.format).map_err(|problem| {
                     format!(
                         "key attribute '{}' ({}): {problem}",
