@@ -30,8 +30,8 @@
 //!    keys are all new to the table is copied into the destination itself (`COPY`'s text
 //!    format, `copy_text`), with the columns the merge would have inserted. That is the merge's
 //!    result exactly when no key is in the table yet and, for snapshot rows read beside the
-//!    stream (`UpsertUnlessNewer`), the table has no deleted-key marker at all (checked in the
-//!    batch's transaction). A key already present fails the copy with a unique violation:
+//!    stream (`UpsertUnlessNewer`), the table has no deleted-key marker at all (asked just before
+//!    the batch; the pipeline's lock makes the run the table's only writer). A key already present fails the copy with a unique violation:
 //!    the transaction is rolled back and the batch goes through the staging table (rules 2–3);
 //!    the session then stages that table's batches for the rest of its life, since a table
 //!    with rows tends to keep meeting them (a resnapshot, a scan run again).
@@ -50,7 +50,7 @@ use super::sql::{conflict_set, key_list, key_param, qualified};
 use super::{copy_text, document};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
-    Write, key_text, quote, row_key,
+    Write, quote, row_key,
 };
 use crate::{KeyType, KeyValue, RowChange, TableSpec};
 
@@ -341,29 +341,22 @@ fn markers_sql(spec: &TableSpec) -> String {
     )
 }
 
-/// The statement [`direct`] needs for `bulk`, prepared: the marker probe of snapshot rows
-/// read beside the stream.
-pub(super) async fn direct_statement(
+/// Whether `bulk` may go straight into the table as far as deleted-key markers go (rule 6):
+/// snapshot rows read beside the stream only while the table has none. The pipeline's lock
+/// makes this run the table's only writer, so the answer holds for its batch.
+pub(super) async fn markers_allow(
     client: &Client,
     cache: &mut std::collections::HashMap<String, Statement>,
     spec: &TableSpec,
     bulk: Bulk,
-) -> Result<Option<Statement>, tokio_postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     match bulk {
-        Bulk::UnlessNewer { .. } => Ok(Some(
-            super::session::statement(client, cache, markers_sql(spec)).await?,
-        )),
-        _ => Ok(None),
+        Bulk::UnlessNewer { .. } => {
+            let probe = super::session::statement(client, cache, markers_sql(spec)).await?;
+            Ok(client.query_opt(&probe, &[&spec.table]).await?.is_none())
+        }
+        _ => Ok(true),
     }
-}
-
-/// What [`direct`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Direct {
-    /// The rows are in the destination.
-    Copied,
-    /// The table has deleted-key markers: nothing was written, the transaction is usable.
-    Markers,
 }
 
 /// The version columns a write stages: a change's time and sequence number, a snapshot row's
@@ -388,22 +381,17 @@ fn staged_version<'a>(write: &Write<'a>) -> (Option<i64>, Option<&'a str>) {
 /// Bytes of `COPY` data sent at once: the server parses them while the next are encoded.
 const DIRECT_CHUNK_BYTES: usize = 64 * 1024;
 
-/// Copies the rows straight into the destination (rule 6), inside `tx`. A unique violation
-/// comes back as the driver's error, the transaction then aborted.
+/// Copies the rows straight into the destination (rule 6), inside `tx`; the caller checked
+/// [`markers_allow`]. A unique violation comes back as the driver's error, the transaction
+/// then aborted.
 pub(super) async fn direct(
     tx: &Transaction<'_>,
     spec: &TableSpec,
     rows: &[RowChange],
     writes: &[Write<'_>],
     bulk: Bulk,
-    markers: Option<&Statement>,
     updated_at: &str,
-) -> Result<Direct, Failure> {
-    if let Some(markers) = markers
-        && tx.query_opt(markers, &[&spec.table]).await?.is_some()
-    {
-        return Ok(Direct::Markers);
-    }
+) -> Result<(), Failure> {
     let marker = match bulk {
         Bulk::Marked { id } | Bulk::UnlessNewer { id, .. } => Some(id),
         Bulk::Change | Bulk::Changes { .. } => None,
@@ -450,7 +438,7 @@ pub(super) async fn direct(
         ))
         .into());
     }
-    Ok(Direct::Copied)
+    Ok(())
 }
 
 /// The staging table exists in this session and the merge is prepared (once per connection:
@@ -469,11 +457,13 @@ pub(super) async fn merge_statement(
 }
 
 /// Copies the rows into the staging table and merges them (rules 2–3), inside `tx`.
+#[allow(clippy::too_many_arguments)] // The batch as `apply` planned it, passed once.
 pub(super) async fn write(
     tx: &Transaction<'_>,
     spec: &TableSpec,
     rows: &[RowChange],
     writes: &[Write<'_>],
+    key_texts: &[String],
     bulk: Bulk,
     merge: &Statement,
     updated_at: &str,
@@ -490,14 +480,17 @@ pub(super) async fn write(
     let sink = tx.copy_in(&copy_sql(spec)).await?;
     let writer = BinaryCopyInWriter::new(sink, &types);
     pin_mut!(writer);
-    for (ord, (row, write)) in rows.iter().zip(writes).enumerate() {
+    for (ord, ((row, write), key_text)) in rows.iter().zip(writes).zip(key_texts).enumerate() {
         let (key, document, op): (&[KeyValue], &str, i16) = match row {
             RowChange::Upsert { key, document, .. } => (key, document, 0),
             RowChange::Delete { key, .. } => (key, "", 1),
         };
         let (version_ms, version_seq) = staged_version(write);
+        // `apply` made the key text of exactly these rows (and "" for the others).
         let guard = match (bulk, write) {
-            (Bulk::UnlessNewer { .. }, _) | (_, Write::DeleteMarked { .. }) => Some(key_text(key)),
+            (Bulk::UnlessNewer { .. }, _) | (_, Write::DeleteMarked { .. }) => {
+                Some(key_text.as_str())
+            }
             _ => None,
         };
         let ord = ord as i64;

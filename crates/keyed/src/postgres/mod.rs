@@ -94,7 +94,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
-use self::bulk::{Bulk, Direct};
+use self::bulk::Bulk;
 use self::conninfo::ConnInfo;
 use self::schema::{
     create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
@@ -296,31 +296,31 @@ impl PostgresDatabase {
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
             let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
-            if let Some(bulk) = bulk.filter(|_| direct) {
+            let direct = match bulk.filter(|_| direct) {
+                Some(bulk) => bulk::markers_allow(client, cache, spec, bulk)
+                    .await?
+                    .then_some(bulk),
+                None => None,
+            };
+            if let Some(bulk) = direct {
                 let mut calls = Vec::new();
                 state_statements.push_calls(state, &mut calls)?;
-                let markers = bulk::direct_statement(client, cache, spec, bulk).await?;
                 let tx = client.transaction().await?;
                 let written = async {
-                    let copied =
-                        bulk::direct(&tx, spec, rows, &writes, bulk, markers.as_ref(), &updated_at)
-                            .await?;
-                    if copied == Direct::Copied {
-                        execute_pipelined(&tx, &calls).await?;
-                    }
-                    Ok(copied)
+                    bulk::direct(&tx, spec, rows, &writes, bulk, &updated_at).await?;
+                    execute_pipelined(&tx, &calls).await
                 }
                 .await;
                 match written {
-                    // Nothing written: the staging table's path, in a transaction of its own.
-                    Ok(Direct::Markers) => tx.rollback().await?,
                     Err(Failure::Pg(error))
                         if error.code() == Some(&SqlState::UNIQUE_VIOLATION) =>
                     {
+                        // Nothing of it stays: the staging table's path, in a transaction of
+                        // its own.
                         tx.rollback().await?;
                         met_rows = true;
                     }
-                    written => return end_transaction(tx, written.map(|_| ())).await,
+                    written => return end_transaction(tx, written).await,
                 }
             }
             let merge = match staged {
@@ -343,7 +343,7 @@ impl PostgresDatabase {
                 state_statements.push_calls(state, &mut calls)?;
                 let tx = client.transaction().await?;
                 let written = async {
-                    bulk::write(&tx, spec, rows, &writes, bulk, &merge, &updated_at).await?;
+                    bulk::write(&tx, spec, rows, &writes, &key_texts, bulk, &merge, &updated_at).await?;
                     execute_pipelined(&tx, &calls).await
                 }
                 .await;
@@ -498,26 +498,13 @@ impl PostgresDatabase {
         &self,
         pipeline: &str,
     ) -> Result<BTreeMap<String, String>, DbError> {
-        let rows = self.query_state("part, value::text", pipeline).await?;
-        rows.iter()
-            .map(|row| Ok((row.get(0), row.get(1))))
-            .collect()
-    }
-
-    /// `SELECT <columns> FROM _ddbpipe_state WHERE pipeline = $1` in the state schema; no rows
-    /// when the table does not exist. The columns must be text.
-    async fn query_state(
-        &self,
-        columns: &str,
-        pipeline: &str,
-    ) -> Result<Vec<tokio_postgres::Row>, DbError> {
         let schema = self.shared.state_schema();
         let context = table_context(&schema, STATE_TABLE);
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
             let sql = format!(
-                "SELECT {columns} FROM {} WHERE pipeline = $1",
+                "SELECT part, value::text FROM {} WHERE pipeline = $1",
                 qualified(&schema, STATE_TABLE)
             );
             let rows = match statement(client, cache, sql).await {
@@ -525,16 +512,12 @@ impl PostgresDatabase {
                 Err(e) => Err(e),
             };
             match rows {
-                Ok(rows) => {
-                    // Every column is text: checked once, so the callers' `get` cannot fail.
-                    for row in &rows {
-                        for at in 0..row.len() {
-                            row.try_get::<_, Option<String>>(at)?;
-                        }
-                    }
-                    Ok(rows)
-                }
-                Err(e) if is_missing_relation(&e) => Ok(Vec::new()),
+                Ok(rows) => rows
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                    .collect::<Result<BTreeMap<_, _>, tokio_postgres::Error>>()
+                    .map_err(Failure::Pg),
+                Err(e) if is_missing_relation(&e) => Ok(BTreeMap::new()),
                 Err(e) => Err(e.into()),
             }
         }
