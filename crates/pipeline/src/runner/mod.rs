@@ -95,8 +95,8 @@ pub struct ScanOutcome {
 }
 
 /// Records a page is assumed to hold when the scan's queue is given room for a batch: DynamoDB's
-/// 1 MB pages hold about 1000 items of 1 KB (smaller items make more pages wait, never more
-/// bytes than a batch).
+/// pages of at most 1 MB hold about 1000 items of 1 KB. The queue is counted in pages, so its
+/// memory is at most a megabyte a page whatever the items' size.
 const PAGE_ITEMS_GUESS: usize = 1000;
 
 /// Runs a scan or query to completion (or until `stop`), writing to `sink`.
