@@ -526,9 +526,6 @@ impl<T: LeaseTable> Worker<T> {
                 self.wrote(unit, holding.written_at, &Ok(row.clone()));
                 return Ok(row.counter);
             }
-            if !self.held.contains_key(unit) {
-                return Err(lost(LostReason::Taken));
-            }
         }
         let Some(holding) = self.held.get(unit).copied() else {
             return Err(lost(LostReason::Taken));
