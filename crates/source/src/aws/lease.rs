@@ -166,8 +166,12 @@ fn key(pipeline: &PipelineName, unit: &UnitId) -> HashMap<String, AttributeValue
     ])
 }
 
-fn returned(item: Option<HashMap<String, AttributeValue>>) -> Result<Lease, LeaseError> {
-    let item = item.ok_or_else(|| LeaseError::Fatal("an update returned no row".into()))?;
+/// Sends an `UpdateItem` on `unit` and reads the row it returns (`ReturnValue::AllNew`).
+async fn updated(update: UpdateItemFluentBuilder, unit: &UnitId) -> Result<Lease, LeaseError> {
+    let output = update.send().await.map_err(|e| lease_error(e, unit))?;
+    let item = output
+        .attributes
+        .ok_or_else(|| LeaseError::Fatal("an update returned no row".into()))?;
     lease_from_item(&item)
 }
 
@@ -368,7 +372,7 @@ impl LeaseTable for AwsLeaseTable {
         seen: LeaseCounter,
         owner: &WorkerId,
     ) -> Result<Lease, LeaseError> {
-        let output = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -388,11 +392,8 @@ impl LeaseTable for AwsLeaseTable {
             .expression_attribute_values(":now", n(self.clock_ms().max(0)))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await
-            .map_err(|e| lease_error(e, unit))?;
-        returned(output.attributes)
+            .return_values(ReturnValue::AllNew);
+        updated(update, unit).await
     }
 
     async fn renew(
@@ -401,12 +402,7 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
-        let output = self
-            .held_update(pipeline, unit, held, "", None)
-            .send()
-            .await
-            .map_err(|e| lease_error(e, unit))?;
-        returned(output.attributes)
+        updated(self.held_update(pipeline, unit, held, "", None), unit).await
     }
 
     async fn checkpoint(
@@ -418,7 +414,7 @@ impl LeaseTable for AwsLeaseTable {
         state: LeaseState,
     ) -> Result<Lease, LeaseError> {
         let remove = state.is_finished().then_some("#owner");
-        let output = self
+        let update = self
             .held_update(
                 pipeline,
                 unit,
@@ -431,11 +427,8 @@ impl LeaseTable for AwsLeaseTable {
             .expression_attribute_names("#switches", SWITCHES)
             .expression_attribute_values(":checkpoint", s(checkpoint))
             .expression_attribute_values(":state", s(state.as_str()))
-            .expression_attribute_values(":zero", n(0))
-            .send()
-            .await
-            .map_err(|e| lease_error(e, unit))?;
-        returned(output.attributes)
+            .expression_attribute_values(":zero", n(0));
+        updated(update, unit).await
     }
 
     async fn release(
@@ -444,12 +437,11 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
-        let output = self
-            .held_update(pipeline, unit, held, "", Some("#owner"))
-            .send()
-            .await
-            .map_err(|e| lease_error(e, unit))?;
-        returned(output.attributes)
+        updated(
+            self.held_update(pipeline, unit, held, "", Some("#owner")),
+            unit,
+        )
+        .await
     }
 
     async fn delete(

@@ -373,8 +373,10 @@ mod tests {
             owner: worker("b"),
             counter: renewed.counter,
         };
-        assert!(table.release(&p, &unit, &wrong_owner).await.is_err());
-        assert!(table.delete(&p, &unit, LeaseCounter(1)).await.is_err());
+        let impostor = table.release(&p, &unit, &wrong_owner).await;
+        assert!(impostor.unwrap_err().is_conflict(), "b does not hold it");
+        let stale = table.delete(&p, &unit, LeaseCounter(1)).await;
+        assert!(stale.unwrap_err().is_conflict(), "counter 1 is stale");
         table.delete(&p, &unit, LeaseCounter(2)).await.unwrap();
         assert_eq!(table.get(&p, &unit).await.unwrap(), None);
         assert_eq!(table.log().len(), 4, "create, take, renew, delete");

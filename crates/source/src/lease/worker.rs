@@ -300,7 +300,7 @@ impl<T: LeaseTable> Worker<T> {
                         report.lost.push(Lost { unit, reason });
                         continue;
                     }
-                    Err(LeaseError::Fatal(message)) => return Err(LeaseError::Fatal(message)),
+                    Err(error @ LeaseError::Fatal(_)) => return Err(error),
                     Err(error) => {
                         report.transient.push(error);
                         continue;
@@ -318,10 +318,8 @@ impl<T: LeaseTable> Worker<T> {
                 report.lost.push(lost);
             }
             match result {
-                Err(LeaseError::Fatal(message)) => return Err(LeaseError::Fatal(message)),
-                Err(LeaseError::Transient(error)) => {
-                    report.transient.push(LeaseError::Transient(error))
-                }
+                Err(error @ LeaseError::Fatal(_)) => return Err(error),
+                Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 _ => {}
             }
         }
@@ -362,8 +360,8 @@ impl<T: LeaseTable> Worker<T> {
         self.renew(now, &mut report).await?;
         match self.table.list(&self.pipeline).await {
             Ok(rows) => self.rows = rows,
-            Err(LeaseError::Transient(error)) => {
-                report.transient.push(LeaseError::Transient(error));
+            Err(error @ LeaseError::Transient(_)) => {
+                report.transient.push(error);
                 return Ok(self.finish(report));
             }
             Err(error) => return Err(error),
@@ -375,9 +373,7 @@ impl<T: LeaseTable> Worker<T> {
             match self.table.create(&self.pipeline, &leader).await {
                 Ok(()) => self.rows.push(leader),
                 Err(LeaseError::Conflict { .. }) => {}
-                Err(LeaseError::Transient(error)) => {
-                    report.transient.push(LeaseError::Transient(error))
-                }
+                Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 Err(error) => return Err(error),
             }
             self.observations.observe(&self.rows, now);
@@ -421,9 +417,7 @@ impl<T: LeaseTable> Worker<T> {
                 // Someone else won the race; a lost reply is taken again next round (its row
                 // names this worker, §11.4 rule 3).
                 Err(LeaseError::Conflict { .. }) => {}
-                Err(LeaseError::Transient(error)) => {
-                    report.transient.push(LeaseError::Transient(error))
-                }
+                Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 Err(error) => return Err(error),
             }
         }
@@ -465,9 +459,9 @@ impl<T: LeaseTable> Worker<T> {
                     self.replace_row(lease);
                 }
                 Err(LeaseError::Conflict { .. }) => {}
-                Err(LeaseError::Transient(error)) => {
+                Err(error @ LeaseError::Transient(_)) => {
                     failed.insert(lease.unit.clone());
-                    report.transient.push(LeaseError::Transient(error));
+                    report.transient.push(error);
                 }
                 Err(error) => return Err(error),
             }
@@ -479,9 +473,7 @@ impl<T: LeaseTable> Worker<T> {
                     report.deleted.push(unit);
                 }
                 Err(LeaseError::Conflict { .. }) => {}
-                Err(LeaseError::Transient(error)) => {
-                    report.transient.push(LeaseError::Transient(error))
-                }
+                Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 Err(error) => return Err(error),
             }
         }
@@ -525,9 +517,6 @@ impl<T: LeaseTable> Worker<T> {
                 self.held.remove(unit);
                 self.wrote(unit, holding.written_at, &Ok(row.clone()));
                 return Ok(row.counter);
-            }
-            if !self.held.contains_key(unit) {
-                return Err(lost(LostReason::Taken));
             }
         }
         let Some(holding) = self.held.get(unit).copied() else {
