@@ -7,8 +7,10 @@
 #   when running as root (PostgreSQL refuses to run as root; the user is created if missing),
 #   starts the server on a free loopback port (unix socket in the same directory, fsync off,
 #   TLS on with a throwaway self-signed certificate when `openssl` is available), creates the
-#   login role `ddbpipe` (random password) and the database `ddbpipe_test` owned by it, and
-#   exports DDBPIPE_TEST_POSTGRES_URL.
+#   login role `ddbpipe` (random password; CREATEDB and CREATEROLE, which one test needs to
+#   make a role without the TEMPORARY privilege in a database of its own) and the database
+#   `ddbpipe_test` owned by it, and exports DDBPIPE_TEST_POSTGRES_URL. A server of your own
+#   needs a role with the same rights.
 # - An EXIT trap stops the server and removes the directory (it replaces any earlier EXIT trap
 #   of the sourcing shell).
 # Quiet on success; on failure prints what failed with the server's log and returns non-zero.
@@ -158,7 +160,7 @@ ddbpipe_pg_start() {
   }
   password="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
   "$psql" -h "$sock" -p "$port" -U postgres -d postgres -qAtX -v ON_ERROR_STOP=1 \
-    -c "CREATE ROLE ddbpipe LOGIN PASSWORD '$password'" \
+    -c "CREATE ROLE ddbpipe LOGIN CREATEDB CREATEROLE PASSWORD '$password'" \
     -c "CREATE DATABASE ddbpipe_test OWNER ddbpipe" >>"$log" 2>&1 || {
     ddbpipe_pg_fail "creating the ddbpipe role and ddbpipe_test database failed"
     return 1

@@ -1363,3 +1363,87 @@ async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_it
         versions::seen("{}", Some(7), Some(versions::T), Some("100"))
     );
 }
+
+/// docs/sinks.md §7.3: a role without the database's TEMPORARY privilege still copies new keys
+/// straight into the table, and a batch meeting rows of the table, which would need the staging
+/// table, is written one statement per row: the same rows either way.
+#[tokio::test]
+async fn a_role_without_temporary_copies_new_keys_and_writes_the_rest_row_by_row() {
+    let admin = admin().await;
+    let config: tokio_postgres::Config = url().parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("the tests need a TCP host");
+    };
+    let port = config.get_ports()[0];
+    let name = format!("notemp_{:016x}", rand::random::<u64>());
+    // One statement each: CREATE DATABASE cannot run inside the implicit transaction of
+    // several.
+    for statement in [
+        format!("CREATE ROLE {name} LOGIN PASSWORD 'pw-{name}'"),
+        format!("GRANT {name} TO CURRENT_USER"),
+        format!("CREATE DATABASE {name}"),
+        format!("REVOKE TEMPORARY ON DATABASE {name} FROM PUBLIC"),
+        format!("GRANT CONNECT ON DATABASE {name} TO {name}"),
+    ] {
+        admin.batch_execute(&statement).await.unwrap();
+    }
+    let admin_url = url().replace("/ddbpipe_test?", &format!("/{name}?"));
+    let (owner, connection) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    owner
+        .batch_execute(&format!("CREATE SCHEMA s AUTHORIZATION {name}"))
+        .await
+        .unwrap();
+    let role_url = format!("postgres://{name}:pw-{name}@{host}:{port}/{name}?sslmode=disable");
+    let db = Database::Postgres(
+        PostgresDatabase::connect(&role_url)
+            .await
+            .unwrap()
+            .with_schema("s"),
+    );
+    let spec = common::spec_in("s", "t", &[("id", KeyType::S)]);
+    db.prepare(&spec).await.unwrap();
+    let no_state = StateWrite::default();
+    db.apply(
+        &spec,
+        &[upsert("a", 1, false), upsert("b", 1, false)],
+        None,
+        &no_state,
+    )
+    .await
+    .unwrap();
+    db.apply(
+        &spec,
+        &[upsert("b", 2, false), upsert("c", 2, false)],
+        None,
+        &no_state,
+    )
+    .await
+    .unwrap();
+    let rows: BTreeMap<String, serde_json::Value> = owner
+        .query("SELECT id, doc::text FROM s.t", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), json(row.get(1))))
+        .collect();
+    assert_eq!(
+        rows,
+        BTreeMap::from([
+            ("a".to_string(), json(r#"{"id": "a", "v": 1}"#)),
+            ("b".to_string(), json(r#"{"id": "b", "v": 2}"#)),
+            ("c".to_string(), json(r#"{"id": "c", "v": 2}"#)),
+        ])
+    );
+    drop(db);
+    drop(owner);
+    // Best effort: the throwaway server goes with the test run anyway.
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        format!("DROP ROLE IF EXISTS {name}"),
+    ] {
+        let _ = admin.batch_execute(&statement).await;
+    }
+}
