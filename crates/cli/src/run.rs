@@ -2,6 +2,7 @@
 //! query ([`scan`]) or a stream ([`streams`], also mirror).
 
 mod scan;
+pub mod shared;
 mod streams;
 
 use std::path::Path;
@@ -32,7 +33,12 @@ pub async fn run(
     let mode = config.source.mode;
     let ran = async {
         match mode {
-            Mode::Scan | Mode::Query => scan::run(&config, config_path, progress, stop).await,
+            Mode::Scan | Mode::Query => match &config.coordination {
+                Some(coordination) => {
+                    shared::run(&config, coordination, config_path, progress, stop).await
+                }
+                None => scan::run(&config, config_path, progress, stop).await,
+            },
             Mode::Streams | Mode::Mirror => {
                 streams::run(&config, config_path, progress, stop).await
             }

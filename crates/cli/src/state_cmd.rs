@@ -16,9 +16,14 @@ use crate::failure::{self, Exit, Failure};
 use crate::telemetry::note;
 use crate::wiring;
 
+mod leases;
+
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
 pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
+    if let Some(coordination) = &config.coordination {
+        return leases::show(&config, coordination, json).await;
+    }
     let where_ = destination::position_label(&config);
     let entry = match destination::read_store(&config).await? {
         Some(mut store) => store
@@ -125,6 +130,9 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
             note!("nothing changed");
             return Ok(Exit::Ok);
         }
+    }
+    if let Some(coordination) = &config.coordination {
+        return leases::reset(&config, coordination).await;
     }
     if config.sink.keyed().is_some() {
         return reset_in_database(&config).await;

@@ -14,6 +14,14 @@ pub fn describe_metrics() {
         "ddbpipe_records_written_total",
         "Records written durably, by op (item, c, u, d, r, other)"
     );
+    describe_counter!(
+        "ddbpipe_leases_total",
+        "Lease events of this worker, by event (taken, stolen, lost, finished)"
+    );
+    describe_gauge!(
+        "ddbpipe_leases_held",
+        "Work leases this worker holds (the leader lease not counted)"
+    );
     describe_gauge!(
         "ddbpipe_checkpoint_age_seconds",
         Unit::Seconds,
@@ -58,5 +66,25 @@ impl CheckpointAged {
     /// Sets `ddbpipe_checkpoint_age_seconds`.
     pub fn emit(self) {
         metrics::gauge!("ddbpipe_checkpoint_age_seconds").set(self.seconds);
+    }
+}
+
+/// A worker's leases changed (docs/coordination.md §11.10).
+pub struct LeaseEvent<'a> {
+    /// The worker's id.
+    pub worker: &'a str,
+    /// `taken`, `stolen`, `lost` or `finished`.
+    pub event: &'static str,
+    /// Work leases held after it.
+    pub held: usize,
+}
+
+impl LeaseEvent<'_> {
+    /// Counts `ddbpipe_leases_total{worker, event}` and sets `ddbpipe_leases_held{worker}`.
+    pub fn emit(self) {
+        let worker = self.worker.to_string();
+        metrics::counter!("ddbpipe_leases_total", "worker" => worker.clone(), "event" => self.event)
+            .increment(1);
+        metrics::gauge!("ddbpipe_leases_held", "worker" => worker).set(self.held as f64);
     }
 }

@@ -219,7 +219,10 @@ impl<A: TableApi> SegmentReader<A> {
         }
     }
 
-    async fn read_segment(
+    /// Reads one segment from `start` (its beginning when `None`) to its end, sending its
+    /// pages to `out`, until `out` is closed or `cancel` fires: the unit of a segment lease
+    /// (docs/coordination.md §11.10).
+    pub async fn read_segment(
         &self,
         segment: u32,
         mut start: Option<Item>,
@@ -238,6 +241,10 @@ impl<A: TableApi> SegmentReader<A> {
         };
         let mut units = 0.0;
         loop {
+            // A cancelled segment stops between pages too, not only while a request waits.
+            if cancel.is_cancelled() {
+                return Err(ReadError::Cancelled);
+            }
             request.exclusive_start_key = start.take();
             let (page, requested_ms) = self
                 .retry

@@ -119,6 +119,9 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         );
     }
     let (table, location) = probe_table(&config, timeout, &mut probes).await;
+    if let Some(coordination) = &config.coordination {
+        probe_leases(&config, coordination, timeout, &mut probes).await;
+    }
     export::probe_export(&config, table.as_ref(), timeout, &mut probes).await;
     let stream = if mode.reads_stream() {
         probe_stream(&config, table.as_ref(), timeout, &mut probes).await
@@ -135,10 +138,24 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
                 probe_state(&config, &location, stream, &mut probes);
             }
         }
-        (SinkConfig::Jsonl(jsonl), Ok(())) => {
-            probe_jsonl(&config, jsonl, &mut probes);
-            probe_state(&config, &location, stream, &mut probes);
-        }
+        (SinkConfig::Jsonl(jsonl), Ok(())) => match &config.coordination {
+            // A shared run writes this worker's file, and keeps its position in the leases.
+            Some(coordination) => {
+                let mut worker = config.clone();
+                let mut file = jsonl.clone();
+                if let Some(path) =
+                    crate::run::shared::worker_path(&config, &coordination.worker_id())
+                {
+                    file.path = crate::config::JsonlTarget::File(path);
+                }
+                worker.sink = SinkConfig::Jsonl(file.clone());
+                probe_jsonl(&worker, &file, &mut probes);
+            }
+            None => {
+                probe_jsonl(&config, jsonl, &mut probes);
+                probe_state(&config, &location, stream, &mut probes);
+            }
+        },
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
             probe_keyed(
                 &config,
@@ -172,6 +189,72 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         }
     }
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
+}
+
+/// `leases`: the lease table exists with a lease table's key, or can be created by the first
+/// run; and how many of the pipeline's units it holds (docs/coordination.md §11.10).
+async fn probe_leases(
+    config: &PipelineConfig,
+    coordination: &crate::config::CoordinationConfig,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    use ddbpipe_source::lease::{LeaseTable, PipelineName};
+    let name = &coordination.lease_table;
+    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
+    let table = aws::lease_table(&sdk, name);
+    let worker = coordination.worker_id();
+    let probe = async {
+        if !table.exists().await? {
+            return Ok(None);
+        }
+        let pipeline = PipelineName::new(config.name.clone())
+            .map_err(|e| ddbpipe_source::lease::LeaseError::Fatal(e.to_string()))?;
+        table.list(&pipeline).await.map(Some)
+    };
+    match tokio::time::timeout(timeout, probe).await {
+        Err(_) => probes.add(
+            "leases",
+            Status::Fail,
+            format!(
+                "lease table '{name}' did not answer within {}s",
+                timeout.as_secs()
+            ),
+        ),
+        Ok(Err(error)) => probes.add(
+            "leases",
+            Status::Fail,
+            format!(
+                "lease table '{name}': {error} — the workers need dynamodb:DescribeTable, \
+                 CreateTable, Query, GetItem, PutItem, UpdateItem and DeleteItem on it"
+            ),
+        ),
+        Ok(Ok(None)) => probes.add_with(
+            "leases",
+            Status::Warn,
+            format!(
+                "lease table '{name}' does not exist: the first worker creates it (on-demand \
+                 billing; needs dynamodb:CreateTable); this worker is '{worker}'"
+            ),
+            json!({"exists": false, "lease_table": name, "worker_id": worker}),
+        ),
+        Ok(Ok(Some(rows))) => {
+            let work: Vec<_> = rows.iter().filter(|l| l.unit.is_work()).collect();
+            let finished = work.iter().filter(|l| l.state.is_finished()).count();
+            let owned = work.iter().filter(|l| l.owner.is_some()).count();
+            probes.add_with(
+                "leases",
+                Status::Pass,
+                format!(
+                    "lease table '{name}': {} unit(s) of this pipeline, {finished} finished, \
+                     {owned} held; this worker is '{worker}'",
+                    work.len()
+                ),
+                json!({"exists": true, "finished": finished, "held": owned,
+                       "lease_table": name, "units": work.len(), "worker_id": worker}),
+            );
+        }
+    }
 }
 
 /// How long the one attempt after a timed-out `describe_table` probe may take.

@@ -17,6 +17,7 @@
 //! stage in file order (see `fields`). Fields that are valid but do nothing in the chosen mode
 //! are not errors: they become [`PipelineConfig::warnings`].
 
+mod coordination;
 mod fields;
 mod interpolate;
 mod numbers;
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
+pub use self::coordination::{CoordinationConfig, WORKER_PLACEHOLDER};
 use self::fields::{Fields, Report, Stage};
 pub use self::schema::json_schema;
 use self::schema::{Field, Shape, of, optional, required};
@@ -74,6 +76,12 @@ static TOP: &[Field] = &[
         Shape::Section(sink::STATE),
         "Where the position of a jsonl pipeline is kept (docs/state.md §6.1).",
     ),
+    optional(
+        "coordination",
+        Shape::Section(coordination::COORDINATION),
+        "Several workers share the pipeline's work through a lease table; absent: one process \
+         (docs/coordination.md §11.10).",
+    ),
 ];
 
 /// One pipeline, loaded and validated: what to read, where to write it, where the position
@@ -89,6 +97,8 @@ pub struct PipelineConfig {
     pub sink: SinkConfig,
     /// Where the position is kept.
     pub state: StateConfig,
+    /// The lease table several workers share the work through; `None`: one process.
+    pub coordination: Option<CoordinationConfig>,
     /// Fields that are valid but have no effect in the chosen mode, one sentence each. `check`
     /// and `run` print them as warnings.
     pub warnings: Vec<String>,
@@ -209,6 +219,7 @@ pub fn parse(
     let sink = top.required_section("sink").and_then(sink::read_sink);
     let default_state = sink::default_state_path(config_dir, name.as_deref().unwrap_or(""));
     let mut state = sink::read_state(top.section("state"), default_state);
+    let coordination = top.section("coordination").map(coordination::read);
     top.finish();
     let mut sink = sink;
     if let Some((sink, _)) = &mut sink {
@@ -246,6 +257,9 @@ pub fn parse(
     if let Some((sink, _)) = &sink {
         sink::validate(sink, &state, &mut errors);
     }
+    if let (Some((source, _)), Some((sink, _))) = (&source, &sink) {
+        coordination::validate(coordination.as_ref(), source, sink, &mut errors);
+    }
     for error in errors {
         report.error(Stage::Validate, &error.path, error.message);
     }
@@ -267,6 +281,7 @@ pub fn parse(
                 source,
                 sink,
                 state,
+                coordination,
                 warnings,
             })
         }

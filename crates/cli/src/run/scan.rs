@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sink::Records;
-use ddbpipe_source::api::Render;
+use ddbpipe_source::api::{Render, TableApi};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
@@ -87,29 +87,7 @@ pub async fn run(
             outcome
         }
         None => {
-            let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
-            if let Some(rate) = plan.read_rate {
-                tracing::info!(units_per_second = rate, "Read capacity limited.");
-            }
-            let observer = Arc::new(RequestMetrics);
-            let refresher = Refresher::start(
-                Arc::clone(&api),
-                &plan.read_rule,
-                Arc::clone(&limiter),
-                plan.retry,
-                stop.clone(),
-                observer.clone(),
-            );
-            let reader = SegmentReader {
-                api,
-                template: plan.template,
-                total_segments: plan.total_segments,
-                max_concurrency: plan.max_concurrency,
-                limiter,
-                retry: plan.retry,
-                render,
-                observer,
-            };
+            let (reader, refresher) = segment_reader(api, &plan, render, &stop);
             tracing::info!(
                 mode = %source.mode,
                 segments = plan.total_segments,
@@ -136,23 +114,70 @@ pub async fn run(
             outcome
         }
     };
-    let outcome = outcome.map_err(|error| {
-        let hint = match &error {
-            RunError::Read(read)
-                if kind != ScanKind::Export && read.code() == Some("AccessDeniedException") =>
-            {
-                format!(
-                    "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
-                    if kind == ScanKind::Query { "Query" } else { "Scan" },
-                    source.table_name,
-                    source.credentials.describe()
-                )
-            }
-            _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
-        };
-        Failure::runtime(error).hint(hint)
-    })?;
+    let outcome = outcome.map_err(|error| run_failure(error, config, config_path, kind))?;
     finish(config, config_path, &outcome, started.elapsed())
+}
+
+/// A failed scan or query run, with what to do about it.
+pub(super) fn run_failure(
+    error: RunError,
+    config: &PipelineConfig,
+    config_path: &Path,
+    kind: ScanKind,
+) -> Failure {
+    let source = &config.source;
+    let hint = match &error {
+        RunError::Read(read)
+            if kind != ScanKind::Export && read.code() == Some("AccessDeniedException") =>
+        {
+            format!(
+                "access denied for dynamodb:{} on table '{}' — grant it to the credentials in use ({})",
+                if kind == ScanKind::Query {
+                    "Query"
+                } else {
+                    "Scan"
+                },
+                source.table_name,
+                source.credentials.describe()
+            )
+        }
+        _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
+    };
+    Failure::runtime(error).hint(hint)
+}
+
+/// The parallel Scan (or Query) reader of `plan`, and the refresher that keeps its capacity
+/// governor's rate current while it is held.
+pub(super) fn segment_reader<A: TableApi>(
+    api: Arc<A>,
+    plan: &ScanPlan,
+    render: Render,
+    stop: &Cancel,
+) -> (SegmentReader<A>, Option<Refresher>) {
+    let limiter = Arc::new(ReadLimiter::new(plan.read_rate));
+    if let Some(rate) = plan.read_rate {
+        tracing::info!(units_per_second = rate, "Read capacity limited.");
+    }
+    let observer = Arc::new(RequestMetrics);
+    let refresher = Refresher::start(
+        Arc::clone(&api),
+        &plan.read_rule,
+        Arc::clone(&limiter),
+        plan.retry,
+        stop.clone(),
+        observer.clone(),
+    );
+    let reader = SegmentReader {
+        api,
+        template: plan.template.clone(),
+        total_segments: plan.total_segments,
+        max_concurrency: plan.max_concurrency,
+        limiter,
+        retry: plan.retry,
+        render,
+        observer,
+    };
+    (reader, refresher)
 }
 
 /// Says how the run ended; an interrupted run is a failure whose hint says it resumes.

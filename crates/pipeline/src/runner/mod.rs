@@ -37,8 +37,10 @@ use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
+mod leased;
 mod together;
 
+pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
 
 /// A batch is handed over at the latest this long after its first record or position.
@@ -60,6 +62,9 @@ pub enum RunError {
     /// Reading the stream failed (a gap while reading, a failed shard, a bad record).
     #[error(transparent)]
     Stream(#[from] StreamError),
+    /// The lease table failed definitely (docs/coordination.md §11.2 rule 3).
+    #[error(transparent)]
+    Lease(#[from] ddbpipe_source::lease::LeaseError),
 }
 
 /// Told about progress after each acknowledged batch.

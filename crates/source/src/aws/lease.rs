@@ -225,6 +225,27 @@ impl AwsLeaseTable {
         )))
     }
 
+    /// Whether the table exists (`DescribeTable`), refusing one whose key schema is not a
+    /// lease table's; `check`, `state show` and `state reset` ask this, and create nothing.
+    pub async fn exists(&self) -> Result<bool, LeaseError> {
+        let described = self
+            .client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await;
+        match described {
+            Ok(output) => {
+                if let Some(table) = output.table {
+                    self.check_keys(table.key_schema())?;
+                }
+                Ok(true)
+            }
+            Err(error) if error.code() == Some("ResourceNotFoundException") => Ok(false),
+            Err(error) => Err(lease_error(error, &UnitId::Leader)),
+        }
+    }
+
     async fn create_table(&self) -> Result<(), LeaseError> {
         let attribute = |name: &str| {
             AttributeDefinition::builder()

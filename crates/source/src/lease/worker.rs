@@ -189,6 +189,16 @@ impl<T: LeaseTable> Worker<T> {
         self.held.get(unit).map(|holding| holding.counter)
     }
 
+    /// Its lease timing.
+    pub fn settings(&self) -> LeaseSettings {
+        self.settings
+    }
+
+    /// The pipeline's rows as last listed, updated by this worker's own writes since.
+    pub fn rows(&self) -> &[Lease] {
+        &self.rows
+    }
+
     /// Whether it holds the leader lease.
     pub fn is_leader(&self) -> bool {
         self.held.contains_key(&UnitId::Leader)

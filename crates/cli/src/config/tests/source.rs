@@ -46,6 +46,7 @@ state:
             flush_interval_ms: 1000,
             path_set: true,
         },
+        coordination: None,
         warnings: vec![],
     };
     assert_eq!(config, expected);

@@ -1,0 +1,201 @@
+//! The `coordination:` section: several workers of one pipeline share its work through a lease
+//! table in DynamoDB (docs/coordination.md §11.10).
+
+use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
+use serde_json::json;
+
+use super::fields::Fields;
+use super::schema::{Field, defaulted, of, optional, required};
+use super::sink::{JsonlConfig, JsonlTarget, SinkConfig, WriteMode};
+use super::types::Choice;
+
+/// `coordination.lease_duration_secs` when unset.
+pub const DEFAULT_LEASE_DURATION_SECS: u64 = 10;
+/// What `sink.path` of a jsonl sink holds where each worker's id goes.
+pub const WORKER_PLACEHOLDER: &str = "{worker}";
+/// The longest `coordination.worker_id`.
+const MAX_WORKER_ID_CHARS: usize = 128;
+
+/// `coordination:`.
+pub(super) static COORDINATION: &[Field] = &[
+    required(
+        "lease_table",
+        of::<String>(),
+        "The DynamoDB table of the leases, in the source's account, region and endpoint; \
+         created (on-demand billing) when missing. Several pipelines may share one.",
+    ),
+    optional(
+        "worker_id",
+        of::<String>(),
+        "This worker's id, unique among the live workers of the pipeline: 1-128 characters \
+         from A-Z a-z 0-9 _ . -; unset: <hostname>-<pid>.",
+    ),
+    defaulted(
+        "lease_duration_secs",
+        of::<u64>(),
+        || json!(DEFAULT_LEASE_DURATION_SECS),
+        "A lease not renewed for this long is taken by another worker: 3 to 300 seconds.",
+    ),
+];
+
+/// Several workers share the pipeline's work (docs/coordination.md §11.10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinationConfig {
+    /// The lease table's name.
+    pub lease_table: String,
+    /// This worker's id as configured; `None`: `<hostname>-<pid>` (see [`Self::worker_id`]).
+    pub worker_id: Option<String>,
+    /// Seconds after which an unrenewed lease is taken by another worker.
+    pub lease_duration_secs: u64,
+}
+
+impl CoordinationConfig {
+    /// This worker's id: the configured one, or `<hostname>-<pid>` with every character
+    /// outside `A-Z a-z 0-9 _ . -` made `-`.
+    pub fn worker_id(&self) -> String {
+        if let Some(id) = &self.worker_id {
+            return id.clone();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "worker".to_string());
+        let host: String = host
+            .chars()
+            .map(|c| if id_char(c) { c } else { '-' })
+            .take(MAX_WORKER_ID_CHARS - 12)
+            .collect();
+        format!("{host}-{}", std::process::id())
+    }
+}
+
+fn id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Reads the section.
+pub(super) fn read(mut f: Fields<'_>) -> CoordinationConfig {
+    let coordination = CoordinationConfig {
+        lease_table: f.required::<String>("lease_table").unwrap_or_default(),
+        worker_id: f.get("worker_id"),
+        lease_duration_secs: f.or("lease_duration_secs", DEFAULT_LEASE_DURATION_SECS),
+    };
+    f.finish();
+    coordination
+}
+
+/// The rules of docs/coordination.md §11.10: the section's own values, the modes and sinks
+/// this version shares, and the per-worker path of a jsonl sink.
+pub(super) fn validate(
+    coordination: Option<&CoordinationConfig>,
+    source: &SourceConfig,
+    sink: &SinkConfig,
+    errors: &mut Vec<ConfigError>,
+) {
+    let placeholder = match sink {
+        SinkConfig::Jsonl(JsonlConfig {
+            path: JsonlTarget::File(path),
+            ..
+        }) => path.to_string_lossy().contains(WORKER_PLACEHOLDER),
+        _ => false,
+    };
+    let Some(coordination) = coordination else {
+        if placeholder {
+            errors.push(ConfigError::new(
+                "sink.path",
+                format!(
+                    "{WORKER_PLACEHOLDER} is a worker's id, and only a pipeline with a \
+                     coordination section has workers: add one, or remove {WORKER_PLACEHOLDER}"
+                ),
+            ));
+        }
+        return;
+    };
+    let table = &coordination.lease_table;
+    if table.len() < 3
+        || table.len() > 255
+        || !table
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        errors.push(ConfigError::new(
+            "coordination.lease_table",
+            format!(
+                "'{table}' is not a DynamoDB table name: 3-255 characters from A-Z a-z 0-9 _ . -"
+            ),
+        ));
+    }
+    if let Some(id) = &coordination.worker_id
+        && (id.is_empty() || id.chars().count() > MAX_WORKER_ID_CHARS || !id.chars().all(id_char))
+    {
+        errors.push(ConfigError::new(
+            "coordination.worker_id",
+            format!(
+                "'{id}' is not a worker id: 1-{MAX_WORKER_ID_CHARS} characters from A-Z a-z 0-9 \
+                 _ . - (it names the worker's jsonl file)"
+            ),
+        ));
+    }
+    let duration = coordination.lease_duration_secs;
+    if !(3..=300).contains(&duration) {
+        errors.push(ConfigError::new(
+            "coordination.lease_duration_secs",
+            format!("lease_duration_secs must be 3 to 300, not {duration}"),
+        ));
+    }
+    if !matches!(source.mode, Mode::Scan | Mode::Query) {
+        errors.push(ConfigError::new(
+            "coordination",
+            format!(
+                "this version shares the work of mode: scan and query only; a {} pipeline \
+                 runs as one process: remove the coordination section",
+                source.mode
+            ),
+        ));
+    }
+    match sink {
+        SinkConfig::Jsonl(jsonl) => {
+            if !placeholder {
+                errors.push(ConfigError::new(
+                    "sink.path",
+                    format!(
+                        "with coordination every worker writes its own file: put \
+                         {WORKER_PLACEHOLDER} in the path (e.g. out/orders-{WORKER_PLACEHOLDER}.jsonl)"
+                    ),
+                ));
+            }
+            if jsonl.write != WriteMode::Append {
+                errors.push(ConfigError::new(
+                    "sink.write",
+                    format!(
+                        "with coordination a worker appends the segments it reads to its file \
+                         (a segment handed over continues in another worker's file): use write: \
+                         append, not {}",
+                        jsonl.write.name()
+                    ),
+                ));
+            }
+        }
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => errors.push(ConfigError::new(
+            "coordination",
+            format!(
+                "this version shares work into jsonl sinks only; the {} sink runs as one \
+                 process: remove the coordination section",
+                sink.kind()
+            ),
+        )),
+    }
+    if source.snapshot.engine == SnapshotEngine::Export {
+        errors.push(ConfigError::new(
+            "coordination",
+            "an export snapshot is read by one process: remove the coordination section or \
+             source.snapshot.engine: export",
+        ));
+    }
+}

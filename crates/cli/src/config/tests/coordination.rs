@@ -1,0 +1,143 @@
+//! The `coordination:` section (docs/coordination.md §11.10).
+
+use super::*;
+
+fn shared(source: &str, sink: &str, coordination: &str) -> String {
+    format!(
+        "name: orders\nsource: {{table_name: orders, {source}}}\nsink: {sink}\ncoordination: {coordination}\n"
+    )
+}
+
+const WORKER_FILE: &str = "{type: jsonl, path: 'out/orders-{worker}.jsonl'}";
+
+#[test]
+fn the_section_is_read_with_its_defaults() {
+    let config = parse_ok(&shared(
+        "segments: 4",
+        WORKER_FILE,
+        "{lease_table: ddbpipe-leases}",
+    ));
+    let coordination = config.coordination.expect("a coordination section");
+    assert_eq!(coordination.lease_table, "ddbpipe-leases");
+    assert_eq!(coordination.worker_id, None);
+    assert_eq!(coordination.lease_duration_secs, 10);
+    let id = coordination.worker_id();
+    assert!(
+        id.ends_with(&format!("-{}", std::process::id())),
+        "the default id is <hostname>-<pid>: {id}"
+    );
+    assert!(
+        id.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')),
+        "{id}"
+    );
+    let config = parse_ok(&shared(
+        "mode: query, key_condition_expression: 'pk = :p', expression_attribute_values: {':p': x}",
+        WORKER_FILE,
+        "{lease_table: leases, worker_id: host-1, lease_duration_secs: 30}",
+    ));
+    let coordination = config.coordination.unwrap();
+    assert_eq!(coordination.worker_id(), "host-1");
+    assert_eq!(coordination.lease_duration_secs, 30);
+    assert!(
+        parse_ok("name: t\nsource: {table_name: t}\nsink: {type: jsonl}\n")
+            .coordination
+            .is_none()
+    );
+}
+
+#[test]
+fn bad_values_are_named_by_their_field() {
+    let lines = errors(&shared(
+        "segments: 4",
+        WORKER_FILE,
+        "{lease_table: 'a b', worker_id: 'host/1', lease_duration_secs: 2}",
+    ));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: coordination.lease_table:")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: coordination.worker_id:")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(
+            |l| l.starts_with("config error: coordination.lease_duration_secs:")
+                && l.contains("3 to 300")
+        ),
+        "{lines:?}"
+    );
+    let lines = errors(&shared("segments: 4", WORKER_FILE, "{worker_id: w}"));
+    assert!(
+        lines.iter().any(|l| l.contains("coordination.lease_table")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_jsonl_sink_needs_the_worker_in_its_path_and_append() {
+    let lines = errors(&shared(
+        "segments: 4",
+        "{type: jsonl, path: out/orders.jsonl}",
+        "{lease_table: leases}",
+    ));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: sink.path:") && l.contains("{worker}")),
+        "{lines:?}"
+    );
+    let lines = errors(&shared(
+        "segments: 4",
+        "{type: jsonl}",
+        "{lease_table: leases}",
+    ));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: sink.path:")),
+        "stdout is one stream, not a file per worker: {lines:?}"
+    );
+    let lines = errors(&shared(
+        "segments: 4",
+        "{type: jsonl, path: 'out/{worker}.jsonl', write: overwrite}",
+        "{lease_table: leases}",
+    ));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: sink.write:") && l.contains("append")),
+        "{lines:?}"
+    );
+    // Without coordination there is no worker to name.
+    let lines =
+        errors("name: t\nsource: {table_name: t}\nsink: {type: jsonl, path: 'o-{worker}.jsonl'}\n");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("config error: sink.path:") && l.contains("coordination")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn what_this_version_does_not_share_is_refused_up_front() {
+    for (source, sink) in [
+        ("mode: streams", WORKER_FILE),
+        ("mode: mirror", "{type: sqlite, path: m.db}"),
+        ("segments: 2", "{type: sqlite, path: m.db}"),
+    ] {
+        let lines = errors(&shared(source, sink, "{lease_table: leases}"));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("config error: coordination:")),
+            "{source} into {sink}: {lines:?}"
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! A scan or query shared by several workers (`coordination:`, docs/coordination.md §11.10):
+//! describe the table, open this worker's jsonl file and the lease table, then hand the run to
+//! the library's leased runner.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan};
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
+use ddbpipe_source::api::Render;
+use ddbpipe_source::aws::{self, AwsLeaseTable};
+use ddbpipe_source::config::Mode;
+use ddbpipe_source::lease::{LeaseError, LeaseSettings, PipelineName, Worker, WorkerId};
+use ddbpipe_source::plan::ScanPlan;
+use ddbpipe_source::position::ScanKind;
+use ddbpipe_source::retry::Cancel;
+
+use crate::args::ProgressMode;
+use crate::config::{
+    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER,
+};
+use crate::destination;
+use crate::failure::{Exit, Failure};
+use crate::telemetry::{Line, ScanProgress, say};
+use crate::wiring::{self, describe};
+
+/// How long a missing lease table may take to become `ACTIVE`: polled every second.
+const TABLE_ACTIVE_ATTEMPTS: u32 = 120;
+
+/// Runs one worker of a shared `mode: scan` or `mode: query` pipeline.
+pub async fn run(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    config_path: &Path,
+    progress: ProgressMode,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
+    let source = &config.source;
+    let kind = match source.mode {
+        Mode::Query => ScanKind::Query,
+        _ => ScanKind::Scan,
+    };
+    let worker_id = coordination.worker_id();
+    let (sdk, api, mut location) = wiring::clients(source).await;
+    let api = Arc::new(api);
+    let table = describe(api.as_ref(), source, &stop).await?;
+    location.learn(&table);
+    let mut sink = open_worker_file(config, &worker_id)?;
+    let leases = open_lease_table(&sdk, coordination).await?;
+    let settings = LeaseSettings::new(coordination.lease_duration_secs)
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let named =
+        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
+    let worker = Worker::new(
+        leases,
+        PipelineName::new(config.name.clone()).map_err(named)?,
+        WorkerId::new(worker_id.clone()).map_err(named)?,
+        settings,
+    );
+    let plan = ScanPlan::build(source, &table)
+        .map_err(|problem| Failure::usage(problem.config_error()))?;
+    let (reader, refresher) =
+        super::scan::segment_reader(api, &plan, Render::Items(plan.format), &stop);
+    tracing::info!(
+        mode = %source.mode,
+        worker = %worker_id,
+        lease_table = %coordination.lease_table,
+        segments = plan.total_segments,
+        "Shared run started."
+    );
+    let started = Instant::now();
+    let bar = ScanProgress::new(progress, None, 0, plan.total_segments);
+    let outcome = LeasedScan {
+        reader,
+        worker,
+        batch_size: plan.batch_size,
+        checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
+    }
+    .run(&mut sink, stop, &bar)
+    .await;
+    bar.finish();
+    drop(refresher);
+    let outcome =
+        outcome.map_err(|error| super::scan::run_failure(error, config, config_path, kind))?;
+    summarize(
+        config,
+        coordination,
+        &worker_id,
+        &outcome,
+        started.elapsed(),
+    );
+    if outcome.completed {
+        Ok(Exit::Ok)
+    } else {
+        Err(Failure::runtime(anyhow!(
+            "worker {worker_id} of the {} of '{}' was stopped: {} of {} segment(s) are done",
+            source.mode,
+            source.table_name,
+            outcome.segments_done,
+            outcome.total_segments
+        ))
+        .hint(format!(
+            "its leases were handed back with their checkpoints: the other workers go on; \
+             `ddbpipe run {}` joins again",
+            config_path.display()
+        )))
+    }
+}
+
+/// `sink.path` with this worker's id in place of `{worker}`.
+pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Option<PathBuf> {
+    match &config.sink {
+        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
+            JsonlTarget::File(path) => Some(PathBuf::from(
+                path.to_string_lossy()
+                    .replace(WORKER_PLACEHOLDER, worker_id),
+            )),
+            JsonlTarget::Stdout => None,
+        },
+        _ => None,
+    }
+}
+
+/// This worker's own jsonl file (validation made the sink a jsonl file with `{worker}`).
+fn open_worker_file(config: &PipelineConfig, worker_id: &str) -> Result<JsonlSink, Failure> {
+    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id))
+    else {
+        return Err(Failure::runtime(anyhow!(
+            "internal error: a shared run needs a jsonl file sink"
+        )));
+    };
+    let mut settings = destination::jsonl_settings(jsonl, Records::Items);
+    settings.target = jsonl::JsonlTarget::File(path);
+    JsonlSink::open(settings, &config.name).map_err(Failure::runtime)
+}
+
+/// The lease table, created when missing (docs/coordination.md §11.1).
+pub async fn open_lease_table(
+    sdk: &aws::SdkSettings,
+    coordination: &CoordinationConfig,
+) -> Result<AwsLeaseTable, Failure> {
+    let leases = aws::lease_table(sdk, &coordination.lease_table);
+    leases
+        .ensure_table(Duration::from_secs(1), TABLE_ACTIVE_ATTEMPTS)
+        .await
+        .map_err(|error| lease_table_failure(error, &coordination.lease_table))?;
+    Ok(leases)
+}
+
+/// A lease table that cannot be used, with what to do.
+pub fn lease_table_failure(error: LeaseError, table: &str) -> Failure {
+    let hint = format!(
+        "the workers need dynamodb:DescribeTable, CreateTable (or a table made beforehand), \
+         Query, GetItem, PutItem, UpdateItem and DeleteItem on the lease table '{table}' \
+         (README, Running several workers)"
+    );
+    Failure::runtime(anyhow!("lease table '{table}': {error}")).hint(hint)
+}
+
+fn summarize(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    worker_id: &str,
+    outcome: &LeasedOutcome,
+    took: Duration,
+) {
+    let leases = &outcome.leases;
+    if outcome.completed && leases.taken == 0 && outcome.written == 0 {
+        tracing::warn!(
+            "Every segment was already done in lease table {} (an earlier shared run); `ddbpipe \
+             state reset` forgets it so that the next run reads the table again.",
+            coordination.lease_table
+        );
+    }
+    let status = if outcome.completed {
+        "complete"
+    } else {
+        "stopped"
+    };
+    tracing::info!(
+        worker = %worker_id,
+        items = outcome.written,
+        taken = leases.taken,
+        stolen = leases.stolen,
+        lost = leases.lost,
+        finished = leases.finished,
+        "Shared {} {status}.",
+        config.source.mode
+    );
+    say(
+        Line::Summary,
+        &format!(
+            "ddbpipe: worker {worker_id} of the {} of '{}' {status}: {} read, {} written, {:.1} \
+             capacity units, {:.1}s; leases: {} taken ({} stolen), {} lost, {} segment(s) \
+             finished here; {} of {} segment(s) done in lease table {}",
+            config.source.mode,
+            config.source.table_name,
+            outcome.read,
+            outcome.written,
+            outcome.capacity_units,
+            took.as_secs_f64(),
+            leases.taken,
+            leases.stolen,
+            leases.lost,
+            leases.finished,
+            outcome.segments_done,
+            outcome.total_segments,
+            coordination.lease_table
+        ),
+    );
+}

@@ -1,0 +1,185 @@
+//! `state show` and `state reset` of a pipeline with `coordination:`: its position is its lease
+//! rows (docs/coordination.md §11.10).
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use ddbpipe_source::aws::{self, AwsLeaseTable};
+use ddbpipe_source::lease::{Lease, LeaseTable, PipelineName};
+use ddbpipe_source::plan;
+use serde_json::json;
+
+use crate::config::{CoordinationConfig, PipelineConfig};
+use crate::failure::{Exit, Failure};
+use crate::run::shared::lease_table_failure;
+
+/// The lease table of `config`, and the pipeline's name in it; `None` when the table does not
+/// exist (nothing was run yet). Creates nothing.
+async fn open(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+) -> Result<Option<(AwsLeaseTable, PipelineName)>, Failure> {
+    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
+    let table = aws::lease_table(&sdk, &coordination.lease_table);
+    let exists = table
+        .exists()
+        .await
+        .map_err(|e| lease_table_failure(e, &coordination.lease_table))?;
+    if !exists {
+        return Ok(None);
+    }
+    let name =
+        PipelineName::new(config.name.clone()).map_err(|e| Failure::usage(anyhow!("{e}")))?;
+    Ok(Some((table, name)))
+}
+
+async fn list(
+    table: &AwsLeaseTable,
+    name: &PipelineName,
+    coordination: &CoordinationConfig,
+) -> Result<Vec<Lease>, Failure> {
+    table
+        .list(name)
+        .await
+        .map_err(|e| lease_table_failure(e, &coordination.lease_table))
+}
+
+fn lease_json(lease: &Lease) -> serde_json::Value {
+    json!({
+        "checkpoint": lease.checkpoint,
+        "counter": lease.counter.0,
+        "owner": lease.owner.as_ref().map(|o| o.as_str()),
+        "parents": lease.parents.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "state": lease.state.as_str(),
+        "unit": lease.unit.to_string(),
+        "written_ms": lease.written_ms,
+    })
+}
+
+/// Lists the pipeline's leases: unit, owner, state, counter, checkpoint.
+pub async fn show(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    json: bool,
+) -> Result<Exit, Failure> {
+    let leases = match open(config, coordination).await? {
+        Some((table, name)) => list(&table, &name, coordination).await?,
+        None => Vec::new(),
+    };
+    let work: Vec<&Lease> = leases.iter().filter(|l| l.unit.is_work()).collect();
+    let finished = work.iter().filter(|l| l.state.is_finished()).count();
+    if json {
+        let rows: Vec<_> = leases.iter().map(lease_json).collect();
+        println!(
+            "{}",
+            json!({"finished": finished, "lease_table": coordination.lease_table,
+                   "leases": rows, "pipeline": config.name, "units": work.len()})
+        );
+        return Ok(Exit::Ok);
+    }
+    println!("pipeline:     {}", config.name);
+    println!("lease table:  {}", coordination.lease_table);
+    if leases.is_empty() {
+        println!("leases:       none (no shared run has started)");
+        return Ok(Exit::Ok);
+    }
+    println!("leases:       {} unit(s), {finished} finished", work.len());
+    println!(
+        "{:<24} {:<24} {:<11} {:>8}  checkpoint",
+        "unit", "owner", "state", "counter"
+    );
+    for lease in &leases {
+        let checkpoint = lease.checkpoint.as_deref().unwrap_or("-");
+        let checkpoint: String = if checkpoint.chars().count() > 60 {
+            checkpoint.chars().take(57).chain("...".chars()).collect()
+        } else {
+            checkpoint.to_string()
+        };
+        println!(
+            "{:<24} {:<24} {:<11} {:>8}  {checkpoint}",
+            lease.unit.to_string(),
+            lease.owner.as_ref().map_or("-", |o| o.as_str()),
+            lease.state.as_str(),
+            lease.counter.0,
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+/// Deletes the pipeline's leases once none is live: the rows are listed, listed again a lease
+/// duration later when any has an owner, and the reset is refused if an owned row's counter
+/// moved (a worker renewed it). Each delete is conditional on the counter listed, so a worker
+/// that writes meanwhile keeps its row, and the reset says so.
+pub async fn reset(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+) -> Result<Exit, Failure> {
+    let Some((table, name)) = open(config, coordination).await? else {
+        println!("no leases for pipeline '{}'", config.name);
+        return Ok(Exit::Ok);
+    };
+    let before = list(&table, &name, coordination).await?;
+    if before.is_empty() {
+        println!("no leases for pipeline '{}'", config.name);
+        return Ok(Exit::Ok);
+    }
+    let after = if before.iter().any(|l| l.owner.is_some()) {
+        let wait = Duration::from_secs(coordination.lease_duration_secs);
+        eprintln!(
+            "ddbpipe: waiting {}s (the lease duration) to see whether a worker still renews its leases",
+            wait.as_secs()
+        );
+        tokio::time::sleep(wait).await;
+        list(&table, &name, coordination).await?
+    } else {
+        before.clone()
+    };
+    let live: Vec<String> = after
+        .iter()
+        .filter(|now| {
+            now.owner.is_some()
+                && before
+                    .iter()
+                    .find(|then| then.unit == now.unit)
+                    .is_none_or(|then| then.counter != now.counter)
+        })
+        .map(|l| {
+            format!(
+                "{} ({})",
+                l.unit,
+                l.owner.as_ref().map_or("-", |o| o.as_str())
+            )
+        })
+        .collect();
+    if !live.is_empty() {
+        return Err(Failure::runtime(anyhow!(
+            "state reset refused: pipeline '{}' has live leases in '{}': {}",
+            config.name,
+            coordination.lease_table,
+            live.join(", ")
+        ))
+        .hint("stop every worker of the pipeline (SIGTERM hands its leases back), then reset"));
+    }
+    let mut kept = Vec::new();
+    for lease in &after {
+        if let Err(error) = table.delete(&name, &lease.unit, lease.counter).await {
+            kept.push(format!("{}: {error}", lease.unit));
+        }
+    }
+    if !kept.is_empty() {
+        return Err(Failure::runtime(anyhow!(
+            "state reset of pipeline '{}' left {} lease(s): {}",
+            config.name,
+            kept.len(),
+            kept.join("; ")
+        ))
+        .hint("a worker wrote them meanwhile; stop it and reset again"));
+    }
+    println!(
+        "removed {} lease(s) of pipeline '{}' from lease table {}",
+        after.len(),
+        config.name,
+        coordination.lease_table
+    );
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,216 @@
+//! Several `ddbpipe run` processes sharing one scan through a lease table, on both emulators
+//! (docs/coordination.md §11.10): one SIGKILLed, one SIGSTOPped past its lease, and the union
+//! of the workers' files holds every item; `check`, `state show` and `state reset` of the
+//! leases.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::ScalarAttributeType;
+use serde_json::Value;
+
+use common::{Emulator, item, s, stderr, stdout};
+
+const ITEMS: usize = 1200;
+
+/// A pipeline file sharing a slow scan of `items` (12 segments, 10 items a page, one read
+/// unit a second per worker) into `out-{worker}.jsonl`.
+fn shared_pipeline(dir: &Path, endpoint: &str, worker_id: Option<&str>) -> PathBuf {
+    let worker = worker_id.map_or(String::new(), |id| format!("\n  worker_id: {id}"));
+    let yaml = format!(
+        "name: shared-scan\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+         credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n  \
+         table_name: items\n  segments: 12\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
+         max_read_units_per_second: 1\n\
+         sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n\
+         state:\n  flush_interval_ms: 0\n\
+         coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3{worker}\n",
+        dir.display()
+    );
+    let config = dir.join("pipeline.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    config
+}
+
+fn seed(running: &common::Running) {
+    running.create_table("items", ("pk", ScalarAttributeType::S), None);
+    let items = (0..ITEMS)
+        .map(|i| item(vec![("pk", s(&format!("k{i:05}")))]))
+        .collect();
+    running.put_items("items", items);
+}
+
+fn worker_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("out-") && name.ends_with(".jsonl")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn keys_in(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["pk"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name}");
+}
+
+fn finished(child: Child) -> Output {
+    child.wait_with_output().unwrap()
+}
+
+fn three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let config = shared_pipeline(dir.path(), &running.endpoint, None);
+
+    let check = common::ddbpipe(&["check"], &config);
+    let said = stdout(&check);
+    assert_eq!(check.status.code(), Some(0), "{said}{}", stderr(&check));
+    assert!(
+        said.contains("WARN leases") && said.contains("does not exist"),
+        "check says the first worker creates the lease table: {said}"
+    );
+
+    let killed = common::spawn_run(&config);
+    let stopped = common::spawn_run(&config);
+    let steady = common::spawn_run(&config);
+    // Each has written part of its share.
+    let writing = common::wait_for(Duration::from_secs(90), || {
+        let files = worker_files(dir.path());
+        files.len() == 3 && files.iter().all(|f| !keys_in(f).is_empty())
+    });
+    assert!(
+        writing,
+        "three workers write: {:?}",
+        worker_files(dir.path())
+    );
+    let mut killed = killed;
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+
+    let stopped = finished(stopped);
+    let steady = finished(steady);
+    for (what, output) in [
+        ("the stopped worker", &stopped),
+        ("the steady worker", &steady),
+    ] {
+        let said = stderr(output);
+        assert_eq!(output.status.code(), Some(0), "{what}: {said}");
+        assert!(said.contains("complete"), "{what}: {said}");
+        assert!(said.contains("12 of 12 segment(s) done"), "{what}: {said}");
+    }
+    assert!(
+        stderr(&stopped).contains("Lease lost"),
+        "the zombie learns it lost its leases: {}",
+        stderr(&stopped)
+    );
+
+    let mut all = BTreeSet::new();
+    for file in worker_files(dir.path()) {
+        all.extend(keys_in(&file));
+    }
+    assert_eq!(
+        all.len(),
+        ITEMS,
+        "the union of the worker files holds every item"
+    );
+
+    let show = common::ddbpipe(&["state", "show", "--json"], &config);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    let shown: Value = serde_json::from_str(&stdout(&show)).unwrap();
+    assert_eq!(shown["units"], 12, "{shown}");
+    assert_eq!(shown["finished"], 12, "{shown}");
+    for lease in shown["leases"].as_array().unwrap() {
+        if lease["unit"] != "leader" {
+            assert_eq!(lease["state"], "Done", "{lease}");
+            assert_eq!(lease["owner"], Value::Null, "{lease}");
+        }
+    }
+
+    // A rerun finds the scan done and reads nothing; a reset forgets it.
+    let rerun = common::ddbpipe(&["run", "--progress", "never"], &config);
+    assert_eq!(rerun.status.code(), Some(0), "{}", stderr(&rerun));
+    assert!(stderr(&rerun).contains("state reset"), "{}", stderr(&rerun));
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    assert!(stdout(&reset).contains("removed"), "{}", stdout(&reset));
+    let show = common::ddbpipe(&["state", "show"], &config);
+    assert!(stdout(&show).contains("none"), "{}", stdout(&show));
+}
+
+fn state_reset_refuses_while_a_worker_holds_leases(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let config = shared_pipeline(dir.path(), &running.endpoint, Some("only-worker"));
+    let mut worker = common::spawn_run(&config);
+    let writing = common::wait_for(Duration::from_secs(60), || {
+        worker_files(dir.path())
+            .first()
+            .is_some_and(|f| !keys_in(f).is_empty())
+    });
+    assert!(writing);
+    assert_eq!(
+        worker_files(dir.path()),
+        vec![dir.path().join("out-only-worker.jsonl")],
+        "{{worker}} is the configured worker_id"
+    );
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_ne!(reset.status.code(), Some(0));
+    assert!(
+        stderr(&reset).contains("live leases") && stderr(&reset).contains("only-worker"),
+        "{}",
+        stderr(&reset)
+    );
+    // SIGTERM hands the leases back with their checkpoints; the reset then goes through.
+    signal(&worker, "TERM");
+    let status = worker.wait().unwrap();
+    assert_ne!(
+        status.code(),
+        Some(0),
+        "a stopped worker reports the scan unfinished"
+    );
+    let show = common::ddbpipe(&["state", "show", "--json"], &config);
+    let shown: Value = serde_json::from_str(&stdout(&show)).unwrap();
+    for lease in shown["leases"].as_array().unwrap() {
+        assert_eq!(lease["owner"], Value::Null, "handed back: {lease}");
+    }
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+}
+
+on_both_emulators!(
+    three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item,
+    state_reset_refuses_while_a_worker_holds_leases,
+);

@@ -1,0 +1,368 @@
+//! The shared scan (docs/coordination.md §11.10) on the in-memory table and lease table, with
+//! paused time: several workers, a crash, a worker stalled past its lease, a graceful stop.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, RunError};
+use ddbpipe_pipeline::sink::{Sink, SinkError, Staged};
+use ddbpipe_source::api::{ReadRequest, Render};
+use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::config::SourceConfig;
+use ddbpipe_source::fake::FakeTable;
+use ddbpipe_source::lease::memory::{MemoryLeaseTable, WriteKind};
+use ddbpipe_source::lease::{
+    LeaseSettings, LeaseState, LeaseTable, PipelineName, UnitId, Worker, WorkerId,
+};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::scan::{self, SegmentReader};
+use ddbpipe_testkit::MemorySink;
+use ddbpipe_value::ValueFormat;
+
+const ITEMS: usize = 1200;
+const SEGMENTS: u32 = 12;
+
+fn reader(table: &Arc<FakeTable>, segments: u32) -> SegmentReader<FakeTable> {
+    SegmentReader {
+        api: Arc::clone(table),
+        template: ReadRequest {
+            limit: Some(10),
+            ..scan::read_template(&SourceConfig::new("t"))
+        },
+        total_segments: segments,
+        max_concurrency: 2,
+        limiter: Arc::new(ReadLimiter::new(None)),
+        retry: RetryPolicy::default(),
+        render: Render::Items(ValueFormat::Plain),
+        observer: Arc::new(NoObserver),
+    }
+}
+
+fn scan(
+    table: &Arc<FakeTable>,
+    leases: &MemoryLeaseTable,
+    id: &str,
+    segments: u32,
+) -> LeasedScan<FakeTable, MemoryLeaseTable> {
+    LeasedScan {
+        reader: reader(table, segments),
+        worker: Worker::new(
+            leases.connect(),
+            PipelineName::new("p").unwrap(),
+            WorkerId::new(id).unwrap(),
+            LeaseSettings::new(10).unwrap(),
+        ),
+        batch_size: 10,
+        checkpoint_interval: Duration::ZERO,
+    }
+}
+
+/// Half a second per batch of one page (tokio time): a scan long enough to crash in.
+fn slow() -> MemorySink {
+    MemorySink::default().taking(Duration::from_millis(500))
+}
+
+fn keys(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["pk"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Runs a worker in its own task; the sink comes back with the outcome.
+fn spawn<S: Sink + 'static>(
+    run: LeasedScan<FakeTable, MemoryLeaseTable>,
+    mut sink: S,
+    stop: Cancel,
+) -> tokio::task::JoinHandle<(Result<LeasedOutcome, RunError>, S)> {
+    tokio::spawn(async move {
+        let outcome = run.run(&mut sink, stop, &NoProgress).await;
+        (outcome, sink)
+    })
+}
+
+async fn rows(leases: &MemoryLeaseTable) -> Vec<ddbpipe_source::lease::Lease> {
+    leases.list(&PipelineName::new("p").unwrap()).await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_workers_share_the_segments_and_read_every_item() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(1);
+    let mut handles = Vec::new();
+    for id in ["w1", "w2", "w3"] {
+        let (_, stop) = Cancel::new();
+        handles.push(spawn(scan(&table, &leases, id, SEGMENTS), slow(), stop));
+    }
+    let mut all = Vec::new();
+    let mut finished = 0;
+    for handle in handles {
+        let (outcome, sink) = handle.await.unwrap();
+        let outcome = outcome.unwrap();
+        assert!(outcome.completed, "every worker sees the scan complete");
+        assert_eq!(outcome.segments_done, u64::from(SEGMENTS));
+        assert!(
+            outcome.leases.finished >= 2,
+            "each worker read its share: {outcome:?}"
+        );
+        assert_eq!(outcome.written as usize, sink.lines.len());
+        finished += outcome.leases.finished;
+        all.extend(keys(&sink.lines));
+    }
+    assert_eq!(
+        finished,
+        u64::from(SEGMENTS),
+        "each segment was finished once"
+    );
+    assert!(all.len() >= ITEMS);
+    let distinct: BTreeSet<_> = all.into_iter().collect();
+    assert_eq!(distinct.len(), ITEMS);
+    for row in rows(&leases).await {
+        if row.unit.is_work() {
+            assert_eq!(row.state, LeaseState::Done, "{row:?}");
+            assert_eq!(row.owner, None, "a finished segment is handed back");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_workers_segments_are_taken_over_from_their_checkpoints() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(2);
+    let (_, stop) = Cancel::new();
+    let crashed = spawn(scan(&table, &leases, "crash", SEGMENTS), slow(), stop);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    // The process dies: no final checkpoint, no hand-back.
+    crashed.abort();
+    let _ = crashed.await;
+    let checkpointed: Vec<_> = rows(&leases)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.owner.as_ref().is_some_and(|o| o.as_str() == "crash") && r.checkpoint.is_some()
+        })
+        .collect();
+    assert!(
+        !checkpointed.is_empty(),
+        "the crashed worker had checkpointed segments"
+    );
+    let done_before = rows(&leases)
+        .await
+        .iter()
+        .filter(|r| r.unit.is_work() && r.state == LeaseState::Done)
+        .count() as u64;
+    assert!(done_before < u64::from(SEGMENTS), "the crash came mid-scan");
+
+    let mut handles = Vec::new();
+    for id in ["w1", "w2"] {
+        let (_, stop) = Cancel::new();
+        handles.push(spawn(scan(&table, &leases, id, SEGMENTS), slow(), stop));
+    }
+    let mut read = BTreeSet::new();
+    let mut taken = 0;
+    for handle in handles {
+        let (outcome, sink) = handle.await.unwrap();
+        let outcome = outcome.unwrap();
+        assert!(outcome.completed);
+        taken += outcome.leases.taken;
+        read.extend(keys(&sink.lines));
+    }
+    assert_eq!(
+        taken,
+        u64::from(SEGMENTS) - done_before,
+        "every unfinished segment was taken, the crashed worker's after expiry"
+    );
+    // What the crashed worker checkpointed is not read again: the takers resumed after it.
+    for row in checkpointed {
+        let UnitId::Segment { index, .. } = row.unit else {
+            continue;
+        };
+        let first = format!("k{:06}", index);
+        assert!(
+            !read.contains(&first),
+            "segment {index} resumed after its checkpoint"
+        );
+    }
+    // Everything after the checkpoints was read: each item is in one of the takers' outputs,
+    // or was committed by the crashed worker before its checkpoint.
+    let missing: Vec<usize> = (0..ITEMS)
+        .filter(|i| !read.contains(&format!("k{i:06}")))
+        .collect();
+    for i in missing {
+        let segment = (i % SEGMENTS as usize) as u32;
+        let row = rows(&leases)
+            .await
+            .into_iter()
+            .find(|r| {
+                r.unit
+                    == UnitId::Segment {
+                        index: segment,
+                        total: SEGMENTS,
+                    }
+            })
+            .unwrap();
+        assert_eq!(row.state, LeaseState::Done);
+        assert!(
+            leases.log().iter().any(|w| w.unit == row.unit
+                && w.kind == WriteKind::Checkpoint
+                && w.after
+                    .as_ref()
+                    .and_then(|a| a.owner.clone())
+                    .is_some_and(|o| o.as_str() == "crash")),
+            "item {i} neither re-read nor checkpointed by the crashed worker"
+        );
+    }
+}
+
+/// A sink whose `stall_at`-th write hangs for `stall`: a worker paused past its lease.
+struct Stalling {
+    inner: MemorySink,
+    stall_at: usize,
+    stall: Duration,
+    writes: usize,
+}
+
+impl Sink for Stalling {
+    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+        self.writes += 1;
+        if self.writes == self.stall_at {
+            tokio::time::sleep(self.stall).await;
+        }
+        self.inner.write(batch, state).await
+    }
+
+    fn describe(&self) -> String {
+        "stalling".into()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_stalled_past_its_lease_stops_its_segments_and_commits_nothing_for_them() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(3);
+    let (_, stop) = Cancel::new();
+    let zombie = spawn(
+        scan(&table, &leases, "zombie", SEGMENTS),
+        Stalling {
+            inner: slow(),
+            stall_at: 4,
+            stall: Duration::from_secs(60),
+            writes: 0,
+        },
+        stop,
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_, stop) = Cancel::new();
+    let other = spawn(scan(&table, &leases, "other", SEGMENTS), slow(), stop);
+    let (zombie_outcome, zombie_sink) = zombie.await.unwrap();
+    let (other_outcome, other_sink) = other.await.unwrap();
+    let zombie_outcome = zombie_outcome.unwrap();
+    let other_outcome = other_outcome.unwrap();
+    assert!(zombie_outcome.leases.lost >= 1, "{zombie_outcome:?}");
+    assert!(other_outcome.completed && zombie_outcome.completed);
+    // No checkpoint by the zombie after another worker took the unit.
+    let log = leases.log();
+    for (at, write) in log.iter().enumerate() {
+        let by_other = write.kind == WriteKind::Take
+            && write
+                .after
+                .as_ref()
+                .and_then(|a| a.owner.clone())
+                .is_some_and(|o| o.as_str() == "other")
+            && write
+                .before
+                .as_ref()
+                .and_then(|b| b.owner.clone())
+                .is_some_and(|o| o.as_str() == "zombie");
+        if by_other {
+            assert!(
+                !log[at..].iter().any(|later| later.unit == write.unit
+                    && later.kind == WriteKind::Checkpoint
+                    && later
+                        .before
+                        .as_ref()
+                        .and_then(|b| b.owner.clone())
+                        .is_some_and(|o| o.as_str() == "zombie")),
+                "the zombie checkpointed {} after losing it",
+                write.unit
+            );
+        }
+    }
+    let mut read: BTreeSet<String> = keys(&zombie_sink.inner.lines).into_iter().collect();
+    read.extend(keys(&other_sink.lines));
+    assert_eq!(read.len(), ITEMS, "the union holds every item");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_hands_the_leases_back_with_their_checkpoints() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(4);
+    let (handle, stop) = Cancel::new();
+    let first = spawn(scan(&table, &leases, "first", SEGMENTS), slow(), stop);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    handle.cancel();
+    let (outcome, sink) = first.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert!(!outcome.completed);
+    assert!(!sink.lines.is_empty());
+    for row in rows(&leases).await {
+        assert_eq!(row.owner, None, "handed back: {row:?}");
+    }
+    // The next worker takes them at once, without waiting for expiry, and resumes each.
+    let (_, stop) = Cancel::new();
+    let second = spawn(scan(&table, &leases, "second", SEGMENTS), slow(), stop);
+    let (outcome, second_sink) = second.await.unwrap();
+    assert!(outcome.unwrap().completed);
+    let mut all = keys(&sink.lines);
+    all.extend(keys(&second_sink.lines));
+    assert_eq!(
+        all.len(),
+        ITEMS,
+        "nothing read twice after a graceful hand-back"
+    );
+    for write in leases.log() {
+        let by_second = write.kind == WriteKind::Take
+            && write
+                .after
+                .as_ref()
+                .and_then(|a| a.owner.clone())
+                .is_some_and(|o| o.as_str() == "second");
+        if by_second && write.unit.is_work() {
+            assert_eq!(
+                write.before.and_then(|b| b.owner),
+                None,
+                "taken free, not expired"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_segment_count_is_refused_while_a_shared_scan_is_unfinished() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(5);
+    let (handle, stop) = Cancel::new();
+    let first = spawn(scan(&table, &leases, "first", SEGMENTS), slow(), stop);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    handle.cancel();
+    first.await.unwrap().0.unwrap();
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(scan(&table, &leases, "second", 4), slow(), stop)
+        .await
+        .unwrap();
+    let error = outcome.unwrap_err().to_string();
+    assert!(
+        error.contains("12 segment(s)") && error.contains("source.segments is 4"),
+        "{error}"
+    );
+}
