@@ -436,15 +436,7 @@ fn two_overwrite_runs_leave_the_items_once_plain_and_gzipped(emulator: Emulator)
         } else {
             std::fs::read_to_string(&pipeline.out).unwrap()
         };
-        let keys: Vec<String> = text
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["pk"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
+        let keys = ddbpipe_testkit::pks(text.lines());
         let distinct: BTreeSet<&String> = keys.iter().collect();
         assert_eq!((keys.len(), distinct.len()), (501, 501), "gzip: {gzip}");
         let mut names: Vec<String> = std::fs::read_dir(pipeline.dir.path())

@@ -61,16 +61,8 @@ fn worker_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn keys_in(file: &Path) -> Vec<String> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["pk"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    ddbpipe_testkit::pks(text.lines())
 }
 
 fn signal(child: &Child, name: &str) {

@@ -18,6 +18,10 @@ pub fn describe_metrics() {
         "ddbpipe_leases_total",
         "Lease events of this worker, by event (taken, stolen, lost, finished)"
     );
+    describe_counter!(
+        "ddbpipe_lease_requests_total",
+        "Requests this worker sent to the lease table, by request (query, get, create, take, renew, checkpoint, release, delete)"
+    );
     describe_gauge!(
         "ddbpipe_leases_held",
         "Work leases this worker holds (the leader lease not counted)"

@@ -62,14 +62,8 @@ async fn checkpointer(dir: &std::path::Path, segments: u32) -> Checkpointer {
 }
 
 fn keys(lines: &[String]) -> BTreeSet<String> {
-    lines
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["pk"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+    ddbpipe_testkit::pks(lines.iter().map(String::as_str))
+        .into_iter()
         .collect()
 }
 

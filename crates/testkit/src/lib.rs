@@ -24,3 +24,20 @@ mod stream_run;
 
 pub use memory::{Acked, MemorySink};
 pub use stream_run::fake_stream_run;
+
+/// The `pk` string of each JSON line, in order: the key of the test tables' items.
+///
+/// # Panics
+/// On a line that is not a JSON object with a string `pk` (a failed test).
+#[allow(clippy::unwrap_used)]
+pub fn pks<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    lines
+        .into_iter()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["pk"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}

@@ -276,6 +276,14 @@ pub fn parse(
             if let Some(warning) = sink::stale_rows_warning(&source, &sink) {
                 warnings.push(warning);
             }
+            if coordination.is_some() && state.path_set {
+                warnings.push(
+                    "state.path has no effect with coordination: a shared run keeps its \
+                     position in the lease rows (state.flush_interval_ms still spaces their \
+                     checkpoints)"
+                        .to_string(),
+                );
+            }
             Ok(PipelineConfig {
                 name,
                 source,

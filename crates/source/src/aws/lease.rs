@@ -59,6 +59,12 @@ fn n(number: impl ToString) -> AttributeValue {
 }
 
 /// The error of a request on `unit`: a failed condition is a conflict.
+/// Counts one request to the lease table by what it does (`ddbpipe_lease_requests_total`):
+/// `query`, `get`, `create`, `take`, `renew`, `checkpoint`, `release`, `delete`.
+fn counted(request: &'static str) {
+    metrics::counter!("ddbpipe_lease_requests_total", "request" => request).increment(1);
+}
+
 fn lease_error<E, R>(error: SdkError<E, R>, unit: &UnitId) -> LeaseError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -194,27 +200,11 @@ impl AwsLeaseTable {
     /// described every `poll` until active, at most `attempts` times. An existing table with
     /// another key schema is a fatal error naming it.
     pub async fn ensure_table(&self, poll: Duration, attempts: u32) -> Result<(), LeaseError> {
-        let unit = UnitId::Leader;
         for attempt in 0..attempts.max(1) {
-            let described = self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .send()
-                .await;
-            match described {
-                Ok(output) => {
-                    if let Some(table) = output.table {
-                        self.check_keys(table.key_schema())?;
-                        if table.table_status == Some(TableStatus::Active) {
-                            return Ok(());
-                        }
-                    }
-                }
-                Err(error) if error.code() == Some("ResourceNotFoundException") => {
-                    self.create_table().await?;
-                }
-                Err(error) => return Err(lease_error(error, &unit)),
+            match self.status().await? {
+                Some(true) => return Ok(()),
+                Some(false) => {}
+                None => self.create_table().await?,
             }
             if attempt + 1 < attempts {
                 tokio::time::sleep(poll).await;
@@ -228,6 +218,12 @@ impl AwsLeaseTable {
     /// Whether the table exists (`DescribeTable`), refusing one whose key schema is not a
     /// lease table's; `check`, `state show` and `state reset` ask this, and create nothing.
     pub async fn exists(&self) -> Result<bool, LeaseError> {
+        Ok(self.status().await?.is_some())
+    }
+
+    /// One `DescribeTable`: `None` when the table is missing, else whether it is `ACTIVE`; a
+    /// table with another key schema is a fatal error naming it.
+    async fn status(&self) -> Result<Option<bool>, LeaseError> {
         let described = self
             .client
             .describe_table()
@@ -235,13 +231,14 @@ impl AwsLeaseTable {
             .send()
             .await;
         match described {
-            Ok(output) => {
-                if let Some(table) = output.table {
+            Ok(output) => Ok(Some(match output.table {
+                Some(table) => {
                     self.check_keys(table.key_schema())?;
+                    table.table_status == Some(TableStatus::Active)
                 }
-                Ok(true)
-            }
-            Err(error) if error.code() == Some("ResourceNotFoundException") => Ok(false),
+                None => false,
+            })),
+            Err(error) if error.code() == Some("ResourceNotFoundException") => Ok(None),
             Err(error) => Err(lease_error(error, &UnitId::Leader)),
         }
     }
@@ -332,6 +329,7 @@ impl LeaseTable for AwsLeaseTable {
         let mut leases = Vec::new();
         let mut start = None;
         loop {
+            counted("query");
             let output = self
                 .client
                 .query()
@@ -361,6 +359,7 @@ impl LeaseTable for AwsLeaseTable {
         pipeline: &PipelineName,
         unit: &UnitId,
     ) -> Result<Option<Lease>, LeaseError> {
+        counted("get");
         let output = self
             .client
             .get_item()
@@ -374,6 +373,7 @@ impl LeaseTable for AwsLeaseTable {
     }
 
     async fn create(&self, pipeline: &PipelineName, lease: &Lease) -> Result<(), LeaseError> {
+        counted("create");
         self.client
             .put_item()
             .table_name(&self.table)
@@ -393,6 +393,7 @@ impl LeaseTable for AwsLeaseTable {
         seen: LeaseCounter,
         owner: &WorkerId,
     ) -> Result<Lease, LeaseError> {
+        counted("take");
         let update = self
             .client
             .update_item()
@@ -423,6 +424,7 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
+        counted("renew");
         updated(self.held_update(pipeline, unit, held, "", None), unit).await
     }
 
@@ -434,6 +436,7 @@ impl LeaseTable for AwsLeaseTable {
         checkpoint: &str,
         state: LeaseState,
     ) -> Result<Lease, LeaseError> {
+        counted("checkpoint");
         let remove = state.is_finished().then_some("#owner");
         let update = self
             .held_update(
@@ -458,6 +461,7 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
+        counted("release");
         updated(
             self.held_update(pipeline, unit, held, "", Some("#owner")),
             unit,
@@ -471,6 +475,7 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         seen: LeaseCounter,
     ) -> Result<(), LeaseError> {
+        counted("delete");
         self.client
             .delete_item()
             .table_name(&self.table)

@@ -141,3 +141,19 @@ fn what_this_version_does_not_share_is_refused_up_front() {
         );
     }
 }
+
+#[test]
+fn a_state_path_is_ineffective_with_coordination() {
+    let config = parse_ok(&format!(
+        "{}state: {{path: s.json}}\n",
+        shared("segments: 4", WORKER_FILE, "{lease_table: leases}")
+    ));
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("state.path has no effect")),
+        "{:?}",
+        config.warnings
+    );
+}
