@@ -5,7 +5,7 @@ several workers").
 
 Usage: scripts/takeover.py [path/to/ddbpipe] [lease_duration_secs]
 
-Two workers share a slow scan (16 segments, one read unit a second each); once both write,
+Two workers share a slow scan (16 segments, two read units a second each); once both write,
 worker `a` is SIGKILLed. The take-over time is from the kill to worker `b` taking the last of
 `a`'s segments, read from `b`'s JSON log. Each worker's lease requests come from its metrics
 file (`ddbpipe_lease_requests_total`), divided by its run time.
@@ -25,6 +25,7 @@ import boto3
 
 BINARY = sys.argv[1] if len(sys.argv) > 1 else "target/debug/ddbpipe"
 DURATION = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+ITEMS = 2400
 
 
 def free_port():
@@ -67,7 +68,7 @@ def run(port):
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    for start in range(0, 3200, 25):
+    for start in range(0, ITEMS, 25):
         ddb.batch_write_item(
             RequestItems={
                 "items": [
@@ -92,7 +93,7 @@ source:
   max_concurrency: 2
   page_limit: 10
   batch_size: 10
-  max_read_units_per_second: 1
+  max_read_units_per_second: 2
 sink: {{type: jsonl, path: '{tmp}/out-{{worker}}.jsonl'}}
 coordination: {{lease_table: leases, worker_id: {worker}, lease_duration_secs: {DURATION}}}
 """
@@ -133,10 +134,10 @@ coordination: {{lease_table: leases, worker_id: {worker}, lease_duration_secs: {
     with open(os.path.join(tmp, "b.log")) as f:
         for line in f:
             event = json.loads(line)
-            fields = event.get("fields", {})
-            if fields.get("message") == "Lease taken." and fields.get("lease") in held_by_a:
+            if event.get("message") == "Lease taken." and event.get("lease") in held_by_a:
                 takes.append(event["timestamp"])
-    times = sorted(parse(t) for t in takes)
+    # Only takes after the kill: a unit may have changed hands earlier (a steal, a hand-back).
+    times = sorted(t for t in (parse(t) for t in takes) if t > killed)
     rates = {}
     for worker, until in (("a", killed), ("b", ended)):
         path = os.path.join(tmp, f"{worker}.prom")
@@ -151,8 +152,8 @@ coordination: {{lease_table: leases, worker_id: {worker}, lease_duration_secs: {
     for worker in ("a", "b"):
         with open(os.path.join(tmp, f"out-{worker}.jsonl")) as f:
             union.update(json.loads(line)["pk"] for line in f)
-    print(f"lease_duration_secs {DURATION}; worker b exit {code}; items in the union {len(union)} of 3200")
-    print(f"a held {len(held_by_a)} segment(s) when killed; b took {len(times)} of them")
+    print(f"lease_duration_secs {DURATION}; worker b exit {code}; items in the union {len(union)} of {ITEMS}")
+    print(f"a held {len(held_by_a)} segment(s) when killed; b took {len(times)} of them after the kill")
     if times:
         print(f"take-over: first {times[0] - killed:.2f} s, last {times[-1] - killed:.2f} s after the SIGKILL")
     total, took = rates["b"]

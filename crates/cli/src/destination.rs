@@ -13,7 +13,7 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
-use ddbpipe_pipeline::sink::{Records, RunStart, Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::{Fence, Records, RunStart, Sink, SinkError, Staged};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
 use ddbpipe_pipeline::state::identity::Output;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
@@ -65,6 +65,27 @@ impl Sink for AnySink {
             AnySink::Keyed(sink) => sink.versioned(),
         }
     }
+
+    fn fences(&self) -> bool {
+        match self {
+            AnySink::Jsonl(sink) => sink.fences(),
+            AnySink::Keyed(sink) => sink.fences(),
+        }
+    }
+
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        match self {
+            AnySink::Jsonl(sink) => sink.write_fenced(batch, fence).await,
+            AnySink::Keyed(sink) => sink.write_fenced(batch, fence).await,
+        }
+    }
+
+    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+        match self {
+            AnySink::Jsonl(sink) => sink.claim(fence).await,
+            AnySink::Keyed(sink) => sink.claim(fence).await,
+        }
+    }
 }
 
 /// The sink of a run, where its position lives, and the run's lock.
@@ -107,6 +128,25 @@ pub async fn open(
             _lock: Some(lock),
         });
     }
+    let (_, sink) = keyed_sink(config, table, records, true).await?;
+    Ok(Destination {
+        store: Box::new(sink.state_store()),
+        sink: AnySink::Keyed(sink),
+        cleanup,
+        _lock: None,
+    })
+}
+
+/// The keyed sink of `config`, prepared (its table created or checked), and its database.
+/// With `lock`, the pipeline's run lock is taken first; the workers of a shared run take none
+/// (their lease fences keep them apart, docs/coordination.md §11.10).
+pub async fn keyed_sink(
+    config: &PipelineConfig,
+    table: Option<&TableDescription>,
+    records: Records,
+    lock_run: bool,
+) -> Result<(Database, KeyedSink), Failure> {
+    let source = &config.source;
     let Some(table) = table else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a keyed sink needs the table's key schema"
@@ -116,7 +156,9 @@ pub async fn open(
     let db = connect(config)
         .await?
         .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
-    lock(&db, &config.name).await?;
+    if lock_run {
+        lock(&db, &config.name).await?;
+    }
     let retry = source.retry.policy();
     let sink = KeyedSink::new(
         db.clone(),
@@ -130,12 +172,7 @@ pub async fn open(
         },
     );
     sink.prepare().await.map_err(Failure::runtime)?;
-    Ok(Destination {
-        store: Box::new(sink.state_store()),
-        sink: AnySink::Keyed(sink),
-        cleanup,
-        _lock: None,
-    })
+    Ok((db, sink))
 }
 
 /// The settings of a jsonl sink. `records` says whether the run can complete (items: scan,

@@ -16,6 +16,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::ScalarAttributeType;
 use serde_json::Value;
 
+use common::keyed::{Destination, Target};
 use common::{Emulator, item, s, stderr, stdout};
 
 const ITEMS: usize = 1200;
@@ -23,16 +24,30 @@ const ITEMS: usize = 1200;
 /// A pipeline file sharing a slow scan of `items` (12 segments, 10 items a page, one read
 /// unit a second per worker) into `out-{worker}.jsonl`.
 fn shared_pipeline(dir: &Path, endpoint: &str, worker_id: Option<&str>) -> PathBuf {
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n",
+        dir.display()
+    );
+    shared_pipeline_into(dir, endpoint, worker_id, &sink, 1)
+}
+
+/// [`shared_pipeline`] with another `sink:` section and read rate.
+fn shared_pipeline_into(
+    dir: &Path,
+    endpoint: &str,
+    worker_id: Option<&str>,
+    sink: &str,
+    units_per_second: u32,
+) -> PathBuf {
     let worker = worker_id.map_or(String::new(), |id| format!("\n  worker_id: {id}"));
     let yaml = format!(
         "name: shared-scan\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
          credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n  \
          table_name: items\n  segments: 12\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
-         max_read_units_per_second: 1\n\
-         sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n\
+         max_read_units_per_second: {units_per_second}\n\
+         {sink}\
          state:\n  flush_interval_ms: 0\n\
-         coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3{worker}\n",
-        dir.display()
+         coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3{worker}\n"
     );
     let config = dir.join("pipeline.yaml");
     std::fs::write(&config, yaml).unwrap();
@@ -200,6 +215,68 @@ fn state_reset_refuses_while_a_worker_holds_leases(emulator: Emulator) {
     }
     let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+}
+
+/// Three workers load one keyed table, one SIGKILLed and one SIGSTOPped past its lease: the
+/// table ends holding every item, each batch having passed its lease fence; `state reset`
+/// clears the leases and the fences.
+fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target: Target) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(target, dir.path());
+    let config = shared_pipeline_into(
+        dir.path(),
+        &running.endpoint,
+        None,
+        &destination.sink_yaml(),
+        2,
+    );
+    let check = common::ddbpipe(&["check"], &config);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
+    );
+
+    let mut killed = common::spawn_run(&config);
+    let stopped = common::spawn_run(&config);
+    let steady = common::spawn_run(&config);
+    let loading = common::wait_for(Duration::from_secs(90), || {
+        destination.rows("items").len() >= 100
+    });
+    assert!(loading, "the workers load the table");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    signal(&stopped, "CONT");
+    for (what, output) in [("stopped", finished(stopped)), ("steady", finished(steady))] {
+        assert_eq!(output.status.code(), Some(0), "{what}: {}", stderr(&output));
+    }
+    let keys: BTreeSet<String> = destination.rows("items").into_keys().collect();
+    let expected: BTreeSet<String> = (0..ITEMS).map(|i| format!("k{i:05}")).collect();
+    assert_eq!(keys, expected, "the table holds every item");
+
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    assert!(
+        stdout(&reset).contains("removed the lease fences"),
+        "{}",
+        stdout(&reset)
+    );
+}
+
+#[test]
+fn three_workers_load_one_sqlite_table_on_moto() {
+    three_workers_load_one_table_through_their_fences(Emulator::Moto, Target::Sqlite);
+}
+
+#[test]
+fn three_workers_load_one_postgres_table_on_dynoxide() {
+    three_workers_load_one_table_through_their_fences(Emulator::Dynoxide, Target::Postgres);
 }
 
 on_both_emulators!(

@@ -189,12 +189,17 @@ pub struct StateWrite {
     /// `updated_at` of the written parts (RFC 3339); rows written in the same transaction get
     /// it as their `_ddbpipe_updated_at` (empty: the time of the write).
     pub updated_at: String,
+    /// Lease fences the transaction must pass, `(unit, counter)` (docs/coordination.md §11.7
+    /// rule 4): each advances the unit's stored counter in `_ddbpipe_fences`, and a stored
+    /// counter above it (a newer owner of the lease wrote) rolls the whole transaction back with
+    /// a [`DbError`] whose `fenced` is set.
+    pub fences: Vec<(String, u64)>,
 }
 
 impl StateWrite {
     /// Whether nothing is to be written.
     pub fn is_empty(&self) -> bool {
-        self.upserts.is_empty() && self.deletes.is_empty()
+        self.upserts.is_empty() && self.deletes.is_empty() && self.fences.is_empty()
     }
 }
 
@@ -230,6 +235,9 @@ pub struct DbError {
     /// Connection loss, serialization failure, deadlock, too many connections, admin shutdown,
     /// SQLite busy/locked: retry the whole transaction.
     pub retryable: bool,
+    /// A lease fence refused the transaction: a newer owner of the unit wrote (nothing of the
+    /// transaction was applied). Definite for this worker's unit.
+    pub fenced: bool,
 }
 
 impl DbError {
@@ -238,9 +246,28 @@ impl DbError {
         DbError {
             message: message.into(),
             retryable: false,
+            fenced: false,
+        }
+    }
+
+    /// A transaction refused by the fence of `unit`: this worker holds `held`, a newer owner
+    /// stored `stored`.
+    pub fn fenced(where_: &str, pipeline: &str, unit: &str, held: u64, stored: i64) -> Self {
+        DbError {
+            message: format!(
+                "{where_}: the lease of {unit} (pipeline '{pipeline}') was taken over: its fence \
+                 holds counter {stored}, this worker's lease {held}; the batch was not written \
+                 (if no other worker runs, the lease table was reset without `ddbpipe state \
+                 reset`: run it to clear the fences)"
+            ),
+            retryable: false,
+            fenced: true,
         }
     }
 }
+
+/// The table of lease fences beside the state table (docs/coordination.md §11.7 rule 4).
+pub const FENCE_TABLE: &str = "_ddbpipe_fences";
 
 /// Who holds a pipeline's lock, when it is held.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{Fence, Records, Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
@@ -103,7 +103,9 @@ impl KeyedSink {
     /// A database error after the sink's retries: transient when it was retryable.
     fn db_error(&self, error: DbError) -> SinkError {
         SinkError {
-            class: if error.retryable {
+            class: if error.fenced {
+                SinkErrorClass::Fenced
+            } else if error.retryable {
                 SinkErrorClass::Transient
             } else {
                 SinkErrorClass::Definite
@@ -468,8 +470,15 @@ fn short(text: &str) -> String {
     }
 }
 
-impl Sink for KeyedSink {
-    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+impl KeyedSink {
+    /// Writes `batch` with the state of `state` and the lease fence of `fence`, in one
+    /// transaction.
+    async fn write_with(
+        &mut self,
+        batch: &Batch,
+        state: Option<&Staged>,
+        fence: Option<&Fence>,
+    ) -> Result<(), SinkError> {
         let snapshot_id = state.and_then(Staged::snapshot_id);
         let repair_id = state.and_then(Staged::repair_id);
         let rows = self
@@ -482,6 +491,11 @@ impl Sink for KeyedSink {
             }
             None => (StateWrite::default(), None),
         };
+        let mut write = write;
+        if let Some(fence) = fence {
+            write.pipeline.clone_from(&fence.pipeline);
+            write.fences.push((fence.unit.clone(), fence.counter));
+        }
         if rows.is_empty() && write.is_empty() {
             return Ok(());
         }
@@ -492,6 +506,32 @@ impl Sink for KeyedSink {
             self.state.written(parts);
         }
         Ok(())
+    }
+}
+
+impl Sink for KeyedSink {
+    async fn write(&mut self, batch: &Batch, state: Option<&Staged>) -> Result<(), SinkError> {
+        self.write_with(batch, state, None).await
+    }
+
+    fn fences(&self) -> bool {
+        true
+    }
+
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        self.write_with(batch, None, Some(fence)).await
+    }
+
+    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+        let write = StateWrite {
+            pipeline: fence.pipeline.clone(),
+            fences: vec![(fence.unit.clone(), fence.counter)],
+            ..StateWrite::default()
+        };
+        self.db
+            .store_state(&write)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     fn describe(&self) -> String {

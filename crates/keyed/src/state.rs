@@ -192,6 +192,7 @@ impl DatabaseStore {
             updated_at: entry.map_or_else(ddbpipe_pipeline::checkpoint::now_rfc3339, |e| {
                 e.updated_at.clone()
             }),
+            fences: Vec::new(),
         };
         (write, parts)
     }

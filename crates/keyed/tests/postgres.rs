@@ -1447,3 +1447,11 @@ async fn a_role_without_temporary_copies_new_keys_and_writes_the_rest_row_by_row
         let _ = admin.batch_execute(&statement).await;
     }
 }
+
+#[tokio::test]
+async fn a_lease_fence_refuses_an_older_owners_batches() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("pk", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    common::fences_refuse_older_owners(&fx.db, &spec).await;
+}

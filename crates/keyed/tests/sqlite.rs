@@ -948,3 +948,9 @@ async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_it
         versions::seen("{}", Some(7), Some(versions::T), Some("100"))
     );
 }
+
+#[tokio::test]
+async fn a_lease_fence_refuses_an_older_owners_batches() {
+    let (fx, spec) = Fixture::with_orders().await;
+    common::fences_refuse_older_owners(&fx.db, &spec).await;
+}

@@ -26,6 +26,22 @@ pub enum SinkErrorClass {
     /// Retrying cannot help (a record the sink cannot store, a constraint, a wrong table):
     /// every rerun fails on the same batch until its cause is fixed.
     Definite,
+    /// A lease fence refused the batch: a newer owner of its unit wrote to the sink
+    /// (docs/coordination.md §11.7 rule 4). Nothing of the batch was written; the unit is lost
+    /// to this worker.
+    Fenced,
+}
+
+/// The fencing token of a lease, for a sink that keeps one per unit (docs/coordination.md
+/// §11.7 rule 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The pipeline.
+    pub pipeline: String,
+    /// The unit (`segment:<i>/<n>`).
+    pub unit: String,
+    /// The lease counter this worker holds.
+    pub counter: u64,
 }
 
 /// The entry a batch's positions reach, for a sink whose database holds the position: it
@@ -88,6 +104,33 @@ pub trait Sink: Send {
     /// a sink that publishes a run's output at its end (an atomic rename) does it here. Never
     /// called for an interrupted run, nor for streams and mirror runs (they do not complete).
     fn complete(&mut self) -> impl Future<Output = Result<(), SinkError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Whether the sink keeps lease fences: a shared run then writes each batch with its
+    /// unit's [`Fence`] through [`Sink::write_fenced`], one unit per batch, and claims each
+    /// lease it takes with [`Sink::claim`] before its first batch (docs/coordination.md §11.7
+    /// rule 4). A sink that does not (jsonl: each worker writes its own file) is written as usual.
+    fn fences(&self) -> bool {
+        false
+    }
+
+    /// Writes the batch of one unit in one transaction with its fence: refused
+    /// ([`SinkErrorClass::Fenced`]) with nothing written when a newer owner's counter is stored.
+    fn write_fenced(
+        &mut self,
+        batch: &Batch,
+        fence: &Fence,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = fence;
+        self.write(batch, None)
+    }
+
+    /// Stores a newly taken lease's counter before its first batch, so an earlier owner's late
+    /// batch is refused from now on; refused ([`SinkErrorClass::Fenced`]) when an even newer
+    /// owner's counter is stored.
+    fn claim(&mut self, fence: &Fence) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = fence;
         async { Ok(()) }
     }
 

@@ -473,3 +473,127 @@ async fn seeded_workers_with_crashes_pauses_and_lease_faults_lose_no_item() {
         assert_eq!(done, segments as usize, "seed {seed}: {rows:?}");
     }
 }
+
+/// What a [`FencingSink`] accepted: the unit, the counter it was written under, how many lease
+/// writes had been applied when it was, and its lines.
+type Accepted = Arc<std::sync::Mutex<Vec<(String, u64, usize, Vec<String>)>>>;
+
+/// A sink that keeps lease fences the way the keyed sinks do (one stored counter per unit; a
+/// lower one is refused), sharing one store between workers like one database; one write may
+/// stall past the lease before its transaction (a paused process).
+struct FencingSink {
+    fences: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    accepted: Accepted,
+    leases: MemoryLeaseTable,
+    stall_at: Option<usize>,
+    writes: usize,
+}
+
+impl FencingSink {
+    fn pass(&self, fence: &ddbpipe_pipeline::sink::Fence) -> Result<(), SinkError> {
+        let mut fences = self.fences.lock().unwrap();
+        let stored = fences.entry(fence.unit.clone()).or_insert(0);
+        if *stored > fence.counter {
+            return Err(SinkError {
+                sink: "fencing".into(),
+                message: format!("{} fenced at {stored}", fence.unit),
+                class: ddbpipe_pipeline::sink::SinkErrorClass::Fenced,
+            });
+        }
+        *stored = fence.counter;
+        Ok(())
+    }
+}
+
+impl Sink for FencingSink {
+    async fn write(&mut self, _batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
+        panic!("a fencing sink is written with its fence");
+    }
+
+    fn fences(&self) -> bool {
+        true
+    }
+
+    async fn write_fenced(
+        &mut self,
+        batch: &Batch,
+        fence: &ddbpipe_pipeline::sink::Fence,
+    ) -> Result<(), SinkError> {
+        self.writes += 1;
+        if self.stall_at == Some(self.writes) {
+            tokio::time::sleep(Duration::from_secs(40)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(batch.segments.len() <= 1, "one unit per batch");
+        self.pass(fence)?;
+        let lines = batch
+            .records
+            .iter()
+            .map(|l| String::from_utf8(l.to_vec()).unwrap())
+            .collect();
+        self.accepted.lock().unwrap().push((
+            fence.unit.clone(),
+            fence.counter,
+            self.leases.log().len(),
+            lines,
+        ));
+        Ok(())
+    }
+
+    async fn claim(&mut self, fence: &ddbpipe_pipeline::sink::Fence) -> Result<(), SinkError> {
+        self.pass(fence)
+    }
+
+    fn describe(&self) -> String {
+        "fencing".into()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_worker_cannot_write_a_unit_after_its_new_owner_claimed_it() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(6);
+    let fences = Arc::default();
+    let accepted: Accepted = Arc::default();
+    let sink = |stall_at| FencingSink {
+        fences: Arc::clone(&fences),
+        accepted: Arc::clone(&accepted),
+        leases: leases.connect(),
+        stall_at,
+        writes: 0,
+    };
+    let (_, stop) = Cancel::new();
+    let zombie = spawn(
+        scan(&table, &leases, "zombie", SEGMENTS),
+        sink(Some(5)),
+        stop,
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, stop) = Cancel::new();
+    let other = spawn(scan(&table, &leases, "other", SEGMENTS), sink(None), stop);
+    let zombie = zombie.await.unwrap().0.unwrap();
+    let other = other.await.unwrap().0.unwrap();
+    assert!(zombie.completed && other.completed);
+    assert!(zombie.leases.lost >= 1, "{zombie:?}");
+    let accepted = accepted.lock().unwrap().clone();
+    let log = leases.log();
+    for (at, write) in log.iter().enumerate() {
+        let Some(after) = &write.after else { continue };
+        if write.kind != WriteKind::Take || !write.unit.is_work() {
+            continue;
+        }
+        let unit = write.unit.to_string();
+        for (written, counter, log_len, _) in &accepted {
+            assert!(
+                !(*written == unit && *counter < after.counter.0 && *log_len > at),
+                "{unit} written under counter {counter} after it was taken under {}",
+                after.counter.0
+            );
+        }
+    }
+    let read: BTreeSet<String> = accepted
+        .iter()
+        .flat_map(|(_, _, _, lines)| keys(lines))
+        .collect();
+    assert_eq!(read.len(), ITEMS, "every item written under a live lease");
+}

@@ -182,14 +182,8 @@ pub(super) fn validate(
                 ));
             }
         }
-        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => errors.push(ConfigError::new(
-            "coordination",
-            format!(
-                "this version shares work into jsonl sinks only; the {} sink runs as one \
-                 process: remove the coordination section",
-                sink.kind()
-            ),
-        )),
+        // Every worker writes the one database, each batch fenced by its lease (§11.7).
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {}
     }
     if source.snapshot.engine == SnapshotEngine::Export {
         errors.push(ConfigError::new(

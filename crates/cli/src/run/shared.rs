@@ -22,7 +22,7 @@ use crate::args::ProgressMode;
 use crate::config::{
     CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER,
 };
-use crate::destination;
+use crate::destination::{self, AnySink};
 use crate::failure::{Exit, Failure};
 use crate::telemetry::{Line, ScanProgress, say};
 use crate::wiring::{self, describe};
@@ -48,7 +48,12 @@ pub async fn run(
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
-    let mut sink = open_worker_file(config, &worker_id)?;
+    let mut sink = match &config.sink {
+        SinkConfig::Jsonl(_) => AnySink::Jsonl(open_worker_file(config, &worker_id)?),
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            AnySink::Keyed(open_keyed(config, &table).await?)
+        }
+    };
     let leases = open_lease_table(&sdk, coordination).await?;
     let settings = LeaseSettings::new(coordination.lease_duration_secs)
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
@@ -129,13 +134,37 @@ fn open_worker_file(config: &PipelineConfig, worker_id: &str) -> Result<JsonlSin
     let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id))
     else {
         return Err(Failure::runtime(anyhow!(
-            "internal error: a shared run needs a jsonl file sink"
+            "internal error: a shared run into jsonl needs a file path"
         )));
     };
     let mut settings = destination::jsonl_settings(jsonl, Records::Items);
     settings.target = jsonl::JsonlTarget::File(path);
     JsonlSink::open(settings, &config.name).map_err(Failure::runtime)
 }
+
+/// The keyed sink every worker writes, without the run lock (the lease fences keep the workers
+/// apart). Workers starting together may race to create its tables: a failed preparation is
+/// tried again, a few times.
+async fn open_keyed(
+    config: &PipelineConfig,
+    table: &ddbpipe_source::api::TableDescription,
+) -> Result<ddbpipe_keyed::sink::KeyedSink, Failure> {
+    let mut attempt = 0;
+    loop {
+        match destination::keyed_sink(config, Some(table), Records::Items, false).await {
+            Ok((_, sink)) => return Ok(sink),
+            Err(failure) if attempt < PREPARE_ATTEMPTS => {
+                attempt += 1;
+                tracing::debug!(error = %failure.error, attempt, "Preparing the sink failed; trying again.");
+                tokio::time::sleep(Duration::from_millis(300 * u64::from(attempt))).await;
+            }
+            Err(failure) => return Err(failure),
+        }
+    }
+}
+
+/// How often a worker tries again to prepare a keyed sink's tables.
+const PREPARE_ATTEMPTS: u32 = 3;
 
 /// The lease table, created when missing (docs/coordination.md §11.1).
 pub async fn open_lease_table(

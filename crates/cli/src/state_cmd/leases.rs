@@ -10,6 +10,7 @@ use ddbpipe_source::plan;
 use serde_json::json;
 
 use crate::config::{CoordinationConfig, PipelineConfig};
+use crate::destination;
 use crate::failure::{Exit, Failure};
 use crate::run::shared::lease_table_failure;
 
@@ -116,12 +117,12 @@ pub async fn reset(
 ) -> Result<Exit, Failure> {
     let Some((table, name)) = open(config, coordination).await? else {
         println!("no leases for pipeline '{}'", config.name);
-        return Ok(Exit::Ok);
+        return clear_fences(config).await;
     };
     let before = list(&table, &name, coordination).await?;
     if before.is_empty() {
         println!("no leases for pipeline '{}'", config.name);
-        return Ok(Exit::Ok);
+        return clear_fences(config).await;
     }
     let after = if before.iter().any(|l| l.owner.is_some()) {
         let wait = Duration::from_secs(coordination.lease_duration_secs);
@@ -181,5 +182,27 @@ pub async fn reset(
         config.name,
         coordination.lease_table
     );
+    clear_fences(config).await
+}
+
+/// Deletes the pipeline's lease fences in a keyed destination. Lease counters start again with
+/// new rows, so fences left behind would refuse every new lease; a reset whose rows are
+/// already gone clears them too.
+async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
+    if config.sink.keyed().is_some()
+        && let Some(db) = destination::open_existing(config).await?
+    {
+        let removed = db
+            .reset_state(&config.name)
+            .await
+            .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))?;
+        if removed {
+            println!(
+                "removed the lease fences of pipeline '{}' from {}",
+                config.name,
+                db.describe()
+            );
+        }
+    }
     Ok(Exit::Ok)
 }

@@ -106,8 +106,8 @@ use self::session::{
 };
 use self::sql::{
     StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
-    key_param, mark_deleted_sql, qualified, repair_delete_sql, repair_mark_sql, repair_sweep_sql,
-    repair_upsert_sql, spec_context, table_context, upsert_sql, validate,
+    key_param, mark_deleted_sql, pass_fences, qualified, repair_delete_sql, repair_mark_sql,
+    repair_sweep_sql, repair_upsert_sql, spec_context, table_context, upsert_sql, validate,
 };
 use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339,
@@ -307,6 +307,7 @@ impl PostgresDatabase {
                 state_statements.push_calls(state, &mut calls)?;
                 let tx = client.transaction().await?;
                 let written = async {
+                    pass_fences(&tx, &spec.schema, &context, state).await?;
                     bulk::direct(&tx, spec, rows, &writes, bulk, &updated_at).await?;
                     execute_pipelined(&tx, &calls).await
                 }
@@ -343,6 +344,7 @@ impl PostgresDatabase {
                 state_statements.push_calls(state, &mut calls)?;
                 let tx = client.transaction().await?;
                 let written = async {
+                    pass_fences(&tx, &spec.schema, &context, state).await?;
                     bulk::write(&tx, spec, rows, &writes, &key_texts, bulk, &merge, &updated_at).await?;
                     execute_pipelined(&tx, &calls).await
                 }
@@ -459,7 +461,11 @@ impl PostgresDatabase {
             state_statements.push_calls(state, &mut calls)?;
 
             let tx = client.transaction().await?;
-            let written = execute_pipelined(&tx, &calls).await;
+            let written = async {
+                pass_fences(&tx, &spec.schema, &context, state).await?;
+                execute_pipelined(&tx, &calls).await
+            }
+            .await;
             end_transaction(tx, written).await
         }
         .await;
@@ -487,7 +493,11 @@ impl PostgresDatabase {
             let mut calls = Vec::new();
             statements.push_calls(state, &mut calls)?;
             let tx = client.transaction().await?;
-            let written = execute_pipelined(&tx, &calls).await;
+            let written = async {
+                pass_fences(&tx, &schema, &context, state).await?;
+                execute_pipelined(&tx, &calls).await
+            }
+            .await;
             end_transaction(tx, written).await
         }
         .await;
@@ -535,11 +545,22 @@ impl PostgresDatabase {
                 "DELETE FROM {} WHERE pipeline = $1::text",
                 qualified(&schema, STATE_TABLE)
             );
-            match client.execute(&sql, &[&pipeline]).await {
-                Ok(deleted) => Ok(deleted > 0),
-                Err(e) if is_missing_relation(&e) => Ok(false),
-                Err(e) => Err(e.into()),
-            }
+            let deleted = match client.execute(&sql, &[&pipeline]).await {
+                Ok(deleted) => deleted,
+                Err(e) if is_missing_relation(&e) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            };
+            let fences = format!(
+                "DELETE FROM {} WHERE pipeline = $1::text",
+                qualified(&schema, crate::FENCE_TABLE)
+            );
+            // A database of a version before fences has no fence table.
+            let fenced = match client.execute(&fences, &[&pipeline]).await {
+                Ok(fenced) => fenced,
+                Err(e) if is_missing_relation(&e) => 0,
+                Err(e) => return Err(e.into()),
+            };
+            Ok(deleted + fenced > 0)
         }
         .await;
         session.finish(&self.shared, &context, result)
@@ -822,6 +843,7 @@ mod tests {
             upserts: vec![("position".into(), position.into())],
             deletes: Vec::new(),
             updated_at: String::new(),
+            fences: Vec::new(),
         };
         let odd = "tab\there\nnewline\\back\rcr";
         let first = [

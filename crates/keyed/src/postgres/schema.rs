@@ -251,7 +251,10 @@ pub(super) fn create_deleted_sql(schema: &str) -> String {
 pub(super) fn create_state_sql(schema: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, part text NOT NULL, \
-         value jsonb NOT NULL, updated_at text NOT NULL, PRIMARY KEY (pipeline, part))",
-        qualified(schema, STATE_TABLE)
+         value jsonb NOT NULL, updated_at text NOT NULL, PRIMARY KEY (pipeline, part)); \
+         CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, unit text NOT NULL, \
+         counter bigint NOT NULL, PRIMARY KEY (pipeline, unit))",
+        qualified(schema, STATE_TABLE),
+        qualified(schema, crate::FENCE_TABLE)
     )
 }

@@ -165,6 +165,7 @@ impl Shared {
                     error_text(&e)
                 )),
                 retryable,
+                fenced: false,
             }
         })
     }
@@ -240,6 +241,7 @@ impl Session {
             Err(Failure::Db(e)) => Err(DbError {
                 message: shared.scrub(e.message),
                 retryable: e.retryable,
+                fenced: e.fenced,
             }),
             Err(Failure::Pg(e)) => {
                 let (retryable, lost) = classify(&e);
@@ -250,6 +252,7 @@ impl Session {
                 Err(DbError {
                     message: shared.scrub(format!("{context}: {}", error_text(&e))),
                     retryable,
+                    fenced: false,
                 })
             }
         }

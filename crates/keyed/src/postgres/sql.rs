@@ -337,6 +337,52 @@ pub(super) fn delete_sql(spec: &TableSpec) -> String {
     )
 }
 
+/// Passes the lease fences of `state` in the open transaction `tx` (docs/coordination.md §11.7
+/// rule 4): each advances its unit's counter unless a newer owner's is stored; the first that
+/// refuses fails with a fenced [`DbError`], and the caller's rollback undoes the transaction.
+pub(super) async fn pass_fences(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+    where_: &str,
+    state: &StateWrite,
+) -> Result<(), Failure> {
+    if state.fences.is_empty() {
+        return Ok(());
+    }
+    let table = qualified(schema, crate::FENCE_TABLE);
+    let advance = format!(
+        "INSERT INTO {table} (pipeline, unit, counter) VALUES ($1::text, $2::text, $3::bigint) \
+         ON CONFLICT (pipeline, unit) DO UPDATE SET counter = EXCLUDED.counter \
+         WHERE {table}.counter <= EXCLUDED.counter"
+    );
+    for (unit, counter) in &state.fences {
+        let value = i64::try_from(*counter).unwrap_or(i64::MAX);
+        if tx
+            .execute(&advance, &[&state.pipeline, unit, &value])
+            .await?
+            == 0
+        {
+            let stored: i64 = tx
+                .query_one(
+                    &format!(
+                        "SELECT counter FROM {table} WHERE pipeline = $1::text AND unit = $2::text"
+                    ),
+                    &[&state.pipeline, unit],
+                )
+                .await?
+                .try_get(0)?;
+            return Err(Failure::Db(DbError::fenced(
+                where_,
+                &state.pipeline,
+                unit,
+                *counter,
+                stored,
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The state statements a [`StateWrite`] needs.
 pub(super) struct StateStatements {
     upsert: Option<Statement>,

@@ -71,11 +71,11 @@ use self::schema::{
     CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, add_version_columns_sql, check_columns,
     create_table_sql, inspect, spec_key_text, validate_spec,
 };
-use self::sql::{Statements, TableSql, check_key, count, write_state};
+use self::sql::{Refused, Statements, TableSql, check_key, count, pass_fences, write_state};
 use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
 };
-use crate::{CloseSnapshot, Closed, DbError, RowChange, StateWrite, TableSpec};
+use crate::{CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec};
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
 mod lock;
@@ -218,6 +218,11 @@ impl SqliteDatabase {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.error(&spec.table, &e))?;
+            if let Some(refused) =
+                pass_fences(&tx, state).map_err(|e| self.error(FENCE_TABLE, &e))?
+            {
+                return Err(self.fenced(state, &refused));
+            }
             {
                 let table_err = |e: rusqlite::Error| self.error(&spec.table, &e);
                 let mut statements = Statements::new(&tx, &sql);
@@ -252,6 +257,9 @@ impl SqliteDatabase {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err)?;
             tx.execute_batch(CREATE_STATE_SQL).map_err(err)?;
+            if let Some(refused) = pass_fences(&tx, state).map_err(err)? {
+                return Err(self.fenced(state, &refused));
+            }
             write_state(&tx, state).map_err(err)?;
             tx.commit().map_err(err)
         })
@@ -291,7 +299,18 @@ impl SqliteDatabase {
                     [pipeline],
                 )
                 .map_err(err)?;
-            Ok(deleted > 0)
+            // A database of a version before fences has no fence table.
+            let fences = if matches!(inspect(&c.conn, FENCE_TABLE).map_err(err)?, Found::Table(_)) {
+                c.conn
+                    .execute(
+                        "DELETE FROM \"_ddbpipe_fences\" WHERE pipeline = ?1",
+                        [pipeline],
+                    )
+                    .map_err(err)?
+            } else {
+                0
+            };
+            Ok(deleted + fences > 0)
         })
     }
 
@@ -462,7 +481,19 @@ impl SqliteDatabase {
                 self.shared.path.display()
             ),
             retryable: is_retryable(e),
+            fenced: false,
         }
+    }
+
+    /// A transaction a lease fence refused.
+    fn fenced(&self, state: &StateWrite, refused: &Refused<'_>) -> DbError {
+        DbError::fenced(
+            &format!("sqlite {}", self.shared.path.display()),
+            &state.pipeline,
+            refused.unit,
+            refused.held,
+            refused.stored,
+        )
     }
 
     /// A fatal error on `table`.
@@ -500,6 +531,7 @@ fn open_error(path: &Path, e: &rusqlite::Error) -> DbError {
     DbError {
         message: format!("sqlite database {}: {e}", path.display()),
         retryable: is_retryable(e),
+        fenced: false,
     }
 }
 /// Locks a mutex, ignoring poisoning: a panic mid-transaction drops (rolls back) the

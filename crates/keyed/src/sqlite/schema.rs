@@ -15,7 +15,10 @@ const RESERVED_PREFIX: &str = "_ddbpipe_";
 
 pub(super) const CREATE_STATE_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_state\" (\
      pipeline TEXT NOT NULL, part TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL, \
-     PRIMARY KEY (pipeline, part))";
+     PRIMARY KEY (pipeline, part)); \
+     CREATE TABLE IF NOT EXISTS \"_ddbpipe_fences\" (\
+     pipeline TEXT NOT NULL, unit TEXT NOT NULL, counter INTEGER NOT NULL, \
+     PRIMARY KEY (pipeline, unit))";
 
 pub(super) const CREATE_DELETED_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_deleted\" (\
      table_name TEXT NOT NULL, key_text TEXT NOT NULL, version_ms INTEGER, \

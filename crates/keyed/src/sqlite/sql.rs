@@ -13,6 +13,13 @@ const UPSERT_STATE_SQL: &str = "INSERT INTO \"_ddbpipe_state\" (pipeline, part, 
      VALUES (?1, ?2, ?3, ?4) \
      ON CONFLICT (pipeline, part) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
 const DELETE_STATE_SQL: &str = "DELETE FROM \"_ddbpipe_state\" WHERE pipeline = ?1 AND part = ?2";
+/// Advances a lease fence unless a newer owner's counter is stored (docs/coordination.md §11.7
+/// rule 4): no row changed means refused.
+const FENCE_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter) VALUES (?1, ?2, ?3) \
+     ON CONFLICT (pipeline, unit) DO UPDATE SET counter = excluded.counter \
+     WHERE \"_ddbpipe_fences\".counter <= excluded.counter";
+const FENCE_STORED_SQL: &str =
+    "SELECT counter FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
 
 /// The statements of one destination table.
 pub(super) struct TableSql {
@@ -311,6 +318,38 @@ fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> 
         }
     }
     Ok(())
+}
+
+/// A fence that refused: the unit, the counter held, the counter stored.
+pub(super) struct Refused<'a> {
+    pub(super) unit: &'a str,
+    pub(super) held: u64,
+    pub(super) stored: i64,
+}
+
+/// Passes the fences of `state` in the open transaction; the first one a newer owner holds is
+/// returned (the caller rolls back).
+pub(super) fn pass_fences<'a>(
+    conn: &Connection,
+    state: &'a StateWrite,
+) -> rusqlite::Result<Option<Refused<'a>>> {
+    if state.fences.is_empty() {
+        return Ok(None);
+    }
+    let mut fence = conn.prepare_cached(FENCE_SQL)?;
+    for (unit, counter) in &state.fences {
+        let counter_value = i64::try_from(*counter).unwrap_or(i64::MAX);
+        if fence.execute((&state.pipeline, unit, counter_value))? == 0 {
+            let stored: i64 =
+                conn.query_row(FENCE_STORED_SQL, (&state.pipeline, unit), |row| row.get(0))?;
+            return Ok(Some(Refused {
+                unit,
+                held: *counter,
+                stored,
+            }));
+        }
+    }
+    Ok(None)
 }
 
 /// Upserts and deletes the state parts (nothing when `state` is empty).

@@ -60,6 +60,7 @@ pub fn state_at(
             .map(|(part, value)| (part.to_string(), value.to_string()))
             .collect(),
         deletes: deletes.iter().map(|part| part.to_string()).collect(),
+        fences: Vec::new(),
         updated_at: updated_at.to_string(),
     }
 }
@@ -69,4 +70,84 @@ pub fn assert_contains_all(case: &str, message: &str, texts: &[&str]) {
     for text in texts {
         assert!(message.contains(text), "{case}: no {text:?} in: {message}");
     }
+}
+
+/// A state write of nothing but the lease fence `(unit, counter)` of pipeline `p`.
+pub fn fence(unit: &str, counter: u64) -> StateWrite {
+    StateWrite {
+        pipeline: "p".into(),
+        fences: vec![(unit.into(), counter)],
+        ..StateWrite::default()
+    }
+}
+
+/// docs/coordination.md §11.7 rule 4 on `db`, whose table `spec` (hash key `pk`-like, one S
+/// column) is prepared and empty: a batch under an older counter than the stored one is
+/// refused with nothing written, whatever path the batch takes (several new keys, keys that
+/// exist, one row); a claim raises the stored counter; units are independent; a state reset
+/// clears the fences.
+pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &TableSpec) {
+    let rows = |keys: &[&str]| -> Vec<RowChange> {
+        keys.iter()
+            .map(|k| upsert_key(vec![s(k)], r#"{"v":1}"#, false))
+            .collect()
+    };
+    let count = || async { db.count_rows(spec).await.expect("count rows") };
+    db.apply(
+        spec,
+        &rows(&["a", "b", "c"]),
+        None,
+        &fence("segment:0/2", 3),
+    )
+    .await
+    .expect("the first owner writes");
+    // Over rows that exist (PostgreSQL: the staging table's path from now on).
+    db.apply(spec, &rows(&["a", "b"]), None, &fence("segment:0/2", 3))
+        .await
+        .expect("the first owner writes again");
+    assert_eq!(count().await, 3);
+    for (what, batch) in [
+        ("new keys", rows(&["d", "e"])),
+        ("keys that exist", rows(&["a", "b"])),
+        ("one row", rows(&["f"])),
+    ] {
+        let refused = db
+            .apply(spec, &batch, None, &fence("segment:0/2", 2))
+            .await
+            .expect_err(what);
+        assert!(refused.fenced && !refused.retryable, "{what}: {refused:?}");
+        assert!(
+            refused.message.contains("segment:0/2") && refused.message.contains("counter 3"),
+            "{what}: {}",
+            refused.message
+        );
+        assert_eq!(
+            count().await,
+            3,
+            "{what}: nothing of the refused batch was written"
+        );
+    }
+    // A new owner claims before its first batch: the previous owner is refused from then on.
+    db.store_state(&fence("segment:0/2", 5))
+        .await
+        .expect("claim");
+    let late = db
+        .apply(spec, &rows(&["g"]), None, &fence("segment:0/2", 3))
+        .await
+        .expect_err("the previous owner after the claim");
+    assert!(late.fenced);
+    db.apply(spec, &rows(&["g"]), None, &fence("segment:0/2", 5))
+        .await
+        .expect("the new owner");
+    db.apply(spec, &rows(&["h"]), None, &fence("segment:1/2", 1))
+        .await
+        .expect("another unit has its own fence");
+    assert_eq!(count().await, 5);
+    assert!(
+        db.reset_state("p").await.expect("reset"),
+        "the fences were reset"
+    );
+    db.apply(spec, &rows(&["i"]), None, &fence("segment:0/2", 1))
+        .await
+        .expect("after a reset the counters start again");
 }

@@ -13,6 +13,13 @@
 //!    it already read may still be written to this worker's sink: a hand-over repeats at most
 //!    what was read after the last checkpoint, in the new owner's output (at least once).
 //!
+//! # Fencing (§11.7 rule 4)
+//! A sink that keeps lease fences (the keyed sinks: every worker writes one database) gets one
+//! page per batch, written with its segment's lease counter in the batch's transaction; a
+//! taken lease's counter is stored first (`Sink::claim`). A batch whose fence holds a newer
+//! owner's counter is refused with nothing written, and its segment is lost to this worker:
+//! a worker that lost a lease cannot write rows for it once the new owner has claimed it.
+//!
 //! # Ending
 //! - Every segment `Done` in the lease table: the run is complete, on every worker (each sees
 //!   it at its next round), and the sink is told (`Sink::complete`).
@@ -43,7 +50,7 @@ use tracing::Instrument;
 use super::{BATCH_LINGER, PAGE_ITEMS_GUESS, Progress, RunError, sleep_until};
 use crate::batch::{Batch, Batcher};
 use crate::events::{BatchAcknowledged, LeaseEvent};
-use crate::sink::{RunStart, Sink};
+use crate::sink::{Fence, RunStart, Sink, SinkErrorClass};
 
 /// The checkpoint text of a segment read to its end.
 const DONE_CHECKPOINT: &str = "done";
@@ -207,7 +214,9 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         stop: &Cancel,
         progress: &dyn Progress,
     ) -> Result<bool, RunError> {
-        let mut batcher = Batcher::new(batch_size);
+        // A fencing sink gets one unit per batch: a page is a batch (module docs, Fencing).
+        let fenced = sink.fences();
+        let mut batcher = Batcher::new(if fenced { usize::MAX } else { batch_size });
         let mut deadline: Option<Instant> = None;
         let mut next_round = Instant::now();
         let interval = self.worker.settings().renew_interval();
@@ -216,7 +225,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 biased;
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep_until(next_round) => {
-                    let (complete, again) = self.round().await?;
+                    let (complete, again) = self.round(sink).await?;
                     if complete && self.held.is_empty() && !batcher.has_pending() {
                         return Ok(true);
                     }
@@ -230,6 +239,9 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                     let Some(page) = page else { break };
                     self.read += page.records.len() as u64;
                     for batch in batcher.push(page) {
+                        self.deliver(sink, batch, progress).await?;
+                    }
+                    if fenced && let Some(batch) = batcher.take() {
                         self.deliver(sink, batch, progress).await?;
                     }
                     deadline = pending_deadline(&batcher, deadline);
@@ -258,12 +270,18 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                     for batch in batcher.push(page) {
                         self.deliver(sink, batch, progress).await?;
                     }
+                    if fenced && let Some(batch) = batcher.take() {
+                        self.deliver(sink, batch, progress).await?;
+                    }
                 }
             }
         }
         while let Ok(page) = rx.try_recv() {
             self.read += page.records.len() as u64;
             for batch in batcher.push(page) {
+                self.deliver(sink, batch, progress).await?;
+            }
+            if fenced && let Some(batch) = batcher.take() {
                 self.deliver(sink, batch, progress).await?;
             }
         }
@@ -275,7 +293,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
 
     /// One round (§11.4): renew, list, take, steal; as the leader, write the segments' rows.
     /// Returns whether every segment is done, and whether to run the next round at once.
-    async fn round(&mut self) -> Result<(bool, bool), RunError> {
+    async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<(bool, bool), RunError> {
         let report = self.worker.round(self.now()).await?;
         tracing::trace!(
             at_ms = self.origin.elapsed().as_millis() as u64,
@@ -303,6 +321,20 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 None => None,
                 Some(text) => Some(decode_cursor(&taken.unit, text)?),
             };
+            if sink.fences() {
+                // The new owner's token is stored before its first batch: an earlier owner's
+                // late batch is refused from now on (§11.7 rule 4).
+                let fence = self.fence(index, taken.counter.0);
+                match sink.claim(&fence).await {
+                    Ok(()) => {}
+                    Err(error) if error.class == SinkErrorClass::Fenced => {
+                        tracing::warn!(lease = %taken.unit, error = %error, "Lease taken, but a newer owner's fence is stored; left to it.");
+                        self.counts.lost += 1;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
             self.counts.taken += 1;
             if let Some(from) = &taken.stolen_from {
                 self.counts.stolen += 1;
@@ -440,7 +472,28 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         batch: Batch,
         progress: &dyn Progress,
     ) -> Result<(), RunError> {
-        sink.write(&batch, None).await?;
+        if sink.fences() {
+            // One unit per batch; a unit no longer held is not written at all.
+            let Some(&(segment, _)) = batch.segments.first() else {
+                return Ok(());
+            };
+            let Some(counter) = self.worker.counter(&self.unit(segment)) else {
+                self.lose(segment, &LostReason::Taken);
+                return Ok(());
+            };
+            let fence = self.fence(segment, counter.0);
+            match sink.write_fenced(&batch, &fence).await {
+                Ok(()) => {}
+                Err(error) if error.class == SinkErrorClass::Fenced => {
+                    tracing::warn!(error = %error, "Batch refused by its lease fence.");
+                    self.lose(segment, &LostReason::Taken);
+                    return Ok(());
+                }
+                Err(error) => return Err(error.into()),
+            }
+        } else {
+            sink.write(&batch, None).await?;
+        }
         BatchAcknowledged { batch: &batch }.emit();
         self.written += batch.records.len() as u64;
         progress.advanced(self.written, self.reader.limiter.total_units());
@@ -523,6 +576,15 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 counter = counter.0,
                 "Segment done; lease handed back."
             );
+        }
+    }
+
+    /// The fence of `segment` under `counter`.
+    fn fence(&self, segment: u32, counter: u64) -> Fence {
+        Fence {
+            pipeline: self.worker.pipeline().to_string(),
+            unit: self.unit(segment).to_string(),
+            counter,
         }
     }
 

@@ -189,6 +189,11 @@ impl<T: LeaseTable> Worker<T> {
         self.held.get(unit).map(|holding| holding.counter)
     }
 
+    /// The pipeline its leases are kept under.
+    pub fn pipeline(&self) -> &PipelineName {
+        &self.pipeline
+    }
+
     /// Its lease timing.
     pub fn settings(&self) -> LeaseSettings {
         self.settings

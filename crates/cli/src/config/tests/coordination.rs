@@ -130,7 +130,6 @@ fn what_this_version_does_not_share_is_refused_up_front() {
     for (source, sink) in [
         ("mode: streams", WORKER_FILE),
         ("mode: mirror", "{type: sqlite, path: m.db}"),
-        ("segments: 2", "{type: sqlite, path: m.db}"),
     ] {
         let lines = errors(&shared(source, sink, "{lease_table: leases}"));
         assert!(
@@ -156,4 +155,14 @@ fn a_state_path_is_ineffective_with_coordination() {
         "{:?}",
         config.warnings
     );
+}
+
+#[test]
+fn a_shared_scan_may_load_one_keyed_table() {
+    let config = parse_ok(&shared(
+        "segments: 2",
+        "{type: sqlite, path: m.db}",
+        "{lease_table: leases}",
+    ));
+    assert!(config.coordination.is_some());
 }
