@@ -137,6 +137,14 @@ pub async fn open(
     })
 }
 
+/// Deletes the pipeline's state and lease fences in its database (`state reset`); whether
+/// anything was there.
+pub async fn reset_database_state(db: &Database, pipeline: &str) -> Result<bool, Failure> {
+    db.reset_state(pipeline)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))
+}
+
 /// The keyed sink of `config`, prepared (its table created or checked), and its database.
 /// With `lock`, the pipeline's run lock is taken first; the workers of a shared run take none
 /// (their lease fences keep them apart, docs/coordination.md §11.10).

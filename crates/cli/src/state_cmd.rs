@@ -156,11 +156,7 @@ async fn reset_in_database(config: &PipelineConfig) -> Result<Exit, Failure> {
         return Ok(Exit::Ok);
     };
     destination::lock(&db, &config.name).await?;
-    let removed = db
-        .reset_state(&config.name)
-        .await
-        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))?;
-    if removed {
+    if destination::reset_database_state(&db, &config.name).await? {
         println!(
             "removed the stored position of pipeline '{}' from {}",
             config.name,

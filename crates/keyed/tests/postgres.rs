@@ -141,7 +141,12 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
     fx.db.prepare(&spec).await.unwrap();
     assert_eq!(
         fx.admin.tables(&fx.schema).await,
-        ["_ddbpipe_deleted", "_ddbpipe_state", "orders"]
+        [
+            "_ddbpipe_deleted",
+            "_ddbpipe_fences",
+            "_ddbpipe_state",
+            "orders"
+        ]
     );
     let columns: Vec<(String, String, String)> = fx
         .admin
@@ -598,7 +603,10 @@ async fn state_round_trips_and_resets() {
     );
 
     fx.db.prepare_state().await.unwrap();
-    assert_eq!(fx.admin.tables(&fx.schema).await, ["_ddbpipe_state"]);
+    assert_eq!(
+        fx.admin.tables(&fx.schema).await,
+        ["_ddbpipe_fences", "_ddbpipe_state"]
+    );
     fx.db
         .store_state(&state(
             "p",
@@ -1342,7 +1350,7 @@ async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_it
     );
     assert_eq!(
         fx.admin.tables(&fx.schema).await,
-        ["_ddbpipe_deleted", "_ddbpipe_state", "t"]
+        ["_ddbpipe_deleted", "_ddbpipe_fences", "_ddbpipe_state", "t"]
     );
     let old = versions::seen(r#"{"v":0}"#, Some(3), None, None);
     assert_eq!(versions::Look::rows(&fx, &spec).await["old"], old);

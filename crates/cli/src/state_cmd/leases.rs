@@ -192,11 +192,7 @@ async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
     if config.sink.keyed().is_some()
         && let Some(db) = destination::open_existing(config).await?
     {
-        let removed = db
-            .reset_state(&config.name)
-            .await
-            .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))?;
-        if removed {
+        if destination::reset_database_state(&db, &config.name).await? {
             println!(
                 "removed the lease fences of pipeline '{}' from {}",
                 config.name,
