@@ -191,14 +191,13 @@ pub async fn reset(
 async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
     if config.sink.keyed().is_some()
         && let Some(db) = destination::open_existing(config).await?
+        && destination::reset_database_state(&db, &config.name).await?
     {
-        if destination::reset_database_state(&db, &config.name).await? {
-            println!(
-                "removed the lease fences of pipeline '{}' from {}",
-                config.name,
-                db.describe()
-            );
-        }
+        println!(
+            "removed the lease fences of pipeline '{}' from {}",
+            config.name,
+            db.describe()
+        );
     }
     Ok(Exit::Ok)
 }
