@@ -237,13 +237,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 }
                 page = rx.recv() => {
                     let Some(page) = page else { break };
-                    self.read += page.records.len() as u64;
-                    for batch in batcher.push(page) {
-                        self.deliver(sink, batch, progress).await?;
-                    }
-                    if fenced && let Some(batch) = batcher.take() {
-                        self.deliver(sink, batch, progress).await?;
-                    }
+                    self.page(sink, &mut batcher, page, progress).await?;
                     deadline = pending_deadline(&batcher, deadline);
                 }
                 () = sleep_until(deadline), if deadline.is_some() => {
@@ -265,30 +259,36 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         while !self.tasks.is_empty() {
             tokio::select! {
                 Some(joined) = self.tasks.join_next_with_id() => self.joined(joined)?,
-                Some(page) = rx.recv() => {
-                    self.read += page.records.len() as u64;
-                    for batch in batcher.push(page) {
-                        self.deliver(sink, batch, progress).await?;
-                    }
-                    if fenced && let Some(batch) = batcher.take() {
-                        self.deliver(sink, batch, progress).await?;
-                    }
-                }
+                Some(page) = rx.recv() => self.page(sink, &mut batcher, page, progress).await?,
             }
         }
         while let Ok(page) = rx.try_recv() {
-            self.read += page.records.len() as u64;
-            for batch in batcher.push(page) {
-                self.deliver(sink, batch, progress).await?;
-            }
-            if fenced && let Some(batch) = batcher.take() {
-                self.deliver(sink, batch, progress).await?;
-            }
+            self.page(sink, &mut batcher, page, progress).await?;
         }
         if let Some(batch) = batcher.take() {
             self.deliver(sink, batch, progress).await?;
         }
         Ok(false)
+    }
+
+    /// A page read: cut into batches and delivered; a fencing sink's page is a batch of its own.
+    async fn page<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        batcher: &mut Batcher,
+        page: PageOut,
+        progress: &dyn Progress,
+    ) -> Result<(), RunError> {
+        self.read += page.records.len() as u64;
+        for batch in batcher.push(page) {
+            self.deliver(sink, batch, progress).await?;
+        }
+        if sink.fences()
+            && let Some(batch) = batcher.take()
+        {
+            self.deliver(sink, batch, progress).await?;
+        }
+        Ok(())
     }
 
     /// One round (§11.4): renew, list, take, steal; as the leader, write the segments' rows.
