@@ -44,7 +44,7 @@ pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
 
 /// A batch is handed over at the latest this long after its first record or position.
-const BATCH_LINGER: Duration = Duration::from_secs(1);
+pub(crate) const BATCH_LINGER: Duration = Duration::from_secs(1);
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -372,7 +372,7 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -14,6 +14,7 @@
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
+mod leased;
 mod repair;
 mod snapshot;
 
@@ -40,6 +41,7 @@ use ddbpipe_source::streams::startup::{self, Resume, Startup};
 use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
+pub use self::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 pub use self::snapshot::SnapshotScan;
 use self::snapshot::{BesideStream, NoTable, Snapshots};
 use crate::checkpoint::Checkpointer;

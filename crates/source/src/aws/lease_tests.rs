@@ -264,14 +264,8 @@ async fn a_worker_leads_creates_rows_parents_first_and_takes_them() {
     let first = worker.round(LocalTime::from_millis(0)).await.unwrap();
     assert!(first.leader && first.taken.is_empty());
     let discovered = [
-        UnitSpec {
-            unit: shard("child"),
-            parents: vec![shard("parent")],
-        },
-        UnitSpec {
-            unit: shard("parent"),
-            parents: Vec::new(),
-        },
+        UnitSpec::new(shard("child"), vec![shard("parent")]),
+        UnitSpec::new(shard("parent"), Vec::new()),
     ];
     let synced = worker.sync(&discovered).await.unwrap();
     assert_eq!(synced.created, vec![shard("parent"), shard("child")]);

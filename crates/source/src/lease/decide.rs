@@ -255,7 +255,8 @@ pub struct SyncPlan {
 }
 
 /// What the leader writes for `discovered` (§11.5):
-/// 1. A discovered unit without a row gets one, with its parents, unowned and `Pending`.
+/// 1. A discovered unit without a row gets one, with its parents, unowned, with the checkpoint
+///    and state its spec gives (`Pending` without a checkpoint unless a first run says).
 /// 2. Rows come parents first: a unit whose discovered parent has no row yet is created after
 ///    that parent, in the same list, so a child row never exists without its parent's row.
 /// 3. A finished row whose unit is no longer discovered, and which no discovered unit names
@@ -275,7 +276,10 @@ pub fn sync(leases: &[Lease], discovered: &[UnitSpec], now_ms: i64) -> SyncPlan 
             });
             if !rows.contains(&spec.unit) && !placed.contains(&spec.unit) && ready {
                 placed.insert(&spec.unit);
-                create.push(Lease::new(spec.unit.clone(), spec.parents.clone(), now_ms));
+                let mut lease = Lease::new(spec.unit.clone(), spec.parents.clone(), now_ms);
+                lease.checkpoint.clone_from(&spec.checkpoint);
+                lease.state = spec.state;
+                create.push(lease);
             }
         }
         if placed.len() == before {

@@ -331,15 +331,33 @@ pub struct UnitSpec {
     pub unit: UnitId,
     /// Its parents (a shard's `ParentShardId`); empty for segments and root shards.
     pub parents: Vec<UnitId>,
+    /// The checkpoint its row is created with: `None` to start the unit at its beginning, or
+    /// where a first run starts it (a shard read from `latest`, docs/coordination.md §11.12).
+    pub checkpoint: Option<String>,
+    /// The state its row is created with: `Pending`, or finished for a shard a first run
+    /// skips (closed before a `latest` run began).
+    pub state: LeaseState,
 }
 
 impl UnitSpec {
+    /// `unit` after `parents`, its row created unowned, `Pending`, without a checkpoint.
+    pub fn new(unit: UnitId, parents: Vec<UnitId>) -> UnitSpec {
+        UnitSpec {
+            unit,
+            parents,
+            checkpoint: None,
+            state: LeaseState::Pending,
+        }
+    }
+
     /// The `total` segments of a parallel scan, none with a parent.
     pub fn segments(total: u32) -> Vec<UnitSpec> {
         (0..total)
             .map(|index| UnitSpec {
                 unit: UnitId::Segment { index, total },
                 parents: Vec::new(),
+                checkpoint: None,
+                state: LeaseState::Pending,
             })
             .collect()
     }
@@ -353,6 +371,17 @@ impl UnitSpec {
                 .iter()
                 .map(|parent| UnitId::Shard(parent.clone()))
                 .collect(),
+            checkpoint: None,
+            state: LeaseState::Pending,
+        }
+    }
+
+    /// The same unit, its row created at `checkpoint` in `state`.
+    pub fn starting(self, checkpoint: impl Into<String>, state: LeaseState) -> UnitSpec {
+        UnitSpec {
+            checkpoint: Some(checkpoint.into()),
+            state,
+            ..self
         }
     }
 }

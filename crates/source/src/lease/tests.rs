@@ -180,18 +180,9 @@ fn the_leader_lease_is_claimed_when_free_and_counts_for_no_share() {
 #[test]
 fn the_leader_creates_parents_before_children_and_deletes_trimmed_finished_rows() {
     let discovered = [
-        UnitSpec {
-            unit: shard("grandchild"),
-            parents: vec![shard("child")],
-        },
-        UnitSpec {
-            unit: shard("child"),
-            parents: vec![shard("root"), shard("trimmed")],
-        },
-        UnitSpec {
-            unit: shard("root"),
-            parents: vec![shard("ended")],
-        },
+        UnitSpec::new(shard("grandchild"), vec![shard("child")]),
+        UnitSpec::new(shard("child"), vec![shard("root"), shard("trimmed")]),
+        UnitSpec::new(shard("root"), vec![shard("ended")]),
     ];
     let mut ended = lease(shard("ended"), None, 4);
     ended.state = LeaseState::ShardEnd;
@@ -213,6 +204,31 @@ fn the_leader_creates_parents_before_children_and_deletes_trimmed_finished_rows(
         [(shard("gone"), LeaseCounter(6))],
         "a finished row still named as a parent stays, an unfinished one is never deleted"
     );
+}
+
+#[test]
+fn a_spec_gives_its_row_a_first_checkpoint_and_state_and_a_finished_parent_frees_its_child() {
+    let discovered = [
+        UnitSpec::new(shard("closed"), Vec::new()).starting("end", LeaseState::ShardEnd),
+        UnitSpec::new(shard("open"), vec![shard("closed")])
+            .starting("latest:7", LeaseState::Pending),
+    ];
+    let plan = decide::sync(&[], &discovered, 0);
+    let rows: Vec<(&UnitId, Option<&str>, LeaseState)> = plan
+        .create
+        .iter()
+        .map(|l| (&l.unit, l.checkpoint.as_deref(), l.state))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (&shard("closed"), Some("end"), LeaseState::ShardEnd),
+            (&shard("open"), Some("latest:7"), LeaseState::Pending)
+        ]
+    );
+    // The finished parent holds nothing back: the child is claimed at once.
+    let claimed = claims("a", &plan.create, &[], SECOND);
+    assert_eq!(claimed, [(shard("open"), None)]);
 }
 
 fn pipeline() -> PipelineName {

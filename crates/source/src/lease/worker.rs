@@ -204,6 +204,12 @@ impl<T: LeaseTable> Worker<T> {
         &self.rows
     }
 
+    /// Whether `lease` is expired for this worker at `now` (§11.3): a round may take it.
+    pub fn sees_expired(&self, lease: &Lease, now: LocalTime) -> bool {
+        self.observations
+            .is_expired(lease, now, self.settings.duration)
+    }
+
     /// Whether it holds the leader lease.
     pub fn is_leader(&self) -> bool {
         self.held.contains_key(&UnitId::Leader)

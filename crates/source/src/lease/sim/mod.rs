@@ -141,10 +141,7 @@ fn script(rng: &mut StdRng, open: bool) -> Vec<Unit> {
             Vec::new()
         };
         units.push(Unit {
-            spec: UnitSpec {
-                unit: shard(i),
-                parents,
-            },
+            spec: UnitSpec::new(shard(i), parents),
             records: records(rng),
             listed_at: 0,
         });
@@ -161,10 +158,7 @@ fn script(rng: &mut StdRng, open: bool) -> Vec<Unit> {
             let listed_at = units[next].listed_at + rng.random_range(0..20_000);
             let parent = units[next].spec.unit.clone();
             units.push(Unit {
-                spec: UnitSpec {
-                    unit: shard(id),
-                    parents: vec![parent],
-                },
+                spec: UnitSpec::new(shard(id), vec![parent]),
                 records: records(rng),
                 listed_at,
             });

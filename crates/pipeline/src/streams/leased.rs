@@ -1,0 +1,885 @@
+//! A stream shared by several workers through shard leases (docs/coordination.md §11.12): the
+//! leader lists the stream and writes a lease row per shard, each worker reads the shards it
+//! holds, writes their records to its own sink and checkpoints each shard in its lease row.
+//!
+//! # Ordering
+//! 1. A child shard's lease is taken only once every parent's row is `ShardEnd` (the lease
+//!    rules, §11.6), and a parent's row reaches `ShardEnd` only after its last record was
+//!    acknowledged (rule 2). So across workers a key's changes are written in stream order;
+//!    a hand-over restarts the shard after its last checkpoint (at least once).
+//! 2. A shard's records are acknowledged before its sequence number is checkpointed; the
+//!    checkpoint is written at most every `checkpoint_interval`, at once when the shard ends,
+//!    and before a graceful stop hands the lease back.
+//! 3. A lost lease (a round, a refused checkpoint, a refused fence) stops its shard at once;
+//!    nothing more is checkpointed for it.
+//!
+//! # Where a shard starts
+//! - A row without a checkpoint: at `TRIM_HORIZON`.
+//! - `after:<sequence number>`: after it.
+//! - `latest:<unix ms>`: a first run with `start_position: latest` creates the rows of the
+//!   open shards so; they are read from `TRIM_HORIZON` dropping records created before that
+//!   time, so a take-over before the first checkpoint loses nothing. Shards already closed
+//!   then are created `ShardEnd`, unread.
+//!
+//! # Discovery
+//! Only the leader calls `DescribeStream`: at its first round, every `discovery_interval`,
+//! and at most every [`CHILD_LOOKUP_INTERVAL`] while a finished shard has no child row yet
+//! (a split's children are read seconds after their parent ends, not a discovery later).
+//!
+//! # Ending
+//! - `stop` (SIGINT/SIGTERM): reading stops, what was read is written, every held shard's
+//!   last acknowledged sequence number is checkpointed and every lease is handed back.
+//! - Idle (`idle_termination_secs`, without `follow`): no record arrived for that long, every
+//!   held shard caught up, and no unfinished shard left that this worker could take (every
+//!   row is held by a live worker).
+//! - The stream is disabled and every shard row is finished.
+//! - A read or sink failure: what was acknowledged is checkpointed, the leases are handed
+//!   back, and the error is returned.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ddbpipe_source::api::{ShardDescription, StartAt, StreamsApi};
+use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::config::StartPosition;
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::ids::{SequenceNumber, ShardId};
+use ddbpipe_source::lease::{
+    CheckpointError, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
+    Worker,
+};
+use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
+use ddbpipe_source::streams::engine::EndReason;
+use ddbpipe_source::streams::handover::{Handed, Handover, StreamMark};
+use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
+use ddbpipe_source::streams::shard_sync;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{HANDOVER_DEPTH, StreamRun};
+use crate::batch::{Batch, Batcher};
+use crate::events::{BatchAcknowledged, LeaseEvent};
+use crate::runner::{BATCH_LINGER, LeaseCounts, Progress, RunError, sleep_until};
+use crate::sink::{Fence, Sink, SinkErrorClass};
+
+/// Least time between two listings while a finished shard has no child row.
+pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
+/// The checkpoint text of a shard read to its end.
+const END_CHECKPOINT: &str = "end";
+
+/// A stream run by one worker of several.
+pub struct LeasedStreams<A, T> {
+    /// The Streams API.
+    pub api: Arc<A>,
+    /// The run's settings (stream, format, retries, bounds, start position, batch size).
+    pub run: StreamRun,
+    /// This worker on the lease table.
+    pub worker: Worker<T>,
+    /// Least time between two checkpoints of one shard (`state.flush_interval_ms`).
+    pub checkpoint_interval: Duration,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+}
+
+/// How one worker's part of a shared stream ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedStreamOutcome {
+    /// Change records written and acknowledged by this worker.
+    pub written: u64,
+    /// Why this worker ended.
+    pub end: EndReason,
+    /// Shard rows finished in the lease table, of `shards`.
+    pub shards_finished: u64,
+    /// Shard rows in the lease table.
+    pub shards: u64,
+    /// What this worker's leases did (`finished` counts shards read to their end here).
+    pub leases: LeaseCounts,
+}
+
+/// A shard this worker holds.
+struct Holding {
+    /// Told apart from earlier holdings of the same shard by this worker.
+    generation: u64,
+    /// The last sequence number acknowledged; `None`: the row's own checkpoint stands.
+    acknowledged: Option<SequenceNumber>,
+    /// Whether `acknowledged` (or the end) is newer than the lease row's checkpoint.
+    unsaved: bool,
+    /// When the lease row was last checkpointed.
+    saved_at: Instant,
+    /// Cancels its reading task.
+    reading: Option<CancelHandle>,
+    /// Set by the reading task: the shard's last two reads answered nothing.
+    caught_up: Arc<AtomicBool>,
+    /// Its last record was acknowledged; the `ShardEnd` checkpoint is still to be written.
+    ended: bool,
+}
+
+/// What a shard's task left.
+type ShardJoined =
+    Result<(tokio::task::Id, (ShardId, Result<(), StreamError>)), tokio::task::JoinError>;
+
+impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
+    /// Runs this worker until an end condition (module docs) or a failure.
+    pub async fn run<S: Sink>(
+        self,
+        sink: &mut S,
+        stop: Cancel,
+        progress: &dyn Progress,
+    ) -> Result<LeasedStreamOutcome, RunError> {
+        let LeasedStreams {
+            api,
+            run,
+            worker,
+            checkpoint_interval,
+            observer,
+        } = self;
+        let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
+        let mut shared = Shared {
+            slots: Arc::new(Semaphore::new(run.bounds.shard_concurrency.max(1))),
+            api,
+            run,
+            worker,
+            tx,
+            generation: 0,
+            observer,
+            checkpoint_interval,
+            origin: Instant::now(),
+            held: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+            counts: LeaseCounts::default(),
+            written: 0,
+            disabled: false,
+            listed_at: None,
+            stopping: false,
+            stop: stop.clone(),
+            last_records: Instant::now(),
+        };
+        let result = shared.drive(sink, rx, &stop, progress).await;
+        let saved = shared.save_all(true).await;
+        let released = shared.worker.release_all().await;
+        for (unit, error) in &released {
+            tracing::warn!(lease = %unit, error = %error, "A lease could not be handed back; it expires instead.");
+        }
+        let end = result?;
+        saved?;
+        let (shards_finished, shards) = shared.shard_rows();
+        Ok(LeasedStreamOutcome {
+            written: shared.written,
+            end,
+            shards_finished,
+            shards,
+            leases: shared.counts,
+        })
+    }
+}
+
+struct Shared<A, T> {
+    api: Arc<A>,
+    run: StreamRun,
+    worker: Worker<T>,
+    /// Where every shard task forwards its hand-overs, tagged with its holding's generation.
+    tx: mpsc::Sender<(u64, Handed)>,
+    /// The generation of the last holding started.
+    generation: u64,
+    observer: Arc<dyn AttemptObserver>,
+    slots: Arc<Semaphore>,
+    checkpoint_interval: Duration,
+    origin: Instant,
+    held: BTreeMap<ShardId, Holding>,
+    tasks: JoinSet<(ShardId, Result<(), StreamError>)>,
+    running: HashMap<tokio::task::Id, ShardId>,
+    counts: LeaseCounts,
+    written: u64,
+    /// The last listing said `DISABLED`.
+    disabled: bool,
+    /// When the leader last listed the stream.
+    listed_at: Option<Instant>,
+    stopping: bool,
+    /// The run's stop signal (a listing in progress ends with it).
+    stop: Cancel,
+    /// When records last arrived from a shard: the idle clock.
+    last_records: Instant,
+}
+
+impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
+    fn now(&self) -> LocalTime {
+        LocalTime::new(self.origin.elapsed())
+    }
+
+    /// The loop; returns why this worker ended.
+    async fn drive<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        mut rx: mpsc::Receiver<(u64, Handed)>,
+        stop: &Cancel,
+        progress: &dyn Progress,
+    ) -> Result<EndReason, RunError> {
+        // A fencing sink gets one shard per batch (its fence), so a hand-over is a batch.
+        let fenced = sink.fences();
+        let mut batcher = Batcher::new(if fenced {
+            usize::MAX
+        } else {
+            self.run.batch_size
+        });
+        let mut deadline: Option<Instant> = None;
+        let mut next_round = Instant::now();
+        let interval = self.worker.settings().renew_interval();
+        let end = loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break EndReason::Stopped,
+                () = tokio::time::sleep_until(next_round) => {
+                    let again = self.round(sink).await?;
+                    if let Some(end) = self.ended(&batcher) {
+                        break end;
+                    }
+                    next_round = Instant::now() + if again { Duration::ZERO } else { interval };
+                }
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.joined(joined)?;
+                }
+                handed = rx.recv() => {
+                    let Some((generation, handed)) = handed else { break EndReason::Stopped };
+                    self.handed(sink, &mut batcher, generation, handed, progress).await?;
+                    deadline = match (batcher.has_pending(), deadline) {
+                        (false, _) => None,
+                        (true, None) => Some(Instant::now() + BATCH_LINGER),
+                        (true, at) => at,
+                    };
+                }
+                () = sleep_until(deadline), if deadline.is_some() => {
+                    deadline = None;
+                    if let Some(batch) = batcher.take() {
+                        self.deliver(sink, batch, progress).await?;
+                    }
+                }
+            }
+        };
+        // Ending: reading stops, what was read is written.
+        self.stopping = true;
+        for holding in self.held.values_mut() {
+            if let Some(cancel) = holding.reading.take() {
+                cancel.cancel();
+            }
+        }
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(joined) = self.tasks.join_next_with_id() => self.joined(joined)?,
+                Some((generation, handed)) = rx.recv() => {
+                    self.handed(sink, &mut batcher, generation, handed, progress).await?;
+                }
+            }
+        }
+        while let Ok((generation, handed)) = rx.try_recv() {
+            self.handed(sink, &mut batcher, generation, handed, progress)
+                .await?;
+        }
+        if let Some(batch) = batcher.take() {
+            self.deliver(sink, batch, progress).await?;
+        }
+        Ok(end)
+    }
+
+    /// Why this worker ends now, if it does (module docs, Ending).
+    fn ended(&self, batcher: &Batcher) -> Option<EndReason> {
+        let rows = self.worker.rows();
+        let shard_rows = || {
+            rows.iter()
+                .filter(|row| matches!(row.unit, UnitId::Shard(_)))
+        };
+        if self.disabled
+            && self.listed_at.is_some()
+            && self.held.is_empty()
+            && !batcher.has_pending()
+            && shard_rows().all(|row| row.state.is_finished())
+        {
+            tracing::info!("Stream disabled and every shard finished.");
+            return Some(EndReason::StreamDisabled);
+        }
+        let idle = self.run.bounds.idle_termination?;
+        if self.run.bounds.follow || self.last_records.elapsed() < idle {
+            return None;
+        }
+        let now = self.now();
+        let reading_all = self
+            .held
+            .values()
+            .all(|holding| !holding.ended && holding.caught_up.load(Ordering::Relaxed));
+        let nothing_to_take = shard_rows().all(|row| {
+            row.state.is_finished() || (row.owner.is_some() && !self.worker.sees_expired(row, now))
+        });
+        if reading_all && nothing_to_take && !batcher.has_pending() {
+            tracing::info!(
+                idle_secs = idle.as_secs(),
+                "Idle termination: no record for the configured time."
+            );
+            return Some(EndReason::Idle);
+        }
+        None
+    }
+
+    /// One round (§11.4): renew, list, take, steal; as the leader, list the stream and write
+    /// its shards' rows. Returns whether to run the next round at once.
+    async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<bool, RunError> {
+        let report = self.worker.round(self.now()).await?;
+        let idle = self.last_records.elapsed();
+        tracing::trace!(
+            worker = %self.worker.id(),
+            at_ms = self.origin.elapsed().as_millis() as u64,
+            held = self.held.len(),
+            leader = report.leader,
+            target = report.target,
+            idle_ms = idle.as_millis() as u64,
+            "Lease round."
+        );
+        for error in &report.transient {
+            tracing::debug!(error = %error, "A lease request failed; the next round retries it.");
+        }
+        for lost in report.lost {
+            if let UnitId::Shard(shard) = lost.unit {
+                self.lose(&shard, &lost.reason);
+            }
+        }
+        for taken in report.taken {
+            let UnitId::Shard(shard) = &taken.unit else {
+                continue;
+            };
+            let start = decode_checkpoint(&taken.unit, taken.checkpoint.as_deref())?;
+            if sink.fences() {
+                // As for segments: the new owner's token is stored before its first batch.
+                let fence = self.fence(shard, taken.counter.0);
+                sink.claim(&fence).await?;
+            }
+            self.counts.taken += 1;
+            if let Some(from) = &taken.stolen_from {
+                self.counts.stolen += 1;
+                tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
+            } else {
+                tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
+            }
+            self.event(
+                if taken.stolen_from.is_some() {
+                    "stolen"
+                } else {
+                    "taken"
+                },
+                1,
+            );
+            let holding = self.start(shard.clone(), start);
+            self.held.insert(shard.clone(), holding);
+        }
+        let mut again = false;
+        if report.leader && self.listing_due() {
+            again = self.sync_shards().await?;
+        }
+        self.save_all(false).await?;
+        Ok(again)
+    }
+
+    /// Whether the leader lists the stream this round (module docs, Discovery).
+    fn listing_due(&self) -> bool {
+        let Some(at) = self.listed_at else {
+            return true;
+        };
+        let since = at.elapsed();
+        if since >= self.run.bounds.discovery_interval {
+            return true;
+        }
+        let rows = self.worker.rows();
+        let childless_end = rows.iter().any(|row| {
+            matches!(row.unit, UnitId::Shard(_))
+                && row.state.is_finished()
+                && !rows.iter().any(|child| child.parents.contains(&row.unit))
+        });
+        childless_end && !self.disabled && since >= CHILD_LOOKUP_INTERVAL
+    }
+
+    /// Lists the stream and writes the rows of its shards; returns whether rows were created.
+    async fn sync_shards(&mut self) -> Result<bool, RunError> {
+        let discovery = match shard_sync::discover(
+            self.api.as_ref(),
+            &self.run.stream_arn,
+            &self.run.retry,
+            &self.stop,
+            self.observer.as_ref(),
+        )
+        .await
+        {
+            Ok(discovery) => discovery,
+            Err(ReadError::Cancelled) => return Ok(false),
+            Err(error) => return Err(RunError::Read(error)),
+        };
+        self.listed_at = Some(Instant::now());
+        self.disabled = discovery.status.as_deref() == Some("DISABLED");
+        let first = !self
+            .worker
+            .rows()
+            .iter()
+            .any(|row| matches!(row.unit, UnitId::Shard(_)));
+        let specs = shard_specs(
+            discovery.shards,
+            first.then_some(self.run.start_position),
+            unix_now_ms(),
+        );
+        let synced = self.worker.sync(&specs).await?;
+        for error in &synced.transient {
+            tracing::debug!(error = %error, "A lease row could not be written; the next listing retries it.");
+        }
+        if !synced.created.is_empty() {
+            tracing::info!(
+                created = synced.created.len(),
+                shards = specs.len(),
+                "Shard leases created."
+            );
+        }
+        Ok(!synced.created.is_empty())
+    }
+
+    /// (finished, all) shard rows in the lease table.
+    fn shard_rows(&self) -> (u64, u64) {
+        let rows = self.worker.rows();
+        let shards = rows
+            .iter()
+            .filter(|row| matches!(row.unit, UnitId::Shard(_)));
+        let all = shards.clone().count() as u64;
+        let finished = shards.filter(|row| row.state.is_finished()).count() as u64;
+        (finished, all)
+    }
+
+    /// Starts reading a taken shard from `start`.
+    fn start(&mut self, shard: ShardId, start: Start) -> Holding {
+        let (cancel, cancelled) = Cancel::new();
+        let caught_up = Arc::new(AtomicBool::new(false));
+        let (at, floor) = match &start {
+            Start::TrimHorizon => (StartAt::TrimHorizon, None),
+            Start::After(seq) => (StartAt::After(seq.clone()), None),
+            Start::Since(ms) => (StartAt::TrimHorizon, Some(*ms)),
+        };
+        self.generation += 1;
+        let generation = self.generation;
+        // Each holding hands over through its own channel, forwarded tagged with its
+        // generation: what an earlier holding of the shard read is told apart (`handed`).
+        let (tx, mut rx) = mpsc::channel(HANDOVER_DEPTH);
+        let view = StreamsPosition::new(StreamKind::Streams, Some(self.run.stream_arn.clone()));
+        let ctx = StreamContext {
+            api: Arc::clone(&self.api),
+            stream_arn: self.run.stream_arn.clone(),
+            table: self.run.table.clone(),
+            format: self.run.format,
+            retry: self.run.retry,
+            records_per_request: self.run.records_per_request,
+            poll_interval: self.run.poll_interval,
+            handover: Arc::new(Handover::new(tx, view, None)),
+            cancel: cancelled,
+            observer: Arc::clone(&self.observer),
+        };
+        let state = ShardState::new(shard.clone(), at, floor, None);
+        let slots = Arc::clone(&self.slots);
+        let flag = Arc::clone(&caught_up);
+        let id = shard.clone();
+        let out = self.tx.clone();
+        let handle = self.tasks.spawn(
+            async move {
+                // The task ends once everything its reads handed over was forwarded.
+                let read = read_shard(ctx, state, slots, flag);
+                let forward = async move {
+                    while let Some(handed) = rx.recv().await {
+                        if out.send((generation, handed)).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                let (result, ()) = tokio::join!(read, forward);
+                (id, result)
+            }
+            .in_current_span(),
+        );
+        self.running.insert(handle.id(), shard);
+        Holding {
+            generation,
+            acknowledged: None,
+            unsaved: false,
+            saved_at: Instant::now(),
+            reading: Some(cancel),
+            caught_up,
+            ended: false,
+        }
+    }
+
+    /// A shard's task ended: drained (its finish mark follows through the channel), stopped
+    /// because its lease was lost or the run ends, or failed.
+    fn joined(&mut self, joined: ShardJoined) -> Result<(), RunError> {
+        match joined {
+            Ok((id, (shard, result))) => {
+                self.running.remove(&id);
+                match result {
+                    Ok(()) | Err(StreamError::Stopped) => Ok(()),
+                    Err(error) => {
+                        tracing::error!(shard = %shard, error = %error, "Shard read failed.");
+                        Err(RunError::Stream(error))
+                    }
+                }
+            }
+            Err(error) => {
+                let shard = self.running.remove(&error.id());
+                if error.is_panic() {
+                    return Err(RunError::Stream(StreamError::ShardFailed(format!(
+                        "the task reading shard {} panicked",
+                        shard.map_or_else(|| "?".to_string(), |s| s.to_string())
+                    ))));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A hand-over: into the batcher; a fencing sink's hand-over is a batch of its own. A
+    /// hand-over of a holding that is lost is dropped: the shard's owner reads it again after
+    /// the last checkpoint, and written now, under a later holding's fence, it could land
+    /// after newer changes another worker wrote meanwhile.
+    async fn handed<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        batcher: &mut Batcher,
+        generation: u64,
+        handed: Handed,
+        progress: &dyn Progress,
+    ) -> Result<(), RunError> {
+        let current = handed
+            .shard
+            .as_ref()
+            .and_then(|shard| self.held.get(shard))
+            .is_some_and(|holding| holding.generation == generation);
+        if !current {
+            return Ok(());
+        }
+        if !handed.records.is_empty() {
+            self.last_records = Instant::now();
+        }
+        for batch in batcher.push_handed(handed) {
+            self.deliver(sink, batch, progress).await?;
+        }
+        if sink.fences()
+            && let Some(batch) = batcher.take()
+        {
+            self.deliver(sink, batch, progress).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes a batch, then records the marks it reaches; checkpoints what is due.
+    async fn deliver<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        batch: Batch,
+        progress: &dyn Progress,
+    ) -> Result<(), RunError> {
+        if !batch.records.is_empty() {
+            if sink.fences() {
+                let Some(shard) = batch.shards.iter().find_map(mark_shard).cloned() else {
+                    return Ok(());
+                };
+                let Some(counter) = self.worker.counter(&UnitId::Shard(shard.clone())) else {
+                    self.lose(&shard, &LostReason::Taken);
+                    return Ok(());
+                };
+                let fence = self.fence(&shard, counter.0);
+                match sink.write_fenced(&batch, &fence).await {
+                    Ok(()) => {}
+                    Err(error) if error.class == SinkErrorClass::Fenced => {
+                        tracing::warn!(error = %error, "Batch refused by its lease fence.");
+                        self.lose(&shard, &LostReason::Taken);
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            } else {
+                sink.write(&batch, None).await?;
+            }
+            BatchAcknowledged { batch: &batch }.emit();
+            self.written += batch.records.len() as u64;
+            progress.advanced(self.written, 0.0);
+        }
+        for mark in &batch.shards {
+            match mark {
+                StreamMark::Advance(shard, seq) => {
+                    if let Some(holding) = self.held.get_mut(shard) {
+                        holding.acknowledged = Some(seq.clone());
+                        holding.unsaved = true;
+                    }
+                }
+                StreamMark::Finish(shard, _) => {
+                    if let Some(holding) = self.held.get_mut(shard) {
+                        holding.ended = true;
+                        holding.unsaved = true;
+                    }
+                }
+                // The lease row keeps the sequence number alone.
+                StreamMark::Admit { .. } | StreamMark::Verify(..) | StreamMark::ReadAt(..) => {}
+            }
+        }
+        self.save_all(false).await
+    }
+
+    /// Checkpoints the held shards whose acknowledged position is newer than their row: ended
+    /// ones always, the others once `checkpoint_interval` passed (or all, with `every`).
+    async fn save_all(&mut self, every: bool) -> Result<(), RunError> {
+        let due: Vec<ShardId> = self
+            .held
+            .iter()
+            .filter(|(_, h)| {
+                h.unsaved && (every || h.ended || h.saved_at.elapsed() >= self.checkpoint_interval)
+            })
+            .map(|(shard, _)| shard.clone())
+            .collect();
+        for shard in due {
+            let Some(holding) = self.held.get(&shard) else {
+                continue;
+            };
+            let unit = UnitId::Shard(shard.clone());
+            let (text, state) = if holding.ended {
+                (END_CHECKPOINT.to_string(), LeaseState::ShardEnd)
+            } else {
+                match &holding.acknowledged {
+                    Some(seq) => (format!("after:{}", seq.as_str()), LeaseState::Processing),
+                    None => continue,
+                }
+            };
+            let now = self.now();
+            match self.worker.checkpoint(&unit, &text, state, now).await {
+                Ok(_) => self.saved(&shard),
+                Err(CheckpointError::Lost(lost)) => self.lose(&shard, &lost.reason),
+                Err(CheckpointError::NotHeld(_)) => self.lose(&shard, &LostReason::Taken),
+                Err(CheckpointError::Request(error)) if error.is_conflict() => {
+                    self.lose(&shard, &LostReason::Taken)
+                }
+                Err(CheckpointError::Request(LeaseError::Transient(error))) => {
+                    tracing::debug!(lease = %unit, error = %error, "Checkpoint failed; retried later.");
+                }
+                Err(CheckpointError::Request(error)) => return Err(RunError::Lease(error)),
+                Err(error) => return Err(RunError::Lease(LeaseError::Fatal(error.to_string()))),
+            }
+        }
+        Ok(())
+    }
+
+    fn saved(&mut self, shard: &ShardId) {
+        let Some(holding) = self.held.get_mut(shard) else {
+            return;
+        };
+        holding.unsaved = false;
+        holding.saved_at = Instant::now();
+        if holding.ended {
+            self.held.remove(shard);
+            self.counts.finished += 1;
+            self.event("finished", 0);
+            tracing::info!(shard = %shard, "Shard ended: its lease is finished and handed back.");
+        }
+    }
+
+    fn fence(&self, shard: &ShardId, counter: u64) -> Fence {
+        Fence {
+            pipeline: self.worker.pipeline().to_string(),
+            unit: UnitId::Shard(shard.clone()).to_string(),
+            counter,
+        }
+    }
+
+    fn event(&self, event: &'static str, more: usize) {
+        LeaseEvent {
+            worker: self.worker.id().as_str(),
+            event,
+            held: self.held.len() + more,
+        }
+        .emit();
+    }
+
+    /// A lease is lost: its shard stops at once, without another checkpoint.
+    fn lose(&mut self, shard: &ShardId, reason: &LostReason) {
+        if let Some(holding) = self.held.remove(shard) {
+            if let Some(cancel) = holding.reading {
+                cancel.cancel();
+            }
+            self.counts.lost += 1;
+            self.event("lost", 0);
+            tracing::warn!(
+                lease = %UnitId::Shard(shard.clone()),
+                reason = ?reason,
+                "Lease lost; the shard is left to its new owner."
+            );
+        }
+    }
+}
+
+/// Reads one shard slice after slice, a read slot per slice, until it drains or is stopped.
+/// The context (and with it the hand-over's sender) is dropped at the end.
+async fn read_shard<A: StreamsApi>(
+    ctx: StreamContext<A>,
+    mut state: ShardState,
+    slots: Arc<Semaphore>,
+    caught_up: Arc<AtomicBool>,
+) -> Result<(), StreamError> {
+    loop {
+        let slot = tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
+            slot = Arc::clone(&slots).acquire_owned() => slot.map_err(|_| StreamError::Stopped)?,
+        };
+        let end = ctx.slice(&mut state).await;
+        drop(slot);
+        caught_up.store(state.caught_up, Ordering::Relaxed);
+        match end? {
+            SliceEnd::Drained => return Ok(()),
+            SliceEnd::Yield(delay) => {
+                tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The shard a batch's marks name first (a fencing sink's batch holds one shard).
+fn mark_shard(mark: &StreamMark) -> Option<&ShardId> {
+    match mark {
+        StreamMark::Advance(shard, _) | StreamMark::Finish(shard, _) => Some(shard),
+        _ => None,
+    }
+}
+
+/// Where a taken shard starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Start {
+    TrimHorizon,
+    After(SequenceNumber),
+    /// From `TRIM_HORIZON`, dropping records created before this unix ms.
+    Since(i64),
+}
+
+/// The start of a lease row's checkpoint; a row this version cannot read stops the run.
+fn decode_checkpoint(unit: &UnitId, text: Option<&str>) -> Result<Start, RunError> {
+    let bad = || {
+        RunError::Lease(LeaseError::Fatal(format!(
+            "lease {unit}: its checkpoint '{}' is not a shard position (after:<sequence \
+             number>, latest:<unix ms>); run `ddbpipe state reset` once no worker runs",
+            text.unwrap_or_default()
+        )))
+    };
+    let Some(text) = text else {
+        return Ok(Start::TrimHorizon);
+    };
+    if let Some(seq) = text.strip_prefix("after:") {
+        return SequenceNumber::parse(seq)
+            .map(Start::After)
+            .map_err(|_| bad());
+    }
+    if let Some(ms) = text.strip_prefix("latest:") {
+        return ms.parse().map(Start::Since).map_err(|_| bad());
+    }
+    Err(bad())
+}
+
+/// The lease rows of a listing. On a first run (`first` holds its start position) under
+/// `latest`, open shards start at the run's start and closed ones are created finished.
+/// A shard counts as closed only when a child is listed (some emulators report an ending
+/// sequence number on an open shard).
+pub(super) fn shard_specs(
+    shards: Vec<ShardDescription>,
+    first: Option<StartPosition>,
+    now_ms: i64,
+) -> Vec<UnitSpec> {
+    let mut graph = ShardGraph::new();
+    graph.merge(shards);
+    graph
+        .ids()
+        .filter_map(|id| graph.with_trusted_closed(id))
+        .map(|shard| {
+            let spec = UnitSpec::shard(&shard);
+            match first {
+                Some(StartPosition::Latest) if shard.closed => {
+                    spec.starting(END_CHECKPOINT, LeaseState::ShardEnd)
+                }
+                Some(StartPosition::Latest) => {
+                    spec.starting(format!("latest:{now_ms}"), LeaseState::Pending)
+                }
+                _ => spec,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>, closed: bool) -> ShardDescription {
+        ShardDescription {
+            id: ShardId::new(id),
+            parent: parent.map(ShardId::new),
+            closed,
+        }
+    }
+
+    #[test]
+    fn checkpoints_name_where_a_shard_starts() {
+        let unit = UnitId::Shard(ShardId::new("s"));
+        assert_eq!(decode_checkpoint(&unit, None).unwrap(), Start::TrimHorizon);
+        assert_eq!(
+            decode_checkpoint(&unit, Some("after:000000000000000000123")).unwrap(),
+            Start::After(SequenceNumber::parse("000000000000000000123").unwrap())
+        );
+        assert_eq!(
+            decode_checkpoint(&unit, Some("latest:1767225600000")).unwrap(),
+            Start::Since(1767225600000)
+        );
+        for bad in ["after:x", "latest:", "end", "7"] {
+            let error = decode_checkpoint(&unit, Some(bad)).unwrap_err().to_string();
+            assert!(
+                error.contains("lease shard:s") && error.contains(bad),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_first_latest_run_skips_closed_shards_and_starts_open_ones_at_its_start() {
+        let shards = || {
+            vec![
+                shard("a", None, true),
+                shard("b", Some("a"), false),
+                // Closed but childless: an emulator's open shard; read it.
+                shard("c", None, true),
+            ]
+        };
+        let specs = shard_specs(shards(), Some(StartPosition::Latest), 42);
+        let by: BTreeMap<String, &UnitSpec> =
+            specs.iter().map(|s| (s.unit.to_string(), s)).collect();
+        assert_eq!(by["shard:a"].state, LeaseState::ShardEnd);
+        assert_eq!(by["shard:a"].checkpoint.as_deref(), Some("end"));
+        assert_eq!(by["shard:b"].checkpoint.as_deref(), Some("latest:42"));
+        assert_eq!(
+            by["shard:b"].parents,
+            vec![UnitId::Shard(ShardId::new("a"))]
+        );
+        assert_eq!(by["shard:c"].checkpoint.as_deref(), Some("latest:42"));
+        assert_eq!(by["shard:c"].state, LeaseState::Pending);
+        for later in [None, Some(StartPosition::TrimHorizon)] {
+            let specs = shard_specs(shards(), later, 42);
+            assert!(
+                specs
+                    .iter()
+                    .all(|s| s.checkpoint.is_none() && s.state == LeaseState::Pending),
+                "{later:?}"
+            );
+        }
+    }
+}

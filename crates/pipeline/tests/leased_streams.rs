@@ -1,0 +1,542 @@
+//! The shared stream (docs/coordination.md §11.12) on the in-memory stream and lease table,
+//! under paused time: several workers, splits, crashes, a worker stalled past its lease.
+//!
+//! # The seeded simulation
+//! Each seed scripts a stream (1–3 roots, writes over up to 40 s, up to 4 splits or rotations
+//! whose children are listed late), 2–5 workers on one lease table with seeded request
+//! faults and lost replies, and a fate per worker but the first: run to the end, crash (its
+//! task dropped: no final checkpoint, no hand-back) and be replaced by a new process, stall in
+//! a write for 40 s (past the 10 s lease) and then go on, or stop gracefully and be replaced.
+//! Every worker writes to one fencing sink (one database, like the keyed sinks).
+//!
+//! Checked on every seed:
+//! - every record written is accepted by the sink at least once;
+//! - per key, the last record accepted is the key's last record written (the destination
+//!   ends equal to the table);
+//! - per key, no record of a shard is accepted after a record of one of its descendants
+//!   (parents before children, across workers);
+//! - every shard closed and read ends `ShardEnd`, unowned;
+//! - every worker ends idle.
+//!
+//! `LEASED_SEED=7` runs one seed; `LEASED_SEEDS=500` runs more; `LEASED_TRACE=1` prints the
+//! workers' log.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::runner::{NoProgress, RunError};
+use ddbpipe_pipeline::sink::{Fence, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::streams::{LeasedStreamOutcome, LeasedStreams, StreamRun};
+use ddbpipe_source::config::StartPosition;
+use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
+use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::lease::memory::MemoryLeaseTable;
+use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
+use ddbpipe_source::retry::{Cancel, NoObserver};
+use ddbpipe_source::streams::engine::EndReason;
+use ddbpipe_testkit::fake_stream_run;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const SEEDS: u64 = 60;
+
+/// One record as a sink accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Accepted {
+    shard: String,
+    seq: String,
+    key: String,
+    worker: String,
+}
+
+type Log = Arc<Mutex<Vec<Accepted>>>;
+type Fences = Arc<Mutex<HashMap<String, u64>>>;
+
+/// One database for every worker: batches pass their fence (a lower counter than the one
+/// stored is refused) and are logged in the order they were accepted.
+struct FencingLog {
+    worker: String,
+    fences: Fences,
+    log: Log,
+    delay: Duration,
+    stall_at: Option<usize>,
+    writes: usize,
+}
+
+impl FencingLog {
+    fn pass(&self, fence: &Fence) -> Result<(), SinkError> {
+        let mut fences = self.fences.lock().unwrap();
+        let stored = fences.entry(fence.unit.clone()).or_insert(0);
+        if *stored > fence.counter {
+            return Err(SinkError {
+                sink: "log".into(),
+                message: format!("{} fenced at {stored}", fence.unit),
+                class: SinkErrorClass::Fenced,
+            });
+        }
+        *stored = fence.counter;
+        Ok(())
+    }
+}
+
+fn accepted(line: &[u8], worker: &str) -> Accepted {
+    let json: serde_json::Value = serde_json::from_slice(line).unwrap();
+    Accepted {
+        shard: json["shard_id"].as_str().unwrap().to_string(),
+        seq: json["sequence_number"].as_str().unwrap().to_string(),
+        key: json["key"]["pk"].as_str().unwrap().to_string(),
+        worker: worker.to_string(),
+    }
+}
+
+impl Sink for FencingLog {
+    async fn write(&mut self, _batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
+        panic!("a fencing sink is written with its fence");
+    }
+
+    fn fences(&self) -> bool {
+        true
+    }
+
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        self.writes += 1;
+        if self.stall_at == Some(self.writes) {
+            // A paused process: its lease expires and is taken meanwhile.
+            tokio::time::sleep(Duration::from_secs(40)).await;
+        }
+        tokio::time::sleep(self.delay).await;
+        self.pass(fence)?;
+        let records: Vec<Accepted> = batch
+            .records
+            .iter()
+            .map(|line| accepted(line, &self.worker))
+            .collect();
+        assert!(
+            records
+                .iter()
+                .all(|r| format!("shard:{}", r.shard) == fence.unit),
+            "one shard per batch, under its own fence"
+        );
+        self.log.lock().unwrap().extend(records);
+        Ok(())
+    }
+
+    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+        self.pass(fence)
+    }
+
+    fn describe(&self) -> String {
+        "log".into()
+    }
+}
+
+/// Each worker its own output (a jsonl file per worker): no fences.
+struct Own {
+    worker: String,
+    log: Log,
+}
+
+impl Sink for Own {
+    async fn write(&mut self, batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut log = self.log.lock().unwrap();
+        log.extend(batch.records.iter().map(|l| accepted(l, &self.worker)));
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "own".into()
+    }
+}
+
+fn worker(
+    fake: &Arc<FakeStreams>,
+    leases: &MemoryLeaseTable,
+    id: &str,
+    run: &StreamRun,
+    checkpoint_interval: Duration,
+) -> LeasedStreams<FakeStreams, MemoryLeaseTable> {
+    LeasedStreams {
+        api: Arc::clone(fake),
+        run: run.clone(),
+        worker: Worker::new(
+            leases.connect(),
+            PipelineName::new("p").unwrap(),
+            WorkerId::new(id).unwrap(),
+            LeaseSettings::new(10).unwrap(),
+        ),
+        checkpoint_interval,
+        observer: Arc::new(NoObserver),
+    }
+}
+
+type Ran<S> = tokio::task::JoinHandle<(Result<LeasedStreamOutcome, RunError>, S)>;
+
+fn spawn<S: Sink + 'static>(
+    run: LeasedStreams<FakeStreams, MemoryLeaseTable>,
+    mut sink: S,
+    stop: Cancel,
+) -> Ran<S> {
+    tokio::spawn(async move {
+        let outcome = run.run(&mut sink, stop, &NoProgress).await;
+        (outcome, sink)
+    })
+}
+
+fn shard_id(rng: &mut StdRng, n: &mut u32) -> String {
+    *n += 1;
+    format!("shardId-{n:05}-{:08x}", rng.random::<u32>())
+}
+
+/// A stream of `roots` roots with writes over `window_ms` and `reshards` splits or rotations.
+fn stream(seed: u64, rng: &mut StdRng, window_ms: u64, reshards: usize) -> Arc<FakeStreams> {
+    let mut fake = FakeStreams::new(seed).with_faults(Faults::none());
+    let mut n = 0;
+    let roots = rng.random_range(1..=3u32);
+    let mut open = Vec::new();
+    for r in 0..roots {
+        let shard = shard_id(rng, &mut n);
+        fake = fake.at(
+            Duration::ZERO,
+            Change::Root {
+                shard: shard.clone(),
+                range: Some((r * 65536 / roots, (r + 1) * 65536 / roots)),
+            },
+        );
+        open.push(shard);
+    }
+    let keys = rng.random_range(3..=20);
+    let mut later: Vec<(u64, Change)> = (0..rng.random_range(20..=150))
+        .map(|_| {
+            let key = format!("k{}", rng.random_range(0..keys));
+            let remove = rng.random_bool(0.1);
+            (
+                rng.random_range(0..=window_ms),
+                Change::Write { key, remove },
+            )
+        })
+        .collect();
+    let mut times: Vec<u64> = (0..reshards)
+        .map(|_| rng.random_range(0..=window_ms))
+        .collect();
+    times.sort();
+    for at in times {
+        let parent = open.remove(rng.random_range(0..open.len()));
+        let count = if rng.random_bool(0.6) { 2 } else { 1 };
+        let children: Vec<String> = (0..count).map(|_| shard_id(rng, &mut n)).collect();
+        open.extend(children.iter().cloned());
+        later.push((
+            at,
+            Change::Reshard {
+                parent,
+                children,
+                listed_after: Duration::from_millis(rng.random_range(0..=8_000)),
+            },
+        ));
+    }
+    later.sort_by_key(|(at, _)| *at);
+    for (at, change) in later {
+        fake = fake.at(Duration::from_millis(at), change);
+    }
+    Arc::new(fake)
+}
+
+fn settings(rng: &mut StdRng) -> StreamRun {
+    let mut run = fake_stream_run();
+    run.bounds.shard_concurrency = rng.random_range(1..=3);
+    run.bounds.idle_termination = Some(Duration::from_secs(60));
+    run.bounds.discovery_interval = Duration::from_secs(rng.random_range(5..=30));
+    run.batch_size = rng.random_range(1..=20);
+    run
+}
+
+/// The checks of the module docs on what the sink accepted.
+fn check(seed: u64, fake: &FakeStreams, log: &[Accepted]) {
+    let written: Vec<Written> = fake.written();
+    let seen: BTreeSet<&str> = log.iter().map(|a| a.seq.as_str()).collect();
+    for record in &written {
+        assert!(
+            seen.contains(record.seq.as_str()),
+            "seed {seed}: {} of {} ({}) was never accepted",
+            record.seq.as_str(),
+            record.key,
+            record.shard
+        );
+    }
+    let mut last_written: BTreeMap<&str, &str> = BTreeMap::new();
+    for record in &written {
+        let last = last_written.entry(record.key.as_str()).or_default();
+        if record.seq.as_str() > *last {
+            *last = record.seq.as_str();
+        }
+    }
+    let mut last_accepted: BTreeMap<&str, &str> = BTreeMap::new();
+    for a in log {
+        last_accepted.insert(&a.key, &a.seq);
+    }
+    assert_eq!(
+        last_accepted, last_written,
+        "seed {seed}: the last change of every key wins"
+    );
+    let parents: HashMap<ShardId, ShardId> = fake
+        .shards()
+        .into_iter()
+        .filter_map(|s| s.parent.map(|p| (s.id, p)))
+        .collect();
+    let ancestors = |shard: &str| {
+        let mut out = BTreeSet::new();
+        let mut at = ShardId::new(shard);
+        while let Some(parent) = parents.get(&at) {
+            out.insert(parent.as_str().to_string());
+            at = parent.clone();
+        }
+        out
+    };
+    // Per key, the shards of its records accepted so far: none may be a descendant of a later one.
+    let mut by_key: HashMap<&str, Vec<&Accepted>> = HashMap::new();
+    for a in log {
+        by_key.entry(&a.key).or_default().push(a);
+    }
+    for (key, records) in by_key {
+        for (i, later) in records.iter().enumerate() {
+            for earlier in &records[..i] {
+                assert!(
+                    !ancestors(&earlier.shard).contains(&later.shard),
+                    "seed {seed}: key {key}: {} of parent {} (by {}) accepted after {} of its \
+                     descendant {} (by {})",
+                    later.seq,
+                    later.shard,
+                    later.worker,
+                    earlier.seq,
+                    earlier.shard,
+                    earlier.worker
+                );
+            }
+        }
+    }
+}
+
+async fn simulate(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let window_ms = rng.random_range(5_000..=40_000);
+    let reshards = rng.random_range(0..=4);
+    let fake = stream(seed, &mut rng, window_ms, reshards);
+    let leases = MemoryLeaseTable::seeded(seed);
+    leases.set_faults(ddbpipe_source::lease::memory::Faults {
+        fail_rate: rng.random_range(0.0..0.05),
+        lost_reply_rate: rng.random_range(0.0..0.05),
+        delay: Duration::from_millis(rng.random_range(0..20)),
+    });
+    let run = settings(&mut rng);
+    let fences: Fences = Arc::default();
+    let log: Log = Arc::default();
+    let workers = rng.random_range(2..=5usize);
+    let mut steady = Vec::new();
+    let mut crashes = Vec::new();
+    for w in 0..workers {
+        let id = format!("w{w}");
+        let interval = Duration::from_millis(rng.random_range(0..=2_000));
+        let fate = if w == 0 { 0 } else { rng.random_range(0..4) };
+        let sink = FencingLog {
+            worker: id.clone(),
+            fences: Arc::clone(&fences),
+            log: Arc::clone(&log),
+            delay: Duration::from_millis(rng.random_range(20..400)),
+            stall_at: (fate == 2).then(|| rng.random_range(1..10)),
+            writes: 0,
+        };
+        let (handle, stop) = Cancel::new();
+        let task = spawn(worker(&fake, &leases, &id, &run, interval), sink, stop);
+        let at = Duration::from_millis(rng.random_range(500..=window_ms + 5_000));
+        let again = FencingLog {
+            worker: format!("{id}-again"),
+            fences: Arc::clone(&fences),
+            log: Arc::clone(&log),
+            delay: Duration::from_millis(rng.random_range(20..400)),
+            stall_at: None,
+            writes: 0,
+        };
+        let next = worker(&fake, &leases, &format!("{id}-again"), &run, interval);
+        match fate {
+            1 => crashes.push(tokio::spawn(async move {
+                // The process dies; another starts.
+                tokio::time::sleep(at).await;
+                task.abort();
+                let _ = task.await;
+                let (_, stop) = Cancel::new();
+                spawn(next, again, stop).await.unwrap().0
+            })),
+            3 => steady.push(tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                handle.cancel();
+                let (outcome, _) = task.await.unwrap();
+                assert_eq!(outcome.unwrap().end, EndReason::Stopped);
+                let (_, stop) = Cancel::new();
+                spawn(next, again, stop).await.unwrap().0
+            })),
+            _ => steady.push(tokio::spawn(async move {
+                drop(handle);
+                task.await.unwrap().0
+            })),
+        }
+    }
+    for task in steady.into_iter().chain(crashes) {
+        let outcome = tokio::time::timeout(Duration::from_secs(3600), task)
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: a worker ran for an hour"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(outcome.end, EndReason::Idle, "seed {seed}: {outcome:?}");
+    }
+    check(seed, &fake, &log.lock().unwrap());
+    leases.set_faults(ddbpipe_source::lease::memory::Faults::default());
+    let rows = leases.rows(&PipelineName::new("p").unwrap());
+    for shard in fake.shards() {
+        let row = rows
+            .iter()
+            .find(|r| r.unit == UnitId::Shard(shard.id.clone()))
+            .unwrap_or_else(|| panic!("seed {seed}: no row for {}", shard.id));
+        if shard.closed {
+            assert_eq!(row.state, LeaseState::ShardEnd, "seed {seed}: {row:?}");
+            assert_eq!(row.owner, None, "seed {seed}: {row:?}");
+        }
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("LEASED_SEED") {
+        return vec![seed.trim().parse().expect("LEASED_SEED is a number")];
+    }
+    let n = std::env::var("LEASED_SEEDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SEEDS);
+    (0..n).collect()
+}
+
+#[test]
+fn seeded_workers_with_splits_crashes_and_pauses_keep_every_change_and_parents_first() {
+    if std::env::var_os("LEASED_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("LEASED_TRACE").unwrap_or_default())
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    for seed in seeds() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(simulate(seed));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_workers_each_write_their_own_output_and_together_hold_every_change() {
+    let mut rng = StdRng::seed_from_u64(99);
+    let fake = stream(99, &mut rng, 20_000, 3);
+    let leases = MemoryLeaseTable::seeded(99);
+    let run = fake_stream_run();
+    let mut tasks = Vec::new();
+    let mut logs = Vec::new();
+    for id in ["a", "b", "c"] {
+        let log: Log = Arc::default();
+        logs.push(Arc::clone(&log));
+        let (_, stop) = Cancel::new();
+        let sink = Own {
+            worker: id.into(),
+            log,
+        };
+        tasks.push(spawn(
+            worker(&fake, &leases, id, &run, Duration::ZERO),
+            sink,
+            stop,
+        ));
+    }
+    let mut finished = 0;
+    for task in tasks {
+        let outcome = task.await.unwrap().0.unwrap();
+        assert_eq!(outcome.end, EndReason::Idle);
+        assert_eq!(outcome.shards, fake.shards().len() as u64);
+        finished += outcome.leases.finished;
+    }
+    let closed = fake.shards().iter().filter(|s| s.closed).count() as u64;
+    assert_eq!(finished, closed, "each closed shard was finished once");
+    let seqs: BTreeSet<String> = logs
+        .iter()
+        .flat_map(|log| log.lock().unwrap().clone())
+        .map(|a| a.seq)
+        .collect();
+    let written: BTreeSet<String> = fake
+        .written()
+        .iter()
+        .map(|w| w.seq.as_str().to_string())
+        .collect();
+    assert_eq!(seqs, written, "the union of the outputs is the stream");
+    let busy = logs
+        .iter()
+        .filter(|log| !log.lock().unwrap().is_empty())
+        .count();
+    assert!(busy >= 2, "the shards were shared");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_latest_run_reads_only_what_was_written_after_it_started() {
+    let fake = Arc::new(
+        // The fake's wall clock starts 300 s before the real one: the old write is from well
+        // before the run (older than the floor's 120 s margin), the new one from after it began.
+        FakeStreams::new(5)
+            .with_faults(Faults::none())
+            .with_wall_origin_ms(ddbpipe_source::clock::unix_now_ms() - 300_000)
+            .at(
+                Duration::ZERO,
+                Change::Root {
+                    shard: "shardId-00001-a".into(),
+                    range: None,
+                },
+            )
+            .at(
+                Duration::ZERO,
+                Change::Write {
+                    key: "old".into(),
+                    remove: false,
+                },
+            )
+            .at(
+                Duration::from_secs(310),
+                Change::Write {
+                    key: "new".into(),
+                    remove: false,
+                },
+            ),
+    );
+    let leases = MemoryLeaseTable::seeded(5);
+    let mut run = fake_stream_run();
+    run.start_position = StartPosition::Latest;
+    run.bounds.idle_termination = Some(Duration::from_secs(400));
+    let log: Log = Arc::default();
+    let (_, stop) = Cancel::new();
+    let sink = Own {
+        worker: "a".into(),
+        log: Arc::clone(&log),
+    };
+    let outcome = spawn(
+        worker(&fake, &leases, "a", &run, Duration::ZERO),
+        sink,
+        stop,
+    )
+    .await
+    .unwrap()
+    .0
+    .unwrap();
+    assert_eq!(outcome.end, EndReason::Idle);
+    let keys: Vec<String> = log.lock().unwrap().iter().map(|a| a.key.clone()).collect();
+    assert_eq!(keys, ["new"]);
+}
