@@ -39,9 +39,12 @@ pub async fn run(
                 }
                 None => scan::run(&config, config_path, progress, stop).await,
             },
-            Mode::Streams | Mode::Mirror => {
-                streams::run(&config, config_path, progress, stop).await
-            }
+            Mode::Streams | Mode::Mirror => match &config.coordination {
+                Some(coordination) => {
+                    shared::run_streams(&config, coordination, config_path, stop).await
+                }
+                None => streams::run(&config, config_path, progress, stop).await,
+            },
         }
     };
     let outcome = ran.instrument(span).await;

@@ -1,7 +1,7 @@
-//! Several `ddbpipe run` processes sharing one scan through a lease table, on both emulators
-//! (docs/coordination.md §11.10): one SIGKILLed, one SIGSTOPped past its lease, and the union
-//! of the workers' files holds every item; `check`, `state show` and `state reset` of the
-//! leases.
+//! Several `ddbpipe run` processes sharing one scan or one stream through a lease table, on
+//! both emulators (docs/coordination.md §11.10, §11.11): one SIGKILLed, one SIGSTOPped past its
+//! lease; the union of the workers' files holds every item, a keyed table ends equal to the
+//! source table; `check`, `state show` and `state reset` of the leases.
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -267,6 +267,169 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
         "{}",
         stdout(&reset)
     );
+}
+
+/// A shared `mode: streams` pipeline into `sink`, following the stream until stopped.
+fn shared_stream_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
+    let yaml = format!(
+        "name: shared-stream\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+         credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n  \
+         table_name: items\n  value_format: typed\n  mode: streams\n  follow: true\n  poll_interval_ms: 200\n\
+         {sink}\
+         state:\n  flush_interval_ms: 0\n\
+         coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3\n"
+    );
+    let config = dir.join("pipeline.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    config
+}
+
+/// The owner of the stream's one shard lease, as `state show` lists it.
+fn shard_owner(config: &Path) -> Option<String> {
+    let show = common::ddbpipe(&["state", "show", "--json"], config);
+    let shown: Value = serde_json::from_str(&stdout(&show)).ok()?;
+    shown["leases"]
+        .as_array()?
+        .iter()
+        .find(|lease| {
+            lease["unit"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("shard:"))
+        })
+        .and_then(|lease| lease["owner"].as_str().map(str::to_string))
+}
+
+/// The running worker whose default id (`<hostname>-<pid>`) is `owner`.
+fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
+    let at = workers
+        .iter()
+        .position(|w| owner.ends_with(&format!("-{}", w.id())))?;
+    Some(workers.remove(at))
+}
+
+/// Three workers follow one stream into a keyed table while it is written: the one reading
+/// the shard is SIGKILLed, the next one SIGSTOPped past its lease and continued; the table
+/// ends equal to the source table, the zombie learns it lost the lease, and SIGTERM hands
+/// every lease back.
+fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator, target: Target) {
+    let running = emulator.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..20 {
+        running.put_pk("items", &format!("k{i:02}"), "0");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(target, dir.path());
+    let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
+    let check = common::ddbpipe(&["check"], &config);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
+    );
+    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
+
+    // A writer changes the table all along: puts, updates and deletes of 40 keys.
+    let endpoint = running.endpoint.clone();
+    let writer = std::thread::spawn(move || {
+        let client = common::client(&endpoint);
+        for step in 0..150u32 {
+            let key = format!("k{:02}", (step * 7) % 40);
+            let request = if step % 5 == 4 {
+                common::rt()
+                    .block_on(
+                        client
+                            .delete_item()
+                            .table_name("items")
+                            .key("pk", s(&key))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            } else {
+                common::rt()
+                    .block_on(
+                        client
+                            .put_item()
+                            .table_name("items")
+                            .set_item(Some(item(vec![
+                                ("pk", s(&key)),
+                                ("v", common::n(&step.to_string())),
+                            ])))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            };
+            request.expect("a write");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+
+    let reading = common::wait_for(Duration::from_secs(60), || {
+        destination.rows("items").len() >= 10 && shard_owner(&config).is_some()
+    });
+    assert!(reading, "a worker reads the shard");
+    let first = shard_owner(&config).unwrap();
+    let mut killed = worker_of(&mut workers, &first).expect("the owner is one of the workers");
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let mut second = None;
+    let taken = common::wait_for(Duration::from_secs(30), || {
+        second = shard_owner(&config).filter(|owner| *owner != first);
+        second.is_some()
+    });
+    assert!(
+        taken,
+        "another worker takes the shard after the lease expires"
+    );
+    let stopped = worker_of(&mut workers, &second.unwrap()).expect("a live worker");
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    writer.join().unwrap();
+
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(60), || {
+        destination.items("items") == table
+    });
+    assert_eq!(
+        destination.items("items"),
+        table,
+        "the destination ends equal to the table (converged: {converged})"
+    );
+    workers.push(stopped);
+    let mut said = String::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("stopped by a signal"),
+            "{}",
+            stderr(&output)
+        );
+        said.push_str(&stderr(&output));
+    }
+    assert!(
+        said.contains("Lease lost"),
+        "the zombie learns it lost the lease: {said}"
+    );
+    assert_eq!(shard_owner(&config), None, "SIGTERM hands the lease back");
+}
+
+#[test]
+fn three_workers_follow_one_stream_into_sqlite_on_moto() {
+    three_workers_follow_one_stream_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);
+}
+
+#[test]
+fn three_workers_follow_one_stream_into_postgres_on_dynoxide() {
+    three_workers_follow_one_stream_through_a_kill_and_a_stop(Emulator::Dynoxide, Target::Postgres);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The shared stream (docs/coordination.md §11.12) on the in-memory stream and lease table,
+//! The shared stream (docs/coordination.md §11.11) on the in-memory stream and lease table,
 //! under paused time: several workers, splits, crashes, a worker stalled past its lease.
 //!
 //! # The seeded simulation

@@ -1,7 +1,7 @@
 //! The `coordination:` section: several workers of one pipeline share its work through a lease
 //! table in DynamoDB (docs/coordination.md §11.10).
 
-use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
+use ddbpipe_source::config::{ConfigError, Mode, OnGap, SnapshotEngine, SourceConfig};
 use serde_json::json;
 
 use super::fields::Fields;
@@ -149,15 +149,36 @@ pub(super) fn validate(
             format!("lease_duration_secs must be 3 to 300, not {duration}"),
         ));
     }
-    if !matches!(source.mode, Mode::Scan | Mode::Query) {
+    if source.mode == Mode::Mirror {
         errors.push(ConfigError::new(
             "coordination",
-            format!(
-                "this version shares the work of mode: scan and query only; a {} pipeline \
-                 runs as one process: remove the coordination section",
-                source.mode
-            ),
+            "this version shares the work of mode: scan, query and streams; a mirror pipeline \
+             (its snapshot and cleanup) runs as one process: remove the coordination section, \
+             or mirror with mode: streams after a shared scan",
         ));
+    }
+    if source.mode == Mode::Streams {
+        // A gap found by one worker cannot rescan the table for all of them (§11.11).
+        if source.on_gap != OnGap::Fail {
+            errors.push(ConfigError::new(
+                "source.on_gap",
+                format!(
+                    "with coordination a gap stops the workers: use on_gap: fail, not {} (a \
+                     shared stream is not resnapshotted or repaired in this version)",
+                    source.on_gap
+                ),
+            ));
+        }
+        if let Some(max) = source.max_messages {
+            errors.push(ConfigError::new(
+                "source.max_messages",
+                format!(
+                    "with coordination each worker reads the shards it holds, so a record \
+                     count ({max}) cannot end the pipeline: remove max_messages, or end the \
+                     workers by idle_termination_secs or a signal"
+                ),
+            ));
+        }
     }
     match sink {
         SinkConfig::Jsonl(jsonl) => {
@@ -174,9 +195,9 @@ pub(super) fn validate(
                 errors.push(ConfigError::new(
                     "sink.write",
                     format!(
-                        "with coordination a worker appends the segments it reads to its file \
-                         (a segment handed over continues in another worker's file): use write: \
-                         append, not {}",
+                        "with coordination a worker appends the segments or shards it reads to \
+                         its file (a unit handed over continues in another worker's file): use \
+                         write: append, not {}",
                         jsonl.write.name()
                     ),
                 ));

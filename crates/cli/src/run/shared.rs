@@ -1,22 +1,25 @@
-//! A scan or query shared by several workers (`coordination:`, docs/coordination.md §11.10):
-//! describe the table, open this worker's jsonl file and the lease table, then hand the run to
-//! the library's leased runner.
+//! A scan, query or stream shared by several workers (`coordination:`, docs/coordination.md
+//! §11.10, §11.11): describe the table (resolve the stream), open this worker's jsonl file or
+//! the keyed sink and the lease table, then hand the run to the library's leased runner.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan};
+use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
+use ddbpipe_pipeline::streams::{LeasedStreams, StreamRun, StreamRunError};
 use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
+use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::lease::{LeaseError, LeaseSettings, PipelineName, Worker, WorkerId};
-use ddbpipe_source::plan::ScanPlan;
+use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::streams::engine::EndReason;
 
 use crate::args::ProgressMode;
 use crate::config::{
@@ -49,22 +52,14 @@ pub async fn run(
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
     let mut sink = match &config.sink {
-        SinkConfig::Jsonl(_) => AnySink::Jsonl(open_worker_file(config, &worker_id)?),
+        SinkConfig::Jsonl(_) => {
+            AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
+        }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
-            AnySink::Keyed(open_keyed(config, &table).await?)
+            AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
     };
-    let leases = open_lease_table(&sdk, coordination).await?;
-    let settings = LeaseSettings::new(coordination.lease_duration_secs)
-        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
-    let named =
-        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
-    let worker = Worker::new(
-        leases,
-        PipelineName::new(config.name.clone()).map_err(named)?,
-        WorkerId::new(worker_id.clone()).map_err(named)?,
-        settings,
-    );
+    let worker = worker(&sdk, config, coordination, &worker_id).await?;
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let (reader, refresher) =
@@ -129,15 +124,125 @@ pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Option<PathBuf> 
     }
 }
 
+/// This worker on the lease table (created when missing).
+async fn worker(
+    sdk: &aws::SdkSettings,
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    worker_id: &str,
+) -> Result<Worker<AwsLeaseTable>, Failure> {
+    let leases = open_lease_table(sdk, coordination).await?;
+    let settings = LeaseSettings::new(coordination.lease_duration_secs)
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let named =
+        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
+    Ok(Worker::new(
+        leases,
+        PipelineName::new(config.name.clone()).map_err(named)?,
+        WorkerId::new(worker_id).map_err(named)?,
+        settings,
+    ))
+}
+
+/// Runs one worker of a shared `mode: streams` pipeline (docs/coordination.md §11.11).
+pub async fn run_streams(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    config_path: &Path,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
+    let source = &config.source;
+    let worker_id = coordination.worker_id();
+    let opened = super::streams::open_stream(config, &stop).await?;
+    let mut sink = match &config.sink {
+        SinkConfig::Jsonl(_) => {
+            AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
+        }
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            let Some(table) = &opened.table else {
+                return Err(Failure::runtime(anyhow!(
+                    "internal error: a keyed sink needs the table's key schema"
+                )));
+            };
+            AnySink::Keyed(open_keyed(config, table, Records::Envelopes).await?)
+        }
+    };
+    let worker = worker(&opened.sdk, config, coordination, &worker_id).await?;
+    let plan = StreamPlan::build(source);
+    let run = StreamRun::new(
+        &plan,
+        &source.table_name,
+        &opened.stream.arn,
+        config_path.display().to_string(),
+    );
+    tracing::info!(
+        worker = %worker_id,
+        lease_table = %coordination.lease_table,
+        stream = %opened.stream.arn,
+        "Shared stream started."
+    );
+    let started = Instant::now();
+    let outcome = LeasedStreams {
+        api: Arc::new(aws::streams_api(&opened.sdk)),
+        run,
+        worker,
+        checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
+        observer: Arc::new(RequestMetrics),
+    }
+    .run(&mut sink, stop, &NoProgress)
+    .await
+    .map_err(|error| super::streams::stream_failure(StreamRunError::Run(error), config_path))?;
+    let why = match outcome.end {
+        EndReason::MaxMessages => "max_messages reached",
+        EndReason::Idle => "idle termination",
+        EndReason::Stopped => "stopped by a signal",
+        EndReason::StreamDisabled => "stream disabled and fully drained",
+    };
+    let leases = &outcome.leases;
+    tracing::info!(
+        worker = %worker_id,
+        records = outcome.written,
+        taken = leases.taken,
+        stolen = leases.stolen,
+        lost = leases.lost,
+        finished = leases.finished,
+        reason = why,
+        "Shared stream ended."
+    );
+    say(
+        Line::Summary,
+        &format!(
+            "ddbpipe: worker {worker_id} of the streams of '{}' ended ({why}): {} change \
+             record(s) written in {:.1}s; leases: {} taken ({} stolen), {} lost, {} shard(s) \
+             finished here; {} of {} shard(s) finished in lease table {}",
+            source.table_name,
+            outcome.written,
+            started.elapsed().as_secs_f64(),
+            leases.taken,
+            leases.stolen,
+            leases.lost,
+            leases.finished,
+            outcome.shards_finished,
+            outcome.shards,
+            coordination.lease_table
+        ),
+    );
+    Ok(Exit::Ok)
+}
+
 /// This worker's own jsonl file (validation made the sink a jsonl file with `{worker}`).
-fn open_worker_file(config: &PipelineConfig, worker_id: &str) -> Result<JsonlSink, Failure> {
+fn open_worker_file(
+    config: &PipelineConfig,
+    worker_id: &str,
+    records: Records,
+) -> Result<JsonlSink, Failure> {
     let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id))
     else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a shared run into jsonl needs a file path"
         )));
     };
-    let mut settings = destination::jsonl_settings(jsonl, Records::Items);
+    let mut settings = destination::jsonl_settings(jsonl, records);
     settings.target = jsonl::JsonlTarget::File(path);
     JsonlSink::open(settings, &config.name).map_err(Failure::runtime)
 }
@@ -148,10 +253,11 @@ fn open_worker_file(config: &PipelineConfig, worker_id: &str) -> Result<JsonlSin
 async fn open_keyed(
     config: &PipelineConfig,
     table: &ddbpipe_source::api::TableDescription,
+    records: Records,
 ) -> Result<ddbpipe_keyed::sink::KeyedSink, Failure> {
     let mut attempt = 0;
     loop {
-        match destination::keyed_sink(config, Some(table), Records::Items, false).await {
+        match destination::keyed_sink(config, Some(table), records, false).await {
             Ok((_, sink)) => return Ok(sink),
             Err(failure) if attempt < PREPARE_ATTEMPTS => {
                 attempt += 1;

@@ -9,14 +9,16 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sink::Records;
+use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::aws;
+use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::aws::{self, AwsTableApi};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::export::SnapshotExports;
-use ddbpipe_source::plan::{self, StreamPlan};
+use ddbpipe_source::plan::{self, ResolvedStream, StreamPlan};
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -37,48 +39,13 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let source = &config.source;
-    let mirror = source.mode == Mode::Mirror;
-    let keyed = config.sink.keyed().is_some();
-    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
-    let table_api = aws::table_api(&sdk);
-    // Described when the run needs the table: its stream, or the key schema of a keyed sink
-    // or of snapshot rows. Draining a configured stream_arn into jsonl needs no table.
-    let table = if keyed || mirror || source.stream_arn.is_none() {
-        Some(describe(&table_api, source, &stop).await?)
-    } else {
-        None
-    };
-    let stream = match &table {
-        Some(table) => plan::resolve_stream(source, table).map_err(Failure::runtime)?,
-        // Without a table description the stream is the configured one (see above).
-        None => plan::configured_stream(source).ok_or_else(|| {
-            Failure::runtime(anyhow!(
-                "internal error: no stream_arn and no table description"
-            ))
-        })?,
-    };
-    if (keyed || mirror)
-        && let Some(view) = stream.view_type.as_deref()
-        && plan::lacks_new_images(view)
-    {
-        let who = if mirror {
-            "mode: mirror".to_string()
-        } else {
-            format!("the {} sink", config.sink.kind())
-        };
-        return Err(Failure::usage(anyhow!(
-            "config error: the stream of table '{}' has view type {view}; {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES",
-            source.table_name
-        ))
-        .hint(plan::NEW_IMAGES_REMEDY));
-    }
-    if let Some(warning) = plan::view_warning(stream.view_type.as_deref()) {
-        tracing::warn!("{warning}.");
-    }
-    let mut location = wiring::location(&sdk, source);
-    if let Some(table) = &table {
-        location.learn(table);
-    }
+    let OpenedStream {
+        sdk,
+        table_api,
+        table,
+        stream,
+        location,
+    } = open_stream(config, &stop).await?;
     let destination =
         destination::open(config, config_path, table.as_ref(), Records::Envelopes).await?;
     let mut sink = destination.sink;
@@ -160,7 +127,78 @@ pub async fn run(
     Ok(Exit::Ok)
 }
 
-fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
+/// What a `mode: streams` or `mode: mirror` run reads, resolved before its destination opens.
+pub(super) struct OpenedStream {
+    /// The SDK settings every client is built from.
+    pub sdk: aws::SdkSettings,
+    /// The table API (snapshots, exports).
+    pub table_api: AwsTableApi,
+    /// The table's description, when the run needs it.
+    pub table: Option<TableDescription>,
+    /// The stream read.
+    pub stream: ResolvedStream,
+    /// Where the clients read, with what `DescribeTable` said.
+    pub location: Location,
+}
+
+/// Resolves the stream of `config`: describes the table when the run needs it (its stream, or
+/// the key schema of a keyed sink or of snapshot rows; draining a configured `stream_arn`
+/// into jsonl needs no table), and refuses a view type a keyed sink or a mirror cannot apply.
+pub(super) async fn open_stream(
+    config: &PipelineConfig,
+    stop: &Cancel,
+) -> Result<OpenedStream, Failure> {
+    let source = &config.source;
+    let mirror = source.mode == Mode::Mirror;
+    let keyed = config.sink.keyed().is_some();
+    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
+    let table_api = aws::table_api(&sdk);
+    let table = if keyed || mirror || source.stream_arn.is_none() {
+        Some(describe(&table_api, source, stop).await?)
+    } else {
+        None
+    };
+    let stream = match &table {
+        Some(table) => plan::resolve_stream(source, table).map_err(Failure::runtime)?,
+        // Without a table description the stream is the configured one (see above).
+        None => plan::configured_stream(source).ok_or_else(|| {
+            Failure::runtime(anyhow!(
+                "internal error: no stream_arn and no table description"
+            ))
+        })?,
+    };
+    if (keyed || mirror)
+        && let Some(view) = stream.view_type.as_deref()
+        && plan::lacks_new_images(view)
+    {
+        let who = if mirror {
+            "mode: mirror".to_string()
+        } else {
+            format!("the {} sink", config.sink.kind())
+        };
+        return Err(Failure::usage(anyhow!(
+            "config error: the stream of table '{}' has view type {view}; {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES",
+            source.table_name
+        ))
+        .hint(plan::NEW_IMAGES_REMEDY));
+    }
+    if let Some(warning) = plan::view_warning(stream.view_type.as_deref()) {
+        tracing::warn!("{warning}.");
+    }
+    let mut location = wiring::location(&sdk, source);
+    if let Some(table) = &table {
+        location.learn(table);
+    }
+    Ok(OpenedStream {
+        sdk,
+        table_api,
+        table,
+        stream,
+        location,
+    })
+}
+
+pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
     let reset = format!("`ddbpipe state reset {}`", config_path.display());
     match error {
         StreamRunError::Gap(message) => Failure::runtime(anyhow!(message)),

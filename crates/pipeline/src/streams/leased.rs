@@ -1,4 +1,4 @@
-//! A stream shared by several workers through shard leases (docs/coordination.md §11.12): the
+//! A stream shared by several workers through shard leases (docs/coordination.md §11.11): the
 //! leader lists the stream and writes a lease row per shard, each worker reads the shards it
 //! holds, writes their records to its own sink and checkpoints each shard in its lease row.
 //!

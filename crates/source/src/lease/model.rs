@@ -332,7 +332,7 @@ pub struct UnitSpec {
     /// Its parents (a shard's `ParentShardId`); empty for segments and root shards.
     pub parents: Vec<UnitId>,
     /// The checkpoint its row is created with: `None` to start the unit at its beginning, or
-    /// where a first run starts it (a shard read from `latest`, docs/coordination.md §11.12).
+    /// where a first run starts it (a shard read from `latest`, docs/coordination.md §11.11).
     pub checkpoint: Option<String>,
     /// The state its row is created with: `Pending`, or finished for a shard a first run
     /// skips (closed before a `latest` run began).

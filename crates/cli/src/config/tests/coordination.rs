@@ -127,17 +127,43 @@ fn a_jsonl_sink_needs_the_worker_in_its_path_and_append() {
 
 #[test]
 fn what_this_version_does_not_share_is_refused_up_front() {
-    for (source, sink) in [
-        ("mode: streams", WORKER_FILE),
-        ("mode: mirror", "{type: sqlite, path: m.db}"),
+    for (source, sink, field) in [
+        ("mode: mirror", "{type: sqlite, path: m.db}", "coordination"),
+        (
+            "mode: streams, on_gap: resnapshot",
+            "{type: sqlite, path: m.db}",
+            "source.on_gap",
+        ),
+        (
+            "mode: streams, on_gap: repair, snapshot: {s3_bucket: b}",
+            WORKER_FILE,
+            "source.on_gap",
+        ),
+        (
+            "mode: streams, max_messages: 10",
+            WORKER_FILE,
+            "source.max_messages",
+        ),
     ] {
         let lines = errors(&shared(source, sink, "{lease_table: leases}"));
         assert!(
             lines
                 .iter()
-                .any(|l| l.starts_with("config error: coordination:")),
+                .any(|l| l.starts_with(&format!("config error: {field}:"))),
             "{source} into {sink}: {lines:?}"
         );
+    }
+}
+
+#[test]
+fn a_shared_stream_goes_into_worker_files_or_one_keyed_table() {
+    for sink in [WORKER_FILE, "{type: sqlite, path: m.db}"] {
+        let config = parse_ok(&shared(
+            "mode: streams, start_position: latest, idle_termination_secs: 30",
+            sink,
+            "{lease_table: leases}",
+        ));
+        assert!(config.coordination.is_some(), "{sink}");
     }
 }
 
