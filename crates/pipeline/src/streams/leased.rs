@@ -38,13 +38,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use ddbpipe_source::api::{ShardDescription, StartAt, StreamsApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::error::ReadError;
+use ddbpipe_source::events::{LagMeasured, ShardsCounted};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{
     CheckpointError, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
@@ -52,7 +53,7 @@ use ddbpipe_source::lease::{
 };
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
-use ddbpipe_source::streams::engine::EndReason;
+use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::handover::{Handed, Handover, StreamMark};
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
@@ -116,6 +117,8 @@ struct Holding {
     reading: Option<CancelHandle>,
     /// Set by the reading task: the shard's last two reads answered nothing.
     caught_up: Arc<AtomicBool>,
+    /// Set by the reading task: `ts_ms` of the newest record read (`i64::MIN`: none yet).
+    newest_ms: Arc<AtomicI64>,
     /// Its last record was acknowledged; the `ShardEnd` checkpoint is still to be written.
     ended: bool,
 }
@@ -380,6 +383,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             again = self.sync_shards().await?;
         }
         self.save_all(false).await?;
+        self.measure();
         Ok(again)
     }
 
@@ -442,6 +446,32 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         Ok(!synced.created.is_empty())
     }
 
+    /// The shard counts and the running lag of the shards this worker holds, as one process
+    /// reports them (docs/streams.md §4.11): the age of the newest record read by a shard not
+    /// caught up, 0 for caught-up ones.
+    fn measure(&self) {
+        let shards: Vec<LagInfo> = self
+            .held
+            .values()
+            .filter(|holding| !holding.ended)
+            .map(|holding| {
+                let newest = holding.newest_ms.load(Ordering::Relaxed);
+                LagInfo {
+                    newest_ts_ms: (newest != i64::MIN).then_some(newest),
+                    caught_up: holding.caught_up.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let lag = running_lag(shards.iter(), unix_now_ms());
+        LagMeasured { seconds: lag }.emit();
+        ShardsCounted {
+            queued: 0,
+            active: self.held.len() as u64,
+            finished: self.shard_rows().0,
+        }
+        .emit();
+    }
+
     /// (finished, all) shard rows in the lease table.
     fn shard_rows(&self) -> (u64, u64) {
         let rows = self.worker.rows();
@@ -457,6 +487,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     fn start(&mut self, shard: ShardId, start: Start) -> Holding {
         let (cancel, cancelled) = Cancel::new();
         let caught_up = Arc::new(AtomicBool::new(false));
+        let newest_ms = Arc::new(AtomicI64::new(i64::MIN));
         let (at, floor) = match &start {
             Start::TrimHorizon => (StartAt::TrimHorizon, None),
             Start::After(seq) => (StartAt::After(seq.clone()), None),
@@ -482,13 +513,16 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         };
         let state = ShardState::new(shard.clone(), at, floor, None);
         let slots = Arc::clone(&self.slots);
-        let flag = Arc::clone(&caught_up);
+        let flags = ReadFlags {
+            caught_up: Arc::clone(&caught_up),
+            newest_ms: Arc::clone(&newest_ms),
+        };
         let id = shard.clone();
         let out = self.tx.clone();
         let handle = self.tasks.spawn(
             async move {
                 // The task ends once everything its reads handed over was forwarded.
-                let read = read_shard(ctx, state, slots, flag);
+                let read = read_shard(ctx, state, slots, flags);
                 let forward = async move {
                     while let Some(handed) = rx.recv().await {
                         if out.send((generation, handed)).await.is_err() {
@@ -509,6 +543,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             saved_at: Instant::now(),
             reading: Some(cancel),
             caught_up,
+            newest_ms,
             ended: false,
         }
     }
@@ -718,13 +753,19 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     }
 }
 
+/// What a shard's task tells the loop after each slice.
+struct ReadFlags {
+    caught_up: Arc<AtomicBool>,
+    newest_ms: Arc<AtomicI64>,
+}
+
 /// Reads one shard slice after slice, a read slot per slice, until it drains or is stopped.
 /// The context (and with it the hand-over's sender) is dropped at the end.
 async fn read_shard<A: StreamsApi>(
     ctx: StreamContext<A>,
     mut state: ShardState,
     slots: Arc<Semaphore>,
-    caught_up: Arc<AtomicBool>,
+    flags: ReadFlags,
 ) -> Result<(), StreamError> {
     loop {
         let slot = tokio::select! {
@@ -734,7 +775,10 @@ async fn read_shard<A: StreamsApi>(
         };
         let end = ctx.slice(&mut state).await;
         drop(slot);
-        caught_up.store(state.caught_up, Ordering::Relaxed);
+        flags.caught_up.store(state.caught_up, Ordering::Relaxed);
+        if let Some(ms) = state.newest_ts_ms {
+            flags.newest_ms.store(ms, Ordering::Relaxed);
+        }
         match end? {
             SliceEnd::Drained => return Ok(()),
             SliceEnd::Yield(delay) => {

@@ -501,14 +501,16 @@ impl<A: StreamsApi> StreamEngine<A> {
 
 /// What the running lag needs to know of one shard.
 #[derive(Debug, Clone, Copy, Default)]
-struct LagInfo {
-    newest_ts_ms: Option<i64>,
-    caught_up: bool,
+pub struct LagInfo {
+    /// `ts_ms` of the newest record it read.
+    pub newest_ts_ms: Option<i64>,
+    /// Its last two reads answered nothing.
+    pub caught_up: bool,
 }
 
 /// Running lag in seconds (docs/streams.md §4.11): over unfinished shards that read something, the age
 /// of the newest record read; caught-up shards count 0. `None` when no shard qualifies.
-fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Option<f64> {
+pub fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Option<f64> {
     shards
         .filter_map(|info| {
             let ts = info.newest_ts_ms?;
