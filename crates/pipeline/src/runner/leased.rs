@@ -35,8 +35,8 @@ use std::time::Duration;
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::lease::{
-    CheckpointError, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason,
-    UnitId, UnitSpec, Worker,
+    LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
+    Worker,
 };
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
@@ -47,10 +47,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{BATCH_LINGER, PAGE_ITEMS_GUESS, Progress, RunError, sleep_until};
+use super::units::{self, Checkpointed};
+use super::{PAGE_ITEMS_GUESS, Progress, RunError, pending_deadline, sleep_until};
 use crate::batch::{Batch, Batcher};
-use crate::events::{BatchAcknowledged, LeaseEvent};
-use crate::sink::{Fence, RunStart, Sink, SinkErrorClass};
+use crate::events::BatchAcknowledged;
+use crate::sink::{RunStart, Sink};
 
 /// The checkpoint text of a segment read to its end.
 const DONE_CHECKPOINT: &str = "done";
@@ -321,29 +322,14 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 None => None,
                 Some(text) => Some(decode_cursor(&taken.unit, text)?),
             };
-            if sink.fences() {
-                // The new owner's token is stored before its first batch: an earlier owner's
-                // late batch is refused from now on (§11.7 rule 4). A take bumps the highest
-                // counter the row ever had, so a refusal here means fences outlived their
-                // lease rows (a lease table reset by hand): the run stops, the error says so.
-                let fence = self.fence(index, taken.counter.0);
-                sink.claim(&fence).await?;
-            }
-            self.counts.taken += 1;
-            if let Some(from) = &taken.stolen_from {
-                self.counts.stolen += 1;
-                tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
-            } else {
-                tracing::info!(lease = %taken.unit, resumed = start.is_some(), "Lease taken.");
-            }
-            self.event(
-                if taken.stolen_from.is_some() {
-                    "stolen"
-                } else {
-                    "taken"
-                },
-                1,
-            );
+            units::took(
+                &self.worker,
+                &mut self.counts,
+                sink,
+                &taken,
+                self.held.len() + 1,
+            )
+            .await?;
             self.held.insert(
                 index,
                 Holding {
@@ -466,27 +452,13 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         batch: Batch,
         progress: &dyn Progress,
     ) -> Result<(), RunError> {
-        if sink.fences() {
-            // One unit per batch; a unit no longer held is not written at all.
-            let Some(&(segment, _)) = batch.segments.first() else {
-                return Ok(());
-            };
-            let Some(counter) = self.worker.counter(&self.unit(segment)) else {
+        // A fencing sink's batch is one page, so one unit's.
+        let segment = batch.segments.first().map(|&(segment, _)| segment);
+        if !units::write(&self.worker, sink, segment.map(|s| self.unit(s)), &batch).await? {
+            if let Some(segment) = segment {
                 self.lose(segment, &LostReason::Taken);
-                return Ok(());
-            };
-            let fence = self.fence(segment, counter.0);
-            match sink.write_fenced(&batch, &fence).await {
-                Ok(()) => {}
-                Err(error) if error.class == SinkErrorClass::Fenced => {
-                    tracing::warn!(error = %error, "Batch refused by its lease fence.");
-                    self.lose(segment, &LostReason::Taken);
-                    return Ok(());
-                }
-                Err(error) => return Err(error.into()),
             }
-        } else {
-            sink.write(&batch, None).await?;
+            return Ok(());
         }
         BatchAcknowledged { batch: &batch }.emit();
         self.written += batch.records.len() as u64;
@@ -537,19 +509,12 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 }
             };
             let now = self.now();
-            match self.worker.checkpoint(&unit, &text, state, now).await {
-                Ok(counter) => self.saved(segment, counter),
-                Err(CheckpointError::Lost(lost)) => self.lose(segment, &lost.reason),
-                Err(CheckpointError::NotHeld(_)) => self.lose(segment, &LostReason::Taken),
-                Err(CheckpointError::Request(error)) if error.is_conflict() => {
-                    self.lose(segment, &LostReason::Taken)
-                }
-                Err(CheckpointError::Request(LeaseError::Transient(error))) => {
-                    // Kept unsaved: the next batch or round writes it again.
-                    tracing::debug!(lease = %unit, error = %error, "Checkpoint failed; retried later.");
-                }
-                Err(CheckpointError::Request(error)) => return Err(RunError::Lease(error)),
-                Err(error) => return Err(RunError::Lease(LeaseError::Fatal(error.to_string()))),
+            let result = self.worker.checkpoint(&unit, &text, state, now).await;
+            match units::checkpointed(&unit, result)? {
+                Checkpointed::Saved(counter) => self.saved(segment, counter),
+                Checkpointed::Lost(reason) => self.lose(segment, &reason),
+                // Kept unsaved: the next batch or round writes it again.
+                Checkpointed::Later => {}
             }
         }
         Ok(())
@@ -573,23 +538,9 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         }
     }
 
-    /// The fence of `segment` under `counter`.
-    fn fence(&self, segment: u32, counter: u64) -> Fence {
-        Fence {
-            pipeline: self.worker.pipeline().to_string(),
-            unit: self.unit(segment).to_string(),
-            counter,
-        }
-    }
-
     /// Tells the metrics; `more` counts a lease about to be added to `held`.
     fn event(&self, event: &'static str, more: usize) {
-        LeaseEvent {
-            worker: self.worker.id().as_str(),
-            event,
-            held: self.held.len() + more,
-        }
-        .emit();
+        units::event(&self.worker, event, self.held.len() + more);
     }
 
     /// A lease is lost: its segment stops at once, without another checkpoint.
@@ -598,22 +549,15 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             if let Some(cancel) = holding.reading {
                 cancel.cancel();
             }
-            self.counts.lost += 1;
-            self.event("lost", 0);
-            tracing::warn!(
-                lease = %self.unit(segment),
-                reason = ?reason,
-                "Lease lost; the segment is left to its new owner."
+            let unit = self.unit(segment);
+            units::lost(
+                &self.worker,
+                &mut self.counts,
+                &unit,
+                reason,
+                self.held.len(),
             );
         }
-    }
-}
-
-fn pending_deadline(batcher: &Batcher, deadline: Option<Instant>) -> Option<Instant> {
-    match (batcher.has_pending(), deadline) {
-        (false, _) => None,
-        (true, None) => Some(Instant::now() + BATCH_LINGER),
-        (true, Some(at)) => Some(at),
     }
 }
 

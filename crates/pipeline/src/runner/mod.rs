@@ -39,6 +39,7 @@ use crate::state::StateError;
 
 mod leased;
 mod together;
+pub(crate) mod units;
 
 pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
@@ -317,11 +318,7 @@ impl<'a, S: Sink> Delivery<'a, S> {
         for batch in full {
             self.deliver(batch).await?;
         }
-        self.deadline = match (self.batcher.has_pending(), self.deadline) {
-            (false, _) => None,
-            (true, None) => Some(Instant::now() + BATCH_LINGER),
-            (true, Some(at)) => Some(at),
-        };
+        self.deadline = pending_deadline(&self.batcher, self.deadline);
         Ok(())
     }
 
@@ -369,6 +366,16 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// When the batch being assembled is handed over: `BATCH_LINGER` after its first record or
+/// position arrived (the deadline already set stands); `None` when nothing waits.
+pub(crate) fn pending_deadline(batcher: &Batcher, deadline: Option<Instant>) -> Option<Instant> {
+    match (batcher.has_pending(), deadline) {
+        (false, _) => None,
+        (true, None) => Some(Instant::now() + BATCH_LINGER),
+        (true, Some(at)) => Some(at),
     }
 }
 

@@ -48,8 +48,7 @@ use ddbpipe_source::error::ReadError;
 use ddbpipe_source::events::{LagMeasured, ShardsCounted};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{
-    CheckpointError, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
-    Worker,
+    LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
 };
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
@@ -65,9 +64,10 @@ use tracing::Instrument;
 
 use super::{HANDOVER_DEPTH, StreamRun};
 use crate::batch::{Batch, Batcher};
-use crate::events::{BatchAcknowledged, LeaseEvent};
-use crate::runner::{BATCH_LINGER, LeaseCounts, Progress, RunError, sleep_until};
-use crate::sink::{Fence, Sink, SinkErrorClass};
+use crate::events::BatchAcknowledged;
+use crate::runner::units::{self, Checkpointed};
+use crate::runner::{LeaseCounts, Progress, RunError, pending_deadline, sleep_until};
+use crate::sink::Sink;
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
@@ -251,11 +251,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 handed = rx.recv() => {
                     let Some((generation, handed)) = handed else { break EndReason::Stopped };
                     self.handed(sink, &mut batcher, generation, handed, progress).await?;
-                    deadline = match (batcher.has_pending(), deadline) {
-                        (false, _) => None,
-                        (true, None) => Some(Instant::now() + BATCH_LINGER),
-                        (true, at) => at,
-                    };
+                    deadline = pending_deadline(&batcher, deadline);
                 }
                 () = sleep_until(deadline), if deadline.is_some() => {
                     deadline = None;
@@ -355,26 +351,14 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 continue;
             };
             let start = decode_checkpoint(&taken.unit, taken.checkpoint.as_deref())?;
-            if sink.fences() {
-                // As for segments: the new owner's token is stored before its first batch.
-                let fence = self.fence(shard, taken.counter.0);
-                sink.claim(&fence).await?;
-            }
-            self.counts.taken += 1;
-            if let Some(from) = &taken.stolen_from {
-                self.counts.stolen += 1;
-                tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
-            } else {
-                tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
-            }
-            self.event(
-                if taken.stolen_from.is_some() {
-                    "stolen"
-                } else {
-                    "taken"
-                },
-                1,
-            );
+            units::took(
+                &self.worker,
+                &mut self.counts,
+                sink,
+                &taken,
+                self.held.len() + 1,
+            )
+            .await?;
             let holding = self.start(shard.clone(), start);
             self.held.insert(shard.clone(), holding);
         }
@@ -617,26 +601,14 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         progress: &dyn Progress,
     ) -> Result<(), RunError> {
         if !batch.records.is_empty() {
-            if sink.fences() {
-                let Some(shard) = batch.shards.iter().find_map(mark_shard).cloned() else {
-                    return Ok(());
-                };
-                let Some(counter) = self.worker.counter(&UnitId::Shard(shard.clone())) else {
+            // A fencing sink's batch is one hand-over, so one shard's.
+            let shard = batch.shards.iter().find_map(mark_shard).cloned();
+            let unit = shard.clone().map(UnitId::Shard);
+            if !units::write(&self.worker, sink, unit, &batch).await? {
+                if let Some(shard) = shard {
                     self.lose(&shard, &LostReason::Taken);
-                    return Ok(());
-                };
-                let fence = self.fence(&shard, counter.0);
-                match sink.write_fenced(&batch, &fence).await {
-                    Ok(()) => {}
-                    Err(error) if error.class == SinkErrorClass::Fenced => {
-                        tracing::warn!(error = %error, "Batch refused by its lease fence.");
-                        self.lose(&shard, &LostReason::Taken);
-                        return Ok(());
-                    }
-                    Err(error) => return Err(error.into()),
                 }
-            } else {
-                sink.write(&batch, None).await?;
+                return Ok(());
             }
             BatchAcknowledged { batch: &batch }.emit();
             self.written += batch.records.len() as u64;
@@ -688,18 +660,11 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 }
             };
             let now = self.now();
-            match self.worker.checkpoint(&unit, &text, state, now).await {
-                Ok(_) => self.saved(&shard),
-                Err(CheckpointError::Lost(lost)) => self.lose(&shard, &lost.reason),
-                Err(CheckpointError::NotHeld(_)) => self.lose(&shard, &LostReason::Taken),
-                Err(CheckpointError::Request(error)) if error.is_conflict() => {
-                    self.lose(&shard, &LostReason::Taken)
-                }
-                Err(CheckpointError::Request(LeaseError::Transient(error))) => {
-                    tracing::debug!(lease = %unit, error = %error, "Checkpoint failed; retried later.");
-                }
-                Err(CheckpointError::Request(error)) => return Err(RunError::Lease(error)),
-                Err(error) => return Err(RunError::Lease(LeaseError::Fatal(error.to_string()))),
+            let result = self.worker.checkpoint(&unit, &text, state, now).await;
+            match units::checkpointed(&unit, result)? {
+                Checkpointed::Saved(_) => self.saved(&shard),
+                Checkpointed::Lost(reason) => self.lose(&shard, &reason),
+                Checkpointed::Later => {}
             }
         }
         Ok(())
@@ -719,21 +684,8 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         }
     }
 
-    fn fence(&self, shard: &ShardId, counter: u64) -> Fence {
-        Fence {
-            pipeline: self.worker.pipeline().to_string(),
-            unit: UnitId::Shard(shard.clone()).to_string(),
-            counter,
-        }
-    }
-
     fn event(&self, event: &'static str, more: usize) {
-        LeaseEvent {
-            worker: self.worker.id().as_str(),
-            event,
-            held: self.held.len() + more,
-        }
-        .emit();
+        units::event(&self.worker, event, self.held.len() + more);
     }
 
     /// A lease is lost: its shard stops at once, without another checkpoint.
@@ -742,12 +694,13 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             if let Some(cancel) = holding.reading {
                 cancel.cancel();
             }
-            self.counts.lost += 1;
-            self.event("lost", 0);
-            tracing::warn!(
-                lease = %UnitId::Shard(shard.clone()),
-                reason = ?reason,
-                "Lease lost; the shard is left to its new owner."
+            let unit = UnitId::Shard(shard.clone());
+            units::lost(
+                &self.worker,
+                &mut self.counts,
+                &unit,
+                reason,
+                self.held.len(),
             );
         }
     }

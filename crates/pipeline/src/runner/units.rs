@@ -1,0 +1,143 @@
+//! What the two leased runners — shared scans (`leased.rs`) and shared streams
+//! (`crate::streams`' `leased.rs`) — do alike with the leases they hold: store a taken lease's
+//! token in a fencing sink, write a batch under its unit's fence, read a checkpoint's answer,
+//! count and tell the lease events (docs/coordination.md §11.7, §11.10).
+
+use ddbpipe_source::lease::{
+    CheckpointError, LeaseCounter, LeaseError, LeaseTable, LostReason, Taken, UnitId, Worker,
+};
+
+use super::{LeaseCounts, RunError};
+use crate::batch::Batch;
+use crate::events::LeaseEvent;
+use crate::sink::{Fence, Sink, SinkErrorClass};
+
+/// The fence of `unit` under `counter`.
+pub(crate) fn fence<T: LeaseTable>(
+    worker: &Worker<T>,
+    unit: &UnitId,
+    counter: LeaseCounter,
+) -> Fence {
+    Fence {
+        pipeline: worker.pipeline().to_string(),
+        unit: unit.to_string(),
+        counter: counter.0,
+    }
+}
+
+/// Tells the metrics of one lease event of this worker, which holds `held` leases after it.
+pub(crate) fn event<T: LeaseTable>(worker: &Worker<T>, event: &'static str, held: usize) {
+    LeaseEvent {
+        worker: worker.id().as_str(),
+        event,
+        held,
+    }
+    .emit();
+}
+
+/// A lease just taken, before its unit is read: a fencing sink stores its token first, so an
+/// earlier owner's late batch is refused from now on (§11.7 rule 4). A take bumps the highest
+/// counter the row ever had, so a refusal here means fences outlived their lease rows (a lease
+/// table reset by hand): the run stops, the error says so. `held`: leases held with it.
+pub(crate) async fn took<T: LeaseTable, S: Sink>(
+    worker: &Worker<T>,
+    counts: &mut LeaseCounts,
+    sink: &mut S,
+    taken: &Taken,
+    held: usize,
+) -> Result<(), RunError> {
+    if sink.fences() {
+        sink.claim(&fence(worker, &taken.unit, taken.counter))
+            .await?;
+    }
+    counts.taken += 1;
+    if let Some(from) = &taken.stolen_from {
+        counts.stolen += 1;
+        tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
+        event(worker, "stolen", held);
+    } else {
+        tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
+        event(worker, "taken", held);
+    }
+    Ok(())
+}
+
+/// A lease lost: counted and told; the caller has stopped its unit. `held`: leases left.
+pub(crate) fn lost<T: LeaseTable>(
+    worker: &Worker<T>,
+    counts: &mut LeaseCounts,
+    unit: &UnitId,
+    reason: &LostReason,
+    held: usize,
+) {
+    counts.lost += 1;
+    event(worker, "lost", held);
+    tracing::warn!(
+        lease = %unit,
+        reason = ?reason,
+        "Lease lost; its unit is left to the new owner."
+    );
+}
+
+/// Writes a batch and returns `true` once the sink acknowledged it. A fencing sink's batch is
+/// one unit's and carries the counter held on it: `false` when the unit is no longer held or
+/// its fence refused the batch (nothing written): the unit is lost to this worker.
+pub(crate) async fn write<T: LeaseTable, S: Sink>(
+    worker: &Worker<T>,
+    sink: &mut S,
+    unit: Option<UnitId>,
+    batch: &Batch,
+) -> Result<bool, RunError> {
+    if !sink.fences() {
+        sink.write(batch, None).await?;
+        return Ok(true);
+    }
+    let Some(counter) = unit.as_ref().and_then(|unit| worker.counter(unit)) else {
+        return Ok(false);
+    };
+    let Some(unit) = unit else {
+        return Ok(false);
+    };
+    match sink
+        .write_fenced(batch, &fence(worker, &unit, counter))
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(error) if error.class == SinkErrorClass::Fenced => {
+            tracing::warn!(error = %error, "Batch refused by its lease fence.");
+            Ok(false)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// What a checkpoint's answer means for its unit.
+pub(crate) enum Checkpointed {
+    /// Written; the lease now stands at this counter.
+    Saved(LeaseCounter),
+    /// The lease is lost: stop the unit, checkpoint nothing more.
+    Lost(LostReason),
+    /// A transient failure: the checkpoint stays due and is written again later.
+    Later,
+}
+
+/// Reads the answer of [`Worker::checkpoint`] for `unit`; a fatal one fails the run.
+pub(crate) fn checkpointed(
+    unit: &UnitId,
+    result: Result<LeaseCounter, CheckpointError>,
+) -> Result<Checkpointed, RunError> {
+    match result {
+        Ok(counter) => Ok(Checkpointed::Saved(counter)),
+        Err(CheckpointError::Lost(lost)) => Ok(Checkpointed::Lost(lost.reason)),
+        Err(CheckpointError::NotHeld(_)) => Ok(Checkpointed::Lost(LostReason::Taken)),
+        Err(CheckpointError::Request(error)) if error.is_conflict() => {
+            Ok(Checkpointed::Lost(LostReason::Taken))
+        }
+        Err(CheckpointError::Request(LeaseError::Transient(error))) => {
+            tracing::debug!(lease = %unit, error = %error, "Checkpoint failed; retried later.");
+            Ok(Checkpointed::Later)
+        }
+        Err(CheckpointError::Request(error)) => Err(RunError::Lease(error)),
+        Err(error) => Err(RunError::Lease(LeaseError::Fatal(error.to_string()))),
+    }
+}
