@@ -80,7 +80,7 @@ impl Sink for AnySink {
         }
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
         match self {
             AnySink::Jsonl(sink) => sink.claim(fence).await,
             AnySink::Keyed(sink) => sink.claim(fence).await,

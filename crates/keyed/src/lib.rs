@@ -189,11 +189,34 @@ pub struct StateWrite {
     /// `updated_at` of the written parts (RFC 3339); rows written in the same transaction get
     /// it as their `_ddbpipe_updated_at` (empty: the time of the write).
     pub updated_at: String,
-    /// Lease fences the transaction must pass, `(unit, counter)` (docs/coordination.md §11.7
-    /// rule 4): each advances the unit's stored counter in `_ddbpipe_fences`, and a stored
-    /// counter above it (a newer owner of the lease wrote) rolls the whole transaction back with
-    /// a [`DbError`] whose `fenced` is set.
-    pub fences: Vec<(String, u64)>,
+    /// Lease fences the transaction must pass (docs/coordination.md §11.7 rule 4): each
+    /// advances the unit's stored counter in `_ddbpipe_fences` (and its position, when given),
+    /// and a stored counter above it (a newer owner of the lease wrote) rolls the whole
+    /// transaction back with a [`DbError`] whose `fenced` is set.
+    pub fences: Vec<FenceWrite>,
+}
+
+/// One lease fence a transaction passes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FenceWrite {
+    /// The unit (`segment:<i>/<n>`, `shard:<id>`).
+    pub unit: String,
+    /// The lease counter the writer holds.
+    pub counter: u64,
+    /// Where the unit stands once the transaction's rows are in; stored with the counter, so
+    /// the unit's next owner resumes exactly after them (`None`: the stored one stays).
+    pub position: Option<String>,
+}
+
+impl FenceWrite {
+    /// The fence of `unit` under `counter`, without a position.
+    pub fn new(unit: impl Into<String>, counter: u64) -> Self {
+        FenceWrite {
+            unit: unit.into(),
+            counter,
+            position: None,
+        }
+    }
 }
 
 impl StateWrite {
@@ -340,6 +363,16 @@ impl Database {
     /// Writes state parts alone, in one transaction.
     pub async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
         dispatch!(self, db => db.store_state(state).await)
+    }
+
+    /// The position stored with `unit`'s lease fence (docs/coordination.md §11.7 rule 4):
+    /// `None` when none is, or the fence table does not exist.
+    pub async fn fence_position(
+        &self,
+        pipeline: &str,
+        unit: &str,
+    ) -> Result<Option<String>, DbError> {
+        dispatch!(self, db => db.fence_position(pipeline, unit).await)
     }
 
     /// The stored parts of `pipeline` as `part → JSON text`; empty when there are none or the

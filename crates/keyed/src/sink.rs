@@ -33,7 +33,9 @@ use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 
 use crate::state::DatabaseStore;
-use crate::{Database, DbError, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version};
+use crate::{
+    Database, DbError, FenceWrite, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version,
+};
 
 /// How failed transactions are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -494,7 +496,11 @@ impl KeyedSink {
         let mut write = write;
         if let Some(fence) = fence {
             write.pipeline.clone_from(&fence.pipeline);
-            write.fences.push((fence.unit.clone(), fence.counter));
+            write.fences.push(FenceWrite {
+                unit: fence.unit.clone(),
+                counter: fence.counter,
+                position: fence.position.clone(),
+            });
         }
         if rows.is_empty() && write.is_empty() {
             return Ok(());
@@ -522,14 +528,18 @@ impl Sink for KeyedSink {
         self.write_with(batch, None, Some(fence)).await
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
         let write = StateWrite {
             pipeline: fence.pipeline.clone(),
-            fences: vec![(fence.unit.clone(), fence.counter)],
+            fences: vec![FenceWrite::new(fence.unit.clone(), fence.counter)],
             ..StateWrite::default()
         };
         self.db
             .store_state(&write)
+            .await
+            .map_err(|e| self.db_error(e))?;
+        self.db
+            .fence_position(&fence.pipeline, &fence.unit)
             .await
             .map_err(|e| self.db_error(e))
     }

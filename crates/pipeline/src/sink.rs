@@ -38,10 +38,14 @@ pub enum SinkErrorClass {
 pub struct Fence {
     /// The pipeline.
     pub pipeline: String,
-    /// The unit (`segment:<i>/<n>`).
+    /// The unit (`segment:<i>/<n>`, `shard:<id>`).
     pub unit: String,
     /// The lease counter this worker holds.
     pub counter: u64,
+    /// Where the unit stands once the batch is written, in the text of its lease checkpoint:
+    /// stored with the counter in the batch's transaction, so the unit's next owner resumes
+    /// exactly after the rows written (`None`: the stored position stays).
+    pub position: Option<String>,
 }
 
 /// The entry a batch's positions reach, for a sink whose database holds the position: it
@@ -128,10 +132,14 @@ pub trait Sink: Send {
 
     /// Stores a newly taken lease's counter before its first batch, so an earlier owner's late
     /// batch is refused from now on; refused ([`SinkErrorClass::Fenced`]) when an even newer
-    /// owner's counter is stored.
-    fn claim(&mut self, fence: &Fence) -> impl Future<Output = Result<(), SinkError>> + Send {
+    /// owner's counter is stored. Returns the position stored with the unit's fence, if any:
+    /// the unit resumes after it, since it was committed with the rows it covers.
+    fn claim(
+        &mut self,
+        fence: &Fence,
+    ) -> impl Future<Output = Result<Option<String>, SinkError>> + Send {
         let _ = fence;
-        async { Ok(()) }
+        async { Ok(None) }
     }
 
     /// Names the sink and its target for messages ("jsonl out/orders.jsonl").

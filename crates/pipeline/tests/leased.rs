@@ -540,8 +540,12 @@ impl Sink for FencingSink {
         Ok(())
     }
 
-    async fn claim(&mut self, fence: &ddbpipe_pipeline::sink::Fence) -> Result<(), SinkError> {
-        self.pass(fence)
+    async fn claim(
+        &mut self,
+        fence: &ddbpipe_pipeline::sink::Fence,
+    ) -> Result<Option<String>, SinkError> {
+        // No position kept: the taker resumes from the lease row (at least once).
+        self.pass(fence).map(|()| None)
     }
 
     fn describe(&self) -> String {

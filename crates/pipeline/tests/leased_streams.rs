@@ -10,7 +10,8 @@
 //! Every worker writes to one fencing sink (one database, like the keyed sinks).
 //!
 //! Checked on every seed:
-//! - every record written is accepted by the sink at least once;
+//! - every record written is accepted by the sink exactly once (the position committed with a
+//!   batch resumes the next owner right after it, and a zombie is refused by its fence);
 //! - per key, the last record accepted is the key's last record written (the destination
 //!   ends equal to the table);
 //! - per key, no record of a shard is accepted after a record of one of its descendants
@@ -55,7 +56,8 @@ struct Accepted {
 }
 
 type Log = Arc<Mutex<Vec<Accepted>>>;
-type Fences = Arc<Mutex<HashMap<String, u64>>>;
+/// Per unit: the stored counter and the position committed with it.
+type Fences = Arc<Mutex<HashMap<String, (u64, Option<String>)>>>;
 
 /// One database for every worker: batches pass their fence (a lower counter than the one
 /// stored is refused) and are logged in the order they were accepted.
@@ -69,9 +71,11 @@ struct FencingLog {
 }
 
 impl FencingLog {
-    fn pass(&self, fence: &Fence) -> Result<(), SinkError> {
+    /// Advances the fence (and its position) unless a newer counter is stored; returns the
+    /// position stored.
+    fn pass(&self, fence: &Fence) -> Result<Option<String>, SinkError> {
         let mut fences = self.fences.lock().unwrap();
-        let stored = fences.entry(fence.unit.clone()).or_insert(0);
+        let (stored, position) = fences.entry(fence.unit.clone()).or_insert((0, None));
         if *stored > fence.counter {
             return Err(SinkError {
                 sink: "log".into(),
@@ -80,7 +84,10 @@ impl FencingLog {
             });
         }
         *stored = fence.counter;
-        Ok(())
+        if fence.position.is_some() {
+            position.clone_from(&fence.position);
+        }
+        Ok(position.clone())
     }
 }
 
@@ -110,6 +117,8 @@ impl Sink for FencingLog {
             tokio::time::sleep(Duration::from_secs(40)).await;
         }
         tokio::time::sleep(self.delay).await;
+        // One transaction: the fence, its position and the rows.
+        let mut log = self.log.lock().unwrap();
         self.pass(fence)?;
         let records: Vec<Accepted> = batch
             .records
@@ -122,11 +131,16 @@ impl Sink for FencingLog {
                 .all(|r| format!("shard:{}", r.shard) == fence.unit),
             "one shard per batch, under its own fence"
         );
-        self.log.lock().unwrap().extend(records);
+        let last = records.last().map(|r| format!("after:{}", r.seq));
+        assert_eq!(
+            fence.position, last,
+            "the batch's position is its last record"
+        );
+        log.extend(records);
         Ok(())
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<(), SinkError> {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
         self.pass(fence)
     }
 
@@ -258,14 +272,30 @@ fn settings(rng: &mut StdRng) -> StreamRun {
 /// The checks of the module docs on what the sink accepted.
 fn check(seed: u64, fake: &FakeStreams, log: &[Accepted]) {
     let written: Vec<Written> = fake.written();
-    let seen: BTreeSet<&str> = log.iter().map(|a| a.seq.as_str()).collect();
+    let mut seen: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for a in log {
+        seen.entry(a.seq.as_str())
+            .or_default()
+            .push(a.worker.as_str());
+    }
     for record in &written {
+        let by = seen.get(record.seq.as_str());
         assert!(
-            seen.contains(record.seq.as_str()),
+            by.is_some(),
             "seed {seed}: {} of {} ({}) was never accepted",
             record.seq.as_str(),
             record.key,
             record.shard
+        );
+        // The position committed with the rows resumes the next owner exactly after them.
+        assert_eq!(
+            by.map_or(0, Vec::len),
+            1,
+            "seed {seed}: {} of {} ({}) accepted more than once, by {:?}",
+            record.seq.as_str(),
+            record.key,
+            record.shard,
+            by
         );
     }
     let mut last_written: BTreeMap<&str, &str> = BTreeMap::new();

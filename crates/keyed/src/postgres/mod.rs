@@ -504,6 +504,30 @@ impl PostgresDatabase {
         session.finish(&self.shared, &context, result)
     }
 
+    pub(crate) async fn fence_position(
+        &self,
+        pipeline: &str,
+        unit: &str,
+    ) -> Result<Option<String>, DbError> {
+        let schema = self.shared.state_schema();
+        let context = table_context(&schema, crate::FENCE_TABLE);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            let sql = format!(
+                "SELECT position FROM {} WHERE pipeline = $1::text AND unit = $2::text",
+                qualified(&schema, crate::FENCE_TABLE)
+            );
+            match client.query_opt(&sql, &[&pipeline, &unit]).await {
+                Ok(row) => Ok(row.and_then(|row| row.get::<_, Option<String>>(0))),
+                Err(e) if is_missing_relation(&e) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
+    }
+
     pub(crate) async fn load_state(
         &self,
         pipeline: &str,

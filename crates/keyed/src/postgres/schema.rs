@@ -253,7 +253,7 @@ pub(super) fn create_state_sql(schema: &str) -> String {
         "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, part text NOT NULL, \
          value jsonb NOT NULL, updated_at text NOT NULL, PRIMARY KEY (pipeline, part)); \
          CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, unit text NOT NULL, \
-         counter bigint NOT NULL, PRIMARY KEY (pipeline, unit))",
+         counter bigint NOT NULL, position text, PRIMARY KEY (pipeline, unit))",
         qualified(schema, STATE_TABLE),
         qualified(schema, crate::FENCE_TABLE)
     )

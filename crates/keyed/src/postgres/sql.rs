@@ -351,14 +351,17 @@ pub(super) async fn pass_fences(
     }
     let table = qualified(schema, crate::FENCE_TABLE);
     let advance = format!(
-        "INSERT INTO {table} (pipeline, unit, counter) VALUES ($1::text, $2::text, $3::bigint) \
-         ON CONFLICT (pipeline, unit) DO UPDATE SET counter = EXCLUDED.counter \
+        "INSERT INTO {table} (pipeline, unit, counter, position) \
+         VALUES ($1::text, $2::text, $3::bigint, $4::text) \
+         ON CONFLICT (pipeline, unit) DO UPDATE SET counter = EXCLUDED.counter, \
+         position = COALESCE(EXCLUDED.position, {table}.position) \
          WHERE {table}.counter <= EXCLUDED.counter"
     );
-    for (unit, counter) in &state.fences {
+    for write in &state.fences {
+        let (unit, counter) = (&write.unit, &write.counter);
         let value = i64::try_from(*counter).unwrap_or(i64::MAX);
         if tx
-            .execute(&advance, &[&state.pipeline, unit, &value])
+            .execute(&advance, &[&state.pipeline, unit, &value, &write.position])
             .await?
             == 0
         {

@@ -65,7 +65,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use self::schema::{
     CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, add_version_columns_sql, check_columns,
@@ -262,6 +262,24 @@ impl SqliteDatabase {
             }
             write_state(&tx, state).map_err(err)?;
             tx.commit().map_err(err)
+        })
+    }
+
+    pub(crate) async fn fence_position(
+        &self,
+        pipeline: &str,
+        unit: &str,
+    ) -> Result<Option<String>, DbError> {
+        self.with_conn(|c| {
+            let err = |e: rusqlite::Error| self.error(FENCE_TABLE, &e);
+            if !matches!(inspect(&c.conn, FENCE_TABLE).map_err(err)?, Found::Table(_)) {
+                return Ok(None);
+            }
+            c.conn
+                .query_row(sql::FENCE_POSITION_SQL, (pipeline, unit), |row| row.get(0))
+                .optional()
+                .map(Option::flatten)
+                .map_err(err)
         })
     }
 

@@ -17,7 +17,7 @@ pub(super) const CREATE_STATE_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe
      pipeline TEXT NOT NULL, part TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL, \
      PRIMARY KEY (pipeline, part)); \
      CREATE TABLE IF NOT EXISTS \"_ddbpipe_fences\" (\
-     pipeline TEXT NOT NULL, unit TEXT NOT NULL, counter INTEGER NOT NULL, \
+     pipeline TEXT NOT NULL, unit TEXT NOT NULL, counter INTEGER NOT NULL, position TEXT, \
      PRIMARY KEY (pipeline, unit))";
 
 pub(super) const CREATE_DELETED_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_deleted\" (\

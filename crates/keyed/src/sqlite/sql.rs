@@ -15,9 +15,14 @@ const UPSERT_STATE_SQL: &str = "INSERT INTO \"_ddbpipe_state\" (pipeline, part, 
 const DELETE_STATE_SQL: &str = "DELETE FROM \"_ddbpipe_state\" WHERE pipeline = ?1 AND part = ?2";
 /// Advances a lease fence unless a newer owner's counter is stored (docs/coordination.md §11.7
 /// rule 4): no row changed means refused.
-const FENCE_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter) VALUES (?1, ?2, ?3) \
-     ON CONFLICT (pipeline, unit) DO UPDATE SET counter = excluded.counter \
+const FENCE_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter, position) \
+     VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (pipeline, unit) DO UPDATE SET counter = excluded.counter, \
+     position = COALESCE(excluded.position, \"_ddbpipe_fences\".position) \
      WHERE \"_ddbpipe_fences\".counter <= excluded.counter";
+/// The position stored with a fence.
+pub(super) const FENCE_POSITION_SQL: &str =
+    "SELECT position FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
 const FENCE_STORED_SQL: &str =
     "SELECT counter FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
 
@@ -337,14 +342,15 @@ pub(super) fn pass_fences<'a>(
         return Ok(None);
     }
     let mut fence = conn.prepare_cached(FENCE_SQL)?;
-    for (unit, counter) in &state.fences {
-        let counter_value = i64::try_from(*counter).unwrap_or(i64::MAX);
-        if fence.execute((&state.pipeline, unit, counter_value))? == 0 {
+    for write in &state.fences {
+        let counter_value = i64::try_from(write.counter).unwrap_or(i64::MAX);
+        let unit = &write.unit;
+        if fence.execute((&state.pipeline, unit, counter_value, &write.position))? == 0 {
             let stored: i64 =
                 conn.query_row(FENCE_STORED_SQL, (&state.pipeline, unit), |row| row.get(0))?;
             return Ok(Some(Refused {
                 unit,
-                held: *counter,
+                held: write.counter,
                 stored,
             }));
         }

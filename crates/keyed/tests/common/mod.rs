@@ -76,7 +76,7 @@ pub fn assert_contains_all(case: &str, message: &str, texts: &[&str]) {
 pub fn fence(unit: &str, counter: u64) -> StateWrite {
     StateWrite {
         pipeline: "p".into(),
-        fences: vec![(unit.into(), counter)],
+        fences: vec![ddbpipe_keyed::FenceWrite::new(unit, counter)],
         ..StateWrite::default()
     }
 }
@@ -84,8 +84,9 @@ pub fn fence(unit: &str, counter: u64) -> StateWrite {
 /// docs/coordination.md §11.7 rule 4 on `db`, whose table `spec` (hash key `pk`-like, one S
 /// column) is prepared and empty: a batch under an older counter than the stored one is
 /// refused with nothing written, whatever path the batch takes (several new keys, keys that
-/// exist, one row); a claim raises the stored counter; units are independent; a state reset
-/// clears the fences.
+/// exist, one row); a claim raises the stored counter; units are independent; a position is
+/// stored with the rows of its transaction and kept by a claim or a refused batch; a state
+/// reset clears the fences and their positions.
 pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &TableSpec) {
     let rows = |keys: &[&str]| -> Vec<RowChange> {
         keys.iter()
@@ -143,10 +144,50 @@ pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &Tab
         .await
         .expect("another unit has its own fence");
     assert_eq!(count().await, 5);
+
+    // A position goes with the rows of its transaction; a claim or a refused batch keeps it.
+    let at = |position: &str, counter| {
+        let mut write = fence("shard:s1", counter);
+        write.fences[0].position = Some(position.to_string());
+        write
+    };
+    let stored = || async {
+        db.fence_position("p", "shard:s1")
+            .await
+            .expect("fence position")
+    };
+    assert_eq!(stored().await, None, "no fence yet");
+    db.apply(spec, &rows(&["j"]), None, &at("after:100", 2))
+        .await
+        .expect("a batch with its position");
+    assert_eq!(stored().await.as_deref(), Some("after:100"));
+    db.store_state(&fence("shard:s1", 4))
+        .await
+        .expect("a new owner's claim");
+    assert_eq!(
+        stored().await.as_deref(),
+        Some("after:100"),
+        "the claim keeps the position the new owner resumes after"
+    );
+    db.apply(spec, &rows(&["k"]), None, &at("after:200", 2))
+        .await
+        .expect_err("the previous owner after the claim");
+    assert_eq!(
+        stored().await.as_deref(),
+        Some("after:100"),
+        "refused: unchanged"
+    );
+    db.apply(spec, &rows(&["k"]), None, &at("after:300", 4))
+        .await
+        .expect("the new owner");
+    assert_eq!(stored().await.as_deref(), Some("after:300"));
+    assert_eq!(count().await, 7);
+
     assert!(
         db.reset_state("p").await.expect("reset"),
         "the fences were reset"
     );
+    assert_eq!(stored().await, None, "a reset clears the positions too");
     db.apply(spec, &rows(&["i"]), None, &fence("segment:0/2", 1))
         .await
         .expect("after a reset the counters start again");

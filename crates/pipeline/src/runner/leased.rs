@@ -318,11 +318,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             if total != self.total {
                 continue;
             }
-            let start = match taken.checkpoint.as_deref() {
-                None => None,
-                Some(text) => Some(decode_cursor(&taken.unit, text)?),
-            };
-            units::took(
+            let claimed = units::took(
                 &self.worker,
                 &mut self.counts,
                 sink,
@@ -330,14 +326,21 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 self.held.len() + 1,
             )
             .await?;
+            // A fencing sink's position was committed with its rows: it is the newer one.
+            let (start, ended) = match claimed.as_deref().or(taken.checkpoint.as_deref()) {
+                None => (None, false),
+                // Read to its end, the `Done` checkpoint lost: it is written at once.
+                Some(DONE_CHECKPOINT) => (None, true),
+                Some(text) => (Some(decode_cursor(&taken.unit, text)?), false),
+            };
             self.held.insert(
                 index,
                 Holding {
                     acknowledged: start,
-                    unsaved: false,
+                    unsaved: ended,
                     saved_at: Instant::now(),
                     reading: None,
-                    ended: false,
+                    ended,
                 },
             );
         }
@@ -452,9 +455,14 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         batch: Batch,
         progress: &dyn Progress,
     ) -> Result<(), RunError> {
-        // A fencing sink's batch is one page, so one unit's.
+        // A fencing sink's batch is one page, so one unit's; its cursor goes with the rows.
         let segment = batch.segments.first().map(|&(segment, _)| segment);
-        if !units::write(&self.worker, sink, segment.map(|s| self.unit(s)), &batch).await? {
+        let position = batch.segments.last().map(|(_, cursor)| match cursor {
+            SegmentCursor::Next(key) => encode_cursor(key),
+            SegmentCursor::Done => DONE_CHECKPOINT.to_string(),
+        });
+        let unit = segment.map(|s| self.unit(s));
+        if !units::write(&self.worker, sink, unit, position, &batch).await? {
             if let Some(segment) = segment {
                 self.lose(segment, &LostReason::Taken);
             }

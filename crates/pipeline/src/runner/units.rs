@@ -12,16 +12,18 @@ use crate::batch::Batch;
 use crate::events::LeaseEvent;
 use crate::sink::{Fence, Sink, SinkErrorClass};
 
-/// The fence of `unit` under `counter`.
+/// The fence of `unit` under `counter`, reaching `position`.
 pub(crate) fn fence<T: LeaseTable>(
     worker: &Worker<T>,
     unit: &UnitId,
     counter: LeaseCounter,
+    position: Option<String>,
 ) -> Fence {
     Fence {
         pipeline: worker.pipeline().to_string(),
         unit: unit.to_string(),
         counter: counter.0,
+        position,
     }
 }
 
@@ -39,15 +41,21 @@ pub(crate) fn event<T: LeaseTable>(worker: &Worker<T>, event: &'static str, held
 /// earlier owner's late batch is refused from now on (§11.7 rule 4). A take bumps the highest
 /// counter the row ever had, so a refusal here means fences outlived their lease rows (a lease
 /// table reset by hand): the run stops, the error says so. `held`: leases held with it.
+///
+/// Returns the position the sink stored with the unit's fence: it was committed with the rows
+/// it covers, and the lease checkpoint follows it, so it is never behind the checkpoint; the
+/// unit resumes after it (exactly once into the sink across a crash).
 pub(crate) async fn took<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     counts: &mut LeaseCounts,
     sink: &mut S,
     taken: &Taken,
     held: usize,
-) -> Result<(), RunError> {
+) -> Result<Option<String>, RunError> {
+    let mut position = None;
     if sink.fences() {
-        sink.claim(&fence(worker, &taken.unit, taken.counter))
+        position = sink
+            .claim(&fence(worker, &taken.unit, taken.counter, None))
             .await?;
     }
     counts.taken += 1;
@@ -59,7 +67,7 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
         tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
         event(worker, "taken", held);
     }
-    Ok(())
+    Ok(position)
 }
 
 /// A lease lost: counted and told; the caller has stopped its unit. `held`: leases left.
@@ -80,12 +88,14 @@ pub(crate) fn lost<T: LeaseTable>(
 }
 
 /// Writes a batch and returns `true` once the sink acknowledged it. A fencing sink's batch is
-/// one unit's and carries the counter held on it: `false` when the unit is no longer held or
-/// its fence refused the batch (nothing written): the unit is lost to this worker.
+/// one unit's and carries the counter held on it and the position it reaches: `false` when the
+/// unit is no longer held or its fence refused the batch (nothing written): the unit is lost
+/// to this worker.
 pub(crate) async fn write<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     sink: &mut S,
     unit: Option<UnitId>,
+    position: Option<String>,
     batch: &Batch,
 ) -> Result<bool, RunError> {
     if !sink.fences() {
@@ -99,7 +109,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
         return Ok(false);
     };
     match sink
-        .write_fenced(batch, &fence(worker, &unit, counter))
+        .write_fenced(batch, &fence(worker, &unit, counter, position))
         .await
     {
         Ok(()) => Ok(true),

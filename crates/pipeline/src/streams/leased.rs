@@ -350,8 +350,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             let UnitId::Shard(shard) = &taken.unit else {
                 continue;
             };
-            let start = decode_checkpoint(&taken.unit, taken.checkpoint.as_deref())?;
-            units::took(
+            let claimed = units::took(
                 &self.worker,
                 &mut self.counts,
                 sink,
@@ -359,6 +358,9 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 self.held.len() + 1,
             )
             .await?;
+            // A fencing sink's position was committed with its rows: it is the newer one.
+            let at = claimed.as_deref().or(taken.checkpoint.as_deref());
+            let start = decode_checkpoint(&taken.unit, at)?;
             let holding = self.start(shard.clone(), start);
             self.held.insert(shard.clone(), holding);
         }
@@ -601,10 +603,15 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         progress: &dyn Progress,
     ) -> Result<(), RunError> {
         if !batch.records.is_empty() {
-            // A fencing sink's batch is one hand-over, so one shard's.
+            // A fencing sink's batch is one hand-over, so one shard's; its last sequence
+            // number goes with the rows.
             let shard = batch.shards.iter().find_map(mark_shard).cloned();
             let unit = shard.clone().map(UnitId::Shard);
-            if !units::write(&self.worker, sink, unit, &batch).await? {
+            let position = batch.shards.iter().rev().find_map(|mark| match mark {
+                StreamMark::Advance(_, seq) => Some(format!("after:{}", seq.as_str())),
+                _ => None,
+            });
+            if !units::write(&self.worker, sink, unit, position, &batch).await? {
                 if let Some(shard) = shard {
                     self.lose(&shard, &LostReason::Taken);
                 }
