@@ -11,6 +11,7 @@ use std::time::Duration;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, RunError};
 use ddbpipe_pipeline::sink::{Sink, SinkError, Staged};
+use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{ReadRequest, Render};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
@@ -59,7 +60,13 @@ fn scan(
         ),
         batch_size: 10,
         checkpoint_interval: Duration::ZERO,
+        identity: identity("scan"),
     }
+}
+
+/// The settings a worker runs with, as the leader row keeps them.
+fn identity(filter: &str) -> Identity {
+    Identity::from_json(serde_json::json!({"table_name": "t", "filter_expression": filter}))
 }
 
 /// Half a second per batch of one page (tokio time): a scan long enough to crash in.
@@ -334,6 +341,33 @@ async fn a_changed_segment_count_is_refused_while_a_shared_scan_is_unfinished() 
         error.contains("12 segment(s)") && error.contains("source.segments is 4"),
         "{error}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_with_other_settings_is_refused_before_it_reads() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(7);
+    let (handle, stop) = Cancel::new();
+    let first = spawn(scan(&table, &leases, "first", SEGMENTS), slow(), stop);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    handle.cancel();
+    first.await.unwrap().0.unwrap();
+    let mut other = scan(&table, &leases, "other", SEGMENTS);
+    other.identity = identity("changed");
+    let (_, stop) = Cancel::new();
+    let (outcome, sink) = spawn(other, slow(), stop).await.unwrap();
+    let error = outcome.unwrap_err().to_string();
+    assert!(
+        error.contains("filter_expression changed") && error.contains("state reset"),
+        "{error}"
+    );
+    assert!(sink.lines.is_empty(), "nothing read under other settings");
+    // The leader row keeps the first run's settings; a worker with them goes on.
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(scan(&table, &leases, "again", SEGMENTS), slow(), stop)
+        .await
+        .unwrap();
+    assert!(outcome.unwrap().completed);
 }
 
 /// A sink whose lines outlive its worker's task (a crashed worker's file stays on disk), with a

@@ -32,6 +32,7 @@ use std::time::Duration;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
 use ddbpipe_pipeline::sink::{Fence, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{LeasedStreamOutcome, LeasedStreams, StreamRun};
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
@@ -186,6 +187,7 @@ fn worker(
         ),
         checkpoint_interval,
         observer: Arc::new(NoObserver),
+        identity: Identity::from_json(serde_json::json!({"stream_arn": "s"})),
     }
 }
 

@@ -10,6 +10,7 @@ use anyhow::anyhow;
 use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
+use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{LeasedStreams, StreamRun, StreamRunError};
 use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
@@ -78,6 +79,7 @@ pub async fn run(
         worker,
         batch_size: plan.batch_size,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
+        identity: wiring::identity(config, &location),
     }
     .run(&mut sink, stop, &bar)
     .await;
@@ -168,6 +170,11 @@ pub async fn run_streams(
         }
     };
     let worker = worker(&opened.sdk, config, coordination, &worker_id).await?;
+    // The stream read, not only the one configured: a re-created table's new stream is
+    // refused while the old one's rows are in the lease table.
+    let mut identity = wiring::identity(config, &opened.location).as_json().clone();
+    identity["stream_arn"] = serde_json::json!(opened.stream.arn);
+    let identity = Identity::from_json(identity);
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &plan,
@@ -188,6 +195,7 @@ pub async fn run_streams(
         worker,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
         observer: Arc::new(RequestMetrics),
+        identity,
     }
     .run(&mut sink, stop, &NoProgress)
     .await

@@ -52,6 +52,7 @@ use super::{PAGE_ITEMS_GUESS, Progress, RunError, pending_deadline, sleep_until}
 use crate::batch::{Batch, Batcher};
 use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink};
+use crate::state::identity::Identity;
 
 /// The checkpoint text of a segment read to its end.
 const DONE_CHECKPOINT: &str = "done";
@@ -66,6 +67,8 @@ pub struct LeasedScan<A, T> {
     pub batch_size: usize,
     /// Least time between two checkpoints of one segment (`state.flush_interval_ms`).
     pub checkpoint_interval: Duration,
+    /// The run's settings, kept in the leader row: a worker with other settings is refused.
+    pub identity: Identity,
 }
 
 /// What one worker's leases did in a run (the run summary and `--json` name them).
@@ -131,6 +134,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             worker,
             batch_size,
             checkpoint_interval,
+            identity,
         } = self;
         let total = reader.total_segments.max(1);
         let (tx, rx) =
@@ -138,6 +142,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         let mut run = Run {
             reader,
             worker,
+            identity,
             total,
             checkpoint_interval,
             origin: Instant::now(),
@@ -180,6 +185,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
 struct Run<A, T> {
     reader: SegmentReader<A>,
     worker: Worker<T>,
+    identity: Identity,
     total: u32,
     checkpoint_interval: Duration,
     origin: Instant,
@@ -296,6 +302,8 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
     /// Returns whether every segment is done, and whether to run the next round at once.
     async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<(bool, bool), RunError> {
         let report = self.worker.round(self.now()).await?;
+        let now = self.now();
+        let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
         tracing::trace!(
             at_ms = self.origin.elapsed().as_millis() as u64,
             held = self.held.len(),
@@ -345,7 +353,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             );
         }
         let mut again = false;
-        if report.leader {
+        if report.leader && identified {
             let synced = self.worker.sync(&UnitSpec::segments(self.total)).await?;
             if !synced.created.is_empty() {
                 tracing::info!(created = synced.created.len(), "Segment leases created.");

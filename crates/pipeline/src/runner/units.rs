@@ -4,13 +4,63 @@
 //! count and tell the lease events (docs/coordination.md §11.7, §11.10).
 
 use ddbpipe_source::lease::{
-    CheckpointError, LeaseCounter, LeaseError, LeaseTable, LostReason, Taken, UnitId, Worker,
+    CheckpointError, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason,
+    Taken, UnitId, Worker,
 };
 
 use super::{LeaseCounts, RunError};
 use crate::batch::Batch;
 use crate::events::LeaseEvent;
 use crate::sink::{Fence, Sink, SinkErrorClass};
+use crate::state::identity::Identity;
+
+/// Whether the pipeline's rows belong to a run of these settings (docs/coordination.md
+/// §11.10): the leader row's checkpoint holds the identity of the run that created the
+/// units, written by the first leader before any unit row. Returns whether the identity is
+/// stored (a leader creates unit rows only then); a stored identity this one differs from
+/// stops the run, naming the settings that changed.
+pub(crate) async fn same_run<T: LeaseTable>(
+    worker: &mut Worker<T>,
+    identity: &Identity,
+    now: LocalTime,
+) -> Result<bool, RunError> {
+    let stored = worker
+        .rows()
+        .iter()
+        .find(|row| row.unit == UnitId::Leader)
+        .and_then(|row| row.checkpoint.clone());
+    match stored {
+        Some(text) => {
+            let stored = serde_json::from_str(&text)
+                .map(Identity::from_json)
+                .unwrap_or_else(|_| Identity::from_json(serde_json::Value::Null));
+            let changes = identity.changes_from(&stored, true);
+            if changes.is_empty() && stored.as_json().is_object() {
+                return Ok(true);
+            }
+            let changes = if changes.is_empty() {
+                "its settings cannot be read".to_string()
+            } else {
+                changes.join("; ")
+            };
+            Err(RunError::Lease(LeaseError::Fatal(format!(
+                "the lease table holds a shared run of pipeline '{}' with other settings \
+                 ({changes}): set them back, or run `ddbpipe state reset` once no worker runs \
+                 to start afresh",
+                worker.pipeline()
+            ))))
+        }
+        None if worker.is_leader() => {
+            let text = identity.as_json().to_string();
+            let written = worker
+                .checkpoint(&UnitId::Leader, &text, LeaseState::Processing, now)
+                .await;
+            // A failed write is tried again next round; the unit rows wait for it.
+            Ok(written.is_ok())
+        }
+        None => Ok(false),
+    }
+}
 
 /// The fence of `unit` under `counter`, reaching `position`.
 pub(crate) fn fence<T: LeaseTable>(

@@ -68,6 +68,7 @@ use crate::events::BatchAcknowledged;
 use crate::runner::units::{self, Checkpointed};
 use crate::runner::{LeaseCounts, Progress, RunError, pending_deadline, sleep_until};
 use crate::sink::Sink;
+use crate::state::identity::Identity;
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
@@ -86,6 +87,9 @@ pub struct LeasedStreams<A, T> {
     pub checkpoint_interval: Duration,
     /// Told about every attempt (metrics).
     pub observer: Arc<dyn AttemptObserver>,
+    /// The run's settings and stream, kept in the leader row: a worker with other settings
+    /// (or a re-created table's new stream) is refused.
+    pub identity: Identity,
 }
 
 /// How one worker's part of a shared stream ended, when it did not fail.
@@ -141,6 +145,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             worker,
             checkpoint_interval,
             observer,
+            identity,
         } = self;
         let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
         let mut shared = Shared {
@@ -149,6 +154,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             run,
             worker,
             tx,
+            identity,
             generation: 0,
             observer,
             checkpoint_interval,
@@ -189,6 +195,7 @@ struct Shared<A, T> {
     worker: Worker<T>,
     /// Where every shard task forwards its hand-overs, tagged with its holding's generation.
     tx: mpsc::Sender<(u64, Handed)>,
+    identity: Identity,
     /// The generation of the last holding started.
     generation: u64,
     observer: Arc<dyn AttemptObserver>,
@@ -328,6 +335,8 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     /// its shards' rows. Returns whether to run the next round at once.
     async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<bool, RunError> {
         let report = self.worker.round(self.now()).await?;
+        let now = self.now();
+        let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
         let idle = self.last_records.elapsed();
         tracing::trace!(
             worker = %self.worker.id(),
@@ -365,7 +374,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             self.held.insert(shard.clone(), holding);
         }
         let mut again = false;
-        if report.leader && self.listing_due() {
+        if report.leader && identified && self.listing_due() {
             again = self.sync_shards().await?;
         }
         self.save_all(false).await?;
