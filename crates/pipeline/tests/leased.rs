@@ -4,7 +4,7 @@
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -521,6 +521,9 @@ struct FencingSink {
     leases: MemoryLeaseTable,
     stall_at: Option<usize>,
     writes: usize,
+    /// Claims during which another worker takes the lease first (a race between a take and
+    /// its claim): the thief's take lands, then this claim is refused by the thief's fence.
+    races: usize,
 }
 
 impl FencingSink {
@@ -578,6 +581,22 @@ impl Sink for FencingSink {
         &mut self,
         fence: &ddbpipe_pipeline::sink::Fence,
     ) -> Result<Option<String>, SinkError> {
+        if self.races > 0 {
+            self.races -= 1;
+            let pipeline = PipelineName::new(fence.pipeline.clone()).unwrap();
+            let unit: UnitId = fence.unit.parse().unwrap();
+            let row = self.leases.row(&pipeline, &unit).unwrap();
+            let thief = WorkerId::new("thief").unwrap();
+            let stolen = self
+                .leases
+                .take(&pipeline, &unit, row.counter, &thief)
+                .await;
+            let stolen = stolen.unwrap();
+            self.pass(&ddbpipe_pipeline::sink::Fence {
+                counter: stolen.counter.0,
+                ..fence.clone()
+            })?;
+        }
         // No position kept: the taker resumes from the lease row (at least once).
         self.pass(fence).map(|()| None)
     }
@@ -599,6 +618,7 @@ async fn a_stalled_worker_cannot_write_a_unit_after_its_new_owner_claimed_it() {
         leases: leases.connect(),
         stall_at,
         writes: 0,
+        races: 0,
     };
     let (_, stop) = Cancel::new();
     let zombie = spawn(
@@ -634,4 +654,64 @@ async fn a_stalled_worker_cannot_write_a_unit_after_its_new_owner_claimed_it() {
         .flat_map(|(_, _, _, lines)| keys(lines))
         .collect();
     assert_eq!(read.len(), ITEMS, "every item written under a live lease");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_refused_because_another_worker_took_the_lease_only_loses_it() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(8);
+    let accepted: Accepted = Arc::default();
+    let sink = FencingSink {
+        fences: Arc::default(),
+        accepted: Arc::clone(&accepted),
+        leases: leases.connect(),
+        stall_at: None,
+        writes: 0,
+        races: 2,
+    };
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(scan(&table, &leases, "w", SEGMENTS), sink, stop)
+        .await
+        .unwrap();
+    let outcome = outcome.unwrap();
+    assert!(outcome.completed, "{outcome:?}");
+    assert!(
+        outcome.leases.lost >= 2,
+        "the raced leases were lost: {outcome:?}"
+    );
+    let read: BTreeSet<String> = accepted
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|(_, _, _, lines)| keys(lines))
+        .collect();
+    assert_eq!(
+        read.len(),
+        ITEMS,
+        "taken back after the thief's leases expired"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_refused_by_a_fence_that_outlived_its_lease_rows_stops_the_run() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(9);
+    // Fences of an earlier lease table, deleted by hand: higher than any counter to come.
+    let fences: HashMap<String, u64> = (0..SEGMENTS)
+        .map(|i| (format!("segment:{i}/{SEGMENTS}"), 1_000))
+        .collect();
+    let sink = FencingSink {
+        fences: Arc::new(std::sync::Mutex::new(fences)),
+        accepted: Arc::default(),
+        leases: leases.connect(),
+        stall_at: None,
+        writes: 0,
+        races: 0,
+    };
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(scan(&table, &leases, "w", SEGMENTS), sink, stop)
+        .await
+        .unwrap();
+    let error = outcome.unwrap_err().to_string();
+    assert!(error.contains("fenced at 1000"), "{error}");
 }

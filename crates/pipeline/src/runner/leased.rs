@@ -47,7 +47,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::units::{self, Checkpointed};
+use super::units::{self, Checkpointed, Took};
 use super::{PAGE_ITEMS_GUESS, Progress, RunError, pending_deadline, sleep_until};
 use crate::batch::{Batch, Batcher};
 use crate::events::BatchAcknowledged;
@@ -326,14 +326,17 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             if total != self.total {
                 continue;
             }
-            let claimed = units::took(
+            let Took::Held(claimed) = units::took(
                 &self.worker,
                 &mut self.counts,
                 sink,
                 &taken,
                 self.held.len() + 1,
             )
-            .await?;
+            .await?
+            else {
+                continue;
+            };
             // A fencing sink's position was committed with its rows: it is the newer one.
             let (start, ended) = match claimed.as_deref().or(taken.checkpoint.as_deref()) {
                 None => (None, false),

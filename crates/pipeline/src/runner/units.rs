@@ -87,26 +87,50 @@ pub(crate) fn event<T: LeaseTable>(worker: &Worker<T>, event: &'static str, held
     .emit();
 }
 
+/// What became of a lease just taken.
+pub(crate) enum Took {
+    /// Held: read the unit, after this position when the sink stored one with the unit's
+    /// fence (it was committed with the rows it covers and the lease checkpoint follows it,
+    /// so it is never behind the checkpoint: exactly once into the sink across a crash).
+    Held(Option<String>),
+    /// Taken again by another worker before this one's claim: not read here.
+    Lost,
+}
+
 /// A lease just taken, before its unit is read: a fencing sink stores its token first, so an
-/// earlier owner's late batch is refused from now on (§11.7 rule 4). A take bumps the highest
-/// counter the row ever had, so a refusal here means fences outlived their lease rows (a lease
-/// table reset by hand): the run stops, the error says so. `held`: leases held with it.
-///
-/// Returns the position the sink stored with the unit's fence: it was committed with the rows
-/// it covers, and the lease checkpoint follows it, so it is never behind the checkpoint; the
-/// unit resumes after it (exactly once into the sink across a crash).
+/// earlier owner's late batch is refused from now on (§11.7 rule 4). A refused claim means a
+/// newer counter is stored: either another worker took the lease in between (its row moved:
+/// the lease is lost, the next round says so) or fences outlived their lease rows (a lease
+/// table reset by hand; the row did not move): then the run stops, the error says so.
+/// `held`: leases held with it.
 pub(crate) async fn took<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     counts: &mut LeaseCounts,
     sink: &mut S,
     taken: &Taken,
     held: usize,
-) -> Result<Option<String>, RunError> {
+) -> Result<Took, RunError> {
     let mut position = None;
     if sink.fences() {
-        position = sink
+        match sink
             .claim(&fence(worker, &taken.unit, taken.counter, None))
-            .await?;
+            .await
+        {
+            Ok(stored) => position = stored,
+            Err(error) if error.class == SinkErrorClass::Fenced => {
+                let row = worker.table().get(worker.pipeline(), &taken.unit).await?;
+                let moved = row
+                    .is_none_or(|row| row.counter > taken.counter || !row.is_owned_by(worker.id()));
+                if !moved {
+                    return Err(error.into());
+                }
+                counts.taken += 1;
+                tracing::info!(lease = %taken.unit, "Lease taken by another worker before its claim.");
+                lost(worker, counts, &taken.unit, &LostReason::Taken, held - 1);
+                return Ok(Took::Lost);
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
     counts.taken += 1;
     if let Some(from) = &taken.stolen_from {
@@ -117,7 +141,7 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
         tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
         event(worker, "taken", held);
     }
-    Ok(position)
+    Ok(Took::Held(position))
 }
 
 /// A lease lost: counted and told; the caller has stopped its unit. `held`: leases left.

@@ -65,7 +65,7 @@ use tracing::Instrument;
 use super::{HANDOVER_DEPTH, StreamRun};
 use crate::batch::{Batch, Batcher};
 use crate::events::BatchAcknowledged;
-use crate::runner::units::{self, Checkpointed};
+use crate::runner::units::{self, Checkpointed, Took};
 use crate::runner::{LeaseCounts, Progress, RunError, pending_deadline, sleep_until};
 use crate::sink::Sink;
 use crate::state::identity::Identity;
@@ -359,14 +359,17 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             let UnitId::Shard(shard) = &taken.unit else {
                 continue;
             };
-            let claimed = units::took(
+            let Took::Held(claimed) = units::took(
                 &self.worker,
                 &mut self.counts,
                 sink,
                 &taken,
                 self.held.len() + 1,
             )
-            .await?;
+            .await?
+            else {
+                continue;
+            };
             // A fencing sink's position was committed with its rows: it is the newer one.
             let at = claimed.as_deref().or(taken.checkpoint.as_deref());
             let start = decode_checkpoint(&taken.unit, at)?;
