@@ -213,8 +213,37 @@ fn state_reset_refuses_while_a_worker_holds_leases(emulator: Emulator) {
     for lease in shown["leases"].as_array().unwrap() {
         assert_eq!(lease["owner"], Value::Null, "handed back: {lease}");
     }
+    // Other settings for the unfinished shared scan: `check` fails as `run` does.
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let changed = yaml.replace(
+        "table_name: items\n",
+        "table_name: items\n  value_format: typed\n",
+    );
+    assert_ne!(changed, yaml);
+    std::fs::write(&config, changed).unwrap();
+    let check = common::ddbpipe(&["check"], &config);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("FAIL leases") && stdout(&check).contains("value_format changed"),
+        "{}",
+        stdout(&check)
+    );
+    let run = common::ddbpipe(&["run", "--progress", "never"], &config);
+    assert_ne!(run.status.code(), Some(0));
+    assert!(
+        stderr(&run).contains("other settings") && stderr(&run).contains("value_format changed"),
+        "{}",
+        stderr(&run)
+    );
     let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let check = common::ddbpipe(&["check"], &config);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "after the reset: {}",
+        stdout(&check)
+    );
 }
 
 /// Three workers load one keyed table, one SIGKILLed and one SIGSTOPped past its lease: the

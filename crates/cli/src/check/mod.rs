@@ -119,9 +119,6 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         );
     }
     let (table, location) = probe_table(&config, timeout, &mut probes).await;
-    if let Some(coordination) = &config.coordination {
-        probe_leases(&config, coordination, timeout, &mut probes).await;
-    }
     export::probe_export(&config, table.as_ref(), timeout, &mut probes).await;
     let stream = if mode.reads_stream() {
         probe_stream(&config, table.as_ref(), timeout, &mut probes).await
@@ -129,6 +126,11 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         None
     };
     let stream = stream.as_deref();
+    if let Some(coordination) = &config.coordination {
+        // The settings `run` compares with the leader row's.
+        let identity = crate::run::shared::run_identity(&config, &location, stream);
+        probe_leases(&config, coordination, &identity, timeout, &mut probes).await;
+    }
     // The same rule `run` applies before writing anything.
     let distinct = destination::distinct_paths(&config, config_path);
     match (&config.sink, distinct) {
@@ -196,6 +198,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
 async fn probe_leases(
     config: &PipelineConfig,
     coordination: &crate::config::CoordinationConfig,
+    identity: &ddbpipe_pipeline::state::identity::Identity,
     timeout: Duration,
     probes: &mut Probes,
 ) {
@@ -239,6 +242,20 @@ async fn probe_leases(
             json!({"exists": false, "lease_table": name, "worker_id": worker}),
         ),
         Ok(Ok(Some(rows))) => {
+            let settings = rows
+                .iter()
+                .find(|l| l.unit == ddbpipe_source::lease::UnitId::Leader)
+                .and_then(|l| l.checkpoint.as_deref());
+            if let Some(message) = settings.and_then(|stored| {
+                ddbpipe_pipeline::runner::other_settings(&config.name, stored, identity)
+            }) {
+                probes.add(
+                    "leases",
+                    Status::Fail,
+                    format!("lease table '{name}': {message}"),
+                );
+                return;
+            }
             let work: Vec<_> = rows.iter().filter(|l| l.unit.is_work()).collect();
             let finished = work.iter().filter(|l| l.state.is_finished()).count();
             let owned = work.iter().filter(|l| l.owner.is_some()).count();

@@ -79,7 +79,7 @@ pub async fn run(
         worker,
         batch_size: plan.batch_size,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
-        identity: wiring::identity(config, &location),
+        identity: run_identity(config, &location, None),
     }
     .run(&mut sink, stop, &bar)
     .await;
@@ -123,6 +123,25 @@ pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Option<PathBuf> 
             JsonlTarget::Stdout => None,
         },
         _ => None,
+    }
+}
+
+/// The settings a shared run keeps in its leader row (docs/coordination.md §11.10): the state
+/// file's identity, with the stream read in place of the one configured — a re-created table's
+/// new stream is refused while the old one's rows are in the lease table.
+pub fn run_identity(
+    config: &PipelineConfig,
+    location: &ddbpipe_pipeline::state::identity::Location,
+    stream_arn: Option<&str>,
+) -> Identity {
+    let identity = wiring::identity(config, location);
+    match stream_arn {
+        Some(arn) => {
+            let mut json = identity.as_json().clone();
+            json["stream_arn"] = serde_json::json!(arn);
+            Identity::from_json(json)
+        }
+        None => identity,
     }
 }
 
@@ -170,11 +189,7 @@ pub async fn run_streams(
         }
     };
     let worker = worker(&opened.sdk, config, coordination, &worker_id).await?;
-    // The stream read, not only the one configured: a re-created table's new stream is
-    // refused while the old one's rows are in the lease table.
-    let mut identity = wiring::identity(config, &opened.location).as_json().clone();
-    identity["stream_arn"] = serde_json::json!(opened.stream.arn);
-    let identity = Identity::from_json(identity);
+    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &plan,

@@ -41,6 +41,8 @@ mod leased;
 mod together;
 pub(crate) mod units;
 
+pub use units::other_settings;
+
 pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
 

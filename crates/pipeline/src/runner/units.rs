@@ -14,6 +14,28 @@ use crate::events::LeaseEvent;
 use crate::sink::{Fence, Sink, SinkErrorClass};
 use crate::state::identity::Identity;
 
+/// Why a shared run whose leader row holds `stored` cannot go on with `identity`: the settings
+/// that changed, and what to do; `None` when they are the same. `check` says it too.
+pub fn other_settings(pipeline: &str, stored: &str, identity: &Identity) -> Option<String> {
+    let stored = serde_json::from_str(stored)
+        .map(Identity::from_json)
+        .unwrap_or_else(|_| Identity::from_json(serde_json::Value::Null));
+    let changes = identity.changes_from(&stored, true);
+    if changes.is_empty() && stored.as_json().is_object() {
+        return None;
+    }
+    let changes = if changes.is_empty() {
+        "its settings cannot be read".to_string()
+    } else {
+        changes.join("; ")
+    };
+    Some(format!(
+        "the lease table holds a shared run of pipeline '{pipeline}' with other settings \
+         ({changes}): set them back, or run `ddbpipe state reset` once no worker runs to start \
+         afresh"
+    ))
+}
+
 /// Whether the pipeline's rows belong to a run of these settings (docs/coordination.md
 /// §11.10): the leader row's checkpoint holds the identity of the run that created the
 /// units, written by the first leader before any unit row. Returns whether the identity is
@@ -30,26 +52,10 @@ pub(crate) async fn same_run<T: LeaseTable>(
         .find(|row| row.unit == UnitId::Leader)
         .and_then(|row| row.checkpoint.clone());
     match stored {
-        Some(text) => {
-            let stored = serde_json::from_str(&text)
-                .map(Identity::from_json)
-                .unwrap_or_else(|_| Identity::from_json(serde_json::Value::Null));
-            let changes = identity.changes_from(&stored, true);
-            if changes.is_empty() && stored.as_json().is_object() {
-                return Ok(true);
-            }
-            let changes = if changes.is_empty() {
-                "its settings cannot be read".to_string()
-            } else {
-                changes.join("; ")
-            };
-            Err(RunError::Lease(LeaseError::Fatal(format!(
-                "the lease table holds a shared run of pipeline '{}' with other settings \
-                 ({changes}): set them back, or run `ddbpipe state reset` once no worker runs \
-                 to start afresh",
-                worker.pipeline()
-            ))))
-        }
+        Some(text) => match other_settings(worker.pipeline().as_str(), &text, identity) {
+            None => Ok(true),
+            Some(message) => Err(RunError::Lease(LeaseError::Fatal(message))),
+        },
         None if worker.is_leader() => {
             let text = identity.as_json().to_string();
             let written = worker
