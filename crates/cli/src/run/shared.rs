@@ -20,7 +20,6 @@ use ddbpipe_source::lease::{LeaseError, LeaseSettings, PipelineName, Worker, Wor
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
-use ddbpipe_source::streams::engine::EndReason;
 
 use crate::args::ProgressMode;
 use crate::config::{
@@ -215,12 +214,7 @@ pub async fn run_streams(
     .run(&mut sink, stop, &NoProgress)
     .await
     .map_err(|error| super::streams::stream_failure(StreamRunError::Run(error), config_path))?;
-    let why = match outcome.end {
-        EndReason::MaxMessages => "max_messages reached",
-        EndReason::Idle => "idle termination",
-        EndReason::Stopped => "stopped by a signal",
-        EndReason::StreamDisabled => "stream disabled and fully drained",
-    };
+    let why = super::streams::ended_because(outcome.end);
     let leases = &outcome.leases;
     tracing::info!(
         worker = %worker_id,

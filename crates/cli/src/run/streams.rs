@@ -106,12 +106,7 @@ pub async fn run(
     .await;
     bar.finish();
     let outcome = outcome.map_err(|error| stream_failure(error, config_path))?;
-    let why = match outcome.end {
-        EndReason::MaxMessages => "max_messages reached",
-        EndReason::Idle => "idle termination",
-        EndReason::Stopped => "stopped by a signal",
-        EndReason::StreamDisabled => "stream disabled and fully drained",
-    };
+    let why = ended_because(outcome.end);
     tracing::info!(records = outcome.written, reason = why, "Run finished.");
     say(
         Line::Summary,
@@ -125,6 +120,16 @@ pub async fn run(
         ),
     );
     Ok(Exit::Ok)
+}
+
+/// Why a stream run ended, as its summary says it.
+pub(super) fn ended_because(end: EndReason) -> &'static str {
+    match end {
+        EndReason::MaxMessages => "max_messages reached",
+        EndReason::Idle => "idle termination",
+        EndReason::Stopped => "stopped by a signal",
+        EndReason::StreamDisabled => "stream disabled and fully drained",
+    }
 }
 
 /// What a `mode: streams` or `mode: mirror` run reads, resolved before its destination opens.

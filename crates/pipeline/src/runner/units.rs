@@ -182,10 +182,8 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
         sink.write(batch, None).await?;
         return Ok(true);
     }
-    let Some(counter) = unit.as_ref().and_then(|unit| worker.counter(unit)) else {
-        return Ok(false);
-    };
-    let Some(unit) = unit else {
+    let Some((unit, counter)) = unit.and_then(|unit| worker.counter(&unit).map(|c| (unit, c)))
+    else {
         return Ok(false);
     };
     match sink

@@ -166,7 +166,6 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             written: 0,
             disabled: false,
             listed_at: None,
-            stopping: false,
             stop: stop.clone(),
             last_records: Instant::now(),
         };
@@ -211,7 +210,6 @@ struct Shared<A, T> {
     disabled: bool,
     /// When the leader last listed the stream.
     listed_at: Option<Instant>,
-    stopping: bool,
     /// The run's stop signal (a listing in progress ends with it).
     stop: Cancel,
     /// When records last arrived from a shard: the idle clock.
@@ -269,7 +267,6 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             }
         };
         // Ending: reading stops, what was read is written.
-        self.stopping = true;
         for holding in self.held.values_mut() {
             if let Some(cancel) = holding.reading.take() {
                 cancel.cancel();
