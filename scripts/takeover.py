@@ -57,20 +57,7 @@ def main():
 
 
 def run(port):
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    ddb = boto3.client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    endpoint, ddb = client(port)
     ddb.create_table(
         TableName="items",
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -147,16 +134,10 @@ coordination: {{lease_table: leases, worker_id: {worker}, lease_duration_secs: {
                 takes.append(event["timestamp"])
     # Only takes after the kill: a unit may have changed hands earlier (a steal, a hand-back).
     times = sorted(t for t in (parse(t) for t in takes) if t > killed)
-    rates = {}
-    for worker, until in (("a", killed), ("b", ended)):
-        path = os.path.join(tmp, f"{worker}.prom")
-        total = 0
-        if os.path.exists(path):
-            for line in open(path):
-                m = re.match(r"ddbpipe_lease_requests_total\{.*\} (\d+)", line)
-                if m:
-                    total += int(m.group(1))
-        rates[worker] = (total, until - started)
+    rates = {
+        "a": (lease_requests(os.path.join(tmp, "a.prom")), killed - started),
+        "b": (lease_requests(os.path.join(tmp, "b.prom")), ended - started),
+    }
     union = set()
     for worker in ("a", "b"):
         with open(os.path.join(tmp, f"out-{worker}.jsonl")) as f:
