@@ -451,6 +451,93 @@ fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator,
     assert_eq!(shard_owner(&config), None, "SIGTERM hands the lease back");
 }
 
+/// A worker of a shared stream serves the single-process stream metrics (records, the source
+/// lag of the shards it holds, shard counts) and its leases (held, taken, the lease table's
+/// requests) on `--metrics-addr` while it runs.
+fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..5 {
+        running.put_pk("items", &format!("k{i}"), "0");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args([
+            "run",
+            "--progress",
+            "never",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let scrape = || -> String {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            return String::new();
+        };
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body);
+        body
+    };
+    // A series of the pipeline: its name, labels (in any order) and, when given, its value.
+    let has = |body: &str, name: &str, labels: &[&str], value: Option<&str>| {
+        body.lines().any(|line| {
+            line.starts_with(&format!("{name}{{"))
+                && line.contains("pipeline=\"shared-stream\"")
+                && labels.iter().all(|label| line.contains(label))
+                && value.is_none_or(|v| line.ends_with(&format!(" {v}")))
+        })
+    };
+    let worker = format!("-{}\"", child.id());
+    let mut body = String::new();
+    // The lag gauge is set once the worker's round has read its shard.
+    let served = common::wait_for(Duration::from_secs(60), || {
+        body = scrape();
+        destination.rows("items").len() >= 5
+            && has(&body, "ddbpipe_source_lag_seconds", &[], None)
+            && has(&body, "ddbpipe_leases_held", &[&worker], Some("1"))
+    });
+    signal(&child, "TERM");
+    let output = finished(child);
+    assert!(served, "the worker serves its metrics:\n{body}");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let expected: [(&str, &[&str], Option<&str>); 5] = [
+        ("ddbpipe_records_written_total", &["op=\"c\""], Some("5")),
+        ("ddbpipe_shards", &[], None),
+        ("ddbpipe_leases_total", &[&worker, "event=\"taken\""], None),
+        ("ddbpipe_lease_requests_total", &[], None),
+        ("ddbpipe_source_lag_seconds", &[], None),
+    ];
+    for (name, labels, value) in expected {
+        assert!(
+            has(&body, name, labels, value),
+            "missing {name} {labels:?} {value:?} in:\n{body}"
+        );
+    }
+}
+
+#[test]
+fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics_on_moto() {
+    a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(Emulator::Moto);
+}
+
 #[test]
 fn three_workers_follow_one_stream_into_sqlite_on_moto() {
     three_workers_follow_one_stream_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);
