@@ -466,11 +466,7 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args([
             "run",
@@ -485,17 +481,7 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let scrape = || -> String {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            return String::new();
-        };
-        let _ = stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        let mut body = String::new();
-        let _ = stream.read_to_string(&mut body);
-        body
-    };
+    let scrape = || common::scrape_metrics(port);
     // A series of the pipeline: its name, labels (in any order) and, when given, its value.
     let has = |body: &str, name: &str, labels: &[&str], value: Option<&str>| {
         body.lines().any(|line| {

@@ -176,11 +176,7 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
         &running.endpoint,
         "table_name: orders\nmode: streams\nfollow: true",
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args([
             "run",
@@ -199,17 +195,7 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
         "caught up"
     );
     std::thread::sleep(Duration::from_millis(1200));
-    let scrape = || -> String {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            return String::new();
-        };
-        let _ = stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        let mut body = String::new();
-        let _ = stream.read_to_string(&mut body);
-        body
-    };
+    let scrape = || common::scrape_metrics(port);
     let body = scrape();
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -55,7 +55,8 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn free_port() -> u16 {
+/// A free loopback port (for an emulator, or `--metrics-addr`).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -372,6 +373,19 @@ pub fn spawn_run(config: &Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ddbpipe runs")
+}
+
+/// The body of `GET /metrics` on `port` (empty while nothing listens there).
+pub fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ =
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body
 }
 
 /// Waits until `check` holds (polling every 20 ms), at most `limit`.

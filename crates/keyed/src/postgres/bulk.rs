@@ -41,13 +41,12 @@ use std::fmt::Write as _;
 
 use bytes::{BufMut as _, BytesMut};
 use futures_util::{SinkExt as _, pin_mut};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement, Transaction};
 
 use super::session::{Failure, fnv1a};
-use super::sql::{conflict_set, key_list, key_param, qualified};
-use super::{copy_text, document};
+use super::sql::{conflict_set, key_list, qualified};
+use super::{copy_binary, copy_text, document};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
     Write, quote, row_key,
@@ -149,10 +148,10 @@ fn stage_name(spec: &TableSpec) -> String {
     format!("_ddbpipe_stage_{hash:016x}")
 }
 
-fn stage_type(kind: KeyType) -> (&'static str, Type) {
+fn stage_type(kind: KeyType) -> &'static str {
     match kind {
-        KeyType::S | KeyType::N => ("text", Type::TEXT),
-        KeyType::B => ("bytea", Type::BYTEA),
+        KeyType::S | KeyType::N => "text",
+        KeyType::B => "bytea",
     }
 }
 
@@ -160,7 +159,7 @@ fn stage_type(kind: KeyType) -> (&'static str, Type) {
 fn create_stage_sql(spec: &TableSpec) -> String {
     let mut columns = String::new();
     for (i, key) in spec.key.iter().enumerate() {
-        let _ = write!(columns, "k{i} {}, ", stage_type(key.kind).0);
+        let _ = write!(columns, "k{i} {}, ", stage_type(key.kind));
     }
     format!(
         "CREATE TEMP TABLE IF NOT EXISTS {} ({columns}doc text, vms bigint, vseq text, \
@@ -430,15 +429,20 @@ pub(super) async fn direct(
     if !chunk.is_empty() {
         sink.send(chunk.split().freeze()).await?;
     }
-    let copied = sink.as_mut().finish().await?;
-    if copied != rows.len() as u64 {
-        return Err(crate::DbError::fatal(format!(
-            "postgres: COPY wrote {copied} rows of a batch of {}",
-            rows.len()
-        ))
-        .into());
-    }
+    all_copied(sink.as_mut().finish().await?, rows, "wrote")?;
     Ok(())
+}
+
+/// Fails unless a `COPY` took every row of the batch (`copied`, as the server counted).
+fn all_copied(copied: u64, rows: &[RowChange], verb: &str) -> Result<(), Failure> {
+    if copied == rows.len() as u64 {
+        return Ok(());
+    }
+    Err(crate::DbError::fatal(format!(
+        "postgres: COPY {verb} {copied} rows of a batch of {}",
+        rows.len()
+    ))
+    .into())
 }
 
 /// The staging table exists in this session and the merge is prepared (once per connection:
@@ -468,18 +472,12 @@ pub(super) async fn write(
     merge: &Statement,
     updated_at: &str,
 ) -> Result<(), Failure> {
-    let mut types: Vec<Type> = spec.key.iter().map(|k| stage_type(k.kind).1).collect();
-    types.extend([
-        Type::TEXT,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT2,
-        Type::INT8,
-    ]);
-    let sink = tx.copy_in(&copy_sql(spec)).await?;
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    pin_mut!(writer);
+    let sink = tx.copy_in::<_, bytes::Bytes>(&copy_sql(spec)).await?;
+    pin_mut!(sink);
+    let fields = u16::try_from(spec.key.len() + 6)
+        .map_err(|_| crate::DbError::fatal("postgres: too many key columns"))?;
+    let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
+    copy_binary::header(&mut chunk);
     for (ord, ((row, write), key_text)) in rows.iter().zip(writes).zip(key_texts).enumerate() {
         let (key, document, op): (&[KeyValue], &str, i16) = match row {
             RowChange::Upsert { key, document, .. } => (key, document, 0),
@@ -493,19 +491,28 @@ pub(super) async fn write(
             }
             _ => None,
         };
-        let ord = ord as i64;
-        let mut values: Vec<&(dyn ToSql + Sync)> = key.iter().map(key_param).collect();
-        values.extend([
-            &document as &(dyn ToSql + Sync),
-            &version_ms,
-            &version_seq,
-            &guard,
-            &op,
-            &ord,
-        ]);
-        writer.as_mut().write(&values).await?;
+        copy_binary::row(&mut chunk, fields);
+        for value in key {
+            match value {
+                KeyValue::S(text) | KeyValue::N(text) => {
+                    copy_binary::bytes(&mut chunk, text.as_bytes());
+                }
+                KeyValue::B(bytes) => copy_binary::bytes(&mut chunk, bytes),
+            }
+        }
+        copy_binary::bytes(&mut chunk, document.as_bytes());
+        copy_binary::int8(&mut chunk, version_ms);
+        copy_binary::text_or_null(&mut chunk, version_seq);
+        copy_binary::text_or_null(&mut chunk, guard);
+        copy_binary::int2(&mut chunk, op);
+        copy_binary::int8(&mut chunk, Some(ord as i64));
+        if chunk.len() >= DIRECT_CHUNK_BYTES {
+            sink.send(chunk.split().freeze()).await?;
+        }
     }
-    writer.finish().await?;
+    copy_binary::trailer(&mut chunk);
+    sink.send(chunk.split().freeze()).await?;
+    all_copied(sink.as_mut().finish().await?, rows, "staged")?;
     let params: Vec<&(dyn ToSql + Sync)> = match &bulk {
         Bulk::Change | Bulk::Changes { marked: None } => vec![&updated_at],
         Bulk::Marked { id } => vec![&updated_at, id],

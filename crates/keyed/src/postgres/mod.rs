@@ -120,6 +120,7 @@ use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 
 mod bulk;
 mod conninfo;
+mod copy_binary;
 pub mod copy_text;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
