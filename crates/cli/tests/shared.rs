@@ -298,6 +298,20 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
     );
 }
 
+/// A started emulator with the table `items` (its stream of new and old images) holding
+/// `k00`, `k01`, … (`count` keys, each `v` = 0).
+fn streamed_items(emulator: Emulator, count: usize) -> common::Running {
+    let running = emulator.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..count {
+        running.put_pk("items", &format!("k{i:02}"), "0");
+    }
+    running
+}
+
 /// A shared `mode: streams` pipeline into `sink`, following the stream until stopped.
 fn shared_stream_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
     let yaml = format!(
@@ -341,14 +355,7 @@ fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
 /// ends equal to the source table, the zombie learns it lost the lease, and SIGTERM hands
 /// every lease back.
 fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator, target: Target) {
-    let running = emulator.start();
-    running.create_pk_table(
-        "items",
-        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
-    );
-    for i in 0..20 {
-        running.put_pk("items", &format!("k{i:02}"), "0");
-    }
+    let running = streamed_items(emulator, 20);
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(target, dir.path());
     let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
@@ -455,32 +462,13 @@ fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator,
 /// lag of the shards it holds, shard counts) and its leases (held, taken, the lease table's
 /// requests) on `--metrics-addr` while it runs.
 fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulator) {
-    let running = emulator.start();
-    running.create_pk_table(
-        "items",
-        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
-    );
-    for i in 0..5 {
-        running.put_pk("items", &format!("k{i}"), "0");
-    }
+    let running = streamed_items(emulator, 5);
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
     let port = common::free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-        .args([
-            "run",
-            "--progress",
-            "never",
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg(&config)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let address = format!("127.0.0.1:{port}");
+    let child = common::spawn_run_with(&config, &["--metrics-addr", &address]);
     let scrape = || common::scrape_metrics(port);
     // A series of the pipeline: its name, labels (in any order) and, when given, its value.
     let has = |body: &str, name: &str, labels: &[&str], value: Option<&str>| {

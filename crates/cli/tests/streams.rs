@@ -177,19 +177,8 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
         "table_name: orders\nmode: streams\nfollow: true",
     );
     let port = common::free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-        .args([
-            "run",
-            "--progress",
-            "never",
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .arg(&pipeline.config)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let address = format!("127.0.0.1:{port}");
+    let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
     assert!(
         common::wait_for(Duration::from_secs(60), || pipeline.lines().len() >= 5),
         "caught up"
@@ -200,7 +189,7 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(0));
     // A series: its name, its labels (in any order), and optionally its value.
     let has = |name: &str, labels: &[&str], value: Option<&str>| {
         body.lines().any(|line| {

@@ -365,8 +365,15 @@ pub fn ddbpipe(args: &[&str], config: &Path) -> Output {
 
 /// Starts `ddbpipe run <config>` in the background.
 pub fn spawn_run(config: &Path) -> Child {
+    spawn_run_with(config, &[])
+}
+
+/// Starts `ddbpipe run <extra…> <config>` in the background, stderr piped (read it with
+/// `wait_with_output`).
+pub fn spawn_run_with(config: &Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args(["run", "--progress", "never"])
+        .args(extra)
         .arg(config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

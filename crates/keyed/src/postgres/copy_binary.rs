@@ -28,7 +28,8 @@ pub fn row(out: &mut BytesMut, fields: u16) {
 
 /// A `text` or `bytea` field (rule 3).
 pub fn bytes(out: &mut BytesMut, value: &[u8]) {
-    // A field longer than 2 GiB cannot be sent at all; the server's limit (1 GB) is lower.
+    // Fields are key values and documents of DynamoDB items (at most 400 KB); a length past
+    // i32 (which the format cannot say) would make the server refuse the COPY, not store it.
     out.put_i32(i32::try_from(value.len()).unwrap_or(i32::MAX));
     out.put_slice(value);
 }
