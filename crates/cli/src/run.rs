@@ -39,7 +39,13 @@ pub async fn run(
                 }
                 None => scan::run(&config, config_path, progress, stop).await,
             },
-            Mode::Streams | Mode::Mirror => match &config.coordination {
+            Mode::Mirror => match &config.coordination {
+                Some(coordination) => {
+                    shared::run_mirror(&config, coordination, config_path, progress, stop).await
+                }
+                None => streams::run(&config, config_path, progress, stop).await,
+            },
+            Mode::Streams => match &config.coordination {
                 Some(coordination) => {
                     shared::run_streams(&config, coordination, config_path, stop).await
                 }

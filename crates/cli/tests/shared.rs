@@ -507,6 +507,170 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
     }
 }
 
+/// A shared `mode: mirror` pipeline into `sink`: a slow snapshot (6 segments, 10 items a page,
+/// two read units a second per worker), then the stream, followed until stopped.
+fn shared_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
+    let yaml = format!(
+        "name: shared-mirror\nsource:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  \
+         credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n  \
+         table_name: items\n  value_format: typed\n  mode: mirror\n  follow: true\n  poll_interval_ms: 200\n  \
+         segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  max_read_units_per_second: 2\n\
+         {sink}\
+         state:\n  flush_interval_ms: 0\n\
+         coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3\n"
+    );
+    let config = dir.join("mirror.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    config
+}
+
+/// Three workers mirror one table into a keyed table that already holds rows, some of them of
+/// items the table no longer has, while the table is written: one worker is SIGKILLed during
+/// the snapshot and another SIGSTOPped past its lease. The destination ends equal to the
+/// table (the rows of vanished items deleted by the cleanup, the changes made during the
+/// snapshot streamed after it), the cleanup ran once, and a worker that joins late streams at
+/// once.
+fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, target: Target) {
+    let running = emulator.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..240 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(target, dir.path());
+    // The destination holds rows before the mirror: the table's items, loaded by a scan of
+    // another pipeline, 20 of them then re-keyed to items the table does not have.
+    let seed = dir.path().join("seed.yaml");
+    std::fs::write(
+        &seed,
+        format!(
+            "name: seed\nsource:\n  region: us-east-1\n  endpoint_url: {}\n  \
+             credentials: {{type: access_key, config: {{access_key_id: testing, secret_access_key: testing}}}}\n  \
+             table_name: items\n  value_format: typed\n{}",
+            running.endpoint,
+            destination.sink_yaml()
+        ),
+    )
+    .unwrap();
+    let seeded = common::ddbpipe(&["run"], &seed);
+    assert_eq!(seeded.status.code(), Some(0), "{}", stderr(&seeded));
+    destination.execute("UPDATE items SET pk = 'ghost-' || pk WHERE pk < 'k020'");
+    let ghosts = destination
+        .rows("items")
+        .into_keys()
+        .filter(|k| k.starts_with("ghost-"))
+        .count();
+    assert_eq!(ghosts, 20);
+
+    let config = shared_mirror_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
+    let check = common::ddbpipe(&["check"], &config);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
+    );
+    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
+    // A writer changes the table during the snapshot and after it.
+    let endpoint = running.endpoint.clone();
+    let writer = std::thread::spawn(move || {
+        let client = common::client(&endpoint);
+        for step in 0..120u32 {
+            let key = format!("k{:03}", (step * 37) % 260);
+            let request = if step % 4 == 3 {
+                common::rt()
+                    .block_on(
+                        client
+                            .delete_item()
+                            .table_name("items")
+                            .key("pk", s(&key))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            } else {
+                common::rt()
+                    .block_on(
+                        client
+                            .put_item()
+                            .table_name("items")
+                            .set_item(Some(item(vec![
+                                ("pk", s(&key)),
+                                ("v", common::n(&step.to_string())),
+                            ])))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            };
+            request.expect("a write");
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    });
+    // Snapshot rows are marked: wait for some, then kill a worker and pause another.
+    let marked = || {
+        destination
+            .rows("items")
+            .values()
+            .filter(|row| row.snapshot.is_some())
+            .count()
+    };
+    let snapshotting = common::wait_for(Duration::from_secs(60), || marked() >= 40);
+    assert!(snapshotting, "the workers write the snapshot");
+    let mut killed = workers.remove(0);
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+    writer.join().unwrap();
+
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        destination.items("items") == table
+    });
+    assert_eq!(
+        destination.items("items"),
+        table,
+        "the destination ends equal to the table (converged: {converged})"
+    );
+    // A worker that joins now finds the snapshot closed and streams at once.
+    let late = common::spawn_run(&config);
+    std::thread::sleep(Duration::from_secs(3));
+    workers.push(late);
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        said.push(stderr(&output));
+    }
+    let closed_here = said.iter().filter(|s| s.contains("closed here")).count();
+    assert_eq!(closed_here, 1, "the cleanup ran once: {said:#?}");
+    assert!(
+        said[2].contains("closed before this worker came"),
+        "the late worker streams at once: {}",
+        said[2]
+    );
+    assert_eq!(shard_owner(&config), None, "SIGTERM hands the lease back");
+}
+
+#[test]
+fn three_workers_mirror_one_table_into_sqlite_on_moto() {
+    three_workers_mirror_one_table_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);
+}
+
+#[test]
+fn three_workers_mirror_one_table_into_postgres_on_dynoxide() {
+    three_workers_mirror_one_table_through_a_kill_and_a_stop(Emulator::Dynoxide, Target::Postgres);
+}
+
 #[test]
 fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics_on_moto() {
     a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(Emulator::Moto);

@@ -194,6 +194,80 @@ pub struct StateWrite {
     /// and a stored counter above it (a newer owner of the lease wrote) rolls the whole
     /// transaction back with a [`DbError`] whose `fenced` is set.
     pub fences: Vec<FenceWrite>,
+    /// The shared snapshot record the transaction depends on (a mirror across workers,
+    /// docs/coordination.md §11.12).
+    pub snapshot: Option<SnapshotGuard>,
+}
+
+/// The fence-table unit under which a mirror shared by several workers keeps its snapshot
+/// record (docs/coordination.md §11.12): counter 0 while the snapshot is open, 1 once closed;
+/// the position holds the record's JSON.
+pub const SNAPSHOT_UNIT: &str = "snapshot";
+
+/// How a transaction depends on the pipeline's shared snapshot record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotGuard {
+    /// A batch of snapshot `id`'s rows: refused (fenced) unless that snapshot is open. The
+    /// record is share-locked (PostgreSQL) so that batches of several workers do not wait on
+    /// each other, only on the close.
+    Open(i64),
+    /// Closing snapshot `id`: refused (fenced) unless it is open; the record is locked for the
+    /// transaction and replaced by `record` (the closed record's JSON), counter 1.
+    Close {
+        /// The snapshot.
+        id: i64,
+        /// The closed record.
+        record: String,
+    },
+}
+
+impl SnapshotGuard {
+    /// The snapshot guarded.
+    pub fn id(&self) -> i64 {
+        match self {
+            SnapshotGuard::Open(id) | SnapshotGuard::Close { id, .. } => *id,
+        }
+    }
+
+    /// Why the stored record (its counter and JSON, `None` when there is none) refuses this
+    /// transaction; `None` when it lets it pass.
+    pub(crate) fn refusal(&self, stored: Option<(i64, Option<&str>)>) -> Option<String> {
+        let id = self.id();
+        let found = match stored {
+            None => return Some(format!("its snapshot record (snapshot {id}) is gone")),
+            Some((counter, text)) => (counter, text.and_then(stored_snapshot_id)),
+        };
+        match found {
+            (0, Some(stored)) if stored == id => None,
+            (_, Some(stored)) if stored != id => Some(format!(
+                "the destination's snapshot record is of another snapshot ({stored}, not {id})"
+            )),
+            (0, _) => Some(format!("snapshot {id}'s record cannot be read")),
+            _ => Some(format!(
+                "snapshot {id} is closed: its complete-read cleanup has run"
+            )),
+        }
+    }
+}
+
+/// A stored shared snapshot record, or why it cannot be read.
+pub(crate) fn shared_record(
+    text: Option<&str>,
+) -> Result<ddbpipe_pipeline::sink::SharedSnapshot, String> {
+    let text = text.ok_or("the shared snapshot record has no content")?;
+    serde_json::from_str(text).map_err(|error| {
+        format!(
+            "the shared snapshot record cannot be read ({error}); run `ddbpipe state reset` \
+             once no worker runs"
+        )
+    })
+}
+
+/// The id in a stored shared snapshot record.
+fn stored_snapshot_id(text: &str) -> Option<i64> {
+    serde_json::from_str::<ddbpipe_pipeline::sink::SharedSnapshot>(text)
+        .ok()
+        .map(|record| record.id)
 }
 
 /// One lease fence a transaction passes.
@@ -222,7 +296,10 @@ impl FenceWrite {
 impl StateWrite {
     /// Whether nothing is to be written.
     pub fn is_empty(&self) -> bool {
-        self.upserts.is_empty() && self.deletes.is_empty() && self.fences.is_empty()
+        self.upserts.is_empty()
+            && self.deletes.is_empty()
+            && self.fences.is_empty()
+            && self.snapshot.is_none()
     }
 }
 
@@ -270,6 +347,18 @@ impl DbError {
             message: message.into(),
             retryable: false,
             fenced: false,
+        }
+    }
+
+    /// A transaction refused by the pipeline's shared snapshot record: `why` says how.
+    pub fn snapshot_refused(where_: &str, pipeline: &str, why: &str) -> Self {
+        DbError {
+            message: format!(
+                "{where_}: pipeline '{pipeline}': {why}; the batch was not written (a worker \
+                 still reading the snapshot's segments after it closed stops them)"
+            ),
+            retryable: false,
+            fenced: true,
         }
     }
 
@@ -391,7 +480,21 @@ impl Database {
         dispatch!(self, db => db.count_rows(spec).await)
     }
 
-    /// Closes a snapshot (see the module docs) and writes `state`, in one transaction.
+    /// The pipeline's shared snapshot record (docs/coordination.md §11.12): the stored one, or
+    /// `proposed` with the destination table's row count as `rows_at_start`, stored in one
+    /// transaction when none is (of workers opening it at once, the first one's is kept).
+    pub async fn open_shared_snapshot(
+        &self,
+        spec: &TableSpec,
+        pipeline: &str,
+        proposed: &ddbpipe_pipeline::sink::SharedSnapshot,
+    ) -> Result<ddbpipe_pipeline::sink::SharedSnapshot, DbError> {
+        dispatch!(self, db => db.open_shared_snapshot(spec, pipeline, proposed).await)
+    }
+
+    /// Closes a snapshot (see the module docs) and writes `state`, in one transaction. With
+    /// `state.snapshot` a [`SnapshotGuard::Close`], the shared record must be open and is
+    /// closed in the same transaction (refused, fenced, when it is closed already).
     pub async fn close_snapshot(
         &self,
         spec: &TableSpec,

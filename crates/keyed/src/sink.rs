@@ -25,7 +25,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Fence, Records, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{
+    CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
+    SinkErrorClass, SnapshotClosed, Staged,
+};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
@@ -34,7 +37,8 @@ use serde_json::value::RawValue;
 
 use crate::state::DatabaseStore;
 use crate::{
-    Database, DbError, FenceWrite, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version,
+    CloseSnapshot, Database, DbError, FenceWrite, KeyType, KeyValue, RowChange, SnapshotGuard,
+    StateWrite, TableSpec, Version,
 };
 
 /// How failed transactions are retried.
@@ -481,7 +485,9 @@ impl KeyedSink {
         state: Option<&Staged>,
         fence: Option<&Fence>,
     ) -> Result<(), SinkError> {
-        let snapshot_id = state.and_then(Staged::snapshot_id);
+        // A mirror shared by several workers names its open snapshot in the fence.
+        let shared = fence.and_then(|fence| fence.snapshot);
+        let snapshot_id = state.and_then(Staged::snapshot_id).or(shared);
         let repair_id = state.and_then(Staged::repair_id);
         let rows = self
             .rows_during(batch, snapshot_id.is_some(), repair_id)
@@ -501,6 +507,7 @@ impl KeyedSink {
                 counter: fence.counter,
                 position: fence.position.clone(),
             });
+            write.snapshot = shared.map(SnapshotGuard::Open);
         }
         if rows.is_empty() && write.is_empty() {
             return Ok(());
@@ -552,6 +559,66 @@ impl Sink for KeyedSink {
     /// beside a snapshot's scan.
     fn versioned(&self) -> bool {
         true
+    }
+}
+
+impl SharedSnapshots for KeyedSink {
+    async fn open_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        proposed: &SharedSnapshot,
+    ) -> Result<SharedSnapshot, SinkError> {
+        self.db
+            .open_shared_snapshot(&self.table, pipeline, proposed)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
+    async fn close_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        snapshot: &SharedSnapshot,
+        close: &CloseShared,
+    ) -> Result<Option<CleanedUp>, SinkError> {
+        let closed = SharedSnapshot {
+            closed: Some(SnapshotClosed {
+                by: close.by.clone(),
+                at_ms: close.at_ms,
+            }),
+            ..snapshot.clone()
+        };
+        let record = serde_json::to_string(&closed)
+            .map_err(|e| self.error(format!("the snapshot record: {e}")))?;
+        let write = StateWrite {
+            pipeline: pipeline.to_string(),
+            snapshot: Some(SnapshotGuard::Close {
+                id: snapshot.id,
+                record,
+            }),
+            ..StateWrite::default()
+        };
+        let request = CloseSnapshot {
+            id: snapshot.id,
+            delete_unseen: close.delete_unseen,
+            max_keys: close.max_keys,
+        };
+        match self.db.close_snapshot(&self.table, request, &write).await {
+            Ok(done) => Ok(Some(CleanedUp {
+                keys_written: done.keys_written,
+                deleted: done.deleted,
+                ceiling_hit: done.ceiling_hit,
+            })),
+            Err(error) if error.fenced => {
+                // Refused: closed already, or the record is not this snapshot's any more.
+                let stored = self.open_shared_snapshot(pipeline, snapshot).await?;
+                if stored.id == snapshot.id && stored.closed.is_some() {
+                    Ok(None)
+                } else {
+                    Err(self.db_error(error))
+                }
+            }
+            Err(error) => Err(self.db_error(error)),
+        }
     }
 }
 

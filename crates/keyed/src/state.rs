@@ -193,6 +193,7 @@ impl DatabaseStore {
                 e.updated_at.clone()
             }),
             fences: Vec::new(),
+            snapshot: None,
         };
         (write, parts)
     }

@@ -1463,3 +1463,11 @@ async fn a_lease_fence_refuses_an_older_owners_batches() {
     fx.db.prepare(&spec).await.unwrap();
     common::fences_refuse_older_owners(&fx.db, &spec).await;
 }
+
+#[tokio::test]
+async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("pk", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
+}

@@ -954,3 +954,9 @@ async fn a_lease_fence_refuses_an_older_owners_batches() {
     let (fx, spec) = Fixture::with_orders().await;
     common::fences_refuse_older_owners(&fx.db, &spec).await;
 }
+
+#[tokio::test]
+async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
+    let (fx, spec) = Fixture::with_orders().await;
+    common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
+}

@@ -46,6 +46,83 @@ pub struct Fence {
     /// stored with the counter in the batch's transaction, so the unit's next owner resumes
     /// exactly after the rows written (`None`: the stored position stays).
     pub position: Option<String>,
+    /// The open shared snapshot whose rows the batch holds (a mirror across workers,
+    /// docs/coordination.md §11.12): its snapshot rows are marked with this id, and the batch
+    /// is refused ([`SinkErrorClass::Fenced`]) once that snapshot is closed.
+    pub snapshot: Option<i64>,
+}
+
+/// The snapshot record of a mirror shared by several workers (docs/coordination.md §11.12),
+/// kept in the destination's database: opened once, before any snapshot row is written, and
+/// closed once, by whichever worker runs the complete-read cleanup.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedSnapshot {
+    /// The snapshot's id: the marker of the rows it writes.
+    pub id: i64,
+    /// When it was opened (unix ms, the opening worker's clock): the stream read after it must
+    /// still hold this time (docs/coordination.md §11.12, the limit).
+    pub started_ms: i64,
+    /// Rows the destination table held when it was opened: the cleanup deletes only when
+    /// there were some (a first mirror into an empty table has nothing to clean).
+    pub rows_at_start: u64,
+    /// Set once the cleanup has committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<SnapshotClosed>,
+}
+
+/// Who closed a shared snapshot, kept in its record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotClosed {
+    /// The worker that ran the cleanup.
+    pub by: String,
+    /// When (unix ms).
+    pub at_ms: i64,
+}
+
+/// What the complete-read cleanup of a shared snapshot did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanedUp {
+    /// Rows marked with the snapshot's id.
+    pub keys_written: u64,
+    /// Rows the cleanup deleted.
+    pub deleted: u64,
+    /// Deletes were wanted but skipped: more keys than `resnapshot_max_keys`.
+    pub ceiling_hit: bool,
+}
+
+/// How to close a shared snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseShared {
+    /// The worker closing it.
+    pub by: String,
+    /// Now (unix ms).
+    pub at_ms: i64,
+    /// Delete the rows the snapshot did not write (`resnapshot_deletes`, and rows were there
+    /// when it was opened).
+    pub delete_unseen: bool,
+    /// Delete nothing when the snapshot wrote more keys than this.
+    pub max_keys: u64,
+}
+
+/// A sink whose database keeps the snapshot record of a mirror shared by several workers
+/// (docs/coordination.md §11.12): the keyed sinks.
+pub trait SharedSnapshots: Sink {
+    /// The pipeline's snapshot record: the stored one, or, when none is stored, `proposed`
+    /// with the destination's row count, stored in one transaction (the first worker's wins).
+    fn open_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        proposed: &SharedSnapshot,
+    ) -> impl Future<Output = Result<SharedSnapshot, SinkError>> + Send;
+
+    /// Runs the complete-read cleanup of `snapshot` and marks it closed, in one transaction;
+    /// `None` when it was closed already (by another worker: nothing is done again).
+    fn close_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        snapshot: &SharedSnapshot,
+        close: &CloseShared,
+    ) -> impl Future<Output = Result<Option<CleanedUp>, SinkError>> + Send;
 }
 
 /// The entry a batch's positions reach, for a sink whose database holds the position: it

@@ -61,6 +61,7 @@ fn scan(
         batch_size: 10,
         checkpoint_interval: Duration::ZERO,
         identity: identity("scan"),
+        snapshot: None,
     }
 }
 

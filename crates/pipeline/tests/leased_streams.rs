@@ -188,6 +188,7 @@ fn worker(
         checkpoint_interval,
         observer: Arc::new(NoObserver),
         identity: Identity::from_json(serde_json::json!({"stream_arn": "s"})),
+        kept: Vec::new(),
     }
 }
 

@@ -149,15 +149,15 @@ pub(super) fn validate(
             format!("lease_duration_secs must be 3 to 300, not {duration}"),
         ));
     }
-    if source.mode == Mode::Mirror {
+    if source.mode == Mode::Mirror && sink.keyed().is_none() {
         errors.push(ConfigError::new(
             "coordination",
-            "this version shares the work of mode: scan, query and streams; a mirror pipeline \
-             (its snapshot and cleanup) runs as one process: remove the coordination section, \
-             or mirror with mode: streams after a shared scan",
+            "a mirror shared by several workers keeps its snapshot record and runs its \
+             cleanup in the destination database: use a sqlite or postgres sink, or remove the \
+             coordination section to mirror into jsonl as one process",
         ));
     }
-    if source.mode == Mode::Streams {
+    if matches!(source.mode, Mode::Streams | Mode::Mirror) {
         // A gap found by one worker cannot rescan the table for all of them (§11.11).
         if source.on_gap != OnGap::Fail {
             errors.push(ConfigError::new(

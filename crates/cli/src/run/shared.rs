@@ -11,8 +11,10 @@ use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::streams::{LeasedStreams, StreamRun, StreamRunError};
-use ddbpipe_source::api::Render;
+use ddbpipe_pipeline::streams::{
+    LeasedMirror, LeasedStreams, RETENTION_MARGIN, StreamRun, StreamRunError,
+};
+use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
@@ -79,6 +81,7 @@ pub async fn run(
         batch_size: plan.batch_size,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
         identity: run_identity(config, &location, None),
+        snapshot: None,
     }
     .run(&mut sink, stop, &bar)
     .await;
@@ -210,6 +213,7 @@ pub async fn run_streams(
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
         observer: Arc::new(RequestMetrics),
         identity,
+        kept: Vec::new(),
     }
     .run(&mut sink, stop, &NoProgress)
     .await
@@ -241,6 +245,129 @@ pub async fn run_streams(
             leases.finished,
             outcome.shards_finished,
             outcome.shards,
+            coordination.lease_table
+        ),
+    );
+    Ok(Exit::Ok)
+}
+
+/// Runs one worker of a shared `mode: mirror` pipeline into a keyed sink (docs/coordination.md
+/// §11.12): the snapshot's segments, the cleanup once, then the stream.
+pub async fn run_mirror(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    config_path: &Path,
+    progress: ProgressMode,
+    stop: Cancel,
+) -> Result<Exit, Failure> {
+    let source = &config.source;
+    let worker_id = coordination.worker_id();
+    let opened = super::streams::open_stream(config, &stop).await?;
+    let Some(table) = &opened.table else {
+        return Err(Failure::runtime(anyhow!(
+            "internal error: a mirror needs the table's key schema"
+        )));
+    };
+    let mut sink = open_keyed(config, table, Records::Envelopes).await?;
+    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    let mut plan =
+        ScanPlan::build(source, table).map_err(|problem| Failure::usage(problem.config_error()))?;
+    // The snapshot reads whole items, as one process's mirror does.
+    plan.template.index_name = None;
+    plan.template.projection = None;
+    plan.template.filter_expression = None;
+    plan.template.expression_attribute_names.clear();
+    plan.template.expression_attribute_values.clear();
+    let render = Render::Snapshots(Arc::new(SnapshotShape {
+        key_schema: table.key_schema.clone(),
+        table: source.table_name.clone(),
+        format: source.value_format,
+    }));
+    let (reader, refresher) =
+        super::scan::segment_reader(Arc::new(opened.table_api), &plan, render, &stop);
+    let stream_plan = StreamPlan::build(source);
+    let run = StreamRun::new(
+        &stream_plan,
+        &source.table_name,
+        &opened.stream.arn,
+        config_path.display().to_string(),
+    );
+    let checkpoint_interval = Duration::from_millis(config.state.flush_interval_ms);
+    tracing::info!(
+        worker = %worker_id,
+        lease_table = %coordination.lease_table,
+        stream = %opened.stream.arn,
+        segments = plan.total_segments,
+        "Shared mirror started."
+    );
+    let started = Instant::now();
+    let bar = ScanProgress::new(progress, table.item_count, 0, plan.total_segments);
+    let mirror = LeasedMirror {
+        scan: LeasedScan {
+            reader,
+            worker: worker(&opened.sdk, config, coordination, &worker_id).await?,
+            batch_size: plan.batch_size,
+            checkpoint_interval,
+            identity: identity.clone(),
+            snapshot: None,
+        },
+        streams: LeasedStreams {
+            api: Arc::new(aws::streams_api(&opened.sdk)),
+            run,
+            worker: worker(&opened.sdk, config, coordination, &worker_id).await?,
+            checkpoint_interval,
+            observer: Arc::new(RequestMetrics),
+            identity,
+            kept: Vec::new(),
+        },
+        deletes: source.resnapshot_deletes,
+        max_keys: source.resnapshot_max_keys as u64,
+        retention: RETENTION_MARGIN,
+    };
+    let outcome = mirror.run(&mut sink, stop, &bar).await;
+    bar.finish();
+    drop(refresher);
+    let outcome = outcome.map_err(|error| super::streams::stream_failure(error, config_path))?;
+    let why = super::streams::ended_because(outcome.streams.end);
+    let leases = &outcome.streams.leases;
+    let snapshot = match (&outcome.scan, &outcome.cleanup) {
+        (_, Some(cleanup)) => format!(
+            "snapshot {} read ({} item(s) here) and closed here: {} key(s), {} row(s) deleted",
+            outcome.snapshot.id,
+            outcome.scan.as_ref().map_or(0, |scan| scan.written),
+            cleanup.keys_written,
+            cleanup.deleted
+        ),
+        (Some(scan), None) => format!(
+            "snapshot {} read ({} item(s) here), closed by another worker",
+            outcome.snapshot.id, scan.written
+        ),
+        (None, None) => format!(
+            "snapshot {} closed before this worker came",
+            outcome.snapshot.id
+        ),
+    };
+    tracing::info!(
+        worker = %worker_id,
+        records = outcome.streams.written,
+        reason = why,
+        "Shared mirror ended."
+    );
+    say(
+        Line::Summary,
+        &format!(
+            "ddbpipe: worker {worker_id} of the mirror of '{}' ended ({why}): {snapshot}; {} \
+             change record(s) written in {:.1}s; stream leases: {} taken ({} stolen), {} lost, \
+             {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
+            source.table_name,
+            outcome.streams.written,
+            started.elapsed().as_secs_f64(),
+            leases.taken,
+            leases.stolen,
+            leases.lost,
+            leases.finished,
+            outcome.streams.shards_finished,
+            outcome.streams.shards,
             coordination.lease_table
         ),
     );

@@ -107,7 +107,8 @@ use self::session::{
 use self::sql::{
     StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
     key_param, mark_deleted_sql, pass_fences, qualified, repair_delete_sql, repair_mark_sql,
-    repair_sweep_sql, repair_upsert_sql, spec_context, table_context, upsert_sql, validate,
+    repair_sweep_sql, repair_upsert_sql, snapshot_record, spec_context, table_context, upsert_sql,
+    validate,
 };
 use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339,
@@ -115,8 +116,10 @@ use crate::sql::{
 };
 use crate::{
     CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+    shared_record,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
+use ddbpipe_pipeline::sink::SharedSnapshot;
 
 mod bulk;
 mod conninfo;
@@ -610,6 +613,57 @@ impl PostgresDatabase {
         session.finish(&self.shared, &context, result)
     }
 
+    pub(crate) async fn open_shared_snapshot(
+        &self,
+        spec: &TableSpec,
+        pipeline: &str,
+        proposed: &SharedSnapshot,
+    ) -> Result<SharedSnapshot, DbError> {
+        validate(spec)?;
+        let context = table_context(&spec.schema, crate::FENCE_TABLE);
+        let fences = qualified(&spec.schema, crate::FENCE_TABLE);
+        let table = qualified(&spec.schema, &spec.table);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            let tx = client.transaction().await?;
+            let opened = async {
+                if let Some((_, text)) = snapshot_record(&tx, &fences, pipeline, "").await? {
+                    return Ok(text);
+                }
+                let counted = tx
+                    .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                    .await?;
+                let record = SharedSnapshot {
+                    rows_at_start: row_count(counted.try_get(0)?),
+                    ..proposed.clone()
+                };
+                let text = serde_json::to_string(&record)
+                    .map_err(|e| Failure::Db(DbError::fatal(e.to_string())))?;
+                // Of workers opening it at once, one inserts; the others wait for its commit
+                // and read its record.
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {fences} (pipeline, unit, counter, position) \
+                         VALUES ($1::text, $2::text, 0, $3::text) \
+                         ON CONFLICT (pipeline, unit) DO NOTHING"
+                    ),
+                    &[&pipeline, &crate::SNAPSHOT_UNIT, &text],
+                )
+                .await?;
+                Ok(snapshot_record(&tx, &fences, pipeline, "")
+                    .await?
+                    .and_then(|(_, text)| text))
+            }
+            .await;
+            end_transaction(tx, opened).await
+        }
+        .await;
+        let stored = session.finish(&self.shared, &context, result)?;
+        shared_record(stored.as_deref())
+            .map_err(|why| DbError::fatal(format!("postgres {context}: {why}")))
+    }
+
     pub(crate) async fn close_snapshot(
         &self,
         spec: &TableSpec,
@@ -628,6 +682,7 @@ impl PostgresDatabase {
             state_statements.push_calls(state, &mut calls)?;
             let tx = client.transaction().await?;
             let closed = async {
+                pass_fences(&tx, &spec.schema, &context, state).await?;
                 let count_sql = format!("SELECT count(*) FROM {table} WHERE {marker} = $1::bigint");
                 let keys_written =
                     row_count(tx.query_one(&count_sql, &[&close.id]).await?.try_get(0)?);
@@ -869,6 +924,7 @@ mod tests {
             deletes: Vec::new(),
             updated_at: String::new(),
             fences: Vec::new(),
+            snapshot: None,
         };
         let odd = "tab\there\nnewline\\back\rcr";
         let first = [

@@ -346,10 +346,40 @@ pub(super) async fn pass_fences(
     where_: &str,
     state: &StateWrite,
 ) -> Result<(), Failure> {
+    let table = qualified(schema, crate::FENCE_TABLE);
+    if let Some(guard) = &state.snapshot {
+        // Batches share the lock, so several workers' batches do not wait on each other; the
+        // close takes it alone, after every batch holding it has ended.
+        let lock = match guard {
+            crate::SnapshotGuard::Open(_) => "FOR SHARE",
+            crate::SnapshotGuard::Close { .. } => "FOR UPDATE",
+        };
+        let stored = snapshot_record(tx, &table, &state.pipeline, lock).await?;
+        if let Some(why) = guard.refusal(
+            stored
+                .as_ref()
+                .map(|(counter, text)| (*counter, text.as_deref())),
+        ) {
+            return Err(Failure::Db(DbError::snapshot_refused(
+                where_,
+                &state.pipeline,
+                &why,
+            )));
+        }
+        if let crate::SnapshotGuard::Close { record, .. } = guard {
+            tx.execute(
+                &format!(
+                    "UPDATE {table} SET counter = 1, position = $3::text \
+                     WHERE pipeline = $1::text AND unit = $2::text"
+                ),
+                &[&state.pipeline, &crate::SNAPSHOT_UNIT, record],
+            )
+            .await?;
+        }
+    }
     if state.fences.is_empty() {
         return Ok(());
     }
-    let table = qualified(schema, crate::FENCE_TABLE);
     let advance = format!(
         "INSERT INTO {table} (pipeline, unit, counter, position) \
          VALUES ($1::text, $2::text, $3::bigint, $4::text) \
@@ -384,6 +414,30 @@ pub(super) async fn pass_fences(
         }
     }
     Ok(())
+}
+
+/// The pipeline's shared snapshot record in the fence table `table` (qualified): its counter
+/// and JSON, read with `lock` (`FOR SHARE`, `FOR UPDATE` or nothing); `None` when none is
+/// stored.
+pub(super) async fn snapshot_record(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    pipeline: &str,
+    lock: &str,
+) -> Result<Option<(i64, Option<String>)>, Failure> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT counter, position FROM {table} \
+                 WHERE pipeline = $1::text AND unit = $2::text {lock}"
+            ),
+            &[&pipeline, &crate::SNAPSHOT_UNIT],
+        )
+        .await?;
+    Ok(match row {
+        Some(row) => Some((row.try_get(0)?, row.try_get(1)?)),
+        None => None,
+    })
 }
 
 /// The state statements a [`StateWrite`] needs.

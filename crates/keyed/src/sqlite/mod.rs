@@ -75,8 +75,11 @@ use self::sql::{Refused, Statements, TableSql, check_key, count, pass_fences, wr
 use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
 };
-use crate::{CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec};
+use crate::{
+    CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec, shared_record,
+};
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
+use ddbpipe_pipeline::sink::SharedSnapshot;
 
 mod lock;
 mod schema;
@@ -342,6 +345,47 @@ impl SqliteDatabase {
         })
     }
 
+    pub(crate) async fn open_shared_snapshot(
+        &self,
+        spec: &TableSpec,
+        pipeline: &str,
+        proposed: &SharedSnapshot,
+    ) -> Result<SharedSnapshot, DbError> {
+        self.with_conn(|c| {
+            let err = |e: rusqlite::Error| self.error(FENCE_TABLE, &e);
+            let tx = c
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(err)?;
+            let stored = match sql::snapshot_record(&tx, pipeline).map_err(err)? {
+                Some((_, text)) => text,
+                None => {
+                    let rows_at_start =
+                        match inspect(&tx, &spec.table).map_err(|e| self.error(&spec.table, &e))? {
+                            Found::Table(_) => {
+                                count(&tx, &spec.table).map_err(|e| self.error(&spec.table, &e))?
+                            }
+                            _ => 0,
+                        };
+                    let record = SharedSnapshot {
+                        rows_at_start,
+                        ..proposed.clone()
+                    };
+                    let text = serde_json::to_string(&record)
+                        .map_err(|e| self.message(FENCE_TABLE, &e.to_string()))?;
+                    tx.execute(
+                        sql::OPEN_SNAPSHOT_SQL,
+                        (pipeline, crate::SNAPSHOT_UNIT, &text),
+                    )
+                    .map_err(err)?;
+                    Some(text)
+                }
+            };
+            tx.commit().map_err(err)?;
+            shared_record(stored.as_deref()).map_err(|why| self.message(FENCE_TABLE, &why))
+        })
+    }
+
     pub(crate) async fn close_snapshot(
         &self,
         spec: &TableSpec,
@@ -355,6 +399,11 @@ impl SqliteDatabase {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err)?;
+            if let Some(refused) =
+                pass_fences(&tx, state).map_err(|e| self.error(FENCE_TABLE, &e))?
+            {
+                return Err(self.fenced(state, &refused));
+            }
             let marked: i64 = tx
                 .prepare_cached(&sql.count_marked)
                 .and_then(|mut stmt| stmt.query_row([close.id], |row| row.get(0)))
@@ -505,13 +554,13 @@ impl SqliteDatabase {
 
     /// A transaction a lease fence refused.
     fn fenced(&self, state: &StateWrite, refused: &Refused<'_>) -> DbError {
-        DbError::fenced(
-            &format!("sqlite {}", self.shared.path.display()),
-            &state.pipeline,
-            refused.unit,
-            refused.held,
-            refused.stored,
-        )
+        let where_ = format!("sqlite {}", self.shared.path.display());
+        match refused {
+            Refused::Fence { unit, held, stored } => {
+                DbError::fenced(&where_, &state.pipeline, unit, *held, *stored)
+            }
+            Refused::Snapshot(why) => DbError::snapshot_refused(&where_, &state.pipeline, why),
+        }
     }
 
     /// A fatal error on `table`.

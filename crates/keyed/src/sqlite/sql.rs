@@ -325,19 +325,65 @@ fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> 
     Ok(())
 }
 
-/// A fence that refused: the unit, the counter held, the counter stored.
-pub(super) struct Refused<'a> {
-    pub(super) unit: &'a str,
-    pub(super) held: u64,
-    pub(super) stored: i64,
+/// What refused a transaction.
+pub(super) enum Refused<'a> {
+    /// A lease fence: the unit, the counter held, the counter stored.
+    Fence {
+        unit: &'a str,
+        held: u64,
+        stored: i64,
+    },
+    /// The shared snapshot record, and why.
+    Snapshot(String),
 }
 
-/// Passes the fences of `state` in the open transaction; the first one a newer owner holds is
-/// returned (the caller rolls back).
+/// The shared snapshot record (`crate::SNAPSHOT_UNIT`): its counter and JSON.
+const SNAPSHOT_RECORD_SQL: &str =
+    "SELECT counter, position FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
+/// Stores a shared snapshot record unless one is stored.
+pub(super) const OPEN_SNAPSHOT_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter, position) \
+     VALUES (?1, ?2, 0, ?3) ON CONFLICT (pipeline, unit) DO NOTHING";
+/// Marks the shared snapshot record closed.
+const CLOSE_SNAPSHOT_SQL: &str = "UPDATE \"_ddbpipe_fences\" SET counter = 1, position = ?3 \
+     WHERE pipeline = ?1 AND unit = ?2";
+
+/// The pipeline's shared snapshot record: its counter and JSON, `None` when none is stored.
+pub(super) fn snapshot_record(
+    conn: &Connection,
+    pipeline: &str,
+) -> rusqlite::Result<Option<(i64, Option<String>)>> {
+    use rusqlite::OptionalExtension as _;
+    conn.prepare_cached(SNAPSHOT_RECORD_SQL)?
+        .query_row((pipeline, crate::SNAPSHOT_UNIT), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()
+}
+
+/// Passes the shared snapshot guard and the fences of `state` in the open transaction; the
+/// first that refuses is returned (the caller rolls back). The transaction holds SQLite's write
+/// lock, so nothing changes the record before its commit.
 pub(super) fn pass_fences<'a>(
     conn: &Connection,
     state: &'a StateWrite,
 ) -> rusqlite::Result<Option<Refused<'a>>> {
+    if let Some(guard) = &state.snapshot {
+        let stored = snapshot_record(conn, &state.pipeline)?;
+        if let Some(why) = guard.refusal(
+            stored
+                .as_ref()
+                .map(|(counter, text)| (*counter, text.as_deref())),
+        ) {
+            return Ok(Some(Refused::Snapshot(why)));
+        }
+        if let crate::SnapshotGuard::Close { record, .. } = guard {
+            conn.prepare_cached(CLOSE_SNAPSHOT_SQL)?.execute((
+                &state.pipeline,
+                crate::SNAPSHOT_UNIT,
+                record,
+            ))?;
+        }
+    }
     if state.fences.is_empty() {
         return Ok(None);
     }
@@ -348,7 +394,7 @@ pub(super) fn pass_fences<'a>(
         if fence.execute((&state.pipeline, unit, counter_value, &write.position))? == 0 {
             let stored: i64 =
                 conn.query_row(FENCE_STORED_SQL, (&state.pipeline, unit), |row| row.get(0))?;
-            return Ok(Some(Refused {
+            return Ok(Some(Refused::Fence {
                 unit,
                 held: write.counter,
                 stored,

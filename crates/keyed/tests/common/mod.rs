@@ -61,6 +61,7 @@ pub fn state_at(
             .collect(),
         deletes: deletes.iter().map(|part| part.to_string()).collect(),
         fences: Vec::new(),
+        snapshot: None,
         updated_at: updated_at.to_string(),
     }
 }
@@ -191,4 +192,139 @@ pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &Tab
     db.apply(spec, &rows(&["i"]), None, &fence("segment:0/2", 1))
         .await
         .expect("after a reset the counters start again");
+}
+
+/// docs/coordination.md §11.12 on `db`, whose table `spec` (one S key column) is prepared and
+/// empty: the shared snapshot record is opened once (the first proposal wins, with the rows the
+/// table then held), snapshot batches pass only while it is open and under its id, the
+/// cleanup closes it once (a second close is refused and deletes nothing, also rows streamed
+/// after the first), and a reset forgets it.
+pub async fn a_shared_snapshot_opens_once_and_closes_once(
+    db: &ddbpipe_keyed::Database,
+    spec: &TableSpec,
+) {
+    use ddbpipe_keyed::{CloseSnapshot, SnapshotGuard};
+    use ddbpipe_pipeline::sink::{SharedSnapshot, SnapshotClosed};
+    let count = || async { db.count_rows(spec).await.expect("count rows") };
+    let rows = |keys: &[&str], snapshot: bool| -> Vec<RowChange> {
+        keys.iter()
+            .map(|k| upsert_key(vec![s(k)], r#"{"v":1}"#, snapshot))
+            .collect()
+    };
+    let plain = StateWrite {
+        pipeline: "p".into(),
+        ..StateWrite::default()
+    };
+    db.apply(spec, &rows(&["old1", "old2", "keep"], false), None, &plain)
+        .await
+        .expect("rows from before the mirror");
+    let proposal = |id: i64| SharedSnapshot {
+        id,
+        started_ms: id,
+        rows_at_start: 0,
+        closed: None,
+    };
+    let opened = db
+        .open_shared_snapshot(spec, "p", &proposal(100))
+        .await
+        .expect("open");
+    assert_eq!(
+        (opened.id, opened.rows_at_start, opened.closed.clone()),
+        (100, 3, None)
+    );
+    let again = db
+        .open_shared_snapshot(spec, "p", &proposal(200))
+        .await
+        .expect("open again");
+    assert_eq!(again, opened, "the first worker's record is kept");
+    let batch = |guard: SnapshotGuard, counter: u64| StateWrite {
+        snapshot: Some(guard),
+        ..fence("segment:0/1", counter)
+    };
+    db.apply(
+        spec,
+        &rows(&["keep", "n1"], true),
+        Some(100),
+        &batch(SnapshotGuard::Open(100), 1),
+    )
+    .await
+    .expect("a batch of the open snapshot");
+    let other = db
+        .apply(
+            spec,
+            &rows(&["n2"], true),
+            Some(999),
+            &batch(SnapshotGuard::Open(999), 1),
+        )
+        .await
+        .expect_err("a batch of another snapshot");
+    assert!(other.fenced, "{other:?}");
+    assert_contains_all("another snapshot", &other.message, &["999", "100"]);
+    assert_eq!(count().await, 4, "nothing of the refused batch was written");
+
+    let closed_record = serde_json::to_string(&SharedSnapshot {
+        closed: Some(SnapshotClosed {
+            by: "w1".into(),
+            at_ms: 300,
+        }),
+        ..opened.clone()
+    })
+    .expect("the closed record as JSON");
+    let close = CloseSnapshot {
+        id: 100,
+        delete_unseen: true,
+        max_keys: 100,
+    };
+    let closing = StateWrite {
+        pipeline: "p".into(),
+        snapshot: Some(SnapshotGuard::Close {
+            id: 100,
+            record: closed_record,
+        }),
+        ..StateWrite::default()
+    };
+    let closed = db
+        .close_snapshot(spec, close, &closing)
+        .await
+        .expect("the first close");
+    assert_eq!((closed.keys_written, closed.deleted), (2, 2));
+    assert_eq!(count().await, 2, "old1 and old2 were deleted");
+    // The stream after the close writes rows the snapshot did not mark.
+    db.apply(spec, &rows(&["s1"], false), None, &fence("shard:a", 1))
+        .await
+        .expect("a streamed change");
+    let second = db
+        .close_snapshot(spec, close, &closing)
+        .await
+        .expect_err("a second close");
+    assert!(second.fenced, "{second:?}");
+    assert_contains_all("a second close", &second.message, &["closed", "cleanup"]);
+    assert_eq!(count().await, 3, "the second close deleted nothing");
+    let late = db
+        .apply(
+            spec,
+            &rows(&["late"], true),
+            Some(100),
+            &batch(SnapshotGuard::Open(100), 2),
+        )
+        .await
+        .expect_err("a snapshot batch after the close");
+    assert!(late.fenced, "{late:?}");
+    assert_eq!(count().await, 3, "the late snapshot row was not written");
+    let stored = db
+        .open_shared_snapshot(spec, "p", &proposal(400))
+        .await
+        .expect("open after the close");
+    assert_eq!(stored.id, 100);
+    assert_eq!(stored.closed.map(|c| c.by).as_deref(), Some("w1"));
+
+    db.reset_state("p").await.expect("reset");
+    let fresh = db
+        .open_shared_snapshot(spec, "p", &proposal(500))
+        .await
+        .expect("open after a reset");
+    assert_eq!(
+        (fresh.id, fresh.rows_at_start, fresh.closed),
+        (500, 3, None)
+    );
 }

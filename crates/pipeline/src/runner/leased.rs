@@ -55,7 +55,7 @@ use crate::sink::{RunStart, Sink};
 use crate::state::identity::Identity;
 
 /// The checkpoint text of a segment read to its end.
-const DONE_CHECKPOINT: &str = "done";
+pub(crate) const DONE_CHECKPOINT: &str = "done";
 
 /// A scan or query run by one worker of several.
 pub struct LeasedScan<A, T> {
@@ -69,6 +69,10 @@ pub struct LeasedScan<A, T> {
     pub checkpoint_interval: Duration,
     /// The run's settings, kept in the leader row: a worker with other settings is refused.
     pub identity: Identity,
+    /// The open shared snapshot the segments are read for (a mirror across workers,
+    /// docs/coordination.md §11.12): every batch carries its id in its fence. `None` for a
+    /// scan or query.
+    pub snapshot: Option<i64>,
 }
 
 /// What one worker's leases did in a run (the run summary and `--json` name them).
@@ -135,6 +139,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             batch_size,
             checkpoint_interval,
             identity,
+            snapshot,
         } = self;
         let total = reader.total_segments.max(1);
         let (tx, rx) =
@@ -143,6 +148,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             reader,
             worker,
             identity,
+            snapshot,
             total,
             checkpoint_interval,
             origin: Instant::now(),
@@ -186,6 +192,7 @@ struct Run<A, T> {
     reader: SegmentReader<A>,
     worker: Worker<T>,
     identity: Identity,
+    snapshot: Option<i64>,
     total: u32,
     checkpoint_interval: Duration,
     origin: Instant,
@@ -473,7 +480,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             SegmentCursor::Done => DONE_CHECKPOINT.to_string(),
         });
         let unit = segment.map(|s| self.unit(s));
-        if !units::write(&self.worker, sink, unit, position, &batch).await? {
+        if !units::write(&self.worker, sink, unit, position, self.snapshot, &batch).await? {
             if let Some(segment) = segment {
                 self.lose(segment, &LostReason::Taken);
             }

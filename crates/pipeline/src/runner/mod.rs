@@ -43,6 +43,7 @@ pub(crate) mod units;
 
 pub use units::other_settings;
 
+pub(crate) use leased::DONE_CHECKPOINT;
 pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
 

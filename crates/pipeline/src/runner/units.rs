@@ -80,6 +80,7 @@ pub(crate) fn fence<T: LeaseTable>(
         unit: unit.to_string(),
         counter: counter.0,
         position,
+        snapshot: None,
     }
 }
 
@@ -171,11 +172,13 @@ pub(crate) fn lost<T: LeaseTable>(
 /// one unit's and carries the counter held on it and the position it reaches: `false` when the
 /// unit is no longer held or its fence refused the batch (nothing written): the unit is lost
 /// to this worker.
+/// `snapshot`: the open shared snapshot whose rows the batch holds (a mirror's segments).
 pub(crate) async fn write<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     sink: &mut S,
     unit: Option<UnitId>,
     position: Option<String>,
+    snapshot: Option<i64>,
     batch: &Batch,
 ) -> Result<bool, RunError> {
     if !sink.fences() {
@@ -186,10 +189,11 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     else {
         return Ok(false);
     };
-    match sink
-        .write_fenced(batch, &fence(worker, &unit, counter, position))
-        .await
-    {
+    let fence = Fence {
+        snapshot,
+        ..fence(worker, &unit, counter, position)
+    };
+    match sink.write_fenced(batch, &fence).await {
         Ok(()) => Ok(true),
         Err(error) if error.class == SinkErrorClass::Fenced => {
             tracing::warn!(error = %error, "Batch refused by its lease fence.");

@@ -90,6 +90,11 @@ pub struct LeasedStreams<A, T> {
     /// The run's settings and stream, kept in the leader row: a worker with other settings
     /// (or a re-created table's new stream) is refused.
     pub identity: Identity,
+    /// Units of an earlier phase whose finished rows stay as they are (a shared mirror's
+    /// snapshot segments, docs/coordination.md §11.12): the leader neither deletes them as
+    /// undiscovered nor lets a worker still finishing that phase find them gone; a missing
+    /// one is created in its finished state. Empty for a streams pipeline.
+    pub kept: Vec<UnitSpec>,
 }
 
 /// How one worker's part of a shared stream ended, when it did not fail.
@@ -146,6 +151,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             checkpoint_interval,
             observer,
             identity,
+            kept,
         } = self;
         let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
         let mut shared = Shared {
@@ -155,6 +161,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             worker,
             tx,
             identity,
+            kept,
             generation: 0,
             observer,
             checkpoint_interval,
@@ -195,6 +202,7 @@ struct Shared<A, T> {
     /// Where every shard task forwards its hand-overs, tagged with its holding's generation.
     tx: mpsc::Sender<(u64, Handed)>,
     identity: Identity,
+    kept: Vec<UnitSpec>,
     /// The generation of the last holding started.
     generation: u64,
     observer: Arc<dyn AttemptObserver>,
@@ -422,11 +430,13 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             .rows()
             .iter()
             .any(|row| matches!(row.unit, UnitId::Shard(_)));
-        let specs = shard_specs(
+        let mut specs = shard_specs(
             discovery.shards,
             first.then_some(self.run.start_position),
             unix_now_ms(),
         );
+        let shards = specs.len();
+        specs.extend(self.kept.iter().cloned());
         let synced = self.worker.sync(&specs).await?;
         for error in &synced.transient {
             tracing::debug!(error = %error, "A lease row could not be written; the next listing retries it.");
@@ -434,7 +444,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         if !synced.created.is_empty() {
             tracing::info!(
                 created = synced.created.len(),
-                shards = specs.len(),
+                shards,
                 "Shard leases created."
             );
         }
@@ -620,7 +630,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 StreamMark::Advance(_, seq) => Some(format!("after:{}", seq.as_str())),
                 _ => None,
             });
-            if !units::write(&self.worker, sink, unit, position, &batch).await? {
+            if !units::write(&self.worker, sink, unit, position, None, &batch).await? {
                 if let Some(shard) = shard {
                     self.lose(&shard, &LostReason::Taken);
                 }

@@ -16,6 +16,7 @@
 
 mod leased;
 mod repair;
+mod shared_mirror;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,7 @@ use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
 pub use self::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
+pub use self::shared_mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
 pub use self::snapshot::SnapshotScan;
 use self::snapshot::{BesideStream, NoTable, Snapshots};
 use crate::checkpoint::Checkpointer;

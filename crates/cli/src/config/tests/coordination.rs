@@ -126,9 +126,34 @@ fn a_jsonl_sink_needs_the_worker_in_its_path_and_append() {
 }
 
 #[test]
+fn a_mirror_into_a_keyed_sink_is_shared() {
+    for sink in [
+        "{type: sqlite, path: m.db}",
+        "{type: postgres, url: 'postgres://u@h/db', table: orders}",
+    ] {
+        let config = parse_ok(&shared(
+            "mode: mirror, follow: true",
+            sink,
+            "{lease_table: leases}",
+        ));
+        assert!(config.coordination.is_some(), "{sink}");
+    }
+}
+
+#[test]
 fn what_this_version_does_not_share_is_refused_up_front() {
     for (source, sink, field) in [
-        ("mode: mirror", "{type: sqlite, path: m.db}", "coordination"),
+        ("mode: mirror", WORKER_FILE, "coordination"),
+        (
+            "mode: mirror, on_gap: resnapshot",
+            "{type: sqlite, path: m.db}",
+            "source.on_gap",
+        ),
+        (
+            "mode: mirror, max_messages: 10",
+            "{type: postgres, url: 'postgres://u@h/db', table: orders}",
+            "source.max_messages",
+        ),
         (
             "mode: streams, on_gap: resnapshot",
             "{type: sqlite, path: m.db}",
