@@ -327,6 +327,51 @@ fn shared_stream_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
     config
 }
 
+/// A thread writing `steps` changes to `items`, one every `pause`: step `n` puts
+/// `{pk, v: n}` or deletes `pk`, as `change(n)` says (the key, and whether it is a delete).
+fn writer(
+    endpoint: &str,
+    steps: u32,
+    pause: Duration,
+    change: impl Fn(u32) -> (String, bool) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let endpoint = endpoint.to_string();
+    std::thread::spawn(move || {
+        let client = common::client(&endpoint);
+        for step in 0..steps {
+            let (key, remove) = change(step);
+            let request = if remove {
+                common::rt()
+                    .block_on(
+                        client
+                            .delete_item()
+                            .table_name("items")
+                            .key("pk", s(&key))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            } else {
+                common::rt()
+                    .block_on(
+                        client
+                            .put_item()
+                            .table_name("items")
+                            .set_item(Some(item(vec![
+                                ("pk", s(&key)),
+                                ("v", common::n(&step.to_string())),
+                            ])))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            };
+            request.expect("a write");
+            std::thread::sleep(pause);
+        }
+    })
+}
+
 /// The owner of the stream's one shard lease, as `state show` lists it.
 fn shard_owner(config: &Path) -> Option<String> {
     let show = common::ddbpipe(&["state", "show", "--json"], config);
@@ -370,40 +415,8 @@ fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator,
     let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
 
     // A writer changes the table all along: puts, updates and deletes of 40 keys.
-    let endpoint = running.endpoint.clone();
-    let writer = std::thread::spawn(move || {
-        let client = common::client(&endpoint);
-        for step in 0..150u32 {
-            let key = format!("k{:02}", (step * 7) % 40);
-            let request = if step % 5 == 4 {
-                common::rt()
-                    .block_on(
-                        client
-                            .delete_item()
-                            .table_name("items")
-                            .key("pk", s(&key))
-                            .send(),
-                    )
-                    .map(|_| ())
-                    .map_err(|e| format!("{e:?}"))
-            } else {
-                common::rt()
-                    .block_on(
-                        client
-                            .put_item()
-                            .table_name("items")
-                            .set_item(Some(item(vec![
-                                ("pk", s(&key)),
-                                ("v", common::n(&step.to_string())),
-                            ])))
-                            .send(),
-                    )
-                    .map(|_| ())
-                    .map_err(|e| format!("{e:?}"))
-            };
-            request.expect("a write");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    let writer = writer(&running.endpoint, 150, Duration::from_millis(100), |step| {
+        (format!("k{:02}", (step * 7) % 40), step % 5 == 4)
     });
 
     let reading = common::wait_for(Duration::from_secs(60), || {
@@ -576,40 +589,8 @@ fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, 
     );
     let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
     // A writer changes the table during the snapshot and after it.
-    let endpoint = running.endpoint.clone();
-    let writer = std::thread::spawn(move || {
-        let client = common::client(&endpoint);
-        for step in 0..120u32 {
-            let key = format!("k{:03}", (step * 37) % 260);
-            let request = if step % 4 == 3 {
-                common::rt()
-                    .block_on(
-                        client
-                            .delete_item()
-                            .table_name("items")
-                            .key("pk", s(&key))
-                            .send(),
-                    )
-                    .map(|_| ())
-                    .map_err(|e| format!("{e:?}"))
-            } else {
-                common::rt()
-                    .block_on(
-                        client
-                            .put_item()
-                            .table_name("items")
-                            .set_item(Some(item(vec![
-                                ("pk", s(&key)),
-                                ("v", common::n(&step.to_string())),
-                            ])))
-                            .send(),
-                    )
-                    .map(|_| ())
-                    .map_err(|e| format!("{e:?}"))
-            };
-            request.expect("a write");
-            std::thread::sleep(Duration::from_millis(150));
-        }
+    let writer = writer(&running.endpoint, 120, Duration::from_millis(150), |step| {
+        (format!("k{:03}", (step * 37) % 260), step % 4 == 3)
     });
     // Snapshot rows are marked: wait for some, then kill a worker and pause another.
     let marked = || {
