@@ -261,14 +261,7 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
         &destination.sink_yaml(),
         2,
     );
-    let check = common::ddbpipe(&["check"], &config);
-    assert_eq!(
-        check.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&check),
-        stderr(&check)
-    );
+    passes_check(&config);
 
     let mut killed = common::spawn_run(&config);
     let stopped = common::spawn_run(&config);
@@ -295,6 +288,18 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
         stdout(&reset).contains("removed the lease fences"),
         "{}",
         stdout(&reset)
+    );
+}
+
+/// `ddbpipe check` of `config` passes.
+fn passes_check(config: &Path) {
+    let check = common::ddbpipe(&["check"], config);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
     );
 }
 
@@ -404,14 +409,7 @@ fn three_workers_follow_one_stream_through_a_kill_and_a_stop(emulator: Emulator,
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(target, dir.path());
     let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
-    let check = common::ddbpipe(&["check"], &config);
-    assert_eq!(
-        check.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&check),
-        stderr(&check)
-    );
+    passes_check(&config);
     let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
 
     // A writer changes the table all along: puts, updates and deletes of 40 keys.
@@ -579,14 +577,7 @@ fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, 
     assert_eq!(ghosts, 20);
 
     let config = shared_mirror_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
-    let check = common::ddbpipe(&["check"], &config);
-    assert_eq!(
-        check.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&check),
-        stderr(&check)
-    );
+    passes_check(&config);
     let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
     // A writer changes the table during the snapshot and after it.
     let writer = writer(&running.endpoint, 120, Duration::from_millis(150), |step| {

@@ -250,6 +250,17 @@ impl SnapshotGuard {
     }
 }
 
+/// The text of a new open shared snapshot record.
+pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
+    let record = ddbpipe_pipeline::sink::SharedSnapshot {
+        id,
+        rows_at_start,
+        closed: None,
+    };
+    // Two integers: serializing cannot fail.
+    serde_json::to_string(&record).unwrap_or_default()
+}
+
 /// A stored shared snapshot record, or why it cannot be read.
 pub(crate) fn shared_record(
     text: Option<&str>,
@@ -481,15 +492,30 @@ impl Database {
     }
 
     /// The pipeline's shared snapshot record (docs/coordination.md §11.12): the stored one, or
-    /// `proposed` with the destination table's row count as `rows_at_start`, stored in one
-    /// transaction when none is (of workers opening it at once, the first one's is kept).
+    /// a new open one of snapshot `id` with the destination table's row count as
+    /// `rows_at_start`, stored in one transaction when none is (of workers opening it at once,
+    /// the first one's is kept).
     pub async fn open_shared_snapshot(
         &self,
         spec: &TableSpec,
         pipeline: &str,
-        proposed: &ddbpipe_pipeline::sink::SharedSnapshot,
+        id: i64,
     ) -> Result<ddbpipe_pipeline::sink::SharedSnapshot, DbError> {
-        dispatch!(self, db => db.open_shared_snapshot(spec, pipeline, proposed).await)
+        dispatch!(self, db => db.open_shared_snapshot(spec, pipeline, id).await)
+    }
+
+    /// The pipeline's shared snapshot record as stored, without opening one: `None` when none
+    /// is.
+    pub async fn shared_snapshot(
+        &self,
+        pipeline: &str,
+    ) -> Result<Option<ddbpipe_pipeline::sink::SharedSnapshot>, DbError> {
+        match self.fence_position(pipeline, SNAPSHOT_UNIT).await? {
+            None => Ok(None),
+            Some(text) => shared_record(Some(&text))
+                .map(Some)
+                .map_err(|why| DbError::fatal(format!("{}: {why}", self.describe()))),
+        }
     }
 
     /// Closes a snapshot (see the module docs) and writes `state`, in one transaction. With

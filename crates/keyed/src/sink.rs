@@ -566,10 +566,10 @@ impl SharedSnapshots for KeyedSink {
     async fn open_shared_snapshot(
         &mut self,
         pipeline: &str,
-        proposed: &SharedSnapshot,
+        id: i64,
     ) -> Result<SharedSnapshot, SinkError> {
         self.db
-            .open_shared_snapshot(&self.table, pipeline, proposed)
+            .open_shared_snapshot(&self.table, pipeline, id)
             .await
             .map_err(|e| self.db_error(e))
     }
@@ -609,12 +609,16 @@ impl SharedSnapshots for KeyedSink {
                 ceiling_hit: done.ceiling_hit,
             })),
             Err(error) if error.fenced => {
-                // Refused: closed already, or the record is not this snapshot's any more.
-                let stored = self.open_shared_snapshot(pipeline, snapshot).await?;
-                if stored.id == snapshot.id && stored.closed.is_some() {
-                    Ok(None)
-                } else {
-                    Err(self.db_error(error))
+                // Refused: closed already, or the record is not this snapshot's any more (a
+                // reset): read, not opened again.
+                let stored = self
+                    .db
+                    .shared_snapshot(pipeline)
+                    .await
+                    .map_err(|e| self.db_error(e))?;
+                match stored {
+                    Some(stored) if stored.id == snapshot.id && stored.closed.is_some() => Ok(None),
+                    _ => Err(self.db_error(error)),
                 }
             }
             Err(error) => Err(self.db_error(error)),

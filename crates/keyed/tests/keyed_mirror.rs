@@ -20,20 +20,25 @@ use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
-use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
-use ddbpipe_pipeline::sink::{Records, Sink};
+use ddbpipe_pipeline::runner::{LeasedScan, NoProgress, StreamOutcome};
+use ddbpipe_pipeline::sink::{Fence, Records, Sink, SinkErrorClass};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
-    SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
+    LeasedMirror, LeasedMirrorOutcome, LeasedStreams, SnapshotScan, StreamRun, StreamRunError,
+    run_streams_with_snapshots,
 };
-use ddbpipe_source::api::{ReadKind, TableApi};
+use ddbpipe_source::api::{KeyAttribute, ReadKind, Render, SnapshotShape, TableApi};
+use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::fake_streams::{Change, FakeStreams};
+use ddbpipe_source::lease::memory::MemoryLeaseTable;
+use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::scan::{SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_testkit::postgres::{self as test_postgres, TestSchema};
 use ddbpipe_value::ValueFormat;
@@ -490,6 +495,224 @@ async fn replaying_the_same_batches_leaves_the_destination_unchanged(target: Tar
     assert_eq!(destination.rows().await, once);
 }
 
+/// One worker `id` of a mirror shared through `leases` (docs/coordination.md §11.12): 3
+/// segments of 2 items a page of `table`, then `stream`, ending idle after 2 s.
+fn shared_mirror(
+    table: &Arc<FakeTable>,
+    stream: &Arc<FakeStreams>,
+    leases: &MemoryLeaseTable,
+    id: &str,
+    max_keys: u64,
+    retention: Duration,
+) -> LeasedMirror<FakeTable, FakeStreams, MemoryLeaseTable> {
+    let worker = || {
+        Worker::new(
+            leases.connect(),
+            PipelineName::new("p").unwrap(),
+            WorkerId::new(id).unwrap(),
+            LeaseSettings::new(3).unwrap(),
+        )
+    };
+    let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
+    let render = Render::Snapshots(Arc::new(SnapshotShape {
+        key_schema: vec![KeyAttribute {
+            name: "pk".into(),
+            key_type: KeyType::S,
+        }],
+        table: "t".into(),
+        format: ValueFormat::Plain,
+    }));
+    LeasedMirror {
+        scan: LeasedScan {
+            reader: SegmentReader {
+                api: Arc::clone(table),
+                template: snapshot_template("t", false, Some(2)),
+                total_segments: 3,
+                max_concurrency: 2,
+                limiter: Arc::new(ReadLimiter::new(None)),
+                retry: RetryPolicy::default(),
+                render,
+                observer: Arc::new(NoObserver),
+            },
+            worker: worker(),
+            batch_size: 4,
+            checkpoint_interval: Duration::ZERO,
+            identity: identity.clone(),
+            snapshot: None,
+        },
+        streams: LeasedStreams {
+            api: Arc::clone(stream),
+            run: StreamRun {
+                on_gap: OnGap::Fail,
+                ..settings()
+            },
+            worker: worker(),
+            checkpoint_interval: Duration::ZERO,
+            observer: Arc::new(NoObserver),
+            identity,
+            kept: Vec::new(),
+        },
+        deletes: true,
+        max_keys,
+        retention,
+    }
+}
+
+/// Runs `mirror` into a new sink of `destination` on a task of its own.
+async fn spawn_mirror(
+    mirror: LeasedMirror<FakeTable, FakeStreams, MemoryLeaseTable>,
+    destination: &Destination,
+) -> tokio::task::JoinHandle<Result<LeasedMirrorOutcome, StreamRunError>> {
+    let mut sink = sink(destination, Records::Envelopes).await;
+    tokio::spawn(async move { mirror.run(&mut sink, Cancel::never(), &NoProgress).await })
+}
+
+const RETENTION: Duration = ddbpipe_pipeline::streams::RETENTION_MARGIN;
+
+/// Two workers mirror one table into a destination holding a stale row while the stream has a
+/// change: the cleanup runs once (one worker's), the change streamed after it stays, the
+/// snapshot's segment rows stay `Done` once the stream was listed, a snapshot batch fenced
+/// after the close is refused by the sink, and a third worker finds the snapshot closed and
+/// reads no segment.
+async fn shared_workers_clean_up_once_then_stream(target: Target) {
+    let destination = destination_with_a_stale_row(target).await;
+    let stream = stream();
+    stream.apply(Change::Write {
+        key: "w1".into(),
+        remove: false,
+    });
+    let table = Arc::new(FakeTable::numbered(12));
+    let leases = MemoryLeaseTable::seeded(1);
+    let one = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w1", 1000, RETENTION),
+        &destination,
+    )
+    .await;
+    let two = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w2", 1000, RETENTION),
+        &destination,
+    )
+    .await;
+    let outcomes = [one.await.unwrap().unwrap(), two.await.unwrap().unwrap()];
+    let mut expected: BTreeSet<String> = (0..12).map(|i| format!("k{i:06}")).collect();
+    expected.insert("w1".into());
+    assert_eq!(destination.keys().await, expected, "the stale row is gone");
+    let cleanups: Vec<_> = outcomes.iter().filter_map(|o| o.cleanup).collect();
+    assert_eq!(cleanups.len(), 1, "the cleanup ran once: {outcomes:?}");
+    assert_eq!((cleanups[0].keys_written, cleanups[0].deleted), (12, 1));
+    assert_eq!(
+        outcomes[0].snapshot.id, outcomes[1].snapshot.id,
+        "one snapshot"
+    );
+    let rows = leases.rows(&PipelineName::new("p").unwrap());
+    for index in 0..3 {
+        let row = rows
+            .iter()
+            .find(|r| r.unit == UnitId::Segment { index, total: 3 })
+            .unwrap_or_else(|| panic!("segment {index}'s row is kept: {rows:?}"));
+        assert_eq!(row.state, LeaseState::Done, "{row:?}");
+    }
+    assert!(rows.iter().any(|r| matches!(r.unit, UnitId::Shard(_))));
+
+    // A zombie's snapshot batch after the close: refused by the sink, nothing written.
+    let mut sink = sink(&destination, Records::Envelopes).await;
+    let mut records = Lines::default();
+    records.push_with(|buf| {
+        buf.extend_from_slice(br#"{"after":{"pk":"late","n":1},"key":{"pk":"late"},"op":"r"}"#)
+    });
+    let late = Batch {
+        records,
+        ..Batch::default()
+    };
+    let fence = Fence {
+        pipeline: "p".into(),
+        unit: "segment:0/3".into(),
+        counter: u64::MAX >> 2,
+        position: None,
+        snapshot: Some(outcomes[0].snapshot.id),
+    };
+    let refused = sink.write_fenced(&late, &fence).await.unwrap_err();
+    assert_eq!(refused.class, SinkErrorClass::Fenced, "{refused}");
+    assert!(!destination.keys().await.contains("late"));
+
+    let read_before = table.requests().len();
+    let third = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w3", 1000, RETENTION),
+        &destination,
+    )
+    .await;
+    let third = third.await.unwrap().unwrap();
+    assert!(third.scan.is_none() && third.cleanup.is_none(), "{third:?}");
+    assert_eq!(table.requests().len(), read_before, "no segment read again");
+}
+
+/// docs/mirror.md §5.3's ceiling across workers: the closer stops once, nothing deleted; the
+/// next run streams on.
+async fn a_shared_mirror_over_the_ceiling_stops_its_closer_once(target: Target) {
+    let destination = destination_with_a_stale_row(target).await;
+    let stream = stream();
+    let table = Arc::new(FakeTable::numbered(12));
+    let leases = MemoryLeaseTable::seeded(2);
+    let first = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w1", 5, RETENTION),
+        &destination,
+    )
+    .await;
+    let error = first.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StreamRunError::CleanupSkipped {
+                keys: 12,
+                max_keys: 5
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        destination.keys().await.contains("stale"),
+        "nothing deleted"
+    );
+    let again = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w1", 5, RETENTION),
+        &destination,
+    )
+    .await;
+    let again = again.await.unwrap().unwrap();
+    assert_eq!(again.cleanup, None, "closed already: {again:?}");
+    assert!(destination.keys().await.contains("stale"));
+}
+
+/// A shared snapshot whose stream was not begun within the retention fails before reading the
+/// stream, naming the snapshot; nothing is streamed.
+async fn a_shared_mirror_past_the_retention_fails_before_its_stream(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = stream();
+    stream.apply(Change::Write {
+        key: "w1".into(),
+        remove: false,
+    });
+    let table = Arc::new(FakeTable::numbered(12));
+    let leases = MemoryLeaseTable::seeded(3);
+    let late = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w1", 1000, Duration::ZERO),
+        &destination,
+    )
+    .await;
+    let error = late.await.unwrap().unwrap_err().to_string();
+    assert!(
+        error.contains("started") && error.contains("not begun"),
+        "{error}"
+    );
+    assert!(!destination.keys().await.contains("w1"), "nothing streamed");
+    let rows = leases.rows(&PipelineName::new("p").unwrap());
+    assert!(
+        !rows.iter().any(|r| matches!(r.unit, UnitId::Shard(_))),
+        "no shard row: {rows:?}"
+    );
+    assert_eq!(destination.keys().await.len(), 12, "the snapshot is in");
+}
+
 /// Declares, for each scenario `async fn name(Target)` above, the tests `sqlite::name` and
 /// `postgres::name`.
 macro_rules! on_each_target {
@@ -514,4 +737,7 @@ on_each_target!(
     a_panicked_segment_leaves_the_snapshot_open_and_deletes_nothing,
     a_fatal_error_in_a_segment_leaves_the_snapshot_open_and_deletes_nothing,
     replaying_the_same_batches_leaves_the_destination_unchanged,
+    shared_workers_clean_up_once_then_stream,
+    a_shared_mirror_over_the_ceiling_stops_its_closer_once,
+    a_shared_mirror_past_the_retention_fails_before_its_stream,
 );

@@ -57,11 +57,10 @@ pub struct Fence {
 /// closed once, by whichever worker runs the complete-read cleanup.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SharedSnapshot {
-    /// The snapshot's id: the marker of the rows it writes.
+    /// The snapshot's id, the marker of the rows it writes: when it was opened (unix ms, the
+    /// opening worker's clock). The stream read after it must still hold this time
+    /// (docs/coordination.md §11.12, the limit).
     pub id: i64,
-    /// When it was opened (unix ms, the opening worker's clock): the stream read after it must
-    /// still hold this time (docs/coordination.md §11.12, the limit).
-    pub started_ms: i64,
     /// Rows the destination table held when it was opened: the cleanup deletes only when
     /// there were some (a first mirror into an empty table has nothing to clean).
     pub rows_at_start: u64,
@@ -107,12 +106,13 @@ pub struct CloseShared {
 /// A sink whose database keeps the snapshot record of a mirror shared by several workers
 /// (docs/coordination.md §11.12): the keyed sinks.
 pub trait SharedSnapshots: Sink {
-    /// The pipeline's snapshot record: the stored one, or, when none is stored, `proposed`
-    /// with the destination's row count, stored in one transaction (the first worker's wins).
+    /// The pipeline's snapshot record: the stored one, or, when none is stored, a new open
+    /// one of snapshot `id` with the destination's row count, stored in one transaction (of
+    /// workers opening it at once, the first one's is kept).
     fn open_shared_snapshot(
         &mut self,
         pipeline: &str,
-        proposed: &SharedSnapshot,
+        id: i64,
     ) -> impl Future<Output = Result<SharedSnapshot, SinkError>> + Send;
 
     /// Runs the complete-read cleanup of `snapshot` and marks it closed, in one transaction;

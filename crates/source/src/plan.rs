@@ -132,6 +132,32 @@ impl ScanPlan {
     }
 }
 
+impl ScanPlan {
+    /// The segments of `plan`'s snapshot as a scan of the described `table` (`table_name`):
+    /// what a mirror shared by several workers leases (docs/coordination.md §11.12).
+    pub fn of_snapshot(
+        plan: &StreamPlan,
+        table_name: &str,
+        table: &TableDescription,
+    ) -> Result<Self, PlanError> {
+        let snapshot = &plan.snapshot;
+        Ok(ScanPlan {
+            template: crate::scan::snapshot_template(
+                table_name,
+                snapshot.consistent_read,
+                snapshot.page_limit,
+            ),
+            total_segments: snapshot.segments,
+            max_concurrency: snapshot.max_concurrency,
+            read_rate: snapshot.read_rule.rate(table)?,
+            read_rule: snapshot.read_rule.clone(),
+            retry: plan.retry,
+            format: plan.format,
+            batch_size: plan.batch_size,
+        })
+    }
+}
+
 /// The table scan of a mirror or a resnapshot: the table is described when it starts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SnapshotPlan {

@@ -54,6 +54,27 @@ pub fn read_template(source: &SourceConfig) -> ReadRequest {
     }
 }
 
+/// The request of every page of a snapshot's scan (a mirror's or a resnapshot's): whole items
+/// of the table, no index, projection or filter.
+pub fn snapshot_template(
+    table_name: &str,
+    consistent_read: bool,
+    limit: Option<u32>,
+) -> ReadRequest {
+    ReadRequest {
+        table_name: table_name.to_string(),
+        kind: ReadKind::Scan { segment: None },
+        index_name: None,
+        projection: None,
+        filter_expression: None,
+        expression_attribute_names: std::collections::BTreeMap::new(),
+        expression_attribute_values: std::collections::BTreeMap::new(),
+        consistent_read,
+        limit,
+        exclusive_start_key: None,
+    }
+}
+
 /// One page read from one segment, rendered.
 #[derive(Debug)]
 pub struct PageOut {

@@ -155,6 +155,16 @@ async fn worker(
     worker_id: &str,
 ) -> Result<Worker<AwsLeaseTable>, Failure> {
     let leases = open_lease_table(sdk, coordination).await?;
+    worker_on(leases, config, coordination, worker_id)
+}
+
+/// This worker on the opened lease table `leases`.
+fn worker_on(
+    leases: AwsLeaseTable,
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    worker_id: &str,
+) -> Result<Worker<AwsLeaseTable>, Failure> {
     let settings = LeaseSettings::new(coordination.lease_duration_secs)
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
     let named =
@@ -270,14 +280,9 @@ pub async fn run_mirror(
     };
     let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
-    let mut plan =
-        ScanPlan::build(source, table).map_err(|problem| Failure::usage(problem.config_error()))?;
-    // The snapshot reads whole items, as one process's mirror does.
-    plan.template.index_name = None;
-    plan.template.projection = None;
-    plan.template.filter_expression = None;
-    plan.template.expression_attribute_names.clear();
-    plan.template.expression_attribute_values.clear();
+    let stream_plan = StreamPlan::build(source);
+    let plan = ScanPlan::of_snapshot(&stream_plan, &source.table_name, table)
+        .map_err(|problem| Failure::usage(problem.config_error()))?;
     let render = Render::Snapshots(Arc::new(SnapshotShape {
         key_schema: table.key_schema.clone(),
         table: source.table_name.clone(),
@@ -285,7 +290,6 @@ pub async fn run_mirror(
     }));
     let (reader, refresher) =
         super::scan::segment_reader(Arc::new(opened.table_api), &plan, render, &stop);
-    let stream_plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &stream_plan,
         &source.table_name,
@@ -300,12 +304,15 @@ pub async fn run_mirror(
         segments = plan.total_segments,
         "Shared mirror started."
     );
+    // One lease table for both phases' workers (the same id: the stream phase takes over
+    // nothing from the scan phase's holdings, which it hands back before).
+    let leases = open_lease_table(&opened.sdk, coordination).await?;
     let started = Instant::now();
     let bar = ScanProgress::new(progress, table.item_count, 0, plan.total_segments);
     let mirror = LeasedMirror {
         scan: LeasedScan {
             reader,
-            worker: worker(&opened.sdk, config, coordination, &worker_id).await?,
+            worker: worker_on(leases.clone(), config, coordination, &worker_id)?,
             batch_size: plan.batch_size,
             checkpoint_interval,
             identity: identity.clone(),
@@ -314,7 +321,7 @@ pub async fn run_mirror(
         streams: LeasedStreams {
             api: Arc::new(aws::streams_api(&opened.sdk)),
             run,
-            worker: worker(&opened.sdk, config, coordination, &worker_id).await?,
+            worker: worker_on(leases, config, coordination, &worker_id)?,
             checkpoint_interval,
             observer: Arc::new(RequestMetrics),
             identity,

@@ -116,7 +116,7 @@ use crate::sql::{
 };
 use crate::{
     CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
-    shared_record,
+    open_record, shared_record,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;
@@ -617,7 +617,7 @@ impl PostgresDatabase {
         &self,
         spec: &TableSpec,
         pipeline: &str,
-        proposed: &SharedSnapshot,
+        id: i64,
     ) -> Result<SharedSnapshot, DbError> {
         validate(spec)?;
         let context = table_context(&spec.schema, crate::FENCE_TABLE);
@@ -634,12 +634,7 @@ impl PostgresDatabase {
                 let counted = tx
                     .query_one(&format!("SELECT count(*) FROM {table}"), &[])
                     .await?;
-                let record = SharedSnapshot {
-                    rows_at_start: row_count(counted.try_get(0)?),
-                    ..proposed.clone()
-                };
-                let text = serde_json::to_string(&record)
-                    .map_err(|e| Failure::Db(DbError::fatal(e.to_string())))?;
+                let text = open_record(id, row_count(counted.try_get(0)?));
                 // Of workers opening it at once, one inserts; the others wait for its commit
                 // and read its record.
                 tx.execute(

@@ -76,7 +76,8 @@ use crate::sql::{
     DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
 };
 use crate::{
-    CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec, shared_record,
+    CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec, open_record,
+    shared_record,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;
@@ -349,7 +350,7 @@ impl SqliteDatabase {
         &self,
         spec: &TableSpec,
         pipeline: &str,
-        proposed: &SharedSnapshot,
+        id: i64,
     ) -> Result<SharedSnapshot, DbError> {
         self.with_conn(|c| {
             let err = |e: rusqlite::Error| self.error(FENCE_TABLE, &e);
@@ -367,12 +368,7 @@ impl SqliteDatabase {
                             }
                             _ => 0,
                         };
-                    let record = SharedSnapshot {
-                        rows_at_start,
-                        ..proposed.clone()
-                    };
-                    let text = serde_json::to_string(&record)
-                        .map_err(|e| self.message(FENCE_TABLE, &e.to_string()))?;
+                    let text = open_record(id, rows_at_start);
                     tx.execute(
                         sql::OPEN_SNAPSHOT_SQL,
                         (pipeline, crate::SNAPSHOT_UNIT, &text),

@@ -218,22 +218,18 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
     db.apply(spec, &rows(&["old1", "old2", "keep"], false), None, &plain)
         .await
         .expect("rows from before the mirror");
-    let proposal = |id: i64| SharedSnapshot {
-        id,
-        started_ms: id,
-        rows_at_start: 0,
-        closed: None,
-    };
-    let opened = db
-        .open_shared_snapshot(spec, "p", &proposal(100))
-        .await
-        .expect("open");
+    assert_eq!(
+        db.shared_snapshot("p").await.expect("read"),
+        None,
+        "no record before the first open"
+    );
+    let opened = db.open_shared_snapshot(spec, "p", 100).await.expect("open");
     assert_eq!(
         (opened.id, opened.rows_at_start, opened.closed.clone()),
         (100, 3, None)
     );
     let again = db
-        .open_shared_snapshot(spec, "p", &proposal(200))
+        .open_shared_snapshot(spec, "p", 200)
         .await
         .expect("open again");
     assert_eq!(again, opened, "the first worker's record is kept");
@@ -312,15 +308,25 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
     assert!(late.fenced, "{late:?}");
     assert_eq!(count().await, 3, "the late snapshot row was not written");
     let stored = db
-        .open_shared_snapshot(spec, "p", &proposal(400))
+        .open_shared_snapshot(spec, "p", 400)
         .await
         .expect("open after the close");
     assert_eq!(stored.id, 100);
     assert_eq!(stored.closed.map(|c| c.by).as_deref(), Some("w1"));
 
+    assert_eq!(
+        db.shared_snapshot("p").await.expect("read").map(|r| r.id),
+        Some(100),
+        "read as stored"
+    );
     db.reset_state("p").await.expect("reset");
+    assert_eq!(
+        db.shared_snapshot("p").await.expect("read after a reset"),
+        None,
+        "a read opens nothing"
+    );
     let fresh = db
-        .open_shared_snapshot(spec, "p", &proposal(500))
+        .open_shared_snapshot(spec, "p", 500)
         .await
         .expect("open after a reset");
     assert_eq!(

@@ -95,15 +95,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         let pipeline = scan.worker.pipeline().to_string();
         let worker = scan.worker.id().to_string();
         let total = scan.reader.total_segments.max(1);
-        let now = unix_now_ms();
-        let proposed = SharedSnapshot {
-            id: now,
-            started_ms: now,
-            rows_at_start: 0,
-            closed: None,
-        };
         let snapshot = sink
-            .open_shared_snapshot(&pipeline, &proposed)
+            .open_shared_snapshot(&pipeline, unix_now_ms())
             .await
             .map_err(RunError::from)?;
         let mut scanned = None;
@@ -159,7 +152,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             .await
             .map_err(RunError::Lease)?;
         let begun = rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
-        let age_ms = unix_now_ms().saturating_sub(snapshot.started_ms);
+        let age_ms = unix_now_ms().saturating_sub(snapshot.id);
         if !begun && u128::try_from(age_ms).unwrap_or(0) > retention.as_millis() {
             return Err(StreamRunError::Run(RunError::Stream(StreamError::Gap(
                 format!(

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ddbpipe_source::api::{
-    KeyAttribute, Page, ReadKind, ReadRequest, Render, SnapshotShape, StreamsApi, TableApi,
-    TableDescription, TableNames,
+    KeyAttribute, Page, ReadRequest, Render, SnapshotShape, StreamsApi, TableApi, TableDescription,
+    TableNames,
 };
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
@@ -20,7 +20,7 @@ use ddbpipe_source::export::SnapshotExports;
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
-use ddbpipe_source::scan::{PageSource, SegmentReader};
+use ddbpipe_source::scan::{PageSource, SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_source::streams::lineage::ShardGraph;
 
@@ -194,18 +194,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             self.stop.clone(),
             Arc::clone(&self.observer),
         );
-        let template = ReadRequest {
-            table_name: run.table.clone(),
-            kind: ReadKind::Scan { segment: None },
-            index_name: None,
-            projection: None,
-            filter_expression: None,
-            expression_attribute_names: BTreeMap::new(),
-            expression_attribute_values: BTreeMap::new(),
-            consistent_read: scan.consistent_read,
-            limit: scan.page_limit,
-            exclusive_start_key: None,
-        };
+        let template = snapshot_template(&run.table, scan.consistent_read, scan.page_limit);
         let reader = SegmentReader {
             api: Arc::clone(&scan.api),
             template,
