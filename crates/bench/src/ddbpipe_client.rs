@@ -23,6 +23,7 @@ use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
@@ -148,7 +149,7 @@ impl Prepared {
             &mut self.sink,
             &mut self.state.checkpointer,
             self.expected_segments,
-            BATCH_SIZE,
+            BatchLimits::records(BATCH_SIZE),
         )
         .await
     }
@@ -162,11 +163,11 @@ pub async fn scan_into<S: Sink>(
     sink: &mut S,
     checkpointer: &mut Checkpointer,
     expected_segments: u64,
-    batch_size: usize,
+    batch: BatchLimits,
 ) -> anyhow::Result<u64> {
     // Nothing stops the scan: the handle lives until it ends.
     let (_stop_handle, stop) = Cancel::new();
-    let outcome = run_scan(reader, batch_size, sink, checkpointer, stop, &NoProgress).await?;
+    let outcome = run_scan(reader, batch, sink, checkpointer, stop, &NoProgress).await?;
     ensure!(outcome.completed, "the scan did not complete: {outcome:?}");
     ensure!(
         outcome.read == outcome.written,

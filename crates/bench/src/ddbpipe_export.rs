@@ -29,6 +29,7 @@ use ddbpipe_source::export::api::{
     ExportApi, ExportState, ExportStatus, ObjectBody, ObjectStore, Recovery, StartExport,
 };
 use ddbpipe_source::export::{ExportEngine, ExportPoll, ExportSnapshot};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
 use ddbpipe_value::ValueFormat;
@@ -216,7 +217,7 @@ impl Prepared {
     pub async fn read(mut self) -> anyhow::Result<u64> {
         let outcome = run_scan(
             self.reader,
-            BATCH_SIZE,
+            BatchLimits::records(BATCH_SIZE),
             &mut self.sink,
             &mut self.checkpointer,
             self.stop,

@@ -31,6 +31,7 @@ use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_pipeline::streams::{StreamRun, run_streams};
 use ddbpipe_source::aws::{self, AwsStreamsApi};
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig, StartPosition};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
@@ -77,7 +78,7 @@ pub fn source_config(endpoint: &str) -> SourceConfig {
 
 /// The run settings a config with `stream_arn` set gives (see the module docs), reading
 /// `concurrency` shards at once.
-pub fn stream_run(concurrency: usize, batch_size: usize) -> StreamRun {
+pub fn stream_run(concurrency: usize, batch: BatchLimits) -> StreamRun {
     StreamRun {
         table: TABLE.to_string(),
         stream_arn: STREAM_ARN.to_string(),
@@ -94,7 +95,7 @@ pub fn stream_run(concurrency: usize, batch_size: usize) -> StreamRun {
         start_position: StartPosition::TrimHorizon,
         on_gap: OnGap::Fail,
         max_messages: None,
-        batch_size,
+        batch,
         config_label: "ddbpipe-bench".to_string(),
         kind: StreamKind::Streams,
     }
@@ -135,7 +136,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
     )?;
     Ok(Prepared {
         api: streams_api(&settings.endpoint).await,
-        run: stream_run(settings.concurrency, BATCH_SIZE),
+        run: stream_run(settings.concurrency, BatchLimits::records(BATCH_SIZE)),
         sink,
         checkpointer,
         expected_shards: settings.segments as usize,

@@ -35,6 +35,7 @@ use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::fake_streams::{Change, FakeStreams};
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
@@ -230,7 +231,7 @@ fn settings() -> StreamRun {
             ..base.bounds
         },
         on_gap: OnGap::Resnapshot,
-        batch_size: 4,
+        batch: BatchLimits::records(4),
         kind: StreamKind::Mirror,
         ..base
     }
@@ -535,7 +536,7 @@ fn shared_mirror(
                 observer: Arc::new(NoObserver),
             },
             worker: worker(),
-            batch_size: 4,
+            batch: BatchLimits::records(4),
             checkpoint_interval: Duration::ZERO,
             identity: identity.clone(),
             snapshot: None,

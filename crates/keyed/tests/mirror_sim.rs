@@ -95,6 +95,7 @@ use ddbpipe_source::api::{Page, ReadRequest, TableApi, TableDescription, TableNa
 use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::plan::ReadRule;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::retry::{Cancel, NoObserver};
@@ -130,7 +131,7 @@ fn spec() -> TableSpec {
     }
 }
 
-fn settings(on_gap: OnGap) -> StreamRun {
+fn settings(on_gap: OnGap, batch_bytes: usize) -> StreamRun {
     let base = ddbpipe_testkit::fake_stream_run();
     StreamRun {
         bounds: RunBounds {
@@ -138,7 +139,10 @@ fn settings(on_gap: OnGap) -> StreamRun {
             idle_termination: Some(Duration::from_secs(20)),
             ..base.bounds
         },
-        batch_size: 4,
+        batch: BatchLimits {
+            records: 4,
+            bytes: batch_bytes,
+        },
         kind: StreamKind::Mirror,
         on_gap,
         ..base
@@ -284,6 +288,9 @@ struct Setup<'a> {
     repairs: Option<&'a ExportScript>,
     /// `Scan` pages requested, over all the seed's runs.
     pages: Arc<AtomicU64>,
+    /// `batch_max_bytes` of every run: batches are cut by count or by bytes (a record is a
+    /// few hundred bytes).
+    batch_bytes: usize,
 }
 
 /// What runs leave for the next one.
@@ -335,11 +342,12 @@ async fn run(
         deletes: true,
         max_keys: u64::MAX,
     });
-    let settings = settings(if setup.repairs.is_some() {
+    let on_gap = if setup.repairs.is_some() {
         OnGap::Repair
     } else {
         OnGap::Fail
-    });
+    };
+    let settings = settings(on_gap, setup.batch_bytes);
     let exports = engine.exports().map(|script| script.engine(&settings));
     let crashed = Arc::new(Notify::new());
     let mut sink = Checked {
@@ -462,6 +470,7 @@ async fn simulate(seed: u64) -> Simulated {
         path: &path,
         repairs: None,
         pages: Arc::new(AtomicU64::new(0)),
+        batch_bytes: StdRng::seed_from_u64(seed ^ 0x6279_7465).random_range(100..=4000),
     };
     let mut carried = Carried {
         committed: Committed::new(),

@@ -9,6 +9,7 @@
 
 use ddbpipe_source::api::ChangeOp;
 use ddbpipe_source::export::file_cursor;
+pub use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::records::{Lines, SegmentCursor};
 use ddbpipe_source::scan::PageOut;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
@@ -44,20 +45,43 @@ impl Batch {
     }
 }
 
-/// Cuts pages into batches of at most `batch_size` records.
+/// Cuts pages into batches within [`BatchLimits`]: at most so many records and so many bytes
+/// (docs/scan.md §2.5), a record larger than the byte bound alone in its batch.
 #[derive(Debug)]
 pub struct Batcher {
-    batch_size: usize,
+    limits: BatchLimits,
     current: Batch,
 }
 
 impl Batcher {
-    /// A batcher of batches of at most `batch_size` records.
-    pub fn new(batch_size: usize) -> Self {
+    /// A batcher of batches within `limits`.
+    pub fn new(limits: BatchLimits) -> Self {
         Batcher {
-            batch_size: batch_size.max(1),
+            limits: BatchLimits {
+                records: limits.records.max(1),
+                bytes: limits.bytes.max(1),
+            },
             current: Batch::default(),
         }
+    }
+
+    /// Where the part of `records` from `from` (of `total`) that joins the current batch ends:
+    /// as many as its room holds, in records and in bytes; at least one into an empty batch.
+    fn cut(&self, records: &Lines, from: usize, total: usize) -> usize {
+        let batch = &self.current.records;
+        let to = total.min(from.saturating_add(self.limits.records - batch.len()));
+        let fits = records.fit(from, to, self.limits.bytes.saturating_sub(batch.bytes()));
+        if fits == from && batch.is_empty() {
+            from + 1
+        } else {
+            fits
+        }
+    }
+
+    /// Whether the current batch has reached a limit.
+    fn full(&self) -> bool {
+        let batch = &self.current.records;
+        batch.len() >= self.limits.records || batch.bytes() >= self.limits.bytes
     }
 
     /// Adds a page; returns the batches it filled, in order.
@@ -66,26 +90,27 @@ impl Batcher {
         let total = page.records.len();
         let mut from = 0;
         while from < total {
-            let room = self.batch_size - self.current.records.len();
-            let to = total.min(from + room);
-            self.current.records.extend_from(&page.records, from, to);
-            self.current.read_ms = Some(
-                self.current
-                    .read_ms
-                    .map_or(page.requested_ms, |at| at.min(page.requested_ms)),
-            );
-            from = to;
-            if from == total {
-                self.current
-                    .segments
-                    .push((page.segment, page.cursor.clone()));
-            } else if let Some(before) = page.lines_from {
-                let reached = before + from as u64;
-                self.current
-                    .segments
-                    .push((page.segment, SegmentCursor::Next(file_cursor(reached))));
+            let to = self.cut(&page.records, from, total);
+            if to > from {
+                self.current.records.extend_from(&page.records, from, to);
+                self.current.read_ms = Some(
+                    self.current
+                        .read_ms
+                        .map_or(page.requested_ms, |at| at.min(page.requested_ms)),
+                );
+                if to == total {
+                    self.current
+                        .segments
+                        .push((page.segment, page.cursor.clone()));
+                } else if let Some(before) = page.lines_from {
+                    let reached = before + to as u64;
+                    self.current
+                        .segments
+                        .push((page.segment, SegmentCursor::Next(file_cursor(reached))));
+                }
             }
-            if self.current.records.len() >= self.batch_size {
+            from = to;
+            if from < total || self.full() {
                 full.push(std::mem::take(&mut self.current));
             }
         }
@@ -104,28 +129,29 @@ impl Batcher {
         let total = handed.records.len();
         let mut from = 0;
         while from < total {
-            let room = self.batch_size - self.current.records.len();
-            let to = total.min(from + room);
-            self.current.records.extend_from(&handed.records, from, to);
-            if let Some(ops) = handed.ops.get(from..to) {
-                self.current.count_ops(ops);
-            }
-            if let Some(shard) = &handed.shard {
-                self.current.shards.push(StreamMark::Advance(
-                    shard.clone(),
-                    handed.seqs[to - 1].clone(),
-                ));
-                if let Some(at) = handed.created_s {
-                    self.current
-                        .shards
-                        .push(StreamMark::ReadAt(shard.clone(), at));
+            let to = self.cut(&handed.records, from, total);
+            if to > from {
+                self.current.records.extend_from(&handed.records, from, to);
+                if let Some(ops) = handed.ops.get(from..to) {
+                    self.current.count_ops(ops);
+                }
+                if let Some(shard) = &handed.shard {
+                    self.current.shards.push(StreamMark::Advance(
+                        shard.clone(),
+                        handed.seqs[to - 1].clone(),
+                    ));
+                    if let Some(at) = handed.created_s {
+                        self.current
+                            .shards
+                            .push(StreamMark::ReadAt(shard.clone(), at));
+                    }
+                }
+                if to == total {
+                    self.current.shards.extend(handed.marks.iter().cloned());
                 }
             }
             from = to;
-            if from == total {
-                self.current.shards.extend(handed.marks.iter().cloned());
-            }
-            if self.current.records.len() >= self.batch_size {
+            if from < total || self.full() {
                 full.push(std::mem::take(&mut self.current));
             }
         }
@@ -173,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_cursor_rides_on_the_batch_holding_the_last_record_of_its_page() {
-        let mut batcher = Batcher::new(50);
+        let mut batcher = Batcher::new(BatchLimits::records(50));
         assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
         let full = batcher.push(page(1, 40, Some("b")));
         assert_eq!(full.len(), 1);
@@ -188,7 +214,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_as_old_as_the_earliest_page_with_records_in_it() {
-        let mut batcher = Batcher::new(50);
+        let mut batcher = Batcher::new(BatchLimits::records(50));
         assert!(batcher.push(page(1, 40, Some("a"))).is_empty());
         let full = batcher.push(page(2, 40, Some("b")));
         assert_eq!(full[0].read_ms, Some(1_000), "pages of segments 1 and 2");
@@ -203,7 +229,7 @@ mod tests {
 
     #[test]
     fn an_empty_page_attaches_its_cursor_to_the_next_batch() {
-        let mut batcher = Batcher::new(10);
+        let mut batcher = Batcher::new(BatchLimits::records(10));
         assert!(batcher.push(page(2, 0, Some("x"))).is_empty());
         assert!(batcher.has_pending());
         let full = batcher.push(page(3, 10, None));
@@ -215,7 +241,7 @@ mod tests {
 
     #[test]
     fn an_export_page_split_across_batches_records_the_count_at_each_cut() {
-        let mut batcher = Batcher::new(3);
+        let mut batcher = Batcher::new(BatchLimits::records(3));
         let mut export = page(0, 7, None);
         export.cursor = SegmentCursor::Next(file_cursor(17));
         export.lines_from = Some(10);
@@ -238,9 +264,116 @@ mod tests {
         );
     }
 
+    /// A page of `n` records of `size` bytes each, newline included.
+    fn page_of(segment: u32, n: usize, size: usize, cursor: Option<&str>) -> PageOut {
+        let mut page = page(segment, 0, cursor);
+        for _ in 0..n {
+            page.records
+                .push_with(|buf| buf.resize(buf.len() + size - 1, b'x'));
+        }
+        page
+    }
+
+    #[test]
+    fn a_batch_is_handed_over_at_its_byte_bound_whatever_its_record_count() {
+        let limits = BatchLimits {
+            records: 5000,
+            bytes: 1000,
+        };
+        let mut batcher = Batcher::new(limits);
+        // Ten records of 300 bytes: three fit in 1000 bytes.
+        let full = batcher.push(page_of(0, 10, 300, Some("a")));
+        let sizes: Vec<(usize, usize)> = full
+            .iter()
+            .map(|b| (b.records.len(), b.records.bytes()))
+            .collect();
+        assert_eq!(sizes, [(3, 900), (3, 900), (3, 900)]);
+        assert!(full.iter().all(|b| b.segments.is_empty()));
+        let rest = batcher.take().unwrap();
+        assert_eq!(rest.records.len(), 1);
+        assert_eq!(
+            rest.segments.len(),
+            1,
+            "the cursor rides on the page's last record"
+        );
+        // A batch at 900 bytes takes no record that would cross the bound...
+        assert!(batcher.push(page_of(1, 3, 300, Some("b"))).is_empty());
+        let full = batcher.push(page_of(2, 1, 300, Some("c")));
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].records.bytes(), 900);
+        assert_eq!(batcher.take().unwrap().records.bytes(), 300);
+        // ...and a record larger than the bound is a batch of its own.
+        let full = batcher.push(page_of(3, 3, 2500, None));
+        let sizes: Vec<usize> = full.iter().map(|b| b.records.len()).collect();
+        assert_eq!(sizes, [1, 1, 1]);
+        assert_eq!(full[2].segments.len(), 1);
+        assert!(batcher.take().is_none());
+    }
+
+    #[test]
+    fn an_export_page_cut_by_bytes_records_the_count_at_each_cut() {
+        let mut batcher = Batcher::new(BatchLimits {
+            records: 100,
+            bytes: 250,
+        });
+        let mut export = page_of(0, 5, 100, None);
+        export.cursor = SegmentCursor::Next(file_cursor(15));
+        export.lines_from = Some(10);
+        let full = batcher.push(export);
+        let cuts: Vec<&SegmentCursor> = full
+            .iter()
+            .flat_map(|b| b.segments.iter().map(|(_, c)| c))
+            .collect();
+        assert_eq!(
+            cuts,
+            [
+                &SegmentCursor::Next(file_cursor(12)),
+                &SegmentCursor::Next(file_cursor(14))
+            ]
+        );
+        assert_eq!(
+            batcher.take().unwrap().segments,
+            vec![(0, SegmentCursor::Next(file_cursor(15)))]
+        );
+    }
+
+    #[test]
+    fn stream_records_are_cut_by_bytes_and_each_part_advances_its_shard() {
+        use ddbpipe_source::ids::{SequenceNumber, ShardId};
+        let shard = ShardId::new("s1");
+        let mut records = Lines::default();
+        let mut seqs = Vec::new();
+        for i in 0..4 {
+            records.push_with(|buf| buf.resize(buf.len() + 99, b'x'));
+            seqs.push(SequenceNumber::parse(&format!("{}", 20 + i)).unwrap());
+        }
+        let handed = Handed {
+            records,
+            ops: vec![ChangeOp::Modify; 4],
+            seqs,
+            shard: Some(shard.clone()),
+            marks: Vec::new(),
+            created_s: None,
+        };
+        let mut batcher = Batcher::new(BatchLimits {
+            records: 1000,
+            bytes: 200,
+        });
+        let full = batcher.push_handed(handed);
+        assert_eq!(full.len(), 2, "4 records of 100 bytes, 200 a batch");
+        assert_eq!(
+            full[1].shards,
+            [StreamMark::Advance(
+                shard,
+                SequenceNumber::parse("23").unwrap()
+            )]
+        );
+        assert_eq!(full[1].ops[ChangeOp::Modify.index()], 2);
+    }
+
     #[test]
     fn a_page_larger_than_a_batch_spans_several() {
-        let mut batcher = Batcher::new(3);
+        let mut batcher = Batcher::new(BatchLimits::records(3));
         let full = batcher.push(page(0, 7, None));
         assert_eq!(full.len(), 2);
         assert!(full.iter().all(|b| b.segments.is_empty()));
@@ -267,7 +400,7 @@ mod tests {
             marks: Vec::new(),
             created_s: Some(1_767_225_600),
         };
-        let mut batcher = Batcher::new(3);
+        let mut batcher = Batcher::new(BatchLimits::records(3));
         let full = batcher.push_handed(handed);
         let rest = batcher.take().unwrap();
         let marks = |batch: &Batch| batch.shards.clone();

@@ -20,6 +20,7 @@ use ddbpipe_source::lease::memory::{MemoryLeaseTable, WriteKind};
 use ddbpipe_source::lease::{
     LeaseSettings, LeaseState, LeaseTable, PipelineName, UnitId, Worker, WorkerId,
 };
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
 use ddbpipe_testkit::MemorySink;
@@ -58,7 +59,7 @@ fn scan(
             WorkerId::new(id).unwrap(),
             LeaseSettings::new(10).unwrap(),
         ),
-        batch_size: 10,
+        batch: BatchLimits::records(10),
         checkpoint_interval: Duration::ZERO,
         identity: identity("scan"),
         snapshot: None,

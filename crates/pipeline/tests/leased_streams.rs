@@ -39,6 +39,7 @@ use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_testkit::fake_stream_run;
@@ -268,7 +269,11 @@ fn settings(rng: &mut StdRng) -> StreamRun {
     run.bounds.shard_concurrency = rng.random_range(1..=3);
     run.bounds.idle_termination = Some(Duration::from_secs(60));
     run.bounds.discovery_interval = Duration::from_secs(rng.random_range(5..=30));
-    run.batch_size = rng.random_range(1..=20);
+    // Batches cut by count or by bytes (a record is a few hundred bytes).
+    run.batch = BatchLimits {
+        records: rng.random_range(1..=20),
+        bytes: rng.random_range(100..=8000),
+    };
     run
 }
 

@@ -17,6 +17,7 @@ use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::{Position, ScanKind};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{self, SegmentReader};
@@ -74,6 +75,49 @@ fn stored_position(dir: &std::path::Path) -> Option<Position> {
         .and_then(|e| e.position)
 }
 
+/// docs/scan.md §2.5: a batch is handed over at its byte bound, however few records it holds
+/// (items of 400 KB would otherwise make batches of gigabytes).
+#[tokio::test(start_paused = true)]
+async fn batches_stay_within_their_byte_bound_and_every_item_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = Arc::new(FakeTable::numbered(1000));
+    let mut sink = MemorySink::default();
+    let mut cp = checkpointer(dir.path(), 4).await;
+    let limits = BatchLimits {
+        records: 5000,
+        bytes: 1024,
+    };
+    let outcome = run_scan(
+        reader(table, 4, 100, None),
+        limits,
+        &mut sink,
+        &mut cp,
+        Cancel::never(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert!(outcome.completed);
+    assert_eq!(keys(&sink.lines).len(), 1000);
+    assert_eq!(sink.lines.len(), 1000);
+    let sizes: Vec<usize> = sink
+        .batches
+        .iter()
+        .map(|b| {
+            sink.lines[b.first..b.first + b.len]
+                .iter()
+                .map(|line| line.len() + 1)
+                .sum()
+        })
+        .collect();
+    assert!(
+        sizes.iter().all(|&bytes| bytes <= limits.bytes),
+        "batch sizes in bytes: {sizes:?}"
+    );
+    // 1000 lines of 24 bytes: at least 24 batches of at most 1 KiB.
+    assert!(sizes.len() >= 24, "{} batches", sizes.len());
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_item_is_written_once_and_completion_clears_the_position() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,7 +126,7 @@ async fn every_item_is_written_once_and_completion_clears_the_position() {
     let mut cp = checkpointer(dir.path(), 4).await;
     let outcome = run_scan(
         reader(table, 4, 30, None),
-        50,
+        BatchLimits::records(50),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -110,7 +154,7 @@ async fn a_panicking_segment_fails_the_run_and_is_never_recorded_done() {
     let mut cp = checkpointer(dir.path(), 4).await;
     let error = run_scan(
         reader(table, 4, 10, None),
-        10,
+        BatchLimits::records(10),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -138,7 +182,7 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
     let mut cp = checkpointer(dir.path(), 1).await;
     let error = run_scan(
         reader(table.clone(), 1, 10, None),
-        10,
+        BatchLimits::records(10),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -160,7 +204,7 @@ async fn a_sink_failure_commits_only_acknowledged_batches() {
     let mut cp = checkpointer(dir.path(), 1).await;
     let outcome = run_scan(
         reader(table, 1, 10, None),
-        10,
+        BatchLimits::records(10),
         &mut sink2,
         &mut cp,
         Cancel::never(),
@@ -184,7 +228,7 @@ async fn a_fatal_read_error_drops_the_batch_being_assembled() {
     let mut cp = checkpointer(dir.path(), 1).await;
     let error = run_scan(
         reader(table, 1, 10, None),
-        10,
+        BatchLimits::records(10),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -210,7 +254,7 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     // 2 units/s and 1 unit per page: the scan takes about 40 s of fake time.
     let run = run_scan(
         reader(table.clone(), 4, 10, Some(1.0)),
-        10,
+        BatchLimits::records(10),
         &mut sink,
         &mut cp,
         cancel,
@@ -237,7 +281,7 @@ async fn a_stop_hands_over_what_was_read_and_saves_the_position() {
     let mut cp = checkpointer(dir.path(), 4).await;
     let outcome = run_scan(
         reader(table, 4, 10, None),
-        10,
+        BatchLimits::records(10),
         &mut rest,
         &mut cp,
         Cancel::never(),
@@ -260,7 +304,7 @@ async fn thirty_pages_of_ten_units_under_a_limit_of_twenty_take_at_least_fourtee
     let started = tokio::time::Instant::now();
     let outcome = run_scan(
         reader(table.clone(), 1, 10, Some(20.0)),
-        100,
+        BatchLimits::records(100),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -294,7 +338,7 @@ async fn throttles_are_retried_and_halve_the_limited_rate() {
     let limiter = Arc::clone(&reader.limiter);
     let outcome = run_scan(
         reader,
-        100,
+        BatchLimits::records(100),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -315,7 +359,7 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
     let mut cp = checkpointer(dir.path(), 4).await;
     let _ = run_scan(
         reader(table.clone(), 4, 5, None),
-        5,
+        BatchLimits::records(5),
         &mut sink,
         &mut cp,
         Cancel::never(),
@@ -327,7 +371,7 @@ async fn a_resumed_scan_skips_done_segments_and_continues_cursors() {
     let mut cp = checkpointer(dir.path(), 4).await;
     run_scan(
         reader(table.clone(), 4, 5, None),
-        5,
+        BatchLimits::records(5),
         &mut rest,
         &mut cp,
         Cancel::never(),
@@ -365,6 +409,7 @@ mod export {
     use ddbpipe_source::export::api::ExportKind;
     use ddbpipe_source::export::{ExportEngine, ExportPoll, ExportTarget, SnapshotExports, start};
     use ddbpipe_source::fake_export::{FakeExports, FixedItems};
+    use ddbpipe_source::plan::BatchLimits;
     use ddbpipe_source::position::{Position, ScanKind};
     use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
     use ddbpipe_testkit::MemorySink;
@@ -430,9 +475,16 @@ mod export {
         cp.set_export(&arn).await.unwrap();
         let mut first = MemorySink::default().failing_at(5);
         let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
-        run_scan(reader, 5, &mut first, &mut cp, Cancel::never(), &NoProgress)
-            .await
-            .unwrap_err();
+        run_scan(
+            reader,
+            BatchLimits::records(5),
+            &mut first,
+            &mut cp,
+            Cancel::never(),
+            &NoProgress,
+        )
+        .await
+        .unwrap_err();
         let Some(Position::Scan(stored)) = stored_position(dir.path()) else {
             panic!("the export's position was committed");
         };
@@ -448,9 +500,16 @@ mod export {
         assert_eq!(again, arn, "the stored export is read again");
         let mut rest = MemorySink::default();
         let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
-        let outcome = run_scan(reader, 5, &mut rest, &mut cp, Cancel::never(), &NoProgress)
-            .await
-            .unwrap();
+        let outcome = run_scan(
+            reader,
+            BatchLimits::records(5),
+            &mut rest,
+            &mut cp,
+            Cancel::never(),
+            &NoProgress,
+        )
+        .await
+        .unwrap();
         assert!(outcome.completed);
         let before: BTreeSet<String> = keys(&first.lines);
         let after: BTreeSet<String> = keys(&rest.lines);

@@ -22,6 +22,7 @@ use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::Position;
 use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver};
@@ -329,7 +330,7 @@ async fn max_messages_acknowledges_exactly_that_many_and_the_position_covers_exa
     let limited = StreamRun {
         records_per_request: 3,
         max_messages: Some(5),
-        batch_size: 2,
+        batch: BatchLimits::records(2),
         ..settings()
     };
 

@@ -53,6 +53,7 @@ use ddbpipe_source::fake_streams::{
     Change, ChildFilter, FAKE_STREAM_ARN, FakeStreams, Faults, ShardInfo, Written,
 };
 use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::Position;
 use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
@@ -154,7 +155,11 @@ fn plan(seed: u64) -> Plan {
         start_position: StartPosition::TrimHorizon,
         on_gap: OnGap::Fail,
         max_messages: rng.random_bool(0.3).then(|| rng.random_range(5..=40)),
-        batch_size: rng.random_range(1..=20),
+        // Batches cut by count or by bytes (a record is a few hundred bytes).
+        batch: BatchLimits {
+            records: rng.random_range(1..=20),
+            bytes: rng.random_range(100..=8000),
+        },
         config_label: "t.yaml".into(),
         kind: StreamKind::Streams,
     };

@@ -45,6 +45,9 @@ pub mod defaults {
     pub const DISCOVERY_INTERVAL_SECS: u64 = 60;
     /// `batch_size`: records handed to the sink at once.
     pub const BATCH_SIZE: usize = 1000;
+    /// `batch_max_bytes`: the output bytes of a batch's records before it is handed to the
+    /// sink, however few records it holds (docs/scan.md §2.5): 32 MiB.
+    pub const BATCH_MAX_BYTES: usize = 32 * 1024 * 1024;
     /// `batch_size` into a `sqlite` or `postgres` sink when the file gives none: each batch is
     /// one transaction of its rows and the position, whose fixed costs larger batches spread.
     pub const KEYED_BATCH_SIZE: usize = 5000;
@@ -379,6 +382,9 @@ pub struct SourceConfig {
     pub retry: RetryConfig,
     /// Records handed to the sink at once, 1..=1 000 000. Default 1000.
     pub batch_size: usize,
+    /// The output bytes of a batch's records at most, 1 KiB..=1 GiB (a record larger than
+    /// this is a batch of its own). Default 32 MiB.
+    pub batch_max_bytes: usize,
     /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default
     /// `plain`.
     pub value_format: ValueFormat,
@@ -500,6 +506,7 @@ impl SourceConfig {
             read_capacity_fraction: None,
             retry: RetryConfig::DEFAULT,
             batch_size: defaults::BATCH_SIZE,
+            batch_max_bytes: defaults::BATCH_MAX_BYTES,
             value_format: defaults::VALUE_FORMAT,
             snapshot: SnapshotConfig::default(),
         }

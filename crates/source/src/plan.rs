@@ -108,8 +108,8 @@ pub struct ScanPlan {
     pub retry: RetryPolicy,
     /// Plain or typed values.
     pub format: ValueFormat,
-    /// Records per batch.
-    pub batch_size: usize,
+    /// How large a batch may grow.
+    pub batch: BatchLimits,
 }
 
 impl ScanPlan {
@@ -127,7 +127,7 @@ impl ScanPlan {
             read_rule,
             retry: source.retry.policy(),
             format: source.value_format,
-            batch_size: source.batch_size,
+            batch: BatchLimits::of(source),
         })
     }
 }
@@ -153,9 +153,46 @@ impl ScanPlan {
             read_rule: snapshot.read_rule.clone(),
             retry: plan.retry,
             format: plan.format,
-            batch_size: plan.batch_size,
+            batch: plan.batch,
         })
     }
+}
+
+/// How large a batch handed to the sink may grow (docs/scan.md §2.5): it is handed over once
+/// it holds `records` records or `bytes` bytes of output, whichever comes first. A record
+/// larger than `bytes` is a batch of its own. The byte bound keeps memory flat whatever the
+/// items' size: 5000 items of 400 KB would otherwise be one 2 GB batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Records at most (`batch_size`).
+    pub records: usize,
+    /// Output bytes at most (`batch_max_bytes`), the record that crosses it excepted when it
+    /// is the batch's first.
+    pub bytes: usize,
+}
+
+impl BatchLimits {
+    /// `batch_size` and `batch_max_bytes` of `source`.
+    pub fn of(source: &SourceConfig) -> Self {
+        BatchLimits {
+            records: source.batch_size,
+            bytes: source.batch_max_bytes,
+        }
+    }
+
+    /// At most `records` records, and the default byte bound.
+    pub const fn records(records: usize) -> Self {
+        BatchLimits {
+            records,
+            bytes: crate::config::defaults::BATCH_MAX_BYTES,
+        }
+    }
+
+    /// No bound: the caller hands each batch over itself (a fencing sink's page is a batch).
+    pub const UNBOUNDED: BatchLimits = BatchLimits {
+        records: usize::MAX,
+        bytes: usize::MAX,
+    };
 }
 
 /// The table scan of a mirror or a resnapshot: the table is described when it starts.
@@ -194,8 +231,8 @@ pub struct StreamPlan {
     pub on_gap: OnGap,
     /// Stop after this many records.
     pub max_messages: Option<u64>,
-    /// Records per batch.
-    pub batch_size: usize,
+    /// How large a batch may grow.
+    pub batch: BatchLimits,
     /// The table scan of a mirror or a resnapshot.
     pub snapshot: SnapshotPlan,
 }
@@ -218,7 +255,7 @@ impl StreamPlan {
             start_position: source.start_position.unwrap_or(StartPosition::TrimHorizon),
             on_gap: source.on_gap,
             max_messages: source.max_messages.map(|m| m as u64),
-            batch_size: source.batch_size,
+            batch: BatchLimits::of(source),
             snapshot: SnapshotPlan {
                 segments: source.segments,
                 max_concurrency: source.max_concurrency,

@@ -66,6 +66,18 @@ impl Lines {
         &self.buf[start..end]
     }
 
+    /// Bytes of all records, newlines included.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The largest `end` in `from..=to` whose records `from..end` hold at most `room` bytes.
+    pub fn fit(&self, from: usize, to: usize, room: usize) -> usize {
+        let start = if from == 0 { 0 } else { self.ends[from - 1] };
+        let limit = start.saturating_add(room);
+        from + self.ends[from..to].partition_point(|&end| end <= limit)
+    }
+
     /// Appends records `from..to` of `other`.
     pub fn extend_from(&mut self, other: &Lines, from: usize, to: usize) {
         let base = self.buf.len();
@@ -100,6 +112,23 @@ pub enum SegmentCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_fit_in_a_room_of_bytes_whole_or_not_at_all() {
+        let mut lines = Lines::default();
+        for word in ["a", "bb", "ccc"] {
+            lines.push_with(|buf| buf.extend_from_slice(word.as_bytes()));
+        }
+        // "a\n" 2, "bb\n" 3, "ccc\n" 4 bytes.
+        assert_eq!(lines.bytes(), 9);
+        assert_eq!(lines.fit(0, 3, 1), 0);
+        assert_eq!(lines.fit(0, 3, 2), 1);
+        assert_eq!(lines.fit(0, 3, 4), 1);
+        assert_eq!(lines.fit(0, 3, 5), 2);
+        assert_eq!(lines.fit(1, 3, 7), 3);
+        assert_eq!(lines.fit(1, 2, 100), 2, "never past `to`");
+        assert_eq!(lines.fit(2, 3, usize::MAX), 3);
+    }
 
     #[test]
     fn ranges_of_records_keep_their_boundaries() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use ddbpipe_pipeline::streams::StreamRun;
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::FAKE_STREAM_ARN;
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::retry::RetryPolicy;
 use ddbpipe_source::streams::engine::RunBounds;
@@ -33,7 +34,7 @@ pub fn fake_stream_run() -> StreamRun {
         start_position: StartPosition::TrimHorizon,
         on_gap: OnGap::Fail,
         max_messages: None,
-        batch_size: 10,
+        batch: BatchLimits::records(10),
         config_label: "t.yaml".into(),
         kind: StreamKind::Streams,
     }

@@ -15,6 +15,7 @@ use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
+use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::ScanKind;
 
 use super::destination::{self, keyed_sink, output};
@@ -52,7 +53,7 @@ pub async fn load(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         &mut sink,
         &mut checkpointer,
         u64::from(read.segments),
-        KEYED_BATCH_SIZE,
+        BatchLimits::records(KEYED_BATCH_SIZE),
     )
     .await?;
     let measured = meter.stop()?;
@@ -105,7 +106,7 @@ pub async fn stream(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         "the fresh destination holds a streams position"
     );
     let api = ddbpipe_streams::streams_api(&read.endpoint).await;
-    let run = ddbpipe_streams::stream_run(read.concurrency, KEYED_BATCH_SIZE);
+    let run = ddbpipe_streams::stream_run(read.concurrency, BatchLimits::records(KEYED_BATCH_SIZE));
 
     let server = ServerMeter::start(settings.postmaster)?;
     let meter = Meter::start()?;

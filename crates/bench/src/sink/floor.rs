@@ -36,7 +36,7 @@ use anyhow::{Context as _, bail, ensure};
 use bytes::{BufMut as _, BytesMut};
 use ddbpipe_keyed::sink::KeyedSink;
 use ddbpipe_keyed::{KeyValue, RowChange, TableSpec, copy_text};
-use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::batch::{Batch, BatchLimits};
 use ddbpipe_pipeline::sink::{Records, Sink, SinkError, SinkErrorClass, Staged};
 use futures_util::SinkExt as _;
 
@@ -107,7 +107,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         &mut collect,
         &mut state.checkpointer,
         u64::from(read.segments),
-        ddbpipe_client::BATCH_SIZE,
+        BatchLimits::records(ddbpipe_client::BATCH_SIZE),
     )
     .await?;
     let rows = collect.rows;

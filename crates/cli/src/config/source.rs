@@ -210,6 +210,14 @@ pub(super) static SOURCE: &[Field] = &[
         "Records handed to the sink at once, 1..=1000000; when not given, 5000 into a sqlite or \
          postgres sink (a transaction per batch).",
     ),
+    defaulted(
+        "batch_max_bytes",
+        of::<usize>(),
+        || json!(defaults::BATCH_MAX_BYTES),
+        "A batch is handed to the sink once its records hold this many bytes of output, \
+         1024..=1073741824 (1 KiB to 1 GiB), however few they are: memory stays bounded \
+         whatever the items' size. A larger record is a batch of its own.",
+    ),
     optional(
         "snapshot",
         Shape::Section(SNAPSHOT),
@@ -434,6 +442,7 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
     source.read_capacity_fraction = f.get("read_capacity_fraction");
     source.retry = f.section("retry").map(read_retry).unwrap_or_default();
     source.batch_size = f.or("batch_size", source.batch_size);
+    source.batch_max_bytes = f.or("batch_max_bytes", source.batch_max_bytes);
     source.value_format = f.or("value_format", source.value_format);
     source.snapshot = f.section("snapshot").map(read_snapshot).unwrap_or_default();
     (source, f.finish())

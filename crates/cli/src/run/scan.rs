@@ -74,15 +74,8 @@ pub async fn run(
             // The export's files are known once it completed: no segment total yet.
             let bar = ScanProgress::new(progress, table.item_count, 0, 0);
             let reader = engine.typed_reader(&arn, render);
-            let outcome = run_scan(
-                reader,
-                plan.batch_size,
-                &mut sink,
-                &mut checkpointer,
-                stop,
-                &bar,
-            )
-            .await;
+            let outcome =
+                run_scan(reader, plan.batch, &mut sink, &mut checkpointer, stop, &bar).await;
             bar.finish();
             outcome
         }
@@ -100,15 +93,8 @@ pub async fn run(
                 checkpointer.position().done.count(),
                 plan.total_segments,
             );
-            let outcome = run_scan(
-                reader,
-                plan.batch_size,
-                &mut sink,
-                &mut checkpointer,
-                stop,
-                &bar,
-            )
-            .await;
+            let outcome =
+                run_scan(reader, plan.batch, &mut sink, &mut checkpointer, stop, &bar).await;
             bar.finish();
             drop(refresher);
             outcome

@@ -78,7 +78,7 @@ pub async fn run(
     let outcome = LeasedScan {
         reader,
         worker,
-        batch_size: plan.batch_size,
+        batch: plan.batch,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
         identity: run_identity(config, &location, None),
         snapshot: None,
@@ -313,7 +313,7 @@ pub async fn run_mirror(
         scan: LeasedScan {
             reader,
             worker: worker_on(leases.clone(), config, coordination, &worker_id)?,
-            batch_size: plan.batch_size,
+            batch: plan.batch,
             checkpoint_interval,
             identity: identity.clone(),
             snapshot: None,

@@ -48,8 +48,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::units::{self, Checkpointed, Took};
-use super::{PAGE_ITEMS_GUESS, Progress, RunError, pending_deadline, sleep_until};
-use crate::batch::{Batch, Batcher};
+use super::{Progress, RunError, batch_pages, pending_deadline, sleep_until};
+use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink};
 use crate::state::identity::Identity;
@@ -63,8 +63,8 @@ pub struct LeasedScan<A, T> {
     pub reader: SegmentReader<A>,
     /// This worker on the lease table.
     pub worker: Worker<T>,
-    /// Records per batch.
-    pub batch_size: usize,
+    /// How large a batch may grow.
+    pub batch: BatchLimits,
     /// Least time between two checkpoints of one segment (`state.flush_interval_ms`).
     pub checkpoint_interval: Duration,
     /// The run's settings, kept in the leader row: a worker with other settings is refused.
@@ -136,14 +136,13 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         let LeasedScan {
             reader,
             worker,
-            batch_size,
+            batch,
             checkpoint_interval,
             identity,
             snapshot,
         } = self;
         let total = reader.total_segments.max(1);
-        let (tx, rx) =
-            mpsc::channel(reader.max_concurrency.max(1) + batch_size.div_ceil(PAGE_ITEMS_GUESS));
+        let (tx, rx) = mpsc::channel(reader.max_concurrency.max(1) + batch_pages(batch));
         let mut run = Run {
             reader,
             worker,
@@ -162,7 +161,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             stopping: false,
         };
         sink.start(RunStart::Resumed).await?;
-        let result = run.drive(sink, rx, batch_size, &stop, progress).await;
+        let result = run.drive(sink, rx, batch, &stop, progress).await;
         // Whatever happened, what was acknowledged is checkpointed and the leases handed back,
         // so the other workers take them at their next round instead of after expiry.
         let saved = run.save_all(true).await;
@@ -224,13 +223,17 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         &mut self,
         sink: &mut S,
         mut rx: mpsc::Receiver<PageOut>,
-        batch_size: usize,
+        limits: BatchLimits,
         stop: &Cancel,
         progress: &dyn Progress,
     ) -> Result<bool, RunError> {
         // A fencing sink gets one unit per batch: a page is a batch (module docs, Fencing).
         let fenced = sink.fences();
-        let mut batcher = Batcher::new(if fenced { usize::MAX } else { batch_size });
+        let mut batcher = Batcher::new(if fenced {
+            BatchLimits::UNBOUNDED
+        } else {
+            limits
+        });
         let mut deadline: Option<Instant> = None;
         let mut next_round = Instant::now();
         let interval = self.worker.settings().renew_interval();

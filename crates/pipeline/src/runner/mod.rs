@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::batch::{Batch, Batcher};
+use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::checkpoint::Checkpointer;
 use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink, SinkError};
@@ -108,10 +108,23 @@ pub struct ScanOutcome {
 /// memory is at most a megabyte a page whatever the items' size.
 const PAGE_ITEMS_GUESS: usize = 1000;
 
+/// DynamoDB's largest page (a `Scan`/`Query` answer or a `GetRecords` answer).
+const PAGE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Pages a batch is assumed to span, for the queue's room: by its record count at
+/// [`PAGE_ITEMS_GUESS`] a page, and no more than its byte bound fills with full pages.
+pub(crate) fn batch_pages(limits: BatchLimits) -> usize {
+    limits
+        .records
+        .div_ceil(PAGE_ITEMS_GUESS)
+        .min(limits.bytes.div_ceil(PAGE_BYTES_MAX))
+        .max(1)
+}
+
 /// Runs a scan or query to completion (or until `stop`), writing to `sink`.
 pub async fn run_scan<R: PageSource, S: Sink>(
     reader: R,
-    batch_size: usize,
+    limits: BatchLimits,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
     stop: Cancel,
@@ -126,7 +139,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     let (read_stop, read_cancel) = Cancel::new();
     // Room for a whole batch besides one page per reader, so the next batch is read while
     // the sink writes one (docs/scan.md §2.4).
-    let (tx, mut rx) = mpsc::channel(reader.in_flight() + batch_size.div_ceil(PAGE_ITEMS_GUESS));
+    let (tx, mut rx) = mpsc::channel(reader.in_flight() + batch_pages(limits));
     let done = checkpointer.position().done.clone();
     let cursors = checkpointer.position().cursors.clone();
     let limiter = reader.limiter();
@@ -137,7 +150,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     ));
 
     let units = || limiter.total_units();
-    let mut out = Delivery::new(sink, checkpointer, batch_size, progress, &units);
+    let mut out = Delivery::new(sink, checkpointer, limits, progress, &units);
     let mut stopping = false;
     let mut read_result: Option<Result<(), ReadError>> = None;
     let mut read = 0u64;
@@ -235,14 +248,14 @@ pub struct StreamOutcome {
 pub async fn run_stream<A: StreamsApi, S: Sink>(
     engine: StreamEngine<A>,
     mut handed: mpsc::Receiver<Handed>,
-    batch_size: usize,
+    limits: BatchLimits,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, RunError> {
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
     let no_units = || 0.0;
-    let mut out = Delivery::new(sink, checkpointer, batch_size, progress, &no_units);
+    let mut out = Delivery::new(sink, checkpointer, limits, progress, &no_units);
     let ended = loop {
         tokio::select! {
             biased;
@@ -294,14 +307,14 @@ impl<'a, S: Sink> Delivery<'a, S> {
     fn new(
         sink: &'a mut S,
         checkpointer: &'a mut Checkpointer,
-        batch_size: usize,
+        limits: BatchLimits,
         progress: &'a dyn Progress,
         units: &'a dyn Fn() -> f64,
     ) -> Self {
         Delivery {
             sink,
             checkpointer,
-            batcher: Batcher::new(batch_size),
+            batcher: Batcher::new(limits),
             deadline: None,
             written: 0,
             progress,

@@ -30,7 +30,7 @@ use super::{
     AbortOnDrop, BATCH_LINGER, Progress, RunError, deliver, engine_failed, scheduler_failed,
     sleep_until,
 };
-use crate::batch::{Batch, Batcher};
+use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::checkpoint::Checkpointer;
 use crate::sink::Sink;
 
@@ -53,9 +53,9 @@ struct Side {
 }
 
 impl Side {
-    fn new(batch_size: usize) -> Self {
+    fn new(limits: BatchLimits) -> Self {
         Side {
-            batcher: Batcher::new(batch_size),
+            batcher: Batcher::new(limits),
             deadline: None,
         }
     }
@@ -79,7 +79,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     engine: StreamEngine<A>,
     engine_stop: CancelHandle,
     mut handed: mpsc::Receiver<Handed>,
-    batch_size: usize,
+    limits: BatchLimits,
     sink: &mut S,
     checkpointer: &mut Checkpointer,
     stop: Cancel,
@@ -97,8 +97,8 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     ));
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 
-    let mut scan = Side::new(batch_size);
-    let mut stream = Side::new(batch_size);
+    let mut scan = Side::new(limits);
+    let mut stream = Side::new(limits);
     let mut outcome = TogetherOutcome {
         snapshot_rows: 0,
         changes: 0,

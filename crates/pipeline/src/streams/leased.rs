@@ -63,7 +63,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{HANDOVER_DEPTH, StreamRun};
-use crate::batch::{Batch, Batcher};
+use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
 use crate::runner::units::{self, Checkpointed, Took};
 use crate::runner::{LeaseCounts, Progress, RunError, pending_deadline, sleep_until};
@@ -240,9 +240,9 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         // A fencing sink gets one shard per batch (its fence), so a hand-over is a batch.
         let fenced = sink.fences();
         let mut batcher = Batcher::new(if fenced {
-            usize::MAX
+            BatchLimits::UNBOUNDED
         } else {
-            self.run.batch_size
+            self.run.batch
         });
         let mut deadline: Option<Instant> = None;
         let mut next_round = Instant::now();

@@ -28,7 +28,7 @@ use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::plan::StreamPlan;
+use ddbpipe_source::plan::{BatchLimits, StreamPlan};
 use ddbpipe_source::position::{RepairRecord, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, RetryPolicy};
 use ddbpipe_source::streams::engine::{RunBounds, StreamEngine};
@@ -76,8 +76,8 @@ pub struct StreamRun {
     pub on_gap: OnGap,
     /// Stop after this many records.
     pub max_messages: Option<u64>,
-    /// Records per batch.
-    pub batch_size: usize,
+    /// How large a batch may grow.
+    pub batch: BatchLimits,
     /// The config path as the user gave it (for remedies in messages).
     pub config_label: String,
     /// `streams`, or `mirror`: a mirror's first run captures every shard at its trim horizon
@@ -100,7 +100,7 @@ impl StreamRun {
             start_position: plan.start_position,
             on_gap: plan.on_gap,
             max_messages: plan.max_messages,
-            batch_size: plan.batch_size,
+            batch: plan.batch,
             config_label,
             kind: if plan.mode == Mode::Mirror {
                 StreamKind::Mirror
@@ -514,7 +514,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .await;
     // The stream has no total to show progress against: the observer is told so.
     progress.streaming();
-    Ok(run_stream(engine, rx, run.batch_size, sink, checkpointer, progress).await?)
+    Ok(run_stream(engine, rx, run.batch, sink, checkpointer, progress).await?)
 }
 
 /// Before an open snapshot resumes with the stream beside it: the stored shard positions must

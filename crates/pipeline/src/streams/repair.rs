@@ -110,7 +110,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             let reader = repairs.incremental_reader(&arn, Arc::clone(&shape));
             let outcome = run_scan(
                 reader,
-                run.batch_size,
+                run.batch,
                 sink,
                 checkpointer,
                 self.stop.clone(),

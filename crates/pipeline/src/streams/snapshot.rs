@@ -264,7 +264,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                 );
                 run_scan(
                     reader,
-                    run.batch_size,
+                    run.batch,
                     sink,
                     checkpointer,
                     self.stop.clone(),
@@ -325,7 +325,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             engine,
             engine_stop,
             handed,
-            run.batch_size,
+            run.batch,
             sink,
             checkpointer,
             self.stop.clone(),

@@ -3,7 +3,8 @@
 //! # Validation
 //! Rules run in the order of docs/config.md §1.3 and every failing rule is reported, never only the first:
 //! 1. `table_name` is not blank.
-//! 2. `batch_size` is 1..=1 000 000 (0, "one batch for the whole run", is refused).
+//! 2. `batch_size` is 1..=1 000 000 (0, "one batch for the whole run", is refused);
+//!    `batch_max_bytes` is 1 KiB..=1 GiB.
 //! 3. `segments` is 1..=1 000 000.
 //! 4. Query mode reads one segment.
 //! 5. Counts and limits that must be at least 1 are.
@@ -36,6 +37,8 @@ use crate::capacity::{MAX_READ_RATE, MIN_READ_RATE};
 
 const MAX_SEGMENTS: u32 = 1_000_000;
 const MAX_BATCH_SIZE: usize = 1_000_000;
+/// `batch_max_bytes`' range (rule 2).
+const BATCH_BYTES: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024 * 1024;
 const MAX_RECORDS_PER_REQUEST: u32 = 1000;
 const MAX_POLL_INTERVAL_MS: u64 = 600_000;
 const ATTEMPT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1000..=600_000;
@@ -85,6 +88,16 @@ impl SourceConfig {
             fail(
                 "batch_size",
                 format!("batch_size must be 1..=1000000 (got {got})"),
+            );
+        }
+        if !BATCH_BYTES.contains(&self.batch_max_bytes) {
+            let got = self.batch_max_bytes;
+            fail(
+                "batch_max_bytes",
+                format!(
+                    "batch_max_bytes must be 1024..=1073741824 (1 KiB to 1 GiB; got {got}): it \
+                     bounds the memory a batch holds"
+                ),
             );
         }
         // 3.
@@ -558,6 +571,26 @@ mod tests {
                 "source.discovery_interval_secs",
             ]
         );
+    }
+
+    #[test]
+    fn a_batch_byte_bound_outside_1_kib_to_1_gib_is_refused() {
+        for (bytes, refused) in [
+            (0, true),
+            (1023, true),
+            (1024, false),
+            (1 << 30, false),
+            ((1 << 30) + 1, true),
+        ] {
+            let mut config = SourceConfig::new("orders");
+            config.batch_max_bytes = bytes;
+            let want: &[&str] = if refused {
+                &["source.batch_max_bytes"]
+            } else {
+                &[]
+            };
+            assert_eq!(paths(&config), want, "{bytes}");
+        }
     }
 
     #[test]

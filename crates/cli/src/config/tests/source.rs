@@ -85,8 +85,12 @@ fn a_minimal_file_takes_every_documented_default() {
         (10_000, 30_000)
     );
     assert_eq!(
-        (source.batch_size, source.value_format),
-        (1000, ValueFormat::Plain)
+        (
+            source.batch_size,
+            source.batch_max_bytes,
+            source.value_format
+        ),
+        (1000, 32 * 1024 * 1024, ValueFormat::Plain)
     );
     let SinkConfig::Jsonl(jsonl) = &config.sink else {
         panic!("a jsonl sink");
@@ -183,6 +187,11 @@ fn every_source_rule_reports_its_wording() {
         (
             "batch_size: 1000001",
             "source.batch_size: batch_size must be 1..=1000000 (got 1000001)",
+        ),
+        (
+            "batch_max_bytes: 1000",
+            "source.batch_max_bytes: batch_max_bytes must be 1024..=1073741824 (1 KiB to 1 GiB; \
+             got 1000): it bounds the memory a batch holds",
         ),
         // 3
         (
