@@ -23,6 +23,7 @@ use ddbpipe_source::api::Render;
 use ddbpipe_source::aws::{self, AwsTableApi, ClientSettings};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::{Credentials, Secret, SourceConfig};
+use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
@@ -59,7 +60,9 @@ pub struct FileState {
 pub fn client_settings(endpoint: &str) -> ClientSettings {
     ClientSettings {
         region: Some("us-east-1".to_string()),
-        endpoint_url: Some(endpoint.to_string()),
+        endpoint_url: Some(
+            EndpointUrl::new(endpoint).expect("the bench's emulator endpoint is an http URL"),
+        ),
         credentials: Credentials::AccessKey {
             access_key_id: "AKIDBENCH".to_string(),
             secret_access_key: Secret::new("bench-secret"),

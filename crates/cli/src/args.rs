@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+use ddbpipe_source::endpoint::EndpointUrl;
 
 /// Get data out of Amazon DynamoDB: parallel scans, queries, change streams and mirrors into
 /// JSON Lines, SQLite or PostgreSQL, resumable.
@@ -135,7 +136,7 @@ pub struct AwsArgs {
     pub region: Option<String>,
     /// Endpoint URL (an emulator, a VPC endpoint).
     #[arg(long)]
-    pub endpoint_url: Option<String>,
+    pub endpoint_url: Option<EndpointUrl>,
     /// Named AWS profile.
     #[arg(long)]
     pub profile: Option<String>,

@@ -43,8 +43,8 @@ fn build(sdk: &aws::SdkSettings, source: &SourceConfig) -> AwsExports {
     let snapshot = &source.snapshot;
     let endpoint = snapshot
         .s3_endpoint_url
-        .as_deref()
-        .or(source.endpoint_url.as_deref());
+        .as_ref()
+        .or(source.endpoint_url.as_ref());
     let s3 = aws::s3_client(sdk, snapshot.s3_region.as_deref(), endpoint);
     ExportEngine {
         exports: Arc::new(aws::export_api(sdk)),

@@ -106,7 +106,8 @@ pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
         out.push_str(&format!("  region: {region}\n"));
     }
     if let Some(url) = &args.aws.endpoint_url {
-        out.push_str(&format!("  endpoint_url: {url}\n"));
+        // The pipeline file asked for: the URL as given, not masked.
+        out.push_str(&format!("  endpoint_url: {}\n", url.expose()));
     }
     if let Some(profile) = &args.aws.profile {
         out.push_str(&format!(

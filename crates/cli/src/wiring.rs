@@ -9,6 +9,7 @@ use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_source::api::{TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi};
 use ddbpipe_source::config::SourceConfig;
+use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{self, ResolvedStream};
 use ddbpipe_source::retry::Cancel;
@@ -111,7 +112,10 @@ pub async fn describe<A: TableApi>(
                 }
                 None => Some(format!(
                     "check source.endpoint_url / source.region: {} could not be reached",
-                    source.endpoint_url.as_deref().unwrap_or("DynamoDB")
+                    source
+                        .endpoint_url
+                        .as_ref()
+                        .map_or("DynamoDB".to_string(), EndpointUrl::masked)
                 )),
                 _ => None,
             };

@@ -285,6 +285,111 @@ fn no_credentials_value_reaches_any_output_of_any_command() {
     }
 }
 
+/// Issue 24 item 10: an endpoint URL's user-info and query values reach no output — log lines
+/// (JSON and text), errors and hints, `--json` answers, the state file, `state show` — and an
+/// entry an earlier ddbpipe stored with the password still reads, and is stored masked.
+#[test]
+fn an_endpoints_password_reaches_no_output_of_any_command() {
+    const SECRET: &str = "Wq7xK9zTpw";
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    running.put_pk("items", "a", "1");
+    let endpoint = running
+        .endpoint
+        .replace("http://", &format!("http://user:{SECRET}@"));
+    let masked = running.endpoint.replace("http://", "http://***@");
+    let pipeline = Pipeline::new(
+        "items-export",
+        &endpoint,
+        "table_name: items\nmode: mirror\nidle_termination_secs: 1",
+    );
+
+    // A run in text logs, then the state file it wrote.
+    let run = pipeline.ddbpipe(&["run", "--progress", "never", "--log-level", "trace"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    common::assert_hidden(&stderr(&run), SECRET, 6, "run (text logs)");
+    let state = std::fs::read_to_string(&pipeline.state).unwrap();
+    common::assert_hidden(&state, SECRET, 6, "the state file");
+    assert!(state.contains(&masked), "{state}");
+
+    // As an earlier ddbpipe stored it: with the password, fingerprinted so.
+    let mut doc: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let entry = &mut doc["pipelines"]["items-export"];
+    entry["identity"]["endpoint_url"] = serde_json::json!(endpoint);
+    entry["fingerprint"] = serde_json::json!(
+        ddbpipe_pipeline::state::identity::Identity::fingerprint_of(&entry["identity"])
+    );
+    std::fs::write(&pipeline.state, doc.to_string()).unwrap();
+    let (show, text) = common::traced(&pipeline, &["state", "show", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{text}");
+    assert!(text.contains(&masked), "{text}");
+    common::assert_hidden(&text, SECRET, 6, "state show --json of an earlier entry");
+    for args in common::COMMANDS {
+        let (output, text) = common::traced(&pipeline, args);
+        assert_ne!(output.status.code(), Some(2), "{args:?}: {text}");
+        common::assert_hidden(&text, SECRET, 6, &format!("{args:?}"));
+        if args[0] == "run" {
+            assert_eq!(output.status.code(), Some(0), "{args:?}: {text}");
+            let state = std::fs::read_to_string(&pipeline.state).unwrap();
+            common::assert_hidden(&state, SECRET, 6, "the state file written again");
+        }
+    }
+    let discover = common::ddbpipe_with_test_credentials(&[
+        "discover",
+        "--json",
+        "--region",
+        "us-east-1",
+        "--endpoint-url",
+        &endpoint,
+        "--log-level",
+        "trace",
+    ]);
+    assert_eq!(discover.status.code(), Some(0), "{}", stderr(&discover));
+    let text = format!("{}{}", stdout(&discover), stderr(&discover));
+    common::assert_hidden(&text, SECRET, 6, "discover --json");
+
+    // Refused when read, by every command, without quoting the URL: a query (presigned
+    // style), and a ${…} problem in the value.
+    let refused = [
+        (
+            format!("endpoint_url: 'http://h/?X-Amz-Signature={SECRET}'"),
+            "source.endpoint_url",
+        ),
+        (
+            format!(
+                "snapshot: {{engine: export, s3_bucket: b, \
+                 s3_endpoint_url: 'http://u:{SECRET}@s3.local/?X-Amz-Signature={SECRET}'}}"
+            ),
+            "source.snapshot.s3_endpoint_url",
+        ),
+        (
+            format!("endpoint_url: 'http://u:{SECRET}${{@h'"),
+            "source.endpoint_url",
+        ),
+    ];
+    let config = pipeline.dir.path().join("refused.yaml");
+    for (line, field) in refused {
+        std::fs::write(
+            &config,
+            format!(
+                "name: items-export\nsource:\n  table_name: items\n  region: us-east-1\n  \
+                 credentials: {{type: access_key, config: {{access_key_id: testing, \
+                 secret_access_key: testing}}}}\n  {line}\nsink:\n  type: jsonl\n  path: out.jsonl\n"
+            ),
+        )
+        .unwrap();
+        for args in common::COMMANDS {
+            let (output, said) = common::traced_at(&config, args);
+            assert_eq!(output.status.code(), Some(2), "{line} {args:?}: {said}");
+            assert!(said.contains(field), "{line} {args:?}: {said}");
+            common::assert_hidden(&said, SECRET, 6, &format!("{line} {args:?}"));
+        }
+    }
+}
+
 /// Issue 11: relative paths in a pipeline file are relative to the file's directory, so a
 /// run from cron (another working directory) writes and resumes the same files.
 #[test]
@@ -650,6 +755,21 @@ fn an_unreachable_endpoint_fails_with_a_clear_error() {
         pipeline.entry("items-export").is_none(),
         "nothing was stored"
     );
+    // Issue 24 item 10: the hint names the endpoint without its password.
+    let with_password = format!("http://user:Wq7xK9zTpw@127.0.0.1:{port}");
+    pipeline.write(
+        "items-export",
+        &with_password,
+        "table_name: items\nretry: {max_retries: 1, initial_backoff_ms: 10}",
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!("hint: check source.endpoint_url / source.region: http://***@127.0.0.1:{port} could not be reached")),
+        "{err}"
+    );
+    common::assert_hidden(&err, "Wq7xK9zTpw", 6, "the hint");
 }
 
 /// `check` must fail where `run` fails at once, with the message `run` gives.

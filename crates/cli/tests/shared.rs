@@ -518,6 +518,68 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
     }
 }
 
+/// Issue 24 item 10: the password of an endpoint URL reaches no lease row (the leader row
+/// keeps the run's identity), metric, log line, `check --json` or `state show --json` of a
+/// shared run.
+#[test]
+fn an_endpoints_password_reaches_no_lease_row_or_metric_of_a_shared_run() {
+    const SECRET: &str = "Wq7xK9zTpw";
+    let running = Emulator::Dynoxide.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = running
+        .endpoint
+        .replace("http://", &format!("http://user:{SECRET}@"));
+    let config = shared_pipeline(dir.path(), &endpoint, Some("only-worker"));
+    let port = common::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let worker = common::spawn_run_with(
+        &config,
+        &[
+            "--metrics-addr",
+            &address,
+            "--log-format",
+            "json",
+            "--log-level",
+            "trace",
+        ],
+    );
+    let mut metrics = String::new();
+    let writing = common::wait_for(Duration::from_secs(60), || {
+        metrics = common::scrape_metrics(port);
+        metrics.contains("ddbpipe_leases_held")
+            && worker_files(dir.path())
+                .first()
+                .is_some_and(|f| !keys_in(f).is_empty())
+    });
+    assert!(writing, "{metrics}");
+    let rows = common::rt()
+        .block_on(running.client.scan().table_name("ddbpipe-leases").send())
+        .unwrap();
+    let rows = format!("{:?}", rows.items());
+    assert!(rows.contains("leader"), "{rows}");
+    let mut said = String::new();
+    let commands: [&[&str]; 2] = [&["check", "--json"], &["state", "show", "--json"]];
+    for args in commands {
+        let (_, text) = common::traced_at(&config, args);
+        said.push_str(&text);
+    }
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    for (text, what) in [
+        (&rows, "the lease rows"),
+        (&metrics, "the metrics"),
+        (&said, "check and state show"),
+        (&stderr(&output), "the worker's log"),
+    ] {
+        common::assert_hidden(text, SECRET, 6, what);
+    }
+    assert!(
+        rows.contains(&running.endpoint.replace("http://", "http://***@")),
+        "the leader row keeps the masked endpoint: {rows}"
+    );
+}
+
 /// A shared `mode: mirror` pipeline into `sink`: a slow snapshot (6 segments, 10 items a page,
 /// two read units a second per worker), then the stream, followed until stopped.
 fn shared_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {

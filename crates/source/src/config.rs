@@ -15,6 +15,8 @@ use std::fmt;
 use ddbpipe_value::{Value, ValueFormat};
 use serde::{Deserialize, Serialize};
 
+use crate::endpoint::EndpointUrl;
+
 /// The documented default of every source field that has one.
 pub mod defaults {
     /// `mode`: a parallel scan of the whole table.
@@ -307,7 +309,7 @@ pub struct SourceConfig {
     pub region: Option<String>,
     /// An endpoint URL for both the DynamoDB and the Streams client, e.g. a local emulator.
     /// Unset: the AWS endpoints of the region.
-    pub endpoint_url: Option<String>,
+    pub endpoint_url: Option<EndpointUrl>,
     /// Where the AWS credentials come from. Default `{type: default}`.
     pub credentials: Credentials,
     /// What a run reads: `scan`, `query`, `streams` or ★`mirror`. Default `scan`.
@@ -436,7 +438,7 @@ pub struct SnapshotConfig {
     /// The bucket's region; unset: the source's.
     pub s3_region: Option<String>,
     /// An S3 endpoint (path-style); unset: `source.endpoint_url` when set.
-    pub s3_endpoint_url: Option<String>,
+    pub s3_endpoint_url: Option<EndpointUrl>,
     /// A completed full export to read instead of starting one.
     pub export_arn: Option<String>,
 }

@@ -24,6 +24,7 @@ pub mod aws;
 pub mod capacity;
 pub mod clock;
 pub mod config;
+pub mod endpoint;
 pub mod error;
 pub mod events;
 pub mod export;

@@ -90,8 +90,13 @@ impl Report {
 
 /// Where every value is a secret or may hold one: a message about a value there names its
 /// kind, never the value (issue 9 item 4: a value typed into the wrong place is still a
-/// secret).
-const SECRET_SECTIONS: [&str; 2] = ["source.credentials", "sink.url"];
+/// secret). An endpoint URL may hold a password or a signature (docs/config.md §1.4).
+const SECRET_SECTIONS: [&str; 4] = [
+    "source.credentials",
+    "sink.url",
+    "source.endpoint_url",
+    "source.snapshot.s3_endpoint_url",
+];
 
 /// Whether a value at `path` may be a secret.
 pub(super) fn is_secret(path: &str) -> bool {

@@ -307,7 +307,7 @@ fn init_texts() -> Vec<(String, String)> {
                 sink,
                 aws: AwsArgs {
                     region: Some("eu-west-1".into()),
-                    endpoint_url: Some("http://localhost:8000".into()),
+                    endpoint_url: Some("http://localhost:8000".parse().unwrap()),
                     profile: Some("analytics".into()),
                 },
                 output: None,

@@ -6,6 +6,7 @@ use ddbpipe_source::config::{
     Credentials, Mode, OnGap, RetryConfig, Secret, SnapshotConfig, SnapshotEngine, SourceConfig,
     StartPosition, defaults,
 };
+use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat, value_from_typed_json};
 use serde_json::json;
 use yaml_serde::Value;
@@ -32,7 +33,7 @@ pub(super) static SOURCE: &[Field] = &[
     ),
     optional(
         "endpoint_url",
-        of::<String>(),
+        of::<EndpointUrl>(),
         "Endpoint of both the DynamoDB and the Streams client (an emulator, a VPC endpoint).",
     ),
     optional(
@@ -291,7 +292,7 @@ static SNAPSHOT: &[Field] = &[
     ),
     optional(
         "s3_endpoint_url",
-        of::<String>(),
+        of::<EndpointUrl>(),
         "An S3 endpoint, addressed path-style; unset: source.endpoint_url when set.",
     ),
     optional(

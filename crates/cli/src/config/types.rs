@@ -2,6 +2,7 @@
 //! number), with their JSON Schema, and the words messages use for found values and near misses.
 
 use ddbpipe_source::config::{Mode, OnGap, Secret, SnapshotEngine, StartPosition};
+use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_value::ValueFormat;
 use serde_json::{Value as Json, json};
 use yaml_serde::Value;
@@ -48,6 +49,25 @@ impl FromYaml for Secret {
     fn to_json(&self) -> Json {
         // Never the secret: no secret has a default to compare.
         json!("***")
+    }
+}
+
+impl FromYaml for EndpointUrl {
+    // The value never appears in a message: it may hold a password or a signature.
+    fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String> {
+        let text = match (value, substituted) {
+            (Value::String(text), _) => text,
+            (other, _) => return Err(format!("expected a URL, found {}", kind(&other))),
+        };
+        EndpointUrl::new(text).map_err(|e| e.to_string())
+    }
+    fn schema() -> Json {
+        // The rules (docs/config.md §1.4) are checked when the file is read.
+        json!({"type": "string"})
+    }
+    fn to_json(&self) -> Json {
+        // No endpoint has a default to compare.
+        json!(self.masked())
     }
 }
 

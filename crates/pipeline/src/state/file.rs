@@ -109,14 +109,14 @@ impl Entry {
                 return Err(corrupt(path, here(key), "unknown field"));
             }
         }
-        let identity = match entry.get("identity") {
-            Some(identity @ Json::Object(_)) => Identity::from_json(identity.clone()),
+        let stored = match entry.get("identity") {
+            Some(identity @ Json::Object(_)) => identity,
             _ => {
                 return Err(corrupt(path, here("identity"), "missing or not an object"));
             }
         };
         match entry.get("fingerprint") {
-            Some(Json::String(f)) if *f == identity.fingerprint() => {}
+            Some(Json::String(f)) if *f == Identity::fingerprint_of(stored) => {}
             Some(Json::String(_)) => {
                 return Err(corrupt(
                     path,
@@ -132,6 +132,7 @@ impl Entry {
                 ));
             }
         }
+        let identity = Identity::from_json(stored.clone());
         let updated_at = match entry.get("updated_at") {
             Some(Json::String(s)) => s.clone(),
             _ => {
@@ -443,6 +444,31 @@ mod tests {
                  \"updated_at\":\"2026-10-01T12:00:00.123Z\"}}}},\"version\":1}}\n"
             )
         );
+    }
+
+    #[test]
+    fn an_entry_stored_with_an_endpoints_password_reads_masked_and_is_stored_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        // As an earlier ddbpipe wrote it: the endpoint as given, fingerprinted so.
+        let identity = json!({"endpoint_url": "http://u:s3cr3t@h:8000", "table_name": "orders"});
+        let fp = Identity::fingerprint_of(&identity);
+        let text = format!(
+            "{{\"format\":\"ddbpipe-state\",\"pipelines\":{{\"orders\":{{\"fingerprint\":\"{fp}\",\
+             \"identity\":{identity},\"last_completed\":null,\"position\":null,\
+             \"updated_at\":\"2026-10-01T12:00:00.123Z\"}}}},\"version\":1}}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let file = StateFile::new(&path);
+        let entry = file.load("orders").unwrap().unwrap();
+        assert_eq!(
+            entry.identity.as_json()["endpoint_url"],
+            "http://***@h:8000"
+        );
+        file.store("orders", Some(&entry)).unwrap();
+        let stored = std::fs::read_to_string(&path).unwrap();
+        assert!(!stored.contains("s3cr3t"), "{stored}");
+        assert_eq!(file.load("orders").unwrap(), Some(entry));
     }
 
     #[test]

@@ -25,9 +25,15 @@
 //!    stream), or removing it again, keeps reading the same shards. Whether the table's
 //!    current stream is still that one is start-up gap detection's question (layer 1), not
 //!    the identity's.
+//! 5. The endpoint is kept masked (user-info and query values hidden, the rules of
+//!    `ddbpipe_source::endpoint`): an identity is shown (`state show`, `check`, changes) and
+//!    stored (state files, keyed state tables, a shared run's leader row). A stored identity
+//!    is masked when read, so one written with its secrets by an earlier ddbpipe compares equal
+//!    and is stored masked from the next write on; an endpoint without secrets is unchanged.
 
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::config::{Mode, SourceConfig};
+use ddbpipe_source::endpoint::mask_url;
 use ddbpipe_source::position::Position;
 use serde_json::{Map, Value as Json, json};
 use sha2::{Digest, Sha256};
@@ -44,7 +50,9 @@ pub struct Identity(Json);
 pub struct Location {
     /// The region the clients use (resolved by `aws-config`); `None` = no region.
     pub region: Option<String>,
-    /// The endpoint override in use; `None` = the AWS endpoint of the region.
+    /// The endpoint override in use, as the SDK holds it (from the config or the
+    /// environment); `None` = the AWS endpoint of the region. The identity keeps it masked
+    /// (rule 5).
     pub endpoint_url: Option<String>,
     /// The account that owns the table, from its ARN; `None` = not learned (rule 2).
     pub account: Option<String>,
@@ -108,7 +116,8 @@ impl Identity {
             unreachable!("the source identity is an object")
         };
         fields.insert("region".into(), json!(location.region));
-        fields.insert("endpoint_url".into(), json!(location.endpoint_url));
+        let endpoint = location.endpoint_url.as_deref().map(mask_url);
+        fields.insert("endpoint_url".into(), json!(endpoint));
         if let Some(account) = &location.account {
             fields.insert("account".into(), json!(account));
         }
@@ -163,8 +172,13 @@ impl Identity {
         }))
     }
 
-    /// An identity read back from a state file.
-    pub fn from_json(json: Json) -> Self {
+    /// An identity read back from a state file or a leader row, its endpoint masked (rule 5).
+    pub fn from_json(mut json: Json) -> Self {
+        if let Some(endpoint) = json.get_mut("endpoint_url")
+            && let Json::String(url) = endpoint
+        {
+            *url = mask_url(url);
+        }
         Identity(json)
     }
 
@@ -175,7 +189,13 @@ impl Identity {
 
     /// `"sha256:"` + lowercase hex SHA-256 of the compact sorted JSON.
     pub fn fingerprint(&self) -> String {
-        let digest = Sha256::digest(self.0.to_string().as_bytes());
+        Self::fingerprint_of(&self.0)
+    }
+
+    /// The fingerprint of an identity as stored, before [`Identity::from_json`] masks it: what
+    /// the stored fingerprint beside it was made from.
+    pub fn fingerprint_of(json: &Json) -> String {
+        let digest = Sha256::digest(json.to_string().as_bytes());
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         format!("sha256:{hex}")
     }
@@ -286,6 +306,37 @@ mod tests {
                 "{changes:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_endpoint_is_kept_masked_and_one_stored_with_its_secrets_compares_equal() {
+        let source = SourceConfig::new("orders");
+        let at = |url: &str| Location {
+            endpoint_url: Some(url.into()),
+            ..east()
+        };
+        let secret = "http://user:s3cr3t@127.0.0.1:8000";
+        let now = Identity::of(&source, &at(secret), None);
+        assert_eq!(now.as_json()["endpoint_url"], "http://***@127.0.0.1:8000");
+        // Stored by an earlier ddbpipe with the password: read masked, no change.
+        let mut earlier = now.as_json().clone();
+        earlier["endpoint_url"] = json!(secret);
+        let stored = Identity::from_json(earlier.clone());
+        assert!(!stored.as_json().to_string().contains("s3cr3t"));
+        assert!(now.changes_from(&stored, true).is_empty());
+        assert_ne!(Identity::fingerprint_of(&earlier), stored.fingerprint());
+        // Another host still counts, and the change shows no secret.
+        let other = Identity::of(&source, &at("http://user:0ther@127.0.0.2:8000"), None);
+        let changes = other.changes_from(&stored, true);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(!changes[0].contains("s3cr3t") && !changes[0].contains("0ther"));
+        // Without secrets: stored as given, the fingerprint it always had.
+        let plain = Identity::of(&source, &at("http://127.0.0.1:8000"), None);
+        assert_eq!(plain.as_json()["endpoint_url"], "http://127.0.0.1:8000");
+        assert_eq!(
+            Identity::from_json(plain.as_json().clone()).fingerprint(),
+            Identity::fingerprint_of(plain.as_json())
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::api_error;
+use crate::endpoint::EndpointUrl;
 use crate::error::ApiError;
 use crate::export::api::{
     ExportApi, ExportKind, ExportState, ExportStatus, ObjectBody, ObjectStore, Recovery,
@@ -161,14 +162,14 @@ impl ObjectStore for AwsObjectStore {
 pub fn s3_client(
     config: &aws_config::SdkConfig,
     region: Option<&str>,
-    endpoint_url: Option<&str>,
+    endpoint_url: Option<&EndpointUrl>,
 ) -> aws_sdk_s3::Client {
     let mut builder = aws_sdk_s3::config::Builder::from(config);
     if let Some(region) = region {
         builder = builder.region(aws_config::Region::new(region.to_string()));
     }
     if let Some(url) = endpoint_url {
-        builder = builder.endpoint_url(url).force_path_style(true);
+        builder = builder.endpoint_url(url.expose()).force_path_style(true);
     }
     aws_sdk_s3::Client::from_conf(builder.build())
 }

@@ -39,6 +39,7 @@ pub use streams::AwsStreamsApi;
 pub use table::AwsTableApi;
 
 use crate::config::Credentials;
+use crate::endpoint::{EndpointUrl, mask_urls_in};
 use crate::error::ApiError;
 
 /// How to reach AWS: everything the clients are built from.
@@ -47,7 +48,7 @@ pub struct ClientSettings {
     /// Region; `None` = the default region chain.
     pub region: Option<String>,
     /// Endpoint override for DynamoDB and Streams (emulators, VPC endpoints).
-    pub endpoint_url: Option<String>,
+    pub endpoint_url: Option<EndpointUrl>,
     /// Where credentials come from.
     pub credentials: Credentials,
 }
@@ -61,6 +62,8 @@ pub struct ClientSettings {
 ///    probes), with one line naming the chain and the fix.
 /// 3. Anything else without a code (connection refused, DNS, TLS, timeouts): transient, with
 ///    the error's chain of causes as sentences, never the SDK's `Debug` dump.
+/// 4. Every URL in the text is masked (`crate::endpoint`): the SDK's errors may quote the
+///    endpoint, with its user-info.
 pub(crate) fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -68,21 +71,21 @@ where
 {
     let code = error.code().map(str::to_string);
     if let (Some(_), Some(message)) = (&code, error.message()) {
-        return ApiError::from_code(code, message.to_string());
+        return ApiError::from_code(code, mask_urls_in(message));
     }
     if let Some(missing) = credentials_error(&error) {
         // The chain lists every provider it tried, a line each: one line here.
         let missing: Vec<&str> = missing.lines().map(str::trim).collect();
         let missing = missing.join(" ");
         let missing = missing.trim_end_matches('.');
-        return ApiError::fatal(format!(
+        return ApiError::fatal(mask_urls_in(&format!(
             "no AWS credentials: {missing}. ddbpipe looked where aws-config's default chain \
              looks (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/config, SSO, \
              web identity, the container and EC2 instance metadata): set one of them, or \
              source.credentials"
-        ));
+        )));
     }
-    ApiError::from_code(code, causes(&error))
+    ApiError::from_code(code, mask_urls_in(&causes(&error)))
 }
 
 /// The reason credentials could not be loaded, if that is what failed.
@@ -130,7 +133,7 @@ pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
         loader = loader.region(Region::new(region.clone()));
     }
     if let Some(url) = &settings.endpoint_url {
-        loader = loader.endpoint_url(url.clone());
+        loader = loader.endpoint_url(url.expose());
     }
     match &settings.credentials {
         Credentials::Default | Credentials::WebIdentity => {}

@@ -586,4 +586,25 @@ mod tests {
         assert_eq!(timeout.class, ErrorClass::Transient);
         assert!(timeout.message.contains("attempt timed out"), "{timeout}");
     }
+
+    /// Issue 24 item 10: S3's endpoint rules quote the endpoint in their error, user-info and
+    /// all; every retry log line and the final error carry this message.
+    #[test]
+    fn an_endpoint_quoted_by_an_sdk_error_is_masked() {
+        let unparsable: SdkError<GetRecordsError, Response> = SdkError::construction_failure(
+            "Custom endpoint `http://u:s3cr3t@h:99999/?X-Amz-Signature=abc` was not a valid URI",
+        );
+        let error = api_error(unparsable);
+        assert!(
+            error.message.contains(
+                "Custom endpoint `http://***@h:99999/?X-Amz-Signature=***` was not a valid URI"
+            ),
+            "{error}"
+        );
+        let answered = api_error(service_error(
+            "InternalServerError",
+            "see https://k:s3cr3t@example.com",
+        ));
+        assert_eq!(answered.message, "see https://***@example.com");
+    }
 }

@@ -22,7 +22,7 @@ state:
     );
     let mut source = SourceConfig::new("orders");
     source.region = Some("us-east-1".into());
-    source.endpoint_url = Some("http://127.0.0.1:8000".into());
+    source.endpoint_url = Some("http://127.0.0.1:8000".parse().unwrap());
     source.credentials = Credentials::AccessKey {
         access_key_id: "x".into(),
         secret_access_key: Secret::new("y"),
