@@ -28,7 +28,7 @@ pub(super) static COORDINATION: &[Field] = &[
         "worker_id",
         of::<String>(),
         "This worker's id, unique among the live workers of the pipeline: 1-128 characters \
-         from A-Z a-z 0-9 _ . -; unset: <hostname>-<pid>.",
+         from A-Z a-z 0-9 _ . -, other than . and ..; unset: <hostname>-<pid>.",
     ),
     defaulted(
         "lease_duration_secs",
@@ -77,6 +77,17 @@ impl CoordinationConfig {
 
 fn id_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Whether `id` may be a worker id: 1-128 of `A-Z a-z 0-9 _ . -`, and not `.` or `..`, which
+/// name directories: in `{worker}/out.jsonl` they would put the worker's file in the pipeline's
+/// own directory or above it.
+pub fn is_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.chars().count() <= MAX_WORKER_ID_CHARS
+        && id.chars().all(id_char)
+        && id != "."
+        && id != ".."
 }
 
 /// Reads the section.
@@ -132,13 +143,14 @@ pub(super) fn validate(
         ));
     }
     if let Some(id) = &coordination.worker_id
-        && (id.is_empty() || id.chars().count() > MAX_WORKER_ID_CHARS || !id.chars().all(id_char))
+        && !is_worker_id(id)
     {
         errors.push(ConfigError::new(
             "coordination.worker_id",
             format!(
                 "'{id}' is not a worker id: 1-{MAX_WORKER_ID_CHARS} characters from A-Z a-z 0-9 \
-                 _ . - (it names the worker's jsonl file)"
+                 _ . -, other than . and .. (it names the worker's jsonl file, and . and .. name \
+                 directories)"
             ),
         ));
     }

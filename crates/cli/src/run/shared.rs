@@ -114,18 +114,39 @@ pub async fn run(
     }
 }
 
-/// `sink.path` with this worker's id in place of `{worker}`.
-pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Option<PathBuf> {
-    match &config.sink {
-        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
-            JsonlTarget::File(path) => Some(PathBuf::from(
-                path.to_string_lossy()
-                    .replace(WORKER_PLACEHOLDER, worker_id),
-            )),
-            JsonlTarget::Stdout => None,
-        },
-        _ => None,
+/// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
+/// jsonl file. Every part of the path that holds `{worker}` must stay one file or directory
+/// name once the id is in it: an id making it `.` or `..` (or splitting it) would put the file
+/// somewhere the template does not, and is refused naming the field.
+pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Result<Option<PathBuf>, Failure> {
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        return Ok(None);
+    };
+    let JsonlTarget::File(template) = &jsonl.path else {
+        return Ok(None);
+    };
+    let mut path = PathBuf::new();
+    for part in template.components() {
+        let text = part.as_os_str().to_string_lossy();
+        if !text.contains(WORKER_PLACEHOLDER) {
+            path.push(part);
+            continue;
+        }
+        let replaced = text.replace(WORKER_PLACEHOLDER, worker_id);
+        let mut parts = Path::new(&replaced).components();
+        match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(name)), None) => path.push(name),
+            _ => {
+                return Err(Failure::usage(anyhow!(
+                    "config error: sink.path: '{}' with worker id '{worker_id}' names '{replaced}', \
+                     which leaves the place the template gives its file: use another \
+                     coordination.worker_id",
+                    template.display()
+                )));
+            }
+        }
     }
+    Ok(Some(path))
 }
 
 /// The settings a shared run keeps in its leader row (docs/coordination.md §11.10): the state
@@ -387,7 +408,7 @@ fn open_worker_file(
     worker_id: &str,
     records: Records,
 ) -> Result<JsonlSink, Failure> {
-    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id))
+    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id)?)
     else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a shared run into jsonl needs a file path"
@@ -497,4 +518,50 @@ fn summarize(
             coordination.lease_table
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::worker_path;
+    use crate::config::{PipelineConfig, parse};
+
+    fn shared_into(path: &str) -> PipelineConfig {
+        let yaml = format!(
+            "name: orders\nsource: {{table_name: orders}}\nsink: {{type: jsonl, path: '{path}'}}\n\
+             coordination: {{lease_table: leases}}\n"
+        );
+        parse(&yaml, Path::new("conf"), &|_| None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_worker_path_stays_where_its_template_puts_it() {
+        let config = shared_into("out/{worker}/orders-{worker}.jsonl");
+        let path = worker_path(&config, "host-1").unwrap();
+        assert_eq!(
+            path,
+            Some(PathBuf::from("conf/out/host-1/orders-host-1.jsonl"))
+        );
+        // Ids that config validation refuses, should one reach here by another way: none of
+        // them may move the file out of its directory, or into another one.
+        for id in ["..", ".", "a/b", "../x", ""] {
+            let config = shared_into("out/{worker}/orders.jsonl");
+            let refused = worker_path(&config, id);
+            let Err(failure) = refused else {
+                panic!("{id}: {refused:?}");
+            };
+            let said = failure.to_string();
+            assert!(
+                said.starts_with("config error: sink.path:") && said.contains(&format!("'{id}'")),
+                "{id}: {said}"
+            );
+        }
+        // Inside a name, dots are just dots.
+        let config = shared_into("out/orders-{worker}.jsonl");
+        assert_eq!(
+            worker_path(&config, "..").unwrap(),
+            Some(PathBuf::from("conf/out/orders-...jsonl"))
+        );
+    }
 }
