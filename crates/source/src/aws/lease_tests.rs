@@ -289,3 +289,54 @@ async fn a_worker_leads_creates_rows_parents_first_and_takes_them() {
     let rows = leases.list(&pipeline("w")).await.unwrap();
     assert!(rows.iter().all(|row| row.owner.is_none()), "{rows:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_is_never_written_past_its_largest_value() {
+    let endpoint = emulator().await;
+    let leases = table(&endpoint).await;
+    let (p, unit) = (pipeline("orders"), shard("edited"));
+    let mut lease = Lease::new(unit.clone(), Vec::new(), 5);
+    lease.counter = LeaseCounter(LeaseCounter::MAX.0 - 1);
+    leases.create(&p, &lease).await.unwrap();
+    let last = leases
+        .take(&p, &unit, lease.counter, &worker("a"))
+        .await
+        .unwrap();
+    assert_eq!(last.counter, LeaseCounter::MAX);
+    let held = Held {
+        owner: worker("a"),
+        counter: last.counter,
+    };
+    let refused = leases.renew(&p, &unit, &held).await.unwrap_err();
+    assert!(
+        matches!(&refused, LeaseError::Fatal(m) if m.contains("'shard:edited'") && m.contains("state reset")),
+        "{refused}"
+    );
+    // A row edited by hand to u64::MAX: read, never taken.
+    let edited = client(&endpoint)
+        .update_item()
+        .table_name("ddbpipe-leases")
+        .set_key(Some(key(&p, &unit)))
+        .update_expression("SET #counter = :max REMOVE #owner")
+        .expression_attribute_names("#counter", COUNTER)
+        .expression_attribute_names("#owner", OWNER)
+        .expression_attribute_values(":max", n(u64::MAX))
+        .send()
+        .await;
+    edited.unwrap();
+    let row = leases.get(&p, &unit).await.unwrap().unwrap();
+    assert_eq!(row.counter, LeaseCounter(u64::MAX));
+    let refused = leases
+        .take(&p, &unit, row.counter, &worker("b"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, LeaseError::Fatal(m) if m.contains("'shard:edited'") && m.contains(&u64::MAX.to_string())),
+        "{refused}"
+    );
+    assert_eq!(
+        leases.get(&p, &unit).await.unwrap(),
+        Some(row),
+        "not written"
+    );
+}
