@@ -291,6 +291,71 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
     );
 }
 
+/// A worker whose destination is not the running workers' (another SQLite file, worker files)
+/// is refused before it opens it, naming both destinations; `check` fails the same way. (It
+/// used to take a share of the segments into its own destination, lost to the others'.)
+fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_pipeline_into(
+        dir.path(),
+        &running.endpoint,
+        None,
+        &destination.sink_yaml(),
+        1,
+    );
+    let mut first = common::spawn_run(&config);
+    let loading = common::wait_for(Duration::from_secs(60), || {
+        !destination.rows("items").is_empty()
+    });
+    assert!(loading, "the first worker loads the table");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let elsewhere = dir.path().join("elsewhere.db");
+    let jsonl = format!(
+        "sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n",
+        dir.path().display()
+    );
+    for (what, sink, named) in [
+        (
+            "another sqlite file",
+            format!("sink:\n  type: sqlite\n  path: {}\n", elsewhere.display()),
+            elsewhere.display().to_string(),
+        ),
+        ("worker files", jsonl, "out-{worker}.jsonl".to_string()),
+    ] {
+        let other = dir.path().join("other.yaml");
+        std::fs::write(&other, yaml.replace(&destination.sink_yaml(), &sink)).unwrap();
+        let check = common::ddbpipe(&["check"], &other);
+        let said = stdout(&check);
+        assert_ne!(check.status.code(), Some(0), "{what}: {said}");
+        assert!(
+            said.contains("FAIL leases")
+                && said.contains("sink changed from")
+                && said.contains(&destination.path.display().to_string())
+                && said.contains(&named),
+            "{what}: check names both destinations: {said}"
+        );
+        let run = common::ddbpipe(&["run", "--progress", "never"], &other);
+        let said = stderr(&run);
+        assert_ne!(run.status.code(), Some(0), "{what}: {said}");
+        assert!(
+            said.contains("other settings")
+                && said.contains(&destination.path.display().to_string())
+                && said.contains(&named),
+            "{what}: run names both destinations: {said}"
+        );
+    }
+    assert!(
+        !elsewhere.exists(),
+        "the other database is not even created"
+    );
+    assert!(worker_files(dir.path()).is_empty(), "no worker file either");
+    signal(&first, "TERM");
+    first.wait().unwrap();
+}
+
 /// `ddbpipe check` of `config` passes.
 fn passes_check(config: &Path) {
     let check = common::ddbpipe(&["check"], config);
@@ -666,6 +731,11 @@ fn three_workers_load_one_sqlite_table_on_moto() {
 #[test]
 fn three_workers_load_one_postgres_table_on_dynoxide() {
     three_workers_load_one_table_through_their_fences(Emulator::Dynoxide, Target::Postgres);
+}
+
+#[test]
+fn a_worker_writing_elsewhere_is_refused_naming_both_destinations_on_moto() {
+    a_worker_writing_elsewhere_is_refused_naming_both_destinations(Emulator::Moto);
 }
 
 on_both_emulators!(

@@ -43,7 +43,8 @@ use self::fields::{Fields, Report, Stage};
 pub use self::schema::json_schema;
 use self::schema::{Field, Shape, of, optional, required};
 pub use self::sink::{
-    JsonlConfig, JsonlTarget, SinkConfig, StateConfig, WriteMode, stale_rows_warning,
+    JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, StateConfig, WriteMode,
+    stale_rows_warning,
 };
 
 /// The longest pipeline `name`.

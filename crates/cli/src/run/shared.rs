@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress};
+use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, other_settings};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
@@ -18,7 +18,9 @@ use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
-use ddbpipe_source::lease::{LeaseError, LeaseSettings, PipelineName, Worker, WorkerId};
+use ddbpipe_source::lease::{
+    LeaseError, LeaseSettings, LeaseTable, PipelineName, UnitId, Worker, WorkerId,
+};
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
@@ -53,6 +55,9 @@ pub async fn run(
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
+    let identity = run_identity(config, &location, None);
+    let leases = open_lease_table(&sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
@@ -61,7 +66,7 @@ pub async fn run(
             AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
     };
-    let worker = worker(&sdk, config, coordination, &worker_id).await?;
+    let worker = worker_on(leases, config, coordination, &worker_id)?;
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let (reader, refresher) =
@@ -80,7 +85,7 @@ pub async fn run(
         worker,
         batch_size: plan.batch_size,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
-        identity: run_identity(config, &location, None),
+        identity,
         snapshot: None,
     }
     .run(&mut sink, stop, &bar)
@@ -151,32 +156,45 @@ pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Result<Option<Pa
 
 /// The settings a shared run keeps in its leader row (docs/coordination.md §11.10): the state
 /// file's identity, with the stream read in place of the one configured — a re-created table's
-/// new stream is refused while the old one's rows are in the lease table.
+/// new stream is refused while the old one's rows are in the lease table — and the sink's type
+/// and target (`sink`): a worker writing elsewhere would take a share of the data away from
+/// the others' destination.
 pub fn run_identity(
     config: &PipelineConfig,
     location: &ddbpipe_pipeline::state::identity::Location,
     stream_arn: Option<&str>,
 ) -> Identity {
-    let identity = wiring::identity(config, location);
-    match stream_arn {
-        Some(arn) => {
-            let mut json = identity.as_json().clone();
-            json["stream_arn"] = serde_json::json!(arn);
-            Identity::from_json(json)
-        }
-        None => identity,
+    let mut json = wiring::identity(config, location).as_json().clone();
+    json["sink"] = serde_json::json!(destination::sink_identity(config));
+    if let Some(arn) = stream_arn {
+        json["stream_arn"] = serde_json::json!(arn);
     }
+    Identity::from_json(json)
 }
 
-/// This worker on the lease table (created when missing).
-async fn worker(
-    sdk: &aws::SdkSettings,
+/// Refuses a worker whose settings differ from those the pipeline's leader row keeps
+/// (docs/coordination.md §11.10), before its sink is opened: a worker writing elsewhere
+/// creates no file or table there. The runner compares them again at its first round, should
+/// the first leader write them meanwhile.
+async fn same_settings(
+    leases: &AwsLeaseTable,
     config: &PipelineConfig,
-    coordination: &CoordinationConfig,
-    worker_id: &str,
-) -> Result<Worker<AwsLeaseTable>, Failure> {
-    let leases = open_lease_table(sdk, coordination).await?;
-    worker_on(leases, config, coordination, worker_id)
+    identity: &Identity,
+) -> Result<(), Failure> {
+    let pipeline = PipelineName::new(config.name.clone())
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let leader = leases
+        .get(&pipeline, &UnitId::Leader)
+        .await
+        .map_err(|error| lease_table_failure(error, leases.table_name()))?;
+    let stored = leader.and_then(|row| row.checkpoint);
+    match stored.and_then(|stored| other_settings(&config.name, &stored, identity)) {
+        Some(message) => Err(Failure::runtime(anyhow!(
+            "lease table '{}': {message}",
+            leases.table_name()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// This worker on the opened lease table `leases`.
@@ -208,6 +226,9 @@ pub async fn run_streams(
     let source = &config.source;
     let worker_id = coordination.worker_id();
     let opened = super::streams::open_stream(config, &stop).await?;
+    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    let leases = open_lease_table(&opened.sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
@@ -221,8 +242,7 @@ pub async fn run_streams(
             AnySink::Keyed(open_keyed(config, table, Records::Envelopes).await?)
         }
     };
-    let worker = worker(&opened.sdk, config, coordination, &worker_id).await?;
-    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    let worker = worker_on(leases, config, coordination, &worker_id)?;
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &plan,
@@ -299,8 +319,12 @@ pub async fn run_mirror(
             "internal error: a mirror needs the table's key schema"
         )));
     };
-    let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    // One lease table for both phases' workers (the same id: the stream phase takes over
+    // nothing from the scan phase's holdings, which it hands back before).
+    let leases = open_lease_table(&opened.sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
+    let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let stream_plan = StreamPlan::build(source);
     let plan = ScanPlan::of_snapshot(&stream_plan, &source.table_name, table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
@@ -325,9 +349,6 @@ pub async fn run_mirror(
         segments = plan.total_segments,
         "Shared mirror started."
     );
-    // One lease table for both phases' workers (the same id: the stream phase takes over
-    // nothing from the scan phase's holdings, which it hands back before).
-    let leases = open_lease_table(&opened.sdk, coordination).await?;
     let started = Instant::now();
     let bar = ScanProgress::new(progress, table.item_count, 0, plan.total_segments);
     let mirror = LeasedMirror {
