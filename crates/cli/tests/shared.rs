@@ -356,6 +356,56 @@ fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emul
     first.wait().unwrap();
 }
 
+/// Two processes started with one `worker_id`: the second is refused before it opens its
+/// sink, naming the first's pid and host; the lease rows name each process apart (its owner
+/// is the id and a token of the process, so the twins' writes are fenced per process); the
+/// first goes on and loads every item.
+fn a_second_process_with_a_live_workers_id_is_refused(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_pipeline_into(
+        dir.path(),
+        &running.endpoint,
+        Some("twin"),
+        &destination.sink_yaml(),
+        5,
+    );
+    let first = common::spawn_run(&config);
+    let loading = common::wait_for(Duration::from_secs(60), || {
+        !destination.rows("items").is_empty()
+    });
+    assert!(loading, "the first process loads the table");
+    let show = common::ddbpipe(&["state", "show", "--json"], &config);
+    let shown: Value = serde_json::from_str(&stdout(&show)).unwrap();
+    let owners: BTreeSet<String> = shown["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|lease| lease["owner"].as_str().map(str::to_string))
+        .collect();
+    let process = format!("/{}/", first.id());
+    assert!(
+        !owners.is_empty()
+            && owners
+                .iter()
+                .all(|owner| owner.starts_with("twin#") && owner.contains(&process)),
+        "the rows name the first process: {owners:?}"
+    );
+    let second = common::ddbpipe(&["run", "--progress", "never"], &config);
+    let said = stderr(&second);
+    assert_ne!(second.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("worker id 'twin' is in use by a live process")
+            && said.contains(&format!("pid {} on host ", first.id())),
+        "{said}"
+    );
+    let first = finished(first);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert_eq!(destination.rows("items").len(), ITEMS);
+}
+
 /// `ddbpipe check` of `config` passes.
 fn passes_check(config: &Path) {
     let check = common::ddbpipe(&["check"], config);
@@ -457,11 +507,13 @@ fn shard_owner(config: &Path) -> Option<String> {
         .and_then(|lease| lease["owner"].as_str().map(str::to_string))
 }
 
-/// The running worker whose default id (`<hostname>-<pid>`) is `owner`.
+/// The running worker whose default id (`<hostname>-<pid>`) owns as `owner`
+/// (`<id>#<host>/<pid>/<token>`).
 fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
+    let id = owner.split('#').next()?;
     let at = workers
         .iter()
-        .position(|w| owner.ends_with(&format!("-{}", w.id())))?;
+        .position(|w| id.ends_with(&format!("-{}", w.id())))?;
     Some(workers.remove(at))
 }
 
@@ -731,6 +783,11 @@ fn three_workers_load_one_sqlite_table_on_moto() {
 #[test]
 fn three_workers_load_one_postgres_table_on_dynoxide() {
     three_workers_load_one_table_through_their_fences(Emulator::Dynoxide, Target::Postgres);
+}
+
+#[test]
+fn a_second_process_with_a_live_workers_id_is_refused_on_moto() {
+    a_second_process_with_a_live_workers_id_is_refused(Emulator::Moto);
 }
 
 #[test]

@@ -27,7 +27,7 @@ use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
 use crate::config::{
-    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER,
+    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER, process_token,
 };
 use crate::destination::{self, AnySink};
 use crate::failure::{Exit, Failure};
@@ -58,6 +58,8 @@ pub async fn run(
     let identity = run_identity(config, &location, None);
     let leases = open_lease_table(&sdk, coordination).await?;
     same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
@@ -66,7 +68,7 @@ pub async fn run(
             AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
     };
-    let worker = worker_on(leases, config, coordination, &worker_id)?;
+    let worker = worker_on(leases, config, coordination, &owner)?;
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let (reader, refresher) =
@@ -197,23 +199,100 @@ async fn same_settings(
     }
 }
 
-/// This worker on the opened lease table `leases`.
+/// This process's lease owner: `worker_id` and this process's token (docs/coordination.md
+/// §11.2 rule 6). Made once per process: the phases of a mirror are one owner.
+fn lease_owner(worker_id: &str) -> Result<WorkerId, Failure> {
+    let named =
+        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
+    WorkerId::new(worker_id)
+        .and_then(|id| id.of_process(&process_token()))
+        .map_err(named)
+}
+
+/// Refuses to start while another live process runs under this process's worker id
+/// (docs/coordination.md §11.10 rule 8): when rows name the id under another process's
+/// token, they are watched for one lease duration, and one whose counter that process moved
+/// meanwhile stops this one, naming that process's host and pid. Rows that stood still are a
+/// previous life's: they expire as any other worker's.
+async fn alone_with_id(
+    leases: &AwsLeaseTable,
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    owner: &WorkerId,
+    stop: &Cancel,
+) -> Result<(), Failure> {
+    let pipeline = PipelineName::new(config.name.clone())
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let list = || async {
+        leases
+            .list(&pipeline)
+            .await
+            .map_err(|error| lease_table_failure(error, leases.table_name()))
+    };
+    let twins: Vec<_> = list()
+        .await?
+        .into_iter()
+        .filter(|row| {
+            row.owner
+                .as_ref()
+                .is_some_and(|other| other.name() == owner.name() && other != owner)
+        })
+        .collect();
+    if twins.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(
+        worker = %owner.name(),
+        rows = twins.len(),
+        "Lease rows name this worker id under another process: watching them for a lease \
+         duration before starting."
+    );
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(coordination.lease_duration_secs)) => {}
+        () = stop.cancelled() => return Ok(()),
+    }
+    let now = list().await?;
+    let live = twins.iter().find_map(|twin| {
+        now.iter().find(|row| {
+            row.unit == twin.unit && row.owner == twin.owner && row.counter != twin.counter
+        })
+    });
+    let Some(row) = live else {
+        return Ok(());
+    };
+    let other = row
+        .owner
+        .as_ref()
+        .and_then(WorkerId::process)
+        .unwrap_or("?");
+    let mut parts = other.splitn(3, '/');
+    let (host, pid) = (parts.next().unwrap_or("?"), parts.next().unwrap_or("?"));
+    Err(Failure::usage(anyhow!(
+        "worker id '{}' is in use by a live process of pipeline '{}': pid {pid} on host {host} \
+         (it renewed lease '{}' in lease table '{}' while this one watched)",
+        owner.name(),
+        config.name,
+        row.unit,
+        leases.table_name()
+    ))
+    .hint(
+        "give each process its own coordination.worker_id (or leave it unset: \
+         <hostname>-<pid>), or stop the other process first",
+    ))
+}
+
+/// This process, as lease owner `owner`, on the opened lease table `leases`.
 fn worker_on(
     leases: AwsLeaseTable,
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
-    worker_id: &str,
+    owner: &WorkerId,
 ) -> Result<Worker<AwsLeaseTable>, Failure> {
     let settings = LeaseSettings::new(coordination.lease_duration_secs)
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
-    let named =
-        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
-    Ok(Worker::new(
-        leases,
-        PipelineName::new(config.name.clone()).map_err(named)?,
-        WorkerId::new(worker_id).map_err(named)?,
-        settings,
-    ))
+    let pipeline = PipelineName::new(config.name.clone())
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    Ok(Worker::new(leases, pipeline, owner.clone(), settings))
 }
 
 /// Runs one worker of a shared `mode: streams` pipeline (docs/coordination.md §11.11).
@@ -229,6 +308,8 @@ pub async fn run_streams(
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
     let leases = open_lease_table(&opened.sdk, coordination).await?;
     same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
@@ -242,7 +323,7 @@ pub async fn run_streams(
             AnySink::Keyed(open_keyed(config, table, Records::Envelopes).await?)
         }
     };
-    let worker = worker_on(leases, config, coordination, &worker_id)?;
+    let worker = worker_on(leases, config, coordination, &owner)?;
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &plan,
@@ -324,6 +405,8 @@ pub async fn run_mirror(
     // nothing from the scan phase's holdings, which it hands back before).
     let leases = open_lease_table(&opened.sdk, coordination).await?;
     same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
     let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let stream_plan = StreamPlan::build(source);
     let plan = ScanPlan::of_snapshot(&stream_plan, &source.table_name, table)
@@ -354,7 +437,7 @@ pub async fn run_mirror(
     let mirror = LeasedMirror {
         scan: LeasedScan {
             reader,
-            worker: worker_on(leases.clone(), config, coordination, &worker_id)?,
+            worker: worker_on(leases.clone(), config, coordination, &owner)?,
             batch_size: plan.batch_size,
             checkpoint_interval,
             identity: identity.clone(),
@@ -363,7 +446,7 @@ pub async fn run_mirror(
         streams: LeasedStreams {
             api: Arc::new(aws::streams_api(&opened.sdk)),
             run,
-            worker: worker_on(leases, config, coordination, &worker_id)?,
+            worker: worker_on(leases, config, coordination, &owner)?,
             checkpoint_interval,
             observer: Arc::new(RequestMetrics),
             identity,

@@ -340,3 +340,49 @@ async fn a_counter_is_never_written_past_its_largest_value() {
         "not written"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_one_worker_id_are_fenced_apart() {
+    let endpoint = emulator().await;
+    let leases = table(&endpoint).await;
+    let (p, unit) = (pipeline("orders"), shard("s"));
+    leases
+        .create(&p, &Lease::new(unit.clone(), Vec::new(), 5))
+        .await
+        .unwrap();
+    let first = worker("w1").of_process("host-a/4242/9f3c1a2b").unwrap();
+    let second = worker("w1").of_process("host-b/4242/0b1c2d3e").unwrap();
+    let taken = leases
+        .take(&p, &unit, LeaseCounter(0), &first)
+        .await
+        .unwrap();
+    for twin in [
+        Held {
+            owner: second.clone(),
+            counter: taken.counter,
+        },
+        // A row of an earlier version names the id alone: no process of this version is it.
+        Held {
+            owner: worker("w1"),
+            counter: taken.counter,
+        },
+    ] {
+        assert!(
+            leases
+                .renew(&p, &unit, &twin)
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+        let checkpoint = leases.checkpoint(&p, &unit, &twin, "7", LeaseState::Processing);
+        assert!(checkpoint.await.unwrap_err().is_conflict());
+        assert!(
+            leases
+                .release(&p, &unit, &twin)
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+    }
+    assert_eq!(leases.get(&p, &unit).await.unwrap(), Some(taken));
+}

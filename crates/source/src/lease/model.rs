@@ -53,9 +53,16 @@ impl fmt::Display for PipelineName {
 }
 
 /// Who holds a lease: unique among the live workers of a pipeline (default
-/// `<hostname>-<pid>`).
+/// `<hostname>-<pid>`). A lease owner written by the CLI is one process's: the configured id,
+/// `#`, and a token of that process ([`WorkerId::of_process`]), so two processes started with
+/// one configured id never take each other's leases for their own, and each write is fenced
+/// per process (docs/coordination.md §11.2 rule 6). A row written by an earlier version names
+/// the configured id alone; it is read as another process's.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkerId(String);
+
+/// What separates the configured id from the process token in a lease owner.
+const PROCESS_SEPARATOR: char = '#';
 
 impl WorkerId {
     /// A worker id: 1 to 1024 bytes.
@@ -63,9 +70,30 @@ impl WorkerId {
         checked("worker id", id.into()).map(WorkerId)
     }
 
-    /// The id.
+    /// The lease owner of one process running as this worker: `<id>#<process>`. `process`
+    /// tells this process apart from every other started with the same id (the CLI's is
+    /// `<host>/<pid>/<random hex>`: nothing secret).
+    pub fn of_process(&self, process: &str) -> Result<Self, BadName> {
+        WorkerId::new(format!("{}{PROCESS_SEPARATOR}{process}", self.name()))
+    }
+
+    /// The whole owner, process token included.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The configured id: the owner without its process token (metrics label workers by it).
+    pub fn name(&self) -> &str {
+        self.0
+            .split_once(PROCESS_SEPARATOR)
+            .map_or(self.0.as_str(), |(name, _)| name)
+    }
+
+    /// The process token, when the owner has one.
+    pub fn process(&self) -> Option<&str> {
+        self.0
+            .split_once(PROCESS_SEPARATOR)
+            .map(|(_, process)| process)
     }
 }
 
@@ -455,6 +483,20 @@ mod tests {
         ] {
             assert!(bad.parse::<UnitId>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_process_owner_is_its_worker_id_and_a_token() {
+        let id = worker("host-1");
+        let one = id.of_process("host-a/4242/9f3c1a2b").unwrap();
+        let other = id.of_process("host-b/4242/0b1c2d3e").unwrap();
+        assert_eq!(one.as_str(), "host-1#host-a/4242/9f3c1a2b");
+        assert_ne!(one, other, "one id, two processes, two owners");
+        assert_eq!((one.name(), other.name()), ("host-1", "host-1"));
+        assert_eq!(one.process(), Some("host-a/4242/9f3c1a2b"));
+        assert_eq!(one.of_process("p").unwrap().as_str(), "host-1#p");
+        // A row of an earlier version names the id alone.
+        assert_eq!((id.name(), id.process()), ("host-1", None));
     }
 
     #[test]
