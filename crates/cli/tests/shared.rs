@@ -291,10 +291,20 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
     );
 }
 
-/// A worker whose destination is not the running workers' (another SQLite file, worker files)
-/// is refused before it opens it, naming both destinations; `check` fails the same way. (It
-/// used to take a share of the segments into its own destination, lost to the others'.)
-fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emulator) {
+/// One worker loading the seeded table into SQLite (`worker_id`, read units a second), once it
+/// has written rows: the emulator, the test's directory, the destination, the pipeline file and
+/// the running worker.
+fn one_worker_loading(
+    emulator: Emulator,
+    worker_id: Option<&str>,
+    units_per_second: u32,
+) -> (
+    common::Running,
+    tempfile::TempDir,
+    Destination,
+    PathBuf,
+    Child,
+) {
     let running = emulator.start();
     seed(&running);
     let dir = tempfile::tempdir().unwrap();
@@ -302,15 +312,23 @@ fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emul
     let config = shared_pipeline_into(
         dir.path(),
         &running.endpoint,
-        None,
+        worker_id,
         &destination.sink_yaml(),
-        1,
+        units_per_second,
     );
-    let mut first = common::spawn_run(&config);
+    let worker = common::spawn_run(&config);
     let loading = common::wait_for(Duration::from_secs(60), || {
         !destination.rows("items").is_empty()
     });
-    assert!(loading, "the first worker loads the table");
+    assert!(loading, "the worker loads the table");
+    (running, dir, destination, config, worker)
+}
+
+/// A worker whose destination is not the running workers' (another SQLite file, worker files)
+/// is refused before it opens it, naming both destinations; `check` fails the same way. (It
+/// used to take a share of the segments into its own destination, lost to the others'.)
+fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emulator) {
+    let (_running, dir, destination, config, mut first) = one_worker_loading(emulator, None, 1);
     let yaml = std::fs::read_to_string(&config).unwrap();
     let elsewhere = dir.path().join("elsewhere.db");
     let jsonl = format!(
@@ -361,22 +379,8 @@ fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emul
 /// is the id and a token of the process, so the twins' writes are fenced per process); the
 /// first goes on and loads every item.
 fn a_second_process_with_a_live_workers_id_is_refused(emulator: Emulator) {
-    let running = emulator.start();
-    seed(&running);
-    let dir = tempfile::tempdir().unwrap();
-    let destination = Destination::new(Target::Sqlite, dir.path());
-    let config = shared_pipeline_into(
-        dir.path(),
-        &running.endpoint,
-        Some("twin"),
-        &destination.sink_yaml(),
-        5,
-    );
-    let first = common::spawn_run(&config);
-    let loading = common::wait_for(Duration::from_secs(60), || {
-        !destination.rows("items").is_empty()
-    });
-    assert!(loading, "the first process loads the table");
+    let (_running, _dir, destination, config, first) =
+        one_worker_loading(emulator, Some("twin"), 5);
     let show = common::ddbpipe(&["state", "show", "--json"], &config);
     let shown: Value = serde_json::from_str(&stdout(&show)).unwrap();
     let owners: BTreeSet<String> = shown["leases"]

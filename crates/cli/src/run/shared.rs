@@ -183,8 +183,7 @@ async fn same_settings(
     config: &PipelineConfig,
     identity: &Identity,
 ) -> Result<(), Failure> {
-    let pipeline = PipelineName::new(config.name.clone())
-        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let pipeline = pipeline_name(config)?;
     let leader = leases
         .get(&pipeline, &UnitId::Leader)
         .await
@@ -221,8 +220,7 @@ async fn alone_with_id(
     owner: &WorkerId,
     stop: &Cancel,
 ) -> Result<(), Failure> {
-    let pipeline = PipelineName::new(config.name.clone())
-        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
+    let pipeline = pipeline_name(config)?;
     let list = || async {
         leases
             .list(&pipeline)
@@ -290,9 +288,18 @@ fn worker_on(
 ) -> Result<Worker<AwsLeaseTable>, Failure> {
     let settings = LeaseSettings::new(coordination.lease_duration_secs)
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
-    let pipeline = PipelineName::new(config.name.clone())
-        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
-    Ok(Worker::new(leases, pipeline, owner.clone(), settings))
+    Ok(Worker::new(
+        leases,
+        pipeline_name(config)?,
+        owner.clone(),
+        settings,
+    ))
+}
+
+/// The pipeline's name, as its lease rows are kept under.
+fn pipeline_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
+    PipelineName::new(config.name.clone())
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))
 }
 
 /// Runs one worker of a shared `mode: streams` pipeline (docs/coordination.md §11.11).
