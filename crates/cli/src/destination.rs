@@ -19,7 +19,9 @@ use ddbpipe_pipeline::state::identity::Output;
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
-use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
+use crate::config::{
+    JsonlConfig, JsonlTarget, KeyedConfig, PipelineConfig, PostgresConfig, SinkConfig, WriteMode,
+};
 use crate::failure::{Failure, state_failure};
 
 /// The sink a pipeline's config chose.
@@ -326,11 +328,7 @@ pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failur
                 .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message))
         }
         SinkConfig::Postgres(postgres) => {
-            let defaults: Vec<(&str, String)> = postgres
-                .environment
-                .iter()
-                .map(|(parameter, value)| (*parameter, value.expose().to_string()))
-                .collect();
+            let defaults = libpq_defaults(postgres);
             PostgresDatabase::connect_with(postgres.url.expose(), &defaults)
                 .await
                 .map(|db| Some(Database::Postgres(db.with_schema(&postgres.schema))))
@@ -354,6 +352,15 @@ pub async fn open_existing(config: &PipelineConfig) -> Result<Option<Database>, 
             .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message)),
         _ => connect(config).await,
     }
+}
+
+/// The libpq environment variables set when the file was loaded, as connection defaults.
+fn libpq_defaults(postgres: &PostgresConfig) -> Vec<(&'static str, String)> {
+    postgres
+        .environment
+        .iter()
+        .map(|(parameter, value)| (*parameter, value.expose().to_string()))
+        .collect()
 }
 
 fn db_failure(kind: &str, target: &str, message: String) -> Failure {
@@ -387,10 +394,7 @@ pub fn table_spec(
     };
     let kind = config.sink.kind();
     let source = &config.source;
-    let name = keyed
-        .table
-        .clone()
-        .unwrap_or_else(|| table_name_of(&source.table_name));
+    let name = destination_table(config, keyed);
     let mut key = Vec::new();
     for attribute in table.map(|t| t.key_schema.as_slice()).unwrap_or_default() {
         if attribute.name == keyed.document_column {
@@ -450,12 +454,48 @@ pub fn output(config: &PipelineConfig) -> Option<Output> {
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let keyed = config.sink.keyed()?;
             Some(Output::Keyed {
-                table: keyed
-                    .table
-                    .clone()
-                    .unwrap_or_else(|| table_name_of(&config.source.table_name)),
+                table: destination_table(config, keyed),
                 document_column: keyed.document_column.clone(),
             })
+        }
+    }
+}
+
+/// The table a keyed sink writes: `sink.table`, else the DynamoDB table's name.
+fn destination_table(config: &PipelineConfig, keyed: &KeyedConfig) -> String {
+    keyed
+        .table
+        .clone()
+        .unwrap_or_else(|| table_name_of(&config.source.table_name))
+}
+
+/// Where the records go, as one line a shared run's leader row keeps (docs/coordination.md
+/// §11.10): the sink's type and target — a jsonl path as configured, `{worker}` unreplaced
+/// (absolute, resolved as [`output`] does); a sqlite file (resolved) and its table; a
+/// postgres host, port, database, schema and table, never a user or a password. Two workers
+/// whose lines differ would each write part of the data somewhere else.
+pub fn sink_identity(config: &PipelineConfig) -> String {
+    match &config.sink {
+        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
+            JsonlTarget::Stdout => "jsonl to standard output".to_string(),
+            JsonlTarget::File(path) => format!("jsonl {}", files::resolve(path).display()),
+        },
+        SinkConfig::Sqlite(sqlite) => format!(
+            "sqlite {}, table {}",
+            files::resolve(&sqlite.path).display(),
+            destination_table(config, &sqlite.keyed)
+        ),
+        SinkConfig::Postgres(postgres) => {
+            let defaults = libpq_defaults(postgres);
+            // The URL was checked when the file was loaded; should it not read now, the
+            // problem (a key, never a value) stands in for the address.
+            let address = PostgresDatabase::address(postgres.url.expose(), &defaults)
+                .unwrap_or_else(|problem| format!("<unreadable url: {problem}>"));
+            format!(
+                "postgres {address}, schema {}, table {}",
+                postgres.schema,
+                destination_table(config, &postgres.keyed)
+            )
         }
     }
 }
@@ -515,6 +555,47 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(load("c.yaml", "link/out.jsonl"), plain);
         }
+    }
+
+    #[test]
+    fn the_sink_identity_names_type_and_target_without_credentials() {
+        let load = |sink: &str| {
+            let yaml = format!(
+                "name: p\nsource:\n  table_name: orders\nsink: {sink}\n\
+                 coordination: {{lease_table: leases}}\n"
+            );
+            crate::config::parse(&yaml, Path::new("/conf"), &|_: &str| None)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let postgres = sink_identity(&load(
+            "{type: postgres, url: 'postgres://app:Wq7xK9zT@db.example:6543/shop', schema: s1}",
+        ));
+        assert_eq!(
+            postgres,
+            "postgres db.example:6543/shop, schema s1, table orders"
+        );
+        let key_values = sink_identity(&load(
+            "{type: postgres, url: 'host=db.example port=6543 dbname=shop user=app password=Wq7xK9zT', schema: s1}",
+        ));
+        assert_eq!(key_values, postgres, "one address whatever the spelling");
+        for other in [
+            "{type: postgres, url: 'postgres://app@db.example:6543/other', schema: s1}",
+            "{type: postgres, url: 'postgres://app@db.example:6543/shop', schema: s2}",
+            "{type: postgres, url: 'postgres://app@db.example:6543/shop', schema: s1, table: t}",
+            "{type: postgres, url: 'postgres://app@db.example:5432/shop', schema: s1}",
+        ] {
+            assert_ne!(sink_identity(&load(other)), postgres, "{other}");
+        }
+        assert_eq!(
+            sink_identity(&load("{type: sqlite, path: /data/a.db}")),
+            "sqlite /data/a.db, table orders"
+        );
+        assert_ne!(
+            sink_identity(&load("{type: sqlite, path: /data/b.db}")),
+            sink_identity(&load("{type: sqlite, path: /data/a.db}"))
+        );
+        let jsonl = load("{type: jsonl, path: '/out/orders-{worker}.jsonl'}");
+        assert_eq!(sink_identity(&jsonl), "jsonl /out/orders-{worker}.jsonl");
     }
 
     #[test]

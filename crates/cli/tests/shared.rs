@@ -291,6 +291,125 @@ fn three_workers_load_one_table_through_their_fences(emulator: Emulator, target:
     );
 }
 
+/// One worker loading the seeded table into SQLite (`worker_id`, read units a second), once it
+/// has written rows: the emulator, the test's directory, the destination, the pipeline file and
+/// the running worker.
+fn one_worker_loading(
+    emulator: Emulator,
+    worker_id: Option<&str>,
+    units_per_second: u32,
+) -> (
+    common::Running,
+    tempfile::TempDir,
+    Destination,
+    PathBuf,
+    Child,
+) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_pipeline_into(
+        dir.path(),
+        &running.endpoint,
+        worker_id,
+        &destination.sink_yaml(),
+        units_per_second,
+    );
+    let worker = common::spawn_run(&config);
+    let loading = common::wait_for(Duration::from_secs(60), || {
+        !destination.rows("items").is_empty()
+    });
+    assert!(loading, "the worker loads the table");
+    (running, dir, destination, config, worker)
+}
+
+/// A worker whose destination is not the running workers' (another SQLite file, worker files)
+/// is refused before it opens it, naming both destinations; `check` fails the same way. (It
+/// used to take a share of the segments into its own destination, lost to the others'.)
+fn a_worker_writing_elsewhere_is_refused_naming_both_destinations(emulator: Emulator) {
+    let (_running, dir, destination, config, mut first) = one_worker_loading(emulator, None, 1);
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let elsewhere = dir.path().join("elsewhere.db");
+    let jsonl = format!(
+        "sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n",
+        dir.path().display()
+    );
+    for (what, sink, named) in [
+        (
+            "another sqlite file",
+            format!("sink:\n  type: sqlite\n  path: {}\n", elsewhere.display()),
+            elsewhere.display().to_string(),
+        ),
+        ("worker files", jsonl, "out-{worker}.jsonl".to_string()),
+    ] {
+        let other = dir.path().join("other.yaml");
+        std::fs::write(&other, yaml.replace(&destination.sink_yaml(), &sink)).unwrap();
+        let check = common::ddbpipe(&["check"], &other);
+        let said = stdout(&check);
+        assert_ne!(check.status.code(), Some(0), "{what}: {said}");
+        assert!(
+            said.contains("FAIL leases")
+                && said.contains("sink changed from")
+                && said.contains(&destination.path.display().to_string())
+                && said.contains(&named),
+            "{what}: check names both destinations: {said}"
+        );
+        let run = common::ddbpipe(&["run", "--progress", "never"], &other);
+        let said = stderr(&run);
+        assert_ne!(run.status.code(), Some(0), "{what}: {said}");
+        assert!(
+            said.contains("other settings")
+                && said.contains(&destination.path.display().to_string())
+                && said.contains(&named),
+            "{what}: run names both destinations: {said}"
+        );
+    }
+    assert!(
+        !elsewhere.exists(),
+        "the other database is not even created"
+    );
+    assert!(worker_files(dir.path()).is_empty(), "no worker file either");
+    signal(&first, "TERM");
+    first.wait().unwrap();
+}
+
+/// Two processes started with one `worker_id`: the second is refused before it opens its
+/// sink, naming the first's pid and host; the lease rows name each process apart (its owner
+/// is the id and a token of the process, so the twins' writes are fenced per process); the
+/// first goes on and loads every item.
+fn a_second_process_with_a_live_workers_id_is_refused(emulator: Emulator) {
+    let (_running, _dir, destination, config, first) =
+        one_worker_loading(emulator, Some("twin"), 5);
+    let show = common::ddbpipe(&["state", "show", "--json"], &config);
+    let shown: Value = serde_json::from_str(&stdout(&show)).unwrap();
+    let owners: BTreeSet<String> = shown["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|lease| lease["owner"].as_str().map(str::to_string))
+        .collect();
+    let process = format!("/{}/", first.id());
+    assert!(
+        !owners.is_empty()
+            && owners
+                .iter()
+                .all(|owner| owner.starts_with("twin#") && owner.contains(&process)),
+        "the rows name the first process: {owners:?}"
+    );
+    let second = common::ddbpipe(&["run", "--progress", "never"], &config);
+    let said = stderr(&second);
+    assert_ne!(second.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("worker id 'twin' is in use by a live process")
+            && said.contains(&format!("pid {} on host ", first.id())),
+        "{said}"
+    );
+    let first = finished(first);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert_eq!(destination.rows("items").len(), ITEMS);
+}
+
 /// `ddbpipe check` of `config` passes.
 fn passes_check(config: &Path) {
     let check = common::ddbpipe(&["check"], config);
@@ -392,11 +511,13 @@ fn shard_owner(config: &Path) -> Option<String> {
         .and_then(|lease| lease["owner"].as_str().map(str::to_string))
 }
 
-/// The running worker whose default id (`<hostname>-<pid>`) is `owner`.
+/// The running worker whose default id (`<hostname>-<pid>`) owns as `owner`
+/// (`<id>#<host>/<pid>/<token>`).
 fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
+    let id = owner.split('#').next()?;
     let at = workers
         .iter()
-        .position(|w| owner.ends_with(&format!("-{}", w.id())))?;
+        .position(|w| id.ends_with(&format!("-{}", w.id())))?;
     Some(workers.remove(at))
 }
 
@@ -728,6 +849,16 @@ fn three_workers_load_one_sqlite_table_on_moto() {
 #[test]
 fn three_workers_load_one_postgres_table_on_dynoxide() {
     three_workers_load_one_table_through_their_fences(Emulator::Dynoxide, Target::Postgres);
+}
+
+#[test]
+fn a_second_process_with_a_live_workers_id_is_refused_on_moto() {
+    a_second_process_with_a_live_workers_id_is_refused(Emulator::Moto);
+}
+
+#[test]
+fn a_worker_writing_elsewhere_is_refused_naming_both_destinations_on_moto() {
+    a_worker_writing_elsewhere_is_refused_naming_both_destinations(Emulator::Moto);
 }
 
 on_both_emulators!(

@@ -145,13 +145,16 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             Some(coordination) => {
                 let mut worker = config.clone();
                 let mut file = jsonl.clone();
-                if let Some(path) =
-                    crate::run::shared::worker_path(&config, &coordination.worker_id())
-                {
-                    file.path = crate::config::JsonlTarget::File(path);
+                match crate::run::shared::worker_path(&config, &coordination.worker_id()) {
+                    Ok(path) => {
+                        if let Some(path) = path {
+                            file.path = crate::config::JsonlTarget::File(path);
+                        }
+                        worker.sink = SinkConfig::Jsonl(file.clone());
+                        probe_jsonl(&worker, &file, &mut probes);
+                    }
+                    Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),
                 }
-                worker.sink = SinkConfig::Jsonl(file.clone());
-                probe_jsonl(&worker, &file, &mut probes);
             }
             None => {
                 probe_jsonl(&config, jsonl, &mut probes);

@@ -28,7 +28,7 @@ pub(super) static COORDINATION: &[Field] = &[
         "worker_id",
         of::<String>(),
         "This worker's id, unique among the live workers of the pipeline: 1-128 characters \
-         from A-Z a-z 0-9 _ . -; unset: <hostname>-<pid>.",
+         from A-Z a-z 0-9 _ . -, other than . and ..; unset: <hostname>-<pid>.",
     ),
     defaulted(
         "lease_duration_secs",
@@ -56,27 +56,59 @@ impl CoordinationConfig {
         if let Some(id) = &self.worker_id {
             return id.clone();
         }
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_string())
-            })
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "worker".to_string());
-        let host: String = host
-            .chars()
-            .map(|c| if id_char(c) { c } else { '-' })
-            .take(MAX_WORKER_ID_CHARS - 12)
-            .collect();
-        format!("{host}-{}", std::process::id())
+        format!("{}-{}", host_name(), std::process::id())
     }
+}
+
+/// This machine's name, every character outside `A-Z a-z 0-9 _ . -` made `-`.
+fn host_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string());
+    host.chars()
+        .map(|c| if id_char(c) { c } else { '-' })
+        .take(MAX_WORKER_ID_CHARS - 12)
+        .collect()
+}
+
+/// What tells this process apart from any other started with the same worker id
+/// (docs/coordination.md §11.2 rule 6): `<host>/<pid>/<8 random hex digits>`. The lease rows
+/// this process writes name it after the id, so a process with another's id takes none of its
+/// leases for its own, and a write is fenced per process. Nothing in it is secret.
+pub fn process_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    // A hasher's keys are random per process (seeded by the OS): random bits without a
+    // random-number crate.
+    let mut hasher = std::hash::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos()),
+    );
+    let random = hasher.finish() as u32;
+    format!("{}/{}/{random:08x}", host_name(), std::process::id())
 }
 
 fn id_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Whether `id` may be a worker id: 1-128 of `A-Z a-z 0-9 _ . -`, and not `.` or `..`, which
+/// name directories: in `{worker}/out.jsonl` they would put the worker's file in the pipeline's
+/// own directory or above it.
+pub fn is_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.chars().count() <= MAX_WORKER_ID_CHARS
+        && id.chars().all(id_char)
+        && id != "."
+        && id != ".."
 }
 
 /// Reads the section.
@@ -132,13 +164,14 @@ pub(super) fn validate(
         ));
     }
     if let Some(id) = &coordination.worker_id
-        && (id.is_empty() || id.chars().count() > MAX_WORKER_ID_CHARS || !id.chars().all(id_char))
+        && !is_worker_id(id)
     {
         errors.push(ConfigError::new(
             "coordination.worker_id",
             format!(
                 "'{id}' is not a worker id: 1-{MAX_WORKER_ID_CHARS} characters from A-Z a-z 0-9 \
-                 _ . - (it names the worker's jsonl file)"
+                 _ . -, other than . and .. (it names the worker's jsonl file, and . and .. name \
+                 directories)"
             ),
         ));
     }

@@ -38,12 +38,13 @@ use std::path::{Path, PathBuf};
 use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
-pub use self::coordination::{CoordinationConfig, WORKER_PLACEHOLDER};
+pub use self::coordination::{CoordinationConfig, WORKER_PLACEHOLDER, process_token};
 use self::fields::{Fields, Report, Stage};
 pub use self::schema::json_schema;
 use self::schema::{Field, Shape, of, optional, required};
 pub use self::sink::{
-    JsonlConfig, JsonlTarget, SinkConfig, StateConfig, WriteMode, stale_rows_warning,
+    JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, StateConfig, WriteMode,
+    stale_rows_warning,
 };
 
 /// The longest pipeline `name`.

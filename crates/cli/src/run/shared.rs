@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress};
+use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, other_settings};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
@@ -18,14 +18,16 @@ use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
-use ddbpipe_source::lease::{LeaseError, LeaseSettings, PipelineName, Worker, WorkerId};
+use ddbpipe_source::lease::{
+    LeaseError, LeaseSettings, LeaseTable, PipelineName, UnitId, Worker, WorkerId,
+};
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
 use crate::config::{
-    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER,
+    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER, process_token,
 };
 use crate::destination::{self, AnySink};
 use crate::failure::{Exit, Failure};
@@ -53,6 +55,11 @@ pub async fn run(
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
+    let identity = run_identity(config, &location, None);
+    let leases = open_lease_table(&sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
@@ -61,7 +68,7 @@ pub async fn run(
             AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
     };
-    let worker = worker(&sdk, config, coordination, &worker_id).await?;
+    let worker = worker_on(leases, config, coordination, &owner)?;
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let (reader, refresher) =
@@ -80,7 +87,7 @@ pub async fn run(
         worker,
         batch: plan.batch,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
-        identity: run_identity(config, &location, None),
+        identity,
         snapshot: None,
     }
     .run(&mut sink, stop, &bar)
@@ -114,67 +121,185 @@ pub async fn run(
     }
 }
 
-/// `sink.path` with this worker's id in place of `{worker}`.
-pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Option<PathBuf> {
-    match &config.sink {
-        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
-            JsonlTarget::File(path) => Some(PathBuf::from(
-                path.to_string_lossy()
-                    .replace(WORKER_PLACEHOLDER, worker_id),
-            )),
-            JsonlTarget::Stdout => None,
-        },
-        _ => None,
+/// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
+/// jsonl file. Every part of the path that holds `{worker}` must stay one file or directory
+/// name once the id is in it: an id making it `.` or `..` (or splitting it) would put the file
+/// somewhere the template does not, and is refused naming the field.
+pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Result<Option<PathBuf>, Failure> {
+    let SinkConfig::Jsonl(jsonl) = &config.sink else {
+        return Ok(None);
+    };
+    let JsonlTarget::File(template) = &jsonl.path else {
+        return Ok(None);
+    };
+    let mut path = PathBuf::new();
+    for part in template.components() {
+        let text = part.as_os_str().to_string_lossy();
+        if !text.contains(WORKER_PLACEHOLDER) {
+            path.push(part);
+            continue;
+        }
+        let replaced = text.replace(WORKER_PLACEHOLDER, worker_id);
+        let mut parts = Path::new(&replaced).components();
+        match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(name)), None) => path.push(name),
+            _ => {
+                return Err(Failure::usage(anyhow!(
+                    "config error: sink.path: '{}' with worker id '{worker_id}' names '{replaced}', \
+                     which leaves the place the template gives its file: use another \
+                     coordination.worker_id",
+                    template.display()
+                )));
+            }
+        }
     }
+    Ok(Some(path))
 }
 
 /// The settings a shared run keeps in its leader row (docs/coordination.md §11.10): the state
 /// file's identity, with the stream read in place of the one configured — a re-created table's
-/// new stream is refused while the old one's rows are in the lease table.
+/// new stream is refused while the old one's rows are in the lease table — and the sink's type
+/// and target (`sink`): a worker writing elsewhere would take a share of the data away from
+/// the others' destination.
 pub fn run_identity(
     config: &PipelineConfig,
     location: &ddbpipe_pipeline::state::identity::Location,
     stream_arn: Option<&str>,
 ) -> Identity {
-    let identity = wiring::identity(config, location);
-    match stream_arn {
-        Some(arn) => {
-            let mut json = identity.as_json().clone();
-            json["stream_arn"] = serde_json::json!(arn);
-            Identity::from_json(json)
-        }
-        None => identity,
+    let mut json = wiring::identity(config, location).as_json().clone();
+    json["sink"] = serde_json::json!(destination::sink_identity(config));
+    if let Some(arn) = stream_arn {
+        json["stream_arn"] = serde_json::json!(arn);
+    }
+    Identity::from_json(json)
+}
+
+/// Refuses a worker whose settings differ from those the pipeline's leader row keeps
+/// (docs/coordination.md §11.10), before its sink is opened: a worker writing elsewhere
+/// creates no file or table there. The runner compares them again at its first round, should
+/// the first leader write them meanwhile.
+async fn same_settings(
+    leases: &AwsLeaseTable,
+    config: &PipelineConfig,
+    identity: &Identity,
+) -> Result<(), Failure> {
+    let pipeline = pipeline_name(config)?;
+    let leader = leases
+        .get(&pipeline, &UnitId::Leader)
+        .await
+        .map_err(|error| lease_table_failure(error, leases.table_name()))?;
+    let stored = leader.and_then(|row| row.checkpoint);
+    match stored.and_then(|stored| other_settings(&config.name, &stored, identity)) {
+        Some(message) => Err(Failure::runtime(anyhow!(
+            "lease table '{}': {message}",
+            leases.table_name()
+        ))),
+        None => Ok(()),
     }
 }
 
-/// This worker on the lease table (created when missing).
-async fn worker(
-    sdk: &aws::SdkSettings,
-    config: &PipelineConfig,
-    coordination: &CoordinationConfig,
-    worker_id: &str,
-) -> Result<Worker<AwsLeaseTable>, Failure> {
-    let leases = open_lease_table(sdk, coordination).await?;
-    worker_on(leases, config, coordination, worker_id)
+/// This process's lease owner: `worker_id` and this process's token (docs/coordination.md
+/// §11.2 rule 6). Made once per process: the phases of a mirror are one owner.
+fn lease_owner(worker_id: &str) -> Result<WorkerId, Failure> {
+    let named =
+        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
+    WorkerId::new(worker_id)
+        .and_then(|id| id.of_process(&process_token()))
+        .map_err(named)
 }
 
-/// This worker on the opened lease table `leases`.
+/// Refuses to start while another live process runs under this process's worker id
+/// (docs/coordination.md §11.10 rule 8): when rows name the id under another process's
+/// token, they are watched for one lease duration, and one whose counter that process moved
+/// meanwhile stops this one, naming that process's host and pid. Rows that stood still are a
+/// previous life's: they expire as any other worker's.
+async fn alone_with_id(
+    leases: &AwsLeaseTable,
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    owner: &WorkerId,
+    stop: &Cancel,
+) -> Result<(), Failure> {
+    let pipeline = pipeline_name(config)?;
+    let list = || async {
+        leases
+            .list(&pipeline)
+            .await
+            .map_err(|error| lease_table_failure(error, leases.table_name()))
+    };
+    let twins: Vec<_> = list()
+        .await?
+        .into_iter()
+        .filter(|row| {
+            row.owner
+                .as_ref()
+                .is_some_and(|other| other.name() == owner.name() && other != owner)
+        })
+        .collect();
+    if twins.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(
+        worker = %owner.name(),
+        rows = twins.len(),
+        "Lease rows name this worker id under another process: watching them for a lease \
+         duration before starting."
+    );
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(coordination.lease_duration_secs)) => {}
+        () = stop.cancelled() => return Ok(()),
+    }
+    let now = list().await?;
+    let live = twins.iter().find_map(|twin| {
+        now.iter().find(|row| {
+            row.unit == twin.unit && row.owner == twin.owner && row.counter != twin.counter
+        })
+    });
+    let Some(row) = live else {
+        return Ok(());
+    };
+    let other = row
+        .owner
+        .as_ref()
+        .and_then(WorkerId::process)
+        .unwrap_or("?");
+    let mut parts = other.splitn(3, '/');
+    let (host, pid) = (parts.next().unwrap_or("?"), parts.next().unwrap_or("?"));
+    Err(Failure::usage(anyhow!(
+        "worker id '{}' is in use by a live process of pipeline '{}': pid {pid} on host {host} \
+         (it renewed lease '{}' in lease table '{}' while this one watched)",
+        owner.name(),
+        config.name,
+        row.unit,
+        leases.table_name()
+    ))
+    .hint(
+        "give each process its own coordination.worker_id (or leave it unset: \
+         <hostname>-<pid>), or stop the other process first",
+    ))
+}
+
+/// This process, as lease owner `owner`, on the opened lease table `leases`.
 fn worker_on(
     leases: AwsLeaseTable,
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
-    worker_id: &str,
+    owner: &WorkerId,
 ) -> Result<Worker<AwsLeaseTable>, Failure> {
     let settings = LeaseSettings::new(coordination.lease_duration_secs)
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))?;
-    let named =
-        |error: ddbpipe_source::lease::BadName| Failure::usage(anyhow!("config error: {error}"));
     Ok(Worker::new(
         leases,
-        PipelineName::new(config.name.clone()).map_err(named)?,
-        WorkerId::new(worker_id).map_err(named)?,
+        pipeline_name(config)?,
+        owner.clone(),
         settings,
     ))
+}
+
+/// The pipeline's name, as its lease rows are kept under.
+fn pipeline_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
+    PipelineName::new(config.name.clone())
+        .map_err(|error| Failure::usage(anyhow!("config error: {error}")))
 }
 
 /// Runs one worker of a shared `mode: streams` pipeline (docs/coordination.md §11.11).
@@ -187,6 +312,11 @@ pub async fn run_streams(
     let source = &config.source;
     let worker_id = coordination.worker_id();
     let opened = super::streams::open_stream(config, &stop).await?;
+    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    let leases = open_lease_table(&opened.sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
     let mut sink = match &config.sink {
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
@@ -200,8 +330,7 @@ pub async fn run_streams(
             AnySink::Keyed(open_keyed(config, table, Records::Envelopes).await?)
         }
     };
-    let worker = worker(&opened.sdk, config, coordination, &worker_id).await?;
-    let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    let worker = worker_on(leases, config, coordination, &owner)?;
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(
         &plan,
@@ -278,8 +407,14 @@ pub async fn run_mirror(
             "internal error: a mirror needs the table's key schema"
         )));
     };
-    let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
+    // One lease table for both phases' workers (the same id: the stream phase takes over
+    // nothing from the scan phase's holdings, which it hands back before).
+    let leases = open_lease_table(&opened.sdk, coordination).await?;
+    same_settings(&leases, config, &identity).await?;
+    let owner = lease_owner(&worker_id)?;
+    alone_with_id(&leases, config, coordination, &owner, &stop).await?;
+    let mut sink = open_keyed(config, table, Records::Envelopes).await?;
     let stream_plan = StreamPlan::build(source);
     let plan = ScanPlan::of_snapshot(&stream_plan, &source.table_name, table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
@@ -304,15 +439,12 @@ pub async fn run_mirror(
         segments = plan.total_segments,
         "Shared mirror started."
     );
-    // One lease table for both phases' workers (the same id: the stream phase takes over
-    // nothing from the scan phase's holdings, which it hands back before).
-    let leases = open_lease_table(&opened.sdk, coordination).await?;
     let started = Instant::now();
     let bar = ScanProgress::new(progress, table.item_count, 0, plan.total_segments);
     let mirror = LeasedMirror {
         scan: LeasedScan {
             reader,
-            worker: worker_on(leases.clone(), config, coordination, &worker_id)?,
+            worker: worker_on(leases.clone(), config, coordination, &owner)?,
             batch: plan.batch,
             checkpoint_interval,
             identity: identity.clone(),
@@ -321,7 +453,7 @@ pub async fn run_mirror(
         streams: LeasedStreams {
             api: Arc::new(aws::streams_api(&opened.sdk)),
             run,
-            worker: worker_on(leases, config, coordination, &worker_id)?,
+            worker: worker_on(leases, config, coordination, &owner)?,
             checkpoint_interval,
             observer: Arc::new(RequestMetrics),
             identity,
@@ -387,7 +519,7 @@ fn open_worker_file(
     worker_id: &str,
     records: Records,
 ) -> Result<JsonlSink, Failure> {
-    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id))
+    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id)?)
     else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a shared run into jsonl needs a file path"
@@ -497,4 +629,50 @@ fn summarize(
             coordination.lease_table
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::worker_path;
+    use crate::config::{PipelineConfig, parse};
+
+    fn shared_into(path: &str) -> PipelineConfig {
+        let yaml = format!(
+            "name: orders\nsource: {{table_name: orders}}\nsink: {{type: jsonl, path: '{path}'}}\n\
+             coordination: {{lease_table: leases}}\n"
+        );
+        parse(&yaml, Path::new("conf"), &|_| None).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_worker_path_stays_where_its_template_puts_it() {
+        let config = shared_into("out/{worker}/orders-{worker}.jsonl");
+        let path = worker_path(&config, "host-1").unwrap();
+        assert_eq!(
+            path,
+            Some(PathBuf::from("conf/out/host-1/orders-host-1.jsonl"))
+        );
+        // Ids that config validation refuses, should one reach here by another way: none of
+        // them may move the file out of its directory, or into another one.
+        for id in ["..", ".", "a/b", "../x", ""] {
+            let config = shared_into("out/{worker}/orders.jsonl");
+            let refused = worker_path(&config, id);
+            let Err(failure) = refused else {
+                panic!("{id}: {refused:?}");
+            };
+            let said = failure.to_string();
+            assert!(
+                said.starts_with("config error: sink.path:") && said.contains(&format!("'{id}'")),
+                "{id}: {said}"
+            );
+        }
+        // Inside a name, dots are just dots.
+        let config = shared_into("out/orders-{worker}.jsonl");
+        assert_eq!(
+            worker_path(&config, "..").unwrap(),
+            Some(PathBuf::from("conf/out/orders-...jsonl"))
+        );
+    }
 }

@@ -178,6 +178,15 @@ impl PostgresDatabase {
         parsed.config().map(drop)
     }
 
+    /// Where a connection string leads, read without connecting: `host:port/database` as
+    /// [`connect_with`](Self::connect_with) would connect with `defaults` — never a user name
+    /// or a password. `Err` says what is wrong, naming a key but never a value.
+    pub fn address(url: &str, defaults: &[(&str, String)]) -> Result<String, String> {
+        let parsed = ConnInfo::parse(url).map_err(|e| e.problem)?;
+        let config = parsed.config_with(defaults)?;
+        Ok(session::location(&config))
+    }
+
     /// The connection string with every password replaced by `***`, from the same parse
     /// [`connect`](Self::connect) uses (see `conninfo`): the URL form (`postgres://user:pw@host/db`,
     /// a `password=` query parameter) and the key=value form (`host=h password='p w'`). When the

@@ -450,7 +450,7 @@ pub(super) async fn holder(
 }
 
 /// "host:port/db" of the first host.
-fn location(config: &Config) -> String {
+pub(super) fn location(config: &Config) -> String {
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(host)) => host.clone(),
         Some(Host::Unix(path)) => path.display().to_string(),

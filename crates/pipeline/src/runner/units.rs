@@ -87,7 +87,7 @@ pub(crate) fn fence<T: LeaseTable>(
 /// Tells the metrics of one lease event of this worker, which holds `held` leases after it.
 pub(crate) fn event<T: LeaseTable>(worker: &Worker<T>, event: &'static str, held: usize) {
     LeaseEvent {
-        worker: worker.id().as_str(),
+        worker: worker.id().name(),
         event,
         held,
     }

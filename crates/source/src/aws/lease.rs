@@ -301,13 +301,15 @@ impl AwsLeaseTable {
         held: &Held,
         set: &str,
         remove: Option<&str>,
-    ) -> UpdateItemFluentBuilder {
+    ) -> Result<UpdateItemFluentBuilder, LeaseError> {
+        let next = held.counter.after(unit)?;
         let mut expression = format!("SET #counter = :next, #written = :now{set}");
         if let Some(remove) = remove {
             expression.push_str(" REMOVE ");
             expression.push_str(remove);
         }
-        self.client
+        Ok(self
+            .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(pipeline, unit)))
@@ -317,10 +319,10 @@ impl AwsLeaseTable {
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_names("#written", WRITTEN)
             .expression_attribute_values(":held", n(held.counter.0))
-            .expression_attribute_values(":next", n(held.counter.next().0))
+            .expression_attribute_values(":next", n(next.0))
             .expression_attribute_values(":me", s(held.owner.as_str()))
             .expression_attribute_values(":now", n(self.clock_ms().max(0)))
-            .return_values(ReturnValue::AllNew)
+            .return_values(ReturnValue::AllNew))
     }
 }
 
@@ -393,6 +395,7 @@ impl LeaseTable for AwsLeaseTable {
         seen: LeaseCounter,
         owner: &WorkerId,
     ) -> Result<Lease, LeaseError> {
+        let next = seen.after(unit)?;
         counted("take");
         let update = self
             .client
@@ -410,7 +413,7 @@ impl LeaseTable for AwsLeaseTable {
             .expression_attribute_names("#switches", SWITCHES)
             .expression_attribute_values(":me", s(owner.as_str()))
             .expression_attribute_values(":seen", n(seen.0))
-            .expression_attribute_values(":next", n(seen.next().0))
+            .expression_attribute_values(":next", n(next.0))
             .expression_attribute_values(":now", n(self.clock_ms().max(0)))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
@@ -424,8 +427,9 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
+        let update = self.held_update(pipeline, unit, held, "", None)?;
         counted("renew");
-        updated(self.held_update(pipeline, unit, held, "", None), unit).await
+        updated(update, unit).await
     }
 
     async fn checkpoint(
@@ -436,7 +440,6 @@ impl LeaseTable for AwsLeaseTable {
         checkpoint: &str,
         state: LeaseState,
     ) -> Result<Lease, LeaseError> {
-        counted("checkpoint");
         let remove = state.is_finished().then_some("#owner");
         let update = self
             .held_update(
@@ -445,13 +448,14 @@ impl LeaseTable for AwsLeaseTable {
                 held,
                 ", #checkpoint = :checkpoint, #state = :state, #switches = :zero",
                 remove,
-            )
+            )?
             .expression_attribute_names("#checkpoint", CHECKPOINT)
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#switches", SWITCHES)
             .expression_attribute_values(":checkpoint", s(checkpoint))
             .expression_attribute_values(":state", s(state.as_str()))
             .expression_attribute_values(":zero", n(0));
+        counted("checkpoint");
         updated(update, unit).await
     }
 
@@ -461,12 +465,9 @@ impl LeaseTable for AwsLeaseTable {
         unit: &UnitId,
         held: &Held,
     ) -> Result<Lease, LeaseError> {
+        let update = self.held_update(pipeline, unit, held, "", Some("#owner"))?;
         counted("release");
-        updated(
-            self.held_update(pipeline, unit, held, "", Some("#owner")),
-            unit,
-        )
-        .await
+        updated(update, unit).await
     }
 
     async fn delete(

@@ -289,3 +289,100 @@ async fn a_worker_leads_creates_rows_parents_first_and_takes_them() {
     let rows = leases.list(&pipeline("w")).await.unwrap();
     assert!(rows.iter().all(|row| row.owner.is_none()), "{rows:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_is_never_written_past_its_largest_value() {
+    let endpoint = emulator().await;
+    let leases = table(&endpoint).await;
+    let (p, unit) = (pipeline("orders"), shard("edited"));
+    let mut lease = Lease::new(unit.clone(), Vec::new(), 5);
+    lease.counter = LeaseCounter(LeaseCounter::MAX.0 - 1);
+    leases.create(&p, &lease).await.unwrap();
+    let last = leases
+        .take(&p, &unit, lease.counter, &worker("a"))
+        .await
+        .unwrap();
+    assert_eq!(last.counter, LeaseCounter::MAX);
+    let held = Held {
+        owner: worker("a"),
+        counter: last.counter,
+    };
+    let refused = leases.renew(&p, &unit, &held).await.unwrap_err();
+    assert!(
+        matches!(&refused, LeaseError::Fatal(m) if m.contains("'shard:edited'") && m.contains("state reset")),
+        "{refused}"
+    );
+    // A row edited by hand to u64::MAX: read, never taken.
+    let edited = client(&endpoint)
+        .update_item()
+        .table_name("ddbpipe-leases")
+        .set_key(Some(key(&p, &unit)))
+        .update_expression("SET #counter = :max REMOVE #owner")
+        .expression_attribute_names("#counter", COUNTER)
+        .expression_attribute_names("#owner", OWNER)
+        .expression_attribute_values(":max", n(u64::MAX))
+        .send()
+        .await;
+    edited.unwrap();
+    let row = leases.get(&p, &unit).await.unwrap().unwrap();
+    assert_eq!(row.counter, LeaseCounter(u64::MAX));
+    let refused = leases
+        .take(&p, &unit, row.counter, &worker("b"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, LeaseError::Fatal(m) if m.contains("'shard:edited'") && m.contains(&u64::MAX.to_string())),
+        "{refused}"
+    );
+    assert_eq!(
+        leases.get(&p, &unit).await.unwrap(),
+        Some(row),
+        "not written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_one_worker_id_are_fenced_apart() {
+    let endpoint = emulator().await;
+    let leases = table(&endpoint).await;
+    let (p, unit) = (pipeline("orders"), shard("s"));
+    leases
+        .create(&p, &Lease::new(unit.clone(), Vec::new(), 5))
+        .await
+        .unwrap();
+    let first = worker("w1").of_process("host-a/4242/9f3c1a2b").unwrap();
+    let second = worker("w1").of_process("host-b/4242/0b1c2d3e").unwrap();
+    let taken = leases
+        .take(&p, &unit, LeaseCounter(0), &first)
+        .await
+        .unwrap();
+    for twin in [
+        Held {
+            owner: second.clone(),
+            counter: taken.counter,
+        },
+        // A row of an earlier version names the id alone: no process of this version is it.
+        Held {
+            owner: worker("w1"),
+            counter: taken.counter,
+        },
+    ] {
+        assert!(
+            leases
+                .renew(&p, &unit, &twin)
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+        let checkpoint = leases.checkpoint(&p, &unit, &twin, "7", LeaseState::Processing);
+        assert!(checkpoint.await.unwrap_err().is_conflict());
+        assert!(
+            leases
+                .release(&p, &unit, &twin)
+                .await
+                .unwrap_err()
+                .is_conflict()
+        );
+    }
+    assert_eq!(leases.get(&p, &unit).await.unwrap(), Some(taken));
+}

@@ -134,8 +134,9 @@ enum Standing {
     Closed,
     /// Held by this worker.
     Mine,
-    /// Free for this worker: no owner, an expired owner, or this worker's id on a lease it
-    /// does not hold (left by its previous life, or a take whose reply was lost).
+    /// Free for this worker: no owner, an expired owner, or this worker's owner on a lease it
+    /// does not hold (a take whose reply was lost; a previous process of the same worker id
+    /// is another owner, docs/coordination.md §11.2 rule 6).
     Free,
     /// Held by a live worker.
     Live,
@@ -168,8 +169,8 @@ fn spread(me: &WorkerId, unit: &UnitId) -> u64 {
 /// 2. The fair share is `ceil(work / live workers)`, where work counts the units that are
 ///    neither finished nor waiting on a parent, and live workers are this one and every
 ///    owner of such a unit that is not expired.
-/// 3. Free leases, up to the share: this worker's own id first, then unowned, then expired,
-///    each in spread order.
+/// 3. Free leases, up to the share: this worker's own owner first, then unowned, then
+///    expired, each in spread order.
 /// 4. Below its share with nothing free, it steals at most `max_steals` from the live worker
 ///    holding the most, when that one holds more than the share or at least two more than
 ///    this worker.

@@ -14,7 +14,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::ApiError;
 
-use super::model::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
+use super::model::{
+    CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId,
+};
 use super::table::{LeaseError, LeaseTable};
 
 /// Faults the table injects, decided by its seed.
@@ -141,6 +143,14 @@ impl MemoryLeaseTable {
             .cloned()
     }
 
+    /// Changes the row of `unit` as an edit by hand would: no request, no condition, no log
+    /// entry. Does nothing when it has no row.
+    pub fn edit(&self, pipeline: &PipelineName, unit: &UnitId, change: impl FnOnce(&mut Lease)) {
+        if let Some(row) = self.lock().rows.get_mut(&(pipeline.clone(), unit.clone())) {
+            change(row);
+        }
+    }
+
     /// Every row of `pipeline`, without a request.
     pub fn rows(&self, pipeline: &PipelineName) -> Vec<Lease> {
         self.lock()
@@ -180,12 +190,14 @@ impl MemoryLeaseTable {
 
     /// Applies `change` to the row of `unit` when it is allowed, logs it, and answers by
     /// `fate`.
+    /// `change` answers `Ok(None)` when the write's condition fails, an error when the row
+    /// cannot be written at all (a counter that cannot move on).
     async fn write(
         &self,
         pipeline: &PipelineName,
         unit: &UnitId,
         kind: WriteKind,
-        change: impl FnOnce(Option<&Lease>, i64) -> Option<Option<Lease>>,
+        change: impl FnOnce(Option<&Lease>, i64) -> Result<Option<Option<Lease>>, CounterExhausted>,
     ) -> Result<Option<Lease>, LeaseError> {
         let fate = self.begin(true).await;
         if let Fate::Failed = fate {
@@ -194,7 +206,7 @@ impl MemoryLeaseTable {
         let mut shared = self.lock();
         let key = (pipeline.clone(), unit.clone());
         let before = shared.rows.get(&key).cloned();
-        let Some(after) = change(before.as_ref(), shared.now_ms) else {
+        let Some(after) = change(before.as_ref(), shared.now_ms)? else {
             return Err(LeaseError::Conflict { unit: unit.clone() });
         };
         match &after {
@@ -221,11 +233,12 @@ impl MemoryLeaseTable {
         pipeline: &PipelineName,
         unit: &UnitId,
         kind: WriteKind,
-        change: impl FnOnce(&Lease, i64) -> Option<Lease>,
+        change: impl FnOnce(&Lease, i64) -> Result<Option<Lease>, CounterExhausted>,
     ) -> Result<Lease, LeaseError> {
         let after = self
-            .write(pipeline, unit, kind, |row, now| {
-                row.and_then(|row| change(row, now)).map(Some)
+            .write(pipeline, unit, kind, |row, now| match row {
+                Some(row) => Ok(change(row, now)?.map(Some)),
+                None => Ok(None),
             })
             .await?;
         after.ok_or_else(|| LeaseError::Fatal("an update removed its row".into()))
@@ -261,7 +274,7 @@ impl LeaseTable for MemoryLeaseTable {
 
     async fn create(&self, pipeline: &PipelineName, lease: &Lease) -> Result<(), LeaseError> {
         self.write(pipeline, &lease.unit, WriteKind::Create, |row, _| {
-            row.is_none().then(|| Some(lease.clone()))
+            Ok(row.is_none().then(|| Some(lease.clone())))
         })
         .await
         .map(drop)
@@ -275,7 +288,9 @@ impl LeaseTable for MemoryLeaseTable {
         owner: &WorkerId,
     ) -> Result<Lease, LeaseError> {
         self.update(pipeline, unit, WriteKind::Take, |row, now| {
-            (row.counter == seen).then(|| row.taken(owner, now))
+            (row.counter == seen)
+                .then(|| row.taken(owner, now))
+                .transpose()
         })
         .await
     }
@@ -287,7 +302,7 @@ impl LeaseTable for MemoryLeaseTable {
         held: &Held,
     ) -> Result<Lease, LeaseError> {
         self.update(pipeline, unit, WriteKind::Renew, |row, now| {
-            holds(row, held).then(|| row.renewed(now))
+            holds(row, held).then(|| row.renewed(now)).transpose()
         })
         .await
     }
@@ -301,7 +316,9 @@ impl LeaseTable for MemoryLeaseTable {
         state: LeaseState,
     ) -> Result<Lease, LeaseError> {
         self.update(pipeline, unit, WriteKind::Checkpoint, |row, now| {
-            holds(row, held).then(|| row.checkpointed(checkpoint, state, now))
+            holds(row, held)
+                .then(|| row.checkpointed(checkpoint, state, now))
+                .transpose()
         })
         .await
     }
@@ -313,7 +330,7 @@ impl LeaseTable for MemoryLeaseTable {
         held: &Held,
     ) -> Result<Lease, LeaseError> {
         self.update(pipeline, unit, WriteKind::Release, |row, now| {
-            holds(row, held).then(|| row.released(now))
+            holds(row, held).then(|| row.released(now)).transpose()
         })
         .await
     }
@@ -325,7 +342,7 @@ impl LeaseTable for MemoryLeaseTable {
         seen: LeaseCounter,
     ) -> Result<(), LeaseError> {
         self.write(pipeline, unit, WriteKind::Delete, |row, _| {
-            row.filter(|row| row.counter == seen).map(|_| None)
+            Ok(row.filter(|row| row.counter == seen).map(|_| None))
         })
         .await
         .map(drop)

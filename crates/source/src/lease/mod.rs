@@ -60,8 +60,8 @@ mod tests;
 
 pub use decide::LocalTime;
 pub use model::{
-    BadName, BadUnit, Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, UnitSpec,
-    WorkerId,
+    BadName, BadUnit, CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName,
+    UnitId, UnitSpec, WorkerId,
 };
 pub use table::{LeaseError, LeaseTable};
 pub use worker::{

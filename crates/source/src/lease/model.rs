@@ -53,9 +53,16 @@ impl fmt::Display for PipelineName {
 }
 
 /// Who holds a lease: unique among the live workers of a pipeline (default
-/// `<hostname>-<pid>`).
+/// `<hostname>-<pid>`). A lease owner written by the CLI is one process's: the configured id,
+/// `#`, and a token of that process ([`WorkerId::of_process`]), so two processes started with
+/// one configured id never take each other's leases for their own, and each write is fenced
+/// per process (docs/coordination.md §11.2 rule 6). A row written by an earlier version names
+/// the configured id alone; it is read as another process's.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkerId(String);
+
+/// What separates the configured id from the process token in a lease owner.
+const PROCESS_SEPARATOR: char = '#';
 
 impl WorkerId {
     /// A worker id: 1 to 1024 bytes.
@@ -63,9 +70,30 @@ impl WorkerId {
         checked("worker id", id.into()).map(WorkerId)
     }
 
-    /// The id.
+    /// The lease owner of one process running as this worker: `<id>#<process>`. `process`
+    /// tells this process apart from every other started with the same id (the CLI's is
+    /// `<host>/<pid>/<random hex>`: nothing secret).
+    pub fn of_process(&self, process: &str) -> Result<Self, BadName> {
+        WorkerId::new(format!("{}{PROCESS_SEPARATOR}{process}", self.name()))
+    }
+
+    /// The whole owner, process token included.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The configured id: the owner without its process token (metrics label workers by it).
+    pub fn name(&self) -> &str {
+        self.0
+            .split_once(PROCESS_SEPARATOR)
+            .map_or(self.0.as_str(), |(name, _)| name)
+    }
+
+    /// The process token, when the owner has one.
+    pub fn process(&self) -> Option<&str> {
+        self.0
+            .split_once(PROCESS_SEPARATOR)
+            .map(|(_, process)| process)
     }
 }
 
@@ -156,10 +184,47 @@ impl FromStr for UnitId {
 pub struct LeaseCounter(pub u64);
 
 impl LeaseCounter {
-    /// The counter a write conditional on this one leaves.
-    pub fn next(self) -> Self {
-        LeaseCounter(self.0.saturating_add(1))
+    /// The largest counter a write may leave: the largest a keyed sink's fence stores (a
+    /// signed 64-bit column). A row is never written past it; one edited beyond it is read,
+    /// but cannot be written again.
+    pub const MAX: LeaseCounter = LeaseCounter(i64::MAX.unsigned_abs());
+
+    /// The counter a write conditional on this one leaves; `None` from [`Self::MAX`] on: a
+    /// counter that stood still would be a fencing token two owners share, and a lease whose
+    /// counter does not move looks expired to every other worker (§11.3).
+    pub fn next(self) -> Option<Self> {
+        if self < Self::MAX {
+            Some(LeaseCounter(self.0 + 1))
+        } else {
+            None
+        }
     }
+
+    /// [`Self::next`], or the error naming `unit`'s row when the counter cannot move on.
+    pub fn after(self, unit: &UnitId) -> Result<Self, CounterExhausted> {
+        self.next().ok_or_else(|| CounterExhausted {
+            unit: unit.clone(),
+            counter: self,
+        })
+    }
+}
+
+/// Definite: a lease row whose counter cannot be advanced (it stands at [`LeaseCounter::MAX`]
+/// or beyond, which only an edit by hand can do). Nobody can take, renew or checkpoint it, so
+/// the run stops instead of waiting for the unit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "lease row '{unit}' holds counter {counter}, and a lease counter cannot go past {}: the row \
+     cannot be taken, renewed or checkpointed again. Stop the workers and run `ddbpipe state \
+     reset` (it deletes the pipeline's lease rows and fences: the next run starts its units \
+     afresh)",
+    LeaseCounter::MAX
+)]
+pub struct CounterExhausted {
+    /// The row's unit.
+    pub unit: UnitId,
+    /// Its counter.
+    pub counter: LeaseCounter,
 }
 
 impl fmt::Display for LeaseCounter {
@@ -267,51 +332,56 @@ impl Lease {
 
     /// After a take by `owner` (conditional on the counter seen). Every take counts as an
     /// owner switch, a re-take under the same id (a restarted worker) too.
-    pub fn taken(&self, owner: &WorkerId, now_ms: i64) -> Lease {
-        Lease {
+    pub fn taken(&self, owner: &WorkerId, now_ms: i64) -> Result<Lease, CounterExhausted> {
+        Ok(Lease {
             owner: Some(owner.clone()),
-            counter: self.counter.next(),
-            owner_switches: self.owner_switches + 1,
+            counter: self.counter.after(&self.unit)?,
+            owner_switches: self.owner_switches.saturating_add(1),
             written_ms: now_ms,
             ..self.clone()
-        }
+        })
     }
 
     /// After a renewal: only the counter moves.
-    pub fn renewed(&self, now_ms: i64) -> Lease {
-        Lease {
-            counter: self.counter.next(),
+    pub fn renewed(&self, now_ms: i64) -> Result<Lease, CounterExhausted> {
+        Ok(Lease {
+            counter: self.counter.after(&self.unit)?,
             written_ms: now_ms,
             ..self.clone()
-        }
+        })
     }
 
     /// After a checkpoint: position and state written, owner switches reset; a finished state
     /// also clears the owner (§11.7 rule 2).
-    pub fn checkpointed(&self, checkpoint: &str, state: LeaseState, now_ms: i64) -> Lease {
-        Lease {
+    pub fn checkpointed(
+        &self,
+        checkpoint: &str,
+        state: LeaseState,
+        now_ms: i64,
+    ) -> Result<Lease, CounterExhausted> {
+        Ok(Lease {
             owner: if state.is_finished() {
                 None
             } else {
                 self.owner.clone()
             },
-            counter: self.counter.next(),
+            counter: self.counter.after(&self.unit)?,
             checkpoint: Some(checkpoint.to_string()),
             state,
             owner_switches: 0,
             written_ms: now_ms,
             ..self.clone()
-        }
+        })
     }
 
     /// After a hand-back: nobody holds it, anyone may take it at once (§11.7 rule 3).
-    pub fn released(&self, now_ms: i64) -> Lease {
-        Lease {
+    pub fn released(&self, now_ms: i64) -> Result<Lease, CounterExhausted> {
+        Ok(Lease {
             owner: None,
-            counter: self.counter.next(),
+            counter: self.counter.after(&self.unit)?,
             written_ms: now_ms,
             ..self.clone()
-        }
+        })
     }
 }
 
@@ -416,6 +486,20 @@ mod tests {
     }
 
     #[test]
+    fn a_process_owner_is_its_worker_id_and_a_token() {
+        let id = worker("host-1");
+        let one = id.of_process("host-a/4242/9f3c1a2b").unwrap();
+        let other = id.of_process("host-b/4242/0b1c2d3e").unwrap();
+        assert_eq!(one.as_str(), "host-1#host-a/4242/9f3c1a2b");
+        assert_ne!(one, other, "one id, two processes, two owners");
+        assert_eq!((one.name(), other.name()), ("host-1", "host-1"));
+        assert_eq!(one.process(), Some("host-a/4242/9f3c1a2b"));
+        assert_eq!(one.of_process("p").unwrap().as_str(), "host-1#p");
+        // A row of an earlier version names the id alone.
+        assert_eq!((id.name(), id.process()), ("host-1", None));
+    }
+
+    #[test]
     fn names_are_one_to_1024_bytes() {
         assert!(WorkerId::new("").is_err());
         assert!(PipelineName::new("x".repeat(1025)).is_err());
@@ -426,27 +510,67 @@ mod tests {
     fn every_transition_bumps_the_counter_by_one() {
         let lease = Lease::new(UnitId::Leader, Vec::new(), 0);
         let a = worker("a");
-        let taken = lease.taken(&a, 1);
+        let taken = lease.taken(&a, 1).unwrap();
         assert_eq!((taken.counter, taken.owner_switches), (LeaseCounter(1), 1));
-        assert_eq!(taken.renewed(2).counter, LeaseCounter(2));
-        assert_eq!(taken.released(2).counter, LeaseCounter(2));
-        assert_eq!(taken.released(2).owner, None);
-        let checkpointed = taken.checkpointed("7", LeaseState::Processing, 3);
+        assert_eq!(taken.renewed(2).unwrap().counter, LeaseCounter(2));
+        assert_eq!(taken.released(2).unwrap().counter, LeaseCounter(2));
+        assert_eq!(taken.released(2).unwrap().owner, None);
+        let checkpointed = taken.checkpointed("7", LeaseState::Processing, 3).unwrap();
         assert_eq!(checkpointed.counter, LeaseCounter(2));
         assert_eq!(checkpointed.owner_switches, 0);
         assert_eq!(checkpointed.owner, Some(a.clone()));
         assert_eq!(
-            taken.taken(&a, 4).owner_switches,
+            taken.taken(&a, 4).unwrap().owner_switches,
             2,
             "a re-take is a switch too"
         );
     }
 
     #[test]
+    fn a_counter_at_its_largest_is_not_written_again() {
+        let unit = UnitId::Segment { index: 3, total: 8 };
+        let a = worker("a");
+        let mut lease = Lease::new(unit.clone(), Vec::new(), 0);
+        lease.counter = LeaseCounter(LeaseCounter::MAX.0 - 1);
+        let last = lease.taken(&a, 1).unwrap();
+        assert_eq!(
+            last.counter,
+            LeaseCounter::MAX,
+            "the last counter is still written"
+        );
+        for edited in [LeaseCounter::MAX, LeaseCounter(u64::MAX)] {
+            let row = Lease {
+                counter: edited,
+                ..last.clone()
+            };
+            let exhausted = CounterExhausted {
+                unit: unit.clone(),
+                counter: edited,
+            };
+            assert_eq!(row.taken(&a, 2), Err(exhausted.clone()));
+            assert_eq!(row.renewed(2), Err(exhausted.clone()));
+            assert_eq!(row.released(2), Err(exhausted.clone()));
+            assert_eq!(
+                row.checkpointed("x", LeaseState::Processing, 2),
+                Err(exhausted.clone())
+            );
+            let said = exhausted.to_string();
+            assert!(
+                said.contains("'segment:3/8'")
+                    && said.contains(&edited.to_string())
+                    && said.contains("state reset"),
+                "{said}"
+            );
+        }
+    }
+
+    #[test]
     fn a_finished_checkpoint_clears_the_owner() {
         let unit = UnitId::Shard(ShardId::new("s"));
-        let lease = Lease::new(unit.clone(), Vec::new(), 0).taken(&worker("a"), 1);
-        let ended = lease.checkpointed("end", unit.end_state(), 2);
+        let lease = Lease::new(unit.clone(), Vec::new(), 0)
+            .taken(&worker("a"), 1)
+            .unwrap();
+        let ended = lease.checkpointed("end", unit.end_state(), 2).unwrap();
         assert_eq!((ended.owner, ended.state), (None, LeaseState::ShardEnd));
         assert!(ended.state.is_finished() && !LeaseState::Processing.is_finished());
         for state in [

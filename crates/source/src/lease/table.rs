@@ -11,13 +11,16 @@
 //!    been applied (a timeout after the service applied it looks the same), so the holder
 //!    settles it by reading the row before it writes again (docs/coordination.md §11.2 rule 4).
 //! 3. Anything else is [`LeaseError::Fatal`]: a missing table, no permission, a row this
-//!    version cannot read. Retrying cannot help: the run stops.
+//!    version cannot read, a row whose counter cannot be advanced ([`CounterExhausted`]: no
+//!    request is sent). Retrying cannot help: the run stops.
 
 use std::future::Future;
 
 use crate::error::{ApiError, ErrorClass};
 
-use super::model::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
+use super::model::{
+    CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId,
+};
 
 /// A lease request that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +38,13 @@ pub enum LeaseError {
     /// Definite (rule 3): retrying cannot change it.
     #[error("lease request failed: {0}")]
     Fatal(String),
+}
+
+impl From<CounterExhausted> for LeaseError {
+    /// Definite (rule 3): the row cannot be written again until `state reset`.
+    fn from(error: CounterExhausted) -> Self {
+        LeaseError::Fatal(error.to_string())
+    }
 }
 
 impl LeaseError {

@@ -341,13 +341,13 @@ async fn a_checkpoint_whose_answer_was_lost_is_settled_not_lost() {
         .checkpoint(&unit, "3", LeaseState::Processing, at(2 * SECOND))
         .await
         .unwrap();
-    assert_eq!(retried, before.next());
+    assert_eq!(Some(retried), before.next());
     assert_eq!(
         table.log().len(),
         writes,
         "the applied checkpoint is not written twice"
     );
-    assert_eq!(a.counter(&unit), Some(before.next()));
+    assert_eq!(a.counter(&unit), before.next());
     // The next round renews on the settled counter.
     let report = a.round(at(5 * SECOND)).await.unwrap();
     assert!(
@@ -402,4 +402,48 @@ async fn a_worker_with_nothing_steals_one_lease_per_round_until_balanced() {
         counts.push((a.units().len(), b.units().len()));
     }
     assert_eq!(counts, [(4, 1), (3, 2), (2, 2), (2, 2)]);
+}
+
+#[tokio::test]
+async fn a_row_whose_counter_cannot_move_on_stops_the_workers_naming_it() {
+    let (table, mut a) = one_worker_holding(2).await;
+    let unit = UnitId::Segment { index: 1, total: 2 };
+    // Edited by hand mid-run to the largest counter DynamoDB's number can be read into.
+    table.edit(&pipeline(), &unit, |row| {
+        row.counter = LeaseCounter(u64::MAX)
+    });
+    let writes = table.log().len();
+    let stopped = a.round(at(5 * SECOND)).await;
+    let said = stopped.expect_err("the holder stops").to_string();
+    assert!(
+        said.contains("'segment:1/2'")
+            && said.contains(&u64::MAX.to_string())
+            && said.contains("state reset"),
+        "{said}"
+    );
+    // Another worker sees the row stand still and tries to take it over: it stops too, instead
+    // of holding a lease whose counter never moves.
+    let mut b = worker(&table, "b");
+    let mut failed = None;
+    for second in [0, 10, 20] {
+        if let Err(error) = b.round(at(second * SECOND)).await {
+            failed = Some(error.to_string());
+            break;
+        }
+    }
+    let said = failed.expect("the other worker stops within a lease duration");
+    assert!(said.contains("'segment:1/2'"), "{said}");
+    let row = table.row(&pipeline(), &unit).unwrap();
+    assert_eq!(
+        (row.counter, row.owner),
+        (LeaseCounter(u64::MAX), Some(worker_id("a"))),
+        "the row is not written"
+    );
+    assert!(
+        table
+            .log_since(writes)
+            .iter()
+            .all(|write| write.unit != unit),
+        "no write reached the row"
+    );
 }

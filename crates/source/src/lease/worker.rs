@@ -88,7 +88,7 @@ pub enum LostReason {
 /// Whether `row` is what this worker's finishing checkpoint on `holding` left: finished,
 /// unowned, one past the counter held. Only the holder can write that.
 fn ended_by(row: &Lease, holding: &Holding) -> bool {
-    row.owner.is_none() && row.state.is_finished() && row.counter == holding.counter.next()
+    row.owner.is_none() && row.state.is_finished() && Some(row.counter) == holding.counter.next()
 }
 
 /// A lease this worker lost: the caller stops the unit at once, without committing.
@@ -530,7 +530,7 @@ impl<T: LeaseTable> Worker<T> {
             let before = holding.counter;
             let (row, _) = self.settle(unit).await.map_err(CheckpointError::Request)?;
             if let Some(row) = row.filter(|row| {
-                row.counter == before.next()
+                Some(row.counter) == before.next()
                     && row.checkpoint.as_deref() == Some(checkpoint)
                     && row.state == state
             }) {

@@ -217,3 +217,28 @@ fn a_shared_scan_may_load_one_keyed_table() {
     ));
     assert!(config.coordination.is_some());
 }
+
+#[test]
+fn dot_and_dot_dot_are_not_worker_ids() {
+    for id in [".", "..", "'..'"] {
+        let lines = errors(&shared(
+            "segments: 4",
+            "{type: jsonl, path: '{worker}/out.jsonl'}",
+            &format!("{{lease_table: leases, worker_id: {id}}}"),
+        ));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("config error: coordination.worker_id:")
+                    && l.contains("other than . and ..")),
+            "{id}: {lines:?}"
+        );
+    }
+    // Dots inside an id are fine.
+    let config = parse_ok(&shared(
+        "segments: 4",
+        "{type: jsonl, path: '{worker}/out.jsonl'}",
+        "{lease_table: leases, worker_id: host.1..2}",
+    ));
+    assert!(config.coordination.is_some());
+}
