@@ -62,3 +62,17 @@ pub async fn run(
     }
     outcome
 }
+
+/// The note after the summary of a run a signal stopped before its end (a scan, a query, a
+/// snapshot or a repair): its progress is saved, so the stop is a clean one (exit 0, docs/cli.md
+/// §8.5, a rolling restart is no failure), and what the stop left and what the rerun does are
+/// said.
+fn stopped_note(config_path: &Path, left: &str, rerun: &str) {
+    telemetry::say(
+        telemetry::Line::Note,
+        &format!(
+            "ddbpipe: stopped by a signal with its progress saved: {left}; `ddbpipe run {}` {rerun}",
+            config_path.display()
+        ),
+    );
+}

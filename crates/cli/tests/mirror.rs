@@ -645,8 +645,54 @@ fn an_existing_table_with_other_key_columns_is_refused(target: Target) {
     assert!(err.contains("pk"), "{err}");
 }
 
+/// Issue 24 item 19: SIGTERM during a mirror's first snapshot (a rolling restart) is a clean
+/// stop: the snapshot's progress is saved, the run exits 0 and says it was stopped, and the
+/// snapshot stays open for the next run to resume. (The rows come from the stream beside the
+/// snapshot too, so their count says nothing of the snapshot: its record does.)
+fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_items(
+        "orders",
+        (0..1000)
+            .map(|i| item(vec![("pk", s(&format!("k{i:04}")))]))
+            .collect(),
+    );
+    let source = format!(
+        "{MIRROR}\nmax_read_units_per_second: 1\npage_limit: 2\nbatch_size: 2\nsegments: 2\nmax_concurrency: 1"
+    );
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let child = spawn(&pipeline);
+    let started = common::wait_for(Duration::from_secs(60), || {
+        !destination.rows("orders").is_empty() && !snapshot_record(&destination).is_null()
+    });
+    assert!(started, "the snapshot wrote rows");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("stopped by a signal") && said.contains("the snapshot is incomplete"),
+        "{said}"
+    );
+    assert!(!said.contains("error:"), "{said}");
+    assert!(
+        !snapshot_record(&destination).is_null(),
+        "the snapshot stays open for the next run"
+    );
+}
+
 mod sqlite {
     use super::*;
+
+    #[test]
+    fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved() {
+        super::sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(Target::Sqlite);
+    }
 
     /// docs/config.md §1.3 (rules that need DescribeTable) and docs/sinks.md §7.2: a projection without a key
     /// attribute, and a key attribute named like the document column, are config errors.
@@ -782,6 +828,11 @@ mod postgres {
     #[test]
     fn a_keys_only_stream_cannot_feed_a_keyed_sink() {
         super::a_keys_only_stream_cannot_feed_a_keyed_sink(Target::Postgres);
+    }
+
+    #[test]
+    fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved() {
+        super::sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(Target::Postgres);
     }
 
     #[test]

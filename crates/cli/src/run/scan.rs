@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
 use ddbpipe_pipeline::sink::Records;
@@ -166,28 +165,19 @@ pub(super) fn segment_reader<A: TableApi>(
     (reader, refresher)
 }
 
-/// Says how the run ended; an interrupted run is a failure whose hint says it resumes.
+/// Says how the run ended. A run stopped by a signal saved its position: it ends well (exit
+/// 0, docs/cli.md §8.5), and its summary says the output is incomplete until a rerun resumes.
 fn finish(
     config: &PipelineConfig,
     config_path: &Path,
     outcome: &ScanOutcome,
     took: Duration,
 ) -> Result<Exit, Failure> {
-    let source = &config.source;
     summarize(config, outcome, took);
-    if outcome.completed {
-        Ok(Exit::Ok)
-    } else {
-        Err(Failure::runtime(anyhow!(
-            "{} of '{}' was interrupted: the output is incomplete",
-            source.mode,
-            source.table_name
-        ))
-        .hint(format!(
-            "the position is saved; `ddbpipe run {}` resumes",
-            config_path.display()
-        )))
+    if !outcome.completed {
+        super::stopped_note(config_path, "the output is incomplete", "resumes it");
     }
+    Ok(Exit::Ok)
 }
 
 fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
@@ -203,7 +193,7 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
     let status = if outcome.completed {
         "complete"
     } else {
-        "interrupted"
+        "stopped by a signal"
     };
     tracing::info!(
         items = outcome.written,

@@ -103,22 +103,14 @@ pub async fn run(
         &outcome,
         started.elapsed(),
     );
-    if outcome.completed {
-        Ok(Exit::Ok)
-    } else {
-        Err(Failure::runtime(anyhow!(
-            "worker {worker_id} of the {} of '{}' was stopped: {} of {} segment(s) are done",
-            source.mode,
-            source.table_name,
-            outcome.segments_done,
-            outcome.total_segments
-        ))
-        .hint(format!(
-            "its leases were handed back with their checkpoints: the other workers go on; \
-             `ddbpipe run {}` joins again",
-            config_path.display()
-        )))
+    if !outcome.completed {
+        super::stopped_note(
+            config_path,
+            "its leases were handed back with their checkpoints and the other workers go on",
+            "joins again",
+        );
     }
+    Ok(Exit::Ok)
 }
 
 /// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
@@ -466,7 +458,10 @@ pub async fn run_mirror(
     let outcome = mirror.run(&mut sink, stop, &bar).await;
     bar.finish();
     drop(refresher);
-    let outcome = outcome.map_err(|error| super::streams::stream_failure(error, config_path))?;
+    let outcome = match outcome {
+        Err(error) => return super::streams::stream_end(error, config_path),
+        Ok(outcome) => outcome,
+    };
     let why = super::streams::ended_because(outcome.streams.end);
     let leases = &outcome.streams.leases;
     let snapshot = match (&outcome.scan, &outcome.cleanup) {
@@ -596,7 +591,7 @@ fn summarize(
     let status = if outcome.completed {
         "complete"
     } else {
-        "stopped"
+        "stopped by a signal"
     };
     tracing::info!(
         worker = %worker_id,

@@ -105,7 +105,10 @@ pub async fn run(
     )
     .await;
     bar.finish();
-    let outcome = outcome.map_err(|error| stream_failure(error, config_path))?;
+    let outcome = match outcome {
+        Err(error) => return stream_end(error, config_path),
+        Ok(outcome) => outcome,
+    };
     let why = ended_because(outcome.end);
     tracing::info!(records = outcome.written, reason = why, "Run finished.");
     say(
@@ -203,6 +206,30 @@ pub(super) async fn open_stream(
     })
 }
 
+/// How a stream or mirror run that returned `error` ends: a snapshot or repair a signal stopped
+/// saved its progress, which is a clean stop (docs/cli.md §8.5); anything else fails.
+pub(super) fn stream_end(error: StreamRunError, config_path: &Path) -> Result<Exit, Failure> {
+    match error {
+        StreamRunError::SnapshotInterrupted => {
+            super::stopped_note(
+                config_path,
+                "the snapshot is incomplete",
+                "resumes the snapshot",
+            );
+            Ok(Exit::Ok)
+        }
+        StreamRunError::RepairInterrupted => {
+            super::stopped_note(
+                config_path,
+                "the destination misses changes of the gap until the repair completes",
+                "resumes the repair",
+            );
+            Ok(Exit::Ok)
+        }
+        error => Err(stream_failure(error, config_path)),
+    }
+}
+
 pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
     let reset = format!("`ddbpipe state reset {}`", config_path.display());
     match error {
@@ -210,18 +237,6 @@ pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failu
         StreamRunError::Config(problem) => Failure::usage(anyhow!(
             "config error: source.read_capacity_fraction: {problem}"
         )),
-        StreamRunError::SnapshotInterrupted => {
-            Failure::runtime(StreamRunError::SnapshotInterrupted).hint(format!(
-                "the output is incomplete; `ddbpipe run {}` resumes the snapshot",
-                config_path.display()
-            ))
-        }
-        StreamRunError::RepairInterrupted => {
-            Failure::runtime(StreamRunError::RepairInterrupted).hint(format!(
-                "the destination misses changes of the gap until the repair completes; `ddbpipe run {}` resumes it",
-                config_path.display()
-            ))
-        }
         error @ StreamRunError::CleanupSkipped { .. } => Failure::runtime(error).hint(format!(
             "the snapshot is closed; the next `ddbpipe run {}` streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
             config_path.display()
