@@ -686,8 +686,37 @@ fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(target: Tar
     );
 }
 
+/// Issue 24 item 20: the summary counts the changes applied beside the snapshot (it said 0
+/// after a mirror whose every change arrived while its table was scanned).
+fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_items(
+        "orders",
+        (0..200)
+            .map(|i| item(vec![("pk", s(&format!("k{i:03}")))]))
+            .collect(),
+    );
+    // A slow scan: the stream's 200 records are read beside it.
+    let source = format!("{MIRROR}\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1");
+    let (pipeline, destination) = mirror(&running, target, &source);
+    let output = run(&pipeline);
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert_eq!(destination.rows("orders").len(), 200);
+    assert!(
+        said.contains(": 200 change record(s) written"),
+        "every change written once, beside the snapshot or after it: {said}"
+    );
+}
+
 mod sqlite {
     use super::*;
+
+    #[test]
+    fn the_summary_counts_the_changes_written_beside_the_snapshot() {
+        super::the_summary_counts_the_changes_written_beside_the_snapshot(Target::Sqlite);
+    }
 
     #[test]
     fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved() {
@@ -780,6 +809,11 @@ mod sqlite {
 
 mod postgres {
     use super::*;
+
+    #[test]
+    fn the_summary_counts_the_changes_written_beside_the_snapshot() {
+        super::the_summary_counts_the_changes_written_beside_the_snapshot(Target::Postgres);
+    }
 
     /// A wrong password fails the run; no output of run, check or state shows it.
     #[test]

@@ -322,6 +322,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         stop: &stop,
         observer: Arc::clone(&observer),
         progress,
+        changes_beside: std::cell::Cell::new(0),
     };
     let mut snapshotted = false;
     let mut read = false;
@@ -494,6 +495,8 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .set_streams(position.clone())
         .await
         .map_err(RunError::from)?;
+    let changes_beside = snapshots.changes_beside.get();
+    drop(snapshots);
 
     let (engine, rx) = run
         .engine(
@@ -514,7 +517,10 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .await;
     // The stream has no total to show progress against: the observer is told so.
     progress.streaming();
-    Ok(run_stream(engine, rx, run.batch, sink, checkpointer, progress).await?)
+    let mut outcome = run_stream(engine, rx, run.batch, sink, checkpointer, progress).await?;
+    // Issue 24 item 20: the changes applied beside a snapshot were written by this run too.
+    outcome.written += changes_beside;
+    Ok(outcome)
 }
 
 /// Before an open snapshot resumes with the stream beside it: the stored shard positions must

@@ -110,6 +110,9 @@ pub(super) struct Snapshots<'a, T> {
     pub stop: &'a Cancel,
     pub observer: Arc<dyn AttemptObserver>,
     pub progress: &'a dyn Progress,
+    /// Change records written beside the snapshots of this run (docs/mirror.md §5.6): the
+    /// run's summary counts them with the stream's own.
+    pub changes_beside: std::cell::Cell<u64>,
 }
 
 impl<T: TableApi> Snapshots<'_, T> {
@@ -338,6 +341,8 @@ impl<T: TableApi> Snapshots<'_, T> {
             completed = outcome.completed,
             "Snapshot and stream read together."
         );
+        self.changes_beside
+            .set(self.changes_beside.get() + outcome.changes);
         Ok(outcome.completed)
     }
 }
