@@ -6,13 +6,17 @@ the same table (docs/scan.md §2.5).
 
 Usage: scripts/big_items.py [path/to/ddbpipe] [items] [item_kb] [runs]
 
-moto serves a table of `items` items of about `item_kb` KB each (default 600 of 390 KB, the
-hostile pass's case); each run is `ddbpipe run` of a scan into a fresh SQLite file, its peak RSS
-read from the kernel (`ru_maxrss` of the finished child). Runs alternate; medians are printed.
+The embedded emulator of `ddbpipe demo --keep` (dynoxide, fast enough that batches fill by
+count or bytes before their 1 s linger; moto is not) serves a table of `items` items of about
+`item_kb` KB each (default 600 of 390 KB, the hostile pass's case); each run is `ddbpipe run` of
+a scan into a fresh SQLite file, its peak RSS read from the kernel (`ru_maxrss` of the finished
+child). Runs alternate; medians are printed.
 """
 
 import os
+import re
 import resource
+import signal
 import socket
 import statistics
 import subprocess
@@ -26,12 +30,6 @@ BINARY = sys.argv[1] if len(sys.argv) > 1 else "target/debug/ddbpipe"
 ITEMS = int(sys.argv[2]) if len(sys.argv) > 2 else 600
 ITEM_KB = int(sys.argv[3]) if len(sys.argv) > 3 else 390
 RUNS = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def client(port):
@@ -114,17 +112,31 @@ def measured(endpoint, tmp, label, max_bytes):
     return int(peak_kib) / 1024, float(took)
 
 
-def main():
-    port = free_port()
-    moto = subprocess.Popen(
-        ["moto_server", "-H", "127.0.0.1", "-p", str(port)],
+def emulator(tmp):
+    """`ddbpipe demo --keep`'s emulator and its port, once it listens."""
+    log = os.path.join(tmp, "demo.log")
+    demo = subprocess.Popen(
+        [BINARY, "demo", "--keep", "--items", "1", "--dir", os.path.join(tmp, "demo")],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(log, "w"),
     )
+    for _ in range(600):
+        text = open(log).read()
+        found = re.search(r"stays up at http://127\.0\.0\.1:(\d+)", text)
+        if found:
+            return demo, int(found.group(1))
+        if demo.poll() is not None:
+            sys.exit(f"ddbpipe demo ended: {text}")
+        time.sleep(0.1)
+    sys.exit("ddbpipe demo did not start its emulator")
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    demo, port = emulator(tmp)
     try:
         endpoint, ddb = client(port)
         seed(ddb)
-        tmp = tempfile.mkdtemp()
         results = {"bounded (32 MiB default)": [], "unbounded (1 GiB)": []}
         for _ in range(RUNS):
             results["bounded (32 MiB default)"].append(measured(endpoint, tmp, "bounded", None))
@@ -139,7 +151,8 @@ def main():
         bounded, unbounded = peaks.values()
         print(f"  bounded / unbounded peak RSS: {bounded / unbounded:.2f}")
     finally:
-        moto.kill()
+        demo.send_signal(signal.SIGINT)
+        demo.wait()
 
 
 if __name__ == "__main__":
