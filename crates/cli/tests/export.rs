@@ -638,3 +638,30 @@ fn a_mirror_via_an_export_under_writes_equals_the_table_in_sqlite() {
 fn a_mirror_via_an_export_under_writes_equals_the_table_in_postgres() {
     a_mirror_via_an_export_under_writes_equals_the_table(Target::Postgres);
 }
+
+/// Issue #24 item 6: a data file damaged in the bucket (one value changed after the export
+/// wrote it, so its manifest's MD5 is stale) fails the run before any of its lines is written
+/// or committed — the lines before the damage included.
+#[test]
+fn a_damaged_data_file_fails_before_any_of_its_lines_is_written() {
+    let (_running, fake) = setup(700);
+    fake.set_data_files(1);
+    fake.damage_next_export();
+    let pipeline = Pipeline::new(
+        "damaged",
+        &fake.url(),
+        &format!("table_name: orders\nbatch_size: 10\n{EXPORT}"),
+    );
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0));
+    let text = stderr(&output);
+    assert!(text.contains("its MD5 is"), "{text}");
+    assert_eq!(pipeline.lines().len(), 0, "no line of the file was written");
+    assert!(text.contains("nothing of it was written"), "{text}");
+    let position = &pipeline.entry("damaged").unwrap()["position"];
+    assert!(files_done(position).is_empty(), "{position}");
+    assert!(
+        position["cursors"].as_object().is_none_or(|c| c.is_empty()),
+        "no cursor was committed: {position}"
+    );
+}

@@ -16,13 +16,15 @@
 //!
 //! # Rules
 //! 1. Only `DYNAMODB_JSON` exports are read; another `outputFormat` (ION) is an error naming it.
-//! 2. A data file is read as a stream: its compressed bytes are hashed as they are read, the
-//!    decompressed lines are written as records and handed over `batch` lines at a time, so
-//!    memory is bounded by `batch` whatever the file's size.
+//! 2. A data file is read in two passes (`data`): the first hashes and counts its stored
+//!    bytes as they arrive, gunzips them (every gzip member) and writes each line as its
+//!    record into a spool (memory up to `SPOOL_MEMORY_BYTES`, then an unnamed temporary file);
+//!    the second hands the spooled records over `batch` at a time. Memory is bounded by the
+//!    spool's and the batch's size whatever the file's size.
 //! 3. A file is complete only when its lines number its manifest's `itemCount` and its MD5
 //!    matches `md5Checksum` (when given); otherwise the read fails naming the file and what
-//!    differs. The caller commits a file as done only after that, so nothing is committed past
-//!    a file that does not verify.
+//!    differs, **before any of its records is handed on**. The caller commits a file as done
+//!    only after that, so nothing of a file that does not verify is written or committed.
 //! 4. A line that is not an export line fails the read naming the file and the line number.
 //!    An empty line (the end of a file) is not an item.
 //!
@@ -61,7 +63,7 @@ mod start;
 #[cfg(test)]
 mod tests;
 
-pub use data::{FileRead, read_data_file};
+pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
 pub use engine::{BoxedPages, DynPages, ExportEngine, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 pub use reader::{

@@ -16,7 +16,8 @@ use tracing::Instrument;
 
 use super::api::{ExportApi, ExportState, ExportStatus, ObjectStore, remedy};
 use super::{
-    ExportError, ExportType, ManifestFile, ManifestSummary, manifest_files, read_data_file,
+    ExportError, ExportType, FileReading, ManifestFile, ManifestSummary, manifest_files,
+    read_data_file,
 };
 use crate::api::Render;
 use crate::capacity::ReadLimiter;
@@ -412,8 +413,8 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
     }
 }
 
-/// Reads a file on a blocking thread: items after `handed` are sent as pages, then the file's
-/// end (rule 3: only once it verified).
+/// Reads a file on a blocking thread: once the whole file verified, its items after `handed`
+/// are sent as pages, then the file's end (rule 3).
 #[allow(clippy::too_many_arguments)] // One file's read, called once.
 fn read_blocking(
     body: impl Read,
@@ -451,7 +452,21 @@ fn read_blocking(
         })
         .map_err(|_| FileError::Closed)
     };
-    read_data_file::<FileError>(body, file, kind, render, page_lines, skip, |records| {
+    let reading = FileReading {
+        file,
+        kind,
+        render,
+        batch: page_lines,
+        skip,
+    };
+    let check = || {
+        if cancel.is_cancelled() {
+            Err(FileError::Cancelled)
+        } else {
+            Ok(())
+        }
+    };
+    read_data_file::<FileError>(body, &reading, check, |records| {
         let from = handed.load(Ordering::SeqCst);
         let reached = from + records.len() as u64;
         send(records, from, SegmentCursor::Next(file_cursor(reached)))?;
