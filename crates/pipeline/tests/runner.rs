@@ -429,7 +429,7 @@ mod export {
             .unwrap();
         cp.set_export(&arn).await.unwrap();
         let mut first = MemorySink::default().failing_at(5);
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
         run_scan(reader, 5, &mut first, &mut cp, Cancel::never(), &NoProgress)
             .await
             .unwrap_err();
@@ -447,7 +447,7 @@ mod export {
             .unwrap();
         assert_eq!(again, arn, "the stored export is read again");
         let mut rest = MemorySink::default();
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
         let outcome = run_scan(reader, 5, &mut rest, &mut cp, Cancel::never(), &NoProgress)
             .await
             .unwrap();

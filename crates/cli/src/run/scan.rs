@@ -73,7 +73,7 @@ pub async fn run(
             tracing::info!(mode = %source.mode, export = %arn, resumed, "Run started.");
             // The export's files are known once it completed: no segment total yet.
             let bar = ScanProgress::new(progress, table.item_count, 0, 0);
-            let reader = engine.typed_reader(&arn, render);
+            let reader = engine.typed_reader(&arn, render, table.key_schema.clone());
             let outcome = run_scan(
                 reader,
                 plan.batch_size,

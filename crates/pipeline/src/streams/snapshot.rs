@@ -150,11 +150,12 @@ impl<T: TableApi> Snapshots<'_, T> {
         }
         let description = self.describe(scan).await?;
         let key_schema: Vec<KeyAttribute> = description.key_schema.clone();
-        let render = Render::Snapshots(Arc::new(SnapshotShape {
+        let shape = Arc::new(SnapshotShape {
             key_schema,
             table: run.table.clone(),
             format: run.format,
-        }));
+        });
+        let render = Render::Snapshots(Arc::clone(&shape));
         if let Some(exports) = &scan.exports {
             let stored = checkpointer.position().export_arn.clone();
             let table_arn = description.arn.clone().ok_or_else(|| {
@@ -174,7 +175,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                     .map_err(RunError::from)?;
             }
             tracing::info!(export = %arn, "The snapshot reads an export.");
-            let reader = exports.reader(&arn, render);
+            let reader = exports.reader(&arn, shape);
             let completed = self.execute(reader, beside, sink, checkpointer).await?;
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);

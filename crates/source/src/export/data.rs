@@ -26,8 +26,9 @@ use md5::{Digest, Md5};
 use tempfile::SpooledTempFile;
 
 use super::incremental::write_change_line;
+use super::validate::key_of_line;
 use super::{ExportError, ExportType, ManifestFile};
-use crate::api::Render;
+use crate::api::{KeyAttribute, Render};
 use crate::aws::ExportLineWriter;
 use crate::records::Lines;
 
@@ -56,6 +57,8 @@ pub struct FileReading<'a> {
     /// A full export's items are written by `render`; an incremental export's changes as
     /// change envelopes of `render`'s table and format.
     pub render: Render,
+    /// The table's key schema: every item must hold these attributes with these types.
+    pub key_schema: &'a [KeyAttribute],
     /// Records handed over at a time.
     pub batch: usize,
     /// Items handed on by an earlier read of the file: counted, not handed on again.
@@ -96,8 +99,12 @@ fn verify<E: From<ExportError>>(
         .fill_buf()
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?
         .is_empty();
-    let mut writer = LineWriter::new(reading.kind, reading.render.clone())
-        .map_err(|problem| ExportError::new(key, problem))?;
+    let mut writer = LineWriter::new(
+        reading.kind,
+        reading.render.clone(),
+        reading.key_schema.to_vec(),
+    )
+    .map_err(|problem| ExportError::new(key, problem))?;
     let mut lines = BufReader::new(MultiGzDecoder::new(&mut hashing));
     let mut line = Vec::with_capacity(1024);
     let mut record = Vec::with_capacity(1024);
@@ -122,9 +129,16 @@ fn verify<E: From<ExportError>>(
             continue;
         }
         record.clear();
-        writer
-            .write(content, &mut record)
-            .map_err(|problem| ExportError::new(key, format!("line {number}: {problem}")))?;
+        writer.write(content, &mut record).map_err(|problem| {
+            let item = key_of_line(content, reading.kind, reading.key_schema);
+            ExportError::new(
+                key,
+                format!(
+                    "line {number} (key {item}): {problem}; DynamoDB could not have exported \
+                     this item, the file is damaged: nothing of it was written"
+                ),
+            )
+        })?;
         if items >= reading.skip {
             spool.push(&record)?;
         }
@@ -253,16 +267,23 @@ impl<'k> Spool<'k> {
 enum LineWriter {
     /// A full export's `{"Item": …}` lines, by the Scan page's writer.
     Full(ExportLineWriter),
-    /// An incremental export's changes, as change envelopes of this table and format.
-    Incremental(std::sync::Arc<crate::api::SnapshotShape>),
+    /// An incremental export's changes, as change envelopes of this table and format, of
+    /// items with this key schema.
+    Incremental(std::sync::Arc<crate::api::SnapshotShape>, Vec<KeyAttribute>),
 }
 
 impl LineWriter {
-    fn new(kind: ExportType, render: Render) -> Result<Self, String> {
+    fn new(
+        kind: ExportType,
+        render: Render,
+        key_schema: Vec<KeyAttribute>,
+    ) -> Result<Self, String> {
         match (kind, render) {
-            (ExportType::Full, render) => Ok(LineWriter::Full(ExportLineWriter::new(render))),
+            (ExportType::Full, render) => {
+                Ok(LineWriter::Full(ExportLineWriter::new(render, key_schema)))
+            }
             (ExportType::Incremental, Render::Snapshots(shape)) => {
-                Ok(LineWriter::Incremental(shape))
+                Ok(LineWriter::Incremental(shape, key_schema))
             }
             (ExportType::Incremental, Render::Items(_)) => {
                 Err("an incremental export is read only as change envelopes".into())
@@ -273,7 +294,9 @@ impl LineWriter {
     fn write(&mut self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         match self {
             LineWriter::Full(writer) => writer.write(line, out),
-            LineWriter::Incremental(shape) => write_change_line(line, shape, out),
+            LineWriter::Incremental(shape, key_schema) => {
+                write_change_line(line, shape, key_schema, out)
+            }
         }
     }
 }
@@ -335,6 +358,13 @@ mod tests {
         r#"{"Item":{"pk":{"S":"c"}}}"#,
     ];
 
+    fn key_schema() -> Vec<KeyAttribute> {
+        vec![KeyAttribute {
+            name: "pk".into(),
+            key_type: crate::api::KeyType::S,
+        }]
+    }
+
     fn gzip(lines: &[&str]) -> Vec<u8> {
         let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
         for line in lines {
@@ -375,6 +405,7 @@ mod tests {
             file,
             kind: ExportType::Full,
             render: Render::Items(format),
+            key_schema: &key_schema(),
             batch,
             skip,
         };
@@ -419,6 +450,7 @@ mod tests {
             file: &manifest,
             kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
             batch: 2,
             skip: 0,
         };
@@ -464,10 +496,9 @@ mod tests {
     fn a_line_that_is_not_an_item_or_not_gzip_fails_naming_the_line() {
         let stored = gzip(&[LINES[0], r#"{"Keys":{"pk":{"S":"a"}}}"#]);
         let error = read(&stored, &file(&stored, 2), ValueFormat::Plain).unwrap_err();
+        assert!(error.problem.starts_with("line 2 "), "{error}");
         assert!(
-            error
-                .problem
-                .starts_with("line 2: the line has no \"Item\""),
+            error.problem.contains("the line has no \"Item\""),
             "{error}"
         );
         let stored = gzip(&[r#"{"Item":{"pk":{"Q":"a"}}}"#]);
@@ -526,6 +557,7 @@ mod tests {
             file: &manifest,
             kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
             batch: 10,
             skip: 0,
         };
@@ -615,6 +647,7 @@ mod tests {
             file: &manifest,
             kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
             batch: 2,
             skip: 0,
         };
@@ -622,5 +655,80 @@ mod tests {
         let error =
             read_data_file::<ExportError>(body, &reading, || Ok(()), |_| Ok(())).unwrap_err();
         assert!(error.problem.starts_with("cannot be read"), "{error}");
+    }
+
+    /// Reads `lines` as one file of a full export of a table keyed `pk` (S): the problem,
+    /// and how many records were handed on.
+    fn refused(lines: &[&str]) -> (String, usize) {
+        let stored = gzip(lines);
+        let manifest = file(&stored, lines.len() as u64);
+        let mut handed = 0;
+        let reading = FileReading {
+            file: &manifest,
+            kind: ExportType::Full,
+            render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
+            batch: 1,
+            skip: 0,
+        };
+        let error = read_data_file::<ExportError>(
+            &stored[..],
+            &reading,
+            || Ok(()),
+            |lines| {
+                handed += lines.len();
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!(error.object, "p/AWSDynamoDB/x/data/a.json.gz");
+        (error.problem, handed)
+    }
+
+    /// Issue #24 item 5: an item DynamoDB could not hold fails the file naming its line and
+    /// key, with nothing of the file handed on: one case per class of bad item.
+    #[test]
+    fn an_item_dynamodb_could_not_hold_fails_its_file_naming_the_line_and_key() {
+        let good = r#"{"Item":{"pk":{"S":"a"},"n":{"N":"1"}}}"#;
+        let huge = format!(
+            r#"{{"Item":{{"pk":{{"S":"big"}},"blob":{{"S":"{}"}}}}}}"#,
+            "x".repeat(5 << 20)
+        );
+        for (bad, key, says) in [
+            (
+                r#"{"Item":{"pk":{"S":"k2"},"n":{"N":"twelve"}}}"#,
+                r#"pk={"S":"k2"}"#,
+                r#"N value "twelve" is not a number"#,
+            ),
+            (
+                r#"{"Item":{"pk":{"N":"2"}}}"#,
+                r#"pk={"N":"2"}"#,
+                "key attribute 'pk' is of type N, but the table's key schema says S",
+            ),
+            (
+                r#"{"Item":{"other":{"S":"2"}}}"#,
+                "pk missing",
+                "the item has no key attribute 'pk'",
+            ),
+            (
+                r#"{"Item":{"pk":{"S":"k2"},"m":{"M":{"x":{"NS":["1","1e999"]}}}}}"#,
+                r#"pk={"S":"k2"}"#,
+                r#"N value "1e999" is outside DynamoDB's range"#,
+            ),
+            (
+                huge.as_str(),
+                r#"pk={"S":"big"}"#,
+                "the item is at least 5242889 bytes, over DynamoDB's limit of 400 KB",
+            ),
+        ] {
+            let (problem, handed) = refused(&[good, bad, good]);
+            assert!(
+                problem.starts_with(&format!("line 2 (key {key}): ")),
+                "{key}\n{problem}"
+            );
+            assert!(problem.contains(says), "{says}\n{problem}");
+            assert!(problem.contains("nothing of it was written"), "{problem}");
+            assert_eq!(handed, 0, "nothing of the file was handed on: {says}");
+        }
     }
 }

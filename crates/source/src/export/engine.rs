@@ -14,7 +14,7 @@ use super::reader::{describe, with_remedy};
 use super::{
     ExportPoll, ExportReader, ExportSnapshot, ExportTarget, ExportType, client_token, given, start,
 };
-use crate::api::{Render, SnapshotShape};
+use crate::api::{KeyAttribute, Render, SnapshotShape};
 use crate::capacity::ReadLimiter;
 use crate::error::ReadError;
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
@@ -94,8 +94,9 @@ pub trait SnapshotExports: Send + Sync {
         cancel: &'a Cancel,
     ) -> Pending<'a, String>;
 
-    /// The reader of export `arn`, writing records by `render`.
-    fn reader(&self, arn: &str, render: Render) -> BoxedPages;
+    /// The reader of export `arn`, writing its items as snapshot envelopes of `shape`'s
+    /// table (whose key schema every item must match) and format.
+    fn reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
 
     /// `DescribeContinuousBackups` of `table_name`: whether point-in-time recovery is on and
     /// the window it covers (a repair needs its start inside it).
@@ -154,17 +155,23 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
         }
     }
 
-    /// The typed reader of full export `arn`.
-    pub fn typed_reader(&self, arn: &str, render: Render) -> ExportSnapshot<E, O> {
-        self.typed_reader_of(arn, ExportType::Full, render)
+    /// The typed reader of full export `arn` of a table with the key `key_schema`.
+    pub fn typed_reader(
+        &self,
+        arn: &str,
+        render: Render,
+        key_schema: Vec<KeyAttribute>,
+    ) -> ExportSnapshot<E, O> {
+        self.typed_reader_of(arn, ExportType::Full, render, key_schema)
     }
 
-    /// The typed reader of export `arn` of `kind`.
+    /// The typed reader of export `arn` of `kind` of a table with the key `key_schema`.
     pub fn typed_reader_of(
         &self,
         arn: &str,
         kind: ExportType,
         render: Render,
+        key_schema: Vec<KeyAttribute>,
     ) -> ExportSnapshot<E, O> {
         ExportSnapshot {
             reader: ExportReader {
@@ -174,6 +181,7 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
                 max_concurrency: self.max_concurrency,
                 kind,
                 render,
+                key_schema,
                 page_lines: self.page_lines,
                 retry: self.retry,
                 observer: Arc::clone(&self.observer),
@@ -226,8 +234,13 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
         })
     }
 
-    fn reader(&self, arn: &str, render: Render) -> BoxedPages {
-        BoxedPages(Box::new(self.typed_reader(arn, render)))
+    fn reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages {
+        let key_schema = shape.key_schema.clone();
+        BoxedPages(Box::new(self.typed_reader(
+            arn,
+            Render::Snapshots(shape),
+            key_schema,
+        )))
     }
 
     fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery> {
@@ -284,10 +297,12 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
     }
 
     fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages {
+        let key_schema = shape.key_schema.clone();
         BoxedPages(Box::new(self.typed_reader_of(
             arn,
             ExportType::Incremental,
             Render::Snapshots(shape),
+            key_schema,
         )))
     }
 }

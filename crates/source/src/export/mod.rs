@@ -26,7 +26,10 @@
 //!    differs, **before any of its records is handed on**. The caller commits a file as done
 //!    only after that, so nothing of a file that does not verify is written or committed.
 //! 4. A line that is not an export line fails the read naming the file and the line number.
-//!    An empty line (the end of a file) is not an item.
+//!    An empty line (the end of a file) is not an item. So does an item DynamoDB could not
+//!    hold (`validate`): a key attribute missing or of another type than the key schema's, a
+//!    number that is not one or outside DynamoDB's range, an item over 400 KB; the error
+//!    names the file, the line and the item's key.
 //!
 //! # Reading an export as a snapshot (`ExportReader`)
 //! 5. The export's ARN is committed by the caller before the first wait; `DescribeExport` is
@@ -62,6 +65,7 @@ mod reader;
 mod start;
 #[cfg(test)]
 mod tests;
+mod validate;
 
 pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
 pub use engine::{BoxedPages, DynPages, ExportEngine, Pending, SnapshotExports};
@@ -70,6 +74,7 @@ pub use reader::{
     ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
 };
 pub use start::{ExportTarget, client_token, given, start};
+pub(crate) use validate::check_key;
 
 /// Why an export cannot be read; definite: the same files give the same error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

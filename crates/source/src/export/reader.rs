@@ -19,7 +19,7 @@ use super::{
     ExportError, ExportType, FileReading, ManifestFile, ManifestSummary, manifest_files,
     read_data_file,
 };
-use crate::api::Render;
+use crate::api::{KeyAttribute, Render};
 use crate::capacity::ReadLimiter;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
@@ -92,6 +92,8 @@ pub struct ExportReader<E, O> {
     pub kind: ExportType,
     /// How items become records.
     pub render: Render,
+    /// The table's key schema: every item of the export must have these key attributes.
+    pub key_schema: Vec<KeyAttribute>,
     /// Records per page handed on.
     pub page_lines: usize,
     /// The one retry policy (each call, and each file read from its start).
@@ -111,6 +113,7 @@ impl<E, O> Clone for ExportReader<E, O> {
             max_concurrency: self.max_concurrency,
             kind: self.kind,
             render: self.render.clone(),
+            key_schema: self.key_schema.clone(),
             page_lines: self.page_lines,
             retry: self.retry,
             observer: Arc::clone(&self.observer),
@@ -379,14 +382,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                         .await
                         .map_err(FileError::Api)?;
                     let render = self.render.clone();
+                    let key_schema = self.key_schema.clone();
                     let kind = self.kind;
                     let page_lines = self.page_lines;
                     let bridge = SyncIoBridge::new(body);
                     tokio::task::spawn_blocking(move || {
-                        read_blocking(
-                            bridge, &file, kind, render, page_lines, index, at_ms, &handed, &out,
-                            &cancel,
-                        )
+                        let reading = FileReading {
+                            file: &file,
+                            kind,
+                            render,
+                            key_schema: &key_schema,
+                            batch: page_lines,
+                            skip: 0,
+                        };
+                        read_blocking(bridge, reading, index, at_ms, &handed, &out, &cancel)
                     })
                     .await
                     .map_err(|e| FileError::Body(format!("the file reader stopped: {e}")))?
@@ -415,13 +424,9 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
 
 /// Reads a file on a blocking thread: once the whole file verified, its items after `handed`
 /// are sent as pages, then the file's end (rule 3).
-#[allow(clippy::too_many_arguments)] // One file's read, called once.
 fn read_blocking(
     body: impl Read,
-    file: &ManifestFile,
-    kind: ExportType,
-    render: Render,
-    page_lines: usize,
+    reading: FileReading<'_>,
     index: u32,
     at_ms: i64,
     handed: &std::sync::atomic::AtomicU64,
@@ -429,7 +434,11 @@ fn read_blocking(
     cancel: &Cancel,
 ) -> Result<(), FileError> {
     use std::sync::atomic::Ordering;
-    let skip = handed.load(Ordering::SeqCst);
+    let kind = reading.kind;
+    let reading = FileReading {
+        skip: handed.load(Ordering::SeqCst),
+        ..reading
+    };
     let send = |records: Lines, from: u64, cursor: SegmentCursor| -> Result<(), FileError> {
         if cancel.is_cancelled() {
             return Err(FileError::Cancelled);
@@ -451,13 +460,6 @@ fn read_blocking(
             lines_from: Some(from),
         })
         .map_err(|_| FileError::Closed)
-    };
-    let reading = FileReading {
-        file,
-        kind,
-        render,
-        batch: page_lines,
-        skip,
     };
     let check = || {
         if cancel.is_cancelled() {
