@@ -10,7 +10,7 @@ use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws::{self, AwsExportApi, AwsObjectStore};
 use ddbpipe_source::config::{OnGap, SnapshotEngine, SourceConfig};
 use ddbpipe_source::events::RequestMetrics;
-use ddbpipe_source::export::{ExportEngine, ExportPoll, SnapshotExports};
+use ddbpipe_source::export::{ExportEngine, ExportPoll, GivenExport, SnapshotExports};
 use ddbpipe_source::retry::Cancel;
 
 use crate::failure::Failure;
@@ -90,7 +90,13 @@ pub async fn begin_scan(
     // after a reset or a completed run takes a new one (never an export hours old).
     let unique = format!("{pipeline}\n{}", ddbpipe_source::clock::unix_now_ms());
     let arn = engine
-        .begin(stored.as_deref(), table_arn, &unique, cancel)
+        .begin(
+            stored.as_deref(),
+            table_arn,
+            &unique,
+            GivenExport::Read,
+            cancel,
+        )
         .await
         .map_err(Failure::runtime)?;
     if stored.as_deref() != Some(arn.as_str()) {

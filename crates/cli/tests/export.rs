@@ -665,3 +665,126 @@ fn a_damaged_data_file_fails_before_any_of_its_lines_is_written() {
         "no cursor was committed: {position}"
     );
 }
+
+/// Issue #24 item 4: a mirror from a configured `export_arn` taken before changes the stream
+/// has since trimmed (50 updates, 50 deletes, 20 new items) would miss them. With `on_gap:
+/// fail` the run is refused before anything is committed, naming the export; with `on_gap:
+/// resnapshot` a new export is taken in its place and the destination equals the table.
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(target: Target) {
+    let (running, fake) = setup(100);
+    // The seed's stream records are a whole second older than the export.
+    std::thread::sleep(Duration::from_millis(1100));
+    let exporter = Pipeline::new(
+        "exporter",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = run(&exporter);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let arn = fake.export_arns()[0].clone();
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..50 {
+        put(&running, &format!("k{i:04}"), 1000 + i);
+    }
+    for i in 50..100 {
+        delete(&running, &format!("k{i:04}"));
+    }
+    for i in 100..120 {
+        put(&running, &format!("k{i:04}"), i);
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(fake_export::now_ms());
+
+    let source = |on_gap: &str| {
+        format!(
+            "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 50\non_gap: {on_gap}\nsnapshot: {{engine: export, s3_bucket: exports, export_arn: '{arn}'}}"
+        )
+    };
+    let pipeline = Pipeline::new("old-export", &fake.url(), &source("fail"));
+    let destination = Destination::new(target, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "old-export",
+        &fake.url(),
+        &source("fail"),
+        &destination.sink_yaml(),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!("export_arn '{arn}'")), "{text}");
+    assert!(text.contains("no longer proves"), "{text}");
+    assert!(
+        destination.items("orders").is_empty(),
+        "nothing was written"
+    );
+    assert!(
+        destination.state("old-export").is_empty(),
+        "nothing was committed"
+    );
+
+    pipeline.write_with_sink(
+        "old-export",
+        &fake.url(),
+        &source("resnapshot"),
+        &destination.sink_yaml(),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("a new export is taken in its place"),
+        "{text}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "a new export replaced the old one"
+    );
+    let table = table_items(&running);
+    assert_eq!(table.len(), 70);
+    assert!(
+        destination.items("orders") == table,
+        "the destination differs from the table"
+    );
+}
+
+#[test]
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap_in_sqlite() {
+    a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(Target::Sqlite);
+}
+
+#[test]
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap_in_postgres() {
+    a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(Target::Postgres);
+}
+
+/// The configured export is read when the stream still holds every change since it was
+/// taken: the mirror reads no second export and ends equal to the table.
+#[test]
+fn a_mirror_from_an_export_the_stream_still_covers_reads_it() {
+    let (running, fake) = setup(60);
+    std::thread::sleep(Duration::from_millis(1100));
+    let exporter = Pipeline::new(
+        "exporter",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = run(&exporter);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let arn = fake.export_arns()[0].clone();
+    for i in 0..10 {
+        put(&running, &format!("k{i:04}"), 500 + i);
+    }
+    delete(&running, "k0020");
+    let source = format!(
+        "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 50\nsnapshot: {{engine: export, s3_bucket: exports, export_arn: '{arn}'}}"
+    );
+    let pipeline = Pipeline::new("covered", &fake.url(), &source);
+    let destination = Destination::new(Target::Sqlite, pipeline.dir.path());
+    pipeline.write_with_sink("covered", &fake.url(), &source, &destination.sink_yaml());
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert_eq!(fake.exports_started(), 1, "the configured export was read");
+    assert!(destination.items("orders") == table_items(&running));
+}

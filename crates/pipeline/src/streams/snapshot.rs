@@ -15,14 +15,16 @@ use ddbpipe_source::api::{
 };
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
-use ddbpipe_source::export::SnapshotExports;
+use ddbpipe_source::export::{GivenExport, SnapshotExports};
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::scan::{PageSource, SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::since::unproven_since;
 
 use super::{EngineStart, StreamRun, StreamRunError};
 use crate::checkpoint::Checkpointer;
@@ -110,6 +112,8 @@ pub(super) struct Snapshots<'a, T> {
     pub stop: &'a Cancel,
     pub observer: Arc<dyn AttemptObserver>,
     pub progress: &'a dyn Progress,
+    /// Whether a new snapshot may read `source.snapshot.export_arn` (`given_export`).
+    pub given_export: GivenExport,
 }
 
 impl<T: TableApi> Snapshots<'_, T> {
@@ -166,7 +170,13 @@ impl<T: TableApi> Snapshots<'_, T> {
             })?;
             let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
             let arn = exports
-                .begin(stored.as_deref(), &table_arn, &unique, self.stop)
+                .begin(
+                    stored.as_deref(),
+                    &table_arn,
+                    &unique,
+                    self.given_export,
+                    self.stop,
+                )
                 .await?;
             if stored.as_deref() != Some(arn.as_str()) {
                 checkpointer
@@ -340,6 +350,59 @@ impl<T: TableApi> Snapshots<'_, T> {
             "Snapshot and stream read together."
         );
         Ok(outcome.completed)
+    }
+}
+
+impl<T: TableApi> Snapshots<'_, T> {
+    /// Whether a snapshot about to capture the stream `graph` may read the configured
+    /// `export_arn` (docs/scan.md §2.10 rule 8): only when the stream proves it still holds
+    /// every change since the export's time (`streams::since`). Otherwise a gap, by
+    /// `on_gap`: `fail` stops the run before anything is committed; `resnapshot` and `repair`
+    /// take a new export instead, logged once.
+    pub async fn given_export<A: StreamsApi>(
+        &self,
+        scan: &SnapshotScan<T>,
+        api: &Arc<A>,
+        graph: &ShardGraph,
+    ) -> Result<GivenExport, StreamRunError> {
+        let run = self.run;
+        let Some(exports) = &scan.exports else {
+            return Ok(GivenExport::Read);
+        };
+        let Some((arn, at_ms)) = exports.given_export(self.stop).await? else {
+            return Ok(GivenExport::Read);
+        };
+        let reasons = unproven_since(
+            api.as_ref(),
+            &run.stream_arn,
+            graph,
+            at_ms,
+            &run.retry,
+            self.stop,
+            self.observer.as_ref(),
+        )
+        .await?;
+        if reasons.is_empty() {
+            tracing::info!(export = %arn, "The stream holds every change since the configured export was taken.");
+            return Ok(GivenExport::Read);
+        }
+        let why = format!(
+            "source.snapshot.export_arn '{arn}' was taken at {at_ms} (unix ms), but the stream \
+             of table '{}' no longer proves it holds every change made since: {}",
+            run.table,
+            reasons.join("; ")
+        );
+        match run.on_gap {
+            OnGap::Fail => Err(StreamRunError::Gap(format!(
+                "{why}. A snapshot from that export would miss those changes; nothing was \
+                 committed. Remove source.snapshot.export_arn (a new export is taken), or set \
+                 on_gap: resnapshot or repair to take a new export in its place"
+            ))),
+            OnGap::Resnapshot | OnGap::Repair => {
+                tracing::warn!("{why}; a new export is taken in its place.");
+                Ok(GivenExport::Superseded)
+            }
+        }
     }
 }
 

@@ -79,11 +79,25 @@ impl PageSource for BoxedPages {
     }
 }
 
+/// Whether a new snapshot may read the configured `source.snapshot.export_arn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GivenExport {
+    /// Read it, when one is configured.
+    Read,
+    /// Pass it by and export afresh: the stream no longer proves it holds every change made
+    /// since it was taken (`streams::since`, docs/scan.md §2.10).
+    Superseded,
+}
+
 /// What a run's snapshots need of exports (`source.snapshot.engine: export`).
 pub trait SnapshotExports: Send + Sync {
+    /// The configured `export_arn` and its `ExportTime` (unix ms; its start when DynamoDB
+    /// reports no export time), from `DescribeExport`; `None` when none is configured.
+    fn given_export<'a>(&'a self, cancel: &'a Cancel) -> Pending<'a, Option<(String, i64)>>;
+
     /// The full export a snapshot of `table_arn` reads: `stored` (the export the position
     /// names, from an earlier run) unless it FAILED, else the configured `export_arn`
-    /// (checked), else a new one whose client token is made of `unique` (what makes this
+    /// (checked) unless `given` says it is superseded, else a new one whose client token is made of `unique` (what makes this
     /// snapshot unique), the target and the failed export. The caller commits the ARN before
     /// reading, when it differs from `stored`.
     fn begin<'a>(
@@ -91,6 +105,7 @@ pub trait SnapshotExports: Send + Sync {
         stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
+        given: GivenExport,
         cancel: &'a Cancel,
     ) -> Pending<'a, String>;
 
@@ -193,11 +208,32 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
 }
 
 impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
+    fn given_export<'a>(&'a self, cancel: &'a Cancel) -> Pending<'a, Option<(String, i64)>> {
+        Box::pin(async move {
+            let Some(arn) = &self.given_arn else {
+                return Ok(None);
+            };
+            let status = describe(
+                self.exports.as_ref(),
+                arn,
+                &self.retry,
+                self.observer.as_ref(),
+                cancel,
+            )
+            .await?;
+            Ok(status
+                .export_time_ms
+                .or(status.started_ms)
+                .map(|at| (arn.clone(), at)))
+        })
+    }
+
     fn begin<'a>(
         &'a self,
         stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
+        use_given: GivenExport,
         cancel: &'a Cancel,
     ) -> Pending<'a, String> {
         Box::pin(async move {
@@ -206,7 +242,9 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                 Resumable::Failed(arn) => arn,
                 Resumable::None => "",
             };
-            if let Some(arn) = &self.given_arn {
+            if let Some(arn) = &self.given_arn
+                && use_given == GivenExport::Read
+            {
                 return Ok(
                     given(self.exports.as_ref(), arn, table_arn, &self.retry, cancel)
                         .await?

@@ -68,7 +68,7 @@ mod tests;
 mod validate;
 
 pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
-pub use engine::{BoxedPages, DynPages, ExportEngine, Pending, SnapshotExports};
+pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 pub use reader::{
     ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
