@@ -639,12 +639,13 @@ fn a_mirror_via_an_export_under_writes_equals_the_table_in_postgres() {
     a_mirror_via_an_export_under_writes_equals_the_table(Target::Postgres);
 }
 
-/// Issue #24 item 6: a data file damaged in the bucket (one value changed after the export
-/// wrote it, so its manifest's MD5 is stale) fails the run before any of its lines is written
-/// or committed — the lines before the damage included.
+/// Issue #24 items 6 and 7: a data file damaged in the bucket (one value changed after the
+/// export wrote it, so its manifest's MD5 is stale) is never written — not even its lines
+/// before the damage — and the damaged export is abandoned once for a new one, which the run
+/// reads: every item once.
 #[test]
-fn a_damaged_data_file_fails_before_any_of_its_lines_is_written() {
-    let (_running, fake) = setup(700);
+fn a_damaged_export_writes_none_of_its_lines_and_is_replaced_once() {
+    let (running, fake) = setup(700);
     fake.set_data_files(1);
     fake.damage_next_export();
     let pipeline = Pipeline::new(
@@ -653,17 +654,69 @@ fn a_damaged_data_file_fails_before_any_of_its_lines_is_written() {
         &format!("table_name: orders\nbatch_size: 10\n{EXPORT}"),
     );
     let output = run(&pipeline);
-    assert_ne!(output.status.code(), Some(0));
     let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("its MD5 is"), "{text}");
-    assert_eq!(pipeline.lines().len(), 0, "no line of the file was written");
+    assert!(
+        text.contains("abandoning it and requesting a new export"),
+        "{text}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "one new export replaced the damaged one"
+    );
+    let scanned = Pipeline::new("by-scan", &running.endpoint, "table_name: orders");
+    let output = run(&scanned);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&pipeline),
+        sorted_lines(&scanned),
+        "every item once, none of the damaged file"
+    );
+}
+
+/// Issue #24 items 6 and 7: when the replacement is damaged too, the run fails with nothing of
+/// either written or committed and says what to do; the next run replaces it again.
+#[test]
+fn a_damaged_replacement_fails_the_run_with_nothing_written_and_the_next_run_replaces_it() {
+    let (_running, fake) = setup(700);
+    fake.set_data_files(1);
+    fake.damage_next_exports(2);
+    let pipeline = Pipeline::new(
+        "damaged",
+        &fake.url(),
+        &format!("table_name: orders\nbatch_size: 10\n{EXPORT}"),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{text}");
+    assert_eq!(
+        pipeline.lines().len(),
+        0,
+        "no line of a damaged file was written"
+    );
     assert!(text.contains("nothing of it was written"), "{text}");
+    assert!(
+        text.contains("abandons the damaged export and requests a new one"),
+        "{text}"
+    );
     let position = &pipeline.entry("damaged").unwrap()["position"];
     assert!(files_done(position).is_empty(), "{position}");
     assert!(
         position["cursors"].as_object().is_none_or(|c| c.is_empty()),
         "no cursor was committed: {position}"
     );
+    assert_eq!(fake.exports_started(), 2);
+
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        fake.exports_started(),
+        3,
+        "the rerun replaced the damaged export"
+    );
+    assert_eq!(pipeline.lines().len(), 700);
 }
 
 /// Issue #24 item 4: a mirror from a configured `export_arn` taken before changes the stream

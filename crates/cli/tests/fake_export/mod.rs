@@ -158,7 +158,7 @@ struct Knobs {
     min_window: Duration,
     fail_next: Option<(String, String)>,
     miscount_next: bool,
-    damage_next: bool,
+    damage_next: u32,
     full_summary_export_type: bool,
     empty_files_zero_bytes: bool,
     trim_before_ms: Option<i64>,
@@ -174,7 +174,7 @@ impl Default for Knobs {
             min_window: MIN_INCREMENTAL_WINDOW,
             fail_next: None,
             miscount_next: false,
-            damage_next: false,
+            damage_next: 0,
             full_summary_export_type: false,
             empty_files_zero_bytes: false,
             trim_before_ms: None,
@@ -429,7 +429,12 @@ impl FakeExport {
     /// MD5 was taken (the last number `{"N":"…"}` of the file gets a leading `9`): the
     /// manifest's `md5Checksum` is then stale, as for a file damaged in the bucket.
     pub fn damage_next_export(&self) {
-        self.state().knobs.damage_next = true;
+        self.damage_next_exports(1);
+    }
+
+    /// The next `n` exports started are damaged as [`FakeExport::damage_next_export`] says.
+    pub fn damage_next_exports(&self, n: u32) {
+        self.state().knobs.damage_next = n;
     }
 
     /// Full exports' summaries carry `"exportType":"FULL_EXPORT"` (default off: AWS's
@@ -1055,7 +1060,11 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
         (
             state.knobs.fail_next.take(),
             std::mem::take(&mut state.knobs.miscount_next),
-            std::mem::take(&mut state.knobs.damage_next),
+            {
+                let damage = state.knobs.damage_next > 0;
+                state.knobs.damage_next = state.knobs.damage_next.saturating_sub(1);
+                damage
+            },
             state.knobs.in_progress_describes,
             state.knobs.full_summary_export_type,
             state.knobs.empty_files_zero_bytes,

@@ -236,6 +236,17 @@ pub(super) struct EngineStart {
     pub probed: BTreeMap<ShardId, String>,
 }
 
+impl StreamRunError {
+    /// The damaged data file behind this failure (see [`RunError::damaged_export`]).
+    pub fn damaged_export(&self) -> Option<&ddbpipe_source::export::ExportError> {
+        match self {
+            StreamRunError::Run(error) => error.damaged_export(),
+            StreamRunError::Read(ReadError::Export(error)) if error.is_damaged() => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Why a streams run could not start or failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -105,6 +105,15 @@ pub(super) struct BesideStream<'a, A> {
     pub status: &'a Option<String>,
 }
 
+// References only: copied whatever `A` is (a derive would ask `A: Copy`).
+impl<A> Clone for BesideStream<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for BesideStream<'_, A> {}
+
 /// A run's snapshot scans: what they read with and report to, set up once.
 pub(super) struct Snapshots<'a, T> {
     pub scan: Option<&'a SnapshotScan<T>>,
@@ -169,7 +178,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                 ))
             })?;
             let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
-            let arn = exports
+            let mut arn = exports
                 .begin(
                     stored.as_deref(),
                     &table_arn,
@@ -184,9 +193,27 @@ impl<T: TableApi> Snapshots<'_, T> {
                     .await
                     .map_err(RunError::from)?;
             }
-            tracing::info!(export = %arn, "The snapshot reads an export.");
-            let reader = exports.reader(&arn, shape);
-            let completed = self.execute(reader, beside, sink, checkpointer).await?;
+            let mut abandoned = false;
+            let completed = loop {
+                tracing::info!(export = %arn, "The snapshot reads an export.");
+                let reader = exports.reader(&arn, Arc::clone(&shape));
+                match self.execute(reader, beside, sink, checkpointer).await {
+                    // A damaged export fails every read the same way: a new one, once
+                    // (`ddbpipe_source::export` rule 13).
+                    Err(error) if !abandoned && error.damaged_export().is_some() => {
+                        tracing::warn!(error = %error, "The snapshot's export is damaged.");
+                        abandoned = true;
+                        arn = exports
+                            .abandon(&arn, &table_arn, None, &unique, self.stop)
+                            .await?;
+                        checkpointer
+                            .set_export(&arn)
+                            .await
+                            .map_err(RunError::from)?;
+                    }
+                    result => break result?,
+                }
+            };
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);
             }

@@ -115,7 +115,7 @@ fn verify<E: From<ExportError>>(
         let read = lines.read_until(b'\n', &mut line).map_err(|e| {
             // The decoder's error, or the body's it passed on.
             let body = lines.get_ref().get_ref().get_ref();
-            ExportError::new(key, body.problem(&e))
+            body.problem(key, &e)
         })?;
         if read == 0 {
             break;
@@ -131,7 +131,7 @@ fn verify<E: From<ExportError>>(
         record.clear();
         writer.write(content, &mut record).map_err(|problem| {
             let item = key_of_line(content, reading.kind, reading.key_schema);
-            ExportError::new(
+            ExportError::damaged(
                 key,
                 format!(
                     "line {number} (key {item}): {problem}; DynamoDB could not have exported \
@@ -149,7 +149,7 @@ fn verify<E: From<ExportError>>(
     std::io::copy(&mut hashing, &mut std::io::sink())
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?;
     if items != file.item_count {
-        return Err(ExportError::new(
+        return Err(ExportError::damaged(
             key,
             format!(
                 "holds {items} items but its manifest says {}; the export is incomplete or \
@@ -162,7 +162,7 @@ fn verify<E: From<ExportError>>(
     if let Some(expected) = &file.md5_checksum {
         let found = STANDARD.encode(hashing.get_mut().digest.finalize_reset());
         if &found != expected {
-            return Err(ExportError::new(
+            return Err(ExportError::damaged(
                 key,
                 format!(
                     "its MD5 is {found} but its manifest says {expected}; the file is damaged, \
@@ -322,11 +322,14 @@ impl<R> Hashing<R> {
 
     /// What a read error of the decoder on top means: a broken body is read again
     /// ("cannot be read", transient); bytes that are not gzip stay so (definite).
-    fn problem(&self, error: &std::io::Error) -> String {
+    fn problem(&self, key: &str, error: &std::io::Error) -> ExportError {
         if self.broke {
-            format!("cannot be read: {error}")
+            ExportError::new(key, format!("cannot be read: {error}"))
         } else {
-            format!("is not a valid gzip file ({error}); the file is damaged")
+            ExportError::damaged(
+                key,
+                format!("is not a valid gzip file ({error}); the file is damaged"),
+            )
         }
     }
 }

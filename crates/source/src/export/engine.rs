@@ -133,6 +133,19 @@ pub trait SnapshotExports: Send + Sync {
     /// The reader of incremental export `arn`, writing its changes as change envelopes of
     /// `shape`'s table and format.
     fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
+
+    /// A new export in place of `damaged`, whose files do not verify or are gone (rule 13 of
+    /// `export`): full, or of `window` for a repair; its client token is the one `begin` or
+    /// `begin_incremental` would make after `damaged` failed. Refused when `damaged` is the
+    /// configured `export_arn`, naming what to do. The caller commits the ARN.
+    fn abandon<'a>(
+        &'a self,
+        damaged: &'a str,
+        table_arn: &'a str,
+        window: Option<(i64, i64)>,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String>;
 }
 
 /// The export engine over an [`ExportApi`] and an [`ObjectStore`].
@@ -251,24 +264,7 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                         .arn,
                 );
             }
-            let target = self.target(table_arn);
-            let token = client_token(&[
-                &target.table_arn,
-                &target.bucket,
-                &target.prefix,
-                unique,
-                failed,
-            ]);
-            let status = start(
-                self.exports.as_ref(),
-                &target,
-                ExportKind::Full { at_ms: None },
-                &token,
-                &self.retry,
-                cancel,
-            )
-            .await?;
-            Ok(status.arn)
+            self.start_full(table_arn, unique, failed, cancel).await
         })
     }
 
@@ -310,27 +306,39 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                 Resumable::Failed(arn) => arn,
                 Resumable::None => "",
             };
-            let target = self.target(table_arn);
-            let (from, to) = (from_ms.to_string(), to_ms.to_string());
-            let token = client_token(&[
-                &target.table_arn,
-                &target.bucket,
-                &target.prefix,
-                unique,
-                &from,
-                &to,
-                failed,
-            ]);
-            let status = start(
-                self.exports.as_ref(),
-                &target,
-                ExportKind::Incremental { from_ms, to_ms },
-                &token,
-                &self.retry,
-                cancel,
-            )
-            .await?;
-            Ok(status.arn)
+            self.start_incremental(table_arn, (from_ms, to_ms), unique, failed, cancel)
+                .await
+        })
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        damaged: &'a str,
+        table_arn: &'a str,
+        window: Option<(i64, i64)>,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String> {
+        Box::pin(async move {
+            if self.given_arn.as_deref() == Some(damaged) {
+                return Err(ReadError::Export(super::ExportError::new(
+                    damaged,
+                    "the configured export's files are damaged or gone, and ddbpipe does not \
+                     replace an export it was given: remove source.snapshot.export_arn (a new \
+                     export is taken) or restore its files",
+                )));
+            }
+            tracing::warn!(
+                export = %damaged,
+                "The export's files are damaged or gone; abandoning it and requesting a new export (once in this run)."
+            );
+            match window {
+                None => self.start_full(table_arn, unique, damaged, cancel).await,
+                Some(window) => {
+                    self.start_incremental(table_arn, window, unique, damaged, cancel)
+                        .await
+                }
+            }
         })
     }
 
@@ -342,6 +350,72 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
             Render::Snapshots(shape),
             key_schema,
         )))
+    }
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
+    /// A new full export of `table_arn`, its token made of the target, `unique` and `after`
+    /// (the failed or damaged export it replaces, or nothing).
+    async fn start_full(
+        &self,
+        table_arn: &str,
+        unique: &str,
+        after: &str,
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let target = self.target(table_arn);
+        let token = client_token(&[
+            &target.table_arn,
+            &target.bucket,
+            &target.prefix,
+            unique,
+            after,
+        ]);
+        let kind = ExportKind::Full { at_ms: None };
+        let status = start(
+            self.exports.as_ref(),
+            &target,
+            kind,
+            &token,
+            &self.retry,
+            cancel,
+        )
+        .await?;
+        Ok(status.arn)
+    }
+
+    /// A new incremental export of `[from_ms, to_ms)`, its token made as `start_full`'s plus
+    /// the window.
+    async fn start_incremental(
+        &self,
+        table_arn: &str,
+        (from_ms, to_ms): (i64, i64),
+        unique: &str,
+        after: &str,
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let target = self.target(table_arn);
+        let (from, to) = (from_ms.to_string(), to_ms.to_string());
+        let token = client_token(&[
+            &target.table_arn,
+            &target.bucket,
+            &target.prefix,
+            unique,
+            &from,
+            &to,
+            after,
+        ]);
+        let kind = ExportKind::Incremental { from_ms, to_ms };
+        let status = start(
+            self.exports.as_ref(),
+            &target,
+            kind,
+            &token,
+            &self.retry,
+            cancel,
+        )
+        .await?;
+        Ok(status.arn)
     }
 }
 

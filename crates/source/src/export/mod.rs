@@ -55,6 +55,15 @@
 //!     another bucket than `snapshot.s3_bucket` (the setting changed while an export or a
 //!     repair was open, or `export_arn` names an export elsewhere), the read fails before any
 //!     object is fetched, naming both buckets.
+//!
+//! # A damaged export (`SnapshotExports::abandon`)
+//! 13. A data file that does not verify (rule 3), does not decode, holds a line or an item
+//!     that cannot be (rule 4), or is gone (`NoSuchKey`) makes its export beyond use: every
+//!     read of it fails the same way. The caller then abandons the export **once per run**,
+//!     logged: a new one is started whose client token also names the damaged export, its
+//!     ARN committed in place of the old one (which resets the file progress). A configured
+//!     `export_arn` is not replaced: the error says to remove it. S3 is the trust boundary: a
+//!     file altered together with its manifest's MD5 cannot be told from a real one.
 
 pub mod api;
 mod data;
@@ -84,6 +93,20 @@ pub struct ExportError {
     pub object: String,
     /// What is wrong, and where in it.
     pub problem: String,
+    /// Whether the export itself is beyond use (rule 13).
+    pub kind: ExportProblem,
+}
+
+/// What an [`ExportError`] says of its export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportProblem {
+    /// The export, its request or the settings: reading the same export again may work once
+    /// the cause is fixed.
+    Export,
+    /// A data file is damaged or gone (it does not verify, does not decode, holds an item
+    /// DynamoDB could not hold, or was deleted): reading the same export again fails the same
+    /// way, so the run abandons it for a new one (rule 13).
+    Damaged,
 }
 
 impl ExportError {
@@ -91,6 +114,20 @@ impl ExportError {
         ExportError {
             object: object.to_string(),
             problem: problem.into(),
+            kind: ExportProblem::Export,
         }
+    }
+
+    /// A damaged or missing data file (rule 13).
+    pub(crate) fn damaged(object: &str, problem: impl Into<String>) -> Self {
+        ExportError {
+            kind: ExportProblem::Damaged,
+            ..ExportError::new(object, problem)
+        }
+    }
+
+    /// Whether the export is beyond use: a new export is needed.
+    pub fn is_damaged(&self) -> bool {
+        self.kind == ExportProblem::Damaged
     }
 }

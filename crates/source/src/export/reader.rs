@@ -268,7 +268,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                 },
             )
             .await
-            .map_err(with_remedy)
+            .map_err(|error| match error {
+                // A manifest the export names is gone: the export is beyond use (rule 13).
+                ReadError::Request { error, .. } if error.code.as_deref() == Some("NoSuchKey") => {
+                    ReadError::Export(ExportError::damaged(
+                        key,
+                        format!(
+                            "is gone from s3://{} (NoSuchKey: deleted, or expired by a \
+                             lifecycle rule); the export cannot be read",
+                            self.store.bucket()
+                        ),
+                    ))
+                }
+                other => with_remedy(other),
+            })
     }
 
     /// Reads every data file of `files` not in `done`, continuing `cursors` (items already
@@ -406,6 +419,17 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
             Ok(()) => Ok(()),
             Err(crate::retry::GaveUp::Cancelled) => Err(ReadError::Cancelled),
             Err(crate::retry::GaveUp::Failed { error, attempts }) => Err(match error {
+                // A data file the manifest names is gone: the export is beyond use (rule 13).
+                FileError::Api(error) if error.code.as_deref() == Some("NoSuchKey") => {
+                    ReadError::Export(ExportError::damaged(
+                        &key,
+                        format!(
+                            "is gone from s3://{} (NoSuchKey: deleted, or expired by a \
+                             lifecycle rule); the export cannot be read whole",
+                            self.store.bucket()
+                        ),
+                    ))
+                }
                 FileError::Api(error) => request_error(
                     format!("GetObject of s3://{}/{key}", self.store.bucket()),
                     attempts,
