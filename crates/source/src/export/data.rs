@@ -110,8 +110,11 @@ fn verify<E: From<ExportError>>(
     let mut record = Vec::with_capacity(1024);
     let mut number = 0u64;
     let mut items = 0u64;
-    while !empty {
+    loop {
         line.clear();
+        if empty {
+            break;
+        }
         let read = lines.read_until(b'\n', &mut line).map_err(|e| {
             // The decoder's error, or the body's it passed on.
             let body = lines.get_ref().get_ref().get_ref();
@@ -121,7 +124,7 @@ fn verify<E: From<ExportError>>(
             break;
         }
         number += 1;
-        if number % CHECK_EVERY_LINES == 0 {
+        if number.is_multiple_of(CHECK_EVERY_LINES) {
             check()?;
         }
         let content = line.trim_ascii_end();
