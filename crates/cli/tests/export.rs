@@ -719,13 +719,9 @@ fn a_damaged_replacement_fails_the_run_with_nothing_written_and_the_next_run_rep
     assert_eq!(pipeline.lines().len(), 700);
 }
 
-/// Issue #24 item 4: a mirror from a configured `export_arn` taken before changes the stream
-/// has since trimmed (50 updates, 50 deletes, 20 new items) would miss them. With `on_gap:
-/// fail` the run is refused before anything is committed, naming the export; with `on_gap:
-/// resnapshot` a new export is taken in its place and the destination equals the table.
-fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(target: Target) {
-    let (running, fake) = setup(100);
-    // The seed's stream records are a whole second older than the export.
+/// A second after the seed's stream records, an export taken by a scan through the fake: its
+/// ARN.
+fn export_a_second_later(fake: &FakeExport) -> String {
     std::thread::sleep(Duration::from_millis(1100));
     let exporter = Pipeline::new(
         "exporter",
@@ -734,7 +730,16 @@ fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(target: 
     );
     let output = run(&exporter);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let arn = fake.export_arns()[0].clone();
+    fake.export_arns()[0].clone()
+}
+
+/// Issue #24 item 4: a mirror from a configured `export_arn` taken before changes the stream
+/// has since trimmed (50 updates, 50 deletes, 20 new items) would miss them. With `on_gap:
+/// fail` the run is refused before anything is committed, naming the export; with `on_gap:
+/// resnapshot` a new export is taken in its place and the destination equals the table.
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(target: Target) {
+    let (running, fake) = setup(100);
+    let arn = export_a_second_later(&fake);
     std::thread::sleep(Duration::from_millis(1100));
     for i in 0..50 {
         put(&running, &format!("k{i:04}"), 1000 + i);
@@ -816,15 +821,7 @@ fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap_in_postg
 #[test]
 fn a_mirror_from_an_export_the_stream_still_covers_reads_it() {
     let (running, fake) = setup(60);
-    std::thread::sleep(Duration::from_millis(1100));
-    let exporter = Pipeline::new(
-        "exporter",
-        &fake.url(),
-        &format!("table_name: orders\n{EXPORT}"),
-    );
-    let output = run(&exporter);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let arn = fake.export_arns()[0].clone();
+    let arn = export_a_second_later(&fake);
     for i in 0..10 {
         put(&running, &format!("k{i:04}"), 500 + i);
     }

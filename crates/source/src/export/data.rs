@@ -558,25 +558,8 @@ mod tests {
             .collect();
         let altered: Vec<&str> = altered.iter().map(String::as_str).collect();
         let damaged = gzip(&altered);
-        let mut handed = 0;
-        let reading = FileReading {
-            file: &manifest,
-            kind: ExportType::Full,
-            render: Render::Items(ValueFormat::Plain),
-            key_schema: &key_schema(),
-            batch: 10,
-            skip: 0,
-        };
-        let error = read_data_file::<ExportError>(
-            &damaged[..],
-            &reading,
-            || Ok(()),
-            |lines| {
-                handed += lines.len();
-                Ok(())
-            },
-        )
-        .unwrap_err();
+        let (read, handed) = handed_on(&damaged, &manifest, 10);
+        let error = read.unwrap_err();
         assert!(error.problem.contains("its MD5 is"), "{error}");
         assert!(
             error.problem.contains("nothing of it was written"),
@@ -663,30 +646,41 @@ mod tests {
         assert!(error.problem.starts_with("cannot be read"), "{error}");
     }
 
-    /// Reads `lines` as one file of a full export of a table keyed `pk` (S): the problem,
-    /// and how many records were handed on.
-    fn refused(lines: &[&str]) -> (String, usize) {
-        let stored = gzip(lines);
-        let manifest = file(&stored, lines.len() as u64);
+    /// Reads `stored` as `manifest` says, of a table keyed `pk` (S), `batch` records at a time:
+    /// the result, and how many records were handed on (also when it failed).
+    fn handed_on(
+        stored: &[u8],
+        manifest: &ManifestFile,
+        batch: usize,
+    ) -> (Result<FileRead, ExportError>, usize) {
         let mut handed = 0;
         let reading = FileReading {
-            file: &manifest,
+            file: manifest,
             kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
             key_schema: &key_schema(),
-            batch: 1,
+            batch,
             skip: 0,
         };
-        let error = read_data_file::<ExportError>(
-            &stored[..],
+        let read = read_data_file::<ExportError>(
+            stored,
             &reading,
             || Ok(()),
             |lines| {
                 handed += lines.len();
                 Ok(())
             },
-        )
-        .unwrap_err();
+        );
+        (read, handed)
+    }
+
+    /// Reads `lines` as one file of a full export of a table keyed `pk` (S): the problem,
+    /// and how many records were handed on.
+    fn refused(lines: &[&str]) -> (String, usize) {
+        let stored = gzip(lines);
+        let manifest = file(&stored, lines.len() as u64);
+        let (read, handed) = handed_on(&stored, &manifest, 1);
+        let error = read.unwrap_err();
         assert_eq!(error.object, "p/AWSDynamoDB/x/data/a.json.gz");
         (error.problem, handed)
     }

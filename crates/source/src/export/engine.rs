@@ -363,29 +363,13 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
         after: &str,
         cancel: &Cancel,
     ) -> Result<String, ReadError> {
-        let target = self.target(table_arn);
-        let token = client_token(&[
-            &target.table_arn,
-            &target.bucket,
-            &target.prefix,
-            unique,
-            after,
-        ]);
         let kind = ExportKind::Full { at_ms: None };
-        let status = start(
-            self.exports.as_ref(),
-            &target,
-            kind,
-            &token,
-            &self.retry,
-            cancel,
-        )
-        .await?;
-        Ok(status.arn)
+        self.start_new(table_arn, kind, &[unique, after], cancel)
+            .await
     }
 
-    /// A new incremental export of `[from_ms, to_ms)`, its token made as `start_full`'s plus
-    /// the window.
+    /// A new incremental export of `[from_ms, to_ms)`, its token made as `start_full`'s with
+    /// the window before `after`.
     async fn start_incremental(
         &self,
         table_arn: &str,
@@ -394,18 +378,28 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
         after: &str,
         cancel: &Cancel,
     ) -> Result<String, ReadError> {
-        let target = self.target(table_arn);
         let (from, to) = (from_ms.to_string(), to_ms.to_string());
-        let token = client_token(&[
-            &target.table_arn,
-            &target.bucket,
-            &target.prefix,
-            unique,
-            &from,
-            &to,
-            after,
-        ]);
         let kind = ExportKind::Incremental { from_ms, to_ms };
+        self.start_new(table_arn, kind, &[unique, &from, &to, after], cancel)
+            .await
+    }
+
+    /// A new export of `kind`, its client token made of the target and `parts`.
+    async fn start_new(
+        &self,
+        table_arn: &str,
+        kind: ExportKind,
+        parts: &[&str],
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let target = self.target(table_arn);
+        let mut token_parts = vec![
+            target.table_arn.as_str(),
+            target.bucket.as_str(),
+            target.prefix.as_str(),
+        ];
+        token_parts.extend_from_slice(parts);
+        let token = client_token(&token_parts);
         let status = start(
             self.exports.as_ref(),
             &target,
