@@ -22,7 +22,7 @@ use ddbpipe_pipeline::sinks::jsonl::{
 };
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
-use ddbpipe_source::api::Render;
+use ddbpipe_source::api::{KeyAttribute, KeyType, Render};
 use ddbpipe_source::config::{SnapshotEngine, SourceConfig};
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::export::api::{
@@ -197,7 +197,17 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
         observer: Arc::new(NoObserver),
         poll: ExportPoll::default(),
     };
-    let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+    let key_schema = vec![
+        KeyAttribute {
+            name: "pk".into(),
+            key_type: KeyType::S,
+        },
+        KeyAttribute {
+            name: "sk".into(),
+            key_type: KeyType::N,
+        },
+    ];
+    let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), key_schema);
     let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {
         reader,

@@ -10,7 +10,7 @@ use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws::{self, AwsExportApi, AwsObjectStore};
 use ddbpipe_source::config::{OnGap, SnapshotEngine, SourceConfig};
 use ddbpipe_source::events::RequestMetrics;
-use ddbpipe_source::export::{ExportEngine, ExportPoll, SnapshotExports};
+use ddbpipe_source::export::{ExportEngine, ExportPoll, GivenExport, SnapshotExports};
 use ddbpipe_source::retry::Cancel;
 
 use crate::failure::Failure;
@@ -74,6 +74,28 @@ pub fn table_arn(source: &SourceConfig, table: &TableDescription) -> Result<Stri
     })
 }
 
+/// A new export in place of the damaged `damaged` (docs/scan.md §2.10 rule 9), committed in
+/// the position before anything waits for it.
+pub async fn abandon_scan(
+    engine: &AwsExports,
+    pipeline: &str,
+    table_arn: &str,
+    damaged: &str,
+    checkpointer: &mut Checkpointer,
+    cancel: &Cancel,
+) -> Result<String, Failure> {
+    let unique = format!("{pipeline}\n{}", ddbpipe_source::clock::unix_now_ms());
+    let arn = engine
+        .abandon(damaged, table_arn, None, &unique, cancel)
+        .await
+        .map_err(Failure::runtime)?;
+    checkpointer
+        .set_export(&arn)
+        .await
+        .map_err(Failure::runtime)?;
+    Ok(arn)
+}
+
 /// The export a scan-mode run reads, committed in the position before anything waits for it:
 /// the one the position names (a restart) unless it failed, else the configured or a new one
 /// (its client token made of the pipeline and this run's start, so each run's export is its
@@ -90,7 +112,13 @@ pub async fn begin_scan(
     // after a reset or a completed run takes a new one (never an export hours old).
     let unique = format!("{pipeline}\n{}", ddbpipe_source::clock::unix_now_ms());
     let arn = engine
-        .begin(stored.as_deref(), table_arn, &unique, cancel)
+        .begin(
+            stored.as_deref(),
+            table_arn,
+            &unique,
+            GivenExport::Read,
+            cancel,
+        )
         .await
         .map_err(Failure::runtime)?;
     if stored.as_deref() != Some(arn.as_str()) {

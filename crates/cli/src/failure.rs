@@ -84,6 +84,12 @@ impl fmt::Display for Failure {
 pub fn rerun_hint(error: Option<&RunError>, config_path: &Path, resumes_after: &str) -> String {
     let config = config_path.display();
     match error {
+        Some(error) if error.damaged_export().is_some() => format!(
+            "the export's files are damaged or gone and this run already replaced it once: \
+             check the bucket's objects (S3 is the trust boundary, docs/scan.md §2.10); \
+             `ddbpipe run {config}` abandons the damaged export and requests a new one (nothing \
+             of a damaged file was written)"
+        ),
         Some(RunError::Sink(sink)) if sink.class == SinkErrorClass::Definite => format!(
             "retrying cannot help: `ddbpipe run {config}` fails on the same batch until the cause above is fixed (what was written before it is committed)"
         ),

@@ -638,3 +638,203 @@ fn a_mirror_via_an_export_under_writes_equals_the_table_in_sqlite() {
 fn a_mirror_via_an_export_under_writes_equals_the_table_in_postgres() {
     a_mirror_via_an_export_under_writes_equals_the_table(Target::Postgres);
 }
+
+/// Issue #24 items 6 and 7: a data file damaged in the bucket (one value changed after the
+/// export wrote it, so its manifest's MD5 is stale) is never written — not even its lines
+/// before the damage — and the damaged export is abandoned once for a new one, which the run
+/// reads: every item once.
+#[test]
+fn a_damaged_export_writes_none_of_its_lines_and_is_replaced_once() {
+    let (running, fake) = setup(700);
+    fake.set_data_files(1);
+    fake.damage_next_export();
+    let pipeline = Pipeline::new(
+        "damaged",
+        &fake.url(),
+        &format!("table_name: orders\nbatch_size: 10\n{EXPORT}"),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("its MD5 is"), "{text}");
+    assert!(
+        text.contains("abandoning it and requesting a new export"),
+        "{text}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "one new export replaced the damaged one"
+    );
+    let scanned = Pipeline::new("by-scan", &running.endpoint, "table_name: orders");
+    let output = run(&scanned);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        sorted_lines(&pipeline),
+        sorted_lines(&scanned),
+        "every item once, none of the damaged file"
+    );
+}
+
+/// Issue #24 items 6 and 7: when the replacement is damaged too, the run fails with nothing of
+/// either written or committed and says what to do; the next run replaces it again.
+#[test]
+fn a_damaged_replacement_fails_the_run_with_nothing_written_and_the_next_run_replaces_it() {
+    let (_running, fake) = setup(700);
+    fake.set_data_files(1);
+    fake.damage_next_exports(2);
+    let pipeline = Pipeline::new(
+        "damaged",
+        &fake.url(),
+        &format!("table_name: orders\nbatch_size: 10\n{EXPORT}"),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{text}");
+    assert_eq!(
+        pipeline.lines().len(),
+        0,
+        "no line of a damaged file was written"
+    );
+    assert!(text.contains("nothing of it was written"), "{text}");
+    assert!(
+        text.contains("abandons the damaged export and requests a new one"),
+        "{text}"
+    );
+    let position = &pipeline.entry("damaged").unwrap()["position"];
+    assert!(files_done(position).is_empty(), "{position}");
+    assert!(
+        position["cursors"].as_object().is_none_or(|c| c.is_empty()),
+        "no cursor was committed: {position}"
+    );
+    assert_eq!(fake.exports_started(), 2);
+
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        fake.exports_started(),
+        3,
+        "the rerun replaced the damaged export"
+    );
+    assert_eq!(pipeline.lines().len(), 700);
+}
+
+/// A second after the seed's stream records, an export taken by a scan through the fake: its
+/// ARN.
+fn export_a_second_later(fake: &FakeExport) -> String {
+    std::thread::sleep(Duration::from_millis(1100));
+    let exporter = Pipeline::new(
+        "exporter",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = run(&exporter);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    fake.export_arns()[0].clone()
+}
+
+/// Issue #24 item 4: a mirror from a configured `export_arn` taken before changes the stream
+/// has since trimmed (50 updates, 50 deletes, 20 new items) would miss them. With `on_gap:
+/// fail` the run is refused before anything is committed, naming the export; with `on_gap:
+/// resnapshot` a new export is taken in its place and the destination equals the table.
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(target: Target) {
+    let (running, fake) = setup(100);
+    let arn = export_a_second_later(&fake);
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..50 {
+        put(&running, &format!("k{i:04}"), 1000 + i);
+    }
+    for i in 50..100 {
+        delete(&running, &format!("k{i:04}"));
+    }
+    for i in 100..120 {
+        put(&running, &format!("k{i:04}"), i);
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(fake_export::now_ms());
+
+    let source = |on_gap: &str| {
+        format!(
+            "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 50\non_gap: {on_gap}\nsnapshot: {{engine: export, s3_bucket: exports, export_arn: '{arn}'}}"
+        )
+    };
+    let pipeline = Pipeline::new("old-export", &fake.url(), &source("fail"));
+    let destination = Destination::new(target, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "old-export",
+        &fake.url(),
+        &source("fail"),
+        &destination.sink_yaml(),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!("export_arn '{arn}'")), "{text}");
+    assert!(text.contains("no longer proves"), "{text}");
+    assert!(
+        destination.items("orders").is_empty(),
+        "nothing was written"
+    );
+    assert!(
+        destination.state("old-export").is_empty(),
+        "nothing was committed"
+    );
+
+    pipeline.write_with_sink(
+        "old-export",
+        &fake.url(),
+        &source("resnapshot"),
+        &destination.sink_yaml(),
+    );
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("a new export is taken in its place"),
+        "{text}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "a new export replaced the old one"
+    );
+    let table = table_items(&running);
+    assert_eq!(table.len(), 70);
+    assert!(
+        destination.items("orders") == table,
+        "the destination differs from the table"
+    );
+}
+
+#[test]
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap_in_sqlite() {
+    a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(Target::Sqlite);
+}
+
+#[test]
+fn a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap_in_postgres() {
+    a_mirror_from_an_export_older_than_the_streams_trim_horizon_is_a_gap(Target::Postgres);
+}
+
+/// The configured export is read when the stream still holds every change since it was
+/// taken: the mirror reads no second export and ends equal to the table.
+#[test]
+fn a_mirror_from_an_export_the_stream_still_covers_reads_it() {
+    let (running, fake) = setup(60);
+    let arn = export_a_second_later(&fake);
+    for i in 0..10 {
+        put(&running, &format!("k{i:04}"), 500 + i);
+    }
+    delete(&running, "k0020");
+    let source = format!(
+        "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2\nbatch_size: 50\nsnapshot: {{engine: export, s3_bucket: exports, export_arn: '{arn}'}}"
+    );
+    let pipeline = Pipeline::new("covered", &fake.url(), &source);
+    let destination = Destination::new(Target::Sqlite, pipeline.dir.path());
+    pipeline.write_with_sink("covered", &fake.url(), &source, &destination.sink_yaml());
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert_eq!(fake.exports_started(), 1, "the configured export was read");
+    assert!(destination.items("orders") == table_items(&running));
+}

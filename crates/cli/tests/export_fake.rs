@@ -23,8 +23,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use ddbpipe_source::api::Render;
 use ddbpipe_source::export::{
-    ExportError, ExportType as SummaryType, ManifestFile, ManifestSummary, manifest_files,
-    read_data_file,
+    ExportError, ExportType as SummaryType, FileReading, ManifestFile, ManifestSummary,
+    manifest_files, read_data_file,
 };
 use ddbpipe_value::{ValueFormat, item_from_typed_json};
 use md5::{Digest as _, Md5};
@@ -208,13 +208,18 @@ fn read_files(endpoint: &str, files: &[ManifestFile]) -> Vec<Result<Vec<String>,
             let stored = read_object(endpoint, BUCKET, &file.data_file_key)
                 .expect("the data file is stored");
             let mut records = Vec::new();
+            let reading = FileReading {
+                file,
+                kind: SummaryType::Full,
+                render: Render::Items(ValueFormat::Plain),
+                key_schema: &[],
+                batch: 4,
+                skip: 0,
+            };
             read_data_file::<ExportError>(
                 &stored[..],
-                file,
-                SummaryType::Full,
-                Render::Items(ValueFormat::Plain),
-                4,
-                0,
+                &reading,
+                || Ok(()),
                 |lines| {
                     records.extend(
                         lines

@@ -291,3 +291,36 @@ fn an_open_repair_is_finished_by_the_next_run_and_check_names_what_it_needs() {
     assert_eq!(fake.exports_started(), 2, "the same incremental export");
     assert_eq!(fake.forwarded("Scan"), 0);
 }
+
+/// Issue #24 items 6 and 7: a repair whose incremental export is damaged (its file's MD5
+/// stale) writes nothing of it, abandons it once for a new export of the same window, and
+/// ends equal to the table.
+#[test]
+fn a_repair_whose_export_is_damaged_replaces_it_and_ends_equal_to_the_table() {
+    let (running, fake, pipeline, destination) = setup(
+        Target::Sqlite,
+        "snapshot: {engine: export, s3_bucket: exports}",
+    );
+    let output = pipeline.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    changes_lost_in_a_gap(&running, &fake);
+    fake.set_data_files(1);
+    fake.damage_next_export();
+    let output = pipeline.ddbpipe(&["run"]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(err.contains("its MD5 is"), "{err}");
+    assert!(
+        err.contains("abandoning it and requesting a new export"),
+        "{err}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        3,
+        "the full export, the damaged incremental one and its replacement"
+    );
+    assert!(
+        mirrored(&destination) == table_items(&running),
+        "the destination differs from the table"
+    );
+}

@@ -407,7 +407,9 @@ mod export {
     use ddbpipe_pipeline::state::identity::Identity;
     use ddbpipe_source::api::Render;
     use ddbpipe_source::export::api::ExportKind;
-    use ddbpipe_source::export::{ExportEngine, ExportPoll, ExportTarget, SnapshotExports, start};
+    use ddbpipe_source::export::{
+        ExportEngine, ExportPoll, ExportTarget, GivenExport, SnapshotExports, start,
+    };
     use ddbpipe_source::fake_export::{FakeExports, FixedItems};
     use ddbpipe_source::plan::BatchLimits;
     use ddbpipe_source::position::{Position, ScanKind};
@@ -469,12 +471,18 @@ mod export {
         let dir = tempfile::tempdir().unwrap();
         let mut cp = checkpointer(dir.path()).await;
         let arn = engine
-            .begin(None, TABLE_ARN, "run-1", &Cancel::never())
+            .begin(
+                None,
+                TABLE_ARN,
+                "run-1",
+                GivenExport::Read,
+                &Cancel::never(),
+            )
             .await
             .unwrap();
         cp.set_export(&arn).await.unwrap();
         let mut first = MemorySink::default().failing_at(5);
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
         run_scan(
             reader,
             BatchLimits::records(5),
@@ -494,12 +502,18 @@ mod export {
         let mut cp = checkpointer(dir.path()).await;
         let resumed = cp.position().export_arn.clone();
         let again = engine
-            .begin(resumed.as_deref(), TABLE_ARN, "run-2", &Cancel::never())
+            .begin(
+                resumed.as_deref(),
+                TABLE_ARN,
+                "run-2",
+                GivenExport::Read,
+                &Cancel::never(),
+            )
             .await
             .unwrap();
         assert_eq!(again, arn, "the stored export is read again");
         let mut rest = MemorySink::default();
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain));
+        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
         let outcome = run_scan(
             reader,
             BatchLimits::records(5),

@@ -18,6 +18,8 @@
 //!   for scan cursors in state files. Decoding is strict (§3.5) and fails with a
 //!   [`DecodeError`] naming where the bad value sits.
 //! * [`value_from_plain_json`]: a plain config value (YAML) as an attribute value (§3.4).
+//! * [`check_number`], [`check_item`], [`ItemSize`]: DynamoDB's limits (38 digits, the
+//!   number range, 400 KB items) for items read from files rather than from DynamoDB.
 //! * [`WireWriter`]: attribute JSON as DynamoDB sends it, written in either format while it is
 //!   parsed, without building values (the data plane's hot path); [`write_wire_item`] for one
 //!   item.
@@ -50,6 +52,7 @@
 mod decode;
 mod format;
 mod json;
+mod limits;
 mod number;
 mod plain;
 mod typed;
@@ -58,6 +61,7 @@ mod wire;
 
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;
+pub use limits::{ItemSize, MAX_ITEM_BYTES, check_item, check_number};
 pub use number::{Number, PlainNumber, plain_number};
 pub use plain::value_from_plain_json;
 pub use typed::{item_to_typed_json, value_to_typed_json};

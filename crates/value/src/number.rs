@@ -114,6 +114,13 @@ pub(crate) fn classify(text: &str) -> Classified {
     nearest_double(&decimal)
 }
 
+/// The significant digits `len(D)` and the exponent `E` of a number text (rule 1); `None`
+/// when the text is not a number. Zero has no significant digits.
+pub(crate) fn significant(text: &str) -> Option<(usize, i128)> {
+    let decimal = Decimal::parse(text.as_bytes())?;
+    Some((decimal.len, decimal.exponent))
+}
+
 /// Step 3: the value as a JSON integer, if it is one that fits.
 fn integer(decimal: &Decimal<'_>) -> Option<Classified> {
     let digits = i128::try_from(decimal.len).ok()?;

@@ -20,6 +20,13 @@
 //!    they are ordered by name (of a repeated name the last one wins, as when the JSON is read
 //!    into a map), moved aside and copied back.
 //!
+//! # Checks
+//! A writer made by [`WireWriter::checking`] also holds each item to DynamoDB's limits
+//! (`limits`): every number must be one DynamoDB stores, and the item at most 400 KB. It
+//! remembers the type of each top-level attribute ([`WireWriter::attribute_type`]), so the
+//! caller can check the key schema. Items from DynamoDB's API need none of this; items from
+//! an export's files do.
+//!
 //! # Errors
 //! Malformed JSON and a payload of the wrong type are errors of the deserializer. So is a type
 //! tag this version does not know; [`WireWriter::unknown_type`] then names the tag, so that the
@@ -35,7 +42,17 @@ use serde::de::{self, DeserializeSeed, Deserializer, Error as _, MapAccess, SeqA
 
 use crate::ValueFormat;
 use crate::json::{write_base64, write_str};
+use crate::limits::{ItemSize, check_number, number_bytes};
 use crate::plain;
+
+/// What a [`WireWriter`] checks besides the JSON's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// Nothing more: DynamoDB's API answered it.
+    Shape,
+    /// DynamoDB's limits on numbers and item size (`limits`).
+    DynamoDb,
+}
 
 /// Writes items of attribute JSON in one [`ValueFormat`], reusing its buffers from item to item.
 ///
@@ -54,6 +71,9 @@ pub struct WireWriter<'de> {
     /// Maps open around the one being written.
     depth: usize,
     unknown: Option<String>,
+    checks: Checks,
+    /// The size of the item being written, as DynamoDB counts it (with `Checks::DynamoDb`).
+    size: usize,
 }
 
 /// An emptied vector of entries borrowing from other input: collected in place (the layouts are
@@ -73,6 +93,7 @@ struct Entry<'de> {
     start: usize,
     value: usize,
     end: usize,
+    tag: Tag,
 }
 
 impl<'de> WireWriter<'de> {
@@ -86,6 +107,17 @@ impl<'de> WireWriter<'de> {
             blob: Vec::new(),
             depth: 0,
             unknown: None,
+            checks: Checks::Shape,
+            size: 0,
+        }
+    }
+
+    /// A writer of `format` output that also holds every item to DynamoDB's limits (see the
+    /// module docs): for items that did not come from DynamoDB's API.
+    pub fn checking(format: ValueFormat) -> Self {
+        WireWriter {
+            checks: Checks::DynamoDb,
+            ..WireWriter::new(format)
         }
     }
 
@@ -101,6 +133,8 @@ impl<'de> WireWriter<'de> {
             blob: self.blob,
             depth: 0,
             unknown: None,
+            checks: self.checks,
+            size: 0,
         }
     }
 
@@ -115,6 +149,7 @@ impl<'de> WireWriter<'de> {
         self.depth = 0;
         self.stack.clear();
         self.unknown = None;
+        self.size = 0;
         ItemSeed { writer: self, out }
     }
 
@@ -127,6 +162,15 @@ impl<'de> WireWriter<'de> {
             .ok()?;
         let entry = &self.top[index];
         Some(entry.value..entry.end)
+    }
+
+    /// The type tag (`"S"`, `"N"`, …) of the last item's top-level attribute `name`.
+    pub fn attribute_type(&self, name: &str) -> Option<&'static str> {
+        let index = self
+            .top
+            .binary_search_by(|entry| entry.name.as_ref().cmp(name))
+            .ok()?;
+        Some(self.top[index].tag.name())
     }
 
     /// The type tag that failed the last item, when it failed on a tag this version does not
@@ -168,6 +212,7 @@ impl<'de> WireWriter<'de> {
                     start: from,
                     value: from + (entry.value - entry.start),
                     end: out.len(),
+                    tag: entry.tag,
                 };
                 entries[kept] = moved_entry;
                 kept += 1;
@@ -185,10 +230,26 @@ impl<'de> WireWriter<'de> {
 
     // A `Cow`, not a `&str`: whether the text was borrowed decides how it is written.
     #[allow(clippy::ptr_arg)]
-    fn write_number(&self, text: &Cow<'_, str>, out: &mut Vec<u8>) {
+    fn write_number<E: de::Error>(
+        &mut self,
+        text: &Cow<'_, str>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), E> {
+        if self.checks == Checks::DynamoDb {
+            check_number(text).map_err(E::custom)?;
+            self.size += number_bytes(text);
+        }
         match self.format {
             ValueFormat::Plain => plain::write_number(text, out),
             ValueFormat::Typed => write_text(out, text),
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` towards the item's size (with `Checks::DynamoDb`).
+    fn count(&mut self, bytes: usize) {
+        if self.checks == Checks::DynamoDb {
+            self.size += bytes;
         }
     }
 
@@ -197,6 +258,7 @@ impl<'de> WireWriter<'de> {
         STANDARD
             .decode_vec(text, &mut self.blob)
             .map_err(|error| E::custom(format_args!("invalid base64 binary: {error}")))?;
+        self.count(self.blob.len());
         write_base64(out, &self.blob);
         Ok(())
     }
@@ -212,10 +274,15 @@ impl<'de> DeserializeSeed<'de> for ItemSeed<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        let ItemSeed { writer, out } = self;
         deserializer.deserialize_map(MapSeed {
-            writer: self.writer,
-            out: self.out,
-        })
+            writer: &mut *writer,
+            out,
+        })?;
+        if writer.checks == Checks::DynamoDb {
+            ItemSize(writer.size).check().map_err(D::Error::custom)?;
+        }
+        Ok(())
     }
 }
 
@@ -253,8 +320,10 @@ impl<'de> Visitor<'de> for MapSeed<'_, 'de> {
             let entry_start = out.len();
             write_text(out, &name);
             out.push(b':');
+            // A map's entry costs a byte besides its name; an item's attribute does not.
+            writer.count(name.len() + usize::from(writer.depth > 1));
             let value = out.len();
-            map.next_value_seed(AttributeSeed {
+            let tag = map.next_value_seed(AttributeSeed {
                 writer: &mut *writer,
                 out: &mut *out,
             })?;
@@ -263,6 +332,7 @@ impl<'de> Visitor<'de> for MapSeed<'_, 'de> {
                 start: entry_start,
                 value,
                 end: out.len(),
+                tag,
             });
         }
         out.push(b'}');
@@ -304,6 +374,21 @@ impl Tag {
         })
     }
 
+    fn name(self) -> &'static str {
+        match self {
+            Tag::S => "S",
+            Tag::N => "N",
+            Tag::B => "B",
+            Tag::Bool => "BOOL",
+            Tag::Null => "NULL",
+            Tag::M => "M",
+            Tag::L => "L",
+            Tag::Ss => "SS",
+            Tag::Ns => "NS",
+            Tag::Bs => "BS",
+        }
+    }
+
     /// The typed form's prefix: `{"<tag>":`.
     fn typed_prefix(self) -> &'static [u8] {
         match self {
@@ -328,21 +413,21 @@ struct AttributeSeed<'w, 'de> {
 }
 
 impl<'de> DeserializeSeed<'de> for AttributeSeed<'_, 'de> {
-    type Value = ();
+    type Value = Tag;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Tag, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for AttributeSeed<'_, 'de> {
-    type Value = ();
+    type Value = Tag;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an attribute value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tag, A::Error> {
         let AttributeSeed { writer, out } = self;
         let Some(name) = map.next_key_seed(Text)? else {
             return Err(de::Error::custom("an attribute value without a type"));
@@ -357,21 +442,38 @@ impl<'de> Visitor<'de> for AttributeSeed<'_, 'de> {
             out.extend_from_slice(tag.typed_prefix());
         }
         match tag {
-            Tag::S => write_text(out, &map.next_value_seed(Text)?),
-            Tag::N => writer.write_number(&map.next_value_seed(Text)?, out),
+            Tag::S => {
+                let text = map.next_value_seed(Text)?;
+                writer.count(text.len());
+                write_text(out, &text);
+            }
+            Tag::N => writer.write_number(&map.next_value_seed(Text)?, out)?,
             Tag::B => writer.write_binary(&map.next_value_seed(Text)?, out)?,
             Tag::Bool => {
                 let flag: bool = map.next_value()?;
+                writer.count(1);
                 out.extend_from_slice(if flag { b"true" } else { b"false" });
             }
             Tag::Null => {
                 // The payload is `true`; the value is null whatever it says, as in the SDK.
                 let _: bool = map.next_value()?;
+                writer.count(1);
                 out.extend_from_slice(if typed { b"true" } else { b"null" });
             }
-            Tag::M => map.next_value_seed(MapSeed { writer, out })?,
+            Tag::M => {
+                writer.count(3);
+                map.next_value_seed(MapSeed {
+                    writer: &mut *writer,
+                    out: &mut *out,
+                })?;
+            }
             Tag::L | Tag::Ss | Tag::Ns | Tag::Bs => {
-                map.next_value_seed(ListSeed { writer, out, tag })?;
+                writer.count(if matches!(tag, Tag::L) { 3 } else { 0 });
+                map.next_value_seed(ListSeed {
+                    writer: &mut *writer,
+                    out: &mut *out,
+                    tag,
+                })?;
             }
         }
         // A second type tag is left unread: serde_json then fails the object at its `,`, as
@@ -379,7 +481,7 @@ impl<'de> Visitor<'de> for AttributeSeed<'_, 'de> {
         if typed {
             out.push(b'}');
         }
-        Ok(())
+        Ok(tag)
     }
 }
 
@@ -444,10 +546,17 @@ impl<'de> DeserializeSeed<'de> for ElementSeed<'_, 'de> {
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         let ElementSeed { writer, out, tag } = self;
         match tag {
-            Tag::Ss => write_text(out, &Text.deserialize(deserializer)?),
-            Tag::Ns => writer.write_number(&Text.deserialize(deserializer)?, out),
+            Tag::Ss => {
+                let text = Text.deserialize(deserializer)?;
+                writer.count(text.len());
+                write_text(out, &text);
+            }
+            Tag::Ns => writer.write_number(&Text.deserialize(deserializer)?, out)?,
             Tag::Bs => writer.write_binary(&Text.deserialize(deserializer)?, out)?,
-            _ => AttributeSeed { writer, out }.deserialize(deserializer)?,
+            _ => {
+                writer.count(1);
+                AttributeSeed { writer, out }.deserialize(deserializer)?;
+            }
         }
         Ok(())
     }

@@ -66,15 +66,43 @@ pub async fn run(
     let outcome = match exports {
         Some(engine) => {
             let table_arn = export::table_arn(source, &table)?;
-            let arn =
+            let mut arn =
                 export::begin_scan(&engine, &config.name, &table_arn, &mut checkpointer, &stop)
                     .await?;
             tracing::info!(mode = %source.mode, export = %arn, resumed, "Run started.");
             // The export's files are known once it completed: no segment total yet.
             let bar = ScanProgress::new(progress, table.item_count, 0, 0);
-            let reader = engine.typed_reader(&arn, render);
-            let outcome =
-                run_scan(reader, plan.batch, &mut sink, &mut checkpointer, stop, &bar).await;
+            let mut abandoned = false;
+            let outcome = loop {
+                let reader = engine.typed_reader(&arn, render.clone(), table.key_schema.clone());
+                let outcome = run_scan(
+                    reader,
+                    plan.batch,
+                    &mut sink,
+                    &mut checkpointer,
+                    stop.clone(),
+                    &bar,
+                )
+                .await;
+                match outcome {
+                    // A damaged export fails every read the same way: a new one, once
+                    // (docs/scan.md §2.10 rule 9).
+                    Err(error) if !abandoned && error.damaged_export().is_some() => {
+                        tracing::warn!(error = %error, "The export is damaged.");
+                        abandoned = true;
+                        arn = export::abandon_scan(
+                            &engine,
+                            &config.name,
+                            &table_arn,
+                            &arn,
+                            &mut checkpointer,
+                            &stop,
+                        )
+                        .await?;
+                    }
+                    outcome => break outcome,
+                }
+            };
             bar.finish();
             outcome
         }

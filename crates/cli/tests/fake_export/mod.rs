@@ -158,6 +158,7 @@ struct Knobs {
     min_window: Duration,
     fail_next: Option<(String, String)>,
     miscount_next: bool,
+    damage_next: u32,
     full_summary_export_type: bool,
     empty_files_zero_bytes: bool,
     trim_before_ms: Option<i64>,
@@ -173,6 +174,7 @@ impl Default for Knobs {
             min_window: MIN_INCREMENTAL_WINDOW,
             fail_next: None,
             miscount_next: false,
+            damage_next: 0,
             full_summary_export_type: false,
             empty_files_zero_bytes: false,
             trim_before_ms: None,
@@ -421,6 +423,18 @@ impl FakeExport {
     /// `itemCount`, so only the file itself disagrees).
     pub fn miscount_next_export(&self) {
         self.state().knobs.miscount_next = true;
+    }
+
+    /// The next export started stores its first data file with one value changed after its
+    /// MD5 was taken (the last number `{"N":"…"}` of the file gets a leading `9`): the
+    /// manifest's `md5Checksum` is then stale, as for a file damaged in the bucket.
+    pub fn damage_next_export(&self) {
+        self.damage_next_exports(1);
+    }
+
+    /// The next `n` exports started are damaged as [`FakeExport::damage_next_export`] says.
+    pub fn damage_next_exports(&self, n: u32) {
+        self.state().knobs.damage_next = n;
     }
 
     /// Full exports' summaries carry `"exportType":"FULL_EXPORT"` (default off: AWS's
@@ -1040,12 +1054,17 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
         Some(prefix) => format!("{prefix}/AWSDynamoDB"),
         None => "AWSDynamoDB".to_string(),
     };
-    let (fail, miscount, in_progress_for, export_type_in_summary, zero_bytes) = {
+    let (fail, miscount, damage, in_progress_for, export_type_in_summary, zero_bytes) = {
         let mut state = inner.lock();
         state.exports_started += 1;
         (
             state.knobs.fail_next.take(),
             std::mem::take(&mut state.knobs.miscount_next),
+            {
+                let damage = state.knobs.damage_next > 0;
+                state.knobs.damage_next = state.knobs.damage_next.saturating_sub(1);
+                damage
+            },
             state.knobs.in_progress_describes,
             state.knobs.full_summary_export_type,
             state.knobs.empty_files_zero_bytes,
@@ -1086,8 +1105,11 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
                         &data_dir,
                         lines,
                         data_files,
-                        miscount,
-                        zero_bytes,
+                        Flaws {
+                            miscount,
+                            damage,
+                            zero_bytes,
+                        },
                     )
                     .await
                 }
@@ -1631,15 +1653,29 @@ fn gzip(text: &str) -> Vec<u8> {
     encoder.finish().expect("gzip into memory")
 }
 
+/// What is wrong with (or unusual about) an export's data files.
+struct Flaws {
+    /// The first file's manifest count is one too many.
+    miscount: bool,
+    /// The first file is stored with one value changed after its MD5 was taken.
+    damage: bool,
+    /// Files without lines are stored as 0-byte objects.
+    zero_bytes: bool,
+}
+
 async fn write_data_files(
     s3: &aws_sdk_s3::Client,
     bucket: &str,
     dir: &str,
     lines: Vec<Line>,
     count: usize,
-    miscount: bool,
-    zero_bytes: bool,
+    flaws: Flaws,
 ) -> Outcome {
+    let Flaws {
+        miscount,
+        damage,
+        zero_bytes,
+    } = flaws;
     let mut texts = vec![String::new(); count];
     let mut counts = vec![0u64; count];
     let mut billed = 0u64;
@@ -1662,6 +1698,14 @@ async fn write_data_files(
         };
         let key = format!("{dir}/{}.json.gz", random_name());
         let md5 = md5_base64(&stored);
+        let stored = match text.rfind(r#"{"N":""#) {
+            Some(at) if damage && index == 0 => {
+                let mut altered = text.clone();
+                altered.insert(at + 6, '9');
+                gzip(&altered)
+            }
+            _ => stored,
+        };
         let etag = match put(s3, bucket, &key, stored).await {
             Ok(etag) => etag,
             Err(failure) => return Outcome::Fail(failure),

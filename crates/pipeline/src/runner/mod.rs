@@ -71,6 +71,17 @@ pub enum RunError {
     Lease(#[from] ddbpipe_source::lease::LeaseError),
 }
 
+impl RunError {
+    /// The damaged data file behind this failure, when its export is beyond use
+    /// (`ddbpipe_source::export` rule 13): the run abandons that export once for a new one.
+    pub fn damaged_export(&self) -> Option<&ddbpipe_source::export::ExportError> {
+        match self {
+            RunError::Read(ReadError::Export(error)) if error.is_damaged() => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Told about progress after each acknowledged batch.
 pub trait Progress: Send + Sync {
     /// Records written so far, and capacity units consumed so far.

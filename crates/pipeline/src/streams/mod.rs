@@ -27,6 +27,7 @@ use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
+use ddbpipe_source::export::GivenExport;
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::plan::{BatchLimits, StreamPlan};
 use ddbpipe_source::position::{RepairRecord, StreamKind, StreamsPosition};
@@ -235,6 +236,17 @@ pub(super) struct EngineStart {
     pub probed: BTreeMap<ShardId, String>,
 }
 
+impl StreamRunError {
+    /// The damaged data file behind this failure (see [`RunError::damaged_export`]).
+    pub fn damaged_export(&self) -> Option<&ddbpipe_source::export::ExportError> {
+        match self {
+            StreamRunError::Run(error) => error.damaged_export(),
+            StreamRunError::Read(ReadError::Export(error)) if error.is_damaged() => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Why a streams run could not start or failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -316,13 +328,14 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
     tracing::info!(shards = graph.len(), stream = %run.stream_arn, "Shards discovered.");
 
     let plan = run.startup();
-    let snapshots = Snapshots {
+    let mut snapshots = Snapshots {
         scan: snapshot.as_ref(),
         run,
         stop: &stop,
         observer: Arc::clone(&observer),
         progress,
         changes_beside: std::cell::Cell::new(0),
+        given_export: GivenExport::Read,
     };
     let mut snapshotted = false;
     let mut read = false;
@@ -356,6 +369,16 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         snapshotted = true;
     }
     if run.kind == StreamKind::Mirror && checkpointer.streams_position().is_none() {
+        // Before the capture is committed: a configured export too old for the stream is a
+        // gap (docs/scan.md §2.10 rule 8).
+        let given = snapshots
+            .given_export(
+                snapshots.scan("mode: mirror needs a table scan")?,
+                &api,
+                &graph,
+            )
+            .await?;
+        snapshots.given_export = given;
         let scan = snapshots.scan("mode: mirror needs a table scan")?;
         let rows = checkpointer
             .destination_rows()
@@ -453,6 +476,14 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                 Resume::Repair(_) => unreachable!("a repair became a stream or a resnapshot"),
                 Resume::Fail(message) => return Err(StreamRunError::Gap(message)),
                 Resume::Resnapshot(reasons) => {
+                    let given = snapshots
+                        .given_export(
+                            snapshots.scan("a resnapshot needs a table scan")?,
+                            &api,
+                            &graph,
+                        )
+                        .await?;
+                    snapshots.given_export = given;
                     let scan = snapshots.scan("a resnapshot needs a table scan")?;
                     let deletes = if checkpointer.deletes_unseen() {
                         "destination rows of items deleted meanwhile are deleted once the scan completes (resnapshot_deletes: true)"

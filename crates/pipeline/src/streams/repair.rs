@@ -82,6 +82,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             table: run.table.clone(),
             format: run.format,
         });
+        let mut abandoned = false;
         while let Some(record) = checkpointer.repair().filter(|r| !r.applied).cloned() {
             let stored = checkpointer.position().export_arn.clone();
             let window = (record.window_from_ms, record.window_to_ms);
@@ -108,7 +109,7 @@ impl<T: TableApi> Snapshots<'_, T> {
                 "Repair: reading the incremental export of a window."
             );
             let reader = repairs.incremental_reader(&arn, Arc::clone(&shape));
-            let outcome = run_scan(
+            let outcome = match run_scan(
                 reader,
                 run.batch,
                 sink,
@@ -116,7 +117,30 @@ impl<T: TableApi> Snapshots<'_, T> {
                 self.stop.clone(),
                 self.progress,
             )
-            .await?;
+            .await
+            {
+                // A damaged export fails every read the same way: a new one for the window,
+                // once (`ddbpipe_source::export` rule 13).
+                Err(error) if !abandoned && error.damaged_export().is_some() => {
+                    tracing::warn!(error = %error, "The repair's export is damaged.");
+                    abandoned = true;
+                    let replacement = repairs
+                        .abandon(
+                            &arn,
+                            &table_arn,
+                            Some(window),
+                            &record.id.to_string(),
+                            self.stop,
+                        )
+                        .await?;
+                    checkpointer
+                        .set_export(&replacement)
+                        .await
+                        .map_err(RunError::from)?;
+                    continue;
+                }
+                result => result?,
+            };
             if !outcome.completed {
                 return Err(StreamRunError::RepairInterrupted);
             }

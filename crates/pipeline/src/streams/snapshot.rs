@@ -15,14 +15,16 @@ use ddbpipe_source::api::{
 };
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
-use ddbpipe_source::export::SnapshotExports;
+use ddbpipe_source::export::{GivenExport, SnapshotExports};
 use ddbpipe_source::plan::{ReadRule, Refresher, SnapshotPlan};
 use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::scan::{PageSource, SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_source::streams::lineage::ShardGraph;
+use ddbpipe_source::streams::since::unproven_since;
 
 use super::{EngineStart, StreamRun, StreamRunError};
 use crate::checkpoint::Checkpointer;
@@ -103,6 +105,15 @@ pub(super) struct BesideStream<'a, A> {
     pub status: &'a Option<String>,
 }
 
+// References only: copied whatever `A` is (a derive would ask `A: Copy`).
+impl<A> Clone for BesideStream<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for BesideStream<'_, A> {}
+
 /// A run's snapshot scans: what they read with and report to, set up once.
 pub(super) struct Snapshots<'a, T> {
     pub scan: Option<&'a SnapshotScan<T>>,
@@ -113,6 +124,8 @@ pub(super) struct Snapshots<'a, T> {
     /// Change records written beside the snapshots of this run (docs/mirror.md §5.6): the
     /// run's summary counts them with the stream's own.
     pub changes_beside: std::cell::Cell<u64>,
+    /// Whether a new snapshot may read `source.snapshot.export_arn` (`given_export`).
+    pub given_export: GivenExport,
 }
 
 impl<T: TableApi> Snapshots<'_, T> {
@@ -153,11 +166,12 @@ impl<T: TableApi> Snapshots<'_, T> {
         }
         let description = self.describe(scan).await?;
         let key_schema: Vec<KeyAttribute> = description.key_schema.clone();
-        let render = Render::Snapshots(Arc::new(SnapshotShape {
+        let shape = Arc::new(SnapshotShape {
             key_schema,
             table: run.table.clone(),
             format: run.format,
-        }));
+        });
+        let render = Render::Snapshots(Arc::clone(&shape));
         if let Some(exports) = &scan.exports {
             let stored = checkpointer.position().export_arn.clone();
             let table_arn = description.arn.clone().ok_or_else(|| {
@@ -167,8 +181,14 @@ impl<T: TableApi> Snapshots<'_, T> {
                 ))
             })?;
             let unique = checkpointer.snapshot_id().unwrap_or_default().to_string();
-            let arn = exports
-                .begin(stored.as_deref(), &table_arn, &unique, self.stop)
+            let mut arn = exports
+                .begin(
+                    stored.as_deref(),
+                    &table_arn,
+                    &unique,
+                    self.given_export,
+                    self.stop,
+                )
                 .await?;
             if stored.as_deref() != Some(arn.as_str()) {
                 checkpointer
@@ -176,9 +196,27 @@ impl<T: TableApi> Snapshots<'_, T> {
                     .await
                     .map_err(RunError::from)?;
             }
-            tracing::info!(export = %arn, "The snapshot reads an export.");
-            let reader = exports.reader(&arn, render);
-            let completed = self.execute(reader, beside, sink, checkpointer).await?;
+            let mut abandoned = false;
+            let completed = loop {
+                tracing::info!(export = %arn, "The snapshot reads an export.");
+                let reader = exports.reader(&arn, Arc::clone(&shape));
+                match self.execute(reader, beside, sink, checkpointer).await {
+                    // A damaged export fails every read the same way: a new one, once
+                    // (`ddbpipe_source::export` rule 13).
+                    Err(error) if !abandoned && error.damaged_export().is_some() => {
+                        tracing::warn!(error = %error, "The snapshot's export is damaged.");
+                        abandoned = true;
+                        arn = exports
+                            .abandon(&arn, &table_arn, None, &unique, self.stop)
+                            .await?;
+                        checkpointer
+                            .set_export(&arn)
+                            .await
+                            .map_err(RunError::from)?;
+                    }
+                    result => break result?,
+                }
+            };
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);
             }
@@ -344,6 +382,59 @@ impl<T: TableApi> Snapshots<'_, T> {
         self.changes_beside
             .set(self.changes_beside.get() + outcome.changes);
         Ok(outcome.completed)
+    }
+}
+
+impl<T: TableApi> Snapshots<'_, T> {
+    /// Whether a snapshot about to capture the stream `graph` may read the configured
+    /// `export_arn` (docs/scan.md §2.10 rule 8): only when the stream proves it still holds
+    /// every change since the export's time (`streams::since`). Otherwise a gap, by
+    /// `on_gap`: `fail` stops the run before anything is committed; `resnapshot` and `repair`
+    /// take a new export instead, logged once.
+    pub async fn given_export<A: StreamsApi>(
+        &self,
+        scan: &SnapshotScan<T>,
+        api: &Arc<A>,
+        graph: &ShardGraph,
+    ) -> Result<GivenExport, StreamRunError> {
+        let run = self.run;
+        let Some(exports) = &scan.exports else {
+            return Ok(GivenExport::Read);
+        };
+        let Some((arn, at_ms)) = exports.given_export(self.stop).await? else {
+            return Ok(GivenExport::Read);
+        };
+        let reasons = unproven_since(
+            api.as_ref(),
+            &run.stream_arn,
+            graph,
+            at_ms,
+            &run.retry,
+            self.stop,
+            self.observer.as_ref(),
+        )
+        .await?;
+        if reasons.is_empty() {
+            tracing::info!(export = %arn, "The stream holds every change since the configured export was taken.");
+            return Ok(GivenExport::Read);
+        }
+        let why = format!(
+            "source.snapshot.export_arn '{arn}' was taken at {at_ms} (unix ms), but the stream \
+             of table '{}' no longer proves it holds every change made since: {}",
+            run.table,
+            reasons.join("; ")
+        );
+        match run.on_gap {
+            OnGap::Fail => Err(StreamRunError::Gap(format!(
+                "{why}. A snapshot from that export would miss those changes; nothing was \
+                 committed. Remove source.snapshot.export_arn (a new export is taken), or set \
+                 on_gap: resnapshot or repair to take a new export in its place"
+            ))),
+            OnGap::Resnapshot | OnGap::Repair => {
+                tracing::warn!("{why}; a new export is taken in its place.");
+                Ok(GivenExport::Superseded)
+            }
+        }
     }
 }
 

@@ -146,8 +146,9 @@ pub fn remedy(code: Option<&str>) -> Option<&'static str> {
              export) to these credentials"
         }
         "NoSuchKey" => {
-            "the export's files are gone (deleted or expired by a lifecycle rule): run again \
-             to export afresh, or remove source.snapshot.export_arn"
+            "the export's files are gone (deleted or expired by a lifecycle rule): a run \
+             abandons such an export once and requests a new one; a configured \
+             source.snapshot.export_arn must be removed"
         }
         "PointInTimeRecoveryUnavailableException" => {
             "turn on point-in-time recovery: aws dynamodb update-continuous-backups \

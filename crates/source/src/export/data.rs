@@ -1,17 +1,42 @@
-//! Data files: a full export's items written as records (rules 2–4 of `export`).
+//! Data files: a full export's items, or an incremental export's changes, written as records
+//! (rules 2–4 of `export`).
+//!
+//! # Two passes
+//! 1. **Verify.** The stored bytes are read once: hashed (MD5) and counted as they arrive,
+//!    gunzipped (every gzip member), each line written as its record. The records after the
+//!    first `skip` go to a spool: memory up to [`SPOOL_MEMORY_BYTES`], then an unnamed
+//!    temporary file (the system's temporary directory, `$TMPDIR` or `/tmp`), which the
+//!    system removes when it is closed, also when the process is killed.
+//! 2. **Hand on.** Only once the file holds its manifest's `itemCount` lines, its MD5 equals
+//!    `md5Checksum` and every line read as a record is the spool read back and handed over
+//!    `batch` records at a time. So no record of a file that does not verify is ever handed
+//!    on, and memory stays bounded whatever the file's size.
+//!
+//! # Error handling
+//! A body that breaks off while it is read is "cannot be read" (the caller reads the file
+//! again: transient). Everything else is definite — the same bytes fail the same way: bytes
+//! that are not gzip, a line that is not an export line, a count or checksum that differs.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use flate2::read::GzDecoder;
+use flate2::read::MultiGzDecoder;
 use md5::{Digest, Md5};
+use tempfile::SpooledTempFile;
 
 use super::incremental::write_change_line;
+use super::validate::key_of_line;
 use super::{ExportError, ExportType, ManifestFile};
-use crate::api::Render;
+use crate::api::{KeyAttribute, Render};
 use crate::aws::ExportLineWriter;
 use crate::records::Lines;
+
+/// Bytes of a file's records a spool keeps in memory before it moves to a temporary file.
+pub const SPOOL_MEMORY_BYTES: usize = 4 << 20;
+
+/// Lines between two calls of a read's `check` (so a stop is seen within a large file).
+const CHECK_EVERY_LINES: u64 = 4096;
 
 /// What reading one data file found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,23 +47,51 @@ pub struct FileRead {
     pub stored_bytes: u64,
 }
 
-/// Reads the data file `file` of an export of `kind` from its stored bytes `stored`, writing
-/// each line after the first `skip` as its record — a full export's item by `render`, an
-/// incremental export's change as its change envelope (`render` gives the table and the
-/// format) — and handing the records to `each`
-/// `batch` at a time (rule 2). Skipped items are counted, not written: they were handed on by
-/// an earlier read of the file.
-/// Fails when the file does not verify (rule 3) or a line does not read (rule 4); records
-/// already handed over stay with the caller, who commits the file only when this returns `Ok`.
+/// How one data file is read.
+#[derive(Debug, Clone)]
+pub struct FileReading<'a> {
+    /// The file and what its manifest says of it.
+    pub file: &'a ManifestFile,
+    /// Full (items) or incremental (changes).
+    pub kind: ExportType,
+    /// A full export's items are written by `render`; an incremental export's changes as
+    /// change envelopes of `render`'s table and format.
+    pub render: Render,
+    /// The table's key schema: every item must hold these attributes with these types.
+    pub key_schema: &'a [KeyAttribute],
+    /// Records handed over at a time.
+    pub batch: usize,
+    /// Items handed on by an earlier read of the file: counted, not handed on again.
+    pub skip: u64,
+}
+
+/// Reads the data file `reading.file` from its stored bytes `stored` in two passes (see the
+/// module docs): nothing is handed to `each` unless the whole file verified. `check` is
+/// called every few thousand lines of the first pass; its error stops the read (a stop).
+/// Records handed over stay with the caller, who commits the file only when this returns
+/// `Ok`.
 pub fn read_data_file<E: From<ExportError>>(
     stored: impl Read,
-    file: &ManifestFile,
-    kind: ExportType,
-    render: Render,
-    batch: usize,
-    skip: u64,
+    reading: &FileReading<'_>,
+    mut check: impl FnMut() -> Result<(), E>,
     mut each: impl FnMut(Lines) -> Result<(), E>,
 ) -> Result<FileRead, E> {
+    let key = reading.file.data_file_key.as_str();
+    let mut spool = Spool::new(key);
+    let read = verify(stored, reading, &mut spool, &mut check)?;
+    spool.hand_on(reading.batch, &mut each)?;
+    Ok(read)
+}
+
+/// The first pass: every line written as its record, the ones after `skip` spooled; the
+/// count and the checksum compared with the manifest's.
+fn verify<E: From<ExportError>>(
+    stored: impl Read,
+    reading: &FileReading<'_>,
+    spool: &mut Spool,
+    check: &mut impl FnMut() -> Result<(), E>,
+) -> Result<FileRead, E> {
+    let file = reading.file;
     let key = file.data_file_key.as_str();
     let mut hashing = BufReader::new(Hashing::new(stored));
     // An empty partition may be stored as an empty object instead of an empty gzip: no items.
@@ -46,11 +99,15 @@ pub fn read_data_file<E: From<ExportError>>(
         .fill_buf()
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?
         .is_empty();
-    let mut writer =
-        LineWriter::new(kind, render).map_err(|problem| ExportError::new(key, problem))?;
-    let mut lines = BufReader::new(GzDecoder::new(&mut hashing));
-    let mut records = Lines::with_capacity(batch, batch * 256);
+    let mut writer = LineWriter::new(
+        reading.kind,
+        reading.render.clone(),
+        reading.key_schema.to_vec(),
+    )
+    .map_err(|problem| ExportError::new(key, problem))?;
+    let mut lines = BufReader::new(MultiGzDecoder::new(&mut hashing));
     let mut line = Vec::with_capacity(1024);
+    let mut record = Vec::with_capacity(1024);
     let mut number = 0u64;
     let mut items = 0u64;
     loop {
@@ -58,41 +115,48 @@ pub fn read_data_file<E: From<ExportError>>(
         if empty {
             break;
         }
-        let read = lines
-            .read_until(b'\n', &mut line)
-            .map_err(|e| ExportError::new(key, format!("cannot be read as gzip: {e}")))?;
+        let read = lines.read_until(b'\n', &mut line).map_err(|e| {
+            // The decoder's error, or the body's it passed on.
+            let body = lines.get_ref().get_ref().get_ref();
+            body.problem(key, &e)
+        })?;
         if read == 0 {
             break;
         }
         number += 1;
+        if number.is_multiple_of(CHECK_EVERY_LINES) {
+            check()?;
+        }
         let content = line.trim_ascii_end();
         if content.is_empty() {
             continue;
         }
-        if items < skip {
-            items += 1;
-            continue;
+        record.clear();
+        writer.write(content, &mut record).map_err(|problem| {
+            let item = key_of_line(content, reading.kind, reading.key_schema);
+            ExportError::damaged(
+                key,
+                format!(
+                    "line {number} (key {item}): {problem}; DynamoDB could not have exported \
+                     this item, the file is damaged: nothing of it was written"
+                ),
+            )
+        })?;
+        if items >= reading.skip {
+            spool.push(&record)?;
         }
-        records
-            .try_push_with(|out| writer.write(content, out).map(|()| true))
-            .map_err(|problem| ExportError::new(key, format!("line {number}: {problem}")))?;
         items += 1;
-        if records.len() >= batch {
-            each(std::mem::replace(
-                &mut records,
-                Lines::with_capacity(batch, batch * 256),
-            ))?;
-        }
     }
     drop(lines);
     // The rest of the stored bytes (a gzip trailer the decoder did not need) count too.
     std::io::copy(&mut hashing, &mut std::io::sink())
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?;
     if items != file.item_count {
-        return Err(ExportError::new(
+        return Err(ExportError::damaged(
             key,
             format!(
-                "holds {items} items but its manifest says {}; the export is incomplete or damaged, run it again",
+                "holds {items} items but its manifest says {}; the export is incomplete or \
+                 damaged, nothing of this file was written",
                 file.item_count
             ),
         )
@@ -101,15 +165,15 @@ pub fn read_data_file<E: From<ExportError>>(
     if let Some(expected) = &file.md5_checksum {
         let found = STANDARD.encode(hashing.get_mut().digest.finalize_reset());
         if &found != expected {
-            return Err(ExportError::new(
+            return Err(ExportError::damaged(
                 key,
-                format!("its MD5 is {found} but its manifest says {expected}; the file is damaged, run the export again"),
+                format!(
+                    "its MD5 is {found} but its manifest says {expected}; the file is damaged, \
+                     nothing of it was written"
+                ),
             )
             .into());
         }
-    }
-    if !records.is_empty() {
-        each(records)?;
     }
     Ok(FileRead {
         items,
@@ -117,20 +181,112 @@ pub fn read_data_file<E: From<ExportError>>(
     })
 }
 
+/// The records of one file between the passes: in memory up to [`SPOOL_MEMORY_BYTES`], then
+/// in an unnamed temporary file.
+struct Spool<'k> {
+    key: &'k str,
+    records: BufWriter<SpooledTempFile>,
+}
+
+impl<'k> Spool<'k> {
+    fn new(key: &'k str) -> Self {
+        Spool {
+            key,
+            records: BufWriter::with_capacity(64 * 1024, SpooledTempFile::new(SPOOL_MEMORY_BYTES)),
+        }
+    }
+
+    fn failed(&self, e: &std::io::Error) -> ExportError {
+        ExportError::new(
+            self.key,
+            format!(
+                "its records cannot be spooled to a temporary file in {}: {e}; make room there \
+                 (or point TMPDIR at a directory with room) and run again",
+                std::env::temp_dir().display()
+            ),
+        )
+    }
+
+    /// Appends one record (a compact JSON document: no newline in it).
+    fn push(&mut self, record: &[u8]) -> Result<(), ExportError> {
+        self.records
+            .write_all(record)
+            .and_then(|()| self.records.write_all(b"\n"))
+            .map_err(|e| self.failed(&e))
+    }
+
+    /// The second pass: the spooled records handed to `each`, `batch` at a time.
+    fn hand_on<E: From<ExportError>>(
+        self,
+        batch: usize,
+        each: &mut impl FnMut(Lines) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let key = self.key;
+        let failed = |e: std::io::Error| {
+            ExportError::new(key, format!("its spooled records cannot be read back: {e}"))
+        };
+        let mut spooled = self
+            .records
+            .into_inner()
+            .map_err(|e| failed(e.into_error()))?;
+        spooled.seek(SeekFrom::Start(0)).map_err(failed)?;
+        let mut spooled = BufReader::with_capacity(64 * 1024, spooled);
+        let mut records = Lines::with_capacity(batch, batch * 256);
+        loop {
+            let buffer = spooled.fill_buf().map_err(failed)?;
+            if buffer.is_empty() {
+                break;
+            }
+            // Whole records of the buffer at once; a record cut by its end is read by
+            // read_until.
+            let (taken, whole) = match buffer.iter().position(|&b| b == b'\n') {
+                Some(end) => (end + 1, &buffer[..end]),
+                None => (0, &[][..]),
+            };
+            if taken > 0 {
+                records.push_with(|out| out.extend_from_slice(whole));
+                spooled.consume(taken);
+            } else {
+                let mut record = Vec::new();
+                spooled.read_until(b'\n', &mut record).map_err(failed)?;
+                let record = record.strip_suffix(b"\n").unwrap_or(&record);
+                records.push_with(|out| out.extend_from_slice(record));
+            }
+            if records.len() >= batch {
+                each(std::mem::replace(
+                    &mut records,
+                    Lines::with_capacity(batch, batch * 256),
+                ))?;
+            }
+        }
+        if !records.is_empty() {
+            each(records)?;
+        }
+        Ok(())
+    }
+}
+
 /// How the lines of one export become records.
 enum LineWriter {
     /// A full export's `{"Item": …}` lines, by the Scan page's writer.
     Full(ExportLineWriter),
-    /// An incremental export's changes, as change envelopes of this table and format.
-    Incremental(std::sync::Arc<crate::api::SnapshotShape>),
+    /// An incremental export's changes, as change envelopes of this table and format, of
+    /// items with this key schema.
+    Incremental(std::sync::Arc<crate::api::SnapshotShape>, Vec<KeyAttribute>),
 }
 
 impl LineWriter {
-    fn new(kind: ExportType, render: Render) -> Result<Self, String> {
+    fn new(
+        kind: ExportType,
+        render: Render,
+        key_schema: Vec<KeyAttribute>,
+    ) -> Result<Self, String> {
         match (kind, render) {
-            (ExportType::Full, render) => Ok(LineWriter::Full(ExportLineWriter::new(render))),
+            (ExportType::Full, render) => {
+                Ok(LineWriter::Full(ExportLineWriter::new(render, key_schema)))
+            }
             (ExportType::Incremental, Render::Snapshots(shape)) => {
-                Ok(LineWriter::Incremental(shape))
+                Ok(LineWriter::Incremental(shape, key_schema))
             }
             (ExportType::Incremental, Render::Items(_)) => {
                 Err("an incremental export is read only as change envelopes".into())
@@ -141,16 +297,20 @@ impl LineWriter {
     fn write(&mut self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         match self {
             LineWriter::Full(writer) => writer.write(line, out),
-            LineWriter::Incremental(shape) => write_change_line(line, shape, out),
+            LineWriter::Incremental(shape, key_schema) => {
+                write_change_line(line, shape, key_schema, out)
+            }
         }
     }
 }
 
-/// Hashes and counts the bytes read through it.
+/// Hashes and counts the bytes read through it, and remembers whether reading them failed
+/// (the body broke off) as opposed to the decoder refusing what was read.
 struct Hashing<R> {
     inner: R,
     digest: Md5,
     bytes: u64,
+    broke: bool,
 }
 
 impl<R> Hashing<R> {
@@ -159,13 +319,27 @@ impl<R> Hashing<R> {
             inner,
             digest: Md5::new(),
             bytes: 0,
+            broke: false,
+        }
+    }
+
+    /// What a read error of the decoder on top means: a broken body is read again
+    /// ("cannot be read", transient); bytes that are not gzip stay so (definite).
+    fn problem(&self, key: &str, error: &std::io::Error) -> ExportError {
+        if self.broke {
+            ExportError::new(key, format!("cannot be read: {error}"))
+        } else {
+            ExportError::damaged(
+                key,
+                format!("is not a valid gzip file ({error}); the file is damaged"),
+            )
         }
     }
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
+        let n = self.inner.read(buf).inspect_err(|_| self.broke = true)?;
         self.digest.update(&buf[..n]);
         self.bytes += n as u64;
         Ok(n)
@@ -190,6 +364,13 @@ mod tests {
         r#"{"Item":{"pk":{"S":"c"}}}"#,
     ];
 
+    fn key_schema() -> Vec<KeyAttribute> {
+        vec![KeyAttribute {
+            name: "pk".into(),
+            key_type: crate::api::KeyType::S,
+        }]
+    }
+
     fn gzip(lines: &[&str]) -> Vec<u8> {
         let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
         for line in lines {
@@ -212,20 +393,39 @@ mod tests {
         file: &ManifestFile,
         format: ValueFormat,
     ) -> Result<Vec<String>, ExportError> {
+        read_from(stored, file, format, 0, 2).map(|(out, _)| out)
+    }
+
+    /// The records handed on when `stored` is read as `file` after `skip` items, `batch` at a
+    /// time, and how many batches it took.
+    fn read_from(
+        stored: &[u8],
+        file: &ManifestFile,
+        format: ValueFormat,
+        skip: u64,
+        batch: usize,
+    ) -> Result<(Vec<String>, usize), ExportError> {
         let mut out = Vec::new();
+        let mut batches = 0;
+        let reading = FileReading {
+            file,
+            kind: ExportType::Full,
+            render: Render::Items(format),
+            key_schema: &key_schema(),
+            batch,
+            skip,
+        };
         read_data_file::<ExportError>(
             stored,
-            file,
-            ExportType::Full,
-            Render::Items(format),
-            2,
-            0,
+            &reading,
+            || Ok(()),
             |lines| {
+                batches += 1;
                 out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
                 Ok(())
             },
         )?;
-        Ok(out)
+        Ok((out, batches))
     }
 
     #[test]
@@ -251,13 +451,19 @@ mod tests {
     fn records_are_handed_over_in_batches_and_the_file_counts_its_stored_bytes() {
         let stored = gzip(&LINES);
         let mut batches = Vec::new();
+        let manifest = file(&stored, 3);
+        let reading = FileReading {
+            file: &manifest,
+            kind: ExportType::Full,
+            render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
+            batch: 2,
+            skip: 0,
+        };
         let read = read_data_file::<ExportError>(
             &stored[..],
-            &file(&stored, 3),
-            ExportType::Full,
-            Render::Items(ValueFormat::Plain),
-            2,
-            0,
+            &reading,
+            || Ok(()),
             |lines| {
                 batches.push(lines.len());
                 Ok(())
@@ -296,10 +502,9 @@ mod tests {
     fn a_line_that_is_not_an_item_or_not_gzip_fails_naming_the_line() {
         let stored = gzip(&[LINES[0], r#"{"Keys":{"pk":{"S":"a"}}}"#]);
         let error = read(&stored, &file(&stored, 2), ValueFormat::Plain).unwrap_err();
+        assert!(error.problem.starts_with("line 2 "), "{error}");
         assert!(
-            error
-                .problem
-                .starts_with("line 2: the line has no \"Item\""),
+            error.problem.contains("the line has no \"Item\""),
             "{error}"
         );
         let stored = gzip(&[r#"{"Item":{"pk":{"Q":"a"}}}"#]);
@@ -333,20 +538,197 @@ mod tests {
     #[test]
     fn a_resumed_file_skips_the_items_handed_on_before() {
         let stored = gzip(&LINES);
-        let mut out = Vec::new();
-        read_data_file::<ExportError>(
-            &stored[..],
-            &file(&stored, 3),
-            ExportType::Full,
-            Render::Items(ValueFormat::Plain),
-            10,
-            2,
-            |lines| {
-                out.extend(lines.iter().map(|l| String::from_utf8(l.to_vec()).unwrap()));
-                Ok(())
-            },
+        let (out, _) = read_from(&stored, &file(&stored, 3), ValueFormat::Plain, 2, 10).unwrap();
+        assert_eq!(out, [r#"{"pk":"c"}"#]);
+    }
+
+    /// Issue #24 item 6: a file whose bytes differ from its checksum hands on nothing, not
+    /// even the lines before the damage.
+    #[test]
+    fn a_damaged_file_hands_on_no_line_before_its_checksum_fails() {
+        let many: Vec<String> = (0..700)
+            .map(|i| format!(r#"{{"Item":{{"pk":{{"S":"k{i:04}"}},"n":{{"N":"{i}"}}}}}}"#))
+            .collect();
+        let lines: Vec<&str> = many.iter().map(String::as_str).collect();
+        let stored = gzip(&lines);
+        let manifest = file(&stored, 700);
+        let altered: Vec<String> = many
+            .iter()
+            .map(|line| line.replace(r#""n":{"N":"650"}"#, r#""n":{"N":"651"}"#))
+            .collect();
+        let altered: Vec<&str> = altered.iter().map(String::as_str).collect();
+        let damaged = gzip(&altered);
+        let (read, handed) = handed_on(&damaged, &manifest, 10);
+        let error = read.unwrap_err();
+        assert!(error.problem.contains("its MD5 is"), "{error}");
+        assert!(
+            error.problem.contains("nothing of it was written"),
+            "{error}"
+        );
+        assert_eq!(handed, 0, "no line of the damaged file was handed on");
+        // The same bytes as stored verify and hand everything on.
+        let (out, batches) = read_from(&stored, &manifest, ValueFormat::Plain, 0, 10).unwrap();
+        assert_eq!((out.len(), batches), (700, 70));
+    }
+
+    /// A spool larger than its memory moves to a temporary file and reads back whole.
+    #[test]
+    fn a_file_larger_than_the_spools_memory_reads_back_whole_in_order() {
+        let pad = "x".repeat(2000);
+        let many: Vec<String> = (0..(SPOOL_MEMORY_BYTES / 2000 + 500))
+            .map(|i| format!(r#"{{"Item":{{"pk":{{"S":"k{i:05}"}},"p":{{"S":"{pad}"}}}}}}"#))
+            .collect();
+        let lines: Vec<&str> = many.iter().map(String::as_str).collect();
+        let stored = gzip(&lines);
+        let (out, _) = read_from(
+            &stored,
+            &file(&stored, lines.len() as u64),
+            ValueFormat::Plain,
+            3,
+            100,
         )
         .unwrap();
-        assert_eq!(out, [r#"{"pk":"c"}"#]);
+        assert_eq!(out.len(), lines.len() - 3);
+        for (i, record) in out.iter().enumerate() {
+            assert_eq!(
+                record,
+                &format!(r#"{{"p":"{pad}","pk":"k{:05}"}}"#, i + 3),
+                "record {i}"
+            );
+        }
+    }
+
+    /// Issue #24 item 12: a valid gzip file of several members is read to its end.
+    #[test]
+    fn a_data_file_of_several_gzip_members_is_read_whole() {
+        let mut stored = gzip(&LINES[..2]);
+        stored.extend(gzip(&LINES[2..]));
+        let out = read(&stored, &file(&stored, 3), ValueFormat::Plain).unwrap();
+        assert_eq!(out.len(), 3);
+    }
+
+    /// Issue #24 item 12: bytes that are not gzip are damage (definite), not a body that broke
+    /// off (read again).
+    #[test]
+    fn corrupt_gzip_is_damage_and_a_broken_body_is_not() {
+        let mut stored = gzip(&LINES);
+        // The CRC-32 of the member's trailer.
+        let crc = stored.len() - 8;
+        stored[crc] ^= 0xff;
+        let error = read(&stored, &file(&stored, 3), ValueFormat::Plain).unwrap_err();
+        assert!(
+            error.problem.starts_with("is not a valid gzip file"),
+            "{error}"
+        );
+
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "reset",
+                ))
+            }
+        }
+        let stored = gzip(&LINES);
+        let manifest = file(&stored, 3);
+        let reading = FileReading {
+            file: &manifest,
+            kind: ExportType::Full,
+            render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
+            batch: 2,
+            skip: 0,
+        };
+        let body = (&stored[..20]).chain(Broken);
+        let error =
+            read_data_file::<ExportError>(body, &reading, || Ok(()), |_| Ok(())).unwrap_err();
+        assert!(error.problem.starts_with("cannot be read"), "{error}");
+    }
+
+    /// Reads `stored` as `manifest` says, of a table keyed `pk` (S), `batch` records at a time:
+    /// the result, and how many records were handed on (also when it failed).
+    fn handed_on(
+        stored: &[u8],
+        manifest: &ManifestFile,
+        batch: usize,
+    ) -> (Result<FileRead, ExportError>, usize) {
+        let mut handed = 0;
+        let reading = FileReading {
+            file: manifest,
+            kind: ExportType::Full,
+            render: Render::Items(ValueFormat::Plain),
+            key_schema: &key_schema(),
+            batch,
+            skip: 0,
+        };
+        let read = read_data_file::<ExportError>(
+            stored,
+            &reading,
+            || Ok(()),
+            |lines| {
+                handed += lines.len();
+                Ok(())
+            },
+        );
+        (read, handed)
+    }
+
+    /// Reads `lines` as one file of a full export of a table keyed `pk` (S): the problem,
+    /// and how many records were handed on.
+    fn refused(lines: &[&str]) -> (String, usize) {
+        let stored = gzip(lines);
+        let manifest = file(&stored, lines.len() as u64);
+        let (read, handed) = handed_on(&stored, &manifest, 1);
+        let error = read.unwrap_err();
+        assert_eq!(error.object, "p/AWSDynamoDB/x/data/a.json.gz");
+        (error.problem, handed)
+    }
+
+    /// Issue #24 item 5: an item DynamoDB could not hold fails the file naming its line and
+    /// key, with nothing of the file handed on: one case per class of bad item.
+    #[test]
+    fn an_item_dynamodb_could_not_hold_fails_its_file_naming_the_line_and_key() {
+        let good = r#"{"Item":{"pk":{"S":"a"},"n":{"N":"1"}}}"#;
+        let huge = format!(
+            r#"{{"Item":{{"pk":{{"S":"big"}},"blob":{{"S":"{}"}}}}}}"#,
+            "x".repeat(5 << 20)
+        );
+        for (bad, key, says) in [
+            (
+                r#"{"Item":{"pk":{"S":"k2"},"n":{"N":"twelve"}}}"#,
+                r#"pk={"S":"k2"}"#,
+                r#"N value "twelve" is not a number"#,
+            ),
+            (
+                r#"{"Item":{"pk":{"N":"2"}}}"#,
+                r#"pk={"N":"2"}"#,
+                "key attribute 'pk' is of type N, but the table's key schema says S",
+            ),
+            (
+                r#"{"Item":{"other":{"S":"2"}}}"#,
+                "pk missing",
+                "the item has no key attribute 'pk'",
+            ),
+            (
+                r#"{"Item":{"pk":{"S":"k2"},"m":{"M":{"x":{"NS":["1","1e999"]}}}}}"#,
+                r#"pk={"S":"k2"}"#,
+                r#"N value "1e999" is outside DynamoDB's range"#,
+            ),
+            (
+                huge.as_str(),
+                r#"pk={"S":"big"}"#,
+                "the item is at least 5242889 bytes, over DynamoDB's limit of 400 KB",
+            ),
+        ] {
+            let (problem, handed) = refused(&[good, bad, good]);
+            assert!(
+                problem.starts_with(&format!("line 2 (key {key}): ")),
+                "{key}\n{problem}"
+            );
+            assert!(problem.contains(says), "{says}\n{problem}");
+            assert!(problem.contains("nothing of it was written"), "{problem}");
+            assert_eq!(handed, 0, "nothing of the file was handed on: {says}");
+        }
     }
 }

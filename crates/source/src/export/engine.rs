@@ -14,7 +14,7 @@ use super::reader::{describe, with_remedy};
 use super::{
     ExportPoll, ExportReader, ExportSnapshot, ExportTarget, ExportType, client_token, given, start,
 };
-use crate::api::{Render, SnapshotShape};
+use crate::api::{KeyAttribute, Render, SnapshotShape};
 use crate::capacity::ReadLimiter;
 use crate::error::ReadError;
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
@@ -79,11 +79,25 @@ impl PageSource for BoxedPages {
     }
 }
 
+/// Whether a new snapshot may read the configured `source.snapshot.export_arn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GivenExport {
+    /// Read it, when one is configured.
+    Read,
+    /// Pass it by and export afresh: the stream no longer proves it holds every change made
+    /// since it was taken (`streams::since`, docs/scan.md §2.10).
+    Superseded,
+}
+
 /// What a run's snapshots need of exports (`source.snapshot.engine: export`).
 pub trait SnapshotExports: Send + Sync {
+    /// The configured `export_arn` and its `ExportTime` (unix ms; its start when DynamoDB
+    /// reports no export time), from `DescribeExport`; `None` when none is configured.
+    fn given_export<'a>(&'a self, cancel: &'a Cancel) -> Pending<'a, Option<(String, i64)>>;
+
     /// The full export a snapshot of `table_arn` reads: `stored` (the export the position
     /// names, from an earlier run) unless it FAILED, else the configured `export_arn`
-    /// (checked), else a new one whose client token is made of `unique` (what makes this
+    /// (checked) unless `given` says it is superseded, else a new one whose client token is made of `unique` (what makes this
     /// snapshot unique), the target and the failed export. The caller commits the ARN before
     /// reading, when it differs from `stored`.
     fn begin<'a>(
@@ -91,11 +105,13 @@ pub trait SnapshotExports: Send + Sync {
         stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
+        given: GivenExport,
         cancel: &'a Cancel,
     ) -> Pending<'a, String>;
 
-    /// The reader of export `arn`, writing records by `render`.
-    fn reader(&self, arn: &str, render: Render) -> BoxedPages;
+    /// The reader of export `arn`, writing its items as snapshot envelopes of `shape`'s
+    /// table (whose key schema every item must match) and format.
+    fn reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
 
     /// `DescribeContinuousBackups` of `table_name`: whether point-in-time recovery is on and
     /// the window it covers (a repair needs its start inside it).
@@ -117,6 +133,19 @@ pub trait SnapshotExports: Send + Sync {
     /// The reader of incremental export `arn`, writing its changes as change envelopes of
     /// `shape`'s table and format.
     fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
+
+    /// A new export in place of `damaged`, whose files do not verify or are gone (rule 13 of
+    /// `export`): full, or of `window` for a repair; its client token is the one `begin` or
+    /// `begin_incremental` would make after `damaged` failed. Refused when `damaged` is the
+    /// configured `export_arn`, naming what to do. The caller commits the ARN.
+    fn abandon<'a>(
+        &'a self,
+        damaged: &'a str,
+        table_arn: &'a str,
+        window: Option<(i64, i64)>,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String>;
 }
 
 /// The export engine over an [`ExportApi`] and an [`ObjectStore`].
@@ -154,17 +183,23 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
         }
     }
 
-    /// The typed reader of full export `arn`.
-    pub fn typed_reader(&self, arn: &str, render: Render) -> ExportSnapshot<E, O> {
-        self.typed_reader_of(arn, ExportType::Full, render)
+    /// The typed reader of full export `arn` of a table with the key `key_schema`.
+    pub fn typed_reader(
+        &self,
+        arn: &str,
+        render: Render,
+        key_schema: Vec<KeyAttribute>,
+    ) -> ExportSnapshot<E, O> {
+        self.typed_reader_of(arn, ExportType::Full, render, key_schema)
     }
 
-    /// The typed reader of export `arn` of `kind`.
+    /// The typed reader of export `arn` of `kind` of a table with the key `key_schema`.
     pub fn typed_reader_of(
         &self,
         arn: &str,
         kind: ExportType,
         render: Render,
+        key_schema: Vec<KeyAttribute>,
     ) -> ExportSnapshot<E, O> {
         ExportSnapshot {
             reader: ExportReader {
@@ -174,6 +209,7 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
                 max_concurrency: self.max_concurrency,
                 kind,
                 render,
+                key_schema,
                 page_lines: self.page_lines,
                 retry: self.retry,
                 observer: Arc::clone(&self.observer),
@@ -185,11 +221,32 @@ impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
 }
 
 impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
+    fn given_export<'a>(&'a self, cancel: &'a Cancel) -> Pending<'a, Option<(String, i64)>> {
+        Box::pin(async move {
+            let Some(arn) = &self.given_arn else {
+                return Ok(None);
+            };
+            let status = describe(
+                self.exports.as_ref(),
+                arn,
+                &self.retry,
+                self.observer.as_ref(),
+                cancel,
+            )
+            .await?;
+            Ok(status
+                .export_time_ms
+                .or(status.started_ms)
+                .map(|at| (arn.clone(), at)))
+        })
+    }
+
     fn begin<'a>(
         &'a self,
         stored: Option<&'a str>,
         table_arn: &'a str,
         unique: &'a str,
+        use_given: GivenExport,
         cancel: &'a Cancel,
     ) -> Pending<'a, String> {
         Box::pin(async move {
@@ -198,36 +255,26 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                 Resumable::Failed(arn) => arn,
                 Resumable::None => "",
             };
-            if let Some(arn) = &self.given_arn {
+            if let Some(arn) = &self.given_arn
+                && use_given == GivenExport::Read
+            {
                 return Ok(
                     given(self.exports.as_ref(), arn, table_arn, &self.retry, cancel)
                         .await?
                         .arn,
                 );
             }
-            let target = self.target(table_arn);
-            let token = client_token(&[
-                &target.table_arn,
-                &target.bucket,
-                &target.prefix,
-                unique,
-                failed,
-            ]);
-            let status = start(
-                self.exports.as_ref(),
-                &target,
-                ExportKind::Full { at_ms: None },
-                &token,
-                &self.retry,
-                cancel,
-            )
-            .await?;
-            Ok(status.arn)
+            self.start_full(table_arn, unique, failed, cancel).await
         })
     }
 
-    fn reader(&self, arn: &str, render: Render) -> BoxedPages {
-        BoxedPages(Box::new(self.typed_reader(arn, render)))
+    fn reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages {
+        let key_schema = shape.key_schema.clone();
+        BoxedPages(Box::new(self.typed_reader(
+            arn,
+            Render::Snapshots(shape),
+            key_schema,
+        )))
     }
 
     fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery> {
@@ -259,36 +306,110 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
                 Resumable::Failed(arn) => arn,
                 Resumable::None => "",
             };
-            let target = self.target(table_arn);
-            let (from, to) = (from_ms.to_string(), to_ms.to_string());
-            let token = client_token(&[
-                &target.table_arn,
-                &target.bucket,
-                &target.prefix,
-                unique,
-                &from,
-                &to,
-                failed,
-            ]);
-            let status = start(
-                self.exports.as_ref(),
-                &target,
-                ExportKind::Incremental { from_ms, to_ms },
-                &token,
-                &self.retry,
-                cancel,
-            )
-            .await?;
-            Ok(status.arn)
+            self.start_incremental(table_arn, (from_ms, to_ms), unique, failed, cancel)
+                .await
+        })
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        damaged: &'a str,
+        table_arn: &'a str,
+        window: Option<(i64, i64)>,
+        unique: &'a str,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, String> {
+        Box::pin(async move {
+            if self.given_arn.as_deref() == Some(damaged) {
+                return Err(ReadError::Export(super::ExportError::new(
+                    damaged,
+                    "the configured export's files are damaged or gone, and ddbpipe does not \
+                     replace an export it was given: remove source.snapshot.export_arn (a new \
+                     export is taken) or restore its files",
+                )));
+            }
+            tracing::warn!(
+                export = %damaged,
+                "The export's files are damaged or gone; abandoning it and requesting a new export (once in this run)."
+            );
+            match window {
+                None => self.start_full(table_arn, unique, damaged, cancel).await,
+                Some(window) => {
+                    self.start_incremental(table_arn, window, unique, damaged, cancel)
+                        .await
+                }
+            }
         })
     }
 
     fn incremental_reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages {
+        let key_schema = shape.key_schema.clone();
         BoxedPages(Box::new(self.typed_reader_of(
             arn,
             ExportType::Incremental,
             Render::Snapshots(shape),
+            key_schema,
         )))
+    }
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
+    /// A new full export of `table_arn`, its token made of the target, `unique` and `after`
+    /// (the failed or damaged export it replaces, or nothing).
+    async fn start_full(
+        &self,
+        table_arn: &str,
+        unique: &str,
+        after: &str,
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let kind = ExportKind::Full { at_ms: None };
+        self.start_new(table_arn, kind, &[unique, after], cancel)
+            .await
+    }
+
+    /// A new incremental export of `[from_ms, to_ms)`, its token made as `start_full`'s with
+    /// the window before `after`.
+    async fn start_incremental(
+        &self,
+        table_arn: &str,
+        (from_ms, to_ms): (i64, i64),
+        unique: &str,
+        after: &str,
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let (from, to) = (from_ms.to_string(), to_ms.to_string());
+        let kind = ExportKind::Incremental { from_ms, to_ms };
+        self.start_new(table_arn, kind, &[unique, &from, &to, after], cancel)
+            .await
+    }
+
+    /// A new export of `kind`, its client token made of the target and `parts`.
+    async fn start_new(
+        &self,
+        table_arn: &str,
+        kind: ExportKind,
+        parts: &[&str],
+        cancel: &Cancel,
+    ) -> Result<String, ReadError> {
+        let target = self.target(table_arn);
+        let mut token_parts = vec![
+            target.table_arn.as_str(),
+            target.bucket.as_str(),
+            target.prefix.as_str(),
+        ];
+        token_parts.extend_from_slice(parts);
+        let token = client_token(&token_parts);
+        let status = start(
+            self.exports.as_ref(),
+            &target,
+            kind,
+            &token,
+            &self.retry,
+            cancel,
+        )
+        .await?;
+        Ok(status.arn)
     }
 }
 

@@ -7,8 +7,9 @@
 //!    item did not exist at that end of the window (`NewImage` absent: deleted).
 //! 2. The envelope's `ts_ms` is the write time in ms, rounded down: exact, unlike a stream
 //!    record's second.
-//! 3. A line that breaks rule 1, or whose attribute values do not read, is an error naming
-//!    what is wrong; the caller names the file and the line.
+//! 3. A line that breaks rule 1, whose attribute values do not read, or whose keys or images
+//!    DynamoDB could not hold (`validate`), is an error naming what is wrong; the caller names
+//!    the file, the line and the key.
 //!
 //! Repairs are small next to snapshots (the changes of a gap), so the line is decoded into
 //! items and written by the envelope writer, not by the Scan page's fast path.
@@ -16,7 +17,8 @@
 use ddbpipe_value::{Item, item_from_typed_json};
 use serde::Deserialize;
 
-use crate::api::SnapshotShape;
+use super::validate::check_change;
+use crate::api::{KeyAttribute, SnapshotShape};
 use crate::streams::envelope::write_export_change;
 
 /// One line as stored.
@@ -45,6 +47,7 @@ struct Number {
 pub(crate) fn write_change_line(
     line: &[u8],
     shape: &SnapshotShape,
+    key_schema: &[KeyAttribute],
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let line: Line =
@@ -60,6 +63,7 @@ pub(crate) fn write_change_line(
     let keys = image(line.keys.as_ref(), "Keys")?.ok_or("the line has no Keys")?;
     let new_image = image(line.new_image.as_ref(), "NewImage")?;
     let old_image = image(line.old_image.as_ref(), "OldImage")?;
+    check_change(key_schema, &keys, [new_image.as_ref(), old_image.as_ref()])?;
     write_export_change(
         &keys,
         new_image.as_ref(),
@@ -94,7 +98,7 @@ mod tests {
 
     fn envelope(line: Value, format: ValueFormat) -> Result<Value, String> {
         let mut out = Vec::new();
-        write_change_line(line.to_string().as_bytes(), &shape(format), &mut out)?;
+        write_change_line(line.to_string().as_bytes(), &shape(format), &[], &mut out)?;
         Ok(serde_json::from_slice(&out).unwrap())
     }
 
@@ -149,11 +153,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(bad.contains("Keys"), "{bad}");
-        let not_json = write_change_line(b"{", &shape(ValueFormat::Plain), &mut Vec::new());
+        let not_json = write_change_line(b"{", &shape(ValueFormat::Plain), &[], &mut Vec::new());
         assert!(
             not_json
                 .unwrap_err()
                 .contains("not an incremental export line")
         );
+    }
+
+    /// Issue #24 item 5: a change whose keys or images DynamoDB could not hold is refused.
+    #[test]
+    fn a_change_with_a_wrong_key_type_or_a_bad_number_is_refused() {
+        let schema = [KeyAttribute {
+            name: "pk".into(),
+            key_type: crate::api::KeyType::S,
+        }];
+        let write = |line: Value| {
+            let mut out = Vec::new();
+            write_change_line(
+                line.to_string().as_bytes(),
+                &shape(ValueFormat::Plain),
+                &schema,
+                &mut out,
+            )
+        };
+        let meta = json!({"WriteTimestampMicros": {"N": "1"}});
+        let wrong_key = write(json!({"Metadata": meta, "Keys": {"pk": {"N": "1"}}}));
+        assert!(
+            wrong_key
+                .unwrap_err()
+                .contains("key attribute 'pk' is of type N"),
+            "wrong key type"
+        );
+        let bad_number = write(json!({"Metadata": meta, "Keys": {"pk": {"S": "a"}},
+            "NewImage": {"pk": {"S": "a"}, "n": {"N": "1e999"}}}));
+        assert!(bad_number.unwrap_err().contains("outside DynamoDB's range"));
+        let fine = write(json!({"Metadata": meta, "Keys": {"pk": {"S": "a"}},
+            "NewImage": {"pk": {"S": "a"}, "n": {"N": "1"}}}));
+        assert!(fine.is_ok());
     }
 }

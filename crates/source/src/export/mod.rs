@@ -16,15 +16,20 @@
 //!
 //! # Rules
 //! 1. Only `DYNAMODB_JSON` exports are read; another `outputFormat` (ION) is an error naming it.
-//! 2. A data file is read as a stream: its compressed bytes are hashed as they are read, the
-//!    decompressed lines are written as records and handed over `batch` lines at a time, so
-//!    memory is bounded by `batch` whatever the file's size.
+//! 2. A data file is read in two passes (`data`): the first hashes and counts its stored
+//!    bytes as they arrive, gunzips them (every gzip member) and writes each line as its
+//!    record into a spool (memory up to `SPOOL_MEMORY_BYTES`, then an unnamed temporary file);
+//!    the second hands the spooled records over `batch` at a time. Memory is bounded by the
+//!    spool's and the batch's size whatever the file's size.
 //! 3. A file is complete only when its lines number its manifest's `itemCount` and its MD5
 //!    matches `md5Checksum` (when given); otherwise the read fails naming the file and what
-//!    differs. The caller commits a file as done only after that, so nothing is committed past
-//!    a file that does not verify.
+//!    differs, **before any of its records is handed on**. The caller commits a file as done
+//!    only after that, so nothing of a file that does not verify is written or committed.
 //! 4. A line that is not an export line fails the read naming the file and the line number.
-//!    An empty line (the end of a file) is not an item.
+//!    An empty line (the end of a file) is not an item. So does an item DynamoDB could not
+//!    hold (`validate`): a key attribute missing or of another type than the key schema's, a
+//!    number that is not one or outside DynamoDB's range, an item over 400 KB; the error
+//!    names the file, the line and the item's key.
 //!
 //! # Reading an export as a snapshot (`ExportReader`)
 //! 5. The export's ARN is committed by the caller before the first wait; `DescribeExport` is
@@ -50,6 +55,15 @@
 //!     another bucket than `snapshot.s3_bucket` (the setting changed while an export or a
 //!     repair was open, or `export_arn` names an export elsewhere), the read fails before any
 //!     object is fetched, naming both buckets.
+//!
+//! # A damaged export (`SnapshotExports::abandon`)
+//! 13. A data file that does not verify (rule 3), does not decode, holds a line or an item
+//!     that cannot be (rule 4), or is gone (`NoSuchKey`) makes its export beyond use: every
+//!     read of it fails the same way. The caller then abandons the export **once per run**,
+//!     logged: a new one is started whose client token also names the damaged export, its
+//!     ARN committed in place of the old one (which resets the file progress). A configured
+//!     `export_arn` is not replaced: the error says to remove it. S3 is the trust boundary: a
+//!     file altered together with its manifest's MD5 cannot be told from a real one.
 
 pub mod api;
 mod data;
@@ -60,14 +74,16 @@ mod reader;
 mod start;
 #[cfg(test)]
 mod tests;
+mod validate;
 
-pub use data::{FileRead, read_data_file};
-pub use engine::{BoxedPages, DynPages, ExportEngine, Pending, SnapshotExports};
+pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
+pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 pub use reader::{
     ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
 };
 pub use start::{ExportTarget, client_token, given, start};
+pub(crate) use validate::check_key;
 
 /// Why an export cannot be read; definite: the same files give the same error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +93,20 @@ pub struct ExportError {
     pub object: String,
     /// What is wrong, and where in it.
     pub problem: String,
+    /// Whether the export itself is beyond use (rule 13).
+    pub kind: ExportProblem,
+}
+
+/// What an [`ExportError`] says of its export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportProblem {
+    /// The export, its request or the settings: reading the same export again may work once
+    /// the cause is fixed.
+    Export,
+    /// A data file is damaged or gone (it does not verify, does not decode, holds an item
+    /// DynamoDB could not hold, or was deleted): reading the same export again fails the same
+    /// way, so the run abandons it for a new one (rule 13).
+    Damaged,
 }
 
 impl ExportError {
@@ -84,6 +114,20 @@ impl ExportError {
         ExportError {
             object: object.to_string(),
             problem: problem.into(),
+            kind: ExportProblem::Export,
         }
+    }
+
+    /// A damaged or missing data file (rule 13).
+    pub(crate) fn damaged(object: &str, problem: impl Into<String>) -> Self {
+        ExportError {
+            kind: ExportProblem::Damaged,
+            ..ExportError::new(object, problem)
+        }
+    }
+
+    /// Whether the export is beyond use: a new export is needed.
+    pub fn is_damaged(&self) -> bool {
+        self.kind == ExportProblem::Damaged
     }
 }

@@ -16,9 +16,10 @@ use tracing::Instrument;
 
 use super::api::{ExportApi, ExportState, ExportStatus, ObjectStore, remedy};
 use super::{
-    ExportError, ExportType, ManifestFile, ManifestSummary, manifest_files, read_data_file,
+    ExportError, ExportType, FileReading, ManifestFile, ManifestSummary, manifest_files,
+    read_data_file,
 };
-use crate::api::Render;
+use crate::api::{KeyAttribute, Render};
 use crate::capacity::ReadLimiter;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
@@ -91,6 +92,8 @@ pub struct ExportReader<E, O> {
     pub kind: ExportType,
     /// How items become records.
     pub render: Render,
+    /// The table's key schema: every item of the export must have these key attributes.
+    pub key_schema: Vec<KeyAttribute>,
     /// Records per page handed on.
     pub page_lines: usize,
     /// The one retry policy (each call, and each file read from its start).
@@ -110,6 +113,7 @@ impl<E, O> Clone for ExportReader<E, O> {
             max_concurrency: self.max_concurrency,
             kind: self.kind,
             render: self.render.clone(),
+            key_schema: self.key_schema.clone(),
             page_lines: self.page_lines,
             retry: self.retry,
             observer: Arc::clone(&self.observer),
@@ -264,7 +268,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                 },
             )
             .await
-            .map_err(with_remedy)
+            .map_err(|error| match error {
+                // A manifest the export names is gone: the export is beyond use (rule 13).
+                ReadError::Request { error, .. } if error.code.as_deref() == Some("NoSuchKey") => {
+                    ReadError::Export(ExportError::damaged(
+                        key,
+                        format!(
+                            "is gone from s3://{} (NoSuchKey: deleted, or expired by a \
+                             lifecycle rule); the export cannot be read",
+                            self.store.bucket()
+                        ),
+                    ))
+                }
+                other => with_remedy(other),
+            })
     }
 
     /// Reads every data file of `files` not in `done`, continuing `cursors` (items already
@@ -378,14 +395,20 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
                         .await
                         .map_err(FileError::Api)?;
                     let render = self.render.clone();
+                    let key_schema = self.key_schema.clone();
                     let kind = self.kind;
                     let page_lines = self.page_lines;
                     let bridge = SyncIoBridge::new(body);
                     tokio::task::spawn_blocking(move || {
-                        read_blocking(
-                            bridge, &file, kind, render, page_lines, index, at_ms, &handed, &out,
-                            &cancel,
-                        )
+                        let reading = FileReading {
+                            file: &file,
+                            kind,
+                            render,
+                            key_schema: &key_schema,
+                            batch: page_lines,
+                            skip: 0,
+                        };
+                        read_blocking(bridge, reading, index, at_ms, &handed, &out, &cancel)
                     })
                     .await
                     .map_err(|e| FileError::Body(format!("the file reader stopped: {e}")))?
@@ -396,6 +419,17 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
             Ok(()) => Ok(()),
             Err(crate::retry::GaveUp::Cancelled) => Err(ReadError::Cancelled),
             Err(crate::retry::GaveUp::Failed { error, attempts }) => Err(match error {
+                // A data file the manifest names is gone: the export is beyond use (rule 13).
+                FileError::Api(error) if error.code.as_deref() == Some("NoSuchKey") => {
+                    ReadError::Export(ExportError::damaged(
+                        &key,
+                        format!(
+                            "is gone from s3://{} (NoSuchKey: deleted, or expired by a \
+                             lifecycle rule); the export cannot be read whole",
+                            self.store.bucket()
+                        ),
+                    ))
+                }
                 FileError::Api(error) => request_error(
                     format!("GetObject of s3://{}/{key}", self.store.bucket()),
                     attempts,
@@ -412,15 +446,11 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
     }
 }
 
-/// Reads a file on a blocking thread: items after `handed` are sent as pages, then the file's
-/// end (rule 3: only once it verified).
-#[allow(clippy::too_many_arguments)] // One file's read, called once.
+/// Reads a file on a blocking thread: once the whole file verified, its items after `handed`
+/// are sent as pages, then the file's end (rule 3).
 fn read_blocking(
     body: impl Read,
-    file: &ManifestFile,
-    kind: ExportType,
-    render: Render,
-    page_lines: usize,
+    reading: FileReading<'_>,
     index: u32,
     at_ms: i64,
     handed: &std::sync::atomic::AtomicU64,
@@ -428,7 +458,11 @@ fn read_blocking(
     cancel: &Cancel,
 ) -> Result<(), FileError> {
     use std::sync::atomic::Ordering;
-    let skip = handed.load(Ordering::SeqCst);
+    let kind = reading.kind;
+    let reading = FileReading {
+        skip: handed.load(Ordering::SeqCst),
+        ..reading
+    };
     let send = |records: Lines, from: u64, cursor: SegmentCursor| -> Result<(), FileError> {
         if cancel.is_cancelled() {
             return Err(FileError::Cancelled);
@@ -451,7 +485,14 @@ fn read_blocking(
         })
         .map_err(|_| FileError::Closed)
     };
-    read_data_file::<FileError>(body, file, kind, render, page_lines, skip, |records| {
+    let check = || {
+        if cancel.is_cancelled() {
+            Err(FileError::Cancelled)
+        } else {
+            Ok(())
+        }
+    };
+    read_data_file::<FileError>(body, &reading, check, |records| {
         let from = handed.load(Ordering::SeqCst);
         let reached = from + records.len() as u64;
         send(records, from, SegmentCursor::Next(file_cursor(reached)))?;

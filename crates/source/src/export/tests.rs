@@ -69,6 +69,10 @@ fn snapshot(
             max_concurrency: 2,
             kind: ExportType::Full,
             render: Render::Items(ValueFormat::Plain),
+            key_schema: vec![crate::api::KeyAttribute {
+                name: "pk".into(),
+                key_type: crate::api::KeyType::S,
+            }],
             page_lines,
             retry: quick_retry(),
             observer: Arc::new(NoObserver),
@@ -456,7 +460,12 @@ async fn an_incremental_export_is_read_as_change_envelopes_and_resumed_by_its_ar
         table: "orders".into(),
         format: ValueFormat::Plain,
     });
-    let reader = engine.typed_reader_of(&arn, ExportType::Incremental, Render::Snapshots(shape));
+    let reader = engine.typed_reader_of(
+        &arn,
+        ExportType::Incremental,
+        Render::Snapshots(shape),
+        Vec::new(),
+    );
     let (pages, result) = read_all(reader, SegmentRanges::new(), BTreeMap::new()).await;
     result.unwrap();
     let envelopes: Vec<serde_json::Value> = lines(&pages)
@@ -485,7 +494,12 @@ async fn an_incremental_export_is_read_as_change_envelopes_and_resumed_by_its_ar
         table: "orders".into(),
         format: ValueFormat::Plain,
     });
-    let reader = engine.typed_reader_of(&full, ExportType::Incremental, Render::Snapshots(shape));
+    let reader = engine.typed_reader_of(
+        &full,
+        ExportType::Incremental,
+        Render::Snapshots(shape),
+        Vec::new(),
+    );
     let (_, result) = read_all(reader, SegmentRanges::new(), BTreeMap::new()).await;
     assert!(
         result.unwrap_err().to_string().contains("INCREMENTAL"),

@@ -23,5 +23,6 @@ pub mod repair;
 pub mod scheduler;
 pub mod shard_reader;
 pub mod shard_sync;
+pub mod since;
 pub mod start;
 pub mod startup;

@@ -9,21 +9,29 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::page::RecordSeed;
 use super::{Text, parse};
-use crate::api::Render;
+use crate::api::{KeyAttribute, Render};
 
 /// Writes export lines as records. Each line is its own JSON document, and a [`WireWriter`]'s
 /// entries borrow from its input: the one writer is recycled from line to line, keeping its
 /// buffers (no allocation per item once they have grown).
+///
+/// An export's file did not come from DynamoDB's API: every item is held to DynamoDB's limits
+/// (numbers, 400 KB, [`WireWriter::checking`]) and to the table's key schema.
 pub(crate) struct ExportLineWriter {
     render: Render,
+    key_schema: Vec<KeyAttribute>,
     spare: Option<WireWriter<'static>>,
 }
 
 impl ExportLineWriter {
-    /// A writer of records by `render`.
-    pub(crate) fn new(render: Render) -> Self {
-        let spare = Some(WireWriter::new(render.format()));
-        ExportLineWriter { render, spare }
+    /// A writer of records by `render`, of items with the key `key_schema`.
+    pub(crate) fn new(render: Render, key_schema: Vec<KeyAttribute>) -> Self {
+        let spare = Some(WireWriter::checking(render.format()));
+        ExportLineWriter {
+            render,
+            key_schema,
+            spare,
+        }
     }
 
     /// Appends the record of one line to `out`; the problem when the line is not
@@ -32,7 +40,7 @@ impl ExportLineWriter {
     pub(crate) fn write(&mut self, line: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         let mut writer = match self.spare.take() {
             Some(spare) => spare.recycle(),
-            None => WireWriter::new(self.render.format()),
+            None => WireWriter::checking(self.render.format()),
         };
         let found = parse(line, |deserializer| {
             LineSeed {
@@ -43,7 +51,9 @@ impl ExportLineWriter {
             .deserialize(deserializer)
         });
         let result = match found {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                crate::export::check_key(&self.key_schema, |name| writer.attribute_type(name))
+            }
             Ok(false) => Err("the line has no \"Item\"".into()),
             Err(error) => Err(match writer.unknown_type() {
                 Some(tag) => format!("unsupported attribute value type {tag}"),
