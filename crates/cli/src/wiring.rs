@@ -10,6 +10,7 @@ use ddbpipe_source::api::{TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi};
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::endpoint::EndpointUrl;
+use ddbpipe_source::error::{ErrorClass, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{self, ResolvedStream};
 use ddbpipe_source::retry::Cancel;
@@ -109,6 +110,19 @@ pub async fn describe<A: TableApi>(
                 )),
                 Some("UnrecognizedClientException" | "InvalidSignatureException") => {
                     Some("check the credentials in source.credentials".to_string())
+                }
+                // No answer with a code and definite: the credentials could not be loaded
+                // (the request never left); the endpoint may well answer.
+                None if matches!(
+                    &error,
+                    ReadError::Request { error, .. } if error.class == ErrorClass::Fatal
+                ) =>
+                {
+                    Some(
+                        "give ddbpipe credentials: source.credentials, or the environment \
+                         (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+                            .to_string(),
+                    )
                 }
                 None => Some(format!(
                     "check source.endpoint_url / source.region: {} could not be reached",

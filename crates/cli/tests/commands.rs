@@ -465,6 +465,38 @@ fn missing_credentials_fail_at_once_in_one_line() {
     assert!(err.lines().count() <= 2, "{err}");
 }
 
+/// Issue #24 item 22: a run without credentials was told to check an endpoint that answers;
+/// its hint is about the credentials.
+#[test]
+fn missing_credentials_are_hinted_as_credentials_not_as_an_unreachable_endpoint() {
+    let running = Emulator::Dynoxide.start();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("p.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: nocreds\nsource:\n  table_name: orders\n  region: us-east-1\n  \
+             endpoint_url: {}\nsink:\n  type: jsonl\n  path: {}\n",
+            running.endpoint,
+            home.path().join("out.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&config)
+        .env_clear()
+        .env("HOME", home.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("no AWS credentials"), "{err}");
+    assert!(!err.contains("could not be reached"), "{err}");
+    assert!(err.contains("hint: give ddbpipe credentials"), "{err}");
+}
+
 /// Issue 11: with `--log-format json` every line on stderr is a JSON object (logs, the run's
 /// summary, `config error:`, `error:` and `hint:` lines); `check --json` of an invalid file
 /// prints its errors as JSON on stdout.

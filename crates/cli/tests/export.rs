@@ -526,6 +526,36 @@ fn check_names_a_missing_export_bucket_and_passes_an_existing_one() {
     );
 }
 
+/// Issue #24 item 8: a bucket the credentials may not read was a warning in `check` and a
+/// failure in `run`. Both fail now, naming the bucket and the rights.
+#[test]
+fn check_and_run_fail_alike_on_a_bucket_the_credentials_may_not_read() {
+    let (_running, fake) = setup(3);
+    fake.deny_bucket(BUCKET);
+    let pipeline = Pipeline::new(
+        "denied",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let output = pipeline.ddbpipe(&["check"]);
+    let text = common::stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let detail = probe(&text, "FAIL").unwrap_or_else(|| panic!("no failed s3_bucket: {text}"));
+    for want in [
+        "GetObject s3://exports/ddbpipe/denied/ddbpipe-check-probe was denied (AccessDenied)",
+        "s3:GetObject, s3:PutObject and s3:ListBucket",
+    ] {
+        assert!(detail.contains(want), "no {want:?} in {detail}");
+    }
+    let output = run(&pipeline);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    for want in ["AccessDenied", "s3:ListBucket"] {
+        assert!(text.contains(want), "no {want:?} in {text}");
+    }
+    assert!(pipeline.lines().is_empty(), "nothing was written");
+}
+
 /// The detail of `check`'s `s3_bucket` line with `status`, its padding dropped.
 fn probe(text: &str, status: &str) -> Option<String> {
     text.lines()

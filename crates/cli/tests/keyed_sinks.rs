@@ -320,6 +320,81 @@ mod postgres {
             stderr(&output)
         );
     }
+
+    /// Issue #24 item 8: a session that cannot write — read-only from the URL's `options`, or a
+    /// `statement_timeout` under 1 s from `PGOPTIONS` — passed `check` and failed `run` at
+    /// once. `check` fails now with `run`'s message, naming the setting, and neither leaves a
+    /// table behind (check's DDL is rolled back, run's is never reached).
+    #[test]
+    fn check_fails_like_run_on_a_session_that_cannot_write() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let source = "table_name: orders";
+        let pipeline = Pipeline::new("orders-scan", &running.endpoint, source);
+        let destination = Destination::new(Target::Postgres, pipeline.dir.path());
+        let tables = || {
+            common::rt().block_on(async {
+                let count: i64 = ddbpipe_testkit::postgres::connect()
+                    .await
+                    .query_one(
+                        "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = $1",
+                        &[&destination.schema],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                count
+            })
+        };
+        for (url, pgoptions, wanted) in [
+            (
+                format!(
+                    "{}&options=-c%20default_transaction_read_only%3Don",
+                    destination.url
+                ),
+                "",
+                "the session is read-only (transaction_read_only = on)",
+            ),
+            (
+                destination.url.clone(),
+                "-c statement_timeout=200",
+                "statement_timeout is 200ms, below the 1s",
+            ),
+        ] {
+            pipeline.write_with_sink(
+                "orders-scan",
+                &running.endpoint,
+                source,
+                &format!(
+                    "sink:\n  type: postgres\n  url: '{url}'\n  schema: {}\n",
+                    destination.schema
+                ),
+            );
+            let ddbpipe = |args: &[&str]| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+                    .args(args)
+                    .arg(&pipeline.config)
+                    .env("PGOPTIONS", pgoptions)
+                    .output()
+                    .unwrap()
+            };
+            let check = ddbpipe(&["check"]);
+            let text = stdout(&check);
+            assert_eq!(check.status.code(), Some(1), "{wanted}: {text}");
+            let failed = text
+                .lines()
+                .find(|line| line.contains("FAIL") && line.contains("sink"))
+                .unwrap_or_else(|| panic!("{wanted}: no failed sink probe in {text}"));
+            assert!(failed.contains(wanted), "{wanted}: {text}");
+            assert_eq!(tables(), 0, "{wanted}: check left a table behind");
+
+            let run = ddbpipe(&["run", "--progress", "never"]);
+            let err = stderr(&run);
+            assert_eq!(run.status.code(), Some(1), "{wanted}: {err}");
+            assert!(err.contains(wanted), "{wanted}: {err}");
+            assert_eq!(tables(), 0, "{wanted}: run created a table");
+        }
+    }
 }
 
 mod sqlite {

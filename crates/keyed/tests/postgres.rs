@@ -1471,3 +1471,75 @@ async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
     fx.db.prepare(&spec).await.unwrap();
     common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
 }
+
+/// Issue #24 item 8: a session that cannot write — read-only (`default_transaction_read_only`
+/// in the URL's `options`) or with a `statement_timeout` under 1 s — fails `check`'s probe
+/// with the same message as the run's `prepare`, naming the setting and the fix, and neither
+/// leaves anything behind. (A standby, `pg_is_in_recovery()`, takes the same path; the test
+/// server has none.)
+#[tokio::test]
+async fn a_session_that_cannot_write_fails_probe_and_prepare_alike() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("id", KeyType::S)]);
+    for (option, wanted) in [
+        (
+            "default_transaction_read_only%3Don",
+            &[
+                "the session is read-only (transaction_read_only = on)",
+                "default_transaction_read_only",
+                "PGOPTIONS",
+            ][..],
+        ),
+        (
+            "statement_timeout%3D500",
+            &["statement_timeout is 500ms, below the 1s", "set it to 0"][..],
+        ),
+    ] {
+        let db = Database::Postgres(
+            PostgresDatabase::connect(&format!("{}&options=-c%20{option}", url()))
+                .await
+                .unwrap()
+                .with_schema(&fx.schema),
+        );
+        let probed = db.probe(&spec).await.unwrap_err();
+        let prepared = db.prepare(&spec).await.unwrap_err();
+        common::assert_contains_all(&format!("probe, {option}"), &probed.message, wanted);
+        assert_eq!(probed.message, prepared.message, "{option}");
+        assert!(!probed.retryable, "{option}");
+        assert!(fx.admin.tables(&fx.schema).await.is_empty(), "{option}");
+    }
+    // A whole second is enough.
+    let db = PostgresDatabase::connect(&format!("{}&options=-c%20statement_timeout%3D1s", url()))
+        .await
+        .unwrap();
+    Database::Postgres(db).probe(&spec).await.unwrap();
+}
+
+/// Issue #24 item 8: `check` runs the run's DDL in a transaction it rolls back, so what only
+/// the DDL meets fails `check` too. Here a type of the table's name, which the catalog
+/// reads do not see (no relation of that name) but `CREATE TABLE` trips on.
+#[tokio::test]
+async fn probe_runs_the_runs_ddl_and_rolls_it_back() {
+    let fx = Fixture::new().await;
+    fx.admin
+        .batch_execute(&format!(
+            "CREATE TYPE \"{}\".\"orders\" AS ENUM ('x')",
+            fx.schema
+        ))
+        .await
+        .unwrap();
+    let spec = fx.spec("orders", &[("id", KeyType::S)]);
+    let probed = fx.db.probe(&spec).await.unwrap_err();
+    let prepared = fx.db.prepare(&spec).await.unwrap_err();
+    for (what, error) in [("probe", &probed), ("prepare", &prepared)] {
+        common::assert_contains_all(
+            what,
+            &error.message,
+            &[
+                &format!("postgres table '{}.orders'", fx.schema),
+                "already exists",
+            ],
+        );
+    }
+    assert!(fx.admin.tables(&fx.schema).await.is_empty());
+}

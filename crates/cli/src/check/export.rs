@@ -121,8 +121,9 @@ pub(super) async fn probe_export(
 const PROBE_KEY: &str = "ddbpipe-check-probe";
 
 /// `s3_bucket`: a `GetObject` of a key no export writes. `NoSuchKey` means the bucket is there
-/// and readable; `NoSuchBucket` fails with the fix `run` would give; `AccessDenied` is a
-/// warning, since S3 answers it for a missing key to a role without `s3:ListBucket`.
+/// and readable; `NoSuchBucket` and `AccessDenied` fail with the fix `run` would give (S3 also
+/// answers `AccessDenied` for a missing key to a role without `s3:ListBucket`, which a run
+/// needs as well).
 async fn probe_bucket(engine: &crate::export::AwsExports, timeout: Duration, probes: &mut Probes) {
     use ddbpipe_source::export::api::ObjectStore as _;
     let store = &engine.store;
@@ -146,13 +147,15 @@ async fn probe_bucket(engine: &crate::export::AwsExports, timeout: Duration, pro
                     remedy(Some("NoSuchBucket")).unwrap_or_default()
                 ),
             ),
+            // A run reads the export's files with the same credentials and fails on this
+            // answer; S3 also gives it for a missing key without s3:ListBucket, which the run
+            // needs too (README, Export snapshots).
             Some("AccessDenied") => (
-                Status::Warn,
+                Status::Fail,
                 format!(
-                    "GetObject s3://{bucket}/{key} was denied: a run needs s3:GetObject on \
-                     s3://{bucket}/{}* (and DynamoDB may write there); without s3:ListBucket a \
-                     missing key is answered this way too",
-                    engine.prefix
+                    "GetObject s3://{bucket}/{key} was denied (AccessDenied), as a run's reads \
+                     of the export's files would be: {}",
+                    remedy(Some("AccessDenied")).unwrap_or_default()
                 ),
             ),
             _ => (Status::Fail, format!("'{bucket}': {error}")),

@@ -62,6 +62,10 @@
 //! `COMPLETED` (or `FAILED`, scripted or when writing to S3 failed: `FailureCode` is then the S3
 //! error code). Timestamps are epoch seconds with ms, as AWS's.
 //!
+//! # A bucket the credentials may not read
+//! [`FakeExport::deny_bucket`] answers every forwarded S3 request (no `x-amz-target`) to a
+//! path in that bucket with S3's `403 AccessDenied`, as S3 does for a role without the rights.
+//!
 //! # Refusals (HTTP 400, AWS's codes)
 //! - `ExportConflictException`: a `ClientToken` used before with other parameters (the same
 //!   token and parameters return the first export, starting none);
@@ -162,6 +166,7 @@ struct Knobs {
     full_summary_export_type: bool,
     empty_files_zero_bytes: bool,
     trim_before_ms: Option<i64>,
+    denied_bucket: Option<String>,
 }
 
 impl Default for Knobs {
@@ -178,6 +183,7 @@ impl Default for Knobs {
             full_summary_export_type: false,
             empty_files_zero_bytes: false,
             trim_before_ms: None,
+            denied_bucket: None,
         }
     }
 }
@@ -410,6 +416,12 @@ impl FakeExport {
     /// `Duration::ZERO` (a window must still end after it starts).
     pub fn set_min_incremental_window(&self, min: Duration) {
         self.state().knobs.min_window = min;
+    }
+
+    /// Every S3 request through the fake to `bucket` is answered `403 AccessDenied` (the
+    /// export itself still writes there: its writer talks to the S3 endpoint directly).
+    pub fn deny_bucket(&self, bucket: &str) {
+        self.state().knobs.denied_bucket = Some(bucket.to_string());
     }
 
     /// The next export started fails: `FAILED` with this `FailureCode` and `FailureMessage`
@@ -653,6 +665,12 @@ async fn handle(inner: &Inner, request: Request<Incoming>) -> Response<Full<Byte
                 .path_and_query()
                 .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
         });
+        if target.is_none()
+            && let Some(bucket) = inner.lock().knobs.denied_bucket.clone()
+            && parts.uri.path().trim_start_matches('/').split('/').next() == Some(bucket.as_str())
+        {
+            return access_denied(&bucket);
+        }
         let streams_op = target
             .as_deref()
             .and_then(|t| t.strip_prefix(STREAMS_TARGET_PREFIX));
@@ -722,6 +740,22 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     if let Ok(id) = HeaderValue::from_str(&format!("{:032X}", rand::random::<u128>())) {
         headers.insert("x-amzn-requestid", id);
     }
+    response
+}
+
+/// S3's answer to a request the credentials may not make.
+fn access_denied(bucket: &str) -> Response<Full<Bytes>> {
+    let mut response = plain(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+             <Message>Access Denied</Message><BucketName>{bucket}</BucketName></Error>"
+        ),
+    );
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/xml"),
+    );
     response
 }
 

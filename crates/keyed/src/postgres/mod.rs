@@ -90,16 +90,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
 
 use self::bulk::Bulk;
 use self::conninfo::ConnInfo;
-use self::schema::{
-    create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
-    relation,
-};
+use self::schema::create_state_sql;
 use self::session::{
     Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
     lock_key, prepare_if, prepared, statement, try_lock,
@@ -111,8 +108,8 @@ use self::sql::{
     validate,
 };
 use crate::sql::{
-    DELETED_TABLE, NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339,
-    plan, quote, row_count, row_key,
+    NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339, plan, quote,
+    row_count, row_key,
 };
 use crate::{
     CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
@@ -127,6 +124,7 @@ mod copy_binary;
 pub mod copy_text;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
+mod prepare;
 mod schema;
 mod session;
 mod sql;
@@ -213,40 +211,18 @@ impl PostgresDatabase {
         session.finish(&self.shared, &context, result)
     }
 
+    /// What a run does first: refuses a session that cannot write (a standby, a read-only
+    /// session, a too short `statement_timeout`), then creates or checks the tables (`prepare`
+    /// module).
     pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
         validate(spec)?;
         let context = spec_context(spec);
+        let server = self.describe();
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
-            let existing = match inspect(client, spec).await? {
-                Some(existing) => existing,
-                None if !spec.create_table => {
-                    return Err(DbError::fatal(format!(
-                        "{context} does not exist and create_table is false"
-                    ))
-                    .into());
-                }
-                None => {
-                    client.batch_execute(&create_table_sql(spec)).await?;
-                    // Re-read what is there: another run may have created it meanwhile.
-                    inspect(client, spec).await?.ok_or_else(|| {
-                        DbError::fatal(format!("{context} is missing right after CREATE TABLE"))
-                    })?
-                }
-            };
-            existing.check(spec)?;
-            // A table of an earlier ddbpipe: its rows keep null versions.
-            for alter in existing.add_version_columns_sql(spec) {
-                client.batch_execute(&alter).await?;
-            }
-            client
-                .batch_execute(&create_state_sql(&spec.schema))
-                .await?;
-            client
-                .batch_execute(&create_deleted_sql(&spec.schema))
-                .await?;
-            Ok(())
+            prepare::writable_session(&*client, &server).await?;
+            prepare::create_tables(&*client, spec).await
         }
         .await;
         let result = session.finish(&self.shared, &context, result);
@@ -790,94 +766,16 @@ impl PostgresDatabase {
         Ok(holder.map(|pid| LockHolder { location, pid }))
     }
 
+    /// `check`'s probe: what [`prepare`](Self::prepare) checks and runs, its DDL in a
+    /// transaction rolled back (`prepare` module). Returns what it found.
     pub(crate) async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
         validate(spec)?;
         let context = spec_context(spec);
-        let display = format!("{}.{}", spec.schema, spec.table);
+        let server = self.describe();
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
-            let client: &Client = client;
-            let schema_oid: Option<u32> = client
-                .query_opt(
-                    "SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1::text",
-                    &[&spec.schema],
-                )
-                .await?
-                .map(|row| row.try_get(0))
-                .transpose()?;
-            let Some(schema_oid) = schema_oid else {
-                return Err(DbError::fatal(format!(
-                    "{context}: schema '{}' does not exist",
-                    spec.schema
-                ))
-                .into());
-            };
-            let schema_rights = |right: &'static str| async move {
-                let row = client
-                    .query_one(
-                        "SELECT pg_catalog.has_schema_privilege($1::oid, $2::text)",
-                        &[&schema_oid, &right],
-                    )
-                    .await?;
-                row.try_get::<_, bool>(0)
-            };
-            if !schema_rights("USAGE").await? {
-                return Err(DbError::fatal(format!(
-                    "{context}: no USAGE right on schema '{}'",
-                    spec.schema
-                ))
-                .into());
-            }
-            let can_create = schema_rights("CREATE").await?;
-            let detail = match inspect(client, spec).await? {
-                Some(existing) => {
-                    existing.check(spec)?;
-                    missing_rights(client, existing.oid, &context).await?;
-                    if !existing.add_version_columns_sql(spec).is_empty() {
-                        may_alter(client, existing.oid, &context).await?;
-                    }
-                    let rows: i64 = client
-                        .query_one(
-                            &format!(
-                                "SELECT count(*) FROM {}",
-                                qualified(&spec.schema, &spec.table)
-                            ),
-                            &[],
-                        )
-                        .await?
-                        .try_get(0)?;
-                    format!("table '{display}' exists, {} row(s)", row_count(rows))
-                }
-                None if !spec.create_table => {
-                    return Err(DbError::fatal(format!(
-                        "{context} does not exist and create_table is false"
-                    ))
-                    .into());
-                }
-                None if !can_create => {
-                    return Err(DbError::fatal(format!(
-                        "{context} does not exist and there is no CREATE right on schema '{}' to create it",
-                        spec.schema
-                    ))
-                    .into());
-                }
-                None => format!("table '{display}' will be created"),
-            };
-            for own in [STATE_TABLE, DELETED_TABLE] {
-                let own_context = table_context(&spec.schema, own);
-                match relation(client, &spec.schema, own).await? {
-                    Some((oid, _)) => missing_rights(client, oid, &own_context).await?,
-                    None if !can_create => {
-                        return Err(DbError::fatal(format!(
-                            "{own_context} does not exist and there is no CREATE right on schema '{}' to create it",
-                            spec.schema
-                        ))
-                        .into());
-                    }
-                    None => {}
-                }
-            }
+            let detail = prepare::probe(client, spec, &server).await?;
             Ok(format!("{}: {detail}", self.shared.location))
         }
         .await;

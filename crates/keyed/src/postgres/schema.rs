@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use tokio_postgres::Client;
+use tokio_postgres::GenericClient;
 
 use super::session::Failure;
 use super::sql::{key_list, qualified, spec_context, sql_type};
@@ -106,8 +106,8 @@ impl Existing {
 }
 
 /// A relation's oid and kind, when it exists.
-pub(super) async fn relation(
-    client: &Client,
+pub(super) async fn relation<C: GenericClient + Sync>(
+    client: &C,
     schema: &str,
     name: &str,
 ) -> Result<Option<(u32, String)>, tokio_postgres::Error> {
@@ -124,8 +124,8 @@ pub(super) async fn relation(
 }
 
 /// The destination table's key and columns, when it exists.
-pub(super) async fn inspect(
-    client: &Client,
+pub(super) async fn inspect<C: GenericClient + Sync>(
+    client: &C,
     spec: &TableSpec,
 ) -> Result<Option<Existing>, Failure> {
     let Some((oid, kind)) = relation(client, &spec.schema, &spec.table).await? else {
@@ -167,8 +167,8 @@ pub(super) async fn inspect(
 
 /// Fails naming the rights (of SELECT, INSERT, UPDATE, DELETE) missing on a table. Each right
 /// is checked alone: `has_table_privilege` with a list is true when *any* is held.
-pub(super) async fn missing_rights(
-    client: &Client,
+pub(super) async fn missing_rights<C: GenericClient + Sync>(
+    client: &C,
     oid: u32,
     context: &str,
 ) -> Result<(), Failure> {
@@ -191,7 +191,11 @@ pub(super) async fn missing_rights(
 
 /// Fails unless this role may add columns to the table (`ALTER TABLE` needs its owner): what
 /// `prepare` does to a table of an earlier ddbpipe.
-pub(super) async fn may_alter(client: &Client, oid: u32, context: &str) -> Result<(), Failure> {
+pub(super) async fn may_alter<C: GenericClient + Sync>(
+    client: &C,
+    oid: u32,
+    context: &str,
+) -> Result<(), Failure> {
     let owner: bool = client
         .query_one(
             "SELECT pg_catalog.pg_has_role(relowner, 'USAGE') FROM pg_catalog.pg_class \
