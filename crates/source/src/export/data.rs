@@ -115,11 +115,15 @@ fn verify<E: From<ExportError>>(
         if empty {
             break;
         }
-        let read = lines.read_until(b'\n', &mut line).map_err(|e| {
-            // The decoder's error, or the body's it passed on.
-            let body = lines.get_ref().get_ref().get_ref();
-            body.problem(key, &e)
-        })?;
+        let read = match lines.read_until(b'\n', &mut line) {
+            Ok(read) => read,
+            Err(e) => {
+                // The decoder's error, or the body's it passed on.
+                let problem = lines.get_ref().get_ref().get_ref().problem(key, &e);
+                drop(lines);
+                return Err(checksum_first(&mut hashing, file, problem).into());
+            }
+        };
         if read == 0 {
             break;
         }
@@ -132,16 +136,18 @@ fn verify<E: From<ExportError>>(
             continue;
         }
         record.clear();
-        writer.write(content, &mut record).map_err(|problem| {
+        if let Err(problem) = writer.write(content, &mut record) {
             let item = key_of_line(content, reading.kind, reading.key_schema);
-            ExportError::damaged(
+            let problem = ExportError::damaged(
                 key,
                 format!(
                     "line {number} (key {item}): {problem}; DynamoDB could not have exported \
                      this item, the file is damaged: nothing of it was written"
                 ),
-            )
-        })?;
+            );
+            drop(lines);
+            return Err(checksum_first(&mut hashing, file, problem).into());
+        }
         if items >= reading.skip {
             spool.push(&record)?;
         }
@@ -151,6 +157,9 @@ fn verify<E: From<ExportError>>(
     // The rest of the stored bytes (a gzip trailer the decoder did not need) count too.
     std::io::copy(&mut hashing, &mut std::io::sink())
         .map_err(|e| ExportError::new(key, format!("cannot be read: {e}")))?;
+    if let Some(mismatch) = md5_mismatch(&mut hashing, file) {
+        return Err(mismatch.into());
+    }
     if items != file.item_count {
         return Err(ExportError::damaged(
             key,
@@ -162,23 +171,43 @@ fn verify<E: From<ExportError>>(
         )
         .into());
     }
-    if let Some(expected) = &file.md5_checksum {
-        let found = STANDARD.encode(hashing.get_mut().digest.finalize_reset());
-        if &found != expected {
-            return Err(ExportError::damaged(
-                key,
-                format!(
-                    "its MD5 is {found} but its manifest says {expected}; the file is damaged, \
-                     nothing of it was written"
-                ),
-            )
-            .into());
-        }
-    }
     Ok(FileRead {
         items,
         stored_bytes: hashing.get_ref().bytes,
     })
+}
+
+/// The MD5 of the whole stored object against the manifest's, once every byte went through
+/// `hashing`: the damage, when they differ.
+fn md5_mismatch<R: Read>(
+    hashing: &mut BufReader<Hashing<R>>,
+    file: &ManifestFile,
+) -> Option<ExportError> {
+    let expected = file.md5_checksum.as_ref()?;
+    let found = STANDARD.encode(hashing.get_mut().digest.finalize_reset());
+    (&found != expected).then(|| {
+        ExportError::damaged(
+            &file.data_file_key,
+            format!(
+                "its MD5 is {found} but its manifest says {expected}; the file is damaged, \
+                 nothing of it was written"
+            ),
+        )
+    })
+}
+
+/// A file that does not decode: when its stored bytes can be read to the end and their MD5
+/// differs from the manifest's, that is the damage named (the file is not what the export
+/// wrote); else `problem` (a body cut in transfer stays a read error, retried).
+fn checksum_first<R: Read>(
+    hashing: &mut BufReader<Hashing<R>>,
+    file: &ManifestFile,
+    problem: ExportError,
+) -> ExportError {
+    if !problem.is_damaged() || std::io::copy(hashing, &mut std::io::sink()).is_err() {
+        return problem;
+    }
+    md5_mismatch(hashing, file).unwrap_or(problem)
 }
 
 /// The records of one file between the passes: in memory up to [`SPOOL_MEMORY_BYTES`], then
@@ -215,7 +244,9 @@ impl<'k> Spool<'k> {
             .map_err(|e| self.failed(&e))
     }
 
-    /// The second pass: the spooled records handed to `each`, `batch` at a time.
+    /// The second pass: the spooled records handed to `each`, `batch` at a time and at most
+    /// about [`PAGE_BYTES`] at a time (docs/scan.md §2.4: a page of 1000 items of 400 KB
+    /// would otherwise be built whole).
     fn hand_on<E: From<ExportError>>(
         self,
         batch: usize,
@@ -252,7 +283,7 @@ impl<'k> Spool<'k> {
                 let record = record.strip_suffix(b"\n").unwrap_or(&record);
                 records.push_with(|out| out.extend_from_slice(record));
             }
-            if records.len() >= batch {
+            if records.len() >= batch || records.bytes() >= PAGE_BYTES {
                 each(std::mem::replace(
                     &mut records,
                     Lines::with_capacity(batch, batch * 256),
@@ -265,6 +296,11 @@ impl<'k> Spool<'k> {
         Ok(())
     }
 }
+
+/// The records of an export page at most, in bytes (the record that crosses it included): a
+/// Scan page's 1 MB, so that an export's pages weigh what the scan's do whatever the items'
+/// size.
+pub const PAGE_BYTES: usize = 1024 * 1024;
 
 /// How the lines of one export become records.
 enum LineWriter {
@@ -445,6 +481,21 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{format:?}");
         }
+    }
+
+    #[test]
+    fn a_page_of_large_items_is_cut_at_its_byte_bound() {
+        let big = "x".repeat(350 * 1024);
+        let lines: Vec<String> = (0..7)
+            .map(|i| format!(r#"{{"Item":{{"pk":{{"S":"k{i}"}},"body":{{"S":"{big}"}}}}}}"#))
+            .collect();
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let stored = gzip(&lines);
+        let (out, pages) =
+            read_from(&stored, &file(&stored, 7), ValueFormat::Plain, 0, 1000).unwrap();
+        assert_eq!(out.len(), 7);
+        // 350 KiB records: the third crosses 1 MiB, so pages of 3, 3 and 1 instead of one of 7.
+        assert_eq!(pages, 3);
     }
 
     #[test]
