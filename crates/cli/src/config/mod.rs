@@ -18,6 +18,7 @@
 //! are not errors: they become [`PipelineConfig::warnings`].
 
 mod coordination;
+mod credentials;
 mod fields;
 mod interpolate;
 mod numbers;
