@@ -10,7 +10,7 @@ use ddbpipe_source::api::{TableApi, TableDescription};
 use ddbpipe_source::aws::{self, AwsTableApi};
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_source::endpoint::EndpointUrl;
-use ddbpipe_source::error::{ErrorClass, ReadError};
+use ddbpipe_source::error::{Contact, ErrorClass, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{self, ResolvedStream};
 use ddbpipe_source::retry::Cancel;
@@ -77,7 +77,11 @@ pub fn identity(config: &PipelineConfig, location: &Location) -> Identity {
     )
 }
 
-/// `DescribeTable`, retried by the one policy. `None` when the response held no table.
+/// Attempts of a run's first request when no connection can be made (docs/errors.md §9.6).
+const FIRST_CONTACT_ATTEMPTS: u32 = 3;
+
+/// `DescribeTable`, retried by the one policy; it is every run's first request, so a
+/// connection that cannot be made ends it after [`FIRST_CONTACT_ATTEMPTS`]. `None` when the response held no table.
 pub async fn describe<A: TableApi>(
     api: &A,
     source: &SourceConfig,
@@ -92,7 +96,17 @@ pub async fn describe<A: TableApi>(
             || format!("DescribeTable '{table}'"),
             cancel,
             &RequestMetrics,
-            |_| api.describe_table(table),
+            |n| async move {
+                // The run's first request: an endpoint that takes no connection is wrong, not
+                // passing (docs/errors.md §9.6).
+                api.describe_table(table).await.map_err(|error| {
+                    if n + 1 >= FIRST_CONTACT_ATTEMPTS {
+                        error.final_if_not_reached()
+                    } else {
+                        error
+                    }
+                })
+            },
         )
         .await;
     match described {
@@ -115,7 +129,8 @@ pub async fn describe<A: TableApi>(
                 // (the request never left); the endpoint may well answer.
                 None if matches!(
                     &error,
-                    ReadError::Request { error, .. } if error.class == ErrorClass::Fatal
+                    ReadError::Request { error, .. }
+                        if error.class == ErrorClass::Fatal && error.contact == Contact::Made
                 ) =>
                 {
                     Some(

@@ -804,6 +804,40 @@ fn an_unreachable_endpoint_fails_with_a_clear_error() {
     common::assert_hidden(&err, "Wq7xK9zTpw", 6, "the hint");
 }
 
+/// Issue 24 item 22: a refused connection at a run's first request fails after three attempts
+/// (well under a second), not the whole retry budget (nine attempts, ~17 s); `check` alike.
+#[test]
+fn a_refused_first_request_fails_after_three_attempts_not_the_whole_budget() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    // The default retry budget: eight retries.
+    let pipeline = Pipeline::new("items-export", &endpoint, "table_name: items");
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("DescribeTable 'items' failed after 3 attempt(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "hint: check source.endpoint_url / source.region: {endpoint} could not be reached"
+        )),
+        "{err}"
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("failed after 3 attempt(s)"),
+        "{}",
+        stdout(&check)
+    );
+}
+
 /// `check` must fail where `run` fails at once, with the message `run` gives.
 fn check_and_run_fail_alike(pipeline: &Pipeline, run_exit: i32, expected: &str) {
     let check = pipeline.ddbpipe(&["check"]);

@@ -63,6 +63,18 @@ pub struct ApiError {
     pub code: Option<String>,
     /// The service's message (or the transport's), verbatim.
     pub message: String,
+    /// Whether a connection to the service was made.
+    pub contact: Contact,
+}
+
+/// Whether a failed request reached the service (docs/errors.md §9.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contact {
+    /// An answer came, or a connection was made and failed later: the service is there.
+    Made,
+    /// No connection could be made: refused, no route to the host, or the connect timed out.
+    /// Transient within a run; at a run's first request it means the endpoint is wrong.
+    NotMade,
 }
 
 impl ApiError {
@@ -72,6 +84,7 @@ impl ApiError {
             class: ErrorClass::of_code(code.as_deref()),
             code,
             message: message.into(),
+            contact: Contact::Made,
         }
     }
 
@@ -86,6 +99,27 @@ impl ApiError {
             class: ErrorClass::Fatal,
             code: None,
             message: message.into(),
+            contact: Contact::Made,
+        }
+    }
+
+    /// A request that made no connection: transient.
+    pub fn not_reached(message: impl Into<String>) -> Self {
+        ApiError {
+            contact: Contact::NotMade,
+            ..ApiError::transport(message)
+        }
+    }
+
+    /// This error made final: a connection that could not be made at a run's first request
+    /// is not retried further (docs/errors.md §9.6).
+    pub fn final_if_not_reached(self) -> Self {
+        match self.contact {
+            Contact::NotMade => ApiError {
+                class: ErrorClass::Fatal,
+                ..self
+            },
+            Contact::Made => self,
         }
     }
 }

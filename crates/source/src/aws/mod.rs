@@ -85,7 +85,40 @@ where
              source.credentials"
         )));
     }
-    ApiError::from_code(code, mask_urls_in(&causes(&error)))
+    let message = mask_urls_in(&causes(&error));
+    if code.is_none() && no_connection(&error) {
+        return ApiError::not_reached(message);
+    }
+    ApiError::from_code(code, message)
+}
+
+/// Whether the request failed before a connection was made (docs/errors.md §9.6): refused, no
+/// route, or the connect timed out. The SDK reports these as dispatch failures.
+fn no_connection<E, R>(error: &SdkError<E, R>) -> bool {
+    let SdkError::DispatchFailure(failure) = error else {
+        return false;
+    };
+    let Some(connector) = failure.as_connector_error() else {
+        return false;
+    };
+    // Only the connect phase has a timeout (`CONNECT_TIMEOUT`): a timeout is a connect timeout.
+    if connector.is_timeout() {
+        return true;
+    }
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(connector);
+    while let Some(error) = current {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        current = error.source();
+    }
+    false
 }
 
 /// The reason credentials could not be loaded, if that is what failed.
