@@ -9,6 +9,7 @@ use ddbpipe_pipeline::checkpoint::StartError;
 use ddbpipe_pipeline::runner::RunError;
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::StateError;
+use ddbpipe_source::lease::LeaseError;
 
 use crate::telemetry::{Line, say};
 
@@ -90,6 +91,11 @@ pub fn rerun_hint(error: Option<&RunError>, config_path: &Path, resumes_after: &
              `ddbpipe run {config}` abandons the damaged export and requests a new one (nothing \
              of a damaged file was written)"
         ),
+        // Definite lease errors (a foreign or exhausted row, refused access): a rerun meets
+        // the same rows until the error's own remedy is applied.
+        Some(RunError::Lease(LeaseError::Fatal(_))) => format!(
+            "retrying cannot help: `ddbpipe run {config}` meets the same lease rows until the cause above is fixed (what was written before it is committed)"
+        ),
         Some(RunError::Sink(sink)) if sink.class == SinkErrorClass::Definite => format!(
             "retrying cannot help: `ddbpipe run {config}` fails on the same batch until the cause above is fixed (what was written before it is committed)"
         ),
@@ -148,4 +154,21 @@ pub fn report(failure: &Failure) -> ExitCode {
         say(Line::Hint, &format!("hint: {hint}"));
     }
     failure.exit.code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 24 item 12: a definite lease error (here a counter that cannot advance, whose
+    /// remedy is `state reset`) is not followed by a promise that a rerun resumes.
+    #[test]
+    fn a_definite_lease_error_promises_no_resumption() {
+        let error = RunError::Lease(LeaseError::Fatal(
+            "lease row 'segment-3' cannot be written again: run `ddbpipe state reset`".into(),
+        ));
+        let hint = rerun_hint(Some(&error), Path::new("orders.yaml"), "it");
+        assert!(hint.starts_with("retrying cannot help"), "{hint}");
+        assert!(!hint.contains("resumes"), "{hint}");
+    }
 }

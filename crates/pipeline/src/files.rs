@@ -13,7 +13,7 @@
 //! equal.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// How many symlinks [`resolve`] follows before it gives up (the kernel's limit).
@@ -112,10 +112,7 @@ impl RunLock {
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                // An unreadable holder record still leaves the lock held.
-                let _ = file.read_to_string(&mut text);
-                return Err(LockError::Held(Holder::parse(&text)));
+                return Err(LockError::Held(read_holder(&mut file)));
             }
             Err(std::fs::TryLockError::Error(error)) => return Err(LockError::Io(error)),
         }
@@ -135,12 +132,30 @@ impl RunLock {
                 let _ = file.unlock();
                 None
             }
-            Err(_) => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                Some(Holder::parse(&text))
-            }
+            Err(_) => Some(read_holder(&mut file)),
         }
+    }
+}
+
+/// How long a refused process waits for a holder that has the lock but has not written its
+/// record yet (it writes right after locking): two processes started together meet there.
+const HOLDER_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The holder's record in a held lock file, read again while it is still empty (the holder
+/// is between its lock and its write), up to [`HOLDER_RECORD_WAIT`]. An unreadable record
+/// still leaves the lock held.
+fn read_holder(file: &mut File) -> Holder {
+    let started = std::time::Instant::now();
+    loop {
+        let mut text = String::new();
+        let _ = file
+            .seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| file.read_to_string(&mut text));
+        let holder = Holder::parse(&text);
+        if holder.pid.is_some() || started.elapsed() >= HOLDER_RECORD_WAIT {
+            return holder;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -165,6 +180,30 @@ mod tests {
         drop(held);
         assert_eq!(RunLock::holder(&path), None);
         assert!(RunLock::acquire(&path, "other").is_ok());
+    }
+
+    /// Issue 24 item 12: a process refused while the holder is between its lock and its record
+    /// waits for the record instead of naming pipeline 'unknown' without a pid.
+    #[test]
+    fn a_refused_process_waits_for_the_holders_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let mut held = File::create(&path).unwrap();
+        held.try_lock().unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            write!(held, "4242\norders\n").unwrap();
+            held
+        });
+        let expected = Holder {
+            pid: Some(4242),
+            pipeline: Some("orders".into()),
+        };
+        match RunLock::acquire(&path, "other") {
+            Err(LockError::Held(holder)) => assert_eq!(holder, expected),
+            other => panic!("expected a held lock, got {other:?}"),
+        }
+        drop(writer.join().unwrap());
     }
 
     #[test]

@@ -65,7 +65,7 @@ impl Report {
     }
 
     /// Whether the value at `path`, or anything inside it, failed interpolation.
-    fn interpolation_failed(&self, path: &str) -> bool {
+    pub(super) fn interpolation_failed(&self, path: &str) -> bool {
         self.failed.iter().any(|failed| is_within(failed, path))
     }
 

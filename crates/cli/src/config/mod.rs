@@ -259,7 +259,10 @@ pub fn parse(
     if let Some((sink, _)) = &sink {
         sink::validate(sink, &state, &mut errors);
     }
-    if let (Some((source, _)), Some((sink, _))) = (&source, &sink) {
+    // A section that failed interpolation was not read: its absence proves nothing (a
+    // `{worker}` path is not "without a coordination section").
+    let coordination_unread = coordination.is_none() && report.interpolation_failed("coordination");
+    if let (Some((source, _)), Some((sink, _)), false) = (&source, &sink, coordination_unread) {
         coordination::validate(coordination.as_ref(), source, sink, &mut errors);
     }
     for error in errors {

@@ -55,9 +55,16 @@ pub(super) fn wide_integer(error: &str) -> Option<(String, String)> {
     if !(rest.starts_with(" as u128") || rest.starts_with(" as i128")) {
         return None;
     }
-    let message = format!(
-        "the integer {digits} is wider than 64 bits, which plain YAML values cannot hold; write it as text in expression_attribute_values_typed, e.g. {{\":v\": {{N: \"{digits}\"}}}}"
-    );
+    // Only an expression value can hold such a number; every other field has a range far below.
+    let message = if path.contains("expression_attribute_values") {
+        format!(
+            "the integer {digits} is wider than 64 bits, which plain YAML values cannot hold; write it as text in expression_attribute_values_typed, e.g. {{\":v\": {{N: \"{digits}\"}}}}"
+        )
+    } else {
+        format!(
+            "the integer {digits} is far out of range (wider than 64 bits): see the field's range in docs/config.md"
+        )
+    };
     Some((path.to_string(), message))
 }
 

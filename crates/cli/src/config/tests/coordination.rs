@@ -242,3 +242,39 @@ fn dot_and_dot_dot_are_not_worker_ids() {
     ));
     assert!(config.coordination.is_some());
 }
+
+/// Issue 24 item 12: a 65-bit integer in a field that is not an expression value is named as
+/// out of range, not pointed at `expression_attribute_values_typed`.
+#[test]
+fn a_wide_integer_outside_expression_values_is_out_of_range() {
+    let lines = errors(&shared(
+        "segments: 4",
+        WORKER_FILE,
+        "{lease_table: leases, worker_id: w, lease_duration_secs: 18446744073709551616}",
+    ));
+    assert_eq!(
+        lines,
+        [
+            "config error: coordination.lease_duration_secs: the integer 18446744073709551616 is \
+          far out of range (wider than 64 bits): see the field's range in docs/config.md"
+        ],
+    );
+}
+
+/// Issue 24 item 12: an unset variable in the section is its only error; the `{worker}` path
+/// is not refused as "without a coordination section".
+#[test]
+fn an_unset_worker_variable_is_the_only_error() {
+    let lines = errors(&shared(
+        "segments: 4",
+        WORKER_FILE,
+        "{lease_table: leases, worker_id: '${WID}'}",
+    ));
+    assert_eq!(
+        lines,
+        [
+            "config error: coordination.worker_id: environment variable WID is not set (write \
+          ${WID:-default} to give a default)"
+        ],
+    );
+}
