@@ -140,6 +140,28 @@ pub fn item_json(index: u64) -> Json {
     })
 }
 
+/// DynamoDB's largest item, the bound of [`padded_to`].
+pub const MAX_ITEM_BYTES: u64 = 400 * 1024;
+
+/// Item `index` ([`item_json`]) with a `padding` string of random letters that brings it to
+/// about `bytes` (DynamoDB's size, [`item_size`]); at most [`MAX_ITEM_BYTES`]. An item already
+/// that large is returned as it is. The letters are random so that the export case's gzip
+/// cannot shrink them away.
+pub fn padded_to(index: u64, bytes: u64) -> Json {
+    let mut item = item_json(index);
+    let size = item.as_object().map_or(0, item_size);
+    let name = "padding";
+    let wanted = bytes.min(MAX_ITEM_BYTES);
+    if let Some(object) = item.as_object_mut()
+        && wanted > size + name.len() as u64
+    {
+        let mut rng = Rng::new(index ^ 0x5EED_BA55);
+        let letters = rng.letters((wanted - size - name.len() as u64) as usize);
+        object.insert(name.to_string(), json!({"S": letters}));
+    }
+    item
+}
+
 /// The DynamoDB size of an item in attribute JSON: names plus values, the way DynamoDB bills
 /// it (numbers about one byte per two digits, three bytes of overhead per map or list).
 pub fn item_size(item: &Map<String, Json>) -> u64 {
@@ -194,6 +216,16 @@ mod tests {
         assert_eq!(item_json(42)["pk"]["S"], "user#00000042");
         assert_eq!(key_index("user#00000042"), Some(42));
         assert_eq!(key_index("order#1"), None);
+    }
+
+    #[test]
+    fn padded_items_are_the_size_asked_for_up_to_dynamodbs_limit() {
+        let size = |item: &Json| item_size(item.as_object().expect("object"));
+        assert_eq!(size(&padded_to(5, 400_000)), 400_000);
+        assert_eq!(size(&padded_to(5, 10_000_000)), MAX_ITEM_BYTES);
+        assert_eq!(padded_to(5, 0), item_json(5));
+        assert_eq!(padded_to(5, 400_000), padded_to(5, 400_000));
+        assert_eq!(padded_to(5, 400_000)["pk"], item_json(5)["pk"]);
     }
 
     #[test]

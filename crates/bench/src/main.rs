@@ -106,6 +106,12 @@ struct BenchArgs {
     /// Items per page (the server's "1 MB").
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     page_items: u64,
+    /// Pad every item of the table to about this many bytes (DynamoDB's size, at most its
+    /// 400 KB): the scan and sink cases then measure large items (with `--page-items 2`, as
+    /// DynamoDB's 1 MB pages would be). 0: the natural items of about 450 bytes. The stream's
+    /// images and the export keep the natural items.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=items::MAX_ITEM_BYTES))]
+    item_bytes: u64,
     /// Runs of each client (alternating); the report shows medians.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
@@ -165,6 +171,8 @@ enum Hidden {
         segments: u32,
         #[arg(long)]
         page_items: u64,
+        #[arg(long, default_value_t = 0)]
+        item_bytes: u64,
         #[arg(long, default_value_t = 0)]
         records: u64,
         #[arg(long, default_value_t = 1)]
@@ -231,6 +239,7 @@ fn main() -> ExitCode {
             items,
             segments,
             page_items,
+            item_bytes,
             records,
             shards,
             latency_ms,
@@ -238,6 +247,7 @@ fn main() -> ExitCode {
             items,
             segments,
             page_items,
+            item_bytes,
             stream: StreamSettings { records, shards },
             latency: Duration::from_millis(latency_ms),
         }),
@@ -325,6 +335,7 @@ fn spawn_server(
         .args(["serve", "--items", &items.to_string()])
         .args(["--segments", &args.segments.to_string()])
         .args(["--page-items", &args.page_items.to_string()])
+        .args(["--item-bytes", &args.item_bytes.to_string()])
         .args(["--records", &records.to_string()])
         .args(["--shards", &shards.to_string()])
         .args(["--latency-ms", &args.latency_ms.to_string()])

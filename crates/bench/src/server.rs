@@ -65,6 +65,8 @@ pub struct ServeSettings {
     pub segments: u32,
     /// Items per page when the request has no smaller `Limit` (the "1 MB" of the bench).
     pub page_items: u64,
+    /// Every item padded to about this many bytes (`items::padded_to`); 0: as generated.
+    pub item_bytes: u64,
     /// The stream.
     pub stream: StreamSettings,
     /// How long every answer waits before it is sent: the round trip of a real endpoint,
@@ -135,7 +137,7 @@ struct Table {
 }
 
 impl Table {
-    fn build(count: u64) -> anyhow::Result<Self> {
+    fn build(count: u64, item_bytes: u64) -> anyhow::Result<Self> {
         let count_usize = usize::try_from(count).context("too many items")?;
         let mut table = Table {
             rows: Rows::with_capacity(count_usize, 800),
@@ -143,7 +145,7 @@ impl Table {
         };
         table.sizes.push(0);
         for index in 0..count {
-            let item = items::item_json(index);
+            let item = items::padded_to(index, item_bytes);
             let size = item.as_object().map_or(0, items::item_size);
             table.rows.push(&item)?;
             let total = table.sizes.last().copied().unwrap_or(0) + size;
@@ -217,7 +219,7 @@ struct ScanRequest {
 
 impl Server {
     fn build(settings: ServeSettings) -> anyhow::Result<Self> {
-        let table = Table::build(settings.items)?;
+        let table = Table::build(settings.items, settings.item_bytes)?;
         let mut server = Server {
             table,
             stream: Stream::build(settings.stream)?,
@@ -522,6 +524,7 @@ pub(crate) mod tests {
             items,
             segments,
             page_items,
+            item_bytes: 0,
             stream: StreamSettings {
                 records: 0,
                 shards: 1,
