@@ -451,7 +451,9 @@ fn a_second_process_with_a_standbys_id_is_refused(emulator: Emulator) {
     let standby = one_segment_pipeline(dir.path(), &running.endpoint, "standby", &sink);
     let reader = common::spawn_run(&busy);
     let reading = common::wait_for(Duration::from_secs(60), || {
-        worker_files(dir.path()).iter().any(|f| !keys_in(f).is_empty())
+        worker_files(dir.path())
+            .iter()
+            .any(|f| !keys_in(f).is_empty())
     });
     assert!(reading, "the first worker reads the segment");
     let waiting = common::spawn_run(&standby);
@@ -467,7 +469,9 @@ fn a_second_process_with_a_standbys_id_is_refused(emulator: Emulator) {
     let held_by_standby: Vec<Value> = lease_rows(&standby)
         .into_iter()
         .filter(|row| {
-            row["owner"].as_str().is_some_and(|o| o.starts_with("standby#"))
+            row["owner"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("standby#"))
                 && row["unit"] != "worker:standby"
         })
         .collect();
@@ -492,9 +496,9 @@ fn a_second_process_with_a_standbys_id_is_refused(emulator: Emulator) {
         assert_eq!(output.status.code(), Some(0), "{what}: {}", stderr(&output));
     }
     assert!(
-        !lease_rows(&standby)
-            .iter()
-            .any(|row| row["unit"].as_str().is_some_and(|u| u.starts_with("worker:"))),
+        !lease_rows(&standby).iter().any(|row| row["unit"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("worker:"))),
         "a graceful stop deletes the presence rows"
     );
 }

@@ -40,8 +40,8 @@ use std::time::Duration;
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::lease::{
-    KeeperHandle, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason,
-    UnitId, UnitSpec, Worker,
+    KeeperHandle, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId,
+    UnitSpec, Worker,
 };
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::retry::{Cancel, CancelHandle};

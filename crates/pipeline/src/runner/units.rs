@@ -1,5 +1,5 @@
 //! What the two leased runners — shared scans (`leased.rs`) and shared streams
-//! (`crate::streams`' `leased.rs`) — do alike with the leases they hold: store a taken lease's
+//! (`crate::streams`' `leased/`) — do alike with the leases they hold: store a taken lease's
 //! token in a fencing sink, write a batch under its unit's fence, read a checkpoint's answer,
 //! count and tell the lease events (docs/coordination.md §11.7, §11.10).
 

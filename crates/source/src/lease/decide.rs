@@ -86,8 +86,7 @@ impl Observations {
     /// it was seen.
     pub fn expires_at(&self, lease: &Lease, duration: Duration) -> Option<LocalTime> {
         let seen = self.seen.get(&lease.unit)?;
-        (lease.owner.is_some() && seen.counter == lease.counter)
-            .then(|| seen.since.plus(duration))
+        (lease.owner.is_some() && seen.counter == lease.counter).then(|| seen.since.plus(duration))
     }
 }
 

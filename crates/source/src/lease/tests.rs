@@ -512,7 +512,11 @@ async fn a_renewal_refused_is_a_lost_lease_the_keeper_reports() {
     });
     let failing = keeper.pass(at(9 * SECOND)).await.unwrap();
     assert!(failing.lost.is_empty() && !failing.transient.is_empty());
-    assert!(failing.next < at(10 * SECOND), "retried soon: {:?}", failing.next);
+    assert!(
+        failing.next < at(10 * SECOND),
+        "retried soon: {:?}",
+        failing.next
+    );
     let expired = keeper.pass(at(15 * SECOND)).await.unwrap();
     assert_eq!(
         expired.lost,
@@ -555,5 +559,9 @@ async fn each_process_holds_its_presence_row_which_nobody_else_takes() {
     assert!(table.row(&pipeline(), &presence).is_none());
     // A graceful stop deletes the process's own presence row.
     assert!(b.release_all().await.is_empty());
-    assert!(table.row(&pipeline(), &UnitId::Worker("b".into())).is_none());
+    assert!(
+        table
+            .row(&pipeline(), &UnitId::Worker("b".into()))
+            .is_none()
+    );
 }

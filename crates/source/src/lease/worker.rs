@@ -129,7 +129,6 @@ pub enum CheckpointError {
     Request(LeaseError),
 }
 
-
 /// One worker of one pipeline on a lease table.
 #[derive(Debug)]
 pub struct Worker<T> {
@@ -340,7 +339,12 @@ impl<T: LeaseTable> Worker<T> {
                 failed.insert(lease.unit.clone());
                 continue;
             }
-            match self.lessee.table.create(&self.lessee.pipeline, &lease).await {
+            match self
+                .lessee
+                .table
+                .create(&self.lessee.pipeline, &lease)
+                .await
+            {
                 Ok(()) => {
                     report.created.push(lease.unit.clone());
                     self.replace_row(lease);
@@ -360,14 +364,17 @@ impl<T: LeaseTable> Worker<T> {
             matches!(row.unit, UnitId::Worker(_))
                 && !row.is_owned_by(&self.lessee.id)
                 && (row.owner.is_none()
-                    || self
-                        .observations
-                        .is_expired(row, self.last_round, duration))
+                    || self.observations.is_expired(row, self.last_round, duration))
         });
         let gone: Vec<(UnitId, LeaseCounter)> =
             gone.map(|row| (row.unit.clone(), row.counter)).collect();
         for (unit, seen) in plan.delete.into_iter().chain(gone) {
-            match self.lessee.table.delete(&self.lessee.pipeline, &unit, seen).await {
+            match self
+                .lessee
+                .table
+                .delete(&self.lessee.pipeline, &unit, seen)
+                .await
+            {
                 Ok(()) => {
                     self.rows.retain(|row| row.unit != unit);
                     report.deleted.push(unit);
@@ -392,10 +399,7 @@ impl<T: LeaseTable> Worker<T> {
         state: LeaseState,
         now: LocalTime,
     ) -> Result<LeaseCounter, CheckpointError> {
-        let row = self
-            .lessee
-            .checkpoint(unit, checkpoint, state, now)
-            .await?;
+        let row = self.lessee.checkpoint(unit, checkpoint, state, now).await?;
         let counter = row.counter;
         self.replace_row(row);
         Ok(counter)

@@ -46,4 +46,3 @@ pub(super) async fn read_shard<A: StreamsApi>(
         }
     }
 }
-

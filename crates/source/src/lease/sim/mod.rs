@@ -599,9 +599,10 @@ impl Sim {
         let Some(owner) = before.flatten().and_then(|row| row.owner) else {
             return false;
         };
-        self.workers.iter().enumerate().any(|(j, w)| {
-            j != i && w.worker.id() == &owner && w.life != Life::Crashed && !w.paused
-        })
+        self.workers
+            .iter()
+            .enumerate()
+            .any(|(j, w)| j != i && w.worker.id() == &owner && w.life != Life::Crashed && !w.paused)
     }
 
     /// The last checkpoint committed for `unit`, from the table's log.

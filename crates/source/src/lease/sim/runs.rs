@@ -258,7 +258,10 @@ async fn pressure(seed: u64, renewal: Renewal) -> Figures {
         now += STEP_MS;
     }
     sim.check_history();
-    assert!(sim.crashes.is_empty(), "seed {seed}: a crash not taken over");
+    assert!(
+        sim.crashes.is_empty(),
+        "seed {seed}: a crash not taken over"
+    );
     sim.figures
 }
 
