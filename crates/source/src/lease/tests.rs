@@ -540,7 +540,7 @@ async fn a_round_says_when_a_lease_it_saw_standing_still_expires() {
 
 #[tokio::test]
 async fn each_process_holds_its_presence_row_which_nobody_else_takes() {
-    let (table, mut a) = one_worker_holding(1).await;
+    let (table, a) = one_worker_holding(1).await;
     let presence = UnitId::Worker("a".into());
     let row = table.row(&pipeline(), &presence).unwrap();
     assert_eq!(row.owner, Some(worker_id("a")), "{row:?}");
