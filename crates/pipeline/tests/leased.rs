@@ -178,10 +178,11 @@ async fn a_crashed_workers_segments_are_taken_over_from_their_checkpoints() {
         taken += outcome.leases.taken;
         read.extend(keys(&sink.lines));
     }
-    assert_eq!(
-        taken,
-        u64::from(SEGMENTS) - done_before,
-        "every unfinished segment was taken, the crashed worker's after expiry"
+    // Each unfinished segment taken from the crashed worker (stolen while it still looked
+    // live, or after expiry), and maybe moved again between the takers to balance them.
+    assert!(
+        taken >= u64::from(SEGMENTS) - done_before,
+        "every unfinished segment was taken: {taken}"
     );
     // What the crashed worker checkpointed is not read again: the takers resumed after it.
     for row in checkpointed {
