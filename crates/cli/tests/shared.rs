@@ -159,7 +159,9 @@ fn three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item(emula
     assert_eq!(shown["units"], 12, "{shown}");
     assert_eq!(shown["finished"], 12, "{shown}");
     for lease in shown["leases"].as_array().unwrap() {
-        if lease["unit"] != "leader" {
+        // The killed worker's presence row stays until a leader sees it expired.
+        let unit = lease["unit"].as_str().unwrap();
+        if unit != "leader" && !unit.starts_with("worker:") {
             assert_eq!(lease["state"], "Done", "{lease}");
             assert_eq!(lease["owner"], Value::Null, "{lease}");
         }
@@ -412,6 +414,148 @@ fn a_second_process_with_a_live_workers_id_is_refused(emulator: Emulator) {
     let first = finished(first);
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     assert_eq!(destination.rows("items").len(), ITEMS);
+}
+
+/// [`shared_pipeline_into`] with one segment, in its own file: one worker reads, the others
+/// wait holding no unit.
+fn one_segment_pipeline(dir: &Path, endpoint: &str, worker_id: &str, sink: &str) -> PathBuf {
+    let config = shared_pipeline_into(dir, endpoint, Some(worker_id), sink, 1);
+    let yaml = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("segments: 12", "segments: 1");
+    let own = dir.join(format!("{worker_id}.yaml"));
+    std::fs::write(&own, yaml).unwrap();
+    own
+}
+
+/// The lease rows as `state show --json` lists them.
+fn lease_rows(config: &Path) -> Vec<Value> {
+    let show = common::ddbpipe(&["state", "show", "--json"], config);
+    let shown: Value = serde_json::from_str(&stdout(&show)).unwrap_or(Value::Null);
+    shown["leases"].as_array().cloned().unwrap_or_default()
+}
+
+/// A live process that holds no unit (a standby: the one segment is the other worker's) is
+/// seen by its presence row, `worker:<id>`: a second process started with its id is refused,
+/// naming its pid (docs/coordination.md §11.2 rule 7, §11.10 run rule 8). Before the presence
+/// row the second process was let in.
+fn a_second_process_with_a_standbys_id_is_refused(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n",
+        dir.path().display()
+    );
+    let busy = one_segment_pipeline(dir.path(), &running.endpoint, "busy", &sink);
+    let standby = one_segment_pipeline(dir.path(), &running.endpoint, "standby", &sink);
+    let reader = common::spawn_run(&busy);
+    let reading = common::wait_for(Duration::from_secs(60), || {
+        worker_files(dir.path())
+            .iter()
+            .any(|f| !keys_in(f).is_empty())
+    });
+    assert!(reading, "the first worker reads the segment");
+    let waiting = common::spawn_run(&standby);
+    let present = common::wait_for(Duration::from_secs(30), || {
+        lease_rows(&standby).iter().any(|row| {
+            row["unit"] == "worker:standby"
+                && row["owner"]
+                    .as_str()
+                    .is_some_and(|o| o.contains(&format!("/{}/", waiting.id())))
+        })
+    });
+    assert!(present, "the standby holds its presence row");
+    let held_by_standby: Vec<Value> = lease_rows(&standby)
+        .into_iter()
+        .filter(|row| {
+            row["owner"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("standby#"))
+                && row["unit"] != "worker:standby"
+        })
+        .collect();
+    assert!(
+        held_by_standby.is_empty(),
+        "the standby holds no other lease: {held_by_standby:?}"
+    );
+    let twin = common::ddbpipe(&["run", "--progress", "never"], &standby);
+    let said = stderr(&twin);
+    assert_ne!(twin.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("worker id 'standby' is in use by a live process")
+            && said.contains(&format!("pid {} on host ", waiting.id()))
+            && said.contains("worker:standby"),
+        "{said}"
+    );
+    for child in [&reader, &waiting] {
+        signal(child, "TERM");
+    }
+    for (what, child) in [("reader", reader), ("standby", waiting)] {
+        let output = finished(child);
+        assert_eq!(output.status.code(), Some(0), "{what}: {}", stderr(&output));
+    }
+    assert!(
+        !lease_rows(&standby).iter().any(|row| row["unit"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("worker:"))),
+        "a graceful stop deletes the presence rows"
+    );
+}
+
+/// A worker SIGKILLed in the middle of a segment: the next owner continues after the position
+/// committed with the rows (the lease row's checkpoint is written only every 10 minutes
+/// here), says so (`resumed=true`, the key), and does not read what was committed again: the
+/// two workers' writes add up to the table (docs/coordination.md §11.10 run rule 3).
+fn a_killed_workers_segment_is_resumed_after_its_committed_position(emulator: Emulator) {
+    let running = emulator.start();
+    seed(&running);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let sink = destination.sink_yaml();
+    let first = one_segment_pipeline(dir.path(), &running.endpoint, "first", &sink);
+    let yaml = std::fs::read_to_string(&first)
+        .unwrap()
+        .replace("flush_interval_ms: 0", "flush_interval_ms: 600000");
+    std::fs::write(&first, yaml).unwrap();
+    let second = dir.path().join("second.yaml");
+    let yaml = std::fs::read_to_string(&first)
+        .unwrap()
+        .replace("worker_id: first", "worker_id: second");
+    std::fs::write(&second, yaml).unwrap();
+    let mut killed = common::spawn_run(&first);
+    let loading = common::wait_for(Duration::from_secs(60), || {
+        destination.rows("items").len() >= 100
+    });
+    assert!(loading, "the first worker loads part of the segment");
+    killed.kill().unwrap(); // SIGKILL: no checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let committed = destination.rows("items").len();
+    assert!(committed < ITEMS, "killed mid-segment: {committed}");
+    let taker = common::ddbpipe(&["run", "--progress", "never"], &second);
+    let said = stderr(&taker);
+    assert_eq!(taker.status.code(), Some(0), "{said}");
+    let taken = said
+        .lines()
+        .find(|line| line.contains("Lease taken.") && line.contains("segment:0/1"))
+        .unwrap_or_else(|| panic!("the segment is taken: {said}"));
+    assert!(
+        taken.contains("resumed=true") && taken.contains("after="),
+        "{taken}"
+    );
+    assert_eq!(destination.rows("items").len(), ITEMS);
+    let written: usize = said
+        .lines()
+        .find_map(|line| {
+            let (_, rest) = line.split_once(" read, ")?;
+            rest.split_once(" written")?.0.trim().parse().ok()
+        })
+        .unwrap_or_else(|| panic!("the summary names what was written: {said}"));
+    assert_eq!(
+        committed + written,
+        ITEMS,
+        "the taker writes what the killed worker had not committed, no more: {said}"
+    );
 }
 
 /// `ddbpipe check` of `config` passes.
@@ -869,3 +1013,13 @@ on_both_emulators!(
     three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item,
     state_reset_refuses_while_a_worker_holds_leases,
 );
+
+#[test]
+fn a_second_process_with_a_standbys_id_is_refused_on_moto() {
+    a_second_process_with_a_standbys_id_is_refused(Emulator::Moto);
+}
+
+#[test]
+fn a_killed_workers_segment_is_resumed_after_its_committed_position_on_dynoxide() {
+    a_killed_workers_segment_is_resumed_after_its_committed_position(Emulator::Dynoxide);
+}

@@ -178,10 +178,11 @@ async fn a_crashed_workers_segments_are_taken_over_from_their_checkpoints() {
         taken += outcome.leases.taken;
         read.extend(keys(&sink.lines));
     }
-    assert_eq!(
-        taken,
-        u64::from(SEGMENTS) - done_before,
-        "every unfinished segment was taken, the crashed worker's after expiry"
+    // Each unfinished segment taken from the crashed worker (stolen while it still looked
+    // live, or after expiry), and maybe moved again between the takers to balance them.
+    assert!(
+        taken >= u64::from(SEGMENTS) - done_before,
+        "every unfinished segment was taken: {taken}"
     );
     // What the crashed worker checkpointed is not read again: the takers resumed after it.
     for row in checkpointed {
@@ -279,6 +280,67 @@ async fn a_worker_stalled_past_its_lease_loses_its_segments_to_the_other() {
     let mut read: BTreeSet<String> = keys(&zombie_sink.inner.lines).into_iter().collect();
     read.extend(keys(&other_sink.lines));
     assert_eq!(read.len(), ITEMS, "the union holds every item");
+}
+
+/// A worker whose sink write takes three lease durations keeps its lease: its keeper renews
+/// it on a timer of its own (docs/coordination.md §11.4 rule 1), and the other worker, at its
+/// share, waits. Before the keeper the renewals waited for the write: the other worker took
+/// the segment a duration later and the slow one lost it.
+#[tokio::test(start_paused = true)]
+async fn a_worker_stalled_in_a_slow_write_keeps_its_lease() {
+    let table = Arc::new(FakeTable::numbered(100));
+    let leases = MemoryLeaseTable::seeded(5);
+    let (_, stop) = Cancel::new();
+    let stalling = Stalling {
+        inner: slow(),
+        stall_at: 2,
+        stall: Duration::from_secs(30),
+        writes: 0,
+    };
+    let slow_writer = spawn(scan(&table, &leases, "slow", 1), stalling, stop);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, stop) = Cancel::new();
+    let other = spawn(scan(&table, &leases, "other", 1), slow(), stop);
+    let (slow_outcome, slow_sink) = slow_writer.await.unwrap();
+    let (other_outcome, other_sink) = other.await.unwrap();
+    let (slow_outcome, other_outcome) = (slow_outcome.unwrap(), other_outcome.unwrap());
+    assert_eq!(slow_outcome.leases.lost, 0, "{slow_outcome:?}");
+    assert_eq!(
+        (slow_outcome.leases.finished, other_outcome.leases.finished),
+        (1, 0),
+        "{other_outcome:?}"
+    );
+    assert!(slow_outcome.completed && other_outcome.completed);
+    assert!(other_sink.lines.is_empty());
+    assert_eq!(keys(&slow_sink.inner.lines).len(), 100);
+}
+
+/// Issue 24 item 12: with `lease_duration_secs: 300` a scan of about a minute ended at 100 s,
+/// at the round after the last `Done`. The worker that writes a `Done` runs a round at once,
+/// so the one that writes the last sees the end then (paused tokio time: no wall clock).
+#[tokio::test(start_paused = true)]
+async fn the_worker_that_finishes_the_last_segment_sees_the_end_at_once() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(6);
+    let mut run = scan(&table, &leases, "only", SEGMENTS);
+    run.worker = Worker::new(
+        leases.connect(),
+        PipelineName::new("p").unwrap(),
+        WorkerId::new("only").unwrap(),
+        LeaseSettings::new(300).unwrap(),
+    );
+    let started = tokio::time::Instant::now();
+    let (_, stop) = Cancel::new();
+    let (outcome, sink) = spawn(run, slow(), stop).await.unwrap();
+    let outcome = outcome.unwrap();
+    let took = started.elapsed();
+    assert!(outcome.completed);
+    assert_eq!(keys(&sink.lines).len(), ITEMS);
+    // 120 batches of half a second: a minute of writing, then the end, not a round later.
+    assert!(
+        took < Duration::from_secs(70),
+        "ended {took:?} after its start"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -8,10 +8,13 @@
 //! 2. A segment's cursor is written to its lease at most every `checkpoint_interval`, and at
 //!    once when the segment ends (`Done`, which hands the lease back finished) and before a
 //!    graceful stop hands the lease back.
-//! 3. A lease reported lost (by a round, or by a checkpoint whose condition failed) stops its
-//!    segment at once: its task is cancelled and nothing more is checkpointed for it. Pages of
-//!    it already read may still be written to this worker's sink: a hand-over repeats at most
-//!    what was read after the last checkpoint, in the new owner's output (at least once).
+//! 3. The worker's leases are renewed by its keeper, on a timer of its own: a slow batch or
+//!    a busy reader delays the rounds, not the renewals (docs/coordination.md §11.4 rule 1).
+//! 4. A lease reported lost (by the keeper, a round, or a checkpoint whose condition failed)
+//!    stops its segment at once: its task is cancelled and nothing more is checkpointed for
+//!    it. Pages of it already read may still be written to this worker's sink: a hand-over
+//!    repeats at most what was read after the last checkpoint, in the new owner's output (at
+//!    least once).
 //!
 //! # Fencing (§11.7 rule 4)
 //! A sink that keeps lease fences (the keyed sinks: every worker writes one database) gets one
@@ -21,8 +24,10 @@
 //! a worker that lost a lease cannot write rows for it once the new owner has claimed it.
 //!
 //! # Ending
-//! - Every segment `Done` in the lease table: the run is complete, on every worker (each sees
-//!   it at its next round), and the sink is told (`Sink::complete`).
+//! - Every segment `Done` in the lease table: the run is complete, on every worker, and the
+//!   sink is told (`Sink::complete`). A worker that finishes a segment runs a round at once,
+//!   so the one that writes the last `Done` sees the end then; the others see it at their
+//!   next round, within a third of the lease duration.
 //! - `stop` (SIGINT/SIGTERM): reading stops, the pages already read are written, every held
 //!   segment's last acknowledged cursor is checkpointed, and every lease is handed back, so
 //!   the other workers take them at their next round.
@@ -35,8 +40,8 @@ use std::time::Duration;
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::lease::{
-    LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
-    Worker,
+    KeeperHandle, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId,
+    UnitSpec, Worker,
 };
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
@@ -47,7 +52,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::units::{self, Checkpointed, Took};
+use super::units::{self, Checkpointed, Rounds, Took};
 use super::{Progress, RunError, batch_pages, pending_deadline, sleep_until};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
@@ -159,13 +164,19 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             read: 0,
             written: 0,
             stopping: false,
+            finished_one: false,
         };
         sink.start(RunStart::Resumed).await?;
-        let result = run.drive(sink, rx, batch, &stop, progress).await;
+        let mut rounds = Rounds::new(run.origin, run.worker.settings().renew_interval());
+        let mut keeper = run.worker.keeper().spawn(rounds.clock());
+        let result = run
+            .drive(sink, rx, batch, &stop, progress, &mut rounds, &mut keeper)
+            .await;
         // Whatever happened, what was acknowledged is checkpointed and the leases handed back,
         // so the other workers take them at their next round instead of after expiry.
         let saved = run.save_all(true).await;
         let released = run.worker.release_all().await;
+        drop(keeper);
         for (unit, error) in &released {
             tracing::warn!(lease = %unit, error = %error, "A lease could not be handed back; it expires instead.");
         }
@@ -204,6 +215,8 @@ struct Run<A, T> {
     written: u64,
     /// The run stops: no segment starts reading any more.
     stopping: bool,
+    /// A segment was finished since the last round: the next one runs at once.
+    finished_one: bool,
 }
 
 impl<A: TableApi, T: LeaseTable> Run<A, T> {
@@ -219,6 +232,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
     }
 
     /// The loop; returns whether every segment is done.
+    #[allow(clippy::too_many_arguments)] // The loop's wiring, passed once.
     async fn drive<S: Sink>(
         &mut self,
         sink: &mut S,
@@ -226,6 +240,8 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         limits: BatchLimits,
         stop: &Cancel,
         progress: &dyn Progress,
+        rounds: &mut Rounds,
+        keeper: &mut KeeperHandle,
     ) -> Result<bool, RunError> {
         // A fencing sink gets one unit per batch: a page is a batch (module docs, Fencing).
         let fenced = sink.fences();
@@ -235,19 +251,26 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             limits
         });
         let mut deadline: Option<Instant> = None;
-        let mut next_round = Instant::now();
-        let interval = self.worker.settings().renew_interval();
         loop {
+            if std::mem::take(&mut self.finished_one) {
+                rounds.soon();
+            }
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep_until(next_round) => {
-                    let (complete, again) = self.round(sink).await?;
+                event = keeper.next() => {
+                    let lost = units::kept(event)?;
+                    if let UnitId::Segment { index, .. } = lost.unit {
+                        self.lose(index, &lost.reason);
+                    }
+                }
+                () = tokio::time::sleep_until(rounds.next) => {
+                    let (complete, again, expiry) = self.round(sink).await?;
                     if complete && self.held.is_empty() && !batcher.has_pending() {
                         return Ok(true);
                     }
                     // A leader that just created rows takes its share at once.
-                    next_round = Instant::now() + if again { Duration::ZERO } else { interval };
+                    rounds.ran(expiry, again);
                 }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.joined(joined)?;
@@ -309,8 +332,12 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
     }
 
     /// One round (§11.4): renew, list, take, steal; as the leader, write the segments' rows.
-    /// Returns whether every segment is done, and whether to run the next round at once.
-    async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<(bool, bool), RunError> {
+    /// Returns whether every segment is done, whether to run the next round at once, and when
+    /// a lease seen standing still expires.
+    async fn round<S: Sink>(
+        &mut self,
+        sink: &mut S,
+    ) -> Result<(bool, bool, Option<LocalTime>), RunError> {
         let report = self.worker.round(self.now()).await?;
         let now = self.now();
         let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
@@ -376,7 +403,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         self.check_rows()?;
         self.save_all(false).await?;
         self.start_reading();
-        Ok((self.all_done(), again))
+        Ok((self.all_done(), again, report.next_expiry))
     }
 
     /// Rows of another segment count mean the pipeline's `segments` changed while a shared
@@ -557,6 +584,7 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         holding.saved_at = Instant::now();
         if holding.ended {
             self.held.remove(&segment);
+            self.finished_one = true;
             self.counts.finished += 1;
             self.event("finished", 0);
             tracing::debug!(

@@ -1,12 +1,15 @@
 //! What the two leased runners — shared scans (`leased.rs`) and shared streams
-//! (`crate::streams`' `leased.rs`) — do alike with the leases they hold: store a taken lease's
+//! (`crate::streams`' `leased/`) — do alike with the leases they hold: store a taken lease's
 //! token in a fencing sink, write a batch under its unit's fence, read a checkpoint's answer,
 //! count and tell the lease events (docs/coordination.md §11.7, §11.10).
 
+use std::time::Duration;
+
 use ddbpipe_source::lease::{
-    CheckpointError, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason,
-    Taken, UnitId, Worker,
+    CheckpointError, KeeperEvent, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime,
+    Lost, LostReason, Taken, UnitId, Worker,
 };
+use tokio::time::Instant;
 
 use super::{LeaseCounts, RunError};
 use crate::batch::Batch;
@@ -65,6 +68,65 @@ pub(crate) async fn same_run<T: LeaseTable>(
             Ok(written.is_ok())
         }
         None => Ok(false),
+    }
+}
+
+/// When a leased runner runs its rounds (docs/coordination.md §11.4): on a grid of the
+/// renewal interval whatever ran between (a slow batch delays a round, not the ones after
+/// it), at once when asked (a unit just finished: the run may be complete, or another unit
+/// free), and when a lease seen standing still expires (rule 5), so a dead worker's units are
+/// taken a duration after this worker first saw their last counter, not a round later.
+pub(crate) struct Rounds {
+    origin: Instant,
+    interval: Duration,
+    grid: Instant,
+    /// When the next round runs.
+    pub(crate) next: Instant,
+}
+
+impl Rounds {
+    /// Rounds every `interval`, the first at once; `origin` is the worker's clock's.
+    pub(crate) fn new(origin: Instant, interval: Duration) -> Self {
+        let now = Instant::now();
+        Rounds {
+            origin,
+            interval,
+            grid: now,
+            next: now,
+        }
+    }
+
+    /// The worker's clock, for its keeper.
+    pub(crate) fn clock(&self) -> impl Fn() -> LocalTime + Send + Sync + 'static {
+        let origin = self.origin;
+        move || LocalTime::new(origin.elapsed())
+    }
+
+    /// After a round whose report gave `next_expiry`: the next one, or at once with `again`.
+    pub(crate) fn ran(&mut self, next_expiry: Option<LocalTime>, again: bool) {
+        let now = Instant::now();
+        while self.grid <= now {
+            self.grid += self.interval;
+        }
+        let expiry = next_expiry.map(|at| self.origin + at.since_origin());
+        self.next = match expiry {
+            _ if again => now,
+            Some(at) => at.min(self.grid),
+            None => self.grid,
+        };
+    }
+
+    /// The next round at once.
+    pub(crate) fn soon(&mut self) {
+        self.next = Instant::now();
+    }
+}
+
+/// What a keeper's event means for the run: a lost work unit to stop, or a failure.
+pub(crate) fn kept(event: KeeperEvent) -> Result<Lost, RunError> {
+    match event {
+        KeeperEvent::Lost(lost) => Ok(lost),
+        KeeperEvent::Failed(error) => Err(RunError::Lease(error)),
     }
 }
 
@@ -145,10 +207,23 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
         tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
         event(worker, "stolen", held);
     } else {
-        tracing::info!(lease = %taken.unit, resumed = taken.checkpoint.is_some(), "Lease taken.");
+        let after = resumed_at(taken, position.as_deref());
+        tracing::info!(
+            lease = %taken.unit,
+            resumed = after.is_some(),
+            after = after.unwrap_or("-"),
+            "Lease taken."
+        );
         event(worker, "taken", held);
     }
     Ok(Took::Held(position))
+}
+
+/// Where a taken unit resumes: after the position a fencing sink stored with the unit's rows
+/// (never behind the lease row's checkpoint), else after the row's checkpoint; `None` from
+/// its start.
+pub(crate) fn resumed_at<'a>(taken: &'a Taken, stored: Option<&'a str>) -> Option<&'a str> {
+    stored.or(taken.checkpoint.as_deref())
 }
 
 /// A lease lost: counted and told; the caller has stopped its unit. `held`: leases left.

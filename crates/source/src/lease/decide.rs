@@ -33,6 +33,11 @@ impl LocalTime {
     pub fn since(self, earlier: LocalTime) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
+
+    /// The reading `later` after this one.
+    pub fn plus(self, later: Duration) -> LocalTime {
+        LocalTime(self.0.saturating_add(later))
+    }
 }
 
 /// A counter as this worker first saw it.
@@ -75,6 +80,14 @@ impl Observations {
                 seen.counter == lease.counter && now.since(seen.since) >= duration
             })
     }
+
+    /// When `lease` expires for this worker if its counter stands still from now on: a
+    /// duration after this worker first saw that counter; `None` without an owner or before
+    /// it was seen.
+    pub fn expires_at(&self, lease: &Lease, duration: Duration) -> Option<LocalTime> {
+        let seen = self.seen.get(&lease.unit)?;
+        (lease.owner.is_some() && seen.counter == lease.counter).then(|| seen.since.plus(duration))
+    }
 }
 
 /// A lease to take this round, conditional on the counter listed.
@@ -93,6 +106,9 @@ pub struct Claim {
 pub struct Plan {
     /// Leases to take, the leader lease first, then free ones, then steals.
     pub claims: Vec<Claim>,
+    /// The other free leases, in the same order: one replaces a free claim another worker
+    /// took first (rule 3).
+    pub spare: Vec<Claim>,
     /// This worker's fair share (§11.4 rule 2).
     pub target: usize,
     /// Live workers counted, this one included.
@@ -165,12 +181,13 @@ fn spread(me: &WorkerId, unit: &UnitId) -> u64 {
 }
 
 /// The leases to claim this round (§11.4):
-/// 1. The leader lease when it is free.
+/// 1. The leader lease when it is free, and this worker's presence row (§11.2 rule 7).
 /// 2. The fair share is `ceil(work / live workers)`, where work counts the units that are
 ///    neither finished nor waiting on a parent, and live workers are this one and every
 ///    owner of such a unit that is not expired.
 /// 3. Free leases, up to the share: this worker's own owner first, then unowned, then
-///    expired, each in spread order.
+///    expired, each in spread order; the rest are spares, taken in that order in place of a
+///    free claim another worker wins.
 /// 4. Below its share with nothing free, it steals at most `max_steals` from the live worker
 ///    holding the most, when that one holds more than the share or at least two more than
 ///    this worker.
@@ -184,7 +201,9 @@ pub fn plan(view: &View<'_>) -> Plan {
     for lease in view.leases {
         let standing = standing(view, lease, &rows);
         if !lease.unit.is_work() {
-            if standing == Standing::Free {
+            // The leader lease, and this worker's own presence: never another's (§11.2 rule 7).
+            let mine = lease.unit == UnitId::Leader || lease.unit == UnitId::presence(view.me);
+            if mine && standing == Standing::Free {
                 claims.push(Claim {
                     unit: lease.unit.clone(),
                     seen: lease.counter,
@@ -216,11 +235,13 @@ pub fn plan(view: &View<'_>) -> Plan {
     let target = work.div_ceil(live_workers);
     free.sort_by_key(|(rank, spread, _)| (*rank, *spread));
     let wanted = target.saturating_sub(mine);
-    claims.extend(free.iter().take(wanted).map(|(_, _, lease)| Claim {
+    let claim = |(_, _, lease): &(u8, u64, &Lease)| Claim {
         unit: lease.unit.clone(),
         seen: lease.counter,
         victim: None,
-    }));
+    };
+    claims.extend(free.iter().take(wanted).map(claim));
+    let spare = free.iter().skip(wanted).map(claim).collect();
     let holding = mine + wanted.min(free.len());
     if holding < target && free.len() <= wanted {
         let busiest = by_owner
@@ -241,6 +262,7 @@ pub fn plan(view: &View<'_>) -> Plan {
     }
     Plan {
         claims,
+        spare,
         target,
         live_workers,
     }

@@ -11,6 +11,8 @@
 //! - [`decide`]: the decisions as plain functions (expiry, fair share, takes, steals, the
 //!   leader's creates and deletes).
 //! - [`Worker`]: the thin async loop around them, driven by the caller's clock.
+//! - [`LeaseKeeper`]: renews a worker's leases on a timer of its own, apart from the caller's
+//!   data plane; the writes to one lease are ordered whoever sends them (`holdings.rs`).
 //!
 //! # Rules (docs/coordination.md)
 //! 1. Every write but a create is conditional on the counter the writer last saw or wrote,
@@ -47,6 +49,8 @@
 //! ```
 
 pub mod decide;
+mod holdings;
+mod keeper;
 #[cfg(any(test, feature = "fake"))]
 pub mod memory;
 pub mod model;
@@ -59,6 +63,7 @@ mod sim;
 mod tests;
 
 pub use decide::LocalTime;
+pub use keeper::{KeeperEvent, KeeperHandle, KeeperPass, LeaseKeeper};
 pub use model::{
     BadName, BadUnit, CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName,
     UnitId, UnitSpec, WorkerId,

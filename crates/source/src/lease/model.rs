@@ -118,12 +118,23 @@ pub enum UnitId {
     },
     /// A stream shard. Written `shard:<shard id>`.
     Shard(ShardId),
+    /// The presence of the live process running as a worker id (its configured name, without
+    /// the process token): held and renewed by that process like a lease, so a second process
+    /// started with the id sees it live even when it holds no unit (§11.2 rule 7). Not work.
+    /// Written `worker:<id>`.
+    Worker(String),
 }
 
 impl UnitId {
-    /// Whether this is a unit of work (a segment or a shard), not the leader lease.
+    /// Whether this is a unit of work (a segment or a shard), not the leader lease nor a
+    /// worker's presence.
     pub fn is_work(&self) -> bool {
-        !matches!(self, UnitId::Leader)
+        matches!(self, UnitId::Segment { .. } | UnitId::Shard(_))
+    }
+
+    /// The presence row of the processes running as `worker` (§11.2 rule 7).
+    pub fn presence(worker: &WorkerId) -> UnitId {
+        UnitId::Worker(worker.name().to_string())
     }
 
     /// The state a unit's lease reaches when the unit is read to its end: `ShardEnd` for a
@@ -131,7 +142,7 @@ impl UnitId {
     pub fn end_state(&self) -> LeaseState {
         match self {
             UnitId::Shard(_) => LeaseState::ShardEnd,
-            UnitId::Leader | UnitId::Segment { .. } => LeaseState::Done,
+            UnitId::Leader | UnitId::Segment { .. } | UnitId::Worker(_) => LeaseState::Done,
         }
     }
 }
@@ -142,13 +153,14 @@ impl fmt::Display for UnitId {
             UnitId::Leader => f.write_str("leader"),
             UnitId::Segment { index, total } => write!(f, "segment:{index}/{total}"),
             UnitId::Shard(shard) => write!(f, "shard:{shard}"),
+            UnitId::Worker(id) => write!(f, "worker:{id}"),
         }
     }
 }
 
 /// A sort key that names no unit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not a lease unit (leader, segment:<i>/<n> or shard:<id>)")]
+#[error("'{0}' is not a lease unit (leader, segment:<i>/<n>, shard:<id> or worker:<id>)")]
 pub struct BadUnit(pub String);
 
 impl FromStr for UnitId {
@@ -164,6 +176,13 @@ impl FromStr for UnitId {
                 Err(bad())
             } else {
                 Ok(UnitId::Shard(ShardId::new(shard)))
+            };
+        }
+        if let Some(worker) = text.strip_prefix("worker:") {
+            return if worker.is_empty() {
+                Err(bad())
+            } else {
+                Ok(UnitId::Worker(worker.to_string()))
             };
         }
         let segment = text.strip_prefix("segment:").ok_or_else(bad)?;
@@ -470,6 +489,7 @@ mod tests {
             UnitId::Leader,
             UnitId::Segment { index: 3, total: 8 },
             UnitId::Shard(ShardId::new("shardId-0001-ab")),
+            UnitId::Worker("host-1".into()),
         ] {
             assert_eq!(unit.to_string().parse::<UnitId>(), Ok(unit));
         }
@@ -480,6 +500,7 @@ mod tests {
             "segment:a/2",
             "shard:",
             "shards:x",
+            "worker:",
         ] {
             assert!(bad.parse::<UnitId>().is_err(), "{bad}");
         }

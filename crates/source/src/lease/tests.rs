@@ -447,3 +447,121 @@ async fn a_row_whose_counter_cannot_move_on_stops_the_workers_naming_it() {
         "no write reached the row"
     );
 }
+
+/// A keeper reading the tokio clock, set so that it reads `now` at once.
+fn keeper_at(worker: &Worker<MemoryLeaseTable>, now: LocalTime) -> KeeperHandle {
+    let origin = tokio::time::Instant::now() - now.since_origin();
+    worker
+        .keeper()
+        .spawn(move || LocalTime::new(origin.elapsed()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keeper_keeps_the_leases_of_a_worker_whose_rounds_stall() {
+    // One unit: b's share is one, and it steals nothing from a live a.
+    let (table, a) = one_worker_holding(1).await;
+    let mut keeper = keeper_at(&a, at(SECOND));
+    // a runs no round for a minute (its loop waits on a slow write); b runs its rounds.
+    let mut b = worker(&table, "b");
+    for round in 0..18 {
+        let report = b.round(at(round * 3_340)).await.unwrap();
+        assert!(report.taken.is_empty(), "round {round}: {report:?}");
+        tokio::time::sleep(Duration::from_millis(3_340)).await;
+    }
+    assert_eq!(a.units().len(), 1, "a still holds its unit");
+    let event = tokio::time::timeout(Duration::ZERO, keeper.next()).await;
+    assert!(event.is_err(), "nothing lost: {event:?}");
+    // Without the keeper, b takes them a duration after it saw them stand still.
+    drop(keeper);
+    let first = b.round(at(18 * 3_340)).await.unwrap();
+    assert!(first.taken.is_empty());
+    let later = b.round(at(18 * 3_340 + 10 * SECOND)).await.unwrap();
+    assert_eq!(later.taken.len(), 1, "{later:?}");
+}
+
+#[tokio::test]
+async fn a_renewal_refused_is_a_lost_lease_the_keeper_reports() {
+    let (table, a) = one_worker_holding(2).await;
+    let unit = UnitId::Segment { index: 1, total: 2 };
+    let row = table.row(&pipeline(), &unit).unwrap();
+    table
+        .connect()
+        .take(&pipeline(), &unit, row.counter, &worker_id("b"))
+        .await
+        .unwrap();
+    let keeper = a.keeper();
+    let renewal = a.settings().renew_interval();
+    let early = keeper.pass(at(2 * SECOND)).await.unwrap();
+    assert!(early.lost.is_empty(), "nothing due yet");
+    // The leader and presence leases were written at 0.
+    assert_eq!(early.next, at(0).plus(renewal));
+    let pass = keeper.pass(at(5 * SECOND)).await.unwrap();
+    assert_eq!(
+        pass.lost,
+        [Lost {
+            unit: unit.clone(),
+            reason: LostReason::Taken
+        }]
+    );
+    assert_eq!(a.units(), [UnitId::Segment { index: 0, total: 2 }]);
+    assert_eq!(pass.next, at(5 * SECOND).plus(renewal), "renewed at 5 s");
+    // Not renewed for a duration (the table failed every request): lost, and said so.
+    table.set_faults(Faults {
+        fail_rate: 1.0,
+        ..Faults::default()
+    });
+    let failing = keeper.pass(at(9 * SECOND)).await.unwrap();
+    assert!(failing.lost.is_empty() && !failing.transient.is_empty());
+    assert!(
+        failing.next < at(10 * SECOND),
+        "retried soon: {:?}",
+        failing.next
+    );
+    let expired = keeper.pass(at(15 * SECOND)).await.unwrap();
+    assert_eq!(
+        expired.lost,
+        [Lost {
+            unit: UnitId::Segment { index: 0, total: 2 },
+            reason: LostReason::Expired
+        }]
+    );
+    assert!(a.units().is_empty());
+}
+
+#[tokio::test]
+async fn a_round_says_when_a_lease_it_saw_standing_still_expires() {
+    let (table, _a) = one_worker_holding(2).await;
+    let mut b = worker(&table, "b");
+    let first = b.round(at(4 * SECOND)).await.unwrap();
+    assert_eq!(first.next_expiry, Some(at(14 * SECOND)));
+    let at_expiry = b.round(at(14 * SECOND)).await.unwrap();
+    assert_eq!(at_expiry.taken.len(), 2, "{at_expiry:?}");
+}
+
+#[tokio::test]
+async fn each_process_holds_its_presence_row_which_nobody_else_takes() {
+    let (table, a) = one_worker_holding(1).await;
+    let presence = UnitId::Worker("a".into());
+    let row = table.row(&pipeline(), &presence).unwrap();
+    assert_eq!(row.owner, Some(worker_id("a")), "{row:?}");
+    assert!(a.units().len() == 1 && !presence.is_work());
+    // b sees a's presence stand still past a duration: it takes its own, not a's.
+    let mut b = worker(&table, "b");
+    b.round(at(0)).await.unwrap();
+    b.round(at(20 * SECOND)).await.unwrap();
+    let rows = table.rows(&pipeline());
+    let owner = |unit: &UnitId| rows.iter().find(|r| &r.unit == unit).unwrap().owner.clone();
+    assert_eq!(owner(&presence), Some(worker_id("a")));
+    assert_eq!(owner(&UnitId::Worker("b".into())), Some(worker_id("b")));
+    // b leads now (a's leader lease expired for it): it deletes a's dead presence row.
+    assert!(b.is_leader());
+    b.sync(&UnitSpec::segments(1)).await.unwrap();
+    assert!(table.row(&pipeline(), &presence).is_none());
+    // A graceful stop deletes the process's own presence row.
+    assert!(b.release_all().await.is_empty());
+    assert!(
+        table
+            .row(&pipeline(), &UnitId::Worker("b".into()))
+            .is_none()
+    );
+}

@@ -1,19 +1,22 @@
 //! One worker of a pipeline: the leases it holds, the rounds that renew, take and steal them,
 //! and the checkpoint writes of its units (docs/coordination.md §11.4, §11.7).
 //!
-//! The caller drives it: [`Worker::round`] every [`LeaseSettings::renew_interval`] with a
-//! reading of its monotonic clock, [`Worker::sync`] after each discovery while it is the
-//! leader, [`Worker::checkpoint`] as its units' batches are acknowledged, and
-//! [`Worker::release_all`] on a graceful stop. Every method takes `&mut self`, so a worker's
-//! writes to one lease never overlap and each is conditional on the counter the last left.
+//! The caller drives it: [`Worker::round`] every [`LeaseSettings::renew_interval`] (and at
+//! [`RoundReport::next_expiry`]) with a reading of its monotonic clock, [`Worker::sync`] after
+//! each discovery while it is the leader, [`Worker::checkpoint`] as its units' batches are
+//! acknowledged, and [`Worker::release_all`] on a graceful stop. Its [`LeaseKeeper`]
+//! ([`Worker::keeper`]) renews the held leases on a timer of its own, so a caller busy with a
+//! slow write does not lose them; the writes to one lease never overlap, whoever sends them,
+//! and each is conditional on the counter the last left (`holdings.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::decide::{self, LocalTime, Observations, View};
-use super::model::{
-    Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, UnitSpec, WorkerId,
-};
+use super::holdings::{Holding, Lessee};
+use super::keeper::LeaseKeeper;
+use super::model::{Lease, LeaseCounter, LeaseState, PipelineName, UnitId, UnitSpec, WorkerId};
 use super::table::{LeaseError, LeaseTable};
 
 /// Lease timing, validated (`coordination.lease_duration_secs`, §11.3).
@@ -48,18 +51,6 @@ impl LeaseSettings {
     }
 }
 
-/// A lease this worker holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Holding {
-    /// The counter its last successful write left.
-    counter: LeaseCounter,
-    /// When that write was sent, on this worker's clock (§11.3 rule 3).
-    written_at: LocalTime,
-    /// A write whose answer was lost: the row must be read before the next write (§11.2
-    /// rule 4).
-    unsettled: bool,
-}
-
 /// A lease this worker took: the caller starts the unit from its checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
@@ -85,12 +76,6 @@ pub enum LostReason {
     Ended,
 }
 
-/// Whether `row` is what this worker's finishing checkpoint on `holding` left: finished,
-/// unowned, one past the counter held. Only the holder can write that.
-fn ended_by(row: &Lease, holding: &Holding) -> bool {
-    row.owner.is_none() && row.state.is_finished() && Some(row.counter) == holding.counter.next()
-}
-
 /// A lease this worker lost: the caller stops the unit at once, without committing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lost {
@@ -113,6 +98,9 @@ pub struct RoundReport {
     pub target: usize,
     /// Transient failures met: the round did what it could without them.
     pub transient: Vec<LeaseError>,
+    /// When, on this worker's clock, the first lease it saw standing still expires for it:
+    /// a round then takes it over without waiting for the next regular round (§11.4 rule 5).
+    pub next_expiry: Option<LocalTime>,
 }
 
 /// What a leader's [`Worker::sync`] wrote.
@@ -144,59 +132,65 @@ pub enum CheckpointError {
 /// One worker of one pipeline on a lease table.
 #[derive(Debug)]
 pub struct Worker<T> {
-    table: T,
-    pipeline: PipelineName,
-    id: WorkerId,
-    settings: LeaseSettings,
-    held: BTreeMap<UnitId, Holding>,
+    lessee: Arc<Lessee<T>>,
     observations: Observations,
     /// The rows as last listed, updated by this worker's own writes since.
     rows: Vec<Lease>,
+    /// When the last round listed them.
+    last_round: LocalTime,
 }
 
 impl<T: LeaseTable> Worker<T> {
     /// A worker that holds nothing yet.
     pub fn new(table: T, pipeline: PipelineName, id: WorkerId, settings: LeaseSettings) -> Self {
         Worker {
-            table,
-            pipeline,
-            id,
-            settings,
-            held: BTreeMap::new(),
+            lessee: Arc::new(Lessee::new(table, pipeline, id, settings)),
             observations: Observations::default(),
             rows: Vec::new(),
+            last_round: LocalTime::default(),
         }
+    }
+
+    /// The keeper that renews this worker's leases on its own timer ([`LeaseKeeper::spawn`]),
+    /// or pass by pass ([`LeaseKeeper::pass`]).
+    pub fn keeper(&self) -> LeaseKeeper<T> {
+        LeaseKeeper::new(Arc::clone(&self.lessee))
     }
 
     /// Its id.
     pub fn id(&self) -> &WorkerId {
-        &self.id
+        &self.lessee.id
     }
 
     /// The table it writes to.
     pub fn table(&self) -> &T {
-        &self.table
+        &self.lessee.table
     }
 
     /// The work units it holds, in order.
     pub fn units(&self) -> Vec<UnitId> {
-        self.held.keys().filter(|u| u.is_work()).cloned().collect()
+        self.lessee
+            .held()
+            .into_iter()
+            .map(|(unit, _)| unit)
+            .filter(UnitId::is_work)
+            .collect()
     }
 
     /// The counter it holds on `unit`: the fencing token a keyed sink stores with the unit's
     /// position (§11.7 rule 4).
     pub fn counter(&self, unit: &UnitId) -> Option<LeaseCounter> {
-        self.held.get(unit).map(|holding| holding.counter)
+        self.lessee.get(unit).map(|holding| holding.counter)
     }
 
     /// The pipeline its leases are kept under.
     pub fn pipeline(&self) -> &PipelineName {
-        &self.pipeline
+        &self.lessee.pipeline
     }
 
     /// Its lease timing.
     pub fn settings(&self) -> LeaseSettings {
-        self.settings
+        self.lessee.settings
     }
 
     /// The pipeline's rows as last listed, updated by this worker's own writes since.
@@ -207,217 +201,71 @@ impl<T: LeaseTable> Worker<T> {
     /// Whether `lease` is expired for this worker at `now` (§11.3): a round may take it.
     pub fn sees_expired(&self, lease: &Lease, now: LocalTime) -> bool {
         self.observations
-            .is_expired(lease, now, self.settings.duration)
+            .is_expired(lease, now, self.lessee.settings.duration)
     }
 
     /// Whether it holds the leader lease.
     pub fn is_leader(&self) -> bool {
-        self.held.contains_key(&UnitId::Leader)
+        self.lessee.holds(&UnitId::Leader)
     }
 
-    fn held(&self, holding: &Holding) -> Held {
-        Held {
-            owner: self.id.clone(),
-            counter: holding.counter,
-        }
-    }
-
-    /// Forgets every lease not written for a lease duration (§11.3 rule 3).
-    fn drop_expired(&mut self, now: LocalTime, lost: &mut Vec<Lost>) {
-        let duration = self.settings.duration;
-        let expired: Vec<UnitId> = self
-            .held
-            .iter()
-            .filter(|(_, holding)| now.since(holding.written_at) >= duration)
-            .map(|(unit, _)| unit.clone())
-            .collect();
-        for unit in expired {
-            self.held.remove(&unit);
-            lost.push(Lost {
-                unit,
-                reason: LostReason::Expired,
-            });
-        }
-    }
-
-    /// Reads the row after a write whose answer was lost (§11.2 rule 4): still this worker's,
-    /// its counter is adopted; otherwise the lease is no longer held, for the reason returned.
-    /// Returns the row read.
-    async fn settle(
-        &mut self,
-        unit: &UnitId,
-    ) -> Result<(Option<Lease>, Option<LostReason>), LeaseError> {
-        let row = self.table.get(&self.pipeline, unit).await?;
-        let reason = match (&row, self.held.get_mut(unit)) {
-            (Some(row), Some(holding)) if row.is_owned_by(&self.id) => {
-                holding.counter = row.counter;
-                holding.unsettled = false;
-                None
-            }
-            (Some(row), Some(holding)) if ended_by(row, holding) => Some(LostReason::Ended),
-            _ => Some(LostReason::Taken),
-        };
-        if reason.is_some() {
-            self.held.remove(unit);
-        }
-        Ok((row, reason))
-    }
-
-    /// Records the outcome of a write to a held lease: success moves the counter on, a
-    /// conflict loses the lease, a transient failure leaves it unsettled.
-    fn wrote(
-        &mut self,
-        unit: &UnitId,
-        sent: LocalTime,
-        result: &Result<Lease, LeaseError>,
-    ) -> Option<Lost> {
-        match result {
-            Ok(row) if row.is_owned_by(&self.id) => {
-                self.held.insert(
-                    unit.clone(),
-                    Holding {
-                        counter: row.counter,
-                        written_at: sent,
-                        unsettled: false,
-                    },
-                );
-                None
-            }
-            Ok(_) => {
-                self.held.remove(unit);
-                None
-            }
-            Err(LeaseError::Conflict { .. }) => {
-                self.held.remove(unit);
-                Some(Lost {
-                    unit: unit.clone(),
-                    reason: LostReason::Taken,
-                })
-            }
-            Err(_) => {
-                if let Some(holding) = self.held.get_mut(unit) {
-                    holding.unsettled = true;
-                }
-                None
-            }
-        }
-    }
-
-    /// Renews every held lease not written for a third of the duration (§11.4 rule 1).
-    async fn renew(&mut self, now: LocalTime, report: &mut RoundReport) -> Result<(), LeaseError> {
-        let due: Vec<UnitId> = self
-            .held
-            .iter()
-            .filter(|(_, h)| {
-                h.unsettled || now.since(h.written_at) >= self.settings.renew_interval()
-            })
-            .map(|(unit, _)| unit.clone())
-            .collect();
-        for unit in due {
-            if self.held.get(&unit).is_some_and(|h| h.unsettled) {
-                match self.settle(&unit).await {
-                    Ok((_, None)) => {}
-                    Ok((_, Some(reason))) => {
-                        report.lost.push(Lost { unit, reason });
-                        continue;
-                    }
-                    Err(error @ LeaseError::Fatal(_)) => return Err(error),
-                    Err(error) => {
-                        report.transient.push(error);
-                        continue;
-                    }
-                }
-            }
-            let Some(holding) = self.held.get(&unit).copied() else {
-                continue;
-            };
-            let result = self
-                .table
-                .renew(&self.pipeline, &unit, &self.held(&holding))
-                .await;
-            if let Some(lost) = self.wrote(&unit, now, &result) {
-                report.lost.push(lost);
-            }
-            match result {
-                Err(error @ LeaseError::Fatal(_)) => return Err(error),
-                Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Compares the listing with what this worker holds: a row that another owner or a newer
-    /// counter holds is lost; an unsettled one that is still ours is settled.
-    fn reconcile(&mut self, report: &mut RoundReport) {
-        let rows: BTreeMap<&UnitId, &Lease> = self.rows.iter().map(|l| (&l.unit, l)).collect();
-        let mut lost = Vec::new();
-        for (unit, holding) in &mut self.held {
-            match rows.get(unit) {
-                Some(row) if row.is_owned_by(&self.id) && holding.unsettled => {
-                    holding.counter = row.counter;
-                    holding.unsettled = false;
-                }
-                Some(row) if row.is_owned_by(&self.id) && row.counter == holding.counter => {}
-                Some(row) if holding.unsettled && ended_by(row, holding) => {
-                    lost.push((unit.clone(), LostReason::Ended))
-                }
-                _ => lost.push((unit.clone(), LostReason::Taken)),
-            }
-        }
-        for (unit, reason) in lost {
-            self.held.remove(&unit);
-            report.lost.push(Lost { unit, reason });
-        }
-    }
-
-    /// One round (§11.4): drop leases not renewed in time, renew the due ones, list the
-    /// pipeline's rows, report the leases lost, create the leader row when missing, and take
-    /// and steal as [`decide::plan`] says. Only a fatal error ends it early; transient ones
-    /// are reported and the next round retries.
+    /// One round (§11.4): drop leases not renewed in time, renew the due ones (the keeper
+    /// does it too, on its own timer), list the pipeline's rows, report the leases lost,
+    /// create the leader row when missing, and take and steal as [`decide::plan`] says; a
+    /// free lease another worker takes first is replaced by the next free one. Only a fatal
+    /// error ends it early; transient ones are reported and the next round retries.
     pub async fn round(&mut self, now: LocalTime) -> Result<RoundReport, LeaseError> {
         let mut report = RoundReport::default();
-        self.drop_expired(now, &mut report.lost);
-        self.renew(now, &mut report).await?;
-        match self.table.list(&self.pipeline).await {
+        let renewed = self.lessee.renew_due(now).await?;
+        report.lost.extend(renewed.lost);
+        report.transient.extend(renewed.transient);
+        let lessee = Arc::clone(&self.lessee);
+        match lessee.table.list(&lessee.pipeline).await {
             Ok(rows) => self.rows = rows,
             Err(error @ LeaseError::Transient(_)) => {
                 report.transient.push(error);
-                return Ok(self.finish(report));
+                return Ok(self.finish(report, now));
             }
             Err(error) => return Err(error),
         }
         self.observations.observe(&self.rows, now);
-        self.reconcile(&mut report);
-        if !self.rows.iter().any(|row| row.unit == UnitId::Leader) {
-            let leader = Lease::new(UnitId::Leader, Vec::new(), self.table.clock_ms());
-            match self.table.create(&self.pipeline, &leader).await {
-                Ok(()) => self.rows.push(leader),
+        lessee.reconcile(&self.rows, &mut report.lost);
+        // The leader row, and this worker's presence row (§11.2 rule 7), when missing.
+        for unit in [UnitId::Leader, UnitId::presence(&lessee.id)] {
+            if self.rows.iter().any(|row| row.unit == unit) {
+                continue;
+            }
+            let row = Lease::new(unit, Vec::new(), lessee.table.clock_ms());
+            match lessee.table.create(&lessee.pipeline, &row).await {
+                Ok(()) => self.rows.push(row),
                 Err(LeaseError::Conflict { .. }) => {}
                 Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 Err(error) => return Err(error),
             }
             self.observations.observe(&self.rows, now);
         }
-        let held: BTreeSet<UnitId> = self.held.keys().cloned().collect();
+        self.last_round = now;
+        let held: BTreeSet<UnitId> = lessee.held().into_iter().map(|(unit, _)| unit).collect();
         let plan = decide::plan(&View {
-            me: &self.id,
+            me: &lessee.id,
             leases: &self.rows,
             held: &held,
             observations: &self.observations,
             now,
-            duration: self.settings.duration,
-            max_steals: self.settings.max_steals_per_round,
+            duration: lessee.settings.duration,
+            max_steals: lessee.settings.max_steals_per_round,
         });
         report.target = plan.target;
-        for claim in plan.claims {
-            let taken = self
+        let mut spare = plan.spare.into_iter();
+        let mut claims: std::collections::VecDeque<decide::Claim> = plan.claims.into();
+        while let Some(claim) = claims.pop_front() {
+            let taken = lessee
                 .table
-                .take(&self.pipeline, &claim.unit, claim.seen, &self.id)
+                .take(&lessee.pipeline, &claim.unit, claim.seen, &lessee.id)
                 .await;
             match taken {
                 Ok(row) => {
-                    self.held.insert(
+                    lessee.insert(
                         claim.unit.clone(),
                         Holding {
                             counter: row.counter,
@@ -435,19 +283,36 @@ impl<T: LeaseTable> Worker<T> {
                     }
                     self.replace_row(row);
                 }
-                // Someone else won the race; a lost reply is taken again next round (its row
-                // names this worker, §11.4 rule 3).
-                Err(LeaseError::Conflict { .. }) => {}
+                // Someone else won the race: the next free lease instead (a steal is not
+                // replaced). A lost reply is taken again next round (its row names this
+                // worker, §11.4 rule 3).
+                Err(LeaseError::Conflict { .. }) => {
+                    if claim.unit.is_work()
+                        && claim.victim.is_none()
+                        && let Some(next) = spare.next()
+                    {
+                        claims.push_front(next);
+                    }
+                }
                 Err(error @ LeaseError::Transient(_)) => report.transient.push(error),
                 Err(error) => return Err(error),
             }
         }
-        Ok(self.finish(report))
+        Ok(self.finish(report, now))
     }
 
-    fn finish(&self, mut report: RoundReport) -> RoundReport {
+    fn finish(&self, mut report: RoundReport, now: LocalTime) -> RoundReport {
         report.leader = self.is_leader();
         report.lost.retain(|lost| lost.unit.is_work());
+        let duration = self.lessee.settings.duration;
+        report.next_expiry = self
+            .rows
+            .iter()
+            .filter(|row| row.unit.is_work() || row.unit == UnitId::Leader)
+            .filter(|row| !row.state.is_finished() && !row.is_owned_by(&self.lessee.id))
+            .filter_map(|row| self.observations.expires_at(row, duration))
+            .filter(|at| *at > now)
+            .min();
         report
     }
 
@@ -466,7 +331,7 @@ impl<T: LeaseTable> Worker<T> {
         if !self.is_leader() {
             return Ok(report);
         }
-        let plan = decide::sync(&self.rows, discovered, self.table.clock_ms());
+        let plan = decide::sync(&self.rows, discovered, self.lessee.table.clock_ms());
         let mut failed: BTreeSet<UnitId> = BTreeSet::new();
         for lease in plan.create {
             // A child waits for the next sync when its parent's row could not be written.
@@ -474,7 +339,12 @@ impl<T: LeaseTable> Worker<T> {
                 failed.insert(lease.unit.clone());
                 continue;
             }
-            match self.table.create(&self.pipeline, &lease).await {
+            match self
+                .lessee
+                .table
+                .create(&self.lessee.pipeline, &lease)
+                .await
+            {
                 Ok(()) => {
                     report.created.push(lease.unit.clone());
                     self.replace_row(lease);
@@ -487,8 +357,24 @@ impl<T: LeaseTable> Worker<T> {
                 Err(error) => return Err(error),
             }
         }
-        for (unit, seen) in plan.delete {
-            match self.table.delete(&self.pipeline, &unit, seen).await {
+        // Presence rows no process renews any more (it died, or handed back): deleted, so
+        // the table does not keep one per process that ever ran (§11.2 rule 7).
+        let duration = self.lessee.settings.duration;
+        let gone = self.rows.iter().filter(|row| {
+            matches!(row.unit, UnitId::Worker(_))
+                && !row.is_owned_by(&self.lessee.id)
+                && (row.owner.is_none()
+                    || self.observations.is_expired(row, self.last_round, duration))
+        });
+        let gone: Vec<(UnitId, LeaseCounter)> =
+            gone.map(|row| (row.unit.clone(), row.counter)).collect();
+        for (unit, seen) in plan.delete.into_iter().chain(gone) {
+            match self
+                .lessee
+                .table
+                .delete(&self.lessee.pipeline, &unit, seen)
+                .await
+            {
                 Ok(()) => {
                     self.rows.retain(|row| row.unit != unit);
                     report.deleted.push(unit);
@@ -513,81 +399,16 @@ impl<T: LeaseTable> Worker<T> {
         state: LeaseState,
         now: LocalTime,
     ) -> Result<LeaseCounter, CheckpointError> {
-        let Some(holding) = self.held.get(unit).copied() else {
-            return Err(CheckpointError::NotHeld(unit.clone()));
-        };
-        let lost = |reason| {
-            CheckpointError::Lost(Lost {
-                unit: unit.clone(),
-                reason,
-            })
-        };
-        if now.since(holding.written_at) >= self.settings.duration {
-            self.held.remove(unit);
-            return Err(lost(LostReason::Expired));
-        }
-        if holding.unsettled {
-            let before = holding.counter;
-            let (row, _) = self.settle(unit).await.map_err(CheckpointError::Request)?;
-            if let Some(row) = row.filter(|row| {
-                Some(row.counter) == before.next()
-                    && row.checkpoint.as_deref() == Some(checkpoint)
-                    && row.state == state
-            }) {
-                // The lost answer was this very checkpoint.
-                self.held.remove(unit);
-                self.wrote(unit, holding.written_at, &Ok(row.clone()));
-                return Ok(row.counter);
-            }
-        }
-        let Some(holding) = self.held.get(unit).copied() else {
-            return Err(lost(LostReason::Taken));
-        };
-        let result = self
-            .table
-            .checkpoint(
-                &self.pipeline,
-                unit,
-                &self.held(&holding),
-                checkpoint,
-                state,
-            )
-            .await;
-        if let Some(lost) = self.wrote(unit, now, &result) {
-            return Err(CheckpointError::Lost(lost));
-        }
-        match result {
-            Ok(row) => {
-                self.replace_row(row.clone());
-                Ok(row.counter)
-            }
-            Err(error) => Err(CheckpointError::Request(error)),
-        }
+        let row = self.lessee.checkpoint(unit, checkpoint, state, now).await?;
+        let counter = row.counter;
+        self.replace_row(row);
+        Ok(counter)
     }
 
     /// Hands every held lease back (§11.7 rule 3), the leader lease included: owner cleared,
     /// counter bumped, so others take them at once. Call it after the units' final
     /// checkpoints. Returns the leases that could not be handed back (they expire instead).
     pub async fn release_all(&mut self) -> Vec<(UnitId, LeaseError)> {
-        let mut failed = Vec::new();
-        let units: Vec<UnitId> = self.held.keys().cloned().collect();
-        for unit in units {
-            if self.held.get(&unit).is_some_and(|h| h.unsettled)
-                && let Err(error) = self.settle(&unit).await
-            {
-                failed.push((unit.clone(), error));
-            }
-            let Some(holding) = self.held.remove(&unit) else {
-                continue;
-            };
-            let result = self
-                .table
-                .release(&self.pipeline, &unit, &self.held(&holding))
-                .await;
-            if let Err(error) = result {
-                failed.push((unit, error));
-            }
-        }
-        failed
+        self.lessee.release_all().await
     }
 }

@@ -11,6 +11,12 @@
 //!    clock has its own origin.
 //! 3. Workers crash (they vanish holding leases) and pause for longer than a lease; a paused
 //!    worker that wakes first tries to checkpoint its units, as a zombie would.
+//! 3a. Under CPU pressure ([`Pressure`]) a worker's data plane stalls now and then (a slow sink
+//!    write, a reader starved of CPU): while it stalls, that worker neither reads, checkpoints
+//!    nor runs a round, as in the runners, whose rounds share the loop with the sink. Its
+//!    keeper's passes ([`Renewal::Keeper`]) go on, each woken late by up to a delay (a task
+//!    waiting for a CPU); with [`Renewal::InRounds`] (the old behaviour) only the rounds
+//!    renew.
 //! 4. Finished shards whose children are finished stop being listed (trimmed); the leader
 //!    deletes their rows.
 //!
@@ -24,6 +30,9 @@
 //! - No record of a child is read before every parent with a row committed its end.
 //! - With open units and the faults over, the work is balanced: nobody holds more than
 //!   `ceil(units / live workers) + 1`, and every unit is held.
+//! - Under pressure, with the keeper, no live worker loses a lease; a crashed worker's leases
+//!   are all held by others within a duration and a round of its crash (plus the longest
+//!   stall of a taker).
 //!
 //! # Replay
 //! `SIM_SEED=12` runs one seed; `SIM_SEEDS=3000` runs more; `SIM_TRACE=1` prints the figures
@@ -43,6 +52,26 @@ use super::*;
 use crate::ids::ShardId;
 
 const STEP_MS: u64 = 250;
+
+/// Who renews the held leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// Only the rounds, which wait on the data plane (the behaviour before the keeper).
+    InRounds,
+    /// The keeper, on its own timer; the rounds renew what is due too.
+    Keeper,
+}
+
+/// CPU pressure: data-plane stalls and late keeper wakes.
+#[derive(Debug, Clone, Copy)]
+struct Pressure {
+    /// Chance, per worker and step, that its data plane stalls.
+    stall_rate: f64,
+    /// How long a stall lasts, in ms.
+    stall_ms: (u64, u64),
+    /// Most a keeper wake is late, in ms.
+    keeper_delay_ms: u64,
+}
 const DURATION_SECS: u64 = 10;
 const DEADLINE_MS: u64 = 30 * 60 * 1000;
 
@@ -63,9 +92,16 @@ enum Life {
 
 struct SimWorker {
     worker: Worker<MemoryLeaseTable>,
+    keeper: LeaseKeeper<MemoryLeaseTable>,
     /// Its clock's origin, in simulated ms: local = sim + offset.
     offset: u64,
     next_round: u64,
+    /// The next regular round: every renewal interval, whatever ran between.
+    grid: u64,
+    /// The keeper's next wake.
+    next_keep: u64,
+    /// Its data plane stalls until then (pressure).
+    busy_until: u64,
     life: Life,
     /// Held units, with the last record read and committed.
     readers: BTreeMap<UnitId, Reader>,
@@ -73,11 +109,18 @@ struct SimWorker {
     lost: BTreeSet<UnitId>,
     started_at: u64,
     ended_at: Option<u64>,
+    /// It was paused once: its losses are expected.
+    paused: bool,
 }
 
 impl SimWorker {
     fn local(&self, now: u64) -> LocalTime {
         LocalTime::from_millis(now + self.offset)
+    }
+
+    /// A reading of its clock in simulated ms.
+    fn sim_time(&self, local: LocalTime) -> u64 {
+        (local.since_origin().as_millis() as u64).saturating_sub(self.offset)
     }
 }
 
@@ -101,6 +144,10 @@ struct Figures {
     takeovers: Vec<u64>,
     zombie_refusals: u64,
     steals: u64,
+    /// Leases lost by workers that neither crashed nor paused.
+    lost_live: u64,
+    /// Whether the lease table failed requests in this seed.
+    faults: bool,
 }
 
 fn pipeline() -> PipelineName {
@@ -171,6 +218,8 @@ fn script(rng: &mut StdRng, open: bool) -> Vec<Unit> {
 struct Sim {
     seed: u64,
     rng: StdRng,
+    renewal: Renewal,
+    pressure: Option<Pressure>,
     table: MemoryLeaseTable,
     settings: LeaseSettings,
     units: BTreeMap<UnitId, Unit>,
@@ -194,7 +243,8 @@ impl Sim {
     fn new(seed: u64, open: bool) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
         let table = MemoryLeaseTable::seeded(seed);
-        if !open && rng.random_bool(0.5) {
+        let faults = !open && rng.random_bool(0.5);
+        if faults {
             table.set_faults(Faults {
                 fail_rate: 0.03,
                 lost_reply_rate: 0.03,
@@ -208,12 +258,17 @@ impl Sim {
         let mut sim = Sim {
             seed,
             rng,
+            renewal: Renewal::Keeper,
+            pressure: None,
             table,
             settings: LeaseSettings::new(DURATION_SECS).unwrap(),
             units,
             workers: Vec::new(),
             crashes: Vec::new(),
-            figures: Figures::default(),
+            figures: Figures {
+                faults,
+                ..Figures::default()
+            },
             unlisted: BTreeSet::new(),
             ended_at: BTreeMap::new(),
             commits: Vec::new(),
@@ -232,15 +287,21 @@ impl Sim {
         self.joined += 1;
         let offset = self.rng.random_range(0..1_000_000);
         let first = now + self.rng.random_range(0..3_000);
+        let worker = Worker::new(self.table.connect(), pipeline(), id, self.settings);
         self.workers.push(SimWorker {
-            worker: Worker::new(self.table.connect(), pipeline(), id, self.settings),
+            keeper: worker.keeper(),
+            worker,
             offset,
             next_round: first,
+            grid: first,
+            next_keep: first,
+            busy_until: 0,
             life: Life::Running,
             readers: BTreeMap::new(),
             lost: BTreeSet::new(),
             started_at: now,
             ended_at: None,
+            paused: false,
         });
     }
 
@@ -301,6 +362,7 @@ impl Sim {
         {
             let pause = DURATION_SECS * 1000 + self.rng.random_range(1_000..15_000);
             self.workers[i].life = Life::Paused { until: now + pause };
+            self.workers[i].paused = true;
         }
     }
 
@@ -363,14 +425,57 @@ impl Sim {
                 Life::Paused { .. } => self.wake(i, now).await,
                 Life::Running => {}
             }
+            // The keeper wakes on its own timer, whatever the data plane does.
+            if self.renewal == Renewal::Keeper && now >= self.workers[i].next_keep {
+                self.keep(i, now).await;
+            }
+            if now < self.workers[i].busy_until {
+                continue;
+            }
+            // A due round runs before the data plane's next step (the runners' loops poll
+            // the round first).
             if now >= self.workers[i].next_round {
                 self.round(i, now).await;
+            }
+            if let Some(pressure) = self.pressure
+                && self.rng.random_bool(pressure.stall_rate)
+            {
+                let (least, most) = pressure.stall_ms;
+                self.workers[i].busy_until = now + self.rng.random_range(least..=most);
+                continue;
             }
             self.read(i, now, now >= quiet_from).await;
         }
         self.takeovers(now);
         self.ends(now);
         self.trim(now);
+    }
+
+    /// One keeper pass; its next wake is late by up to the pressure's delay.
+    async fn keep(&mut self, i: usize, now: u64) {
+        let local = self.workers[i].local(now);
+        let pass = self.workers[i].keeper.pass(local).await.unwrap();
+        for lost in pass.lost {
+            self.lost(i, lost.unit, &lost.reason);
+        }
+        let delay = self
+            .pressure
+            .map_or(0, |p| self.rng.random_range(0..=p.keeper_delay_ms));
+        let next = self.workers[i].sim_time(pass.next);
+        self.workers[i].next_keep = next + delay;
+    }
+
+    /// Worker `i` was told it lost `unit`.
+    fn lost(&mut self, i: usize, unit: UnitId, reason: &LostReason) {
+        let worker = &mut self.workers[i];
+        worker.readers.remove(&unit);
+        if *reason != LostReason::Ended {
+            worker.lost.insert(unit);
+        }
+        // A lease taken from it is counted by the taker (a steal is no loss).
+        if *reason == LostReason::Expired && !worker.paused {
+            self.figures.lost_live += 1;
+        }
     }
 
     /// A paused worker wakes and first commits its next records, as if nothing happened.
@@ -400,12 +505,21 @@ impl Sim {
             self.checkpointed(i, &unit, next, state, result);
         }
         self.workers[i].next_round = now;
+        self.workers[i].next_keep = now;
     }
 
     async fn round(&mut self, i: usize, now: u64) {
         let local = self.workers[i].local(now);
         let report = self.workers[i].worker.round(local).await.unwrap();
-        self.workers[i].next_round = now + self.settings.renew_interval().as_millis() as u64;
+        // Rounds keep to their grid, and one more runs when a lease seen standing still
+        // expires (§11.4 rule 5).
+        let interval = self.settings.renew_interval().as_millis() as u64;
+        let worker = &mut self.workers[i];
+        while worker.grid <= now {
+            worker.grid += interval;
+        }
+        let expiry = report.next_expiry.map(|at| worker.sim_time(at));
+        worker.next_round = expiry.map_or(worker.grid, |at| at.min(worker.grid));
         if std::env::var_os("SIM_ROUNDS").is_some() {
             eprintln!(
                 "{now} {}: held {} target {} taken {:?} lost {:?} transient {}",
@@ -426,10 +540,7 @@ impl Sim {
             );
         }
         for lost in report.lost {
-            self.workers[i].readers.remove(&lost.unit);
-            if lost.reason != LostReason::Ended {
-                self.workers[i].lost.insert(lost.unit);
-            }
+            self.lost(i, lost.unit, &lost.reason);
         }
         let rows: BTreeMap<UnitId, Lease> = self
             .table
@@ -460,6 +571,8 @@ impl Sim {
             );
             if taken.stolen_from.is_some() {
                 self.figures.steals += 1;
+            } else if self.pressure.is_some() && self.taken_from_live(i, &taken) {
+                self.figures.lost_live += 1;
             }
             self.workers[i].lost.remove(unit);
             let reader = Reader {
@@ -472,6 +585,24 @@ impl Sim {
             let listed = self.listed(now);
             self.workers[i].worker.sync(&listed).await.unwrap();
         }
+    }
+
+    /// Whether `taken`, not a steal, was held by another worker that neither crashed nor
+    /// paused: a lease it lost by expiry while it lived.
+    fn taken_from_live(&self, i: usize, taken: &Taken) -> bool {
+        let before = self.table.log().into_iter().rev().find_map(|write| {
+            (write.kind == WriteKind::Take
+                && write.unit == taken.unit
+                && write.after.as_ref().map(|a| a.counter) == Some(taken.counter))
+            .then_some(write.before)
+        });
+        let Some(owner) = before.flatten().and_then(|row| row.owner) else {
+            return false;
+        };
+        self.workers
+            .iter()
+            .enumerate()
+            .any(|(j, w)| j != i && w.worker.id() == &owner && w.life != Life::Crashed && !w.paused)
     }
 
     /// The last checkpoint committed for `unit`, from the table's log.
@@ -549,7 +680,7 @@ impl Sim {
             }
             Err(CheckpointError::Lost(lost)) => {
                 self.workers[i].readers.remove(unit);
-                self.workers[i].lost.insert(lost.unit);
+                self.lost(i, lost.unit, &lost.reason);
             }
             // Retried with the next record read.
             Err(CheckpointError::Request(_)) => {}

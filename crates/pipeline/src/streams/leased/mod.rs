@@ -10,8 +10,10 @@
 //! 2. A shard's records are acknowledged before its sequence number is checkpointed; the
 //!    checkpoint is written at most every `checkpoint_interval`, at once when the shard ends,
 //!    and before a graceful stop hands the lease back.
-//! 3. A lost lease (a round, a refused checkpoint, a refused fence) stops its shard at once;
-//!    nothing more is checkpointed for it.
+//! 3. The worker's leases are renewed by its keeper, on a timer of its own: a slow batch
+//!    delays the rounds, not the renewals (docs/coordination.md §11.4 rule 1).
+//! 4. A lost lease (the keeper, a round, a refused checkpoint, a refused fence) stops its
+//!    shard at once; nothing more is checkpointed for it.
 //!
 //! # Where a shard starts
 //! - A row without a checkpoint: at `TRIM_HORIZON`.
@@ -41,22 +43,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use ddbpipe_source::api::{ShardDescription, StartAt, StreamsApi};
-use ddbpipe_source::clock::unix_now_ms;
-use ddbpipe_source::config::StartPosition;
-use ddbpipe_source::error::ReadError;
-use ddbpipe_source::events::{LagMeasured, ShardsCounted};
+use ddbpipe_source::api::{StartAt, StreamsApi};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{
-    LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
+    KeeperHandle, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
 };
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
-use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
+use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_source::streams::handover::{Handed, Handover, StreamMark};
-use ddbpipe_source::streams::lineage::ShardGraph;
-use ddbpipe_source::streams::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
-use ddbpipe_source::streams::shard_sync;
+use ddbpipe_source::streams::shard_reader::{ShardState, StreamContext, StreamError};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -65,10 +61,17 @@ use tracing::Instrument;
 use super::{HANDOVER_DEPTH, StreamRun};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
-use crate::runner::units::{self, Checkpointed, Took};
+use crate::runner::units::{self, Checkpointed, Rounds, Took};
 use crate::runner::{LeaseCounts, Progress, RunError, pending_deadline, sleep_until};
 use crate::sink::Sink;
 use crate::state::identity::Identity;
+
+mod discovery;
+mod read;
+mod start;
+
+use read::{ReadFlags, read_shard};
+use start::{Start, decode_checkpoint};
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
@@ -176,9 +179,14 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             stop: stop.clone(),
             last_records: Instant::now(),
         };
-        let result = shared.drive(sink, rx, &stop, progress).await;
+        let mut rounds = Rounds::new(shared.origin, shared.worker.settings().renew_interval());
+        let mut keeper = shared.worker.keeper().spawn(rounds.clock());
+        let result = shared
+            .drive(sink, rx, &stop, progress, &mut rounds, &mut keeper)
+            .await;
         let saved = shared.save_all(true).await;
         let released = shared.worker.release_all().await;
+        drop(keeper);
         for (unit, error) in &released {
             tracing::warn!(lease = %unit, error = %error, "A lease could not be handed back; it expires instead.");
         }
@@ -236,6 +244,8 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         mut rx: mpsc::Receiver<(u64, Handed)>,
         stop: &Cancel,
         progress: &dyn Progress,
+        rounds: &mut Rounds,
+        keeper: &mut KeeperHandle,
     ) -> Result<EndReason, RunError> {
         // A fencing sink gets one shard per batch (its fence), so a hand-over is a batch.
         let fenced = sink.fences();
@@ -245,18 +255,22 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             self.run.batch
         });
         let mut deadline: Option<Instant> = None;
-        let mut next_round = Instant::now();
-        let interval = self.worker.settings().renew_interval();
         let end = loop {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break EndReason::Stopped,
-                () = tokio::time::sleep_until(next_round) => {
-                    let again = self.round(sink).await?;
+                event = keeper.next() => {
+                    let lost = units::kept(event)?;
+                    if let UnitId::Shard(shard) = lost.unit {
+                        self.lose(&shard, &lost.reason);
+                    }
+                }
+                () = tokio::time::sleep_until(rounds.next) => {
+                    let (again, expiry) = self.round(sink).await?;
                     if let Some(end) = self.ended(&batcher) {
                         break end;
                     }
-                    next_round = Instant::now() + if again { Duration::ZERO } else { interval };
+                    rounds.ran(expiry, again);
                 }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.joined(joined)?;
@@ -337,8 +351,12 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     }
 
     /// One round (§11.4): renew, list, take, steal; as the leader, list the stream and write
-    /// its shards' rows. Returns whether to run the next round at once.
-    async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<bool, RunError> {
+    /// its shards' rows. Returns whether to run the next round at once, and when a lease seen
+    /// standing still expires.
+    async fn round<S: Sink>(
+        &mut self,
+        sink: &mut S,
+    ) -> Result<(bool, Option<LocalTime>), RunError> {
         let report = self.worker.round(self.now()).await?;
         let now = self.now();
         let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
@@ -387,105 +405,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         }
         self.save_all(false).await?;
         self.measure();
-        Ok(again)
-    }
-
-    /// Whether the leader lists the stream this round (module docs, Discovery).
-    fn listing_due(&self) -> bool {
-        let Some(at) = self.listed_at else {
-            return true;
-        };
-        let since = at.elapsed();
-        if since >= self.run.bounds.discovery_interval {
-            return true;
-        }
-        let rows = self.worker.rows();
-        let childless_end = rows.iter().any(|row| {
-            matches!(row.unit, UnitId::Shard(_))
-                && row.state.is_finished()
-                && !rows.iter().any(|child| child.parents.contains(&row.unit))
-        });
-        childless_end && !self.disabled && since >= CHILD_LOOKUP_INTERVAL
-    }
-
-    /// Lists the stream and writes the rows of its shards; returns whether rows were created.
-    async fn sync_shards(&mut self) -> Result<bool, RunError> {
-        let discovery = match shard_sync::discover(
-            self.api.as_ref(),
-            &self.run.stream_arn,
-            &self.run.retry,
-            &self.stop,
-            self.observer.as_ref(),
-        )
-        .await
-        {
-            Ok(discovery) => discovery,
-            Err(ReadError::Cancelled) => return Ok(false),
-            Err(error) => return Err(RunError::Read(error)),
-        };
-        self.listed_at = Some(Instant::now());
-        self.disabled = discovery.status.as_deref() == Some("DISABLED");
-        let first = !self
-            .worker
-            .rows()
-            .iter()
-            .any(|row| matches!(row.unit, UnitId::Shard(_)));
-        let mut specs = shard_specs(
-            discovery.shards,
-            first.then_some(self.run.start_position),
-            unix_now_ms(),
-        );
-        let shards = specs.len();
-        specs.extend(self.kept.iter().cloned());
-        let synced = self.worker.sync(&specs).await?;
-        for error in &synced.transient {
-            tracing::debug!(error = %error, "A lease row could not be written; the next listing retries it.");
-        }
-        if !synced.created.is_empty() {
-            tracing::info!(
-                created = synced.created.len(),
-                shards,
-                "Shard leases created."
-            );
-        }
-        Ok(!synced.created.is_empty())
-    }
-
-    /// The shard counts and the running lag of the shards this worker holds, as one process
-    /// reports them (docs/streams.md §4.11): the age of the newest record read by a shard not
-    /// caught up, 0 for caught-up ones.
-    fn measure(&self) {
-        let shards: Vec<LagInfo> = self
-            .held
-            .values()
-            .filter(|holding| !holding.ended)
-            .map(|holding| {
-                let newest = holding.newest_ms.load(Ordering::Relaxed);
-                LagInfo {
-                    newest_ts_ms: (newest != i64::MIN).then_some(newest),
-                    caught_up: holding.caught_up.load(Ordering::Relaxed),
-                }
-            })
-            .collect();
-        let lag = running_lag(shards.iter(), unix_now_ms());
-        LagMeasured { seconds: lag }.emit();
-        ShardsCounted {
-            queued: 0,
-            active: self.held.len() as u64,
-            finished: self.shard_rows().0,
-        }
-        .emit();
-    }
-
-    /// (finished, all) shard rows in the lease table.
-    fn shard_rows(&self) -> (u64, u64) {
-        let rows = self.worker.rows();
-        let shards = rows
-            .iter()
-            .filter(|row| matches!(row.unit, UnitId::Shard(_)));
-        let all = shards.clone().count() as u64;
-        let finished = shards.filter(|row| row.state.is_finished()).count() as u64;
-        (finished, all)
+        Ok((again, report.next_expiry))
     }
 
     /// Starts reading a taken shard from `start`.
@@ -732,177 +652,10 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     }
 }
 
-/// What a shard's task tells the loop after each slice.
-struct ReadFlags {
-    caught_up: Arc<AtomicBool>,
-    newest_ms: Arc<AtomicI64>,
-}
-
-/// Reads one shard slice after slice, a read slot per slice, until it drains or is stopped.
-/// The context (and with it the hand-over's sender) is dropped at the end.
-async fn read_shard<A: StreamsApi>(
-    ctx: StreamContext<A>,
-    mut state: ShardState,
-    slots: Arc<Semaphore>,
-    flags: ReadFlags,
-) -> Result<(), StreamError> {
-    loop {
-        let slot = tokio::select! {
-            biased;
-            () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
-            slot = Arc::clone(&slots).acquire_owned() => slot.map_err(|_| StreamError::Stopped)?,
-        };
-        let end = ctx.slice(&mut state).await;
-        drop(slot);
-        flags.caught_up.store(state.caught_up, Ordering::Relaxed);
-        if let Some(ms) = state.newest_ts_ms {
-            flags.newest_ms.store(ms, Ordering::Relaxed);
-        }
-        match end? {
-            SliceEnd::Drained => return Ok(()),
-            SliceEnd::Yield(delay) => {
-                tokio::select! {
-                    biased;
-                    () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-        }
-    }
-}
-
 /// The shard a batch's marks name first (a fencing sink's batch holds one shard).
 fn mark_shard(mark: &StreamMark) -> Option<&ShardId> {
     match mark {
         StreamMark::Advance(shard, _) | StreamMark::Finish(shard, _) => Some(shard),
         _ => None,
-    }
-}
-
-/// Where a taken shard starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Start {
-    TrimHorizon,
-    After(SequenceNumber),
-    /// From `TRIM_HORIZON`, dropping records created before this unix ms.
-    Since(i64),
-}
-
-/// The start of a lease row's checkpoint; a row this version cannot read stops the run.
-fn decode_checkpoint(unit: &UnitId, text: Option<&str>) -> Result<Start, RunError> {
-    let bad = || {
-        RunError::Lease(LeaseError::Fatal(format!(
-            "lease {unit}: its checkpoint '{}' is not a shard position (after:<sequence \
-             number>, latest:<unix ms>); run `ddbpipe state reset` once no worker runs",
-            text.unwrap_or_default()
-        )))
-    };
-    let Some(text) = text else {
-        return Ok(Start::TrimHorizon);
-    };
-    if let Some(seq) = text.strip_prefix("after:") {
-        return SequenceNumber::parse(seq)
-            .map(Start::After)
-            .map_err(|_| bad());
-    }
-    if let Some(ms) = text.strip_prefix("latest:") {
-        return ms.parse().map(Start::Since).map_err(|_| bad());
-    }
-    Err(bad())
-}
-
-/// The lease rows of a listing. On a first run (`first` holds its start position) under
-/// `latest`, open shards start at the run's start and closed ones are created finished.
-/// A shard counts as closed only when a child is listed (some emulators report an ending
-/// sequence number on an open shard).
-pub(super) fn shard_specs(
-    shards: Vec<ShardDescription>,
-    first: Option<StartPosition>,
-    now_ms: i64,
-) -> Vec<UnitSpec> {
-    let mut graph = ShardGraph::new();
-    graph.merge(shards);
-    graph
-        .ids()
-        .filter_map(|id| graph.with_trusted_closed(id))
-        .map(|shard| {
-            let spec = UnitSpec::shard(&shard);
-            match first {
-                Some(StartPosition::Latest) if shard.closed => {
-                    spec.starting(END_CHECKPOINT, LeaseState::ShardEnd)
-                }
-                Some(StartPosition::Latest) => {
-                    spec.starting(format!("latest:{now_ms}"), LeaseState::Pending)
-                }
-                _ => spec,
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shard(id: &str, parent: Option<&str>, closed: bool) -> ShardDescription {
-        ShardDescription {
-            id: ShardId::new(id),
-            parent: parent.map(ShardId::new),
-            closed,
-        }
-    }
-
-    #[test]
-    fn checkpoints_name_where_a_shard_starts() {
-        let unit = UnitId::Shard(ShardId::new("s"));
-        assert_eq!(decode_checkpoint(&unit, None).unwrap(), Start::TrimHorizon);
-        assert_eq!(
-            decode_checkpoint(&unit, Some("after:000000000000000000123")).unwrap(),
-            Start::After(SequenceNumber::parse("000000000000000000123").unwrap())
-        );
-        assert_eq!(
-            decode_checkpoint(&unit, Some("latest:1767225600000")).unwrap(),
-            Start::Since(1767225600000)
-        );
-        for bad in ["after:x", "latest:", "end", "7"] {
-            let error = decode_checkpoint(&unit, Some(bad)).unwrap_err().to_string();
-            assert!(
-                error.contains("lease shard:s") && error.contains(bad),
-                "{error}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_first_latest_run_skips_closed_shards_and_starts_open_ones_at_its_start() {
-        let shards = || {
-            vec![
-                shard("a", None, true),
-                shard("b", Some("a"), false),
-                // Closed but childless: an emulator's open shard; read it.
-                shard("c", None, true),
-            ]
-        };
-        let specs = shard_specs(shards(), Some(StartPosition::Latest), 42);
-        let by: BTreeMap<String, &UnitSpec> =
-            specs.iter().map(|s| (s.unit.to_string(), s)).collect();
-        assert_eq!(by["shard:a"].state, LeaseState::ShardEnd);
-        assert_eq!(by["shard:a"].checkpoint.as_deref(), Some("end"));
-        assert_eq!(by["shard:b"].checkpoint.as_deref(), Some("latest:42"));
-        assert_eq!(
-            by["shard:b"].parents,
-            vec![UnitId::Shard(ShardId::new("a"))]
-        );
-        assert_eq!(by["shard:c"].checkpoint.as_deref(), Some("latest:42"));
-        assert_eq!(by["shard:c"].state, LeaseState::Pending);
-        for later in [None, Some(StartPosition::TrimHorizon)] {
-            let specs = shard_specs(shards(), later, 42);
-            assert!(
-                specs
-                    .iter()
-                    .all(|s| s.checkpoint.is_none() && s.state == LeaseState::Pending),
-                "{later:?}"
-            );
-        }
     }
 }
