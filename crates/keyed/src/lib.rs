@@ -63,6 +63,8 @@
 
 use std::collections::BTreeMap;
 
+use ddbpipe_value::ValueFormat;
+
 mod postgres;
 pub mod sink;
 mod sql;
@@ -96,6 +98,21 @@ impl DocumentType {
             DocumentType::Jsonb => "jsonb",
             DocumentType::Json => "json",
             DocumentType::Text => "text",
+        }
+    }
+
+    /// How records are rendered for a document column of this type when the pipeline's
+    /// `value_format` is `chosen` (docs/values.md §3.7, docs/sinks.md §7.3): `json` and `jsonb`
+    /// keep numbers as exact `numeric`, so plain documents get every number as a JSON number of
+    /// its own digits ([`ValueFormat::PlainExact`]), and one attribute has one JSON type in
+    /// every row. `text` keeps the plain rule (the bytes the jsonl sink writes); typed
+    /// documents are unchanged.
+    pub fn value_format(self, chosen: ValueFormat) -> ValueFormat {
+        match (self, chosen) {
+            (DocumentType::Jsonb | DocumentType::Json, ValueFormat::Plain) => {
+                ValueFormat::PlainExact
+            }
+            (_, chosen) => chosen,
         }
     }
 }
