@@ -6,7 +6,8 @@
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
 //! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
 //! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]),
-//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text), and the version
+//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text in SQLite,
+//! `timestamptz` in PostgreSQL), and the version
 //! of the last write (docs/mirror.md §5.6): `_ddbpipe_version_ms` (integer, null: unix ms) and
 //! `_ddbpipe_version_seq` (text, null: the stream record's sequence number, set only by stream
 //! changes). Primary key: the key columns. A table created before versions existed gets the two

@@ -1649,7 +1649,10 @@ async fn every_number_is_an_exact_json_number_in_json_and_jsonb_documents() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(seen, [format!("0.{}1", "0".repeat(129)), "1.50".to_string()]);
+    assert_eq!(
+        seen,
+        [format!("0.{}1", "0".repeat(129)), "1.50".to_string()]
+    );
     // jsonb's own cast: the number itself, not a string holding it.
     let exact: bool = fx
         .admin
@@ -1666,23 +1669,33 @@ async fn every_number_is_an_exact_json_number_in_json_and_jsonb_documents() {
     assert!(exact);
 }
 
-/// The destination table as the previous ddbpipe created it (`_ddbpipe_updated_at` text), in
-/// `schema`, with rows `(id, updated_at)`.
-async fn create_previous_version_table(admin: &tokio_postgres::Client, schema: &str, rows: &[(&str, &str)]) {
+/// The tables as the previous ddbpipe created them (`_ddbpipe_updated_at` text), in `schema`,
+/// with rows `(id, updated_at)` in the destination table `t`.
+async fn create_previous_version_table(
+    admin: &tokio_postgres::Client,
+    schema: &str,
+    rows: &[(&str, &str)],
+) {
     admin
         .batch_execute(&format!(
             "CREATE TABLE \"{schema}\".\"t\" (\"id\" text NOT NULL, \"doc\" jsonb NOT NULL, \
              \"_ddbpipe_snapshot\" bigint, \"_ddbpipe_updated_at\" text NOT NULL, \
-             \"_ddbpipe_version_ms\" bigint, \"_ddbpipe_version_seq\" text, PRIMARY KEY (\"id\"))"
+             \"_ddbpipe_version_ms\" bigint, \"_ddbpipe_version_seq\" text, PRIMARY KEY (\"id\")); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_state\" (pipeline text NOT NULL, \
+             part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL, \
+             PRIMARY KEY (pipeline, part)); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_fences\" (pipeline text NOT NULL, \
+             unit text NOT NULL, counter bigint NOT NULL, position text, \
+             PRIMARY KEY (pipeline, unit)); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_deleted\" (table_name text NOT NULL, \
+             key_text text NOT NULL, version_ms bigint, PRIMARY KEY (table_name, key_text))"
         ))
         .await
         .unwrap();
     for (id, updated_at) in rows {
         admin
             .execute(
-                &format!(
-                    "INSERT INTO \"{schema}\".t VALUES ($1, '{{\"v\": 0}}', 3, $2, 5, '9')"
-                ),
+                &format!("INSERT INTO \"{schema}\".t VALUES ($1, '{{\"v\": 0}}', 3, $2, 5, '9')"),
                 &[id, updated_at],
             )
             .await
@@ -1735,7 +1748,9 @@ async fn an_updated_at_text_column_becomes_timestamptz_in_place_keeping_each_ins
 
     let detail = first.probe(&spec).await.unwrap();
     assert!(
-        detail.contains("exists, 3 row(s); run converts _ddbpipe_updated_at from text to timestamptz"),
+        detail.contains(
+            "exists, 3 row(s); run converts _ddbpipe_updated_at from text to timestamptz"
+        ),
         "{detail}"
     );
     assert_eq!(updated_at_type(&fx.admin, &fx.schema).await, "text");
@@ -1744,7 +1759,10 @@ async fn an_updated_at_text_column_becomes_timestamptz_in_place_keeping_each_ins
     let mut reader = admin().await;
     let reading = reader.transaction().await.unwrap();
     reading
-        .batch_execute(&format!("LOCK TABLE \"{}\".t IN ACCESS SHARE MODE", fx.schema))
+        .batch_execute(&format!(
+            "LOCK TABLE \"{}\".t IN ACCESS SHARE MODE",
+            fx.schema
+        ))
         .await
         .unwrap();
     let prepare = |db: Database| {
@@ -1831,7 +1849,10 @@ async fn an_updated_at_value_that_is_no_time_fails_check_and_run_naming_the_row(
     create_previous_version_table(
         &fx.admin,
         &fx.schema,
-        &[("good", "2024-05-01T12:00:00.000Z"), ("it's bad", "yesterday")],
+        &[
+            ("good", "2024-05-01T12:00:00.000Z"),
+            ("it's bad", "yesterday"),
+        ],
     )
     .await;
     let spec = fx.spec("t", &[("id", KeyType::S)]);

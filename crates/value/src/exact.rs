@@ -122,8 +122,21 @@ mod tests {
 
     #[test]
     fn text_that_is_not_a_number_stays_a_string() {
-        for text in ["", ".", "abc", "1.2.3", "1ex", "1e", "--1", "1e99999999999999999999"] {
-            assert_eq!(exact(text), serde_json::to_string(text).unwrap(), "{text:?}");
+        for text in [
+            "",
+            ".",
+            "abc",
+            "1.2.3",
+            "1ex",
+            "1e",
+            "--1",
+            "1e99999999999999999999",
+        ] {
+            assert_eq!(
+                exact(text),
+                serde_json::to_string(text).unwrap(),
+                "{text:?}"
+            );
         }
     }
 }

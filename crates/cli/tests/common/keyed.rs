@@ -95,7 +95,11 @@ impl Destination {
 
     /// The rows of a PostgreSQL query in the destination's schema, every column as text.
     pub fn query_texts(&self, sql: &str) -> Vec<Vec<String>> {
-        assert_eq!(self.target, Target::Postgres, "query_texts reads PostgreSQL");
+        assert_eq!(
+            self.target,
+            Target::Postgres,
+            "query_texts reads PostgreSQL"
+        );
         rt().block_on(async {
             let client = pg().await;
             client

@@ -139,7 +139,10 @@ mod tests {
             name: name.into(),
             kind,
         };
-        let columns = [column("pk", crate::KeyType::S), column("sk", crate::KeyType::S)];
+        let columns = [
+            column("pk", crate::KeyType::S),
+            column("sk", crate::KeyType::S),
+        ];
         let key = |pk: &str, sk: &str| [KeyValue::S(pk.into()), KeyValue::S(sk.into())];
         assert_eq!(nul_in_key(&columns, &key("a", "b")), None);
         assert_eq!(nul_in_key(&columns, &key("a", "b\0")), Some("sk"));

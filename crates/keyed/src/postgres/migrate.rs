@@ -25,8 +25,8 @@
 use std::fmt::Write as _;
 
 use super::sql::qualified;
-use crate::sql::{UPDATED_AT_COLUMN, quote};
 use crate::TableSpec;
+use crate::sql::{UPDATED_AT_COLUMN, quote};
 
 /// The shape of an RFC 3339 time as earlier versions stored it (`[0-9]`, not `\d`, so that
 /// `standard_conforming_strings` does not matter).
@@ -74,7 +74,7 @@ pub(super) fn convert_updated_at_sql(spec: &TableSpec, oid: u32, conversion: Con
     let _ = write!(
         body,
         "IF (SELECT atttypid FROM pg_catalog.pg_attribute WHERE attrelid = {oid} \
-         AND attname = {} AND NOT attisdropped) IS DISTINCT FROM 'pg_catalog.text'::regtype \
+         AND attname = {} AND NOT attisdropped) IS DISTINCT FROM 'pg_catalog.text'::regtype::oid \
          THEN RETURN; END IF; \
          SELECT concat_ws(', ', {}) AS key, {column} AS value INTO bad FROM {table} \
          WHERE {column} !~ {} LIMIT 1; \

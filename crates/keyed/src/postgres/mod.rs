@@ -93,30 +93,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tokio_postgres::Statement;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-
-use self::bulk::Bulk;
 use self::conninfo::ConnInfo;
 use self::schema::create_state_sql;
 use self::session::{
     Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
-    lock_key, prepare_if, prepared, statement, try_lock,
+    lock_key, statement, try_lock,
 };
 use self::sql::{
-    StateStatements, UpsertKind, check_identifier, check_key, delete_sql, drop_deleted_marks_sql,
-    key_param, mark_deleted_sql, pass_fences, qualified, repair_delete_sql, repair_mark_sql,
-    repair_sweep_sql, repair_upsert_sql, snapshot_record, spec_context, table_context, upsert_sql,
-    validate,
+    StateStatements, check_identifier, drop_deleted_marks_sql, pass_fences, qualified,
+    repair_sweep_sql, snapshot_record, spec_context, table_context, validate,
 };
-use crate::sql::{
-    NoSnapshotOpen, SNAPSHOT_COLUMN, STATE_TABLE, Write, key_text, now_rfc3339, plan, quote,
-    row_count, row_key,
-};
+use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, quote, row_count};
 use crate::{
-    CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
-    open_record, shared_record,
+    CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, StateWrite, TableSpec, open_record,
+    shared_record,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;

@@ -231,7 +231,13 @@ fn a_postgres_json_document_renders_plain_numbers_exactly() {
         ValueFormat::Plain
     );
     assert_eq!(format(typed, &postgres("")), ValueFormat::Typed);
-    assert_eq!(format(plain, "{type: sqlite, path: x.db}"), ValueFormat::Plain);
-    assert_eq!(format(plain, "{type: jsonl, path: o.jsonl}"), ValueFormat::Plain);
+    assert_eq!(
+        format(plain, "{type: sqlite, path: x.db}"),
+        ValueFormat::Plain
+    );
+    assert_eq!(
+        format(plain, "{type: jsonl, path: o.jsonl}"),
+        ValueFormat::Plain
+    );
     assert_eq!(format(plain, &postgres("")).as_str(), "plain");
 }
