@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::StreamViewType;
 
 use common::keyed::{Destination, Target, postgres_url};
 use common::{
-    COMMANDS, Emulator, Pipeline, Running, assert_hidden, item, s, stderr, stdout, traced,
+    COMMANDS, Emulator, Pipeline, Running, assert_hidden, item, n, s, stderr, stdout, traced,
 };
 
 const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 1";
@@ -319,6 +319,62 @@ mod postgres {
             "{}",
             stderr(&output)
         );
+    }
+
+    /// Issue #24 item 16: a number no double holds was a string in the jsonb document and its
+    /// neighbours numbers, so `(document->'ratio')::numeric` failed. Now a scan into `jsonb`
+    /// and a mirror into `json` write every number as a JSON number of its exact digits
+    /// (docs/values.md §3.7), and the cast is exact in every row.
+    #[test]
+    fn numbers_are_exact_json_numbers_in_jsonb_and_json_documents() {
+        let running = Emulator::Dynoxide.start();
+        running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+        let numbers = [
+            "12345678901234567890123456789012345678",
+            "1E-130",
+            "1E+125",
+            "123456789.123456789",
+            "0.5",
+            "7",
+        ];
+        running.put_items(
+            "orders",
+            numbers
+                .iter()
+                .enumerate()
+                .map(|(i, number)| item(vec![("pk", s(&i.to_string())), ("ratio", n(number))]))
+                .collect(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Destination::new(Target::Postgres, dir.path());
+        let values: Vec<String> = numbers
+            .iter()
+            .enumerate()
+            .map(|(i, number)| format!("('{i}', '{number}')"))
+            .collect();
+        for (source, table, kind) in [
+            ("table_name: orders", "orders_jsonb", "jsonb"),
+            (MIRROR, "orders_json", "json"),
+        ] {
+            let pipeline = pipeline_into(
+                &running,
+                &destination,
+                source,
+                &format!("  table: {table}\n  document_type: {kind}\n"),
+            );
+            let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+            assert_eq!(output.status.code(), Some(0), "{kind}: {}", stderr(&output));
+            let rows = destination.query_texts(&format!(
+                "SELECT d.pk, {kind}_typeof(d.document->'ratio'), \
+                 ((d.document->>'ratio')::numeric = v.x::numeric)::text \
+                 FROM {table} d JOIN (VALUES {}) v(pk, x) ON v.pk = d.pk ORDER BY d.pk",
+                values.join(", ")
+            ));
+            let want: Vec<Vec<String>> = (0..numbers.len())
+                .map(|i| vec![i.to_string(), "number".into(), "true".into()])
+                .collect();
+            assert_eq!(rows, want, "{kind}");
+        }
     }
 
     /// Issue #24 item 8: a session that cannot write — read-only from the URL's `options`, or a

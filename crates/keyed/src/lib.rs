@@ -6,7 +6,8 @@
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
 //! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
 //! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]),
-//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text), and the version
+//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text in SQLite,
+//! `timestamptz` in PostgreSQL), and the version
 //! of the last write (docs/mirror.md §5.6): `_ddbpipe_version_ms` (integer, null: unix ms) and
 //! `_ddbpipe_version_seq` (text, null: the stream record's sequence number, set only by stream
 //! changes). Primary key: the key columns. A table created before versions existed gets the two
@@ -63,6 +64,8 @@
 
 use std::collections::BTreeMap;
 
+use ddbpipe_value::ValueFormat;
+
 mod postgres;
 pub mod sink;
 mod sql;
@@ -96,6 +99,21 @@ impl DocumentType {
             DocumentType::Jsonb => "jsonb",
             DocumentType::Json => "json",
             DocumentType::Text => "text",
+        }
+    }
+
+    /// How records are rendered for a document column of this type when the pipeline's
+    /// `value_format` is `chosen` (docs/values.md §3.7, docs/sinks.md §7.3): `json` and `jsonb`
+    /// keep numbers as exact `numeric`, so plain documents get every number as a JSON number of
+    /// its own digits ([`ValueFormat::PlainExact`]), and one attribute has one JSON type in
+    /// every row. `text` keeps the plain rule (the bytes the jsonl sink writes); typed
+    /// documents are unchanged.
+    pub fn value_format(self, chosen: ValueFormat) -> ValueFormat {
+        match (self, chosen) {
+            (DocumentType::Jsonb | DocumentType::Json, ValueFormat::Plain) => {
+                ValueFormat::PlainExact
+            }
+            (_, chosen) => chosen,
         }
     }
 }

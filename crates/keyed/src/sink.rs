@@ -447,13 +447,13 @@ fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<KeyVa
             }
         }
         // A plain number is its JSON text, taken as it is (no string parse tried first).
-        ValueFormat::Plain
+        ValueFormat::Plain | ValueFormat::PlainExact
             if kind == KeyType::N
                 && text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) =>
         {
             Cow::Borrowed(text)
         }
-        ValueFormat::Plain => serde_json::from_str::<Cow<'_, str>>(text)
+        ValueFormat::Plain | ValueFormat::PlainExact => serde_json::from_str::<Cow<'_, str>>(text)
             .map_err(|_| format!("expected a {} value, found {}", kind.tag(), short(text)))?,
     };
     Ok(match kind {

@@ -166,7 +166,7 @@ async fn creates_the_table_and_reopens_a_compatible_one() {
         ("order_id", "numeric", "NO"),
         ("doc", "jsonb", "NO"),
         ("_ddbpipe_snapshot", "bigint", "YES"),
-        ("_ddbpipe_updated_at", "text", "NO"),
+        ("_ddbpipe_updated_at", "timestamp with time zone", "NO"),
         ("_ddbpipe_version_ms", "bigint", "YES"),
         ("_ddbpipe_version_seq", "text", "YES"),
     ];
@@ -416,7 +416,8 @@ async fn the_snapshot_marker_is_set_while_a_snapshot_is_open_and_kept_otherwise(
         .admin
         .query_one(
             &format!(
-                "SELECT _ddbpipe_updated_at FROM \"{}\".t WHERE id = 'a'",
+                "SELECT to_char(_ddbpipe_updated_at AT TIME ZONE 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM \"{}\".t WHERE id = 'a'",
                 fx.schema
             ),
             &[],
@@ -1329,9 +1330,15 @@ async fn a_table_without_the_version_columns_is_upgraded_by_prepare_and_keeps_it
     };
     let old_columns = columns().await;
 
-    // `check` accepts it and changes nothing.
+    // `check` accepts it, says what the run changes, and changes nothing.
     let detail = fx.db.probe(&spec).await.unwrap();
-    assert!(detail.ends_with("exists, 1 row(s)"), "{detail}");
+    assert!(
+        detail.contains(
+            "exists, 1 row(s); run adds the version columns _ddbpipe_version_ms and \
+             _ddbpipe_version_seq; run converts _ddbpipe_updated_at from text to timestamptz"
+        ),
+        "{detail}"
+    );
     assert_eq!(columns().await, old_columns);
     assert_eq!(fx.admin.tables(&fx.schema).await, ["t"]);
 
@@ -1542,4 +1549,373 @@ async fn probe_runs_the_runs_ddl_and_rolls_it_back() {
         );
     }
     assert!(fx.admin.tables(&fx.schema).await.is_empty());
+}
+
+/// Issue #24 item 16: a number no double holds was a JSON string in a plain document while
+/// its neighbours were numbers, so `(doc->'x')::numeric` failed on some rows. Into `jsonb` and
+/// `json` plain documents are rendered by the exact rule (docs/values.md §3.7): every row's
+/// `x` is a JSON number and casts to exactly the number DynamoDB held.
+#[tokio::test]
+async fn every_number_is_an_exact_json_number_in_json_and_jsonb_documents() {
+    use ddbpipe_value::{Item, Number, Value, ValueFormat};
+
+    let fx = Fixture::new().await;
+    let numbers = [
+        "12345678901234567890123456789012345678",
+        "-9.9999999999999999999999999999999999999E+125",
+        "1E-130",
+        "1E+125",
+        "123456789.123456789",
+        "18446744073709551616",
+        "1.50",
+        "0.1",
+        "7",
+        "0",
+    ];
+    for kind in [DocumentType::Jsonb, DocumentType::Json] {
+        let table = kind.name();
+        let spec = TableSpec {
+            document_type: kind,
+            ..fx.spec(table, &[("id", KeyType::S)])
+        };
+        fx.db.prepare(&spec).await.unwrap();
+        let format = kind.value_format(ValueFormat::Plain);
+        let rows: Vec<RowChange> = numbers
+            .iter()
+            .enumerate()
+            .map(|(i, number)| {
+                let item = Item::from([
+                    ("id".to_string(), Value::S(i.to_string())),
+                    ("x".to_string(), Value::N(Number::new(*number))),
+                    ("xs".to_string(), Value::Ns(vec![Number::new(*number)])),
+                ]);
+                let mut document = Vec::new();
+                format.write_item(&item, &mut document);
+                upsert_key(
+                    vec![s(&i.to_string())],
+                    std::str::from_utf8(&document).unwrap(),
+                    false,
+                )
+            })
+            .collect();
+        fx.apply(&spec, &rows, None).await;
+        let typeof_ = if kind == DocumentType::Jsonb {
+            "jsonb_typeof"
+        } else {
+            "json_typeof"
+        };
+        let found = fx
+            .admin
+            .query(
+                &format!(
+                    "SELECT id, {typeof_}(doc->'x'), {typeof_}(doc->'xs'->0), \
+                     (doc->>'x')::numeric::text, (doc->'xs'->>0)::numeric::text \
+                     FROM \"{}\".\"{table}\" ORDER BY id::int",
+                    fx.schema
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(found.len(), numbers.len(), "{table}");
+        for (row, number) in found.iter().zip(numbers) {
+            let want: String = fx
+                .admin
+                .query_one("SELECT $1::text::numeric::text", &[&number])
+                .await
+                .unwrap()
+                .get(0);
+            let got: (String, String, String, String) =
+                (row.get(1), row.get(2), row.get(3), row.get(4));
+            assert_eq!(
+                got,
+                ("number".into(), "number".into(), want.clone(), want),
+                "{table}: {number}"
+            );
+        }
+    }
+    // What a jsonb reader sees: numeric's text, with the digits after the point as written.
+    let seen: Vec<String> = fx
+        .admin
+        .query(
+            &format!(
+                "SELECT (doc->'x')::text FROM \"{}\".jsonb WHERE id IN ('6', '2') ORDER BY id",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        seen,
+        [format!("0.{}1", "0".repeat(129)), "1.50".to_string()]
+    );
+    // jsonb's own cast: the number itself, not a string holding it.
+    let exact: bool = fx
+        .admin
+        .query_one(
+            &format!(
+                "SELECT bool_and((doc->'x')::numeric = (doc->'xs'->0)::numeric) FROM \"{}\".jsonb",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(exact);
+}
+
+/// The tables as the previous ddbpipe created them (`_ddbpipe_updated_at` text), in `schema`,
+/// with rows `(id, updated_at)` in the destination table `t`.
+async fn create_previous_version_table(
+    admin: &tokio_postgres::Client,
+    schema: &str,
+    rows: &[(&str, &str)],
+) {
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{schema}\".\"t\" (\"id\" text NOT NULL, \"doc\" jsonb NOT NULL, \
+             \"_ddbpipe_snapshot\" bigint, \"_ddbpipe_updated_at\" text NOT NULL, \
+             \"_ddbpipe_version_ms\" bigint, \"_ddbpipe_version_seq\" text, PRIMARY KEY (\"id\")); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_state\" (pipeline text NOT NULL, \
+             part text NOT NULL, value jsonb NOT NULL, updated_at text NOT NULL, \
+             PRIMARY KEY (pipeline, part)); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_fences\" (pipeline text NOT NULL, \
+             unit text NOT NULL, counter bigint NOT NULL, position text, \
+             PRIMARY KEY (pipeline, unit)); \
+             CREATE TABLE \"{schema}\".\"_ddbpipe_deleted\" (table_name text NOT NULL, \
+             key_text text NOT NULL, version_ms bigint, PRIMARY KEY (table_name, key_text))"
+        ))
+        .await
+        .unwrap();
+    for (id, updated_at) in rows {
+        admin
+            .execute(
+                &format!("INSERT INTO \"{schema}\".t VALUES ($1, '{{\"v\": 0}}', 3, $2, 5, '9')"),
+                &[id, updated_at],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The type of `_ddbpipe_updated_at` of table `t` in `schema`.
+async fn updated_at_type(admin: &tokio_postgres::Client, schema: &str) -> String {
+    admin
+        .query_one(
+            "SELECT data_type::text FROM information_schema.columns WHERE table_schema = $1 \
+             AND table_name = 't' AND column_name = '_ddbpipe_updated_at'",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Issue #24 item 16: `_ddbpipe_updated_at` is `timestamptz`. A table of the previous version
+/// (text) is converted in place by `prepare`: `check` says so and changes nothing; two workers
+/// preparing at once (both saw text, both wait for the table's lock) convert it once and both
+/// go on; each value keeps its instant (one without an offset is UTC, whatever the session's
+/// TimeZone); a second `prepare` does nothing; new writes land as timestamptz.
+#[tokio::test]
+async fn an_updated_at_text_column_becomes_timestamptz_in_place_keeping_each_instant() {
+    let fx = Fixture::new().await;
+    create_previous_version_table(
+        &fx.admin,
+        &fx.schema,
+        &[
+            ("utc", "2024-05-01T12:00:00.123Z"),
+            ("offset", "2024-05-01T14:00:00.123+02:00"),
+            ("bare", "2024-05-01T12:00:00.123"),
+        ],
+    )
+    .await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    // Sessions in another time zone than UTC.
+    let tokyo = || async {
+        Database::Postgres(
+            PostgresDatabase::connect(&format!("{}&options=-c%20TimeZone%3DAsia%2FTokyo", url()))
+                .await
+                .unwrap()
+                .with_schema(&fx.schema),
+        )
+    };
+    let (first, second) = (tokyo().await, tokyo().await);
+
+    let detail = first.probe(&spec).await.unwrap();
+    assert!(
+        detail.contains(
+            "exists, 3 row(s); run converts _ddbpipe_updated_at from text to timestamptz"
+        ),
+        "{detail}"
+    );
+    assert_eq!(updated_at_type(&fx.admin, &fx.schema).await, "text");
+
+    // Both workers reach the conversion while a reader holds the table.
+    let mut reader = admin().await;
+    let reading = reader.transaction().await.unwrap();
+    reading
+        .batch_execute(&format!(
+            "LOCK TABLE \"{}\".t IN ACCESS SHARE MODE",
+            fx.schema
+        ))
+        .await
+        .unwrap();
+    let prepare = |db: Database| {
+        let spec = spec.clone();
+        tokio::spawn(async move { db.prepare(&spec).await })
+    };
+    let (a, b) = (prepare(first.clone()), prepare(second.clone()));
+    eventually("both workers waiting for the table's lock", || async {
+        let waiting: i64 = fx
+            .admin
+            .query_one(
+                "SELECT count(*) FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_class c \
+                 ON c.oid = l.relation JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = 't' AND NOT l.granted",
+                &[&fx.schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        waiting == 2
+    })
+    .await;
+    reading.commit().await.unwrap();
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
+
+    assert_eq!(
+        updated_at_type(&fx.admin, &fx.schema).await,
+        "timestamp with time zone"
+    );
+    let instants: BTreeMap<String, String> = fx
+        .admin
+        .query(
+            &format!(
+                "SELECT id, to_char(_ddbpipe_updated_at AT TIME ZONE 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM \"{}\".t",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for id in ["utc", "offset", "bare"] {
+        assert_eq!(instants[id], "2024-05-01T12:00:00.123Z", "{id}");
+    }
+
+    // Done once: check and prepare find nothing more to do; writes carry the state's time.
+    let detail = first.probe(&spec).await.unwrap();
+    assert!(detail.ends_with("exists, 3 row(s)"), "{detail}");
+    first.prepare(&spec).await.unwrap();
+    first
+        .apply(
+            &spec,
+            &[upsert("new", 1, false)],
+            None,
+            &state("p", &[("meta", "{}")], &[]),
+        )
+        .await
+        .unwrap();
+    let written: bool = fx
+        .admin
+        .query_one(
+            &format!(
+                "SELECT _ddbpipe_updated_at = '2024-05-01T12:00:00Z'::timestamptz \
+                 FROM \"{}\".t WHERE id = 'new'",
+                fx.schema
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(written);
+}
+
+/// Issue #24 item 16: a value of the old text column that is no time fails `check` and the
+/// run alike, naming the row's key, the value and what to do; the table is left as it was.
+#[tokio::test]
+async fn an_updated_at_value_that_is_no_time_fails_check_and_run_naming_the_row() {
+    let fx = Fixture::new().await;
+    create_previous_version_table(
+        &fx.admin,
+        &fx.schema,
+        &[
+            ("good", "2024-05-01T12:00:00.000Z"),
+            ("it's bad", "yesterday"),
+        ],
+    )
+    .await;
+    let spec = fx.spec("t", &[("id", KeyType::S)]);
+    let probed = fx.db.probe(&spec).await.unwrap_err();
+    let prepared = fx.db.prepare(&spec).await.unwrap_err();
+    for (what, error) in [("probe", &probed), ("prepare", &prepared)] {
+        assert!(!error.retryable, "{what}");
+        common::assert_contains_all(
+            what,
+            &error.message,
+            &[
+                &format!("postgres table '{}.t'", fx.schema),
+                "the row with key id 'it''s bad' holds 'yesterday' in _ddbpipe_updated_at",
+                "no RFC 3339 time",
+                "nothing was changed",
+                "or delete the row, then run again",
+            ],
+        );
+    }
+    assert_eq!(updated_at_type(&fx.admin, &fx.schema).await, "text");
+    assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 2);
+}
+
+/// Issue #24 item 12: no PostgreSQL text value holds U+0000, so an item with one in a string
+/// key attribute cannot be stored whatever `document_type` says (the old advice, `json`,
+/// could not help, and with `json` the server's error named no item). The batch fails before
+/// anything is written, naming the item's key and the attribute and saying what can help.
+#[tokio::test]
+async fn a_key_holding_u0000_fails_naming_the_item_for_every_document_type() {
+    let fx = Fixture::new().await;
+    for kind in [DocumentType::Jsonb, DocumentType::Json, DocumentType::Text] {
+        let spec = TableSpec {
+            document_type: kind,
+            ..fx.spec(kind.name(), &[("pk", KeyType::S), ("sk", KeyType::S)])
+        };
+        fx.db.prepare(&spec).await.unwrap();
+        let key = || vec![s("a"), s("b\u{0}c")];
+        for bad in [
+            upsert_key(key(), r#"{"pk":"a","sk":"b\u0000c"}"#, false),
+            RowChange::Delete {
+                key: key(),
+                version: Version::default(),
+            },
+        ] {
+            let rows = [upsert_key(vec![s("a"), s("fine")], "{}", false), bad];
+            let error = fx
+                .db
+                .apply(&spec, &rows, None, &state("p", &[("meta", "{}")], &[]))
+                .await
+                .unwrap_err();
+            assert!(!error.retryable, "{}", error.message);
+            common::assert_contains_all(
+                kind.name(),
+                &error.message,
+                &[
+                    "the item with key pk \"a\", sk \"b\\0c\" holds U+0000 in key attribute 'sk'",
+                    "cannot be written to PostgreSQL",
+                    "whatever sink.document_type says",
+                    "sqlite or jsonl sink",
+                ],
+            );
+            assert_eq!(fx.db.count_rows(&spec).await.unwrap(), 0, "{}", kind.name());
+            assert!(load(&fx.db, "p").await.is_empty());
+        }
+    }
 }

@@ -388,7 +388,8 @@ pub struct SourceConfig {
     /// this is a batch of its own). Default 32 MiB.
     pub batch_max_bytes: usize,
     /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default
-    /// `plain`.
+    /// `plain`; a PostgreSQL `json`/`jsonb` destination turns plain into
+    /// [`ValueFormat::PlainExact`] (docs/values.md §3.7).
     pub value_format: ValueFormat,
     /// ★ How snapshots read the table (`snapshot:`): Scan (default) or an export to S3.
     pub snapshot: SnapshotConfig,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::plain::Numbers;
 use crate::{Item, Value, plain, typed};
 
 /// How attribute values are written (`value_format` in the config).
@@ -12,6 +13,11 @@ pub enum ValueFormat {
     Plain,
     /// DynamoDB attribute JSON (§3.3): every value tagged with its type, numbers as their text.
     Typed,
+    /// Plain JSON (§3.1) with every number a JSON number of its own digits (§3.7), for a
+    /// destination that keeps decimals exactly: a PostgreSQL `json` or `jsonb` document column
+    /// chooses it for `value_format: plain`. It is not a config spelling of its own: it is
+    /// spelled `plain`, the choice the user made.
+    PlainExact,
 }
 
 impl ValueFormat {
@@ -19,7 +25,8 @@ impl ValueFormat {
     /// typed (§3.3). Nothing else is written: no newline.
     pub fn write_item(self, item: &Item, out: &mut Vec<u8>) {
         match self {
-            ValueFormat::Plain => plain::write_item(item, out),
+            ValueFormat::Plain => plain::write_item(item, Numbers::Doubles, out),
+            ValueFormat::PlainExact => plain::write_item(item, Numbers::Exact, out),
             ValueFormat::Typed => typed::write_item(item, out),
         }
     }
@@ -27,15 +34,16 @@ impl ValueFormat {
     /// Appends one value in this format (plain form of a value, or its attribute JSON).
     pub fn write_value(self, value: &Value, out: &mut Vec<u8>) {
         match self {
-            ValueFormat::Plain => plain::write_value(value, out),
+            ValueFormat::Plain => plain::write_value(value, Numbers::Doubles, out),
+            ValueFormat::PlainExact => plain::write_value(value, Numbers::Exact, out),
             ValueFormat::Typed => typed::write_value(value, out),
         }
     }
 
-    /// The config spelling: `"plain"` or `"typed"`.
+    /// The config spelling: `"plain"` (for [`ValueFormat::PlainExact`] too) or `"typed"`.
     pub fn as_str(self) -> &'static str {
         match self {
-            ValueFormat::Plain => "plain",
+            ValueFormat::Plain | ValueFormat::PlainExact => "plain",
             ValueFormat::Typed => "typed",
         }
     }
@@ -59,6 +67,7 @@ mod tests {
     #[test]
     fn formats_are_spelled_as_in_the_config() {
         assert_eq!(ValueFormat::Plain.as_str(), "plain");
+        assert_eq!(ValueFormat::PlainExact.as_str(), "plain");
         assert_eq!(ValueFormat::Typed.to_string(), "typed");
     }
 }

@@ -11,8 +11,10 @@
 //!   `BTreeMap`, so its keys are already in output order.
 //! * [`Number`]: a DynamoDB number as its original decimal text. Nothing here passes it through
 //!   `f64` except to decide whether plain output may show it as a JSON number.
-//! * [`ValueFormat`]: `Plain` (§3.1) or `Typed` (§3.3). [`ValueFormat::write_item`] appends an
-//!   item to the caller's buffer; it is the hot path and builds no intermediate values.
+//! * [`ValueFormat`]: `Plain` (§3.1) or `Typed` (§3.3), and `PlainExact` (plain with every
+//!   number a JSON number of its own digits, §3.7) for destinations that keep decimals exactly.
+//!   [`ValueFormat::write_item`] appends an item to the caller's buffer; it is the hot path
+//!   and builds no intermediate values.
 //! * [`plain_number`] / [`PlainNumber`]: the number rule (§3.2) on its own.
 //! * [`item_to_typed_json`] / [`item_from_typed_json`]: attribute JSON as `serde_json` values,
 //!   for scan cursors in state files. Decoding is strict (§3.5) and fails with a
@@ -50,6 +52,7 @@
 //! None.
 
 mod decode;
+mod exact;
 mod format;
 mod json;
 mod limits;

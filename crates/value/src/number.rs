@@ -333,14 +333,14 @@ impl<'a> Decimal<'a> {
 }
 
 /// Splits off the leading ASCII digits.
-fn split_digits(text: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split_digits(text: &[u8]) -> (&[u8], &[u8]) {
     let count = text.iter().take_while(|byte| byte.is_ascii_digit()).count();
     text.split_at(count)
 }
 
 /// An exponent after the `e`: optional sign and at least one digit, the whole rest of the text,
 /// with a value that fits `i64`.
-fn parse_exponent(text: &[u8]) -> Option<i64> {
+pub(crate) fn parse_exponent(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
         Some((b'+', rest)) => (false, rest),

@@ -1,6 +1,7 @@
 //! `value_format: plain` (docs/values.md §3.1): attribute values as ordinary JSON, and back (§3.4).
 //!
-//! `S` is a string, `N` follows the number rule ([`crate::plain_number`]), `B` is base64,
+//! `S` is a string, `N` follows the number rule ([`crate::plain_number`]) or, for a
+//! destination that keeps decimals exactly, the exact rule (`exact`, §3.7), `B` is base64,
 //! `BOOL` a boolean, `NULL` null, `L` and every set an array, `M` an object. Set-ness is not
 //! visible; `typed` keeps it.
 
@@ -8,23 +9,44 @@ use crate::json::{write_array, write_base64, write_i64, write_object, write_str,
 use crate::number::{Classified, classify};
 use crate::{Item, Number, Value};
 
-pub(crate) fn write_item(item: &Item, out: &mut Vec<u8>) {
-    write_object(out, item, |out, value| write_value(value, out));
+/// Which rule plain output writes numbers by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Numbers {
+    /// §3.2: a JSON number when a double holds it exactly, else the text as a string.
+    Doubles,
+    /// §3.7: every number a JSON number with its own digits.
+    Exact,
 }
 
-pub(crate) fn write_value(value: &Value, out: &mut Vec<u8>) {
+impl Numbers {
+    /// Writes one number text by this rule.
+    pub(crate) fn write(self, text: &str, out: &mut Vec<u8>) {
+        match self {
+            Numbers::Doubles => write_number(text, out),
+            Numbers::Exact => crate::exact::write_number(text, out),
+        }
+    }
+}
+
+pub(crate) fn write_item(item: &Item, numbers: Numbers, out: &mut Vec<u8>) {
+    write_object(out, item, |out, value| write_value(value, numbers, out));
+}
+
+pub(crate) fn write_value(value: &Value, numbers: Numbers, out: &mut Vec<u8>) {
     match value {
         Value::S(text) => write_str(out, text),
-        Value::N(number) => write_number(number.as_str(), out),
+        Value::N(number) => numbers.write(number.as_str(), out),
         Value::B(bytes) => write_base64(out, bytes),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Null => out.extend_from_slice(b"null"),
-        Value::M(item) => write_item(item, out),
-        Value::L(values) => write_array(out, values, |out, value| write_value(value, out)),
+        Value::M(item) => write_item(item, numbers, out),
+        Value::L(values) => write_array(out, values, |out, value| {
+            write_value(value, numbers, out);
+        }),
         Value::Ss(texts) => write_array(out, texts, |out, text| write_str(out, text)),
-        Value::Ns(numbers) => write_array(out, numbers, |out, number| {
-            write_number(number.as_str(), out);
+        Value::Ns(texts) => write_array(out, texts, |out, number| {
+            numbers.write(number.as_str(), out);
         }),
         Value::Bs(blobs) => write_array(out, blobs, |out, bytes| write_base64(out, bytes)),
     }

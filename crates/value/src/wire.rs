@@ -43,7 +43,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, Error as _, MapAccess, SeqA
 use crate::ValueFormat;
 use crate::json::{write_base64, write_str};
 use crate::limits::{ItemSize, check_number, number_bytes};
-use crate::plain;
+use crate::{exact, plain};
 
 /// What a [`WireWriter`] checks besides the JSON's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +241,7 @@ impl<'de> WireWriter<'de> {
         }
         match self.format {
             ValueFormat::Plain => plain::write_number(text, out),
+            ValueFormat::PlainExact => exact::write_number(text, out),
             ValueFormat::Typed => write_text(out, text),
         }
         Ok(())

@@ -149,6 +149,35 @@ proptest! {
         }
     }
 
+    /// docs/values.md §3.7: a number text that parses is always a JSON number, of the same
+    /// value and with the same digits after the point; one that does not stays a string.
+    #[test]
+    fn the_exact_rule_writes_every_number_as_a_json_number_of_its_value(text in number_text()) {
+        let mut out = Vec::new();
+        ValueFormat::PlainExact.write_value(&Value::N(Number::new(text.as_str())), &mut out);
+        let out = String::from_utf8(out).unwrap();
+        match reduce(&text) {
+            None => prop_assert_eq!(out, serde_json::to_string(&text).unwrap()),
+            Some(reduced) => {
+                let parsed: Result<serde_json::Value, _> = serde_json::from_str(&out);
+                let is_number = parsed.as_ref().map_or(false, serde_json::Value::is_number);
+                // serde_json refuses exponents past a double's range; the grammar does not.
+                let past_doubles = parsed.is_err() && out.contains(['e', 'E']);
+                prop_assert!(is_number || past_doubles, "{:?} became {}", text, out);
+                prop_assert_eq!(reduce(&out), Some(reduced.clone()), "{:?} became {}", text, out);
+                let fraction = |t: &str| {
+                    t.trim().split(['e', 'E']).next().and_then(|m| m.split_once('.'))
+                        .map(|(_, f)| f.to_string()).unwrap_or_default()
+                };
+                if reduced.1.is_empty() {
+                    prop_assert_eq!(out, "0");
+                } else {
+                    prop_assert_eq!(fraction(&out), fraction(&text), "{:?} became {}", text, out);
+                }
+            }
+        }
+    }
+
     #[test]
     fn exact_numbers_do_not_needlessly_become_strings(text in number_text()) {
         let Some((negative, digits, exponent)) = reduce(&text) else { return Ok(()); };

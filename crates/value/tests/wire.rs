@@ -27,7 +27,7 @@ proptest! {
         reversed in any::<bool>(),
     ) {
         let wire = wire_item(&item, reversed);
-        for format in [ValueFormat::Plain, ValueFormat::Typed] {
+        for format in [ValueFormat::Plain, ValueFormat::PlainExact, ValueFormat::Typed] {
             let mut out = Vec::new();
             write_wire_item(wire.as_bytes(), format, &mut out).unwrap();
             prop_assert_eq!(

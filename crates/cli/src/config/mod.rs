@@ -246,6 +246,12 @@ pub fn parse(
         // A keyed sink commits a transaction per batch: larger batches by default (docs/config.md).
         source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
     }
+    if let (Some((source, _)), Some((SinkConfig::Postgres(postgres), _))) = (&mut source, &sink) {
+        // A json/jsonb document keeps numbers as exact numeric: plain records get every number
+        // as a JSON number of its own digits (docs/values.md §3.7). The spelling stays `plain`,
+        // so the pipeline's identity does not change.
+        source.value_format = postgres.document_type.value_format(source.value_format);
+    }
     let mut errors = Vec::new();
     if let Some((source, _)) = &source {
         source.validate(&mut errors);

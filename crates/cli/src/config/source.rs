@@ -227,7 +227,9 @@ pub(super) static SOURCE: &[Field] = &[
         "value_format",
         of::<ValueFormat>(),
         || json!(defaults::VALUE_FORMAT.as_str()),
-        "How attribute values are written: plain JSON, or typed attribute JSON.",
+        "How attribute values are written: plain JSON, or typed attribute JSON. Plain into a \
+         PostgreSQL json/jsonb document writes every number as a JSON number of its own digits \
+         (docs/values.md §3.7).",
     ),
 ];
 

@@ -18,7 +18,8 @@ pub enum Target {
     Postgres,
 }
 
-/// One destination row: the document, the snapshot marker and `_ddbpipe_updated_at`.
+/// One destination row: the document, the snapshot marker and `_ddbpipe_updated_at` (RFC 3339
+/// UTC with milliseconds, as SQLite stores it and PostgreSQL's `timestamptz` is read back).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub document: Value,
@@ -92,6 +93,36 @@ impl Destination {
         }
     }
 
+    /// The rows of a PostgreSQL query in the destination's schema, every column as text.
+    pub fn query_texts(&self, sql: &str) -> Vec<Vec<String>> {
+        assert_eq!(
+            self.target,
+            Target::Postgres,
+            "query_texts reads PostgreSQL"
+        );
+        rt().block_on(async {
+            let client = pg().await;
+            client
+                .batch_execute(&format!("SET search_path TO \"{}\"", self.schema))
+                .await
+                .expect("search_path");
+            client
+                .simple_query(sql)
+                .await
+                .expect("postgres query")
+                .iter()
+                .filter_map(|message| match message {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).unwrap_or("NULL").to_string())
+                            .collect(),
+                    ),
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
     /// The SQLite file opened read-only (`None` before it exists).
     fn read_only(&self) -> Option<rusqlite::Connection> {
         rusqlite::Connection::open_with_flags(
@@ -133,7 +164,9 @@ impl Destination {
             Target::Postgres => rt().block_on(async {
                 let client = pg().await;
                 let sql = format!(
-                    "SELECT pk::text, document::text, _ddbpipe_snapshot, _ddbpipe_updated_at FROM \"{}\".\"{table}\"",
+                    "SELECT pk::text, document::text, _ddbpipe_snapshot, \
+                     to_char(_ddbpipe_updated_at AT TIME ZONE 'UTC', \
+                     'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM \"{}\".\"{table}\"",
                     self.schema
                 );
                 let Ok(rows) = client.query(&sql, &[]).await else {

@@ -45,7 +45,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement, Transaction};
 
 use super::session::{Failure, fnv1a};
-use super::sql::{conflict_set, key_list, qualified};
+use super::sql::{UPDATED_AT_CAST, conflict_set, key_list, qualified};
 use super::{copy_binary, copy_text, document};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
@@ -197,7 +197,7 @@ fn staged_values(spec: &TableSpec, s: &str, marker: &str, vseq: &str) -> String 
         .collect();
     values.push(format!("{s}.doc{}", document::cast(spec.document_type)));
     values.push(marker.to_string());
-    values.push("$1::text".into());
+    values.push(format!("$1{UPDATED_AT_CAST}"));
     values.push(format!("{s}.vms"));
     values.push(vseq.to_string());
     values.join(", ")
@@ -295,7 +295,7 @@ fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
         Bulk::Change | Bulk::Changes { .. } => "NULL::bigint".into(),
         Bulk::Marked { .. } | Bulk::UnlessNewer { .. } => "$2::bigint".into(),
     });
-    values.push("$1::text".into());
+    values.push(format!("$1{UPDATED_AT_CAST}"));
     values.push("s.vms".into());
     values.push(match bulk {
         Bulk::UnlessNewer { .. } => "NULL::text".into(),

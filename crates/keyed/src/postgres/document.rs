@@ -1,4 +1,10 @@
-//! The document column: its SQL type, and the U+0000 that `jsonb` cannot store.
+//! The document column: its SQL type, and the U+0000 that PostgreSQL cannot store.
+//!
+//! # U+0000 in a key
+//! A string key attribute goes into a `text` column, and no PostgreSQL text value holds
+//! U+0000, whatever `sink.document_type` says. Such an item (an upsert or a delete) fails its
+//! batch before anything is sent, with a definite error naming the item's key and the key
+//! attribute, saying that PostgreSQL cannot store it ([`nul_in_key`]).
 //!
 //! # U+0000 and `jsonb`
 //! DynamoDB strings may hold U+0000; the rendered document keeps it as the escape `\u0000`.
@@ -65,6 +71,15 @@ fn first_nul(value: &Value, path: &mut String) -> bool {
     }
 }
 
+/// The first string key attribute holding U+0000, which no PostgreSQL text column stores.
+pub(super) fn nul_in_key<'a>(columns: &'a [KeyColumn], key: &[KeyValue]) -> Option<&'a str> {
+    columns
+        .iter()
+        .zip(key)
+        .find(|(_, value)| matches!(value, KeyValue::S(text) if text.contains('\0')))
+        .map(|(column, _)| column.name.as_str())
+}
+
 /// A row's key for messages: `pk "a", sk 12, b 0x0102`.
 pub(super) fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
     let parts: Vec<String> = columns
@@ -116,6 +131,24 @@ mod tests {
         for kind in [DocumentType::Json, DocumentType::Text] {
             assert_eq!(unstorable(kind, r#"{"v":"\u0000"}"#), None);
         }
+    }
+
+    #[test]
+    fn the_first_string_key_holding_nul_is_named() {
+        let column = |name: &str, kind| KeyColumn {
+            name: name.into(),
+            kind,
+        };
+        let columns = [
+            column("pk", crate::KeyType::S),
+            column("sk", crate::KeyType::S),
+        ];
+        let key = |pk: &str, sk: &str| [KeyValue::S(pk.into()), KeyValue::S(sk.into())];
+        assert_eq!(nul_in_key(&columns, &key("a", "b")), None);
+        assert_eq!(nul_in_key(&columns, &key("a", "b\0")), Some("sk"));
+        assert_eq!(nul_in_key(&columns, &key("\0", "\0")), Some("pk"));
+        let bytes = [column("b", crate::KeyType::B)];
+        assert_eq!(nul_in_key(&bytes, &[KeyValue::B(vec![0])]), None);
     }
 
     #[test]

@@ -12,13 +12,19 @@
 //!
 //! # The tables
 //! [`create_tables`] is `prepare`'s DDL: the destination table (or the check of an existing
-//! one, and the version columns it lacks), the state and the deleted-key tables. The run runs
-//! it on the connection; `check` runs the very same statements in a transaction it rolls back,
-//! so whatever the run does first — a missing right, a lock it waits for, a timeout — fails in
-//! `check` the same way, and `check` leaves nothing behind (PostgreSQL's DDL is transactional).
+//! one, and what a table of an earlier ddbpipe lacks: `migrate`), the state and the deleted-key
+//! tables. The run runs it on the connection; `check` runs the very same statements in a
+//! transaction it rolls back, so whatever the run does first — a missing right, a lock it waits
+//! for, a timeout — fails in `check` the same way, and `check` leaves nothing behind
+//! (PostgreSQL's DDL is transactional). One exception: the conversion of `_ddbpipe_updated_at`
+//! rewrites the table, so `check` only checks its values ([`Conversion::Validate`]) and says
+//! that the run converts it.
+
+use std::fmt::Write as _;
 
 use tokio_postgres::{Client, GenericClient};
 
+use super::migrate::{Conversion, convert_updated_at_sql};
 use super::schema::{
     create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
     relation,
@@ -99,11 +105,13 @@ pub(super) async fn writable_session<C: GenericClient + Sync>(
 }
 
 /// `prepare`'s DDL on `client` (the connection, or `check`'s transaction that it rolls back):
-/// creates or checks the destination table, adds the version columns a table of an earlier
-/// ddbpipe lacks, and creates the state and deleted-key tables.
+/// creates or checks the destination table, brings a table of an earlier ddbpipe up to date
+/// (the version columns; `_ddbpipe_updated_at` converted, or only checked: `conversion`), and
+/// creates the state and deleted-key tables.
 pub(super) async fn create_tables<C: GenericClient + Sync>(
     client: &C,
     spec: &TableSpec,
+    conversion: Conversion,
 ) -> Result<(), Failure> {
     let context = spec_context(spec);
     let existing = match inspect(client, spec).await? {
@@ -127,6 +135,11 @@ pub(super) async fn create_tables<C: GenericClient + Sync>(
     for alter in existing.add_version_columns_sql(spec) {
         client.batch_execute(&alter).await?;
     }
+    if existing.updated_at_is_text() {
+        client
+            .batch_execute(&convert_updated_at_sql(spec, existing.oid, conversion))
+            .await?;
+    }
     client
         .batch_execute(&create_state_sql(&spec.schema))
         .await?;
@@ -147,7 +160,7 @@ pub(super) async fn probe(
     writable_session(&*client, server).await?;
     let detail = probe_rights(client, spec).await?;
     let tx = client.transaction().await?;
-    let tried = create_tables(&tx, spec).await;
+    let tried = create_tables(&tx, spec, Conversion::Validate).await;
     // Whatever the DDL did is undone; a failed rollback only means the transaction is gone.
     let _ = tx.rollback().await;
     tried?;
@@ -194,8 +207,9 @@ async fn probe_rights(client: &Client, spec: &TableSpec) -> Result<String, Failu
         Some(existing) => {
             existing.check(spec)?;
             missing_rights(client, existing.oid, &context).await?;
-            if !existing.add_version_columns_sql(spec).is_empty() {
-                may_alter(client, existing.oid, &context).await?;
+            let alterations = existing.alterations(spec);
+            for &alteration in &alterations {
+                may_alter(client, existing.oid, &context, alteration).await?;
             }
             let rows: i64 = client
                 .query_one(
@@ -207,7 +221,11 @@ async fn probe_rights(client: &Client, spec: &TableSpec) -> Result<String, Failu
                 )
                 .await?
                 .try_get(0)?;
-            format!("table '{display}' exists, {} row(s)", row_count(rows))
+            let mut detail = format!("table '{display}' exists, {} row(s)", row_count(rows));
+            for alteration in alterations {
+                let _ = write!(detail, "; {}", alteration.describe());
+            }
+            detail
         }
         None if !spec.create_table => {
             return Err(DbError::fatal(format!(

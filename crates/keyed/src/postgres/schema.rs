@@ -1,6 +1,7 @@
 //! The schema: inspecting an existing destination table (key columns, columns, document type,
 //! rights) against the spec, the `CREATE TABLE` statements of the table, the state and the
-//! deleted-key markers, and adding the version columns to a table of an earlier ddbpipe.
+//! deleted-key markers, and what a table of an earlier ddbpipe lacks (the version columns, a
+//! `timestamptz` `_ddbpipe_updated_at`: `migrate`).
 
 use std::fmt::Write as _;
 
@@ -18,6 +19,53 @@ use crate::sql::{
 const VERSION_COLUMNS: [(&str, &str); 2] =
     [(VERSION_MS_COLUMN, "bigint"), (VERSION_SEQ_COLUMN, "text")];
 use crate::{DbError, TableSpec};
+
+/// The type of `_ddbpipe_updated_at` this version creates and writes (as `format_type` names it).
+pub(super) const UPDATED_AT_TYPE: &str = "timestamp with time zone";
+/// The type earlier versions created it with: `prepare` converts it (`migrate`).
+const OLD_UPDATED_AT_TYPE: &str = "text";
+
+/// What `prepare` changes in a table of an earlier ddbpipe (`ALTER TABLE`, owner only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Alteration {
+    /// Adds the version columns.
+    VersionColumns,
+    /// Converts `_ddbpipe_updated_at` from `text` to `timestamptz`.
+    UpdatedAtType,
+}
+
+impl Alteration {
+    /// What `check` says the run will do.
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Alteration::VersionColumns => {
+                "run adds the version columns _ddbpipe_version_ms and _ddbpipe_version_seq"
+            }
+            Alteration::UpdatedAtType => {
+                "run converts _ddbpipe_updated_at from text to timestamptz (a rewrite of the \
+                 table under an exclusive lock; its times keep their instant, UTC where a value \
+                 has no offset)"
+            }
+        }
+    }
+
+    /// What the owner does by hand, for the message when this role may not.
+    fn by_hand(self) -> String {
+        match self {
+            Alteration::VersionColumns => format!(
+                "lacks the columns {VERSION_MS_COLUMN} and {VERSION_SEQ_COLUMN} (written by an \
+                 earlier ddbpipe) and only its owner can add them; run ddbpipe once as the \
+                 owner, or add them: {VERSION_MS_COLUMN} bigint, {VERSION_SEQ_COLUMN} text"
+            ),
+            Alteration::UpdatedAtType => format!(
+                "has {UPDATED_AT_COLUMN} of type text (written by an earlier ddbpipe), which \
+                 this version converts to timestamptz, and only its owner can; run ddbpipe once \
+                 as the owner, or convert it: ALTER TABLE … ALTER COLUMN {UPDATED_AT_COLUMN} \
+                 TYPE timestamptz USING {UPDATED_AT_COLUMN}::timestamptz"
+            ),
+        }
+    }
+}
 
 /// An existing destination table.
 pub(super) struct Existing {
@@ -72,6 +120,16 @@ impl Existing {
                 missing.join(", ")
             )));
         }
+        if let Some((_, found)) = self.columns.iter().find(|(name, kind)| {
+            name == UPDATED_AT_COLUMN && kind != UPDATED_AT_TYPE && kind != OLD_UPDATED_AT_TYPE
+        }) {
+            return Err(DbError::fatal(format!(
+                "{context} exists with {} of type {found}, but ddbpipe writes timestamptz there \
+                 (and converts the text of earlier versions); alter the column to timestamptz, \
+                 or drop the table or set sink.table to another name",
+                quote(UPDATED_AT_COLUMN)
+            )));
+        }
         let wanted = spec.document_type.name();
         if let Some((_, found)) = self
             .columns
@@ -86,6 +144,25 @@ impl Existing {
             )));
         }
         Ok(())
+    }
+
+    /// What `prepare` changes in this table (nothing for a table of this version).
+    pub(super) fn alterations(&self, spec: &TableSpec) -> Vec<Alteration> {
+        let mut alterations = Vec::new();
+        if !self.add_version_columns_sql(spec).is_empty() {
+            alterations.push(Alteration::VersionColumns);
+        }
+        if self.updated_at_is_text() {
+            alterations.push(Alteration::UpdatedAtType);
+        }
+        alterations
+    }
+
+    /// `_ddbpipe_updated_at` is the `text` of an earlier ddbpipe (`migrate`).
+    pub(super) fn updated_at_is_text(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|(name, kind)| name == UPDATED_AT_COLUMN && kind == OLD_UPDATED_AT_TYPE)
     }
 
     /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS` for each version column the table lacks (none
@@ -189,12 +266,13 @@ pub(super) async fn missing_rights<C: GenericClient + Sync>(
     }
 }
 
-/// Fails unless this role may add columns to the table (`ALTER TABLE` needs its owner): what
-/// `prepare` does to a table of an earlier ddbpipe.
+/// Fails unless this role may alter the table (`ALTER TABLE` needs its owner) as `alteration`
+/// says: what `prepare` does to a table of an earlier ddbpipe.
 pub(super) async fn may_alter<C: GenericClient + Sync>(
     client: &C,
     oid: u32,
     context: &str,
+    alteration: Alteration,
 ) -> Result<(), Failure> {
     let owner: bool = client
         .query_one(
@@ -207,12 +285,7 @@ pub(super) async fn may_alter<C: GenericClient + Sync>(
     if owner {
         Ok(())
     } else {
-        Err(DbError::fatal(format!(
-            "{context} lacks the columns {VERSION_MS_COLUMN} and {VERSION_SEQ_COLUMN} (written \
-             by an earlier ddbpipe) and only its owner can add them; run ddbpipe once as the \
-             owner, or add them: {VERSION_MS_COLUMN} bigint, {VERSION_SEQ_COLUMN} text"
-        ))
-        .into())
+        Err(DbError::fatal(format!("{context} {}", alteration.by_hand())).into())
     }
 }
 
@@ -231,7 +304,7 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     }
     let _ = write!(
         sql,
-        "{} {} NOT NULL, {} bigint, {} text NOT NULL, ",
+        "{} {} NOT NULL, {} bigint, {} timestamptz NOT NULL, ",
         quote(&spec.document_column),
         spec.document_type.name(),
         quote(SNAPSHOT_COLUMN),

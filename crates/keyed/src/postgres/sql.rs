@@ -16,6 +16,9 @@ use crate::sql::{
 };
 use crate::{DbError, KeyType, KeyValue, StateWrite, TableSpec};
 
+/// The parameter cast of `_ddbpipe_updated_at`: RFC 3339 text, stored as `timestamptz`.
+pub(super) const UPDATED_AT_CAST: &str = "::text::timestamptz";
+
 /// PostgreSQL truncates longer identifiers (NAMEDATALEN - 1).
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
@@ -193,7 +196,7 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
         UpsertKind::Change => "NULL".to_string(),
         UpsertKind::Marked | UpsertKind::UnlessNewer => param("::bigint"),
     });
-    values.push(param("::text"));
+    values.push(param(UPDATED_AT_CAST));
     values.push(param("::bigint"));
     values.push(match kind {
         UpsertKind::UnlessNewer => "NULL".to_string(),
@@ -242,7 +245,7 @@ pub(super) fn repair_upsert_sql(spec: &TableSpec) -> String {
         .collect();
     values.push(format!("${}{}", n + 1, document::cast(spec.document_type)));
     values.push(format!("${}::bigint", n + 2));
-    values.push(format!("${}::text", n + 3));
+    values.push(format!("${}{UPDATED_AT_CAST}", n + 3));
     values.push(format!("${}::bigint", n + 4));
     values.push("NULL".into());
     let older = repair_older("t", &format!("EXCLUDED.{version_ms}"));
@@ -519,14 +522,14 @@ mod tests {
             upsert_sql(&spec, UpsertKind::Change),
             "INSERT INTO \"public\".\"or\"\"ders\" (\"id\", \"n\", \"doc\", \"_ddbpipe_snapshot\", \
              \"_ddbpipe_updated_at\", \"_ddbpipe_version_ms\", \"_ddbpipe_version_seq\") VALUES \
-             ($1::text, $2::text::numeric, $3::text::jsonb, NULL, $4::text, $5::bigint, $6::text) \
+             ($1::text, $2::text::numeric, $3::text::jsonb, NULL, $4::text::timestamptz, $5::bigint, $6::text) \
              ON CONFLICT (\"id\", \"n\") DO UPDATE SET \"doc\" = EXCLUDED.\"doc\", \
              \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\", \
              \"_ddbpipe_version_ms\" = EXCLUDED.\"_ddbpipe_version_ms\", \
              \"_ddbpipe_version_seq\" = EXCLUDED.\"_ddbpipe_version_seq\""
         );
         assert!(upsert_sql(&spec, UpsertKind::Marked).ends_with(
-            "$4::bigint, $5::text, $6::bigint, $7::text) ON CONFLICT (\"id\", \"n\") DO UPDATE \
+            "$4::bigint, $5::text::timestamptz, $6::bigint, $7::text) ON CONFLICT (\"id\", \"n\") DO UPDATE \
              SET \"doc\" = EXCLUDED.\"doc\", \"_ddbpipe_updated_at\" = EXCLUDED.\"_ddbpipe_updated_at\", \
              \"_ddbpipe_version_ms\" = EXCLUDED.\"_ddbpipe_version_ms\", \
              \"_ddbpipe_version_seq\" = EXCLUDED.\"_ddbpipe_version_seq\", \
@@ -535,8 +538,8 @@ mod tests {
         let guarded = upsert_sql(&spec, UpsertKind::UnlessNewer);
         assert!(
             guarded.contains(
-                "SELECT $1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text, \
-                 $6::bigint, NULL WHERE NOT EXISTS"
+                "SELECT $1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, \
+                 $5::text::timestamptz, $6::bigint, NULL WHERE NOT EXISTS"
             ) && guarded.contains("d.table_name = $8::text AND d.key_text = $9::text")
                 && guarded.ends_with("t.\"_ddbpipe_version_ms\" > $7::bigint))"),
             "{guarded}"

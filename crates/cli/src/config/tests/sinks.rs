@@ -206,3 +206,38 @@ fn keyed_sinks_default_to_larger_batches_unless_the_file_says() {
     assert_eq!(batch("{table_name: o, batch_size: 7}", postgres), 7);
     assert_eq!(batch("{table_name: o, batch_size: 9000}", jsonl), 9000);
 }
+
+/// Issue #24 item 16 (docs/values.md §3.7): plain records into a PostgreSQL `jsonb` or `json`
+/// document are rendered with every number a JSON number of its own digits; `text`, the other
+/// sinks and `typed` keep their format. The spelling, which the stored identity holds, stays
+/// `plain`.
+#[test]
+fn a_postgres_json_document_renders_plain_numbers_exactly() {
+    let format = |source: &str, sink: &str| {
+        parse_ok(&format!("name: t\nsource: {source}\nsink: {sink}\n"))
+            .source
+            .value_format
+    };
+    let postgres = |extra: &str| format!("{{type: postgres, url: 'postgres://u@h/db'{extra}}}");
+    let plain = "{table_name: o}";
+    let typed = "{table_name: o, value_format: typed}";
+    assert_eq!(format(plain, &postgres("")), ValueFormat::PlainExact);
+    assert_eq!(
+        format(plain, &postgres(", document_type: json")),
+        ValueFormat::PlainExact
+    );
+    assert_eq!(
+        format(plain, &postgres(", document_type: text")),
+        ValueFormat::Plain
+    );
+    assert_eq!(format(typed, &postgres("")), ValueFormat::Typed);
+    assert_eq!(
+        format(plain, "{type: sqlite, path: x.db}"),
+        ValueFormat::Plain
+    );
+    assert_eq!(
+        format(plain, "{type: jsonl, path: o.jsonl}"),
+        ValueFormat::Plain
+    );
+    assert_eq!(format(plain, &postgres("")).as_str(), "plain");
+}
