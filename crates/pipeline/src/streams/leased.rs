@@ -41,20 +41,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use ddbpipe_source::api::{ShardDescription, StartAt, StreamsApi};
+use ddbpipe_source::api::{StartAt, StreamsApi};
 use ddbpipe_source::clock::unix_now_ms;
-use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::events::{LagMeasured, ShardsCounted};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{
-    LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
+    LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
 };
 use ddbpipe_source::position::{StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::handover::{Handed, Handover, StreamMark};
-use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError};
 use ddbpipe_source::streams::shard_sync;
 use tokio::sync::{Semaphore, mpsc};
@@ -62,6 +60,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::lease_rows::{END_CHECKPOINT, Start, decode_checkpoint, shard_specs};
 use super::{HANDOVER_DEPTH, StreamRun};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
@@ -72,8 +71,6 @@ use crate::state::identity::Identity;
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
-/// The checkpoint text of a shard read to its end.
-const END_CHECKPOINT: &str = "end";
 
 /// A stream run by one worker of several.
 pub struct LeasedStreams<A, T> {
@@ -776,133 +773,5 @@ fn mark_shard(mark: &StreamMark) -> Option<&ShardId> {
     match mark {
         StreamMark::Advance(shard, _) | StreamMark::Finish(shard, _) => Some(shard),
         _ => None,
-    }
-}
-
-/// Where a taken shard starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Start {
-    TrimHorizon,
-    After(SequenceNumber),
-    /// From `TRIM_HORIZON`, dropping records created before this unix ms.
-    Since(i64),
-}
-
-/// The start of a lease row's checkpoint; a row this version cannot read stops the run.
-fn decode_checkpoint(unit: &UnitId, text: Option<&str>) -> Result<Start, RunError> {
-    let bad = || {
-        RunError::Lease(LeaseError::Fatal(format!(
-            "lease {unit}: its checkpoint '{}' is not a shard position (after:<sequence \
-             number>, latest:<unix ms>); run `ddbpipe state reset` once no worker runs",
-            text.unwrap_or_default()
-        )))
-    };
-    let Some(text) = text else {
-        return Ok(Start::TrimHorizon);
-    };
-    if let Some(seq) = text.strip_prefix("after:") {
-        return SequenceNumber::parse(seq)
-            .map(Start::After)
-            .map_err(|_| bad());
-    }
-    if let Some(ms) = text.strip_prefix("latest:") {
-        return ms.parse().map(Start::Since).map_err(|_| bad());
-    }
-    Err(bad())
-}
-
-/// The lease rows of a listing. On a first run (`first` holds its start position) under
-/// `latest`, open shards start at the run's start and closed ones are created finished.
-/// A shard counts as closed only when a child is listed (some emulators report an ending
-/// sequence number on an open shard).
-pub(super) fn shard_specs(
-    shards: Vec<ShardDescription>,
-    first: Option<StartPosition>,
-    now_ms: i64,
-) -> Vec<UnitSpec> {
-    let mut graph = ShardGraph::new();
-    graph.merge(shards);
-    graph
-        .ids()
-        .filter_map(|id| graph.with_trusted_closed(id))
-        .map(|shard| {
-            let spec = UnitSpec::shard(&shard);
-            match first {
-                Some(StartPosition::Latest) if shard.closed => {
-                    spec.starting(END_CHECKPOINT, LeaseState::ShardEnd)
-                }
-                Some(StartPosition::Latest) => {
-                    spec.starting(format!("latest:{now_ms}"), LeaseState::Pending)
-                }
-                _ => spec,
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shard(id: &str, parent: Option<&str>, closed: bool) -> ShardDescription {
-        ShardDescription {
-            id: ShardId::new(id),
-            parent: parent.map(ShardId::new),
-            closed,
-        }
-    }
-
-    #[test]
-    fn checkpoints_name_where_a_shard_starts() {
-        let unit = UnitId::Shard(ShardId::new("s"));
-        assert_eq!(decode_checkpoint(&unit, None).unwrap(), Start::TrimHorizon);
-        assert_eq!(
-            decode_checkpoint(&unit, Some("after:000000000000000000123")).unwrap(),
-            Start::After(SequenceNumber::parse("000000000000000000123").unwrap())
-        );
-        assert_eq!(
-            decode_checkpoint(&unit, Some("latest:1767225600000")).unwrap(),
-            Start::Since(1767225600000)
-        );
-        for bad in ["after:x", "latest:", "end", "7"] {
-            let error = decode_checkpoint(&unit, Some(bad)).unwrap_err().to_string();
-            assert!(
-                error.contains("lease shard:s") && error.contains(bad),
-                "{error}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_first_latest_run_skips_closed_shards_and_starts_open_ones_at_its_start() {
-        let shards = || {
-            vec![
-                shard("a", None, true),
-                shard("b", Some("a"), false),
-                // Closed but childless: an emulator's open shard; read it.
-                shard("c", None, true),
-            ]
-        };
-        let specs = shard_specs(shards(), Some(StartPosition::Latest), 42);
-        let by: BTreeMap<String, &UnitSpec> =
-            specs.iter().map(|s| (s.unit.to_string(), s)).collect();
-        assert_eq!(by["shard:a"].state, LeaseState::ShardEnd);
-        assert_eq!(by["shard:a"].checkpoint.as_deref(), Some("end"));
-        assert_eq!(by["shard:b"].checkpoint.as_deref(), Some("latest:42"));
-        assert_eq!(
-            by["shard:b"].parents,
-            vec![UnitId::Shard(ShardId::new("a"))]
-        );
-        assert_eq!(by["shard:c"].checkpoint.as_deref(), Some("latest:42"));
-        assert_eq!(by["shard:c"].state, LeaseState::Pending);
-        for later in [None, Some(StartPosition::TrimHorizon)] {
-            let specs = shard_specs(shards(), later, 42);
-            assert!(
-                specs
-                    .iter()
-                    .all(|s| s.checkpoint.is_none() && s.state == LeaseState::Pending),
-                "{later:?}"
-            );
-        }
     }
 }
