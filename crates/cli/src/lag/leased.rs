@@ -22,13 +22,12 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use ddbpipe_pipeline::streams::row_shard;
 use ddbpipe_source::aws;
-use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::lease::{Lease, UnitId};
 use ddbpipe_source::retry::Cancel;
 use serde_json::{Value as Json, json};
 
-use super::{Holder, LagReport, ShardLag, probe};
+use super::{Holder, LagReport, gap_check, probed};
 use crate::config::{CoordinationConfig, PipelineConfig};
 use crate::failure::Failure;
 use crate::state_cmd::leases;
@@ -65,37 +64,21 @@ pub(super) async fn report(
     } else {
         let position = stream_gaps::leased(&rows, source.mode, &graph)
             .map_err(|error| Failure::runtime(anyhow!("lease table '{table_name}': {error}")))?;
-        let found = stream_gaps::findings(api.as_ref(), source, &stream.arn, &position, &graph);
-        match found.await {
-            Ok(findings) if findings.is_gap() => {
-                let why = stream_gaps::unresumable(&findings.reasons, source.on_gap);
-                return Ok(LagReport::unknown(why).in_lease_table(table_name, holders));
-            }
-            Ok(_) => {}
-            Err(error) => {
-                let why = format!("the trim probe of the lease checkpoints failed: {error}");
-                return Ok(LagReport::unknown(why).in_lease_table(table_name, holders));
-            }
+        let found = gap_check(api.as_ref(), source, &stream.arn, &position, &graph).await;
+        if let Some(report) = found {
+            return Ok(report.in_lease_table(table_name, holders));
         }
         (Some(position), StartPosition::TrimHorizon)
     };
-    let plan = probe::plan(&graph, stored.as_ref(), start_position, unix_now_ms());
-    let measured = probe::probe_shards(
+    let report = probed(
         api,
-        Arc::from(stream.arn.as_str()),
-        plan,
-        source.retry.policy(),
-        source.shard_concurrency,
+        source,
+        &stream.arn,
+        &graph,
+        stored.as_ref(),
+        start_position,
     )
     .await;
-    let report = match measured {
-        Ok(lags) => LagReport::measured(
-            lags.into_iter()
-                .map(|(shard, seconds)| ShardLag { shard, seconds })
-                .collect(),
-        ),
-        Err(error) => LagReport::unknown(error),
-    };
     Ok(report.in_lease_table(table_name, holders))
 }
 
@@ -137,6 +120,7 @@ mod tests {
     use ddbpipe_source::ids::ShardId;
     use ddbpipe_source::lease::{LeaseState, WorkerId};
 
+    use super::super::ShardLag;
     use super::*;
 
     fn row(unit: &str, owner: Option<&str>, state: LeaseState) -> Lease {

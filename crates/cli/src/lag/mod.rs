@@ -41,13 +41,15 @@ use std::time::Duration;
 use anyhow::anyhow;
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::state::identity::Location;
+use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::aws;
 use ddbpipe_source::clock::unix_now_ms;
-use ddbpipe_source::config::{Mode, StartPosition};
+use ddbpipe_source::config::{Mode, SourceConfig, StartPosition};
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::plan;
 use ddbpipe_source::position::{SnapshotRecord, StreamsPosition};
 use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::streams::lineage::ShardGraph;
 use serde_json::{Value as Json, json};
 
 use crate::config::PipelineConfig;
@@ -417,41 +419,63 @@ async fn measure(
     let graph = stream_gaps::listed(api.as_ref(), source, &stream.arn)
         .await
         .map_err(Failure::runtime)?;
-    if let Some(stored) = stored {
-        let found = stream_gaps::findings(api.as_ref(), source, &stream.arn, stored, &graph).await;
-        match found {
-            Ok(findings) if findings.is_gap() => {
-                return Ok(LagReport::unknown(stream_gaps::unresumable(
-                    &findings.reasons,
-                    source.on_gap,
-                )));
-            }
-            Ok(_) => {}
-            Err(error) => {
-                return Ok(LagReport::unknown(format!(
-                    "the trim probe of the stored position failed: {error}"
-                )));
-            }
-        }
+    if let Some(report) = match stored {
+        Some(stored) => gap_check(api.as_ref(), source, &stream.arn, stored, &graph).await,
+        None => None,
+    } {
+        return Ok(report);
     }
     let start_position = source.start_position.unwrap_or(StartPosition::TrimHorizon);
-    let plan = probe::plan(&graph, stored, start_position, unix_now_ms());
+    Ok(probed(api, source, &stream.arn, &graph, stored, start_position).await)
+}
+
+/// The run's gap layers on `stored` (docs/streams.md §4.5): the report when they stop the
+/// measure (a gap, or a trim probe that failed), `None` otherwise.
+async fn gap_check<A: StreamsApi>(
+    api: &A,
+    source: &SourceConfig,
+    stream_arn: &str,
+    stored: &StreamsPosition,
+    graph: &ShardGraph,
+) -> Option<LagReport> {
+    match stream_gaps::findings(api, source, stream_arn, stored, graph).await {
+        Ok(findings) if findings.is_gap() => Some(LagReport::unknown(stream_gaps::unresumable(
+            &findings.reasons,
+            source.on_gap,
+        ))),
+        Ok(_) => None,
+        Err(error) => Some(LagReport::unknown(format!(
+            "the trim probe of the stored position failed: {error}"
+        ))),
+    }
+}
+
+/// Probes every unfinished shard of `graph` from where the next run starts it.
+async fn probed<A: StreamsApi + 'static>(
+    api: Arc<A>,
+    source: &SourceConfig,
+    stream_arn: &str,
+    graph: &ShardGraph,
+    stored: Option<&StreamsPosition>,
+    start_position: StartPosition,
+) -> LagReport {
+    let plan = probe::plan(graph, stored, start_position, unix_now_ms());
     let measured = probe::probe_shards(
         api,
-        Arc::from(stream.arn.as_str()),
+        Arc::from(stream_arn),
         plan,
         source.retry.policy(),
         source.shard_concurrency,
     )
     .await;
-    Ok(match measured {
+    match measured {
         Ok(lags) => LagReport::measured(
             lags.into_iter()
                 .map(|(shard, seconds)| ShardLag { shard, seconds })
                 .collect(),
         ),
         Err(error) => LagReport::unknown(error),
-    })
+    }
 }
 
 #[cfg(test)]

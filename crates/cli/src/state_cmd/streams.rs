@@ -134,8 +134,8 @@ mod tests {
             "done": [[0, 3]], "gap_reasons": [], "id": 1_767_225_600_000_i64,
             "keys_written": 0, "reason": "mirror", "total_segments": 16});
         position.snapshot = Some(serde_json::from_value(record).unwrap());
-        let lines = lines(&position);
-        let text: Vec<String> = lines.iter().map(|(l, v)| format!("{l} {v}")).collect();
+        let shown = lines(&position);
+        let text: Vec<String> = shown.iter().map(|(l, v)| format!("{l} {v}")).collect();
         assert_eq!(
             text,
             [
