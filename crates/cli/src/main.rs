@@ -18,6 +18,7 @@ mod lag;
 mod run;
 mod schema;
 mod state_cmd;
+mod stream_gaps;
 mod telemetry;
 mod wiring;
 

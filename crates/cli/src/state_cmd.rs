@@ -16,7 +16,8 @@ use crate::failure::{self, Exit, Failure};
 use crate::telemetry::note;
 use crate::wiring;
 
-mod leases;
+pub(crate) mod leases;
+mod streams;
 
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
 pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
@@ -69,6 +70,10 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         },
         "fingerprint_changes": changes,
         "fingerprint_status": status,
+        "phase": match &entry.position {
+            Some(Position::Streams(streams)) => Some(streams::Phase::of(streams).as_str()),
+            _ => None,
+        },
         "pipeline": config.name,
         "state_file": where_,
     });
@@ -92,7 +97,11 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
                     scan.cursors.len()
                 );
             }
-            Some(Position::Streams(_)) => println!("position:           streams"),
+            Some(Position::Streams(streams)) => {
+                for (label, value) in streams::lines(streams) {
+                    println!("{label:<20}{value}");
+                }
+            }
         }
         println!(
             "position (JSON):    {}",

@@ -644,8 +644,8 @@ fn writer(
     })
 }
 
-/// The owner of the stream's one shard lease, as `state show` lists it.
-fn shard_owner(config: &Path) -> Option<String> {
+/// The stream's one shard lease, as `state show --json` lists it.
+fn shard_lease(config: &Path) -> Option<Value> {
     let show = common::ddbpipe(&["state", "show", "--json"], config);
     let shown: Value = serde_json::from_str(&stdout(&show)).ok()?;
     shown["leases"]
@@ -656,7 +656,12 @@ fn shard_owner(config: &Path) -> Option<String> {
                 .as_str()
                 .is_some_and(|u| u.starts_with("shard:"))
         })
-        .and_then(|lease| lease["owner"].as_str().map(str::to_string))
+        .cloned()
+}
+
+/// The owner of the stream's one shard lease.
+fn shard_owner(config: &Path) -> Option<String> {
+    shard_lease(config).and_then(|lease| lease["owner"].as_str().map(str::to_string))
 }
 
 /// The running worker whose default id (`<hostname>-<pid>`) owns as `owner`
@@ -785,6 +790,181 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
             "missing {name} {labels:?} {value:?} in:\n{body}"
         );
     }
+}
+
+/// `<command> --json` of `config`: the exit code and the parsed answer.
+fn json_of(args: &[&str], config: &Path) -> (Option<i32>, Value) {
+    let output = common::ddbpipe(args, config);
+    let answer = serde_json::from_str(&stdout(&output))
+        .unwrap_or_else(|e| panic!("{args:?} prints JSON ({e}): {}", stderr(&output)));
+    (output.status.code(), answer)
+}
+
+/// The `state` probe of `check --json`.
+fn state_probe(config: &Path) -> (Option<i32>, Value) {
+    let (code, report) = json_of(&["check", "--json"], config);
+    let state = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|probe| probe["name"] == "state")
+        .cloned()
+        .unwrap_or_else(|| panic!("a state probe: {report}"));
+    (code, state)
+}
+
+/// The checkpoint of the stream's one shard lease.
+fn shard_checkpoint(config: &Path) -> Option<String> {
+    shard_lease(config).and_then(|lease| lease["checkpoint"].as_str().map(str::to_string))
+}
+
+/// Issue 24 item 14: `lag`, `check` and `state show` of a shared stream read its position
+/// from the lease rows: the lag is measured from each shard's checkpoint (caught up: 0, where
+/// the state file, which a shared run never writes, would start it from the trim horizon) and
+/// reported per shard and per worker; a shard nobody holds counts too; a row of a shard the
+/// stream no longer lists is the gap the worker taking it stops on (issue 24 item 15).
+fn lag_check_and_state_show_of_a_shared_stream_read_its_lease_checkpoints(emulator: Emulator) {
+    let running = streamed_items(emulator, 3);
+    // Some emulators round ApproximateCreationDateTime down to the second.
+    std::thread::sleep(Duration::from_millis(1600));
+    let dir = tempfile::tempdir().unwrap();
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: '{}/out-{{worker}}.jsonl'\n",
+        dir.path().display()
+    );
+    let config = shared_stream_pipeline(dir.path(), &running.endpoint, &sink);
+    let worker = common::spawn_run(&config);
+    let worker_id = |owner: &str| owner.split('#').next().unwrap().to_string();
+    let read = common::wait_for(Duration::from_secs(60), || {
+        let changes: usize = worker_files(dir.path())
+            .iter()
+            .map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+            })
+            .sum();
+        changes == 3
+            && shard_owner(&config).is_some()
+            && shard_checkpoint(&config).is_some_and(|c| c.starts_with("after:"))
+    });
+    assert!(read, "the worker reads and checkpoints the shard");
+    let owner = worker_id(&shard_owner(&config).unwrap());
+    assert!(owner.ends_with(&format!("-{}", worker.id())), "{owner}");
+
+    let (code, report) = json_of(&["lag", "--json", "--max-lag-seconds", "0"], &config);
+    assert_eq!(
+        code,
+        Some(0),
+        "caught up from the lease checkpoint: {report}"
+    );
+    assert_eq!(report["lag_seconds"].as_f64(), Some(0.0), "{report}");
+    assert_eq!(report["phase"], "streaming");
+    assert_eq!(report["lease_table"], "ddbpipe-leases");
+    assert_eq!(report["shards"][0]["worker"], owner.as_str(), "{report}");
+    assert_eq!(
+        report["workers"],
+        serde_json::json!([{"lag_seconds": 0.0, "shards": 1, "worker": owner}]),
+        "{report}"
+    );
+    let (code, state) = state_probe(&config);
+    assert_eq!(code, Some(0), "{state}");
+    assert_eq!(state["status"], "PASS", "{state}");
+    let detail = state["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(
+            "1 shard(s): 0 finished, 1 positioned, 0 at its start; 1 held by 1 worker(s)"
+        ) && detail.contains("the stream still holds every checkpoint"),
+        "{detail}"
+    );
+    let show = common::ddbpipe(&["state", "show"], &config);
+    assert!(
+        stdout(&show).contains("positions:    1 shard(s): 0 finished, 1 positioned"),
+        "{}",
+        stdout(&show)
+    );
+
+    // Stopped: the lease is handed back with its checkpoint; a new change waits in a shard
+    // nobody holds.
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    running.put_pk("items", "k99", "1");
+    std::thread::sleep(Duration::from_millis(1600));
+    let (code, report) = json_of(&["lag", "--json", "--max-lag-seconds", "0"], &config);
+    assert_eq!(code, Some(1), "behind: {report}");
+    assert!(report["lag_seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["shards"][0]["worker"], Value::Null, "{report}");
+    assert_eq!(report["workers"][0]["worker"], Value::Null, "{report}");
+
+    // A row of a shard the stream no longer lists (trimmed after 24 h): the worker that takes
+    // it fails; `lag` and `check` say so now.
+    let client = common::client(&running.endpoint);
+    common::rt()
+        .block_on(
+            client
+                .put_item()
+                .table_name("ddbpipe-leases")
+                .set_item(Some(item(vec![
+                    ("pipeline", s("shared-stream")),
+                    ("unit", s("shard:shardId-gone")),
+                    ("counter", common::n("4")),
+                    ("state", s("Processing")),
+                    ("checkpoint", s("after:000000000000000000001")),
+                    ("owner_switches", common::n("0")),
+                    ("written_ms", common::n("0")),
+                ])))
+                .send(),
+        )
+        .unwrap();
+    let gap = "shard shardId-gone expired before it was fully read";
+    let (code, report) = json_of(&["lag", "--json"], &config);
+    assert_eq!(code, Some(1), "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains(gap) && error.contains("the next run applies on_gap: fail"),
+        "{error}"
+    );
+    let (code, state) = state_probe(&config);
+    assert_eq!(code, Some(1), "{state}");
+    assert_eq!(state["status"], "FAIL", "{state}");
+    assert!(state["detail"].as_str().unwrap().contains(gap), "{state}");
+}
+
+/// Issue 24 item 14: `lag` of a shared mirror in its streaming phase measures the shard
+/// checkpoints of its lease rows (it said `no value (no snapshot yet …)` and failed every
+/// limit), and `state show` names its phase.
+fn lag_of_a_shared_mirror_streaming_is_measured_from_its_lease_rows(emulator: Emulator) {
+    let running = streamed_items(emulator, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_mirror_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
+    let worker = common::spawn_run(&config);
+    let streaming = common::wait_for(Duration::from_secs(90), || {
+        shard_checkpoint(&config).is_some_and(|c| c.starts_with("after:"))
+    });
+    assert!(streaming, "the worker streams after its snapshot");
+    let (code, report) = json_of(&["lag", "--json", "--max-lag-seconds", "60"], &config);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["phase"], "streaming", "{report}");
+    assert!(report["lag_seconds"].as_f64().is_some(), "{report}");
+    assert_eq!(report["workers"].as_array().unwrap().len(), 1, "{report}");
+    let (_, shown) = json_of(&["state", "show", "--json"], &config);
+    assert_eq!(shown["phase"], "streaming", "{shown}");
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+#[test]
+fn lag_check_and_state_show_of_a_shared_stream_read_its_lease_checkpoints_on_moto() {
+    lag_check_and_state_show_of_a_shared_stream_read_its_lease_checkpoints(Emulator::Moto);
+}
+
+#[test]
+fn lag_of_a_shared_mirror_streaming_is_measured_from_its_lease_rows_on_moto() {
+    lag_of_a_shared_mirror_streaming_is_measured_from_its_lease_rows(Emulator::Moto);
 }
 
 /// Issue 24 item 10: the password of an endpoint URL reaches no lease row (the leader row

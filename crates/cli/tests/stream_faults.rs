@@ -593,6 +593,149 @@ async fn check_fails_like_run_on_a_shard_last_read_empty_more_than_23_hours_ago(
     );
 }
 
+/// The `state` probe of `check --json`.
+fn state_probe(checked: &fake_streams::Outcome) -> Value {
+    let report: Value = serde_json::from_str(&checked.stdout).expect("check --json");
+    report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|probe| probe["name"] == "state")
+        .cloned()
+        .unwrap_or_else(|| panic!("a state probe: {report}"))
+}
+
+/// `lag --json`: the exit code and the report.
+async fn lag_of(pipeline: &Pipeline) -> (Option<i32>, Value) {
+    let outcome = pipeline.lag().await;
+    let report = serde_json::from_str(&outcome.stdout)
+        .unwrap_or_else(|e| panic!("lag --json prints JSON ({e}): {outcome:?}"));
+    (outcome.code, report)
+}
+
+/// A pipeline that stored `s1` at sequence 5 (one run reading `5` from `s1`), its table
+/// described for `check`.
+async fn stored_at_five(on_gap: &str) -> (FakeStreams, Pipeline) {
+    let fake = one_open_shard().await;
+    fake.always(Op::DescribeTable, any(), streamed_table(ARN))
+        .await;
+    fake.always(
+        Op::GetRecords,
+        with_iterator("it-1"),
+        records(&batch(&["5"]), Some(TAIL)),
+    )
+    .await;
+    let mut pipeline = Pipeline::new(&fake).table_stream().source(on_gap);
+    if on_gap != "on_gap: fail" {
+        pipeline = pipeline.source("resnapshot_deletes: false");
+    }
+    let first = pipeline.run().await;
+    assert_eq!(first.code, Some(0), "{first:?}");
+    assert_eq!(stored_seq(&pipeline, "s1"), "5");
+    (fake, pipeline)
+}
+
+/// Issue 24 item 15: a stored position the stream trimmed (gap layer 4) fails `check` and
+/// makes the lag unknown, naming the shard and the `on_gap` the run applies, as the next run
+/// stops on it. `check` probes the shard's iterator and reads nothing.
+#[tokio::test]
+async fn check_and_lag_report_a_stored_position_the_stream_trimmed() {
+    let (fake, pipeline) = stored_at_five("on_gap: fail").await;
+    fake.always(
+        Op::GetShardIterator,
+        after("s1", "5"),
+        streams_error("TrimmedDataAccessException"),
+    )
+    .await;
+    let reads = fake.calls(Op::GetRecords).await;
+
+    let checked = pipeline.check().await;
+    let state = state_probe(&checked);
+    assert_eq!(state["status"], "FAIL", "{state}");
+    let detail = state["detail"].as_str().unwrap();
+    for wanted in [
+        "shard s1 was trimmed past sequence 5",
+        "the next run applies on_gap: fail",
+    ] {
+        assert!(detail.contains(wanted), "{wanted}: {detail}");
+    }
+    assert_eq!(checked.code, Some(1), "{checked:?}");
+
+    let (code, report) = lag_of(&pipeline).await;
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["lag_seconds"], Value::Null, "{report}");
+    let error = report["error"].as_str().unwrap();
+    for wanted in [
+        "shard s1 was trimmed past sequence 5",
+        "the next run applies on_gap: fail",
+    ] {
+        assert!(error.contains(wanted), "{wanted}: {error}");
+    }
+    assert_eq!(fake.calls(Op::GetRecords).await, reads, "nothing was read");
+
+    let outcome = pipeline.run().await;
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert!(
+        outcome
+            .stderr
+            .contains("shard s1 was trimmed past sequence 5"),
+        "{}",
+        outcome.stderr
+    );
+}
+
+/// Issue 24 item 15: a stored shard the stream no longer lists (gap layer 2) is a gap for
+/// `check` and `lag` too; with `on_gap: resnapshot` `check` warns (the run rescans) naming it.
+#[tokio::test]
+async fn check_and_lag_report_a_stored_shard_the_stream_no_longer_lists() {
+    let (fake, pipeline) = stored_at_five("on_gap: resnapshot").await;
+    // `s1` expired; `s2` is new and holds a record: without the gap layers its age would be
+    // the lag.
+    fake.reset().await;
+    fake.always(Op::DescribeTable, any(), streamed_table(ARN))
+        .await;
+    fake.always(
+        Op::DescribeStream,
+        any(),
+        stream_page(ARN, &[shard("s2", None, false)], None),
+    )
+    .await;
+    fake.always(
+        Op::GetShardIterator,
+        at_trim_horizon("s2"),
+        iterator("it-2"),
+    )
+    .await;
+    fake.always(
+        Op::GetRecords,
+        with_iterator("it-2"),
+        records(&batch(&["7"]), Some(TAIL)),
+    )
+    .await;
+
+    let checked = pipeline.check().await;
+    let state = state_probe(&checked);
+    assert_eq!(state["status"], "WARN", "{state}");
+    let detail = state["detail"].as_str().unwrap();
+    for wanted in [
+        "shard s1 expired before it was fully read",
+        "the next run applies on_gap: resnapshot",
+    ] {
+        assert!(detail.contains(wanted), "{wanted}: {detail}");
+    }
+
+    let (code, report) = lag_of(&pipeline).await;
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["lag_seconds"], Value::Null, "{report}");
+    let error = report["error"].as_str().unwrap();
+    for wanted in [
+        "shard s1 expired before it was fully read",
+        "the next run applies on_gap: resnapshot",
+    ] {
+        assert!(error.contains(wanted), "{wanted}: {error}");
+    }
+}
+
 // --- docs/streams.md §4.9, docs/errors.md §9: throttles and transient errors on GetRecords ---------------------------
 
 #[tokio::test]

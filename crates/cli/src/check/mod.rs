@@ -6,16 +6,12 @@ use std::time::Duration;
 
 use ddbpipe_keyed::state::DatabaseStore;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
-use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::state::identity::Location;
-use ddbpipe_pipeline::state::{Entry, StateFile};
 use ddbpipe_source::api::{StreamsApi, TableApi, TableDescription};
 use ddbpipe_source::aws;
-use ddbpipe_source::config::{Mode, OnGap};
+use ddbpipe_source::config::Mode;
 use ddbpipe_source::plan::{self, ReadRule, index_problem, view_warning};
-use ddbpipe_source::position::Position;
 use ddbpipe_source::retry::{Cancel, NoObserver};
-use ddbpipe_source::streams::gaps;
 use serde_json::json;
 
 use crate::config::{PipelineConfig, SinkConfig};
@@ -24,9 +20,12 @@ use crate::failure::{Exit, Failure};
 use crate::wiring;
 
 mod export;
+mod leases;
 mod paths;
+mod state;
 
 use self::paths::{creatable_beside, probe_jsonl, writable};
+use self::state::{probe_state, state_verdict};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -126,18 +125,21 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         None
     };
     let stream = stream.as_deref();
-    if let Some(coordination) = &config.coordination {
-        // The settings `run` compares with the leader row's.
-        let identity = crate::run::shared::run_identity(&config, &location, stream);
-        probe_leases(&config, coordination, &identity, timeout, &mut probes).await;
-    }
+    let lease_rows = match &config.coordination {
+        Some(coordination) => {
+            // The settings `run` compares with the leader row's.
+            let identity = crate::run::shared::run_identity(&config, &location, stream);
+            leases::probe_leases(&config, coordination, &identity, timeout, &mut probes).await
+        }
+        None => None,
+    };
     // The same rule `run` applies before writing anything.
     let distinct = destination::distinct_paths(&config, config_path);
     match (&config.sink, distinct) {
         (_, Err(failure)) => {
             probes.add("sink", Status::Fail, with_hint(&failure));
-            if let SinkConfig::Jsonl(_) = &config.sink {
-                probe_state(&config, &location, stream, &mut probes);
+            if let (SinkConfig::Jsonl(_), None) = (&config.sink, &config.coordination) {
+                probe_state(&config, &location, stream, timeout, &mut probes).await;
             }
         }
         (SinkConfig::Jsonl(jsonl), Ok(())) => match &config.coordination {
@@ -158,7 +160,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             }
             None => {
                 probe_jsonl(&config, jsonl, &mut probes);
-                probe_state(&config, &location, stream, &mut probes);
+                probe_state(&config, &location, stream, timeout, &mut probes).await;
             }
         },
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
@@ -172,6 +174,10 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             )
             .await;
         }
+    }
+    // A shared pipeline's position is its lease rows.
+    if let (Some(coordination), Some(rows)) = (&config.coordination, &lease_rows) {
+        leases::probe_positions(&config, coordination, rows, stream, timeout, &mut probes).await;
     }
 
     if json {
@@ -194,87 +200,6 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         }
     }
     Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
-}
-
-/// `leases`: the lease table exists with a lease table's key, or can be created by the first
-/// run; and how many of the pipeline's units it holds (docs/coordination.md §11.10).
-async fn probe_leases(
-    config: &PipelineConfig,
-    coordination: &crate::config::CoordinationConfig,
-    identity: &ddbpipe_pipeline::state::identity::Identity,
-    timeout: Duration,
-    probes: &mut Probes,
-) {
-    use ddbpipe_source::lease::{LeaseTable, PipelineName};
-    let name = &coordination.lease_table;
-    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
-    let table = aws::lease_table(&sdk, name);
-    let worker = coordination.worker_id();
-    let probe = async {
-        if !table.exists().await? {
-            return Ok(None);
-        }
-        let pipeline = PipelineName::new(config.name.clone())
-            .map_err(|e| ddbpipe_source::lease::LeaseError::Fatal(e.to_string()))?;
-        table.list(&pipeline).await.map(Some)
-    };
-    match tokio::time::timeout(timeout, probe).await {
-        Err(_) => probes.add(
-            "leases",
-            Status::Fail,
-            format!(
-                "lease table '{name}' did not answer within {}s",
-                timeout.as_secs()
-            ),
-        ),
-        Ok(Err(error)) => probes.add(
-            "leases",
-            Status::Fail,
-            format!(
-                "lease table '{name}': {error} — the workers need dynamodb:DescribeTable, \
-                 CreateTable, Query, GetItem, PutItem, UpdateItem and DeleteItem on it"
-            ),
-        ),
-        Ok(Ok(None)) => probes.add_with(
-            "leases",
-            Status::Warn,
-            format!(
-                "lease table '{name}' does not exist: the first worker creates it (on-demand \
-                 billing; needs dynamodb:CreateTable); this worker is '{worker}'"
-            ),
-            json!({"exists": false, "lease_table": name, "worker_id": worker}),
-        ),
-        Ok(Ok(Some(rows))) => {
-            let settings = rows
-                .iter()
-                .find(|l| l.unit == ddbpipe_source::lease::UnitId::Leader)
-                .and_then(|l| l.checkpoint.as_deref());
-            if let Some(message) = settings.and_then(|stored| {
-                ddbpipe_pipeline::runner::other_settings(&config.name, stored, identity)
-            }) {
-                probes.add(
-                    "leases",
-                    Status::Fail,
-                    format!("lease table '{name}': {message}"),
-                );
-                return;
-            }
-            let work: Vec<_> = rows.iter().filter(|l| l.unit.is_work()).collect();
-            let finished = work.iter().filter(|l| l.state.is_finished()).count();
-            let owned = work.iter().filter(|l| l.owner.is_some()).count();
-            probes.add_with(
-                "leases",
-                Status::Pass,
-                format!(
-                    "lease table '{name}': {} unit(s) of this pipeline, {finished} finished, \
-                     {owned} held; this worker is '{worker}'",
-                    work.len()
-                ),
-                json!({"exists": true, "finished": finished, "held": owned,
-                       "lease_table": name, "units": work.len(), "worker_id": worker}),
-            );
-        }
-    }
 }
 
 /// How long the one attempt after a timed-out `describe_table` probe may take.
@@ -489,42 +414,6 @@ fn with_hint(failure: &Failure) -> String {
     }
 }
 
-fn probe_state(
-    config: &PipelineConfig,
-    location: &Location,
-    stream: Option<&str>,
-    probes: &mut Probes,
-) {
-    let file = StateFile::new(&config.state.path);
-    let where_ = config.state.path.display();
-    let (mut status, mut detail) = match file.load(&config.name) {
-        Err(error) => (Status::Fail, error.to_string()),
-        Ok(entry) => state_verdict(config, location, stream, &where_.to_string(), entry),
-    };
-    // A run takes the lock file, then replaces the state file by rename in the directory the
-    // path leads to.
-    let written = writable(&file.lock_path())
-        .and_then(|_| creatable_beside(&files::resolve(&config.state.path)));
-    if let Err(problem) = written {
-        status = Status::Fail;
-        detail = format!(
-            "cannot write state file {where_}: {problem} (state.path: make it writable or \
-             choose another state.path)"
-        );
-    }
-    if status == Status::Pass
-        && let Some(holder) = file.lock_holder()
-    {
-        status = Status::Warn;
-        detail.push_str(&format!(
-            "; pipeline '{}' is running now (lock held{})",
-            holder.pipeline.as_deref().unwrap_or(&config.name),
-            holder.pid_suffix()
-        ));
-    }
-    probes.add("state", status, detail);
-}
-
 /// The `sink` and `state` probes of a keyed sink (docs/cli.md §8.2 items 4–5): the database is
 /// reachable, the table creatable or compatible with the rights to write; the stored state
 /// readable and of this source; the lock free. Nothing is created or changed.
@@ -581,7 +470,9 @@ async fn probe_keyed(
                     ),
                 },
             }
-            probes.add("state", Status::Pass, "no database yet: no stored position");
+            if config.coordination.is_none() {
+                probes.add("state", Status::Pass, "no database yet: no stored position");
+            }
             return;
         }
         Ok(Ok(Some(db))) => db,
@@ -628,14 +519,15 @@ async fn probe_keyed(
         },
     }
     let spec = destination::table_spec(config, None).ok();
-    let Some(spec) = spec else {
+    // A shared pipeline keeps no position in `_ddbpipe_state`: its `state` is its lease rows.
+    let (Some(spec), None) = (spec, &config.coordination) else {
         return;
     };
     let mut store = DatabaseStore::new(db.clone(), spec);
     let where_ = store.describe();
     let (mut status, mut detail) = match store.load(&config.name).await {
         Err(error) => (Status::Fail, error.to_string()),
-        Ok(entry) => state_verdict(config, location, stream, &where_, entry),
+        Ok(entry) => state_verdict(config, location, stream, &where_, entry, timeout).await,
     };
     if let Ok(Some(holder)) = db.lock_holder(&config.name).await
         && status == Status::Pass
@@ -648,84 +540,4 @@ async fn probe_keyed(
         ));
     }
     probes.add("state", status, detail);
-}
-
-/// Whether a stored entry suits this source.
-fn state_verdict(
-    config: &PipelineConfig,
-    location: &Location,
-    stream: Option<&str>,
-    where_: &str,
-    entry: Option<Entry>,
-) -> (Status, String) {
-    let Some(entry) = entry else {
-        return (Status::Pass, format!("{where_}: no stored position"));
-    };
-    let Some(position) = &entry.position else {
-        return (Status::Pass, format!("{where_}: no position in progress"));
-    };
-    let changes = wiring::identity(config, location).changes_for(&entry.identity, position);
-    if !changes.is_empty() {
-        return (
-            Status::Fail,
-            format!(
-                "{where_}: the stored position was made with a different source: {}",
-                changes.join("; ")
-            ),
-        );
-    }
-    // An open repair is resumed before anything else, through the export bucket.
-    if matches!(position, Position::Streams(s) if s.repair.is_some())
-        && config.source.snapshot.s3_bucket.is_none()
-    {
-        return (
-            Status::Fail,
-            format!(
-                "{where_}: the stored position holds an open repair, whose incremental exports \
-                 need source.snapshot.s3_bucket: restore it (and on_gap: repair), or run \
-                 `ddbpipe state reset` to start afresh"
-            ),
-        );
-    }
-    // The run's gap layers that need no shard listing: a position of a stream the table no
-    // longer has, or shards last read empty longer ago than the stream keeps records.
-    let reasons = match (position, stream) {
-        (Position::Streams(streams), Some(current)) => gaps::without_listing(
-            streams,
-            current,
-            &config.source.table_name,
-            ddbpipe_source::clock::unix_now_ms() / 1000,
-        ),
-        _ => Vec::new(),
-    };
-    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-    match reason {
-        None => (
-            Status::Pass,
-            format!("{where_}: position matches the source"),
-        ),
-        // With a snapshot open the run does not apply on_gap: it fails on the gap (during the
-        // snapshot into a keyed sink, after it into a jsonl one).
-        Some(reason) if matches!(position, Position::Streams(s) if s.snapshot.is_some()) => (
-            Status::Fail,
-            format!(
-                "{where_}: {reason}; a snapshot is open, so the run fails on this gap whatever \
-                 on_gap says: run `ddbpipe state reset` to start afresh"
-            ),
-        ),
-        Some(reason) => {
-            let on_gap = config.source.on_gap;
-            let status = match on_gap {
-                OnGap::Fail => Status::Fail,
-                _ => Status::Warn,
-            };
-            (
-                status,
-                format!(
-                    "{where_}: {reason}; the run applies on_gap: {}",
-                    on_gap.as_str()
-                ),
-            )
-        }
-    }
 }

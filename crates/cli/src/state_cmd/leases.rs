@@ -1,11 +1,13 @@
 //! `state show` and `state reset` of a pipeline with `coordination:`: its position is its lease
 //! rows (docs/coordination.md §11.10).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
-use ddbpipe_source::lease::{Lease, LeaseTable, PipelineName};
+use ddbpipe_source::config::Mode;
+use ddbpipe_source::lease::{Lease, LeaseTable, PipelineName, UnitId};
 use ddbpipe_source::plan;
 use serde_json::json;
 
@@ -34,6 +36,18 @@ async fn open(
     Ok(Some((table, name)))
 }
 
+/// The pipeline's lease rows, read without taking any; none when the lease table does not
+/// exist. `lag` and `check` read a shared pipeline's position here.
+pub(crate) async fn rows(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+) -> Result<Vec<Lease>, Failure> {
+    match open(config, coordination).await? {
+        Some((table, name)) => list(&table, &name, coordination).await,
+        None => Ok(Vec::new()),
+    }
+}
+
 async fn list(
     table: &AwsLeaseTable,
     name: &PipelineName,
@@ -57,24 +71,92 @@ fn lease_json(lease: &Lease) -> serde_json::Value {
     })
 }
 
+/// What the pipeline's unit rows hold, one line per kind of unit:
+/// `3 shard(s): 1 finished, 1 positioned, 1 at its start; 1 held by 1 worker(s), 1 free` (a
+/// shard is positioned once a checkpoint names a sequence number; a segment once a page was
+/// checkpointed). `check` shows the same lines.
+pub(crate) fn positions(rows: &[Lease]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (kind, shards) in [("shard(s)", true), ("segment(s)", false)] {
+        let units: Vec<&Lease> = rows
+            .iter()
+            .filter(|row| match row.unit {
+                UnitId::Shard(_) => shards,
+                UnitId::Segment { .. } => !shards,
+                UnitId::Leader | UnitId::Worker(_) => false,
+            })
+            .collect();
+        if units.is_empty() {
+            continue;
+        }
+        let finished = units.iter().filter(|row| row.state.is_finished()).count();
+        let open: Vec<&&Lease> = units
+            .iter()
+            .filter(|row| !row.state.is_finished())
+            .collect();
+        let positioned = open
+            .iter()
+            .filter(|row| match row.unit {
+                UnitId::Shard(_) => row
+                    .checkpoint
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with("after:")),
+                _ => row.checkpoint.is_some(),
+            })
+            .count();
+        let held: Vec<&str> = open
+            .iter()
+            .filter_map(|row| row.owner.as_ref().map(|owner| owner.name()))
+            .collect();
+        let workers: BTreeSet<&str> = held.iter().copied().collect();
+        lines.push(format!(
+            "{} {kind}: {finished} finished, {positioned} positioned, {} at its start; {} held \
+             by {} worker(s), {} free",
+            units.len(),
+            open.len() - positioned,
+            held.len(),
+            workers.len(),
+            open.len() - held.len()
+        ));
+    }
+    lines
+}
+
+/// A shared mirror's phase from its rows (docs/coordination.md §11.12): `streaming` once
+/// shard rows exist, `cleanup` when every segment is done and the stream has no row yet,
+/// else `snapshot`.
+fn shared_mirror_phase(rows: &[Lease]) -> &'static str {
+    let segments: Vec<&Lease> = rows
+        .iter()
+        .filter(|row| matches!(row.unit, UnitId::Segment { .. }))
+        .collect();
+    if rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_))) {
+        "streaming"
+    } else if !segments.is_empty() && segments.iter().all(|row| row.state.is_finished()) {
+        "cleanup (the snapshot is read; a worker closes it, then the stream starts)"
+    } else {
+        "snapshot"
+    }
+}
+
 /// Lists the pipeline's leases: unit, owner, state, counter, checkpoint.
 pub async fn show(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     json: bool,
 ) -> Result<Exit, Failure> {
-    let leases = match open(config, coordination).await? {
-        Some((table, name)) => list(&table, &name, coordination).await?,
-        None => Vec::new(),
-    };
+    let leases = rows(config, coordination).await?;
     let work: Vec<&Lease> = leases.iter().filter(|l| l.unit.is_work()).collect();
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
+    let summary = positions(&leases);
+    let phase = (config.source.mode == Mode::Mirror).then(|| shared_mirror_phase(&leases));
     if json {
         let rows: Vec<_> = leases.iter().map(lease_json).collect();
         println!(
             "{}",
             json!({"finished": finished, "lease_table": coordination.lease_table,
-                   "leases": rows, "pipeline": config.name, "units": work.len()})
+                   "leases": rows, "phase": phase, "pipeline": config.name,
+                   "positions": summary, "units": work.len()})
         );
         return Ok(Exit::Ok);
     }
@@ -85,6 +167,12 @@ pub async fn show(
         return Ok(Exit::Ok);
     }
     println!("leases:       {} unit(s), {finished} finished", work.len());
+    if let Some(phase) = phase {
+        println!("phase:        {phase}");
+    }
+    for line in &summary {
+        println!("positions:    {line}");
+    }
     println!(
         "{:<24} {:<24} {:<11} {:>8}  checkpoint",
         "unit", "owner", "state", "counter"
@@ -200,4 +288,47 @@ async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
         );
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_source::lease::{LeaseState, WorkerId};
+
+    use super::*;
+
+    fn row(unit: &str, checkpoint: Option<&str>, owner: Option<&str>, state: LeaseState) -> Lease {
+        let mut lease = Lease::new(unit.parse().unwrap(), Vec::new(), 0);
+        lease.checkpoint = checkpoint.map(str::to_string);
+        lease.owner = owner.map(|o| WorkerId::new(o).unwrap());
+        lease.state = state;
+        lease
+    }
+
+    #[test]
+    fn the_positions_count_each_kind_of_unit_and_who_holds_them() {
+        let rows = [
+            row("leader", Some("{}"), Some("w1#a"), LeaseState::Processing),
+            row("segment:0/2", Some("done"), None, LeaseState::Done),
+            row("segment:1/2", Some("done"), None, LeaseState::Done),
+            row("shard:a", Some("end"), None, LeaseState::ShardEnd),
+            row(
+                "shard:b",
+                Some("after:000000000000000000123"),
+                Some("w1#a"),
+                LeaseState::Processing,
+            ),
+            row("shard:c", None, Some("w2#b"), LeaseState::Pending),
+            row("shard:d", Some("latest:5"), None, LeaseState::Pending),
+        ];
+        assert_eq!(
+            positions(&rows),
+            [
+                "4 shard(s): 1 finished, 1 positioned, 2 at its start; 2 held by 2 worker(s), 1 free",
+                "2 segment(s): 2 finished, 0 positioned, 0 at its start; 0 held by 0 worker(s), 0 free",
+            ]
+        );
+        assert_eq!(shared_mirror_phase(&rows), "streaming");
+        assert!(shared_mirror_phase(&rows[..3]).starts_with("cleanup"));
+        assert_eq!(shared_mirror_phase(&[]), "snapshot");
+    }
 }

@@ -366,6 +366,13 @@ impl Pipeline {
         ddbpipe(&["check", config, "--json"]).await
     }
 
+    /// `ddbpipe lag CONFIG --json`.
+    pub async fn lag(&self) -> Outcome {
+        let config = self.write();
+        let config = config.to_str().expect("temporary paths are UTF-8");
+        ddbpipe(&["lag", config, "--json"]).await
+    }
+
     /// Rewrites the pipeline's stored position with `edit`.
     pub fn edit_position(&self, edit: impl FnOnce(&mut Value)) {
         let bytes = self.state_bytes().expect("the run wrote a state file");

@@ -14,6 +14,7 @@
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
+mod lease_rows;
 mod leased;
 mod repair;
 mod shared_mirror;
@@ -43,6 +44,7 @@ use ddbpipe_source::streams::startup::{self, Resume, Startup};
 use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
+pub use self::lease_rows::{leased_position, row_shard};
 pub use self::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 pub use self::shared_mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
 pub use self::snapshot::SnapshotScan;
@@ -173,23 +175,24 @@ impl StreamRun {
         observer: &dyn AttemptObserver,
     ) -> Result<Vec<String>, ReadError> {
         // Now, not the run's start: a snapshot may have taken hours (docs/mirror.md §5.4).
-        let findings = gaps::check(
+        let findings = startup::gap_findings(
+            api,
             stored,
             &self.stream_arn,
             graph,
             &self.table,
             unix_now_ms() / 1000,
-        );
+            self.bounds.shard_concurrency,
+            &self.retry,
+            stop,
+            probed,
+            observer,
+        )
+        .await?;
         for warning in &findings.warnings {
             tracing::warn!("{warning}");
         }
-        if !findings.reasons.is_empty() {
-            return Ok(findings.reasons);
-        }
-        let trimmed = self
-            .probe(api, &findings.probes, stop, probed, observer)
-            .await?;
-        Ok(trimmed.into_iter().map(|(_, reason)| reason).collect())
+        Ok(findings.reasons)
     }
 
     /// Layer 4 through the run's retry policy (see [`startup::probe`]).

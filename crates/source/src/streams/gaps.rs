@@ -55,8 +55,6 @@ impl Findings {
 }
 
 /// Layer 1 alone: why the position belongs to another stream than `current_arn`, if it does.
-/// `lag` and `check` ask it too, so they never measure or accept a position of a stream that
-/// is gone.
 pub fn recreated(stored: &StreamsPosition, current_arn: &str, table: &str) -> Option<String> {
     let old = stored.stream_arn.as_deref()?;
     (old != current_arn).then(|| {
@@ -64,23 +62,6 @@ pub fn recreated(stored: &StreamsPosition, current_arn: &str, table: &str) -> Op
             "the position belongs to stream {old} but table '{table}' now has stream {current_arn}"
         )
     })
-}
-
-/// The layers that need no shard listing (1 and 3): why the position cannot be resumed on
-/// `current_arn` at `now_s`, judged from the position and the clock alone. `check` asks them,
-/// so it fails (or warns) where the run's start-up will.
-pub fn without_listing(
-    stored: &StreamsPosition,
-    current_arn: &str,
-    table: &str,
-    now_s: i64,
-) -> Vec<String> {
-    if let Some(reason) = recreated(stored, current_arn, table) {
-        return vec![reason];
-    }
-    let mut findings = Findings::default();
-    stale(stored, now_s, &mut findings);
-    findings.reasons
 }
 
 /// Layer 3: shards with nothing read whose retention may have run out.

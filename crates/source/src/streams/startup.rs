@@ -195,6 +195,46 @@ impl Startup<'_> {
     }
 }
 
+/// Every gap the start-up of a later run finds in `stored` (docs/streams.md §4.5): layers 1–3
+/// on `graph` at `now_s`, then, when they find nothing, the layer-4 [`probe`], whose
+/// iterators go into `probed`. The run, `lag` and `check` all ask it, so the commands that
+/// only look report the gaps the next run stops (or resnapshots) on. Warnings are the
+/// caller's to log.
+#[allow(clippy::too_many_arguments)] // The position, the stream and the probe's inputs.
+pub async fn gap_findings<A: StreamsApi>(
+    api: &A,
+    stored: &StreamsPosition,
+    stream_arn: &str,
+    graph: &ShardGraph,
+    table: &str,
+    now_s: i64,
+    concurrency: usize,
+    retry: &RetryPolicy,
+    stop: &Cancel,
+    probed: &mut BTreeMap<ShardId, String>,
+    observer: &dyn AttemptObserver,
+) -> Result<gaps::Findings, ReadError> {
+    let mut findings = gaps::check(stored, stream_arn, graph, table, now_s);
+    if findings.is_gap() {
+        return Ok(findings);
+    }
+    let trimmed = probe(
+        api,
+        stream_arn,
+        &findings.probes,
+        concurrency,
+        retry,
+        stop,
+        probed,
+        observer,
+    )
+    .await?;
+    findings
+        .reasons
+        .extend(trimmed.into_iter().map(|(_, reason)| reason));
+    Ok(findings)
+}
+
 /// Layer 4 (docs/streams.md §4.5): `GetShardIterator(AFTER_SEQUENCE_NUMBER)` for each positioned
 /// shard, `concurrency` at once. Returns the trimmed shards with their reason; the iterators
 /// of the others go into `probed` for their first slices.

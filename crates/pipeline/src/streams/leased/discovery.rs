@@ -13,7 +13,7 @@ use ddbpipe_source::streams::engine::{LagInfo, running_lag};
 use ddbpipe_source::streams::shard_sync;
 use tokio::time::Instant;
 
-use super::start::shard_specs;
+use crate::streams::lease_rows::shard_specs;
 use super::{CHILD_LOOKUP_INTERVAL, Shared};
 use crate::runner::RunError;
 

@@ -68,15 +68,12 @@ use crate::state::identity::Identity;
 
 mod discovery;
 mod read;
-mod start;
 
 use read::{ReadFlags, read_shard};
-use start::{Start, decode_checkpoint};
+use super::lease_rows::{END_CHECKPOINT, Start, decode_checkpoint};
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
-/// The checkpoint text of a shard read to its end.
-const END_CHECKPOINT: &str = "end";
 
 /// A stream run by one worker of several.
 pub struct LeasedStreams<A, T> {
