@@ -32,9 +32,13 @@ case "$profile" in
   *) profile_dir="$profile" ;;
 esac
 binary="$CARGO_TARGET_DIR/$profile_dir/ddbpipe"
+deb_options=()
 if [ "$profile" = dev ]; then
   # Building here could resolve other features than the test build and rebuild the workspace.
   [ -x "$binary" ] || { echo "scripts/package.sh: $binary is missing: build it first (cargo build -p ddbpipe, or cargo test)" >&2; exit 1; }
+  # The debug binary is ~185 MB: without its debug sections and with fast compression the
+  # package takes seconds instead of minutes of xz.
+  deb_options=(--strip --fast)
 else
   cargo build --locked --profile "$profile" -p ddbpipe
 fi
@@ -50,4 +54,6 @@ mkdir -p "$assets"
 
 mkdir -p "$output"
 # cargo-deb warns that a dev profile is meant for testing only: that is what it is used for here.
-"$CARGO_DEB" --package ddbpipe --locked --no-build --profile "$profile" --output "$output"
+"$CARGO_DEB" --package ddbpipe --locked --no-build --profile "$profile" "${deb_options[@]}" --output "$output"
+# cargo-deb leaves its stripped copy of the binary behind (tens of MB).
+rm -rf "$CARGO_TARGET_DIR/ddbpipe"
