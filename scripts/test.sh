@@ -6,6 +6,9 @@
 # - PostgreSQL for the keyed-destination tests: scripts/postgres.sh starts a throwaway server
 #   (installing Debian's `postgresql` package when missing) and exports
 #   DDBPIPE_TEST_POSTGRES_URL, unless that is already set; the server stops on exit.
+# - cargo-deb (pinned in scripts/cargo-deb.sh) for the Debian package test
+#   (crates/cli/tests/package.rs), installed once into ~/.cache/ddbpipe/tools: about 4 minutes
+#   cold on 2 cores, nothing after; the test packages the debug build, so it adds no release build.
 # - Reuses a build cache outside the checkout when one exists ($CARGO_TARGET_DIR, default
 #   ~/.cache/ddbpipe/target): a cold build of the AWS SDK takes minutes on 2 cores.
 set -euo pipefail
@@ -20,6 +23,9 @@ then
   python3 -m pip install --quiet 'moto[server]==5.2.5'
 fi
 command -v moto_server >/dev/null || { echo "moto_server is not on PATH after installing moto" >&2; exit 1; }
+
+# shellcheck source=scripts/cargo-deb.sh
+source scripts/cargo-deb.sh
 
 # shellcheck source=scripts/postgres.sh
 source scripts/postgres.sh
