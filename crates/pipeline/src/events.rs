@@ -40,8 +40,10 @@ pub struct BatchAcknowledged<'a> {
 }
 
 impl BatchAcknowledged<'_> {
-    /// Counts `ddbpipe_batches_committed_total` and `ddbpipe_records_written_total{op}`.
+    /// Counts `ddbpipe_batches_committed_total` and `ddbpipe_records_written_total{op}`; the
+    /// run progressed (`/health`).
     pub fn emit(self) {
+        ddbpipe_source::health::committed();
         metrics::counter!("ddbpipe_batches_committed_total").increment(1);
         let [c, u, d, other] = self.batch.ops;
         let changes = c + u + d + other;

@@ -312,6 +312,10 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
     /// Returns whether every segment is done, and whether to run the next round at once.
     async fn round<S: Sink>(&mut self, sink: &mut S) -> Result<(bool, bool), RunError> {
         let report = self.worker.round(self.now()).await?;
+        if report.transient.is_empty() {
+            // The lease table answered: a worker waiting for work is idle, not stalled.
+            ddbpipe_source::health::answered();
+        }
         let now = self.now();
         let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
         tracing::trace!(
