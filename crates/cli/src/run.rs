@@ -24,10 +24,13 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
+    telemetry::set_run(&config.name, &config.source.table_name);
+    ddbpipe_source::health::start();
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let metrics = telemetry::install_metrics(metrics, &config.name).map_err(Failure::runtime)?;
+    let metrics = telemetry::install_metrics(metrics, &config.name, config.metrics.health_stall())
+        .map_err(Failure::runtime)?;
     let span =
         tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
     let mode = config.source.mode;
@@ -54,6 +57,9 @@ pub async fn run(
         }
     };
     let outcome = ran.instrument(span).await;
+    if let Err(failure) = &outcome {
+        ddbpipe_source::health::failed(&format!("{:#}", failure.error));
+    }
     // The final values, whatever the outcome: a failed nightly run is worth scraping too.
     if let Some(metrics) = &metrics
         && let Err(error) = metrics.write_final()

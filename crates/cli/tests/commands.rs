@@ -515,7 +515,7 @@ fn log_format_json_makes_every_stderr_line_json() {
             })
             .collect()
     };
-    let output = pipeline.ddbpipe(&["--log-format", "json", "run", "--progress", "never"]);
+    let output = pipeline.ddbpipe(&["--log-format", "json", "run", "--progress", "always"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let lines = every_line_json(&output);
     assert!(
@@ -523,6 +523,23 @@ fn log_format_json_makes_every_stderr_line_json() {
             && l["message"].as_str().unwrap().contains("1 read, 1 written")),
         "{lines:?}"
     );
+    // Issue 24 item 23: `pipeline` and `table` at the top level of every line (logs, progress
+    // notes, the summary), not only inside a span object.
+    assert!(
+        lines.iter().any(
+            |l| l["kind"] == "note" && l["message"].as_str().unwrap().starts_with("progress: ")
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l["message"] == "Run started."),
+        "{lines:?}"
+    );
+    for line in &lines {
+        assert_eq!(line["pipeline"], "items-export", "{line}");
+        assert_eq!(line["table"], "items", "{line}");
+        assert!(line.get("span").is_none(), "{line}");
+    }
 
     std::fs::write(
         &pipeline.config,

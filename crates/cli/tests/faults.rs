@@ -57,6 +57,38 @@ async fn a_scan_throttled_twice_succeeds_on_the_third_call() {
     assert_eq!(pipeline.written_keys(), ["a", "b", "c"]);
 }
 
+/// docs/errors.md §9.7: retries show at `info` once a minute per operation, with the count and
+/// the last cause; each one at `debug`.
+#[tokio::test]
+async fn retries_are_logged_at_info_once_with_their_count_and_cause() {
+    let fake = fake_with_table().await;
+    fake.next(
+        Op::Scan,
+        3,
+        aws_error(503, "ServiceUnavailable", "try again"),
+    )
+    .await;
+    fake.always(Op::Scan, scan_page("t", &["a"], None)).await;
+    let pipeline = Pipeline::new(&fake);
+
+    let outcome = pipeline.run_with(&["--log-format", "json"]).await;
+
+    assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    assert_eq!(fake.calls(Op::Scan).await, 4);
+    let retries: Vec<serde_json::Value> = outcome
+        .stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["operation"] == "scan" && line["retries"].is_u64())
+        .collect();
+    // Three retries within a minute: the first is the one line (the others are `debug`).
+    assert_eq!(retries.len(), 1, "{}", outcome.stderr);
+    assert_eq!(retries[0]["level"], "INFO", "{}", outcome.stderr);
+    assert_eq!(retries[0]["retries"], 1, "{}", outcome.stderr);
+    let cause = retries[0]["error"].as_str().unwrap_or_default();
+    assert!(cause.contains("ServiceUnavailable"), "{}", outcome.stderr);
+}
+
 #[tokio::test]
 async fn a_scan_that_always_throttles_fails_once_the_retries_are_spent() {
     let fake = fake_with_table().await;

@@ -451,6 +451,74 @@ mod postgres {
             assert_eq!(tables(), 0, "{wanted}: run created a table");
         }
     }
+
+    /// Issue 24 item 18: `/health` answers 200 `progressing` while batches commit, 503
+    /// `stalled` once a sink write outlasts `metrics.health_stall_secs` (the destination table
+    /// locked by another session), and 200 again once the lock is gone.
+    #[test]
+    fn health_is_stalled_while_a_locked_table_holds_a_write_and_recovers() {
+        let running = Emulator::Dynoxide.start();
+        orders(&running);
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Destination::new(Target::Postgres, dir.path());
+        let pipeline = pipeline_with_sink(
+            &running,
+            "table_name: orders\nmode: streams\nfollow: true\nstart_position: trim_horizon",
+            &format!(
+                "{}metrics:\n  health_stall_secs: 2\n",
+                destination.sink_yaml()
+            ),
+        );
+        let port = common::free_port();
+        let address = format!("127.0.0.1:{port}");
+        let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
+        let limit = Duration::from_secs(60);
+        let progressing = common::wait_for_health(port, "progressing", limit);
+
+        // Another session locks the destination table; the next change's write waits on it.
+        let locker = common::rt().block_on(async {
+            let client = ddbpipe_testkit::postgres::connect().await;
+            client
+                .batch_execute(&format!(
+                    "BEGIN; LOCK TABLE \"{}\".orders IN ACCESS EXCLUSIVE MODE",
+                    destination.schema
+                ))
+                .await
+                .unwrap();
+            client
+        });
+        running.put_pk("orders", "b", "1");
+        let stalled = common::wait_for_health(port, "stalled", limit);
+        common::rt().block_on(async { locker.batch_execute("ROLLBACK").await.unwrap() });
+        let recovered = common::wait_for_health(port, "progressing", limit);
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let output = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+
+        let (status, body) = progressing.unwrap_or_else(|| panic!("no answer: {err}"));
+        assert_eq!(
+            (status, &body["state"]),
+            (200, &"progressing".into()),
+            "{body} {err}"
+        );
+        let (status, body) = stalled.unwrap_or_else(|| panic!("no answer: {err}"));
+        assert_eq!(
+            (status, &body["state"]),
+            (503, &"stalled".into()),
+            "{body} {err}"
+        );
+        assert!(body["sink_write_secs"].as_f64().unwrap() > 2.0, "{body}");
+        let (status, body) = recovered.unwrap_or_else(|| panic!("no answer: {err}"));
+        assert_eq!(
+            (status, &body["state"]),
+            (200, &"progressing".into()),
+            "{body} {err}"
+        );
+        assert_eq!(output.status.code(), Some(0), "{err}");
+        assert!(destination.rows("orders").contains_key("b"), "{err}");
+    }
 }
 
 mod sqlite {

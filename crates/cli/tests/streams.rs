@@ -224,6 +224,38 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
     }
 }
 
+/// Issue 24 item 18: `/health` of a run following a stream with nothing new answers 200
+/// `idle` past the stall bound (its reads answer), not 503: a quiet stream is healthy.
+fn a_quiet_stream_is_idle_and_healthy_past_the_stall_bound(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let pipeline = Pipeline::new(
+        "orders-cdc",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nfollow: true",
+    );
+    let mut yaml = std::fs::read_to_string(&pipeline.config).unwrap();
+    yaml.push_str("metrics:\n  health_stall_secs: 4\n");
+    std::fs::write(&pipeline.config, yaml).unwrap();
+    let port = common::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
+    let answered = common::wait_for(Duration::from_secs(60), || common::health(port).is_some());
+    // Past the bound, the stream's empty reads still count as progress.
+    std::thread::sleep(Duration::from_secs(6));
+    let health = common::health(port);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let output = child.wait_with_output().unwrap();
+    assert!(answered, "{}", String::from_utf8_lossy(&output.stderr));
+    let (status, body) = health.expect("/health answers");
+    assert_eq!((status, &body["state"]), (200, &"idle".into()), "{body}");
+    assert!(body["last_progress_secs"].as_f64().unwrap() < 4.0, "{body}");
+    assert_eq!(body["stall_secs"], 4, "{body}");
+    assert_eq!(output.status.code(), Some(0));
+}
+
 /// Issue 11: a run that ends writes its final metrics to `--metrics-file` (Prometheus text,
 /// for the textfile collector), every metric described, every request kind counted.
 fn a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted(emulator: Emulator) {
@@ -490,6 +522,7 @@ on_both_emulators!(
     a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted,
     a_streams_run_shows_its_records_shards_and_lag,
     a_following_run_serves_prometheus_metrics,
+    a_quiet_stream_is_idle_and_healthy_past_the_stall_bound,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,
     follow_stops_on_sigterm_with_the_position_covering_what_was_written,
     follow_stops_on_sighup_like_on_sigterm,

@@ -315,12 +315,13 @@ impl KeyedSink {
             ..RetryPolicy::default()
         };
         let retrying = |n: u32, error: &DbError, _delay| {
-            tracing::warn!(
+            tracing::debug!(
                 sink = %self.db.describe(),
                 attempt = n + 1,
                 error = %error.message,
                 "Sink transaction failed; retrying the batch."
             );
+            ddbpipe_source::retry::note_retry("sink_transaction", &error.message);
         };
         let applied = policy
             .retry(

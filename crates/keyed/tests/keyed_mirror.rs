@@ -714,6 +714,49 @@ async fn a_shared_mirror_past_the_retention_fails_before_its_stream(target: Targ
     assert_eq!(destination.keys().await.len(), 12, "the snapshot is in");
 }
 
+/// What a run told its progress observer, in order.
+#[derive(Default)]
+struct Told(std::sync::Mutex<Vec<String>>);
+
+impl ddbpipe_pipeline::runner::Progress for Told {
+    fn advanced(&self, written: u64, _capacity_units: f64) {
+        self.0.lock().unwrap().push(format!("advanced {written}"));
+    }
+
+    fn streaming(&self) {
+        self.0.lock().unwrap().push("streaming".into());
+    }
+}
+
+/// Issue 24 item 20: a shared mirror's stream phase went on printing the snapshot's
+/// "items (4 %)": the observer was never told the stream began. It is, after the snapshot's
+/// rows and before the change records, which it counts from 0.
+async fn a_shared_mirrors_stream_phase_is_reported_as_streaming(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = stream();
+    stream.apply(Change::Write {
+        key: "w1".into(),
+        remove: false,
+    });
+    let table = Arc::new(FakeTable::numbered(12));
+    let leases = MemoryLeaseTable::seeded(3);
+    let mirror = shared_mirror(&table, &stream, &leases, "w1", 1000, RETENTION);
+    let mut sink = sink(&destination, Records::Envelopes).await;
+    let told = Told::default();
+    mirror.run(&mut sink, Cancel::never(), &told).await.unwrap();
+    let told = told.0.into_inner().unwrap();
+    let at = told
+        .iter()
+        .position(|t| t == "streaming")
+        .unwrap_or_else(|| panic!("never told the stream began: {told:?}"));
+    assert_eq!(
+        told[at - 1],
+        "advanced 12",
+        "the snapshot's rows first: {told:?}"
+    );
+    assert_eq!(told[at + 1..], ["advanced 1"], "{told:?}");
+}
+
 /// Declares, for each scenario `async fn name(Target)` above, the tests `sqlite::name` and
 /// `postgres::name`.
 macro_rules! on_each_target {
@@ -741,4 +784,5 @@ on_each_target!(
     shared_workers_clean_up_once_then_stream,
     a_shared_mirror_over_the_ceiling_stops_its_closer_once,
     a_shared_mirror_past_the_retention_fails_before_its_stream,
+    a_shared_mirrors_stream_phase_is_reported_as_streaming,
 );

@@ -40,8 +40,14 @@ pub struct BatchAcknowledged<'a> {
 }
 
 impl BatchAcknowledged<'_> {
-    /// Counts `ddbpipe_batches_committed_total` and `ddbpipe_records_written_total{op}`.
+    /// Counts `ddbpipe_batches_committed_total` and `ddbpipe_records_written_total{op}`; the
+    /// run progressed (`/health`): a commit of records, or of positions alone (an idle run's).
     pub fn emit(self) {
+        if self.batch.records.is_empty() {
+            ddbpipe_source::health::answered();
+        } else {
+            ddbpipe_source::health::committed();
+        }
         metrics::counter!("ddbpipe_batches_committed_total").increment(1);
         let [c, u, d, other] = self.batch.ops;
         let changes = c + u + d + other;

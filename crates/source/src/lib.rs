@@ -34,6 +34,7 @@ pub mod fake;
 pub mod fake_export;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake_streams;
+pub mod health;
 pub mod ids;
 pub mod lease;
 pub mod plan;

@@ -19,12 +19,22 @@
 //!    (the caller is told first, to log it) and tries again; any other failure ends the call
 //!    with that error and the number of attempts made ([`GaveUp::Failed`]).
 //! 3. `retry` bounds no attempt: `run` adds the `attempt_timeout` and the observer.
+//!
+//! # Logging retries (docs/errors.md §9.7)
+//! Every retry is logged at `debug`. At `info`, an operation's retries are logged at most once
+//! a minute ([`RETRY_NOTE_INTERVAL`]): the first retry of an operation at once, then the first
+//! one a minute or more after that line, with the retries since the last line and the last
+//! cause ([`RetryNotes`], one per process: [`note_retry`]). A throttled table or a flaky
+//! network shows in the log without a line per request.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::error::{ApiError, ErrorClass, ReadError};
 
@@ -181,6 +191,7 @@ impl RetryPolicy {
                 let error = match attempt.await {
                     Ok(Ok(value)) => {
                         observer.attempt(operation, None);
+                        crate::health::request_answered(operation);
                         return Ok(value);
                     }
                     Ok(Err(error)) => error,
@@ -197,6 +208,7 @@ impl RetryPolicy {
             |error: &ApiError| matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient);
         let retrying = |n: u32, error: &ApiError, delay: Duration| {
             tracing::debug!(operation, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Request failed; retrying.");
+            note_retry(operation, error);
         };
         self.retry(cap, cancel, retryable, retrying, bounded)
             .await
@@ -254,6 +266,70 @@ impl RetryPolicy {
             }
             n += 1;
         }
+    }
+}
+
+/// The least time between two `info` lines about one operation's retries.
+pub const RETRY_NOTE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Which retries are logged at `info` (module docs, "Logging retries"): per operation, the
+/// retries since its last line and when that line was written.
+#[derive(Debug, Default)]
+pub struct RetryNotes {
+    operations: HashMap<&'static str, Noted>,
+}
+
+#[derive(Debug)]
+struct Noted {
+    /// When the last `info` line about the operation was written.
+    at: Instant,
+    /// Retries since that line, not yet in a line.
+    since: u64,
+}
+
+impl RetryNotes {
+    /// A retry of `operation` at `now`: `Some(n)` when an `info` line is due now, `n` being
+    /// the retries it reports (this one and those since the last line); `None` otherwise.
+    pub fn retried(&mut self, operation: &'static str, now: Instant) -> Option<u64> {
+        match self.operations.get_mut(operation) {
+            None => {
+                self.operations
+                    .insert(operation, Noted { at: now, since: 0 });
+                Some(1)
+            }
+            Some(noted) if now.saturating_duration_since(noted.at) >= RETRY_NOTE_INTERVAL => {
+                let retries = noted.since + 1;
+                *noted = Noted { at: now, since: 0 };
+                Some(retries)
+            }
+            Some(noted) => {
+                noted.since += 1;
+                None
+            }
+        }
+    }
+}
+
+/// This process's [`RetryNotes`].
+static NOTES: Mutex<Option<RetryNotes>> = Mutex::new(None);
+
+/// Tells the log that `operation` is retried after `error` (module docs, "Logging retries"):
+/// an `info` line at most once a minute per operation, with the retries since the last one
+/// and this last cause.
+pub fn note_retry(operation: &'static str, error: &dyn std::fmt::Display) {
+    let due = {
+        let mut notes = NOTES.lock().unwrap_or_else(|e| e.into_inner());
+        notes
+            .get_or_insert_with(RetryNotes::default)
+            .retried(operation, Instant::now())
+    };
+    if let Some(retries) = due {
+        tracing::info!(
+            operation,
+            retries,
+            error = %error,
+            "Retrying after transient failures ({retries} since the last such line); the last cause is given."
+        );
     }
 }
 
@@ -461,6 +537,23 @@ mod tests {
                 attempts: 2
             })
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_noted_at_info_once_a_minute_per_operation() {
+        let mut notes = RetryNotes::default();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        assert_eq!(notes.retried("scan", at(0)), Some(1));
+        assert_eq!(notes.retried("scan", at(1)), None);
+        // Another operation has its own minute.
+        assert_eq!(notes.retried("get_records", at(1)), Some(1));
+        assert_eq!(notes.retried("scan", at(59)), None);
+        // The line a minute on counts the retries since the last one, this one included.
+        assert_eq!(notes.retried("scan", at(60)), Some(3));
+        assert_eq!(notes.retried("scan", at(61)), None);
+        assert_eq!(notes.retried("get_records", at(30)), None);
+        assert_eq!(notes.retried("get_records", at(61)), Some(2));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod coordination;
 mod credentials;
 mod fields;
 mod interpolate;
+mod metrics;
 mod numbers;
 mod schema;
 #[cfg(test)]
@@ -41,6 +42,7 @@ use yaml_serde::Value;
 
 pub use self::coordination::{CoordinationConfig, WORKER_PLACEHOLDER, process_token};
 use self::fields::{Fields, Report, Stage};
+pub use self::metrics::MetricsConfig;
 pub use self::schema::json_schema;
 use self::schema::{Field, Shape, of, optional, required};
 pub use self::sink::{
@@ -84,6 +86,11 @@ static TOP: &[Field] = &[
         "Several workers share the pipeline's work through a lease table; absent: one process \
          (docs/coordination.md §11.10).",
     ),
+    optional(
+        "metrics",
+        Shape::Section(metrics::METRICS),
+        "How the metrics listener of --metrics-addr judges the run's health (docs/cli.md §8.6).",
+    ),
 ];
 
 /// One pipeline, loaded and validated: what to read, where to write it, where the position
@@ -101,6 +108,8 @@ pub struct PipelineConfig {
     pub state: StateConfig,
     /// The lease table several workers share the work through; `None`: one process.
     pub coordination: Option<CoordinationConfig>,
+    /// How `/health` on the metrics listener judges the run.
+    pub metrics: MetricsConfig,
     /// Fields that are valid but have no effect in the chosen mode, one sentence each. `check`
     /// and `run` print them as warnings.
     pub warnings: Vec<String>,
@@ -222,6 +231,7 @@ pub fn parse(
     let default_state = sink::default_state_path(config_dir, name.as_deref().unwrap_or(""));
     let mut state = sink::read_state(top.section("state"), default_state);
     let coordination = top.section("coordination").map(coordination::read);
+    let metrics = metrics::read(top.section("metrics"));
     top.finish();
     let mut sink = sink;
     if let Some((sink, _)) = &mut sink {
@@ -271,6 +281,7 @@ pub fn parse(
     if let (Some((source, _)), Some((sink, _)), false) = (&source, &sink, coordination_unread) {
         coordination::validate(coordination.as_ref(), source, sink, &mut errors);
     }
+    metrics::validate(&metrics, &mut errors);
     for error in errors {
         report.error(Stage::Validate, &error.path, error.message);
     }
@@ -301,6 +312,7 @@ pub fn parse(
                 sink,
                 state,
                 coordination,
+                metrics,
                 warnings,
             })
         }

@@ -395,6 +395,35 @@ pub fn scrape_metrics(port: u16) -> String {
     body
 }
 
+/// `GET /health` on `port`: the status code and the JSON body (`None` while nothing answers).
+pub fn health(port: u16) -> Option<(u16, serde_json::Value)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split("\r\n\r\n").nth(1)?;
+    Some((status, serde_json::from_str(body).ok()?))
+}
+
+/// Waits until `/health` on `port` says `state` (polling), at most `limit`; the last answer.
+pub fn wait_for_health(
+    port: u16,
+    state: &str,
+    limit: Duration,
+) -> Option<(u16, serde_json::Value)> {
+    let mut last = None;
+    wait_for(limit, || {
+        last = health(port);
+        last.as_ref()
+            .is_some_and(|(_, body)| body["state"] == state)
+    });
+    last
+}
+
 /// Waits until `check` holds (polling every 20 ms), at most `limit`.
 pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;

@@ -339,6 +339,10 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         sink: &mut S,
     ) -> Result<(bool, bool, Option<LocalTime>), RunError> {
         let report = self.worker.round(self.now()).await?;
+        if report.transient.is_empty() {
+            // The lease table answered: a worker waiting for work is idle, not stalled.
+            ddbpipe_source::health::answered();
+        }
         let now = self.now();
         let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
         tracing::trace!(

@@ -366,6 +366,7 @@ impl<'a, S: Sink> Delivery<'a, S> {
     /// A read failed: the batch being assembled is dropped, what was acknowledged is
     /// committed. Returns the error to report (or the state error that hid it).
     async fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
+        ddbpipe_source::health::failed(&error);
         drop(self.batcher.take());
         self.checkpointer.flush().await?;
         Ok(error)
@@ -380,8 +381,10 @@ async fn deliver<S: Sink>(
     batch: &Batch,
 ) -> Result<u64, RunError> {
     let staged = checkpointer.stage(batch);
+    let writing = ddbpipe_source::health::Writing::begin();
     sink.write(batch, staged.as_ref()).await?;
     checkpointer.acknowledged(batch, staged).await?;
+    drop(writing);
     BatchAcknowledged { batch }.emit();
     Ok(batch.records.len() as u64)
 }

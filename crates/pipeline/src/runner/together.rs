@@ -169,6 +169,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
         }
     };
     if let Some(error) = failure {
+        ddbpipe_source::health::failed(&error);
         drop(scan.batcher.take());
         drop(stream.batcher.take());
         engine_stop.cancel();

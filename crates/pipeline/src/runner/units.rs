@@ -256,6 +256,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     snapshot: Option<i64>,
     batch: &Batch,
 ) -> Result<bool, RunError> {
+    let _writing = ddbpipe_source::health::Writing::begin();
     if !sink.fences() {
         sink.write(batch, None).await?;
         return Ok(true);

@@ -171,6 +171,9 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             .into_iter()
             .map(|spec| spec.starting(DONE_CHECKPOINT, LeaseState::Done))
             .collect();
+        // The stream has no total to show progress against: the observer is told so (issue 24
+        // item 20: the stream phase printed the snapshot's item count and percentage).
+        progress.streaming();
         let streamed = streams.run(sink, stop, progress).await?;
         Ok(LeasedMirrorOutcome {
             snapshot,

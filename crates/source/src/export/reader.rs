@@ -379,7 +379,8 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
             FileError::Export(_) | FileError::Closed | FileError::Cancelled => false,
         };
         let retrying = |n: u32, error: &FileError, delay: Duration| {
-            tracing::warn!(file = %key, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Reading an export file failed; reading it again.");
+            tracing::debug!(file = %key, attempt = n, delay_ms = delay.as_millis() as u64, error = %error, "Reading an export file failed; reading it again.");
+            crate::retry::note_retry("export_file", &format!("{key}: {error}"));
         };
         let result = self
             .retry

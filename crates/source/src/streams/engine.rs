@@ -509,16 +509,17 @@ pub struct LagInfo {
 }
 
 /// Running lag in seconds (docs/streams.md §4.11): over unfinished shards that read something, the age
-/// of the newest record read; caught-up shards count 0. `None` when no shard qualifies.
+/// of the newest record read; caught-up shards count 0, read or not (issue 24 item 20: an
+/// export mirror's stream phase, caught up with nothing new, kept the lag measured while it
+/// caught up beside the snapshot). `None` when no shard qualifies.
 pub fn running_lag<'a>(shards: impl Iterator<Item = &'a LagInfo>, now_ms: i64) -> Option<f64> {
     shards
         .filter_map(|info| {
+            if info.caught_up {
+                return Some(0.0);
+            }
             let ts = info.newest_ts_ms?;
-            Some(if info.caught_up {
-                0.0
-            } else {
-                ((now_ms - ts) as f64 / 1000.0).max(0.0)
-            })
+            Some(((now_ms - ts) as f64 / 1000.0).max(0.0))
         })
         .reduce(f64::max)
 }
@@ -544,6 +545,13 @@ mod tests {
         );
         assert_eq!(running_lag([caught_up].iter(), 25_000), Some(0.0));
         assert_eq!(running_lag([unread].iter(), 25_000), None);
+        // Caught up without a record read (a stream resumed where it stood, nothing new): 0,
+        // which replaces the last value measured.
+        let caught_up_unread = LagInfo {
+            newest_ts_ms: None,
+            caught_up: true,
+        };
+        assert_eq!(running_lag([caught_up_unread].iter(), 25_000), Some(0.0));
         assert_eq!(
             running_lag([behind].iter(), 5_000),
             Some(0.0),

@@ -275,6 +275,7 @@ impl<A: StreamsApi> StreamContext<A> {
             let page = match answer {
                 Ok(page) => {
                     self.observer.attempt("get_records", None);
+                    crate::health::request_answered("get_records");
                     page
                 }
                 Err(error) => {
@@ -407,6 +408,9 @@ impl<A: StreamsApi> StreamContext<A> {
         }
         if is_gap_code(error.code.as_deref()) {
             return Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id)));
+        }
+        if matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient) {
+            crate::retry::note_retry("get_records", &error);
         }
         match error.class {
             ErrorClass::Throttle => {

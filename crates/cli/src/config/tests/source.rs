@@ -47,6 +47,7 @@ state:
             path_set: true,
         },
         coordination: None,
+        metrics: crate::config::MetricsConfig::default(),
         warnings: vec![],
     };
     assert_eq!(config, expected);

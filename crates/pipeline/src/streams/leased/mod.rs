@@ -355,6 +355,10 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
         sink: &mut S,
     ) -> Result<(bool, Option<LocalTime>), RunError> {
         let report = self.worker.round(self.now()).await?;
+        if report.transient.is_empty() {
+            // The lease table answered: a worker waiting for work is idle, not stalled.
+            ddbpipe_source::health::answered();
+        }
         let now = self.now();
         let identified = units::same_run(&mut self.worker, &self.identity, now).await?;
         let idle = self.last_records.elapsed();
