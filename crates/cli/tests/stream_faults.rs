@@ -577,7 +577,7 @@ async fn check_fails_like_run_on_a_shard_last_read_empty_more_than_23_hours_ago(
         .find(|probe| probe["name"] == "state")
         .expect("a state probe");
     assert_eq!(state["status"], "FAIL", "{report}");
-    let detail = state["detail"].as_str().unwrap();
+    let detail = state["detail"].as_str().expect("a detail");
     assert!(
         detail.contains("shard s1 was last read 24h ago"),
         "{detail}"
@@ -598,7 +598,7 @@ fn state_probe(checked: &fake_streams::Outcome) -> Value {
     let report: Value = serde_json::from_str(&checked.stdout).expect("check --json");
     report["probes"]
         .as_array()
-        .unwrap()
+        .expect("probes")
         .iter()
         .find(|probe| probe["name"] == "state")
         .cloned()
@@ -652,7 +652,7 @@ async fn check_and_lag_report_a_stored_position_the_stream_trimmed() {
     let checked = pipeline.check().await;
     let state = state_probe(&checked);
     assert_eq!(state["status"], "FAIL", "{state}");
-    let detail = state["detail"].as_str().unwrap();
+    let detail = state["detail"].as_str().expect("a detail");
     for wanted in [
         "shard s1 was trimmed past sequence 5",
         "the next run applies on_gap: fail",
@@ -664,7 +664,7 @@ async fn check_and_lag_report_a_stored_position_the_stream_trimmed() {
     let (code, report) = lag_of(&pipeline).await;
     assert_eq!(code, Some(1), "{report}");
     assert_eq!(report["lag_seconds"], Value::Null, "{report}");
-    let error = report["error"].as_str().unwrap();
+    let error = report["error"].as_str().expect("an error");
     for wanted in [
         "shard s1 was trimmed past sequence 5",
         "the next run applies on_gap: fail",
@@ -716,7 +716,7 @@ async fn check_and_lag_report_a_stored_shard_the_stream_no_longer_lists() {
     let checked = pipeline.check().await;
     let state = state_probe(&checked);
     assert_eq!(state["status"], "WARN", "{state}");
-    let detail = state["detail"].as_str().unwrap();
+    let detail = state["detail"].as_str().expect("a detail");
     for wanted in [
         "shard s1 expired before it was fully read",
         "the next run applies on_gap: resnapshot",
@@ -727,7 +727,7 @@ async fn check_and_lag_report_a_stored_shard_the_stream_no_longer_lists() {
     let (code, report) = lag_of(&pipeline).await;
     assert_eq!(code, Some(1), "{report}");
     assert_eq!(report["lag_seconds"], Value::Null, "{report}");
-    let error = report["error"].as_str().unwrap();
+    let error = report["error"].as_str().expect("an error");
     for wanted in [
         "shard s1 expired before it was fully read",
         "the next run applies on_gap: resnapshot",

@@ -13,9 +13,9 @@ use ddbpipe_source::streams::engine::{LagInfo, running_lag};
 use ddbpipe_source::streams::shard_sync;
 use tokio::time::Instant;
 
-use crate::streams::lease_rows::shard_specs;
 use super::{CHILD_LOOKUP_INTERVAL, Shared};
 use crate::runner::RunError;
+use crate::streams::lease_rows::shard_specs;
 
 impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
     /// Whether the leader lists the stream this round (module docs, Discovery).

@@ -69,8 +69,8 @@ use crate::state::identity::Identity;
 mod discovery;
 mod read;
 
-use read::{ReadFlags, read_shard};
 use super::lease_rows::{END_CHECKPOINT, Start, decode_checkpoint};
+use read::{ReadFlags, read_shard};
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);

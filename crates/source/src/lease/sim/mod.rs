@@ -11,7 +11,8 @@
 //!    clock has its own origin.
 //! 3. Workers crash (they vanish holding leases) and pause for longer than a lease; a paused
 //!    worker that wakes first tries to checkpoint its units, as a zombie would.
-//! 3a. Under CPU pressure ([`Pressure`]) a worker's data plane stalls now and then (a slow sink
+//!
+//!    Under CPU pressure ([`Pressure`]) a worker's data plane stalls now and then (a slow sink
 //!    write, a reader starved of CPU): while it stalls, that worker neither reads, checkpoints
 //!    nor runs a round, as in the runners, whose rounds share the loop with the sink. Its
 //!    keeper's passes ([`Renewal::Keeper`]) go on, each woken late by up to a delay (a task
