@@ -1,5 +1,5 @@
 //! Whether this process's run makes progress, for the metrics listener's `/health`
-//! (docs/cli.md §8.8).
+//! (docs/cli.md §8.6).
 //!
 //! # Progress
 //! 1. A batch acknowledged by the sink ([`committed`]) is progress, and makes the run
