@@ -598,7 +598,7 @@ fn state_probe(checked: &fake_streams::Outcome) -> Value {
     let report: Value = serde_json::from_str(&checked.stdout).expect("check --json");
     report["probes"]
         .as_array()
-        .unwrap()
+        .expect("check --json lists its probes")
         .iter()
         .find(|probe| probe["name"] == "state")
         .cloned()
