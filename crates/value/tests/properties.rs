@@ -160,7 +160,7 @@ proptest! {
             None => prop_assert_eq!(out, serde_json::to_string(&text).unwrap()),
             Some(reduced) => {
                 let parsed: Result<serde_json::Value, _> = serde_json::from_str(&out);
-                let is_number = parsed.as_ref().map_or(false, serde_json::Value::is_number);
+                let is_number = parsed.as_ref().is_ok_and(serde_json::Value::is_number);
                 // serde_json refuses exponents past a double's range; the grammar does not.
                 let past_doubles = parsed.is_err() && out.contains(['e', 'E']);
                 prop_assert!(is_number || past_doubles, "{:?} became {}", text, out);
