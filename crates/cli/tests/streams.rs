@@ -398,7 +398,7 @@ fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_t
     let (status, detail) = state_probe(&pipeline);
     assert_eq!(status, "WARN", "{detail}");
     assert!(
-        detail.contains("the run applies on_gap: resnapshot"),
+        detail.contains("the next run applies on_gap: resnapshot"),
         "{detail}"
     );
     // With a snapshot open the run fails on the gap whatever on_gap says: so does check.
