@@ -88,8 +88,31 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
+/// Longest a worker of these tests may take to end once the test waits for it: far beyond
+/// any run here, so only a hang reaches it, and then the test fails with the worker's log
+/// instead of waiting forever.
+const HANG: Duration = Duration::from_secs(300);
+
 fn finished(child: Child) -> Output {
-    child.wait_with_output().unwrap()
+    let pid = child.id();
+    let (done, waited) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output().unwrap();
+        let _ = done.send(());
+        output
+    });
+    if waited.recv_timeout(HANG).is_err() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let output = waiter.join().unwrap();
+        panic!(
+            "worker {pid} did not end within {} s; its log:\n{}",
+            HANG.as_secs(),
+            stderr(&output)
+        );
+    }
+    waiter.join().unwrap()
 }
 
 fn three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item(emulator: Emulator) {

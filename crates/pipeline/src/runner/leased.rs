@@ -259,8 +259,9 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 biased;
                 () = stop.cancelled() => break,
                 event = keeper.next() => {
-                    let lost = units::kept(event)?;
-                    if let UnitId::Segment { index, .. } = lost.unit {
+                    if let Some(lost) = units::kept(event, &self.worker)?
+                        && let UnitId::Segment { index, .. } = lost.unit
+                    {
                         self.lose(index, &lost.reason);
                     }
                 }

@@ -122,10 +122,21 @@ impl Rounds {
     }
 }
 
-/// What a keeper's event means for the run: a lost work unit to stop, or a failure.
-pub(crate) fn kept(event: KeeperEvent) -> Result<Lost, RunError> {
+/// What a keeper's event means for the run: a lost work unit to stop, nothing, or a failure.
+///
+/// The keeper forgets a lease before it reports it lost, and its reports wait in a channel
+/// while the run's loop is busy: by the time one is read, a round may have taken the unit
+/// again (a worker frozen past its leases, then woken, loses them to its keeper and takes
+/// them back in its next round). A report about a unit the worker holds now is about an
+/// earlier tenure and is dropped; applied, it would stop the unit's new reader while the
+/// keeper goes on renewing the lease, and nobody would read the unit again.
+pub(crate) fn kept<T: LeaseTable>(
+    event: KeeperEvent,
+    worker: &Worker<T>,
+) -> Result<Option<Lost>, RunError> {
     match event {
-        KeeperEvent::Lost(lost) => Ok(lost),
+        KeeperEvent::Lost(lost) if worker.counter(&lost.unit).is_some() => Ok(None),
+        KeeperEvent::Lost(lost) => Ok(Some(lost)),
         KeeperEvent::Failed(error) => Err(RunError::Lease(error)),
     }
 }
@@ -307,5 +318,46 @@ pub(crate) fn checkpointed(
         }
         Err(CheckpointError::Request(error)) => Err(RunError::Lease(error)),
         Err(error) => Err(RunError::Lease(LeaseError::Fatal(error.to_string()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_source::lease::memory::MemoryLeaseTable;
+    use ddbpipe_source::lease::{LeaseSettings, PipelineName, UnitSpec, WorkerId};
+
+    use super::*;
+
+    /// A keeper's report about a unit the worker has taken again since is dropped; one about a
+    /// unit it no longer holds stops that unit (the frozen-worker hang of issue 24's CI run).
+    #[tokio::test]
+    async fn a_loss_reported_for_a_unit_taken_again_since_is_dropped() {
+        let leases = MemoryLeaseTable::seeded(1);
+        let mut worker = Worker::new(
+            leases.connect(),
+            PipelineName::new("p").unwrap(),
+            WorkerId::new("w").unwrap(),
+            LeaseSettings::new(10).unwrap(),
+        );
+        // The first round makes it the leader, which creates the rows; the next takes them.
+        worker.round(LocalTime::from_millis(0)).await.unwrap();
+        worker.sync(&UnitSpec::segments(2)).await.unwrap();
+        worker.round(LocalTime::from_millis(1)).await.unwrap();
+        let held = UnitId::Segment { index: 0, total: 2 };
+        assert!(worker.counter(&held).is_some(), "{:?}", worker.units());
+        let stale = KeeperEvent::Lost(Lost {
+            unit: held.clone(),
+            reason: LostReason::Expired,
+        });
+        assert!(kept(stale, &worker).unwrap().is_none());
+        let gone = UnitId::Segment { index: 7, total: 8 };
+        let current = KeeperEvent::Lost(Lost {
+            unit: gone.clone(),
+            reason: LostReason::Expired,
+        });
+        assert_eq!(
+            kept(current, &worker).unwrap().map(|lost| lost.unit),
+            Some(gone)
+        );
     }
 }

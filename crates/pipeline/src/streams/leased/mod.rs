@@ -257,8 +257,9 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 biased;
                 () = stop.cancelled() => break EndReason::Stopped,
                 event = keeper.next() => {
-                    let lost = units::kept(event)?;
-                    if let UnitId::Shard(shard) = lost.unit {
+                    if let Some(lost) = units::kept(event, &self.worker)?
+                        && let UnitId::Shard(shard) = lost.unit
+                    {
                         self.lose(&shard, &lost.reason);
                     }
                 }
