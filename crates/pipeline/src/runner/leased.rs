@@ -386,6 +386,11 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 Some(DONE_CHECKPOINT) => (None, true),
                 Some(text) => (Some(decode_cursor(&taken.unit, text)?), false),
             };
+            // Held here still: the keeper lost the earlier tenure while this round ran (its
+            // report is on its way, and `units::kept` drops it): that tenure stops first.
+            if self.held.contains_key(&index) {
+                self.lose(index, &LostReason::Expired);
+            }
             self.held.insert(
                 index,
                 Holding {

@@ -399,6 +399,11 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             let at = claimed.as_deref().or(taken.checkpoint.as_deref());
             let start = decode_checkpoint(&taken.unit, at)?;
             let holding = self.start(shard.clone(), start);
+            // Held here still: the keeper lost the earlier tenure while this round ran (its
+            // report is on its way, and `units::kept` drops it): that tenure stops first.
+            if self.held.contains_key(&shard) {
+                self.lose(&shard, &LostReason::Expired);
+            }
             self.held.insert(shard.clone(), holding);
         }
         let mut again = false;
