@@ -18,12 +18,6 @@ use common::{
 
 const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 1";
 
-/// A loopback port nobody listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 fn orders(running: &Running) {
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     running.put_pk("orders", "a", "1");
@@ -46,7 +40,7 @@ mod postgres {
         let running = Emulator::Dynoxide.start();
         orders(&running);
         let password = "Pa@Wq7xK9zT";
-        let port = closed_port();
+        let port = common::free_port();
         let url = format!(
             "postgres://ddbpipe:{password}@127.0.0.1:{port}/app?sslmode=disable&connect_timeout=2"
         );
@@ -77,7 +71,7 @@ mod postgres {
         let password = "Wq7 xK9:zT@q";
         let url = format!(
             "host=127.0.0.1 port={} user=ddbpipe pasword='{password}' dbname=app",
-            closed_port()
+            common::free_port()
         );
         let pipeline = pipeline_with_sink(
             &running,
@@ -174,7 +168,7 @@ mod postgres {
         assert_eq!(destination.documents("orders").len(), 1);
         assert_hidden(&stderr(&output), &password, 10, "run");
 
-        let down = closed_port();
+        let down = common::free_port();
         let output = run(down);
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(1), "{err}");

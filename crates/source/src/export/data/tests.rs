@@ -16,11 +16,24 @@ const LINES: [&str; 3] = [
     r#"{"Item":{"pk":{"S":"c"}}}"#,
 ];
 
-fn key_schema() -> Vec<KeyAttribute> {
-    vec![KeyAttribute {
+/// The table's key: `pk`, a string.
+static KEY_SCHEMA: std::sync::LazyLock<[KeyAttribute; 1]> = std::sync::LazyLock::new(|| {
+    [KeyAttribute {
         name: "pk".into(),
         key_type: crate::api::KeyType::S,
     }]
+});
+
+/// A full export's `file` read in `format`, `batch` records at a time, after `skip` items.
+fn full(file: &ManifestFile, format: ValueFormat, batch: usize, skip: u64) -> FileReading<'_> {
+    FileReading {
+        file,
+        kind: ExportType::Full,
+        render: Render::Items(format),
+        key_schema: &*KEY_SCHEMA,
+        batch,
+        skip,
+    }
 }
 
 fn gzip(lines: &[&str]) -> Vec<u8> {
@@ -59,14 +72,7 @@ fn read_from(
 ) -> Result<(Vec<String>, usize), ExportError> {
     let mut out = Vec::new();
     let mut batches = 0;
-    let reading = FileReading {
-        file,
-        kind: ExportType::Full,
-        render: Render::Items(format),
-        key_schema: &key_schema(),
-        batch,
-        skip,
-    };
+    let reading = full(file, format, batch, skip);
     read_data_file::<ExportError>(
         stored,
         &reading,
@@ -118,14 +124,7 @@ fn records_are_handed_over_in_batches_and_the_file_counts_its_stored_bytes() {
     let stored = gzip(&LINES);
     let mut batches = Vec::new();
     let manifest = file(&stored, 3);
-    let reading = FileReading {
-        file: &manifest,
-        kind: ExportType::Full,
-        render: Render::Items(ValueFormat::Plain),
-        key_schema: &key_schema(),
-        batch: 2,
-        skip: 0,
-    };
+    let reading = full(&manifest, ValueFormat::Plain, 2, 0);
     let read = read_data_file::<ExportError>(
         &stored[..],
         &reading,
@@ -298,14 +297,7 @@ fn corrupt_gzip_is_damage_and_a_broken_body_is_not() {
     }
     let stored = gzip(&LINES);
     let manifest = file(&stored, 3);
-    let reading = FileReading {
-        file: &manifest,
-        kind: ExportType::Full,
-        render: Render::Items(ValueFormat::Plain),
-        key_schema: &key_schema(),
-        batch: 2,
-        skip: 0,
-    };
+    let reading = full(&manifest, ValueFormat::Plain, 2, 0);
     let body = (&stored[..20]).chain(Broken);
     let error = read_data_file::<ExportError>(body, &reading, || Ok(()), |_| Ok(())).unwrap_err();
     assert!(error.problem.starts_with("cannot be read"), "{error}");
@@ -319,14 +311,7 @@ fn handed_on(
     batch: usize,
 ) -> (Result<FileRead, ExportError>, usize) {
     let mut handed = 0;
-    let reading = FileReading {
-        file: manifest,
-        kind: ExportType::Full,
-        render: Render::Items(ValueFormat::Plain),
-        key_schema: &key_schema(),
-        batch,
-        skip: 0,
-    };
+    let reading = full(manifest, ValueFormat::Plain, batch, 0);
     let read = read_data_file::<ExportError>(
         stored,
         &reading,

@@ -1,0 +1,324 @@
+//! Records to row changes (module docs of `sink`, "From records to rows"): an item's key
+//! attributes, an envelope's operation, key values in `value_format`, converted on several
+//! threads for large batches.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_value::ValueFormat;
+use serde::Deserialize;
+use serde::de::DeserializeSeed as _;
+use serde_json::value::RawValue;
+
+use super::KeyedSink;
+use crate::{Database, KeyType, KeyValue, RowChange, Version};
+
+impl KeyedSink {
+    /// The row changes of a batch, in order.
+    pub fn rows(&self, batch: &Batch, snapshot_open: bool) -> Result<Vec<RowChange>, String> {
+        self.rows_during(batch, snapshot_open, None)
+    }
+
+    /// The row changes of a batch written while repair `repair` is open: its changes (change
+    /// envelopes without a sequence number, read from an incremental export) carry the repair
+    /// id in their version.
+    pub fn rows_during(
+        &self,
+        batch: &Batch,
+        snapshot_open: bool,
+        repair: Option<i64>,
+    ) -> Result<Vec<RowChange>, String> {
+        let records = &batch.records;
+        let row = |i: usize| -> Result<RowChange, String> {
+            let line = records.get(i).unwrap_or_default();
+            let text = std::str::from_utf8(line)
+                .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
+            match self.records {
+                Records::Items => self
+                    .item_row(text)
+                    .map_err(|problem| format!("item {}: {problem}", short(text))),
+                Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms, repair),
+            }
+        };
+        let parts = conversion_threads(records.len());
+        if parts <= 1 {
+            return (0..records.len()).map(row).collect();
+        }
+        // Turning records into rows is most of a sink's own CPU: a large batch is split among
+        // threads while the database waits (the first error in record order is the one told).
+        let per = records.len().div_ceil(parts);
+        let converted: Vec<Result<Vec<RowChange>, String>> = std::thread::scope(|scope| {
+            let row = &row;
+            let mut handles = Vec::with_capacity(parts - 1);
+            for part in 1..parts {
+                let range = part * per..((part + 1) * per).min(records.len());
+                handles.push(scope.spawn(move || range.map(row).collect()));
+            }
+            let mut converted = vec![(0..per).map(row).collect()];
+            for handle in handles {
+                converted.push(
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| Err("converting the batch's records panicked".into())),
+                );
+            }
+            converted
+        });
+        let mut rows = Vec::with_capacity(records.len());
+        for part in converted {
+            rows.extend(part?);
+        }
+        Ok(rows)
+    }
+
+    fn item_row(&self, text: &str) -> Result<RowChange, String> {
+        let found = self
+            .key_attributes(text)
+            .map_err(|e| format!("not a JSON object: {e}"))?;
+        Ok(RowChange::Upsert {
+            key: self.key_of(&found)?,
+            document: text.to_string(),
+            snapshot: false,
+            version: Version::default(),
+        })
+    }
+
+    /// The values of the key attributes of the JSON object `text`, in key-column order; the
+    /// other attributes are skipped as they are read, with nothing allocated for them (this runs
+    /// for every record).
+    fn key_attributes<'a>(&self, text: &'a str) -> serde_json::Result<Vec<Option<&'a RawValue>>> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let found = KeyAttributes {
+            key: &self.table.key,
+        }
+        .deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(found)
+    }
+
+    /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
+    /// change at its record's `ts_ms` and sequence number (docs/mirror.md §5.6); a change of
+    /// an open repair's export (no sequence number) at its exact `ts_ms`, with the repair id.
+    fn envelope_row(
+        &self,
+        text: &str,
+        snapshot_open: bool,
+        read_ms: Option<i64>,
+        repair: Option<i64>,
+    ) -> Result<RowChange, String> {
+        let envelope: Envelope<'_> =
+            serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        let record = || {
+            format!(
+                "record {} in {}",
+                envelope.event_id.as_deref().unwrap_or("?"),
+                envelope.shard_id.as_deref().unwrap_or("the snapshot")
+            )
+        };
+        let key = || -> Result<Vec<KeyValue>, String> {
+            let raw = envelope
+                .key
+                .filter(|raw| raw.get() != "null")
+                .ok_or_else(|| format!("{} has no key", record()))?;
+            let found = self
+                .key_attributes(raw.get())
+                .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
+            self.key_of(&found)
+                .map_err(|problem| format!("{}: {problem}", record()))
+        };
+        let version = if envelope.op == "r" {
+            Version {
+                at_ms: read_ms,
+                sequence: None,
+                repair: None,
+            }
+        } else {
+            let sequence = envelope.sequence_number.as_deref().map(str::to_string);
+            Version {
+                at_ms: envelope.ts_ms,
+                repair: repair.filter(|_| sequence.is_none()),
+                sequence,
+            }
+        };
+        match envelope.op.as_ref() {
+            "c" | "u" | "r" => {
+                let after = envelope.after.filter(|raw| raw.get() != "null").ok_or_else(|| {
+                    format!(
+                        "{} has no new image: the {} sink needs a stream view of NEW_IMAGE or NEW_AND_OLD_IMAGES",
+                        record(),
+                        self.kind()
+                    )
+                })?;
+                Ok(RowChange::Upsert {
+                    key: key()?,
+                    document: after.get().to_string(),
+                    snapshot: snapshot_open && envelope.op == "r",
+                    version,
+                })
+            }
+            "d" => Ok(RowChange::Delete {
+                key: key()?,
+                version,
+            }),
+            other => Err(format!(
+                "{} has op '{other}', which the {} sink cannot apply (only c, u, d and r)",
+                record(),
+                self.kind()
+            )),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.db {
+            Database::Sqlite(_) => "sqlite",
+            Database::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The key values of a record from its key attributes `found` (of
+    /// [`Self::key_attributes`], in key-column order).
+    fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
+        self.table
+            .key
+            .iter()
+            .zip(found)
+            .map(|(column, raw)| {
+                let raw =
+                    raw.ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
+                key_value(raw, column.kind, self.format).map_err(|problem| {
+                    format!(
+                        "key attribute '{}' ({}): {problem}",
+                        column.name,
+                        column.kind.tag()
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// The values of the key attributes of one item, in key-column order; `None` where the item
+/// lacks one.
+struct KeyAttributes<'k> {
+    key: &'k [crate::KeyColumn],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyAttributes<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyAttributes<'_> {
+    type Value = Vec<Option<&'de RawValue>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an item: a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = vec![None; self.key.len()];
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            match self.key.iter().position(|column| column.name == name) {
+                Some(at) => found[at] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The fields of an envelope a keyed sink reads.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    shard_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    sequence_number: Option<Cow<'a, str>>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
+}
+
+/// Records below which a batch is converted on one thread: a thread costs tens of µs.
+const PARALLEL_RECORDS: usize = 512;
+
+/// Threads that turn a batch of `records` records into rows: up to the machine's cores, at
+/// most 4, each with at least [`PARALLEL_RECORDS`] / 2 records.
+pub(super) fn conversion_threads(records: usize) -> usize {
+    if records < PARALLEL_RECORDS {
+        return 1;
+    }
+    // Asked once: the answer reads the process's CPU affinity and cgroup quota.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    cores.min(4).min(records / (PARALLEL_RECORDS / 2)).max(1)
+}
+
+/// One key attribute's value as rendered per `format`.
+fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<KeyValue, String> {
+    let text = raw.get();
+    let payload: Cow<'_, str> = match format {
+        ValueFormat::Typed => {
+            let typed: std::collections::BTreeMap<Cow<'_, str>, Cow<'_, str>> =
+                serde_json::from_str(text).map_err(|_| {
+                    format!("expected {{\"{}\": …}}, found {}", kind.tag(), short(text))
+                })?;
+            match typed.into_iter().next() {
+                Some((tag, value)) if tag == kind.tag() => value,
+                _ => {
+                    return Err(format!(
+                        "expected {{\"{}\": …}}, found {}",
+                        kind.tag(),
+                        short(text)
+                    ));
+                }
+            }
+        }
+        // A plain number is its JSON text, taken as it is (no string parse tried first).
+        ValueFormat::Plain | ValueFormat::PlainExact
+            if kind == KeyType::N
+                && text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) =>
+        {
+            Cow::Borrowed(text)
+        }
+        ValueFormat::Plain | ValueFormat::PlainExact => serde_json::from_str::<Cow<'_, str>>(text)
+            .map_err(|_| format!("expected a {} value, found {}", kind.tag(), short(text)))?,
+    };
+    Ok(match kind {
+        KeyType::S => KeyValue::S(payload.into_owned()),
+        KeyType::N => KeyValue::N(payload.into_owned()),
+        KeyType::B => KeyValue::B(
+            base64::engine::general_purpose::STANDARD
+                .decode(payload.as_bytes())
+                .map_err(|e| format!("not base64: {e}"))?,
+        ),
+    })
+}
+
+/// The start of a record for messages.
+fn short(text: &str) -> String {
+    const MAX: usize = 120;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
