@@ -293,3 +293,61 @@ async fn under_cpu_pressure_the_keeper_loses_no_lease_and_a_crash_is_taken_over_
     assert!(!takeovers.is_empty());
     assert_takeovers_bounded(&takeovers, PRESSURE.stall_ms.1);
 }
+
+impl Sim {
+    /// The checks that look at the whole history.
+    fn check_history(&self) {
+        let seed = self.seed;
+        let log = self.table.log();
+        let mut last_take: BTreeMap<&UnitId, &WorkerId> = BTreeMap::new();
+        let mut committed: BTreeMap<&UnitId, u64> = BTreeMap::new();
+        for write in &log {
+            let owner_before = write.before.as_ref().and_then(|b| b.owner.as_ref());
+            match write.kind {
+                WriteKind::Take => {
+                    let after = write.after.as_ref().and_then(|a| a.owner.as_ref()).unwrap();
+                    last_take.insert(&write.unit, after);
+                }
+                WriteKind::Checkpoint => {
+                    let committer = owner_before.unwrap();
+                    assert_eq!(
+                        last_take.get(&write.unit),
+                        Some(&committer),
+                        "seed {seed}: a checkpoint of {} by {committer} after another take",
+                        write.unit
+                    );
+                    let value: u64 = write
+                        .after
+                        .as_ref()
+                        .unwrap()
+                        .checkpoint
+                        .as_ref()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    let before = committed.insert(&write.unit, value).unwrap_or(0);
+                    assert!(
+                        value >= before,
+                        "seed {seed}: {} went back from {before} to {value}",
+                        write.unit
+                    );
+                }
+                _ => {}
+            }
+        }
+        for (unit, value, counter, worker) in &self.commits {
+            let found = log.iter().any(|w| {
+                &w.unit == unit
+                    && w.kind == WriteKind::Checkpoint
+                    && w.before.as_ref().and_then(|b| b.owner.as_ref()) == Some(worker)
+                    && w.after.as_ref().is_some_and(|a| {
+                        a.counter == *counter && a.checkpoint == Some(value.to_string())
+                    })
+            });
+            assert!(
+                found,
+                "seed {seed}: {worker}'s commit {value} of {unit} is not in the table"
+            );
+        }
+    }
+}
