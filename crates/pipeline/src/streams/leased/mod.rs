@@ -401,8 +401,8 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             let holding = self.start(shard.clone(), start);
             // Held here still: the keeper lost the earlier tenure while this round ran (its
             // report is on its way, and `units::kept` drops it): that tenure stops first.
-            if self.held.contains_key(&shard) {
-                self.lose(&shard, &LostReason::Expired);
+            if self.held.contains_key(shard) {
+                self.lose(shard, &LostReason::Expired);
             }
             self.held.insert(shard.clone(), holding);
         }
