@@ -82,7 +82,10 @@ impl Sink for AnySink {
         }
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
+    async fn claim(
+        &mut self,
+        fence: &Fence,
+    ) -> Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError> {
         match self {
             AnySink::Jsonl(sink) => sink.claim(fence).await,
             AnySink::Keyed(sink) => sink.claim(fence).await,

@@ -94,7 +94,7 @@ pub fn leased(rows: &[Lease], mode: Mode, graph: &ShardGraph) -> Result<StreamsP
 /// The stream the pipeline's leader row names (its run's identity keeps the stream read).
 fn leader_stream(rows: &[Lease]) -> Option<String> {
     let leader = rows.iter().find(|row| row.unit == UnitId::Leader)?;
-    let identity: Json = serde_json::from_str(leader.checkpoint.as_deref()?).ok()?;
+    let identity: Json = serde_json::from_str(leader.settings()?).ok()?;
     identity["stream_arn"].as_str().map(str::to_string)
 }
 
@@ -110,9 +110,10 @@ mod tests {
     #[test]
     fn a_shared_position_is_on_the_leader_rows_stream_and_holds_every_listed_shard() {
         let mut leader = Lease::new(UnitId::Leader, Vec::new(), 0);
-        leader.checkpoint = Some(r#"{"stream_arn":"arn:1","table":"t"}"#.into());
+        leader.checkpoint =
+            Some(UnitId::Leader.checkpoint(r#"{"stream_arn":"arn:1","table":"t"}"#));
         let mut positioned = Lease::new("shard:a".parse().unwrap(), Vec::new(), 0);
-        positioned.checkpoint = Some("after:000000000000000000123".into());
+        positioned.checkpoint = Some(positioned.unit.checkpoint("after:000000000000000000123"));
         positioned.state = LeaseState::Processing;
         let mut graph = ShardGraph::new();
         graph.merge(["a", "b"].map(|id| ShardDescription {

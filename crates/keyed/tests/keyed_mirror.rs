@@ -627,7 +627,7 @@ async fn shared_workers_clean_up_once_then_stream(target: Target) {
     };
     let fence = Fence {
         pipeline: "p".into(),
-        unit: "segment:0/3".into(),
+        unit: "segment:0/3".parse().unwrap(),
         counter: u64::MAX >> 2,
         position: None,
         snapshot: Some(outcomes[0].snapshot.id),

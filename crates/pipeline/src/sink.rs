@@ -39,13 +39,13 @@ pub struct Fence {
     /// The pipeline.
     pub pipeline: String,
     /// The unit (`segment:<i>/<n>`, `shard:<id>`).
-    pub unit: String,
+    pub unit: ddbpipe_source::lease::UnitId,
     /// The lease counter this worker holds.
     pub counter: u64,
-    /// Where the unit stands once the batch is written, in the text of its lease checkpoint:
-    /// stored with the counter in the batch's transaction, so the unit's next owner resumes
-    /// exactly after the rows written (`None`: the stored position stays).
-    pub position: Option<String>,
+    /// Where the unit stands once the batch is written, as its lease checkpoint: stored with
+    /// the counter in the batch's transaction, so the unit's next owner resumes exactly after
+    /// the rows written (`None`: the stored position stays).
+    pub position: Option<ddbpipe_source::position::LeaseCheckpoint>,
     /// The open shared snapshot whose rows the batch holds (a mirror across workers,
     /// docs/coordination.md §11.12): its snapshot rows are marked with this id, and the batch
     /// is refused ([`SinkErrorClass::Fenced`]) once that snapshot is closed.
@@ -214,7 +214,8 @@ pub trait Sink: Send {
     fn claim(
         &mut self,
         fence: &Fence,
-    ) -> impl Future<Output = Result<Option<String>, SinkError>> + Send {
+    ) -> impl Future<Output = Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError>> + Send
+    {
         let _ = fence;
         async { Ok(None) }
     }

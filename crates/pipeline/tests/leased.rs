@@ -387,6 +387,38 @@ async fn a_graceful_stop_hands_the_leases_back_with_their_checkpoints() {
     }
 }
 
+/// A segment row whose checkpoint was edited into another unit's form (a hand edit) stops the
+/// worker that takes it, naming the row, its text and what to do; nothing more is read.
+#[tokio::test(start_paused = true)]
+async fn a_segment_row_with_an_unreadable_checkpoint_stops_its_taker_naming_it() {
+    let table = Arc::new(FakeTable::numbered(ITEMS));
+    let leases = MemoryLeaseTable::seeded(5);
+    let (handle, stop) = Cancel::new();
+    let first = spawn(scan(&table, &leases, "first", SEGMENTS), slow(), stop);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    handle.cancel();
+    first.await.unwrap().0.unwrap();
+    let edited = UnitId::Segment {
+        index: 0,
+        total: SEGMENTS,
+    };
+    leases.edit(&PipelineName::new("p").unwrap(), &edited, |row| {
+        row.checkpoint = Some(edited.checkpoint("after:000000000000000000123"));
+        row.state = LeaseState::Processing;
+    });
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(scan(&table, &leases, "second", SEGMENTS), slow(), stop)
+        .await
+        .unwrap();
+    let error = outcome.unwrap_err().to_string();
+    assert!(
+        error.contains("lease segment:0/12")
+            && error.contains("'after:000000000000000000123'")
+            && error.contains("ddbpipe state reset"),
+        "{error}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_changed_segment_count_is_refused_while_a_shared_scan_is_unfinished() {
     let table = Arc::new(FakeTable::numbered(ITEMS));
@@ -593,7 +625,7 @@ struct FencingSink {
 impl FencingSink {
     fn pass(&self, fence: &ddbpipe_pipeline::sink::Fence) -> Result<(), SinkError> {
         let mut fences = self.fences.lock().unwrap();
-        let stored = fences.entry(fence.unit.clone()).or_insert(0);
+        let stored = fences.entry(fence.unit.to_string()).or_insert(0);
         if *stored > fence.counter {
             return Err(SinkError {
                 sink: "fencing".into(),
@@ -633,7 +665,7 @@ impl Sink for FencingSink {
             .map(|l| String::from_utf8(l.to_vec()).unwrap())
             .collect();
         self.accepted.lock().unwrap().push((
-            fence.unit.clone(),
+            fence.unit.to_string(),
             fence.counter,
             self.leases.log().len(),
             lines,
@@ -644,11 +676,11 @@ impl Sink for FencingSink {
     async fn claim(
         &mut self,
         fence: &ddbpipe_pipeline::sink::Fence,
-    ) -> Result<Option<String>, SinkError> {
+    ) -> Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError> {
         if self.races > 0 {
             self.races -= 1;
             let pipeline = PipelineName::new(fence.pipeline.clone()).unwrap();
-            let unit: UnitId = fence.unit.parse().unwrap();
+            let unit = fence.unit.clone();
             let row = self.leases.row(&pipeline, &unit).unwrap();
             let thief = WorkerId::new("thief").unwrap();
             let stolen = self

@@ -36,10 +36,11 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{LeasedStreamOutcome, LeasedStreams, StreamRun};
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
-use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
 use ddbpipe_source::plan::BatchLimits;
+use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_testkit::fake_stream_run;
@@ -59,7 +60,7 @@ struct Accepted {
 
 type Log = Arc<Mutex<Vec<Accepted>>>;
 /// Per unit: the stored counter and the position committed with it.
-type Fences = Arc<Mutex<HashMap<String, (u64, Option<String>)>>>;
+type Fences = Arc<Mutex<HashMap<String, (u64, Option<LeaseCheckpoint>)>>>;
 
 /// One database for every worker: batches pass their fence (a lower counter than the one
 /// stored is refused) and are logged in the order they were accepted.
@@ -75,9 +76,9 @@ struct FencingLog {
 impl FencingLog {
     /// Advances the fence (and its position) unless a newer counter is stored; returns the
     /// position stored.
-    fn pass(&self, fence: &Fence) -> Result<Option<String>, SinkError> {
+    fn pass(&self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
         let mut fences = self.fences.lock().unwrap();
-        let (stored, position) = fences.entry(fence.unit.clone()).or_insert((0, None));
+        let (stored, position) = fences.entry(fence.unit.to_string()).or_insert((0, None));
         if *stored > fence.counter {
             return Err(SinkError {
                 sink: "log".into(),
@@ -130,10 +131,12 @@ impl Sink for FencingLog {
         assert!(
             records
                 .iter()
-                .all(|r| format!("shard:{}", r.shard) == fence.unit),
+                .all(|r| format!("shard:{}", r.shard) == fence.unit.to_string()),
             "one shard per batch, under its own fence"
         );
-        let last = records.last().map(|r| format!("after:{}", r.seq));
+        let last = records
+            .last()
+            .map(|r| LeaseCheckpoint::After(SequenceNumber::parse(&r.seq).unwrap()));
         assert_eq!(
             fence.position, last,
             "the batch's position is its last record"
@@ -142,7 +145,7 @@ impl Sink for FencingLog {
         Ok(())
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
         self.pass(fence)
     }
 

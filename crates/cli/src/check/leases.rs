@@ -81,7 +81,7 @@ pub(super) async fn probe_leases(
             let settings = rows
                 .iter()
                 .find(|l| l.unit == UnitId::Leader)
-                .and_then(|l| l.checkpoint.as_deref());
+                .and_then(|l| l.settings());
             if let Some(message) =
                 settings.and_then(|stored| other_settings(&config.name, stored, identity))
             {

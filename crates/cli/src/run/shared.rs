@@ -180,8 +180,8 @@ async fn same_settings(
         .get(&pipeline, &UnitId::Leader)
         .await
         .map_err(|error| lease_table_failure(error, leases.table_name()))?;
-    let stored = leader.and_then(|row| row.checkpoint);
-    match stored.and_then(|stored| other_settings(&config.name, &stored, identity)) {
+    let stored = leader.as_ref().and_then(|row| row.settings());
+    match stored.and_then(|stored| other_settings(&config.name, stored, identity)) {
         Some(message) => Err(Failure::runtime(anyhow!(
             "lease table '{}': {message}",
             leases.table_name()

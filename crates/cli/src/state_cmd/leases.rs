@@ -9,6 +9,7 @@ use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::lease::{Lease, LeaseTable, PipelineName, UnitId};
 use ddbpipe_source::plan;
+use ddbpipe_source::position::LeaseCheckpoint;
 use serde_json::json;
 
 use crate::config::{CoordinationConfig, PipelineConfig};
@@ -61,7 +62,7 @@ async fn list(
 
 fn lease_json(lease: &Lease) -> serde_json::Value {
     json!({
-        "checkpoint": lease.checkpoint,
+        "checkpoint": lease.checkpoint.as_ref().map(LeaseCheckpoint::encode),
         "counter": lease.counter.0,
         "owner": lease.owner.as_ref().map(|o| o.as_str()),
         "parents": lease.parents.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -97,10 +98,7 @@ pub(crate) fn positions(rows: &[Lease]) -> Vec<String> {
         let positioned = open
             .iter()
             .filter(|row| match row.unit {
-                UnitId::Shard(_) => row
-                    .checkpoint
-                    .as_deref()
-                    .is_some_and(|c| c.starts_with("after:")),
+                UnitId::Shard(_) => matches!(row.checkpoint, Some(LeaseCheckpoint::After(_))),
                 _ => row.checkpoint.is_some(),
             })
             .count();
@@ -178,7 +176,10 @@ pub async fn show(
         "unit", "owner", "state", "counter"
     );
     for lease in &leases {
-        let checkpoint = lease.checkpoint.as_deref().unwrap_or("-");
+        let checkpoint = lease
+            .checkpoint
+            .as_ref()
+            .map_or_else(|| "-".to_string(), LeaseCheckpoint::encode);
         let checkpoint: String = if checkpoint.chars().count() > 60 {
             checkpoint.chars().take(57).chain("...".chars()).collect()
         } else {
@@ -298,7 +299,7 @@ mod tests {
 
     fn row(unit: &str, checkpoint: Option<&str>, owner: Option<&str>, state: LeaseState) -> Lease {
         let mut lease = Lease::new(unit.parse().unwrap(), Vec::new(), 0);
-        lease.checkpoint = checkpoint.map(str::to_string);
+        lease.checkpoint = checkpoint.map(|text| lease.unit.checkpoint(text));
         lease.owner = owner.map(|o| WorkerId::new(o).unwrap());
         lease.state = state;
         lease

@@ -27,6 +27,7 @@ use ddbpipe_pipeline::sink::{
     CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
     SinkErrorClass, SnapshotClosed, Staged,
 };
+use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 
@@ -194,9 +195,9 @@ impl KeyedSink {
         if let Some(fence) = fence {
             write.pipeline.clone_from(&fence.pipeline);
             write.fences.push(FenceWrite {
-                unit: fence.unit.clone(),
+                unit: fence.unit.to_string(),
                 counter: fence.counter,
-                position: fence.position.clone(),
+                position: fence.position.as_ref().map(LeaseCheckpoint::encode),
             });
             write.snapshot = shared.map(SnapshotGuard::Open);
         }
@@ -226,10 +227,11 @@ impl Sink for KeyedSink {
         self.write_with(batch, None, Some(fence)).await
     }
 
-    async fn claim(&mut self, fence: &Fence) -> Result<Option<String>, SinkError> {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
+        let unit = fence.unit.to_string();
         let write = StateWrite {
             pipeline: fence.pipeline.clone(),
-            fences: vec![FenceWrite::new(fence.unit.clone(), fence.counter)],
+            fences: vec![FenceWrite::new(unit.clone(), fence.counter)],
             ..StateWrite::default()
         };
         self.db
@@ -237,8 +239,9 @@ impl Sink for KeyedSink {
             .await
             .map_err(|e| self.db_error(e))?;
         self.db
-            .fence_position(&fence.pipeline, &fence.unit)
+            .fence_position(&fence.pipeline, &unit)
             .await
+            .map(|stored| stored.map(|text| fence.unit.checkpoint(&text)))
             .map_err(|e| self.db_error(e))
     }
 

@@ -40,9 +40,10 @@ use std::time::Duration;
 use ddbpipe_source::api::TableApi;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::lease::{
-    KeeperHandle, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime, LostReason, UnitId,
-    UnitSpec, Worker,
+    KeeperHandle, LeaseCounter, LeaseError, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec,
+    Worker,
 };
+use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::scan::{PageOut, SegmentReader};
@@ -58,9 +59,6 @@ use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink};
 use crate::state::identity::Identity;
-
-/// The checkpoint text of a segment read to its end.
-pub(crate) const DONE_CHECKPOINT: &str = "done";
 
 /// A scan or query run by one worker of several.
 pub struct LeasedScan<A, T> {
@@ -380,11 +378,15 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 continue;
             };
             // A fencing sink's position was committed with its rows: it is the newer one.
-            let (start, ended) = match claimed.as_deref().or(taken.checkpoint.as_deref()) {
+            let (start, ended) = match claimed.as_ref().or(taken.checkpoint.as_ref()) {
                 None => (None, false),
                 // Read to its end, the `Done` checkpoint lost: it is written at once.
-                Some(DONE_CHECKPOINT) => (None, true),
-                Some(text) => (Some(decode_cursor(&taken.unit, text)?), false),
+                Some(LeaseCheckpoint::Done) => (None, true),
+                Some(LeaseCheckpoint::Cursor(key)) => (Some(key.clone()), false),
+                Some(other) => {
+                    let why = other.unreadable(&taken.unit, "a segment's cursor");
+                    return Err(RunError::Lease(LeaseError::Fatal(why)));
+                }
             };
             // Held here still: the keeper lost the earlier tenure while this round ran (its
             // report is on its way, and `units::kept` drops it): that tenure stops first.
@@ -516,8 +518,8 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
         // A fencing sink's batch is one page, so one unit's; its cursor goes with the rows.
         let segment = batch.segments.first().map(|&(segment, _)| segment);
         let position = batch.segments.last().map(|(_, cursor)| match cursor {
-            SegmentCursor::Next(key) => encode_cursor(key),
-            SegmentCursor::Done => DONE_CHECKPOINT.to_string(),
+            SegmentCursor::Next(key) => LeaseCheckpoint::Cursor(key.clone()),
+            SegmentCursor::Done => LeaseCheckpoint::Done,
         });
         let unit = segment.map(|s| self.unit(s));
         if !units::write(&self.worker, sink, unit, position, self.snapshot, &batch).await? {
@@ -566,16 +568,16 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
                 continue;
             };
             let unit = self.unit(segment);
-            let (text, state) = if holding.ended {
-                (DONE_CHECKPOINT.to_string(), LeaseState::Done)
+            let checkpoint = if holding.ended {
+                LeaseCheckpoint::Done
             } else {
                 match &holding.acknowledged {
-                    Some(key) => (encode_cursor(key), LeaseState::Processing),
+                    Some(key) => LeaseCheckpoint::Cursor(key.clone()),
                     None => continue,
                 }
             };
             let now = self.now();
-            let result = self.worker.checkpoint(&unit, &text, state, now).await;
+            let result = self.worker.checkpoint(&unit, &checkpoint, now).await;
             match units::checkpointed(&unit, result)? {
                 Checkpointed::Saved(counter) => self.saved(segment, counter),
                 Checkpointed::Lost(reason) => self.lose(segment, &reason),
@@ -626,22 +628,4 @@ impl<A: TableApi, T: LeaseTable> Run<A, T> {
             );
         }
     }
-}
-
-/// A segment's cursor as its lease row stores it: the key as typed JSON.
-fn encode_cursor(key: &Item) -> String {
-    ddbpipe_value::item_to_typed_json(key).to_string()
-}
-
-/// The cursor of a lease row; a row this version cannot read stops the run, naming it.
-fn decode_cursor(unit: &UnitId, text: &str) -> Result<Item, RunError> {
-    let bad = |why: String| {
-        RunError::Lease(LeaseError::Fatal(format!(
-            "lease {unit}: its checkpoint is not a segment cursor ({why}); run `ddbpipe state \
-             reset` once no worker runs to read the table afresh"
-        )))
-    };
-    let json: serde_json::Value =
-        serde_json::from_str(text).map_err(|error| bad(error.to_string()))?;
-    ddbpipe_value::item_from_typed_json(&json, "checkpoint").map_err(|error| bad(error.to_string()))
 }

@@ -43,7 +43,6 @@ pub(crate) mod units;
 
 pub use units::other_settings;
 
-pub(crate) use leased::DONE_CHECKPOINT;
 pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
 pub use together::{TogetherOutcome, run_together};
 

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use ddbpipe_source::lease::{
-    CheckpointError, KeeperEvent, LeaseCounter, LeaseError, LeaseState, LeaseTable, LocalTime,
-    Lost, LostReason, Taken, UnitId, Worker,
+    CheckpointError, KeeperEvent, LeaseCounter, LeaseError, LeaseTable, LocalTime, Lost,
+    LostReason, Taken, UnitId, Worker,
 };
+use ddbpipe_source::position::LeaseCheckpoint;
 use tokio::time::Instant;
 
 use super::{LeaseCounts, RunError};
@@ -53,17 +54,15 @@ pub(crate) async fn same_run<T: LeaseTable>(
         .rows()
         .iter()
         .find(|row| row.unit == UnitId::Leader)
-        .and_then(|row| row.checkpoint.clone());
+        .and_then(|row| row.settings());
     match stored {
-        Some(text) => match other_settings(worker.pipeline().as_str(), &text, identity) {
+        Some(text) => match other_settings(worker.pipeline().as_str(), text, identity) {
             None => Ok(true),
             Some(message) => Err(RunError::Lease(LeaseError::Fatal(message))),
         },
         None if worker.is_leader() => {
-            let text = identity.as_json().to_string();
-            let written = worker
-                .checkpoint(&UnitId::Leader, &text, LeaseState::Processing, now)
-                .await;
+            let settings = LeaseCheckpoint::Settings(identity.as_json().to_string());
+            let written = worker.checkpoint(&UnitId::Leader, &settings, now).await;
             // A failed write is tried again next round; the unit rows wait for it.
             Ok(written.is_ok())
         }
@@ -146,11 +145,11 @@ pub(crate) fn fence<T: LeaseTable>(
     worker: &Worker<T>,
     unit: &UnitId,
     counter: LeaseCounter,
-    position: Option<String>,
+    position: Option<LeaseCheckpoint>,
 ) -> Fence {
     Fence {
         pipeline: worker.pipeline().to_string(),
-        unit: unit.to_string(),
+        unit: unit.clone(),
         counter: counter.0,
         position,
         snapshot: None,
@@ -172,7 +171,7 @@ pub(crate) enum Took {
     /// Held: read the unit, after this position when the sink stored one with the unit's
     /// fence (it was committed with the rows it covers and the lease checkpoint follows it,
     /// so it is never behind the checkpoint: exactly once into the sink across a crash).
-    Held(Option<String>),
+    Held(Option<LeaseCheckpoint>),
     /// Taken again by another worker before this one's claim: not read here.
     Lost,
 }
@@ -218,11 +217,11 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
         tracing::info!(lease = %taken.unit, from = %from, "Lease stolen to balance the work.");
         event(worker, "stolen", held);
     } else {
-        let after = resumed_at(taken, position.as_deref());
+        let after = resumed_at(taken, position.as_ref());
         tracing::info!(
             lease = %taken.unit,
             resumed = after.is_some(),
-            after = after.unwrap_or("-"),
+            after = after.map_or_else(|| "-".to_string(), LeaseCheckpoint::encode),
             "Lease taken."
         );
         event(worker, "taken", held);
@@ -233,8 +232,11 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
 /// Where a taken unit resumes: after the position a fencing sink stored with the unit's rows
 /// (never behind the lease row's checkpoint), else after the row's checkpoint; `None` from
 /// its start.
-pub(crate) fn resumed_at<'a>(taken: &'a Taken, stored: Option<&'a str>) -> Option<&'a str> {
-    stored.or(taken.checkpoint.as_deref())
+pub(crate) fn resumed_at<'a>(
+    taken: &'a Taken,
+    stored: Option<&'a LeaseCheckpoint>,
+) -> Option<&'a LeaseCheckpoint> {
+    stored.or(taken.checkpoint.as_ref())
 }
 
 /// A lease lost: counted and told; the caller has stopped its unit. `held`: leases left.
@@ -263,7 +265,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     sink: &mut S,
     unit: Option<UnitId>,
-    position: Option<String>,
+    position: Option<LeaseCheckpoint>,
     snapshot: Option<i64>,
     batch: &Batch,
 ) -> Result<bool, RunError> {

@@ -1,29 +1,26 @@
-//! What a shard's lease row says (docs/coordination.md §11.11, rows and checkpoints): the
-//! checkpoint texts a shared stream writes and reads, the rows a listing creates, and the
-//! stream position the rows hold together, as one process would store it.
-//!
-//! # Checkpoints
+//! What a shard's lease row says (docs/coordination.md §11.11, rows and checkpoints): where a
+//! taken shard starts, the rows a listing creates, and the stream position the rows hold
+//! together, as one process would store it. The checkpoints' stored forms are
+//! `ddbpipe_source::position::LeaseCheckpoint`'s:
 //! - none: the shard is read from `TRIM_HORIZON`;
-//! - `after:<sequence number>`: after it;
-//! - `latest:<unix ms>`: from `TRIM_HORIZON`, dropping records created before that time (less
-//!   the floor's margin), as a first run with `start_position: latest` creates open shards;
-//! - `end` with the state `ShardEnd`: read to its end.
+//! - `After(seq)`: after it;
+//! - `Latest { since_ms }`: from `TRIM_HORIZON`, dropping records created before that time
+//!   (less the floor's margin), as a first run with `start_position: latest` creates open
+//!   shards;
+//! - `ShardEnd`: read to its end.
 
 use ddbpipe_source::api::ShardDescription;
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::lease::{Lease, LeaseError, LeaseState, UnitId, UnitSpec};
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::lease::{Lease, LeaseError, UnitId, UnitSpec};
+use ddbpipe_source::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
 use ddbpipe_source::streams::lineage::ShardGraph;
 
 use crate::runner::RunError;
 
-/// The checkpoint text of a shard read to its end.
-pub(super) const END_CHECKPOINT: &str = "end";
-
 /// Where a taken shard starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Start {
+pub(crate) enum Start {
     /// From `TRIM_HORIZON` (a row without a checkpoint).
     TrimHorizon,
     /// After this sequence number (`after:<seq>`).
@@ -32,27 +29,21 @@ pub(super) enum Start {
     Since(i64),
 }
 
-/// The start of a lease row's checkpoint; a row this version cannot read stops the run.
-pub(super) fn decode_checkpoint(unit: &UnitId, text: Option<&str>) -> Result<Start, RunError> {
-    let bad = || {
-        RunError::Lease(LeaseError::Fatal(format!(
-            "lease {unit}: its checkpoint '{}' is not a shard position (after:<sequence \
-             number>, latest:<unix ms>); run `ddbpipe state reset` once no worker runs",
-            text.unwrap_or_default()
-        )))
-    };
-    let Some(text) = text else {
-        return Ok(Start::TrimHorizon);
-    };
-    if let Some(seq) = text.strip_prefix("after:") {
-        return SequenceNumber::parse(seq)
-            .map(Start::After)
-            .map_err(|_| bad());
+/// Where a shard whose row is at `checkpoint` starts; a checkpoint that is not an unfinished
+/// shard's stops the run, naming the row.
+pub(crate) fn shard_start(
+    unit: &UnitId,
+    checkpoint: Option<&LeaseCheckpoint>,
+) -> Result<Start, RunError> {
+    match checkpoint {
+        None => Ok(Start::TrimHorizon),
+        Some(LeaseCheckpoint::After(seq)) => Ok(Start::After(seq.clone())),
+        Some(LeaseCheckpoint::Latest { since_ms }) => Ok(Start::Since(*since_ms)),
+        Some(other) => Err(RunError::Lease(LeaseError::Fatal(other.unreadable(
+            unit,
+            "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)",
+        )))),
     }
-    if let Some(ms) = text.strip_prefix("latest:") {
-        return ms.parse().map(Start::Since).map_err(|_| bad());
-    }
-    Err(bad())
 }
 
 /// The lease rows of a listing. On a first run (`first` holds its start position) under
@@ -73,10 +64,10 @@ pub(super) fn shard_specs(
             let spec = UnitSpec::shard(&shard);
             match first {
                 Some(StartPosition::Latest) if shard.closed => {
-                    spec.starting(END_CHECKPOINT, LeaseState::ShardEnd)
+                    spec.starting(LeaseCheckpoint::ShardEnd)
                 }
                 Some(StartPosition::Latest) => {
-                    spec.starting(format!("latest:{now_ms}"), LeaseState::Pending)
+                    spec.starting(LeaseCheckpoint::Latest { since_ms: now_ms })
                 }
                 _ => spec,
             }
@@ -104,7 +95,7 @@ pub fn leased_position(
             position.finish(shard, None);
             continue;
         }
-        match decode_checkpoint(&row.unit, row.checkpoint.as_deref())? {
+        match shard_start(&row.unit, row.checkpoint.as_ref())? {
             Start::TrimHorizon => position.admit(shard, None, None),
             Start::After(seq) => position.advance(shard, &seq),
             Start::Since(ms) => position.admit(shard, None, Some(ms)),
@@ -125,7 +116,7 @@ pub fn row_shard(row: &Lease) -> Option<&ShardId> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use ddbpipe_source::lease::{LeaseCounter, WorkerId};
+    use ddbpipe_source::lease::{LeaseCounter, LeaseState, WorkerId};
 
     use ddbpipe_source::position::ShardProgress;
 
@@ -142,17 +133,21 @@ mod tests {
     #[test]
     fn checkpoints_name_where_a_shard_starts() {
         let unit = UnitId::Shard(ShardId::new("s"));
-        assert_eq!(decode_checkpoint(&unit, None).unwrap(), Start::TrimHorizon);
+        let start = |text: Option<&str>| {
+            let checkpoint = text.map(|text| unit.checkpoint(text));
+            shard_start(&unit, checkpoint.as_ref())
+        };
+        assert_eq!(start(None).unwrap(), Start::TrimHorizon);
         assert_eq!(
-            decode_checkpoint(&unit, Some("after:000000000000000000123")).unwrap(),
+            start(Some("after:000000000000000000123")).unwrap(),
             Start::After(SequenceNumber::parse("000000000000000000123").unwrap())
         );
         assert_eq!(
-            decode_checkpoint(&unit, Some("latest:1767225600000")).unwrap(),
+            start(Some("latest:1767225600000")).unwrap(),
             Start::Since(1767225600000)
         );
         for bad in ["after:x", "latest:", "end", "7"] {
-            let error = decode_checkpoint(&unit, Some(bad)).unwrap_err().to_string();
+            let error = start(Some(bad)).unwrap_err().to_string();
             assert!(
                 error.contains("lease shard:s") && error.contains(bad),
                 "{error}"
@@ -174,13 +169,14 @@ mod tests {
         let by: BTreeMap<String, &UnitSpec> =
             specs.iter().map(|s| (s.unit.to_string(), s)).collect();
         assert_eq!(by["shard:a"].state, LeaseState::ShardEnd);
-        assert_eq!(by["shard:a"].checkpoint.as_deref(), Some("end"));
-        assert_eq!(by["shard:b"].checkpoint.as_deref(), Some("latest:42"));
+        let text = |unit: &str| by[unit].checkpoint.as_ref().map(LeaseCheckpoint::encode);
+        assert_eq!(text("shard:a").as_deref(), Some("end"));
+        assert_eq!(text("shard:b").as_deref(), Some("latest:42"));
         assert_eq!(
             by["shard:b"].parents,
             vec![UnitId::Shard(ShardId::new("a"))]
         );
-        assert_eq!(by["shard:c"].checkpoint.as_deref(), Some("latest:42"));
+        assert_eq!(text("shard:c").as_deref(), Some("latest:42"));
         assert_eq!(by["shard:c"].state, LeaseState::Pending);
         for later in [None, Some(StartPosition::TrimHorizon)] {
             let specs = shard_specs(shards(), later, 42);
@@ -194,8 +190,9 @@ mod tests {
     }
 
     fn row(unit: &str, checkpoint: Option<&str>, state: LeaseState) -> Lease {
-        let mut lease = Lease::new(unit.parse().unwrap(), Vec::new(), 0);
-        lease.checkpoint = checkpoint.map(str::to_string);
+        let unit: UnitId = unit.parse().unwrap();
+        let mut lease = Lease::new(unit.clone(), Vec::new(), 0);
+        lease.checkpoint = checkpoint.map(|text| unit.checkpoint(text));
         lease.state = state;
         lease.counter = LeaseCounter(3);
         lease.owner = Some(WorkerId::new("w1").unwrap());

@@ -36,11 +36,12 @@ use std::time::Duration;
 use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
-use ddbpipe_source::lease::{LeaseState, LeaseTable, UnitId, UnitSpec};
+use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
+use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::streams::shard_reader::StreamError;
 
 use super::{LeasedStreamOutcome, LeasedStreams, StreamRunError};
-use crate::runner::{DONE_CHECKPOINT, LeasedOutcome, LeasedScan, Progress, RunError};
+use crate::runner::{LeasedOutcome, LeasedScan, Progress, RunError};
 use crate::sink::{CleanedUp, CloseShared, SharedSnapshot, SharedSnapshots};
 
 /// How long after its start a shared snapshot may still begin its stream: the stream keeps
@@ -169,7 +170,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         streams.run.start_position = StartPosition::TrimHorizon;
         streams.kept = UnitSpec::segments(total)
             .into_iter()
-            .map(|spec| spec.starting(DONE_CHECKPOINT, LeaseState::Done))
+            .map(|spec| spec.starting(LeaseCheckpoint::Done))
             .collect();
         // The stream has no total to show progress against: the observer is told so (issue 24
         // item 20: the stream phase printed the snapshot's item count and percentage).

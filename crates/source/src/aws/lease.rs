@@ -29,6 +29,7 @@ use super::api_error;
 use crate::lease::{
     Held, Lease, LeaseCounter, LeaseError, LeaseState, LeaseTable, PipelineName, UnitId, WorkerId,
 };
+use crate::position::LeaseCheckpoint;
 
 const PIPELINE: &str = "pipeline";
 const UNIT: &str = "unit";
@@ -131,11 +132,12 @@ fn lease_from_item(item: &HashMap<String, AttributeValue>) -> Result<Lease, Leas
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(malformed("parents is not a list", item)),
     };
+    let unit = unit(id, item)?;
     Ok(Lease {
-        unit: unit(id, item)?,
         owner,
         counter: LeaseCounter(number(item, COUNTER)?.ok_or_else(|| malformed("no counter", item))?),
-        checkpoint: text(item, CHECKPOINT)?.map(str::to_string),
+        checkpoint: text(item, CHECKPOINT)?.map(|text| unit.checkpoint(text)),
+        unit,
         parents,
         state,
         owner_switches: number(item, SWITCHES)?.unwrap_or(0),
@@ -156,7 +158,7 @@ fn item_from_lease(pipeline: &PipelineName, lease: &Lease) -> HashMap<String, At
         item.insert(OWNER.to_string(), s(owner.as_str()));
     }
     if let Some(checkpoint) = &lease.checkpoint {
-        item.insert(CHECKPOINT.to_string(), s(checkpoint));
+        item.insert(CHECKPOINT.to_string(), s(checkpoint.encode()));
     }
     if !lease.parents.is_empty() {
         let parents = lease.parents.iter().map(|p| s(p.to_string())).collect();
@@ -437,9 +439,9 @@ impl LeaseTable for AwsLeaseTable {
         pipeline: &PipelineName,
         unit: &UnitId,
         held: &Held,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
     ) -> Result<Lease, LeaseError> {
+        let state = LeaseState::of(checkpoint);
         let remove = state.is_finished().then_some("#owner");
         let update = self
             .held_update(
@@ -452,7 +454,7 @@ impl LeaseTable for AwsLeaseTable {
             .expression_attribute_names("#checkpoint", CHECKPOINT)
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#switches", SWITCHES)
-            .expression_attribute_values(":checkpoint", s(checkpoint))
+            .expression_attribute_values(":checkpoint", s(checkpoint.encode()))
             .expression_attribute_values(":state", s(state.as_str()))
             .expression_attribute_values(":zero", n(0));
         counted("checkpoint");

@@ -129,7 +129,8 @@ async fn every_write_is_conditional_on_the_counter_held() {
     };
     let renewed = leases.renew(&p, &unit, &held).await.unwrap();
     assert_eq!(renewed.counter, LeaseCounter(2));
-    let stale = leases.checkpoint(&p, &unit, &held, "7", LeaseState::Processing);
+    let seven = after("7");
+    let stale = leases.checkpoint(&p, &unit, &held, &seven);
     assert!(stale.await.unwrap_err().is_conflict(), "counter 1 is stale");
     let impostor = Held {
         owner: worker("b"),
@@ -148,10 +149,10 @@ async fn every_write_is_conditional_on_the_counter_held() {
         counter: renewed.counter,
     };
     let checkpointed = leases
-        .checkpoint(&p, &unit, &held, "7", LeaseState::Processing)
+        .checkpoint(&p, &unit, &held, &after("7"))
         .await
         .unwrap();
-    assert_eq!(checkpointed.checkpoint.as_deref(), Some("7"));
+    assert_eq!(checkpointed.checkpoint, Some(after("7")));
     assert_eq!(
         (checkpointed.counter, checkpointed.owner_switches),
         (LeaseCounter(3), 0)
@@ -161,7 +162,7 @@ async fn every_write_is_conditional_on_the_counter_held() {
         counter: checkpointed.counter,
     };
     let ended = leases
-        .checkpoint(&p, &unit, &held, "9", LeaseState::ShardEnd)
+        .checkpoint(&p, &unit, &held, &LeaseCheckpoint::ShardEnd)
         .await
         .unwrap();
     assert_eq!((&ended.owner, ended.state), (&None, LeaseState::ShardEnd));
@@ -275,8 +276,7 @@ async fn a_worker_leads_creates_rows_parents_first_and_takes_them() {
     let end = worker
         .checkpoint(
             &shard("parent"),
-            "end",
-            LeaseState::ShardEnd,
+            &LeaseCheckpoint::ShardEnd,
             LocalTime::from_millis(4_000),
         )
         .await
@@ -374,7 +374,8 @@ async fn two_processes_with_one_worker_id_are_fenced_apart() {
                 .unwrap_err()
                 .is_conflict()
         );
-        let checkpoint = leases.checkpoint(&p, &unit, &twin, "7", LeaseState::Processing);
+        let seven = after("7");
+        let checkpoint = leases.checkpoint(&p, &unit, &twin, &seven);
         assert!(checkpoint.await.unwrap_err().is_conflict());
         assert!(
             leases
@@ -385,4 +386,9 @@ async fn two_processes_with_one_worker_id_are_fenced_apart() {
         );
     }
     assert_eq!(leases.get(&p, &unit).await.unwrap(), Some(taken));
+}
+
+/// A shard's checkpoint after sequence number `seq`.
+fn after(seq: &str) -> LeaseCheckpoint {
+    LeaseCheckpoint::After(crate::ids::SequenceNumber::parse(seq).unwrap())
 }

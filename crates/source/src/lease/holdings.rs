@@ -25,6 +25,7 @@ use super::decide::LocalTime;
 use super::model::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
 use super::table::{LeaseError, LeaseTable};
 use super::worker::{CheckpointError, LeaseSettings, Lost, LostReason};
+use crate::position::LeaseCheckpoint;
 
 /// A lease this worker holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -344,8 +345,7 @@ impl<T: LeaseTable> Lessee<T> {
     pub(super) async fn checkpoint(
         &self,
         unit: &UnitId,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
         now: LocalTime,
     ) -> Result<Lease, CheckpointError> {
         let Some(slot) = self.slot(unit) else {
@@ -373,8 +373,8 @@ impl<T: LeaseTable> Lessee<T> {
                 .map_err(CheckpointError::Request)?;
             if let Some(row) = row.filter(|row| {
                 Some(row.counter) == before.next()
-                    && row.checkpoint.as_deref() == Some(checkpoint)
-                    && row.state == state
+                    && row.checkpoint.as_ref() == Some(checkpoint)
+                    && row.state == LeaseState::of(checkpoint)
             }) {
                 // The lost answer was this very checkpoint.
                 if row.is_owned_by(&self.id) {
@@ -397,13 +397,7 @@ impl<T: LeaseTable> Lessee<T> {
         };
         let result = self
             .table
-            .checkpoint(
-                &self.pipeline,
-                unit,
-                &self.held_by(&holding),
-                checkpoint,
-                state,
-            )
+            .checkpoint(&self.pipeline, unit, &self.held_by(&holding), checkpoint)
             .await;
         if let Some(lost) = self.wrote(unit, &slot, now, &result) {
             return Err(CheckpointError::Lost(lost));

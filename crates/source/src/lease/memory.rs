@@ -13,10 +13,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error::ApiError;
+use crate::position::LeaseCheckpoint;
 
-use super::model::{
-    CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId,
-};
+use super::model::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
 use super::table::{LeaseError, LeaseTable};
 
 /// Faults the table injects, decided by its seed.
@@ -312,12 +311,11 @@ impl LeaseTable for MemoryLeaseTable {
         pipeline: &PipelineName,
         unit: &UnitId,
         held: &Held,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
     ) -> Result<Lease, LeaseError> {
         self.update(pipeline, unit, WriteKind::Checkpoint, |row, now| {
             holds(row, held)
-                .then(|| row.checkpointed(checkpoint, state, now))
+                .then(|| row.checkpointed(checkpoint, now))
                 .transpose()
         })
         .await
@@ -384,7 +382,7 @@ mod tests {
         };
         let renewed = table.renew(&p, &unit, &held).await.unwrap();
         assert_eq!(renewed.counter, LeaseCounter(2));
-        let stale = table.checkpoint(&p, &unit, &held, "x", LeaseState::Processing);
+        let stale = table.checkpoint(&p, &unit, &held, &LeaseCheckpoint::Done);
         assert!(stale.await.unwrap_err().is_conflict(), "counter 1 is stale");
         let wrong_owner = Held {
             owner: worker("b"),

@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::ids::ShardId;
+use crate::position::{CheckpointKind, LeaseCheckpoint};
 
 /// The name a pipeline's leases are kept under: the lease table's partition key, so several
 /// pipelines can share one table.
@@ -135,6 +136,30 @@ impl UnitId {
     /// The presence row of the processes running as `worker` (§11.2 rule 7).
     pub fn presence(worker: &WorkerId) -> UnitId {
         UnitId::Worker(worker.name().to_string())
+    }
+
+    /// Which checkpoints its row holds (`crate::position::LeaseCheckpoint`).
+    pub fn checkpoint_kind(&self) -> CheckpointKind {
+        match self {
+            UnitId::Leader => CheckpointKind::Leader,
+            UnitId::Segment { .. } => CheckpointKind::Segment,
+            UnitId::Shard(_) => CheckpointKind::Shard,
+            UnitId::Worker(_) => CheckpointKind::Presence,
+        }
+    }
+
+    /// The checkpoint its row stores as `text`.
+    pub fn checkpoint(&self, text: &str) -> LeaseCheckpoint {
+        LeaseCheckpoint::decode(self.checkpoint_kind(), text)
+    }
+
+    /// The checkpoint of this unit read to its end: `ShardEnd` for a shard, `Done` for a
+    /// segment.
+    pub fn end(&self) -> LeaseCheckpoint {
+        match self {
+            UnitId::Shard(_) => LeaseCheckpoint::ShardEnd,
+            UnitId::Leader | UnitId::Segment { .. } | UnitId::Worker(_) => LeaseCheckpoint::Done,
+        }
     }
 
     /// The state a unit's lease reaches when the unit is read to its end: `ShardEnd` for a
@@ -287,6 +312,20 @@ impl LeaseState {
         }
     }
 
+    /// The state of a row at `checkpoint`: finished at an end, `Pending` at a first run's
+    /// start (`Latest`), else `Processing`.
+    pub fn of(checkpoint: &LeaseCheckpoint) -> LeaseState {
+        match checkpoint {
+            LeaseCheckpoint::Done => LeaseState::Done,
+            LeaseCheckpoint::ShardEnd => LeaseState::ShardEnd,
+            LeaseCheckpoint::Latest { .. } => LeaseState::Pending,
+            LeaseCheckpoint::Cursor(_)
+            | LeaseCheckpoint::After(_)
+            | LeaseCheckpoint::Settings(_)
+            | LeaseCheckpoint::Unknown(_) => LeaseState::Processing,
+        }
+    }
+
     /// The state a stored name stands for.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
@@ -314,9 +353,8 @@ pub struct Lease {
     pub owner: Option<WorkerId>,
     /// Bumped by every write (§11.2); also the fencing token (§11.7).
     pub counter: LeaseCounter,
-    /// The unit's position, an opaque string its reader stores; `None` before the first
-    /// checkpoint.
-    pub checkpoint: Option<String>,
+    /// Where the unit stands; `None` before the first checkpoint.
+    pub checkpoint: Option<LeaseCheckpoint>,
     /// The units that must be finished before this one is taken (§11.6): a shard's parent.
     pub parents: Vec<UnitId>,
     /// Where the unit stands.
@@ -341,6 +379,14 @@ impl Lease {
             state: LeaseState::Pending,
             owner_switches: 0,
             written_ms: now_ms,
+        }
+    }
+
+    /// The settings the leader row keeps (docs/coordination.md §11.10); `None` on other rows.
+    pub fn settings(&self) -> Option<&str> {
+        match &self.checkpoint {
+            Some(LeaseCheckpoint::Settings(text)) => Some(text),
+            _ => None,
         }
     }
 
@@ -370,14 +416,14 @@ impl Lease {
         })
     }
 
-    /// After a checkpoint: position and state written, owner switches reset; a finished state
-    /// also clears the owner (§11.7 rule 2).
+    /// After a checkpoint: position and its state written, owner switches reset; a finished
+    /// state also clears the owner (§11.7 rule 2).
     pub fn checkpointed(
         &self,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
         now_ms: i64,
     ) -> Result<Lease, CounterExhausted> {
+        let state = LeaseState::of(checkpoint);
         Ok(Lease {
             owner: if state.is_finished() {
                 None
@@ -385,7 +431,7 @@ impl Lease {
                 self.owner.clone()
             },
             counter: self.counter.after(&self.unit)?,
-            checkpoint: Some(checkpoint.to_string()),
+            checkpoint: Some(checkpoint.clone()),
             state,
             owner_switches: 0,
             written_ms: now_ms,
@@ -422,7 +468,7 @@ pub struct UnitSpec {
     pub parents: Vec<UnitId>,
     /// The checkpoint its row is created with: `None` to start the unit at its beginning, or
     /// where a first run starts it (a shard read from `latest`, docs/coordination.md §11.11).
-    pub checkpoint: Option<String>,
+    pub checkpoint: Option<LeaseCheckpoint>,
     /// The state its row is created with: `Pending`, or finished for a shard a first run
     /// skips (closed before a `latest` run began).
     pub state: LeaseState,
@@ -465,11 +511,11 @@ impl UnitSpec {
         }
     }
 
-    /// The same unit, its row created at `checkpoint` in `state`.
-    pub fn starting(self, checkpoint: impl Into<String>, state: LeaseState) -> UnitSpec {
+    /// The same unit, its row created at `checkpoint`, in that checkpoint's state.
+    pub fn starting(self, checkpoint: LeaseCheckpoint) -> UnitSpec {
         UnitSpec {
-            checkpoint: Some(checkpoint.into()),
-            state,
+            state: LeaseState::of(&checkpoint),
+            checkpoint: Some(checkpoint),
             ..self
         }
     }
@@ -536,7 +582,9 @@ mod tests {
         assert_eq!(taken.renewed(2).unwrap().counter, LeaseCounter(2));
         assert_eq!(taken.released(2).unwrap().counter, LeaseCounter(2));
         assert_eq!(taken.released(2).unwrap().owner, None);
-        let checkpointed = taken.checkpointed("7", LeaseState::Processing, 3).unwrap();
+        let at = LeaseCheckpoint::After(crate::ids::SequenceNumber::parse("7").unwrap());
+        let checkpointed = taken.checkpointed(&at, 3).unwrap();
+        assert_eq!(checkpointed.state, LeaseState::Processing);
         assert_eq!(checkpointed.counter, LeaseCounter(2));
         assert_eq!(checkpointed.owner_switches, 0);
         assert_eq!(checkpointed.owner, Some(a.clone()));
@@ -572,7 +620,7 @@ mod tests {
             assert_eq!(row.renewed(2), Err(exhausted.clone()));
             assert_eq!(row.released(2), Err(exhausted.clone()));
             assert_eq!(
-                row.checkpointed("x", LeaseState::Processing, 2),
+                row.checkpointed(&LeaseCheckpoint::Done, 2),
                 Err(exhausted.clone())
             );
             let said = exhausted.to_string();
@@ -591,7 +639,7 @@ mod tests {
         let lease = Lease::new(unit.clone(), Vec::new(), 0)
             .taken(&worker("a"), 1)
             .unwrap();
-        let ended = lease.checkpointed("end", unit.end_state(), 2).unwrap();
+        let ended = lease.checkpointed(&unit.end(), 2).unwrap();
         assert_eq!((ended.owner, ended.state), (None, LeaseState::ShardEnd));
         assert!(ended.state.is_finished() && !LeaseState::Processing.is_finished());
         for state in [

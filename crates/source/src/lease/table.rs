@@ -17,10 +17,9 @@
 use std::future::Future;
 
 use crate::error::{ApiError, ErrorClass};
+use crate::position::LeaseCheckpoint;
 
-use super::model::{
-    CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId,
-};
+use super::model::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
 
 /// A lease request that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,15 +111,14 @@ pub trait LeaseTable: Send + Sync + 'static {
         held: &Held,
     ) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
 
-    /// Writes the unit's checkpoint and state, if `held` still holds it; a finished state
-    /// also clears the owner.
+    /// Writes the unit's checkpoint and its state ([`LeaseState::of`]), if `held` still
+    /// holds it; a finished state also clears the owner.
     fn checkpoint(
         &self,
         pipeline: &PipelineName,
         unit: &UnitId,
         held: &Held,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
     ) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
 
     /// Clears the owner, if `held` still holds it: the hand-back of a graceful stop.

@@ -7,6 +7,7 @@ use super::decide::{self, Observations, View};
 use super::memory::{Faults, MemoryLeaseTable};
 use super::*;
 use crate::ids::ShardId;
+use crate::position::LeaseCheckpoint;
 
 const SECOND: u64 = 1000;
 
@@ -209,21 +210,27 @@ fn the_leader_creates_parents_before_children_and_deletes_trimmed_finished_rows(
 #[test]
 fn a_spec_gives_its_row_a_first_checkpoint_and_state_and_a_finished_parent_frees_its_child() {
     let discovered = [
-        UnitSpec::new(shard("closed"), Vec::new()).starting("end", LeaseState::ShardEnd),
+        UnitSpec::new(shard("closed"), Vec::new()).starting(LeaseCheckpoint::ShardEnd),
         UnitSpec::new(shard("open"), vec![shard("closed")])
-            .starting("latest:7", LeaseState::Pending),
+            .starting(LeaseCheckpoint::Latest { since_ms: 7 }),
     ];
     let plan = decide::sync(&[], &discovered, 0);
-    let rows: Vec<(&UnitId, Option<&str>, LeaseState)> = plan
+    let rows: Vec<(&UnitId, Option<String>, LeaseState)> = plan
         .create
         .iter()
-        .map(|l| (&l.unit, l.checkpoint.as_deref(), l.state))
+        .map(|l| {
+            (
+                &l.unit,
+                l.checkpoint.as_ref().map(LeaseCheckpoint::encode),
+                l.state,
+            )
+        })
         .collect();
     assert_eq!(
         rows,
         [
-            (&shard("closed"), Some("end"), LeaseState::ShardEnd),
-            (&shard("open"), Some("latest:7"), LeaseState::Pending)
+            (&shard("closed"), Some("end".into()), LeaseState::ShardEnd),
+            (&shard("open"), Some("latest:7".into()), LeaseState::Pending)
         ]
     );
     // The finished parent holds nothing back: the child is claimed at once.
@@ -262,7 +269,7 @@ fn a_lease_duration_is_3_to_300_seconds() {
 async fn a_paused_worker_cannot_checkpoint_after_its_lease_expired() {
     let (table, mut a) = one_worker_holding(2).await;
     let unit = UnitId::Segment { index: 0, total: 2 };
-    a.checkpoint(&unit, "1", LeaseState::Processing, at(2 * SECOND))
+    a.checkpoint(&unit, &cursor("1"), at(2 * SECOND))
         .await
         .unwrap();
     // a pauses; b sees the counters stand still for a duration and takes everything.
@@ -270,11 +277,9 @@ async fn a_paused_worker_cannot_checkpoint_after_its_lease_expired() {
     b.round(at(0)).await.unwrap();
     let report = b.round(at(10 * SECOND)).await.unwrap();
     assert_eq!(report.taken.len(), 2);
-    assert_eq!(report.taken[0].checkpoint.as_deref(), Some("1"));
+    assert_eq!(report.taken[0].checkpoint, Some(cursor("1")));
     let writes = table.log().len();
-    let refused = a
-        .checkpoint(&unit, "2", LeaseState::Processing, at(12 * SECOND))
-        .await;
+    let refused = a.checkpoint(&unit, &cursor("2"), at(12 * SECOND)).await;
     assert!(
         matches!(&refused, Err(CheckpointError::Lost(lost)) if lost.reason == LostReason::Expired),
         "{refused:?}"
@@ -282,9 +287,7 @@ async fn a_paused_worker_cannot_checkpoint_after_its_lease_expired() {
     assert_eq!(table.log().len(), writes, "refused without a write");
     // Its other lease: written recently enough by its own clock, but stolen: the condition.
     let other = UnitId::Segment { index: 1, total: 2 };
-    let refused = a
-        .checkpoint(&other, "5", LeaseState::Processing, at(2 * SECOND))
-        .await;
+    let refused = a.checkpoint(&other, &cursor("5"), at(2 * SECOND)).await;
     assert!(
         matches!(&refused, Err(CheckpointError::Lost(lost)) if lost.reason == LostReason::Taken),
         "{refused:?}"
@@ -293,7 +296,7 @@ async fn a_paused_worker_cannot_checkpoint_after_its_lease_expired() {
     let row = table.row(&pipeline(), &unit).unwrap();
     assert_eq!(
         (row.owner, row.checkpoint),
-        (Some(worker_id("b")), Some("1".into()))
+        (Some(worker_id("b")), Some(cursor("1")))
     );
 }
 
@@ -328,9 +331,7 @@ async fn a_checkpoint_whose_answer_was_lost_is_settled_not_lost() {
         lost_reply_rate: 1.0,
         ..Faults::default()
     });
-    let first = a
-        .checkpoint(&unit, "3", LeaseState::Processing, at(2 * SECOND))
-        .await;
+    let first = a.checkpoint(&unit, &cursor("3"), at(2 * SECOND)).await;
     assert!(
         matches!(first, Err(CheckpointError::Request(_))),
         "{first:?}"
@@ -338,7 +339,7 @@ async fn a_checkpoint_whose_answer_was_lost_is_settled_not_lost() {
     table.set_faults(Faults::default());
     let writes = table.log().len();
     let retried = a
-        .checkpoint(&unit, "3", LeaseState::Processing, at(2 * SECOND))
+        .checkpoint(&unit, &cursor("3"), at(2 * SECOND))
         .await
         .unwrap();
     assert_eq!(Some(retried), before.next());
@@ -360,7 +361,7 @@ async fn a_checkpoint_whose_answer_was_lost_is_settled_not_lost() {
 async fn a_finished_unit_is_handed_back_and_never_taken_again() {
     let (table, mut a) = one_worker_holding(1).await;
     let unit = UnitId::Segment { index: 0, total: 1 };
-    a.checkpoint(&unit, "last", LeaseState::Done, at(2 * SECOND))
+    a.checkpoint(&unit, &LeaseCheckpoint::Done, at(2 * SECOND))
         .await
         .unwrap();
     assert!(a.units().is_empty());
@@ -564,4 +565,12 @@ async fn each_process_holds_its_presence_row_which_nobody_else_takes() {
             .row(&pipeline(), &UnitId::Worker("b".into()))
             .is_none()
     );
+}
+
+/// A segment's cursor at key `pk`.
+fn cursor(pk: &str) -> LeaseCheckpoint {
+    LeaseCheckpoint::Cursor(ddbpipe_value::Item::from([(
+        "pk".to_string(),
+        ddbpipe_value::Value::S(pk.to_string()),
+    )]))
 }

@@ -16,8 +16,9 @@ use std::time::Duration;
 use super::decide::{self, LocalTime, Observations, View};
 use super::holdings::{Holding, Lessee};
 use super::keeper::LeaseKeeper;
-use super::model::{Lease, LeaseCounter, LeaseState, PipelineName, UnitId, UnitSpec, WorkerId};
+use super::model::{Lease, LeaseCounter, PipelineName, UnitId, UnitSpec, WorkerId};
 use super::table::{LeaseError, LeaseTable};
+use crate::position::LeaseCheckpoint;
 
 /// Lease timing, validated (`coordination.lease_duration_secs`, §11.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +58,7 @@ pub struct Taken {
     /// The unit.
     pub unit: UnitId,
     /// Where the unit stands: resume after it (`None`: from its start).
-    pub checkpoint: Option<String>,
+    pub checkpoint: Option<LeaseCheckpoint>,
     /// The counter now held: the fencing token (§11.7).
     pub counter: LeaseCounter,
     /// Whom it was stolen from, if it was.
@@ -395,11 +396,10 @@ impl<T: LeaseTable> Worker<T> {
     pub async fn checkpoint(
         &mut self,
         unit: &UnitId,
-        checkpoint: &str,
-        state: LeaseState,
+        checkpoint: &LeaseCheckpoint,
         now: LocalTime,
     ) -> Result<LeaseCounter, CheckpointError> {
-        let row = self.lessee.checkpoint(unit, checkpoint, state, now).await?;
+        let row = self.lessee.checkpoint(unit, checkpoint, now).await?;
         let counter = row.counter;
         self.replace_row(row);
         Ok(counter)

@@ -7,12 +7,15 @@
 //!   shard (`TrimHorizon | After(seq) | ShardEnd`), the stream, the open snapshot.
 //! - [`SnapshotRecord`] (`snapshot.rs`): the open snapshot of a mirror or resnapshot, with its
 //!   scan progress.
+//! - [`LeaseCheckpoint`] (`lease.rs`): where a leased unit stands, as its lease row keeps it
+//!   (a segment cursor, `Done`, `After(seq)`, `Latest`, `ShardEnd`, the leader's settings).
 //! - [`RepairRecord`] (`repair.rs`): the open repair of a stream gap by incremental exports,
 //!   with its windows and the current export's file progress.
 //!
 //! The read requests' own start points are not stored positions: a page's cursor is
 //! [`crate::records::SegmentCursor`], a shard iterator's start is [`crate::api::StartAt`].
 
+mod lease;
 mod repair;
 mod scan;
 mod snapshot;
@@ -20,6 +23,7 @@ mod streams;
 
 use serde_json::Value as Json;
 
+pub use lease::{CheckpointKind, LeaseCheckpoint};
 pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord};
 pub use scan::{ScanKind, ScanPosition};
 pub use snapshot::{SnapshotReason, SnapshotRecord};

@@ -46,9 +46,9 @@ use std::time::Duration;
 use ddbpipe_source::api::{StartAt, StreamsApi};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{
-    KeeperHandle, LeaseState, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
+    KeeperHandle, LeaseTable, LocalTime, LostReason, UnitId, UnitSpec, Worker,
 };
-use ddbpipe_source::position::{StreamKind, StreamsPosition};
+use ddbpipe_source::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel, CancelHandle};
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_source::streams::handover::{Handed, Handover, StreamMark};
@@ -69,7 +69,7 @@ use crate::state::identity::Identity;
 mod discovery;
 mod read;
 
-use super::lease_rows::{END_CHECKPOINT, Start, decode_checkpoint};
+use super::lease_rows::{Start, shard_start};
 use read::{ReadFlags, read_shard};
 
 /// Least time between two listings while a finished shard has no child row.
@@ -396,8 +396,8 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 continue;
             };
             // A fencing sink's position was committed with its rows: it is the newer one.
-            let at = claimed.as_deref().or(taken.checkpoint.as_deref());
-            let start = decode_checkpoint(&taken.unit, at)?;
+            let at = claimed.as_ref().or(taken.checkpoint.as_ref());
+            let start = shard_start(&taken.unit, at)?;
             let holding = self.start(shard.clone(), start);
             // Held here still: the keeper lost the earlier tenure while this round ran (its
             // report is on its way, and `units::kept` drops it): that tenure stops first.
@@ -554,7 +554,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
             let shard = batch.shards.iter().find_map(mark_shard).cloned();
             let unit = shard.clone().map(UnitId::Shard);
             let position = batch.shards.iter().rev().find_map(|mark| match mark {
-                StreamMark::Advance(_, seq) => Some(format!("after:{}", seq.as_str())),
+                StreamMark::Advance(_, seq) => Some(LeaseCheckpoint::After(seq.clone())),
                 _ => None,
             });
             if !units::write(&self.worker, sink, unit, position, None, &batch).await? {
@@ -604,16 +604,16 @@ impl<A: StreamsApi + 'static, T: LeaseTable> Shared<A, T> {
                 continue;
             };
             let unit = UnitId::Shard(shard.clone());
-            let (text, state) = if holding.ended {
-                (END_CHECKPOINT.to_string(), LeaseState::ShardEnd)
+            let checkpoint = if holding.ended {
+                LeaseCheckpoint::ShardEnd
             } else {
                 match &holding.acknowledged {
-                    Some(seq) => (format!("after:{}", seq.as_str()), LeaseState::Processing),
+                    Some(seq) => LeaseCheckpoint::After(seq.clone()),
                     None => continue,
                 }
             };
             let now = self.now();
-            let result = self.worker.checkpoint(&unit, &text, state, now).await;
+            let result = self.worker.checkpoint(&unit, &checkpoint, now).await;
             match units::checkpointed(&unit, result)? {
                 Checkpointed::Saved(_) => self.saved(&shard),
                 Checkpointed::Lost(reason) => self.lose(&shard, &reason),

@@ -50,7 +50,8 @@ use rand::{Rng, SeedableRng};
 
 use super::memory::{Faults, MemoryLeaseTable, WriteKind};
 use super::*;
-use crate::ids::ShardId;
+use crate::ids::{SequenceNumber, ShardId};
+use crate::position::LeaseCheckpoint;
 
 const STEP_MS: u64 = 250;
 
@@ -391,7 +392,7 @@ impl Sim {
             let Some(row) = write.after.filter(|_| write.kind == WriteKind::Checkpoint) else {
                 continue;
             };
-            let value = row.checkpoint.as_deref().map_or(0, |c| c.parse().unwrap());
+            let value = read_at(row.checkpoint.as_ref(), self.units[&write.unit].records);
             self.committed.insert(write.unit.clone(), value);
             if row.state.is_finished() {
                 self.ended_at.entry(write.unit).or_insert(now);
@@ -490,20 +491,13 @@ impl Sim {
         for (unit, reader) in units {
             let records = self.units[&unit].records;
             let next = (reader.read + 1).min(records);
-            let state = if next == records {
-                unit.end_state()
-            } else {
-                LeaseState::Processing
-            };
+            let mark = mark(&unit, next, records);
             let local = self.workers[i].local(now);
-            let result = self.workers[i]
-                .worker
-                .checkpoint(&unit, &next.to_string(), state, local)
-                .await;
+            let result = self.workers[i].worker.checkpoint(&unit, &mark, local).await;
             if result.is_err() {
                 self.figures.zombie_refusals += 1;
             }
-            self.checkpointed(i, &unit, next, state, result);
+            self.checkpointed(i, &unit, next, mark.is_finished(), result);
         }
         self.workers[i].next_round = now;
         self.workers[i].next_keep = now;
@@ -562,10 +556,7 @@ impl Sim {
                 }
             }
             let committed = self.last_commit(unit, now);
-            let resumed: u64 = taken
-                .checkpoint
-                .as_deref()
-                .map_or(0, |c| c.parse().unwrap());
+            let resumed = read_at(taken.checkpoint.as_ref(), self.units[unit].records);
             assert_eq!(
                 resumed, committed,
                 "seed {seed}: {unit} resumed after {resumed}, committed {committed}"
@@ -638,17 +629,10 @@ impl Sim {
             let rate = if quiet { 0.25 } else { 0.5 };
             let due = reader.read == records || self.rng.random_bool(rate);
             if reader.read > reader.committed && due {
-                let state = if reader.read == records {
-                    unit.end_state()
-                } else {
-                    LeaseState::Processing
-                };
+                let mark = mark(&unit, reader.read, records);
                 let local = self.workers[i].local(now);
-                let result = self.workers[i]
-                    .worker
-                    .checkpoint(&unit, &reader.read.to_string(), state, local)
-                    .await;
-                self.checkpointed(i, &unit, reader.read, state, result);
+                let result = self.workers[i].worker.checkpoint(&unit, &mark, local).await;
+                self.checkpointed(i, &unit, reader.read, mark.is_finished(), result);
             }
         }
     }
@@ -658,7 +642,7 @@ impl Sim {
         i: usize,
         unit: &UnitId,
         value: u64,
-        state: LeaseState,
+        finished: bool,
         result: Result<LeaseCounter, CheckpointError>,
     ) {
         let seed = self.seed;
@@ -675,7 +659,7 @@ impl Sim {
                     committed: value,
                 };
                 self.workers[i].readers.insert(unit.clone(), reader);
-                if state.is_finished() {
+                if finished {
                     self.workers[i].readers.remove(unit);
                 }
             }
@@ -691,3 +675,23 @@ impl Sim {
 }
 
 mod runs;
+
+/// The checkpoint of a shard of `records` records of which `read` are read: its end once all
+/// are; else a sequence number counting them.
+fn mark(unit: &UnitId, read: u64, records: u64) -> LeaseCheckpoint {
+    if read >= records {
+        unit.end()
+    } else {
+        LeaseCheckpoint::After(SequenceNumber::parse(&read.to_string()).unwrap())
+    }
+}
+
+/// How many of a shard's `records` records a checkpoint says are read.
+fn read_at(checkpoint: Option<&LeaseCheckpoint>, records: u64) -> u64 {
+    match checkpoint {
+        None => 0,
+        Some(LeaseCheckpoint::After(seq)) => seq.as_str().parse().unwrap(),
+        Some(end) if end.is_finished() => records,
+        Some(other) => panic!("the simulation wrote no checkpoint {other:?}"),
+    }
+}

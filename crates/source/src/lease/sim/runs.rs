@@ -316,15 +316,8 @@ impl Sim {
                         "seed {seed}: a checkpoint of {} by {committer} after another take",
                         write.unit
                     );
-                    let value: u64 = write
-                        .after
-                        .as_ref()
-                        .unwrap()
-                        .checkpoint
-                        .as_ref()
-                        .unwrap()
-                        .parse()
-                        .unwrap();
+                    let records = self.units[&write.unit].records;
+                    let value = read_at(write.after.as_ref().unwrap().checkpoint.as_ref(), records);
                     let before = committed.insert(&write.unit, value).unwrap_or(0);
                     assert!(
                         value >= before,
@@ -341,7 +334,8 @@ impl Sim {
                     && w.kind == WriteKind::Checkpoint
                     && w.before.as_ref().and_then(|b| b.owner.as_ref()) == Some(worker)
                     && w.after.as_ref().is_some_and(|a| {
-                        a.counter == *counter && a.checkpoint == Some(value.to_string())
+                        a.counter == *counter
+                            && a.checkpoint == Some(mark(unit, *value, self.units[unit].records))
                     })
             });
             assert!(

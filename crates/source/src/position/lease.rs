@@ -1,0 +1,232 @@
+//! What a lease row's checkpoint says (docs/coordination.md §11.1, §11.10, §11.11), like KCL's
+//! `ExtendedSequenceNumber`: where a leased unit stands, encoded and decoded here only.
+//!
+//! # Stored forms (the `checkpoint` attribute, a string)
+//! | Checkpoint                  | Stored as                          | Unit     |
+//! |-----------------------------|------------------------------------|----------|
+//! | [`LeaseCheckpoint::Cursor`] | the key as typed JSON (`{"pk":{"S":"k"}}`) | segment |
+//! | [`LeaseCheckpoint::Done`]   | `done`                             | segment  |
+//! | [`LeaseCheckpoint::After`]  | `after:<sequence number>`          | shard    |
+//! | [`LeaseCheckpoint::Latest`] | `latest:<unix ms>`                 | shard    |
+//! | [`LeaseCheckpoint::ShardEnd`] | `end`                            | shard    |
+//! | [`LeaseCheckpoint::Settings`] | the run's settings as JSON text  | leader   |
+//!
+//! A row without the attribute has no checkpoint: its unit starts at its beginning (a segment
+//! at its first page, a shard at `TRIM_HORIZON`). A text none of these forms reads (an edit by
+//! hand, a newer version's form) decodes to [`LeaseCheckpoint::Unknown`], so the row can still be
+//! listed, shown and reset; a worker that takes it stops, naming the row
+//! ([`LeaseCheckpoint::unreadable`]). The forms are pinned by golden tests: lease tables written
+//! by earlier versions keep loading.
+
+use ddbpipe_value::Item;
+
+use crate::ids::SequenceNumber;
+
+/// Where a leased unit stands, as its lease row keeps it (module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseCheckpoint {
+    /// A segment read up to this key: its next page starts after it.
+    Cursor(Item),
+    /// A segment read to its end.
+    Done,
+    /// A shard read up to this sequence number: it resumes after it.
+    After(SequenceNumber),
+    /// A shard not read yet whose first run started from `latest`: it is read from
+    /// `TRIM_HORIZON`, dropping records created before this time (unix ms), so a take-over
+    /// before the first checkpoint loses nothing.
+    Latest {
+        /// The run's start, unix ms.
+        since_ms: i64,
+    },
+    /// A shard read to its end, its last record acknowledged.
+    ShardEnd,
+    /// The leader row's: the settings of the run whose units the rows are (JSON text, written
+    /// and read by the pipeline, docs/coordination.md §11.10).
+    Settings(String),
+    /// A text this version does not read, kept as stored.
+    Unknown(String),
+}
+
+/// What a unit's reader may find in its row, by the kind of unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointKind {
+    /// The leader row: [`LeaseCheckpoint::Settings`].
+    Leader,
+    /// A scan segment: [`LeaseCheckpoint::Cursor`] or [`LeaseCheckpoint::Done`].
+    Segment,
+    /// A stream shard: `After`, `Latest` or `ShardEnd`.
+    Shard,
+    /// A worker's presence row: none.
+    Presence,
+}
+
+const DONE: &str = "done";
+const SHARD_END: &str = "end";
+const AFTER: &str = "after:";
+const LATEST: &str = "latest:";
+
+impl LeaseCheckpoint {
+    /// The stored text.
+    pub fn encode(&self) -> String {
+        match self {
+            LeaseCheckpoint::Cursor(key) => ddbpipe_value::item_to_typed_json(key).to_string(),
+            LeaseCheckpoint::Done => DONE.to_string(),
+            LeaseCheckpoint::After(seq) => format!("{AFTER}{}", seq.as_str()),
+            LeaseCheckpoint::Latest { since_ms } => format!("{LATEST}{since_ms}"),
+            LeaseCheckpoint::ShardEnd => SHARD_END.to_string(),
+            LeaseCheckpoint::Settings(text) | LeaseCheckpoint::Unknown(text) => text.clone(),
+        }
+    }
+
+    /// The checkpoint a row of `kind` stores as `text`: a form of another kind of unit, or no
+    /// form at all, is [`LeaseCheckpoint::Unknown`].
+    pub fn decode(kind: CheckpointKind, text: &str) -> LeaseCheckpoint {
+        let unknown = || LeaseCheckpoint::Unknown(text.to_string());
+        match kind {
+            CheckpointKind::Leader => LeaseCheckpoint::Settings(text.to_string()),
+            CheckpointKind::Segment if text == DONE => LeaseCheckpoint::Done,
+            CheckpointKind::Segment => serde_json::from_str(text)
+                .ok()
+                .and_then(|json| ddbpipe_value::item_from_typed_json(&json, "checkpoint").ok())
+                .map_or_else(unknown, LeaseCheckpoint::Cursor),
+            CheckpointKind::Shard if text == SHARD_END => LeaseCheckpoint::ShardEnd,
+            CheckpointKind::Shard => {
+                if let Some(seq) = text.strip_prefix(AFTER) {
+                    SequenceNumber::parse(seq).map_or_else(|_| unknown(), LeaseCheckpoint::After)
+                } else if let Some(ms) = text.strip_prefix(LATEST) {
+                    ms.parse().map_or_else(
+                        |_| unknown(),
+                        |since_ms| LeaseCheckpoint::Latest { since_ms },
+                    )
+                } else {
+                    unknown()
+                }
+            }
+            CheckpointKind::Presence => unknown(),
+        }
+    }
+
+    /// Whether the unit is read to its end.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, LeaseCheckpoint::Done | LeaseCheckpoint::ShardEnd)
+    }
+
+    /// Why a worker cannot read a unit from this checkpoint, when it cannot: the message names
+    /// the lease, the text and what to do. `expected` says which forms the unit takes.
+    pub fn unreadable(&self, unit: &dyn std::fmt::Display, expected: &str) -> String {
+        let shown: String = self.encode().chars().take(80).collect();
+        format!(
+            "lease {unit}: its checkpoint '{shown}' is not {expected}; run `ddbpipe state \
+             reset` once no worker runs to start the pipeline afresh"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_value::{Item, Number, Value};
+
+    use super::*;
+
+    fn key(pk: &str) -> Item {
+        Item::from([("pk".to_string(), Value::S(pk.to_string()))])
+    }
+
+    fn seq(text: &str) -> SequenceNumber {
+        SequenceNumber::parse(text).unwrap()
+    }
+
+    /// Golden forms: what every version wrote into lease rows keeps decoding to the same
+    /// checkpoint, and encodes back to the same text.
+    #[test]
+    fn every_stored_form_decodes_and_encodes_back() {
+        let golden = [
+            (
+                CheckpointKind::Segment,
+                r#"{"pk":{"S":"k17"}}"#,
+                LeaseCheckpoint::Cursor(key("k17")),
+            ),
+            (CheckpointKind::Segment, "done", LeaseCheckpoint::Done),
+            (
+                CheckpointKind::Shard,
+                "after:000000000000000000123",
+                LeaseCheckpoint::After(seq("000000000000000000123")),
+            ),
+            (
+                CheckpointKind::Shard,
+                "latest:1767225600000",
+                LeaseCheckpoint::Latest {
+                    since_ms: 1_767_225_600_000,
+                },
+            ),
+            (CheckpointKind::Shard, "end", LeaseCheckpoint::ShardEnd),
+            (
+                CheckpointKind::Leader,
+                r#"{"mode":"streams","stream_arn":"arn:1","table":"t"}"#,
+                LeaseCheckpoint::Settings(
+                    r#"{"mode":"streams","stream_arn":"arn:1","table":"t"}"#.to_string(),
+                ),
+            ),
+        ];
+        for (kind, text, checkpoint) in golden {
+            assert_eq!(LeaseCheckpoint::decode(kind, text), checkpoint, "{text}");
+            assert_eq!(checkpoint.encode(), text);
+        }
+    }
+
+    #[test]
+    fn a_cursor_with_every_key_type_round_trips() {
+        let cursor = LeaseCheckpoint::Cursor(Item::from([
+            ("pk".to_string(), Value::N(Number::new("-1.5E+130"))),
+            ("sk".to_string(), Value::B(vec![0, 255])),
+        ]));
+        let text = cursor.encode();
+        assert_eq!(text, r#"{"pk":{"N":"-1.5E+130"},"sk":{"B":"AP8="}}"#);
+        assert_eq!(
+            LeaseCheckpoint::decode(CheckpointKind::Segment, &text),
+            cursor
+        );
+    }
+
+    /// A form of another kind of unit, or garbage, is kept as stored: the row lists and
+    /// resets, and a worker taking it names it.
+    #[test]
+    fn a_text_of_another_kind_or_of_no_form_is_unknown_and_kept() {
+        let cases = [
+            (CheckpointKind::Segment, "after:000000000000000000123"),
+            (CheckpointKind::Segment, "end"),
+            (CheckpointKind::Segment, r#"{"pk":{"Q":"x"}}"#),
+            (CheckpointKind::Shard, "done"),
+            (CheckpointKind::Shard, "after:12a"),
+            (CheckpointKind::Shard, "after:"),
+            (CheckpointKind::Shard, "latest:soon"),
+            (CheckpointKind::Shard, r#"{"pk":{"S":"k"}}"#),
+            (CheckpointKind::Presence, "done"),
+        ];
+        for (kind, text) in cases {
+            let decoded = LeaseCheckpoint::decode(kind, text);
+            assert_eq!(
+                decoded,
+                LeaseCheckpoint::Unknown(text.to_string()),
+                "{kind:?} {text}"
+            );
+            assert_eq!(decoded.encode(), text);
+        }
+        let message = LeaseCheckpoint::Unknown("after:12a".into()).unreadable(
+            &"shard:s1",
+            "a shard position (after:<sequence number>, latest:<unix ms>)",
+        );
+        assert!(message.contains("lease shard:s1"), "{message}");
+        assert!(message.contains("'after:12a'"), "{message}");
+        assert!(message.contains("ddbpipe state reset"), "{message}");
+    }
+
+    #[test]
+    fn only_the_ends_are_finished() {
+        assert!(LeaseCheckpoint::Done.is_finished());
+        assert!(LeaseCheckpoint::ShardEnd.is_finished());
+        assert!(!LeaseCheckpoint::After(seq("1")).is_finished());
+        assert!(!LeaseCheckpoint::Latest { since_ms: 0 }.is_finished());
+        assert!(!LeaseCheckpoint::Cursor(key("k")).is_finished());
+    }
+}
