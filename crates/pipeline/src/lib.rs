@@ -16,6 +16,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod events;
 pub mod files;
+mod leased;
 pub mod runner;
 pub mod sink;
 pub mod sinks;

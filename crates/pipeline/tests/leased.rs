@@ -387,10 +387,8 @@ async fn a_graceful_stop_hands_the_leases_back_with_their_checkpoints() {
     }
 }
 
-/// A segment row whose checkpoint was edited into another unit's form (a hand edit) stops the
-/// worker that takes it, naming the row, its text and what to do; nothing more is read.
-#[tokio::test(start_paused = true)]
-async fn a_segment_row_with_an_unreadable_checkpoint_stops_its_taker_naming_it() {
+/// A shared scan a first worker ran for ten seconds, then stopped: its rows are unfinished.
+async fn stopped_after_ten_seconds() -> (Arc<FakeTable>, MemoryLeaseTable) {
     let table = Arc::new(FakeTable::numbered(ITEMS));
     let leases = MemoryLeaseTable::seeded(5);
     let (handle, stop) = Cancel::new();
@@ -398,6 +396,14 @@ async fn a_segment_row_with_an_unreadable_checkpoint_stops_its_taker_naming_it()
     tokio::time::sleep(Duration::from_secs(10)).await;
     handle.cancel();
     first.await.unwrap().0.unwrap();
+    (table, leases)
+}
+
+/// A segment row whose checkpoint was edited into another unit's form (a hand edit) stops the
+/// worker that takes it, naming the row, its text and what to do; nothing more is read.
+#[tokio::test(start_paused = true)]
+async fn a_segment_row_with_an_unreadable_checkpoint_stops_its_taker_naming_it() {
+    let (table, leases) = stopped_after_ten_seconds().await;
     let edited = UnitId::Segment {
         index: 0,
         total: SEGMENTS,
@@ -421,13 +427,7 @@ async fn a_segment_row_with_an_unreadable_checkpoint_stops_its_taker_naming_it()
 
 #[tokio::test(start_paused = true)]
 async fn a_changed_segment_count_is_refused_while_a_shared_scan_is_unfinished() {
-    let table = Arc::new(FakeTable::numbered(ITEMS));
-    let leases = MemoryLeaseTable::seeded(5);
-    let (handle, stop) = Cancel::new();
-    let first = spawn(scan(&table, &leases, "first", SEGMENTS), slow(), stop);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    handle.cancel();
-    first.await.unwrap().0.unwrap();
+    let (table, leases) = stopped_after_ten_seconds().await;
     let (_, stop) = Cancel::new();
     let (outcome, _) = spawn(scan(&table, &leases, "second", 4), slow(), stop)
         .await

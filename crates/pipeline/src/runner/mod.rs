@@ -37,13 +37,9 @@ use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
-mod leased;
 mod together;
-pub(crate) mod units;
 
-pub use units::other_settings;
-
-pub use leased::{LeaseCounts, LeasedOutcome, LeasedScan};
+pub use crate::leased::{LeaseCounts, LeasedOutcome, LeasedScan, other_settings};
 pub use together::{TogetherOutcome, run_together};
 
 /// A batch is handed over at the latest this long after its first record or position.

@@ -9,48 +9,21 @@
 //!   shards;
 //! - `ShardEnd`: read to its end.
 
-use ddbpipe_source::api::ShardDescription;
+use ddbpipe_source::api::{ShardDescription, StartAt};
 use ddbpipe_source::config::StartPosition;
-use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::lease::{Lease, LeaseError, UnitId, UnitSpec};
+use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::lease::{Lease, UnitId, UnitSpec};
 use ddbpipe_source::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
+use ddbpipe_source::streams::leased::{SHARD_CHECKPOINTS, leased_start};
 use ddbpipe_source::streams::lineage::ShardGraph;
 
 use crate::runner::RunError;
-
-/// Where a taken shard starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Start {
-    /// From `TRIM_HORIZON` (a row without a checkpoint).
-    TrimHorizon,
-    /// After this sequence number (`after:<seq>`).
-    After(SequenceNumber),
-    /// From `TRIM_HORIZON`, dropping records created before this unix ms (`latest:<ms>`).
-    Since(i64),
-}
-
-/// Where a shard whose row is at `checkpoint` starts; a checkpoint that is not an unfinished
-/// shard's stops the run, naming the row.
-pub(crate) fn shard_start(
-    unit: &UnitId,
-    checkpoint: Option<&LeaseCheckpoint>,
-) -> Result<Start, RunError> {
-    match checkpoint {
-        None => Ok(Start::TrimHorizon),
-        Some(LeaseCheckpoint::After(seq)) => Ok(Start::After(seq.clone())),
-        Some(LeaseCheckpoint::Latest { since_ms }) => Ok(Start::Since(*since_ms)),
-        Some(other) => Err(RunError::Lease(LeaseError::Fatal(other.unreadable(
-            unit,
-            "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)",
-        )))),
-    }
-}
 
 /// The lease rows of a listing. On a first run (`first` holds its start position) under
 /// `latest`, open shards start at the run's start and closed ones are created finished.
 /// A shard counts as closed only when a child is listed (some emulators report an ending
 /// sequence number on an open shard).
-pub(super) fn shard_specs(
+pub(crate) fn shard_specs(
     shards: Vec<ShardDescription>,
     first: Option<StartPosition>,
     now_ms: i64,
@@ -95,10 +68,16 @@ pub fn leased_position(
             position.finish(shard, None);
             continue;
         }
-        match shard_start(&row.unit, row.checkpoint.as_ref())? {
-            Start::TrimHorizon => position.admit(shard, None, None),
-            Start::After(seq) => position.advance(shard, &seq),
-            Start::Since(ms) => position.admit(shard, None, Some(ms)),
+        match leased_start(row.checkpoint.as_ref()) {
+            Some((StartAt::After(seq), _)) => position.advance(shard, &seq),
+            Some((_, floor_ms)) => position.admit(shard, None, floor_ms),
+            None => {
+                let at = row
+                    .checkpoint
+                    .clone()
+                    .unwrap_or(LeaseCheckpoint::Unknown(String::new()));
+                return Err(crate::leased::unreadable(&row.unit, &at, SHARD_CHECKPOINTS));
+            }
         }
     }
     Ok(position)
@@ -116,6 +95,7 @@ pub fn row_shard(row: &Lease) -> Option<&ShardId> {
 mod tests {
     use std::collections::BTreeMap;
 
+    use ddbpipe_source::ids::SequenceNumber;
     use ddbpipe_source::lease::{LeaseCounter, LeaseState, WorkerId};
 
     use ddbpipe_source::position::ShardProgress;
@@ -127,31 +107,6 @@ mod tests {
             id: ShardId::new(id),
             parent: parent.map(ShardId::new),
             closed,
-        }
-    }
-
-    #[test]
-    fn checkpoints_name_where_a_shard_starts() {
-        let unit = UnitId::Shard(ShardId::new("s"));
-        let start = |text: Option<&str>| {
-            let checkpoint = text.map(|text| unit.checkpoint(text));
-            shard_start(&unit, checkpoint.as_ref())
-        };
-        assert_eq!(start(None).unwrap(), Start::TrimHorizon);
-        assert_eq!(
-            start(Some("after:000000000000000000123")).unwrap(),
-            Start::After(SequenceNumber::parse("000000000000000000123").unwrap())
-        );
-        assert_eq!(
-            start(Some("latest:1767225600000")).unwrap(),
-            Start::Since(1767225600000)
-        );
-        for bad in ["after:x", "latest:", "end", "7"] {
-            let error = start(Some(bad)).unwrap_err().to_string();
-            assert!(
-                error.contains("lease shard:s") && error.contains(bad),
-                "{error}"
-            );
         }
     }
 
@@ -238,10 +193,13 @@ mod tests {
             })
         );
         assert_eq!(position.stream_arn.as_deref(), Some("arn"));
-        let bad = [row("shard:e", Some("7"), LeaseState::Processing)];
+        let bad = [row("shard:e", Some("after:x"), LeaseState::Processing)];
         let error = leased_position(&bad, StreamKind::Streams, None)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("lease shard:e"), "{error}");
+        assert!(
+            error.contains("lease shard:e") && error.contains("'after:x'"),
+            "{error}"
+        );
     }
 }

@@ -14,8 +14,7 @@
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
-mod lease_rows;
-mod leased;
+pub(crate) mod lease_rows;
 mod repair;
 mod shared_mirror;
 mod snapshot;
@@ -38,23 +37,23 @@ use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{Handed, Handover};
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::repair::RepairPlan;
-use ddbpipe_source::streams::shard_reader::StreamContext;
+use ddbpipe_source::streams::shard_reader::{StreamContext, StreamReads};
 use ddbpipe_source::streams::shard_sync;
 use ddbpipe_source::streams::startup::{self, Resume, Startup};
 use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
 pub use self::lease_rows::{leased_position, row_shard};
-pub use self::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 pub use self::shared_mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
 pub use self::snapshot::SnapshotScan;
 use self::snapshot::{BesideStream, NoTable, Snapshots};
 use crate::checkpoint::Checkpointer;
+pub use crate::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 use crate::runner::{Progress, RunError, StreamOutcome, run_stream};
 use crate::sink::Sink;
 
 /// Hand-overs waiting between the engine and the batcher.
-pub(super) const HANDOVER_DEPTH: usize = 2;
+pub(crate) const HANDOVER_DEPTH: usize = 2;
 
 /// Everything a streams run needs besides its I/O.
 #[derive(Debug, Clone)]
@@ -113,6 +112,24 @@ impl StreamRun {
         }
     }
 
+    /// The stream this run reads and how it asks, through `api`.
+    pub(crate) fn reads<A>(
+        &self,
+        api: Arc<A>,
+        observer: Arc<dyn AttemptObserver>,
+    ) -> StreamReads<A> {
+        StreamReads {
+            api,
+            stream_arn: self.stream_arn.clone(),
+            table: self.table.clone(),
+            format: self.format,
+            retry: self.retry,
+            records_per_request: self.records_per_request,
+            poll_interval: self.poll_interval,
+            observer,
+        }
+    }
+
     /// The stream engine of this run from `start.position`, and its hand-over channel.
     async fn engine<A: StreamsApi>(
         &self,
@@ -124,16 +141,9 @@ impl StreamRun {
         let (tx, rx) = mpsc::channel(HANDOVER_DEPTH);
         let handover = Arc::new(Handover::new(tx, start.position, start.max_messages));
         let ctx = Arc::new(StreamContext {
-            api,
-            stream_arn: self.stream_arn.clone(),
-            table: self.table.clone(),
-            format: self.format,
-            retry: self.retry,
-            records_per_request: self.records_per_request,
-            poll_interval: self.poll_interval,
+            reads: self.reads(api, observer),
             handover,
             cancel: cancel.clone(),
-            observer,
         });
         let engine = StreamEngine::new(
             ctx,

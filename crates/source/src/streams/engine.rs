@@ -283,7 +283,7 @@ impl<A: StreamsApi> StreamEngine<A> {
                 && self.scheduler.queued() == 0
                 && !self.syncer.children_pending();
             if drain_check && now >= next_drain_check {
-                next_drain_check = now + self.ctx.poll_interval;
+                next_drain_check = now + self.ctx.reads.poll_interval;
                 if self.every_shard_finished().await {
                     self.syncer.want_listing();
                 }

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod envelope;
 pub mod gaps;
 pub mod handover;
+pub mod leased;
 pub mod lineage;
 pub mod repair;
 pub mod scheduler;

@@ -53,8 +53,9 @@ pub const EXPIRY_LIMIT: u32 = 3;
 /// Throttling longer than this logs a warning (at most once a minute).
 const THROTTLE_WARN_AFTER: Duration = Duration::from_secs(60);
 
-/// What every slice of a run shares.
-pub struct StreamContext<A> {
+/// The stream a run reads and how it asks: shared by one process's engine and by a worker's
+/// leased shard reads (`super::leased`).
+pub struct StreamReads<A> {
     /// The Streams API.
     pub api: Arc<A>,
     /// The stream being read.
@@ -69,12 +70,33 @@ pub struct StreamContext<A> {
     pub records_per_request: u32,
     /// The effective poll interval of caught-up shards (at least 200 ms).
     pub poll_interval: Duration,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+}
+
+impl<A> Clone for StreamReads<A> {
+    fn clone(&self) -> Self {
+        StreamReads {
+            api: Arc::clone(&self.api),
+            stream_arn: self.stream_arn.clone(),
+            table: self.table.clone(),
+            format: self.format,
+            retry: self.retry,
+            records_per_request: self.records_per_request,
+            poll_interval: self.poll_interval,
+            observer: Arc::clone(&self.observer),
+        }
+    }
+}
+
+/// What every slice of a run shares.
+pub struct StreamContext<A> {
+    /// The stream and how it is asked.
+    pub reads: StreamReads<A>,
     /// Where records go.
     pub handover: Arc<Handover>,
     /// Set when the run stops.
     pub cancel: Cancel,
-    /// Told about every attempt (metrics).
-    pub observer: Arc<dyn AttemptObserver>,
 }
 
 /// Why reading a stream failed.
@@ -255,31 +277,33 @@ impl<A: StreamsApi> StreamContext<A> {
             shard.last_get = Some(Instant::now());
             let shape = ChangeShape {
                 shard: &shard.id,
-                table: &self.table,
-                format: self.format,
+                table: &self.reads.table,
+                format: self.reads.format,
             };
             let answer = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(StreamError::Stopped),
                 answer = tokio::time::timeout(
-                    self.retry.attempt_timeout,
-                    self.api.get_changes(&iterator, self.records_per_request, &shape),
+                    self.reads.retry.attempt_timeout,
+                    self.reads.api.get_changes(&iterator, self.reads.records_per_request, &shape),
                 ) => answer,
             };
             let answer = answer.unwrap_or_else(|_| {
                 Err(ApiError::transport(format!(
                     "attempt timed out after {} ms",
-                    self.retry.attempt_timeout.as_millis()
+                    self.reads.retry.attempt_timeout.as_millis()
                 )))
             });
             let page = match answer {
                 Ok(page) => {
-                    self.observer.attempt("get_records", None);
+                    self.reads.observer.attempt("get_records", None);
                     crate::health::request_answered("get_records");
                     page
                 }
                 Err(error) => {
-                    self.observer.attempt("get_records", Some(error.class));
+                    self.reads
+                        .observer
+                        .attempt("get_records", Some(error.class));
                     match self.failed_read(shard, error)? {
                         Some(end) => return Ok(end),
                         None => continue,
@@ -351,7 +375,7 @@ impl<A: StreamsApi> StreamContext<A> {
                         self.handover.hand(mark).await.map_err(closed)?;
                     }
                 }
-                return Ok(SliceEnd::Yield(self.poll_interval));
+                return Ok(SliceEnd::Yield(self.reads.poll_interval));
             }
         }
     }
@@ -362,16 +386,17 @@ impl<A: StreamsApi> StreamContext<A> {
             Some(seq) => StartAt::After(seq.clone()),
             None => shard.start.clone(),
         };
-        let arn = self.stream_arn.as_str();
+        let arn = self.reads.stream_arn.as_str();
         let id = shard.id.clone();
         let acquired = self
+            .reads
             .retry
             .run(
                 "get_shard_iterator",
                 || format!("GetShardIterator for {id}"),
                 &self.cancel,
-                self.observer.as_ref(),
-                |_| self.api.shard_iterator(arn, &id, &start),
+                self.reads.observer.as_ref(),
+                |_| self.reads.api.shard_iterator(arn, &id, &start),
             )
             .await;
         // A `LATEST` shard that read nothing comes back at TRIM_HORIZON, with its floor.
@@ -428,19 +453,19 @@ impl<A: StreamsApi> StreamContext<A> {
                     );
                 }
                 Ok(Some(SliceEnd::Yield(capped(
-                    self.retry.delay(shard.throttles - 1),
+                    self.reads.retry.delay(shard.throttles - 1),
                 ))))
             }
             ErrorClass::Transient => {
                 shard.transients += 1;
-                if shard.transients > self.retry.max_retries {
+                if shard.transients > self.reads.retry.max_retries {
                     return Err(StreamError::ShardFailed(format!(
                         "GetRecords on {} failed after {} attempt(s): {error}",
                         shard.id, shard.transients
                     )));
                 }
                 Ok(Some(SliceEnd::Yield(capped(
-                    self.retry.delay(shard.transients - 1),
+                    self.reads.retry.delay(shard.transients - 1),
                 ))))
             }
             ErrorClass::Fatal => Err(StreamError::ShardFailed(format!(

@@ -265,15 +265,16 @@ async fn children<A: StreamsApi>(
     stop: &Cancel,
     shard: &ShardId,
 ) -> Children {
-    let arn = ctx.stream_arn.as_str();
+    let arn = ctx.reads.stream_arn.as_str();
     let answer = ctx
+        .reads
         .retry
         .run(
             "describe_stream",
             || format!("DescribeStream {arn} (children of {shard})"),
             stop,
-            ctx.observer.as_ref(),
-            |_| ctx.api.describe_stream(arn, None, Some(shard)),
+            ctx.reads.observer.as_ref(),
+            |_| ctx.reads.api.describe_stream(arn, None, Some(shard)),
         )
         .await;
     match answer {
@@ -321,11 +322,11 @@ async fn run_batch<A: StreamsApi>(
     if listing {
         pacer.pace().await;
         let discovered = discover(
-            ctx.api.as_ref(),
-            &ctx.stream_arn,
-            &ctx.retry,
+            ctx.reads.api.as_ref(),
+            &ctx.reads.stream_arn,
+            &ctx.reads.retry,
             &stop,
-            ctx.observer.as_ref(),
+            ctx.reads.observer.as_ref(),
         )
         .await;
         pacer.ended();

@@ -12,9 +12,10 @@ use ddbpipe_source::lease::{
 use ddbpipe_source::position::LeaseCheckpoint;
 use tokio::time::Instant;
 
-use super::{LeaseCounts, RunError};
+use super::LeaseCounts;
 use crate::batch::Batch;
 use crate::events::LeaseEvent;
+use crate::runner::RunError;
 use crate::sink::{Fence, Sink, SinkErrorClass};
 use crate::state::identity::Identity;
 

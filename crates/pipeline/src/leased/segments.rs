@@ -1,0 +1,260 @@
+//! Scan segments as leased units (docs/coordination.md §11.10): a scan or query shared by
+//! several workers. The leader writes a row per segment once the run's settings are stored; a
+//! taken segment is read from its row's cursor, its pages' cursors are its positions, and the
+//! run is complete, on every worker, once every segment row is `Done` (the worker that writes
+//! the last `Done` runs a round at once and sees it then; the others within a third of the lease
+//! duration). Then the sink is told (`Sink::complete`).
+
+use std::time::Duration;
+
+use ddbpipe_source::api::TableApi;
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::lease::{Lease, LeaseError, LeaseTable, UnitId, UnitSpec, Worker};
+use ddbpipe_source::position::LeaseCheckpoint;
+use ddbpipe_source::records::SegmentCursor;
+use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::scan::{PageOut, SegmentReader};
+use ddbpipe_source::streams::leased::ReadFlags;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use super::units::{Units, View};
+use super::{LeaseCounts, Leased, unreadable};
+use crate::batch::{Batch, BatchLimits, Batcher};
+use crate::runner::{Progress, RunError};
+use crate::sink::{RunStart, Sink};
+use crate::state::identity::Identity;
+
+/// What a segment's row holds: its cursor or its end.
+const SEGMENT_CHECKPOINTS: &str = "a segment's cursor (its last key as attribute JSON, or done)";
+
+/// A scan or query run by one worker of several.
+pub struct LeasedScan<A, T> {
+    /// Reads one segment at a time (`SegmentReader::read_segment`).
+    pub reader: SegmentReader<A>,
+    /// This worker on the lease table.
+    pub worker: Worker<T>,
+    /// How large a batch may grow.
+    pub batch: BatchLimits,
+    /// Least time between two checkpoints of one segment (`state.flush_interval_ms`).
+    pub checkpoint_interval: Duration,
+    /// The run's settings, kept in the leader row: a worker with other settings is refused.
+    pub identity: Identity,
+    /// The open shared snapshot the segments are read for (a mirror across workers,
+    /// docs/coordination.md §11.12): every batch carries its id in its fence. `None` for a
+    /// scan or query.
+    pub snapshot: Option<i64>,
+}
+
+/// How one worker's part of a shared scan ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedOutcome {
+    /// Items received from DynamoDB by this worker.
+    pub read: u64,
+    /// Items written and acknowledged by this worker.
+    pub written: u64,
+    /// Read capacity units consumed by this worker.
+    pub capacity_units: f64,
+    /// `true` when every segment of the table is done (by any worker); `false` when stopped.
+    pub completed: bool,
+    /// Segments done in the lease table, of `total`.
+    pub segments_done: u64,
+    /// The table's segments.
+    pub total_segments: u32,
+    /// What this worker's leases did.
+    pub leases: LeaseCounts,
+}
+
+impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
+    /// Runs this worker until every segment is done, `stop` fires, or something fails.
+    pub async fn run<S: Sink>(
+        self,
+        sink: &mut S,
+        stop: Cancel,
+        progress: &dyn Progress,
+    ) -> Result<LeasedOutcome, RunError> {
+        let total = self.reader.total_segments.max(1);
+        let segments = Segments {
+            reader: self.reader,
+            batch: self.batch,
+            total,
+            read: 0,
+        };
+        let run = Leased {
+            units: segments,
+            worker: self.worker,
+            checkpoint_interval: self.checkpoint_interval,
+            identity: self.identity,
+            snapshot: self.snapshot,
+        };
+        sink.start(RunStart::Resumed).await?;
+        let (ran, segments) = run.run(sink, stop, progress).await?;
+        if ran.end {
+            sink.complete().await?;
+        }
+        Ok(LeasedOutcome {
+            read: segments.read,
+            written: ran.written,
+            capacity_units: segments.reader.limiter.total_units(),
+            completed: ran.end,
+            segments_done: segments.done(&ran.rows),
+            total_segments: total,
+            leases: ran.leases,
+        })
+    }
+}
+
+/// The segments of one scan.
+pub(crate) struct Segments<A> {
+    reader: SegmentReader<A>,
+    batch: BatchLimits,
+    total: u32,
+    /// Items received.
+    read: u64,
+}
+
+impl<A> Segments<A> {
+    /// Segment rows of this scan finished in `rows`.
+    fn done(&self, rows: &[Lease]) -> u64 {
+        rows.iter()
+            .filter(|row| matches!(row.unit, UnitId::Segment { total, .. } if total == self.total))
+            .filter(|row| row.state.is_finished())
+            .count() as u64
+    }
+}
+
+impl<A: TableApi> Units for Segments<A> {
+    type Read = PageOut;
+    /// Whether every segment is done.
+    type End = bool;
+
+    const DEPTH: usize = 1;
+
+    fn owns(&self, unit: &UnitId) -> bool {
+        matches!(unit, UnitId::Segment { total, .. } if *total == self.total)
+    }
+
+    fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
+        match at {
+            None | Some(LeaseCheckpoint::Cursor(_) | LeaseCheckpoint::Done) => Ok(()),
+            Some(other) => Err(unreadable(unit, other, SEGMENT_CHECKPOINTS)),
+        }
+    }
+
+    fn read(
+        &self,
+        unit: &UnitId,
+        from: Option<&LeaseCheckpoint>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+        _flags: ReadFlags,
+    ) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError> {
+        let UnitId::Segment { index, .. } = *unit else {
+            return Err(self.panicked(unit));
+        };
+        let start = match from {
+            None => None,
+            Some(LeaseCheckpoint::Cursor(key)) => Some(key.clone()),
+            Some(other) => return Err(unreadable(unit, other, SEGMENT_CHECKPOINTS)),
+        };
+        let reader = self.reader.clone();
+        Ok(async move {
+            match reader.read_segment(index, start, out, cancel).await {
+                Ok(()) | Err(ReadError::Cancelled) => Ok(()),
+                Err(error) => Err(RunError::Read(error)),
+            }
+        }
+        .boxed())
+    }
+
+    fn panicked(&self, unit: &UnitId) -> RunError {
+        let segment = match unit {
+            UnitId::Segment { index, .. } => *index,
+            _ => u32::MAX,
+        };
+        RunError::Read(ReadError::Panicked {
+            segment,
+            message: "segment task panicked".into(),
+        })
+    }
+
+    fn may_read(&self, reading: usize) -> bool {
+        reading < self.reader.max_concurrency.max(1)
+    }
+
+    fn push(&mut self, batcher: &mut Batcher, page: PageOut) -> Vec<Batch> {
+        self.read += page.records.len() as u64;
+        batcher.push(page)
+    }
+
+    fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
+        batch
+            .segments
+            .iter()
+            .map(|(index, cursor)| {
+                let unit = UnitId::Segment {
+                    index: *index,
+                    total: self.total,
+                };
+                let at = match cursor {
+                    SegmentCursor::Next(key) => LeaseCheckpoint::Cursor(key.clone()),
+                    SegmentCursor::Done => LeaseCheckpoint::Done,
+                };
+                (unit, at)
+            })
+            .collect()
+    }
+
+    /// Every batch: a page without items still moves its segment's cursor in a fence.
+    fn writes(&self, _batch: &Batch) -> bool {
+        true
+    }
+
+    fn limits(&self) -> BatchLimits {
+        self.batch
+    }
+
+    fn capacity_units(&self) -> f64 {
+        self.reader.limiter.total_units()
+    }
+
+    async fn lead<T: LeaseTable>(
+        &mut self,
+        worker: &mut Worker<T>,
+        _stop: &Cancel,
+    ) -> Result<bool, RunError> {
+        let synced = worker.sync(&UnitSpec::segments(self.total)).await?;
+        if !synced.created.is_empty() {
+            tracing::info!(created = synced.created.len(), "Segment leases created.");
+        }
+        Ok(!synced.created.is_empty())
+    }
+
+    /// Rows of another segment count mean the pipeline's `segments` changed while a shared
+    /// scan was unfinished: refused, naming both.
+    fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
+        let other = rows.iter().find_map(|row| match row.unit {
+            UnitId::Segment { total, .. } if total != self.total => Some(total),
+            _ => None,
+        });
+        match other {
+            Some(other) => Err(RunError::Lease(LeaseError::Fatal(format!(
+                "the lease table holds an unfinished scan of {other} segment(s) for this \
+                 pipeline, but source.segments is {}: set it back to {other}, or run `ddbpipe \
+                 state reset` once no worker runs",
+                self.total
+            )))),
+            None => Ok(()),
+        }
+    }
+
+    fn ended(&self, view: &View<'_>) -> Option<bool> {
+        let complete = self.done(view.rows) == u64::from(self.total);
+        (complete && view.held.is_empty() && !view.pending).then_some(true)
+    }
+
+    fn stopped(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,396 @@
+//! Stream shards as leased units (docs/coordination.md §11.11): the leader lists the stream and
+//! writes a lease row per shard, each worker reads the shards it holds (the source's leased
+//! shard reads), writes their records to its own sink and checkpoints each shard in its row.
+//!
+//! # Ordering
+//! A child shard's lease is taken only once every parent's row is `ShardEnd` (the lease rules,
+//! §11.6), and a parent's row reaches `ShardEnd` only after its last record was acknowledged.
+//! So across workers a key's changes are written in stream order; a hand-over restarts the
+//! shard after its last checkpoint (at least once).
+//!
+//! # Where a shard starts
+//! At its row's checkpoint (`ddbpipe_source::streams::leased::leased_start`): none at
+//! `TRIM_HORIZON`, `After(seq)` after it, `Latest { since_ms }` (a first run from `latest`
+//! creates the open shards' rows so) from `TRIM_HORIZON` dropping records created before that
+//! time, so a take-over before the first checkpoint loses nothing. Shards already closed then
+//! are created `ShardEnd`, unread.
+//!
+//! # Discovery
+//! Only the leader calls `DescribeStream`: at its first round, every `discovery_interval`, and
+//! at most every [`CHILD_LOOKUP_INTERVAL`] while a finished shard has no child row yet (a
+//! split's children are read seconds after their parent ends, not a discovery later).
+//!
+//! # Ending
+//! - Idle (`idle_termination_secs`, without `follow`): no record arrived for that long, every
+//!   held shard caught up, and no unfinished shard left that this worker could take (every row
+//!   is held by a live worker).
+//! - The stream is disabled and every shard row is finished.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_source::api::StreamsApi;
+use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::error::ReadError;
+use ddbpipe_source::events::{LagMeasured, ShardsCounted};
+use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, UnitSpec, Worker};
+use ddbpipe_source::position::LeaseCheckpoint;
+use ddbpipe_source::retry::{AttemptObserver, Cancel};
+use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
+use ddbpipe_source::streams::handover::{Handed, StreamMark};
+use ddbpipe_source::streams::leased::{ReadFlags, SHARD_CHECKPOINTS, ShardReads, leased_start};
+use ddbpipe_source::streams::shard_reader::StreamError;
+use ddbpipe_source::streams::shard_sync;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use super::units::{Units, View};
+use super::{LeaseCounts, Leased, unreadable};
+use crate::batch::{Batch, BatchLimits, Batcher};
+use crate::runner::{Progress, RunError};
+use crate::sink::Sink;
+use crate::state::identity::Identity;
+use crate::streams::StreamRun;
+use crate::streams::lease_rows::shard_specs;
+
+/// Least time between two listings while a finished shard has no child row.
+pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A stream run by one worker of several.
+pub struct LeasedStreams<A, T> {
+    /// The Streams API.
+    pub api: Arc<A>,
+    /// The run's settings (stream, format, retries, bounds, start position, batch size).
+    pub run: StreamRun,
+    /// This worker on the lease table.
+    pub worker: Worker<T>,
+    /// Least time between two checkpoints of one shard (`state.flush_interval_ms`).
+    pub checkpoint_interval: Duration,
+    /// Told about every attempt (metrics).
+    pub observer: Arc<dyn AttemptObserver>,
+    /// The run's settings and stream, kept in the leader row: a worker with other settings
+    /// (or a re-created table's new stream) is refused.
+    pub identity: Identity,
+    /// Units of an earlier phase whose finished rows stay as they are (a shared mirror's
+    /// snapshot segments, docs/coordination.md §11.12): the leader neither deletes them as
+    /// undiscovered nor lets a worker still finishing that phase find them gone; a missing
+    /// one is created in its finished state. Empty for a streams pipeline.
+    pub kept: Vec<UnitSpec>,
+}
+
+/// How one worker's part of a shared stream ended, when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedStreamOutcome {
+    /// Change records written and acknowledged by this worker.
+    pub written: u64,
+    /// Why this worker ended.
+    pub end: EndReason,
+    /// Shard rows finished in the lease table, of `shards`.
+    pub shards_finished: u64,
+    /// Shard rows in the lease table.
+    pub shards: u64,
+    /// What this worker's leases did (`finished` counts shards read to their end here).
+    pub leases: LeaseCounts,
+}
+
+impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
+    /// Runs this worker until an end condition (module docs) or a failure.
+    pub async fn run<S: Sink>(
+        self,
+        sink: &mut S,
+        stop: Cancel,
+        progress: &dyn Progress,
+    ) -> Result<LeasedStreamOutcome, RunError> {
+        let LeasedStreams {
+            api,
+            run,
+            worker,
+            checkpoint_interval,
+            observer,
+            identity,
+            kept,
+        } = self;
+        let source = ShardReads {
+            reads: run.reads(api, observer),
+            slots: Arc::new(Semaphore::new(run.bounds.shard_concurrency.max(1))),
+        };
+        let shards = Shards {
+            source,
+            run,
+            kept,
+            disabled: false,
+            listed_at: None,
+            last_records: Instant::now(),
+        };
+        let leased = Leased {
+            units: shards,
+            worker,
+            checkpoint_interval,
+            identity,
+            snapshot: None,
+        };
+        let (ran, _) = leased.run(sink, stop, progress).await?;
+        let (shards_finished, shards) = shard_rows(&ran.rows);
+        Ok(LeasedStreamOutcome {
+            written: ran.written,
+            end: ran.end,
+            shards_finished,
+            shards,
+            leases: ran.leases,
+        })
+    }
+}
+
+/// The shards of one stream.
+pub(crate) struct Shards<A> {
+    source: ShardReads<A>,
+    run: StreamRun,
+    kept: Vec<UnitSpec>,
+    /// The last listing said `DISABLED`.
+    disabled: bool,
+    /// When the leader last listed the stream.
+    listed_at: Option<Instant>,
+    /// When records last arrived from a shard: the idle clock.
+    last_records: Instant,
+}
+
+impl<A: StreamsApi + 'static> Units for Shards<A> {
+    type Read = Handed;
+    type End = EndReason;
+
+    const DEPTH: usize = crate::streams::HANDOVER_DEPTH;
+
+    fn owns(&self, unit: &UnitId) -> bool {
+        matches!(unit, UnitId::Shard(_))
+    }
+
+    fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
+        match at {
+            Some(end) if end.is_finished() => Ok(()),
+            _ if leased_start(at).is_some() => Ok(()),
+            Some(other) => Err(unreadable(unit, other, SHARD_CHECKPOINTS)),
+            None => Ok(()),
+        }
+    }
+
+    fn read(
+        &self,
+        unit: &UnitId,
+        from: Option<&LeaseCheckpoint>,
+        out: mpsc::Sender<Handed>,
+        cancel: Cancel,
+        flags: ReadFlags,
+    ) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError> {
+        let UnitId::Shard(shard) = unit else {
+            return Err(self.panicked(unit));
+        };
+        let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
+            let at = from
+                .cloned()
+                .unwrap_or(LeaseCheckpoint::Unknown(String::new()));
+            return Err(unreadable(unit, &at, SHARD_CHECKPOINTS));
+        };
+        Ok(async move {
+            match read.await {
+                Ok(()) | Err(StreamError::Stopped) => Ok(()),
+                Err(error) => Err(RunError::Stream(error)),
+            }
+        }
+        .boxed())
+    }
+
+    fn panicked(&self, unit: &UnitId) -> RunError {
+        RunError::Stream(StreamError::ShardFailed(format!(
+            "the task reading {unit} panicked"
+        )))
+    }
+
+    /// Every held shard reads; their reads share the read slots.
+    fn may_read(&self, _reading: usize) -> bool {
+        true
+    }
+
+    fn push(&mut self, batcher: &mut Batcher, handed: Handed) -> Vec<Batch> {
+        if !handed.records.is_empty() {
+            self.last_records = Instant::now();
+        }
+        batcher.push_handed(handed)
+    }
+
+    /// The shard positions a batch reaches; the lease row keeps the sequence number alone.
+    fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
+        batch
+            .shards
+            .iter()
+            .filter_map(|mark| match mark {
+                StreamMark::Advance(shard, seq) => Some((
+                    UnitId::Shard(shard.clone()),
+                    LeaseCheckpoint::After(seq.clone()),
+                )),
+                StreamMark::Finish(shard, _) => {
+                    Some((UnitId::Shard(shard.clone()), LeaseCheckpoint::ShardEnd))
+                }
+                StreamMark::Admit { .. } | StreamMark::Verify(..) | StreamMark::ReadAt(..) => None,
+            })
+            .collect()
+    }
+
+    /// Batches with records; a shard's end alone is checkpointed in its row.
+    fn writes(&self, batch: &Batch) -> bool {
+        !batch.records.is_empty()
+    }
+
+    fn limits(&self) -> BatchLimits {
+        self.run.batch
+    }
+
+    async fn lead<T: LeaseTable>(
+        &mut self,
+        worker: &mut Worker<T>,
+        stop: &Cancel,
+    ) -> Result<bool, RunError> {
+        if !self.listing_due(worker.rows()) {
+            return Ok(false);
+        }
+        self.sync_shards(worker, stop).await
+    }
+
+    /// The shard counts and the running lag of the shards this worker holds, as one process
+    /// reports them (docs/streams.md §4.11): the age of the newest record read by a shard not
+    /// caught up, 0 for caught-up ones.
+    fn measured(&self, rows: &[Lease], held: &[(&UnitId, &ReadFlags)]) {
+        let shards: Vec<LagInfo> = held
+            .iter()
+            .map(|(_, flags)| LagInfo {
+                newest_ts_ms: flags.newest_ms(),
+                caught_up: flags.caught_up(),
+            })
+            .collect();
+        LagMeasured {
+            seconds: running_lag(shards.iter(), unix_now_ms()),
+        }
+        .emit();
+        ShardsCounted {
+            queued: 0,
+            active: held.len() as u64,
+            finished: shard_rows(rows).0,
+        }
+        .emit();
+    }
+
+    fn ended(&self, view: &View<'_>) -> Option<EndReason> {
+        let shard_rows = || {
+            view.rows
+                .iter()
+                .filter(|row| matches!(row.unit, UnitId::Shard(_)))
+        };
+        if self.disabled
+            && self.listed_at.is_some()
+            && view.held.is_empty()
+            && !view.pending
+            && shard_rows().all(|row| row.state.is_finished())
+        {
+            tracing::info!("Stream disabled and every shard finished.");
+            return Some(EndReason::StreamDisabled);
+        }
+        let idle = self.run.bounds.idle_termination?;
+        if self.run.bounds.follow || self.last_records.elapsed() < idle {
+            return None;
+        }
+        let reading_all = view
+            .held
+            .iter()
+            .all(|(_, flags, ended)| !ended && flags.caught_up());
+        let nothing_to_take = shard_rows()
+            .all(|row| row.state.is_finished() || (row.owner.is_some() && !(view.expired)(row)));
+        if reading_all && nothing_to_take && !view.pending {
+            tracing::info!(
+                idle_secs = idle.as_secs(),
+                "Idle termination: no record for the configured time."
+            );
+            return Some(EndReason::Idle);
+        }
+        None
+    }
+
+    fn stopped(&self) -> EndReason {
+        EndReason::Stopped
+    }
+}
+
+impl<A: StreamsApi + 'static> Shards<A> {
+    /// Whether the leader lists the stream this round (module docs, Discovery).
+    fn listing_due(&self, rows: &[Lease]) -> bool {
+        let Some(at) = self.listed_at else {
+            return true;
+        };
+        let since = at.elapsed();
+        if since >= self.run.bounds.discovery_interval {
+            return true;
+        }
+        let childless_end = rows.iter().any(|row| {
+            matches!(row.unit, UnitId::Shard(_))
+                && row.state.is_finished()
+                && !rows.iter().any(|child| child.parents.contains(&row.unit))
+        });
+        childless_end && !self.disabled && since >= CHILD_LOOKUP_INTERVAL
+    }
+
+    /// Lists the stream and writes the rows of its shards; returns whether rows were created.
+    async fn sync_shards<T: LeaseTable>(
+        &mut self,
+        worker: &mut Worker<T>,
+        stop: &Cancel,
+    ) -> Result<bool, RunError> {
+        let discovery = match shard_sync::discover(
+            self.source.reads.api.as_ref(),
+            &self.run.stream_arn,
+            &self.run.retry,
+            stop,
+            self.source.reads.observer.as_ref(),
+        )
+        .await
+        {
+            Ok(discovery) => discovery,
+            Err(ReadError::Cancelled) => return Ok(false),
+            Err(error) => return Err(RunError::Read(error)),
+        };
+        self.listed_at = Some(Instant::now());
+        self.disabled = discovery.status.as_deref() == Some("DISABLED");
+        let first = !worker
+            .rows()
+            .iter()
+            .any(|row| matches!(row.unit, UnitId::Shard(_)));
+        let mut specs = shard_specs(
+            discovery.shards,
+            first.then_some(self.run.start_position),
+            unix_now_ms(),
+        );
+        let shards = specs.len();
+        specs.extend(self.kept.iter().cloned());
+        let synced = worker.sync(&specs).await?;
+        for error in &synced.transient {
+            tracing::debug!(error = %error, "A lease row could not be written; the next listing retries it.");
+        }
+        if !synced.created.is_empty() {
+            tracing::info!(
+                created = synced.created.len(),
+                shards,
+                "Shard leases created."
+            );
+        }
+        Ok(!synced.created.is_empty())
+    }
+}
+
+/// (finished, all) shard rows in `rows`.
+fn shard_rows(rows: &[Lease]) -> (u64, u64) {
+    let shards = rows
+        .iter()
+        .filter(|row| matches!(row.unit, UnitId::Shard(_)));
+    let all = shards.clone().count() as u64;
+    let finished = shards.filter(|row| row.state.is_finished()).count() as u64;
+    (finished, all)
+}

@@ -1,0 +1,109 @@
+//! What a kind of leased unit supplies to the one leased loop (`super`): how its units are
+//! read and batched, what positions its batches reach, what its leader writes, and when a run
+//! of it ends. Kinds: `super::segments` (scan segments) and `super::shards` (stream shards).
+
+use std::future::Future;
+
+use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, Worker};
+use ddbpipe_source::position::LeaseCheckpoint;
+use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::streams::leased::ReadFlags;
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::batch::{Batch, BatchLimits, Batcher};
+use crate::runner::RunError;
+
+/// A kind of leased unit: how its units are read and batched, what positions its batches
+/// reach, what its leader writes, and when a run of it ends.
+pub(crate) trait Units: Send {
+    /// What a unit's reader hands the loop.
+    type Read: Send + 'static;
+    /// How a run of this kind ends.
+    type End: Send;
+
+    /// Hand-overs a unit's reader may have waiting for the loop.
+    const DEPTH: usize;
+
+    /// Whether `unit` is one of this run's.
+    fn owns(&self, unit: &UnitId) -> bool;
+
+    /// Refuses a taken unit whose row (or fence) is at `at` when that is no position of this
+    /// kind, naming the row.
+    fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError>;
+
+    /// Starts reading `unit` after `from` (`None`: at its start) into `out`: the reading, which
+    /// ends at the unit's end, when `cancel` fires (`Ok`) or with the read's failure; `Err`
+    /// naming the row when `from` is no position of this kind.
+    fn read(
+        &self,
+        unit: &UnitId,
+        from: Option<&LeaseCheckpoint>,
+        out: mpsc::Sender<Self::Read>,
+        cancel: Cancel,
+        flags: ReadFlags,
+    ) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError>;
+
+    /// The failure of a reader that panicked.
+    fn panicked(&self, unit: &UnitId) -> RunError;
+
+    /// Whether one more unit may start reading while `reading` do (a scan reads at most
+    /// `max_concurrency` segments at once; shards share read slots instead).
+    fn may_read(&self, reading: usize) -> bool;
+
+    /// Cuts a read into batches.
+    fn push(&mut self, batcher: &mut Batcher, read: Self::Read) -> Vec<Batch>;
+
+    /// What an acknowledged batch reaches, per unit, in its order: a position or an end.
+    fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)>;
+
+    /// Whether a batch is written (a batch of marks without records and without a position is
+    /// not).
+    fn writes(&self, batch: &Batch) -> bool;
+
+    /// How large a batch may grow for a sink that does not fence.
+    fn limits(&self) -> BatchLimits;
+
+    /// Capacity units this worker's reads consumed.
+    fn capacity_units(&self) -> f64 {
+        0.0
+    }
+
+    /// The leader's part of a round, once the run's settings are stored: writes the rows of
+    /// the units found; returns whether it created some (the next round runs at once).
+    fn lead<T: LeaseTable>(
+        &mut self,
+        worker: &mut Worker<T>,
+        stop: &Cancel,
+    ) -> impl Future<Output = Result<bool, RunError>> + Send;
+
+    /// Refuses rows that another run of the pipeline left (a changed segment count).
+    fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
+        let _ = rows;
+        Ok(())
+    }
+
+    /// Told after each round about the pipeline's rows and the unfinished units held
+    /// (gauges).
+    fn measured(&self, rows: &[Lease], held: &[(&UnitId, &ReadFlags)]) {
+        let _ = (rows, held);
+    }
+
+    /// Why the run ends now, if it does (checked after each round).
+    fn ended(&self, view: &View<'_>) -> Option<Self::End>;
+
+    /// How a run that was stopped ends.
+    fn stopped(&self) -> Self::End;
+}
+
+/// What a kind's end rule looks at.
+pub(crate) struct View<'a> {
+    /// The pipeline's rows as of the last round.
+    pub rows: &'a [Lease],
+    /// The units held, with what their readers said.
+    pub held: Vec<(&'a UnitId, &'a ReadFlags, bool)>,
+    /// A batch is still being assembled.
+    pub pending: bool,
+    /// Whether a row seen owned has gone a lease duration without a write (takeable).
+    pub expired: &'a dyn Fn(&Lease) -> bool,
+}

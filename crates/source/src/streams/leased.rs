@@ -1,0 +1,158 @@
+//! One leased shard's read (docs/coordination.md §11.11 run rule 2): from where its lease
+//! checkpoint says, slice after slice with a read slot per slice, until the shard drains or its
+//! lease is lost. A worker of a shared stream asks for these reads instead of driving shard
+//! states itself; the slices are the engine's (`shard_reader`), so a shard reads the same under
+//! a lease as in one process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::handover::{Handed, Handover};
+use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError, StreamReads};
+use crate::api::{StartAt, StreamsApi};
+use crate::ids::ShardId;
+use crate::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
+use crate::retry::Cancel;
+
+/// Where a shard whose lease row is at `checkpoint` is read from: the iterator's start and the
+/// floor below which records are dropped (`Latest`: a first run from `latest`, read from
+/// `TRIM_HORIZON` so that a take-over before the first checkpoint loses nothing). `None`: the
+/// checkpoint is not an unfinished shard's.
+pub fn leased_start(checkpoint: Option<&LeaseCheckpoint>) -> Option<(StartAt, Option<i64>)> {
+    match checkpoint {
+        None => Some((StartAt::TrimHorizon, None)),
+        Some(LeaseCheckpoint::After(seq)) => Some((StartAt::After(seq.clone()), None)),
+        Some(LeaseCheckpoint::Latest { since_ms }) => Some((StartAt::TrimHorizon, Some(*since_ms))),
+        Some(_) => None,
+    }
+}
+
+/// What the forms of an unfinished shard's checkpoint are, for messages.
+pub const SHARD_CHECKPOINTS: &str =
+    "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)";
+
+/// What a shard's read tells its owner after each slice.
+#[derive(Debug, Clone)]
+pub struct ReadFlags {
+    /// The shard's last two reads answered nothing.
+    pub caught_up: Arc<AtomicBool>,
+    /// `ts_ms` of the newest record read (`i64::MIN`: none yet).
+    pub newest_ms: Arc<AtomicI64>,
+}
+
+impl Default for ReadFlags {
+    fn default() -> Self {
+        ReadFlags {
+            caught_up: Arc::default(),
+            newest_ms: Arc::new(AtomicI64::new(i64::MIN)),
+        }
+    }
+}
+
+impl ReadFlags {
+    /// Whether the shard caught up.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Relaxed)
+    }
+
+    /// `ts_ms` of the newest record read, once one was.
+    pub fn newest_ms(&self) -> Option<i64> {
+        let newest = self.newest_ms.load(Ordering::Relaxed);
+        (newest != i64::MIN).then_some(newest)
+    }
+}
+
+/// How a worker reads the shards it holds: the stream and how it is asked, and the read slots
+/// its shards share.
+#[derive(Clone)]
+pub struct ShardReads<A> {
+    /// The stream and how it is asked.
+    pub reads: StreamReads<A>,
+    /// Reads in flight at once across the worker's shards (`shard_concurrency`).
+    pub slots: Arc<Semaphore>,
+}
+
+impl<A: StreamsApi + 'static> ShardReads<A> {
+    /// Reads `shard` from `checkpoint` into `out` until it drains (its finish mark follows its
+    /// last record), `cancel` fires ([`StreamError::Stopped`]) or it fails; `Err` with the
+    /// reason when the checkpoint is not an unfinished shard's ([`SHARD_CHECKPOINTS`]).
+    pub fn read(
+        &self,
+        shard: ShardId,
+        checkpoint: Option<&LeaseCheckpoint>,
+        out: mpsc::Sender<Handed>,
+        cancel: Cancel,
+        flags: ReadFlags,
+    ) -> Option<impl Future<Output = Result<(), StreamError>> + Send + 'static> {
+        let (at, floor) = leased_start(checkpoint)?;
+        let view = StreamsPosition::new(StreamKind::Streams, Some(self.reads.stream_arn.clone()));
+        let ctx = StreamContext {
+            reads: self.reads.clone(),
+            handover: Arc::new(Handover::new(out, view, None)),
+            cancel,
+        };
+        let state = ShardState::new(shard, at, floor, None);
+        Some(slices(ctx, state, Arc::clone(&self.slots), flags))
+    }
+}
+
+/// Reads one shard slice after slice, a read slot per slice, until it drains or is stopped.
+/// The context (and with it the hand-over's sender) is dropped at the end.
+async fn slices<A: StreamsApi>(
+    ctx: StreamContext<A>,
+    mut state: ShardState,
+    slots: Arc<Semaphore>,
+    flags: ReadFlags,
+) -> Result<(), StreamError> {
+    loop {
+        let slot = tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
+            slot = Arc::clone(&slots).acquire_owned() => slot.map_err(|_| StreamError::Stopped)?,
+        };
+        let end = ctx.slice(&mut state).await;
+        drop(slot);
+        flags.caught_up.store(state.caught_up, Ordering::Relaxed);
+        if let Some(ms) = state.newest_ts_ms {
+            flags.newest_ms.store(ms, Ordering::Relaxed);
+        }
+        match end? {
+            SliceEnd::Drained => return Ok(()),
+            SliceEnd::Yield(delay) => {
+                tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => return Err(StreamError::Stopped),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SequenceNumber;
+
+    #[test]
+    fn a_shard_starts_where_its_checkpoint_says_and_nowhere_else() {
+        let seq = SequenceNumber::parse("000000000000000000123").unwrap();
+        assert_eq!(leased_start(None), Some((StartAt::TrimHorizon, None)));
+        assert_eq!(
+            leased_start(Some(&LeaseCheckpoint::After(seq.clone()))),
+            Some((StartAt::After(seq), None))
+        );
+        assert_eq!(
+            leased_start(Some(&LeaseCheckpoint::Latest { since_ms: 42 })),
+            Some((StartAt::TrimHorizon, Some(42)))
+        );
+        for other in [
+            LeaseCheckpoint::ShardEnd,
+            LeaseCheckpoint::Done,
+            LeaseCheckpoint::Unknown("7".into()),
+        ] {
+            assert_eq!(leased_start(Some(&other)), None, "{other:?}");
+        }
+    }
+}
