@@ -687,7 +687,8 @@ fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(target: Tar
 }
 
 /// Issue 24 item 20: the summary counts the changes applied beside the snapshot (it said 0
-/// after a mirror whose every change arrived while its table was scanned).
+/// after a mirror whose every change arrived while its table was scanned, and 16,483 where the
+/// metrics' c + u + d said 20,483): the summary and the metrics count the same changes.
 fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
     let running = Emulator::Dynoxide.start();
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
@@ -700,7 +701,14 @@ fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
     // A slow scan: the stream's 200 records are read beside it.
     let source = format!("{MIRROR}\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1");
     let (pipeline, destination) = mirror(&running, target, &source);
-    let output = run(&pipeline);
+    let metrics = pipeline.dir.path().join("ddbpipe.prom");
+    let output = pipeline.ddbpipe(&[
+        "run",
+        "--progress",
+        "never",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+    ]);
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert_eq!(destination.rows("orders").len(), 200);
@@ -708,6 +716,18 @@ fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
         said.contains(": 200 change record(s) written"),
         "every change written once, beside the snapshot or after it: {said}"
     );
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let changes: f64 = text
+        .lines()
+        .filter(|line| line.starts_with("ddbpipe_records_written_total{"))
+        .filter(|line| {
+            ["op=\"c\"", "op=\"u\"", "op=\"d\""]
+                .iter()
+                .any(|op| line.contains(op))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(changes, 200.0, "the metrics' c + u + d:\n{text}");
 }
 
 mod sqlite {
