@@ -64,6 +64,7 @@
 
 use std::collections::BTreeMap;
 
+use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_value::ValueFormat;
 
 mod postgres;
@@ -361,12 +362,11 @@ pub struct Closed {
 pub struct DbError {
     /// What went wrong, with the table or file; never a password.
     pub message: String,
-    /// Connection loss, serialization failure, deadlock, too many connections, admin shutdown,
-    /// SQLite busy/locked: retry the whole transaction.
-    pub retryable: bool,
-    /// A lease fence refused the transaction: a newer owner of the unit wrote (nothing of the
-    /// transaction was applied). Definite for this worker's unit.
-    pub fenced: bool,
+    /// `Transient`: connection loss, serialization failure, deadlock, too many connections,
+    /// admin shutdown, SQLite busy/locked: retry the whole transaction. `Fenced`: a lease fence
+    /// refused the transaction, a newer owner of the unit wrote (nothing of the transaction
+    /// was applied), definite for this worker's unit. `Definite`: anything else.
+    pub class: SinkErrorClass,
 }
 
 impl DbError {
@@ -374,9 +374,30 @@ impl DbError {
     pub fn fatal(message: impl Into<String>) -> Self {
         DbError {
             message: message.into(),
-            retryable: false,
-            fenced: false,
+            class: SinkErrorClass::Definite,
         }
+    }
+
+    /// An error the whole transaction is retried after when `retryable`, else definite.
+    pub fn retryable_if(retryable: bool, message: impl Into<String>) -> Self {
+        DbError {
+            message: message.into(),
+            class: if retryable {
+                SinkErrorClass::Transient
+            } else {
+                SinkErrorClass::Definite
+            },
+        }
+    }
+
+    /// Whether the whole transaction may be retried.
+    pub fn is_retryable(&self) -> bool {
+        self.class == SinkErrorClass::Transient
+    }
+
+    /// Whether a lease fence (or the shared snapshot record) refused the transaction.
+    pub fn is_fenced(&self) -> bool {
+        self.class == SinkErrorClass::Fenced
     }
 
     /// A transaction refused by the pipeline's shared snapshot record: `why` says how.
@@ -386,8 +407,7 @@ impl DbError {
                 "{where_}: pipeline '{pipeline}': {why}; the batch was not written (a worker \
                  still reading the snapshot's segments after it closed stops them)"
             ),
-            retryable: false,
-            fenced: true,
+            class: SinkErrorClass::Fenced,
         }
     }
 
@@ -401,8 +421,7 @@ impl DbError {
                  (if no other worker runs, the lease table was reset without `ddbpipe state \
                  reset`: run it to clear the fences)"
             ),
-            retryable: false,
-            fenced: true,
+            class: SinkErrorClass::Fenced,
         }
     }
 }

@@ -245,7 +245,7 @@ async fn an_incompatible_table_is_an_error_listing_both_keys() {
         .prepare(&fx.spec("orders", &[("id", KeyType::N)]))
         .await
         .unwrap_err();
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     let table = format!("postgres table '{}.orders'", fx.schema);
     let texts = [&table[..], r#"("id" text)"#, r#"("id" numeric)"#];
     common::assert_contains_all("other key type", &err.message, &texts);
@@ -438,7 +438,7 @@ async fn the_snapshot_marker_is_set_while_a_snapshot_is_open_and_kept_otherwise(
         .apply(&spec, &[upsert("d", 1, true)], None, &StateWrite::default())
         .await
         .unwrap_err();
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
 }
 
 #[tokio::test]
@@ -506,7 +506,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         )
         .await
         .unwrap_err();
-    assert!(!err.retryable, "{}", err.message);
+    assert!(!err.is_retryable(), "{}", err.message);
     assert!(
         err.message
             .starts_with(&format!("postgres table '{}.t': ", fx.schema)),
@@ -538,7 +538,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         .apply(&nspec, &[good.clone(), bad], None, &StateWrite::default())
         .await
         .unwrap_err();
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     assert_eq!(fx.db.count_rows(&nspec).await.unwrap(), 0);
     let err = fx
         .db
@@ -550,7 +550,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
         )
         .await
         .unwrap_err();
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     assert_eq!(fx.db.count_rows(&nspec).await.unwrap(), 0);
 
     // Wrong number or type of key values: fatal, naming the table, nothing written.
@@ -574,7 +574,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
             )
             .await
             .unwrap_err();
-        assert!(!err.retryable);
+        assert!(!err.is_retryable());
         assert!(
             err.message
                 .contains(&format!("postgres table '{}.n'", fx.schema)),
@@ -760,7 +760,7 @@ async fn close_snapshot_deletes_unseen_rows_below_the_ceiling() {
         )
         .await
         .unwrap_err();
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     assert_eq!(fx.by_id("t").await.len(), 4);
 }
 
@@ -914,7 +914,7 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
     {
         Ok(()) => {}
         Err(e) => {
-            assert!(e.retryable, "{}", e.message);
+            assert!(e.is_retryable(), "{}", e.message);
             db.apply(
                 &spec,
                 &[upsert("a", 1, false)],
@@ -936,10 +936,10 @@ async fn a_lost_connection_is_retryable_and_the_lock_is_retaken() {
     let other = fx.handle().await;
     assert_eq!(other.lock(&pipeline).await.unwrap(), LockAttempt::Acquired);
     let mut err = db.count_rows(&spec).await.unwrap_err();
-    if err.retryable {
+    if err.is_retryable() {
         err = db.count_rows(&spec).await.unwrap_err();
     }
-    assert!(!err.retryable, "{}", err.message);
+    assert!(!err.is_retryable(), "{}", err.message);
     assert!(err.message.contains("another run"), "{}", err.message);
     assert!(err.message.contains(&pipeline), "{}", err.message);
 }
@@ -1024,7 +1024,7 @@ async fn a_jsonb_document_with_u0000_fails_naming_the_key_the_attribute_and_the_
         .apply(&spec, &rows, None, &state("p", &[("meta", "{}")], &[]))
         .await
         .unwrap_err();
-    assert!(!error.retryable, "{}", error.message);
+    assert!(!error.is_retryable(), "{}", error.message);
     common::assert_contains_all(
         "U+0000",
         &error.message,
@@ -1142,7 +1142,7 @@ async fn connect_errors_do_not_show_the_password() {
     ] {
         let err = PostgresDatabase::connect(&url).await.unwrap_err();
         assert!(!err.message.contains("hunter22"), "{}", err.message);
-        assert!(!err.retryable, "{}", err.message);
+        assert!(!err.is_retryable(), "{}", err.message);
         assert!(
             err.message.contains("password authentication failed"),
             "{}",
@@ -1170,7 +1170,7 @@ async fn connect_errors_do_not_show_the_password() {
     ))
     .await
     .unwrap_err();
-    assert!(err.retryable, "{}", err.message);
+    assert!(err.is_retryable(), "{}", err.message);
     assert!(!err.message.contains("hunter22"), "{}", err.message);
 }
 
@@ -1512,7 +1512,7 @@ async fn a_session_that_cannot_write_fails_probe_and_prepare_alike() {
         let prepared = db.prepare(&spec).await.unwrap_err();
         common::assert_contains_all(&format!("probe, {option}"), &probed.message, wanted);
         assert_eq!(probed.message, prepared.message, "{option}");
-        assert!(!probed.retryable, "{option}");
+        assert!(!probed.is_retryable(), "{option}");
         assert!(fx.admin.tables(&fx.schema).await.is_empty(), "{option}");
     }
     // A whole second is enough.
@@ -1859,7 +1859,7 @@ async fn an_updated_at_value_that_is_no_time_fails_check_and_run_naming_the_row(
     let probed = fx.db.probe(&spec).await.unwrap_err();
     let prepared = fx.db.prepare(&spec).await.unwrap_err();
     for (what, error) in [("probe", &probed), ("prepare", &prepared)] {
-        assert!(!error.retryable, "{what}");
+        assert!(!error.is_retryable(), "{what}");
         common::assert_contains_all(
             what,
             &error.message,
@@ -1903,7 +1903,7 @@ async fn a_key_holding_u0000_fails_naming_the_item_for_every_document_type() {
                 .apply(&spec, &rows, None, &state("p", &[("meta", "{}")], &[]))
                 .await
                 .unwrap_err();
-            assert!(!error.retryable, "{}", error.message);
+            assert!(!error.is_retryable(), "{}", error.message);
             common::assert_contains_all(
                 kind.name(),
                 &error.message,

@@ -190,7 +190,7 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
 
     let wanted = spec("orders", &[("pk", KeyType::S), ("sk", KeyType::S)]);
     let err = db.prepare(&wanted).await.expect_err("other key");
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     assert!(
         err.message.contains("sqlite table 'orders'")
             && err.message.contains("has key columns (id TEXT)")
@@ -269,7 +269,7 @@ async fn a_missing_table_without_create_table_is_an_error_and_probe_changes_noth
     );
     let err = db.prepare(&spec).await.expect_err("missing");
     assert_eq!(err.message, expected);
-    assert!(!err.retryable);
+    assert!(!err.is_retryable());
     let err = db.probe(&spec).await.expect_err("probe missing");
     assert_eq!(err.message, expected);
     assert!(!table_exists(&path, "orders"));
@@ -430,7 +430,7 @@ async fn a_bad_row_rolls_back_the_batch_and_the_state() {
             )
             .await
             .expect_err("bad row");
-        assert!(!err.retryable, "{bad:?}");
+        assert!(!err.is_retryable(), "{bad:?}");
         assert!(
             err.message
                 .starts_with(&format!("sqlite table 'orders' in {}: ", path.display())),
@@ -787,7 +787,7 @@ async fn a_busy_database_is_retryable() {
         .apply(&spec, &[upsert("a", "{}", false)], None, &no_state())
         .await
         .expect_err("busy");
-    assert!(err.retryable, "{}", err.message);
+    assert!(err.is_retryable(), "{}", err.message);
     assert!(err.message.contains("'orders'"), "{}", err.message);
     other.execute_batch("ROLLBACK").expect("release");
     apply(

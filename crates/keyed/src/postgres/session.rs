@@ -154,8 +154,9 @@ impl Shared {
         };
         connected.map_err(|e| {
             let (retryable, _) = classify(&e);
-            DbError {
-                message: self.scrub(format!(
+            DbError::retryable_if(
+                retryable,
+                self.scrub(format!(
                     "postgres {}: cannot connect{}: {}",
                     self.location,
                     self.config
@@ -164,9 +165,7 @@ impl Shared {
                         .unwrap_or_default(),
                     error_text(&e)
                 )),
-                retryable,
-                fenced: false,
-            }
+            )
         })
     }
 
@@ -240,8 +239,7 @@ impl Session {
             Ok(value) => Ok(value),
             Err(Failure::Db(e)) => Err(DbError {
                 message: shared.scrub(e.message),
-                retryable: e.retryable,
-                fenced: e.fenced,
+                class: e.class,
             }),
             Err(Failure::Pg(e)) => {
                 let (retryable, lost) = classify(&e);
@@ -249,11 +247,10 @@ impl Session {
                     self.client = None;
                     self.statements.clear();
                 }
-                Err(DbError {
-                    message: shared.scrub(format!("{context}: {}", error_text(&e))),
+                Err(DbError::retryable_if(
                     retryable,
-                    fenced: false,
-                })
+                    shared.scrub(format!("{context}: {}", error_text(&e))),
+                ))
             }
         }
     }

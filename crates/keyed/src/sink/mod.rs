@@ -106,13 +106,7 @@ impl KeyedSink {
     /// A database error after the sink's retries: transient when it was retryable.
     fn db_error(&self, error: DbError) -> SinkError {
         SinkError {
-            class: if error.fenced {
-                SinkErrorClass::Fenced
-            } else if error.retryable {
-                SinkErrorClass::Transient
-            } else {
-                SinkErrorClass::Definite
-            },
+            class: error.class,
             ..self.error(error.message)
         }
     }
@@ -142,7 +136,7 @@ impl KeyedSink {
             .retry(
                 Duration::MAX,
                 &Cancel::never(),
-                |error: &DbError| error.retryable,
+                DbError::is_retryable,
                 retrying,
                 |_| self.db.apply(&self.table, rows, snapshot_id, write),
             )
@@ -302,7 +296,7 @@ impl SharedSnapshots for KeyedSink {
                 deleted: done.deleted,
                 ceiling_hit: done.ceiling_hit,
             })),
-            Err(error) if error.fenced => {
+            Err(error) if error.is_fenced() => {
                 // Refused: closed already, or the record is not this snapshot's any more (a
                 // reset): read, not opened again.
                 let stored = self

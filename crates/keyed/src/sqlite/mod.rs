@@ -538,14 +538,13 @@ impl SqliteDatabase {
 
     /// A SQLite error on `table`, classified (busy/locked are retryable).
     fn error(&self, table: &str, e: &rusqlite::Error) -> DbError {
-        DbError {
-            message: format!(
+        DbError::retryable_if(
+            is_retryable(e),
+            format!(
                 "sqlite table '{table}' in {}: {e}",
                 self.shared.path.display()
             ),
-            retryable: is_retryable(e),
-            fenced: false,
-        }
+        )
     }
 
     /// A transaction a lease fence refused.
@@ -591,11 +590,10 @@ fn is_retryable(e: &rusqlite::Error) -> bool {
 }
 
 fn open_error(path: &Path, e: &rusqlite::Error) -> DbError {
-    DbError {
-        message: format!("sqlite database {}: {e}", path.display()),
-        retryable: is_retryable(e),
-        fenced: false,
-    }
+    DbError::retryable_if(
+        is_retryable(e),
+        format!("sqlite database {}: {e}", path.display()),
+    )
 }
 /// Locks a mutex, ignoring poisoning: a panic mid-transaction drops (rolls back) the
 /// transaction, leaving the connection usable.

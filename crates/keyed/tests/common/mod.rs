@@ -117,7 +117,10 @@ pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &Tab
             .apply(spec, &batch, None, &fence("segment:0/2", 2))
             .await
             .expect_err(what);
-        assert!(refused.fenced && !refused.retryable, "{what}: {refused:?}");
+        assert!(
+            refused.is_fenced() && !refused.is_retryable(),
+            "{what}: {refused:?}"
+        );
         assert!(
             refused.message.contains("segment:0/2") && refused.message.contains("counter 3"),
             "{what}: {}",
@@ -137,7 +140,7 @@ pub async fn fences_refuse_older_owners(db: &ddbpipe_keyed::Database, spec: &Tab
         .apply(spec, &rows(&["g"]), None, &fence("segment:0/2", 3))
         .await
         .expect_err("the previous owner after the claim");
-    assert!(late.fenced);
+    assert!(late.is_fenced());
     db.apply(spec, &rows(&["g"]), None, &fence("segment:0/2", 5))
         .await
         .expect("the new owner");
@@ -254,7 +257,7 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
         )
         .await
         .expect_err("a batch of another snapshot");
-    assert!(other.fenced, "{other:?}");
+    assert!(other.is_fenced(), "{other:?}");
     assert_contains_all("another snapshot", &other.message, &["999", "100"]);
     assert_eq!(count().await, 4, "nothing of the refused batch was written");
 
@@ -293,7 +296,7 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
         .close_snapshot(spec, close, &closing)
         .await
         .expect_err("a second close");
-    assert!(second.fenced, "{second:?}");
+    assert!(second.is_fenced(), "{second:?}");
     assert_contains_all("a second close", &second.message, &["closed", "cleanup"]);
     assert_eq!(count().await, 3, "the second close deleted nothing");
     let late = db
@@ -305,7 +308,7 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
         )
         .await
         .expect_err("a snapshot batch after the close");
-    assert!(late.fenced, "{late:?}");
+    assert!(late.is_fenced(), "{late:?}");
     assert_eq!(count().await, 3, "the late snapshot row was not written");
     let stored = db
         .open_shared_snapshot(spec, "p", 400)
