@@ -158,12 +158,8 @@ pub fn run_identity(
     location: &ddbpipe_pipeline::state::identity::Location,
     stream_arn: Option<&str>,
 ) -> Identity {
-    let mut json = wiring::identity(config, location).as_json().clone();
-    json["sink"] = serde_json::json!(destination::sink_identity(config));
-    if let Some(arn) = stream_arn {
-        json["stream_arn"] = serde_json::json!(arn);
-    }
-    Identity::from_json(json)
+    let sink = serde_json::json!(destination::sink_identity(config));
+    wiring::identity(config, location).of_shared_run(sink, stream_arn)
 }
 
 /// Refuses a worker whose settings differ from those the pipeline's leader row keeps

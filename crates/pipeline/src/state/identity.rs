@@ -172,6 +172,23 @@ impl Identity {
         }))
     }
 
+    /// The identity a shared run keeps in its leader row (docs/coordination.md §11.10): this
+    /// one with the sink's type and target (`sink`: a worker writing elsewhere would take a
+    /// share of the data away from the others' destination) and, when given, the stream read in
+    /// place of the one configured (a re-created table's new stream is refused while the old
+    /// one's rows are in the lease table).
+    pub fn of_shared_run(&self, sink: Json, stream_arn: Option<&str>) -> Self {
+        let mut identity = self.clone();
+        let Json::Object(fields) = &mut identity.0 else {
+            unreachable!("an identity is an object")
+        };
+        fields.insert("sink".into(), sink);
+        if let Some(arn) = stream_arn {
+            fields.insert("stream_arn".into(), json!(arn));
+        }
+        identity
+    }
+
     /// An identity read back from a state file or a leader row, its endpoint masked (rule 5).
     pub fn from_json(mut json: Json) -> Self {
         if let Some(endpoint) = json.get_mut("endpoint_url")
