@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use ddbpipe_pipeline::streams::leased_position;
+use ddbpipe_pipeline::leased::leased_position;
 use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig};

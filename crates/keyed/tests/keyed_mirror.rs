@@ -20,12 +20,12 @@ use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
-use ddbpipe_pipeline::runner::{LeasedScan, NoProgress, StreamOutcome};
+use ddbpipe_pipeline::leased::{LeasedMirror, LeasedMirrorOutcome, LeasedScan, LeasedStreams};
+use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
 use ddbpipe_pipeline::sink::{Fence, Records, Sink, SinkErrorClass};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
-    LeasedMirror, LeasedMirrorOutcome, LeasedStreams, SnapshotScan, StreamRun, StreamRunError,
-    run_streams_with_snapshots,
+    SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
 use ddbpipe_source::api::{KeyAttribute, ReadKind, Render, SnapshotShape, TableApi};
 use ddbpipe_source::capacity::ReadLimiter;
@@ -568,7 +568,7 @@ async fn spawn_mirror(
     tokio::spawn(async move { mirror.run(&mut sink, Cancel::never(), &NoProgress).await })
 }
 
-const RETENTION: Duration = ddbpipe_pipeline::streams::RETENTION_MARGIN;
+const RETENTION: Duration = ddbpipe_pipeline::leased::RETENTION_MARGIN;
 
 /// Two workers mirror one table into a destination holding a stale row while the stream has a
 /// change: the cleanup runs once (one worker's), the change streamed after it stays, the

@@ -11,12 +11,14 @@
 //!   [`checkpoint::store::CheckpointStore`] (the state file here; the sink databases implement
 //!   it in `ddbpipe-keyed`, which depends on this crate, never the other way).
 //! - [`state::StateFile`]: the versioned state file, its lock and strict reading.
+//! - [`leased`]: the runs of one worker of several, through the lease table (shared scans,
+//!   streams and mirrors).
 
 pub mod batch;
 pub mod checkpoint;
 pub mod events;
 pub mod files;
-mod leased;
+pub mod leased;
 pub mod runner;
 pub mod sink;
 pub mod sinks;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, RunError};
+use ddbpipe_pipeline::leased::{LeasedOutcome, LeasedScan};
+use ddbpipe_pipeline::runner::{NoProgress, RunError};
 use ddbpipe_pipeline::sink::{Sink, SinkError, Staged};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{ReadRequest, Render};

@@ -30,10 +30,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::leased::{LeasedStreamOutcome, LeasedStreams};
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
 use ddbpipe_pipeline::sink::{Fence, Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::streams::{LeasedStreamOutcome, LeasedStreams, StreamRun};
+use ddbpipe_pipeline::streams::StreamRun;
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ddbpipe_pipeline::runner::other_settings;
+use ddbpipe_pipeline::leased::other_settings;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::aws;
 use ddbpipe_source::lease::{Lease, LeaseError, LeaseTable, PipelineName, UnitId};

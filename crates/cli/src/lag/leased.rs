@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::streams::row_shard;
+use ddbpipe_pipeline::leased::row_shard;
 use ddbpipe_source::aws;
 use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::lease::{Lease, UnitId};

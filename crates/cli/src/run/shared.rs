@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::{LeasedOutcome, LeasedScan, NoProgress, other_settings};
+use ddbpipe_pipeline::leased::{
+    LeasedMirror, LeasedOutcome, LeasedScan, LeasedStreams, RETENTION_MARGIN, other_settings,
+};
+use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
-use ddbpipe_pipeline::streams::{
-    LeasedMirror, LeasedStreams, RETENTION_MARGIN, StreamRun, StreamRunError,
-};
+use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
 use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;

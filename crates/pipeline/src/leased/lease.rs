@@ -1,7 +1,7 @@
-//! What the two leased runners — shared scans (`leased.rs`) and shared streams
-//! (`crate::streams`' `leased/`) — do alike with the leases they hold: store a taken lease's
-//! token in a fencing sink, write a batch under its unit's fence, read a checkpoint's answer,
-//! count and tell the lease events (docs/coordination.md §11.7, §11.10).
+//! The leased loop's dealings with the lease table and a fencing sink (`super`): the run's
+//! settings in the leader row, when rounds run, store a taken lease's token in a fencing sink,
+//! write a batch under its unit's fence, read a checkpoint's answer, count and tell the lease
+//! events (docs/coordination.md §11.7, §11.10).
 
 use std::time::Duration;
 

@@ -35,6 +35,8 @@
 //!   and the error is returned.
 
 mod lease;
+mod mirror;
+mod rows;
 mod segments;
 mod shards;
 mod units;
@@ -63,6 +65,8 @@ use lease::{Checkpointed, Rounds, Took};
 use units::{Units, View};
 
 pub use lease::other_settings;
+pub use mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
+pub use rows::{leased_position, row_shard};
 pub use segments::{LeasedOutcome, LeasedScan};
 pub use shards::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 

@@ -46,6 +46,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
+use super::rows::shard_specs;
 use super::units::{Units, View};
 use super::{LeaseCounts, Leased, unreadable};
 use crate::batch::{Batch, BatchLimits, Batcher};
@@ -53,7 +54,6 @@ use crate::runner::{Progress, RunError};
 use crate::sink::Sink;
 use crate::state::identity::Identity;
 use crate::streams::StreamRun;
-use crate::streams::lease_rows::shard_specs;
 
 /// Least time between two listings while a finished shard has no child row.
 pub const CHILD_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);

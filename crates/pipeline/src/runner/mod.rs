@@ -39,7 +39,6 @@ use crate::state::StateError;
 
 mod together;
 
-pub use crate::leased::{LeaseCounts, LeasedOutcome, LeasedScan, other_settings};
 pub use together::{TogetherOutcome, run_together};
 
 /// A batch is handed over at the latest this long after its first record or position.

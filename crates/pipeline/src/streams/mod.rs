@@ -14,9 +14,7 @@
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
-pub(crate) mod lease_rows;
 mod repair;
-mod shared_mirror;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -43,12 +41,9 @@ use ddbpipe_source::streams::startup::{self, Resume, Startup};
 use ddbpipe_value::ValueFormat;
 use tokio::sync::mpsc;
 
-pub use self::lease_rows::{leased_position, row_shard};
-pub use self::shared_mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
 pub use self::snapshot::SnapshotScan;
 use self::snapshot::{BesideStream, NoTable, Snapshots};
 use crate::checkpoint::Checkpointer;
-pub use crate::leased::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 use crate::runner::{Progress, RunError, StreamOutcome, run_stream};
 use crate::sink::Sink;
 

@@ -40,9 +40,10 @@ use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::streams::shard_reader::StreamError;
 
-use super::{LeasedStreamOutcome, LeasedStreams, StreamRunError};
-use crate::runner::{LeasedOutcome, LeasedScan, Progress, RunError};
+use super::{LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
+use crate::runner::{Progress, RunError};
 use crate::sink::{CleanedUp, CloseShared, SharedSnapshot, SharedSnapshots};
+use crate::streams::StreamRunError;
 
 /// How long after its start a shared snapshot may still begin its stream: the stream keeps
 /// records 24 hours, less an hour for the clocks and the listing.

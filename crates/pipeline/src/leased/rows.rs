@@ -1,6 +1,6 @@
-//! What a shard's lease row says (docs/coordination.md §11.11, rows and checkpoints): where a
-//! taken shard starts, the rows a listing creates, and the stream position the rows hold
-//! together, as one process would store it. The checkpoints' stored forms are
+//! What a shard's lease row says (docs/coordination.md §11.11, rows and checkpoints): the rows
+//! a listing creates, and the stream position the rows hold together, as one process would
+//! store it (`lag` and `check` read a shared stream through it). The checkpoints' stored forms are
 //! `ddbpipe_source::position::LeaseCheckpoint`'s:
 //! - none: the shard is read from `TRIM_HORIZON`;
 //! - `After(seq)`: after it;
@@ -76,7 +76,7 @@ pub fn leased_position(
                     .checkpoint
                     .clone()
                     .unwrap_or(LeaseCheckpoint::Unknown(String::new()));
-                return Err(crate::leased::unreadable(&row.unit, &at, SHARD_CHECKPOINTS));
+                return Err(super::unreadable(&row.unit, &at, SHARD_CHECKPOINTS));
             }
         }
     }
