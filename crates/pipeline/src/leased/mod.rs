@@ -556,25 +556,24 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
     /// Checkpoints the held units whose acknowledged position is newer than their row: ended
     /// ones always, the others once `checkpoint_interval` passed (or all, with `every`).
     async fn save_all(&mut self, every: bool) -> Result<(), RunError> {
-        let due: Vec<UnitId> = self
+        let due: Vec<(UnitId, LeaseCheckpoint)> = self
             .held
             .iter()
             .filter(|(_, h)| {
                 h.unsaved && (every || h.ended || h.saved_at.elapsed() >= self.checkpoint_interval)
             })
-            .map(|(unit, _)| unit.clone())
+            .filter_map(|(unit, h)| match (&h.acknowledged, h.ended) {
+                (_, true) => Some((unit.clone(), unit.end())),
+                (Some(at), false) => Some((unit.clone(), at.clone())),
+                (None, false) => None,
+            })
             .collect();
-        for unit in due {
-            let Some(holding) = self.held.get(&unit) else {
-                continue;
-            };
-            let checkpoint = match (&holding.acknowledged, holding.ended) {
-                (_, true) => unit.end(),
-                (Some(at), false) => at.clone(),
-                (None, false) => continue,
-            };
-            let now = self.now();
-            let result = self.worker.checkpoint(&unit, &checkpoint, now).await;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let results = self.worker.checkpoint_each(&due, now).await;
+        for ((unit, _), result) in due.into_iter().zip(results) {
             match lease::checkpointed(&unit, result)? {
                 Checkpointed::Saved(counter) => self.saved(&unit, counter),
                 Checkpointed::Lost(reason) => self.lose(&unit, &reason),

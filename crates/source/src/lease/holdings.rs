@@ -21,10 +21,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::future::join_all;
+
 use super::decide::LocalTime;
 use super::model::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
 use super::table::{LeaseError, LeaseTable};
-use super::worker::{CheckpointError, LeaseSettings, Lost, LostReason};
+use super::worker::{CheckpointError, LeaseSettings, Lost, LostReason, WRITES_AT_ONCE};
 use crate::position::LeaseCheckpoint;
 
 /// A lease this worker holds.
@@ -241,9 +243,27 @@ impl<T: LeaseTable> Lessee<T> {
         let mut renewed = Renewed::default();
         self.drop_expired(now, &mut renewed.lost);
         let interval = self.settings.renew_interval();
-        for (unit, holding) in self.held() {
-            if holding.unsettled || now.since(holding.written_at) >= interval {
-                self.renew(&unit, now, &mut renewed).await?;
+        let due: Vec<UnitId> = self
+            .held()
+            .into_iter()
+            .filter(|(_, holding)| holding.unsettled || now.since(holding.written_at) >= interval)
+            .map(|(unit, _)| unit)
+            .collect();
+        // Up to WRITES_AT_ONCE renewals in flight, as KCL's renewer runs them on a pool: a
+        // worker holding thousands of leases renews them all within the interval.
+        for chunk in due.chunks(WRITES_AT_ONCE) {
+            let renewals: Vec<_> = chunk
+                .iter()
+                .map(|unit| async move {
+                    let mut one = Renewed::default();
+                    let result = self.renew(unit, now, &mut one).await;
+                    (result, one)
+                })
+                .collect();
+            for (result, one) in join_all(renewals).await {
+                result?;
+                renewed.lost.extend(one.lost);
+                renewed.transient.extend(one.transient);
             }
         }
         Ok(renewed)

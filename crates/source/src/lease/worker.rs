@@ -13,6 +13,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
+
 use super::decide::{self, LocalTime, Observations, View};
 use super::holdings::{Holding, Lessee};
 use super::keeper::LeaseKeeper;
@@ -51,6 +53,11 @@ impl LeaseSettings {
         self.duration / 3
     }
 }
+
+/// Lease-table writes of one kind a worker has in flight at once (a round's takes, a listing's
+/// new rows, a batch's checkpoints): a few milliseconds each, so thousands of shards are
+/// written in seconds, not minutes.
+pub const WRITES_AT_ONCE: usize = 16;
 
 /// A lease this worker took: the caller starts the unit from its checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,11 +266,39 @@ impl<T: LeaseTable> Worker<T> {
         report.target = plan.target;
         let mut spare = plan.spare.into_iter();
         let mut claims: std::collections::VecDeque<decide::Claim> = plan.claims.into();
-        while let Some(claim) = claims.pop_front() {
-            let taken = lessee
-                .table
-                .take(&lessee.pipeline, &claim.unit, claim.seen, &lessee.id)
-                .await;
+        while !claims.is_empty() {
+            // Up to WRITES_AT_ONCE takes in flight; their answers are read in the claims' order.
+            let wave: Vec<decide::Claim> =
+                claims.drain(..claims.len().min(WRITES_AT_ONCE)).collect();
+            let takes: Vec<_> = wave
+                .iter()
+                .map(|claim| {
+                    lessee
+                        .table
+                        .take(&lessee.pipeline, &claim.unit, claim.seen, &lessee.id)
+                })
+                .collect();
+            let answers = join_all(takes).await;
+            for (claim, taken) in wave.into_iter().zip(answers) {
+                self.took(claim, taken, now, &mut spare, &mut claims, &mut report)?;
+            }
+        }
+        Ok(self.finish(report, now))
+    }
+
+    /// The answer to one claim's take: held, lost to another worker (the next spare is claimed
+    /// instead), or failed.
+    fn took(
+        &mut self,
+        claim: decide::Claim,
+        taken: Result<Lease, LeaseError>,
+        now: LocalTime,
+        spare: &mut impl Iterator<Item = decide::Claim>,
+        claims: &mut std::collections::VecDeque<decide::Claim>,
+        report: &mut RoundReport,
+    ) -> Result<(), LeaseError> {
+        let lessee = Arc::clone(&self.lessee);
+        {
             match taken {
                 Ok(row) => {
                     lessee.insert(
@@ -299,7 +334,7 @@ impl<T: LeaseTable> Worker<T> {
                 Err(error) => return Err(error),
             }
         }
-        Ok(self.finish(report, now))
+        Ok(())
     }
 
     fn finish(&self, mut report: RoundReport, now: LocalTime) -> RoundReport {
@@ -334,28 +369,42 @@ impl<T: LeaseTable> Worker<T> {
         }
         let plan = decide::sync(&self.rows, discovered, self.lessee.table.clock_ms());
         let mut failed: BTreeSet<UnitId> = BTreeSet::new();
-        for lease in plan.create {
+        let mut pending = plan.create;
+        // In waves: a row is written once its parents' rows are (never a child before its
+        // parent, §11.6), up to WRITES_AT_ONCE at a time.
+        while !pending.is_empty() {
+            let waiting: BTreeSet<UnitId> = pending.iter().map(|l| l.unit.clone()).collect();
+            let (wave, later): (Vec<Lease>, Vec<Lease>) = pending
+                .into_iter()
+                .partition(|l| !l.parents.iter().any(|parent| waiting.contains(parent)));
+            pending = later;
             // A child waits for the next sync when its parent's row could not be written.
-            if lease.parents.iter().any(|parent| failed.contains(parent)) {
-                failed.insert(lease.unit.clone());
-                continue;
+            let (skipped, wave): (Vec<Lease>, Vec<Lease>) = wave
+                .into_iter()
+                .partition(|l| l.parents.iter().any(|parent| failed.contains(parent)));
+            failed.extend(skipped.into_iter().map(|l| l.unit));
+            let lessee = Arc::clone(&self.lessee);
+            let mut answers = Vec::with_capacity(wave.len());
+            for chunk in wave.chunks(WRITES_AT_ONCE) {
+                let creates: Vec<_> = chunk
+                    .iter()
+                    .map(|lease| lessee.table.create(&lessee.pipeline, lease))
+                    .collect();
+                answers.extend(join_all(creates).await);
             }
-            match self
-                .lessee
-                .table
-                .create(&self.lessee.pipeline, &lease)
-                .await
-            {
-                Ok(()) => {
-                    report.created.push(lease.unit.clone());
-                    self.replace_row(lease);
+            for (lease, created) in wave.into_iter().zip(answers) {
+                match created {
+                    Ok(()) => {
+                        report.created.push(lease.unit.clone());
+                        self.replace_row(lease);
+                    }
+                    Err(LeaseError::Conflict { .. }) => {}
+                    Err(error @ LeaseError::Transient(_)) => {
+                        failed.insert(lease.unit.clone());
+                        report.transient.push(error);
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(LeaseError::Conflict { .. }) => {}
-                Err(error @ LeaseError::Transient(_)) => {
-                    failed.insert(lease.unit.clone());
-                    report.transient.push(error);
-                }
-                Err(error) => return Err(error),
             }
         }
         // Presence rows no process renews any more (it died, or handed back): deleted, so
@@ -403,6 +452,33 @@ impl<T: LeaseTable> Worker<T> {
         let counter = row.counter;
         self.replace_row(row);
         Ok(counter)
+    }
+
+    /// Writes several units' checkpoints as [`Worker::checkpoint`] does, up to
+    /// [`WRITES_AT_ONCE`] at a time; the answers come in the order given.
+    pub async fn checkpoint_each(
+        &mut self,
+        checkpoints: &[(UnitId, LeaseCheckpoint)],
+        now: LocalTime,
+    ) -> Vec<Result<LeaseCounter, CheckpointError>> {
+        let lessee = Arc::clone(&self.lessee);
+        let mut answers = Vec::with_capacity(checkpoints.len());
+        for chunk in checkpoints.chunks(WRITES_AT_ONCE) {
+            let writes: Vec<_> = chunk
+                .iter()
+                .map(|(unit, checkpoint)| lessee.checkpoint(unit, checkpoint, now))
+                .collect();
+            answers.extend(join_all(writes).await);
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                let row = answer?;
+                let counter = row.counter;
+                self.replace_row(row);
+                Ok(counter)
+            })
+            .collect()
     }
 
     /// Hands every held lease back (§11.7 rule 3), the leader lease included: owner cleared,
