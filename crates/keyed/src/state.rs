@@ -22,13 +22,18 @@ use ddbpipe_pipeline::checkpoint::store::{
     Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, SnapshotClosed, Unseen,
 };
 use ddbpipe_pipeline::state::{Entry, StateError};
+use ddbpipe_source::position::{PositionParts, put_parts, take_parts};
 use futures_util::future::BoxFuture;
-use serde_json::{Map, Value as Json};
+use serde_json::Value as Json;
 
 use crate::{CloseSnapshot, Database, StateWrite, TableSpec};
 
 /// The part holding everything that is not a segment cursor or a shard entry.
 const META: &str = "meta";
+/// The prefix of a segment cursor's part.
+const SEGMENT: &str = "segment:";
+/// The prefix of a shard entry's part.
+const SHARD: &str = "shard:";
 
 /// The state parts of one pipeline in a sink database, and what was last written there.
 /// Clones share what was written (see the module docs).
@@ -262,37 +267,16 @@ pub fn split(entry: &Json) -> BTreeMap<String, Json> {
     let mut parts = BTreeMap::new();
     let mut meta = entry.clone();
     if let Some(position) = meta.get_mut("position").and_then(Json::as_object_mut) {
-        take_cursors(position, &mut parts);
-        if let Some(snapshot) = position.get_mut("snapshot").and_then(Json::as_object_mut) {
-            take_cursors(snapshot, &mut parts);
+        let taken = take_parts(position);
+        for (segment, cursor) in taken.segments {
+            parts.insert(format!("{SEGMENT}{segment}"), cursor);
         }
-        if let Some(Json::Object(shards)) = position.remove("shards") {
-            for (id, at) in shards {
-                let mut shard = Map::new();
-                shard.insert("position".into(), at);
-                for field in ["verified_at", "latest_floor_ms", "read_at"] {
-                    if let Some(value) = position
-                        .get_mut(field)
-                        .and_then(Json::as_object_mut)
-                        .and_then(|map| map.remove(&id))
-                    {
-                        shard.insert(field.into(), value);
-                    }
-                }
-                parts.insert(format!("shard:{id}"), Json::Object(shard));
-            }
+        for (id, shard) in taken.shards {
+            parts.insert(format!("{SHARD}{id}"), shard);
         }
     }
     parts.insert(META.into(), meta);
     parts
-}
-
-fn take_cursors(holder: &mut Map<String, Json>, parts: &mut BTreeMap<String, Json>) {
-    if let Some(Json::Object(cursors)) = holder.remove("cursors") {
-        for (segment, cursor) in cursors {
-            parts.insert(format!("segment:{segment}"), cursor);
-        }
-    }
 }
 
 /// Assembles parts into an entry document; the inverse of [`split`].
@@ -301,89 +285,22 @@ pub fn assemble(parts: &BTreeMap<String, Json>) -> Result<Json, String> {
         .get(META)
         .cloned()
         .ok_or("the 'meta' part is missing")?;
-    let mut cursors = Map::new();
-    let mut shards = Map::new();
-    let mut verified = Map::new();
-    let mut floors = Map::new();
-    let mut read_at = Map::new();
+    let mut taken = PositionParts::default();
     for (part, value) in parts {
-        if let Some(segment) = part.strip_prefix("segment:") {
-            cursors.insert(segment.to_string(), value.clone());
-        } else if let Some(id) = part.strip_prefix("shard:") {
-            let Json::Object(shard) = value else {
-                return Err(format!("part '{part}' is not an object"));
-            };
-            for key in shard.keys() {
-                if !matches!(
-                    key.as_str(),
-                    "position" | "verified_at" | "latest_floor_ms" | "read_at"
-                ) {
-                    return Err(format!("part '{part}' has an unknown field '{key}'"));
-                }
-            }
-            let at = shard
-                .get("position")
-                .ok_or_else(|| format!("part '{part}' has no position"))?;
-            shards.insert(id.to_string(), at.clone());
-            if let Some(v) = shard.get("verified_at") {
-                verified.insert(id.to_string(), v.clone());
-            }
-            if let Some(v) = shard.get("latest_floor_ms") {
-                floors.insert(id.to_string(), v.clone());
-            }
-            if let Some(v) = shard.get("read_at") {
-                read_at.insert(id.to_string(), v.clone());
-            }
+        if let Some(segment) = part.strip_prefix(SEGMENT) {
+            taken.segments.insert(segment.to_string(), value.clone());
+        } else if let Some(id) = part.strip_prefix(SHARD) {
+            taken.shards.insert(id.to_string(), value.clone());
         } else if part != META {
             return Err(format!("unknown part '{part}'"));
         }
     }
-    if entry.get("position").and_then(Json::as_object).is_none() {
-        if cursors.is_empty() && shards.is_empty() {
-            return Ok(entry);
-        }
-        return Err("segment or shard parts without a position".into());
-    }
-    let Some(position) = entry.get_mut("position").and_then(Json::as_object_mut) else {
-        return Ok(entry);
-    };
-    let streams = !matches!(
-        position.get("kind").and_then(Json::as_str),
-        Some("scan" | "query" | "export")
-    );
-    if streams {
-        merge_into(position, "shards", shards);
-        merge_into(position, "verified_at", verified);
-        merge_into(position, "latest_floor_ms", floors);
-        if !read_at.is_empty() {
-            merge_into(position, "read_at", read_at);
-        }
-        match position.get_mut("snapshot").and_then(Json::as_object_mut) {
-            Some(snapshot) => merge_into(snapshot, "cursors", cursors),
-            None if !cursors.is_empty() => {
-                return Err("segment parts without an open snapshot".into());
-            }
-            None => {}
-        }
-    } else {
-        if !shards.is_empty() {
-            return Err("shard parts in a scan position".into());
-        }
-        merge_into(position, "cursors", cursors);
+    match entry.get_mut("position").and_then(Json::as_object_mut) {
+        Some(position) => put_parts(position, taken)?,
+        None if taken.is_empty() => {}
+        None => return Err("segment or shard parts without a position".into()),
     }
     Ok(entry)
-}
-
-/// Adds `extra` to the object at `holder[key]` (created when missing).
-fn merge_into(holder: &mut Map<String, Json>, key: &str, extra: Map<String, Json>) {
-    let slot = holder
-        .entry(key.to_string())
-        .or_insert_with(|| Json::Object(Map::new()));
-    if let Json::Object(map) = slot {
-        map.extend(extra);
-    } else if !extra.is_empty() {
-        *slot = Json::Object(extra);
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 //!   scan progress.
 //! - [`LeaseCheckpoint`] (`lease.rs`): where a leased unit stands, as its lease row keeps it
 //!   (a segment cursor, `Done`, `After(seq)`, `Latest`, `ShardEnd`, the leader's settings).
+//! - [`PositionParts`] (`parts.rs`): a position's segment cursors and shard entries taken out
+//!   of it, for a database that keeps each in a row of its own.
 //! - [`RepairRecord`] (`repair.rs`): the open repair of a stream gap by incremental exports,
 //!   with its windows and the current export's file progress.
 //!
@@ -16,6 +18,7 @@
 //! [`crate::records::SegmentCursor`], a shard iterator's start is [`crate::api::StartAt`].
 
 mod lease;
+mod parts;
 mod repair;
 mod scan;
 mod snapshot;
@@ -24,6 +27,7 @@ mod streams;
 use serde_json::Value as Json;
 
 pub use lease::{CheckpointKind, LeaseCheckpoint};
+pub use parts::{PositionParts, put_parts, take_parts};
 pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord};
 pub use scan::{ScanKind, ScanPosition};
 pub use snapshot::{SnapshotReason, SnapshotRecord};
