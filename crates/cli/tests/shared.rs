@@ -964,8 +964,11 @@ fn lag_of_a_shared_mirror_streaming_is_measured_from_its_lease_rows(emulator: Em
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_mirror_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
     let worker = common::spawn_run(&config);
+    // The stream is read beside the snapshot: the phase is `streaming` once every segment is
+    // done.
     let streaming = common::wait_for(Duration::from_secs(90), || {
         shard_checkpoint(&config).is_some_and(|c| c.starts_with("after:"))
+            && json_of(&["state", "show", "--json"], &config).1["phase"] == "streaming"
     });
     assert!(streaming, "the worker streams after its snapshot");
     let (code, report) = json_of(&["lag", "--json", "--max-lag-seconds", "60"], &config);

@@ -50,6 +50,11 @@ pub struct Fence {
     /// docs/coordination.md §11.12): its snapshot rows are marked with this id, and the batch
     /// is refused ([`SinkErrorClass::Fenced`]) once that snapshot is closed.
     pub snapshot: Option<i64>,
+    /// The shared snapshot whose stream the batch's changes were read beside (a mirror across
+    /// workers, docs/coordination.md §11.12): its upserts are marked with this id and its
+    /// deletes leave markers (docs/mirror.md §5.6 rules 1 and 2), so that the snapshot's rows
+    /// never overwrite them and its cleanup counts them seen. Never refused for the snapshot.
+    pub beside: Option<i64>,
 }
 
 /// The snapshot record of a mirror shared by several workers (docs/coordination.md §11.12),

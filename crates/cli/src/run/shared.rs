@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::leased::{
-    LeasedMirror, LeasedOutcome, LeasedScan, LeasedStreams, RETENTION_MARGIN, other_settings,
+    LeasedMirror, LeasedOutcome, LeasedScan, LeasedStreams, other_settings,
 };
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::Records;
@@ -450,7 +450,6 @@ pub async fn run_mirror(
         },
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
-        retention: RETENTION_MARGIN,
     };
     let outcome = mirror.run(&mut sink, stop, &bar).await;
     bar.finish();
@@ -461,17 +460,20 @@ pub async fn run_mirror(
     };
     let why = super::streams::ended_because(outcome.streams.end);
     let leases = &outcome.streams.leases;
+    // The changes written beside the snapshot are change records, not snapshot items.
+    let beside = outcome.changes_beside;
+    let items = outcome
+        .scan
+        .as_ref()
+        .map_or(0, |scan| scan.written.saturating_sub(beside));
     let snapshot = match (&outcome.scan, &outcome.cleanup) {
         (_, Some(cleanup)) => format!(
-            "snapshot {} read ({} item(s) here) and closed here: {} key(s), {} row(s) deleted",
-            outcome.snapshot.id,
-            outcome.scan.as_ref().map_or(0, |scan| scan.written),
-            cleanup.keys_written,
-            cleanup.deleted
+            "snapshot {} read ({items} item(s) here) and closed here: {} key(s), {} row(s) deleted",
+            outcome.snapshot.id, cleanup.keys_written, cleanup.deleted
         ),
-        (Some(scan), None) => format!(
-            "snapshot {} read ({} item(s) here), closed by another worker",
-            outcome.snapshot.id, scan.written
+        (Some(_), None) => format!(
+            "snapshot {} read ({items} item(s) here), closed by another worker",
+            outcome.snapshot.id
         ),
         (None, None) => format!(
             "snapshot {} closed before this worker came",
@@ -491,7 +493,7 @@ pub async fn run_mirror(
              change record(s) written in {:.1}s; stream leases: {} taken ({} stolen), {} lost, \
              {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
             source.table_name,
-            outcome.streams.written,
+            outcome.streams.written + beside,
             started.elapsed().as_secs_f64(),
             leases.taken,
             leases.stolen,

@@ -120,18 +120,19 @@ pub(crate) fn positions(rows: &[Lease]) -> Vec<String> {
     lines
 }
 
-/// A shared mirror's phase from its rows (docs/coordination.md §11.12): `streaming` once
-/// shard rows exist, `cleanup` when every segment is done and the stream has no row yet,
-/// else `snapshot`.
+/// A shared mirror's phase from its rows (docs/coordination.md §11.12): `streaming` once every
+/// segment is done (the snapshot's cleanup runs once, then the stream goes on), else
+/// `snapshot`, its stream read beside it once shard rows exist.
 fn shared_mirror_phase(rows: &[Lease]) -> &'static str {
     let segments: Vec<&Lease> = rows
         .iter()
         .filter(|row| matches!(row.unit, UnitId::Segment { .. }))
         .collect();
-    if rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_))) {
+    let shards = rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
+    if !segments.is_empty() && segments.iter().all(|row| row.state.is_finished()) {
         "streaming"
-    } else if !segments.is_empty() && segments.iter().all(|row| row.state.is_finished()) {
-        "cleanup (the snapshot is read; a worker closes it, then the stream starts)"
+    } else if shards {
+        "snapshot (its stream is read beside it)"
     } else {
         "snapshot"
     }
@@ -329,7 +330,14 @@ mod tests {
             ]
         );
         assert_eq!(shared_mirror_phase(&rows), "streaming");
-        assert!(shared_mirror_phase(&rows[..3]).starts_with("cleanup"));
+        assert_eq!(shared_mirror_phase(&rows[..3]), "streaming");
+        let reading = [
+            row("segment:0/2", Some("done"), None, LeaseState::Done),
+            row("segment:1/2", None, Some("w1#a"), LeaseState::Pending),
+            row("shard:a", None, Some("w2#b"), LeaseState::Pending),
+        ];
+        assert!(shared_mirror_phase(&reading).contains("beside"));
+        assert_eq!(shared_mirror_phase(&reading[..2]), "snapshot");
         assert_eq!(shared_mirror_phase(&[]), "snapshot");
     }
 }

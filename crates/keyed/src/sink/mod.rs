@@ -171,9 +171,11 @@ impl KeyedSink {
         state: Option<&Staged>,
         fence: Option<&Fence>,
     ) -> Result<(), SinkError> {
-        // A mirror shared by several workers names its open snapshot in the fence.
+        // A mirror shared by several workers names its open snapshot in the fence: its rows'
+        // batches, refused once it is closed, and the changes read beside it, marked with it.
         let shared = fence.and_then(|fence| fence.snapshot);
-        let snapshot_id = state.and_then(Staged::snapshot_id).or(shared);
+        let beside = fence.and_then(|fence| fence.beside);
+        let snapshot_id = state.and_then(Staged::snapshot_id).or(shared).or(beside);
         let repair_id = state.and_then(Staged::repair_id);
         let rows = self
             .rows_during(batch, snapshot_id.is_some(), repair_id)

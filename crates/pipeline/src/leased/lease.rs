@@ -154,6 +154,7 @@ pub(crate) fn fence<T: LeaseTable>(
         counter: counter.0,
         position,
         snapshot: None,
+        beside: None,
     }
 }
 
@@ -267,7 +268,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     sink: &mut S,
     unit: Option<UnitId>,
     position: Option<LeaseCheckpoint>,
-    snapshot: Option<i64>,
+    mark: super::units::SnapshotMark,
     batch: &Batch,
 ) -> Result<bool, RunError> {
     let _writing = ddbpipe_source::health::Writing::begin();
@@ -280,7 +281,8 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
         return Ok(false);
     };
     let fence = Fence {
-        snapshot,
+        snapshot: mark.rows,
+        beside: mark.beside,
         ..fence(worker, &unit, counter, position)
     };
     match sink.write_fenced(batch, &fence).await {

@@ -1,6 +1,7 @@
-//! A mirror shared by several workers (docs/coordination.md §11.12): the snapshot's segments,
-//! then the complete-read cleanup, run once, then the stream — each worker goes through the
-//! three phases in order, and a worker that joins late finds the first two finished.
+//! A mirror shared by several workers (docs/coordination.md §11.12), the same algorithm as one
+//! process's (docs/mirror.md §5.2, §5.6): the snapshot's segments are read beside the stream,
+//! then the complete-read cleanup runs once, then the stream goes on. One process is the case
+//! of one worker.
 //!
 //! # The snapshot record
 //! The destination's database keeps the snapshot's record ([`SharedSnapshots`]): opened before
@@ -13,55 +14,65 @@
 //!   also when the first one died right after its commit.
 //!
 //! # Phases
-//! 1. **Segments**: a shared scan ([`LeasedScan`]) whose batches carry the snapshot id in their
-//!    fence. It completes, on every worker, once every segment row is `Done`.
-//! 2. **Cleanup**: each worker that saw the scan complete tries the close; one commits it.
+//! 1. **Segments beside the stream**: one leased run holding both kinds of unit. The leader
+//!    writes the segment rows and, from its first listing, the shard rows at their trim
+//!    horizon, in one sync (each kind's own sync would delete the other's finished rows).
+//!    Segment batches carry the snapshot id as their rows' (`Fence::snapshot`); shard batches
+//!    carry it as the snapshot they were read beside (`Fence::beside`): their upserts are
+//!    marked with it and their deletes leave markers, so a snapshot row never overwrites a
+//!    newer change, whichever worker wrote either (docs/mirror.md §5.6). The phase ends, on
+//!    every worker, once every segment row is `Done`; the shard leases are handed back with
+//!    their checkpoints.
+//! 2. **Cleanup**: each worker that saw the segments complete tries the close; one commits it.
 //!    When it skipped its deletes (more keys than `resnapshot_max_keys`), that worker stops
 //!    once with [`StreamRunError::CleanupSkipped`], as one process does.
-//! 3. **Stream**: a shared stream ([`LeasedStreams`]) from `TRIM_HORIZON`. Its shard rows
-//!    are created by the leader only in this phase, so no change is applied before the close
-//!    and the cleanup cannot delete a row a change wrote. Replaying changes older than the
-//!    snapshot converges: each key ends at its last change (docs/mirror.md §5.5).
+//! 3. **Stream**: a shared stream ([`LeasedStreams`]) on the same shard rows, from their
+//!    checkpoints. A change read beside the snapshot by a worker still in phase 1 after the
+//!    close is still marked with the closed snapshot's id: harmless, no cleanup of that
+//!    snapshot runs again.
 //!
-//! # The limit
-//! The stream read after the snapshot must still hold the snapshot's start:
-//! `TRIM_HORIZON` lies before it only while the start is younger than the retention. A worker
-//! that reaches the stream phase with no shard row in the lease table yet (the stream not begun)
-//! more than [`RETENTION_MARGIN`] after the start fails, naming the start, and nothing is
-//! streamed. Once shard rows exist, the shard positions carry the continuity (a trimmed
-//! position is a gap, `on_gap: fail`).
+//! # Gaps
+//! The stream is read from the snapshot's start, so the snapshot may take any time: a gap is
+//! a position the stream no longer holds (a shard trimmed past its checkpoint while no worker
+//! read it), found by the shard's read as in one process, never assumed from a clock.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
+use ddbpipe_source::lease::Lease;
 use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
 use ddbpipe_source::position::LeaseCheckpoint;
-use ddbpipe_source::streams::shard_reader::StreamError;
+use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::scan::PageOut;
+use ddbpipe_source::streams::handover::Handed;
+use ddbpipe_source::streams::leased::{ReadFlags, ShardReads};
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use tokio::sync::{Semaphore, mpsc};
 
-use super::{LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
+use super::segments::Segments;
+use super::shards::Shards;
+use super::units::{SnapshotMark, Units, View};
+use super::{Leased, LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
+use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::runner::{Progress, RunError};
-use crate::sink::{CleanedUp, CloseShared, SharedSnapshot, SharedSnapshots};
+use crate::sink::{CleanedUp, CloseShared, RunStart, SharedSnapshot, SharedSnapshots, Sink};
 use crate::streams::StreamRunError;
-
-/// How long after its start a shared snapshot may still begin its stream: the stream keeps
-/// records 24 hours, less an hour for the clocks and the listing.
-pub const RETENTION_MARGIN: Duration = Duration::from_secs(23 * 3600);
 
 /// A mirror run by one worker of several.
 pub struct LeasedMirror<TA, SA, T> {
     /// The snapshot's segments: its `snapshot` is set from the record.
     pub scan: LeasedScan<TA, T>,
-    /// The stream after the cleanup: read from `TRIM_HORIZON`, keeping the segment rows.
+    /// The stream, read beside the segments and after the cleanup from `TRIM_HORIZON`,
+    /// keeping the segment rows.
     pub streams: LeasedStreams<SA, T>,
     /// `resnapshot_deletes`: the cleanup deletes the rows the snapshot did not write (only
     /// when the destination held rows when the snapshot was opened).
     pub deletes: bool,
     /// `resnapshot_max_keys`: no delete when the snapshot wrote more keys.
     pub max_keys: u64,
-    /// How long after the snapshot's start its stream may still begin ([`RETENTION_MARGIN`]).
-    pub retention: Duration,
 }
 
 /// How one worker's part of a shared mirror ended, when it did not fail.
@@ -69,8 +80,11 @@ pub struct LeasedMirror<TA, SA, T> {
 pub struct LeasedMirrorOutcome {
     /// The snapshot's record, as this worker opened it.
     pub snapshot: SharedSnapshot,
-    /// This worker's part of the segments; `None` when the snapshot was closed before it came.
+    /// This worker's part of the segments, the changes it wrote beside them included in
+    /// `written`; `None` when the snapshot was closed before it came.
     pub scan: Option<LeasedOutcome>,
+    /// Of those, the changes written beside the snapshot.
+    pub changes_beside: u64,
     /// The cleanup, when this worker ran it.
     pub cleanup: Option<CleanedUp>,
     /// This worker's part of the stream.
@@ -88,11 +102,10 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         progress: &dyn Progress,
     ) -> Result<LeasedMirrorOutcome, StreamRunError> {
         let LeasedMirror {
-            mut scan,
+            scan,
             mut streams,
             deletes,
             max_keys,
-            retention,
         } = self;
         let pipeline = scan.worker.pipeline().to_string();
         let worker = scan.worker.id().to_string();
@@ -101,18 +114,21 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             .open_shared_snapshot(&pipeline, unix_now_ms())
             .await
             .map_err(RunError::from)?;
+        streams.run.start_position = StartPosition::TrimHorizon;
         let mut scanned = None;
+        let mut changes_beside = 0;
         let mut cleanup = None;
         if snapshot.closed.is_none() {
             tracing::info!(
                 snapshot = snapshot.id,
                 rows_at_start = snapshot.rows_at_start,
-                "The shared snapshot is open: reading its segments."
+                "The shared snapshot is open: reading its segments beside the stream."
             );
-            scan.snapshot = Some(snapshot.id);
-            let outcome = scan.run(sink, stop.clone(), progress).await?;
+            let (outcome, beside) =
+                beside_the_stream(scan, &streams, snapshot.id, sink, &stop, progress).await?;
             let completed = outcome.completed;
             scanned = Some(outcome);
+            changes_beside = beside;
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);
             }
@@ -147,28 +163,6 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                 ),
             }
         }
-        let rows = streams
-            .worker
-            .table()
-            .list(streams.worker.pipeline())
-            .await
-            .map_err(RunError::Lease)?;
-        let begun = rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
-        let age_ms = unix_now_ms().saturating_sub(snapshot.id);
-        if !begun && u128::try_from(age_ms).unwrap_or(0) > retention.as_millis() {
-            return Err(StreamRunError::Run(RunError::Stream(StreamError::Gap(
-                format!(
-                    "the shared snapshot {} started {:.1} h ago, and its stream was not begun \
-                     yet: the stream no longer holds every change since the snapshot's start \
-                     (it keeps 24 h), so changes made meanwhile would be lost; run `ddbpipe \
-                     state reset` once no worker runs and mirror afresh, with more workers or \
-                     segments so that the snapshot ends within the retention",
-                    snapshot.id,
-                    age_ms as f64 / 3_600_000.0
-                ),
-            ))));
-        }
-        streams.run.start_position = StartPosition::TrimHorizon;
         streams.kept = UnitSpec::segments(total)
             .into_iter()
             .map(|spec| spec.starting(LeaseCheckpoint::Done))
@@ -180,8 +174,237 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         Ok(LeasedMirrorOutcome {
             snapshot,
             scan: scanned,
+            changes_beside,
             cleanup,
             streams: streamed,
         })
+    }
+}
+
+/// Phase 1 (module docs): this worker's part of the segments, read beside the stream, and the
+/// changes it wrote beside them.
+async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable, S: Sink>(
+    scan: LeasedScan<TA, T>,
+    streams: &LeasedStreams<SA, T>,
+    snapshot: i64,
+    sink: &mut S,
+    stop: &Cancel,
+    progress: &dyn Progress,
+) -> Result<(LeasedOutcome, u64), RunError> {
+    let total = scan.reader.total_segments.max(1);
+    let source = ShardReads {
+        reads: streams
+            .run
+            .reads(Arc::clone(&streams.api), Arc::clone(&streams.observer)),
+        slots: Arc::new(Semaphore::new(streams.run.bounds.shard_concurrency.max(1))),
+    };
+    let both = Both {
+        segments: Segments::new(scan.reader, scan.batch, Some(snapshot)),
+        shards: Shards::new(source, streams.run.clone(), Vec::new(), Some(snapshot)),
+        listed: Vec::new(),
+        changes: 0,
+    };
+    let leased = Leased {
+        units: both,
+        worker: scan.worker,
+        checkpoint_interval: scan.checkpoint_interval,
+        identity: scan.identity,
+    };
+    sink.start(RunStart::Resumed).await?;
+    let (ran, both) = leased.run(sink, stop.clone(), progress).await?;
+    let outcome = LeasedOutcome {
+        read: both.segments.items_read(),
+        written: ran.written,
+        capacity_units: both.segments.capacity_units(),
+        completed: ran.end,
+        segments_done: both.segments.done(&ran.rows),
+        total_segments: total,
+        leases: ran.leases,
+    };
+    Ok((outcome, both.changes))
+}
+
+/// What a reader of phase 1 hands the loop: a segment's page or a shard's hand-over.
+pub(crate) enum MirrorRead {
+    /// A segment's page.
+    Page(PageOut),
+    /// A shard's hand-over.
+    Handed(Handed),
+}
+
+/// Phase 1's units: the snapshot's segments and the stream's shards, in one leased run.
+pub(crate) struct Both<TA, SA> {
+    segments: Segments<TA>,
+    shards: Shards<SA>,
+    /// The shard rows of the leader's last listing: every sync writes them with the segments'.
+    listed: Vec<UnitSpec>,
+    /// Change records written beside the snapshot.
+    changes: u64,
+}
+
+/// Forwards what a reader of one kind hands over, wrapped, while it reads.
+fn wrapped<R: Send + 'static>(
+    read: impl FnOnce(mpsc::Sender<R>) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError>,
+    out: mpsc::Sender<MirrorRead>,
+    wrap: fn(R) -> MirrorRead,
+) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError> {
+    let (tx, mut rx) = mpsc::channel(1);
+    let read = read(tx)?;
+    Ok(async move {
+        let forward = async move {
+            while let Some(item) = rx.recv().await {
+                if out.send(wrap(item)).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let (result, ()) = tokio::join!(read, forward);
+        result
+    }
+    .boxed())
+}
+
+impl<TA: TableApi, SA: StreamsApi + 'static> Units for Both<TA, SA> {
+    type Read = MirrorRead;
+    /// Whether every segment is done.
+    type End = bool;
+
+    const DEPTH: usize = crate::streams::HANDOVER_DEPTH;
+
+    fn owns(&self, unit: &UnitId) -> bool {
+        self.segments.owns(unit) || self.shards.owns(unit)
+    }
+
+    fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
+        match unit {
+            UnitId::Shard(_) => self.shards.starts(unit, at),
+            _ => self.segments.starts(unit, at),
+        }
+    }
+
+    fn read(
+        &self,
+        unit: &UnitId,
+        from: Option<&LeaseCheckpoint>,
+        out: mpsc::Sender<MirrorRead>,
+        cancel: Cancel,
+        flags: ReadFlags,
+    ) -> Result<BoxFuture<'static, Result<(), RunError>>, RunError> {
+        match unit {
+            UnitId::Shard(_) => wrapped(
+                |tx| self.shards.read(unit, from, tx, cancel, flags),
+                out,
+                MirrorRead::Handed,
+            ),
+            _ => wrapped(
+                |tx| self.segments.read(unit, from, tx, cancel, flags),
+                out,
+                MirrorRead::Page,
+            ),
+        }
+    }
+
+    fn panicked(&self, unit: &UnitId) -> RunError {
+        match unit {
+            UnitId::Shard(_) => self.shards.panicked(unit),
+            _ => self.segments.panicked(unit),
+        }
+    }
+
+    fn may_read(&self, unit: &UnitId, reading: &[&UnitId]) -> bool {
+        match unit {
+            UnitId::Shard(_) => self.shards.may_read(unit, reading),
+            _ => self.segments.may_read(unit, reading),
+        }
+    }
+
+    fn snapshot_of(&self, unit: &UnitId) -> SnapshotMark {
+        match unit {
+            UnitId::Shard(_) => self.shards.snapshot_of(unit),
+            _ => self.segments.snapshot_of(unit),
+        }
+    }
+
+    fn push(&mut self, batcher: &mut Batcher, read: MirrorRead) -> Vec<Batch> {
+        match read {
+            MirrorRead::Page(page) => self.segments.push(batcher, page),
+            MirrorRead::Handed(handed) => self.shards.push(batcher, handed),
+        }
+    }
+
+    fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
+        let mut marks = self.segments.marks(batch);
+        marks.extend(self.shards.marks(batch));
+        marks
+    }
+
+    fn writes(&self, batch: &Batch) -> bool {
+        !batch.segments.is_empty() || self.shards.writes(batch)
+    }
+
+    fn written(&mut self, batch: &Batch) {
+        if batch.segments.is_empty() {
+            self.changes += batch.records.len() as u64;
+        }
+    }
+
+    fn limits(&self) -> BatchLimits {
+        self.segments.limits()
+    }
+
+    fn capacity_units(&self) -> f64 {
+        self.segments.capacity_units()
+    }
+
+    async fn specs(
+        &mut self,
+        rows: &[Lease],
+        stop: &Cancel,
+    ) -> Result<Option<Vec<UnitSpec>>, RunError> {
+        if let Some(listed) = self.shards.specs(rows, stop).await? {
+            self.listed = listed;
+        }
+        let shard_rows = rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
+        if self.listed.is_empty() && shard_rows {
+            // Not listed yet by this leader: a sync of the segments alone would delete the
+            // finished shard rows.
+            return Ok(None);
+        }
+        let mut specs = self.segments.specs(rows, stop).await?.unwrap_or_default();
+        specs.extend(self.listed.iter().cloned());
+        Ok(Some(specs))
+    }
+
+    fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
+        self.segments.check(rows)
+    }
+
+    fn measured(&self, rows: &[Lease], held: &[(&UnitId, &ReadFlags)]) {
+        let shards: Vec<(&UnitId, &ReadFlags)> = held
+            .iter()
+            .filter(|(unit, _)| matches!(unit, UnitId::Shard(_)))
+            .copied()
+            .collect();
+        self.shards.measured(rows, &shards);
+    }
+
+    /// Every segment done, none held: the stream beside it is handed back with its positions.
+    fn ended(&self, view: &View<'_>) -> Option<bool> {
+        let segments = View {
+            rows: view.rows,
+            held: view
+                .held
+                .iter()
+                .filter(|(unit, _, _)| !matches!(unit, UnitId::Shard(_)))
+                .copied()
+                .collect(),
+            pending: view.pending,
+            expired: view.expired,
+        };
+        self.segments.ended(&segments)
+    }
+
+    fn stopped(&self) -> bool {
+        false
     }
 }

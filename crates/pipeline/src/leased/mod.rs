@@ -65,7 +65,7 @@ use lease::{Checkpointed, Rounds, Took};
 use units::{Units, View};
 
 pub use lease::other_settings;
-pub use mirror::{LeasedMirror, LeasedMirrorOutcome, RETENTION_MARGIN};
+pub use mirror::{LeasedMirror, LeasedMirrorOutcome};
 pub use rows::{leased_position, row_shard};
 pub use segments::{LeasedOutcome, LeasedScan};
 pub use shards::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
@@ -93,9 +93,6 @@ pub(crate) struct Leased<U, T> {
     pub checkpoint_interval: Duration,
     /// The run's settings, kept in the leader row: a worker with other settings is refused.
     pub identity: Identity,
-    /// The open shared snapshot the units are read for (a mirror's segments,
-    /// docs/coordination.md §11.12): every batch carries its id in its fence.
-    pub snapshot: Option<i64>,
 }
 
 /// How a worker's run ended, when it did not fail.
@@ -139,7 +136,6 @@ struct Run<U: Units, T> {
     units: U,
     worker: Worker<T>,
     identity: Identity,
-    snapshot: Option<i64>,
     checkpoint_interval: Duration,
     origin: Instant,
     held: BTreeMap<UnitId, Holding>,
@@ -170,14 +166,12 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
             worker,
             checkpoint_interval,
             identity,
-            snapshot,
         } = self;
         let (tx, rx) = mpsc::channel(U::DEPTH);
         let mut run = Run {
             units,
             worker,
             identity,
-            snapshot,
             checkpoint_interval,
             origin: Instant::now(),
             held: BTreeMap::new(),
@@ -367,8 +361,18 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             self.take(taken.unit, at);
         }
         let mut again = false;
-        if report.leader && identified {
-            again = self.units.lead(&mut self.worker, stop).await?;
+        if report.leader
+            && identified
+            && let Some(specs) = self.units.specs(self.worker.rows(), stop).await?
+        {
+            let synced = self.worker.sync(&specs).await?;
+            for error in &synced.transient {
+                tracing::debug!(error = %error, "A lease row could not be written; the next round retries it.");
+            }
+            if !synced.created.is_empty() {
+                tracing::info!(created = synced.created.len(), "Leases created.");
+                again = true;
+            }
         }
         self.units.check(self.worker.rows())?;
         self.save_all(false).await?;
@@ -408,12 +412,20 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
         if self.stopping {
             return Ok(());
         }
-        let mut reading = self.held.values().filter(|h| h.reading.is_some()).count();
+        let mut reading: Vec<UnitId> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.reading.is_some())
+            .map(|(unit, _)| unit.clone())
+            .collect();
         for (unit, holding) in &mut self.held {
-            if !self.units.may_read(reading) {
-                break;
-            }
             if holding.reading.is_some() || holding.ended {
+                continue;
+            }
+            if !self
+                .units
+                .may_read(unit, &reading.iter().collect::<Vec<_>>())
+            {
                 continue;
             }
             let (cancel, cancelled) = Cancel::new();
@@ -451,7 +463,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             );
             self.running.insert(handle.id(), unit.clone());
             holding.reading = Some(cancel);
-            reading += 1;
+            reading.push(unit.clone());
         }
         Ok(())
     }
@@ -515,15 +527,12 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
             let unit = marks.first().map(|(unit, _)| unit.clone());
             let position = marks.last().map(|(_, at)| at.clone());
-            let written = lease::write(
-                &self.worker,
-                sink,
-                unit.clone(),
-                position,
-                self.snapshot,
-                &batch,
-            )
-            .await?;
+            let mark = unit
+                .as_ref()
+                .map(|unit| self.units.snapshot_of(unit))
+                .unwrap_or_default();
+            let written =
+                lease::write(&self.worker, sink, unit.clone(), position, mark, &batch).await?;
             if !written {
                 if let Some(unit) = unit {
                     self.lose(&unit, &LostReason::Taken);
@@ -531,6 +540,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
                 return Ok(());
             }
             BatchAcknowledged { batch: &batch }.emit();
+            self.units.written(&batch);
             self.written += batch.records.len() as u64;
             progress.advanced(self.written, self.units.capacity_units());
         }

@@ -19,7 +19,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
-use super::units::{Units, View};
+use super::units::{SnapshotMark, Units, View};
 use super::{LeaseCounts, Leased, unreadable};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::runner::{Progress, RunError};
@@ -75,18 +75,12 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         progress: &dyn Progress,
     ) -> Result<LeasedOutcome, RunError> {
         let total = self.reader.total_segments.max(1);
-        let segments = Segments {
-            reader: self.reader,
-            batch: self.batch,
-            total,
-            read: 0,
-        };
+        let segments = Segments::new(self.reader, self.batch, self.snapshot);
         let run = Leased {
             units: segments,
             worker: self.worker,
             checkpoint_interval: self.checkpoint_interval,
             identity: self.identity,
-            snapshot: self.snapshot,
         };
         sink.start(RunStart::Resumed).await?;
         let (ran, segments) = run.run(sink, stop, progress).await?;
@@ -94,7 +88,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
             sink.complete().await?;
         }
         Ok(LeasedOutcome {
-            read: segments.read,
+            read: segments.items_read(),
             written: ran.written,
             capacity_units: segments.reader.limiter.total_units(),
             completed: ran.end,
@@ -112,11 +106,30 @@ pub(crate) struct Segments<A> {
     total: u32,
     /// Items received.
     read: u64,
+    /// The open shared snapshot whose rows the segments are (a shared mirror).
+    snapshot: Option<i64>,
 }
 
 impl<A> Segments<A> {
+    /// The segments `reader` reads, in batches of `batch`; `snapshot`: the open shared
+    /// snapshot whose rows they are.
+    pub(crate) fn new(reader: SegmentReader<A>, batch: BatchLimits, snapshot: Option<i64>) -> Self {
+        Segments {
+            total: reader.total_segments.max(1),
+            reader,
+            batch,
+            read: 0,
+            snapshot,
+        }
+    }
+
+    /// Items received.
+    pub(crate) fn items_read(&self) -> u64 {
+        self.read
+    }
+
     /// Segment rows of this scan finished in `rows`.
-    fn done(&self, rows: &[Lease]) -> u64 {
+    pub(crate) fn done(&self, rows: &[Lease]) -> u64 {
         rows.iter()
             .filter(|row| matches!(row.unit, UnitId::Segment { total, .. } if total == self.total))
             .filter(|row| row.state.is_finished())
@@ -179,8 +192,19 @@ impl<A: TableApi> Units for Segments<A> {
         })
     }
 
-    fn may_read(&self, reading: usize) -> bool {
-        reading < self.reader.max_concurrency.max(1)
+    fn may_read(&self, _unit: &UnitId, reading: &[&UnitId]) -> bool {
+        let segments = reading
+            .iter()
+            .filter(|unit| matches!(unit, UnitId::Segment { .. }))
+            .count();
+        segments < self.reader.max_concurrency.max(1)
+    }
+
+    fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {
+        SnapshotMark {
+            rows: self.snapshot,
+            beside: None,
+        }
     }
 
     fn push(&mut self, batcher: &mut Batcher, page: PageOut) -> Vec<Batch> {
@@ -219,16 +243,12 @@ impl<A: TableApi> Units for Segments<A> {
         self.reader.limiter.total_units()
     }
 
-    async fn lead<T: LeaseTable>(
+    async fn specs(
         &mut self,
-        worker: &mut Worker<T>,
+        _rows: &[Lease],
         _stop: &Cancel,
-    ) -> Result<bool, RunError> {
-        let synced = worker.sync(&UnitSpec::segments(self.total)).await?;
-        if !synced.created.is_empty() {
-            tracing::info!(created = synced.created.len(), "Segment leases created.");
-        }
-        Ok(!synced.created.is_empty())
+    ) -> Result<Option<Vec<UnitSpec>>, RunError> {
+        Ok(Some(UnitSpec::segments(self.total)))
     }
 
     /// Rows of another segment count mean the pipeline's `segments` changed while a shared

@@ -47,7 +47,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use super::rows::shard_specs;
-use super::units::{Units, View};
+use super::units::{SnapshotMark, Units, View};
 use super::{LeaseCounts, Leased, unreadable};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::runner::{Progress, RunError};
@@ -116,20 +116,12 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             reads: run.reads(api, observer),
             slots: Arc::new(Semaphore::new(run.bounds.shard_concurrency.max(1))),
         };
-        let shards = Shards {
-            source,
-            run,
-            kept,
-            disabled: false,
-            listed_at: None,
-            last_records: Instant::now(),
-        };
+        let shards = Shards::new(source, run, kept, None);
         let leased = Leased {
             units: shards,
             worker,
             checkpoint_interval,
             identity,
-            snapshot: None,
         };
         let (ran, _) = leased.run(sink, stop, progress).await?;
         let (shards_finished, shards) = shard_rows(&ran.rows);
@@ -154,6 +146,29 @@ pub(crate) struct Shards<A> {
     listed_at: Option<Instant>,
     /// When records last arrived from a shard: the idle clock.
     last_records: Instant,
+    /// The open shared snapshot the stream is read beside (a shared mirror's first phase).
+    beside: Option<i64>,
+}
+
+impl<A> Shards<A> {
+    /// The shards read through `source` under `run`; `kept` and `beside` as
+    /// [`LeasedStreams::kept`] and [`Shards::beside`] say.
+    pub(crate) fn new(
+        source: ShardReads<A>,
+        run: StreamRun,
+        kept: Vec<UnitSpec>,
+        beside: Option<i64>,
+    ) -> Self {
+        Shards {
+            source,
+            run,
+            kept,
+            disabled: false,
+            listed_at: None,
+            last_records: Instant::now(),
+            beside,
+        }
+    }
 }
 
 impl<A: StreamsApi + 'static> Units for Shards<A> {
@@ -208,8 +223,15 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
     }
 
     /// Every held shard reads; their reads share the read slots.
-    fn may_read(&self, _reading: usize) -> bool {
+    fn may_read(&self, _unit: &UnitId, _reading: &[&UnitId]) -> bool {
         true
+    }
+
+    fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {
+        SnapshotMark {
+            rows: None,
+            beside: self.beside,
+        }
     }
 
     fn push(&mut self, batcher: &mut Batcher, handed: Handed) -> Vec<Batch> {
@@ -246,15 +268,19 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         self.run.batch
     }
 
-    async fn lead<T: LeaseTable>(
+    async fn specs(
         &mut self,
-        worker: &mut Worker<T>,
+        rows: &[Lease],
         stop: &Cancel,
-    ) -> Result<bool, RunError> {
-        if !self.listing_due(worker.rows()) {
-            return Ok(false);
+    ) -> Result<Option<Vec<UnitSpec>>, RunError> {
+        if !self.listing_due(rows) {
+            return Ok(None);
         }
-        self.sync_shards(worker, stop).await
+        let Some(mut specs) = self.list(rows, stop).await? else {
+            return Ok(None);
+        };
+        specs.extend(self.kept.iter().cloned());
+        Ok(Some(specs))
     }
 
     /// The shard counts and the running lag of the shards this worker holds, as one process
@@ -338,12 +364,12 @@ impl<A: StreamsApi + 'static> Shards<A> {
         childless_end && !self.disabled && since >= CHILD_LOOKUP_INTERVAL
     }
 
-    /// Lists the stream and writes the rows of its shards; returns whether rows were created.
-    async fn sync_shards<T: LeaseTable>(
+    /// Lists the stream: the specs of its shards' rows (`None` when the run stops meanwhile).
+    async fn list(
         &mut self,
-        worker: &mut Worker<T>,
+        rows: &[Lease],
         stop: &Cancel,
-    ) -> Result<bool, RunError> {
+    ) -> Result<Option<Vec<UnitSpec>>, RunError> {
         let discovery = match shard_sync::discover(
             self.source.reads.api.as_ref(),
             &self.run.stream_arn,
@@ -354,34 +380,17 @@ impl<A: StreamsApi + 'static> Shards<A> {
         .await
         {
             Ok(discovery) => discovery,
-            Err(ReadError::Cancelled) => return Ok(false),
+            Err(ReadError::Cancelled) => return Ok(None),
             Err(error) => return Err(RunError::Read(error)),
         };
         self.listed_at = Some(Instant::now());
         self.disabled = discovery.status.as_deref() == Some("DISABLED");
-        let first = !worker
-            .rows()
-            .iter()
-            .any(|row| matches!(row.unit, UnitId::Shard(_)));
-        let mut specs = shard_specs(
+        let first = !rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
+        Ok(Some(shard_specs(
             discovery.shards,
             first.then_some(self.run.start_position),
             unix_now_ms(),
-        );
-        let shards = specs.len();
-        specs.extend(self.kept.iter().cloned());
-        let synced = worker.sync(&specs).await?;
-        for error in &synced.transient {
-            tracing::debug!(error = %error, "A lease row could not be written; the next listing retries it.");
-        }
-        if !synced.created.is_empty() {
-            tracing::info!(
-                created = synced.created.len(),
-                shards,
-                "Shard leases created."
-            );
-        }
-        Ok(!synced.created.is_empty())
+        )))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, Worker};
+use ddbpipe_source::lease::{Lease, UnitId, UnitSpec};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::leased::ReadFlags;
@@ -47,9 +47,17 @@ pub(crate) trait Units: Send {
     /// The failure of a reader that panicked.
     fn panicked(&self, unit: &UnitId) -> RunError;
 
-    /// Whether one more unit may start reading while `reading` do (a scan reads at most
+    /// Whether `unit` may start reading while the units `reading` do (a scan reads at most
     /// `max_concurrency` segments at once; shards share read slots instead).
-    fn may_read(&self, reading: usize) -> bool;
+    fn may_read(&self, unit: &UnitId, reading: &[&UnitId]) -> bool;
+
+    /// The snapshot a batch of `unit` is written for, in its fence (docs/coordination.md
+    /// §11.12): `rows` of a shared snapshot's segments (refused once it is closed), or changes
+    /// read `beside` it (marked with it while it is open).
+    fn snapshot_of(&self, unit: &UnitId) -> SnapshotMark {
+        let _ = unit;
+        SnapshotMark::default()
+    }
 
     /// Cuts a read into batches.
     fn push(&mut self, batcher: &mut Batcher, read: Self::Read) -> Vec<Batch>;
@@ -61,6 +69,11 @@ pub(crate) trait Units: Send {
     /// not).
     fn writes(&self, batch: &Batch) -> bool;
 
+    /// Told about each batch the sink acknowledged.
+    fn written(&mut self, batch: &Batch) {
+        let _ = batch;
+    }
+
     /// How large a batch may grow for a sink that does not fence.
     fn limits(&self) -> BatchLimits;
 
@@ -69,13 +82,14 @@ pub(crate) trait Units: Send {
         0.0
     }
 
-    /// The leader's part of a round, once the run's settings are stored: writes the rows of
-    /// the units found; returns whether it created some (the next round runs at once).
-    fn lead<T: LeaseTable>(
+    /// The leader's part of a round, once the run's settings are stored: the units found,
+    /// whose rows it writes (and whose finished rows no longer found it deletes, so every kind
+    /// of the run is in them), or `None` to write nothing this round.
+    fn specs(
         &mut self,
-        worker: &mut Worker<T>,
+        rows: &[Lease],
         stop: &Cancel,
-    ) -> impl Future<Output = Result<bool, RunError>> + Send;
+    ) -> impl Future<Output = Result<Option<Vec<UnitSpec>>, RunError>> + Send;
 
     /// Refuses rows that another run of the pipeline left (a changed segment count).
     fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
@@ -94,6 +108,15 @@ pub(crate) trait Units: Send {
 
     /// How a run that was stopped ends.
     fn stopped(&self) -> Self::End;
+}
+
+/// The shared snapshot a batch is written for (`Fence::snapshot`, `Fence::beside`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SnapshotMark {
+    /// The batch holds the snapshot's rows.
+    pub rows: Option<i64>,
+    /// The batch holds changes read beside the snapshot.
+    pub beside: Option<i64>,
 }
 
 /// What a kind's end rule looks at.
