@@ -32,7 +32,8 @@ pub struct ClientSummary {
     pub ends: Vec<String>,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (NaN when there are none).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::databases::{Filesystem, Server};
 use super::{Kind, SinkPhaseReport, Work};
+use crate::report::median;
 
 /// How the SQLite destinations were set up.
 #[derive(Debug, Clone, Serialize)]
@@ -80,15 +81,6 @@ pub struct Summary {
     /// Why each stream read ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ends: Vec<String>,
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// The summary of the runs of `work` into `kind` (`None` when it did not run).
