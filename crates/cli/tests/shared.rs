@@ -242,6 +242,39 @@ fn state_reset_refuses_while_a_worker_holds_leases(emulator: Emulator) {
     for lease in shown["leases"].as_array().unwrap() {
         assert_eq!(lease["owner"], Value::Null, "handed back: {lease}");
     }
+    // An unfinished segment's checkpoint edited into a shard's form: the worker that takes it
+    // stops naming the row, and `check` fails on it first (docs/coordination.md §11.1).
+    let unfinished = shown["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["unit"].as_str().unwrap().starts_with("segment:") && l["state"] != "Done")
+        .map(|l| l["unit"].as_str().unwrap().to_string())
+        .expect("a segment left unfinished by the stop");
+    common::rt()
+        .block_on(
+            common::client(&running.endpoint)
+                .update_item()
+                .table_name("ddbpipe-leases")
+                .key("pipeline", s("shared-scan"))
+                .key("unit", s(&unfinished))
+                .update_expression("SET #c = :c")
+                .expression_attribute_names("#c", "checkpoint")
+                .expression_attribute_values(":c", s("after:000000000000000000001"))
+                .send(),
+        )
+        .unwrap();
+    let named = format!("lease {unfinished}: its checkpoint 'after:000000000000000000001'");
+    let check = common::ddbpipe(&["check"], &config);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("FAIL leases") && stdout(&check).contains(&named),
+        "{}",
+        stdout(&check)
+    );
+    let run = common::ddbpipe(&["run", "--progress", "never"], &config);
+    assert_ne!(run.status.code(), Some(0));
+    assert!(stderr(&run).contains(&named), "{}", stderr(&run));
     // Other settings for the unfinished shared scan: `check` fails as `run` does.
     let yaml = std::fs::read_to_string(&config).unwrap();
     let changed = yaml.replace(

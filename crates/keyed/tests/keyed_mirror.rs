@@ -538,7 +538,6 @@ fn shared_mirror(
             batch: BatchLimits::records(4),
             checkpoint_interval: Duration::ZERO,
             identity: identity.clone(),
-            snapshot: None,
         },
         streams: LeasedStreams {
             api: Arc::clone(stream),

@@ -63,7 +63,6 @@ fn scan(
         batch: BatchLimits::records(10),
         checkpoint_interval: Duration::ZERO,
         identity: identity("scan"),
-        snapshot: None,
     }
 }
 

@@ -92,6 +92,15 @@ pub(super) async fn probe_leases(
                 );
                 return None;
             }
+            // A row the run would stop on (docs/coordination.md §11.1): check fails as it does.
+            if let Some(message) = rows.iter().find_map(Lease::unreadable) {
+                probes.add(
+                    "leases",
+                    Status::Fail,
+                    format!("lease table '{name}': {message}"),
+                );
+                return None;
+            }
             let work: Vec<_> = rows.iter().filter(|l| l.unit.is_work()).collect();
             let finished = work.iter().filter(|l| l.state.is_finished()).count();
             let owned = work.iter().filter(|l| l.owner.is_some()).count();

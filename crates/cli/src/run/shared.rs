@@ -89,7 +89,6 @@ pub async fn run(
         batch: plan.batch,
         checkpoint_interval: Duration::from_millis(config.state.flush_interval_ms),
         identity,
-        snapshot: None,
     }
     .run(&mut sink, stop, &bar)
     .await;
@@ -437,7 +436,6 @@ pub async fn run_mirror(
             batch: plan.batch,
             checkpoint_interval,
             identity: identity.clone(),
-            snapshot: None,
         },
         streams: LeasedStreams {
             api: Arc::new(aws::streams_api(&opened.sdk)),

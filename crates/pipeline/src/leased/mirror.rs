@@ -63,7 +63,7 @@ use crate::streams::StreamRunError;
 
 /// A mirror run by one worker of several.
 pub struct LeasedMirror<TA, SA, T> {
-    /// The snapshot's segments: its `snapshot` is set from the record.
+    /// The snapshot's segments (read beside the stream: their batches carry the record's id).
     pub scan: LeasedScan<TA, T>,
     /// The stream, read beside the segments and after the cleanup from `TRIM_HORIZON`,
     /// keeping the segment rows.
@@ -311,7 +311,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static> Units for Both<TA, SA> {
         }
     }
 
-    fn may_read(&self, unit: &UnitId, reading: &[&UnitId]) -> bool {
+    fn may_read(&self, unit: &UnitId, reading: usize) -> bool {
         match unit {
             UnitId::Shard(_) => self.shards.may_read(unit, reading),
             _ => self.segments.may_read(unit, reading),

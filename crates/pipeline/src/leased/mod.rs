@@ -412,19 +412,16 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
         if self.stopping {
             return Ok(());
         }
-        let mut reading: Vec<UnitId> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.reading.is_some())
-            .map(|(unit, _)| unit.clone())
-            .collect();
+        // Units reading, by kind (segments, shards): counted once, not per unit.
+        let kind = |unit: &UnitId| usize::from(matches!(unit, UnitId::Shard(_)));
+        let mut reading = [0usize; 2];
+        for (unit, _) in self.held.iter().filter(|(_, h)| h.reading.is_some()) {
+            reading[kind(unit)] += 1;
+        }
         for (unit, holding) in &mut self.held {
-            if holding.reading.is_some() || holding.ended {
-                continue;
-            }
-            if !self
-                .units
-                .may_read(unit, &reading.iter().collect::<Vec<_>>())
+            if holding.reading.is_some()
+                || holding.ended
+                || !self.units.may_read(unit, reading[kind(unit)])
             {
                 continue;
             }
@@ -463,7 +460,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             );
             self.running.insert(handle.id(), unit.clone());
             holding.reading = Some(cancel);
-            reading.push(unit.clone());
+            reading[kind(unit)] += 1;
         }
         Ok(())
     }
@@ -626,6 +623,6 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
 }
 
 /// The failure of a lease row whose checkpoint is not a position of its kind: it names the row.
-pub(crate) fn unreadable(unit: &UnitId, at: &LeaseCheckpoint, expected: &str) -> RunError {
-    RunError::Lease(LeaseError::Fatal(at.unreadable(unit, expected)))
+pub(crate) fn unreadable(unit: &UnitId, at: &LeaseCheckpoint) -> RunError {
+    RunError::Lease(LeaseError::Fatal(unit.unreadable(at)))
 }

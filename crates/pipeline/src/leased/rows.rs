@@ -14,7 +14,7 @@ use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::{Lease, UnitId, UnitSpec};
 use ddbpipe_source::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
-use ddbpipe_source::streams::leased::{SHARD_CHECKPOINTS, leased_start};
+use ddbpipe_source::streams::leased::leased_start;
 use ddbpipe_source::streams::lineage::ShardGraph;
 
 use crate::runner::RunError;
@@ -76,7 +76,7 @@ pub fn leased_position(
                     .checkpoint
                     .clone()
                     .unwrap_or(LeaseCheckpoint::Unknown(String::new()));
-                return Err(super::unreadable(&row.unit, &at, SHARD_CHECKPOINTS));
+                return Err(super::unreadable(&row.unit, &at));
             }
         }
     }

@@ -26,9 +26,6 @@ use crate::runner::{Progress, RunError};
 use crate::sink::{RunStart, Sink};
 use crate::state::identity::Identity;
 
-/// What a segment's row holds: its cursor or its end.
-const SEGMENT_CHECKPOINTS: &str = "a segment's cursor (its last key as attribute JSON, or done)";
-
 /// A scan or query run by one worker of several.
 pub struct LeasedScan<A, T> {
     /// Reads one segment at a time (`SegmentReader::read_segment`).
@@ -41,10 +38,6 @@ pub struct LeasedScan<A, T> {
     pub checkpoint_interval: Duration,
     /// The run's settings, kept in the leader row: a worker with other settings is refused.
     pub identity: Identity,
-    /// The open shared snapshot the segments are read for (a mirror across workers,
-    /// docs/coordination.md §11.12): every batch carries its id in its fence. `None` for a
-    /// scan or query.
-    pub snapshot: Option<i64>,
 }
 
 /// How one worker's part of a shared scan ended, when it did not fail.
@@ -75,7 +68,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         progress: &dyn Progress,
     ) -> Result<LeasedOutcome, RunError> {
         let total = self.reader.total_segments.max(1);
-        let segments = Segments::new(self.reader, self.batch, self.snapshot);
+        let segments = Segments::new(self.reader, self.batch, None);
         let run = Leased {
             units: segments,
             worker: self.worker,
@@ -151,7 +144,7 @@ impl<A: TableApi> Units for Segments<A> {
     fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
         match at {
             None | Some(LeaseCheckpoint::Cursor(_) | LeaseCheckpoint::Done) => Ok(()),
-            Some(other) => Err(unreadable(unit, other, SEGMENT_CHECKPOINTS)),
+            Some(other) => Err(unreadable(unit, other)),
         }
     }
 
@@ -169,7 +162,7 @@ impl<A: TableApi> Units for Segments<A> {
         let start = match from {
             None => None,
             Some(LeaseCheckpoint::Cursor(key)) => Some(key.clone()),
-            Some(other) => return Err(unreadable(unit, other, SEGMENT_CHECKPOINTS)),
+            Some(other) => return Err(unreadable(unit, other)),
         };
         let reader = self.reader.clone();
         Ok(async move {
@@ -192,12 +185,8 @@ impl<A: TableApi> Units for Segments<A> {
         })
     }
 
-    fn may_read(&self, _unit: &UnitId, reading: &[&UnitId]) -> bool {
-        let segments = reading
-            .iter()
-            .filter(|unit| matches!(unit, UnitId::Segment { .. }))
-            .count();
-        segments < self.reader.max_concurrency.max(1)
+    fn may_read(&self, _unit: &UnitId, reading: usize) -> bool {
+        reading < self.reader.max_concurrency.max(1)
     }
 
     fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {

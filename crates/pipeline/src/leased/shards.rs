@@ -38,7 +38,7 @@ use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
-use ddbpipe_source::streams::leased::{ReadFlags, SHARD_CHECKPOINTS, ShardReads, leased_start};
+use ddbpipe_source::streams::leased::{ReadFlags, ShardReads, leased_start};
 use ddbpipe_source::streams::shard_reader::StreamError;
 use ddbpipe_source::streams::shard_sync;
 use futures_util::FutureExt;
@@ -185,7 +185,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         match at {
             Some(end) if end.is_finished() => Ok(()),
             _ if leased_start(at).is_some() => Ok(()),
-            Some(other) => Err(unreadable(unit, other, SHARD_CHECKPOINTS)),
+            Some(other) => Err(unreadable(unit, other)),
             None => Ok(()),
         }
     }
@@ -205,7 +205,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
             let at = from
                 .cloned()
                 .unwrap_or(LeaseCheckpoint::Unknown(String::new()));
-            return Err(unreadable(unit, &at, SHARD_CHECKPOINTS));
+            return Err(unreadable(unit, &at));
         };
         Ok(async move {
             match read.await {
@@ -223,7 +223,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
     }
 
     /// Every held shard reads; their reads share the read slots.
-    fn may_read(&self, _unit: &UnitId, _reading: &[&UnitId]) -> bool {
+    fn may_read(&self, _unit: &UnitId, _reading: usize) -> bool {
         true
     }
 

@@ -47,9 +47,9 @@ pub(crate) trait Units: Send {
     /// The failure of a reader that panicked.
     fn panicked(&self, unit: &UnitId) -> RunError;
 
-    /// Whether `unit` may start reading while the units `reading` do (a scan reads at most
-    /// `max_concurrency` segments at once; shards share read slots instead).
-    fn may_read(&self, unit: &UnitId, reading: &[&UnitId]) -> bool;
+    /// Whether `unit` may start reading while `reading` units of its kind do (a scan reads at
+    /// most `max_concurrency` segments at once; shards share read slots instead).
+    fn may_read(&self, unit: &UnitId, reading: usize) -> bool;
 
     /// The snapshot a batch of `unit` is written for, in its fence (docs/coordination.md
     /// §11.12): `rows` of a shared snapshot's segments (refused once it is closed), or changes

@@ -153,6 +153,12 @@ impl UnitId {
         LeaseCheckpoint::decode(self.checkpoint_kind(), text)
     }
 
+    /// Why a worker cannot read this unit from `at`: the row, its text, the forms it takes and
+    /// what to do.
+    pub fn unreadable(&self, at: &LeaseCheckpoint) -> String {
+        at.unreadable(self, self.checkpoint_kind().forms())
+    }
+
     /// The checkpoint of this unit read to its end: `ShardEnd` for a shard, `Done` for a
     /// segment.
     pub fn end(&self) -> LeaseCheckpoint {
@@ -386,6 +392,19 @@ impl Lease {
     pub fn settings(&self) -> Option<&str> {
         match &self.checkpoint {
             Some(LeaseCheckpoint::Settings(text)) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Why the worker that takes this row will stop, when it will: an unfinished unit whose
+    /// checkpoint no form of its kind reads (`check` says so as the run does).
+    pub fn unreadable(&self) -> Option<String> {
+        match &self.checkpoint {
+            Some(at @ LeaseCheckpoint::Unknown(_))
+                if self.unit.is_work() && !self.state.is_finished() =>
+            {
+                Some(self.unit.unreadable(at))
+            }
             _ => None,
         }
     }
@@ -631,6 +650,45 @@ mod tests {
                 "{said}"
             );
         }
+    }
+
+    /// `check` refuses what a taking worker stops on: an unfinished unit's checkpoint that no
+    /// form of its kind reads; a finished row is never taken, the leader's settings are not a
+    /// position.
+    #[test]
+    fn an_unfinished_units_unreadable_checkpoint_is_named() {
+        let row = |unit: &str, text: &str, state: LeaseState| {
+            let unit: UnitId = unit.parse().unwrap();
+            let mut lease = Lease::new(unit.clone(), Vec::new(), 0);
+            lease.checkpoint = Some(unit.checkpoint(text));
+            lease.state = state;
+            lease
+        };
+        let said = row("segment:2/8", "after:1", LeaseState::Processing)
+            .unreadable()
+            .unwrap();
+        assert!(
+            said.contains("lease segment:2/8")
+                && said.contains("'after:1'")
+                && said.contains("segment's cursor"),
+            "{said}"
+        );
+        let said = row("shard:s1", "done", LeaseState::Processing)
+            .unreadable()
+            .unwrap();
+        assert!(said.contains("shard's position"), "{said}");
+        assert_eq!(
+            row("shard:s1", "after:1", LeaseState::Processing).unreadable(),
+            None
+        );
+        assert_eq!(
+            row("segment:2/8", "after:1", LeaseState::Done).unreadable(),
+            None
+        );
+        assert_eq!(
+            row("leader", "{}", LeaseState::Processing).unreadable(),
+            None
+        );
     }
 
     #[test]

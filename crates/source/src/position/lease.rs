@@ -60,6 +60,22 @@ pub enum CheckpointKind {
     Presence,
 }
 
+impl CheckpointKind {
+    /// The forms a row of this kind takes, for messages.
+    pub fn forms(self) -> &'static str {
+        match self {
+            CheckpointKind::Leader => "the run's settings",
+            CheckpointKind::Segment => {
+                "a segment's cursor (its last key as attribute JSON, or done)"
+            }
+            CheckpointKind::Shard => {
+                "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)"
+            }
+            CheckpointKind::Presence => "no checkpoint",
+        }
+    }
+}
+
 const DONE: &str = "done";
 const SHARD_END: &str = "end";
 const AFTER: &str = "after:";

@@ -28,10 +28,6 @@ pub fn leased_start(checkpoint: Option<&LeaseCheckpoint>) -> Option<(StartAt, Op
     }
 }
 
-/// What the forms of an unfinished shard's checkpoint are, for messages.
-pub const SHARD_CHECKPOINTS: &str =
-    "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)";
-
 /// What a shard's read tells its owner after each slice.
 #[derive(Debug, Clone)]
 pub struct ReadFlags {
@@ -75,8 +71,8 @@ pub struct ShardReads<A> {
 
 impl<A: StreamsApi + 'static> ShardReads<A> {
     /// Reads `shard` from `checkpoint` into `out` until it drains (its finish mark follows its
-    /// last record), `cancel` fires ([`StreamError::Stopped`]) or it fails; `Err` with the
-    /// reason when the checkpoint is not an unfinished shard's ([`SHARD_CHECKPOINTS`]).
+    /// last record), `cancel` fires ([`StreamError::Stopped`]) or it fails; `None` when the
+    /// checkpoint is not an unfinished shard's.
     pub fn read(
         &self,
         shard: ShardId,
