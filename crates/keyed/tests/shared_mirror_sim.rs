@@ -1,0 +1,807 @@
+//! The seeded simulation of a mirror shared by several workers (docs/coordination.md §11.12),
+//! the stream read beside the snapshot (docs/mirror.md §5.6), into one real SQLite database.
+//!
+//! Each seed scripts a table and its stream (`FakeStreams` with `FakeStreamTable`, one and the
+//! same table): most keys exist before the mirror starts, written longer ago than the stream
+//! keeps records; writers put and delete keys at random times during and after the snapshot;
+//! the stream keeps records for 40–60 s while the snapshot takes minutes (each worker reads a
+//! page every 20 s), so its records are trimmed during the snapshot; shards split or rotate,
+//! their children listed late; the stream's clock is up to 50 s off this machine's. A shard
+//! is never left unread for longer than the retention (a crashed worker's lease expires in
+//! 10 s, its replacement starts within 8 s): a longer outage is a gap, not a trim.
+//! 2–5 workers share one in-memory lease table (10 s leases, seeded request faults and lost
+//! replies) and write to the one database through their own keyed sinks. Each worker but the
+//! first has a fate:
+//! - run to its end;
+//! - crash at a random time (its task dropped: no hand-back), replaced by a new process a few
+//!   seconds later;
+//! - stall in one write for 40 s, past its lease, and go on (a zombie: its late batch is
+//!   refused by the fence its lease's new owner stored);
+//! - stop gracefully and be replaced;
+//! - crash **inside the cleanup** (its close never commits) or **right after it** (the close
+//!   committed, the worker never heard), replaced.
+//!
+//! Checked after every batch a sink acknowledges, and after every cleanup, under one lock
+//! across the workers: no row is older than a change already committed for its key (a snapshot
+//! row never overwrote a newer change, whichever worker wrote either), no deleted item came
+//! back. Checked at the end of every seed: the destination equals the table, key by key and
+//! version by version; the cleanup committed once; every segment row is `Done`; every closed
+//! shard ended `ShardEnd`, unowned. Across the seeds, each case is met often enough: a crash
+//! inside and right after the cleanup, a zombie's batch refused, a split, a snapshot that
+//! outlasted the stream's retention.
+//!
+//! Runs until the script is over: workers end idle (240 s without a record, longer than the
+//! script's writes last); when the script still had writes to come as a round started,
+//! another round of workers is started, as an operator would restart them.
+//!
+//! `SHARED_MIRROR_SEED=n` runs one seed, `SHARED_MIRROR_SEEDS=n` more seeds (default 60);
+//! `SHARED_MIRROR_TRACE=<filter>` prints the workers' log, each round and each batch written.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
+use ddbpipe_keyed::{Database, KeyColumn, KeyType, SqliteDatabase, TableSpec};
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::leased::{LeasedMirror, LeasedMirrorOutcome, LeasedScan, LeasedStreams};
+use ddbpipe_pipeline::runner::NoProgress;
+use ddbpipe_pipeline::sink::{
+    CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
+    SinkErrorClass, Staged,
+};
+use ddbpipe_pipeline::state::identity::Identity;
+use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
+use ddbpipe_source::api::{KeyAttribute, Render, SnapshotShape};
+use ddbpipe_source::capacity::ReadLimiter;
+use ddbpipe_source::config::OnGap;
+use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams, Faults};
+use ddbpipe_source::lease::memory::MemoryLeaseTable;
+use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
+use ddbpipe_source::plan::BatchLimits;
+use ddbpipe_source::position::{LeaseCheckpoint, StreamKind};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::scan::{SegmentReader, snapshot_template};
+use ddbpipe_value::ValueFormat;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify};
+
+const SEEDS: u64 = 60;
+/// When the first workers start: after the stream dropped the records of the table's first
+/// writes (the snapshot alone brings those).
+const CAPTURE: Duration = Duration::from_secs(70);
+const KEYS: usize = 24;
+const SEGMENTS: u32 = 3;
+/// A worker stalled in a write waits this long: four times its lease.
+const STALL: Duration = Duration::from_secs(40);
+
+/// The latest committed change per key: its version, and whether it deleted the item.
+type Committed = BTreeMap<String, (u64, bool)>;
+
+/// What a seed saw, over all its workers.
+#[derive(Default)]
+struct Seen {
+    /// Cleanups committed.
+    cleanups: AtomicU64,
+    /// Workers that crashed inside the cleanup (before its commit).
+    crashed_inside: AtomicU64,
+    /// Workers that crashed right after the cleanup's commit.
+    crashed_after: AtomicU64,
+    /// Batches refused by their fence.
+    fenced: AtomicU64,
+    /// When the cleanup committed, after the capture (ms of tokio time).
+    closed_after_ms: AtomicU64,
+}
+
+/// The one database every worker writes to, as the checks see it.
+struct Shared {
+    seed: u64,
+    path: PathBuf,
+    /// Held across a write and its check: the checks see the database between two batches.
+    committed: Mutex<Committed>,
+    seen: Seen,
+    started: tokio::time::Instant,
+}
+
+/// Where a worker's run ends early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Runs to its end.
+    Steady,
+    /// Crashes this long after it started.
+    CrashAt(Duration),
+    /// Stalls for [`STALL`] in its n-th write, then goes on.
+    Stall(u64),
+    /// Is stopped gracefully this long after it started.
+    StopAt(Duration),
+    /// Crashes in its cleanup, before the close commits.
+    CrashInsideCleanup,
+    /// Crashes right after its cleanup committed.
+    CrashAfterCleanup,
+}
+
+/// A worker's keyed sink, checked after every batch it acknowledges.
+struct Checked {
+    worker: String,
+    inner: KeyedSink,
+    shared: Arc<Shared>,
+    fate: Fate,
+    writes: u64,
+    /// Told when the fate's crash point is reached; the sink then waits for ever.
+    crash: Arc<Notify>,
+}
+
+impl Checked {
+    /// Notes the stream changes of `batch`, now committed, and checks the destination.
+    fn committed(&self, committed: &mut Committed, batch: &Batch) {
+        for line in batch.records.iter() {
+            let envelope: Value = serde_json::from_slice(line).unwrap();
+            let key = envelope["key"]["pk"].as_str().unwrap().to_string();
+            let change = match envelope["op"].as_str().unwrap() {
+                "c" | "u" => (envelope["after"]["v"].as_u64().unwrap(), false),
+                // A delete of version n is the item's version n + 1.
+                "d" => (envelope["before"]["v"].as_u64().map_or(1, |v| v + 1), true),
+                _ => continue,
+            };
+            // Per key, the latest change; an older one written after it is found by the check.
+            if committed.get(&key).is_none_or(|(v, _)| *v <= change.0) {
+                committed.insert(key, change);
+            }
+        }
+        self.check(committed, "a batch");
+    }
+
+    /// No row older than a committed change, no deleted item back.
+    fn check(&self, committed: &Committed, after: &str) {
+        let seed = self.shared.seed;
+        let worker = &self.worker;
+        let rows = rows(&self.shared.path);
+        for (key, (version, deleted)) in committed {
+            match rows.get(key) {
+                Some(row) if *row < *version && !deleted => panic!(
+                    "seed {seed}: after {after} of {worker}, row {key} holds version {row}, older \
+                     than the committed change to {version}"
+                ),
+                Some(row) if *deleted && *row < *version => panic!(
+                    "seed {seed}: after {after} of {worker}, row {key} holds version {row}, \
+                     though its delete (version {version}) was committed"
+                ),
+                None if !deleted => panic!(
+                    "seed {seed}: after {after} of {worker}, row {key} is missing after its \
+                     change to {version} was committed"
+                ),
+                _ => {}
+            }
+        }
+    }
+
+    /// Reaches the fate's crash point: the run is dropped while it waits here.
+    async fn crash(&self) {
+        self.crash.notify_one();
+        std::future::pending::<()>().await;
+    }
+}
+
+impl Sink for Checked {
+    async fn write(&mut self, _batch: &Batch, _state: Option<&Staged>) -> Result<(), SinkError> {
+        panic!("a shared mirror writes every batch with its fence");
+    }
+
+    fn fences(&self) -> bool {
+        true
+    }
+
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        self.writes += 1;
+        if self.fate == Fate::Stall(self.writes) {
+            // A paused process: its leases expire and are taken meanwhile.
+            tokio::time::sleep(STALL).await;
+        }
+        let mut committed = self.shared.committed.lock().await;
+        if std::env::var_os("SHARED_MIRROR_TRACE").is_some() {
+            let lines: Vec<String> = batch
+                .records
+                .iter()
+                .map(|l| String::from_utf8_lossy(l).chars().take(160).collect())
+                .collect();
+            eprintln!(
+                "{:?} after the capture: {} writes {} up to {:?}: {:?}",
+                self.shared.started.elapsed(),
+                self.worker,
+                fence.unit,
+                fence.position,
+                lines
+            );
+        }
+        match self.inner.write_fenced(batch, fence).await {
+            Ok(()) => {
+                self.committed(&mut committed, batch);
+                Ok(())
+            }
+            Err(error) => {
+                if error.class == SinkErrorClass::Fenced {
+                    self.shared.seen.fenced.fetch_add(1, Ordering::Relaxed);
+                }
+                self.check(&committed, "a refused batch");
+                Err(error)
+            }
+        }
+    }
+
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
+        let _committed = self.shared.committed.lock().await;
+        self.inner.claim(fence).await
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn versioned(&self) -> bool {
+        self.inner.versioned()
+    }
+}
+
+impl SharedSnapshots for Checked {
+    async fn open_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        id: i64,
+    ) -> Result<SharedSnapshot, SinkError> {
+        let _committed = self.shared.committed.lock().await;
+        self.inner.open_shared_snapshot(pipeline, id).await
+    }
+
+    async fn close_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        snapshot: &SharedSnapshot,
+        close: &CloseShared,
+    ) -> Result<Option<CleanedUp>, SinkError> {
+        if self.fate == Fate::CrashInsideCleanup {
+            self.shared
+                .seen
+                .crashed_inside
+                .fetch_add(1, Ordering::Relaxed);
+            self.crash().await;
+        }
+        let closed = {
+            let committed = self.shared.committed.lock().await;
+            let closed = self
+                .inner
+                .close_shared_snapshot(pipeline, snapshot, close)
+                .await?;
+            self.check(&committed, "the cleanup");
+            closed
+        };
+        if closed.is_some() {
+            let seen = &self.shared.seen;
+            seen.cleanups.fetch_add(1, Ordering::Relaxed);
+            let after = self.shared.started.elapsed().as_millis() as u64;
+            seen.closed_after_ms.store(after, Ordering::Relaxed);
+        }
+        if self.fate == Fate::CrashAfterCleanup {
+            self.shared
+                .seen
+                .crashed_after
+                .fetch_add(1, Ordering::Relaxed);
+            self.crash().await;
+        }
+        Ok(closed)
+    }
+}
+
+fn spec() -> TableSpec {
+    TableSpec {
+        table: "t".into(),
+        schema: "main".into(),
+        key: vec![KeyColumn {
+            name: "pk".into(),
+            kind: KeyType::S,
+        }],
+        document_column: "document".into(),
+        document_type: ddbpipe_keyed::DocumentType::Jsonb,
+        create_table: true,
+    }
+}
+
+/// `pk → v` of the destination table.
+fn rows(path: &Path) -> BTreeMap<String, u64> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut statement = db.prepare("SELECT pk, document FROM \"t\"").unwrap();
+    statement
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .map(|(pk, document)| {
+            let document: Value = serde_json::from_str(&document).unwrap();
+            (pk, document["v"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+fn write(key: usize, remove: bool) -> Change {
+    Change::Write {
+        key: format!("k{key:02}"),
+        remove,
+    }
+}
+
+/// The script of one seed (module docs), and how far the stream's clock is off this
+/// machine's (ms).
+fn stream(seed: u64, rng: &mut StdRng) -> (Arc<FakeStreams>, i64) {
+    // Inside the version rule's margin (docs/mirror.md §5.6: 61 s).
+    let skew_ms = rng.random_range(-50_000..=50_000);
+    let mut fake = FakeStreams::new(seed)
+        .with_faults(Faults::none())
+        .with_wall_origin_ms(ddbpipe_source::clock::unix_now_ms() + skew_ms)
+        .with_retention(Duration::from_secs(rng.random_range(40..=60)));
+    let roots = rng.random_range(1..=2u32);
+    let mut open = Vec::new();
+    for r in 0..roots {
+        let shard = format!("s{r}");
+        fake = fake.at(
+            Duration::ZERO,
+            Change::Root {
+                shard: shard.clone(),
+                range: Some((r * 65536 / roots, (r + 1) * 65536 / roots)),
+            },
+        );
+        open.push(shard);
+    }
+    for key in 0..KEYS {
+        if rng.random_bool(0.8) {
+            fake = fake.at(Duration::ZERO, write(key, false));
+        }
+    }
+    let mut later: Vec<(Duration, Change)> = (0..rng.random_range(10..60))
+        .map(|_| {
+            let at = CAPTURE + Duration::from_millis(rng.random_range(1_000..200_000));
+            (at, write(rng.random_range(0..KEYS), rng.random_bool(0.3)))
+        })
+        .collect();
+    let mut next = roots;
+    for _ in 0..rng.random_range(0..=3) {
+        let at = CAPTURE + Duration::from_secs(rng.random_range(5..150));
+        let parent = open.remove(rng.random_range(0..open.len()));
+        let count = if rng.random_bool(0.5) { 1 } else { 2 };
+        let children: Vec<String> = (0..count)
+            .map(|_| {
+                next += 1;
+                format!("s{next}")
+            })
+            .collect();
+        open.extend(children.iter().cloned());
+        later.push((
+            at,
+            Change::Reshard {
+                parent,
+                children,
+                listed_after: Duration::from_secs(rng.random_range(0..15)),
+            },
+        ));
+    }
+    later.sort_by_key(|(at, _)| *at);
+    for (at, change) in later {
+        fake = fake.at(at, change);
+    }
+    (Arc::new(fake), skew_ms)
+}
+
+/// What every worker of one seed shares.
+struct Setup {
+    stream: Arc<FakeStreams>,
+    skew_ms: i64,
+    leases: MemoryLeaseTable,
+    shared: Arc<Shared>,
+    run: StreamRun,
+}
+
+impl Setup {
+    /// Worker `id`'s mirror.
+    fn mirror(&self, id: &str) -> LeasedMirror<FakeStreamTable, FakeStreams, MemoryLeaseTable> {
+        let worker = || {
+            Worker::new(
+                self.leases.connect(),
+                PipelineName::new("p").unwrap(),
+                WorkerId::new(id).unwrap(),
+                LeaseSettings::new(10).unwrap(),
+            )
+        };
+        let identity = Identity::from_json(json!({"table_name": "t", "mode": "mirror"}));
+        let table =
+            FakeStreamTable::of(Arc::clone(&self.stream)).with_local_offset_ms(-self.skew_ms);
+        LeasedMirror {
+            scan: LeasedScan {
+                reader: SegmentReader {
+                    api: Arc::new(table),
+                    template: snapshot_template("t", false, Some(2)),
+                    total_segments: SEGMENTS,
+                    max_concurrency: 2,
+                    // A page (one unit) every 20 s: the snapshot outlasts the retention.
+                    limiter: Arc::new(ReadLimiter::new(Some(0.05))),
+                    retry: RetryPolicy::default(),
+                    render: Render::Snapshots(Arc::new(SnapshotShape {
+                        key_schema: vec![KeyAttribute {
+                            name: "pk".into(),
+                            key_type: KeyType::S,
+                        }],
+                        table: "t".into(),
+                        format: ValueFormat::Plain,
+                    })),
+                    observer: Arc::new(NoObserver),
+                },
+                worker: worker(),
+                batch: self.run.batch,
+                checkpoint_interval: Duration::ZERO,
+                identity: identity.clone(),
+            },
+            streams: LeasedStreams {
+                api: Arc::clone(&self.stream),
+                run: self.run.clone(),
+                worker: worker(),
+                checkpoint_interval: Duration::ZERO,
+                observer: Arc::new(NoObserver),
+                identity,
+                kept: Vec::new(),
+            },
+            deletes: true,
+            max_keys: u64::MAX,
+        }
+    }
+
+    /// Worker `id`'s checked sink, with its fate.
+    async fn sink(&self, id: &str, fate: Fate, crash: &Arc<Notify>) -> Checked {
+        let db = Database::Sqlite(SqliteDatabase::open(&self.shared.path).unwrap());
+        let inner = KeyedSink::new(
+            db,
+            spec(),
+            ValueFormat::Plain,
+            Records::Envelopes,
+            SinkRetry {
+                max_retries: 0,
+                initial_backoff: Duration::from_millis(10),
+                max_backoff: Duration::from_millis(10),
+            },
+        );
+        inner.prepare().await.unwrap();
+        Checked {
+            worker: id.to_string(),
+            inner,
+            shared: Arc::clone(&self.shared),
+            fate,
+            writes: 0,
+            crash: Arc::clone(crash),
+        }
+    }
+}
+
+type Ran = Result<LeasedMirrorOutcome, StreamRunError>;
+
+/// Runs worker `id` to its fate; a worker that crashed or stopped is replaced by `{id}-again`
+/// after `restart`. Returns the outcomes of the runs that ended on their own.
+async fn worker(setup: Arc<Setup>, id: String, fate: Fate, restart: Duration) -> Vec<Ran> {
+    let crash = Arc::new(Notify::new());
+    let mut sink = setup.sink(&id, fate, &crash).await;
+    let mirror = setup.mirror(&id);
+    let (stop, cancel) = Cancel::new();
+    let mut task = tokio::spawn(async move { mirror.run(&mut sink, cancel, &NoProgress).await });
+    let ended = match fate {
+        Fate::CrashAt(at) => tokio::select! {
+            ran = &mut task => Some(ran.unwrap()),
+            () = tokio::time::sleep(at) => None,
+        },
+        Fate::StopAt(at) => tokio::select! {
+            ran = &mut task => Some(ran.unwrap()),
+            () = tokio::time::sleep(at) => {
+                stop.cancel();
+                // A stop during the segments hands them back with their checkpoints.
+                let ran = (&mut task).await.unwrap();
+                assert!(
+                    matches!(ran, Ok(_) | Err(StreamRunError::SnapshotInterrupted)),
+                    "seed {}: {id} stopped: {ran:?}",
+                    setup.shared.seed
+                );
+                return again(setup, &id, restart).await;
+            }
+        },
+        Fate::CrashInsideCleanup | Fate::CrashAfterCleanup => tokio::select! {
+            ran = &mut task => Some(ran.unwrap()),
+            () = crash.notified() => None,
+        },
+        Fate::Steady | Fate::Stall(_) => Some((&mut task).await.unwrap()),
+    };
+    match ended {
+        Some(ran) => vec![ran],
+        None => {
+            // The process dies: no final checkpoint, no hand-back.
+            task.abort();
+            let _ = task.await;
+            again(setup, &id, restart).await
+        }
+    }
+}
+
+/// The process started in place of `id`'s, after `restart`.
+async fn again(setup: Arc<Setup>, id: &str, restart: Duration) -> Vec<Ran> {
+    tokio::time::sleep(restart).await;
+    let id = format!("{id}-again");
+    let crash = Arc::new(Notify::new());
+    let mut sink = setup.sink(&id, Fate::Steady, &crash).await;
+    let mirror = setup.mirror(&id);
+    vec![mirror.run(&mut sink, Cancel::never(), &NoProgress).await]
+}
+
+/// A fate for worker `w` of a seed.
+fn fate(w: usize, rng: &mut StdRng) -> Fate {
+    if w == 0 {
+        return Fate::Steady;
+    }
+    match rng.random_range(0..6) {
+        0 => Fate::Steady,
+        1 => Fate::CrashAt(Duration::from_millis(rng.random_range(500..120_000))),
+        2 => Fate::Stall(rng.random_range(1..8)),
+        3 => Fate::StopAt(Duration::from_millis(rng.random_range(500..120_000))),
+        4 => Fate::CrashInsideCleanup,
+        _ => Fate::CrashAfterCleanup,
+    }
+}
+
+/// What one seed showed beyond its checks.
+struct Simulated {
+    workers: usize,
+    fates: Vec<Fate>,
+    crashed_inside: u64,
+    crashed_after: u64,
+    fenced: u64,
+    split: bool,
+    /// The cleanup committed later after the capture than the stream keeps records.
+    outlasted_retention: bool,
+}
+
+async fn simulate(seed: u64) -> Simulated {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (stream, skew_ms) = stream(seed, &mut rng);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mirror.db");
+    let leases = MemoryLeaseTable::seeded(seed);
+    leases.set_faults(ddbpipe_source::lease::memory::Faults {
+        fail_rate: rng.random_range(0.0..0.03),
+        lost_reply_rate: rng.random_range(0.0..0.03),
+        delay: Duration::from_millis(rng.random_range(0..20)),
+    });
+    let mut run = ddbpipe_testkit::fake_stream_run();
+    run.bounds.shard_concurrency = rng.random_range(1..=3);
+    run.bounds.idle_termination = Some(Duration::from_secs(240));
+    run.bounds.discovery_interval = Duration::from_secs(rng.random_range(5..=20));
+    run.batch = BatchLimits {
+        records: rng.random_range(1..=6),
+        bytes: rng.random_range(200..=4000),
+    };
+    run.kind = StreamKind::Mirror;
+    run.on_gap = OnGap::Fail;
+    tokio::time::sleep(CAPTURE).await;
+    let setup = Arc::new(Setup {
+        stream: Arc::clone(&stream),
+        skew_ms,
+        leases: leases.clone(),
+        shared: Arc::new(Shared {
+            seed,
+            path: path.clone(),
+            committed: Mutex::new(Committed::new()),
+            seen: Seen::default(),
+            started: tokio::time::Instant::now(),
+        }),
+        run,
+    });
+    let workers = rng.random_range(2..=5usize);
+    let fates: Vec<Fate> = (0..workers).map(|w| fate(w, &mut rng)).collect();
+    let mut round = 0;
+    loop {
+        let quiet_start = stream.quiescent();
+        if std::env::var_os("SHARED_MIRROR_TRACE").is_some() {
+            eprintln!(
+                "round {round} at {:?}: the script was over {quiet_start}, retention {} ms",
+                stream.elapsed(),
+                stream_retention_ms(seed)
+            );
+        }
+        let tasks: Vec<_> = if round == 0 {
+            fates
+                .iter()
+                .enumerate()
+                .map(|(w, fate)| {
+                    let restart = Duration::from_millis(rng.random_range(0..=8_000));
+                    tokio::spawn(worker(Arc::clone(&setup), format!("w{w}"), *fate, restart))
+                })
+                .collect()
+        } else {
+            (0..2)
+                .map(|w| {
+                    let id = format!("r{round}w{w}");
+                    tokio::spawn(worker(Arc::clone(&setup), id, Fate::Steady, Duration::ZERO))
+                })
+                .collect()
+        };
+        for task in tasks {
+            let ran = tokio::time::timeout(Duration::from_secs(3600), task)
+                .await
+                .unwrap_or_else(|_| panic!("seed {seed}: a worker ran for an hour"))
+                .unwrap();
+            for outcome in ran {
+                outcome.unwrap_or_else(|e| panic!("seed {seed}: round {round}: {e}"));
+            }
+        }
+        if quiet_start {
+            break;
+        }
+        round += 1;
+        assert!(round < 12, "seed {seed}: the script never ended");
+    }
+    let (destination, table) = (
+        rows(&path),
+        FakeStreamTable::of(Arc::clone(&stream)).items(),
+    );
+    if destination != table {
+        let origin = stream.wall_now_ms() - stream.elapsed().as_millis() as i64;
+        let differ: Vec<String> = table
+            .iter()
+            .filter(|(key, version)| destination.get(*key) != Some(*version))
+            .map(|(key, _)| key.clone())
+            .chain(
+                destination
+                    .keys()
+                    .filter(|k| !table.contains_key(*k))
+                    .cloned(),
+            )
+            .collect();
+        for key in &differ {
+            let writes: Vec<String> = stream
+                .history()
+                .iter()
+                .filter(|w| &w.key == key)
+                .map(|w| {
+                    format!(
+                        "{}s v{} removed {}",
+                        (w.micros / 1000 - origin) / 1000,
+                        w.version,
+                        w.removed
+                    )
+                })
+                .collect();
+            let records: Vec<String> = stream
+                .written()
+                .iter()
+                .filter(|w| &w.key == key)
+                .map(|w| {
+                    format!(
+                        "{} {} v{} {}",
+                        w.shard.as_str(),
+                        w.seq.as_str(),
+                        w.version,
+                        w.event
+                    )
+                })
+                .collect();
+            eprintln!("seed {seed}: {key}: writes {writes:?}; records {records:?}");
+        }
+        panic!(
+            "seed {seed}: the destination differs from the table at {differ:?}: {destination:?} vs {table:?}; fates {fates:?}, closed after {} ms",
+            setup.shared.seen.closed_after_ms.load(Ordering::Relaxed)
+        );
+    }
+    let seen = &setup.shared.seen;
+    assert_eq!(
+        seen.cleanups.load(Ordering::Relaxed),
+        1,
+        "seed {seed}: one cleanup"
+    );
+    leases.set_faults(ddbpipe_source::lease::memory::Faults::default());
+    let lease_rows = leases.rows(&PipelineName::new("p").unwrap());
+    for index in 0..SEGMENTS {
+        let row = lease_rows.iter().find(|r| {
+            r.unit
+                == UnitId::Segment {
+                    index,
+                    total: SEGMENTS,
+                }
+        });
+        assert!(
+            row.is_some_and(|r| r.state == LeaseState::Done),
+            "seed {seed}: segment {index}: {row:?}"
+        );
+    }
+    for shard in stream.shards().into_iter().filter(|s| s.closed) {
+        let row = lease_rows
+            .iter()
+            .find(|r| r.unit == UnitId::Shard(shard.id.clone()))
+            .unwrap_or_else(|| panic!("seed {seed}: no row for {}", shard.id));
+        assert_eq!(row.state, LeaseState::ShardEnd, "seed {seed}: {row:?}");
+        assert_eq!(row.owner, None, "seed {seed}: {row:?}");
+    }
+    let retention_ms = stream_retention_ms(seed);
+    Simulated {
+        workers,
+        fates,
+        crashed_inside: seen.crashed_inside.load(Ordering::Relaxed),
+        crashed_after: seen.crashed_after.load(Ordering::Relaxed),
+        fenced: seen.fenced.load(Ordering::Relaxed),
+        split: stream.shards().len() > 2,
+        outlasted_retention: seen.closed_after_ms.load(Ordering::Relaxed) > retention_ms,
+    }
+}
+
+/// The retention seed `seed`'s script drew (the draw `stream` makes first after the skew).
+fn stream_retention_ms(seed: u64) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let _skew: i64 = rng.random_range(-50_000..=50_000);
+    rng.random_range(40..=60u64) * 1000
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("SHARED_MIRROR_SEED") {
+        return vec![seed.trim().parse().expect("SHARED_MIRROR_SEED is a number")];
+    }
+    let n = std::env::var("SHARED_MIRROR_SEEDS")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(SEEDS);
+    (0..n).collect()
+}
+
+#[test]
+fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits_and_trims() {
+    if std::env::var_os("SHARED_MIRROR_TRACE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("SHARED_MIRROR_TRACE").unwrap_or_default())
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let seeds = seeds();
+    let mut all = Vec::new();
+    for &seed in &seeds {
+        let simulated = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+            .block_on(simulate(seed));
+        all.push(simulated);
+    }
+    let count = |f: &dyn Fn(&Simulated) -> bool| all.iter().filter(|s| f(s)).count();
+    let inside = count(&|s| s.crashed_inside > 0);
+    let after = count(&|s| s.crashed_after > 0);
+    let fenced = count(&|s| s.fenced > 0);
+    let split = count(&|s| s.split);
+    let outlasted = count(&|s| s.outlasted_retention);
+    let five = count(&|s| s.workers == 5);
+    let stalls = count(&|s| s.fates.iter().any(|f| matches!(f, Fate::Stall(_))));
+    eprintln!(
+        "{} seeds: cleanup crashed inside {inside}, right after {after}; a zombie's batch \
+         refused {fenced} (stalls in {stalls}); split {split}; snapshot outlasted the retention \
+         {outlasted}; 5 workers {five}",
+        seeds.len()
+    );
+    if seeds.len() >= SEEDS as usize {
+        let enough = seeds.len() / 10;
+        for (case, n) in [
+            ("a crash inside the cleanup", inside),
+            ("a crash right after the cleanup", after),
+            ("a zombie's batch refused", fenced),
+            ("a split", split),
+            ("a snapshot that outlasted the retention", outlasted),
+        ] {
+            assert!(n >= enough, "{case}: {n} of {} seeds", seeds.len());
+        }
+    }
+}
