@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod fake_export;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1201,6 +1202,98 @@ fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, 
         said[2]
     );
     assert_eq!(shard_owner(&config), None, "SIGTERM hands the lease back");
+}
+
+/// Three workers mirror a table whose snapshot lasts longer than its stream keeps records (a
+/// rolling 10 s retention of the scripted fake in front of moto; the slow snapshot takes about
+/// twice that) into PostgreSQL while a writer changes it, one worker SIGKILLed during the snapshot and another
+/// SIGSTOPped past its lease: the stream is read beside the snapshot from its start, so no
+/// change is trimmed before it is read, and the destination ends equal to the table. (Read
+/// after the snapshot, as shared mirrors did before, the changes of the snapshot's first
+/// seconds were trimmed unread and lost without a word.)
+#[test]
+fn three_workers_mirror_a_snapshot_longer_than_the_streams_retention() {
+    const RETENTION: Duration = Duration::from_secs(10);
+    let running = Emulator::Moto.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..240 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    fake.set_stream_retention(RETENTION);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Postgres, dir.path());
+    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+    let slower = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("page_limit: 10", "page_limit: 5")
+        .replace(
+            "max_read_units_per_second: 2",
+            "max_read_units_per_second: 1",
+        );
+    std::fs::write(&config, slower).unwrap();
+    passes_check(&config);
+    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
+    // Changes from the snapshot's first second on, through and after it.
+    let writer = writer(&running.endpoint, 200, Duration::from_millis(150), |step| {
+        (format!("k{:03}", (step * 37) % 260), step % 4 == 3)
+    });
+    let marked = || {
+        destination
+            .rows("items")
+            .values()
+            .filter(|row| row.snapshot.is_some())
+            .count()
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(60), || marked() >= 20),
+        "the workers write the snapshot"
+    );
+    let mut killed = workers.remove(0);
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+    writer.join().unwrap();
+
+    // The shared snapshot's record, kept with the fences: closed by the cleanup.
+    let record = || -> Value {
+        let stored = destination.query_texts(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
+        );
+        serde_json::from_str(&stored[0][0]).unwrap()
+    };
+    let closed = common::wait_for(Duration::from_secs(240), || !record()["closed"].is_null());
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        destination.items("items") == table
+    });
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        said.push(stderr(&output));
+        assert_eq!(output.status.code(), Some(0), "{}", said.last().unwrap());
+    }
+    let record = record();
+    assert!(closed, "the snapshot was closed: {record}; {said:#?}");
+    assert_eq!(
+        destination.items("items"),
+        table,
+        "the destination ends equal to the table (converged: {converged}); {said:#?}"
+    );
+    let took = record["closed"]["at_ms"].as_i64().unwrap() - record["id"].as_i64().unwrap();
+    assert!(
+        took > RETENTION.as_millis() as i64,
+        "the snapshot took {took} ms, longer than the stream keeps records"
+    );
+    eprintln!("the snapshot took {took} ms; the stream keeps records {RETENTION:?}");
 }
 
 #[test]

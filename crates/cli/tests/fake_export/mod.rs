@@ -55,7 +55,8 @@
 //! [`FakeExport::trim_stream_before`] makes the stream behind the fake lose its older records, as
 //! DynamoDB's retention does: forwarded `GetRecords` answers leave them out and positions at them
 //! are refused with `TrimmedDataAccessException`. A gap a test can make on an emulator whose
-//! stream never trims.
+//! stream never trims. [`FakeExport::set_stream_retention`] trims on a rolling clock instead, as
+//! DynamoDB's retention does, only sooner.
 //!
 //! # Status
 //! An export answers `IN_PROGRESS` to its first N `DescribeExport` calls (knob, default 1), then
@@ -166,7 +167,23 @@ struct Knobs {
     full_summary_export_type: bool,
     empty_files_zero_bytes: bool,
     trim_before_ms: Option<i64>,
+    /// A rolling trim point: records older than this are gone.
+    retention: Option<Duration>,
     denied_bucket: Option<String>,
+}
+
+impl Knobs {
+    /// Where the stream is trimmed now (unix ms): the later of the fixed trim point and the
+    /// retention's.
+    fn trim_ms(&self) -> Option<i64> {
+        let rolling = self.retention.map(|kept| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            now.saturating_sub(kept).as_millis() as i64
+        });
+        self.trim_before_ms.max(rolling)
+    }
 }
 
 impl Default for Knobs {
@@ -183,6 +200,7 @@ impl Default for Knobs {
             full_summary_export_type: false,
             empty_files_zero_bytes: false,
             trim_before_ms: None,
+            retention: None,
             denied_bucket: None,
         }
     }
@@ -399,6 +417,12 @@ impl FakeExport {
     /// Incremental exports still see every record (they read the upstream directly).
     pub fn trim_stream_before(&self, ms: i64) {
         self.state().knobs.trim_before_ms = Some(ms);
+    }
+
+    /// The stream behind the fake keeps records for `kept` only, as DynamoDB's does for 24 h:
+    /// a rolling [`FakeExport::trim_stream_before`].
+    pub fn set_stream_retention(&self, kept: Duration) {
+        self.state().knobs.retention = Some(kept);
     }
 
     /// Exports started from now on answer `IN_PROGRESS` to their first `n` `DescribeExport`
@@ -775,7 +799,7 @@ fn trimmed_iterator(inner: &Inner, body: &Bytes) -> Option<Response<Full<Bytes>>
     }
     let seq = input["SequenceNumber"].as_str()?;
     let state = inner.lock();
-    let trim = state.knobs.trim_before_ms?;
+    let trim = state.knobs.trim_ms()?;
     let created = *state.record_times.get(seq)?;
     (created < trim).then(|| {
         json_response(
@@ -802,7 +826,7 @@ async fn trim_records(inner: &Inner, response: Response<Full<Bytes>>) -> Respons
             .map(|s| (s * 1000.0) as i64)
     };
     let mut state = inner.lock();
-    let trim = state.knobs.trim_before_ms;
+    let trim = state.knobs.trim_ms();
     let Some(records) = answer["Records"].as_array_mut() else {
         return Response::from_parts(parts, Full::new(bytes));
     };
