@@ -79,11 +79,11 @@ mod validate;
 pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
 pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
-pub use reader::{
-    ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
-};
+pub use reader::{ExportFiles, ExportPoll, ExportReader, ExportSnapshot};
 pub use start::{ExportTarget, client_token, given, start};
 pub(crate) use validate::check_key;
 
 /// An export's errors are read errors: [`crate::error`] owns them.
 pub use crate::error::{ExportError, ExportProblem};
+/// A data file's cursor is a stored position: [`crate::position`] encodes and decodes it.
+pub use crate::position::{cursor_lines, file_cursor};
