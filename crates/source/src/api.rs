@@ -11,6 +11,8 @@ use ddbpipe_value::{Item, Value, ValueFormat};
 
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
+/// A table's key schema, as [`TableDescription`] gives it: [`crate::key_schema`] owns it.
+pub use crate::key_schema::{KeyAttribute, KeyType};
 use crate::records::Lines;
 use crate::streams::envelope::{self, EnvelopeError};
 
@@ -141,37 +143,6 @@ pub struct RenderedPage {
     pub last_evaluated_key: Option<Item>,
     /// `ConsumedCapacity.CapacityUnits`, when the service reported it.
     pub consumed_capacity: Option<f64>,
-}
-
-/// The type of a key attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyType {
-    /// String.
-    S,
-    /// Number.
-    N,
-    /// Binary.
-    B,
-}
-
-impl KeyType {
-    /// `"S"`, `"N"` or `"B"`.
-    pub fn tag(self) -> &'static str {
-        match self {
-            KeyType::S => "S",
-            KeyType::N => "N",
-            KeyType::B => "B",
-        }
-    }
-}
-
-/// One key attribute: hash first, then range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyAttribute {
-    /// Attribute name.
-    pub name: String,
-    /// Declared type.
-    pub key_type: KeyType,
 }
 
 /// Global or local secondary index.

@@ -36,6 +36,7 @@ pub mod fake_export;
 pub mod fake_streams;
 pub mod health;
 pub mod ids;
+pub mod key_schema;
 pub mod lease;
 pub mod plan;
 pub mod position;

@@ -81,7 +81,6 @@ pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, Snaps
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
 pub use reader::{ExportFiles, ExportPoll, ExportReader, ExportSnapshot};
 pub use start::{ExportTarget, client_token, given, start};
-pub(crate) use validate::check_key;
 
 /// An export's errors are read errors: [`crate::error`] owns them.
 pub use crate::error::{ExportError, ExportProblem};
