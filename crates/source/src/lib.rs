@@ -25,6 +25,7 @@ pub mod capacity;
 pub mod clock;
 pub mod config;
 pub mod endpoint;
+pub mod envelope;
 pub mod error;
 pub mod events;
 pub mod export;

@@ -16,7 +16,7 @@
 //! As on the SDK path: an attribute type this version does not know and a sequence number that
 //! is not one are fatal, naming the table or the record's `eventID`; a record without its
 //! `dynamodb` part or its sequence number is an
-//! [`EnvelopeError`](crate::streams::envelope::EnvelopeError) for the shard reader; a body
+//! [`EnvelopeError`](crate::envelope::EnvelopeError) for the shard reader; a body
 //! that does not parse is an error without a code (transient), like an answer the SDK cannot
 //! read.
 //!

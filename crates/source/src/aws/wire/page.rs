@@ -10,7 +10,7 @@ use super::{Optional, Text, parse, unreadable};
 use crate::api::{Render, RenderedPage};
 use crate::error::ApiError;
 use crate::records::Lines;
-use crate::streams::envelope;
+use crate::envelope;
 
 /// Decodes a Scan or Query answer of `table`, writing its items as records by `render`.
 pub(crate) fn rendered_page(

@@ -13,7 +13,7 @@ use crate::api::{ChangeMeta, ChangeOp, ChangePage, ChangeShape, Changes};
 use crate::error::ApiError;
 use crate::ids::SequenceNumber;
 use crate::records::Lines;
-use crate::streams::envelope::{self, ChangeFields, EnvelopeError, Image};
+use crate::envelope::{self, ChangeFields, EnvelopeError, Image};
 
 /// Decodes a GetRecords answer, writing its records as envelopes of `shape`.
 pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<ChangePage, ApiError> {

@@ -16,7 +16,7 @@ use crate::api::{
 };
 use crate::error::{ApiError, ErrorClass};
 use crate::ids::{SequenceNumber, ShardId};
-use crate::streams::envelope::EnvelopeError;
+use crate::envelope::EnvelopeError;
 
 // The value crate's strategies and wire encoder, shared by path rather than copied.
 #[path = "../../../../value/tests/strategies/mod.rs"]
