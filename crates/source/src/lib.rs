@@ -46,3 +46,4 @@ pub mod retry;
 pub mod scan;
 pub mod segments;
 pub mod streams;
+mod wire;

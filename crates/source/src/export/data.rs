@@ -29,7 +29,7 @@ use super::incremental::write_change_line;
 use super::validate::key_of_line;
 use super::{ExportError, ExportType, ManifestFile};
 use crate::api::{KeyAttribute, Render};
-use crate::aws::ExportLineWriter;
+use crate::wire::ExportLineWriter;
 use crate::records::Lines;
 
 /// Bytes of a file's records a spool keeps in memory before it moves to a temporary file.

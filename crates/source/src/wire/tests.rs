@@ -19,7 +19,7 @@ use crate::ids::{SequenceNumber, ShardId};
 use crate::envelope::EnvelopeError;
 
 // The value crate's strategies and wire encoder, shared by path rather than copied.
-#[path = "../../../../value/tests/strategies/mod.rs"]
+#[path = "../../../value/tests/strategies/mod.rs"]
 mod strategies;
 
 use strategies::{item, text, wire_item};

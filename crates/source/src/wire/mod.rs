@@ -1,4 +1,6 @@
-//! Scan, Query and GetRecords answers decoded straight into records (docs/cli.md §8.7).
+//! Scan, Query and GetRecords answers, and a full export's lines, decoded straight into
+//! records (docs/cli.md §8.7). DynamoDB's JSON, not the SDK's: `crate::aws` hands it the
+//! bodies it took from the SDK (`raw_body`), `crate::export` the lines of its data files.
 //!
 //! # Scan and Query
 //! Each of `Items` is written as its record by [`WireWriter`](ddbpipe_value::WireWriter) while
