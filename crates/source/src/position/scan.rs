@@ -159,8 +159,7 @@ impl ScanPosition {
             let item = ddbpipe_value::item_from_typed_json(cursor, &path)
                 .map_err(|e| PositionError::new(e.path.clone(), e.to_string()))?;
             if kind == ScanKind::Export {
-                cursor_lines(&item)
-                    .map_err(|problem| PositionError::new(&path, problem))?;
+                cursor_lines(&item).map_err(|problem| PositionError::new(&path, problem))?;
             }
             decoded.insert(number, item);
         }

@@ -14,9 +14,9 @@ use crate::api::{
     ChangeData, ChangePage, ChangeShape, KeyAttribute, KeyType, Page, RecordsPage, Render,
     SnapshotShape, StreamRecord, UserIdentity,
 };
+use crate::envelope::EnvelopeError;
 use crate::error::{ApiError, ErrorClass};
 use crate::ids::{SequenceNumber, ShardId};
-use crate::envelope::EnvelopeError;
 
 // The value crate's strategies and wire encoder, shared by path rather than copied.
 #[path = "../../../value/tests/strategies/mod.rs"]
