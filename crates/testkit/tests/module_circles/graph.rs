@@ -203,7 +203,8 @@ pub(crate) fn crate_graph(root_file: &Path, read: Read) -> Result<Graph, String>
         top: &top,
         graph: &mut graph,
     };
-    visit.file(root_file, &root_tokens, &[], &dir)?;
+    visit.graph.files += 1;
+    visit.block(root_file, &root_tokens, &[], &dir)?;
     Ok(graph)
 }
 
@@ -283,17 +284,6 @@ struct Visit<'a> {
 impl Visit<'_> {
     /// The code of one module (a file, or an inline `mod { … }` in one): `module` is its path
     /// from the crate root, `dir` where its `mod x;` children live.
-    fn file(
-        &mut self,
-        file: &Path,
-        tokens: &[Token],
-        module: &[String],
-        dir: &Path,
-    ) -> Result<(), String> {
-        self.graph.files += 1;
-        self.block(file, tokens, module, dir)
-    }
-
     fn block(
         &mut self,
         file: &Path,
@@ -413,7 +403,8 @@ impl Visit<'_> {
                     } else {
                         candidate.with_extension("")
                     };
-                self.file(candidate, &lex(&text), &inner, &child_dir)?;
+                self.graph.files += 1;
+                self.block(candidate, &lex(&text), &inner, &child_dir)?;
                 return Ok(at + 3);
             }
         }
