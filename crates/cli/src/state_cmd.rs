@@ -17,7 +17,7 @@ use crate::telemetry::note;
 use crate::wiring;
 
 pub(crate) mod leases;
-mod streams;
+pub(crate) mod streams;
 
 /// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
 pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {

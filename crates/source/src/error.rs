@@ -3,7 +3,8 @@
 //! # Error handling
 //! An [`ApiError`] is what one request attempt returned, already classified by its AWS error
 //! code (docs/errors.md §9.1). The one retry layer ([`crate::retry`]) retries throttles and transients
-//! and turns the last failure into a [`ReadError`], which is definite: it stops the run.
+//! and turns the last failure into a [`ReadError`], which is definite: it stops the run. An
+//! [`ExportError`] says why an export's files do not read (definite; `crate::export` makes them).
 
 use std::fmt;
 
@@ -163,7 +164,7 @@ pub enum ReadError {
     /// Definite: an export failed, or its files do not read or verify (the error names the
     /// export or the file).
     #[error(transparent)]
-    Export(#[from] crate::export::ExportError),
+    Export(#[from] ExportError),
     /// The run was asked to stop (signal or failure elsewhere) while this read waited.
     #[error("the read was cancelled")]
     Cancelled,
@@ -176,5 +177,52 @@ impl ReadError {
             ReadError::Request { error, .. } => error.code.as_deref(),
             _ => None,
         }
+    }
+}
+
+/// Why an export cannot be read; definite: the same files give the same error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {problem}")]
+pub struct ExportError {
+    /// The S3 key of the object (or the manifest) that does not read.
+    pub object: String,
+    /// What is wrong, and where in it.
+    pub problem: String,
+    /// Whether the export itself is beyond use (`export` rule 13).
+    pub kind: ExportProblem,
+}
+
+/// What an [`ExportError`] says of its export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportProblem {
+    /// The export, its request or the settings: reading the same export again may work once
+    /// the cause is fixed.
+    Export,
+    /// A data file is damaged or gone (it does not verify, does not decode, holds an item
+    /// DynamoDB could not hold, or was deleted): reading the same export again fails the same
+    /// way, so the run abandons it for a new one (`export` rule 13).
+    Damaged,
+}
+
+impl ExportError {
+    pub(crate) fn new(object: &str, problem: impl Into<String>) -> Self {
+        ExportError {
+            object: object.to_string(),
+            problem: problem.into(),
+            kind: ExportProblem::Export,
+        }
+    }
+
+    /// A damaged or missing data file (`export` rule 13).
+    pub(crate) fn damaged(object: &str, problem: impl Into<String>) -> Self {
+        ExportError {
+            kind: ExportProblem::Damaged,
+            ..ExportError::new(object, problem)
+        }
+    }
+
+    /// Whether the export is beyond use: a new export is needed.
+    pub fn is_damaged(&self) -> bool {
+        self.kind == ExportProblem::Damaged
     }
 }

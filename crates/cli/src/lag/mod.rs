@@ -47,7 +47,7 @@ use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, SourceConfig, StartPosition};
 use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::plan;
-use ddbpipe_source::position::{SnapshotRecord, StreamsPosition};
+use ddbpipe_source::position::StreamsPosition;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::lineage::ShardGraph;
 use serde_json::{Value as Json, json};
@@ -55,6 +55,7 @@ use serde_json::{Value as Json, json};
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{Exit, Failure, start_failure};
+use crate::state_cmd::streams::snapshot_progress;
 use crate::stream_gaps;
 use crate::wiring::{self, resolve_stream};
 
@@ -378,29 +379,6 @@ fn snapshot_phase(mode: Mode, stored: Option<&StreamsPosition>) -> Option<LagRep
             Json::Null,
         )),
         None => None,
-    }
-}
-
-/// `snapshot (mirror) open: 3 of 16 segment(s) done` from a stored snapshot record (docs/state.md
-/// §6.3); a snapshot read from an export names it and counts its data files.
-pub(crate) fn snapshot_progress(record: &SnapshotRecord) -> String {
-    let reason = record.reason.as_str();
-    let done: u64 = record
-        .done
-        .iter()
-        .map(|[first, last]| u64::from(last.saturating_sub(*first)) + 1)
-        .sum();
-    let segments = match &record.export_arn {
-        Some(arn) => format!(
-            "export {arn}, {done} of {} data file(s) done",
-            record.total_segments
-        ),
-        None => format!("{done} of {} segment(s) done", record.total_segments),
-    };
-    if record.complete {
-        format!("snapshot ({reason}) scanned, {segments}; streaming starts after its cleanup")
-    } else {
-        format!("snapshot ({reason}) open: {segments}")
     }
 }
 

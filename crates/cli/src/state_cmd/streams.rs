@@ -1,9 +1,7 @@
 //! What `state show` says of a streams or mirror position (docs/cli.md §8.4): its phase, the
 //! open snapshot's progress (or its export) and capture, an open repair, and its shards.
 
-use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
-
-use crate::lag::snapshot_progress;
+use ddbpipe_source::position::{ShardProgress, SnapshotRecord, StreamKind, StreamsPosition};
 
 /// Where a streams or mirror position stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +35,29 @@ impl Phase {
             Phase::Repair => "repair",
             Phase::Streaming => "streaming",
         }
+    }
+}
+
+/// `snapshot (mirror) open: 3 of 16 segment(s) done` from a stored snapshot record (docs/state.md
+/// §6.3); a snapshot read from an export names it and counts its data files.
+pub(crate) fn snapshot_progress(record: &SnapshotRecord) -> String {
+    let reason = record.reason.as_str();
+    let done: u64 = record
+        .done
+        .iter()
+        .map(|[first, last]| u64::from(last.saturating_sub(*first)) + 1)
+        .sum();
+    let segments = match &record.export_arn {
+        Some(arn) => format!(
+            "export {arn}, {done} of {} data file(s) done",
+            record.total_segments
+        ),
+        None => format!("{done} of {} segment(s) done", record.total_segments),
+    };
+    if record.complete {
+        format!("snapshot ({reason}) scanned, {segments}; streaming starts after its cleanup")
+    } else {
+        format!("snapshot ({reason}) open: {segments}")
     }
 }
 

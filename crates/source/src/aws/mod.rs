@@ -10,7 +10,7 @@
 //! # Data plane
 //! Scan, Query and GetRecords are sent, signed and error-checked by the same clients, but a
 //! successful answer's body skips the SDK's deserialiser (`raw_body`) and is decoded straight
-//! into records (`wire`): the SDK's object model cost about two thirds of the CPU per item.
+//! into records (`crate::wire`): the SDK's object model cost about two thirds of the CPU per item.
 //! `read_page` and `get_records` (value trees, for the lag probe) still go through the SDK.
 
 mod convert;
@@ -19,9 +19,6 @@ mod lease;
 mod raw_body;
 mod streams;
 mod table;
-mod wire;
-
-pub(crate) use wire::ExportLineWriter;
 
 use std::time::Duration;
 

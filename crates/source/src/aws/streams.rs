@@ -24,13 +24,13 @@ use aws_sdk_dynamodbstreams::types::{
 use super::api_error;
 use super::convert::{UnknownType, item_from_streams};
 use super::raw_body::{BodyBuffers, TakeBody};
-use super::wire;
 use crate::api::{
     ChangeData, ChangePage, ChangeShape, RecordsPage, ShardDescription, StartAt, StreamPage,
     StreamRecord, StreamsApi, UserIdentity,
 };
 use crate::error::ApiError;
 use crate::ids::{SequenceNumber, ShardId};
+use crate::wire;
 
 /// `Limit` of every `DescribeStream` page (docs/streams.md §4.3); also the service's maximum.
 const DESCRIBE_STREAM_LIMIT: i32 = 100;

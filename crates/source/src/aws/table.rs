@@ -14,12 +14,12 @@ use aws_sdk_dynamodb::types::{
 use super::api_error;
 use super::convert::{item_from_sdk, item_to_sdk, value_to_sdk};
 use super::raw_body::{BodyBuffers, TakeBody};
-use super::wire;
 use crate::api::{
     IndexDescription, IndexKind, KeyAttribute, KeyType, Page, ReadKind, ReadRequest, Render,
     RenderedPage, StreamInfo, TableApi, TableDescription, TableNames,
 };
 use crate::error::ApiError;
+use crate::wire;
 
 /// Reads tables through the AWS SDK client.
 #[derive(Debug, Clone)]

@@ -29,8 +29,8 @@ use super::incremental::write_change_line;
 use super::validate::key_of_line;
 use super::{ExportError, ExportType, ManifestFile};
 use crate::api::{KeyAttribute, Render};
-use crate::aws::ExportLineWriter;
 use crate::records::Lines;
+use crate::wire::ExportLineWriter;
 
 /// Bytes of a file's records a spool keeps in memory before it moves to a temporary file.
 pub const SPOOL_MEMORY_BYTES: usize = 4 << 20;

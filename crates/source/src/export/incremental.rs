@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::validate::check_change;
 use crate::api::{KeyAttribute, SnapshotShape};
-use crate::streams::envelope::write_export_change;
+use crate::envelope::write_export_change;
 
 /// One line as stored.
 #[derive(Deserialize)]

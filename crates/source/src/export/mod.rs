@@ -79,55 +79,10 @@ mod validate;
 pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
 pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
-pub use reader::{
-    ExportFiles, ExportPoll, ExportReader, ExportSnapshot, cursor_lines, file_cursor,
-};
+pub use reader::{ExportFiles, ExportPoll, ExportReader, ExportSnapshot};
 pub use start::{ExportTarget, client_token, given, start};
-pub(crate) use validate::check_key;
 
-/// Why an export cannot be read; definite: the same files give the same error.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{object}: {problem}")]
-pub struct ExportError {
-    /// The S3 key of the object (or the manifest) that does not read.
-    pub object: String,
-    /// What is wrong, and where in it.
-    pub problem: String,
-    /// Whether the export itself is beyond use (rule 13).
-    pub kind: ExportProblem,
-}
-
-/// What an [`ExportError`] says of its export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExportProblem {
-    /// The export, its request or the settings: reading the same export again may work once
-    /// the cause is fixed.
-    Export,
-    /// A data file is damaged or gone (it does not verify, does not decode, holds an item
-    /// DynamoDB could not hold, or was deleted): reading the same export again fails the same
-    /// way, so the run abandons it for a new one (rule 13).
-    Damaged,
-}
-
-impl ExportError {
-    pub(crate) fn new(object: &str, problem: impl Into<String>) -> Self {
-        ExportError {
-            object: object.to_string(),
-            problem: problem.into(),
-            kind: ExportProblem::Export,
-        }
-    }
-
-    /// A damaged or missing data file (rule 13).
-    pub(crate) fn damaged(object: &str, problem: impl Into<String>) -> Self {
-        ExportError {
-            kind: ExportProblem::Damaged,
-            ..ExportError::new(object, problem)
-        }
-    }
-
-    /// Whether the export is beyond use: a new export is needed.
-    pub fn is_damaged(&self) -> bool {
-        self.kind == ExportProblem::Damaged
-    }
-}
+/// An export's errors are read errors: [`crate::error`] owns them.
+pub use crate::error::{ExportError, ExportProblem};
+/// A data file's cursor is a stored position: [`crate::position`] encodes and decodes it.
+pub use crate::position::{cursor_lines, file_cursor};

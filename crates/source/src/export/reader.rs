@@ -6,7 +6,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ddbpipe_value::{Item, Number, Value};
+use ddbpipe_value::Item;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -23,30 +23,11 @@ use crate::api::{KeyAttribute, Render};
 use crate::capacity::ReadLimiter;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
+use crate::position::{cursor_lines, file_cursor};
 use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
 use crate::scan::{PageOut, PageSource};
 use crate::segments::SegmentRanges;
-
-/// The attribute of a data file's cursor: the number of its items already handed on.
-const LINES: &str = "lines";
-
-/// A data file's cursor as stored in a scan position's `cursors`: `{"lines": {"N": "<n>"}}`,
-/// the number of its items handed on (docs/state.md §6.3).
-pub fn file_cursor(lines: u64) -> Item {
-    Item::from([(LINES.to_string(), Value::N(Number::new(lines.to_string())))])
-}
-
-/// The items handed on that a data file's cursor records; the problem when it is not one.
-pub fn cursor_lines(cursor: &Item) -> Result<u64, String> {
-    match cursor.get(LINES) {
-        Some(Value::N(n)) if cursor.len() == 1 => n
-            .as_str()
-            .parse()
-            .map_err(|_| format!("'{n}' is not a count of lines")),
-        _ => Err("an export file's cursor is {\"lines\": {\"N\": …}}".into()),
-    }
-}
 
 /// How often `DescribeExport` is asked while an export runs: from `first`, doubling, at most
 /// `max` apart.

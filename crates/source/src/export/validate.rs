@@ -3,7 +3,8 @@
 //! DynamoDB itself would hold before any line of its file is handed on.
 //!
 //! # Rules
-//! 1. Every key attribute of the table's key schema is present with the schema's type.
+//! 1. Every key attribute of the table's key schema is present with the schema's type
+//!    (`key_schema::check_key`).
 //! 2. Every number is one DynamoDB stores and the item is at most 400 KB
 //!    (`ddbpipe_value::check_item`; the full export's fast path checks the same while it
 //!    writes, `WireWriter::checking`).
@@ -13,28 +14,7 @@
 use ddbpipe_value::{Item, check_item};
 
 use super::ExportType;
-use crate::api::KeyAttribute;
-
-/// Rule 1: the key attributes `type_of` finds (their type tags) match `key_schema`.
-pub(crate) fn check_key<'a>(
-    key_schema: &[KeyAttribute],
-    type_of: impl Fn(&str) -> Option<&'a str>,
-) -> Result<(), String> {
-    for key in key_schema {
-        match type_of(&key.name) {
-            None => return Err(format!("the item has no key attribute '{}'", key.name)),
-            Some(found) if found != key.key_type.tag() => {
-                return Err(format!(
-                    "key attribute '{}' is of type {found}, but the table's key schema says {}",
-                    key.name,
-                    key.key_type.tag()
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
+use crate::key_schema::{KeyAttribute, check_key};
 
 /// Rules 1–2 for an incremental export's line: its `Keys`, and its images.
 pub(crate) fn check_change(

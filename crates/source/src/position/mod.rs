@@ -2,7 +2,7 @@
 //! anything unexpected is corruption, reported with its JSON path below the position.
 //!
 //! - [`ScanPosition`] (`scan.rs`): a scan or query — finished segments and the cursors of
-//!   started ones.
+//!   started ones; an export data file's cursor is [`file_cursor`] (its items handed on).
 //! - [`StreamsPosition`] (`streams.rs`): a streams or mirror read — one [`ShardProgress`] per
 //!   shard (`TrimHorizon | After(seq) | ShardEnd`), the stream, the open snapshot.
 //! - [`SnapshotRecord`] (`snapshot.rs`): the open snapshot of a mirror or resnapshot, with its
@@ -29,7 +29,7 @@ use serde_json::Value as Json;
 pub use lease::{CheckpointKind, LeaseCheckpoint};
 pub use parts::{PositionParts, put_parts, take_parts};
 pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord};
-pub use scan::{ScanKind, ScanPosition};
+pub use scan::{ScanKind, ScanPosition, cursor_lines, file_cursor};
 pub use snapshot::{SnapshotReason, SnapshotRecord};
 pub use streams::{ShardProgress, StreamKind, StreamsPosition};
 

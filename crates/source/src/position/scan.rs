@@ -3,12 +3,32 @@
 
 use std::collections::BTreeMap;
 
-use ddbpipe_value::Item;
+use ddbpipe_value::{Item, Number, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use super::{PositionError, strict};
 use crate::segments::SegmentRanges;
+
+/// The attribute of a data file's cursor: the number of its items already handed on.
+const LINES: &str = "lines";
+
+/// A data file's cursor as stored in a scan position's `cursors`: `{"lines": {"N": "<n>"}}`,
+/// the number of its items handed on (docs/state.md §6.3).
+pub fn file_cursor(lines: u64) -> Item {
+    Item::from([(LINES.to_string(), Value::N(Number::new(lines.to_string())))])
+}
+
+/// The items handed on that a data file's cursor records; the problem when it is not one.
+pub fn cursor_lines(cursor: &Item) -> Result<u64, String> {
+    match cursor.get(LINES) {
+        Some(Value::N(n)) if cursor.len() == 1 => n
+            .as_str()
+            .parse()
+            .map_err(|_| format!("'{n}' is not a count of lines")),
+        _ => Err("an export file's cursor is {\"lines\": {\"N\": …}}".into()),
+    }
+}
 
 /// Where a scan or query stands: finished segments and the cursors of started ones.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,8 +159,7 @@ impl ScanPosition {
             let item = ddbpipe_value::item_from_typed_json(cursor, &path)
                 .map_err(|e| PositionError::new(e.path.clone(), e.to_string()))?;
             if kind == ScanKind::Export {
-                crate::export::cursor_lines(&item)
-                    .map_err(|problem| PositionError::new(&path, problem))?;
+                cursor_lines(&item).map_err(|problem| PositionError::new(&path, problem))?;
             }
             decoded.insert(number, item);
         }

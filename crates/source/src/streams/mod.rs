@@ -1,7 +1,6 @@
 //! DynamoDB Streams: change capture in stream order, parents before children.
 //!
 //! # Modules
-//! - `envelope`: stream records → the change envelope (docs/streams.md §4.1).
 //! - `lineage`: the pure shard graph: parents, children, which shards may be admitted.
 //! - `start`: where each shard's read starts (docs/streams.md §4.4) and the `latest` time floor.
 //! - `gaps`: start-up gap detection in layers (docs/streams.md §4.5).
@@ -15,7 +14,6 @@
 //! - `repair`: the window an `on_gap: repair` exports, or why it resnapshots (docs/streams.md §4.12).
 
 pub mod engine;
-pub mod envelope;
 pub mod gaps;
 pub mod handover;
 pub mod leased;

@@ -114,7 +114,7 @@ pub enum StreamError {
     Read(#[from] ReadError),
     /// Definite: a record cannot become an envelope.
     #[error(transparent)]
-    Envelope(#[from] super::envelope::EnvelopeError),
+    Envelope(#[from] crate::envelope::EnvelopeError),
     /// The run is stopping (signal, `max_messages`, the pipeline is gone).
     #[error("the stream read was stopped")]
     Stopped,

@@ -2,7 +2,7 @@
 use ddbpipe_value::{Number, Value};
 
 use super::*;
-use crate::api::{KeyType, UserIdentity};
+use crate::key_schema::KeyType;
 
 fn shard() -> ShardId {
     ShardId::new("shardId-00000001700000000000-0123abcd")

@@ -10,10 +10,10 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 
 use super::{Optional, Text, parse, unreadable};
 use crate::api::{ChangeMeta, ChangeOp, ChangePage, ChangeShape, Changes};
+use crate::envelope::{self, ChangeFields, EnvelopeError, Image};
 use crate::error::ApiError;
 use crate::ids::SequenceNumber;
 use crate::records::Lines;
-use crate::streams::envelope::{self, ChangeFields, EnvelopeError, Image};
 
 /// Decodes a GetRecords answer, writing its records as envelopes of `shape`.
 pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<ChangePage, ApiError> {

@@ -52,7 +52,7 @@ impl ExportLineWriter {
         });
         let result = match found {
             Ok(true) => {
-                crate::export::check_key(&self.key_schema, |name| writer.attribute_type(name))
+                crate::key_schema::check_key(&self.key_schema, |name| writer.attribute_type(name))
             }
             Ok(false) => Err("the line has no \"Item\"".into()),
             Err(error) => Err(match writer.unknown_type() {

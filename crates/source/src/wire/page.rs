@@ -8,9 +8,9 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 
 use super::{Optional, Text, parse, unreadable};
 use crate::api::{Render, RenderedPage};
+use crate::envelope;
 use crate::error::ApiError;
 use crate::records::Lines;
-use crate::streams::envelope;
 
 /// Decodes a Scan or Query answer of `table`, writing its items as records by `render`.
 pub(crate) fn rendered_page(

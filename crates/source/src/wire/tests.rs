@@ -14,12 +14,12 @@ use crate::api::{
     ChangeData, ChangePage, ChangeShape, KeyAttribute, KeyType, Page, RecordsPage, Render,
     SnapshotShape, StreamRecord, UserIdentity,
 };
+use crate::envelope::EnvelopeError;
 use crate::error::{ApiError, ErrorClass};
 use crate::ids::{SequenceNumber, ShardId};
-use crate::streams::envelope::EnvelopeError;
 
 // The value crate's strategies and wire encoder, shared by path rather than copied.
-#[path = "../../../../value/tests/strategies/mod.rs"]
+#[path = "../../../value/tests/strategies/mod.rs"]
 mod strategies;
 
 use strategies::{item, text, wire_item};

@@ -1,4 +1,6 @@
-//! Scan, Query and GetRecords answers decoded straight into records (docs/cli.md §8.7).
+//! Scan, Query and GetRecords answers, and a full export's lines, decoded straight into
+//! records (docs/cli.md §8.7). DynamoDB's JSON, not the SDK's: `crate::aws` hands it the
+//! bodies it took from the SDK (`raw_body`), `crate::export` the lines of its data files.
 //!
 //! # Scan and Query
 //! Each of `Items` is written as its record by [`WireWriter`](ddbpipe_value::WireWriter) while
@@ -16,7 +18,7 @@
 //! As on the SDK path: an attribute type this version does not know and a sequence number that
 //! is not one are fatal, naming the table or the record's `eventID`; a record without its
 //! `dynamodb` part or its sequence number is an
-//! [`EnvelopeError`](crate::streams::envelope::EnvelopeError) for the shard reader; a body
+//! [`EnvelopeError`](crate::envelope::EnvelopeError) for the shard reader; a body
 //! that does not parse is an error without a code (transient), like an answer the SDK cannot
 //! read.
 //!

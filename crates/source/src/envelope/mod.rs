@@ -13,6 +13,11 @@
 //! `event_name: "SNAPSHOT"`, the item as `after`, `key_of(item)` as the key and `null` in every
 //! stream field.
 //!
+//! The records envelopes are written from (`record.rs`: [`StreamRecord`], and what the shard
+//! reader keeps of each, [`Changes`]) are defined here, below `crate::api`, which re-exports
+//! them as the data of its `StreamsApi`: the API, the wire decoder, exports and streams all
+//! write envelopes, so this module names none of them.
+//!
 //! # Hot path
 //! Envelopes are written straight into the caller's buffer: no `serde_json::Value` per record.
 //! Strings go through `serde_json`, so they are escaped exactly as it escapes them. The key is
@@ -23,16 +28,20 @@
 //! and cannot be skipped either (its position would be lost): an [`EnvelopeError`] is definite
 //! and stops the run. It is detected before anything is written, so the buffer is unchanged.
 
+mod record;
+
 use std::borrow::Cow;
 
 use ddbpipe_value::{Item, ValueFormat};
 use serde::Serialize;
 
-use crate::api::{
-    ChangeData, ChangeMeta, ChangeOp, ChangeShape, Changes, KeyAttribute, StreamRecord,
-};
 use crate::ids::{SequenceNumber, ShardId};
+use crate::key_schema::KeyAttribute;
 use crate::records::Lines;
+
+pub use record::{
+    ChangeData, ChangeMeta, ChangeOp, ChangeShape, Changes, StreamRecord, UserIdentity,
+};
 
 /// A record that cannot become an envelope (definite: the run fails).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
