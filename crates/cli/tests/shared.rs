@@ -1296,6 +1296,101 @@ fn three_workers_mirror_a_snapshot_longer_than_the_streams_retention() {
     eprintln!("the snapshot took {took} ms; the stream keeps records {RETENTION:?}");
 }
 
+/// Three workers mirror a table from one export (`snapshot.engine: export`, docs/coordination.md
+/// §11.12 rule 7) into PostgreSQL while a writer changes it: the export fake in front of moto
+/// writes 6 data files and answers `IN_PROGRESS` to the first describes; one worker is
+/// SIGKILLed once snapshot rows are written and another SIGSTOPped past its lease. One export
+/// is started for the three (its ARN kept in the snapshot's record), no `Scan` request is
+/// made, the cleanup runs once, and the destination ends equal to the table.
+#[test]
+fn three_workers_mirror_one_table_from_one_export() {
+    let running = Emulator::Moto.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..300 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    fake_export::create_bucket(&running.endpoint, "exports");
+    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    fake.set_data_files(6);
+    fake.set_in_progress_describes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Postgres, dir.path());
+    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+    // One file at a time per worker, 10 lines a page: the files outlast the first kill.
+    let exported = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "  segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
+             max_read_units_per_second: 2\n",
+            "  snapshot: {engine: export, s3_bucket: exports}\n  max_concurrency: 1\n  \
+             batch_size: 10\n",
+        );
+    assert!(exported.contains("engine: export"), "{exported}");
+    std::fs::write(&config, exported).unwrap();
+    passes_check(&config);
+    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
+    let writer = writer(&running.endpoint, 150, Duration::from_millis(100), |step| {
+        (format!("k{:03}", (step * 37) % 320), step % 4 == 3)
+    });
+    let marked = || {
+        destination
+            .rows("items")
+            .values()
+            .filter(|row| row.snapshot.is_some())
+            .count()
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(90), || marked() >= 20),
+        "the workers write the export's items"
+    );
+    let mut killed = workers.remove(0);
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+    writer.join().unwrap();
+
+    let record = || -> Value {
+        let stored = destination.query_texts(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
+        );
+        serde_json::from_str(&stored[0][0]).unwrap()
+    };
+    let closed = common::wait_for(Duration::from_secs(180), || !record()["closed"].is_null());
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        destination.items("items") == table
+    });
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        said.push(stderr(&output));
+        assert_eq!(output.status.code(), Some(0), "{}", said.last().unwrap());
+    }
+    let record = record();
+    assert!(closed, "the snapshot was closed: {record}; {said:#?}");
+    assert_eq!(
+        destination.items("items"),
+        table,
+        "the destination ends equal to the table (converged: {converged}); {said:#?}"
+    );
+    assert_eq!(fake.exports_started(), 1, "one export for the three workers");
+    assert!(
+        record["export"].as_str().is_some_and(|arn| arn.contains("/export/")),
+        "the record keeps the export: {record}"
+    );
+    assert_eq!(fake.forwarded("Scan"), 0, "no Scan request: {said:#?}");
+    let closed_here = said.iter().filter(|s| s.contains("closed here")).count();
+    assert_eq!(closed_here, 1, "the cleanup ran once: {said:#?}");
+}
+
 #[test]
 fn three_workers_mirror_one_table_into_sqlite_on_moto() {
     three_workers_mirror_one_table_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);

@@ -553,6 +553,7 @@ fn shared_mirror(
         },
         deletes: true,
         max_keys,
+        exports: None,
     }
 }
 

@@ -40,6 +40,10 @@
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+// The single-process simulation's export script: its fake service and bucket.
+#[allow(dead_code)]
+mod mirror_sim_export;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,7 +53,9 @@ use std::time::Duration;
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{Database, KeyColumn, KeyType, SqliteDatabase, TableSpec};
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::leased::{LeasedMirror, LeasedMirrorOutcome, LeasedScan, LeasedStreams};
+use ddbpipe_pipeline::leased::{
+    LeasedMirror, LeasedMirrorOutcome, LeasedScan, LeasedStreams, SharedExports,
+};
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::{
     CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
@@ -60,6 +66,7 @@ use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
 use ddbpipe_source::api::{KeyAttribute, Render, SnapshotShape};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::OnGap;
+use ddbpipe_source::export::SnapshotExports;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams, Faults};
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
@@ -72,6 +79,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify};
+
+use mirror_sim_export::ExportScript;
 
 const SEEDS: u64 = 60;
 /// When the first workers start: after the stream dropped the records of the table's first
@@ -259,6 +268,17 @@ impl SharedSnapshots for Checked {
         self.inner.open_shared_snapshot(pipeline, id).await
     }
 
+    async fn shared_export(
+        &mut self,
+        pipeline: &str,
+        id: i64,
+        expected: Option<&str>,
+        arn: &str,
+    ) -> Result<String, SinkError> {
+        let _committed = self.shared.committed.lock().await;
+        self.inner.shared_export(pipeline, id, expected, arn).await
+    }
+
     async fn close_shared_snapshot(
         &mut self,
         pipeline: &str,
@@ -296,6 +316,21 @@ impl SharedSnapshots for Checked {
         }
         Ok(closed)
     }
+}
+
+/// The table's ARN, which an export names.
+const TABLE_ARN: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/t";
+
+/// The snapshot rows' table.
+fn shape() -> Arc<SnapshotShape> {
+    Arc::new(SnapshotShape {
+        key_schema: vec![KeyAttribute {
+            name: "pk".into(),
+            key_type: KeyType::S,
+        }],
+        table: "t".into(),
+        format: ValueFormat::Plain,
+    })
 }
 
 fn spec() -> TableSpec {
@@ -404,6 +439,8 @@ struct Setup {
     leases: MemoryLeaseTable,
     shared: Arc<Shared>,
     run: StreamRun,
+    /// An odd seed's snapshot reads an export.
+    exports: Option<Arc<dyn SnapshotExports>>,
 }
 
 impl Setup {
@@ -430,14 +467,7 @@ impl Setup {
                     // A page (one unit) every 20 s: the snapshot outlasts the retention.
                     limiter: Arc::new(ReadLimiter::new(Some(0.05))),
                     retry: RetryPolicy::default(),
-                    render: Render::Snapshots(Arc::new(SnapshotShape {
-                        key_schema: vec![KeyAttribute {
-                            name: "pk".into(),
-                            key_type: KeyType::S,
-                        }],
-                        table: "t".into(),
-                        format: ValueFormat::Plain,
-                    })),
+                    render: Render::Snapshots(shape()),
                     observer: Arc::new(NoObserver),
                 },
                 worker: worker(),
@@ -456,6 +486,11 @@ impl Setup {
             },
             deletes: true,
             max_keys: u64::MAX,
+            exports: self.exports.clone().map(|engine| SharedExports {
+                engine,
+                table_arn: TABLE_ARN.into(),
+                shape: shape(),
+            }),
         }
     }
 
@@ -566,6 +601,10 @@ struct Simulated {
     split: bool,
     /// The cleanup committed later after the capture than the stream keeps records.
     outlasted_retention: bool,
+    /// The snapshot read an export.
+    exported: bool,
+    /// Its first export FAILED: the workers waiting on it failed, the next round read another.
+    export_failed: bool,
 }
 
 async fn simulate(seed: u64) -> Simulated {
@@ -589,6 +628,8 @@ async fn simulate(seed: u64) -> Simulated {
     };
     run.kind = StreamKind::Mirror;
     run.on_gap = OnGap::Fail;
+    let script = (seed % 2 == 1).then(|| ExportScript::seeded(seed, &stream));
+    let exports = script.as_ref().map(|script| script.engine(&run));
     tokio::time::sleep(CAPTURE).await;
     let setup = Arc::new(Setup {
         stream: Arc::clone(&stream),
@@ -602,12 +643,15 @@ async fn simulate(seed: u64) -> Simulated {
             started: tokio::time::Instant::now(),
         }),
         run,
+        exports,
     });
     let workers = rng.random_range(2..=5usize);
     let fates: Vec<Fate> = (0..workers).map(|w| fate(w, &mut rng)).collect();
     let mut round = 0;
+    let mut export_failures = 0;
     loop {
         let quiet_start = stream.quiescent();
+        let mut failed_here = false;
         if std::env::var_os("SHARED_MIRROR_TRACE").is_some() {
             eprintln!(
                 "round {round} at {:?}: the script was over {quiet_start}, retention {} ms",
@@ -638,10 +682,21 @@ async fn simulate(seed: u64) -> Simulated {
                 .unwrap_or_else(|_| panic!("seed {seed}: a worker ran for an hour"))
                 .unwrap();
             for outcome in ran {
-                outcome.unwrap_or_else(|e| panic!("seed {seed}: round {round}: {e}"));
+                match outcome {
+                    Ok(_) => {}
+                    // The scripted FAILED export fails the workers waiting on it.
+                    Err(error)
+                        if script.as_ref().is_some_and(|s| s.fails)
+                            && error.to_string().contains("FAILED (S3AccessDenied") =>
+                    {
+                        failed_here = true;
+                        export_failures += 1;
+                    }
+                    Err(error) => panic!("seed {seed}: round {round}: {error}"),
+                }
             }
         }
-        if quiet_start {
+        if quiet_start && !failed_here {
             break;
         }
         round += 1;
@@ -728,6 +783,19 @@ async fn simulate(seed: u64) -> Simulated {
         assert_eq!(row.state, LeaseState::ShardEnd, "seed {seed}: {row:?}");
         assert_eq!(row.owner, None, "seed {seed}: {row:?}");
     }
+    if let Some(script) = &script {
+        let failed = u64::from(script.fails);
+        assert_eq!(
+            script.fake.calls().started,
+            1 + failed,
+            "seed {seed}: one export for every worker, and one more after a FAILED one"
+        );
+        assert_eq!(
+            export_failures > 0,
+            script.fails,
+            "seed {seed}: the FAILED export failed the workers waiting on it"
+        );
+    }
     let retention_ms = stream_retention_ms(seed);
     Simulated {
         workers,
@@ -737,6 +805,8 @@ async fn simulate(seed: u64) -> Simulated {
         fenced: seen.fenced.load(Ordering::Relaxed),
         split: stream.shards().len() > 2,
         outlasted_retention: seen.closed_after_ms.load(Ordering::Relaxed) > retention_ms,
+        exported: script.is_some(),
+        export_failed: script.as_ref().is_some_and(|s| s.fails),
     }
 }
 
@@ -786,10 +856,13 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
     let outlasted = count(&|s| s.outlasted_retention);
     let five = count(&|s| s.workers == 5);
     let stalls = count(&|s| s.fates.iter().any(|f| matches!(f, Fate::Stall(_))));
+    let exported = count(&|s| s.exported);
+    let export_failed = count(&|s| s.export_failed);
     eprintln!(
         "{} seeds: cleanup crashed inside {inside}, right after {after}; a zombie's batch \
          refused {fenced} (stalls in {stalls}); split {split}; snapshot outlasted the retention \
-         {outlasted}; 5 workers {five}",
+         {outlasted}; 5 workers {five}; read an export {exported}, its first FAILED \
+         {export_failed}",
         seeds.len()
     );
     if seeds.len() >= SEEDS as usize {
@@ -800,6 +873,8 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
             ("a zombie's batch refused", fenced),
             ("a split", split),
             ("a snapshot that outlasted the retention", outlasted),
+            ("an export", exported),
+            ("a FAILED export", export_failed),
         ] {
             assert!(n >= enough, "{case}: {n} of {} seeds", seeds.len());
         }

@@ -72,6 +72,11 @@ pub struct SharedSnapshot {
     /// Set once the cleanup has committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed: Option<SnapshotClosed>,
+    /// The export the snapshot reads (`snapshot.engine: export`): the first worker's, stored
+    /// before any worker waits for it, so every worker reads the same files whenever it comes
+    /// ([`SharedSnapshots::shared_export`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<String>,
 }
 
 /// Who closed a shared snapshot, kept in its record.
@@ -119,6 +124,17 @@ pub trait SharedSnapshots: Sink {
         pipeline: &str,
         id: i64,
     ) -> impl Future<Output = Result<SharedSnapshot, SinkError>> + Send;
+
+    /// Stores `arn` as the export of open snapshot `id` when its record still names
+    /// `expected` (none, or a FAILED export being replaced), in one transaction; returns the
+    /// export the record names afterwards: `arn`, or the one another worker stored first.
+    fn shared_export(
+        &mut self,
+        pipeline: &str,
+        id: i64,
+        expected: Option<&str>,
+        arn: &str,
+    ) -> impl Future<Output = Result<String, SinkError>> + Send;
 
     /// Runs the complete-read cleanup of `snapshot` and marks it closed, in one transaction;
     /// `None` when it was closed already (by another worker: nothing is done again).

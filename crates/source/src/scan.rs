@@ -114,6 +114,56 @@ pub trait PageSource: Send + 'static {
     ) -> impl std::future::Future<Output = Result<(), ReadError>> + Send;
 }
 
+/// What reads one segment of a snapshot at a time, from its cursor: a Scan segment
+/// ([`SegmentReader`]) or an export's data file (`export::ExportSegments`, file `i` segment
+/// `i`). The unit of a segment lease: a shared run reads the segments it holds
+/// (docs/coordination.md §11.10, §11.12).
+pub trait SegmentRead: Send + Sync + 'static {
+    /// The snapshot's segments.
+    fn total(&self) -> u32;
+
+    /// Segments read at once by one worker.
+    fn max_concurrency(&self) -> usize;
+
+    /// The read-capacity governor whose units the run reports (an export consumes none).
+    fn limiter(&self) -> Arc<ReadLimiter>;
+
+    /// Reads segment `segment` from `start` (its beginning when `None`) to its end, sending
+    /// its pages to `out`, until `out` is closed or `cancel` fires.
+    fn read_one(
+        &self,
+        segment: u32,
+        start: Option<Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), ReadError>>;
+}
+
+impl<A: TableApi> SegmentRead for SegmentReader<A> {
+    fn total(&self) -> u32 {
+        self.total_segments.max(1)
+    }
+
+    fn max_concurrency(&self) -> usize {
+        self.max_concurrency.max(1)
+    }
+
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        Arc::clone(&self.limiter)
+    }
+
+    fn read_one(
+        &self,
+        segment: u32,
+        start: Option<Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), ReadError>> {
+        let reader = self.clone();
+        Box::pin(async move { reader.read_segment(segment, start, out, cancel).await })
+    }
+}
+
 impl<A: TableApi> PageSource for SegmentReader<A> {
     fn in_flight(&self) -> usize {
         self.max_concurrency.max(1)

@@ -239,11 +239,17 @@ pub(super) fn validate(
         // Every worker writes the one database, each batch fenced by its lease (§11.7).
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {}
     }
-    if source.snapshot.engine == SnapshotEngine::Export {
+    // A shared mirror leases its export's data files as segments (§11.12); a shared scan
+    // reads Scan segments only.
+    if source.snapshot.engine == SnapshotEngine::Export && source.mode != Mode::Mirror {
         errors.push(ConfigError::new(
             "coordination",
-            "an export snapshot is read by one process: remove the coordination section or \
-             source.snapshot.engine: export",
+            format!(
+                "a {} pipeline shared by several workers reads Scan segments: remove \
+                 source.snapshot.engine: export, or the coordination section to read the export \
+                 as one process",
+                source.mode
+            ),
         ));
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::leased::{
-    LeasedMirror, LeasedOutcome, LeasedScan, LeasedStreams, other_settings,
+    LeasedMirror, LeasedOutcome, LeasedScan, LeasedStreams, SharedExports, other_settings,
 };
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::Records;
@@ -406,13 +406,26 @@ pub async fn run_mirror(
     let stream_plan = StreamPlan::build(source);
     let plan = ScanPlan::of_snapshot(&stream_plan, &source.table_name, table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
-    let render = Render::Snapshots(Arc::new(SnapshotShape {
+    let shape = Arc::new(SnapshotShape {
         key_schema: table.key_schema.clone(),
         table: source.table_name.clone(),
         format: source.value_format,
-    }));
-    let (reader, refresher) =
-        super::scan::segment_reader(Arc::new(opened.table_api), &plan, render, &stop);
+    });
+    // `snapshot.engine: export`: the export's data files are leased as segments.
+    let exports = match crate::export::engine(&opened.sdk, source) {
+        Some(engine) => Some(SharedExports {
+            engine: Arc::new(engine),
+            table_arn: crate::export::table_arn(source, table)?,
+            shape: Arc::clone(&shape),
+        }),
+        None => None,
+    };
+    let (reader, refresher) = super::scan::segment_reader(
+        Arc::new(opened.table_api),
+        &plan,
+        Render::Snapshots(shape),
+        &stop,
+    );
     let run = StreamRun::new(
         &stream_plan,
         &source.table_name,
@@ -448,6 +461,7 @@ pub async fn run_mirror(
         },
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
+        exports,
     };
     let outcome = mirror.run(&mut sink, stop, &bar).await;
     bar.finish();

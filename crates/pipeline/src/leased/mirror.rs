@@ -38,9 +38,10 @@
 
 use std::sync::Arc;
 
-use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::api::{SnapshotShape, StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
+use ddbpipe_source::export::{GivenExport, SnapshotExports};
 use ddbpipe_source::lease::Lease;
 use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
 use ddbpipe_source::position::LeaseCheckpoint;
@@ -52,7 +53,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc};
 
-use super::segments::Segments;
+use super::segments::{Segments, Waiting};
 use super::shards::Shards;
 use super::units::{SnapshotMark, Units, View};
 use super::{Leased, LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
@@ -73,6 +74,20 @@ pub struct LeasedMirror<TA, SA, T> {
     pub deletes: bool,
     /// `resnapshot_max_keys`: no delete when the snapshot wrote more keys.
     pub max_keys: u64,
+    /// `snapshot.engine: export`: the snapshot is read from a full export instead of `Scan`
+    /// pages, its data files leased as segments (module docs, Exports).
+    pub exports: Option<SharedExports>,
+}
+
+/// How a shared mirror's snapshot is read from an export (`snapshot.engine: export`).
+#[derive(Clone)]
+pub struct SharedExports {
+    /// The export engine.
+    pub engine: Arc<dyn SnapshotExports>,
+    /// The table's ARN, which an export needs.
+    pub table_arn: String,
+    /// The snapshot rows' table, key schema and format.
+    pub shape: Arc<SnapshotShape>,
 }
 
 /// How one worker's part of a shared mirror ended, when it did not fail.
@@ -106,10 +121,12 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             mut streams,
             deletes,
             max_keys,
+            exports,
         } = self;
         let pipeline = scan.worker.pipeline().to_string();
         let worker = scan.worker.id().to_string();
-        let total = scan.reader.total_segments.max(1);
+        // The segment rows the stream phase keeps: a Scan's, or those of the export's files.
+        let mut total = exports.is_none().then(|| scan.reader.total_segments.max(1));
         let snapshot = sink
             .open_shared_snapshot(&pipeline, unix_now_ms())
             .await
@@ -124,9 +141,18 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                 rows_at_start = snapshot.rows_at_start,
                 "The shared snapshot is open: reading its segments beside the stream."
             );
+            let segments = match exports {
+                None => Segments::new(Arc::new(scan.reader.clone()), scan.batch, Some(snapshot.id)),
+                Some(exports) => {
+                    let arn = shared_export(&exports, &pipeline, &snapshot, sink, &stop).await?;
+                    let waiting = export_segments(exports, arn, stop.clone());
+                    Segments::waiting(waiting, scan.batch, Some(snapshot.id))
+                }
+            };
             let (outcome, beside) =
-                beside_the_stream(scan, &streams, snapshot.id, sink, &stop, progress).await?;
+                beside_the_stream(scan, segments, &streams, sink, &stop, progress).await?;
             let completed = outcome.completed;
+            total = total.or((outcome.total_segments > 0).then_some(outcome.total_segments));
             scanned = Some(outcome);
             changes_beside = beside;
             if !completed {
@@ -163,7 +189,11 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                 ),
             }
         }
-        streams.kept = UnitSpec::segments(total)
+        // An export's files are unknown to a worker that came after the close: the rows found
+        // are kept then (`Shards::specs`).
+        streams.kept = total
+            .map(UnitSpec::segments)
+            .unwrap_or_default()
             .into_iter()
             .map(|spec| spec.starting(LeaseCheckpoint::Done))
             .collect();
@@ -181,17 +211,54 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
     }
 }
 
+/// The export shared snapshot `snapshot` reads (module docs, Exports): the one its record
+/// names unless it FAILED, else the configured `export_arn`, else a new one whose client token
+/// is made of the snapshot's id (so workers starting it at once start one), stored in the
+/// record before anything waits for it; the record's export wins.
+async fn shared_export<S: SharedSnapshots>(
+    exports: &SharedExports,
+    pipeline: &str,
+    snapshot: &SharedSnapshot,
+    sink: &mut S,
+    stop: &Cancel,
+) -> Result<String, RunError> {
+    let stored = snapshot.export.as_deref();
+    let unique = snapshot.id.to_string();
+    let arn = exports
+        .engine
+        .begin(stored, &exports.table_arn, &unique, GivenExport::Read, stop)
+        .await?;
+    if stored == Some(arn.as_str()) {
+        return Ok(arn);
+    }
+    let kept = sink.shared_export(pipeline, snapshot.id, stored, &arn).await?;
+    if kept != arn {
+        tracing::warn!(export = %arn, kept = %kept, "Another worker stored the snapshot's export first; this one is not read.");
+    }
+    Ok(kept)
+}
+
+/// The task that waits for export `arn` and reads its manifests: its data files are the
+/// snapshot's segments.
+fn export_segments(exports: SharedExports, arn: String, stop: Cancel) -> Waiting {
+    tokio::spawn(async move {
+        tracing::info!(export = %arn, "The shared snapshot reads an export.");
+        let shape: Arc<SnapshotShape> = Arc::clone(&exports.shape);
+        Ok(exports.engine.segments(&arn, shape, &stop).await?)
+    })
+}
+
 /// Phase 1 (module docs): this worker's part of the segments, read beside the stream, and the
 /// changes it wrote beside them.
 async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable, S: Sink>(
     scan: LeasedScan<TA, T>,
+    segments: Segments,
     streams: &LeasedStreams<SA, T>,
-    snapshot: i64,
     sink: &mut S,
     stop: &Cancel,
     progress: &dyn Progress,
 ) -> Result<(LeasedOutcome, u64), RunError> {
-    let total = scan.reader.total_segments.max(1);
+    let snapshot = segments.snapshot();
     let source = ShardReads {
         reads: streams
             .run
@@ -199,8 +266,8 @@ async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable
         slots: Arc::new(Semaphore::new(streams.run.bounds.shard_concurrency.max(1))),
     };
     let both = Both {
-        segments: Segments::new(scan.reader, scan.batch, Some(snapshot)),
-        shards: Shards::new(source, streams.run.clone(), Vec::new(), Some(snapshot)),
+        segments,
+        shards: Shards::new(source, streams.run.clone(), Vec::new(), snapshot),
         listed: Vec::new(),
         changes: 0,
     };
@@ -218,7 +285,7 @@ async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable
         capacity_units: both.segments.capacity_units(),
         completed: ran.end,
         segments_done: both.segments.done(&ran.rows),
-        total_segments: total,
+        total_segments: both.segments.total().unwrap_or_default(),
         leases: ran.leases,
     };
     Ok((outcome, both.changes))
@@ -233,8 +300,8 @@ pub(crate) enum MirrorRead {
 }
 
 /// Phase 1's units: the snapshot's segments and the stream's shards, in one leased run.
-pub(crate) struct Both<TA, SA> {
-    segments: Segments<TA>,
+pub(crate) struct Both<SA> {
+    segments: Segments,
     shards: Shards<SA>,
     /// The shard rows of the leader's last listing: every sync writes them with the segments'.
     listed: Vec<UnitSpec>,
@@ -264,7 +331,7 @@ fn wrapped<R: Send + 'static>(
     .boxed())
 }
 
-impl<TA: TableApi, SA: StreamsApi + 'static> Units for Both<TA, SA> {
+impl<SA: StreamsApi + 'static> Units for Both<SA> {
     type Read = MirrorRead;
     /// Whether every segment is done.
     type End = bool;
@@ -368,6 +435,14 @@ impl<TA: TableApi, SA: StreamsApi + 'static> Units for Both<TA, SA> {
         if self.listed.is_empty() && shard_rows {
             // Not listed yet by this leader: a sync of the segments alone would delete the
             // finished shard rows.
+            return Ok(None);
+        }
+        let segment_rows = rows
+            .iter()
+            .any(|row| matches!(row.unit, UnitId::Segment { .. }));
+        if !self.segments.known() && segment_rows {
+            // This leader's export is not complete yet (another worker's is): a sync of the
+            // shards alone would delete the finished segment rows.
             return Ok(None);
         }
         let mut specs = self.segments.specs(rows, stop).await?.unwrap_or_default();

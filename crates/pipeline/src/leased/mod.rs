@@ -65,7 +65,7 @@ use lease::{Checkpointed, Rounds, Took};
 use units::{Units, View};
 
 pub use lease::other_settings;
-pub use mirror::{LeasedMirror, LeasedMirrorOutcome};
+pub use mirror::{LeasedMirror, LeasedMirrorOutcome, SharedExports};
 pub use rows::{leased_position, row_shard};
 pub use segments::{LeasedOutcome, LeasedScan};
 pub use shards::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};

@@ -5,6 +5,7 @@
 //! the last `Done` runs a round at once and sees it then; the others within a third of the lease
 //! duration). Then the sink is told (`Sink::complete`).
 
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ddbpipe_source::api::TableApi;
@@ -13,7 +14,7 @@ use ddbpipe_source::lease::{Lease, LeaseError, LeaseTable, UnitId, UnitSpec, Wor
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::records::SegmentCursor;
 use ddbpipe_source::retry::Cancel;
-use ddbpipe_source::scan::{PageOut, SegmentReader};
+use ddbpipe_source::scan::{PageOut, SegmentRead, SegmentReader};
 use ddbpipe_source::streams::leased::ReadFlags;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -68,7 +69,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         progress: &dyn Progress,
     ) -> Result<LeasedOutcome, RunError> {
         let total = self.reader.total_segments.max(1);
-        let segments = Segments::new(self.reader, self.batch, None);
+        let segments = Segments::new(Arc::new(self.reader), self.batch, None);
         let run = Leased {
             units: segments,
             worker: self.worker,
@@ -83,7 +84,7 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         Ok(LeasedOutcome {
             read: segments.items_read(),
             written: ran.written,
-            capacity_units: segments.reader.limiter.total_units(),
+            capacity_units: segments.capacity_units(),
             completed: ran.end,
             segments_done: segments.done(&ran.rows),
             total_segments: total,
@@ -92,28 +93,85 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
     }
 }
 
-/// The segments of one scan.
-pub(crate) struct Segments<A> {
-    reader: SegmentReader<A>,
+/// The segments of one snapshot or scan: a Scan's, or an export's data files.
+pub(crate) struct Segments {
+    /// What reads them, once known: an export's files are known once it completed.
+    reader: OnceLock<Arc<dyn SegmentRead>>,
+    /// Until then, the task waiting for the export (`Segments::waiting`).
+    waiting: Mutex<Option<Waiting>>,
     batch: BatchLimits,
-    total: u32,
     /// Items received.
     read: u64,
     /// The open shared snapshot whose rows the segments are (a shared mirror).
     snapshot: Option<i64>,
 }
 
-impl<A> Segments<A> {
+/// The task that finds a snapshot's segments (an export's wait and manifests).
+pub(crate) type Waiting = tokio::task::JoinHandle<Result<Arc<dyn SegmentRead>, RunError>>;
+
+impl Segments {
     /// The segments `reader` reads, in batches of `batch`; `snapshot`: the open shared
     /// snapshot whose rows they are.
-    pub(crate) fn new(reader: SegmentReader<A>, batch: BatchLimits, snapshot: Option<i64>) -> Self {
+    pub(crate) fn new(
+        reader: Arc<dyn SegmentRead>,
+        batch: BatchLimits,
+        snapshot: Option<i64>,
+    ) -> Self {
         Segments {
-            total: reader.total_segments.max(1),
-            reader,
+            reader: OnceLock::from(reader),
+            waiting: Mutex::new(None),
             batch,
             read: 0,
             snapshot,
         }
+    }
+
+    /// The segments `waiting` finds (an export's files once it completed): none is owned,
+    /// listed or read before; its failure fails the run at the next round (`check`).
+    pub(crate) fn waiting(waiting: Waiting, batch: BatchLimits, snapshot: Option<i64>) -> Self {
+        Segments {
+            reader: OnceLock::new(),
+            waiting: Mutex::new(Some(waiting)),
+            batch,
+            read: 0,
+            snapshot,
+        }
+    }
+
+    /// The reader, once known: takes the waiting task's result when it has finished; its
+    /// failure is the run's.
+    fn ready(&self) -> Result<Option<&Arc<dyn SegmentRead>>, RunError> {
+        if self.reader.get().is_none() {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(task) = waiting.take_if(|task| task.is_finished()) {
+                let found = match task.now_or_never() {
+                    Some(Ok(found)) => found?,
+                    Some(Err(failed)) => {
+                        return Err(RunError::Read(ReadError::Internal(format!(
+                            "the task finding the snapshot's segments failed: {failed}"
+                        ))));
+                    }
+                    None => return Ok(None),
+                };
+                let _ = self.reader.set(found);
+            }
+        }
+        Ok(self.reader.get())
+    }
+
+    /// The open shared snapshot whose rows the segments are.
+    pub(crate) fn snapshot(&self) -> Option<i64> {
+        self.snapshot
+    }
+
+    /// The segments' number, once known.
+    pub(crate) fn total(&self) -> Option<u32> {
+        self.reader.get().map(|reader| reader.total())
+    }
+
+    /// Whether the segments are known.
+    pub(crate) fn known(&self) -> bool {
+        self.reader.get().is_some()
     }
 
     /// Items received.
@@ -123,14 +181,25 @@ impl<A> Segments<A> {
 
     /// Segment rows of this scan finished in `rows`.
     pub(crate) fn done(&self, rows: &[Lease]) -> u64 {
+        let Some(total) = self.total() else { return 0 };
         rows.iter()
-            .filter(|row| matches!(row.unit, UnitId::Segment { total, .. } if total == self.total))
+            .filter(|row| matches!(row.unit, UnitId::Segment { total: t, .. } if t == total))
             .filter(|row| row.state.is_finished())
             .count() as u64
     }
 }
 
-impl<A: TableApi> Units for Segments<A> {
+impl Drop for Segments {
+    /// A run that ends before its export completed stops waiting for it.
+    fn drop(&mut self) {
+        let waiting = self.waiting.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(task) = waiting.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Units for Segments {
     type Read = PageOut;
     /// Whether every segment is done.
     type End = bool;
@@ -138,7 +207,7 @@ impl<A: TableApi> Units for Segments<A> {
     const DEPTH: usize = 1;
 
     fn owns(&self, unit: &UnitId) -> bool {
-        matches!(unit, UnitId::Segment { total, .. } if *total == self.total)
+        matches!(unit, UnitId::Segment { total, .. } if Some(*total) == self.total())
     }
 
     fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
@@ -164,9 +233,12 @@ impl<A: TableApi> Units for Segments<A> {
             Some(LeaseCheckpoint::Cursor(key)) => Some(key.clone()),
             Some(other) => return Err(unreadable(unit, other)),
         };
-        let reader = self.reader.clone();
+        let Some(reader) = self.reader.get() else {
+            return Err(self.panicked(unit));
+        };
+        let reading = reader.read_one(index, start, out, cancel);
         Ok(async move {
-            match reader.read_segment(index, start, out, cancel).await {
+            match reading.await {
                 Ok(()) | Err(ReadError::Cancelled) => Ok(()),
                 Err(error) => Err(RunError::Read(error)),
             }
@@ -186,7 +258,9 @@ impl<A: TableApi> Units for Segments<A> {
     }
 
     fn may_read(&self, _unit: &UnitId, reading: usize) -> bool {
-        reading < self.reader.max_concurrency.max(1)
+        self.reader
+            .get()
+            .is_some_and(|reader| reading < reader.max_concurrency())
     }
 
     fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {
@@ -208,7 +282,7 @@ impl<A: TableApi> Units for Segments<A> {
             .map(|(index, cursor)| {
                 let unit = UnitId::Segment {
                     index: *index,
-                    total: self.total,
+                    total: self.total().unwrap_or_default(),
                 };
                 let at = match cursor {
                     SegmentCursor::Next(key) => LeaseCheckpoint::Cursor(key.clone()),
@@ -229,22 +303,28 @@ impl<A: TableApi> Units for Segments<A> {
     }
 
     fn capacity_units(&self) -> f64 {
-        self.reader.limiter.total_units()
+        self.reader
+            .get()
+            .map_or(0.0, |reader| reader.limiter().total_units())
     }
 
+    /// The segment rows, once the segments are known.
     async fn specs(
         &mut self,
         _rows: &[Lease],
         _stop: &Cancel,
     ) -> Result<Option<Vec<UnitSpec>>, RunError> {
-        Ok(Some(UnitSpec::segments(self.total)))
+        Ok(self.total().map(UnitSpec::segments))
     }
 
     /// Rows of another segment count mean the pipeline's `segments` changed while a shared
     /// scan was unfinished: refused, naming both.
     fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
+        let Some(ours) = self.ready()?.map(|reader| reader.total()) else {
+            return Ok(());
+        };
         let other = rows.iter().find_map(|row| match row.unit {
-            UnitId::Segment { total, .. } if total != self.total => Some(total),
+            UnitId::Segment { total, .. } if total != ours => Some(total),
             _ => None,
         });
         match other {
@@ -252,14 +332,15 @@ impl<A: TableApi> Units for Segments<A> {
                 "the lease table holds an unfinished scan of {other} segment(s) for this \
                  pipeline, but source.segments is {}: set it back to {other}, or run `ddbpipe \
                  state reset` once no worker runs",
-                self.total
+                ours
             )))),
             None => Ok(()),
         }
     }
 
     fn ended(&self, view: &View<'_>) -> Option<bool> {
-        let complete = self.done(view.rows) == u64::from(self.total);
+        let total = self.total()?;
+        let complete = self.done(view.rows) == u64::from(total);
         (complete && view.held.is_empty() && !view.pending).then_some(true)
     }
 

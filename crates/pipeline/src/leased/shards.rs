@@ -280,6 +280,15 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
             return Ok(None);
         };
         specs.extend(self.kept.iter().cloned());
+        // A shared snapshot's finished segment rows this worker does not know (an export's
+        // files, read before it came) stay as they are.
+        let unknown: Vec<UnitSpec> = rows
+            .iter()
+            .filter(|row| matches!(row.unit, UnitId::Segment { .. }) && row.state.is_finished())
+            .filter(|row| !self.kept.iter().any(|kept| kept.unit == row.unit))
+            .map(|row| UnitSpec::new(row.unit.clone(), Vec::new()).starting(LeaseCheckpoint::Done))
+            .collect();
+        specs.extend(unknown);
         Ok(Some(specs))
     }
 

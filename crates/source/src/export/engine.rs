@@ -12,13 +12,14 @@ use tokio::sync::mpsc;
 use super::api::{ExportApi, ExportKind, ExportState, ObjectStore, Recovery};
 use super::reader::{describe, with_remedy};
 use super::{
-    ExportPoll, ExportReader, ExportSnapshot, ExportTarget, ExportType, client_token, given, start,
+    ExportPoll, ExportReader, ExportSegments, ExportSnapshot, ExportTarget, ExportType, client_token,
+    given, start,
 };
 use crate::api::{KeyAttribute, Render, SnapshotShape};
 use crate::capacity::ReadLimiter;
 use crate::error::ReadError;
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
-use crate::scan::{PageOut, PageSource};
+use crate::scan::{PageOut, PageSource, SegmentRead};
 use crate::segments::SegmentRanges;
 
 /// A boxed future of the engine's calls.
@@ -112,6 +113,16 @@ pub trait SnapshotExports: Send + Sync {
     /// The reader of export `arn`, writing its items as snapshot envelopes of `shape`'s
     /// table (whose key schema every item must match) and format.
     fn reader(&self, arn: &str, shape: Arc<SnapshotShape>) -> BoxedPages;
+
+    /// Export `arn`, waited for until it completes and its manifests read, as segments read
+    /// one at a time (file `i` segment `i`) writing its items as snapshot envelopes of
+    /// `shape`'s table: the units a shared mirror leases (docs/coordination.md §11.12).
+    fn segments<'a>(
+        &'a self,
+        arn: &'a str,
+        shape: Arc<SnapshotShape>,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, Arc<dyn SegmentRead>>;
 
     /// `DescribeContinuousBackups` of `table_name`: whether point-in-time recovery is on and
     /// the window it covers (a repair needs its start inside it).
@@ -275,6 +286,22 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
             Render::Snapshots(shape),
             key_schema,
         )))
+    }
+
+    fn segments<'a>(
+        &'a self,
+        arn: &'a str,
+        shape: Arc<SnapshotShape>,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, Arc<dyn SegmentRead>> {
+        Box::pin(async move {
+            let key_schema = shape.key_schema.clone();
+            let reader = self
+                .typed_reader(arn, Render::Snapshots(shape), key_schema)
+                .reader;
+            let segments = ExportSegments::of(reader, cancel).await?;
+            Ok(Arc::new(segments) as Arc<dyn SegmentRead>)
+        })
     }
 
     fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery> {

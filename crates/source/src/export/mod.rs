@@ -79,7 +79,7 @@ mod validate;
 pub use data::{FileRead, FileReading, SPOOL_MEMORY_BYTES, read_data_file};
 pub use engine::{BoxedPages, DynPages, ExportEngine, GivenExport, Pending, SnapshotExports};
 pub use manifest::{ExportType, ManifestFile, ManifestSummary, manifest_files};
-pub use reader::{ExportFiles, ExportPoll, ExportReader, ExportSnapshot};
+pub use reader::{ExportFiles, ExportPoll, ExportReader, ExportSegments, ExportSnapshot};
 pub use start::{ExportTarget, client_token, given, start};
 
 /// An export's errors are read errors: [`crate::error`] owns them.

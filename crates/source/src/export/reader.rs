@@ -26,7 +26,7 @@ use crate::events::{PageRead, RecordKind, SegmentsCounted};
 use crate::position::{cursor_lines, file_cursor};
 use crate::records::{Lines, SegmentCursor};
 use crate::retry::{AttemptObserver, Cancel, RetryPolicy};
-use crate::scan::{PageOut, PageSource};
+use crate::scan::{PageOut, PageSource, SegmentRead};
 use crate::segments::SegmentRanges;
 
 /// How often `DescribeExport` is asked while an export runs: from `first`, doubling, at most
@@ -547,6 +547,94 @@ fn type_name(kind: ExportType) -> &'static str {
     match kind {
         ExportType::Full => "FULL_EXPORT",
         ExportType::Incremental => "INCREMENTAL_EXPORT",
+    }
+}
+
+/// A completed export's data files as segments read one at a time (file `i` segment `i`, its
+/// cursor the items handed on): the units a shared mirror leases (docs/coordination.md
+/// §11.12).
+pub struct ExportSegments<E, O> {
+    /// The reader of the export.
+    pub reader: ExportReader<E, O>,
+    /// Its manifests.
+    pub files: Arc<ExportFiles>,
+    /// Counts no units (an export consumes no read capacity).
+    pub limiter: Arc<ReadLimiter>,
+}
+
+impl<E: ExportApi, O: ObjectStore> ExportSegments<E, O> {
+    /// Waits for the export `reader` reads to complete and reads its manifests.
+    pub async fn of(reader: ExportReader<E, O>, cancel: &Cancel) -> Result<Self, ReadError> {
+        let status = reader.wait(cancel).await?;
+        let files = reader.files(&status, reader.kind, cancel).await?;
+        Ok(ExportSegments {
+            reader,
+            files: Arc::new(files),
+            limiter: Arc::new(ReadLimiter::new(None)),
+        })
+    }
+}
+
+impl<E: ExportApi, O: ObjectStore> SegmentRead for ExportSegments<E, O> {
+    fn total(&self) -> u32 {
+        // An export of an empty table lists no file: one segment with nothing in it.
+        (self.files.files.len() as u32).max(1)
+    }
+
+    fn max_concurrency(&self) -> usize {
+        self.reader.max_concurrency.max(1)
+    }
+
+    fn limiter(&self) -> Arc<ReadLimiter> {
+        Arc::clone(&self.limiter)
+    }
+
+    fn read_one(
+        &self,
+        segment: u32,
+        start: Option<Item>,
+        out: mpsc::Sender<PageOut>,
+        cancel: Cancel,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), ReadError>> {
+        let reader = self.reader.clone();
+        let files = Arc::clone(&self.files);
+        Box::pin(async move {
+            let skip = match &start {
+                Some(cursor) => cursor_lines(cursor).map_err(|problem| {
+                    ReadError::Internal(format!("file {segment}'s cursor: {problem}"))
+                })?,
+                None => 0,
+            };
+            let at_ms = files.summary.export_time_ms;
+            match files.files.get(segment as usize) {
+                Some(file) => {
+                    reader
+                        .read_file(segment, file.clone(), skip, at_ms, out, cancel)
+                        .await
+                }
+                // The one segment of an export without files: done at once.
+                None if files.files.is_empty() => {
+                    let page = PageOut {
+                        segment,
+                        records: Lines::default(),
+                        cursor: SegmentCursor::Done,
+                        requested_ms: at_ms,
+                        lines_from: None,
+                    };
+                    let _ = out.send(page).await;
+                    Ok(())
+                }
+                None => Err(ReadError::Export(ExportError::new(
+                    &files.summary.manifest_files_key,
+                    format!(
+                        "a worker holds file {segment} but the export has {} file(s): the \
+                         lease table belongs to another export; run `ddbpipe state reset` once \
+                         no worker runs",
+                        files.files.len()
+                    ),
+                ))),
+            }
+        })
     }
 }
 
