@@ -21,7 +21,7 @@ fn orders() -> TableSpec {
 }
 
 fn open(path: &Path) -> Database {
-    Database::Sqlite(SqliteDatabase::open(path).expect("open"))
+    Database::from(SqliteDatabase::open(path).expect("open"))
 }
 
 fn db_path(dir: &tempfile::TempDir) -> PathBuf {
@@ -699,7 +699,7 @@ async fn open_existing_creates_nothing() {
         .await
         .expect("store");
     drop(db);
-    let existing = Database::Sqlite(
+    let existing = Database::from(
         SqliteDatabase::open_existing(&path)
             .expect("open_existing")
             .expect("exists"),

@@ -180,6 +180,13 @@ impl Shared {
         }
     }
 
+    /// A driver error as a [`DbError`] about `context`, and whether it lost the connection.
+    pub(super) fn driver_error(&self, context: &str, e: &tokio_postgres::Error) -> (DbError, bool) {
+        let (retryable, lost) = classify(e);
+        let message = self.scrub(format!("{context}: {}", error_text(e)));
+        (DbError::retryable_if(retryable, message), lost)
+    }
+
     pub(super) fn state_schema(&self) -> String {
         match self.state_schema.lock() {
             Ok(schema) => schema.clone(),
@@ -227,6 +234,12 @@ impl Session {
         Ok((client, &mut self.statements))
     }
 
+    /// Drops the connection (the next call reconnects) and its prepared statements.
+    pub(super) fn drop_connection(&mut self) {
+        self.client = None;
+        self.statements.clear();
+    }
+
     /// Turns an operation's failure into a [`DbError`] with `context`, dropping the connection
     /// when it was lost.
     pub(super) fn finish<T>(
@@ -242,15 +255,11 @@ impl Session {
                 class: e.class,
             }),
             Err(Failure::Pg(e)) => {
-                let (retryable, lost) = classify(&e);
+                let (error, lost) = shared.driver_error(context, &e);
                 if lost || self.client.as_ref().is_some_and(Client::is_closed) {
-                    self.client = None;
-                    self.statements.clear();
+                    self.drop_connection();
                 }
-                Err(DbError::retryable_if(
-                    retryable,
-                    shared.scrub(format!("{context}: {}", error_text(&e))),
-                ))
+                Err(error)
             }
         }
     }
@@ -302,12 +311,6 @@ fn error_text(e: &tokio_postgres::Error) -> String {
             parts.join(": ")
         }
     }
-}
-
-/// Undefined table or schema (a table or state that was never created).
-pub(super) fn is_missing_relation(e: &tokio_postgres::Error) -> bool {
-    e.code()
-        .is_some_and(|code| matches!(code.code(), "42P01" | "3F000"))
 }
 
 /// A cached prepared statement of this connection.
