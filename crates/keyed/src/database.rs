@@ -343,7 +343,9 @@ async fn count_existing(statements: &mut dyn Statements, name: &str) -> Result<u
     }
     let sql = format!("SELECT count(*) FROM {}", statements.dialect().table(name));
     let rows = statements.query(name, &sql, &[]).await?;
-    Ok(row_count(first(rows).and_then(|cell| cell.int()).unwrap_or(0)))
+    Ok(row_count(
+        first(rows).and_then(|cell| cell.int()).unwrap_or(0),
+    ))
 }
 
 /// The statements that upsert and delete the state parts of `state`, in dialect `d`.

@@ -158,7 +158,9 @@ pub(crate) fn open_record_sql(statements: &dyn Statements) -> String {
 
 /// The first value of the first row.
 pub(crate) fn first(rows: Vec<crate::backend::Row>) -> Option<crate::backend::Cell> {
-    rows.into_iter().next().and_then(|row| row.into_iter().next())
+    rows.into_iter()
+        .next()
+        .and_then(|row| row.into_iter().next())
 }
 
 impl SnapshotGuard {

@@ -74,10 +74,10 @@ mod sql;
 mod sqlite;
 pub mod state;
 
+pub use database::Database;
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
-pub use database::Database;
 pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase, copy_text};
 pub use sqlite::SqliteDatabase;
 

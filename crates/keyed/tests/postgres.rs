@@ -1479,6 +1479,14 @@ async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
     common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
 }
 
+#[tokio::test]
+async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("pk", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    common::a_state_write_under_an_older_fence_is_refused_and_writes_nothing(&fx.db, &spec).await;
+}
+
 /// Issue #24 item 8: a session that cannot write — read-only (`default_transaction_read_only`
 /// in the URL's `options`) or with a `statement_timeout` under 1 s — fails `check`'s probe
 /// with the same message as the run's `prepare`, naming the setting and the fix, and neither

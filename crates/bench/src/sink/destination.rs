@@ -66,10 +66,7 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
             let db = PostgresDatabase::connect(url.expose())
                 .await
                 .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;
-            Ok((
-                Database::from(db.with_schema(schema)),
-                table_spec(schema),
-            ))
+            Ok((Database::from(db.with_schema(schema)), table_spec(schema)))
         }
         Destination::Jsonl => bail!("the jsonl sink has no database"),
     }

@@ -67,13 +67,17 @@
 //! [`apply`](PostgresDatabase::apply) is one transaction: every row change in slice order,
 //! then the state parts, then `COMMIT`. The statements are prepared once per connection and
 //! executed pipelined (sent in order without waiting for each reply), so several changes to one
-//! key in a batch end in the last. Any error rolls back the rows and the state together.
-//! [`close_snapshot`](PostgresDatabase::close_snapshot) counts, deletes, drops the table's
-//! deleted-key markers and writes the state in one transaction too.
+//! key in a batch end in the last. Any error rolls back the rows and the state together. The
+//! scripts of `crate::database` (closing a snapshot or a repair window, the shared snapshot
+//! record, storing the state) run in one transaction each too, on this backend's dialect and
+//! primitives (`script`): a batch share-locks the shared snapshot record (`FOR SHARE`), its
+//! close locks it alone (`FOR UPDATE`).
 //!
 //! # The state table's schema
-//! `apply` and `close_snapshot` write the state next to the table (`spec.schema`). The calls
-//! without a spec (`prepare_state`, `store_state`, `load_state`, `reset_state`) use the handle's
+//! `apply` and the scripts with a table spec (closing a snapshot or a repair window, the
+//! shared snapshot record, counting rows) use the spec's schema (`spec.schema`). The calls
+//! without a spec (`prepare_state`, `store_state`, `load_state`, `reset_state`,
+//! `fence_position`) use the handle's
 //! state schema: `public`, or the one given to [`PostgresDatabase::with_schema`], or the schema of
 //! the last [`prepare`](PostgresDatabase::prepare).
 //!
@@ -322,7 +326,13 @@ impl Backend for PostgresDatabase {
         snapshot_id: Option<i64>,
         state: &'a StateWrite,
     ) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(PostgresDatabase::apply(self, spec, rows, snapshot_id, state))
+        Box::pin(PostgresDatabase::apply(
+            self,
+            spec,
+            rows,
+            snapshot_id,
+            state,
+        ))
     }
 
     fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {

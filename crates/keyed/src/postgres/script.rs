@@ -13,11 +13,11 @@
 
 use std::collections::HashMap;
 
-use futures_util::future::{BoxFuture, try_join_all};
+use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Statement};
 
-use super::session::{Failure, Session, Shared, end_transaction};
+use super::session::{Failure, Session, Shared, end_transaction, execute_pipelined, statement};
 use super::sql::{qualified, table_context};
 use crate::DbError;
 use crate::backend::{
@@ -226,8 +226,13 @@ macro_rules! statements {
             ) -> BoxFuture<'a, Result<(), DbError>> {
                 Box::pin(async move {
                     let (client, cache) = self.parts()?;
-                    let done = execute_all(client, cache, calls).await;
-                    done.map_err(|e| failed(self.shared, &self.context, &mut self.lost, &e))
+                    match execute_all(client, cache, calls).await {
+                        Ok(()) => Ok(()),
+                        Err(Failure::Db(e)) => Err(e),
+                        Err(Failure::Pg(e)) => {
+                            Err(failed(self.shared, &self.context, &mut self.lost, &e))
+                        }
+                    }
                 })
             }
 
@@ -337,28 +342,14 @@ fn pg_params<'a>(params: &'a [Param<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
         .collect()
 }
 
-/// The prepared statement of `sql`, from the connection's cache.
-async fn prepared<C: GenericClient + Sync>(
-    client: &C,
-    cache: &mut HashMap<String, Statement>,
-    sql: &str,
-) -> Result<Statement, tokio_postgres::Error> {
-    if let Some(statement) = cache.get(sql) {
-        return Ok(statement.clone());
-    }
-    let statement = client.prepare(sql).await?;
-    cache.insert(sql.to_string(), statement.clone());
-    Ok(statement)
-}
-
 async fn exists<C: GenericClient + Sync>(
     client: &C,
     cache: &mut HashMap<String, Statement>,
     qualified: &str,
 ) -> Result<bool, tokio_postgres::Error> {
     let sql = "SELECT pg_catalog.to_regclass($1::text) IS NOT NULL";
-    let statement = prepared(client, cache, sql).await?;
-    client.query_one(&statement, &[&qualified]).await?.try_get(0)
+    let prepared = statement(client, cache, sql).await?;
+    client.query_one(&prepared, &[&qualified]).await?.try_get(0)
 }
 
 async fn execute<C: GenericClient + Sync>(
@@ -367,8 +358,8 @@ async fn execute<C: GenericClient + Sync>(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<u64, tokio_postgres::Error> {
-    let statement = prepared(client, cache, sql).await?;
-    client.execute(&statement, &pg_params(params)).await
+    let prepared = statement(client, cache, sql).await?;
+    client.execute(&prepared, &pg_params(params)).await
 }
 
 /// Prepares every call, then sends them at once, in order, and waits for all replies.
@@ -376,17 +367,13 @@ async fn execute_all<C: GenericClient + Sync>(
     client: &C,
     cache: &mut HashMap<String, Statement>,
     calls: &[Call<'_>],
-) -> Result<(), tokio_postgres::Error> {
-    let calls = prepare_calls(client, cache, calls).await?;
-    // The driver sends a query when its future is first polled; try_join_all polls them in
-    // order, so the server runs them in order.
-    try_join_all(
-        calls
-            .iter()
-            .map(|(statement, params)| client.execute(statement, params)),
-    )
-    .await?;
-    Ok(())
+) -> Result<(), Failure> {
+    let prepared = prepare_calls(client, cache, calls).await?;
+    let calls: Vec<_> = prepared
+        .iter()
+        .map(|(statement, params)| (statement, params.clone()))
+        .collect();
+    execute_pipelined(client, &calls).await
 }
 
 async fn query<C: GenericClient + Sync>(
@@ -395,8 +382,8 @@ async fn query<C: GenericClient + Sync>(
     sql: &str,
     params: &[Param<'_>],
 ) -> Result<Vec<Row>, tokio_postgres::Error> {
-    let statement = prepared(client, cache, sql).await?;
-    let rows = client.query(&statement, &pg_params(params)).await?;
+    let prepared = statement(client, cache, sql).await?;
+    let rows = client.query(&prepared, &pg_params(params)).await?;
     rows.iter().map(cells).collect()
 }
 
@@ -425,8 +412,8 @@ pub(super) async fn prepare_calls<'a, C: GenericClient + Sync>(
 ) -> Result<Vec<(Statement, Vec<&'a (dyn ToSql + Sync)>)>, tokio_postgres::Error> {
     let mut prepared_calls = Vec::with_capacity(calls.len());
     for (sql, params) in calls {
-        let statement = prepared(client, cache, sql).await?;
-        prepared_calls.push((statement, pg_params(params)));
+        let prepared = statement(client, cache, sql).await?;
+        prepared_calls.push((prepared, pg_params(params)));
     }
     Ok(prepared_calls)
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
+use tokio_postgres::{Client, Config, GenericClient, NoTls, Statement, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::conninfo::ConnInfo;
@@ -313,17 +313,18 @@ fn error_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// A cached prepared statement of this connection.
-pub(super) async fn statement(
-    client: &Client,
+/// The prepared statement of `sql`, from the connection's cache (`client`: the connection or
+/// a transaction in it).
+pub(super) async fn statement<C: GenericClient + Sync>(
+    client: &C,
     cache: &mut HashMap<String, Statement>,
-    sql: String,
+    sql: &str,
 ) -> Result<Statement, tokio_postgres::Error> {
-    if let Some(statement) = cache.get(&sql) {
+    if let Some(statement) = cache.get(sql) {
         return Ok(statement.clone());
     }
-    let statement = client.prepare(&sql).await?;
-    cache.insert(sql, statement.clone());
+    let statement = client.prepare(sql).await?;
+    cache.insert(sql.to_string(), statement.clone());
     Ok(statement)
 }
 
@@ -335,7 +336,7 @@ pub(super) async fn prepare_if(
     sql: impl FnOnce() -> String,
 ) -> Result<Option<Statement>, tokio_postgres::Error> {
     if needed {
-        statement(client, cache, sql()).await.map(Some)
+        statement(client, cache, &sql()).await.map(Some)
     } else {
         Ok(None)
     }
@@ -346,8 +347,8 @@ pub(super) fn prepared(statement: Option<&Statement>) -> Result<&Statement, Fail
 }
 
 /// Sends every call at once, in order, and waits for all replies (the first error wins).
-pub(super) async fn execute_pipelined(
-    tx: &Transaction<'_>,
+pub(super) async fn execute_pipelined<C: GenericClient + Sync>(
+    tx: &C,
     calls: &[(&Statement, Vec<&(dyn ToSql + Sync)>)],
 ) -> Result<(), Failure> {
     // tokio-postgres sends a query when its future is first polled; try_join_all polls them in

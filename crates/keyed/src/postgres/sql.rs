@@ -8,8 +8,8 @@ use tokio_postgres::types::ToSql;
 
 use super::document;
 use crate::sql::{
-    DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
-    VERSION_SEQ_COLUMN, key_misfit, key_type, quote, repair_older,
+    DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
+    key_misfit, key_type, quote, repair_older,
 };
 use crate::{DbError, KeyType, KeyValue, TableSpec};
 

@@ -45,10 +45,13 @@
 //! `(pipeline, part)`, `value` being JSON text.
 //!
 //! # The transaction rule
-//! [`apply`](SqliteDatabase::apply) and [`close_snapshot`](SqliteDatabase::close_snapshot) run
-//! in **one** `BEGIN IMMEDIATE` transaction each: the rows (with their deleted-key markers),
-//! then the state parts, then `COMMIT`. Any error (a bad key, a SQLite error) rolls back the whole transaction, so the
-//! rows and the pipeline position are either both written or neither.
+//! [`apply`](SqliteDatabase::apply) and the scripts of `crate::database` (closing a snapshot
+//! or a repair window, storing the state) run in **one** `BEGIN IMMEDIATE` transaction each:
+//! the fences, the rows (with their deleted-key markers), then the state parts, then `COMMIT`.
+//! Any error (a bad key, a SQLite error, a refused fence) rolls back the whole transaction, so
+//! the rows and the pipeline position are either both written or neither. The transaction
+//! holds the file's write lock, so the scripts' reads need no row locks (`session`: the
+//! dialect and the primitives they run on).
 //!
 //! # Errors
 //! SQLite `BUSY` and `LOCKED` are retryable (retry the whole transaction); everything else is
