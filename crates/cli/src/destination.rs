@@ -327,14 +327,14 @@ pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failur
                 })?;
             }
             SqliteDatabase::open(&sqlite.path)
-                .map(|db| Some(Database::Sqlite(db)))
+                .map(|db| Some(Database::from(db)))
                 .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message))
         }
         SinkConfig::Postgres(postgres) => {
             let defaults = libpq_defaults(postgres);
             PostgresDatabase::connect_with(postgres.url.expose(), &defaults)
                 .await
-                .map(|db| Some(Database::Postgres(db.with_schema(&postgres.schema))))
+                .map(|db| Some(Database::from(db.with_schema(&postgres.schema))))
                 .map_err(|e| {
                     db_failure(
                         "postgres",
@@ -351,7 +351,7 @@ pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failur
 pub async fn open_existing(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
     match &config.sink {
         SinkConfig::Sqlite(sqlite) => SqliteDatabase::open_existing(&sqlite.path)
-            .map(|db| db.map(Database::Sqlite))
+            .map(|db| db.map(Database::from))
             .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message)),
         _ => connect(config).await,
     }

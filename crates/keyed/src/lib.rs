@@ -62,17 +62,19 @@
 //! and [`state::DatabaseStore`] its `CheckpointStore`: batches commit their state parts with
 //! their rows.
 
-use std::collections::BTreeMap;
-
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_value::ValueFormat;
 
+mod backend;
+mod database;
+mod fence;
 mod postgres;
 pub mod sink;
 mod sql;
 mod sqlite;
 pub mod state;
 
+pub use database::Database;
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
@@ -247,57 +249,6 @@ impl SnapshotGuard {
             SnapshotGuard::Open(id) | SnapshotGuard::Close { id, .. } => *id,
         }
     }
-
-    /// Why the stored record (its counter and JSON, `None` when there is none) refuses this
-    /// transaction; `None` when it lets it pass.
-    pub(crate) fn refusal(&self, stored: Option<(i64, Option<&str>)>) -> Option<String> {
-        let id = self.id();
-        let found = match stored {
-            None => return Some(format!("its snapshot record (snapshot {id}) is gone")),
-            Some((counter, text)) => (counter, text.and_then(stored_snapshot_id)),
-        };
-        match found {
-            (0, Some(stored)) if stored == id => None,
-            (_, Some(stored)) if stored != id => Some(format!(
-                "the destination's snapshot record is of another snapshot ({stored}, not {id})"
-            )),
-            (0, _) => Some(format!("snapshot {id}'s record cannot be read")),
-            _ => Some(format!(
-                "snapshot {id} is closed: its complete-read cleanup has run"
-            )),
-        }
-    }
-}
-
-/// The text of a new open shared snapshot record.
-pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
-    let record = ddbpipe_pipeline::sink::SharedSnapshot {
-        id,
-        rows_at_start,
-        closed: None,
-    };
-    // Two integers: serializing cannot fail.
-    serde_json::to_string(&record).unwrap_or_default()
-}
-
-/// A stored shared snapshot record, or why it cannot be read.
-pub(crate) fn shared_record(
-    text: Option<&str>,
-) -> Result<ddbpipe_pipeline::sink::SharedSnapshot, String> {
-    let text = text.ok_or("the shared snapshot record has no content")?;
-    serde_json::from_str(text).map_err(|error| {
-        format!(
-            "the shared snapshot record cannot be read ({error}); run `ddbpipe state reset` \
-             once no worker runs"
-        )
-    })
-}
-
-/// The id in a stored shared snapshot record.
-fn stored_snapshot_id(text: &str) -> Option<i64> {
-    serde_json::from_str::<ddbpipe_pipeline::sink::SharedSnapshot>(text)
-        .ok()
-        .map(|record| record.id)
 }
 
 /// One lease fence a transaction passes.
@@ -446,153 +397,4 @@ pub enum LockAttempt {
     Acquired,
     /// Another run holds it.
     HeldBy(LockHolder),
-}
-
-/// A keyed destination database.
-#[derive(Debug, Clone)]
-pub enum Database {
-    /// A SQLite file.
-    Sqlite(SqliteDatabase),
-    /// A PostgreSQL database.
-    Postgres(PostgresDatabase),
-}
-
-macro_rules! dispatch {
-    ($self:ident, $db:ident => $call:expr) => {
-        match $self {
-            Database::Sqlite($db) => $call,
-            Database::Postgres($db) => $call,
-        }
-    };
-}
-
-impl Database {
-    /// "sqlite out/orders.db" or "postgres db.example.com:5432/app" (never a password).
-    pub fn describe(&self) -> String {
-        dispatch!(self, db => db.describe())
-    }
-
-    /// Creates `_ddbpipe_state` when missing (a database opened only to read state creates
-    /// nothing: see [`load_state`](Self::load_state)).
-    pub async fn prepare_state(&self) -> Result<(), DbError> {
-        dispatch!(self, db => db.prepare_state().await)
-    }
-
-    /// Creates the destination table when missing and allowed, or checks an existing one has
-    /// the same key columns (an error lists both) and adds the version columns a table of an
-    /// earlier ddbpipe lacks; also creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
-    pub async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
-        dispatch!(self, db => db.prepare(spec).await)
-    }
-
-    /// One transaction: the rows in order, as the module docs' "Rows" say (`snapshot_id`: the
-    /// open snapshot), then the state parts; the commit is the acknowledgement.
-    pub async fn apply(
-        &self,
-        spec: &TableSpec,
-        rows: &[RowChange],
-        snapshot_id: Option<i64>,
-        state: &StateWrite,
-    ) -> Result<(), DbError> {
-        dispatch!(self, db => db.apply(spec, rows, snapshot_id, state).await)
-    }
-
-    /// Writes state parts alone, in one transaction.
-    pub async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
-        dispatch!(self, db => db.store_state(state).await)
-    }
-
-    /// The position stored with `unit`'s lease fence (docs/coordination.md §11.7 rule 4):
-    /// `None` when none is, or the fence table does not exist.
-    pub async fn fence_position(
-        &self,
-        pipeline: &str,
-        unit: &str,
-    ) -> Result<Option<String>, DbError> {
-        dispatch!(self, db => db.fence_position(pipeline, unit).await)
-    }
-
-    /// The stored parts of `pipeline` as `part → JSON text`; empty when there are none or the
-    /// state table does not exist.
-    pub async fn load_state(&self, pipeline: &str) -> Result<BTreeMap<String, String>, DbError> {
-        dispatch!(self, db => db.load_state(pipeline).await)
-    }
-
-    /// Deletes every part of `pipeline`; `true` when something was deleted.
-    pub async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
-        dispatch!(self, db => db.reset_state(pipeline).await)
-    }
-
-    /// Rows in the destination table (0 when it does not exist).
-    pub async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
-        dispatch!(self, db => db.count_rows(spec).await)
-    }
-
-    /// The pipeline's shared snapshot record (docs/coordination.md §11.12): the stored one, or
-    /// a new open one of snapshot `id` with the destination table's row count as
-    /// `rows_at_start`, stored in one transaction when none is (of workers opening it at once,
-    /// the first one's is kept).
-    pub async fn open_shared_snapshot(
-        &self,
-        spec: &TableSpec,
-        pipeline: &str,
-        id: i64,
-    ) -> Result<ddbpipe_pipeline::sink::SharedSnapshot, DbError> {
-        dispatch!(self, db => db.open_shared_snapshot(spec, pipeline, id).await)
-    }
-
-    /// The pipeline's shared snapshot record as stored, without opening one: `None` when none
-    /// is.
-    pub async fn shared_snapshot(
-        &self,
-        pipeline: &str,
-    ) -> Result<Option<ddbpipe_pipeline::sink::SharedSnapshot>, DbError> {
-        match self.fence_position(pipeline, SNAPSHOT_UNIT).await? {
-            None => Ok(None),
-            Some(text) => shared_record(Some(&text))
-                .map(Some)
-                .map_err(|why| DbError::fatal(format!("{}: {why}", self.describe()))),
-        }
-    }
-
-    /// Closes a snapshot (see the module docs) and writes `state`, in one transaction. With
-    /// `state.snapshot` a [`SnapshotGuard::Close`], the shared record must be open and is
-    /// closed in the same transaction (refused, fenced, when it is closed already).
-    pub async fn close_snapshot(
-        &self,
-        spec: &TableSpec,
-        close: CloseSnapshot,
-        state: &StateWrite,
-    ) -> Result<Closed, DbError> {
-        dispatch!(self, db => db.close_snapshot(spec, close, state).await)
-    }
-
-    /// Closes a repair window (see the module docs) and writes `state`, in one transaction;
-    /// returns the rows deleted.
-    pub async fn close_repair_window(
-        &self,
-        spec: &TableSpec,
-        sweep: ddbpipe_pipeline::checkpoint::store::RepairSweep,
-        state: &StateWrite,
-    ) -> Result<u64, DbError> {
-        dispatch!(self, db => db.close_repair_window(spec, sweep, state).await)
-    }
-
-    /// Takes the pipeline's run lock, held until this database handle and all its clones are
-    /// dropped, or finds who holds it.
-    pub async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
-        dispatch!(self, db => db.lock(pipeline).await)
-    }
-
-    /// Whether another run holds the pipeline's lock (for `check`; takes nothing).
-    pub async fn lock_holder(&self, pipeline: &str) -> Result<Option<LockHolder>, DbError> {
-        dispatch!(self, db => db.lock_holder(pipeline).await)
-    }
-
-    /// The `check` probe (docs/cli.md §8.2): the database is reachable and the table creatable or
-    /// compatible, with rights to create, write and delete; changes nothing. Returns a detail
-    /// line.
-    pub async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
-        dispatch!(self, db => db.probe(spec).await)
-    }
 }

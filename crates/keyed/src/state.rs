@@ -397,7 +397,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::SqliteDatabase::open(&dir.path().join("s.db")).unwrap();
         let table = state_table();
-        let store = DatabaseStore::new(Database::Sqlite(db), table);
+        let store = DatabaseStore::new(Database::from(db), table);
         let entry = |shards: Json| streams_entry("t", shards);
         let first = entry(json!({"s1": "100000000000000000001", "s2": "100000000000000000002"}));
         let (write, parts) = store.changes("p", Some(&first));

@@ -31,7 +31,7 @@ fn table() -> TableSpec {
 /// The stored parts of `pipeline` in the SQLite file at `path`: `part → value`.
 async fn parts(path: &Path, pipeline: &str) -> BTreeMap<String, String> {
     let db = SqliteDatabase::open_existing(path).unwrap().unwrap();
-    Database::Sqlite(db).load_state(pipeline).await.unwrap()
+    Database::from(db).load_state(pipeline).await.unwrap()
 }
 
 #[tokio::test]
@@ -44,12 +44,12 @@ async fn every_sink_database_is_written_back_part_for_part() {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join(name);
         std::fs::copy(golden(name), &copy).unwrap();
-        let db = Database::Sqlite(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
+        let db = Database::from(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
         let mut store = DatabaseStore::new(db, table());
         let entry = store.load(pipeline).await.unwrap().unwrap();
         // Into a fresh database: every part is written anew.
         let fresh = dir.path().join("fresh.db");
-        let db = Database::Sqlite(SqliteDatabase::open(&fresh).unwrap());
+        let db = Database::from(SqliteDatabase::open(&fresh).unwrap());
         db.prepare_state().await.unwrap();
         let mut again = DatabaseStore::new(db, table());
         again.store(pipeline, Some(&entry)).await.unwrap();
@@ -67,7 +67,7 @@ async fn a_destination_table_written_before_versions_is_upgraded_by_prepare() {
         let dir = tempfile::tempdir().unwrap();
         let copy = dir.path().join(name);
         std::fs::copy(golden(name), &copy).unwrap();
-        let db = Database::Sqlite(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
+        let db = Database::from(SqliteDatabase::open_existing(&copy).unwrap().unwrap());
         let spec = TableSpec {
             key: ["customer", "order_id"]
                 .map(|name| KeyColumn {

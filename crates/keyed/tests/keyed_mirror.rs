@@ -110,8 +110,8 @@ impl Destination {
     /// A new handle on the database, as a run opens it.
     async fn database(&self) -> Database {
         match self.target {
-            Target::Sqlite => Database::Sqlite(SqliteDatabase::open(&self.sqlite_path()).unwrap()),
-            Target::Postgres => Database::Postgres(
+            Target::Sqlite => Database::from(SqliteDatabase::open(&self.sqlite_path()).unwrap()),
+            Target::Postgres => Database::from(
                 PostgresDatabase::connect(&test_postgres::url())
                     .await
                     .unwrap()

@@ -317,7 +317,7 @@ async fn run(
         path,
         ..
     } = setup;
-    let db = Database::Sqlite(SqliteDatabase::open(path).unwrap());
+    let db = Database::from(SqliteDatabase::open(path).unwrap());
     let inner = KeyedSink::new(
         db,
         spec(),

@@ -42,7 +42,7 @@ impl Fixture {
     }
 
     async fn handle_in(schema: &str) -> Database {
-        Database::Postgres(
+        Database::from(
             PostgresDatabase::connect(&url())
                 .await
                 .unwrap()
@@ -1189,13 +1189,13 @@ async fn sslmode_require_and_prefer() {
         }
     };
     // prefer always connects (encrypted when the server can).
-    let db = Database::Postgres(PostgresDatabase::connect(&with("prefer")).await.unwrap());
+    let db = Database::from(PostgresDatabase::connect(&with("prefer")).await.unwrap());
     assert!(db.load_state("p").await.unwrap().is_empty());
     let require = PostgresDatabase::connect(&with("require")).await;
     if ssl == "on" {
         // scripts/postgres.sh turns TLS on with a self-signed certificate: `require` does not
         // verify it, like libpq.
-        let db = Database::Postgres(require.unwrap().with_schema(&fx.schema));
+        let db = Database::from(require.unwrap().with_schema(&fx.schema));
         db.prepare_state().await.unwrap();
         let encrypted: i64 = fx
             .admin
@@ -1412,7 +1412,7 @@ async fn a_role_without_temporary_copies_new_keys_and_writes_the_rest_row_by_row
         .await
         .unwrap();
     let role_url = format!("postgres://{name}:pw-{name}@{host}:{port}/{name}?sslmode=disable");
-    let db = Database::Postgres(
+    let db = Database::from(
         PostgresDatabase::connect(&role_url)
             .await
             .unwrap()
@@ -1479,6 +1479,14 @@ async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
     common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
 }
 
+#[tokio::test]
+async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("pk", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    common::a_state_write_under_an_older_fence_is_refused_and_writes_nothing(&fx.db, &spec).await;
+}
+
 /// Issue #24 item 8: a session that cannot write — read-only (`default_transaction_read_only`
 /// in the URL's `options`) or with a `statement_timeout` under 1 s — fails `check`'s probe
 /// with the same message as the run's `prepare`, naming the setting and the fix, and neither
@@ -1502,7 +1510,7 @@ async fn a_session_that_cannot_write_fails_probe_and_prepare_alike() {
             &["statement_timeout is 500ms, below the 1s", "set it to 0"][..],
         ),
     ] {
-        let db = Database::Postgres(
+        let db = Database::from(
             PostgresDatabase::connect(&format!("{}&options=-c%20{option}", url()))
                 .await
                 .unwrap()
@@ -1519,7 +1527,7 @@ async fn a_session_that_cannot_write_fails_probe_and_prepare_alike() {
     let db = PostgresDatabase::connect(&format!("{}&options=-c%20statement_timeout%3D1s", url()))
         .await
         .unwrap();
-    Database::Postgres(db).probe(&spec).await.unwrap();
+    Database::from(db).probe(&spec).await.unwrap();
 }
 
 /// Issue #24 item 8: `check` runs the run's DDL in a transaction it rolls back, so what only
@@ -1737,7 +1745,7 @@ async fn an_updated_at_text_column_becomes_timestamptz_in_place_keeping_each_ins
     let spec = fx.spec("t", &[("id", KeyType::S)]);
     // Sessions in another time zone than UTC.
     let tokyo = || async {
-        Database::Postgres(
+        Database::from(
             PostgresDatabase::connect(&format!("{}&options=-c%20TimeZone%3DAsia%2FTokyo", url()))
                 .await
                 .unwrap()

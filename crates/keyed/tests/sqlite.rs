@@ -21,7 +21,7 @@ fn orders() -> TableSpec {
 }
 
 fn open(path: &Path) -> Database {
-    Database::Sqlite(SqliteDatabase::open(path).expect("open"))
+    Database::from(SqliteDatabase::open(path).expect("open"))
 }
 
 fn db_path(dir: &tempfile::TempDir) -> PathBuf {
@@ -699,7 +699,7 @@ async fn open_existing_creates_nothing() {
         .await
         .expect("store");
     drop(db);
-    let existing = Database::Sqlite(
+    let existing = Database::from(
         SqliteDatabase::open_existing(&path)
             .expect("open_existing")
             .expect("exists"),
@@ -959,4 +959,10 @@ async fn a_lease_fence_refuses_an_older_owners_batches() {
 async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
     let (fx, spec) = Fixture::with_orders().await;
     common::a_shared_snapshot_opens_once_and_closes_once(&fx.db, &spec).await;
+}
+
+#[tokio::test]
+async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
+    let (fx, spec) = Fixture::with_orders().await;
+    common::a_state_write_under_an_older_fence_is_refused_and_writes_nothing(&fx.db, &spec).await;
 }

@@ -60,16 +60,13 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
         Destination::Sqlite { path } => {
             let db = SqliteDatabase::open(path)
                 .with_context(|| format!("cannot open sqlite {}", path.display()))?;
-            Ok((Database::Sqlite(db), table_spec("main")))
+            Ok((Database::from(db), table_spec("main")))
         }
         Destination::Postgres { url, schema } => {
             let db = PostgresDatabase::connect(url.expose())
                 .await
                 .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;
-            Ok((
-                Database::Postgres(db.with_schema(schema)),
-                table_spec(schema),
-            ))
+            Ok((Database::from(db.with_schema(schema)), table_spec(schema)))
         }
         Destination::Jsonl => bail!("the jsonl sink has no database"),
     }

@@ -9,12 +9,14 @@ use tokio_postgres::types::ToSql;
 use super::PostgresDatabase;
 use super::bulk::{self, Bulk};
 use super::document;
-use super::session::{Failure, end_transaction, execute_pipelined, prepare_if, prepared};
+use super::script::{PgDialect, PgTx, prepare_calls};
+use super::session::{Failure, execute_pipelined, prepare_if, prepared};
 use super::sql::{
-    StateStatements, UpsertKind, check_key, delete_sql, key_param, mark_deleted_sql, pass_fences,
-    qualified, repair_delete_sql, repair_mark_sql, repair_upsert_sql, spec_context, upsert_sql,
-    validate,
+    UpsertKind, check_key, delete_sql, key_param, mark_deleted_sql, qualified, repair_delete_sql,
+    repair_mark_sql, repair_upsert_sql, spec_context, upsert_sql, validate,
 };
+use crate::database::state_calls;
+use crate::fence;
 use crate::sql::{NoSnapshotOpen, Write, key_text, now_rfc3339, plan, row_key};
 use crate::{DbError, RowChange, StateWrite, TableSpec};
 
@@ -82,9 +84,15 @@ impl PostgresDatabase {
         let staged = bulk.filter(|_| !session.no_temp_tables);
         let mut no_temp_tables = false;
         let mut met_rows = false;
+        let dialect = PgDialect {
+            schema: spec.schema.clone(),
+        };
+        let state_sql = state_calls(&dialect, state);
+        let mut lost = false;
         let result = async {
             let (client, cache) = session.connected(&self.shared).await?;
-            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
+            let state_prepared = prepare_calls(client, cache, &state_sql).await?;
+            let state_writes = || state_prepared.iter().map(|(statement, params)| (statement, params.clone()));
             let direct = match bulk.filter(|_| direct) {
                 Some(bulk) => bulk::markers_allow(client, cache, spec, bulk)
                     .await?
@@ -92,13 +100,14 @@ impl PostgresDatabase {
                 None => None,
             };
             if let Some(bulk) = direct {
-                let mut calls = Vec::new();
-                state_statements.push_calls(state, &mut calls)?;
-                let tx = client.transaction().await?;
+                let calls: Vec<_> = state_writes().collect();
+                let mut tx =
+                    PgTx::begin(client, cache, &self.shared, &dialect, &context, &mut lost).await?;
                 let written = async {
-                    pass_fences(&tx, &spec.schema, &context, state).await?;
-                    bulk::direct(&tx, spec, rows, &writes, bulk, &updated_at).await?;
-                    execute_pipelined(&tx, &calls).await
+                    fence::pass(&mut tx, state).await?;
+                    let inner = tx.transaction()?;
+                    bulk::direct(inner, spec, rows, &writes, bulk, &updated_at).await?;
+                    execute_pipelined(inner, &calls).await
                 }
                 .await;
                 match written {
@@ -107,10 +116,10 @@ impl PostgresDatabase {
                     {
                         // Nothing of it stays: the staging table's path, in a transaction of
                         // its own.
-                        tx.rollback().await?;
+                        tx.into_inner()?.rollback().await?;
                         met_rows = true;
                     }
-                    written => return end_transaction(tx, written).await,
+                    written => return tx.end(written).await,
                 }
             }
             let merge = match staged {
@@ -129,16 +138,17 @@ impl PostgresDatabase {
                 None => None,
             };
             if let Some((bulk, merge)) = merge {
-                let mut calls = Vec::new();
-                state_statements.push_calls(state, &mut calls)?;
-                let tx = client.transaction().await?;
+                let calls: Vec<_> = state_writes().collect();
+                let mut tx =
+                    PgTx::begin(client, cache, &self.shared, &dialect, &context, &mut lost).await?;
                 let written = async {
-                    pass_fences(&tx, &spec.schema, &context, state).await?;
-                    bulk::write(&tx, spec, rows, &writes, &key_texts, bulk, &merge, &updated_at).await?;
-                    execute_pipelined(&tx, &calls).await
+                    fence::pass(&mut tx, state).await?;
+                    let inner = tx.transaction()?;
+                    bulk::write(inner, spec, rows, &writes, &key_texts, bulk, &merge, &updated_at).await?;
+                    execute_pipelined(inner, &calls).await
                 }
                 .await;
-                return end_transaction(tx, written).await;
+                return tx.end(written).await;
             }
             let needs = |f: fn(&Write<'_>) -> bool| writes.iter().any(f);
             // Each statement's text is built only when the batch needs it.
@@ -186,7 +196,7 @@ impl PostgresDatabase {
             let repair_mark =
                 prepare_if(client, cache, repairs_delete, || repair_mark_sql(spec)).await?;
             let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
-                Vec::with_capacity(rows.len() + state.upserts.len() + state.deletes.len());
+                Vec::with_capacity(rows.len() + state_prepared.len());
             for ((row, write), key_text) in rows.iter().zip(&writes).zip(&key_texts) {
                 let mut params: Vec<&(dyn ToSql + Sync)> =
                     row_key(row).iter().map(key_param).collect();
@@ -247,17 +257,21 @@ impl PostgresDatabase {
                 };
                 calls.push((prepared(statement)?, params));
             }
-            state_statements.push_calls(state, &mut calls)?;
+            calls.extend(state_writes());
 
-            let tx = client.transaction().await?;
+            let mut tx =
+                PgTx::begin(client, cache, &self.shared, &dialect, &context, &mut lost).await?;
             let written = async {
-                pass_fences(&tx, &spec.schema, &context, state).await?;
-                execute_pipelined(&tx, &calls).await
+                fence::pass(&mut tx, state).await?;
+                execute_pipelined(tx.transaction()?, &calls).await
             }
             .await;
-            end_transaction(tx, written).await
+            tx.end(written).await
         }
         .await;
+        if lost {
+            session.drop_connection();
+        }
         session.no_temp_tables |= no_temp_tables;
         if met_rows {
             tracing::debug!(
@@ -351,7 +365,10 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(rows, want);
-        let state = db.load_state("p").await.expect("state");
+        let state = crate::Database::from(db)
+            .load_state("p")
+            .await
+            .expect("state");
         assert_eq!(state, [("position".to_string(), "2".to_string())].into());
     }
 }

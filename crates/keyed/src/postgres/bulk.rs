@@ -351,7 +351,7 @@ pub(super) async fn markers_allow(
 ) -> Result<bool, tokio_postgres::Error> {
     match bulk {
         Bulk::UnlessNewer { .. } => {
-            let probe = super::session::statement(client, cache, markers_sql(spec)).await?;
+            let probe = super::session::statement(client, cache, &markers_sql(spec)).await?;
             Ok(client.query_opt(&probe, &[&spec.table]).await?.is_none())
         }
         _ => Ok(true),
@@ -457,7 +457,7 @@ pub(super) async fn merge_statement(
     if !cache.contains_key(&sql) {
         client.batch_execute(&create_stage_sql(spec)).await?;
     }
-    super::session::statement(client, cache, sql).await
+    super::session::statement(client, cache, &sql).await
 }
 
 /// Copies the rows into the staging table and merges them (rules 2–3), inside `tx`.

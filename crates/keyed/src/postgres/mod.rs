@@ -67,13 +67,17 @@
 //! [`apply`](PostgresDatabase::apply) is one transaction: every row change in slice order,
 //! then the state parts, then `COMMIT`. The statements are prepared once per connection and
 //! executed pipelined (sent in order without waiting for each reply), so several changes to one
-//! key in a batch end in the last. Any error rolls back the rows and the state together.
-//! [`close_snapshot`](PostgresDatabase::close_snapshot) counts, deletes, drops the table's
-//! deleted-key markers and writes the state in one transaction too.
+//! key in a batch end in the last. Any error rolls back the rows and the state together. The
+//! scripts of `crate::database` (closing a snapshot or a repair window, the shared snapshot
+//! record, storing the state) run in one transaction each too, on this backend's dialect and
+//! primitives (`script`): a batch share-locks the shared snapshot record (`FOR SHARE`), its
+//! close locks it alone (`FOR UPDATE`).
 //!
 //! # The state table's schema
-//! `apply` and `close_snapshot` write the state next to the table (`spec.schema`). The calls
-//! without a spec (`prepare_state`, `store_state`, `load_state`, `reset_state`) use the handle's
+//! `apply` and the scripts with a table spec (closing a snapshot or a repair window, the
+//! shared snapshot record, counting rows) use the spec's schema (`spec.schema`). The calls
+//! without a spec (`prepare_state`, `store_state`, `load_state`, `reset_state`,
+//! `fence_position`) use the handle's
 //! state schema: `public`, or the one given to [`PostgresDatabase::with_schema`], or the schema of
 //! the last [`prepare`](PostgresDatabase::prepare).
 //!
@@ -90,26 +94,18 @@
 //! the pipeline lock in `pg_locks` and reports the pid of that backend's marker, i.e. the
 //! ddbpipe process, not the PostgreSQL backend.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
 
 use self::conninfo::ConnInfo;
 use self::schema::create_state_sql;
-use self::session::{
-    Failure, HeldLock, Shared, end_transaction, execute_pipelined, holder, is_missing_relation,
-    lock_key, statement, try_lock,
-};
-use self::sql::{
-    StateStatements, check_identifier, drop_deleted_marks_sql, pass_fences, qualified,
-    repair_sweep_sql, snapshot_record, spec_context, table_context, validate,
-};
-use crate::sql::{SNAPSHOT_COLUMN, STATE_TABLE, quote, row_count};
-use crate::{
-    CloseSnapshot, Closed, DbError, LockAttempt, LockHolder, StateWrite, TableSpec, open_record,
-    shared_record,
-};
-use ddbpipe_pipeline::checkpoint::store::RepairSweep;
-use ddbpipe_pipeline::sink::SharedSnapshot;
+use self::script::Script;
+use self::session::{HeldLock, Shared, holder, lock_key, try_lock};
+use self::sql::{check_identifier, spec_context, table_context, validate};
+use crate::backend::{Backend, Session as ScriptSession};
+use crate::sql::STATE_TABLE;
+use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
 
 mod apply;
 mod bulk;
@@ -121,6 +117,7 @@ mod document;
 mod migrate;
 mod prepare;
 mod schema;
+mod script;
 mod session;
 mod sql;
 mod tls;
@@ -227,262 +224,6 @@ impl PostgresDatabase {
         result
     }
 
-    pub(crate) async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
-        if state.is_empty() {
-            return Ok(());
-        }
-        let schema = self.shared.state_schema();
-        let context = table_context(&schema, STATE_TABLE);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, cache) = session.connected(&self.shared).await?;
-            let statements = StateStatements::get(client, cache, &schema, state).await?;
-            let mut calls = Vec::new();
-            statements.push_calls(state, &mut calls)?;
-            let tx = client.transaction().await?;
-            let written = async {
-                pass_fences(&tx, &schema, &context, state).await?;
-                execute_pipelined(&tx, &calls).await
-            }
-            .await;
-            end_transaction(tx, written).await
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn fence_position(
-        &self,
-        pipeline: &str,
-        unit: &str,
-    ) -> Result<Option<String>, DbError> {
-        let schema = self.shared.state_schema();
-        let context = table_context(&schema, crate::FENCE_TABLE);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, _) = session.connected(&self.shared).await?;
-            let sql = format!(
-                "SELECT position FROM {} WHERE pipeline = $1::text AND unit = $2::text",
-                qualified(&schema, crate::FENCE_TABLE)
-            );
-            match client.query_opt(&sql, &[&pipeline, &unit]).await {
-                Ok(row) => Ok(row.and_then(|row| row.get::<_, Option<String>>(0))),
-                Err(e) if is_missing_relation(&e) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn load_state(
-        &self,
-        pipeline: &str,
-    ) -> Result<BTreeMap<String, String>, DbError> {
-        let schema = self.shared.state_schema();
-        let context = table_context(&schema, STATE_TABLE);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, cache) = session.connected(&self.shared).await?;
-            let sql = format!(
-                "SELECT part, value::text FROM {} WHERE pipeline = $1",
-                qualified(&schema, STATE_TABLE)
-            );
-            let rows = match statement(client, cache, sql).await {
-                Ok(select) => client.query(&select, &[&pipeline]).await,
-                Err(e) => Err(e),
-            };
-            match rows {
-                Ok(rows) => rows
-                    .iter()
-                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                    .collect::<Result<BTreeMap<_, _>, tokio_postgres::Error>>()
-                    .map_err(Failure::Pg),
-                Err(e) if is_missing_relation(&e) => Ok(BTreeMap::new()),
-                Err(e) => Err(e.into()),
-            }
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
-        let schema = self.shared.state_schema();
-        let context = table_context(&schema, STATE_TABLE);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, _) = session.connected(&self.shared).await?;
-            let sql = format!(
-                "DELETE FROM {} WHERE pipeline = $1::text",
-                qualified(&schema, STATE_TABLE)
-            );
-            let deleted = match client.execute(&sql, &[&pipeline]).await {
-                Ok(deleted) => deleted,
-                Err(e) if is_missing_relation(&e) => return Ok(false),
-                Err(e) => return Err(e.into()),
-            };
-            let fences = format!(
-                "DELETE FROM {} WHERE pipeline = $1::text",
-                qualified(&schema, crate::FENCE_TABLE)
-            );
-            // A database of a version before fences has no fence table.
-            let fenced = match client.execute(&fences, &[&pipeline]).await {
-                Ok(fenced) => fenced,
-                Err(e) if is_missing_relation(&e) => 0,
-                Err(e) => return Err(e.into()),
-            };
-            Ok(deleted + fenced > 0)
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
-        let context = spec_context(spec);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, _) = session.connected(&self.shared).await?;
-            let sql = format!(
-                "SELECT count(*) FROM {}",
-                qualified(&spec.schema, &spec.table)
-            );
-            match client.query_one(&sql, &[]).await {
-                Ok(row) => Ok(row_count(row.try_get(0)?)),
-                Err(e) if is_missing_relation(&e) => Ok(0),
-                Err(e) => Err(e.into()),
-            }
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn open_shared_snapshot(
-        &self,
-        spec: &TableSpec,
-        pipeline: &str,
-        id: i64,
-    ) -> Result<SharedSnapshot, DbError> {
-        validate(spec)?;
-        let context = table_context(&spec.schema, crate::FENCE_TABLE);
-        let fences = qualified(&spec.schema, crate::FENCE_TABLE);
-        let table = qualified(&spec.schema, &spec.table);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, _) = session.connected(&self.shared).await?;
-            let tx = client.transaction().await?;
-            let opened = async {
-                if let Some((_, text)) = snapshot_record(&tx, &fences, pipeline, "").await? {
-                    return Ok(text);
-                }
-                let counted = tx
-                    .query_one(&format!("SELECT count(*) FROM {table}"), &[])
-                    .await?;
-                let text = open_record(id, row_count(counted.try_get(0)?));
-                // Of workers opening it at once, one inserts; the others wait for its commit
-                // and read its record.
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {fences} (pipeline, unit, counter, position) \
-                         VALUES ($1::text, $2::text, 0, $3::text) \
-                         ON CONFLICT (pipeline, unit) DO NOTHING"
-                    ),
-                    &[&pipeline, &crate::SNAPSHOT_UNIT, &text],
-                )
-                .await?;
-                Ok(snapshot_record(&tx, &fences, pipeline, "")
-                    .await?
-                    .and_then(|(_, text)| text))
-            }
-            .await;
-            end_transaction(tx, opened).await
-        }
-        .await;
-        let stored = session.finish(&self.shared, &context, result)?;
-        shared_record(stored.as_deref())
-            .map_err(|why| DbError::fatal(format!("postgres {context}: {why}")))
-    }
-
-    pub(crate) async fn close_snapshot(
-        &self,
-        spec: &TableSpec,
-        close: CloseSnapshot,
-        state: &StateWrite,
-    ) -> Result<Closed, DbError> {
-        validate(spec)?;
-        let context = spec_context(spec);
-        let table = qualified(&spec.schema, &spec.table);
-        let marker = quote(SNAPSHOT_COLUMN);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, cache) = session.connected(&self.shared).await?;
-            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
-            let mut calls = Vec::new();
-            state_statements.push_calls(state, &mut calls)?;
-            let tx = client.transaction().await?;
-            let closed = async {
-                pass_fences(&tx, &spec.schema, &context, state).await?;
-                let count_sql = format!("SELECT count(*) FROM {table} WHERE {marker} = $1::bigint");
-                let keys_written =
-                    row_count(tx.query_one(&count_sql, &[&close.id]).await?.try_get(0)?);
-                let mut closed = Closed {
-                    keys_written,
-                    deleted: 0,
-                    ceiling_hit: false,
-                };
-                if close.delete_unseen {
-                    if keys_written <= close.max_keys {
-                        let delete_sql = format!(
-                            "DELETE FROM {table} WHERE {marker} IS DISTINCT FROM $1::bigint"
-                        );
-                        closed.deleted = tx.execute(&delete_sql, &[&close.id]).await?;
-                    } else {
-                        closed.ceiling_hit = true;
-                    }
-                }
-                tx.execute(&drop_deleted_marks_sql(&spec.schema), &[&spec.table])
-                    .await?;
-                execute_pipelined(&tx, &calls).await?;
-                Ok(closed)
-            }
-            .await;
-            end_transaction(tx, closed).await
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
-    pub(crate) async fn close_repair_window(
-        &self,
-        spec: &TableSpec,
-        sweep: RepairSweep,
-        state: &StateWrite,
-    ) -> Result<u64, DbError> {
-        validate(spec)?;
-        let context = spec_context(spec);
-        let mut session = self.shared.session.lock().await;
-        let result = async {
-            let (client, cache) = session.connected(&self.shared).await?;
-            let state_statements = StateStatements::get(client, cache, &spec.schema, state).await?;
-            let mut calls = Vec::new();
-            state_statements.push_calls(state, &mut calls)?;
-            let tx = client.transaction().await?;
-            let swept = async {
-                let deleted = tx
-                    .execute(
-                        &repair_sweep_sql(spec),
-                        &[&sweep.id, &sweep.from_ms, &sweep.to_ms],
-                    )
-                    .await?;
-                execute_pipelined(&tx, &calls).await?;
-                Ok(deleted)
-            }
-            .await;
-            end_transaction(tx, swept).await
-        }
-        .await;
-        session.finish(&self.shared, &context, result)
-    }
-
     pub(crate) async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
         let key = lock_key(&self.shared.state_schema(), pipeline);
         let location = self.lock_location(key);
@@ -542,6 +283,71 @@ impl PostgresDatabase {
 
     fn lock_location(&self, key: i64) -> String {
         format!("postgres advisory lock {key} on {}", self.shared.location)
+    }
+}
+
+impl Backend for PostgresDatabase {
+    fn describe(&self) -> String {
+        PostgresDatabase::describe(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn check_names(&self, spec: &TableSpec) -> Result<(), DbError> {
+        validate(spec)
+    }
+
+    fn session<'a>(
+        &'a self,
+        spec: Option<&'a TableSpec>,
+        about: &'a str,
+    ) -> BoxFuture<'a, Result<Box<dyn ScriptSession + 'a>, DbError>> {
+        Box::pin(async move {
+            let schema = spec.map_or_else(|| self.shared.state_schema(), |s| s.schema.clone());
+            let script = Script::take(&self.shared, schema, about).await?;
+            Ok(Box::new(script) as Box<dyn ScriptSession + 'a>)
+        })
+    }
+
+    fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
+        Box::pin(PostgresDatabase::prepare_state(self))
+    }
+
+    fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
+        Box::pin(PostgresDatabase::prepare(self, spec))
+    }
+
+    fn apply<'a>(
+        &'a self,
+        spec: &'a TableSpec,
+        rows: &'a [RowChange],
+        snapshot_id: Option<i64>,
+        state: &'a StateWrite,
+    ) -> BoxFuture<'a, Result<(), DbError>> {
+        Box::pin(PostgresDatabase::apply(
+            self,
+            spec,
+            rows,
+            snapshot_id,
+            state,
+        ))
+    }
+
+    fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
+        Box::pin(PostgresDatabase::lock(self, pipeline))
+    }
+
+    fn lock_holder<'a>(
+        &'a self,
+        pipeline: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
+        Box::pin(PostgresDatabase::lock_holder(self, pipeline))
+    }
+
+    fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
+        Box::pin(PostgresDatabase::probe(self, spec))
     }
 }
 

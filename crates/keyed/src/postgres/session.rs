@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
+use tokio_postgres::{Client, Config, GenericClient, NoTls, Statement, Transaction};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::conninfo::ConnInfo;
@@ -180,6 +180,13 @@ impl Shared {
         }
     }
 
+    /// A driver error as a [`DbError`] about `context`, and whether it lost the connection.
+    pub(super) fn driver_error(&self, context: &str, e: &tokio_postgres::Error) -> (DbError, bool) {
+        let (retryable, lost) = classify(e);
+        let message = self.scrub(format!("{context}: {}", error_text(e)));
+        (DbError::retryable_if(retryable, message), lost)
+    }
+
     pub(super) fn state_schema(&self) -> String {
         match self.state_schema.lock() {
             Ok(schema) => schema.clone(),
@@ -227,6 +234,12 @@ impl Session {
         Ok((client, &mut self.statements))
     }
 
+    /// Drops the connection (the next call reconnects) and its prepared statements.
+    pub(super) fn drop_connection(&mut self) {
+        self.client = None;
+        self.statements.clear();
+    }
+
     /// Turns an operation's failure into a [`DbError`] with `context`, dropping the connection
     /// when it was lost.
     pub(super) fn finish<T>(
@@ -242,15 +255,11 @@ impl Session {
                 class: e.class,
             }),
             Err(Failure::Pg(e)) => {
-                let (retryable, lost) = classify(&e);
+                let (error, lost) = shared.driver_error(context, &e);
                 if lost || self.client.as_ref().is_some_and(Client::is_closed) {
-                    self.client = None;
-                    self.statements.clear();
+                    self.drop_connection();
                 }
-                Err(DbError::retryable_if(
-                    retryable,
-                    shared.scrub(format!("{context}: {}", error_text(&e))),
-                ))
+                Err(error)
             }
         }
     }
@@ -304,23 +313,18 @@ fn error_text(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Undefined table or schema (a table or state that was never created).
-pub(super) fn is_missing_relation(e: &tokio_postgres::Error) -> bool {
-    e.code()
-        .is_some_and(|code| matches!(code.code(), "42P01" | "3F000"))
-}
-
-/// A cached prepared statement of this connection.
-pub(super) async fn statement(
-    client: &Client,
+/// The prepared statement of `sql`, from the connection's cache (`client`: the connection or
+/// a transaction in it).
+pub(super) async fn statement<C: GenericClient + Sync>(
+    client: &C,
     cache: &mut HashMap<String, Statement>,
-    sql: String,
+    sql: &str,
 ) -> Result<Statement, tokio_postgres::Error> {
-    if let Some(statement) = cache.get(&sql) {
+    if let Some(statement) = cache.get(sql) {
         return Ok(statement.clone());
     }
-    let statement = client.prepare(&sql).await?;
-    cache.insert(sql, statement.clone());
+    let statement = client.prepare(sql).await?;
+    cache.insert(sql.to_string(), statement.clone());
     Ok(statement)
 }
 
@@ -332,7 +336,7 @@ pub(super) async fn prepare_if(
     sql: impl FnOnce() -> String,
 ) -> Result<Option<Statement>, tokio_postgres::Error> {
     if needed {
-        statement(client, cache, sql()).await.map(Some)
+        statement(client, cache, &sql()).await.map(Some)
     } else {
         Ok(None)
     }
@@ -343,8 +347,8 @@ pub(super) fn prepared(statement: Option<&Statement>) -> Result<&Statement, Fail
 }
 
 /// Sends every call at once, in order, and waits for all replies (the first error wins).
-pub(super) async fn execute_pipelined(
-    tx: &Transaction<'_>,
+pub(super) async fn execute_pipelined<C: GenericClient + Sync>(
+    tx: &C,
     calls: &[(&Statement, Vec<&(dyn ToSql + Sync)>)],
 ) -> Result<(), Failure> {
     // tokio-postgres sends a query when its future is first polled; try_join_all polls them in

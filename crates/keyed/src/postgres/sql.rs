@@ -2,19 +2,16 @@
 //! validation, the key check and the message contexts (see the `postgres` module docs, "SQL
 //! shape").
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
 
 use super::document;
-use super::session::{Failure, prepared, statement};
 use crate::sql::{
-    DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
-    VERSION_SEQ_COLUMN, key_misfit, key_type, quote, repair_older,
+    DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
+    key_misfit, key_type, quote, repair_older,
 };
-use crate::{DbError, KeyType, KeyValue, StateWrite, TableSpec};
+use crate::{DbError, KeyType, KeyValue, TableSpec};
 
 /// The parameter cast of `_ddbpipe_updated_at`: RFC 3339 text, stored as `timestamptz`.
 pub(super) const UPDATED_AT_CAST: &str = "::text::timestamptz";
@@ -293,19 +290,6 @@ pub(super) fn repair_mark_sql(spec: &TableSpec) -> String {
     )
 }
 
-/// Parameters: the repair id, the window's start and end. Deletes the rows a stream change
-/// wrote inside the window that the repair did not mark.
-pub(super) fn repair_sweep_sql(spec: &TableSpec) -> String {
-    let version_ms = quote(VERSION_MS_COLUMN);
-    format!(
-        "DELETE FROM {} WHERE {} IS NOT NULL AND {version_ms} >= $2::bigint \
-         AND {version_ms} < $3::bigint AND {} IS DISTINCT FROM $1::bigint",
-        qualified(&spec.schema, &spec.table),
-        quote(VERSION_SEQ_COLUMN),
-        quote(SNAPSHOT_COLUMN),
-    )
-}
-
 /// Parameters: the table name, the key text, the delete's time. Of two markers of a key the
 /// newer time stays (null, unknown, counts as the newest).
 pub(super) fn mark_deleted_sql(schema: &str) -> String {
@@ -314,14 +298,6 @@ pub(super) fn mark_deleted_sql(schema: &str) -> String {
          VALUES ($1::text, $2::text, $3::bigint) ON CONFLICT (table_name, key_text) DO UPDATE \
          SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL THEN NULL \
          ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END",
-        qualified(schema, DELETED_TABLE)
-    )
-}
-
-/// Parameter: the table name.
-pub(super) fn drop_deleted_marks_sql(schema: &str) -> String {
-    format!(
-        "DELETE FROM {} WHERE table_name = $1::text",
         qualified(schema, DELETED_TABLE)
     )
 }
@@ -338,161 +314,6 @@ pub(super) fn delete_sql(spec: &TableSpec) -> String {
         qualified(&spec.schema, &spec.table),
         conditions.join(" AND ")
     )
-}
-
-/// Passes the lease fences of `state` in the open transaction `tx` (docs/coordination.md §11.7
-/// rule 4): each advances its unit's counter unless a newer owner's is stored; the first that
-/// refuses fails with a fenced [`DbError`], and the caller's rollback undoes the transaction.
-pub(super) async fn pass_fences(
-    tx: &tokio_postgres::Transaction<'_>,
-    schema: &str,
-    where_: &str,
-    state: &StateWrite,
-) -> Result<(), Failure> {
-    let table = qualified(schema, crate::FENCE_TABLE);
-    if let Some(guard) = &state.snapshot {
-        // Batches share the lock, so several workers' batches do not wait on each other; the
-        // close takes it alone, after every batch holding it has ended.
-        let lock = match guard {
-            crate::SnapshotGuard::Open(_) => "FOR SHARE",
-            crate::SnapshotGuard::Close { .. } => "FOR UPDATE",
-        };
-        let stored = snapshot_record(tx, &table, &state.pipeline, lock).await?;
-        if let Some(why) = guard.refusal(
-            stored
-                .as_ref()
-                .map(|(counter, text)| (*counter, text.as_deref())),
-        ) {
-            return Err(Failure::Db(DbError::snapshot_refused(
-                where_,
-                &state.pipeline,
-                &why,
-            )));
-        }
-        if let crate::SnapshotGuard::Close { record, .. } = guard {
-            tx.execute(
-                &format!(
-                    "UPDATE {table} SET counter = 1, position = $3::text \
-                     WHERE pipeline = $1::text AND unit = $2::text"
-                ),
-                &[&state.pipeline, &crate::SNAPSHOT_UNIT, record],
-            )
-            .await?;
-        }
-    }
-    if state.fences.is_empty() {
-        return Ok(());
-    }
-    let advance = format!(
-        "INSERT INTO {table} (pipeline, unit, counter, position) \
-         VALUES ($1::text, $2::text, $3::bigint, $4::text) \
-         ON CONFLICT (pipeline, unit) DO UPDATE SET counter = EXCLUDED.counter, \
-         position = COALESCE(EXCLUDED.position, {table}.position) \
-         WHERE {table}.counter <= EXCLUDED.counter"
-    );
-    for write in &state.fences {
-        let (unit, counter) = (&write.unit, &write.counter);
-        let value = i64::try_from(*counter).unwrap_or(i64::MAX);
-        if tx
-            .execute(&advance, &[&state.pipeline, unit, &value, &write.position])
-            .await?
-            == 0
-        {
-            let stored: i64 = tx
-                .query_one(
-                    &format!(
-                        "SELECT counter FROM {table} WHERE pipeline = $1::text AND unit = $2::text"
-                    ),
-                    &[&state.pipeline, unit],
-                )
-                .await?
-                .try_get(0)?;
-            return Err(Failure::Db(DbError::fenced(
-                where_,
-                &state.pipeline,
-                unit,
-                *counter,
-                stored,
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The pipeline's shared snapshot record in the fence table `table` (qualified): its counter
-/// and JSON, read with `lock` (`FOR SHARE`, `FOR UPDATE` or nothing); `None` when none is
-/// stored.
-pub(super) async fn snapshot_record(
-    tx: &tokio_postgres::Transaction<'_>,
-    table: &str,
-    pipeline: &str,
-    lock: &str,
-) -> Result<Option<(i64, Option<String>)>, Failure> {
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT counter, position FROM {table} \
-                 WHERE pipeline = $1::text AND unit = $2::text {lock}"
-            ),
-            &[&pipeline, &crate::SNAPSHOT_UNIT],
-        )
-        .await?;
-    Ok(match row {
-        Some(row) => Some((row.try_get(0)?, row.try_get(1)?)),
-        None => None,
-    })
-}
-
-/// The state statements a [`StateWrite`] needs.
-pub(super) struct StateStatements {
-    upsert: Option<Statement>,
-    delete: Option<Statement>,
-}
-
-impl StateStatements {
-    pub(super) async fn get(
-        client: &Client,
-        cache: &mut HashMap<String, Statement>,
-        schema: &str,
-        state: &StateWrite,
-    ) -> Result<Self, tokio_postgres::Error> {
-        let table = qualified(schema, STATE_TABLE);
-        let upsert = if state.upserts.is_empty() {
-            None
-        } else {
-            let sql = format!(
-                "INSERT INTO {table} (pipeline, part, value, updated_at) \
-                 VALUES ($1::text, $2::text, $3::text::jsonb, $4::text) \
-                 ON CONFLICT (pipeline, part) DO UPDATE SET value = EXCLUDED.value, \
-                 updated_at = EXCLUDED.updated_at"
-            );
-            Some(statement(client, cache, sql).await?)
-        };
-        let delete = if state.deletes.is_empty() {
-            None
-        } else {
-            let sql = format!("DELETE FROM {table} WHERE pipeline = $1::text AND part = $2::text");
-            Some(statement(client, cache, sql).await?)
-        };
-        Ok(StateStatements { upsert, delete })
-    }
-
-    pub(super) fn push_calls<'a>(
-        &'a self,
-        state: &'a StateWrite,
-        calls: &mut Vec<(&'a Statement, Vec<&'a (dyn ToSql + Sync)>)>,
-    ) -> Result<(), Failure> {
-        for (part, value) in &state.upserts {
-            calls.push((
-                prepared(self.upsert.as_ref())?,
-                vec![&state.pipeline, part, value, &state.updated_at],
-            ));
-        }
-        for part in &state.deletes {
-            calls.push((prepared(self.delete.as_ref())?, vec![&state.pipeline, part]));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

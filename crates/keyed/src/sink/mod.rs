@@ -328,7 +328,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::SqliteDatabase::open(&dir.path().join("t.db")).unwrap();
         KeyedSink::new(
-            Database::Sqlite(db),
+            Database::from(db),
             TableSpec {
                 table: "t".into(),
                 schema: "public".into(),
@@ -539,7 +539,7 @@ mod tests {
         let path = dir.path().join("t.db");
         let db = crate::SqliteDatabase::open(&path).unwrap();
         let mut sink = KeyedSink::new(
-            Database::Sqlite(db),
+            Database::from(db),
             TableSpec {
                 table: "t".into(),
                 schema: "main".into(),

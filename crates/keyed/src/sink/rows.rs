@@ -13,7 +13,7 @@ use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 
 use super::KeyedSink;
-use crate::{Database, KeyType, KeyValue, RowChange, Version};
+use crate::{KeyType, KeyValue, RowChange, Version};
 
 impl KeyedSink {
     /// The row changes of a batch, in order.
@@ -171,10 +171,7 @@ impl KeyedSink {
     }
 
     fn kind(&self) -> &'static str {
-        match self.db {
-            Database::Sqlite(_) => "sqlite",
-            Database::Postgres(_) => "postgres",
-        }
+        self.db.kind()
     }
 
     /// The key values of a record from its key attributes `found` (of

@@ -45,10 +45,13 @@
 //! `(pipeline, part)`, `value` being JSON text.
 //!
 //! # The transaction rule
-//! [`apply`](SqliteDatabase::apply) and [`close_snapshot`](SqliteDatabase::close_snapshot) run
-//! in **one** `BEGIN IMMEDIATE` transaction each: the rows (with their deleted-key markers),
-//! then the state parts, then `COMMIT`. Any error (a bad key, a SQLite error) rolls back the whole transaction, so the
-//! rows and the pipeline position are either both written or neither.
+//! [`apply`](SqliteDatabase::apply) and the scripts of `crate::database` (closing a snapshot
+//! or a repair window, storing the state) run in **one** `BEGIN IMMEDIATE` transaction each:
+//! the fences, the rows (with their deleted-key markers), then the state parts, then `COMMIT`.
+//! Any error (a bad key, a SQLite error, a refused fence) rolls back the whole transaction, so
+//! the rows and the pipeline position are either both written or neither. The transaction
+//! holds the file's write lock, so the scripts' reads need no row locks (`session`: the
+//! dialect and the primitives they run on).
 //!
 //! # Errors
 //! SQLite `BUSY` and `LOCKED` are retryable (retry the whole transaction); everything else is
@@ -65,25 +68,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use self::schema::{
     CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, add_version_columns_sql, check_columns,
     create_table_sql, inspect, spec_key_text, validate_spec,
 };
-use self::sql::{Refused, Statements, TableSql, check_key, count, pass_fences, write_state};
-use crate::sql::{
-    DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_count, row_key,
-};
-use crate::{
-    CloseSnapshot, Closed, DbError, FENCE_TABLE, RowChange, StateWrite, TableSpec, open_record,
-    shared_record,
-};
-use ddbpipe_pipeline::checkpoint::store::RepairSweep;
-use ddbpipe_pipeline::sink::SharedSnapshot;
+use self::session::Connected;
+use self::sql::{Statements, TableSql, check_key, count};
+use crate::backend::{Backend, Session, Transaction as _};
+use crate::database::write_state;
+use crate::fence;
+use crate::sql::{DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_key};
+use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
 
 mod lock;
 mod schema;
+mod session;
 mod sql;
 
 /// How long a statement waits for another connection's lock before failing with `BUSY`.
@@ -99,8 +101,8 @@ pub struct SqliteDatabase {
 struct Shared {
     /// The path as given (for messages and the lock files).
     path: PathBuf,
-    /// The connection and the SQL built for each table.
-    conn: Mutex<Conn>,
+    /// The connection and the SQL built for each table; the lock also serialises the calls.
+    conn: tokio::sync::Mutex<Conn>,
     /// The run locks held by this handle: pipeline → the locked file.
     locks: Mutex<BTreeMap<String, File>>,
 }
@@ -170,7 +172,7 @@ impl SqliteDatabase {
         SqliteDatabase {
             shared: Arc::new(Shared {
                 path: path.to_path_buf(),
-                conn: Mutex::new(Conn {
+                conn: tokio::sync::Mutex::new(Conn {
                     conn,
                     sql: HashMap::new(),
                 }),
@@ -189,6 +191,7 @@ impl SqliteDatabase {
                 .execute_batch(CREATE_STATE_SQL)
                 .map_err(|e| self.error(STATE_TABLE, &e))
         })
+        .await
     }
 
     pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
@@ -201,6 +204,7 @@ impl SqliteDatabase {
             self.set_up(&tx, spec)?;
             tx.commit().map_err(|e| self.error(&spec.table, &e))
         })
+        .await
     }
 
     pub(crate) async fn apply(
@@ -210,246 +214,39 @@ impl SqliteDatabase {
         snapshot_id: Option<i64>,
         state: &StateWrite,
     ) -> Result<(), DbError> {
+        let mut writes = Vec::with_capacity(rows.len());
+        for (index, row) in rows.iter().enumerate() {
+            check_key(spec, index, row_key(row)).map_err(|m| self.message(&spec.table, &m))?;
+            writes.push(plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
+                self.message(
+                    &spec.table,
+                    &format!("change {index} is a snapshot row but no snapshot is open"),
+                )
+            })?);
+        }
         // Rows carry the time of the state they commit with, so a reader can match them.
         let updated_at = if state.updated_at.is_empty() {
             now_rfc3339()
         } else {
             state.updated_at.clone()
         };
-        self.with_conn(|c| {
-            let sql = c.table_sql(spec);
-            let tx = c
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.error(&spec.table, &e))?;
-            if let Some(refused) =
-                pass_fences(&tx, state).map_err(|e| self.error(FENCE_TABLE, &e))?
-            {
-                return Err(self.fenced(state, &refused));
-            }
-            {
-                let table_err = |e: rusqlite::Error| self.error(&spec.table, &e);
-                let mut statements = Statements::new(&tx, &sql);
-                for (index, row) in rows.iter().enumerate() {
-                    let key = row_key(row);
-                    check_key(spec, index, key).map_err(|m| self.message(&spec.table, &m))?;
-                    let write = plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
-                        self.message(
-                            &spec.table,
-                            &format!("change {index} is a snapshot row but no snapshot is open"),
-                        )
-                    })?;
-                    let document = match row {
-                        RowChange::Upsert { document, .. } => document.as_str(),
-                        RowChange::Delete { .. } => "",
-                    };
-                    statements
-                        .write(spec, key, document, &updated_at, &write)
-                        .map_err(table_err)?;
-                }
-            }
-            write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
-            tx.commit().map_err(|e| self.error(&spec.table, &e))
+        let mut conn = self.shared.conn.lock().await;
+        let sql = conn.table_sql(spec);
+        let mut tx = Connected::begin(&mut conn, self, &spec.table)?;
+        fence::pass(&mut tx, state).await?;
+        blocking(|| {
+            let mut statements = Statements::new(&tx.conn.conn, &sql);
+            rows.iter().zip(&writes).try_for_each(|(row, write)| {
+                let document = match row {
+                    RowChange::Upsert { document, .. } => document.as_str(),
+                    RowChange::Delete { .. } => "",
+                };
+                statements.write(spec, row_key(row), document, &updated_at, write)
+            })
         })
-    }
-
-    pub(crate) async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(STATE_TABLE, &e);
-            let tx = c
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            tx.execute_batch(CREATE_STATE_SQL).map_err(err)?;
-            if let Some(refused) = pass_fences(&tx, state).map_err(err)? {
-                return Err(self.fenced(state, &refused));
-            }
-            write_state(&tx, state).map_err(err)?;
-            tx.commit().map_err(err)
-        })
-    }
-
-    pub(crate) async fn fence_position(
-        &self,
-        pipeline: &str,
-        unit: &str,
-    ) -> Result<Option<String>, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(FENCE_TABLE, &e);
-            if !matches!(inspect(&c.conn, FENCE_TABLE).map_err(err)?, Found::Table(_)) {
-                return Ok(None);
-            }
-            c.conn
-                .query_row(sql::FENCE_POSITION_SQL, (pipeline, unit), |row| row.get(0))
-                .optional()
-                .map(Option::flatten)
-                .map_err(err)
-        })
-    }
-
-    pub(crate) async fn load_state(
-        &self,
-        pipeline: &str,
-    ) -> Result<BTreeMap<String, String>, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(STATE_TABLE, &e);
-            if !matches!(inspect(&c.conn, STATE_TABLE).map_err(err)?, Found::Table(_)) {
-                return Ok(BTreeMap::new());
-            }
-            let mut stmt = c
-                .conn
-                .prepare_cached("SELECT part, value FROM \"_ddbpipe_state\" WHERE pipeline = ?1")
-                .map_err(err)?;
-            let rows = stmt
-                .query_map([pipeline], |row| Ok((row.get(0)?, row.get(1)?)))
-                .map_err(err)?;
-            rows.collect::<Result<BTreeMap<String, String>, _>>()
-                .map_err(err)
-        })
-    }
-
-    pub(crate) async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(STATE_TABLE, &e);
-            if !matches!(inspect(&c.conn, STATE_TABLE).map_err(err)?, Found::Table(_)) {
-                return Ok(false);
-            }
-            let deleted = c
-                .conn
-                .execute(
-                    "DELETE FROM \"_ddbpipe_state\" WHERE pipeline = ?1",
-                    [pipeline],
-                )
-                .map_err(err)?;
-            // A database of a version before fences has no fence table.
-            let fences = if matches!(inspect(&c.conn, FENCE_TABLE).map_err(err)?, Found::Table(_)) {
-                c.conn
-                    .execute(
-                        "DELETE FROM \"_ddbpipe_fences\" WHERE pipeline = ?1",
-                        [pipeline],
-                    )
-                    .map_err(err)?
-            } else {
-                0
-            };
-            Ok(deleted + fences > 0)
-        })
-    }
-
-    pub(crate) async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(&spec.table, &e);
-            if !matches!(inspect(&c.conn, &spec.table).map_err(err)?, Found::Table(_)) {
-                return Ok(0);
-            }
-            count(&c.conn, &spec.table).map_err(err)
-        })
-    }
-
-    pub(crate) async fn open_shared_snapshot(
-        &self,
-        spec: &TableSpec,
-        pipeline: &str,
-        id: i64,
-    ) -> Result<SharedSnapshot, DbError> {
-        self.with_conn(|c| {
-            let err = |e: rusqlite::Error| self.error(FENCE_TABLE, &e);
-            let tx = c
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let stored = match sql::snapshot_record(&tx, pipeline).map_err(err)? {
-                Some((_, text)) => text,
-                None => {
-                    let rows_at_start =
-                        match inspect(&tx, &spec.table).map_err(|e| self.error(&spec.table, &e))? {
-                            Found::Table(_) => {
-                                count(&tx, &spec.table).map_err(|e| self.error(&spec.table, &e))?
-                            }
-                            _ => 0,
-                        };
-                    let text = open_record(id, rows_at_start);
-                    tx.execute(
-                        sql::OPEN_SNAPSHOT_SQL,
-                        (pipeline, crate::SNAPSHOT_UNIT, &text),
-                    )
-                    .map_err(err)?;
-                    Some(text)
-                }
-            };
-            tx.commit().map_err(err)?;
-            shared_record(stored.as_deref()).map_err(|why| self.message(FENCE_TABLE, &why))
-        })
-    }
-
-    pub(crate) async fn close_snapshot(
-        &self,
-        spec: &TableSpec,
-        close: CloseSnapshot,
-        state: &StateWrite,
-    ) -> Result<Closed, DbError> {
-        self.with_conn(|c| {
-            let sql = c.table_sql(spec);
-            let err = |e: rusqlite::Error| self.error(&spec.table, &e);
-            let tx = c
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            if let Some(refused) =
-                pass_fences(&tx, state).map_err(|e| self.error(FENCE_TABLE, &e))?
-            {
-                return Err(self.fenced(state, &refused));
-            }
-            let marked: i64 = tx
-                .prepare_cached(&sql.count_marked)
-                .and_then(|mut stmt| stmt.query_row([close.id], |row| row.get(0)))
-                .map_err(err)?;
-            let keys_written = row_count(marked);
-            let mut closed = Closed {
-                keys_written,
-                deleted: 0,
-                ceiling_hit: false,
-            };
-            if close.delete_unseen {
-                if keys_written <= close.max_keys {
-                    let deleted = tx
-                        .prepare_cached(&sql.delete_unmarked)
-                        .and_then(|mut stmt| stmt.execute([close.id]))
-                        .map_err(err)?;
-                    closed.deleted = deleted as u64;
-                } else {
-                    closed.ceiling_hit = true;
-                }
-            }
-            tx.prepare_cached(&sql.drop_deleted_marks)
-                .and_then(|mut stmt| stmt.execute([spec.table.as_str()]))
-                .map_err(|e| self.error(DELETED_TABLE, &e))?;
-            write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
-            tx.commit().map_err(err)?;
-            Ok(closed)
-        })
-    }
-    pub(crate) async fn close_repair_window(
-        &self,
-        spec: &TableSpec,
-        sweep: RepairSweep,
-        state: &StateWrite,
-    ) -> Result<u64, DbError> {
-        self.with_conn(|c| {
-            let sql = c.table_sql(spec);
-            let err = |e: rusqlite::Error| self.error(&spec.table, &e);
-            let tx = c
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(err)?;
-            let deleted = tx
-                .prepare_cached(&sql.repair_sweep)
-                .and_then(|mut stmt| stmt.execute((sweep.id, sweep.from_ms, sweep.to_ms)))
-                .map_err(err)?;
-            write_state(&tx, state).map_err(|e| self.error(STATE_TABLE, &e))?;
-            tx.commit().map_err(err)?;
-            Ok(deleted as u64)
-        })
+        .map_err(|e| self.error(&spec.table, &e))?;
+        write_state(&mut tx, state).await?;
+        tx.commit(&spec.table).await
     }
 
     pub(crate) async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
@@ -481,11 +278,16 @@ impl SqliteDatabase {
             tx.rollback().map_err(err)?;
             Ok(detail)
         })
+        .await
     }
 
     /// Runs `f` with the connection, off the async worker when on a multi-thread runtime.
-    fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, DbError>) -> Result<T, DbError> {
-        blocking(|| f(&mut lock_mutex(&self.shared.conn)))
+    async fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        let mut conn = self.shared.conn.lock().await;
+        blocking(|| f(&mut conn))
     }
 
     /// In `tx`: creates the destination table when missing and allowed (`true`), or checks an
@@ -547,23 +349,75 @@ impl SqliteDatabase {
         )
     }
 
-    /// A transaction a lease fence refused.
-    fn fenced(&self, state: &StateWrite, refused: &Refused<'_>) -> DbError {
-        let where_ = format!("sqlite {}", self.shared.path.display());
-        match refused {
-            Refused::Fence { unit, held, stored } => {
-                DbError::fenced(&where_, &state.pipeline, unit, *held, *stored)
-            }
-            Refused::Snapshot(why) => DbError::snapshot_refused(&where_, &state.pipeline, why),
-        }
-    }
-
     /// A fatal error on `table`.
     fn message(&self, table: &str, message: &str) -> DbError {
         DbError::fatal(format!(
             "sqlite table '{table}' in {}: {message}",
             self.shared.path.display()
         ))
+    }
+}
+
+impl Backend for SqliteDatabase {
+    fn describe(&self) -> String {
+        SqliteDatabase::describe(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn check_names(&self, _: &TableSpec) -> Result<(), DbError> {
+        // Any name `prepare` accepted.
+        Ok(())
+    }
+
+    fn session<'a>(
+        &'a self,
+        _: Option<&'a TableSpec>,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Box<dyn Session + 'a>, DbError>> {
+        Box::pin(async move {
+            let session = Connected {
+                conn: self.shared.conn.lock().await,
+                db: self,
+                open: false,
+            };
+            Ok(Box::new(session) as Box<dyn Session + 'a>)
+        })
+    }
+
+    fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
+        Box::pin(SqliteDatabase::prepare_state(self))
+    }
+
+    fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
+        Box::pin(SqliteDatabase::prepare(self, spec))
+    }
+
+    fn apply<'a>(
+        &'a self,
+        spec: &'a TableSpec,
+        rows: &'a [RowChange],
+        snapshot_id: Option<i64>,
+        state: &'a StateWrite,
+    ) -> BoxFuture<'a, Result<(), DbError>> {
+        Box::pin(SqliteDatabase::apply(self, spec, rows, snapshot_id, state))
+    }
+
+    fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
+        Box::pin(SqliteDatabase::lock(self, pipeline))
+    }
+
+    fn lock_holder<'a>(
+        &'a self,
+        pipeline: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
+        Box::pin(SqliteDatabase::lock_holder(self, pipeline))
+    }
+
+    fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
+        Box::pin(SqliteDatabase::probe(self, spec))
     }
 }
 

@@ -7,24 +7,7 @@ use crate::sql::{
     DELETED_TABLE, KeyMisfit, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
     VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, repair_older, row_count,
 };
-use crate::{KeyValue, StateWrite, TableSpec};
-
-const UPSERT_STATE_SQL: &str = "INSERT INTO \"_ddbpipe_state\" (pipeline, part, value, updated_at) \
-     VALUES (?1, ?2, ?3, ?4) \
-     ON CONFLICT (pipeline, part) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
-const DELETE_STATE_SQL: &str = "DELETE FROM \"_ddbpipe_state\" WHERE pipeline = ?1 AND part = ?2";
-/// Advances a lease fence unless a newer owner's counter is stored (docs/coordination.md §11.7
-/// rule 4): no row changed means refused.
-const FENCE_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter, position) \
-     VALUES (?1, ?2, ?3, ?4) \
-     ON CONFLICT (pipeline, unit) DO UPDATE SET counter = excluded.counter, \
-     position = COALESCE(excluded.position, \"_ddbpipe_fences\".position) \
-     WHERE \"_ddbpipe_fences\".counter <= excluded.counter";
-/// The position stored with a fence.
-pub(super) const FENCE_POSITION_SQL: &str =
-    "SELECT position FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
-const FENCE_STORED_SQL: &str =
-    "SELECT counter FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
+use crate::{KeyValue, TableSpec};
 
 /// The statements of one destination table.
 pub(super) struct TableSql {
@@ -45,12 +28,6 @@ pub(super) struct TableSql {
     /// Parameters: the table name, the key text, the delete's time. Keeps the newer time of
     /// two markers of a key (null, unknown, counts as the newest).
     pub(super) mark_deleted: String,
-    /// Parameter: the snapshot id.
-    pub(super) count_marked: String,
-    /// Parameter: the snapshot id.
-    pub(super) delete_unmarked: String,
-    /// Parameter: the table name.
-    pub(super) drop_deleted_marks: String,
     /// A repair's upsert. Parameters: the key values, the document, the repair id,
     /// `updated_at`, the write time. Replaces an older row's document and version; marks the
     /// row with the id either way.
@@ -59,9 +36,6 @@ pub(super) struct TableSql {
     pub(super) repair_delete: String,
     /// Parameters: the key values, the repair id. Marks the row (a newer one the delete kept).
     pub(super) repair_mark: String,
-    /// Parameters: the repair id, the window's start and end. Deletes the rows a stream change
-    /// wrote inside the window that the repair did not mark.
-    pub(super) repair_sweep: String,
 }
 
 impl TableSql {
@@ -132,10 +106,6 @@ impl TableSql {
                 older(&format!("?{}", n + 1))
             ),
             repair_mark: format!("UPDATE {table} SET {marker} = ?{} WHERE {where_key}", n + 1),
-            repair_sweep: format!(
-                "DELETE FROM {table} WHERE {version_seq} IS NOT NULL AND {version_ms} >= ?2 \
-                 AND {version_ms} < ?3 AND ({marker} IS NULL OR {marker} <> ?1)"
-            ),
             repair_upsert,
             spec: spec.clone(),
             upsert_marked: format!("{insert}, {marker} = excluded.{marker}"),
@@ -148,11 +118,6 @@ impl TableSql {
                  ON CONFLICT (table_name, key_text) DO UPDATE SET \
                  version_ms = max(version_ms, excluded.version_ms)"
             ),
-            count_marked: format!("SELECT count(*) FROM {table} WHERE {marker} = ?1"),
-            delete_unmarked: format!(
-                "DELETE FROM {table} WHERE {marker} IS NULL OR {marker} <> ?1"
-            ),
-            drop_deleted_marks: format!("DELETE FROM {deleted} WHERE table_name = ?1"),
         }
     }
 }
@@ -320,105 +285,6 @@ fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> 
                 stmt.raw_bind_parameter(i + 1, text.as_str())?
             }
             KeyValue::B(bytes) => stmt.raw_bind_parameter(i + 1, bytes.as_slice())?,
-        }
-    }
-    Ok(())
-}
-
-/// What refused a transaction.
-pub(super) enum Refused<'a> {
-    /// A lease fence: the unit, the counter held, the counter stored.
-    Fence {
-        unit: &'a str,
-        held: u64,
-        stored: i64,
-    },
-    /// The shared snapshot record, and why.
-    Snapshot(String),
-}
-
-/// The shared snapshot record (`crate::SNAPSHOT_UNIT`): its counter and JSON.
-const SNAPSHOT_RECORD_SQL: &str =
-    "SELECT counter, position FROM \"_ddbpipe_fences\" WHERE pipeline = ?1 AND unit = ?2";
-/// Stores a shared snapshot record unless one is stored.
-pub(super) const OPEN_SNAPSHOT_SQL: &str = "INSERT INTO \"_ddbpipe_fences\" (pipeline, unit, counter, position) \
-     VALUES (?1, ?2, 0, ?3) ON CONFLICT (pipeline, unit) DO NOTHING";
-/// Marks the shared snapshot record closed.
-const CLOSE_SNAPSHOT_SQL: &str = "UPDATE \"_ddbpipe_fences\" SET counter = 1, position = ?3 \
-     WHERE pipeline = ?1 AND unit = ?2";
-
-/// The pipeline's shared snapshot record: its counter and JSON, `None` when none is stored.
-pub(super) fn snapshot_record(
-    conn: &Connection,
-    pipeline: &str,
-) -> rusqlite::Result<Option<(i64, Option<String>)>> {
-    use rusqlite::OptionalExtension as _;
-    conn.prepare_cached(SNAPSHOT_RECORD_SQL)?
-        .query_row((pipeline, crate::SNAPSHOT_UNIT), |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()
-}
-
-/// Passes the shared snapshot guard and the fences of `state` in the open transaction; the
-/// first that refuses is returned (the caller rolls back). The transaction holds SQLite's write
-/// lock, so nothing changes the record before its commit.
-pub(super) fn pass_fences<'a>(
-    conn: &Connection,
-    state: &'a StateWrite,
-) -> rusqlite::Result<Option<Refused<'a>>> {
-    if let Some(guard) = &state.snapshot {
-        let stored = snapshot_record(conn, &state.pipeline)?;
-        if let Some(why) = guard.refusal(
-            stored
-                .as_ref()
-                .map(|(counter, text)| (*counter, text.as_deref())),
-        ) {
-            return Ok(Some(Refused::Snapshot(why)));
-        }
-        if let crate::SnapshotGuard::Close { record, .. } = guard {
-            conn.prepare_cached(CLOSE_SNAPSHOT_SQL)?.execute((
-                &state.pipeline,
-                crate::SNAPSHOT_UNIT,
-                record,
-            ))?;
-        }
-    }
-    if state.fences.is_empty() {
-        return Ok(None);
-    }
-    let mut fence = conn.prepare_cached(FENCE_SQL)?;
-    for write in &state.fences {
-        let counter_value = i64::try_from(write.counter).unwrap_or(i64::MAX);
-        let unit = &write.unit;
-        if fence.execute((&state.pipeline, unit, counter_value, &write.position))? == 0 {
-            let stored: i64 =
-                conn.query_row(FENCE_STORED_SQL, (&state.pipeline, unit), |row| row.get(0))?;
-            return Ok(Some(Refused::Fence {
-                unit,
-                held: write.counter,
-                stored,
-            }));
-        }
-    }
-    Ok(None)
-}
-
-/// Upserts and deletes the state parts (nothing when `state` is empty).
-pub(super) fn write_state(conn: &Connection, state: &StateWrite) -> rusqlite::Result<()> {
-    if state.is_empty() {
-        return Ok(());
-    }
-    if !state.upserts.is_empty() {
-        let mut upsert = conn.prepare_cached(UPSERT_STATE_SQL)?;
-        for (part, value) in &state.upserts {
-            upsert.execute((&state.pipeline, part, value, &state.updated_at))?;
-        }
-    }
-    if !state.deletes.is_empty() {
-        let mut delete = conn.prepare_cached(DELETE_STATE_SQL)?;
-        for part in &state.deletes {
-            delete.execute((&state.pipeline, part))?;
         }
     }
     Ok(())

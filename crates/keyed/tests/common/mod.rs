@@ -337,3 +337,59 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
         (500, 3, None)
     );
 }
+
+/// docs/coordination.md §11.7 rules 2 and 4 on `db`, whose table `spec` (one S key column) is
+/// prepared: a state write passes the fences of its transaction as a batch does. A claim
+/// under an older counter than the stored one is refused, fenced, and writes nothing of its
+/// transaction (neither its state parts nor its position); a newer claim passes and its parts
+/// are written; after a reset the counters start again.
+pub async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing(
+    db: &ddbpipe_keyed::Database,
+    spec: &TableSpec,
+) {
+    let claim = |counter: u64, position: &str, part: &str| {
+        let mut write = fence("shard:s1", counter);
+        write.fences[0].position = Some(position.to_string());
+        write.upserts = vec![(part.to_string(), "1".to_string())];
+        write
+    };
+    let stored = || async { db.fence_position("p", "shard:s1").await.expect("position") };
+    let parts = || async {
+        let state = db.load_state("p").await.expect("load state");
+        state.into_keys().collect::<Vec<_>>()
+    };
+    db.store_state(&claim(4, "after:100", "first"))
+        .await
+        .expect("the first claim");
+    let refused = db
+        .store_state(&claim(3, "after:50", "older"))
+        .await
+        .expect_err("a claim under an older counter");
+    assert!(
+        refused.is_fenced() && !refused.is_retryable(),
+        "{refused:?}"
+    );
+    assert_contains_all(
+        "an older claim",
+        &refused.message,
+        &["shard:s1", "counter 4", "lease 3"],
+    );
+    assert_eq!(
+        stored().await.as_deref(),
+        Some("after:100"),
+        "refused: unchanged"
+    );
+    assert_eq!(parts().await, ["first"], "nothing of the refused write");
+    db.store_state(&claim(4, "after:200", "same"))
+        .await
+        .expect("the same owner again");
+    assert_eq!(stored().await.as_deref(), Some("after:200"));
+    assert_eq!(parts().await, ["first", "same"]);
+    assert_eq!(db.count_rows(spec).await.expect("count rows"), 0);
+    assert!(db.reset_state("p").await.expect("reset"));
+    assert_eq!(parts().await, Vec::<String>::new(), "the parts are gone");
+    db.store_state(&claim(1, "after:1", "again"))
+        .await
+        .expect("after a reset the counters start again");
+    assert_eq!(stored().await.as_deref(), Some("after:1"));
+}

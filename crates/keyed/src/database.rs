@@ -1,0 +1,389 @@
+//! [`Database`]: a keyed destination of either backend, and the transaction scripts written
+//! once over its [`Backend`](crate::backend::Backend) (see the crate docs for what each does).
+//!
+//! # Scripts
+//! Each script takes a session of the backend, runs its statements in the backend's
+//! [`Dialect`](crate::backend::Dialect) and commits; an error drops the transaction, which
+//! rolls it back, so a script writes all or nothing:
+//!
+//! - [`Database::close_snapshot`]: pass the fences (and close the shared record), count the
+//!   rows marked with the snapshot id, delete the others unless the count is above the
+//!   ceiling `max_keys`, drop the table's deleted-key markers, write the state.
+//! - [`Database::close_repair_window`]: delete the rows a stream change wrote inside the
+//!   window that the repair did not mark, write the state.
+//! - [`Database::open_shared_snapshot`]: read the record; when none is, count the table and
+//!   insert an open record unless another worker's came first, then read it again.
+//! - [`Database::store_state`]: pass the fences, write the state.
+//! - [`Database::load_state`], [`Database::reset_state`], [`Database::fence_position`],
+//!   [`Database::count_rows`]: one or two statements each, nothing when their table does not
+//!   exist.
+//!
+//! `apply` runs the same fence pass and state write inside the backend's own row
+//! statements.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::backend::{Backend, Call, Dialect, Param, RowLock, SqlType, Statements};
+use crate::fence::{self, first, open_record, shared_record};
+use crate::sql::{
+    DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, quote,
+    row_count,
+};
+use crate::{
+    CloseSnapshot, Closed, DbError, FENCE_TABLE, LockAttempt, LockHolder, PostgresDatabase,
+    RowChange, SNAPSHOT_UNIT, SqliteDatabase, StateWrite, TableSpec,
+};
+use ddbpipe_pipeline::checkpoint::store::RepairSweep;
+use ddbpipe_pipeline::sink::SharedSnapshot;
+
+/// A keyed destination database: a SQLite file or a PostgreSQL database (a cheap handle:
+/// clones share the connection).
+#[derive(Debug, Clone)]
+pub struct Database {
+    backend: Arc<dyn Backend>,
+}
+
+impl From<SqliteDatabase> for Database {
+    fn from(db: SqliteDatabase) -> Self {
+        Database {
+            backend: Arc::new(db),
+        }
+    }
+}
+
+impl From<PostgresDatabase> for Database {
+    fn from(db: PostgresDatabase) -> Self {
+        Database {
+            backend: Arc::new(db),
+        }
+    }
+}
+
+impl Database {
+    /// "sqlite out/orders.db" or "postgres db.example.com:5432/app" (never a password).
+    pub fn describe(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// "sqlite" or "postgres".
+    pub fn kind(&self) -> &'static str {
+        self.backend.kind()
+    }
+
+    /// Creates `_ddbpipe_state` when missing (a database opened only to read state creates
+    /// nothing: see [`load_state`](Self::load_state)).
+    pub async fn prepare_state(&self) -> Result<(), DbError> {
+        self.backend.prepare_state().await
+    }
+
+    /// Creates the destination table when missing and allowed, or checks an existing one has
+    /// the same key columns (an error lists both) and adds the version columns a table of an
+    /// earlier ddbpipe lacks; also creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
+    pub async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+        self.backend.prepare(spec).await
+    }
+
+    /// One transaction: the rows in order, as the crate docs' "Rows" say (`snapshot_id`: the
+    /// open snapshot), then the state parts; the commit is the acknowledgement.
+    pub async fn apply(
+        &self,
+        spec: &TableSpec,
+        rows: &[RowChange],
+        snapshot_id: Option<i64>,
+        state: &StateWrite,
+    ) -> Result<(), DbError> {
+        self.backend.apply(spec, rows, snapshot_id, state).await
+    }
+
+    /// Writes state parts alone (after passing its fences), in one transaction.
+    pub async fn store_state(&self, state: &StateWrite) -> Result<(), DbError> {
+        if state.is_empty() {
+            return Ok(());
+        }
+        let mut session = self.backend.session(None, STATE_TABLE).await?;
+        let mut tx = session.begin(STATE_TABLE).await?;
+        if let Some(create) = tx.dialect().create_state() {
+            tx.batch(STATE_TABLE, create).await?;
+        }
+        fence::pass(&mut *tx, state).await?;
+        write_state(&mut *tx, state).await?;
+        tx.commit(STATE_TABLE).await
+    }
+
+    /// The position stored with `unit`'s lease fence (docs/coordination.md §11.7 rule 4):
+    /// `None` when none is, or the fence table does not exist.
+    pub async fn fence_position(
+        &self,
+        pipeline: &str,
+        unit: &str,
+    ) -> Result<Option<String>, DbError> {
+        let mut session = self.backend.session(None, FENCE_TABLE).await?;
+        if !session.exists(FENCE_TABLE).await? {
+            return Ok(None);
+        }
+        let sql = fence::position_sql(&*session);
+        let params = [Param::Text(pipeline), Param::Text(unit)];
+        let rows = session.query(FENCE_TABLE, &sql, &params).await?;
+        Ok(first(rows).and_then(|cell| cell.into_text()))
+    }
+
+    /// The stored parts of `pipeline` as `part → JSON text`; empty when there are none or the
+    /// state table does not exist.
+    pub async fn load_state(&self, pipeline: &str) -> Result<BTreeMap<String, String>, DbError> {
+        let mut session = self.backend.session(None, STATE_TABLE).await?;
+        if !session.exists(STATE_TABLE).await? {
+            return Ok(BTreeMap::new());
+        }
+        let d = session.dialect();
+        let sql = format!(
+            "SELECT part, {} FROM {} WHERE pipeline = {}",
+            d.json_text("value"),
+            d.table(STATE_TABLE),
+            d.param(1, SqlType::Text)
+        );
+        let rows = session
+            .query(STATE_TABLE, &sql, &[Param::Text(pipeline)])
+            .await?;
+        let parts = rows.into_iter().filter_map(|row| {
+            let mut cells = row.into_iter().map(|cell| cell.into_text());
+            Some((cells.next()??, cells.next()??))
+        });
+        Ok(parts.collect())
+    }
+
+    /// Deletes every part of `pipeline` and its lease fences; `true` when something was
+    /// deleted.
+    pub async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {
+        let mut session = self.backend.session(None, STATE_TABLE).await?;
+        if !session.exists(STATE_TABLE).await? {
+            return Ok(false);
+        }
+        let delete = |table: &str| {
+            let d = session.dialect();
+            format!(
+                "DELETE FROM {} WHERE pipeline = {}",
+                d.table(table),
+                d.param(1, SqlType::Text)
+            )
+        };
+        let (state, fences) = (delete(STATE_TABLE), delete(FENCE_TABLE));
+        let params = [Param::Text(pipeline)];
+        let deleted = session.execute(STATE_TABLE, &state, &params).await?;
+        // A database of a version before fences has no fence table.
+        let fenced = if session.exists(FENCE_TABLE).await? {
+            session.execute(FENCE_TABLE, &fences, &params).await?
+        } else {
+            0
+        };
+        Ok(deleted + fenced > 0)
+    }
+
+    /// Rows in the destination table (0 when it does not exist).
+    pub async fn count_rows(&self, spec: &TableSpec) -> Result<u64, DbError> {
+        let mut session = self.backend.session(Some(spec), &spec.table).await?;
+        count_existing(&mut *session, &spec.table).await
+    }
+
+    /// The pipeline's shared snapshot record (docs/coordination.md §11.12): the stored one, or
+    /// a new open one of snapshot `id` with the destination table's row count as
+    /// `rows_at_start`, stored in one transaction when none is (of workers opening it at once,
+    /// the first one's is kept).
+    pub async fn open_shared_snapshot(
+        &self,
+        spec: &TableSpec,
+        pipeline: &str,
+        id: i64,
+    ) -> Result<SharedSnapshot, DbError> {
+        self.backend.check_names(spec)?;
+        let mut session = self.backend.session(Some(spec), FENCE_TABLE).await?;
+        let mut tx = session.begin(FENCE_TABLE).await?;
+        let stored = match fence::record(&mut *tx, pipeline, RowLock::None).await? {
+            Some((_, text)) => text,
+            None => {
+                let rows_at_start = count_existing(&mut *tx, &spec.table).await?;
+                let text = open_record(id, rows_at_start);
+                // Of workers opening it at once, one inserts; the others wait for its commit
+                // and read its record.
+                let sql = fence::open_record_sql(&*tx);
+                let params = [
+                    Param::Text(pipeline),
+                    Param::Text(SNAPSHOT_UNIT),
+                    Param::Text(&text),
+                ];
+                tx.execute(FENCE_TABLE, &sql, &params).await?;
+                fence::record(&mut *tx, pipeline, RowLock::None)
+                    .await?
+                    .and_then(|(_, text)| text)
+            }
+        };
+        tx.commit(FENCE_TABLE).await?;
+        shared_record(stored.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))
+    }
+
+    /// The pipeline's shared snapshot record as stored, without opening one: `None` when none
+    /// is.
+    pub async fn shared_snapshot(&self, pipeline: &str) -> Result<Option<SharedSnapshot>, DbError> {
+        match self.fence_position(pipeline, SNAPSHOT_UNIT).await? {
+            None => Ok(None),
+            Some(text) => shared_record(Some(&text))
+                .map(Some)
+                .map_err(|why| DbError::fatal(format!("{}: {why}", self.describe()))),
+        }
+    }
+
+    /// Closes a snapshot (see the crate docs) and writes `state`, in one transaction. With
+    /// `state.snapshot` a [`SnapshotGuard::Close`](crate::SnapshotGuard::Close), the shared
+    /// record must be open and is closed in the same transaction (refused, fenced, when it is
+    /// closed already).
+    pub async fn close_snapshot(
+        &self,
+        spec: &TableSpec,
+        close: CloseSnapshot,
+        state: &StateWrite,
+    ) -> Result<Closed, DbError> {
+        self.backend.check_names(spec)?;
+        let table = spec.table.as_str();
+        let mut session = self.backend.session(Some(spec), table).await?;
+        let mut tx = session.begin(table).await?;
+        fence::pass(&mut *tx, state).await?;
+        let d = tx.dialect();
+        let (quoted, marker, id) = (
+            d.table(table),
+            quote(SNAPSHOT_COLUMN),
+            d.param(1, SqlType::Int),
+        );
+        let count_marked = format!("SELECT count(*) FROM {quoted} WHERE {marker} = {id}");
+        let delete_unmarked = format!("DELETE FROM {quoted} WHERE {marker} IS DISTINCT FROM {id}");
+        let drop_deleted_marks = format!(
+            "DELETE FROM {} WHERE table_name = {}",
+            d.table(DELETED_TABLE),
+            d.param(1, SqlType::Text)
+        );
+        let params = [Param::Int(close.id)];
+        let marked = tx.query(table, &count_marked, &params).await?;
+        let keys_written = row_count(first(marked).and_then(|cell| cell.int()).unwrap_or(0));
+        let mut closed = Closed {
+            keys_written,
+            deleted: 0,
+            ceiling_hit: false,
+        };
+        if close.delete_unseen {
+            if keys_written <= close.max_keys {
+                closed.deleted = tx.execute(table, &delete_unmarked, &params).await?;
+            } else {
+                closed.ceiling_hit = true;
+            }
+        }
+        tx.execute(DELETED_TABLE, &drop_deleted_marks, &[Param::Text(table)])
+            .await?;
+        write_state(&mut *tx, state).await?;
+        tx.commit(table).await?;
+        Ok(closed)
+    }
+
+    /// Closes a repair window (see the crate docs) and writes `state`, in one transaction;
+    /// returns the rows deleted.
+    pub async fn close_repair_window(
+        &self,
+        spec: &TableSpec,
+        sweep: RepairSweep,
+        state: &StateWrite,
+    ) -> Result<u64, DbError> {
+        self.backend.check_names(spec)?;
+        let table = spec.table.as_str();
+        let mut session = self.backend.session(Some(spec), table).await?;
+        let mut tx = session.begin(table).await?;
+        let d = tx.dialect();
+        let (version_ms, int) = (quote(VERSION_MS_COLUMN), SqlType::Int);
+        let sql = format!(
+            "DELETE FROM {} WHERE {} IS NOT NULL AND {version_ms} >= {} AND {version_ms} < {} \
+             AND {} IS DISTINCT FROM {}",
+            d.table(table),
+            quote(VERSION_SEQ_COLUMN),
+            d.param(2, int),
+            d.param(3, int),
+            quote(SNAPSHOT_COLUMN),
+            d.param(1, int),
+        );
+        let params = [
+            Param::Int(sweep.id),
+            Param::Int(sweep.from_ms),
+            Param::Int(sweep.to_ms),
+        ];
+        let deleted = tx.execute(table, &sql, &params).await?;
+        write_state(&mut *tx, state).await?;
+        tx.commit(table).await?;
+        Ok(deleted)
+    }
+
+    /// Takes the pipeline's run lock, held until this database handle and all its clones are
+    /// dropped, or finds who holds it.
+    pub async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
+        self.backend.lock(pipeline).await
+    }
+
+    /// Whether another run holds the pipeline's lock (for `check`; takes nothing).
+    pub async fn lock_holder(&self, pipeline: &str) -> Result<Option<LockHolder>, DbError> {
+        self.backend.lock_holder(pipeline).await
+    }
+
+    /// The `check` probe (docs/cli.md §8.2): the database is reachable and the table creatable or
+    /// compatible, with rights to create, write and delete; changes nothing. Returns a detail
+    /// line.
+    pub async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
+        self.backend.probe(spec).await
+    }
+}
+
+/// The rows of table `name`, 0 when it does not exist.
+async fn count_existing(statements: &mut dyn Statements, name: &str) -> Result<u64, DbError> {
+    if !statements.exists(name).await? {
+        return Ok(0);
+    }
+    let sql = format!("SELECT count(*) FROM {}", statements.dialect().table(name));
+    let rows = statements.query(name, &sql, &[]).await?;
+    Ok(row_count(
+        first(rows).and_then(|cell| cell.int()).unwrap_or(0),
+    ))
+}
+
+/// The statements that upsert and delete the state parts of `state`, in dialect `d`.
+pub(crate) fn state_calls<'a>(d: &dyn Dialect, state: &'a StateWrite) -> Vec<Call<'a>> {
+    let table = d.table(STATE_TABLE);
+    let (pipeline, part) = (d.param(1, SqlType::Text), d.param(2, SqlType::Text));
+    let upsert = format!(
+        "INSERT INTO {table} (pipeline, part, value, updated_at) VALUES ({pipeline}, {part}, {}, {}) \
+         ON CONFLICT (pipeline, part) DO UPDATE SET value = excluded.value, \
+         updated_at = excluded.updated_at",
+        d.param(3, SqlType::Json),
+        d.param(4, SqlType::Text)
+    );
+    let delete = format!("DELETE FROM {table} WHERE pipeline = {pipeline} AND part = {part}");
+    let upserts = state.upserts.iter().map(|(part, value)| {
+        let params = vec![
+            Param::Text(&state.pipeline),
+            Param::Text(part),
+            Param::Text(value),
+            Param::Text(&state.updated_at),
+        ];
+        (upsert.clone(), params)
+    });
+    let deletes = state.deletes.iter().map(|part| {
+        let params = vec![Param::Text(&state.pipeline), Param::Text(part)];
+        (delete.clone(), params)
+    });
+    upserts.chain(deletes).collect()
+}
+
+/// Upserts and deletes the state parts of `state` (nothing when there are none).
+pub(crate) async fn write_state(
+    statements: &mut dyn Statements,
+    state: &StateWrite,
+) -> Result<(), DbError> {
+    let calls = state_calls(statements.dialect(), state);
+    if calls.is_empty() {
+        return Ok(());
+    }
+    statements.execute_all(STATE_TABLE, &calls).await
+}
