@@ -221,6 +221,59 @@ impl Database {
         shared_record(stored.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))
     }
 
+    /// Stores `arn` as the export of the open shared snapshot `id` when its record still
+    /// names `expected` (none, or a FAILED export being replaced), in one transaction that
+    /// locks the record (docs/coordination.md §11.12 rule 7); returns the export the record
+    /// names afterwards: `arn`, or the one another worker stored first. Refused when the
+    /// record is gone, closed or another snapshot's.
+    pub async fn shared_export(
+        &self,
+        pipeline: &str,
+        id: i64,
+        expected: Option<&str>,
+        arn: &str,
+    ) -> Result<String, DbError> {
+        let mut session = self.backend.session(None, FENCE_TABLE).await?;
+        let mut tx = session.begin(FENCE_TABLE).await?;
+        let stored = fence::record(&mut *tx, pipeline, RowLock::Update).await?;
+        let mut record = match stored {
+            Some((_, text)) => {
+                shared_record(text.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))?
+            }
+            None => {
+                return Err(tx.fail(
+                    FENCE_TABLE,
+                    &format!("snapshot {id}'s record is gone (a `state reset` ran meanwhile)"),
+                ));
+            }
+        };
+        if record.id != id || record.closed.is_some() {
+            return Err(tx.fail(
+                FENCE_TABLE,
+                &format!(
+                    "snapshot {id} is no longer open in the destination (its record is snapshot \
+                     {}'s, {}): its export is not stored",
+                    record.id,
+                    if record.closed.is_some() { "closed" } else { "open" }
+                ),
+            ));
+        }
+        if record.export.as_deref() == expected {
+            record.export = Some(arn.to_string());
+            let text = serde_json::to_string(&record)
+                .map_err(|e| tx.fail(FENCE_TABLE, &format!("the snapshot record: {e}")))?;
+            let sql = fence::rewrite_record_sql(&*tx);
+            let params = [
+                Param::Text(pipeline),
+                Param::Text(SNAPSHOT_UNIT),
+                Param::Text(&text),
+            ];
+            tx.execute(FENCE_TABLE, &sql, &params).await?;
+        }
+        tx.commit(FENCE_TABLE).await?;
+        Ok(record.export.unwrap_or_else(|| arn.to_string()))
+    }
+
     /// The pipeline's shared snapshot record as stored, without opening one: `None` when none
     /// is.
     pub async fn shared_snapshot(&self, pipeline: &str) -> Result<Option<SharedSnapshot>, DbError> {

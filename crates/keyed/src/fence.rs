@@ -156,6 +156,19 @@ pub(crate) fn open_record_sql(statements: &dyn Statements) -> String {
     )
 }
 
+/// Rewrites the shared snapshot record, its counter unchanged: parameters the pipeline, the
+/// unit and the record's JSON.
+pub(crate) fn rewrite_record_sql(statements: &dyn Statements) -> String {
+    let d = statements.dialect();
+    format!(
+        "UPDATE {} SET position = {} WHERE pipeline = {} AND unit = {}",
+        d.table(FENCE_TABLE),
+        d.param(3, SqlType::Text),
+        d.param(1, SqlType::Text),
+        d.param(2, SqlType::Text)
+    )
+}
+
 /// The first value of the first row.
 pub(crate) fn first(rows: Vec<crate::backend::Row>) -> Option<crate::backend::Cell> {
     rows.into_iter()
@@ -191,6 +204,7 @@ pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
         id,
         rows_at_start,
         closed: None,
+        export: None,
     };
     // Two integers: serializing cannot fail.
     serde_json::to_string(&record).unwrap_or_default()

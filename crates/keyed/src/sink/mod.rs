@@ -264,6 +264,19 @@ impl SharedSnapshots for KeyedSink {
             .map_err(|e| self.db_error(e))
     }
 
+    async fn shared_export(
+        &mut self,
+        pipeline: &str,
+        id: i64,
+        expected: Option<&str>,
+        arn: &str,
+    ) -> Result<String, SinkError> {
+        self.db
+            .shared_export(pipeline, id, expected, arn)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
     async fn close_shared_snapshot(
         &mut self,
         pipeline: &str,

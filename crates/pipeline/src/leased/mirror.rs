@@ -127,7 +127,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         let worker = scan.worker.id().to_string();
         // The segment rows the stream phase keeps: a Scan's, or those of the export's files.
         let mut total = exports.is_none().then(|| scan.reader.total_segments.max(1));
-        let snapshot = sink
+        let mut snapshot = sink
             .open_shared_snapshot(&pipeline, unix_now_ms())
             .await
             .map_err(RunError::from)?;
@@ -145,6 +145,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                 None => Segments::new(Arc::new(scan.reader.clone()), scan.batch, Some(snapshot.id)),
                 Some(exports) => {
                     let arn = shared_export(&exports, &pipeline, &snapshot, sink, &stop).await?;
+                    // The record closes with its export named.
+                    snapshot.export = Some(arn.clone());
                     let waiting = export_segments(exports, arn, stop.clone());
                     Segments::waiting(waiting, scan.batch, Some(snapshot.id))
                 }
