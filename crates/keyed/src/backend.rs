@@ -169,11 +169,16 @@ pub(crate) trait Session: Statements {
     ) -> BoxFuture<'a, Result<Box<dyn Transaction + 'a>, DbError>>;
 }
 
-/// A transaction: its statements take effect together at [`commit`](Self::commit); dropped
-/// before, it rolls back.
+/// A transaction: its statements take effect together at [`commit`](Self::commit), or none
+/// at [`rollback`](Self::rollback). Dropped open, it rolls back too (SQLite at once,
+/// PostgreSQL when its connection next runs: a script rolls back explicitly).
 pub(crate) trait Transaction: Statements {
     /// Commits (`on`: the table for messages).
     fn commit<'a>(&'a mut self, on: &'a str) -> BoxFuture<'a, Result<(), DbError>>;
+
+    /// Rolls back, and waits for it (an error is not reported: the transaction's own error
+    /// is, and a connection that failed rolls back on the server).
+    fn rollback(&mut self) -> BoxFuture<'_, ()>;
 }
 
 /// A keyed destination database: its sessions and what only it does.

@@ -312,6 +312,14 @@ impl Transaction for PgTx<'_> {
             done.map_err(|e| failed(self.shared, self.context, self.lost, &e))
         })
     }
+
+    fn rollback(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(tx) = self.tx.take() {
+                let _ = tx.rollback().await;
+            }
+        })
+    }
 }
 
 /// A driver error worded with `context`; sets `lost` when it lost the connection.

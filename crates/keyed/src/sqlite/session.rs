@@ -205,4 +205,12 @@ impl Transaction for Connected<'_, &mut Conn> {
             Ok(())
         })
     }
+
+    fn rollback(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // As the drop does; an error leaves SQLite to roll back.
+            let _ = blocking(|| self.conn.conn.execute_batch("ROLLBACK"));
+            self.open = false;
+        })
+    }
 }
