@@ -293,7 +293,7 @@ impl ScriptSession for Script<'_> {
             let tx = PgTx::begin(
                 client,
                 &mut session.statements,
-                *shared,
+                shared,
                 dialect,
                 context,
                 lost,
