@@ -141,13 +141,6 @@ pub(crate) trait Statements: Send {
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, Result<u64, DbError>>;
 
-    /// Runs `calls` in order (PostgreSQL: sent at once, pipelined); the first error wins.
-    fn execute_all<'a>(
-        &'a mut self,
-        on: &'a str,
-        calls: &'a [Call<'a>],
-    ) -> BoxFuture<'a, Result<(), DbError>>;
-
     /// Runs one query about table `on`; its rows.
     fn query<'a>(
         &'a mut self,

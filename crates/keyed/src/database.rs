@@ -409,14 +409,13 @@ pub(crate) fn state_calls<'a>(d: &dyn Dialect, state: &'a StateWrite) -> Vec<Cal
     upserts.chain(deletes).collect()
 }
 
-/// Upserts and deletes the state parts of `state` (nothing when there are none).
+/// Upserts and deletes the state parts of `state`, in order.
 pub(crate) async fn write_state(
     statements: &mut dyn Statements,
     state: &StateWrite,
 ) -> Result<(), DbError> {
-    let calls = state_calls(statements.dialect(), state);
-    if calls.is_empty() {
-        return Ok(());
+    for (sql, params) in state_calls(statements.dialect(), state) {
+        statements.execute(STATE_TABLE, &sql, &params).await?;
     }
-    statements.execute_all(STATE_TABLE, &calls).await
+    Ok(())
 }

@@ -12,7 +12,7 @@ use super::schema::{CREATE_STATE_SQL, Found, inspect};
 use super::{Conn, SqliteDatabase, blocking};
 use crate::DbError;
 use crate::backend::{
-    Call, Cell, Dialect, Param, Row, RowLock, Session, SqlType, Statements, Transaction,
+    Cell, Dialect, Param, Row, RowLock, Session, SqlType, Statements, Transaction,
 };
 use crate::sql::quote;
 
@@ -140,21 +140,6 @@ impl<C: DerefMut<Target = Conn> + Send> Statements for Connected<'_, C> {
     ) -> BoxFuture<'a, Result<u64, DbError>> {
         Box::pin(async move {
             blocking(|| execute(&self.conn.conn, sql, params)).map_err(|e| self.db.error(on, &e))
-        })
-    }
-
-    fn execute_all<'a>(
-        &'a mut self,
-        on: &'a str,
-        calls: &'a [Call<'a>],
-    ) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(async move {
-            blocking(|| {
-                calls
-                    .iter()
-                    .try_for_each(|(sql, params)| execute(&self.conn.conn, sql, params).map(drop))
-            })
-            .map_err(|e| self.db.error(on, &e))
         })
     }
 
