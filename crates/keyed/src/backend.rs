@@ -221,3 +221,47 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
     /// See [`Database::probe`](crate::Database::probe).
     fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>>;
 }
+
+/// The [`Backend`] methods a backend implements with its own inherent methods of the same
+/// names (`describe`, `prepare_state`, `prepare`, `apply`, `lock`, `lock_holder`, `probe`).
+macro_rules! own_methods {
+    () => {
+        fn describe(&self) -> String {
+            Self::describe(self)
+        }
+
+        fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
+            Box::pin(Self::prepare_state(self))
+        }
+
+        fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
+            Box::pin(Self::prepare(self, spec))
+        }
+
+        fn apply<'a>(
+            &'a self,
+            spec: &'a TableSpec,
+            rows: &'a [RowChange],
+            snapshot_id: Option<i64>,
+            state: &'a StateWrite,
+        ) -> BoxFuture<'a, Result<(), DbError>> {
+            Box::pin(Self::apply(self, spec, rows, snapshot_id, state))
+        }
+
+        fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
+            Box::pin(Self::lock(self, pipeline))
+        }
+
+        fn lock_holder<'a>(
+            &'a self,
+            pipeline: &'a str,
+        ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
+            Box::pin(Self::lock_holder(self, pipeline))
+        }
+
+        fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
+            Box::pin(Self::probe(self, spec))
+        }
+    };
+}
+pub(crate) use own_methods;
