@@ -141,13 +141,6 @@ pub(crate) trait Statements: Send {
         params: &'a [Param<'a>],
     ) -> BoxFuture<'a, Result<u64, DbError>>;
 
-    /// Runs `calls` in order (PostgreSQL: sent at once, pipelined); the first error wins.
-    fn execute_all<'a>(
-        &'a mut self,
-        on: &'a str,
-        calls: &'a [Call<'a>],
-    ) -> BoxFuture<'a, Result<(), DbError>>;
-
     /// Runs one query about table `on`; its rows.
     fn query<'a>(
         &'a mut self,
@@ -169,11 +162,16 @@ pub(crate) trait Session: Statements {
     ) -> BoxFuture<'a, Result<Box<dyn Transaction + 'a>, DbError>>;
 }
 
-/// A transaction: its statements take effect together at [`commit`](Self::commit); dropped
-/// before, it rolls back.
+/// A transaction: its statements take effect together at [`commit`](Self::commit), or none
+/// at [`rollback`](Self::rollback). Dropped open, it rolls back too (SQLite at once,
+/// PostgreSQL when its connection next runs: a script rolls back explicitly).
 pub(crate) trait Transaction: Statements {
     /// Commits (`on`: the table for messages).
     fn commit<'a>(&'a mut self, on: &'a str) -> BoxFuture<'a, Result<(), DbError>>;
+
+    /// Rolls back, and waits for it (an error is not reported: the transaction's own error
+    /// is, and a connection that failed rolls back on the server).
+    fn rollback(&mut self) -> BoxFuture<'_, ()>;
 }
 
 /// A keyed destination database: its sessions and what only it does.
@@ -223,3 +221,47 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
     /// See [`Database::probe`](crate::Database::probe).
     fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>>;
 }
+
+/// The [`Backend`] methods a backend implements with its own inherent methods of the same
+/// names (`describe`, `prepare_state`, `prepare`, `apply`, `lock`, `lock_holder`, `probe`).
+macro_rules! own_methods {
+    () => {
+        fn describe(&self) -> String {
+            Self::describe(self)
+        }
+
+        fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
+            Box::pin(Self::prepare_state(self))
+        }
+
+        fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
+            Box::pin(Self::prepare(self, spec))
+        }
+
+        fn apply<'a>(
+            &'a self,
+            spec: &'a TableSpec,
+            rows: &'a [RowChange],
+            snapshot_id: Option<i64>,
+            state: &'a StateWrite,
+        ) -> BoxFuture<'a, Result<(), DbError>> {
+            Box::pin(Self::apply(self, spec, rows, snapshot_id, state))
+        }
+
+        fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
+            Box::pin(Self::lock(self, pipeline))
+        }
+
+        fn lock_holder<'a>(
+            &'a self,
+            pipeline: &'a str,
+        ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
+            Box::pin(Self::lock_holder(self, pipeline))
+        }
+
+        fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
+            Box::pin(Self::probe(self, spec))
+        }
+    };
+}
+pub(crate) use own_methods;

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Call, Dialect, Param, RowLock, SqlType, Statements};
+use crate::backend::{Backend, Call, Dialect, Param, RowLock, SqlType, Statements, Transaction};
 use crate::fence::{self, first, open_record, shared_record};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, quote,
@@ -103,12 +103,16 @@ impl Database {
         }
         let mut session = self.backend.session(None, STATE_TABLE).await?;
         let mut tx = session.begin(STATE_TABLE).await?;
-        if let Some(create) = tx.dialect().create_state() {
-            tx.batch(STATE_TABLE, create).await?;
+        let tx = &mut *tx;
+        let result = async {
+            if let Some(create) = tx.dialect().create_state() {
+                tx.batch(STATE_TABLE, create).await?;
+            }
+            fence::pass(tx, state).await?;
+            write_state(tx, state).await
         }
-        fence::pass(&mut *tx, state).await?;
-        write_state(&mut *tx, state).await?;
-        tx.commit(STATE_TABLE).await
+        .await;
+        end(tx, STATE_TABLE, result).await
     }
 
     /// The position stored with `unit`'s lease fence (docs/coordination.md §11.7 rule 4):
@@ -198,26 +202,27 @@ impl Database {
         self.backend.check_names(spec)?;
         let mut session = self.backend.session(Some(spec), FENCE_TABLE).await?;
         let mut tx = session.begin(FENCE_TABLE).await?;
-        let stored = match fence::record(&mut *tx, pipeline, RowLock::None).await? {
-            Some((_, text)) => text,
-            None => {
-                let rows_at_start = count_existing(&mut *tx, &spec.table).await?;
-                let text = open_record(id, rows_at_start);
-                // Of workers opening it at once, one inserts; the others wait for its commit
-                // and read its record.
-                let sql = fence::open_record_sql(&*tx);
-                let params = [
-                    Param::Text(pipeline),
-                    Param::Text(SNAPSHOT_UNIT),
-                    Param::Text(&text),
-                ];
-                tx.execute(FENCE_TABLE, &sql, &params).await?;
-                fence::record(&mut *tx, pipeline, RowLock::None)
-                    .await?
-                    .and_then(|(_, text)| text)
+        let tx = &mut *tx;
+        let result = async {
+            if let Some((_, text)) = fence::record(tx, pipeline, RowLock::None).await? {
+                return Ok(text);
             }
-        };
-        tx.commit(FENCE_TABLE).await?;
+            let rows_at_start = count_existing(tx, &spec.table).await?;
+            let text = open_record(id, rows_at_start);
+            // Of workers opening it at once, one inserts; the others wait for its commit and
+            // read its record.
+            let sql = fence::open_record_sql(tx);
+            let params = [
+                Param::Text(pipeline),
+                Param::Text(SNAPSHOT_UNIT),
+                Param::Text(&text),
+            ];
+            tx.execute(FENCE_TABLE, &sql, &params).await?;
+            let stored = fence::record(tx, pipeline, RowLock::None).await?;
+            Ok(stored.and_then(|(_, text)| text))
+        }
+        .await;
+        let stored = end(tx, FENCE_TABLE, result).await?;
         shared_record(stored.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))
     }
 
@@ -299,40 +304,45 @@ impl Database {
         let table = spec.table.as_str();
         let mut session = self.backend.session(Some(spec), table).await?;
         let mut tx = session.begin(table).await?;
-        fence::pass(&mut *tx, state).await?;
-        let d = tx.dialect();
-        let (quoted, marker, id) = (
-            d.table(table),
-            quote(SNAPSHOT_COLUMN),
-            d.param(1, SqlType::Int),
-        );
-        let count_marked = format!("SELECT count(*) FROM {quoted} WHERE {marker} = {id}");
-        let delete_unmarked = format!("DELETE FROM {quoted} WHERE {marker} IS DISTINCT FROM {id}");
-        let drop_deleted_marks = format!(
-            "DELETE FROM {} WHERE table_name = {}",
-            d.table(DELETED_TABLE),
-            d.param(1, SqlType::Text)
-        );
-        let params = [Param::Int(close.id)];
-        let marked = tx.query(table, &count_marked, &params).await?;
-        let keys_written = row_count(first(marked).and_then(|cell| cell.int()).unwrap_or(0));
-        let mut closed = Closed {
-            keys_written,
-            deleted: 0,
-            ceiling_hit: false,
-        };
-        if close.delete_unseen {
-            if keys_written <= close.max_keys {
-                closed.deleted = tx.execute(table, &delete_unmarked, &params).await?;
-            } else {
-                closed.ceiling_hit = true;
+        let tx = &mut *tx;
+        let result = async {
+            fence::pass(tx, state).await?;
+            let d = tx.dialect();
+            let (quoted, marker, id) = (
+                d.table(table),
+                quote(SNAPSHOT_COLUMN),
+                d.param(1, SqlType::Int),
+            );
+            let count_marked = format!("SELECT count(*) FROM {quoted} WHERE {marker} = {id}");
+            let delete_unmarked =
+                format!("DELETE FROM {quoted} WHERE {marker} IS DISTINCT FROM {id}");
+            let drop_deleted_marks = format!(
+                "DELETE FROM {} WHERE table_name = {}",
+                d.table(DELETED_TABLE),
+                d.param(1, SqlType::Text)
+            );
+            let params = [Param::Int(close.id)];
+            let marked = tx.query(table, &count_marked, &params).await?;
+            let keys_written = row_count(first(marked).and_then(|cell| cell.int()).unwrap_or(0));
+            let mut closed = Closed {
+                keys_written,
+                deleted: 0,
+                ceiling_hit: false,
+            };
+            if close.delete_unseen {
+                if keys_written <= close.max_keys {
+                    closed.deleted = tx.execute(table, &delete_unmarked, &params).await?;
+                } else {
+                    closed.ceiling_hit = true;
+                }
             }
+            tx.execute(DELETED_TABLE, &drop_deleted_marks, &[Param::Text(table)])
+                .await?;
+            write_state(tx, state).await?;
+            Ok(closed)
         }
-        tx.execute(DELETED_TABLE, &drop_deleted_marks, &[Param::Text(table)])
-            .await?;
-        write_state(&mut *tx, state).await?;
-        tx.commit(table).await?;
-        Ok(closed)
+        .await;
+        end(tx, table, result).await
     }
 
     /// Closes a repair window (see the crate docs) and writes `state`, in one transaction;
@@ -347,27 +357,31 @@ impl Database {
         let table = spec.table.as_str();
         let mut session = self.backend.session(Some(spec), table).await?;
         let mut tx = session.begin(table).await?;
-        let d = tx.dialect();
-        let (version_ms, int) = (quote(VERSION_MS_COLUMN), SqlType::Int);
-        let sql = format!(
-            "DELETE FROM {} WHERE {} IS NOT NULL AND {version_ms} >= {} AND {version_ms} < {} \
+        let tx = &mut *tx;
+        let result = async {
+            let d = tx.dialect();
+            let (version_ms, int) = (quote(VERSION_MS_COLUMN), SqlType::Int);
+            let sql = format!(
+                "DELETE FROM {} WHERE {} IS NOT NULL AND {version_ms} >= {} AND {version_ms} < {} \
              AND {} IS DISTINCT FROM {}",
-            d.table(table),
-            quote(VERSION_SEQ_COLUMN),
-            d.param(2, int),
-            d.param(3, int),
-            quote(SNAPSHOT_COLUMN),
-            d.param(1, int),
-        );
-        let params = [
-            Param::Int(sweep.id),
-            Param::Int(sweep.from_ms),
-            Param::Int(sweep.to_ms),
-        ];
-        let deleted = tx.execute(table, &sql, &params).await?;
-        write_state(&mut *tx, state).await?;
-        tx.commit(table).await?;
-        Ok(deleted)
+                d.table(table),
+                quote(VERSION_SEQ_COLUMN),
+                d.param(2, int),
+                d.param(3, int),
+                quote(SNAPSHOT_COLUMN),
+                d.param(1, int),
+            );
+            let params = [
+                Param::Int(sweep.id),
+                Param::Int(sweep.from_ms),
+                Param::Int(sweep.to_ms),
+            ];
+            let deleted = tx.execute(table, &sql, &params).await?;
+            write_state(tx, state).await?;
+            Ok(deleted)
+        }
+        .await;
+        end(tx, table, result).await
     }
 
     /// Takes the pipeline's run lock, held until this database handle and all its clones are
@@ -386,6 +400,25 @@ impl Database {
     /// line.
     pub async fn probe(&self, spec: &TableSpec) -> Result<String, DbError> {
         self.backend.probe(spec).await
+    }
+}
+
+/// Ends the transaction `tx` of a script (`on`: the table for messages): commits after
+/// success; rolls back after a failure, and returns it.
+async fn end<T>(
+    tx: &mut dyn Transaction,
+    on: &str,
+    result: Result<T, DbError>,
+) -> Result<T, DbError> {
+    match result {
+        Ok(value) => {
+            tx.commit(on).await?;
+            Ok(value)
+        }
+        Err(error) => {
+            tx.rollback().await;
+            Err(error)
+        }
     }
 }
 
@@ -429,14 +462,13 @@ pub(crate) fn state_calls<'a>(d: &dyn Dialect, state: &'a StateWrite) -> Vec<Cal
     upserts.chain(deletes).collect()
 }
 
-/// Upserts and deletes the state parts of `state` (nothing when there are none).
+/// Upserts and deletes the state parts of `state`, in order.
 pub(crate) async fn write_state(
     statements: &mut dyn Statements,
     state: &StateWrite,
 ) -> Result<(), DbError> {
-    let calls = state_calls(statements.dialect(), state);
-    if calls.is_empty() {
-        return Ok(());
+    for (sql, params) in state_calls(statements.dialect(), state) {
+        statements.execute(STATE_TABLE, &sql, &params).await?;
     }
-    statements.execute_all(STATE_TABLE, &calls).await
+    Ok(())
 }

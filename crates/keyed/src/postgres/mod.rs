@@ -287,10 +287,6 @@ impl PostgresDatabase {
 }
 
 impl Backend for PostgresDatabase {
-    fn describe(&self) -> String {
-        PostgresDatabase::describe(self)
-    }
-
     fn kind(&self) -> &'static str {
         "postgres"
     }
@@ -311,44 +307,7 @@ impl Backend for PostgresDatabase {
         })
     }
 
-    fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
-        Box::pin(PostgresDatabase::prepare_state(self))
-    }
-
-    fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(PostgresDatabase::prepare(self, spec))
-    }
-
-    fn apply<'a>(
-        &'a self,
-        spec: &'a TableSpec,
-        rows: &'a [RowChange],
-        snapshot_id: Option<i64>,
-        state: &'a StateWrite,
-    ) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(PostgresDatabase::apply(
-            self,
-            spec,
-            rows,
-            snapshot_id,
-            state,
-        ))
-    }
-
-    fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
-        Box::pin(PostgresDatabase::lock(self, pipeline))
-    }
-
-    fn lock_holder<'a>(
-        &'a self,
-        pipeline: &'a str,
-    ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
-        Box::pin(PostgresDatabase::lock_holder(self, pipeline))
-    }
-
-    fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
-        Box::pin(PostgresDatabase::probe(self, spec))
-    }
+    crate::backend::own_methods!();
 }
 
 #[cfg(test)]

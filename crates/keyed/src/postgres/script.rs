@@ -17,7 +17,7 @@ use futures_util::future::BoxFuture;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Statement};
 
-use super::session::{Failure, Session, Shared, end_transaction, execute_pipelined, statement};
+use super::session::{Failure, Session, Shared, end_transaction, statement};
 use super::sql::{qualified, table_context};
 use crate::DbError;
 use crate::backend::{
@@ -219,23 +219,6 @@ macro_rules! statements {
                 })
             }
 
-            fn execute_all<'a>(
-                &'a mut self,
-                _: &'a str,
-                calls: &'a [Call<'a>],
-            ) -> BoxFuture<'a, Result<(), DbError>> {
-                Box::pin(async move {
-                    let (client, cache) = self.parts()?;
-                    match execute_all(client, cache, calls).await {
-                        Ok(()) => Ok(()),
-                        Err(Failure::Db(e)) => Err(e),
-                        Err(Failure::Pg(e)) => {
-                            Err(failed(self.shared, &self.context, &mut self.lost, &e))
-                        }
-                    }
-                })
-            }
-
             fn query<'a>(
                 &'a mut self,
                 _: &'a str,
@@ -293,7 +276,7 @@ impl ScriptSession for Script<'_> {
             let tx = PgTx::begin(
                 client,
                 &mut session.statements,
-                *shared,
+                shared,
                 dialect,
                 context,
                 lost,
@@ -310,6 +293,14 @@ impl Transaction for PgTx<'_> {
             let tx = self.tx.take().ok_or_else(|| committed(self.context))?;
             let done = tx.commit().await;
             done.map_err(|e| failed(self.shared, self.context, self.lost, &e))
+        })
+    }
+
+    fn rollback(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(tx) = self.tx.take() {
+                let _ = tx.rollback().await;
+            }
         })
     }
 }
@@ -360,20 +351,6 @@ async fn execute<C: GenericClient + Sync>(
 ) -> Result<u64, tokio_postgres::Error> {
     let prepared = statement(client, cache, sql).await?;
     client.execute(&prepared, &pg_params(params)).await
-}
-
-/// Prepares every call, then sends them at once, in order, and waits for all replies.
-async fn execute_all<C: GenericClient + Sync>(
-    client: &C,
-    cache: &mut HashMap<String, Statement>,
-    calls: &[Call<'_>],
-) -> Result<(), Failure> {
-    let prepared = prepare_calls(client, cache, calls).await?;
-    let calls: Vec<_> = prepared
-        .iter()
-        .map(|(statement, params)| (statement, params.clone()))
-        .collect();
-    execute_pipelined(client, &calls).await
 }
 
 async fn query<C: GenericClient + Sync>(

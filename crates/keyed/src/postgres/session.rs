@@ -129,28 +129,8 @@ impl Shared {
     /// Opens a new connection and spawns its task.
     async fn open(&self) -> Result<Client, DbError> {
         let connected = match &self.tls {
-            Some(tls) => match self.config.connect(tls.clone()).await {
-                Ok((client, connection)) => {
-                    tokio::spawn(async move {
-                        if let Err(e) = connection.await {
-                            tracing::debug!(error = %e, "postgres connection ended");
-                        }
-                    });
-                    Ok(client)
-                }
-                Err(e) => Err(e),
-            },
-            None => match self.config.connect(NoTls).await {
-                Ok((client, connection)) => {
-                    tokio::spawn(async move {
-                        if let Err(e) = connection.await {
-                            tracing::debug!(error = %e, "postgres connection ended");
-                        }
-                    });
-                    Ok(client)
-                }
-                Err(e) => Err(e),
-            },
+            Some(tls) => self.config.connect(tls.clone()).await.map(spawn_connection),
+            None => self.config.connect(NoTls).await.map(spawn_connection),
         };
         connected.map_err(|e| {
             let (retryable, _) = classify(&e);
@@ -263,6 +243,19 @@ impl Session {
             }
         }
     }
+}
+
+/// Spawns the task of a new connection; its client.
+fn spawn_connection<C>((client, connection): (Client, C)) -> Client
+where
+    C: Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "postgres connection ended");
+        }
+    });
+    client
 }
 
 /// Whether an error is retryable, and whether the connection is lost.

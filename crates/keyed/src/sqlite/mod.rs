@@ -359,10 +359,6 @@ impl SqliteDatabase {
 }
 
 impl Backend for SqliteDatabase {
-    fn describe(&self) -> String {
-        SqliteDatabase::describe(self)
-    }
-
     fn kind(&self) -> &'static str {
         "sqlite"
     }
@@ -387,38 +383,7 @@ impl Backend for SqliteDatabase {
         })
     }
 
-    fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>> {
-        Box::pin(SqliteDatabase::prepare_state(self))
-    }
-
-    fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(SqliteDatabase::prepare(self, spec))
-    }
-
-    fn apply<'a>(
-        &'a self,
-        spec: &'a TableSpec,
-        rows: &'a [RowChange],
-        snapshot_id: Option<i64>,
-        state: &'a StateWrite,
-    ) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(SqliteDatabase::apply(self, spec, rows, snapshot_id, state))
-    }
-
-    fn lock<'a>(&'a self, pipeline: &'a str) -> BoxFuture<'a, Result<LockAttempt, DbError>> {
-        Box::pin(SqliteDatabase::lock(self, pipeline))
-    }
-
-    fn lock_holder<'a>(
-        &'a self,
-        pipeline: &'a str,
-    ) -> BoxFuture<'a, Result<Option<LockHolder>, DbError>> {
-        Box::pin(SqliteDatabase::lock_holder(self, pipeline))
-    }
-
-    fn probe<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<String, DbError>> {
-        Box::pin(SqliteDatabase::probe(self, spec))
-    }
+    crate::backend::own_methods!();
 }
 
 impl Conn {

@@ -12,7 +12,7 @@ use super::schema::{CREATE_STATE_SQL, Found, inspect};
 use super::{Conn, SqliteDatabase, blocking};
 use crate::DbError;
 use crate::backend::{
-    Call, Cell, Dialect, Param, Row, RowLock, Session, SqlType, Statements, Transaction,
+    Cell, Dialect, Param, Row, RowLock, Session, SqlType, Statements, Transaction,
 };
 use crate::sql::quote;
 
@@ -143,21 +143,6 @@ impl<C: DerefMut<Target = Conn> + Send> Statements for Connected<'_, C> {
         })
     }
 
-    fn execute_all<'a>(
-        &'a mut self,
-        on: &'a str,
-        calls: &'a [Call<'a>],
-    ) -> BoxFuture<'a, Result<(), DbError>> {
-        Box::pin(async move {
-            blocking(|| {
-                calls
-                    .iter()
-                    .try_for_each(|(sql, params)| execute(&self.conn.conn, sql, params).map(drop))
-            })
-            .map_err(|e| self.db.error(on, &e))
-        })
-    }
-
     fn query<'a>(
         &'a mut self,
         on: &'a str,
@@ -203,6 +188,14 @@ impl Transaction for Connected<'_, &mut Conn> {
                 .map_err(|e| self.db.error(on, &e))?;
             self.open = false;
             Ok(())
+        })
+    }
+
+    fn rollback(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // As the drop does; an error leaves SQLite to roll back.
+            let _ = blocking(|| self.conn.conn.execute_batch("ROLLBACK"));
+            self.open = false;
         })
     }
 }
