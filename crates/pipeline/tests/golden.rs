@@ -75,7 +75,7 @@ async fn an_open_snapshot_resumes_with_its_progress() {
         let checkpointer = Checkpointer::open_streams(
             file,
             "orders-mirror",
-            Identity::from_json(identity.as_json().clone()),
+            Identity::from_json(identity.to_json()),
             Duration::ZERO,
         )
         .await
@@ -112,7 +112,7 @@ fn every_identity_ddbpipe_builds_is_stored_as_before() {
         let line = serde_json::json!({
             "case": case,
             "fingerprint": identity.fingerprint(),
-            "identity": identity.as_json(),
+            "identity": identity.to_json(),
         })
         .to_string();
         assert_eq!(lines.next(), Some(line.as_str()), "{case}");
@@ -145,7 +145,7 @@ fn every_stored_identity_is_read_and_written_back_as_stored() {
         };
         let read = Identity::from_json(stored.clone());
         assert_eq!(
-            read.as_json().to_string(),
+            read.to_json().to_string(),
             expected["identity"].to_string(),
             "{name}"
         );
@@ -159,7 +159,7 @@ fn every_stored_identity_is_read_and_written_back_as_stored() {
 
 /// The identities today's ddbpipe builds, one per kind of run and destination.
 fn built_identities() -> Vec<(&'static str, Identity)> {
-    use ddbpipe_pipeline::state::identity::{Location, Output};
+    use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Location, Output};
     use ddbpipe_source::config::{Mode, SnapshotEngine, SourceConfig};
     use ddbpipe_value::{Number, Value as V, ValueFormat};
     let east = Location {
@@ -188,8 +188,8 @@ fn built_identities() -> Vec<(&'static str, Identity)> {
     .into();
     let appended = Output::File {
         path: "/data/orders.jsonl".into(),
-        write: "append",
-        gzip: false,
+        write: FileWrite::Append,
+        compression: FileCompression::None,
     };
 
     let mut query = SourceConfig::new("arn:aws:dynamodb:us-east-1:111122223333:table/orders");
@@ -225,8 +225,8 @@ fn built_identities() -> Vec<(&'static str, Identity)> {
     streams.stream_arn = Some(stream.into());
     let per_run = Output::File {
         path: "/data/changes.jsonl.gz".into(),
-        write: "new_file_per_run",
-        gzip: true,
+        write: FileWrite::NewFilePerRun,
+        compression: FileCompression::Gzip,
     };
 
     let mut mirror = SourceConfig::new("orders");
@@ -245,18 +245,18 @@ fn built_identities() -> Vec<(&'static str, Identity)> {
     );
     let overwritten = Output::File {
         path: "/data/orders.jsonl.gz".into(),
-        write: "overwrite",
-        gzip: true,
+        write: FileWrite::Overwrite,
+        compression: FileCompression::Gzip,
     };
 
     let mut mirror_export = mirror.clone();
     mirror_export.snapshot.engine = SnapshotEngine::Export;
     let shared = Identity::of(&mirror_export, &east, Some(&keyed)).of_shared_run(
-        serde_json::json!("sqlite /data/orders.db, table orders_copy"),
+        "sqlite /data/orders.db, table orders_copy".to_string(),
         Some(stream),
     );
     let shared_scan = Identity::of(&scan, &east, Some(&appended))
-        .of_shared_run(serde_json::json!("jsonl /data/orders-{worker}.jsonl"), None);
+        .of_shared_run("jsonl /data/orders-{worker}.jsonl".to_string(), None);
 
     vec![
         (
