@@ -251,3 +251,71 @@ fn what_a_newer_ddbpipe_recorded_is_kept_and_a_field_it_added_refuses_a_position
         ]
     );
 }
+
+#[test]
+fn every_field_an_identity_stores_is_compared() {
+    use ddbpipe_source::config::SnapshotEngine;
+    let mut one = SourceConfig::new("orders");
+    one.mode = Mode::Query;
+    one.index_name = Some("by-status".into());
+    one.key_condition_expression = Some("pk = :p".into());
+    one.filter_expression = Some("a = :p".into());
+    one.projection = Some("pk".into());
+    one.expression_attribute_names = [("#a".to_string(), "a".to_string())].into();
+    one.expression_attribute_values = [(":p".to_string(), Value::S("x".into()))].into();
+    one.segments = 2;
+    one.snapshot.export_arn = Some("arn:aws:dynamodb:us-east-1:1:table/orders/export/x".into());
+    one.stream_arn = Some("arn:aws:dynamodb:us-east-1:1:table/orders/stream/1".into());
+    let mut other = SourceConfig::new("invoices");
+    other.snapshot.engine = SnapshotEngine::Export;
+    other.value_format = ValueFormat::Typed;
+    let there = Location {
+        region: Some("us-west-2".into()),
+        endpoint_url: Some("http://127.0.0.1:8000".into()),
+        account: Some("444455556666".into()),
+    };
+    let keyed = |table: &str, column: &str| Output::Keyed {
+        table: table.into(),
+        document_column: column.into(),
+    };
+    let file = |path: &str, write, compression| Output::File {
+        path: path.into(),
+        write,
+        compression,
+    };
+    let pairs = [
+        (
+            Identity::of(&one, &east(), Some(&keyed("a", "doc")))
+                .of_shared_run("sqlite a".into(), None),
+            Identity::of(&other, &there, Some(&keyed("b", "document")))
+                .of_shared_run("sqlite b".into(), None),
+        ),
+        (
+            Identity::of(
+                &one,
+                &east(),
+                Some(&file("/a", FileWrite::Append, FileCompression::None)),
+            ),
+            Identity::of(
+                &other,
+                &there,
+                Some(&file("/b", FileWrite::Overwrite, FileCompression::Gzip)),
+            ),
+        ),
+    ];
+    for (stored, now) in pairs {
+        let fields: Vec<String> = stored
+            .to_json()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let changed: Vec<String> = now
+            .changes_from(&stored, true)
+            .iter()
+            .map(|change| change.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(changed, fields);
+    }
+}
