@@ -15,7 +15,7 @@ use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sink::{Fence, Records, RunStart, Sink, SinkError, Staged};
 use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
-use ddbpipe_pipeline::state::identity::Output;
+use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Output};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
@@ -450,8 +450,12 @@ pub fn output(config: &PipelineConfig) -> Option<Output> {
                 // lock and the path-collision rule see it: runs started from other directories,
                 // or through another spelling, name the same file.
                 path: files::resolve(path).display().to_string(),
-                write: jsonl.write.as_str(),
-                gzip: jsonl.gzip,
+                write: match jsonl.write {
+                    WriteMode::Append => FileWrite::Append,
+                    WriteMode::Overwrite => FileWrite::Overwrite,
+                    WriteMode::NewFilePerRun => FileWrite::NewFilePerRun,
+                },
+                compression: FileCompression::from(jsonl.gzip),
             }),
         },
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {

@@ -63,7 +63,7 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     let document = json!({
         "entry": {
             "fingerprint": entry.identity.fingerprint(),
-            "identity": entry.identity.as_json(),
+            "identity": entry.identity.to_json(),
             "last_completed": entry.last_completed,
             "position": position,
             "updated_at": entry.updated_at,

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use ddbpipe_pipeline::leased::leased_position;
+use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, OnGap, SourceConfig};
@@ -21,7 +22,6 @@ use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::gaps::Findings;
 use ddbpipe_source::streams::lineage::ShardGraph;
 use ddbpipe_source::streams::{shard_sync, startup};
-use serde_json::Value as Json;
 
 /// Every shard `stream_arn` lists now (all pages), through the source's retry policy.
 pub async fn listed<A: StreamsApi>(
@@ -94,8 +94,8 @@ pub fn leased(rows: &[Lease], mode: Mode, graph: &ShardGraph) -> Result<StreamsP
 /// The stream the pipeline's leader row names (its run's identity keeps the stream read).
 fn leader_stream(rows: &[Lease]) -> Option<String> {
     let leader = rows.iter().find(|row| row.unit == UnitId::Leader)?;
-    let identity: Json = serde_json::from_str(leader.settings()?).ok()?;
-    identity["stream_arn"].as_str().map(str::to_string)
+    let identity = Identity::parse(leader.settings()?)?;
+    identity.stream_arn().map(str::to_string)
 }
 
 #[cfg(test)]

@@ -158,8 +158,7 @@ pub fn run_identity(
     location: &ddbpipe_pipeline::state::identity::Location,
     stream_arn: Option<&str>,
 ) -> Identity {
-    let sink = serde_json::json!(destination::sink_identity(config));
-    wiring::identity(config, location).of_shared_run(sink, stream_arn)
+    wiring::identity(config, location).of_shared_run(destination::sink_identity(config), stream_arn)
 }
 
 /// Refuses a worker whose settings differ from those the pipeline's leader row keeps

@@ -22,17 +22,12 @@ use crate::state::identity::Identity;
 /// Why a shared run whose leader row holds `stored` cannot go on with `identity`: the settings
 /// that changed, and what to do; `None` when they are the same. `check` says it too.
 pub fn other_settings(pipeline: &str, stored: &str, identity: &Identity) -> Option<String> {
-    let stored = serde_json::from_str(stored)
-        .map(Identity::from_json)
-        .unwrap_or_else(|_| Identity::from_json(serde_json::Value::Null));
-    let changes = identity.changes_from(&stored, true);
-    if changes.is_empty() && stored.as_json().is_object() {
-        return None;
-    }
-    let changes = if changes.is_empty() {
-        "its settings cannot be read".to_string()
-    } else {
-        changes.join("; ")
+    let changes = match Identity::parse(stored) {
+        Some(stored) => match identity.changes_from(&stored, true) {
+            changes if changes.is_empty() => return None,
+            changes => changes.join("; "),
+        },
+        None => "its settings cannot be read".to_string(),
     };
     Some(format!(
         "the lease table holds a shared run of pipeline '{pipeline}' with other settings \
@@ -62,7 +57,7 @@ pub(crate) async fn same_run<T: LeaseTable>(
             Some(message) => Err(RunError::Lease(LeaseError::Fatal(message))),
         },
         None if worker.is_leader() => {
-            let settings = LeaseCheckpoint::Settings(identity.as_json().to_string());
+            let settings = LeaseCheckpoint::Settings(identity.to_json().to_string());
             let written = worker.checkpoint(&UnitId::Leader, &settings, now).await;
             // A failed write is tried again next round; the unit rows wait for it.
             Ok(written.is_ok())

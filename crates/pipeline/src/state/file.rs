@@ -167,7 +167,7 @@ impl Entry {
     pub fn to_json(&self) -> Json {
         json!({
             "fingerprint": self.identity.fingerprint(),
-            "identity": self.identity.as_json(),
+            "identity": self.identity.to_json(),
             "last_completed": self.last_completed,
             "position": self.position.as_ref().map(Position::to_json),
             "updated_at": self.updated_at,
@@ -462,7 +462,7 @@ mod tests {
         let file = StateFile::new(&path);
         let entry = file.load("orders").unwrap().unwrap();
         assert_eq!(
-            entry.identity.as_json()["endpoint_url"],
+            entry.identity.to_json()["endpoint_url"],
             "http://***@h:8000"
         );
         file.store("orders", Some(&entry)).unwrap();
