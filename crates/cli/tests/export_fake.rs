@@ -430,6 +430,30 @@ fn a_client_token_returns_its_export_again_and_conflicts_with_other_parameters()
     assert_eq!(fake.exports_started(), 2);
 }
 
+/// Requests with one client token sent at once (the workers of a shared mirror starting its
+/// export) start one export, as AWS's idempotency promises: each names it.
+#[test]
+fn requests_with_one_client_token_at_once_start_one_export() {
+    let setup = setup();
+    seed(&setup, &seed_items()[..3]);
+    let arns: Vec<String> = std::thread::scope(|scope| {
+        let started: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    start(&setup.client, &setup.table_arn, "p", "together", None)
+                        .unwrap()
+                        .export_arn()
+                        .unwrap()
+                        .to_string()
+                })
+            })
+            .collect();
+        started.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    assert!(arns.iter().all(|arn| *arn == arns[0]), "{arns:?}");
+    assert_eq!(setup.fake.exports_started(), 1);
+}
+
 #[test]
 fn a_scripted_failure_fails_the_next_export_only() {
     let setup = setup();

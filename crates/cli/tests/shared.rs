@@ -1320,14 +1320,12 @@ fn three_workers_mirror_one_table_from_one_export() {
     let destination = Destination::new(Target::Postgres, dir.path());
     let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
     // One file at a time per worker, 10 lines a page: the files outlast the first kill.
-    let exported = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace(
-            "  segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
+    let exported = std::fs::read_to_string(&config).unwrap().replace(
+        "  segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
              max_read_units_per_second: 2\n",
-            "  snapshot: {engine: export, s3_bucket: exports}\n  max_concurrency: 1\n  \
+        "  snapshot: {engine: export, s3_bucket: exports}\n  max_concurrency: 1\n  \
              batch_size: 10\n",
-        );
+    );
     assert!(exported.contains("engine: export"), "{exported}");
     std::fs::write(&config, exported).unwrap();
     passes_check(&config);
@@ -1381,9 +1379,15 @@ fn three_workers_mirror_one_table_from_one_export() {
         table,
         "the destination ends equal to the table (converged: {converged}); {said:#?}"
     );
-    assert_eq!(fake.exports_started(), 1, "one export for the three workers");
+    assert_eq!(
+        fake.exports_started(),
+        1,
+        "one export for the three workers: {said:#?}"
+    );
     assert!(
-        record["export"].as_str().is_some_and(|arn| arn.contains("/export/")),
+        record["export"]
+            .as_str()
+            .is_some_and(|arn| arn.contains("/export/")),
         "the record keeps the export: {record}"
     );
     assert_eq!(fake.forwarded("Scan"), 0, "no Scan request: {said:#?}");

@@ -31,8 +31,8 @@ use crate::sql::{
     row_count,
 };
 use crate::{
-    CloseSnapshot, Closed, DbError, FENCE_TABLE, LockAttempt, LockHolder, PostgresDatabase,
-    RowChange, SNAPSHOT_UNIT, SqliteDatabase, StateWrite, TableSpec,
+    CloseSnapshot, Closed, DbError, FENCE_TABLE, LockAttempt, LockHolder, RowChange, SNAPSHOT_UNIT,
+    StateWrite, TableSpec,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;
@@ -44,23 +44,12 @@ pub struct Database {
     backend: Arc<dyn Backend>,
 }
 
-impl From<SqliteDatabase> for Database {
-    fn from(db: SqliteDatabase) -> Self {
-        Database {
-            backend: Arc::new(db),
-        }
-    }
-}
-
-impl From<PostgresDatabase> for Database {
-    fn from(db: PostgresDatabase) -> Self {
-        Database {
-            backend: Arc::new(db),
-        }
-    }
-}
-
 impl Database {
+    /// The database behind `backend` (each backend's `From` gives it).
+    pub(crate) fn of(backend: Arc<dyn Backend>) -> Self {
+        Database { backend }
+    }
+
     /// "sqlite out/orders.db" or "postgres db.example.com:5432/app" (never a password).
     pub fn describe(&self) -> String {
         self.backend.describe()
@@ -259,7 +248,11 @@ impl Database {
                     "snapshot {id} is no longer open in the destination (its record is snapshot \
                      {}'s, {}): its export is not stored",
                     record.id,
-                    if record.closed.is_some() { "closed" } else { "open" }
+                    if record.closed.is_some() {
+                        "closed"
+                    } else {
+                        "open"
+                    }
                 ),
             ));
         }

@@ -30,6 +30,16 @@
 //! inside and right after the cleanup, a zombie's batch refused, a split, a snapshot that
 //! outlasted the stream's retention.
 //!
+//! # Export snapshots
+//! Odd seeds read the snapshot from a full export instead (`snapshot.engine: export`, the
+//! single-process simulation's script in `mirror_sim_export/`: the in-memory `FakeExports`
+//! holding the table when the export starts, 1–5 data files, describes `IN_PROGRESS` for a
+//! while, transient S3 errors, a cut body, and in a fifth of them a first export that FAILED):
+//! its files are leased as segments. Checked besides: one export for every worker (and one
+//! more after a FAILED one, which fails the workers waiting on it, once). Those files are read
+//! on blocking threads, which hold tokio's paused clock still, so export seeds have no lease
+//! request delays and no stalls (a stall becomes a crash).
+//!
 //! Runs until the script is over: workers end idle (240 s without a record, longer than the
 //! script's writes last); when the script still had writes to come as a round started,
 //! another round of workers is started, as an operator would restart them.
@@ -888,9 +898,13 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
             ("a split", split),
             ("a snapshot that outlasted the retention", outlasted),
             ("an export", exported),
-            ("a FAILED export", export_failed),
         ] {
             assert!(n >= enough, "{case}: {n} of {} seeds", seeds.len());
         }
+        assert!(
+            export_failed >= seeds.len() / 20,
+            "a FAILED export: {export_failed} of {} seeds",
+            seeds.len()
+        );
     }
 }

@@ -212,6 +212,9 @@ struct State {
     exports: Vec<Export>,
     /// ClientToken → index into `exports`.
     tokens: HashMap<String, usize>,
+    /// ClientTokens of exports being started: a request repeating one waits for it, so
+    /// requests with one token start one export however they interleave, as AWS's.
+    starting: std::collections::HashSet<String>,
     exports_started: usize,
     describe_calls: usize,
     backups_calls: usize,
@@ -1047,6 +1050,19 @@ fn normalized(input: &Value) -> Value {
     Value::Object(params)
 }
 
+/// An export being started under a ClientToken; the token is free again when it is dropped
+/// (the export registered, or refused).
+struct Starting<'a> {
+    inner: &'a Inner,
+    token: String,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.inner.lock().starting.remove(&self.token);
+    }
+}
+
 async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -> Answer {
     let table_arn_in = string_member(input, "TableArn")
         .ok_or_else(|| AwsError::validation("TableArn is required"))?;
@@ -1055,22 +1071,32 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
     let params = normalized(input);
     let client_token = string_member(input, "ClientToken")
         .unwrap_or_else(|| format!("{:032x}", rand::random::<u128>()));
-    {
-        let state = inner.lock();
-        if let Some(&index) = state.tokens.get(&client_token) {
-            let existing = &state.exports[index];
-            if existing.params == params {
-                return Ok(json!({"ExportDescription": description(existing)}));
+    loop {
+        {
+            let mut state = inner.lock();
+            if let Some(&index) = state.tokens.get(&client_token) {
+                let existing = &state.exports[index];
+                if existing.params == params {
+                    return Ok(json!({"ExportDescription": description(existing)}));
+                }
+                return Err(AwsError::bad(
+                    "ExportConflictException",
+                    format!(
+                        "An export with client token {client_token} exists with other parameters: {}",
+                        existing.arn
+                    ),
+                ));
             }
-            return Err(AwsError::bad(
-                "ExportConflictException",
-                format!(
-                    "An export with client token {client_token} exists with other parameters: {}",
-                    existing.arn
-                ),
-            ));
+            if state.starting.insert(client_token.clone()) {
+                break;
+            }
         }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let _starting = Starting {
+        inner,
+        token: client_token.clone(),
+    };
     if params["ExportFormat"] != "DYNAMODB_JSON" {
         return Err(AwsError::validation(format!(
             "the fake writes DYNAMODB_JSON exports only, not {}",

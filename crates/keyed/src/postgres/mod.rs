@@ -286,6 +286,12 @@ impl PostgresDatabase {
     }
 }
 
+impl From<PostgresDatabase> for crate::Database {
+    fn from(db: PostgresDatabase) -> Self {
+        crate::Database::of(Arc::new(db))
+    }
+}
+
 impl Backend for PostgresDatabase {
     fn kind(&self) -> &'static str {
         "postgres"

@@ -358,6 +358,12 @@ impl SqliteDatabase {
     }
 }
 
+impl From<SqliteDatabase> for crate::Database {
+    fn from(db: SqliteDatabase) -> Self {
+        crate::Database::of(Arc::new(db))
+    }
+}
+
 impl Backend for SqliteDatabase {
     fn kind(&self) -> &'static str {
         "sqlite"

@@ -233,7 +233,9 @@ async fn shared_export<S: SharedSnapshots>(
     if stored == Some(arn.as_str()) {
         return Ok(arn);
     }
-    let kept = sink.shared_export(pipeline, snapshot.id, stored, &arn).await?;
+    let kept = sink
+        .shared_export(pipeline, snapshot.id, stored, &arn)
+        .await?;
     if kept != arn {
         tracing::warn!(export = %arn, kept = %kept, "Another worker stored the snapshot's export first; this one is not read.");
     }

@@ -99,6 +99,8 @@ pub(crate) struct Segments {
     reader: OnceLock<Arc<dyn SegmentRead>>,
     /// Until then, the task waiting for the export (`Segments::waiting`).
     waiting: Mutex<Option<Waiting>>,
+    /// Why that task failed, until `check` fails the run with it.
+    failed: Mutex<Option<RunError>>,
     batch: BatchLimits,
     /// Items received.
     read: u64,
@@ -120,6 +122,7 @@ impl Segments {
         Segments {
             reader: OnceLock::from(reader),
             waiting: Mutex::new(None),
+            failed: Mutex::new(None),
             batch,
             read: 0,
             snapshot,
@@ -132,31 +135,38 @@ impl Segments {
         Segments {
             reader: OnceLock::new(),
             waiting: Mutex::new(Some(waiting)),
+            failed: Mutex::new(None),
             batch,
             read: 0,
             snapshot,
         }
     }
 
-    /// The reader, once known: takes the waiting task's result when it has finished; its
-    /// failure is the run's.
-    fn ready(&self) -> Result<Option<&Arc<dyn SegmentRead>>, RunError> {
+    /// The reader, once known: takes the waiting task's result when it has finished (its
+    /// failure is kept for `check`, which fails the run with it).
+    fn reader(&self) -> Option<&Arc<dyn SegmentRead>> {
         if self.reader.get().is_none() {
             let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(task) = waiting.take_if(|task| task.is_finished()) {
-                let found = match task.now_or_never() {
-                    Some(Ok(found)) => found?,
+                match task.now_or_never() {
+                    Some(Ok(Ok(reader))) => {
+                        let _ = self.reader.set(reader);
+                    }
+                    Some(Ok(Err(error))) => *self.lock_failed() = Some(error),
                     Some(Err(failed)) => {
-                        return Err(RunError::Read(ReadError::Internal(format!(
+                        *self.lock_failed() = Some(RunError::Read(ReadError::Internal(format!(
                             "the task finding the snapshot's segments failed: {failed}"
                         ))));
                     }
-                    None => return Ok(None),
-                };
-                let _ = self.reader.set(found);
+                    None => {}
+                }
             }
         }
-        Ok(self.reader.get())
+        self.reader.get()
+    }
+
+    fn lock_failed(&self) -> std::sync::MutexGuard<'_, Option<RunError>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The open shared snapshot whose rows the segments are.
@@ -166,12 +176,12 @@ impl Segments {
 
     /// The segments' number, once known.
     pub(crate) fn total(&self) -> Option<u32> {
-        self.reader.get().map(|reader| reader.total())
+        self.reader().map(|reader| reader.total())
     }
 
     /// Whether the segments are known.
     pub(crate) fn known(&self) -> bool {
-        self.reader.get().is_some()
+        self.reader().is_some()
     }
 
     /// Items received.
@@ -206,8 +216,14 @@ impl Units for Segments {
 
     const DEPTH: usize = 1;
 
+    /// A segment of this snapshot; while its export is awaited, any segment (held, not read
+    /// before the files are known; one of another count fails `check` then).
     fn owns(&self, unit: &UnitId) -> bool {
-        matches!(unit, UnitId::Segment { total, .. } if Some(*total) == self.total())
+        match (unit, self.total()) {
+            (UnitId::Segment { total, .. }, Some(ours)) => *total == ours,
+            (UnitId::Segment { .. }, None) => true,
+            _ => false,
+        }
     }
 
     fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
@@ -233,7 +249,7 @@ impl Units for Segments {
             Some(LeaseCheckpoint::Cursor(key)) => Some(key.clone()),
             Some(other) => return Err(unreadable(unit, other)),
         };
-        let Some(reader) = self.reader.get() else {
+        let Some(reader) = self.reader() else {
             return Err(self.panicked(unit));
         };
         let reading = reader.read_one(index, start, out, cancel);
@@ -257,9 +273,9 @@ impl Units for Segments {
         })
     }
 
+    /// Not before the segments are known.
     fn may_read(&self, _unit: &UnitId, reading: usize) -> bool {
-        self.reader
-            .get()
+        self.reader()
             .is_some_and(|reader| reading < reader.max_concurrency())
     }
 
@@ -303,8 +319,7 @@ impl Units for Segments {
     }
 
     fn capacity_units(&self) -> f64 {
-        self.reader
-            .get()
+        self.reader()
             .map_or(0.0, |reader| reader.limiter().total_units())
     }
 
@@ -320,7 +335,11 @@ impl Units for Segments {
     /// Rows of another segment count mean the pipeline's `segments` changed while a shared
     /// scan was unfinished: refused, naming both.
     fn check(&self, rows: &[Lease]) -> Result<(), RunError> {
-        let Some(ours) = self.ready()?.map(|reader| reader.total()) else {
+        let ours = self.total();
+        if let Some(failed) = self.lock_failed().take() {
+            return Err(failed);
+        }
+        let Some(ours) = ours else {
             return Ok(());
         };
         let other = rows.iter().find_map(|row| match row.unit {

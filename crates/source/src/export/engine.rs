@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use super::api::{ExportApi, ExportKind, ExportState, ObjectStore, Recovery};
 use super::reader::{describe, with_remedy};
 use super::{
-    ExportPoll, ExportReader, ExportSegments, ExportSnapshot, ExportTarget, ExportType, client_token,
-    given, start,
+    ExportPoll, ExportReader, ExportSegments, ExportSnapshot, ExportTarget, ExportType,
+    client_token, given, start,
 };
 use crate::api::{KeyAttribute, Render, SnapshotShape};
 use crate::capacity::ReadLimiter;
