@@ -1204,6 +1204,68 @@ fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, 
     assert_eq!(shard_owner(&config), None, "SIGTERM hands the lease back");
 }
 
+/// Three workers of the shared mirror `config` while the writer that `writer` starts changes the
+/// table: once 20 snapshot rows are written one is SIGKILLed and another SIGSTOPped past its
+/// lease; then the snapshot record closes, the destination converges to the table and the
+/// workers are stopped (each exits 0). Returns the snapshot's record (kept with the fences)
+/// and the surviving workers' logs.
+fn three_workers_through_a_kill_and_a_stop(
+    config: &Path,
+    running: &common::Running,
+    destination: &Destination,
+    writer: impl FnOnce() -> std::thread::JoinHandle<()>,
+) -> (Value, Vec<String>) {
+    passes_check(config);
+    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(config)).collect();
+    let writer = writer();
+    let marked = || {
+        destination
+            .rows("items")
+            .values()
+            .filter(|row| row.snapshot.is_some())
+            .count()
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(90), || marked() >= 20),
+        "the workers write the snapshot"
+    );
+    let mut killed = workers.remove(0);
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+    writer.join().unwrap();
+    let record = || -> Value {
+        let stored = destination.query_texts(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
+        );
+        serde_json::from_str(&stored[0][0]).unwrap()
+    };
+    let closed = common::wait_for(Duration::from_secs(240), || !record()["closed"].is_null());
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        destination.items("items") == table
+    });
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        said.push(stderr(&output));
+        assert_eq!(output.status.code(), Some(0), "{}", said.last().unwrap());
+    }
+    let record = record();
+    assert!(closed, "the snapshot was closed: {record}; {said:#?}");
+    assert_eq!(
+        destination.items("items"),
+        table,
+        "the destination ends equal to the table (converged: {converged}); {said:#?}"
+    );
+    (record, said)
+}
+
 /// Three workers mirror a table whose snapshot lasts longer than its stream keeps records (a
 /// rolling 10 s retention of the scripted fake in front of moto; the slow snapshot takes about
 /// twice that) into PostgreSQL while a writer changes it, one worker SIGKILLed during the snapshot and another
@@ -1235,59 +1297,13 @@ fn three_workers_mirror_a_snapshot_longer_than_the_streams_retention() {
             "max_read_units_per_second: 1",
         );
     std::fs::write(&config, slower).unwrap();
-    passes_check(&config);
-    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
     // Changes from the snapshot's first second on, through and after it.
-    let writer = writer(&running.endpoint, 200, Duration::from_millis(150), |step| {
-        (format!("k{:03}", (step * 37) % 260), step % 4 == 3)
-    });
-    let marked = || {
-        destination
-            .rows("items")
-            .values()
-            .filter(|row| row.snapshot.is_some())
-            .count()
-    };
-    assert!(
-        common::wait_for(Duration::from_secs(60), || marked() >= 20),
-        "the workers write the snapshot"
-    );
-    let mut killed = workers.remove(0);
-    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
-    killed.wait().unwrap();
-    let stopped = workers.remove(0);
-    signal(&stopped, "STOP");
-    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
-    signal(&stopped, "CONT");
-    workers.push(stopped);
-    writer.join().unwrap();
-
-    // The shared snapshot's record, kept with the fences: closed by the cleanup.
-    let record = || -> Value {
-        let stored = destination.query_texts(
-            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
-        );
-        serde_json::from_str(&stored[0][0]).unwrap()
-    };
-    let closed = common::wait_for(Duration::from_secs(240), || !record()["closed"].is_null());
-    let table = common::keyed::table_items(&running.endpoint, "items");
-    let converged = common::wait_for(Duration::from_secs(120), || {
-        destination.items("items") == table
-    });
-    let mut said = Vec::new();
-    for worker in workers {
-        signal(&worker, "TERM");
-        let output = finished(worker);
-        said.push(stderr(&output));
-        assert_eq!(output.status.code(), Some(0), "{}", said.last().unwrap());
-    }
-    let record = record();
-    assert!(closed, "the snapshot was closed: {record}; {said:#?}");
-    assert_eq!(
-        destination.items("items"),
-        table,
-        "the destination ends equal to the table (converged: {converged}); {said:#?}"
-    );
+    let (record, _) =
+        three_workers_through_a_kill_and_a_stop(&config, &running, &destination, || {
+            writer(&running.endpoint, 200, Duration::from_millis(150), |step| {
+                (format!("k{:03}", (step * 37) % 260), step % 4 == 3)
+            })
+        });
     let took = record["closed"]["at_ms"].as_i64().unwrap() - record["id"].as_i64().unwrap();
     assert!(
         took > RETENTION.as_millis() as i64,
@@ -1328,57 +1344,12 @@ fn three_workers_mirror_one_table_from_one_export() {
     );
     assert!(exported.contains("engine: export"), "{exported}");
     std::fs::write(&config, exported).unwrap();
-    passes_check(&config);
-    let mut workers: Vec<Child> = (0..3).map(|_| common::spawn_run(&config)).collect();
-    let writer = writer(&running.endpoint, 150, Duration::from_millis(100), |step| {
-        (format!("k{:03}", (step * 37) % 320), step % 4 == 3)
-    });
-    let marked = || {
-        destination
-            .rows("items")
-            .values()
-            .filter(|row| row.snapshot.is_some())
-            .count()
-    };
-    assert!(
-        common::wait_for(Duration::from_secs(90), || marked() >= 20),
-        "the workers write the export's items"
-    );
-    let mut killed = workers.remove(0);
-    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
-    killed.wait().unwrap();
-    let stopped = workers.remove(0);
-    signal(&stopped, "STOP");
-    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
-    signal(&stopped, "CONT");
-    workers.push(stopped);
-    writer.join().unwrap();
-
-    let record = || -> Value {
-        let stored = destination.query_texts(
-            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
-        );
-        serde_json::from_str(&stored[0][0]).unwrap()
-    };
-    let closed = common::wait_for(Duration::from_secs(180), || !record()["closed"].is_null());
-    let table = common::keyed::table_items(&running.endpoint, "items");
-    let converged = common::wait_for(Duration::from_secs(120), || {
-        destination.items("items") == table
-    });
-    let mut said = Vec::new();
-    for worker in workers {
-        signal(&worker, "TERM");
-        let output = finished(worker);
-        said.push(stderr(&output));
-        assert_eq!(output.status.code(), Some(0), "{}", said.last().unwrap());
-    }
-    let record = record();
-    assert!(closed, "the snapshot was closed: {record}; {said:#?}");
-    assert_eq!(
-        destination.items("items"),
-        table,
-        "the destination ends equal to the table (converged: {converged}); {said:#?}"
-    );
+    let (record, said) =
+        three_workers_through_a_kill_and_a_stop(&config, &running, &destination, || {
+            writer(&running.endpoint, 150, Duration::from_millis(100), |step| {
+                (format!("k{:03}", (step * 37) % 320), step % 4 == 3)
+            })
+        });
     assert_eq!(
         fake.exports_started(),
         1,
