@@ -178,7 +178,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
             page = rx.recv() => match page {
                 Some(page) => {
                     read += page.records.len() as u64;
-                    let full = out.batcher.push(page);
+                    let full = out.lane.batcher.push(page);
                     out.deliver_all(full).await?;
                 }
                 None => {
@@ -191,7 +191,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
                     break;
                 }
             },
-            () = sleep_until(out.deadline), if out.deadline.is_some() => out.linger_elapsed().await?,
+            () = sleep_until(out.lane.deadline), if out.lane.deadline.is_some() => out.finish().await?,
         }
     }
 
@@ -203,7 +203,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
         Ok(()) => {}
     }
     out.finish().await?;
-    let written = out.written;
+    let written = out.lane.written;
     let completed = !stopping && read_task.0.is_finished();
     let segments_done = out.checkpointer.position().done.count();
     if completed {
@@ -272,10 +272,10 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
                     // The engine dropped its hand-over: its result follows at once.
                     break (&mut engine_task.0).await.unwrap_or_else(engine_failed);
                 };
-                let full = out.batcher.push_handed(next);
+                let full = out.lane.batcher.push_handed(next);
                 out.deliver_all(full).await?;
             }
-            () = sleep_until(out.deadline), if out.deadline.is_some() => out.linger_elapsed().await?,
+            () = sleep_until(out.lane.deadline), if out.lane.deadline.is_some() => out.finish().await?,
         }
     };
     let end = match ended {
@@ -284,26 +284,72 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     };
     // What was handed over before the end is written and committed.
     while let Ok(next) = handed.try_recv() {
-        let full = out.batcher.push_handed(next);
+        let full = out.lane.batcher.push_handed(next);
         out.deliver_all(full).await?;
     }
     out.finish().await?;
     out.checkpointer.flush().await?;
     Ok(StreamOutcome {
-        written: out.written,
+        written: out.lane.written,
         end,
     })
 }
 
-/// The sink side of a run: batches assembled from pages, written in order, acknowledged,
-/// and their positions committed; a partial batch is handed over `BATCH_LINGER` after its
-/// first record or position.
+/// One flow of batches into the sink (a scan's pages, a stream's hand-overs): assembled,
+/// written in order, acknowledged, and their positions committed; a partial batch is handed
+/// over `BATCH_LINGER` after its first record or position.
+pub(crate) struct Lane {
+    pub(crate) batcher: Batcher,
+    /// When the partial batch is handed over.
+    pub(crate) deadline: Option<Instant>,
+    /// Records written and acknowledged.
+    pub(crate) written: u64,
+}
+
+impl Lane {
+    pub(crate) fn new(limits: BatchLimits) -> Self {
+        Lane {
+            batcher: Batcher::new(limits),
+            deadline: None,
+            written: 0,
+        }
+    }
+
+    /// Writes the batches a read filled, in order, telling `report` the lane's records after
+    /// each, and arms the linger timer for what is left.
+    pub(crate) async fn deliver_all<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+        full: Vec<Batch>,
+        report: &dyn Fn(u64),
+    ) -> Result<(), RunError> {
+        for batch in full {
+            self.written += deliver(sink, checkpointer, &batch).await?;
+            report(self.written);
+        }
+        self.deadline = pending_deadline(&self.batcher, self.deadline);
+        Ok(())
+    }
+
+    /// Hands over the batch being assembled (its linger is up, or the run ends).
+    pub(crate) async fn finish<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        checkpointer: &mut Checkpointer,
+        report: &dyn Fn(u64),
+    ) -> Result<(), RunError> {
+        let batch = self.batcher.take();
+        self.deliver_all(sink, checkpointer, batch.into_iter().collect(), report)
+            .await
+    }
+}
+
+/// The sink side of a single-process run: its one lane, and the progress it reports.
 struct Delivery<'a, S> {
     sink: &'a mut S,
     checkpointer: &'a mut Checkpointer,
-    batcher: Batcher,
-    deadline: Option<Instant>,
-    written: u64,
+    lane: Lane,
     progress: &'a dyn Progress,
     units: &'a dyn Fn() -> f64,
 }
@@ -319,49 +365,35 @@ impl<'a, S: Sink> Delivery<'a, S> {
         Delivery {
             sink,
             checkpointer,
-            batcher: Batcher::new(limits),
-            deadline: None,
-            written: 0,
+            lane: Lane::new(limits),
             progress,
             units,
         }
     }
 
-    /// Writes one batch, then commits its positions: the acknowledgement comes first.
-    async fn deliver(&mut self, batch: Batch) -> Result<(), RunError> {
-        self.written += deliver(self.sink, self.checkpointer, &batch).await?;
-        self.progress.advanced(self.written, (self.units)());
-        Ok(())
-    }
-
     /// Delivers the batches a page filled, and arms the linger timer for what is left.
     async fn deliver_all(&mut self, full: Vec<Batch>) -> Result<(), RunError> {
-        for batch in full {
-            self.deliver(batch).await?;
-        }
-        self.deadline = pending_deadline(&self.batcher, self.deadline);
-        Ok(())
+        let (progress, units) = (self.progress, self.units);
+        let report = |written| progress.advanced(written, units());
+        self.lane
+            .deliver_all(self.sink, self.checkpointer, full, &report)
+            .await
     }
 
-    /// The linger time is up: hand over the partial batch.
-    async fn linger_elapsed(&mut self) -> Result<(), RunError> {
-        self.deadline = None;
-        self.finish().await
-    }
-
-    /// Hands over what is being assembled (the end of a run, or a drain).
+    /// Hands over what is being assembled (its linger is up, or the run ends).
     async fn finish(&mut self) -> Result<(), RunError> {
-        match self.batcher.take() {
-            Some(batch) => self.deliver(batch).await,
-            None => Ok(()),
-        }
+        let (progress, units) = (self.progress, self.units);
+        let report = |written| progress.advanced(written, units());
+        self.lane
+            .finish(self.sink, self.checkpointer, &report)
+            .await
     }
 
     /// A read failed: the batch being assembled is dropped, what was acknowledged is
     /// committed. Returns the error to report (or the state error that hid it).
     async fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
         ddbpipe_source::health::failed(&error);
-        drop(self.batcher.take());
+        drop(self.lane.batcher.take());
         self.checkpointer.flush().await?;
         Ok(error)
     }

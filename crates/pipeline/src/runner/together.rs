@@ -23,14 +23,10 @@ use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::StreamEngine;
 use ddbpipe_source::streams::handover::Handed;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{
-    AbortOnDrop, BATCH_LINGER, Progress, RunError, deliver, engine_failed, scheduler_failed,
-    sleep_until,
-};
-use crate::batch::{Batch, BatchLimits, Batcher};
+use super::{AbortOnDrop, Lane, Progress, RunError, engine_failed, scheduler_failed, sleep_until};
+use crate::batch::BatchLimits;
 use crate::checkpoint::Checkpointer;
 use crate::sink::Sink;
 
@@ -44,30 +40,6 @@ pub struct TogetherOutcome {
     /// `true` when the scan read every segment and the snapshot was closed; `false` when a
     /// signal stopped the run first.
     pub completed: bool,
-}
-
-/// One side's batches: its batcher and the linger deadline of its partial batch.
-struct Side {
-    batcher: Batcher,
-    deadline: Option<Instant>,
-}
-
-impl Side {
-    fn new(limits: BatchLimits) -> Self {
-        Side {
-            batcher: Batcher::new(limits),
-            deadline: None,
-        }
-    }
-
-    /// Arms the linger timer when a partial batch waits, or clears it.
-    fn rearm(&mut self) {
-        self.deadline = match (self.batcher.has_pending(), self.deadline) {
-            (false, _) => None,
-            (true, None) => Some(Instant::now() + BATCH_LINGER),
-            (true, Some(at)) => Some(at),
-        };
-    }
 }
 
 /// Runs `reader` (the snapshot scan) and `engine` (the stream from the capture) together into
@@ -97,13 +69,10 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     ));
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 
-    let mut scan = Side::new(limits);
-    let mut stream = Side::new(limits);
-    let mut outcome = TogetherOutcome {
-        snapshot_rows: 0,
-        changes: 0,
-        completed: false,
-    };
+    let mut scan = Lane::new(limits);
+    let mut stream = Lane::new(limits);
+    let scanned = |written| progress.advanced(written, limiter.total_units());
+    let streamed = |_| {};
     let mut stopping = false;
     let mut pages_open = true;
     let mut handed_open = true;
@@ -132,11 +101,8 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             }
             page = pages.recv(), if pages_open => match page {
                 Some(page) => {
-                    for batch in scan.batcher.push(page) {
-                        outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
-                        progress.advanced(outcome.snapshot_rows, limiter.total_units());
-                    }
-                    scan.rearm();
+                    let full = scan.batcher.push(page);
+                    scan.deliver_all(sink, checkpointer, full, &scanned).await?;
                 }
                 None => pages_open = false,
             },
@@ -149,22 +115,17 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             }
             next = handed.recv(), if handed_open && !engine_ended => match next {
                 Some(next) => {
-                    outcome.changes += deliver_all(sink, checkpointer, stream.batcher.push_handed(next)).await?;
-                    stream.rearm();
+                    let full = stream.batcher.push_handed(next);
+                    stream.deliver_all(sink, checkpointer, full, &streamed).await?;
                 }
                 // The engine dropped its hand-over: its result follows.
                 None => handed_open = false,
             },
             () = sleep_until(scan.deadline), if scan.deadline.is_some() => {
-                scan.deadline = None;
-                if let Some(batch) = scan.batcher.take() {
-                    outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
-                    progress.advanced(outcome.snapshot_rows, limiter.total_units());
-                }
+                scan.finish(sink, checkpointer, &scanned).await?;
             }
             () = sleep_until(stream.deadline), if stream.deadline.is_some() => {
-                stream.deadline = None;
-                outcome.changes += deliver_all(sink, checkpointer, stream.batcher.take().into_iter().collect()).await?;
+                stream.finish(sink, checkpointer, &streamed).await?;
             }
         }
     };
@@ -178,10 +139,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     }
 
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
-    if let Some(batch) = scan.batcher.take() {
-        outcome.snapshot_rows += deliver(sink, checkpointer, &batch).await?;
-        progress.advanced(outcome.snapshot_rows, limiter.total_units());
-    }
+    scan.finish(sink, checkpointer, &scanned).await?;
     engine_stop.cancel();
     if !engine_ended {
         let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
@@ -192,18 +150,19 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
         }
     }
     while let Ok(next) = handed.try_recv() {
-        outcome.changes +=
-            deliver_all(sink, checkpointer, stream.batcher.push_handed(next)).await?;
+        let full = stream.batcher.push_handed(next);
+        stream
+            .deliver_all(sink, checkpointer, full, &streamed)
+            .await?;
     }
-    outcome.changes += deliver_all(
-        sink,
-        checkpointer,
-        stream.batcher.take().into_iter().collect(),
-    )
-    .await?;
+    stream.finish(sink, checkpointer, &streamed).await?;
 
     // The loop ends on a stop or when the scan task ended and handed over every page.
-    outcome.completed = !stopping;
+    let outcome = TogetherOutcome {
+        snapshot_rows: scan.written,
+        changes: stream.written,
+        completed: !stopping,
+    };
     if outcome.completed {
         checkpointer
             .complete(outcome.snapshot_rows, limiter.total_units())
@@ -212,17 +171,4 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
         checkpointer.flush().await?;
     }
     Ok(outcome)
-}
-
-/// Delivers `batches` in order; returns the records written.
-async fn deliver_all<S: Sink>(
-    sink: &mut S,
-    checkpointer: &mut Checkpointer,
-    batches: Vec<Batch>,
-) -> Result<u64, RunError> {
-    let mut written = 0;
-    for batch in batches {
-        written += deliver(sink, checkpointer, &batch).await?;
-    }
-    Ok(written)
 }
