@@ -736,6 +736,62 @@ async fn a_shared_snapshot_longer_than_the_retention_loses_no_change(target: Tar
     assert_eq!(destination.keys().await, expected);
 }
 
+/// A shared mirror's gap is a position the stream no longer holds (docs/coordination.md
+/// §11.12 rule 5): a worker streams a change and ends; while no worker runs, the stream takes
+/// two more and trims them (a 2 s retention); the next worker stops with the gap, naming the
+/// shard, and writes neither trimmed change nor any later one.
+async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = Arc::new(
+        FakeStreams::new(23)
+            .with_retention(Duration::from_secs(2))
+            .at(
+                Duration::ZERO,
+                Change::Root {
+                    shard: "s1".into(),
+                    range: None,
+                },
+            ),
+    );
+    stream.apply(Change::Write {
+        key: "w1".into(),
+        remove: false,
+    });
+    let table = Arc::new(FakeTable::numbered(4));
+    let leases = MemoryLeaseTable::seeded(3);
+    let first = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w1", 1000),
+        &destination,
+    )
+    .await;
+    first.await.unwrap().unwrap();
+    assert!(destination.keys().await.contains("w1"));
+    for key in ["w2", "w3"] {
+        stream.apply(Change::Write {
+            key: key.into(),
+            remove: false,
+        });
+    }
+    // Longer than the retention: both are trimmed before any worker reads them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let again = spawn_mirror(
+        shared_mirror(&table, &stream, &leases, "w2", 1000),
+        &destination,
+    )
+    .await;
+    let error = again.await.unwrap().unwrap_err().to_string();
+    assert!(
+        error.contains("shard s1 was trimmed") && error.contains("ddbpipe state reset"),
+        "the gap names the shard and a shared pipeline's remedy: {error}"
+    );
+    assert!(!error.contains("on_gap: resnapshot"), "{error}");
+    let keys = destination.keys().await;
+    assert!(
+        !keys.contains("w2") && !keys.contains("w3"),
+        "nothing after the gap is written: {keys:?}"
+    );
+}
+
 /// What a run told its progress observer, in order.
 #[derive(Default)]
 struct Told(std::sync::Mutex<Vec<String>>);
@@ -812,4 +868,5 @@ on_each_target!(
     a_shared_mirror_over_the_ceiling_stops_its_closer_once,
     a_shared_snapshot_longer_than_the_retention_loses_no_change,
     a_shared_mirrors_stream_phase_is_reported_as_streaming,
+    a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock,
 );

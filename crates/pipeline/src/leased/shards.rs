@@ -37,6 +37,7 @@ use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, UnitSpec, Worker};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
+use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
 use ddbpipe_source::streams::leased::{ReadFlags, ShardReads, leased_start};
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -201,6 +202,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         let UnitId::Shard(shard) = unit else {
             return Err(self.panicked(unit));
         };
+        let id = shard.clone();
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -210,6 +212,10 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         Ok(async move {
             match read.await {
                 Ok(()) | Err(StreamError::Stopped) => Ok(()),
+                // The remedy of a shared run: `on_gap` is `fail` there.
+                Err(StreamError::Gap(_)) => Err(RunError::Stream(StreamError::Gap(
+                    gaps::trimmed_while_reading_shared(&id),
+                ))),
                 Err(error) => Err(RunError::Stream(error)),
             }
         }

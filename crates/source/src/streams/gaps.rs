@@ -184,6 +184,16 @@ pub fn trimmed_while_reading(shard: &ShardId) -> String {
     )
 }
 
+/// The error text of a trim met by a worker of a shared stream or mirror (docs/coordination.md
+/// §11.11, §11.12): such a pipeline stops on a gap (`on_gap` must be `fail` there).
+pub fn trimmed_while_reading_shared(shard: &ShardId) -> String {
+    format!(
+        "shard {shard} was trimmed past the position being read (changes older than the 24 h \
+         retention are lost); a shared pipeline stops on a gap: run `ddbpipe state reset` once no \
+         worker runs, then start the workers again (a mirror takes a new snapshot)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use crate::api::ShardDescription;
