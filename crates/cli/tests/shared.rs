@@ -1362,6 +1362,15 @@ fn three_workers_mirror_one_table_from_one_export() {
         "the record keeps the export: {record}"
     );
     assert_eq!(fake.forwarded("Scan"), 0, "no Scan request: {said:#?}");
+    // `state show` lists the record the destination keeps: closed, naming its export.
+    let (code, shown) = json_of(&["state", "show", "--json"], &config);
+    assert_eq!(code, Some(0), "{shown}");
+    assert_eq!(shown["snapshot"], record, "{shown}");
+    let text = stdout(&common::ddbpipe(&["state", "show"], &config));
+    assert!(
+        text.contains("snapshot:") && text.contains("closed by") && text.contains("export arn:"),
+        "{text}"
+    );
     let closed_here = said.iter().filter(|s| s.contains("closed here")).count();
     assert_eq!(closed_here, 1, "the cleanup ran once: {said:#?}");
 }

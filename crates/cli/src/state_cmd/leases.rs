@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use ddbpipe_pipeline::sink::SharedSnapshot;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::lease::{Lease, LeaseTable, PipelineName, UnitId};
@@ -138,6 +139,37 @@ fn shared_mirror_phase(rows: &[Lease]) -> &'static str {
     }
 }
 
+/// A shared mirror's snapshot record, kept in its keyed destination (docs/coordination.md
+/// §11.12): `None` for another mode, or when the destination holds none.
+async fn shared_snapshot(config: &PipelineConfig) -> Result<Option<SharedSnapshot>, Failure> {
+    if config.source.mode != Mode::Mirror || config.sink.keyed().is_none() {
+        return Ok(None);
+    }
+    let Some(db) = destination::open_existing(config).await? else {
+        return Ok(None);
+    };
+    db.shared_snapshot(&config.name)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))
+}
+
+/// The snapshot record in a line: its id, open or who closed it when, the rows the
+/// destination held at its start, and its export.
+fn snapshot_line(snapshot: &SharedSnapshot) -> String {
+    let state = match &snapshot.closed {
+        None => "open".to_string(),
+        Some(closed) => format!("closed by {} at {} (unix ms)", closed.by, closed.at_ms),
+    };
+    let export = snapshot
+        .export
+        .as_deref()
+        .map_or_else(String::new, |arn| format!(", export {arn}"));
+    format!(
+        "{} {state}, {} row(s) in the destination at its start{export}",
+        snapshot.id, snapshot.rows_at_start
+    )
+}
+
 /// Lists the pipeline's leases: unit, owner, state, counter, checkpoint.
 pub async fn show(
     config: &PipelineConfig,
@@ -149,13 +181,14 @@ pub async fn show(
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
     let summary = positions(&leases);
     let phase = (config.source.mode == Mode::Mirror).then(|| shared_mirror_phase(&leases));
+    let snapshot = shared_snapshot(config).await?;
     if json {
         let rows: Vec<_> = leases.iter().map(lease_json).collect();
         println!(
             "{}",
             json!({"finished": finished, "lease_table": coordination.lease_table,
                    "leases": rows, "phase": phase, "pipeline": config.name,
-                   "positions": summary, "units": work.len()})
+                   "positions": summary, "snapshot": snapshot, "units": work.len()})
         );
         return Ok(Exit::Ok);
     }
@@ -168,6 +201,9 @@ pub async fn show(
     println!("leases:       {} unit(s), {finished} finished", work.len());
     if let Some(phase) = phase {
         println!("phase:        {phase}");
+    }
+    if let Some(snapshot) = &snapshot {
+        println!("snapshot:     {}", snapshot_line(snapshot));
     }
     for line in &summary {
         println!("positions:    {line}");
