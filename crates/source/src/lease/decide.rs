@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use super::model::{Lease, LeaseCounter, UnitId, UnitSpec, WorkerId};
+use super::{Lease, LeaseCounter, UnitId, UnitSpec, WorkerId};
 
 /// A reading of this worker's own monotonic clock, from any fixed origin. Never compared with
 /// another worker's clock, nor with the wall clock (§11.3).

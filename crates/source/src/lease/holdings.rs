@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures_util::future::join_all;
 
 use super::decide::LocalTime;
-use super::model::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
 use super::table::{LeaseError, LeaseTable};
 use super::worker::{CheckpointError, LeaseSettings, Lost, LostReason, WRITES_AT_ONCE};
+use super::{Held, Lease, LeaseCounter, LeaseState, PipelineName, UnitId, WorkerId};
 use crate::position::LeaseCheckpoint;
 
 /// A lease this worker holds.

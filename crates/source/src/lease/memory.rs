@@ -15,8 +15,8 @@ use rand::{Rng, SeedableRng};
 use crate::error::ApiError;
 use crate::position::LeaseCheckpoint;
 
-use super::model::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
 use super::table::{LeaseError, LeaseTable};
+use super::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
 
 /// Faults the table injects, decided by its seed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -54,6 +54,7 @@ mod keeper;
 #[cfg(any(test, feature = "fake"))]
 pub mod memory;
 pub mod model;
+mod names;
 mod table;
 mod worker;
 
@@ -64,10 +65,8 @@ mod tests;
 
 pub use decide::LocalTime;
 pub use keeper::{KeeperEvent, KeeperHandle, KeeperPass, LeaseKeeper};
-pub use model::{
-    BadName, BadUnit, CounterExhausted, Held, Lease, LeaseCounter, LeaseState, PipelineName,
-    UnitId, UnitSpec, WorkerId,
-};
+pub use model::{CounterExhausted, Held, Lease, LeaseCounter, LeaseState, UnitSpec};
+pub use names::{BadName, BadUnit, PipelineName, UnitId, WorkerId};
 pub use table::{LeaseError, LeaseTable};
 pub use worker::{
     BadLeaseDuration, CheckpointError, LeaseSettings, Lost, LostReason, RoundReport, SyncReport,

@@ -19,7 +19,7 @@ use std::future::Future;
 use crate::error::{ApiError, ErrorClass};
 use crate::position::LeaseCheckpoint;
 
-use super::model::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
+use super::{CounterExhausted, Held, Lease, LeaseCounter, PipelineName, UnitId, WorkerId};
 
 /// A lease request that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

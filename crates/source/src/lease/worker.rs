@@ -18,8 +18,8 @@ use futures_util::future::join_all;
 use super::decide::{self, LocalTime, Observations, View};
 use super::holdings::{Holding, Lessee};
 use super::keeper::LeaseKeeper;
-use super::model::{Lease, LeaseCounter, PipelineName, UnitId, UnitSpec, WorkerId};
 use super::table::{LeaseError, LeaseTable};
+use super::{Lease, LeaseCounter, PipelineName, UnitId, UnitSpec, WorkerId};
 use crate::position::LeaseCheckpoint;
 
 /// Lease timing, validated (`coordination.lease_duration_secs`, §11.3).
