@@ -3,8 +3,9 @@
 //! worker's own clock, parents before children (docs/coordination.md §11).
 //!
 //! # Tour
-//! - [`model`]: a lease row ([`Lease`]), its [`UnitId`], [`LeaseState`] and
-//!   [`LeaseCounter`] (the fencing token), and what each write does to a row.
+//! - `names`: who and what a row names: [`PipelineName`], [`WorkerId`], [`UnitId`].
+//! - [`model`]: a lease row ([`Lease`]), its [`LeaseState`] and [`LeaseCounter`] (the
+//!   fencing token), and what each write does to a row.
 //! - [`LeaseTable`]: the small trait the coordinator writes through;
 //!   [`crate::aws::AwsLeaseTable`] implements it on DynamoDB, `memory::MemoryLeaseTable`
 //!   (feature `fake`) in memory with seeded faults.
