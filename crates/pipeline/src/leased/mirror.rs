@@ -48,13 +48,13 @@ use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::scan::PageOut;
 use ddbpipe_source::streams::handover::Handed;
-use ddbpipe_source::streams::leased::{ReadFlags, ShardReads};
+use ddbpipe_source::streams::leased::ReadFlags;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use super::segments::{Segments, Waiting};
-use super::shards::Shards;
+use super::shards::{Shards, shard_reads};
 use super::units::{SnapshotMark, Units, View};
 use super::{Leased, LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
 use crate::batch::{Batch, BatchLimits, Batcher};
@@ -263,12 +263,11 @@ async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable
     progress: &dyn Progress,
 ) -> Result<(LeasedOutcome, u64), RunError> {
     let snapshot = segments.snapshot();
-    let source = ShardReads {
-        reads: streams
-            .run
-            .reads(Arc::clone(&streams.api), Arc::clone(&streams.observer)),
-        slots: Arc::new(Semaphore::new(streams.run.bounds.shard_concurrency.max(1))),
-    };
+    let source = shard_reads(
+        &streams.run,
+        Arc::clone(&streams.api),
+        Arc::clone(&streams.observer),
+    );
     let both = Both {
         segments,
         shards: Shards::new(source, streams.run.clone(), Vec::new(), snapshot),

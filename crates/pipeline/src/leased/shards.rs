@@ -113,11 +113,7 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             identity,
             kept,
         } = self;
-        let source = ShardReads {
-            reads: run.reads(api, observer),
-            slots: Arc::new(Semaphore::new(run.bounds.shard_concurrency.max(1))),
-        };
-        let shards = Shards::new(source, run, kept, None);
+        let shards = Shards::new(shard_reads(&run, api, observer), run, kept, None);
         let leased = Leased {
             units: shards,
             worker,
@@ -133,6 +129,21 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             shards,
             leases: ran.leases,
         })
+    }
+}
+
+/// How a worker reads the shards it holds under `run`: the run's reads, a gap naming a
+/// shared pipeline's remedy, and `shard_concurrency` read slots.
+pub(crate) fn shard_reads<A: StreamsApi>(
+    run: &StreamRun,
+    api: Arc<A>,
+    observer: Arc<dyn AttemptObserver>,
+) -> ShardReads<A> {
+    let mut reads = run.reads(api, observer);
+    reads.gap_remedy = gaps::GapRemedy::StateReset;
+    ShardReads {
+        reads,
+        slots: Arc::new(Semaphore::new(run.bounds.shard_concurrency.max(1))),
     }
 }
 
@@ -202,7 +213,6 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         let UnitId::Shard(shard) = unit else {
             return Err(self.panicked(unit));
         };
-        let id = shard.clone();
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -212,10 +222,6 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         Ok(async move {
             match read.await {
                 Ok(()) | Err(StreamError::Stopped) => Ok(()),
-                // The remedy of a shared run: `on_gap` is `fail` there.
-                Err(StreamError::Gap(_)) => Err(RunError::Stream(StreamError::Gap(
-                    gaps::trimmed_while_reading_shared(&id),
-                ))),
                 Err(error) => Err(RunError::Stream(error)),
             }
         }

@@ -122,6 +122,7 @@ impl StreamRun {
             records_per_request: self.records_per_request,
             poll_interval: self.poll_interval,
             observer,
+            gap_remedy: gaps::GapRemedy::OnGap,
         }
     }
 

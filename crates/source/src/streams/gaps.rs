@@ -176,21 +176,29 @@ pub fn cannot_resume(table: &str, reasons: &[String], config: &str) -> String {
     )
 }
 
-/// The error text of a trim met while reading (docs/streams.md §4.6), whatever `on_gap` says.
-pub fn trimmed_while_reading(shard: &ShardId) -> String {
-    format!(
-        "shard {shard} was trimmed past the position being read (changes older than the 24 h \
-         retention are lost); set on_gap: resnapshot or reset the position"
-    )
+/// What the error of a gap met while reading tells the user to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapRemedy {
+    /// One process: `on_gap` applies at the next start-up (docs/streams.md §4.6).
+    OnGap,
+    /// A worker of a shared stream or mirror, whose `on_gap` is `fail` (docs/coordination.md
+    /// §11.11, §11.12): reset once no worker runs, then start the workers again.
+    StateReset,
 }
 
-/// The error text of a trim met by a worker of a shared stream or mirror (docs/coordination.md
-/// §11.11, §11.12): such a pipeline stops on a gap (`on_gap` must be `fail` there).
-pub fn trimmed_while_reading_shared(shard: &ShardId) -> String {
+/// The error text of a trim met while reading (docs/streams.md §4.6), whatever `on_gap` says,
+/// with `remedy`.
+pub fn trimmed_while_reading(shard: &ShardId, remedy: GapRemedy) -> String {
+    let what = match remedy {
+        GapRemedy::OnGap => "set on_gap: resnapshot or reset the position",
+        GapRemedy::StateReset => {
+            "a shared pipeline stops on a gap: run `ddbpipe state reset` once no worker runs, \
+             then start the workers again (a mirror takes a new snapshot)"
+        }
+    };
     format!(
         "shard {shard} was trimmed past the position being read (changes older than the 24 h \
-         retention are lost); a shared pipeline stops on a gap: run `ddbpipe state reset` once no \
-         worker runs, then start the workers again (a mirror takes a new snapshot)"
+         retention are lost); {what}"
     )
 }
 
@@ -435,7 +443,7 @@ mod tests {
     #[test]
     fn a_trim_while_reading_names_the_shard() {
         assert_eq!(
-            trimmed_while_reading(&id("s1")),
+            trimmed_while_reading(&id("s1"), GapRemedy::OnGap),
             "shard s1 was trimmed past the position being read (changes older than the 24 h \
              retention are lost); set on_gap: resnapshot or reset the position"
         );

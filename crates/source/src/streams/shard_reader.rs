@@ -72,6 +72,8 @@ pub struct StreamReads<A> {
     pub poll_interval: Duration,
     /// Told about every attempt (metrics).
     pub observer: Arc<dyn AttemptObserver>,
+    /// What a gap met while reading tells the user to do.
+    pub gap_remedy: gaps::GapRemedy,
 }
 
 impl<A> Clone for StreamReads<A> {
@@ -85,6 +87,7 @@ impl<A> Clone for StreamReads<A> {
             records_per_request: self.records_per_request,
             poll_interval: self.poll_interval,
             observer: Arc::clone(&self.observer),
+            gap_remedy: self.gap_remedy,
         }
     }
 }
@@ -406,9 +409,9 @@ impl<A: StreamsApi> StreamContext<A> {
         match acquired {
             Ok(iterator) => Ok(iterator),
             Err(ReadError::Cancelled) => Err(StreamError::Stopped),
-            Err(error) if is_gap_code(error.code()) => {
-                Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id)))
-            }
+            Err(error) if is_gap_code(error.code()) => Err(StreamError::Gap(
+                gaps::trimmed_while_reading(&shard.id, self.reads.gap_remedy),
+            )),
             Err(error) => Err(error.into()),
         }
     }
@@ -432,7 +435,10 @@ impl<A: StreamsApi> StreamContext<A> {
             return Ok(None);
         }
         if is_gap_code(error.code.as_deref()) {
-            return Err(StreamError::Gap(gaps::trimmed_while_reading(&shard.id)));
+            return Err(StreamError::Gap(gaps::trimmed_while_reading(
+                &shard.id,
+                self.reads.gap_remedy,
+            )));
         }
         if matches!(error.class, ErrorClass::Throttle | ErrorClass::Transient) {
             crate::retry::note_retry("get_records", &error);
