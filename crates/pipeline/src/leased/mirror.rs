@@ -35,6 +35,17 @@
 //! The stream is read from the snapshot's start, so the snapshot may take any time: a gap is
 //! a position the stream no longer holds (a shard trimmed past its checkpoint while no worker
 //! read it), found by the shard's read as in one process, never assumed from a clock.
+//!
+//! # Exports
+//! With `snapshot.engine: export` (docs/coordination.md §11.12 rule 7) the segments are the
+//! data files of one export: the one the record names unless it FAILED, else the configured
+//! `export_arn`, else a new one whose client token is made of the snapshot's id, so workers
+//! starting it at once start one. A new export's ARN is stored in the record by
+//! compare-and-set ([`SharedSnapshots::shared_export`]) before anything waits for it: every
+//! worker reads the first one stored, whenever it comes. Each worker waits for it on a task of
+//! its own while the leased run reads the shards; until its files are known the worker holds
+//! the segment leases it takes without reading them, and as the leader writes no sync once
+//! another worker wrote the file rows (a sync without them would delete the finished ones).
 
 use std::sync::Arc;
 
@@ -247,7 +258,7 @@ async fn shared_export<S: SharedSnapshots>(
 fn export_segments(exports: SharedExports, arn: String, stop: Cancel) -> Waiting {
     tokio::spawn(async move {
         tracing::info!(export = %arn, "The shared snapshot reads an export.");
-        let shape: Arc<SnapshotShape> = Arc::clone(&exports.shape);
+        let shape = Arc::clone(&exports.shape);
         Ok(exports.engine.segments(&arn, shape, &stop).await?)
     })
 }

@@ -129,8 +129,9 @@ impl Segments {
         }
     }
 
-    /// The segments `waiting` finds (an export's files once it completed): none is owned,
-    /// listed or read before; its failure fails the run at the next round (`check`).
+    /// The segments `waiting` finds (an export's files once it completed): none is listed or
+    /// read before (one taken meanwhile is held); its failure fails the run at the next round
+    /// (`check`).
     pub(crate) fn waiting(waiting: Waiting, batch: BatchLimits, snapshot: Option<i64>) -> Self {
         Segments {
             reader: OnceLock::new(),

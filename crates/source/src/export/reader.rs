@@ -285,12 +285,7 @@ impl<E: ExportApi, O: ObjectStore> ExportReader<E, O> {
         loop {
             while running.len() < self.max_concurrency.max(1) {
                 let Some(index) = pending.next() else { break };
-                let skip = match cursors.remove(&index) {
-                    Some(cursor) => cursor_lines(&cursor).map_err(|problem| {
-                        ReadError::Internal(format!("file {index}'s cursor: {problem}"))
-                    })?,
-                    None => 0,
-                };
+                let skip = items_handed_on(index, cursors.remove(&index).as_ref())?;
                 let file = files.files[index as usize].clone();
                 let reader = self.clone();
                 let out = out.clone();
@@ -550,6 +545,14 @@ fn type_name(kind: ExportType) -> &'static str {
     }
 }
 
+/// The items of file `index` handed on before, from its cursor (none: its start).
+fn items_handed_on(index: u32, cursor: Option<&Item>) -> Result<u64, ReadError> {
+    cursor.map_or(Ok(0), |cursor| {
+        cursor_lines(cursor)
+            .map_err(|problem| ReadError::Internal(format!("file {index}'s cursor: {problem}")))
+    })
+}
+
 /// A completed export's data files as segments read one at a time (file `i` segment `i`, its
 /// cursor the items handed on): the units a shared mirror leases (docs/coordination.md
 /// §11.12).
@@ -576,9 +579,9 @@ impl<E: ExportApi, O: ObjectStore> ExportSegments<E, O> {
 }
 
 impl<E: ExportApi, O: ObjectStore> SegmentRead for ExportSegments<E, O> {
+    /// Its data files, as the manifest lists them.
     fn total(&self) -> u32 {
-        // An export of an empty table lists no file: one segment with nothing in it.
-        (self.files.files.len() as u32).max(1)
+        self.files.files.len() as u32
     }
 
     fn max_concurrency(&self) -> usize {
@@ -599,30 +602,13 @@ impl<E: ExportApi, O: ObjectStore> SegmentRead for ExportSegments<E, O> {
         let reader = self.reader.clone();
         let files = Arc::clone(&self.files);
         Box::pin(async move {
-            let skip = match &start {
-                Some(cursor) => cursor_lines(cursor).map_err(|problem| {
-                    ReadError::Internal(format!("file {segment}'s cursor: {problem}"))
-                })?,
-                None => 0,
-            };
+            let skip = items_handed_on(segment, start.as_ref())?;
             let at_ms = files.summary.export_time_ms;
             match files.files.get(segment as usize) {
                 Some(file) => {
                     reader
                         .read_file(segment, file.clone(), skip, at_ms, out, cancel)
                         .await
-                }
-                // The one segment of an export without files: done at once.
-                None if files.files.is_empty() => {
-                    let page = PageOut {
-                        segment,
-                        records: Lines::default(),
-                        cursor: SegmentCursor::Done,
-                        requested_ms: at_ms,
-                        lines_from: None,
-                    };
-                    let _ = out.send(page).await;
-                    Ok(())
                 }
                 None => Err(ReadError::Export(ExportError::new(
                     &files.summary.manifest_files_key,
