@@ -22,17 +22,7 @@ use crate::failure::Failure;
 /// Loads and validates a pipeline file; problems are usage failures (exit 2).
 pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
     let env = |name: &str| std::env::var(name).ok();
-    match config::load(path, &env) {
-        Ok(config) => Ok(config),
-        Err(error @ (config::LoadError::Read { .. } | config::LoadError::TooLarge { .. })) => {
-            Err(Failure::usage(error))
-        }
-        Err(error) => Err(Failure::usage(error).hint(format!(
-            "fix the lines above in {}; `ddbpipe check {}` shows them again",
-            path.display(),
-            path.display()
-        ))),
-    }
+    config::load(path, &env).map_err(|error| crate::failure::load_failure(error, path))
 }
 
 /// Builds the table API (no network I/O) and says where it reads.

@@ -31,8 +31,9 @@ use crate::config::{
     CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER, process_token,
 };
 use crate::destination::{self, AnySink};
-use crate::failure::{Exit, Failure};
-use crate::telemetry::{Line, ScanProgress, say};
+use crate::failure::Failure;
+use crate::summary::{Ended, Summary};
+use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
 
 /// How long a missing lease table may take to become `ACTIVE`: polled every second.
@@ -45,7 +46,7 @@ pub async fn run(
     config_path: &Path,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let kind = match source.mode {
         Mode::Query => ScanKind::Query,
@@ -96,7 +97,7 @@ pub async fn run(
     drop(refresher);
     let outcome =
         outcome.map_err(|error| super::scan::run_failure(error, config, config_path, kind))?;
-    summarize(
+    let mut summary = summarize(
         config,
         coordination,
         &worker_id,
@@ -104,13 +105,13 @@ pub async fn run(
         started.elapsed(),
     );
     if !outcome.completed {
-        super::stopped_note(
+        summary.note = Some(super::stopped_note(
             config_path,
             "its leases were handed back with their checkpoints and the other workers go on",
             "joins again",
-        );
+        ));
     }
-    Ok(Exit::Ok)
+    Ok(summary)
 }
 
 /// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
@@ -295,7 +296,7 @@ pub async fn run_streams(
     coordination: &CoordinationConfig,
     config_path: &Path,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
     let opened = super::streams::open_stream(config, &stop).await?;
@@ -356,9 +357,10 @@ pub async fn run_streams(
         reason = why,
         "Shared stream ended."
     );
-    say(
-        Line::Summary,
-        &format!(
+    Ok(super::summary(
+        super::streams::ended(outcome.end),
+        outcome.written,
+        format!(
             "ddbpipe: worker {worker_id} of the streams of '{}' ended ({why}): {} change \
              record(s) written in {:.1}s; leases: {} taken ({} stolen), {} lost, {} shard(s) \
              finished here; {} of {} shard(s) finished in lease table {}",
@@ -373,8 +375,7 @@ pub async fn run_streams(
             outcome.shards,
             coordination.lease_table
         ),
-    );
-    Ok(Exit::Ok)
+    ))
 }
 
 /// Runs one worker of a shared `mode: mirror` pipeline into a keyed sink (docs/coordination.md
@@ -385,7 +386,7 @@ pub async fn run_mirror(
     config_path: &Path,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
     let opened = super::streams::open_stream(config, &stop).await?;
@@ -466,7 +467,7 @@ pub async fn run_mirror(
     bar.finish();
     drop(refresher);
     let outcome = match outcome {
-        Err(error) => return super::streams::stream_end(error, config_path),
+        Err(error) => return super::streams::stream_end(error, config, config_path),
         Ok(outcome) => outcome,
     };
     let why = super::streams::ended_because(outcome.streams.end);
@@ -497,9 +498,10 @@ pub async fn run_mirror(
         reason = why,
         "Shared mirror ended."
     );
-    say(
-        Line::Summary,
-        &format!(
+    Ok(super::summary(
+        super::streams::ended(outcome.streams.end),
+        outcome.streams.written + beside,
+        format!(
             "ddbpipe: worker {worker_id} of the mirror of '{}' ended ({why}): {snapshot}; {} \
              change record(s) written in {:.1}s; stream leases: {} taken ({} stolen), {} lost, \
              {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
@@ -514,8 +516,7 @@ pub async fn run_mirror(
             outcome.streams.shards,
             coordination.lease_table
         ),
-    );
-    Ok(Exit::Ok)
+    ))
 }
 
 /// This worker's own jsonl file (validation made the sink a jsonl file with `{worker}`).
@@ -589,7 +590,7 @@ fn summarize(
     worker_id: &str,
     outcome: &LeasedOutcome,
     took: Duration,
-) {
+) -> Summary {
     let leases = &outcome.leases;
     if outcome.completed && leases.taken == 0 && outcome.written == 0 {
         tracing::warn!(
@@ -613,9 +614,14 @@ fn summarize(
         "Shared {} {status}.",
         config.source.mode
     );
-    say(
-        Line::Summary,
-        &format!(
+    super::summary(
+        if outcome.completed {
+            Ended::Complete
+        } else {
+            Ended::Stopped
+        },
+        outcome.written,
+        format!(
             "ddbpipe: worker {worker_id} of the {} of '{}' {status}: {} read, {} written, {:.1} \
              capacity units, {:.1}s; leases: {} taken ({} stolen), {} lost, {} segment(s) \
              finished here; {} of {} segment(s) done in lease table {}",
@@ -633,7 +639,7 @@ fn summarize(
             outcome.total_segments,
             coordination.lease_table
         ),
-    );
+    )
 }
 
 #[cfg(test)]

@@ -322,7 +322,7 @@ impl Lane {
         sink: &mut S,
         checkpointer: &mut Checkpointer,
         full: Vec<Batch>,
-        report: &dyn Fn(u64),
+        report: &(dyn Fn(u64) + Sync),
     ) -> Result<(), RunError> {
         for batch in full {
             self.written += deliver(sink, checkpointer, &batch).await?;
@@ -337,7 +337,7 @@ impl Lane {
         &mut self,
         sink: &mut S,
         checkpointer: &mut Checkpointer,
-        report: &dyn Fn(u64),
+        report: &(dyn Fn(u64) + Sync),
     ) -> Result<(), RunError> {
         let batch = self.batcher.take();
         self.deliver_all(sink, checkpointer, batch.into_iter().collect(), report)
@@ -351,7 +351,7 @@ struct Delivery<'a, S> {
     checkpointer: &'a mut Checkpointer,
     lane: Lane,
     progress: &'a dyn Progress,
-    units: &'a dyn Fn() -> f64,
+    units: &'a (dyn Fn() -> f64 + Sync),
 }
 
 impl<'a, S: Sink> Delivery<'a, S> {
@@ -360,7 +360,7 @@ impl<'a, S: Sink> Delivery<'a, S> {
         checkpointer: &'a mut Checkpointer,
         limits: BatchLimits,
         progress: &'a dyn Progress,
-        units: &'a dyn Fn() -> f64,
+        units: &'a (dyn Fn() -> f64 + Sync),
     ) -> Self {
         Delivery {
             sink,
