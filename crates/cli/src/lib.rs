@@ -37,6 +37,7 @@ mod library;
 mod run;
 mod run_command;
 mod schema;
+pub mod sink;
 mod state_cmd;
 mod stream_gaps;
 mod summary;

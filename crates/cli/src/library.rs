@@ -12,6 +12,7 @@ use ddbpipe_source::retry::Cancel;
 pub use crate::args::ProgressMode;
 use crate::config::{self, LoadError, PipelineConfig};
 use crate::failure::{Exit, Failure, load_failure};
+use crate::sink::{GivenSink, Sink};
 pub use crate::summary::{Ended, Summary};
 
 /// A pipeline ready to run: its config parsed and validated.
@@ -28,6 +29,8 @@ pub struct Pipeline {
     /// remedies name it.
     path: PathBuf,
     progress: ProgressMode,
+    /// The sink of a `sink: {type: custom}` config.
+    sink: Option<GivenSink>,
 }
 
 impl Pipeline {
@@ -55,7 +58,16 @@ impl Pipeline {
             config,
             path,
             progress: ProgressMode::Never,
+            sink: None,
         }
+    }
+
+    /// Writes the pipeline's records into `sink` (docs/sinks.md §7.5): the config's sink must
+    /// be `{type: custom}`, its position is kept in the state file (`state:`). Each run of the
+    /// pipeline writes into this one sink.
+    pub fn with_sink(mut self, sink: impl Sink) -> Pipeline {
+        self.sink = Some(GivenSink::new(sink));
+        self
     }
 
     /// Draws a progress bar on stderr while a snapshot or scan runs (default: never).
@@ -87,9 +99,14 @@ impl Pipeline {
     pub async fn run(&self, stop: Cancel) -> Result<Summary, Error> {
         // Boxed: the run's future is deep; a caller's crate must not need a recursion limit
         // to lay out its own future around it.
-        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> = Box::pin(
-            crate::run::run(&self.config, &self.path, self.progress, stop),
-        );
+        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> =
+            Box::pin(crate::run::run(
+                &self.config,
+                &self.path,
+                self.sink.as_ref(),
+                self.progress,
+                stop,
+            ));
         running.await.map_err(Error)
     }
 

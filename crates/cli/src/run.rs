@@ -14,12 +14,14 @@ use tracing::Instrument;
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::failure::Failure;
+use crate::sink::GivenSink;
 use crate::summary::{Ended, Summary};
 
 /// Runs a validated pipeline: lock, load the position, build, read, write, commit.
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    given: Option<&GivenSink>,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
@@ -28,13 +30,13 @@ pub async fn run(
     let ran = async {
         match (config.source.mode, &config.coordination) {
             (Mode::Scan | Mode::Query, None) => {
-                scan::run(config, config_path, progress, stop).await
+                scan::run(config, config_path, given, progress, stop).await
             }
             (Mode::Scan | Mode::Query, Some(coordination)) => {
                 shared::run(config, coordination, config_path, progress, stop).await
             }
             (Mode::Streams | Mode::Mirror, None) => {
-                streams::run(config, config_path, progress, stop).await
+                streams::run(config, config_path, given, progress, stop).await
             }
             (Mode::Mirror, Some(coordination)) => {
                 shared::run_mirror(config, coordination, config_path, progress, stop).await

@@ -112,3 +112,193 @@ fn a_bad_config_comes_back_with_every_problem_at_once() {
     assert!(missing.config_errors().is_empty());
     assert!(missing.to_string().contains("missing.yaml"), "{missing}");
 }
+
+/// A sink that keeps what it is given, and fails the batch `fail_at` (counted from 0) once.
+#[derive(Clone, Default)]
+struct Kept {
+    records: std::sync::Arc<std::sync::Mutex<Vec<ddbpipe::sink::Record>>>,
+    batches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    fail_at: Option<usize>,
+}
+
+impl ddbpipe::sink::Sink for Kept {
+    fn describe(&self) -> String {
+        "kept in memory".to_string()
+    }
+
+    async fn write(
+        &mut self,
+        batch: &ddbpipe::sink::Batch,
+    ) -> Result<(), ddbpipe::sink::SinkError> {
+        let index = self
+            .batches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.fail_at == Some(index) {
+            return Err(ddbpipe::sink::SinkError::transient("the service is busy"));
+        }
+        self.records
+            .lock()
+            .expect("the records")
+            .extend(batch.records().iter().cloned());
+        Ok(())
+    }
+}
+
+impl Kept {
+    fn records(&self) -> Vec<ddbpipe::sink::Record> {
+        self.records.lock().expect("the records").clone()
+    }
+}
+
+const CUSTOM: &str = "sink:\n  type: custom\nstate:\n  path: state.json\n  flush_interval_ms: 0\n";
+
+#[test]
+fn a_sink_given_in_code_gets_every_item_and_a_rerun_resumes_after_its_acknowledgements() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", None);
+    for i in 0..30 {
+        emulator.put_pk("orders", &format!("k{i:02}"), &i.to_string());
+    }
+    let files = Pipeline::new("orders", &emulator.endpoint, "");
+    files.write_with_sink(
+        "orders",
+        &emulator.endpoint,
+        "table_name: orders\nbatch_size: 10\npage_limit: 10",
+        CUSTOM,
+    );
+    // The second batch fails: the run stops, its position after the first batch.
+    let failing = Kept {
+        fail_at: Some(1),
+        ..Kept::default()
+    };
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_sink(failing.clone());
+    let error = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .expect_err("the sink failed a batch");
+    assert_eq!(error.kind(), ErrorKind::Runtime);
+    assert!(
+        error.to_string().contains("the service is busy")
+            && error.to_string().contains("kept in memory"),
+        "{error}"
+    );
+    let first = failing.records();
+    assert_eq!(first.len(), 10, "only the acknowledged batch");
+    assert!(files.dir.path().join("state.json").exists());
+
+    // The rerun goes on after the acknowledged batch: every item once across both runs.
+    let working = Kept::default();
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_sink(working.clone());
+    let summary = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::Complete);
+    assert_eq!(summary.written(), 20, "{summary}");
+    let mut keys: Vec<String> = first
+        .iter()
+        .chain(working.records().iter())
+        .map(|record| {
+            assert_eq!(record.op(), ddbpipe::sink::Op::Item);
+            let item = record.item().expect("an item");
+            assert_eq!(
+                serde_json::from_slice::<serde_json::Value>(record.json()).expect("JSON"),
+                *item
+            );
+            item["pk"].as_str().expect("a key").to_string()
+        })
+        .collect();
+    keys.sort();
+    let expected: Vec<String> = (0..30).map(|i| format!("k{i:02}")).collect();
+    assert_eq!(keys, expected);
+}
+
+#[test]
+fn a_sink_given_in_code_gets_changes_with_their_key_images_and_sequence_numbers() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let files = Pipeline::new("changes", &emulator.endpoint, "");
+    files.write_with_sink(
+        "changes",
+        &emulator.endpoint,
+        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
+        CUSTOM,
+    );
+    emulator.put_pk("orders", "a", "1");
+    emulator.put_pk("orders", "a", "2");
+    emulator.delete_pk("orders", "a");
+    let kept = Kept::default();
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_sink(kept.clone());
+    let summary = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::Idle);
+    let records = kept.records();
+    let ops: Vec<ddbpipe::sink::Op> = records.iter().map(|r| r.op()).collect();
+    use ddbpipe::sink::Op;
+    assert_eq!(ops, [Op::Insert, Op::Modify, Op::Remove]);
+    for record in &records {
+        assert_eq!(record.key(), Some(&serde_json::json!({"pk": "a"})));
+        assert!(record.sequence_number().is_some() && record.shard_id().is_some());
+    }
+    assert_eq!(
+        records[1].item().map(|i| i["v"].clone()),
+        Some(serde_json::json!(2))
+    );
+    assert_eq!(
+        records[1].before().map(|i| i["v"].clone()),
+        Some(serde_json::json!(1))
+    );
+    assert_eq!(records[2].item(), None);
+}
+
+#[test]
+fn a_custom_sink_without_one_given_in_code_is_refused_by_run_and_check() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", None);
+    let files = Pipeline::new("orders", &emulator.endpoint, "");
+    files.write_with_sink("orders", &emulator.endpoint, "table_name: orders", CUSTOM);
+    for command in ["run", "check"] {
+        let output = files.ddbpipe(&[command]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(!output.status.success(), "{command}: {stderr}");
+        assert!(
+            format!("{stdout}{stderr}").contains("sink.type: custom is a sink given in code"),
+            "{command}: {stdout}{stderr}"
+        );
+    }
+    assert_eq!(files.ddbpipe(&["run"]).status.code(), Some(2));
+    // Through the library as well, until a sink is given.
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
+    let error = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .expect_err("no sink given");
+    assert_eq!(error.kind(), ErrorKind::Config);
+
+    // With coordination a custom sink is a config error naming the field.
+    let yaml = format!(
+        "name: orders\nsource: {{table_name: orders}}\n{CUSTOM}coordination: {{lease_table: leases}}\n"
+    );
+    let error = ddbpipe::Pipeline::from_yaml(&yaml, files.dir.path()).expect_err("refused");
+    assert!(
+        error.config_errors().iter().any(|e| e.path == "sink.type"),
+        "{error}"
+    );
+    // It cannot delete rows a resnapshot did not see, as jsonl cannot.
+    let yaml = format!(
+        "name: orders\nsource: {{table_name: orders, mode: mirror, on_gap: resnapshot}}\n{CUSTOM}"
+    );
+    let error = ddbpipe::Pipeline::from_yaml(&yaml, files.dir.path()).expect_err("refused");
+    assert!(
+        error
+            .config_errors()
+            .iter()
+            .any(|e| e.path == "source.resnapshot_deletes" && e.message.contains("custom sink")),
+        "{error}"
+    );
+}

@@ -22,6 +22,7 @@ use crate::config::PipelineConfig;
 use crate::destination;
 use crate::export;
 use crate::failure::{self, Failure, start_failure};
+use crate::sink::GivenSink;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
@@ -30,6 +31,7 @@ use crate::wiring::{self, describe};
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    given: Option<&GivenSink>,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
@@ -44,7 +46,8 @@ pub async fn run(
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
-    let destination = destination::open(config, config_path, Some(&table), Records::Items).await?;
+    let destination =
+        destination::open(config, config_path, Some(&table), Records::Items, given).await?;
     let mut sink = destination.sink;
     // The plan's segments: validation makes a query one segment (docs/config.md §1.3 rule 4).
     let mut checkpointer = Checkpointer::open_scan(

@@ -66,6 +66,8 @@ pub async fn run(
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
         }
+        // Refused with coordination when the config was loaded.
+        SinkConfig::Custom => return Err(destination::no_custom_sink()),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
@@ -309,6 +311,8 @@ pub async fn run_streams(
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
         }
+        // Refused with coordination when the config was loaded.
+        SinkConfig::Custom => return Err(destination::no_custom_sink()),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let Some(table) = &opened.table else {
                 return Err(Failure::runtime(anyhow!(

@@ -27,6 +27,7 @@ use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Failure, start_failure};
+use crate::sink::GivenSink;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
@@ -35,6 +36,7 @@ use crate::wiring::{self, describe};
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    given: Option<&GivenSink>,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
@@ -46,8 +48,14 @@ pub async fn run(
         stream,
         location,
     } = open_stream(config, &stop).await?;
-    let destination =
-        destination::open(config, config_path, table.as_ref(), Records::Envelopes).await?;
+    let destination = destination::open(
+        config,
+        config_path,
+        table.as_ref(),
+        Records::Envelopes,
+        given,
+    )
+    .await?;
     let mut sink = destination.sink;
     let mut checkpointer = Checkpointer::open_streams(
         destination.store,
