@@ -23,7 +23,8 @@ use crate::config::{
     JsonlConfig, JsonlTarget, KeyedConfig, PipelineConfig, PostgresConfig, SinkConfig, WriteMode,
 };
 use crate::failure::{Failure, state_failure};
-use crate::sink::{CustomSink, GivenSink};
+use crate::given::Given;
+use crate::sink::CustomSink;
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -133,7 +134,7 @@ pub async fn open(
     config_path: &Path,
     table: Option<&TableDescription>,
     records: Records,
-    given: Option<&GivenSink>,
+    given: &Given,
 ) -> Result<Destination, Failure> {
     distinct_paths(config, config_path)?;
     let source = &config.source;
@@ -142,17 +143,30 @@ pub async fn open(
         max_keys: source.resnapshot_max_keys as u64,
     };
     if config.sink.keyed().is_none() {
-        let file = StateFile::new(&config.state.path);
         let sink = match &config.sink {
-            SinkConfig::Custom => {
-                AnySink::Custom(given.ok_or_else(no_custom_sink)?.for_run(records))
-            }
+            SinkConfig::Custom => AnySink::Custom(
+                given
+                    .sink
+                    .as_ref()
+                    .ok_or_else(no_custom_sink)?
+                    .for_run(records),
+            ),
             SinkConfig::Jsonl(jsonl) => AnySink::Jsonl(
                 JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
                     .map_err(Failure::runtime)?,
             ),
             SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => unreachable!("keyed"),
         };
+        // A store given in code is the program's: no state file, no lock (docs/state.md §6.7).
+        if let Some(store) = &given.store {
+            return Ok(Destination {
+                sink,
+                store: Box::new(store.clone()),
+                cleanup,
+                _lock: None,
+            });
+        }
+        let file = StateFile::new(&config.state.path);
         let lock = file
             .lock(&config.name)
             .map_err(|e| state_failure(e, config_path))?;

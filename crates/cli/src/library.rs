@@ -12,7 +12,9 @@ use ddbpipe_source::retry::Cancel;
 pub use crate::args::ProgressMode;
 use crate::config::{self, LoadError, PipelineConfig};
 use crate::failure::{Exit, Failure, load_failure};
+use crate::given::Given;
 use crate::sink::{GivenSink, Sink};
+use crate::store::{CheckpointStore, GivenStore};
 pub use crate::summary::{Ended, Summary};
 
 /// A pipeline ready to run: its config parsed and validated.
@@ -29,8 +31,8 @@ pub struct Pipeline {
     /// remedies name it.
     path: PathBuf,
     progress: ProgressMode,
-    /// The sink of a `sink: {type: custom}` config.
-    sink: Option<GivenSink>,
+    /// The sink and the checkpoint store given in code.
+    given: Given,
 }
 
 impl Pipeline {
@@ -58,7 +60,7 @@ impl Pipeline {
             config,
             path,
             progress: ProgressMode::Never,
-            sink: None,
+            given: Given::default(),
         }
     }
 
@@ -66,7 +68,15 @@ impl Pipeline {
     /// be `{type: custom}`, its position is kept in the state file (`state:`). Each run of the
     /// pipeline writes into this one sink.
     pub fn with_sink(mut self, sink: impl Sink) -> Pipeline {
-        self.sink = Some(GivenSink::new(sink));
+        self.given.sink = Some(GivenSink::new(sink));
+        self
+    }
+
+    /// Keeps the pipeline's position in `store` instead of the state file (docs/state.md
+    /// §6.7): for a jsonl or custom sink in one process (a keyed sink keeps its position in its
+    /// database, a shared run in its lease rows: such a run is refused).
+    pub fn with_checkpoint_store(mut self, store: impl CheckpointStore) -> Pipeline {
+        self.given.store = Some(GivenStore::new(store));
         self
     }
 
@@ -99,14 +109,9 @@ impl Pipeline {
     pub async fn run(&self, stop: Cancel) -> Result<Summary, Error> {
         // Boxed: the run's future is deep; a caller's crate must not need a recursion limit
         // to lay out its own future around it.
-        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> =
-            Box::pin(crate::run::run(
-                &self.config,
-                &self.path,
-                self.sink.as_ref(),
-                self.progress,
-                stop,
-            ));
+        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> = Box::pin(
+            crate::run::run(&self.config, &self.path, &self.given, self.progress, stop),
+        );
         running.await.map_err(Error)
     }
 

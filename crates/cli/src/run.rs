@@ -14,19 +14,22 @@ use tracing::Instrument;
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::failure::Failure;
-use crate::sink::GivenSink;
+use crate::given::Given;
 use crate::summary::{Ended, Summary};
 
 /// Runs a validated pipeline: lock, load the position, build, read, write, commit.
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
-    given: Option<&GivenSink>,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
     let span =
         tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
+    if given.store.is_some() {
+        refuse_given_store(config)?;
+    }
     let ran = async {
         match (config.source.mode, &config.coordination) {
             (Mode::Scan | Mode::Query, None) => {
@@ -47,6 +50,26 @@ pub async fn run(
         }
     };
     ran.instrument(span).await
+}
+
+/// A checkpoint store given in code takes the state file's place: a keyed sink keeps its
+/// position in its database, with the rows, and a shared run in its lease rows.
+fn refuse_given_store(config: &PipelineConfig) -> Result<(), Failure> {
+    let keeps = match (&config.coordination, config.sink.keyed()) {
+        (Some(coordination), _) => format!(
+            "with coordination the positions are kept in lease table {}",
+            coordination.lease_table
+        ),
+        (None, Some(_)) => format!(
+            "the {} sink keeps the position in its database, committed with the rows",
+            config.sink.kind()
+        ),
+        (None, None) => return Ok(()),
+    };
+    Err(Failure::usage(anyhow::anyhow!(
+        "config error: a checkpoint store given in code (Pipeline::with_checkpoint_store) \
+         replaces the state file of a jsonl or custom sink; {keeps}: remove the store"
+    )))
 }
 
 /// The note of a run a signal stopped before its end (a scan, a query, a snapshot or a

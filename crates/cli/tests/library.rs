@@ -302,3 +302,116 @@ fn a_custom_sink_without_one_given_in_code_is_refused_by_run_and_check() {
         "{error}"
     );
 }
+
+/// A checkpoint store in memory: the text of each pipeline's checkpoint, and how often it
+/// was written.
+#[derive(Clone, Default)]
+struct Positions {
+    texts: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>,
+}
+
+impl ddbpipe::store::CheckpointStore for Positions {
+    fn describe(&self) -> String {
+        "positions in memory".to_string()
+    }
+
+    async fn load(
+        &mut self,
+        pipeline: &str,
+    ) -> Result<Option<ddbpipe::store::Checkpoint>, ddbpipe::store::StoreError> {
+        let text = self.texts.lock().expect("the texts").get(pipeline).cloned();
+        text.map(|text| ddbpipe::store::Checkpoint::from_json(&text))
+            .transpose()
+    }
+
+    async fn store(
+        &mut self,
+        pipeline: &str,
+        checkpoint: Option<&ddbpipe::store::Checkpoint>,
+    ) -> Result<(), ddbpipe::store::StoreError> {
+        let mut texts = self.texts.lock().expect("the texts");
+        match checkpoint {
+            Some(checkpoint) => texts.insert(pipeline.to_string(), checkpoint.as_json()),
+            None => texts.remove(pipeline),
+        };
+        Ok(())
+    }
+}
+
+#[test]
+fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let files = Pipeline::new("changes", &emulator.endpoint, "");
+    files.write_with_sink(
+        "changes",
+        &emulator.endpoint,
+        "table_name: orders\nmode: streams\nidle_termination_secs: 2",
+        CUSTOM,
+    );
+    let positions = Positions::default();
+    let run = |kept: &Kept| {
+        let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+            .expect("a valid pipeline")
+            .with_sink(kept.clone())
+            .with_checkpoint_store(positions.clone());
+        rt().block_on(pipeline.run(Cancel::never()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    emulator.put_pk("orders", "a", "1");
+    emulator.put_pk("orders", "b", "1");
+    let first = Kept::default();
+    assert_eq!(run(&first).written(), 2);
+    // The position is in the store, not in a state file.
+    assert!(!files.dir.path().join("state.json").exists());
+    let text = positions.texts.lock().expect("the texts")["changes"].clone();
+    assert!(text.contains("\"position\""), "{text}");
+
+    // The next run reads only what came after.
+    emulator.put_pk("orders", "c", "1");
+    let second = Kept::default();
+    assert_eq!(run(&second).written(), 1);
+    let keys: Vec<serde_json::Value> = second
+        .records()
+        .iter()
+        .filter_map(|r| r.key().cloned())
+        .collect();
+    assert_eq!(keys, [serde_json::json!({"pk": "c"})]);
+
+    // A text that is not a checkpoint stops the run and is left as it is.
+    positions
+        .texts
+        .lock()
+        .expect("the texts")
+        .insert("changes".into(), "{\"position\": 7}".into());
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_sink(Kept::default())
+        .with_checkpoint_store(positions.clone());
+    let error = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .expect_err("a corrupt checkpoint");
+    assert!(error.to_string().contains("positions in memory"), "{error}");
+    assert_eq!(
+        positions.texts.lock().expect("the texts")["changes"],
+        "{\"position\": 7}"
+    );
+
+    // A keyed sink keeps its position in its database: a store given beside it is refused.
+    let db = files.dir.path().join("out.db");
+    files.write_with_sink(
+        "changes",
+        &emulator.endpoint,
+        "table_name: orders\nmode: streams\nidle_termination_secs: 2",
+        &format!("sink:\n  type: sqlite\n  path: {}\n", db.display()),
+    );
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_checkpoint_store(positions.clone());
+    let error = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .expect_err("refused");
+    assert_eq!(error.kind(), ErrorKind::Config);
+    assert!(error.to_string().contains("sqlite sink keeps the position"), "{error}");
+    assert!(!db.exists(), "nothing was opened");
+}

@@ -22,7 +22,7 @@ use crate::config::PipelineConfig;
 use crate::destination;
 use crate::export;
 use crate::failure::{self, Failure, start_failure};
-use crate::sink::GivenSink;
+use crate::given::Given;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
@@ -31,7 +31,7 @@ use crate::wiring::{self, describe};
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
-    given: Option<&GivenSink>,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {

@@ -27,7 +27,7 @@ use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Failure, start_failure};
-use crate::sink::GivenSink;
+use crate::given::Given;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
@@ -36,7 +36,7 @@ use crate::wiring::{self, describe};
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
-    given: Option<&GivenSink>,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
