@@ -412,6 +412,9 @@ fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
         .block_on(pipeline.run(Cancel::never()))
         .expect_err("refused");
     assert_eq!(error.kind(), ErrorKind::Config);
-    assert!(error.to_string().contains("sqlite sink keeps the position"), "{error}");
+    assert!(
+        error.to_string().contains("sqlite sink keeps the position"),
+        "{error}"
+    );
     assert!(!db.exists(), "nothing was opened");
 }
