@@ -11,4 +11,7 @@ pub struct Given {
     pub sink: Option<GivenSink>,
     /// Where the position is kept instead of the state file (jsonl and custom sinks).
     pub store: Option<GivenStore>,
+    /// The SDK configuration every client is built from, in place of the source's region,
+    /// credentials and endpoint.
+    pub sdk: Option<ddbpipe_source::aws::SdkSettings>,
 }

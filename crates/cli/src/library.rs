@@ -80,6 +80,16 @@ impl Pipeline {
         self
     }
 
+    /// Builds every AWS client of the run (DynamoDB, Streams, S3 for exports, the lease
+    /// table) from the program's own SDK configuration: its region, credentials, endpoint and
+    /// HTTP client take the place of the source's `region`, `credentials` and `endpoint_url`.
+    /// ddbpipe turns the SDK's own retries off and sets its connect timeout on its copy: its
+    /// retry layer decides (docs/errors.md §9).
+    pub fn with_sdk_config(mut self, sdk: ddbpipe_source::aws::SdkSettings) -> Pipeline {
+        self.given.sdk = Some(sdk);
+        self
+    }
+
     /// Draws a progress bar on stderr while a snapshot or scan runs (default: never).
     pub fn with_progress(mut self, progress: ProgressMode) -> Pipeline {
         self.progress = progress;

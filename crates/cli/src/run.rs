@@ -36,16 +36,16 @@ pub async fn run(
                 scan::run(config, config_path, given, progress, stop).await
             }
             (Mode::Scan | Mode::Query, Some(coordination)) => {
-                shared::run(config, coordination, config_path, progress, stop).await
+                shared::run(config, coordination, config_path, given, progress, stop).await
             }
             (Mode::Streams | Mode::Mirror, None) => {
                 streams::run(config, config_path, given, progress, stop).await
             }
             (Mode::Mirror, Some(coordination)) => {
-                shared::run_mirror(config, coordination, config_path, progress, stop).await
+                shared::run_mirror(config, coordination, config_path, given, progress, stop).await
             }
             (Mode::Streams, Some(coordination)) => {
-                shared::run_streams(config, coordination, config_path, stop).await
+                shared::run_streams(config, coordination, config_path, given, stop).await
             }
         }
     };

@@ -418,3 +418,37 @@ fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
     );
     assert!(!db.exists(), "nothing was opened");
 }
+
+#[test]
+fn a_program_s_own_sdk_config_builds_every_client() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", None);
+    for i in 0..7 {
+        emulator.put_pk("orders", &format!("k{i}"), "1");
+    }
+    // The file names no endpoint and a region the emulator is not: only the program's SDK
+    // configuration leads to it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let yaml = format!(
+        "name: orders\nsource:\n  table_name: orders\n  region: eu-north-1\n\
+         sink:\n  type: jsonl\n  path: {}\n",
+        dir.path().join("out.jsonl").display()
+    );
+    let sdk = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&emulator.endpoint)
+        .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
+            aws_credential_types::Credentials::new("testing", "testing", None, None, "program"),
+        ))
+        .build();
+    let pipeline = ddbpipe::Pipeline::from_yaml(&yaml, dir.path())
+        .expect("a valid pipeline")
+        .with_sdk_config(sdk);
+    let summary = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.written(), 7, "{summary}");
+    let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
+    assert_eq!(lines.lines().count(), 7);
+}

@@ -36,7 +36,7 @@ pub async fn run(
     stop: Cancel,
 ) -> Result<Summary, Failure> {
     let source = &config.source;
-    let (sdk, api, mut location) = wiring::clients(source).await;
+    let (sdk, api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
     let exports = export::engine(&sdk, source);
     let kind = match (source.mode, &exports) {
         (Mode::Query, _) => ScanKind::Query,

@@ -32,6 +32,7 @@ use crate::config::{
 };
 use crate::destination::{self, AnySink};
 use crate::failure::Failure;
+use crate::given::Given;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
@@ -44,6 +45,7 @@ pub async fn run(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
@@ -53,7 +55,7 @@ pub async fn run(
         _ => ScanKind::Scan,
     };
     let worker_id = coordination.worker_id();
-    let (sdk, api, mut location) = wiring::clients(source).await;
+    let (sdk, api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
@@ -297,11 +299,12 @@ pub async fn run_streams(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
-    let opened = super::streams::open_stream(config, &stop).await?;
+    let opened = super::streams::open_stream(config, given, &stop).await?;
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
     let leases = open_lease_table(&opened.sdk, coordination).await?;
     same_settings(&leases, config, &identity).await?;
@@ -388,12 +391,13 @@ pub async fn run_mirror(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
-    let opened = super::streams::open_stream(config, &stop).await?;
+    let opened = super::streams::open_stream(config, given, &stop).await?;
     let Some(table) = &opened.table else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a mirror needs the table's key schema"

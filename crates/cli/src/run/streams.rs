@@ -47,7 +47,7 @@ pub async fn run(
         table,
         stream,
         location,
-    } = open_stream(config, &stop).await?;
+    } = open_stream(config, given, &stop).await?;
     let destination = destination::open(
         config,
         config_path,
@@ -172,12 +172,13 @@ pub(super) struct OpenedStream {
 /// into jsonl needs no table), and refuses a view type a keyed sink or a mirror cannot apply.
 pub(super) async fn open_stream(
     config: &PipelineConfig,
+    given: &Given,
     stop: &Cancel,
 ) -> Result<OpenedStream, Failure> {
     let source = &config.source;
     let mirror = source.mode == Mode::Mirror;
     let keyed = config.sink.keyed().is_some();
-    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
+    let sdk = wiring::sdk_config(source, given.sdk.as_ref()).await;
     let table_api = aws::table_api(&sdk);
     let table = if keyed || mirror || source.stream_arn.is_none() {
         Some(describe(&table_api, source, stop).await?)
