@@ -438,9 +438,11 @@ fn a_program_s_own_sdk_config_builds_every_client() {
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(&emulator.endpoint)
-        .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
-            aws_credential_types::Credentials::new("testing", "testing", None, None, "program"),
-        ))
+        .credentials_provider(
+            aws_credential_types::provider::SharedCredentialsProvider::new(
+                aws_credential_types::Credentials::new("testing", "testing", None, None, "program"),
+            ),
+        )
         .build();
     let pipeline = ddbpipe::Pipeline::from_yaml(&yaml, dir.path())
         .expect("a valid pipeline")
