@@ -11,9 +11,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ddbpipe_pipeline::checkpoint::store::{
-    Ceiling, CheckpointStore as Store, Placement, RepairSweep, SnapshotClose, SnapshotClosed,
-};
+use ddbpipe_pipeline::checkpoint::store::{CheckpointStore as Store, Placement};
 use ddbpipe_pipeline::state::{Entry, StateError};
 use tokio::sync::Mutex;
 
@@ -146,7 +144,7 @@ impl fmt::Debug for GivenStore {
 }
 
 /// A given store is apart from the records, as the state file is: no rows to clean up when a
-/// snapshot or a repair window closes, only the entry to write.
+/// snapshot or a repair window closes, only the entry to write (the trait's defaults).
 impl Store for GivenStore {
     fn describe(&self) -> String {
         self.name.clone()
@@ -182,40 +180,6 @@ impl Store for GivenStore {
                 .store(pipeline, checkpoint.as_ref())
                 .await;
             stored.map_err(|error| self.failed(error))
-        })
-    }
-
-    fn destination_rows(
-        &self,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<u64>, StateError>> + Send + '_>> {
-        Box::pin(async { Ok(None) })
-    }
-
-    fn close_snapshot<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        _close: SnapshotClose,
-        entry: &'a Entry,
-    ) -> Pin<Box<dyn Future<Output = Result<SnapshotClosed, StateError>> + Send + 'a>> {
-        Box::pin(async move {
-            Store::store(self, pipeline, Some(entry)).await?;
-            Ok(SnapshotClosed {
-                keys_written: 0,
-                deleted: 0,
-                ceiling: Ceiling::Kept,
-            })
-        })
-    }
-
-    fn close_repair_window<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        _sweep: RepairSweep,
-        entry: &'a Entry,
-    ) -> Pin<Box<dyn Future<Output = Result<u64, StateError>> + Send + 'a>> {
-        Box::pin(async move {
-            Store::store(self, pipeline, Some(entry)).await?;
-            Ok(0)
         })
     }
 }
