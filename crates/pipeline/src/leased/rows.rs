@@ -128,6 +128,29 @@ pub fn leased_position(
     Ok(position)
 }
 
+/// [`leased_position`] with every listed shard that has no row yet at its trim horizon,
+/// unverified, as its row is read before the leader stamps it (`lag` and `check` look at a
+/// shared stream through it) — except a shard whose parent is neither listed nor has a row:
+/// it is left out, so the start-up gap layers name it ("shard <id>'s parent <p> expired
+/// unread", docs/streams.md §4.5 layer 2), as the leader's listing stops on it.
+pub fn listed_position(
+    rows: &[Lease],
+    kind: StreamKind,
+    stream_arn: Option<String>,
+    graph: &ShardGraph,
+) -> Result<StreamsPosition, RunError> {
+    let mut position = leased_position(rows, kind, stream_arn)?;
+    let known: BTreeSet<&ShardId> = rows.iter().filter_map(row_shard).collect();
+    let orphans: BTreeSet<&ShardId> = gaps::orphans(graph, |id| known.contains(id))
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for id in graph.ids().filter(|id| !orphans.contains(id)) {
+        position.admit(id, None, None);
+    }
+    Ok(position)
+}
+
 /// The shard a row is for, when it is a shard's.
 pub fn row_shard(row: &Lease) -> Option<&ShardId> {
     match &row.unit {
@@ -244,6 +267,41 @@ mod tests {
         lease.counter = LeaseCounter(3);
         lease.owner = Some(WorkerId::new("w1").unwrap());
         lease
+    }
+
+    /// `check` and `lag` see what the leader's listing sees: a listed shard without a row is
+    /// admitted unverified, one whose parent expired unread is left out and is the gap.
+    #[test]
+    fn a_listed_shard_whose_parent_expired_unread_is_the_gap_check_reports() {
+        let rows = [
+            row("shard:p", Some("end"), LeaseState::ShardEnd),
+            row(
+                "shard:q",
+                Some("after:000000000000000000123"),
+                LeaseState::Processing,
+            ),
+        ];
+        let mut graph = ShardGraph::new();
+        graph.merge([
+            shard("q", None, false),
+            shard("c", Some("p"), false),
+            shard("orphan", Some("gone"), false),
+        ]);
+        let position =
+            listed_position(&rows, StreamKind::Streams, Some("arn".into()), &graph).unwrap();
+        assert_eq!(
+            position.progress(&ShardId::new("c")),
+            Some(&ShardProgress::TrimHorizon {
+                verified_at: None,
+                floor_ms: None
+            })
+        );
+        assert_eq!(position.progress(&ShardId::new("orphan")), None);
+        let findings = gaps::check(&position, "arn", &graph, "t", 0);
+        assert_eq!(
+            findings.reasons,
+            vec!["shard orphan's parent gone expired unread"]
+        );
     }
 
     #[test]

@@ -78,16 +78,26 @@ pub fn stale_since(shard: &ShardId, verified_s: i64, now_s: i64) -> Option<Strin
 }
 
 /// Layer 2's second half: every described shard `known` does not hold whose parent is
-/// neither described nor known → "shard <id>'s parent <p> expired unread", in id order.
-pub fn expired_parents(graph: &ShardGraph, known: impl Fn(&ShardId) -> bool) -> Vec<String> {
+/// neither described nor known, with that parent, in id order.
+pub fn orphans<'g>(
+    graph: &'g ShardGraph,
+    known: impl Fn(&ShardId) -> bool,
+) -> Vec<(&'g ShardId, &'g ShardId)> {
     graph
         .ids()
         .filter(|id| !known(id))
         .filter_map(|id| {
             let parent = graph.get(id)?.parent.as_ref()?;
-            (!graph.contains(parent) && !known(parent))
-                .then(|| format!("shard {id}'s parent {parent} expired unread"))
+            (!graph.contains(parent) && !known(parent)).then_some((id, parent))
         })
+        .collect()
+}
+
+/// [`orphans`] as layer 2 says them: "shard <id>'s parent <p> expired unread".
+pub fn expired_parents(graph: &ShardGraph, known: impl Fn(&ShardId) -> bool) -> Vec<String> {
+    orphans(graph, known)
+        .into_iter()
+        .map(|(id, parent)| format!("shard {id}'s parent {parent} expired unread"))
         .collect()
 }
 
