@@ -79,10 +79,7 @@ pub fn stale_since(shard: &ShardId, verified_s: i64, now_s: i64) -> Option<Strin
 
 /// Layer 2's second half: every described shard `known` does not hold whose parent is
 /// neither described nor known, with that parent, in id order.
-pub fn orphans<'g>(
-    graph: &'g ShardGraph,
-    known: impl Fn(&ShardId) -> bool,
-) -> Vec<(&'g ShardId, &'g ShardId)> {
+pub fn orphans(graph: &ShardGraph, known: impl Fn(&ShardId) -> bool) -> Vec<(&ShardId, &ShardId)> {
     graph
         .ids()
         .filter(|id| !known(id))
