@@ -595,6 +595,41 @@ fn own(id: &str) -> (Own, Log) {
     (sink, log)
 }
 
+/// A fault-free stream whose one root shard is there from the start.
+fn rooted(seed: u64, root: &str) -> FakeStreams {
+    FakeStreams::new(seed).with_faults(Faults::none()).at(
+        Duration::ZERO,
+        Change::Root {
+            shard: root.into(),
+            range: None,
+        },
+    )
+}
+
+/// Runs worker `id` alone to its end into its own output: its outcome and what it wrote.
+async fn run_alone(
+    fake: &Arc<FakeStreams>,
+    leases: &MemoryLeaseTable,
+    id: &str,
+    run: &StreamRun,
+) -> (Result<LeasedStreamOutcome, RunError>, Log) {
+    let (sink, log) = own(id);
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(worker(fake, leases, id, run, Duration::ZERO), sink, stop)
+        .await
+        .unwrap();
+    (outcome, log)
+}
+
+/// The checkpoint `shard`'s row was created with.
+fn created(leases: &MemoryLeaseTable, shard: &str) -> Option<LeaseCheckpoint> {
+    leases
+        .log()
+        .into_iter()
+        .find(|w| w.unit == unit(shard) && w.kind == WriteKind::Create)
+        .and_then(|w| w.after?.checkpoint)
+}
+
 fn unit(shard: &str) -> UnitId {
     UnitId::Shard(ShardId::new(shard))
 }
@@ -615,15 +650,7 @@ fn gap(outcome: Result<LeasedStreamOutcome, RunError>) -> String {
 #[tokio::test(start_paused = true)]
 async fn a_child_listed_after_its_parent_expired_unread_stops_the_worker_naming_both() {
     let fake = Arc::new(
-        FakeStreams::new(11)
-            .with_faults(Faults::none())
-            .at(
-                Duration::ZERO,
-                Change::Root {
-                    shard: "root".into(),
-                    range: None,
-                },
-            )
+        rooted(11, "root")
             .at(
                 Duration::from_secs(1),
                 Change::Reshard {
@@ -658,15 +685,7 @@ async fn a_child_listed_after_its_parent_expired_unread_stops_the_worker_naming_
     let mut run = fake_stream_run();
     // Long enough to be running when `child` is listed.
     run.bounds.idle_termination = Some(Duration::from_secs(300));
-    let (sink, log) = own("a");
-    let (_, stop) = Cancel::new();
-    let (outcome, _) = spawn(
-        worker(&fake, &leases, "a", &run, Duration::ZERO),
-        sink,
-        stop,
-    )
-    .await
-    .unwrap();
+    let (outcome, log) = run_alone(&fake, &leases, "a", &run).await;
     let text = gap(outcome);
     assert!(
         text.contains("shard child's parent parent expired unread")
@@ -690,24 +709,13 @@ async fn a_child_listed_after_its_parent_expired_unread_stops_the_worker_naming_
 /// taker stops too. The stamp is stored in the past (no waiting 23 h).
 #[tokio::test(start_paused = true)]
 async fn a_row_left_unread_past_the_staleness_limit_stops_every_taker() {
-    let fake = Arc::new(
-        FakeStreams::new(12)
-            .with_faults(Faults::none())
-            .at(
-                Duration::ZERO,
-                Change::Root {
-                    shard: "quiet".into(),
-                    range: None,
-                },
-            )
-            .at(
-                Duration::from_secs(600),
-                Change::Write {
-                    key: "later".into(),
-                    remove: false,
-                },
-            ),
-    );
+    let fake = Arc::new(rooted(12, "quiet").at(
+        Duration::from_secs(600),
+        Change::Write {
+            key: "later".into(),
+            remove: false,
+        },
+    ));
     let leases = MemoryLeaseTable::seeded(12);
     let pipeline = PipelineName::new("p").unwrap();
     let mut run = fake_stream_run();
@@ -725,13 +733,9 @@ async fn a_row_left_unread_past_the_staleness_limit_stops_every_taker() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     handle.cancel();
     assert_eq!(first.await.unwrap().0.unwrap().end, EndReason::Stopped);
-    let created = leases
-        .log()
-        .into_iter()
-        .find(|w| w.unit == unit("quiet") && w.kind == WriteKind::Create)
-        .and_then(|w| w.after?.checkpoint);
+    let stamp = created(&leases, "quiet");
     let after_ms = ddbpipe_source::clock::unix_now_ms();
-    match created {
+    match stamp {
         Some(LeaseCheckpoint::Verified {
             at_ms,
             floor_ms: None,
@@ -762,11 +766,7 @@ async fn a_row_left_unread_past_the_staleness_limit_stops_every_taker() {
     run.bounds.idle_termination = Some(Duration::from_secs(60));
     run.bounds.follow = false;
     for id in ["b", "c"] {
-        let (sink, log) = own(id);
-        let (_, stop) = Cancel::new();
-        let (outcome, _) = spawn(worker(&fake, &leases, id, &run, Duration::ZERO), sink, stop)
-            .await
-            .unwrap();
+        let (outcome, log) = run_alone(&fake, &leases, id, &run).await;
         let text = gap(outcome);
         assert!(
             text.contains("shard quiet was last read 24h ago with nothing to read")
@@ -789,46 +789,22 @@ async fn a_row_left_unread_past_the_staleness_limit_stops_every_taker() {
 /// not look fresher than it is.
 #[tokio::test(start_paused = true)]
 async fn a_child_listed_later_is_verified_no_later_than_the_listing_before_it() {
-    let fake = Arc::new(
-        FakeStreams::new(13)
-            .with_faults(Faults::none())
-            .at(
-                Duration::ZERO,
-                Change::Root {
-                    shard: "root".into(),
-                    range: None,
-                },
-            )
-            .at(
-                Duration::from_secs(25),
-                Change::Reshard {
-                    parent: "root".into(),
-                    children: vec!["child".into()],
-                    listed_after: Duration::ZERO,
-                },
-            ),
-    );
+    let fake = Arc::new(rooted(13, "root").at(
+        Duration::from_secs(25),
+        Change::Reshard {
+            parent: "root".into(),
+            children: vec!["child".into()],
+            listed_after: Duration::ZERO,
+        },
+    ));
     let leases = MemoryLeaseTable::seeded(13);
     let before_ms = ddbpipe_source::clock::unix_now_ms();
-    let (sink, _) = own("a");
-    let (_, stop) = Cancel::new();
-    let run = fake_stream_run();
-    let (outcome, _) = spawn(
-        worker(&fake, &leases, "a", &run, Duration::ZERO),
-        sink,
-        stop,
-    )
-    .await
-    .unwrap();
+    let (outcome, _) = run_alone(&fake, &leases, "a", &fake_stream_run()).await;
     assert_eq!(outcome.unwrap().end, EndReason::Idle);
     let after_ms = ddbpipe_source::clock::unix_now_ms();
-    let created = leases
-        .log()
-        .into_iter()
-        .find(|w| w.unit == unit("child") && w.kind == WriteKind::Create)
-        .and_then(|w| w.after?.checkpoint);
-    let Some(LeaseCheckpoint::Verified { at_ms, .. }) = created else {
-        panic!("the child's row is created verified: {created:?}");
+    let stamp = created(&leases, "child");
+    let Some(LeaseCheckpoint::Verified { at_ms, .. }) = stamp else {
+        panic!("the child's row is created verified: {stamp:?}");
     };
     assert!(
         at_ms >= before_ms - 120_000 && at_ms <= after_ms - 120_000,
