@@ -38,7 +38,7 @@
 //! - The stream is disabled and every shard row is finished.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ddbpipe_source::api::StreamsApi;
@@ -257,13 +257,13 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         let UnitId::Shard(shard) = unit else {
             return Err(self.panicked(unit));
         };
-        if let Ok(mut reads) = self.unread.lock() {
-            if unread(from) {
-                reads.insert(shard.clone(), from.and_then(LeaseCheckpoint::floor_ms));
-            } else {
-                reads.remove(shard);
-            }
+        let mut reads = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
+        if unread(from) {
+            reads.insert(shard.clone(), from.and_then(LeaseCheckpoint::floor_ms));
+        } else {
+            reads.remove(shard);
         }
+        drop(reads);
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -307,11 +307,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
     /// The shard positions a batch reaches; the lease row keeps the sequence number alone. A
     /// shard with nothing read that read empty twice is verified again, keeping its floor.
     fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
-        let unread = self
-            .unread
-            .lock()
-            .map(|reads| reads.clone())
-            .unwrap_or_default();
+        let unread = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
         batch
             .shards
             .iter()
