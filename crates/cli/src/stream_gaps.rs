@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use ddbpipe_pipeline::leased::leased_position;
+use ddbpipe_pipeline::leased::listed_position;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
@@ -74,21 +74,16 @@ pub fn unresumable(reasons: &[String], on_gap: OnGap) -> String {
 }
 
 /// The position a shared stream's lease rows hold, as its next worker reads it
-/// (docs/coordination.md §11.11): [`leased_position`] of the rows, on the stream the leader
-/// row names, and every listed shard without a row at its trim horizon (the leader creates
-/// its row so, and a child whose parent has no row is taken at once). `Err` names a row this
-/// version cannot read.
+/// (docs/coordination.md §11.11): [`listed_position`] of the rows, on the stream the leader
+/// row names: every listed shard without a row at its trim horizon (the leader creates its
+/// row so), except a child whose parent expired unread, which the gap layers name as the
+/// leader's listing does. `Err` names a row this version cannot read.
 pub fn leased(rows: &[Lease], mode: Mode, graph: &ShardGraph) -> Result<StreamsPosition, String> {
     let kind = match mode {
         Mode::Mirror => StreamKind::Mirror,
         _ => StreamKind::Streams,
     };
-    let mut position =
-        leased_position(rows, kind, leader_stream(rows)).map_err(|error| error.to_string())?;
-    for id in graph.ids() {
-        position.admit(id, None, None);
-    }
-    Ok(position)
+    listed_position(rows, kind, leader_stream(rows), graph).map_err(|error| error.to_string())
 }
 
 /// The stream the pipeline's leader row names (its run's identity keeps the stream read).

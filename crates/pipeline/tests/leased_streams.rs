@@ -38,12 +38,13 @@ use ddbpipe_pipeline::streams::StreamRun;
 use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::fake_streams::{Change, FakeStreams, Faults, Written};
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
-use ddbpipe_source::lease::memory::MemoryLeaseTable;
+use ddbpipe_source::lease::memory::{MemoryLeaseTable, WriteKind};
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::EndReason;
+use ddbpipe_source::streams::shard_reader::StreamError;
 use ddbpipe_testkit::fake_stream_run;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -582,4 +583,231 @@ async fn a_first_latest_run_reads_only_what_was_written_after_it_started() {
     assert_eq!(outcome.end, EndReason::Idle);
     let keys: Vec<String> = log.lock().unwrap().iter().map(|a| a.key.clone()).collect();
     assert_eq!(keys, ["new"]);
+}
+
+/// One worker writing to its own output, with its log.
+fn own(id: &str) -> (Own, Log) {
+    let log: Log = Arc::default();
+    let sink = Own {
+        worker: id.into(),
+        log: Arc::clone(&log),
+    };
+    (sink, log)
+}
+
+/// A fault-free stream whose one root shard is there from the start.
+fn rooted(seed: u64, root: &str) -> FakeStreams {
+    FakeStreams::new(seed).with_faults(Faults::none()).at(
+        Duration::ZERO,
+        Change::Root {
+            shard: root.into(),
+            range: None,
+        },
+    )
+}
+
+/// Runs worker `id` alone to its end into its own output: its outcome and what it wrote.
+async fn run_alone(
+    fake: &Arc<FakeStreams>,
+    leases: &MemoryLeaseTable,
+    id: &str,
+    run: &StreamRun,
+) -> (Result<LeasedStreamOutcome, RunError>, Log) {
+    let (sink, log) = own(id);
+    let (_, stop) = Cancel::new();
+    let (outcome, _) = spawn(worker(fake, leases, id, run, Duration::ZERO), sink, stop)
+        .await
+        .unwrap();
+    (outcome, log)
+}
+
+/// The checkpoint `shard`'s row was created with.
+fn created(leases: &MemoryLeaseTable, shard: &str) -> Option<LeaseCheckpoint> {
+    leases
+        .log()
+        .into_iter()
+        .find(|w| w.unit == unit(shard) && w.kind == WriteKind::Create)
+        .and_then(|w| w.after?.checkpoint)
+}
+
+fn unit(shard: &str) -> UnitId {
+    UnitId::Shard(ShardId::new(shard))
+}
+
+/// The text of a gap a worker stopped on.
+fn gap(outcome: Result<LeasedStreamOutcome, RunError>) -> String {
+    match outcome {
+        Err(RunError::Stream(StreamError::Gap(text))) => text,
+        other => panic!("expected a gap, got {other:?}"),
+    }
+}
+
+/// Layer 2 of the start-up gap checks at the leader's listing (docs/coordination.md §11.11):
+/// the root closes at 1 s into `parent`, which takes a write and closes into `child`; the
+/// stream drops `parent` before either is listed, so `child` is listed alone at 100 s, its
+/// parent neither listed nor with a row. The leader stops naming both before it writes a row
+/// (without the rule, `child` was read from its trim horizon and `parent`'s write was lost).
+#[tokio::test(start_paused = true)]
+async fn a_child_listed_after_its_parent_expired_unread_stops_the_worker_naming_both() {
+    let fake = Arc::new(
+        rooted(11, "root")
+            .at(
+                Duration::from_secs(1),
+                Change::Reshard {
+                    parent: "root".into(),
+                    children: vec!["parent".into()],
+                    listed_after: Duration::from_secs(99),
+                },
+            )
+            .at(
+                Duration::from_secs(2),
+                Change::WriteTo {
+                    shard: "parent".into(),
+                    key: "lost".into(),
+                },
+            )
+            .at(
+                Duration::from_secs(3),
+                Change::Reshard {
+                    parent: "parent".into(),
+                    children: vec!["child".into()],
+                    listed_after: Duration::ZERO,
+                },
+            )
+            .at(
+                Duration::from_secs(50),
+                Change::Expire {
+                    shard: "parent".into(),
+                },
+            ),
+    );
+    let leases = MemoryLeaseTable::seeded(11);
+    let mut run = fake_stream_run();
+    // Long enough to be running when `child` is listed.
+    run.bounds.idle_termination = Some(Duration::from_secs(300));
+    let (outcome, log) = run_alone(&fake, &leases, "a", &run).await;
+    let text = gap(outcome);
+    assert!(
+        text.contains("shard child's parent parent expired unread")
+            && text.contains("ddbpipe state reset"),
+        "{text}"
+    );
+    let pipeline = PipelineName::new("p").unwrap();
+    assert!(
+        leases.row(&pipeline, &unit("child")).is_none(),
+        "no row written for it"
+    );
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "nothing of the lineage written"
+    );
+}
+
+/// Layer 3 of the start-up gap checks for a lease row (docs/coordination.md §11.11): a shard
+/// with nothing read keeps when it was verified; a worker about to read it more than 23 h
+/// later stops, naming it, before reading anything, and the row stays as it was, so the next
+/// taker stops too. The stamp is stored in the past (no waiting 23 h).
+#[tokio::test(start_paused = true)]
+async fn a_row_left_unread_past_the_staleness_limit_stops_every_taker() {
+    let fake = Arc::new(rooted(12, "quiet").at(
+        Duration::from_secs(600),
+        Change::Write {
+            key: "later".into(),
+            remove: false,
+        },
+    ));
+    let leases = MemoryLeaseTable::seeded(12);
+    let pipeline = PipelineName::new("p").unwrap();
+    let mut run = fake_stream_run();
+    run.bounds.idle_termination = None;
+    run.bounds.follow = true;
+    // A first worker creates the row and reads the shard empty, then stops.
+    let before_ms = ddbpipe_source::clock::unix_now_ms();
+    let (sink, _) = own("a");
+    let (handle, stop) = Cancel::new();
+    let first = spawn(
+        worker(&fake, &leases, "a", &run, Duration::ZERO),
+        sink,
+        stop,
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    handle.cancel();
+    assert_eq!(first.await.unwrap().0.unwrap().end, EndReason::Stopped);
+    let stamp = created(&leases, "quiet");
+    let after_ms = ddbpipe_source::clock::unix_now_ms();
+    match stamp {
+        Some(LeaseCheckpoint::Verified {
+            at_ms,
+            floor_ms: None,
+        }) => assert!(
+            (before_ms..=after_ms).contains(&at_ms),
+            "the first listing stamps the run's start: {at_ms} not in {before_ms}..={after_ms}"
+        ),
+        other => panic!("the row is created verified: {other:?}"),
+    }
+    // Its reader found it empty twice: the verification was refreshed by a checkpoint.
+    let refreshed = leases.log().into_iter().any(|w| {
+        w.unit == unit("quiet")
+            && w.kind == WriteKind::Checkpoint
+            && matches!(
+                w.after.and_then(|row| row.checkpoint),
+                Some(LeaseCheckpoint::Verified { .. })
+            )
+    });
+    assert!(refreshed, "{:#?}", leases.log());
+    // As if nobody read it for 24 h.
+    let day_ago = LeaseCheckpoint::verified(before_ms - 24 * 3_600_000, None);
+    leases.edit(&pipeline, &unit("quiet"), |row| {
+        row.checkpoint = Some(day_ago.clone());
+        row.state = LeaseState::Pending;
+    });
+    tokio::time::sleep(Duration::from_secs(700)).await;
+    // Idle ends a worker that reads on (what it would do without the rule).
+    run.bounds.idle_termination = Some(Duration::from_secs(60));
+    run.bounds.follow = false;
+    for id in ["b", "c"] {
+        let (outcome, log) = run_alone(&fake, &leases, id, &run).await;
+        let text = gap(outcome);
+        assert!(
+            text.contains("shard quiet was last read 24h ago with nothing to read")
+                && text.contains("ddbpipe state reset"),
+            "{id}: {text}"
+        );
+        assert!(log.lock().unwrap().is_empty(), "{id} read nothing");
+        let row = leases.row(&pipeline, &unit("quiet")).unwrap();
+        assert_eq!(
+            row.checkpoint,
+            Some(day_ago.clone()),
+            "{id} left the row as it was"
+        );
+        assert_eq!(row.owner, None, "{id} handed it back");
+    }
+}
+
+/// A shard a later listing finds is verified at the start of the listing before, less the
+/// margin (it did not exist then), not at the listing that found it: a child read late must
+/// not look fresher than it is.
+#[tokio::test(start_paused = true)]
+async fn a_child_listed_later_is_verified_no_later_than_the_listing_before_it() {
+    let fake = Arc::new(rooted(13, "root").at(
+        Duration::from_secs(25),
+        Change::Reshard {
+            parent: "root".into(),
+            children: vec!["child".into()],
+            listed_after: Duration::ZERO,
+        },
+    ));
+    let leases = MemoryLeaseTable::seeded(13);
+    let before_ms = ddbpipe_source::clock::unix_now_ms();
+    let (outcome, _) = run_alone(&fake, &leases, "a", &fake_stream_run()).await;
+    assert_eq!(outcome.unwrap().end, EndReason::Idle);
+    let after_ms = ddbpipe_source::clock::unix_now_ms();
+    let stamp = created(&leases, "child");
+    let Some(LeaseCheckpoint::Verified { at_ms, .. }) = stamp else {
+        panic!("the child's row is created verified: {stamp:?}");
+    };
+    assert!(
+        at_ms >= before_ms - 120_000 && at_ms <= after_ms - 120_000,
+        "{at_ms}: not the listing before less 120 s ({before_ms}..={after_ms})"
+    );
 }

@@ -66,7 +66,7 @@ use units::{Units, View};
 
 pub use lease::other_settings;
 pub use mirror::{LeasedMirror, LeasedMirrorOutcome, SharedExports};
-pub use rows::{leased_position, row_shard};
+pub use rows::{leased_position, listed_position, row_shard};
 pub use segments::{LeasedOutcome, LeasedScan};
 pub use shards::{CHILD_LOOKUP_INTERVAL, LeasedStreamOutcome, LeasedStreams};
 

@@ -15,6 +15,17 @@
 //! time, so a take-over before the first checkpoint loses nothing. Shards already closed then
 //! are created `ShardEnd`, unread.
 //!
+//! # Gaps found before reading (docs/streams.md §4.5 layers 2 and 3, for lease rows)
+//! 1. The leader's listing: a shard without a row whose parent is neither listed nor has a
+//!    row (the parent expired unread) stops the leader before it writes any row, naming both
+//!    (`super::rows`, except on the pipeline's first listing).
+//! 2. A row with nothing read yet keeps when it was verified (`Verified`, `Latest`; the
+//!    leader stamps it at creation, `super::rows`). Its reader refreshes it to the first of two
+//!    empty reads in a row (the engine's `StreamMark::Verify`, a checkpoint like any other). A
+//!    worker about to read such a row more than 23 h after that stops, naming the shard,
+//!    before reading anything; the row stays as it is, so every later taker stops too. A row
+//!    without a stamp (an earlier version's) is read with a warning.
+//!
 //! # Discovery
 //! Only the leader calls `DescribeStream`: at its first round, every `discovery_interval`, and
 //! at most every [`CHILD_LOOKUP_INTERVAL`] while a finished shard has no child row yet (a
@@ -26,20 +37,22 @@
 //!   is held by a live worker).
 //! - The stream is disabled and every shard row is finished.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::events::{LagMeasured, ShardsCounted};
+use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, UnitSpec, Worker};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
-use ddbpipe_source::streams::leased::{ReadFlags, ShardReads, leased_start};
+use ddbpipe_source::streams::leased::{ReadFlags, ShardReads, leased_start, stale_row, unread};
 use ddbpipe_source::streams::shard_reader::StreamError;
 use ddbpipe_source::streams::shard_sync;
 use futures_util::FutureExt;
@@ -47,7 +60,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use super::rows::shard_specs;
+use super::rows::{LISTING_MARGIN_MS, listing_gaps, shard_specs};
 use super::units::{SnapshotMark, Units, View};
 use super::{LeaseCounts, Leased, unreadable};
 use crate::batch::{Batch, BatchLimits, Batcher};
@@ -156,6 +169,15 @@ pub(crate) struct Shards<A> {
     disabled: bool,
     /// When the leader last listed the stream.
     listed_at: Option<Instant>,
+    /// When the leader's last listing started, unix ms.
+    listed_ms: Option<i64>,
+    /// The verification each shard of the leader's last listing gets if its row is created
+    /// (`super::rows`, rule 2): the start of the listing before the one that first found it,
+    /// less the margin.
+    seen: BTreeMap<ShardId, Option<i64>>,
+    /// The held shards read from nothing read yet, with their floors: what a `Verify` mark
+    /// refreshes.
+    unread: Mutex<BTreeMap<ShardId, Option<i64>>>,
     /// When records last arrived from a shard: the idle clock.
     last_records: Instant,
     /// The open shared snapshot the stream is read beside (a shared mirror's first phase).
@@ -177,6 +199,9 @@ impl<A> Shards<A> {
             kept,
             disabled: false,
             listed_at: None,
+            listed_ms: None,
+            seen: BTreeMap::new(),
+            unread: Mutex::default(),
             last_records: Instant::now(),
             beside,
         }
@@ -193,12 +218,31 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         matches!(unit, UnitId::Shard(_))
     }
 
+    /// Refuses an unreadable row, and a row with nothing read whose verification is too old
+    /// (module docs, Gaps found before reading, 2).
     fn starts(&self, unit: &UnitId, at: Option<&LeaseCheckpoint>) -> Result<(), RunError> {
         match at {
-            Some(end) if end.is_finished() => Ok(()),
-            _ if leased_start(at).is_some() => Ok(()),
-            Some(other) => Err(unreadable(unit, other)),
-            None => Ok(()),
+            Some(end) if end.is_finished() => return Ok(()),
+            _ if leased_start(at).is_some() => {}
+            Some(other) => return Err(unreadable(unit, other)),
+            None => {}
+        }
+        let UnitId::Shard(shard) = unit else {
+            return Ok(());
+        };
+        match stale_row(shard, at, unix_now_ms()) {
+            Ok(()) => Ok(()),
+            Err(Some(reason)) => Err(RunError::Stream(StreamError::Gap(
+                gaps::found_before_reading(&[reason], self.source.reads.gap_remedy),
+            ))),
+            Err(None) => {
+                tracing::warn!(
+                    shard = %shard,
+                    "Shard row with nothing read and no verification time: records trimmed \
+                     before it is read cannot be noticed."
+                );
+                Ok(())
+            }
         }
     }
 
@@ -213,6 +257,13 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         let UnitId::Shard(shard) = unit else {
             return Err(self.panicked(unit));
         };
+        let mut reads = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
+        if unread(from) {
+            reads.insert(shard.clone(), from.and_then(LeaseCheckpoint::floor_ms));
+        } else {
+            reads.remove(shard);
+        }
+        drop(reads);
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -253,12 +304,21 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         batcher.push_handed(handed)
     }
 
-    /// The shard positions a batch reaches; the lease row keeps the sequence number alone.
+    /// The shard positions a batch reaches; the lease row keeps the sequence number alone. A
+    /// shard with nothing read that read empty twice is verified again, keeping its floor.
     fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
+        let unread = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
         batch
             .shards
             .iter()
             .filter_map(|mark| match mark {
+                StreamMark::Verify(shard, at_s) => unread.get(shard).map(|floor_ms| {
+                    let at_ms = at_s.saturating_mul(1000);
+                    (
+                        UnitId::Shard(shard.clone()),
+                        LeaseCheckpoint::verified(at_ms, *floor_ms),
+                    )
+                }),
                 StreamMark::Advance(shard, seq) => Some((
                     UnitId::Shard(shard.clone()),
                     LeaseCheckpoint::After(seq.clone()),
@@ -266,7 +326,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
                 StreamMark::Finish(shard, _) => {
                     Some((UnitId::Shard(shard.clone()), LeaseCheckpoint::ShardEnd))
                 }
-                StreamMark::Admit { .. } | StreamMark::Verify(..) | StreamMark::ReadAt(..) => None,
+                StreamMark::Admit { .. } | StreamMark::ReadAt(..) => None,
             })
             .collect()
     }
@@ -385,12 +445,14 @@ impl<A: StreamsApi + 'static> Shards<A> {
         childless_end && !self.disabled && since >= CHILD_LOOKUP_INTERVAL
     }
 
-    /// Lists the stream: the specs of its shards' rows (`None` when the run stops meanwhile).
+    /// Lists the stream: the specs of its shards' rows (`None` when the run stops meanwhile),
+    /// each verified as `super::rows` says; a shard whose parent expired unread stops it.
     async fn list(
         &mut self,
         rows: &[Lease],
         stop: &Cancel,
     ) -> Result<Option<Vec<UnitSpec>>, RunError> {
+        let started_ms = unix_now_ms();
         let discovery = match shard_sync::discover(
             self.source.reads.api.as_ref(),
             &self.run.stream_arn,
@@ -407,10 +469,38 @@ impl<A: StreamsApi + 'static> Shards<A> {
         self.listed_at = Some(Instant::now());
         self.disabled = discovery.status.as_deref() == Some("DISABLED");
         let first = !rows.iter().any(|row| matches!(row.unit, UnitId::Shard(_)));
+        if !first {
+            let reasons = listing_gaps(&discovery.shards, rows);
+            if !reasons.is_empty() {
+                return Err(RunError::Stream(StreamError::Gap(
+                    gaps::found_before_reading(&reasons, self.source.reads.gap_remedy),
+                )));
+            }
+        }
+        let before = self.listed_ms.map(|ms| ms - LISTING_MARGIN_MS);
+        let seen = std::mem::take(&mut self.seen);
+        self.seen = (discovery.shards.iter())
+            .map(|shard| {
+                (
+                    shard.id.clone(),
+                    seen.get(&shard.id).copied().unwrap_or(before),
+                )
+            })
+            .collect();
+        self.listed_ms = Some(started_ms);
+        let start_ms = self.beside.unwrap_or(started_ms);
+        let verified = |id: &ShardId| {
+            if first {
+                Some(start_ms)
+            } else {
+                self.seen.get(id).copied().flatten()
+            }
+        };
         Ok(Some(shard_specs(
             discovery.shards,
             first.then_some(self.run.start_position),
             unix_now_ms(),
+            verified,
         )))
     }
 }

@@ -154,6 +154,12 @@ pub enum Change {
         /// The shard.
         shard: String,
     },
+    /// A closed shard's 24 h passed: it is no longer listed, and asking for its iterator
+    /// answers `ResourceNotFoundException` (as DynamoDB does for a shard it dropped).
+    Expire {
+        /// The shard.
+        shard: String,
+    },
     /// Trim a shard's records up to and including index `through`.
     Trim {
         /// The shard.
@@ -240,6 +246,8 @@ struct Shard {
     records: Vec<Record>,
     closed_at: Option<Instant>,
     listed_at: Instant,
+    /// Dropped by the stream (`Change::Expire`).
+    expired: bool,
     trimmed: usize,
     reads: u64,
     scripted: Option<(u64, VecDeque<ApiError>)>,
@@ -417,7 +425,7 @@ impl FakeStreams {
                 id: s.id.clone(),
                 parent: s.parent.clone(),
                 closed: s.closed_at.is_some_and(|t| t <= now),
-                listed: s.listed_at <= now,
+                listed: s.listed_at <= now && !s.expired,
                 trimmed: s.trimmed,
                 records: s.records.iter().map(|r| r.written.clone()).collect(),
             })

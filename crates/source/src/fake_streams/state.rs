@@ -62,6 +62,7 @@ impl State {
             records: Vec::new(),
             closed_at: None,
             listed_at,
+            expired: false,
             trimmed: 0,
             reads: 0,
             scripted: None,
@@ -116,6 +117,12 @@ impl State {
             Change::Close { shard } => {
                 if let Some(s) = self.shard_mut(&shard) {
                     s.closed_at.get_or_insert(at);
+                }
+            }
+            Change::Expire { shard } => {
+                if let Some(s) = self.shard_mut(&shard) {
+                    s.closed_at.get_or_insert(at);
+                    s.expired = true;
                 }
             }
             Change::Trim { shard, through } => {
@@ -326,7 +333,7 @@ impl State {
             parent: s.parent.clone(),
             closed: s.closed_at.is_some_and(|t| t <= now),
         };
-        let listed = self.shards.iter().filter(|s| s.listed_at <= now);
+        let listed = (self.shards.iter()).filter(|s| s.listed_at <= now && !s.expired);
         let mut page = StreamPage {
             status: Some("ENABLED".into()),
             view_type: Some("NEW_AND_OLD_IMAGES".into()),
@@ -369,10 +376,9 @@ impl State {
         now: Instant,
     ) -> Result<Option<String>, ApiError> {
         self.calls.shard_iterator += 1;
-        let Some(&i) = self
-            .index
-            .get(shard)
+        let Some(&i) = (self.index.get(shard))
             .filter(|_| stream_arn == FAKE_STREAM_ARN)
+            .filter(|&&i| !self.shards[i].expired)
         else {
             return Err(api(
                 "ResourceNotFoundException",

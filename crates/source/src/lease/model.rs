@@ -101,12 +101,15 @@ impl LeaseState {
     }
 
     /// The state of a row at `checkpoint`: finished at an end, `Pending` at a first run's
-    /// start (`Latest`), else `Processing`.
+    /// start (`Latest`) or a shard with nothing read that keeps its verification (`Verified`),
+    /// else `Processing`.
     pub fn of(checkpoint: &LeaseCheckpoint) -> LeaseState {
         match checkpoint {
             LeaseCheckpoint::Done => LeaseState::Done,
             LeaseCheckpoint::ShardEnd => LeaseState::ShardEnd,
-            LeaseCheckpoint::Latest { .. } => LeaseState::Pending,
+            LeaseCheckpoint::Latest { .. } | LeaseCheckpoint::Verified { .. } => {
+                LeaseState::Pending
+            }
             LeaseCheckpoint::Cursor(_)
             | LeaseCheckpoint::After(_)
             | LeaseCheckpoint::Settings(_)

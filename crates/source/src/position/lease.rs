@@ -8,11 +8,21 @@
 //! | [`LeaseCheckpoint::Done`]   | `done`                             | segment  |
 //! | [`LeaseCheckpoint::After`]  | `after:<sequence number>`          | shard    |
 //! | [`LeaseCheckpoint::Latest`] | `latest:<unix ms>`                 | shard    |
+//! | [`LeaseCheckpoint::Verified`] | `verified:<unix ms>`, or `verified:<unix ms>,latest:<unix ms>` with a floor | shard |
 //! | [`LeaseCheckpoint::ShardEnd`] | `end`                            | shard    |
 //! | [`LeaseCheckpoint::Settings`] | the run's settings as JSON text  | leader   |
 //!
 //! A row without the attribute has no checkpoint: its unit starts at its beginning (a segment
-//! at its first page, a shard at `TRIM_HORIZON`). A text none of these forms reads (an edit by
+//! at its first page, a shard at `TRIM_HORIZON`, unverified: rows written before `verified:`
+//! existed).
+//!
+//! # Verification of a shard not read yet
+//! A shard row with nothing read from it (`Latest`, `Verified`, or none) is read from
+//! `TRIM_HORIZON`, so records the stream trimmed before anyone read them would be lost
+//! unseen. Such a row keeps the time before which every record of the shard was delivered or
+//! is not needed ([`LeaseCheckpoint::verified_ms`], one process's `verified_at`,
+//! docs/streams.md §4.5): a worker taking it more than 23 h later stops on a gap
+//! (docs/coordination.md §11.11). `latest:<ms>` is verified at its own time. A text none of these forms reads (an edit by
 //! hand, a newer version's form) decodes to [`LeaseCheckpoint::Unknown`], so the row can still be
 //! listed, shown and reset; a worker that takes it stops, naming the row
 //! ([`LeaseCheckpoint::unreadable`]). The forms are pinned by golden tests: lease tables written
@@ -37,6 +47,16 @@ pub enum LeaseCheckpoint {
     Latest {
         /// The run's start, unix ms.
         since_ms: i64,
+    },
+    /// A shard not read yet, read from `TRIM_HORIZON`: every record of it created before
+    /// `at_ms` (unix ms) was delivered or is not needed (module docs, Verification). Written
+    /// when the leader creates the row and refreshed while its reader finds it empty.
+    Verified {
+        /// The verification time, unix ms.
+        at_ms: i64,
+        /// As [`LeaseCheckpoint::Latest`]'s `since_ms`, for a row that was `latest:`: records
+        /// created before it are dropped.
+        floor_ms: Option<i64>,
     },
     /// A shard read to its end, its last record acknowledged.
     ShardEnd,
@@ -69,7 +89,8 @@ impl CheckpointKind {
                 "a segment's cursor (its last key as attribute JSON, or done)"
             }
             CheckpointKind::Shard => {
-                "an unfinished shard's position (after:<sequence number>, latest:<unix ms>)"
+                "an unfinished shard's position (after:<sequence number>, latest:<unix ms>, \
+                 verified:<unix ms>)"
             }
             CheckpointKind::Presence => "no checkpoint",
         }
@@ -80,6 +101,8 @@ const DONE: &str = "done";
 const SHARD_END: &str = "end";
 const AFTER: &str = "after:";
 const LATEST: &str = "latest:";
+const VERIFIED: &str = "verified:";
+const FLOOR: &str = ",latest:";
 
 impl LeaseCheckpoint {
     /// The stored text.
@@ -89,6 +112,10 @@ impl LeaseCheckpoint {
             LeaseCheckpoint::Done => DONE.to_string(),
             LeaseCheckpoint::After(seq) => format!("{AFTER}{}", seq.as_str()),
             LeaseCheckpoint::Latest { since_ms } => format!("{LATEST}{since_ms}"),
+            LeaseCheckpoint::Verified { at_ms, floor_ms } => match floor_ms {
+                None => format!("{VERIFIED}{at_ms}"),
+                Some(floor_ms) => format!("{VERIFIED}{at_ms}{FLOOR}{floor_ms}"),
+            },
             LeaseCheckpoint::ShardEnd => SHARD_END.to_string(),
             LeaseCheckpoint::Settings(text) | LeaseCheckpoint::Unknown(text) => text.clone(),
         }
@@ -114,11 +141,38 @@ impl LeaseCheckpoint {
                         |_| unknown(),
                         |since_ms| LeaseCheckpoint::Latest { since_ms },
                     )
+                } else if let Some(rest) = text.strip_prefix(VERIFIED) {
+                    verified(rest).unwrap_or_else(unknown)
                 } else {
                     unknown()
                 }
             }
             CheckpointKind::Presence => unknown(),
+        }
+    }
+
+    /// A shard row with nothing read, verified at `at_ms`, keeping `floor_ms`.
+    pub fn verified(at_ms: i64, floor_ms: Option<i64>) -> LeaseCheckpoint {
+        LeaseCheckpoint::Verified { at_ms, floor_ms }
+    }
+
+    /// When a shard row with nothing read was last verified (unix ms, module docs): a
+    /// `Verified` row's time, a `Latest` row's own; `None` for every other checkpoint.
+    pub fn verified_ms(&self) -> Option<i64> {
+        match self {
+            LeaseCheckpoint::Latest { since_ms } => Some(*since_ms),
+            LeaseCheckpoint::Verified { at_ms, .. } => Some(*at_ms),
+            _ => None,
+        }
+    }
+
+    /// The floor of a shard row with nothing read (unix ms): records created before it are
+    /// dropped until the first one kept.
+    pub fn floor_ms(&self) -> Option<i64> {
+        match self {
+            LeaseCheckpoint::Latest { since_ms } => Some(*since_ms),
+            LeaseCheckpoint::Verified { floor_ms, .. } => *floor_ms,
+            _ => None,
         }
     }
 
@@ -136,6 +190,15 @@ impl LeaseCheckpoint {
              reset` once no worker runs to start the pipeline afresh"
         )
     }
+}
+
+/// `verified:`'s rest: `<ms>` or `<ms>,latest:<ms>`.
+fn verified(rest: &str) -> Option<LeaseCheckpoint> {
+    let (at, floor) = match rest.split_once(FLOOR) {
+        Some((at, floor)) => (at, Some(floor.parse().ok()?)),
+        None => (rest, None),
+    };
+    Some(LeaseCheckpoint::verified(at.parse().ok()?, floor))
 }
 
 #[cfg(test)]
@@ -173,6 +236,22 @@ mod tests {
                 "latest:1767225600000",
                 LeaseCheckpoint::Latest {
                     since_ms: 1_767_225_600_000,
+                },
+            ),
+            (
+                CheckpointKind::Shard,
+                "verified:1767225600000",
+                LeaseCheckpoint::Verified {
+                    at_ms: 1_767_225_600_000,
+                    floor_ms: None,
+                },
+            ),
+            (
+                CheckpointKind::Shard,
+                "verified:1767229200000,latest:1767225600000",
+                LeaseCheckpoint::Verified {
+                    at_ms: 1_767_229_200_000,
+                    floor_ms: Some(1_767_225_600_000),
                 },
             ),
             (CheckpointKind::Shard, "end", LeaseCheckpoint::ShardEnd),
@@ -216,6 +295,11 @@ mod tests {
             (CheckpointKind::Shard, "after:12a"),
             (CheckpointKind::Shard, "after:"),
             (CheckpointKind::Shard, "latest:soon"),
+            (CheckpointKind::Shard, "verified:"),
+            (CheckpointKind::Shard, "verified:soon"),
+            (CheckpointKind::Shard, "verified:5,latest:"),
+            (CheckpointKind::Shard, "verified:5,floor:4"),
+            (CheckpointKind::Segment, "verified:5"),
             (CheckpointKind::Shard, r#"{"pk":{"S":"k"}}"#),
             (CheckpointKind::Presence, "done"),
         ];
@@ -237,12 +321,34 @@ mod tests {
         assert!(message.contains("ddbpipe state reset"), "{message}");
     }
 
+    /// A row with nothing read says when it was verified: `latest:` at its own time, an old
+    /// row without a checkpoint (or a positioned one) not at all.
+    #[test]
+    fn a_shard_row_with_nothing_read_keeps_its_verification_and_floor() {
+        let latest = LeaseCheckpoint::Latest { since_ms: 7 };
+        assert_eq!(
+            (latest.verified_ms(), latest.floor_ms()),
+            (Some(7), Some(7))
+        );
+        let refreshed = LeaseCheckpoint::verified(9, latest.floor_ms());
+        assert_eq!(refreshed.encode(), "verified:9,latest:7");
+        assert_eq!(
+            (refreshed.verified_ms(), refreshed.floor_ms()),
+            (Some(9), Some(7))
+        );
+        let plain = LeaseCheckpoint::verified(9, None);
+        assert_eq!((plain.verified_ms(), plain.floor_ms()), (Some(9), None));
+        let after = LeaseCheckpoint::After(seq("1"));
+        assert_eq!((after.verified_ms(), after.floor_ms()), (None, None));
+    }
+
     #[test]
     fn only_the_ends_are_finished() {
         assert!(LeaseCheckpoint::Done.is_finished());
         assert!(LeaseCheckpoint::ShardEnd.is_finished());
         assert!(!LeaseCheckpoint::After(seq("1")).is_finished());
         assert!(!LeaseCheckpoint::Latest { since_ms: 0 }.is_finished());
+        assert!(!LeaseCheckpoint::verified(0, None).is_finished());
         assert!(!LeaseCheckpoint::Cursor(key("k")).is_finished());
     }
 }

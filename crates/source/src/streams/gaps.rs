@@ -64,20 +64,47 @@ pub fn recreated(stored: &StreamsPosition, current_arn: &str, table: &str) -> Op
     })
 }
 
+/// Layer 3 for one shard with nothing read, verified at `verified_s` (unix s): why records
+/// written since may have been trimmed by `now_s`, when more than [`STALE_AFTER_SECS`] passed.
+pub fn stale_since(shard: &ShardId, verified_s: i64, now_s: i64) -> Option<String> {
+    let since = now_s.saturating_sub(verified_s);
+    (since > STALE_AFTER_SECS).then(|| {
+        let hours = since / 3600;
+        format!(
+            "shard {shard} was last read {hours}h ago with nothing to read; records written \
+             since may have been trimmed"
+        )
+    })
+}
+
+/// Layer 2's second half: every described shard `known` does not hold whose parent is
+/// neither described nor known, with that parent, in id order.
+pub fn orphans(graph: &ShardGraph, known: impl Fn(&ShardId) -> bool) -> Vec<(&ShardId, &ShardId)> {
+    graph
+        .ids()
+        .filter(|id| !known(id))
+        .filter_map(|id| {
+            let parent = graph.get(id)?.parent.as_ref()?;
+            (!graph.contains(parent) && !known(parent)).then_some((id, parent))
+        })
+        .collect()
+}
+
+/// [`orphans`] as layer 2 says them: "shard <id>'s parent <p> expired unread".
+pub fn expired_parents(graph: &ShardGraph, known: impl Fn(&ShardId) -> bool) -> Vec<String> {
+    orphans(graph, known)
+        .into_iter()
+        .map(|(id, parent)| format!("shard {id}'s parent {parent} expired unread"))
+        .collect()
+}
+
 /// Layer 3: shards with nothing read whose retention may have run out.
 fn stale(stored: &StreamsPosition, now_s: i64, findings: &mut Findings) {
     let mut unverified = Vec::new();
     for (id, verified_at) in empty_shards(stored) {
         match verified_at {
             None => unverified.push(id.as_str()),
-            Some(at) if now_s.saturating_sub(at) > STALE_AFTER_SECS => {
-                let hours = now_s.saturating_sub(at) / 3600;
-                findings.reasons.push(format!(
-                    "shard {id} was last read {hours}h ago with nothing to read; records \
-                     written since may have been trimmed"
-                ));
-            }
-            Some(_) => {}
+            Some(at) => findings.reasons.extend(stale_since(id, at, now_s)),
         }
     }
     if !unverified.is_empty() {
@@ -112,16 +139,9 @@ pub fn check(
             .reasons
             .push(format!("shard {id} expired before it was fully read"));
     }
-    for id in graph.ids().filter(|id| !stored.knows(id)) {
-        if let Some(parent) = graph.get(id).and_then(|shard| shard.parent.as_ref())
-            && !graph.contains(parent)
-            && !stored.knows(parent)
-        {
-            findings
-                .reasons
-                .push(format!("shard {id}'s parent {parent} expired unread"));
-        }
-    }
+    findings
+        .reasons
+        .extend(expired_parents(graph, |id| stored.knows(id)));
     if findings.is_gap() {
         return findings;
     }
@@ -189,17 +209,34 @@ pub enum GapRemedy {
 /// The error text of a trim met while reading (docs/streams.md §4.6), whatever `on_gap` says,
 /// with `remedy`.
 pub fn trimmed_while_reading(shard: &ShardId, remedy: GapRemedy) -> String {
-    let what = match remedy {
-        GapRemedy::OnGap => "set on_gap: resnapshot or reset the position",
-        GapRemedy::StateReset => {
-            "a shared pipeline stops on a gap: run `ddbpipe state reset` once no worker runs, \
-             then start the workers again (a mirror takes a new snapshot)"
-        }
-    };
     format!(
         "shard {shard} was trimmed past the position being read (changes older than the 24 h \
-         retention are lost); {what}"
+         retention are lost); {}",
+        remedy.what()
     )
+}
+
+/// The error text of gaps a worker of a shared stream finds before reading (its leader's
+/// listing, a row it takes: docs/coordination.md §11.11): the layers' `reasons`, with `remedy`.
+pub fn found_before_reading(reasons: &[String], remedy: GapRemedy) -> String {
+    format!(
+        "cannot read the stream without losing changes: {}; {}",
+        reasons.join("; "),
+        remedy.what()
+    )
+}
+
+impl GapRemedy {
+    /// What the user does about a gap.
+    fn what(self) -> &'static str {
+        match self {
+            GapRemedy::OnGap => "set on_gap: resnapshot or reset the position",
+            GapRemedy::StateReset => {
+                "a shared pipeline stops on a gap: run `ddbpipe state reset` once no worker \
+                 runs, then start the workers again (a mirror takes a new snapshot)"
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -437,6 +474,21 @@ mod tests {
             "cannot resume table 'orders' without losing changes: shard s1 was trimmed past \
              sequence 5; shard s2 expired. Set on_gap: resnapshot, or reset the position with \
              `ddbpipe state reset pipes/orders.yaml`."
+        );
+    }
+
+    #[test]
+    fn a_gap_found_before_reading_joins_the_reasons_and_names_the_remedy() {
+        let reasons = vec![
+            "shard c's parent p expired unread".to_string(),
+            "shard d's parent q expired unread".to_string(),
+        ];
+        assert_eq!(
+            found_before_reading(&reasons, GapRemedy::StateReset),
+            "cannot read the stream without losing changes: shard c's parent p expired unread; \
+             shard d's parent q expired unread; a shared pipeline stops on a gap: run `ddbpipe \
+             state reset` once no worker runs, then start the workers again (a mirror takes a \
+             new snapshot)"
         );
     }
 

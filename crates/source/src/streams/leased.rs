@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use tokio::sync::{Semaphore, mpsc};
 
+use super::gaps;
 use super::handover::{Handed, Handover};
 use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError, StreamReads};
 use crate::api::{StartAt, StreamsApi};
@@ -17,14 +18,45 @@ use crate::retry::Cancel;
 
 /// Where a shard whose lease row is at `checkpoint` is read from: the iterator's start and the
 /// floor below which records are dropped (`Latest`: a first run from `latest`, read from
-/// `TRIM_HORIZON` so that a take-over before the first checkpoint loses nothing). `None`: the
-/// checkpoint is not an unfinished shard's.
+/// `TRIM_HORIZON` so that a take-over before the first checkpoint loses nothing; `Verified`
+/// keeps that floor). `None`: the checkpoint is not an unfinished shard's.
 pub fn leased_start(checkpoint: Option<&LeaseCheckpoint>) -> Option<(StartAt, Option<i64>)> {
     match checkpoint {
         None => Some((StartAt::TrimHorizon, None)),
         Some(LeaseCheckpoint::After(seq)) => Some((StartAt::After(seq.clone()), None)),
-        Some(LeaseCheckpoint::Latest { since_ms }) => Some((StartAt::TrimHorizon, Some(*since_ms))),
+        Some(at @ (LeaseCheckpoint::Latest { .. } | LeaseCheckpoint::Verified { .. })) => {
+            Some((StartAt::TrimHorizon, at.floor_ms()))
+        }
         Some(_) => None,
+    }
+}
+
+/// Whether a shard row at `checkpoint` has nothing read yet (it starts at `TRIM_HORIZON`):
+/// what its verification is about (docs/coordination.md §11.11).
+pub fn unread(checkpoint: Option<&LeaseCheckpoint>) -> bool {
+    matches!(leased_start(checkpoint), Some((StartAt::TrimHorizon, _)))
+}
+
+/// Why a worker about to read a shard row at `checkpoint` stops, at `now_ms`: nothing read
+/// from it and its verification older than [`gaps::STALE_AFTER_SECS`] (docs/streams.md §4.5
+/// layer 3 for a lease row), so records the stream trimmed since would be lost unseen.
+/// `Err(None)`: a row with nothing read and no verification (written by an earlier version),
+/// which cannot be checked and is read with a warning, as one process reads such a shard.
+pub fn stale_row(
+    shard: &ShardId,
+    checkpoint: Option<&LeaseCheckpoint>,
+    now_ms: i64,
+) -> Result<(), Option<String>> {
+    if !unread(checkpoint) {
+        return Ok(());
+    }
+    let verified_ms = checkpoint
+        .and_then(LeaseCheckpoint::verified_ms)
+        .ok_or(None)?;
+    let now_s = now_ms.div_euclid(1000);
+    match gaps::stale_since(shard, verified_ms.div_euclid(1000), now_s) {
+        Some(reason) => Err(Some(reason)),
+        None => Ok(()),
     }
 }
 
@@ -143,12 +175,55 @@ mod tests {
             leased_start(Some(&LeaseCheckpoint::Latest { since_ms: 42 })),
             Some((StartAt::TrimHorizon, Some(42)))
         );
+        assert_eq!(
+            leased_start(Some(&LeaseCheckpoint::verified(50, Some(42)))),
+            Some((StartAt::TrimHorizon, Some(42)))
+        );
+        assert_eq!(
+            leased_start(Some(&LeaseCheckpoint::verified(50, None))),
+            Some((StartAt::TrimHorizon, None))
+        );
         for other in [
             LeaseCheckpoint::ShardEnd,
             LeaseCheckpoint::Done,
             LeaseCheckpoint::Unknown("7".into()),
         ] {
             assert_eq!(leased_start(Some(&other)), None, "{other:?}");
+        }
+    }
+
+    /// A row with nothing read whose verification is more than 23 h old stops its taker; a
+    /// positioned or finished row is never stale; a row without a verification cannot be
+    /// checked.
+    #[test]
+    fn a_row_with_nothing_read_is_stale_23_hours_after_its_verification() {
+        let shard = ShardId::new("s1");
+        let now_ms = 1_767_225_600_000;
+        let limit_ms = gaps::STALE_AFTER_SECS * 1000;
+        let at = |ms: i64| LeaseCheckpoint::verified(ms, None);
+        assert_eq!(
+            stale_row(&shard, Some(&at(now_ms - limit_ms)), now_ms),
+            Ok(())
+        );
+        let stale = stale_row(&shard, Some(&at(now_ms - limit_ms - 1000)), now_ms);
+        assert_eq!(
+            stale,
+            Err(Some(
+                "shard s1 was last read 23h ago with nothing to read; records written since \
+                 may have been trimmed"
+                    .to_string()
+            ))
+        );
+        let latest = LeaseCheckpoint::Latest {
+            since_ms: now_ms - 25 * 3_600_000,
+        };
+        assert!(
+            matches!(stale_row(&shard, Some(&latest), now_ms), Err(Some(reason)) if reason.contains("25h ago"))
+        );
+        assert_eq!(stale_row(&shard, None, now_ms), Err(None));
+        let seq = SequenceNumber::parse("000000000000000000123").unwrap();
+        for read in [LeaseCheckpoint::After(seq), LeaseCheckpoint::ShardEnd] {
+            assert_eq!(stale_row(&shard, Some(&read), now_ms), Ok(()), "{read:?}");
         }
     }
 }
