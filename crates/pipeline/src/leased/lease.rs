@@ -266,7 +266,6 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     mark: super::units::SnapshotMark,
     batch: &Batch,
 ) -> Result<bool, RunError> {
-    let _writing = ddbpipe_source::health::Writing::begin();
     if !sink.fences() {
         sink.write(batch, None).await?;
         return Ok(true);

@@ -25,7 +25,9 @@ use ddbpipe_source::streams::handover::Handed;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::{AbortOnDrop, Lane, Progress, RunError, engine_failed, scheduler_failed, sleep_until};
+use super::{
+    AbortOnDrop, Lane, Progress, RunError, engine_failed, failed, scheduler_failed, start_read,
+};
 use crate::batch::BatchLimits;
 use crate::checkpoint::Checkpointer;
 use crate::sink::Sink;
@@ -57,22 +59,14 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     stop: Cancel,
     progress: &dyn Progress,
 ) -> Result<TogetherOutcome, RunError> {
-    let (read_stop, read_cancel) = Cancel::new();
-    let (tx, mut pages) = mpsc::channel(reader.in_flight());
-    let done = checkpointer.position().done.clone();
-    let cursors = checkpointer.position().cursors.clone();
     let limiter = reader.limiter();
-    let mut read_task = AbortOnDrop(tokio::spawn(
-        reader
-            .read(done, cursors, tx, read_cancel)
-            .in_current_span(),
-    ));
+    let (mut read_task, read_stop, mut pages) = start_read(reader, checkpointer, 0);
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 
     let mut scan = Lane::new(limits);
     let mut stream = Lane::new(limits);
-    let scanned = |written| progress.advanced(written, limiter.total_units());
-    let streamed = |_| {};
+    let scanned = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
+    let streamed = |_, _: &Checkpointer| {};
     let mut stopping = false;
     let mut pages_open = true;
     let mut handed_open = true;
@@ -102,7 +96,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             page = pages.recv(), if pages_open => match page {
                 Some(page) => {
                     let full = scan.batcher.push(page);
-                    scan.deliver_all(sink, checkpointer, full, &scanned).await?;
+                    scan.deliver_all(checkpointer, sink, full, &scanned).await?;
                 }
                 None => pages_open = false,
             },
@@ -116,35 +110,27 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             next = handed.recv(), if handed_open && !engine_ended => match next {
                 Some(next) => {
                     let full = stream.batcher.push_handed(next);
-                    stream.deliver_all(sink, checkpointer, full, &streamed).await?;
+                    stream.deliver_all(checkpointer, sink, full, &streamed).await?;
                 }
                 // The engine dropped its hand-over: its result follows.
                 None => handed_open = false,
             },
-            () = sleep_until(scan.deadline), if scan.deadline.is_some() => {
-                scan.finish(sink, checkpointer, &scanned).await?;
-            }
-            () = sleep_until(stream.deadline), if stream.deadline.is_some() => {
-                stream.finish(sink, checkpointer, &streamed).await?;
-            }
+            () = scan.lingered() => scan.finish(checkpointer, sink, &scanned).await?,
+            () = stream.lingered() => stream.finish(checkpointer, sink, &streamed).await?,
         }
     };
     if let Some(error) = failure {
-        ddbpipe_source::health::failed(&error);
-        drop(scan.batcher.take());
-        drop(stream.batcher.take());
         engine_stop.cancel();
-        checkpointer.flush().await?;
-        return Err(error);
+        return Err(failed(error, &mut [&mut scan, &mut stream], checkpointer).await?);
     }
 
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
-    scan.finish(sink, checkpointer, &scanned).await?;
+    scan.finish(checkpointer, sink, &scanned).await?;
     engine_stop.cancel();
     if !engine_ended {
         let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
         if let Err(error) = ended {
-            drop(stream.batcher.take());
+            stream.drop_pending();
             checkpointer.flush().await?;
             return Err(error.into());
         }
@@ -152,10 +138,10 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     while let Ok(next) = handed.try_recv() {
         let full = stream.batcher.push_handed(next);
         stream
-            .deliver_all(sink, checkpointer, full, &streamed)
+            .deliver_all(checkpointer, sink, full, &streamed)
             .await?;
     }
-    stream.finish(sink, checkpointer, &streamed).await?;
+    stream.finish(checkpointer, sink, &streamed).await?;
 
     // The loop ends on a stop or when the scan task ended and handed over every page.
     let outcome = TogetherOutcome {

@@ -1,0 +1,201 @@
+//! A lane of batches into the sink, the one delivery loop under every run: a single process's
+//! scan or stream, both sides of a scan and stream read together, a worker's leased units
+//! (`crate::leased`). The lane cuts what is read into batches, hands a partial one over after
+//! its linger, writes each batch, tells its acknowledgement and counts it; what differs between
+//! runs is the lane's [`Commit`] side: where a batch's positions are committed (the run's
+//! [`Checkpointer`]; a worker's lease rows) and whether a write may be refused by a fence.
+//!
+//! # Rules
+//! 1. Batches are written one at a time, in the order they were cut, and a batch's positions
+//!    are committed only once the sink acknowledged it: what is committed is always an
+//!    acknowledged prefix (docs/scan.md §2.5).
+//! 2. A partial batch is handed over [`BATCH_LINGER`] after its first record or position.
+//! 3. A lane cut by hand-over ([`Lane::by_hand_over`], for a sink that keeps lease fences) makes
+//!    every hand-over a batch of its own: one unit's, written with that unit's fence.
+//! 4. A batch refused by its fence ([`Wrote::Fenced`]) is neither committed, told nor counted.
+//! 5. On a failure the batch being assembled is dropped ([`Lane::drop_pending`]); what was
+//!    acknowledged stays committed.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::RunError;
+use crate::batch::{Batch, BatchLimits, Batcher};
+use crate::checkpoint::Checkpointer;
+use crate::events::BatchAcknowledged;
+use crate::sink::{Sink, Staged};
+
+/// A batch is handed over at the latest this long after its first record or position.
+pub(crate) const BATCH_LINGER: Duration = Duration::from_secs(1);
+
+/// What became of a batch given to the sink.
+pub(crate) enum Wrote {
+    /// The sink acknowledged it.
+    Acknowledged,
+    /// It holds nothing to write (positions only): its positions are committed all the same.
+    Nothing,
+    /// Its fence holds a newer owner's counter: nothing was written, and its unit is lost.
+    Fenced,
+}
+
+/// The commit side of a lane: what the sink writes with a batch, how it is written, and where
+/// its positions go once it is acknowledged.
+pub(crate) trait Commit: Send {
+    /// What a batch's positions are, from before its write until they are committed.
+    type Staged: Send + Sync;
+
+    /// The positions `batch` reaches, before it is written.
+    fn staged(&mut self, batch: &Batch) -> Self::Staged;
+
+    /// Writes `batch` into `sink` with what was staged for it.
+    fn write<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        batch: &Batch,
+        staged: &Self::Staged,
+    ) -> impl Future<Output = Result<Wrote, RunError>> + Send;
+
+    /// Commits the positions of a batch that was acknowledged (or had nothing to write).
+    fn commit(
+        &mut self,
+        batch: &Batch,
+        staged: Self::Staged,
+    ) -> impl Future<Output = Result<(), RunError>> + Send;
+}
+
+/// A single process's lane commits to its checkpointer: the position goes into the sink's
+/// transaction with the rows when the sink keeps it, else into the state file when due.
+impl Commit for Checkpointer {
+    type Staged = Option<Staged>;
+
+    fn staged(&mut self, batch: &Batch) -> Option<Staged> {
+        self.stage(batch)
+    }
+
+    async fn write<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        batch: &Batch,
+        staged: &Option<Staged>,
+    ) -> Result<Wrote, RunError> {
+        sink.write(batch, staged.as_ref()).await?;
+        Ok(Wrote::Acknowledged)
+    }
+
+    async fn commit(&mut self, batch: &Batch, staged: Option<Staged>) -> Result<(), RunError> {
+        Ok(self.acknowledged(batch, staged).await?)
+    }
+}
+
+/// Told the lane's records written after each acknowledged batch, with the lane's commit side.
+pub(crate) type Report<'a, C> = dyn Fn(u64, &C) + Send + Sync + 'a;
+
+/// One flow of batches into the sink (module docs).
+pub(crate) struct Lane {
+    /// Where reads are cut into batches; the full ones go to [`deliver_all`](Self::deliver_all).
+    pub(crate) batcher: Batcher,
+    /// Every hand-over is a batch (rule 3).
+    by_hand_over: bool,
+    /// When the partial batch is handed over.
+    deadline: Option<Instant>,
+    /// Records written and acknowledged.
+    pub(crate) written: u64,
+}
+
+impl Lane {
+    /// A lane whose batches grow to `limits`.
+    pub(crate) fn new(limits: BatchLimits) -> Self {
+        Lane {
+            batcher: Batcher::new(limits),
+            by_hand_over: false,
+            deadline: None,
+            written: 0,
+        }
+    }
+
+    /// A lane whose every hand-over is a batch of its own (rule 3).
+    pub(crate) fn by_hand_over() -> Self {
+        Lane {
+            by_hand_over: true,
+            ..Lane::new(BatchLimits::UNBOUNDED)
+        }
+    }
+
+    /// Ready once the partial batch's linger is up; never while nothing waits.
+    pub(crate) async fn lingered(&self) {
+        match self.deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A failure: the batch being assembled is dropped (rule 5).
+    pub(crate) fn drop_pending(&mut self) {
+        drop(self.batcher.take());
+        self.deadline = None;
+    }
+
+    /// Writes the batches a read filled, in order, then (cut by hand-over) what is left, and
+    /// arms the linger timer for what waits.
+    pub(crate) async fn deliver_all<C: Commit, S: Sink>(
+        &mut self,
+        to: &mut C,
+        sink: &mut S,
+        full: Vec<Batch>,
+        report: &Report<'_, C>,
+    ) -> Result<(), RunError> {
+        for batch in full {
+            self.deliver(to, sink, &batch, report).await?;
+        }
+        if self.by_hand_over
+            && let Some(batch) = self.batcher.take()
+        {
+            self.deliver(to, sink, &batch, report).await?;
+        }
+        self.deadline = match (self.batcher.has_pending(), self.deadline) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now() + BATCH_LINGER),
+            (true, Some(at)) => Some(at),
+        };
+        Ok(())
+    }
+
+    /// Hands over the batch being assembled (its linger is up, or the run ends).
+    pub(crate) async fn finish<C: Commit, S: Sink>(
+        &mut self,
+        to: &mut C,
+        sink: &mut S,
+        report: &Report<'_, C>,
+    ) -> Result<(), RunError> {
+        let batch = self.batcher.take();
+        self.deliver_all(to, sink, batch.into_iter().collect(), report)
+            .await
+    }
+
+    /// Writes one batch, then commits its positions (rules 1 and 4).
+    async fn deliver<C: Commit, S: Sink>(
+        &mut self,
+        to: &mut C,
+        sink: &mut S,
+        batch: &Batch,
+        report: &Report<'_, C>,
+    ) -> Result<(), RunError> {
+        let staged = to.staged(batch);
+        let writing = ddbpipe_source::health::Writing::begin();
+        let wrote = to.write(sink, batch, &staged).await?;
+        drop(writing);
+        match wrote {
+            Wrote::Fenced => Ok(()),
+            Wrote::Nothing => to.commit(batch, staged).await,
+            Wrote::Acknowledged => {
+                to.commit(batch, staged).await?;
+                BatchAcknowledged { batch }.emit();
+                self.written += batch.records.len() as u64;
+                report(self.written, to);
+                Ok(())
+            }
+        }
+    }
+}
