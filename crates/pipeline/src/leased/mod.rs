@@ -57,7 +57,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::batch::Batch;
-use crate::runner::{Commit, Lane, Progress, Report, RunError, Wrote};
+use crate::runner::{Commit, Lane, Progress, RunError, Wrote};
 use crate::sink::Sink;
 use crate::state::identity::Identity;
 use lease::{Checkpointed, Rounds, Took};
@@ -183,22 +183,16 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
         };
         let mut rounds = Rounds::new(run.origin, run.worker.settings().renew_interval());
         let mut keeper = run.worker.keeper().spawn(rounds.clock());
+        let report =
+            |written, run: &Run<U, T>| progress.advanced(written, run.units.capacity_units());
         // A fencing sink gets one unit per batch (module docs, Fencing).
         let mut lane = if sink.fences() {
-            Lane::by_hand_over()
+            Lane::by_hand_over(&report)
         } else {
-            Lane::new(run.units.limits())
+            Lane::new(run.units.limits(), &report)
         };
         let result = run
-            .drive(
-                &mut lane,
-                sink,
-                rx,
-                &stop,
-                progress,
-                &mut rounds,
-                &mut keeper,
-            )
+            .drive(&mut lane, sink, rx, &stop, &mut rounds, &mut keeper)
             .await;
         // Whatever happened, what was acknowledged is checkpointed and the leases handed back,
         // so the other workers take them at their next round instead of after expiry.
@@ -226,18 +220,15 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
     }
 
     /// The loop; returns the kind's end.
-    #[allow(clippy::too_many_arguments)] // The loop's inputs, passed once.
     async fn drive<S: Sink>(
         &mut self,
-        lane: &mut Lane,
+        lane: &mut Lane<'_, Self>,
         sink: &mut S,
         mut rx: mpsc::Receiver<(u64, UnitId, U::Read)>,
         stop: &Cancel,
-        progress: &dyn Progress,
         rounds: &mut Rounds,
         keeper: &mut KeeperHandle,
     ) -> Result<U::End, RunError> {
-        let report = |written, run: &Self| progress.advanced(written, run.units.capacity_units());
         let end = loop {
             if std::mem::take(&mut self.finished_one) {
                 rounds.soon();
@@ -263,9 +254,9 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
                 }
                 read = rx.recv() => {
                     let Some((generation, unit, read)) = read else { break self.units.stopped() };
-                    self.received(lane, sink, generation, &unit, read, &report).await?;
+                    self.received(lane, sink, generation, &unit, read).await?;
                 }
-                () = lane.lingered() => lane.finish(self, sink, &report).await?,
+                () = lane.lingered() => lane.finish(self, sink).await?,
             }
         };
         // Ending: reading stops, what was read is written.
@@ -280,15 +271,14 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             tokio::select! {
                 Some(joined) = self.tasks.join_next_with_id() => self.joined(joined)?,
                 Some((generation, unit, read)) = rx.recv() => {
-                    self.received(lane, sink, generation, &unit, read, &report).await?;
+                    self.received(lane, sink, generation, &unit, read).await?;
                 }
             }
         }
         while let Ok((generation, unit, read)) = rx.try_recv() {
-            self.received(lane, sink, generation, &unit, read, &report)
-                .await?;
+            self.received(lane, sink, generation, &unit, read).await?;
         }
-        lane.finish(self, sink, &report).await?;
+        lane.finish(self, sink).await?;
         Ok(end)
     }
 
@@ -486,12 +476,11 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
     /// hand-over). What a holding that is lost handed over is dropped (module docs, 4).
     async fn received<S: Sink>(
         &mut self,
-        lane: &mut Lane,
+        lane: &mut Lane<'_, Self>,
         sink: &mut S,
         generation: u64,
         unit: &UnitId,
         read: U::Read,
-        report: &Report<'_, Self>,
     ) -> Result<(), RunError> {
         let current = self
             .held
@@ -501,7 +490,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             return Ok(());
         }
         let full = self.units.push(&mut lane.batcher, read);
-        lane.deliver_all(self, sink, full, report).await
+        lane.deliver_all(self, sink, full).await
     }
 
     /// Checkpoints the held units whose acknowledged position is newer than their row: ended
@@ -572,34 +561,31 @@ impl<U: Units, T: LeaseTable> Commit for Run<U, T> {
     /// The positions the batch reaches, per unit, in its order.
     type Staged = Vec<(UnitId, LeaseCheckpoint)>;
 
-    fn staged(&mut self, batch: &Batch) -> Self::Staged {
-        self.units.marks(batch)
-    }
-
     async fn write<S: Sink>(
         &mut self,
         sink: &mut S,
         batch: &Batch,
-        marks: &Self::Staged,
-    ) -> Result<Wrote, RunError> {
+    ) -> Result<Wrote<Self::Staged>, RunError> {
+        let marks = self.units.marks(batch);
         if !self.units.writes(batch) {
-            return Ok(Wrote::Nothing);
+            return Ok(Wrote::Nothing(marks));
         }
-        // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
-        let unit = marks.first().map(|(unit, _)| unit.clone());
-        let position = marks.last().map(|(_, at)| at.clone());
-        let mark = unit
-            .as_ref()
-            .map(|unit| self.units.snapshot_of(unit))
-            .unwrap_or_default();
-        if !lease::write(&self.worker, sink, unit.clone(), position, mark, batch).await? {
-            if let Some(unit) = unit {
-                self.lose(&unit, &LostReason::Taken);
+        if !sink.fences() {
+            sink.write(batch, None).await?;
+        } else {
+            // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
+            let Some((unit, _)) = marks.first() else {
+                return Ok(Wrote::Fenced);
+            };
+            let position = marks.last().map(|(_, at)| at.clone());
+            let mark = self.units.snapshot_of(unit);
+            if !lease::write(&self.worker, sink, batch, unit, position, mark).await? {
+                self.lose(unit, &LostReason::Taken);
+                return Ok(Wrote::Fenced);
             }
-            return Ok(Wrote::Fenced);
         }
         self.units.written(batch);
-        Ok(Wrote::Acknowledged)
+        Ok(Wrote::Acknowledged(marks))
     }
 
     /// Records the positions an acknowledged batch reaches; checkpoints what is due.

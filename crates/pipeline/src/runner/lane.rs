@@ -30,32 +30,28 @@ use crate::sink::{Sink, Staged};
 /// A batch is handed over at the latest this long after its first record or position.
 pub(crate) const BATCH_LINGER: Duration = Duration::from_secs(1);
 
-/// What became of a batch given to the sink.
-pub(crate) enum Wrote {
+/// What became of a batch given to the sink, with the positions it reaches (`P`).
+pub(crate) enum Wrote<P> {
     /// The sink acknowledged it.
-    Acknowledged,
+    Acknowledged(P),
     /// It holds nothing to write (positions only): its positions are committed all the same.
-    Nothing,
+    Nothing(P),
     /// Its fence holds a newer owner's counter: nothing was written, and its unit is lost.
     Fenced,
 }
 
-/// The commit side of a lane: what the sink writes with a batch, how it is written, and where
+/// The commit side of a lane: how a batch is written, with what of its positions, and where
 /// its positions go once it is acknowledged.
 pub(crate) trait Commit: Send {
-    /// What a batch's positions are, from before its write until they are committed.
-    type Staged: Send + Sync;
+    /// The positions a batch reaches, from its write until they are committed.
+    type Staged: Send;
 
-    /// The positions `batch` reaches, before it is written.
-    fn staged(&mut self, batch: &Batch) -> Self::Staged;
-
-    /// Writes `batch` into `sink` with what was staged for it.
+    /// Writes `batch` into `sink`.
     fn write<S: Sink>(
         &mut self,
         sink: &mut S,
         batch: &Batch,
-        staged: &Self::Staged,
-    ) -> impl Future<Output = Result<Wrote, RunError>> + Send;
+    ) -> impl Future<Output = Result<Wrote<Self::Staged>, RunError>> + Send;
 
     /// Commits the positions of a batch that was acknowledged (or had nothing to write).
     fn commit(
@@ -70,18 +66,14 @@ pub(crate) trait Commit: Send {
 impl Commit for Checkpointer {
     type Staged = Option<Staged>;
 
-    fn staged(&mut self, batch: &Batch) -> Option<Staged> {
-        self.stage(batch)
-    }
-
     async fn write<S: Sink>(
         &mut self,
         sink: &mut S,
         batch: &Batch,
-        staged: &Option<Staged>,
-    ) -> Result<Wrote, RunError> {
+    ) -> Result<Wrote<Option<Staged>>, RunError> {
+        let staged = self.stage(batch);
         sink.write(batch, staged.as_ref()).await?;
-        Ok(Wrote::Acknowledged)
+        Ok(Wrote::Acknowledged(staged))
     }
 
     async fn commit(&mut self, batch: &Batch, staged: Option<Staged>) -> Result<(), RunError> {
@@ -89,11 +81,11 @@ impl Commit for Checkpointer {
     }
 }
 
-/// Told the lane's records written after each acknowledged batch, with the lane's commit side.
-pub(crate) type Report<'a, C> = dyn Fn(u64, &C) + Send + Sync + 'a;
+/// Told the lane's records written after each acknowledged batch, with its commit side.
+pub(crate) type Report<'a, C> = dyn Fn(u64, &C) + Sync + 'a;
 
-/// One flow of batches into the sink (module docs).
-pub(crate) struct Lane {
+/// One flow of batches into the sink (module docs), committed through a `C`.
+pub(crate) struct Lane<'a, C> {
     /// Where reads are cut into batches; the full ones go to [`deliver_all`](Self::deliver_all).
     pub(crate) batcher: Batcher,
     /// Every hand-over is a batch (rule 3).
@@ -102,24 +94,26 @@ pub(crate) struct Lane {
     deadline: Option<Instant>,
     /// Records written and acknowledged.
     pub(crate) written: u64,
+    report: &'a Report<'a, C>,
 }
 
-impl Lane {
+impl<'a, C: Commit> Lane<'a, C> {
     /// A lane whose batches grow to `limits`.
-    pub(crate) fn new(limits: BatchLimits) -> Self {
+    pub(crate) fn new(limits: BatchLimits, report: &'a Report<'a, C>) -> Self {
         Lane {
             batcher: Batcher::new(limits),
             by_hand_over: false,
             deadline: None,
             written: 0,
+            report,
         }
     }
 
     /// A lane whose every hand-over is a batch of its own (rule 3).
-    pub(crate) fn by_hand_over() -> Self {
+    pub(crate) fn by_hand_over(report: &'a Report<'a, C>) -> Self {
         Lane {
             by_hand_over: true,
-            ..Lane::new(BatchLimits::UNBOUNDED)
+            ..Lane::new(BatchLimits::UNBOUNDED, report)
         }
     }
 
@@ -139,20 +133,19 @@ impl Lane {
 
     /// Writes the batches a read filled, in order, then (cut by hand-over) what is left, and
     /// arms the linger timer for what waits.
-    pub(crate) async fn deliver_all<C: Commit, S: Sink>(
+    pub(crate) async fn deliver_all<S: Sink>(
         &mut self,
         to: &mut C,
         sink: &mut S,
         full: Vec<Batch>,
-        report: &Report<'_, C>,
     ) -> Result<(), RunError> {
         for batch in full {
-            self.deliver(to, sink, &batch, report).await?;
+            self.deliver(to, sink, &batch).await?;
         }
         if self.by_hand_over
             && let Some(batch) = self.batcher.take()
         {
-            self.deliver(to, sink, &batch, report).await?;
+            self.deliver(to, sink, &batch).await?;
         }
         self.deadline = match (self.batcher.has_pending(), self.deadline) {
             (false, _) => None,
@@ -163,37 +156,34 @@ impl Lane {
     }
 
     /// Hands over the batch being assembled (its linger is up, or the run ends).
-    pub(crate) async fn finish<C: Commit, S: Sink>(
+    pub(crate) async fn finish<S: Sink>(
         &mut self,
         to: &mut C,
         sink: &mut S,
-        report: &Report<'_, C>,
     ) -> Result<(), RunError> {
         let batch = self.batcher.take();
-        self.deliver_all(to, sink, batch.into_iter().collect(), report)
+        self.deliver_all(to, sink, batch.into_iter().collect())
             .await
     }
 
     /// Writes one batch, then commits its positions (rules 1 and 4).
-    async fn deliver<C: Commit, S: Sink>(
+    async fn deliver<S: Sink>(
         &mut self,
         to: &mut C,
         sink: &mut S,
         batch: &Batch,
-        report: &Report<'_, C>,
     ) -> Result<(), RunError> {
-        let staged = to.staged(batch);
         let writing = ddbpipe_source::health::Writing::begin();
-        let wrote = to.write(sink, batch, &staged).await?;
+        let wrote = to.write(sink, batch).await?;
         drop(writing);
         match wrote {
             Wrote::Fenced => Ok(()),
-            Wrote::Nothing => to.commit(batch, staged).await,
-            Wrote::Acknowledged => {
+            Wrote::Nothing(staged) => to.commit(batch, staged).await,
+            Wrote::Acknowledged(staged) => {
                 to.commit(batch, staged).await?;
                 BatchAcknowledged { batch }.emit();
                 self.written += batch.records.len() as u64;
-                report(self.written, to);
+                (self.report)(self.written, to);
                 Ok(())
             }
         }

@@ -2,9 +2,8 @@
 //! checkpoint.
 //!
 //! # Ordering
-//! Pages arrive from the segment tasks through a bounded channel, are cut into batches, and
-//! each batch is written to the sink and acknowledged before the next one; only then are its
-//! positions applied. So the committed position is always a contiguous acknowledged prefix.
+//! Pages arrive from the segment tasks through a bounded channel into the run's `Lane`
+//! (`lane.rs`, rule 1): the committed position is always a contiguous acknowledged prefix.
 //!
 //! # Stopping (docs/cli.md §8.5)
 //! - `stop` (first SIGINT/SIGTERM): reading stops (in-flight requests are cancelled), pages
@@ -36,7 +35,7 @@ use crate::state::StateError;
 mod lane;
 mod together;
 
-pub(crate) use lane::{Commit, Lane, Report, Wrote};
+pub(crate) use lane::{Commit, Lane, Wrote};
 pub use together::{TogetherOutcome, run_together};
 
 /// Why a run failed.
@@ -142,7 +141,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     let (mut read_task, read_stop, mut rx) = start_read(reader, checkpointer, batch_pages(limits));
 
     let report = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
-    let mut lane = Lane::new(limits);
+    let mut lane = Lane::new(limits, &report);
     let mut stopping = false;
     let mut read_result: Option<Result<(), ReadError>> = None;
     let mut read = 0u64;
@@ -166,7 +165,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
                 Some(page) => {
                     read += page.records.len() as u64;
                     let full = lane.batcher.push(page);
-                    lane.deliver_all(checkpointer, sink, full, &report).await?;
+                    lane.deliver_all(checkpointer, sink, full).await?;
                 }
                 None => {
                     if read_result.is_some() {
@@ -178,7 +177,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
                     break;
                 }
             },
-            () = lane.lingered() => lane.finish(checkpointer, sink, &report).await?,
+            () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
     }
 
@@ -189,7 +188,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
         Err(error) => return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?),
         Ok(()) => {}
     }
-    lane.finish(checkpointer, sink, &report).await?;
+    lane.finish(checkpointer, sink).await?;
     let written = lane.written;
     let completed = !stopping && read_task.0.is_finished();
     let segments_done = checkpointer.position().done.count();
@@ -264,7 +263,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
 ) -> Result<StreamOutcome, RunError> {
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
     let report = |written, _: &Checkpointer| progress.advanced(written, 0.0);
-    let mut lane = Lane::new(limits);
+    let mut lane = Lane::new(limits, &report);
     let ended = loop {
         tokio::select! {
             biased;
@@ -277,9 +276,9 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
                     break (&mut engine_task.0).await.unwrap_or_else(engine_failed);
                 };
                 let full = lane.batcher.push_handed(next);
-                lane.deliver_all(checkpointer, sink, full, &report).await?;
+                lane.deliver_all(checkpointer, sink, full).await?;
             }
-            () = lane.lingered() => lane.finish(checkpointer, sink, &report).await?,
+            () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
     };
     let end = match ended {
@@ -289,9 +288,9 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     // What was handed over before the end is written and committed.
     while let Ok(next) = handed.try_recv() {
         let full = lane.batcher.push_handed(next);
-        lane.deliver_all(checkpointer, sink, full, &report).await?;
+        lane.deliver_all(checkpointer, sink, full).await?;
     }
-    lane.finish(checkpointer, sink, &report).await?;
+    lane.finish(checkpointer, sink).await?;
     checkpointer.flush().await?;
     Ok(StreamOutcome {
         written: lane.written,
@@ -303,7 +302,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
 /// committed. Returns the error to report (or the state error that hid it).
 async fn failed(
     error: RunError,
-    lanes: &mut [&mut Lane],
+    lanes: &mut [&mut Lane<'_, Checkpointer>],
     checkpointer: &mut Checkpointer,
 ) -> Result<RunError, RunError> {
     ddbpipe_source::health::failed(&error);

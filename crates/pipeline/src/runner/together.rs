@@ -63,10 +63,9 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     let (mut read_task, read_stop, mut pages) = start_read(reader, checkpointer, 0);
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 
-    let mut scan = Lane::new(limits);
-    let mut stream = Lane::new(limits);
     let scanned = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
-    let streamed = |_, _: &Checkpointer| {};
+    let mut scan = Lane::new(limits, &scanned);
+    let mut stream = Lane::new(limits, &|_, _: &Checkpointer| {});
     let mut stopping = false;
     let mut pages_open = true;
     let mut handed_open = true;
@@ -96,7 +95,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             page = pages.recv(), if pages_open => match page {
                 Some(page) => {
                     let full = scan.batcher.push(page);
-                    scan.deliver_all(checkpointer, sink, full, &scanned).await?;
+                    scan.deliver_all(checkpointer, sink, full).await?;
                 }
                 None => pages_open = false,
             },
@@ -110,13 +109,13 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             next = handed.recv(), if handed_open && !engine_ended => match next {
                 Some(next) => {
                     let full = stream.batcher.push_handed(next);
-                    stream.deliver_all(checkpointer, sink, full, &streamed).await?;
+                    stream.deliver_all(checkpointer, sink, full).await?;
                 }
                 // The engine dropped its hand-over: its result follows.
                 None => handed_open = false,
             },
-            () = scan.lingered() => scan.finish(checkpointer, sink, &scanned).await?,
-            () = stream.lingered() => stream.finish(checkpointer, sink, &streamed).await?,
+            () = scan.lingered() => scan.finish(checkpointer, sink).await?,
+            () = stream.lingered() => stream.finish(checkpointer, sink).await?,
         }
     };
     if let Some(error) = failure {
@@ -125,7 +124,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     }
 
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
-    scan.finish(checkpointer, sink, &scanned).await?;
+    scan.finish(checkpointer, sink).await?;
     engine_stop.cancel();
     if !engine_ended {
         let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
@@ -137,11 +136,9 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     }
     while let Ok(next) = handed.try_recv() {
         let full = stream.batcher.push_handed(next);
-        stream
-            .deliver_all(checkpointer, sink, full, &streamed)
-            .await?;
+        stream.deliver_all(checkpointer, sink, full).await?;
     }
-    stream.finish(checkpointer, sink, &streamed).await?;
+    stream.finish(checkpointer, sink).await?;
 
     // The loop ends on a stop or when the scan task ended and handed over every page.
     let outcome = TogetherOutcome {
