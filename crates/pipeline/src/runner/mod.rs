@@ -143,54 +143,42 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     let report = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
     let mut lane = Lane::new(limits, &report);
     let mut stopping = false;
-    let mut read_result: Option<Result<(), ReadError>> = None;
+    let mut scan_ended = false;
     let mut read = 0u64;
 
-    loop {
+    // The loop ends once the read task ended (or failed).
+    let failure = loop {
         tokio::select! {
             biased;
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
                 read_stop.cancel();
             }
-            joined = &mut read_task.0, if read_result.is_none() => {
-                let result = joined.unwrap_or_else(scheduler_failed);
-                let failed = matches!(&result, Err(e) if !(stopping && matches!(e, ReadError::Cancelled)));
-                read_result = Some(result);
-                if failed {
-                    break;
-                }
-            }
+            joined = &mut read_task.0, if !scan_ended => match read_ended(joined, stopping) {
+                Ok(()) => scan_ended = true,
+                Err(error) => break Some(error),
+            },
             page = rx.recv() => match page {
                 Some(page) => {
                     read += page.records.len() as u64;
                     let full = lane.batcher.push(page);
                     lane.deliver_all(checkpointer, sink, full).await?;
                 }
-                None => {
-                    if read_result.is_some() {
-                        break;
-                    }
-                    // Senders are gone; the reader's result follows at once.
-                    let joined = (&mut read_task.0).await;
-                    read_result = Some(joined.unwrap_or_else(scheduler_failed));
-                    break;
-                }
+                None if scan_ended => break None,
+                // Senders are gone; the reader's result follows at once.
+                None => break read_ended((&mut read_task.0).await, stopping).err(),
             },
             () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
-    }
+    };
 
     let capacity_units = limiter.total_units();
-    let result = read_result.unwrap_or(Err(ReadError::Cancelled));
-    match result {
-        Err(ReadError::Cancelled) if stopping => {}
-        Err(error) => return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?),
-        Ok(()) => {}
+    if let Some(error) = failure {
+        return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?);
     }
     lane.finish(checkpointer, sink).await?;
     let written = lane.written;
-    let completed = !stopping && read_task.0.is_finished();
+    let completed = !stopping;
     let segments_done = checkpointer.position().done.count();
     if completed {
         checkpointer.complete(written, capacity_units).await?;
@@ -231,11 +219,19 @@ fn engine_failed(error: tokio::task::JoinError) -> Result<EndReason, StreamError
     ))))
 }
 
-/// The task that schedules segments panicked (or was aborted): an internal error.
-fn scheduler_failed(error: tokio::task::JoinError) -> Result<(), ReadError> {
-    Err(ReadError::Internal(format!(
-        "segment scheduler task failed: {error}"
-    )))
+/// A scan's read task ended: `Ok` when it read every segment or a stop cancelled it.
+fn read_ended(
+    joined: Result<Result<(), ReadError>, tokio::task::JoinError>,
+    stopping: bool,
+) -> Result<(), ReadError> {
+    match joined {
+        // The task that schedules segments panicked (or was aborted): an internal error.
+        Err(error) => Err(ReadError::Internal(format!(
+            "segment scheduler task failed: {error}"
+        ))),
+        Ok(Err(ReadError::Cancelled)) if stopping => Ok(()),
+        Ok(result) => result,
+    }
 }
 
 /// How a streams run ended, when it did not fail.
@@ -267,9 +263,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     let ended = loop {
         tokio::select! {
             biased;
-            joined = &mut engine_task.0 => {
-                break joined.unwrap_or_else(engine_failed);
-            }
+            joined = &mut engine_task.0 => break joined.unwrap_or_else(engine_failed),
             next = handed.recv() => {
                 let Some(next) = next else {
                     // The engine dropped its hand-over: its result follows at once.

@@ -17,7 +17,6 @@
 //!    both partial batches, commits what was acknowledged and returns the error.
 
 use ddbpipe_source::api::StreamsApi;
-use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::StreamEngine;
@@ -25,9 +24,7 @@ use ddbpipe_source::streams::handover::Handed;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::{
-    AbortOnDrop, Lane, Progress, RunError, engine_failed, failed, scheduler_failed, start_read,
-};
+use super::{AbortOnDrop, Lane, Progress, RunError, engine_failed, failed, read_ended, start_read};
 use crate::batch::BatchLimits;
 use crate::checkpoint::Checkpointer;
 use crate::sink::Sink;
@@ -84,14 +81,10 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
                 read_stop.cancel();
                 engine_stop.cancel();
             }
-            joined = &mut read_task.0, if !scan_ended => {
-                let result = joined.unwrap_or_else(scheduler_failed);
-                match result {
-                    Err(ReadError::Cancelled) if stopping => scan_ended = true,
-                    Err(error) => break Some(error.into()),
-                    Ok(()) => scan_ended = true,
-                }
-            }
+            joined = &mut read_task.0, if !scan_ended => match read_ended(joined, stopping) {
+                Ok(()) => scan_ended = true,
+                Err(error) => break Some(error.into()),
+            },
             page = pages.recv(), if pages_open => match page {
                 Some(page) => {
                     let full = scan.batcher.push(page);
@@ -100,8 +93,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
                 None => pages_open = false,
             },
             joined = &mut engine_task.0, if !engine_ended => {
-                let ended = joined.unwrap_or_else(engine_failed);
-                match ended {
+                match joined.unwrap_or_else(engine_failed) {
                     Err(error) => break Some(error.into()),
                     Ok(_) => engine_ended = true,
                 }
@@ -126,13 +118,10 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
     scan.finish(checkpointer, sink).await?;
     engine_stop.cancel();
-    if !engine_ended {
-        let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
-        if let Err(error) = ended {
-            stream.drop_pending();
-            checkpointer.flush().await?;
-            return Err(error.into());
-        }
+    if !engine_ended && let Err(error) = (&mut engine_task.0).await.unwrap_or_else(engine_failed) {
+        stream.drop_pending();
+        checkpointer.flush().await?;
+        return Err(error.into());
     }
     while let Ok(next) = handed.try_recv() {
         let full = stream.batcher.push_handed(next);
