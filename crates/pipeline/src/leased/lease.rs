@@ -253,25 +253,32 @@ pub(crate) fn lost<T: LeaseTable>(
     );
 }
 
-/// Writes a fencing sink's batch, which is `unit`'s, under the counter held on it, with the
-/// `position` it reaches and the shared snapshot it is written for (a mirror's segments):
-/// `false` when the unit is no longer held or its fence refused the batch (nothing written):
-/// the unit is lost to this worker.
+/// Writes a batch and returns `true` once the sink acknowledged it. A fencing sink's batch is
+/// one unit's and carries the counter held on it and the position it reaches: `false` when the
+/// unit is no longer held or its fence refused the batch (nothing written): the unit is lost
+/// to this worker.
+/// `snapshot`: the open shared snapshot whose rows the batch holds (a mirror's segments).
 pub(crate) async fn write<T: LeaseTable, S: Sink>(
     worker: &Worker<T>,
     sink: &mut S,
-    batch: &Batch,
-    unit: &UnitId,
+    unit: Option<UnitId>,
     position: Option<LeaseCheckpoint>,
     mark: super::units::SnapshotMark,
+    batch: &Batch,
 ) -> Result<bool, RunError> {
-    let Some(counter) = worker.counter(unit) else {
+    let _writing = ddbpipe_source::health::Writing::begin();
+    if !sink.fences() {
+        sink.write(batch, None).await?;
+        return Ok(true);
+    }
+    let Some((unit, counter)) = unit.and_then(|unit| worker.counter(&unit).map(|c| (unit, c)))
+    else {
         return Ok(false);
     };
     let fence = Fence {
         snapshot: mark.rows,
         beside: mark.beside,
-        ..fence(worker, unit, counter, position)
+        ..fence(worker, &unit, counter, position)
     };
     match sink.write_fenced(batch, &fence).await {
         Ok(()) => Ok(true),

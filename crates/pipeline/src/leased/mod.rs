@@ -555,41 +555,33 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
     }
 }
 
-/// A worker's lane commits to the lease rows: a batch's positions are marked on its units'
-/// holdings and checkpointed when due; a fencing sink writes each batch under its unit's fence.
+/// A worker's lane commits to the lease rows: a batch is written (a fencing sink's under its
+/// unit's fence, module docs), then the positions it reaches are marked on its units' holdings
+/// and checkpointed when due.
 impl<U: Units, T: LeaseTable> Commit for Run<U, T> {
-    /// The positions the batch reaches, per unit, in its order.
-    type Staged = Vec<(UnitId, LeaseCheckpoint)>;
-
-    async fn write<S: Sink>(
-        &mut self,
-        sink: &mut S,
-        batch: &Batch,
-    ) -> Result<Wrote<Self::Staged>, RunError> {
+    async fn commit<S: Sink>(&mut self, sink: &mut S, batch: &Batch) -> Result<Wrote, RunError> {
         let marks = self.units.marks(batch);
-        if !self.units.writes(batch) {
-            return Ok(Wrote::Nothing(marks));
-        }
-        if !sink.fences() {
-            sink.write(batch, None).await?;
-        } else {
+        let wrote = if self.units.writes(batch) {
             // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
-            let Some((unit, _)) = marks.first() else {
-                return Ok(Wrote::Fenced);
-            };
+            let unit = marks.first().map(|(unit, _)| unit.clone());
             let position = marks.last().map(|(_, at)| at.clone());
-            let mark = self.units.snapshot_of(unit);
-            if !lease::write(&self.worker, sink, batch, unit, position, mark).await? {
-                self.lose(unit, &LostReason::Taken);
+            let mark = unit
+                .as_ref()
+                .map(|unit| self.units.snapshot_of(unit))
+                .unwrap_or_default();
+            let written =
+                lease::write(&self.worker, sink, unit.clone(), position, mark, batch).await?;
+            if !written {
+                if let Some(unit) = unit {
+                    self.lose(&unit, &LostReason::Taken);
+                }
                 return Ok(Wrote::Fenced);
             }
-        }
-        self.units.written(batch);
-        Ok(Wrote::Acknowledged(marks))
-    }
-
-    /// Records the positions an acknowledged batch reaches; checkpoints what is due.
-    async fn commit(&mut self, _batch: &Batch, marks: Self::Staged) -> Result<(), RunError> {
+            self.units.written(batch);
+            Wrote::Acknowledged
+        } else {
+            Wrote::Nothing
+        };
         for (unit, at) in marks {
             // A unit whose lease was lost is not checkpointed any more (module docs, 4).
             let Some(holding) = self.held.get_mut(&unit) else {
@@ -606,7 +598,8 @@ impl<U: Units, T: LeaseTable> Commit for Run<U, T> {
             }
         }
         self.save_all(false).await?;
-        self.start_reading()
+        self.start_reading()?;
+        Ok(wrote)
     }
 }
 

@@ -6,15 +6,16 @@
 //! [`Checkpointer`]; a worker's lease rows) and whether a write may be refused by a fence.
 //!
 //! # Rules
-//! 1. Batches are written one at a time, in the order they were cut, and a batch's positions
-//!    are committed only once the sink acknowledged it: what is committed is always an
-//!    acknowledged prefix (docs/scan.md §2.5).
+//! 1. Batches are written one at a time, in the order they were cut, and the commit side
+//!    commits a batch's positions only once the sink acknowledged it: what is committed is
+//!    always an acknowledged prefix (docs/scan.md §2.5).
 //! 2. A partial batch is handed over [`BATCH_LINGER`] after its first record or position.
 //! 3. A lane cut by hand-over ([`Lane::by_hand_over`], for a sink that keeps lease fences) makes
 //!    every hand-over a batch of its own: one unit's, written with that unit's fence.
-//! 4. A batch refused by its fence ([`Wrote::Fenced`]) is neither committed, told nor counted.
-//! 5. On a failure the batch being assembled is dropped ([`Lane::drop_pending`]); what was
-//!    acknowledged stays committed.
+//! 4. An acknowledged batch is told (`BatchAcknowledged`), counted and reported; one refused by
+//!    its fence ([`Wrote::Fenced`]) or with nothing to write is not.
+//! 5. On a failure the batch being assembled is dropped; what was acknowledged stays
+//!    committed.
 
 use std::future::Future;
 use std::time::Duration;
@@ -25,59 +26,44 @@ use super::RunError;
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::checkpoint::Checkpointer;
 use crate::events::BatchAcknowledged;
-use crate::sink::{Sink, Staged};
+use crate::sink::Sink;
 
 /// A batch is handed over at the latest this long after its first record or position.
 pub(crate) const BATCH_LINGER: Duration = Duration::from_secs(1);
 
-/// What became of a batch given to the sink, with the positions it reaches (`P`).
-pub(crate) enum Wrote<P> {
-    /// The sink acknowledged it.
-    Acknowledged(P),
-    /// It holds nothing to write (positions only): its positions are committed all the same.
-    Nothing(P),
-    /// Its fence holds a newer owner's counter: nothing was written, and its unit is lost.
+/// What became of a batch given to the sink.
+pub(crate) enum Wrote {
+    /// The sink acknowledged it, and the positions it reaches are committed.
+    Acknowledged,
+    /// It held nothing to write (positions only); the positions it reaches are committed.
+    Nothing,
+    /// Its fence holds a newer owner's counter: nothing was written or committed, and its unit
+    /// is lost.
     Fenced,
 }
 
-/// The commit side of a lane: how a batch is written, with what of its positions, and where
-/// its positions go once it is acknowledged.
+/// The commit side of a lane: how a batch is written, and where the positions it reaches are
+/// committed.
 pub(crate) trait Commit: Send {
-    /// The positions a batch reaches, from its write until they are committed.
-    type Staged: Send;
-
-    /// Writes `batch` into `sink`.
-    fn write<S: Sink>(
+    /// Writes `batch` into `sink`, then commits the positions it reaches (rule 1); the write is
+    /// the sink write in flight that `/health` watches (`health::Writing`).
+    fn commit<S: Sink>(
         &mut self,
         sink: &mut S,
         batch: &Batch,
-    ) -> impl Future<Output = Result<Wrote<Self::Staged>, RunError>> + Send;
-
-    /// Commits the positions of a batch that was acknowledged (or had nothing to write).
-    fn commit(
-        &mut self,
-        batch: &Batch,
-        staged: Self::Staged,
-    ) -> impl Future<Output = Result<(), RunError>> + Send;
+    ) -> impl Future<Output = Result<Wrote, RunError>> + Send;
 }
 
 /// A single process's lane commits to its checkpointer: the position goes into the sink's
 /// transaction with the rows when the sink keeps it, else into the state file when due.
 impl Commit for Checkpointer {
-    type Staged = Option<Staged>;
-
-    async fn write<S: Sink>(
-        &mut self,
-        sink: &mut S,
-        batch: &Batch,
-    ) -> Result<Wrote<Option<Staged>>, RunError> {
+    async fn commit<S: Sink>(&mut self, sink: &mut S, batch: &Batch) -> Result<Wrote, RunError> {
         let staged = self.stage(batch);
+        let writing = ddbpipe_source::health::Writing::begin();
         sink.write(batch, staged.as_ref()).await?;
-        Ok(Wrote::Acknowledged(staged))
-    }
-
-    async fn commit(&mut self, batch: &Batch, staged: Option<Staged>) -> Result<(), RunError> {
-        Ok(self.acknowledged(batch, staged).await?)
+        self.acknowledged(batch, staged).await?;
+        drop(writing);
+        Ok(Wrote::Acknowledged)
     }
 }
 
@@ -125,12 +111,6 @@ impl<'a, C: Commit> Lane<'a, C> {
         }
     }
 
-    /// A failure: the batch being assembled is dropped (rule 5).
-    pub(crate) fn drop_pending(&mut self) {
-        drop(self.batcher.take());
-        self.deadline = None;
-    }
-
     /// Writes the batches a read filled, in order, then (cut by hand-over) what is left, and
     /// arms the linger timer for what waits.
     pub(crate) async fn deliver_all<S: Sink>(
@@ -166,26 +146,19 @@ impl<'a, C: Commit> Lane<'a, C> {
             .await
     }
 
-    /// Writes one batch, then commits its positions (rules 1 and 4).
+    /// Writes one batch and commits its positions; tells and counts it once acknowledged
+    /// (rule 4).
     async fn deliver<S: Sink>(
         &mut self,
         to: &mut C,
         sink: &mut S,
         batch: &Batch,
     ) -> Result<(), RunError> {
-        let writing = ddbpipe_source::health::Writing::begin();
-        let wrote = to.write(sink, batch).await?;
-        drop(writing);
-        match wrote {
-            Wrote::Fenced => Ok(()),
-            Wrote::Nothing(staged) => to.commit(batch, staged).await,
-            Wrote::Acknowledged(staged) => {
-                to.commit(batch, staged).await?;
-                BatchAcknowledged { batch }.emit();
-                self.written += batch.records.len() as u64;
-                (self.report)(self.written, to);
-                Ok(())
-            }
+        if let Wrote::Acknowledged = to.commit(sink, batch).await? {
+            BatchAcknowledged { batch }.emit();
+            self.written += batch.records.len() as u64;
+            (self.report)(self.written, to);
         }
+        Ok(())
     }
 }

@@ -201,16 +201,17 @@ fn start_read<R: PageSource>(
     reader: R,
     checkpointer: &Checkpointer,
     room: usize,
-) -> (ReadTask, CancelHandle, mpsc::Receiver<PageOut>) {
+) -> (
+    AbortOnDrop<Result<(), ReadError>>,
+    CancelHandle,
+    mpsc::Receiver<PageOut>,
+) {
     let (stop, cancel) = Cancel::new();
     let (tx, rx) = mpsc::channel(reader.in_flight() + room);
     let at = checkpointer.position();
     let read = reader.read(at.done.clone(), at.cursors.clone(), tx, cancel);
     (AbortOnDrop(tokio::spawn(read.in_current_span())), stop, rx)
 }
-
-/// A scan's read task.
-type ReadTask = AbortOnDrop<Result<(), ReadError>>;
 
 /// The stream engine's task panicked (or was aborted): an internal error.
 fn engine_failed(error: tokio::task::JoinError) -> Result<EndReason, StreamError> {
@@ -301,7 +302,7 @@ async fn failed(
 ) -> Result<RunError, RunError> {
     ddbpipe_source::health::failed(&error);
     for lane in lanes {
-        lane.drop_pending();
+        drop(lane.batcher.take());
     }
     checkpointer.flush().await?;
     Ok(error)

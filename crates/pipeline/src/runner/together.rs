@@ -119,7 +119,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     scan.finish(checkpointer, sink).await?;
     engine_stop.cancel();
     if !engine_ended && let Err(error) = (&mut engine_task.0).await.unwrap_or_else(engine_failed) {
-        stream.drop_pending();
+        drop(stream.batcher.take());
         checkpointer.flush().await?;
         return Err(error.into());
     }
