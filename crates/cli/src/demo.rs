@@ -19,7 +19,7 @@ use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
 use crate::failure::{Exit, Failure};
-use crate::run;
+use crate::run_command;
 use crate::telemetry::note;
 
 const TABLE: &str = "orders";
@@ -243,7 +243,7 @@ impl Step {
             .with_context(|| format!("cannot write {}", config_path.display()))
             .map_err(Failure::runtime)?;
         note!("demo: running pipeline {}", config_path.display());
-        run::run(
+        run_command::run(
             &config_path,
             ProgressMode::Auto,
             &Default::default(),

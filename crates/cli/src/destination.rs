@@ -23,6 +23,8 @@ use crate::config::{
     JsonlConfig, JsonlTarget, KeyedConfig, PipelineConfig, PostgresConfig, SinkConfig, WriteMode,
 };
 use crate::failure::{Failure, state_failure};
+use crate::given::Given;
+use crate::sink::CustomSink;
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -30,6 +32,18 @@ pub enum AnySink {
     Jsonl(JsonlSink),
     /// A SQLite or PostgreSQL table.
     Keyed(KeyedSink),
+    /// The sink the embedding program gave (`type: custom`).
+    Custom(CustomSink),
+}
+
+/// Why a `type: custom` pipeline without a sink given in code cannot run (`run` and `check`).
+pub const NO_CUSTOM_SINK: &str = "sink.type: custom is a sink given in code by the program \
+     that embeds ddbpipe (Pipeline::with_sink); this run has none: set sink.type to jsonl, \
+     sqlite or postgres";
+
+/// The failure of a `type: custom` pipeline run without a sink given in code (exit 2).
+pub fn no_custom_sink() -> Failure {
+    Failure::usage(anyhow!("config error: {NO_CUSTOM_SINK}"))
 }
 
 impl Sink for AnySink {
@@ -37,6 +51,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.write(batch, state).await,
             AnySink::Keyed(sink) => sink.write(batch, state).await,
+            AnySink::Custom(sink) => sink.write(batch, state).await,
         }
     }
 
@@ -44,6 +59,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.start(start).await,
             AnySink::Keyed(sink) => sink.start(start).await,
+            AnySink::Custom(sink) => sink.start(start).await,
         }
     }
 
@@ -51,6 +67,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.complete().await,
             AnySink::Keyed(sink) => sink.complete().await,
+            AnySink::Custom(sink) => sink.complete().await,
         }
     }
 
@@ -58,6 +75,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.describe(),
             AnySink::Keyed(sink) => sink.describe(),
+            AnySink::Custom(sink) => sink.describe(),
         }
     }
 
@@ -65,6 +83,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.versioned(),
             AnySink::Keyed(sink) => sink.versioned(),
+            AnySink::Custom(sink) => sink.versioned(),
         }
     }
 
@@ -72,6 +91,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.fences(),
             AnySink::Keyed(sink) => sink.fences(),
+            AnySink::Custom(sink) => sink.fences(),
         }
     }
 
@@ -79,6 +99,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.write_fenced(batch, fence).await,
             AnySink::Keyed(sink) => sink.write_fenced(batch, fence).await,
+            AnySink::Custom(sink) => sink.write_fenced(batch, fence).await,
         }
     }
 
@@ -89,6 +110,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.claim(fence).await,
             AnySink::Keyed(sink) => sink.claim(fence).await,
+            AnySink::Custom(sink) => sink.claim(fence).await,
         }
     }
 }
@@ -112,6 +134,7 @@ pub async fn open(
     config_path: &Path,
     table: Option<&TableDescription>,
     records: Records,
+    given: &Given,
 ) -> Result<Destination, Failure> {
     distinct_paths(config, config_path)?;
     let source = &config.source;
@@ -119,15 +142,36 @@ pub async fn open(
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
     };
-    if let SinkConfig::Jsonl(jsonl) = &config.sink {
+    if config.sink.keyed().is_none() {
+        let sink = match &config.sink {
+            SinkConfig::Custom => AnySink::Custom(
+                given
+                    .sink
+                    .as_ref()
+                    .ok_or_else(no_custom_sink)?
+                    .for_run(records),
+            ),
+            SinkConfig::Jsonl(jsonl) => AnySink::Jsonl(
+                JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
+                    .map_err(Failure::runtime)?,
+            ),
+            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => unreachable!("keyed"),
+        };
+        // A store given in code is the program's: no state file, no lock (docs/state.md §6.7).
+        if let Some(store) = &given.store {
+            return Ok(Destination {
+                sink,
+                store: Box::new(store.clone()),
+                cleanup,
+                _lock: None,
+            });
+        }
         let file = StateFile::new(&config.state.path);
         let lock = file
             .lock(&config.name)
             .map_err(|e| state_failure(e, config_path))?;
-        let sink = JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
-            .map_err(Failure::runtime)?;
         return Ok(Destination {
-            sink: AnySink::Jsonl(sink),
+            sink,
             store: Box::new(file),
             cleanup,
             _lock: Some(lock),
@@ -231,9 +275,9 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
             JsonlTarget::Stdout => None,
         },
         SinkConfig::Sqlite(sqlite) => Some(&sqlite.path),
-        SinkConfig::Postgres(_) => None,
+        SinkConfig::Postgres(_) | SinkConfig::Custom => None,
     };
-    let state_path = matches!(config.sink, SinkConfig::Jsonl(_)).then_some(&config.state.path);
+    let state_path = config.sink.keyed().is_none().then_some(&config.state.path);
     if let Some(sink) = sink_path {
         let resolved = files::resolve(sink);
         if resolved == config_file {
@@ -289,7 +333,9 @@ pub async fn read_store(
     config: &PipelineConfig,
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
-        SinkConfig::Jsonl(_) => Ok(Some(Box::new(StateFile::new(&config.state.path)))),
+        SinkConfig::Jsonl(_) | SinkConfig::Custom => {
+            Ok(Some(Box::new(StateFile::new(&config.state.path))))
+        }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let spec = table_spec(config, None)?;
             Ok(open_existing(config)
@@ -302,7 +348,7 @@ pub async fn read_store(
 /// Where the position of a pipeline is saved, for messages.
 pub fn position_label(config: &PipelineConfig) -> String {
     match &config.sink {
-        SinkConfig::Jsonl(_) => config.state.path.display().to_string(),
+        SinkConfig::Jsonl(_) | SinkConfig::Custom => config.state.path.display().to_string(),
         SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
         SinkConfig::Postgres(postgres) => format!(
             "postgres {} (schema {})",
@@ -315,7 +361,7 @@ pub fn position_label(config: &PipelineConfig) -> String {
 /// Opens (creating a sqlite file when missing) or connects to a keyed sink's database.
 pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
     match &config.sink {
-        SinkConfig::Jsonl(_) => Ok(None),
+        SinkConfig::Jsonl(_) | SinkConfig::Custom => Ok(None),
         SinkConfig::Sqlite(sqlite) => {
             if let Some(dir) = sqlite.path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -389,9 +435,10 @@ pub fn table_spec(
             postgres.schema.clone(),
             postgres.document_type,
         ),
-        SinkConfig::Jsonl(_) => {
+        SinkConfig::Jsonl(_) | SinkConfig::Custom => {
             return Err(Failure::runtime(anyhow!(
-                "internal error: the jsonl sink has no table"
+                "internal error: the {} sink has no table",
+                config.sink.kind()
             )));
         }
     };
@@ -465,6 +512,7 @@ pub fn output(config: &PipelineConfig) -> Option<Output> {
                 document_column: keyed.document_column.clone(),
             })
         }
+        SinkConfig::Custom => None,
     }
 }
 
@@ -504,6 +552,7 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
                 destination_table(config, &postgres.keyed)
             )
         }
+        SinkConfig::Custom => "custom".to_string(),
     }
 }
 

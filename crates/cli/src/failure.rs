@@ -11,6 +11,7 @@ use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::StateError;
 use ddbpipe_source::lease::LeaseError;
 
+use crate::config::LoadError;
 use crate::telemetry::{Line, say};
 
 /// Exit codes (README "Exit codes").
@@ -154,6 +155,18 @@ pub fn report(failure: &Failure) -> ExitCode {
         say(Line::Hint, &format!("hint: {hint}"));
     }
     failure.exit.code()
+}
+
+/// A config that cannot be loaded, with the remedy the command prints.
+pub fn load_failure(error: LoadError, path: &Path) -> Failure {
+    match error {
+        error @ (LoadError::Read { .. } | LoadError::TooLarge { .. }) => Failure::usage(error),
+        error => Failure::usage(error).hint(format!(
+            "fix the lines above in {}; `ddbpipe check {}` shows them again",
+            path.display(),
+            path.display()
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! `ddbpipe run`: load and validate the config, then run the pipeline of its mode — a scan or
-//! query ([`scan`]) or a stream ([`streams`], also mirror).
+//! A pipeline's run: the run of its mode — a scan or query ([`scan`]), a stream ([`streams`],
+//! also mirror), or one worker's part of either ([`shared`]).
 
 mod scan;
 pub mod shared;
@@ -12,73 +12,82 @@ use ddbpipe_source::retry::Cancel;
 use tracing::Instrument;
 
 use crate::args::ProgressMode;
-use crate::failure::{Exit, Failure};
-use crate::telemetry;
-use crate::wiring;
+use crate::config::PipelineConfig;
+use crate::failure::Failure;
+use crate::given::Given;
+use crate::summary::{Ended, Summary};
 
-/// Runs a pipeline: validate, lock, load the position, build, read, write, commit.
+/// Runs a validated pipeline: lock, load the position, build, read, write, commit.
 pub async fn run(
+    config: &PipelineConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
-    metrics: &telemetry::MetricsOutput,
     stop: Cancel,
-) -> Result<Exit, Failure> {
-    let config = wiring::load_config(config_path)?;
-    telemetry::set_run(&config.name, &config.source.table_name);
-    ddbpipe_source::health::start();
-    for warning in &config.warnings {
-        tracing::warn!("{warning}");
-    }
-    let metrics = telemetry::install_metrics(metrics, &config.name, config.metrics.health_stall())
-        .map_err(Failure::runtime)?;
+) -> Result<Summary, Failure> {
     let span =
         tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
-    let mode = config.source.mode;
+    if given.store.is_some() {
+        refuse_given_store(config)?;
+    }
     let ran = async {
-        match mode {
-            Mode::Scan | Mode::Query => match &config.coordination {
-                Some(coordination) => {
-                    shared::run(&config, coordination, config_path, progress, stop).await
-                }
-                None => scan::run(&config, config_path, progress, stop).await,
-            },
-            Mode::Mirror => match &config.coordination {
-                Some(coordination) => {
-                    shared::run_mirror(&config, coordination, config_path, progress, stop).await
-                }
-                None => streams::run(&config, config_path, progress, stop).await,
-            },
-            Mode::Streams => match &config.coordination {
-                Some(coordination) => {
-                    shared::run_streams(&config, coordination, config_path, stop).await
-                }
-                None => streams::run(&config, config_path, progress, stop).await,
-            },
+        match (config.source.mode, &config.coordination) {
+            (Mode::Scan | Mode::Query, None) => {
+                scan::run(config, config_path, given, progress, stop).await
+            }
+            (Mode::Scan | Mode::Query, Some(coordination)) => {
+                shared::run(config, coordination, config_path, given, progress, stop).await
+            }
+            (Mode::Streams | Mode::Mirror, None) => {
+                streams::run(config, config_path, given, progress, stop).await
+            }
+            (Mode::Mirror, Some(coordination)) => {
+                shared::run_mirror(config, coordination, config_path, given, progress, stop).await
+            }
+            (Mode::Streams, Some(coordination)) => {
+                shared::run_streams(config, coordination, config_path, given, stop).await
+            }
         }
     };
-    let outcome = ran.instrument(span).await;
-    if let Err(failure) = &outcome {
-        ddbpipe_source::health::failed(&format!("{:#}", failure.error));
-    }
-    // The final values, whatever the outcome: a failed nightly run is worth scraping too.
-    if let Some(metrics) = &metrics
-        && let Err(error) = metrics.write_final()
-    {
-        tracing::warn!("{error:#}");
-    }
-    outcome
+    ran.instrument(span).await
 }
 
-/// The note after the summary of a run a signal stopped before its end (a scan, a query, a
-/// snapshot or a repair): its progress is saved, so the stop is a clean one (exit 0, docs/cli.md
-/// §8.5, a rolling restart is no failure), and what the stop left and what the rerun does are
-/// said.
-fn stopped_note(config_path: &Path, left: &str, rerun: &str) {
-    telemetry::say(
-        telemetry::Line::Note,
-        &format!(
-            "ddbpipe: stopped by a signal with its progress saved: {left}; `ddbpipe run {}` {rerun}",
-            config_path.display()
+/// A checkpoint store given in code takes the state file's place: a keyed sink keeps its
+/// position in its database, with the rows, and a shared run in its lease rows.
+fn refuse_given_store(config: &PipelineConfig) -> Result<(), Failure> {
+    let keeps = match (&config.coordination, config.sink.keyed()) {
+        (Some(coordination), _) => format!(
+            "with coordination the positions are kept in lease table {}",
+            coordination.lease_table
         ),
-    );
+        (None, Some(_)) => format!(
+            "the {} sink keeps the position in its database, committed with the rows",
+            config.sink.kind()
+        ),
+        (None, None) => return Ok(()),
+    };
+    Err(Failure::usage(anyhow::anyhow!(
+        "config error: a checkpoint store given in code (Pipeline::with_checkpoint_store) \
+         replaces the state file of a jsonl or custom sink; {keeps}: remove the store"
+    )))
+}
+
+/// The note of a run a signal stopped before its end (a scan, a query, a snapshot or a
+/// repair): its progress is saved, so the stop is a clean one (exit 0, docs/cli.md §8.5, a
+/// rolling restart is no failure), and what the stop left and what the rerun does are said.
+fn stopped_note(config_path: &Path, left: &str, rerun: &str) -> String {
+    format!(
+        "ddbpipe: stopped by a signal with its progress saved: {left}; `ddbpipe run {}` {rerun}",
+        config_path.display()
+    )
+}
+
+/// A summary without a note.
+fn summary(ended: Ended, written: u64, line: String) -> Summary {
+    Summary {
+        ended,
+        written,
+        line,
+        note: None,
+    }
 }

@@ -22,29 +22,35 @@ use crate::failure::Failure;
 /// Loads and validates a pipeline file; problems are usage failures (exit 2).
 pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
     let env = |name: &str| std::env::var(name).ok();
-    match config::load(path, &env) {
-        Ok(config) => Ok(config),
-        Err(error @ (config::LoadError::Read { .. } | config::LoadError::TooLarge { .. })) => {
-            Err(Failure::usage(error))
-        }
-        Err(error) => Err(Failure::usage(error).hint(format!(
-            "fix the lines above in {}; `ddbpipe check {}` shows them again",
-            path.display(),
-            path.display()
-        ))),
-    }
+    config::load(path, &env).map_err(|error| crate::failure::load_failure(error, path))
 }
 
 /// Builds the table API (no network I/O) and says where it reads.
 pub async fn table_api(source: &SourceConfig) -> (AwsTableApi, Location) {
-    let (_, api, location) = clients(source).await;
+    let (_, api, location) = clients(source, None).await;
     (api, location)
 }
 
-/// The SDK configuration of a source (for the export and S3 clients), its table API, and
-/// where it reads.
-pub async fn clients(source: &SourceConfig) -> (aws::SdkSettings, AwsTableApi, Location) {
-    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
+/// The SDK configuration of a run: the program's own when it gave one
+/// (`Pipeline::with_sdk_config`, its region, credentials and endpoint in place of the
+/// source's), else the one the source's settings load.
+pub async fn sdk_config(
+    source: &SourceConfig,
+    given: Option<&aws::SdkSettings>,
+) -> aws::SdkSettings {
+    match given {
+        Some(given) => aws::adopt_sdk_config(given),
+        None => aws::load_sdk_config(&plan::client_settings(source)).await,
+    }
+}
+
+/// The SDK configuration of a source (for the export and S3 clients; `given` as
+/// [`sdk_config`] says), its table API, and where it reads.
+pub async fn clients(
+    source: &SourceConfig,
+    given: Option<&aws::SdkSettings>,
+) -> (aws::SdkSettings, AwsTableApi, Location) {
+    let sdk = sdk_config(source, given).await;
     let api = aws::table_api(&sdk);
     let location = location(&sdk, source);
     (sdk, api, location)

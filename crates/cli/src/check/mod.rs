@@ -138,9 +138,19 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     match (&config.sink, distinct) {
         (_, Err(failure)) => {
             probes.add("sink", Status::Fail, with_hint(&failure));
-            if let (SinkConfig::Jsonl(_), None) = (&config.sink, &config.coordination) {
+            if let (SinkConfig::Jsonl(_) | SinkConfig::Custom, None) =
+                (&config.sink, &config.coordination)
+            {
                 probe_state(&config, &location, stream, timeout, &mut probes).await;
             }
+        }
+        (SinkConfig::Custom, Ok(())) => {
+            probes.add(
+                "sink",
+                Status::Fail,
+                crate::destination::NO_CUSTOM_SINK.to_string(),
+            );
+            probe_state(&config, &location, stream, timeout, &mut probes).await;
         }
         (SinkConfig::Jsonl(jsonl), Ok(())) => match &config.coordination {
             // A shared run writes this worker's file, and keeps its position in the leases.
@@ -490,7 +500,7 @@ async fn probe_keyed(
                     sqlite.path.display()
                 )
             }),
-        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) => None,
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => None,
     };
     match destination::table_spec(config, table) {
         Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),

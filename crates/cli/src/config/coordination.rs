@@ -238,6 +238,11 @@ pub(super) fn validate(
         }
         // Every worker writes the one database, each batch fenced by its lease (§11.7).
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {}
+        SinkConfig::Custom => errors.push(ConfigError::new(
+            "sink.type",
+            "a sink given in code (type: custom) runs in one process: remove coordination, \
+             or write into jsonl, sqlite or postgres",
+        )),
     }
     // A shared mirror leases its export's data files as segments (§11.12); a shared scan
     // reads Scan segments only.

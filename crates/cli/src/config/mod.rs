@@ -505,14 +505,14 @@ fn validate_sink_for_source(
     sink: &SinkConfig,
     errors: &mut Vec<ConfigError>,
 ) {
-    if matches!(sink, SinkConfig::Jsonl(_))
-        && source.on_gap.may_resnapshot()
-        && source.resnapshot_deletes
-    {
+    if sink.keyed().is_none() && source.on_gap.may_resnapshot() && source.resnapshot_deletes {
         errors.push(ConfigError::new(
             "source.resnapshot_deletes",
-            "the jsonl sink cannot delete rows; set resnapshot_deletes: false or use a \
-             sqlite/postgres sink",
+            format!(
+                "the {} sink cannot delete rows; set resnapshot_deletes: false or use a \
+                 sqlite/postgres sink",
+                sink.kind()
+            ),
         ));
     }
     if let SinkConfig::Jsonl(jsonl) = sink

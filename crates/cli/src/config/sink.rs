@@ -50,6 +50,13 @@ static SINKS: &[Variant] = &[
                       (docs/sinks.md §7.3).",
         fields: POSTGRES,
     },
+    Variant {
+        tag: "custom",
+        description: "A sink given in code by the program that embeds ddbpipe \
+                      (`Pipeline::with_sink`, docs/sinks.md §7.5); the position in the state \
+                      file. `ddbpipe run` has none to give.",
+        fields: &[],
+    },
 ];
 
 static JSONL: &[Field] = &[
@@ -171,6 +178,9 @@ pub enum SinkConfig {
     /// `type: postgres`: a keyed table in PostgreSQL, the position in the same database
     /// (docs/sinks.md §7.3).
     Postgres(PostgresConfig),
+    /// `type: custom`: a sink the embedding program gives in code, the position in the state
+    /// file (docs/sinks.md §7.5).
+    Custom,
 }
 
 impl SinkConfig {
@@ -180,13 +190,14 @@ impl SinkConfig {
             SinkConfig::Jsonl(_) => "jsonl",
             SinkConfig::Sqlite(_) => "sqlite",
             SinkConfig::Postgres(_) => "postgres",
+            SinkConfig::Custom => "custom",
         }
     }
 
-    /// The keyed part of a sqlite or postgres sink; `None` for jsonl.
+    /// The keyed part of a sqlite or postgres sink; `None` for jsonl and custom.
     pub fn keyed(&self) -> Option<&KeyedConfig> {
         match self {
-            SinkConfig::Jsonl(_) => None,
+            SinkConfig::Jsonl(_) | SinkConfig::Custom => None,
             SinkConfig::Sqlite(sqlite) => Some(&sqlite.keyed),
             SinkConfig::Postgres(postgres) => Some(&postgres.keyed),
         }
@@ -346,17 +357,24 @@ enum SinkType {
     Jsonl,
     Sqlite,
     Postgres,
+    Custom,
 }
 
 impl Choice for SinkType {
     fn all() -> &'static [Self] {
-        &[SinkType::Jsonl, SinkType::Sqlite, SinkType::Postgres]
+        &[
+            SinkType::Jsonl,
+            SinkType::Sqlite,
+            SinkType::Postgres,
+            SinkType::Custom,
+        ]
     }
     fn name(self) -> &'static str {
         match self {
             SinkType::Jsonl => "jsonl",
             SinkType::Sqlite => "sqlite",
             SinkType::Postgres => "postgres",
+            SinkType::Custom => "custom",
         }
     }
     fn hint(found: &str) -> Option<&'static str> {
@@ -404,6 +422,7 @@ pub(super) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
                 environment: Vec::new(),
             })
         }
+        SinkType::Custom => SinkConfig::Custom,
     };
     Some((sink, f.finish()))
 }
@@ -465,7 +484,7 @@ pub(super) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig, state: &mut
             ..
         })
         | SinkConfig::Sqlite(SqliteConfig { path, .. }) => anchor(path),
-        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) => {}
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => {}
     }
     // The default state path is built in `config_dir` already.
     if state.path_set {
@@ -501,6 +520,7 @@ pub(super) fn validate(sink: &SinkConfig, state: &StateConfig, errors: &mut Vec<
             validate_keyed(sink, state, errors);
             return;
         }
+        SinkConfig::Custom => return,
     };
     if let JsonlTarget::File(path) = &jsonl.path
         && path.as_os_str().is_empty()

@@ -21,20 +21,22 @@ use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::export;
-use crate::failure::{self, Exit, Failure, start_failure};
+use crate::failure::{self, Failure, start_failure};
+use crate::given::Given;
+use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
-use crate::telemetry::{Line, say};
 use crate::wiring::{self, describe};
 
 /// Runs a `mode: scan` or `mode: query` pipeline.
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
-    let (sdk, api, mut location) = wiring::clients(source).await;
+    let (sdk, api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
     let exports = export::engine(&sdk, source);
     let kind = match (source.mode, &exports) {
         (Mode::Query, _) => ScanKind::Query,
@@ -44,7 +46,8 @@ pub async fn run(
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
-    let destination = destination::open(config, config_path, Some(&table), Records::Items).await?;
+    let destination =
+        destination::open(config, config_path, Some(&table), Records::Items, given).await?;
     let mut sink = destination.sink;
     // The plan's segments: validation makes a query one segment (docs/config.md §1.3 rule 4).
     let mut checkpointer = Checkpointer::open_scan(
@@ -193,22 +196,26 @@ pub(super) fn segment_reader<A: TableApi>(
     (reader, refresher)
 }
 
-/// Says how the run ended. A run stopped by a signal saved its position: it ends well (exit
-/// 0, docs/cli.md §8.5), and its summary says the output is incomplete until a rerun resumes.
+/// How the run ended. A run stopped by a signal saved its position: it ends well (exit 0,
+/// docs/cli.md §8.5), and its summary says the output is incomplete until a rerun resumes.
 fn finish(
     config: &PipelineConfig,
     config_path: &Path,
     outcome: &ScanOutcome,
     took: Duration,
-) -> Result<Exit, Failure> {
-    summarize(config, outcome, took);
+) -> Result<Summary, Failure> {
+    let mut summary = summarize(config, outcome, took);
     if !outcome.completed {
-        super::stopped_note(config_path, "the output is incomplete", "resumes it");
+        summary.note = Some(super::stopped_note(
+            config_path,
+            "the output is incomplete",
+            "resumes it",
+        ));
     }
-    Ok(Exit::Ok)
+    Ok(summary)
 }
 
-fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
+fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) -> Summary {
     let position = if outcome.completed {
         "position cleared (the next run reads the table afresh)".to_string()
     } else {
@@ -218,10 +225,10 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
             outcome.segments_done
         )
     };
-    let status = if outcome.completed {
-        "complete"
+    let (ended, status) = if outcome.completed {
+        (Ended::Complete, "complete")
     } else {
-        "stopped by a signal"
+        (Ended::Stopped, "stopped by a signal")
     };
     tracing::info!(
         items = outcome.written,
@@ -229,9 +236,13 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
         "{} {status}.",
         capitalized(config.source.mode.as_str())
     );
-    say(
-        Line::Summary,
-        &format!(
+    if let Some(warning) = crate::config::stale_rows_warning(&config.source, &config.sink) {
+        tracing::warn!("{warning}.");
+    }
+    super::summary(
+        ended,
+        outcome.written,
+        format!(
             "ddbpipe: {} of '{}' {status}: {} read, {} written, {:.1} capacity units, {:.1}s; {position}",
             config.source.mode,
             config.source.table_name,
@@ -240,10 +251,7 @@ fn summarize(config: &PipelineConfig, outcome: &ScanOutcome, took: Duration) {
             outcome.capacity_units,
             took.as_secs_f64(),
         ),
-    );
-    if let Some(warning) = crate::config::stale_rows_warning(&config.source, &config.sink) {
-        tracing::warn!("{warning}.");
-    }
+    )
 }
 
 fn capitalized(word: &str) -> String {

@@ -31,8 +31,10 @@ use crate::config::{
     CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER, process_token,
 };
 use crate::destination::{self, AnySink};
-use crate::failure::{Exit, Failure};
-use crate::telemetry::{Line, ScanProgress, say};
+use crate::failure::Failure;
+use crate::given::Given;
+use crate::summary::{Ended, Summary};
+use crate::telemetry::ScanProgress;
 use crate::wiring::{self, describe};
 
 /// How long a missing lease table may take to become `ACTIVE`: polled every second.
@@ -43,16 +45,17 @@ pub async fn run(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let kind = match source.mode {
         Mode::Query => ScanKind::Query,
         _ => ScanKind::Scan,
     };
     let worker_id = coordination.worker_id();
-    let (sdk, api, mut location) = wiring::clients(source).await;
+    let (sdk, api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
     let api = Arc::new(api);
     let table = describe(api.as_ref(), source, &stop).await?;
     location.learn(&table);
@@ -65,6 +68,8 @@ pub async fn run(
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Items)?)
         }
+        // Refused with coordination when the config was loaded.
+        SinkConfig::Custom => return Err(destination::no_custom_sink()),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             AnySink::Keyed(open_keyed(config, &table, Records::Items).await?)
         }
@@ -96,7 +101,7 @@ pub async fn run(
     drop(refresher);
     let outcome =
         outcome.map_err(|error| super::scan::run_failure(error, config, config_path, kind))?;
-    summarize(
+    let mut summary = summarize(
         config,
         coordination,
         &worker_id,
@@ -104,13 +109,13 @@ pub async fn run(
         started.elapsed(),
     );
     if !outcome.completed {
-        super::stopped_note(
+        summary.note = Some(super::stopped_note(
             config_path,
             "its leases were handed back with their checkpoints and the other workers go on",
             "joins again",
-        );
+        ));
     }
-    Ok(Exit::Ok)
+    Ok(summary)
 }
 
 /// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
@@ -294,11 +299,12 @@ pub async fn run_streams(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
-    let opened = super::streams::open_stream(config, &stop).await?;
+    let opened = super::streams::open_stream(config, given, &stop).await?;
     let identity = run_identity(config, &opened.location, Some(&opened.stream.arn));
     let leases = open_lease_table(&opened.sdk, coordination).await?;
     same_settings(&leases, config, &identity).await?;
@@ -308,6 +314,8 @@ pub async fn run_streams(
         SinkConfig::Jsonl(_) => {
             AnySink::Jsonl(open_worker_file(config, &worker_id, Records::Envelopes)?)
         }
+        // Refused with coordination when the config was loaded.
+        SinkConfig::Custom => return Err(destination::no_custom_sink()),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let Some(table) = &opened.table else {
                 return Err(Failure::runtime(anyhow!(
@@ -356,9 +364,10 @@ pub async fn run_streams(
         reason = why,
         "Shared stream ended."
     );
-    say(
-        Line::Summary,
-        &format!(
+    Ok(super::summary(
+        super::streams::ended(outcome.end),
+        outcome.written,
+        format!(
             "ddbpipe: worker {worker_id} of the streams of '{}' ended ({why}): {} change \
              record(s) written in {:.1}s; leases: {} taken ({} stolen), {} lost, {} shard(s) \
              finished here; {} of {} shard(s) finished in lease table {}",
@@ -373,8 +382,7 @@ pub async fn run_streams(
             outcome.shards,
             coordination.lease_table
         ),
-    );
-    Ok(Exit::Ok)
+    ))
 }
 
 /// Runs one worker of a shared `mode: mirror` pipeline into a keyed sink (docs/coordination.md
@@ -383,12 +391,13 @@ pub async fn run_mirror(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let worker_id = coordination.worker_id();
-    let opened = super::streams::open_stream(config, &stop).await?;
+    let opened = super::streams::open_stream(config, given, &stop).await?;
     let Some(table) = &opened.table else {
         return Err(Failure::runtime(anyhow!(
             "internal error: a mirror needs the table's key schema"
@@ -466,7 +475,7 @@ pub async fn run_mirror(
     bar.finish();
     drop(refresher);
     let outcome = match outcome {
-        Err(error) => return super::streams::stream_end(error, config_path),
+        Err(error) => return super::streams::stream_end(error, config, config_path),
         Ok(outcome) => outcome,
     };
     let why = super::streams::ended_because(outcome.streams.end);
@@ -497,9 +506,10 @@ pub async fn run_mirror(
         reason = why,
         "Shared mirror ended."
     );
-    say(
-        Line::Summary,
-        &format!(
+    Ok(super::summary(
+        super::streams::ended(outcome.streams.end),
+        outcome.streams.written + beside,
+        format!(
             "ddbpipe: worker {worker_id} of the mirror of '{}' ended ({why}): {snapshot}; {} \
              change record(s) written in {:.1}s; stream leases: {} taken ({} stolen), {} lost, \
              {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
@@ -514,8 +524,7 @@ pub async fn run_mirror(
             outcome.streams.shards,
             coordination.lease_table
         ),
-    );
-    Ok(Exit::Ok)
+    ))
 }
 
 /// This worker's own jsonl file (validation made the sink a jsonl file with `{worker}`).
@@ -589,7 +598,7 @@ fn summarize(
     worker_id: &str,
     outcome: &LeasedOutcome,
     took: Duration,
-) {
+) -> Summary {
     let leases = &outcome.leases;
     if outcome.completed && leases.taken == 0 && outcome.written == 0 {
         tracing::warn!(
@@ -613,9 +622,14 @@ fn summarize(
         "Shared {} {status}.",
         config.source.mode
     );
-    say(
-        Line::Summary,
-        &format!(
+    super::summary(
+        if outcome.completed {
+            Ended::Complete
+        } else {
+            Ended::Stopped
+        },
+        outcome.written,
+        format!(
             "ddbpipe: worker {worker_id} of the {} of '{}' {status}: {} read, {} written, {:.1} \
              capacity units, {:.1}s; leases: {} taken ({} stolen), {} lost, {} segment(s) \
              finished here; {} of {} segment(s) done in lease table {}",
@@ -633,7 +647,7 @@ fn summarize(
             outcome.total_segments,
             coordination.lease_table
         ),
-    );
+    )
 }
 
 #[cfg(test)]

@@ -26,18 +26,20 @@ use ddbpipe_source::streams::shard_reader::StreamError;
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::destination;
-use crate::failure::{self, Exit, Failure, start_failure};
+use crate::failure::{self, Failure, start_failure};
+use crate::given::Given;
+use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
-use crate::telemetry::{Line, say};
 use crate::wiring::{self, describe};
 
 /// Runs a `mode: streams` or `mode: mirror` pipeline.
 pub async fn run(
     config: &PipelineConfig,
     config_path: &Path,
+    given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Exit, Failure> {
+) -> Result<Summary, Failure> {
     let source = &config.source;
     let OpenedStream {
         sdk,
@@ -45,9 +47,15 @@ pub async fn run(
         table,
         stream,
         location,
-    } = open_stream(config, &stop).await?;
-    let destination =
-        destination::open(config, config_path, table.as_ref(), Records::Envelopes).await?;
+    } = open_stream(config, given, &stop).await?;
+    let destination = destination::open(
+        config,
+        config_path,
+        table.as_ref(),
+        Records::Envelopes,
+        given,
+    )
+    .await?;
     let mut sink = destination.sink;
     let mut checkpointer = Checkpointer::open_streams(
         destination.store,
@@ -106,14 +114,15 @@ pub async fn run(
     .await;
     bar.finish();
     let outcome = match outcome {
-        Err(error) => return stream_end(error, config_path),
+        Err(error) => return stream_end(error, config, config_path),
         Ok(outcome) => outcome,
     };
     let why = ended_because(outcome.end);
     tracing::info!(records = outcome.written, reason = why, "Run finished.");
-    say(
-        Line::Summary,
-        &format!(
+    Ok(super::summary(
+        ended(outcome.end),
+        outcome.written,
+        format!(
             "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
             source.mode,
             source.table_name,
@@ -121,8 +130,17 @@ pub async fn run(
             started.elapsed().as_secs_f64(),
             destination::position_label(config)
         ),
-    );
-    Ok(Exit::Ok)
+    ))
+}
+
+/// A stream run's end, as the library says it.
+pub(super) fn ended(end: EndReason) -> Ended {
+    match end {
+        EndReason::MaxMessages => Ended::MaxMessages,
+        EndReason::Idle => Ended::Idle,
+        EndReason::Stopped => Ended::Stopped,
+        EndReason::StreamDisabled => Ended::StreamDisabled,
+    }
 }
 
 /// Why a stream run ended, as its summary says it.
@@ -154,12 +172,13 @@ pub(super) struct OpenedStream {
 /// into jsonl needs no table), and refuses a view type a keyed sink or a mirror cannot apply.
 pub(super) async fn open_stream(
     config: &PipelineConfig,
+    given: &Given,
     stop: &Cancel,
 ) -> Result<OpenedStream, Failure> {
     let source = &config.source;
     let mirror = source.mode == Mode::Mirror;
     let keyed = config.sink.keyed().is_some();
-    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
+    let sdk = wiring::sdk_config(source, given.sdk.as_ref()).await;
     let table_api = aws::table_api(&sdk);
     let table = if keyed || mirror || source.stream_arn.is_none() {
         Some(describe(&table_api, source, stop).await?)
@@ -208,26 +227,38 @@ pub(super) async fn open_stream(
 
 /// How a stream or mirror run that returned `error` ends: a snapshot or repair a signal stopped
 /// saved its progress, which is a clean stop (docs/cli.md §8.5); anything else fails.
-pub(super) fn stream_end(error: StreamRunError, config_path: &Path) -> Result<Exit, Failure> {
-    match error {
-        StreamRunError::SnapshotInterrupted => {
-            super::stopped_note(
-                config_path,
-                "the snapshot is incomplete",
-                "resumes the snapshot",
-            );
-            Ok(Exit::Ok)
-        }
-        StreamRunError::RepairInterrupted => {
-            super::stopped_note(
-                config_path,
-                "the destination misses changes of the gap until the repair completes",
-                "resumes the repair",
-            );
-            Ok(Exit::Ok)
-        }
-        error => Err(stream_failure(error, config_path)),
-    }
+pub(super) fn stream_end(
+    error: StreamRunError,
+    config: &PipelineConfig,
+    config_path: &Path,
+) -> Result<Summary, Failure> {
+    let (ended, left, rerun) = match error {
+        StreamRunError::SnapshotInterrupted => (
+            Ended::SnapshotStopped,
+            "the snapshot is incomplete",
+            "resumes the snapshot",
+        ),
+        StreamRunError::RepairInterrupted => (
+            Ended::RepairStopped,
+            "the destination misses changes of the gap until the repair completes",
+            "resumes the repair",
+        ),
+        error => return Err(stream_failure(error, config_path)),
+    };
+    let during = match ended {
+        Ended::RepairStopped => "repair",
+        _ => "snapshot",
+    };
+    let line = format!(
+        "ddbpipe: {} of '{}' stopped by a signal during its {during}",
+        config.source.mode, config.source.table_name
+    );
+    Ok(Summary {
+        ended,
+        written: 0,
+        line,
+        note: Some(super::stopped_note(config_path, left, rerun)),
+    })
 }
 
 pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {

@@ -100,25 +100,45 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<(), StateError>>;
 
     /// Rows in the destination table, when the state lives with the rows (a mirror's capture
-    /// records it: docs/mirror.md §5.1); `None` apart from them.
-    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>>;
+    /// records it: docs/mirror.md §5.1); `None` apart from them (the default).
+    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// Closes a snapshot: the cleanup of `close`, then `entry` is written, in one transaction.
+    /// A store apart from the rows (the default) has nothing to clean: it writes `entry`.
     fn close_snapshot<'a>(
         &'a mut self,
         pipeline: &'a str,
         close: SnapshotClose,
         entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>>;
+    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
+        let _ = close;
+        Box::pin(async move {
+            self.store(pipeline, Some(entry)).await?;
+            Ok(SnapshotClosed {
+                keys_written: 0,
+                deleted: 0,
+                ceiling: Ceiling::Kept,
+            })
+        })
+    }
 
     /// Closes a repair window: the deletes of `sweep`, then `entry` is written, in one
-    /// transaction; returns the rows deleted. A store apart from the rows only writes `entry`.
+    /// transaction; returns the rows deleted. A store apart from the rows (the default) only
+    /// writes `entry`.
     fn close_repair_window<'a>(
         &'a mut self,
         pipeline: &'a str,
         sweep: RepairSweep,
         entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<u64, StateError>>;
+    ) -> BoxFuture<'a, Result<u64, StateError>> {
+        let _ = sweep;
+        Box::pin(async move {
+            self.store(pipeline, Some(entry)).await?;
+            Ok(0)
+        })
+    }
 }
 
 impl CheckpointStore for Box<dyn CheckpointStore> {
@@ -193,35 +213,5 @@ impl CheckpointStore for StateFile {
     ) -> BoxFuture<'a, Result<(), StateError>> {
         let stored = StateFile::store(self, pipeline, entry);
         Box::pin(async move { stored })
-    }
-
-    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
-        Box::pin(async { Ok(None) })
-    }
-
-    fn close_snapshot<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        _close: SnapshotClose,
-        entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
-        let stored = StateFile::store(self, pipeline, Some(entry));
-        Box::pin(async move {
-            stored.map(|()| SnapshotClosed {
-                keys_written: 0,
-                deleted: 0,
-                ceiling: Ceiling::Kept,
-            })
-        })
-    }
-
-    fn close_repair_window<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        _sweep: RepairSweep,
-        entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<u64, StateError>> {
-        let stored = StateFile::store(self, pipeline, Some(entry));
-        Box::pin(async move { stored.map(|()| 0) })
     }
 }

@@ -343,7 +343,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         stop: &stop,
         observer: Arc::clone(&observer),
         progress,
-        changes_beside: std::cell::Cell::new(0),
+        changes_beside: std::sync::atomic::AtomicU64::new(0),
         given_export: GivenExport::Read,
     };
     let mut snapshotted = false;
@@ -535,7 +535,9 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         .set_streams(position.clone())
         .await
         .map_err(RunError::from)?;
-    let changes_beside = snapshots.changes_beside.get();
+    let changes_beside = snapshots
+        .changes_beside
+        .load(std::sync::atomic::Ordering::Relaxed);
     drop(snapshots);
 
     let (engine, rx) = run

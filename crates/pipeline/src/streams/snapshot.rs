@@ -123,7 +123,7 @@ pub(super) struct Snapshots<'a, T> {
     pub progress: &'a dyn Progress,
     /// Change records written beside the snapshots of this run (docs/mirror.md §5.6): the
     /// run's summary counts them with the stream's own.
-    pub changes_beside: std::cell::Cell<u64>,
+    pub changes_beside: std::sync::atomic::AtomicU64,
     /// Whether a new snapshot may read `source.snapshot.export_arn` (`given_export`).
     pub given_export: GivenExport,
 }
@@ -380,7 +380,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             "Snapshot and stream read together."
         );
         self.changes_beside
-            .set(self.changes_beside.get() + outcome.changes);
+            .fetch_add(outcome.changes, std::sync::atomic::Ordering::Relaxed);
         Ok(outcome.completed)
     }
 }

@@ -150,15 +150,34 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 /// Connect timeout of every client (docs/config.md §1.4).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
 
+/// The SDK settings every client keeps whoever loaded the rest: SDK retries off (ddbpipe's
+/// own retry layer decides, docs/errors.md §9) and the connect timeout.
+fn client_timeouts() -> (RetryConfig, TimeoutConfig) {
+    (
+        RetryConfig::disabled(),
+        TimeoutConfig::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build(),
+    )
+}
+
+/// A program's own SDK configuration (its region, credentials, endpoint, HTTP client) with
+/// SDK retries off and the connect timeout, as every client of a run needs.
+pub fn adopt_sdk_config(given: &SdkConfig) -> SdkConfig {
+    let (retry, timeouts) = client_timeouts();
+    given
+        .to_builder()
+        .retry_config(retry)
+        .timeout_config(timeouts)
+        .build()
+}
+
 /// Loads the shared SDK configuration: region, credentials, endpoint; SDK retries off.
 pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
+    let (retry, timeouts) = client_timeouts();
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .build(),
-        );
+        .retry_config(retry)
+        .timeout_config(timeouts);
     if let Some(region) = &settings.region {
         loader = loader.region(Region::new(region.clone()));
     }

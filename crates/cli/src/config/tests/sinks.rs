@@ -64,7 +64,7 @@ fn keyed_sinks_are_read_with_their_defaults() {
     assert_eq!(
         errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
         [
-            "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres"
+            "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres, custom"
         ]
     );
 }

@@ -1,0 +1,189 @@
+//! The library's entry point: a [`Pipeline`] built from the YAML the command reads, run to a
+//! [`Summary`] or an [`Error`]. `ddbpipe run` is this, with the command's output around it
+//! (progress bars, metrics, exit codes).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+
+use ddbpipe_source::config::ConfigError;
+use ddbpipe_source::retry::Cancel;
+
+pub use crate::args::ProgressMode;
+use crate::config::{self, LoadError, PipelineConfig};
+use crate::failure::{Exit, Failure, load_failure};
+use crate::given::Given;
+use crate::sink::{GivenSink, Sink};
+use crate::store::{CheckpointStore, GivenStore};
+pub use crate::summary::{Ended, Summary};
+
+/// A pipeline ready to run: its config parsed and validated.
+///
+/// Built from a pipeline file ([`Pipeline::from_path`]) or from YAML text
+/// ([`Pipeline::from_yaml`]); `${VAR}` references are taken from the process's environment.
+/// Running it does what `ddbpipe run` of the same file does, in every mode: scan, query,
+/// streams and mirror, one process or one worker of several (`coordination:`), export
+/// snapshots, repairs.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    config: PipelineConfig,
+    /// The file the config came from: relative paths in it are taken from its directory, and
+    /// remedies name it.
+    path: PathBuf,
+    progress: ProgressMode,
+    /// The sink and the checkpoint store given in code.
+    given: Given,
+}
+
+impl Pipeline {
+    /// Reads, parses and validates the pipeline file at `path`. Every problem of the file is
+    /// in the one error ([`Error::config_errors`]), as `ddbpipe check` lists them.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Pipeline, Error> {
+        let path = path.as_ref();
+        let env = |name: &str| std::env::var(name).ok();
+        let config = config::load(path, &env).map_err(|error| Error(load_failure(error, path)))?;
+        Ok(Pipeline::of(config, path.to_owned()))
+    }
+
+    /// Parses and validates a pipeline from YAML text; relative paths in it (a jsonl file, a
+    /// SQLite database, a state file) are taken from `dir`.
+    pub fn from_yaml(yaml: &str, dir: impl AsRef<Path>) -> Result<Pipeline, Error> {
+        let env = |name: &str| std::env::var(name).ok();
+        let path = dir.as_ref().join("<yaml>");
+        let config = config::parse(yaml, dir.as_ref(), &env)
+            .map_err(|errors| Error(load_failure(LoadError::Invalid(errors), &path)))?;
+        Ok(Pipeline::of(config, path))
+    }
+
+    fn of(config: PipelineConfig, path: PathBuf) -> Pipeline {
+        Pipeline {
+            config,
+            path,
+            progress: ProgressMode::Never,
+            given: Given::default(),
+        }
+    }
+
+    /// Writes the pipeline's records into `sink` (docs/sinks.md §7.5): the config's sink must
+    /// be `{type: custom}`, its position is kept in the state file (`state:`). Each run of the
+    /// pipeline writes into this one sink.
+    pub fn with_sink(mut self, sink: impl Sink) -> Pipeline {
+        self.given.sink = Some(GivenSink::new(sink));
+        self
+    }
+
+    /// Keeps the pipeline's position in `store` instead of the state file (docs/state.md
+    /// §6.7): for a jsonl or custom sink in one process (a keyed sink keeps its position in its
+    /// database, a shared run in its lease rows: such a run is refused).
+    pub fn with_checkpoint_store(mut self, store: impl CheckpointStore) -> Pipeline {
+        self.given.store = Some(GivenStore::new(store));
+        self
+    }
+
+    /// Builds every AWS client of the run (DynamoDB, Streams, S3 for exports, the lease
+    /// table) from the program's own SDK configuration: its region, credentials, endpoint and
+    /// HTTP client take the place of the source's `region`, `credentials` and `endpoint_url`.
+    /// ddbpipe turns the SDK's own retries off and sets its connect timeout on its copy: its
+    /// retry layer decides (docs/errors.md §9).
+    pub fn with_sdk_config(mut self, sdk: ddbpipe_source::aws::SdkSettings) -> Pipeline {
+        self.given.sdk = Some(sdk);
+        self
+    }
+
+    /// Draws a progress bar on stderr while a snapshot or scan runs (default: never).
+    pub fn with_progress(mut self, progress: ProgressMode) -> Pipeline {
+        self.progress = progress;
+        self
+    }
+
+    /// The pipeline's name (`name:`), which keys its stored position.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The table it reads.
+    pub fn table(&self) -> &str {
+        &self.config.source.table_name
+    }
+
+    /// Fields that are valid but have no effect in the pipeline's mode, one sentence each.
+    pub fn warnings(&self) -> &[String] {
+        &self.config.warnings
+    }
+
+    /// Runs the pipeline until it ends: a scan or query when every segment is read, a stream
+    /// at its end condition, any of them when `stop` is cancelled (its progress saved, so a
+    /// later run resumes: [`Summary::ended`] says [`Ended::Stopped`]).
+    ///
+    /// The future is `Send`: it may be spawned on a multi-threaded runtime.
+    pub async fn run(&self, stop: Cancel) -> Result<Summary, Error> {
+        // Boxed: the run's future is deep; a caller's crate must not need a recursion limit
+        // to lay out its own future around it.
+        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> = Box::pin(
+            crate::run::run(&self.config, &self.path, &self.given, self.progress, stop),
+        );
+        running.await.map_err(Error)
+    }
+
+    /// The validated config (the command's own use).
+    pub(crate) fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+}
+
+/// A run or a config that failed: what went wrong, with its causes, and what to do.
+#[derive(Debug)]
+pub struct Error(pub(crate) Failure);
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The config is wrong (or does not fit the table, the stream or the stored position):
+    /// change it, then run again. `ddbpipe` exits 2.
+    Config,
+    /// The run failed (AWS, the destination, the stored state): what was acknowledged is
+    /// saved; the remedy says whether a rerun resumes. `ddbpipe` exits 1.
+    Runtime,
+}
+
+impl Error {
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self.0.exit {
+            Exit::Usage => ErrorKind::Config,
+            Exit::Ok | Exit::Runtime => ErrorKind::Runtime,
+        }
+    }
+
+    /// What to do about it, when something can be done.
+    pub fn hint(&self) -> Option<&str> {
+        self.0.hint.as_deref()
+    }
+
+    /// Every problem of an invalid config, each naming its field (`source.segments`) and
+    /// what is wrong; empty for other errors.
+    pub fn config_errors(&self) -> &[ConfigError] {
+        match self.0.error.downcast_ref::<LoadError>() {
+            Some(LoadError::Invalid(errors)) => &errors.0,
+            _ => &[],
+        }
+    }
+
+    /// The command's failure (exit code, message, hint).
+    pub(crate) fn into_failure(self) -> Failure {
+        self.0
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.0.error)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.error.source()
+    }
+}
