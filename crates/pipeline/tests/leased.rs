@@ -730,6 +730,13 @@ async fn a_stalled_worker_cannot_write_a_unit_after_its_new_owner_claimed_it() {
     assert!(zombie.completed && other.completed);
     assert!(zombie.leases.lost >= 1, "{zombie:?}");
     let accepted = accepted.lock().unwrap().clone();
+    // The batch its fence refused is not counted as written (`runner::lane` rule 4).
+    let records: usize = accepted.iter().map(|(_, _, _, lines)| lines.len()).sum();
+    assert_eq!(
+        zombie.written + other.written,
+        records as u64,
+        "{zombie:?} {other:?}"
+    );
     let log = leases.log();
     for (at, write) in log.iter().enumerate() {
         let Some(after) = &write.after else { continue };

@@ -56,9 +56,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::batch::{Batch, BatchLimits, Batcher};
-use crate::events::BatchAcknowledged;
-use crate::runner::{Progress, RunError, pending_deadline, sleep_until};
+use crate::batch::Batch;
+use crate::runner::{Commit, Lane, Progress, RunError, Wrote};
 use crate::sink::Sink;
 use crate::state::identity::Identity;
 use lease::{Checkpointed, Rounds, Took};
@@ -145,7 +144,6 @@ struct Run<U: Units, T> {
     tx: mpsc::Sender<(u64, UnitId, U::Read)>,
     generation: u64,
     counts: LeaseCounts,
-    written: u64,
     /// The run stops: no unit starts reading any more.
     stopping: bool,
     /// A unit was finished since the last round: the next one runs at once.
@@ -180,14 +178,21 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
             tx,
             generation: 0,
             counts: LeaseCounts::default(),
-            written: 0,
             stopping: false,
             finished_one: false,
         };
         let mut rounds = Rounds::new(run.origin, run.worker.settings().renew_interval());
         let mut keeper = run.worker.keeper().spawn(rounds.clock());
+        let report =
+            |written, run: &Run<U, T>| progress.advanced(written, run.units.capacity_units());
+        // A fencing sink gets one unit per batch (module docs, Fencing).
+        let mut lane = if sink.fences() {
+            Lane::by_hand_over(&report)
+        } else {
+            Lane::new(run.units.limits(), &report)
+        };
         let result = run
-            .drive(sink, rx, &stop, progress, &mut rounds, &mut keeper)
+            .drive(&mut lane, sink, rx, &stop, &mut rounds, &mut keeper)
             .await;
         // Whatever happened, what was acknowledged is checkpointed and the leases handed back,
         // so the other workers take them at their next round instead of after expiry.
@@ -201,7 +206,7 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
         saved?;
         let ran = Ran {
             end,
-            written: run.written,
+            written: lane.written,
             leases: run.counts,
             rows: run.worker.rows().to_vec(),
         };
@@ -217,20 +222,13 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
     /// The loop; returns the kind's end.
     async fn drive<S: Sink>(
         &mut self,
+        lane: &mut Lane<'_, Self>,
         sink: &mut S,
         mut rx: mpsc::Receiver<(u64, UnitId, U::Read)>,
         stop: &Cancel,
-        progress: &dyn Progress,
         rounds: &mut Rounds,
         keeper: &mut KeeperHandle,
     ) -> Result<U::End, RunError> {
-        // A fencing sink gets one unit per batch (module docs, Fencing).
-        let mut batcher = Batcher::new(if sink.fences() {
-            BatchLimits::UNBOUNDED
-        } else {
-            self.units.limits()
-        });
-        let mut deadline: Option<Instant> = None;
         let end = loop {
             if std::mem::take(&mut self.finished_one) {
                 rounds.soon();
@@ -245,7 +243,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
                 }
                 () = tokio::time::sleep_until(rounds.next) => {
                     let (again, expiry) = self.round(sink, stop).await?;
-                    if let Some(end) = self.ended(&batcher) {
+                    if let Some(end) = self.ended(lane.batcher.has_pending()) {
                         break end;
                     }
                     // A leader that just created rows takes its share at once.
@@ -256,15 +254,9 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
                 }
                 read = rx.recv() => {
                     let Some((generation, unit, read)) = read else { break self.units.stopped() };
-                    self.received(sink, &mut batcher, generation, &unit, read, progress).await?;
-                    deadline = pending_deadline(&batcher, deadline);
+                    self.received(lane, sink, generation, &unit, read).await?;
                 }
-                () = sleep_until(deadline), if deadline.is_some() => {
-                    deadline = None;
-                    if let Some(batch) = batcher.take() {
-                        self.deliver(sink, batch, progress).await?;
-                    }
-                }
+                () = lane.lingered() => lane.finish(self, sink).await?,
             }
         };
         // Ending: reading stops, what was read is written.
@@ -279,22 +271,19 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             tokio::select! {
                 Some(joined) = self.tasks.join_next_with_id() => self.joined(joined)?,
                 Some((generation, unit, read)) = rx.recv() => {
-                    self.received(sink, &mut batcher, generation, &unit, read, progress).await?;
+                    self.received(lane, sink, generation, &unit, read).await?;
                 }
             }
         }
         while let Ok((generation, unit, read)) = rx.try_recv() {
-            self.received(sink, &mut batcher, generation, &unit, read, progress)
-                .await?;
+            self.received(lane, sink, generation, &unit, read).await?;
         }
-        if let Some(batch) = batcher.take() {
-            self.deliver(sink, batch, progress).await?;
-        }
+        lane.finish(self, sink).await?;
         Ok(end)
     }
 
     /// Why the run ends now, if it does.
-    fn ended(&self, batcher: &Batcher) -> Option<U::End> {
+    fn ended(&self, pending: bool) -> Option<U::End> {
         let worker = &self.worker;
         let now = self.now();
         let expired = |row: &Lease| worker.sees_expired(row, now);
@@ -305,7 +294,7 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
                 .iter()
                 .map(|(unit, h)| (unit, &h.flags, h.ended))
                 .collect(),
-            pending: batcher.has_pending(),
+            pending,
             expired: &expired,
         };
         self.units.ended(&view)
@@ -483,16 +472,15 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
         }
     }
 
-    /// A reader handed something over: into the batcher; a fencing sink's batch is one
-    /// hand-over. What a holding that is lost handed over is dropped (module docs, 4).
+    /// A reader handed something over: into the lane (a fencing sink's batch is one
+    /// hand-over). What a holding that is lost handed over is dropped (module docs, 4).
     async fn received<S: Sink>(
         &mut self,
+        lane: &mut Lane<'_, Self>,
         sink: &mut S,
-        batcher: &mut Batcher,
         generation: u64,
         unit: &UnitId,
         read: U::Read,
-        progress: &dyn Progress,
     ) -> Result<(), RunError> {
         let current = self
             .held
@@ -501,63 +489,8 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
         if !current {
             return Ok(());
         }
-        for batch in self.units.push(batcher, read) {
-            self.deliver(sink, batch, progress).await?;
-        }
-        if sink.fences()
-            && let Some(batch) = batcher.take()
-        {
-            self.deliver(sink, batch, progress).await?;
-        }
-        Ok(())
-    }
-
-    /// Writes a batch, then records the positions it reaches; checkpoints what is due.
-    async fn deliver<S: Sink>(
-        &mut self,
-        sink: &mut S,
-        batch: Batch,
-        progress: &dyn Progress,
-    ) -> Result<(), RunError> {
-        let marks = self.units.marks(&batch);
-        if self.units.writes(&batch) {
-            // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
-            let unit = marks.first().map(|(unit, _)| unit.clone());
-            let position = marks.last().map(|(_, at)| at.clone());
-            let mark = unit
-                .as_ref()
-                .map(|unit| self.units.snapshot_of(unit))
-                .unwrap_or_default();
-            let written =
-                lease::write(&self.worker, sink, unit.clone(), position, mark, &batch).await?;
-            if !written {
-                if let Some(unit) = unit {
-                    self.lose(&unit, &LostReason::Taken);
-                }
-                return Ok(());
-            }
-            BatchAcknowledged { batch: &batch }.emit();
-            self.units.written(&batch);
-            self.written += batch.records.len() as u64;
-            progress.advanced(self.written, self.units.capacity_units());
-        }
-        for (unit, at) in marks {
-            // A unit whose lease was lost is not checkpointed any more (module docs, 4).
-            let Some(holding) = self.held.get_mut(&unit) else {
-                continue;
-            };
-            holding.unsaved = true;
-            if at.is_finished() {
-                holding.ended = true;
-                if let Some(cancel) = holding.reading.take() {
-                    cancel.cancel();
-                }
-            } else {
-                holding.acknowledged = Some(at);
-            }
-        }
-        self.save_all(false).await?;
-        self.start_reading()
+        let full = self.units.push(&mut lane.batcher, read);
+        lane.deliver_all(self, sink, full).await
     }
 
     /// Checkpoints the held units whose acknowledged position is newer than their row: ended
@@ -619,6 +552,54 @@ impl<U: Units, T: LeaseTable> Run<U, T> {
             let held = self.held.len();
             lease::lost(&self.worker, &mut self.counts, unit, reason, held);
         }
+    }
+}
+
+/// A worker's lane commits to the lease rows: a batch is written (a fencing sink's under its
+/// unit's fence, module docs), then the positions it reaches are marked on its units' holdings
+/// and checkpointed when due.
+impl<U: Units, T: LeaseTable> Commit for Run<U, T> {
+    async fn commit<S: Sink>(&mut self, sink: &mut S, batch: &Batch) -> Result<Wrote, RunError> {
+        let marks = self.units.marks(batch);
+        let wrote = if self.units.writes(batch) {
+            // A fencing sink's batch is one unit's; the position it reaches goes with the rows.
+            let unit = marks.first().map(|(unit, _)| unit.clone());
+            let position = marks.last().map(|(_, at)| at.clone());
+            let mark = unit
+                .as_ref()
+                .map(|unit| self.units.snapshot_of(unit))
+                .unwrap_or_default();
+            let written =
+                lease::write(&self.worker, sink, unit.clone(), position, mark, batch).await?;
+            if !written {
+                if let Some(unit) = unit {
+                    self.lose(&unit, &LostReason::Taken);
+                }
+                return Ok(Wrote::Fenced);
+            }
+            self.units.written(batch);
+            Wrote::Acknowledged
+        } else {
+            Wrote::Nothing
+        };
+        for (unit, at) in marks {
+            // A unit whose lease was lost is not checkpointed any more (module docs, 4).
+            let Some(holding) = self.held.get_mut(&unit) else {
+                continue;
+            };
+            holding.unsaved = true;
+            if at.is_finished() {
+                holding.ended = true;
+                if let Some(cancel) = holding.reading.take() {
+                    cancel.cancel();
+                }
+            } else {
+                holding.acknowledged = Some(at);
+            }
+        }
+        self.save_all(false).await?;
+        self.start_reading()?;
+        Ok(wrote)
     }
 }
 

@@ -2,9 +2,8 @@
 //! checkpoint.
 //!
 //! # Ordering
-//! Pages arrive from the segment tasks through a bounded channel, are cut into batches, and
-//! each batch is written to the sink and acknowledged before the next one; only then are its
-//! positions applied. So the committed position is always a contiguous acknowledged prefix.
+//! Pages arrive from the segment tasks through a bounded channel into the run's `Lane`
+//! (`lane.rs`, rule 1): the committed position is always a contiguous acknowledged prefix.
 //!
 //! # Stopping (docs/cli.md §8.5)
 //! - `stop` (first SIGINT/SIGTERM): reading stops (in-flight requests are cancelled), pages
@@ -18,31 +17,26 @@
 //!   run reads the table afresh and the output is still the previous complete one; the other
 //!   order could publish a file while a position still says more of it was written.
 
-use std::time::Duration;
-
 use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::error::ReadError;
-use ddbpipe_source::retry::Cancel;
-use ddbpipe_source::scan::PageSource;
+use ddbpipe_source::retry::{Cancel, CancelHandle};
+use ddbpipe_source::scan::{PageOut, PageSource};
 use ddbpipe_source::streams::engine::{EndReason, StreamEngine};
 use ddbpipe_source::streams::handover::Handed;
 use ddbpipe_source::streams::shard_reader::StreamError;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::batch::{Batch, BatchLimits, Batcher};
+use crate::batch::BatchLimits;
 use crate::checkpoint::Checkpointer;
-use crate::events::BatchAcknowledged;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
+mod lane;
 mod together;
 
+pub(crate) use lane::{Commit, Lane, Wrote};
 pub use together::{TogetherOutcome, run_together};
-
-/// A batch is handed over at the latest this long after its first record or position.
-pub(crate) const BATCH_LINGER: Duration = Duration::from_secs(1);
 
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
@@ -141,76 +135,56 @@ pub async fn run_scan<R: PageSource, S: Sink>(
         RunStart::Fresh
     };
     sink.start(start).await?;
-    let (read_stop, read_cancel) = Cancel::new();
+    let limiter = reader.limiter();
     // Room for a whole batch besides one page per reader, so the next batch is read while
     // the sink writes one (docs/scan.md §2.4).
-    let (tx, mut rx) = mpsc::channel(reader.in_flight() + batch_pages(limits));
-    let done = checkpointer.position().done.clone();
-    let cursors = checkpointer.position().cursors.clone();
-    let limiter = reader.limiter();
-    let mut read_task = AbortOnDrop(tokio::spawn(
-        reader
-            .read(done, cursors, tx, read_cancel)
-            .in_current_span(),
-    ));
+    let (mut read_task, read_stop, mut rx) = start_read(reader, checkpointer, batch_pages(limits));
 
-    let units = || limiter.total_units();
-    let mut out = Delivery::new(sink, checkpointer, limits, progress, &units);
+    let report = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
+    let mut lane = Lane::new(limits, &report);
     let mut stopping = false;
-    let mut read_result: Option<Result<(), ReadError>> = None;
+    let mut scan_ended = false;
     let mut read = 0u64;
 
-    loop {
+    // The loop ends once the read task ended (or failed).
+    let failure = loop {
         tokio::select! {
             biased;
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
                 read_stop.cancel();
             }
-            joined = &mut read_task.0, if read_result.is_none() => {
-                let result = joined.unwrap_or_else(scheduler_failed);
-                let failed = matches!(&result, Err(e) if !(stopping && matches!(e, ReadError::Cancelled)));
-                read_result = Some(result);
-                if failed {
-                    break;
-                }
-            }
+            joined = &mut read_task.0, if !scan_ended => match read_ended(joined, stopping) {
+                Ok(()) => scan_ended = true,
+                Err(error) => break Some(error),
+            },
             page = rx.recv() => match page {
                 Some(page) => {
                     read += page.records.len() as u64;
-                    let full = out.lane.batcher.push(page);
-                    out.deliver_all(full).await?;
+                    let full = lane.batcher.push(page);
+                    lane.deliver_all(checkpointer, sink, full).await?;
                 }
-                None => {
-                    if read_result.is_some() {
-                        break;
-                    }
-                    // Senders are gone; the reader's result follows at once.
-                    let joined = (&mut read_task.0).await;
-                    read_result = Some(joined.unwrap_or_else(scheduler_failed));
-                    break;
-                }
+                None if scan_ended => break None,
+                // Senders are gone; the reader's result follows at once.
+                None => break read_ended((&mut read_task.0).await, stopping).err(),
             },
-            () = sleep_until(out.lane.deadline), if out.lane.deadline.is_some() => out.finish().await?,
+            () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
-    }
+    };
 
     let capacity_units = limiter.total_units();
-    let result = read_result.unwrap_or(Err(ReadError::Cancelled));
-    match result {
-        Err(ReadError::Cancelled) if stopping => {}
-        Err(error) => return Err(out.fail(error.into()).await?),
-        Ok(()) => {}
+    if let Some(error) = failure {
+        return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?);
     }
-    out.finish().await?;
-    let written = out.lane.written;
-    let completed = !stopping && read_task.0.is_finished();
-    let segments_done = out.checkpointer.position().done.count();
+    lane.finish(checkpointer, sink).await?;
+    let written = lane.written;
+    let completed = !stopping;
+    let segments_done = checkpointer.position().done.count();
     if completed {
-        out.checkpointer.complete(written, capacity_units).await?;
-        out.sink.complete().await?;
+        checkpointer.complete(written, capacity_units).await?;
+        sink.complete().await?;
     } else {
-        out.checkpointer.flush().await?;
+        checkpointer.flush().await?;
     }
     Ok(ScanOutcome {
         read,
@@ -221,6 +195,24 @@ pub async fn run_scan<R: PageSource, S: Sink>(
     })
 }
 
+/// Starts `reader` where the checkpointer's position stands: its task, what stops it, and its
+/// pages, through a queue of a page a reader and `room` more.
+fn start_read<R: PageSource>(
+    reader: R,
+    checkpointer: &Checkpointer,
+    room: usize,
+) -> (
+    AbortOnDrop<Result<(), ReadError>>,
+    CancelHandle,
+    mpsc::Receiver<PageOut>,
+) {
+    let (stop, cancel) = Cancel::new();
+    let (tx, rx) = mpsc::channel(reader.in_flight() + room);
+    let at = checkpointer.position();
+    let read = reader.read(at.done.clone(), at.cursors.clone(), tx, cancel);
+    (AbortOnDrop(tokio::spawn(read.in_current_span())), stop, rx)
+}
+
 /// The stream engine's task panicked (or was aborted): an internal error.
 fn engine_failed(error: tokio::task::JoinError) -> Result<EndReason, StreamError> {
     Err(StreamError::Read(ReadError::Internal(format!(
@@ -228,11 +220,19 @@ fn engine_failed(error: tokio::task::JoinError) -> Result<EndReason, StreamError
     ))))
 }
 
-/// The task that schedules segments panicked (or was aborted): an internal error.
-fn scheduler_failed(error: tokio::task::JoinError) -> Result<(), ReadError> {
-    Err(ReadError::Internal(format!(
-        "segment scheduler task failed: {error}"
-    )))
+/// A scan's read task ended: `Ok` when it read every segment or a stop cancelled it.
+fn read_ended(
+    joined: Result<Result<(), ReadError>, tokio::task::JoinError>,
+    stopping: bool,
+) -> Result<(), ReadError> {
+    match joined {
+        // The task that schedules segments panicked (or was aborted): an internal error.
+        Err(error) => Err(ReadError::Internal(format!(
+            "segment scheduler task failed: {error}"
+        ))),
+        Ok(Err(ReadError::Cancelled)) if stopping => Ok(()),
+        Ok(result) => result,
+    }
 }
 
 /// How a streams run ended, when it did not fail.
@@ -259,160 +259,53 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
     progress: &dyn Progress,
 ) -> Result<StreamOutcome, RunError> {
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
-    let no_units = || 0.0;
-    let mut out = Delivery::new(sink, checkpointer, limits, progress, &no_units);
+    let report = |written, _: &Checkpointer| progress.advanced(written, 0.0);
+    let mut lane = Lane::new(limits, &report);
     let ended = loop {
         tokio::select! {
             biased;
-            joined = &mut engine_task.0 => {
-                break joined.unwrap_or_else(engine_failed);
-            }
+            joined = &mut engine_task.0 => break joined.unwrap_or_else(engine_failed),
             next = handed.recv() => {
                 let Some(next) = next else {
                     // The engine dropped its hand-over: its result follows at once.
                     break (&mut engine_task.0).await.unwrap_or_else(engine_failed);
                 };
-                let full = out.lane.batcher.push_handed(next);
-                out.deliver_all(full).await?;
+                let full = lane.batcher.push_handed(next);
+                lane.deliver_all(checkpointer, sink, full).await?;
             }
-            () = sleep_until(out.lane.deadline), if out.lane.deadline.is_some() => out.finish().await?,
+            () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
     };
     let end = match ended {
         Ok(end) => end,
-        Err(error) => return Err(out.fail(error.into()).await?),
+        Err(error) => return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?),
     };
     // What was handed over before the end is written and committed.
     while let Ok(next) = handed.try_recv() {
-        let full = out.lane.batcher.push_handed(next);
-        out.deliver_all(full).await?;
+        let full = lane.batcher.push_handed(next);
+        lane.deliver_all(checkpointer, sink, full).await?;
     }
-    out.finish().await?;
-    out.checkpointer.flush().await?;
+    lane.finish(checkpointer, sink).await?;
+    checkpointer.flush().await?;
     Ok(StreamOutcome {
-        written: out.lane.written,
+        written: lane.written,
         end,
     })
 }
 
-/// One flow of batches into the sink (a scan's pages, a stream's hand-overs): assembled,
-/// written in order, acknowledged, and their positions committed; a partial batch is handed
-/// over `BATCH_LINGER` after its first record or position.
-pub(crate) struct Lane {
-    pub(crate) batcher: Batcher,
-    /// When the partial batch is handed over.
-    pub(crate) deadline: Option<Instant>,
-    /// Records written and acknowledged.
-    pub(crate) written: u64,
-}
-
-impl Lane {
-    pub(crate) fn new(limits: BatchLimits) -> Self {
-        Lane {
-            batcher: Batcher::new(limits),
-            deadline: None,
-            written: 0,
-        }
-    }
-
-    /// Writes the batches a read filled, in order, telling `report` the lane's records after
-    /// each, and arms the linger timer for what is left.
-    pub(crate) async fn deliver_all<S: Sink>(
-        &mut self,
-        sink: &mut S,
-        checkpointer: &mut Checkpointer,
-        full: Vec<Batch>,
-        report: &(dyn Fn(u64) + Sync),
-    ) -> Result<(), RunError> {
-        for batch in full {
-            self.written += deliver(sink, checkpointer, &batch).await?;
-            report(self.written);
-        }
-        self.deadline = pending_deadline(&self.batcher, self.deadline);
-        Ok(())
-    }
-
-    /// Hands over the batch being assembled (its linger is up, or the run ends).
-    pub(crate) async fn finish<S: Sink>(
-        &mut self,
-        sink: &mut S,
-        checkpointer: &mut Checkpointer,
-        report: &(dyn Fn(u64) + Sync),
-    ) -> Result<(), RunError> {
-        let batch = self.batcher.take();
-        self.deliver_all(sink, checkpointer, batch.into_iter().collect(), report)
-            .await
-    }
-}
-
-/// The sink side of a single-process run: its one lane, and the progress it reports.
-struct Delivery<'a, S> {
-    sink: &'a mut S,
-    checkpointer: &'a mut Checkpointer,
-    lane: Lane,
-    progress: &'a dyn Progress,
-    units: &'a (dyn Fn() -> f64 + Sync),
-}
-
-impl<'a, S: Sink> Delivery<'a, S> {
-    fn new(
-        sink: &'a mut S,
-        checkpointer: &'a mut Checkpointer,
-        limits: BatchLimits,
-        progress: &'a dyn Progress,
-        units: &'a (dyn Fn() -> f64 + Sync),
-    ) -> Self {
-        Delivery {
-            sink,
-            checkpointer,
-            lane: Lane::new(limits),
-            progress,
-            units,
-        }
-    }
-
-    /// Delivers the batches a page filled, and arms the linger timer for what is left.
-    async fn deliver_all(&mut self, full: Vec<Batch>) -> Result<(), RunError> {
-        let (progress, units) = (self.progress, self.units);
-        let report = |written| progress.advanced(written, units());
-        self.lane
-            .deliver_all(self.sink, self.checkpointer, full, &report)
-            .await
-    }
-
-    /// Hands over what is being assembled (its linger is up, or the run ends).
-    async fn finish(&mut self) -> Result<(), RunError> {
-        let (progress, units) = (self.progress, self.units);
-        let report = |written| progress.advanced(written, units());
-        self.lane
-            .finish(self.sink, self.checkpointer, &report)
-            .await
-    }
-
-    /// A read failed: the batch being assembled is dropped, what was acknowledged is
-    /// committed. Returns the error to report (or the state error that hid it).
-    async fn fail(&mut self, error: RunError) -> Result<RunError, RunError> {
-        ddbpipe_source::health::failed(&error);
-        drop(self.lane.batcher.take());
-        self.checkpointer.flush().await?;
-        Ok(error)
-    }
-}
-
-/// Writes one batch, then commits its positions (the acknowledgement comes first); returns
-/// the records written.
-async fn deliver<S: Sink>(
-    sink: &mut S,
+/// A read failed: the batches being assembled are dropped, what was acknowledged is
+/// committed. Returns the error to report (or the state error that hid it).
+async fn failed(
+    error: RunError,
+    lanes: &mut [&mut Lane<'_, Checkpointer>],
     checkpointer: &mut Checkpointer,
-    batch: &Batch,
-) -> Result<u64, RunError> {
-    let staged = checkpointer.stage(batch);
-    let writing = ddbpipe_source::health::Writing::begin();
-    sink.write(batch, staged.as_ref()).await?;
-    checkpointer.acknowledged(batch, staged).await?;
-    drop(writing);
-    BatchAcknowledged { batch }.emit();
-    Ok(batch.records.len() as u64)
+) -> Result<RunError, RunError> {
+    ddbpipe_source::health::failed(&error);
+    for lane in lanes {
+        drop(lane.batcher.take());
+    }
+    checkpointer.flush().await?;
+    Ok(error)
 }
 
 /// A spawned task that is aborted when its owner is dropped: a run whose caller gives up (a
@@ -422,22 +315,5 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// When the batch being assembled is handed over: `BATCH_LINGER` after its first record or
-/// position arrived (the deadline already set stands); `None` when nothing waits.
-pub(crate) fn pending_deadline(batcher: &Batcher, deadline: Option<Instant>) -> Option<Instant> {
-    match (batcher.has_pending(), deadline) {
-        (false, _) => None,
-        (true, None) => Some(Instant::now() + BATCH_LINGER),
-        (true, Some(at)) => Some(at),
-    }
-}
-
-pub(crate) async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

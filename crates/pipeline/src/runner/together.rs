@@ -17,7 +17,6 @@
 //!    both partial batches, commits what was acknowledged and returns the error.
 
 use ddbpipe_source::api::StreamsApi;
-use ddbpipe_source::error::ReadError;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::scan::PageSource;
 use ddbpipe_source::streams::engine::StreamEngine;
@@ -25,7 +24,7 @@ use ddbpipe_source::streams::handover::Handed;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::{AbortOnDrop, Lane, Progress, RunError, engine_failed, scheduler_failed, sleep_until};
+use super::{AbortOnDrop, Lane, Progress, RunError, engine_failed, failed, read_ended, start_read};
 use crate::batch::BatchLimits;
 use crate::checkpoint::Checkpointer;
 use crate::sink::Sink;
@@ -57,22 +56,13 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     stop: Cancel,
     progress: &dyn Progress,
 ) -> Result<TogetherOutcome, RunError> {
-    let (read_stop, read_cancel) = Cancel::new();
-    let (tx, mut pages) = mpsc::channel(reader.in_flight());
-    let done = checkpointer.position().done.clone();
-    let cursors = checkpointer.position().cursors.clone();
     let limiter = reader.limiter();
-    let mut read_task = AbortOnDrop(tokio::spawn(
-        reader
-            .read(done, cursors, tx, read_cancel)
-            .in_current_span(),
-    ));
+    let (mut read_task, read_stop, mut pages) = start_read(reader, checkpointer, 0);
     let mut engine_task = AbortOnDrop(tokio::spawn(engine.run().in_current_span()));
 
-    let mut scan = Lane::new(limits);
-    let mut stream = Lane::new(limits);
-    let scanned = |written| progress.advanced(written, limiter.total_units());
-    let streamed = |_| {};
+    let scanned = |written, _: &Checkpointer| progress.advanced(written, limiter.total_units());
+    let mut scan = Lane::new(limits, &scanned);
+    let mut stream = Lane::new(limits, &|_, _: &Checkpointer| {});
     let mut stopping = false;
     let mut pages_open = true;
     let mut handed_open = true;
@@ -91,24 +81,19 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
                 read_stop.cancel();
                 engine_stop.cancel();
             }
-            joined = &mut read_task.0, if !scan_ended => {
-                let result = joined.unwrap_or_else(scheduler_failed);
-                match result {
-                    Err(ReadError::Cancelled) if stopping => scan_ended = true,
-                    Err(error) => break Some(error.into()),
-                    Ok(()) => scan_ended = true,
-                }
-            }
+            joined = &mut read_task.0, if !scan_ended => match read_ended(joined, stopping) {
+                Ok(()) => scan_ended = true,
+                Err(error) => break Some(error.into()),
+            },
             page = pages.recv(), if pages_open => match page {
                 Some(page) => {
                     let full = scan.batcher.push(page);
-                    scan.deliver_all(sink, checkpointer, full, &scanned).await?;
+                    scan.deliver_all(checkpointer, sink, full).await?;
                 }
                 None => pages_open = false,
             },
             joined = &mut engine_task.0, if !engine_ended => {
-                let ended = joined.unwrap_or_else(engine_failed);
-                match ended {
+                match joined.unwrap_or_else(engine_failed) {
                     Err(error) => break Some(error.into()),
                     Ok(_) => engine_ended = true,
                 }
@@ -116,46 +101,33 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
             next = handed.recv(), if handed_open && !engine_ended => match next {
                 Some(next) => {
                     let full = stream.batcher.push_handed(next);
-                    stream.deliver_all(sink, checkpointer, full, &streamed).await?;
+                    stream.deliver_all(checkpointer, sink, full).await?;
                 }
                 // The engine dropped its hand-over: its result follows.
                 None => handed_open = false,
             },
-            () = sleep_until(scan.deadline), if scan.deadline.is_some() => {
-                scan.finish(sink, checkpointer, &scanned).await?;
-            }
-            () = sleep_until(stream.deadline), if stream.deadline.is_some() => {
-                stream.finish(sink, checkpointer, &streamed).await?;
-            }
+            () = scan.lingered() => scan.finish(checkpointer, sink).await?,
+            () = stream.lingered() => stream.finish(checkpointer, sink).await?,
         }
     };
     if let Some(error) = failure {
-        ddbpipe_source::health::failed(&error);
-        drop(scan.batcher.take());
-        drop(stream.batcher.take());
         engine_stop.cancel();
-        checkpointer.flush().await?;
-        return Err(error);
+        return Err(failed(error, &mut [&mut scan, &mut stream], checkpointer).await?);
     }
 
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
-    scan.finish(sink, checkpointer, &scanned).await?;
+    scan.finish(checkpointer, sink).await?;
     engine_stop.cancel();
-    if !engine_ended {
-        let ended = (&mut engine_task.0).await.unwrap_or_else(engine_failed);
-        if let Err(error) = ended {
-            drop(stream.batcher.take());
-            checkpointer.flush().await?;
-            return Err(error.into());
-        }
+    if !engine_ended && let Err(error) = (&mut engine_task.0).await.unwrap_or_else(engine_failed) {
+        drop(stream.batcher.take());
+        checkpointer.flush().await?;
+        return Err(error.into());
     }
     while let Ok(next) = handed.try_recv() {
         let full = stream.batcher.push_handed(next);
-        stream
-            .deliver_all(sink, checkpointer, full, &streamed)
-            .await?;
+        stream.deliver_all(checkpointer, sink, full).await?;
     }
-    stream.finish(sink, checkpointer, &streamed).await?;
+    stream.finish(checkpointer, sink).await?;
 
     // The loop ends on a stop or when the scan task ended and handed over every page.
     let outcome = TogetherOutcome {
