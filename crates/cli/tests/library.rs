@@ -152,6 +152,21 @@ impl Kept {
 
 const CUSTOM: &str = "sink:\n  type: custom\nstate:\n  path: state.json\n  flush_interval_ms: 0\n";
 
+/// A table with a stream on a fresh emulator, and the file of a pipeline reading its changes
+/// into a custom sink until 2 s pass without one.
+fn changes_into_a_custom_sink() -> (common::Running, Pipeline) {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let files = Pipeline::new("changes", &emulator.endpoint, "");
+    files.write_with_sink(
+        "changes",
+        &emulator.endpoint,
+        "table_name: orders\nmode: streams\nidle_termination_secs: 2",
+        CUSTOM,
+    );
+    (emulator, files)
+}
+
 #[test]
 fn a_sink_given_in_code_gets_every_item_and_a_rerun_resumes_after_its_acknowledgements() {
     let emulator = Emulator::Dynoxide.start();
@@ -217,15 +232,7 @@ fn a_sink_given_in_code_gets_every_item_and_a_rerun_resumes_after_its_acknowledg
 
 #[test]
 fn a_sink_given_in_code_gets_changes_with_their_key_images_and_sequence_numbers() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    let files = Pipeline::new("changes", &emulator.endpoint, "");
-    files.write_with_sink(
-        "changes",
-        &emulator.endpoint,
-        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
-        CUSTOM,
-    );
+    let (emulator, files) = changes_into_a_custom_sink();
     emulator.put_pk("orders", "a", "1");
     emulator.put_pk("orders", "a", "2");
     emulator.delete_pk("orders", "a");
@@ -340,15 +347,7 @@ impl ddbpipe::store::CheckpointStore for Positions {
 
 #[test]
 fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    let files = Pipeline::new("changes", &emulator.endpoint, "");
-    files.write_with_sink(
-        "changes",
-        &emulator.endpoint,
-        "table_name: orders\nmode: streams\nidle_termination_secs: 2",
-        CUSTOM,
-    );
+    let (emulator, files) = changes_into_a_custom_sink();
     let positions = Positions::default();
     let run = |kept: &Kept| {
         let pipeline = ddbpipe::Pipeline::from_path(&files.config)
