@@ -143,6 +143,16 @@ pub async fn open(
         max_keys: source.resnapshot_max_keys as u64,
     };
     if config.sink.keyed().is_none() {
+        // The pipeline's lock first: a second run is refused as the pipeline's, before its
+        // sink's own output lock could answer (a store given in code takes no lock).
+        let file = StateFile::new(&config.state.path);
+        let lock = match &given.store {
+            Some(_) => None,
+            None => Some(
+                file.lock(&config.name)
+                    .map_err(|e| state_failure(e, config_path))?,
+            ),
+        };
         let sink = match &config.sink {
             SinkConfig::Custom => AnySink::Custom(
                 given
@@ -166,15 +176,11 @@ pub async fn open(
                 _lock: None,
             });
         }
-        let file = StateFile::new(&config.state.path);
-        let lock = file
-            .lock(&config.name)
-            .map_err(|e| state_failure(e, config_path))?;
         return Ok(Destination {
             sink,
             store: Box::new(file),
             cleanup,
-            _lock: Some(lock),
+            _lock: lock,
         });
     }
     let (_, sink) = keyed_sink(config, table, records, true).await?;
