@@ -86,7 +86,7 @@ fn stopped_note(config_path: &Path, left: &str, rerun: &str) -> String {
 fn summary(ended: Ended, written: u64, line: String) -> Summary {
     Summary {
         ended,
-        written,
+        written: Some(written),
         line,
         note: None,
     }

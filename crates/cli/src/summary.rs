@@ -6,7 +6,8 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub(crate) ended: Ended,
-    pub(crate) written: u64,
+    /// `None` when the run cannot say (a stop inside a snapshot or a repair).
+    pub(crate) written: Option<u64>,
     /// The sentence `ddbpipe run` prints.
     pub(crate) line: String,
     /// What a stop before the end left and what the next run does.
@@ -19,8 +20,10 @@ impl Summary {
         self.ended
     }
 
-    /// Records (items or change records) this process wrote and had acknowledged.
-    pub fn written(&self) -> u64 {
+    /// Records (items or change records) this process wrote and had acknowledged; `None`
+    /// when the run cannot say: a stop inside a snapshot or a repair
+    /// ([`Ended::SnapshotStopped`], [`Ended::RepairStopped`]) counts nothing it could report.
+    pub fn written(&self) -> Option<u64> {
         self.written
     }
 

@@ -61,7 +61,7 @@ fn scan_into_custom_sink_totals_every_item() {
             totals.clone(),
         ))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(summary.written(), 50);
+    assert_eq!(summary.written(), Some(50));
     let totals = totals.0.lock().expect("the totals").clone();
     let even: f64 = (0..50).filter(|i| i % 2 == 0).map(f64::from).sum();
     let odd: f64 = (0..50).filter(|i| i % 2 == 1).map(f64::from).sum();

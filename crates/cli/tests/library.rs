@@ -30,7 +30,7 @@ fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
         .block_on(pipeline.run(Cancel::never()))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(summary.ended(), Ended::Complete);
-    assert_eq!(summary.written(), 40);
+    assert_eq!(summary.written(), Some(40));
     assert!(summary.note().is_none(), "{summary:?}");
     let said = summary.to_string();
     assert!(
@@ -67,7 +67,7 @@ fn a_stream_ends_with_its_end_condition_as_a_value() {
         .block_on(pipeline.run(Cancel::never()))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(summary.ended(), Ended::Idle, "{summary}");
-    assert_eq!(summary.written(), 5, "{summary}");
+    assert_eq!(summary.written(), Some(5), "{summary}");
     assert_eq!(files.records().len(), 5);
 
     // A stop through the cancel handle ends the run cleanly, its position saved.
@@ -211,7 +211,7 @@ fn a_sink_given_in_code_gets_every_item_and_a_rerun_resumes_after_its_acknowledg
         .block_on(pipeline.run(Cancel::never()))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(summary.ended(), Ended::Complete);
-    assert_eq!(summary.written(), 20, "{summary}");
+    assert_eq!(summary.written(), Some(20), "{summary}");
     let mut keys: Vec<String> = first
         .iter()
         .chain(working.records().iter())
@@ -360,7 +360,7 @@ fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
     emulator.put_pk("orders", "a", "1");
     emulator.put_pk("orders", "b", "1");
     let first = Kept::default();
-    assert_eq!(run(&first).written(), 2);
+    assert_eq!(run(&first).written(), Some(2));
     // The position is in the store, not in a state file.
     assert!(!files.dir.path().join("state.json").exists());
     let text = positions.texts.lock().expect("the texts")["changes"].clone();
@@ -369,7 +369,7 @@ fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
     // The next run reads only what came after.
     emulator.put_pk("orders", "c", "1");
     let second = Kept::default();
-    assert_eq!(run(&second).written(), 1);
+    assert_eq!(run(&second).written(), Some(1));
     let keys: Vec<serde_json::Value> = second
         .records()
         .iter()
@@ -449,7 +449,41 @@ fn a_program_s_own_sdk_config_builds_every_client() {
     let summary = rt()
         .block_on(pipeline.run(Cancel::never()))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(summary.written(), 7, "{summary}");
+    assert_eq!(summary.written(), Some(7), "{summary}");
     let lines = std::fs::read_to_string(dir.path().join("out.jsonl")).expect("the output");
     assert_eq!(lines.lines().count(), 7);
+}
+
+#[test]
+fn a_stop_inside_a_mirror_s_snapshot_ends_snapshot_stopped_without_a_count() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for i in 0..40 {
+        emulator.put_pk("orders", &format!("k{i:02}"), "1");
+    }
+    // One item a page at one read unit a second: the snapshot takes far longer than the stop.
+    let files = Pipeline::new(
+        "mirror",
+        &emulator.endpoint,
+        "table_name: orders\nmode: mirror\nidle_termination_secs: 2\npage_limit: 1\n\
+         max_read_units_per_second: 1\nresnapshot_deletes: false",
+    );
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
+    let (handle, stop) = Cancel::new();
+    let summary = rt().block_on(async {
+        let run = tokio::spawn(async move { pipeline.run(stop).await });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        handle.cancel();
+        run.await.expect("the run's task")
+    });
+    let summary = summary.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::SnapshotStopped, "{summary}");
+    assert_eq!(summary.written(), None, "{summary}");
+    assert!(
+        summary
+            .note()
+            .is_some_and(|note| note.contains("the snapshot is incomplete")),
+        "{summary:?}"
+    );
+    assert!(files.records().len() < 40, "the snapshot was stopped");
 }

@@ -255,7 +255,7 @@ pub(super) fn stream_end(
     );
     Ok(Summary {
         ended,
-        written: 0,
+        written: None,
         line,
         note: Some(super::stopped_note(config_path, left, rerun)),
     })
