@@ -24,7 +24,7 @@ use crate::config::{
 };
 use crate::failure::{Failure, state_failure};
 use crate::given::Given;
-use crate::sink::CustomSink;
+use crate::sink::{CustomSink, GivenSink};
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -493,8 +493,9 @@ pub fn table_spec(
     })
 }
 
-/// Where the records go and in what form, for the position's identity.
-pub fn output(config: &PipelineConfig) -> Option<Output> {
+/// Where the records go and in what form, for the position's identity; a custom sink by the
+/// name of the sink `given` in code (none known: not part of the identity, as for `check`).
+pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Output> {
     match &config.sink {
         SinkConfig::Jsonl(jsonl) => match &jsonl.path {
             JsonlTarget::Stdout => Some(Output::Stdout),
@@ -518,7 +519,9 @@ pub fn output(config: &PipelineConfig) -> Option<Output> {
                 document_column: keyed.document_column.clone(),
             })
         }
-        SinkConfig::Custom => None,
+        SinkConfig::Custom => given.map(|sink| Output::Given {
+            name: sink.name().to_string(),
+        }),
     }
 }
 
@@ -607,7 +610,7 @@ mod tests {
             std::fs::write(&file, yaml).unwrap_or_else(|e| panic!("{e}"));
             let config =
                 crate::config::load(&file, &|_: &str| None).unwrap_or_else(|e| panic!("{e}"));
-            output(&config)
+            output(&config, None)
         };
         let plain = load("a.yaml", "out.jsonl");
         assert_eq!(load("b.yaml", "sub/../out.jsonl"), plain);

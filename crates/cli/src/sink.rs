@@ -19,7 +19,9 @@ use tokio::sync::Mutex;
 
 /// Where a pipeline's records go when the program gives the sink.
 pub trait Sink: Send + 'static {
-    /// Names the sink and its target for messages ("kafka orders", "my-service").
+    /// Names the sink and its target ("kafka orders", "my-service"): in messages, and in the
+    /// identity of the pipeline's position, so a run with a sink of another name does not
+    /// resume a position this one left (docs/state.md §6.2).
     fn describe(&self) -> String;
 
     /// Writes every record of `batch` and returns once they are durable: `Ok` is the
@@ -221,6 +223,11 @@ impl GivenSink {
             name: sink.describe(),
             sink: Arc::new(Mutex::new(Box::new(sink))),
         }
+    }
+
+    /// The name the sink gives itself (`Sink::describe`), part of the position's identity.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// The pipeline's sink for a run writing `records`.

@@ -47,7 +47,7 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     };
     let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
     let location = wiring::location(&sdk, &config.source);
-    let identity = wiring::identity(&config, &location);
+    let identity = wiring::identity(&config, &location, None);
     let changes = match &entry.position {
         Some(position) => identity.changes_for(&entry.identity, position),
         None => identity.changes_from(&entry.identity, true),

@@ -18,6 +18,7 @@ use ddbpipe_source::retry::Cancel;
 use crate::config::{self, PipelineConfig};
 use crate::destination;
 use crate::failure::Failure;
+use crate::sink::GivenSink;
 
 /// Loads and validates a pipeline file; problems are usage failures (exit 2).
 pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
@@ -74,12 +75,17 @@ pub fn location(sdk: &aws::SdkSettings, source: &SourceConfig) -> Location {
     }
 }
 
-/// The identity of this pipeline's position (the rules in `state::identity`).
-pub fn identity(config: &PipelineConfig, location: &Location) -> Identity {
+/// The identity of this pipeline's position (the rules in `state::identity`); `sink`: the
+/// sink given in code to a `type: custom` pipeline, when this command has it.
+pub fn identity(
+    config: &PipelineConfig,
+    location: &Location,
+    sink: Option<&GivenSink>,
+) -> Identity {
     Identity::of(
         &config.source,
         location,
-        destination::output(config).as_ref(),
+        destination::output(config, sink).as_ref(),
     )
 }
 

@@ -144,6 +144,22 @@ impl ddbpipe::sink::Sink for Kept {
     }
 }
 
+/// [`Kept`] under another name.
+struct Renamed(Kept);
+
+impl ddbpipe::sink::Sink for Renamed {
+    fn describe(&self) -> String {
+        "another service".to_string()
+    }
+
+    async fn write(
+        &mut self,
+        batch: &ddbpipe::sink::Batch,
+    ) -> Result<(), ddbpipe::sink::SinkError> {
+        self.0.write(batch).await
+    }
+}
+
 impl Kept {
     fn records(&self) -> Vec<ddbpipe::sink::Record> {
         self.records.lock().expect("the records").clone()
@@ -201,6 +217,46 @@ fn a_sink_given_in_code_gets_every_item_and_a_rerun_resumes_after_its_acknowledg
     let first = failing.records();
     assert_eq!(first.len(), 10, "only the acknowledged batch");
     assert!(files.dir.path().join("state.json").exists());
+
+    // The position belongs to that sink: the same file writing into jsonl instead, or into a
+    // sink of another name, is refused naming the change, and the position stays.
+    let stored = std::fs::read_to_string(files.dir.path().join("state.json")).expect("state");
+    files.write_with_sink(
+        "orders",
+        &emulator.endpoint,
+        "table_name: orders\nbatch_size: 10\npage_limit: 10",
+        &format!(
+            "sink:\n  type: jsonl\n  path: {}\n{}",
+            files.out.display(),
+            &CUSTOM[CUSTOM.find("state:").expect("a state section")..]
+        ),
+    );
+    let output = files.ddbpipe(&["run"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sink_path changed from \"custom kept in memory\""),
+        "{stderr}"
+    );
+    files.write_with_sink(
+        "orders",
+        &emulator.endpoint,
+        "table_name: orders\nbatch_size: 10\npage_limit: 10",
+        CUSTOM,
+    );
+    let renamed = Renamed(Kept::default());
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config)
+        .expect("a valid pipeline")
+        .with_sink(renamed);
+    let error = rt()
+        .block_on(pipeline.run(Cancel::never()))
+        .expect_err("another sink");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.to_string().contains("sink_path changed"), "{error}");
+    assert_eq!(
+        std::fs::read_to_string(files.dir.path().join("state.json")).expect("state"),
+        stored
+    );
 
     // The rerun goes on after the acknowledged batch: every item once across both runs.
     let working = Kept::default();

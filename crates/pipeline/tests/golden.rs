@@ -282,5 +282,15 @@ fn built_identities() -> Vec<(&'static str, Identity)> {
         ),
         ("shared-mirror-leader-row", shared),
         ("shared-scan-leader-row", shared_scan),
+        (
+            "scan-custom-sink",
+            Identity::of(
+                &scan,
+                &east,
+                Some(&Output::Given {
+                    name: "orders-service".to_string(),
+                }),
+            ),
+        ),
     ]
 }

@@ -83,7 +83,7 @@ pub(super) async fn state_verdict(
     let Some(position) = &entry.position else {
         return (Status::Pass, format!("{where_}: no position in progress"));
     };
-    let changes = wiring::identity(config, location).changes_for(&entry.identity, position);
+    let changes = wiring::identity(config, location, None).changes_for(&entry.identity, position);
     if !changes.is_empty() {
         return (
             Status::Fail,

@@ -354,7 +354,7 @@ async fn stored_position(
     let checkpointer = Checkpointer::open_streams(
         store,
         &config.name,
-        wiring::identity(config, location),
+        wiring::identity(config, location, None),
         Duration::ZERO,
     )
     .await

@@ -53,7 +53,7 @@ pub async fn run(
     let mut checkpointer = Checkpointer::open_scan(
         destination.store,
         &config.name,
-        wiring::identity(config, &location),
+        wiring::identity(config, &location, given.sink.as_ref()),
         kind,
         source.segments,
         Duration::from_millis(config.state.flush_interval_ms),

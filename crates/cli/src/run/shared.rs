@@ -163,7 +163,8 @@ pub fn run_identity(
     location: &ddbpipe_pipeline::state::identity::Location,
     stream_arn: Option<&str>,
 ) -> Identity {
-    wiring::identity(config, location).of_shared_run(destination::sink_identity(config), stream_arn)
+    wiring::identity(config, location, None)
+        .of_shared_run(destination::sink_identity(config), stream_arn)
 }
 
 /// Refuses a worker whose settings differ from those the pipeline's leader row keeps

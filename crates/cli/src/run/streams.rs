@@ -60,7 +60,7 @@ pub async fn run(
     let mut checkpointer = Checkpointer::open_streams(
         destination.store,
         &config.name,
-        wiring::identity(config, &location),
+        wiring::identity(config, &location, given.sink.as_ref()),
         Duration::from_millis(config.state.flush_interval_ms),
     )
     .await

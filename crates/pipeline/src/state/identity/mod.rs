@@ -145,7 +145,7 @@ pub struct Identity {
     /// A keyed sink's document column.
     #[serde(skip_serializing_if = "Option::is_none")]
     document_column: Option<String>,
-    /// Where a jsonl sink's lines go.
+    /// Where a jsonl sink's lines go (or a sink given in code: its name).
     #[serde(skip_serializing_if = "Option::is_none")]
     sink_path: Option<SinkPath>,
     /// How runs write a jsonl file.
@@ -227,9 +227,16 @@ pub enum Output {
     },
     /// Standard output.
     Stdout,
+    /// A sink the embedding program gave (`sink: {type: custom}`), by the name it gives
+    /// itself (`Sink::describe`): another sink would get the rest of a position's records.
+    Given {
+        /// The sink's name.
+        name: String,
+    },
 }
 
-/// Where a jsonl sink's lines go, stored as the file's path or `-`.
+/// Where a jsonl (or a given) sink's records go, stored as the file's path, `-`, or
+/// `custom <name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]
 pub enum SinkPath {
@@ -237,6 +244,8 @@ pub enum SinkPath {
     Stdout,
     /// The file at this absolute path.
     File(String),
+    /// A sink given in code, by its name.
+    Given(String),
 }
 
 /// How runs write a jsonl file (`sink.write`), stored as its config spelling.
@@ -307,6 +316,9 @@ impl Identity {
                 identity.gzip = Some(*compression);
             }
             Some(Output::Stdout) => identity.sink_path = Some(SinkPath::Stdout),
+            Some(Output::Given { name }) => {
+                identity.sink_path = Some(SinkPath::Given(name.clone()));
+            }
             None => {}
         }
         identity

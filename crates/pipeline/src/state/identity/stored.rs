@@ -153,10 +153,16 @@ pub(super) mod typed_values {
     }
 }
 
+/// How a sink given in code is stored in `sink_path`: `custom <its name>` (a file's path is
+/// absolute, so it never reads so).
+const GIVEN: &str = "custom ";
+
 impl From<String> for SinkPath {
     fn from(path: String) -> Self {
         if path == "-" {
             SinkPath::Stdout
+        } else if let Some(name) = path.strip_prefix(GIVEN) {
+            SinkPath::Given(name.to_string())
         } else {
             SinkPath::File(path)
         }
@@ -168,6 +174,7 @@ impl From<SinkPath> for String {
         match path {
             SinkPath::Stdout => "-".to_string(),
             SinkPath::File(path) => path,
+            SinkPath::Given(name) => format!("{GIVEN}{name}"),
         }
     }
 }
