@@ -10,10 +10,11 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use ddbpipe_pipeline::batch::Batch as Lines;
+use ddbpipe_pipeline::batch::Batch as Read;
 use ddbpipe_pipeline::sink::{Records, SinkError as PipelineSinkError, SinkErrorClass, Staged};
+use ddbpipe_source::records::Lines;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -71,28 +72,46 @@ pub enum Op {
 }
 
 /// One record: the JSON line ddbpipe's jsonl sink would write (an item, or a change envelope,
-/// docs/streams.md §4.1), already parsed. Values are in the pipeline's `value_format`: `plain`
+/// docs/streams.md §4.1), parsed the first time a field is asked for (a sink that forwards
+/// [`Record::json`] pays no parsing). Values are in the pipeline's `value_format`: `plain`
 /// writes a number that a 64-bit float cannot hold exactly as a string of its digits, `typed`
 /// keeps every number as DynamoDB's `{"N": "…"}` text, so nothing read here lost a digit.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Record {
-    op: Op,
-    value: Value,
-    line: Arc<[u8]>,
+    /// The batch's lines, shared by its records (one copy a batch).
+    lines: Arc<Lines>,
+    index: usize,
+    records: Records,
+    value: OnceLock<Value>,
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Record) -> bool {
+        self.records == other.records && self.json() == other.json()
+    }
 }
 
 impl Record {
     /// What the record is.
     pub fn op(&self) -> Op {
-        self.op
+        match self.records {
+            Records::Items => Op::Item,
+            Records::Envelopes => match self.value().get("op").and_then(Value::as_str) {
+                Some("r") => Op::Snapshot,
+                Some("c") => Op::Insert,
+                Some("u") => Op::Modify,
+                Some("d") => Op::Remove,
+                _ => Op::Other,
+            },
+        }
     }
 
     /// The item: a scan's item, a snapshot row's, or a change's new image (`after`); `None`
     /// for a removal or a stream without new images.
     pub fn item(&self) -> Option<&Value> {
-        match self.op {
-            Op::Item => Some(&self.value),
-            _ => self.field("after"),
+        match self.records {
+            Records::Items => Some(self.value()),
+            Records::Envelopes => self.field("after"),
         }
     }
 
@@ -124,40 +143,22 @@ impl Record {
 
     /// The whole record as a JSON value.
     pub fn value(&self) -> &Value {
-        &self.value
+        self.value.get_or_init(|| {
+            // ddbpipe rendered the line: JSON whose every number a float holds exactly.
+            serde_json::from_slice(self.json()).unwrap_or(Value::Null)
+        })
     }
 
     /// The record as the JSON text ddbpipe's jsonl sink writes (without the newline).
     pub fn json(&self) -> &[u8] {
-        &self.line
+        self.lines.get(self.index).unwrap_or_default()
     }
 
     fn field(&self, name: &str) -> Option<&Value> {
-        match self.op {
-            Op::Item => None,
-            _ => self.value.get(name).filter(|value| !value.is_null()),
+        match self.records {
+            Records::Items => None,
+            Records::Envelopes => self.value().get(name).filter(|value| !value.is_null()),
         }
-    }
-
-    /// The record of one line of a run writing `records`.
-    fn parse(line: &[u8], records: Records) -> Result<Record, String> {
-        let value: Value = serde_json::from_slice(line)
-            .map_err(|error| format!("a record is not JSON ({error})"))?;
-        let op = match records {
-            Records::Items => Op::Item,
-            Records::Envelopes => match value.get("op").and_then(Value::as_str) {
-                Some("r") => Op::Snapshot,
-                Some("c") => Op::Insert,
-                Some("u") => Op::Modify,
-                Some("d") => Op::Remove,
-                _ => Op::Other,
-            },
-        };
-        Ok(Record {
-            op,
-            value,
-            line: Arc::from(line),
-        })
     }
 }
 
@@ -264,22 +265,25 @@ impl CustomSink {
 impl ddbpipe_pipeline::sink::Sink for CustomSink {
     async fn write(
         &mut self,
-        batch: &Lines,
+        batch: &Read,
         state: Option<&Staged>,
     ) -> Result<(), PipelineSinkError> {
         debug_assert!(
             state.is_none(),
             "a custom sink's position is in the state file"
         );
-        let records = batch
-            .records
-            .iter()
-            .map(|line| Record::parse(line, self.records))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|message| self.error(message, SinkErrorClass::Definite))?;
-        if records.is_empty() {
+        if batch.records.is_empty() {
             return Ok(());
         }
+        let lines = Arc::new(batch.records.clone());
+        let records = (0..lines.len())
+            .map(|index| Record {
+                lines: Arc::clone(&lines),
+                index,
+                records: self.records,
+                value: OnceLock::new(),
+            })
+            .collect();
         let batch = Batch { records };
         let written = self.given.sink.lock().await.write(&batch).await;
         written.map_err(|error| {
