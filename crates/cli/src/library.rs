@@ -182,8 +182,6 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.error.source()
-    }
-}
+/// Its `Display` already says every cause (`error: cause: cause`), as `ddbpipe` prints it: no
+/// `source`, so a reporter walking sources does not print them twice.
+impl std::error::Error for Error {}

@@ -543,3 +543,17 @@ fn a_stop_inside_a_mirror_s_snapshot_ends_snapshot_stopped_without_a_count() {
     );
     assert!(files.records().len() < 40, "the snapshot was stopped");
 }
+
+#[test]
+fn an_error_says_each_cause_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let error =
+        ddbpipe::Pipeline::from_path(dir.path().join("missing.yaml")).expect_err("no such file");
+    // Display holds the causes; a reporter walking `source()` adds none again.
+    assert!(std::error::Error::source(&error).is_none(), "{error:?}");
+    let said = error.to_string();
+    assert!(
+        said.contains("missing.yaml") && said.contains("No such file"),
+        "{said}"
+    );
+}
