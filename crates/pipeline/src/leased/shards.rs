@@ -52,7 +52,9 @@ use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::handover::{Handed, StreamMark};
-use ddbpipe_source::streams::leased::{ReadFlags, ShardReads, leased_start, stale_row, unread};
+use ddbpipe_source::streams::leased::{
+    ReadFlags, RowFreshness, ShardReads, leased_start, stale_row, unread,
+};
 use ddbpipe_source::streams::shard_reader::StreamError;
 use ddbpipe_source::streams::shard_sync;
 use futures_util::FutureExt;
@@ -231,11 +233,11 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
             return Ok(());
         };
         match stale_row(shard, at, unix_now_ms()) {
-            Ok(()) => Ok(()),
-            Err(Some(reason)) => Err(RunError::Stream(StreamError::Gap(
+            RowFreshness::Fresh => Ok(()),
+            RowFreshness::Stale(reason) => Err(RunError::Stream(StreamError::Gap(
                 gaps::found_before_reading(&[reason], self.source.reads.gap_remedy),
             ))),
-            Err(None) => {
+            RowFreshness::Unverified => {
                 tracing::warn!(
                     shard = %shard,
                     "Shard row with nothing read and no verification time: records trimmed \

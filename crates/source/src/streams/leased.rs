@@ -37,26 +37,36 @@ pub fn unread(checkpoint: Option<&LeaseCheckpoint>) -> bool {
     matches!(leased_start(checkpoint), Some((StartAt::TrimHorizon, _)))
 }
 
-/// Why a worker about to read a shard row at `checkpoint` stops, at `now_ms`: nothing read
-/// from it and its verification older than [`gaps::STALE_AFTER_SECS`] (docs/streams.md §4.5
-/// layer 3 for a lease row), so records the stream trimmed since would be lost unseen.
-/// `Err(None)`: a row with nothing read and no verification (written by an earlier version),
-/// which cannot be checked and is read with a warning, as one process reads such a shard.
+/// What a worker about to read a shard row finds of its verification (docs/streams.md §4.5
+/// layer 3 for a lease row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowFreshness {
+    /// Positioned or finished, or verified within [`gaps::STALE_AFTER_SECS`]: read it.
+    Fresh,
+    /// Nothing read and verified longer ago: records the stream trimmed since would be lost
+    /// unseen. The reason, as one process says it.
+    Stale(String),
+    /// Nothing read and no verification (written by an earlier version): it cannot be
+    /// checked, and is read with a warning, as one process reads such a shard.
+    Unverified,
+}
+
+/// How fresh a shard row at `checkpoint` is at `now_ms` ([`RowFreshness`]).
 pub fn stale_row(
     shard: &ShardId,
     checkpoint: Option<&LeaseCheckpoint>,
     now_ms: i64,
-) -> Result<(), Option<String>> {
+) -> RowFreshness {
     if !unread(checkpoint) {
-        return Ok(());
+        return RowFreshness::Fresh;
     }
-    let verified_ms = checkpoint
-        .and_then(LeaseCheckpoint::verified_ms)
-        .ok_or(None)?;
+    let Some(verified_ms) = checkpoint.and_then(LeaseCheckpoint::verified_ms) else {
+        return RowFreshness::Unverified;
+    };
     let now_s = now_ms.div_euclid(1000);
     match gaps::stale_since(shard, verified_ms.div_euclid(1000), now_s) {
-        Some(reason) => Err(Some(reason)),
-        None => Ok(()),
+        Some(reason) => RowFreshness::Stale(reason),
+        None => RowFreshness::Fresh,
     }
 }
 
@@ -203,27 +213,31 @@ mod tests {
         let at = |ms: i64| LeaseCheckpoint::verified(ms, None);
         assert_eq!(
             stale_row(&shard, Some(&at(now_ms - limit_ms)), now_ms),
-            Ok(())
+            RowFreshness::Fresh
         );
         let stale = stale_row(&shard, Some(&at(now_ms - limit_ms - 1000)), now_ms);
         assert_eq!(
             stale,
-            Err(Some(
+            RowFreshness::Stale(
                 "shard s1 was last read 23h ago with nothing to read; records written since \
                  may have been trimmed"
                     .to_string()
-            ))
+            )
         );
         let latest = LeaseCheckpoint::Latest {
             since_ms: now_ms - 25 * 3_600_000,
         };
         assert!(
-            matches!(stale_row(&shard, Some(&latest), now_ms), Err(Some(reason)) if reason.contains("25h ago"))
+            matches!(stale_row(&shard, Some(&latest), now_ms), RowFreshness::Stale(reason) if reason.contains("25h ago"))
         );
-        assert_eq!(stale_row(&shard, None, now_ms), Err(None));
+        assert_eq!(stale_row(&shard, None, now_ms), RowFreshness::Unverified);
         let seq = SequenceNumber::parse("000000000000000000123").unwrap();
         for read in [LeaseCheckpoint::After(seq), LeaseCheckpoint::ShardEnd] {
-            assert_eq!(stale_row(&shard, Some(&read), now_ms), Ok(()), "{read:?}");
+            assert_eq!(
+                stale_row(&shard, Some(&read), now_ms),
+                RowFreshness::Fresh,
+                "{read:?}"
+            );
         }
     }
 }
