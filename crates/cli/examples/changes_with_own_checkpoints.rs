@@ -60,7 +60,7 @@ impl CheckpointStore for SqlitePositions {
                 None => None,
             }
         };
-        text.map(|text| Checkpoint::from_json(&text)).transpose()
+        Ok(text.map(Checkpoint::from_json))
     }
 
     async fn store(
@@ -73,7 +73,7 @@ impl CheckpointStore for SqlitePositions {
             Some(checkpoint) => db.execute(
                 "INSERT INTO positions (pipeline, checkpoint) VALUES (?1, ?2) \
                  ON CONFLICT (pipeline) DO UPDATE SET checkpoint = excluded.checkpoint",
-                [pipeline, &checkpoint.as_json()],
+                [pipeline, checkpoint.as_json()],
             ),
             None => db.execute("DELETE FROM positions WHERE pipeline = ?1", [pipeline]),
         };

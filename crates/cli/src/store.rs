@@ -41,26 +41,23 @@ pub trait CheckpointStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A pipeline's position with the identity of what it reads (docs/state.md §6.2): opaque, kept
-/// as the JSON text [`Checkpoint::as_json`] gives and read back with
-/// [`Checkpoint::from_json`]. It is the entry a state file holds under `pipelines.<name>`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Checkpoint(Entry);
+/// A pipeline's position with the identity of what it reads (docs/state.md §6.2): an opaque
+/// JSON text to keep as it is ([`Checkpoint::as_json`]) and give back as it was
+/// ([`Checkpoint::from_json`]). It is the entry a state file holds under `pipelines.<name>`;
+/// the run reads it strictly, so a text that is not one stops the run naming the store and
+/// what is wrong, and nothing is overwritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint(String);
 
 impl Checkpoint {
     /// The text to keep.
-    pub fn as_json(&self) -> String {
-        self.0.to_json().to_string()
+    pub fn as_json(&self) -> &str {
+        &self.0
     }
 
-    /// A checkpoint read back from the text [`Checkpoint::as_json`] gave; a text that is not
-    /// one is an error naming what is wrong in it (the run stops: nothing is overwritten).
-    pub fn from_json(text: &str) -> Result<Checkpoint, StoreError> {
-        let json: serde_json::Value = serde_json::from_str(text)
-            .map_err(|error| StoreError::new(format!("a checkpoint is not JSON: {error}")))?;
-        Entry::from_json(&json, "-", Path::new("the checkpoint"))
-            .map(Checkpoint)
-            .map_err(|error| StoreError::new(error.to_string()))
+    /// The checkpoint a kept text holds.
+    pub fn from_json(text: impl Into<String>) -> Checkpoint {
+        Checkpoint(text.into())
     }
 }
 
@@ -129,6 +126,18 @@ impl GivenStore {
         }
     }
 
+    /// `pipeline`'s entry in the text `checkpoint`, read as strictly as a state file's.
+    fn entry(&self, pipeline: &str, checkpoint: &Checkpoint) -> Result<Entry, StateError> {
+        let path = Path::new(&self.name);
+        let json =
+            serde_json::from_str(checkpoint.as_json()).map_err(|error| StateError::Corrupt {
+                path: path.to_owned(),
+                location: format!("pipeline '{pipeline}'"),
+                problem: format!("the checkpoint is not JSON ({error})"),
+            })?;
+        Entry::from_json(&json, pipeline, path)
+    }
+
     fn failed(&self, error: StoreError) -> StateError {
         StateError::Database {
             store: self.name.clone(),
@@ -160,9 +169,10 @@ impl Store for GivenStore {
     ) -> Pin<Box<dyn Future<Output = Result<Option<Entry>, StateError>> + Send + 'a>> {
         Box::pin(async move {
             let loaded = self.store.lock().await.load(pipeline).await;
-            loaded
-                .map(|checkpoint| checkpoint.map(|c| c.0))
-                .map_err(|error| self.failed(error))
+            match loaded.map_err(|error| self.failed(error))? {
+                Some(checkpoint) => self.entry(pipeline, &checkpoint).map(Some),
+                None => Ok(None),
+            }
         })
     }
 
@@ -172,7 +182,7 @@ impl Store for GivenStore {
         entry: Option<&'a Entry>,
     ) -> Pin<Box<dyn Future<Output = Result<(), StateError>> + Send + 'a>> {
         Box::pin(async move {
-            let checkpoint = entry.cloned().map(Checkpoint);
+            let checkpoint = entry.map(|entry| Checkpoint(entry.to_json().to_string()));
             let stored = self
                 .store
                 .lock()

@@ -383,8 +383,7 @@ impl ddbpipe::store::CheckpointStore for Positions {
         pipeline: &str,
     ) -> Result<Option<ddbpipe::store::Checkpoint>, ddbpipe::store::StoreError> {
         let text = self.texts.lock().expect("the texts").get(pipeline).cloned();
-        text.map(|text| ddbpipe::store::Checkpoint::from_json(&text))
-            .transpose()
+        Ok(text.map(ddbpipe::store::Checkpoint::from_json))
     }
 
     async fn store(
@@ -394,7 +393,9 @@ impl ddbpipe::store::CheckpointStore for Positions {
     ) -> Result<(), ddbpipe::store::StoreError> {
         let mut texts = self.texts.lock().expect("the texts");
         match checkpoint {
-            Some(checkpoint) => texts.insert(pipeline.to_string(), checkpoint.as_json()),
+            Some(checkpoint) => {
+                texts.insert(pipeline.to_string(), checkpoint.as_json().to_string())
+            }
             None => texts.remove(pipeline),
         };
         Ok(())
@@ -446,7 +447,11 @@ fn positions_kept_in_a_store_given_in_code_resume_a_stream_where_it_stopped() {
     let error = rt()
         .block_on(pipeline.run(Cancel::never()))
         .expect_err("a corrupt checkpoint");
-    assert!(error.to_string().contains("positions in memory"), "{error}");
+    assert!(
+        error.to_string().contains("positions in memory")
+            && error.to_string().contains("pipeline 'changes'"),
+        "{error}"
+    );
     assert_eq!(
         positions.texts.lock().expect("the texts")["changes"],
         "{\"position\": 7}"
