@@ -142,53 +142,48 @@ pub async fn open(
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
     };
-    if config.sink.keyed().is_none() {
-        // The pipeline's lock first: a second run is refused as the pipeline's, before its
-        // sink's own output lock could answer (a store given in code takes no lock).
-        let file = StateFile::new(&config.state.path);
-        let lock = match &given.store {
-            Some(_) => None,
-            None => Some(
-                file.lock(&config.name)
-                    .map_err(|e| state_failure(e, config_path))?,
-            ),
-        };
-        let sink = match &config.sink {
-            SinkConfig::Custom => AnySink::Custom(
-                given
-                    .sink
-                    .as_ref()
-                    .ok_or_else(no_custom_sink)?
-                    .for_run(records),
-            ),
-            SinkConfig::Jsonl(jsonl) => AnySink::Jsonl(
-                JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
-                    .map_err(Failure::runtime)?,
-            ),
-            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => unreachable!("keyed"),
-        };
-        // A store given in code is the program's: no state file, no lock (docs/state.md §6.7).
-        if let Some(store) = &given.store {
+    // Apart from a keyed sink, the pipeline's lock first: a second run is refused as the
+    // pipeline's before its sink's own output lock could answer. A store given in code is
+    // the program's: no state file, no lock (docs/state.md §6.7).
+    let file = StateFile::new(&config.state.path);
+    let lock = match (config.sink.keyed(), &given.store) {
+        (None, None) => Some(
+            file.lock(&config.name)
+                .map_err(|e| state_failure(e, config_path))?,
+        ),
+        _ => None,
+    };
+    let sink = match &config.sink {
+        SinkConfig::Jsonl(jsonl) => AnySink::Jsonl(
+            JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
+                .map_err(Failure::runtime)?,
+        ),
+        SinkConfig::Custom => AnySink::Custom(
+            given
+                .sink
+                .as_ref()
+                .ok_or_else(no_custom_sink)?
+                .for_run(records),
+        ),
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
+            let (_, sink) = keyed_sink(config, table, records, true).await?;
             return Ok(Destination {
-                sink,
-                store: Box::new(store.clone()),
+                store: Box::new(sink.state_store()),
+                sink: AnySink::Keyed(sink),
                 cleanup,
                 _lock: None,
             });
         }
-        return Ok(Destination {
-            sink,
-            store: Box::new(file),
-            cleanup,
-            _lock: lock,
-        });
-    }
-    let (_, sink) = keyed_sink(config, table, records, true).await?;
+    };
+    let store: Box<dyn CheckpointStore> = match &given.store {
+        Some(store) => Box::new(store.clone()),
+        None => Box::new(file),
+    };
     Ok(Destination {
-        store: Box::new(sink.state_store()),
-        sink: AnySink::Keyed(sink),
+        sink,
+        store,
         cleanup,
-        _lock: None,
+        _lock: lock,
     })
 }
 
