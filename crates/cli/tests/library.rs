@@ -10,6 +10,18 @@ use aws_sdk_dynamodb::types::StreamViewType;
 use common::{Emulator, Pipeline, rt};
 use ddbpipe::{Cancel, Ended, ErrorKind};
 
+/// Runs `pipeline` on a task of its own and stops it through its cancel handle 1.5 s later.
+fn stopped_after_1500_ms(pipeline: ddbpipe::Pipeline) -> ddbpipe::Summary {
+    let (handle, stop) = Cancel::new();
+    let summary = rt().block_on(async {
+        let run = tokio::spawn(async move { pipeline.run(stop).await });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        handle.cancel();
+        run.await.expect("the run's task")
+    });
+    summary.unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
     let emulator = Emulator::Dynoxide.start();
@@ -72,14 +84,7 @@ fn a_stream_ends_with_its_end_condition_as_a_value() {
 
     // A stop through the cancel handle ends the run cleanly, its position saved.
     emulator.put_pk("orders", "k9", "1");
-    let (handle, stop) = Cancel::new();
-    let summary = rt().block_on(async {
-        let run = tokio::spawn(async move { pipeline.run(stop).await });
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        handle.cancel();
-        run.await.expect("the run's task")
-    });
-    let summary = summary.unwrap_or_else(|e| panic!("{e}"));
+    let summary = stopped_after_1500_ms(pipeline);
     assert_eq!(summary.ended(), Ended::Stopped, "{summary}");
     assert_eq!(files.records().len(), 6);
 }
@@ -530,14 +535,7 @@ fn a_stop_inside_a_mirror_s_snapshot_ends_snapshot_stopped_without_a_count() {
          max_read_units_per_second: 1\nresnapshot_deletes: false",
     );
     let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
-    let (handle, stop) = Cancel::new();
-    let summary = rt().block_on(async {
-        let run = tokio::spawn(async move { pipeline.run(stop).await });
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        handle.cancel();
-        run.await.expect("the run's task")
-    });
-    let summary = summary.unwrap_or_else(|e| panic!("{e}"));
+    let summary = stopped_after_1500_ms(pipeline);
     assert_eq!(summary.ended(), Ended::SnapshotStopped, "{summary}");
     assert_eq!(summary.written(), None, "{summary}");
     assert!(
