@@ -1,5 +1,5 @@
 //! What a program gave a pipeline in code, beside its config: a sink (`type: custom`) and a
-//! checkpoint store in place of the state file.
+//! checkpoint store in place of the state file, or the loop that takes the batches.
 
 use crate::sink::GivenSink;
 use crate::store::GivenStore;
@@ -14,4 +14,6 @@ pub struct Given {
     /// The SDK configuration every client is built from, in place of the source's region,
     /// credentials and endpoint.
     pub sdk: Option<ddbpipe_source::aws::SdkSettings>,
+    /// Where a driven run hands its batches (`Pipeline::batches`), in place of the sink.
+    pub driven: Option<ddbpipe_pipeline::runner::driven::HandOut>,
 }

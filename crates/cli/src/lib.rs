@@ -81,6 +81,7 @@ mod config;
 mod demo;
 mod destination;
 mod discover;
+pub mod drive;
 mod export;
 mod failure;
 mod generate;
@@ -101,4 +102,5 @@ mod wiring;
 
 pub use ddbpipe_source::config::ConfigError;
 pub use ddbpipe_source::retry::{Cancel, CancelHandle};
+pub use drive::Batches;
 pub use library::{Ended, Error, ErrorKind, Pipeline, ProgressMode, Summary};

@@ -3,6 +3,7 @@
 //! (progress bars, metrics, exit codes).
 
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
@@ -11,6 +12,7 @@ use ddbpipe_source::retry::Cancel;
 
 pub use crate::args::ProgressMode;
 use crate::config::{self, LoadError, PipelineConfig};
+use crate::drive::Batches;
 use crate::failure::{Exit, Failure, load_failure};
 use crate::given::Given;
 use crate::sink::{GivenSink, Sink};
@@ -33,6 +35,8 @@ pub struct Pipeline {
     progress: ProgressMode,
     /// The sink and the checkpoint store given in code.
     given: Given,
+    /// Batches a driven run holds ([`Pipeline::batches`]).
+    window: NonZeroUsize,
 }
 
 impl Pipeline {
@@ -61,6 +65,7 @@ impl Pipeline {
             path,
             progress: ProgressMode::Never,
             given: Given::default(),
+            window: crate::drive::DEFAULT_WINDOW,
         }
     }
 
@@ -87,6 +92,16 @@ impl Pipeline {
     /// retry layer decides (docs/errors.md §9).
     pub fn with_sdk_config(mut self, sdk: ddbpipe_source::aws::SdkSettings) -> Pipeline {
         self.given.sdk = Some(sdk);
+        self
+    }
+
+    /// Holds at most `batches` batches in a run driven through [`Pipeline::batches`]: handed
+    /// out and not yet committed (default [`drive::DEFAULT_WINDOW`], 16). While they are all
+    /// held, reading waits.
+    ///
+    /// [`drive::DEFAULT_WINDOW`]: crate::drive::DEFAULT_WINDOW
+    pub fn with_ack_window(mut self, batches: NonZeroUsize) -> Pipeline {
+        self.window = batches;
         self
     }
 
@@ -123,6 +138,22 @@ impl Pipeline {
             crate::run::run(&self.config, &self.path, &self.given, self.progress, stop),
         );
         running.await.map_err(Error)
+    }
+
+    /// Starts the pipeline and hands its batches to your own loop (docs/state.md §6.8): each
+    /// [`drive::Batch`] is done when you call [`drive::Batch::ack`], in any order, and the
+    /// position saved is the acknowledged prefix of each segment and shard. The run is the one
+    /// [`Pipeline::run`] does with a custom sink, in every mode of one process; the config's
+    /// sink must be `{type: custom}` (without [`Pipeline::with_sink`]). `stop` stops it:
+    /// the batches then end, and [`drive::Batches::finish`] returns the summary.
+    ///
+    /// Must be called within a Tokio runtime: the run is spawned on it.
+    ///
+    /// [`drive::Batch`]: crate::drive::Batch
+    /// [`drive::Batch::ack`]: crate::drive::Batch::ack
+    /// [`drive::Batches::finish`]: crate::drive::Batches::finish
+    pub async fn batches(&self, stop: Cancel) -> Result<Batches, Error> {
+        Batches::start(&self.config, &self.path, &self.given, self.window, stop)
     }
 
     /// The validated config (the command's own use).

@@ -37,6 +37,20 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The records of `lines`, read as `records`; the lines are shared by them.
+    pub(crate) fn of(lines: Lines, records: Records) -> Batch {
+        let lines = Arc::new(lines);
+        let records = (0..lines.len())
+            .map(|index| Record {
+                lines: Arc::clone(&lines),
+                index,
+                records,
+                value: OnceLock::new(),
+            })
+            .collect();
+        Batch { records }
+    }
+
     /// The records.
     pub fn records(&self) -> &[Record] {
         &self.records
@@ -189,6 +203,17 @@ impl SinkError {
     }
 }
 
+impl SinkError {
+    /// What the failure means for the next run.
+    pub(crate) fn class(&self) -> SinkErrorClass {
+        if self.transient {
+            SinkErrorClass::Transient
+        } else {
+            SinkErrorClass::Definite
+        }
+    }
+}
+
 impl fmt::Display for SinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -275,23 +300,10 @@ impl ddbpipe_pipeline::sink::Sink for CustomSink {
         if batch.records.is_empty() {
             return Ok(());
         }
-        let lines = Arc::new(batch.records.clone());
-        let records = (0..lines.len())
-            .map(|index| Record {
-                lines: Arc::clone(&lines),
-                index,
-                records: self.records,
-                value: OnceLock::new(),
-            })
-            .collect();
-        let batch = Batch { records };
+        let batch = Batch::of(batch.records.clone(), self.records);
         let written = self.given.sink.lock().await.write(&batch).await;
         written.map_err(|error| {
-            let class = if error.transient {
-                SinkErrorClass::Transient
-            } else {
-                SinkErrorClass::Definite
-            };
+            let class = error.class();
             self.error(error.message, class)
         })
     }

@@ -59,7 +59,8 @@ pub async fn run(
         Duration::from_millis(config.state.flush_interval_ms),
     )
     .await
-    .map_err(|error| start_failure(error, config_path))?;
+    .map_err(|error| start_failure(error, config_path))?
+    .with_hand_out(given.driven.clone());
     let resumed = checkpointer.position().has_progress();
 
     let plan = ScanPlan::build(source, &table)

@@ -65,7 +65,8 @@ pub async fn run(
     )
     .await
     .map_err(|error| start_failure(error, config_path))?
-    .with_cleanup(destination.cleanup);
+    .with_cleanup(destination.cleanup)
+    .with_hand_out(given.driven.clone());
     if checkpointer.streams_position().is_some() && source.start_position.is_some() {
         tracing::info!(
             "start_position applies to the first run only; the stored position is used."

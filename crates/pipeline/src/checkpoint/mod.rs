@@ -17,6 +17,7 @@
 //!    window all applied, the window closes with the deletes of its vanished rows in one
 //!    transaction, and the repair moves to its next window (docs/streams.md §4.12).
 
+mod driven;
 pub mod store;
 
 use std::time::{Duration, Instant};
@@ -101,6 +102,8 @@ pub struct Checkpointer {
     dirty: bool,
     cleanup: CleanupPolicy,
     ceiling: Option<CeilingHit>,
+    /// A driven run's hand-out and window (`driven`).
+    driven: Option<crate::runner::driven::Driven>,
 }
 
 /// RFC 3339 UTC with milliseconds: the one clock of state documents and keyed rows.
@@ -132,6 +135,7 @@ impl Checkpointer {
                 max_keys: u64::MAX,
             },
             ceiling: None,
+            driven: None,
         }
     }
 

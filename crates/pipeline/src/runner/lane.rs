@@ -12,8 +12,9 @@
 //! 2. A partial batch is handed over [`BATCH_LINGER`] after its first record or position.
 //! 3. A lane cut by hand-over ([`Lane::by_hand_over`], for a sink that keeps lease fences) makes
 //!    every hand-over a batch of its own: one unit's, written with that unit's fence.
-//! 4. An acknowledged batch is told (`BatchAcknowledged`), counted and reported; one refused by
-//!    its fence ([`Wrote::Fenced`]) or with nothing to write is not.
+//! 4. An acknowledged batch is told (`BatchAcknowledged`), counted and reported, and so is one
+//!    handed out to the program driving the run ([`Wrote::HandedOut`]); one refused by its
+//!    fence ([`Wrote::Fenced`]) or with nothing to write is not.
 //! 5. On a failure the batch being assembled is dropped; what was acknowledged stays
 //!    committed.
 
@@ -40,6 +41,9 @@ pub(crate) enum Wrote {
     /// Its fence holds a newer owner's counter: nothing was written or committed, and its unit
     /// is lost.
     Fenced,
+    /// It was handed out to the program driving the run (`driven`): counted as written; its
+    /// positions commit as its acknowledgement comes back.
+    HandedOut,
 }
 
 /// The commit side of a lane: how a batch is written, and where the positions it reaches are
@@ -55,9 +59,14 @@ pub(crate) trait Commit: Send {
 }
 
 /// A single process's lane commits to its checkpointer: the position goes into the sink's
-/// transaction with the rows when the sink keeps it, else into the state file when due.
+/// transaction with the rows when the sink keeps it, else into the state file when due. A
+/// driven run's checkpointer hands the batch out instead and commits as acknowledgements come
+/// back (`driven`).
 impl Commit for Checkpointer {
     async fn commit<S: Sink>(&mut self, sink: &mut S, batch: &Batch) -> Result<Wrote, RunError> {
+        if self.is_driven() {
+            return self.hand_out(batch).await;
+        }
         let staged = self.stage(batch);
         let writing = ddbpipe_source::health::Writing::begin();
         sink.write(batch, staged.as_ref()).await?;
@@ -154,7 +163,7 @@ impl<'a, C: Commit> Lane<'a, C> {
         sink: &mut S,
         batch: &Batch,
     ) -> Result<(), RunError> {
-        if let Wrote::Acknowledged = to.commit(sink, batch).await? {
+        if let Wrote::Acknowledged | Wrote::HandedOut = to.commit(sink, batch).await? {
             BatchAcknowledged { batch }.emit();
             self.written += batch.records.len() as u64;
             (self.report)(self.written, to);

@@ -32,6 +32,7 @@ use crate::checkpoint::Checkpointer;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
+pub mod driven;
 mod lane;
 mod together;
 
@@ -168,6 +169,7 @@ pub async fn run_scan<R: PageSource, S: Sink>(
                 // Senders are gone; the reader's result follows at once.
                 None => break read_ended((&mut read_task.0).await, stopping).err(),
             },
+            settled = checkpointer.next_settled() => checkpointer.settled(settled).await?,
             () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
     };
@@ -177,8 +179,10 @@ pub async fn run_scan<R: PageSource, S: Sink>(
         return Err(failed(error.into(), &mut [&mut lane], checkpointer).await?);
     }
     lane.finish(checkpointer, sink).await?;
+    // A scan ends only once every batch is acknowledged (a driven run's, `driven` rule 4).
+    let committed = checkpointer.drain_handed().await?;
     let written = lane.written;
-    let completed = !stopping;
+    let completed = !stopping && committed;
     let segments_done = checkpointer.position().done.count();
     if completed {
         checkpointer.complete(written, capacity_units).await?;
@@ -273,6 +277,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
                 let full = lane.batcher.push_handed(next);
                 lane.deliver_all(checkpointer, sink, full).await?;
             }
+            settled = checkpointer.next_settled() => checkpointer.settled(settled).await?,
             () = lane.lingered() => lane.finish(checkpointer, sink).await?,
         }
     };
@@ -286,6 +291,7 @@ pub async fn run_stream<A: StreamsApi, S: Sink>(
         lane.deliver_all(checkpointer, sink, full).await?;
     }
     lane.finish(checkpointer, sink).await?;
+    checkpointer.drain_handed().await?;
     checkpointer.flush().await?;
     Ok(StreamOutcome {
         written: lane.written,
@@ -304,6 +310,7 @@ async fn failed(
     for lane in lanes {
         drop(lane.batcher.take());
     }
+    checkpointer.give_up_handed().await?;
     checkpointer.flush().await?;
     Ok(error)
 }

@@ -106,6 +106,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
                 // The engine dropped its hand-over: its result follows.
                 None => handed_open = false,
             },
+            settled = checkpointer.next_settled() => checkpointer.settled(settled).await?,
             () = scan.lingered() => scan.finish(checkpointer, sink).await?,
             () = stream.lingered() => stream.finish(checkpointer, sink).await?,
         }
@@ -120,6 +121,7 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     engine_stop.cancel();
     if !engine_ended && let Err(error) = (&mut engine_task.0).await.unwrap_or_else(engine_failed) {
         drop(stream.batcher.take());
+        checkpointer.give_up_handed().await?;
         checkpointer.flush().await?;
         return Err(error.into());
     }
@@ -128,12 +130,13 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
         stream.deliver_all(checkpointer, sink, full).await?;
     }
     stream.finish(checkpointer, sink).await?;
+    let committed = checkpointer.drain_handed().await?;
 
     // The loop ends on a stop or when the scan task ended and handed over every page.
     let outcome = TogetherOutcome {
         snapshot_rows: scan.written,
         changes: stream.written,
-        completed: !stopping,
+        completed: !stopping && committed,
     };
     if outcome.completed {
         checkpointer
