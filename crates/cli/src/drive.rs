@@ -25,9 +25,16 @@
 //!
 //! # Stopping
 //! When the run's [`Cancel`] fires, nothing more is handed out: [`Batches::next`] returns
-//! `None` once the run has saved what was acknowledged by then, and [`Batches::finish`] says
+//! `None`, and [`Batches::finish`] saves what was acknowledged by then and says
 //! [`Ended::Stopped`](crate::Ended::Stopped). Batches you still hold are delivered again by the
-//! next run. [`Batches::finish`] before the stream ended stops the run the same way.
+//! next run. [`Batches::finish`] before the batches ended stops the run the same way.
+//!
+//! # Holding batches
+//! Batches may be acknowledged from other tasks while the loop goes on. A loop that holds
+//! batches itself while it awaits the next one must acknowledge them before the window is
+//! full, and before a mirror's snapshot (or a repair) ends: the stream that follows begins only
+//! once every snapshot batch is acknowledged, as a scan's end (the position cleared) is
+//! committed only then.
 //!
 //! [`Pipeline::run`]: crate::Pipeline::run
 //! [`Pipeline::with_ack_window`]: crate::Pipeline::with_ack_window
@@ -36,11 +43,10 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::driven::{Ack, Delivered};
+use ddbpipe_pipeline::runner::driven::{Ack, Receiver};
 use ddbpipe_pipeline::sink::{Records, SinkError as PipelineSinkError};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::{PipelineConfig, SinkConfig};
@@ -63,8 +69,10 @@ pub(crate) const SINK_NAME: &str = "batches";
 /// the order they were read.
 #[derive(Debug)]
 pub struct Batches {
-    delivered: mpsc::Receiver<Delivered>,
+    delivered: Receiver,
     records: Records,
+    /// [`Batches::next`] returned `None`: nothing more comes.
+    reading_ended: bool,
     run: Option<JoinHandle<Result<Summary, Failure>>>,
     /// The run's end, once [`Batches::next`] saw it.
     ended: Option<Result<Summary, Failure>>,
@@ -108,6 +116,7 @@ impl Batches {
         Ok(Batches {
             delivered,
             records,
+            reading_ended: false,
             run: Some(run),
             ended: None,
             stop: handle,
@@ -115,13 +124,14 @@ impl Batches {
         })
     }
 
-    /// The next batch; `None` once the run ended (every segment read, an end condition of the
-    /// stream, a stop). A failed run ends the batches with its error (once).
+    /// The next batch; `None` once nothing more comes: the run read all it reads (every
+    /// segment, an end condition of the stream) or stopped. A run that failed ends the batches
+    /// with its error (once). [`Batches::finish`] then says how the run ended.
     pub async fn next(&mut self) -> Option<Result<Batch, Error>> {
-        if self.ended.is_some() {
+        if self.ended.is_some() || self.reading_ended {
             return None;
         }
-        while let Some(delivered) = self.delivered.recv().await {
+        while let Some(delivered) = self.delivered.next().await {
             // A batch handed out before the run failed: nothing would take its acknowledgement.
             if delivered.ack.is_awaited() {
                 return Some(Ok(Batch {
@@ -130,23 +140,34 @@ impl Batches {
                 }));
             }
         }
+        self.reading_ended = true;
+        // The run's end waits for the batches still held: it is awaited by `finish`, unless it
+        // is over already (a failure).
+        if self.delivered.reading_ended() {
+            return None;
+        }
         let ended = self.join().await;
         let failed = ended.as_ref().err().map(duplicate);
         self.ended = Some(ended);
         failed.map(|failure| Err(Error(failure)))
     }
 
-    /// Waits for the run to end and returns how it ended: [`crate::Ended::Stopped`] after a
-    /// stop. Called before [`Batches::next`] returned `None`, it stops the run first: batches
-    /// not yet handed out are read again by the next run. Batches still held are not waited
-    /// for after a stop; a run that ended on its own (a scan read to its end) waits until each
-    /// is acknowledged or dropped.
+    /// Waits for the run to end and returns how it ended ([`crate::Ended::Stopped`] after a
+    /// stop; the error of a failed run, a batch dropped unacknowledged among them).
+    ///
+    /// After [`Batches::next`] returned `None`, the run's end waits until every batch still
+    /// held is acknowledged or dropped (a scan's end clears the position only then): hold
+    /// none in the task that awaits this. Called before, it stops the run first, and batches
+    /// still held are not waited for: what was acknowledged is saved, the rest is delivered
+    /// again by the next run.
     pub async fn finish(mut self) -> Result<Summary, Error> {
         if self.ended.is_none() {
-            self.stop.cancel();
+            if !self.reading_ended {
+                self.stop.cancel();
+            }
             self.delivered.close();
             // Batches handed out and never taken are not acknowledged.
-            while self.delivered.recv().await.is_some() {}
+            while self.delivered.next().await.is_some() {}
             let ended = self.join().await;
             self.ended = Some(ended);
         }

@@ -55,11 +55,13 @@ impl Checkpointer {
     /// they free: a run's end commits only after every batch before it. `true` when every
     /// batch committed (always, in an ordinary run).
     pub(crate) async fn drain_handed(&mut self) -> Result<bool, RunError> {
+        // A snapshot's or repair's reading is followed by the stream's.
+        let last = !(self.snapshot_open() || self.repair_open());
         let Some(driven) = self.driven.as_mut() else {
             return Ok(true);
         };
         let mut ready = Batch::default();
-        let result = driven.drain(&mut ready).await;
+        let result = driven.drain(&mut ready, last).await;
         let drained = driven.all_committed();
         self.commit_ready(ready, result).await?;
         Ok(drained)

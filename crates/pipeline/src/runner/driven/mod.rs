@@ -20,13 +20,18 @@
 //! 5. A stop (`stop`) hands out nothing more: a batch cut after it is lost (its units commit
 //!    nothing from it on), and the run's end waits for no batch still out: what was
 //!    acknowledged by then is saved, the rest is delivered again by the next run.
+//! 6. When the run's last reading ended (a scan's or query's, the stream's; not a snapshot's
+//!    or repair's, which the stream follows) or it stops, the receiver is told at once that
+//!    nothing more comes ([`Receiver::next`] returns `None`), while the run's end waits for
+//!    the batches still out: a loop holding some can then acknowledge them.
 
 mod window;
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use ddbpipe_source::records::Lines;
-use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::retry::{Cancel, CancelHandle};
 use tokio::sync::mpsc;
 
 pub use self::window::BatchNumber;
@@ -45,6 +50,8 @@ pub struct HandOut {
     tx: mpsc::Sender<Delivered>,
     window: NonZeroUsize,
     stop: Cancel,
+    /// Tells the receiver that nothing more will be handed out (rule 6).
+    ended: Arc<CancelHandle>,
     /// Names the receiver in errors ("custom batches").
     sink: String,
 }
@@ -52,19 +59,52 @@ pub struct HandOut {
 impl HandOut {
     /// A hand-out holding at most `window` batches, which hands out nothing once `stop` fires,
     /// and the receiving end of its batches. `sink` names the receiver in errors.
-    pub fn new(
-        window: NonZeroUsize,
-        stop: Cancel,
-        sink: impl Into<String>,
-    ) -> (HandOut, mpsc::Receiver<Delivered>) {
-        let (tx, rx) = mpsc::channel(window.get());
+    pub fn new(window: NonZeroUsize, stop: Cancel, sink: impl Into<String>) -> (HandOut, Receiver) {
+        let (tx, batches) = mpsc::channel(window.get());
+        let (ended, reading_ended) = Cancel::new();
         let out = HandOut {
             tx,
             window,
             stop,
+            ended: Arc::new(ended),
             sink: sink.into(),
         };
-        (out, rx)
+        let receiver = Receiver {
+            batches,
+            reading_ended,
+        };
+        (out, receiver)
+    }
+}
+
+/// The receiving end of a [`HandOut`].
+#[derive(Debug)]
+pub struct Receiver {
+    batches: mpsc::Receiver<Delivered>,
+    reading_ended: Cancel,
+}
+
+impl Receiver {
+    /// The next batch; `None` once nothing more will be handed out: the run's last reading
+    /// ended (its end then waits for the batches still out), or the run itself ended.
+    pub async fn next(&mut self) -> Option<Delivered> {
+        tokio::select! {
+            biased;
+            delivered = self.batches.recv() => delivered,
+            // Every batch was sent before the end was told: what is queued comes first.
+            () = self.reading_ended.cancelled() => self.batches.try_recv().ok(),
+        }
+    }
+
+    /// Whether the run told that nothing more comes (rule 6); `false` when the run ended
+    /// without telling (a failure).
+    pub fn reading_ended(&self) -> bool {
+        self.reading_ended.is_cancelled()
+    }
+
+    /// Takes nothing more: batches handed out later are not delivered.
+    pub fn close(&mut self) {
+        self.batches.close();
     }
 }
 
@@ -212,8 +252,11 @@ impl Driven {
     }
 
     /// Waits until no batch is out (rule 4), unless the run stops (rule 5); the positions
-    /// freed are added to `ready`. Nothing more is handed out after.
-    pub(crate) async fn drain(&mut self, ready: &mut Batch) -> Result<(), RunError> {
+    /// freed are added to `ready`. `last`: the run reads nothing after (rule 6).
+    pub(crate) async fn drain(&mut self, ready: &mut Batch, last: bool) -> Result<(), RunError> {
+        if last || self.out.stop.is_cancelled() {
+            self.out.ended.cancel();
+        }
         self.take_settled(ready);
         while self.window.any_out() && !self.out.stop.is_cancelled() {
             self.failed()?;
