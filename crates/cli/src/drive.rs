@@ -94,6 +94,7 @@ impl Batches {
         let (handle, run_stop) = Cancel::new();
         let handle = Arc::new(handle);
         let forwarded = Arc::clone(&handle);
+        let program_stop = stop.clone();
         let forward = tokio::spawn(async move {
             stop.cancelled().await;
             forwarded.cancel();
@@ -101,6 +102,7 @@ impl Batches {
         let sink = format!("custom {SINK_NAME}");
         let (out, delivered) =
             ddbpipe_pipeline::runner::driven::HandOut::new(window, run_stop.clone(), sink);
+        let out = out.also_stopped_by(program_stop);
         let mut given = given.clone();
         given.sink = Some(sink::GivenSink::new(HandedOut));
         given.driven = Some(out);

@@ -50,6 +50,9 @@ pub struct HandOut {
     tx: mpsc::Sender<Delivered>,
     window: NonZeroUsize,
     stop: Cancel,
+    /// Signals that also mean a stop for a batch dropped after them (rule 3): the program's
+    /// own, which reaches `stop` a moment later.
+    also_stopped_by: Vec<Cancel>,
     /// Tells the receiver that nothing more will be handed out (rule 6).
     ended: Arc<CancelHandle>,
     /// Names the receiver in errors ("custom batches").
@@ -66,6 +69,7 @@ impl HandOut {
             tx,
             window,
             stop,
+            also_stopped_by: Vec::new(),
             ended: Arc::new(ended),
             sink: sink.into(),
         };
@@ -74,6 +78,18 @@ impl HandOut {
             reading_ended,
         };
         (out, receiver)
+    }
+
+    /// A batch dropped once `stop` fired is only not acknowledged, as after the run's own stop
+    /// (rule 3): for a signal that reaches the run's stop through another task.
+    pub fn also_stopped_by(mut self, stop: Cancel) -> HandOut {
+        self.also_stopped_by.push(stop);
+        self
+    }
+
+    /// Whether the run stops.
+    fn stopping(&self) -> bool {
+        self.stop.is_cancelled() || self.also_stopped_by.iter().any(Cancel::is_cancelled)
     }
 }
 
@@ -122,6 +138,8 @@ pub struct Delivered {
 pub struct Ack {
     number: BatchNumber,
     tx: Option<mpsc::UnboundedSender<Settled>>,
+    /// The run's stops: dropped after one fired, the batch is only not acknowledged.
+    stops: Vec<Cancel>,
 }
 
 impl Ack {
@@ -155,7 +173,11 @@ impl Ack {
 
 impl Drop for Ack {
     fn drop(&mut self) {
-        self.send(Settled::Dropped);
+        if self.stops.iter().any(Cancel::is_cancelled) {
+            self.send(Settled::Abandoned);
+        } else {
+            self.send(Settled::Dropped);
+        }
     }
 }
 
@@ -164,6 +186,8 @@ impl Drop for Ack {
 pub(crate) enum Settled {
     Acknowledged(BatchNumber),
     Dropped(BatchNumber),
+    /// Dropped after a stop.
+    Abandoned(BatchNumber),
     Failed(BatchNumber, SinkError),
 }
 
@@ -221,6 +245,9 @@ impl Driven {
             ack: Ack {
                 number,
                 tx: Some(self.acks.clone()),
+                stops: std::iter::once(self.out.stop.clone())
+                    .chain(self.out.also_stopped_by.iter().cloned())
+                    .collect(),
             },
         };
         let sent = tokio::select! {
@@ -293,8 +320,9 @@ impl Driven {
         let Some(settled) = settled else { return };
         let (number, fate) = match settled {
             Settled::Acknowledged(number) => (number, Fate::Acknowledged),
-            // After a stop a batch dropped is only not acknowledged (rule 5).
-            Settled::Dropped(number) if self.out.stop.is_cancelled() => (number, Fate::Lost),
+            // After a stop a batch dropped is only not acknowledged (rule 3).
+            Settled::Abandoned(number) => (number, Fate::Lost),
+            Settled::Dropped(number) if self.out.stopping() => (number, Fate::Lost),
             Settled::Dropped(number) => {
                 self.fail_with(SinkError {
                     sink: self.out.sink.clone(),
