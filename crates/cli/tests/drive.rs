@@ -238,6 +238,40 @@ fn a_full_window_holds_the_reading_back_and_a_stop_saves_only_the_acknowledged_p
 }
 
 #[test]
+fn a_stop_while_the_scans_end_waits_for_a_held_batch_leaves_the_scan_unfinished() {
+    let (_emulator, files) = scan_of(10, 1);
+    let (handle, stop) = Cancel::new();
+    let (summary, held_keys) = rt().block_on(async {
+        let mut batches = pipeline(&files, 16)
+            .batches(stop)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let first = batches.next().await.expect("a batch").expect("no failure");
+        let second = batches.next().await.expect("a batch").expect("no failure");
+        second.ack();
+        // The whole table was read: the scan's end waits for the first batch.
+        assert!(batches.next().await.is_none());
+        handle.cancel();
+        let summary = batches.finish().await;
+        (summary, keys(&first))
+    });
+    let held_keys: Vec<String> = held_keys;
+    let summary = summary.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::Stopped, "{summary}");
+    let entry = files.entry("orders").unwrap_or_default();
+    assert!(
+        entry["last_completed"].is_null(),
+        "the scan's end was not committed: {entry}"
+    );
+    let second = rest(&files);
+    assert!(
+        held_keys.iter().all(|key| second.contains(key)),
+        "the position stays before the held batch"
+    );
+    assert_eq!(second.len(), 10, "one segment, held at its first batch");
+}
+
+#[test]
 fn a_batch_dropped_without_its_acknowledgement_fails_the_run_and_is_delivered_again() {
     let (_emulator, files) = scan_of(30, 1);
     let (error, acked) = rt().block_on(async {
