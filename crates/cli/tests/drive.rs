@@ -321,7 +321,9 @@ fn a_batch_failed_by_the_program_ends_the_run_with_its_error() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let batch = batches.next().await.expect("a batch").expect("no failure");
-        batch.fail(ddbpipe::sink::SinkError::definite("the order service refused k00"));
+        batch.fail(ddbpipe::sink::SinkError::definite(
+            "the order service refused k00",
+        ));
         while let Some(batch) = batches.next().await {
             if let Ok(batch) = batch {
                 batch.ack();
@@ -373,7 +375,10 @@ fn changes_are_driven_to_the_streams_end_and_a_rerun_resumes_after_them() {
             for batch in held {
                 batch.ack();
             }
-            (batches.finish().await.unwrap_or_else(|e| panic!("{e}")), ops)
+            (
+                batches.finish().await.unwrap_or_else(|e| panic!("{e}")),
+                ops,
+            )
         })
     };
     let (summary, ops) = drive(&files);
@@ -382,7 +387,11 @@ fn changes_are_driven_to_the_streams_end_and_a_rerun_resumes_after_them() {
     emulator.put_pk("orders", "k9", "2");
     let (summary, ops) = drive(&files);
     assert_eq!(summary.ended(), Ended::Idle, "{summary}");
-    assert_eq!(ops, [ddbpipe::sink::Op::Insert], "only the change made since");
+    assert_eq!(
+        ops,
+        [ddbpipe::sink::Op::Insert],
+        "only the change made since"
+    );
 }
 
 #[test]
@@ -401,7 +410,9 @@ fn a_pipeline_into_a_sink_of_its_own_or_given_a_sink_is_refused_naming_the_field
     assert_eq!(error.kind(), ErrorKind::Config);
     assert!(
         error.to_string().contains("sink.type")
-            && error.to_string().contains("set sink.type to custom, not jsonl"),
+            && error
+                .to_string()
+                .contains("set sink.type to custom, not jsonl"),
         "{error}"
     );
     assert!(!files.state.exists(), "nothing was read or written");

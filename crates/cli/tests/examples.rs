@@ -8,6 +8,9 @@ mod common;
 #[path = "../examples/changes_with_own_checkpoints.rs"]
 mod changes_with_own_checkpoints;
 #[allow(dead_code)]
+#[path = "../examples/drive_batches.rs"]
+mod drive_batches;
+#[allow(dead_code)]
 #[path = "../examples/mirror_into_postgres.rs"]
 mod mirror_into_postgres;
 #[allow(dead_code)]
@@ -67,6 +70,39 @@ fn scan_into_custom_sink_totals_every_item() {
     let odd: f64 = (0..50).filter(|i| i % 2 == 1).map(f64::from).sum();
     assert_eq!(totals.get("even"), Some(&even));
     assert_eq!(totals.get("odd"), Some(&odd));
+}
+
+#[test]
+fn drive_batches_processes_every_item_and_completes_the_scan() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", None);
+    let items = (0..75)
+        .map(|i| {
+            let mut pairs = vec![("pk", s(&format!("o{i:02}")))];
+            if i % 3 != 0 {
+                pairs.push(("amount", n(&i.to_string())));
+            }
+            item(pairs)
+        })
+        .collect();
+    emulator.put_items("orders", items);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let processed = drive_batches::Processed::default();
+    let summary = rt()
+        .block_on(drive_batches::drive(
+            "orders",
+            Some(&emulator.endpoint),
+            &dir.path().join("state.json"),
+            processed.clone(),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::Complete, "{summary}");
+    assert_eq!(summary.written(), Some(75));
+    assert_eq!(
+        processed.0.load(std::sync::atomic::Ordering::SeqCst),
+        50,
+        "two items in three have an amount"
+    );
 }
 
 #[test]

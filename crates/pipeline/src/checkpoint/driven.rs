@@ -29,7 +29,11 @@ impl Checkpointer {
         let mut ready = Batch::default();
         let handed = driven.hand_out(batch, &mut ready).await;
         let handed = self.commit_ready(ready, handed).await?;
-        Ok(if handed { Wrote::HandedOut } else { Wrote::Nothing })
+        Ok(if handed {
+            Wrote::HandedOut
+        } else {
+            Wrote::Nothing
+        })
     }
 
     /// The next acknowledgement of a handed-out batch; never resolves in an ordinary run or

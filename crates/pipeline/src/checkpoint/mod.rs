@@ -16,6 +16,10 @@
 //! 6. An open repair keeps its current export's file progress in its record; the files of a
 //!    window all applied, the window closes with the deletes of its vanished rows in one
 //!    transaction, and the repair moves to its next window (docs/streams.md §4.12).
+//! 7. A driven run's batches are handed out and acknowledged by the program in any order: their
+//!    positions are applied per segment and shard as `runner::driven` frees them (an
+//!    acknowledged prefix of each), and a run's end waits until every batch is acknowledged
+//!    (docs/state.md §6.8, `driven`).
 
 mod driven;
 pub mod store;

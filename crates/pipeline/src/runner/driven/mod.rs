@@ -155,7 +155,7 @@ impl Ack {
 
     /// The batch is done: its positions may commit (rule 1).
     pub fn ack(mut self) {
-        self.send(|number| Settled::Acknowledged(number));
+        self.send(Settled::Acknowledged);
     }
 
     /// The batch failed: it is never acknowledged and the run ends with `error` (rule 3).
@@ -272,7 +272,11 @@ impl Driven {
 
     /// Applies an acknowledgement from [`next_settled`](Self::next_settled): the positions it
     /// frees are added to `ready`.
-    pub(crate) fn settle(&mut self, settled: Option<Settled>, ready: &mut Batch) -> Result<(), RunError> {
+    pub(crate) fn settle(
+        &mut self,
+        settled: Option<Settled>,
+        ready: &mut Batch,
+    ) -> Result<(), RunError> {
         self.apply(settled, ready);
         self.take_settled(ready);
         self.failed()

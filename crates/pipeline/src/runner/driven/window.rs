@@ -276,7 +276,10 @@ mod tests {
         let mut window = Window::default();
         let parent = window.push(&stream(vec![advance("p", 1)]), Fate::Out);
         let end = window.push(
-            &stream(vec![StreamMark::Finish(ShardId::new("p"), None), admit("c")]),
+            &stream(vec![
+                StreamMark::Finish(ShardId::new("p"), None),
+                admit("c"),
+            ]),
             Fate::Out,
         );
         let child = window.push(&stream(vec![advance("c", 2)]), Fate::Acknowledged);
