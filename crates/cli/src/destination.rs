@@ -123,8 +123,9 @@ pub struct Destination {
     pub store: Box<dyn CheckpointStore>,
     /// What to delete when a snapshot completes.
     pub cleanup: CleanupPolicy,
-    // The state file's lock (a keyed sink's lock lives in its database handle).
-    _lock: Option<StateLock>,
+    /// The state file's lock, held while the run runs (a keyed sink's lock lives in its
+    /// database handle).
+    pub lock: Option<StateLock>,
 }
 
 /// Opens the sink and the position store of a run and takes the pipeline's lock. A keyed
@@ -171,7 +172,7 @@ pub async fn open(
                 store: Box::new(sink.state_store()),
                 sink: AnySink::Keyed(sink),
                 cleanup,
-                _lock: None,
+                lock: None,
             });
         }
     };
@@ -183,7 +184,7 @@ pub async fn open(
         sink,
         store,
         cleanup,
-        _lock: lock,
+        lock,
     })
 }
 

@@ -101,4 +101,4 @@ mod wiring;
 
 pub use ddbpipe_source::config::ConfigError;
 pub use ddbpipe_source::retry::{Cancel, CancelHandle};
-pub use library::{Ended, Error, ErrorKind, Pipeline, ProgressMode, Summary};
+pub use library::{Ended, Error, ErrorKind, Opened, Pipeline, ProgressMode, Summary};

@@ -13,6 +13,7 @@ pub use crate::args::ProgressMode;
 use crate::config::{self, LoadError, PipelineConfig};
 use crate::failure::{Exit, Failure, load_failure};
 use crate::given::Given;
+use crate::run::Built;
 use crate::sink::{GivenSink, Sink};
 use crate::store::{CheckpointStore, GivenStore};
 pub use crate::summary::{Ended, Summary};
@@ -113,21 +114,62 @@ impl Pipeline {
 
     /// Runs the pipeline until it ends: a scan or query when every segment is read, a stream
     /// at its end condition, any of them when `stop` is cancelled (its progress saved, so a
-    /// later run resumes: [`Summary::ended`] says [`Ended::Stopped`]).
+    /// later run resumes: [`Summary::ended`] says [`Ended::Stopped`]). The same as
+    /// [`Pipeline::open`], then [`Opened::run`].
     ///
     /// The future is `Send`: it may be spawned on a multi-threaded runtime.
     pub async fn run(&self, stop: Cancel) -> Result<Summary, Error> {
-        // Boxed: the run's future is deep; a caller's crate must not need a recursion limit
-        // to lay out its own future around it.
-        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> = Box::pin(
-            crate::run::run(&self.config, &self.path, &self.given, self.progress, stop),
-        );
-        running.await.map_err(Error)
+        self.open(stop).await?.run().await
+    }
+
+    /// Builds the run without reading anything: makes the AWS clients, describes the table
+    /// (and resolves its stream), opens the destination — the sink, the pipeline's lock, the
+    /// position store — and loads the stored position, checking that it was made by this
+    /// pipeline (or joins the lease table as one worker). A problem any of these finds comes
+    /// back now, before a record is read; [`Opened::run`] then reads and writes.
+    ///
+    /// The future is `Send`.
+    pub async fn open(&self, stop: Cancel) -> Result<Opened<'_>, Error> {
+        // Boxed: the futures are deep; a caller's crate must not need a recursion limit to
+        // lay out its own future around them.
+        let opening: Pin<Box<dyn Future<Output = Result<Built<'_>, Failure>> + Send + '_>> =
+            Box::pin(crate::run::open(
+                &self.config,
+                &self.path,
+                &self.given,
+                self.progress,
+                stop,
+            ));
+        opening.await.map(Opened).map_err(Error)
     }
 
     /// The validated config (the command's own use).
     pub(crate) fn config(&self) -> &PipelineConfig {
         &self.config
+    }
+}
+
+/// A pipeline whose run is built ([`Pipeline::open`]): its clients, its destination and its
+/// position are open, nothing is read yet. Dropping it releases the pipeline's lock.
+pub struct Opened<'a>(Built<'a>);
+
+impl Opened<'_> {
+    /// Reads, writes and commits until the run ends, as [`Pipeline::run`] says; the `stop`
+    /// given to [`Pipeline::open`] stops it.
+    ///
+    /// The future is `Send`.
+    pub async fn run(self) -> Result<Summary, Error> {
+        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> =
+            Box::pin(self.0.run());
+        running.await.map_err(Error)
+    }
+}
+
+impl fmt::Debug for Opened<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Opened")
+            .field("pipeline", &self.0.run.config.name)
+            .finish_non_exhaustive()
     }
 }
 

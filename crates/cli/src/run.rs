@@ -1,13 +1,16 @@
-//! A pipeline's run: the run of its mode — a scan or query ([`scan`]), a stream ([`streams`],
-//! also mirror), or one worker's part of either ([`shared`]).
+//! A pipeline's run: one build path ([`build`]: the clients and the table, then this
+//! process's destination or this worker's place in the lease table), then the runner of its
+//! mode — a scan or query ([`scan`]), a stream or mirror ([`streams`]), one worker's part of
+//! either ([`shared`]).
 
+mod build;
+mod join;
 mod scan;
-pub mod shared;
+mod shared;
 mod streams;
 
 use std::path::Path;
 
-use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::Cancel;
 use tracing::Instrument;
 
@@ -17,39 +20,27 @@ use crate::failure::Failure;
 use crate::given::Given;
 use crate::summary::{Ended, Summary};
 
-/// Runs a validated pipeline: lock, load the position, build, read, write, commit.
-pub async fn run(
-    config: &PipelineConfig,
-    config_path: &Path,
+pub(crate) use build::{Built, Run};
+pub use join::{lease_table_failure, run_identity, worker_path};
+
+/// Builds the run of a validated pipeline, reading and writing nothing yet; [`Built::run`]
+/// runs it.
+pub(crate) async fn open<'a>(
+    config: &'a PipelineConfig,
+    config_path: &'a Path,
     given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Summary, Failure> {
-    let span =
-        tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
+) -> Result<Built<'a>, Failure> {
     if given.store.is_some() {
         refuse_given_store(config)?;
     }
-    let ran = async {
-        match (config.source.mode, &config.coordination) {
-            (Mode::Scan | Mode::Query, None) => {
-                scan::run(config, config_path, given, progress, stop).await
-            }
-            (Mode::Scan | Mode::Query, Some(coordination)) => {
-                shared::run(config, coordination, config_path, given, progress, stop).await
-            }
-            (Mode::Streams | Mode::Mirror, None) => {
-                streams::run(config, config_path, given, progress, stop).await
-            }
-            (Mode::Mirror, Some(coordination)) => {
-                shared::run_mirror(config, coordination, config_path, given, progress, stop).await
-            }
-            (Mode::Streams, Some(coordination)) => {
-                shared::run_streams(config, coordination, config_path, given, stop).await
-            }
-        }
+    let run = Run {
+        config,
+        path: config_path,
+        progress,
     };
-    ran.instrument(span).await
+    Built::open(run, given, stop).instrument(run.span()).await
 }
 
 /// A checkpoint store given in code takes the state file's place: a keyed sink keeps its

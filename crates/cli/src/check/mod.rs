@@ -128,7 +128,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     let lease_rows = match &config.coordination {
         Some(coordination) => {
             // The settings `run` compares with the leader row's.
-            let identity = crate::run::shared::run_identity(&config, &location, stream);
+            let identity = crate::run::run_identity(&config, &location, stream);
             leases::probe_leases(&config, coordination, &identity, timeout, &mut probes).await
         }
         None => None,
@@ -157,7 +157,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             Some(coordination) => {
                 let mut worker = config.clone();
                 let mut file = jsonl.clone();
-                match crate::run::shared::worker_path(&config, &coordination.worker_id()) {
+                match crate::run::worker_path(&config, &coordination.worker_id()) {
                     Ok(path) => {
                         if let Some(path) = path {
                             file.path = crate::config::JsonlTarget::File(path);

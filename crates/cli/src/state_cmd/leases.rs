@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::config::{CoordinationConfig, PipelineConfig};
 use crate::destination;
 use crate::failure::{Exit, Failure};
-use crate::run::shared::lease_table_failure;
+use crate::run::lease_table_failure;
 
 /// The lease table of `config`, and the pipeline's name in it; `None` when the table does not
 /// exist (nothing was run yet). Creates nothing.
