@@ -24,6 +24,7 @@ use crate::config::{
 };
 use crate::failure::{Failure, state_failure};
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::sink::{CustomSink, GivenSink};
 
 /// The sink a pipeline's config chose.
@@ -132,12 +133,12 @@ pub struct Destination {
 /// sink's table is created (or checked) from the described key schema.
 pub async fn open(
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     table: Option<&TableDescription>,
     records: Records,
     given: &Given,
 ) -> Result<Destination, Failure> {
-    distinct_paths(config, config_path)?;
+    distinct_paths(config, origin.file())?;
     let source = &config.source;
     let cleanup = CleanupPolicy {
         deletes: source.resnapshot_deletes,
@@ -150,7 +151,7 @@ pub async fn open(
     let lock = match (config.sink.keyed(), &given.store) {
         (None, None) => Some(
             file.lock(&config.name)
-                .map_err(|e| state_failure(e, config_path))?,
+                .map_err(|e| state_failure(e, origin))?,
         ),
         _ => None,
     };
@@ -269,8 +270,9 @@ pub fn jsonl_settings(jsonl: &JsonlConfig, records: Records) -> JsonlSettings {
 ///    write into its own config.
 ///
 /// `run` checks this before it writes anything, and `check` fails with the same message.
-pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(), Failure> {
-    let config_file = files::resolve(config_path);
+pub fn distinct_paths(config: &PipelineConfig, config_path: Option<&Path>) -> Result<(), Failure> {
+    // YAML given in code has no file of its own the run could write into.
+    let config_file = config_path.map(files::resolve);
     let sink_path = match &config.sink {
         SinkConfig::Jsonl(jsonl) => match &jsonl.path {
             JsonlTarget::File(path) => Some(path),
@@ -282,7 +284,9 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
     let state_path = config.sink.keyed().is_none().then_some(&config.state.path);
     if let Some(sink) = sink_path {
         let resolved = files::resolve(sink);
-        if resolved == config_file {
+        if let Some(config_path) = config_path
+            && config_file.as_ref() == Some(&resolved)
+        {
             return Err(Failure::usage(anyhow!(
                 "config error: sink.path: {} is the config file {} itself; choose another sink.path",
                 sink.display(),
@@ -300,8 +304,8 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
             )));
         }
     }
-    if let Some(state) = state_path
-        && files::resolve(state) == config_file
+    if let (Some(state), Some(config_path)) = (state_path, config_path)
+        && config_file.as_ref() == Some(&files::resolve(state))
     {
         return Err(Failure::usage(anyhow!(
             "config error: state.path: {} is the config file {} itself; choose another state.path",

@@ -88,6 +88,7 @@ mod given;
 mod init;
 mod lag;
 mod library;
+mod origin;
 mod run;
 mod run_command;
 mod schema;

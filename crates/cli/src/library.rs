@@ -3,7 +3,7 @@
 //! (progress bars, metrics, exit codes).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 
 use ddbpipe_source::config::ConfigError;
@@ -13,6 +13,7 @@ pub use crate::args::ProgressMode;
 use crate::config::{self, LoadError, PipelineConfig};
 use crate::failure::{Exit, Failure, load_failure};
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::run::Built;
 use crate::sink::{GivenSink, Sink};
 use crate::store::{CheckpointStore, GivenStore};
@@ -28,9 +29,9 @@ pub use crate::summary::{Ended, Summary};
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     config: PipelineConfig,
-    /// The file the config came from: relative paths in it are taken from its directory, and
-    /// remedies name it.
-    path: PathBuf,
+    /// The file the config came from (relative paths in it were taken from its directory),
+    /// or YAML given in code: remedies say how to run it again in the caller's words.
+    origin: Origin,
     progress: ProgressMode,
     /// The sink and the checkpoint store given in code.
     given: Given,
@@ -42,24 +43,25 @@ impl Pipeline {
     pub fn from_path(path: impl AsRef<Path>) -> Result<Pipeline, Error> {
         let path = path.as_ref();
         let env = |name: &str| std::env::var(name).ok();
-        let config = config::load(path, &env).map_err(|error| Error(load_failure(error, path)))?;
-        Ok(Pipeline::of(config, path.to_owned()))
+        let origin = Origin::File(path.to_owned());
+        let config =
+            config::load(path, &env).map_err(|error| Error(load_failure(error, &origin)))?;
+        Ok(Pipeline::of(config, origin))
     }
 
     /// Parses and validates a pipeline from YAML text; relative paths in it (a jsonl file, a
     /// SQLite database, a state file) are taken from `dir`.
     pub fn from_yaml(yaml: &str, dir: impl AsRef<Path>) -> Result<Pipeline, Error> {
         let env = |name: &str| std::env::var(name).ok();
-        let path = dir.as_ref().join("<yaml>");
         let config = config::parse(yaml, dir.as_ref(), &env)
-            .map_err(|errors| Error(load_failure(LoadError::Invalid(errors), &path)))?;
-        Ok(Pipeline::of(config, path))
+            .map_err(|errors| Error(load_failure(LoadError::Invalid(errors), &Origin::Code)))?;
+        Ok(Pipeline::of(config, Origin::Code))
     }
 
-    fn of(config: PipelineConfig, path: PathBuf) -> Pipeline {
+    fn of(config: PipelineConfig, origin: Origin) -> Pipeline {
         Pipeline {
             config,
-            path,
+            origin,
             progress: ProgressMode::Never,
             given: Given::default(),
         }
@@ -135,7 +137,7 @@ impl Pipeline {
         let opening: Pin<Box<dyn Future<Output = Result<Built<'_>, Failure>> + Send + '_>> =
             Box::pin(crate::run::open(
                 &self.config,
-                &self.path,
+                &self.origin,
                 &self.given,
                 self.progress,
                 stop,

@@ -9,8 +9,6 @@ mod scan;
 mod shared;
 mod streams;
 
-use std::path::Path;
-
 use ddbpipe_source::retry::Cancel;
 use tracing::Instrument;
 
@@ -18,6 +16,7 @@ use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::failure::Failure;
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 
 pub(crate) use build::{Built, Run};
@@ -27,7 +26,7 @@ pub use join::{lease_table_failure, run_identity, worker_path};
 /// runs it.
 pub(crate) async fn open<'a>(
     config: &'a PipelineConfig,
-    config_path: &'a Path,
+    origin: &'a Origin,
     given: &Given,
     progress: ProgressMode,
     stop: Cancel,
@@ -37,7 +36,7 @@ pub(crate) async fn open<'a>(
     }
     let run = Run {
         config,
-        path: config_path,
+        origin,
         progress,
     };
     Built::open(run, given, stop).instrument(run.span()).await
@@ -66,10 +65,10 @@ fn refuse_given_store(config: &PipelineConfig) -> Result<(), Failure> {
 /// The note of a run a signal stopped before its end (a scan, a query, a snapshot or a
 /// repair): its progress is saved, so the stop is a clean one (exit 0, docs/cli.md §8.5, a
 /// rolling restart is no failure), and what the stop left and what the rerun does are said.
-fn stopped_note(config_path: &Path, left: &str, rerun: &str) -> String {
+fn stopped_note(origin: &Origin, left: &str, rerun: &str) -> String {
     format!(
-        "ddbpipe: stopped by a signal with its progress saved: {left}; `ddbpipe run {}` {rerun}",
-        config_path.display()
+        "ddbpipe: stopped by a signal with its progress saved: {left}; {} {rerun}",
+        origin.rerun()
     )
 }
 

@@ -134,7 +134,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         None => None,
     };
     // The same rule `run` applies before writing anything.
-    let distinct = destination::distinct_paths(&config, config_path);
+    let distinct = destination::distinct_paths(&config, Some(config_path));
     match (&config.sink, distinct) {
         (_, Err(failure)) => {
             probes.add("sink", Status::Fail, with_hint(&failure));

@@ -3,7 +3,6 @@
 //! ([`Place`]: this process's destination and checkpointer, or one worker's sink and lease
 //! table). [`Built::run`] then hands both to the runner of the mode.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use crate::config::PipelineConfig;
 use crate::destination::{self, AnySink};
 use crate::failure::{Failure, start_failure};
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::summary::Summary;
 use crate::wiring::{self, describe};
 
@@ -46,8 +46,8 @@ pub(crate) struct Built<'a> {
 pub(crate) struct Run<'a> {
     /// The validated config.
     pub config: &'a PipelineConfig,
-    /// The pipeline file: relative paths were taken from its directory, remedies name it.
-    pub path: &'a Path,
+    /// Where the config came from: remedies say how to run it again.
+    pub origin: &'a Origin,
     /// Whether a snapshot or scan draws a progress bar.
     pub progress: ProgressMode,
 }
@@ -253,10 +253,10 @@ impl Alone {
         records: Records,
         given: &Given,
     ) -> Result<Alone, Failure> {
-        let Run { config, path, .. } = run;
+        let Run { config, origin, .. } = run;
         let source = &config.source;
         let destination =
-            destination::open(config, path, read.table.as_ref(), records, given).await?;
+            destination::open(config, origin, read.table.as_ref(), records, given).await?;
         let identity = wiring::identity(config, &read.location, given.sink.as_ref());
         let interval = Duration::from_millis(config.state.flush_interval_ms);
         let checkpointer = match records {
@@ -271,12 +271,12 @@ impl Alone {
                 interval,
             )
             .await
-            .map_err(|error| start_failure(error, path))?,
+            .map_err(|error| start_failure(error, origin))?,
             Records::Envelopes => {
                 let checkpointer =
                     Checkpointer::open_streams(destination.store, &config.name, identity, interval)
                         .await
-                        .map_err(|error| start_failure(error, path))?
+                        .map_err(|error| start_failure(error, origin))?
                         .with_cleanup(destination.cleanup);
                 if checkpointer.streams_position().is_some() && source.start_position.is_some() {
                     tracing::info!(

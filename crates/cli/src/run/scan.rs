@@ -1,7 +1,6 @@
 //! `mode: scan` and `mode: query` in one process: the scan plan over what was built
 //! (`build`), then the library's runner: a parallel scan, a query, or an export's files.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use crate::config::PipelineConfig;
 use crate::destination;
 use crate::export;
 use crate::failure::{self, Failure};
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 
@@ -31,7 +31,7 @@ pub(super) async fn run(
 ) -> Result<Summary, Failure> {
     let Run {
         config,
-        path: config_path,
+        origin,
         progress,
     } = run;
     let source = &config.source;
@@ -112,15 +112,15 @@ pub(super) async fn run(
             outcome
         }
     };
-    let outcome = outcome.map_err(|error| run_failure(error, config, config_path, kind))?;
-    finish(config, config_path, &outcome, started.elapsed())
+    let outcome = outcome.map_err(|error| run_failure(error, config, origin, kind))?;
+    finish(config, origin, &outcome, started.elapsed())
 }
 
 /// A failed scan or query run, with what to do about it.
 pub(super) fn run_failure(
     error: RunError,
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     kind: ScanKind,
 ) -> Failure {
     let source = &config.source;
@@ -139,7 +139,7 @@ pub(super) fn run_failure(
                 source.credentials.describe()
             )
         }
-        _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
+        _ => failure::rerun_hint(Some(&error), origin, "the last committed page"),
     };
     Failure::runtime(error).hint(hint)
 }
@@ -182,14 +182,14 @@ pub(super) fn segment_reader<A: TableApi>(
 /// docs/cli.md §8.5), and its summary says the output is incomplete until a rerun resumes.
 fn finish(
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     outcome: &ScanOutcome,
     took: Duration,
 ) -> Result<Summary, Failure> {
     let mut summary = summarize(config, outcome, took);
     if !outcome.completed {
         summary.note = Some(super::stopped_note(
-            config_path,
+            origin,
             "the output is incomplete",
             "resumes it",
         ));

@@ -36,7 +36,7 @@ pub(super) async fn run(
 ) -> Result<Summary, Failure> {
     let Run {
         config,
-        path: config_path,
+        origin,
         progress,
     } = run;
     let source = &config.source;
@@ -76,8 +76,7 @@ pub(super) async fn run(
     .await;
     bar.finish();
     drop(refresher);
-    let outcome =
-        outcome.map_err(|error| super::scan::run_failure(error, config, config_path, kind))?;
+    let outcome = outcome.map_err(|error| super::scan::run_failure(error, config, origin, kind))?;
     let mut summary = summarize(
         config,
         coordination,
@@ -87,7 +86,7 @@ pub(super) async fn run(
     );
     if !outcome.completed {
         summary.note = Some(super::stopped_note(
-            config_path,
+            origin,
             "its leases were handed back with their checkpoints and the other workers go on",
             "joins again",
         ));
@@ -104,7 +103,7 @@ pub(super) async fn run_streams(
     stop: Cancel,
 ) -> Result<Summary, Failure> {
     let config = run.config;
-    let config_path = run.path;
+    let origin = run.origin;
     let source = &config.source;
     let stream = read.stream()?;
     let worker = joined.worker(config, coordination)?;
@@ -115,12 +114,7 @@ pub(super) async fn run_streams(
         ..
     } = joined;
     let plan = StreamPlan::build(source);
-    let run = StreamRun::new(
-        &plan,
-        &source.table_name,
-        &stream.arn,
-        config_path.display().to_string(),
-    );
+    let run = StreamRun::new(&plan, &source.table_name, &stream.arn);
     tracing::info!(
         worker = %worker_id,
         lease_table = %coordination.lease_table,
@@ -139,7 +133,7 @@ pub(super) async fn run_streams(
     }
     .run(&mut sink, stop, &NoProgress)
     .await
-    .map_err(|error| super::streams::stream_failure(StreamRunError::Run(error), config_path))?;
+    .map_err(|error| super::streams::stream_failure(StreamRunError::Run(error), origin))?;
     let why = super::streams::ended_because(outcome.end);
     let leases = &outcome.leases;
     tracing::info!(
@@ -184,7 +178,7 @@ pub(super) async fn run_mirror(
 ) -> Result<Summary, Failure> {
     let Run {
         config,
-        path: config_path,
+        origin,
         progress,
     } = run;
     let source = &config.source;
@@ -229,12 +223,7 @@ pub(super) async fn run_mirror(
         Render::Snapshots(shape),
         &stop,
     );
-    let run = StreamRun::new(
-        &stream_plan,
-        &source.table_name,
-        &stream.arn,
-        config_path.display().to_string(),
-    );
+    let run = StreamRun::new(&stream_plan, &source.table_name, &stream.arn);
     let checkpoint_interval = Duration::from_millis(config.state.flush_interval_ms);
     tracing::info!(
         worker = %worker_id,
@@ -270,7 +259,7 @@ pub(super) async fn run_mirror(
     bar.finish();
     drop(refresher);
     let outcome = match outcome {
-        Err(error) => return super::streams::stream_end(error, config, config_path),
+        Err(error) => return super::streams::stream_end(error, config, origin),
         Ok(outcome) => outcome,
     };
     let why = super::streams::ended_because(outcome.streams.end);

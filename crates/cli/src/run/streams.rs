@@ -1,7 +1,6 @@
 //! `mode: streams` and `mode: mirror` in one process: the stream plan over what was built
 //! (`build`), then the library's streams runner (a mirror's snapshot, a repair, the stream).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,6 +21,7 @@ use super::build::{Alone, Read, Run};
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Failure};
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 
@@ -34,7 +34,7 @@ pub(super) async fn run(
 ) -> Result<Summary, Failure> {
     let Run {
         config,
-        path: config_path,
+        origin,
         progress,
     } = run;
     let source = &config.source;
@@ -45,12 +45,7 @@ pub(super) async fn run(
         ..
     } = alone;
     let plan = StreamPlan::build(source);
-    let run = StreamRun::new(
-        &plan,
-        &source.table_name,
-        &stream.arn,
-        config_path.display().to_string(),
-    );
+    let run = StreamRun::new(&plan, &source.table_name, &stream.arn);
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
     let open = checkpointer.snapshot_open() || checkpointer.repair_open();
@@ -87,7 +82,7 @@ pub(super) async fn run(
     .await;
     bar.finish();
     let outcome = match outcome {
-        Err(error) => return stream_end(error, config, config_path),
+        Err(error) => return stream_end(error, config, origin),
         Ok(outcome) => outcome,
     };
     let why = ended_because(outcome.end);
@@ -131,7 +126,7 @@ pub(super) fn ended_because(end: EndReason) -> &'static str {
 pub(super) fn stream_end(
     error: StreamRunError,
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
 ) -> Result<Summary, Failure> {
     let (ended, left, rerun) = match error {
         StreamRunError::SnapshotInterrupted => (
@@ -144,7 +139,7 @@ pub(super) fn stream_end(
             "the destination misses changes of the gap until the repair completes",
             "resumes the repair",
         ),
-        error => return Err(stream_failure(error, config_path)),
+        error => return Err(stream_failure(error, origin)),
     };
     let during = match ended {
         Ended::RepairStopped => "repair",
@@ -158,24 +153,28 @@ pub(super) fn stream_end(
         ended,
         written: None,
         line,
-        note: Some(super::stopped_note(config_path, left, rerun)),
+        note: Some(super::stopped_note(origin, left, rerun)),
     })
 }
 
-pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
-    let reset = format!("`ddbpipe state reset {}`", config_path.display());
+pub(super) fn stream_failure(error: StreamRunError, origin: &Origin) -> Failure {
     match error {
+        StreamRunError::CannotResume(message) => Failure::runtime(anyhow!(message)).hint(format!(
+            "set on_gap: resnapshot to read the table again, or {} to start afresh",
+            origin.reset()
+        )),
         StreamRunError::Gap(message) => Failure::runtime(anyhow!(message)),
         StreamRunError::Config(problem) => Failure::usage(anyhow!(
             "config error: source.read_capacity_fraction: {problem}"
         )),
         error @ StreamRunError::CleanupSkipped { .. } => Failure::runtime(error).hint(format!(
-            "the snapshot is closed; the next `ddbpipe run {}` streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
-            config_path.display()
+            "the snapshot is closed; {} streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
+            origin.rerun()
         )),
         StreamRunError::Run(RunError::Stream(StreamError::Gap(message))) => {
             Failure::runtime(anyhow!(message)).hint(format!(
-                "the next run applies on_gap at start-up; {reset} starts afresh"
+                "the next run applies on_gap at start-up; or {} to start afresh",
+                origin.reset()
             ))
         }
         other => {
@@ -183,7 +182,7 @@ pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failu
                 StreamRunError::Run(run) => Some(run),
                 _ => None,
             };
-            let hint = failure::rerun_hint(run, config_path, "it");
+            let hint = failure::rerun_hint(run, origin, "it");
             Failure::runtime(other).hint(hint)
         }
     }
