@@ -53,7 +53,7 @@ impl Case {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Client {
-    /// ddbpipe's engine, wired as `ddbpipe run` wires a scan.
+    /// ddbpipe, a pipeline built through the library as `ddbpipe run` builds it.
     Ddbpipe,
     /// `aws_sdk_dynamodb::Client` (or `aws_sdk_dynamodbstreams::Client`) + a recursive
     /// conversion to `serde_json::Value`.

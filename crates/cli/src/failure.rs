@@ -10,7 +10,6 @@ use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::StateError;
 use ddbpipe_source::lease::LeaseError;
 
-use crate::config::LoadError;
 use crate::origin::Origin;
 use crate::telemetry::{Line, say};
 
@@ -149,21 +148,6 @@ pub fn report(failure: &Failure) -> ExitCode {
         say(Line::Hint, &format!("hint: {hint}"));
     }
     failure.exit.code()
-}
-
-/// A config that cannot be loaded, with the remedy the command prints.
-pub fn load_failure(error: LoadError, origin: &Origin) -> Failure {
-    match (error, origin) {
-        (error @ (LoadError::Read { .. } | LoadError::TooLarge { .. }), _) => Failure::usage(error),
-        (error, Origin::File(path)) => Failure::usage(error).hint(format!(
-            "fix the lines above in {}; `ddbpipe check {}` shows them again",
-            path.display(),
-            path.display()
-        )),
-        (error, Origin::Code) => {
-            Failure::usage(error).hint("fix the fields above in the YAML given in code")
-        }
-    }
 }
 
 #[cfg(test)]

@@ -93,12 +93,14 @@ mod run;
 mod run_command;
 mod schema;
 pub mod sink;
+mod sinks;
 mod state_cmd;
 pub mod store;
 mod stream_gaps;
 mod summary;
 mod telemetry;
 mod wiring;
+mod yaml;
 
 pub use ddbpipe_source::config::ConfigError;
 pub use ddbpipe_source::retry::{Cancel, CancelHandle};

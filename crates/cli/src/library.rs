@@ -10,8 +10,9 @@ use ddbpipe_source::config::ConfigError;
 use ddbpipe_source::retry::Cancel;
 
 pub use crate::args::ProgressMode;
+use crate::config::load_failure;
 use crate::config::{self, LoadError, PipelineConfig};
-use crate::failure::{Exit, Failure, load_failure};
+use crate::failure::{Exit, Failure};
 use crate::given::Given;
 use crate::origin::Origin;
 use crate::run::Built;

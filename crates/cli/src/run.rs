@@ -20,7 +20,7 @@ use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 
 pub(crate) use build::{Built, Run};
-pub use join::{lease_table_failure, run_identity, worker_path};
+pub use join::{lease_table_failure, run_identity};
 
 /// Builds the run of a validated pipeline, reading and writing nothing yet; [`Built::run`]
 /// runs it.

@@ -161,12 +161,12 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
 /// `state reset` of a keyed sink: the pipeline's parts of `_ddbpipe_state` are deleted, under
 /// the pipeline's lock; the destination table is untouched.
 async fn reset_in_database(config: &PipelineConfig) -> Result<Exit, Failure> {
-    let Some(db) = destination::open_existing(config).await? else {
+    let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await? else {
         println!("no stored state for pipeline '{}'", config.name);
         return Ok(Exit::Ok);
     };
-    destination::lock(&db, &config.name).await?;
-    if destination::reset_database_state(&db, &config.name).await? {
+    crate::sinks::keyed::lock(&db, &config.name).await?;
+    if crate::sinks::keyed::reset_database_state(&db, &config.name).await? {
         println!(
             "removed the stored position of pipeline '{}' from {}",
             config.name,

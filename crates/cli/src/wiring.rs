@@ -25,7 +25,7 @@ use crate::sink::GivenSink;
 pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
     let env = |name: &str| std::env::var(name).ok();
     config::load(path, &env)
-        .map_err(|error| crate::failure::load_failure(error, &Origin::File(path.to_owned())))
+        .map_err(|error| crate::config::load_failure(error, &Origin::File(path.to_owned())))
 }
 
 /// Builds the table API (no network I/O) and says where it reads.

@@ -1,6 +1,6 @@
 //! A phase's destination: the bench table's keyed table (`bench`, key `pk` S and `sk` N,
 //! document column `document`, the defaults a config gives), opened as `ddbpipe run` opens a
-//! sqlite or postgres sink (crates/cli/src/destination.rs `open`).
+//! sqlite or postgres sink (crates/cli/src/sinks/keyed).
 
 use anyhow::{Context as _, bail};
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};

@@ -2,13 +2,11 @@
 //! table, the settings its leader row keeps, this process's lease owner (alone under its worker
 //! id), and the worker's sink — its own jsonl file, or the keyed sink every worker writes.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_pipeline::leased::other_settings;
 use ddbpipe_pipeline::sink::Records;
-use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSink};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::lease::{
@@ -17,11 +15,10 @@ use ddbpipe_source::lease::{
 use ddbpipe_source::retry::Cancel;
 
 use super::build::Read;
-use crate::config::{
-    CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, WORKER_PLACEHOLDER, process_token,
-};
+use crate::config::{CoordinationConfig, PipelineConfig, SinkConfig, process_token};
 use crate::destination::{self, AnySink};
 use crate::failure::Failure;
+use crate::sinks::{custom, jsonl, keyed};
 use crate::wiring;
 
 /// How long a missing lease table may take to become `ACTIVE`: polled every second.
@@ -77,9 +74,13 @@ pub(crate) async fn join(
     let owner = lease_owner(&worker_id)?;
     alone_with_id(&leases, config, coordination, &owner, stop).await?;
     let sink = match &config.sink {
-        SinkConfig::Jsonl(_) => AnySink::Jsonl(open_worker_file(config, &worker_id, records)?),
+        SinkConfig::Jsonl(_) => AnySink::Jsonl(jsonl::open_worker_file(
+            config.target(),
+            &worker_id,
+            records,
+        )?),
         // Refused with coordination when the config was loaded.
-        SinkConfig::Custom => return Err(destination::no_custom_sink()),
+        SinkConfig::Custom => return Err(custom::no_custom_sink()),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let Some(table) = &read.table else {
                 return Err(Failure::runtime(anyhow!(
@@ -96,41 +97,6 @@ pub(crate) async fn join(
         leases,
         owner,
     })
-}
-
-/// `sink.path` with this worker's id in place of `{worker}`; `None` for a sink that is not a
-/// jsonl file. Every part of the path that holds `{worker}` must stay one file or directory
-/// name once the id is in it: an id making it `.` or `..` (or splitting it) would put the file
-/// somewhere the template does not, and is refused naming the field.
-pub fn worker_path(config: &PipelineConfig, worker_id: &str) -> Result<Option<PathBuf>, Failure> {
-    let SinkConfig::Jsonl(jsonl) = &config.sink else {
-        return Ok(None);
-    };
-    let JsonlTarget::File(template) = &jsonl.path else {
-        return Ok(None);
-    };
-    let mut path = PathBuf::new();
-    for part in template.components() {
-        let text = part.as_os_str().to_string_lossy();
-        if !text.contains(WORKER_PLACEHOLDER) {
-            path.push(part);
-            continue;
-        }
-        let replaced = text.replace(WORKER_PLACEHOLDER, worker_id);
-        let mut parts = Path::new(&replaced).components();
-        match (parts.next(), parts.next()) {
-            (Some(std::path::Component::Normal(name)), None) => path.push(name),
-            _ => {
-                return Err(Failure::usage(anyhow!(
-                    "config error: sink.path: '{}' with worker id '{worker_id}' names '{replaced}', \
-                     which leaves the place the template gives its file: use another \
-                     coordination.worker_id",
-                    template.display()
-                )));
-            }
-        }
-    }
-    Ok(Some(path))
 }
 
 /// The settings a shared run keeps in its leader row (docs/coordination.md §11.10): the state
@@ -258,23 +224,6 @@ fn pipeline_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
         .map_err(|error| Failure::usage(anyhow!("config error: {error}")))
 }
 
-/// This worker's own jsonl file (validation made the sink a jsonl file with `{worker}`).
-fn open_worker_file(
-    config: &PipelineConfig,
-    worker_id: &str,
-    records: Records,
-) -> Result<JsonlSink, Failure> {
-    let (SinkConfig::Jsonl(jsonl), Some(path)) = (&config.sink, worker_path(config, worker_id)?)
-    else {
-        return Err(Failure::runtime(anyhow!(
-            "internal error: a shared run into jsonl needs a file path"
-        )));
-    };
-    let mut settings = destination::jsonl_settings(jsonl, records);
-    settings.target = jsonl::JsonlTarget::File(path);
-    JsonlSink::open(settings, &config.name).map_err(Failure::runtime)
-}
-
 /// The keyed sink every worker writes, without the run lock (the lease fences keep the workers
 /// apart). Workers starting together may race to create its tables: a failed preparation is
 /// tried again, a few times.
@@ -285,7 +234,7 @@ async fn open_keyed(
 ) -> Result<ddbpipe_keyed::sink::KeyedSink, Failure> {
     let mut attempt = 0;
     loop {
-        match destination::keyed_sink(config, Some(table), records, false).await {
+        match keyed::keyed_sink(config.target(), Some(table), records, false).await {
             Ok((_, sink)) => return Ok(sink),
             Err(failure) if attempt < PREPARE_ATTEMPTS => {
                 attempt += 1;
@@ -321,50 +270,4 @@ pub fn lease_table_failure(error: LeaseError, table: &str) -> Failure {
          (README, Running several workers)"
     );
     Failure::runtime(anyhow!("lease table '{table}': {error}")).hint(hint)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    use super::worker_path;
-    use crate::config::{PipelineConfig, parse};
-
-    fn shared_into(path: &str) -> PipelineConfig {
-        let yaml = format!(
-            "name: orders\nsource: {{table_name: orders}}\nsink: {{type: jsonl, path: '{path}'}}\n\
-             coordination: {{lease_table: leases}}\n"
-        );
-        parse(&yaml, Path::new("conf"), &|_| None).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn a_worker_path_stays_where_its_template_puts_it() {
-        let config = shared_into("out/{worker}/orders-{worker}.jsonl");
-        let path = worker_path(&config, "host-1").unwrap();
-        assert_eq!(
-            path,
-            Some(PathBuf::from("conf/out/host-1/orders-host-1.jsonl"))
-        );
-        // Ids that config validation refuses, should one reach here by another way: none of
-        // them may move the file out of its directory, or into another one.
-        for id in ["..", ".", "a/b", "../x", ""] {
-            let config = shared_into("out/{worker}/orders.jsonl");
-            let refused = worker_path(&config, id);
-            let Err(failure) = refused else {
-                panic!("{id}: {refused:?}");
-            };
-            let said = failure.to_string();
-            assert!(
-                said.starts_with("config error: sink.path:") && said.contains(&format!("'{id}'")),
-                "{id}: {said}"
-            );
-        }
-        // Inside a name, dots are just dots.
-        let config = shared_into("out/orders-{worker}.jsonl");
-        assert_eq!(
-            worker_path(&config, "..").unwrap(),
-            Some(PathBuf::from("conf/out/orders-...jsonl"))
-        );
-    }
 }
