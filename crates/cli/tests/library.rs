@@ -22,13 +22,19 @@ fn stopped_after_1500_ms(pipeline: ddbpipe::Pipeline) -> ddbpipe::Summary {
     summary.unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[test]
-fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
+/// A fresh emulator with table `orders` (its stream of `view`, if any) holding 40 items.
+fn forty_orders(view: Option<StreamViewType>) -> common::Running {
     let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", None);
+    emulator.create_pk_table("orders", view);
     for i in 0..40 {
         emulator.put_pk("orders", &format!("k{i:02}"), "1");
     }
+    emulator
+}
+
+#[test]
+fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
+    let emulator = forty_orders(None);
     let files = Pipeline::new(
         "orders",
         &emulator.endpoint,
@@ -524,11 +530,7 @@ fn a_program_s_own_sdk_config_builds_every_client() {
 
 #[test]
 fn a_stop_inside_a_mirror_s_snapshot_ends_snapshot_stopped_without_a_count() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    for i in 0..40 {
-        emulator.put_pk("orders", &format!("k{i:02}"), "1");
-    }
+    let emulator = forty_orders(Some(StreamViewType::NewAndOldImages));
     // One item a page at one read unit a second: the snapshot takes far longer than the stop.
     let files = Pipeline::new(
         "mirror",
@@ -565,11 +567,7 @@ fn an_error_says_each_cause_once() {
 
 #[test]
 fn an_opened_pipeline_holds_its_lock_and_reads_nothing_until_it_runs() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", None);
-    for i in 0..40 {
-        emulator.put_pk("orders", &format!("k{i:02}"), "1");
-    }
+    let emulator = forty_orders(None);
     let files = Pipeline::new("orders", &emulator.endpoint, "table_name: orders");
     let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
     let second = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
@@ -606,11 +604,7 @@ fn an_opened_pipeline_holds_its_lock_and_reads_nothing_until_it_runs() {
 
 #[test]
 fn a_pipeline_given_as_yaml_says_how_to_resume_in_the_library_s_words() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", None);
-    for i in 0..40 {
-        emulator.put_pk("orders", &format!("k{i:02}"), "1");
-    }
+    let emulator = forty_orders(None);
     // One item a page at one read unit a second: the scan takes far longer than the stop.
     let files = Pipeline::new(
         "orders",

@@ -36,7 +36,34 @@ pub(crate) struct Joined {
     owner: WorkerId,
 }
 
+/// A joined worker's parts, taken apart for its runner.
+pub(crate) struct Parts {
+    /// This process on the lease table.
+    pub worker: Worker<AwsLeaseTable>,
+    /// The worker id.
+    pub worker_id: String,
+    /// The settings the run keeps in its leader row.
+    pub identity: Identity,
+    /// The sink this worker writes.
+    pub sink: AnySink,
+}
+
 impl Joined {
+    /// This worker's parts: the worker on the lease table, its id, the run's identity and the
+    /// sink.
+    pub fn parts(
+        self,
+        config: &PipelineConfig,
+        coordination: &CoordinationConfig,
+    ) -> Result<Parts, Failure> {
+        Ok(Parts {
+            worker: self.worker(config, coordination)?,
+            worker_id: self.worker_id,
+            identity: self.identity,
+            sink: self.sink,
+        })
+    }
+
     /// This process on the lease table, as the lease owner it joined as. A mirror makes one
     /// per phase: one owner for both (the stream phase takes over nothing from the scan
     /// phase's holdings, which it hands back before).

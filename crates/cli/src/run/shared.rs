@@ -19,7 +19,7 @@ use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
 
 use super::build::{Read, Run};
-use super::join::Joined;
+use super::join::{Joined, Parts};
 use crate::config::{CoordinationConfig, PipelineConfig};
 use crate::destination::AnySink;
 use crate::failure::Failure;
@@ -45,13 +45,12 @@ pub(super) async fn run(
         _ => ScanKind::Scan,
     };
     let table = read.table()?;
-    let worker = joined.worker(config, coordination)?;
-    let Joined {
+    let Parts {
+        worker,
         worker_id,
         identity,
         mut sink,
-        ..
-    } = joined;
+    } = joined.parts(config, coordination)?;
     let plan =
         ScanPlan::build(source, table).map_err(|problem| Failure::usage(problem.config_error()))?;
     let (reader, refresher) =
@@ -106,13 +105,12 @@ pub(super) async fn run_streams(
     let origin = run.origin;
     let source = &config.source;
     let stream = read.stream()?;
-    let worker = joined.worker(config, coordination)?;
-    let Joined {
+    let Parts {
+        worker,
         worker_id,
         identity,
         mut sink,
-        ..
-    } = joined;
+    } = joined.parts(config, coordination)?;
     let plan = StreamPlan::build(source);
     let run = StreamRun::new(&plan, &source.table_name, &stream.arn);
     tracing::info!(
@@ -185,16 +183,13 @@ pub(super) async fn run_mirror(
     let table = read.table()?;
     let stream = read.stream()?;
     // One owner for both phases (`Joined::worker`).
-    let (scan_worker, stream_worker) = (
-        joined.worker(config, coordination)?,
-        joined.worker(config, coordination)?,
-    );
-    let Joined {
+    let scan_worker = joined.worker(config, coordination)?;
+    let Parts {
+        worker: stream_worker,
         worker_id,
         identity,
         sink,
-        ..
-    } = joined;
+    } = joined.parts(config, coordination)?;
     let AnySink::Keyed(mut sink) = sink else {
         return Err(Failure::runtime(anyhow::anyhow!(
             "internal error: a shared mirror writes a keyed sink"
