@@ -9,6 +9,7 @@
 # - cargo-deb (pinned in scripts/cargo-deb.sh) for the Debian package test
 #   (crates/cli/tests/package.rs), installed once into ~/.cache/ddbpipe/tools: about 4 minutes
 #   cold on 2 cores, nothing after; the test packages the debug build, so it adds no release build.
+# - Then the documentation of the `ddbpipe` library, built with warnings as errors.
 # - Reuses a build cache outside the checkout when one exists ($CARGO_TARGET_DIR, default
 #   ~/.cache/ddbpipe/target): a cold build of the AWS SDK takes minutes on 2 cores.
 set -euo pipefail
@@ -32,3 +33,6 @@ source scripts/postgres.sh
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ddbpipe/target}"
 cargo test --workspace --locked "$@"
+# The library's documentation builds without a warning: every public item documented, every
+# link resolving (issue 25); its examples ran above as doctests.
+RUSTDOCFLAGS="-D warnings" cargo doc -p ddbpipe --no-deps --locked

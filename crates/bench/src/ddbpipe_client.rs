@@ -1,11 +1,10 @@
-//! The ddbpipe client: the engine wired as `ddbpipe run` wires a scan
-//! (crates/cli/src/wiring.rs `run`), through the same public APIs.
-//!
-//! `AwsTableApi` from `load_sdk_config` + `table_api` (static keys, us-east-1, the bench
-//! endpoint) → `SegmentReader` (no read limit, the default retry policy, plain values) →
-//! `run_scan` with batches of 1000 → a `JsonlSink` on `/dev/null` (no fsync) and a
-//! `Checkpointer` flushing a temporary state file every second. What `ddbpipe run` does besides
-//! is left out: `DescribeTable` (one request before the scan), the progress bar and the log.
+//! The rows of the floor phase (`crate::sink::floor`), read before its meter starts: the
+//! engine's scan runner over a `SegmentReader` of the bench table (static keys, us-east-1, the
+//! bench endpoint, no read limit, the default retry policy, plain values) into a sink of the
+//! floor's that keeps the rows the keyed sink would write, with a `Checkpointer` on a temporary
+//! state file. The floor needs the engine's own batches (`KeyedSink::rows` turns them into
+//! rows), which the library's sink does not hand out; every measured ddbpipe run goes through
+//! the library's build path instead (`crate::ddbpipe_run`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +13,6 @@ use anyhow::{Context as _, ensure};
 use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{NoProgress, run_scan};
 use ddbpipe_pipeline::sink::Sink;
-use ddbpipe_pipeline::sinks::jsonl::{
-    Compression, JsonlSettings, JsonlSink, JsonlTarget, WriteMode,
-};
 use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::Render;
@@ -39,14 +35,6 @@ pub const PIPELINE: &str = "bench";
 pub const BATCH_SIZE: usize = 1000;
 /// `state.flush_interval_ms` (the default).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(1000);
-
-/// Everything built before the meter starts.
-pub struct Prepared {
-    reader: SegmentReader<AwsTableApi>,
-    sink: JsonlSink,
-    state: FileState,
-    expected_segments: u64,
-}
 
 /// A checkpointer on a state file in a temporary directory, with the file's lock.
 pub struct FileState {
@@ -107,7 +95,7 @@ pub async fn file_state(settings: &PhaseSettings) -> anyhow::Result<FileState> {
 }
 
 /// The client and segment reader of the bench table (no network I/O).
-pub async fn reader(settings: &PhaseSettings) -> SegmentReader<AwsTableApi> {
+pub async fn reader(settings: &PhaseSettings, format: ValueFormat) -> SegmentReader<AwsTableApi> {
     let client = client_settings(&settings.endpoint);
     let sdk = aws::load_sdk_config(&client).await;
     let api = Arc::new(aws::table_api(&sdk));
@@ -118,43 +106,8 @@ pub async fn reader(settings: &PhaseSettings) -> SegmentReader<AwsTableApi> {
         max_concurrency: settings.concurrency,
         limiter: Arc::new(ReadLimiter::new(None)),
         retry: RetryPolicy::default(),
-        render: Render::Items(ValueFormat::Plain),
+        render: Render::Items(format),
         observer: Arc::new(NoObserver),
-    }
-}
-
-/// Builds the client, reader, sink and checkpointer (no network I/O).
-pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
-    let state = file_state(settings).await?;
-    let sink = JsonlSink::open(
-        JsonlSettings {
-            target: JsonlTarget::File("/dev/null".into()),
-            rotate_bytes: None,
-            fsync: false,
-            write: WriteMode::Append,
-            compression: Compression::None,
-        },
-        "bench",
-    )?;
-    Ok(Prepared {
-        reader: reader(settings).await,
-        sink,
-        state,
-        expected_segments: u64::from(settings.segments),
-    })
-}
-
-impl Prepared {
-    /// Runs the scan to its end; returns the items written.
-    pub async fn scan(mut self) -> anyhow::Result<u64> {
-        scan_into(
-            self.reader,
-            &mut self.sink,
-            &mut self.state.checkpointer,
-            self.expected_segments,
-            BatchLimits::records(BATCH_SIZE),
-        )
-        .await
     }
 }
 

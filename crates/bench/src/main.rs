@@ -25,7 +25,7 @@
 mod attribute_json;
 mod ddbpipe_client;
 mod ddbpipe_export;
-mod ddbpipe_streams;
+mod ddbpipe_run;
 mod export_files;
 mod items;
 mod phase;

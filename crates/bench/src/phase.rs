@@ -12,8 +12,10 @@ use std::sync::Arc;
 use anyhow::{Context as _, ensure};
 use serde::{Deserialize, Serialize};
 
+use crate::ddbpipe_client::BATCH_SIZE;
+use crate::ddbpipe_run::{self, BenchPipeline, DEV_NULL, Read};
 use crate::procfs::{self, Meter};
-use crate::{ddbpipe_client, ddbpipe_export, ddbpipe_streams, sdk_client, sdk_streams};
+use crate::{ddbpipe_export, sdk_client, sdk_streams};
 
 /// What a phase reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -51,7 +53,7 @@ impl Case {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Client {
-    /// ddbpipe's engine, wired as `ddbpipe run` wires a scan.
+    /// ddbpipe, a pipeline built through the library as `ddbpipe run` builds it.
     Ddbpipe,
     /// `aws_sdk_dynamodb::Client` (or `aws_sdk_dynamodbstreams::Client`) + a recursive
     /// conversion to `serde_json::Value`.
@@ -122,9 +124,10 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
     let (received, end, measured) = runtime.block_on(async {
         match (settings.case, settings.client) {
             (Case::Scan, Client::Ddbpipe) => {
-                let prepared = ddbpipe_client::prepare(&settings).await?;
+                let pipeline = BenchPipeline::new(&settings, Read::Scan, DEV_NULL, BATCH_SIZE)?;
+                let opened = pipeline.open().await?;
                 let meter = Meter::start()?;
-                let received = prepared.scan().await?;
+                let (received, _) = ddbpipe_run::finish(opened).await?;
                 anyhow::Ok((received, None, meter.stop()?))
             }
             (Case::Scan, Client::Sdk) => {
@@ -134,10 +137,11 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
                 anyhow::Ok((received, None, meter.stop()?))
             }
             (Case::Streams, Client::Ddbpipe) => {
-                let prepared = ddbpipe_streams::prepare(&settings).await?;
+                let pipeline = BenchPipeline::new(&settings, Read::Stream, DEV_NULL, BATCH_SIZE)?;
+                let opened = pipeline.open().await?;
                 let meter = Meter::start()?;
-                let (received, end) = prepared.read().await?;
-                anyhow::Ok((received, Some(end.to_string()), meter.stop()?))
+                let (received, end) = ddbpipe_run::finish(opened).await?;
+                anyhow::Ok((received, end.map(str::to_string), meter.stop()?))
             }
             (Case::Streams, Client::Sdk) => {
                 let prepared = sdk_streams::prepare(&settings).await;

@@ -282,6 +282,7 @@ impl Server {
     fn answer(&self, target: Option<&str>, body: &[u8]) -> Answer<'_> {
         match target {
             Some("DynamoDB_20120810.Scan") => {}
+            Some("DynamoDB_20120810.DescribeTable") => return self.describe(),
             Some(streams) if streams.starts_with("DynamoDBStreams_20120810.") => {
                 let operation = &streams["DynamoDBStreams_20120810.".len()..];
                 return self.stream.answer(operation, body);
@@ -290,7 +291,7 @@ impl Server {
                 return error(
                     "com.amazonaws.dynamodb.v20120810#UnknownOperationException",
                     &format!(
-                        "the bench server only answers Scan and DynamoDB Streams, not {other:?}"
+                        "the bench server only answers Scan, DescribeTable and DynamoDB Streams, not {other:?}"
                     ),
                 );
             }
@@ -308,6 +309,32 @@ impl Server {
             Ok(answer) => answer,
             Err(message) => error("com.amazon.coral.validation#ValidationException", &message),
         }
+    }
+
+    /// `DescribeTable` of the bench table, as `ddbpipe run` asks it before the meter starts:
+    /// its key schema, item count and stream.
+    fn describe(&self) -> Answer<'static> {
+        let body = json!({"Table": {
+            "TableName": TABLE,
+            "TableArn": format!("arn:aws:dynamodb:us-east-1:000000000000:table/{TABLE}"),
+            "TableStatus": "ACTIVE",
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "N"},
+            ],
+            "ItemCount": self.table.len(),
+            "StreamSpecification": {"StreamEnabled": true, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            "LatestStreamArn": crate::records::STREAM_ARN,
+            "LatestStreamLabel": crate::records::STREAM_LABEL,
+        }})
+        .to_string();
+        let mut bytes = http_head("200 OK", body.len());
+        bytes.extend_from_slice(body.as_bytes());
+        Answer::Whole(bytes)
     }
 
     fn page(&self, request: &ScanRequest) -> Result<Answer<'_>, String> {

@@ -4,27 +4,25 @@
 use std::path::Path;
 
 use anyhow::anyhow;
-use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
+use ddbpipe_keyed::PostgresDatabase;
+use ddbpipe_keyed::sink::KeyedSink;
 use ddbpipe_keyed::state::DatabaseStore;
-use ddbpipe_keyed::{
-    Database, DocumentType, KeyColumn, LockAttempt, PostgresDatabase, SqliteDatabase, TableSpec,
-};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
 use ddbpipe_pipeline::sink::{Fence, Records, RunStart, Sink, SinkError, Staged};
-use ddbpipe_pipeline::sinks::jsonl::{self, JsonlSettings, JsonlSink};
+use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Output};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 
-use crate::config::{
-    JsonlConfig, JsonlTarget, KeyedConfig, PipelineConfig, PostgresConfig, SinkConfig, WriteMode,
-};
+use crate::config::{JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
 use crate::failure::{Failure, state_failure};
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::sink::{CustomSink, GivenSink};
+use crate::sinks::{self, keyed};
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -34,16 +32,6 @@ pub enum AnySink {
     Keyed(KeyedSink),
     /// The sink the embedding program gave (`type: custom`).
     Custom(CustomSink),
-}
-
-/// Why a `type: custom` pipeline without a sink given in code cannot run (`run` and `check`).
-pub const NO_CUSTOM_SINK: &str = "sink.type: custom is a sink given in code by the program \
-     that embeds ddbpipe (Pipeline::with_sink); this run has none: set sink.type to jsonl, \
-     sqlite or postgres";
-
-/// The failure of a `type: custom` pipeline run without a sink given in code (exit 2).
-pub fn no_custom_sink() -> Failure {
-    Failure::usage(anyhow!("config error: {NO_CUSTOM_SINK}"))
 }
 
 impl Sink for AnySink {
@@ -123,20 +111,21 @@ pub struct Destination {
     pub store: Box<dyn CheckpointStore>,
     /// What to delete when a snapshot completes.
     pub cleanup: CleanupPolicy,
-    // The state file's lock (a keyed sink's lock lives in its database handle).
-    _lock: Option<StateLock>,
+    /// The state file's lock, held while the run runs (a keyed sink's lock lives in its
+    /// database handle).
+    pub lock: Option<StateLock>,
 }
 
 /// Opens the sink and the position store of a run and takes the pipeline's lock. A keyed
 /// sink's table is created (or checked) from the described key schema.
 pub async fn open(
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     table: Option<&TableDescription>,
     records: Records,
     given: &Given,
 ) -> Result<Destination, Failure> {
-    distinct_paths(config, config_path)?;
+    distinct_paths(config, origin.file())?;
     let source = &config.source;
     let cleanup = CleanupPolicy {
         deletes: source.resnapshot_deletes,
@@ -149,29 +138,29 @@ pub async fn open(
     let lock = match (config.sink.keyed(), &given.store) {
         (None, None) => Some(
             file.lock(&config.name)
-                .map_err(|e| state_failure(e, config_path))?,
+                .map_err(|e| state_failure(e, origin))?,
         ),
         _ => None,
     };
     let sink = match &config.sink {
         SinkConfig::Jsonl(jsonl) => AnySink::Jsonl(
-            JsonlSink::open(jsonl_settings(jsonl, records), &config.name)
+            JsonlSink::open(sinks::jsonl::jsonl_settings(jsonl, records), &config.name)
                 .map_err(Failure::runtime)?,
         ),
         SinkConfig::Custom => AnySink::Custom(
             given
                 .sink
                 .as_ref()
-                .ok_or_else(no_custom_sink)?
+                .ok_or_else(sinks::custom::no_custom_sink)?
                 .for_run(records),
         ),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
-            let (_, sink) = keyed_sink(config, table, records, true).await?;
+            let (_, sink) = keyed::keyed_sink(config.target(), table, records, true).await?;
             return Ok(Destination {
                 store: Box::new(sink.state_store()),
                 sink: AnySink::Keyed(sink),
                 cleanup,
-                _lock: None,
+                lock: None,
             });
         }
     };
@@ -183,81 +172,8 @@ pub async fn open(
         sink,
         store,
         cleanup,
-        _lock: lock,
+        lock,
     })
-}
-
-/// Deletes the pipeline's state and lease fences in its database (`state reset`); whether
-/// anything was there.
-pub async fn reset_database_state(db: &Database, pipeline: &str) -> Result<bool, Failure> {
-    db.reset_state(pipeline)
-        .await
-        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))
-}
-
-/// The keyed sink of `config`, prepared (its table created or checked), and its database.
-/// With `lock`, the pipeline's run lock is taken first; the workers of a shared run take none
-/// (their lease fences keep them apart, docs/coordination.md §11.10).
-pub async fn keyed_sink(
-    config: &PipelineConfig,
-    table: Option<&TableDescription>,
-    records: Records,
-    lock_run: bool,
-) -> Result<(Database, KeyedSink), Failure> {
-    let source = &config.source;
-    let Some(table) = table else {
-        return Err(Failure::runtime(anyhow!(
-            "internal error: a keyed sink needs the table's key schema"
-        )));
-    };
-    let spec = table_spec(config, Some(table))?;
-    let db = connect(config)
-        .await?
-        .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
-    if lock_run {
-        lock(&db, &config.name).await?;
-    }
-    let retry = source.retry.policy();
-    let sink = KeyedSink::new(
-        db.clone(),
-        spec.clone(),
-        source.value_format,
-        records,
-        SinkRetry {
-            max_retries: retry.max_retries,
-            initial_backoff: retry.initial_backoff,
-            max_backoff: retry.max_backoff,
-        },
-    );
-    sink.prepare().await.map_err(Failure::runtime)?;
-    Ok((db, sink))
-}
-
-/// The settings of a jsonl sink. `records` says whether the run can complete (items: scan,
-/// query) or never does (envelopes: streams, mirror), which decides when a
-/// `new_file_per_run` file gets its name.
-pub fn jsonl_settings(jsonl: &JsonlConfig, records: Records) -> JsonlSettings {
-    JsonlSettings {
-        target: match &jsonl.path {
-            JsonlTarget::Stdout => jsonl::JsonlTarget::Stdout,
-            JsonlTarget::File(path) => jsonl::JsonlTarget::File(path.clone()),
-        },
-        rotate_bytes: jsonl.rotate_bytes,
-        fsync: jsonl.fsync,
-        write: match jsonl.write {
-            WriteMode::Append => jsonl::WriteMode::Append,
-            WriteMode::Overwrite => jsonl::WriteMode::Overwrite,
-            WriteMode::NewFilePerRun => jsonl::WriteMode::NewFilePerRun(match records {
-                Records::Items => jsonl::Publish::OnCompletion,
-                Records::Envelopes => jsonl::Publish::Immediately,
-            }),
-        },
-        compression: if jsonl.gzip {
-            jsonl::Compression::Gzip
-        } else {
-            jsonl::Compression::None
-        },
-    }
 }
 
 /// The files a run writes must differ from each other and from the config file, compared
@@ -268,8 +184,9 @@ pub fn jsonl_settings(jsonl: &JsonlConfig, records: Records) -> JsonlSettings {
 ///    write into its own config.
 ///
 /// `run` checks this before it writes anything, and `check` fails with the same message.
-pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(), Failure> {
-    let config_file = files::resolve(config_path);
+pub fn distinct_paths(config: &PipelineConfig, config_path: Option<&Path>) -> Result<(), Failure> {
+    // YAML given in code has no file of its own the run could write into.
+    let config_file = config_path.map(files::resolve);
     let sink_path = match &config.sink {
         SinkConfig::Jsonl(jsonl) => match &jsonl.path {
             JsonlTarget::File(path) => Some(path),
@@ -281,7 +198,9 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
     let state_path = config.sink.keyed().is_none().then_some(&config.state.path);
     if let Some(sink) = sink_path {
         let resolved = files::resolve(sink);
-        if resolved == config_file {
+        if let Some(config_path) = config_path
+            && config_file.as_ref() == Some(&resolved)
+        {
             return Err(Failure::usage(anyhow!(
                 "config error: sink.path: {} is the config file {} itself; choose another sink.path",
                 sink.display(),
@@ -299,8 +218,8 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
             )));
         }
     }
-    if let Some(state) = state_path
-        && files::resolve(state) == config_file
+    if let (Some(state), Some(config_path)) = (state_path, config_path)
+        && config_file.as_ref() == Some(&files::resolve(state))
     {
         return Err(Failure::usage(anyhow!(
             "config error: state.path: {} is the config file {} itself; choose another state.path",
@@ -309,23 +228,6 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: &Path) -> Result<(),
         )));
     }
     Ok(())
-}
-
-/// Takes the pipeline's run lock in a sink database; another run holding it is a failure
-/// naming where and which process.
-pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
-    match db.lock(pipeline).await {
-        Ok(LockAttempt::Acquired) => Ok(()),
-        Ok(LockAttempt::HeldBy(holder)) => {
-            let pid = holder.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-            Err(Failure::runtime(anyhow!(
-                "pipeline '{pipeline}' is already running (lock {}{pid})",
-                holder.location
-            ))
-            .hint("wait for the other run to finish, or stop it (SIGTERM drains it)"))
-        }
-        Err(error) => Err(sink_failure(db, error.message)),
-    }
 }
 
 /// The position store for reading (`state`, `lag`, `check`): creates nothing and takes no
@@ -338,8 +240,8 @@ pub async fn read_store(
             Ok(Some(Box::new(StateFile::new(&config.state.path))))
         }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
-            let spec = table_spec(config, None)?;
-            Ok(open_existing(config)
+            let spec = keyed::table_spec(config.target(), None)?;
+            Ok(keyed::open_existing(&config.sink)
                 .await?
                 .map(|db| Box::new(DatabaseStore::new(db, spec)) as Box<dyn CheckpointStore>))
         }
@@ -357,135 +259,6 @@ pub fn position_label(config: &PipelineConfig) -> String {
             postgres.schema
         ),
     }
-}
-
-/// Opens (creating a sqlite file when missing) or connects to a keyed sink's database.
-pub async fn connect(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
-    match &config.sink {
-        SinkConfig::Jsonl(_) | SinkConfig::Custom => Ok(None),
-        SinkConfig::Sqlite(sqlite) => {
-            if let Some(dir) = sqlite.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    Failure::runtime(anyhow!(
-                        "sink sqlite {}: cannot create the directory {}: {e}",
-                        sqlite.path.display(),
-                        dir.display()
-                    ))
-                })?;
-            }
-            SqliteDatabase::open(&sqlite.path)
-                .map(|db| Some(Database::from(db)))
-                .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message))
-        }
-        SinkConfig::Postgres(postgres) => {
-            let defaults = libpq_defaults(postgres);
-            PostgresDatabase::connect_with(postgres.url.expose(), &defaults)
-                .await
-                .map(|db| Some(Database::from(db.with_schema(&postgres.schema))))
-                .map_err(|e| {
-                    db_failure(
-                        "postgres",
-                        &PostgresDatabase::redact(postgres.url.expose()),
-                        e.message,
-                    )
-                })
-        }
-    }
-}
-
-/// Opens a keyed sink's database without creating anything; `None` for a missing sqlite file
-/// or a jsonl sink.
-pub async fn open_existing(config: &PipelineConfig) -> Result<Option<Database>, Failure> {
-    match &config.sink {
-        SinkConfig::Sqlite(sqlite) => SqliteDatabase::open_existing(&sqlite.path)
-            .map(|db| db.map(Database::from))
-            .map_err(|e| db_failure("sqlite", &sqlite.path.display().to_string(), e.message)),
-        _ => connect(config).await,
-    }
-}
-
-/// The libpq environment variables set when the file was loaded, as connection defaults.
-fn libpq_defaults(postgres: &PostgresConfig) -> Vec<(&'static str, String)> {
-    postgres
-        .environment
-        .iter()
-        .map(|(parameter, value)| (*parameter, value.expose().to_string()))
-        .collect()
-}
-
-fn db_failure(kind: &str, target: &str, message: String) -> Failure {
-    Failure::runtime(anyhow!("sink {kind} {target}: {message}"))
-}
-
-fn sink_failure(db: &Database, message: String) -> Failure {
-    Failure::runtime(anyhow!("sink {}: {message}", db.describe()))
-}
-
-/// The destination table of a keyed sink: its name (`sink.table`, else the DynamoDB table
-/// name) and, when the table was described, its key columns. Key attributes that collide
-/// with the document column or ddbpipe's reserved names, and a projection that leaves out a
-/// key attribute, are config errors (exit 2).
-pub fn table_spec(
-    config: &PipelineConfig,
-    table: Option<&TableDescription>,
-) -> Result<TableSpec, Failure> {
-    let (keyed, schema, document_type) = match &config.sink {
-        SinkConfig::Sqlite(sqlite) => (&sqlite.keyed, "main".to_string(), DocumentType::Jsonb),
-        SinkConfig::Postgres(postgres) => (
-            &postgres.keyed,
-            postgres.schema.clone(),
-            postgres.document_type,
-        ),
-        SinkConfig::Jsonl(_) | SinkConfig::Custom => {
-            return Err(Failure::runtime(anyhow!(
-                "internal error: the {} sink has no table",
-                config.sink.kind()
-            )));
-        }
-    };
-    let kind = config.sink.kind();
-    let source = &config.source;
-    let name = destination_table(config, keyed);
-    let mut key = Vec::new();
-    for attribute in table.map(|t| t.key_schema.as_slice()).unwrap_or_default() {
-        if attribute.name == keyed.document_column {
-            return Err(Failure::usage(anyhow!(
-                "config error: sink.document_column: key attribute '{}' of table '{}' has the same name as the document column; choose another document_column",
-                attribute.name,
-                source.table_name
-            )));
-        }
-        if attribute.name.starts_with("_ddbpipe_") {
-            return Err(Failure::usage(anyhow!(
-                "config error: sink: key attribute '{}' starts with the reserved prefix _ddbpipe_; the {kind} sink cannot mirror this table",
-                attribute.name
-            )));
-        }
-        if let Some(projection) = &source.projection
-            && !projects(
-                projection,
-                &source.expression_attribute_names,
-                &attribute.name,
-            )
-        {
-            return Err(Failure::usage(anyhow!(
-                "config error: source.projection: projection must include key attribute '{}' for the {kind} sink",
-                attribute.name
-            )));
-        }
-        key.push(KeyColumn {
-            name: attribute.name.clone(),
-            kind: attribute.key_type,
-        });
-    }
-    Ok(TableSpec {
-        table: name,
-        schema,
-        key,
-        document_column: keyed.document_column.clone(),
-        document_type,
-        create_table: keyed.create_table,
-    })
 }
 
 /// Where the records go and in what form, for the position's identity; a custom sink by the
@@ -510,7 +283,7 @@ pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Outp
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let keyed = config.sink.keyed()?;
             Some(Output::Keyed {
-                table: destination_table(config, keyed),
+                table: keyed::destination_table(&config.source, keyed),
                 document_column: keyed.document_column.clone(),
             })
         }
@@ -518,14 +291,6 @@ pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Outp
             name: sink.name().to_string(),
         }),
     }
-}
-
-/// The table a keyed sink writes: `sink.table`, else the DynamoDB table's name.
-fn destination_table(config: &PipelineConfig, keyed: &KeyedConfig) -> String {
-    keyed
-        .table
-        .clone()
-        .unwrap_or_else(|| table_name_of(&config.source.table_name))
 }
 
 /// Where the records go, as one line a shared run's leader row keeps (docs/coordination.md
@@ -542,10 +307,10 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
         SinkConfig::Sqlite(sqlite) => format!(
             "sqlite {}, table {}",
             files::resolve(&sqlite.path).display(),
-            destination_table(config, &sqlite.keyed)
+            keyed::destination_table(&config.source, &sqlite.keyed)
         ),
         SinkConfig::Postgres(postgres) => {
-            let defaults = libpq_defaults(postgres);
+            let defaults = keyed::libpq_defaults(postgres);
             // The URL was checked when the file was loaded; should it not read now, the
             // problem (a key, never a value) stands in for the address.
             let address = PostgresDatabase::address(postgres.url.expose(), &defaults)
@@ -553,45 +318,16 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
             format!(
                 "postgres {address}, schema {}, table {}",
                 postgres.schema,
-                destination_table(config, &postgres.keyed)
+                keyed::destination_table(&config.source, &postgres.keyed)
             )
         }
         SinkConfig::Custom => "custom".to_string(),
     }
 }
 
-/// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
-fn table_name_of(table: &str) -> String {
-    match table.rsplit_once(":table/") {
-        Some((_, name)) => name.to_string(),
-        None => table.to_string(),
-    }
-}
-
-/// Whether a projection expression names `attribute` at its top level (directly or through
-/// an `expression_attribute_names` placeholder).
-fn projects(
-    projection: &str,
-    names: &std::collections::BTreeMap<String, String>,
-    attribute: &str,
-) -> bool {
-    projection.split(',').any(|path| {
-        let top = path.trim().split(['.', '[']).next().unwrap_or("").trim();
-        top == attribute || names.get(top).is_some_and(|name| name == attribute)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_projection_names_key_attributes_directly_or_by_placeholder() {
-        let names = [("#k".to_string(), "pk".to_string())].into();
-        assert!(projects("a, pk.x", &Default::default(), "pk"));
-        assert!(projects("#k,b", &names, "pk"));
-        assert!(!projects("pkx, b", &names, "pk"));
-    }
 
     #[test]
     fn the_identity_names_the_file_a_sink_path_leads_to_whatever_its_spelling() {
@@ -656,14 +392,5 @@ mod tests {
         );
         let jsonl = load("{type: jsonl, path: '/out/orders-{worker}.jsonl'}");
         assert_eq!(sink_identity(&jsonl), "jsonl /out/orders-{worker}.jsonl");
-    }
-
-    #[test]
-    fn an_arn_gives_its_table_name() {
-        assert_eq!(
-            table_name_of("arn:aws:dynamodb:eu-west-1:1:table/orders"),
-            "orders"
-        );
-        assert_eq!(table_name_of("orders"), "orders");
     }
 }

@@ -47,13 +47,17 @@ use ddbpipe_pipeline::runner::driven::{Ack, Receiver};
 use ddbpipe_pipeline::sink::{Records, SinkError as PipelineSinkError};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::{PipelineConfig, SinkConfig};
+use crate::args::ProgressMode;
+use crate::config::PipelineConfig;
 use crate::failure::Failure;
 use crate::given::Given;
 use crate::library::Error;
+use crate::origin::Origin;
 use crate::sink::{self, Record, SinkError};
+use crate::sinks::SinkConfig;
 use crate::summary::Summary;
 
 /// How many batches a driven run holds unless told otherwise ([`Pipeline::with_ack_window`]).
@@ -82,11 +86,13 @@ pub struct Batches {
 }
 
 impl Batches {
-    /// Starts `config`'s run with `given`, handing its batches out; `stop` stops it.
-    pub(crate) fn start(
+    /// Opens `config`'s run with `given` and starts it, handing its batches out; `stop` stops
+    /// it. A problem found while opening comes back here, before a record is read.
+    pub(crate) async fn start(
         config: &PipelineConfig,
-        path: &std::path::Path,
+        origin: &Origin,
         given: &Given,
+        progress: ProgressMode,
         window: NonZeroUsize,
         stop: Cancel,
     ) -> Result<Batches, Error> {
@@ -106,16 +112,25 @@ impl Batches {
         let mut given = given.clone();
         given.sink = Some(sink::GivenSink::new(HandedOut));
         given.driven = Some(out);
-        let (config, path) = (config.clone(), path.to_owned());
+        let (config, origin) = (config.clone(), origin.clone());
         let records = match config.source.mode {
             Mode::Scan | Mode::Query => Records::Items,
             Mode::Streams | Mode::Mirror => Records::Envelopes,
         };
-        let progress = crate::args::ProgressMode::Never;
+        let (opened_tx, opened) = oneshot::channel();
         let run = tokio::spawn(async move {
-            crate::run::run(&config, &path, &given, progress, run_stop).await
+            let built = match crate::run::open(&config, &origin, &given, progress, run_stop).await {
+                Ok(built) => built,
+                Err(failure) => {
+                    let said = duplicate(&failure);
+                    let _ = opened_tx.send(Some(failure));
+                    return Err(said);
+                }
+            };
+            let _ = opened_tx.send(None);
+            built.run().await
         });
-        Ok(Batches {
+        let batches = Batches {
             delivered,
             records,
             reading_ended: false,
@@ -123,7 +138,14 @@ impl Batches {
             ended: None,
             stop: handle,
             forward,
-        })
+        };
+        match opened.await {
+            Ok(None) => Ok(batches),
+            Ok(Some(failure)) => Err(Error(failure)),
+            Err(_) => Err(Error(Failure::runtime(anyhow!(
+                "internal error: the run's task ended while it opened"
+            )))),
+        }
     }
 
     /// The next batch; `None` once nothing more comes: the run read all it reads (every
@@ -275,7 +297,8 @@ impl sink::Sink for HandedOut {
     }
 }
 
-/// A driven run reads into `sink: {type: custom}`, in one process, with no sink given in code.
+/// A driven run reads into `sink: {type: custom}` with no sink given in code (config validation
+/// already refuses `coordination:` with a custom sink: one process).
 fn refuse(config: &PipelineConfig, given: &Given) -> Result<(), Failure> {
     let problem = if !matches!(config.sink, SinkConfig::Custom) {
         format!(
@@ -283,8 +306,6 @@ fn refuse(config: &PipelineConfig, given: &Given) -> Result<(), Failure> {
              place of the sink: set sink.type to custom, not {}",
             config.sink.kind()
         )
-    } else if config.coordination.is_some() {
-        "coordination: Pipeline::batches runs in one process: remove coordination".to_string()
     } else if given.sink.is_some() {
         "sink.type: custom is the sink given with Pipeline::with_sink, and Pipeline::batches \
          hands the records to your own loop instead: use one of the two"

@@ -2,7 +2,6 @@
 //! library's state and start-up errors).
 
 use std::fmt;
-use std::path::Path;
 use std::process::ExitCode;
 
 use ddbpipe_pipeline::checkpoint::StartError;
@@ -11,7 +10,7 @@ use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::StateError;
 use ddbpipe_source::lease::LeaseError;
 
-use crate::config::LoadError;
+use crate::origin::Origin;
 use crate::telemetry::{Line, say};
 
 /// Exit codes (README "Exit codes").
@@ -83,36 +82,31 @@ impl fmt::Display for Failure {
 /// fails every rerun on the same batch, so the hint asks to fix its cause and promises no
 /// resumption; any other failure resumes after `resumes_after` ("it", "the last committed
 /// page").
-pub fn rerun_hint(error: Option<&RunError>, config_path: &Path, resumes_after: &str) -> String {
-    let config = config_path.display();
+pub fn rerun_hint(error: Option<&RunError>, origin: &Origin, resumes_after: &str) -> String {
+    let rerun = origin.rerun();
     match error {
         Some(error) if error.damaged_export().is_some() => format!(
             "the export's files are damaged or gone and this run already replaced it once: \
              check the bucket's objects (S3 is the trust boundary, docs/scan.md §2.10); \
-             `ddbpipe run {config}` abandons the damaged export and requests a new one (nothing \
+             {rerun} abandons the damaged export and requests a new one (nothing \
              of a damaged file was written)"
         ),
         // Definite lease errors (a foreign or exhausted row, refused access): a rerun meets
         // the same rows until the error's own remedy is applied.
         Some(RunError::Lease(LeaseError::Fatal(_))) => format!(
-            "retrying cannot help: `ddbpipe run {config}` meets the same lease rows until the cause above is fixed (what was written before it is committed)"
+            "retrying cannot help: {rerun} meets the same lease rows until the cause above is fixed (what was written before it is committed)"
         ),
         Some(RunError::Sink(sink)) if sink.class == SinkErrorClass::Definite => format!(
-            "retrying cannot help: `ddbpipe run {config}` fails on the same batch until the cause above is fixed (what was written before it is committed)"
+            "retrying cannot help: {rerun} fails on the same batch until the cause above is fixed (what was written before it is committed)"
         ),
-        _ => format!(
-            "what was written is committed; `ddbpipe run {config}` resumes after {resumes_after}"
-        ),
+        _ => format!("what was written is committed; {rerun} resumes after {resumes_after}"),
     }
 }
 
 /// Maps a state problem to its failure: corrupt state and locks are runtime failures.
-pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
+pub fn state_failure(error: StateError, origin: &Origin) -> Failure {
     let hint = match &error {
-        StateError::Corrupt { .. } => Some(format!(
-            "fix the entry or run `ddbpipe state reset {}`",
-            config_path.display()
-        )),
+        StateError::Corrupt { .. } => Some(format!("fix the entry or {}", origin.reset())),
         StateError::Locked { .. } => {
             Some("wait for the other run to finish, or stop it (SIGTERM drains it)".to_string())
         }
@@ -130,13 +124,12 @@ pub fn state_failure(error: StateError, config_path: &Path) -> Failure {
 
 /// Maps a failure to start from the stored state: corrupt state and locks are runtime
 /// failures, a position of another source is a usage failure with the reset remedy.
-pub fn start_failure(error: StartError, config_path: &Path) -> Failure {
+pub fn start_failure(error: StartError, origin: &Origin) -> Failure {
     match error {
-        StartError::State(error) => state_failure(error, config_path),
-        other => Failure::usage(other).hint(format!(
-            "`ddbpipe state reset {}` forgets the stored position",
-            config_path.display()
-        )),
+        StartError::State(error) => state_failure(error, origin),
+        other => {
+            Failure::usage(other).hint(format!("{} to forget the stored position", origin.reset()))
+        }
     }
 }
 
@@ -157,18 +150,6 @@ pub fn report(failure: &Failure) -> ExitCode {
     failure.exit.code()
 }
 
-/// A config that cannot be loaded, with the remedy the command prints.
-pub fn load_failure(error: LoadError, path: &Path) -> Failure {
-    match error {
-        error @ (LoadError::Read { .. } | LoadError::TooLarge { .. }) => Failure::usage(error),
-        error => Failure::usage(error).hint(format!(
-            "fix the lines above in {}; `ddbpipe check {}` shows them again",
-            path.display(),
-            path.display()
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,7 +161,7 @@ mod tests {
         let error = RunError::Lease(LeaseError::Fatal(
             "lease row 'segment-3' cannot be written again: run `ddbpipe state reset`".into(),
         ));
-        let hint = rerun_hint(Some(&error), Path::new("orders.yaml"), "it");
+        let hint = rerun_hint(Some(&error), &Origin::File("orders.yaml".into()), "it");
         assert!(hint.starts_with("retrying cannot help"), "{hint}");
         assert!(!hint.contains("resumes"), "{hint}");
     }

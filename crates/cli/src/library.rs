@@ -4,17 +4,20 @@
 
 use std::fmt;
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 
 use ddbpipe_source::config::ConfigError;
 use ddbpipe_source::retry::Cancel;
 
 pub use crate::args::ProgressMode;
+use crate::config::load_failure;
 use crate::config::{self, LoadError, PipelineConfig};
 use crate::drive::Batches;
-use crate::failure::{Exit, Failure, load_failure};
+use crate::failure::{Exit, Failure};
 use crate::given::Given;
+use crate::origin::Origin;
+use crate::run::Built;
 use crate::sink::{GivenSink, Sink};
 use crate::store::{CheckpointStore, GivenStore};
 pub use crate::summary::{Ended, Summary};
@@ -29,9 +32,9 @@ pub use crate::summary::{Ended, Summary};
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     config: PipelineConfig,
-    /// The file the config came from: relative paths in it are taken from its directory, and
-    /// remedies name it.
-    path: PathBuf,
+    /// The file the config came from (relative paths in it were taken from its directory),
+    /// or YAML given in code: remedies say how to run it again in the caller's words.
+    origin: Origin,
     progress: ProgressMode,
     /// The sink and the checkpoint store given in code.
     given: Given,
@@ -45,24 +48,25 @@ impl Pipeline {
     pub fn from_path(path: impl AsRef<Path>) -> Result<Pipeline, Error> {
         let path = path.as_ref();
         let env = |name: &str| std::env::var(name).ok();
-        let config = config::load(path, &env).map_err(|error| Error(load_failure(error, path)))?;
-        Ok(Pipeline::of(config, path.to_owned()))
+        let origin = Origin::File(path.to_owned());
+        let config =
+            config::load(path, &env).map_err(|error| Error(load_failure(error, &origin)))?;
+        Ok(Pipeline::of(config, origin))
     }
 
     /// Parses and validates a pipeline from YAML text; relative paths in it (a jsonl file, a
     /// SQLite database, a state file) are taken from `dir`.
     pub fn from_yaml(yaml: &str, dir: impl AsRef<Path>) -> Result<Pipeline, Error> {
         let env = |name: &str| std::env::var(name).ok();
-        let path = dir.as_ref().join("<yaml>");
         let config = config::parse(yaml, dir.as_ref(), &env)
-            .map_err(|errors| Error(load_failure(LoadError::Invalid(errors), &path)))?;
-        Ok(Pipeline::of(config, path))
+            .map_err(|errors| Error(load_failure(LoadError::Invalid(errors), &Origin::Code)))?;
+        Ok(Pipeline::of(config, Origin::Code))
     }
 
-    fn of(config: PipelineConfig, path: PathBuf) -> Pipeline {
+    fn of(config: PipelineConfig, origin: Origin) -> Pipeline {
         Pipeline {
             config,
-            path,
+            origin,
             progress: ProgressMode::Never,
             given: Given::default(),
             window: crate::drive::DEFAULT_WINDOW,
@@ -128,24 +132,43 @@ impl Pipeline {
 
     /// Runs the pipeline until it ends: a scan or query when every segment is read, a stream
     /// at its end condition, any of them when `stop` is cancelled (its progress saved, so a
-    /// later run resumes: [`Summary::ended`] says [`Ended::Stopped`]).
+    /// later run resumes: [`Summary::ended`] says [`Ended::Stopped`]). The same as
+    /// [`Pipeline::open`], then [`Opened::run`].
     ///
     /// The future is `Send`: it may be spawned on a multi-threaded runtime.
     pub async fn run(&self, stop: Cancel) -> Result<Summary, Error> {
-        // Boxed: the run's future is deep; a caller's crate must not need a recursion limit
-        // to lay out its own future around it.
-        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> = Box::pin(
-            crate::run::run(&self.config, &self.path, &self.given, self.progress, stop),
-        );
-        running.await.map_err(Error)
+        self.open(stop).await?.run().await
+    }
+
+    /// Builds the run without reading anything: makes the AWS clients, describes the table
+    /// (and resolves its stream), opens the destination — the sink, the pipeline's lock, the
+    /// position store — and loads the stored position, checking that it was made by this
+    /// pipeline (or joins the lease table as one worker). A problem any of these finds comes
+    /// back now, before a record is read; [`Opened::run`] then reads and writes.
+    ///
+    /// The future is `Send`.
+    pub async fn open(&self, stop: Cancel) -> Result<Opened<'_>, Error> {
+        // Boxed: the futures are deep; a caller's crate must not need a recursion limit to
+        // lay out its own future around them.
+        let opening: Pin<Box<dyn Future<Output = Result<Built<'_>, Failure>> + Send + '_>> =
+            Box::pin(crate::run::open(
+                &self.config,
+                &self.origin,
+                &self.given,
+                self.progress,
+                stop,
+            ));
+        opening.await.map(Opened).map_err(Error)
     }
 
     /// Starts the pipeline and hands its batches to your own loop (docs/state.md §6.8): each
     /// [`drive::Batch`] is done when you call [`drive::Batch::ack`], in any order, and the
     /// position saved is the acknowledged prefix of each segment and shard. The run is the one
     /// [`Pipeline::run`] does with a custom sink, in every mode of one process; the config's
-    /// sink must be `{type: custom}` (without [`Pipeline::with_sink`]). `stop` stops it:
-    /// the batches then end, and [`drive::Batches::finish`] returns the summary.
+    /// sink must be `{type: custom}` (without [`Pipeline::with_sink`]). It is opened as
+    /// [`Pipeline::open`] opens it, so what that finds comes back here, before a record is
+    /// read. `stop` stops it: the batches then end, and [`drive::Batches::finish`] returns the
+    /// summary.
     ///
     /// Must be called within a Tokio runtime: the run is spawned on it.
     ///
@@ -153,12 +176,44 @@ impl Pipeline {
     /// [`drive::Batch::ack`]: crate::drive::Batch::ack
     /// [`drive::Batches::finish`]: crate::drive::Batches::finish
     pub async fn batches(&self, stop: Cancel) -> Result<Batches, Error> {
-        Batches::start(&self.config, &self.path, &self.given, self.window, stop)
+        Batches::start(
+            &self.config,
+            &self.origin,
+            &self.given,
+            self.progress,
+            self.window,
+            stop,
+        )
+        .await
     }
 
     /// The validated config (the command's own use).
     pub(crate) fn config(&self) -> &PipelineConfig {
         &self.config
+    }
+}
+
+/// A pipeline whose run is built ([`Pipeline::open`]): its clients, its destination and its
+/// position are open, nothing is read yet. Dropping it releases the pipeline's lock.
+pub struct Opened<'a>(Built<'a>);
+
+impl Opened<'_> {
+    /// Reads, writes and commits until the run ends, as [`Pipeline::run`] says; the `stop`
+    /// given to [`Pipeline::open`] stops it.
+    ///
+    /// The future is `Send`.
+    pub async fn run(self) -> Result<Summary, Error> {
+        let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send + '_>> =
+            Box::pin(self.0.run());
+        running.await.map_err(Error)
+    }
+}
+
+impl fmt::Debug for Opened<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Opened")
+            .field("pipeline", &self.0.run.config.name)
+            .finish_non_exhaustive()
     }
 }
 

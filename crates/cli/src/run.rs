@@ -1,13 +1,14 @@
-//! A pipeline's run: the run of its mode — a scan or query ([`scan`]), a stream ([`streams`],
-//! also mirror), or one worker's part of either ([`shared`]).
+//! A pipeline's run: one build path ([`build`]: the clients and the table, then this
+//! process's destination or this worker's place in the lease table), then the runner of its
+//! mode — a scan or query ([`scan`]), a stream or mirror ([`streams`]), one worker's part of
+//! either ([`shared`]).
 
+mod build;
+mod join;
 mod scan;
-pub mod shared;
+mod shared;
 mod streams;
 
-use std::path::Path;
-
-use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::Cancel;
 use tracing::Instrument;
 
@@ -15,41 +16,30 @@ use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
 use crate::failure::Failure;
 use crate::given::Given;
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 
-/// Runs a validated pipeline: lock, load the position, build, read, write, commit.
-pub async fn run(
-    config: &PipelineConfig,
-    config_path: &Path,
+pub(crate) use build::{Built, Run};
+pub use join::{lease_table_failure, run_identity};
+
+/// Builds the run of a validated pipeline, reading and writing nothing yet; [`Built::run`]
+/// runs it.
+pub(crate) async fn open<'a>(
+    config: &'a PipelineConfig,
+    origin: &'a Origin,
     given: &Given,
     progress: ProgressMode,
     stop: Cancel,
-) -> Result<Summary, Failure> {
-    let span =
-        tracing::info_span!("run", pipeline = %config.name, table = %config.source.table_name);
+) -> Result<Built<'a>, Failure> {
     if given.store.is_some() {
         refuse_given_store(config)?;
     }
-    let ran = async {
-        match (config.source.mode, &config.coordination) {
-            (Mode::Scan | Mode::Query, None) => {
-                scan::run(config, config_path, given, progress, stop).await
-            }
-            (Mode::Scan | Mode::Query, Some(coordination)) => {
-                shared::run(config, coordination, config_path, given, progress, stop).await
-            }
-            (Mode::Streams | Mode::Mirror, None) => {
-                streams::run(config, config_path, given, progress, stop).await
-            }
-            (Mode::Mirror, Some(coordination)) => {
-                shared::run_mirror(config, coordination, config_path, given, progress, stop).await
-            }
-            (Mode::Streams, Some(coordination)) => {
-                shared::run_streams(config, coordination, config_path, given, stop).await
-            }
-        }
+    let run = Run {
+        config,
+        origin,
+        progress,
     };
-    ran.instrument(span).await
+    Built::open(run, given, stop).instrument(run.span()).await
 }
 
 /// A checkpoint store given in code takes the state file's place: a keyed sink keeps its
@@ -75,10 +65,10 @@ fn refuse_given_store(config: &PipelineConfig) -> Result<(), Failure> {
 /// The note of a run a signal stopped before its end (a scan, a query, a snapshot or a
 /// repair): its progress is saved, so the stop is a clean one (exit 0, docs/cli.md §8.5, a
 /// rolling restart is no failure), and what the stop left and what the rerun does are said.
-fn stopped_note(config_path: &Path, left: &str, rerun: &str) -> String {
+fn stopped_note(origin: &Origin, left: &str, rerun: &str) -> String {
     format!(
-        "ddbpipe: stopped by a signal with its progress saved: {left}; `ddbpipe run {}` {rerun}",
-        config_path.display()
+        "ddbpipe: stopped by a signal with its progress saved: {left}; {} {rerun}",
+        origin.rerun()
     )
 }
 

@@ -13,6 +13,7 @@ use serde_json::json;
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{self, Exit, Failure};
+use crate::origin::Origin;
 use crate::telemetry::note;
 use crate::wiring;
 
@@ -30,7 +31,7 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         Some(mut store) => store
             .load(&config.name)
             .await
-            .map_err(|e| failure::state_failure(e, config_path))?,
+            .map_err(|e| failure::state_failure(e, &Origin::File(config_path.to_owned())))?,
         None => None,
     };
     let Some(entry) = entry else {
@@ -149,10 +150,10 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     let file = StateFile::new(&config.state.path);
     let _lock = file
         .lock(&config.name)
-        .map_err(|e| failure::state_failure(e, config_path))?;
+        .map_err(|e| failure::state_failure(e, &Origin::File(config_path.to_owned())))?;
     let said = file
         .reset(&config.name)
-        .map_err(|e| failure::state_failure(e, config_path))?;
+        .map_err(|e| failure::state_failure(e, &Origin::File(config_path.to_owned())))?;
     println!("{said}");
     Ok(Exit::Ok)
 }
@@ -160,12 +161,12 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
 /// `state reset` of a keyed sink: the pipeline's parts of `_ddbpipe_state` are deleted, under
 /// the pipeline's lock; the destination table is untouched.
 async fn reset_in_database(config: &PipelineConfig) -> Result<Exit, Failure> {
-    let Some(db) = destination::open_existing(config).await? else {
+    let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await? else {
         println!("no stored state for pipeline '{}'", config.name);
         return Ok(Exit::Ok);
     };
-    destination::lock(&db, &config.name).await?;
-    if destination::reset_database_state(&db, &config.name).await? {
+    crate::sinks::keyed::lock(&db, &config.name).await?;
+    if crate::sinks::keyed::reset_database_state(&db, &config.name).await? {
         println!(
             "removed the stored position of pipeline '{}' from {}",
             config.name,

@@ -18,12 +18,14 @@ use ddbpipe_source::retry::Cancel;
 use crate::config::{self, PipelineConfig};
 use crate::destination;
 use crate::failure::Failure;
+use crate::origin::Origin;
 use crate::sink::GivenSink;
 
 /// Loads and validates a pipeline file; problems are usage failures (exit 2).
 pub fn load_config(path: &Path) -> Result<PipelineConfig, Failure> {
     let env = |name: &str| std::env::var(name).ok();
-    config::load(path, &env).map_err(|error| crate::failure::load_failure(error, path))
+    config::load(path, &env)
+        .map_err(|error| crate::config::load_failure(error, &Origin::File(path.to_owned())))
 }
 
 /// Builds the table API (no network I/O) and says where it reads.

@@ -416,4 +416,48 @@ fn a_pipeline_into_a_sink_of_its_own_or_given_a_sink_is_refused_naming_the_field
         "{error}"
     );
     assert!(!files.state.exists(), "nothing was read or written");
+
+    // A position another sink left is refused when the batches start, before any is read.
+    emulator.create_pk_table("events", Some(StreamViewType::NewAndOldImages));
+    files.write_with_sink(
+        "orders",
+        &emulator.endpoint,
+        "table_name: events\nmode: streams\nidle_termination_secs: 1",
+        CUSTOM,
+    );
+    let summary = rt()
+        .block_on(
+            ddbpipe::Pipeline::from_path(&files.config)
+                .expect("a valid pipeline")
+                .with_sink(Ignored)
+                .run(Cancel::never()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary.ended(), Ended::Idle);
+    let error = rt()
+        .block_on(async {
+            ddbpipe::Pipeline::from_path(&files.config)
+                .expect("a valid pipeline")
+                .batches(Cancel::never())
+                .await
+        })
+        .expect_err("a position of another sink");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.to_string().contains("sink_path changed"), "{error}");
+}
+
+/// A sink that takes every batch and keeps nothing.
+struct Ignored;
+
+impl ddbpipe::sink::Sink for Ignored {
+    fn describe(&self) -> String {
+        "ignored".to_string()
+    }
+
+    async fn write(
+        &mut self,
+        _batch: &ddbpipe::sink::Batch,
+    ) -> Result<(), ddbpipe::sink::SinkError> {
+        Ok(())
+    }
 }

@@ -22,13 +22,19 @@ fn stopped_after_1500_ms(pipeline: ddbpipe::Pipeline) -> ddbpipe::Summary {
     summary.unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[test]
-fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
+/// A fresh emulator with table `orders` (its stream of `view`, if any) holding 40 items.
+fn forty_orders(view: Option<StreamViewType>) -> common::Running {
     let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", None);
+    emulator.create_pk_table("orders", view);
     for i in 0..40 {
         emulator.put_pk("orders", &format!("k{i:02}"), "1");
     }
+    emulator
+}
+
+#[test]
+fn a_pipeline_file_runs_through_the_library_as_the_command_runs_it() {
+    let emulator = forty_orders(None);
     let files = Pipeline::new(
         "orders",
         &emulator.endpoint,
@@ -108,7 +114,9 @@ fn a_bad_config_comes_back_with_every_problem_at_once() {
     assert!(
         error
             .hint()
-            .is_some_and(|hint| hint.contains("fix the lines above"))
+            .is_some_and(|hint| hint == "fix the fields above in the YAML given in code"),
+        "{:?}",
+        error.hint()
     );
 
     let missing =
@@ -522,11 +530,7 @@ fn a_program_s_own_sdk_config_builds_every_client() {
 
 #[test]
 fn a_stop_inside_a_mirror_s_snapshot_ends_snapshot_stopped_without_a_count() {
-    let emulator = Emulator::Dynoxide.start();
-    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    for i in 0..40 {
-        emulator.put_pk("orders", &format!("k{i:02}"), "1");
-    }
+    let emulator = forty_orders(Some(StreamViewType::NewAndOldImages));
     // One item a page at one read unit a second: the snapshot takes far longer than the stop.
     let files = Pipeline::new(
         "mirror",
@@ -559,4 +563,71 @@ fn an_error_says_each_cause_once() {
         said.contains("missing.yaml") && said.contains("No such file"),
         "{said}"
     );
+}
+
+#[test]
+fn an_opened_pipeline_holds_its_lock_and_reads_nothing_until_it_runs() {
+    let emulator = forty_orders(None);
+    let files = Pipeline::new("orders", &emulator.endpoint, "table_name: orders");
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
+    let second = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
+    rt().block_on(async {
+        let opened = pipeline.open(Cancel::never()).await.expect("opened");
+        assert!(
+            !files.out.exists() || files.records().is_empty(),
+            "nothing is read before Opened::run"
+        );
+        // Open, the run holds the pipeline's lock: another run of it is refused.
+        let refused = second
+            .open(Cancel::never())
+            .await
+            .expect_err("the pipeline is locked");
+        assert_eq!(refused.kind(), ErrorKind::Runtime, "{refused}");
+        assert!(
+            refused
+                .hint()
+                .is_some_and(|hint| hint.contains("wait for the other run to finish")),
+            "{refused}: {:?}",
+            refused.hint()
+        );
+        let summary = opened.run().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(summary.written(), Some(40), "{summary}");
+        // Its run over, the lock is released.
+        let again = second
+            .open(Cancel::never())
+            .await
+            .expect("the lock is free");
+        drop(again);
+    });
+    assert_eq!(files.records().len(), 40);
+}
+
+#[test]
+fn a_pipeline_given_as_yaml_says_how_to_resume_in_the_library_s_words() {
+    let emulator = forty_orders(None);
+    // One item a page at one read unit a second: the scan takes far longer than the stop.
+    let files = Pipeline::new(
+        "orders",
+        &emulator.endpoint,
+        "table_name: orders\npage_limit: 1\nmax_read_units_per_second: 1",
+    );
+    let yaml = std::fs::read_to_string(&files.config).expect("the pipeline file");
+    let dir = files.config.parent().expect("its directory");
+    let pipeline = ddbpipe::Pipeline::from_yaml(&yaml, dir).expect("a valid pipeline");
+    let summary = stopped_after_1500_ms(pipeline);
+    assert_eq!(summary.ended(), Ended::Stopped, "{summary}");
+    let note = summary.note().expect("a stopped scan's note");
+    // No file a command could be given: the remedy is the library's.
+    assert!(
+        note.contains("running the pipeline again resumes it"),
+        "{note}"
+    );
+    assert!(!note.contains("ddbpipe run"), "{note}");
+
+    // The same file through from_path: the command that resumes it.
+    let pipeline = ddbpipe::Pipeline::from_path(&files.config).expect("a valid pipeline");
+    let summary = stopped_after_1500_ms(pipeline);
+    let note = summary.note().expect("a stopped scan's note");
+    let resume = format!("`ddbpipe run {}` resumes it", files.config.display());
+    assert!(note.contains(&resume), "{note}");
 }

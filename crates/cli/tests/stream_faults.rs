@@ -532,8 +532,15 @@ async fn a_stored_stream_other_than_the_tables_is_exactly_one_reason_naming_both
     assert_eq!(outcome.code, Some(1), "{outcome:?}");
     let reason =
         format!("the position belongs to stream {ARN} but table 't' now has stream {NEW_ARN}");
-    let alone = format!("without losing changes: {reason}. Set on_gap: resnapshot");
+    let alone = format!("without losing changes: {reason}\n");
     assert!(outcome.stderr.contains(&alone), "{}", outcome.stderr);
+    assert!(
+        outcome.stderr.contains(
+            "hint: set on_gap: resnapshot to read the table again, or run `ddbpipe state reset"
+        ),
+        "{}",
+        outcome.stderr
+    );
     assert!(!outcome.stderr.contains("expired"), "{}", outcome.stderr);
     assert_eq!(
         pipeline.state_bytes(),

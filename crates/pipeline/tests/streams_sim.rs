@@ -160,7 +160,6 @@ fn plan(seed: u64) -> Plan {
             records: rng.random_range(1..=20),
             bytes: rng.random_range(100..=8000),
         },
-        config_label: "t.yaml".into(),
         kind: StreamKind::Streams,
     };
     let flush_interval = if rng.random_bool(0.7) {
@@ -439,7 +438,9 @@ async fn simulate(seed: u64, dir: &Path) -> Result<Stats, String> {
                 end: outcome.end,
                 written: outcome.written,
             },
-            Some(Err(StreamRunError::Gap(message))) => Outcome::Gap(message),
+            Some(Err(StreamRunError::Gap(message) | StreamRunError::CannotResume(message))) => {
+                Outcome::Gap(message)
+            }
             Some(Err(StreamRunError::Run(RunError::Stream(StreamError::Gap(message))))) => {
                 Outcome::Gap(message)
             }

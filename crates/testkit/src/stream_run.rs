@@ -35,7 +35,6 @@ pub fn fake_stream_run() -> StreamRun {
         on_gap: OnGap::Fail,
         max_messages: None,
         batch: BatchLimits::records(10),
-        config_label: "t.yaml".into(),
         kind: StreamKind::Streams,
     }
 }

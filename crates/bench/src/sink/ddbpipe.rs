@@ -1,132 +1,70 @@
 //! ddbpipe into its keyed destinations: the snapshot load (`mode: scan`) and the stream
-//! catch-up (`mode: streams`), wired as `ddbpipe run` wires them into a sqlite or postgres sink.
+//! catch-up (`mode: streams`), a pipeline into a sqlite or postgres sink built as `ddbpipe run`
+//! builds it (`crate::ddbpipe_run`).
 //!
-//! Before the meter starts (as `ddbpipe run` does before the read): the database is opened
-//! (SQLite: WAL, `synchronous=FULL`; PostgreSQL: one session), the pipeline's lock taken, the
-//! table and `_ddbpipe_state` prepared, and the checkpointer opened on the sink's
-//! `DatabaseStore` (flushing every second). Timed: the scan of the bench table (the scan case's
-//! reader) or the read of every shard of the bench stream (the streams case's run settings,
-//! every shard at once), in batches of 5000 (`ddbpipe run`'s default into a keyed sink), each
-//! one transaction of its rows and the position.
-//! Left out, as in the other cases: `DescribeTable`, the progress bar and the log.
+//! Before the meter starts, as `ddbpipe run` does before the read: the clients, `DescribeTable`,
+//! the database opened (SQLite: WAL, `synchronous=FULL`; PostgreSQL: one session), the
+//! pipeline's lock taken, the table and `_ddbpipe_state` prepared, the position loaded from the
+//! sink's database. Timed: the scan of the bench table or the read of every shard of the bench
+//! stream (the streams case's settings), in batches of 5000 (`ddbpipe run`'s default into a
+//! keyed sink), each one transaction of its rows and the position. Left out, as in the other
+//! cases: the progress bar and the log.
 
-use anyhow::ensure;
-use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
-use ddbpipe_pipeline::sink::Records;
-use ddbpipe_pipeline::state::identity::{Identity, Location};
 use ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
-use ddbpipe_source::plan::BatchLimits;
-use ddbpipe_source::position::ScanKind;
 
-use super::destination::{self, keyed_sink, output};
+use super::destination;
 use super::{Destination, ServerMeter, SinkPhaseSettings, Written};
+use crate::ddbpipe_client::BATCH_SIZE;
+use crate::ddbpipe_run::{self, BenchPipeline, DEV_NULL, Read};
 use crate::procfs::Meter;
-use crate::{ddbpipe_client, ddbpipe_streams};
 
 /// The snapshot load: ddbpipe's scan of the bench table into the keyed destination.
 pub async fn load(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
-    let read = settings.read_settings();
-    let source = ddbpipe_client::source_config(&read);
-    let (db, spec) = destination::open(&settings.destination).await?;
-    destination::lock(&db, ddbpipe_client::PIPELINE).await?;
-    let mut sink = keyed_sink(db.clone(), spec.clone(), Records::Items, &source);
-    sink.prepare().await?;
-    let mut checkpointer = Checkpointer::open_scan(
-        sink.state_store(),
-        ddbpipe_client::PIPELINE,
-        Identity::of(&source, &Location::default(), Some(&output())),
-        ScanKind::Scan,
-        read.segments,
-        ddbpipe_client::FLUSH_INTERVAL,
-    )
-    .await?;
-    ensure!(
-        !checkpointer.position().has_progress(),
-        "the fresh destination holds a scan position"
-    );
-    let reader = ddbpipe_client::reader(&read).await;
-
-    let server = ServerMeter::start(settings.postmaster)?;
-    let meter = Meter::start()?;
-    let received = ddbpipe_client::scan_into(
-        reader,
-        &mut sink,
-        &mut checkpointer,
-        u64::from(read.segments),
-        BatchLimits::records(KEYED_BATCH_SIZE),
-    )
-    .await?;
-    let measured = meter.stop()?;
-    let server = ServerMeter::stop(server)?;
-
-    let rows = db.count_rows(&spec).await?;
-    Ok(Written {
-        received,
-        rows,
-        measured,
-        server,
-        end: None,
-    })
+    run(settings, Read::Scan).await
 }
 
 /// The stream catch-up: ddbpipe's read of every change record of the bench stream into the
 /// keyed destination, or into the jsonl sink on `/dev/null` (the streams case's phase).
 pub async fn stream(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
-    let read = settings.read_settings();
-    if let Destination::Jsonl = settings.destination {
-        let prepared = ddbpipe_streams::prepare(&read).await?;
-        let meter = Meter::start()?;
-        let (received, end) = prepared.read().await?;
-        return Ok(Written {
-            received,
-            rows: received,
-            measured: meter.stop()?,
-            server: None,
-            end: Some(end),
-        });
-    }
-    let source = ddbpipe_streams::source_config(&read.endpoint);
-    let (db, spec) = destination::open(&settings.destination).await?;
-    destination::lock(&db, ddbpipe_streams::PIPELINE).await?;
-    let mut sink = keyed_sink(db.clone(), spec.clone(), Records::Envelopes, &source);
-    sink.prepare().await?;
-    let mut checkpointer = Checkpointer::open_streams(
-        sink.state_store(),
-        ddbpipe_streams::PIPELINE,
-        Identity::of(&source, &Location::default(), Some(&output())),
-        ddbpipe_client::FLUSH_INTERVAL,
-    )
-    .await?
-    .with_cleanup(CleanupPolicy {
-        deletes: source.resnapshot_deletes,
-        max_keys: source.resnapshot_max_keys as u64,
-    });
-    ensure!(
-        checkpointer.streams_position().is_none(),
-        "the fresh destination holds a streams position"
-    );
-    let api = ddbpipe_streams::streams_api(&read.endpoint).await;
-    let run = ddbpipe_streams::stream_run(read.concurrency, BatchLimits::records(KEYED_BATCH_SIZE));
+    run(settings, Read::Stream).await
+}
 
+/// The pipeline of `read` into the phase's destination: opened, then timed to its end.
+async fn run(settings: &SinkPhaseSettings, read: Read) -> anyhow::Result<Written> {
+    let phase = settings.read_settings();
+    let (sink, batch_size) = match &settings.destination {
+        Destination::Jsonl => (DEV_NULL.to_string(), BATCH_SIZE),
+        Destination::Sqlite { path } => (
+            format!("{{type: sqlite, path: '{}'}}", path.display()),
+            KEYED_BATCH_SIZE,
+        ),
+        Destination::Postgres { url, schema } => (
+            format!(
+                "{{type: postgres, url: '{}', schema: {schema}}}",
+                url.expose()
+            ),
+            KEYED_BATCH_SIZE,
+        ),
+    };
+    let pipeline = BenchPipeline::new(&phase, read, &sink, batch_size)?;
+    let opened = pipeline.open().await?;
     let server = ServerMeter::start(settings.postmaster)?;
     let meter = Meter::start()?;
-    let (received, end) = ddbpipe_streams::read_into(
-        api,
-        &run,
-        &mut sink,
-        &mut checkpointer,
-        read.segments as usize,
-    )
-    .await?;
+    let (received, end) = ddbpipe_run::finish(opened).await?;
     let measured = meter.stop()?;
     let server = ServerMeter::stop(server)?;
-
-    let rows = db.count_rows(&spec).await?;
+    let rows = match &settings.destination {
+        Destination::Jsonl => received,
+        keyed => {
+            let (db, spec) = destination::open(keyed).await?;
+            db.count_rows(&spec).await?
+        }
+    };
     Ok(Written {
         received,
         rows,
         measured,
         server,
-        end: Some(end),
+        end,
     })
 }

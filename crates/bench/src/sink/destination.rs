@@ -1,15 +1,13 @@
 //! A phase's destination: the bench table's keyed table (`bench`, key `pk` S and `sk` N,
 //! document column `document`, the defaults a config gives), opened as `ddbpipe run` opens a
-//! sqlite or postgres sink (crates/cli/src/destination.rs `open`).
+//! sqlite or postgres sink (crates/cli/src/sinks/keyed).
 
 use anyhow::{Context as _, bail};
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{
-    Database, DocumentType, KeyColumn, KeyType, LockAttempt, PostgresDatabase, SqliteDatabase,
-    TableSpec,
+    Database, DocumentType, KeyColumn, KeyType, PostgresDatabase, SqliteDatabase, TableSpec,
 };
 use ddbpipe_pipeline::sink::Records;
-use ddbpipe_pipeline::state::identity::Output;
 use ddbpipe_source::config::SourceConfig;
 use ddbpipe_value::ValueFormat;
 
@@ -45,14 +43,6 @@ pub fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// The output a keyed sink gives the position's identity.
-pub fn output() -> Output {
-    Output::Keyed {
-        table: TABLE.to_string(),
-        document_column: DOCUMENT_COLUMN.to_string(),
-    }
-}
-
 /// Opens (creating the SQLite file) or connects to the destination's database; returns it
 /// with the bench table's spec.
 pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableSpec)> {
@@ -72,22 +62,22 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
     }
 }
 
-/// Takes the pipeline's run lock, as `ddbpipe run` does before it prepares the table.
-pub async fn lock(db: &Database, pipeline: &str) -> anyhow::Result<()> {
-    match db.lock(pipeline).await? {
-        LockAttempt::Acquired => Ok(()),
-        LockAttempt::HeldBy(holder) => bail!(
-            "pipeline '{pipeline}' is locked by another run ({})",
-            holder.location
-        ),
+/// The value format a config with `value_format: plain` (the default) gives a keyed sink into
+/// `destination`: a PostgreSQL `json`/`jsonb` document keeps every number exact
+/// (docs/values.md §3.7), as `ddbpipe run` writes it.
+pub fn value_format(destination: &Destination, spec: &TableSpec) -> ValueFormat {
+    match destination {
+        Destination::Postgres { .. } => spec.document_type.value_format(ValueFormat::Plain),
+        Destination::Sqlite { .. } | Destination::Jsonl => ValueFormat::Plain,
     }
 }
 
-/// The keyed sink of `records` into `spec` of `db`, retrying as `source` says (plain values),
-/// as `ddbpipe run` builds it; not prepared yet.
+/// The keyed sink of `records` into `spec` of `db` in `format`, retrying as `source` says, as
+/// `ddbpipe run` builds it; not prepared yet.
 pub fn keyed_sink(
     db: Database,
     spec: TableSpec,
+    format: ValueFormat,
     records: Records,
     source: &SourceConfig,
 ) -> KeyedSink {
@@ -95,7 +85,7 @@ pub fn keyed_sink(
     KeyedSink::new(
         db,
         spec,
-        ValueFormat::Plain,
+        format,
         records,
         SinkRetry {
             max_retries: retry.max_retries,

@@ -95,13 +95,15 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
     let source = ddbpipe_client::source_config(&read);
     let (db, spec) = destination::open(&settings.destination).await?;
     db.prepare(&spec).await?;
+    // The rows `ddbpipe run` writes: exact numbers in a PostgreSQL document.
+    let format = destination::value_format(&settings.destination, &spec);
 
     let mut collect = Collect {
-        keyed: keyed_sink(db.clone(), spec.clone(), Records::Items, &source),
+        keyed: keyed_sink(db.clone(), spec.clone(), format, Records::Items, &source),
         rows: Vec::new(),
     };
     let mut state = ddbpipe_client::file_state(&read).await?;
-    let reader = ddbpipe_client::reader(&read).await;
+    let reader = ddbpipe_client::reader(&read, format).await;
     let received = ddbpipe_client::scan_into(
         reader,
         &mut collect,

@@ -7,19 +7,16 @@
 //! and peak RSS are its own. Its settings come as one JSON line on stdin, not as arguments:
 //! the PostgreSQL URL holds a password, which the command line would show to every user of
 //! the machine.
-//! 1. `load` (ddbpipe): the scan case's ddbpipe scan of the bench table into a
-//!    `ddbpipe_keyed::sink::KeyedSink` whose `DatabaseStore` is the checkpoint store, wired
-//!    as `ddbpipe run` wires `mode: scan` into a sqlite or postgres sink
-//!    (crates/cli/src/destination.rs `open`, crates/cli/src/run/scan.rs): the database
-//!    opened, the pipeline's lock taken, the table prepared, the checkpointer opened on the
-//!    sink's store, then the scan, timed. See [`ddbpipe`].
+//! 1. `load` (ddbpipe): the scan case's pipeline into a sqlite or postgres sink, built through
+//!    the library as `ddbpipe run` builds it (`crate::ddbpipe_run`): the database opened, the
+//!    pipeline's lock taken, the table prepared, the position loaded, then the scan, timed.
+//!    See [`ddbpipe`].
 //! 2. `floor`: the same rows written the cheapest ordinary way the database offers: SQLite one
 //!    prepared `INSERT` per row in one transaction, PostgreSQL one `COPY … FROM STDIN`. See
 //!    [`floor`], whose docs say how its rows are made identical to the sink's.
 //! 3. `stream` (ddbpipe): every change record of the bench stream, read from all its shards at
-//!    once, into a `KeyedSink` of envelopes (a `mode: streams` run's path:
-//!    `ddbpipe_pipeline::streams::run_streams`), or into the jsonl sink on `/dev/null` as the
-//!    reference (the streams case's ddbpipe phase).
+//!    once, into the keyed sink (a `mode: streams` pipeline built the same way), or into the
+//!    jsonl sink on `/dev/null` as the reference (the streams case's ddbpipe phase).
 //!
 //! # CPU and memory
 //! A phase measures its own user and system CPU and peak RSS as the other cases do

@@ -128,13 +128,13 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     let lease_rows = match &config.coordination {
         Some(coordination) => {
             // The settings `run` compares with the leader row's.
-            let identity = crate::run::shared::run_identity(&config, &location, stream);
+            let identity = crate::run::run_identity(&config, &location, stream);
             leases::probe_leases(&config, coordination, &identity, timeout, &mut probes).await
         }
         None => None,
     };
     // The same rule `run` applies before writing anything.
-    let distinct = destination::distinct_paths(&config, config_path);
+    let distinct = destination::distinct_paths(&config, Some(config_path));
     match (&config.sink, distinct) {
         (_, Err(failure)) => {
             probes.add("sink", Status::Fail, with_hint(&failure));
@@ -148,7 +148,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             probes.add(
                 "sink",
                 Status::Fail,
-                crate::destination::NO_CUSTOM_SINK.to_string(),
+                crate::sinks::custom::NO_CUSTOM_SINK.to_string(),
             );
             probe_state(&config, &location, stream, timeout, &mut probes).await;
         }
@@ -157,7 +157,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             Some(coordination) => {
                 let mut worker = config.clone();
                 let mut file = jsonl.clone();
-                match crate::run::shared::worker_path(&config, &coordination.worker_id()) {
+                match crate::sinks::jsonl::worker_path(&config.sink, &coordination.worker_id()) {
                     Ok(path) => {
                         if let Some(path) = path {
                             file.path = crate::config::JsonlTarget::File(path);
@@ -436,7 +436,8 @@ async fn probe_keyed(
     probes: &mut Probes,
 ) {
     let kind = config.sink.kind();
-    let opened = tokio::time::timeout(timeout, destination::open_existing(config)).await;
+    let opened =
+        tokio::time::timeout(timeout, crate::sinks::keyed::open_existing(&config.sink)).await;
     let db = match opened {
         Err(_) => {
             probes.add(
@@ -455,7 +456,7 @@ async fn probe_keyed(
                 return;
             };
             // The key rules need only the table's description, not the database.
-            match table.map(|table| destination::table_spec(config, Some(table))) {
+            match table.map(|table| crate::sinks::keyed::table_spec(config.target(), Some(table))) {
                 Some(Err(failure)) => probes.add("sink", Status::Fail, with_hint(&failure)),
                 // Without create_table the run needs the table, so it needs the database.
                 _ if !sqlite.keyed.create_table => probes.add(
@@ -502,7 +503,7 @@ async fn probe_keyed(
             }),
         SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => None,
     };
-    match destination::table_spec(config, table) {
+    match crate::sinks::keyed::table_spec(config.target(), table) {
         Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),
         Ok(_) if file_problem.is_some() => {
             probes.add("sink", Status::Fail, file_problem.unwrap_or_default());
@@ -528,7 +529,7 @@ async fn probe_keyed(
             ),
         },
     }
-    let spec = destination::table_spec(config, None).ok();
+    let spec = crate::sinks::keyed::table_spec(config.target(), None).ok();
     // A shared pipeline keeps no position in `_ddbpipe_state`: its `state` is its lease rows.
     let (Some(spec), None) = (spec, &config.coordination) else {
         return;

@@ -10,7 +10,6 @@ use serde_json::json;
 
 use super::{Probes, Status};
 use crate::config::{JsonlConfig, JsonlTarget, PipelineConfig, WriteMode};
-use crate::destination;
 
 pub(super) fn probe_jsonl(config: &PipelineConfig, jsonl: &JsonlConfig, probes: &mut Probes) {
     let JsonlTarget::File(path) = &jsonl.path else {
@@ -30,7 +29,7 @@ pub(super) fn probe_jsonl(config: &PipelineConfig, jsonl: &JsonlConfig, probes: 
     } else {
         Records::Items
     };
-    let settings = destination::jsonl_settings(jsonl, records);
+    let settings = crate::sinks::jsonl::jsonl_settings(jsonl, records);
     let run_files = jsonl::run_files(path, settings.write, jsonl.rotate_bytes, &config.name);
     let run_files = match run_files {
         Ok(run_files) => run_files,

@@ -4,15 +4,14 @@
 use ddbpipe_source::config::{ConfigError, Mode, OnGap, SnapshotEngine, SourceConfig};
 use serde_json::json;
 
-use super::fields::Fields;
-use super::schema::{Field, defaulted, of, optional, required};
-use super::sink::{JsonlConfig, JsonlTarget, SinkConfig, WriteMode};
-use super::types::Choice;
+use crate::sinks::jsonl::WORKER_PLACEHOLDER;
+use crate::sinks::{JsonlConfig, JsonlTarget, SinkConfig, WriteMode};
+use crate::yaml::fields::Fields;
+use crate::yaml::schema::{Field, defaulted, of, optional, required};
+use crate::yaml::types::Choice;
 
 /// `coordination.lease_duration_secs` when unset.
 pub const DEFAULT_LEASE_DURATION_SECS: u64 = 10;
-/// What `sink.path` of a jsonl sink holds where each worker's id goes.
-pub const WORKER_PLACEHOLDER: &str = "{worker}";
 /// The longest `coordination.worker_id`.
 const MAX_WORKER_ID_CHARS: usize = 128;
 

@@ -3,9 +3,9 @@
 
 use ddbpipe_source::config::{Credentials, Secret, defaults};
 
-use super::fields::{Fields, Stage, join};
-use super::schema::{Field, Shape, Variant, defaulted, of, optional, required};
-use super::types::Choice;
+use crate::yaml::fields::{Fields, Stage, join};
+use crate::yaml::schema::{Field, Shape, Variant, defaulted, of, optional, required};
+use crate::yaml::types::Choice;
 use serde_json::json;
 
 /// `source.credentials.type`.

@@ -19,7 +19,7 @@
 
 use yaml_serde::Value;
 
-use super::fields::{Report, Stage, is_secret, join};
+use crate::yaml::fields::{Report, Stage, is_secret, join};
 
 /// Interpolates every string scalar of `value` (at `path`) in place, recording problems,
 /// failed paths and re-read scalars in `report`.

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::fields::Fields;
-use super::schema::{Field, defaulted, of};
+use crate::yaml::fields::Fields;
+use crate::yaml::schema::{Field, defaulted, of};
 
 /// `metrics.health_stall_secs` when unset: five minutes.
 pub const DEFAULT_HEALTH_STALL_SECS: u64 = 300;

@@ -19,18 +19,15 @@
 
 mod coordination;
 mod credentials;
-mod fields;
 mod interpolate;
 mod metrics;
 mod numbers;
-mod schema;
 #[cfg(test)]
 mod schema_tests;
-mod sink;
 mod source;
+mod state;
 #[cfg(test)]
 mod tests;
-mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,15 +37,15 @@ use std::path::{Path, PathBuf};
 use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
-pub use self::coordination::{CoordinationConfig, WORKER_PLACEHOLDER, process_token};
-use self::fields::{Fields, Report, Stage};
+pub use self::coordination::{CoordinationConfig, process_token};
 pub use self::metrics::MetricsConfig;
-pub use self::schema::json_schema;
-use self::schema::{Field, Shape, of, optional, required};
-pub use self::sink::{
-    JsonlConfig, JsonlTarget, KeyedConfig, PostgresConfig, SinkConfig, StateConfig, WriteMode,
-    stale_rows_warning,
-};
+pub use self::state::StateConfig;
+use crate::failure::Failure;
+use crate::origin::Origin;
+use crate::sinks;
+pub use crate::sinks::{JsonlConfig, JsonlTarget, SinkConfig, WriteMode, stale_rows_warning};
+use crate::yaml::fields::{Fields, Report, Stage};
+use crate::yaml::schema::{Field, Shape, of, optional, required};
 
 /// The longest pipeline `name`.
 const MAX_NAME_CHARS: usize = 128;
@@ -56,6 +53,26 @@ const MAX_NAME_CHARS: usize = 128;
 pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// The deepest nesting of mappings and lists a pipeline file may have (real ones have ~5).
 const MAX_NESTING: usize = 64;
+
+/// A config that cannot be loaded, with the remedy the command prints.
+pub fn load_failure(error: LoadError, origin: &Origin) -> Failure {
+    match (error, origin) {
+        (error @ (LoadError::Read { .. } | LoadError::TooLarge { .. }), _) => Failure::usage(error),
+        (error, Origin::File(path)) => Failure::usage(error).hint(format!(
+            "fix the lines above in {}; `ddbpipe check {}` shows them again",
+            path.display(),
+            path.display()
+        )),
+        (error, Origin::Code) => {
+            Failure::usage(error).hint("fix the fields above in the YAML given in code")
+        }
+    }
+}
+
+/// The JSON Schema of the pipeline file (`ddbpipe schema`), from its declared fields.
+pub fn json_schema() -> serde_json::Value {
+    crate::yaml::schema::json_schema(TOP)
+}
 
 /// The top level of the pipeline file (docs/config.md §1.1).
 static TOP: &[Field] = &[
@@ -72,12 +89,12 @@ static TOP: &[Field] = &[
     ),
     required(
         "sink",
-        sink::SINK,
+        sinks::SINK,
         "Where the records are written (docs/sinks.md §7).",
     ),
     optional(
         "state",
-        Shape::Section(sink::STATE),
+        Shape::Section(state::STATE),
         "Where the position of a jsonl pipeline is kept (docs/state.md §6.1).",
     ),
     optional(
@@ -113,6 +130,17 @@ pub struct PipelineConfig {
     /// Fields that are valid but have no effect in the chosen mode, one sentence each. `check`
     /// and `run` print them as warnings.
     pub warnings: Vec<String>,
+}
+
+impl PipelineConfig {
+    /// What building its sink reads: its name, source and sink section.
+    pub fn target(&self) -> sinks::Target<'_> {
+        sinks::Target {
+            pipeline: &self.name,
+            source: &self.source,
+            sink: &self.sink,
+        }
+    }
 }
 
 /// Every problem of a config file, in report order.
@@ -227,15 +255,19 @@ pub fn parse(
     };
     let name = top.required::<String>("name");
     let source = top.required_section("source").map(source::read_source);
-    let sink = top.required_section("sink").and_then(sink::read_sink);
-    let default_state = sink::default_state_path(config_dir, name.as_deref().unwrap_or(""));
-    let mut state = sink::read_state(top.section("state"), default_state);
+    let sink = top.required_section("sink").and_then(sinks::read_sink);
+    let default_state = state::default_state_path(config_dir, name.as_deref().unwrap_or(""));
+    let mut state = state::read_state(top.section("state"), default_state);
+    // The default state path is built in `config_dir` already.
+    if state.path_set {
+        crate::yaml::anchor(config_dir, &mut state.path);
+    }
     let coordination = top.section("coordination").map(coordination::read);
     let metrics = metrics::read(top.section("metrics"));
     top.finish();
     let mut sink = sink;
     if let Some((sink, _)) = &mut sink {
-        sink::anchor_paths(config_dir, sink, &mut state);
+        sinks::anchor_paths(config_dir, sink);
         if let SinkConfig::Postgres(postgres) = sink {
             postgres.environment = ddbpipe_keyed::LIBPQ_ENVIRONMENT
                 .iter()
@@ -273,7 +305,8 @@ pub fn parse(
         validate_sink_for_source(source, sink, &mut errors);
     }
     if let Some((sink, _)) = &sink {
-        sink::validate(sink, &state, &mut errors);
+        sinks::validate(sink, &mut errors);
+        state::validate(&state, sink, &mut errors);
     }
     // A section that failed interpolation was not read: its absence proves nothing (a
     // `{worker}` path is not "without a coordination section").
@@ -295,7 +328,7 @@ pub fn parse(
                 source.snapshot.s3_prefix = Some(format!("ddbpipe/{name}"));
             }
             let mut warnings = source.ineffective_fields(&source_keys);
-            if let Some(warning) = sink::stale_rows_warning(&source, &sink) {
+            if let Some(warning) = sinks::stale_rows_warning(&source, &sink) {
                 warnings.push(warning);
             }
             if coordination.is_some() && state.path_set {

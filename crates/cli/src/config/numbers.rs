@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use yaml_serde::Value;
 
-use super::fields::join;
+use crate::yaml::fields::join;
 
 /// DynamoDB's precision.
 const MAX_SIGNIFICANT_DIGITS: usize = 38;

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use serde_json::{Value as Json, json};
 
-use super::schema::{Field, Presence, Shape, json_schema};
+use super::json_schema;
 use super::{TOP, parse};
 use crate::args::{AwsArgs, InitArgs, InitMode, InitSink};
+use crate::yaml::schema::{Field, Presence, Shape};
 
 fn validator() -> jsonschema::Validator {
     let schema = json_schema();
@@ -67,7 +68,7 @@ fn filled(fields: &[Field]) -> Json {
     mapping
 }
 
-fn variant_sample(tag: &Field, variant: &super::schema::Variant) -> Json {
+fn variant_sample(tag: &Field, variant: &crate::yaml::schema::Variant) -> Json {
     let mut mapping = filled(variant.fields);
     mapping[tag.name] = json!(variant.tag);
     mapping

@@ -11,10 +11,12 @@ use serde_json::json;
 use yaml_serde::Value;
 
 use super::credentials::{CREDENTIALS, CREDENTIALS_TYPE, read_credentials};
-use super::fields::{Fields, Report, Stage, convert, join};
 use super::numbers;
-use super::schema::{Field, Shape, any_mapping, any_value, defaulted, of, optional, required};
-use super::types::{FromYaml, expected, found};
+use crate::yaml::fields::{Fields, Report, Stage, convert, join};
+use crate::yaml::schema::{
+    Field, Shape, any_mapping, any_value, defaulted, of, optional, required,
+};
+use crate::yaml::types::{FromYaml, expected, found};
 
 /// The keys of `source:` (docs/config.md §1.2), as the walker reads them and the schema shows
 /// them.

@@ -55,6 +55,7 @@ use serde_json::{Value as Json, json};
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::failure::{Exit, Failure, start_failure};
+use crate::origin::Origin;
 use crate::state_cmd::streams::snapshot_progress;
 use crate::stream_gaps;
 use crate::wiring::{self, resolve_stream};
@@ -358,7 +359,7 @@ async fn stored_position(
         Duration::ZERO,
     )
     .await
-    .map_err(|error| start_failure(error, config_path))?;
+    .map_err(|error| start_failure(error, &Origin::File(config_path.to_owned())))?;
     Ok(checkpointer.streams_position().cloned())
 }
 

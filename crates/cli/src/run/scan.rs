@@ -1,73 +1,54 @@
-//! `mode: scan` and `mode: query`: describe the table, open the destination and the position,
-//! build the scan plan, then hand the run to the library's runner.
+//! `mode: scan` and `mode: query` in one process: the scan plan over what was built
+//! (`build`), then the library's runner: a parallel scan, a query, or an export's files.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::{RunError, ScanOutcome, run_scan};
-use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::{Render, TableApi};
 use ddbpipe_source::capacity::ReadLimiter;
-use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{Refresher, ScanPlan};
 use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::scan::SegmentReader;
 
-use crate::args::ProgressMode;
+use super::build::{self, Alone, Read, Run};
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::export;
-use crate::failure::{self, Failure, start_failure};
-use crate::given::Given;
+use crate::failure::{self, Failure};
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
-use crate::wiring::{self, describe};
 
-/// Runs a `mode: scan` or `mode: query` pipeline.
-pub async fn run(
-    config: &PipelineConfig,
-    config_path: &Path,
-    given: &Given,
-    progress: ProgressMode,
+/// Runs a `mode: scan` or `mode: query` pipeline in this process.
+pub(super) async fn run(
+    run: Run<'_>,
+    read: Read,
+    alone: Alone,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
+    let Run {
+        config,
+        origin,
+        progress,
+    } = run;
     let source = &config.source;
-    let (sdk, api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
-    let exports = export::engine(&sdk, source);
-    let kind = match (source.mode, &exports) {
-        (Mode::Query, _) => ScanKind::Query,
-        (_, Some(_)) => ScanKind::Export,
-        (_, None) => ScanKind::Scan,
-    };
-    let api = Arc::new(api);
-    let table = describe(api.as_ref(), source, &stop).await?;
-    location.learn(&table);
-    let destination =
-        destination::open(config, config_path, Some(&table), Records::Items, given).await?;
-    let mut sink = destination.sink;
-    // The plan's segments: validation makes a query one segment (docs/config.md §1.3 rule 4).
-    let mut checkpointer = Checkpointer::open_scan(
-        destination.store,
-        &config.name,
-        wiring::identity(config, &location, given.sink.as_ref()),
-        kind,
-        source.segments,
-        Duration::from_millis(config.state.flush_interval_ms),
-    )
-    .await
-    .map_err(|error| start_failure(error, config_path))?
-    .with_hand_out(given.driven.clone());
+    let table = read.table()?.clone();
+    let kind = build::scan_kind(source);
+    let Alone {
+        mut sink,
+        mut checkpointer,
+        ..
+    } = alone;
     let resumed = checkpointer.position().has_progress();
 
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let started = Instant::now();
     let render = Render::Items(plan.format);
-    let outcome = match exports {
+    let outcome = match export::engine(&read.sdk, source) {
         Some(engine) => {
             let table_arn = export::table_arn(source, &table)?;
             let mut arn =
@@ -111,7 +92,7 @@ pub async fn run(
             outcome
         }
         None => {
-            let (reader, refresher) = segment_reader(api, &plan, render, &stop);
+            let (reader, refresher) = segment_reader(read.table_api, &plan, render, &stop);
             tracing::info!(
                 mode = %source.mode,
                 segments = plan.total_segments,
@@ -131,15 +112,15 @@ pub async fn run(
             outcome
         }
     };
-    let outcome = outcome.map_err(|error| run_failure(error, config, config_path, kind))?;
-    finish(config, config_path, &outcome, started.elapsed())
+    let outcome = outcome.map_err(|error| run_failure(error, config, origin, kind))?;
+    finish(config, origin, &outcome, started.elapsed())
 }
 
 /// A failed scan or query run, with what to do about it.
 pub(super) fn run_failure(
     error: RunError,
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     kind: ScanKind,
 ) -> Failure {
     let source = &config.source;
@@ -158,7 +139,7 @@ pub(super) fn run_failure(
                 source.credentials.describe()
             )
         }
-        _ => failure::rerun_hint(Some(&error), config_path, "the last committed page"),
+        _ => failure::rerun_hint(Some(&error), origin, "the last committed page"),
     };
     Failure::runtime(error).hint(hint)
 }
@@ -201,14 +182,14 @@ pub(super) fn segment_reader<A: TableApi>(
 /// docs/cli.md §8.5), and its summary says the output is incomplete until a rerun resumes.
 fn finish(
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
     outcome: &ScanOutcome,
     took: Duration,
 ) -> Result<Summary, Failure> {
     let mut summary = summarize(config, outcome, took);
     if !outcome.completed {
         summary.note = Some(super::stopped_note(
-            config_path,
+            origin,
             "the output is incomplete",
             "resumes it",
         ));

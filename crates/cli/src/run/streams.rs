@@ -1,93 +1,60 @@
-//! `mode: streams` and `mode: mirror`: resolve the stream, open the destination and the
-//! position, build the stream plan, then hand the run to the library's streams runner.
+//! `mode: streams` and `mode: mirror` in one process: the stream plan over what was built
+//! (`build`), then the library's streams runner (a mirror's snapshot, a repair, the stream).
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::checkpoint::Checkpointer;
 use ddbpipe_pipeline::runner::RunError;
-use ddbpipe_pipeline::sink::Records;
-use ddbpipe_pipeline::state::identity::Location;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::api::TableDescription;
-use ddbpipe_source::aws::{self, AwsTableApi};
-use ddbpipe_source::config::Mode;
+use ddbpipe_source::aws;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::export::SnapshotExports;
-use ddbpipe_source::plan::{self, ResolvedStream, StreamPlan};
+use ddbpipe_source::plan::StreamPlan;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::engine::EndReason;
 use ddbpipe_source::streams::shard_reader::StreamError;
 
-use crate::args::ProgressMode;
+use super::build::{Alone, Read, Run};
 use crate::config::PipelineConfig;
 use crate::destination;
-use crate::failure::{self, Failure, start_failure};
-use crate::given::Given;
+use crate::failure::{self, Failure};
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
-use crate::wiring::{self, describe};
 
-/// Runs a `mode: streams` or `mode: mirror` pipeline.
-pub async fn run(
-    config: &PipelineConfig,
-    config_path: &Path,
-    given: &Given,
-    progress: ProgressMode,
+/// Runs a `mode: streams` or `mode: mirror` pipeline in this process.
+pub(super) async fn run(
+    run: Run<'_>,
+    read: Read,
+    alone: Alone,
     stop: Cancel,
 ) -> Result<Summary, Failure> {
-    let source = &config.source;
-    let OpenedStream {
-        sdk,
-        table_api,
-        table,
-        stream,
-        location,
-    } = open_stream(config, given, &stop).await?;
-    let destination = destination::open(
+    let Run {
         config,
-        config_path,
-        table.as_ref(),
-        Records::Envelopes,
-        given,
-    )
-    .await?;
-    let mut sink = destination.sink;
-    let mut checkpointer = Checkpointer::open_streams(
-        destination.store,
-        &config.name,
-        wiring::identity(config, &location, given.sink.as_ref()),
-        Duration::from_millis(config.state.flush_interval_ms),
-    )
-    .await
-    .map_err(|error| start_failure(error, config_path))?
-    .with_cleanup(destination.cleanup)
-    .with_hand_out(given.driven.clone());
-    if checkpointer.streams_position().is_some() && source.start_position.is_some() {
-        tracing::info!(
-            "start_position applies to the first run only; the stored position is used."
-        );
-    }
+        origin,
+        progress,
+    } = run;
+    let source = &config.source;
+    let stream = read.stream()?;
+    let Alone {
+        mut sink,
+        mut checkpointer,
+        ..
+    } = alone;
     let plan = StreamPlan::build(source);
-    let run = StreamRun::new(
-        &plan,
-        &source.table_name,
-        &stream.arn,
-        config_path.display().to_string(),
-    );
+    let run = StreamRun::new(&plan, &source.table_name, &stream.arn);
     tracing::info!(stream = %stream.arn, "Run started.");
     let started = Instant::now();
     let open = checkpointer.snapshot_open() || checkpointer.repair_open();
     let snapshot = plan.scans_table(open).then(|| {
-        let exports = crate::export::engine(&sdk, source)
+        let exports = crate::export::engine(&read.sdk, source)
             .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
-        let repairs = crate::export::repairs(&sdk, source, checkpointer.repair_open())
+        let repairs = crate::export::repairs(&read.sdk, source, checkpointer.repair_open())
             .map(|engine| Arc::new(engine) as Arc<dyn SnapshotExports>);
-        SnapshotScan::new(Arc::new(table_api), &plan.snapshot)
+        SnapshotScan::new(Arc::clone(&read.table_api), &plan.snapshot)
             .with_exports(exports)
             .with_repairs(repairs)
     });
@@ -95,7 +62,7 @@ pub async fn run(
     // the stream then shows its change records, shards and lag (`Progress::streaming`).
     let bar = ScanProgress::new(
         progress,
-        table
+        read.table
             .as_ref()
             .and_then(|t| t.item_count)
             .filter(|_| snapshot.is_some()),
@@ -103,7 +70,7 @@ pub async fn run(
         plan.snapshot.segments,
     );
     let outcome = run_streams_with_snapshots(
-        Arc::new(aws::streams_api(&sdk)),
+        Arc::new(aws::streams_api(&read.sdk)),
         snapshot,
         &run,
         &mut sink,
@@ -115,7 +82,7 @@ pub async fn run(
     .await;
     bar.finish();
     let outcome = match outcome {
-        Err(error) => return stream_end(error, config, config_path),
+        Err(error) => return stream_end(error, config, origin),
         Ok(outcome) => outcome,
     };
     let why = ended_because(outcome.end);
@@ -154,84 +121,12 @@ pub(super) fn ended_because(end: EndReason) -> &'static str {
     }
 }
 
-/// What a `mode: streams` or `mode: mirror` run reads, resolved before its destination opens.
-pub(super) struct OpenedStream {
-    /// The SDK settings every client is built from.
-    pub sdk: aws::SdkSettings,
-    /// The table API (snapshots, exports).
-    pub table_api: AwsTableApi,
-    /// The table's description, when the run needs it.
-    pub table: Option<TableDescription>,
-    /// The stream read.
-    pub stream: ResolvedStream,
-    /// Where the clients read, with what `DescribeTable` said.
-    pub location: Location,
-}
-
-/// Resolves the stream of `config`: describes the table when the run needs it (its stream, or
-/// the key schema of a keyed sink or of snapshot rows; draining a configured `stream_arn`
-/// into jsonl needs no table), and refuses a view type a keyed sink or a mirror cannot apply.
-pub(super) async fn open_stream(
-    config: &PipelineConfig,
-    given: &Given,
-    stop: &Cancel,
-) -> Result<OpenedStream, Failure> {
-    let source = &config.source;
-    let mirror = source.mode == Mode::Mirror;
-    let keyed = config.sink.keyed().is_some();
-    let sdk = wiring::sdk_config(source, given.sdk.as_ref()).await;
-    let table_api = aws::table_api(&sdk);
-    let table = if keyed || mirror || source.stream_arn.is_none() {
-        Some(describe(&table_api, source, stop).await?)
-    } else {
-        None
-    };
-    let stream = match &table {
-        Some(table) => plan::resolve_stream(source, table).map_err(Failure::runtime)?,
-        // Without a table description the stream is the configured one (see above).
-        None => plan::configured_stream(source).ok_or_else(|| {
-            Failure::runtime(anyhow!(
-                "internal error: no stream_arn and no table description"
-            ))
-        })?,
-    };
-    if (keyed || mirror)
-        && let Some(view) = stream.view_type.as_deref()
-        && plan::lacks_new_images(view)
-    {
-        let who = if mirror {
-            "mode: mirror".to_string()
-        } else {
-            format!("the {} sink", config.sink.kind())
-        };
-        return Err(Failure::usage(anyhow!(
-            "config error: the stream of table '{}' has view type {view}; {who} needs NEW_IMAGE or NEW_AND_OLD_IMAGES",
-            source.table_name
-        ))
-        .hint(plan::NEW_IMAGES_REMEDY));
-    }
-    if let Some(warning) = plan::view_warning(stream.view_type.as_deref()) {
-        tracing::warn!("{warning}.");
-    }
-    let mut location = wiring::location(&sdk, source);
-    if let Some(table) = &table {
-        location.learn(table);
-    }
-    Ok(OpenedStream {
-        sdk,
-        table_api,
-        table,
-        stream,
-        location,
-    })
-}
-
 /// How a stream or mirror run that returned `error` ends: a snapshot or repair a signal stopped
 /// saved its progress, which is a clean stop (docs/cli.md §8.5); anything else fails.
 pub(super) fn stream_end(
     error: StreamRunError,
     config: &PipelineConfig,
-    config_path: &Path,
+    origin: &Origin,
 ) -> Result<Summary, Failure> {
     let (ended, left, rerun) = match error {
         StreamRunError::SnapshotInterrupted => (
@@ -244,7 +139,7 @@ pub(super) fn stream_end(
             "the destination misses changes of the gap until the repair completes",
             "resumes the repair",
         ),
-        error => return Err(stream_failure(error, config_path)),
+        error => return Err(stream_failure(error, origin)),
     };
     let during = match ended {
         Ended::RepairStopped => "repair",
@@ -258,24 +153,28 @@ pub(super) fn stream_end(
         ended,
         written: None,
         line,
-        note: Some(super::stopped_note(config_path, left, rerun)),
+        note: Some(super::stopped_note(origin, left, rerun)),
     })
 }
 
-pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failure {
-    let reset = format!("`ddbpipe state reset {}`", config_path.display());
+pub(super) fn stream_failure(error: StreamRunError, origin: &Origin) -> Failure {
     match error {
+        StreamRunError::CannotResume(message) => Failure::runtime(anyhow!(message)).hint(format!(
+            "set on_gap: resnapshot to read the table again, or {} to start afresh",
+            origin.reset()
+        )),
         StreamRunError::Gap(message) => Failure::runtime(anyhow!(message)),
         StreamRunError::Config(problem) => Failure::usage(anyhow!(
             "config error: source.read_capacity_fraction: {problem}"
         )),
         error @ StreamRunError::CleanupSkipped { .. } => Failure::runtime(error).hint(format!(
-            "the snapshot is closed; the next `ddbpipe run {}` streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
-            config_path.display()
+            "the snapshot is closed; {} streams on (raise resnapshot_max_keys to allow the cleanup of a table this size)",
+            origin.rerun()
         )),
         StreamRunError::Run(RunError::Stream(StreamError::Gap(message))) => {
             Failure::runtime(anyhow!(message)).hint(format!(
-                "the next run applies on_gap at start-up; {reset} starts afresh"
+                "the next run applies on_gap at start-up; or {} to start afresh",
+                origin.reset()
             ))
         }
         other => {
@@ -283,7 +182,7 @@ pub(super) fn stream_failure(error: StreamRunError, config_path: &Path) -> Failu
                 StreamRunError::Run(run) => Some(run),
                 _ => None,
             };
-            let hint = failure::rerun_hint(run, config_path, "it");
+            let hint = failure::rerun_hint(run, origin, "it");
             Failure::runtime(other).hint(hint)
         }
     }

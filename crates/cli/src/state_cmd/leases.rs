@@ -14,9 +14,8 @@ use ddbpipe_source::position::LeaseCheckpoint;
 use serde_json::json;
 
 use crate::config::{CoordinationConfig, PipelineConfig};
-use crate::destination;
 use crate::failure::{Exit, Failure};
-use crate::run::shared::lease_table_failure;
+use crate::run::lease_table_failure;
 
 /// The lease table of `config`, and the pipeline's name in it; `None` when the table does not
 /// exist (nothing was run yet). Creates nothing.
@@ -145,7 +144,7 @@ async fn shared_snapshot(config: &PipelineConfig) -> Result<Option<SharedSnapsho
     if config.source.mode != Mode::Mirror || config.sink.keyed().is_none() {
         return Ok(None);
     }
-    let Some(db) = destination::open_existing(config).await? else {
+    let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await? else {
         return Ok(None);
     };
     db.shared_snapshot(&config.name)
@@ -316,8 +315,8 @@ pub async fn reset(
 /// already gone clears them too.
 async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
     if config.sink.keyed().is_some()
-        && let Some(db) = destination::open_existing(config).await?
-        && destination::reset_database_state(&db, &config.name).await?
+        && let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await?
+        && crate::sinks::keyed::reset_database_state(&db, &config.name).await?
     {
         println!(
             "removed the lease fences of pipeline '{}' from {}",

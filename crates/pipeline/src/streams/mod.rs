@@ -75,17 +75,14 @@ pub struct StreamRun {
     pub max_messages: Option<u64>,
     /// How large a batch may grow.
     pub batch: BatchLimits,
-    /// The config path as the user gave it (for remedies in messages).
-    pub config_label: String,
     /// `streams`, or `mirror`: a mirror's first run captures every shard at its trim horizon
     /// and scans the table before streaming (docs/mirror.md §5).
     pub kind: StreamKind,
 }
 
 impl StreamRun {
-    /// The run of `plan` on `stream_arn` of `table`; `config_label` names the config file in
-    /// remedies.
-    pub fn new(plan: &StreamPlan, table: &str, stream_arn: &str, config_label: String) -> Self {
+    /// The run of `plan` on `stream_arn` of `table`.
+    pub fn new(plan: &StreamPlan, table: &str, stream_arn: &str) -> Self {
         StreamRun {
             table: table.to_string(),
             stream_arn: stream_arn.to_string(),
@@ -98,7 +95,6 @@ impl StreamRun {
             on_gap: plan.on_gap,
             max_messages: plan.max_messages,
             batch: plan.batch,
-            config_label,
             kind: if plan.mode == Mode::Mirror {
                 StreamKind::Mirror
             } else {
@@ -164,7 +160,6 @@ impl StreamRun {
             table: &self.table,
             start_position: self.start_position,
             on_gap: self.on_gap,
-            config_label: &self.config_label,
         }
     }
 
@@ -260,7 +255,13 @@ impl StreamRunError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamRunError {
-    /// Definite: a gap at start-up with `on_gap: fail` (the state is unchanged).
+    /// Definite: the stored position cannot be resumed without losing changes and `on_gap`
+    /// is `fail` (docs/streams.md §4.6; the state is unchanged). Its remedies — `on_gap:
+    /// resnapshot`, or forgetting the position — are the caller's to word.
+    #[error("{0}")]
+    CannotResume(String),
+    /// Definite: a gap at start-up that the run cannot mend (the state is unchanged); the
+    /// message says what to do.
     #[error("{0}")]
     Gap(String),
     /// A start-up request failed.
@@ -483,7 +484,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             match resume {
                 Resume::Stream(position) => position,
                 Resume::Repair(_) => unreachable!("a repair became a stream or a resnapshot"),
-                Resume::Fail(message) => return Err(StreamRunError::Gap(message)),
+                Resume::Fail(message) => return Err(StreamRunError::CannotResume(message)),
                 Resume::Resnapshot(reasons) => {
                     let given = snapshots
                         .given_export(
@@ -593,9 +594,9 @@ async fn check_beside<A: StreamsApi>(
     if reasons.is_empty() {
         return Ok(());
     }
-    Err(StreamRunError::Gap(format!(
+    Err(StreamRunError::CannotResume(format!(
         "{} (found while resuming an open snapshot whose stream was read beside its scan: the run was stopped longer than the stream keeps changes)",
-        gaps::cannot_resume(&run.table, &reasons, &run.config_label)
+        gaps::cannot_resume(&run.table, &reasons)
     )))
 }
 

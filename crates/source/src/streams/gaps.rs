@@ -187,11 +187,11 @@ pub fn trimmed(shard: &ShardId, seq: &SequenceNumber) -> String {
     format!("shard {shard} was trimmed past sequence {seq}")
 }
 
-/// The `on_gap: fail` error text (docs/streams.md §4.6); `config` is the config path as given.
-pub fn cannot_resume(table: &str, reasons: &[String], config: &str) -> String {
+/// The `on_gap: fail` error text (docs/streams.md §4.6). Its remedy — `on_gap: resnapshot`,
+/// or forgetting the position — is the caller's to word: a command names its pipeline file.
+pub fn cannot_resume(table: &str, reasons: &[String]) -> String {
     format!(
-        "cannot resume table '{table}' without losing changes: {}. Set on_gap: resnapshot, or \
-         reset the position with `ddbpipe state reset {config}`.",
+        "cannot resume table '{table}' without losing changes: {}",
         reasons.join("; ")
     )
 }
@@ -464,16 +464,15 @@ mod tests {
     }
 
     #[test]
-    fn the_on_gap_fail_text_joins_the_reasons_and_names_the_remedies() {
+    fn the_on_gap_fail_text_joins_the_reasons() {
         let reasons = vec![
             trimmed(&id("s1"), &seq("5")),
             "shard s2 expired".to_string(),
         ];
         assert_eq!(
-            cannot_resume("orders", &reasons, "pipes/orders.yaml"),
+            cannot_resume("orders", &reasons),
             "cannot resume table 'orders' without losing changes: shard s1 was trimmed past \
-             sequence 5; shard s2 expired. Set on_gap: resnapshot, or reset the position with \
-             `ddbpipe state reset pipes/orders.yaml`."
+             sequence 5; shard s2 expired"
         );
     }
 

@@ -49,8 +49,6 @@ pub struct Startup<'a> {
     pub start_position: StartPosition,
     /// What a gap found at start-up does.
     pub on_gap: OnGap,
-    /// The config path as the user gave it (remedies).
-    pub config_label: &'a str,
 }
 
 /// What a run with a stored position does (rules 3 and 4).
@@ -123,7 +121,7 @@ impl Startup<'_> {
                 OnGap::Fail => {}
             }
         }
-        let message = gaps::cannot_resume(self.table, &reasons, self.config_label);
+        let message = gaps::cannot_resume(self.table, &reasons);
         Resume::Fail(if snapshotted {
             format!(
                 "{message} (found right after a snapshot: the snapshot took longer than the stream retention margin — raise segments, max_concurrency or the read limit)"
@@ -303,7 +301,6 @@ mod tests {
             table: "orders",
             start_position: StartPosition::TrimHorizon,
             on_gap,
-            config_label: "orders.yaml",
         }
     }
 
@@ -392,10 +389,8 @@ mod tests {
                 "{message}"
             );
             assert!(message.contains(&reasons[0]), "{message}");
-            assert!(
-                message.contains("ddbpipe state reset orders.yaml"),
-                "{message}"
-            );
+            // The remedy is the caller's: a command names its pipeline file.
+            assert!(!message.contains("ddbpipe"), "{message}");
             assert_eq!(
                 message.contains("found right after a snapshot"),
                 done,

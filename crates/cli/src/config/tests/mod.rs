@@ -9,8 +9,8 @@ use ddbpipe_source::config::{
 };
 use ddbpipe_value::{Number, Value as AttributeValue, ValueFormat};
 
-use super::sink::{KeyedConfig, SqliteConfig};
 use super::*;
+use crate::sinks::{KeyedConfig, SqliteConfig};
 
 fn env(name: &str) -> Option<String> {
     match name {

@@ -25,20 +25,20 @@ use super::types::FromYaml;
 
 /// One key of a section, as the walker reads it and the schema shows it.
 #[derive(Debug)]
-pub(super) struct Field {
+pub(crate) struct Field {
     /// The key in the file.
-    pub(super) name: &'static str,
+    pub(crate) name: &'static str,
     /// What the key holds.
-    pub(super) shape: Shape,
+    pub(crate) shape: Shape,
     /// Whether the key must be set, and what an absent one means.
-    pub(super) presence: Presence,
+    pub(crate) presence: Presence,
     /// One line for the user: the schema's `description`.
-    pub(super) description: &'static str,
+    pub(crate) description: &'static str,
 }
 
 /// What a key holds.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Shape {
+pub(crate) enum Shape {
     /// A value read with [`FromYaml`]: its JSON Schema.
     Value(fn() -> Json),
     /// A mapping with these keys.
@@ -56,18 +56,18 @@ pub(super) enum Shape {
 
 /// One variant of a [`Shape::Tagged`] mapping.
 #[derive(Debug)]
-pub(super) struct Variant {
+pub(crate) struct Variant {
     /// The value of the tag key that selects it.
-    pub(super) tag: &'static str,
+    pub(crate) tag: &'static str,
     /// One line for the user.
-    pub(super) description: &'static str,
+    pub(crate) description: &'static str,
     /// The keys it has besides the tag.
-    pub(super) fields: &'static [Field],
+    pub(crate) fields: &'static [Field],
 }
 
 /// Whether a key must be set.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Presence {
+pub(crate) enum Presence {
     /// Absent or null is a "missing required field" error.
     Required,
     /// Absent or null means unset.
@@ -77,7 +77,7 @@ pub(super) enum Presence {
 }
 
 /// A required key.
-pub(super) const fn required(name: &'static str, shape: Shape, description: &'static str) -> Field {
+pub(crate) const fn required(name: &'static str, shape: Shape, description: &'static str) -> Field {
     Field {
         name,
         shape,
@@ -87,7 +87,7 @@ pub(super) const fn required(name: &'static str, shape: Shape, description: &'st
 }
 
 /// A key that may be unset.
-pub(super) const fn optional(name: &'static str, shape: Shape, description: &'static str) -> Field {
+pub(crate) const fn optional(name: &'static str, shape: Shape, description: &'static str) -> Field {
     Field {
         name,
         shape,
@@ -97,7 +97,7 @@ pub(super) const fn optional(name: &'static str, shape: Shape, description: &'st
 }
 
 /// A key with a default.
-pub(super) const fn defaulted(
+pub(crate) const fn defaulted(
     name: &'static str,
     shape: Shape,
     default: fn() -> Json,
@@ -112,25 +112,26 @@ pub(super) const fn defaulted(
 }
 
 /// The shape of a value of type `T`.
-pub(super) const fn of<T: FromYaml>() -> Shape {
+pub(crate) const fn of<T: FromYaml>() -> Shape {
     Shape::Value(T::schema)
 }
 
 /// A value of any kind (plain YAML).
-pub(super) fn any_value() -> Json {
+pub(crate) fn any_value() -> Json {
     json!(true)
 }
 
 /// A mapping of any keys (attribute JSON).
-pub(super) fn any_mapping() -> Json {
+pub(crate) fn any_mapping() -> Json {
     json!({"type": "object"})
 }
 
 /// The URI of the JSON Schema dialect [`json_schema`] writes.
 const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
 
-/// The JSON Schema of the pipeline file (draft 2020-12), from the declared fields.
-pub fn json_schema() -> Json {
+/// The JSON Schema of the pipeline file (draft 2020-12), from its declared top-level
+/// `fields`.
+pub fn json_schema(top: &[Field]) -> Json {
     let mut schema = Map::new();
     schema.insert("$schema".into(), json!(DIALECT));
     schema.insert("title".into(), json!("ddbpipe pipeline file"));
@@ -142,7 +143,7 @@ pub fn json_schema() -> Json {
             env!("CARGO_PKG_VERSION")
         )),
     );
-    if let Json::Object(section) = section_schema(super::TOP) {
+    if let Json::Object(section) = section_schema(top) {
         schema.extend(section);
     }
     Json::Object(schema)

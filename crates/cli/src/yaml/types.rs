@@ -9,7 +9,7 @@ use yaml_serde::Value;
 
 /// A type a config field can hold, read strictly: `"false"` is not a boolean and `"8"` is not
 /// a number.
-pub(super) trait FromYaml: Sized {
+pub(crate) trait FromYaml: Sized {
     /// Reads `value`. `substituted` is the text an interpolated scalar was re-read from.
     fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String>;
     /// The JSON Schema of the values read (`schema`).
@@ -132,7 +132,7 @@ macro_rules! whole_number_from_yaml {
 whole_number_from_yaml!(u32, u64, usize);
 
 /// An enum written as one of a few names.
-pub(super) trait Choice: Copy + 'static {
+pub(crate) trait Choice: Copy + 'static {
     /// Every value, in documentation order.
     fn all() -> &'static [Self];
     /// The name of a value in the config file.
@@ -220,7 +220,7 @@ impl Choice for ValueFormat {
 
 /// The candidate a mistyped `word` most likely meant: equal but for case, or at most two
 /// edits away (one for words of up to four letters); `None` when nothing is that close.
-pub(super) fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
@@ -268,12 +268,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// "expected <what>, found <value>".
-pub(super) fn expected(what: &str, value: &Value) -> String {
+pub(crate) fn expected(what: &str, value: &Value) -> String {
     format!("expected {what}, found {}", found(value))
 }
 
 /// A value as an error message shows it: its kind and, for scalars, the value itself.
-pub(super) fn found(value: &Value) -> String {
+pub(crate) fn found(value: &Value) -> String {
     const SHOWN_CHARS: usize = 60;
     match value {
         Value::Null => "null".to_owned(),
@@ -289,7 +289,7 @@ pub(super) fn found(value: &Value) -> String {
 }
 
 /// The kind of a value, without the value.
-pub(super) fn kind(value: &Value) -> &'static str {
+pub(crate) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

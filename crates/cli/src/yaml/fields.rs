@@ -28,7 +28,7 @@ use super::types::{FromYaml, did_you_mean, found, kind};
 
 /// The stage of loading that found a problem; problems are reported in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Stage {
+pub(crate) enum Stage {
     /// `${…}` could not be substituted.
     Interpolate,
     /// A key that no section knows.
@@ -43,34 +43,34 @@ pub(super) enum Stage {
 
 /// Everything the loading stages found, shared by every section of the walk.
 #[derive(Debug, Default)]
-pub(super) struct Report {
+pub(crate) struct Report {
     problems: Vec<(Stage, ConfigError)>,
     /// Scalars that were exactly one `${…}` and re-read as a number or boolean, by path, with
     /// their substituted text. A string field takes the text, so `table_name: ${TABLE}` with
     /// `TABLE=2024` is the table "2024", not a type error.
-    pub(super) substituted: BTreeMap<String, String>,
+    pub(crate) substituted: BTreeMap<String, String>,
     /// The text of each YAML number under `source.expression_attribute_values` that is not
     /// an exact integer, by path (`numbers`).
-    pub(super) number_texts: BTreeMap<String, String>,
+    pub(crate) number_texts: BTreeMap<String, String>,
     /// Paths whose interpolation failed. The failure is reported once; the walker skips the
     /// field instead of adding a type error about the unsubstituted text.
-    pub(super) failed: BTreeSet<String>,
+    pub(crate) failed: BTreeSet<String>,
 }
 
 impl Report {
     /// Records a problem at `path`.
-    pub(super) fn error(&mut self, stage: Stage, path: &str, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, stage: Stage, path: &str, message: impl Into<String>) {
         self.problems
             .push((stage, ConfigError::new(path, message.into())));
     }
 
     /// Whether the value at `path`, or anything inside it, failed interpolation.
-    pub(super) fn interpolation_failed(&self, path: &str) -> bool {
+    pub(crate) fn interpolation_failed(&self, path: &str) -> bool {
         self.failed.iter().any(|failed| is_within(failed, path))
     }
 
     /// The problems in report order (see the module docs); empty when the file is valid.
-    pub(super) fn into_errors(mut self) -> Vec<ConfigError> {
+    pub(crate) fn into_errors(mut self) -> Vec<ConfigError> {
         self.problems.sort_by_key(|(stage, _)| *stage);
         let mut errors: Vec<ConfigError> = Vec::with_capacity(self.problems.len());
         let mut earlier: Vec<&str> = Vec::new();
@@ -99,7 +99,7 @@ const SECRET_SECTIONS: [&str; 4] = [
 ];
 
 /// Whether a value at `path` may be a secret.
-pub(super) fn is_secret(path: &str) -> bool {
+pub(crate) fn is_secret(path: &str) -> bool {
     SECRET_SECTIONS
         .iter()
         .any(|section| is_within(path, section))
@@ -129,7 +129,7 @@ fn is_within(path: &str, ancestor: &str) -> bool {
 }
 
 /// The dotted path of `key` inside `parent` (the top level has the empty path).
-pub(super) fn join(parent: &str, key: &str) -> String {
+pub(crate) fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_owned()
     } else {
@@ -138,7 +138,7 @@ pub(super) fn join(parent: &str, key: &str) -> String {
 }
 
 /// One mapping of the file, read key by key.
-pub(super) struct Fields<'r> {
+pub(crate) struct Fields<'r> {
     path: String,
     /// The entries in file order; `None` once a section asked for the key.
     entries: Vec<(String, Option<Value>)>,
@@ -164,7 +164,7 @@ enum Taken {
 impl<'r> Fields<'r> {
     /// Opens `value` at `path` as a mapping of the declared `fields`; anything else is a type
     /// error.
-    pub(super) fn open(
+    pub(crate) fn open(
         report: &'r mut Report,
         path: &str,
         value: Value,
@@ -221,7 +221,7 @@ impl<'r> Fields<'r> {
     }
 
     /// Adds the fields of the variant `tag` of a tagged section.
-    pub(super) fn select(&mut self, tag: &str) {
+    pub(crate) fn select(&mut self, tag: &str) {
         let variant = self.variants.iter().find(|variant| variant.tag == tag);
         debug_assert!(
             variant.is_some(),
@@ -272,12 +272,12 @@ impl<'r> Fields<'r> {
     }
 
     /// The report, for sections that convert values themselves.
-    pub(super) fn report(&mut self) -> &mut Report {
+    pub(crate) fn report(&mut self) -> &mut Report {
         self.report
     }
 
     /// The dotted path of this mapping.
-    pub(super) fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.path
     }
 
@@ -312,7 +312,7 @@ impl<'r> Fields<'r> {
     }
 
     /// An optional field: absent or null is `None`.
-    pub(super) fn get<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+    pub(crate) fn get<T: FromYaml>(&mut self, key: &str) -> Option<T> {
         self.assert_declared::<T>(key, Read::Optional);
         match self.take(key) {
             Taken::Absent | Taken::Skipped | Taken::Present(_, Value::Null) => None,
@@ -321,7 +321,7 @@ impl<'r> Fields<'r> {
     }
 
     /// A field with a default: absent is `default`; null is a type error.
-    pub(super) fn or<T: FromYaml>(&mut self, key: &str, default: T) -> T {
+    pub(crate) fn or<T: FromYaml>(&mut self, key: &str, default: T) -> T {
         self.assert_declared(key, Read::Default(&default));
         match self.take(key) {
             Taken::Absent | Taken::Skipped => default,
@@ -330,7 +330,7 @@ impl<'r> Fields<'r> {
     }
 
     /// A required field: absent or null is reported as missing.
-    pub(super) fn required<T: FromYaml>(&mut self, key: &str) -> Option<T> {
+    pub(crate) fn required<T: FromYaml>(&mut self, key: &str) -> Option<T> {
         self.assert_declared::<T>(key, Read::Required);
         match self.take(key) {
             Taken::Skipped => None,
@@ -344,7 +344,7 @@ impl<'r> Fields<'r> {
 
     /// The raw value of a field with its path, for conversions of its own; absent, null or
     /// skipped is `None`.
-    pub(super) fn raw(&mut self, key: &str) -> Option<(String, Value)> {
+    pub(crate) fn raw(&mut self, key: &str) -> Option<(String, Value)> {
         match self.take(key) {
             Taken::Absent | Taken::Skipped | Taken::Present(_, Value::Null) => None,
             Taken::Present(path, value) => Some((path, value)),
@@ -352,7 +352,7 @@ impl<'r> Fields<'r> {
     }
 
     /// A nested mapping; absent or null is `None`, anything but a mapping a type error.
-    pub(super) fn section(&mut self, key: &str) -> Option<Fields<'_>> {
+    pub(crate) fn section(&mut self, key: &str) -> Option<Fields<'_>> {
         let shape = self.declared(key).map(|field| field.shape);
         let (path, value) = self.raw(key)?;
         Fields::open_shape(self.report, &path, value, shape)
@@ -360,7 +360,7 @@ impl<'r> Fields<'r> {
 
     /// A nested mapping where absent, null or skipped reads as empty, so its required fields
     /// are reported missing.
-    pub(super) fn section_or_empty(&mut self, key: &str) -> Option<Fields<'_>> {
+    pub(crate) fn section_or_empty(&mut self, key: &str) -> Option<Fields<'_>> {
         let shape = self.declared(key).map(|field| field.shape);
         let path = join(&self.path, key);
         let value = self
@@ -370,7 +370,7 @@ impl<'r> Fields<'r> {
     }
 
     /// A required nested mapping.
-    pub(super) fn required_section(&mut self, key: &str) -> Option<Fields<'_>> {
+    pub(crate) fn required_section(&mut self, key: &str) -> Option<Fields<'_>> {
         let shape = self.declared(key).map(|field| field.shape);
         match self.take(key) {
             Taken::Skipped => None,
@@ -384,7 +384,7 @@ impl<'r> Fields<'r> {
 
     /// Refuses `key`, which this section (or the variant selected) does not have, with
     /// `message` instead of "unknown field", when it is set.
-    pub(super) fn refuse(&mut self, key: &str, message: &str) {
+    pub(crate) fn refuse(&mut self, key: &str, message: &str) {
         if let Taken::Present(path, _) = self.take_any(key) {
             self.report.error(Stage::Unknown, &path, message);
         }
@@ -392,13 +392,13 @@ impl<'r> Fields<'r> {
 
     /// Passes over `key` without judging it: the section could not tell what it may hold (an
     /// error saying why is reported already).
-    pub(super) fn skip(&mut self, key: &str) {
+    pub(crate) fn skip(&mut self, key: &str) {
         self.take_any(key);
     }
 
     /// A mapping from string keys to values converted by `convert`, which reports its own
     /// problems and returns `None` for a value it refused. Absent or null is empty.
-    pub(super) fn map<T>(
+    pub(crate) fn map<T>(
         &mut self,
         key: &str,
         mut convert: impl FnMut(&mut Report, &str, Value) -> Option<T>,
@@ -418,14 +418,14 @@ impl<'r> Fields<'r> {
     }
 
     /// Reports `key` as a missing required field.
-    pub(super) fn missing(&mut self, key: &str) {
+    pub(crate) fn missing(&mut self, key: &str) {
         let path = join(&self.path, key);
         self.report
             .error(Stage::Missing, &path, "missing required field");
     }
 
     /// Reports every key no section asked for as unknown, and returns the keys that were set.
-    pub(super) fn finish(self) -> BTreeSet<String> {
+    pub(crate) fn finish(self) -> BTreeSet<String> {
         for (key, value) in &self.entries {
             if value.is_some() {
                 let path = join(&self.path, key);
@@ -442,7 +442,7 @@ impl<'r> Fields<'r> {
 }
 
 /// Converts `value` at `path`, reporting a type error on failure.
-pub(super) fn convert<T: FromYaml>(report: &mut Report, path: &str, value: Value) -> Option<T> {
+pub(crate) fn convert<T: FromYaml>(report: &mut Report, path: &str, value: Value) -> Option<T> {
     let text = report.substituted.get(path).map(String::as_str);
     let secret = is_secret(path).then(|| value.clone());
     match T::from_yaml(value, text) {

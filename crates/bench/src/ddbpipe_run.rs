@@ -1,0 +1,113 @@
+//! ddbpipe as the bench runs it: a pipeline file's YAML given to the library's one build path
+//! (`ddbpipe::Pipeline`), the path `ddbpipe run` takes. [`BenchPipeline::open`] builds the run
+//! before the meter starts — the clients, `DescribeTable` (a scan, or a stream into a keyed
+//! sink), the sink and its table, the pipeline's lock, the position loaded and checked — and
+//! [`finish`] is the timed part: the read, the writes and the commits, to the run's end.
+//!
+//! The settings are a config's: the bench endpoint with static keys in `us-east-1`, the
+//! phase's segments and concurrency (`max_concurrency` for a scan, `shard_concurrency` for the
+//! stream), the default retry policy and plain values, the state file in a temporary
+//! directory flushed every second
+//! (a keyed sink's position is committed with its rows). The stream is read from `TRIM_HORIZON` with the bench
+//! stream's ARN, polled every 200 ms, and ends on the drained stream or after a second idle.
+
+use anyhow::{Context as _, bail};
+use ddbpipe::{Ended, Opened, Pipeline};
+
+use crate::items::TABLE;
+use crate::phase::PhaseSettings;
+use crate::records::{PAGE_RECORDS, STREAM_ARN};
+
+/// The pipeline's name.
+pub const PIPELINE: &str = "bench";
+
+/// What a bench pipeline reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// A parallel scan of the bench table.
+    Scan,
+    /// Every change record of the bench stream.
+    Stream,
+}
+
+/// A bench pipeline, validated, with the directory its state file lives in.
+pub struct BenchPipeline {
+    pipeline: Pipeline,
+    _dir: tempfile::TempDir,
+}
+
+/// The jsonl sink on `/dev/null`, without fsync: the reads' own cost.
+pub const DEV_NULL: &str = "{type: jsonl, path: /dev/null, fsync: false}";
+
+impl BenchPipeline {
+    /// The pipeline reading `read` of the bench endpoint into `sink` (its YAML) in batches of
+    /// `batch_size` records.
+    pub fn new(
+        settings: &PhaseSettings,
+        read: Read,
+        sink: &str,
+        batch_size: usize,
+    ) -> anyhow::Result<BenchPipeline> {
+        let dir = tempfile::tempdir().context("cannot create the state directory")?;
+        let reading = match read {
+            Read::Scan => format!(
+                "mode: scan, segments: {}, max_concurrency: {}",
+                settings.segments, settings.concurrency
+            ),
+            Read::Stream => format!(
+                "mode: streams, stream_arn: '{STREAM_ARN}', start_position: trim_horizon, \
+                 shard_concurrency: {}, records_per_request: {PAGE_RECORDS}, \
+                 poll_interval_ms: 200, idle_termination_secs: 1, discovery_interval_secs: 60",
+                settings.concurrency
+            ),
+        };
+        // A keyed sink keeps the position in its database, with the rows.
+        let state = if sink.starts_with("{type: jsonl") {
+            "state: {path: state.json, flush_interval_ms: 1000}\n"
+        } else {
+            ""
+        };
+        let yaml = format!(
+            "name: {PIPELINE}\n\
+             source: {{table_name: {TABLE}, region: us-east-1, endpoint_url: '{endpoint}', \
+             credentials: {{type: access_key, config: {{access_key_id: AKIDBENCH, \
+             secret_access_key: bench-secret}}}}, batch_size: {batch_size}, {reading}}}\n\
+             {state}sink: {sink}\n",
+            endpoint = settings.endpoint,
+        );
+        let pipeline = Pipeline::from_yaml(&yaml, dir.path())
+            .map_err(|error| anyhow::anyhow!("the bench pipeline: {error}"))?;
+        Ok(BenchPipeline {
+            pipeline,
+            _dir: dir,
+        })
+    }
+
+    /// Builds the run (not timed: see the module docs).
+    pub async fn open(&self) -> anyhow::Result<Opened<'_>> {
+        // Nothing stops the run: it ends on its own.
+        self.pipeline
+            .open(ddbpipe::Cancel::never())
+            .await
+            .map_err(|error| anyhow::anyhow!("{error}"))
+    }
+}
+
+/// Runs what was opened to its end (timed); returns the records written and, for the stream,
+/// why it ended (`stream disabled` or `idle`). A scan must complete.
+pub async fn finish(opened: Opened<'_>) -> anyhow::Result<(u64, Option<&'static str>)> {
+    let summary = opened
+        .run()
+        .await
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    let end = match summary.ended() {
+        Ended::Complete => None,
+        Ended::StreamDisabled => Some("stream disabled"),
+        Ended::Idle => Some("idle"),
+        other => bail!("the run ended early ({other:?}): {summary}"),
+    };
+    let Some(written) = summary.written() else {
+        bail!("the run counted nothing: {summary}");
+    };
+    Ok((written, end))
+}

@@ -1,0 +1,13 @@
+//! The sqlite and postgres sinks (docs/sinks.md §7.2, §7.3), one keyed table each with the
+//! position in the same database: their config sections ([`config`]) and how a run builds
+//! them ([`build`]); the writing is `ddbpipe_keyed`.
+
+mod build;
+mod config;
+
+pub use build::{
+    destination_table, keyed_sink, libpq_defaults, lock, open_existing, reset_database_state,
+    table_spec,
+};
+pub use config::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
+pub(crate) use config::{POSTGRES, SQLITE, read_postgres, read_sqlite, validate};

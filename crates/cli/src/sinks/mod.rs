@@ -1,0 +1,173 @@
+//! The sinks, one folder each: its config section (the keys, their reading and validation)
+//! and how a run builds it (`jsonl`, `keyed` for sqlite and postgres, `custom` for a sink given
+//! in code); the writing itself is the engine's (`ddbpipe_pipeline::sinks::jsonl`,
+//! `ddbpipe_keyed`, `crate::sink`). Here: the `sink:` section's dispatch.
+
+pub mod custom;
+pub mod jsonl;
+pub mod keyed;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use ddbpipe_source::config::{ConfigError, SourceConfig};
+
+use crate::yaml::fields::Fields;
+use crate::yaml::schema::{Field, Shape, Variant, of, required};
+use crate::yaml::types::Choice;
+pub use jsonl::{JsonlConfig, JsonlTarget, WriteMode};
+pub use keyed::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
+
+/// `sink:`: a `type`, then the keys of that sink (docs/sinks.md §7).
+pub(crate) const SINK: Shape = Shape::Tagged {
+    tag: &SINK_TYPE,
+    variants: SINKS,
+};
+
+/// `sink.type`.
+static SINK_TYPE: Field = required("type", of::<SinkType>(), "The kind of sink.");
+
+/// The sinks and their keys.
+static SINKS: &[Variant] = &[
+    Variant {
+        tag: "jsonl",
+        description: "JSON Lines to stdout or to files (docs/sinks.md §7.1).",
+        fields: jsonl::FIELDS,
+    },
+    Variant {
+        tag: "sqlite",
+        description: "A keyed table in a SQLite file, the position in the same database \
+                      (docs/sinks.md §7.2).",
+        fields: keyed::SQLITE,
+    },
+    Variant {
+        tag: "postgres",
+        description: "A keyed table in PostgreSQL, the position in the same database \
+                      (docs/sinks.md §7.3).",
+        fields: keyed::POSTGRES,
+    },
+    Variant {
+        tag: "custom",
+        description: "A sink given in code by the program that embeds ddbpipe \
+                      (`Pipeline::with_sink`, docs/sinks.md §7.5); the position in the state \
+                      file. `ddbpipe run` has none to give.",
+        fields: &[],
+    },
+];
+
+/// What building a sink reads of its pipeline: the pipeline's name, its source and its sink
+/// section.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The pipeline's name (its lock, its position, a jsonl file's lock).
+    pub pipeline: &'a str,
+    /// The source: the table, the retry policy and value format a keyed sink writes with.
+    pub source: &'a SourceConfig,
+    /// The sink section.
+    pub sink: &'a SinkConfig,
+}
+
+/// Where the records of a run are written: the `sink:` section, `{type: <sink>, ...}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkConfig {
+    /// `type: jsonl`: one JSON object per line, to stdout or files (docs/sinks.md §7.1).
+    Jsonl(JsonlConfig),
+    /// `type: sqlite`: a keyed table in a SQLite file, the position in the same database
+    /// (docs/sinks.md §7.2).
+    Sqlite(SqliteConfig),
+    /// `type: postgres`: a keyed table in PostgreSQL, the position in the same database
+    /// (docs/sinks.md §7.3).
+    Postgres(PostgresConfig),
+    /// `type: custom`: a sink the embedding program gives in code, the position in the state
+    /// file (docs/sinks.md §7.5).
+    Custom,
+}
+
+impl SinkConfig {
+    /// `"jsonl"`, `"sqlite"` or `"postgres"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkConfig::Jsonl(_) => "jsonl",
+            SinkConfig::Sqlite(_) => "sqlite",
+            SinkConfig::Postgres(_) => "postgres",
+            SinkConfig::Custom => "custom",
+        }
+    }
+
+    /// The keyed part of a sqlite or postgres sink; `None` for jsonl and custom.
+    pub fn keyed(&self) -> Option<&KeyedConfig> {
+        match self {
+            SinkConfig::Jsonl(_) | SinkConfig::Custom => None,
+            SinkConfig::Sqlite(sqlite) => Some(&sqlite.keyed),
+            SinkConfig::Postgres(postgres) => Some(&postgres.keyed),
+        }
+    }
+}
+
+/// The `type` of `sink`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SinkType {
+    Jsonl,
+    Sqlite,
+    Postgres,
+    Custom,
+}
+
+impl Choice for SinkType {
+    fn all() -> &'static [Self] {
+        &[
+            SinkType::Jsonl,
+            SinkType::Sqlite,
+            SinkType::Postgres,
+            SinkType::Custom,
+        ]
+    }
+    fn name(self) -> &'static str {
+        match self {
+            SinkType::Jsonl => "jsonl",
+            SinkType::Sqlite => "sqlite",
+            SinkType::Postgres => "postgres",
+            SinkType::Custom => "custom",
+        }
+    }
+    fn hint(found: &str) -> Option<&'static str> {
+        matches!(found, "postgresql" | "pg").then_some("the PostgreSQL sink is `type: postgres`")
+    }
+}
+
+/// Reads the sink section; also returns the keys it set. An unknown `type` stops here: the
+/// other keys cannot be judged without it.
+pub(crate) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<String>)> {
+    let kind = f.required::<SinkType>("type")?;
+    f.select(kind.name());
+    let sink = match kind {
+        SinkType::Jsonl => SinkConfig::Jsonl(jsonl::read(&mut f)),
+        SinkType::Sqlite => SinkConfig::Sqlite(keyed::read_sqlite(&mut f)),
+        SinkType::Postgres => SinkConfig::Postgres(keyed::read_postgres(&mut f)),
+        SinkType::Custom => SinkConfig::Custom,
+    };
+    Some((sink, f.finish()))
+}
+
+/// Makes the sink's relative file paths relative to `config_dir`, the pipeline file's
+/// directory (`crate::yaml::anchor`).
+pub(crate) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig) {
+    match sink {
+        SinkConfig::Jsonl(JsonlConfig {
+            path: JsonlTarget::File(path),
+            ..
+        })
+        | SinkConfig::Sqlite(SqliteConfig { path, .. }) => crate::yaml::anchor(config_dir, path),
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => {}
+    }
+}
+
+/// The sink rules of docs/config.md §1.3 rule 12 (docs/sinks.md §7): each sink's own (the
+/// state's are `crate::config`'s).
+pub(crate) fn validate(sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
+    match sink {
+        SinkConfig::Jsonl(config) => jsonl::validate(config, errors),
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => keyed::validate(sink, errors),
+        SinkConfig::Custom => {}
+    }
+}
