@@ -461,3 +461,63 @@ impl ddbpipe::sink::Sink for Ignored {
         Ok(())
     }
 }
+
+#[test]
+fn a_mirror_is_driven_through_its_snapshot_into_its_stream_and_resumes_after_it() {
+    let emulator = Emulator::Dynoxide.start();
+    emulator.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for i in 0..12 {
+        emulator.put_pk("orders", &format!("k{i:02}"), "1");
+    }
+    let files = Pipeline::new("mirror", &emulator.endpoint, "");
+    files.write_with_sink(
+        "mirror",
+        &emulator.endpoint,
+        "table_name: orders\nmode: mirror\nidle_termination_secs: 2\nsegments: 2\nbatch_size: 3\n\
+         page_limit: 3\nresnapshot_deletes: false",
+        CUSTOM,
+    );
+    // Each batch is acknowledged by a task of its own: the acknowledgements come back in the
+    // order the tasks finish.
+    let drive = |files: &Pipeline| {
+        rt().block_on(async {
+            let mut batches = ddbpipe::Pipeline::from_path(&files.config)
+                .expect("a valid pipeline")
+                .batches(Cancel::never())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut ops = Vec::new();
+            let mut tasks = tokio::task::JoinSet::new();
+            while let Some(batch) = batches.next().await {
+                let batch = batch.unwrap_or_else(|e| panic!("{e}"));
+                ops.extend(batch.records().iter().map(|r| r.op()));
+                let wait = 3 - batch.number() % 3;
+                tasks.spawn(async move {
+                    for _ in 0..wait {
+                        tokio::task::yield_now().await;
+                    }
+                    batch.ack();
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+            (
+                batches.finish().await.unwrap_or_else(|e| panic!("{e}")),
+                ops,
+            )
+        })
+    };
+    let (summary, ops) = drive(&files);
+    assert_eq!(summary.ended(), Ended::Idle, "{summary}");
+    use ddbpipe::sink::Op;
+    assert_eq!(ops[..12], [Op::Snapshot; 12], "the snapshot first");
+    // The stream from the capture on: the emulator's stream holds the writes made before it.
+    assert!(ops[12..].iter().all(|op| *op == Op::Insert), "{ops:?}");
+    emulator.put_pk("orders", "k03", "2");
+    let (summary, ops) = drive(&files);
+    assert_eq!(summary.ended(), Ended::Idle, "{summary}");
+    assert_eq!(
+        ops,
+        [Op::Modify],
+        "the rerun resumes after what was acknowledged"
+    );
+}

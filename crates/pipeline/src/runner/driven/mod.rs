@@ -311,7 +311,6 @@ impl Driven {
         self.take_settled(ready);
         self.window.lose_out();
         append(ready, self.window.ready());
-        self.settled.close();
     }
 
     fn take_settled(&mut self, ready: &mut Batch) {
