@@ -29,6 +29,10 @@
 //! [`Ended::Stopped`](crate::Ended::Stopped). Batches you still hold are delivered again by the
 //! next run. [`Batches::finish`] before the batches ended stops the run the same way.
 //!
+//! # The summary
+//! [`Summary::written`](crate::Summary::written) counts the records handed out; after a stop,
+//! some of them may not have been acknowledged (they are delivered again by the next run).
+//!
 //! # Holding batches
 //! Batches may be acknowledged from other tasks while the loop goes on. A loop that holds
 //! batches itself while it awaits the next one must acknowledge them before the window is

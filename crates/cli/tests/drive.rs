@@ -43,6 +43,19 @@ fn pipeline(files: &Pipeline, window: usize) -> ddbpipe::Pipeline {
         .with_ack_window(window)
 }
 
+/// The batches of `files`' pipeline, `window` at most held.
+async fn started(files: &Pipeline, window: usize, stop: Cancel) -> ddbpipe::Batches {
+    pipeline(files, window)
+        .batches(stop)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The next batch, which must come.
+async fn next_batch(batches: &mut ddbpipe::Batches) -> Batch {
+    batches.next().await.expect("a batch").expect("no failure")
+}
+
 fn keys(batch: &Batch) -> Vec<String> {
     batch
         .records()
@@ -72,10 +85,7 @@ fn segments_with_progress(files: &Pipeline) -> usize {
 /// Reads the rest of the table with acknowledgements in order; returns the keys delivered.
 fn rest(files: &Pipeline) -> Vec<String> {
     rt().block_on(async {
-        let mut batches = pipeline(files, 16)
-            .batches(Cancel::never())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut batches = started(files, 16, Cancel::never()).await;
         let mut got = Vec::new();
         while let Some(batch) = batches.next().await {
             let batch = batch.unwrap_or_else(|e| panic!("{e}"));
@@ -97,18 +107,15 @@ fn acknowledgements_in_reverse_order_commit_every_segment_but_the_one_of_a_held_
     let (_emulator, files) = scan_of(60, 3);
     let (handle, stop) = Cancel::new();
     let (held_keys, acked) = rt().block_on(async {
-        let mut batches = pipeline(&files, 16)
-            .batches(stop)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut batches = started(&files, 16, stop).await;
         // The first batch is held unacknowledged; the next eight are acknowledged four at a
         // time, each four in reverse order.
-        let held = batches.next().await.expect("a batch").expect("no failure");
+        let held = next_batch(&mut batches).await;
         let mut acked = Vec::new();
         for _ in 0..2 {
             let mut four = Vec::new();
             for _ in 0..4 {
-                four.push(batches.next().await.expect("a batch").expect("no failure"));
+                four.push(next_batch(&mut batches).await);
             }
             while let Some(batch) = four.pop() {
                 acked.extend(keys(&batch));
@@ -155,10 +162,7 @@ fn acknowledgements_in_random_order_complete_a_scan_and_clear_its_position() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (_emulator, files) = scan_of(60, 4);
     let (summary, got) = rt().block_on(async {
-        let mut batches = pipeline(&files, 4)
-            .batches(Cancel::never())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut batches = started(&files, 4, Cancel::never()).await;
         let mut got = Vec::new();
         let mut held: Vec<Batch> = Vec::new();
         while let Some(batch) = batches.next().await {
@@ -193,13 +197,10 @@ fn a_full_window_holds_the_reading_back_and_a_stop_saves_only_the_acknowledged_p
     let (_emulator, files) = scan_of(60, 1);
     let (handle, stop) = Cancel::new();
     let (summary, acked, after_stop) = rt().block_on(async {
-        let mut batches = pipeline(&files, 3)
-            .batches(stop)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut batches = started(&files, 3, stop).await;
         let mut window = Vec::new();
         for _ in 0..3 {
-            window.push(batches.next().await.expect("a batch").expect("no failure"));
+            window.push(next_batch(&mut batches).await);
         }
         // Time for a reader that ignored the window to run ahead (nothing depends on it).
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -242,12 +243,9 @@ fn a_stop_while_the_scans_end_waits_for_a_held_batch_leaves_the_scan_unfinished(
     let (_emulator, files) = scan_of(10, 1);
     let (handle, stop) = Cancel::new();
     let (summary, held_keys) = rt().block_on(async {
-        let mut batches = pipeline(&files, 16)
-            .batches(stop)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let first = batches.next().await.expect("a batch").expect("no failure");
-        let second = batches.next().await.expect("a batch").expect("no failure");
+        let mut batches = started(&files, 16, stop).await;
+        let first = next_batch(&mut batches).await;
+        let second = next_batch(&mut batches).await;
         second.ack();
         // The whole table was read: the scan's end waits for the first batch.
         assert!(batches.next().await.is_none());
@@ -276,14 +274,11 @@ fn a_batch_dropped_without_its_acknowledgement_fails_the_run_and_is_delivered_ag
     let (_emulator, files) = scan_of(30, 1);
     let (error, acked) = rt().block_on(async {
         // One batch a window: the drop is seen while the run still reads.
-        let mut batches = pipeline(&files, 1)
-            .batches(Cancel::never())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let first = batches.next().await.expect("a batch").expect("no failure");
+        let mut batches = started(&files, 1, Cancel::never()).await;
+        let first = next_batch(&mut batches).await;
         let acked = keys(&first);
         first.ack();
-        let second = batches.next().await.expect("a batch").expect("no failure");
+        let second = next_batch(&mut batches).await;
         drop(second);
         let mut error = None;
         while let Some(batch) = batches.next().await {
@@ -316,11 +311,8 @@ fn a_batch_dropped_without_its_acknowledgement_fails_the_run_and_is_delivered_ag
 fn a_batch_failed_by_the_program_ends_the_run_with_its_error() {
     let (_emulator, files) = scan_of(10, 1);
     let error = rt().block_on(async {
-        let mut batches = pipeline(&files, 16)
-            .batches(Cancel::never())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let batch = batches.next().await.expect("a batch").expect("no failure");
+        let mut batches = started(&files, 16, Cancel::never()).await;
+        let batch = next_batch(&mut batches).await;
         batch.fail(ddbpipe::sink::SinkError::definite(
             "the order service refused k00",
         ));
