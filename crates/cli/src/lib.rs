@@ -57,6 +57,31 @@
 //! ```
 //! [`Pipeline::with_sdk_config`] builds every AWS client from your own `SdkConfig`.
 //!
+//! # 3. Drive the reading yourself
+//! [`Pipeline::batches`] hands the batches to your own loop instead of a sink: each
+//! [`drive::Batch`] is done when you call [`drive::Batch::ack`] — in any order, from any task.
+//! The position saved is the acknowledged prefix of each scan segment and stream shard (a
+//! child shard after its parent); at most [`Pipeline::with_ack_window`] batches are held, and
+//! reading waits while they are. A batch dropped unacknowledged fails the run; a stop saves
+//! what was acknowledged ([`drive`] says it all).
+//! ```no_run
+//! # async fn example() -> Result<(), ddbpipe::Error> {
+//! let yaml = "name: orders\nsource: {table_name: orders, segments: 4}\nsink: {type: custom}\n";
+//! let (handle, stop) = ddbpipe::Cancel::new(); // handle.cancel() ends the batches
+//! let mut batches = ddbpipe::Pipeline::from_yaml(yaml, ".")?.batches(stop).await?;
+//! while let Some(batch) = batches.next().await {
+//!     let batch = batch?; // a failed run ends the batches with its error
+//!     for record in batch.records() {
+//!         println!("{:?} {:?}", record.op(), record.item());
+//!     }
+//!     batch.ack(); // or later, from another task
+//! }
+//! let summary = batches.finish().await?; // how the run ended
+//! # drop(handle);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What a resume checks
 //! A stored position carries the identity of what made it (docs/state.md §6.2): the table, its
 //! region, endpoint and account, the mode, the read (index, key condition, filter, segments,
@@ -67,7 +92,7 @@
 //!
 //! # Stability
 //! Public and kept stable within a minor version: the items re-exported at the crate root and
-//! the `sink` and `store` modules. The internal crates (`ddbpipe-source`, `ddbpipe-pipeline`,
+//! the `sink`, `store` and `drive` modules. The internal crates (`ddbpipe-source`, `ddbpipe-pipeline`,
 //! `ddbpipe-keyed`, `ddbpipe-value`) and `cli`, the command's own entry point hidden from these
 //! docs, may change in any release before 1.0. Examples: `crates/cli/examples/`, each run by
 //! the test suite.
