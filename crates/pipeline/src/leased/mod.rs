@@ -186,7 +186,7 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
         let report =
             |written, run: &Run<U, T>| progress.advanced(written, run.units.capacity_units());
         // A fencing sink gets one unit per batch (module docs, Fencing).
-        let mut lane = if sink.fences() {
+        let mut lane = if sink.fencing().is_some() {
             Lane::by_hand_over(&report)
         } else {
             Lane::new(run.units.limits(), &report)
