@@ -34,7 +34,7 @@ use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::{Entry, StateError};
 use ddbpipe_source::position::{Position, ScanKind, ScanPosition};
-use store::{Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, Unseen};
+use store::{Ceiling, CheckpointStore, RepairSweep, SnapshotClose, SnapshotClosed, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -291,13 +291,16 @@ impl Checkpointer {
     /// Rows in the destination table when the position lives in the sink's database (a
     /// mirror's capture records it: docs/mirror.md §5.1).
     pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
-        self.store.destination_rows().await
+        match self.store.with_rows() {
+            Some(rows) => rows.destination_rows().await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Whether completing a snapshot deletes destination rows it did not see: a keyed sink
     /// with `resnapshot_deletes: true`.
     pub fn deletes_unseen(&self) -> bool {
-        self.cleanup.deletes && self.store.placement() == Placement::WithRows
+        self.cleanup.deletes && self.store.with_rows().is_some()
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
@@ -375,10 +378,17 @@ impl Checkpointer {
             streams.repair = Some(Box::new(repair.clone()));
         }
         let entry = self.entry(current_position(&position, streams.as_ref()));
-        let swept = self
-            .store
-            .close_repair_window(&self.pipeline, sweep, &entry)
-            .await?;
+        // A store apart from the rows has nothing to delete: it writes the entry.
+        let swept = match self.store.with_rows() {
+            Some(rows) => {
+                rows.close_repair_window(&self.pipeline, sweep, &entry)
+                    .await?
+            }
+            None => {
+                self.store.store(&self.pipeline, Some(&entry)).await?;
+                0
+            }
+        };
         self.position = position;
         self.streams = streams;
         self.written_at = Some(Instant::now());
@@ -421,9 +431,7 @@ impl Checkpointer {
     /// is acknowledged, for the sink to commit with the batch's rows. `None` with a state
     /// file.
     pub fn stage(&self, batch: &Batch) -> Option<Staged> {
-        if self.store.placement() == Placement::Apart {
-            return None;
-        }
+        self.store.with_rows()?;
         let mut position = self.position.clone();
         let mut streams = self.streams.clone();
         apply_batch(&mut position, &mut streams, batch);
@@ -507,7 +515,7 @@ impl Checkpointer {
             return Ok(());
         }
         let complete = self.snapshot_complete();
-        let file_store = self.store.placement() == Placement::Apart;
+        let file_store = self.store.with_rows().is_none();
         let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
             return Ok(());
         };
@@ -545,10 +553,18 @@ impl Checkpointer {
             streams.snapshot = None;
         }
         let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
-        let closed = self
-            .store
-            .close_snapshot(&self.pipeline, close, &entry)
-            .await?;
+        let closed = match self.store.with_rows() {
+            Some(rows) => rows.close_snapshot(&self.pipeline, close, &entry).await?,
+            // A store apart from the rows (handled above) has nothing to clean up.
+            None => {
+                self.store.store(&self.pipeline, Some(&entry)).await?;
+                SnapshotClosed {
+                    keys_written: 0,
+                    deleted: 0,
+                    ceiling: Ceiling::Kept,
+                }
+            }
+        };
         self.streams = closed_streams;
         self.written_at = Some(Instant::now());
         self.dirty = false;
