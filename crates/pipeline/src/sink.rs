@@ -1,11 +1,37 @@
 //! The `Sink` contract: write a batch completely, acknowledge it only once it is durable.
 //!
-//! # Capabilities (docs/sinks.md §7.1)
+//! # Capabilities (docs/sinks.md §7.6)
 //! What a sink must do is [`Sink`]; what only some sinks can do is an opt-in trait on top of
 //! it ([`Fencing`], [`Versioned`], [`SharedSnapshots`]), so a sink cannot claim a capability
 //! without the methods that carry it out. A batch's [`Staged`] entry stays an argument of
 //! [`Sink::write`]: it is the checkpoint store's choice (a store with the rows), not the
 //! sink's, and only the sink whose database holds that store is ever given one.
+//!
+//! A sink that answers [`Sink::fencing`] implements [`Fencing`], which has no defaults: a
+//! fencing sink cannot fall back to a write without its fence.
+//!
+//! ```compile_fail,E0046
+//! use ddbpipe_pipeline::batch::Batch;
+//! use ddbpipe_pipeline::sink::{Fencing, Sink, SinkError, Staged};
+//!
+//! struct Files;
+//!
+//! impl Sink for Files {
+//!     async fn write(&mut self, _: &Batch, _: Option<&Staged>) -> Result<(), SinkError> {
+//!         Ok(())
+//!     }
+//!
+//!     fn describe(&self) -> String {
+//!         "files".into()
+//!     }
+//!
+//!     fn fencing(&mut self) -> Option<&mut impl Fencing> {
+//!         Some(self)
+//!     }
+//! }
+//!
+//! impl Fencing for Files {}
+//! ```
 
 use std::future::Future;
 

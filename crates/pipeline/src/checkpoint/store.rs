@@ -1,7 +1,7 @@
 //! Where a pipeline's entry is kept: the [`CheckpointStore`] contract, and the state file as
 //! its first implementation (the sink databases implement it in `ddbpipe-keyed`).
 //!
-//! # Rules (docs/state.md §6.1, §6.5)
+//! # Rules (docs/state.md §6.1, §6.5, §6.8)
 //! 1. A store reads an entry strictly (corruption names the store and the JSON path) and
 //!    replaces it whole; what it writes is its own business (one file, or parts in rows).
 //! 2. A store [`WithRows`] lives in the sink's database: each batch's entry is handed to the
@@ -9,6 +9,42 @@
 //!    closes with the complete-read cleanup of those rows. Any other store is apart from the
 //!    records (the state file): the checkpointer writes it itself, and closing a snapshot or a
 //!    repair window only writes the entry.
+//!
+//! A store that answers [`CheckpointStore::with_rows`] implements [`WithRows`], which has no
+//! defaults: a store with the rows cannot close a snapshot without its cleanup.
+//!
+//! ```compile_fail,E0046
+//! use ddbpipe_pipeline::checkpoint::store::{CheckpointStore, WithRows};
+//! use ddbpipe_pipeline::state::{Entry, StateError};
+//! use futures_util::future::BoxFuture;
+//!
+//! #[derive(Debug)]
+//! struct Rows;
+//!
+//! impl CheckpointStore for Rows {
+//!     fn describe(&self) -> String {
+//!         "rows".into()
+//!     }
+//!
+//!     fn load<'a>(&'a mut self, _: &'a str) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
+//!         Box::pin(async { Ok(None) })
+//!     }
+//!
+//!     fn store<'a>(
+//!         &'a mut self,
+//!         _: &'a str,
+//!         _: Option<&'a Entry>,
+//!     ) -> BoxFuture<'a, Result<(), StateError>> {
+//!         Box::pin(async { Ok(()) })
+//!     }
+//!
+//!     fn with_rows(&self) -> Option<&dyn WithRows> {
+//!         Some(self)
+//!     }
+//! }
+//!
+//! impl WithRows for Rows {}
+//! ```
 
 use futures_util::future::BoxFuture;
 

@@ -21,7 +21,7 @@
 //! # Fencing (§11.7 rule 4)
 //! A sink that keeps lease fences (the keyed sinks: every worker writes one database) gets one
 //! unit per batch, written with its unit's lease counter and the position it reaches in the
-//! batch's transaction; a taken lease's counter is stored first (`Sink::claim`), and the unit
+//! batch's transaction; a taken lease's counter is stored first (`Fencing::claim`), and the unit
 //! resumes after the position stored with it. A batch whose fence holds a newer owner's counter
 //! is refused with nothing written, and its unit is lost to this worker.
 //!
