@@ -34,7 +34,7 @@ use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::{Entry, StateError};
 use ddbpipe_source::position::{Position, ScanKind, ScanPosition};
-use store::{Ceiling, CheckpointStore, RepairSweep, SnapshotClose, SnapshotClosed, Unseen};
+use store::{Ceiling, CheckpointStore, RepairSweep, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -515,19 +515,12 @@ impl Checkpointer {
             return Ok(());
         }
         let complete = self.snapshot_complete();
-        let file_store = self.store.with_rows().is_none();
         let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
             return Ok(());
         };
-        if file_store {
-            // A file store: nothing to clean up (jsonl deletes nothing).
-            if let Some(streams) = self.streams.as_mut() {
-                streams.snapshot = None;
-            }
-            self.dirty = true;
-            return self.flush().await;
-        }
-        if !complete {
+        // A store with the rows commits the snapshot as complete first: should its cleanup
+        // fail, the next run retries it without scanning. A store apart has no cleanup.
+        if !complete && self.store.with_rows().is_some() {
             snapshot.complete = true;
             self.dirty = true;
             self.flush().await?;
@@ -553,18 +546,12 @@ impl Checkpointer {
             streams.snapshot = None;
         }
         let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
-        let closed = match self.store.with_rows() {
-            Some(rows) => rows.close_snapshot(&self.pipeline, close, &entry).await?,
-            // A store apart from the rows (handled above) has nothing to clean up.
-            None => {
-                self.store.store(&self.pipeline, Some(&entry)).await?;
-                SnapshotClosed {
-                    keys_written: 0,
-                    deleted: 0,
-                    ceiling: Ceiling::Kept,
-                }
-            }
+        let Some(rows) = self.store.with_rows() else {
+            // A store apart from the rows: nothing to clean up (jsonl deletes nothing).
+            self.streams = closed_streams;
+            return self.write(entry.position).await;
         };
+        let closed = rows.close_snapshot(&self.pipeline, close, &entry).await?;
         self.streams = closed_streams;
         self.written_at = Some(Instant::now());
         self.dirty = false;
