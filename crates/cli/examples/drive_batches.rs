@@ -8,7 +8,7 @@
 //! The pipeline's config says `sink: {type: custom}`; `Pipeline::batches` hands its batches
 //! out instead of writing them. The position saved is, per scan segment, the acknowledged
 //! prefix of its batches, so a stopped run resumes after what was acknowledged (docs/state.md
-//! §6.8). At most `with_ack_window` batches are held at a time: while they are, reading waits.
+//! §6.9). At most `with_ack_window` batches are held at a time: while they are, reading waits.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
-use ddbpipe_pipeline::sink::{Fence, Records, RunStart, Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::{Fencing, Records, RunStart, Sink, SinkError, Staged, Versioned};
 use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Output};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
@@ -67,38 +67,17 @@ impl Sink for AnySink {
         }
     }
 
-    fn versioned(&self) -> bool {
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
         match self {
-            AnySink::Jsonl(sink) => sink.versioned(),
+            AnySink::Keyed(sink) => sink.fencing(),
+            AnySink::Jsonl(_) | AnySink::Custom(_) => None,
+        }
+    }
+
+    fn versioned(&self) -> Option<&impl Versioned> {
+        match self {
             AnySink::Keyed(sink) => sink.versioned(),
-            AnySink::Custom(sink) => sink.versioned(),
-        }
-    }
-
-    fn fences(&self) -> bool {
-        match self {
-            AnySink::Jsonl(sink) => sink.fences(),
-            AnySink::Keyed(sink) => sink.fences(),
-            AnySink::Custom(sink) => sink.fences(),
-        }
-    }
-
-    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
-        match self {
-            AnySink::Jsonl(sink) => sink.write_fenced(batch, fence).await,
-            AnySink::Keyed(sink) => sink.write_fenced(batch, fence).await,
-            AnySink::Custom(sink) => sink.write_fenced(batch, fence).await,
-        }
-    }
-
-    async fn claim(
-        &mut self,
-        fence: &Fence,
-    ) -> Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError> {
-        match self {
-            AnySink::Jsonl(sink) => sink.claim(fence).await,
-            AnySink::Keyed(sink) => sink.claim(fence).await,
-            AnySink::Custom(sink) => sink.claim(fence).await,
+            AnySink::Jsonl(_) | AnySink::Custom(_) => None,
         }
     }
 }

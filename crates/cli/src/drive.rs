@@ -1,4 +1,4 @@
-//! Drive the reading yourself (docs/state.md §6.8): a pipeline's batches come to your own loop
+//! Drive the reading yourself (docs/state.md §6.9): a pipeline's batches come to your own loop
 //! through [`Batches`], and each [`Batch`] is done when you call [`Batch::ack`] — in any order,
 //! from any task. It is the run [`Pipeline::run`] does with a custom sink, only the
 //! acknowledgement is yours.

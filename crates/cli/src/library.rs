@@ -161,7 +161,7 @@ impl Pipeline {
         opening.await.map(Opened).map_err(Error)
     }
 
-    /// Starts the pipeline and hands its batches to your own loop (docs/state.md §6.8): each
+    /// Starts the pipeline and hands its batches to your own loop (docs/state.md §6.9): each
     /// [`drive::Batch`] is done when you call [`drive::Batch::ack`], in any order, and the
     /// position saved is the acknowledged prefix of each segment and shard. The run is the one
     /// [`Pipeline::run`] does with a custom sink, in every mode of one process; the config's

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ddbpipe_pipeline::checkpoint::store::{CheckpointStore as Store, Placement};
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore as Store;
 use ddbpipe_pipeline::state::{Entry, StateError};
 use tokio::sync::Mutex;
 
@@ -153,14 +153,10 @@ impl fmt::Debug for GivenStore {
 }
 
 /// A given store is apart from the records, as the state file is: no rows to clean up when a
-/// snapshot or a repair window closes, only the entry to write (the trait's defaults).
+/// snapshot or a repair window closes, only the entry to write (it does not implement `WithRows`).
 impl Store for GivenStore {
     fn describe(&self) -> String {
         self.name.clone()
-    }
-
-    fn placement(&self) -> Placement {
-        Placement::Apart
     }
 
     fn load<'a>(

@@ -1,4 +1,4 @@
-//! Driving the reading yourself (`ddbpipe::Pipeline::batches`, docs/state.md §6.8) against the
+//! Driving the reading yourself (`ddbpipe::Pipeline::batches`, docs/state.md §6.9) against the
 //! embedded emulator: acknowledgements in any order commit each segment's acknowledged prefix,
 //! a held batch keeps only its own segments back, the window bounds what is held, a batch
 //! dropped unacknowledged fails the run, and a stop saves what was acknowledged.

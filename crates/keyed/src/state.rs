@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ddbpipe_pipeline::checkpoint::store::{
-    Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, SnapshotClosed, Unseen,
+    Ceiling, CheckpointStore, RepairSweep, SnapshotClose, SnapshotClosed, Unseen, WithRows,
 };
 use ddbpipe_pipeline::state::{Entry, StateError};
 use ddbpipe_source::position::{PositionParts, put_parts, take_parts};
@@ -214,10 +214,6 @@ impl CheckpointStore for DatabaseStore {
         self.db.describe()
     }
 
-    fn placement(&self) -> Placement {
-        Placement::WithRows
-    }
-
     fn load<'a>(
         &'a mut self,
         pipeline: &'a str,
@@ -233,18 +229,25 @@ impl CheckpointStore for DatabaseStore {
         Box::pin(DatabaseStore::store(self, pipeline, entry))
     }
 
-    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+    fn with_rows(&self) -> Option<&dyn WithRows> {
+        Some(self)
+    }
+}
+
+/// The position lives with the rows: a snapshot's cleanup and a repair window's deletes commit
+/// with the entry.
+impl WithRows for DatabaseStore {
+    fn destination_rows(&self) -> BoxFuture<'_, Result<u64, StateError>> {
         Box::pin(async move {
             self.db
                 .count_rows(&self.table)
                 .await
-                .map(Some)
                 .map_err(|e| self.error(e.message))
         })
     }
 
     fn close_snapshot<'a>(
-        &'a mut self,
+        &'a self,
         pipeline: &'a str,
         close: SnapshotClose,
         entry: &'a Entry,
@@ -253,7 +256,7 @@ impl CheckpointStore for DatabaseStore {
     }
 
     fn close_repair_window<'a>(
-        &'a mut self,
+        &'a self,
         pipeline: &'a str,
         sweep: RepairSweep,
         entry: &'a Entry,

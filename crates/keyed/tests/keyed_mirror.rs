@@ -22,7 +22,7 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::{Checkpointer, CleanupPolicy};
 use ddbpipe_pipeline::leased::{LeasedMirror, LeasedMirrorOutcome, LeasedScan, LeasedStreams};
 use ddbpipe_pipeline::runner::{NoProgress, StreamOutcome};
-use ddbpipe_pipeline::sink::{Fence, Records, Sink, SinkErrorClass};
+use ddbpipe_pipeline::sink::{Fence, Fencing, Records, Sink, SinkErrorClass};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,

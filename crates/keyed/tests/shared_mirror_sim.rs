@@ -68,8 +68,8 @@ use ddbpipe_pipeline::leased::{
 };
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::{
-    CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
-    SinkErrorClass, Staged,
+    CleanedUp, CloseShared, Fence, Fencing, Records, SharedSnapshot, SharedSnapshots, Sink,
+    SinkError, SinkErrorClass, Staged, Versioned,
 };
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
@@ -213,10 +213,23 @@ impl Sink for Checked {
         panic!("a shared mirror writes every batch with its fence");
     }
 
-    fn fences(&self) -> bool {
-        true
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        Some(self)
     }
 
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn versioned(&self) -> Option<&impl Versioned> {
+        Some(self)
+    }
+}
+
+/// The keyed sink it checks writes by version.
+impl Versioned for Checked {}
+
+impl Fencing for Checked {
     async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
         self.writes += 1;
         if self.fate == Fate::Stall(self.writes) {
@@ -257,14 +270,6 @@ impl Sink for Checked {
     async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
         let _committed = self.shared.committed.lock().await;
         self.inner.claim(fence).await
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
     }
 }
 

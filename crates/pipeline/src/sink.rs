@@ -1,4 +1,37 @@
 //! The `Sink` contract: write a batch completely, acknowledge it only once it is durable.
+//!
+//! # Capabilities (docs/sinks.md §7.6)
+//! What a sink must do is [`Sink`]; what only some sinks can do is an opt-in trait on top of
+//! it ([`Fencing`], [`Versioned`], [`SharedSnapshots`]), so a sink cannot claim a capability
+//! without the methods that carry it out. A batch's [`Staged`] entry stays an argument of
+//! [`Sink::write`]: it is the checkpoint store's choice (a store with the rows), not the
+//! sink's, and only the sink whose database holds that store is ever given one.
+//!
+//! A sink that answers [`Sink::fencing`] implements [`Fencing`], which has no defaults: a
+//! fencing sink cannot fall back to a write without its fence.
+//!
+//! ```compile_fail,E0046
+//! use ddbpipe_pipeline::batch::Batch;
+//! use ddbpipe_pipeline::sink::{Fencing, Sink, SinkError, Staged};
+//!
+//! struct Files;
+//!
+//! impl Sink for Files {
+//!     async fn write(&mut self, _: &Batch, _: Option<&Staged>) -> Result<(), SinkError> {
+//!         Ok(())
+//!     }
+//!
+//!     fn describe(&self) -> String {
+//!         "files".into()
+//!     }
+//!
+//!     fn fencing(&mut self) -> Option<&mut impl Fencing> {
+//!         Some(self)
+//!     }
+//! }
+//!
+//! impl Fencing for Files {}
+//! ```
 
 use std::future::Future;
 
@@ -185,6 +218,13 @@ pub enum Records {
 }
 
 /// Where batches go. Batches arrive in order; `write` returning `Ok` is the acknowledgement.
+///
+/// Every sink implements [`write`](Sink::write) and [`describe`](Sink::describe); `start` and
+/// `complete` default to doing nothing. A capability is an opt-in trait the sink implements
+/// only if it has it, and the run asks for it through one accessor whose default is `None`:
+/// [`Fencing`] through [`fencing`](Sink::fencing), [`Versioned`] through
+/// [`versioned`](Sink::versioned). [`SharedSnapshots`] is asked for by type: only a sink that
+/// implements it can run a mirror across workers.
 pub trait Sink: Send {
     /// Writes the whole batch and returns once it is durable. `state` is given when the
     /// position lives in the sink's database: the sink commits it in the batch's transaction.
@@ -209,24 +249,38 @@ pub trait Sink: Send {
         async { Ok(()) }
     }
 
-    /// Whether the sink keeps lease fences: a shared run then writes each batch with its
-    /// unit's [`Fence`] through [`Sink::write_fenced`], one unit per batch, and claims each
-    /// lease it takes with [`Sink::claim`] before its first batch (docs/coordination.md §11.7
-    /// rule 4). A sink that does not (jsonl: each worker writes its own file) is written as usual.
-    fn fences(&self) -> bool {
-        false
+    /// Names the sink and its target for messages ("jsonl out/orders.jsonl").
+    fn describe(&self) -> String;
+
+    /// The sink's lease fences, when it keeps them (docs/coordination.md §11.7 rule 4): a
+    /// shared run then writes each batch with its unit's [`Fence`] through
+    /// [`Fencing::write_fenced`], one unit per batch, and claims each lease it takes with
+    /// [`Fencing::claim`] before its first batch. `None` (the default): the sink keeps no
+    /// fences (jsonl: each worker writes its own file) and is written with [`Sink::write`].
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        None::<&mut Lacks>
     }
 
+    /// The sink's versioned apply, when it has it (docs/mirror.md §5.6): a snapshot's scan
+    /// then runs while the stream is read. `None` (the default): the stream is read only after
+    /// its snapshot.
+    fn versioned(&self) -> Option<&impl Versioned> {
+        None::<&Lacks>
+    }
+}
+
+/// An opt-in capability of a [`Sink`]: lease fences for several workers (docs/coordination.md
+/// §11.7 rule 4), kept in the sink's database beside the rows. A sink has it by implementing
+/// this trait and answering [`Sink::fencing`] with itself; a run of several workers then
+/// writes through it only.
+pub trait Fencing: Sink {
     /// Writes the batch of one unit in one transaction with its fence: refused
     /// ([`SinkErrorClass::Fenced`]) with nothing written when a newer owner's counter is stored.
     fn write_fenced(
         &mut self,
         batch: &Batch,
         fence: &Fence,
-    ) -> impl Future<Output = Result<(), SinkError>> + Send {
-        let _ = fence;
-        self.write(batch, None)
-    }
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
 
     /// Stores a newly taken lease's counter before its first batch, so an earlier owner's late
     /// batch is refused from now on; refused ([`SinkErrorClass::Fenced`]) when an even newer
@@ -235,22 +289,42 @@ pub trait Sink: Send {
     fn claim(
         &mut self,
         fence: &Fence,
-    ) -> impl Future<Output = Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError>> + Send
-    {
-        let _ = fence;
-        async { Ok(None) }
+    ) -> impl Future<Output = Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError>> + Send;
+}
+
+/// An opt-in capability of a [`Sink`]: it applies snapshot rows beside stream changes by their
+/// versions (docs/mirror.md §5.6), so a row never goes back to an older version whichever
+/// arrives first. Writing by version needs no method beyond [`Sink::write`]: a sink has it by
+/// implementing this trait and answering [`Sink::versioned`] with itself.
+pub trait Versioned: Sink {}
+
+/// The answer of a sink without a capability: no value of it exists.
+enum Lacks {}
+
+impl Sink for Lacks {
+    async fn write(&mut self, _: &Batch, _: Option<&Staged>) -> Result<(), SinkError> {
+        match *self {}
     }
 
-    /// Names the sink and its target for messages ("jsonl out/orders.jsonl").
-    fn describe(&self) -> String;
-
-    /// Whether the sink applies snapshot rows beside stream changes by their versions
-    /// (docs/mirror.md §5.6), so that a snapshot's scan can run while the stream is read.
-    /// A sink that does not reads the stream only after its snapshot.
-    fn versioned(&self) -> bool {
-        false
+    fn describe(&self) -> String {
+        match *self {}
     }
 }
+
+impl Fencing for Lacks {
+    async fn write_fenced(&mut self, _: &Batch, _: &Fence) -> Result<(), SinkError> {
+        match *self {}
+    }
+
+    async fn claim(
+        &mut self,
+        _: &Fence,
+    ) -> Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError> {
+        match *self {}
+    }
+}
+
+impl Versioned for Lacks {}
 
 /// How a scan or query run begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

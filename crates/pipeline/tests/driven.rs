@@ -1,4 +1,4 @@
-//! A driven run (`runner::driven`, docs/state.md §6.8) on the in-memory stream, with paused
+//! A driven run (`runner::driven`, docs/state.md §6.9) on the in-memory stream, with paused
 //! time: its batches are handed out and acknowledged out of order, and a child shard commits
 //! nothing while a batch of its parent is held.
 

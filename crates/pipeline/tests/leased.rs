@@ -11,7 +11,7 @@ use std::time::Duration;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::leased::{LeasedOutcome, LeasedScan};
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
-use ddbpipe_pipeline::sink::{Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::{Fencing, Sink, SinkError, Staged};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_source::api::{ReadRequest, Render};
 use ddbpipe_source::capacity::ReadLimiter;
@@ -643,10 +643,16 @@ impl Sink for FencingSink {
         panic!("a fencing sink is written with its fence");
     }
 
-    fn fences(&self) -> bool {
-        true
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        Some(self)
     }
 
+    fn describe(&self) -> String {
+        "fencing".into()
+    }
+}
+
+impl Fencing for FencingSink {
     async fn write_fenced(
         &mut self,
         batch: &Batch,
@@ -695,10 +701,6 @@ impl Sink for FencingSink {
         }
         // No position kept: the taker resumes from the lease row (at least once).
         self.pass(fence).map(|()| None)
-    }
-
-    fn describe(&self) -> String {
-        "fencing".into()
     }
 }
 

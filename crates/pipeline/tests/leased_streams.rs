@@ -32,7 +32,7 @@ use std::time::Duration;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::leased::{LeasedStreamOutcome, LeasedStreams};
 use ddbpipe_pipeline::runner::{NoProgress, RunError};
-use ddbpipe_pipeline::sink::{Fence, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{Fence, Fencing, Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::StreamRun;
 use ddbpipe_source::config::StartPosition;
@@ -111,10 +111,16 @@ impl Sink for FencingLog {
         panic!("a fencing sink is written with its fence");
     }
 
-    fn fences(&self) -> bool {
-        true
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        Some(self)
     }
 
+    fn describe(&self) -> String {
+        "log".into()
+    }
+}
+
+impl Fencing for FencingLog {
     async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
         self.writes += 1;
         if self.stall_at == Some(self.writes) {
@@ -150,10 +156,6 @@ impl Sink for FencingLog {
 
     async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
         self.pass(fence)
-    }
-
-    fn describe(&self) -> String {
-        "log".into()
     }
 }
 

@@ -24,7 +24,7 @@ use ddbpipe_source::fake_streams::{Change, ChildFilter, FAKE_STREAM_ARN, FakeStr
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::Position;
-use ddbpipe_source::position::{ShardProgress, StreamKind, StreamsPosition};
+use ddbpipe_source::position::{RepairRecord, ShardProgress, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{Cancel, NoObserver};
 use ddbpipe_source::streams::engine::{EndReason, RunBounds};
 use ddbpipe_testkit::MemorySink;
@@ -1045,4 +1045,30 @@ async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged(
         after.shards, before.shards,
         "the shard positions stay as they were"
     );
+}
+
+/// docs/state.md §6.8 rule 3: a store apart from the rows (the state file) has no rows to sweep
+/// when a repair window closes, but the position the repair moves to is written then, not at a
+/// later flush.
+#[tokio::test]
+async fn a_repair_window_closed_into_a_state_file_stores_where_the_repair_goes_on_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.path().join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "streams"})),
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    let position = StreamsPosition::new(StreamKind::Streams, Some(FAKE_STREAM_ARN.into()));
+    checkpointer.set_streams(position).await.unwrap();
+    let day = 24 * 3_600_000;
+    let repair = RepairRecord::open(3 * day, 0, 2 * day, &["gap".into()]);
+    checkpointer.begin_repair(repair).await.unwrap();
+    checkpointer.complete(0, 0.0).await.unwrap();
+    let repair = stored(dir.path()).repair.expect("the repair is open");
+    assert_eq!((repair.window_from_ms, repair.window_to_ms), (day, 2 * day));
+    checkpointer.complete(0, 0.0).await.unwrap();
+    assert!(stored(dir.path()).repair.is_some_and(|r| r.applied));
 }

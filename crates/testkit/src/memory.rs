@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass, Staged, Versioned};
 use ddbpipe_source::streams::handover::StreamMark;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -33,8 +33,8 @@ pub struct MemorySink<L = String> {
     pub fail_at: Option<usize>,
     /// Each write takes this long (tokio time).
     pub delay: Duration,
-    /// What [`Sink::versioned`] answers (a test of a run that reads the stream during its
-    /// snapshot says `true`).
+    /// Whether [`Sink::versioned`] answers with the sink (a test of a run that reads the
+    /// stream during its snapshot says `true`).
     pub versioned: bool,
     decode: fn(&[u8]) -> L,
     jitter: Option<(StdRng, Duration)>,
@@ -129,7 +129,10 @@ impl<L: Send> Sink for MemorySink<L> {
         "memory".into()
     }
 
-    fn versioned(&self) -> bool {
-        self.versioned
+    fn versioned(&self) -> Option<&impl Versioned> {
+        self.versioned.then_some(self)
     }
 }
+
+/// When [`MemorySink::versioned`] is set: the run reads the stream beside a snapshot.
+impl<L: Send> Versioned for MemorySink<L> {}

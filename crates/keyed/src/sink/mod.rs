@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::{
-    CleanedUp, CloseShared, Fence, Records, SharedSnapshot, SharedSnapshots, Sink, SinkError,
-    SinkErrorClass, SnapshotClosed, Staged,
+    CleanedUp, CloseShared, Fence, Fencing, Records, SharedSnapshot, SharedSnapshots, Sink,
+    SinkError, SinkErrorClass, SnapshotClosed, Staged, Versioned,
 };
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
@@ -215,10 +215,22 @@ impl Sink for KeyedSink {
         self.write_with(batch, state, None).await
     }
 
-    fn fences(&self) -> bool {
-        true
+    fn describe(&self) -> String {
+        format!("{} table '{}'", self.db.describe(), self.table.table)
     }
 
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        Some(self)
+    }
+
+    fn versioned(&self) -> Option<&impl Versioned> {
+        Some(self)
+    }
+}
+
+/// Every worker writes one database: fences are kept in its state table, committed with the
+/// rows (docs/coordination.md §11.7 rule 4).
+impl Fencing for KeyedSink {
     async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
         self.write_with(batch, None, Some(fence)).await
     }
@@ -240,17 +252,11 @@ impl Sink for KeyedSink {
             .map(|stored| stored.map(|text| fence.unit.checkpoint(&text)))
             .map_err(|e| self.db_error(e))
     }
-
-    fn describe(&self) -> String {
-        format!("{} table '{}'", self.db.describe(), self.table.table)
-    }
-
-    /// Snapshot rows are written by their versions (docs/mirror.md §5.6): the stream is read
-    /// beside a snapshot's scan.
-    fn versioned(&self) -> bool {
-        true
-    }
 }
+
+/// Snapshot rows are written by their versions (docs/mirror.md §5.6): the stream is read
+/// beside a snapshot's scan.
+impl Versioned for KeyedSink {}
 
 impl SharedSnapshots for KeyedSink {
     async fn open_shared_snapshot(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ddbpipe_keyed::sink::KeyedSink;
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Sink, SinkError, Staged};
+use ddbpipe_pipeline::sink::{Sink, SinkError, Staged, Versioned};
 use ddbpipe_source::fake_export::FakeExports;
 use ddbpipe_source::fake_streams::{FakeStreamTable, FakeStreams};
 use serde_json::Value;
@@ -154,10 +154,13 @@ impl Sink for Checked {
         self.inner.describe()
     }
 
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
+    fn versioned(&self) -> Option<&impl Versioned> {
+        Some(self)
     }
 }
+
+/// The keyed sink it checks writes by version.
+impl Versioned for Checked {}
 
 /// `pk → v` of the destination table.
 pub fn rows(path: &Path) -> BTreeMap<String, u64> {

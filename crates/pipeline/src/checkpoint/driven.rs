@@ -10,7 +10,7 @@ use crate::runner::driven::{Driven, HandOut, Settled};
 
 impl Checkpointer {
     /// Hands the run's batches out to `out` instead of writing them into the sink; positions
-    /// commit as acknowledgements come back (docs/state.md §6.8). `None`: an ordinary run.
+    /// commit as acknowledgements come back (docs/state.md §6.9). `None`: an ordinary run.
     pub fn with_hand_out(mut self, out: Option<HandOut>) -> Self {
         self.driven = out.map(Driven::new);
         self

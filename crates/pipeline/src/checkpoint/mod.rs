@@ -19,7 +19,7 @@
 //! 7. A driven run's batches are handed out and acknowledged by the program in any order: their
 //!    positions are applied per segment and shard as `runner::driven` frees them (an
 //!    acknowledged prefix of each), and a run's end waits until every batch is acknowledged
-//!    (docs/state.md §6.8, `driven`).
+//!    (docs/state.md §6.9, `driven`).
 
 mod driven;
 pub mod store;
@@ -39,7 +39,7 @@ use crate::sink::Staged;
 use crate::state::identity::Identity;
 use crate::state::{Entry, StateError};
 use ddbpipe_source::position::{Position, ScanKind, ScanPosition};
-use store::{Ceiling, CheckpointStore, Placement, RepairSweep, SnapshotClose, Unseen};
+use store::{Ceiling, CheckpointStore, RepairSweep, SnapshotClose, Unseen};
 
 /// Why a run cannot start from the stored state.
 #[derive(Debug, thiserror::Error)]
@@ -299,13 +299,16 @@ impl Checkpointer {
     /// Rows in the destination table when the position lives in the sink's database (a
     /// mirror's capture records it: docs/mirror.md §5.1).
     pub async fn destination_rows(&self) -> Result<Option<u64>, StateError> {
-        self.store.destination_rows().await
+        match self.store.with_rows() {
+            Some(rows) => rows.destination_rows().await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Whether completing a snapshot deletes destination rows it did not see: a keyed sink
     /// with `resnapshot_deletes: true`.
     pub fn deletes_unseen(&self) -> bool {
-        self.cleanup.deletes && self.store.placement() == Placement::WithRows
+        self.cleanup.deletes && self.store.with_rows().is_some()
     }
 
     /// Commits a capture with its open snapshot record **before** the first Scan request, so
@@ -383,10 +386,17 @@ impl Checkpointer {
             streams.repair = Some(Box::new(repair.clone()));
         }
         let entry = self.entry(current_position(&position, streams.as_ref()));
-        let swept = self
-            .store
-            .close_repair_window(&self.pipeline, sweep, &entry)
-            .await?;
+        // A store apart from the rows has nothing to delete: it writes the entry.
+        let swept = match self.store.with_rows() {
+            Some(rows) => {
+                rows.close_repair_window(&self.pipeline, sweep, &entry)
+                    .await?
+            }
+            None => {
+                self.store.store(&self.pipeline, Some(&entry)).await?;
+                0
+            }
+        };
         self.position = position;
         self.streams = streams;
         self.written_at = Some(Instant::now());
@@ -429,9 +439,7 @@ impl Checkpointer {
     /// is acknowledged, for the sink to commit with the batch's rows. `None` with a state
     /// file.
     pub fn stage(&self, batch: &Batch) -> Option<Staged> {
-        if self.store.placement() == Placement::Apart {
-            return None;
-        }
+        self.store.with_rows()?;
         let mut position = self.position.clone();
         let mut streams = self.streams.clone();
         apply_batch(&mut position, &mut streams, batch);
@@ -515,19 +523,12 @@ impl Checkpointer {
             return Ok(());
         }
         let complete = self.snapshot_complete();
-        let file_store = self.store.placement() == Placement::Apart;
         let Some(snapshot) = self.streams.as_mut().and_then(|s| s.snapshot.as_mut()) else {
             return Ok(());
         };
-        if file_store {
-            // A file store: nothing to clean up (jsonl deletes nothing).
-            if let Some(streams) = self.streams.as_mut() {
-                streams.snapshot = None;
-            }
-            self.dirty = true;
-            return self.flush().await;
-        }
-        if !complete {
+        // A store with the rows commits the snapshot as complete first: should its cleanup
+        // fail, the next run retries it without scanning. A store apart has no cleanup.
+        if !complete && self.store.with_rows().is_some() {
             snapshot.complete = true;
             self.dirty = true;
             self.flush().await?;
@@ -553,10 +554,12 @@ impl Checkpointer {
             streams.snapshot = None;
         }
         let entry = self.entry(current_position(&self.position, closed_streams.as_ref()));
-        let closed = self
-            .store
-            .close_snapshot(&self.pipeline, close, &entry)
-            .await?;
+        let Some(rows) = self.store.with_rows() else {
+            // A store apart from the rows: nothing to clean up (jsonl deletes nothing).
+            self.streams = closed_streams;
+            return self.write(entry.position).await;
+        };
+        let closed = rows.close_snapshot(&self.pipeline, close, &entry).await?;
         self.streams = closed_streams;
         self.written_at = Some(Instant::now());
         self.dirty = false;

@@ -1,27 +1,54 @@
 //! Where a pipeline's entry is kept: the [`CheckpointStore`] contract, and the state file as
 //! its first implementation (the sink databases implement it in `ddbpipe-keyed`).
 //!
-//! # Rules (docs/state.md §6.1, §6.5)
+//! # Rules (docs/state.md §6.1, §6.5, §6.8)
 //! 1. A store reads an entry strictly (corruption names the store and the JSON path) and
 //!    replaces it whole; what it writes is its own business (one file, or parts in rows).
-//! 2. A store [`WithRows`](Placement::WithRows) lives in the sink's database: each batch's
-//!    entry is handed to the sink as a [`Staged`](crate::sink::Staged) and committed with the
-//!    batch's rows; a snapshot closes with the complete-read cleanup of those rows. A store
-//!    [`Apart`](Placement::Apart) from the records (the state file) is written by the
-//!    checkpointer itself and has no rows to clean up.
+//! 2. A store [`WithRows`] lives in the sink's database: each batch's entry is handed to the
+//!    sink as a [`Staged`](crate::sink::Staged) and committed with the batch's rows; a snapshot
+//!    closes with the complete-read cleanup of those rows. Any other store is apart from the
+//!    records (the state file): the checkpointer writes it itself, and closing a snapshot or a
+//!    repair window only writes the entry.
+//!
+//! A store that answers [`CheckpointStore::with_rows`] implements [`WithRows`], which has no
+//! defaults: a store with the rows cannot close a snapshot without its cleanup.
+//!
+//! ```compile_fail,E0046
+//! use ddbpipe_pipeline::checkpoint::store::{CheckpointStore, WithRows};
+//! use ddbpipe_pipeline::state::{Entry, StateError};
+//! use futures_util::future::BoxFuture;
+//!
+//! #[derive(Debug)]
+//! struct Rows;
+//!
+//! impl CheckpointStore for Rows {
+//!     fn describe(&self) -> String {
+//!         "rows".into()
+//!     }
+//!
+//!     fn load<'a>(&'a mut self, _: &'a str) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
+//!         Box::pin(async { Ok(None) })
+//!     }
+//!
+//!     fn store<'a>(
+//!         &'a mut self,
+//!         _: &'a str,
+//!         _: Option<&'a Entry>,
+//!     ) -> BoxFuture<'a, Result<(), StateError>> {
+//!         Box::pin(async { Ok(()) })
+//!     }
+//!
+//!     fn with_rows(&self) -> Option<&dyn WithRows> {
+//!         Some(self)
+//!     }
+//! }
+//!
+//! impl WithRows for Rows {}
+//! ```
 
 use futures_util::future::BoxFuture;
 
 use crate::state::{Entry, StateError, StateFile};
-
-/// Where the state lives relative to the records (rule 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// Apart from the records: a state file.
-    Apart,
-    /// In the sink's database, committed with the rows.
-    WithRows,
-}
 
 /// What the rows of a snapshot the snapshot did not write become when it closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,13 +105,12 @@ pub struct RepairSweep {
     pub to_ms: i64,
 }
 
-/// A pipeline's position store.
+/// A pipeline's position store. Every store implements `describe`, `load` and `store`; a store
+/// that lives with the rows also implements [`WithRows`] and answers
+/// [`with_rows`](Self::with_rows) with itself (rule 2).
 pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     /// Where the state is, for messages ("/x/orders.state.json", "sqlite out.db").
     fn describe(&self) -> String;
-
-    /// Where the state lives relative to the records (rule 2).
-    fn placement(&self) -> Placement;
 
     /// Reads `pipeline`'s entry strictly; `None` when there is none.
     fn load<'a>(
@@ -99,55 +125,41 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
         entry: Option<&'a Entry>,
     ) -> BoxFuture<'a, Result<(), StateError>>;
 
-    /// Rows in the destination table, when the state lives with the rows (a mirror's capture
-    /// records it: docs/mirror.md §5.1); `None` apart from them (the default).
-    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
-        Box::pin(async { Ok(None) })
+    /// The store's part in the sink's database, when it lives with the rows (rule 2); `None`
+    /// (the default) apart from them.
+    fn with_rows(&self) -> Option<&dyn WithRows> {
+        None
     }
+}
+
+/// An opt-in part of a [`CheckpointStore`] that lives in the sink's database (rule 2, the
+/// keyed sinks): the mirror's steps that touch the destination's rows, each in the
+/// transaction that writes the entry.
+pub trait WithRows: Send + Sync {
+    /// Rows in the destination table (a mirror's capture records it: docs/mirror.md §5.1).
+    fn destination_rows(&self) -> BoxFuture<'_, Result<u64, StateError>>;
 
     /// Closes a snapshot: the cleanup of `close`, then `entry` is written, in one transaction.
-    /// A store apart from the rows (the default) has nothing to clean: it writes `entry`.
     fn close_snapshot<'a>(
-        &'a mut self,
+        &'a self,
         pipeline: &'a str,
         close: SnapshotClose,
         entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
-        let _ = close;
-        Box::pin(async move {
-            self.store(pipeline, Some(entry)).await?;
-            Ok(SnapshotClosed {
-                keys_written: 0,
-                deleted: 0,
-                ceiling: Ceiling::Kept,
-            })
-        })
-    }
+    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>>;
 
     /// Closes a repair window: the deletes of `sweep`, then `entry` is written, in one
-    /// transaction; returns the rows deleted. A store apart from the rows (the default) only
-    /// writes `entry`.
+    /// transaction; returns the rows deleted.
     fn close_repair_window<'a>(
-        &'a mut self,
+        &'a self,
         pipeline: &'a str,
         sweep: RepairSweep,
         entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<u64, StateError>> {
-        let _ = sweep;
-        Box::pin(async move {
-            self.store(pipeline, Some(entry)).await?;
-            Ok(0)
-        })
-    }
+    ) -> BoxFuture<'a, Result<u64, StateError>>;
 }
 
 impl CheckpointStore for Box<dyn CheckpointStore> {
     fn describe(&self) -> String {
         self.as_ref().describe()
-    }
-
-    fn placement(&self) -> Placement {
-        self.as_ref().placement()
     }
 
     fn load<'a>(
@@ -165,26 +177,8 @@ impl CheckpointStore for Box<dyn CheckpointStore> {
         self.as_mut().store(pipeline, entry)
     }
 
-    fn destination_rows(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
-        self.as_ref().destination_rows()
-    }
-
-    fn close_snapshot<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        close: SnapshotClose,
-        entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<SnapshotClosed, StateError>> {
-        self.as_mut().close_snapshot(pipeline, close, entry)
-    }
-
-    fn close_repair_window<'a>(
-        &'a mut self,
-        pipeline: &'a str,
-        sweep: RepairSweep,
-        entry: &'a Entry,
-    ) -> BoxFuture<'a, Result<u64, StateError>> {
-        self.as_mut().close_repair_window(pipeline, sweep, entry)
+    fn with_rows(&self) -> Option<&dyn WithRows> {
+        self.as_ref().with_rows()
     }
 }
 
@@ -192,10 +186,6 @@ impl CheckpointStore for Box<dyn CheckpointStore> {
 impl CheckpointStore for StateFile {
     fn describe(&self) -> String {
         self.path().display().to_string()
-    }
-
-    fn placement(&self) -> Placement {
-        Placement::Apart
     }
 
     fn load<'a>(

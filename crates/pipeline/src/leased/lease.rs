@@ -16,7 +16,7 @@ use super::LeaseCounts;
 use crate::batch::Batch;
 use crate::events::LeaseEvent;
 use crate::runner::RunError;
-use crate::sink::{Fence, Sink, SinkErrorClass};
+use crate::sink::{Fence, Fencing, Sink, SinkErrorClass};
 use crate::state::identity::Identity;
 
 /// Why a shared run whose leader row holds `stored` cannot go on with `identity`: the settings
@@ -187,8 +187,8 @@ pub(crate) async fn took<T: LeaseTable, S: Sink>(
     held: usize,
 ) -> Result<Took, RunError> {
     let mut position = None;
-    if sink.fences() {
-        match sink
+    if let Some(fencing) = sink.fencing() {
+        match fencing
             .claim(&fence(worker, &taken.unit, taken.counter, None))
             .await
         {
@@ -267,10 +267,10 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     batch: &Batch,
 ) -> Result<bool, RunError> {
     let _writing = ddbpipe_source::health::Writing::begin();
-    if !sink.fences() {
+    let Some(fencing) = sink.fencing() else {
         sink.write(batch, None).await?;
         return Ok(true);
-    }
+    };
     let Some((unit, counter)) = unit.and_then(|unit| worker.counter(&unit).map(|c| (unit, c)))
     else {
         return Ok(false);
@@ -280,7 +280,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
         beside: mark.beside,
         ..fence(worker, &unit, counter, position)
     };
-    match sink.write_fenced(batch, &fence).await {
+    match fencing.write_fenced(batch, &fence).await {
         Ok(()) => Ok(true),
         Err(error) if error.class == SinkErrorClass::Fenced => {
             tracing::warn!(error = %error, "Batch refused by its lease fence.");

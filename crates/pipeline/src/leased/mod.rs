@@ -21,7 +21,7 @@
 //! # Fencing (§11.7 rule 4)
 //! A sink that keeps lease fences (the keyed sinks: every worker writes one database) gets one
 //! unit per batch, written with its unit's lease counter and the position it reaches in the
-//! batch's transaction; a taken lease's counter is stored first (`Sink::claim`), and the unit
+//! batch's transaction; a taken lease's counter is stored first (`Fencing::claim`), and the unit
 //! resumes after the position stored with it. A batch whose fence holds a newer owner's counter
 //! is refused with nothing written, and its unit is lost to this worker.
 //!
@@ -186,7 +186,7 @@ impl<U: Units, T: LeaseTable> Leased<U, T> {
         let report =
             |written, run: &Run<U, T>| progress.advanced(written, run.units.capacity_units());
         // A fencing sink gets one unit per batch (module docs, Fencing).
-        let mut lane = if sink.fences() {
+        let mut lane = if sink.fencing().is_some() {
             Lane::by_hand_over(&report)
         } else {
             Lane::new(run.units.limits(), &report)

@@ -361,7 +361,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
         tracing::info!("Resuming the open snapshot.");
         // A snapshot whose scan completed earlier is only closed (its cleanup retried): no
         // stream is read beside it, the checks after the snapshot judge the position.
-        let beside = if sink.versioned() && !checkpointer.snapshot_complete() {
+        let beside = if sink.versioned().is_some() && !checkpointer.snapshot_complete() {
             // The stream resumes with the scan: its stored shard positions must still be
             // readable (docs/mirror.md §5.6).
             check_beside(&api, run, &graph, checkpointer, &stop, observer.as_ref()).await?;
@@ -401,7 +401,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             destination_rows = rows,
             "Mirror: shard positions captured; scanning the table."
         );
-        let beside = sink.versioned().then_some(BesideStream {
+        let beside = sink.versioned().map(|_| BesideStream {
             api: &api,
             graph: &graph,
             status: &status,
@@ -518,7 +518,7 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
                         scan.segments,
                         unix_now_ms(),
                     );
-                    let beside = sink.versioned().then_some(BesideStream {
+                    let beside = sink.versioned().map(|_| BesideStream {
                         api: &api,
                         graph: &graph,
                         status: &status,

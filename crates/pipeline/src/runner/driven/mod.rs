@@ -1,6 +1,6 @@
 //! The commit side of a driven run: the lane's batches are handed out to the program that
 //! drives the reading, and their positions commit as its acknowledgements come back, in any
-//! order (docs/state.md §6.8). The same lane and runners as every other run: only the
+//! order (docs/state.md §6.9). The same lane and runners as every other run: only the
 //! [`Commit`](super::Commit) differs, through the [`Checkpointer`] the run commits to.
 //!
 //! # Rules

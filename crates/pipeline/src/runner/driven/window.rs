@@ -2,7 +2,7 @@
 //! and which of their positions may be committed now. A plain decision: batches and
 //! acknowledgements in, positions out; no clock, no I/O.
 //!
-//! # Rules (docs/state.md §6.8)
+//! # Rules (docs/state.md §6.9)
 //! 1. A batch's positions are marks, each of one unit: a scan segment's cursor, or a mark of
 //!    one stream shard (advance, finish, admission, verification, read time).
 //! 2. A mark commits once its batch is acknowledged and every earlier batch carrying a mark of
