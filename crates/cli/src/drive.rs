@@ -44,6 +44,7 @@
 //! [`Pipeline::with_ack_window`]: crate::Pipeline::with_ack_window
 
 use std::num::NonZeroUsize;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::anyhow;
@@ -122,18 +123,7 @@ impl Batches {
             Mode::Streams | Mode::Mirror => Records::Envelopes,
         };
         let (opened_tx, opened) = oneshot::channel();
-        let run = tokio::spawn(async move {
-            let built = match crate::run::open(&config, &origin, &given, progress, run_stop).await {
-                Ok(built) => built,
-                Err(failure) => {
-                    let said = duplicate(&failure);
-                    let _ = opened_tx.send(Some(failure));
-                    return Err(said);
-                }
-            };
-            let _ = opened_tx.send(None);
-            built.run().await
-        });
+        let run = spawn_run(config, origin, given, progress, run_stop, opened_tx);
         let batches = Batches {
             delivered,
             records,
@@ -328,4 +318,31 @@ fn duplicate(failure: &Failure) -> Failure {
         error: anyhow!("{:#}", failure.error),
         hint: failure.hint.clone(),
     }
+}
+
+/// The run of a driven pipeline on a task of its own: it opens (telling `opened` whether that
+/// failed), then runs. Its future is boxed here, in a plain function, so that no program's
+/// crate lays the run's deep future out (nor needs a recursion limit for it).
+fn spawn_run(
+    config: PipelineConfig,
+    origin: Origin,
+    given: Given,
+    progress: ProgressMode,
+    run_stop: Cancel,
+    opened_tx: oneshot::Sender<Option<Failure>>,
+) -> JoinHandle<Result<Summary, Failure>> {
+    let running: Pin<Box<dyn Future<Output = Result<Summary, Failure>> + Send>> =
+        Box::pin(async move {
+            let built = match crate::run::open(&config, &origin, &given, progress, run_stop).await {
+                Ok(built) => built,
+                Err(failure) => {
+                    let said = duplicate(&failure);
+                    let _ = opened_tx.send(Some(failure));
+                    return Err(said);
+                }
+            };
+            let _ = opened_tx.send(None);
+            built.run().await
+        });
+    tokio::spawn(running)
 }
