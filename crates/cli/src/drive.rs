@@ -48,7 +48,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use ddbpipe_pipeline::runner::driven::{Ack, Receiver};
+use ddbpipe_pipeline::driven::{Ack, Receiver};
 use ddbpipe_pipeline::sink::{Records, SinkError as PipelineSinkError};
 use ddbpipe_source::config::Mode;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
@@ -57,9 +57,9 @@ use tokio::task::JoinHandle;
 
 use crate::args::ProgressMode;
 use crate::config::PipelineConfig;
+use crate::error::Error;
 use crate::failure::Failure;
 use crate::given::Given;
-use crate::library::Error;
 use crate::origin::Origin;
 use crate::sink::{self, Record, SinkError};
 use crate::sinks::SinkConfig;
@@ -68,7 +68,7 @@ use crate::summary::Summary;
 /// How many batches a driven run holds unless told otherwise ([`Pipeline::with_ack_window`]).
 ///
 /// [`Pipeline::with_ack_window`]: crate::Pipeline::with_ack_window
-pub const DEFAULT_WINDOW: NonZeroUsize = ddbpipe_pipeline::runner::driven::DEFAULT_WINDOW;
+pub const DEFAULT_WINDOW: NonZeroUsize = ddbpipe_pipeline::driven::DEFAULT_WINDOW;
 
 /// The name a driven run gives its records' receiver: in messages, and in the identity of its
 /// position (`sink_path: custom batches`, docs/state.md §6.2).
@@ -112,7 +112,7 @@ impl Batches {
         });
         let sink = format!("custom {SINK_NAME}");
         let (out, delivered) =
-            ddbpipe_pipeline::runner::driven::HandOut::new(window, run_stop.clone(), sink);
+            ddbpipe_pipeline::driven::HandOut::new(window, run_stop.clone(), sink);
         let out = out.also_stopped_by(program_stop);
         let mut given = given.clone();
         given.sink = Some(sink::GivenSink::new(HandedOut));

@@ -15,5 +15,5 @@ pub struct Given {
     /// credentials and endpoint.
     pub sdk: Option<ddbpipe_source::aws::SdkSettings>,
     /// Where a driven run hands its batches (`Pipeline::batches`), in place of the sink.
-    pub driven: Option<ddbpipe_pipeline::runner::driven::HandOut>,
+    pub driven: Option<ddbpipe_pipeline::driven::HandOut>,
 }

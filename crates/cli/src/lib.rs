@@ -107,6 +107,7 @@ mod demo;
 mod destination;
 mod discover;
 pub mod drive;
+mod error;
 mod export;
 mod failure;
 mod generate;

@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod driven;
 pub mod events;
 pub mod files;
 pub mod leased;

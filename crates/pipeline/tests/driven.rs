@@ -1,4 +1,4 @@
-//! A driven run (`runner::driven`, docs/state.md §6.9) on the in-memory stream, with paused
+//! A driven run (`driven`, docs/state.md §6.9) on the in-memory stream, with paused
 //! time: its batches are handed out and acknowledged out of order, and a child shard commits
 //! nothing while a batch of its parent is held.
 
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::checkpoint::Checkpointer;
+use ddbpipe_pipeline::driven::HandOut;
 use ddbpipe_pipeline::runner::NoProgress;
-use ddbpipe_pipeline::runner::driven::HandOut;
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::run_streams;

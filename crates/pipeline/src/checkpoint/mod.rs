@@ -17,11 +17,10 @@
 //!    window all applied, the window closes with the deletes of its vanished rows in one
 //!    transaction, and the repair moves to its next window (docs/streams.md §4.12).
 //! 7. A driven run's batches are handed out and acknowledged by the program in any order: their
-//!    positions are applied per segment and shard as `runner::driven` frees them (an
+//!    positions are applied per segment and shard as `driven` frees them (an
 //!    acknowledged prefix of each), and a run's end waits until every batch is acknowledged
 //!    (docs/state.md §6.9, `driven`).
 
-mod driven;
 pub mod store;
 
 use std::time::{Duration, Instant};
@@ -107,7 +106,7 @@ pub struct Checkpointer {
     cleanup: CleanupPolicy,
     ceiling: Option<CeilingHit>,
     /// A driven run's hand-out and window (`driven`).
-    driven: Option<crate::runner::driven::Driven>,
+    pub(crate) driven: Option<crate::driven::Driven>,
 }
 
 /// RFC 3339 UTC with milliseconds: the one clock of state documents and keyed rows.

@@ -32,7 +32,7 @@ use crate::checkpoint::Checkpointer;
 use crate::sink::{RunStart, Sink, SinkError};
 use crate::state::StateError;
 
-pub mod driven;
+mod hand_out;
 mod lane;
 mod together;
 

@@ -1,12 +1,12 @@
-//! A driven run's checkpointer (`runner::driven`): it hands the lane's batches out and applies
+//! A driven run's commit side (`crate::driven`): it hands the lane's batches out and applies
 //! the positions their acknowledgements free, written when due like any acknowledged batch's.
 //! A checkpointer without a hand-out does none of this: every method here is then a no-op.
 
-use super::Checkpointer;
+use super::{RunError, Wrote};
 use crate::batch::Batch;
-use crate::runner::RunError;
-use crate::runner::Wrote;
-use crate::runner::driven::{Driven, HandOut, Settled};
+use crate::checkpoint::Checkpointer;
+use crate::driven::{Driven, HandOut, Settled};
+use crate::sink::SinkError;
 
 impl Checkpointer {
     /// Hands the run's batches out to `out` instead of writing them into the sink; positions
@@ -87,13 +87,13 @@ impl Checkpointer {
     async fn commit_ready<T>(
         &mut self,
         ready: Batch,
-        result: Result<T, RunError>,
+        result: Result<T, SinkError>,
     ) -> Result<T, RunError> {
         self.acknowledged(&ready, None).await?;
         if result.is_err() {
             self.give_up_handed().await?;
             self.flush().await?;
         }
-        result
+        Ok(result?)
     }
 }

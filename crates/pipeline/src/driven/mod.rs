@@ -36,7 +36,6 @@ use tokio::sync::mpsc;
 
 pub use self::window::BatchNumber;
 use self::window::{Fate, Window};
-use super::RunError;
 use crate::batch::Batch;
 use crate::sink::{SinkError, SinkErrorClass};
 
@@ -220,7 +219,7 @@ impl Driven {
         &mut self,
         batch: &Batch,
         ready: &mut Batch,
-    ) -> Result<bool, RunError> {
+    ) -> Result<bool, SinkError> {
         self.take_settled(ready);
         if batch.records.is_empty() {
             self.window.push(batch, Fate::Acknowledged);
@@ -276,7 +275,7 @@ impl Driven {
         &mut self,
         settled: Option<Settled>,
         ready: &mut Batch,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), SinkError> {
         self.apply(settled, ready);
         self.take_settled(ready);
         self.failed()
@@ -284,7 +283,7 @@ impl Driven {
 
     /// Waits until no batch is out (rule 4), unless the run stops (rule 5); the positions
     /// freed are added to `ready`. `last`: the run reads nothing after (rule 6).
-    pub(crate) async fn drain(&mut self, ready: &mut Batch, last: bool) -> Result<(), RunError> {
+    pub(crate) async fn drain(&mut self, ready: &mut Batch, last: bool) -> Result<(), SinkError> {
         if last || self.out.stop.is_cancelled() {
             self.out.ended.cancel();
         }
@@ -350,9 +349,9 @@ impl Driven {
         self.failure.get_or_insert(error);
     }
 
-    fn failed(&mut self) -> Result<(), RunError> {
+    fn failed(&mut self) -> Result<(), SinkError> {
         match self.failure.take() {
-            Some(error) => Err(RunError::Sink(error)),
+            Some(error) => Err(error),
             None => Ok(()),
         }
     }
