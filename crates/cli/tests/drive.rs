@@ -6,17 +6,15 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
+use common::drive::{CUSTOM, keys, next_batch, started};
 use common::{Emulator, Pipeline, rt};
 use ddbpipe::drive::Batch;
 use ddbpipe::{Cancel, Ended, ErrorKind};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-
-const CUSTOM: &str = "sink:\n  type: custom\nstate:\n  path: state.json\n  flush_interval_ms: 0\n";
 
 /// A table of `items` items (`k00`, `k01`, …) and a pipeline scanning it in `segments`
 /// segments, five items a page and a batch, into the caller's loop.
@@ -34,37 +32,6 @@ fn scan_of(items: usize, segments: u32) -> (common::Running, Pipeline) {
         CUSTOM,
     );
     (emulator, files)
-}
-
-fn pipeline(files: &Pipeline, window: usize) -> ddbpipe::Pipeline {
-    let window = NonZeroUsize::new(window).expect("a window of at least one batch");
-    ddbpipe::Pipeline::from_path(&files.config)
-        .expect("a valid pipeline")
-        .with_ack_window(window)
-}
-
-/// The batches of `files`' pipeline, `window` at most held.
-async fn started(files: &Pipeline, window: usize, stop: Cancel) -> ddbpipe::Batches {
-    pipeline(files, window)
-        .batches(stop)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The next batch, which must come.
-async fn next_batch(batches: &mut ddbpipe::Batches) -> Batch {
-    batches.next().await.expect("a batch").expect("no failure")
-}
-
-fn keys(batch: &Batch) -> Vec<String> {
-    batch
-        .records()
-        .iter()
-        .map(|record| {
-            let item = record.item().expect("an item");
-            item["pk"].as_str().expect("a key").to_string()
-        })
-        .collect()
 }
 
 /// The stored scan position: how many segments are done or have a cursor.

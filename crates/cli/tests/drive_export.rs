@@ -1,0 +1,157 @@
+//! Driven batches (`ddbpipe::Pipeline::batches`, docs/state.md §6.9) through the modes that
+//! read an export: a scan whose snapshot is an export (`snapshot.engine: export`) and a
+//! mirror's repair (`on_gap: repair`), against moto behind the export fake
+//! (`tests/fake_export`).
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod fake_export;
+
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::types::StreamViewType;
+use common::drive::{CUSTOM, keys, next_batch, started};
+use common::{Emulator, Pipeline, Running, rt};
+use ddbpipe::drive::Batch;
+use ddbpipe::{Cancel, Ended};
+use fake_export::{FakeExport, create_bucket};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+const ITEMS: usize = 40;
+
+/// moto with table `orders` (NEW_AND_OLD_IMAGES) holding `k00`…`k39`, the bucket `exports`,
+/// and the export fake in front of it writing each export as four data files.
+fn exporting() -> (Running, FakeExport) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    for i in 0..ITEMS {
+        running.put_pk("orders", &format!("k{i:02}"), "0");
+    }
+    create_bucket(&running.endpoint, "exports");
+    let fake = FakeExport::start(&running.endpoint, &running.endpoint);
+    fake.set_data_files(4);
+    (running, fake)
+}
+
+/// A scan of `orders` through an export, five records a batch, into the caller's loop.
+fn export_scan(fake: &FakeExport) -> Pipeline {
+    let files = Pipeline::new("orders", &fake.url(), "");
+    files.write_with_sink(
+        "orders",
+        &fake.url(),
+        "table_name: orders\nbatch_size: 5\nsnapshot: {engine: export, s3_bucket: exports}",
+        CUSTOM,
+    );
+    files
+}
+
+fn all_keys() -> BTreeSet<String> {
+    (0..ITEMS).map(|i| format!("k{i:02}")).collect()
+}
+
+/// Drives every batch of `files`' pipeline, acknowledging a full window of `window` batches in
+/// a random order (seeded); returns the summary and the keys handed out, in order.
+fn drive_shuffled(files: &Pipeline, window: usize, seed: u64) -> (ddbpipe::Summary, Vec<String>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    rt().block_on(async {
+        let mut batches = started(files, window, Cancel::never()).await;
+        let mut got = Vec::new();
+        let mut held: Vec<Batch> = Vec::new();
+        while let Some(batch) = batches.next().await {
+            let batch = batch.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            got.extend(keys(&batch));
+            held.push(batch);
+            if held.len() == window {
+                held.shuffle(&mut rng);
+                for batch in held.drain(..) {
+                    batch.ack();
+                }
+            }
+        }
+        held.shuffle(&mut rng);
+        for batch in held {
+            batch.ack();
+        }
+        let summary = batches
+            .finish()
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        (summary, got)
+    })
+}
+
+#[test]
+fn an_export_snapshot_driven_in_random_order_hands_out_every_item_once_and_clears_its_position()
+{
+    let (_running, fake) = exporting();
+    let files = export_scan(&fake);
+    let (summary, got) = drive_shuffled(&files, 4, 25);
+    assert_eq!(summary.ended(), Ended::Complete, "{summary}");
+    assert_eq!(got.len(), ITEMS, "each item once: {got:?}");
+    let got: BTreeSet<String> = got.into_iter().collect();
+    assert_eq!(got, all_keys());
+    let entry = files.entry("orders").expect("an entry");
+    assert!(entry["position"].is_null(), "the position is cleared: {entry}");
+    assert_eq!(entry["last_completed"]["items"], ITEMS, "{entry}");
+    assert_eq!(fake.forwarded("Scan"), 0, "no Scan request");
+}
+
+#[test]
+fn an_export_snapshot_stopped_with_a_batch_held_resumes_from_the_same_export_without_losing_it()
+{
+    let (_running, fake) = exporting();
+    let files = export_scan(&fake);
+    let (handle, stop) = Cancel::new();
+    let (summary, held_keys, acked) = rt().block_on(async {
+        let mut batches = started(&files, 16, stop).await;
+        // The first batch is held; the next four are acknowledged, the last first.
+        let held = next_batch(&mut batches).await;
+        let mut four = Vec::new();
+        for _ in 0..4 {
+            four.push(next_batch(&mut batches).await);
+        }
+        let mut acked = Vec::new();
+        while let Some(batch) = four.pop() {
+            acked.extend(keys(&batch));
+            batch.ack();
+        }
+        handle.cancel();
+        while let Some(batch) = batches.next().await {
+            drop(batch.expect("no failure"));
+        }
+        let summary = batches.finish().await.unwrap_or_else(|e| panic!("{e}"));
+        (summary, keys(&held), acked)
+    });
+    assert_eq!(summary.ended(), Ended::Stopped, "{summary}");
+    let entry = files.entry("orders").expect("an entry");
+    assert!(
+        !entry["position"].is_null() && entry["last_completed"].is_null(),
+        "the snapshot is open, not complete: {entry}"
+    );
+
+    let (summary, second) = drive_shuffled(&files, 3, 7);
+    assert_eq!(summary.ended(), Ended::Complete, "{summary}");
+    let second_keys: BTreeSet<String> = second.iter().cloned().collect();
+    for key in &held_keys {
+        assert!(
+            second_keys.contains(key),
+            "the held batch's items are handed out again: {key} missing from {second:?}"
+        );
+    }
+    assert!(
+        second.len() < ITEMS,
+        "the files the held batch does not hold committed what was acknowledged: {second:?}"
+    );
+    let mut every: BTreeSet<String> = acked.into_iter().collect();
+    every.extend(second_keys);
+    assert_eq!(every, all_keys(), "nothing is lost");
+    assert_eq!(
+        fake.exports_started(),
+        1,
+        "the rerun reads the export the position names"
+    );
+    assert!(files.entry("orders").expect("an entry")["position"].is_null());
+}
