@@ -10,13 +10,14 @@ mod common;
 mod fake_export;
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
 use common::drive::{CUSTOM, keys, next_batch, started};
 use common::{Emulator, Pipeline, Running, rt};
 use ddbpipe::drive::Batch;
 use ddbpipe::{Cancel, Ended};
-use fake_export::{FakeExport, create_bucket};
+use fake_export::{FakeExport, create_bucket, now_ms};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
@@ -154,4 +155,98 @@ fn an_export_snapshot_stopped_with_a_batch_held_resumes_from_the_same_export_wit
         "the rerun reads the export the position names"
     );
     assert!(files.entry("orders").expect("an entry")["position"].is_null());
+}
+
+/// A mirror through an export with `on_gap: repair`, three records a batch, into the caller's
+/// loop; backups reach back an hour (the shortest incremental export fits).
+fn repairing_mirror(fake: &FakeExport) -> Pipeline {
+    fake.set_earliest_restorable_ms(Some(now_ms() - 3_600_000));
+    let source = "table_name: orders\nmode: mirror\nidle_termination_secs: 2\nbatch_size: 3\n\
+                  on_gap: repair\nresnapshot_deletes: false\nsnapshot: {engine: export, s3_bucket: exports}";
+    let files = Pipeline::new("mirror", &fake.url(), "");
+    files.write_with_sink("mirror", &fake.url(), source, CUSTOM);
+    files
+}
+
+/// The keys a driven run hands out with every batch acknowledged in order, and its summary.
+fn drive_all(files: &Pipeline) -> (ddbpipe::Summary, Vec<String>) {
+    drive_shuffled(files, 1, 0)
+}
+
+/// Whether the stored position holds an open repair.
+fn repair_open(files: &Pipeline) -> bool {
+    let entry = files.entry("mirror").expect("an entry");
+    entry["position"].get("repair").is_some()
+}
+
+#[test]
+fn a_repair_driven_out_of_order_closes_only_after_its_last_batch_is_acknowledged() {
+    let (running, fake) = exporting();
+    let files = repairing_mirror(&fake);
+    let (summary, first) = drive_all(&files);
+    assert_eq!(summary.ended(), Ended::Idle, "{summary}");
+    // The snapshot, then the stream from the capture on (moto's holds the writes before it).
+    assert_eq!(first.into_iter().collect::<BTreeSet<_>>(), all_keys());
+
+    // Changes the stream then loses: its position falls behind the trim horizon.
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..10 {
+        running.put_pk("orders", &format!("k{i:02}"), "1");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(now_ms());
+    std::thread::sleep(Duration::from_millis(1100));
+
+    // The repair's window reaches back before the table was filled: every item is a change
+    // of it (no sequence number: not read from the stream).
+    let (handle, stop) = Cancel::new();
+    let (summary, held_keys, acked) = rt().block_on(async {
+        let mut batches = started(&files, 16, stop).await;
+        let held = next_batch(&mut batches).await;
+        let mut handed = held.len();
+        let mut acked = Vec::new();
+        let mut later = Vec::new();
+        while handed < ITEMS {
+            let batch = next_batch(&mut batches).await;
+            assert!(
+                batch.records().iter().all(|r| r.sequence_number().is_none()),
+                "only the repair's records before its close"
+            );
+            handed += batch.len();
+            acked.extend(keys(&batch));
+            later.push(batch);
+        }
+        // Acknowledged the last first: every repair batch but the first.
+        while let Some(batch) = later.pop() {
+            batch.ack();
+        }
+        handle.cancel();
+        while let Some(batch) = batches.next().await {
+            drop(batch.expect("no failure"));
+        }
+        let summary = batches.finish().await.unwrap_or_else(|e| panic!("{e}"));
+        (summary, keys(&held), acked)
+    });
+    assert_eq!(summary.ended(), Ended::RepairStopped, "{summary}");
+    assert!(
+        repair_open(&files),
+        "a repair batch is held: the repair stays open {}",
+        files.entry("mirror").unwrap_or_default()
+    );
+
+    let (summary, third) = drive_all(&files);
+    assert_eq!(summary.ended(), Ended::Idle, "{summary}");
+    assert!(!repair_open(&files), "the repair is closed");
+    for key in &held_keys {
+        assert!(third.contains(key), "{key} is handed out again: {third:?}");
+    }
+    let mut every: BTreeSet<String> = acked.into_iter().collect();
+    every.extend(third);
+    assert_eq!(every, all_keys(), "nothing of the repair is lost");
+    assert_eq!(fake.forwarded("Scan"), 0, "no Scan request");
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "the full export and one incremental, resumed by the rerun"
+    );
 }
