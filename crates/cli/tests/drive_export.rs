@@ -108,21 +108,26 @@ fn an_export_snapshot_stopped_with_a_batch_held_resumes_from_the_same_export_wit
     let (handle, stop) = Cancel::new();
     let (summary, held_keys, acked) = rt().block_on(async {
         let mut batches = started(&files, 16, stop).await;
-        // The first batch is held; the next four are acknowledged, the last first.
+        // The first batch is held; every later one is acknowledged, four at a time, each four
+        // the last first.
         let held = next_batch(&mut batches).await;
-        let mut four = Vec::new();
-        for _ in 0..4 {
-            four.push(next_batch(&mut batches).await);
-        }
         let mut acked = Vec::new();
+        let mut four = Vec::new();
+        while let Some(batch) = batches.next().await {
+            four.push(batch.expect("no failure"));
+            if four.len() == 4 {
+                while let Some(batch) = four.pop() {
+                    acked.extend(keys(&batch));
+                    batch.ack();
+                }
+            }
+        }
         while let Some(batch) = four.pop() {
             acked.extend(keys(&batch));
             batch.ack();
         }
+        // Every file was read: the snapshot's end waits for the held batch when the run stops.
         handle.cancel();
-        while let Some(batch) = batches.next().await {
-            drop(batch.expect("no failure"));
-        }
         let summary = batches.finish().await.unwrap_or_else(|e| panic!("{e}"));
         (summary, keys(&held), acked)
     });
