@@ -13,13 +13,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
-use common::drive::{CUSTOM, keys, next_batch, started};
+use common::drive::{CUSTOM, drive_shuffled, keys, next_batch, started};
 use common::{Emulator, Pipeline, Running, rt};
-use ddbpipe::drive::Batch;
 use ddbpipe::{Cancel, Ended};
 use fake_export::{FakeExport, create_bucket, now_ms};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
 
 const ITEMS: usize = 40;
 
@@ -53,40 +50,8 @@ fn all_keys() -> BTreeSet<String> {
     (0..ITEMS).map(|i| format!("k{i:02}")).collect()
 }
 
-/// Drives every batch of `files`' pipeline, acknowledging a full window of `window` batches in
-/// a random order (seeded); returns the summary and the keys handed out, in order.
-fn drive_shuffled(files: &Pipeline, window: usize, seed: u64) -> (ddbpipe::Summary, Vec<String>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    rt().block_on(async {
-        let mut batches = started(files, window, Cancel::never()).await;
-        let mut got = Vec::new();
-        let mut held: Vec<Batch> = Vec::new();
-        while let Some(batch) = batches.next().await {
-            let batch = batch.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            got.extend(keys(&batch));
-            held.push(batch);
-            if held.len() == window {
-                held.shuffle(&mut rng);
-                for batch in held.drain(..) {
-                    batch.ack();
-                }
-            }
-        }
-        held.shuffle(&mut rng);
-        for batch in held {
-            batch.ack();
-        }
-        let summary = batches
-            .finish()
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        (summary, got)
-    })
-}
-
 #[test]
-fn an_export_snapshot_driven_in_random_order_hands_out_every_item_once_and_clears_its_position()
-{
+fn an_export_snapshot_driven_in_random_order_hands_out_every_item_once_and_clears_its_position() {
     let (_running, fake) = exporting();
     let files = export_scan(&fake);
     let (summary, got) = drive_shuffled(&files, 4, 25);
@@ -95,14 +60,16 @@ fn an_export_snapshot_driven_in_random_order_hands_out_every_item_once_and_clear
     let got: BTreeSet<String> = got.into_iter().collect();
     assert_eq!(got, all_keys());
     let entry = files.entry("orders").expect("an entry");
-    assert!(entry["position"].is_null(), "the position is cleared: {entry}");
+    assert!(
+        entry["position"].is_null(),
+        "the position is cleared: {entry}"
+    );
     assert_eq!(entry["last_completed"]["items"], ITEMS, "{entry}");
     assert_eq!(fake.forwarded("Scan"), 0, "no Scan request");
 }
 
 #[test]
-fn an_export_snapshot_stopped_with_a_batch_held_resumes_from_the_same_export_without_losing_it()
-{
+fn an_export_snapshot_stopped_with_a_batch_held_resumes_from_the_same_export_without_losing_it() {
     let (_running, fake) = exporting();
     let files = export_scan(&fake);
     let (handle, stop) = Cancel::new();
@@ -214,7 +181,10 @@ fn a_repair_driven_out_of_order_closes_only_after_its_last_batch_is_acknowledged
         while handed < ITEMS {
             let batch = next_batch(&mut batches).await;
             assert!(
-                batch.records().iter().all(|r| r.sequence_number().is_none()),
+                batch
+                    .records()
+                    .iter()
+                    .all(|r| r.sequence_number().is_none()),
                 "only the repair's records before its close"
             );
             handed += batch.len();

@@ -5,6 +5,8 @@ use std::num::NonZeroUsize;
 
 use ddbpipe::Cancel;
 use ddbpipe::drive::Batch;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
 
 use super::Pipeline;
 
@@ -43,4 +45,39 @@ pub fn keys(batch: &Batch) -> Vec<String> {
             item["pk"].as_str().expect("a key").to_string()
         })
         .collect()
+}
+
+/// Drives every batch of `files`' pipeline, acknowledging a full window of `window` batches in
+/// a random order (seeded); returns the summary and the keys handed out, in order.
+pub fn drive_shuffled(
+    files: &Pipeline,
+    window: usize,
+    seed: u64,
+) -> (ddbpipe::Summary, Vec<String>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    super::rt().block_on(async {
+        let mut batches = started(files, window, Cancel::never()).await;
+        let mut got = Vec::new();
+        let mut held: Vec<Batch> = Vec::new();
+        while let Some(batch) = batches.next().await {
+            let batch = batch.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            got.extend(keys(&batch));
+            held.push(batch);
+            if held.len() == window {
+                held.shuffle(&mut rng);
+                for batch in held.drain(..) {
+                    batch.ack();
+                }
+            }
+        }
+        held.shuffle(&mut rng);
+        for batch in held {
+            batch.ack();
+        }
+        let summary = batches
+            .finish()
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        (summary, got)
+    })
 }
