@@ -6,17 +6,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
+use common::drive::{CUSTOM, drive_shuffled, keys, next_batch, started};
 use common::{Emulator, Pipeline, rt};
-use ddbpipe::drive::Batch;
 use ddbpipe::{Cancel, Ended, ErrorKind};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-
-const CUSTOM: &str = "sink:\n  type: custom\nstate:\n  path: state.json\n  flush_interval_ms: 0\n";
 
 /// A table of `items` items (`k00`, `k01`, …) and a pipeline scanning it in `segments`
 /// segments, five items a page and a batch, into the caller's loop.
@@ -36,37 +31,6 @@ fn scan_of(items: usize, segments: u32) -> (common::Running, Pipeline) {
     (emulator, files)
 }
 
-fn pipeline(files: &Pipeline, window: usize) -> ddbpipe::Pipeline {
-    let window = NonZeroUsize::new(window).expect("a window of at least one batch");
-    ddbpipe::Pipeline::from_path(&files.config)
-        .expect("a valid pipeline")
-        .with_ack_window(window)
-}
-
-/// The batches of `files`' pipeline, `window` at most held.
-async fn started(files: &Pipeline, window: usize, stop: Cancel) -> ddbpipe::Batches {
-    pipeline(files, window)
-        .batches(stop)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The next batch, which must come.
-async fn next_batch(batches: &mut ddbpipe::Batches) -> Batch {
-    batches.next().await.expect("a batch").expect("no failure")
-}
-
-fn keys(batch: &Batch) -> Vec<String> {
-    batch
-        .records()
-        .iter()
-        .map(|record| {
-            let item = record.item().expect("an item");
-            item["pk"].as_str().expect("a key").to_string()
-        })
-        .collect()
-}
-
 /// The stored scan position: how many segments are done or have a cursor.
 fn segments_with_progress(files: &Pipeline) -> usize {
     let text = std::fs::read_to_string(files.dir.path().join("state.json")).unwrap_or_default();
@@ -84,18 +48,9 @@ fn segments_with_progress(files: &Pipeline) -> usize {
 
 /// Reads the rest of the table with acknowledgements in order; returns the keys delivered.
 fn rest(files: &Pipeline) -> Vec<String> {
-    rt().block_on(async {
-        let mut batches = started(files, 16, Cancel::never()).await;
-        let mut got = Vec::new();
-        while let Some(batch) = batches.next().await {
-            let batch = batch.unwrap_or_else(|e| panic!("{e}"));
-            got.extend(keys(&batch));
-            batch.ack();
-        }
-        let summary = batches.finish().await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(summary.ended(), Ended::Complete, "{summary}");
-        got
-    })
+    let (summary, got) = drive_shuffled(files, 1, 0);
+    assert_eq!(summary.ended(), Ended::Complete, "{summary}");
+    got
 }
 
 fn all_keys(items: usize) -> BTreeSet<String> {
@@ -159,32 +114,8 @@ fn acknowledgements_in_reverse_order_commit_every_segment_but_the_one_of_a_held_
 #[test]
 fn acknowledgements_in_random_order_complete_a_scan_and_clear_its_position() {
     let seed = 25;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (_emulator, files) = scan_of(60, 4);
-    let (summary, got) = rt().block_on(async {
-        let mut batches = started(&files, 4, Cancel::never()).await;
-        let mut got = Vec::new();
-        let mut held: Vec<Batch> = Vec::new();
-        while let Some(batch) = batches.next().await {
-            let batch = batch.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            got.extend(keys(&batch));
-            held.push(batch);
-            // A full window is acknowledged in a random order (else the next batch never
-            // comes), the last batches once the reading ended.
-            if held.len() == 4 {
-                held.shuffle(&mut rng);
-                for batch in held.drain(..) {
-                    batch.ack();
-                }
-            }
-        }
-        held.shuffle(&mut rng);
-        for batch in held {
-            batch.ack();
-        }
-        (batches.finish().await, got)
-    });
-    let summary = summary.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let (summary, got) = drive_shuffled(&files, 4, seed);
     assert_eq!(summary.ended(), Ended::Complete, "seed {seed}: {summary}");
     assert_eq!(summary.written(), Some(60));
     let got: BTreeSet<String> = got.into_iter().collect();

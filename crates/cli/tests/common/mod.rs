@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
+pub mod drive;
 pub mod keyed;
 
 use std::collections::HashMap;
