@@ -82,25 +82,25 @@ impl Emulator {
                 }
             }
             Emulator::Moto => {
-                let port = free_port();
-                let child = Command::new("moto_server")
-                    .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect(
-                        "moto_server runs: install it with `pip install 'moto[server]==5.2.5'` \
-                         (scripts/test.sh does)",
-                    );
-                let guard = ChildGuard(child);
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                    assert!(
-                        Instant::now() < deadline,
-                        "moto_server did not listen within 60 s"
-                    );
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                // The port is free when chosen, but another test's server may take it before
+                // moto binds it (moto then exits): a server that is not this moto is retried
+                // on another port.
+                let (port, guard) = (0..3)
+                    .find_map(|_| {
+                        let port = free_port();
+                        let child = Command::new("moto_server")
+                            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .spawn()
+                            .expect(
+                                "moto_server runs: install it with `pip install \
+                                 'moto[server]==5.2.5'` (scripts/test.sh does)",
+                            );
+                        let mut guard = ChildGuard(child);
+                        moto_answers(&mut guard, port).then_some((port, guard))
+                    })
+                    .expect("moto_server listened on none of 3 free ports within 60 s each");
                 let endpoint = format!("http://127.0.0.1:{port}");
                 Running {
                     client: client(&endpoint),
@@ -110,6 +110,29 @@ impl Emulator {
             }
         }
     }
+}
+
+/// Whether the moto of `guard` answers on `port` (its own `/moto-api/`, not another test's
+/// server that took the port first), waiting up to 60 s; `false` once it exited.
+fn moto_answers(guard: &mut ChildGuard, port: u16) -> bool {
+    use std::io::{Read as _, Write as _};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if guard.0.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            let mut answer = String::new();
+            let asked = stream
+                .write_all(b"GET /moto-api/data.json HTTP/1.0\r\nHost: moto\r\n\r\n")
+                .and_then(|()| stream.read_to_string(&mut answer));
+            if asked.is_ok() && answer.split_whitespace().nth(1) == Some("200") {
+                return guard.0.try_wait().ok().flatten().is_none();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
 
 /// A seeding client for the emulator (static test credentials).
