@@ -1,7 +1,8 @@
 //! The commit side of a driven run: the lane's batches are handed out to the program that
 //! drives the reading, and their positions commit as its acknowledgements come back, in any
 //! order (docs/state.md §6.9). The same lane and runners as every other run: only the
-//! [`Commit`](super::Commit) differs, through the [`Checkpointer`] the run commits to.
+//! lane's commit side differs (`runner/hand_out.rs`), through the
+//! [`Checkpointer`](crate::checkpoint::Checkpointer) the run commits to.
 //!
 //! # Rules
 //! 1. A batch with records is handed out ([`Delivered`]) with its [`Ack`]; a batch of
