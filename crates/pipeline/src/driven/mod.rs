@@ -138,8 +138,6 @@ pub struct Delivered {
 pub struct Ack {
     number: BatchNumber,
     tx: Option<mpsc::UnboundedSender<Settled>>,
-    /// The run's stops: dropped after one fired, the batch is only not acknowledged.
-    stops: Vec<Cancel>,
 }
 
 impl Ack {
@@ -171,13 +169,12 @@ impl Ack {
     }
 }
 
+/// Dropped unused: whether that fails the run (before a stop) or only leaves the batch
+/// unacknowledged (after one) is the run's to judge when it takes the notice (rule 3): a stop
+/// that fired by the drop has fired by then too.
 impl Drop for Ack {
     fn drop(&mut self) {
-        if self.stops.iter().any(Cancel::is_cancelled) {
-            self.send(Settled::Abandoned);
-        } else {
-            self.send(Settled::Dropped);
-        }
+        self.send(Settled::Dropped);
     }
 }
 
@@ -186,8 +183,6 @@ impl Drop for Ack {
 pub(crate) enum Settled {
     Acknowledged(BatchNumber),
     Dropped(BatchNumber),
-    /// Dropped after a stop.
-    Abandoned(BatchNumber),
     Failed(BatchNumber, SinkError),
 }
 
@@ -245,9 +240,6 @@ impl Driven {
             ack: Ack {
                 number,
                 tx: Some(self.acks.clone()),
-                stops: std::iter::once(self.out.stop.clone())
-                    .chain(self.out.also_stopped_by.iter().cloned())
-                    .collect(),
             },
         };
         let sent = tokio::select! {
@@ -324,7 +316,6 @@ impl Driven {
         let (number, fate) = match settled {
             Settled::Acknowledged(number) => (number, Fate::Acknowledged),
             // After a stop a batch dropped is only not acknowledged (rule 3).
-            Settled::Abandoned(number) => (number, Fate::Lost),
             Settled::Dropped(number) if self.out.stopping() => (number, Fate::Lost),
             Settled::Dropped(number) => {
                 self.fail_with(SinkError {
