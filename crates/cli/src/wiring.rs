@@ -37,7 +37,7 @@ pub async fn table_api(source: &SourceConfig) -> (AwsTableApi, Location) {
 /// The SDK configuration of a run: the program's own when it gave one
 /// (`Pipeline::with_sdk_config`, its region, credentials and endpoint in place of the
 /// source's), else the one the source's settings load.
-pub async fn sdk_config(
+async fn sdk_config(
     source: &SourceConfig,
     given: Option<&aws::SdkSettings>,
 ) -> aws::SdkSettings {

@@ -161,9 +161,7 @@ impl Read {
     /// keyed sink or a mirror cannot apply.
     async fn open(config: &PipelineConfig, given: &Given, stop: &Cancel) -> Result<Read, Failure> {
         let source = &config.source;
-        let sdk = wiring::sdk_config(source, given.sdk.as_ref()).await;
-        let table_api = aws::table_api(&sdk);
-        let mut location = wiring::location(&sdk, source);
+        let (sdk, table_api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
         let (table, stream) = match source.mode {
             Mode::Scan | Mode::Query => (Some(describe(&table_api, source, stop).await?), None),
             Mode::Streams | Mode::Mirror => {
@@ -296,8 +294,8 @@ impl Alone {
     }
 }
 
-/// What a single process's scan-mode run reads: a query, an export's files
-/// (`snapshot.engine: export`, docs/scan.md §2.10), or a parallel scan.
+/// What a scan-mode run reads: a query, an export's files (`snapshot.engine: export`,
+/// docs/scan.md §2.10; one process only), or a parallel scan.
 pub(crate) fn scan_kind(source: &SourceConfig) -> ScanKind {
     match (source.mode, source.snapshot.engine) {
         (Mode::Query, _) => ScanKind::Query,

@@ -12,10 +12,8 @@ use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
 use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws;
-use ddbpipe_source::config::Mode;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
-use ddbpipe_source::position::ScanKind;
 use ddbpipe_source::retry::Cancel;
 
 use super::build::{Read, Run};
@@ -40,10 +38,8 @@ pub(super) async fn run(
         progress,
     } = run;
     let source = &config.source;
-    let kind = match source.mode {
-        Mode::Query => ScanKind::Query,
-        _ => ScanKind::Scan,
-    };
+    // Validation refuses export snapshots to a shared scan: a scan or a query.
+    let kind = super::build::scan_kind(source);
     let table = read.table()?;
     let Parts {
         worker,
