@@ -9,17 +9,17 @@
 //! stream), the default retry policy and plain values, the state file in a temporary
 //! directory flushed every second
 //! (a keyed sink's position is committed with its rows). The stream is read from `TRIM_HORIZON` with the bench
-//! stream's ARN, polled every 200 ms, and ends on the drained stream or after a second idle.
+//! stream's ARN, polled every 200 ms, and ends on the drained stream or after a second idle;
+//! batches are the config's default size for the sink.
 
 use anyhow::{Context as _, bail};
 use ddbpipe::{Ended, Opened, Pipeline};
 
+use crate::ddbpipe_client::PIPELINE;
 use crate::items::TABLE;
 use crate::phase::PhaseSettings;
 use crate::records::{PAGE_RECORDS, STREAM_ARN};
-
-/// The pipeline's name.
-pub const PIPELINE: &str = "bench";
+use crate::sink::Destination;
 
 /// What a bench pipeline reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,17 +36,14 @@ pub struct BenchPipeline {
     _dir: tempfile::TempDir,
 }
 
-/// The jsonl sink on `/dev/null`, without fsync: the reads' own cost.
-pub const DEV_NULL: &str = "{type: jsonl, path: /dev/null, fsync: false}";
-
 impl BenchPipeline {
-    /// The pipeline reading `read` of the bench endpoint into `sink` (its YAML) in batches of
-    /// `batch_size` records.
+    /// The pipeline reading `read` of the bench endpoint into `into`: the jsonl sink on
+    /// `/dev/null` without fsync (the reads' own cost), or a keyed sink. Batches are the
+    /// config's default size for the sink (1000 into jsonl, 5000 into a keyed sink).
     pub fn new(
         settings: &PhaseSettings,
         read: Read,
-        sink: &str,
-        batch_size: usize,
+        into: &Destination,
     ) -> anyhow::Result<BenchPipeline> {
         let dir = tempfile::tempdir().context("cannot create the state directory")?;
         let reading = match read {
@@ -62,16 +59,27 @@ impl BenchPipeline {
             ),
         };
         // A keyed sink keeps the position in its database, with the rows.
-        let state = if sink.starts_with("{type: jsonl") {
-            "state: {path: state.json, flush_interval_ms: 1000}\n"
-        } else {
-            ""
+        let (sink, state) = match into {
+            Destination::Jsonl => (
+                "{type: jsonl, path: /dev/null, fsync: false}".to_string(),
+                "state: {path: state.json, flush_interval_ms: 1000}\n",
+            ),
+            Destination::Sqlite { path } => {
+                (format!("{{type: sqlite, path: '{}'}}", path.display()), "")
+            }
+            Destination::Postgres { url, schema } => (
+                format!(
+                    "{{type: postgres, url: '{}', schema: {schema}}}",
+                    url.expose()
+                ),
+                "",
+            ),
         };
         let yaml = format!(
             "name: {PIPELINE}\n\
              source: {{table_name: {TABLE}, region: us-east-1, endpoint_url: '{endpoint}', \
              credentials: {{type: access_key, config: {{access_key_id: AKIDBENCH, \
-             secret_access_key: bench-secret}}}}, batch_size: {batch_size}, {reading}}}\n\
+             secret_access_key: bench-secret}}}}, {reading}}}\n\
              {state}sink: {sink}\n",
             endpoint = settings.endpoint,
         );

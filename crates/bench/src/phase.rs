@@ -12,9 +12,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, ensure};
 use serde::{Deserialize, Serialize};
 
-use crate::ddbpipe_client::BATCH_SIZE;
-use crate::ddbpipe_run::{self, BenchPipeline, DEV_NULL, Read};
+use crate::ddbpipe_run::{self, BenchPipeline, Read};
 use crate::procfs::{self, Meter};
+use crate::sink::Destination;
 use crate::{ddbpipe_export, sdk_client, sdk_streams};
 
 /// What a phase reads.
@@ -124,7 +124,7 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
     let (received, end, measured) = runtime.block_on(async {
         match (settings.case, settings.client) {
             (Case::Scan, Client::Ddbpipe) => {
-                let pipeline = BenchPipeline::new(&settings, Read::Scan, DEV_NULL, BATCH_SIZE)?;
+                let pipeline = BenchPipeline::new(&settings, Read::Scan, &Destination::Jsonl)?;
                 let opened = pipeline.open().await?;
                 let meter = Meter::start()?;
                 let (received, _) = ddbpipe_run::finish(opened).await?;
@@ -137,7 +137,7 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
                 anyhow::Ok((received, None, meter.stop()?))
             }
             (Case::Streams, Client::Ddbpipe) => {
-                let pipeline = BenchPipeline::new(&settings, Read::Stream, DEV_NULL, BATCH_SIZE)?;
+                let pipeline = BenchPipeline::new(&settings, Read::Stream, &Destination::Jsonl)?;
                 let opened = pipeline.open().await?;
                 let meter = Meter::start()?;
                 let (received, end) = ddbpipe_run::finish(opened).await?;

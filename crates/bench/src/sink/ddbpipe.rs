@@ -10,12 +10,9 @@
 //! keyed sink), each one transaction of its rows and the position. Left out, as in the other
 //! cases: the progress bar and the log.
 
-use ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
-
 use super::destination;
 use super::{Destination, ServerMeter, SinkPhaseSettings, Written};
-use crate::ddbpipe_client::BATCH_SIZE;
-use crate::ddbpipe_run::{self, BenchPipeline, DEV_NULL, Read};
+use crate::ddbpipe_run::{self, BenchPipeline, Read};
 use crate::procfs::Meter;
 
 /// The snapshot load: ddbpipe's scan of the bench table into the keyed destination.
@@ -32,21 +29,7 @@ pub async fn stream(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
 /// The pipeline of `read` into the phase's destination: opened, then timed to its end.
 async fn run(settings: &SinkPhaseSettings, read: Read) -> anyhow::Result<Written> {
     let phase = settings.read_settings();
-    let (sink, batch_size) = match &settings.destination {
-        Destination::Jsonl => (DEV_NULL.to_string(), BATCH_SIZE),
-        Destination::Sqlite { path } => (
-            format!("{{type: sqlite, path: '{}'}}", path.display()),
-            KEYED_BATCH_SIZE,
-        ),
-        Destination::Postgres { url, schema } => (
-            format!(
-                "{{type: postgres, url: '{}', schema: {schema}}}",
-                url.expose()
-            ),
-            KEYED_BATCH_SIZE,
-        ),
-    };
-    let pipeline = BenchPipeline::new(&phase, read, &sink, batch_size)?;
+    let pipeline = BenchPipeline::new(&phase, read, &settings.destination)?;
     let opened = pipeline.open().await?;
     let server = ServerMeter::start(settings.postmaster)?;
     let meter = Meter::start()?;
