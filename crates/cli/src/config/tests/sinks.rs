@@ -241,3 +241,16 @@ fn a_postgres_json_document_renders_plain_numbers_exactly() {
     );
     assert_eq!(format(plain, &postgres("")).as_str(), "plain");
 }
+
+#[test]
+fn a_sink_that_keeps_no_position_needs_a_state_file() {
+    for sink in ["{type: jsonl, path: o.jsonl}", "{type: custom}"] {
+        assert_eq!(
+            errors(&format!(
+                "name: t\nsource: {{table_name: o}}\nsink: {sink}\nstate: {{path: ''}}\n"
+            )),
+            ["config error: state.path: path must not be empty"],
+            "{sink}"
+        );
+    }
+}
