@@ -1,0 +1,1 @@
+//! A record to a Kafka message (docs/sinks.md §7.7).

@@ -1,0 +1,11 @@
+//! The Kafka destination (docs/sinks.md §7.7): each record becomes one message whose key is the
+//! item's key attributes and whose value is a Debezium-shaped change event (or ddbpipe's own
+//! envelope), written exactly once through Kafka transactions with the pipeline's position in
+//! a compacted positions topic, or at least once by an idempotent producer.
+//!
+//! - [`envelope`]: a record (an item or a change envelope line) to a message's key and value.
+//! - [`log`]: a partition's log read at the record-batch level, with the transaction markers
+//!   applied: what a correct `read_committed` consumer receives, whatever the broker serves.
+
+pub mod envelope;
+pub mod log;
