@@ -3,7 +3,8 @@
 //! envelope), written exactly once through Kafka transactions with the pipeline's position in
 //! a compacted positions topic, or at least once by an idempotent producer.
 //!
-//! - [`envelope`]: a record (an item or a change envelope line) to a message's key and value.
+//! - [`envelope`]: a record (an item or a change envelope line) to a message's key and value
+//!   (docs/sinks.md §7.8).
 //! - [`log`]: a partition's log read at the record-batch level, with the transaction markers
 //!   applied: what a correct `read_committed` consumer receives, whatever the broker serves.
 
