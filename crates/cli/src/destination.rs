@@ -1,9 +1,11 @@
-//! Where a run's records and position go: the jsonl sink with its state file, or a keyed sink
-//! (sqlite, postgres) whose database also holds the position (docs/state.md §6.1, docs/sinks.md §7).
+//! Where a run's records and position go: the jsonl sink with its state file, a keyed sink
+//! (sqlite, postgres) whose database also holds the position, or the kafka sink with its
+//! positions topic or the state file (docs/state.md §6.1, docs/sinks.md §7).
 
 use std::path::Path;
 
 use anyhow::anyhow;
+use ddbpipe_kafka::sink::KafkaSink;
 use ddbpipe_keyed::PostgresDatabase;
 use ddbpipe_keyed::sink::KeyedSink;
 use ddbpipe_keyed::state::DatabaseStore;
@@ -22,7 +24,7 @@ use crate::failure::{Failure, state_failure};
 use crate::given::Given;
 use crate::origin::Origin;
 use crate::sink::{CustomSink, GivenSink};
-use crate::sinks::{self, keyed};
+use crate::sinks::{self, kafka, keyed};
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -30,6 +32,8 @@ pub enum AnySink {
     Jsonl(JsonlSink),
     /// A SQLite or PostgreSQL table.
     Keyed(KeyedSink),
+    /// A Kafka topic.
+    Kafka(KafkaSink),
     /// The sink the embedding program gave (`type: custom`).
     Custom(CustomSink),
 }
@@ -39,6 +43,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.write(batch, state).await,
             AnySink::Keyed(sink) => sink.write(batch, state).await,
+            AnySink::Kafka(sink) => sink.write(batch, state).await,
             AnySink::Custom(sink) => sink.write(batch, state).await,
         }
     }
@@ -47,6 +52,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.start(start).await,
             AnySink::Keyed(sink) => sink.start(start).await,
+            AnySink::Kafka(sink) => sink.start(start).await,
             AnySink::Custom(sink) => sink.start(start).await,
         }
     }
@@ -55,6 +61,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.complete().await,
             AnySink::Keyed(sink) => sink.complete().await,
+            AnySink::Kafka(sink) => sink.complete().await,
             AnySink::Custom(sink) => sink.complete().await,
         }
     }
@@ -63,6 +70,7 @@ impl Sink for AnySink {
         match self {
             AnySink::Jsonl(sink) => sink.describe(),
             AnySink::Keyed(sink) => sink.describe(),
+            AnySink::Kafka(sink) => sink.describe(),
             AnySink::Custom(sink) => sink.describe(),
         }
     }
@@ -70,14 +78,14 @@ impl Sink for AnySink {
     fn fencing(&mut self) -> Option<&mut impl Fencing> {
         match self {
             AnySink::Keyed(sink) => sink.fencing(),
-            AnySink::Jsonl(_) | AnySink::Custom(_) => None,
+            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Custom(_) => None,
         }
     }
 
     fn versioned(&self) -> Option<&impl Versioned> {
         match self {
             AnySink::Keyed(sink) => sink.versioned(),
-            AnySink::Jsonl(_) | AnySink::Custom(_) => None,
+            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Custom(_) => None,
         }
     }
 }
@@ -91,7 +99,7 @@ pub struct Destination {
     /// What to delete when a snapshot completes.
     pub cleanup: CleanupPolicy,
     /// The state file's lock, held while the run runs (a keyed sink's lock lives in its
-    /// database handle).
+    /// database handle; an `exactly_once` kafka sink's producer fences every older run).
     pub lock: Option<StateLock>,
 }
 
@@ -114,7 +122,7 @@ pub async fn open(
     // pipeline's before its sink's own output lock could answer. A store given in code is
     // the program's: no state file, no lock (docs/state.md §6.7).
     let file = StateFile::new(&config.state.path);
-    let lock = match (config.sink.keyed(), &given.store) {
+    let lock = match (config.sink.keeps_position(), &given.store) {
         (None, None) => Some(
             file.lock(&config.name)
                 .map_err(|e| state_failure(e, origin))?,
@@ -133,6 +141,19 @@ pub async fn open(
                 .ok_or_else(sinks::custom::no_custom_sink)?
                 .for_run(records),
         ),
+        SinkConfig::Kafka(settings) => {
+            let (sink, positions) =
+                kafka::open_kafka(settings, config.target(), table, records).await?;
+            if let Some(positions) = positions {
+                return Ok(Destination {
+                    sink: AnySink::Kafka(sink),
+                    store: Box::new(positions),
+                    cleanup,
+                    lock,
+                });
+            }
+            AnySink::Kafka(sink)
+        }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let (_, sink) = keyed::keyed_sink(config.target(), table, records, true).await?;
             return Ok(Destination {
@@ -172,9 +193,13 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: Option<&Path>) -> Re
             JsonlTarget::Stdout => None,
         },
         SinkConfig::Sqlite(sqlite) => Some(&sqlite.path),
-        SinkConfig::Postgres(_) | SinkConfig::Custom => None,
+        SinkConfig::Postgres(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
     };
-    let state_path = config.sink.keyed().is_none().then_some(&config.state.path);
+    let state_path = config
+        .sink
+        .keeps_position()
+        .is_none()
+        .then_some(&config.state.path);
     if let Some(sink) = sink_path {
         let resolved = files::resolve(sink);
         if let Some(config_path) = config_path
@@ -215,6 +240,12 @@ pub async fn read_store(
     config: &PipelineConfig,
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
+        SinkConfig::Kafka(settings) => Ok(Some(
+            match kafka::positions_reader(settings, config.target()) {
+                Some(positions) => Box::new(positions),
+                None => Box::new(StateFile::new(&config.state.path)),
+            },
+        )),
         SinkConfig::Jsonl(_) | SinkConfig::Custom => {
             Ok(Some(Box::new(StateFile::new(&config.state.path))))
         }
@@ -230,6 +261,10 @@ pub async fn read_store(
 /// Where the position of a pipeline is saved, for messages.
 pub fn position_label(config: &PipelineConfig) -> String {
     match &config.sink {
+        SinkConfig::Kafka(settings) => match kafka::positions_reader(settings, config.target()) {
+            Some(positions) => positions.describe(),
+            None => config.state.path.display().to_string(),
+        },
         SinkConfig::Jsonl(_) | SinkConfig::Custom => config.state.path.display().to_string(),
         SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
         SinkConfig::Postgres(postgres) => format!(
@@ -266,6 +301,9 @@ pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Outp
                 document_column: keyed.document_column.clone(),
             })
         }
+        SinkConfig::Kafka(settings) => Some(Output::Topic {
+            topic: kafka::topic_name(settings, config.target()),
+        }),
         SinkConfig::Custom => given.map(|sink| Output::Given {
             name: sink.name().to_string(),
         }),
@@ -300,6 +338,11 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
                 keyed::destination_table(&config.source, &postgres.keyed)
             )
         }
+        SinkConfig::Kafka(settings) => format!(
+            "kafka {}, topic {}",
+            settings.brokers,
+            kafka::topic_name(settings, config.target())
+        ),
         SinkConfig::Custom => "custom".to_string(),
     }
 }

@@ -4,16 +4,19 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::anyhow;
+use ddbpipe_kafka::positions::KafkaPositions;
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::state::StateFile;
 use ddbpipe_source::aws;
 use ddbpipe_source::plan;
 use ddbpipe_source::position::Position;
 use serde_json::json;
 
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, SinkConfig};
 use crate::destination;
 use crate::failure::{self, Exit, Failure};
 use crate::origin::Origin;
+use crate::sinks::KafkaConfig;
 use crate::telemetry::note;
 use crate::wiring;
 
@@ -147,6 +150,11 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     if config.sink.keyed().is_some() {
         return reset_in_database(&config).await;
     }
+    if let SinkConfig::Kafka(kafka) = &config.sink
+        && config.sink.keeps_position().is_some()
+    {
+        return reset_in_topic(&config, kafka).await;
+    }
     let file = StateFile::new(&config.state.path);
     let _lock = file
         .lock(&config.name)
@@ -155,6 +163,38 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
         .reset(&config.name)
         .map_err(|e| failure::state_failure(e, &Origin::File(config_path.to_owned())))?;
     println!("{said}");
+    Ok(Exit::Ok)
+}
+
+/// `state reset` of an `exactly_once` kafka sink: the removal of the pipeline's position (a
+/// null value) committed to the positions topic by the pipeline's transactional producer,
+/// which fences a run of the pipeline still going (docs/sinks.md §7.7 rule 9).
+async fn reset_in_topic(config: &PipelineConfig, kafka: &KafkaConfig) -> Result<Exit, Failure> {
+    let Some(mut reader) = destination::read_store(config).await? else {
+        println!("no stored state for pipeline '{}'", config.name);
+        return Ok(Exit::Ok);
+    };
+    let stored = reader
+        .load(&config.name)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!(e)))?;
+    if stored.is_none() {
+        println!("no stored state for pipeline '{}'", config.name);
+        return Ok(Exit::Ok);
+    }
+    let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
+    let mut writer = KafkaPositions::writer(&settings)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!(e)))?;
+    writer
+        .store(&config.name, None)
+        .await
+        .map_err(|e| Failure::runtime(anyhow!(e)))?;
+    println!(
+        "removed the stored position of pipeline '{}' from {}",
+        config.name,
+        writer.describe()
+    );
     Ok(Exit::Ok)
 }
 

@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use common::keyed::{self, Destination, Target};
+use common::writer::{Writer, start_writer};
 use common::{Emulator, Pipeline, Running, item, rt, s, stderr};
 
 const MIRROR: &str = "table_name: orders\nmode: mirror\nidle_termination_secs: 2";
@@ -152,139 +153,6 @@ fn over_resnapshot_max_keys_nothing_is_deleted_and_the_next_run_streams_on(targe
     let output = run(&pipeline);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(keys(&destination), ["a", "b", "c", "d", "e"]);
-}
-
-/// A seeded writer of puts (sets, binary, big numbers, nested values), updates and deletes.
-struct Writer {
-    rng: StdRng,
-    keys: usize,
-}
-
-impl Writer {
-    fn new(seed: u64, keys: usize) -> Writer {
-        Writer {
-            rng: StdRng::seed_from_u64(seed),
-            keys,
-        }
-    }
-
-    fn random_item(&mut self, pk: &str) -> HashMap<String, AttributeValue> {
-        let rng = &mut self.rng;
-        let big = format!(
-            "{}{:018}.{:04}",
-            rng.random_range(1..9),
-            rng.random::<u64>() % 1_000_000_000_000_000_000,
-            rng.random_range(0..10_000)
-        );
-        let mut pairs = vec![
-            ("pk", s(pk)),
-            (
-                "v",
-                AttributeValue::N(rng.random_range(-1000..1000).to_string()),
-            ),
-            ("big", AttributeValue::N(big)),
-            (
-                "blob",
-                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
-                    (0..rng.random_range(1..8))
-                        .map(|_| rng.random::<u8>())
-                        .collect::<Vec<u8>>(),
-                )),
-            ),
-            (
-                "nested",
-                AttributeValue::M(HashMap::from([
-                    (
-                        "l".to_string(),
-                        AttributeValue::L(vec![
-                            s("x"),
-                            AttributeValue::Bool(true),
-                            AttributeValue::Null(true),
-                        ]),
-                    ),
-                    ("n".to_string(), AttributeValue::N("0.5".into())),
-                ])),
-            ),
-        ];
-        if rng.random_bool(0.7) {
-            let tags: Vec<String> = (0..rng.random_range(1..4))
-                .map(|i| format!("t{i}-{}", rng.random_range(0..5)))
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            pairs.push(("tags", AttributeValue::Ss(tags)));
-            pairs.push((
-                "nums",
-                AttributeValue::Ns(vec!["1".into(), "12345678901234567890123".into()]),
-            ));
-        }
-        item(pairs)
-    }
-
-    /// One random write.
-    fn step(&mut self, running: &Running) {
-        let pk = format!("k{:03}", self.rng.random_range(0..self.keys));
-        let roll = self.rng.random_range(0..10);
-        let request = if roll < 5 {
-            let item = self.random_item(&pk);
-            rt().block_on(
-                running
-                    .client
-                    .put_item()
-                    .table_name("orders")
-                    .set_item(Some(item))
-                    .send(),
-            )
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-        } else if roll < 8 {
-            let v = self.rng.random_range(-1000..1000).to_string();
-            rt().block_on(
-                running
-                    .client
-                    .update_item()
-                    .table_name("orders")
-                    .key("pk", s(&pk))
-                    .update_expression("SET v = :v, note = :n")
-                    .expression_attribute_values(":v", AttributeValue::N(v))
-                    .expression_attribute_values(":n", s("updated"))
-                    .send(),
-            )
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-        } else {
-            rt().block_on(
-                running
-                    .client
-                    .delete_item()
-                    .table_name("orders")
-                    .key("pk", s(&pk))
-                    .send(),
-            )
-            .map(|_| ())
-            .map_err(|e| format!("{e:?}"))
-        };
-        request.unwrap();
-    }
-}
-
-/// Writes in the background until `stop` is set.
-fn start_writer(
-    running: Arc<Running>,
-    seed: u64,
-    keys: usize,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<u64> {
-    std::thread::spawn(move || {
-        let mut writer = Writer::new(seed, keys);
-        let mut writes = 0;
-        while !stop.load(Ordering::Relaxed) {
-            writer.step(&running);
-            writes += 1;
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        writes
-    })
 }
 
 fn table_items(running: &Running) -> BTreeMap<String, Value> {

@@ -7,6 +7,13 @@
 //!   (docs/sinks.md §7.8).
 //! - [`log`]: a partition's log read at the record-batch level, with the transaction markers
 //!   applied: what a correct `read_committed` consumer receives, whatever the broker serves.
+//! - [`client`]: the producer's configuration and the topics, made when missing.
+//! - [`sink`]: the sink: a batch's messages at least once, or exactly once in one transaction
+//!   with the position.
+//! - [`positions`]: the positions topic as the pipeline's checkpoint store.
 
+pub mod client;
 pub mod envelope;
 pub mod log;
+pub mod positions;
+pub mod sink;

@@ -20,10 +20,12 @@ use crate::failure::{Exit, Failure};
 use crate::wiring;
 
 mod export;
+mod kafka;
 mod leases;
 mod paths;
 mod state;
 
+use self::kafka::{probe_kafka, probe_positions};
 use self::paths::{creatable_beside, probe_jsonl, writable};
 use self::state::{probe_state, state_verdict};
 
@@ -173,6 +175,14 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
                 probe_state(&config, &location, stream, timeout, &mut probes).await;
             }
         },
+        (SinkConfig::Kafka(kafka), Ok(())) => {
+            probe_kafka(&config, kafka, timeout, &mut probes).await;
+            if config.sink.keeps_position().is_some() {
+                probe_positions(&config, &location, stream, timeout, &mut probes).await;
+            } else {
+                probe_state(&config, &location, stream, timeout, &mut probes).await;
+            }
+        }
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
             probe_keyed(
                 &config,
@@ -501,7 +511,9 @@ async fn probe_keyed(
                     sqlite.path.display()
                 )
             }),
-        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => None,
+        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => {
+            None
+        }
     };
     match crate::sinks::keyed::table_spec(config.target(), table) {
         Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),

@@ -237,6 +237,11 @@ pub(super) fn validate(
         }
         // Every worker writes the one database, each batch fenced by its lease (§11.7).
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {}
+        SinkConfig::Kafka(_) => errors.push(ConfigError::new(
+            "sink.type",
+            "the kafka sink runs in one process for now: remove coordination (one run of the \
+             pipeline reads every shard), or write into jsonl, sqlite or postgres",
+        )),
         SinkConfig::Custom => errors.push(ConfigError::new(
             "sink.type",
             "a sink given in code (type: custom) runs in one process: remove coordination, \

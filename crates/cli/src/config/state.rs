@@ -68,16 +68,17 @@ pub(super) fn default_state_path(config_dir: &Path, name: &str) -> PathBuf {
 }
 
 /// The state rules of docs/config.md §1.3 rule 12 (docs/state.md §6.1): a sink that keeps no
-/// position (jsonl, custom) needs a state file; a keyed sink keeps it in its database.
+/// position (jsonl, custom, kafka `at_least_once`) needs a state file; a keyed sink keeps it in
+/// its database, an `exactly_once` kafka sink in its positions topic.
 pub(super) fn validate(state: &StateConfig, sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
-    match sink.keyed() {
+    match sink.keeps_position() {
         None if state.path.as_os_str().is_empty() => {
             errors.push(ConfigError::new("state.path", "path must not be empty"));
         }
-        Some(_) if state.path_set => errors.push(ConfigError::new(
+        Some(place) if state.path_set => errors.push(ConfigError::new(
             "state.path",
             format!(
-                "the {} sink keeps the position in its database; remove state.path",
+                "the {} sink keeps the position in {place}; remove state.path",
                 sink.kind()
             ),
         )),

@@ -108,6 +108,12 @@ pub(crate) async fn join(
         )?),
         // Refused with coordination when the config was loaded.
         SinkConfig::Custom => return Err(custom::no_custom_sink()),
+        SinkConfig::Kafka(_) => {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink.type: the kafka sink runs in one process for now: remove \
+                 coordination"
+            )));
+        }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let Some(table) = &read.table else {
                 return Err(Failure::runtime(anyhow!(

@@ -1,10 +1,11 @@
 //! The sinks, one folder each: its config section (the keys, their reading and validation)
-//! and how a run builds it (`jsonl`, `keyed` for sqlite and postgres, `custom` for a sink given
-//! in code); the writing itself is the engine's (`ddbpipe_pipeline::sinks::jsonl`,
-//! `ddbpipe_keyed`, `crate::sink`). Here: the `sink:` section's dispatch.
+//! and how a run builds it (`jsonl`, `keyed` for sqlite and postgres, `kafka`, `custom` for a
+//! sink given in code); the writing itself is the engine's (`ddbpipe_pipeline::sinks::jsonl`,
+//! `ddbpipe_keyed`, `ddbpipe_kafka`, `crate::sink`). Here: the `sink:` section's dispatch.
 
 pub mod custom;
 pub mod jsonl;
+pub mod kafka;
 pub mod keyed;
 
 use std::collections::BTreeSet;
@@ -16,6 +17,7 @@ use crate::yaml::fields::Fields;
 use crate::yaml::schema::{Field, Shape, Variant, of, required};
 use crate::yaml::types::Choice;
 pub use jsonl::{JsonlConfig, JsonlTarget, WriteMode};
+pub use kafka::KafkaConfig;
 pub use keyed::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
 
 /// `sink:`: a `type`, then the keys of that sink (docs/sinks.md §7).
@@ -45,6 +47,12 @@ static SINKS: &[Variant] = &[
         description: "A keyed table in PostgreSQL, the position in the same database \
                       (docs/sinks.md §7.3).",
         fields: keyed::POSTGRES,
+    },
+    Variant {
+        tag: "kafka",
+        description: "Messages on a Kafka topic, Debezium-shaped, exactly once through \
+                      transactions with the position in a compacted topic (docs/sinks.md §7.7).",
+        fields: kafka::FIELDS,
     },
     Variant {
         tag: "custom",
@@ -78,26 +86,43 @@ pub enum SinkConfig {
     /// `type: postgres`: a keyed table in PostgreSQL, the position in the same database
     /// (docs/sinks.md §7.3).
     Postgres(PostgresConfig),
+    /// `type: kafka`: messages on a Kafka topic, the position in a compacted topic committed
+    /// with them (`exactly_once`) or in the state file (`at_least_once`) (docs/sinks.md §7.7).
+    Kafka(KafkaConfig),
     /// `type: custom`: a sink the embedding program gives in code, the position in the state
     /// file (docs/sinks.md §7.5).
     Custom,
 }
 
 impl SinkConfig {
-    /// `"jsonl"`, `"sqlite"` or `"postgres"`.
+    /// `"jsonl"`, `"sqlite"`, `"postgres"`, `"kafka"` or `"custom"`.
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::Jsonl(_) => "jsonl",
             SinkConfig::Sqlite(_) => "sqlite",
             SinkConfig::Postgres(_) => "postgres",
+            SinkConfig::Kafka(_) => "kafka",
             SinkConfig::Custom => "custom",
         }
     }
 
-    /// The keyed part of a sqlite or postgres sink; `None` for jsonl and custom.
+    /// Where the sink keeps the position when it keeps it itself, for messages ("its
+    /// database", "its positions topic"); `None` when the state file keeps it (jsonl, custom,
+    /// kafka `at_least_once`).
+    pub fn keeps_position(&self) -> Option<&'static str> {
+        match self {
+            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => Some("its database"),
+            SinkConfig::Kafka(kafka) if kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce => {
+                Some("its positions topic")
+            }
+            SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
+        }
+    }
+
+    /// The keyed part of a sqlite or postgres sink; `None` for the others.
     pub fn keyed(&self) -> Option<&KeyedConfig> {
         match self {
-            SinkConfig::Jsonl(_) | SinkConfig::Custom => None,
+            SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
             SinkConfig::Sqlite(sqlite) => Some(&sqlite.keyed),
             SinkConfig::Postgres(postgres) => Some(&postgres.keyed),
         }
@@ -110,6 +135,7 @@ enum SinkType {
     Jsonl,
     Sqlite,
     Postgres,
+    Kafka,
     Custom,
 }
 
@@ -119,6 +145,7 @@ impl Choice for SinkType {
             SinkType::Jsonl,
             SinkType::Sqlite,
             SinkType::Postgres,
+            SinkType::Kafka,
             SinkType::Custom,
         ]
     }
@@ -127,11 +154,16 @@ impl Choice for SinkType {
             SinkType::Jsonl => "jsonl",
             SinkType::Sqlite => "sqlite",
             SinkType::Postgres => "postgres",
+            SinkType::Kafka => "kafka",
             SinkType::Custom => "custom",
         }
     }
     fn hint(found: &str) -> Option<&'static str> {
-        matches!(found, "postgresql" | "pg").then_some("the PostgreSQL sink is `type: postgres`")
+        match found {
+            "postgresql" | "pg" => Some("the PostgreSQL sink is `type: postgres`"),
+            "redpanda" | "msk" | "debezium" => Some("a Kafka-protocol broker is `type: kafka`"),
+            _ => None,
+        }
     }
 }
 
@@ -144,6 +176,7 @@ pub(crate) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
         SinkType::Jsonl => SinkConfig::Jsonl(jsonl::read(&mut f)),
         SinkType::Sqlite => SinkConfig::Sqlite(keyed::read_sqlite(&mut f)),
         SinkType::Postgres => SinkConfig::Postgres(keyed::read_postgres(&mut f)),
+        SinkType::Kafka => SinkConfig::Kafka(kafka::read(&mut f)),
         SinkType::Custom => SinkConfig::Custom,
     };
     Some((sink, f.finish()))
@@ -158,7 +191,10 @@ pub(crate) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig) {
             ..
         })
         | SinkConfig::Sqlite(SqliteConfig { path, .. }) => crate::yaml::anchor(config_dir, path),
-        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Custom => {}
+        SinkConfig::Jsonl(_)
+        | SinkConfig::Postgres(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Custom => {}
     }
 }
 
@@ -168,6 +204,7 @@ pub(crate) fn validate(sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
     match sink {
         SinkConfig::Jsonl(config) => jsonl::validate(config, errors),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => keyed::validate(sink, errors),
+        SinkConfig::Kafka(config) => kafka::validate(config, errors),
         SinkConfig::Custom => {}
     }
 }

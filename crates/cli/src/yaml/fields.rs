@@ -90,10 +90,12 @@ impl Report {
 
 /// Where every value is a secret or may hold one: a message about a value there names its
 /// kind, never the value (issue 9 item 4: a value typed into the wrong place is still a
-/// secret). An endpoint URL may hold a password or a signature (docs/config.md §1.4).
-const SECRET_SECTIONS: [&str; 4] = [
+/// secret). An endpoint URL may hold a password or a signature (docs/config.md §1.4), a Kafka client
+/// property a password (`sasl.password`).
+const SECRET_SECTIONS: [&str; 5] = [
     "source.credentials",
     "sink.url",
+    "sink.properties",
     "source.endpoint_url",
     "source.snapshot.s3_endpoint_url",
 ];

@@ -5,6 +5,7 @@
 
 pub mod drive;
 pub mod keyed;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::net::TcpStream;

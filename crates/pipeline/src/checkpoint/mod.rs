@@ -434,11 +434,13 @@ impl Checkpointer {
         self.last_completed.as_ref()
     }
 
-    /// With the position in the sink's database: the entry the position reaches once `batch`
-    /// is acknowledged, for the sink to commit with the batch's rows. `None` with a state
-    /// file.
+    /// With a store that commits with the batches (store rule 3): the entry the position
+    /// reaches once `batch` is acknowledged, for the sink to commit with the batch. `None`
+    /// with a state file.
     pub fn stage(&self, batch: &Batch) -> Option<Staged> {
-        self.store.with_rows()?;
+        if !self.store.commits_with_batches() {
+            return None;
+        }
         let mut position = self.position.clone();
         let mut streams = self.streams.clone();
         apply_batch(&mut position, &mut streams, batch);

@@ -9,6 +9,10 @@
 //!    closes with the complete-read cleanup of those rows. Any other store is apart from the
 //!    records (the state file): the checkpointer writes it itself, and closing a snapshot or a
 //!    repair window only writes the entry.
+//! 3. A store that [commits with the batches](CheckpointStore::commits_with_batches) is handed
+//!    each batch's entry as a [`Staged`](crate::sink::Staged) even without the rows: the sink
+//!    commits it in the batch's transaction (the Kafka positions topic, docs/sinks.md §7.7).
+//!    Entries written outside a batch (a start position, a closed snapshot) it writes itself.
 //!
 //! A store that answers [`CheckpointStore::with_rows`] implements [`WithRows`], which has no
 //! defaults: a store with the rows cannot close a snapshot without its cleanup.
@@ -130,6 +134,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     fn with_rows(&self) -> Option<&dyn WithRows> {
         None
     }
+
+    /// Whether each batch's entry is committed by the sink with the batch (rule 3): a store
+    /// with the rows, or one the sink writes in the batch's transaction (the Kafka positions
+    /// topic).
+    fn commits_with_batches(&self) -> bool {
+        self.with_rows().is_some()
+    }
 }
 
 /// An opt-in part of a [`CheckpointStore`] that lives in the sink's database (rule 2, the
@@ -179,6 +190,10 @@ impl CheckpointStore for Box<dyn CheckpointStore> {
 
     fn with_rows(&self) -> Option<&dyn WithRows> {
         self.as_ref().with_rows()
+    }
+
+    fn commits_with_batches(&self) -> bool {
+        self.as_ref().commits_with_batches()
     }
 }
 

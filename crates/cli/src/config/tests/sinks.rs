@@ -62,9 +62,10 @@ fn keyed_sinks_are_read_with_their_defaults() {
     );
     assert!(!format!("{config:?}").contains("hunter22"));
     assert_eq!(
-        errors("name: t\nsource: {table_name: o}\nsink: {type: kafka}\n"),
+        errors("name: t\nsource: {table_name: o}\nsink: {type: mongodb}\n"),
         [
-            "config error: sink.type: unknown value \"kafka\", expected one of jsonl, sqlite, postgres, custom"
+            "config error: sink.type: unknown value \"mongodb\", expected one of jsonl, sqlite, \
+             postgres, kafka, custom"
         ]
     );
 }
@@ -253,4 +254,99 @@ fn a_sink_that_keeps_no_position_needs_a_state_file() {
             "{sink}"
         );
     }
+}
+
+#[test]
+fn the_kafka_sink_is_read_with_its_defaults_and_its_secrets_hidden() {
+    let config = parse_ok(
+        "name: orders-cdc\nsource: {table_name: orders, mode: streams, follow: true}\n\
+         sink: {type: kafka, brokers: 'k1:9092,k2:9092', properties: {sasl.password: hunter22, \
+         compression.type: zstd}}\n",
+    );
+    let SinkConfig::Kafka(kafka) = &config.sink else {
+        panic!("a kafka sink");
+    };
+    assert_eq!(kafka.brokers, "k1:9092,k2:9092");
+    assert_eq!(kafka.topic, "dynamodb.{table}");
+    assert_eq!(kafka.positions_topic, "_ddbpipe_positions");
+    assert_eq!(kafka.delivery, ddbpipe_kafka::client::Delivery::ExactlyOnce);
+    assert_eq!(
+        kafka.envelope,
+        ddbpipe_kafka::envelope::EnvelopeKind::Debezium
+    );
+    assert!(kafka.tombstones);
+    assert_eq!(config.sink.keeps_position(), Some("its positions topic"));
+    assert_eq!(
+        crate::sinks::kafka::topic_name(kafka, config.target()),
+        "dynamodb.orders"
+    );
+    assert!(!format!("{config:?}").contains("hunter22"));
+    // A property that is not a string names its kind, never its value.
+    let said = errors(
+        "name: t\nsource: {table_name: o}\n\
+         sink: {type: kafka, brokers: 'k:1', properties: {sasl.password: [hunter22]}}\n",
+    );
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].starts_with("config error: sink.properties.sasl.password:"), "{said:?}");
+    assert!(!said[0].contains("hunter22"), "{said:?}");
+}
+
+#[test]
+fn the_kafka_rules_name_the_field() {
+    let file = |sink: &str| {
+        format!("name: t\nsource: {{table_name: o, mode: streams, follow: true}}\nsink: {{type: kafka, {sink}}}\n")
+    };
+    for (sink, said) in [
+        ("brokers: ''", "config error: sink.brokers: brokers must not be empty"),
+        ("brokers: 'k1'", "config error: sink.brokers: 'k1' is not host:port"),
+        (
+            "brokers: 'k:1', topic: 'a/{table}'",
+            "config error: sink.topic: 'a/{table}' holds '/'",
+        ),
+        (
+            "brokers: 'k:1', topic: t, positions_topic: t",
+            "config error: sink.positions_topic: the positions topic must not be the topic",
+        ),
+        (
+            "brokers: 'k:1', properties: {acks: '1'}",
+            "config error: sink.properties.acks: ddbpipe sets this property itself",
+        ),
+        (
+            "brokers: 'k:1', properties: {security.protocol: SASL_SSL}",
+            "config error: sink.delivery: exactly_once reads its positions back over PLAINTEXT",
+        ),
+        (
+            "brokers: 'k:1', topic_config: {replication_factor: 0}",
+            "config error: sink.topic_config.replication_factor:",
+        ),
+        ("brokers: 'k:1', delivery: eos", "exactly once is `delivery: exactly_once`"),
+    ] {
+        let found = errors(&file(sink));
+        assert!(
+            found.iter().any(|line| line.starts_with(said) || line.contains(said)),
+            "{sink}: {found:?}"
+        );
+    }
+    // at_least_once over SASL_SSL is fine; exactly_once keeps no state file.
+    parse_ok(&file(
+        "brokers: 'k:1', delivery: at_least_once, properties: {security.protocol: SASL_SSL}",
+    ));
+    assert_eq!(
+        errors(
+            "name: t\nsource: {table_name: o, mode: streams, follow: true}\n\
+             sink: {type: kafka, brokers: 'k:1'}\nstate: {path: s.json}\n"
+        ),
+        ["config error: state.path: the kafka sink keeps the position in its positions topic; \
+          remove state.path"]
+    );
+    assert_eq!(
+        errors(
+            "name: t\nsource: {table_name: o, mode: streams, follow: true}\n\
+             sink: {type: kafka, brokers: 'k:1'}\ncoordination: {lease_table: l}\n"
+        )
+        .iter()
+        .filter(|line| line.starts_with("config error: sink.type: the kafka sink runs in one process"))
+        .count(),
+        1
+    );
 }

@@ -227,6 +227,12 @@ pub enum Output {
     },
     /// Standard output.
     Stdout,
+    /// A Kafka topic (its template filled in): another topic would get the rest of a
+    /// position's messages.
+    Topic {
+        /// The topic.
+        topic: String,
+    },
     /// A sink the embedding program gave (`sink: {type: custom}`), by the name it gives
     /// itself (`Sink::describe`): another sink would get the rest of a position's records.
     Given {
@@ -235,8 +241,8 @@ pub enum Output {
     },
 }
 
-/// Where a jsonl (or a given) sink's records go, stored as the file's path, `-`, or
-/// `custom <name>`.
+/// Where a jsonl, kafka or given sink's records go, stored as the file's path, `-`,
+/// `kafka <topic>` or `custom <name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]
 pub enum SinkPath {
@@ -246,6 +252,8 @@ pub enum SinkPath {
     File(String),
     /// A sink given in code, by its name.
     Given(String),
+    /// A Kafka topic, by its name.
+    Topic(String),
 }
 
 /// How runs write a jsonl file (`sink.write`), stored as its config spelling.
@@ -316,6 +324,9 @@ impl Identity {
                 identity.gzip = Some(*compression);
             }
             Some(Output::Stdout) => identity.sink_path = Some(SinkPath::Stdout),
+            Some(Output::Topic { topic }) => {
+                identity.sink_path = Some(SinkPath::Topic(topic.clone()));
+            }
             Some(Output::Given { name }) => {
                 identity.sink_path = Some(SinkPath::Given(name.clone()));
             }

@@ -156,6 +156,8 @@ pub(super) mod typed_values {
 /// How a sink given in code is stored in `sink_path`: `custom <its name>` (a file's path is
 /// absolute, so it never reads so).
 const GIVEN: &str = "custom ";
+/// How a Kafka topic is stored in `sink_path`: `kafka <topic>`.
+const TOPIC: &str = "kafka ";
 
 impl From<String> for SinkPath {
     fn from(path: String) -> Self {
@@ -163,6 +165,8 @@ impl From<String> for SinkPath {
             SinkPath::Stdout
         } else if let Some(name) = path.strip_prefix(GIVEN) {
             SinkPath::Given(name.to_string())
+        } else if let Some(topic) = path.strip_prefix(TOPIC) {
+            SinkPath::Topic(topic.to_string())
         } else {
             SinkPath::File(path)
         }
@@ -175,6 +179,7 @@ impl From<SinkPath> for String {
             SinkPath::Stdout => "-".to_string(),
             SinkPath::File(path) => path,
             SinkPath::Given(name) => format!("{GIVEN}{name}"),
+            SinkPath::Topic(topic) => format!("{TOPIC}{topic}"),
         }
     }
 }

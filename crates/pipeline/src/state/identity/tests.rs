@@ -139,6 +139,13 @@ fn what_the_records_look_like_is_part_of_the_identity() {
             "sink_path",
         ),
         (Output::Stdout, "sink_path"),
+        // A Kafka topic instead of the file.
+        (
+            Output::Topic {
+                topic: "dynamodb.orders".into(),
+            },
+            "sink_path",
+        ),
         // A sink given in code instead of the file: its records would go elsewhere.
         (
             Output::Given {

@@ -1,0 +1,86 @@
+//! `check`'s kafka probe (docs/cli.md §8.3): the brokers answer, the topic is there or may be
+//! created, and the positions topic of `exactly_once` is compacted (or may be created). Nothing
+//! is created and no producer is started: a transactional one would fence a running pipeline.
+
+use std::time::Duration;
+
+use ddbpipe_kafka::client::Delivery;
+use ddbpipe_pipeline::state::identity::Location;
+
+use super::state::state_verdict;
+use super::{Probes, Status};
+use crate::config::PipelineConfig;
+use crate::destination;
+use crate::sinks::KafkaConfig;
+use crate::sinks::kafka::{kafka_settings, topic_name};
+
+/// Adds the `sink` probe of a kafka sink.
+pub(super) async fn probe_kafka(
+    config: &PipelineConfig,
+    kafka: &KafkaConfig,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    let mut settings = kafka_settings(kafka, config.target());
+    settings.connection.timeout = timeout;
+    let topic = topic_name(kafka, config.target());
+    let connection = &settings.connection;
+    let mut said = Vec::new();
+    let probed = async {
+        said.push(connection.probe(&topic, false).await?);
+        if kafka.delivery == Delivery::ExactlyOnce {
+            said.push(connection.probe(&kafka.positions_topic, true).await?);
+        }
+        Ok::<(), String>(())
+    };
+    let answer = tokio::time::timeout(timeout * 2, probed).await;
+    match answer {
+        Ok(Ok(())) => probes.add(
+            "sink",
+            Status::Pass,
+            format!("kafka {}: {}", kafka.brokers, said.join("; ")),
+        ),
+        Ok(Err(problem)) => probes.add(
+            "sink",
+            Status::Fail,
+            format!("kafka {}: {problem}", kafka.brokers),
+        ),
+        Err(_) => probes.add(
+            "sink",
+            Status::Fail,
+            format!(
+                "kafka {}: no answer within {} s: check sink.brokers and that the brokers run",
+                kafka.brokers,
+                (timeout * 2).as_secs()
+            ),
+        ),
+    }
+}
+
+/// The `state` probe of an `exactly_once` kafka sink: the entry read from the positions topic
+/// (its committed view), judged as a state file's entry is.
+pub(super) async fn probe_positions(
+    config: &PipelineConfig,
+    location: &Location,
+    stream: Option<&str>,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    let label = destination::position_label(config);
+    let loaded = async {
+        let Some(mut store) = destination::read_store(config).await.map_err(|f| f.to_string())?
+        else {
+            return Ok(None);
+        };
+        store.load(&config.name).await.map_err(|e| e.to_string())
+    };
+    let (status, detail) = match tokio::time::timeout(timeout * 2, loaded).await {
+        Err(_) => (
+            Status::Fail,
+            format!("{label}: no answer within {} s", (timeout * 2).as_secs()),
+        ),
+        Ok(Err(problem)) => (Status::Fail, problem),
+        Ok(Ok(entry)) => state_verdict(config, location, stream, &label, entry, timeout).await,
+    };
+    probes.add("state", status, detail);
+}

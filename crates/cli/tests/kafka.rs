@@ -1,0 +1,514 @@
+//! The kafka sink end to end through the CLI (docs/sinks.md §7.7, §7.8): dynoxide as the source,
+//! the real broker of `scripts/kafka.sh` as the destination (the tests skip, saying so, when
+//! `DDBPIPE_TEST_KAFKA_BROKERS` is unset).
+//!
+//! Exactly once is judged on the topic's **committed view** — the log read at the record-batch
+//! level with the commit and abort markers applied (`ddbpipe_testkit::kafka`), which is what a
+//! correct `read_committed` consumer receives — against an independent read of the same stream
+//! by a jsonl pipeline, and by replaying the events onto an empty map, which must give the table.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::StreamViewType;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+use common::keyed::{self, normalize_sets};
+use common::writer::{Writer, start_writer};
+use common::{Emulator, Pipeline, Running, rt, stderr, stdout};
+
+/// The brokers, or `None` with the reason printed (the test then passes without running).
+fn brokers() -> Option<String> {
+    let brokers = ddbpipe_testkit::kafka::brokers();
+    if brokers.is_none() {
+        eprintln!("skipped: DDBPIPE_TEST_KAFKA_BROKERS is unset (scripts/kafka.sh starts a broker)");
+    }
+    brokers
+}
+
+/// A topic name no other test uses.
+fn fresh_topic(what: &str) -> String {
+    ddbpipe_testkit::kafka::unique_topic(what)
+}
+
+/// A `sink:` section into `topic` with `delivery`, and extra keys (indented under `sink:`).
+fn kafka_sink(brokers: &str, topic: &str, positions: &str, delivery: &str, extra: &str) -> String {
+    format!(
+        "sink:\n  type: kafka\n  brokers: '{brokers}'\n  topic: '{topic}'\n  \
+         positions_topic: '{positions}'\n  delivery: {delivery}\n{extra}"
+    )
+}
+
+/// One message of a topic's committed view.
+#[derive(Debug, Clone)]
+struct Event {
+    key: String,
+    /// `None`: a tombstone.
+    value: Option<Value>,
+}
+
+impl Event {
+    fn op(&self) -> Option<&str> {
+        self.value.as_ref()?["op"].as_str()
+    }
+
+    /// The stream record's shard and sequence number (changes only).
+    fn record(&self) -> Option<(String, String)> {
+        let source = &self.value.as_ref()?["source"];
+        Some((
+            source["shard_id"].as_str()?.to_string(),
+            source["sequence_number"].as_str()?.to_string(),
+        ))
+    }
+}
+
+/// The committed view of `topic`, every partition, each in offset order.
+fn committed(brokers: &str, topic: &str) -> Vec<Vec<Event>> {
+    let view = rt().block_on(ddbpipe_testkit::kafka::committed_view(brokers, topic));
+    let mut partitions: BTreeMap<i32, Vec<Event>> = BTreeMap::new();
+    for (partition, record) in view {
+        let key = String::from_utf8(record.key.unwrap().to_vec()).unwrap();
+        let value = record
+            .value
+            .map(|value| serde_json::from_slice(&value).unwrap());
+        partitions
+            .entry(partition)
+            .or_default()
+            .push(Event { key, value });
+    }
+    partitions.into_values().collect()
+}
+
+/// The key of a `pk` table's item as the message key holds it (typed values).
+fn pk_of(key: &str) -> String {
+    let key: Value = serde_json::from_str(key).unwrap();
+    key["pk"]["S"].as_str().unwrap().to_string()
+}
+
+/// Replays every partition's events onto an empty map: `r`, `c`, `u` put `after`, `d` removes.
+fn replay(partitions: &[Vec<Event>]) -> BTreeMap<String, Value> {
+    let mut items = BTreeMap::new();
+    for events in partitions {
+        for event in events {
+            let Some(value) = &event.value else { continue };
+            let pk = pk_of(&event.key);
+            match value["op"].as_str().unwrap() {
+                "r" | "c" | "u" => {
+                    let mut after = value["after"].clone();
+                    normalize_sets(&mut after);
+                    items.insert(pk, after);
+                }
+                "d" => {
+                    items.remove(&pk);
+                }
+                other => panic!("unexpected op {other}: {value}"),
+            }
+        }
+    }
+    items
+}
+
+/// Every change event's stream record, with how often it was delivered.
+fn change_records(partitions: &[Vec<Event>]) -> BTreeMap<(String, String), usize> {
+    let mut seen = BTreeMap::new();
+    for event in partitions.iter().flatten() {
+        if matches!(event.op(), Some("c" | "u" | "d")) {
+            *seen.entry(event.record().unwrap()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// Sequence numbers compare as numbers: by length, then by digits.
+fn sequence_order(seq: &str) -> (usize, String) {
+    (seq.len(), seq.to_string())
+}
+
+/// Within each partition the changes of one key come in stream order.
+fn assert_in_order_per_key(partitions: &[Vec<Event>]) {
+    for events in partitions {
+        let mut last: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+        for event in events {
+            let Some((_, seq)) = event.record() else { continue };
+            let order = sequence_order(&seq);
+            if let Some(before) = last.get(event.key.as_str()) {
+                assert!(
+                    *before < order,
+                    "key {} went from sequence {} back to {seq}",
+                    event.key,
+                    before.1
+                );
+            }
+            last.insert(&event.key, order);
+        }
+    }
+}
+
+/// The stream's records read by a jsonl pipeline of their own, from the trim horizon.
+fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
+    let reader = Pipeline::new(
+        "independent",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
+    );
+    let output = reader.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    reader
+        .records()
+        .into_iter()
+        .map(|line| {
+            (
+                line["shard_id"].as_str().unwrap().to_string(),
+                line["sequence_number"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
+    let log =
+        std::fs::File::create(pipeline.dir.path().join(format!("run-{attempt}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&pipeline.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn run(pipeline: &Pipeline) -> std::process::Output {
+    pipeline.ddbpipe(&["run", "--progress", "never"])
+}
+
+/// A table `orders` with a stream and `seeded` items, and a pipeline from it into Kafka.
+fn orders_into_kafka(
+    brokers: &str,
+    source: &str,
+    delivery: &str,
+    seeded: usize,
+) -> (Arc<Running>, Pipeline, String) {
+    let running = Arc::new(Emulator::Dynoxide.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(27, seeded.max(1));
+    let items: Vec<_> = (0..seeded)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    if !items.is_empty() {
+        running.put_items("orders", items);
+    }
+    let topic = fresh_topic("orders");
+    let positions = fresh_topic("positions");
+    let pipeline = Pipeline::new("orders-kafka", &running.endpoint, source);
+    let state = if delivery == "at_least_once" {
+        format!(
+            "state:\n  path: {}\n  flush_interval_ms: 0\n",
+            pipeline.state.display()
+        )
+    } else {
+        String::new()
+    };
+    pipeline.write_with_sink(
+        "orders-kafka",
+        &running.endpoint,
+        source,
+        &format!(
+            "{}{state}",
+            kafka_sink(brokers, &topic, &positions, delivery, "")
+        ),
+    );
+    (running, pipeline, topic)
+}
+
+/// Runs the pipeline under a writer, SIGKILLs it `kills` times at random points, then lets a
+/// last run finish; returns the topic's committed view.
+fn killed_under_writes(
+    brokers: &str,
+    running: &Arc<Running>,
+    pipeline: &Pipeline,
+    topic: &str,
+    kills: usize,
+    seed: u64,
+) -> Vec<Vec<Event>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
+    let mut rng = StdRng::seed_from_u64(seed);
+    for attempt in 0..kills {
+        let mut child = spawn_logged(pipeline, attempt);
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..2500)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let output = run(pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    committed(brokers, topic)
+}
+
+const STREAMS: &str = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                       value_format: typed\nbatch_size: 20\nidle_termination_secs: 2";
+
+/// §7.7 rule 3: a streams pipeline SIGKILLed at random points under a writer delivers every
+/// stream record exactly once to a committed reader, in order per key, and replaying the events
+/// gives the table.
+#[test]
+fn a_streams_pipeline_killed_anywhere_delivers_every_change_exactly_once() {
+    let Some(brokers) = brokers() else { return };
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
+    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 6, 0x27);
+    let delivered = change_records(&view);
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let expected = stream_records(&running);
+    let got: BTreeSet<_> = delivered.into_keys().collect();
+    let missing: Vec<_> = expected.difference(&got).collect();
+    let extra: Vec<_> = got.difference(&expected).collect();
+    assert!(missing.is_empty(), "{} missing: {missing:?}", missing.len());
+    assert!(extra.is_empty(), "not in the stream: {extra:?}");
+    assert_in_order_per_key(&view);
+    assert_eq!(replay(&view), keyed::table_items(&running.endpoint, "orders"));
+    // Every delete is followed by its tombstone.
+    for events in &view {
+        for (i, event) in events.iter().enumerate() {
+            if event.op() == Some("d") {
+                let next = events.get(i + 1).unwrap();
+                assert!(
+                    next.key == event.key && next.value.is_none(),
+                    "no tombstone after {event:?}"
+                );
+            }
+        }
+    }
+}
+
+/// §7.7 rule 7: a mirror SIGKILLed at random points emits the snapshot as `op: r` and then the
+/// changes, each change once, and replaying them gives the table.
+#[test]
+fn a_mirror_killed_anywhere_converges_with_each_change_once() {
+    let Some(brokers) = brokers() else { return };
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
+                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2\n\
+                  resnapshot_deletes: false";
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, source, "exactly_once", 300);
+    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 5, 0x2727);
+    let delivered = change_records(&view);
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let snapshot_rows = view.iter().flatten().filter(|e| e.op() == Some("r")).count();
+    assert!(snapshot_rows >= 300, "{snapshot_rows} snapshot rows");
+    assert_in_order_per_key(&view);
+    assert_eq!(replay(&view), keyed::table_items(&running.endpoint, "orders"));
+}
+
+/// §7.7 rule 5: at least once, killed anywhere: no stream record is missing.
+#[test]
+fn at_least_once_killed_anywhere_loses_nothing() {
+    let Some(brokers) = brokers() else { return };
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "at_least_once", 0);
+    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 4, 0x5);
+    let got: BTreeSet<_> = change_records(&view).into_keys().collect();
+    let expected = stream_records(&running);
+    let missing: Vec<_> = expected.difference(&got).collect();
+    assert!(missing.is_empty(), "{} missing: {missing:?}", missing.len());
+    assert_eq!(replay(&view), keyed::table_items(&running.endpoint, "orders"));
+}
+
+/// §7.7 rules 4 and 9: `state show` reads the position from the positions topic, `check`
+/// passes, `state reset` removes it and the next run starts over.
+#[test]
+fn check_state_show_and_reset_work_on_the_positions_topic() {
+    let Some(brokers) = brokers() else { return };
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
+    running.put_pk("orders", "a", "1");
+    running.put_pk("orders", "b", "2");
+    let output = pipeline.ddbpipe(&["check"]);
+    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
+    assert!(stdout(&output).contains("PASS sink"), "{}", stdout(&output));
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!pipeline.state.exists(), "exactly_once writes no state file");
+    let output = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["fingerprint_status"], "match", "{shown}");
+    assert!(shown["state_file"].as_str().unwrap().contains("kafka"), "{shown}");
+    // A second run finds nothing new: the position was read back.
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(change_records(&committed(&brokers, &topic)).len(), 2);
+    let output = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["entry"], Value::Null, "{shown}");
+    // From the trim horizon again: both changes a second time.
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let again = change_records(&committed(&brokers, &topic));
+    assert!(again.values().all(|n| *n == 2), "{again:?}");
+}
+
+/// §7.7 rule 6: an item over the client's message size fails the run at once naming its key
+/// and the setting; nothing is committed.
+#[test]
+fn an_item_over_the_message_size_fails_naming_its_key() {
+    let Some(brokers) = brokers() else { return };
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "small", "1");
+    running.put_pk("orders", "huge", &"x".repeat(5000));
+    let topic = fresh_topic("size");
+    let pipeline = Pipeline::new("sized", &running.endpoint, STREAMS);
+    pipeline.write_with_sink(
+        "sized",
+        &running.endpoint,
+        STREAMS,
+        &kafka_sink(
+            &brokers,
+            &topic,
+            &fresh_topic("size-positions"),
+            "exactly_once",
+            "  properties:\n    message.max.bytes: '2000'\n",
+        ),
+    );
+    let output = run(&pipeline);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("huge") && err.contains("max.message.bytes"), "{err}");
+    assert!(change_records(&committed(&brokers, &topic)).is_empty());
+}
+
+/// Rule 2 of `client` and §7.7 rule 6: brokers nobody answers on fail the run naming them, and
+/// a property's value (a password) never reaches any output.
+#[test]
+fn brokers_that_do_not_answer_fail_the_run_and_secrets_stay_hidden() {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let port = common::free_port();
+    let brokers = format!("127.0.0.1:{port}");
+    let secret = "kafka-hunter2-secret";
+    let source = format!("{STREAMS}\nretry: {{max_retries: 1, attempt_timeout_ms: 2000}}");
+    let pipeline = Pipeline::new("down", &running.endpoint, &source);
+    pipeline.write_with_sink(
+        "down",
+        &running.endpoint,
+        &source,
+        &kafka_sink(
+            &brokers,
+            "t",
+            "p",
+            "at_least_once",
+            &format!(
+                "  properties:\n    sasl.username: user\n    sasl.password: '{secret}'\n\
+                 state:\n  path: {}\n",
+                pipeline.state.display()
+            ),
+        ),
+    );
+    let output = run(&pipeline);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains(&brokers), "{err}");
+    for args in [&["check"][..], &["check", "--json"], &["state", "show"], &["run"]] {
+        let output = pipeline.ddbpipe(args);
+        let all = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(!all.contains(secret), "{args:?} printed the password: {all}");
+    }
+}
+
+/// The config rules of §7.7: ddbpipe's own properties, topic names, exactly once over another
+/// security protocol, no state file with exactly once.
+#[test]
+fn the_config_refuses_what_the_sink_cannot_do() {
+    let cases = [
+        (
+            "  properties:\n    transactional.id: mine\n",
+            "exactly_once",
+            "sink.properties.transactional.id",
+        ),
+        (
+            "  properties:\n    security.protocol: SASL_SSL\n",
+            "exactly_once",
+            "sink.delivery",
+        ),
+        ("  topic_config: {partitions: 0}\n", "exactly_once", "sink.topic_config.partitions"),
+        ("state:\n  path: s.json\n", "exactly_once", "state.path"),
+    ];
+    for (extra, delivery, field) in cases {
+        let pipeline = Pipeline::new("bad", "http://127.0.0.1:1", "table_name: orders");
+        pipeline.write_with_sink(
+            "bad",
+            "http://127.0.0.1:1",
+            "table_name: orders\nmode: streams",
+            &kafka_sink("127.0.0.1:9092", "t", "p", delivery, extra),
+        );
+        let output = pipeline.ddbpipe(&["run"]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{extra}: {err}");
+        assert!(err.contains(field), "{extra}: {err}");
+    }
+    let pipeline = Pipeline::new("bad", "http://127.0.0.1:1", "table_name: orders");
+    pipeline.write_with_sink(
+        "bad",
+        "http://127.0.0.1:1",
+        "table_name: orders\nmode: streams",
+        &kafka_sink("127.0.0.1:9092", "orders/{table}", "p", "exactly_once", ""),
+    );
+    let err = stderr(&pipeline.ddbpipe(&["run"]));
+    assert!(err.contains("sink.topic") && err.contains("'/'"), "{err}");
+}
+
+/// §7.7 rules 3 and 6: a second run of the pipeline fences the first (the same
+/// `transactional.id`): the first run's next batch is refused, it stops with exit 1 saying
+/// another worker took over, and no record is committed twice.
+#[test]
+fn a_second_run_fences_the_first() {
+    let Some(brokers) = brokers() else { return };
+    let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                  value_format: typed\nfollow: true";
+    let (running, first, topic) = orders_into_kafka(&brokers, source, "exactly_once", 0);
+    running.put_pk("orders", "a", "1");
+    let mut child = common::spawn_run(&first.config);
+    assert!(
+        common::wait_for(Duration::from_secs(30), || {
+            change_records(&committed(&brokers, &topic)).len() == 1
+        }),
+        "the first run delivered nothing"
+    );
+    // The second run of the same pipeline: it reads the first's position and takes over.
+    let second = Pipeline::new("orders-kafka", &running.endpoint, STREAMS);
+    std::fs::copy(&first.config, &second.config).unwrap();
+    let text = std::fs::read_to_string(&second.config)
+        .unwrap()
+        .replace("follow: true", "idle_termination_secs: 2");
+    std::fs::write(&second.config, text).unwrap();
+    let output = second.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The first run's next batch is refused.
+    running.put_pk("orders", "b", "2");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fenced run went on");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("another worker took over"), "{err}");
+    let delivered = change_records(&committed(&brokers, &topic));
+    assert!(delivered.values().all(|n| *n == 1), "{delivered:?}");
+}

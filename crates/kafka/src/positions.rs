@@ -1,0 +1,158 @@
+//! The positions topic as a checkpoint store (docs/sinks.md §7.7, docs/state.md §6.1): where an
+//! `exactly_once` Kafka sink keeps its pipelines' positions, committed with the batches.
+//!
+//! # Rules
+//! 1. One message per write, in partition 0 of the compacted positions topic: the key is the
+//!    pipeline's name, the value its entry's JSON (the state file's `pipelines.<name>`), a
+//!    null value its removal (`state reset`, a scan that completed).
+//! 2. A position is read from the partition's **committed** view (`log`): the last message of
+//!    the pipeline's key whose transaction committed, the transaction markers applied by
+//!    ddbpipe itself, so a position of an aborted transaction is never taken, whatever the
+//!    broker's `read_committed` serves. The sink started its transactional producer first,
+//!    which aborted its predecessor's open transaction: the view is final for this pipeline.
+//! 3. The entry is read as strictly as a state file's: one that is not an entry stops the run
+//!    naming the topic and the pipeline, and nothing is written over it.
+//! 4. A store commits with the batches ([`CheckpointStore::commits_with_batches`]): each
+//!    batch's position rides in the batch's transaction (`sink` rule 2).
+
+use std::path::Path;
+use std::time::Duration;
+
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
+use ddbpipe_pipeline::state::{Entry, StateError};
+use futures_util::future::BoxFuture;
+
+use crate::envelope::Message;
+use crate::log::LogReader;
+use ddbpipe_pipeline::sink::SinkError;
+
+use crate::sink::{KafkaSettings, Transactions};
+
+/// The positions topic of an `exactly_once` Kafka sink.
+#[derive(Clone)]
+pub struct KafkaPositions {
+    reader: LogReader,
+    transactions: Option<Transactions>,
+    topic: String,
+    brokers: String,
+}
+
+impl std::fmt::Debug for KafkaPositions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KafkaPositions({})", self.describe())
+    }
+}
+
+impl KafkaPositions {
+    /// The store written through `transactions`.
+    pub(crate) fn new(brokers: &str, transactions: Transactions) -> KafkaPositions {
+        let topic = transactions.positions_topic.clone();
+        KafkaPositions {
+            reader: LogReader::new(brokers, Duration::from_secs(30)),
+            transactions: Some(transactions),
+            topic,
+            brokers: brokers.to_string(),
+        }
+    }
+
+    /// The store of `settings` for writing outside a run (`state reset`): its transactional
+    /// producer started, which fences a running run of the pipeline.
+    pub async fn writer(settings: &KafkaSettings) -> Result<KafkaPositions, SinkError> {
+        let target = format!(
+            "kafka {} topic '{}'",
+            settings.connection.brokers, settings.positions_topic
+        );
+        let transactions = Transactions::start(settings, &target).await?;
+        Ok(KafkaPositions::new(&settings.connection.brokers, transactions))
+    }
+
+    /// A store that only reads (`state show`, `lag`, `check`): writing through it fails.
+    pub fn reading(brokers: &str, topic: &str, timeout: Duration) -> KafkaPositions {
+        KafkaPositions {
+            reader: LogReader::new(brokers, timeout),
+            transactions: None,
+            topic: topic.to_string(),
+            brokers: brokers.to_string(),
+        }
+    }
+
+    fn failed(&self, message: String) -> StateError {
+        StateError::Database {
+            store: self.describe(),
+            message,
+        }
+    }
+
+    /// Rule 2: the last committed value of `pipeline`'s key; `Some(None)` for a removal.
+    async fn last_committed(&self, pipeline: &str) -> Result<Option<Option<Vec<u8>>>, StateError> {
+        let partitions = self
+            .reader
+            .partitions(&self.topic)
+            .await
+            .map_err(|e| self.failed(e.to_string()))?;
+        if partitions.is_none() {
+            return Ok(None);
+        }
+        let view = self
+            .reader
+            .committed(&self.topic, 0)
+            .await
+            .map_err(|e| self.failed(e.to_string()))?;
+        Ok(view
+            .records
+            .into_iter()
+            .rev()
+            .find(|record| record.key.as_deref() == Some(pipeline.as_bytes()))
+            .map(|record| record.value.map(|value| value.to_vec())))
+    }
+}
+
+impl CheckpointStore for KafkaPositions {
+    fn describe(&self) -> String {
+        format!("kafka {} topic '{}'", self.brokers, self.topic)
+    }
+
+    fn load<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
+        Box::pin(async move {
+            let Some(Some(value)) = self.last_committed(pipeline).await? else {
+                return Ok(None);
+            };
+            let store = self.describe();
+            let json = serde_json::from_slice(&value).map_err(|error| StateError::Corrupt {
+                path: Path::new(&store).to_owned(),
+                location: format!("pipeline '{pipeline}'"),
+                problem: format!("the position message is not JSON ({error})"),
+            })?;
+            Entry::from_json(&json, pipeline, Path::new(&store)).map(Some)
+        })
+    }
+
+    fn store<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+        entry: Option<&'a Entry>,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            let Some(transactions) = &self.transactions else {
+                return Err(self.failed(
+                    "internal error: this store only reads; a run writes positions".into(),
+                ));
+            };
+            let message = Message {
+                key: pipeline.as_bytes().to_vec(),
+                value: entry.map(|entry| entry.to_json().to_string().into_bytes()),
+            };
+            transactions
+                .store_position(&message)
+                .await
+                .map_err(|message| self.failed(message))
+        })
+    }
+
+    fn commits_with_batches(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,501 @@
+//! The Kafka sink (docs/sinks.md §7.7): a batch's records as messages (`envelope`), sent at
+//! least once or committed exactly once with the pipeline's position.
+//!
+//! # Rules
+//! 1. `at_least_once`: every message of the batch is sent and the batch is acknowledged once
+//!    the broker acknowledged each of them (`acks=all`); the position then moves in the state
+//!    file. A failure before that leaves the position where it was: a later attempt (or run)
+//!    sends the batch again.
+//! 2. `exactly_once`: one transaction per batch holds its messages and, when the position lives
+//!    in Kafka (`Staged`), the position message (key: the pipeline, partition 0 of the
+//!    positions topic). The commit is the acknowledgement: a crash before it leaves neither,
+//!    after it both. A position written outside a batch (the start of a stream, a closed
+//!    snapshot) is a transaction of its own.
+//! 3. A failed attempt is aborted (nothing of it becomes visible) and the batch is retried as a
+//!    whole with the source's retry policy (docs/errors.md §9.4); a broker that stays away
+//!    fails the run naming the brokers.
+//! 4. A message the broker cannot take (over `max.message.bytes`, a topic this client may not
+//!    write) fails the run at once naming the item's key and what to change: retrying cannot
+//!    help, and skipping it would lose a change.
+//! 5. A producer fenced by a newer one with the same `transactional.id` (another run of the
+//!    pipeline took over) stops this run with nothing of the batch visible
+//!    ([`SinkErrorClass::Fenced`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+
+use crate::client::{Connection, Delivery, TopicShape};
+use crate::envelope::{Message, Shaper};
+use crate::positions::KafkaPositions;
+
+/// What a Kafka sink is built from.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// The brokers and the client properties.
+    pub connection: Connection,
+    /// The data topic (its template already filled in).
+    pub topic: String,
+    /// How a missing data topic is made.
+    pub topic_shape: TopicShape,
+    /// The delivery guarantee.
+    pub delivery: Delivery,
+    /// The compacted topic of the positions (`exactly_once`).
+    pub positions_topic: String,
+    /// The producer's `transactional.id` (`exactly_once`).
+    pub transactional_id: String,
+    /// The retries of a failed batch (rule 3).
+    pub retry: RetryPolicy,
+}
+
+/// The Kafka sink.
+pub struct KafkaSink {
+    producer: FutureProducer,
+    shaper: Shaper,
+    topic: String,
+    target: String,
+    retry: RetryPolicy,
+    /// `exactly_once`: the transactions, shared with the positions store.
+    transactions: Option<Transactions>,
+    /// The messages of the batch being written (kept to reuse its room).
+    messages: Vec<Message>,
+}
+
+/// One attempt's failure.
+#[derive(Debug)]
+struct Failed {
+    message: String,
+    class: SinkErrorClass,
+    /// Whether another attempt may succeed.
+    retry: bool,
+}
+
+impl Failed {
+    fn transient(message: String) -> Failed {
+        Failed {
+            message,
+            class: SinkErrorClass::Transient,
+            retry: true,
+        }
+    }
+
+    fn definite(message: String) -> Failed {
+        Failed {
+            message,
+            class: SinkErrorClass::Definite,
+            retry: false,
+        }
+    }
+}
+
+impl KafkaSink {
+    /// Connects: makes the topics that are missing, checks the positions topic and, for
+    /// `exactly_once`, starts the transactional producer, which fences every older producer of
+    /// the same `transactional.id` and aborts its open transaction (so the position read next
+    /// is final). Retried with the retry policy while the brokers do not answer.
+    pub async fn open(settings: KafkaSettings, shaper: Shaper) -> Result<KafkaSink, SinkError> {
+        let target = format!(
+            "kafka {} topic '{}'",
+            settings.connection.brokers, settings.topic
+        );
+        let fail = |failed: Failed| SinkError {
+            sink: target.clone(),
+            message: failed.message,
+            class: failed.class,
+        };
+        let connection = &settings.connection;
+        let exactly_once = settings.delivery == Delivery::ExactlyOnce;
+        retried(&settings.retry, &target, || async {
+            connection
+                .ensure_topic(&settings.topic, settings.topic_shape, false)
+                .await
+                .map_err(Failed::transient)?;
+            if exactly_once {
+                connection
+                    .ensure_topic(&settings.positions_topic, settings.topic_shape, true)
+                    .await
+                    .map_err(Failed::transient)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(fail)?;
+        let (producer, transactions) = if exactly_once {
+            let transactions = Transactions::start(&settings, &target).await?;
+            (transactions.producer.clone(), Some(transactions))
+        } else {
+            let producer = connection
+                .producer(None)
+                .map_err(|message| fail(Failed::definite(message)))?;
+            (producer, None)
+        };
+        Ok(KafkaSink {
+            producer,
+            shaper,
+            topic: settings.topic,
+            target,
+            retry: settings.retry,
+            transactions,
+            messages: Vec::new(),
+        })
+    }
+
+    /// The positions store of an `exactly_once` sink: the positions topic, written in this
+    /// sink's transactions. `None` for `at_least_once` (the state file keeps the position).
+    pub fn positions_store(&self, brokers: &str) -> Option<KafkaPositions> {
+        let transactions = self.transactions.clone()?;
+        Some(KafkaPositions::new(brokers, transactions))
+    }
+
+    fn error(&self, failed: Failed) -> SinkError {
+        SinkError {
+            sink: self.target.clone(),
+            message: failed.message,
+            class: failed.class,
+        }
+    }
+
+    /// Sends every message; the futures of their acknowledgements, in order.
+    async fn send_all(
+        &self,
+        messages: &[Message],
+        position: Option<&Message>,
+    ) -> Result<Vec<DeliveryFuture>, Failed> {
+        let mut sent = Vec::with_capacity(messages.len() + 1);
+        for message in messages {
+            sent.push(send(&self.producer, &self.topic, None, message).await?);
+        }
+        if let (Some(position), Some(transactions)) = (position, &self.transactions) {
+            sent.push(send(&self.producer, &transactions.positions_topic, Some(0), position).await?);
+        }
+        Ok(sent)
+    }
+
+    /// Rule 1: sends the batch and waits for the broker's acknowledgement of each message.
+    async fn deliver(&self, messages: &[Message]) -> Result<(), Failed> {
+        let sent = self.send_all(messages, None).await?;
+        for (i, delivery) in sent.into_iter().enumerate() {
+            delivered(delivery.await, messages.get(i))?;
+        }
+        Ok(())
+    }
+
+    /// Rule 2: the batch and its position in one transaction.
+    async fn commit(&self, messages: &[Message], staged: Option<&Staged>) -> Result<(), Failed> {
+        let Some(transactions) = &self.transactions else {
+            return Err(Failed::definite(
+                "internal error: a transaction without a transactional producer".into(),
+            ));
+        };
+        let position = staged.map(position_message);
+        let _turn = transactions.turn.lock().await;
+        transactions.begin()?;
+        let sent = match self.send_all(messages, position.as_ref()).await {
+            Ok(sent) => sent,
+            Err(failed) => return Err(transactions.abort(failed).await),
+        };
+        if let Err(failed) = transactions.commit().await {
+            // The message that failed, when one did, says more than the commit.
+            let mut failed = failed;
+            for (i, delivery) in sent.into_iter().enumerate() {
+                if let Some(result) = futures_util::FutureExt::now_or_never(delivery)
+                    && let Err(refused) = delivered(result, messages.get(i))
+                {
+                    failed = refused;
+                    break;
+                }
+            }
+            return Err(transactions.abort(failed).await);
+        }
+        Ok(())
+    }
+}
+
+impl Sink for KafkaSink {
+    async fn write(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), SinkError> {
+        let mut messages = std::mem::take(&mut self.messages);
+        messages.clear();
+        let produced_ms = now_ms();
+        for line in batch.records.iter() {
+            self.shaper
+                .messages(line, produced_ms, batch.read_ms, &mut messages)
+                .map_err(|message| self.error(Failed::definite(message)))?;
+        }
+        let written = if self.transactions.is_some() {
+            if messages.is_empty() && staged.is_none() {
+                Ok(())
+            } else {
+                retried(&self.retry, &self.target, || self.commit(&messages, staged)).await
+            }
+        } else {
+            retried(&self.retry, &self.target, || self.deliver(&messages)).await
+        };
+        self.messages = messages;
+        written.map_err(|failed| self.error(failed))
+    }
+
+    fn describe(&self) -> String {
+        self.target.clone()
+    }
+}
+
+/// The transactional producer of an `exactly_once` sink, shared with its positions store: one
+/// transaction at a time.
+#[derive(Clone)]
+pub(crate) struct Transactions {
+    producer: FutureProducer,
+    turn: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) positions_topic: String,
+    timeout: Duration,
+}
+
+impl Transactions {
+    /// The transactional producer of `settings`, started: every older producer of its
+    /// `transactional.id` is fenced and its open transaction aborted (rule 5). Retried while
+    /// the brokers do not answer.
+    pub(crate) async fn start(settings: &KafkaSettings, target: &str) -> Result<Transactions, SinkError> {
+        let fail = |failed: Failed| SinkError {
+            sink: target.to_string(),
+            message: failed.message,
+            class: failed.class,
+        };
+        let producer = settings
+            .connection
+            .producer(Some(&settings.transactional_id))
+            .map_err(|message| fail(Failed::definite(message)))?;
+        let transactions = Transactions {
+            producer,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            positions_topic: settings.positions_topic.clone(),
+            timeout: settings.connection.timeout,
+        };
+        retried(&settings.retry, target, || transactions.init())
+            .await
+            .map_err(fail)?;
+        Ok(transactions)
+    }
+
+    /// Starts the transactional producer (rule 5: fences older ones).
+    async fn init(&self) -> Result<(), Failed> {
+        let producer = self.producer.clone();
+        let timeout = self.timeout;
+        blocking(move || producer.init_transactions(timeout))
+            .await
+            .map_err(|e| transaction_failure("cannot start the transactional producer", &e))
+    }
+
+    fn begin(&self) -> Result<(), Failed> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| transaction_failure("cannot begin a transaction", &e))
+    }
+
+    async fn commit(&self) -> Result<(), Failed> {
+        let producer = self.producer.clone();
+        let timeout = self.timeout;
+        blocking(move || producer.commit_transaction(timeout))
+            .await
+            .map_err(|e| transaction_failure("the transaction did not commit", &e))
+    }
+
+    /// Aborts the open transaction after `failed`; the failure to tell.
+    async fn abort(&self, failed: Failed) -> Failed {
+        let producer = self.producer.clone();
+        let timeout = self.timeout;
+        match blocking(move || producer.abort_transaction(timeout)).await {
+            Ok(()) => failed,
+            // A fenced or failed producer cannot abort: the broker aborts the transaction when
+            // its timeout passes or a newer producer starts.
+            Err(error) if failed.class == SinkErrorClass::Fenced => {
+                tracing::debug!(%error, "The fenced producer's abort failed.");
+                failed
+            }
+            Err(error) => {
+                let aborted = transaction_failure("the transaction could not be aborted", &error);
+                Failed {
+                    message: format!("{}; then {}", failed.message, aborted.message),
+                    ..aborted
+                }
+            }
+        }
+    }
+
+    /// A transaction holding only `pipeline`'s position message (rule 2).
+    pub(crate) async fn store_position(&self, position: &Message) -> Result<(), String> {
+        let _turn = self.turn.lock().await;
+        let attempt = async {
+            self.begin()?;
+            let sent = send(&self.producer, &self.positions_topic, Some(0), position).await;
+            if let Err(failed) = sent {
+                return Err(self.abort(failed).await);
+            }
+            if let Err(failed) = self.commit().await {
+                return Err(self.abort(failed).await);
+            }
+            Ok(())
+        };
+        attempt.await.map_err(|failed: Failed| failed.message)
+    }
+}
+
+/// The position message of a staged entry: key the pipeline, value the entry's JSON.
+fn position_message(staged: &Staged) -> Message {
+    Message {
+        key: staged.pipeline.as_bytes().to_vec(),
+        value: Some(staged.entry.to_json().to_string().into_bytes()),
+    }
+}
+
+/// Sends one message, waiting while the producer's queue is full.
+async fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
+    message: &Message,
+) -> Result<DeliveryFuture, Failed> {
+    loop {
+        let mut record = FutureRecord::<[u8], [u8]>::to(topic).key(message.key.as_slice());
+        if let Some(value) = &message.value {
+            record = record.payload(value.as_slice());
+        }
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
+        match producer.send_result(record) {
+            Ok(delivery) => return Ok(delivery),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err((error, _)) => return Err(refused(&error, Some(message))),
+        }
+    }
+}
+
+/// The result of one message's delivery.
+fn delivered<Closed>(
+    result: Result<OwnedDeliveryResult, Closed>,
+    message: Option<&Message>,
+) -> Result<(), Failed> {
+    match result {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((error, _))) => Err(refused(&error, message)),
+        Err(_) => Err(Failed::transient(
+            "the producer closed before the broker acknowledged the batch".into(),
+        )),
+    }
+}
+
+/// What a refused message means (rules 3 and 4).
+fn refused(error: &KafkaError, message: Option<&Message>) -> Failed {
+    let key = message.map_or_else(
+        || "?".to_string(),
+        |m| String::from_utf8_lossy(&m.key).into_owned(),
+    );
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
+            let size = message.map_or(0, |m| m.key.len() + m.value.as_ref().map_or(0, Vec::len));
+            Failed::definite(format!(
+                "the message of the item with key {key} ({size} bytes) is over the size the \
+                 broker or the client takes: raise the topic's max.message.bytes (and \
+                 message.max.bytes in sink.properties)"
+            ))
+        }
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Failed::definite(format!(
+            "not authorized to write the topic: grant this client WRITE on it ({error})"
+        )),
+        Some(
+            RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed,
+        ) => Failed::definite(format!(
+            "not authorized to use the transactional id: grant WRITE on it ({error})"
+        )),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced,
+        ) => fenced(error),
+        _ => Failed::transient(format!("sending the item with key {key} failed: {error}")),
+    }
+}
+
+/// A transaction step's failure.
+fn transaction_failure(what: &str, error: &KafkaError) -> Failed {
+    if let KafkaError::Transaction(transaction) = error {
+        if matches!(
+            transaction.code(),
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::Fenced
+        ) {
+            return fenced(error);
+        }
+        if transaction.is_fatal() {
+            return Failed::definite(format!("{what}: {error}"));
+        }
+    }
+    Failed::transient(format!("{what}: {error}"))
+}
+
+/// Rule 5.
+fn fenced(error: &KafkaError) -> Failed {
+    Failed {
+        message: format!(
+            "another worker took over: a newer producer with this pipeline's transactional.id \
+             fenced this one ({error}); nothing of the batch is visible"
+        ),
+        class: SinkErrorClass::Fenced,
+        retry: false,
+    }
+}
+
+/// Runs a blocking librdkafka call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<T, KafkaError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .unwrap_or(Err(KafkaError::Canceled))
+}
+
+/// Rule 3: `attempt` retried with `policy` while its failures may pass.
+async fn retried<F, Fut>(policy: &RetryPolicy, target: &str, mut attempt: F) -> Result<(), Failed>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), Failed>>,
+{
+    let retrying = |n: u32, failed: &Failed, _delay| {
+        tracing::debug!(sink = target, attempt = n + 1, error = %failed.message, "Kafka attempt failed; retrying.");
+        ddbpipe_source::retry::note_retry("sink_transaction", &failed.message);
+    };
+    match policy
+        .retry(
+            Duration::MAX,
+            &Cancel::never(),
+            |failed: &Failed| failed.retry,
+            retrying,
+            |_| attempt(),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(GaveUp::Failed { mut error, attempts }) => {
+            if attempts > 1 {
+                error.message = format!("{} (failed after {attempts} attempts)", error.message);
+            }
+            Err(error)
+        }
+        Err(GaveUp::Cancelled) => Err(Failed::definite("cancelled".into())),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
