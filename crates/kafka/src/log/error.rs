@@ -73,7 +73,7 @@ pub enum LogError {
     /// Definite: the broker speaks no version of a request this reader speaks.
     #[error(
         "Kafka broker {broker} serves {api} versions {served}, this reader speaks {ours_min} to \
-         {ours_max}: use a broker of Kafka 1.0 or newer"
+         {ours_max}: use a broker of Kafka 0.11 or newer"
     )]
     Unsupported {
         /// The broker's address.

@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -150,13 +153,12 @@ impl Connection {
             _ => ApiVersionsResponse::decode(&mut body.clone(), 0)
                 .map_err(|error| self.protocol(api, error))?,
         };
-        if response.error_code != 0 {
+        if let Some(error) = ResponseError::try_from_code(response.error_code) {
             return Err(LogError::Broker {
                 broker: self.broker.clone(),
                 api: api.name,
                 scope: "the connection".to_string(),
-                error: kafka_protocol::ResponseError::try_from_code(response.error_code)
-                    .unwrap_or(kafka_protocol::ResponseError::Unknown(response.error_code)),
+                error,
             });
         }
         Ok(response
@@ -207,7 +209,7 @@ impl Connection {
         })?;
         let mut answer = Bytes::from(answer);
         let header_version = R::Response::header_version(version);
-        let header = kafka_protocol::messages::ResponseHeader::decode(&mut answer, header_version)
+        let header = ResponseHeader::decode(&mut answer, header_version)
             .map_err(|error| self.protocol(api, error))?;
         if header.correlation_id != correlation_id {
             return Err(LogError::Protocol {
