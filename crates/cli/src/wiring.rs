@@ -37,10 +37,7 @@ pub async fn table_api(source: &SourceConfig) -> (AwsTableApi, Location) {
 /// The SDK configuration of a run: the program's own when it gave one
 /// (`Pipeline::with_sdk_config`, its region, credentials and endpoint in place of the
 /// source's), else the one the source's settings load.
-async fn sdk_config(
-    source: &SourceConfig,
-    given: Option<&aws::SdkSettings>,
-) -> aws::SdkSettings {
+async fn sdk_config(source: &SourceConfig, given: Option<&aws::SdkSettings>) -> aws::SdkSettings {
     match given {
         Some(given) => aws::adopt_sdk_config(given),
         None => aws::load_sdk_config(&plan::client_settings(source)).await,

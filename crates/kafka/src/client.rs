@@ -145,9 +145,13 @@ impl Connection {
         topic: &str,
         shape: TopicShape,
         compacted: bool,
-    ) -> Result<bool, String> {
-        let admin = self.admin()?;
-        if self.topic_exists(&admin, topic).await? {
+    ) -> Result<bool, TopicError> {
+        let admin = self.admin().map_err(TopicError::Definite)?;
+        if self
+            .topic_exists(&admin, topic)
+            .await
+            .map_err(TopicError::Transient)?
+        {
             if compacted {
                 self.check_compacted(&admin, topic).await?;
             }
@@ -169,7 +173,7 @@ impl Connection {
         let created = admin
             .create_topics([&new], &options)
             .await
-            .map_err(|e| format!("cannot create topic '{topic}': {e}"))?;
+            .map_err(|e| TopicError::Transient(format!("cannot create topic '{topic}': {e}")))?;
         for result in created {
             match result {
                 Ok(_) => {}
@@ -177,47 +181,43 @@ impl Connection {
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(false),
                 Err((_, RDKafkaErrorCode::TopicAuthorizationFailed))
                 | Err((_, RDKafkaErrorCode::ClusterAuthorizationFailed)) => {
-                    return Err(format!(
+                    return Err(TopicError::Definite(format!(
                         "topic '{topic}' does not exist and this client may not create it: \
                          create it, or grant CREATE"
-                    ));
+                    )));
                 }
-                Err((_, code)) => return Err(format!("cannot create topic '{topic}': {code}")),
+                Err((_, code)) => {
+                    return Err(TopicError::Transient(format!(
+                        "cannot create topic '{topic}': {code}"
+                    )));
+                }
             }
         }
         tracing::info!(topic, compacted, "Created Kafka topic.");
         Ok(true)
     }
 
-    /// What `check` reports of `topic` (docs/cli.md §8.3): that the brokers answer, and that the
-    /// topic exists or may be created (asked with `validate_only`, so nothing is made); for the
-    /// positions topic (`compacted`) also that an existing one is compacted.
+    /// What `check` reports of `topic`: that the brokers answer, and whether the topic exists
+    /// (nothing is made); for the positions topic (`compacted`) also that an existing one is
+    /// compacted.
     pub async fn probe(&self, topic: &str, compacted: bool) -> Result<String, String> {
         let admin = self.admin()?;
         if let Some(partitions) = self.partitions(&admin, topic).await? {
             if compacted {
-                self.check_compacted(&admin, topic).await?;
+                self.check_compacted(&admin, topic)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 return Ok(format!("topic '{topic}' is there, compacted"));
             }
-            return Ok(format!("topic '{topic}' is there ({partitions} partitions)"));
+            return Ok(format!(
+                "topic '{topic}' is there ({partitions} partitions)"
+            ));
         }
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1));
-        let options = AdminOptions::new()
-            .operation_timeout(Some(self.timeout))
-            .validate_only(true);
-        let validated = admin
-            .create_topics([&new], &options)
-            .await
-            .map_err(|e| format!("cannot ask whether topic '{topic}' may be created: {e}"))?;
-        match validated.into_iter().next() {
-            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | Some(Ok(_)) | None => Ok(
-                format!("topic '{topic}' does not exist yet; the run creates it"),
-            ),
-            Some(Err((_, code))) => Err(format!(
-                "topic '{topic}' does not exist and may not be created ({code}): create it, or \
-                 grant CREATE"
-            )),
-        }
+        // Asking whether it may be created (CreateTopics with validate_only) is not safe: a
+        // broker that ignores validate_only (tansu) would make it, without its settings.
+        Ok(format!(
+            "topic '{topic}' does not exist yet; the run creates it"
+        ))
     }
 
     /// Whether the cluster has `topic`, by the metadata of all topics (asking for one topic
@@ -257,12 +257,16 @@ impl Connection {
         &self,
         admin: &AdminClient<DefaultClientContext>,
         topic: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), TopicError> {
         let options = AdminOptions::new().request_timeout(Some(self.timeout));
         let described = admin
             .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
             .await
-            .map_err(|e| format!("cannot read the configuration of topic '{topic}': {e}"))?;
+            .map_err(|e| {
+                TopicError::Transient(format!(
+                    "cannot read the configuration of topic '{topic}': {e}"
+                ))
+            })?;
         let policy = described
             .into_iter()
             .filter_map(Result::ok)
@@ -271,12 +275,29 @@ impl Connection {
             .and_then(|entry| entry.value);
         match policy {
             Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => Ok(()),
-            found => Err(format!(
+            found => Err(TopicError::Definite(format!(
                 "the positions topic '{topic}' is not compacted (cleanup.policy={}): it would \
                  one day delete a pipeline's position; set cleanup.policy=compact on it, or \
                  name another positions_topic",
                 found.as_deref().unwrap_or("unknown")
-            )),
+            ))),
+        }
+    }
+}
+
+/// Why a topic could not be made or used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicError {
+    /// The brokers did not answer or failed: a later attempt may succeed.
+    Transient(String),
+    /// The topic cannot be used as it is (not compacted, not creatable): retrying cannot help.
+    Definite(String),
+}
+
+impl std::fmt::Display for TopicError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopicError::Transient(message) | TopicError::Definite(message) => f.write_str(message),
         }
     }
 }

@@ -40,6 +40,11 @@
 //! 8. Records still held at the end belong to transactions not yet decided: they are not in
 //!    the view, and [`Committed::undecided`] says how many there were. A later read may find
 //!    them committed.
+//! 9. **Past the end.** After the end, the read goes on while a fetch brings whole batches: a
+//!    broker whose high watermark lags its log still serves what lies past it (tansu reports a
+//!    batch of several records as one record, so its watermark can stop inside its last
+//!    batch). A batch that reaches past the end is taken up to it, and read on from there. A
+//!    correct broker answers the first fetch at its high watermark with nothing.
 //!
 //! # Why not the broker's `read_committed`
 //! A correct broker answers a READ_COMMITTED fetch only up to the last stable offset and lists
@@ -161,7 +166,7 @@ impl LogReader {
         Ok(Some(partitions))
     }
 
-    /// The committed view of one partition, from its start to its end now (rules 2–8).
+    /// The committed view of one partition, from its start to its end now (rules 2–9).
     pub async fn committed(&self, topic: &str, partition: i32) -> Result<Committed, LogError> {
         let mut leader = self.leader(topic, partition).await?;
         let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
@@ -196,6 +201,26 @@ impl LogReader {
             }
             // A first batch larger than the partition's share is not answered by every broker.
             partition_max_bytes = partition_max_bytes.saturating_mul(2).min(FETCH_MAX_BYTES);
+        }
+        // Rule 9: a high watermark behind the log (tansu counts a batch of several records as
+        // one) leaves records past it that a fetch still serves: read on until a fetch brings
+        // nothing new. A correct broker answers the first such fetch with nothing.
+        let mut end = end;
+        loop {
+            let records = fetch(&mut leader, topic, partition, next, partition_max_bytes).await?;
+            let before = next;
+            next = take_answer(&mut view, &records, next, i64::MAX).map_err(|error| {
+                LogError::Batch {
+                    topic: topic.to_string(),
+                    partition,
+                    offset: error.offset,
+                    what: error.what,
+                }
+            })?;
+            if next <= before {
+                break;
+            }
+            end = next;
         }
         Ok(view.finish(end))
     }
@@ -308,7 +333,8 @@ fn take_answer(
                         .to_string(),
                 })?;
         }
-        next = batch.last_offset + 1;
+        // A batch that reaches past the end is taken up to it: the rest is read on from there.
+        next = (batch.last_offset + 1).min(end);
     }
     Ok(next)
 }

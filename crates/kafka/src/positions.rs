@@ -26,7 +26,7 @@ use crate::envelope::Message;
 use crate::log::LogReader;
 use ddbpipe_pipeline::sink::SinkError;
 
-use crate::sink::{KafkaSettings, Transactions};
+use crate::sink::{KafkaSettings, KafkaSink, Transactions};
 
 /// The positions topic of an `exactly_once` Kafka sink.
 #[derive(Clone)]
@@ -55,6 +55,13 @@ impl KafkaPositions {
         }
     }
 
+    /// The positions store of an `exactly_once` sink: the positions topic, written in the
+    /// sink's transactions. `None` for `at_least_once` (the state file keeps the position).
+    pub fn of(sink: &KafkaSink, brokers: &str) -> Option<KafkaPositions> {
+        let transactions = sink.transactions()?.clone();
+        Some(KafkaPositions::new(brokers, transactions))
+    }
+
     /// The store of `settings` for writing outside a run (`state reset`): its transactional
     /// producer started, which fences a running run of the pipeline.
     pub async fn writer(settings: &KafkaSettings) -> Result<KafkaPositions, SinkError> {
@@ -63,7 +70,10 @@ impl KafkaPositions {
             settings.connection.brokers, settings.positions_topic
         );
         let transactions = Transactions::start(settings, &target).await?;
-        Ok(KafkaPositions::new(&settings.connection.brokers, transactions))
+        Ok(KafkaPositions::new(
+            &settings.connection.brokers,
+            transactions,
+        ))
     }
 
     /// A store that only reads (`state show`, `lag`, `check`): writing through it fails.

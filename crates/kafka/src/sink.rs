@@ -31,9 +31,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
-use crate::client::{Connection, Delivery, TopicShape};
+use crate::client::{Connection, Delivery, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
-use crate::positions::KafkaPositions;
 
 /// What a Kafka sink is built from.
 #[derive(Debug, Clone)]
@@ -111,16 +110,20 @@ impl KafkaSink {
         };
         let connection = &settings.connection;
         let exactly_once = settings.delivery == Delivery::ExactlyOnce;
+        let made = |error: TopicError| match error {
+            TopicError::Transient(message) => Failed::transient(message),
+            TopicError::Definite(message) => Failed::definite(message),
+        };
         retried(&settings.retry, &target, || async {
             connection
                 .ensure_topic(&settings.topic, settings.topic_shape, false)
                 .await
-                .map_err(Failed::transient)?;
+                .map_err(made)?;
             if exactly_once {
                 connection
                     .ensure_topic(&settings.positions_topic, settings.topic_shape, true)
                     .await
-                    .map_err(Failed::transient)?;
+                    .map_err(made)?;
             }
             Ok(())
         })
@@ -146,11 +149,9 @@ impl KafkaSink {
         })
     }
 
-    /// The positions store of an `exactly_once` sink: the positions topic, written in this
-    /// sink's transactions. `None` for `at_least_once` (the state file keeps the position).
-    pub fn positions_store(&self, brokers: &str) -> Option<KafkaPositions> {
-        let transactions = self.transactions.clone()?;
-        Some(KafkaPositions::new(brokers, transactions))
+    /// The transactions of an `exactly_once` sink, which its positions store writes through.
+    pub(crate) fn transactions(&self) -> Option<&Transactions> {
+        self.transactions.as_ref()
     }
 
     fn error(&self, failed: Failed) -> SinkError {
@@ -172,7 +173,15 @@ impl KafkaSink {
             sent.push(send(&self.producer, &self.topic, None, message).await?);
         }
         if let (Some(position), Some(transactions)) = (position, &self.transactions) {
-            sent.push(send(&self.producer, &transactions.positions_topic, Some(0), position).await?);
+            sent.push(
+                send(
+                    &self.producer,
+                    &transactions.positions_topic,
+                    Some(0),
+                    position,
+                )
+                .await?,
+            );
         }
         Ok(sent)
     }
@@ -259,7 +268,10 @@ impl Transactions {
     /// The transactional producer of `settings`, started: every older producer of its
     /// `transactional.id` is fenced and its open transaction aborted (rule 5). Retried while
     /// the brokers do not answer.
-    pub(crate) async fn start(settings: &KafkaSettings, target: &str) -> Result<Transactions, SinkError> {
+    pub(crate) async fn start(
+        settings: &KafkaSettings,
+        target: &str,
+    ) -> Result<Transactions, SinkError> {
         let fail = |failed: Failed| SinkError {
             sink: target.to_string(),
             message: failed.message,
@@ -484,7 +496,10 @@ where
         .await
     {
         Ok(()) => Ok(()),
-        Err(GaveUp::Failed { mut error, attempts }) => {
+        Err(GaveUp::Failed {
+            mut error,
+            attempts,
+        }) => {
             if attempts > 1 {
                 error.message = format!("{} (failed after {attempts} attempts)", error.message);
             }

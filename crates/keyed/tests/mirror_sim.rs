@@ -142,6 +142,7 @@ fn settings(on_gap: OnGap, batch_bytes: usize) -> StreamRun {
         batch: BatchLimits {
             records: 4,
             bytes: batch_bytes,
+            whole_pages: false,
         },
         kind: StreamKind::Mirror,
         on_gap,

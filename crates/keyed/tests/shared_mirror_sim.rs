@@ -645,6 +645,7 @@ async fn simulate(seed: u64) -> Simulated {
     run.batch = BatchLimits {
         records: rng.random_range(1..=6),
         bytes: rng.random_range(200..=4000),
+        whole_pages: false,
     };
     run.kind = StreamKind::Mirror;
     run.on_gap = OnGap::Fail;

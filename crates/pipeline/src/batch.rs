@@ -60,6 +60,7 @@ impl Batcher {
             limits: BatchLimits {
                 records: limits.records.max(1),
                 bytes: limits.bytes.max(1),
+                whole_pages: limits.whole_pages,
             },
             current: Batch::default(),
         }
@@ -86,6 +87,9 @@ impl Batcher {
 
     /// Adds a page; returns the batches it filled, in order.
     pub fn push(&mut self, page: PageOut) -> Vec<Batch> {
+        if self.limits.whole_pages && page.lines_from.is_none() {
+            return self.push_whole(page);
+        }
         let mut full = Vec::new();
         let total = page.records.len();
         let mut from = 0;
@@ -116,6 +120,33 @@ impl Batcher {
         }
         if total == 0 {
             self.current.segments.push((page.segment, page.cursor));
+        }
+        full
+    }
+
+    /// Adds a scan page without splitting it ([`BatchLimits::whole_pages`]): after the current
+    /// batch when both would cross a limit, else into it; the page's cursor rides on its last
+    /// record as always.
+    fn push_whole(&mut self, page: PageOut) -> Vec<Batch> {
+        let mut full = Vec::new();
+        let batch = &self.current.records;
+        let room_records = batch.len().saturating_add(page.records.len()) > self.limits.records;
+        let room_bytes = batch.bytes().saturating_add(page.records.bytes()) > self.limits.bytes;
+        if !batch.is_empty() && (room_records || room_bytes) {
+            full.push(std::mem::take(&mut self.current));
+        }
+        let total = page.records.len();
+        if total > 0 {
+            self.current.records.extend_from(&page.records, 0, total);
+            self.current.read_ms = Some(
+                self.current
+                    .read_ms
+                    .map_or(page.requested_ms, |at| at.min(page.requested_ms)),
+            );
+        }
+        self.current.segments.push((page.segment, page.cursor));
+        if self.full() {
+            full.push(std::mem::take(&mut self.current));
         }
         full
     }
@@ -279,6 +310,7 @@ mod tests {
         let limits = BatchLimits {
             records: 5000,
             bytes: 1000,
+            whole_pages: false,
         };
         let mut batcher = Batcher::new(limits);
         // Ten records of 300 bytes: three fit in 1000 bytes.
@@ -310,11 +342,47 @@ mod tests {
         assert!(batcher.take().is_none());
     }
 
+    /// `whole_pages`: a page is never split, so every batch ends at a page's end with its
+    /// cursor; a page that does not fit beside the current batch starts the next one.
+    #[test]
+    fn with_whole_pages_every_batch_ends_at_a_page_end() {
+        let mut batcher = Batcher::new(BatchLimits {
+            records: 4,
+            bytes: 1 << 20,
+            whole_pages: true,
+        });
+        let full = batcher.push(page_of(0, 10, 10, Some("a")));
+        assert_eq!(full.len(), 1, "one page over the limit is one batch");
+        assert_eq!(full[0].records.len(), 10);
+        assert_eq!(full[0].segments.len(), 1);
+        assert!(batcher.push(page_of(1, 2, 10, Some("b"))).is_empty());
+        let full = batcher.push(page_of(2, 3, 10, Some("c")));
+        let sizes: Vec<(usize, usize)> = full
+            .iter()
+            .map(|b| (b.records.len(), b.segments.len()))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(2, 1)],
+            "the page of 3 does not join the batch of 2"
+        );
+        let rest = batcher.take().unwrap();
+        assert_eq!((rest.records.len(), rest.segments.len()), (3, 1));
+        // An export page (exact line counts) is still cut at the limits.
+        let mut export = page_of(0, 6, 10, None);
+        export.cursor = SegmentCursor::Next(file_cursor(6));
+        export.lines_from = Some(0);
+        let full = batcher.push(export);
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].records.len(), 4);
+    }
+
     #[test]
     fn an_export_page_cut_by_bytes_records_the_count_at_each_cut() {
         let mut batcher = Batcher::new(BatchLimits {
             records: 100,
             bytes: 250,
+            whole_pages: false,
         });
         let mut export = page_of(0, 5, 100, None);
         export.cursor = SegmentCursor::Next(file_cursor(15));
@@ -358,6 +426,7 @@ mod tests {
         let mut batcher = Batcher::new(BatchLimits {
             records: 1000,
             bytes: 200,
+            whole_pages: false,
         });
         let full = batcher.push_handed(handed);
         assert_eq!(full.len(), 2, "4 records of 100 bytes, 200 a batch");

@@ -281,6 +281,7 @@ fn settings(rng: &mut StdRng) -> StreamRun {
     run.batch = BatchLimits {
         records: rng.random_range(1..=20),
         bytes: rng.random_range(100..=8000),
+        whole_pages: false,
     };
     run
 }

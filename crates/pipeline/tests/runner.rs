@@ -86,6 +86,7 @@ async fn batches_stay_within_their_byte_bound_and_every_item_is_written_once() {
     let limits = BatchLimits {
         records: 5000,
         bytes: 1024,
+        whole_pages: false,
     };
     let outcome = run_scan(
         reader(table, 4, 100, None),

@@ -159,6 +159,7 @@ fn plan(seed: u64) -> Plan {
         batch: BatchLimits {
             records: rng.random_range(1..=20),
             bytes: rng.random_range(100..=8000),
+            whole_pages: false,
         },
         kind: StreamKind::Streams,
     };

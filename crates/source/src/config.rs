@@ -387,6 +387,10 @@ pub struct SourceConfig {
     /// The output bytes of a batch's records at most, 1 KiB..=1 GiB (a record larger than
     /// this is a batch of its own). Default 32 MiB.
     pub batch_max_bytes: usize,
+    /// Not a key of the file: set when the sink commits each batch's position with its records
+    /// exactly once (kafka `exactly_once`). A scan page is then never split between batches
+    /// (docs/scan.md §2.5), so a resumed scan never re-sends a record of a committed batch.
+    pub whole_pages: bool,
     /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default
     /// `plain`; a PostgreSQL `json`/`jsonb` destination turns plain into
     /// [`ValueFormat::PlainExact`] (docs/values.md §3.7).
@@ -510,6 +514,7 @@ impl SourceConfig {
             retry: RetryConfig::DEFAULT,
             batch_size: defaults::BATCH_SIZE,
             batch_max_bytes: defaults::BATCH_MAX_BYTES,
+            whole_pages: false,
             value_format: defaults::VALUE_FORMAT,
             snapshot: SnapshotConfig::default(),
         }

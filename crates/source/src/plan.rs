@@ -169,6 +169,13 @@ pub struct BatchLimits {
     /// Output bytes at most (`batch_max_bytes`), the record that crosses it excepted when it
     /// is the batch's first.
     pub bytes: usize,
+    /// A scan page is never split between batches: a batch may exceed the limits by the rest
+    /// of a page. For a sink that commits each batch's position with it exactly once: a
+    /// resumed scan restarts a page from its start cursor, so a batch ending inside a page
+    /// would send that page's first records again (`SourceConfig::whole_pages`). Export
+    /// pages carry exact line counts and stream hand-overs exact sequence numbers: they are
+    /// still cut at the limits.
+    pub whole_pages: bool,
 }
 
 impl BatchLimits {
@@ -177,6 +184,7 @@ impl BatchLimits {
         BatchLimits {
             records: source.batch_size,
             bytes: source.batch_max_bytes,
+            whole_pages: source.whole_pages,
         }
     }
 
@@ -185,6 +193,7 @@ impl BatchLimits {
         BatchLimits {
             records,
             bytes: crate::config::defaults::BATCH_MAX_BYTES,
+            whole_pages: false,
         }
     }
 
@@ -192,6 +201,7 @@ impl BatchLimits {
     pub const UNBOUNDED: BatchLimits = BatchLimits {
         records: usize::MAX,
         bytes: usize::MAX,
+        whole_pages: false,
     };
 }
 

@@ -1,5 +1,5 @@
-//! `check`'s kafka probe (docs/cli.md §8.3): the brokers answer, the topic is there or may be
-//! created, and the positions topic of `exactly_once` is compacted (or may be created). Nothing
+//! `check`'s kafka probe (docs/sinks.md §7.7 rule 9): the brokers answer, whether the topic is
+//! there, and that the positions topic of `exactly_once` is compacted when it is there. Nothing
 //! is created and no producer is started: a transactional one would fence a running pipeline.
 
 use std::time::Duration;
@@ -68,7 +68,9 @@ pub(super) async fn probe_positions(
 ) {
     let label = destination::position_label(config);
     let loaded = async {
-        let Some(mut store) = destination::read_store(config).await.map_err(|f| f.to_string())?
+        let Some(mut store) = destination::read_store(config)
+            .await
+            .map_err(|f| f.to_string())?
         else {
             return Ok(None);
         };

@@ -511,9 +511,10 @@ async fn probe_keyed(
                     sqlite.path.display()
                 )
             }),
-        SinkConfig::Jsonl(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => {
-            None
-        }
+        SinkConfig::Jsonl(_)
+        | SinkConfig::Postgres(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Custom => None,
     };
     match crate::sinks::keyed::table_spec(config.target(), table) {
         Err(failure) => probes.add("sink", Status::Fail, with_hint(&failure)),

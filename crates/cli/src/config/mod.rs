@@ -288,6 +288,11 @@ pub fn parse(
         // A keyed sink commits a transaction per batch: larger batches by default (docs/config.md).
         source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
     }
+    if let (Some((source, _)), Some((SinkConfig::Kafka(kafka), _))) = (&mut source, &sink) {
+        // The position commits with each batch exactly once: a scan page is never split, so a
+        // resumed scan never re-sends a committed record (docs/sinks.md §7.7 rule 3).
+        source.whole_pages = kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce;
+    }
     if let (Some((source, _)), Some((SinkConfig::Postgres(postgres), _))) = (&mut source, &sink) {
         // A json/jsonb document keeps numbers as exact numeric: plain records get every number
         // as a JSON number of its own digits (docs/values.md §3.7). The spelling stays `plain`,

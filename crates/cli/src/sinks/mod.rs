@@ -112,7 +112,9 @@ impl SinkConfig {
     pub fn keeps_position(&self) -> Option<&'static str> {
         match self {
             SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => Some("its database"),
-            SinkConfig::Kafka(kafka) if kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce => {
+            SinkConfig::Kafka(kafka)
+                if kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce =>
+            {
                 Some("its positions topic")
             }
             SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,

@@ -122,7 +122,7 @@ impl Writer {
             .map(|_| ())
             .map_err(|e| format!("{e:?}"))
         };
-        request.unwrap();
+        request.unwrap_or_else(|e| panic!("the writer's request failed: {e}"));
     }
 }
 

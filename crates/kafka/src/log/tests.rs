@@ -309,6 +309,37 @@ fn records_and_markers_past_the_end_are_not_read() {
     assert_eq!(committed.undecided, 1, "the COMMIT at 2 lies past the end");
 }
 
+/// Rule 9: a batch that reaches past the end is taken up to it, and the next read from there
+/// takes the rest (tansu's watermark can stop inside its last batch).
+#[test]
+fn a_batch_reaching_past_the_end_is_read_on_from_the_end() {
+    let idempotent = 9;
+    let batch = [
+        Record {
+            transactional: false,
+            ..data(0, idempotent, "a")
+        },
+        Record {
+            transactional: false,
+            ..data(1, idempotent, "b")
+        },
+        Record {
+            transactional: false,
+            ..data(2, idempotent, "c")
+        },
+    ];
+    let log = log_of(&[&batch], Compression::None);
+    let mut view = View::default();
+    let next = take_answer(&mut view, &log, 0, 1).unwrap();
+    assert_eq!(next, 1, "the read stops at the end, not after the batch");
+    let next = take_answer(&mut view, &log, next, i64::MAX).unwrap();
+    assert_eq!(next, 3);
+    assert_eq!(
+        values(&view.finish(next)),
+        [(0, "a".into()), (1, "b".into()), (2, "c".into())]
+    );
+}
+
 /// CRC-32C (Castagnoli), the checksum of a v2 record batch.
 fn crc32c(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;

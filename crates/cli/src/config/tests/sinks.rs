@@ -287,18 +287,29 @@ fn the_kafka_sink_is_read_with_its_defaults_and_its_secrets_hidden() {
          sink: {type: kafka, brokers: 'k:1', properties: {sasl.password: [hunter22]}}\n",
     );
     assert_eq!(said.len(), 1, "{said:?}");
-    assert!(said[0].starts_with("config error: sink.properties.sasl.password:"), "{said:?}");
+    assert!(
+        said[0].starts_with("config error: sink.properties.sasl.password:"),
+        "{said:?}"
+    );
     assert!(!said[0].contains("hunter22"), "{said:?}");
 }
 
 #[test]
 fn the_kafka_rules_name_the_field() {
     let file = |sink: &str| {
-        format!("name: t\nsource: {{table_name: o, mode: streams, follow: true}}\nsink: {{type: kafka, {sink}}}\n")
+        format!(
+            "name: t\nsource: {{table_name: o, mode: streams, follow: true}}\nsink: {{type: kafka, {sink}}}\n"
+        )
     };
     for (sink, said) in [
-        ("brokers: ''", "config error: sink.brokers: brokers must not be empty"),
-        ("brokers: 'k1'", "config error: sink.brokers: 'k1' is not host:port"),
+        (
+            "brokers: ''",
+            "config error: sink.brokers: brokers must not be empty",
+        ),
+        (
+            "brokers: 'k1'",
+            "config error: sink.brokers: 'k1' is not host:port",
+        ),
         (
             "brokers: 'k:1', topic: 'a/{table}'",
             "config error: sink.topic: 'a/{table}' holds '/'",
@@ -319,11 +330,16 @@ fn the_kafka_rules_name_the_field() {
             "brokers: 'k:1', topic_config: {replication_factor: 0}",
             "config error: sink.topic_config.replication_factor:",
         ),
-        ("brokers: 'k:1', delivery: eos", "exactly once is `delivery: exactly_once`"),
+        (
+            "brokers: 'k:1', delivery: eos",
+            "exactly once is `delivery: exactly_once`",
+        ),
     ] {
         let found = errors(&file(sink));
         assert!(
-            found.iter().any(|line| line.starts_with(said) || line.contains(said)),
+            found
+                .iter()
+                .any(|line| line.starts_with(said) || line.contains(said)),
             "{sink}: {found:?}"
         );
     }
@@ -336,8 +352,10 @@ fn the_kafka_rules_name_the_field() {
             "name: t\nsource: {table_name: o, mode: streams, follow: true}\n\
              sink: {type: kafka, brokers: 'k:1'}\nstate: {path: s.json}\n"
         ),
-        ["config error: state.path: the kafka sink keeps the position in its positions topic; \
-          remove state.path"]
+        [
+            "config error: state.path: the kafka sink keeps the position in its positions topic; \
+          remove state.path"
+        ]
     );
     assert_eq!(
         errors(
@@ -345,7 +363,9 @@ fn the_kafka_rules_name_the_field() {
              sink: {type: kafka, brokers: 'k:1'}\ncoordination: {lease_table: l}\n"
         )
         .iter()
-        .filter(|line| line.starts_with("config error: sink.type: the kafka sink runs in one process"))
+        .filter(
+            |line| line.starts_with("config error: sink.type: the kafka sink runs in one process")
+        )
         .count(),
         1
     );

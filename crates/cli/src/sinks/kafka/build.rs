@@ -82,7 +82,7 @@ pub async fn open_kafka(
     let sink = KafkaSink::open(settings, shaper)
         .await
         .map_err(|e| Failure::runtime(anyhow!(e)))?;
-    let positions = sink.positions_store(&kafka.brokers);
+    let positions = KafkaPositions::of(&sink, &kafka.brokers);
     Ok((sink, positions))
 }
 

@@ -166,11 +166,19 @@ pub(crate) fn read(f: &mut Fields<'_>) -> KafkaConfig {
 /// aside), two different topics, no property ddbpipe sets itself, at least one partition.
 pub(crate) fn validate(kafka: &KafkaConfig, errors: &mut Vec<ConfigError>) {
     if kafka.brokers.trim().is_empty() {
-        errors.push(ConfigError::new("sink.brokers", "brokers must not be empty"));
+        errors.push(ConfigError::new(
+            "sink.brokers",
+            "brokers must not be empty",
+        ));
     }
-    for broker in kafka.brokers.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+    for broker in kafka
+        .brokers
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+    {
         let port = broker.rsplit_once(':').map(|(_, port)| port);
-        if !port.is_some_and(|port| port.parse::<u16>().is_ok()) {
+        if port.is_none_or(|port| port.parse::<u16>().is_err()) {
             errors.push(ConfigError::new(
                 "sink.brokers",
                 format!("'{broker}' is not host:port (e.g. kafka-1.internal:9092)"),

@@ -4,5 +4,5 @@ mod build;
 mod config;
 
 pub use build::{kafka_settings, open_kafka, positions_reader, topic_name};
-pub(crate) use config::{FIELDS, read, validate};
 pub use config::KafkaConfig;
+pub(crate) use config::{FIELDS, read, validate};
