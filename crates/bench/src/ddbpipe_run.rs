@@ -74,6 +74,29 @@ impl BenchPipeline {
                 ),
                 "",
             ),
+            // exactly_once keeps the position in its positions topic, at_least_once in the
+            // state file.
+            Destination::Kafka {
+                brokers,
+                topic,
+                positions_topic,
+                exactly_once,
+            } => (
+                format!(
+                    "{{type: kafka, brokers: '{brokers}', topic: '{topic}', \
+                     positions_topic: '{positions_topic}', delivery: {}}}",
+                    if *exactly_once {
+                        "exactly_once"
+                    } else {
+                        "at_least_once"
+                    }
+                ),
+                if *exactly_once {
+                    ""
+                } else {
+                    "state: {path: state.json, flush_interval_ms: 1000}\n"
+                },
+            ),
         };
         let yaml = format!(
             "name: {PIPELINE}\n\

@@ -79,6 +79,11 @@ struct BenchArgs {
     /// either, `--sink both` measures SQLite alone.
     #[arg(long)]
     postgres_url: Option<String>,
+    /// sink: a Kafka-protocol broker to stream into as well (`host:port`); default
+    /// `DDBPIPE_TEST_KAFKA_BROKERS` (`source scripts/kafka.sh` starts one). Unset: Kafka is
+    /// skipped, saying so.
+    #[arg(long)]
+    kafka_brokers: Option<String>,
     /// Items in the table (and in the export); each client must receive exactly these.
     #[arg(long, default_value_t = 200_000)]
     items: u64,

@@ -13,7 +13,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -179,19 +178,6 @@ fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
-    let log =
-        std::fs::File::create(pipeline.dir.path().join(format!("run-{attempt}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-        .args(["run", "--progress", "never"])
-        .arg(&pipeline.config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
 fn run(pipeline: &Pipeline) -> std::process::Output {
     pipeline.ddbpipe(&["run", "--progress", "never"])
 }
@@ -251,7 +237,7 @@ fn killed_under_writes(
     let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
     let mut rng = StdRng::seed_from_u64(seed);
     for attempt in 0..kills {
-        let mut child = spawn_logged(pipeline, attempt);
+        let mut child = common::spawn_logged(pipeline, attempt);
         std::thread::sleep(Duration::from_millis(rng.random_range(300..2500)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -233,7 +233,7 @@ fn a_mirror_applies_changes_while_its_table_is_still_being_scanned(target: Targe
         "{MIRROR}\nsegments: 1\nmax_concurrency: 1\npage_limit: 10\nbatch_size: 10\nmax_read_units_per_second: 0.2"
     );
     let (pipeline, destination) = mirror(&running, target, &source);
-    let mut child = spawn_logged(&pipeline, 0);
+    let mut child = common::spawn_logged(&pipeline, 0);
     assert!(
         common::wait_for(Duration::from_secs(60), || !destination
             .rows("orders")
@@ -318,20 +318,6 @@ fn spawn(pipeline: &Pipeline) -> Child {
         .unwrap()
 }
 
-/// Starts a run whose stderr goes to a file (it is killed, so nothing drains a pipe).
-fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
-    let log =
-        std::fs::File::create(pipeline.dir.path().join(format!("run-{attempt}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
-        .args(["run", "--progress", "never"])
-        .arg(&pipeline.config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
 /// The committed state and rows agree: every row was written by a transaction whose state is
 /// committed, i.e. no row is newer than the stored position (docs/state.md §6.5: rows and position
 /// commit together; the rows carry their transaction's time).
@@ -379,7 +365,7 @@ fn a_mirror_killed_anywhere_converges_and_never_applies_a_batch_twice(
     let writer = start_writer(Arc::clone(&running), 1414, 600, Arc::clone(&stop));
     let mut rng = StdRng::seed_from_u64(0x14);
     for attempt in 0..kills {
-        let mut child = spawn_logged(&pipeline, attempt);
+        let mut child = common::spawn_logged(&pipeline, attempt);
         std::thread::sleep(Duration::from_millis(rng.random_range(150..1500)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

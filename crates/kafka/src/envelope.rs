@@ -38,7 +38,6 @@ use std::io::Write as _;
 
 use ddbpipe_pipeline::sink::Records;
 use serde::Deserialize;
-use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 
 /// The value a message carries: the `envelope:` setting.
@@ -338,13 +337,9 @@ impl Shaper {
         Ok((key, value, op))
     }
 
-    /// The values of the key attributes of the JSON object `text`, in [`Self::key`] order;
-    /// the other attributes are skipped as they are read, with nothing allocated for them.
+    /// The values of the key attributes of the JSON object `text`, in [`Self::key`] order.
     fn key_attributes<'a>(&self, text: &'a str) -> serde_json::Result<Vec<Option<&'a RawValue>>> {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let found = KeyAttributes { key: &self.key }.deserialize(&mut deserializer)?;
-        deserializer.end()?;
-        Ok(found)
+        ddbpipe_value::key_attributes(text, &self.key, |key| key.name.as_str())
     }
 
     /// The message key from the key attributes `found` (of [`Self::key_attributes`]).
@@ -423,44 +418,6 @@ fn record_name(envelope: &Envelope<'_>, text: &str) -> String {
             event_id.as_deref().unwrap_or("?"),
             shard.as_deref().unwrap_or("the snapshot")
         ),
-    }
-}
-
-/// The values of the key attributes of one JSON object, in key order; `None` where the object
-/// lacks one.
-struct KeyAttributes<'k> {
-    key: &'k [KeyName],
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for KeyAttributes<'_> {
-    type Value = Vec<Option<&'de RawValue>>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeyAttributes<'_> {
-    type Value = Vec<Option<&'de RawValue>>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = vec![None; self.key.len()];
-        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-            match self.key.iter().position(|key| key.name == name) {
-                Some(at) => found[at] = Some(map.next_value::<&'de RawValue>()?),
-                None => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(found)
     }
 }
 

@@ -178,13 +178,8 @@ impl LogReader {
         while next < end {
             let records = fetch(&mut leader, topic, partition, next, partition_max_bytes).await?;
             let before = next;
-            next =
-                take_answer(&mut view, &records, next, end).map_err(|error| LogError::Batch {
-                    topic: topic.to_string(),
-                    partition,
-                    offset: error.offset,
-                    what: error.what,
-                })?;
+            next = take_answer(&mut view, &records, next, end)
+                .map_err(|error| error.in_partition(topic, partition))?;
             if next > before {
                 empty_fetches = 0;
                 continue;
@@ -209,14 +204,8 @@ impl LogReader {
         loop {
             let records = fetch(&mut leader, topic, partition, next, partition_max_bytes).await?;
             let before = next;
-            next = take_answer(&mut view, &records, next, i64::MAX).map_err(|error| {
-                LogError::Batch {
-                    topic: topic.to_string(),
-                    partition,
-                    offset: error.offset,
-                    what: error.what,
-                }
-            })?;
+            next = take_answer(&mut view, &records, next, i64::MAX)
+                .map_err(|error| error.in_partition(topic, partition))?;
             if next <= before {
                 break;
             }

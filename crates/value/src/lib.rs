@@ -55,6 +55,7 @@ mod decode;
 mod exact;
 mod format;
 mod json;
+mod key_attributes;
 mod limits;
 mod number;
 mod plain;
@@ -64,6 +65,7 @@ mod wire;
 
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;
+pub use key_attributes::key_attributes;
 pub use limits::{ItemSize, MAX_ITEM_BYTES, check_item, check_number};
 pub use number::{Number, PlainNumber, plain_number};
 pub use plain::value_from_plain_json;

@@ -4,8 +4,8 @@
 //! # Order
 //! At each concurrency and run: per keyed destination (SQLite, then PostgreSQL) the load and
 //! its floor, each into a fresh file or schema, in alternating order from run to run; the two
-//! tables are compared, then removed. Then the stream into each keyed destination and into
-//! jsonl, alternating too, each keyed one into a fresh file or schema, removed after its
+//! tables are compared, then removed. Then the stream into each keyed destination, into jsonl
+//! and into Kafka (exactly once, at least once; when a broker is given), alternating too, each keyed one into a fresh file or schema, removed after its
 //! count. The bench server serves the table and the stream throughout.
 
 use std::io::Write as _;
@@ -35,6 +35,8 @@ struct Bench<'a> {
     dir: tempfile::TempDir,
     admin: Option<Admin>,
     postmaster: Option<u32>,
+    /// The Kafka broker, when one was given.
+    kafka: Option<String>,
 }
 
 /// Runs the sink case and prints its report.
@@ -60,6 +62,21 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
         kinds.retain(|k| *k != Kind::Postgres);
         postgres_skipped = Some(why.to_string());
     }
+    let kafka = args
+        .kafka_brokers
+        .clone()
+        .or_else(|| std::env::var("DDBPIPE_TEST_KAFKA_BROKERS").ok())
+        .filter(|brokers| !brokers.trim().is_empty());
+    let kafka_kinds: Vec<Kind> = if kafka.is_some() {
+        vec![Kind::KafkaExactlyOnce, Kind::KafkaAtLeastOnce]
+    } else {
+        eprintln!(
+            "ddbpipe-bench: Kafka skipped: no --kafka-brokers and DDBPIPE_TEST_KAFKA_BROKERS is \
+             not set (run `bash -c 'source scripts/kafka.sh; ddbpipe-bench --case sink'` to \
+             measure it too)"
+        );
+        Vec::new()
+    };
     let admin = match url {
         Some(url) if kinds.contains(&Kind::Postgres) => Some(Admin::connect(url)?),
         _ => None,
@@ -88,6 +105,7 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
         dir,
         postmaster: server_info.as_ref().and_then(|s| s.postmaster),
         admin,
+        kafka,
     };
 
     let mut reports: Vec<(usize, SinkPhaseReport)> = Vec::new();
@@ -97,7 +115,12 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
                 let pair = bench.load_and_floor(kind, concurrency, run)?;
                 reports.extend(pair.into_iter().map(|r| (concurrency, r)));
             }
-            let mut order: Vec<Kind> = kinds.iter().copied().chain([Kind::Jsonl]).collect();
+            let mut order: Vec<Kind> = kinds
+                .iter()
+                .copied()
+                .chain([Kind::Jsonl])
+                .chain(kafka_kinds.iter().copied())
+                .collect();
             if run % 2 == 1 {
                 order.reverse();
             }
@@ -180,6 +203,23 @@ impl Bench<'_> {
                 })
             }
             Kind::Jsonl => Ok(Destination::Jsonl),
+            Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => {
+                let brokers = self.kafka.clone().context("no Kafka broker to write to")?;
+                // Fresh topics for every phase: nothing to resume, nothing of another run.
+                let unique = format!(
+                    "{name}-{}-{}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis())
+                );
+                Ok(Destination::Kafka {
+                    brokers,
+                    topic: format!("bench-{}-{unique}", kind.name().replace('_', "-")),
+                    positions_topic: format!("bench-positions-{unique}"),
+                    exactly_once: kind == Kind::KafkaExactlyOnce,
+                })
+            }
         }
     }
 
@@ -208,7 +248,8 @@ impl Bench<'_> {
                 Some(admin) => admin.drop_schema(schema),
                 None => Ok(()),
             },
-            Destination::Jsonl => Ok(()),
+            // The broker's topics stay (an in-memory broker forgets them when it stops).
+            Destination::Jsonl | Destination::Kafka { .. } => Ok(()),
         }
     }
 
@@ -280,9 +321,10 @@ impl Bench<'_> {
             destination: destination.clone(),
             endpoint: self.endpoint.clone(),
             received: self.args.records,
-            rows: match kind {
-                Kind::Jsonl => self.args.records,
-                Kind::Sqlite | Kind::Postgres => self.stream_rows,
+            rows: if kind.keyed() {
+                self.stream_rows
+            } else {
+                self.args.records
             },
             segments: self.shards,
             // Every shard at once: a shard's pacing is not the limit.

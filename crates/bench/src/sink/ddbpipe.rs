@@ -37,7 +37,8 @@ async fn run(settings: &SinkPhaseSettings, read: Read) -> anyhow::Result<Written
     let measured = meter.stop()?;
     let server = ServerMeter::stop(server)?;
     let rows = match &settings.destination {
-        Destination::Jsonl => received,
+        // Each record is one line or one message: nothing to count but what was written.
+        Destination::Jsonl | Destination::Kafka { .. } => received,
         keyed => {
             let (db, spec) = destination::open(keyed).await?;
             db.count_rows(&spec).await?

@@ -58,7 +58,9 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
                 .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;
             Ok((Database::from(db.with_schema(schema)), table_spec(schema)))
         }
-        Destination::Jsonl => bail!("the jsonl sink has no database"),
+        Destination::Jsonl | Destination::Kafka { .. } => {
+            bail!("the {} sink has no database", destination.kind().name())
+        }
     }
 }
 
@@ -68,7 +70,9 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
 pub fn value_format(destination: &Destination, spec: &TableSpec) -> ValueFormat {
     match destination {
         Destination::Postgres { .. } => spec.document_type.value_format(ValueFormat::Plain),
-        Destination::Sqlite { .. } | Destination::Jsonl => ValueFormat::Plain,
+        Destination::Sqlite { .. } | Destination::Jsonl | Destination::Kafka { .. } => {
+            ValueFormat::Plain
+        }
     }
 }
 

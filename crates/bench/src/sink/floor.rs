@@ -118,7 +118,12 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
     let measured = match &settings.destination {
         Destination::Sqlite { path } => sqlite(path, &spec, &rows)?,
         Destination::Postgres { url, .. } => postgres(url, &spec, &rows).await?,
-        Destination::Jsonl => bail!("the jsonl sink has no floor"),
+        Destination::Jsonl | Destination::Kafka { .. } => {
+            bail!(
+                "the {} sink has no floor",
+                settings.destination.kind().name()
+            )
+        }
     };
     let server = ServerMeter::stop(server)?;
 

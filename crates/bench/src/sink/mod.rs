@@ -15,7 +15,8 @@
 //!    prepared `INSERT` per row in one transaction, PostgreSQL one `COPY … FROM STDIN`. See
 //!    [`floor`], whose docs say how its rows are made identical to the sink's.
 //! 3. `stream` (ddbpipe): every change record of the bench stream, read from all its shards at
-//!    once, into the keyed sink (a `mode: streams` pipeline built the same way), or into the
+//!    once, into the keyed sink (a `mode: streams` pipeline built the same way), into fresh
+//!    Kafka topics (`exactly_once` and `at_least_once`, when a broker is given), or into the
 //!    jsonl sink on `/dev/null` as the reference (the streams case's ddbpipe phase).
 //!
 //! # CPU and memory
@@ -71,6 +72,12 @@ pub enum Kind {
     Postgres,
     /// The jsonl sink on `/dev/null` (the stream's reference).
     Jsonl,
+    /// A Kafka topic, `delivery: exactly_once` (a transaction per batch with the position).
+    #[serde(rename = "kafka_exactly_once")]
+    KafkaExactlyOnce,
+    /// A Kafka topic, `delivery: at_least_once` (the position in the state file).
+    #[serde(rename = "kafka_at_least_once")]
+    KafkaAtLeastOnce,
 }
 
 impl Kind {
@@ -80,7 +87,15 @@ impl Kind {
             Kind::Sqlite => "sqlite",
             Kind::Postgres => "postgres",
             Kind::Jsonl => "jsonl",
+            Kind::KafkaExactlyOnce => "kafka_exactly_once",
+            Kind::KafkaAtLeastOnce => "kafka_at_least_once",
         }
+    }
+
+    /// Whether its stream phase leaves a keyed table (else it writes each record: jsonl,
+    /// Kafka).
+    pub fn keyed(self) -> bool {
+        matches!(self, Kind::Sqlite | Kind::Postgres)
     }
 }
 
@@ -130,6 +145,17 @@ pub enum Destination {
     },
     /// The jsonl sink on `/dev/null`.
     Jsonl,
+    /// Fresh topics of a Kafka-protocol broker.
+    Kafka {
+        /// `host:port`.
+        brokers: String,
+        /// The messages' topic (it does not exist yet).
+        topic: String,
+        /// The positions topic (it does not exist yet).
+        positions_topic: String,
+        /// `exactly_once` or `at_least_once`.
+        exactly_once: bool,
+    },
 }
 
 impl Destination {
@@ -139,6 +165,10 @@ impl Destination {
             Destination::Sqlite { .. } => Kind::Sqlite,
             Destination::Postgres { .. } => Kind::Postgres,
             Destination::Jsonl => Kind::Jsonl,
+            Destination::Kafka {
+                exactly_once: true, ..
+            } => Kind::KafkaExactlyOnce,
+            Destination::Kafka { .. } => Kind::KafkaAtLeastOnce,
         }
     }
 }

@@ -147,7 +147,7 @@ pub fn ratios(top: Option<&Summary>, bottom: Option<&Summary>) -> Option<Ratios>
 pub struct Summaries {
     /// Per keyed destination: ddbpipe's load and the floor.
     pub load: Vec<(Kind, Option<Summary>, Option<Summary>)>,
-    /// Per destination (the keyed ones, then jsonl): the stream read.
+    /// Per destination (the keyed ones, then jsonl, then Kafka): the stream read.
     pub stream: Vec<(Kind, Summary)>,
 }
 
@@ -165,7 +165,7 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
         .collect();
     let stream = kinds
         .iter()
-        .chain(&[Kind::Jsonl])
+        .chain(&[Kind::Jsonl, Kind::KafkaExactlyOnce, Kind::KafkaAtLeastOnce])
         .filter_map(|&kind| summarize(reports, Work::Stream, kind).map(|s| (kind, s)))
         .collect();
     Summaries { load, stream }
@@ -190,7 +190,7 @@ fn per_change(value: serde_json::Value) -> serde_json::Value {
 
 /// The machine-readable report: one JSON line, `"case": "sink"`. `load` has per keyed
 /// destination `ddbpipe`, `floor` and `ddbpipe_over_floor`; `stream` has per destination
-/// (jsonl too) its summary, and `over_jsonl` per keyed destination. A stream's figures say
+/// (jsonl and Kafka too) its summary, and `over_jsonl` per other destination. A stream's figures say
 /// `change` where a load's say `row` (`changes_per_sec`, `cpu_us_per_change`, …).
 pub fn json_line(setup: &SinkSetup, summaries: &Summaries) -> String {
     let mut load = serde_json::Map::new();

@@ -388,6 +388,21 @@ pub fn ddbpipe(args: &[&str], config: &Path) -> Output {
     command.output().expect("ddbpipe runs")
 }
 
+/// Starts `ddbpipe run <config>` in the background with its stderr in `run-<attempt>.log` of
+/// the pipeline's directory (a run that is killed has nothing draining a pipe).
+pub fn spawn_logged(pipeline: &Pipeline, attempt: usize) -> Child {
+    let log = std::fs::File::create(pipeline.dir.path().join(format!("run-{attempt}.log")))
+        .expect("create the run's log");
+    Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
+        .args(["run", "--progress", "never"])
+        .arg(&pipeline.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("ddbpipe starts")
+}
+
 /// Starts `ddbpipe run <config>` in the background.
 pub fn spawn_run(config: &Path) -> Child {
     spawn_run_with(config, &[])

@@ -38,6 +38,18 @@ pub(super) struct BatchError {
     pub(super) what: String,
 }
 
+impl BatchError {
+    /// The error of reading `topic`'s `partition`.
+    pub(super) fn in_partition(self, topic: &str, partition: i32) -> super::LogError {
+        super::LogError::Batch {
+            topic: topic.to_string(),
+            partition,
+            offset: self.offset,
+            what: self.what,
+        }
+    }
+}
+
 /// Splits a partition's `records` into whole batches, in log order. A batch cut short at the
 /// end (a broker may fill a fetch up to its byte limit mid-batch) is left out: the next fetch
 /// starts at it again.

@@ -9,7 +9,6 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_value::ValueFormat;
 use serde::Deserialize;
-use serde::de::DeserializeSeed as _;
 use serde_json::value::RawValue;
 
 use super::KeyedSink;
@@ -85,17 +84,10 @@ impl KeyedSink {
         })
     }
 
-    /// The values of the key attributes of the JSON object `text`, in key-column order; the
-    /// other attributes are skipped as they are read, with nothing allocated for them (this runs
-    /// for every record).
+    /// The values of the key attributes of the JSON object `text`, in key-column order (this
+    /// runs for every record: nothing else of the object is kept).
     fn key_attributes<'a>(&self, text: &'a str) -> serde_json::Result<Vec<Option<&'a RawValue>>> {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let found = KeyAttributes {
-            key: &self.table.key,
-        }
-        .deserialize(&mut deserializer)?;
-        deserializer.end()?;
-        Ok(found)
+        ddbpipe_value::key_attributes(text, &self.table.key, |column| column.name.as_str())
     }
 
     /// A snapshot envelope (`op: "r"`) is versioned at `read_ms`, its page's request time; a
@@ -193,44 +185,6 @@ impl KeyedSink {
                 })
             })
             .collect()
-    }
-}
-
-/// The values of the key attributes of one item, in key-column order; `None` where the item
-/// lacks one.
-struct KeyAttributes<'k> {
-    key: &'k [crate::KeyColumn],
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for KeyAttributes<'_> {
-    type Value = Vec<Option<&'de RawValue>>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for KeyAttributes<'_> {
-    type Value = Vec<Option<&'de RawValue>>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an item: a JSON object")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = vec![None; self.key.len()];
-        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-            match self.key.iter().position(|column| column.name == name) {
-                Some(at) => found[at] = Some(map.next_value::<&'de RawValue>()?),
-                None => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(found)
     }
 }
 
