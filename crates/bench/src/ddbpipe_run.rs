@@ -1,7 +1,7 @@
 //! ddbpipe as the bench runs it: a pipeline file's YAML given to the library's one build path
 //! (`ddbpipe::Pipeline`), the path `ddbpipe run` takes. [`BenchPipeline::open`] builds the run
 //! before the meter starts — the clients, `DescribeTable` (a scan, or a stream into a keyed
-//! sink), the sink and its table, the pipeline's lock, the position loaded and checked — and
+//! or kafka sink), the sink and its table, the pipeline's lock, the position loaded and checked — and
 //! [`finish`] is the timed part: the read, the writes and the commits, to the run's end.
 //!
 //! The settings are a config's: the bench endpoint with static keys in `us-east-1`, the

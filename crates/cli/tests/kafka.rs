@@ -562,3 +562,42 @@ fn a_second_run_fences_the_first() {
     let delivered = change_records(&committed(&brokers, &topic));
     assert!(delivered.values().all(|n| *n == 1), "{delivered:?}");
 }
+
+/// A stream named by `stream_arn` still has its table described: the messages need its key
+/// (docs/sinks.md §7.8).
+#[test]
+fn a_configured_stream_arn_still_keys_the_messages() {
+    let Some(brokers) = brokers() else { return };
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let described = rt()
+        .block_on(running.client.describe_table().table_name("orders").send())
+        .unwrap();
+    let arn = described
+        .table()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_string();
+    let source = format!("{STREAMS}\nstream_arn: '{arn}'");
+    let topic = fresh_topic("arn");
+    let pipeline = Pipeline::new(&topic, &running.endpoint, &source);
+    pipeline.write_with_sink(
+        &topic,
+        &running.endpoint,
+        &source,
+        &kafka_sink(
+            &brokers,
+            &topic,
+            &fresh_topic("arn-positions"),
+            "exactly_once",
+            "",
+        ),
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let view = committed(&brokers, &topic);
+    let keys: Vec<&str> = view.iter().flatten().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, [r#"{"pk":{"S":"a"}}"#]);
+}

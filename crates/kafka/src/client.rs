@@ -21,10 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::FutureProducer;
+use rdkafka::message::{DeliveryResult, Message as _};
+use rdkafka::producer::{ProducerContext, ThreadedProducer};
 
 /// The client properties ddbpipe sets itself (rule 1).
 pub const OWN_PROPERTIES: [&str; 5] = [
@@ -108,8 +110,8 @@ impl Connection {
     }
 
     /// A producer with the guarantee's settings (rule 2); `transactional_id` for
-    /// `exactly_once`.
-    pub fn producer(&self, transactional_id: Option<&str>) -> Result<FutureProducer, String> {
+    /// `exactly_once`. Its delivery reports go to [`Deliveries`].
+    pub fn producer(&self, transactional_id: Option<&str>) -> Result<Producer, String> {
         let mut config = self.config();
         config.set("enable.idempotence", "true");
         config.set("acks", "all");
@@ -126,7 +128,8 @@ impl Connection {
             );
         }
         config
-            .create()
+            .create_with_context(Deliveries::default())
+            .map(Arc::new)
             .map_err(|e| format!("cannot create the producer: {e}"))
     }
 
@@ -298,6 +301,100 @@ impl std::fmt::Display for TopicError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TopicError::Transient(message) | TopicError::Definite(message) => f.write_str(message),
+        }
+    }
+}
+
+/// The producer of a sink: librdkafka's, polled by its own thread, its delivery reports
+/// counted by [`Deliveries`]; shared by the sink and its positions store.
+pub type Producer = Arc<ThreadedProducer<Deliveries>>;
+
+/// The delivery reports of a producer: how many messages still wait for theirs, and the first
+/// message the broker refused since [`Deliveries::reset`] (its key, to name the item). No
+/// per-message future: a report only updates a counter.
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    tally: std::sync::Mutex<Tally>,
+    settled: tokio::sync::Notify,
+}
+
+/// What [`Deliveries`] counts.
+#[derive(Debug, Default)]
+struct Tally {
+    outstanding: u64,
+    refused: Option<Refused>,
+}
+
+/// A message the broker (or the client) refused.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// Why.
+    pub error: KafkaError,
+    /// The message's key.
+    pub key: Vec<u8>,
+    /// Its key and value bytes.
+    pub size: usize,
+}
+
+impl Deliveries {
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A message was handed to the producer: its report is awaited.
+    pub fn sent(&self) {
+        self.tally().outstanding += 1;
+    }
+
+    /// Forgets the last refusal (a new attempt starts).
+    pub fn reset(&self) {
+        self.tally().refused = None;
+    }
+
+    /// The first refusal since [`Deliveries::reset`].
+    pub fn refused(&self) -> Option<Refused> {
+        self.tally().refused.clone()
+    }
+
+    /// Waits until every message sent has its report, at most `limit`; whether they all do.
+    pub async fn settle(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.settled.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.tally().outstanding == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        let mut tally = self.tally();
+        tally.outstanding = tally.outstanding.saturating_sub(1);
+        if let Err((error, message)) = result
+            && tally.refused.is_none()
+        {
+            let key = message.key().unwrap_or_default().to_vec();
+            tally.refused = Some(Refused {
+                error: error.clone(),
+                size: key.len() + message.payload_len(),
+                key,
+            });
+        }
+        if tally.outstanding == 0 {
+            self.settled.notify_waiters();
         }
     }
 }

@@ -28,10 +28,9 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass, Staged};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::future_producer::OwnedDeliveryResult;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer as _};
 
-use crate::client::{Connection, Delivery, TopicError, TopicShape};
+use crate::client::{Connection, Delivery, Producer, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
 
 /// What a Kafka sink is built from.
@@ -55,11 +54,13 @@ pub struct KafkaSettings {
 
 /// The Kafka sink.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: Producer,
     shaper: Shaper,
     topic: String,
     target: String,
     retry: RetryPolicy,
+    /// How long the brokers may take to acknowledge a batch (`at_least_once`).
+    timeout: Duration,
     /// `exactly_once`: the transactions, shared with the positions store.
     transactions: Option<Transactions>,
     /// The messages of the batch being written (kept to reuse its room).
@@ -144,6 +145,7 @@ impl KafkaSink {
             topic: settings.topic,
             target,
             retry: settings.retry,
+            timeout: settings.connection.timeout,
             transactions,
             messages: Vec::new(),
         })
@@ -162,37 +164,44 @@ impl KafkaSink {
         }
     }
 
-    /// Sends every message; the futures of their acknowledgements, in order.
+    /// Sends every message (and the position, into partition 0 of the positions topic).
     async fn send_all(
         &self,
         messages: &[Message],
         position: Option<&Message>,
-    ) -> Result<Vec<DeliveryFuture>, Failed> {
-        let mut sent = Vec::with_capacity(messages.len() + 1);
+    ) -> Result<(), Failed> {
         for message in messages {
-            sent.push(send(&self.producer, &self.topic, None, message).await?);
+            send(&self.producer, &self.topic, None, message).await?;
         }
         if let (Some(position), Some(transactions)) = (position, &self.transactions) {
-            sent.push(
-                send(
-                    &self.producer,
-                    &transactions.positions_topic,
-                    Some(0),
-                    position,
-                )
-                .await?,
-            );
+            send(
+                &self.producer,
+                &transactions.positions_topic,
+                Some(0),
+                position,
+            )
+            .await?;
         }
-        Ok(sent)
+        Ok(())
     }
 
     /// Rule 1: sends the batch and waits for the broker's acknowledgement of each message.
     async fn deliver(&self, messages: &[Message]) -> Result<(), Failed> {
-        let sent = self.send_all(messages, None).await?;
-        for (i, delivery) in sent.into_iter().enumerate() {
-            delivered(delivery.await, messages.get(i))?;
+        let deliveries = self.producer.context();
+        // An earlier attempt's messages report first: their refusals are not this attempt's.
+        deliveries.settle(self.timeout).await;
+        deliveries.reset();
+        self.send_all(messages, None).await?;
+        if !deliveries.settle(self.timeout).await {
+            return Err(Failed::transient(format!(
+                "the brokers did not acknowledge the batch within {} s",
+                self.timeout.as_secs()
+            )));
         }
-        Ok(())
+        match deliveries.refused() {
+            Some(refusal) => Err(refused(&refusal.error, &refusal.key, refusal.size)),
+            None => Ok(()),
+        }
     }
 
     /// Rule 2: the batch and its position in one transaction.
@@ -204,22 +213,18 @@ impl KafkaSink {
         };
         let position = staged.map(position_message);
         let _turn = transactions.turn.lock().await;
+        let deliveries = self.producer.context();
+        deliveries.reset();
         transactions.begin()?;
-        let sent = match self.send_all(messages, position.as_ref()).await {
-            Ok(sent) => sent,
-            Err(failed) => return Err(transactions.abort(failed).await),
-        };
+        if let Err(failed) = self.send_all(messages, position.as_ref()).await {
+            return Err(transactions.abort(failed).await);
+        }
         if let Err(failed) = transactions.commit().await {
-            // The message that failed, when one did, says more than the commit.
-            let mut failed = failed;
-            for (i, delivery) in sent.into_iter().enumerate() {
-                if let Some(result) = futures_util::FutureExt::now_or_never(delivery)
-                    && let Err(refused) = delivered(result, messages.get(i))
-                {
-                    failed = refused;
-                    break;
-                }
-            }
+            // The message that was refused, when one was, says more than the commit.
+            let failed = match deliveries.refused() {
+                Some(refusal) => refused(&refusal.error, &refusal.key, refusal.size),
+                None => failed,
+            };
             return Err(transactions.abort(failed).await);
         }
         Ok(())
@@ -258,7 +263,7 @@ impl Sink for KafkaSink {
 /// transaction at a time.
 #[derive(Clone)]
 pub(crate) struct Transactions {
-    producer: FutureProducer,
+    producer: Producer,
     turn: Arc<tokio::sync::Mutex<()>>,
     pub(crate) positions_topic: String,
     timeout: Duration,
@@ -309,6 +314,15 @@ impl Transactions {
     }
 
     async fn commit(&self) -> Result<(), Failed> {
+        // librdkafka's commit first flushes, and rdkafka's flush waits in steps of 100 ms for
+        // reports the producer's own thread takes: wait for every report here instead, so the
+        // flush finds none outstanding (measured: 103 ms → 17 ms a commit on the test broker).
+        if !self.producer.context().settle(self.timeout).await {
+            return Err(Failed::transient(format!(
+                "the brokers did not acknowledge the transaction's messages within {} s",
+                self.timeout.as_secs()
+            )));
+        }
         let producer = self.producer.clone();
         let timeout = self.timeout;
         blocking(move || producer.commit_transaction(timeout))
@@ -364,54 +378,44 @@ fn position_message(staged: &Staged) -> Message {
     }
 }
 
-/// Sends one message, waiting while the producer's queue is full.
+/// Sends one message, waiting while the producer's queue is full; its report is counted by
+/// the producer's [`Deliveries`](crate::client::Deliveries).
 async fn send(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     partition: Option<i32>,
     message: &Message,
-) -> Result<DeliveryFuture, Failed> {
+) -> Result<(), Failed> {
     loop {
-        let mut record = FutureRecord::<[u8], [u8]>::to(topic).key(message.key.as_slice());
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).key(message.key.as_slice());
         if let Some(value) = &message.value {
             record = record.payload(value.as_slice());
         }
         if let Some(partition) = partition {
             record = record.partition(partition);
         }
-        match producer.send_result(record) {
-            Ok(delivery) => return Ok(delivery),
+        match producer.send(record) {
+            Ok(()) => {
+                producer.context().sent();
+                return Ok(());
+            }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            Err((error, _)) => return Err(refused(&error, Some(message))),
+            Err((error, _)) => {
+                let size = message.key.len() + message.value.as_ref().map_or(0, Vec::len);
+                return Err(refused(&error, &message.key, size));
+            }
         }
     }
 }
 
-/// The result of one message's delivery.
-fn delivered<Closed>(
-    result: Result<OwnedDeliveryResult, Closed>,
-    message: Option<&Message>,
-) -> Result<(), Failed> {
-    match result {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((error, _))) => Err(refused(&error, message)),
-        Err(_) => Err(Failed::transient(
-            "the producer closed before the broker acknowledged the batch".into(),
-        )),
-    }
-}
-
-/// What a refused message means (rules 3 and 4).
-fn refused(error: &KafkaError, message: Option<&Message>) -> Failed {
-    let key = message.map_or_else(
-        || "?".to_string(),
-        |m| String::from_utf8_lossy(&m.key).into_owned(),
-    );
+/// What a refused message means (rules 3 and 4): `key` and `size` (key and value bytes) are
+/// the message's.
+fn refused(error: &KafkaError, key: &[u8], size: usize) -> Failed {
+    let key = String::from_utf8_lossy(key);
     match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
-            let size = message.map_or(0, |m| m.key.len() + m.value.as_ref().map_or(0, Vec::len));
             Failed::definite(format!(
                 "the message of the item with key {key} ({size} bytes) is over the size the \
                  broker or the client takes: raise the topic's max.message.bytes (and \

@@ -283,9 +283,14 @@ pub fn parse(
     let mut source = source;
     if let (Some((source, keys)), Some((sink, _))) = (&mut source, &sink)
         && !keys.contains("batch_size")
-        && matches!(sink, SinkConfig::Sqlite(_) | SinkConfig::Postgres(_))
+        && matches!(
+            sink,
+            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_)
+        )
     {
-        // A keyed sink commits a transaction per batch: larger batches by default (docs/config.md).
+        // A keyed sink commits a transaction per batch, the kafka sink a transaction (or waits
+        // for the broker's acknowledgements) per batch: larger batches by default
+        // (docs/config.md).
         source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
     }
     if let (Some((source, _)), Some((SinkConfig::Kafka(kafka), _))) = (&mut source, &sink) {

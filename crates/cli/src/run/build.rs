@@ -156,9 +156,9 @@ impl Read {
     /// The clients of `config` (the program's SDK configuration when it gave one), and what
     /// the run needs to know before it opens its destination: the table's description for a
     /// scan or query; for a stream or mirror its stream, resolved (the table described when
-    /// the run needs it: the stream, or the key schema of a keyed sink or of snapshot rows;
-    /// draining a configured `stream_arn` into jsonl needs no table), refusing a view type a
-    /// keyed sink or a mirror cannot apply.
+    /// the run needs it: the stream, or the key schema of a keyed or kafka sink or of
+    /// snapshot rows; draining a configured `stream_arn` into jsonl needs no table), refusing
+    /// a view type a keyed sink or a mirror cannot apply.
     async fn open(config: &PipelineConfig, given: &Given, stop: &Cancel) -> Result<Read, Failure> {
         let source = &config.source;
         let (sdk, table_api, mut location) = wiring::clients(source, given.sdk.as_ref()).await;
@@ -207,7 +207,7 @@ async fn stream_of(
     let source = &config.source;
     let mirror = source.mode == Mode::Mirror;
     let keyed = config.sink.keyed().is_some();
-    let table = if keyed || mirror || source.stream_arn.is_none() {
+    let table = if config.sink.needs_key_schema() || mirror || source.stream_arn.is_none() {
         Some(describe(table_api, source, stop).await?)
     } else {
         None

@@ -121,6 +121,16 @@ impl SinkConfig {
         }
     }
 
+    /// Whether the sink needs the table's key schema (so a stream read from a configured
+    /// `stream_arn` still describes the table): the keyed sinks (their key columns) and kafka
+    /// (the message key, docs/sinks.md §7.8).
+    pub fn needs_key_schema(&self) -> bool {
+        matches!(
+            self,
+            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_)
+        )
+    }
+
     /// The keyed part of a sqlite or postgres sink; `None` for the others.
     pub fn keyed(&self) -> Option<&KeyedConfig> {
         match self {

@@ -276,6 +276,15 @@ fn the_kafka_sink_is_read_with_its_defaults_and_its_secrets_hidden() {
     );
     assert!(kafka.tombstones);
     assert_eq!(config.sink.keeps_position(), Some("its positions topic"));
+    // A transaction per batch: larger batches by default; exactly once never splits a page.
+    assert_eq!(config.source.batch_size, 5000);
+    assert!(config.source.whole_pages);
+    let at_least_once = parse_ok(
+        "name: t\nsource: {table_name: o, batch_size: 10}\n\
+         sink: {type: kafka, brokers: 'k:1', delivery: at_least_once}\n",
+    );
+    assert_eq!(at_least_once.source.batch_size, 10);
+    assert!(!at_least_once.source.whole_pages);
     assert_eq!(
         crate::sinks::kafka::topic_name(kafka, config.target()),
         "dynamodb.orders"
