@@ -1,5 +1,5 @@
 //! The kafka sink end to end through the CLI (docs/sinks.md §7.7, §7.8): dynoxide as the source,
-//! the real broker of `scripts/kafka.sh` as the destination (the tests skip, saying so, when
+//! the real broker of `scripts/kafka.sh` as the destination (the tests fail, naming it, when
 //! `DDBPIPE_TEST_KAFKA_BROKERS` is unset).
 //!
 //! Exactly once is judged on the topic's **committed view** — the log read at the record-batch
@@ -26,15 +26,9 @@ use common::keyed::{self, normalize_sets};
 use common::writer::{Writer, start_writer};
 use common::{Emulator, Pipeline, Running, rt, stderr, stdout};
 
-/// The brokers, or `None` with the reason printed (the test then passes without running).
-fn brokers() -> Option<String> {
-    let brokers = ddbpipe_testkit::kafka::brokers();
-    if brokers.is_none() {
-        eprintln!(
-            "skipped: DDBPIPE_TEST_KAFKA_BROKERS is unset (scripts/kafka.sh starts a broker)"
-        );
-    }
-    brokers
+/// The brokers of the test run (a test fails without them, naming the variable).
+fn brokers() -> String {
+    ddbpipe_testkit::kafka::brokers()
 }
 
 /// A topic name no other test uses.
@@ -257,7 +251,7 @@ const STREAMS: &str = "table_name: orders\nmode: streams\nstart_position: trim_h
 /// gives the table.
 #[test]
 fn a_streams_pipeline_killed_anywhere_delivers_every_change_exactly_once() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
     let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 6, 0x27);
     let delivered = change_records(&view);
@@ -292,7 +286,7 @@ fn a_streams_pipeline_killed_anywhere_delivers_every_change_exactly_once() {
 /// changes, each change once, and replaying them gives the table.
 #[test]
 fn a_mirror_killed_anywhere_converges_with_each_change_once() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
                   page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2\n\
                   resnapshot_deletes: false";
@@ -321,7 +315,7 @@ fn a_mirror_killed_anywhere_converges_with_each_change_once() {
 /// §7.7 rule 5: at least once, killed anywhere: no stream record is missing.
 #[test]
 fn at_least_once_killed_anywhere_loses_nothing() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "at_least_once", 0);
     let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 4, 0x5);
     let got: BTreeSet<_> = change_records(&view).into_keys().collect();
@@ -338,7 +332,7 @@ fn at_least_once_killed_anywhere_loses_nothing() {
 /// passes, `state reset` removes it and the next run starts over.
 #[test]
 fn check_state_show_and_reset_work_on_the_positions_topic() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
     running.put_pk("orders", "a", "1");
     running.put_pk("orders", "b", "2");
@@ -384,7 +378,7 @@ fn check_state_show_and_reset_work_on_the_positions_topic() {
 /// and the setting; nothing is committed.
 #[test]
 fn an_item_over_the_message_size_fails_naming_its_key() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let running = Emulator::Dynoxide.start();
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     running.put_pk("orders", "small", "1");
@@ -516,7 +510,7 @@ fn the_config_refuses_what_the_sink_cannot_do() {
 /// another worker took over, and no record is committed twice.
 #[test]
 fn a_second_run_fences_the_first() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
                   value_format: typed\nfollow: true";
     let (running, first, topic) = orders_into_kafka(&brokers, source, "exactly_once", 0);
@@ -567,7 +561,7 @@ fn a_second_run_fences_the_first() {
 /// (docs/sinks.md §7.8).
 #[test]
 fn a_configured_stream_arn_still_keys_the_messages() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let running = Emulator::Dynoxide.start();
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     running.put_pk("orders", "a", "1");

@@ -1,6 +1,6 @@
 //! `ddbpipe_kafka::log` against the real broker of the test run (`scripts/kafka.sh`): topics
 //! written by rdkafka's producers, transactional and not, read back as their committed view.
-//! Every test skips, saying why, when `DDBPIPE_TEST_KAFKA_BROKERS` is unset.
+//! Every test fails, naming the variable, when `DDBPIPE_TEST_KAFKA_BROKERS` is unset.
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
@@ -92,7 +92,7 @@ fn values(view: &[(i32, LogRecord)]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_transaction_is_in_the_view_on_every_partition() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-committed");
     create_topic(&brokers, &topic, 3, &[]).await;
     let producer = transactional(&brokers, &topic_name("tx"), &[]);
@@ -131,7 +131,7 @@ async fn a_committed_transaction_is_in_the_view_on_every_partition() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_aborted_transaction_is_not_in_the_view() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-aborted");
     create_topic(&brokers, &topic, 1, &[]).await;
     let producer = transactional(&brokers, &topic_name("tx"), &[]);
@@ -153,7 +153,7 @@ async fn an_aborted_transaction_is_not_in_the_view() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_producers_transaction_is_aborted_by_its_successor() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-zombie");
     create_topic(&brokers, &topic, 1, &[]).await;
     let transactional_id = topic_name("tx");
@@ -184,7 +184,7 @@ async fn a_dropped_producers_transaction_is_aborted_by_its_successor() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_and_transactional_records_keep_offset_order() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-interleaved");
     create_topic(&brokers, &topic, 1, &[]).await;
     let plain = producer(&brokers, &[]);
@@ -210,7 +210,7 @@ async fn plain_and_transactional_records_keep_offset_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn zstd_and_gzip_batches_decode() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     for compression in ["zstd", "gzip"] {
         let topic = topic_name(&format!("log-{compression}"));
         create_topic(&brokers, &topic, 1, &[]).await;
@@ -237,7 +237,7 @@ async fn zstd_and_gzip_batches_decode() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_topic_has_no_partitions_and_is_not_created_by_asking() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-missing");
     let reader = LogReader::new(&brokers, TIMEOUT);
     assert_eq!(reader.partitions(&topic).await.unwrap(), None);
@@ -254,7 +254,7 @@ async fn a_missing_topic_has_no_partitions_and_is_not_created_by_asking() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partition_the_topic_lacks_is_named_with_those_it_has() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-partitions");
     create_topic(&brokers, &topic, 2, &[]).await;
     let error = LogReader::new(&brokers, TIMEOUT)
@@ -293,7 +293,7 @@ async fn the_brokers_own_read_committed_is_recorded() {
     use rdkafka::message::Message;
     use rdkafka::{Offset, TopicPartitionList};
 
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-read-committed");
     create_topic(&brokers, &topic, 1, &[]).await;
     let transactional_id = topic_name("tx");
@@ -351,7 +351,7 @@ async fn the_brokers_own_read_committed_is_recorded() {
 async fn a_compacted_topic_is_created_and_described_as_compacted() {
     use rdkafka::admin::ResourceSpecifier;
 
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-compacted");
     create_topic(&brokers, &topic, 1, &[("cleanup.policy", "compact")]).await;
     // What `check` will ask of a positions topic: its cleanup policy, by DescribeConfigs.
@@ -396,7 +396,7 @@ async fn a_compacted_topic_is_created_and_described_as_compacted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn whether_producing_creates_a_missing_topic_is_recorded() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = brokers();
     let topic = topic_name("log-auto-created");
     let plain = producer(&brokers, &[("message.timeout.ms", "10000")]);
     let record = FutureRecord::to(&topic).key("k").payload("v");

@@ -1,8 +1,9 @@
 //! The Kafka broker of the test run, and a topic's committed view read back from it.
 //!
 //! The broker comes from `DDBPIPE_TEST_KAFKA_BROKERS`, which `scripts/kafka.sh` sets (sourced
-//! by `scripts/test.sh`; it starts a throwaway broker). Without it the Kafka tests skip, saying
-//! why. Each test works in topics of its own ([`topic_name`]), so the tests run in parallel.
+//! by `scripts/test.sh`; it starts a throwaway broker). Without it every Kafka test fails,
+//! naming the variable, as the PostgreSQL tests do. Each test works in topics of its own
+//! ([`topic_name`]), so the tests run in parallel.
 //! Topics are judged by their committed view ([`committed_view`]): the records a correct
 //! `read_committed` consumer receives, built from the raw log and its transaction markers
 //! (`ddbpipe_kafka::log`), whatever the broker's own `read_committed` serves.
@@ -14,18 +15,19 @@ use ddbpipe_kafka::log::{LogReader, LogRecord};
 /// The bound on each request the helpers send.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `DDBPIPE_TEST_KAFKA_BROKERS`; `None`, after printing why the test skips, when it is unset.
-pub fn brokers() -> Option<String> {
+/// `DDBPIPE_TEST_KAFKA_BROKERS`.
+///
+/// # Panics
+/// When it is unset: a Kafka test without a broker fails, naming the variable (a test that
+/// skipped would pass without proving anything).
+pub fn brokers() -> String {
     match std::env::var("DDBPIPE_TEST_KAFKA_BROKERS") {
-        Ok(brokers) if !brokers.trim().is_empty() => Some(brokers),
-        _ => {
-            eprintln!(
-                "skipped: DDBPIPE_TEST_KAFKA_BROKERS is not set; run the tests with \
-                 scripts/test.sh, or `source scripts/kafka.sh` first, which starts a \
-                 throwaway Kafka broker (or point the variable at a broker of yours)"
-            );
-            None
-        }
+        Ok(brokers) if !brokers.trim().is_empty() => brokers,
+        _ => panic!(
+            "DDBPIPE_TEST_KAFKA_BROKERS is not set: run the tests with scripts/test.sh, or \
+             `source scripts/kafka.sh` first, which starts a throwaway Kafka broker (or point \
+             the variable at a broker of yours)"
+        ),
     }
 }
 
