@@ -299,7 +299,9 @@ fn an_export_read_that_receives_the_wrong_count_fails() {
     assert!(stderr.contains("received 30 items"), "{stderr}");
 }
 
-/// Runs `--case sink` on a small table and stream with `args`; returns its JSON line.
+/// Runs `--case sink` on a small table and stream with `args`; returns its JSON line. Kafka
+/// only when `args` name a broker: two bench runs into one broker at once would share the
+/// bench pipeline's `transactional.id` and fence each other.
 fn sink_case(args: &[&str], postgres_url: Option<&str>) -> (serde_json::Value, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"));
     command
@@ -314,7 +316,8 @@ fn sink_case(args: &[&str], postgres_url: Option<&str>) -> (serde_json::Value, S
         ])
         .args(["--page-items", "400", "--records", "1200", "--shards", "3"])
         .args(args)
-        .env_remove("DDBPIPE_TEST_POSTGRES_URL");
+        .env_remove("DDBPIPE_TEST_POSTGRES_URL")
+        .env_remove("DDBPIPE_TEST_KAFKA_BROKERS");
     if let Some(url) = postgres_url {
         command.env("DDBPIPE_TEST_POSTGRES_URL", url);
     }
@@ -410,6 +413,27 @@ fn the_sink_case_loads_postgres_beside_its_floor_when_a_server_is_given() {
         report["setup"]["postgres"]["version"].is_string(),
         "{report}"
     );
+}
+
+/// The stream into Kafka, exactly once and at least once, beside jsonl (the broker of the test
+/// run, `scripts/kafka.sh`).
+#[test]
+fn the_sink_case_streams_into_kafka_when_a_broker_is_given() {
+    let brokers = ddbpipe_testkit::kafka::brokers();
+    let (report, _) = sink_case(&["--sink", "sqlite", "--kafka-brokers", &brokers], None);
+    for kind in ["kafka_exactly_once", "kafka_at_least_once"] {
+        assert!(
+            report["stream"][kind]["changes_per_sec"]
+                .as_f64()
+                .expect("rate")
+                > 0.0,
+            "{kind}: {report}"
+        );
+        assert!(
+            report["stream"]["over_jsonl"][kind]["changes_per_sec"].is_number(),
+            "{kind}: {report}"
+        );
+    }
 }
 
 /// Stops the server when the test ends, passing or not.
