@@ -138,6 +138,8 @@ ddbpipe_kafka_start() {
   }
 
   export DDBPIPE_TEST_KAFKA_BROKERS="127.0.0.1:$port"
+  # The broker's process, so the bench can measure its CPU beside a Kafka phase.
+  export DDBPIPE_TEST_KAFKA_PID="$DDBPIPE_KAFKA_PID"
 }
 
 ddbpipe_kafka_start || return 1

@@ -84,6 +84,11 @@ struct BenchArgs {
     /// skipped, saying so.
     #[arg(long)]
     kafka_brokers: Option<String>,
+    /// sink: the Kafka broker's process on this machine, whose CPU is measured beside each Kafka
+    /// phase as PostgreSQL's server is; default `DDBPIPE_TEST_KAFKA_PID` (`scripts/kafka.sh`
+    /// exports it). Unset: the broker's CPU is not reported.
+    #[arg(long)]
+    kafka_pid: Option<u32>,
     /// Items in the table (and in the export); each client must receive exactly these.
     #[arg(long, default_value_t = 200_000)]
     items: u64,

@@ -37,6 +37,8 @@ struct Bench<'a> {
     postmaster: Option<u32>,
     /// The Kafka broker, when one was given.
     kafka: Option<String>,
+    /// The broker's process, when it runs here: its CPU is measured.
+    kafka_pid: Option<u32>,
 }
 
 /// Runs the sink case and prints its report.
@@ -106,6 +108,11 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
         postmaster: server_info.as_ref().and_then(|s| s.postmaster),
         admin,
         kafka,
+        kafka_pid: args.kafka_pid.or_else(|| {
+            std::env::var("DDBPIPE_TEST_KAFKA_PID")
+                .ok()
+                .and_then(|pid| pid.trim().parse().ok())
+        }),
     };
 
     let mut reports: Vec<(usize, SinkPhaseReport)> = Vec::new();
@@ -329,7 +336,12 @@ impl Bench<'_> {
             segments: self.shards,
             // Every shard at once: a shard's pacing is not the limit.
             concurrency: self.shards as usize,
-            postmaster: self.postmaster.filter(|_| kind == Kind::Postgres),
+            // The server whose CPU is measured beside the phase: PostgreSQL's or the broker's.
+            postmaster: match kind {
+                Kind::Postgres => self.postmaster,
+                Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => self.kafka_pid,
+                Kind::Sqlite | Kind::Jsonl => None,
+            },
         };
         let report = self.phase(&settings, concurrency, run)?;
         self.remove(&destination)?;

@@ -21,8 +21,9 @@
 //!
 //! # CPU and memory
 //! A phase measures its own user and system CPU and peak RSS as the other cases do
-//! ([`crate::procfs`]). For PostgreSQL it also measures the server's CPU over the same
-//! window: the postmaster and every process whose parent it is (backends, background
+//! ([`crate::procfs`]). For Kafka it also measures the broker's CPU over the same window
+//! (its process, when `DDBPIPE_TEST_KAFKA_PID` or `--kafka-pid` names it). For PostgreSQL it
+//! also measures the server's CPU over the same window: the postmaster and every process whose parent it is (backends, background
 //! writers, autovacuum), live or reaped ([`procfs::tree_ticks`]). A backend's pid is not
 //! reachable through the sink, so the whole server is measured; the bench's own idle
 //! connection costs nothing, but anyone else using the same server is counted too. When the
@@ -191,7 +192,8 @@ pub struct SinkPhaseSettings {
     pub segments: u32,
     /// Segments (or shards) read at once.
     pub concurrency: usize,
-    /// The PostgreSQL server's postmaster, when it runs on this machine: its CPU is measured.
+    /// The server the phase writes to, when it runs on this machine: the PostgreSQL server's
+    /// postmaster or the Kafka broker; its process tree's CPU is measured.
     pub postmaster: Option<u32>,
 }
 
@@ -267,7 +269,7 @@ impl ServerMeter {
             return Ok(None);
         };
         let start = procfs::tree_ticks(postmaster)?
-            .with_context(|| format!("the PostgreSQL postmaster (pid {postmaster}) is gone"))?;
+            .with_context(|| format!("the server (pid {postmaster}) is gone"))?;
         Ok(Some(ServerMeter { postmaster, start }))
     }
 
@@ -278,7 +280,7 @@ impl ServerMeter {
         };
         let now = procfs::tree_ticks(meter.postmaster)?.with_context(|| {
             format!(
-                "the PostgreSQL postmaster (pid {}) ended during the phase",
+                "the server (pid {}) ended during the phase",
                 meter.postmaster
             )
         })?;

@@ -377,8 +377,8 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
     }
     let _ = writeln!(
         out,
-        "note: CPU µs are the phase process's; server µs the PostgreSQL server's over the same \
-         window; total the two. The floor's peak RSS holds every row before it writes them."
+        "note: CPU µs are the phase process's; server µs the PostgreSQL server's (or the Kafka \
+         broker's) over the same window; total the two. The floor's peak RSS holds every row before it writes them."
     );
     out
 }
