@@ -814,7 +814,14 @@ fn an_incremental_export_holds_each_changed_key_once_with_its_images(emulator: E
     assert_eq!(spec.export_to_time().unwrap().round_ms(), to);
     let arn = d.export_arn().unwrap();
     let (done, _) = wait(&setup.client, arn);
-    assert_eq!(done.export_status(), Some(&ExportStatus::Completed));
+    // A failure says why (once seen in a gate under load: the fake's write into moto's S3).
+    assert_eq!(
+        done.export_status(),
+        Some(&ExportStatus::Completed),
+        "{:?}: {:?}",
+        done.failure_code(),
+        done.failure_message()
+    );
     assert_eq!(done.item_count(), Some(3), "x, y and z; w came and went");
 
     let endpoint = &setup.s3;
