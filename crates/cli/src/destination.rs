@@ -303,6 +303,7 @@ pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Outp
         }
         SinkConfig::Kafka(settings) => Some(Output::Topic {
             topic: kafka::topic_name(settings, config.target()),
+            shape: kafka::message_shape(settings),
         }),
         SinkConfig::Custom => given.map(|sink| Output::Given {
             name: sink.name().to_string(),

@@ -595,3 +595,70 @@ fn a_configured_stream_arn_still_keys_the_messages() {
     let keys: Vec<&str> = view.iter().flatten().map(|e| e.key.as_str()).collect();
     assert_eq!(keys, [r#"{"pk":{"S":"a"}}"#]);
 }
+
+/// §7.7 rule 1 and rule 9: an existing positions topic that is not compacted is refused by the
+/// run at once (no retries) naming it, and `check` fails on it the same way; nothing is
+/// written.
+#[test]
+fn a_positions_topic_that_is_not_compacted_is_refused_by_run_and_check() {
+    let brokers = brokers();
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let topic = fresh_topic("uncompacted");
+    let positions = fresh_topic("uncompacted-positions");
+    let connection = ddbpipe_kafka::client::Connection {
+        brokers: brokers.clone(),
+        properties: Vec::new(),
+        timeout: Duration::from_secs(30),
+    };
+    // Made as a data topic: cleanup.policy stays the broker's default (delete).
+    rt().block_on(connection.ensure_topic(&positions, Default::default(), false))
+        .unwrap();
+    let pipeline = Pipeline::new(&topic, &running.endpoint, STREAMS);
+    pipeline.write_with_sink(
+        &topic,
+        &running.endpoint,
+        STREAMS,
+        &kafka_sink(&brokers, &topic, &positions, "exactly_once", ""),
+    );
+    let output = run(&pipeline);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&positions) && err.contains("not compacted") && !err.contains("attempts"),
+        "{err}"
+    );
+    let output = pipeline.ddbpipe(&["check"]);
+    let out = stdout(&output);
+    assert_ne!(output.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("FAIL sink") && out.contains("not compacted"),
+        "{out}"
+    );
+    assert!(change_records(&committed(&brokers, &topic)).is_empty());
+}
+
+/// The messages' shape is part of the position's identity: a run with another envelope does
+/// not continue a position whose messages had the first one (docs/state.md §6.2).
+#[test]
+fn another_envelope_does_not_continue_the_position() {
+    let brokers = brokers();
+    let (running, pipeline, _topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
+    running.put_pk("orders", "a", "1");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&pipeline.config).unwrap();
+    std::fs::write(
+        &pipeline.config,
+        text.replace(
+            "  delivery: exactly_once\n",
+            "  delivery: exactly_once\n  envelope: ddbpipe\n",
+        ),
+    )
+    .unwrap();
+    let output = run(&pipeline);
+    let err = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{err}");
+    assert!(err.contains("sink_path"), "{err}");
+}

@@ -22,6 +22,17 @@ pub fn topic_name(kafka: &KafkaConfig, target: Target<'_>) -> String {
     fill_topic(&kafka.topic, &target.source.table_name, target.pipeline)
 }
 
+/// The shape of `kafka`'s messages, for the position's identity: the envelope, and whether
+/// deletes are followed by tombstones (`debezium, tombstones`).
+pub fn message_shape(kafka: &KafkaConfig) -> String {
+    let envelope = crate::yaml::types::Choice::name(kafka.envelope);
+    if kafka.tombstones {
+        format!("{envelope}, tombstones")
+    } else {
+        envelope.to_string()
+    }
+}
+
 /// The producer's `transactional.id`: one per pipeline, so a second run of it fences the
 /// first (docs/sinks.md §7.7).
 fn transactional_id(pipeline: &str) -> String {

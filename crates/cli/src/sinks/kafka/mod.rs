@@ -3,6 +3,6 @@
 mod build;
 mod config;
 
-pub use build::{kafka_settings, open_kafka, positions_reader, topic_name};
+pub use build::{kafka_settings, message_shape, open_kafka, positions_reader, topic_name};
 pub use config::KafkaConfig;
 pub(crate) use config::{FIELDS, read, validate};

@@ -227,11 +227,15 @@ pub enum Output {
     },
     /// Standard output.
     Stdout,
-    /// A Kafka topic (its template filled in): another topic would get the rest of a
-    /// position's messages.
+    /// A Kafka topic (its template filled in) and the shape of its messages: another topic
+    /// would get the rest of a position's messages, another shape would mix two kinds of
+    /// message in one topic.
     Topic {
         /// The topic.
         topic: String,
+        /// The messages' shape: `sink.envelope`, and `tombstones` when deletes are followed
+        /// by one (`debezium, tombstones`).
+        shape: String,
     },
     /// A sink the embedding program gave (`sink: {type: custom}`), by the name it gives
     /// itself (`Sink::describe`): another sink would get the rest of a position's records.
@@ -252,7 +256,8 @@ pub enum SinkPath {
     File(String),
     /// A sink given in code, by its name.
     Given(String),
-    /// A Kafka topic, by its name.
+    /// A Kafka topic, by its name and its messages' shape (`dynamodb.orders (debezium,
+    /// tombstones)`).
     Topic(String),
 }
 
@@ -324,8 +329,8 @@ impl Identity {
                 identity.gzip = Some(*compression);
             }
             Some(Output::Stdout) => identity.sink_path = Some(SinkPath::Stdout),
-            Some(Output::Topic { topic }) => {
-                identity.sink_path = Some(SinkPath::Topic(topic.clone()));
+            Some(Output::Topic { topic, shape }) => {
+                identity.sink_path = Some(SinkPath::Topic(format!("{topic} ({shape})")));
             }
             Some(Output::Given { name }) => {
                 identity.sink_path = Some(SinkPath::Given(name.clone()));

@@ -143,6 +143,7 @@ fn what_the_records_look_like_is_part_of_the_identity() {
         (
             Output::Topic {
                 topic: "dynamodb.orders".into(),
+                shape: "debezium, tombstones".into(),
             },
             "sink_path",
         ),
@@ -158,6 +159,21 @@ fn what_the_records_look_like_is_part_of_the_identity() {
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(
             changes[0].starts_with(&format!("{field} changed from")),
+            "{changes:?}"
+        );
+    }
+    // The same topic with messages of another shape: the rest would not match the start.
+    let topic = |shape: &str| Output::Topic {
+        topic: "dynamodb.orders".into(),
+        shape: shape.into(),
+    };
+    let debezium = Identity::of(&source, &east(), Some(&topic("debezium, tombstones")));
+    for other in ["ddbpipe, tombstones", "debezium"] {
+        let changes =
+            Identity::of(&source, &east(), Some(&topic(other))).changes_from(&debezium, true);
+        assert_eq!(changes.len(), 1, "{other}: {changes:?}");
+        assert!(
+            changes[0].starts_with("sink_path changed from"),
             "{changes:?}"
         );
     }
