@@ -48,7 +48,8 @@ impl KafkaPositions {
     pub(crate) fn new(brokers: &str, transactions: Transactions) -> KafkaPositions {
         let topic = transactions.positions_topic.clone();
         KafkaPositions {
-            reader: LogReader::new(brokers, Duration::from_secs(30)),
+            // Bounded as the sink's own requests are (`source.retry`'s attempt time).
+            reader: LogReader::new(brokers, transactions.timeout),
             transactions: Some(transactions),
             topic,
             brokers: brokers.to_string(),

@@ -266,7 +266,8 @@ pub(crate) struct Transactions {
     producer: Producer,
     turn: Arc<tokio::sync::Mutex<()>>,
     pub(crate) positions_topic: String,
-    timeout: Duration,
+    /// Bound of one transaction step.
+    pub(crate) timeout: Duration,
 }
 
 impl Transactions {
