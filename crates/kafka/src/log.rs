@@ -399,16 +399,13 @@ async fn list_offset(
         .flat_map(|entry| &entry.partitions)
         .find(|entry| entry.partition_index == partition)
         .ok_or_else(|| missing(leader, LIST_OFFSETS.name, topic, partition))?;
-    if let Some(error) = ResponseError::try_from_code(entry.error_code) {
-        let broker = leader.broker();
-        return Err(broker_error(
-            broker,
-            LIST_OFFSETS.name,
-            topic,
-            Some(partition),
-            error,
-        ));
-    }
+    answered(
+        leader,
+        LIST_OFFSETS.name,
+        topic,
+        partition,
+        entry.error_code,
+    )?;
     Ok(entry.offset)
 }
 
@@ -437,16 +434,7 @@ async fn fetch(
                 ]),
         ]);
     let response = leader.send(FETCH, &request).await?;
-    if let Some(error) = ResponseError::try_from_code(response.error_code) {
-        let broker = leader.broker();
-        return Err(broker_error(
-            broker,
-            FETCH.name,
-            topic,
-            Some(partition),
-            error,
-        ));
-    }
+    answered(leader, FETCH.name, topic, partition, response.error_code)?;
     let entry = response
         .responses
         .into_iter()
@@ -454,22 +442,33 @@ async fn fetch(
         .flat_map(|entry| entry.partitions)
         .find(|entry| entry.partition_index == partition)
         .ok_or_else(|| missing(leader, FETCH.name, topic, partition))?;
-    if let Some(error) = ResponseError::try_from_code(entry.error_code) {
-        let broker = leader.broker();
-        return Err(broker_error(
-            broker,
-            FETCH.name,
-            topic,
-            Some(partition),
-            error,
-        ));
-    }
+    answered(leader, FETCH.name, topic, partition, entry.error_code)?;
     Ok(entry.records.unwrap_or_default())
 }
 
 /// A topic name as the protocol types take it.
 fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+/// The partition's error code in an answer of `api`: none, or the broker's error naming it.
+fn answered(
+    leader: &Connection,
+    api: &'static str,
+    topic: &str,
+    partition: i32,
+    code: i16,
+) -> Result<(), LogError> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(error) => Err(broker_error(
+            leader.broker(),
+            api,
+            topic,
+            Some(partition),
+            error,
+        )),
+    }
 }
 
 /// A [`LogError::Broker`] about `topic` (and `partition`, when given).

@@ -12,7 +12,7 @@ use super::{Probes, Status};
 use crate::config::PipelineConfig;
 use crate::destination;
 use crate::sinks::KafkaConfig;
-use crate::sinks::kafka::{kafka_settings, topic_name};
+use crate::sinks::kafka::kafka_settings;
 
 /// Adds the `sink` probe of a kafka sink.
 pub(super) async fn probe_kafka(
@@ -23,11 +23,10 @@ pub(super) async fn probe_kafka(
 ) {
     let mut settings = kafka_settings(kafka, config.target());
     settings.connection.timeout = timeout;
-    let topic = topic_name(kafka, config.target());
-    let connection = &settings.connection;
+    let (topic, connection) = (&settings.topic, &settings.connection);
     let mut said = Vec::new();
     let probed = async {
-        said.push(connection.probe(&topic, false).await?);
+        said.push(connection.probe(topic, false).await?);
         if kafka.delivery == Delivery::ExactlyOnce {
             said.push(connection.probe(&kafka.positions_topic, true).await?);
         }
