@@ -64,6 +64,7 @@
 
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_value::ValueFormat;
+pub use ddbpipe_value::{ColumnSpec, ColumnType, ColumnValue, TimeFormat};
 
 mod backend;
 mod database;
@@ -121,6 +122,29 @@ impl DocumentType {
     }
 }
 
+/// What a keyed sink does with an attribute whose value does not fit its typed column
+/// (`sink.on_type_mismatch`, docs/sinks.md §7.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnMismatch {
+    /// `null` (the default): store NULL, count it in `ddbpipe_column_mismatches_total{column}`,
+    /// log the first of each column.
+    #[default]
+    Null,
+    /// `fail`: the batch fails (definite), naming the column, the record's key and the type
+    /// found; nothing of it is written.
+    Fail,
+}
+
+impl OnMismatch {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnMismatch::Null => "null",
+            OnMismatch::Fail => "fail",
+        }
+    }
+}
+
 /// One key column of the destination table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyColumn {
@@ -140,13 +164,24 @@ pub struct TableSpec {
     pub schema: String,
     /// The key columns, hash key first.
     pub key: Vec<KeyColumn>,
-    /// The document column's name.
-    pub document_column: String,
+    /// The document column's name; `None` (`sink.document_column: null`): no document column,
+    /// only the key and the typed columns are stored (docs/sinks.md §7.9).
+    pub document_column: Option<String>,
+    /// The typed columns (`sink.columns`, docs/sinks.md §7.9), after the document column.
+    pub columns: Vec<ColumnSpec>,
     /// PostgreSQL: the document column's type. SQLite: ignored (TEXT).
     pub document_type: DocumentType,
     /// Create the table (and `_ddbpipe_state`) when missing; otherwise a missing table is an
     /// error.
     pub create_table: bool,
+}
+
+impl TableSpec {
+    /// INTERFACE STEP (issue 28): the document column's name, empty when there is none; the
+    /// keyed backends learn `None` and `columns` in the next step.
+    pub(crate) fn document_name(&self) -> &str {
+        self.document_column.as_deref().unwrap_or_default()
+    }
 }
 
 /// One key value, in key-column order.
@@ -161,7 +196,7 @@ pub enum KeyValue {
 }
 
 /// One change to the destination table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RowChange {
     /// Insert or replace the row of `key`.
     Upsert {
@@ -169,6 +204,9 @@ pub enum RowChange {
         key: Vec<KeyValue>,
         /// The document: a JSON object, as text.
         document: String,
+        /// The typed columns' values, in the order of [`TableSpec::columns`] (a mismatch
+        /// already resolved per `sink.on_type_mismatch`).
+        columns: Vec<ColumnValue>,
         /// A snapshot row: marks the row with the open snapshot's id.
         snapshot: bool,
         /// When the document was true (docs/mirror.md §5.6).

@@ -313,7 +313,8 @@ mod tests {
                     kind: *kind,
                 })
                 .collect(),
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         }
@@ -323,6 +324,7 @@ mod tests {
         RowChange::Upsert {
             key: vec![KeyValue::S("a".into())],
             document: "{}".into(),
+            columns: Vec::new(),
             snapshot,
             version: Version {
                 at_ms,

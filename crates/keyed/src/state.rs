@@ -388,7 +388,8 @@ mod tests {
             table: "t".into(),
             schema: "main".into(),
             key: vec![],
-            document_column: "document".into(),
+            document_column: Some("document".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         }

@@ -22,7 +22,8 @@ fn table() -> TableSpec {
         table: "orders".into(),
         schema: "main".into(),
         key: vec![],
-        document_column: "document".into(),
+        document_column: Some("document".into()),
+        columns: Vec::new(),
         document_type: DocumentType::Jsonb,
         create_table: true,
     }

@@ -101,7 +101,8 @@ impl Destination {
                 name: "pk".into(),
                 kind: KeyType::S,
             }],
-            document_column: "document".into(),
+            document_column: Some("document".into()),
+            columns: Vec::new(),
             document_type: ddbpipe_keyed::DocumentType::Jsonb,
             create_table: true,
         }

@@ -1227,7 +1227,8 @@ fn futures_are_send() {
             table: String::new(),
             schema: String::new(),
             key: vec![],
-            document_column: String::new(),
+            document_column: Some(String::new()),
+            columns: Vec::new(),
             document_type: ddbpipe_keyed::DocumentType::Jsonb,
             create_table: false,
         };
@@ -1251,7 +1252,10 @@ impl versions::Look for Fixture {
         let sql = format!(
             "SELECT \"{}\"::text, \"{}\"::text, _ddbpipe_snapshot, _ddbpipe_version_ms, \
              _ddbpipe_version_seq FROM \"{}\".\"{}\"",
-            spec.key[0].name, spec.document_column, self.schema, spec.table
+            spec.key[0].name,
+            spec.document_column.as_deref().unwrap_or_default(),
+            self.schema,
+            spec.table
         );
         self.admin
             .query(&sql, &[])

@@ -356,7 +356,8 @@ fn spec() -> TableSpec {
             name: "pk".into(),
             kind: KeyType::S,
         }],
-        document_column: "document".into(),
+        document_column: Some("document".into()),
+        columns: Vec::new(),
         document_type: ddbpipe_keyed::DocumentType::Jsonb,
         create_table: true,
     }

@@ -211,7 +211,7 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
     )
     .expect("create plain");
     let mut other_doc = spec("plain", &[("pk", KeyType::S)]);
-    other_doc.document_column = "item".to_string();
+    other_doc.document_column = Some("item".to_string());
 
     // (case, spec refused, every text the message holds)
     let cases = [
@@ -753,7 +753,7 @@ async fn identifiers_are_quoted() {
         r#"my "odd" table; drop"#,
         &[(r#"p"k"#, KeyType::S), ("order", KeyType::S)],
     );
-    spec.document_column = "select".to_string();
+    spec.document_column = Some("select".to_string());
     db.prepare(&spec).await.expect("prepare");
     let row = upsert_key(vec![s("a"), s("b")], "{}", true);
     apply(&db, &spec, &[row], Some(1), "apply").await;
@@ -832,7 +832,9 @@ impl versions::Look for FileLook<'_> {
         let sql = format!(
             "SELECT \"{}\", \"{}\", _ddbpipe_snapshot, _ddbpipe_version_ms, _ddbpipe_version_seq \
              FROM \"{}\"",
-            spec.key[0].name, spec.document_column, spec.table
+            spec.key[0].name,
+            spec.document_column.as_deref().unwrap_or_default(),
+            spec.table
         );
         let mut stmt = conn.prepare(&sql).expect("prepare");
         stmt.query_map([], |row| {

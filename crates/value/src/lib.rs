@@ -22,6 +22,8 @@
 //! * [`value_from_plain_json`]: a plain config value (YAML) as an attribute value (§3.4).
 //! * [`check_number`], [`check_item`], [`ItemSize`]: DynamoDB's limits (38 digits, the
 //!   number range, 400 KB items) for items read from files rather than from DynamoDB.
+//! * [`ColumnReader`], [`convert`]: typed columns (`sink.columns`) read losslessly out of a
+//!   document (docs/sinks.md §7.9).
 //! * [`WireWriter`]: attribute JSON as DynamoDB sends it, written in either format while it is
 //!   parsed, without building values (the data plane's hot path); [`write_wire_item`] for one
 //!   item.
@@ -51,6 +53,7 @@
 //! # Feature flags
 //! None.
 
+mod columns;
 mod decode;
 mod exact;
 mod format;
@@ -63,6 +66,10 @@ mod typed;
 mod value;
 mod wire;
 
+pub use columns::{
+    ColumnPath, ColumnReader, ColumnSpec, ColumnType, ColumnValue, Mismatch, PathStep, TimeFormat,
+    convert, timestamp_text,
+};
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;
 pub use key_attributes::key_attributes;

@@ -32,7 +32,8 @@ pub fn table_spec(schema: &str) -> TableSpec {
                 kind: KeyType::N,
             },
         ],
-        document_column: DOCUMENT_COLUMN.to_string(),
+        document_column: Some(DOCUMENT_COLUMN.to_string()),
+        columns: Vec::new(),
         document_type: DocumentType::Jsonb,
         create_table: true,
     }

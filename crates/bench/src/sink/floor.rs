@@ -140,7 +140,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
 /// The columns the floor writes: the key columns, the document, `_ddbpipe_updated_at`.
 fn columns(spec: &TableSpec) -> String {
     let mut names: Vec<String> = spec.key.iter().map(|k| quote(&k.name)).collect();
-    names.push(quote(&spec.document_column));
+    names.extend(spec.document_column.as_deref().map(quote));
     names.push(quote(UPDATED_AT_COLUMN));
     names.join(", ")
 }

@@ -308,7 +308,8 @@ mod tests {
                 name: "id".into(),
                 kind: crate::KeyType::S,
             }],
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
@@ -316,6 +317,7 @@ mod tests {
         let upsert = |id: &str, doc: &str| RowChange::Upsert {
             key: vec![crate::KeyValue::S(id.into())],
             document: doc.into(),
+            columns: Vec::new(),
             snapshot: false,
             version: crate::Version::default(),
         };

@@ -207,7 +207,7 @@ fn columns(spec: &TableSpec) -> String {
     format!(
         "{}, {}, {}, {}, {}, {}",
         key_list(spec),
-        quote(&spec.document_column),
+        quote(spec.document_name()),
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),
         quote(VERSION_MS_COLUMN),
@@ -278,7 +278,7 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
 /// Rule 3: upserts of one kind with distinct keys.
 fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(&spec.document_column);
+    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
@@ -532,6 +532,7 @@ mod tests {
         RowChange::Upsert {
             key: vec![KeyValue::S(key.into())],
             document: "{}".into(),
+            columns: Vec::new(),
             snapshot,
             version: Version::default(),
         }
@@ -613,7 +614,8 @@ mod tests {
                     kind: KeyType::N,
                 },
             ],
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };

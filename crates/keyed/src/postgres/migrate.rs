@@ -127,7 +127,8 @@ mod tests {
                 name: "it's".into(),
                 kind: KeyType::S,
             }],
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         }

@@ -104,15 +104,11 @@ impl Existing {
                 list(&wanted)
             )));
         }
-        let missing: Vec<String> = [
-            spec.document_column.as_str(),
-            SNAPSHOT_COLUMN,
-            UPDATED_AT_COLUMN,
-        ]
-        .into_iter()
-        .filter(|column| !self.columns.iter().any(|(name, _)| name == column))
-        .map(quote)
-        .collect();
+        let missing: Vec<String> = [spec.document_name(), SNAPSHOT_COLUMN, UPDATED_AT_COLUMN]
+            .into_iter()
+            .filter(|column| !self.columns.iter().any(|(name, _)| name == column))
+            .map(quote)
+            .collect();
         if !missing.is_empty() {
             return Err(DbError::fatal(format!(
                 "{context} exists without the column(s) {} that ddbpipe writes; \
@@ -134,13 +130,13 @@ impl Existing {
         if let Some((_, found)) = self
             .columns
             .iter()
-            .find(|(name, kind)| *name == spec.document_column && kind != wanted)
+            .find(|(name, kind)| name == spec.document_name() && kind != wanted)
         {
             return Err(DbError::fatal(format!(
                 "{context} exists with document column {} of type {found} but \
                  sink.document_type is {wanted}; set sink.document_type to match the table, \
                  or drop it or set sink.table to another name",
-                quote(&spec.document_column)
+                quote(spec.document_name())
             )));
         }
         Ok(())
@@ -305,7 +301,7 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     let _ = write!(
         sql,
         "{} {} NOT NULL, {} bigint, {} timestamptz NOT NULL, ",
-        quote(&spec.document_column),
+        quote(spec.document_name()),
         spec.document_type.name(),
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),

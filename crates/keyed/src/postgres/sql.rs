@@ -65,7 +65,7 @@ pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
     }
     let mut columns: Vec<&str> = Vec::new();
     for column in spec.key.iter().map(|k| k.name.as_str()).chain([
-        spec.document_column.as_str(),
+        spec.document_name(),
         SNAPSHOT_COLUMN,
         UPDATED_AT_COLUMN,
         VERSION_MS_COLUMN,
@@ -155,7 +155,7 @@ pub(super) enum UpsertKind {
 /// The conflict update of an upsert: the document and the version, and the marker when the
 /// upsert marks its row (every upsert statement, per row or in bulk, takes this one).
 pub(super) fn conflict_set(spec: &TableSpec, marked: bool) -> String {
-    let document = quote(&spec.document_column);
+    let document = quote(spec.document_name());
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
     let version_seq = quote(VERSION_SEQ_COLUMN);
@@ -172,7 +172,7 @@ pub(super) fn conflict_set(spec: &TableSpec, marked: bool) -> String {
 
 pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(&spec.document_column);
+    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
@@ -228,7 +228,7 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
 /// version, marks the row with the id either way.
 pub(super) fn repair_upsert_sql(spec: &TableSpec) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(&spec.document_column);
+    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
@@ -335,7 +335,8 @@ mod tests {
                     kind: KeyType::N,
                 },
             ],
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };

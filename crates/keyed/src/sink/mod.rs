@@ -88,6 +88,10 @@ impl KeyedSink {
 
     /// Creates or checks the destination table and the state table.
     pub async fn prepare(&self) -> Result<(), SinkError> {
+        // INTERFACE STEP (issue 28): the backends learn typed columns in the next step.
+        if self.table.document_column.is_none() || !self.table.columns.is_empty() {
+            return Err(self.error("typed columns are not written yet".into()));
+        }
         self.db
             .prepare(&self.table)
             .await
@@ -358,7 +362,8 @@ mod tests {
                         kind: *kind,
                     })
                     .collect(),
-                document_column: "document".into(),
+                document_column: Some("document".into()),
+                columns: Vec::new(),
                 document_type: crate::DocumentType::Jsonb,
                 create_table: true,
             },
@@ -441,6 +446,7 @@ mod tests {
                     KeyValue::B(vec![1, 2]),
                 ],
                 document: line.into(),
+                columns: Vec::new(),
                 snapshot: false,
                 version: Version::default(),
             }
@@ -498,6 +504,7 @@ mod tests {
                 RowChange::Upsert {
                     key: vec![KeyValue::S("a".into())],
                     document: r#"{"pk":"a","v":1}"#.into(),
+                    columns: Vec::new(),
                     snapshot: false,
                     version: change(1767225600000, "100"),
                 },
@@ -508,6 +515,7 @@ mod tests {
                 RowChange::Upsert {
                     key: vec![KeyValue::S("b".into())],
                     document: r#"{"pk":"b"}"#.into(),
+                    columns: Vec::new(),
                     snapshot: true,
                     version: Version {
                         at_ms: Some(1767225602123),
@@ -566,7 +574,8 @@ mod tests {
                     name: "pk".into(),
                     kind: KeyType::S,
                 }],
-                document_column: "document".into(),
+                document_column: Some("document".into()),
+                columns: Vec::new(),
                 document_type: crate::DocumentType::Jsonb,
                 create_table: true,
             },

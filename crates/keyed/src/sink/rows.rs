@@ -79,6 +79,7 @@ impl KeyedSink {
         Ok(RowChange::Upsert {
             key: self.key_of(&found)?,
             document: text.to_string(),
+            columns: Vec::new(),
             snapshot: false,
             version: Version::default(),
         })
@@ -146,6 +147,7 @@ impl KeyedSink {
                 Ok(RowChange::Upsert {
                     key: key()?,
                     document: after.get().to_string(),
+                    columns: Vec::new(),
                     snapshot: snapshot_open && envelope.op == "r",
                     version,
                 })

@@ -98,7 +98,7 @@ pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<
         ));
     }
     for (wanted, what) in [
-        (spec.document_column.as_str(), "the document column"),
+        (spec.document_name(), "the document column"),
         (SNAPSHOT_COLUMN, "the snapshot marker"),
         (UPDATED_AT_COLUMN, "the update time"),
     ] {
@@ -137,10 +137,10 @@ pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
     if spec.key.is_empty() {
         return Err("the key has no columns".to_string());
     }
-    if spec.document_column.is_empty() || reserved(&spec.document_column) {
+    if spec.document_name().is_empty() || reserved(spec.document_name()) {
         return Err(format!(
             "the document column '{}' is empty or starts with {RESERVED_PREFIX}",
-            spec.document_column
+            spec.document_name()
         ));
     }
     for (i, k) in spec.key.iter().enumerate() {
@@ -153,7 +153,7 @@ pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
                 k.name
             ));
         }
-        if k.name.eq_ignore_ascii_case(&spec.document_column) {
+        if k.name.eq_ignore_ascii_case(spec.document_name()) {
             return Err(format!(
                 "the key attribute '{}' has the document column's name; set another sink.document_column",
                 k.name
@@ -179,7 +179,7 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
         .iter()
         .map(|k| format!("{} {} NOT NULL", quote(&k.name), sql_type(k.kind)))
         .collect();
-    columns.push(format!("{} TEXT NOT NULL", quote(&spec.document_column)));
+    columns.push(format!("{} TEXT NOT NULL", quote(spec.document_name())));
     columns.push(format!("{} INTEGER", quote(SNAPSHOT_COLUMN)));
     columns.push(format!("{} TEXT NOT NULL", quote(UPDATED_AT_COLUMN)));
     for (name, kind) in VERSION_COLUMNS {

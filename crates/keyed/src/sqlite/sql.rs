@@ -42,7 +42,7 @@ impl TableSql {
     pub(super) fn new(spec: &TableSpec) -> Self {
         let table = quote(&spec.table);
         let deleted = quote(DELETED_TABLE);
-        let doc = quote(&spec.document_column);
+        let doc = quote(spec.document_name());
         let marker = quote(SNAPSHOT_COLUMN);
         let updated = quote(UPDATED_AT_COLUMN);
         let version_ms = quote(VERSION_MS_COLUMN);

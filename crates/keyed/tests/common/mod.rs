@@ -18,7 +18,8 @@ pub fn spec_in(schema: &str, table: &str, key: &[(&str, KeyType)]) -> TableSpec 
                 kind: *kind,
             })
             .collect(),
-        document_column: "doc".to_string(),
+        document_column: Some("doc".to_string()),
+        columns: Vec::new(),
         document_type: ddbpipe_keyed::DocumentType::Jsonb,
         create_table: true,
     }
@@ -33,6 +34,7 @@ pub fn upsert_key(key: Vec<KeyValue>, document: &str, snapshot: bool) -> RowChan
     RowChange::Upsert {
         key,
         document: document.to_string(),
+        columns: Vec::new(),
         snapshot,
         version: Version::default(),
     }

@@ -78,6 +78,7 @@ pub fn change(key: &str, doc: &str, at_ms: i64, seq: &str) -> RowChange {
     RowChange::Upsert {
         key: vec![s(key)],
         document: doc.to_string(),
+        columns: Vec::new(),
         snapshot: false,
         version: Version {
             at_ms: Some(at_ms),
@@ -104,6 +105,7 @@ pub fn snapshot_row(key: &str, doc: &str, read_ms: Option<i64>) -> RowChange {
     RowChange::Upsert {
         key: vec![s(key)],
         document: doc.to_string(),
+        columns: Vec::new(),
         snapshot: true,
         version: Version {
             at_ms: read_ms,
@@ -125,6 +127,7 @@ pub fn repaired(key: &str, doc: Option<&str>, at_ms: i64, id: i64) -> RowChange 
         Some(doc) => RowChange::Upsert {
             key: vec![s(key)],
             document: doc.to_string(),
+            columns: Vec::new(),
             snapshot: false,
             version,
         },

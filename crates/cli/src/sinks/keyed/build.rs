@@ -202,7 +202,8 @@ pub fn table_spec(
         table: name,
         schema,
         key,
-        document_column: keyed.document_column.clone(),
+        document_column: Some(keyed.document_column.clone()),
+        columns: Vec::new(),
         document_type,
         create_table: keyed.create_table,
     })

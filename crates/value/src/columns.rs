@@ -1,0 +1,299 @@
+//! Typed columns (docs/sinks.md §7.9): attributes of an item read out of its JSON document into
+//! values of a column type, losslessly, for the table destinations' `sink.columns`.
+//!
+//! # Rules
+//! 1. **Paths.** A column's `path` names an attribute (`status`), an attribute of a map
+//!    (`address.city`) or an element of a list (`tags[0]`, `lines[2].sku`). A name holding `.`,
+//!    `[`, `]` or `"` is written in double quotes (`"a.b".c`, `\"` and `\\` inside). Sets have
+//!    no order: an index into a set is a mismatch.
+//! 2. **Absent is null.** A missing attribute, a missing map entry, an index past a list's end
+//!    and a `NULL` anywhere on the path give [`ColumnValue::Null`], never a mismatch. A step
+//!    into a value that is not a map (for a name) or not a list (for an index) is a mismatch.
+//! 3. **Documents in either format.** A typed document (§3.3) says each value's DynamoDB type.
+//!    A plain document (§3.1, §3.7) is read as JSON: a string as `S`, a number as `N` (its
+//!    digits as written), a boolean as `BOOL`, `null` as `NULL`, an array as `L`, an object as
+//!    `M`. Because plain output writes a number no double holds as a string (§3.2), a string
+//!    that is a number's text counts as that number for `numeric`, `bigint` and `double`.
+//! 4. **Conversions** ([`convert`], the one place they are decided):
+//!    - `text`: `S` as is; `N` its digits as written; `BOOL` `true`/`false`; `B` base64. Maps,
+//!      lists and sets are mismatches (use `jsonb`).
+//!    - `numeric`: `N`, exactly its digits (38 significant digits kept).
+//!    - `bigint`: an `N` whose value is an integer within i64 (`1.0`, `1E+3` included); any
+//!      other number is a mismatch, never a rounded value.
+//!    - `double`: an `N` whose nearest double prints back (shortest round trip) to the same
+//!      value (`0.1`, `1.5e300`); a number with more digits than a double holds is a mismatch.
+//!    - `boolean`: `BOOL` only.
+//!    - `timestamptz` (UTC, microseconds): per [`TimeFormat`]. `iso8601`: an `S` in RFC 3339 /
+//!      ISO 8601 (`2024-05-01T12:30:00Z`, `2024-05-01T12:30:00.123456+02:00`, a space for `T`;
+//!      without an offset it is UTC; a date alone is midnight UTC). `epoch_seconds` /
+//!      `epoch_millis`: an `N` (fractions allowed). A time with digits below the microsecond,
+//!      or outside years 1–9999, is a mismatch, never a rounded value.
+//!    - `jsonb`: any value, as plain JSON with every number a JSON number of its own digits
+//!      (§3.7); sets are arrays, binary is base64.
+//! 5. **Mismatches** are values, not errors: the destination decides (`on_type_mismatch`).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::{Value, ValueFormat};
+
+/// The type of a typed column (`type:` of an entry of `sink.columns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// `text`: PostgreSQL `text`, SQLite `TEXT`.
+    Text,
+    /// `numeric`: PostgreSQL `numeric`, SQLite `TEXT` holding the exact digits.
+    Numeric,
+    /// `bigint`: PostgreSQL `bigint`, SQLite `INTEGER`.
+    Bigint,
+    /// `double`: PostgreSQL `double precision`, SQLite `REAL`.
+    Double,
+    /// `boolean`: PostgreSQL `boolean`, SQLite `INTEGER` 0/1.
+    Boolean,
+    /// `timestamptz`: PostgreSQL `timestamptz`, SQLite `TEXT` in RFC 3339, UTC, six fraction
+    /// digits (`2024-05-01T12:30:00.000000Z`: text order is time order).
+    Timestamptz,
+    /// `jsonb`: PostgreSQL `jsonb`, SQLite `TEXT` holding the JSON.
+    Jsonb,
+}
+
+impl ColumnType {
+    /// Every type, in the order the docs list them.
+    pub const ALL: [ColumnType; 7] = [
+        ColumnType::Text,
+        ColumnType::Numeric,
+        ColumnType::Bigint,
+        ColumnType::Double,
+        ColumnType::Boolean,
+        ColumnType::Timestamptz,
+        ColumnType::Jsonb,
+    ];
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Text => "text",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Bigint => "bigint",
+            ColumnType::Double => "double",
+            ColumnType::Boolean => "boolean",
+            ColumnType::Timestamptz => "timestamptz",
+            ColumnType::Jsonb => "jsonb",
+        }
+    }
+
+    /// The type of a config spelling (`double precision` is `double`).
+    pub fn parse(text: &str) -> Option<ColumnType> {
+        match text {
+            "double precision" => Some(ColumnType::Double),
+            _ => ColumnType::ALL.into_iter().find(|kind| kind.name() == text),
+        }
+    }
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a `timestamptz` column reads its attribute (`format:` of a column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TimeFormat {
+    /// `iso8601` (the default): an `S` in RFC 3339 / ISO 8601.
+    #[default]
+    Iso8601,
+    /// `epoch_seconds`: an `N` of seconds since 1970-01-01 UTC.
+    EpochSeconds,
+    /// `epoch_millis`: an `N` of milliseconds since 1970-01-01 UTC.
+    EpochMillis,
+}
+
+impl TimeFormat {
+    /// Every format.
+    pub const ALL: [TimeFormat; 3] = [
+        TimeFormat::Iso8601,
+        TimeFormat::EpochSeconds,
+        TimeFormat::EpochMillis,
+    ];
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeFormat::Iso8601 => "iso8601",
+            TimeFormat::EpochSeconds => "epoch_seconds",
+            TimeFormat::EpochMillis => "epoch_millis",
+        }
+    }
+
+    /// The format of a config spelling.
+    pub fn parse(text: &str) -> Option<TimeFormat> {
+        TimeFormat::ALL
+            .into_iter()
+            .find(|format| format.name() == text)
+    }
+}
+
+/// One step of a [`ColumnPath`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PathStep {
+    /// An attribute of the item, or an entry of a map.
+    Name(String),
+    /// An element of a list.
+    Index(usize),
+}
+
+/// Where a column's value sits in an item (rule 1): a first attribute name, then names and
+/// indexes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ColumnPath {
+    steps: Vec<PathStep>,
+}
+
+impl ColumnPath {
+    /// Parses a path (rule 1). The error says what is wrong and where (`"a..b": an empty name
+    /// at byte 2`).
+    pub fn parse(text: &str) -> Result<ColumnPath, String> {
+        todo_columns(text)
+    }
+
+    /// The item's attribute the path starts at.
+    pub fn root(&self) -> &str {
+        match self.steps.first() {
+            Some(PathStep::Name(name)) => name,
+            _ => "",
+        }
+    }
+
+    /// The steps, the root first.
+    pub fn steps(&self) -> &[PathStep] {
+        &self.steps
+    }
+}
+
+impl fmt::Display for ColumnPath {
+    /// The path as it would be written in the config (names quoted where rule 1 needs it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let _ = f;
+        todo!("columns: helper")
+    }
+}
+
+/// One typed column: its name in the table, where its value is, and its type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ColumnSpec {
+    /// The column's name in the table.
+    pub name: String,
+    /// Where the value is in the item.
+    pub path: ColumnPath,
+    /// The column's type.
+    pub kind: ColumnType,
+    /// How a `timestamptz` column reads its attribute (ignored by the other types).
+    pub time_format: TimeFormat,
+}
+
+/// A column's value for one row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnValue {
+    /// SQL NULL: the attribute is absent or `NULL` (rule 2), or a mismatch stored as null.
+    Null,
+    /// `text`.
+    Text(String),
+    /// `numeric`: the number's exact text as the document held it.
+    Numeric(String),
+    /// `bigint`.
+    Bigint(i64),
+    /// `double`: a double whose shortest round trip is the attribute's exact value.
+    Double(f64),
+    /// `boolean`.
+    Boolean(bool),
+    /// `timestamptz`: microseconds since 1970-01-01 UTC.
+    Timestamp(i64),
+    /// `jsonb`: compact JSON text (rule 4).
+    Json(String),
+}
+
+impl ColumnValue {
+    /// The value as text a database parses into the column's type (PostgreSQL's input
+    /// functions, a COPY field), `None` for NULL: numbers and booleans as PostgreSQL spells
+    /// them, a double in its shortest round-trip form, a timestamp as [`timestamp_text`].
+    pub fn sql_text(&self) -> Option<Cow<'_, str>> {
+        match self {
+            ColumnValue::Null => None,
+            ColumnValue::Text(text) | ColumnValue::Numeric(text) | ColumnValue::Json(text) => {
+                Some(Cow::Borrowed(text))
+            }
+            ColumnValue::Bigint(n) => Some(Cow::Owned(n.to_string())),
+            ColumnValue::Double(x) => Some(Cow::Owned(format!("{x:?}"))),
+            ColumnValue::Boolean(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
+            ColumnValue::Timestamp(micros) => Some(Cow::Owned(timestamp_text(*micros))),
+        }
+    }
+}
+
+/// A timestamp as RFC 3339 text in UTC with six fraction digits
+/// (`2024-05-01T12:30:00.000000Z`): what a SQLite `timestamptz` column stores, and what
+/// PostgreSQL is sent.
+pub fn timestamp_text(micros: i64) -> String {
+    let _ = micros;
+    todo!("columns: helper")
+}
+
+/// Why an attribute's value does not fit its column (rule 5): the value's DynamoDB type and
+/// why, for messages (`an N of 21 digits beyond bigint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The DynamoDB type tag of the value found (`"S"`, `"N"`, …; for a path step into the
+    /// wrong type, that value's tag).
+    pub found: &'static str,
+    /// What does not fit, without the value itself (values may be secrets or personal data).
+    pub why: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.why)
+    }
+}
+
+/// One value converted to a column's type (rule 4).
+pub fn convert(
+    value: &Value,
+    kind: ColumnType,
+    time_format: TimeFormat,
+) -> Result<ColumnValue, Mismatch> {
+    let _ = (value, kind, time_format);
+    todo!("columns: helper")
+}
+
+/// Reads the typed columns of documents in one format.
+#[derive(Debug, Clone)]
+pub struct ColumnReader {
+    columns: Vec<ColumnSpec>,
+    format: ValueFormat,
+}
+
+impl ColumnReader {
+    /// A reader of `columns` from documents written in `format`.
+    pub fn new(columns: Vec<ColumnSpec>, format: ValueFormat) -> ColumnReader {
+        ColumnReader { columns, format }
+    }
+
+    /// The columns, in the order [`ColumnReader::read`] answers.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        &self.columns
+    }
+
+    /// The columns' values of one document (a JSON object), in column order. Only the
+    /// attributes the paths start at are parsed beyond skipping. An error only when the
+    /// document is not a JSON object (or, typed, not attribute JSON where a path goes).
+    pub fn read(&self, document: &str) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
+        let _ = (document, self.format);
+        todo!("columns: helper")
+    }
+}
+
+fn todo_columns(text: &str) -> Result<ColumnPath, String> {
+    let _ = text;
+    todo!("columns: helper")
+}
