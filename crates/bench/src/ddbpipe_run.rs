@@ -64,13 +64,23 @@ impl BenchPipeline {
                 "{type: jsonl, path: /dev/null, fsync: false}".to_string(),
                 "state: {path: state.json, flush_interval_ms: 1000}\n",
             ),
-            Destination::Sqlite { path } => {
-                (format!("{{type: sqlite, path: '{}'}}", path.display()), "")
-            }
-            Destination::Postgres { url, schema } => (
+            Destination::Sqlite { path, columns } => (
                 format!(
-                    "{{type: postgres, url: '{}', schema: {schema}}}",
-                    url.expose()
+                    "{{type: sqlite, path: '{}'{}}}",
+                    path.display(),
+                    typed_columns(*columns)
+                ),
+                "",
+            ),
+            Destination::Postgres {
+                url,
+                schema,
+                columns,
+            } => (
+                format!(
+                    "{{type: postgres, url: '{}', schema: {schema}{}}}",
+                    url.expose(),
+                    typed_columns(*columns)
                 ),
                 "",
             ),
@@ -141,4 +151,13 @@ pub async fn finish(opened: Opened<'_>) -> anyhow::Result<(u64, Option<&'static 
         bail!("the run counted nothing: {summary}");
     };
     Ok((written, end))
+}
+
+/// The `columns:` key of a keyed sink with the bench's typed columns, or nothing.
+fn typed_columns(columns: bool) -> String {
+    if columns {
+        format!(", columns: {}", crate::sink::TYPED_COLUMNS)
+    } else {
+        String::new()
+    }
 }

@@ -121,10 +121,17 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
             for &kind in &kinds {
                 let pair = bench.load_and_floor(kind, concurrency, run)?;
                 reports.extend(pair.into_iter().map(|r| (concurrency, r)));
+                // The same load with ten typed columns beside the document (issue 28's
+                // measure: typed ÷ document-only, in this run).
+                if let Some(typed) = kind.typed() {
+                    let report = bench.load(typed, concurrency, run)?;
+                    reports.push((concurrency, report));
+                }
             }
             let mut order: Vec<Kind> = kinds
                 .iter()
                 .copied()
+                .chain(kinds.iter().filter_map(|kind| kind.typed()))
                 .chain([Kind::Jsonl])
                 .chain(kafka_kinds.iter().copied())
                 .collect();
@@ -194,12 +201,15 @@ impl Bench<'_> {
     /// A fresh destination of `kind` for one phase (`name` tells the phases apart).
     fn destination(&mut self, kind: Kind, name: &str) -> anyhow::Result<Destination> {
         match kind {
-            Kind::Sqlite => {
+            Kind::Sqlite | Kind::SqliteTyped => {
                 let path = self.dir.path().join(format!("{name}.db"));
                 ensure!(!path.exists(), "{} exists already", path.display());
-                Ok(Destination::Sqlite { path })
+                Ok(Destination::Sqlite {
+                    path,
+                    columns: kind.has_columns(),
+                })
             }
-            Kind::Postgres => {
+            Kind::Postgres | Kind::PostgresTyped => {
                 let admin = self
                     .admin
                     .as_mut()
@@ -207,6 +217,7 @@ impl Bench<'_> {
                 Ok(Destination::Postgres {
                     url: admin.url().clone(),
                     schema: admin.create_schema(name)?,
+                    columns: kind.has_columns(),
                 })
             }
             Kind::Jsonl => Ok(Destination::Jsonl),
@@ -233,7 +244,7 @@ impl Bench<'_> {
     /// Removes a destination once its phases are done.
     fn remove(&mut self, destination: &Destination) -> anyhow::Result<()> {
         match destination {
-            Destination::Sqlite { path } => {
+            Destination::Sqlite { path, .. } => {
                 for suffix in ["", "-wal", "-shm"] {
                     let file = PathBuf::from(format!("{}{suffix}", path.display()));
                     if file.exists() {
@@ -294,7 +305,7 @@ impl Bench<'_> {
             reports.push(self.phase(&settings, concurrency, run)?);
         }
         let differing = match (&ddbpipe, &floor) {
-            (Destination::Sqlite { path: a }, Destination::Sqlite { path: b }) => {
+            (Destination::Sqlite { path: a, .. }, Destination::Sqlite { path: b, .. }) => {
                 databases::sqlite_difference(a, b)?
             }
             (Destination::Postgres { schema: a, .. }, Destination::Postgres { schema: b, .. }) => {
@@ -313,6 +324,30 @@ impl Bench<'_> {
         self.remove(&ddbpipe)?;
         self.remove(&floor)?;
         Ok(reports)
+    }
+
+    /// ddbpipe's load alone into `kind` (a typed destination: the floor has no typed
+    /// columns to compare with).
+    fn load(
+        &mut self,
+        kind: Kind,
+        concurrency: usize,
+        run: u32,
+    ) -> anyhow::Result<SinkPhaseReport> {
+        let destination = self.destination(kind, &format!("typed_c{concurrency}_r{run}"))?;
+        let settings = SinkPhaseSettings {
+            work: Work::Load,
+            destination: destination.clone(),
+            endpoint: self.endpoint.clone(),
+            received: self.args.items,
+            rows: self.args.items,
+            segments: self.args.segments,
+            concurrency,
+            postmaster: self.postmaster.filter(|_| kind == Kind::PostgresTyped),
+        };
+        let report = self.phase(&settings, concurrency, run)?;
+        self.remove(&destination)?;
+        Ok(report)
     }
 
     /// ddbpipe's stream read into `kind`.
@@ -338,9 +373,9 @@ impl Bench<'_> {
             concurrency: self.shards as usize,
             // The server whose CPU is measured beside the phase: PostgreSQL's or the broker's.
             postmaster: match kind {
-                Kind::Postgres => self.postmaster,
+                Kind::Postgres | Kind::PostgresTyped => self.postmaster,
                 Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => self.kafka_pid,
-                Kind::Sqlite | Kind::Jsonl => None,
+                Kind::Sqlite | Kind::SqliteTyped | Kind::Jsonl => None,
             },
         };
         let report = self.phase(&settings, concurrency, run)?;

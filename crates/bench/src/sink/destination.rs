@@ -48,12 +48,12 @@ pub fn quote(name: &str) -> String {
 /// with the bench table's spec.
 pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableSpec)> {
     match destination {
-        Destination::Sqlite { path } => {
+        Destination::Sqlite { path, .. } => {
             let db = SqliteDatabase::open(path)
                 .with_context(|| format!("cannot open sqlite {}", path.display()))?;
             Ok((Database::from(db), table_spec("main")))
         }
-        Destination::Postgres { url, schema } => {
+        Destination::Postgres { url, schema, .. } => {
             let db = PostgresDatabase::connect(url.expose())
                 .await
                 .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;

@@ -116,7 +116,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
 
     let server = ServerMeter::start(settings.postmaster)?;
     let measured = match &settings.destination {
-        Destination::Sqlite { path } => sqlite(path, &spec, &rows)?,
+        Destination::Sqlite { path, .. } => sqlite(path, &spec, &rows)?,
         Destination::Postgres { url, .. } => postgres(url, &spec, &rows).await?,
         Destination::Jsonl | Destination::Kafka { .. } => {
             bail!(

@@ -71,6 +71,13 @@ pub enum Kind {
     Sqlite,
     /// A PostgreSQL schema.
     Postgres,
+    /// A SQLite file with the bench's typed columns beside the document
+    /// ([`TYPED_COLUMNS`]).
+    #[serde(rename = "sqlite_typed")]
+    SqliteTyped,
+    /// A PostgreSQL schema with the bench's typed columns beside the document.
+    #[serde(rename = "postgres_typed")]
+    PostgresTyped,
     /// The jsonl sink on `/dev/null` (the stream's reference).
     Jsonl,
     /// A Kafka topic, `delivery: exactly_once` (a transaction per batch with the position).
@@ -87,6 +94,8 @@ impl Kind {
         match self {
             Kind::Sqlite => "sqlite",
             Kind::Postgres => "postgres",
+            Kind::SqliteTyped => "sqlite_typed",
+            Kind::PostgresTyped => "postgres_typed",
             Kind::Jsonl => "jsonl",
             Kind::KafkaExactlyOnce => "kafka_exactly_once",
             Kind::KafkaAtLeastOnce => "kafka_at_least_once",
@@ -96,7 +105,49 @@ impl Kind {
     /// Whether its stream phase leaves a keyed table (else it writes each record: jsonl,
     /// Kafka).
     pub fn keyed(self) -> bool {
-        matches!(self, Kind::Sqlite | Kind::Postgres)
+        matches!(
+            self,
+            Kind::Sqlite | Kind::Postgres | Kind::SqliteTyped | Kind::PostgresTyped
+        )
+    }
+
+    /// The same destination with the bench's typed columns, for a keyed kind without them.
+    pub fn typed(self) -> Option<Kind> {
+        match self {
+            Kind::Sqlite => Some(Kind::SqliteTyped),
+            Kind::Postgres => Some(Kind::PostgresTyped),
+            _ => None,
+        }
+    }
+
+    /// The same destination without typed columns, for a typed kind.
+    pub fn untyped(self) -> Option<Kind> {
+        match self {
+            Kind::SqliteTyped => Some(Kind::Sqlite),
+            Kind::PostgresTyped => Some(Kind::Postgres),
+            _ => None,
+        }
+    }
+}
+
+/// The typed columns of the `*_typed` destinations (docs/sinks.md §7.9): ten attributes of the
+/// bench item, every column type, a path into a map.
+pub const TYPED_COLUMNS: &str = "[\
+    {name: name, path: name, type: text}, \
+    {name: status, path: status, type: text}, \
+    {name: created_at, path: created_at, type: timestamptz}, \
+    {name: price, path: price, type: numeric}, \
+    {name: quantity, path: quantity, type: bigint}, \
+    {name: balance, path: balance, type: numeric}, \
+    {name: ratio, path: ratio, type: double}, \
+    {name: active, path: active, type: boolean}, \
+    {name: city, path: address.city, type: text}, \
+    {name: tags, path: tags, type: jsonb}]";
+
+impl Kind {
+    /// Whether the destination has [`TYPED_COLUMNS`].
+    pub fn has_columns(self) -> bool {
+        self.untyped().is_some()
     }
 }
 
@@ -136,6 +187,9 @@ pub enum Destination {
     Sqlite {
         /// The database file (it does not exist yet).
         path: PathBuf,
+        /// With [`TYPED_COLUMNS`].
+        #[serde(default)]
+        columns: bool,
     },
     /// A fresh, empty schema of a PostgreSQL database.
     Postgres {
@@ -143,6 +197,9 @@ pub enum Destination {
         url: PostgresUrl,
         /// The schema (it exists and is empty).
         schema: String,
+        /// With [`TYPED_COLUMNS`].
+        #[serde(default)]
+        columns: bool,
     },
     /// The jsonl sink on `/dev/null`.
     Jsonl,
@@ -163,8 +220,10 @@ impl Destination {
     /// Its kind.
     pub fn kind(&self) -> Kind {
         match self {
-            Destination::Sqlite { .. } => Kind::Sqlite,
-            Destination::Postgres { .. } => Kind::Postgres,
+            Destination::Sqlite { columns: false, .. } => Kind::Sqlite,
+            Destination::Sqlite { columns: true, .. } => Kind::SqliteTyped,
+            Destination::Postgres { columns: false, .. } => Kind::Postgres,
+            Destination::Postgres { columns: true, .. } => Kind::PostgresTyped,
             Destination::Jsonl => Kind::Jsonl,
             Destination::Kafka {
                 exactly_once: true, ..

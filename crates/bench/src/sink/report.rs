@@ -153,6 +153,17 @@ pub struct Summaries {
 
 /// The summaries of `reports` for the keyed destinations `kinds`.
 pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
+    // Each keyed destination, then the same with typed columns (measured when it ran).
+    let kinds: Vec<Kind> = kinds
+        .iter()
+        .copied()
+        .chain(kinds.iter().filter_map(|kind| kind.typed()))
+        .filter(|&kind| {
+            kind.untyped().is_none()
+                || summarize(reports, Work::Load, kind).is_some()
+                || summarize(reports, Work::Stream, kind).is_some()
+        })
+        .collect();
     let load = kinds
         .iter()
         .map(|&kind| {
@@ -174,6 +185,23 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
 impl Summaries {
     fn stream_of(&self, kind: Kind) -> Option<&Summary> {
         self.stream.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)
+    }
+
+    fn load_of(&self, kind: Kind) -> Option<&Summary> {
+        self.load
+            .iter()
+            .find(|(k, _, _)| *k == kind)
+            .and_then(|(_, ddbpipe, _)| ddbpipe.as_ref())
+    }
+
+    /// A typed destination's load over the same destination's document-only load.
+    fn load_over_documents(&self, kind: Kind) -> Option<Ratios> {
+        ratios(self.load_of(kind), self.load_of(kind.untyped()?))
+    }
+
+    /// A typed destination's stream over the same destination's document-only stream.
+    fn stream_over_documents(&self, kind: Kind) -> Option<Ratios> {
+        ratios(self.stream_of(kind), self.stream_of(kind.untyped()?))
     }
 }
 
@@ -201,11 +229,13 @@ pub fn json_line(setup: &SinkSetup, summaries: &Summaries) -> String {
                 "ddbpipe": ddbpipe,
                 "floor": floor,
                 "ddbpipe_over_floor": ratios(ddbpipe.as_ref(), floor.as_ref()),
+                "over_documents": summaries.load_over_documents(*kind),
             }),
         );
     }
     let mut stream = serde_json::Map::new();
     let mut over = serde_json::Map::new();
+    let mut over_documents = serde_json::Map::new();
     let jsonl = summaries.stream_of(Kind::Jsonl);
     for (kind, summary) in &summaries.stream {
         stream.insert(kind.name().into(), per_change(json!(summary)));
@@ -213,8 +243,15 @@ pub fn json_line(setup: &SinkSetup, summaries: &Summaries) -> String {
             let r = ratios(Some(summary), jsonl);
             over.insert(kind.name().into(), per_change(json!(r)));
         }
+        if let Some(r) = summaries.stream_over_documents(*kind) {
+            over_documents.insert(kind.name().into(), per_change(json!(r)));
+        }
     }
     stream.insert("over_jsonl".into(), serde_json::Value::Object(over));
+    stream.insert(
+        "over_documents".into(),
+        serde_json::Value::Object(over_documents),
+    );
     json!({
         "case": "sink",
         "setup": setup,
@@ -232,7 +269,7 @@ fn cell(value: Option<f64>) -> String {
 fn line(out: &mut String, kind: Kind, path: &str, s: &Summary) {
     let _ = writeln!(
         out,
-        "{:<9} {:<8} {:>10.0} {:>14.2} {:>17} {:>16.2} {:>8.3} {:>13.1}",
+        "{:<14} {:<8} {:>10.0} {:>14.2} {:>17} {:>16.2} {:>8.3} {:>13.1}",
         kind.name(),
         path,
         s.rows_per_sec,
@@ -247,7 +284,7 @@ fn line(out: &mut String, kind: Kind, path: &str, s: &Summary) {
 fn heading(out: &mut String, noun: &str) {
     let _ = writeln!(
         out,
-        "{:<9} {:<8} {:>10} {:>14} {:>17} {:>16} {:>8} {:>13}",
+        "{:<14} {:<8} {:>10} {:>14} {:>17} {:>16} {:>8} {:>13}",
         "target",
         "path",
         format!("{noun}s/s"),
@@ -341,6 +378,14 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
                 "row",
             );
         }
+        if let (Some(r), Some(untyped)) = (summaries.load_over_documents(*kind), kind.untyped()) {
+            ratio_line(
+                &mut out,
+                &format!("{}/{} (10 typed columns)", kind.name(), untyped.name()),
+                &r,
+                "row",
+            );
+        }
     }
 
     if !summaries.stream.is_empty() {
@@ -360,6 +405,18 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
                 && let Some(r) = ratios(Some(s), jsonl)
             {
                 ratio_line(&mut out, &format!("{}/jsonl", kind.name()), &r, "change");
+            }
+        }
+        for (kind, _) in &summaries.stream {
+            if let (Some(r), Some(untyped)) =
+                (summaries.stream_over_documents(*kind), kind.untyped())
+            {
+                ratio_line(
+                    &mut out,
+                    &format!("{}/{} (10 typed columns)", kind.name(), untyped.name()),
+                    &r,
+                    "change",
+                );
             }
         }
         let _ = writeln!(

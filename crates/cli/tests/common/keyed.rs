@@ -189,6 +189,65 @@ impl Destination {
         }
     }
 
+    /// The values of `columns` of `table` by `pk`, each as text (NULL as `None`): PostgreSQL's
+    /// text output of the column's type (`col::text`), SQLite's stored value (an INTEGER as its
+    /// digits, a REAL in Rust's shortest round-trip form, TEXT as it is).
+    pub fn column_texts(
+        &self,
+        table: &str,
+        columns: &[&str],
+    ) -> BTreeMap<String, Vec<Option<String>>> {
+        let list = |cast: &str| {
+            columns
+                .iter()
+                .map(|c| format!("\"{c}\"{cast}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self.target {
+            Target::Sqlite => {
+                let db = self.read_only().expect("the sqlite file");
+                let sql = format!("SELECT pk, {} FROM \"{table}\"", list(""));
+                let mut statement = db.prepare(&sql).expect("the columns' query");
+                statement
+                    .query_map([], |row| {
+                        let values = (1..=columns.len())
+                            .map(|i| {
+                                Ok(match row.get::<_, rusqlite::types::Value>(i)? {
+                                    rusqlite::types::Value::Null => None,
+                                    rusqlite::types::Value::Integer(n) => Some(n.to_string()),
+                                    rusqlite::types::Value::Real(x) => Some(format!("{x:?}")),
+                                    rusqlite::types::Value::Text(t) => Some(t),
+                                    rusqlite::types::Value::Blob(b) => Some(format!("blob {b:?}")),
+                                })
+                            })
+                            .collect::<rusqlite::Result<Vec<_>>>()?;
+                        Ok((row.get::<_, String>(0)?, values))
+                    })
+                    .expect("query columns")
+                    .map(|row| row.expect("a row"))
+                    .collect()
+            }
+            Target::Postgres => rt().block_on(async {
+                let client = pg().await;
+                let sql = format!(
+                    "SELECT pk::text, {} FROM \"{}\".\"{table}\"",
+                    list("::text"),
+                    self.schema
+                );
+                let rows = client.query(&sql, &[]).await.expect("the columns' query");
+                rows.iter()
+                    .map(|row| {
+                        let values = (1..=columns.len())
+                            .map(|i| row.get::<_, Option<String>>(i))
+                            .collect();
+                        (row.get::<_, String>(0), values)
+                    })
+                    .collect()
+            }),
+        }
+    }
+
     /// The documents of `table` by `pk`.
     pub fn documents(&self, table: &str) -> BTreeMap<String, Value> {
         self.rows(table)
