@@ -220,7 +220,7 @@ impl ColumnValue {
 }
 
 /// Why an attribute's value does not fit its column (rule 5): the value's DynamoDB type and
-/// why, for messages (`an N of 21 digits beyond bigint`).
+/// why, for messages (`an N with 21 integer digits is beyond bigint (…)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
     /// The DynamoDB type tag of the value found (`"S"`, `"N"`, …; for a path step into the
@@ -257,5 +257,49 @@ pub(crate) fn a_tag(tag: &'static str) -> &'static str {
         "NS" => "an NS",
         "BS" => "a BS",
         _ => "a value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_types_and_time_formats_read_their_config_spellings() {
+        for kind in ColumnType::ALL {
+            assert_eq!(ColumnType::parse(kind.name()), Some(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!(
+            ColumnType::parse("double precision"),
+            Some(ColumnType::Double)
+        );
+        assert_eq!(ColumnType::parse("int"), None);
+        for format in TimeFormat::ALL {
+            assert_eq!(TimeFormat::parse(format.name()), Some(format));
+        }
+        assert_eq!(TimeFormat::parse("epoch"), None);
+        assert_eq!(TimeFormat::default(), TimeFormat::Iso8601);
+    }
+
+    #[test]
+    fn a_mismatch_displays_its_reason() {
+        let mismatch = Mismatch::new("SS", "an SS has no order: [0] cannot index it".to_owned());
+        assert_eq!(
+            mismatch.to_string(),
+            "an SS has no order: [0] cannot index it"
+        );
+    }
+
+    #[test]
+    fn every_type_tag_has_its_article() {
+        let tags = ["S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"];
+        let said: Vec<&str> = tags.into_iter().map(a_tag).collect();
+        assert_eq!(
+            said,
+            [
+                "an S", "an N", "a B", "a BOOL", "a NULL", "an M", "an L", "an SS", "an NS", "a BS"
+            ]
+        );
     }
 }

@@ -129,8 +129,8 @@ pub(super) fn iso8601_micros(text: &str) -> Result<i64, TimeProblem> {
     in_range(micros)
 }
 
-/// Microseconds since 1970-01-01 UTC of an epoch number: `N` text of seconds
-/// (`micros_per_unit` 1 000 000) or milliseconds (1 000), rules 4 and 5.
+/// Microseconds since 1970-01-01 UTC of an epoch number (rules 4 and 5): `N` text of seconds
+/// (`digits_below_unit` 6) or milliseconds (3).
 pub(super) fn epoch_micros(text: &str, digits_below_unit: i128) -> Result<i64, TimeProblem> {
     match scaled_integer(text, digits_below_unit) {
         Scaled::NotANumber => Err(TimeProblem::Form("a number")),
