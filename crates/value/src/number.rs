@@ -157,14 +157,7 @@ pub(crate) fn scaled_integer(text: &str, shift: i128) -> Scaled {
     if digits + exponent > MAX_I128_DIGITS {
         return Scaled::TooLong;
     }
-    // At most 38 digits: below 10^38 < i128::MAX, so neither loop can overflow.
-    let mut magnitude: i128 = 0;
-    for digit in decimal.digits() {
-        magnitude = magnitude * 10 + i128::from(digit - b'0');
-    }
-    for _ in 0..exponent {
-        magnitude *= 10;
-    }
+    let magnitude = decimal.magnitude(exponent);
     Scaled::Integer(if decimal.negative {
         -magnitude
     } else {
@@ -191,14 +184,7 @@ fn integer(decimal: &Decimal<'_>) -> Option<Classified> {
     if decimal.exponent < 0 || digits + decimal.exponent > MAX_INTEGER_DIGITS {
         return None;
     }
-    // At most 20 digits: below 10^20 < 2^67, so neither loop can overflow an i128.
-    let mut magnitude: i128 = 0;
-    for digit in decimal.digits() {
-        magnitude = magnitude * 10 + i128::from(digit - b'0');
-    }
-    for _ in 0..decimal.exponent {
-        magnitude *= 10;
-    }
+    let magnitude = decimal.magnitude(decimal.exponent);
     if decimal.negative {
         i64::try_from(-magnitude).ok().map(Classified::I64)
     } else {
@@ -382,6 +368,15 @@ impl<'a> Decimal<'a> {
             .skip(self.skip)
             .take(self.len)
             .copied()
+    }
+
+    /// `D × 10^exponent`, for `len(D) + exponent` of at most 38 digits (the callers check),
+    /// which stays below 10^38 < `i128::MAX`.
+    fn magnitude(&self, exponent: i128) -> i128 {
+        let digits = self
+            .digits()
+            .fold(0i128, |value, digit| value * 10 + i128::from(digit - b'0'));
+        (0..exponent).fold(digits, |value, _| value * 10)
     }
 
     /// Same sign, `D` and `E`. Zero equals zero whatever its sign.
