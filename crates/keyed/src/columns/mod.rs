@@ -201,7 +201,131 @@ pub struct ColumnCheck {
 
 #[cfg(test)]
 mod tests {
+    use ddbpipe_value::{ColumnPath, ColumnType, TimeFormat};
+
     use super::*;
+
+    fn columns(on_mismatch: OnMismatch) -> TypedColumns {
+        let column = |name: &str, path: &str, kind| ColumnSpec {
+            name: name.into(),
+            path: ColumnPath::parse(path).expect("a path"),
+            kind,
+            time_format: TimeFormat::default(),
+        };
+        TypedColumns::new(
+            vec![
+                column("qty", "qty", ColumnType::Bigint),
+                column("city", "address.city", ColumnType::Text),
+            ],
+            ValueFormat::Plain,
+            on_mismatch,
+        )
+    }
+
+    const KEY: fn() -> String = || "pk \"a\"".to_string();
+
+    /// Rule 1: values in column order, absent attributes null.
+    #[test]
+    fn values_are_read_in_column_order() {
+        let values = columns(OnMismatch::Fail)
+            .values(r#"{"qty":7,"address":{"city":"Oslo"}}"#, |_| true, KEY)
+            .expect("values");
+        assert_eq!(
+            values,
+            [ColumnValue::Bigint(7), ColumnValue::Text("Oslo".into())]
+        );
+        let values = columns(OnMismatch::Fail)
+            .values(r#"{"pk":"a"}"#, |_| true, KEY)
+            .expect("values");
+        assert_eq!(values, [ColumnValue::Null, ColumnValue::Null]);
+    }
+
+    /// Rule 3: NULL, and one warning per column (the flag), not per value.
+    #[test]
+    fn a_mismatch_under_null_is_null_and_marks_its_column_warned() {
+        let columns = columns(OnMismatch::Null);
+        let document = r#"{"qty":"seven","address":{"city":"Oslo"}}"#;
+        let values = columns.values(document, |_| true, KEY).expect("values");
+        assert_eq!(
+            values,
+            [ColumnValue::Null, ColumnValue::Text("Oslo".into())]
+        );
+        let warned: Vec<bool> = columns
+            .warned
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(warned, [true, false]);
+        // Clones (the sink's threads) share the flags.
+        let clone = columns.clone();
+        assert!(clone.warned[0].load(Ordering::Relaxed));
+    }
+
+    /// Rule 4: the message names key, column, path, type found; never the value.
+    #[test]
+    fn a_mismatch_under_fail_names_key_column_path_and_type_found() {
+        let document = r#"{"qty":"sev\"en-secret","address":{"city":"Oslo"}}"#;
+        let error = columns(OnMismatch::Fail)
+            .values(document, |_| true, KEY)
+            .expect_err("refused");
+        for text in [
+            "the item with key pk \"a\"",
+            "column 'qty' (path qty, type bigint)",
+            "holds an S",
+            "set sink.on_type_mismatch: null to store NULL, or change the column's type",
+        ] {
+            assert!(error.contains(text), "no {text:?} in {error}");
+        }
+        assert!(!error.contains("secret"), "{error}");
+    }
+
+    /// Rule 2: what the database cannot store is a mismatch of its column.
+    #[test]
+    fn a_value_the_database_cannot_store_is_a_mismatch() {
+        let document = r#"{"qty":1,"address":{"city":"a\u0000b"}}"#;
+        let no_nul =
+            |value: &ColumnValue| !matches!(value, ColumnValue::Text(t) if t.contains('\0'));
+        let values = columns(OnMismatch::Null)
+            .values(document, no_nul, KEY)
+            .expect("values");
+        assert_eq!(values, [ColumnValue::Bigint(1), ColumnValue::Null]);
+        let error = columns(OnMismatch::Fail)
+            .values(document, no_nul, KEY)
+            .expect_err("refused");
+        assert!(
+            error.contains("column 'city'") && error.contains("U+0000"),
+            "{error}"
+        );
+        assert_eq!(
+            columns(OnMismatch::Fail).values(document, |_| true, KEY),
+            Ok(vec![
+                ColumnValue::Bigint(1),
+                ColumnValue::Text("a\0b".into())
+            ])
+        );
+    }
+
+    /// Rule 5.
+    #[test]
+    fn a_document_that_is_no_object_is_an_error() {
+        assert!(
+            columns(OnMismatch::Null)
+                .values("[1]", |_| true, KEY)
+                .is_err()
+        );
+    }
+
+    /// A fill reads the added columns only.
+    #[test]
+    fn only_keeps_the_named_columns_and_the_policy() {
+        let only = columns(OnMismatch::Fail).only(&["city"]);
+        assert_eq!(only.reader().columns().len(), 1);
+        assert_eq!(only.on_mismatch(), OnMismatch::Fail);
+        let values = only
+            .values(r#"{"qty":"x","address":{"city":"Oslo"}}"#, |_| true, KEY)
+            .expect("qty is not read");
+        assert_eq!(values, [ColumnValue::Text("Oslo".into())]);
+    }
 
     #[test]
     fn type_tags_take_their_article() {

@@ -226,3 +226,184 @@ fn unused_note(name: &str) -> String {
         quote(name)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use ddbpipe_value::{ColumnPath, TimeFormat};
+
+    use super::*;
+    use crate::{KeyColumn, KeyType};
+
+    const EXACT: Naming = Naming {
+        same: |a, b| a == b,
+        type_name: |kind| kind.name(),
+    };
+
+    fn typed(name: &str, kind: ColumnType) -> ColumnSpec {
+        ColumnSpec {
+            name: name.into(),
+            path: ColumnPath::parse(name).expect("a path"),
+            kind,
+            time_format: TimeFormat::default(),
+        }
+    }
+
+    fn spec(document: Option<&str>, columns: Vec<ColumnSpec>) -> TableSpec {
+        TableSpec {
+            table: "t".into(),
+            schema: "s".into(),
+            key: vec![KeyColumn {
+                name: "pk".into(),
+                kind: KeyType::S,
+            }],
+            document_column: document.map(str::to_string),
+            columns,
+            document_type: crate::DocumentType::Jsonb,
+            create_table: true,
+        }
+    }
+
+    fn column(name: &str, type_name: &str, required: bool) -> TableColumn {
+        TableColumn {
+            name: name.into(),
+            type_name: type_name.into(),
+            required,
+        }
+    }
+
+    /// The columns of a table written for `spec(Some("doc"), [qty bigint])`.
+    fn table() -> Vec<TableColumn> {
+        vec![
+            column("pk", "text", true),
+            column("doc", "jsonb", true),
+            column("qty", "bigint", false),
+            column("_ddbpipe_snapshot", "bigint", false),
+            column("_ddbpipe_updated_at", "timestamptz", true),
+        ]
+    }
+
+    #[test]
+    fn a_table_of_the_configuration_is_written_as_it_is() {
+        let spec = spec(Some("doc"), vec![typed("qty", ColumnType::Bigint)]);
+        let plan = plan(&spec, &table(), true, EXACT);
+        assert_eq!(plan.refused(), None);
+        assert!(!plan.alters() && plan.unused.is_empty(), "{plan:?}");
+        assert_eq!(plan.check(&spec), ColumnCheck::default());
+    }
+
+    /// Rule 4: added, filled over rows from the kept documents; refused over rows without
+    /// them.
+    #[test]
+    fn a_new_column_is_added_filled_over_rows_and_refused_over_rows_without_documents() {
+        let both = vec![
+            typed("qty", ColumnType::Bigint),
+            typed("total", ColumnType::Numeric),
+        ];
+        let spec_with = spec(Some("doc"), both.clone());
+        let filled = plan(&spec_with, &table(), true, EXACT);
+        assert_eq!(filled.added, [&spec_with.columns[1]]);
+        assert!(filled.fill && filled.refused().is_none());
+        let notes = filled.check(&spec_with).notes;
+        assert!(
+            notes[0].contains("adds column \"total\" (numeric) and fills it"),
+            "{notes:?}"
+        );
+        let empty = plan(&spec_with, &table(), false, EXACT);
+        assert!(!empty.fill && empty.added.len() == 1, "{empty:?}");
+
+        let without = spec(None, both);
+        let mut docless = table();
+        docless.remove(1);
+        let refused = plan(&without, &docless, true, EXACT);
+        let message = refused.refused().expect("refused");
+        assert!(
+            message.contains("column \"total\" of sink.columns is not in the table")
+                && message.contains("a resnapshot into an empty table is needed")
+                && message.contains("ddbpipe state reset"),
+            "{message}"
+        );
+        assert!(refused.added.is_empty());
+        let added = plan(&without, &docless, false, EXACT);
+        assert!(
+            added.refused().is_none() && added.added.len() == 1,
+            "{added:?}"
+        );
+    }
+
+    /// Rule 3.
+    #[test]
+    fn a_column_of_another_type_is_refused_naming_both_types() {
+        let spec = spec(Some("doc"), vec![typed("qty", ColumnType::Double)]);
+        let message = plan(&spec, &table(), false, EXACT)
+            .refused()
+            .expect("refused");
+        assert!(
+            message.contains("column \"qty\" has type bigint in the table")
+                && message.contains("gives it type double"),
+            "{message}"
+        );
+    }
+
+    /// Rule 5: unused columns are named; a required one is refused, with the document hint
+    /// when the configuration keeps no document.
+    #[test]
+    fn columns_nobody_writes_are_left_unless_inserts_would_fail() {
+        let spec_none = spec(Some("doc"), Vec::new());
+        let left = plan(&spec_none, &table(), true, EXACT);
+        assert_eq!(left.unused, ["qty"]);
+        assert!(left.refused().is_none());
+        assert!(left.check(&spec_none).notes[0].contains("\"qty\" of the table is not written"));
+
+        let mut required = table();
+        required.push(column("extra", "text", true));
+        let message = plan(&spec_none, &required, true, EXACT)
+            .refused()
+            .expect("refused");
+        assert!(
+            message.contains("column \"extra\" of the table is NOT NULL"),
+            "{message}"
+        );
+        assert!(!message.contains("DROP COLUMN"), "{message}");
+
+        let dropped = spec(None, vec![typed("qty", ColumnType::Bigint)]);
+        let message = plan(&dropped, &table(), false, EXACT)
+            .refused()
+            .expect("refused");
+        assert!(
+            message.contains("column \"doc\" of the table is NOT NULL")
+                && message.contains("ALTER TABLE … DROP COLUMN \"doc\""),
+            "{message}"
+        );
+    }
+
+    /// Rule 2.
+    #[test]
+    fn a_missing_document_column_is_added_to_an_empty_table_and_refused_over_rows() {
+        let spec = spec(Some("document"), vec![typed("qty", ColumnType::Bigint)]);
+        let mut columns = table();
+        columns.remove(1);
+        let empty = plan(&spec, &columns, false, EXACT);
+        assert!(empty.add_document && empty.refused().is_none(), "{empty:?}");
+        let message = plan(&spec, &columns, true, EXACT)
+            .refused()
+            .expect("refused");
+        assert!(
+            message.contains("has rows but not the document column \"document\""),
+            "{message}"
+        );
+    }
+
+    /// Rule 6: SQLite compares names ignoring case.
+    #[test]
+    fn names_compare_as_the_naming_says() {
+        let ignore_case = Naming {
+            same: str::eq_ignore_ascii_case,
+            ..EXACT
+        };
+        let spec = spec(Some("DOC"), vec![typed("QTY", ColumnType::Bigint)]);
+        let plan_ignoring = plan(&spec, &table(), true, ignore_case);
+        assert!(!plan_ignoring.alters() && plan_ignoring.refused().is_none());
+        let exact = plan(&spec, &table(), false, EXACT);
+        assert!(exact.add_document && exact.added.len() == 1, "{exact:?}");
+    }
+}
