@@ -10,7 +10,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::typed::{self, Counts, Look, column};
+use common::observe::Counts;
+use common::typed::{self, Look, column};
 use common::{assert_contains_all, s};
 use ddbpipe_keyed::sink::{KeyedSink, SinkRetry};
 use ddbpipe_keyed::{
