@@ -453,4 +453,58 @@ mod tests {
             "{guarded}"
         );
     }
+
+    #[test]
+    fn typed_columns_follow_the_document_in_every_statement() {
+        let column = |name: &str, kind| crate::ColumnSpec {
+            name: name.into(),
+            path: ddbpipe_value::ColumnPath::parse(name).expect("a path"),
+            kind,
+            time_format: crate::TimeFormat::default(),
+        };
+        let mut spec = TableSpec {
+            table: "t".into(),
+            schema: "s".into(),
+            key: vec![crate::KeyColumn {
+                name: "id".into(),
+                kind: KeyType::S,
+            }],
+            document_column: Some("doc".into()),
+            columns: vec![
+                column("total", ColumnType::Numeric),
+                column("at", ColumnType::Timestamptz),
+            ],
+            document_type: crate::DocumentType::Jsonb,
+            create_table: true,
+        };
+        let change = upsert_sql(&spec, UpsertKind::Change);
+        assert!(
+            change.contains("(\"id\", \"doc\", \"total\", \"at\", \"_ddbpipe_snapshot\"")
+                && change.contains(
+                    "VALUES ($1::text, $2::text::jsonb, $3::text::numeric, \
+                     $4::text::timestamptz, NULL, $5::text::timestamptz, $6::bigint, $7::text)"
+                )
+                && change.contains(
+                    "\"doc\" = EXCLUDED.\"doc\", \"total\" = EXCLUDED.\"total\", \
+                     \"at\" = EXCLUDED.\"at\", \"_ddbpipe_updated_at\""
+                ),
+            "{change}"
+        );
+        let repair = repair_upsert_sql(&spec);
+        assert!(
+            repair.contains("\"total\" = CASE WHEN") && repair.contains("ELSE t.\"at\" END"),
+            "{repair}"
+        );
+        spec.document_column = None;
+        let guarded = upsert_sql(&spec, UpsertKind::UnlessNewer);
+        assert!(
+            !guarded.contains("doc")
+                && guarded.contains(
+                    "SELECT $1::text, $2::text::numeric, $3::text::timestamptz, \
+                     $4::bigint"
+                )
+                && guarded.contains("d.table_name = $8::text"),
+            "{guarded}"
+        );
+    }
 }

@@ -318,11 +318,19 @@ impl SqliteDatabase {
                 )
             } else {
                 let rows = count(&tx, &spec.table).map_err(err)?;
-                format!(
+                let mut detail = format!(
                     "{shown}: table '{}' exists, {rows} row(s), key {}",
                     spec.table,
                     spec_key_text(spec)
-                )
+                );
+                // What the run changes in its columns (the probe changed nothing).
+                if let Found::Table(columns) = inspect(&tx, &spec.table).map_err(err)? {
+                    for note in plan_of(spec, &columns, rows > 0).check(spec).notes {
+                        detail.push_str("; ");
+                        detail.push_str(&note);
+                    }
+                }
+                detail
             };
             tx.rollback().map_err(err)?;
             Ok(detail)

@@ -149,6 +149,8 @@ pub async fn a_column_removed_from_the_configuration_is_left_and_named(
     assert!(check.refusals.is_empty(), "{check:?}");
     assert_eq!(check.notes.len(), 1, "{check:?}");
     assert!(check.notes[0].contains("column \"qty\" of the table is not written"));
+    let probed = db.probe(&fewer).await.expect("probe");
+    assert!(probed.contains(&check.notes[0]), "{probed}");
     let logs = Logs::capture();
     db.prepare(&fewer).await.expect("prepare without qty");
     let warned = logs.text();
