@@ -285,6 +285,54 @@ async fn plain_and_typed_documents_store_the_same_values() {
     assert_eq!(stored[0], stored[1], "typed documents");
 }
 
+/// A change's typed columns come from its new image (`after`), never its old one or its key;
+/// a mismatch under `fail` names the record and the column.
+#[tokio::test]
+async fn envelopes_take_their_columns_from_the_new_image() {
+    let fx = Fixture::new();
+    let mut spec = common::spec_in("main", "changes", &[("pk", KeyType::S)]);
+    spec.columns = vec![column("qty", ColumnType::Bigint)];
+    let envelope = |op: &str, event: &str, after: &str| {
+        format!(
+            r#"{{"op":"{op}","key":{{"pk":"a"}},"before":{{"pk":"a","qty":1}},"after":{after},"event_id":"{event}","shard_id":"s1","sequence_number":"{event}","ts_ms":1}}"#
+        )
+    };
+    let created = envelope("c", "10", r#"{"pk":"a","qty":2}"#);
+    let updated = envelope("u", "11", r#"{"pk":"a","qty":3}"#);
+    let mut sink = KeyedSink::new(
+        fx.db.clone(),
+        spec.clone(),
+        ValueFormat::Plain,
+        Records::Envelopes,
+        retry(),
+    )
+    .on_type_mismatch(OnMismatch::Fail);
+    sink.prepare().await.unwrap();
+    sink.write(&batch(&[&created, &updated]), None)
+        .await
+        .unwrap();
+    assert_eq!(fx.raw("changes")["a"][1], Value::Integer(3));
+    let bad = envelope("u", "12", r#"{"pk":"a","qty":"three"}"#);
+    let error = sink
+        .write(&batch(&[&bad]), None)
+        .await
+        .expect_err("refused");
+    assert_contains_all(
+        "envelope",
+        &error.message,
+        &[
+            "record 12 in s1",
+            "pk \"a\"",
+            "column 'qty' (path qty, type bigint)",
+            "holds an S",
+        ],
+    );
+    assert!(!error.message.contains("three"), "{}", error.message);
+    let deleted = envelope("d", "13", "null");
+    sink.write(&batch(&[&deleted]), None).await.unwrap();
+    assert!(fx.raw("changes").is_empty());
+}
+
 /// SQLite names: a typed column may not take a key's, the document's or another typed
 /// column's name in any case, nor ddbpipe's prefix; nothing is created.
 #[tokio::test]
