@@ -16,7 +16,9 @@
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS "public"."orders" (
 //!   "customer" text NOT NULL, "order_id" numeric NOT NULL,   -- S → text, N → numeric, B → bytea
-//!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type
+//!   "doc" jsonb NOT NULL,                  -- or json / text: sink.document_type; none with
+//!                                          -- document_column: null
+//!   "total" numeric, "qty" bigint,         -- the typed columns, nullable (docs/sinks.md §7.9)
 //!   "_ddbpipe_snapshot" bigint, "_ddbpipe_updated_at" timestamptz NOT NULL,
 //!   "_ddbpipe_version_ms" bigint, "_ddbpipe_version_seq" text,  -- docs/mirror.md §5.6
 //!   PRIMARY KEY ("customer", "order_id"));
@@ -28,19 +30,22 @@
 //! -- a stream upsert while a snapshot is open, or a snapshot row without a version (marker =
 //! -- the snapshot id); with no snapshot open the marker is left out of the conflict update, so
 //! -- an existing row keeps it and a new row has null:
-//! INSERT INTO "public"."orders" (…keys, "doc", "_ddbpipe_snapshot", "_ddbpipe_updated_at",
-//!   "_ddbpipe_version_ms", "_ddbpipe_version_seq")
-//!   VALUES ($1::text, $2::text::numeric, $3::text::jsonb, $4::bigint, $5::text::timestamptz,
-//!     $6::bigint, $7::text)
-//!   ON CONFLICT ("customer", "order_id") DO UPDATE SET "doc" = EXCLUDED."doc", …,
-//!   "_ddbpipe_snapshot" = EXCLUDED."_ddbpipe_snapshot";
-//! -- a snapshot row read at $6 (cutoff $7, table name $8, key text $9):
-//! INSERT INTO "public"."orders" AS t (…) SELECT $1::text, …, $6::bigint, NULL
-//!   WHERE NOT EXISTS (SELECT 1 FROM "public"."_ddbpipe_deleted" d WHERE d.table_name = $8::text
-//!     AND d.key_text = $9::text AND (d.version_ms IS NULL OR d.version_ms > $7::bigint))
+//! INSERT INTO "public"."orders" (…keys, "doc", "total", "qty", "_ddbpipe_snapshot",
+//!   "_ddbpipe_updated_at", "_ddbpipe_version_ms", "_ddbpipe_version_seq")
+//!   VALUES ($1::text, $2::text::numeric, $3::text::jsonb, $4::text::numeric, $5::text::bigint,
+//!     $6::bigint, $7::text::timestamptz, $8::bigint, $9::text)
+//!   ON CONFLICT ("customer", "order_id") DO UPDATE SET "doc" = EXCLUDED."doc",
+//!   "total" = EXCLUDED."total", …, "_ddbpipe_snapshot" = EXCLUDED."_ddbpipe_snapshot";
+//! -- a snapshot row read at $8 (cutoff $9, table name $10, key text $11):
+//! INSERT INTO "public"."orders" AS t (…) SELECT $1::text, …, $8::bigint, NULL
+//!   WHERE NOT EXISTS (SELECT 1 FROM "public"."_ddbpipe_deleted" d WHERE d.table_name = $10::text
+//!     AND d.key_text = $11::text AND (d.version_ms IS NULL OR d.version_ms > $9::bigint))
 //!   ON CONFLICT (…) DO UPDATE SET … WHERE NOT (t."_ddbpipe_snapshot" IS NOT DISTINCT FROM
 //!     EXCLUDED."_ddbpipe_snapshot" AND t."_ddbpipe_version_seq" IS NOT NULL
-//!     AND (t."_ddbpipe_version_ms" IS NULL OR t."_ddbpipe_version_ms" > $7::bigint));
+//!     AND (t."_ddbpipe_version_ms" IS NULL OR t."_ddbpipe_version_ms" > $9::bigint));
+//! -- a repair's upsert keeps or replaces the document and every typed column alike:
+//! … DO UPDATE SET "doc" = CASE WHEN <the row is older> THEN EXCLUDED."doc" ELSE t."doc" END,
+//!   "total" = CASE WHEN <the row is older> THEN EXCLUDED."total" ELSE t."total" END, …;
 //! DELETE FROM "public"."orders" WHERE "customer" = $1::text AND "order_id" = $2::text::numeric;
 //! -- after a delete while a snapshot is open, in the same transaction:
 //! INSERT INTO "public"."_ddbpipe_deleted" AS d (table_name, key_text, version_ms)
@@ -55,7 +60,14 @@
 //! stream changes is staged and merged by one statement too (`bulk`). A table of an earlier
 //! ddbpipe gets the version columns it lacks and a `timestamptz` `_ddbpipe_updated_at` from
 //! `prepare` (`migrate`; both need the table's owner, and `check` says so when this role is
-//! not).
+//! not). The typed columns a table lacks are added by `prepare` and filled from the rows'
+//! documents (`fill`; the owner too), after `crate::columns::plan` compared the configured
+//! columns with the table (refusing what it refuses, also in `check`).
+//!
+//! Typed columns' values are bound as their text (`ColumnValue::sql_text`) and cast to the
+//! column's type (`$n::text::numeric`, `::text::bigint`, `::text::float8`, `::text::boolean`,
+//! `::text::timestamptz`, `::text::jsonb`), and go as that text in `COPY`. A `text` or `jsonb`
+//! value holding U+0000 is a mismatch of its column (`document` rule 4).
 //!
 //! Numbers are bound as text and cast by the server, so they stay exact; documents are bound
 //! as text and cast to the document type (`jsonb`, `json` or `text`: see `document` for the
@@ -105,7 +117,10 @@ use self::session::{HeldLock, Shared, holder, lock_key, try_lock};
 use self::sql::{check_identifier, spec_context, table_context, validate};
 use crate::backend::{Backend, Session as ScriptSession};
 use crate::sql::STATE_TABLE;
-use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
+use crate::{
+    ColumnCheck, ColumnValue, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+    TypedColumns,
+};
 
 mod apply;
 mod bulk;
@@ -114,6 +129,7 @@ mod copy_binary;
 pub mod copy_text;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
+mod fill;
 mod migrate;
 mod prepare;
 mod schema;
@@ -205,8 +221,12 @@ impl PostgresDatabase {
 
     /// What a run does first: refuses a session that cannot write (a standby, a read-only
     /// session, a too short `statement_timeout`), then creates or checks the tables (`prepare`
-    /// module).
-    pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+    /// module) and adds the columns the table lacks, filled by `columns` (`fill`).
+    pub(crate) async fn prepare(
+        &self,
+        spec: &TableSpec,
+        columns: Option<&TypedColumns>,
+    ) -> Result<(), DbError> {
         validate(spec)?;
         let context = spec_context(spec);
         let server = self.describe();
@@ -214,7 +234,12 @@ impl PostgresDatabase {
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
             prepare::writable_session(&*client, &server).await?;
-            prepare::create_tables(&*client, spec, migrate::Conversion::Convert).await
+            let plan = prepare::create_tables(&*client, spec, migrate::Conversion::Convert).await?;
+            plan.warn_unused(&context);
+            if plan.alters() {
+                fill::add_columns(client, spec, columns).await?;
+            }
+            Ok(())
         }
         .await;
         let result = session.finish(&self.shared, &context, result);
@@ -222,6 +247,26 @@ impl PostgresDatabase {
             self.shared.set_state_schema(&spec.schema);
         }
         result
+    }
+
+    /// The plan of the table's document and typed columns, as `prepare` would carry it out
+    /// (`crate::columns::plan`); reads only.
+    pub(crate) async fn check_columns(&self, spec: &TableSpec) -> Result<ColumnCheck, DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            match schema::inspect(&*client, spec).await? {
+                Some(existing) => {
+                    let rows = schema::has_rows(&*client, spec).await?;
+                    Ok(existing.plan(spec, rows).check(spec))
+                }
+                None => Ok(ColumnCheck::default()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
     }
 
     pub(crate) async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
@@ -299,6 +344,10 @@ impl Backend for PostgresDatabase {
 
     fn check_names(&self, spec: &TableSpec) -> Result<(), DbError> {
         validate(spec)
+    }
+
+    fn stores(&self, value: &ColumnValue) -> bool {
+        document::stores(value)
     }
 
     fn session<'a>(
