@@ -54,6 +54,7 @@ fn sample(field: &Field) -> Json {
         Shape::Section(fields) => filled(fields),
         Shape::Tagged { tag, variants } => variant_sample(tag, &variants[0]),
         Shape::Map(_) => json!({}),
+        Shape::List(fields) => json!([filled(fields)]),
     }
 }
 
@@ -85,8 +86,16 @@ struct Site {
 
 impl Site {
     fn path(&self, key: &str) -> String {
-        let mut parts: Vec<&str> = self.steps.iter().map(|(step, _)| *step).collect();
-        parts.push(key);
+        let mut parts: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(step, opening)| match opening {
+                // A list's site is its first element.
+                Json::Array(_) => format!("{step}[0]"),
+                _ => step.to_string(),
+            })
+            .collect();
+        parts.push(key.to_string());
         parts.join(".")
     }
 
@@ -101,6 +110,9 @@ impl Site {
                 at[*step] = opening.clone();
             }
             at = &mut at[*step];
+            if at.is_array() {
+                at = &mut at[0];
+            }
         }
         at[key] = value;
         document
@@ -135,6 +147,10 @@ fn sites(
                     with_tag.extend(declared);
                     sites(inner, with_tag, others, out);
                 }
+            }
+            Shape::List(fields) => {
+                inner.push((field.name, json!([filled(fields)])));
+                sites(inner, fields.iter().collect(), Vec::new(), out);
             }
             Shape::Value(_) | Shape::Map(_) => {}
         }
@@ -213,12 +229,11 @@ fn the_schema_and_the_walker_accept_and_refuse_the_same_keys() {
 #[test]
 fn every_declared_key_has_a_description() {
     for site in every_site() {
-        for field in site.declared {
-            let path = site.steps.iter().map(|(step, _)| *step).collect::<Vec<_>>();
+        for field in &site.declared {
+            let path = site.path(field.name);
             assert!(
                 field.description.ends_with('.') && field.description.len() > 10,
-                "{path:?}.{}: {:?}",
-                field.name,
+                "{path}: {:?}",
                 field.description
             );
         }
