@@ -7,7 +7,8 @@ use serde_json::{Value as Json, json};
 
 use super::json_schema;
 use super::{TOP, parse};
-use crate::args::{AwsArgs, InitArgs, InitMode, InitSink};
+use crate::args::{AwsArgs, DEFAULT_SAMPLE, InitArgs, InitColumns, InitMode, InitSink};
+use crate::sinks::keyed::Dialect;
 use crate::yaml::schema::{Field, Presence, Shape};
 
 fn validator() -> jsonschema::Validator {
@@ -331,12 +332,59 @@ fn init_texts() -> Vec<(String, String)> {
                     profile: Some("analytics".into()),
                 },
                 output: None,
+                columns: None,
+                sample: DEFAULT_SAMPLE,
             };
-            let text = crate::init::pipeline(&args, &table);
+            let text = crate::init::pipeline(&args, &table, None);
             outputs.push((format!("init --mode {mode:?} --sink {sink:?}"), text));
+            if sink == InitSink::Jsonl {
+                continue;
+            }
+            // `--columns auto`, from a sample of every kind of attribute.
+            let dialect = match sink {
+                InitSink::Postgres => Dialect::Postgres,
+                _ => Dialect::Sqlite,
+            };
+            let inference = crate::init::infer(&sampled_items(), &["pk".to_string()], dialect);
+            let args = InitArgs {
+                columns: Some(InitColumns::Auto),
+                ..args
+            };
+            let text = crate::init::pipeline(&args, &table, Some(&inference));
+            assert!(text.contains("  columns:"), "{text}");
+            outputs.push((format!("init --mode {mode:?} --sink {sink:?} --columns auto"), text));
         }
     }
     outputs
+}
+
+/// Items with an attribute of every kind, and names a path or YAML must quote.
+fn sampled_items() -> Vec<ddbpipe_value::Item> {
+    use ddbpipe_value::{Item, Number, Value};
+    let n = |text: &str| Value::N(Number::new(text));
+    let s = |text: &str| Value::S(text.to_string());
+    let first: Item = [
+        ("pk", s("k1")),
+        ("status", s("paid")),
+        ("total", n("12.5")),
+        ("qty", n("3")),
+        ("paid", Value::Bool(true)),
+        ("created_at", s("2024-05-01T12:30:00Z")),
+        ("tags", Value::Ss(vec!["a".into()])),
+        ("address", Value::M(Item::new())),
+        ("a.b", s("dotted")),
+        ("yes", n("1")),
+        ("mixed", s("x")),
+        ("blob", Value::B(vec![1, 2, 3])),
+        ("document", s("named like the document column")),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect();
+    let mut second = first.clone();
+    second.insert("mixed".into(), n("1"));
+    second.insert("pk".into(), s("k2"));
+    vec![first, second]
 }
 
 /// Issue 11: the README's and the docs' examples, `init`'s files and the demo's files are

@@ -6,7 +6,7 @@ use ddbpipe_source::api::{KeyAttribute, KeyType, TableDescription};
 use ddbpipe_value::ColumnPath;
 
 use super::*;
-use crate::sinks::keyed::ColumnConfig;
+use crate::sinks::keyed::columns::ColumnConfig;
 
 /// A file with a `sink:` of `kind` (`sqlite` or `postgres`) holding `lines` (indented two
 /// spaces under `sink:`).
