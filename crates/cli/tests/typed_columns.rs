@@ -91,7 +91,8 @@ fn init_columns_auto_writes_the_columns_a_sample_suggests() {
     let document: serde_json::Value = yaml_serde::from_str(&text).unwrap();
     assert_eq!(document["sink"]["columns"].as_array().unwrap().len(), 9);
 
-    let output = common::ddbpipe(&["check"], &file);
+    let file = file.to_str().unwrap();
+    let output = common::ddbpipe_with_test_credentials(&["check", file]);
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -99,7 +100,7 @@ fn init_columns_auto_writes_the_columns_a_sample_suggests() {
         stdout(&output),
         stderr(&output)
     );
-    let output = common::ddbpipe(&["run", "--progress", "never"], &file);
+    let output = common::ddbpipe_with_test_credentials(&["run", "--progress", "never", file]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let db = rusqlite::Connection::open(dir.path().join("orders.db")).unwrap();
     let (qty, paid, city): (i64, i64, String) = db

@@ -39,23 +39,28 @@ fn walker_errors(document: &Json) -> Vec<String> {
 /// A value the declared shape accepts.
 fn sample(field: &Field) -> Json {
     match field.shape {
-        Shape::Value(schema) => {
-            let schema = schema();
-            if let Some(first) = schema.get("enum").and_then(|names| names.get(0)) {
-                return first.clone();
-            }
-            match schema["type"].as_str() {
-                Some("string") => json!("x"),
-                Some("integer") => json!(1),
-                Some("number") => json!(0.5),
-                Some("boolean") => json!(true),
-                _ => json!({}),
-            }
-        }
+        Shape::Value(schema) => value_sample(&schema()),
         Shape::Section(fields) => filled(fields),
         Shape::Tagged { tag, variants } => variant_sample(tag, &variants[0]),
         Shape::Map(_) => json!({}),
         Shape::List(fields) => json!([filled(fields)]),
+    }
+}
+
+/// A value `schema` accepts (of its first alternative, when it has several).
+fn value_sample(schema: &Json) -> Json {
+    if let Some(first) = schema.get("anyOf").and_then(|schemas| schemas.get(0)) {
+        return value_sample(first);
+    }
+    if let Some(first) = schema.get("enum").and_then(|names| names.get(0)) {
+        return first.clone();
+    }
+    match schema["type"].as_str() {
+        Some("string") => json!("x"),
+        Some("integer") => json!(1),
+        Some("number") => json!(0.5),
+        Some("boolean") => json!(true),
+        _ => json!({}),
     }
 }
 

@@ -237,8 +237,8 @@ fn the_yaml_lines_are_valid_yaml_with_a_comment_per_column() {
         "  # key attributes pk: key columns already\n\
          \x20 columns:                         # inferred from 2 sampled items by `ddbpipe init --columns auto`\n\
          \x20   # skipped attribute _ddbpipe_z: names starting with _ddbpipe_ are reserved\n\
-         \x20   - {name: \"a.b\", path: \"\\\"a.b\\\"\", type: text}           # 1/2 S\n\
-         \x20   - {name: \"null\", path: \"null\", type: boolean}             # 1/2 BOOL\n\
+         \x20   - {name: \"a.b\", path: \"\\\"a.b\\\"\", type: text}             # 1/2 S\n\
+         \x20   - {name: \"null\", path: \"null\", type: boolean}            # 1/2 BOOL\n\
          \x20   - {name: total, path: total, type: numeric}              # 2/2 N, 1 not integers within bigint: exact numeric\n"
     );
     let document: serde_json::Value =
