@@ -25,8 +25,14 @@ fn orders_of_every_kind(running: &Running) {
                 ("total", n(&format!("{index}.5"))),
                 ("qty", n(&index.to_string())),
                 ("paid", AttributeValue::Bool(index % 2 == 0)),
-                ("created_at", s(&format!("2024-05-0{}T12:30:00Z", index % 9 + 1))),
-                ("tags", AttributeValue::Ss(vec!["a".into(), format!("t{index}")])),
+                (
+                    "created_at",
+                    s(&format!("2024-05-0{}T12:30:00Z", index % 9 + 1)),
+                ),
+                (
+                    "tags",
+                    AttributeValue::Ss(vec!["a".into(), format!("t{index}")]),
+                ),
                 ("address", address("Lyon")),
                 ("a.b", s("dotted")),
             ];

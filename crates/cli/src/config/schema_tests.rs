@@ -357,7 +357,10 @@ fn init_texts() -> Vec<(String, String)> {
             };
             let text = crate::init::pipeline(&args, &table, Some(&inference));
             assert!(text.contains("  columns:"), "{text}");
-            outputs.push((format!("init --mode {mode:?} --sink {sink:?} --columns auto"), text));
+            outputs.push((
+                format!("init --mode {mode:?} --sink {sink:?} --columns auto"),
+                text,
+            ));
         }
     }
     outputs

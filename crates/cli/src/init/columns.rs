@@ -204,10 +204,9 @@ fn one_type(tag: &str, count: u64, seen: &Seen) -> (ColumnType, String) {
                 seen.not_bigint
             ),
         ),
-        "S" if seen.not_timestamp == 0 => (
-            ColumnType::Timestamptz,
-            ", all ISO 8601 times".to_string(),
-        ),
+        "S" if seen.not_timestamp == 0 => {
+            (ColumnType::Timestamptz, ", all ISO 8601 times".to_string())
+        }
         "S" if seen.not_timestamp < count => (
             ColumnType::Text,
             format!(

@@ -84,9 +84,14 @@ fn typed_columns_are_read_in_order_with_their_formats() {
 
 #[test]
 fn document_column_null_stores_no_document_and_unset_is_document() {
-    assert_eq!(keyed_of("sqlite", "").document_column.as_deref(), Some("document"));
     assert_eq!(
-        keyed_of("sqlite", "document_column: doc").document_column.as_deref(),
+        keyed_of("sqlite", "").document_column.as_deref(),
+        Some("document")
+    );
+    assert_eq!(
+        keyed_of("sqlite", "document_column: doc")
+            .document_column
+            .as_deref(),
         Some("doc")
     );
     let keyed = keyed_of(
@@ -98,7 +103,9 @@ fn document_column_null_stores_no_document_and_unset_is_document() {
     assert_eq!(keyed.columns[0].name, "document");
     assert_eq!(
         keyed_errors("sqlite", "document_column: ''"),
-        ["config error: sink.document_column: document_column must not be empty (null stores no document)"]
+        [
+            "config error: sink.document_column: document_column must not be empty (null stores no document)"
+        ]
     );
     assert_eq!(
         keyed_errors("sqlite", "document_column: 5"),
@@ -259,8 +266,11 @@ fn two_columns_of_one_name_are_refused_as_the_database_compares_names() {
     let same = two.replace("Status", "status");
     assert_eq!(keyed_errors("postgres", &same).len(), 1);
     assert_eq!(
-        keyed_errors("sqlite", "document_column: Doc\ncolumns: [{name: doc, path: a, type: text}]")
-            .len(),
+        keyed_errors(
+            "sqlite",
+            "document_column: Doc\ncolumns: [{name: doc, path: a, type: text}]"
+        )
+        .len(),
         1
     );
 }

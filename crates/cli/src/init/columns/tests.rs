@@ -123,7 +123,10 @@ fn mixed_types_are_jsonb_and_nulls_say_nothing_of_the_type() {
     );
     assert_eq!(
         inferred(vec![n("1"), Value::Null, n("2")]),
-        (ColumnType::Bigint, "2/3 N, all integers, 1 NULL".to_string())
+        (
+            ColumnType::Bigint,
+            "2/3 N, all integers, 1 NULL".to_string()
+        )
     );
     assert_eq!(
         inferred(vec![Value::Null, Value::Null]),
@@ -227,7 +230,11 @@ fn a_name_a_path_cannot_hold_plainly_is_quoted_and_reads_back() {
 #[test]
 fn the_yaml_lines_are_valid_yaml_with_a_comment_per_column() {
     let rows = vec![
-        vec![("total", n("1.5")), ("a.b", s("x")), ("null", Value::Bool(true))],
+        vec![
+            ("total", n("1.5")),
+            ("a.b", s("x")),
+            ("null", Value::Bool(true)),
+        ],
         vec![("total", n("2")), ("_ddbpipe_z", s("x"))],
     ];
     let inference = infer(&items(rows), &["pk".to_string()], Dialect::Postgres);

@@ -225,7 +225,11 @@ pub fn table_spec(
         key,
         document_column: keyed.document_column.clone(),
         // Loading the file read every column (it does not load otherwise).
-        columns: keyed.columns.iter().filter_map(ColumnConfig::spec).collect(),
+        columns: keyed
+            .columns
+            .iter()
+            .filter_map(ColumnConfig::spec)
+            .collect(),
         document_type,
         create_table: keyed.create_table,
     })

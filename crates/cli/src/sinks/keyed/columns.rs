@@ -117,10 +117,7 @@ fn read_column(f: &mut Fields<'_>) -> ColumnConfig {
 /// The typed-column keys of a keyed sink (rule 4): the document column (`None` for an
 /// explicit null), the columns and the mismatch policy.
 pub(super) fn read(f: &mut Fields<'_>) -> (Option<String>, Vec<ColumnConfig>, OnMismatch) {
-    let document_column = f.or(
-        "document_column",
-        Some(DEFAULT_DOCUMENT_COLUMN.to_string()),
-    );
+    let document_column = f.or("document_column", Some(DEFAULT_DOCUMENT_COLUMN.to_string()));
     let columns = f.list("columns", read_column);
     // YAML `null` is the `null` policy too.
     let on_mismatch = f

@@ -9,8 +9,7 @@ use serde_json::json;
 
 use super::super::SinkConfig;
 use super::columns::{
-    self, COLUMNS, ColumnConfig, DOCUMENT_COLUMN, Dialect,
-    ON_TYPE_MISMATCH, RESERVED_PREFIX,
+    self, COLUMNS, ColumnConfig, DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH, RESERVED_PREFIX,
 };
 use crate::yaml::fields::Fields;
 use crate::yaml::schema::{Field, defaulted, of, optional, required};
