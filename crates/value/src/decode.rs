@@ -143,7 +143,7 @@ fn decode_elements<T>(
 fn decode_base64(text: &str, path: &Path<'_>) -> Result<Vec<u8>, DecodeError> {
     STANDARD
         .decode(text)
-        .map_err(|error| path.error(format!("{text:?} is not valid padded base64: {error}")))
+        .map_err(|error| path.error(format!("the payload is not valid padded base64: {error}")))
 }
 
 fn kind(json: &Json) -> &'static str {

@@ -23,7 +23,8 @@
 //! * [`check_number`], [`check_item`], [`ItemSize`]: DynamoDB's limits (38 digits, the
 //!   number range, 400 KB items) for items read from files rather than from DynamoDB.
 //! * [`ColumnReader`], [`convert`]: typed columns (`sink.columns`) read losslessly out of a
-//!   document (docs/sinks.md §7.9).
+//!   document (docs/sinks.md §7.9); [`parse_timestamp`] and [`timestamp_text`] for their
+//!   times.
 //! * [`WireWriter`]: attribute JSON as DynamoDB sends it, written in either format while it is
 //!   parsed, without building values (the data plane's hot path); [`write_wire_item`] for one
 //!   item.
@@ -68,7 +69,7 @@ mod wire;
 
 pub use columns::{
     ColumnPath, ColumnReader, ColumnSpec, ColumnType, ColumnValue, Mismatch, PathStep, TimeFormat,
-    convert, timestamp_text,
+    convert, parse_timestamp, timestamp_text,
 };
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;

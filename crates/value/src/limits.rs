@@ -25,26 +25,47 @@ const MIN_EXPONENT: i128 = -130;
 
 /// Why a number's text is not a DynamoDB number (rule 1), for the error line.
 pub fn check_number(text: &str) -> Result<(), String> {
+    match number_problem(text) {
+        None => Ok(()),
+        Some(NumberProblem::NotANumber) => Err(format!("N value {text:?} is not a number")),
+        Some(NumberProblem::TooManyDigits(digits)) => Err(format!(
+            "N value {text:?} has {digits} significant digits; DynamoDB keeps at most 38"
+        )),
+        Some(NumberProblem::OutOfRange) => Err(format!(
+            "N value {text:?} is outside DynamoDB's range (magnitude 1E-130 to \
+             9.9999999999999999999999999999999999999E+125)"
+        )),
+    }
+}
+
+/// What keeps a text from being a DynamoDB number (rule 1), without the text itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NumberProblem {
+    /// The text is not a number at all.
+    NotANumber,
+    /// More significant digits than DynamoDB's 38 (how many).
+    TooManyDigits(usize),
+    /// A magnitude below 1E-130 or from 1E+126 on.
+    OutOfRange,
+}
+
+/// The problem of rule 1 with `text`, `None` for a DynamoDB number.
+pub(crate) fn number_problem(text: &str) -> Option<NumberProblem> {
     let Some((digits, exponent)) = significant(text) else {
-        return Err(format!("N value {text:?} is not a number"));
+        return Some(NumberProblem::NotANumber);
     };
     if digits == 0 {
-        return Ok(());
+        return None;
     }
     // The leading digit's power of ten.
     let magnitude = exponent + digits as i128 - 1;
     if digits > MAX_DIGITS {
-        return Err(format!(
-            "N value {text:?} has {digits} significant digits; DynamoDB keeps at most 38"
-        ));
+        return Some(NumberProblem::TooManyDigits(digits));
     }
     if !(MIN_EXPONENT..=MAX_EXPONENT).contains(&magnitude) {
-        return Err(format!(
-            "N value {text:?} is outside DynamoDB's range (magnitude 1E-130 to \
-             9.9999999999999999999999999999999999999E+125)"
-        ));
+        return Some(NumberProblem::OutOfRange);
     }
-    Ok(())
+    None
 }
 
 /// The bytes DynamoDB counts of a number of `digits` significant digits, at least (rule 2).

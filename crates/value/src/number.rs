@@ -121,20 +121,70 @@ pub(crate) fn significant(text: &str) -> Option<(usize, i128)> {
     Some((decimal.len, decimal.exponent))
 }
 
+/// A number text's value as an integer once its point is moved `shift` places to the right
+/// (`shift` 0 for `bigint`, 6 and 3 for epoch seconds and milliseconds in microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scaled {
+    /// The text is not a number (rule 1).
+    NotANumber,
+    /// Non-zero digits remain after the point.
+    Fraction,
+    /// More than 38 digits before the point: beyond `i128`.
+    TooLong,
+    /// The exact integer.
+    Integer(i128),
+}
+
+/// Most digits an `i128` always holds (its maximum has 39).
+const MAX_I128_DIGITS: i128 = 38;
+
+/// The value of `text` times 10^`shift`, if that is an integer (see [`Scaled`]).
+pub(crate) fn scaled_integer(text: &str, shift: i128) -> Scaled {
+    let Some(decimal) = Decimal::parse(text.as_bytes()) else {
+        return Scaled::NotANumber;
+    };
+    if decimal.is_zero() {
+        return Scaled::Integer(0);
+    }
+    let exponent = decimal.exponent + shift;
+    // `D` has no trailing zeros, so a negative exponent leaves a fraction.
+    if exponent < 0 {
+        return Scaled::Fraction;
+    }
+    let Ok(digits) = i128::try_from(decimal.len) else {
+        return Scaled::TooLong;
+    };
+    if digits + exponent > MAX_I128_DIGITS {
+        return Scaled::TooLong;
+    }
+    let magnitude = decimal.magnitude(exponent);
+    Scaled::Integer(if decimal.negative {
+        -magnitude
+    } else {
+        magnitude
+    })
+}
+
+/// Step 4 on its own, for integers too: the nearest double of `text` when its shortest
+/// round-trip decimal has the same value (zero in any spelling is `0.0`, never `-0.0`).
+pub(crate) fn exact_double(text: &str) -> Option<f64> {
+    let decimal = Decimal::parse(text.as_bytes())?;
+    if decimal.is_zero() {
+        return Some(0.0);
+    }
+    match nearest_double(&decimal) {
+        Classified::F64(value, _) => Some(value),
+        _ => None,
+    }
+}
+
 /// Step 3: the value as a JSON integer, if it is one that fits.
 fn integer(decimal: &Decimal<'_>) -> Option<Classified> {
     let digits = i128::try_from(decimal.len).ok()?;
     if decimal.exponent < 0 || digits + decimal.exponent > MAX_INTEGER_DIGITS {
         return None;
     }
-    // At most 20 digits: below 10^20 < 2^67, so neither loop can overflow an i128.
-    let mut magnitude: i128 = 0;
-    for digit in decimal.digits() {
-        magnitude = magnitude * 10 + i128::from(digit - b'0');
-    }
-    for _ in 0..decimal.exponent {
-        magnitude *= 10;
-    }
+    let magnitude = decimal.magnitude(decimal.exponent);
     if decimal.negative {
         i64::try_from(-magnitude).ok().map(Classified::I64)
     } else {
@@ -318,6 +368,15 @@ impl<'a> Decimal<'a> {
             .skip(self.skip)
             .take(self.len)
             .copied()
+    }
+
+    /// `D × 10^exponent`, for `len(D) + exponent` of at most 38 digits (the callers check),
+    /// which stays below 10^38 < `i128::MAX`.
+    fn magnitude(&self, exponent: i128) -> i128 {
+        let digits = self
+            .digits()
+            .fold(0i128, |value, digit| value * 10 + i128::from(digit - b'0'));
+        (0..exponent).fold(digits, |value, _| value * 10)
     }
 
     /// Same sign, `D` and `E`. Zero equals zero whatever its sign.

@@ -4,8 +4,9 @@
 //! # Rules
 //! 1. **Paths.** A column's `path` names an attribute (`status`), an attribute of a map
 //!    (`address.city`) or an element of a list (`tags[0]`, `lines[2].sku`). A name holding `.`,
-//!    `[`, `]` or `"` is written in double quotes (`"a.b".c`, `\"` and `\\` inside). Sets have
-//!    no order: an index into a set is a mismatch.
+//!    `[`, `]` or `"`, or an empty name, is written in double quotes (`"a.b".c`, `\"` and `\\`
+//!    inside). A path starts with a name. Sets have no order: an index into a set is a
+//!    mismatch.
 //! 2. **Absent is null.** A missing attribute, a missing map entry, an index past a list's end
 //!    and a `NULL` anywhere on the path give [`ColumnValue::Null`], never a mismatch. A step
 //!    into a value that is not a map (for a name) or not a list (for an index) is a mismatch.
@@ -13,29 +14,46 @@
 //!    A plain document (§3.1, §3.7) is read as JSON: a string as `S`, a number as `N` (its
 //!    digits as written), a boolean as `BOOL`, `null` as `NULL`, an array as `L`, an object as
 //!    `M`. Because plain output writes a number no double holds as a string (§3.2), a string
-//!    that is a number's text counts as that number for `numeric`, `bigint` and `double`.
+//!    that is a number's text counts as that number for `numeric`, `bigint`, `double` and the
+//!    epoch formats of `timestamptz`.
 //! 4. **Conversions** ([`convert`], the one place they are decided):
-//!    - `text`: `S` as is; `N` its digits as written; `BOOL` `true`/`false`; `B` base64. Maps,
-//!      lists and sets are mismatches (use `jsonb`).
-//!    - `numeric`: `N`, exactly its digits (38 significant digits kept).
+//!    - `text`: `S` as is; `N` its digits as written; `BOOL` `true`/`false`; `B` base64
+//!      (standard, padded). Maps, lists and sets are mismatches (use `jsonb`).
+//!    - `numeric`: an `N` DynamoDB can hold (38 significant digits, magnitude 1E-130 to
+//!      9.99…E+125), exactly its text (surrounding whitespace trimmed).
 //!    - `bigint`: an `N` whose value is an integer within i64 (`1.0`, `1E+3` included); any
 //!      other number is a mismatch, never a rounded value.
 //!    - `double`: an `N` whose nearest double prints back (shortest round trip) to the same
 //!      value (`0.1`, `1.5e300`); a number with more digits than a double holds is a mismatch.
+//!      `-0` is `0.0`: DynamoDB numbers have no negative zero.
 //!    - `boolean`: `BOOL` only.
 //!    - `timestamptz` (UTC, microseconds): per [`TimeFormat`]. `iso8601`: an `S` in RFC 3339 /
-//!      ISO 8601 (`2024-05-01T12:30:00Z`, `2024-05-01T12:30:00.123456+02:00`, a space for `T`;
-//!      without an offset it is UTC; a date alone is midnight UTC). `epoch_seconds` /
-//!      `epoch_millis`: an `N` (fractions allowed). A time with digits below the microsecond,
-//!      or outside years 1–9999, is a mismatch, never a rounded value.
+//!      ISO 8601 ([`parse_timestamp`]: `2024-05-01T12:30:00Z`,
+//!      `2024-05-01T12:30:00.123456+02:00`, a space for `T`; without an offset it is UTC; a
+//!      date alone is midnight UTC). `epoch_seconds` / `epoch_millis`: an `N` (fractions and
+//!      negatives allowed). A time with digits below the microsecond, or outside years
+//!      1–9999 (UTC), is a mismatch, never a rounded value.
 //!    - `jsonb`: any value, as plain JSON with every number a JSON number of its own digits
 //!      (§3.7); sets are arrays, binary is base64.
 //! 5. **Mismatches** are values, not errors: the destination decides (`on_type_mismatch`).
+//!    A [`Mismatch`] names the DynamoDB type found and why it does not fit, never the value.
+//!
+//! # Layout
+//! `path` parses and prints paths (rule 1), `read` walks documents (rules 2 and 3),
+//! `convert` decides conversions (rule 4), `time` reads and writes times.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::{Value, ValueFormat};
+mod convert;
+mod path;
+mod read;
+mod time;
+
+pub use convert::convert;
+pub use path::ColumnPath;
+pub use read::ColumnReader;
+pub use time::{parse_timestamp, timestamp_text};
 
 /// The type of a typed column (`type:` of an entry of `sink.columns`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,42 +161,6 @@ pub enum PathStep {
     Index(usize),
 }
 
-/// Where a column's value sits in an item (rule 1): a first attribute name, then names and
-/// indexes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ColumnPath {
-    steps: Vec<PathStep>,
-}
-
-impl ColumnPath {
-    /// Parses a path (rule 1). The error says what is wrong and where (`"a..b": an empty name
-    /// at byte 2`).
-    pub fn parse(text: &str) -> Result<ColumnPath, String> {
-        todo_columns(text)
-    }
-
-    /// The item's attribute the path starts at.
-    pub fn root(&self) -> &str {
-        match self.steps.first() {
-            Some(PathStep::Name(name)) => name,
-            _ => "",
-        }
-    }
-
-    /// The steps, the root first.
-    pub fn steps(&self) -> &[PathStep] {
-        &self.steps
-    }
-}
-
-impl fmt::Display for ColumnPath {
-    /// The path as it would be written in the config (names quoted where rule 1 needs it).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let _ = f;
-        todo!("columns: helper")
-    }
-}
-
 /// One typed column: its name in the table, where its value is, and its type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ColumnSpec {
@@ -224,23 +206,21 @@ impl ColumnValue {
                 Some(Cow::Borrowed(text))
             }
             ColumnValue::Bigint(n) => Some(Cow::Owned(n.to_string())),
-            ColumnValue::Double(x) => Some(Cow::Owned(format!("{x:?}"))),
+            // serde_json's shortest form (`1e+20`, `0.0025`) is the one `convert` compared
+            // digits with; where two forms are equally short it picks the same one.
+            // PostgreSQL's float8 reads `NaN` and `inf`, which `convert` never gives.
+            ColumnValue::Double(x) => Some(Cow::Owned(
+                serde_json::Number::from_f64(*x)
+                    .map_or_else(|| format!("{x:?}"), |n| n.to_string()),
+            )),
             ColumnValue::Boolean(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
             ColumnValue::Timestamp(micros) => Some(Cow::Owned(timestamp_text(*micros))),
         }
     }
 }
 
-/// A timestamp as RFC 3339 text in UTC with six fraction digits
-/// (`2024-05-01T12:30:00.000000Z`): what a SQLite `timestamptz` column stores, and what
-/// PostgreSQL is sent.
-pub fn timestamp_text(micros: i64) -> String {
-    let _ = micros;
-    todo!("columns: helper")
-}
-
 /// Why an attribute's value does not fit its column (rule 5): the value's DynamoDB type and
-/// why, for messages (`an N of 21 digits beyond bigint`).
+/// why, for messages (`an N with 21 integer digits is beyond bigint (…)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
     /// The DynamoDB type tag of the value found (`"S"`, `"N"`, …; for a path step into the
@@ -256,44 +236,70 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// One value converted to a column's type (rule 4).
-pub fn convert(
-    value: &Value,
-    kind: ColumnType,
-    time_format: TimeFormat,
-) -> Result<ColumnValue, Mismatch> {
-    let _ = (value, kind, time_format);
-    todo!("columns: helper")
-}
-
-/// Reads the typed columns of documents in one format.
-#[derive(Debug, Clone)]
-pub struct ColumnReader {
-    columns: Vec<ColumnSpec>,
-    format: ValueFormat,
-}
-
-impl ColumnReader {
-    /// A reader of `columns` from documents written in `format`.
-    pub fn new(columns: Vec<ColumnSpec>, format: ValueFormat) -> ColumnReader {
-        ColumnReader { columns, format }
-    }
-
-    /// The columns, in the order [`ColumnReader::read`] answers.
-    pub fn columns(&self) -> &[ColumnSpec] {
-        &self.columns
-    }
-
-    /// The columns' values of one document (a JSON object), in column order. Only the
-    /// attributes the paths start at are parsed beyond skipping. An error only when the
-    /// document is not a JSON object (or, typed, not attribute JSON where a path goes).
-    pub fn read(&self, document: &str) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
-        let _ = (document, self.format);
-        todo!("columns: helper")
+impl Mismatch {
+    /// A mismatch of a value whose type tag is `found`.
+    pub(crate) fn new(found: &'static str, why: String) -> Mismatch {
+        Mismatch { found, why }
     }
 }
 
-fn todo_columns(text: &str) -> Result<ColumnPath, String> {
-    let _ = text;
-    todo!("columns: helper")
+/// A DynamoDB type tag with its indefinite article, as messages say it (`an S`, `a BOOL`).
+pub(crate) fn a_tag(tag: &'static str) -> &'static str {
+    match tag {
+        "S" => "an S",
+        "N" => "an N",
+        "B" => "a B",
+        "BOOL" => "a BOOL",
+        "NULL" => "a NULL",
+        "M" => "an M",
+        "L" => "an L",
+        "SS" => "an SS",
+        "NS" => "an NS",
+        "BS" => "a BS",
+        _ => "a value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_types_and_time_formats_read_their_config_spellings() {
+        for kind in ColumnType::ALL {
+            assert_eq!(ColumnType::parse(kind.name()), Some(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!(
+            ColumnType::parse("double precision"),
+            Some(ColumnType::Double)
+        );
+        assert_eq!(ColumnType::parse("int"), None);
+        for format in TimeFormat::ALL {
+            assert_eq!(TimeFormat::parse(format.name()), Some(format));
+        }
+        assert_eq!(TimeFormat::parse("epoch"), None);
+        assert_eq!(TimeFormat::default(), TimeFormat::Iso8601);
+    }
+
+    #[test]
+    fn a_mismatch_displays_its_reason() {
+        let mismatch = Mismatch::new("SS", "an SS has no order: [0] cannot index it".to_owned());
+        assert_eq!(
+            mismatch.to_string(),
+            "an SS has no order: [0] cannot index it"
+        );
+    }
+
+    #[test]
+    fn every_type_tag_has_its_article() {
+        let tags = ["S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"];
+        let said: Vec<&str> = tags.into_iter().map(a_tag).collect();
+        assert_eq!(
+            said,
+            [
+                "an S", "an N", "a B", "a BOOL", "a NULL", "an M", "an L", "an SS", "an NS", "a BS"
+            ]
+        );
+    }
 }

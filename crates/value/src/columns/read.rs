@@ -1,0 +1,194 @@
+//! [`ColumnReader`]: the typed columns of one JSON document (rules 1–3 of the module docs).
+//!
+//! # Reading
+//! 1. The document's attributes that paths start at are found by [`key_attributes`], which
+//!    skips every other attribute without building anything; each found one is read once,
+//!    however many columns start at it.
+//! 2. A typed document's attribute is decoded strictly (docs/values.md §3.5). Its numbers are
+//!    strings, so nothing is lost on the way.
+//! 3. A plain document's attribute is read as raw JSON, level by level: a number's text is
+//!    taken as the `N`'s text exactly as written (serde_json here parses numbers into
+//!    doubles, which would lose digits).
+//! 4. The rest of the path is walked over the value (rule 2), and what it reaches goes to the
+//!    one conversion (`convert`), told whether strings may stand for numbers (rule 3).
+
+use std::collections::BTreeMap;
+
+use serde_json::error::Category;
+use serde_json::value::RawValue;
+
+use super::convert::{Strings, convert_read};
+use super::path::StepText;
+use super::{ColumnSpec, ColumnValue, Mismatch, PathStep, a_tag};
+use crate::{Number, Value, ValueFormat, key_attributes, value_from_typed_json};
+
+/// Reads the typed columns of documents in one format.
+#[derive(Debug, Clone)]
+pub struct ColumnReader {
+    columns: Vec<ColumnSpec>,
+    format: ValueFormat,
+    /// The distinct attributes the paths start at.
+    roots: Vec<String>,
+    /// Each column's root, as a place in `roots`.
+    root_of: Vec<usize>,
+}
+
+impl ColumnReader {
+    /// A reader of `columns` from documents written in `format`.
+    pub fn new(columns: Vec<ColumnSpec>, format: ValueFormat) -> ColumnReader {
+        let mut roots: Vec<String> = Vec::new();
+        let root_of = columns
+            .iter()
+            .map(|column| {
+                let root = column.path.root();
+                roots
+                    .iter()
+                    .position(|known| known == root)
+                    .unwrap_or_else(|| {
+                        roots.push(root.to_owned());
+                        roots.len() - 1
+                    })
+            })
+            .collect();
+        ColumnReader {
+            columns,
+            format,
+            roots,
+            root_of,
+        }
+    }
+
+    /// The columns, in the order [`ColumnReader::read`] answers.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        &self.columns
+    }
+
+    /// The columns' values of one document (a JSON object), in column order. Only the
+    /// attributes the paths start at are parsed beyond skipping. An error only when the
+    /// document is not a JSON object (or, typed, not attribute JSON where a path goes); the
+    /// error never quotes the document.
+    pub fn read(&self, document: &str) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
+        let found = key_attributes(document, &self.roots, |root| root.as_str())
+            .map_err(|error| describe("the document", &error))?;
+        let values = found
+            .into_iter()
+            .zip(&self.roots)
+            .map(|(raw, root)| raw.map(|raw| self.attribute(raw, root)).transpose())
+            .collect::<Result<Vec<Option<Value>>, String>>()?;
+        let strings = match self.format {
+            ValueFormat::Typed => Strings::AreStrings,
+            ValueFormat::Plain | ValueFormat::PlainExact => Strings::MayBeNumbers,
+        };
+        let read = |(column, &root): (&ColumnSpec, &usize)| {
+            let rest = column.path.steps().get(1..).unwrap_or_default();
+            match walk(values[root].as_ref(), rest)? {
+                Some(value) => convert_read(value, column.kind, column.time_format, strings),
+                None => Ok(ColumnValue::Null),
+            }
+        };
+        Ok(self.columns.iter().zip(&self.root_of).map(read).collect())
+    }
+
+    /// One attribute's value, read as the format says (reading rules 2 and 3).
+    fn attribute(&self, raw: &RawValue, root: &str) -> Result<Value, String> {
+        match self.format {
+            ValueFormat::Typed => {
+                let json: serde_json::Value = serde_json::from_str(raw.get())
+                    .map_err(|error| describe(&format!("attribute {root:?}"), &error))?;
+                value_from_typed_json(&json, root).map_err(|error| error.to_string())
+            }
+            ValueFormat::Plain | ValueFormat::PlainExact => {
+                plain_value(raw).map_err(|error| describe(&format!("attribute {root:?}"), &error))
+            }
+        }
+    }
+}
+
+/// A plain JSON value as an attribute value (rule 3), every number's text kept as written.
+fn plain_value(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    let text = raw.get().trim_matches([' ', '\t', '\n', '\r']);
+    Ok(match text.as_bytes().first() {
+        Some(b'{') => {
+            let entries: BTreeMap<String, &RawValue> = serde_json::from_str(text)?;
+            Value::M(
+                entries
+                    .into_iter()
+                    .map(|(name, raw)| Ok((name, plain_value(raw)?)))
+                    .collect::<Result<_, serde_json::Error>>()?,
+            )
+        }
+        Some(b'[') => {
+            let elements: Vec<&RawValue> = serde_json::from_str(text)?;
+            Value::L(
+                elements
+                    .into_iter()
+                    .map(plain_value)
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        Some(b'"') => Value::S(serde_json::from_str(text)?),
+        Some(b't' | b'f') => Value::Bool(serde_json::from_str(text)?),
+        // A raw value is valid JSON, so this is a number and its text is its digits.
+        Some(b'-' | b'0'..=b'9') => Value::N(Number::new(text)),
+        _ => {
+            serde_json::from_str::<()>(text)?;
+            Value::Null
+        }
+    })
+}
+
+/// The value `steps` reach from an attribute (rule 2): `None` for an absent one, a missing
+/// entry or element, or a `NULL` on the way; a mismatch for a step into a value that has no
+/// such step.
+fn walk<'v>(
+    attribute: Option<&'v Value>,
+    steps: &[PathStep],
+) -> Result<Option<&'v Value>, Mismatch> {
+    let Some(mut at) = attribute else {
+        return Ok(None);
+    };
+    for step in steps {
+        let tag = at.type_tag();
+        let cannot = |why: &str, verb: &str| {
+            Mismatch::new(
+                tag,
+                format!("{} {why}: {} cannot {verb} it", a_tag(tag), StepText(step)),
+            )
+        };
+        let next = match (at, step) {
+            (Value::Null, _) => None,
+            (Value::M(entries), PathStep::Name(name)) => entries.get(name),
+            (Value::L(elements), PathStep::Index(index)) => elements.get(*index),
+            (Value::Ss(_) | Value::Ns(_) | Value::Bs(_), PathStep::Index(_)) => {
+                return Err(cannot("has no order", "index"));
+            }
+            (_, PathStep::Index(_)) => return Err(cannot("is not a list", "index")),
+            (_, PathStep::Name(_)) => return Err(cannot("is not a map", "read")),
+        };
+        match next {
+            Some(value) => at = value,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(at))
+}
+
+/// A JSON error described without the JSON's text, which may be personal data: what kind of
+/// error and where.
+fn describe(what: &str, error: &serde_json::Error) -> String {
+    let problem = match error.classify() {
+        Category::Data => "is not a JSON object",
+        Category::Syntax => "is not valid JSON",
+        Category::Eof => "ends before its JSON does",
+        Category::Io => "could not be read",
+    };
+    format!(
+        "{what} {problem} (line {}, column {})",
+        error.line(),
+        error.column()
+    )
+}
+
+#[cfg(test)]
+#[path = "read_tests.rs"]
+mod tests;
