@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use ddbpipe_value::{ColumnPath, ColumnType, Item, TimeFormat, Value, convert};
+use ddbpipe_value::{ColumnPath, ColumnType, Item, TimeFormat, Value, convert, parse_timestamp};
 
 use crate::sinks::keyed::{DEFAULT_DOCUMENT_COLUMN, Dialect, unusable_name};
 
@@ -32,7 +32,7 @@ struct Seen {
     by_type: BTreeMap<&'static str, u64>,
     /// `N` samples that are no integer within i64.
     not_bigint: u64,
-    /// `S` samples that do not convert as ISO 8601 times.
+    /// `S` samples that are no ISO 8601 time a `timestamptz` column takes.
     not_timestamp: u64,
 }
 
@@ -81,8 +81,8 @@ pub(crate) fn infer(items: &[Item], keys: &[String], dialect: Dialect) -> Infere
             let entry = seen.entry(name.as_str()).or_default();
             *entry.by_type.entry(value.type_tag()).or_default() += 1;
             match value {
-                Value::N(_) if !fits(value, ColumnType::Bigint) => entry.not_bigint += 1,
-                Value::S(_) if !fits(value, ColumnType::Timestamptz) => entry.not_timestamp += 1,
+                Value::N(_) if !fits_bigint(value) => entry.not_bigint += 1,
+                Value::S(text) if parse_timestamp(text).is_none() => entry.not_timestamp += 1,
                 _ => {}
             }
         }
@@ -115,10 +115,10 @@ pub(crate) fn infer(items: &[Item], keys: &[String], dialect: Dialect) -> Infere
     }
 }
 
-/// Whether `value` converts to `kind` (the conversions of `ddbpipe_value`, the one place
-/// they are decided).
-fn fits(value: &Value, kind: ColumnType) -> bool {
-    convert(value, kind, TimeFormat::Iso8601).is_ok()
+/// Whether `value` converts to `bigint` (the conversions of `ddbpipe_value`, the one place
+/// they are decided; a time is what `parse_timestamp` reads, as a `timestamptz` column).
+fn fits_bigint(value: &Value) -> bool {
+    convert(value, ColumnType::Bigint, TimeFormat::default()).is_ok()
 }
 
 /// Why `name` cannot be a column of its own (rule 6), given the names `taken` already.
