@@ -30,7 +30,10 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
+use crate::{
+    ColumnCheck, ColumnValue, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+    TypedColumns,
+};
 
 /// The type of a parameter, for the dialects that write it in the SQL text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +188,10 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
     /// Refuses names the backend cannot hold, before a script on `spec`'s table.
     fn check_names(&self, spec: &TableSpec) -> Result<(), DbError>;
 
+    /// Whether the backend stores a typed column's value (`columns` rule 2: PostgreSQL holds no
+    /// U+0000 in `text` and `jsonb`).
+    fn stores(&self, value: &ColumnValue) -> bool;
+
     /// A session for one script: in `spec`'s schema (none: the state's), its messages about
     /// the table `about`.
     fn session<'a>(
@@ -196,8 +203,19 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
     /// See [`Database::prepare_state`](crate::Database::prepare_state).
     fn prepare_state(&self) -> BoxFuture<'_, Result<(), DbError>>;
 
-    /// See [`Database::prepare`](crate::Database::prepare).
-    fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>>;
+    /// See [`Database::prepare_with`](crate::Database::prepare_with) (`columns`: how added
+    /// typed columns are filled; `None` refuses to fill any).
+    fn prepare<'a>(
+        &'a self,
+        spec: &'a TableSpec,
+        columns: Option<&'a TypedColumns>,
+    ) -> BoxFuture<'a, Result<(), DbError>>;
+
+    /// See [`Database::check_columns`](crate::Database::check_columns).
+    fn check_columns<'a>(
+        &'a self,
+        spec: &'a TableSpec,
+    ) -> BoxFuture<'a, Result<ColumnCheck, DbError>>;
 
     /// See [`Database::apply`](crate::Database::apply): the rows are the backend's own
     /// statements; the fences and the state are `fence::pass` and `database::write_state`.
@@ -223,7 +241,8 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
 }
 
 /// The [`Backend`] methods a backend implements with its own inherent methods of the same
-/// names (`describe`, `prepare_state`, `prepare`, `apply`, `lock`, `lock_holder`, `probe`).
+/// names (`describe`, `prepare_state`, `prepare`, `check_columns`, `apply`, `lock`,
+/// `lock_holder`, `probe`).
 macro_rules! own_methods {
     () => {
         fn describe(&self) -> String {
@@ -234,8 +253,19 @@ macro_rules! own_methods {
             Box::pin(Self::prepare_state(self))
         }
 
-        fn prepare<'a>(&'a self, spec: &'a TableSpec) -> BoxFuture<'a, Result<(), DbError>> {
-            Box::pin(Self::prepare(self, spec))
+        fn prepare<'a>(
+            &'a self,
+            spec: &'a TableSpec,
+            columns: Option<&'a TypedColumns>,
+        ) -> BoxFuture<'a, Result<(), DbError>> {
+            Box::pin(Self::prepare(self, spec, columns))
+        }
+
+        fn check_columns<'a>(
+            &'a self,
+            spec: &'a TableSpec,
+        ) -> BoxFuture<'a, Result<ColumnCheck, DbError>> {
+            Box::pin(Self::check_columns(self, spec))
         }
 
         fn apply<'a>(

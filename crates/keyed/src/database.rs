@@ -31,8 +31,8 @@ use crate::sql::{
     row_count,
 };
 use crate::{
-    CloseSnapshot, Closed, DbError, FENCE_TABLE, LockAttempt, LockHolder, RowChange, SNAPSHOT_UNIT,
-    StateWrite, TableSpec,
+    CloseSnapshot, Closed, ColumnCheck, ColumnValue, DbError, FENCE_TABLE, LockAttempt, LockHolder,
+    RowChange, SNAPSHOT_UNIT, StateWrite, TableSpec, TypedColumns,
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;
@@ -69,8 +69,36 @@ impl Database {
     /// Creates the destination table when missing and allowed, or checks an existing one has
     /// the same key columns (an error lists both) and adds the version columns a table of an
     /// earlier ddbpipe lacks; also creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
+    /// The document and typed columns are compared with the table as
+    /// [`prepare_with`](Self::prepare_with) does, except that a typed column added to a table
+    /// with rows is refused: filling it needs the reader of the documents.
     pub async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
-        self.backend.prepare(spec).await
+        self.backend.prepare(spec, None).await
+    }
+
+    /// [`prepare`](Self::prepare), and the typed columns as the crate docs' "Typed columns at
+    /// the start of a run" say: a typed column missing from the table is added and, when the
+    /// table has rows, filled from their documents by `columns` (the sink's reader and
+    /// `on_type_mismatch`), in one transaction with the `ALTER TABLE`; what the run cannot do
+    /// is refused, naming the columns, before anything changes.
+    pub async fn prepare_with(
+        &self,
+        spec: &TableSpec,
+        columns: &TypedColumns,
+    ) -> Result<(), DbError> {
+        self.backend.prepare(spec, Some(columns)).await
+    }
+
+    /// What [`prepare_with`](Self::prepare_with) would refuse or change in the columns of an
+    /// existing destination table (`check`, docs/cli.md §8.2); nothing is changed. A table that
+    /// does not exist yet has nothing to refuse.
+    pub async fn check_columns(&self, spec: &TableSpec) -> Result<ColumnCheck, DbError> {
+        self.backend.check_columns(spec).await
+    }
+
+    /// Whether the database stores a typed column's value (`columns` rule 2).
+    pub(crate) fn stores(&self, value: &ColumnValue) -> bool {
+        self.backend.stores(value)
     }
 
     /// One transaction: the rows in order, as the crate docs' "Rows" say (`snapshot_id`: the

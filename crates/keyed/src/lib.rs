@@ -5,8 +5,10 @@
 //! # The destination table
 //! One column per key attribute (hash key first), named after it: `S` → text, `N` → the exact
 //! number text (`TEXT` in SQLite, `numeric` in PostgreSQL), `B` → bytes. Then the document
-//! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]),
-//! `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text in SQLite,
+//! column (the item JSON: `TEXT` / `jsonb`, `json` or `text` per [`DocumentType`]; none when
+//! [`TableSpec::document_column`] is `None`), the typed columns of [`TableSpec::columns`] in
+//! their order (nullable; docs/sinks.md §7.9: each holds one attribute converted to its type,
+//! see [`TypedColumns`]), `_ddbpipe_snapshot` (integer, null), `_ddbpipe_updated_at` (RFC 3339 text in SQLite,
 //! `timestamptz` in PostgreSQL), and the version
 //! of the last write (docs/mirror.md §5.6): `_ddbpipe_version_ms` (integer, null: unix ms) and
 //! `_ddbpipe_version_seq` (text, null: the stream record's sequence number, set only by stream
@@ -20,7 +22,9 @@
 //!
 //! # Rows
 //! Changes apply in slice order, so several changes to one key in a batch end in the last.
-//! Every upsert records its [`Version`]: a stream change its time and sequence number, a
+//! An upsert writes its document and its typed columns ([`RowChange::Upsert`]'s `columns`)
+//! together: every rule below that writes, keeps or replaces the document does the same to
+//! the typed columns. Every upsert records its [`Version`]: a stream change its time and sequence number, a
 //! snapshot row its page's request time and no sequence, an unversioned row nulls.
 //!
 //! - No snapshot open: [`RowChange::Upsert`] inserts or replaces the row and leaves
@@ -43,6 +47,15 @@
 //!   Closing a repair window ([`Database::close_repair_window`]) deletes the rows a stream
 //!   change wrote at a time inside the window that the window did not mark: the item was
 //!   created and deleted inside the window, which an incremental export leaves out.
+//!
+//! # Typed columns at the start of a run
+//! [`Database::prepare_with`] compares the configured document and typed columns with an
+//! existing table (`columns::plan`'s rules): a missing typed column is added and, when the
+//! table has rows, filled from their documents by the same [`TypedColumns`] the writes use, in
+//! one transaction with the `ALTER TABLE`; a column of another type, a column ddbpipe cannot
+//! leave out of its inserts (`NOT NULL` without a default) and a table with rows whose new
+//! column has no document to be filled from are refused. [`Database::check_columns`] reports
+//! the same plan without changing anything.
 //!
 //! # State
 //! Table `_ddbpipe_state (pipeline, part, value, updated_at)`, primary key `(pipeline, part)`;
@@ -67,6 +80,7 @@ use ddbpipe_value::ValueFormat;
 pub use ddbpipe_value::{ColumnSpec, ColumnType, ColumnValue, TimeFormat};
 
 mod backend;
+mod columns;
 mod database;
 mod fence;
 mod postgres;
@@ -75,6 +89,7 @@ mod sql;
 mod sqlite;
 pub mod state;
 
+pub use columns::{ColumnCheck, TypedColumns, describe_metrics};
 pub use database::Database;
 /// The type of a key attribute, as the source reads it: `S` is stored as text, `N` as the
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
@@ -174,14 +189,6 @@ pub struct TableSpec {
     /// Create the table (and `_ddbpipe_state`) when missing; otherwise a missing table is an
     /// error.
     pub create_table: bool,
-}
-
-impl TableSpec {
-    /// INTERFACE STEP (issue 28): the document column's name, empty when there is none; the
-    /// keyed backends learn `None` and `columns` in the next step.
-    pub(crate) fn document_name(&self) -> &str {
-        self.document_column.as_deref().unwrap_or_default()
-    }
 }
 
 /// One key value, in key-column order.

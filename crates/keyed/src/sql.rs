@@ -27,10 +27,17 @@
 //! 6. The key of a deleted-key marker is [`key_text`]: the JSON array of the typed key values,
 //!    `[{"S":"a"},{"N":"1"},{"B":"AAE="}]` (base64 bytes). Stream and scan records of one
 //!    pipeline render a key the same way (see `sink`), so one key has one text.
+//! 8. An upsert writes, after the key columns, the document column when the table keeps one
+//!    ([`value_columns`]), then the typed columns in configuration order: one value per typed
+//!    column, in that order, or the batch is refused ([`columns_misfit`]).
+//! 9. A key in a message reads `pk "a", sk 12, b 0x0102` ([`describe_key`]): the attribute
+//!    names with the values, text quoted, bytes in hex.
+
+use std::fmt::Write as _;
 
 use base64::Engine as _;
 
-use crate::{KeyColumn, KeyType, KeyValue, RowChange, TableSpec, Version};
+use crate::{ColumnValue, KeyColumn, KeyType, KeyValue, RowChange, TableSpec, Version};
 
 /// The state table's name.
 pub(crate) const STATE_TABLE: &str = "_ddbpipe_state";
@@ -290,6 +297,59 @@ pub(crate) fn key_misfit<'a>(spec: &'a TableSpec, key: &[KeyValue]) -> Option<Ke
         .map(|(found, column)| KeyMisfit::Type { found, column })
 }
 
+/// The columns an upsert writes after the key columns, in table order (rule 8): the document
+/// column when the table keeps one, then the typed columns.
+pub(crate) fn value_columns(spec: &TableSpec) -> Vec<&str> {
+    let typed = spec.columns.iter().map(|column| column.name.as_str());
+    spec.document_column
+        .as_deref()
+        .into_iter()
+        .chain(typed)
+        .collect()
+}
+
+/// The typed values of a row change: an upsert's, none for a delete.
+pub(crate) fn row_columns(row: &RowChange) -> &[ColumnValue] {
+    match row {
+        RowChange::Upsert { columns, .. } => columns,
+        RowChange::Delete { .. } => &[],
+    }
+}
+
+/// Why upsert `index` does not fit `spec`'s typed columns (rule 8): another number of values.
+pub(crate) fn columns_misfit(spec: &TableSpec, index: usize, row: &RowChange) -> Option<String> {
+    let RowChange::Upsert { columns, .. } = row else {
+        return None;
+    };
+    (columns.len() != spec.columns.len()).then(|| {
+        format!(
+            "change {index} has {} typed column value(s) but the table has {} typed column(s)",
+            columns.len(),
+            spec.columns.len()
+        )
+    })
+}
+
+/// A row's key for messages: `pk "a", sk 12, b 0x0102` (rule 9).
+pub(crate) fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
+    let parts: Vec<String> = columns
+        .iter()
+        .zip(key)
+        .map(|(column, value)| match value {
+            KeyValue::S(text) => format!("{} {text:?}", column.name),
+            KeyValue::N(number) => format!("{} {number}", column.name),
+            KeyValue::B(bytes) => {
+                let mut hex = format!("{} 0x", column.name);
+                for byte in bytes {
+                    let _ = write!(hex, "{byte:02x}");
+                }
+                hex
+            }
+        })
+        .collect();
+    parts.join(", ")
+}
+
 /// A `count(*)` as `u64` (rule 3).
 pub(crate) fn row_count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
@@ -448,6 +508,40 @@ mod tests {
                 column: &spec.key[0],
             })
         );
+    }
+
+    #[test]
+    fn keys_are_described_by_attribute() {
+        let spec = spec(&[("pk", KeyType::S), ("n", KeyType::N), ("b", KeyType::B)]);
+        let key = [
+            KeyValue::S("a\"b".into()),
+            KeyValue::N("12.5".into()),
+            KeyValue::B(vec![1, 0xff]),
+        ];
+        assert_eq!(
+            describe_key(&spec.key, &key),
+            r#"pk "a\"b", n 12.5, b 0x01ff"#
+        );
+    }
+
+    #[test]
+    fn the_values_follow_the_key_document_first_and_a_row_has_one_per_typed_column() {
+        let mut spec = spec(&[("pk", KeyType::S)]);
+        assert_eq!(value_columns(&spec), ["doc"]);
+        spec.document_column = None;
+        assert!(value_columns(&spec).is_empty());
+        let row = upsert(false, None, None);
+        assert_eq!(columns_misfit(&spec, 0, &row), None);
+        let mut extra = row.clone();
+        if let RowChange::Upsert { columns, .. } = &mut extra {
+            columns.push(ColumnValue::Bigint(1));
+        }
+        let misfit = columns_misfit(&spec, 3, &extra).expect("one value too many");
+        assert!(
+            misfit.contains("change 3 has 1 typed column value(s)"),
+            "{misfit}"
+        );
+        assert_eq!(columns_misfit(&spec, 0, &delete(None)), None);
     }
 
     #[test]

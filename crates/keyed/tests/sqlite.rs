@@ -207,10 +207,13 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
     // A table without ddbpipe's columns.
     let conn = rusqlite::Connection::open(&path).expect("raw open");
     conn.execute_batch(
-        "CREATE TABLE plain (pk TEXT NOT NULL PRIMARY KEY, doc TEXT NOT NULL, _ddbpipe_snapshot INTEGER)",
+        "CREATE TABLE plain (pk TEXT NOT NULL PRIMARY KEY, doc TEXT NOT NULL, _ddbpipe_snapshot INTEGER); \
+         CREATE TABLE docless (pk TEXT NOT NULL PRIMARY KEY, _ddbpipe_snapshot INTEGER, \
+         _ddbpipe_updated_at TEXT NOT NULL); INSERT INTO docless VALUES ('a', NULL, 'x')",
     )
     .expect("create plain");
-    let mut other_doc = spec("plain", &[("pk", KeyType::S)]);
+    // A table with rows cannot get a document column (an empty one would).
+    let mut other_doc = spec("docless", &[("pk", KeyType::S)]);
     other_doc.document_column = Some("item".to_string());
 
     // (case, spec refused, every text the message holds)
@@ -225,7 +228,7 @@ async fn incompatible_tables_are_refused_naming_both_keys_or_the_missing_column(
             spec("plain", &[("pk", KeyType::S)]),
             &["'_ddbpipe_updated_at'"],
         ),
-        ("missing document", other_doc, &["'item'"]),
+        ("missing document", other_doc, &["\"item\"", "has rows"]),
         // Key attributes colliding with ddbpipe's columns.
         (
             "key named like the document",

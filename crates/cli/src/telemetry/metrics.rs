@@ -62,6 +62,7 @@ pub fn install_metrics(
     }
     ddbpipe_source::events::describe_metrics();
     ddbpipe_pipeline::events::describe_metrics();
+    ddbpipe_keyed::describe_metrics();
     Ok(Some(Metrics {
         handle,
         file: output.file.clone(),

@@ -2,6 +2,8 @@
 //! copied straight in, merged through the staging table (`bulk`), or one statement per row
 //! (see the module docs of `postgres`, "SQL shape" and "Transactions").
 
+use std::borrow::Cow;
+
 use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -17,13 +19,20 @@ use super::sql::{
 };
 use crate::database::state_calls;
 use crate::fence;
-use crate::sql::{NoSnapshotOpen, Write, key_text, now_rfc3339, plan, row_key};
-use crate::{DbError, RowChange, StateWrite, TableSpec};
+use crate::sql::{
+    NoSnapshotOpen, Write, columns_misfit, describe_key, key_text, now_rfc3339, plan, row_columns,
+    row_key,
+};
+use crate::{ColumnValue, DbError, RowChange, StateWrite, TableSpec};
+
+/// A statement parameter.
+type Param<'a> = &'a (dyn ToSql + Sync);
 
 impl PostgresDatabase {
     /// Writes `rows` and `state` in one transaction (see the module docs). Rows PostgreSQL
-    /// cannot store (U+0000 in a key, or in a `jsonb` document: `document`) fail the batch
-    /// before anything is sent, naming the item.
+    /// cannot store (U+0000 in a key, or in a kept `jsonb` document: `document`) fail the batch
+    /// before anything is sent, naming the item; so does a row with another number of typed
+    /// values than the table has typed columns.
     pub(crate) async fn apply(
         &self,
         spec: &TableSpec,
@@ -37,9 +46,12 @@ impl PostgresDatabase {
         // The key texts of deleted-key markers and guarded snapshot rows (empty for the others):
         // owned here, borrowed by the calls.
         let mut key_texts = Vec::with_capacity(rows.len());
-        for row in rows {
+        for (index, row) in rows.iter().enumerate() {
             let key = row_key(row);
             check_key(spec, key)?;
+            if let Some(misfit) = columns_misfit(spec, index, row) {
+                return Err(DbError::fatal(format!("{context}: {misfit}")));
+            }
             if let Some(attribute) = document::nul_in_key(&spec.key, key) {
                 return Err(DbError::fatal(format!(
                     "{context}: the item with key {} holds U+0000 in key attribute '{attribute}', \
@@ -47,17 +59,18 @@ impl PostgresDatabase {
                      sink.document_type says), so this item cannot be written to PostgreSQL; \
                      remove the U+0000 from the item's key in DynamoDB (a new item under \
                      another key), or copy the table with the sqlite or jsonl sink, which keep it",
-                    document::describe_key(&spec.key, key)
+                    describe_key(&spec.key, key)
                 )));
             }
             if let RowChange::Upsert { document, .. } = row
+                && spec.document_column.is_some()
                 && let Some(path) = document::unstorable(spec.document_type, document)
             {
                 return Err(DbError::fatal(format!(
                     "{context}: the item with key {} holds U+0000 in attribute '{path}', \
                      which a jsonb document cannot store; set sink.document_type: json \
                      (keeps the document exactly) or text",
-                    document::describe_key(&spec.key, key)
+                    describe_key(&spec.key, key)
                 )));
             }
             let write = plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
@@ -197,19 +210,31 @@ impl PostgresDatabase {
                 prepare_if(client, cache, repairs_delete, || repair_mark_sql(spec)).await?;
             let mut calls: Vec<(&Statement, Vec<&(dyn ToSql + Sync)>)> =
                 Vec::with_capacity(rows.len() + state_prepared.len());
-            for ((row, write), key_text) in rows.iter().zip(&writes).zip(&key_texts) {
+            // The typed values as text (`sql::column_cast`), owned here, borrowed by the calls.
+            let texts: Vec<Vec<Option<Cow<'_, str>>>> = rows
+                .iter()
+                .map(|row| row_columns(row).iter().map(ColumnValue::sql_text).collect())
+                .collect();
+            for (((row, write), key_text), texts) in
+                rows.iter().zip(&writes).zip(&key_texts).zip(&texts)
+            {
                 let mut params: Vec<&(dyn ToSql + Sync)> =
                     row_key(row).iter().map(key_param).collect();
-                let document: &(dyn ToSql + Sync) = match row {
-                    RowChange::Upsert { document, .. } => document,
-                    RowChange::Delete { .. } => &"",
-                };
+                // The document (when kept) and the typed columns, in `sql::value_casts` order.
+                let mut values: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(texts.len() + 1);
+                if let RowChange::Upsert { document, .. } = row
+                    && spec.document_column.is_some()
+                {
+                    values.push(document);
+                }
+                values.extend(texts.iter().map(|text| text as &(dyn ToSql + Sync)));
                 let statement = match write {
                     Write::Upsert {
                         version_ms,
                         version_seq,
                     } => {
-                        params.extend([document, &updated_at, version_ms, version_seq]);
+                        params.extend(values);
+                        params.extend([&updated_at as Param<'_>, version_ms, version_seq]);
                         upsert_change.as_ref()
                     }
                     Write::UpsertMarked {
@@ -217,7 +242,8 @@ impl PostgresDatabase {
                         version_ms,
                         version_seq,
                     } => {
-                        params.extend([document, id, &updated_at, version_ms, version_seq]);
+                        params.extend(values);
+                        params.extend([id as Param<'_>, &updated_at, version_ms, version_seq]);
                         upsert_marked.as_ref()
                     }
                     Write::UpsertUnlessNewer {
@@ -225,9 +251,9 @@ impl PostgresDatabase {
                         read_ms,
                         cutoff_ms,
                     } => {
+                        params.extend(values);
                         params.extend([
-                            document,
-                            id,
+                            id as Param<'_>,
                             &updated_at,
                             read_ms,
                             cutoff_ms,
@@ -243,7 +269,8 @@ impl PostgresDatabase {
                         mark_deleted.as_ref()
                     }
                     Write::RepairUpsert { id, version_ms } => {
-                        params.extend([document, id, &updated_at, version_ms]);
+                        params.extend(values);
+                        params.extend([id as Param<'_>, &updated_at, version_ms]);
                         repair_upsert.as_ref()
                     }
                     Write::RepairDelete { id, version_ms } => {
@@ -313,7 +340,7 @@ mod tests {
             document_type: crate::DocumentType::Jsonb,
             create_table: true,
         };
-        db.prepare(&spec).await.expect("prepare");
+        db.prepare(&spec, None).await.expect("prepare");
         let upsert = |id: &str, doc: &str| RowChange::Upsert {
             key: vec![crate::KeyValue::S(id.into())],
             document: doc.into(),

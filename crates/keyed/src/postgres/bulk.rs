@@ -10,12 +10,13 @@
 //!    statements.
 //! 2. The rows are copied (`COPY … FROM STDIN (FORMAT binary)`) into a session's temporary
 //!    staging table (`ON COMMIT DELETE ROWS`, created once per connection): the key values as
-//!    text (`S`, and `N` as its exact text) or bytes, the document as text, the version, and for
-//!    guarded snapshot rows the key text of the deleted-key markers.
+//!    text (`S`, and `N` as its exact text) or bytes, the document as text (null when the table
+//!    keeps none), each typed column's value as text (`ColumnValue::sql_text`), the version,
+//!    and for guarded snapshot rows the key text of the deleted-key markers.
 //! 3. One `INSERT … SELECT … FROM` the staging table `ON CONFLICT … DO UPDATE` then writes them,
 //!    with exactly the casts, the conflict update and the guards of the per-row statement of
 //!    that kind (`sql::upsert_sql`): `N` keys cast to `numeric` by the server, documents to the
-//!    document type, deleted-key markers and stream-written rows holding back snapshot rows.
+//!    document type, typed columns to theirs, deleted-key markers and stream-written rows holding back snapshot rows.
 //! 4. The staging rows, the merge and the state parts are one transaction with the batch, as
 //!    on the per-row path.
 //! 5. Stream changes: each staged row keeps its place in the batch (`ord`) and whether it is a
@@ -45,13 +46,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement, Transaction};
 
 use super::session::{Failure, fnv1a};
-use super::sql::{UPDATED_AT_CAST, conflict_set, key_list, qualified};
+use super::sql::{UPDATED_AT_CAST, column_cast, conflict_set, key_list, qualified, upsert_columns};
 use super::{copy_binary, copy_text, document};
 use crate::sql::{
-    DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
-    Write, quote, row_key,
+    DELETED_TABLE, SNAPSHOT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, Write, quote, row_key,
 };
-use crate::{KeyType, KeyValue, RowChange, TableSpec};
+use crate::{ColumnValue, KeyType, KeyValue, RowChange, TableSpec};
 
 /// The one kind of upsert of a batch that goes through `COPY` (rule 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,18 +134,35 @@ impl Bulk {
     }
 }
 
-/// The staging table of `spec` in this session: named after the destination, so two
-/// destinations of one connection do not share one.
+/// The staging table of `spec` in this session: named after the destination and its columns,
+/// so two destinations of one connection (or two shapes of one) do not share one.
 fn stage_name(spec: &TableSpec) -> String {
+    let typed = spec.columns.iter().flat_map(|c| {
+        let kind = c.kind.name().bytes();
+        c.name.bytes().chain([0]).chain(kind).chain([0])
+    });
+    let document = spec
+        .document_column
+        .iter()
+        .flat_map(|d| d.bytes().chain([0]));
     let hash = fnv1a(
         spec.schema
             .bytes()
             .chain([0])
             .chain(spec.table.bytes())
             .chain([0])
-            .chain(spec.key.iter().flat_map(|k| k.name.bytes().chain([0]))),
+            .chain(spec.key.iter().flat_map(|k| k.name.bytes().chain([0])))
+            .chain([1])
+            .chain(document)
+            .chain([1])
+            .chain(typed),
     );
     format!("_ddbpipe_stage_{hash:016x}")
+}
+
+/// The staging table's columns of the typed columns (`c0`, `c1`, …, text).
+fn stage_columns(spec: &TableSpec) -> String {
+    (0..spec.columns.len()).map(|i| format!("c{i}, ")).collect()
 }
 
 fn stage_type(kind: KeyType) -> &'static str {
@@ -161,8 +178,12 @@ fn create_stage_sql(spec: &TableSpec) -> String {
     for (i, key) in spec.key.iter().enumerate() {
         let _ = write!(columns, "k{i} {}, ", stage_type(key.kind));
     }
+    let _ = write!(columns, "doc text, ");
+    for i in 0..spec.columns.len() {
+        let _ = write!(columns, "c{i} text, ");
+    }
     format!(
-        "CREATE TEMP TABLE IF NOT EXISTS {} ({columns}doc text, vms bigint, vseq text, \
+        "CREATE TEMP TABLE IF NOT EXISTS {} ({columns}vms bigint, vseq text, \
          key_text text, op smallint, ord bigint) ON COMMIT DELETE ROWS",
         quote(&stage_name(spec))
     )
@@ -171,9 +192,10 @@ fn create_stage_sql(spec: &TableSpec) -> String {
 fn copy_sql(spec: &TableSpec) -> String {
     let keys: Vec<String> = (0..spec.key.len()).map(|i| format!("k{i}")).collect();
     format!(
-        "COPY {} ({}, doc, vms, vseq, key_text, op, ord) FROM STDIN (FORMAT binary)",
+        "COPY {} ({}, doc, {}vms, vseq, key_text, op, ord) FROM STDIN (FORMAT binary)",
         quote(&stage_name(spec)),
-        keys.join(", ")
+        keys.join(", "),
+        stage_columns(spec)
     )
 }
 
@@ -195,24 +217,17 @@ fn staged_values(spec: &TableSpec, s: &str, marker: &str, vseq: &str) -> String 
         .enumerate()
         .map(|(i, k)| format!("{s}.k{i}{}", super::sql::key_cast(k.kind)))
         .collect();
-    values.push(format!("{s}.doc{}", document::cast(spec.document_type)));
+    if spec.document_column.is_some() {
+        values.push(format!("{s}.doc{}", document::cast(spec.document_type)));
+    }
+    for (i, column) in spec.columns.iter().enumerate() {
+        values.push(format!("{s}.c{i}{}", column_cast(column.kind)));
+    }
     values.push(marker.to_string());
     values.push(format!("$1{UPDATED_AT_CAST}"));
     values.push(format!("{s}.vms"));
     values.push(vseq.to_string());
     values.join(", ")
-}
-
-fn columns(spec: &TableSpec) -> String {
-    format!(
-        "{}, {}, {}, {}, {}, {}",
-        key_list(spec),
-        quote(spec.document_name()),
-        quote(SNAPSHOT_COLUMN),
-        quote(UPDATED_AT_COLUMN),
-        quote(VERSION_MS_COLUMN),
-        quote(VERSION_SEQ_COLUMN)
-    )
 }
 
 /// Rule 5, one statement: each key's last change (`last`, sorted once), the markers of the
@@ -268,7 +283,7 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
          INSERT INTO {table} AS t ({}) SELECT {} FROM last WHERE last.op = 0 \
          ON CONFLICT ({keys}) DO UPDATE SET {}",
         matches.join(" AND "),
-        columns(spec),
+        upsert_columns(spec),
         staged_values(spec, "last", marker, "last.vseq"),
         conflict_set(spec, marked.is_some())
     );
@@ -278,35 +293,24 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
 /// Rule 3: upserts of one kind with distinct keys.
 fn upserts_sql(spec: &TableSpec, bulk: Bulk) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
-    let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
     let version_seq = quote(VERSION_SEQ_COLUMN);
     let keys = key_list(spec);
-    let mut values: Vec<String> = spec
-        .key
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("s.k{i}{}", super::sql::key_cast(k.kind)))
-        .collect();
-    values.push(format!("s.doc{}", document::cast(spec.document_type)));
-    values.push(match bulk {
-        Bulk::Change | Bulk::Changes { .. } => "NULL::bigint".into(),
-        Bulk::Marked { .. } | Bulk::UnlessNewer { .. } => "$2::bigint".into(),
-    });
-    values.push(format!("$1{UPDATED_AT_CAST}"));
-    values.push("s.vms".into());
-    values.push(match bulk {
-        Bulk::UnlessNewer { .. } => "NULL::text".into(),
-        _ => "s.vseq".into(),
-    });
+    let marker_value = match bulk {
+        Bulk::Change | Bulk::Changes { .. } => "NULL::bigint",
+        Bulk::Marked { .. } | Bulk::UnlessNewer { .. } => "$2::bigint",
+    };
+    let vseq = match bulk {
+        Bulk::UnlessNewer { .. } => "NULL::text",
+        _ => "s.vseq",
+    };
     let set = conflict_set(spec, bulk != Bulk::Change);
     let stage = quote(&stage_name(spec));
     let insert = format!(
-        "INSERT INTO {table} AS t ({keys}, {document}, {marker}, {updated_at}, {version_ms}, \
-         {version_seq}) SELECT {} FROM {stage} s",
-        values.join(", ")
+        "INSERT INTO {table} AS t ({}) SELECT {} FROM {stage} s",
+        upsert_columns(spec),
+        staged_values(spec, "s", marker_value, vseq)
     );
     match bulk {
         Bulk::Change | Bulk::Marked { .. } | Bulk::Changes { .. } => {
@@ -328,7 +332,7 @@ fn direct_copy_sql(spec: &TableSpec) -> String {
     format!(
         "COPY {} ({}) FROM STDIN",
         qualified(&spec.schema, &spec.table),
-        columns(spec)
+        upsert_columns(spec)
     )
 }
 
@@ -401,7 +405,13 @@ pub(super) async fn direct(
     pin_mut!(sink);
     let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
     for (row, write) in rows.iter().zip(writes) {
-        let RowChange::Upsert { key, document, .. } = row else {
+        let RowChange::Upsert {
+            key,
+            document,
+            columns,
+            ..
+        } = row
+        else {
             return Err(crate::DbError::fatal("postgres: a delete in a batch of upserts").into());
         };
         let (version_ms, version_seq) = staged_version(write);
@@ -412,8 +422,14 @@ pub(super) async fn direct(
             }
             chunk.put_u8(b'\t');
         }
-        copy_text::text(&mut chunk, document);
-        chunk.put_u8(b'\t');
+        if spec.document_column.is_some() {
+            copy_text::text(&mut chunk, document);
+            chunk.put_u8(b'\t');
+        }
+        for value in columns {
+            copy_text::text_or_null(&mut chunk, value.sql_text().as_deref());
+            chunk.put_u8(b'\t');
+        }
         copy_text::int(&mut chunk, marker);
         chunk.put_u8(b'\t');
         copy_text::text(&mut chunk, updated_at);
@@ -474,15 +490,26 @@ pub(super) async fn write(
 ) -> Result<(), Failure> {
     let sink = tx.copy_in::<_, bytes::Bytes>(&copy_sql(spec)).await?;
     pin_mut!(sink);
-    let fields = u16::try_from(spec.key.len() + 6)
-        .map_err(|_| crate::DbError::fatal("postgres: too many key columns"))?;
+    let fields = u16::try_from(spec.key.len() + spec.columns.len() + 6)
+        .map_err(|_| crate::DbError::fatal("postgres: too many key and typed columns"))?;
     let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
     copy_binary::header(&mut chunk);
     for (ord, ((row, write), key_text)) in rows.iter().zip(writes).zip(key_texts).enumerate() {
-        let (key, document, op): (&[KeyValue], &str, i16) = match row {
-            RowChange::Upsert { key, document, .. } => (key, document, 0),
-            RowChange::Delete { key, .. } => (key, "", 1),
-        };
+        let (key, document, columns, op): (&[KeyValue], Option<&str>, &[ColumnValue], i16) =
+            match row {
+                RowChange::Upsert {
+                    key,
+                    document,
+                    columns,
+                    ..
+                } => (
+                    key,
+                    spec.document_column.as_ref().map(|_| &**document),
+                    columns,
+                    0,
+                ),
+                RowChange::Delete { key, .. } => (key, None, &[], 1),
+            };
         let (version_ms, version_seq) = staged_version(write);
         // `apply` made the key text of exactly these rows (and "" for the others).
         let guard = match (bulk, write) {
@@ -500,7 +527,11 @@ pub(super) async fn write(
                 KeyValue::B(bytes) => copy_binary::bytes(&mut chunk, bytes),
             }
         }
-        copy_binary::bytes(&mut chunk, document.as_bytes());
+        copy_binary::text_or_null(&mut chunk, document);
+        for i in 0..spec.columns.len() {
+            let text = columns.get(i).and_then(ColumnValue::sql_text);
+            copy_binary::text_or_null(&mut chunk, text.as_deref());
+        }
         copy_binary::int8(&mut chunk, version_ms);
         copy_binary::text_or_null(&mut chunk, version_seq);
         copy_binary::text_or_null(&mut chunk, guard);

@@ -16,12 +16,19 @@
 //!    U+0000 and passes.
 //! 3. The batch fails before anything is sent, with a definite error naming the item's key,
 //!    that path and `sink.document_type`.
+//!
+//! Only a document the table keeps is looked at: without a document column
+//! (`sink.document_column: null`) nothing is stored of it.
+//!
+//! # U+0000 in typed columns
+//! 4. A typed `text` column or a `jsonb` one cannot hold U+0000 either ([`stores`]); such a
+//!    value is a mismatch of its column (`sink.on_type_mismatch`), not a failed batch.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::{DocumentType, KeyColumn, KeyValue};
+use crate::{ColumnValue, DocumentType, KeyColumn, KeyValue};
 
 /// The parameter cast of the document: it is bound as text.
 pub(super) fn cast(kind: DocumentType) -> &'static str {
@@ -71,6 +78,16 @@ fn first_nul(value: &Value, path: &mut String) -> bool {
     }
 }
 
+/// Whether a typed column's value can be stored: a `text` or a `jsonb` value holding U+0000
+/// cannot (rule 4; `columns` rule 2 makes it a mismatch).
+pub(super) fn stores(value: &ColumnValue) -> bool {
+    match value {
+        ColumnValue::Text(text) => !text.contains('\0'),
+        ColumnValue::Json(json) => unstorable(DocumentType::Jsonb, json).is_none(),
+        _ => true,
+    }
+}
+
 /// The first string key attribute holding U+0000, which no PostgreSQL text column stores.
 pub(super) fn nul_in_key<'a>(columns: &'a [KeyColumn], key: &[KeyValue]) -> Option<&'a str> {
     columns
@@ -78,26 +95,6 @@ pub(super) fn nul_in_key<'a>(columns: &'a [KeyColumn], key: &[KeyValue]) -> Opti
         .zip(key)
         .find(|(_, value)| matches!(value, KeyValue::S(text) if text.contains('\0')))
         .map(|(column, _)| column.name.as_str())
-}
-
-/// A row's key for messages: `pk "a", sk 12, b 0x0102`.
-pub(super) fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
-    let parts: Vec<String> = columns
-        .iter()
-        .zip(key)
-        .map(|(column, value)| match value {
-            KeyValue::S(text) => format!("{} {text:?}", column.name),
-            KeyValue::N(number) => format!("{} {number}", column.name),
-            KeyValue::B(bytes) => {
-                let mut hex = format!("{} 0x", column.name);
-                for byte in bytes {
-                    let _ = write!(hex, "{byte:02x}");
-                }
-                hex
-            }
-        })
-        .collect();
-    parts.join(", ")
 }
 
 #[cfg(test)]
@@ -152,29 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_described_by_attribute() {
-        let columns = [
-            KeyColumn {
-                name: "pk".into(),
-                kind: crate::KeyType::S,
-            },
-            KeyColumn {
-                name: "n".into(),
-                kind: crate::KeyType::N,
-            },
-            KeyColumn {
-                name: "b".into(),
-                kind: crate::KeyType::B,
-            },
-        ];
-        let key = [
-            KeyValue::S("a\"b".into()),
-            KeyValue::N("12.5".into()),
-            KeyValue::B(vec![1, 0xff]),
-        ];
-        assert_eq!(
-            describe_key(&columns, &key),
-            r#"pk "a\"b", n 12.5, b 0x01ff"#
-        );
+    fn typed_text_and_json_holding_nul_are_not_stored() {
+        assert!(!stores(&ColumnValue::Text("a\0b".into())));
+        assert!(stores(&ColumnValue::Text("a\\0b".into())));
+        assert!(!stores(&ColumnValue::Json(r#"["\u0000"]"#.into())));
+        assert!(stores(&ColumnValue::Json(r#"["\\u0000"]"#.into())));
+        assert!(stores(&ColumnValue::Numeric("1".into())));
+        assert!(stores(&ColumnValue::Null));
     }
 }

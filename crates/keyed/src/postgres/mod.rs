@@ -105,7 +105,10 @@ use self::session::{HeldLock, Shared, holder, lock_key, try_lock};
 use self::sql::{check_identifier, spec_context, table_context, validate};
 use crate::backend::{Backend, Session as ScriptSession};
 use crate::sql::STATE_TABLE;
-use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
+use crate::{
+    ColumnCheck, ColumnValue, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+    TypedColumns,
+};
 
 mod apply;
 mod bulk;
@@ -114,6 +117,7 @@ mod copy_binary;
 pub mod copy_text;
 pub use conninfo::ENVIRONMENT as LIBPQ_ENVIRONMENT;
 mod document;
+mod fill;
 mod migrate;
 mod prepare;
 mod schema;
@@ -205,8 +209,12 @@ impl PostgresDatabase {
 
     /// What a run does first: refuses a session that cannot write (a standby, a read-only
     /// session, a too short `statement_timeout`), then creates or checks the tables (`prepare`
-    /// module).
-    pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+    /// module) and adds the columns the table lacks, filled by `columns` (`fill`).
+    pub(crate) async fn prepare(
+        &self,
+        spec: &TableSpec,
+        columns: Option<&TypedColumns>,
+    ) -> Result<(), DbError> {
         validate(spec)?;
         let context = spec_context(spec);
         let server = self.describe();
@@ -214,7 +222,12 @@ impl PostgresDatabase {
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
             prepare::writable_session(&*client, &server).await?;
-            prepare::create_tables(&*client, spec, migrate::Conversion::Convert).await
+            let plan = prepare::create_tables(&*client, spec, migrate::Conversion::Convert).await?;
+            plan.warn_unused(&context);
+            if plan.alters() {
+                fill::add_columns(client, spec, columns).await?;
+            }
+            Ok(())
         }
         .await;
         let result = session.finish(&self.shared, &context, result);
@@ -222,6 +235,26 @@ impl PostgresDatabase {
             self.shared.set_state_schema(&spec.schema);
         }
         result
+    }
+
+    /// The plan of the table's document and typed columns, as `prepare` would carry it out
+    /// (`crate::columns::plan`); reads only.
+    pub(crate) async fn check_columns(&self, spec: &TableSpec) -> Result<ColumnCheck, DbError> {
+        validate(spec)?;
+        let context = spec_context(spec);
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            match schema::inspect(&*client, spec).await? {
+                Some(existing) => {
+                    let rows = schema::has_rows(&*client, spec).await?;
+                    Ok(existing.plan(spec, rows).check(spec))
+                }
+                None => Ok(ColumnCheck::default()),
+            }
+        }
+        .await;
+        session.finish(&self.shared, &context, result)
     }
 
     pub(crate) async fn lock(&self, pipeline: &str) -> Result<LockAttempt, DbError> {
@@ -299,6 +332,10 @@ impl Backend for PostgresDatabase {
 
     fn check_names(&self, spec: &TableSpec) -> Result<(), DbError> {
         validate(spec)
+    }
+
+    fn stores(&self, value: &ColumnValue) -> bool {
+        document::stores(value)
     }
 
     fn session<'a>(

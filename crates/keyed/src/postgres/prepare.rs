@@ -13,7 +13,10 @@
 //! # The tables
 //! [`create_tables`] is `prepare`'s DDL: the destination table (or the check of an existing
 //! one, and what a table of an earlier ddbpipe lacks: `migrate`), the state and the deleted-key
-//! tables. The run runs it on the connection; `check` runs the very same statements in a
+//! tables. It also plans the document and typed columns of an existing table
+//! (`crate::columns::plan`) and refuses what the plan refuses; the columns the plan adds are
+//! added (and filled) by the run afterwards, in a transaction of their own (`fill`), which
+//! `check` does not rehearse: it reports the plan instead. The run runs it on the connection; `check` runs the very same statements in a
 //! transaction it rolls back, so whatever the run does first — a missing right, a lock it waits
 //! for, a timeout — fails in `check` the same way, and `check` leaves nothing behind
 //! (PostgreSQL's DDL is transactional). One exception: the conversion of `_ddbpipe_updated_at`
@@ -26,11 +29,12 @@ use tokio_postgres::{Client, GenericClient};
 
 use super::migrate::{Conversion, convert_updated_at_sql};
 use super::schema::{
-    create_deleted_sql, create_state_sql, create_table_sql, inspect, may_alter, missing_rights,
-    relation,
+    create_deleted_sql, create_state_sql, create_table_sql, has_rows, inspect, may_alter,
+    missing_rights, relation,
 };
 use super::session::Failure;
 use super::sql::{qualified, spec_context, table_context};
+use crate::columns::ColumnPlan;
 use crate::sql::{DELETED_TABLE, STATE_TABLE, row_count};
 use crate::{DbError, TableSpec};
 
@@ -107,12 +111,13 @@ pub(super) async fn writable_session<C: GenericClient + Sync>(
 /// `prepare`'s DDL on `client` (the connection, or `check`'s transaction that it rolls back):
 /// creates or checks the destination table, brings a table of an earlier ddbpipe up to date
 /// (the version columns; `_ddbpipe_updated_at` converted, or only checked: `conversion`), and
-/// creates the state and deleted-key tables.
-pub(super) async fn create_tables<C: GenericClient + Sync>(
+/// creates the state and deleted-key tables. Returns the plan of the table's document and
+/// typed columns, having refused what it refuses.
+pub(super) async fn create_tables<'s, C: GenericClient + Sync>(
     client: &C,
-    spec: &TableSpec,
+    spec: &'s TableSpec,
     conversion: Conversion,
-) -> Result<(), Failure> {
+) -> Result<ColumnPlan<'s>, Failure> {
     let context = spec_context(spec);
     let existing = match inspect(client, spec).await? {
         Some(existing) => existing,
@@ -131,6 +136,10 @@ pub(super) async fn create_tables<C: GenericClient + Sync>(
         }
     };
     existing.check(spec)?;
+    let plan = existing.plan(spec, has_rows(client, spec).await?);
+    if let Some(refused) = plan.refused() {
+        return Err(DbError::fatal(format!("{context}: {refused}")).into());
+    }
     // A table of an earlier ddbpipe: its rows keep null versions.
     for alter in existing.add_version_columns_sql(spec) {
         client.batch_execute(&alter).await?;
@@ -146,7 +155,7 @@ pub(super) async fn create_tables<C: GenericClient + Sync>(
     client
         .batch_execute(&create_deleted_sql(&spec.schema))
         .await?;
-    Ok(())
+    Ok(plan)
 }
 
 /// `check`'s probe: the session ([`writable_session`]), the schema's rights, the table against
@@ -207,7 +216,11 @@ async fn probe_rights(client: &Client, spec: &TableSpec) -> Result<String, Failu
         Some(existing) => {
             existing.check(spec)?;
             missing_rights(client, existing.oid, &context).await?;
-            let alterations = existing.alterations(spec);
+            let plan = existing.plan(spec, has_rows(client, spec).await?);
+            if let Some(refused) = plan.refused() {
+                return Err(DbError::fatal(format!("{context}: {refused}")).into());
+            }
+            let alterations = existing.alterations(spec, &plan);
             for &alteration in &alterations {
                 may_alter(client, existing.oid, &context, alteration).await?;
             }
@@ -224,6 +237,9 @@ async fn probe_rights(client: &Client, spec: &TableSpec) -> Result<String, Failu
             let mut detail = format!("table '{display}' exists, {} row(s)", row_count(rows));
             for alteration in alterations {
                 let _ = write!(detail, "; {}", alteration.describe());
+            }
+            for note in plan.check(spec).notes {
+                let _ = write!(detail, "; {note}");
             }
             detail
         }

@@ -1,14 +1,16 @@
 //! The schema: inspecting an existing destination table (key columns, columns, document type,
 //! rights) against the spec, the `CREATE TABLE` statements of the table, the state and the
-//! deleted-key markers, and what a table of an earlier ddbpipe lacks (the version columns, a
-//! `timestamptz` `_ddbpipe_updated_at`: `migrate`).
+//! deleted-key markers, what a table of an earlier ddbpipe lacks (the version columns, a
+//! `timestamptz` `_ddbpipe_updated_at`: `migrate`), and the plan of its document and typed
+//! columns (`crate::columns::plan`, carried out by `fill`).
 
 use std::fmt::Write as _;
 
 use tokio_postgres::GenericClient;
 
 use super::session::Failure;
-use super::sql::{key_list, qualified, spec_context, sql_type};
+use super::sql::{column_type, key_list, qualified, spec_context, sql_type};
+use crate::columns::{ColumnPlan, Naming, TableColumn, plan};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
     VERSION_SEQ_COLUMN, quote,
@@ -32,6 +34,8 @@ pub(super) enum Alteration {
     VersionColumns,
     /// Converts `_ddbpipe_updated_at` from `text` to `timestamptz`.
     UpdatedAtType,
+    /// Adds the document or typed columns the table lacks (`crate::columns::plan`).
+    Columns,
 }
 
 impl Alteration {
@@ -46,6 +50,7 @@ impl Alteration {
                  table under an exclusive lock; its times keep their instant, UTC where a value \
                  has no offset)"
             }
+            Alteration::Columns => "run adds the column(s) below",
         }
     }
 
@@ -63,17 +68,28 @@ impl Alteration {
                  as the owner, or convert it: ALTER TABLE … ALTER COLUMN {UPDATED_AT_COLUMN} \
                  TYPE timestamptz USING {UPDATED_AT_COLUMN}::timestamptz"
             ),
+            Alteration::Columns => "lacks columns of sink.columns (or the document column) \
+                 and only its owner can add them; run ddbpipe once as the owner, or add them \
+                 yourself (the types are in docs/sinks.md §7.9)"
+                .to_string(),
         }
     }
 }
+
+/// How PostgreSQL names and compares columns (`columns` rule 6): quoted names exactly, types
+/// as `format_type` writes them.
+pub(super) const NAMING: Naming = Naming {
+    same: |a, b| a == b,
+    type_name: column_type,
+};
 
 /// An existing destination table.
 pub(super) struct Existing {
     pub(super) oid: u32,
     /// Primary key columns in order: (name, type).
     key: Vec<(String, String)>,
-    /// All columns: (name, type).
-    columns: Vec<(String, String)>,
+    /// All columns, with their types as `format_type` writes them.
+    columns: Vec<TableColumn>,
 }
 
 impl Existing {
@@ -104,9 +120,9 @@ impl Existing {
                 list(&wanted)
             )));
         }
-        let missing: Vec<String> = [spec.document_name(), SNAPSHOT_COLUMN, UPDATED_AT_COLUMN]
+        let missing: Vec<String> = [SNAPSHOT_COLUMN, UPDATED_AT_COLUMN]
             .into_iter()
-            .filter(|column| !self.columns.iter().any(|(name, _)| name == column))
+            .filter(|column| !self.has(column))
             .map(quote)
             .collect();
         if !missing.is_empty() {
@@ -116,9 +132,10 @@ impl Existing {
                 missing.join(", ")
             )));
         }
-        if let Some((_, found)) = self.columns.iter().find(|(name, kind)| {
-            name == UPDATED_AT_COLUMN && kind != UPDATED_AT_TYPE && kind != OLD_UPDATED_AT_TYPE
-        }) {
+        if let Some(found) = self
+            .type_of(UPDATED_AT_COLUMN)
+            .filter(|kind| *kind != UPDATED_AT_TYPE && *kind != OLD_UPDATED_AT_TYPE)
+        {
             return Err(DbError::fatal(format!(
                 "{context} exists with {} of type {found}, but ddbpipe writes timestamptz there \
                  (and converts the text of earlier versions); alter the column to timestamptz, \
@@ -127,24 +144,43 @@ impl Existing {
             )));
         }
         let wanted = spec.document_type.name();
-        if let Some((_, found)) = self
-            .columns
-            .iter()
-            .find(|(name, kind)| name == spec.document_name() && kind != wanted)
+        if let Some(document) = &spec.document_column
+            && let Some(found) = self.type_of(document).filter(|kind| *kind != wanted)
         {
             return Err(DbError::fatal(format!(
                 "{context} exists with document column {} of type {found} but \
                  sink.document_type is {wanted}; set sink.document_type to match the table, \
                  or drop it or set sink.table to another name",
-                quote(spec.document_name())
+                quote(document)
             )));
         }
         Ok(())
     }
 
-    /// What `prepare` changes in this table (nothing for a table of this version).
-    pub(super) fn alterations(&self, spec: &TableSpec) -> Vec<Alteration> {
+    /// Whether the table has the column `name`.
+    fn has(&self, name: &str) -> bool {
+        self.type_of(name).is_some()
+    }
+
+    /// The type of the column `name`, when the table has it.
+    fn type_of(&self, name: &str) -> Option<&str> {
+        let column = self.columns.iter().find(|column| column.name == name)?;
+        Some(&column.type_name)
+    }
+
+    /// The plan of `spec`'s document and typed columns over this table, holding rows when
+    /// `has_rows` (`crate::columns::plan`).
+    pub(super) fn plan<'s>(&self, spec: &'s TableSpec, has_rows: bool) -> ColumnPlan<'s> {
+        plan(spec, &self.columns, has_rows, NAMING)
+    }
+
+    /// What `prepare` changes in this table (nothing for a table of this version), its
+    /// columns' plan being `plan`.
+    pub(super) fn alterations(&self, spec: &TableSpec, plan: &ColumnPlan<'_>) -> Vec<Alteration> {
         let mut alterations = Vec::new();
+        if plan.alters() {
+            alterations.push(Alteration::Columns);
+        }
         if !self.add_version_columns_sql(spec).is_empty() {
             alterations.push(Alteration::VersionColumns);
         }
@@ -156,9 +192,7 @@ impl Existing {
 
     /// `_ddbpipe_updated_at` is the `text` of an earlier ddbpipe (`migrate`).
     pub(super) fn updated_at_is_text(&self) -> bool {
-        self.columns
-            .iter()
-            .any(|(name, kind)| name == UPDATED_AT_COLUMN && kind == OLD_UPDATED_AT_TYPE)
+        self.type_of(UPDATED_AT_COLUMN) == Some(OLD_UPDATED_AT_TYPE)
     }
 
     /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS` for each version column the table lacks (none
@@ -166,7 +200,7 @@ impl Existing {
     pub(super) fn add_version_columns_sql(&self, spec: &TableSpec) -> Vec<String> {
         VERSION_COLUMNS
             .iter()
-            .filter(|(name, _)| !self.columns.iter().any(|(have, _)| have == name))
+            .filter(|(name, _)| !self.has(name))
             .map(|(name, kind)| {
                 format!(
                     "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {kind}",
@@ -226,16 +260,35 @@ pub(super) async fn inspect<C: GenericClient + Sync>(
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     let columns = client
         .query(
-            "SELECT attname::text, pg_catalog.format_type(atttypid, atttypmod) \
+            "SELECT attname::text, pg_catalog.format_type(atttypid, atttypmod), \
+             attnotnull AND NOT atthasdef AND attidentity = '' AND attgenerated = '' \
              FROM pg_catalog.pg_attribute \
              WHERE attrelid = $1::oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             &[&oid],
         )
         .await?
         .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .map(|row| {
+            Ok(TableColumn {
+                name: row.try_get(0)?,
+                type_name: row.try_get(1)?,
+                required: row.try_get(2)?,
+            })
+        })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
     Ok(Some(Existing { oid, key, columns }))
+}
+
+/// Whether the destination table (which exists) has a row.
+pub(super) async fn has_rows<C: GenericClient + Sync>(
+    client: &C,
+    spec: &TableSpec,
+) -> Result<bool, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {})",
+        qualified(&spec.schema, &spec.table)
+    );
+    client.query_one(&sql, &[]).await?.try_get(0)
 }
 
 /// Fails naming the rights (of SELECT, INSERT, UPDATE, DELETE) missing on a table. Each right
@@ -298,11 +351,25 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
             sql_type(column.kind)
         );
     }
+    if let Some(document) = &spec.document_column {
+        let _ = write!(
+            sql,
+            "{} {} NOT NULL, ",
+            quote(document),
+            spec.document_type.name()
+        );
+    }
+    for column in &spec.columns {
+        let _ = write!(
+            sql,
+            "{} {}, ",
+            quote(&column.name),
+            column_type(column.kind)
+        );
+    }
     let _ = write!(
         sql,
-        "{} {} NOT NULL, {} bigint, {} timestamptz NOT NULL, ",
-        quote(spec.document_name()),
-        spec.document_type.name(),
+        "{} bigint, {} timestamptz NOT NULL, ",
         quote(SNAPSHOT_COLUMN),
         quote(UPDATED_AT_COLUMN),
     );

@@ -11,7 +11,10 @@ use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
     key_misfit, key_type, quote, repair_older,
 };
-use crate::{DbError, KeyType, KeyValue, TableSpec};
+use crate::{ColumnType, DbError, KeyType, KeyValue, TableSpec};
+
+/// The prefix of ddbpipe's own columns, which a typed column may not take.
+const OWN_PREFIX: &str = "_ddbpipe_";
 
 /// The parameter cast of `_ddbpipe_updated_at`: RFC 3339 text, stored as `timestamptz`.
 pub(super) const UPDATED_AT_CAST: &str = "::text::timestamptz";
@@ -49,7 +52,7 @@ pub(super) fn check_identifier(name: &str, what: &str, context: &str) -> Result<
     Ok(())
 }
 
-/// Names that fit PostgreSQL, and no column twice.
+/// Names that fit PostgreSQL, and no column twice; no typed column named like ddbpipe's own.
 pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
     if spec.table.len() > MAX_IDENTIFIER_BYTES {
         return Err(DbError::fatal(format!(
@@ -63,9 +66,20 @@ pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
     if spec.key.is_empty() {
         return Err(DbError::fatal(format!("{context}: no key columns")));
     }
+    for column in &spec.columns {
+        if column.name.starts_with(OWN_PREFIX) {
+            return Err(DbError::fatal(format!(
+                "{context}: the typed column '{}' starts with {OWN_PREFIX}, reserved for \
+                 ddbpipe's columns; give it another name in sink.columns",
+                column.name
+            )));
+        }
+    }
     let mut columns: Vec<&str> = Vec::new();
-    for column in spec.key.iter().map(|k| k.name.as_str()).chain([
-        spec.document_name(),
+    let typed = spec.columns.iter().map(|c| c.name.as_str());
+    let names = spec.key.iter().map(|k| k.name.as_str());
+    let names = names.chain(spec.document_column.as_deref()).chain(typed);
+    for column in names.chain([
         SNAPSHOT_COLUMN,
         UPDATED_AT_COLUMN,
         VERSION_MS_COLUMN,
@@ -74,14 +88,56 @@ pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
         check_identifier(column, "column", &context)?;
         if columns.contains(&column) {
             return Err(DbError::fatal(format!(
-                "{context}: column '{column}' is used twice (key attributes, document column and \
-                 ddbpipe's own {SNAPSHOT_COLUMN}, {UPDATED_AT_COLUMN}, {VERSION_MS_COLUMN} and \
-                 {VERSION_SEQ_COLUMN} must differ)"
+                "{context}: column '{column}' is used twice (key attributes, document column, \
+                 typed columns and ddbpipe's own {SNAPSHOT_COLUMN}, {UPDATED_AT_COLUMN}, \
+                 {VERSION_MS_COLUMN} and {VERSION_SEQ_COLUMN} must differ)"
             )));
         }
         columns.push(column);
     }
     Ok(())
+}
+
+/// The type of a typed column (docs/sinks.md §7.9) as `format_type` names it, which is also
+/// how the table is created.
+pub(super) fn column_type(kind: ColumnType) -> &'static str {
+    match kind {
+        ColumnType::Text => "text",
+        ColumnType::Numeric => "numeric",
+        ColumnType::Bigint => "bigint",
+        ColumnType::Double => "double precision",
+        ColumnType::Boolean => "boolean",
+        ColumnType::Timestamptz => "timestamp with time zone",
+        ColumnType::Jsonb => "jsonb",
+    }
+}
+
+/// The parameter cast of a typed column: every value goes as its text
+/// (`ColumnValue::sql_text`), parsed by the server into the column's type.
+pub(super) fn column_cast(kind: ColumnType) -> &'static str {
+    match kind {
+        ColumnType::Text => "::text",
+        ColumnType::Numeric => "::text::numeric",
+        ColumnType::Bigint => "::text::bigint",
+        ColumnType::Double => "::text::float8",
+        ColumnType::Boolean => "::text::boolean",
+        ColumnType::Timestamptz => "::text::timestamptz",
+        ColumnType::Jsonb => "::text::jsonb",
+    }
+}
+
+/// The columns an upsert writes after the key (`crate::sql` rule 8), quoted, each with the
+/// cast of its text: the document (to the document type), then the typed columns.
+pub(super) fn value_casts(spec: &TableSpec) -> Vec<(String, &'static str)> {
+    let document = spec
+        .document_column
+        .iter()
+        .map(|name| (quote(name), document::cast(spec.document_type)));
+    let typed = spec
+        .columns
+        .iter()
+        .map(|column| (quote(&column.name), column_cast(column.kind)));
+    document.chain(typed).collect()
 }
 
 /// The key values match the key columns in number and type.
@@ -136,31 +192,37 @@ pub(super) fn key_list(spec: &TableSpec) -> String {
         .join(", ")
 }
 
-/// Which upsert statement a row change takes (see `crate::sql::Write`).
+/// Which upsert statement a row change takes (see `crate::sql::Write`). The values are the
+/// document (when the table keeps one) and the typed columns (`value_casts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum UpsertKind {
-    /// Parameters: the keys, the document, `_ddbpipe_updated_at`, the version's time and
+    /// Parameters: the keys, the values, `_ddbpipe_updated_at`, the version's time and
     /// sequence. The marker is not updated (a new row gets null).
     Change,
-    /// Parameters: the keys, the document, the snapshot id, `_ddbpipe_updated_at`, the version's
+    /// Parameters: the keys, the values, the snapshot id, `_ddbpipe_updated_at`, the version's
     /// time and sequence. The marker becomes the id.
     Marked,
-    /// Parameters: the keys, the document, the snapshot id, `_ddbpipe_updated_at`, the read
+    /// Parameters: the keys, the values, the snapshot id, `_ddbpipe_updated_at`, the read
     /// time, the cutoff, the table name and the key text (`crate::sql::key_text`). Writes
     /// nothing when a deleted-key marker or a stream-written row of this snapshot is newer than
     /// the cutoff (a null time counts as newer); otherwise as `Marked`, with no sequence.
     UnlessNewer,
 }
 
-/// The conflict update of an upsert: the document and the version, and the marker when the
-/// upsert marks its row (every upsert statement, per row or in bulk, takes this one).
+/// The conflict update of an upsert: the values (document and typed columns) and the
+/// version, and the marker when the upsert marks its row (every upsert statement, per row or
+/// in bulk, takes this one).
 pub(super) fn conflict_set(spec: &TableSpec, marked: bool) -> String {
-    let document = quote(spec.document_name());
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
     let version_seq = quote(VERSION_SEQ_COLUMN);
-    let mut set = format!(
-        "{document} = EXCLUDED.{document}, {updated_at} = EXCLUDED.{updated_at}, \
+    let mut set = String::new();
+    for (column, _) in value_casts(spec) {
+        let _ = write!(set, "{column} = EXCLUDED.{column}, ");
+    }
+    let _ = write!(
+        set,
+        "{updated_at} = EXCLUDED.{updated_at}, \
          {version_ms} = EXCLUDED.{version_ms}, {version_seq} = EXCLUDED.{version_seq}"
     );
     if marked {
@@ -170,11 +232,28 @@ pub(super) fn conflict_set(spec: &TableSpec, marked: bool) -> String {
     set
 }
 
+/// The destination's columns an upsert writes, in order: the keys, the values, the marker,
+/// `_ddbpipe_updated_at` and the version (every upsert, per row, in bulk or copied, names them
+/// so).
+pub(super) fn upsert_columns(spec: &TableSpec) -> String {
+    let mut columns = key_list(spec);
+    for (column, _) in value_casts(spec) {
+        let _ = write!(columns, ", {column}");
+    }
+    for own in [
+        SNAPSHOT_COLUMN,
+        UPDATED_AT_COLUMN,
+        VERSION_MS_COLUMN,
+        VERSION_SEQ_COLUMN,
+    ] {
+        let _ = write!(columns, ", {}", quote(own));
+    }
+    columns
+}
+
 pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
-    let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
     let version_seq = quote(VERSION_SEQ_COLUMN);
     let mut values: Vec<String> = spec
@@ -188,7 +267,9 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
         n += 1;
         format!("${n}{cast}")
     };
-    values.push(param(document::cast(spec.document_type)));
+    for (_, cast) in value_casts(spec) {
+        values.push(param(cast));
+    }
     values.push(match kind {
         UpsertKind::Change => "NULL".to_string(),
         UpsertKind::Marked | UpsertKind::UnlessNewer => param("::bigint"),
@@ -201,8 +282,7 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
     });
     let set = conflict_set(spec, kind != UpsertKind::Change);
     let keys = key_list(spec);
-    let columns =
-        format!("{keys}, {document}, {marker}, {updated_at}, {version_ms}, {version_seq}");
+    let columns = upsert_columns(spec);
     let values = values.join(", ");
     if kind != UpsertKind::UnlessNewer {
         return format!(
@@ -223,42 +303,48 @@ pub(super) fn upsert_sql(spec: &TableSpec, kind: UpsertKind) -> String {
     )
 }
 
-/// A repair's upsert (`crate::sql::Write::RepairUpsert`). Parameters: the keys, the document,
-/// the repair id, `_ddbpipe_updated_at`, the write time. Replaces an older row's document and
+/// A repair's upsert (`crate::sql::Write::RepairUpsert`). Parameters: the keys, the values,
+/// the repair id, `_ddbpipe_updated_at`, the write time. Replaces an older row's values and
 /// version, marks the row with the id either way.
 pub(super) fn repair_upsert_sql(spec: &TableSpec) -> String {
     let table = qualified(&spec.schema, &spec.table);
-    let document = quote(spec.document_name());
     let marker = quote(SNAPSHOT_COLUMN);
     let updated_at = quote(UPDATED_AT_COLUMN);
     let version_ms = quote(VERSION_MS_COLUMN);
     let version_seq = quote(VERSION_SEQ_COLUMN);
-    let n = spec.key.len();
+    let written = value_casts(spec);
     let mut values: Vec<String> = spec
         .key
         .iter()
         .enumerate()
         .map(|(i, k)| format!("${}{}", i + 1, key_cast(k.kind)))
         .collect();
-    values.push(format!("${}{}", n + 1, document::cast(spec.document_type)));
-    values.push(format!("${}::bigint", n + 2));
-    values.push(format!("${}{UPDATED_AT_CAST}", n + 3));
-    values.push(format!("${}::bigint", n + 4));
+    let mut n = spec.key.len();
+    for (_, cast) in &written {
+        n += 1;
+        values.push(format!("${n}{cast}"));
+    }
+    values.push(format!("${}::bigint", n + 1));
+    values.push(format!("${}{UPDATED_AT_CAST}", n + 2));
+    values.push(format!("${}::bigint", n + 3));
     values.push("NULL".into());
     let older = repair_older("t", &format!("EXCLUDED.{version_ms}"));
     let keep = |column: &str| {
         format!("{column} = CASE WHEN {older} THEN EXCLUDED.{column} ELSE t.{column} END")
     };
-    let keys = key_list(spec);
+    let kept: Vec<String> = written
+        .iter()
+        .map(|(column, _)| column)
+        .chain([&updated_at, &version_seq, &version_ms])
+        .map(|column| keep(column))
+        .collect();
     format!(
-        "INSERT INTO {table} AS t ({keys}, {document}, {marker}, {updated_at}, {version_ms}, \
-         {version_seq}) VALUES ({}) ON CONFLICT ({keys}) DO UPDATE SET {}, {}, {}, {}, \
+        "INSERT INTO {table} AS t ({}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}, \
          {marker} = EXCLUDED.{marker}",
+        upsert_columns(spec),
         values.join(", "),
-        keep(&document),
-        keep(&updated_at),
-        keep(&version_seq),
-        keep(&version_ms),
+        key_list(spec),
+        kept.join(", "),
     )
 }
 

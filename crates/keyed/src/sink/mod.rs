@@ -8,6 +8,12 @@
 //!   fails the run naming the record's `event_id` and shard. `r` rows written while a snapshot
 //!   is open carry its id (docs/sinks.md §7.4).
 //!
+//! An upsert's typed columns (docs/sinks.md §7.9) are read from the same document (`after`)
+//! by the sink's [`TypedColumns`]: the reader of `value_format` and `sink.on_type_mismatch`
+//! ([`KeyedSink::on_type_mismatch`]; `crate::columns` says how a mismatch is stored, counted
+//! or fails the batch). A mismatch under `fail` fails the batch before anything of it is
+//! written, as a record that cannot become a row does.
+//!
 //! Key values follow `value_format`: plain `S` strings, `N` numbers (a JSON number's text, or
 //! the string §3.2 writes for a number no double holds), `B` base64; typed `{"S": …}`,
 //! `{"N": "<text>"}`, `{"B": "<base64>"}`. Scan and stream records of one pipeline render keys
@@ -35,7 +41,8 @@ mod rows;
 
 use crate::state::DatabaseStore;
 use crate::{
-    CloseSnapshot, Database, DbError, FenceWrite, RowChange, SnapshotGuard, StateWrite, TableSpec,
+    CloseSnapshot, Database, DbError, FenceWrite, OnMismatch, RowChange, SnapshotGuard, StateWrite,
+    TableSpec, TypedColumns,
 };
 
 /// How failed transactions are retried.
@@ -57,12 +64,16 @@ pub struct KeyedSink {
     /// The pipeline's state in `db`, shared with the checkpointer's store.
     state: DatabaseStore,
     format: ValueFormat,
+    /// The typed columns' reader (of `format`) and `on_type_mismatch`.
+    columns: TypedColumns,
     records: Records,
     retry: SinkRetry,
 }
 
 impl KeyedSink {
-    /// A sink writing `records` into `table` of `db`; call [`prepare`](Self::prepare) first.
+    /// A sink writing `records` into `table` of `db`, its documents rendered in `format`, a
+    /// mismatch of a typed column stored as NULL (see [`on_type_mismatch`](Self::on_type_mismatch));
+    /// call [`prepare`](Self::prepare) first.
     pub fn new(
         db: Database,
         table: TableSpec,
@@ -72,6 +83,7 @@ impl KeyedSink {
     ) -> Self {
         KeyedSink {
             state: DatabaseStore::new(db.clone(), table.clone()),
+            columns: TypedColumns::new(table.columns.clone(), format, OnMismatch::default()),
             db,
             table,
             format,
@@ -80,20 +92,25 @@ impl KeyedSink {
         }
     }
 
+    /// What a value that does not fit its typed column does (`sink.on_type_mismatch`,
+    /// docs/sinks.md §7.9): [`OnMismatch::Null`] (the default) or [`OnMismatch::Fail`]. It
+    /// applies to the sink's batches and to the fill of a column `prepare` adds.
+    pub fn on_type_mismatch(mut self, on_mismatch: OnMismatch) -> Self {
+        self.columns = TypedColumns::new(self.table.columns.clone(), self.format, on_mismatch);
+        self
+    }
+
     /// The position store of the pipeline in the sink's database, sharing what the sink's
     /// batches commit: the checkpointer's store when the sink writes the batches.
     pub fn state_store(&self) -> DatabaseStore {
         self.state.clone()
     }
 
-    /// Creates or checks the destination table and the state table.
+    /// Creates or checks the destination table and the state table, adding (and filling)
+    /// the typed columns a table lacks ([`Database::prepare_with`]).
     pub async fn prepare(&self) -> Result<(), SinkError> {
-        // INTERFACE STEP (issue 28): the backends learn typed columns in the next step.
-        if self.table.document_column.is_none() || !self.table.columns.is_empty() {
-            return Err(self.error("typed columns are not written yet".into()));
-        }
         self.db
-            .prepare(&self.table)
+            .prepare_with(&self.table, &self.columns)
             .await
             .map_err(|e| self.db_error(e))
     }

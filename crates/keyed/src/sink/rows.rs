@@ -1,6 +1,7 @@
 //! Records to row changes (module docs of `sink`, "From records to rows"): an item's key
-//! attributes, an envelope's operation, key values in `value_format`, converted on several
-//! threads for large batches.
+//! attributes, an envelope's operation, key values in `value_format`, an upsert's typed
+//! columns from its document (`crate::columns`), converted on several threads for large
+//! batches.
 
 use std::borrow::Cow;
 
@@ -12,7 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::KeyedSink;
-use crate::{KeyType, KeyValue, RowChange, Version};
+use crate::sql::describe_key;
+use crate::{ColumnValue, KeyType, KeyValue, RowChange, Version};
 
 impl KeyedSink {
     /// The row changes of a batch, in order.
@@ -35,9 +37,7 @@ impl KeyedSink {
             let text = std::str::from_utf8(line)
                 .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
             match self.records {
-                Records::Items => self
-                    .item_row(text)
-                    .map_err(|problem| format!("item {}: {problem}", short(text))),
+                Records::Items => self.item_row(text),
                 Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms, repair),
             }
         };
@@ -72,17 +72,32 @@ impl KeyedSink {
         Ok(rows)
     }
 
+    /// An item's upsert. A record that cannot become a row is named by its start; a typed
+    /// column's mismatch names the item's key, never a value (`crate::columns` rule 4).
     fn item_row(&self, text: &str) -> Result<RowChange, String> {
+        let unreadable = |problem: String| format!("item {}: {problem}", short(text));
         let found = self
             .key_attributes(text)
-            .map_err(|e| format!("not a JSON object: {e}"))?;
+            .map_err(|e| unreadable(format!("not a JSON object: {e}")))?;
+        let key = self.key_of(&found).map_err(unreadable)?;
         Ok(RowChange::Upsert {
-            key: self.key_of(&found)?,
+            columns: self.column_values(text, &key)?,
+            key,
             document: text.to_string(),
-            columns: Vec::new(),
             snapshot: false,
             version: Version::default(),
         })
+    }
+
+    /// The typed columns of an upsert of `key` whose document is `document` (`crate::columns`
+    /// rules 1–4).
+    fn column_values(&self, document: &str, key: &[KeyValue]) -> Result<Vec<ColumnValue>, String> {
+        if self.columns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let stores = |value: &ColumnValue| self.db.stores(value);
+        self.columns
+            .values(document, stores, || describe_key(&self.table.key, key))
     }
 
     /// The values of the key attributes of the JSON object `text`, in key-column order (this
@@ -144,10 +159,14 @@ impl KeyedSink {
                         self.kind()
                     )
                 })?;
+                let key = key()?;
+                let columns = self
+                    .column_values(after.get(), &key)
+                    .map_err(|problem| format!("{}: {problem}", record()))?;
                 Ok(RowChange::Upsert {
-                    key: key()?,
+                    key,
                     document: after.get().to_string(),
-                    columns: Vec::new(),
+                    columns,
                     snapshot: snapshot_open && envelope.op == "r",
                     version,
                 })

@@ -14,7 +14,8 @@
 //! CREATE TABLE IF NOT EXISTS "orders" (
 //!     "pk" TEXT NOT NULL,                 -- S → TEXT, N → TEXT (the exact number text), B → BLOB
 //!     "sk" TEXT NOT NULL,
-//!     "doc" TEXT NOT NULL,                -- the item JSON
+//!     "doc" TEXT NOT NULL,                -- the item JSON (none with document_column: null)
+//!     "total" TEXT, "qty" INTEGER,        -- the typed columns, nullable (see "Typed columns")
 //!     "_ddbpipe_snapshot" INTEGER,        -- the id of the snapshot that last wrote the row, or null
 //!     "_ddbpipe_updated_at" TEXT NOT NULL, -- RFC 3339 UTC with milliseconds
 //!     "_ddbpipe_version_ms" INTEGER,      -- the version of the last write (docs/mirror.md §5.6)
@@ -27,8 +28,9 @@
 //! TABLE … ADD COLUMN`; its rows keep null versions). Each row change is written as
 //! `crate::sql::plan` decides:
 //!
-//! - an upsert is `INSERT … ON CONFLICT ("pk", "sk") DO UPDATE SET "doc" = excluded."doc", …`
-//!   writing the version; with a snapshot open it also sets `_ddbpipe_snapshot` to the id,
+//! - an upsert is `INSERT … ON CONFLICT ("pk", "sk") DO UPDATE SET "doc" = excluded."doc",
+//!   "total" = excluded."total", …` writing the typed columns beside the document, and the
+//!   version (a repair's upsert keeps or replaces each of them, the document's way); with a snapshot open it also sets `_ddbpipe_snapshot` to the id,
 //!   otherwise the marker is left out of the update (a new row gets null);
 //! - a snapshot row with a version is `INSERT … SELECT ?1, … WHERE NOT EXISTS (a newer
 //!   deleted-key marker) ON CONFLICT … DO UPDATE SET … WHERE NOT (the row was written by a
@@ -43,6 +45,18 @@
 //!
 //! The state lives in `"_ddbpipe_state" (pipeline, part, value, updated_at)`, primary key
 //! `(pipeline, part)`, `value` being JSON text.
+//!
+//! # Typed columns
+//! Declared types (docs/sinks.md §7.9): `text`, `numeric` (the exact digits), `timestamptz`
+//! (`timestamp_text`: RFC 3339 UTC, six fraction digits) and `jsonb` (the JSON) are `TEXT`;
+//! `bigint` and `boolean` (0/1) `INTEGER`; `double` `REAL`. Values are bound as such. Since
+//! four types share `TEXT` (and two `INTEGER`), a type changed between those cannot be seen
+//! in the table: only a change of declared type is refused. At the start of a run the
+//! configured columns are compared with the table (`crate::columns::plan`, in the transaction
+//! of `prepare`): an added column is `ALTER TABLE … ADD COLUMN "c" <type>` and, over rows,
+//! filled from their documents by one `UPDATE` calling the sink's reader (`fill`). A document
+//! column added to an empty table is nullable `TEXT` (SQLite adds no `NOT NULL` column
+//! without a default).
 //!
 //! # The transaction rule
 //! [`apply`](SqliteDatabase::apply) and the scripts of `crate::database` (closing a snapshot
@@ -72,17 +86,25 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use self::schema::{
-    CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, add_version_columns_sql, check_columns,
-    create_table_sql, inspect, spec_key_text, validate_spec,
+    CREATE_DELETED_SQL, CREATE_STATE_SQL, Found, NAMING, add_column_sql, add_version_columns_sql,
+    check_existing, column_type, create_table_sql, inspect, spec_key_text, table_columns,
+    validate_spec,
 };
 use self::session::Connected;
-use self::sql::{Statements, TableSql, check_key, count};
+use self::sql::{RowValues, Statements, TableSql, check_key, count, has_rows};
 use crate::backend::{Backend, Session, Transaction as _};
+use crate::columns::ColumnPlan;
 use crate::database::write_state;
 use crate::fence;
-use crate::sql::{DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, now_rfc3339, plan, row_key};
-use crate::{DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec};
+use crate::sql::{
+    DELETED_TABLE, NoSnapshotOpen, STATE_TABLE, columns_misfit, now_rfc3339, plan, quote, row_key,
+};
+use crate::{
+    ColumnCheck, ColumnValue, DbError, LockAttempt, LockHolder, RowChange, StateWrite, TableSpec,
+    TypedColumns,
+};
 
+mod fill;
 mod lock;
 mod schema;
 mod session;
@@ -194,15 +216,34 @@ impl SqliteDatabase {
         .await
     }
 
-    pub(crate) async fn prepare(&self, spec: &TableSpec) -> Result<(), DbError> {
+    pub(crate) async fn prepare(
+        &self,
+        spec: &TableSpec,
+        columns: Option<&TypedColumns>,
+    ) -> Result<(), DbError> {
         validate_spec(spec).map_err(|m| self.message(&spec.table, &m))?;
         self.with_conn(|c| {
             let tx = c
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| self.error(&spec.table, &e))?;
-            self.set_up(&tx, spec)?;
+            self.set_up(&tx, spec, SetUp::Run(columns))?;
             tx.commit().map_err(|e| self.error(&spec.table, &e))
+        })
+        .await
+    }
+
+    pub(crate) async fn check_columns(&self, spec: &TableSpec) -> Result<ColumnCheck, DbError> {
+        validate_spec(spec).map_err(|m| self.message(&spec.table, &m))?;
+        self.with_conn(|c| {
+            let err = |e: rusqlite::Error| self.error(&spec.table, &e);
+            match inspect(&c.conn, &spec.table).map_err(err)? {
+                Found::Table(columns) => {
+                    let rows = has_rows(&c.conn, &spec.table).map_err(err)?;
+                    Ok(plan_of(spec, &columns, rows).check(spec))
+                }
+                Found::Missing | Found::Other(_) => Ok(ColumnCheck::default()),
+            }
         })
         .await
     }
@@ -217,6 +258,9 @@ impl SqliteDatabase {
         let mut writes = Vec::with_capacity(rows.len());
         for (index, row) in rows.iter().enumerate() {
             check_key(spec, index, row_key(row)).map_err(|m| self.message(&spec.table, &m))?;
+            if let Some(misfit) = columns_misfit(spec, index, row) {
+                return Err(self.message(&spec.table, &misfit));
+            }
             writes.push(plan(row, snapshot_id).map_err(|NoSnapshotOpen| {
                 self.message(
                     &spec.table,
@@ -237,11 +281,16 @@ impl SqliteDatabase {
         blocking(|| {
             let mut statements = Statements::new(&tx.conn.conn, &sql);
             rows.iter().zip(&writes).try_for_each(|(row, write)| {
-                let document = match row {
-                    RowChange::Upsert { document, .. } => document.as_str(),
-                    RowChange::Delete { .. } => "",
+                let values = match row {
+                    RowChange::Upsert {
+                        document, columns, ..
+                    } => RowValues { document, columns },
+                    RowChange::Delete { .. } => RowValues {
+                        document: "",
+                        columns: &[],
+                    },
                 };
-                statements.write(spec, row_key(row), document, &updated_at, write)
+                statements.write(spec, row_key(row), &values, &updated_at, write)
             })
         })
         .map_err(|e| self.error(&spec.table, &e))?;
@@ -261,7 +310,7 @@ impl SqliteDatabase {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(err)?;
             // What `prepare` does, rolled back: the file is writable and the table usable.
-            let detail = if self.set_up(&tx, spec)? {
+            let detail = if self.set_up(&tx, spec, SetUp::Probe)? {
                 format!(
                     "{shown}: table '{}' will be created, key {}",
                     spec.table,
@@ -291,9 +340,15 @@ impl SqliteDatabase {
     }
 
     /// In `tx`: creates the destination table when missing and allowed (`true`), or checks an
-    /// existing one and adds the version columns a table of an earlier ddbpipe lacks; then
-    /// creates `_ddbpipe_state` and `_ddbpipe_deleted` when missing.
-    fn set_up(&self, tx: &rusqlite::Transaction<'_>, spec: &TableSpec) -> Result<bool, DbError> {
+    /// existing one, adds the version columns a table of an earlier ddbpipe lacks and carries
+    /// out the plan of its document and typed columns (`mode`); then creates `_ddbpipe_state`
+    /// and `_ddbpipe_deleted` when missing.
+    fn set_up(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        spec: &TableSpec,
+        mode: SetUp<'_>,
+    ) -> Result<bool, DbError> {
         let err = |e: rusqlite::Error| self.error(&spec.table, &e);
         let found = inspect(tx, &spec.table).map_err(err)?;
         let created = matches!(found, Found::Missing) && spec.create_table;
@@ -306,12 +361,74 @@ impl SqliteDatabase {
             for alter in add_version_columns_sql(spec, columns) {
                 tx.execute_batch(&alter).map_err(err)?;
             }
+            let rows = has_rows(tx, &spec.table).map_err(err)?;
+            let plan = plan_of(spec, columns, rows);
+            if let Some(refused) = plan.refused() {
+                return Err(self.message(&spec.table, &refused));
+            }
+            if let SetUp::Run(reader) = mode {
+                self.alter(tx, spec, &plan, reader)?;
+            }
         }
         tx.execute_batch(CREATE_STATE_SQL)
             .map_err(|e| self.error(STATE_TABLE, &e))?;
         tx.execute_batch(CREATE_DELETED_SQL)
             .map_err(|e| self.error(DELETED_TABLE, &e))?;
         Ok(created)
+    }
+
+    /// Makes the additions of `plan` in `tx`: the document column, each typed column, filled
+    /// over rows by `reader` (see the module docs, "Typed columns").
+    fn alter(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        spec: &TableSpec,
+        plan: &ColumnPlan<'_>,
+        reader: Option<&TypedColumns>,
+    ) -> Result<(), DbError> {
+        let err = |e: rusqlite::Error| self.error(&spec.table, &e);
+        plan.warn_unused(&spec.table);
+        if plan.add_document
+            && let Some(document) = &spec.document_column
+        {
+            tx.execute_batch(&add_column_sql(spec, document, "TEXT"))
+                .map_err(err)?;
+        }
+        for column in &plan.added {
+            tx.execute_batch(&add_column_sql(
+                spec,
+                &column.name,
+                column_type(column.kind),
+            ))
+            .map_err(err)?;
+            let Some(document) = spec.document_column.as_deref().filter(|_| plan.fill) else {
+                continue;
+            };
+            let Some(reader) = reader else {
+                return Err(self.message(
+                    &spec.table,
+                    &format!(
+                        "column {} is to be filled for the table's rows, which needs the reader \
+                         of their documents (Database::prepare_with)",
+                        quote(&column.name)
+                    ),
+                ));
+            };
+            let filled = fill::fill(tx, spec, document, column, reader);
+            filled.map_err(|e| {
+                DbError::retryable_if(
+                    is_retryable(&e),
+                    format!(
+                        "sqlite table '{}' in {}: column {} was added and could not be filled \
+                         for the table's rows (nothing was changed): {e}",
+                        spec.table,
+                        self.shared.path.display(),
+                        quote(&column.name)
+                    ),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// Checks an existing table (or its absence, `create_table` being false) against `spec`.
@@ -331,7 +448,7 @@ impl SqliteDatabase {
             }
             Found::Table(columns) => columns,
         };
-        check_columns(spec, columns).map_err(|m| {
+        check_existing(spec, columns).map_err(|m| {
             DbError::fatal(format!(
                 "sqlite table '{table}' in {shown} {m}: choose another sink.table or drop the table"
             ))
@@ -374,6 +491,11 @@ impl Backend for SqliteDatabase {
         Ok(())
     }
 
+    fn stores(&self, _: &ColumnValue) -> bool {
+        // TEXT holds any string, U+0000 included.
+        true
+    }
+
     fn session<'a>(
         &'a self,
         _: Option<&'a TableSpec>,
@@ -404,6 +526,25 @@ impl Conn {
         self.sql.insert(spec.table.clone(), Arc::clone(&sql));
         sql
     }
+}
+
+/// What `set_up` does with the document and typed columns of an existing table.
+#[derive(Clone, Copy)]
+enum SetUp<'c> {
+    /// `prepare`: refuses what the plan refuses, makes its additions and fills them with the
+    /// reader (`None`: a fill is refused).
+    Run(Option<&'c TypedColumns>),
+    /// `check`'s probe (rolled back): refuses what the plan refuses, changes nothing.
+    Probe,
+}
+
+/// The plan of `spec`'s document and typed columns over an existing table (`crate::columns`).
+fn plan_of<'s>(
+    spec: &'s TableSpec,
+    columns: &[schema::ColumnInfo],
+    has_rows: bool,
+) -> ColumnPlan<'s> {
+    crate::columns::plan(spec, &table_columns(columns), has_rows, NAMING)
 }
 
 /// SQLite busy/locked: another connection holds the lock; the transaction can be retried.

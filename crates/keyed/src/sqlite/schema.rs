@@ -1,14 +1,15 @@
 //! The schema: validating a spec's names, inspecting an existing table against it, the
-//! `CREATE TABLE` statements of the destination, the state and the deleted-key markers, and
-//! adding the version columns to a table of an earlier ddbpipe (see the `sqlite` module docs,
-//! "The SQL shape").
+//! `CREATE TABLE` statements of the destination, the state and the deleted-key markers, adding
+//! the version columns to a table of an earlier ddbpipe, and the typed columns' declared
+//! types and additions (see the `sqlite` module docs, "The SQL shape" and "Typed columns").
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::columns::{Naming, TableColumn};
 use crate::sql::{
     SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, quote,
 };
-use crate::{KeyColumn, KeyType, TableSpec};
+use crate::{ColumnType, KeyColumn, KeyType, TableSpec};
 
 /// The prefix reserved for ddbpipe's own columns and tables.
 const RESERVED_PREFIX: &str = "_ddbpipe_";
@@ -45,6 +46,8 @@ pub(super) struct ColumnInfo {
     declared: String,
     /// The 1-based position in the primary key, 0 when not in it.
     pk: i64,
+    /// `NOT NULL` without a default value.
+    required: bool,
 }
 
 /// Looks `table` up in the main schema (names compare case-insensitively, as in SQLite).
@@ -60,7 +63,8 @@ pub(super) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found>
         None => Ok(Found::Missing),
         Some("table") => {
             let mut stmt = conn.prepare_cached(
-                "SELECT name, type, pk FROM pragma_table_info(?1, 'main') ORDER BY cid",
+                "SELECT name, type, pk, \"notnull\" AND dflt_value IS NULL \
+                 FROM pragma_table_info(?1, 'main') ORDER BY cid",
             )?;
             let columns = stmt
                 .query_map([table], |row| {
@@ -68,6 +72,7 @@ pub(super) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found>
                         name: row.get(0)?,
                         declared: row.get(1)?,
                         pk: row.get(2)?,
+                        required: row.get(3)?,
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -77,8 +82,9 @@ pub(super) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found>
     }
 }
 
-/// Compares an existing table's columns with `spec`: `Err` completes "sqlite table 'x' in f …".
-pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<(), String> {
+/// Compares an existing table's key columns and ddbpipe's own columns with `spec` (the others
+/// are `crate::columns::plan`'s): `Err` completes "sqlite table 'x' in f …".
+pub(super) fn check_existing(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<(), String> {
     let mut key: Vec<&ColumnInfo> = columns.iter().filter(|c| c.pk > 0).collect();
     key.sort_by_key(|c| c.pk);
     let same_key = key.len() == spec.key.len()
@@ -98,7 +104,6 @@ pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<
         ));
     }
     for (wanted, what) in [
-        (spec.document_name(), "the document column"),
         (SNAPSHOT_COLUMN, "the snapshot marker"),
         (UPDATED_AT_COLUMN, "the update time"),
     ] {
@@ -107,6 +112,46 @@ pub(super) fn check_columns(spec: &TableSpec, columns: &[ColumnInfo]) -> Result<
         }
     }
     Ok(())
+}
+
+/// How SQLite names and compares columns (`columns` rule 6): names ignoring ASCII case,
+/// typed columns by their declared types.
+pub(super) const NAMING: Naming = Naming {
+    same: str::eq_ignore_ascii_case,
+    type_name: column_type,
+};
+
+/// The columns of an existing table, for `crate::columns::plan`.
+pub(super) fn table_columns(columns: &[ColumnInfo]) -> Vec<TableColumn> {
+    columns
+        .iter()
+        .map(|c| TableColumn {
+            name: c.name.clone(),
+            type_name: c.declared.clone(),
+            required: c.required,
+        })
+        .collect()
+}
+
+/// The declared type of a typed column (docs/sinks.md §7.9): its affinity keeps each value
+/// exactly as bound (numbers as their text, times as `timestamp_text`, JSON as its text).
+pub(super) fn column_type(kind: ColumnType) -> &'static str {
+    match kind {
+        ColumnType::Text | ColumnType::Numeric | ColumnType::Timestamptz | ColumnType::Jsonb => {
+            "TEXT"
+        }
+        ColumnType::Bigint | ColumnType::Boolean => "INTEGER",
+        ColumnType::Double => "REAL",
+    }
+}
+
+/// `ALTER TABLE … ADD COLUMN` of a column `name` declared `declared`.
+pub(super) fn add_column_sql(spec: &TableSpec, name: &str, declared: &str) -> String {
+    format!(
+        "ALTER TABLE {} ADD COLUMN {} {declared}",
+        quote(&spec.table),
+        quote(name)
+    )
 }
 
 /// `ALTER TABLE … ADD COLUMN` for each version column the existing table lacks (none for a
@@ -137,10 +182,12 @@ pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
     if spec.key.is_empty() {
         return Err("the key has no columns".to_string());
     }
-    if spec.document_name().is_empty() || reserved(spec.document_name()) {
+    let document = spec.document_column.as_deref();
+    if let Some(document) = document
+        && (document.is_empty() || reserved(document))
+    {
         return Err(format!(
-            "the document column '{}' is empty or starts with {RESERVED_PREFIX}",
-            spec.document_name()
+            "the document column '{document}' is empty or starts with {RESERVED_PREFIX}"
         ));
     }
     for (i, k) in spec.key.iter().enumerate() {
@@ -153,7 +200,7 @@ pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
                 k.name
             ));
         }
-        if k.name.eq_ignore_ascii_case(spec.document_name()) {
+        if document.is_some_and(|document| k.name.eq_ignore_ascii_case(document)) {
             return Err(format!(
                 "the key attribute '{}' has the document column's name; set another sink.document_column",
                 k.name
@@ -169,6 +216,28 @@ pub(super) fn validate_spec(spec: &TableSpec) -> Result<(), String> {
             ));
         }
     }
+    let mut names: Vec<&str> = spec.key.iter().map(|k| k.name.as_str()).collect();
+    names.extend(document);
+    for column in &spec.columns {
+        let name = column.name.as_str();
+        if name.is_empty() {
+            return Err("a typed column of sink.columns has an empty name".to_string());
+        }
+        if reserved(name) {
+            return Err(format!(
+                "the typed column '{name}' starts with {RESERVED_PREFIX}, reserved for ddbpipe's \
+                 columns; give it another name in sink.columns"
+            ));
+        }
+        if names.iter().any(|other| other.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "the typed column '{name}' has the name of a key attribute, the document column \
+                 or another typed column (SQLite ignores case); give it another name in \
+                 sink.columns"
+            ));
+        }
+        names.push(name);
+    }
     Ok(())
 }
 
@@ -179,7 +248,16 @@ pub(super) fn create_table_sql(spec: &TableSpec) -> String {
         .iter()
         .map(|k| format!("{} {} NOT NULL", quote(&k.name), sql_type(k.kind)))
         .collect();
-    columns.push(format!("{} TEXT NOT NULL", quote(spec.document_name())));
+    if let Some(document) = &spec.document_column {
+        columns.push(format!("{} TEXT NOT NULL", quote(document)));
+    }
+    for column in &spec.columns {
+        columns.push(format!(
+            "{} {}",
+            quote(&column.name),
+            column_type(column.kind)
+        ));
+    }
     columns.push(format!("{} INTEGER", quote(SNAPSHOT_COLUMN)));
     columns.push(format!("{} TEXT NOT NULL", quote(UPDATED_AT_COLUMN)));
     for (name, kind) in VERSION_COLUMNS {

@@ -1,24 +1,26 @@
 //! The statements of the rows and the state, built once per table, and binding a row's key to
 //! them (see the `sqlite` module docs, "The SQL shape").
 
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{CachedStatement, Connection, Statement};
 
 use crate::sql::{
     DELETED_TABLE, KeyMisfit, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
-    VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, repair_older, row_count,
+    VERSION_SEQ_COLUMN, Write, key_misfit, key_text, quote, repair_older, row_count, value_columns,
 };
-use crate::{KeyValue, TableSpec};
+use crate::{ColumnValue, KeyValue, TableSpec};
 
 /// The statements of one destination table.
 pub(super) struct TableSql {
     /// The spec they were built for (a different spec under the same name rebuilds them).
     pub(super) spec: TableSpec,
-    /// Parameters: the key values, the document, the marker (bound null), `updated_at`, the
-    /// version's time and sequence. The marker is not updated on conflict.
+    /// Parameters: the key values, the values (the document when the table keeps one, then
+    /// the typed columns), the marker (bound null), `updated_at`, the version's time and
+    /// sequence. The marker is not updated on conflict.
     pub(super) upsert_change: String,
     /// As `upsert_change`, the marker bound to the snapshot id and updated on conflict.
     pub(super) upsert_marked: String,
-    /// Parameters: the key values, the document, the snapshot id, `updated_at`, the read time,
+    /// Parameters: the key values, the values, the snapshot id, `updated_at`, the read time,
     /// the cutoff, the table name and the key text (`crate::sql::key_text`). Writes nothing
     /// when a deleted-key marker or a stream-written row of this snapshot is newer than the
     /// cutoff (a null time counts as newer).
@@ -28,8 +30,8 @@ pub(super) struct TableSql {
     /// Parameters: the table name, the key text, the delete's time. Keeps the newer time of
     /// two markers of a key (null, unknown, counts as the newest).
     pub(super) mark_deleted: String,
-    /// A repair's upsert. Parameters: the key values, the document, the repair id,
-    /// `updated_at`, the write time. Replaces an older row's document and version; marks the
+    /// A repair's upsert. Parameters: the key values, the values, the repair id,
+    /// `updated_at`, the write time. Replaces an older row's values and version; marks the
     /// row with the id either way.
     pub(super) repair_upsert: String,
     /// Parameters: the key values, the delete's time. Deletes the row when it is older.
@@ -42,13 +44,15 @@ impl TableSql {
     pub(super) fn new(spec: &TableSpec) -> Self {
         let table = quote(&spec.table);
         let deleted = quote(DELETED_TABLE);
-        let doc = quote(spec.document_name());
+        let values: Vec<String> = value_columns(spec).into_iter().map(quote).collect();
         let marker = quote(SNAPSHOT_COLUMN);
         let updated = quote(UPDATED_AT_COLUMN);
         let version_ms = quote(VERSION_MS_COLUMN);
         let version_seq = quote(VERSION_SEQ_COLUMN);
         let keys: Vec<String> = spec.key.iter().map(|k| quote(&k.name)).collect();
         let n = keys.len();
+        // The parameters after the values: `m + 1` is the marker.
+        let m = n + values.len();
         let key_list = keys.join(", ");
         let params = |count: usize| {
             (1..=count)
@@ -56,17 +60,24 @@ impl TableSql {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let columns =
-            format!("{key_list}, {doc}, {marker}, {updated}, {version_ms}, {version_seq}");
-        let set = format!(
-            "{doc} = excluded.{doc}, {updated} = excluded.{updated}, \
-             {version_ms} = excluded.{version_ms}, {version_seq} = excluded.{version_seq}"
-        );
+        let columns: Vec<&str> = keys
+            .iter()
+            .chain(&values)
+            .map(String::as_str)
+            .chain([&*marker, &updated, &version_ms, &version_seq])
+            .collect();
+        let columns = columns.join(", ");
+        let set: Vec<String> = values
+            .iter()
+            .chain([&updated, &version_ms, &version_seq])
+            .map(|column| format!("{column} = excluded.{column}"))
+            .collect();
+        let set = set.join(", ");
         let insert = format!(
             "INSERT INTO {table} ({columns}) VALUES ({}) ON CONFLICT ({key_list}) DO UPDATE SET {set}",
-            params(n + 5)
+            params(m + 4)
         );
-        let cutoff = format!("?{}", n + 5);
+        let cutoff = format!("?{}", m + 4);
         let unless_newer = format!(
             "INSERT INTO {table} ({columns}) SELECT {}, NULL \
              WHERE NOT EXISTS (SELECT 1 FROM {deleted} WHERE table_name = ?{} AND key_text = ?{} \
@@ -74,9 +85,9 @@ impl TableSql {
              ON CONFLICT ({key_list}) DO UPDATE SET {set}, {marker} = excluded.{marker} \
              WHERE NOT ({table}.{marker} IS excluded.{marker} AND {table}.{version_seq} IS NOT NULL \
              AND ({table}.{version_ms} IS NULL OR {table}.{version_ms} > {cutoff}))",
-            params(n + 4),
-            n + 6,
-            n + 7
+            params(m + 3),
+            m + 5,
+            m + 6
         );
         let where_key = keys
             .iter()
@@ -91,14 +102,16 @@ impl TableSql {
                 older(&format!("excluded.{version_ms}"))
             )
         };
+        let kept: Vec<String> = values
+            .iter()
+            .chain([&updated, &version_seq, &version_ms])
+            .map(|column| keep(column))
+            .collect();
         let repair_upsert = format!(
             "INSERT INTO {table} ({columns}) VALUES ({}, NULL) ON CONFLICT ({key_list}) DO UPDATE SET \
-             {}, {}, {}, {}, {marker} = excluded.{marker}",
-            params(n + 4),
-            keep(&doc),
-            keep(&updated),
-            keep(&version_seq),
-            keep(&version_ms),
+             {}, {marker} = excluded.{marker}",
+            params(m + 3),
+            kept.join(", "),
         );
         TableSql {
             repair_delete: format!(
@@ -153,26 +166,27 @@ impl<'t> Statements<'t> {
         }
     }
 
-    /// Writes one row change of `key` as `write` says (`document` is ignored for deletes).
+    /// Writes one row change of `key` as `write` says (`values` are ignored for deletes).
     pub(super) fn write(
         &mut self,
         spec: &TableSpec,
         key: &[KeyValue],
-        document: &str,
+        values: &RowValues<'_>,
         updated_at: &str,
         write: &Write<'_>,
     ) -> rusqlite::Result<()> {
         let (tx, sql) = (self.tx, self.sql);
-        let n = key.len();
+        // The parameters after the key and the values (`m + 1`: the marker).
+        let m = key.len() + values.len(spec);
         match *write {
             Write::Upsert {
                 version_ms,
                 version_seq,
             } => {
                 let stmt = cached(&mut self.upsert_change, tx, &sql.upsert_change)?;
-                bind_upsert(stmt, key, document, None, updated_at)?;
-                stmt.raw_bind_parameter(n + 4, version_ms)?;
-                stmt.raw_bind_parameter(n + 5, version_seq)?;
+                bind_upsert(stmt, spec, key, values, None, updated_at)?;
+                stmt.raw_bind_parameter(m + 3, version_ms)?;
+                stmt.raw_bind_parameter(m + 4, version_seq)?;
                 stmt.raw_execute().map(drop)
             }
             Write::UpsertMarked {
@@ -181,9 +195,9 @@ impl<'t> Statements<'t> {
                 version_seq,
             } => {
                 let stmt = cached(&mut self.upsert_marked, tx, &sql.upsert_marked)?;
-                bind_upsert(stmt, key, document, Some(id), updated_at)?;
-                stmt.raw_bind_parameter(n + 4, version_ms)?;
-                stmt.raw_bind_parameter(n + 5, version_seq)?;
+                bind_upsert(stmt, spec, key, values, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(m + 3, version_ms)?;
+                stmt.raw_bind_parameter(m + 4, version_seq)?;
                 stmt.raw_execute().map(drop)
             }
             Write::UpsertUnlessNewer {
@@ -192,11 +206,11 @@ impl<'t> Statements<'t> {
                 cutoff_ms,
             } => {
                 let stmt = cached(&mut self.upsert_unless_newer, tx, &sql.upsert_unless_newer)?;
-                bind_upsert(stmt, key, document, Some(id), updated_at)?;
-                stmt.raw_bind_parameter(n + 4, read_ms)?;
-                stmt.raw_bind_parameter(n + 5, cutoff_ms)?;
-                stmt.raw_bind_parameter(n + 6, spec.table.as_str())?;
-                stmt.raw_bind_parameter(n + 7, key_text(key))?;
+                bind_upsert(stmt, spec, key, values, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(m + 3, read_ms)?;
+                stmt.raw_bind_parameter(m + 4, cutoff_ms)?;
+                stmt.raw_bind_parameter(m + 5, spec.table.as_str())?;
+                stmt.raw_bind_parameter(m + 6, key_text(key))?;
                 stmt.raw_execute().map(drop)
             }
             Write::Delete => self.delete(key),
@@ -208,18 +222,18 @@ impl<'t> Statements<'t> {
             }
             Write::RepairUpsert { id, version_ms } => {
                 let stmt = cached(&mut self.repair_upsert, tx, &sql.repair_upsert)?;
-                bind_upsert(stmt, key, document, Some(id), updated_at)?;
-                stmt.raw_bind_parameter(n + 4, version_ms)?;
+                bind_upsert(stmt, spec, key, values, Some(id), updated_at)?;
+                stmt.raw_bind_parameter(m + 3, version_ms)?;
                 stmt.raw_execute().map(drop)
             }
             Write::RepairDelete { id, version_ms } => {
                 let stmt = cached(&mut self.repair_delete, tx, &sql.repair_delete)?;
                 bind_key(stmt, key)?;
-                stmt.raw_bind_parameter(n + 1, version_ms)?;
+                stmt.raw_bind_parameter(key.len() + 1, version_ms)?;
                 stmt.raw_execute()?;
                 let stmt = cached(&mut self.repair_mark, tx, &sql.repair_mark)?;
                 bind_key(stmt, key)?;
-                stmt.raw_bind_parameter(n + 1, id)?;
+                stmt.raw_bind_parameter(key.len() + 1, id)?;
                 stmt.raw_execute().map(drop)
             }
         }
@@ -244,19 +258,68 @@ fn cached<'s, 't>(
     }
 }
 
-/// Binds the key values, the document, the marker and `updated_at` (parameters `1..=n + 3`).
+/// The values an upsert writes after its key: the document, then the typed columns.
+pub(super) struct RowValues<'r> {
+    /// The document (bound only when the table keeps one).
+    pub(super) document: &'r str,
+    /// The typed columns' values, in the spec's order.
+    pub(super) columns: &'r [ColumnValue],
+}
+
+impl RowValues<'_> {
+    /// The parameters they take in `spec`'s statements.
+    fn len(&self, spec: &TableSpec) -> usize {
+        usize::from(spec.document_column.is_some()) + self.columns.len()
+    }
+}
+
+/// Binds the key values, the values, the marker and `updated_at` (parameters `1..=m + 2`, `m`
+/// being the key's and the values' count).
 fn bind_upsert(
     stmt: &mut Statement<'_>,
+    spec: &TableSpec,
     key: &[KeyValue],
-    document: &str,
+    values: &RowValues<'_>,
     marker: Option<i64>,
     updated_at: &str,
 ) -> rusqlite::Result<()> {
-    let n = key.len();
     bind_key(stmt, key)?;
-    stmt.raw_bind_parameter(n + 1, document)?;
-    stmt.raw_bind_parameter(n + 2, marker)?;
-    stmt.raw_bind_parameter(n + 3, updated_at)
+    let mut at = key.len();
+    if spec.document_column.is_some() {
+        at += 1;
+        stmt.raw_bind_parameter(at, values.document)?;
+    }
+    for value in values.columns {
+        at += 1;
+        stmt.raw_bind_parameter(at, column_param(value))?;
+    }
+    stmt.raw_bind_parameter(at + 1, marker)?;
+    stmt.raw_bind_parameter(at + 2, updated_at)
+}
+
+/// A typed column's value as bound (docs/sinks.md §7.9): `bigint` and `boolean` (0/1) as
+/// INTEGER, `double` as REAL, the others as TEXT (`timestamptz` as `timestamp_text`).
+pub(super) fn column_param(value: &ColumnValue) -> ToSqlOutput<'_> {
+    match value {
+        ColumnValue::Text(text) | ColumnValue::Numeric(text) | ColumnValue::Json(text) => {
+            ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes()))
+        }
+        other => ToSqlOutput::Owned(column_value(other)),
+    }
+}
+
+/// A typed column's value as SQLite stores it (see [`column_param`]).
+pub(super) fn column_value(value: &ColumnValue) -> Value {
+    match value {
+        ColumnValue::Null => Value::Null,
+        ColumnValue::Text(text) | ColumnValue::Numeric(text) | ColumnValue::Json(text) => {
+            Value::Text(text.clone())
+        }
+        ColumnValue::Bigint(n) => Value::Integer(*n),
+        ColumnValue::Double(x) => Value::Real(*x),
+        ColumnValue::Boolean(b) => Value::Integer(i64::from(*b)),
+        ColumnValue::Timestamp(micros) => Value::Text(ddbpipe_value::timestamp_text(*micros)),
+    }
 }
 
 /// Checks a row's key against the key columns.
@@ -288,6 +351,15 @@ fn bind_key(stmt: &mut Statement<'_>, key: &[KeyValue]) -> rusqlite::Result<()> 
         }
     }
     Ok(())
+}
+
+/// Whether an existing table has a row.
+pub(super) fn has_rows(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        &format!("SELECT EXISTS (SELECT 1 FROM {})", quote(table)),
+        [],
+        |row| row.get(0),
+    )
 }
 
 /// `SELECT count(*)` of an existing table.

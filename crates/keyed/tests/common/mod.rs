@@ -1,6 +1,8 @@
 //! Builders shared by the backend tests (`sqlite.rs`, `postgres.rs`); each uses a part of them.
 #![allow(dead_code)]
 
+pub mod observe;
+pub mod typed;
 pub mod versions;
 
 use ddbpipe_keyed::{KeyColumn, KeyType, KeyValue, RowChange, StateWrite, TableSpec, Version};
