@@ -158,7 +158,8 @@ fn init_samples_at_most_the_items_asked_and_only_for_a_table_sink() {
 
 /// Issue 28: adding a typed column keeps the stored position (it is filled from the
 /// documents); dropping the document column is refused on resume with the remedy, which
-/// works.
+/// works. The table is prepared before the position is checked, so the table's own document
+/// column (NOT NULL) is named first.
 #[test]
 fn a_dropped_document_column_needs_a_resnapshot_and_an_added_column_does_not() {
     let running = Emulator::Dynoxide.start();
@@ -183,6 +184,16 @@ fn a_dropped_document_column_needs_a_resnapshot_and_an_added_column_does_not() {
 
     let without_document = format!("{with_column}  document_column: null\n");
     let output = run(&without_document);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("column \"document\" of the table is NOT NULL"),
+        "{}",
+        stderr(&output)
+    );
+    let db = rusqlite::Connection::open(pipeline.dir.path().join("m.db")).unwrap();
+    db.execute_batch("ALTER TABLE orders DROP COLUMN document")
+        .unwrap();
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(
@@ -194,4 +205,44 @@ fn a_dropped_document_column_needs_a_resnapshot_and_an_added_column_does_not() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let v: String = db
+        .query_row("SELECT v FROM orders WHERE pk = 'a'", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(v, "1");
+}
+
+/// `on_type_mismatch` reaches the sink: `null` (the default) stores NULL, `fail` fails the
+/// run naming the column.
+#[test]
+fn on_type_mismatch_decides_what_a_value_of_another_type_does() {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", None);
+    running.put_pk("orders", "a", "1");
+    let source = "table_name: orders";
+    let pipeline = Pipeline::new("orders-copy", &running.endpoint, source);
+    let db_path = pipeline.dir.path().join("m.db");
+    let sink = format!(
+        "sink:\n  type: sqlite\n  path: {}\n  columns: [{{name: flag, path: v, type: boolean}}]\n",
+        db_path.display()
+    );
+    pipeline.write_with_sink(
+        "orders-copy",
+        &running.endpoint,
+        source,
+        &format!("{sink}  on_type_mismatch: fail\n"),
+    );
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("flag"), "{}", stderr(&output));
+
+    pipeline.write_with_sink("orders-copy", &running.endpoint, source, &sink);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let flag: Option<i64> = db
+        .query_row("SELECT flag FROM orders WHERE pk = 'a'", [], |row| {
+            row.get(0)
+        })
+        .unwrap();
+    assert_eq!(flag, None);
 }

@@ -48,6 +48,7 @@ pub async fn keyed_sink(
         lock(&db, target.pipeline).await?;
     }
     let retry = source.retry.policy();
+    let on_mismatch = target.sink.keyed().map(|keyed| keyed.on_type_mismatch);
     let sink = KeyedSink::new(
         db.clone(),
         spec.clone(),
@@ -58,7 +59,8 @@ pub async fn keyed_sink(
             initial_backoff: retry.initial_backoff,
             max_backoff: retry.max_backoff,
         },
-    );
+    )
+    .on_type_mismatch(on_mismatch.unwrap_or_default());
     sink.prepare().await.map_err(Failure::runtime)?;
     Ok((db, sink))
 }
