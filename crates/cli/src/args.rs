@@ -191,6 +191,25 @@ pub struct InitArgs {
     /// Write the pipeline here instead of stdout (refused if the file exists).
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Typed columns of a sqlite or postgres sink: `auto` samples the table and writes the
+    /// `columns:` list it infers.
+    #[arg(long, value_enum)]
+    pub columns: Option<InitColumns>,
+    /// Items `--columns auto` samples: one bounded Scan, at most a quarter of the table's
+    /// read capacity.
+    #[arg(long, default_value_t = DEFAULT_SAMPLE, requires = "columns",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample: u32,
+}
+
+/// Items `init --columns auto` samples unless `--sample` says otherwise.
+pub const DEFAULT_SAMPLE: u32 = 1000;
+
+/// How `init` chooses typed columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InitColumns {
+    /// Infer them from a sample of the table's items.
+    Auto,
 }
 
 /// The modes `init` writes.

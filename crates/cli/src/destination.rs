@@ -376,6 +376,33 @@ mod tests {
         }
     }
 
+    /// Issue 28: typed columns added or removed keep the position (they are filled from the
+    /// documents); dropping the document column does not.
+    #[test]
+    fn typed_columns_are_not_part_of_the_identity_and_the_document_column_is() {
+        let load = |extra: &str| {
+            let yaml = format!(
+                "name: p\nsource:\n  table_name: orders\nsink:\n  type: sqlite\n  path: /data/a.db\n{extra}"
+            );
+            let config = crate::config::parse(&yaml, Path::new("/conf"), &|_: &str| None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            output(&config, None)
+        };
+        let plain = load("");
+        let with_columns = load(
+            "  columns:\n    - {name: status, path: status, type: text}\n    - {name: total, path: total, type: numeric}\n",
+        );
+        assert_eq!(with_columns, plain);
+        assert_eq!(
+            load("  document_column: null\n"),
+            Some(Output::Keyed {
+                table: "orders".into(),
+                document_column: None,
+            })
+        );
+        assert_ne!(load("  document_column: null\n"), plain);
+    }
+
     #[test]
     fn the_sink_identity_names_type_and_target_without_credentials() {
         let load = |sink: &str| {

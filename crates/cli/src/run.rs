@@ -5,7 +5,7 @@
 
 mod build;
 mod join;
-mod scan;
+pub(crate) mod scan;
 mod shared;
 mod streams;
 

@@ -235,7 +235,7 @@ fn built_identities() -> Vec<(&'static str, Identity)> {
     mirror.value_format = ValueFormat::PlainExact;
     let keyed = Output::Keyed {
         table: "orders_copy".into(),
-        document_column: "document".into(),
+        document_column: Some("document".into()),
     };
 
     let mut export = SourceConfig::new("orders");

@@ -7,7 +7,8 @@ use serde_json::{Value as Json, json};
 
 use super::json_schema;
 use super::{TOP, parse};
-use crate::args::{AwsArgs, InitArgs, InitMode, InitSink};
+use crate::args::{AwsArgs, DEFAULT_SAMPLE, InitArgs, InitColumns, InitMode, InitSink};
+use crate::sinks::keyed::Dialect;
 use crate::yaml::schema::{Field, Presence, Shape};
 
 fn validator() -> jsonschema::Validator {
@@ -38,22 +39,28 @@ fn walker_errors(document: &Json) -> Vec<String> {
 /// A value the declared shape accepts.
 fn sample(field: &Field) -> Json {
     match field.shape {
-        Shape::Value(schema) => {
-            let schema = schema();
-            if let Some(first) = schema.get("enum").and_then(|names| names.get(0)) {
-                return first.clone();
-            }
-            match schema["type"].as_str() {
-                Some("string") => json!("x"),
-                Some("integer") => json!(1),
-                Some("number") => json!(0.5),
-                Some("boolean") => json!(true),
-                _ => json!({}),
-            }
-        }
+        Shape::Value(schema) => value_sample(&schema()),
         Shape::Section(fields) => filled(fields),
         Shape::Tagged { tag, variants } => variant_sample(tag, &variants[0]),
         Shape::Map(_) => json!({}),
+        Shape::List(fields) => json!([filled(fields)]),
+    }
+}
+
+/// A value `schema` accepts (of its first alternative, when it has several).
+fn value_sample(schema: &Json) -> Json {
+    if let Some(first) = schema.get("anyOf").and_then(|schemas| schemas.get(0)) {
+        return value_sample(first);
+    }
+    if let Some(first) = schema.get("enum").and_then(|names| names.get(0)) {
+        return first.clone();
+    }
+    match schema["type"].as_str() {
+        Some("string") => json!("x"),
+        Some("integer") => json!(1),
+        Some("number") => json!(0.5),
+        Some("boolean") => json!(true),
+        _ => json!({}),
     }
 }
 
@@ -85,8 +92,16 @@ struct Site {
 
 impl Site {
     fn path(&self, key: &str) -> String {
-        let mut parts: Vec<&str> = self.steps.iter().map(|(step, _)| *step).collect();
-        parts.push(key);
+        let mut parts: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(step, opening)| match opening {
+                // A list's site is its first element.
+                Json::Array(_) => format!("{step}[0]"),
+                _ => step.to_string(),
+            })
+            .collect();
+        parts.push(key.to_string());
         parts.join(".")
     }
 
@@ -101,6 +116,9 @@ impl Site {
                 at[*step] = opening.clone();
             }
             at = &mut at[*step];
+            if at.is_array() {
+                at = &mut at[0];
+            }
         }
         at[key] = value;
         document
@@ -135,6 +153,10 @@ fn sites(
                     with_tag.extend(declared);
                     sites(inner, with_tag, others, out);
                 }
+            }
+            Shape::List(fields) => {
+                inner.push((field.name, json!([filled(fields)])));
+                sites(inner, fields.iter().collect(), Vec::new(), out);
             }
             Shape::Value(_) | Shape::Map(_) => {}
         }
@@ -213,12 +235,11 @@ fn the_schema_and_the_walker_accept_and_refuse_the_same_keys() {
 #[test]
 fn every_declared_key_has_a_description() {
     for site in every_site() {
-        for field in site.declared {
-            let path = site.steps.iter().map(|(step, _)| *step).collect::<Vec<_>>();
+        for field in &site.declared {
+            let path = site.path(field.name);
             assert!(
                 field.description.ends_with('.') && field.description.len() > 10,
-                "{path:?}.{}: {:?}",
-                field.name,
+                "{path}: {:?}",
                 field.description
             );
         }
@@ -316,12 +337,62 @@ fn init_texts() -> Vec<(String, String)> {
                     profile: Some("analytics".into()),
                 },
                 output: None,
+                columns: None,
+                sample: DEFAULT_SAMPLE,
             };
-            let text = crate::init::pipeline(&args, &table);
+            let text = crate::init::pipeline(&args, &table, None);
             outputs.push((format!("init --mode {mode:?} --sink {sink:?}"), text));
+            if sink == InitSink::Jsonl {
+                continue;
+            }
+            // `--columns auto`, from a sample of every kind of attribute.
+            let dialect = match sink {
+                InitSink::Postgres => Dialect::Postgres,
+                _ => Dialect::Sqlite,
+            };
+            let inference = crate::init::infer(&sampled_items(), &["pk".to_string()], dialect);
+            let args = InitArgs {
+                columns: Some(InitColumns::Auto),
+                ..args
+            };
+            let text = crate::init::pipeline(&args, &table, Some(&inference));
+            assert!(text.contains("  columns:"), "{text}");
+            outputs.push((
+                format!("init --mode {mode:?} --sink {sink:?} --columns auto"),
+                text,
+            ));
         }
     }
     outputs
+}
+
+/// Items with an attribute of every kind, and names a path or YAML must quote.
+fn sampled_items() -> Vec<ddbpipe_value::Item> {
+    use ddbpipe_value::{Item, Number, Value};
+    let n = |text: &str| Value::N(Number::new(text));
+    let s = |text: &str| Value::S(text.to_string());
+    let first: Item = [
+        ("pk", s("k1")),
+        ("status", s("paid")),
+        ("total", n("12.5")),
+        ("qty", n("3")),
+        ("paid", Value::Bool(true)),
+        ("created_at", s("2024-05-01T12:30:00Z")),
+        ("tags", Value::Ss(vec!["a".into()])),
+        ("address", Value::M(Item::new())),
+        ("a.b", s("dotted")),
+        ("yes", n("1")),
+        ("mixed", s("x")),
+        ("blob", Value::B(vec![1, 2, 3])),
+        ("document", s("named like the document column")),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect();
+    let mut second = first.clone();
+    second.insert("mixed".into(), n("1"));
+    second.insert("pk".into(), s("k2"));
+    vec![first, second]
 }
 
 /// Issue 11: the README's and the docs' examples, `init`'s files and the demo's files are

@@ -146,7 +146,7 @@ pub(super) fn run_failure(
 
 /// The parallel Scan (or Query) reader of `plan`, and the refresher that keeps its capacity
 /// governor's rate current while it is held.
-pub(super) fn segment_reader<A: TableApi>(
+pub(crate) fn segment_reader<A: TableApi>(
     api: Arc<A>,
     plan: &ScanPlan,
     render: Render,

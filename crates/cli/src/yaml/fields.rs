@@ -24,7 +24,7 @@ use ddbpipe_source::config::ConfigError;
 use yaml_serde::Value;
 
 use super::schema::{Field, Presence, Shape, Variant};
-use super::types::{FromYaml, did_you_mean, found, kind};
+use super::types::{FromYaml, did_you_mean, expected, found, kind};
 
 /// The stage of loading that found a problem; problems are reported in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -210,7 +210,7 @@ impl<'r> Fields<'r> {
             Some(Shape::Section(fields)) => (fields, &[]),
             Some(Shape::Tagged { tag, variants }) => (std::slice::from_ref(tag), variants),
             Some(Shape::Map(_)) => (&[], &[]),
-            Some(Shape::Value(_)) | None => {
+            Some(Shape::Value(_) | Shape::List(_)) | None => {
                 if cfg!(debug_assertions) {
                     panic!("{path} is read as a mapping but not declared as one");
                 }
@@ -417,6 +417,50 @@ impl<'r> Fields<'r> {
             }
         }
         converted
+    }
+
+    /// A list of mappings with the declared element keys, each read by `read` (its unknown
+    /// keys reported when `read` returns). Absent or null is empty; anything but a list is a
+    /// type error. An element that is not a mapping is a type error and reads as
+    /// `T::default()`, so every element keeps its index: validation names `key[i]`, and an
+    /// error there hides a validation error about the default that stands in.
+    pub(crate) fn list<T: Default>(
+        &mut self,
+        key: &str,
+        mut read: impl FnMut(&mut Fields<'_>) -> T,
+    ) -> Vec<T> {
+        let elements = match self.declared(key).map(|field| field.shape) {
+            Some(Shape::List(fields)) => fields,
+            _ => {
+                if cfg!(debug_assertions) {
+                    panic!("{} is read as a list but not declared as one", self.path);
+                }
+                &[]
+            }
+        };
+        let Some((path, value)) = self.raw(key) else {
+            return Vec::new();
+        };
+        let Value::Sequence(items) = value else {
+            let message = expected("a list", &value);
+            self.report
+                .error(Stage::Type, &path, shown(&path, message, &value));
+            return Vec::new();
+        };
+        let mut read_items = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let at = format!("{path}[{index}]");
+            let read_item = match Fields::open(self.report, &at, item, elements) {
+                Some(mut element) => {
+                    let read_item = read(&mut element);
+                    element.finish();
+                    read_item
+                }
+                None => T::default(),
+            };
+            read_items.push(read_item);
+        }
+        read_items
     }
 
     /// Reports `key` as a missing required field.

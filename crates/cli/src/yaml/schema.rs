@@ -52,6 +52,8 @@ pub(crate) enum Shape {
     },
     /// A mapping from names of the user's choice to values of this JSON Schema.
     Map(fn() -> Json),
+    /// A list of mappings, each with these keys (`sink.columns`).
+    List(&'static [Field]),
 }
 
 /// One variant of a [`Shape::Tagged`] mapping.
@@ -178,6 +180,7 @@ fn field_schema(field: &Field) -> Json {
         Shape::Section(fields) => section_schema(fields),
         Shape::Tagged { tag, variants } => tagged_schema(tag, variants),
         Shape::Map(values) => json!({"type": "object", "additionalProperties": values()}),
+        Shape::List(fields) => json!({"type": "array", "items": section_schema(fields)}),
     };
     schema["description"] = json!(field.description);
     if let Presence::Default(default) = field.presence {

@@ -101,6 +101,24 @@ impl FromYaml for f64 {
     }
 }
 
+/// A value that may be an explicit `null` (`document_column: null`): null is `None`, anything
+/// else a `T`. Read with a default ([`super::fields::Fields::or`]), absent is the default and
+/// null a choice of its own.
+impl<T: FromYaml> FromYaml for Option<T> {
+    fn from_yaml(value: Value, substituted: Option<&str>) -> Result<Self, String> {
+        match value {
+            Value::Null => Ok(None),
+            value => T::from_yaml(value, substituted).map(Some),
+        }
+    }
+    fn schema() -> Json {
+        json!({"anyOf": [T::schema(), {"type": "null"}]})
+    }
+    fn to_json(&self) -> Json {
+        self.as_ref().map_or(Json::Null, T::to_json)
+    }
+}
+
 /// Whole numbers: YAML integers in the type's range; `1.0` and `"8"` are refused.
 macro_rules! whole_number_from_yaml {
     ($($type:ty),*) => {$(

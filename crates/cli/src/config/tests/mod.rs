@@ -56,6 +56,7 @@ fn source_errors(lines: &str) -> Vec<String> {
 
 const STREAMS: &str = "mode: streams\nidle_termination_secs: 5";
 
+mod columns;
 mod coordination;
 mod credentials;
 mod file;

@@ -1,5 +1,7 @@
 //! The sink and state sections: jsonl modes, keyed sinks, connection strings.
 
+use ddbpipe_keyed::OnMismatch;
+
 use super::*;
 
 #[test]
@@ -39,7 +41,9 @@ fn keyed_sinks_are_read_with_their_defaults() {
             path: PathBuf::from("conf/x.db"),
             keyed: KeyedConfig {
                 table: None,
-                document_column: "document".into(),
+                document_column: Some("document".into()),
+                columns: Vec::new(),
+                on_type_mismatch: OnMismatch::Null,
                 create_table: true,
             },
         })
@@ -56,7 +60,9 @@ fn keyed_sinks_are_read_with_their_defaults() {
         pg.keyed,
         KeyedConfig {
             table: Some("m".into()),
-            document_column: "doc".into(),
+            document_column: Some("doc".into()),
+            columns: Vec::new(),
+            on_type_mismatch: OnMismatch::Null,
             create_table: false,
         }
     );

@@ -10,6 +10,7 @@ use ddbpipe_keyed::{
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 
+use super::columns::{ColumnConfig, Dialect};
 use super::{KeyedConfig, PostgresConfig};
 use ddbpipe_source::config::SourceConfig;
 
@@ -47,6 +48,7 @@ pub async fn keyed_sink(
         lock(&db, target.pipeline).await?;
     }
     let retry = source.retry.policy();
+    let on_mismatch = target.sink.keyed().map(|keyed| keyed.on_type_mismatch);
     let sink = KeyedSink::new(
         db.clone(),
         spec.clone(),
@@ -57,7 +59,8 @@ pub async fn keyed_sink(
             initial_backoff: retry.initial_backoff,
             max_backoff: retry.max_backoff,
         },
-    );
+    )
+    .on_type_mismatch(on_mismatch.unwrap_or_default());
     sink.prepare().await.map_err(Failure::runtime)?;
     Ok((db, sink))
 }
@@ -142,9 +145,10 @@ fn sink_failure(db: &Database, message: String) -> Failure {
 }
 
 /// The destination table of a keyed sink: its name (`sink.table`, else the DynamoDB table
-/// name) and, when the table was described, its key columns. Key attributes that collide
-/// with the document column or ddbpipe's reserved names, and a projection that leaves out a
-/// key attribute, are config errors (exit 2).
+/// name), its document and typed columns and, when the table was described, its key columns.
+/// Key attributes that collide with the document column, a typed column or ddbpipe's
+/// reserved names, and a projection that leaves out a key attribute, are config errors
+/// (exit 2).
 pub fn table_spec(
     target: Target<'_>,
     table: Option<&TableDescription>,
@@ -164,13 +168,32 @@ pub fn table_spec(
         }
     };
     let kind = target.sink.kind();
+    let dialect = match target.sink {
+        SinkConfig::Postgres(_) => Dialect::Postgres,
+        _ => Dialect::Sqlite,
+    };
     let source = target.source;
     let name = destination_table(source, keyed);
     let mut key = Vec::new();
     for attribute in table.map(|t| t.key_schema.as_slice()).unwrap_or_default() {
-        if attribute.name == keyed.document_column {
+        if let Some(document) = &keyed.document_column
+            && dialect.same_name(&attribute.name, document)
+        {
             return Err(Failure::usage(anyhow!(
                 "config error: sink.document_column: key attribute '{}' of table '{}' has the same name as the document column; choose another document_column",
+                attribute.name,
+                source.table_name
+            )));
+        }
+        // Rule 3 of `columns`: the key has its own columns already.
+        if let Some(index) = keyed
+            .columns
+            .iter()
+            .position(|column| dialect.same_name(&attribute.name, &column.name))
+        {
+            return Err(Failure::usage(anyhow!(
+                "config error: sink.columns[{index}].name: '{}' is key attribute '{}' of table '{}', stored in a key column of its own already; choose another name or remove the column",
+                keyed.columns[index].name,
                 attribute.name,
                 source.table_name
             )));
@@ -202,8 +225,13 @@ pub fn table_spec(
         table: name,
         schema,
         key,
-        document_column: Some(keyed.document_column.clone()),
-        columns: Vec::new(),
+        document_column: keyed.document_column.clone(),
+        // Loading the file read every column (it does not load otherwise).
+        columns: keyed
+            .columns
+            .iter()
+            .filter_map(ColumnConfig::spec)
+            .collect(),
         document_type,
         create_table: keyed.create_table,
     })

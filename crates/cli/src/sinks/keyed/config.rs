@@ -3,11 +3,14 @@
 
 use std::path::PathBuf;
 
-use ddbpipe_keyed::{DocumentType, PostgresDatabase};
+use ddbpipe_keyed::{DocumentType, OnMismatch, PostgresDatabase};
 use ddbpipe_source::config::{ConfigError, Mode, Secret, SourceConfig};
 use serde_json::json;
 
 use super::super::SinkConfig;
+use super::columns::{
+    self, COLUMNS, ColumnConfig, DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH, RESERVED_PREFIX,
+};
 use crate::yaml::fields::Fields;
 use crate::yaml::schema::{Field, defaulted, of, optional, required};
 use crate::yaml::types::Choice;
@@ -27,6 +30,8 @@ pub(crate) static SQLITE: &[Field] = &[
     ),
     TABLE,
     DOCUMENT_COLUMN,
+    COLUMNS,
+    ON_TYPE_MISMATCH,
     CREATE_TABLE,
 ];
 
@@ -52,6 +57,8 @@ pub(crate) static POSTGRES: &[Field] = &[
     ),
     TABLE,
     DOCUMENT_COLUMN,
+    COLUMNS,
+    ON_TYPE_MISMATCH,
     CREATE_TABLE,
 ];
 
@@ -60,12 +67,6 @@ const TABLE: Field = optional(
     "table",
     of::<String>(),
     "The destination table; unset: the DynamoDB table's name.",
-);
-const DOCUMENT_COLUMN: Field = defaulted(
-    "document_column",
-    of::<String>(),
-    || json!(DEFAULT_DOCUMENT_COLUMN),
-    "The column holding the item as JSON.",
 );
 const CREATE_TABLE: Field = defaulted(
     "create_table",
@@ -79,17 +80,24 @@ const CREATE_TABLE: Field = defaulted(
 pub struct KeyedConfig {
     /// The destination table; default: the DynamoDB table name.
     pub table: Option<String>,
-    /// The column holding the item JSON (per `value_format`). Default `document`.
-    pub document_column: String,
+    /// The column holding the item JSON (per `value_format`). Default `document`; `None`
+    /// (`document_column: null`): no document column, only the key and the typed columns
+    /// are stored.
+    pub document_column: Option<String>,
+    /// The typed columns beside the key and the document (docs/sinks.md §7.9).
+    pub columns: Vec<ColumnConfig>,
+    /// What a value that does not fit its column's type does. Default `null`.
+    pub on_type_mismatch: OnMismatch,
     /// Create the table when it does not exist. Default true.
     pub create_table: bool,
 }
 
 /// The `sqlite` sink: `{type: sqlite, path: <file>, table: <name>?, document_column:
-/// "document", create_table: true}`.
+/// "document", columns: [], on_type_mismatch: null, create_table: true}`.
 ///
 /// One table per source table: a column per key attribute (`S` → TEXT, `N` → TEXT with the
-/// exact number, `B` → BLOB), the document column, `_ddbpipe_snapshot`, `_ddbpipe_updated_at`
+/// exact number, `B` → BLOB), the document column (unless `null`), the typed columns,
+/// `_ddbpipe_snapshot`, `_ddbpipe_updated_at`
 /// and the row's version (`_ddbpipe_version_ms`, `_ddbpipe_version_seq`, docs/mirror.md §5.6).
 /// Items and `c`/`u`/`r` envelopes are upserts, `d` deletes. Each batch is one transaction
 /// together with the position (table `_ddbpipe_state`).
@@ -103,7 +111,8 @@ pub struct SqliteConfig {
 }
 
 /// The `postgres` sink: `{type: postgres, url: <connection string>, schema: "public", table:
-/// <name>?, document_column: "document", create_table: true}`.
+/// <name>?, document_column: "document", columns: [], on_type_mismatch: null, create_table:
+/// true}`.
 ///
 /// As sqlite, with `text`, `numeric` (exact) and `bytea` key columns and a `jsonb` (or `json`,
 /// `text`) document; `sslmode` in the URL is honoured (`disable`, `prefer`, `require`). The
@@ -135,9 +144,6 @@ impl Choice for DocumentType {
     }
 }
 
-/// The default `document_column`.
-pub const DEFAULT_DOCUMENT_COLUMN: &str = "document";
-
 /// Reads the sqlite sink's keys.
 pub(crate) fn read_sqlite(f: &mut Fields<'_>) -> SqliteConfig {
     let path = f.required::<String>("path").map(PathBuf::from);
@@ -164,9 +170,13 @@ pub(crate) fn read_postgres(f: &mut Fields<'_>) -> PostgresConfig {
 }
 
 fn read_keyed(f: &mut Fields<'_>) -> KeyedConfig {
+    let table = f.get("table");
+    let (document_column, columns, on_type_mismatch) = columns::read(f);
     KeyedConfig {
-        table: f.get("table"),
-        document_column: f.or("document_column", DEFAULT_DOCUMENT_COLUMN.to_string()),
+        table,
+        document_column,
+        columns,
+        on_type_mismatch,
         create_table: f.or("create_table", DEFAULT_CREATE_TABLE),
     }
 }
@@ -221,16 +231,22 @@ pub(crate) fn validate(sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
                 "names starting with _ddbpipe_ are reserved for ddbpipe's own tables",
             ));
         }
-        if keyed.document_column.trim().is_empty() {
+        let document_column = keyed.document_column.as_deref();
+        if document_column.is_some_and(|column| column.trim().is_empty()) {
             errors.push(ConfigError::new(
                 "sink.document_column",
-                "document_column must not be empty",
+                "document_column must not be empty (null stores no document)",
             ));
-        } else if keyed.document_column.starts_with("_ddbpipe_") {
+        } else if document_column.is_some_and(|column| column.starts_with(RESERVED_PREFIX)) {
             errors.push(ConfigError::new(
                 "sink.document_column",
                 "names starting with _ddbpipe_ are reserved for ddbpipe's own columns",
             ));
         }
+        let dialect = match sink {
+            SinkConfig::Postgres(_) => Dialect::Postgres,
+            _ => Dialect::Sqlite,
+        };
+        columns::validate(dialect, document_column, &keyed.columns, errors);
     }
 }

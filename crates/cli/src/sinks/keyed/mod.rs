@@ -3,11 +3,13 @@
 //! them ([`build`]); the writing is `ddbpipe_keyed`.
 
 mod build;
+pub(crate) mod columns;
 mod config;
 
 pub use build::{
     destination_table, keyed_sink, libpq_defaults, lock, open_existing, reset_database_state,
     table_spec,
 };
+pub use columns::{DEFAULT_DOCUMENT_COLUMN, Dialect, unusable_name};
 pub use config::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
 pub(crate) use config::{POSTGRES, SQLITE, read_postgres, read_sqlite, validate};

@@ -35,6 +35,12 @@
 //!    A value it cannot read is compared as stored; a field it does not know is a change (it
 //!    cannot tell whether the position still holds under it: the newer ddbpipe resumes it).
 //!    Only a position is refused: with none stored, the identity is replaced (as ever).
+//! 7. A keyed sink's typed columns (`sink.columns`) are not part of the identity: a column
+//!    added or removed is filled from (or left out of) the documents the rows are written
+//!    from. The document column is: renaming it, and dropping it (`document_column: null`,
+//!    stored as null) or bringing it back, changes what the rows already written hold, so
+//!    the change says a resnapshot is needed ([`Identity::changes_from`]). An identity
+//!    stored with a column name reads as that name.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +54,11 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
 mod stored;
+
+/// What a changed document column adds to its change (rule 7): the rows written hold the
+/// document where the new config has none, or lack it where the new config wants it.
+const DOCUMENT_COLUMN_CHANGED: &str = " (the rows already written were made with the old \
+     document column: a resnapshot is needed, `ddbpipe state reset <config>` then run)";
 
 /// The fields that matter only to a position with segment state (rule 3), as stored.
 const SEGMENT_STATE: [&str; 3] = ["segments", "snapshot_engine", "snapshot_export_arn"];
@@ -142,9 +153,12 @@ pub struct Identity {
     /// A keyed sink's destination table.
     #[serde(skip_serializing_if = "Option::is_none")]
     sink_table: Option<String>,
-    /// A keyed sink's document column.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    document_column: Option<String>,
+    /// A keyed sink's document column; null: no document column (rule 7).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "stored::held"
+    )]
+    document_column: Option<Option<String>>,
     /// Where a jsonl sink's lines go (or a sink given in code: its name).
     #[serde(skip_serializing_if = "Option::is_none")]
     sink_path: Option<SinkPath>,
@@ -207,12 +221,13 @@ impl Location {
 /// same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    /// A keyed sink: the destination table and the column holding the item document.
+    /// A keyed sink: the destination table and the column holding the item document (rule
+    /// 7: its typed columns are not part of the identity).
     Keyed {
         /// The destination table.
         table: String,
-        /// The column holding the item document.
-        document_column: String,
+        /// The column holding the item document; `None`: no document column.
+        document_column: Option<String>,
     },
     /// A jsonl file: where it is (a resumed run writes the rest of a position's lines there,
     /// or into a temporary file named after it), how runs write it and whether it is
@@ -420,7 +435,10 @@ impl Identity {
             .chain(unread)
             .filter(|key| compare_segments || !SEGMENT_STATE.contains(key))
             .map(|key| {
-                let change = format!("{key} changed from {} to {}", before[key], after[key]);
+                let mut change = format!("{key} changed from {} to {}", before[key], after[key]);
+                if key == "document_column" {
+                    change.push_str(DOCUMENT_COLUMN_CHANGED);
+                }
                 (key, change)
             })
             .collect();

@@ -94,18 +94,18 @@ fn what_the_records_look_like_is_part_of_the_identity() {
     let source = SourceConfig::new("orders");
     let keyed = Output::Keyed {
         table: "orders".into(),
-        document_column: "document".into(),
+        document_column: Some("document".into()),
     };
     let here = Identity::of(&source, &east(), Some(&keyed));
     let mut typed = source.clone();
     typed.value_format = ValueFormat::Typed;
     let moved = Output::Keyed {
         table: "orders_copy".into(),
-        document_column: "document".into(),
+        document_column: Some("document".into()),
     };
     let renamed = Output::Keyed {
         table: "orders".into(),
-        document_column: "doc".into(),
+        document_column: Some("doc".into()),
     };
     let appended = Output::File {
         path: "/data/orders.jsonl".into(),
@@ -306,7 +306,7 @@ fn every_field_an_identity_stores_is_compared() {
     };
     let keyed = |table: &str, column: &str| Output::Keyed {
         table: table.into(),
-        document_column: column.into(),
+        document_column: Some(column.into()),
     };
     let file = |path: &str, write, compression| Output::File {
         path: path.into(),
@@ -348,4 +348,57 @@ fn every_field_an_identity_stores_is_compared() {
             .collect();
         assert_eq!(changed, fields);
     }
+}
+
+/// Issue 28 (rule 7): dropping the document column (`document_column: null`) where the
+/// position was written with one, or bringing it back, is a change that says a resnapshot is
+/// needed; the stored identity keeps null apart from an absent field.
+#[test]
+fn dropping_or_restoring_the_document_column_needs_a_resnapshot() {
+    let source = SourceConfig::new("orders");
+    let keyed = |column: Option<&str>| Output::Keyed {
+        table: "orders".into(),
+        document_column: column.map(str::to_string),
+    };
+    let with = Identity::of(&source, &east(), Some(&keyed(Some("document"))));
+    let without = Identity::of(&source, &east(), Some(&keyed(None)));
+    assert_eq!(without.to_json()["document_column"], Json::Null);
+    // Stored and read back, null stays null (not "not recorded", which compares equal).
+    let stored_without = Identity::from_json(without.to_json());
+    assert_eq!(stored_without, without);
+    for (now, stored, from, to) in [
+        (&without, &with, "\"document\"", "null"),
+        (&with, &stored_without, "null", "\"document\""),
+    ] {
+        let changes = now.changes_from(stored, true);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let change = &changes[0];
+        assert!(
+            change.starts_with(&format!("document_column changed from {from} to {to}")),
+            "{change}"
+        );
+        assert!(
+            change.contains("a resnapshot is needed, `ddbpipe state reset <config>` then run"),
+            "{change}"
+        );
+    }
+    assert!(without.changes_from(&stored_without, true).is_empty());
+}
+
+/// Rule 7: an identity stored before the document column could be null (a plain string)
+/// reads as that name: the same fingerprint, no change.
+#[test]
+fn a_document_column_stored_as_a_name_still_reads() {
+    let source = SourceConfig::new("orders");
+    let keyed = Output::Keyed {
+        table: "orders".into(),
+        document_column: Some("doc".into()),
+    };
+    let now = Identity::of(&source, &east(), Some(&keyed));
+    let stored_json = now.to_json();
+    assert_eq!(stored_json["document_column"], "doc");
+    let stored = Identity::from_json(stored_json.clone());
+    assert_eq!(stored, now);
+    assert_eq!(stored.fingerprint(), Identity::fingerprint_of(&stored_json));
+    assert!(now.changes_from(&stored, true).is_empty());
 }

@@ -10,9 +10,15 @@
 //!    or keyed sink), the file says how to enable it.
 //! 4. The file is a valid pipeline: it is parsed before it is written, and a file that exists
 //!    is never overwritten.
+//! 5. `--columns auto` (sqlite and postgres only) samples `--sample` items of the table
+//!    ([`sample`]) and writes the `columns:` list they suggest ([`columns`]).
+
+mod columns;
+mod sample;
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::anyhow;
 use ddbpipe_source::api::TableDescription;
@@ -20,10 +26,13 @@ use ddbpipe_source::aws;
 use ddbpipe_source::plan;
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 
-use crate::args::{InitArgs, InitMode, InitSink};
+use crate::args::{InitArgs, InitColumns, InitMode, InitSink};
 use crate::config;
 use crate::failure::{Exit, Failure};
+use crate::sinks::keyed::Dialect;
 use crate::telemetry::note;
+pub(crate) use columns::{Inference, infer};
+use sample::SAMPLE_CAPACITY_FRACTION;
 
 /// Segments per GiB of table (rule 2), and the most `init` suggests.
 const BYTES_PER_SEGMENT: i64 = 1 << 30;
@@ -31,6 +40,17 @@ const MAX_SUGGESTED_SEGMENTS: i64 = 64;
 
 /// Runs `ddbpipe init`.
 pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
+    let dialect = match (args.columns, args.sink) {
+        (None, _) => None,
+        (Some(InitColumns::Auto), InitSink::Sqlite) => Some(Dialect::Sqlite),
+        (Some(InitColumns::Auto), InitSink::Postgres) => Some(Dialect::Postgres),
+        (Some(InitColumns::Auto), InitSink::Jsonl) => {
+            return Err(Failure::usage(anyhow!(
+                "--columns auto writes typed columns of a table: it needs --sink sqlite or \
+                 --sink postgres"
+            )));
+        }
+    };
     let sdk = aws::load_sdk_config(&args.aws.settings()).await;
     let api = aws::table_api(&sdk);
     let table = &args.table;
@@ -47,7 +67,19 @@ pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
             Failure::runtime(e).hint("check --table, --region / --endpoint-url and the credentials")
         })?
         .ok_or_else(|| Failure::runtime(anyhow!("table '{table}' not found")))?;
-    let text = pipeline(&args, &described);
+    let inference = match dialect {
+        None => None,
+        Some(dialect) => {
+            let items = sample::sample(Arc::new(api), &described, args.sample).await?;
+            let keys: Vec<String> = described
+                .key_schema
+                .iter()
+                .map(|key| key.name.clone())
+                .collect();
+            Some(infer(&items, &keys, dialect))
+        }
+    };
+    let text = pipeline(&args, &described, inference.as_ref());
     // Rule 4: what `init` writes, `check` and `run` accept.
     config::parse(&text, Path::new("."), &|_| Some("x".to_string())).map_err(|errors| {
         Failure::runtime(anyhow!(
@@ -77,8 +109,13 @@ pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
     Ok(Exit::Ok)
 }
 
-/// The pipeline file for `table` (rules 1–3).
-pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
+/// The pipeline file for `table` (rules 1–3), with the typed columns `inference` suggests
+/// (rule 5).
+pub(crate) fn pipeline(
+    args: &InitArgs,
+    table: &TableDescription,
+    inference: Option<&Inference>,
+) -> String {
     let name = table_slug(&table.name);
     let mode = match args.mode {
         InitMode::Scan => "scan",
@@ -121,9 +158,9 @@ pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
         out.push_str(&format!(
             "  segments: {segments}                      # parallel Scan segments: about one per GiB\n"
         ));
-        out.push_str(
-            "  # read_capacity_fraction: 0.25         # at most this share of the table's read capacity\n",
-        );
+        out.push_str(&format!(
+            "  # read_capacity_fraction: {SAMPLE_CAPACITY_FRACTION}         # at most this share of the table's read capacity\n",
+        ));
     }
     if args.mode != InitMode::Scan {
         out.push_str("  follow: true                     # until SIGINT/SIGTERM (or idle_termination_secs)\n");
@@ -169,6 +206,9 @@ pub(crate) fn pipeline(args: &InitArgs, table: &TableDescription) -> String {
             );
             out.push_str("  schema: public\n");
         }
+    }
+    if let Some(inference) = inference {
+        out.push_str(&columns::yaml_lines(inference));
     }
     out
 }
