@@ -123,9 +123,13 @@ impl Look for FileLook<'_> {
 
     fn type_name(&self, kind: ColumnType) -> &'static str {
         match kind {
-            ColumnType::Bigint | ColumnType::Boolean => "INTEGER",
-            ColumnType::Double => "REAL",
-            _ => "TEXT",
+            ColumnType::Text => "TEXT",
+            ColumnType::Numeric => "NUMERIC TEXT",
+            ColumnType::Timestamptz => "TIMESTAMPTZ TEXT",
+            ColumnType::Jsonb => "JSONB TEXT",
+            ColumnType::Bigint => "BIGINT",
+            ColumnType::Boolean => "BOOLEAN",
+            ColumnType::Double => "DOUBLE",
         }
     }
 }
@@ -166,12 +170,12 @@ async fn every_type_is_stored_exactly_with_its_declared_type() {
     let declared: Vec<(String, String)> = fx.declared("every")[2..9].to_vec();
     let want: Vec<(String, String)> = [
         ("text", "TEXT"),
-        ("numeric", "TEXT"),
-        ("bigint", "INTEGER"),
-        ("double", "REAL"),
-        ("boolean", "INTEGER"),
-        ("timestamptz", "TEXT"),
-        ("jsonb", "TEXT"),
+        ("numeric", "NUMERIC TEXT"),
+        ("bigint", "BIGINT"),
+        ("double", "DOUBLE"),
+        ("boolean", "BOOLEAN"),
+        ("timestamptz", "TIMESTAMPTZ TEXT"),
+        ("jsonb", "JSONB TEXT"),
     ]
     .map(|(name, kind)| (name.to_string(), kind.to_string()))
     .to_vec();
@@ -370,7 +374,7 @@ async fn typed_column_names_that_collide_are_refused_before_anything_is_created(
         fx.declared("named")[2..4],
         [
             ("order".into(), "TEXT".into()),
-            ("Select".into(), "INTEGER".into())
+            ("Select".into(), "BIGINT".into())
         ]
     );
 }

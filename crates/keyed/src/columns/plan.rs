@@ -142,8 +142,9 @@ pub(crate) fn plan<'s>(
         let document_hint = if spec.document_column.is_none() {
             format!(
                 " (with document_column: null, the document column of an earlier \
-                 configuration is such a column: drop it, ALTER TABLE … DROP COLUMN {}, or write \
-                 a new table, another sink.table)",
+                 configuration is such a column: dropping the document needs a resnapshot — drop \
+                 the column, ALTER TABLE … DROP COLUMN {}, then `ddbpipe state reset` and run; \
+                 or write a new table, another sink.table)",
                 quote(&column.name)
             )
         } else {

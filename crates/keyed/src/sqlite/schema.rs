@@ -133,15 +133,22 @@ pub(super) fn table_columns(columns: &[ColumnInfo]) -> Vec<TableColumn> {
         .collect()
 }
 
-/// The declared type of a typed column (docs/sinks.md §7.9): its affinity keeps each value
-/// exactly as bound (numbers as their text, times as `timestamp_text`, JSON as its text).
+/// The declared type of a typed column (docs/sinks.md §7.9). Each names the column's type, so
+/// that a changed `type:` is seen even where two types store alike, and its words give the
+/// affinity that keeps each value exactly as bound (SQLite's rules: a declared type holding
+/// `INT` is INTEGER, then `TEXT` is TEXT, then `DOUB` is REAL, and none of these is NUMERIC):
+/// numbers as their text, times as `timestamp_text` and JSON as its text (`… TEXT`, TEXT
+/// affinity), integers (`BIGINT`), doubles (`DOUBLE`), and 0/1 (`BOOLEAN`, NUMERIC affinity,
+/// which keeps an integer an integer).
 pub(super) fn column_type(kind: ColumnType) -> &'static str {
     match kind {
-        ColumnType::Text | ColumnType::Numeric | ColumnType::Timestamptz | ColumnType::Jsonb => {
-            "TEXT"
-        }
-        ColumnType::Bigint | ColumnType::Boolean => "INTEGER",
-        ColumnType::Double => "REAL",
+        ColumnType::Text => "TEXT",
+        ColumnType::Numeric => "NUMERIC TEXT",
+        ColumnType::Timestamptz => "TIMESTAMPTZ TEXT",
+        ColumnType::Jsonb => "JSONB TEXT",
+        ColumnType::Bigint => "BIGINT",
+        ColumnType::Boolean => "BOOLEAN",
+        ColumnType::Double => "DOUBLE",
     }
 }
 

@@ -125,6 +125,22 @@ pub async fn a_column_of_another_type_is_refused_naming_both_types(
             "never re-types",
         ],
     );
+    // Types a database stores alike (SQLite: text and timestamptz both as TEXT, numeric and
+    // jsonb too, bigint and boolean as integers) are told apart all the same.
+    for (at, kind) in [
+        (0, ColumnType::Timestamptz),
+        (1, ColumnType::Jsonb),
+        (2, ColumnType::Boolean),
+    ] {
+        let mut retyped = spec.clone();
+        retyped.columns[at].kind = kind;
+        let message = refused_alike(db, &retyped, look, OnMismatch::Null).await;
+        assert_contains_all(
+            "re-typed alike",
+            &message,
+            &[&format!("gives it type {}", kind.name()), "never re-types"],
+        );
+    }
 }
 
 /// A column no longer in `columns:` stays, no longer written (NULL in new rows), and is named
