@@ -104,8 +104,8 @@ pub(crate) fn plan<'s>(
             Some(found) => plan.refusals.push(format!(
                 "column {} has type {} in the table but sink.columns gives it type {} ({wanted}); \
                  ddbpipe never re-types a column: set its type in sink.columns to the table's, \
-                 alter the column yourself (ALTER TABLE … ALTER COLUMN … TYPE), or give it \
-                 another name",
+                 change the column yourself (a new type's values are not ddbpipe's to convert), \
+                 or give it another name",
                 quote(&column.name),
                 found.type_name,
                 column.kind,
