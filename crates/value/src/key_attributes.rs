@@ -48,7 +48,7 @@ impl<'de, K, F: Fn(&K) -> &str> Visitor<'de> for KeyAttributes<'_, K, F> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = vec![None; self.names.len()];
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(key) = map.next_key_seed(Name)? {
             match self
                 .names
                 .iter()
@@ -61,6 +61,41 @@ impl<'de, K, F: Fn(&K) -> &str> Visitor<'de> for KeyAttributes<'_, K, F> {
             }
         }
         Ok(found)
+    }
+}
+
+/// An attribute name as the text holds it: borrowed, unless it has escapes (serde's own
+/// `Cow<str>` would copy every name of every record into a `String`).
+struct Name;
+
+impl<'de> DeserializeSeed<'de> for Name {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Name {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an attribute name")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, name: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(name))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(name.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, name: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(name))
     }
 }
 
@@ -83,6 +118,10 @@ mod tests {
             ]
         );
         assert!(key_attributes("[1]", &["a"], |n| n).is_err());
+        // A name with an escape is read as the text it stands for.
+        let found = key_attributes(r#"{"\u0061":1,"b\"":2}"#, &["a", "b\""], |n| n).unwrap_or_default();
+        let raw: Vec<Option<&str>> = found.iter().map(|v| v.map(|v| v.get())).collect();
+        assert_eq!(raw, [Some("1"), Some("2")]);
         assert!(key_attributes(r#"{"a":1} x"#, &["a"], |n| n).is_err());
     }
 }

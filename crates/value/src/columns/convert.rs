@@ -76,6 +76,20 @@ pub(super) fn convert_read(
     convert(value, kind, time_format)
 }
 
+/// [`convert_read`] of a value the caller owns: a string for a `text` column is moved, not
+/// copied (the common case of a plain document).
+pub(super) fn convert_read_owned(
+    value: Value,
+    kind: ColumnType,
+    time_format: TimeFormat,
+    strings: Strings,
+) -> Result<ColumnValue, Mismatch> {
+    match (kind, value) {
+        (ColumnType::Text, Value::S(text)) => Ok(ColumnValue::Text(text)),
+        (_, value) => convert_read(&value, kind, time_format, strings),
+    }
+}
+
 /// Whether a column of `kind` takes an `N` and nothing else (the columns rule 3 lets a string
 /// stand for a number in).
 fn reads_numbers(kind: ColumnType, time_format: TimeFormat) -> bool {

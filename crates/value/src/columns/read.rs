@@ -10,14 +10,17 @@
 //!    taken as the `N`'s text exactly as written (serde_json here parses numbers into
 //!    doubles, which would lose digits).
 //! 4. The rest of the path is walked over the value (rule 2), and what it reaches goes to the
-//!    one conversion (`convert`), told whether strings may stand for numbers (rule 3).
+//!    one conversion (`convert`), told whether strings may stand for numbers (rule 3). In a
+//!    plain document the path is walked over the raw JSON, and only the value it reaches is
+//!    read (`address.city` reads one string, not the whole `address` map); the steps' rules
+//!    are the same as over a value.
 
 use std::collections::BTreeMap;
 
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
-use super::convert::{Strings, convert_read};
+use super::convert::{Strings, convert_read, convert_read_owned};
 use super::path::StepText;
 use super::{ColumnSpec, ColumnValue, Mismatch, PathStep, a_tag};
 use crate::{Number, Value, ValueFormat, key_attributes, value_from_typed_json};
@@ -70,6 +73,9 @@ impl ColumnReader {
     pub fn read(&self, document: &str) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
         let found = key_attributes(document, &self.roots, |root| root.as_str())
             .map_err(|error| describe("the document", &error))?;
+        if self.format != ValueFormat::Typed {
+            return self.read_plain(&found);
+        }
         let values = found
             .into_iter()
             .zip(&self.roots)
@@ -87,6 +93,36 @@ impl ColumnReader {
             }
         };
         Ok(self.columns.iter().zip(&self.root_of).map(read).collect())
+    }
+
+    /// The columns of a plain document whose path roots are `found` (reading rules 3 and 4):
+    /// each path walked over the raw JSON, only the value it reaches read.
+    fn read_plain(
+        &self,
+        found: &[Option<&RawValue>],
+    ) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
+        let mut values = Vec::with_capacity(self.columns.len());
+        for (column, &root) in self.columns.iter().zip(&self.root_of) {
+            let rest = column.path.steps().get(1..).unwrap_or_default();
+            let reached = walk_raw(found[root], rest)
+                .map_err(|error| describe(&format!("attribute {:?}", self.roots[root]), &error))?;
+            values.push(match reached {
+                Ok(Some(raw)) => {
+                    let value = plain_value(raw).map_err(|error| {
+                        describe(&format!("attribute {:?}", self.roots[root]), &error)
+                    })?;
+                    convert_read_owned(
+                        value,
+                        column.kind,
+                        column.time_format,
+                        Strings::MayBeNumbers,
+                    )
+                }
+                Ok(None) => Ok(ColumnValue::Null),
+                Err(mismatch) => Err(mismatch),
+            });
+        }
+        Ok(values)
     }
 
     /// One attribute's value, read as the format says (reading rules 2 and 3).
@@ -137,6 +173,64 @@ fn plain_value(raw: &RawValue) -> Result<Value, serde_json::Error> {
     })
 }
 
+/// The DynamoDB type a plain JSON value is read as (rule 3), from its first character.
+fn plain_tag(raw: &RawValue) -> &'static str {
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'{') => "M",
+        Some(b'[') => "L",
+        Some(b'"') => "S",
+        Some(b't' | b'f') => "BOOL",
+        Some(b'n') => "NULL",
+        _ => "N",
+    }
+}
+
+/// [`walk`] over plain raw JSON: the raw value `steps` reach from an attribute, by the same
+/// rules (an array is a list, so an index reads it).
+fn walk_raw<'a>(
+    attribute: Option<&'a RawValue>,
+    steps: &[PathStep],
+) -> Result<Result<Option<&'a RawValue>, Mismatch>, serde_json::Error> {
+    let Some(mut at) = attribute else {
+        return Ok(Ok(None));
+    };
+    for step in steps {
+        let tag = plain_tag(at);
+        let next = match (tag, step) {
+            ("NULL", _) => None,
+            ("M", PathStep::Name(name)) => {
+                key_attributes(at.get(), std::slice::from_ref(name), String::as_str)?
+                    .pop()
+                    .flatten()
+            }
+            ("L", PathStep::Index(index)) => {
+                serde_json::from_str::<Vec<&RawValue>>(at.get())?.get(*index).copied()
+            }
+            (_, step) => return Ok(Err(step_mismatch(tag, step))),
+        };
+        match next {
+            Some(value) => at = value,
+            None => return Ok(Ok(None)),
+        }
+    }
+    Ok(Ok(Some(at)))
+}
+
+/// The mismatch of a step into a value of type `tag` that has no such step (rule 2).
+fn step_mismatch(tag: &'static str, step: &PathStep) -> Mismatch {
+    let cannot = |why: &str, verb: &str| {
+        Mismatch::new(
+            tag,
+            format!("{} {why}: {} cannot {verb} it", a_tag(tag), StepText(step)),
+        )
+    };
+    match (tag, step) {
+        ("SS" | "NS" | "BS", PathStep::Index(_)) => cannot("has no order", "index"),
+        (_, PathStep::Index(_)) => cannot("is not a list", "index"),
+        (_, PathStep::Name(_)) => cannot("is not a map", "read"),
+    }
+}
+
 /// The value `steps` reach from an attribute (rule 2): `None` for an absent one, a missing
 /// entry or element, or a `NULL` on the way; a mismatch for a step into a value that has no
 /// such step.
@@ -148,22 +242,11 @@ fn walk<'v>(
         return Ok(None);
     };
     for step in steps {
-        let tag = at.type_tag();
-        let cannot = |why: &str, verb: &str| {
-            Mismatch::new(
-                tag,
-                format!("{} {why}: {} cannot {verb} it", a_tag(tag), StepText(step)),
-            )
-        };
         let next = match (at, step) {
             (Value::Null, _) => None,
             (Value::M(entries), PathStep::Name(name)) => entries.get(name),
             (Value::L(elements), PathStep::Index(index)) => elements.get(*index),
-            (Value::Ss(_) | Value::Ns(_) | Value::Bs(_), PathStep::Index(_)) => {
-                return Err(cannot("has no order", "index"));
-            }
-            (_, PathStep::Index(_)) => return Err(cannot("is not a list", "index")),
-            (_, PathStep::Name(_)) => return Err(cannot("is not a map", "read")),
+            (value, step) => return Err(step_mismatch(value.type_tag(), step)),
         };
         match next {
             Some(value) => at = value,
