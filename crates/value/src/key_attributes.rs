@@ -119,7 +119,8 @@ mod tests {
         );
         assert!(key_attributes("[1]", &["a"], |n| n).is_err());
         // A name with an escape is read as the text it stands for.
-        let found = key_attributes(r#"{"\u0061":1,"b\"":2}"#, &["a", "b\""], |n| n).unwrap_or_default();
+        let found =
+            key_attributes(r#"{"\u0061":1,"b\"":2}"#, &["a", "b\""], |n| n).unwrap_or_default();
         let raw: Vec<Option<&str>> = found.iter().map(|v| v.map(|v| v.get())).collect();
         assert_eq!(raw, [Some("1"), Some("2")]);
         assert!(key_attributes(r#"{"a":1} x"#, &["a"], |n| n).is_err());

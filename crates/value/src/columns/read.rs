@@ -203,9 +203,9 @@ fn walk_raw<'a>(
                     .pop()
                     .flatten()
             }
-            ("L", PathStep::Index(index)) => {
-                serde_json::from_str::<Vec<&RawValue>>(at.get())?.get(*index).copied()
-            }
+            ("L", PathStep::Index(index)) => serde_json::from_str::<Vec<&RawValue>>(at.get())?
+                .get(*index)
+                .copied(),
             (_, step) => return Ok(Err(step_mismatch(tag, step))),
         };
         match next {
