@@ -39,6 +39,10 @@ use base64::Engine as _;
 
 use crate::{ColumnValue, KeyColumn, KeyType, KeyValue, RowChange, TableSpec, Version};
 
+/// The prefix of ddbpipe's own tables and columns, which no table, key attribute, document
+/// column or typed column may take.
+pub const RESERVED_PREFIX: &str = "_ddbpipe_";
+
 /// The state table's name.
 pub(crate) const STATE_TABLE: &str = "_ddbpipe_state";
 /// The snapshot marker column.

@@ -69,7 +69,7 @@ mod wire;
 
 pub use columns::{
     ColumnPath, ColumnReader, ColumnSpec, ColumnType, ColumnValue, Mismatch, PathStep, TimeFormat,
-    convert, parse_timestamp, timestamp_text,
+    a_tag, convert, parse_timestamp, timestamp_text,
 };
 pub use decode::{DecodeError, item_from_typed_json, value_from_typed_json};
 pub use format::ValueFormat;

@@ -141,7 +141,7 @@ impl TypedColumns {
                 column.path,
                 column.kind,
                 column.path,
-                article(mismatch.found),
+                ddbpipe_value::a_tag(mismatch.found),
                 mismatch.why
             )),
             OnMismatch::Null => {
@@ -180,12 +180,6 @@ fn unstorable(value: &ColumnValue) -> Mismatch {
         found,
         why: "a string holding U+0000, which PostgreSQL cannot store in text or jsonb".into(),
     }
-}
-
-/// "an S", "a BOOL": a type tag with its article.
-fn article(tag: &str) -> String {
-    let vowel_sound = tag != "NULL" && matches!(tag.chars().next(), Some('S' | 'N' | 'M' | 'L'));
-    format!("{} {tag}", if vowel_sound { "an" } else { "a" })
 }
 
 /// What `check` finds about a table's columns ([`Database::check_columns`](crate::Database::check_columns)):
@@ -325,15 +319,5 @@ mod tests {
             .values(r#"{"qty":"x","address":{"city":"Oslo"}}"#, |_| true, KEY)
             .expect("qty is not read");
         assert_eq!(values, [ColumnValue::Text("Oslo".into())]);
-    }
-
-    #[test]
-    fn type_tags_take_their_article() {
-        assert_eq!(article("S"), "an S");
-        assert_eq!(article("N"), "an N");
-        assert_eq!(article("BOOL"), "a BOOL");
-        assert_eq!(article("B"), "a B");
-        assert_eq!(article("NS"), "an NS");
-        assert_eq!(article("NULL"), "a NULL");
     }
 }

@@ -30,9 +30,6 @@ use super::ColumnCheck;
 use crate::TableSpec;
 use crate::sql::quote;
 
-/// The prefix of ddbpipe's own columns (rule 1).
-const OWN_PREFIX: &str = "_ddbpipe_";
-
 /// How a backend names and compares columns (rule 6).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Naming {
@@ -131,8 +128,8 @@ pub(crate) fn plan<'s>(
                 .is_some_and(|document| (naming.same)(document, name))
             || spec.columns.iter().any(|c| (naming.same)(&c.name, name))
             || name
-                .get(..OWN_PREFIX.len())
-                .is_some_and(|prefix| prefix.eq_ignore_ascii_case(OWN_PREFIX))
+                .get(..crate::RESERVED_PREFIX.len())
+                .is_some_and(|prefix| prefix.eq_ignore_ascii_case(crate::RESERVED_PREFIX))
     };
     for column in columns.iter().filter(|c| !written(&c.name)) {
         if !column.required {

@@ -8,13 +8,10 @@ use tokio_postgres::types::ToSql;
 
 use super::document;
 use crate::sql::{
-    DELETED_TABLE, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN,
-    key_misfit, key_type, quote, repair_older,
+    DELETED_TABLE, RESERVED_PREFIX, SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
+    VERSION_SEQ_COLUMN, key_misfit, key_type, quote, repair_older,
 };
 use crate::{ColumnType, DbError, KeyType, KeyValue, TableSpec};
-
-/// The prefix of ddbpipe's own columns, which a typed column may not take.
-const OWN_PREFIX: &str = "_ddbpipe_";
 
 /// The parameter cast of `_ddbpipe_updated_at`: RFC 3339 text, stored as `timestamptz`.
 pub(super) const UPDATED_AT_CAST: &str = "::text::timestamptz";
@@ -67,9 +64,9 @@ pub(super) fn validate(spec: &TableSpec) -> Result<(), DbError> {
         return Err(DbError::fatal(format!("{context}: no key columns")));
     }
     for column in &spec.columns {
-        if column.name.starts_with(OWN_PREFIX) {
+        if column.name.starts_with(RESERVED_PREFIX) {
             return Err(DbError::fatal(format!(
-                "{context}: the typed column '{}' starts with {OWN_PREFIX}, reserved for \
+                "{context}: the typed column '{}' starts with {RESERVED_PREFIX}, reserved for \
                  ddbpipe's columns; give it another name in sink.columns",
                 column.name
             )));

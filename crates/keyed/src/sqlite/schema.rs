@@ -11,8 +11,7 @@ use crate::sql::{
 };
 use crate::{ColumnType, KeyColumn, KeyType, TableSpec};
 
-/// The prefix reserved for ddbpipe's own columns and tables.
-const RESERVED_PREFIX: &str = "_ddbpipe_";
+use crate::RESERVED_PREFIX;
 
 pub(super) const CREATE_STATE_SQL: &str = "CREATE TABLE IF NOT EXISTS \"_ddbpipe_state\" (\
      pipeline TEXT NOT NULL, part TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL, \

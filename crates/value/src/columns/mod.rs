@@ -244,7 +244,7 @@ impl Mismatch {
 }
 
 /// A DynamoDB type tag with its indefinite article, as messages say it (`an S`, `a BOOL`).
-pub(crate) fn a_tag(tag: &'static str) -> &'static str {
+pub fn a_tag(tag: &str) -> &'static str {
     match tag {
         "S" => "an S",
         "N" => "an N",

@@ -198,7 +198,7 @@ pub fn table_spec(
                 source.table_name
             )));
         }
-        if attribute.name.starts_with("_ddbpipe_") {
+        if attribute.name.starts_with(ddbpipe_keyed::RESERVED_PREFIX) {
             return Err(Failure::usage(anyhow!(
                 "config error: sink: key attribute '{}' starts with the reserved prefix _ddbpipe_; the {kind} sink cannot mirror this table",
                 attribute.name

@@ -30,8 +30,7 @@ use crate::yaml::types::{Choice, FromYaml, did_you_mean, expected};
 pub const DEFAULT_DOCUMENT_COLUMN: &str = "document";
 /// The longest name PostgreSQL keeps, in bytes (`NAMEDATALEN - 1`).
 pub const POSTGRES_MAX_NAME_BYTES: usize = 63;
-/// The prefix of ddbpipe's own tables and columns.
-pub const RESERVED_PREFIX: &str = "_ddbpipe_";
+pub use ddbpipe_keyed::RESERVED_PREFIX;
 
 /// `sink.document_column`, `sink.columns` and `sink.on_type_mismatch` of both keyed sinks.
 pub(super) const DOCUMENT_COLUMN: Field = defaulted(

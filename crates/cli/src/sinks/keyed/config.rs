@@ -224,7 +224,7 @@ pub(crate) fn validate(sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
         if keyed
             .table
             .as_deref()
-            .is_some_and(|t| t.starts_with("_ddbpipe_"))
+            .is_some_and(|t| t.starts_with(RESERVED_PREFIX))
         {
             errors.push(ConfigError::new(
                 "sink.table",
