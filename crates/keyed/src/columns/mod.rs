@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ddbpipe_value::{ColumnReader, ColumnSpec, ColumnValue, Mismatch, ValueFormat};
+use serde_json::value::RawValue;
 
 use crate::OnMismatch;
 
@@ -104,7 +105,31 @@ impl TypedColumns {
         if self.is_empty() {
             return Ok(Vec::new());
         }
-        let read = self.reader.read(document)?;
+        self.resolve(self.reader.read(document)?, stores, key)
+    }
+
+    /// [`TypedColumns::values`] of a document whose path roots (`reader().roots()`) its
+    /// caller found already, in the pass that read its key.
+    pub(crate) fn values_found(
+        &self,
+        found: &[Option<&RawValue>],
+        stores: impl Fn(&ColumnValue) -> bool,
+        key: impl Fn() -> String,
+    ) -> Result<Vec<ColumnValue>, String> {
+        if self.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.resolve(self.reader.read_found(found)?, stores, key)
+    }
+
+    /// The values read, each mismatch (and each value the database cannot store) resolved
+    /// per rules 2–4.
+    fn resolve(
+        &self,
+        read: Vec<Result<ColumnValue, Mismatch>>,
+        stores: impl Fn(&ColumnValue) -> bool,
+        key: impl Fn() -> String,
+    ) -> Result<Vec<ColumnValue>, String> {
         let mut values = Vec::with_capacity(read.len());
         for (index, (value, column)) in read.into_iter().zip(self.reader.columns()).enumerate() {
             let value = value.and_then(|value| {

@@ -45,6 +45,13 @@ use crate::{
     TableSpec, TypedColumns,
 };
 
+/// The attributes an item is read for: `table`'s key attributes, then the roots of `columns`.
+fn item_attributes(table: &TableSpec, columns: &TypedColumns) -> Vec<String> {
+    let keys = table.key.iter().map(|column| column.name.clone());
+    keys.chain(columns.reader().roots().iter().cloned())
+        .collect()
+}
+
 /// How failed transactions are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SinkRetry {
@@ -66,6 +73,9 @@ pub struct KeyedSink {
     format: ValueFormat,
     /// The typed columns' reader (of `format`) and `on_type_mismatch`.
     columns: TypedColumns,
+    /// What an item's one pass reads: its key attributes (key-column order), then the
+    /// attributes the typed columns' paths start at (`columns.reader().roots()`).
+    item_attributes: Vec<String>,
     records: Records,
     retry: SinkRetry,
 }
@@ -81,9 +91,11 @@ impl KeyedSink {
         records: Records,
         retry: SinkRetry,
     ) -> Self {
+        let columns = TypedColumns::new(table.columns.clone(), format, OnMismatch::default());
         KeyedSink {
             state: DatabaseStore::new(db.clone(), table.clone()),
-            columns: TypedColumns::new(table.columns.clone(), format, OnMismatch::default()),
+            item_attributes: item_attributes(&table, &columns),
+            columns,
             db,
             table,
             format,

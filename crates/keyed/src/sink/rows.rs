@@ -76,12 +76,17 @@ impl KeyedSink {
     /// column's mismatch names the item's key, never a value (`crate::columns` rule 4).
     fn item_row(&self, text: &str) -> Result<RowChange, String> {
         let unreadable = |problem: String| format!("item {}: {problem}", short(text));
-        let found = self
-            .key_attributes(text)
+        // One pass finds the key attributes and the typed columns' roots.
+        let found = ddbpipe_value::key_attributes(text, &self.item_attributes, String::as_str)
             .map_err(|e| unreadable(format!("not a JSON object: {e}")))?;
-        let key = self.key_of(&found).map_err(unreadable)?;
+        let (key_found, roots_found) = found.split_at(self.table.key.len());
+        let key = self.key_of(key_found).map_err(unreadable)?;
+        let stores = |value: &ColumnValue| self.db.stores(value);
+        let columns = self
+            .columns
+            .values_found(roots_found, stores, || describe_key(&self.table.key, &key))?;
         Ok(RowChange::Upsert {
-            columns: self.column_values(text, &key)?,
+            columns,
             key,
             document: text.to_string(),
             snapshot: false,

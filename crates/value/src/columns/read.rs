@@ -73,11 +73,36 @@ impl ColumnReader {
     pub fn read(&self, document: &str) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
         let found = key_attributes(document, &self.roots, |root| root.as_str())
             .map_err(|error| describe("the document", &error))?;
+        self.read_found(&found)
+    }
+
+    /// The attributes the paths start at, each once: what [`ColumnReader::read_found`] takes
+    /// the raw values of.
+    pub fn roots(&self) -> &[String] {
+        &self.roots
+    }
+
+    /// [`ColumnReader::read`] of a document whose [`roots`](ColumnReader::roots) were found
+    /// already (`found[i]` the raw value of `roots()[i]`, as [`key_attributes`] gives it): a
+    /// caller that reads other attributes of the same document (a keyed sink, its key) finds
+    /// them all in one pass.
+    pub fn read_found(
+        &self,
+        found: &[Option<&RawValue>],
+    ) -> Result<Vec<Result<ColumnValue, Mismatch>>, String> {
+        if found.len() != self.roots.len() {
+            return Err(format!(
+                "{} root attribute value(s) given for {} root(s)",
+                found.len(),
+                self.roots.len()
+            ));
+        }
         if self.format != ValueFormat::Typed {
-            return self.read_plain(&found);
+            return self.read_plain(found);
         }
         let values = found
-            .into_iter()
+            .iter()
+            .copied()
             .zip(&self.roots)
             .map(|(raw, root)| raw.map(|raw| self.attribute(raw, root)).transpose())
             .collect::<Result<Vec<Option<Value>>, String>>()?;
