@@ -26,8 +26,10 @@ use serde_json::value::RawValue;
 use crate::OnMismatch;
 
 mod plan;
+pub(crate) mod records;
 
 pub(crate) use plan::{ColumnPlan, Naming, TableColumn, plan};
+pub(crate) use records::Recorded;
 
 /// The name of the mismatch counter (rule 3).
 const MISMATCHES: &str = "ddbpipe_column_mismatches_total";

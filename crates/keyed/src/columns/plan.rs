@@ -23,10 +23,20 @@
 //!    document column is dropped).
 //! 6. Names compare as the database compares quoted identifiers (PostgreSQL exactly, SQLite
 //!    ignoring ASCII case), types as the catalog names them ([`Naming`]).
+//! 7. What each typed column holds is recorded per table (`records`: its definition, i.e.
+//!    type, path and timestamp format), rewritten in the transaction that adds and fills
+//!    columns whenever it differs from the configuration. A typed column present with the
+//!    configured type but recorded with another definition — or not recorded: a column
+//!    ddbpipe did not fill, or one left unwritten while a configuration without it ran —
+//!    holds values some other definition gave, or none: over rows it is refilled from the
+//!    documents like an added column (every row's value replaced, NULL where the new
+//!    definition finds nothing), and refused without a document column; over an empty table
+//!    it is only recorded. A column the configuration leaves out loses its record (rule 5),
+//!    so configuring it again refills it.
 
 use ddbpipe_value::{ColumnSpec, ColumnType};
 
-use super::ColumnCheck;
+use super::{ColumnCheck, Recorded};
 use crate::TableSpec;
 use crate::sql::quote;
 
@@ -59,25 +69,36 @@ pub(crate) struct ColumnPlan<'s> {
     pub(crate) add_document: bool,
     /// The typed columns to add, in configuration order (rule 4).
     pub(crate) added: Vec<&'s ColumnSpec>,
-    /// Fill `added` for the table's rows from their documents (rule 4).
+    /// The typed columns present whose values another definition wrote, each with what it
+    /// was (`None`: not recorded), to refill over rows (rule 7).
+    pub(crate) refilled: Vec<(&'s ColumnSpec, Option<String>)>,
+    /// Fill `added` and `refilled` for the table's rows from their documents (rules 4, 7).
     pub(crate) fill: bool,
+    /// The record of the table's typed columns differs from the configuration: rewrite it
+    /// (rule 7).
+    pub(crate) record: bool,
     /// The table's columns nobody writes any more (rule 5).
     pub(crate) unused: Vec<String>,
 }
 
-/// The plan for `spec` over a table with `columns`, holding rows when `has_rows` (rules 1–5).
+/// The plan for `spec` over a table with `columns`, its typed columns `recorded`, holding rows
+/// when `has_rows` (rules 1–7).
 pub(crate) fn plan<'s>(
     spec: &'s TableSpec,
     columns: &[TableColumn],
+    recorded: &[Recorded],
     has_rows: bool,
     naming: Naming,
 ) -> ColumnPlan<'s> {
     let find = |name: &str| columns.iter().find(|c| (naming.same)(&c.name, name));
+    let record_of = |name: &str| recorded.iter().find(|r| (naming.same)(&r.name, name));
     let mut plan = ColumnPlan {
         refusals: Vec::new(),
         add_document: false,
         added: Vec::new(),
+        refilled: Vec::new(),
         fill: false,
+        record: recorded.len() != spec.columns.len(),
         unused: Vec::new(),
     };
     let mut document_kept = false;
@@ -96,8 +117,30 @@ pub(crate) fn plan<'s>(
     }
     for column in &spec.columns {
         let wanted = (naming.type_name)(column.kind);
+        let definition = column.definition();
+        let was = record_of(&column.name).map(|r| r.definition.clone());
+        plan.record |= was.as_ref() != Some(&definition);
         match find(&column.name) {
-            Some(found) if found.type_name.eq_ignore_ascii_case(wanted) => {}
+            Some(found) if found.type_name.eq_ignore_ascii_case(wanted) => {
+                if !has_rows || was.as_ref() == Some(&definition) {
+                    continue;
+                }
+                if !document_kept {
+                    plan.refusals.push(format!(
+                        "column {} holds values {}, not of its definition in sink.columns \
+                         ({definition}), and they cannot be refilled for the rows there \
+                         without a document column to read them from; set its path, type and \
+                         format back, give it another name, or resnapshot into an empty table: \
+                         drop the table (or delete its rows), run `ddbpipe state reset`, then \
+                         run again",
+                        quote(&column.name),
+                        written_by(was.as_deref()),
+                    ));
+                    continue;
+                }
+                plan.fill = true;
+                plan.refilled.push((column, was));
+            }
             Some(found) => plan.refusals.push(format!(
                 "column {} has type {} in the table but sink.columns gives it type {} ({wanted}); \
                  ddbpipe never re-types a column: set its type in sink.columns to the table's, \
@@ -157,15 +200,39 @@ pub(crate) fn plan<'s>(
     plan
 }
 
-impl ColumnPlan<'_> {
+/// What a column's recorded definition says about its values (rule 7).
+fn written_by(was: Option<&str>) -> String {
+    match was {
+        Some(definition) => format!("written as {definition}"),
+        None => "ddbpipe has no record of (written by something else, or left unwritten while \
+         a configuration without the column ran)"
+            .to_string(),
+    }
+}
+
+impl<'s> ColumnPlan<'s> {
     /// The refusals as one message, when there are any.
     pub(crate) fn refused(&self) -> Option<String> {
         (!self.refusals.is_empty()).then(|| self.refusals.join("; "))
     }
 
-    /// Whether the run changes the table.
-    pub(crate) fn alters(&self) -> bool {
+    /// Whether the run adds columns to the table (which takes its owner's rights).
+    pub(crate) fn adds(&self) -> bool {
         self.add_document || !self.added.is_empty()
+    }
+
+    /// Whether the run changes the table, its rows' typed columns or their record.
+    pub(crate) fn alters(&self) -> bool {
+        self.adds() || !self.refilled.is_empty() || self.record
+    }
+
+    /// The typed columns the run fills for the table's rows, when it fills (rules 4, 7):
+    /// those it adds, then those it refills.
+    pub(crate) fn filled(&self) -> Vec<&'s ColumnSpec> {
+        let added = self.added.iter().copied();
+        added
+            .chain(self.refilled.iter().map(|(column, _)| *column))
+            .collect()
     }
 
     /// What `check` reports (rules 2–5).
@@ -189,6 +256,15 @@ impl ColumnPlan<'_> {
                 "run adds column {} ({}) {filled}",
                 quote(&column.name),
                 column.kind
+            ));
+        }
+        for (column, was) in &self.refilled {
+            notes.push(format!(
+                "run refills column {} for the table's rows from their documents, in one \
+                 transaction: it holds values {}, not of its definition ({})",
+                quote(&column.name),
+                written_by(was.as_deref()),
+                column.definition()
             ));
         }
         for name in &self.unused {
@@ -246,6 +322,18 @@ mod tests {
         }
     }
 
+    /// The record of a table last written by `spec`.
+    fn recorded(spec: &TableSpec) -> Vec<Recorded> {
+        let rows = super::super::records::rows(&spec.columns).into_iter();
+        rows.map(|(name, definition)| Recorded { name, definition })
+            .collect()
+    }
+
+    /// The record of the table of [`table`].
+    fn record() -> Vec<Recorded> {
+        recorded(&spec(Some("doc"), vec![typed("qty", ColumnType::Bigint)]))
+    }
+
     fn spec(document: Option<&str>, columns: Vec<ColumnSpec>) -> TableSpec {
         TableSpec {
             table: "t".into(),
@@ -283,7 +371,7 @@ mod tests {
     #[test]
     fn a_table_of_the_configuration_is_written_as_it_is() {
         let spec = spec(Some("doc"), vec![typed("qty", ColumnType::Bigint)]);
-        let plan = plan(&spec, &table(), true, EXACT);
+        let plan = plan(&spec, &table(), &record(), true, EXACT);
         assert_eq!(plan.refused(), None);
         assert!(!plan.alters() && plan.unused.is_empty(), "{plan:?}");
         assert_eq!(plan.check(&spec), ColumnCheck::default());
@@ -298,7 +386,7 @@ mod tests {
             typed("total", ColumnType::Numeric),
         ];
         let spec_with = spec(Some("doc"), both.clone());
-        let filled = plan(&spec_with, &table(), true, EXACT);
+        let filled = plan(&spec_with, &table(), &record(), true, EXACT);
         assert_eq!(filled.added, [&spec_with.columns[1]]);
         assert!(filled.fill && filled.refused().is_none());
         let notes = filled.check(&spec_with).notes;
@@ -306,13 +394,13 @@ mod tests {
             notes[0].contains("adds column \"total\" (numeric) and fills it"),
             "{notes:?}"
         );
-        let empty = plan(&spec_with, &table(), false, EXACT);
+        let empty = plan(&spec_with, &table(), &record(), false, EXACT);
         assert!(!empty.fill && empty.added.len() == 1, "{empty:?}");
 
         let without = spec(None, both);
         let mut docless = table();
         docless.remove(1);
-        let refused = plan(&without, &docless, true, EXACT);
+        let refused = plan(&without, &docless, &record(), true, EXACT);
         let message = refused.refused().expect("refused");
         assert!(
             message.contains("column \"total\" of sink.columns is not in the table")
@@ -321,7 +409,7 @@ mod tests {
             "{message}"
         );
         assert!(refused.added.is_empty());
-        let added = plan(&without, &docless, false, EXACT);
+        let added = plan(&without, &docless, &record(), false, EXACT);
         assert!(
             added.refused().is_none() && added.added.len() == 1,
             "{added:?}"
@@ -332,7 +420,7 @@ mod tests {
     #[test]
     fn a_column_of_another_type_is_refused_naming_both_types() {
         let spec = spec(Some("doc"), vec![typed("qty", ColumnType::Double)]);
-        let message = plan(&spec, &table(), false, EXACT)
+        let message = plan(&spec, &table(), &record(), false, EXACT)
             .refused()
             .expect("refused");
         assert!(
@@ -347,14 +435,14 @@ mod tests {
     #[test]
     fn columns_nobody_writes_are_left_unless_inserts_would_fail() {
         let spec_none = spec(Some("doc"), Vec::new());
-        let left = plan(&spec_none, &table(), true, EXACT);
+        let left = plan(&spec_none, &table(), &record(), true, EXACT);
         assert_eq!(left.unused, ["qty"]);
         assert!(left.refused().is_none());
         assert!(left.check(&spec_none).notes[0].contains("\"qty\" of the table is not written"));
 
         let mut required = table();
         required.push(column("extra", "text", true));
-        let message = plan(&spec_none, &required, true, EXACT)
+        let message = plan(&spec_none, &required, &record(), true, EXACT)
             .refused()
             .expect("refused");
         assert!(
@@ -364,7 +452,7 @@ mod tests {
         assert!(!message.contains("DROP COLUMN"), "{message}");
 
         let dropped = spec(None, vec![typed("qty", ColumnType::Bigint)]);
-        let message = plan(&dropped, &table(), false, EXACT)
+        let message = plan(&dropped, &table(), &record(), false, EXACT)
             .refused()
             .expect("refused");
         assert!(
@@ -380,9 +468,9 @@ mod tests {
         let spec = spec(Some("document"), vec![typed("qty", ColumnType::Bigint)]);
         let mut columns = table();
         columns.remove(1);
-        let empty = plan(&spec, &columns, false, EXACT);
+        let empty = plan(&spec, &columns, &record(), false, EXACT);
         assert!(empty.add_document && empty.refused().is_none(), "{empty:?}");
-        let message = plan(&spec, &columns, true, EXACT)
+        let message = plan(&spec, &columns, &record(), true, EXACT)
             .refused()
             .expect("refused");
         assert!(
@@ -399,9 +487,66 @@ mod tests {
             ..EXACT
         };
         let spec = spec(Some("DOC"), vec![typed("QTY", ColumnType::Bigint)]);
-        let plan_ignoring = plan(&spec, &table(), true, ignore_case);
+        let plan_ignoring = plan(&spec, &table(), &recorded(&spec), true, ignore_case);
         assert!(!plan_ignoring.alters() && plan_ignoring.refused().is_none());
-        let exact = plan(&spec, &table(), false, EXACT);
+        let exact = plan(&spec, &table(), &record(), false, EXACT);
         assert!(exact.add_document && exact.added.len() == 1, "{exact:?}");
+    }
+
+    /// Rule 7: a column whose values another definition wrote is refilled over rows (and
+    /// only recorded over an empty table), refused without documents; a column left out
+    /// loses its record.
+    #[test]
+    fn a_column_written_by_another_definition_is_refilled() {
+        let moved = ColumnSpec {
+            path: ColumnPath::parse("order.qty").expect("a path"),
+            ..typed("qty", ColumnType::Bigint)
+        };
+        let spec_moved = spec(Some("doc"), vec![moved.clone()]);
+        let refill = plan(&spec_moved, &table(), &record(), true, EXACT);
+        assert_eq!(
+            refill.refilled,
+            [(&spec_moved.columns[0], Some("bigint from qty".to_string()))]
+        );
+        assert!(refill.fill && refill.record && refill.added.is_empty());
+        assert_eq!(refill.filled(), [&spec_moved.columns[0]]);
+        let notes = refill.check(&spec_moved).notes;
+        assert!(
+            notes[0].contains("refills column \"qty\"")
+                && notes[0].contains("written as bigint from qty")
+                && notes[0].contains("(bigint from order.qty)"),
+            "{notes:?}"
+        );
+
+        let empty = plan(&spec_moved, &table(), &record(), false, EXACT);
+        assert!(empty.refilled.is_empty() && !empty.fill, "{empty:?}");
+        assert!(empty.record && empty.alters());
+
+        let same = spec(Some("doc"), vec![typed("qty", ColumnType::Bigint)]);
+        let unrecorded = plan(&same, &table(), &[], true, EXACT);
+        assert!(
+            unrecorded.fill && unrecorded.refilled[0].1.is_none(),
+            "{unrecorded:?}"
+        );
+
+        let mut docless = table();
+        docless.remove(1);
+        let spec_docless = spec(None, vec![moved]);
+        let message = plan(&spec_docless, &docless, &record(), true, EXACT)
+            .refused()
+            .expect("refused");
+        assert!(
+            message.contains("column \"qty\" holds values written as bigint from qty, not of its definition in sink.columns (bigint from order.qty)")
+                && message.contains("ddbpipe state reset"),
+            "{message}"
+        );
+
+        let spec_none = spec(Some("doc"), vec![]);
+        let left_out = plan(&spec_none, &table(), &record(), true, EXACT);
+        assert!(
+            left_out.record && left_out.refilled.is_empty(),
+            "{left_out:?}"
+        );
+        assert!(!plan(&same, &table(), &record(), true, EXACT).alters());
     }
 }

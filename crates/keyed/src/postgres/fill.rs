@@ -1,12 +1,14 @@
-//! Adding the document and typed columns a destination table lacks, and filling the typed
-//! ones for its rows from their documents (`crate::columns`, plan rule 4; docs/sinks.md §7.9).
+//! Adding the document and typed columns a destination table lacks, filling the typed ones
+//! for its rows from their documents, refilling those whose values another definition wrote,
+//! and recording what they hold (`crate::columns`, plan rules 4 and 7; docs/sinks.md §7.9).
 //!
 //! # Rules
 //! 1. One transaction: `LOCK TABLE … IN ACCESS EXCLUSIVE MODE`, the table inspected and
 //!    planned again under the lock (a worker that started at the same time waits here, then
 //!    finds the columns added and adds nothing), `ALTER TABLE … ADD COLUMN` of each column the
-//!    plan adds, the fill, `COMMIT`. Any failure rolls all of it back.
-//! 2. The fill reads every row's `ctid`, key and document through a portal, [`FILL_ROWS`] at a
+//!    plan adds, the fill, the columns' record, `COMMIT`. Any failure rolls all of it back.
+//! 2. A refilled column is first set to NULL in every row that has a value (before the rows
+//!    are read, so the `ctid`s read are those of the rows as they are then). The fill reads every row's `ctid`, key and document through a portal, [`FILL_ROWS`] at a
 //!    time, and converts each document with the sink's `TypedColumns`: the conversion the
 //!    writes use (PostgreSQL's U+0000 rule included), never one in SQL. Rows with a value for
 //!    some added column are copied as text (`COPY` text format) into a temporary table
@@ -22,7 +24,7 @@ use tokio_postgres::{Client, Transaction};
 
 use super::copy_text;
 use super::document;
-use super::schema::{has_rows, inspect};
+use super::schema::{has_rows, inspect, record};
 use super::session::Failure;
 use super::sql::{column_cast, column_type, qualified, spec_context};
 use crate::columns::ColumnPlan;
@@ -83,17 +85,21 @@ pub(super) async fn add_columns(
         let filled = fill(&tx, spec, document, &plan, columns).await?;
         tracing::info!(
             table = %context,
-            columns = plan.added.len(),
+            added = plan.added.len(),
+            refilled = plan.refilled.len(),
             rows = filled,
-            "Added typed columns and filled them from the rows' documents."
+            "Filled typed columns from the rows' documents."
         );
+    }
+    if plan.record {
+        record(&tx, spec).await?;
     }
     tx.commit().await?;
     Ok(())
 }
 
-/// Fills the columns `plan` added from the document column `document` (rule 2); the rows
-/// that got a value.
+/// Fills the columns `plan` adds or refills from the document column `document` (rule 2);
+/// the rows that got a value.
 async fn fill(
     tx: &Transaction<'_>,
     spec: &TableSpec,
@@ -102,8 +108,25 @@ async fn fill(
     columns: &TypedColumns,
 ) -> Result<u64, Failure> {
     let context = spec_context(spec);
-    let names: Vec<&str> = plan.added.iter().map(|c| c.name.as_str()).collect();
+    let filled = plan.filled();
+    let names: Vec<&str> = filled.iter().map(|c| c.name.as_str()).collect();
     let only = columns.only(&names);
+    if !plan.refilled.is_empty() {
+        let table = qualified(&spec.schema, &spec.table);
+        let refilled = plan.refilled.iter().map(|(column, _)| quote(&column.name));
+        let refilled: Vec<String> = refilled.collect();
+        let set: Vec<String> = refilled.iter().map(|c| format!("{c} = NULL")).collect();
+        let any: Vec<String> = refilled
+            .iter()
+            .map(|c| format!("{c} IS NOT NULL"))
+            .collect();
+        tx.batch_execute(&format!(
+            "UPDATE {table} SET {} WHERE {}",
+            set.join(", "),
+            any.join(" OR ")
+        ))
+        .await?;
+    }
     let stage_columns: Vec<String> = (0..only.reader().columns().len())
         .map(|i| format!("c{i}"))
         .collect();
@@ -212,8 +235,8 @@ fn row_key(spec: &TableSpec, row: &tokio_postgres::Row) -> Vec<KeyValue> {
 fn not_filled(context: &str, names: &[&str], message: &str) -> Failure {
     let names: Vec<String> = names.iter().map(|name| quote(name)).collect();
     DbError::fatal(format!(
-        "{context}: the column(s) {} to be added could not be filled for the table's rows \
-         (nothing was changed): {message}",
+        "{context}: the column(s) {} could not be filled for the table's rows from their \
+         documents (nothing was changed): {message}",
         names.join(", ")
     ))
     .into()

@@ -34,7 +34,7 @@ use super::schema::{
 };
 use super::session::Failure;
 use super::sql::{qualified, spec_context, table_context};
-use crate::columns::ColumnPlan;
+use crate::columns::{ColumnPlan, records};
 use crate::sql::{DELETED_TABLE, STATE_TABLE, row_count};
 use crate::{DbError, TableSpec};
 
@@ -258,7 +258,9 @@ async fn probe_rights(client: &Client, spec: &TableSpec) -> Result<String, Failu
         }
         None => format!("table '{display}' will be created"),
     };
-    for own in [STATE_TABLE, DELETED_TABLE] {
+    // The typed columns' record is written when there are typed columns (`fill`).
+    let record = (!spec.columns.is_empty()).then_some(records::COLUMNS_TABLE);
+    for own in [STATE_TABLE, DELETED_TABLE].into_iter().chain(record) {
         let own_context = table_context(&spec.schema, own);
         match relation(client, &spec.schema, own).await? {
             Some((oid, _)) => missing_rights(client, oid, &own_context).await?,

@@ -10,7 +10,7 @@ use tokio_postgres::GenericClient;
 
 use super::session::Failure;
 use super::sql::{column_type, key_list, qualified, spec_context, sql_type};
-use crate::columns::{ColumnPlan, Naming, TableColumn, plan};
+use crate::columns::{ColumnPlan, Naming, Recorded, TableColumn, plan, records};
 use crate::sql::{
     DELETED_TABLE, SNAPSHOT_COLUMN, STATE_TABLE, UPDATED_AT_COLUMN, VERSION_MS_COLUMN,
     VERSION_SEQ_COLUMN, quote,
@@ -90,6 +90,8 @@ pub(super) struct Existing {
     key: Vec<(String, String)>,
     /// All columns, with their types as `format_type` writes them.
     columns: Vec<TableColumn>,
+    /// What its typed columns hold (`crate::columns::records`).
+    recorded: Vec<Recorded>,
 }
 
 impl Existing {
@@ -171,14 +173,14 @@ impl Existing {
     /// The plan of `spec`'s document and typed columns over this table, holding rows when
     /// `has_rows` (`crate::columns::plan`).
     pub(super) fn plan<'s>(&self, spec: &'s TableSpec, has_rows: bool) -> ColumnPlan<'s> {
-        plan(spec, &self.columns, has_rows, NAMING)
+        plan(spec, &self.columns, &self.recorded, has_rows, NAMING)
     }
 
     /// What `prepare` changes in this table (nothing for a table of this version), its
     /// columns' plan being `plan`.
     pub(super) fn alterations(&self, spec: &TableSpec, plan: &ColumnPlan<'_>) -> Vec<Alteration> {
         let mut alterations = Vec::new();
-        if plan.alters() {
+        if plan.adds() {
             alterations.push(Alteration::Columns);
         }
         if !self.add_version_columns_sql(spec).is_empty() {
@@ -276,7 +278,58 @@ pub(super) async fn inspect<C: GenericClient + Sync>(
             })
         })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
-    Ok(Some(Existing { oid, key, columns }))
+    let recorded = recorded(client, spec).await?;
+    Ok(Some(Existing {
+        oid,
+        key,
+        columns,
+        recorded,
+    }))
+}
+
+/// The typed columns recorded for `spec`'s table (`crate::columns::records`); none before the
+/// record table exists.
+async fn recorded<C: GenericClient + Sync>(
+    client: &C,
+    spec: &TableSpec,
+) -> Result<Vec<Recorded>, tokio_postgres::Error> {
+    if relation(client, &spec.schema, records::COLUMNS_TABLE)
+        .await?
+        .is_none()
+    {
+        return Ok(Vec::new());
+    }
+    let table = qualified(&spec.schema, records::COLUMNS_TABLE);
+    let rows = client
+        .query(&records::select_sql(&table), &[&spec.table])
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Recorded {
+                name: row.try_get(0)?,
+                definition: row.try_get(1)?,
+            })
+        })
+        .collect()
+}
+
+/// Records `spec`'s typed columns as what its table's columns hold, replacing the record.
+pub(super) async fn record<C: GenericClient + Sync>(
+    client: &C,
+    spec: &TableSpec,
+) -> Result<(), tokio_postgres::Error> {
+    let table = qualified(&spec.schema, records::COLUMNS_TABLE);
+    client.batch_execute(&records::create_sql(&table)).await?;
+    client
+        .execute(&records::delete_sql(&table), &[&spec.table])
+        .await?;
+    let insert = client.prepare(&records::insert_sql(&table)).await?;
+    for (name, definition) in records::rows(&spec.columns) {
+        client
+            .execute(&insert, &[&spec.table, &name, &definition])
+            .await?;
+    }
+    Ok(())
 }
 
 /// Whether the destination table (which exists) has a row.

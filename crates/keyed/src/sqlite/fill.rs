@@ -1,10 +1,11 @@
-//! Filling a typed column added to a table with rows (`crate::columns`, plan rule 4) from the
-//! rows' documents, by the conversion the writes use (see the `sqlite` module docs, "Typed
-//! columns").
+//! Filling a typed column added to a table with rows, or refilling one whose values another
+//! definition wrote (`crate::columns`, plan rules 4 and 7), from the rows' documents, by the
+//! conversion the writes use (see the `sqlite` module docs, "Typed columns").
 //!
 //! # Rules
-//! 1. One `UPDATE "t" SET "c" = _ddbpipe_column("doc", "pk", …)` per added column, in the
-//!    transaction of its `ALTER TABLE … ADD COLUMN`. `_ddbpipe_column` is a scalar function
+//! 1. One `UPDATE "t" SET "c" = _ddbpipe_column("doc", "pk", …)` per filled column (every
+//!    row's value replaced), in the transaction of the `ALTER TABLE … ADD COLUMN`s and of the
+//!    columns' record. `_ddbpipe_column` is a scalar function
 //!    registered on the connection for that statement and removed after it: it reads the
 //!    column out of the row's document with the sink's `TypedColumns` (no conversion in SQL);
 //!    the key arguments only name the row in messages.
@@ -23,7 +24,7 @@ use crate::{ColumnSpec, KeyColumn, KeyType, KeyValue, TableSpec, TypedColumns};
 /// The function of rule 1.
 const FUNCTION: &str = "_ddbpipe_column";
 
-/// Fills `column` (just added) of every row of `spec`'s table from the document column
+/// Fills `column` (added or refilled) of every row of `spec`'s table from the document column
 /// `document` (rules 1 and 2).
 pub(super) fn fill(
     conn: &Connection,

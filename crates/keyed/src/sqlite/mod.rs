@@ -93,7 +93,7 @@ use self::schema::{
 use self::session::Connected;
 use self::sql::{RowValues, Statements, TableSql, check_key, count, has_rows};
 use crate::backend::{Backend, Session, Transaction as _};
-use crate::columns::ColumnPlan;
+use crate::columns::{ColumnPlan, Recorded};
 use crate::database::write_state;
 use crate::fence;
 use crate::sql::{
@@ -240,7 +240,8 @@ impl SqliteDatabase {
             match inspect(&c.conn, &spec.table).map_err(err)? {
                 Found::Table(columns) => {
                     let rows = has_rows(&c.conn, &spec.table).map_err(err)?;
-                    Ok(plan_of(spec, &columns, rows).check(spec))
+                    let recorded = schema::recorded(&c.conn, &spec.table).map_err(err)?;
+                    Ok(plan_of(spec, &columns, &recorded, rows).check(spec))
                 }
                 Found::Missing | Found::Other(_) => Ok(ColumnCheck::default()),
             }
@@ -325,7 +326,9 @@ impl SqliteDatabase {
                 );
                 // What the run changes in its columns (the probe changed nothing).
                 if let Found::Table(columns) = inspect(&tx, &spec.table).map_err(err)? {
-                    for note in plan_of(spec, &columns, rows > 0).check(spec).notes {
+                    let recorded = schema::recorded(&tx, &spec.table).map_err(err)?;
+                    let plan = plan_of(spec, &columns, &recorded, rows > 0);
+                    for note in plan.check(spec).notes {
                         detail.push_str("; ");
                         detail.push_str(&note);
                     }
@@ -362,6 +365,9 @@ impl SqliteDatabase {
         let created = matches!(found, Found::Missing) && spec.create_table;
         if created {
             tx.execute_batch(&create_table_sql(spec)).map_err(err)?;
+            if !spec.columns.is_empty() {
+                schema::record(tx, spec).map_err(err)?;
+            }
         } else {
             self.check_found(spec, &found)?;
         }
@@ -370,7 +376,8 @@ impl SqliteDatabase {
                 tx.execute_batch(&alter).map_err(err)?;
             }
             let rows = has_rows(tx, &spec.table).map_err(err)?;
-            let plan = plan_of(spec, columns, rows);
+            let recorded = schema::recorded(tx, &spec.table).map_err(err)?;
+            let plan = plan_of(spec, columns, &recorded, rows);
             if let Some(refused) = plan.refused() {
                 return Err(self.message(&spec.table, &refused));
             }
@@ -385,8 +392,9 @@ impl SqliteDatabase {
         Ok(created)
     }
 
-    /// Makes the additions of `plan` in `tx`: the document column, each typed column, filled
-    /// over rows by `reader` (see the module docs, "Typed columns").
+    /// Makes the changes of `plan` in `tx`: adds the document column and the typed columns,
+    /// fills the added and refilled ones over rows by `reader`, and records what the typed
+    /// columns hold (see the module docs, "Typed columns").
     fn alter(
         &self,
         tx: &rusqlite::Transaction<'_>,
@@ -409,32 +417,33 @@ impl SqliteDatabase {
                 column_type(column.kind),
             ))
             .map_err(err)?;
-            let Some(document) = spec.document_column.as_deref().filter(|_| plan.fill) else {
-                continue;
-            };
+        }
+        if let Some(document) = spec.document_column.as_deref().filter(|_| plan.fill) {
             let Some(reader) = reader else {
                 return Err(self.message(
                     &spec.table,
-                    &format!(
-                        "column {} is to be filled for the table's rows, which needs the reader \
-                         of their documents (Database::prepare_with)",
-                        quote(&column.name)
-                    ),
+                    "typed columns are to be filled for the table's rows, which needs the \
+                     reader of their documents (Database::prepare_with)",
                 ));
             };
-            let filled = fill::fill(tx, spec, document, column, reader);
-            filled.map_err(|e| {
-                DbError::retryable_if(
-                    is_retryable(&e),
-                    format!(
-                        "sqlite table '{}' in {}: column {} was added and could not be filled \
-                         for the table's rows (nothing was changed): {e}",
-                        spec.table,
-                        self.shared.path.display(),
-                        quote(&column.name)
-                    ),
-                )
-            })?;
+            for column in plan.filled() {
+                let filled = fill::fill(tx, spec, document, column, reader);
+                filled.map_err(|e| {
+                    DbError::retryable_if(
+                        is_retryable(&e),
+                        format!(
+                            "sqlite table '{}' in {}: column {} could not be filled for the \
+                             table's rows from their documents (nothing was changed): {e}",
+                            spec.table,
+                            self.shared.path.display(),
+                            quote(&column.name)
+                        ),
+                    )
+                })?;
+            }
+        }
+        if plan.record {
+            schema::record(tx, spec).map_err(err)?;
         }
         Ok(())
     }
@@ -550,9 +559,10 @@ enum SetUp<'c> {
 fn plan_of<'s>(
     spec: &'s TableSpec,
     columns: &[schema::ColumnInfo],
+    recorded: &[Recorded],
     has_rows: bool,
 ) -> ColumnPlan<'s> {
-    crate::columns::plan(spec, &table_columns(columns), has_rows, NAMING)
+    crate::columns::plan(spec, &table_columns(columns), recorded, has_rows, NAMING)
 }
 
 /// SQLite busy/locked: another connection holds the lock; the transaction can be retried.

@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::columns::{Naming, TableColumn};
+use crate::columns::{Naming, Recorded, TableColumn, records};
 use crate::sql::{
     SNAPSHOT_COLUMN, UPDATED_AT_COLUMN, VERSION_MS_COLUMN, VERSION_SEQ_COLUMN, quote,
 };
@@ -121,6 +121,38 @@ pub(super) const NAMING: Naming = Naming {
 };
 
 /// The columns of an existing table, for `crate::columns::plan`.
+/// The typed columns recorded for `table` (`crate::columns::records`); none before the record
+/// table exists.
+pub(super) fn recorded(conn: &Connection, table: &str) -> rusqlite::Result<Vec<Recorded>> {
+    let exists: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?1")?
+        .query_row([records::COLUMNS_TABLE], |row| row.get(0))
+        .optional()?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut select = conn.prepare(&records::select_sql(&quote(records::COLUMNS_TABLE)))?;
+    let rows = select.query_map([table], |row| {
+        Ok(Recorded {
+            name: row.get(0)?,
+            definition: row.get(1)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Records `spec`'s typed columns as what its table's columns hold, replacing the record.
+pub(super) fn record(conn: &Connection, spec: &TableSpec) -> rusqlite::Result<()> {
+    let table = quote(records::COLUMNS_TABLE);
+    conn.execute_batch(&records::create_sql(&table))?;
+    conn.execute(&records::delete_sql(&table), [&spec.table])?;
+    let mut insert = conn.prepare(&records::insert_sql(&table))?;
+    for (name, definition) in records::rows(&spec.columns) {
+        insert.execute([&spec.table, &name, &definition])?;
+    }
+    Ok(())
+}
+
 pub(super) fn table_columns(columns: &[ColumnInfo]) -> Vec<TableColumn> {
     columns
         .iter()

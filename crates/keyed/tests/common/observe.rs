@@ -80,24 +80,35 @@ impl metrics::Recorder for Counts {
 }
 
 /// The log lines written on this thread while it lives.
+///
+/// One global subscriber (installed by the first capture) writes each event to the capture of
+/// the thread that emits it, if any. A scoped subscriber per test (`set_default`) would be
+/// simpler, but tracing recomputes its global level filter whenever one is created or dropped,
+/// and a test on another thread doing that can make an event here be skipped.
 pub struct Logs {
     lines: Arc<Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
+}
+
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl Logs {
     /// Captures from now on.
     pub fn capture() -> Logs {
+        static INSTALLED: std::sync::Once = std::sync::Once::new();
+        INSTALLED.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::TRACE)
+                .with_writer(|| Writer)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        });
         let lines = Arc::new(Mutex::new(Vec::new()));
-        let writer = Arc::clone(&lines);
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Writer(Arc::clone(&writer)))
-            .finish();
-        Logs {
-            lines,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
+        CAPTURE.with(|capture| *capture.borrow_mut() = Some(Arc::clone(&lines)));
+        Logs { lines }
     }
 
     /// What was written.
@@ -106,11 +117,22 @@ impl Logs {
     }
 }
 
-struct Writer(Arc<Mutex<Vec<u8>>>);
+impl Drop for Logs {
+    fn drop(&mut self) {
+        CAPTURE.with(|capture| capture.borrow_mut().take());
+    }
+}
+
+/// Writes to the emitting thread's capture (nothing when it has none).
+struct Writer;
 
 impl std::io::Write for Writer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
+        CAPTURE.with(|capture| {
+            if let Some(lines) = capture.borrow().as_ref() {
+                lines.lock().expect("logs").extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
 

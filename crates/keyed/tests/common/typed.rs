@@ -34,6 +34,7 @@ macro_rules! each_typed_scenario {
         $each!(a_table_without_a_document_column_keeps_the_key_and_the_typed_columns);
         $each!(a_column_added_to_a_table_with_rows_is_filled_from_the_documents);
         $each!(a_column_of_another_type_is_refused_naming_both_types);
+        $each!(a_column_whose_definition_changed_is_refilled_from_the_documents);
         $each!(a_column_removed_from_the_configuration_is_left_and_named);
         $each!(a_not_null_column_ddbpipe_does_not_write_is_refused);
         $each!(dropping_the_document_column_from_the_configuration_is_refused);

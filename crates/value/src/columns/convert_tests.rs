@@ -651,3 +651,26 @@ proptest! {
         prop_assert_eq!(converted.is_ok(), same, "{} prints as {}", written, shortest);
     }
 }
+
+/// `ColumnSpec::definition`: everything that decides a value, nothing else (the name is not).
+#[test]
+fn a_definition_names_the_type_the_path_and_a_timestamps_format() {
+    use super::super::ColumnSpec;
+    let spec = |kind, path: &str, time_format| ColumnSpec {
+        name: "c".into(),
+        path: super::super::ColumnPath::parse(path).expect("a path"),
+        kind,
+        time_format,
+    };
+    let numeric = spec(ColumnType::Numeric, "a.b[2]", TimeFormat::EpochMillis);
+    assert_eq!(numeric.definition(), "numeric from a.b[2]");
+    let at = spec(ColumnType::Timestamptz, "at", TimeFormat::EpochMillis);
+    assert_eq!(at.definition(), "timestamptz from at as epoch_millis");
+    let iso = spec(ColumnType::Timestamptz, "at", TimeFormat::Iso8601);
+    assert_ne!(iso.definition(), at.definition());
+    let renamed = ColumnSpec {
+        name: "d".into(),
+        ..numeric.clone()
+    };
+    assert_eq!(renamed.definition(), numeric.definition());
+}

@@ -174,6 +174,24 @@ pub struct ColumnSpec {
     pub time_format: TimeFormat,
 }
 
+impl ColumnSpec {
+    /// What decides the column's values, as one line: its type, its path and, for
+    /// `timestamptz`, its format (`timestamptz from created_at as epoch_millis`). Two
+    /// definitions that are equal give every item the same value; a destination records it
+    /// to tell when a column's values were written by another definition.
+    pub fn definition(&self) -> String {
+        match self.kind {
+            ColumnType::Timestamptz => format!(
+                "{} from {} as {}",
+                self.kind,
+                self.path,
+                self.time_format.name()
+            ),
+            _ => format!("{} from {}", self.kind, self.path),
+        }
+    }
+}
+
 /// A column's value for one row.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ColumnValue {

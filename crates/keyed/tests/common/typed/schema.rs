@@ -143,6 +143,81 @@ pub async fn a_column_of_another_type_is_refused_naming_both_types(
     }
 }
 
+/// A column whose path changed (same name and type) holds what the old path gave: it is
+/// refilled for every row from the documents (NULL where the new path finds nothing), as
+/// `check` says beforehand; a column left out of the configuration while rows changed, then
+/// configured again, is refilled too.
+pub async fn a_column_whose_definition_changed_is_refilled_from_the_documents(
+    db: &Database,
+    schema: &str,
+    look: &impl Look,
+) {
+    let spec = orders(schema);
+    db.prepare(&spec).await.expect("prepare");
+    let upsert = |pk: &str, document: &str, qty: i64| RowChange::Upsert {
+        key: vec![s(pk)],
+        document: document.to_string(),
+        columns: values("paid", "1", qty),
+        snapshot: false,
+        version: Version::default(),
+    };
+    let rows = [
+        upsert("a", r#"{"pk":"a","qty":7,"alt":{"qty":8}}"#, 7),
+        upsert("b", r#"{"pk":"b","qty":3}"#, 3),
+    ];
+    apply(db, &spec, &rows, None).await;
+    let mut moved = spec.clone();
+    moved.columns[2].path = ddbpipe_value::ColumnPath::parse("alt.qty").expect("a path");
+    let check = db.check_columns(&moved).await.expect("check");
+    assert!(check.refusals.is_empty(), "{check:?}");
+    assert_eq!(check.notes.len(), 1, "{check:?}");
+    assert_contains_all(
+        "check of a moved column",
+        &check.notes[0],
+        &[
+            "refills column \"qty\"",
+            "written as bigint from qty",
+            "(bigint from alt.qty)",
+        ],
+    );
+    let reader = |spec: &TableSpec| {
+        TypedColumns::new(spec.columns.clone(), ValueFormat::Plain, OnMismatch::Fail)
+    };
+    db.prepare_with(&moved, &reader(&moved))
+        .await
+        .expect("refilled");
+    let paid = |qty: Option<&str>| vec![Some("paid".into()), Some("1".into()), qty.map(Into::into)];
+    let want = [("a", paid(Some("8"))), ("b", paid(None))];
+    assert_eq!(look.columns(&moved).await, expected(&want));
+    assert_eq!(
+        db.check_columns(&moved).await.expect("check"),
+        Default::default(),
+        "recorded: nothing left to refill"
+    );
+
+    // Left out while `a` changes (its qty is not written), then configured again.
+    let mut fewer = moved.clone();
+    fewer.columns.truncate(2);
+    db.prepare(&fewer).await.expect("prepare without qty");
+    let mut changed = upsert("a", r#"{"pk":"a","alt":{"qty":9}}"#, 0);
+    if let RowChange::Upsert { columns, .. } = &mut changed {
+        columns.truncate(2);
+    }
+    apply(db, &fewer, &[changed], None).await;
+    assert_eq!(look.columns(&moved).await["a"], paid(Some("8")), "stale");
+    let check = db.check_columns(&moved).await.expect("check");
+    assert_contains_all(
+        "check of a column configured again",
+        &check.notes.join("; "),
+        &["refills column \"qty\"", "has no record of"],
+    );
+    db.prepare_with(&moved, &reader(&moved))
+        .await
+        .expect("refilled again");
+    let want = [("a", paid(Some("9"))), ("b", paid(None))];
+    assert_eq!(look.columns(&moved).await, expected(&want));
+}
+
 /// A column no longer in `columns:` stays, no longer written (NULL in new rows), and is named
 /// by the run's warning and by `check`.
 pub async fn a_column_removed_from_the_configuration_is_left_and_named(
