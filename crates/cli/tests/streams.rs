@@ -315,6 +315,48 @@ fn a_streams_run_shows_its_records_shards_and_lag(emulator: Emulator) {
     );
 }
 
+/// Issue 31 item 1: a quiet shard is read ever less often (docs/streams.md §4.8, "What an idle
+/// shard costs"), and the summary and the metrics say what the reads cost per shard-hour. With
+/// a 200 ms poll, 8 s of idleness cost about 18,000 `GetRecords` a shard-hour without the
+/// backoff; backing off to 1 s, about a third of that.
+fn an_idle_run_says_what_its_shard_reads_cost(emulator: Emulator) {
+    let running = emulator.start();
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new(
+        "orders-cdc",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nidle_termination_secs: 8\npoll_interval_ms: 200\n\
+         max_idle_poll_ms: 1000",
+    );
+    let metrics = pipeline.dir.path().join("ddbpipe.prom");
+    let output = pipeline.ddbpipe(&[
+        "run",
+        "--progress",
+        "never",
+        "--metrics-file",
+        metrics.to_str().unwrap(),
+    ]);
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let rate: f64 = said
+        .split(" GetRecords per shard-hour")
+        .next()
+        .and_then(|before| before.rsplit(", ").next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no request rate in the summary: {said}"));
+    assert!(
+        (1000.0..9000.0).contains(&rate),
+        "{rate} GetRecords per shard-hour: {said}"
+    );
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains("# HELP ddbpipe_get_records_per_shard_hour")
+            && text.contains("ddbpipe_get_records_per_shard_hour{"),
+        "{text}"
+    );
+}
+
 fn a_recreated_stream_with_on_gap_resnapshot_scans_the_table_then_streams_from_the_capture(
     emulator: Emulator,
 ) {
@@ -521,6 +563,7 @@ on_both_emulators!(
     setting_stream_arn_to_the_stream_the_position_reads_is_not_a_change,
     a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted,
     a_streams_run_shows_its_records_shards_and_lag,
+    an_idle_run_says_what_its_shard_reads_cost,
     a_following_run_serves_prometheus_metrics,
     a_quiet_stream_is_idle_and_healthy_past_the_stall_bound,
     inserts_updates_and_deletes_become_exact_envelopes_and_a_rerun_emits_only_new_changes,

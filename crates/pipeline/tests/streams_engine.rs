@@ -413,6 +413,54 @@ async fn an_idle_stream_ends_the_run_even_when_the_sink_is_slow() {
     assert!(lines.is_empty());
 }
 
+/// An idle shard is read ever less often, down to one `GetRecords` per `max_idle_poll`
+/// (docs/streams.md §4.9), and a change after an hour of nothing is still delivered within
+/// `max_idle_poll` and a batch.
+#[tokio::test(start_paused = true)]
+async fn an_idle_shard_costs_one_read_per_max_idle_poll_and_still_delivers_its_next_change() {
+    let hour = Duration::from_secs(3600);
+    let fake = Arc::new(
+        FakeStreams::new(21)
+            .at(Duration::ZERO, root("s1"))
+            .at(hour, write_to("s1", "late")),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let following = StreamRun {
+        poll_interval: Duration::from_secs(1),
+        max_idle_poll: Duration::from_secs(10),
+        max_messages: Some(1),
+        bounds: RunBounds {
+            idle_termination: None,
+            follow: true,
+            ..settings().bounds
+        },
+        ..settings()
+    };
+    let started = tokio::time::Instant::now();
+    let idle_hour = async {
+        tokio::time::sleep(hour - Duration::from_secs(1)).await;
+        fake.calls().get_records
+    };
+
+    let ((outcome, lines), idle_reads) =
+        tokio::join!(run(&fake, dir.path(), &following), idle_hour);
+    let delivered_after = started.elapsed();
+
+    assert_eq!(outcome.unwrap().end, EndReason::MaxMessages);
+    assert_eq!(lines.len(), 1);
+    // One read per 10 s once idle (≤ 0.1 GetRecords/s), a few more while backing off; one
+    // per second (3,599) without the backoff.
+    assert!(
+        (355..=370).contains(&idle_reads),
+        "{idle_reads} GetRecords in an idle hour"
+    );
+    assert!(
+        delivered_after <= hour + Duration::from_secs(12),
+        "the change of an hour-idle shard came {:?} after it was made",
+        delivered_after - hour
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_dropped_run_stops_reading_the_stream() {
     let mut fake = FakeStreams::new(14).at(Duration::ZERO, root("s1"));

@@ -130,6 +130,7 @@ fn plan(seed: u64) -> Plan {
         .with_faults(faults);
     let many_lanes = rng.random_bool(0.05);
     let fake = script(fake, many_lanes, &mut rng);
+    let poll_interval = Duration::from_millis(rng.random_range(200..=1000));
     let settings = StreamRun {
         table: "t".into(),
         stream_arn: FAKE_STREAM_ARN.into(),
@@ -139,7 +140,9 @@ fn plan(seed: u64) -> Plan {
             ..RetryPolicy::default()
         },
         records_per_request: rng.random_range(1..=25),
-        poll_interval: Duration::from_millis(rng.random_range(200..=1000)),
+        poll_interval,
+        // Idle shards back off up to 1–16 poll intervals (docs/streams.md §4.9).
+        max_idle_poll: poll_interval * rng.random_range(1..=16),
         bounds: RunBounds {
             shard_concurrency: rng.random_range(1..=if many_lanes { 2 } else { 4 }),
             discovery_interval: Duration::from_secs(rng.random_range(10..=60)),

@@ -37,6 +37,8 @@ pub mod defaults {
     pub const RESNAPSHOT_MAX_KEYS: usize = 1_000_000;
     /// `poll_interval_ms`: wait between reads of a caught-up shard.
     pub const POLL_INTERVAL_MS: u64 = 1000;
+    /// `max_idle_poll_ms`: the longest wait between reads of a shard that keeps reading empty.
+    pub const MAX_IDLE_POLL_MS: u64 = 10_000;
     /// `records_per_request`: the `Limit` of each `GetRecords`.
     pub const RECORDS_PER_REQUEST: u32 = 1000;
     /// `shard_concurrency`: shards read at once.
@@ -358,6 +360,11 @@ pub struct SourceConfig {
     /// Streams and mirror: the wait between reads of a caught-up shard, in milliseconds; at
     /// least 200 is used, at most 600 000 accepted. Default 1000.
     pub poll_interval_ms: u64,
+    /// Streams and mirror: the longest wait between reads of a shard that keeps reading empty,
+    /// in milliseconds: after two empty answers in a row the wait doubles with each further
+    /// one up to this (docs/streams.md §4.9). At most 600 000; at or below `poll_interval_ms`
+    /// there is no backoff. Default 10 000.
+    pub max_idle_poll_ms: u64,
     /// Streams and mirror: the `Limit` of each `GetRecords`, 1..=1000. Default 1000.
     pub records_per_request: u32,
     /// Streams and mirror: shards read at once, at least 1. Default 4.
@@ -503,6 +510,7 @@ impl SourceConfig {
             resnapshot_deletes: defaults::RESNAPSHOT_DELETES,
             resnapshot_max_keys: defaults::RESNAPSHOT_MAX_KEYS,
             poll_interval_ms: defaults::POLL_INTERVAL_MS,
+            max_idle_poll_ms: defaults::MAX_IDLE_POLL_MS,
             records_per_request: defaults::RECORDS_PER_REQUEST,
             shard_concurrency: defaults::SHARD_CONCURRENCY,
             idle_termination_secs: None,

@@ -39,6 +39,12 @@ pub fn describe_metrics() {
         "Stream shards by state (queued, active, finished)"
     );
     describe_gauge!(
+        "ddbpipe_get_records_per_shard_hour",
+        "GetRecords requests of shard reads per hour of an open (queued or active) shard, \
+         since the stream read started: about 360 for an idle shard with the default \
+         max_idle_poll_ms"
+    );
+    describe_gauge!(
         "ddbpipe_source_lag_seconds",
         Unit::Seconds,
         "Age of the oldest change not yet read, over the shards being read"
@@ -148,6 +154,13 @@ pub struct ShardsCounted {
 /// The latest shard counts and running lag of this process's stream read, for the live
 /// status line of a run (`stream_status`). One stream is read per process.
 static QUEUED: AtomicU64 = AtomicU64::new(0);
+/// `GetRecords` of shard reads made by this process ([`get_records_made`]).
+static GET_RECORDS: AtomicU64 = AtomicU64::new(0);
+/// Milliseconds of open shards (queued or active) summed over time, from the counts of
+/// consecutive [`ShardsCounted`] events.
+static SHARD_MS: AtomicU64 = AtomicU64::new(0);
+/// When the last [`ShardsCounted`] was emitted (unix ms; 0: never).
+static COUNTED_AT_MS: AtomicI64 = AtomicI64::new(0);
 static ACTIVE: AtomicU64 = AtomicU64::new(0);
 static FINISHED: AtomicU64 = AtomicU64::new(0);
 /// The lag in milliseconds; negative = not measured yet.
@@ -164,6 +177,21 @@ pub struct StreamStatus {
     pub finished: u64,
     /// The running lag in seconds, once measured.
     pub lag_seconds: Option<f64>,
+    /// `GetRecords` of shard reads per hour of an open shard so far ([`request_rate`]), once
+    /// a shard was open for a second.
+    pub get_records_per_shard_hour: Option<f64>,
+}
+
+/// A shard read made a `GetRecords` request (counted for the request rate of
+/// [`StreamStatus::get_records_per_shard_hour`]).
+pub fn get_records_made() {
+    GET_RECORDS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// `get_records` requests over `shard_ms` milliseconds of open shards, per shard-hour; `None`
+/// under one shard-second (too short to say).
+pub fn request_rate(get_records: u64, shard_ms: u64) -> Option<f64> {
+    (shard_ms >= 1000).then(|| get_records as f64 * 3_600_000.0 / shard_ms as f64)
 }
 
 /// The latest [`StreamStatus`] of this process.
@@ -174,12 +202,29 @@ pub fn stream_status() -> StreamStatus {
         active: ACTIVE.load(Ordering::Relaxed),
         finished: FINISHED.load(Ordering::Relaxed),
         lag_seconds: (lag >= 0).then(|| lag as f64 / 1000.0),
+        get_records_per_shard_hour: request_rate(
+            GET_RECORDS.load(Ordering::Relaxed),
+            SHARD_MS.load(Ordering::Relaxed),
+        ),
     }
 }
 
 impl ShardsCounted {
-    /// Sets `ddbpipe_shards{state}` and the live status.
+    /// Sets `ddbpipe_shards{state}` and the live status, and adds the time since the last
+    /// counts, times the shards open then, to the open shards' time (the request rate).
     pub fn emit(self) {
+        let now_ms = crate::clock::unix_now_ms();
+        let before_ms = COUNTED_AT_MS.swap(now_ms, Ordering::Relaxed);
+        if before_ms > 0 && now_ms > before_ms {
+            let open = QUEUED.load(Ordering::Relaxed) + ACTIVE.load(Ordering::Relaxed);
+            SHARD_MS.fetch_add(open * (now_ms - before_ms) as u64, Ordering::Relaxed);
+        }
+        if let Some(rate) = request_rate(
+            GET_RECORDS.load(Ordering::Relaxed),
+            SHARD_MS.load(Ordering::Relaxed),
+        ) {
+            metrics::gauge!("ddbpipe_get_records_per_shard_hour").set(rate);
+        }
         QUEUED.store(self.queued, Ordering::Relaxed);
         ACTIVE.store(self.active, Ordering::Relaxed);
         FINISHED.store(self.finished, Ordering::Relaxed);
@@ -216,5 +261,19 @@ impl DiscoveryFailed<'_> {
     pub fn emit(self) {
         tracing::warn!(error = %self.error, "Shard discovery failed; retrying at the next interval.");
         metrics::counter!("ddbpipe_discovery_failures_total").increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_rate;
+
+    #[test]
+    fn the_request_rate_is_get_records_per_hour_of_open_shards() {
+        // 100 shards open for an hour, read once every 10 s: 360 a shard-hour.
+        assert_eq!(request_rate(36_000, 100 * 3_600_000), Some(360.0));
+        // One shard for 30 s, read 30 times: 3,600 a shard-hour.
+        assert_eq!(request_rate(30, 30_000), Some(3600.0));
+        assert_eq!(request_rate(5, 999), None, "under a shard-second");
     }
 }

@@ -14,7 +14,9 @@
 //! 2. The `index_name` rules and the read rate need the table's description
 //!    ([`index_problem`], [`ReadRule::rate`]); a problem is a definite config error, index
 //!    first.
-//! 3. The effective poll interval is at least [`MIN_POLL`] (docs/config.md §1.2 `poll_interval_ms`).
+//! 3. The effective poll interval is at least [`MIN_POLL`] (docs/config.md §1.2 `poll_interval_ms`),
+//!    and the longest wait between reads of an idle shard (`max_idle_poll_ms`) is at least the
+//!    poll interval (below it: no backoff).
 //! 4. The stream is the configured `stream_arn` or the table's enabled one
 //!    ([`resolve_stream`]).
 //! 5. A streams run scans the table when `on_gap` is `resnapshot` or `repair` (whose fallback is a
@@ -233,6 +235,8 @@ pub struct StreamPlan {
     pub records_per_request: u32,
     /// The effective poll interval (rule 3).
     pub poll_interval: Duration,
+    /// The longest wait between reads of an idle shard (rule 3).
+    pub max_idle_poll: Duration,
     /// Concurrency, discovery and end conditions.
     pub bounds: RunBounds,
     /// Where a first run starts.
@@ -256,6 +260,9 @@ impl StreamPlan {
             format: source.value_format,
             records_per_request: source.records_per_request,
             poll_interval: Duration::from_millis(source.poll_interval_ms).max(MIN_POLL),
+            max_idle_poll: Duration::from_millis(source.max_idle_poll_ms)
+                .max(Duration::from_millis(source.poll_interval_ms))
+                .max(MIN_POLL),
             bounds: RunBounds {
                 shard_concurrency: source.shard_concurrency,
                 discovery_interval: Duration::from_secs(source.discovery_interval_secs),
@@ -333,6 +340,20 @@ mod tests {
         source.mode = Mode::Streams;
         source.poll_interval_ms = 50;
         assert_eq!(StreamPlan::build(&source).poll_interval, MIN_POLL);
+        assert_eq!(
+            StreamPlan::build(&source).max_idle_poll,
+            Duration::from_secs(10),
+            "idle shards back off to max_idle_poll_ms"
+        );
+        source.max_idle_poll_ms = 100;
+        assert_eq!(StreamPlan::build(&source).max_idle_poll, MIN_POLL);
+        source.poll_interval_ms = 30_000;
+        assert_eq!(
+            StreamPlan::build(&source).max_idle_poll,
+            Duration::from_secs(30),
+            "a cap below the poll interval is no backoff"
+        );
+        source.max_idle_poll_ms = 10_000;
         source.poll_interval_ms = 1500;
         assert_eq!(
             StreamPlan::build(&source).poll_interval,

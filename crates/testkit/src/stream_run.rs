@@ -25,6 +25,7 @@ pub fn fake_stream_run() -> StreamRun {
         },
         records_per_request: 100,
         poll_interval: Duration::from_millis(250),
+        max_idle_poll: Duration::from_millis(250),
         bounds: RunBounds {
             shard_concurrency: 1,
             discovery_interval: Duration::from_secs(10),

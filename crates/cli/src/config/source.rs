@@ -156,6 +156,14 @@ pub(super) static SOURCE: &[Field] = &[
          200 in effect).",
     ),
     defaulted(
+        "max_idle_poll_ms",
+        of::<u64>(),
+        || json!(defaults::MAX_IDLE_POLL_MS),
+        "Longest wait before re-reading a shard that keeps reading empty, in milliseconds: \
+         the wait doubles from poll_interval_ms up to this (at most 600000; at or below \
+         poll_interval_ms, no backoff).",
+    ),
+    defaulted(
         "records_per_request",
         of::<u32>(),
         || json!(defaults::RECORDS_PER_REQUEST),
@@ -346,6 +354,7 @@ pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>)
     source.resnapshot_deletes = f.or("resnapshot_deletes", source.resnapshot_deletes);
     source.resnapshot_max_keys = f.or("resnapshot_max_keys", source.resnapshot_max_keys);
     source.poll_interval_ms = f.or("poll_interval_ms", source.poll_interval_ms);
+    source.max_idle_poll_ms = f.or("max_idle_poll_ms", source.max_idle_poll_ms);
     source.records_per_request = f.or("records_per_request", source.records_per_request);
     source.shard_concurrency = f.or("shard_concurrency", source.shard_concurrency);
     source.idle_termination_secs = f.get("idle_termination_secs");

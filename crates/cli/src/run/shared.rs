@@ -145,11 +145,12 @@ pub(super) async fn run_streams(
         outcome.written,
         format!(
             "ddbpipe: worker {worker_id} of the streams of '{}' ended ({why}): {} change \
-             record(s) written in {:.1}s; leases: {} taken ({} stolen), {} lost, {} shard(s) \
-             finished here; {} of {} shard(s) finished in lease table {}",
+             record(s) written in {:.1}s{}; leases: {} taken ({} stolen), {} lost, {} \
+             shard(s) finished here; {} of {} shard(s) finished in lease table {}",
             source.table_name,
             outcome.written,
             started.elapsed().as_secs_f64(),
+            super::streams::request_rate(),
             leases.taken,
             leases.stolen,
             leases.lost,
@@ -286,11 +287,12 @@ pub(super) async fn run_mirror(
         outcome.streams.written + beside,
         format!(
             "ddbpipe: worker {worker_id} of the mirror of '{}' ended ({why}): {snapshot}; {} \
-             change record(s) written in {:.1}s; stream leases: {} taken ({} stolen), {} lost, \
-             {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
+             change record(s) written in {:.1}s{}; stream leases: {} taken ({} stolen), {} \
+             lost, {} shard(s) finished here; {} of {} shard(s) finished in lease table {}",
             source.table_name,
             outcome.streams.written + beside,
             started.elapsed().as_secs_f64(),
+            super::streams::request_rate(),
             leases.taken,
             leases.stolen,
             leases.lost,

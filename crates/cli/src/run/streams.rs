@@ -91,14 +91,24 @@ pub(super) async fn run(
         ended(outcome.end),
         outcome.written,
         format!(
-            "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s; position saved in {}",
+            "ddbpipe: {} of '{}' ended ({why}): {} change record(s) written in {:.1}s{}; position saved in {}",
             source.mode,
             source.table_name,
             outcome.written,
             started.elapsed().as_secs_f64(),
+            request_rate(),
             destination::position_label(config)
         ),
     ))
+}
+
+/// What the run's shard reads cost, for its summary: `, N GetRecords per shard-hour`
+/// (docs/streams.md §4.8, "What an idle shard costs"); nothing before a shard-second.
+pub(super) fn request_rate() -> String {
+    ddbpipe_source::events::stream_status()
+        .get_records_per_shard_hour
+        .map(|rate| format!(", {rate:.0} GetRecords per shard-hour"))
+        .unwrap_or_default()
 }
 
 /// A stream run's end, as the library says it.

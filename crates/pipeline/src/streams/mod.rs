@@ -65,6 +65,8 @@ pub struct StreamRun {
     pub records_per_request: u32,
     /// Effective poll interval (at least 200 ms).
     pub poll_interval: Duration,
+    /// The longest wait between reads of an idle shard (`max_idle_poll_ms`).
+    pub max_idle_poll: Duration,
     /// Concurrency, discovery and end conditions.
     pub bounds: RunBounds,
     /// `trim_horizon` or `latest` (first run only).
@@ -90,6 +92,7 @@ impl StreamRun {
             retry: plan.retry,
             records_per_request: plan.records_per_request,
             poll_interval: plan.poll_interval,
+            max_idle_poll: plan.max_idle_poll,
             bounds: plan.bounds.clone(),
             start_position: plan.start_position,
             on_gap: plan.on_gap,
@@ -117,6 +120,7 @@ impl StreamRun {
             retry: self.retry,
             records_per_request: self.records_per_request,
             poll_interval: self.poll_interval,
+            max_idle_poll: self.max_idle_poll,
             observer,
             gap_remedy: gaps::GapRemedy::OnGap,
         }

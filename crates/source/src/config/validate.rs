@@ -349,6 +349,16 @@ impl SourceConfig {
                 ),
             );
         }
+        let idle = self.max_idle_poll_ms;
+        if idle > MAX_POLL_INTERVAL_MS {
+            fail(
+                "max_idle_poll_ms",
+                format!(
+                    "max_idle_poll_ms must be at most 600000 (shard iterators expire after 15 \
+                     minutes); got {idle}"
+                ),
+            );
+        }
         if mode == Mode::Mirror && self.start_position.is_some() {
             fail(
                 "start_position",
@@ -491,6 +501,7 @@ impl SourceConfig {
                 "start_position",
                 "on_gap",
                 "poll_interval_ms",
+                "max_idle_poll_ms",
                 "records_per_request",
                 "shard_concurrency",
                 "idle_termination_secs",

@@ -9,8 +9,11 @@
 //!    - reads of one shard start at least 100 ms apart;
 //!    - success: error counters reset; records converted in order (floor filter), handed
 //!      over with the marks they reach; no next iterator → **drained** (the finish mark follows
-//!      the last records); an empty answer → yield with the poll interval, and the second
-//!      empty answer in a row means **caught up**;
+//!      the last records); an empty answer → yield with the idle delay ([`idle_delay`]: the
+//!      poll interval for the first two empty answers in a row, then twice as long after each
+//!      further one, up to `max_idle_poll`; a shard just opened starts at the poll interval and
+//!      any record brings it back there), and the second empty answer in a row means **caught
+//!      up**;
 //!    - `ExpiredIteratorException` → re-acquire (not a read, not an error); three in a row
 //!      without a successful read fail the shard;
 //!    - trimmed / shard not found → a runtime gap (always fails the run);
@@ -70,6 +73,9 @@ pub struct StreamReads<A> {
     pub records_per_request: u32,
     /// The effective poll interval of caught-up shards (at least 200 ms).
     pub poll_interval: Duration,
+    /// The longest wait between reads of a shard that keeps reading empty (at least
+    /// `poll_interval`; [`idle_delay`]).
+    pub max_idle_poll: Duration,
     /// Told about every attempt (metrics).
     pub observer: Arc<dyn AttemptObserver>,
     /// What a gap met while reading tells the user to do.
@@ -86,6 +92,7 @@ impl<A> Clone for StreamReads<A> {
             retry: self.retry,
             records_per_request: self.records_per_request,
             poll_interval: self.poll_interval,
+            max_idle_poll: self.max_idle_poll,
             observer: Arc::clone(&self.observer),
             gap_remedy: self.gap_remedy,
         }
@@ -186,6 +193,18 @@ impl ShardState {
     }
 }
 
+/// The wait after the `streak`-th empty answer in a row of a shard (module docs, step 2): the
+/// poll interval for the first two, then doubled with each further one, at most
+/// `max_idle_poll` (and never below the poll interval). An idle shard so costs one `GetRecords`
+/// per `max_idle_poll` instead of one per poll interval.
+pub fn idle_delay(poll_interval: Duration, max_idle_poll: Duration, streak: u32) -> Duration {
+    let doublings = streak.saturating_sub(2).min(20);
+    poll_interval
+        .saturating_mul(1 << doublings)
+        .min(max_idle_poll)
+        .max(poll_interval)
+}
+
 fn capped(delay: Duration) -> Duration {
     delay.min(MAX_YIELD)
 }
@@ -278,6 +297,7 @@ impl<A: StreamsApi> StreamContext<A> {
                 sleep_until(last + READ_SPACING, &self.cancel).await?;
             }
             shard.last_get = Some(Instant::now());
+            crate::events::get_records_made();
             let shape = ChangeShape {
                 shard: &shard.id,
                 table: &self.reads.table,
@@ -378,7 +398,11 @@ impl<A: StreamsApi> StreamContext<A> {
                         self.handover.hand(mark).await.map_err(closed)?;
                     }
                 }
-                return Ok(SliceEnd::Yield(self.reads.poll_interval));
+                return Ok(SliceEnd::Yield(idle_delay(
+                    self.reads.poll_interval,
+                    self.reads.max_idle_poll,
+                    shard.empty_streak,
+                )));
             }
         }
     }
@@ -559,5 +583,23 @@ mod tests {
         assert_eq!(handed.shard, Some(ShardId::new("s")));
         assert_eq!(last.as_ref().map(SequenceNumber::as_str), Some("101"));
         assert_eq!(shard.newest_ts_ms, Some(7));
+    }
+
+    #[test]
+    fn an_idle_shard_waits_twice_as_long_after_each_further_empty_answer_up_to_the_cap() {
+        let s = Duration::from_secs;
+        let waits: Vec<Duration> = (1..=7).map(|n| idle_delay(s(1), s(10), n)).collect();
+        assert_eq!(waits, [s(1), s(1), s(2), s(4), s(8), s(10), s(10)]);
+        assert_eq!(idle_delay(s(1), s(10), u32::MAX), s(10));
+        assert_eq!(
+            idle_delay(s(1), s(1), 9),
+            s(1),
+            "no backoff when the cap is the poll"
+        );
+        assert_eq!(
+            idle_delay(s(3), s(1), 9),
+            s(3),
+            "never below the poll interval"
+        );
     }
 }

@@ -283,6 +283,11 @@ fn every_source_rule_reports_its_wording() {
              expire after 15 minutes); got 600001",
         ),
         (
+            "mode: streams\nidle_termination_secs: 5\nmax_idle_poll_ms: 600001",
+            "source.max_idle_poll_ms: max_idle_poll_ms must be at most 600000 (shard iterators \
+             expire after 15 minutes); got 600001",
+        ),
+        (
             "mode: mirror\nfollow: true\nstart_position: latest",
             "source.start_position: start_position does not apply to mode: mirror (mirror \
              captures its own start positions)",
@@ -354,11 +359,16 @@ fn the_boundaries_of_the_ranges_are_valid() {
     );
     assert_eq!((source.segments, source.batch_size), (1_000_000, 1_000_000));
     assert_eq!(source.read_capacity_fraction, Some(1.0));
-    let streams =
-        source_of("mode: streams\nfollow: true\nrecords_per_request: 1\npoll_interval_ms: 600000");
+    let streams = source_of(
+        "mode: streams\nfollow: true\nrecords_per_request: 1\npoll_interval_ms: 600000\nmax_idle_poll_ms: 600000",
+    );
     assert_eq!(
-        (streams.records_per_request, streams.poll_interval_ms),
-        (1, 600_000)
+        (
+            streams.records_per_request,
+            streams.poll_interval_ms,
+            streams.max_idle_poll_ms
+        ),
+        (1, 600_000, 600_000)
     );
 }
 
