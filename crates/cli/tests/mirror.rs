@@ -555,14 +555,7 @@ fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
     // A slow scan: the stream's 200 records are read beside it.
     let source = format!("{MIRROR}\npage_limit: 5\nbatch_size: 5\nsegments: 2\nmax_concurrency: 1");
     let (pipeline, destination) = mirror(&running, target, &source);
-    let metrics = pipeline.dir.path().join("ddbpipe.prom");
-    let output = pipeline.ddbpipe(&[
-        "run",
-        "--progress",
-        "never",
-        "--metrics-file",
-        metrics.to_str().unwrap(),
-    ]);
+    let (output, text) = pipeline.run_with_metrics_file();
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert_eq!(destination.rows("orders").len(), 200);
@@ -570,7 +563,6 @@ fn the_summary_counts_the_changes_written_beside_the_snapshot(target: Target) {
         said.contains(": 200 change record(s) written"),
         "every change written once, beside the snapshot or after it: {said}"
     );
-    let text = std::fs::read_to_string(&metrics).unwrap();
     let changes: f64 = text
         .lines()
         .filter(|line| line.starts_with("ddbpipe_records_written_total{"))

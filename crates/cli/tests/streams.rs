@@ -263,26 +263,12 @@ fn a_run_writes_its_final_metrics_to_a_file_every_request_kind_counted(emulator:
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
     running.put_pk("orders", "a", "1");
     let pipeline = Pipeline::new("orders-cdc", &running.endpoint, STREAMS);
-    let file = pipeline.dir.path().join("ddbpipe.prom");
-    let first = pipeline.ddbpipe(&[
-        "run",
-        "--progress",
-        "never",
-        "--metrics-file",
-        file.to_str().unwrap(),
-    ]);
+    let (first, _) = pipeline.run_with_metrics_file();
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
     // A later run probes the stored position before reading: GetShardIterator is counted too.
     running.put_pk("orders", "b", "1");
-    let output = pipeline.ddbpipe(&[
-        "run",
-        "--progress",
-        "never",
-        "--metrics-file",
-        file.to_str().unwrap(),
-    ]);
+    let (output, text) = pipeline.run_with_metrics_file();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let text = std::fs::read_to_string(&file).unwrap();
     for expected in [
         "# HELP ddbpipe_requests_total",
         "# HELP ddbpipe_records_written_total",
@@ -329,14 +315,7 @@ fn an_idle_run_says_what_its_shard_reads_cost(emulator: Emulator) {
         "table_name: orders\nmode: streams\nidle_termination_secs: 8\npoll_interval_ms: 200\n\
          max_idle_poll_ms: 1000",
     );
-    let metrics = pipeline.dir.path().join("ddbpipe.prom");
-    let output = pipeline.ddbpipe(&[
-        "run",
-        "--progress",
-        "never",
-        "--metrics-file",
-        metrics.to_str().unwrap(),
-    ]);
+    let (output, text) = pipeline.run_with_metrics_file();
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     let rate: f64 = said
@@ -349,7 +328,6 @@ fn an_idle_run_says_what_its_shard_reads_cost(emulator: Emulator) {
         (1000.0..9000.0).contains(&rate),
         "{rate} GetRecords per shard-hour: {said}"
     );
-    let text = std::fs::read_to_string(&metrics).unwrap();
     assert!(
         text.contains("# HELP ddbpipe_get_records_per_shard_hour")
             && text.contains("ddbpipe_get_records_per_shard_hour{"),

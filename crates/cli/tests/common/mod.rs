@@ -356,6 +356,15 @@ impl Pipeline {
         ddbpipe(args, &self.config)
     }
 
+    /// `ddbpipe run --progress never --metrics-file <dir>/ddbpipe.prom <config>`: its output,
+    /// and the metrics file's text as the run left it (empty when it wrote none).
+    pub fn run_with_metrics_file(&self) -> (Output, String) {
+        let file = self.dir.path().join("ddbpipe.prom");
+        let shown = file.to_str().expect("a UTF-8 path");
+        let output = self.ddbpipe(&["run", "--progress", "never", "--metrics-file", shown]);
+        (output, std::fs::read_to_string(&file).unwrap_or_default())
+    }
+
     /// Output lines written so far.
     pub fn lines(&self) -> Vec<String> {
         std::fs::read_to_string(&self.out)

@@ -339,25 +339,19 @@ impl SourceConfig {
             let fields = set.join(", ");
             fail(first, format!("{fields} {verb} not apply to mode: {mode}"));
         }
-        let interval = self.poll_interval_ms;
-        if interval > MAX_POLL_INTERVAL_MS {
-            fail(
-                "poll_interval_ms",
-                format!(
-                    "poll_interval_ms must be at most 600000 (shard iterators expire after 15 \
-                     minutes); got {interval}"
-                ),
-            );
-        }
-        let idle = self.max_idle_poll_ms;
-        if idle > MAX_POLL_INTERVAL_MS {
-            fail(
-                "max_idle_poll_ms",
-                format!(
-                    "max_idle_poll_ms must be at most 600000 (shard iterators expire after 15 \
-                     minutes); got {idle}"
-                ),
-            );
+        for (field, value) in [
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("max_idle_poll_ms", self.max_idle_poll_ms),
+        ] {
+            if value > MAX_POLL_INTERVAL_MS {
+                fail(
+                    field,
+                    format!(
+                        "{field} must be at most 600000 (shard iterators expire after 15 \
+                         minutes); got {value}"
+                    ),
+                );
+            }
         }
         if mode == Mode::Mirror && self.start_position.is_some() {
             fail(
