@@ -45,6 +45,15 @@
 //!    batch of several records as one record, so its watermark can stop inside its last
 //!    batch). A batch that reaches past the end is taken up to it, and read on from there. A
 //!    correct broker answers the first fetch at its high watermark with nothing.
+//! 10. **A key's last record** ([`LogReader::last_committed`]: a pipeline's position). The
+//!     read begins [`FIRST_WINDOW`] offsets before the end, then eight times further back
+//!     each time, until the window holds a committed record of the key or reaches the
+//!     partition's start: so a start reads what the last transactions wrote, not the
+//!     partition's history (on a broker that does not compact, or before the compaction of
+//!     the active segment, that history is every position ever written). A window that
+//!     begins inside a transaction holds its later records until its marker as any read does;
+//!     the key's last committed record, when it lies in the window, is the last of the whole
+//!     view, since every later record of the key is in the window too.
 //!
 //! # Why not the broker's `read_committed`
 //! A correct broker answers a READ_COMMITTED fetch only up to the last stable offset and lists
@@ -91,6 +100,8 @@ const READ_UNCOMMITTED: i8 = 0;
 const EARLIEST: i64 = -2;
 /// ListOffsets' timestamp for the partition's end (the high watermark).
 const LATEST: i64 = -1;
+/// The offsets before the end a read for a key's last record covers first (rule 10).
+pub const FIRST_WINDOW: u64 = 1024;
 /// The most one fetch answer may hold.
 const FETCH_MAX_BYTES: i32 = 16 << 20;
 /// The most one fetch answer may hold of the partition, at first; doubled (up to
@@ -120,8 +131,23 @@ pub struct Committed {
     pub undecided: usize,
     /// Records dropped by ABORT markers (rule 7).
     pub aborted: usize,
+    /// Where the read began: the partition's first offset, or later for a read of its last
+    /// records ([`ReadFrom::Last`]).
+    pub start_offset: i64,
+    /// The read began at the partition's first offset: nothing before it was left out.
+    pub from_start: bool,
     /// Where the read stopped: the partition's high watermark when the read began.
     pub end_offset: i64,
+}
+
+/// Where a read of a partition begins (rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// At the partition's first offset: the whole committed view.
+    Start,
+    /// This many offsets before the partition's end (at its first offset when it holds
+    /// fewer): the committed view of its last records (rule 10).
+    Last(u64),
 }
 
 /// One record of a partition's committed view.
@@ -168,11 +194,53 @@ impl LogReader {
 
     /// The committed view of one partition, from its start to its end now (rules 2–9).
     pub async fn committed(&self, topic: &str, partition: i32) -> Result<Committed, LogError> {
+        self.committed_from(topic, partition, ReadFrom::Start).await
+    }
+
+    /// The last record of `key` in the partition's committed view, if any (rule 10): read
+    /// back from the end, [`FIRST_WINDOW`] offsets first, eight times as many at each next
+    /// read, until one holds a committed record of the key or the read covers the partition.
+    pub async fn last_committed(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: &[u8],
+    ) -> Result<Option<LogRecord>, LogError> {
+        let mut window = FIRST_WINDOW;
+        loop {
+            let view = self
+                .committed_from(topic, partition, ReadFrom::Last(window))
+                .await?;
+            let found = view
+                .records
+                .into_iter()
+                .rev()
+                .find(|record| record.key.as_deref() == Some(key));
+            if found.is_some() || view.from_start {
+                return Ok(found);
+            }
+            window = window.saturating_mul(8);
+        }
+    }
+
+    /// The committed view of one partition, from `from` to its end now (rules 2–9).
+    pub async fn committed_from(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: ReadFrom,
+    ) -> Result<Committed, LogError> {
         let mut leader = self.leader(topic, partition).await?;
         let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
         let end = list_offset(&mut leader, topic, partition, LATEST).await?;
-        let mut view = View::default();
-        let mut next = earliest;
+        let start = match from {
+            ReadFrom::Start => earliest,
+            ReadFrom::Last(offsets) => end
+                .saturating_sub(i64::try_from(offsets).unwrap_or(i64::MAX))
+                .max(earliest),
+        };
+        let mut view = View::new(start, start <= earliest);
+        let mut next = start;
         let mut partition_max_bytes = PARTITION_MAX_BYTES;
         let mut empty_fetches = 0;
         while next < end {

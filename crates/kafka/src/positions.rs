@@ -8,7 +8,8 @@
 //! 2. A position is read from the partition's **committed** view (`log`): the last message of
 //!    the pipeline's key whose transaction committed, the transaction markers applied by
 //!    ddbpipe itself, so a position of an aborted transaction is never taken, whatever the
-//!    broker's `read_committed` serves. The sink started its transactional producer first,
+//!    broker's `read_committed` serves. Only the partition's last records are read, further
+//!    back until the key's last committed message is among them (`log` rule 10). The sink started its transactional producer first,
 //!    which aborted its predecessor's open transaction: the view is final for this pipeline.
 //! 3. The entry is read as strictly as a state file's: one that is not an entry stops the run
 //!    naming the topic and the pipeline, and nothing is written over it.
@@ -104,17 +105,12 @@ impl KafkaPositions {
         if partitions.is_none() {
             return Ok(None);
         }
-        let view = self
+        let last = self
             .reader
-            .committed(&self.topic, 0)
+            .last_committed(&self.topic, 0, pipeline.as_bytes())
             .await
             .map_err(|e| self.failed(e.to_string()))?;
-        Ok(view
-            .records
-            .into_iter()
-            .rev()
-            .find(|record| record.key.as_deref() == Some(pipeline.as_bytes()))
-            .map(|record| record.value.map(|value| value.to_vec())))
+        Ok(last.map(|record| record.value.map(|value| value.to_vec())))
     }
 }
 

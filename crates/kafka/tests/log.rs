@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ddbpipe_kafka::log::{LogError, LogReader, LogRecord};
+use ddbpipe_kafka::log::{LogError, LogReader, LogRecord, ReadFrom};
 use ddbpipe_testkit::kafka::{brokers, committed_view, topic_name};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -81,6 +81,11 @@ async fn send(producer: &FutureProducer, topic: &str, partition: i32, value: &st
         .offset
 }
 
+/// A plain (idempotent, not transactional) producer.
+fn producer_of(brokers: &str) -> FutureProducer {
+    producer(brokers, &[("enable.idempotence", "true")])
+}
+
 /// The values of a view, in its order.
 fn values(view: &[(i32, LogRecord)]) -> Vec<String> {
     view.iter()
@@ -127,6 +132,78 @@ async fn a_committed_transaction_is_in_the_view_on_every_partition() {
     assert_eq!((committed.aborted, committed.undecided), (0, 0));
     // Two records and the COMMIT marker.
     assert_eq!(committed.end_offset, 3);
+}
+
+/// Rule 10: a key's last committed record is found reading back from the end — the last
+/// 1,024 offsets first, then further back — past a later aborted record of the key and past
+/// thousands of other keys' records; a read of the last offsets begins where it says.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keys_last_committed_record_is_read_back_from_the_end() {
+    let brokers = brokers();
+    let topic = topic_name("log-last");
+    create_topic(&brokers, &topic, 1, &[]).await;
+    let producer = transactional(&brokers, &topic_name("tx"), &[]);
+    producer.begin_transaction().unwrap();
+    let record = FutureRecord::to(&topic)
+        .partition(0)
+        .key("old")
+        .payload("old-1");
+    producer.send(record, Duration::ZERO).await.unwrap();
+    producer.commit_transaction(TIMEOUT).unwrap();
+    let plain = producer_of(&brokers);
+    let sends = (0..3000).map(|n| {
+        let value = format!("busy-{n}");
+        let plain = &plain;
+        let topic = &topic;
+        async move {
+            let record = FutureRecord::to(topic)
+                .partition(0)
+                .key("busy")
+                .payload(&value);
+            plain.send(record, Duration::ZERO).await.unwrap();
+        }
+    });
+    futures_util::future::join_all(sends).await;
+    producer.begin_transaction().unwrap();
+    let record = FutureRecord::to(&topic)
+        .partition(0)
+        .key("old")
+        .payload("old-aborted");
+    producer.send(record, Duration::ZERO).await.unwrap();
+    producer.abort_transaction(TIMEOUT).unwrap();
+
+    let reader = LogReader::new(&brokers, TIMEOUT);
+    let value_of = |record: Option<LogRecord>| {
+        record.map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+    };
+    let old = reader.last_committed(&topic, 0, b"old").await.unwrap();
+    assert_eq!(value_of(old).as_deref(), Some("old-1"));
+    let busy = reader.last_committed(&topic, 0, b"busy").await.unwrap();
+    assert_eq!(value_of(busy).as_deref(), Some("busy-2999"));
+    assert_eq!(
+        reader.last_committed(&topic, 0, b"none").await.unwrap(),
+        None
+    );
+    let last = reader
+        .committed_from(&topic, 0, ReadFrom::Last(1024))
+        .await
+        .unwrap();
+    assert!(
+        !last.from_start,
+        "{} {}",
+        last.start_offset, last.end_offset
+    );
+    assert_eq!(last.start_offset, last.end_offset - 1024);
+    assert!(last.records.len() <= 1024 && !last.records.is_empty());
+    let all = reader
+        .committed_from(&topic, 0, ReadFrom::Last(u64::MAX))
+        .await
+        .unwrap();
+    assert!(
+        all.from_start && all.records.len() == 3001,
+        "{}",
+        all.records.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

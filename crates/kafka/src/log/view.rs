@@ -25,6 +25,10 @@ pub(super) struct View {
     open: HashMap<i64, Vec<LogRecord>>,
     /// How many records ABORT markers dropped (rule 7).
     aborted: usize,
+    /// The offset the read began at.
+    start_offset: i64,
+    /// The read began at the partition's first offset.
+    from_start: bool,
 }
 
 /// A control record whose key does not say which marker it is.
@@ -46,6 +50,16 @@ enum Marker {
 }
 
 impl View {
+    /// The view of a read beginning at `start_offset`, the partition's first offset when
+    /// `from_start`.
+    pub(super) fn new(start_offset: i64, from_start: bool) -> View {
+        View {
+            start_offset,
+            from_start,
+            ..View::default()
+        }
+    }
+
     /// Takes the log's next record. Records must come in offset order, each once (the reader
     /// skips what a fetch returns twice).
     pub(super) fn push(&mut self, record: Record) -> Result<(), UnreadableMarker> {
@@ -87,6 +101,8 @@ impl View {
             records,
             undecided: self.open.values().map(Vec::len).sum(),
             aborted: self.aborted,
+            start_offset: self.start_offset,
+            from_start: self.from_start,
             end_offset,
         }
     }
