@@ -10,7 +10,8 @@
 #   was not seen to run (a compacted topic kept every record of one key for minutes).
 # - Starts `tansu broker` on a free loopback port with in-memory storage (nothing on disk; all
 #   gone when it stops), its log in a fresh `mktemp -d`, waits until the port accepts, and
-#   exports DDBPIPE_TEST_KAFKA_BROKERS=127.0.0.1:<port>. Topics are created by the tests
+#   exports DDBPIPE_TEST_KAFKA_BROKERS=127.0.0.1:<port> (and DDBPIPE_TEST_KAFKA_BIN, the broker's
+#   binary, for a test that starts a broker of its own). Topics are created by the tests
 #   (CreateTopics, e.g. rdkafka's AdminClient, with configs such as cleanup.policy=compact) or
 #   by producing to them (the broker creates a missing topic, with 4 partitions, when a
 #   producer's Metadata request allows it).
@@ -138,6 +139,9 @@ ddbpipe_kafka_start() {
   }
 
   export DDBPIPE_TEST_KAFKA_BROKERS="127.0.0.1:$port"
+  # The broker's binary, so a test can start a broker of its own (the TLS test puts one
+  # behind a TLS listener).
+  export DDBPIPE_TEST_KAFKA_BIN="$bin"
   # The broker's process, so the bench can measure its CPU beside a Kafka phase.
   export DDBPIPE_TEST_KAFKA_PID="$DDBPIPE_KAFKA_PID"
 }

@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use anyhow::anyhow;
+use ddbpipe_kafka::client::Delivery;
+use ddbpipe_kafka::positions::KafkaPositions;
 use ddbpipe_kafka::sink::KafkaSink;
 use ddbpipe_keyed::PostgresDatabase;
 use ddbpipe_keyed::sink::KeyedSink;
@@ -241,7 +243,7 @@ pub async fn read_store(
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
         SinkConfig::Kafka(settings) => Ok(Some(
-            match kafka::positions_reader(settings, config.target()) {
+            match kafka::positions_reader(settings, config.target())? {
                 Some(positions) => Box::new(positions),
                 None => Box::new(StateFile::new(&config.state.path)),
             },
@@ -261,10 +263,10 @@ pub async fn read_store(
 /// Where the position of a pipeline is saved, for messages.
 pub fn position_label(config: &PipelineConfig) -> String {
     match &config.sink {
-        SinkConfig::Kafka(settings) => match kafka::positions_reader(settings, config.target()) {
-            Some(positions) => positions.describe(),
-            None => config.state.path.display().to_string(),
-        },
+        SinkConfig::Kafka(settings) if settings.delivery == Delivery::ExactlyOnce => {
+            KafkaPositions::label(&settings.brokers, &settings.positions_topic)
+        }
+        SinkConfig::Kafka(_) => config.state.path.display().to_string(),
         SinkConfig::Jsonl(_) | SinkConfig::Custom => config.state.path.display().to_string(),
         SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
         SinkConfig::Postgres(postgres) => format!(

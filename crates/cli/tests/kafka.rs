@@ -472,7 +472,12 @@ fn the_config_refuses_what_the_sink_cannot_do() {
         (
             "  properties:\n    security.protocol: SASL_SSL\n",
             "exactly_once",
-            "sink.delivery",
+            "sink.properties.security.protocol",
+        ),
+        (
+            "  properties:\n    security.protocol: SSL\n    ssl.ca.location: /nonexistent/ca.pem\n",
+            "exactly_once",
+            "sink.properties.ssl.ca.location",
         ),
         (
             "  topic_config: {partitions: 0}\n",

@@ -66,7 +66,7 @@
 //! receives). Reading the markers here gives the same answer on every broker.
 //!
 //! # Limits
-//! - PLAINTEXT listeners only: TLS and SASL are not read here yet.
+//! - PLAINTEXT and TLS listeners (`tls`); SASL is not spoken here yet.
 //! - The whole view is held in memory: it is meant for the positions topic (compacted and
 //!   small) and for the tests' judgement of a topic.
 //! - Message format v2 only (Kafka 0.11 and later); a header repeated in one record keeps
@@ -74,6 +74,7 @@
 
 mod batches;
 mod error;
+mod tls;
 mod view;
 mod wire;
 
@@ -91,6 +92,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 pub use error::LogError;
+pub use tls::Security;
 use view::View;
 use wire::{Connection, FETCH, LIST_OFFSETS, METADATA};
 
@@ -120,6 +122,8 @@ pub struct LogReader {
     brokers: String,
     /// The bound on connecting and on each request.
     timeout: Duration,
+    /// PLAINTEXT or TLS (`tls`).
+    security: Security,
 }
 
 /// The committed view of one partition, from its start to the end it had when read.
@@ -173,7 +177,14 @@ impl LogReader {
         LogReader {
             brokers: brokers.to_string(),
             timeout,
+            security: Security::Plaintext,
         }
+    }
+
+    /// The same reader, connecting as `security` says (PLAINTEXT or TLS).
+    pub fn with_security(mut self, security: Security) -> LogReader {
+        self.security = security;
+        self
     }
 
     /// The topic's partition ids, ascending; `None` when the topic does not exist (it is not
@@ -287,7 +298,7 @@ impl LogReader {
         let addresses = parse_brokers(&self.brokers)?;
         let mut failures = Vec::new();
         for address in addresses {
-            match Connection::open(address, self.timeout).await {
+            match Connection::open(address, self.timeout, &self.security).await {
                 Ok(connection) => return Ok(connection),
                 Err(error) => failures.push(error),
             }
@@ -358,7 +369,7 @@ impl LogReader {
         if address == bootstrap.broker() {
             return Ok(bootstrap);
         }
-        Connection::open(&address, self.timeout).await
+        Connection::open(&address, self.timeout, &self.security).await
     }
 }
 

@@ -24,7 +24,7 @@ use ddbpipe_pipeline::state::{Entry, StateError};
 use futures_util::future::BoxFuture;
 
 use crate::envelope::Message;
-use crate::log::LogReader;
+use crate::log::{LogReader, Security};
 use ddbpipe_pipeline::sink::SinkError;
 
 use crate::sink::{KafkaSettings, KafkaSink, Transactions};
@@ -50,7 +50,8 @@ impl KafkaPositions {
         let topic = transactions.positions_topic.clone();
         KafkaPositions {
             // Bounded as the sink's own requests are (`source.retry`'s attempt time).
-            reader: LogReader::new(brokers, transactions.timeout),
+            reader: LogReader::new(brokers, transactions.timeout)
+                .with_security(transactions.security.clone()),
             transactions: Some(transactions),
             topic,
             brokers: brokers.to_string(),
@@ -78,14 +79,25 @@ impl KafkaPositions {
         ))
     }
 
-    /// A store that only reads (`state show`, `lag`, `check`): writing through it fails.
-    pub fn reading(brokers: &str, topic: &str, timeout: Duration) -> KafkaPositions {
+    /// A store that only reads (`state show`, `lag`, `check`), connecting as `security` says:
+    /// writing through it fails.
+    pub fn reading(
+        brokers: &str,
+        topic: &str,
+        timeout: Duration,
+        security: Security,
+    ) -> KafkaPositions {
         KafkaPositions {
-            reader: LogReader::new(brokers, timeout),
+            reader: LogReader::new(brokers, timeout).with_security(security),
             transactions: None,
             topic: topic.to_string(),
             brokers: brokers.to_string(),
         }
+    }
+
+    /// How the positions topic `topic` on `brokers` is named in messages.
+    pub fn label(brokers: &str, topic: &str) -> String {
+        format!("kafka {brokers} topic '{topic}'")
     }
 
     fn failed(&self, message: String) -> StateError {
@@ -116,7 +128,7 @@ impl KafkaPositions {
 
 impl CheckpointStore for KafkaPositions {
     fn describe(&self) -> String {
-        format!("kafka {} topic '{}'", self.brokers, self.topic)
+        KafkaPositions::label(&self.brokers, &self.topic)
     }
 
     fn load<'a>(

@@ -32,6 +32,7 @@ use rdkafka::producer::{BaseRecord, Producer as _};
 
 use crate::client::{Connection, Delivery, Producer, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
+use crate::log::Security;
 
 /// What a Kafka sink is built from.
 #[derive(Debug, Clone)]
@@ -268,6 +269,8 @@ pub(crate) struct Transactions {
     pub(crate) positions_topic: String,
     /// Bound of one transaction step.
     pub(crate) timeout: Duration,
+    /// How the positions are read back (`log::Security`, from the client properties).
+    pub(crate) security: Security,
 }
 
 impl Transactions {
@@ -287,8 +290,11 @@ impl Transactions {
             .connection
             .producer(Some(&settings.transactional_id))
             .map_err(|message| fail(Failed::definite(message)))?;
+        let security = Security::of(&settings.connection.properties)
+            .map_err(|message| fail(Failed::definite(message)))?;
         let transactions = Transactions {
             producer,
+            security,
             turn: Arc::new(tokio::sync::Mutex::new(())),
             positions_topic: settings.positions_topic.clone(),
             timeout: settings.connection.timeout,

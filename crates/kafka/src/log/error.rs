@@ -22,8 +22,9 @@ pub enum LogError {
     },
     /// Transient: no connection to the broker could be made.
     #[error(
-        "cannot connect to Kafka broker {broker}: {source}; check `brokers` (a PLAINTEXT \
-         listener's host:port; TLS and SASL listeners are not read here yet)"
+        "cannot connect to Kafka broker {broker}: {source}; check `brokers` (the host:port of \
+         a PLAINTEXT or SSL listener, as sink.properties.security.protocol says; SASL \
+         listeners are not read here yet)"
     )]
     Connect {
         /// The broker's address.

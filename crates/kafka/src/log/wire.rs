@@ -1,5 +1,5 @@
-//! One PLAINTEXT connection to a Kafka broker: requests framed and answered in turn, in the
-//! versions both sides speak (rule 1 of the [module docs](super)).
+//! One connection to a Kafka broker, PLAINTEXT or TLS (`tls`): requests framed and answered
+//! in turn, in the versions both sides speak (rule 1 of the [module docs](super)).
 //!
 //! A request goes out as `int32 length`, the request header, the body; its answer comes back
 //! as `int32 length`, the response header (whose correlation id must be the request's), the
@@ -18,6 +18,44 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::LogError;
+use super::tls::{self, Security};
+
+/// A connection's socket: plain TCP, or TLS over it.
+#[derive(Debug)]
+enum Socket {
+    /// PLAINTEXT.
+    Plain(TcpStream),
+    /// SSL.
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Socket {
+    /// Writes all of `bytes`, and flushes them (TLS buffers its records).
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Socket::Plain(tcp) => tcp.write_all(bytes).await,
+            Socket::Tls(tls) => {
+                tls.write_all(bytes).await?;
+                tls.flush().await
+            }
+        }
+    }
+
+    /// Reads exactly `buffer.len()` bytes.
+    async fn read_exact(&mut self, buffer: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Socket::Plain(tcp) => tcp.read_exact(buffer).await.map(drop),
+            Socket::Tls(tls) => tls.read_exact(buffer).await.map(drop),
+        }
+    }
+
+    /// Reads a big-endian `int32`.
+    async fn read_i32(&mut self) -> std::io::Result<i32> {
+        let mut bytes = [0; 4];
+        self.read_exact(&mut bytes).await?;
+        Ok(i32::from_be_bytes(bytes))
+    }
+}
 
 /// The `client.id` the broker sees (its logs and quotas).
 const CLIENT_ID: &str = "ddbpipe-log";
@@ -72,7 +110,7 @@ pub(super) struct Connection {
     /// The broker's `host:port`.
     broker: String,
     /// The socket.
-    stream: TcpStream,
+    stream: Socket,
     /// The bound on each request.
     timeout: Duration,
     /// The correlation id of the last request sent.
@@ -82,9 +120,28 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `broker` (`host:port`) and asks which API versions it serves.
-    pub(super) async fn open(broker: &str, timeout: Duration) -> Result<Connection, LogError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(broker))
+    /// Connects to `broker` (`host:port`) as `security` says and asks which API versions it
+    /// serves.
+    pub(super) async fn open(
+        broker: &str,
+        timeout: Duration,
+        security: &Security,
+    ) -> Result<Connection, LogError> {
+        let connect = async {
+            let tcp = TcpStream::connect(broker).await?;
+            // Requests are small and answered before the next is sent: no batching to wait for.
+            let _ = tcp.set_nodelay(true);
+            match security {
+                Security::Plaintext => Ok(Socket::Plain(tcp)),
+                Security::Tls(config) => {
+                    let host = broker.rsplit_once(':').map_or(broker, |(host, _)| host);
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let tls = tls::connect(config, host, tcp).await?;
+                    Ok(Socket::Tls(Box::new(tls)))
+                }
+            }
+        };
+        let stream = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| LogError::TimedOut {
                 broker: broker.to_string(),
@@ -95,8 +152,6 @@ impl Connection {
                 broker: broker.to_string(),
                 source,
             })?;
-        // Requests are small and answered before the next is sent: no batching to wait for.
-        let _ = stream.set_nodelay(true);
         let mut connection = Connection {
             broker: broker.to_string(),
             stream,

@@ -339,7 +339,22 @@ fn the_kafka_rules_name_the_field() {
         ),
         (
             "brokers: 'k:1', properties: {security.protocol: SASL_SSL}",
-            "config error: sink.delivery: exactly_once reads its positions back over PLAINTEXT",
+            "config error: sink.properties.security.protocol: ddbpipe reads the positions back \
+             over PLAINTEXT or SSL; SASL is not spoken by that reader yet",
+        ),
+        (
+            "brokers: 'k:1', properties: {security.protocol: ssl, ssl.ca.location: /nonexistent/ca.pem}",
+            "config error: sink.properties.ssl.ca.location: the file cannot be read",
+        ),
+        (
+            "brokers: 'k:1', properties: {security.protocol: SSL, \
+             enable.ssl.certificate.verification: 'false'}",
+            "config error: sink.properties: ddbpipe reads its positions only from a broker whose \
+             certificate and name it verified",
+        ),
+        (
+            "brokers: 'k:1', properties: {security.protocol: SSL, ssl.key.location: k.pem}",
+            "config error: sink.properties: a client certificate needs both",
         ),
         (
             "brokers: 'k:1', topic_config: {replication_factor: 0}",
@@ -358,9 +373,13 @@ fn the_kafka_rules_name_the_field() {
             "{sink}: {found:?}"
         );
     }
-    // at_least_once over SASL_SSL is fine; exactly_once keeps no state file.
+    // at_least_once over SASL_SSL is fine, exactly_once over TLS with the Mozilla roots too;
+    // exactly_once keeps no state file.
     parse_ok(&file(
         "brokers: 'k:1', delivery: at_least_once, properties: {security.protocol: SASL_SSL}",
+    ));
+    parse_ok(&file(
+        "brokers: 'k:1', properties: {security.protocol: SSL}",
     ));
     assert_eq!(
         errors(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use ddbpipe_kafka::client::{Connection, Delivery};
 use ddbpipe_kafka::envelope::{Shaper, ShaperSettings};
+use ddbpipe_kafka::log::Security;
 use ddbpipe_kafka::positions::KafkaPositions;
 use ddbpipe_kafka::sink::{KafkaSettings, KafkaSink};
 use ddbpipe_pipeline::sink::Records;
@@ -99,12 +100,20 @@ pub async fn open_kafka(
 
 /// The positions topic of an `exactly_once` kafka sink, for reading (`state show`, `lag`,
 /// `check`); `None` for `at_least_once`, whose position is in the state file.
-pub fn positions_reader(kafka: &KafkaConfig, target: Target<'_>) -> Option<KafkaPositions> {
-    (kafka.delivery == Delivery::ExactlyOnce).then(|| {
-        KafkaPositions::reading(
-            &kafka.brokers,
-            &kafka.positions_topic,
-            target.source.retry.policy().attempt_timeout,
-        )
-    })
+pub fn positions_reader(
+    kafka: &KafkaConfig,
+    target: Target<'_>,
+) -> Result<Option<KafkaPositions>, Failure> {
+    if kafka.delivery != Delivery::ExactlyOnce {
+        return Ok(None);
+    }
+    let timeout = target.source.retry.policy().attempt_timeout;
+    let security = Security::of(&connection(kafka, timeout).properties)
+        .map_err(|problem| Failure::usage(anyhow!("config error: {problem}")))?;
+    Ok(Some(KafkaPositions::reading(
+        &kafka.brokers,
+        &kafka.positions_topic,
+        timeout,
+        security,
+    )))
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use ddbpipe_kafka::client::{Delivery, OWN_PROPERTIES, TopicShape};
 use ddbpipe_kafka::envelope::EnvelopeKind;
+use ddbpipe_kafka::log::Security;
 use ddbpipe_source::config::{ConfigError, Secret};
 use serde_json::json;
 
@@ -205,20 +206,21 @@ pub(crate) fn validate(kafka: &KafkaConfig, errors: &mut Vec<ConfigError>) {
             ));
         }
     }
-    // The positions are read back by ddbpipe's own reader of the log, which speaks PLAINTEXT
-    // only (docs/sinks.md §7.7 rule 4).
-    let protocol = kafka
-        .properties
-        .get("security.protocol")
-        .map(|p| p.expose().to_ascii_lowercase());
-    if kafka.delivery == Delivery::ExactlyOnce
-        && protocol.as_deref().is_some_and(|p| p != "plaintext")
-    {
-        errors.push(ConfigError::new(
-            "sink.delivery",
-            "exactly_once reads its positions back over PLAINTEXT only for now, and \
-             sink.properties.security.protocol asks for another: use delivery: at_least_once",
-        ));
+    // The positions are read back by ddbpipe's own reader of the log, over PLAINTEXT or TLS
+    // as the same properties say (docs/sinks.md §7.7 rule 4): what it cannot use is refused
+    // here, naming the property, before anything connects.
+    if kafka.delivery == Delivery::ExactlyOnce {
+        let properties: Vec<(String, String)> = kafka
+            .properties
+            .iter()
+            .map(|(name, value)| (name.clone(), value.expose().to_string()))
+            .collect();
+        if let Err(problem) = Security::of(&properties) {
+            let (field, message) = problem
+                .split_once(": ")
+                .unwrap_or(("sink.properties", &problem));
+            errors.push(ConfigError::new(field.to_string(), message.to_string()));
+        }
     }
     if kafka.topic_config.partitions == Some(0) {
         errors.push(ConfigError::new(
