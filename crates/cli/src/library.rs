@@ -120,9 +120,39 @@ impl Pipeline {
         &self.config.name
     }
 
-    /// The table it reads.
+    /// The table it reads; empty for a file of several tables (`source.tables`), whose
+    /// tables are read by the pipelines of [`Pipeline::tables`].
     pub fn table(&self) -> &str {
         &self.config.source.table_name
+    }
+
+    /// The pipelines that read its tables: itself for one table (`source.table_name`); for a
+    /// file of several (`source.tables`, docs/config.md §1.5), one per table, in the list's
+    /// order, each named `<name>:<table>` with a position of its own and `{table}` filled in.
+    /// Each one runs on its own; `ddbpipe run` runs them at once.
+    pub fn tables(&self) -> Vec<Pipeline> {
+        self.config
+            .per_table()
+            .into_iter()
+            .map(|config| Pipeline {
+                config,
+                ..self.clone()
+            })
+            .collect()
+    }
+
+    /// A pipeline of several tables is run through [`Pipeline::tables`]: each table's
+    /// outcome is its own.
+    fn one_table(&self) -> Result<(), Error> {
+        if !self.config.is_multi_table() {
+            return Ok(());
+        }
+        Err(Error(Failure::usage(anyhow::anyhow!(
+            "pipeline '{}' reads {} tables (source.tables): run each of Pipeline::tables(), \
+             as `ddbpipe run` does",
+            self.config.name,
+            self.config.tables.len()
+        ))))
     }
 
     /// Fields that are valid but have no effect in the pipeline's mode, one sentence each.
@@ -148,6 +178,7 @@ impl Pipeline {
     ///
     /// The future is `Send`.
     pub async fn open(&self, stop: Cancel) -> Result<Opened<'_>, Error> {
+        self.one_table()?;
         // Boxed: the futures are deep; a caller's crate must not need a recursion limit to
         // lay out its own future around them.
         let opening: Pin<Box<dyn Future<Output = Result<Built<'_>, Failure>> + Send + '_>> =
@@ -176,6 +207,7 @@ impl Pipeline {
     /// [`drive::Batch::ack`]: crate::drive::Batch::ack
     /// [`drive::Batches::finish`]: crate::drive::Batches::finish
     pub async fn batches(&self, stop: Cancel) -> Result<Batches, Error> {
+        self.one_table()?;
         Batches::start(
             &self.config,
             &self.origin,

@@ -1,13 +1,16 @@
 //! `ddbpipe run`: the library's [`Pipeline`], with the command's output around it: the config's
-//! warnings, metrics, the health of `/health`, and the summary.
+//! warnings, metrics, the health of `/health`, and the summary. A file of several tables
+//! (`source.tables`) runs one pipeline per table at once ([`Pipeline::tables`]); a table that
+//! fails stops alone, and the run says which (docs/cli.md §8.1).
 
 use std::path::Path;
 
+use anyhow::anyhow;
 use ddbpipe_source::retry::Cancel;
 
 use crate::args::ProgressMode;
-use crate::failure::{Exit, Failure};
-use crate::library::{Error, Pipeline};
+use crate::failure::{self, Exit, Failure};
+use crate::library::{Error, Pipeline, Summary};
 use crate::telemetry::{self, Line, say};
 
 /// `ddbpipe run`: the library's pipeline, with the command's output around it: warnings,
@@ -21,7 +24,17 @@ pub async fn run(
     let pipeline = Pipeline::from_path(config_path)
         .map_err(Error::into_failure)?
         .with_progress(progress);
-    telemetry::set_run(pipeline.name(), pipeline.table());
+    let tables = pipeline.tables();
+    let multi = pipeline.table().is_empty();
+    let table_label = match multi {
+        false => pipeline.table().to_string(),
+        true => tables
+            .iter()
+            .map(|one| one.table())
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    telemetry::set_run(pipeline.name(), &table_label);
     ddbpipe_source::health::start();
     for warning in pipeline.warnings() {
         tracing::warn!("{warning}");
@@ -32,15 +45,17 @@ pub async fn run(
         pipeline.config().metrics.health_stall(),
     )
     .map_err(Failure::runtime)?;
-    let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
-    match &outcome {
-        Ok(summary) => {
-            say(Line::Summary, &summary.to_string());
-            if let Some(note) = summary.note() {
-                say(Line::Note, note);
-            }
+    let outcome = if multi {
+        run_tables(tables, stop).await
+    } else {
+        let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
+        if let Ok(summary) = &outcome {
+            say_summary(summary, None);
         }
-        Err(failure) => ddbpipe_source::health::failed(&format!("{:#}", failure.error)),
+        outcome.map(|_| ())
+    };
+    if let Err(failure) = &outcome {
+        ddbpipe_source::health::failed(&format!("{:#}", failure.error));
     }
     // The final values, whatever the outcome: a failed nightly run is worth scraping too.
     if let Some(metrics) = &metrics
@@ -48,5 +63,64 @@ pub async fn run(
     {
         tracing::warn!("{error:#}");
     }
-    outcome.map(|_| Exit::Ok)
+    outcome.map(|()| Exit::Ok)
+}
+
+/// Runs every table's pipeline at once, each on a task of its own, until all have ended. Each
+/// summary is said as it comes, prefixed with its table; a table's failure is reported with
+/// its table and the others go on. The run fails when any table did, naming them: exit 2
+/// when every failure was one of config or usage, else 1.
+async fn run_tables(tables: Vec<Pipeline>, stop: Cancel) -> Result<(), Failure> {
+    let count = tables.len();
+    let mut running = tokio::task::JoinSet::new();
+    for pipeline in tables {
+        // Several progress bars would overwrite each other on one terminal.
+        let pipeline = pipeline.with_progress(ProgressMode::Never);
+        let stop = stop.clone();
+        running.spawn(async move {
+            let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
+            (pipeline.table().to_string(), outcome)
+        });
+    }
+    let mut failed = Vec::new();
+    let mut exit = Exit::Usage;
+    while let Some(joined) = running.join_next().await {
+        let (table, outcome) = joined.map_err(|error| {
+            Failure::runtime(anyhow!("a table's run panicked or was cancelled: {error}"))
+        })?;
+        match outcome {
+            Ok(summary) => say_summary(&summary, Some(&table)),
+            Err(mut failure) => {
+                failure.error = failure.error.context(format!("table '{table}'"));
+                failure::report(&failure);
+                if failure.exit != Exit::Usage {
+                    exit = Exit::Runtime;
+                }
+                failed.push(table);
+            }
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    failed.sort();
+    let error = anyhow!(
+        "{} of {count} tables failed: {} (each one's error is above; the others ended as their \
+         summaries say)",
+        failed.len(),
+        failed.join(", ")
+    );
+    Err(match exit {
+        Exit::Usage => Failure::usage(error),
+        _ => Failure::runtime(error),
+    })
+}
+
+/// Says a run's summary and its note, prefixed with its table when the file has several.
+fn say_summary(summary: &Summary, table: Option<&str>) {
+    let prefix = table.map(|t| format!("table '{t}': ")).unwrap_or_default();
+    say(Line::Summary, &format!("{prefix}{summary}"));
+    if let Some(note) = summary.note() {
+        say(Line::Note, &format!("{prefix}{note}"));
+    }
 }

@@ -23,14 +23,27 @@ use crate::wiring;
 pub(crate) mod leases;
 pub(crate) mod streams;
 
-/// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`.
+/// Prints the pipeline's entry with `fingerprint_status`: `match`, `differs` or `none`; for a
+/// file of several tables each table's pipeline's, in the list's order (`--json`: one line
+/// each).
 pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
-    if let Some(coordination) = &config.coordination {
-        return leases::show(&config, coordination, json).await;
+    for (index, one) in config.per_table().iter().enumerate() {
+        if index > 0 && !json {
+            println!();
+        }
+        show_one(one, config_path, json).await?;
     }
-    let where_ = destination::position_label(&config);
-    let entry = match destination::read_store(&config).await? {
+    Ok(Exit::Ok)
+}
+
+/// [`show`] of one table's pipeline.
+async fn show_one(config: &PipelineConfig, config_path: &Path, json: bool) -> Result<(), Failure> {
+    if let Some(coordination) = &config.coordination {
+        return leases::show(config, coordination, json).await.map(|_| ());
+    }
+    let where_ = destination::position_label(config);
+    let entry = match destination::read_store(config).await? {
         Some(mut store) => store
             .load(&config.name)
             .await
@@ -47,11 +60,11 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
         } else {
             println!("no stored state for pipeline '{}'", config.name);
         }
-        return Ok(Exit::Ok);
+        return Ok(());
     };
     let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
     let location = wiring::location(&sdk, &config.source);
-    let identity = wiring::identity(&config, &location, None);
+    let identity = wiring::identity(config, &location, None);
     let changes = match &entry.position {
         Some(position) => identity.changes_for(&entry.identity, position),
         None => identity.changes_from(&entry.identity, true),
@@ -115,12 +128,13 @@ pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
             println!("last completed:     {last}");
         }
     }
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 /// Removes the pipeline's entry. Asks on a terminal; without one `--yes` is required.
 pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
+    let tables = config.per_table();
     if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::usage(anyhow!(
@@ -131,11 +145,23 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
                 config_path.display()
             )));
         }
-        eprint!(
-            "Forget the position of pipeline '{}' in {}? The destination's data is untouched. [y/N] ",
-            config.name,
-            destination::position_label(&config)
-        );
+        let whose = tables
+            .iter()
+            .map(|one| {
+                format!(
+                    "pipeline '{}' in {}",
+                    one.name,
+                    destination::position_label(one)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let positions = if tables.len() > 1 {
+            "positions"
+        } else {
+            "position"
+        };
+        eprint!("Forget the {positions} of {whose}? The destination's data is untouched. [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -144,16 +170,24 @@ pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
             return Ok(Exit::Ok);
         }
     }
+    for one in &tables {
+        reset_one(one, config_path).await?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// [`reset`] of one table's pipeline, confirmed.
+async fn reset_one(config: &PipelineConfig, config_path: &Path) -> Result<Exit, Failure> {
     if let Some(coordination) = &config.coordination {
-        return leases::reset(&config, coordination).await;
+        return leases::reset(config, coordination).await;
     }
     if config.sink.keyed().is_some() {
-        return reset_in_database(&config).await;
+        return reset_in_database(config).await;
     }
     if let SinkConfig::Kafka(kafka) = &config.sink
         && config.sink.keeps_position().is_some()
     {
-        return reset_in_topic(&config, kafka).await;
+        return reset_in_topic(config, kafka).await;
     }
     let file = StateFile::new(&config.state.path);
     let _lock = file

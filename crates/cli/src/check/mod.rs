@@ -104,6 +104,43 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
         }
         Err(failure) => return Err(failure),
     };
+    if !config.is_multi_table() {
+        let probes = probe(&config, config_path, timeout).await;
+        if json {
+            println!("{}", json!({"ok": probes.ok(), "probes": probes.to_json()}));
+        } else {
+            probes.print();
+        }
+        return Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime });
+    }
+    // A file of several tables: each table's pipeline probed as a file of its own.
+    let mut ok = true;
+    let mut listed = Vec::new();
+    for (index, one) in config.per_table().iter().enumerate() {
+        let probes = probe(one, config_path, timeout).await;
+        ok &= probes.ok();
+        if json {
+            listed.push(json!({"ok": probes.ok(), "pipeline": one.name,
+                               "probes": probes.to_json(), "table": one.source.table_name}));
+        } else {
+            if index > 0 {
+                println!();
+            }
+            println!(
+                "table '{}' (pipeline '{}'):",
+                one.source.table_name, one.name
+            );
+            probes.print();
+        }
+    }
+    if json {
+        println!("{}", json!({"ok": ok, "tables": listed}));
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Runtime })
+}
+
+/// Every probe of one table's pipeline (docs/cli.md §8.2).
+async fn probe(config: &PipelineConfig, config_path: &Path, timeout: Duration) -> Probes {
     let mut probes = Probes::default();
     let mode = config.source.mode;
     let detail = format!(
@@ -119,10 +156,10 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             format!("{detail}; {}", config.warnings.join("; ")),
         );
     }
-    let (table, location) = probe_table(&config, timeout, &mut probes).await;
-    export::probe_export(&config, table.as_ref(), timeout, &mut probes).await;
+    let (table, location) = probe_table(config, timeout, &mut probes).await;
+    export::probe_export(config, table.as_ref(), timeout, &mut probes).await;
     let stream = if mode.reads_stream() {
-        probe_stream(&config, table.as_ref(), timeout, &mut probes).await
+        probe_stream(config, table.as_ref(), timeout, &mut probes).await
     } else {
         None
     };
@@ -130,20 +167,20 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     let lease_rows = match &config.coordination {
         Some(coordination) => {
             // The settings `run` compares with the leader row's.
-            let identity = crate::run::run_identity(&config, &location, stream);
-            leases::probe_leases(&config, coordination, &identity, timeout, &mut probes).await
+            let identity = crate::run::run_identity(config, &location, stream);
+            leases::probe_leases(config, coordination, &identity, timeout, &mut probes).await
         }
         None => None,
     };
     // The same rule `run` applies before writing anything.
-    let distinct = destination::distinct_paths(&config, Some(config_path));
+    let distinct = destination::distinct_paths(config, Some(config_path));
     match (&config.sink, distinct) {
         (_, Err(failure)) => {
             probes.add("sink", Status::Fail, with_hint(&failure));
             if let (SinkConfig::Jsonl(_) | SinkConfig::Custom, None) =
                 (&config.sink, &config.coordination)
             {
-                probe_state(&config, &location, stream, timeout, &mut probes).await;
+                probe_state(config, &location, stream, timeout, &mut probes).await;
             }
         }
         (SinkConfig::Custom, Ok(())) => {
@@ -152,7 +189,7 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
                 Status::Fail,
                 crate::sinks::custom::NO_CUSTOM_SINK.to_string(),
             );
-            probe_state(&config, &location, stream, timeout, &mut probes).await;
+            probe_state(config, &location, stream, timeout, &mut probes).await;
         }
         (SinkConfig::Jsonl(jsonl), Ok(())) => match &config.coordination {
             // A shared run writes this worker's file, and keeps its position in the leases.
@@ -171,21 +208,21 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
                 }
             }
             None => {
-                probe_jsonl(&config, jsonl, &mut probes);
-                probe_state(&config, &location, stream, timeout, &mut probes).await;
+                probe_jsonl(config, jsonl, &mut probes);
+                probe_state(config, &location, stream, timeout, &mut probes).await;
             }
         },
         (SinkConfig::Kafka(kafka), Ok(())) => {
-            probe_kafka(&config, kafka, timeout, &mut probes).await;
+            probe_kafka(config, kafka, timeout, &mut probes).await;
             if config.sink.keeps_position().is_some() {
-                probe_positions(&config, &location, stream, timeout, &mut probes).await;
+                probe_positions(config, &location, stream, timeout, &mut probes).await;
             } else {
-                probe_state(&config, &location, stream, timeout, &mut probes).await;
+                probe_state(config, &location, stream, timeout, &mut probes).await;
             }
         }
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
             probe_keyed(
-                &config,
+                config,
                 table.as_ref(),
                 &location,
                 stream,
@@ -197,12 +234,16 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     }
     // A shared pipeline's position is its lease rows.
     if let (Some(coordination), Some(rows)) = (&config.coordination, &lease_rows) {
-        leases::probe_positions(&config, coordination, rows, stream, timeout, &mut probes).await;
+        leases::probe_positions(config, coordination, rows, stream, timeout, &mut probes).await;
     }
 
-    if json {
-        let list: Vec<_> = probes
-            .0
+    probes
+}
+
+impl Probes {
+    /// The probes as `--json` lists them.
+    fn to_json(&self) -> Vec<serde_json::Value> {
+        self.0
             .iter()
             .map(|p| {
                 let mut probe =
@@ -212,14 +253,15 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
                 }
                 probe
             })
-            .collect();
-        println!("{}", json!({"ok": probes.ok(), "probes": list}));
-    } else {
-        for p in &probes.0 {
+            .collect()
+    }
+
+    /// One line a probe.
+    fn print(&self) {
+        for p in &self.0 {
             println!("{} {:<16} {}", p.status.as_str(), p.name, p.detail);
         }
     }
-    Ok(if probes.ok() { Exit::Ok } else { Exit::Runtime })
 }
 
 /// How long the one attempt after a timed-out `describe_table` probe may take.

@@ -149,17 +149,10 @@ pub(super) fn validate(
         return;
     };
     let table = &coordination.lease_table;
-    if table.len() < 3
-        || table.len() > 255
-        || !table
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-    {
+    if let Some(problem) = super::tables::table_name_problem(table) {
         errors.push(ConfigError::new(
             "coordination.lease_table",
-            format!(
-                "'{table}' is not a DynamoDB table name: 3-255 characters from A-Z a-z 0-9 _ . -"
-            ),
+            format!("'{table}' {problem}"),
         ));
     }
     if let Some(id) = &coordination.worker_id

@@ -26,6 +26,7 @@ mod numbers;
 mod schema_tests;
 mod source;
 mod state;
+mod tables;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ use yaml_serde::Value;
 pub use self::coordination::{CoordinationConfig, process_token};
 pub use self::metrics::MetricsConfig;
 pub use self::state::StateConfig;
+pub use self::tables::TABLE_PLACEHOLDER;
 use crate::failure::Failure;
 use crate::origin::Origin;
 use crate::sinks;
@@ -117,8 +119,12 @@ pub struct PipelineConfig {
     /// The pipeline name: 1–128 characters from `A-Z a-z 0-9 _ . -`, not starting with `.`.
     /// It keys the stored position.
     pub name: String,
-    /// The DynamoDB source.
+    /// The DynamoDB source. Of a file of several tables (`tables`), `table_name` is empty:
+    /// each table's pipeline ([`PipelineConfig::per_table`]) names its own.
     pub source: SourceConfig,
+    /// `source.tables`: the tables of a file that lists several, each read by a pipeline of
+    /// its own ([`PipelineConfig::per_table`]); empty for one table (`source.table_name`).
+    pub tables: Vec<String>,
     /// Where records are written.
     pub sink: SinkConfig,
     /// Where the position is kept.
@@ -254,9 +260,17 @@ pub fn parse(
         return Err(ConfigErrors(report.into_errors()));
     };
     let name = top.required::<String>("name");
-    let source = top.required_section("source").map(source::read_source);
+    let mut tables = None;
+    let source = top
+        .required_section("source")
+        .map(|f| source::read_source(f, &mut tables));
     let sink = top.required_section("sink").and_then(sinks::read_sink);
-    let default_state = state::default_state_path(config_dir, name.as_deref().unwrap_or(""));
+    let state_name = match &tables {
+        // One entry per table: `<name>.<table>.state.json`.
+        Some(_) => format!("{}.{TABLE_PLACEHOLDER}", name.as_deref().unwrap_or("")),
+        None => name.clone().unwrap_or_default(),
+    };
+    let default_state = state::default_state_path(config_dir, &state_name);
     let mut state = state::read_state(top.section("state"), default_state);
     // The default state path is built in `config_dir` already.
     if state.path_set {
@@ -306,7 +320,25 @@ pub fn parse(
     }
     let mut errors = Vec::new();
     if let Some((source, _)) = &source {
-        source.validate(&mut errors);
+        match &tables {
+            // The rules of one table hold for each: checked on the first one's settings.
+            Some(listed) => {
+                let mut first = source.clone();
+                first.table_name = listed.first().cloned().unwrap_or_else(|| "-".into());
+                first.validate(&mut errors);
+            }
+            None => source.validate(&mut errors),
+        }
+    }
+    if let (Some(listed), Some((source, _)), Some((sink, _))) = (&tables, &source, &sink) {
+        tables::validate(
+            listed,
+            source,
+            sink,
+            &state,
+            coordination.as_ref(),
+            &mut errors,
+        );
     }
     if let Some(name) = &name {
         validate_name(name, &mut errors);
@@ -331,7 +363,12 @@ pub fn parse(
 
     let errors = report.into_errors();
     match (name, source, sink) {
-        (Some(name), Some((mut source, source_keys)), Some((sink, _))) if errors.is_empty() => {
+        (Some(name), Some((mut source, source_keys)), Some((mut sink, _))) if errors.is_empty() => {
+            let mut state = state;
+            if tables.is_none() {
+                // `{table}` in one table's file is its table's name.
+                tables::fill_table(&mut sink, &mut state, &source.table_name);
+            }
             if source.snapshot.engine == SnapshotEngine::Export
                 && source.snapshot.s3_prefix.is_none()
             {
@@ -352,6 +389,7 @@ pub fn parse(
             Ok(PipelineConfig {
                 name,
                 source,
+                tables: tables.unwrap_or_default(),
                 sink,
                 state,
                 coordination,

@@ -60,6 +60,7 @@ fn value_sample(schema: &Json) -> Json {
         Some("integer") => json!(1),
         Some("number") => json!(0.5),
         Some("boolean") => json!(true),
+        Some("array") => json!([value_sample(&schema["items"])]),
         _ => json!({}),
     }
 }
@@ -68,7 +69,12 @@ fn value_sample(schema: &Json) -> Json {
 fn filled(fields: &[Field]) -> Json {
     let mut mapping = json!({});
     for field in fields {
-        if matches!(field.presence, Presence::Required) {
+        // Of two keys that stand in for each other, the first declared.
+        let instead_of_one_set = match field.presence {
+            Presence::Instead(other) => mapping.get(other).is_none(),
+            _ => false,
+        };
+        if matches!(field.presence, Presence::Required) || instead_of_one_set {
             mapping[field.name] = sample(field);
         }
     }

@@ -13,18 +13,24 @@ use yaml_serde::Value;
 use super::credentials::{CREDENTIALS, CREDENTIALS_TYPE, read_credentials};
 use super::numbers;
 use crate::yaml::fields::{Fields, Report, Stage, convert, join};
-use crate::yaml::schema::{
-    Field, Shape, any_mapping, any_value, defaulted, of, optional, required,
-};
+use crate::yaml::schema::{Field, Shape, any_mapping, any_value, defaulted, either, of, optional};
 use crate::yaml::types::{FromYaml, expected, found};
 
 /// The keys of `source:` (docs/config.md §1.2), as the walker reads them and the schema shows
 /// them.
 pub(super) static SOURCE: &[Field] = &[
-    required(
+    either(
         "table_name",
+        "tables",
         of::<String>(),
-        "The table to read: its name or its ARN.",
+        "The table to read: its name or its ARN (or tables: several).",
+    ),
+    either(
+        "tables",
+        "table_name",
+        of::<Vec<String>>(),
+        "Several tables to read, each a pipeline of its own named <name>:<table> (docs/config.md \
+         §1.5); instead of table_name.",
     ),
     optional(
         "region",
@@ -313,9 +319,27 @@ static SNAPSHOT: &[Field] = &[
 ];
 
 /// Reads the source section; also returns the keys it set, for the mode warnings.
-pub(super) fn read_source(mut f: Fields<'_>) -> (SourceConfig, BTreeSet<String>) {
-    let table_name = f.required::<String>("table_name").unwrap_or_default();
-    let mut source = SourceConfig::new(table_name);
+/// `source.tables` goes to `tables` (docs/config.md §1.5); exactly one of it and `table_name`
+/// must be set.
+pub(super) fn read_source(
+    mut f: Fields<'_>,
+    tables: &mut Option<Vec<String>>,
+) -> (SourceConfig, BTreeSet<String>) {
+    let table_name = f.get::<String>("table_name");
+    *tables = f.get::<Vec<String>>("tables");
+    match (&table_name, &tables) {
+        (Some(_), Some(_)) => {
+            let path = join(f.path(), "tables");
+            f.report().error(
+                Stage::Validate,
+                &path,
+                "set table_name (one table) or tables (several), not both",
+            );
+        }
+        (None, None) => f.missing("table_name"),
+        _ => {}
+    }
+    let mut source = SourceConfig::new(table_name.unwrap_or_default());
     source.region = f.get("region");
     source.endpoint_url = f.get("endpoint_url");
     source.credentials = f

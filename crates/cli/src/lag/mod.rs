@@ -305,27 +305,85 @@ pub async fn lag(
             source.mode
         )));
     }
-    let sdk = aws::load_sdk_config(&plan::client_settings(source)).await;
-    let probed = match &config.coordination {
-        Some(coordination) => leased::report(&config, coordination, &sdk).await,
-        None => single(&config, config_path, &sdk).await,
-    };
-    let report = match probed {
-        Ok(report) => report,
-        // Without the stream there is nothing to probe: text mode reports it as the
-        // command's error, with its remedy; JSON mode keeps stdout machine-readable.
-        Err(failure) if !json => return Err(failure),
-        Err(failure) => LagReport::unknown(failure.to_string()),
-    };
-    if json {
-        println!("{}", report.to_json());
-    } else if report.error.is_none() {
-        println!("{}", report.to_text());
+    if !config.is_multi_table() {
+        let report = probe(&config, config_path, json).await?;
+        if json {
+            println!("{}", report.to_json());
+        } else if report.error.is_none() {
+            println!("{}", report.to_text());
+        }
+        return match report.verdict(max_lag_seconds) {
+            Ok(()) => Ok(Exit::Ok),
+            Err(_) if json => Ok(Exit::Runtime),
+            Err(why) => Err(Failure::runtime(anyhow!(why))),
+        };
     }
-    match report.verdict(max_lag_seconds) {
-        Ok(()) => Ok(Exit::Ok),
-        Err(_) if json => Ok(Exit::Runtime),
-        Err(why) => Err(Failure::runtime(anyhow!(why))),
+    // A file of several tables: each table's report, then the worst lag of them all; the
+    // verdict fails when any table's does.
+    let mut listed = Vec::new();
+    let mut late = Vec::new();
+    let mut worst: Option<(f64, String)> = None;
+    for (index, one) in config.per_table().iter().enumerate() {
+        let table = one.source.table_name.clone();
+        let report = probe(one, config_path, true).await?;
+        if let Some(seconds) = report.seconds
+            && worst.as_ref().is_none_or(|(most, _)| seconds > *most)
+        {
+            worst = Some((seconds, table.clone()));
+        }
+        if let Err(why) = report.verdict(max_lag_seconds) {
+            late.push(format!("table '{table}': {why}"));
+        }
+        if json {
+            let mut document = report.to_json();
+            document["table"] = json!(table);
+            document["pipeline"] = json!(one.name);
+            listed.push(document);
+        } else {
+            if index > 0 {
+                println!();
+            }
+            println!("table '{table}' (pipeline '{}'):", one.name);
+            match &report.error {
+                None => println!("{}", report.to_text()),
+                Some(error) => println!("error: {error}"),
+            }
+        }
+    }
+    if json {
+        let (seconds, table) = worst.map_or((None, None), |(s, t)| (Some(s), Some(t)));
+        println!(
+            "{}",
+            json!({"tables": listed, "worst": {"lag_seconds": seconds, "table": table}})
+        );
+    } else if let Some((seconds, table)) = &worst {
+        println!();
+        println!("worst lag: {seconds:.1} s (table '{table}')");
+    }
+    match late.is_empty() {
+        true => Ok(Exit::Ok),
+        false if json => Ok(Exit::Runtime),
+        false => Err(Failure::runtime(anyhow!(late.join("; ")))),
+    }
+}
+
+/// The lag report of one table's pipeline. Without the stream there is nothing to probe: the
+/// report says so when `keep_errors` (JSON mode, a table of several), else it is the
+/// command's error, with its remedy.
+async fn probe(
+    config: &PipelineConfig,
+    config_path: &Path,
+    keep_errors: bool,
+) -> Result<LagReport, Failure> {
+    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
+    let probed = match &config.coordination {
+        Some(coordination) => leased::report(config, coordination, &sdk).await,
+        None => single(config, config_path, &sdk).await,
+    };
+    match probed {
+        Ok(report) => Ok(report),
+        Err(failure) if !keep_errors => Err(failure),
+        Err(failure) => Ok(LagReport::unknown(failure.to_string())),
     }
 }
 

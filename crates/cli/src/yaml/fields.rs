@@ -263,7 +263,8 @@ impl<'r> Fields<'r> {
         }
         match (field.presence, read) {
             (Presence::Required, Read::Required)
-            | (Presence::Optional | Presence::Default(_), Read::Optional) => {}
+            | (Presence::Optional | Presence::Default(_) | Presence::Instead(_), Read::Optional) => {
+            }
             (Presence::Default(declared), Read::Default(default)) => assert_eq!(
                 declared(),
                 default.to_json(),

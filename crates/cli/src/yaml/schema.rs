@@ -76,6 +76,9 @@ pub(crate) enum Presence {
     Optional,
     /// Absent means this value, as JSON.
     Default(fn() -> Json),
+    /// Required unless the other key is set, which it stands in for (`source.table_name`
+    /// and `source.tables`: one of the two); read as optional.
+    Instead(&'static str),
 }
 
 /// A required key.
@@ -84,6 +87,21 @@ pub(crate) const fn required(name: &'static str, shape: Shape, description: &'st
         name,
         shape,
         presence: Presence::Required,
+        description,
+    }
+}
+
+/// A key that one other key stands in for: one of the two must be set.
+pub(crate) const fn either(
+    name: &'static str,
+    other: &'static str,
+    shape: Shape,
+    description: &'static str,
+) -> Field {
+    Field {
+        name,
+        shape,
+        presence: Presence::Instead(other),
         description,
     }
 }
@@ -169,6 +187,18 @@ fn section_schema(fields: &[Field]) -> Json {
     });
     if !required.is_empty() {
         schema["required"] = json!(required);
+    }
+    let either: Vec<Json> = fields
+        .iter()
+        .filter_map(|field| match field.presence {
+            Presence::Instead(other) => {
+                Some(json!({"anyOf": [{"required": [field.name]}, {"required": [other]}]}))
+            }
+            _ => None,
+        })
+        .collect();
+    if !either.is_empty() {
+        schema["allOf"] = json!(either);
     }
     schema
 }

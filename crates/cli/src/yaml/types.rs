@@ -101,6 +101,29 @@ impl FromYaml for f64 {
     }
 }
 
+/// A list of strings (`source.tables`): each element a string, as [`String`] reads one.
+impl FromYaml for Vec<String> {
+    fn from_yaml(value: Value, _substituted: Option<&str>) -> Result<Self, String> {
+        let Value::Sequence(items) = value else {
+            return Err(expected("a list of strings", &value));
+        };
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Value::String(text) => Ok(text),
+                other => Err(format!("element {index}: {}", expected("a string", &other))),
+            })
+            .collect()
+    }
+    fn schema() -> Json {
+        json!({"type": "array", "items": {"type": "string"}})
+    }
+    fn to_json(&self) -> Json {
+        json!(self)
+    }
+}
+
 /// A value that may be an explicit `null` (`document_column: null`): null is `None`, anything
 /// else a `T`. Read with a default ([`super::fields::Fields::or`]), absent is the default and
 /// null a choice of its own.

@@ -63,5 +63,6 @@ mod file;
 mod interpolation;
 mod sinks;
 mod source;
+mod tables;
 mod values;
 mod walk;

@@ -33,6 +33,7 @@ state:
     let expected = PipelineConfig {
         name: "orders-export".into(),
         source,
+        tables: Vec::new(),
         sink: SinkConfig::Jsonl(JsonlConfig {
             // Issue 11: relative to the directory of the pipeline file (`conf` here).
             path: JsonlTarget::File(PathBuf::from("conf/out/orders.jsonl")),

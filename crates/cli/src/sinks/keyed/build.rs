@@ -246,7 +246,7 @@ pub fn destination_table(source: &SourceConfig, keyed: &KeyedConfig) -> String {
 }
 
 /// The table name of a table name or table ARN (`arn:…:table/orders` → `orders`).
-fn table_name_of(table: &str) -> String {
+pub(crate) fn table_name_of(table: &str) -> String {
     match table.rsplit_once(":table/") {
         Some((_, name)) => name.to_string(),
         None => table.to_string(),

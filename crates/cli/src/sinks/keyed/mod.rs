@@ -6,6 +6,7 @@ mod build;
 pub(crate) mod columns;
 mod config;
 
+pub(crate) use build::table_name_of;
 pub use build::{
     destination_table, keyed_sink, libpq_defaults, lock, open_existing, reset_database_state,
     table_spec,

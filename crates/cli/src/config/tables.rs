@@ -1,0 +1,221 @@
+//! Several tables in one pipeline file (`source.tables`, docs/config.md §1.5): each table is a
+//! pipeline of its own, named `<name>:<table>`, with its own position and identity, its sink's
+//! `{table}` filled in ([`PipelineConfig::per_table`]). The rules a list must keep are here
+//! ([`validate`]); `{table}` in a single table's file is filled in when it is loaded.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use ddbpipe_source::config::{ConfigError, Mode, SourceConfig};
+
+use super::{CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, StateConfig};
+use crate::sinks::keyed::table_name_of;
+
+/// The placeholder for the table's name in `sink.path`, `sink.table`, `sink.topic` and
+/// `state.path`.
+pub const TABLE_PLACEHOLDER: &str = "{table}";
+
+/// At most this many tables in one list: each is read by tasks and clients of its own.
+pub const MAX_TABLES: usize = 500;
+
+/// What separates the pipeline's name from a table's in the name of the table's own pipeline:
+/// a character no pipeline name holds, so `orders:customers` is never a pipeline of its own.
+pub const NAME_SEPARATOR: char = ':';
+
+impl PipelineConfig {
+    /// The pipelines this file runs: itself for one table (`source.table_name`), one per table
+    /// of `source.tables`, in the list's order, each named `<name>:<table>` and with the
+    /// table's name in place of `{table}`.
+    pub fn per_table(&self) -> Vec<PipelineConfig> {
+        if self.tables.is_empty() {
+            return vec![self.clone()];
+        }
+        self.tables
+            .iter()
+            .map(|table| {
+                let mut one = self.clone();
+                one.name = format!("{}{NAME_SEPARATOR}{}", self.name, table_name_of(table));
+                one.source.table_name = table.clone();
+                one.tables = Vec::new();
+                fill_table(&mut one.sink, &mut one.state, table);
+                one
+            })
+            .collect()
+    }
+
+    /// Whether the file lists several tables (`source.tables`).
+    pub fn is_multi_table(&self) -> bool {
+        !self.tables.is_empty()
+    }
+}
+
+/// Puts `table`'s name (of a name or an ARN) in place of `{table}` in the sink and the state
+/// path. The kafka topic's `{table}` is filled in when the sink is built, from the source.
+pub(super) fn fill_table(sink: &mut SinkConfig, state: &mut StateConfig, table: &str) {
+    let name = table_name_of(table);
+    let fill_path = |path: &mut PathBuf| {
+        if let Some(text) = path.to_str()
+            && text.contains(TABLE_PLACEHOLDER)
+        {
+            *path = PathBuf::from(text.replace(TABLE_PLACEHOLDER, &name));
+        }
+    };
+    match sink {
+        SinkConfig::Jsonl(jsonl) => {
+            if let JsonlTarget::File(path) = &mut jsonl.path {
+                fill_path(path);
+            }
+        }
+        SinkConfig::Sqlite(sqlite) => fill_text(&mut sqlite.keyed.table, &name),
+        SinkConfig::Postgres(postgres) => fill_text(&mut postgres.keyed.table, &name),
+        SinkConfig::Kafka(_) | SinkConfig::Custom => {}
+    }
+    fill_path(&mut state.path);
+}
+
+fn fill_text(text: &mut Option<String>, name: &str) {
+    if let Some(text) = text
+        && text.contains(TABLE_PLACEHOLDER)
+    {
+        *text = text.replace(TABLE_PLACEHOLDER, name);
+    }
+}
+
+/// The rules of `source.tables` (docs/config.md §1.5): a list of 1 to [`MAX_TABLES`] distinct
+/// tables, each a table name or ARN; every place the tables' records or positions go names
+/// `{table}`, so that no two tables share a file, a destination table or a topic; and what
+/// one table's settings would name (an index, a key condition, a stream or export ARN, a
+/// lease table) is refused.
+pub(super) fn validate(
+    tables: &[String],
+    source: &SourceConfig,
+    sink: &SinkConfig,
+    state: &StateConfig,
+    coordination: Option<&CoordinationConfig>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut fail = |path: &str, message: String| errors.push(ConfigError::new(path, message));
+    if tables.is_empty() {
+        fail(
+            "source.tables",
+            "tables must list at least one table (or set table_name for one)".into(),
+        );
+    }
+    if tables.len() > MAX_TABLES {
+        fail(
+            "source.tables",
+            format!(
+                "tables lists {} tables; at most {MAX_TABLES} fit one process: split them \
+                 between pipeline files",
+                tables.len()
+            ),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (index, table) in tables.iter().enumerate() {
+        let at = format!("source.tables[{index}]");
+        let name = table_name_of(table);
+        if let Some(problem) = table_name_problem(&name) {
+            fail(&at, format!("'{table}' {problem}"));
+        } else if !seen.insert(name.clone()) {
+            fail(&at, format!("table '{name}' is listed twice"));
+        }
+    }
+    let one_table = |field: &str, what: &str| {
+        format!(
+            "{field} names {what} of one table, and source.tables lists several: use \
+             table_name, one pipeline file per table"
+        )
+    };
+    if source.mode == Mode::Query {
+        fail("source.mode", one_table("mode: query", "the key condition"));
+    }
+    if source.index_name.is_some() {
+        fail("source.index_name", one_table("index_name", "an index"));
+    }
+    if source.stream_arn.is_some() {
+        fail("source.stream_arn", one_table("stream_arn", "the stream"));
+    }
+    if source.snapshot.export_arn.is_some() {
+        fail(
+            "source.snapshot.export_arn",
+            one_table("export_arn", "an export"),
+        );
+    }
+    if coordination.is_some() {
+        fail(
+            "coordination",
+            "several tables (source.tables) are read by one process in this version: remove \
+             coordination, or give each table a pipeline file of its own"
+                .into(),
+        );
+    }
+    let needs = |field: &str, what: &str| {
+        format!(
+            "{field} must hold {TABLE_PLACEHOLDER} when source.tables lists several tables: \
+             otherwise every table would write {what}"
+        )
+    };
+    match sink {
+        SinkConfig::Jsonl(jsonl) => match &jsonl.path {
+            JsonlTarget::Stdout => fail(
+                "sink.path",
+                "standard output cannot take several tables: set path to a file holding \
+                 {table} (e.g. out/{table}.jsonl)"
+                    .into(),
+            ),
+            JsonlTarget::File(path) if !holds_placeholder(path) => {
+                fail("sink.path", needs("path", "the one file"));
+            }
+            JsonlTarget::File(_) => {}
+        },
+        SinkConfig::Sqlite(sqlite) => keyed_table(sqlite.keyed.table.as_deref(), &mut fail),
+        SinkConfig::Postgres(postgres) => keyed_table(postgres.keyed.table.as_deref(), &mut fail),
+        SinkConfig::Kafka(kafka) if !kafka.topic.contains(TABLE_PLACEHOLDER) => {
+            fail(
+                "sink.topic",
+                needs(
+                    "topic",
+                    "one topic, where the keys of different tables collide",
+                ),
+            );
+        }
+        SinkConfig::Kafka(_) => {}
+        SinkConfig::Custom => fail(
+            "sink.type",
+            "a custom sink takes one table: build one Pipeline per table in code".into(),
+        ),
+    }
+    if sink.keeps_position().is_none() && state.path_set && !holds_placeholder(&state.path) {
+        fail("state.path", needs("path", "its position into one entry"));
+    }
+
+    fn keyed_table(table: Option<&str>, fail: &mut impl FnMut(&str, String)) {
+        if let Some(table) = table
+            && !table.contains(TABLE_PLACEHOLDER)
+        {
+            fail(
+                "sink.table",
+                format!(
+                    "table must hold {TABLE_PLACEHOLDER} (or be left out: each table's own \
+                     name) when source.tables lists several tables; '{table}' would take \
+                     every table's rows"
+                ),
+            );
+        }
+    }
+}
+
+fn holds_placeholder(path: &std::path::Path) -> bool {
+    path.to_str()
+        .is_some_and(|text| text.contains(TABLE_PLACEHOLDER))
+}
+
+/// Why `name` cannot be a DynamoDB table's name (3 to 255 characters from `A-Z a-z 0-9 _ . -`).
+pub(super) fn table_name_problem(name: &str) -> Option<&'static str> {
+    let valid = (3..=255).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    (!valid).then_some("is not a DynamoDB table name: 3-255 characters from A-Z a-z 0-9 _ . -")
+}

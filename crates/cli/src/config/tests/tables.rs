@@ -1,0 +1,269 @@
+//! `source.tables` (docs/config.md §1.5): each table a pipeline of its own, `{table}` filled in,
+//! and what a list may not hold.
+
+use super::*;
+
+fn listed(source: &str, sink: &str) -> String {
+    format!("name: sync\nsource:\n  tables: [orders, customers]\n{source}sink:\n{sink}")
+}
+
+#[test]
+fn each_table_is_a_pipeline_of_its_own_with_its_table_filled_in() {
+    let config = parse_ok(&listed("", "  type: jsonl\n  path: out/{table}.jsonl\n"));
+    assert!(config.is_multi_table());
+    assert_eq!(config.source.table_name, "", "no table of its own");
+    let tables = config.per_table();
+    let names: Vec<_> = tables.iter().map(|one| one.name.as_str()).collect();
+    assert_eq!(names, ["sync:orders", "sync:customers"]);
+    for (one, table) in tables.iter().zip(["orders", "customers"]) {
+        assert_eq!(one.source.table_name, table);
+        assert!(!one.is_multi_table());
+        assert_eq!(
+            one.sink,
+            SinkConfig::Jsonl(JsonlConfig {
+                path: JsonlTarget::File(PathBuf::from(format!("conf/out/{table}.jsonl"))),
+                ..match &config.sink {
+                    SinkConfig::Jsonl(jsonl) => jsonl.clone(),
+                    other => panic!("{other:?}"),
+                }
+            })
+        );
+        // Each table's position has a file of its own: two runs in one process cannot share
+        // one state file's lock.
+        assert_eq!(
+            one.state.path,
+            PathBuf::from(format!("conf/sync.{table}.state.json"))
+        );
+    }
+}
+
+#[test]
+fn a_keyed_destination_table_is_each_tables_own_name_or_its_template() {
+    let config = parse_ok(&listed("", "  type: sqlite\n  path: out.db\n"));
+    for one in config.per_table() {
+        assert_eq!(
+            one.sink.keyed().unwrap().table,
+            None,
+            "each table's own name"
+        );
+    }
+    let config = parse_ok(&listed(
+        "",
+        "  type: sqlite\n  path: out.db\n  table: ddb_{table}\n",
+    ));
+    let tables: Vec<_> = config
+        .per_table()
+        .iter()
+        .map(|one| one.sink.keyed().unwrap().table.clone().unwrap())
+        .collect();
+    assert_eq!(tables, ["ddb_orders", "ddb_customers"]);
+}
+
+#[test]
+fn table_arns_are_named_by_their_table() {
+    let config = parse_ok(
+        "name: sync\nsource:\n  tables: ['arn:aws:dynamodb:eu-west-1:123456789012:table/orders', \
+         customers]\nsink:\n  type: jsonl\n  path: out/{table}.jsonl\n",
+    );
+    let first = &config.per_table()[0];
+    assert_eq!(first.name, "sync:orders");
+    assert_eq!(
+        first.source.table_name,
+        "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"
+    );
+    assert_eq!(
+        first.sink,
+        parse_ok(&listed("", "  type: jsonl\n  path: out/{table}.jsonl\n")).per_table()[0].sink
+    );
+}
+
+#[test]
+fn one_table_fills_in_its_own_name_at_once() {
+    let config = parse_ok(
+        "name: t\nsource:\n  table_name: orders\nsink:\n  type: jsonl\n  path: out/{table}.jsonl\n\
+         state:\n  path: state/{table}.json\n",
+    );
+    assert!(!config.is_multi_table());
+    assert_eq!(config.name, "t", "one table keeps the pipeline's name");
+    assert_eq!(
+        config.sink,
+        SinkConfig::Jsonl(JsonlConfig {
+            path: JsonlTarget::File(PathBuf::from("conf/out/orders.jsonl")),
+            rotate_bytes: None,
+            fsync: true,
+            write: WriteMode::Append,
+            gzip: false,
+        })
+    );
+    assert_eq!(config.state.path, PathBuf::from("conf/state/orders.json"));
+    assert_eq!(config.per_table(), vec![config.clone()]);
+}
+
+#[test]
+fn a_list_names_every_place_by_its_table() {
+    let cases = [
+        (
+            "  type: jsonl\n",
+            "config error: sink.path: standard output cannot take several tables",
+        ),
+        (
+            "  type: jsonl\n  path: out/all.jsonl\n",
+            "config error: sink.path: path must hold {table} when source.tables lists several \
+             tables: otherwise every table would write the one file",
+        ),
+        (
+            "  type: sqlite\n  path: out.db\n  table: everything\n",
+            "config error: sink.table: table must hold {table}",
+        ),
+        (
+            "  type: kafka\n  brokers: 'k:9092'\n  topic: all-tables\n",
+            "config error: sink.topic: topic must hold {table}",
+        ),
+        (
+            "  type: custom\n",
+            "config error: sink.type: a custom sink takes one table",
+        ),
+    ];
+    for (sink, expected) in cases {
+        let errors = errors(&listed("", sink));
+        assert!(
+            errors.iter().any(|line| line.starts_with(expected)),
+            "{sink}: {errors:?}"
+        );
+    }
+    let state = errors(
+        "name: sync\nsource:\n  tables: [orders, customers]\nsink:\n  type: jsonl\n  path: \
+         out/{table}.jsonl\nstate:\n  path: all.state.json\n",
+    );
+    assert!(
+        state
+            .iter()
+            .any(|line| line.starts_with("config error: state.path: path must hold {table}")),
+        "{state:?}"
+    );
+}
+
+#[test]
+fn a_list_refuses_what_names_one_table() {
+    let jsonl = "  type: jsonl\n  path: out/{table}.jsonl\n";
+    let cases = [
+        ("  index_name: by_status\n", "source.index_name"),
+        (
+            "  mode: query\n  key_condition_expression: 'pk = :p'\n  \
+             expression_attribute_values: {':p': x}\n",
+            "source.mode",
+        ),
+        (
+            "  mode: streams\n  stream_arn: 'arn:aws:dynamodb:r:1:table/orders/stream/x'\n",
+            "source.stream_arn",
+        ),
+    ];
+    for (source, field) in cases {
+        let errors = errors(&listed(source, jsonl));
+        assert!(
+            errors
+                .iter()
+                .any(|line| line.starts_with(&format!("config error: {field}: "))
+                    && line.contains("use table_name, one pipeline file per table")),
+            "{source}: {errors:?}"
+        );
+    }
+    let shared = errors(&format!(
+        "{}coordination:\n  lease_table: leases\n",
+        listed("", jsonl)
+    ));
+    assert!(
+        shared
+            .iter()
+            .any(|line| line.starts_with("config error: coordination: several tables")),
+        "{shared:?}"
+    );
+}
+
+#[test]
+fn the_list_itself_holds_distinct_table_names() {
+    let with = |tables: &str| {
+        errors(&format!(
+            "name: sync\nsource:\n  tables: {tables}\nsink:\n  type: jsonl\n  path: \
+             out/{{table}}.jsonl\n"
+        ))
+    };
+    assert!(
+        with("[]")
+            .iter()
+            .any(|line| line.starts_with("config error: source.tables: tables must list")),
+    );
+    let twice = with("[orders, orders]");
+    assert!(
+        twice
+            .iter()
+            .any(|line| line == "config error: source.tables[1]: table 'orders' is listed twice"),
+        "{twice:?}"
+    );
+    let bad = with("[orders, 'a b']");
+    assert!(
+        bad.iter().any(|line| line
+            .starts_with("config error: source.tables[1]: 'a b' is not a DynamoDB table name")),
+        "{bad:?}"
+    );
+    let not_strings = with("[orders, 7]");
+    assert!(
+        not_strings
+            .iter()
+            .any(|line| line.contains("source.tables") && line.contains("element 1")),
+        "{not_strings:?}"
+    );
+    let both = errors(
+        "name: sync\nsource:\n  table_name: orders\n  tables: [orders]\nsink:\n  type: jsonl\n  \
+         path: out/{table}.jsonl\n",
+    );
+    assert!(
+        both.iter()
+            .any(|line| line.contains("set table_name (one table) or tables (several), not both")),
+        "{both:?}"
+    );
+    let neither = errors("name: sync\nsource:\n  mode: scan\nsink:\n  type: jsonl\n");
+    assert!(
+        neither
+            .iter()
+            .any(|line| line.starts_with("config error: source.table_name: missing required field")),
+        "{neither:?}"
+    );
+}
+
+/// The library reads the same file: one `Pipeline` per table, and the file's own pipeline is
+/// not run as one (each table's outcome is its own).
+#[test]
+fn the_library_gives_a_pipeline_per_table_and_refuses_to_run_the_list_as_one() {
+    use crate::library::{ErrorKind, Pipeline};
+    let pipeline = Pipeline::from_yaml(
+        &listed("", "  type: jsonl\n  path: out/{table}.jsonl\n"),
+        "conf",
+    )
+    .unwrap();
+    assert_eq!(pipeline.table(), "");
+    let tables: Vec<_> = pipeline
+        .tables()
+        .iter()
+        .map(|one| (one.name().to_string(), one.table().to_string()))
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            ("sync:orders".to_string(), "orders".to_string()),
+            ("sync:customers".to_string(), "customers".to_string())
+        ]
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let error = runtime
+        .block_on(pipeline.run(ddbpipe_source::retry::Cancel::never()))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Config);
+    assert!(
+        error.to_string().contains("run each of Pipeline::tables()"),
+        "{error}"
+    );
+}

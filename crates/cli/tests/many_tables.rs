@@ -1,0 +1,279 @@
+//! Several tables in one pipeline file (`source.tables`, issue 30, docs/config.md §1.5) end to
+//! end: one `ddbpipe run` mirrors each table into its own destination table with a position of
+//! its own, a table that fails stops alone and the run names it, a run killed mid-snapshot
+//! resumes every table from its own position, and `check`, `state` and `lag` report each
+//! table. The destination is compared with each table as a `mode: scan` dump reads it.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::StreamViewType;
+use serde_json::Value;
+
+use common::keyed::{self, Destination, Target};
+use common::{Emulator, Pipeline, Running, item, n, s, spawn_logged, stderr, stdout};
+
+const TABLES: [&str; 3] = ["orders", "customers", "invoices"];
+
+/// Creates `table` (hash key `pk`, a stream of both images) with `count` items.
+fn seed(running: &Running, table: &str, count: usize) {
+    running.create_pk_table(table, Some(StreamViewType::NewAndOldImages));
+    let items = (0..count)
+        .map(|i| {
+            item(vec![
+                ("pk", s(&format!("{table}-{i:04}"))),
+                ("v", n(&i.to_string())),
+                ("pad", s(&"x".repeat(200))),
+            ])
+        })
+        .collect();
+    running.put_items(table, items);
+}
+
+/// A pipeline `sync` mirroring `tables` into `target`, with more `source:` lines.
+fn mirror(
+    running: &Running,
+    target: Target,
+    tables: &[&str],
+    more: &str,
+) -> (Pipeline, Destination) {
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    let destination = Destination::new(target, pipeline.dir.path());
+    let source = format!(
+        "tables: [{}]\nmode: mirror\nidle_termination_secs: 1\nvalue_format: typed\n{more}",
+        tables.join(", ")
+    );
+    pipeline.write_with_sink("sync", &running.endpoint, &source, &destination.sink_yaml());
+    (pipeline, destination)
+}
+
+fn run(pipeline: &Pipeline) -> std::process::Output {
+    pipeline.ddbpipe(&["run", "--progress", "never"])
+}
+
+/// Each table's destination rows equal its items.
+fn assert_mirrored(running: &Running, destination: &Destination, tables: &[&str]) {
+    for table in tables {
+        let items = keyed::table_items(&running.endpoint, table);
+        assert!(!items.is_empty(), "{table} has items");
+        assert_eq!(destination.items(table), items, "table {table}");
+    }
+}
+
+fn mirrors_three_tables_each_from_its_own_position(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    for (index, table) in TABLES.iter().enumerate() {
+        seed(&running, table, 20 + 10 * index);
+    }
+    let (pipeline, destination) = mirror(&running, target, &TABLES, "");
+    let output = run(&pipeline);
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    for table in TABLES {
+        assert!(
+            said.contains(&format!("table '{table}': ")),
+            "no summary of {table}: {said}"
+        );
+        assert!(
+            !destination.state(&format!("sync:{table}")).is_empty(),
+            "table {table} keeps its position under its own name"
+        );
+    }
+    assert!(
+        destination.state("sync").is_empty(),
+        "no position of the file's name"
+    );
+    assert_mirrored(&running, &destination, &TABLES);
+
+    // Changes in two of the tables: the next run applies them from each table's position
+    // (the third has none, and its rows stay as they are).
+    running.put_pk("customers", "customers-new", "7");
+    running.delete_pk("customers", "customers-0003");
+    running.put_pk("orders", "orders-0001", "99");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_mirrored(&running, &destination, &TABLES);
+    let customers = destination.items("customers");
+    assert!(customers.contains_key("customers-new"));
+    assert!(!customers.contains_key("customers-0003"));
+}
+
+mod sqlite {
+    use super::*;
+
+    #[test]
+    fn three_tables_mirror_into_one_database_each_from_its_own_position() {
+        mirrors_three_tables_each_from_its_own_position(Target::Sqlite);
+    }
+
+    /// A table that cannot be read (here: it does not exist) fails alone: the others are
+    /// mirrored, the run's error names it, and the exit code says a table failed.
+    #[test]
+    fn a_table_that_fails_stops_alone_and_the_run_names_it() {
+        let running = Emulator::Dynoxide.start();
+        seed(&running, "orders", 15);
+        seed(&running, "customers", 12);
+        let tables = ["orders", "missing_table", "customers"];
+        let (pipeline, destination) = mirror(&running, Target::Sqlite, &tables, "");
+        let output = run(&pipeline);
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("error: table 'missing_table': "),
+            "the table's own error: {said}"
+        );
+        assert!(
+            said.contains("error: 1 of 3 tables failed: missing_table"),
+            "the run's error: {said}"
+        );
+        for table in ["orders", "customers"] {
+            assert!(said.contains(&format!("table '{table}': ")), "{said}");
+        }
+        assert_mirrored(&running, &destination, &["orders", "customers"]);
+    }
+
+    /// SIGKILL in the middle of the snapshots: the next run resumes each table from its own
+    /// committed position and every destination table ends equal to its table.
+    #[test]
+    fn a_run_killed_mid_snapshot_resumes_each_table_from_its_own_position() {
+        let running = Emulator::Dynoxide.start();
+        for table in TABLES {
+            seed(&running, table, 300);
+        }
+        // Slow reads, so that the kill comes while every snapshot is under way.
+        let (pipeline, destination) = mirror(
+            &running,
+            Target::Sqlite,
+            &TABLES,
+            "segments: 2\npage_limit: 20\nbatch_size: 20\nmax_read_units_per_second: 20\n",
+        );
+        let mut child = spawn_logged(&pipeline, 1);
+        let started = common::wait_for(Duration::from_secs(60), || {
+            TABLES
+                .iter()
+                .all(|table| !destination.rows(table).is_empty())
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started, "every table wrote rows before the kill");
+        let partial: usize = TABLES.iter().map(|t| destination.rows(t).len()).sum();
+        assert!(partial < 900, "the kill came mid-snapshot ({partial} rows)");
+        running.put_pk("invoices", "invoices-0002", "42");
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_mirrored(&running, &destination, &TABLES);
+    }
+
+    /// `check`, `state show`, `lag` and `state reset` take each table's pipeline in turn.
+    #[test]
+    fn check_state_and_lag_report_each_table() {
+        let running = Emulator::Dynoxide.start();
+        for table in TABLES {
+            seed(&running, table, 5);
+        }
+        let (pipeline, destination) = mirror(&running, Target::Sqlite, &TABLES, "");
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+        let check = pipeline.ddbpipe(&["check"]);
+        let text = stdout(&check);
+        assert_eq!(check.status.code(), Some(0), "{text}{}", stderr(&check));
+        for table in TABLES {
+            assert!(
+                text.contains(&format!("table '{table}' (pipeline 'sync:{table}'):")),
+                "{text}"
+            );
+        }
+        let check = pipeline.ddbpipe(&["check", "--json"]);
+        let report: Value = serde_json::from_str(&stdout(&check)).unwrap();
+        assert_eq!(report["ok"], true, "{report}");
+        let listed: Vec<&str> = report["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|one| one["table"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, TABLES);
+
+        let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+        assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+        let pipelines: Vec<String> = stdout(&show)
+            .lines()
+            .map(|line| {
+                let entry: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(entry["fingerprint_status"], "match", "{entry}");
+                entry["pipeline"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(
+            pipelines,
+            ["sync:orders", "sync:customers", "sync:invoices"]
+        );
+
+        let lag = pipeline.ddbpipe(&["lag", "--json"]);
+        let report: Value = serde_json::from_str(&stdout(&lag)).unwrap();
+        assert_eq!(lag.status.code(), Some(0), "{report}");
+        assert_eq!(report["tables"].as_array().unwrap().len(), 3, "{report}");
+        assert!(report["worst"]["table"].is_string(), "{report}");
+
+        let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+        assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+        for table in TABLES {
+            assert!(destination.state(&format!("sync:{table}")).is_empty());
+        }
+    }
+
+    /// Into jsonl each table writes its own file and keeps its own state file.
+    #[test]
+    fn each_table_writes_its_own_jsonl_file_and_state_file() {
+        let running = Emulator::Dynoxide.start();
+        for (index, table) in TABLES.iter().enumerate() {
+            seed(&running, table, 10 + index);
+        }
+        let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+        let dir = pipeline.dir.path();
+        pipeline.write_with_sink(
+            "sync",
+            &running.endpoint,
+            &format!("tables: [{}]", TABLES.join(", ")),
+            &format!(
+                "sink:\n  type: jsonl\n  path: {}/out/{{table}}.jsonl\nstate:\n  path: \
+                 {}/state/{{table}}.json\n",
+                dir.display(),
+                dir.display()
+            ),
+        );
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        for (index, table) in TABLES.iter().enumerate() {
+            let lines = std::fs::read_to_string(dir.join(format!("out/{table}.jsonl"))).unwrap();
+            assert_eq!(lines.lines().count(), 10 + index, "{table}");
+            assert!(
+                lines
+                    .lines()
+                    .all(|line| line.contains(&format!("\"{table}-")))
+            );
+            let state: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join(format!("state/{table}.json"))).unwrap(),
+            )
+            .unwrap();
+            assert!(
+                state["pipelines"][format!("sync:{table}")].is_object(),
+                "{state}"
+            );
+        }
+    }
+}
+
+mod postgres {
+    use super::*;
+
+    #[test]
+    fn three_tables_mirror_into_one_schema_each_from_its_own_position() {
+        mirrors_three_tables_each_from_its_own_position(Target::Postgres);
+    }
+}
