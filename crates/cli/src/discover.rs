@@ -15,6 +15,7 @@ use serde_json::{Map, Value as Json, json};
 use tokio::task::JoinSet;
 
 use crate::args::DiscoverArgs;
+use crate::config::PipelineConfig;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
 
@@ -92,6 +93,96 @@ async fn list_tables<A: TableApi>(
             None => return Ok(names),
         }
     }
+}
+
+/// The pipelines of the tables `config` reads ([`PipelineConfig::per_table`]), once its
+/// `discover` has found them ([`discovered`]); a discovery that finds no table
+/// is an error naming what it looked for.
+pub async fn each_table(config: &PipelineConfig) -> Result<Vec<PipelineConfig>, Failure> {
+    let Some(discovery) = &config.discover else {
+        return Ok(config.per_table());
+    };
+    let found = discovered(config).await?;
+    if found.is_empty() {
+        return Err(Failure::runtime(anyhow::anyhow!(
+            "no table matches source.discover ({})",
+            discovery.describe()
+        ))
+        .hint(
+            "check the patterns and tags, source.region and the account of the credentials \
+             (`ddbpipe discover` lists the tables they see)",
+        ));
+    }
+    Ok(config.with_tables(found).per_table())
+}
+
+/// The tables `config`'s `source.discover` finds (docs/config.md §1.5), sorted by name:
+/// `ListTables` to its last page, the names taken by its patterns, then, when it asks for
+/// tags, each candidate described (for its ARN) and its `ListTagsOfResource` pages read. A
+/// table deleted between the calls is left out; any other failure names the table. A file
+/// without `discover` has its own list.
+pub async fn discovered(config: &PipelineConfig) -> Result<Vec<String>, Failure> {
+    let Some(discovery) = &config.discover else {
+        return Ok(config.tables.clone());
+    };
+    let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
+    let api = Arc::new(aws::table_api(&sdk));
+    let retry = config.source.retry.policy();
+    let cancel = Cancel::never();
+    let candidates: Vec<String> = list_tables(api.as_ref(), &retry, &cancel)
+        .await?
+        .into_iter()
+        .filter(|name| discovery.takes_name(name))
+        .collect();
+    if discovery.tags.is_empty() {
+        return Ok(sorted(candidates));
+    }
+    let (tables, _gone) = describe_all(Arc::clone(&api), retry, candidates).await?;
+    let mut found = Vec::new();
+    for table in tables {
+        let Some(arn) = &table.arn else { continue };
+        let mut tags = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let page = retry
+                .run(
+                    "list_tags_of_resource",
+                    || format!("ListTagsOfResource '{}'", table.name),
+                    &cancel,
+                    &NoObserver,
+                    |_| api.list_tags(arn, next.as_deref()),
+                )
+                .await;
+            let (page, token) = match page {
+                Ok(page) => page,
+                Err(error) if error.code() == Some("ResourceNotFoundException") => break,
+                Err(error) => {
+                    return Err(Failure::runtime(anyhow!(
+                        "reading the tags of table '{}': {error}",
+                        table.name
+                    ))
+                    .hint(
+                        "discovery by tag needs dynamodb:ListTagsOfResource on the tables \
+                         (and dynamodb:ListTables, dynamodb:DescribeTable)",
+                    ));
+                }
+            };
+            tags.extend(page);
+            match token {
+                Some(token) => next = Some(token),
+                None => break,
+            }
+        }
+        if discovery.takes_tags(&tags) {
+            found.push(table.name);
+        }
+    }
+    Ok(sorted(found))
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
 }
 
 /// Describes `names`: the tables, and the names no table answered to.

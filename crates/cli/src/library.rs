@@ -127,18 +127,30 @@ impl Pipeline {
     }
 
     /// The pipelines that read its tables: itself for one table (`source.table_name`); for a
-    /// file of several (`source.tables`, docs/config.md §1.5), one per table, in the list's
-    /// order, each named `<name>:<table>` with a position of its own and `{table}` filled in.
-    /// Each one runs on its own; `ddbpipe run` runs them at once.
-    pub fn tables(&self) -> Vec<Pipeline> {
-        self.config
-            .per_table()
+    /// file of several (`source.tables`, or the tables `source.discover` finds now: docs/
+    /// config.md §1.5), one per table, in the list's order (found ones by name), each named
+    /// `<name>:<table>` with a position of its own and `{table}` filled in. Each one runs on
+    /// its own; `ddbpipe run` runs them at once. A discovery that finds no table is an error.
+    pub async fn tables(&self) -> Result<Vec<Pipeline>, Error> {
+        let tables = crate::discover::each_table(&self.config)
+            .await
+            .map_err(Error)?;
+        Ok(tables
             .into_iter()
             .map(|config| Pipeline {
                 config,
                 ..self.clone()
             })
-            .collect()
+            .collect())
+    }
+
+    /// How often a run looks again for tables (`source.discover.interval_secs`); `None`
+    /// when the file names its tables.
+    pub fn discovery_interval(&self) -> Option<std::time::Duration> {
+        self.config
+            .discover
+            .as_ref()
+            .map(|discovery| std::time::Duration::from_secs(discovery.interval_secs))
     }
 
     /// A pipeline of several tables is run through [`Pipeline::tables`]: each table's
@@ -148,10 +160,9 @@ impl Pipeline {
             return Ok(());
         }
         Err(Error(Failure::usage(anyhow::anyhow!(
-            "pipeline '{}' reads {} tables (source.tables): run each of Pipeline::tables(), \
-             as `ddbpipe run` does",
+            "pipeline '{}' reads several tables (source.tables or source.discover): run each \
+             of Pipeline::tables(), as `ddbpipe run` does",
             self.config.name,
-            self.config.tables.len()
         ))))
     }
 

@@ -3,6 +3,7 @@
 //! (`source.tables`) runs one pipeline per table at once ([`Pipeline::tables`]); a table that
 //! fails stops alone, and the run says which (docs/cli.md §8.1).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::anyhow;
@@ -24,7 +25,7 @@ pub async fn run(
     let pipeline = Pipeline::from_path(config_path)
         .map_err(Error::into_failure)?
         .with_progress(progress);
-    let tables = pipeline.tables();
+    let tables = pipeline.tables().await.map_err(Error::into_failure)?;
     let multi = pipeline.table().is_empty();
     let table_label = match multi {
         false => pipeline.table().to_string(),
@@ -46,7 +47,7 @@ pub async fn run(
     )
     .map_err(Failure::runtime)?;
     let outcome = if multi {
-        run_tables(tables, stop).await
+        run_tables(&pipeline, tables, stop).await
     } else {
         let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
         if let Ok(summary) = &outcome {
@@ -68,28 +69,69 @@ pub async fn run(
 
 /// Runs every table's pipeline at once, each on a task of its own, until all have ended. Each
 /// summary is said as it comes, prefixed with its table; a table's failure is reported with
-/// its table and the others go on. The run fails when any table did, naming them: exit 2
-/// when every failure was one of config or usage, else 1.
-async fn run_tables(tables: Vec<Pipeline>, stop: Cancel) -> Result<(), Failure> {
-    let count = tables.len();
+/// its table and the others go on. With `source.discover`, the tables are looked for again at
+/// its interval while any runs: a new one is started, and a table that failed and is no
+/// longer found (dropped, or its tags changed) stopped with a warning, not a failure. The run
+/// fails when any table did, naming them: exit 2 when every failure was one of config or
+/// usage, else 1.
+async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Result<(), Failure> {
     let mut running = tokio::task::JoinSet::new();
+    let mut started = BTreeSet::new();
     for pipeline in tables {
-        // Several progress bars would overwrite each other on one terminal.
-        let pipeline = pipeline.with_progress(ProgressMode::Never);
-        let stop = stop.clone();
-        running.spawn(async move {
-            let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
-            (pipeline.table().to_string(), outcome)
-        });
+        start(&mut running, &mut started, pipeline, &stop);
     }
+    let interval = file.discovery_interval();
+    let mut look_again = interval.map(|every| {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    });
     let mut failed = Vec::new();
     let mut exit = Exit::Usage;
-    while let Some(joined) = running.join_next().await {
+    while !running.is_empty() {
+        let tick = async {
+            match &mut look_again {
+                Some(ticks) if !stop.is_cancelled() => ticks.tick().await,
+                _ => std::future::pending().await,
+            }
+        };
+        let joined = tokio::select! {
+            joined = running.join_next() => joined,
+            _ = tick => {
+                match file.tables().await {
+                    Ok(found) => {
+                        for pipeline in found {
+                            if !started.contains(pipeline.table()) {
+                                tracing::info!(
+                                    table = pipeline.table(),
+                                    "A table source.discover matches now: its run starts."
+                                );
+                                start(&mut running, &mut started, pipeline, &stop);
+                            }
+                        }
+                    }
+                    Err(error) => tracing::warn!(
+                        "Looking for tables again failed ({}); the tables found before go on.",
+                        error
+                    ),
+                }
+                continue;
+            }
+        };
+        let Some(joined) = joined else { break };
         let (table, outcome) = joined.map_err(|error| {
             Failure::runtime(anyhow!("a table's run panicked or was cancelled: {error}"))
         })?;
         match outcome {
             Ok(summary) => say_summary(&summary, Some(&table)),
+            Err(failure) if interval.is_some() && gone(file, &table).await => {
+                tracing::warn!(
+                    table = %table,
+                    "The table is no longer found by source.discover (dropped, or its tags \
+                     changed): its run stopped ({:#}).",
+                    failure.error
+                );
+            }
             Err(mut failure) => {
                 failure.error = failure.error.context(format!("table '{table}'"));
                 failure::report(&failure);
@@ -105,15 +147,44 @@ async fn run_tables(tables: Vec<Pipeline>, stop: Cancel) -> Result<(), Failure> 
     }
     failed.sort();
     let error = anyhow!(
-        "{} of {count} tables failed: {} (each one's error is above; the others ended as their \
+        "{} of {} tables failed: {} (each one's error is above; the others ended as their \
          summaries say)",
         failed.len(),
+        started.len(),
         failed.join(", ")
     );
     Err(match exit {
         Exit::Usage => Failure::usage(error),
         _ => Failure::runtime(error),
     })
+}
+
+/// The outcome of one table's run: its table and how it ended.
+type TableRun = (String, Result<Summary, Failure>);
+
+/// Starts `pipeline`'s run on a task of its own.
+fn start(
+    running: &mut tokio::task::JoinSet<TableRun>,
+    started: &mut BTreeSet<String>,
+    pipeline: Pipeline,
+    stop: &Cancel,
+) {
+    // Several progress bars would overwrite each other on one terminal.
+    let pipeline = pipeline.with_progress(ProgressMode::Never);
+    started.insert(pipeline.table().to_string());
+    let stop = stop.clone();
+    running.spawn(async move {
+        let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
+        (pipeline.table().to_string(), outcome)
+    });
+}
+
+/// Whether `table` is no longer among the tables `file`'s discovery finds (when looking
+/// fails, it is not known gone).
+async fn gone(file: &Pipeline, table: &str) -> bool {
+    crate::discover::discovered(file.config())
+        .await
+        .is_ok_and(|found| !found.iter().any(|name| name == table))
 }
 
 /// Says a run's summary and its note, prefixed with its table when the file has several.

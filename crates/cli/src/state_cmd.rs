@@ -28,7 +28,11 @@ pub(crate) mod streams;
 /// each).
 pub async fn show(config_path: &Path, json: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
-    for (index, one) in config.per_table().iter().enumerate() {
+    for (index, one) in crate::discover::each_table(&config)
+        .await?
+        .iter()
+        .enumerate()
+    {
         if index > 0 && !json {
             println!();
         }
@@ -134,7 +138,7 @@ async fn show_one(config: &PipelineConfig, config_path: &Path, json: bool) -> Re
 /// Removes the pipeline's entry. Asks on a terminal; without one `--yes` is required.
 pub async fn reset(config_path: &Path, yes: bool) -> Result<Exit, Failure> {
     let config = wiring::load_config(config_path)?;
-    let tables = config.per_table();
+    let tables = crate::discover::each_table(&config).await?;
     if !yes {
         if !std::io::stdin().is_terminal() {
             return Err(Failure::usage(anyhow!(

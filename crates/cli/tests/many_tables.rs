@@ -149,7 +149,7 @@ mod sqlite {
             &running,
             Target::Sqlite,
             &TABLES,
-            "segments: 2\npage_limit: 20\nbatch_size: 20\nmax_read_units_per_second: 20\n",
+            "segments: 2\npage_limit: 10\nbatch_size: 10\nmax_read_units_per_second: 2\n",
         );
         let mut child = spawn_logged(&pipeline, 1);
         let started = common::wait_for(Duration::from_secs(60), || {
@@ -266,6 +266,139 @@ mod sqlite {
                 "{state}"
             );
         }
+    }
+}
+
+/// Tags `table` with `env`.
+fn tag(running: &Running, table: &str, env: &str) {
+    let described = common::rt()
+        .block_on(running.client.describe_table().table_name(table).send())
+        .unwrap();
+    let arn = described.table.unwrap().table_arn.unwrap();
+    let tag = aws_sdk_dynamodb::types::Tag::builder()
+        .key("env")
+        .value(env)
+        .build()
+        .unwrap();
+    common::rt()
+        .block_on(
+            running
+                .client
+                .tag_resource()
+                .resource_arn(arn)
+                .tags(tag)
+                .send(),
+        )
+        .unwrap();
+}
+
+fn sigterm(child: &std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// `source.discover` by name pattern and tag: of five tables the two that match (an
+/// excluded one, one of another tag and one of another name left out) are mirrored; a
+/// matching table created while the run follows the streams is found at the next look and
+/// mirrored; a matching table dropped mid-run stops with a warning, not a failure.
+fn discovery_mirrors_the_matching_tables_and_picks_up_a_new_one(emulator: Emulator) {
+    let running = emulator.start();
+    for (table, env) in [
+        ("orders-eu", "prod"),
+        ("orders-us", "prod"),
+        ("orders-tmp", "prod"),
+        ("orders-dev", "dev"),
+        ("customers", "prod"),
+    ] {
+        seed(&running, table, 8);
+        tag(&running, table, env);
+    }
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    let destination = Destination::new(Target::Sqlite, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "sync",
+        &running.endpoint,
+        "discover: {names: ['orders-*'], tags: {env: prod}, exclude: ['*-tmp'], \
+         interval_secs: 1}\nmode: mirror\nfollow: true\nvalue_format: typed\npoll_interval_ms: 200",
+        &destination.sink_yaml(),
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).starts_with("discovered 2 table(s): orders-eu, orders-us"),
+        "{}{}",
+        stdout(&check),
+        stderr(&check)
+    );
+    let mut child = spawn_logged(&pipeline, 1);
+    let mirrored = |table: &str| {
+        let items = keyed::table_items(&running.endpoint, table);
+        destination.items(table) == items
+    };
+    let log = || std::fs::read_to_string(pipeline.dir.path().join("run-1.log")).unwrap();
+    assert!(
+        common::wait_for(Duration::from_secs(60), || mirrored("orders-eu")
+            && mirrored("orders-us")),
+        "the matching tables are mirrored: {}",
+        log()
+    );
+    seed(&running, "orders-ap", 6);
+    tag(&running, "orders-ap", "prod");
+    common::rt()
+        .block_on(running.client.delete_table().table_name("orders-us").send())
+        .unwrap();
+    running.put_pk("orders-eu", "orders-eu-new", "5");
+    assert!(
+        common::wait_for(Duration::from_secs(60), || mirrored("orders-ap")
+            && mirrored("orders-eu")),
+        "the new table is found and mirrored, and the others go on"
+    );
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(pipeline.dir.path().join("run-1.log")).unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    // A dropped table's stream may still be read to its end (moto serves it on; DynamoDB
+    // disables it, and its records stay readable for a day) or fail its reads (dynoxide): the
+    // run stops it with a warning or at the signal with the others, never as a failure.
+    let warned = log.lines().any(|line| {
+        line.contains("The table is no longer found by source.discover")
+            && line.contains("orders-us")
+    });
+    assert!(
+        warned || log.contains("table 'orders-us': ddbpipe: mirror of 'orders-us' ended"),
+        "the dropped table is neither warned about nor ended: {log}"
+    );
+    assert!(
+        !log.contains("tables failed"),
+        "a dropped table is no failure: {log}"
+    );
+    assert!(!log.contains("error:"), "{log}");
+    assert!(
+        log.contains("A table source.discover matches now: its run starts."),
+        "{log}"
+    );
+    for left_out in ["orders-tmp", "orders-dev", "customers"] {
+        assert!(
+            destination.rows(left_out).is_empty(),
+            "{left_out} is not read"
+        );
+        assert!(!log.contains(&format!("table '{left_out}'")), "{log}");
+    }
+}
+
+mod discovery {
+    use super::*;
+
+    #[test]
+    fn on_dynoxide() {
+        discovery_mirrors_the_matching_tables_and_picks_up_a_new_one(Emulator::Dynoxide);
+    }
+
+    #[test]
+    fn on_moto() {
+        discovery_mirrors_the_matching_tables_and_picks_up_a_new_one(Emulator::Moto);
     }
 }
 

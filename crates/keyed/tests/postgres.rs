@@ -1728,6 +1728,42 @@ async fn updated_at_type(admin: &tokio_postgres::Client, schema: &str) -> String
         .get(0)
 }
 
+/// Issue 30: the runs of several tables of one pipeline file prepare one schema at once. Each
+/// creates its own table and the schema's `_ddbpipe_state`, fence and `_ddbpipe_deleted`
+/// tables; PostgreSQL's `CREATE TABLE IF NOT EXISTS` of one name in two sessions at once fails
+/// one of them (a unique violation in `pg_type`) unless they wait for each other. Eight rounds
+/// of eight sessions at once, each into a fresh schema: every prepare succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_sessions_preparing_one_schema_at_once_all_succeed() {
+    for round in 0..8 {
+        let fx = Fixture::new().await;
+        let mut preparing = Vec::new();
+        let together = std::sync::Arc::new(tokio::sync::Barrier::new(8));
+        for table in 0..8 {
+            let db = fx.handle().await;
+            // Connected before the barrier, so the statements meet.
+            db.count_rows(&fx.spec("absent", &[("id", KeyType::S)]))
+                .await
+                .ok();
+            let spec = fx.spec(&format!("table_{table}"), &[("id", KeyType::S)]);
+            let together = std::sync::Arc::clone(&together);
+            preparing.push(tokio::spawn(async move {
+                together.wait().await;
+                db.prepare_state().await?;
+                db.prepare(&spec).await
+            }));
+        }
+        for (table, prepared) in preparing.into_iter().enumerate() {
+            prepared
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}, table_{table}: {e}"));
+        }
+        let tables = fx.admin.tables(&fx.schema).await;
+        assert_eq!(tables.len(), 8 + 3, "{tables:?}");
+    }
+}
+
 /// Issue #24 item 16: `_ddbpipe_updated_at` is `timestamptz`. A table of the previous version
 /// (text) is converted in place by `prepare`: `check` says so and changes nothing; two workers
 /// preparing at once (both saw text, both wait for the table's lock) convert it once and both

@@ -971,3 +971,35 @@ async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
     let (fx, spec) = Fixture::with_orders().await;
     common::a_state_write_under_an_older_fence_is_refused_and_writes_nothing(&fx.db, &spec).await;
 }
+
+/// Issue 30: the runs of several tables of one pipeline file open one new SQLite file at once.
+/// Switching a new file to WAL meets the other connections' locks, and SQLite answers that
+/// with "database is locked" without waiting for its busy handler: the open waits instead.
+/// Twenty rounds of eight threads opening a fresh file together: every open succeeds, in WAL.
+#[test]
+fn many_connections_opening_one_new_file_at_once_all_succeed() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = db_path(&dir);
+        let together = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let opening: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, together) = (path.clone(), std::sync::Arc::clone(&together));
+                std::thread::spawn(move || {
+                    together.wait();
+                    SqliteDatabase::open(&path).map(|_| ())
+                })
+            })
+            .collect();
+        for (index, opened) in opening.into_iter().enumerate() {
+            if let Err(error) = opened.join().expect("the thread") {
+                panic!("round {round}, connection {index}: {error}");
+            }
+        }
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .expect("journal mode");
+        assert_eq!(mode, "wal");
+    }
+}

@@ -116,7 +116,30 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
     // A file of several tables: each table's pipeline probed as a file of its own.
     let mut ok = true;
     let mut listed = Vec::new();
-    for (index, one) in config.per_table().iter().enumerate() {
+    let tables = match crate::discover::each_table(&config).await {
+        Ok(tables) => tables,
+        Err(failure) if json => {
+            let error = format!("{:#}", failure.error);
+            println!(
+                "{}",
+                json!({"errors": [error], "hint": failure.hint, "ok": false, "tables": []})
+            );
+            return Ok(failure.exit);
+        }
+        Err(failure) => return Err(failure),
+    };
+    if config.discover.is_some() && !json {
+        let names: Vec<&str> = tables
+            .iter()
+            .map(|one| one.source.table_name.as_str())
+            .collect();
+        println!(
+            "discovered {} table(s): {}\n",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    for (index, one) in tables.iter().enumerate() {
         let probes = probe(one, config_path, timeout).await;
         ok &= probes.ok();
         if json {

@@ -19,6 +19,7 @@
 
 mod coordination;
 mod credentials;
+mod discovery;
 mod interpolate;
 mod metrics;
 mod numbers;
@@ -39,6 +40,7 @@ use ddbpipe_source::config::{ConfigError, Mode, SnapshotEngine, SourceConfig};
 use yaml_serde::Value;
 
 pub use self::coordination::{CoordinationConfig, process_token};
+pub use self::discovery::Discovery;
 pub use self::metrics::MetricsConfig;
 pub use self::state::StateConfig;
 pub use self::tables::TABLE_PLACEHOLDER;
@@ -124,7 +126,11 @@ pub struct PipelineConfig {
     pub source: SourceConfig,
     /// `source.tables`: the tables of a file that lists several, each read by a pipeline of
     /// its own ([`PipelineConfig::per_table`]); empty for one table (`source.table_name`).
+    /// With `discover`, the tables found ([`PipelineConfig::with_tables`]).
     pub tables: Vec<String>,
+    /// `source.discover`: the tables are found by name pattern and tag
+    /// (`crate::discover::discovered`), and looked for again at its interval while a run goes.
+    pub discover: Option<Discovery>,
     /// Where records are written.
     pub sink: SinkConfig,
     /// Where the position is kept.
@@ -261,14 +267,16 @@ pub fn parse(
     };
     let name = top.required::<String>("name");
     let mut tables = None;
+    let mut discover = None;
     let source = top
         .required_section("source")
-        .map(|f| source::read_source(f, &mut tables));
+        .map(|f| source::read_source(f, &mut tables, &mut discover));
     let sink = top.required_section("sink").and_then(sinks::read_sink);
-    let state_name = match &tables {
+    let several = tables.is_some() || discover.is_some();
+    let state_name = match several {
         // One entry per table: `<name>.<table>.state.json`.
-        Some(_) => format!("{}.{TABLE_PLACEHOLDER}", name.as_deref().unwrap_or("")),
-        None => name.clone().unwrap_or_default(),
+        true => format!("{}.{TABLE_PLACEHOLDER}", name.as_deref().unwrap_or("")),
+        false => name.clone().unwrap_or_default(),
     };
     let default_state = state::default_state_path(config_dir, &state_name);
     let mut state = state::read_state(top.section("state"), default_state);
@@ -320,25 +328,31 @@ pub fn parse(
     }
     let mut errors = Vec::new();
     if let Some((source, _)) = &source {
-        match &tables {
+        match several {
             // The rules of one table hold for each: checked on the first one's settings.
-            Some(listed) => {
+            true => {
                 let mut first = source.clone();
-                first.table_name = listed.first().cloned().unwrap_or_else(|| "-".into());
+                first.table_name = tables
+                    .as_ref()
+                    .and_then(|listed| listed.first().cloned())
+                    .unwrap_or_else(|| "-".into());
                 first.validate(&mut errors);
             }
-            None => source.validate(&mut errors),
+            false => source.validate(&mut errors),
         }
     }
-    if let (Some(listed), Some((source, _)), Some((sink, _))) = (&tables, &source, &sink) {
+    if let (true, Some((source, _)), Some((sink, _))) = (several, &source, &sink) {
         tables::validate(
-            listed,
+            tables.as_deref(),
             source,
             sink,
             &state,
             coordination.as_ref(),
             &mut errors,
         );
+    }
+    if let Some(discover) = &discover {
+        discovery::validate(discover, &mut errors);
     }
     if let Some(name) = &name {
         validate_name(name, &mut errors);
@@ -365,7 +379,7 @@ pub fn parse(
     match (name, source, sink) {
         (Some(name), Some((mut source, source_keys)), Some((mut sink, _))) if errors.is_empty() => {
             let mut state = state;
-            if tables.is_none() {
+            if !several {
                 // `{table}` in one table's file is its table's name.
                 tables::fill_table(&mut sink, &mut state, &source.table_name);
             }
@@ -390,6 +404,7 @@ pub fn parse(
                 name,
                 source,
                 tables: tables.unwrap_or_default(),
+                discover,
                 sink,
                 state,
                 coordination,

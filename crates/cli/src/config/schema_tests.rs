@@ -71,7 +71,7 @@ fn filled(fields: &[Field]) -> Json {
     for field in fields {
         // Of two keys that stand in for each other, the first declared.
         let instead_of_one_set = match field.presence {
-            Presence::Instead(other) => mapping.get(other).is_none(),
+            Presence::Instead(others) => others.iter().all(|other| mapping.get(other).is_none()),
             _ => false,
         };
         if matches!(field.presence, Presence::Required) || instead_of_one_set {

@@ -11,6 +11,7 @@ use serde_json::json;
 use yaml_serde::Value;
 
 use super::credentials::{CREDENTIALS, CREDENTIALS_TYPE, read_credentials};
+use super::discovery::Discovery;
 use super::numbers;
 use crate::yaml::fields::{Fields, Report, Stage, convert, join};
 use crate::yaml::schema::{Field, Shape, any_mapping, any_value, defaulted, either, of, optional};
@@ -21,13 +22,20 @@ use crate::yaml::types::{FromYaml, expected, found};
 pub(super) static SOURCE: &[Field] = &[
     either(
         "table_name",
-        "tables",
+        &["tables", "discover"],
         of::<String>(),
-        "The table to read: its name or its ARN (or tables: several).",
+        "The table to read: its name or its ARN (or tables, discover: several).",
+    ),
+    either(
+        "discover",
+        &["table_name", "tables"],
+        Shape::Section(super::discovery::DISCOVER),
+        "Several tables found by name pattern and tag, each read by a pipeline of its own \
+         (docs/config.md §1.5); instead of table_name.",
     ),
     either(
         "tables",
-        "table_name",
+        &["table_name", "discover"],
         of::<Vec<String>>(),
         "Several tables to read, each a pipeline of its own named <name>:<table> (docs/config.md \
          §1.5); instead of table_name.",
@@ -319,25 +327,36 @@ static SNAPSHOT: &[Field] = &[
 ];
 
 /// Reads the source section; also returns the keys it set, for the mode warnings.
-/// `source.tables` goes to `tables` (docs/config.md §1.5); exactly one of it and `table_name`
-/// must be set.
+/// `source.tables` goes to `tables`, `source.discover` to `discover` (docs/config.md §1.5);
+/// exactly one of them and `table_name` must be set.
 pub(super) fn read_source(
     mut f: Fields<'_>,
     tables: &mut Option<Vec<String>>,
+    discover: &mut Option<Discovery>,
 ) -> (SourceConfig, BTreeSet<String>) {
     let table_name = f.get::<String>("table_name");
     *tables = f.get::<Vec<String>>("tables");
-    match (&table_name, &tables) {
-        (Some(_), Some(_)) => {
-            let path = join(f.path(), "tables");
+    *discover = f.section("discover").map(super::discovery::read);
+    let set = [table_name.is_some(), tables.is_some(), discover.is_some()];
+    match set.iter().filter(|set| **set).count() {
+        0 => f.missing("table_name"),
+        1 => {}
+        _ => {
+            let second = if tables.is_some() && discover.is_some() {
+                "discover"
+            } else if tables.is_some() {
+                "tables"
+            } else {
+                "discover"
+            };
+            let path = join(f.path(), second);
             f.report().error(
                 Stage::Validate,
                 &path,
-                "set table_name (one table) or tables (several), not both",
+                "set one of table_name (one table), tables (a list) and discover (by name \
+                 pattern and tag)",
             );
         }
-        (None, None) => f.missing("table_name"),
-        _ => {}
     }
     let mut source = SourceConfig::new(table_name.unwrap_or_default());
     source.region = f.get("region");

@@ -24,10 +24,11 @@ pub const NAME_SEPARATOR: char = ':';
 
 impl PipelineConfig {
     /// The pipelines this file runs: itself for one table (`source.table_name`), one per table
-    /// of `source.tables`, in the list's order, each named `<name>:<table>` and with the
-    /// table's name in place of `{table}`.
+    /// of `source.tables` (or of the tables `discover` found, `crate::discover::each_table`: none before),
+    /// in the list's order, each named `<name>:<table>` and with the table's name in place of
+    /// `{table}`.
     pub fn per_table(&self) -> Vec<PipelineConfig> {
-        if self.tables.is_empty() {
+        if !self.is_multi_table() {
             return vec![self.clone()];
         }
         self.tables
@@ -37,15 +38,24 @@ impl PipelineConfig {
                 one.name = format!("{}{NAME_SEPARATOR}{}", self.name, table_name_of(table));
                 one.source.table_name = table.clone();
                 one.tables = Vec::new();
+                one.discover = None;
                 fill_table(&mut one.sink, &mut one.state, table);
                 one
             })
             .collect()
     }
 
-    /// Whether the file lists several tables (`source.tables`).
+    /// Whether the file reads several tables (`source.tables`, `source.discover`).
     pub fn is_multi_table(&self) -> bool {
-        !self.tables.is_empty()
+        !self.tables.is_empty() || self.discover.is_some()
+    }
+
+    /// The file with the tables its `discover` found as its list.
+    pub fn with_tables(&self, tables: Vec<String>) -> PipelineConfig {
+        PipelineConfig {
+            tables,
+            ..self.clone()
+        }
     }
 }
 
@@ -87,7 +97,7 @@ fn fill_text(text: &mut Option<String>, name: &str) {
 /// one table's settings would name (an index, a key condition, a stream or export ARN, a
 /// lease table) is refused.
 pub(super) fn validate(
-    tables: &[String],
+    tables: Option<&[String]>,
     source: &SourceConfig,
     sink: &SinkConfig,
     state: &StateConfig,
@@ -95,6 +105,10 @@ pub(super) fn validate(
     errors: &mut Vec<ConfigError>,
 ) {
     let mut fail = |path: &str, message: String| errors.push(ConfigError::new(path, message));
+    // Tables found by `discover` keep its own rules (discovery::validate).
+    let Some(tables) = tables else {
+        return shared_rules(source, sink, state, coordination, &mut fail);
+    };
     if tables.is_empty() {
         fail(
             "source.tables",
@@ -121,10 +135,22 @@ pub(super) fn validate(
             fail(&at, format!("table '{name}' is listed twice"));
         }
     }
+    shared_rules(source, sink, state, coordination, &mut fail);
+}
+
+/// The rules of several tables however they are named: what names one table is refused, and
+/// every place records or positions go holds `{table}`.
+fn shared_rules(
+    source: &SourceConfig,
+    sink: &SinkConfig,
+    state: &StateConfig,
+    coordination: Option<&CoordinationConfig>,
+    fail: &mut impl FnMut(&str, String),
+) {
     let one_table = |field: &str, what: &str| {
         format!(
-            "{field} names {what} of one table, and source.tables lists several: use \
-             table_name, one pipeline file per table"
+            "{field} names {what} of one table, and the pipeline reads several (source.tables, \
+             source.discover): use table_name, one pipeline file per table"
         )
     };
     if source.mode == Mode::Query {
@@ -145,14 +171,15 @@ pub(super) fn validate(
     if coordination.is_some() {
         fail(
             "coordination",
-            "several tables (source.tables) are read by one process in this version: remove \
+            "several tables (source.tables, source.discover) are read by one process in this \
+             version: remove \
              coordination, or give each table a pipeline file of its own"
                 .into(),
         );
     }
     let needs = |field: &str, what: &str| {
         format!(
-            "{field} must hold {TABLE_PLACEHOLDER} when source.tables lists several tables: \
+            "{field} must hold {TABLE_PLACEHOLDER} when the pipeline reads several tables: \
              otherwise every table would write {what}"
         )
     };
@@ -169,8 +196,8 @@ pub(super) fn validate(
             }
             JsonlTarget::File(_) => {}
         },
-        SinkConfig::Sqlite(sqlite) => keyed_table(sqlite.keyed.table.as_deref(), &mut fail),
-        SinkConfig::Postgres(postgres) => keyed_table(postgres.keyed.table.as_deref(), &mut fail),
+        SinkConfig::Sqlite(sqlite) => keyed_table(sqlite.keyed.table.as_deref(), fail),
+        SinkConfig::Postgres(postgres) => keyed_table(postgres.keyed.table.as_deref(), fail),
         SinkConfig::Kafka(kafka) if !kafka.topic.contains(TABLE_PLACEHOLDER) => {
             fail(
                 "sink.topic",
@@ -198,7 +225,7 @@ pub(super) fn validate(
                 "sink.table",
                 format!(
                     "table must hold {TABLE_PLACEHOLDER} (or be left out: each table's own \
-                     name) when source.tables lists several tables; '{table}' would take \
+                     name) when the pipeline reads several tables; '{table}' would take \
                      every table's rows"
                 ),
             );

@@ -323,7 +323,11 @@ pub async fn lag(
     let mut listed = Vec::new();
     let mut late = Vec::new();
     let mut worst: Option<(f64, String)> = None;
-    for (index, one) in config.per_table().iter().enumerate() {
+    for (index, one) in crate::discover::each_table(&config)
+        .await?
+        .iter()
+        .enumerate()
+    {
         let table = one.source.table_name.clone();
         let report = probe(one, config_path, true).await?;
         if let Some(seconds) = report.seconds

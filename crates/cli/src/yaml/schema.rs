@@ -76,9 +76,10 @@ pub(crate) enum Presence {
     Optional,
     /// Absent means this value, as JSON.
     Default(fn() -> Json),
-    /// Required unless the other key is set, which it stands in for (`source.table_name`
-    /// and `source.tables`: one of the two); read as optional.
-    Instead(&'static str),
+    /// Required unless one of the other keys is set, which stand in for it
+    /// (`source.table_name`, `source.tables`, `source.discover`: one of them); read as
+    /// optional.
+    Instead(&'static [&'static str]),
 }
 
 /// A required key.
@@ -91,17 +92,17 @@ pub(crate) const fn required(name: &'static str, shape: Shape, description: &'st
     }
 }
 
-/// A key that one other key stands in for: one of the two must be set.
+/// A key that other keys stand in for: one of them must be set.
 pub(crate) const fn either(
     name: &'static str,
-    other: &'static str,
+    others: &'static [&'static str],
     shape: Shape,
     description: &'static str,
 ) -> Field {
     Field {
         name,
         shape,
-        presence: Presence::Instead(other),
+        presence: Presence::Instead(others),
         description,
     }
 }
@@ -191,8 +192,10 @@ fn section_schema(fields: &[Field]) -> Json {
     let either: Vec<Json> = fields
         .iter()
         .filter_map(|field| match field.presence {
-            Presence::Instead(other) => {
-                Some(json!({"anyOf": [{"required": [field.name]}, {"required": [other]}]}))
+            Presence::Instead(others) => {
+                let mut alternatives = vec![json!({"required": [field.name]})];
+                alternatives.extend(others.iter().map(|other| json!({"required": [other]})));
+                Some(json!({"anyOf": alternatives}))
             }
             _ => None,
         })

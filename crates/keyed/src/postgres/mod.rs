@@ -111,7 +111,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use self::conninfo::ConnInfo;
-use self::schema::create_state_sql;
+use self::schema::{create_state_sql, ddl_locked};
 use self::script::Script;
 use self::session::{HeldLock, Shared, holder, lock_key, try_lock};
 use self::sql::{check_identifier, spec_context, table_context, validate};
@@ -212,7 +212,9 @@ impl PostgresDatabase {
         let mut session = self.shared.session.lock().await;
         let result = async {
             let (client, _) = session.connected(&self.shared).await?;
-            client.batch_execute(&create_state_sql(&schema)).await?;
+            client
+                .batch_execute(&ddl_locked(&schema, &create_state_sql(&schema)))
+                .await?;
             Ok(())
         }
         .await;

@@ -29,8 +29,8 @@ use tokio_postgres::{Client, GenericClient};
 
 use super::migrate::{Conversion, convert_updated_at_sql};
 use super::schema::{
-    create_deleted_sql, create_state_sql, create_table_sql, has_rows, inspect, may_alter,
-    missing_rights, relation,
+    create_deleted_sql, create_state_sql, create_table_sql, ddl_locked, has_rows, inspect,
+    may_alter, missing_rights, relation,
 };
 use super::session::Failure;
 use super::sql::{qualified, spec_context, table_context};
@@ -128,7 +128,9 @@ pub(super) async fn create_tables<'s, C: GenericClient + Sync>(
             .into());
         }
         None => {
-            client.batch_execute(&create_table_sql(spec)).await?;
+            client
+                .batch_execute(&ddl_locked(&spec.schema, &create_table_sql(spec)))
+                .await?;
             // Re-read what is there: another run may have created it meanwhile.
             inspect(client, spec).await?.ok_or_else(|| {
                 DbError::fatal(format!("{context} is missing right after CREATE TABLE"))
@@ -149,11 +151,13 @@ pub(super) async fn create_tables<'s, C: GenericClient + Sync>(
             .batch_execute(&convert_updated_at_sql(spec, existing.oid, conversion))
             .await?;
     }
+    let shared = format!(
+        "{}; {}",
+        create_state_sql(&spec.schema),
+        create_deleted_sql(&spec.schema)
+    );
     client
-        .batch_execute(&create_state_sql(&spec.schema))
-        .await?;
-    client
-        .batch_execute(&create_deleted_sql(&spec.schema))
+        .batch_execute(&ddl_locked(&spec.schema, &shared))
         .await?;
     Ok(plan)
 }

@@ -391,6 +391,17 @@ pub(super) async fn may_alter<C: GenericClient + Sync>(
     }
 }
 
+/// `sql` (ddbpipe's `CREATE TABLE IF NOT EXISTS` statements) behind a transaction advisory
+/// lock of `schema`. Sent as one simple query its statements are one transaction (inside an
+/// open one, the lock lasts until that ends), so two sessions creating one table at once — the
+/// tables of one pipeline file, pipelines started together — wait for each other instead of
+/// one failing with a unique violation in `pg_type`. The key is no pipeline's run lock:
+/// `:ddl` is no pipeline name.
+pub(super) fn ddl_locked(schema: &str, sql: &str) -> String {
+    let key = super::session::lock_key(schema, ":ddl");
+    format!("SELECT pg_catalog.pg_advisory_xact_lock({key}); {sql}")
+}
+
 pub(super) fn create_table_sql(spec: &TableSpec) -> String {
     let mut sql = format!(
         "CREATE TABLE IF NOT EXISTS {} (",

@@ -149,12 +149,8 @@ impl SqliteDatabase {
     pub fn open(path: &std::path::Path) -> Result<Self, DbError> {
         let conn = Connection::open(path).map_err(|e| open_error(path, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
-            .and_then(|()| {
-                conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| {
-                    row.get::<_, String>(0)
-                })
-            })
-            .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
+            .and_then(|()| write_ahead_log(&conn))
+            .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
             .map_err(|e| open_error(path, &e))?;
         Ok(Self::from_connection(path, conn))
     }
@@ -571,6 +567,24 @@ fn is_retryable(e: &rusqlite::Error) -> bool {
         e.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
     )
+}
+
+/// Switches `conn` to the WAL journal, waiting up to [`BUSY_TIMEOUT`] while another
+/// connection holds the file: SQLite answers a journal-mode change that meets another
+/// connection's lock with "database is locked" at once, without its busy handler, as when the
+/// runs of several tables of one pipeline open one new file together.
+fn write_ahead_log(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let switched = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0));
+        match switched {
+            Err(e) if is_retryable(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other.map(|_| ()),
+        }
+    }
 }
 
 fn open_error(path: &Path, e: &rusqlite::Error) -> DbError {

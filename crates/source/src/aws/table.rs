@@ -37,6 +37,31 @@ impl AwsTableApi {
             buffers: Arc::default(),
         }
     }
+
+    /// One page of `ListTagsOfResource` of the table `arn`: its tags (key, value) and where
+    /// the next page starts (`NextToken`). Table discovery by tag reads it (docs/config.md
+    /// §1.5).
+    pub async fn list_tags(
+        &self,
+        arn: &str,
+        next: Option<&str>,
+    ) -> Result<(Vec<(String, String)>, Option<String>), ApiError> {
+        let output = self
+            .client
+            .list_tags_of_resource()
+            .resource_arn(arn)
+            .set_next_token(next.map(str::to_string))
+            .send()
+            .await
+            .map_err(api_error)?;
+        let tags = output
+            .tags
+            .unwrap_or_default()
+            .into_iter()
+            .map(|tag| (tag.key, tag.value))
+            .collect();
+        Ok((tags, output.next_token))
+    }
 }
 
 fn non_empty<K, V>(map: HashMap<K, V>) -> Option<HashMap<K, V>> {

@@ -34,6 +34,7 @@ state:
         name: "orders-export".into(),
         source,
         tables: Vec::new(),
+        discover: None,
         sink: SinkConfig::Jsonl(JsonlConfig {
             // Issue 11: relative to the directory of the pipeline file (`conf` here).
             path: JsonlTarget::File(PathBuf::from("conf/out/orders.jsonl")),

@@ -108,7 +108,7 @@ fn a_list_names_every_place_by_its_table() {
         ),
         (
             "  type: jsonl\n  path: out/all.jsonl\n",
-            "config error: sink.path: path must hold {table} when source.tables lists several \
+            "config error: sink.path: path must hold {table} when the pipeline reads several \
              tables: otherwise every table would write the one file",
         ),
         (
@@ -219,7 +219,7 @@ fn the_list_itself_holds_distinct_table_names() {
     );
     assert!(
         both.iter()
-            .any(|line| line.contains("set table_name (one table) or tables (several), not both")),
+            .any(|line| line.contains("set one of table_name (one table), tables (a list)")),
         "{both:?}"
     );
     let neither = errors("name: sync\nsource:\n  mode: scan\nsink:\n  type: jsonl\n");
@@ -242,8 +242,13 @@ fn the_library_gives_a_pipeline_per_table_and_refuses_to_run_the_list_as_one() {
     )
     .unwrap();
     assert_eq!(pipeline.table(), "");
-    let tables: Vec<_> = pipeline
-        .tables()
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tables: Vec<_> = runtime
+        .block_on(pipeline.tables())
+        .unwrap()
         .iter()
         .map(|one| (one.name().to_string(), one.table().to_string()))
         .collect();
@@ -254,10 +259,6 @@ fn the_library_gives_a_pipeline_per_table_and_refuses_to_run_the_list_as_one() {
             ("sync:customers".to_string(), "customers".to_string())
         ]
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let error = runtime
         .block_on(pipeline.run(ddbpipe_source::retry::Cancel::never()))
         .unwrap_err();
@@ -265,5 +266,91 @@ fn the_library_gives_a_pipeline_per_table_and_refuses_to_run_the_list_as_one() {
     assert!(
         error.to_string().contains("run each of Pipeline::tables()"),
         "{error}"
+    );
+}
+
+fn discovering(discover: &str, sink: &str) -> String {
+    format!("name: sync\nsource:\n  discover:\n{discover}sink:\n{sink}")
+}
+
+#[test]
+fn discovery_reads_its_patterns_tags_and_interval() {
+    let config = parse_ok(&discovering(
+        "    names: ['orders-*', 'billing_?']\n    tags: {env: prod, cdc: 'on'}\n    exclude: \
+         ['*-tmp']\n    interval_secs: 60\n",
+        "  type: sqlite\n  path: out.db\n",
+    ));
+    let discovery = config.discover.clone().unwrap();
+    assert_eq!(discovery.names, ["orders-*", "billing_?"]);
+    assert_eq!(discovery.exclude, ["*-tmp"]);
+    assert_eq!(discovery.tags.get("cdc").map(String::as_str), Some("on"));
+    assert_eq!(discovery.interval_secs, 60);
+    assert!(config.is_multi_table());
+    assert!(config.per_table().is_empty(), "nothing found yet");
+    let found = config.with_tables(vec!["orders-eu".into(), "billing_1".into()]);
+    let tables = found.per_table();
+    let names: Vec<_> = tables.iter().map(|one| one.name.as_str()).collect();
+    assert_eq!(names, ["sync:orders-eu", "sync:billing_1"]);
+    assert!(
+        tables.iter().all(|one| !one.is_multi_table()),
+        "each found table is a pipeline of one table"
+    );
+    let default = parse_ok(&discovering(
+        "    names: ['*']\n",
+        "  type: sqlite\n  path: out.db\n",
+    ));
+    assert_eq!(default.discover.unwrap().interval_secs, 300);
+}
+
+#[test]
+fn discovery_refuses_what_can_match_nothing_and_what_names_one_table() {
+    let sqlite = "  type: sqlite\n  path: out.db\n";
+    let cases = [
+        (
+            "    interval_secs: 10\n",
+            sqlite,
+            "config error: source.discover: discover needs names or tags",
+        ),
+        (
+            "    names: ['orders/*']\n",
+            sqlite,
+            "config error: source.discover.names[0]: 'orders/*' holds a character",
+        ),
+        (
+            "    names: ['*']\n    exclude: ['']\n",
+            sqlite,
+            "config error: source.discover.exclude[0]: '' is empty",
+        ),
+        (
+            "    names: ['*']\n    interval_secs: 0\n",
+            sqlite,
+            "config error: source.discover.interval_secs: interval_secs must be 1..=86400",
+        ),
+        (
+            "    names: ['*']\n",
+            "  type: jsonl\n",
+            "config error: sink.path: standard output cannot take several tables",
+        ),
+        (
+            "    names: ['*']\n",
+            "  type: sqlite\n  path: out.db\n  table: all\n",
+            "config error: sink.table: table must hold {table}",
+        ),
+    ];
+    for (discover, sink, expected) in cases {
+        let errors = errors(&discovering(discover, sink));
+        assert!(
+            errors.iter().any(|line| line.starts_with(expected)),
+            "{discover}: {errors:?}"
+        );
+    }
+    let both = errors(
+        "name: sync\nsource:\n  tables: [orders]\n  discover: {names: ['*']}\nsink:\n  type: \
+         sqlite\n  path: out.db\n",
+    );
+    assert!(
+        both.iter()
+            .any(|line| line.starts_with("config error: source.discover: set one of")),
+        "{both:?}"
     );
 }
