@@ -292,14 +292,6 @@ fn tag(running: &Running, table: &str, env: &str) {
         .unwrap();
 }
 
-fn sigterm(child: &std::process::Child) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// `source.discover` by name pattern and tag: of five tables the two that match (an
 /// excluded one, one of another tag and one of another name left out) are mirrored; a
 /// matching table created while the run follows the streams is found at the next look and
@@ -355,7 +347,7 @@ fn discovery_mirrors_the_matching_tables_and_picks_up_a_new_one(emulator: Emulat
             && mirrored("orders-eu")),
         "the new table is found and mirrored, and the others go on"
     );
-    sigterm(&child);
+    common::sigterm(&child);
     let status = child.wait().unwrap();
     let log = std::fs::read_to_string(pipeline.dir.path().join("run-1.log")).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");

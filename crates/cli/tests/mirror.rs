@@ -521,11 +521,7 @@ fn sigterm_during_the_first_snapshot_exits_0_with_its_progress_saved(target: Tar
         !destination.rows("orders").is_empty() && !snapshot_record(&destination).is_null()
     });
     assert!(started, "the snapshot wrote rows");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::sigterm(&child);
     let output = child.wait_with_output().unwrap();
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");

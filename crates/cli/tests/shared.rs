@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::ScalarAttributeType;
 use serde_json::Value;
 
 use common::keyed::{Destination, Target};
-use common::{Emulator, item, s, stderr, stdout};
+use common::{Emulator, item, s, signal, stderr, stdout};
 
 const ITEMS: usize = 1200;
 
@@ -79,14 +79,6 @@ fn worker_files(dir: &Path) -> Vec<PathBuf> {
 fn keys_in(file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     ddbpipe_testkit::pks(text.lines())
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name}");
 }
 
 /// Longest a worker of these tests may take to end once the test waits for it: far beyond

@@ -41,14 +41,6 @@ fn run_until_committed(pipeline: &Pipeline, name: &str) -> std::process::Child {
     child
 }
 
-fn sigterm(child: &std::process::Child) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
     let running = emulator.start();
     seed(&running, 200);
@@ -68,7 +60,7 @@ fn a_changed_filter_is_refused_until_the_state_is_reset(emulator: Emulator) {
     // SIGTERM drains: what was read is written, the position is committed, exit 0 (issue 24
     // item 19: a stop that saved its progress is a clean one; the note says the output is
     // incomplete and the rerun resumes).
-    sigterm(&child);
+    common::sigterm(&child);
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0));
     let said = String::from_utf8_lossy(&output.stderr);
@@ -266,7 +258,7 @@ fn a_second_pipeline_writing_the_same_file_is_refused_and_the_output_stays_intac
         stdout(&check)
     );
 
-    sigterm(&child);
+    common::sigterm(&child);
     child.wait().unwrap();
     let lines = first.lines();
     let keys: std::collections::BTreeSet<String> = first

@@ -431,6 +431,20 @@ pub fn spawn_run_with(config: &Path, extra: &[&str]) -> Child {
         .expect("ddbpipe runs")
 }
 
+/// Sends `child` the signal `name` (`TERM`, `STOP`, `CONT`, `KILL`) with `kill`.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name}");
+}
+
+/// Sends `child` SIGTERM: a clean stop.
+pub fn sigterm(child: &Child) {
+    signal(child, "TERM");
+}
+
 /// The body of `GET /metrics` on `port` (empty while nothing listens there).
 pub fn scrape_metrics(port: u16) -> String {
     use std::io::{Read, Write};

@@ -150,6 +150,16 @@ impl KeyedSink {
         write: &StateWrite,
         snapshot_id: Option<i64>,
     ) -> Result<(), DbError> {
+        self.retried(|| self.db.apply(&self.table, rows, snapshot_id, write))
+            .await
+    }
+
+    /// Runs `transaction` again while it fails with a retryable error (a busy database, a lost
+    /// connection), with the source's backoff and budget: a batch's apply, a lease's claim.
+    async fn retried<T, F: Future<Output = Result<T, DbError>>>(
+        &self,
+        mut transaction: impl FnMut() -> F,
+    ) -> Result<T, DbError> {
         let policy = RetryPolicy {
             max_retries: self.retry.max_retries,
             initial_backoff: self.retry.initial_backoff,
@@ -171,11 +181,11 @@ impl KeyedSink {
                 &Cancel::never(),
                 DbError::is_retryable,
                 retrying,
-                |_| self.db.apply(&self.table, rows, snapshot_id, write),
+                |_| transaction(),
             )
             .await;
         match applied {
-            Ok(()) => Ok(()),
+            Ok(value) => Ok(value),
             Err(GaveUp::Failed {
                 mut error,
                 attempts,
@@ -275,15 +285,15 @@ impl Fencing for KeyedSink {
             fences: vec![FenceWrite::new(unit.clone(), fence.counter)],
             ..StateWrite::default()
         };
-        self.db
-            .store_state(&write)
-            .await
-            .map_err(|e| self.db_error(e))?;
-        self.db
-            .fence_position(&fence.pipeline, &unit)
-            .await
-            .map(|stored| stored.map(|text| fence.unit.checkpoint(&text)))
-            .map_err(|e| self.db_error(e))
+        // Retried as a batch is: a claim that meets a busy database (another worker's
+        // transaction, one stopped in the middle of it) waits as long as a write would.
+        self.retried(|| async {
+            self.db.store_state(&write).await?;
+            self.db.fence_position(&fence.pipeline, &unit).await
+        })
+        .await
+        .map(|stored| stored.map(|text| fence.unit.checkpoint(&text)))
+        .map_err(|e| self.db_error(e))
     }
 }
 
@@ -633,6 +643,65 @@ mod tests {
             .query_row("SELECT count(*) FROM \"t\"", [], |row| row.get(0))
             .unwrap();
         assert_eq!(rows, 2);
+    }
+
+    /// A lease's claim meets a busy database as a batch does (issue 30: a gate saw a worker
+    /// stop when another, SIGSTOPped inside a transaction, held the file past the busy
+    /// timeout): it is retried, and the fence is stored once the database is free.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_on_a_busy_database_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut sink = KeyedSink::new(
+            Database::from(crate::SqliteDatabase::open(&path).unwrap()),
+            TableSpec {
+                table: "t".into(),
+                schema: "main".into(),
+                key: vec![KeyColumn {
+                    name: "pk".into(),
+                    kind: KeyType::S,
+                }],
+                document_column: Some("document".into()),
+                columns: Vec::new(),
+                document_type: crate::DocumentType::Jsonb,
+                create_table: true,
+            },
+            ValueFormat::Plain,
+            Records::Items,
+            SinkRetry {
+                max_retries: 3,
+                initial_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(50),
+            },
+        );
+        sink.prepare().await.unwrap();
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5600));
+            blocker.execute_batch("COMMIT").unwrap();
+        });
+        let unit = ddbpipe_source::lease::UnitId::Segment { index: 0, total: 1 };
+        let fence = ddbpipe_pipeline::sink::Fence {
+            pipeline: "p".into(),
+            unit,
+            counter: 3,
+            position: None,
+            snapshot: None,
+            beside: None,
+        };
+        let claimed = sink.fencing().unwrap().claim(&fence).await.unwrap();
+        assert_eq!(claimed, None, "nothing stored for the unit yet");
+        release.join().unwrap();
+        let check = rusqlite::Connection::open(&path).unwrap();
+        let counter: i64 = check
+            .query_row(
+                "SELECT counter FROM _ddbpipe_fences WHERE pipeline = 'p'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(counter, 3);
     }
 
     #[test]
