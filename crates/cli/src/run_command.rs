@@ -3,7 +3,7 @@
 //! (`source.tables`) runs one pipeline per table at once ([`Pipeline::tables`]); a table that
 //! fails stops alone, and the run says which (docs/cli.md §8.1).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::anyhow;
@@ -75,10 +75,9 @@ pub async fn run(
 /// fails when any table did, naming them: exit 2 when every failure was one of config or
 /// usage, else 1.
 async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Result<(), Failure> {
-    let mut running = tokio::task::JoinSet::new();
-    let mut started = BTreeSet::new();
+    let mut running = Running::default();
     for pipeline in tables {
-        start(&mut running, &mut started, pipeline, &stop);
+        running.start(pipeline, &stop);
     }
     let interval = file.discovery_interval();
     let mut look_again = interval.map(|every| {
@@ -88,7 +87,7 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
     });
     let mut failed = Vec::new();
     let mut exit = Exit::Usage;
-    while !running.is_empty() {
+    while !running.tasks.is_empty() {
         let tick = async {
             match &mut look_again {
                 Some(ticks) if !stop.is_cancelled() => ticks.tick().await,
@@ -96,17 +95,17 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
             }
         };
         let joined = tokio::select! {
-            joined = running.join_next() => joined,
+            joined = running.tasks.join_next_with_id() => joined,
             _ = tick => {
                 match file.tables().await {
                     Ok(found) => {
                         for pipeline in found {
-                            if !started.contains(pipeline.table()) {
+                            if !running.started.contains(pipeline.table()) {
                                 tracing::info!(
                                     table = pipeline.table(),
                                     "A table source.discover matches now: its run starts."
                                 );
-                                start(&mut running, &mut started, pipeline, &stop);
+                                running.start(pipeline, &stop);
                             }
                         }
                     }
@@ -119,9 +118,19 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
             }
         };
         let Some(joined) = joined else { break };
-        let (table, outcome) = joined.map_err(|error| {
-            Failure::runtime(anyhow!("a table's run panicked or was cancelled: {error}"))
-        })?;
+        // A table's run that panicked is that table's failure; the others go on.
+        let (table, outcome) = match joined {
+            Ok((id, ended)) => {
+                running.tables.remove(&id);
+                ended
+            }
+            Err(error) => (
+                running.tables.remove(&error.id()).unwrap_or_default(),
+                Err(Failure::runtime(anyhow!(
+                    "its run panicked or was cancelled: {error}"
+                ))),
+            ),
+        };
         match outcome {
             Ok(summary) => say_summary(&summary, Some(&table)),
             Err(failure) if interval.is_some() && gone(file, &table).await => {
@@ -150,7 +159,7 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
         "{} of {} tables failed: {} (each one's error is above; the others ended as their \
          summaries say)",
         failed.len(),
-        started.len(),
+        running.started.len(),
         failed.join(", ")
     );
     Err(match exit {
@@ -162,21 +171,28 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
 /// The outcome of one table's run: its table and how it ended.
 type TableRun = (String, Result<Summary, Failure>);
 
-/// Starts `pipeline`'s run on a task of its own.
-fn start(
-    running: &mut tokio::task::JoinSet<TableRun>,
-    started: &mut BTreeSet<String>,
-    pipeline: Pipeline,
-    stop: &Cancel,
-) {
-    // Several progress bars would overwrite each other on one terminal.
-    let pipeline = pipeline.with_progress(ProgressMode::Never);
-    started.insert(pipeline.table().to_string());
-    let stop = stop.clone();
-    running.spawn(async move {
-        let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
-        (pipeline.table().to_string(), outcome)
-    });
+/// The tables' runs: their tasks, which table each task runs, and every table started.
+#[derive(Default)]
+struct Running {
+    tasks: tokio::task::JoinSet<TableRun>,
+    tables: HashMap<tokio::task::Id, String>,
+    started: BTreeSet<String>,
+}
+
+impl Running {
+    /// Starts `pipeline`'s run on a task of its own.
+    fn start(&mut self, pipeline: Pipeline, stop: &Cancel) {
+        // Several progress bars would overwrite each other on one terminal.
+        let pipeline = pipeline.with_progress(ProgressMode::Never);
+        let table = pipeline.table().to_string();
+        self.started.insert(table.clone());
+        let stop = stop.clone();
+        let task = self.tasks.spawn(async move {
+            let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
+            (pipeline.table().to_string(), outcome)
+        });
+        self.tables.insert(task.id(), table);
+    }
 }
 
 /// Whether `table` is no longer among the tables `file`'s discovery finds (when looking
