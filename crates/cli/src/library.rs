@@ -144,15 +144,6 @@ impl Pipeline {
             .collect())
     }
 
-    /// How often a run looks again for tables (`source.discover.interval_secs`); `None`
-    /// when the file names its tables.
-    pub fn discovery_interval(&self) -> Option<std::time::Duration> {
-        self.config
-            .discover
-            .as_ref()
-            .map(|discovery| std::time::Duration::from_secs(discovery.interval_secs))
-    }
-
     /// A pipeline of several tables is run through [`Pipeline::tables`]: each table's
     /// outcome is its own.
     fn one_table(&self) -> Result<(), Error> {

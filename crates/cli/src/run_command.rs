@@ -79,7 +79,11 @@ async fn run_tables(file: &Pipeline, tables: Vec<Pipeline>, stop: Cancel) -> Res
     for pipeline in tables {
         running.start(pipeline, &stop);
     }
-    let interval = file.discovery_interval();
+    let interval = file
+        .config()
+        .discover
+        .as_ref()
+        .map(|discovery| std::time::Duration::from_secs(discovery.interval_secs));
     let mut look_again = interval.map(|every| {
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -189,15 +189,26 @@ fn section_schema(fields: &[Field]) -> Json {
     if !required.is_empty() {
         schema["required"] = json!(required);
     }
-    let either: Vec<Json> = fields
-        .iter()
-        .filter_map(|field| match field.presence {
-            Presence::Instead(others) => {
-                let mut alternatives = vec![json!({"required": [field.name]})];
-                alternatives.extend(others.iter().map(|other| json!({"required": [other]})));
-                Some(json!({"anyOf": alternatives}))
+    // One `anyOf` per group of keys that stand in for each other (each key of the group
+    // names the others: the group is listed once).
+    let mut groups: Vec<Vec<&str>> = Vec::new();
+    for field in fields {
+        if let Presence::Instead(others) = field.presence {
+            let mut group: Vec<&str> = others.iter().copied().chain([field.name]).collect();
+            group.sort_unstable();
+            if !groups.contains(&group) {
+                groups.push(group);
             }
-            _ => None,
+        }
+    }
+    let either: Vec<Json> = groups
+        .iter()
+        .map(|group| {
+            let alternatives: Vec<Json> = group
+                .iter()
+                .map(|name| json!({"required": [name]}))
+                .collect();
+            json!({"anyOf": alternatives})
         })
         .collect();
     if !either.is_empty() {
