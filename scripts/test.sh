@@ -2,7 +2,8 @@
 # Installs what the tests need and runs the whole test suite.
 #
 # - moto's DynamoDB server (PyPI `moto[server]==5.2.5`), started by the tests on free loopback
-#   ports; dynoxide is embedded in the tests as a crate, so it needs no install.
+#   ports (also their S3); dynoxide is embedded in the tests as a crate, so it needs no install.
+# - pyarrow and DuckDB (PyPI, pinned below), the independent readers of the parquet sink's files.
 # - PostgreSQL for the keyed-destination tests: scripts/postgres.sh starts a throwaway server
 #   (installing Debian's `postgresql` package when missing) and exports
 #   DDBPIPE_TEST_POSTGRES_URL, unless that is already set; the server stops on exit.
@@ -28,6 +29,14 @@ then
   python3 -m pip install --quiet 'moto[server]==5.2.5'
 fi
 command -v moto_server >/dev/null || { echo "moto_server is not on PATH after installing moto" >&2; exit 1; }
+
+# The lake tests read what the parquet sink wrote with readers nobody here wrote: pyarrow, and
+# DuckDB running the query docs/sinks.md gives (crates/cli/tests/lake/read_parquet.py); boto3
+# comes with moto.
+if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if (m.version("pyarrow"), m.version("duckdb")) == ("26.0.1", "2.0.1") else 1)' 2>/dev/null; then
+  echo "scripts/test.sh: installing pyarrow==26.0.1 duckdb==2.0.1" >&2
+  python3 -m pip install --quiet 'pyarrow==26.0.1' 'duckdb==2.0.1'
+fi
 
 # shellcheck source=scripts/cargo-deb.sh
 source scripts/cargo-deb.sh

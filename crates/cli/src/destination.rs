@@ -11,6 +11,7 @@ use ddbpipe_kafka::sink::KafkaSink;
 use ddbpipe_keyed::PostgresDatabase;
 use ddbpipe_keyed::sink::KeyedSink;
 use ddbpipe_keyed::state::DatabaseStore;
+use ddbpipe_lake::parquet::ParquetSink;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
@@ -20,13 +21,14 @@ use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Output};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::aws;
 
 use crate::config::{JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
 use crate::failure::{Failure, state_failure};
 use crate::given::Given;
 use crate::origin::Origin;
 use crate::sink::{CustomSink, GivenSink};
-use crate::sinks::{self, kafka, keyed};
+use crate::sinks::{self, kafka, keyed, parquet};
 
 /// The sink a pipeline's config chose.
 pub enum AnySink {
@@ -36,6 +38,8 @@ pub enum AnySink {
     Keyed(KeyedSink),
     /// A Kafka topic.
     Kafka(KafkaSink),
+    /// Parquet files.
+    Parquet(ParquetSink),
     /// The sink the embedding program gave (`type: custom`).
     Custom(CustomSink),
 }
@@ -46,6 +50,7 @@ impl Sink for AnySink {
             AnySink::Jsonl(sink) => sink.write(batch, state).await,
             AnySink::Keyed(sink) => sink.write(batch, state).await,
             AnySink::Kafka(sink) => sink.write(batch, state).await,
+            AnySink::Parquet(sink) => sink.write(batch, state).await,
             AnySink::Custom(sink) => sink.write(batch, state).await,
         }
     }
@@ -55,6 +60,7 @@ impl Sink for AnySink {
             AnySink::Jsonl(sink) => sink.start(start).await,
             AnySink::Keyed(sink) => sink.start(start).await,
             AnySink::Kafka(sink) => sink.start(start).await,
+            AnySink::Parquet(sink) => sink.start(start).await,
             AnySink::Custom(sink) => sink.start(start).await,
         }
     }
@@ -64,6 +70,7 @@ impl Sink for AnySink {
             AnySink::Jsonl(sink) => sink.complete().await,
             AnySink::Keyed(sink) => sink.complete().await,
             AnySink::Kafka(sink) => sink.complete().await,
+            AnySink::Parquet(sink) => sink.complete().await,
             AnySink::Custom(sink) => sink.complete().await,
         }
     }
@@ -73,6 +80,7 @@ impl Sink for AnySink {
             AnySink::Jsonl(sink) => sink.describe(),
             AnySink::Keyed(sink) => sink.describe(),
             AnySink::Kafka(sink) => sink.describe(),
+            AnySink::Parquet(sink) => sink.describe(),
             AnySink::Custom(sink) => sink.describe(),
         }
     }
@@ -80,14 +88,18 @@ impl Sink for AnySink {
     fn fencing(&mut self) -> Option<&mut impl Fencing> {
         match self {
             AnySink::Keyed(sink) => sink.fencing(),
-            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Custom(_) => None,
+            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Parquet(_) | AnySink::Custom(_) => {
+                None
+            }
         }
     }
 
     fn versioned(&self) -> Option<&impl Versioned> {
         match self {
             AnySink::Keyed(sink) => sink.versioned(),
-            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Custom(_) => None,
+            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Parquet(_) | AnySink::Custom(_) => {
+                None
+            }
         }
     }
 }
@@ -110,6 +122,7 @@ pub struct Destination {
 pub async fn open(
     config: &PipelineConfig,
     origin: &Origin,
+    sdk: &aws::SdkSettings,
     table: Option<&TableDescription>,
     records: Records,
     given: &Given,
@@ -156,6 +169,16 @@ pub async fn open(
             }
             AnySink::Kafka(sink)
         }
+        SinkConfig::Parquet(settings) => {
+            let (sink, positions) =
+                parquet::open_parquet(settings, config.target(), sdk, table, records)?;
+            return Ok(Destination {
+                sink: AnySink::Parquet(sink),
+                store: Box::new(positions),
+                cleanup,
+                lock,
+            });
+        }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
             let (_, sink) = keyed::keyed_sink(config.target(), table, records, true).await?;
             return Ok(Destination {
@@ -195,7 +218,10 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: Option<&Path>) -> Re
             JsonlTarget::Stdout => None,
         },
         SinkConfig::Sqlite(sqlite) => Some(&sqlite.path),
-        SinkConfig::Postgres(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
+        SinkConfig::Postgres(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Parquet(_)
+        | SinkConfig::Custom => None,
     };
     let state_path = config
         .sink
@@ -242,6 +268,15 @@ pub async fn read_store(
     config: &PipelineConfig,
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
+        SinkConfig::Parquet(settings) => {
+            let sdk =
+                aws::load_sdk_config(&ddbpipe_source::plan::client_settings(&config.source)).await;
+            Ok(Some(Box::new(parquet::positions_reader(
+                settings,
+                config.target(),
+                &sdk,
+            )?)))
+        }
         SinkConfig::Kafka(settings) => Ok(Some(
             match kafka::positions_reader(settings, config.target())? {
                 Some(positions) => Box::new(positions),
@@ -269,6 +304,10 @@ pub fn position_label(config: &PipelineConfig) -> String {
         SinkConfig::Kafka(_) => config.state.path.display().to_string(),
         SinkConfig::Jsonl(_) | SinkConfig::Custom => config.state.path.display().to_string(),
         SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
+        SinkConfig::Parquet(settings) => match parquet::location(settings, config.target()) {
+            Ok(location) => format!("parquet {}", location.describe()),
+            Err(_) => format!("parquet {}", settings.path),
+        },
         SinkConfig::Postgres(postgres) => format!(
             "postgres {} (schema {})",
             PostgresDatabase::redact(postgres.url.expose()),
@@ -307,6 +346,8 @@ pub fn output(config: &PipelineConfig, given: Option<&GivenSink>) -> Option<Outp
             topic: kafka::topic_name(settings, config.target()),
             shape: kafka::message_shape(settings),
         }),
+        // The position lives with the files: another location has a position of its own.
+        SinkConfig::Parquet(_) => None,
         SinkConfig::Custom => given.map(|sink| Output::Given {
             name: sink.name().to_string(),
         }),
@@ -346,6 +387,7 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
             settings.brokers,
             kafka::topic_name(settings, config.target())
         ),
+        SinkConfig::Parquet(settings) => format!("parquet {}", settings.path),
         SinkConfig::Custom => "custom".to_string(),
     }
 }

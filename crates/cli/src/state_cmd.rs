@@ -16,7 +16,6 @@ use crate::config::{PipelineConfig, SinkConfig};
 use crate::destination;
 use crate::failure::{self, Exit, Failure};
 use crate::origin::Origin;
-use crate::sinks::KafkaConfig;
 use crate::telemetry::note;
 use crate::wiring;
 
@@ -188,10 +187,10 @@ async fn reset_one(config: &PipelineConfig, config_path: &Path) -> Result<Exit, 
     if config.sink.keyed().is_some() {
         return reset_in_database(config).await;
     }
-    if let SinkConfig::Kafka(kafka) = &config.sink
+    if matches!(&config.sink, SinkConfig::Kafka(_) | SinkConfig::Parquet(_))
         && config.sink.keeps_position().is_some()
     {
-        return reset_in_topic(config, kafka).await;
+        return reset_in_sink(config).await;
     }
     let file = StateFile::new(&config.state.path);
     let _lock = file
@@ -204,10 +203,13 @@ async fn reset_one(config: &PipelineConfig, config_path: &Path) -> Result<Exit, 
     Ok(Exit::Ok)
 }
 
-/// `state reset` of an `exactly_once` kafka sink: the removal of the pipeline's position (a
-/// null value) committed to the positions topic by the pipeline's transactional producer,
-/// which fences a run of the pipeline still going (docs/sinks.md §7.7 rule 9).
-async fn reset_in_topic(config: &PipelineConfig, kafka: &KafkaConfig) -> Result<Exit, Failure> {
+/// `state reset` of a sink that keeps the position with its records: the removal of the
+/// pipeline's position committed where the sink commits. An `exactly_once` kafka sink commits
+/// a null value to the positions topic through the pipeline's transactional producer, which
+/// fences a run of the pipeline still going (docs/sinks.md §7.7 rule 9); a parquet sink
+/// commits an empty position to its commit log, which takes the sequence number a run still
+/// going would commit next, so that run stops (docs/sinks.md §7.10).
+async fn reset_in_sink(config: &PipelineConfig) -> Result<Exit, Failure> {
     let Some(mut reader) = destination::read_store(config).await? else {
         println!("no stored state for pipeline '{}'", config.name);
         return Ok(Exit::Ok);
@@ -220,10 +222,18 @@ async fn reset_in_topic(config: &PipelineConfig, kafka: &KafkaConfig) -> Result<
         println!("no stored state for pipeline '{}'", config.name);
         return Ok(Exit::Ok);
     }
-    let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
-    let mut writer = KafkaPositions::writer(&settings)
-        .await
-        .map_err(|e| Failure::runtime(anyhow!(e)))?;
+    let mut writer: Box<dyn CheckpointStore> = match &config.sink {
+        SinkConfig::Kafka(kafka) => {
+            let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
+            Box::new(
+                KafkaPositions::writer(&settings)
+                    .await
+                    .map_err(|e| Failure::runtime(anyhow!(e)))?,
+            )
+        }
+        // The commit log it just read is the one it writes.
+        _ => reader,
+    };
     writer
         .store(&config.name, None)
         .await

@@ -21,6 +21,7 @@ use crate::wiring;
 
 mod export;
 mod kafka;
+mod lake;
 mod leases;
 mod paths;
 mod state;
@@ -242,6 +243,10 @@ async fn probe(config: &PipelineConfig, config_path: &Path, timeout: Duration) -
             } else {
                 probe_state(config, &location, stream, timeout, &mut probes).await;
             }
+        }
+        (SinkConfig::Parquet(parquet), Ok(())) => {
+            lake::probe_parquet(config, parquet, timeout, &mut probes).await;
+            probe_positions(config, &location, stream, timeout, &mut probes).await;
         }
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {
             probe_keyed(
@@ -579,6 +584,7 @@ async fn probe_keyed(
         SinkConfig::Jsonl(_)
         | SinkConfig::Postgres(_)
         | SinkConfig::Kafka(_)
+        | SinkConfig::Parquet(_)
         | SinkConfig::Custom => None,
     };
     match crate::sinks::keyed::table_spec(config.target(), table) {

@@ -235,6 +235,11 @@ pub(super) fn validate(
             "the kafka sink runs in one process for now: remove coordination (one run of the \
              pipeline reads every shard), or write into jsonl, sqlite or postgres",
         )),
+        SinkConfig::Parquet(_) => errors.push(ConfigError::new(
+            "sink.type",
+            "the parquet sink runs in one process for now: remove coordination (one run of \
+             the pipeline reads every shard), or write into jsonl, sqlite or postgres",
+        )),
         SinkConfig::Custom => errors.push(ConfigError::new(
             "sink.type",
             "a sink given in code (type: custom) runs in one process: remove coordination, \

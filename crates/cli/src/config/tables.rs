@@ -78,6 +78,9 @@ pub(super) fn fill_table(sink: &mut SinkConfig, state: &mut StateConfig, table: 
         }
         SinkConfig::Sqlite(sqlite) => fill_text(&mut sqlite.keyed.table, &name),
         SinkConfig::Postgres(postgres) => fill_text(&mut postgres.keyed.table, &name),
+        SinkConfig::Parquet(parquet) => {
+            parquet.path = parquet.path.replace(TABLE_PLACEHOLDER, &name);
+        }
         SinkConfig::Kafka(_) | SinkConfig::Custom => {}
     }
     fill_path(&mut state.path);
@@ -208,6 +211,11 @@ fn shared_rules(
             );
         }
         SinkConfig::Kafka(_) => {}
+        SinkConfig::Parquet(parquet) if !parquet.path.contains(TABLE_PLACEHOLDER) => fail(
+            "sink.path",
+            needs("path", "one location, whose commit log takes one pipeline"),
+        ),
+        SinkConfig::Parquet(_) => {}
         SinkConfig::Custom => fail(
             "sink.type",
             "a custom sink takes one table: build one Pipeline per table in code".into(),

@@ -253,8 +253,15 @@ impl Alone {
     ) -> Result<Alone, Failure> {
         let Run { config, origin, .. } = run;
         let source = &config.source;
-        let destination =
-            destination::open(config, origin, read.table.as_ref(), records, given).await?;
+        let destination = destination::open(
+            config,
+            origin,
+            &read.sdk,
+            read.table.as_ref(),
+            records,
+            given,
+        )
+        .await?;
         let identity = wiring::identity(config, &read.location, given.sink.as_ref());
         let interval = Duration::from_millis(config.state.flush_interval_ms);
         let checkpointer = match records {

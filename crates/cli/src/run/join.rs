@@ -108,10 +108,11 @@ pub(crate) async fn join(
         )?),
         // Refused with coordination when the config was loaded.
         SinkConfig::Custom => return Err(custom::no_custom_sink()),
-        SinkConfig::Kafka(_) => {
+        SinkConfig::Kafka(_) | SinkConfig::Parquet(_) => {
             return Err(Failure::usage(anyhow!(
-                "config error: sink.type: the kafka sink runs in one process for now: remove \
-                 coordination"
+                "config error: sink.type: the {} sink runs in one process for now: remove \
+                 coordination",
+                config.sink.kind()
             )));
         }
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {

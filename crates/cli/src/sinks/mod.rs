@@ -7,6 +7,7 @@ pub mod custom;
 pub mod jsonl;
 pub mod kafka;
 pub mod keyed;
+pub mod parquet;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,6 +20,7 @@ use crate::yaml::types::Choice;
 pub use jsonl::{JsonlConfig, JsonlTarget, WriteMode};
 pub use kafka::KafkaConfig;
 pub use keyed::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
+pub use parquet::ParquetConfig;
 
 /// `sink:`: a `type`, then the keys of that sink (docs/sinks.md §7).
 pub(crate) const SINK: Shape = Shape::Tagged {
@@ -55,6 +57,12 @@ static SINKS: &[Variant] = &[
         fields: kafka::FIELDS,
     },
     Variant {
+        tag: "parquet",
+        description: "Parquet files on S3 or in a local directory, committed exactly once through \
+                      a commit log that also keeps the position (docs/sinks.md §7.10).",
+        fields: parquet::FIELDS,
+    },
+    Variant {
         tag: "custom",
         description: "A sink given in code by the program that embeds ddbpipe \
                       (`Pipeline::with_sink`, docs/sinks.md §7.5); the position in the state \
@@ -89,19 +97,23 @@ pub enum SinkConfig {
     /// `type: kafka`: messages on a Kafka topic, the position in a compacted topic committed
     /// with them (`exactly_once`) or in the state file (`at_least_once`) (docs/sinks.md §7.7).
     Kafka(KafkaConfig),
+    /// `type: parquet`: Parquet files on S3 or in a directory, the position in their commit
+    /// log (docs/sinks.md §7.10).
+    Parquet(ParquetConfig),
     /// `type: custom`: a sink the embedding program gives in code, the position in the state
     /// file (docs/sinks.md §7.5).
     Custom,
 }
 
 impl SinkConfig {
-    /// `"jsonl"`, `"sqlite"`, `"postgres"`, `"kafka"` or `"custom"`.
+    /// `"jsonl"`, `"sqlite"`, `"postgres"`, `"kafka"`, `"parquet"` or `"custom"`.
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::Jsonl(_) => "jsonl",
             SinkConfig::Sqlite(_) => "sqlite",
             SinkConfig::Postgres(_) => "postgres",
             SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Parquet(_) => "parquet",
             SinkConfig::Custom => "custom",
         }
     }
@@ -117,24 +129,31 @@ impl SinkConfig {
             {
                 Some("its positions topic")
             }
+            SinkConfig::Parquet(_) => Some("its commit log"),
             SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
         }
     }
 
     /// Whether the sink needs the table's key schema (so a stream read from a configured
     /// `stream_arn` still describes the table): the keyed sinks (their key columns) and kafka
-    /// (the message key, docs/sinks.md §7.8).
+    /// (the message key, docs/sinks.md §7.8) and parquet (the key columns).
     pub fn needs_key_schema(&self) -> bool {
         matches!(
             self,
-            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_)
+            SinkConfig::Sqlite(_)
+                | SinkConfig::Postgres(_)
+                | SinkConfig::Kafka(_)
+                | SinkConfig::Parquet(_)
         )
     }
 
     /// The keyed part of a sqlite or postgres sink; `None` for the others.
     pub fn keyed(&self) -> Option<&KeyedConfig> {
         match self {
-            SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
+            SinkConfig::Jsonl(_)
+            | SinkConfig::Kafka(_)
+            | SinkConfig::Parquet(_)
+            | SinkConfig::Custom => None,
             SinkConfig::Sqlite(sqlite) => Some(&sqlite.keyed),
             SinkConfig::Postgres(postgres) => Some(&postgres.keyed),
         }
@@ -148,6 +167,7 @@ enum SinkType {
     Sqlite,
     Postgres,
     Kafka,
+    Parquet,
     Custom,
 }
 
@@ -158,6 +178,7 @@ impl Choice for SinkType {
             SinkType::Sqlite,
             SinkType::Postgres,
             SinkType::Kafka,
+            SinkType::Parquet,
             SinkType::Custom,
         ]
     }
@@ -167,6 +188,7 @@ impl Choice for SinkType {
             SinkType::Sqlite => "sqlite",
             SinkType::Postgres => "postgres",
             SinkType::Kafka => "kafka",
+            SinkType::Parquet => "parquet",
             SinkType::Custom => "custom",
         }
     }
@@ -174,6 +196,9 @@ impl Choice for SinkType {
         match found {
             "postgresql" | "pg" => Some("the PostgreSQL sink is `type: postgres`"),
             "redpanda" | "msk" | "debezium" => Some("a Kafka-protocol broker is `type: kafka`"),
+            "s3" | "lake" | "files" => {
+                Some("Parquet files on S3 or in a directory are `type: parquet`")
+            }
             _ => None,
         }
     }
@@ -189,6 +214,7 @@ pub(crate) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
         SinkType::Sqlite => SinkConfig::Sqlite(keyed::read_sqlite(&mut f)),
         SinkType::Postgres => SinkConfig::Postgres(keyed::read_postgres(&mut f)),
         SinkType::Kafka => SinkConfig::Kafka(kafka::read(&mut f)),
+        SinkType::Parquet => SinkConfig::Parquet(parquet::read(&mut f)),
         SinkType::Custom => SinkConfig::Custom,
     };
     Some((sink, f.finish()))
@@ -203,6 +229,7 @@ pub(crate) fn anchor_paths(config_dir: &Path, sink: &mut SinkConfig) {
             ..
         })
         | SinkConfig::Sqlite(SqliteConfig { path, .. }) => crate::yaml::anchor(config_dir, path),
+        SinkConfig::Parquet(parquet) => parquet::anchor(config_dir, parquet),
         SinkConfig::Jsonl(_)
         | SinkConfig::Postgres(_)
         | SinkConfig::Kafka(_)
@@ -217,6 +244,7 @@ pub(crate) fn validate(sink: &SinkConfig, errors: &mut Vec<ConfigError>) {
         SinkConfig::Jsonl(config) => jsonl::validate(config, errors),
         SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => keyed::validate(sink, errors),
         SinkConfig::Kafka(config) => kafka::validate(config, errors),
+        SinkConfig::Parquet(config) => parquet::validate(config, errors),
         SinkConfig::Custom => {}
     }
 }

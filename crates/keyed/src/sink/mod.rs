@@ -39,6 +39,8 @@ use ddbpipe_value::ValueFormat;
 
 mod rows;
 
+pub use rows::key_value;
+
 use crate::state::DatabaseStore;
 use crate::{
     CloseSnapshot, Database, DbError, FenceWrite, OnMismatch, RowChange, SnapshotGuard, StateWrite,

@@ -250,8 +250,8 @@ pub(super) fn conversion_threads(records: usize) -> usize {
     cores.min(4).min(records / (PARALLEL_RECORDS / 2)).max(1)
 }
 
-/// One key attribute's value as rendered per `format`.
-fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<KeyValue, String> {
+/// One key attribute's value as rendered per `format` (also the lake sinks' key columns).
+pub fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<KeyValue, String> {
     let text = raw.get();
     let payload: Cow<'_, str> = match format {
         ValueFormat::Typed => {

@@ -482,7 +482,8 @@ impl Checkpointer {
     /// Writes the position now if it changed since the last write.
     pub async fn flush(&mut self) -> Result<(), StateError> {
         if !self.dirty {
-            return Ok(());
+            // What a store holds past its last commit is committed now (store rule 4).
+            return self.store.commit_held().await;
         }
         let position = current_position(&self.position, self.streams.as_ref());
         self.write(position).await

@@ -13,6 +13,10 @@
 //!    each batch's entry as a [`Staged`](crate::sink::Staged) even without the rows: the sink
 //!    commits it in the batch's transaction (the Kafka positions topic, docs/sinks.md §7.7).
 //!    Entries written outside a batch (a start position, a closed snapshot) it writes itself.
+//! 4. Such a store may hold several batches before it commits them (the lake sinks commit at
+//!    an interval): the checkpointer asks it to [commit what it
+//!    holds](CheckpointStore::commit_held) wherever it would write an unchanged position — a
+//!    run's end, a stop, a failure — so a stopped run's acknowledged batches are committed.
 //!
 //! A store that answers [`CheckpointStore::with_rows`] implements [`WithRows`], which has no
 //! defaults: a store with the rows cannot close a snapshot without its cleanup.
@@ -141,6 +145,14 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     fn commits_with_batches(&self) -> bool {
         self.with_rows().is_some()
     }
+
+    /// A store that commits with the batches but holds several of them before it commits
+    /// (rule 4, the lake sinks): commits what it holds now, with the last batch's entry. The
+    /// checkpointer calls it wherever it would write an unchanged position (a run's end, a
+    /// stop, a failure). Nothing to do for the others (the default).
+    fn commit_held(&mut self) -> BoxFuture<'_, Result<(), StateError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// An opt-in part of a [`CheckpointStore`] that lives in the sink's database (rule 2, the
@@ -194,6 +206,10 @@ impl CheckpointStore for Box<dyn CheckpointStore> {
 
     fn commits_with_batches(&self) -> bool {
         self.as_ref().commits_with_batches()
+    }
+
+    fn commit_held(&mut self) -> BoxFuture<'_, Result<(), StateError>> {
+        self.as_mut().commit_held()
     }
 }
 

@@ -85,7 +85,10 @@ pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
 /// Opens (creating a sqlite file when missing) or connects to a keyed sink's database.
 pub async fn connect(sink: &SinkConfig) -> Result<Option<Database>, Failure> {
     match sink {
-        SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => Ok(None),
+        SinkConfig::Jsonl(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Parquet(_)
+        | SinkConfig::Custom => Ok(None),
         SinkConfig::Sqlite(sqlite) => {
             if let Some(dir) = sqlite.path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -160,7 +163,10 @@ pub fn table_spec(
             postgres.schema.clone(),
             postgres.document_type,
         ),
-        SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => {
+        SinkConfig::Jsonl(_)
+        | SinkConfig::Kafka(_)
+        | SinkConfig::Parquet(_)
+        | SinkConfig::Custom => {
             return Err(Failure::runtime(anyhow!(
                 "internal error: the {} sink has no table",
                 target.sink.kind()

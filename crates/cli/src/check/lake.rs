@@ -1,0 +1,44 @@
+//! `check`'s probe of a lake sink (docs/sinks.md §7.10): the location takes a file and lets it
+//! be deleted again (a file under `_ddbpipe/`, gone afterwards). Its commit log is read by the
+//! position probe.
+
+use std::time::Duration;
+
+use super::{Probes, Status};
+use crate::config::PipelineConfig;
+use crate::sinks::ParquetConfig;
+use crate::sinks::parquet::objects;
+
+/// Adds the `sink` probe of a parquet sink.
+pub(super) async fn probe_parquet(
+    config: &PipelineConfig,
+    parquet: &ParquetConfig,
+    timeout: Duration,
+    probes: &mut Probes,
+) {
+    let (sdk, ..) = crate::wiring::clients(&config.source, None).await;
+    let objects = match objects(parquet, config.target(), &sdk) {
+        Ok(objects) => objects,
+        Err(failure) => {
+            probes.add("sink", Status::Fail, format!("{failure:#}"));
+            return;
+        }
+    };
+    let place = objects.describe();
+    match tokio::time::timeout(timeout * 2, objects.probe()).await {
+        Ok(Ok(())) => probes.add(
+            "sink",
+            Status::Pass,
+            format!("parquet {place}: a file was written and deleted"),
+        ),
+        Ok(Err(problem)) => probes.add("sink", Status::Fail, format!("parquet: {problem}")),
+        Err(_) => probes.add(
+            "sink",
+            Status::Fail,
+            format!(
+                "parquet {place}: no answer within {} s: check sink.path and the S3 endpoint",
+                (timeout * 2).as_secs()
+            ),
+        ),
+    }
+}

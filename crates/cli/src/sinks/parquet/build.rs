@@ -1,0 +1,108 @@
+//! How a run builds the parquet sink: its location with the templates filled in, the S3
+//! client from the run's AWS configuration, the columns from the table's key schema and the
+//! stream's view (docs/sinks.md §7.10).
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use ddbpipe_lake::objects::{Location, Objects};
+use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
+use ddbpipe_lake::rows::Shape;
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::aws;
+
+use super::ParquetConfig;
+use crate::failure::Failure;
+use crate::sinks::Target;
+
+/// The location of `parquet` for `target`'s table and pipeline.
+pub fn location(parquet: &ParquetConfig, target: Target<'_>) -> Result<Location, Failure> {
+    // `{table}` was filled in when the file was loaded (`config::tables`).
+    let path = parquet.path.replace("{pipeline}", target.pipeline);
+    Location::parse(&path)
+        .map_err(|problem| Failure::usage(anyhow!("config error: sink.path: {problem}")))
+}
+
+/// The files of `parquet` for `target`: a directory, or an S3 prefix with a client from
+/// `sdk` (`s3_region`, and `s3_endpoint_url` or the source's endpoint, path-style).
+pub fn objects(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+) -> Result<Objects, Failure> {
+    let location = location(parquet, target)?;
+    let endpoint = parquet
+        .s3_endpoint_url
+        .as_ref()
+        .or(target.source.endpoint_url.as_ref());
+    Ok(Objects::new(&location, || {
+        aws::s3_client(sdk, parquet.s3_region.as_deref(), endpoint)
+    }))
+}
+
+fn settings(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+    shape: Shape,
+) -> Result<ParquetSettings, Failure> {
+    Ok(ParquetSettings {
+        objects: objects(parquet, target, sdk)?,
+        pipeline: target.pipeline.to_string(),
+        shape,
+        target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
+        commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
+    })
+}
+
+/// Opens the parquet sink of `target` and its position store (its commit log).
+pub fn open_parquet(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+    table: Option<&TableDescription>,
+    records: Records,
+) -> Result<(ParquetSink, ParquetPositions), Failure> {
+    let Some(table) = table else {
+        return Err(Failure::runtime(anyhow!(
+            "internal error: a parquet sink needs the table's key schema"
+        )));
+    };
+    let before = table
+        .stream
+        .as_ref()
+        .and_then(|s| s.view_type.as_deref())
+        .is_some_and(|view| view.contains("OLD"));
+    let key = table
+        .key_schema
+        .iter()
+        .map(|k| (k.name.clone(), k.key_type))
+        .collect();
+    let shape = Shape::new(key, target.source.value_format, records, before).map_err(|p| {
+        Failure::usage(anyhow!(
+            "config error: sink.type: table '{}': {p}",
+            table.name
+        ))
+    })?;
+    Ok(ParquetSink::open(settings(parquet, target, sdk, shape)?))
+}
+
+/// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).
+pub fn positions_reader(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+) -> Result<ParquetPositions, Failure> {
+    // No key is needed to read or reset a position: the columns stay unused.
+    let shape = Shape::new(
+        Vec::new(),
+        target.source.value_format,
+        Records::Items,
+        false,
+    )
+    .map_err(|p| Failure::runtime(anyhow!("internal error: {p}")))?;
+    Ok(ParquetPositions::reading(settings(
+        parquet, target, sdk, shape,
+    )?))
+}

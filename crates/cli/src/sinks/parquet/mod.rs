@@ -1,0 +1,8 @@
+//! The parquet sink (docs/sinks.md §7.10): its section, and how a run builds it.
+
+mod build;
+mod config;
+
+pub use build::{location, objects, open_parquet, positions_reader};
+pub use config::ParquetConfig;
+pub(crate) use config::{FIELDS, anchor, read, validate};

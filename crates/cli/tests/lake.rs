@@ -1,0 +1,530 @@
+//! The parquet sink end to end through the CLI (docs/sinks.md §7.10): dynoxide (or moto) as
+//! the source, a local directory or moto's S3 as the destination, and pyarrow — a reader
+//! nobody here wrote (`tests/lake/read_parquet.py`) — reading back what was committed.
+//!
+//! Exactly once is judged on every row of every Parquet file under the location after a last
+//! run (which deletes the files of commits that never happened): every stream record once,
+//! compared with an independent jsonl read of the same stream, and the rows replayed per key
+//! give the table.
+
+// A failed unwrap in a test helper is a failed test, with its location.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType, StreamViewType};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+use common::keyed::{self, normalize_sets};
+use common::writer::{Writer, start_writer};
+use common::{Emulator, Pipeline, Running, stderr, stdout};
+
+/// What pyarrow read.
+struct Read {
+    files: BTreeMap<String, u64>,
+    manifests: BTreeMap<String, Value>,
+    commits: Vec<String>,
+    schema: BTreeMap<String, String>,
+    rows: Vec<Value>,
+}
+
+/// Runs `read_parquet.py` with `args`; its standard output.
+fn python(args: &[&str]) -> Vec<u8> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_parquet.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "read_parquet.py (pyarrow; scripts/test.sh installs it): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+fn reader(args: &[&str]) -> Read {
+    let read: Value = serde_json::from_slice(&python(args)).unwrap();
+    let map = |v: &Value| -> BTreeMap<String, Value> {
+        v.as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    Read {
+        files: map(&read["files"])
+            .into_iter()
+            .map(|(k, v)| (k, v.as_u64().unwrap()))
+            .collect(),
+        manifests: map(&read["manifests"]),
+        commits: serde_json::from_value(read["commits"].clone()).unwrap(),
+        schema: map(&read["schema"])
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap().to_string()))
+            .collect(),
+        rows: serde_json::from_value(read["rows"].clone()).unwrap(),
+    }
+}
+
+/// Everything under a local location.
+fn read_dir(dir: &Path) -> Read {
+    reader(&["dir", dir.to_str().unwrap()])
+}
+
+/// Everything under `s3://bucket/prefix` on moto.
+fn read_s3(endpoint: &str, bucket: &str, prefix: &str) -> Read {
+    reader(&["s3", endpoint, bucket, prefix])
+}
+
+/// The current-state query of docs/sinks.md §7.10 run by DuckDB on a location (`dir <path>`
+/// or `s3 <endpoint> <bucket> <prefix>`): each key's document, sets sorted.
+fn documented_current_state(location: &[&str]) -> BTreeMap<String, Value> {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
+    let mut args = vec!["current", docs.to_str().unwrap()];
+    args.extend_from_slice(location);
+    let found: BTreeMap<String, Value> = serde_json::from_slice(&python(&args)).unwrap();
+    found
+        .into_iter()
+        .map(|(pk, mut document)| {
+            normalize_sets(&mut document);
+            (pk, document)
+        })
+        .collect()
+}
+
+fn run(pipeline: &Pipeline) -> std::process::Output {
+    pipeline.ddbpipe(&["run", "--progress", "never"])
+}
+
+/// A `sink:` section into `path`, and extra keys (indented under `sink:`).
+fn parquet_sink(path: &str, extra: &str) -> String {
+    format!("sink:\n  type: parquet\n  path: '{path}'\n{extra}")
+}
+
+/// A table `orders` with a stream and `seeded` items on `emulator`, and a pipeline from it
+/// into `path`.
+fn orders_into_parquet(
+    emulator: Emulator,
+    source: &str,
+    seeded: usize,
+    path: Option<&str>,
+    extra: &str,
+) -> (Arc<Running>, Pipeline) {
+    let running = Arc::new(emulator.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(29, seeded.max(1));
+    let items: Vec<_> = (0..seeded)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    if !items.is_empty() {
+        running.put_items("orders", items);
+    }
+    let pipeline = Pipeline::new("lake", &running.endpoint, source);
+    let local = pipeline.dir.path().join("lake").display().to_string();
+    pipeline.write_with_sink(
+        "lake",
+        &running.endpoint,
+        source,
+        &parquet_sink(path.unwrap_or(&local), extra),
+    );
+    (running, pipeline)
+}
+
+/// The pk of a row.
+fn pk(row: &Value) -> String {
+    row["pk"].as_str().unwrap().to_string()
+}
+
+/// A row's document as the table dump gives it (sets sorted).
+fn document(row: &Value) -> Value {
+    let mut document: Value = serde_json::from_str(row["document"].as_str().unwrap()).unwrap();
+    normalize_sets(&mut document);
+    document
+}
+
+/// Sequence numbers compare as numbers: by length, then by digits.
+fn sequence_order(seq: &str) -> (usize, String) {
+    (seq.len(), seq.to_string())
+}
+
+/// Replays the changelog per key: snapshot rows first, then changes in sequence order; `r`,
+/// `c`, `u` put the document, `d` removes it.
+fn replay(rows: &[Value]) -> BTreeMap<String, Value> {
+    let mut ordered: Vec<&Value> = rows.iter().collect();
+    ordered.sort_by_key(|row| {
+        let seq = row["sequence_number"].as_str().unwrap_or("");
+        (row["op"] != "r", sequence_order(seq))
+    });
+    let mut items = BTreeMap::new();
+    for row in ordered {
+        match row["op"].as_str().unwrap() {
+            "r" | "c" | "u" => {
+                items.insert(pk(row), document(row));
+            }
+            "d" => {
+                items.remove(&pk(row));
+            }
+            other => panic!("unexpected op {other}: {row}"),
+        }
+    }
+    items
+}
+
+/// Every change row's stream record, with how often it is in the files.
+fn change_records(rows: &[Value]) -> BTreeMap<(String, String), usize> {
+    let mut seen = BTreeMap::new();
+    for row in rows.iter().filter(|r| r["op"] != "r") {
+        let record = (
+            row["shard_id"].as_str().unwrap().to_string(),
+            row["sequence_number"].as_str().unwrap().to_string(),
+        );
+        *seen.entry(record).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// The stream's records read by a jsonl pipeline of their own, from the trim horizon.
+fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
+    let reader = Pipeline::new(
+        "independent",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
+    );
+    let output = run(&reader);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    reader
+        .records()
+        .into_iter()
+        .map(|line| {
+            (
+                line["shard_id"].as_str().unwrap().to_string(),
+                line["sequence_number"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Runs the pipeline under a writer, SIGKILLs it `kills` times at random points, then lets a
+/// last run finish.
+fn killed_under_writes(running: &Arc<Running>, pipeline: &Pipeline, kills: usize, seed: u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
+    let mut rng = StdRng::seed_from_u64(seed);
+    for attempt in 0..kills {
+        let mut child = common::spawn_logged(pipeline, attempt);
+        std::thread::sleep(Duration::from_millis(rng.random_range(500..3000)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let output = run(pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
+/// The changelog's exactly-once rules on what pyarrow read: no stream record twice, none
+/// missing, none that is not in the stream, and the replay equal to the table.
+fn assert_changelog_exact(read: &Read, running: &Running) {
+    let delivered = change_records(&read.rows);
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "committed more than once: {twice:?}");
+    let expected = stream_records(running);
+    let got: BTreeSet<_> = delivered.into_keys().collect();
+    let missing: Vec<_> = expected.difference(&got).collect();
+    let extra: Vec<_> = got.difference(&expected).collect();
+    assert!(missing.is_empty(), "{} missing: {missing:?}", missing.len());
+    assert!(extra.is_empty(), "not in the stream: {extra:?}");
+    assert_eq!(
+        replay(&read.rows),
+        keyed::table_items(&running.endpoint, "orders")
+    );
+}
+
+const STREAMS: &str = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                       value_format: typed\nbatch_size: 20\nidle_termination_secs: 2";
+
+/// §7.10 rules 1, 4: a scan writes a run directory whose manifest lists its files; every item
+/// is in them once, equal to the table; a second scan writes a directory of its own.
+#[test]
+fn a_scan_writes_a_run_directory_equal_to_the_table() {
+    let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 25\n\
+                  batch_size: 20";
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        source,
+        300,
+        None,
+        "  commit_interval_secs: 0\n",
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lake = pipeline.dir.path().join("lake");
+    let read = read_dir(&lake);
+    assert_eq!(read.manifests.len(), 1, "{:?}", read.manifests.keys());
+    let (run_dir, manifest) = read.manifests.iter().next().unwrap();
+    assert_eq!(manifest["rows"], 300);
+    let listed: BTreeMap<String, u64> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, read.files, "the manifest lists exactly the files");
+    assert!(read.files.len() > 1, "a commit per batch: {:?}", read.files);
+    assert!(listed.keys().all(|f| f.starts_with(&format!("{run_dir}/"))));
+    assert_eq!(read.schema["pk"], "string");
+    assert_eq!(read.schema["document"], "string");
+    let items: BTreeMap<String, Value> = read.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(items.len(), 300, "each item once");
+    assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
+
+    // A second run: a directory of its own, the first one as it was.
+    running.delete_pk("orders", "k000");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let again = read_dir(&lake);
+    assert_eq!(again.manifests.len(), 2);
+    let newest = again.manifests.keys().max().unwrap();
+    assert_ne!(newest, run_dir);
+    assert_eq!(again.manifests[newest]["rows"], 299);
+    assert_eq!(again.manifests[run_dir], *manifest);
+}
+
+/// §7.10 rule 5, `commits` rule 2: a streams run SIGKILLed at random points commits every
+/// change exactly once; the files of commits that never happened are deleted by the next run.
+#[test]
+fn a_streams_run_killed_anywhere_commits_every_change_exactly_once() {
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        STREAMS,
+        0,
+        None,
+        "  commit_interval_secs: 1\n",
+    );
+    killed_under_writes(&running, &pipeline, 6, 0x29);
+    let lake = pipeline.dir.path().join("lake");
+    let read = read_dir(&lake);
+    assert!(!read.rows.is_empty());
+    assert_changelog_exact(&read, &running);
+    assert_eq!(
+        documented_current_state(&["dir", lake.to_str().unwrap()]),
+        keyed::table_items(&running.endpoint, "orders"),
+        "the documented DuckDB query gives the table"
+    );
+    assert_eq!(read.schema["event_time"], "timestamp[ms, tz=UTC]");
+    assert_eq!(read.schema["op"], "string");
+    assert!(read.schema.contains_key("before"), "{:?}", read.schema);
+    // Files sit in the day directory of their rows' event time.
+    for row in &read.rows {
+        let day =
+            time::OffsetDateTime::from_unix_timestamp(row["event_time"].as_i64().unwrap() / 1000)
+                .unwrap()
+                .date();
+        let dir = format!("event_date={day}/");
+        assert!(row["_file"].as_str().unwrap().starts_with(&dir), "{row}");
+    }
+}
+
+/// §7.10 on S3 (moto, path-style): a mirror SIGKILLed at random points writes the snapshot as
+/// `op: r` once per untouched key, then each change once, and the replay is the table.
+#[test]
+fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
+    let s3 = Emulator::Moto.start();
+    python(&["mkbucket", &s3.endpoint, "lake"]);
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
+                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        source,
+        300,
+        Some("s3://lake/dynamodb/{table}/"),
+        &format!(
+            "  commit_interval_secs: 1\n  s3_endpoint_url: {}\n",
+            s3.endpoint
+        ),
+    );
+    killed_under_writes(&running, &pipeline, 4, 0x2929);
+    let read = read_s3(&s3.endpoint, "lake", "dynamodb/orders/");
+    assert_changelog_exact(&read, &running);
+    assert_eq!(
+        documented_current_state(&["s3", &s3.endpoint, "lake", "dynamodb/orders/"]),
+        keyed::table_items(&running.endpoint, "orders"),
+        "the documented DuckDB query gives the table"
+    );
+    let mut untouched: BTreeMap<String, usize> = BTreeMap::new();
+    for row in read.rows.iter().filter(|r| r["op"] == "r") {
+        if pk(row).as_str() >= "k200" {
+            *untouched.entry(pk(row)).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(untouched.len(), 100, "{untouched:?}");
+    assert!(untouched.values().all(|n| *n == 1), "{untouched:?}");
+    assert!(!read.commits.is_empty());
+}
+
+/// Rule 1 of `rows`: binary keys stay bytes and 38-digit number keys keep every digit.
+#[test]
+fn binary_and_38_digit_keys_are_kept_exactly() {
+    let running = Emulator::Dynoxide.start();
+    common::create_table_on(
+        &running.client,
+        "blobs",
+        ("id", ScalarAttributeType::B),
+        Some(("n", ScalarAttributeType::N)),
+    );
+    let big = "12345678901234567890123456789012345678";
+    let mut items = Vec::new();
+    for i in 0u8..5 {
+        items.push(common::item(vec![
+            (
+                "id",
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0, 255, i])),
+            ),
+            (
+                "n",
+                AttributeValue::N(format!("{big}{i}").chars().take(38).collect()),
+            ),
+            ("x", AttributeValue::N(format!("0.{big}"))),
+        ]));
+    }
+    items.push(common::item(vec![
+        (
+            "id",
+            AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![7])),
+        ),
+        ("n", AttributeValue::N(format!("-{big}E+87"))),
+    ]));
+    running.put_items("blobs", items);
+    let pipeline = Pipeline::new("blobs", &running.endpoint, "table_name: blobs");
+    let lake = pipeline.dir.path().join("lake");
+    pipeline.write_with_sink(
+        "blobs",
+        &running.endpoint,
+        "table_name: blobs",
+        &parquet_sink(lake.to_str().unwrap(), ""),
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let read = read_dir(&lake);
+    assert_eq!(read.schema["id"], "binary");
+    assert_eq!(read.schema["n"], "string");
+    let keys: BTreeSet<(String, String)> = read
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["n"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        keys.contains(&("AP8A".to_string(), big.to_string())),
+        "{keys:?}"
+    );
+    // DynamoDB's own text of the number: every digit, the exponent spelled out.
+    let spelled = format!("-{big}{}", "0".repeat(87));
+    assert!(keys.contains(&("Bw==".to_string(), spelled)), "{keys:?}");
+    // The document keeps the exact number too.
+    assert!(read.rows.iter().any(|r| {
+        r["document"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("0.{big}"))
+    }),);
+}
+
+/// §7.10: `check` writes and deletes a probe file and reads the commit log; `state show` reads
+/// the position from the last commit; `state reset` commits an empty one, after which the
+/// next scan starts a new run directory from the start.
+#[test]
+fn check_state_show_and_reset_use_the_commit_log() {
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        "table_name: orders\nvalue_format: typed",
+        20,
+        None,
+        "",
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("a file was written and deleted"),
+        "{}",
+        stdout(&check)
+    );
+    let lake = pipeline.dir.path().join("lake");
+    assert!(
+        read_dir(&lake).files.is_empty() && !lake.join("_ddbpipe/check").exists(),
+        "the probe left nothing"
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(
+        stdout(&show).contains("last_completed"),
+        "{}",
+        stdout(&show)
+    );
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let read = read_dir(&lake);
+    let last: Value =
+        serde_json::from_slice(&std::fs::read(lake.join(read.commits.last().unwrap())).unwrap())
+            .unwrap();
+    assert_eq!(last["entry"], Value::Null, "{last}");
+    drop(running);
+}
+
+/// What the sink cannot do is refused when the file is loaded, naming the key.
+#[test]
+fn the_config_refuses_what_the_sink_cannot_do() {
+    let running = Emulator::Dynoxide.start();
+    let pipeline = Pipeline::new("p", &running.endpoint, "table_name: orders");
+    let cases = [
+        (
+            "table_name: orders",
+            "sink:\n  type: parquet\n  path: 'gs://bucket/x'\n",
+            "sink.path",
+        ),
+        (
+            "table_name: orders",
+            "sink:\n  type: parquet\n  path: out\n  target_file_mb: 0\n",
+            "sink.target_file_mb",
+        ),
+        (
+            "tables: [a, b]",
+            "sink:\n  type: parquet\n  path: out\n",
+            "sink.path",
+        ),
+        (
+            "table_name: orders\nmode: streams",
+            "sink:\n  type: parquet\n  path: out\ncoordination:\n  lease_table: leases\n",
+            "sink.type",
+        ),
+    ];
+    for (source, sink, field) in cases {
+        pipeline.write_with_sink("p", &running.endpoint, source, sink);
+        let output = pipeline.ddbpipe(&["check"]);
+        assert_eq!(output.status.code(), Some(2), "{source} {sink}");
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(said.contains(field), "{field}: {said}");
+    }
+}

@@ -1,0 +1,454 @@
+//! Where a lake sink's files go: a local directory or a prefix of an S3 bucket, behind one set
+//! of operations (put, get, list, delete), names relative to the root.
+//!
+//! # Rules
+//! 1. A file appears whole or not at all: on S3 a `PutObject` is atomic; in a directory it is
+//!    written beside its name, synced, then renamed (and the directory synced).
+//! 2. [`Objects::create`] writes only a name nobody wrote: S3's conditional write
+//!    (`If-None-Match: *`, answered 412 when the object exists), a hard link in a directory
+//!    (which fails when the name exists). The commit log's fence (`commits` rule 3).
+//! 3. Messages name the place (`s3://bucket/prefix/name`, a path) and the operation, never a
+//!    credential: the SDK's errors carry none.
+
+use std::path::{Path, PathBuf};
+
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+
+/// A lake location as configured: `s3://bucket/prefix` or a local directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A local directory.
+    Local(PathBuf),
+    /// An S3 bucket and a prefix inside it (empty, or ending in `/`).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The prefix, without a leading `/`.
+        prefix: String,
+    },
+}
+
+impl Location {
+    /// Reads `text`: `s3://bucket[/prefix]`, or any other text as a directory.
+    pub fn parse(text: &str) -> Result<Location, String> {
+        let Some(rest) = text.strip_prefix("s3://") else {
+            if text.contains("://") {
+                return Err(format!(
+                    "'{text}' is neither an s3:// URL nor a local directory (only s3:// is read)"
+                ));
+            }
+            if text.is_empty() {
+                return Err("the location is empty".into());
+            }
+            return Ok(Location::Local(PathBuf::from(text)));
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(format!("'{text}' names no bucket (s3://bucket/prefix/)"));
+        }
+        let prefix = prefix.trim_matches('/');
+        Ok(Location::S3 {
+            bucket: bucket.to_string(),
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+        })
+    }
+
+    /// The location for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Location::Local(path) => path.display().to_string(),
+            Location::S3 { bucket, prefix } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// The files under a lake location.
+#[derive(Clone)]
+pub enum Objects {
+    /// A local directory.
+    Local(PathBuf),
+    /// A prefix of an S3 bucket.
+    S3 {
+        /// The client (credentials from the AWS chain, the endpoint path-style when given).
+        client: aws_sdk_s3::Client,
+        /// The bucket.
+        bucket: String,
+        /// The prefix (empty, or ending in `/`).
+        prefix: String,
+    },
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Objects({})", self.describe())
+    }
+}
+
+/// What [`Objects::create`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The file was written.
+    Written,
+    /// The name was taken already: nothing was written.
+    Taken,
+}
+
+impl Objects {
+    /// The files of `location`; `client` builds the S3 client when it is on S3.
+    pub fn new(location: &Location, client: impl FnOnce() -> aws_sdk_s3::Client) -> Objects {
+        match location {
+            Location::Local(path) => Objects::Local(path.clone()),
+            Location::S3 { bucket, prefix } => Objects::S3 {
+                client: client(),
+                bucket: bucket.clone(),
+                prefix: prefix.clone(),
+            },
+        }
+    }
+
+    /// The root for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Objects::Local(path) => path.display().to_string(),
+            Objects::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+
+    /// `name` for messages.
+    pub fn name(&self, name: &str) -> String {
+        match self {
+            Objects::Local(path) => path.join(name).display().to_string(),
+            Objects::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}{name}"),
+        }
+    }
+
+    /// Writes `bytes` as `name`, replacing it (rule 1).
+    pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), String> {
+        match self {
+            Objects::Local(root) => {
+                let path = root.join(name);
+                blocking(move || write_local(&path, &bytes, false).map(|_| ()))
+                    .await
+                    .map_err(|e| format!("cannot write {}: {e}", self.name(name)))
+            }
+            Objects::S3 {
+                client,
+                bucket,
+                prefix,
+            } => client
+                .put_object()
+                .bucket(bucket)
+                .key(format!("{prefix}{name}"))
+                .body(ByteStream::from(bytes))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    format!(
+                        "cannot write {}: {}",
+                        self.name(name),
+                        DisplayErrorContext(e)
+                    )
+                }),
+        }
+    }
+
+    /// Writes `bytes` as `name` only when no file of that name exists (rule 2).
+    pub async fn create(&self, name: &str, bytes: Vec<u8>) -> Result<Created, String> {
+        match self {
+            Objects::Local(root) => {
+                let path = root.join(name);
+                blocking(move || write_local(&path, &bytes, true))
+                    .await
+                    .map_err(|e| format!("cannot write {}: {e}", self.name(name)))
+            }
+            Objects::S3 {
+                client,
+                bucket,
+                prefix,
+            } => {
+                let sent = client
+                    .put_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}{name}"))
+                    .if_none_match("*")
+                    .body(ByteStream::from(bytes))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(_) => Ok(Created::Written),
+                    Err(error) if status(&error) == Some(412) => Ok(Created::Taken),
+                    Err(error) => Err(format!(
+                        "cannot write {}: {}",
+                        self.name(name),
+                        DisplayErrorContext(error)
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The file `name`; `None` when there is none.
+    pub async fn get(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Objects::Local(root) => match tokio::fs::read(root.join(name)).await {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(format!("cannot read {}: {e}", self.name(name))),
+            },
+            Objects::S3 {
+                client,
+                bucket,
+                prefix,
+            } => {
+                let got = client
+                    .get_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}{name}"))
+                    .send()
+                    .await;
+                let out = match got {
+                    Ok(out) => out,
+                    Err(error) if status(&error) == Some(404) => return Ok(None),
+                    Err(error) => {
+                        return Err(format!(
+                            "cannot read {}: {}",
+                            self.name(name),
+                            DisplayErrorContext(error)
+                        ));
+                    }
+                };
+                let bytes = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| format!("cannot read {}: {e}", self.name(name)))?;
+                Ok(Some(bytes.into_bytes().to_vec()))
+            }
+        }
+    }
+
+    /// Every file whose name starts with `under`, by name, in no particular order.
+    pub async fn list(&self, under: &str) -> Result<Vec<String>, String> {
+        match self {
+            Objects::Local(root) => {
+                let root = root.clone();
+                let under = under.to_string();
+                blocking(move || {
+                    let mut names = Vec::new();
+                    walk(&root, &root, &mut names)?;
+                    names.retain(|name| name.starts_with(&under));
+                    Ok(names)
+                })
+                .await
+                .map_err(|e| format!("cannot list {}: {e}", self.describe()))
+            }
+            Objects::S3 {
+                client,
+                bucket,
+                prefix,
+            } => {
+                let mut names = Vec::new();
+                let mut pages = client
+                    .list_objects_v2()
+                    .bucket(bucket)
+                    .prefix(format!("{prefix}{under}"))
+                    .into_paginator()
+                    .send();
+                while let Some(page) = pages.next().await {
+                    let page = page.map_err(|e| {
+                        format!(
+                            "cannot list {}: {}",
+                            self.name(under),
+                            DisplayErrorContext(e)
+                        )
+                    })?;
+                    for object in page.contents() {
+                        if let Some(key) =
+                            object.key().and_then(|k| k.strip_prefix(prefix.as_str()))
+                        {
+                            names.push(key.to_string());
+                        }
+                    }
+                }
+                Ok(names)
+            }
+        }
+    }
+
+    /// Whether files can be written and deleted here (`check`): writes a small file under
+    /// `_ddbpipe/`, then deletes it.
+    pub async fn probe(&self) -> Result<(), String> {
+        let name = format!(
+            "_ddbpipe/check-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        self.put(&name, b"ddbpipe check".to_vec()).await?;
+        self.delete(&name).await
+    }
+
+    /// Deletes `name` (nothing when there is none).
+    pub async fn delete(&self, name: &str) -> Result<(), String> {
+        match self {
+            Objects::Local(root) => match tokio::fs::remove_file(root.join(name)).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(format!("cannot delete {}: {e}", self.name(name))),
+            },
+            Objects::S3 {
+                client,
+                bucket,
+                prefix,
+            } => client
+                .delete_object()
+                .bucket(bucket)
+                .key(format!("{prefix}{name}"))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    format!(
+                        "cannot delete {}: {}",
+                        self.name(name),
+                        DisplayErrorContext(e)
+                    )
+                }),
+        }
+    }
+}
+
+/// The HTTP status an S3 call was answered with, when it was answered.
+fn status<E>(error: &aws_sdk_s3::error::SdkError<E, HttpResponse>) -> Option<u16> {
+    error.raw_response().map(|r| r.status().as_u16())
+}
+
+/// Rule 1 (and rule 2 with `exclusive`): writes beside `path`, syncs, then renames over it (or
+/// links it, failing when it exists).
+fn write_local(path: &Path, bytes: &[u8], exclusive: bool) -> std::io::Result<Created> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    let created = if exclusive {
+        let linked = std::fs::hard_link(&temporary, path);
+        std::fs::remove_file(&temporary)?;
+        match linked {
+            Ok(()) => Created::Written,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(Created::Taken),
+            Err(e) => return Err(e),
+        }
+    } else {
+        std::fs::rename(&temporary, path)?;
+        Created::Written
+    };
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(created)
+}
+
+/// The files under `dir`, named relative to `root` with `/` between parts; temporary files of
+/// rule 1 are left out.
+pub(crate) fn walk(root: &Path, dir: &Path, names: &mut Vec<String>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            walk(root, &path, names)?;
+        } else if let Ok(relative) = path.strip_prefix(root) {
+            let name = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            if !name.rsplit('/').next().is_some_and(|n| n.starts_with('.')) {
+                names.push(name);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("file task failed: {e}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_read_s3_urls_and_directories() {
+        assert_eq!(
+            Location::parse("s3://bucket/dynamodb/orders"),
+            Ok(Location::S3 {
+                bucket: "bucket".into(),
+                prefix: "dynamodb/orders/".into()
+            })
+        );
+        assert_eq!(
+            Location::parse("s3://bucket"),
+            Ok(Location::S3 {
+                bucket: "bucket".into(),
+                prefix: String::new()
+            })
+        );
+        assert!(Location::parse("s3:///x").is_err());
+        assert!(Location::parse("gs://bucket/x").is_err());
+        assert_eq!(
+            Location::parse("out/lake"),
+            Ok(Location::Local(PathBuf::from("out/lake")))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_directory_creates_a_name_once_and_lists_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let objects = Objects::Local(dir.path().to_path_buf());
+        let created = objects.create("a/b/1.json", b"one".to_vec()).await;
+        assert_eq!(created, Ok(Created::Written));
+        let again = objects.create("a/b/1.json", b"two".to_vec()).await;
+        assert_eq!(again, Ok(Created::Taken));
+        assert_eq!(
+            objects.get("a/b/1.json").await,
+            Ok(Some(b"one".to_vec())),
+            "the first write stays"
+        );
+        objects
+            .put("c.parquet", b"x".to_vec())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut names = objects.list("").await.unwrap_or_else(|e| panic!("{e}"));
+        names.sort();
+        assert_eq!(names, vec!["a/b/1.json".to_string(), "c.parquet".into()]);
+        assert_eq!(objects.list("a/").await.map(|n| n.len()), Ok(1));
+        objects
+            .delete("c.parquet")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(objects.get("c.parquet").await, Ok(None));
+        assert_eq!(objects.delete("c.parquet").await, Ok(()));
+    }
+}

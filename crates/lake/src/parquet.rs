@@ -1,0 +1,592 @@
+//! The Parquet sink (docs/sinks.md §7.10): rows into Parquet files on S3 or in a directory,
+//! committed through the location's commit log (`commits`), which also keeps the position.
+//!
+//! # Rules
+//! 1. Batches are held in open Parquet files, one per partition, and acknowledged at once;
+//!    nothing is part of the output until a commit names it. A file rolls (is closed and
+//!    written out under its final name) at `target_file_bytes`.
+//! 2. A commit happens when a file rolled, when `commit_interval` passed since the first
+//!    batch it holds (checked at each batch and every second between them), and whenever the
+//!    run writes its position outside a batch (its start, the end of a snapshot, a stop): the
+//!    open files roll, then the commit is written with the last batch's entry.
+//! 3. The position store ([`ParquetPositions`]) commits with the batches: it is the same
+//!    writer, so the position a commit holds is the one its files reach, never ahead.
+//! 4. Layouts: items (scan, query, export) go into a directory per run under the location,
+//!    named by the run's start (UTC); the run's completion writes `<run>/_manifest.json`
+//!    (its files and rows) before the commit that clears the position. A resumed run writes
+//!    on into its directory. Envelopes (streams, mirror) go into `event_date=YYYY-MM-DD/`
+//!    directories by the day of their `event_time`, the changelog.
+//! 5. A write or a commit that fails, or a commit made by another run first (`commits` rule
+//!    3), fails the run and breaks the writer: what its open files hold may no longer match the
+//!    last batch's entry, so nothing more is committed (not even at the run's end); the files
+//!    written for the next commit stay orphans that the next start deletes, and the next run
+//!    resumes from the last commit.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
+use ddbpipe_pipeline::sink::{Records, RunStart, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::state::{Entry, StateError};
+use ddbpipe_source::clock::now_rfc3339;
+use futures_util::future::BoxFuture;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::commits::{self, Commit, DataFile, SnapshotRun};
+use crate::objects::Objects;
+use crate::rows::Shape;
+
+/// What a Parquet sink is opened with.
+#[derive(Debug, Clone)]
+pub struct ParquetSettings {
+    /// Where its files go.
+    pub objects: Objects,
+    /// The pipeline whose output it holds.
+    pub pipeline: String,
+    /// The columns.
+    pub shape: Shape,
+    /// Roll a file at this size (rule 1).
+    pub target_file_bytes: usize,
+    /// Commit at least this often while batches come (rule 2).
+    pub commit_interval: Duration,
+}
+
+/// The Parquet sink.
+pub struct ParquetSink {
+    writer: Arc<Mutex<Writer>>,
+    ticker: tokio::task::JoinHandle<()>,
+    target: String,
+}
+
+/// The position store of a Parquet sink: its commit log (rule 3).
+#[derive(Clone)]
+pub struct ParquetPositions {
+    writer: Arc<Mutex<Writer>>,
+    target: String,
+}
+
+impl std::fmt::Debug for ParquetPositions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ParquetPositions({})", self.target)
+    }
+}
+
+impl ParquetSink {
+    /// Opens the sink and its position store; nothing is read or written until the run
+    /// loads its position.
+    pub fn open(settings: ParquetSettings) -> (ParquetSink, ParquetPositions) {
+        let target = format!("parquet {}", settings.objects.describe());
+        let writer = Arc::new(Mutex::new(Writer::new(settings)));
+        let ticker = tokio::spawn(tick(Arc::downgrade(&writer)));
+        let positions = ParquetPositions {
+            writer: writer.clone(),
+            target: target.clone(),
+        };
+        (
+            ParquetSink {
+                writer,
+                ticker,
+                target,
+            },
+            positions,
+        )
+    }
+}
+
+impl ParquetPositions {
+    /// The store of `settings` outside a run (`state show`, `state reset`, `check`).
+    pub fn reading(settings: ParquetSettings) -> ParquetPositions {
+        ParquetPositions {
+            target: format!("parquet {}", settings.objects.describe()),
+            writer: Arc::new(Mutex::new(Writer::new(settings))),
+        }
+    }
+}
+
+impl Drop for ParquetSink {
+    fn drop(&mut self) {
+        self.ticker.abort();
+    }
+}
+
+/// Rule 2's clock between batches: commits what waited `commit_interval`.
+async fn tick(writer: std::sync::Weak<Mutex<Writer>>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(writer) = writer.upgrade() else {
+            return;
+        };
+        let mut writer = writer.lock().await;
+        if writer.due()
+            && let Err(failure) = writer.commit_held().await
+        {
+            writer.failed = Some(failure);
+        }
+    }
+}
+
+impl Sink for ParquetSink {
+    async fn write(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), SinkError> {
+        let mut writer = self.writer.lock().await;
+        writer
+            .write(batch, staged)
+            .await
+            .map_err(|f| f.error(&self.target))
+    }
+
+    async fn start(&mut self, start: RunStart) -> Result<(), SinkError> {
+        self.writer.lock().await.start(start);
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        self.target.clone()
+    }
+}
+
+impl CheckpointStore for ParquetPositions {
+    fn describe(&self) -> String {
+        self.target.clone()
+    }
+
+    fn load<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
+        Box::pin(async move {
+            let mut writer = self.writer.lock().await;
+            let json = writer.load(pipeline).await.map_err(|f| self.failed(f))?;
+            json.map(|json| Entry::from_json(&json, pipeline, Path::new(&self.target)))
+                .transpose()
+        })
+    }
+
+    fn store<'a>(
+        &'a mut self,
+        pipeline: &'a str,
+        entry: Option<&'a Entry>,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            let mut writer = self.writer.lock().await;
+            if writer.last.is_none() {
+                writer.load(pipeline).await.map_err(|f| self.failed(f))?;
+            }
+            writer.commit(entry).await.map_err(|f| self.failed(f))
+        })
+    }
+
+    fn commits_with_batches(&self) -> bool {
+        true
+    }
+
+    fn commit_held(&mut self) -> BoxFuture<'_, Result<(), StateError>> {
+        Box::pin(async move {
+            let mut writer = self.writer.lock().await;
+            if let Some(failed) = writer.failed.take() {
+                return Err(self.failed(failed));
+            }
+            writer.commit_held().await.map_err(|f| self.failed(f))
+        })
+    }
+}
+
+impl ParquetPositions {
+    fn failed(&self, failure: Failure) -> StateError {
+        StateError::Database {
+            store: self.target.clone(),
+            message: failure.message,
+        }
+    }
+}
+
+/// A failed step, and what it means for a rerun.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    class: SinkErrorClass,
+}
+
+impl Failure {
+    fn transient(message: String) -> Failure {
+        Failure {
+            message,
+            class: SinkErrorClass::Transient,
+        }
+    }
+
+    fn definite(message: String) -> Failure {
+        Failure {
+            message,
+            class: SinkErrorClass::Definite,
+        }
+    }
+
+    fn error(self, target: &str) -> SinkError {
+        SinkError {
+            sink: target.to_string(),
+            message: self.message,
+            class: self.class,
+        }
+    }
+}
+
+/// An open Parquet file (rule 1).
+struct OpenFile {
+    writer: ArrowWriter<Vec<u8>>,
+    rows: u64,
+}
+
+/// What the sink and its store share.
+struct Writer {
+    settings: ParquetSettings,
+    /// The last commit's sequence number, once the log was read.
+    last: Option<u64>,
+    /// The snapshot run being written (items, rule 4).
+    run: Option<SnapshotRun>,
+    /// The open files by partition, reached through `&mut self` only (`files`): a Parquet
+    /// writer may be sent between threads but not shared, and the writer is awaited through
+    /// `&self`.
+    open: std::sync::Mutex<BTreeMap<Option<i64>, OpenFile>>,
+    /// Files written out for the next commit.
+    written: Vec<DataFile>,
+    /// The last batch's entry, not committed yet.
+    held: Option<Entry>,
+    /// When the first batch the next commit holds was written.
+    since: Option<Instant>,
+    /// A commit between batches that failed: the next batch fails with it.
+    failed: Option<Failure>,
+    /// Rule 5: a write or commit failed; nothing more is committed.
+    broken: bool,
+    /// This writer's part of its files' names (`commits` rule 2).
+    token: String,
+}
+
+impl Writer {
+    fn new(settings: ParquetSettings) -> Writer {
+        Writer {
+            settings,
+            last: None,
+            run: None,
+            open: std::sync::Mutex::new(BTreeMap::new()),
+            written: Vec::new(),
+            held: None,
+            since: None,
+            failed: None,
+            broken: false,
+            token: commits::writer_token(),
+        }
+    }
+
+    fn objects(&self) -> &Objects {
+        &self.settings.objects
+    }
+
+    fn files(&mut self) -> &mut BTreeMap<Option<i64>, OpenFile> {
+        self.open
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads the last commit (`commits` rule 4) and deletes the orphans after it (rule 2).
+    async fn load(&mut self, pipeline: &str) -> Result<Option<serde_json::Value>, Failure> {
+        let last = commits::last(self.objects())
+            .await
+            .map_err(Failure::transient)?;
+        if let Some(commit) = &last
+            && commit.pipeline != pipeline
+        {
+            return Err(Failure::definite(format!(
+                "{} holds the output of pipeline '{}'; give pipeline '{pipeline}' a location of \
+                 its own",
+                self.objects().describe(),
+                commit.pipeline
+            )));
+        }
+        let seq = last.as_ref().map_or(0, |c| c.seq);
+        let names = self.objects().list("").await.map_err(Failure::transient)?;
+        let orphans = commits::orphans(&names, last.as_ref()).map_err(|problem| {
+            Failure::definite(format!("{}: {problem}", self.objects().describe()))
+        })?;
+        for orphan in &orphans {
+            self.objects()
+                .delete(orphan)
+                .await
+                .map_err(Failure::transient)?;
+        }
+        let orphans = orphans.len();
+        if orphans > 0 {
+            tracing::info!(
+                location = %self.objects().describe(),
+                orphans,
+                "Deleted data files no commit names (a run stopped before committing them)."
+            );
+        }
+        self.last = Some(seq);
+        self.run = last.as_ref().and_then(|c| c.run.clone());
+        Ok(last.and_then(|c| c.entry))
+    }
+
+    /// Rule 4: a fresh scan run gets a directory of its own; a resumed one keeps its own.
+    fn start(&mut self, start: RunStart) {
+        if self.settings.shape.records() != Records::Items {
+            return;
+        }
+        let resumable = self.run.as_ref().is_some_and(|r| r.completed_at.is_none());
+        if start == RunStart::Resumed && resumable {
+            return;
+        }
+        let now = time::OffsetDateTime::now_utc();
+        self.run = Some(SnapshotRun {
+            dir: run_dir(now),
+            started_at: now_rfc3339(),
+            files: Vec::new(),
+            completed_at: None,
+        });
+    }
+
+    async fn write(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), Failure> {
+        if let Some(failed) = self.failed.take() {
+            return Err(failed);
+        }
+        self.usable()?;
+        let written = self.append(batch, staged).await;
+        self.broken |= written.is_err();
+        written
+    }
+
+    /// Rule 5: nothing is written or committed once a write or commit failed.
+    fn usable(&self) -> Result<(), Failure> {
+        if self.broken {
+            return Err(Failure::transient(format!(
+                "an earlier write or commit to {} failed: nothing more is committed by this \
+                 run; the next run resumes from the last commit",
+                self.objects().describe()
+            )));
+        }
+        Ok(())
+    }
+
+    async fn append(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), Failure> {
+        let parts = self
+            .settings
+            .shape
+            .parts(batch)
+            .map_err(Failure::definite)?;
+        let mut rolled = false;
+        for part in parts {
+            let shape = &self.settings.shape;
+            let open = self
+                .open
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let file = match open.entry(part.day) {
+                std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(open_file(shape)?),
+            };
+            file.writer
+                .write(&part.rows)
+                .map_err(|e| Failure::definite(format!("cannot encode Parquet: {e}")))?;
+            file.rows += part.rows.num_rows() as u64;
+            let size = file.writer.bytes_written() + file.writer.in_progress_size();
+            if size >= self.settings.target_file_bytes {
+                self.roll(part.day).await?;
+                rolled = true;
+            }
+        }
+        if let Some(staged) = staged {
+            self.held = Some(staged.entry.clone());
+        }
+        self.since.get_or_insert_with(Instant::now);
+        if rolled || self.due() {
+            self.commit_held().await?;
+        }
+        Ok(())
+    }
+
+    /// Rule 2: batches wait past the interval.
+    fn due(&self) -> bool {
+        self.since
+            .is_some_and(|since| since.elapsed() >= self.settings.commit_interval)
+            && self.held.is_some()
+    }
+
+    /// Commits what the batches since the last commit hold, with the last one's entry.
+    async fn commit_held(&mut self) -> Result<(), Failure> {
+        // Rule 5: a broken writer's batches are given up (the run reports what broke it).
+        let Some(entry) = self.held.clone().filter(|_| !self.broken) else {
+            return Ok(());
+        };
+        self.commit(Some(&entry)).await
+    }
+
+    /// Closes the file of partition `day` and writes it out under its name (rule 1).
+    async fn roll(&mut self, day: Option<i64>) -> Result<(), Failure> {
+        let Some(file) = self.files().remove(&day) else {
+            return Ok(());
+        };
+        let bytes = file
+            .writer
+            .into_inner()
+            .map_err(|e| Failure::definite(format!("cannot finish a Parquet file: {e}")))?;
+        let next = self.last.unwrap_or(0) + 1;
+        let dir = match (&self.run, day) {
+            (Some(run), _) if self.settings.shape.records() == Records::Items => run.dir.clone(),
+            (_, Some(day)) => format!("event_date={}", date(day)),
+            (_, None) => "event_date=__HIVE_DEFAULT_PARTITION__".to_string(),
+        };
+        let name = commits::file_name(&dir, next, &self.token, self.written.len() as u32);
+        let size = bytes.len() as u64;
+        self.objects()
+            .put(&name, bytes)
+            .await
+            .map_err(Failure::transient)?;
+        self.written.push(DataFile {
+            path: name,
+            rows: file.rows,
+            bytes: size,
+        });
+        Ok(())
+    }
+
+    /// Rule 2: the open files roll, a completed snapshot run gets its manifest (rule 4), then
+    /// the commit is written with `entry`.
+    async fn commit(&mut self, entry: Option<&Entry>) -> Result<(), Failure> {
+        self.usable()?;
+        let committed = self.commit_files(entry).await;
+        self.broken |= committed.is_err();
+        committed
+    }
+
+    async fn commit_files(&mut self, entry: Option<&Entry>) -> Result<(), Failure> {
+        let days: Vec<_> = self.files().keys().copied().collect();
+        for day in days {
+            self.roll(day).await?;
+        }
+        let seq = self.last.unwrap_or(0) + 1;
+        let items = self.settings.shape.records() == Records::Items;
+        let mut run = self.run.clone().filter(|_| items);
+        if let Some(run) = &mut run {
+            run.files.extend(self.written.iter().cloned());
+            if run.completed_at.is_none() && entry.is_some_and(|e| completes(e, run)) {
+                let now = now_rfc3339();
+                self.write_manifest(run, &now).await?;
+                run.completed_at = Some(now);
+            }
+        }
+        let commit = Commit {
+            seq,
+            pipeline: self.settings.pipeline.clone(),
+            at: now_rfc3339(),
+            entry: entry.map(Entry::to_json),
+            files: self.written.clone(),
+            run: run.clone(),
+        };
+        let written = commits::write(self.objects(), &commit)
+            .await
+            .map_err(Failure::transient)?;
+        if !written {
+            // Its files are named by no commit: gone now rather than at the next start.
+            for file in std::mem::take(&mut self.written) {
+                let _ = self.objects().delete(&file.path).await;
+            }
+            return Err(Failure {
+                message: format!(
+                    "another run of pipeline '{}' committed to {} first (commit {seq}); this run \
+                     stops, its last batches uncommitted",
+                    self.settings.pipeline,
+                    self.objects().describe()
+                ),
+                class: SinkErrorClass::Fenced,
+            });
+        }
+        tracing::debug!(seq, files = commit.files.len(), "Committed to the lake.");
+        self.last = Some(seq);
+        self.run = run.or(self.run.take());
+        self.written.clear();
+        self.held = None;
+        self.since = None;
+        Ok(())
+    }
+
+    /// Rule 4: `<run>/_manifest.json`, the run's files and rows.
+    async fn write_manifest(&self, run: &SnapshotRun, completed_at: &str) -> Result<(), Failure> {
+        let rows: u64 = run.files.iter().map(|f| f.rows).sum();
+        let columns: Vec<&str> = self
+            .settings
+            .shape
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let manifest = json!({
+            "pipeline": self.settings.pipeline,
+            "run": run.dir,
+            "started_at": run.started_at,
+            "completed_at": completed_at,
+            "rows": rows,
+            "columns": columns,
+            "files": run.files,
+        });
+        let bytes = serde_json::to_vec_pretty(&manifest)
+            .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        self.objects()
+            .put(&format!("{}/_manifest.json", run.dir), bytes)
+            .await
+            .map_err(Failure::transient)
+    }
+}
+
+/// Whether `entry` is the one a completed scan writes for `run`: no position, and a last
+/// completion recorded since the run started (a fresh run's first entry has no position
+/// either, and the previous completion or none).
+fn completes(entry: &Entry, run: &SnapshotRun) -> bool {
+    let parse = |text: &str| {
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
+    };
+    let completed = entry
+        .last_completed
+        .as_ref()
+        .and_then(|last| last["at"].as_str())
+        .and_then(parse);
+    entry.position.is_none()
+        && completed.is_some_and(|at| parse(&run.started_at).is_some_and(|start| at >= start))
+}
+
+fn open_file(shape: &Shape) -> Result<OpenFile, Failure> {
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")))
+        .build();
+    let writer = ArrowWriter::try_new(Vec::new(), shape.schema().clone(), Some(properties))
+        .map_err(|e| Failure::definite(format!("cannot start a Parquet file: {e}")))?;
+    Ok(OpenFile { writer, rows: 0 })
+}
+
+/// A run directory's name: its start in UTC to the millisecond (`20261205T031038.123Z`).
+fn run_dir(at: time::OffsetDateTime) -> String {
+    let format = time::macros::format_description!(
+        "[year][month][day]T[hour][minute][second].[subsecond digits:3]Z"
+    );
+    at.format(&format)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}
+
+/// Day `day` since 1970-01-01 as `YYYY-MM-DD`.
+fn date(day: i64) -> String {
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    time::OffsetDateTime::from_unix_timestamp(day * 86_400)
+        .ok()
+        .and_then(|at| at.format(&format).ok())
+        .unwrap_or_else(|| format!("day-{day}"))
+}
+
+#[cfg(test)]
+mod tests;

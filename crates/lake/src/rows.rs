@@ -1,0 +1,341 @@
+//! Records to Arrow rows: the columns of a lake table (docs/sinks.md §7.10) and a batch's
+//! records as record batches of them, cut by the day of their `event_time` for changes.
+//!
+//! # Columns
+//! 1. The key attributes, hash key first, by their names: `S` and `N` as text (a number keeps
+//!    its exact digits: nothing is rounded), `B` as binary. Read as the keyed sinks read them
+//!    (`ddbpipe_keyed::sink::key_value`).
+//! 2. Scan, query and export runs (items): then `document`, the item as the line ddbpipe
+//!    writes it (`value_format`), never null.
+//! 3. Streams and mirror runs (envelopes): `op` (`c`, `u`, `d`, `r`), `sequence_number`,
+//!    `event_time` (UTC, ms: the record's `ts_ms`; a snapshot row's, the time its page was
+//!    read), `shard_id`, `document` (the new image; null for a delete), and `before` (the old
+//!    image) when the stream's view has old images.
+//! 4. A key attribute named as a column of rules 2–3 is refused when the sink opens, naming
+//!    it: the two could not be told apart.
+//! 5. A record that cannot become a row fails the batch, named by its event id and shard (or
+//!    its start), never by a value: nothing of the batch is written.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{BinaryBuilder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use ddbpipe_keyed::{KeyType, KeyValue};
+use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_value::ValueFormat;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Milliseconds in a day, for the day of an `event_time`.
+const DAY_MS: i64 = 86_400_000;
+
+/// The columns of a lake table and how records fill them.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    key: Vec<(String, KeyType)>,
+    format: ValueFormat,
+    records: Records,
+    before: bool,
+    schema: SchemaRef,
+}
+
+/// Rows of one partition: the day of their `event_time` (days since 1970-01-01), or `None`
+/// for items and for changes without a time.
+#[derive(Debug)]
+pub struct Part {
+    /// The day.
+    pub day: Option<i64>,
+    /// The rows.
+    pub rows: RecordBatch,
+}
+
+impl Shape {
+    /// The columns of records of `records` kind from a table whose key is `key` (rule 1),
+    /// written in `format`; `before`: the stream's view has old images (rule 3).
+    pub fn new(
+        key: Vec<(String, KeyType)>,
+        format: ValueFormat,
+        records: Records,
+        before: bool,
+    ) -> Result<Shape, String> {
+        let mut fields: Vec<Field> = key
+            .iter()
+            .map(|(name, kind)| {
+                let data_type = match kind {
+                    KeyType::S | KeyType::N => DataType::Utf8,
+                    KeyType::B => DataType::Binary,
+                };
+                Field::new(name, data_type, false)
+            })
+            .collect();
+        let added: &[(&str, DataType, bool)] = match records {
+            Records::Items => &[("document", DataType::Utf8, false)],
+            Records::Envelopes => &[
+                ("op", DataType::Utf8, false),
+                ("sequence_number", DataType::Utf8, true),
+                ("event_time", timestamp(), true),
+                ("shard_id", DataType::Utf8, true),
+                ("document", DataType::Utf8, true),
+                ("before", DataType::Utf8, true),
+            ],
+        };
+        for (name, data_type, nullable) in added {
+            if *name == "before" && !before {
+                continue;
+            }
+            if let Some((key, _)) = key.iter().find(|(key, _)| key == name) {
+                return Err(format!(
+                    "key attribute '{key}' has the name of a column the lake sink adds \
+                     ({}); such a table cannot be written to the lake yet",
+                    added
+                        .iter()
+                        .map(|(name, ..)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            fields.push(Field::new(*name, data_type.clone(), *nullable));
+        }
+        Ok(Shape {
+            key,
+            format,
+            records,
+            before,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// The table's columns.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// What the records are.
+    pub fn records(&self) -> Records {
+        self.records
+    }
+
+    /// The rows of `batch`, by partition in day order (rule 5: the first bad record fails all).
+    pub fn parts(&self, batch: &Batch) -> Result<Vec<Part>, String> {
+        let mut days: BTreeMap<Option<i64>, Columns> = BTreeMap::new();
+        for i in 0..batch.records.len() {
+            let line = batch.records.get(i).unwrap_or_default();
+            let text = std::str::from_utf8(line)
+                .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
+            match self.records {
+                Records::Items => {
+                    let key = self.item_key(text)?;
+                    let columns = days.entry(None).or_insert_with(|| self.columns());
+                    columns.push_key(&key);
+                    columns.text[0].append_value(text);
+                }
+                Records::Envelopes => self.push_envelope(text, batch.read_ms, &mut days)?,
+            }
+        }
+        days.into_iter()
+            .map(|(day, columns)| {
+                let rows = RecordBatch::try_new(self.schema.clone(), columns.finish(self))
+                    .map_err(|e| format!("internal error: rows do not fit the columns: {e}"))?;
+                Ok(Part { day, rows })
+            })
+            .collect()
+    }
+
+    fn columns(&self) -> Columns {
+        let texts = match self.records {
+            Records::Items => 1,
+            Records::Envelopes => 5,
+        };
+        Columns {
+            key: self
+                .key
+                .iter()
+                .map(|(_, kind)| match kind {
+                    KeyType::B => KeyColumn::Binary(BinaryBuilder::new()),
+                    KeyType::S | KeyType::N => KeyColumn::Text(StringBuilder::new()),
+                })
+                .collect(),
+            text: (0..texts).map(|_| StringBuilder::new()).collect(),
+            time: TimestampMillisecondBuilder::new(),
+        }
+    }
+
+    fn item_key(&self, text: &str) -> Result<Vec<KeyValue>, String> {
+        let found = ddbpipe_value::key_attributes(text, &self.key, |(name, _)| name.as_str())
+            .map_err(|e| format!("item {}: not a JSON object: {e}", short(text)))?;
+        self.key_of(&found)
+            .map_err(|problem| format!("item {}: {problem}", short(text)))
+    }
+
+    fn push_envelope(
+        &self,
+        text: &str,
+        read_ms: Option<i64>,
+        days: &mut BTreeMap<Option<i64>, Columns>,
+    ) -> Result<(), String> {
+        let envelope: Envelope<'_> =
+            serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        let record = || {
+            format!(
+                "record {} in {}",
+                envelope.event_id.as_deref().unwrap_or("?"),
+                envelope.shard_id.as_deref().unwrap_or("the snapshot")
+            )
+        };
+        let raw = present(envelope.key).ok_or_else(|| format!("{} has no key", record()))?;
+        let found = ddbpipe_value::key_attributes(raw.get(), &self.key, |(name, _)| name.as_str())
+            .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
+        let key = self
+            .key_of(&found)
+            .map_err(|problem| format!("{}: {problem}", record()))?;
+        let document = present(envelope.after);
+        match envelope.op.as_ref() {
+            "c" | "u" | "r" if document.is_none() => {
+                return Err(format!(
+                    "{} has no new image: the lake sinks need a stream view of NEW_IMAGE or \
+                     NEW_AND_OLD_IMAGES",
+                    record()
+                ));
+            }
+            "c" | "u" | "r" | "d" => {}
+            other => {
+                return Err(format!(
+                    "{} has op '{other}', which the lake sinks cannot store (only c, u, d and r)",
+                    record()
+                ));
+            }
+        }
+        let time = if envelope.op == "r" {
+            read_ms
+        } else {
+            envelope.ts_ms
+        };
+        let columns = days
+            .entry(time.map(|ms| ms.div_euclid(DAY_MS)))
+            .or_insert_with(|| self.columns());
+        columns.push_key(&key);
+        columns.text[0].append_value(envelope.op.as_ref());
+        columns.text[1].append_option(envelope.sequence_number.as_deref());
+        columns.time.append_option(time);
+        columns.text[2].append_option(envelope.shard_id.as_deref());
+        columns.text[3].append_option(document.map(RawValue::get));
+        columns.text[4].append_option(present(envelope.before).map(RawValue::get));
+        Ok(())
+    }
+
+    fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
+        self.key
+            .iter()
+            .zip(found)
+            .map(|((name, kind), raw)| {
+                let raw = raw.ok_or_else(|| format!("key attribute '{name}' is missing"))?;
+                ddbpipe_keyed::sink::key_value(raw, *kind, self.format).map_err(|problem| {
+                    format!("key attribute '{name}' ({}): {problem}", kind.tag())
+                })
+            })
+            .collect()
+    }
+}
+
+/// The type of `event_time`.
+fn timestamp() -> DataType {
+    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+}
+
+/// A JSON value other than `null`.
+fn present(raw: Option<&RawValue>) -> Option<&RawValue> {
+    raw.filter(|raw| raw.get() != "null")
+}
+
+/// The columns of one partition being filled.
+struct Columns {
+    key: Vec<KeyColumn>,
+    /// Items: `document`. Envelopes: `op`, `sequence_number`, `shard_id`, `document`,
+    /// `before`.
+    text: Vec<StringBuilder>,
+    time: TimestampMillisecondBuilder,
+}
+
+enum KeyColumn {
+    Text(StringBuilder),
+    Binary(BinaryBuilder),
+}
+
+impl Columns {
+    fn push_key(&mut self, key: &[KeyValue]) {
+        for (column, value) in self.key.iter_mut().zip(key) {
+            match (column, value) {
+                (KeyColumn::Text(b), KeyValue::S(text) | KeyValue::N(text)) => b.append_value(text),
+                (KeyColumn::Binary(b), KeyValue::B(bytes)) => b.append_value(bytes),
+                // `key_value` answers with the kind it was asked for.
+                (KeyColumn::Text(b), KeyValue::B(_)) => b.append_null(),
+                (KeyColumn::Binary(b), _) => b.append_null(),
+            }
+        }
+    }
+
+    /// The arrays in the schema's order (`Shape::new`).
+    fn finish(mut self, shape: &Shape) -> Vec<ArrayRef> {
+        let mut arrays: Vec<ArrayRef> = self
+            .key
+            .iter_mut()
+            .map(|column| match column {
+                KeyColumn::Text(b) => Arc::new(b.finish()) as ArrayRef,
+                KeyColumn::Binary(b) => Arc::new(b.finish()) as ArrayRef,
+            })
+            .collect();
+        let mut text = self
+            .text
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef);
+        match shape.records {
+            Records::Items => arrays.extend(text),
+            Records::Envelopes => {
+                arrays.extend(text.by_ref().take(2));
+                arrays.push(Arc::new(self.time.finish().with_timezone("UTC")));
+                arrays.extend(text.by_ref().take(2));
+                if shape.before {
+                    arrays.extend(text);
+                }
+            }
+        }
+        arrays
+    }
+}
+
+/// The fields of an envelope the lake sinks read (docs/streams.md §4.1).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    before: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    shard_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    sequence_number: Option<Cow<'a, str>>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
+}
+
+/// The start of a record for messages.
+fn short(text: &str) -> String {
+    const MAX: usize = 120;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

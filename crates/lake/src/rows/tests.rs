@@ -1,0 +1,141 @@
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMillisecondType;
+use ddbpipe_source::records::Lines;
+
+use super::*;
+
+fn batch(lines: &[&str], read_ms: Option<i64>) -> Batch {
+    let mut records = Lines::with_capacity(lines.len(), 0);
+    for line in lines {
+        records.push_with(|buf| buf.extend_from_slice(line.as_bytes()));
+    }
+    Batch {
+        records,
+        read_ms,
+        ..Batch::default()
+    }
+}
+
+fn key() -> Vec<(String, KeyType)> {
+    vec![("pk".into(), KeyType::S), ("n".into(), KeyType::N)]
+}
+
+#[test]
+fn items_keep_their_key_exactly_and_their_line_as_the_document() {
+    let shape = Shape::new(key(), ValueFormat::Plain, Records::Items, false).unwrap();
+    let big = "12345678901234567890123456789012345678";
+    let line = format!(r#"{{"pk":"a","n":{big},"v":[1,2]}}"#);
+    let parts = shape.parts(&batch(&[&line], None)).unwrap();
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].day, None);
+    let rows = &parts[0].rows;
+    let names: Vec<_> = rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["pk", "n", "document"]);
+    assert_eq!(rows.column(1).as_string::<i32>().value(0), big);
+    assert_eq!(rows.column(2).as_string::<i32>().value(0), line);
+}
+
+#[test]
+fn changes_are_cut_by_the_day_of_their_time_and_snapshot_rows_take_their_read_time() {
+    let shape = Shape::new(key(), ValueFormat::Plain, Records::Envelopes, true).unwrap();
+    let day = 86_400_000_i64;
+    let change = |op: &str, at: i64, after: &str| {
+        format!(
+            r#"{{"op":"{op}","key":{{"pk":"a","n":1}},"after":{after},"before":{{"pk":"a","n":1,"old":true}},"event_id":"e","shard_id":"s1","sequence_number":"100","ts_ms":{at}}}"#
+        )
+    };
+    let snapshot = r#"{"op":"r","key":{"pk":"b","n":2},"after":{"pk":"b","n":2},"before":null,"shard_id":null,"sequence_number":null,"ts_ms":null}"#;
+    let lines = [
+        change("c", 20_000 * day + 5, r#"{"pk":"a","n":1}"#),
+        change("d", 20_001 * day, "null"),
+        snapshot.to_string(),
+    ];
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let parts = shape.parts(&batch(&lines, Some(20_000 * day + 9))).unwrap();
+    let days: Vec<_> = parts.iter().map(|p| p.day).collect();
+    assert_eq!(days, [Some(20_000), Some(20_001)]);
+    let first = &parts[0].rows;
+    assert_eq!(
+        first.num_rows(),
+        2,
+        "the change and the snapshot row of that day"
+    );
+    let ops = first.column(2).as_string::<i32>();
+    assert_eq!((ops.value(0), ops.value(1)), ("c", "r"));
+    let times = first.column(4).as_primitive::<TimestampMillisecondType>();
+    assert_eq!(
+        times.value(1),
+        20_000 * day + 9,
+        "a snapshot row's read time"
+    );
+    let deleted = &parts[1].rows;
+    assert!(deleted.column(6).is_null(0), "a delete has no document");
+    assert!(!deleted.column(7).is_null(0), "the old image is kept");
+    let without = Shape::new(key(), ValueFormat::Plain, Records::Envelopes, false).unwrap();
+    assert!(without.schema().field_with_name("before").is_err());
+}
+
+#[test]
+fn typed_and_binary_keys_are_read_as_the_keyed_sinks_read_them() {
+    let shape = Shape::new(
+        vec![("id".into(), KeyType::B)],
+        ValueFormat::Typed,
+        Records::Items,
+        false,
+    )
+    .unwrap();
+    let parts = shape
+        .parts(&batch(&[r#"{"id":{"B":"AP8="},"x":{"S":"y"}}"#], None))
+        .unwrap();
+    assert_eq!(
+        parts[0].rows.column(0).as_binary::<i32>().value(0),
+        [0, 255]
+    );
+}
+
+#[test]
+fn a_record_that_cannot_be_a_row_is_named_and_fails_the_batch() {
+    let shape = Shape::new(key(), ValueFormat::Plain, Records::Envelopes, false).unwrap();
+    let no_key =
+        r#"{"op":"u","key":null,"after":{"pk":"a"},"event_id":"e7","shard_id":"s9","ts_ms":1}"#;
+    let problem = shape.parts(&batch(&[no_key], None)).unwrap_err();
+    assert_eq!(problem, "record e7 in s9 has no key");
+    let keys_only = r#"{"op":"u","key":{"pk":"a","n":1},"after":null,"event_id":"e8","shard_id":"s9","ts_ms":1}"#;
+    let problem = shape.parts(&batch(&[keys_only], None)).unwrap_err();
+    assert!(
+        problem.contains("record e8 in s9 has no new image"),
+        "{problem}"
+    );
+    let items = Shape::new(key(), ValueFormat::Plain, Records::Items, false).unwrap();
+    let problem = items.parts(&batch(&[r#"{"pk":"a"}"#], None)).unwrap_err();
+    assert!(
+        problem.contains("key attribute 'n' is missing"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn a_key_attribute_named_like_an_added_column_is_refused() {
+    let problem = Shape::new(
+        vec![("op".into(), KeyType::S)],
+        ValueFormat::Plain,
+        Records::Envelopes,
+        false,
+    )
+    .unwrap_err();
+    assert!(problem.contains("key attribute 'op'"), "{problem}");
+    assert!(
+        Shape::new(
+            vec![("op".into(), KeyType::S)],
+            ValueFormat::Plain,
+            Records::Items,
+            false
+        )
+        .is_ok()
+    );
+}
