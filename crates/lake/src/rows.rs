@@ -11,19 +11,28 @@
 //!    `event_time` (UTC, ms: the record's `ts_ms`; a snapshot row's, the time its page was
 //!    read), `shard_id`, `document` (the new image; null for a delete), and `before` (the old
 //!    image) when the stream's view has old images.
-//! 4. A key attribute named as a column of rules 2–3 is refused when the sink opens, naming
-//!    it: the two could not be told apart.
-//! 5. A record that cannot become a row fails the batch, named by its event id and shard (or
+//! 4. Then the typed columns (`sink.columns`, docs/sinks.md §7.9), nullable, in the order
+//!    listed, read out of the document (a change's new image; null for a delete) by the keyed
+//!    sinks' reader under `sink.on_type_mismatch`: `text`, `numeric` (the exact digits as a
+//!    string: a Parquet decimal has one scale, a DynamoDB number any), `jsonb` as `string`;
+//!    `bigint` as `int64`, `double` as `double`, `boolean` as `bool`, `timestamptz` as
+//!    `timestamp[us, UTC]`.
+//! 5. A key attribute or typed column named as a column of rules 2–3 (or as each other) is
+//!    refused when the sink opens, naming it: the two could not be told apart.
+//! 6. A record that cannot become a row fails the batch, named by its event id and shard (or
 //!    its start), never by a value: nothing of the batch is written.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::builder::{
+    BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use ddbpipe_keyed::{KeyType, KeyValue};
+use ddbpipe_keyed::{ColumnType, ColumnValue, KeyType, KeyValue, TypedColumns};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_value::ValueFormat;
@@ -40,6 +49,7 @@ pub struct Shape {
     format: ValueFormat,
     records: Records,
     before: bool,
+    typed: Option<TypedColumns>,
     schema: SchemaRef,
 }
 
@@ -61,6 +71,17 @@ impl Shape {
         format: ValueFormat,
         records: Records,
         before: bool,
+    ) -> Result<Shape, String> {
+        Shape::typed(key, format, records, before, None)
+    }
+
+    /// [`Shape::new`] with typed columns after the others (rule 4).
+    pub fn typed(
+        key: Vec<(String, KeyType)>,
+        format: ValueFormat,
+        records: Records,
+        before: bool,
+        typed: Option<TypedColumns>,
     ) -> Result<Shape, String> {
         let mut fields: Vec<Field> = key
             .iter()
@@ -100,11 +121,28 @@ impl Shape {
             }
             fields.push(Field::new(*name, data_type.clone(), *nullable));
         }
+        let typed = typed.filter(|typed| !typed.reader().columns().is_empty());
+        for column in typed.iter().flat_map(|t| t.reader().columns()) {
+            if fields.iter().any(|field| field.name() == &column.name) {
+                return Err(format!(
+                    "typed column '{}' has the name of a key attribute or of a column the lake \
+                     sink adds ({}): choose another name",
+                    column.name,
+                    fields
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            fields.push(Field::new(&column.name, typed_type(column.kind), true));
+        }
         Ok(Shape {
             key,
             format,
             records,
             before,
+            typed,
             schema: Arc::new(Schema::new(fields)),
         })
     }
@@ -129,9 +167,11 @@ impl Shape {
             match self.records {
                 Records::Items => {
                     let key = self.item_key(text)?;
+                    let values = self.typed_values(Some(text), &key, || short(text))?;
                     let columns = days.entry(None).or_insert_with(|| self.columns());
                     columns.push_key(&key);
                     columns.text[0].append_value(text);
+                    columns.push_typed(values);
                 }
                 Records::Envelopes => self.push_envelope(text, batch.read_ms, &mut days)?,
             }
@@ -161,6 +201,12 @@ impl Shape {
                 .collect(),
             text: (0..texts).map(|_| StringBuilder::new()).collect(),
             time: TimestampMillisecondBuilder::new(),
+            typed: self
+                .typed
+                .iter()
+                .flat_map(|t| t.reader().columns())
+                .map(|column| TypedColumn::new(column.kind))
+                .collect(),
         }
     }
 
@@ -209,6 +255,7 @@ impl Shape {
                 ));
             }
         }
+        let values = self.typed_values(document.map(RawValue::get), &key, record)?;
         let time = if envelope.op == "r" {
             read_ms
         } else {
@@ -224,7 +271,41 @@ impl Shape {
         columns.text[2].append_option(envelope.shard_id.as_deref());
         columns.text[3].append_option(document.map(RawValue::get));
         columns.text[4].append_option(present(envelope.before).map(RawValue::get));
+        columns.push_typed(values);
         Ok(())
+    }
+
+    /// The typed columns' values of `document` (rule 4): all null without a document (a
+    /// delete); a mismatch under `fail` names the record by its key.
+    fn typed_values(
+        &self,
+        document: Option<&str>,
+        key: &[KeyValue],
+        record: impl Fn() -> String,
+    ) -> Result<Vec<ColumnValue>, String> {
+        let Some(typed) = &self.typed else {
+            return Ok(Vec::new());
+        };
+        let Some(document) = document else {
+            return Ok(vec![ColumnValue::Null; typed.reader().columns().len()]);
+        };
+        typed
+            .values(document, |_| true, || self.describe_key(key))
+            .map_err(|problem| format!("{}: {problem}", record()))
+    }
+
+    /// A record's key for messages: the key attributes' names and values.
+    fn describe_key(&self, key: &[KeyValue]) -> String {
+        let parts: Vec<String> = self
+            .key
+            .iter()
+            .zip(key)
+            .map(|((name, _), value)| match value {
+                KeyValue::S(text) | KeyValue::N(text) => format!("{name}={text}"),
+                KeyValue::B(bytes) => format!("{name}=<{} bytes>", bytes.len()),
+            })
+            .collect();
+        format!("{{{}}}", parts.join(", "))
     }
 
     fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
@@ -238,6 +319,17 @@ impl Shape {
                 })
             })
             .collect()
+    }
+}
+
+/// The Arrow type of a typed column (rule 4).
+fn typed_type(kind: ColumnType) -> DataType {
+    match kind {
+        ColumnType::Text | ColumnType::Numeric | ColumnType::Jsonb => DataType::Utf8,
+        ColumnType::Bigint => DataType::Int64,
+        ColumnType::Double => DataType::Float64,
+        ColumnType::Boolean => DataType::Boolean,
+        ColumnType::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
     }
 }
 
@@ -258,6 +350,60 @@ struct Columns {
     /// `before`.
     text: Vec<StringBuilder>,
     time: TimestampMillisecondBuilder,
+    typed: Vec<TypedColumn>,
+}
+
+/// The builder of a typed column, by its Arrow type.
+enum TypedColumn {
+    Text(StringBuilder),
+    Int(Int64Builder),
+    Double(Float64Builder),
+    Bool(BooleanBuilder),
+    Time(TimestampMicrosecondBuilder),
+}
+
+impl TypedColumn {
+    fn new(kind: ColumnType) -> TypedColumn {
+        match kind {
+            ColumnType::Text | ColumnType::Numeric | ColumnType::Jsonb => {
+                TypedColumn::Text(StringBuilder::new())
+            }
+            ColumnType::Bigint => TypedColumn::Int(Int64Builder::new()),
+            ColumnType::Double => TypedColumn::Double(Float64Builder::new()),
+            ColumnType::Boolean => TypedColumn::Bool(BooleanBuilder::new()),
+            ColumnType::Timestamptz => TypedColumn::Time(TimestampMicrosecondBuilder::new()),
+        }
+    }
+
+    /// Appends `value`; a value of another type than the column's (which the reader never
+    /// gives) is stored as null.
+    fn push(&mut self, value: ColumnValue) {
+        match (self, value) {
+            (
+                TypedColumn::Text(b),
+                ColumnValue::Text(text) | ColumnValue::Numeric(text) | ColumnValue::Json(text),
+            ) => b.append_value(text),
+            (TypedColumn::Int(b), ColumnValue::Bigint(v)) => b.append_value(v),
+            (TypedColumn::Double(b), ColumnValue::Double(v)) => b.append_value(v),
+            (TypedColumn::Bool(b), ColumnValue::Boolean(v)) => b.append_value(v),
+            (TypedColumn::Time(b), ColumnValue::Timestamp(v)) => b.append_value(v),
+            (TypedColumn::Text(b), _) => b.append_null(),
+            (TypedColumn::Int(b), _) => b.append_null(),
+            (TypedColumn::Double(b), _) => b.append_null(),
+            (TypedColumn::Bool(b), _) => b.append_null(),
+            (TypedColumn::Time(b), _) => b.append_null(),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            TypedColumn::Text(b) => Arc::new(b.finish()),
+            TypedColumn::Int(b) => Arc::new(b.finish()),
+            TypedColumn::Double(b) => Arc::new(b.finish()),
+            TypedColumn::Bool(b) => Arc::new(b.finish()),
+            TypedColumn::Time(b) => Arc::new(b.finish().with_timezone("UTC")),
+        }
+    }
 }
 
 enum KeyColumn {
@@ -266,6 +412,12 @@ enum KeyColumn {
 }
 
 impl Columns {
+    fn push_typed(&mut self, values: Vec<ColumnValue>) {
+        for (column, value) in self.typed.iter_mut().zip(values) {
+            column.push(value);
+        }
+    }
+
     fn push_key(&mut self, key: &[KeyValue]) {
         for (column, value) in self.key.iter_mut().zip(key) {
             match (column, value) {
@@ -303,6 +455,7 @@ impl Columns {
                 }
             }
         }
+        arrays.extend(self.typed.iter_mut().map(TypedColumn::finish));
         arrays
     }
 }

@@ -98,7 +98,7 @@ impl TypedColumns {
     /// The values of `document`'s columns in column order (rules 1–4): `stores` says whether
     /// the database holds a converted value (rule 2), `key` describes the record's key for
     /// messages. `Err` is the message of a failed record.
-    pub(crate) fn values(
+    pub fn values(
         &self,
         document: &str,
         stores: impl Fn(&ColumnValue) -> bool,

@@ -139,3 +139,120 @@ fn a_key_attribute_named_like_an_added_column_is_refused() {
         .is_ok()
     );
 }
+
+fn typed_columns(on_mismatch: ddbpipe_keyed::OnMismatch) -> TypedColumns {
+    let column = |name: &str, path: &str, kind: ColumnType| ddbpipe_keyed::ColumnSpec {
+        name: name.into(),
+        path: ddbpipe_value::ColumnPath::parse(path).unwrap(),
+        kind,
+        time_format: ddbpipe_keyed::TimeFormat::default(),
+    };
+    TypedColumns::new(
+        vec![
+            column("total", "total", ColumnType::Numeric),
+            column("qty", "qty", ColumnType::Bigint),
+            column("paid", "paid", ColumnType::Boolean),
+            column("at", "at", ColumnType::Timestamptz),
+            column("city", "address.city", ColumnType::Text),
+        ],
+        ValueFormat::Plain,
+        on_mismatch,
+    )
+}
+
+#[test]
+fn typed_columns_follow_the_others_with_their_arrow_types_and_exact_values() {
+    let shape = Shape::typed(
+        key(),
+        ValueFormat::Plain,
+        Records::Envelopes,
+        false,
+        Some(typed_columns(ddbpipe_keyed::OnMismatch::Null)),
+    )
+    .unwrap();
+    let names: Vec<_> = shape
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pk",
+            "n",
+            "op",
+            "sequence_number",
+            "event_time",
+            "shard_id",
+            "document",
+            "total",
+            "qty",
+            "paid",
+            "at",
+            "city"
+        ]
+    );
+    let big = "1234567890123456789012345678901234567.8";
+    let upsert = format!(
+        r#"{{"op":"u","key":{{"pk":"a","n":1}},"after":{{"pk":"a","n":1,"total":{big},"qty":"7","paid":true,"at":"2024-05-01T12:30:00.5Z","address":{{"city":"Oslo"}}}},"shard_id":"s","sequence_number":"1","ts_ms":0}}"#
+    );
+    let delete = r#"{"op":"d","key":{"pk":"a","n":1},"after":null,"shard_id":"s","sequence_number":"2","ts_ms":0}"#;
+    let mismatch = r#"{"op":"c","key":{"pk":"b","n":2},"after":{"pk":"b","n":2,"qty":1.5},"shard_id":"s","sequence_number":"3","ts_ms":0}"#;
+    let parts = shape
+        .parts(&batch(&[&upsert, delete, mismatch], None))
+        .unwrap();
+    let rows = &parts[0].rows;
+    assert_eq!(rows.column(7).as_string::<i32>().value(0), big);
+    assert_eq!(
+        rows.column(8)
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .value(0),
+        7
+    );
+    assert!(rows.column(9).as_boolean().value(0));
+    let at = rows
+        .column(10)
+        .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    assert_eq!(at.value(0), 1_714_566_600_500_000);
+    assert_eq!(rows.column(11).as_string::<i32>().value(0), "Oslo");
+    assert!(
+        (7..12).all(|c| rows.column(c).is_null(1)),
+        "a delete's are null"
+    );
+    assert!(rows.column(8).is_null(2), "1.5 is no bigint: null");
+    // Under fail the batch fails naming the record and its key.
+    let failing = Shape::typed(
+        key(),
+        ValueFormat::Plain,
+        Records::Envelopes,
+        false,
+        Some(typed_columns(ddbpipe_keyed::OnMismatch::Fail)),
+    )
+    .unwrap();
+    let problem = failing.parts(&batch(&[mismatch], None)).unwrap_err();
+    assert!(
+        problem.contains("{pk=b, n=2}") && problem.contains("'qty'"),
+        "{problem}"
+    );
+    // A typed column may not take a name the sink uses.
+    let clash = ddbpipe_keyed::ColumnSpec {
+        name: "op".into(),
+        path: ddbpipe_value::ColumnPath::parse("op").unwrap(),
+        kind: ColumnType::Text,
+        time_format: ddbpipe_keyed::TimeFormat::default(),
+    };
+    let refused = Shape::typed(
+        key(),
+        ValueFormat::Plain,
+        Records::Envelopes,
+        false,
+        Some(TypedColumns::new(
+            vec![clash],
+            ValueFormat::Plain,
+            ddbpipe_keyed::OnMismatch::Null,
+        )),
+    )
+    .unwrap_err();
+    assert!(refused.contains("typed column 'op'"), "{refused}");
+}

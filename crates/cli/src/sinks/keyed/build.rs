@@ -10,7 +10,7 @@ use ddbpipe_keyed::{
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 
-use super::columns::{ColumnConfig, Dialect};
+use super::columns::Dialect;
 use super::{KeyedConfig, PostgresConfig};
 use ddbpipe_source::config::SourceConfig;
 
@@ -233,11 +233,7 @@ pub fn table_spec(
         key,
         document_column: keyed.document_column.clone(),
         // Loading the file read every column (it does not load otherwise).
-        columns: keyed
-            .columns
-            .iter()
-            .filter_map(ColumnConfig::spec)
-            .collect(),
+        columns: super::columns::specs(&keyed.columns),
         document_type,
         create_table: keyed.create_table,
     })

@@ -40,13 +40,13 @@ pub(super) const DOCUMENT_COLUMN: Field = defaulted(
     "The column holding the item as JSON; null: no document column, only the key and the \
      typed columns are stored.",
 );
-pub(super) const COLUMNS: Field = optional(
+pub(crate) const COLUMNS: Field = optional(
     "columns",
     Shape::List(COLUMN),
     "Typed columns beside the key and the document: {name, path, type, format?} each, the \
      value read from the item at path.",
 );
-pub(super) const ON_TYPE_MISMATCH: Field = defaulted(
+pub(crate) const ON_TYPE_MISMATCH: Field = defaulted(
     "on_type_mismatch",
     of::<Option<OnMismatch>>(),
     || json!(OnMismatch::Null.name()),
@@ -117,12 +117,24 @@ fn read_column(f: &mut Fields<'_>) -> ColumnConfig {
 /// explicit null), the columns and the mismatch policy.
 pub(super) fn read(f: &mut Fields<'_>) -> (Option<String>, Vec<ColumnConfig>, OnMismatch) {
     let document_column = f.or("document_column", Some(DEFAULT_DOCUMENT_COLUMN.to_string()));
+    let (columns, on_mismatch) = read_typed(f);
+    (document_column, columns, on_mismatch)
+}
+
+/// The typed columns and the mismatch policy: the keyed sinks' and the lake's.
+pub(crate) fn read_typed(f: &mut Fields<'_>) -> (Vec<ColumnConfig>, OnMismatch) {
     let columns = f.list("columns", read_column);
     // YAML `null` is the `null` policy too.
     let on_mismatch = f
         .or("on_type_mismatch", Some(OnMismatch::Null))
         .unwrap_or_default();
-    (document_column, columns, on_mismatch)
+    (columns, on_mismatch)
+}
+
+/// The typed columns of a sink's config as the readers take them (entries that did not read
+/// were reported when the file was loaded).
+pub(crate) fn specs(columns: &[ColumnConfig]) -> Vec<ColumnSpec> {
+    columns.iter().filter_map(ColumnConfig::spec).collect()
 }
 
 /// Which database a name is for: the rules differ (rule 2).
@@ -132,6 +144,8 @@ pub enum Dialect {
     Sqlite,
     /// PostgreSQL: names compare as written, at most 63 bytes.
     Postgres,
+    /// Parquet: names compare as written.
+    Lake,
 }
 
 impl Dialect {
@@ -139,13 +153,13 @@ impl Dialect {
     pub fn same_name(self, a: &str, b: &str) -> bool {
         match self {
             Dialect::Sqlite => a.eq_ignore_ascii_case(b),
-            Dialect::Postgres => a == b,
+            Dialect::Postgres | Dialect::Lake => a == b,
         }
     }
 }
 
 /// Rules 1–2 for the columns of a keyed sink writing to `dialect`, with `document_column`.
-pub(super) fn validate(
+pub(crate) fn validate(
     dialect: Dialect,
     document_column: Option<&str>,
     columns: &[ColumnConfig],

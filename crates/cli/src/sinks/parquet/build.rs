@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
+use ddbpipe_keyed::TypedColumns;
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
 use ddbpipe_lake::rows::Shape;
@@ -79,7 +80,19 @@ pub fn open_parquet(
         .iter()
         .map(|k| (k.name.clone(), k.key_type))
         .collect();
-    let shape = Shape::new(key, target.source.value_format, records, before).map_err(|p| {
+    let typed = TypedColumns::new(
+        crate::sinks::keyed::columns::specs(&parquet.columns),
+        target.source.value_format,
+        parquet.on_type_mismatch,
+    );
+    let shape = Shape::typed(
+        key,
+        target.source.value_format,
+        records,
+        before,
+        Some(typed),
+    )
+    .map_err(|p| {
         Failure::usage(anyhow!(
             "config error: sink.type: table '{}': {p}",
             table.name

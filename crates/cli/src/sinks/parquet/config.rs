@@ -1,13 +1,18 @@
 //! The parquet sink's section: `{type: parquet, path, s3_region, s3_endpoint_url,
-//! target_file_mb, commit_interval_secs}` (docs/sinks.md §7.10).
+//! target_file_mb, commit_interval_secs, columns, on_type_mismatch}` (docs/sinks.md §7.10;
+//! the typed columns as the keyed sinks', §7.9).
 
 use std::path::Path;
 
+use ddbpipe_keyed::OnMismatch;
 use ddbpipe_lake::objects::Location;
 use ddbpipe_source::config::ConfigError;
 use ddbpipe_source::endpoint::EndpointUrl;
 use serde_json::json;
 
+use crate::sinks::keyed::columns::{
+    self, COLUMNS, ColumnConfig, DEFAULT_DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH,
+};
 use crate::yaml::fields::Fields;
 use crate::yaml::schema::{Field, defaulted, of, optional, required};
 
@@ -47,6 +52,8 @@ pub(crate) static FIELDS: &[Field] = &[
         "Commit what was written at least this often (a commit also happens when a file rolls \
          and when the run stops); 0: after every batch.",
     ),
+    COLUMNS,
+    ON_TYPE_MISMATCH,
 ];
 
 /// The `parquet` sink (docs/sinks.md §7.10).
@@ -62,11 +69,18 @@ pub struct ParquetConfig {
     pub target_file_mb: u32,
     /// Commit at least this often, seconds.
     pub commit_interval_secs: u32,
+    /// The typed columns beside the key and the document (docs/sinks.md §7.9).
+    pub columns: Vec<ColumnConfig>,
+    /// What a value that does not fit its column does.
+    pub on_type_mismatch: OnMismatch,
 }
 
 /// Reads the parquet sink's keys.
 pub(crate) fn read(f: &mut Fields<'_>) -> ParquetConfig {
+    let (columns, on_type_mismatch) = columns::read_typed(f);
     ParquetConfig {
+        columns,
+        on_type_mismatch,
         path: f.required::<String>("path").unwrap_or_default(),
         s3_region: f.get("s3_region"),
         s3_endpoint_url: f.get("s3_endpoint_url"),
@@ -87,6 +101,12 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
             "a data file must be allowed at least 1 MiB",
         ));
     }
+    columns::validate(
+        Dialect::Lake,
+        Some(DEFAULT_DOCUMENT_COLUMN),
+        &parquet.columns,
+        errors,
+    );
 }
 
 /// A relative directory is relative to the pipeline file's directory.
