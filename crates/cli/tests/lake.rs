@@ -378,7 +378,8 @@ fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
     assert!(!read.commits.is_empty());
 }
 
-/// Rule 1 of `rows`: binary keys stay bytes and 38-digit number keys keep every digit.
+/// Rule 1 of `rows`: binary keys stay bytes and 38-digit number keys keep every digit; an item
+/// near 400 KB is stored whole.
 #[test]
 fn binary_and_38_digit_keys_are_kept_exactly() {
     let running = Emulator::Dynoxide.start();
@@ -409,6 +410,8 @@ fn binary_and_38_digit_keys_are_kept_exactly() {
             AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![7])),
         ),
         ("n", AttributeValue::N(format!("-{big}E+87"))),
+        // An item near DynamoDB's 400 KB limit.
+        ("text", AttributeValue::S("x".repeat(399_000))),
     ]));
     running.put_items("blobs", items);
     let pipeline = Pipeline::new("blobs", &running.endpoint, "table_name: blobs");
@@ -441,6 +444,12 @@ fn binary_and_38_digit_keys_are_kept_exactly() {
     // DynamoDB's own text of the number: every digit, the exponent spelled out.
     let spelled = format!("-{big}{}", "0".repeat(87));
     assert!(keys.contains(&("Bw==".to_string(), spelled)), "{keys:?}");
+    assert!(
+        read.rows
+            .iter()
+            .any(|r| r["document"].as_str().unwrap().len() > 399_000),
+        "the 400 KB item is whole"
+    );
     // The document keeps the exact number too.
     assert!(read.rows.iter().any(|r| {
         r["document"]
@@ -572,4 +581,115 @@ fn typed_columns_are_read_back_with_their_types_and_exact_values() {
         }
     }
     drop(running);
+}
+
+/// Rule 2 and `CheckpointStore::commit_held`: a run stopped by SIGTERM commits what it holds
+/// (a commit interval of an hour never came), and the next run goes on from there, writing
+/// nothing twice.
+#[test]
+fn a_stop_by_signal_commits_what_the_run_holds() {
+    let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                  value_format: typed\nbatch_size: 20\nfollow: true";
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        source,
+        0,
+        None,
+        "  commit_interval_secs: 3600\n",
+    );
+    for i in 0..30 {
+        running.put_pk("orders", &format!("k{i:03}"), "1");
+    }
+    let child = common::spawn_run(&pipeline.config);
+    let lake = pipeline.dir.path().join("lake");
+    // Its first commit is its start position; then it reads the changes and holds them.
+    assert!(common::wait_for(Duration::from_secs(30), || {
+        read_dir(&lake).commits.len() == 1
+    }));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(read_dir(&lake).rows.is_empty(), "held, not committed yet");
+    common::sigterm(&child);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let read = read_dir(&lake);
+    assert_eq!(read.rows.len(), 30, "committed at the stop");
+    for i in 30..40 {
+        running.put_pk("orders", &format!("k{i:03}"), "1");
+    }
+    pipeline.write_with_sink(
+        "lake",
+        &running.endpoint,
+        &source.replace("follow: true", "idle_termination_secs: 2"),
+        &parquet_sink(lake.to_str().unwrap(), "  commit_interval_secs: 3600\n"),
+    );
+    let again = run(&pipeline);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let read = read_dir(&lake);
+    assert_eq!(change_records(&read.rows).len(), 40);
+    assert!(change_records(&read.rows).values().all(|n| *n == 1));
+}
+
+/// `commits` rule 3 on S3: two runs of one pipeline at once — the second to commit a number
+/// stops (S3's conditional write refused it), and what was committed is still every change
+/// once.
+#[test]
+fn of_two_runs_into_one_s3_location_the_second_to_commit_stops() {
+    let s3 = Emulator::Moto.start();
+    python(&["mkbucket", &s3.endpoint, "lake"]);
+    let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                  value_format: typed\nbatch_size: 20\nfollow: true";
+    let extra = format!(
+        "  commit_interval_secs: 1\n  s3_endpoint_url: {}\n",
+        s3.endpoint
+    );
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        source,
+        0,
+        Some("s3://lake/orders/"),
+        &extra,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(&running), 0x2931, 200, Arc::clone(&stop));
+    let mut first = common::spawn_run(&pipeline.config);
+    let mut second = common::spawn_run(&pipeline.config);
+    let mut fenced = None;
+    assert!(
+        common::wait_for(Duration::from_secs(60), || {
+            for (which, child) in [(1, &mut first), (2, &mut second)] {
+                if let Ok(Some(status)) = child.try_wait() {
+                    fenced = Some((which, status));
+                    return true;
+                }
+            }
+            false
+        }),
+        "one of the two runs stops"
+    );
+    let (which, status) = fenced.unwrap();
+    let (stopped, survivor) = if which == 1 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(status.code(), Some(1));
+    let said = stderr(&stopped.wait_with_output().unwrap());
+    assert!(
+        said.contains("committed to s3://lake/orders/ first"),
+        "{said}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    common::sigterm(&survivor);
+    let output = survivor.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    pipeline.write_with_sink(
+        "lake",
+        &running.endpoint,
+        &source.replace("follow: true", "idle_termination_secs: 2"),
+        &parquet_sink("s3://lake/orders/", &extra),
+    );
+    let last = run(&pipeline);
+    assert_eq!(last.status.code(), Some(0), "{}", stderr(&last));
+    assert_changelog_exact(&read_s3(&s3.endpoint, "lake", "orders/"), &running);
 }
