@@ -136,6 +136,62 @@ mod sqlite {
         assert_mirrored(&running, &destination, &["orders", "customers"]);
     }
 
+    /// docs/config.md §1.5 rule 4: when every table fails with a config error (here: streams
+    /// without new images, which a mirror needs), the run exits 2 as a bad file does; a
+    /// runtime failure among them makes it 1.
+    #[test]
+    fn every_table_failing_on_its_config_exits_2_and_a_runtime_failure_makes_it_1() {
+        let running = Emulator::Dynoxide.start();
+        for table in ["keys_a", "keys_b"] {
+            running.create_pk_table(table, Some(StreamViewType::KeysOnly));
+        }
+        let (pipeline, _) = mirror(&running, Target::Sqlite, &["keys_a", "keys_b"], "");
+        let output = run(&pipeline);
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{said}");
+        assert!(said.contains("2 of 2 tables failed"), "{said}");
+        let (pipeline, _) = mirror(&running, Target::Sqlite, &["keys_a", "missing_table"], "");
+        let output = run(&pipeline);
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{said}");
+        assert!(said.contains("2 of 2 tables failed"), "{said}");
+    }
+
+    /// docs/config.md §1.5 rule 2: a table taken off the list keeps its position: the runs
+    /// without it leave its state as it was, and put back it goes on from there.
+    #[test]
+    fn a_table_taken_off_the_list_keeps_its_position() {
+        let running = Emulator::Dynoxide.start();
+        seed(&running, "orders", 10);
+        seed(&running, "customers", 10);
+        let (pipeline, destination) =
+            mirror(&running, Target::Sqlite, &["orders", "customers"], "");
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let kept = destination.state("sync:customers");
+        assert!(!kept.is_empty());
+        let sink = destination.sink_yaml();
+        let only_orders = "tables: [orders]
+mode: mirror
+idle_termination_secs: 1
+                           value_format: typed
+";
+        pipeline.write_with_sink("sync", &running.endpoint, only_orders, &sink);
+        running.put_pk("orders", "orders-new", "1");
+        running.put_pk("customers", "customers-new", "1");
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_eq!(destination.state("sync:customers"), kept, "untouched");
+        assert!(!destination.items("customers").contains_key("customers-new"));
+        let both = only_orders.replace("[orders]", "[orders, customers]");
+        pipeline.write_with_sink("sync", &running.endpoint, &both, &sink);
+        let output = run(&pipeline);
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{said}");
+        assert_mirrored(&running, &destination, &["orders", "customers"]);
+        assert_ne!(destination.state("sync:customers"), kept, "it went on");
+    }
+
     /// SIGKILL in the middle of the snapshots: the next run resumes each table from its own
     /// committed position and every destination table ends equal to its table.
     #[test]
