@@ -14,16 +14,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use common::keyed::{self, normalize_sets};
-use common::writer::{Writer, start_writer};
+use common::writer::{Writer, killed_under_writes};
 use common::{Emulator, Pipeline, Running, rt, stderr, stdout};
 
 /// The brokers of the test run (a test fails without them, naming the variable).
@@ -219,7 +216,7 @@ fn orders_into_kafka(
 
 /// Runs the pipeline under a writer, SIGKILLs it `kills` times at random points, then lets a
 /// last run finish; returns the topic's committed view.
-fn killed_under_writes(
+fn killed_then_committed(
     brokers: &str,
     running: &Arc<Running>,
     pipeline: &Pipeline,
@@ -227,19 +224,7 @@ fn killed_under_writes(
     kills: usize,
     seed: u64,
 ) -> Vec<Vec<Event>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
-    let mut rng = StdRng::seed_from_u64(seed);
-    for attempt in 0..kills {
-        let mut child = common::spawn_logged(pipeline, attempt);
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..2500)));
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
-    let output = run(pipeline);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    killed_under_writes(running, pipeline, kills, seed, 300..2500);
     committed(brokers, topic)
 }
 
@@ -253,7 +238,7 @@ const STREAMS: &str = "table_name: orders\nmode: streams\nstart_position: trim_h
 fn a_streams_pipeline_killed_anywhere_delivers_every_change_exactly_once() {
     let brokers = brokers();
     let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "exactly_once", 0);
-    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 6, 0x27);
+    let view = killed_then_committed(&brokers, &running, &pipeline, &topic, 6, 0x27);
     let delivered = change_records(&view);
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
@@ -291,7 +276,7 @@ fn a_mirror_killed_anywhere_converges_with_each_change_once() {
                   page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2\n\
                   resnapshot_deletes: false";
     let (running, pipeline, topic) = orders_into_kafka(&brokers, source, "exactly_once", 300);
-    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 5, 0x2727);
+    let view = killed_then_committed(&brokers, &running, &pipeline, &topic, 5, 0x2727);
     let delivered = change_records(&view);
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
@@ -317,7 +302,7 @@ fn a_mirror_killed_anywhere_converges_with_each_change_once() {
 fn at_least_once_killed_anywhere_loses_nothing() {
     let brokers = brokers();
     let (running, pipeline, topic) = orders_into_kafka(&brokers, STREAMS, "at_least_once", 0);
-    let view = killed_under_writes(&brokers, &running, &pipeline, &topic, 4, 0x5);
+    let view = killed_then_committed(&brokers, &running, &pipeline, &topic, 4, 0x5);
     let got: BTreeSet<_> = change_records(&view).into_keys().collect();
     let expected = stream_records(&running);
     let missing: Vec<_> = expected.difference(&got).collect();

@@ -20,12 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType, StreamViewType};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 use common::keyed::{self, normalize_sets};
-use common::writer::{Writer, start_writer};
+use common::writer::{Writer, killed_under_writes, start_writer};
 use common::{Emulator, Pipeline, Running, stderr, stdout};
 
 /// What pyarrow read.
@@ -215,24 +213,6 @@ fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Runs the pipeline under a writer, SIGKILLs it `kills` times at random points, then lets a
-/// last run finish.
-fn killed_under_writes(running: &Arc<Running>, pipeline: &Pipeline, kills: usize, seed: u64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
-    let mut rng = StdRng::seed_from_u64(seed);
-    for attempt in 0..kills {
-        let mut child = common::spawn_logged(pipeline, attempt);
-        std::thread::sleep(Duration::from_millis(rng.random_range(500..3000)));
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
-    let output = run(pipeline);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-}
-
 /// The changelog's exactly-once rules on what pyarrow read: no stream record twice, none
 /// missing, none that is not in the stream, and the replay equal to the table.
 fn assert_changelog_exact(read: &Read, running: &Running) {
@@ -317,7 +297,7 @@ fn a_streams_run_killed_anywhere_commits_every_change_exactly_once() {
         None,
         "  commit_interval_secs: 1\n",
     );
-    killed_under_writes(&running, &pipeline, 6, 0x29);
+    killed_under_writes(&running, &pipeline, 6, 0x29, 500..3000);
     let lake = pipeline.dir.path().join("lake");
     let read = read_dir(&lake);
     assert!(!read.rows.is_empty());
@@ -359,7 +339,7 @@ fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
             s3.endpoint
         ),
     );
-    killed_under_writes(&running, &pipeline, 4, 0x2929);
+    killed_under_writes(&running, &pipeline, 4, 0x2929, 500..3000);
     let read = read_s3(&s3.endpoint, "lake", "dynamodb/orders/");
     assert_changelog_exact(&read, &running);
     assert_eq!(

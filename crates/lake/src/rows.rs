@@ -22,7 +22,6 @@
 //! 6. A record that cannot become a row fails the batch, named by its event id and shard (or
 //!    its start), never by a value: nothing of the batch is written.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -35,8 +34,8 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use ddbpipe_keyed::{ColumnType, ColumnValue, KeyType, KeyValue, TypedColumns};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::envelope::EnvelopeFields;
 use ddbpipe_value::ValueFormat;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// Milliseconds in a day, for the day of an `event_time`.
@@ -223,15 +222,9 @@ impl Shape {
         read_ms: Option<i64>,
         days: &mut BTreeMap<Option<i64>, Columns>,
     ) -> Result<(), String> {
-        let envelope: Envelope<'_> =
-            serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
-        let record = || {
-            format!(
-                "record {} in {}",
-                envelope.event_id.as_deref().unwrap_or("?"),
-                envelope.shard_id.as_deref().unwrap_or("the snapshot")
-            )
-        };
+        let envelope =
+            EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        let record = || envelope.record();
         let raw = present(envelope.key).ok_or_else(|| format!("{} has no key", record()))?;
         let found = ddbpipe_value::key_attributes(raw.get(), &self.key, |(name, _)| name.as_str())
             .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
@@ -458,27 +451,6 @@ impl Columns {
         arrays.extend(self.typed.iter_mut().map(TypedColumn::finish));
         arrays
     }
-}
-
-/// The fields of an envelope the lake sinks read (docs/streams.md §4.1).
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    op: Cow<'a, str>,
-    #[serde(borrow, default)]
-    key: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    after: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    before: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    event_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    shard_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    sequence_number: Option<Cow<'a, str>>,
-    #[serde(default)]
-    ts_ms: Option<i64>,
 }
 
 /// The start of a record for messages.

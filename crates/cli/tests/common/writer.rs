@@ -144,3 +144,28 @@ pub fn start_writer(
         writes
     })
 }
+
+/// Runs `pipeline` under a writer of `running`'s `orders` (seeded `seed`, 200 keys), SIGKILLs
+/// it `kills` times, each after a random pause in `pause_ms`, then lets a last run finish
+/// (exit 0): what an exactly-once destination holds afterwards is judged by the caller.
+pub fn killed_under_writes(
+    running: &Arc<Running>,
+    pipeline: &super::Pipeline,
+    kills: usize,
+    seed: u64,
+    pause_ms: std::ops::Range<u64>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(Arc::clone(running), seed, 200, Arc::clone(&stop));
+    let mut rng = StdRng::seed_from_u64(seed);
+    for attempt in 0..kills {
+        let mut child = super::spawn_logged(pipeline, attempt);
+        std::thread::sleep(Duration::from_millis(rng.random_range(pause_ms.clone())));
+        child.kill().expect("SIGKILL the run");
+        child.wait().expect("the killed run is reaped");
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("the writer ends");
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", super::stderr(&output));
+}

@@ -8,8 +8,8 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::envelope::EnvelopeFields;
 use ddbpipe_value::ValueFormat;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::KeyedSink;
@@ -121,15 +121,9 @@ impl KeyedSink {
         read_ms: Option<i64>,
         repair: Option<i64>,
     ) -> Result<RowChange, String> {
-        let envelope: Envelope<'_> =
-            serde_json::from_str(text).map_err(|e| format!("record is not an envelope: {e}"))?;
-        let record = || {
-            format!(
-                "record {} in {}",
-                envelope.event_id.as_deref().unwrap_or("?"),
-                envelope.shard_id.as_deref().unwrap_or("the snapshot")
-            )
-        };
+        let envelope =
+            EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        let record = || envelope.record();
         let key = || -> Result<Vec<KeyValue>, String> {
             let raw = envelope
                 .key
@@ -212,25 +206,6 @@ impl KeyedSink {
             })
             .collect()
     }
-}
-
-/// The fields of an envelope a keyed sink reads.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    op: Cow<'a, str>,
-    #[serde(borrow, default)]
-    key: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    after: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    event_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    shard_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    sequence_number: Option<Cow<'a, str>>,
-    #[serde(default)]
-    ts_ms: Option<i64>,
 }
 
 /// Records below which a batch is converted on one thread: a thread costs tens of µs.

@@ -28,7 +28,10 @@
 //! and cannot be skipped either (its position would be lost): an [`EnvelopeError`] is definite
 //! and stops the run. It is detected before anything is written, so the buffer is unchanged.
 
+mod fields;
 mod record;
+
+pub use fields::EnvelopeFields;
 
 use std::borrow::Cow;
 
