@@ -673,3 +673,37 @@ fn of_two_runs_into_one_s3_location_the_second_to_commit_stops() {
     assert_eq!(last.status.code(), Some(0), "{}", stderr(&last));
     assert_changelog_exact(&read_s3(&s3.endpoint, "lake", "orders/"), &running);
 }
+
+/// docs/config.md §1.5 with §7.10: a file of two tables writes each into its own location
+/// (`{table}` in the path), each with its own commit log and run directory.
+#[test]
+fn two_tables_go_into_locations_of_their_own() {
+    let running = Emulator::Dynoxide.start();
+    for (table, count) in [("orders", 12), ("customers", 7)] {
+        running.create_pk_table(table, None);
+        for i in 0..count {
+            running.put_pk(table, &format!("{table}-{i}"), "1");
+        }
+    }
+    let pipeline = Pipeline::new("two", &running.endpoint, "table_name: unused");
+    let lake = pipeline.dir.path().join("lake");
+    pipeline.write_with_sink(
+        "two",
+        &running.endpoint,
+        "tables: [orders, customers]",
+        &parquet_sink(&format!("{}/{{table}}", lake.display()), ""),
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for (table, count) in [("orders", 12), ("customers", 7)] {
+        let read = read_dir(&lake.join(table));
+        assert_eq!(read.manifests.len(), 1, "{table}");
+        let manifest = read.manifests.values().next().unwrap();
+        assert_eq!(manifest["rows"], count, "{table}");
+        assert_eq!(manifest["pipeline"], format!("two:{table}"));
+        assert!(
+            read.rows.iter().all(|r| pk(r).starts_with(table)),
+            "{table}"
+        );
+    }
+}
