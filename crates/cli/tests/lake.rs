@@ -707,3 +707,21 @@ fn two_tables_go_into_locations_of_their_own() {
         );
     }
 }
+
+/// `check` refuses what `run` refuses: a typed column named like a key attribute.
+#[test]
+fn check_and_run_refuse_a_typed_column_named_like_the_key() {
+    let (_running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        "table_name: orders",
+        3,
+        None,
+        "  columns:\n    - {name: pk, path: v, type: text}\n",
+    );
+    for command in [&["check"][..], &["run", "--progress", "never"][..]] {
+        let output = pipeline.ddbpipe(command);
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert_ne!(output.status.code(), Some(0), "{command:?}: {said}");
+        assert!(said.contains("typed column 'pk'"), "{command:?}: {said}");
+    }
+}

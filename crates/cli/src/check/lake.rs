@@ -1,21 +1,35 @@
-//! `check`'s probe of a lake sink (docs/sinks.md §7.10): the location takes a file and lets it
-//! be deleted again (a file under `_ddbpipe/`, gone afterwards). Its commit log is read by the
-//! position probe.
+//! `check`'s probe of a lake sink (docs/sinks.md §7.10): the columns `run` would write (a name
+//! taken twice is refused), and the location takes a file and lets it be deleted again (a file
+//! under `_ddbpipe/`, gone afterwards). Its commit log is read by the position probe.
 
 use std::time::Duration;
 
 use super::{Probes, Status};
 use crate::config::PipelineConfig;
 use crate::sinks::ParquetConfig;
-use crate::sinks::parquet::objects;
+use crate::sinks::parquet::{objects, shape};
+use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::api::TableDescription;
 
 /// Adds the `sink` probe of a parquet sink.
 pub(super) async fn probe_parquet(
     config: &PipelineConfig,
     parquet: &ParquetConfig,
+    table: Option<&TableDescription>,
     timeout: Duration,
     probes: &mut Probes,
 ) {
+    if let Some(table) = table {
+        let records = if config.source.mode.reads_stream() {
+            Records::Envelopes
+        } else {
+            Records::Items
+        };
+        if let Err(failure) = shape(parquet, config.target(), table, records) {
+            probes.add("sink", Status::Fail, format!("{failure:#}"));
+            return;
+        }
+    }
     let (sdk, ..) = crate::wiring::clients(&config.source, None).await;
     let objects = match objects(parquet, config.target(), &sdk) {
         Ok(objects) => objects,

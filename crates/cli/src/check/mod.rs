@@ -245,7 +245,7 @@ async fn probe(config: &PipelineConfig, config_path: &Path, timeout: Duration) -
             }
         }
         (SinkConfig::Parquet(parquet), Ok(())) => {
-            lake::probe_parquet(config, parquet, timeout, &mut probes).await;
+            lake::probe_parquet(config, parquet, table.as_ref(), timeout, &mut probes).await;
             probe_positions(config, &location, stream, timeout, &mut probes).await;
         }
         (SinkConfig::Sqlite(_) | SinkConfig::Postgres(_), Ok(())) => {

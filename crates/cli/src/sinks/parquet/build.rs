@@ -70,6 +70,18 @@ pub fn open_parquet(
             "internal error: a parquet sink needs the table's key schema"
         )));
     };
+    let shape = shape(parquet, target, table, records)?;
+    Ok(ParquetSink::open(settings(parquet, target, sdk, shape)?))
+}
+
+/// The columns of `parquet` for `table`'s records of `records` kind: what `run` opens with and
+/// `check` probes (a name taken twice is refused by both).
+pub fn shape(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    table: &TableDescription,
+    records: Records,
+) -> Result<Shape, Failure> {
     let before = table
         .stream
         .as_ref()
@@ -85,7 +97,7 @@ pub fn open_parquet(
         target.source.value_format,
         parquet.on_type_mismatch,
     );
-    let shape = Shape::typed(
+    Shape::typed(
         key,
         target.source.value_format,
         records,
@@ -94,11 +106,10 @@ pub fn open_parquet(
     )
     .map_err(|p| {
         Failure::usage(anyhow!(
-            "config error: sink.type: table '{}': {p}",
+            "config error: sink.columns: table '{}': {p}",
             table.name
         ))
-    })?;
-    Ok(ParquetSink::open(settings(parquet, target, sdk, shape)?))
+    })
 }
 
 /// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).

@@ -3,6 +3,6 @@
 mod build;
 mod config;
 
-pub use build::{location, objects, open_parquet, positions_reader};
+pub use build::{location, objects, open_parquet, positions_reader, shape};
 pub use config::ParquetConfig;
 pub(crate) use config::{FIELDS, anchor, read, validate};
