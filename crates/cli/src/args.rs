@@ -191,8 +191,8 @@ pub struct InitArgs {
     /// Write the pipeline here instead of stdout (refused if the file exists).
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// Typed columns of a sqlite or postgres sink: `auto` samples the table and writes the
-    /// `columns:` list it infers.
+    /// Typed columns of a sqlite, postgres or parquet sink: `auto` samples the table and
+    /// writes the `columns:` list it infers.
     #[arg(long, value_enum)]
     pub columns: Option<InitColumns>,
     /// Items `--columns auto` samples: one bounded Scan, at most a quarter of the table's
@@ -232,6 +232,8 @@ pub enum InitSink {
     Sqlite,
     /// A PostgreSQL database.
     Postgres,
+    /// Parquet files in a directory or on S3.
+    Parquet,
 }
 
 /// `state` subcommands.

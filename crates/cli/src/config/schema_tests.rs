@@ -332,7 +332,12 @@ fn init_texts() -> Vec<(String, String)> {
     };
     let mut outputs = Vec::new();
     for mode in [InitMode::Scan, InitMode::Streams, InitMode::Mirror] {
-        for sink in [InitSink::Jsonl, InitSink::Sqlite, InitSink::Postgres] {
+        for sink in [
+            InitSink::Jsonl,
+            InitSink::Sqlite,
+            InitSink::Postgres,
+            InitSink::Parquet,
+        ] {
             let args = InitArgs {
                 table: "orders".into(),
                 mode,
@@ -354,6 +359,7 @@ fn init_texts() -> Vec<(String, String)> {
             // `--columns auto`, from a sample of every kind of attribute.
             let dialect = match sink {
                 InitSink::Postgres => Dialect::Postgres,
+                InitSink::Parquet => Dialect::Lake,
                 _ => Dialect::Sqlite,
             };
             let inference = crate::init::infer(&sampled_items(), &["pk".to_string()], dialect);

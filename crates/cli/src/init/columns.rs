@@ -121,6 +121,10 @@ fn fits_bigint(value: &Value) -> bool {
     convert(value, ColumnType::Bigint, TimeFormat::default()).is_ok()
 }
 
+/// The columns the parquet sink adds to changes beside the key and the document
+/// (docs/sinks.md §7.10 rule 2).
+const LAKE_COLUMNS: [&str; 5] = ["op", "sequence_number", "event_time", "shard_id", "before"];
+
 /// Why `name` cannot be a column of its own (rule 6), given the names `taken` already.
 fn name_problem(name: &str, dialect: Dialect, taken: &[&str]) -> Option<String> {
     if let Some(problem) = unusable_name(dialect, name) {
@@ -128,6 +132,9 @@ fn name_problem(name: &str, dialect: Dialect, taken: &[&str]) -> Option<String> 
     }
     if dialect.same_name(name, DEFAULT_DOCUMENT_COLUMN) {
         return Some("the document column's name".to_string());
+    }
+    if dialect == Dialect::Lake && LAKE_COLUMNS.contains(&name) {
+        return Some("a column the parquet sink adds to changes".to_string());
     }
     if let Some(other) = taken.iter().find(|other| dialect.same_name(other, name)) {
         return Some(format!("SQLite takes it for column '{other}' (case aside)"));

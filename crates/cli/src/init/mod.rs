@@ -44,10 +44,11 @@ pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
         (None, _) => None,
         (Some(InitColumns::Auto), InitSink::Sqlite) => Some(Dialect::Sqlite),
         (Some(InitColumns::Auto), InitSink::Postgres) => Some(Dialect::Postgres),
+        (Some(InitColumns::Auto), InitSink::Parquet) => Some(Dialect::Lake),
         (Some(InitColumns::Auto), InitSink::Jsonl) => {
             return Err(Failure::usage(anyhow!(
-                "--columns auto writes typed columns of a table: it needs --sink sqlite or \
-                 --sink postgres"
+                "--columns auto writes typed columns of a table: it needs --sink sqlite, \
+                 postgres or parquet"
             )));
         }
     };
@@ -166,7 +167,9 @@ pub(crate) fn pipeline(
         out.push_str("  follow: true                     # until SIGINT/SIGTERM (or idle_termination_secs)\n");
         // A jsonl file cannot delete what vanished, so its resnapshot would need
         // `resnapshot_deletes: false`: a jsonl mirror keeps the default `on_gap: fail`.
-        if args.mode == InitMode::Mirror && args.sink != InitSink::Jsonl {
+        if args.mode == InitMode::Mirror
+            && matches!(args.sink, InitSink::Sqlite | InitSink::Postgres)
+        {
             out.push_str("  on_gap: resnapshot               # a gap rescans the table and deletes what vanished\n");
         }
         let view = table
@@ -205,6 +208,12 @@ pub(crate) fn pipeline(
                 "  url: \"postgres://app:${PGPASSWORD}@localhost:5432/app\"   # or libpq key=value; PG* variables fill in the rest\n",
             );
             out.push_str("  schema: public\n");
+        }
+        InitSink::Parquet => {
+            out.push_str("  type: parquet\n");
+            out.push_str(&format!(
+                "  path: {name}-lake                # a directory, or s3://bucket/prefix/{{table}}/\n"
+            ));
         }
     }
     if let Some(inference) = inference {

@@ -204,6 +204,9 @@ fn unusable_names_are_skipped_with_the_reason() {
             "64 bytes, PostgreSQL names are at most 63",
         ]
     );
+    // Parquet: no length limit, names as written.
+    let lake = skipped(Dialect::Lake);
+    assert_eq!(lake.len(), 2, "{lake:?}");
     // SQLite: no length limit, but `status` is `Status` there.
     let sqlite = skipped(Dialect::Sqlite);
     assert_eq!(sqlite.len(), 3, "{sqlite:?}");
@@ -214,6 +217,25 @@ fn unusable_names_are_skipped_with_the_reason() {
             "SQLite takes it for column 'Status' (case aside)".to_string()
         )
     );
+}
+
+#[test]
+fn the_columns_the_parquet_sink_adds_are_not_suggested_for_it() {
+    let rows = vec![vec![
+        ("op", s("a")),
+        ("event_time", s("b")),
+        ("opal", s("c")),
+    ]];
+    let inference = infer(&items(rows), &["pk".to_string()], Dialect::Lake);
+    let kept: Vec<&str> = inference
+        .attributes
+        .iter()
+        .filter_map(|inferred| match inferred {
+            Inferred::Column { name, .. } => Some(name.as_str()),
+            Inferred::Skipped { .. } => None,
+        })
+        .collect();
+    assert_eq!(kept, ["opal"]);
 }
 
 #[test]
