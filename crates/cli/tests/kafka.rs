@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::StreamViewType;
 use serde_json::Value;
 
 use common::keyed::{self, normalize_sets};
-use common::writer::{Writer, killed_under_writes};
+use common::writer::{Writer, killed_under_writes, stream_records};
 use common::{Emulator, Pipeline, Running, rt, stderr, stdout};
 
 /// The brokers of the test run (a test fails without them, naming the variable).
@@ -146,27 +146,6 @@ fn assert_in_order_per_key(partitions: &[Vec<Event>]) {
             last.insert(&event.key, order);
         }
     }
-}
-
-/// The stream's records read by a jsonl pipeline of their own, from the trim horizon.
-fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
-    let reader = Pipeline::new(
-        "independent",
-        &running.endpoint,
-        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
-    );
-    let output = reader.ddbpipe(&["run", "--progress", "never"]);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    reader
-        .records()
-        .into_iter()
-        .map(|line| {
-            (
-                line["shard_id"].as_str().unwrap().to_string(),
-                line["sequence_number"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 fn run(pipeline: &Pipeline) -> std::process::Output {

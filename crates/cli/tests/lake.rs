@@ -23,7 +23,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ScalarAttributeType, StreamViewTyp
 use serde_json::Value;
 
 use common::keyed::{self, normalize_sets};
-use common::writer::{Writer, killed_under_writes, start_writer};
+use common::writer::{Writer, killed_under_writes, start_writer, stream_records};
 use common::{Emulator, Pipeline, Running, stderr, stdout};
 
 /// What pyarrow read.
@@ -190,27 +190,6 @@ fn change_records(rows: &[Value]) -> BTreeMap<(String, String), usize> {
         *seen.entry(record).or_insert(0) += 1;
     }
     seen
-}
-
-/// The stream's records read by a jsonl pipeline of their own, from the trim horizon.
-fn stream_records(running: &Running) -> BTreeSet<(String, String)> {
-    let reader = Pipeline::new(
-        "independent",
-        &running.endpoint,
-        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
-    );
-    let output = run(&reader);
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    reader
-        .records()
-        .into_iter()
-        .map(|line| {
-            (
-                line["shard_id"].as_str().unwrap().to_string(),
-                line["sequence_number"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// The changelog's exactly-once rules on what pyarrow read: no stream record twice, none

@@ -309,16 +309,8 @@ static SNAPSHOT: &[Field] = &[
         of::<String>(),
         "The account id owning the bucket, when it is another account's.",
     ),
-    optional(
-        "s3_region",
-        of::<String>(),
-        "The bucket's region; unset: the source's region.",
-    ),
-    optional(
-        "s3_endpoint_url",
-        of::<EndpointUrl>(),
-        "An S3 endpoint, addressed path-style; unset: source.endpoint_url when set.",
-    ),
+    crate::sinks::parquet::S3_REGION,
+    crate::sinks::parquet::S3_ENDPOINT_URL,
     optional(
         "export_arn",
         of::<String>(),

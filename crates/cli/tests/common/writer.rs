@@ -169,3 +169,24 @@ pub fn killed_under_writes(
     let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
     assert_eq!(output.status.code(), Some(0), "{}", super::stderr(&output));
 }
+
+/// The records of `running`'s `orders` stream, `(shard, sequence number)`, read by a jsonl
+/// pipeline of their own from the trim horizon: what an exactly-once destination must hold
+/// once each.
+pub fn stream_records(running: &Running) -> std::collections::BTreeSet<(String, String)> {
+    let reader = super::Pipeline::new(
+        "independent",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
+    );
+    let output = reader.ddbpipe(&["run", "--progress", "never"]);
+    assert_eq!(output.status.code(), Some(0), "{}", super::stderr(&output));
+    reader
+        .records()
+        .into_iter()
+        .map(|line| {
+            let field = |name: &str| line[name].as_str().expect("a string field").to_string();
+            (field("shard_id"), field("sequence_number"))
+        })
+        .collect()
+}

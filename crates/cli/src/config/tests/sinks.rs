@@ -404,3 +404,27 @@ fn the_kafka_rules_name_the_field() {
         1
     );
 }
+
+/// The parquet sink's S3 endpoint may hold a password or a signature: a message about it names
+/// the key and the value's kind, never the value; the config's debug form hides it too.
+#[test]
+fn the_parquet_sinks_endpoint_is_a_secret() {
+    let said = errors(
+        "name: t\nsource: {table_name: o}\n\
+         sink: {type: parquet, path: 's3://b/p', s3_endpoint_url: [http://u:hunter22@minio:9000]}\n",
+    );
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("config error: sink.s3_endpoint_url:"),
+        "{said:?}"
+    );
+    assert!(!said[0].contains("hunter22"), "{said:?}");
+    let config = crate::config::parse(
+        "name: t\nsource: {table_name: o}\n\
+         sink: {type: parquet, path: 's3://b/p', s3_endpoint_url: 'http://u:hunter22@minio:9000'}\n",
+        std::path::Path::new("/conf"),
+        &|_: &str| None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!format!("{config:?}").contains("hunter22"));
+}

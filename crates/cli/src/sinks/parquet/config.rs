@@ -21,6 +21,21 @@ pub const DEFAULT_TARGET_FILE_MB: u32 = 128;
 /// `sink.commit_interval_secs` when unset.
 pub const DEFAULT_COMMIT_INTERVAL_SECS: u32 = 60;
 
+/// `s3_region` of an S3 location (`source.snapshot`, the parquet sink).
+pub(crate) const S3_REGION: Field = optional(
+    "s3_region",
+    of::<String>(),
+    "The bucket's region; unset: the source's region.",
+);
+
+/// `s3_endpoint_url` of an S3 location (`source.snapshot`, the parquet sink); a secret's
+/// place (`crate::yaml::fields`).
+pub(crate) const S3_ENDPOINT_URL: Field = optional(
+    "s3_endpoint_url",
+    of::<EndpointUrl>(),
+    "An S3 endpoint, addressed path-style; unset: source.endpoint_url when set.",
+);
+
 /// The keys of the parquet sink.
 pub(crate) static FIELDS: &[Field] = &[
     required(
@@ -29,16 +44,8 @@ pub(crate) static FIELDS: &[Field] = &[
         "Where the files go: s3://bucket/prefix/ or a local directory; {table} and {pipeline} \
          are filled in.",
     ),
-    optional(
-        "s3_region",
-        of::<String>(),
-        "The bucket's region; unset: the source's region.",
-    ),
-    optional(
-        "s3_endpoint_url",
-        of::<EndpointUrl>(),
-        "An S3 endpoint, addressed path-style; unset: source.endpoint_url when set.",
-    ),
+    S3_REGION,
+    S3_ENDPOINT_URL,
     defaulted(
         "target_file_mb",
         of::<u32>(),

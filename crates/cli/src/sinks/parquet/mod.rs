@@ -5,4 +5,4 @@ mod config;
 
 pub use build::{location, objects, open_parquet, positions_reader, shape};
 pub use config::ParquetConfig;
-pub(crate) use config::{FIELDS, anchor, read, validate};
+pub(crate) use config::{FIELDS, S3_ENDPOINT_URL, S3_REGION, anchor, read, validate};
