@@ -38,8 +38,8 @@ pub struct BenchPipeline {
 
 impl BenchPipeline {
     /// The pipeline reading `read` of the bench endpoint into `into`: the jsonl sink on
-    /// `/dev/null` without fsync (the reads' own cost), or a keyed sink. Batches are the
-    /// config's default size for the sink (1000 into jsonl, 5000 into a keyed sink).
+    /// `/dev/null` without fsync (the reads' own cost), a keyed, parquet or kafka sink. Batches
+    /// are the config's default size for the sink (1000 into jsonl, 5000 into a keyed sink).
     pub fn new(
         settings: &PhaseSettings,
         read: Read,
@@ -64,6 +64,11 @@ impl BenchPipeline {
                 "{type: jsonl, path: /dev/null, fsync: false}".to_string(),
                 "state: {path: state.json, flush_interval_ms: 1000}\n",
             ),
+            // The position in its commit log; `target_file_mb` and `commit_interval_secs` are
+            // the defaults.
+            Destination::Parquet { path } => {
+                (format!("{{type: parquet, path: '{}'}}", path.display()), "")
+            }
             Destination::Sqlite { path, columns } => (
                 format!(
                     "{{type: sqlite, path: '{}'{}}}",

@@ -254,10 +254,20 @@ fn a_sink_phase_that_leaves_the_wrong_rows_fails() {
     .expect("ready line");
     let ready: serde_json::Value = serde_json::from_str(&line).expect("JSON");
     let dir = tempfile::tempdir().expect("temp dir");
-    for (work, received, rows) in [("load", 30, 31), ("floor", 31, 31)] {
+    let sqlite = |work: &str| {
+        let path = dir.path().join(format!("{work}.db"));
+        serde_json::json!({"kind": "sqlite", "path": path})
+    };
+    let parquet = serde_json::json!({"kind": "parquet", "path": dir.path().join("parquet")});
+    for (work, destination, received, rows) in [
+        ("load", sqlite("load"), 30, 31),
+        ("floor", sqlite("floor"), 31, 31),
+        // The files read back hold the table's 30 rows, not 31.
+        ("load", parquet, 30, 31),
+    ] {
         let settings = serde_json::json!({
             "work": work,
-            "destination": {"kind": "sqlite", "path": dir.path().join(format!("{work}.db"))},
+            "destination": destination,
             "endpoint": format!("http://127.0.0.1:{}", ready["port"]),
             "received": received,
             "rows": rows,
@@ -361,6 +371,38 @@ fn assert_sink_figures(report: &serde_json::Value, kind: &str) {
     );
 }
 
+/// The load and the stream into parquet, each beside the same into jsonl (issue 29).
+fn assert_parquet_figures(report: &serde_json::Value) {
+    for kind in ["jsonl", "parquet"] {
+        let summary = &report["load"][kind]["ddbpipe"];
+        assert!(
+            summary["rows_per_sec"].as_f64().expect("rate") > 0.0,
+            "{kind}: {report}"
+        );
+        assert!(summary["cpu_us_per_row"].is_number(), "{kind}: {report}");
+        assert!(summary["peak_rss_mib"].is_number(), "{kind}: {report}");
+    }
+    assert!(
+        report["load"]["parquet"]["over_jsonl"]["cpu_us_per_row"].is_number(),
+        "{report}"
+    );
+    assert!(
+        report["stream"]["parquet"]["changes_per_sec"]
+            .as_f64()
+            .expect("rate")
+            > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["stream"]["over_jsonl"]["parquet"]["peak_rss"].is_number(),
+        "{report}"
+    );
+    assert!(
+        report["setup"]["parquet"]["fs_type"].is_string(),
+        "{report}"
+    );
+}
+
 #[test]
 fn the_sink_case_loads_sqlite_beside_its_floor_and_skips_postgres_without_a_server() {
     let (report, stderr) = sink_case(&["--sink", "both"], None);
@@ -375,6 +417,7 @@ fn the_sink_case_loads_sqlite_beside_its_floor_and_skips_postgres_without_a_serv
         "{report}"
     );
     assert_sink_figures(&report, "sqlite");
+    assert_parquet_figures(&report);
     assert!(report["load"].get("postgres").is_none(), "{report}");
     assert!(
         report["setup"]["postgres_skipped"]

@@ -4,9 +4,12 @@
 //! # Order
 //! At each concurrency and run: per keyed destination (SQLite, then PostgreSQL) the load and
 //! its floor, each into a fresh file or schema, in alternating order from run to run; the two
-//! tables are compared, then removed. Then the stream into each keyed destination, into jsonl
-//! and into Kafka (exactly once, at least once; when a broker is given), alternating too, each keyed one into a fresh file or schema, removed after its
-//! count. The bench server serves the table and the stream throughout.
+//! tables are compared, then removed. Then the load into jsonl (`/dev/null`) and into parquet
+//! (a fresh directory, removed after its count), alternating. Then the stream into each keyed
+//! destination, into jsonl, into parquet and into Kafka (exactly once, at least once; when a
+//! broker is given), alternating too, each keyed or parquet one into a fresh file, schema or
+//! directory, removed after its count. The bench server serves the table and the stream
+//! throughout.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -31,7 +34,7 @@ struct Bench<'a> {
     shards: u32,
     /// Rows a keyed table holds after the stream.
     stream_rows: u64,
-    /// Holds the SQLite files (removed at the end).
+    /// Holds the SQLite files and Parquet directories (removed at the end).
     dir: tempfile::TempDir,
     admin: Option<Admin>,
     postmaster: Option<u32>,
@@ -87,7 +90,7 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
     let dir = tempfile::Builder::new()
         .prefix("ddbpipe-bench-sink.")
         .tempdir()
-        .context("cannot create the directory of the SQLite files")?;
+        .context("cannot create the directory of the SQLite files and Parquet directories")?;
     let filesystem = Filesystem::of(dir.path())?;
     if !args.json {
         eprintln!(
@@ -128,11 +131,21 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
                     reports.push((concurrency, report));
                 }
             }
+            // The parquet load beside the jsonl load of the same table (issue 29: parquet ÷
+            // jsonl), the scan case's ddbpipe phase.
+            let mut lake = [Kind::Jsonl, Kind::Parquet];
+            if run % 2 == 1 {
+                lake.reverse();
+            }
+            for kind in lake {
+                let report = bench.load(kind, concurrency, run)?;
+                reports.push((concurrency, report));
+            }
             let mut order: Vec<Kind> = kinds
                 .iter()
                 .copied()
                 .chain(kinds.iter().filter_map(|kind| kind.typed()))
-                .chain([Kind::Jsonl])
+                .chain([Kind::Jsonl, Kind::Parquet])
                 .chain(kafka_kinds.iter().copied())
                 .collect();
             if run % 2 == 1 {
@@ -172,6 +185,7 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
             }),
             postgres: server_info.clone(),
             postgres_skipped: postgres_skipped.clone(),
+            parquet: Some(filesystem.clone()),
         };
         let summaries = report::summaries(&runs, &kinds);
         if args.json {
@@ -221,6 +235,11 @@ impl Bench<'_> {
                 })
             }
             Kind::Jsonl => Ok(Destination::Jsonl),
+            Kind::Parquet => {
+                let path = self.dir.path().join(name);
+                ensure!(!path.exists(), "{} exists already", path.display());
+                Ok(Destination::Parquet { path })
+            }
             Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => {
                 let brokers = self.kafka.clone().context("no Kafka broker to write to")?;
                 // Fresh topics for every phase: nothing to resume, nothing of another run.
@@ -266,6 +285,13 @@ impl Bench<'_> {
                 Some(admin) => admin.drop_schema(schema),
                 None => Ok(()),
             },
+            Destination::Parquet { path } => {
+                if path.exists() {
+                    std::fs::remove_dir_all(path)
+                        .with_context(|| format!("cannot remove {}", path.display()))?;
+                }
+                Ok(())
+            }
             // The broker's topics stay (an in-memory broker forgets them when it stops).
             Destination::Jsonl | Destination::Kafka { .. } => Ok(()),
         }
@@ -326,15 +352,16 @@ impl Bench<'_> {
         Ok(reports)
     }
 
-    /// ddbpipe's load alone into `kind` (a typed destination: the floor has no typed
-    /// columns to compare with).
+    /// ddbpipe's load alone into `kind`: a typed destination (the floor has no typed columns
+    /// to compare with), jsonl or parquet.
     fn load(
         &mut self,
         kind: Kind,
         concurrency: usize,
         run: u32,
     ) -> anyhow::Result<SinkPhaseReport> {
-        let destination = self.destination(kind, &format!("typed_c{concurrency}_r{run}"))?;
+        let name = format!("load_{}_c{concurrency}_r{run}", kind.name());
+        let destination = self.destination(kind, &name)?;
         let settings = SinkPhaseSettings {
             work: Work::Load,
             destination: destination.clone(),
@@ -343,7 +370,9 @@ impl Bench<'_> {
             rows: self.args.items,
             segments: self.args.segments,
             concurrency,
-            postmaster: self.postmaster.filter(|_| kind == Kind::PostgresTyped),
+            postmaster: self
+                .postmaster
+                .filter(|_| matches!(kind, Kind::Postgres | Kind::PostgresTyped)),
         };
         let report = self.phase(&settings, concurrency, run)?;
         self.remove(&destination)?;
@@ -375,7 +404,7 @@ impl Bench<'_> {
             postmaster: match kind {
                 Kind::Postgres | Kind::PostgresTyped => self.postmaster,
                 Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => self.kafka_pid,
-                Kind::Sqlite | Kind::SqliteTyped | Kind::Jsonl => None,
+                Kind::Sqlite | Kind::SqliteTyped | Kind::Jsonl | Kind::Parquet => None,
             },
         };
         let report = self.phase(&settings, concurrency, run)?;

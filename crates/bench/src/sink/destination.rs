@@ -59,7 +59,7 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
                 .with_context(|| format!("cannot connect to postgres {}", url.redacted()))?;
             Ok((Database::from(db.with_schema(schema)), table_spec(schema)))
         }
-        Destination::Jsonl | Destination::Kafka { .. } => {
+        Destination::Jsonl | Destination::Parquet { .. } | Destination::Kafka { .. } => {
             bail!("the {} sink has no database", destination.kind().name())
         }
     }
@@ -71,9 +71,10 @@ pub async fn open(destination: &Destination) -> anyhow::Result<(Database, TableS
 pub fn value_format(destination: &Destination, spec: &TableSpec) -> ValueFormat {
     match destination {
         Destination::Postgres { .. } => spec.document_type.value_format(ValueFormat::Plain),
-        Destination::Sqlite { .. } | Destination::Jsonl | Destination::Kafka { .. } => {
-            ValueFormat::Plain
-        }
+        Destination::Sqlite { .. }
+        | Destination::Jsonl
+        | Destination::Parquet { .. }
+        | Destination::Kafka { .. } => ValueFormat::Plain,
     }
 }
 

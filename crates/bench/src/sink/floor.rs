@@ -43,7 +43,7 @@ use futures_util::SinkExt as _;
 use super::destination::{self, keyed_sink, quote};
 use super::{Destination, PostgresUrl, ServerMeter, SinkPhaseSettings, Written};
 use crate::ddbpipe_client;
-use crate::procfs::{Measured, Meter};
+use crate::procfs::{self, Measured, Meter};
 
 /// The `_ddbpipe_updated_at` of every floor row.
 const UPDATED_AT: &str = "2025-01-01T00:00:00.000Z";
@@ -118,7 +118,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
     let measured = match &settings.destination {
         Destination::Sqlite { path, .. } => sqlite(path, &spec, &rows)?,
         Destination::Postgres { url, .. } => postgres(url, &spec, &rows).await?,
-        Destination::Jsonl | Destination::Kafka { .. } => {
+        Destination::Jsonl | Destination::Parquet { .. } | Destination::Kafka { .. } => {
             bail!(
                 "the {} sink has no floor",
                 settings.destination.kind().name()
@@ -126,6 +126,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         }
     };
     let server = ServerMeter::stop(server)?;
+    let peak_rss_kib = procfs::peak_rss_kib()?;
 
     let counted = db.count_rows(&spec).await?;
     Ok(Written {
@@ -133,6 +134,7 @@ pub async fn run(settings: &SinkPhaseSettings) -> anyhow::Result<Written> {
         rows: counted,
         measured,
         server,
+        peak_rss_kib,
         end: None,
     })
 }

@@ -1,6 +1,7 @@
 //! The sink case: ddbpipe loading the bench table into its keyed destinations (SQLite,
 //! PostgreSQL) beside each database's own floor on the identical rows, and reading the bench
-//! stream into them beside the jsonl sink, in the same bench run.
+//! stream into them beside the jsonl sink, in the same bench run; and the Parquet sink's load
+//! and stream beside the jsonl sink's (issue 29).
 //!
 //! # Phases
 //! Each phase runs in a process of its own (`ddbpipe-bench sink-phase`), so that its CPU time
@@ -18,6 +19,10 @@
 //!    once, into the keyed sink (a `mode: streams` pipeline built the same way), into fresh
 //!    Kafka topics (`exactly_once` and `at_least_once`, when a broker is given), or into the
 //!    jsonl sink on `/dev/null` as the reference (the streams case's ddbpipe phase).
+//! 4. `load` into jsonl or parquet: the scan case's ddbpipe phase (its pipeline into the jsonl
+//!    sink on `/dev/null`) is the reference of the same scan into a fresh Parquet directory
+//!    (the sink's defaults); the stream into a fresh Parquet directory is measured beside the
+//!    stream into jsonl (phase 3). See [`lake`] for how its rows are counted.
 //!
 //! # CPU and memory
 //! A phase measures its own user and system CPU and peak RSS as the other cases do
@@ -32,15 +37,17 @@
 //! # Checks
 //! Every phase counts the destination table afterwards and fails unless it holds exactly the
 //! expected rows (the items; or the records' keys that an `INSERT` or `MODIFY` left and no
-//! `REMOVE` took, see [`crate::records::rows_after`]). After a load and its floor, the bench
-//! compares their tables (key columns and documents) and fails when they differ. Nothing
-//! asserts on time.
+//! `REMOVE` took, see [`crate::records::rows_after`]; a Parquet directory: the rows of its
+//! committed files read back, every item or every change record). After a load and its floor,
+//! the bench compares their tables (key columns and documents) and fails when they differ.
+//! Nothing asserts on time.
 
 pub mod bench;
 mod databases;
 mod ddbpipe;
 mod destination;
 mod floor;
+mod lake;
 pub mod report;
 
 use std::path::PathBuf;
@@ -55,7 +62,7 @@ use crate::procfs::{self, CpuTicks, Measured};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Work {
-    /// ddbpipe's scan of the bench table into a keyed sink.
+    /// ddbpipe's scan of the bench table into a sink (keyed, jsonl or parquet).
     Load,
     /// The database's floor on the rows of the load.
     Floor,
@@ -78,8 +85,10 @@ pub enum Kind {
     /// A PostgreSQL schema with the bench's typed columns beside the document.
     #[serde(rename = "postgres_typed")]
     PostgresTyped,
-    /// The jsonl sink on `/dev/null` (the stream's reference).
+    /// The jsonl sink on `/dev/null` (the reference of the stream and of the parquet load).
     Jsonl,
+    /// Parquet files in a fresh directory (docs/sinks.md §7.10).
+    Parquet,
     /// A Kafka topic, `delivery: exactly_once` (a transaction per batch with the position).
     #[serde(rename = "kafka_exactly_once")]
     KafkaExactlyOnce,
@@ -97,13 +106,14 @@ impl Kind {
             Kind::SqliteTyped => "sqlite_typed",
             Kind::PostgresTyped => "postgres_typed",
             Kind::Jsonl => "jsonl",
+            Kind::Parquet => "parquet",
             Kind::KafkaExactlyOnce => "kafka_exactly_once",
             Kind::KafkaAtLeastOnce => "kafka_at_least_once",
         }
     }
 
     /// Whether its stream phase leaves a keyed table (else it writes each record: jsonl,
-    /// Kafka).
+    /// Kafka, a Parquet changelog row).
     pub fn keyed(self) -> bool {
         matches!(
             self,
@@ -203,6 +213,11 @@ pub enum Destination {
     },
     /// The jsonl sink on `/dev/null`.
     Jsonl,
+    /// A fresh directory of Parquet files, the sink's defaults otherwise.
+    Parquet {
+        /// The directory (it does not exist yet).
+        path: PathBuf,
+    },
     /// Fresh topics of a Kafka-protocol broker.
     Kafka {
         /// `host:port`.
@@ -225,6 +240,7 @@ impl Destination {
             Destination::Postgres { columns: false, .. } => Kind::Postgres,
             Destination::Postgres { columns: true, .. } => Kind::PostgresTyped,
             Destination::Jsonl => Kind::Jsonl,
+            Destination::Parquet { .. } => Kind::Parquet,
             Destination::Kafka {
                 exactly_once: true, ..
             } => Kind::KafkaExactlyOnce,
@@ -283,7 +299,8 @@ pub struct SinkPhaseReport {
     pub kind: Kind,
     /// Items or change records written (equal to the expected count, or the phase failed).
     pub received: u64,
-    /// Rows the destination table held afterwards (jsonl: the records written).
+    /// Rows the destination table held afterwards (jsonl: the records written; parquet: the
+    /// rows of its committed files).
     pub rows: u64,
     /// Wall-clock seconds of the write.
     pub wall_secs: f64,
@@ -295,7 +312,8 @@ pub struct SinkPhaseReport {
     pub server_user_secs: Option<f64>,
     /// System CPU seconds of the PostgreSQL server during the write, when measured.
     pub server_system_secs: Option<f64>,
-    /// Peak RSS of the phase process (`VmHWM`), KiB.
+    /// Peak RSS of the phase process (`VmHWM`) at the end of the write, setup included (not
+    /// the count after it: reading Parquet files back holds column chunks), KiB.
     pub peak_rss_kib: u64,
     /// Why a stream read ended (`stream disabled` or `idle`); `None` otherwise.
     pub end: Option<String>,
@@ -311,6 +329,8 @@ struct Written {
     measured: Measured,
     /// The server's CPU ticks, when measured.
     server: Option<CpuTicks>,
+    /// Peak RSS at the end of the write (before the count), KiB.
+    peak_rss_kib: u64,
     /// Why a stream read ended.
     end: Option<&'static str>,
 }
@@ -399,7 +419,7 @@ fn run(settings: &SinkPhaseSettings, clk_tck: u64) -> anyhow::Result<SinkPhaseRe
         system_secs: written.measured.system_ticks as f64 / ticks,
         server_user_secs: written.server.map(|t| t.user as f64 / ticks),
         server_system_secs: written.server.map(|t| t.system as f64 / ticks),
-        peak_rss_kib: procfs::peak_rss_kib()?,
+        peak_rss_kib: written.peak_rss_kib,
         end: written.end.map(str::to_string),
     })
 }

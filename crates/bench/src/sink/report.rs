@@ -1,6 +1,6 @@
 //! The sink case's summaries: per phase kind and destination the median over runs; ddbpipe
-//! against each database's floor, and each keyed stream against the jsonl one, as ratios
-//! within the one bench run.
+//! against each database's floor, and each load and stream against the jsonl one (the parquet
+//! sink's too), as ratios within the one bench run.
 
 use std::fmt::Write as _;
 
@@ -55,6 +55,8 @@ pub struct SinkSetup {
     pub postgres: Option<Server>,
     /// Why PostgreSQL was not measured, when it was asked for but not measured.
     pub postgres_skipped: Option<String>,
+    /// The filesystem of the Parquet directories, when measured.
+    pub parquet: Option<Filesystem>,
 }
 
 /// One phase's figures: medians over its runs, and the highest peak RSS.
@@ -112,7 +114,7 @@ pub fn summarize(reports: &[SinkPhaseReport], work: Work, kind: Kind) -> Option<
     })
 }
 
-/// One summary ÷ another: ddbpipe ÷ the floor, or a keyed stream ÷ the jsonl one.
+/// One summary ÷ another: ddbpipe ÷ the floor, or a load or stream ÷ the jsonl one.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Ratios {
     /// Rows per second: below 1 means the numerator is slower.
@@ -145,9 +147,10 @@ pub fn ratios(top: Option<&Summary>, bottom: Option<&Summary>) -> Option<Ratios>
 /// Every summary of one concurrency's phases.
 #[derive(Debug, Clone)]
 pub struct Summaries {
-    /// Per keyed destination: ddbpipe's load and the floor.
+    /// Per keyed destination: ddbpipe's load and the floor; then jsonl's and parquet's load
+    /// (no floor), when they ran.
     pub load: Vec<(Kind, Option<Summary>, Option<Summary>)>,
-    /// Per destination (the keyed ones, then jsonl, then Kafka): the stream read.
+    /// Per destination (the keyed ones, then jsonl, parquet, Kafka): the stream read.
     pub stream: Vec<(Kind, Summary)>,
 }
 
@@ -164,9 +167,14 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
                 || summarize(reports, Work::Stream, kind).is_some()
         })
         .collect();
+    let lake = [Kind::Jsonl, Kind::Parquet]
+        .into_iter()
+        .filter(|&kind| summarize(reports, Work::Load, kind).is_some());
     let load = kinds
         .iter()
-        .map(|&kind| {
+        .copied()
+        .chain(lake)
+        .map(|kind| {
             (
                 kind,
                 summarize(reports, Work::Load, kind),
@@ -176,7 +184,12 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
         .collect();
     let stream = kinds
         .iter()
-        .chain(&[Kind::Jsonl, Kind::KafkaExactlyOnce, Kind::KafkaAtLeastOnce])
+        .chain(&[
+            Kind::Jsonl,
+            Kind::Parquet,
+            Kind::KafkaExactlyOnce,
+            Kind::KafkaAtLeastOnce,
+        ])
         .filter_map(|&kind| summarize(reports, Work::Stream, kind).map(|s| (kind, s)))
         .collect();
     Summaries { load, stream }
@@ -192,6 +205,15 @@ impl Summaries {
             .iter()
             .find(|(k, _, _)| *k == kind)
             .and_then(|(_, ddbpipe, _)| ddbpipe.as_ref())
+    }
+
+    /// A load over the jsonl load (the scan case's ddbpipe phase): not for jsonl itself, nor
+    /// for a typed destination (its measure is [`Summaries::load_over_documents`]).
+    fn load_over_jsonl(&self, kind: Kind) -> Option<Ratios> {
+        if kind == Kind::Jsonl || kind.has_columns() {
+            return None;
+        }
+        ratios(self.load_of(kind), self.load_of(Kind::Jsonl))
     }
 
     /// A typed destination's load over the same destination's document-only load.
@@ -216,9 +238,10 @@ fn per_change(value: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// The machine-readable report: one JSON line, `"case": "sink"`. `load` has per keyed
-/// destination `ddbpipe`, `floor` and `ddbpipe_over_floor`; `stream` has per destination
-/// (jsonl and Kafka too) its summary, and `over_jsonl` per other destination. A stream's figures say
+/// The machine-readable report: one JSON line, `"case": "sink"`. `load` has per destination
+/// `ddbpipe`, `floor` and `ddbpipe_over_floor` (jsonl and parquet: no floor), and
+/// `over_jsonl` per other untyped destination; `stream` has per destination (jsonl, parquet
+/// and Kafka too) its summary, and `over_jsonl` per other destination. A stream's figures say
 /// `change` where a load's say `row` (`changes_per_sec`, `cpu_us_per_change`, …).
 pub fn json_line(setup: &SinkSetup, summaries: &Summaries) -> String {
     let mut load = serde_json::Map::new();
@@ -230,6 +253,7 @@ pub fn json_line(setup: &SinkSetup, summaries: &Summaries) -> String {
                 "floor": floor,
                 "ddbpipe_over_floor": ratios(ddbpipe.as_ref(), floor.as_ref()),
                 "over_documents": summaries.load_over_documents(*kind),
+                "over_jsonl": summaries.load_over_jsonl(*kind),
             }),
         );
     }
@@ -323,8 +347,8 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
     };
     let _ = writeln!(
         out,
-        "ddbpipe-bench: keyed sinks against each database's floor; {} run(s), median shown; \
-         CPU at {clk}",
+        "ddbpipe-bench: keyed sinks against each database's floor, parquet against jsonl; {} \
+         run(s), median shown; CPU at {clk}",
         setup.runs
     );
     if let Some(sqlite) = &setup.sqlite {
@@ -353,12 +377,20 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
     if let Some(why) = &setup.postgres_skipped {
         let _ = writeln!(out, "postgres: not measured ({why})");
     }
+    if let Some(filesystem) = &setup.parquet {
+        let _ = writeln!(
+            out,
+            "parquet: a fresh directory per phase on {}, the sink's defaults \
+             (target_file_mb, commit_interval_secs); its committed files read back afterwards",
+            filesystem.describe()
+        );
+    }
 
     let _ = writeln!(
         out,
         "\nsnapshot load: {} items (mean {:.0} B as DynamoDB counts), {}-segment scan at \
          concurrency {}, {} items per page, into table bench (pk text, sk numeric, document, \
-         _ddbpipe_*)",
+         _ddbpipe_*), into jsonl on /dev/null, into a parquet run directory",
         setup.items, setup.mean_item_bytes, setup.segments, setup.concurrency, setup.page_items
     );
     heading(&mut out, "row");
@@ -378,6 +410,9 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
                 "row",
             );
         }
+        if let Some(r) = summaries.load_over_jsonl(*kind) {
+            ratio_line(&mut out, &format!("{}/jsonl", kind.name()), &r, "row");
+        }
         if let (Some(r), Some(untyped)) = (summaries.load_over_documents(*kind), kind.untyped()) {
             ratio_line(
                 &mut out,
@@ -392,7 +427,8 @@ pub fn table(setup: &SinkSetup, summaries: &Summaries) -> String {
         let _ = writeln!(
             out,
             "\nstream catch-up: {} change records (NEW_AND_OLD_IMAGES, mean {:.0} B) in {} \
-             closed shards, all read at once; a keyed table ends with {} rows",
+             closed shards, all read at once; a keyed table ends with {} rows, a parquet \
+             changelog with one per record",
             setup.records, setup.mean_record_bytes, setup.shards, setup.stream_rows
         );
         heading(&mut out, "change");
@@ -460,6 +496,28 @@ mod tests {
         }
     }
 
+    fn setup() -> SinkSetup {
+        SinkSetup {
+            items: 0,
+            mean_item_bytes: 0.0,
+            segments: 4,
+            concurrency: 4,
+            page_items: 1000,
+            records: 1000,
+            shards: 16,
+            stream_rows: 850,
+            mean_record_bytes: 900.0,
+            stream_pacing_floor_secs: 0.0,
+            runs: 1,
+            clk_tck: 100,
+            clk_tck_measured: true,
+            sqlite: None,
+            postgres: None,
+            postgres_skipped: Some("no URL".into()),
+            parquet: None,
+        }
+    }
+
     #[test]
     fn the_load_compares_ddbpipe_with_the_floor_process_and_server_alike() {
         let reports = [
@@ -498,24 +556,7 @@ mod tests {
             report(Work::Stream, Kind::Jsonl, 1.0, 0.004, None),
         ];
         let s = summaries(&reports, &[Kind::Postgres]);
-        let setup = SinkSetup {
-            items: 0,
-            mean_item_bytes: 0.0,
-            segments: 4,
-            concurrency: 4,
-            page_items: 1000,
-            records: 1000,
-            shards: 16,
-            stream_rows: 850,
-            mean_record_bytes: 900.0,
-            stream_pacing_floor_secs: 0.0,
-            runs: 1,
-            clk_tck: 100,
-            clk_tck_measured: true,
-            sqlite: None,
-            postgres: None,
-            postgres_skipped: Some("no URL".into()),
-        };
+        let setup = setup();
         let text = table(&setup, &s);
         assert!(
             text.contains("changes/s") && text.contains("postgres/jsonl"),
@@ -530,5 +571,35 @@ mod tests {
             0.25
         );
         assert_eq!(line["load"]["postgres"]["ddbpipe"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn parquet_is_reported_over_jsonl_for_the_load_and_the_stream() {
+        let reports = [
+            report(Work::Load, Kind::Jsonl, 1.0, 0.003, None),
+            report(Work::Load, Kind::Parquet, 2.0, 0.006, None),
+            report(Work::Load, Kind::Sqlite, 4.0, 0.012, None),
+            report(Work::Stream, Kind::Jsonl, 1.0, 0.004, None),
+            report(Work::Stream, Kind::Parquet, 1.25, 0.005, None),
+        ];
+        let s = summaries(&reports, &[Kind::Sqlite]);
+        let kinds: Vec<Kind> = s.load.iter().map(|(kind, ..)| *kind).collect();
+        assert_eq!(kinds, [Kind::Sqlite, Kind::Jsonl, Kind::Parquet]);
+        let r = s.load_over_jsonl(Kind::Parquet).expect("both loads ran");
+        assert!((r.rows_per_sec - 0.5).abs() < 1e-9);
+        assert!((r.cpu_us_per_row - 2.0).abs() < 1e-9);
+        assert!(s.load_over_jsonl(Kind::Jsonl).is_none());
+        let line: serde_json::Value = serde_json::from_str(&json_line(&setup(), &s)).expect("JSON");
+        assert_eq!(line["load"]["parquet"]["over_jsonl"]["rows_per_sec"], 0.5);
+        assert_eq!(line["load"]["sqlite"]["over_jsonl"]["rows_per_sec"], 0.25);
+        assert_eq!(line["load"]["jsonl"]["over_jsonl"], serde_json::Value::Null);
+        assert_eq!(line["load"]["parquet"]["floor"], serde_json::Value::Null);
+        assert_eq!(
+            line["stream"]["over_jsonl"]["parquet"]["changes_per_sec"],
+            0.8
+        );
+        let text = table(&setup(), &s);
+        assert_eq!(text.matches("parquet/jsonl").count(), 2, "{text}");
+        assert!(text.contains("sqlite/jsonl"), "{text}");
     }
 }
