@@ -35,7 +35,8 @@ use ddbpipe_source::clock::now_rfc3339;
 use futures_util::future::BoxFuture;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -561,10 +562,19 @@ fn completes(entry: &Entry, run: &SnapshotRun) -> bool {
 }
 
 fn open_file(shape: &Shape) -> Result<OpenFile, Failure> {
-    let properties = WriterProperties::builder()
+    let mut properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")))
-        .build();
+        .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")));
+    // Columns whose values are (nearly) all distinct: a dictionary is built only to be given
+    // up, and min/max over whole documents helps no reader (the bench's profile: issue 29).
+    for name in shape.distinct_columns() {
+        properties = properties.set_column_dictionary_enabled(ColumnPath::from(name), false);
+    }
+    for name in ["document", "before"] {
+        properties = properties
+            .set_column_statistics_enabled(ColumnPath::from(name), EnabledStatistics::None);
+    }
+    let properties = properties.build();
     let writer = ArrowWriter::try_new(Vec::new(), shape.schema().clone(), Some(properties))
         .map_err(|e| Failure::definite(format!("cannot start a Parquet file: {e}")))?;
     Ok(OpenFile { writer, rows: 0 })

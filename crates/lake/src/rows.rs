@@ -151,6 +151,18 @@ impl Shape {
         &self.schema
     }
 
+    /// The columns whose values are nearly all distinct: the key attributes, `document`,
+    /// `before` and `sequence_number`.
+    pub fn distinct_columns(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.key.iter().map(|(name, _)| name.clone()).collect();
+        for name in ["document", "before", "sequence_number"] {
+            if self.schema.field_with_name(name).is_ok() {
+                names.push(name.to_string());
+            }
+        }
+        names
+    }
+
     /// What the records are.
     pub fn records(&self) -> Records {
         self.records

@@ -307,12 +307,15 @@ pub fn parse(
         && !keys.contains("batch_size")
         && matches!(
             sink,
-            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) | SinkConfig::Kafka(_)
+            SinkConfig::Sqlite(_)
+                | SinkConfig::Postgres(_)
+                | SinkConfig::Kafka(_)
+                | SinkConfig::Parquet(_)
         )
     {
         // A keyed sink commits a transaction per batch, the kafka sink a transaction (or waits
-        // for the broker's acknowledgements) per batch: larger batches by default
-        // (docs/config.md).
+        // for the broker's acknowledgements) per batch, the parquet sink encodes a record
+        // batch per batch: larger batches by default (docs/config.md).
         source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
     }
     if let (Some((source, _)), Some((SinkConfig::Kafka(kafka), _))) = (&mut source, &sink) {

@@ -428,3 +428,22 @@ fn the_parquet_sinks_endpoint_is_a_secret() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!format!("{config:?}").contains("hunter22"));
 }
+
+/// docs/config.md: batches of 5000 into the parquet sink when the file gives no batch_size.
+#[test]
+fn the_parquet_sink_takes_larger_batches_by_default() {
+    let load = |extra: &str| {
+        crate::config::parse(
+            &format!(
+                "name: t\nsource: {{table_name: o{extra}}}\nsink: {{type: parquet, path: out}}\n"
+            ),
+            std::path::Path::new("/conf"),
+            &|_: &str| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .source
+        .batch_size
+    };
+    assert_eq!(load(""), 5000);
+    assert_eq!(load(", batch_size: 700"), 700);
+}
