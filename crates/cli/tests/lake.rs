@@ -561,9 +561,10 @@ fn a_stop_by_signal_commits_what_the_run_holds() {
     }
     let child = common::spawn_run(&pipeline.config);
     let lake = pipeline.dir.path().join("lake");
-    // Its first commit is its start position; then it reads the changes and holds them.
+    // Its first commits are its claim and its start position; then it reads the changes and
+    // holds them.
     assert!(common::wait_for(Duration::from_secs(30), || {
-        read_dir(&lake).commits.len() == 1
+        read_dir(&lake).commits.len() == 2
     }));
     std::thread::sleep(Duration::from_secs(3));
     assert!(read_dir(&lake).rows.is_empty(), "held, not committed yet");

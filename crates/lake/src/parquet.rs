@@ -21,6 +21,11 @@
 //!    last batch's entry, so nothing more is committed (not even at the run's end); the files
 //!    written for the next commit stay orphans that the next start deletes, and the next run
 //!    resumes from the last commit.
+//! 6. A run claims the location when it loads its position: its first commit holds the last
+//!    commit's position and no file (a run of the pipeline still writing there is fenced at its
+//!    next commit, its files never named), and only then are the files no commit names deleted
+//!    (`commits` rule 2). A store outside a run (`state show`, `lag`, `check`) claims and
+//!    deletes nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,7 +89,7 @@ impl ParquetSink {
     /// loads its position.
     pub fn open(settings: ParquetSettings) -> (ParquetSink, ParquetPositions) {
         let target = format!("parquet {}", settings.objects.describe());
-        let writer = Arc::new(Mutex::new(Writer::new(settings)));
+        let writer = Arc::new(Mutex::new(Writer::new(settings, true)));
         let ticker = tokio::spawn(tick(Arc::downgrade(&writer)));
         let positions = ParquetPositions {
             writer: writer.clone(),
@@ -106,7 +111,7 @@ impl ParquetPositions {
     pub fn reading(settings: ParquetSettings) -> ParquetPositions {
         ParquetPositions {
             target: format!("parquet {}", settings.objects.describe()),
-            writer: Arc::new(Mutex::new(Writer::new(settings))),
+            writer: Arc::new(Mutex::new(Writer::new(settings, false))),
         }
     }
 }
@@ -267,12 +272,16 @@ struct Writer {
     broken: bool,
     /// This writer's part of its files' names (`commits` rule 2).
     token: String,
+    /// A run's writer (rule 6): it claims the log when it loads it, and deletes the orphans.
+    /// `false`: a store outside a run (`state`, `lag`, `check`), which deletes nothing.
+    runs: bool,
 }
 
 impl Writer {
-    fn new(settings: ParquetSettings) -> Writer {
+    fn new(settings: ParquetSettings, runs: bool) -> Writer {
         Writer {
             settings,
+            runs,
             last: None,
             run: None,
             open: std::sync::Mutex::new(BTreeMap::new()),
@@ -310,9 +319,47 @@ impl Writer {
                 commit.pipeline
             )));
         }
-        let seq = last.as_ref().map_or(0, |c| c.seq);
+        let mut seq = last.as_ref().map_or(0, |c| c.seq);
+        if self.runs {
+            seq = self.claim(last.as_ref(), pipeline).await?;
+            self.delete_orphans(last.as_ref()).await?;
+        }
+        self.last = Some(seq);
+        self.run = last.as_ref().and_then(|c| c.run.clone());
+        Ok(last.and_then(|c| c.entry))
+    }
+
+    /// Rule 6: the run's first commit, holding `last`'s position and no file; its number.
+    async fn claim(&self, last: Option<&Commit>, pipeline: &str) -> Result<u64, Failure> {
+        let claim = Commit {
+            seq: last.map_or(0, |c| c.seq) + 1,
+            pipeline: pipeline.to_string(),
+            at: now_rfc3339(),
+            entry: last.and_then(|c| c.entry.clone()),
+            files: Vec::new(),
+            run: last.and_then(|c| c.run.clone()),
+        };
+        if !commits::write(self.objects(), &claim)
+            .await
+            .map_err(Failure::transient)?
+        {
+            return Err(Failure {
+                message: format!(
+                    "another run of pipeline '{pipeline}' started on {} at the same moment \
+                     (commit {}); this one stops",
+                    self.objects().describe(),
+                    claim.seq
+                ),
+                class: SinkErrorClass::Fenced,
+            });
+        }
+        Ok(claim.seq)
+    }
+
+    /// `commits` rule 2, once the log is claimed: the files no commit names are deleted.
+    async fn delete_orphans(&self, last: Option<&Commit>) -> Result<(), Failure> {
         let names = self.objects().list("").await.map_err(Failure::transient)?;
-        let orphans = commits::orphans(&names, last.as_ref()).map_err(|problem| {
+        let orphans = commits::orphans(&names, last).map_err(|problem| {
             Failure::definite(format!("{}: {problem}", self.objects().describe()))
         })?;
         for orphan in &orphans {
@@ -321,17 +368,14 @@ impl Writer {
                 .await
                 .map_err(Failure::transient)?;
         }
-        let orphans = orphans.len();
-        if orphans > 0 {
+        if !orphans.is_empty() {
             tracing::info!(
                 location = %self.objects().describe(),
-                orphans,
+                orphans = orphans.len(),
                 "Deleted data files no commit names (a run stopped before committing them)."
             );
         }
-        self.last = Some(seq);
-        self.run = last.as_ref().and_then(|c| c.run.clone());
-        Ok(last.and_then(|c| c.entry))
+        Ok(())
     }
 
     /// Rule 4: a fresh scan run gets a directory of its own; a resumed one keeps its own.

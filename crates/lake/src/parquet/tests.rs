@@ -128,7 +128,7 @@ async fn every_batch_commits_at_interval_zero_and_the_log_belongs_to_one_pipelin
         .list(LOG)
         .await
         .unwrap();
-    assert_eq!(commits.len(), 3);
+    assert_eq!(commits.len(), 4, "the run's claim and a commit a batch");
     let entry = store.load("orders").await.unwrap().unwrap();
     assert_eq!(cursor(&entry), "k15");
     let problem = store.load("other").await.unwrap_err().to_string();
@@ -175,9 +175,9 @@ async fn a_failed_commit_breaks_the_writer_and_nothing_more_is_committed() {
     let (first, staged) = batch(0, 5);
     sink.write(&first, Some(&staged)).await.unwrap();
     store.commit_held().await.unwrap();
-    // Commit 2 is taken by another writer: this one's next commit fails.
+    // Commit 3 is taken by another writer: this one's next commit fails.
     let taken = Commit {
-        seq: 2,
+        seq: 3,
         pipeline: "orders".into(),
         at: "2026-12-05T00:00:00Z".into(),
         entry: Some(staged.entry.to_json()),
@@ -203,4 +203,40 @@ async fn a_failed_commit_breaks_the_writer_and_nothing_more_is_committed() {
     let (_, mut next) = ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
     let entry = next.load("orders").await.unwrap().unwrap();
     assert_eq!(cursor(&entry), "k5", "the last commit's position");
+}
+
+/// Rule 6: a store outside a run deletes nothing (a run's files not committed yet stay); a
+/// second run claims the log at its start, so the first one is fenced at its next commit and
+/// its files are never named.
+#[tokio::test]
+async fn a_run_claims_the_log_and_a_reading_store_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, mut first_store) =
+        ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
+    first_store.load("orders").await.unwrap();
+    first.start(RunStart::Fresh).await.unwrap();
+    let (batch_a, staged) = batch(0, 6);
+    first.write(&batch_a, Some(&staged)).await.unwrap();
+    first.writer.lock().await.roll(None).await.unwrap();
+    assert_eq!(rows_in(dir.path()), 6, "written out, not committed");
+    let mut reading = ParquetPositions::reading(settings(dir.path(), Duration::from_secs(3600)));
+    reading.load("orders").await.unwrap();
+    assert_eq!(rows_in(dir.path()), 6, "state show deletes nothing");
+    let (_, mut second_store) = ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
+    second_store.load("orders").await.unwrap();
+    assert_eq!(
+        rows_in(dir.path()),
+        0,
+        "the second run deleted what no commit names"
+    );
+    let refused = first_store.commit_held().await.unwrap_err().to_string();
+    assert!(refused.contains("committed to"), "{refused}");
+    let last = commits::last(&Objects::Local(dir.path().to_path_buf()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        last.files.is_empty(),
+        "no commit names the first run's file"
+    );
 }
