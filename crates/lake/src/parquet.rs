@@ -614,7 +614,7 @@ fn open_file(shape: &Shape) -> Result<OpenFile, Failure> {
         .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")))
         // A row group is held encoded until it is complete, then copied into the file: groups
         // of 64 Ki rows keep that second copy small beside the file (the bench's peak RSS).
-        .set_max_row_group_size(ROW_GROUP_ROWS);
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
     // Columns whose values are (nearly) all distinct: a dictionary is built only to be given
     // up, and min/max over whole documents helps no reader (the bench's profile: issue 29).
     for name in shape.distinct_columns() {
