@@ -32,6 +32,7 @@ struct Read {
     manifests: BTreeMap<String, Value>,
     commits: Vec<String>,
     schema: BTreeMap<String, String>,
+    codecs: BTreeSet<String>,
     rows: Vec<Value>,
 }
 
@@ -70,6 +71,10 @@ fn reader(args: &[&str]) -> Read {
         schema: map(&read["schema"])
             .into_iter()
             .map(|(k, v)| (k, v.as_str().unwrap().to_string()))
+            .collect(),
+        codecs: map(&read["codecs"])
+            .into_values()
+            .map(|v| v.as_str().unwrap().to_string())
             .collect(),
         rows: serde_json::from_value(read["rows"].clone()).unwrap(),
     }
@@ -249,6 +254,11 @@ fn a_scan_writes_a_run_directory_equal_to_the_table() {
     assert!(listed.keys().all(|f| f.starts_with(&format!("{run_dir}/"))));
     assert_eq!(read.schema["pk"], "string");
     assert_eq!(read.schema["document"], "string");
+    assert_eq!(
+        read.codecs,
+        BTreeSet::from(["SNAPPY".to_string()]),
+        "the default"
+    );
     let items: BTreeMap<String, Value> = read.rows.iter().map(|r| (pk(r), document(r))).collect();
     assert_eq!(items.len(), 300, "each item once");
     assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
@@ -704,5 +714,35 @@ fn check_and_run_refuse_a_typed_column_named_like_the_key() {
         let said = format!("{}{}", stdout(&output), stderr(&output));
         assert_ne!(output.status.code(), Some(0), "{command:?}: {said}");
         assert!(said.contains("typed column 'pk'"), "{command:?}: {said}");
+    }
+}
+
+/// `sink.compression`: zstd and none write files pyarrow reads, with that codec, equal to the
+/// table.
+#[test]
+fn zstd_and_uncompressed_files_read_back_equal_to_the_table() {
+    for (compression, codec) in [("zstd", "ZSTD"), ("none", "UNCOMPRESSED")] {
+        let (running, pipeline) = orders_into_parquet(
+            Emulator::Dynoxide,
+            "table_name: orders\nvalue_format: typed",
+            30,
+            None,
+            &format!("  compression: {compression}\n"),
+        );
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let read = read_dir(&pipeline.dir.path().join("lake"));
+        assert_eq!(
+            read.codecs,
+            BTreeSet::from([codec.to_string()]),
+            "{compression}"
+        );
+        let items: BTreeMap<String, Value> =
+            read.rows.iter().map(|r| (pk(r), document(r))).collect();
+        assert_eq!(
+            items,
+            keyed::table_items(&running.endpoint, "orders"),
+            "{compression}"
+        );
     }
 }

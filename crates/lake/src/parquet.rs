@@ -39,7 +39,7 @@ use ddbpipe_pipeline::state::{Entry, StateError};
 use ddbpipe_source::clock::now_rfc3339;
 use futures_util::future::BoxFuture;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use serde_json::json;
@@ -62,6 +62,30 @@ pub struct ParquetSettings {
     pub target_file_bytes: usize,
     /// Commit at least this often while batches come (rule 2).
     pub commit_interval: Duration,
+    /// How the files' pages are compressed.
+    pub compression: FileCompression,
+}
+
+/// How a Parquet file's pages are compressed (`sink.compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileCompression {
+    /// Snappy: what every reader reads, and cheap.
+    #[default]
+    Snappy,
+    /// Zstandard (level 1): smaller files for more CPU.
+    Zstd,
+    /// None: the least CPU, the largest files.
+    None,
+}
+
+impl FileCompression {
+    fn codec(self) -> Compression {
+        match self {
+            FileCompression::Snappy => Compression::SNAPPY,
+            FileCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
+            FileCompression::None => Compression::UNCOMPRESSED,
+        }
+    }
 }
 
 /// The Parquet sink.
@@ -426,14 +450,16 @@ impl Writer {
             .map_err(Failure::definite)?;
         let mut rolled = false;
         for part in parts {
-            let shape = &self.settings.shape;
+            let (shape, compression) = (&self.settings.shape, self.settings.compression);
             let open = self
                 .open
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let file = match open.entry(part.day) {
                 std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(open_file(shape)?),
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(open_file(shape, compression)?)
+                }
             };
             file.writer
                 .write(&part.rows)
@@ -608,9 +634,9 @@ fn completes(entry: &Entry, run: &SnapshotRun) -> bool {
 /// Rows a row group holds at most.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 
-fn open_file(shape: &Shape) -> Result<OpenFile, Failure> {
+fn open_file(shape: &Shape, compression: FileCompression) -> Result<OpenFile, Failure> {
     let mut properties = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
+        .set_compression(compression.codec())
         .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")))
         // A row group is held encoded until it is complete, then copied into the file: groups
         // of 64 Ki rows keep that second copy small beside the file (the bench's peak RSS).

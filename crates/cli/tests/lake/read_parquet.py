@@ -11,7 +11,7 @@
 location's files and prints {pk: document}.
 
 Prints {"files": {name: rows}, "manifests": {run: manifest}, "commits": [names],
-"schema": {column: type}, "rows": [...]}: every row of every *.parquet file under the
+"schema": {column: type}, "codecs": {name: its first column's compression}, "rows": [...]}: every row of every *.parquet file under the
 location (with "_file": its name), binary values as base64, timestamps as unix ms.
 """
 import base64
@@ -58,7 +58,7 @@ def plain(value):
 
 
 def read(root):
-    out = {"files": {}, "manifests": {}, "commits": [], "schema": {}, "rows": []}
+    out = {"files": {}, "manifests": {}, "commits": [], "schema": {}, "codecs": {}, "rows": []}
     for dirpath, _, names in os.walk(root):
         for name in sorted(names):
             path = os.path.join(dirpath, name)
@@ -71,6 +71,9 @@ def read(root):
             elif name.endswith(".parquet"):
                 table = pq.read_table(path, partitioning=None)
                 out["files"][rel] = table.num_rows
+                meta = pq.ParquetFile(path).metadata
+                if meta.num_row_groups > 0:
+                    out["codecs"][rel] = meta.row_group(0).column(0).compression
                 for field in table.schema:
                     out["schema"][field.name] = str(field.type)
                 for row in table.to_pylist():

@@ -25,6 +25,7 @@ fn settings(dir: &Path, interval: Duration) -> ParquetSettings {
         shape: shape(),
         target_file_bytes: 64 * 1024 * 1024,
         commit_interval: interval,
+        compression: FileCompression::default(),
     }
 }
 

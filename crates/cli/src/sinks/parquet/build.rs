@@ -54,6 +54,7 @@ fn settings(
         shape,
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
+        compression: parquet.compression,
     })
 }
 

@@ -1,11 +1,12 @@
 //! The parquet sink's section: `{type: parquet, path, s3_region, s3_endpoint_url,
-//! target_file_mb, commit_interval_secs, columns, on_type_mismatch}` (docs/sinks.md §7.10;
-//! the typed columns as the keyed sinks', §7.9).
+//! target_file_mb, commit_interval_secs, compression, columns, on_type_mismatch}`
+//! (docs/sinks.md §7.10; the typed columns as the keyed sinks', §7.9).
 
 use std::path::Path;
 
 use ddbpipe_keyed::OnMismatch;
 use ddbpipe_lake::objects::Location;
+use ddbpipe_lake::parquet::FileCompression;
 use ddbpipe_source::config::ConfigError;
 use ddbpipe_source::endpoint::EndpointUrl;
 use serde_json::json;
@@ -15,6 +16,7 @@ use crate::sinks::keyed::columns::{
 };
 use crate::yaml::fields::Fields;
 use crate::yaml::schema::{Field, defaulted, of, optional, required};
+use crate::yaml::types::Choice;
 
 /// `sink.target_file_mb` when unset.
 pub const DEFAULT_TARGET_FILE_MB: u32 = 128;
@@ -59,9 +61,37 @@ pub(crate) static FIELDS: &[Field] = &[
         "Commit what was written at least this often (a commit also happens when a file rolls \
          and when the run stops); 0: after every batch.",
     ),
+    defaulted(
+        "compression",
+        of::<FileCompression>(),
+        || json!(FileCompression::Snappy.name()),
+        "How the files' pages are compressed: snappy (what every reader reads), zstd (smaller \
+         files, more CPU) or none (the least CPU).",
+    ),
     COLUMNS,
     ON_TYPE_MISMATCH,
 ];
+
+impl Choice for FileCompression {
+    fn all() -> &'static [Self] {
+        &[
+            FileCompression::Snappy,
+            FileCompression::Zstd,
+            FileCompression::None,
+        ]
+    }
+    fn name(self) -> &'static str {
+        match self {
+            FileCompression::Snappy => "snappy",
+            FileCompression::Zstd => "zstd",
+            FileCompression::None => "none",
+        }
+    }
+    fn hint(found: &str) -> Option<&'static str> {
+        matches!(found, "gzip" | "lz4" | "brotli" | "uncompressed")
+            .then_some("the parquet sink writes snappy, zstd or none")
+    }
+}
 
 /// The `parquet` sink (docs/sinks.md §7.10).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +110,8 @@ pub struct ParquetConfig {
     pub columns: Vec<ColumnConfig>,
     /// What a value that does not fit its column does.
     pub on_type_mismatch: OnMismatch,
+    /// How the files' pages are compressed.
+    pub compression: FileCompression,
 }
 
 /// Reads the parquet sink's keys.
@@ -88,6 +120,7 @@ pub(crate) fn read(f: &mut Fields<'_>) -> ParquetConfig {
     ParquetConfig {
         columns,
         on_type_mismatch,
+        compression: f.or("compression", FileCompression::Snappy),
         path: f.required::<String>("path").unwrap_or_default(),
         s3_region: f.get("s3_region"),
         s3_endpoint_url: f.get("s3_endpoint_url"),
