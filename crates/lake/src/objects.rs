@@ -130,41 +130,20 @@ impl Objects {
 
     /// Writes `bytes` as `name`, replacing it (rule 1).
     pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), String> {
-        match self {
-            Objects::Local(root) => {
-                let path = root.join(name);
-                blocking(move || write_local(&path, &bytes, false).map(|_| ()))
-                    .await
-                    .map_err(|e| format!("cannot write {}: {e}", self.name(name)))
-            }
-            Objects::S3 {
-                client,
-                bucket,
-                prefix,
-            } => client
-                .put_object()
-                .bucket(bucket)
-                .key(format!("{prefix}{name}"))
-                .body(ByteStream::from(bytes))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| {
-                    format!(
-                        "cannot write {}: {}",
-                        self.name(name),
-                        DisplayErrorContext(e)
-                    )
-                }),
-        }
+        self.write(name, bytes, false).await.map(|_| ())
     }
 
     /// Writes `bytes` as `name` only when no file of that name exists (rule 2).
     pub async fn create(&self, name: &str, bytes: Vec<u8>) -> Result<Created, String> {
+        self.write(name, bytes, true).await
+    }
+
+    /// Rule 1, and rule 2 when `exclusive`.
+    async fn write(&self, name: &str, bytes: Vec<u8>, exclusive: bool) -> Result<Created, String> {
         match self {
             Objects::Local(root) => {
                 let path = root.join(name);
-                blocking(move || write_local(&path, &bytes, true))
+                blocking(move || write_local(&path, &bytes, exclusive))
                     .await
                     .map_err(|e| format!("cannot write {}: {e}", self.name(name)))
             }
@@ -177,13 +156,13 @@ impl Objects {
                     .put_object()
                     .bucket(bucket)
                     .key(format!("{prefix}{name}"))
-                    .if_none_match("*")
+                    .set_if_none_match(exclusive.then(|| "*".to_string()))
                     .body(ByteStream::from(bytes))
                     .send()
                     .await;
                 match sent {
                     Ok(_) => Ok(Created::Written),
-                    Err(error) if status(&error) == Some(412) => Ok(Created::Taken),
+                    Err(error) if exclusive && status(&error) == Some(412) => Ok(Created::Taken),
                     Err(error) => Err(format!(
                         "cannot write {}: {}",
                         self.name(name),
