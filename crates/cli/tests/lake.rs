@@ -746,3 +746,32 @@ fn zstd_and_uncompressed_files_read_back_equal_to_the_table() {
         );
     }
 }
+
+/// A password in `sink.s3_endpoint_url` reaches no output: an S3 endpoint that does not answer
+/// fails `check` and `run`, told as every AWS error is (masked, docs/config.md §1.4), and
+/// neither says the password.
+#[test]
+fn the_s3_endpoints_password_reaches_no_output() {
+    let port = common::free_port();
+    let (_running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        "table_name: orders",
+        3,
+        Some("s3://lake/orders/"),
+        &format!("  s3_endpoint_url: 'http://ddbpipe:hunter22@127.0.0.1:{port}'\n"),
+    );
+    for command in [&["check"][..], &["run", "--progress", "never"][..]] {
+        let output = pipeline.ddbpipe(command);
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert_ne!(output.status.code(), Some(0), "{command:?}: {said}");
+        assert!(
+            said.contains("127.0.0.1"),
+            "{command:?} names the endpoint: {said}"
+        );
+        common::assert_hidden(&said, "hunter22", 5, "the S3 endpoint's password");
+        assert!(
+            !said.contains("DispatchFailure("),
+            "{command:?}: told as every AWS error is, not the SDK's debug form: {said}"
+        );
+    }
+}

@@ -7,14 +7,16 @@
 //! 2. [`Objects::create`] writes only a name nobody wrote: S3's conditional write
 //!    (`If-None-Match: *`, answered 412 when the object exists), a hard link in a directory
 //!    (which fails when the name exists). The commit log's fence (`commits` rule 3).
-//! 3. Messages name the place (`s3://bucket/prefix/name`, a path) and the operation, never a
-//!    credential: the SDK's errors carry none.
+//! 3. Messages name the place (`s3://bucket/prefix/name`, a path) and the operation; an S3
+//!    error is told as every AWS error is (`ddbpipe_source::aws::api_error`: its code and
+//!    message, any URL in it masked), never a credential.
 
 use std::path::{Path, PathBuf};
 
-use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
+use ddbpipe_source::aws::api_error;
+use ddbpipe_source::error::Contact;
 
 /// A lake location as configured: `s3://bucket/prefix` or a local directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,8 @@ pub enum Objects {
         bucket: String,
         /// The prefix (empty, or ending in `/`).
         prefix: String,
+        /// The endpoint when one is configured, masked (for messages).
+        endpoint: Option<String>,
     },
 }
 
@@ -100,14 +104,20 @@ pub enum Created {
 }
 
 impl Objects {
-    /// The files of `location`; `client` builds the S3 client when it is on S3.
-    pub fn new(location: &Location, client: impl FnOnce() -> aws_sdk_s3::Client) -> Objects {
+    /// The files of `location`; `client` builds the S3 client when it is on S3, whose
+    /// configured endpoint, `endpoint`, is given masked (for messages).
+    pub fn new(
+        location: &Location,
+        endpoint: Option<String>,
+        client: impl FnOnce() -> aws_sdk_s3::Client,
+    ) -> Objects {
         match location {
             Location::Local(path) => Objects::Local(path.clone()),
             Location::S3 { bucket, prefix } => Objects::S3 {
                 client: client(),
                 bucket: bucket.clone(),
                 prefix: prefix.clone(),
+                endpoint,
             },
         }
     }
@@ -151,6 +161,7 @@ impl Objects {
                 client,
                 bucket,
                 prefix,
+                ..
             } => {
                 let sent = client
                     .put_object()
@@ -163,11 +174,7 @@ impl Objects {
                 match sent {
                     Ok(_) => Ok(Created::Written),
                     Err(error) if exclusive && status(&error) == Some(412) => Ok(Created::Taken),
-                    Err(error) => Err(format!(
-                        "cannot write {}: {}",
-                        self.name(name),
-                        DisplayErrorContext(error)
-                    )),
+                    Err(error) => Err(self.s3_failed("write", name, error)),
                 }
             }
         }
@@ -185,6 +192,7 @@ impl Objects {
                 client,
                 bucket,
                 prefix,
+                ..
             } => {
                 let got = client
                     .get_object()
@@ -195,13 +203,7 @@ impl Objects {
                 let out = match got {
                     Ok(out) => out,
                     Err(error) if status(&error) == Some(404) => return Ok(None),
-                    Err(error) => {
-                        return Err(format!(
-                            "cannot read {}: {}",
-                            self.name(name),
-                            DisplayErrorContext(error)
-                        ));
-                    }
+                    Err(error) => return Err(self.s3_failed("read", name, error)),
                 };
                 let bytes = out
                     .body
@@ -232,6 +234,7 @@ impl Objects {
                 client,
                 bucket,
                 prefix,
+                ..
             } => {
                 let mut names = Vec::new();
                 let mut pages = client
@@ -241,13 +244,7 @@ impl Objects {
                     .into_paginator()
                     .send();
                 while let Some(page) = pages.next().await {
-                    let page = page.map_err(|e| {
-                        format!(
-                            "cannot list {}: {}",
-                            self.name(under),
-                            DisplayErrorContext(e)
-                        )
-                    })?;
+                    let page = page.map_err(|e| self.s3_failed("list", under, e))?;
                     for object in page.contents() {
                         if let Some(key) =
                             object.key().and_then(|k| k.strip_prefix(prefix.as_str()))
@@ -287,6 +284,7 @@ impl Objects {
                 client,
                 bucket,
                 prefix,
+                ..
             } => client
                 .delete_object()
                 .bucket(bucket)
@@ -294,14 +292,37 @@ impl Objects {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    format!(
-                        "cannot delete {}: {}",
-                        self.name(name),
-                        DisplayErrorContext(e)
-                    )
-                }),
+                .map_err(|e| self.s3_failed("delete", name, e)),
         }
+    }
+}
+
+impl Objects {
+    /// An S3 call that failed, as every AWS error is told (rule 3): `cannot <verb> <name>:`
+    /// its code and message; when no connection was made, the endpoint too, masked.
+    fn s3_failed<E>(
+        &self,
+        verb: &str,
+        name: &str,
+        error: aws_sdk_s3::error::SdkError<E, HttpResponse>,
+    ) -> String
+    where
+        E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let error = api_error(error);
+        let mut message = format!("cannot {verb} {}: {error}", self.name(name));
+        if error.contact == Contact::NotMade
+            && let Objects::S3 { endpoint, .. } = self
+        {
+            let endpoint = endpoint.as_ref().map_or_else(
+                || "AWS's S3 endpoint".to_string(),
+                |url| format!("the S3 endpoint {url}"),
+            );
+            message.push_str(&format!(
+                " ({endpoint} could not be reached: check sink.s3_endpoint_url and sink.s3_region)"
+            ));
+        }
+        message
     }
 }
 

@@ -61,7 +61,7 @@ pub struct ClientSettings {
 ///    the error's chain of causes as sentences, never the SDK's `Debug` dump.
 /// 4. Every URL in the text is masked (`crate::endpoint`): the SDK's errors may quote the
 ///    endpoint, with its user-info.
-pub(crate) fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
+pub fn api_error<E, R>(error: SdkError<E, R>) -> ApiError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + 'static,

@@ -37,9 +37,12 @@ pub fn objects(
         .s3_endpoint_url
         .as_ref()
         .or(target.source.endpoint_url.as_ref());
-    Ok(Objects::new(&location, || {
-        aws::s3_client(sdk, parquet.s3_region.as_deref(), endpoint)
-    }))
+    // Messages show the endpoint masked (docs/config.md §1.4).
+    Ok(Objects::new(
+        &location,
+        endpoint.map(ToString::to_string),
+        || aws::s3_client(sdk, parquet.s3_region.as_deref(), endpoint),
+    ))
 }
 
 fn settings(
