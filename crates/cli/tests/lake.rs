@@ -775,3 +775,34 @@ fn the_s3_endpoints_password_reaches_no_output() {
         );
     }
 }
+
+/// docs/streams.md §4.2: a stream without new images cannot feed the changelog — `run` refuses
+/// it before reading (a config error naming the view), and `check` fails on it.
+#[test]
+fn a_stream_without_new_images_is_refused_by_check_and_run() {
+    let running = Emulator::Dynoxide.start();
+    running.create_pk_table("orders", Some(StreamViewType::KeysOnly));
+    running.put_pk("orders", "a", "1");
+    let pipeline = Pipeline::new("keys", &running.endpoint, "table_name: orders");
+    let lake = pipeline.dir.path().join("lake");
+    pipeline.write_with_sink(
+        "keys",
+        &running.endpoint,
+        "table_name: orders\nmode: streams\nstart_position: trim_horizon\nidle_termination_secs: 2",
+        &parquet_sink(lake.to_str().unwrap(), ""),
+    );
+    let run = run(&pipeline);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains("KEYS_ONLY"), "{}", stderr(&run));
+    assert!(
+        read_dir(&lake).commits.is_empty(),
+        "refused before the log was claimed"
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("KEYS_ONLY: the parquet sink needs NEW_IMAGE"),
+        "{}",
+        stdout(&check)
+    );
+}

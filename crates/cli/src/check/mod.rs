@@ -461,7 +461,8 @@ async fn probe_stream(
     Some(stream.arn)
 }
 
-/// The `stream_view_type` probe (docs/streams.md §4.2): keyed sinks and mirror mode need new images;
+/// The `stream_view_type` probe (docs/streams.md §4.2): the sinks that store new images and
+/// mirror mode need them;
 /// streams into jsonl take any view, with a warning naming what the envelopes will miss.
 fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, String) {
     let Some(view) = view else {
@@ -471,13 +472,12 @@ fn view_type_verdict(config: &PipelineConfig, view: Option<&str>) -> (Status, St
                 .to_string(),
         );
     };
-    let keyed_sink = config.sink.keyed().is_some();
-    let needs_new_images = keyed_sink || config.source.mode == Mode::Mirror;
+    let needs_new_images = config.sink.needs_new_images() || config.source.mode == Mode::Mirror;
     if needs_new_images && plan::lacks_new_images(view) {
         let who = if config.source.mode == Mode::Mirror {
-            "mode: mirror"
+            "mode: mirror".to_string()
         } else {
-            "a keyed sink"
+            format!("the {} sink", config.sink.kind())
         };
         return (
             Status::Fail,

@@ -206,7 +206,7 @@ async fn stream_of(
 ) -> Result<(Option<TableDescription>, ResolvedStream), Failure> {
     let source = &config.source;
     let mirror = source.mode == Mode::Mirror;
-    let keyed = config.sink.keyed().is_some();
+    let needs_new_images = config.sink.needs_new_images();
     let table = if config.sink.needs_key_schema() || mirror || source.stream_arn.is_none() {
         Some(describe(table_api, source, stop).await?)
     } else {
@@ -221,7 +221,7 @@ async fn stream_of(
             ))
         })?,
     };
-    if (keyed || mirror)
+    if (needs_new_images || mirror)
         && let Some(view) = stream.view_type.as_deref()
         && plan::lacks_new_images(view)
     {

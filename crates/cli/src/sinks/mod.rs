@@ -147,6 +147,17 @@ impl SinkConfig {
         )
     }
 
+    /// Whether the sink stores changes by their new image, so a stream without new images
+    /// (`KEYS_ONLY`, `OLD_IMAGE`) cannot feed it: the keyed sinks (the row) and parquet (the
+    /// `document` a current-state query reads). `run` refuses such a stream before it reads,
+    /// `check` fails on it (docs/streams.md §4.2).
+    pub fn needs_new_images(&self) -> bool {
+        matches!(
+            self,
+            SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) | SinkConfig::Parquet(_)
+        )
+    }
+
     /// The keyed part of a sqlite or postgres sink; `None` for the others.
     pub fn keyed(&self) -> Option<&KeyedConfig> {
         match self {
