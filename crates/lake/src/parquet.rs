@@ -344,9 +344,11 @@ impl Writer {
             )));
         }
         let mut seq = last.as_ref().map_or(0, |c| c.seq);
+        // A log that was changed or lost stops `check` and `state` as it stops a run.
+        let orphans = self.orphans(last.as_ref()).await?;
         if self.runs {
             seq = self.claim(last.as_ref(), pipeline).await?;
-            self.delete_orphans(last.as_ref()).await?;
+            self.delete(&orphans).await?;
         }
         self.last = Some(seq);
         self.run = last.as_ref().and_then(|c| c.run.clone());
@@ -380,13 +382,17 @@ impl Writer {
         Ok(claim.seq)
     }
 
-    /// `commits` rule 2, once the log is claimed: the files no commit names are deleted.
-    async fn delete_orphans(&self, last: Option<&Commit>) -> Result<(), Failure> {
+    /// The files no commit names (`commits` rule 2); refused when the log was changed or lost.
+    async fn orphans(&self, last: Option<&Commit>) -> Result<Vec<String>, Failure> {
         let names = self.objects().list("").await.map_err(Failure::transient)?;
-        let orphans = commits::orphans(&names, last).map_err(|problem| {
+        commits::orphans(&names, last).map_err(|problem| {
             Failure::definite(format!("{}: {problem}", self.objects().describe()))
-        })?;
-        for orphan in &orphans {
+        })
+    }
+
+    /// Rule 6: once the log is claimed, the orphans are deleted.
+    async fn delete(&self, orphans: &[String]) -> Result<(), Failure> {
+        for orphan in orphans {
             self.objects()
                 .delete(orphan)
                 .await

@@ -241,3 +241,22 @@ async fn a_run_claims_the_log_and_a_reading_store_deletes_nothing() {
         "no commit names the first run's file"
     );
 }
+
+/// `check` and `state show` refuse what a run refuses: a log that was changed or lost (a file
+/// of a commit past the next one), naming it — and delete nothing.
+#[tokio::test]
+async fn a_changed_log_stops_a_reading_store_as_it_stops_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let stray = commits::file_name("x", 5, "w", 0);
+    Objects::Local(dir.path().to_path_buf())
+        .put(&stray, vec![1])
+        .await
+        .unwrap();
+    let mut reading = ParquetPositions::reading(settings(dir.path(), Duration::from_secs(3600)));
+    let refused = reading.load("orders").await.unwrap_err().to_string();
+    assert!(refused.contains("belongs to commit 5"), "{refused}");
+    let (_, mut run) = ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
+    let refused = run.load("orders").await.unwrap_err().to_string();
+    assert!(refused.contains("belongs to commit 5"), "{refused}");
+    assert!(dir.path().join(&stray).exists(), "nothing deleted");
+}
