@@ -95,7 +95,7 @@ pub use database::Database;
 /// exact number text (SQLite) or `numeric` (PostgreSQL), `B` as bytes.
 pub use ddbpipe_source::api::KeyType;
 pub use postgres::{LIBPQ_ENVIRONMENT, PostgresDatabase, copy_text};
-pub use sql::RESERVED_PREFIX;
+pub use sql::{RESERVED_PREFIX, describe_key};
 pub use sqlite::SqliteDatabase;
 
 /// The type of the PostgreSQL document column (`sink.document_type`). SQLite always stores

@@ -335,7 +335,7 @@ pub(crate) fn columns_misfit(spec: &TableSpec, index: usize, row: &RowChange) ->
 }
 
 /// A row's key for messages: `pk "a", sk 12, b 0x0102` (rule 9).
-pub(crate) fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
+pub fn describe_key(columns: &[KeyColumn], key: &[KeyValue]) -> String {
     let parts: Vec<String> = columns
         .iter()
         .zip(key)

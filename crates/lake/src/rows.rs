@@ -3,8 +3,9 @@
 //!
 //! # Columns
 //! 1. The key attributes, hash key first, by their names: `S` and `N` as text (a number keeps
-//!    its exact digits: nothing is rounded), `B` as binary. Read as the keyed sinks read them
-//!    (`ddbpipe_keyed::sink::key_value`).
+//!    its exact digits: nothing is rounded), `B` as binary. Read as the keyed sinks read them,
+//!    an item's key and typed columns in one pass over its line (`ddbpipe_keyed::sink`:
+//!    `item_attributes`, `key_of`).
 //! 2. Scan, query and export runs (items): then `document`, the item as the line ddbpipe
 //!    writes it (`value_format`), never null.
 //! 3. Streams and mirror runs (envelopes): `op` (`c`, `u`, `d`, `r`), `sequence_number`,
@@ -31,7 +32,10 @@ use arrow_array::builder::{
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use ddbpipe_keyed::{ColumnType, ColumnValue, KeyType, KeyValue, TypedColumns};
+use ddbpipe_keyed::sink::{item_attributes, key_of, short};
+use ddbpipe_keyed::{
+    ColumnType, ColumnValue, KeyColumn, KeyType, KeyValue, TypedColumns, describe_key,
+};
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::envelope::EnvelopeFields;
@@ -44,7 +48,10 @@ const DAY_MS: i64 = 86_400_000;
 /// The columns of a lake table and how records fill them.
 #[derive(Debug, Clone)]
 pub struct Shape {
-    key: Vec<(String, KeyType)>,
+    key: Vec<KeyColumn>,
+    /// What an item is read for in one pass: the key attributes, then the typed columns'
+    /// roots (`ddbpipe_keyed::sink::item_attributes`).
+    attributes: Vec<String>,
     format: ValueFormat,
     records: Records,
     before: bool,
@@ -82,14 +89,18 @@ impl Shape {
         before: bool,
         typed: Option<TypedColumns>,
     ) -> Result<Shape, String> {
+        let key: Vec<KeyColumn> = key
+            .into_iter()
+            .map(|(name, kind)| KeyColumn { name, kind })
+            .collect();
         let mut fields: Vec<Field> = key
             .iter()
-            .map(|(name, kind)| {
-                let data_type = match kind {
+            .map(|column| {
+                let data_type = match column.kind {
                     KeyType::S | KeyType::N => DataType::Utf8,
                     KeyType::B => DataType::Binary,
                 };
-                Field::new(name, data_type, false)
+                Field::new(&column.name, data_type, false)
             })
             .collect();
         let added: &[(&str, DataType, bool)] = match records {
@@ -107,10 +118,11 @@ impl Shape {
             if *name == "before" && !before {
                 continue;
             }
-            if let Some((key, _)) = key.iter().find(|(key, _)| key == name) {
+            if let Some(column) = key.iter().find(|column| column.name == *name) {
                 return Err(format!(
-                    "key attribute '{key}' has the name of a column the lake sink adds \
+                    "key attribute '{}' has the name of a column the lake sink adds \
                      ({}); such a table cannot be written to the lake yet",
+                    column.name,
                     added
                         .iter()
                         .map(|(name, ..)| *name)
@@ -136,8 +148,13 @@ impl Shape {
             }
             fields.push(Field::new(&column.name, typed_type(column.kind), true));
         }
+        let attributes = match &typed {
+            Some(typed) => item_attributes(&key, typed),
+            None => key.iter().map(|column| column.name.clone()).collect(),
+        };
         Ok(Shape {
             key,
+            attributes,
             format,
             records,
             before,
@@ -154,7 +171,7 @@ impl Shape {
     /// The columns whose values are nearly all distinct: the key attributes, `document`,
     /// `before` and `sequence_number`.
     pub fn distinct_columns(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.key.iter().map(|(name, _)| name.clone()).collect();
+        let mut names: Vec<String> = self.key.iter().map(|c| c.name.clone()).collect();
         for name in ["document", "before", "sequence_number"] {
             if self.schema.field_with_name(name).is_ok() {
                 names.push(name.to_string());
@@ -177,8 +194,7 @@ impl Shape {
                 .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
             match self.records {
                 Records::Items => {
-                    let key = self.item_key(text)?;
-                    let values = self.typed_values(Some(text), &key, || short(text))?;
+                    let (key, values) = self.read_item(text)?;
                     let columns = days.entry(None).or_insert_with(|| self.columns());
                     columns.push_key(&key);
                     columns.text[0].append_value(text);
@@ -205,9 +221,9 @@ impl Shape {
             key: self
                 .key
                 .iter()
-                .map(|(_, kind)| match kind {
-                    KeyType::B => KeyColumn::Binary(BinaryBuilder::new()),
-                    KeyType::S | KeyType::N => KeyColumn::Text(StringBuilder::new()),
+                .map(|column| match column.kind {
+                    KeyType::B => KeyBuilder::Binary(BinaryBuilder::new()),
+                    KeyType::S | KeyType::N => KeyBuilder::Text(StringBuilder::new()),
                 })
                 .collect(),
             text: (0..texts).map(|_| StringBuilder::new()).collect(),
@@ -221,11 +237,21 @@ impl Shape {
         }
     }
 
-    fn item_key(&self, text: &str) -> Result<Vec<KeyValue>, String> {
-        let found = ddbpipe_value::key_attributes(text, &self.key, |(name, _)| name.as_str())
-            .map_err(|e| format!("item {}: not a JSON object: {e}", short(text)))?;
-        self.key_of(&found)
-            .map_err(|problem| format!("item {}: {problem}", short(text)))
+    /// An item's key and typed columns, read in one pass over its line (as the keyed sinks
+    /// read it).
+    fn read_item(&self, text: &str) -> Result<(Vec<KeyValue>, Vec<ColumnValue>), String> {
+        let unreadable = |problem: String| format!("item {}: {problem}", short(text));
+        let found = ddbpipe_value::key_attributes(text, &self.attributes, String::as_str)
+            .map_err(|e| unreadable(format!("not a JSON object: {e}")))?;
+        let (key_found, roots_found) = found.split_at(self.key.len());
+        let key = key_of(&self.key, key_found, self.format).map_err(unreadable)?;
+        let values = match &self.typed {
+            Some(typed) => typed
+                .values_found(roots_found, |_| true, || describe_key(&self.key, &key))
+                .map_err(unreadable)?,
+            None => Vec::new(),
+        };
+        Ok((key, values))
     }
 
     fn push_envelope(
@@ -238,10 +264,9 @@ impl Shape {
             EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
         let record = || envelope.record();
         let raw = present(envelope.key).ok_or_else(|| format!("{} has no key", record()))?;
-        let found = ddbpipe_value::key_attributes(raw.get(), &self.key, |(name, _)| name.as_str())
+        let found = ddbpipe_value::key_attributes(raw.get(), &self.key, |c| c.name.as_str())
             .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
-        let key = self
-            .key_of(&found)
+        let key = key_of(&self.key, &found, self.format)
             .map_err(|problem| format!("{}: {problem}", record()))?;
         let document = present(envelope.after);
         match envelope.op.as_ref() {
@@ -295,35 +320,8 @@ impl Shape {
             return Ok(vec![ColumnValue::Null; typed.reader().columns().len()]);
         };
         typed
-            .values(document, |_| true, || self.describe_key(key))
+            .values(document, |_| true, || describe_key(&self.key, key))
             .map_err(|problem| format!("{}: {problem}", record()))
-    }
-
-    /// A record's key for messages: the key attributes' names and values.
-    fn describe_key(&self, key: &[KeyValue]) -> String {
-        let parts: Vec<String> = self
-            .key
-            .iter()
-            .zip(key)
-            .map(|((name, _), value)| match value {
-                KeyValue::S(text) | KeyValue::N(text) => format!("{name}={text}"),
-                KeyValue::B(bytes) => format!("{name}=<{} bytes>", bytes.len()),
-            })
-            .collect();
-        format!("{{{}}}", parts.join(", "))
-    }
-
-    fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
-        self.key
-            .iter()
-            .zip(found)
-            .map(|((name, kind), raw)| {
-                let raw = raw.ok_or_else(|| format!("key attribute '{name}' is missing"))?;
-                ddbpipe_keyed::sink::key_value(raw, *kind, self.format).map_err(|problem| {
-                    format!("key attribute '{name}' ({}): {problem}", kind.tag())
-                })
-            })
-            .collect()
     }
 }
 
@@ -350,7 +348,7 @@ fn present(raw: Option<&RawValue>) -> Option<&RawValue> {
 
 /// The columns of one partition being filled.
 struct Columns {
-    key: Vec<KeyColumn>,
+    key: Vec<KeyBuilder>,
     /// Items: `document`. Envelopes: `op`, `sequence_number`, `shard_id`, `document`,
     /// `before`.
     text: Vec<StringBuilder>,
@@ -411,7 +409,7 @@ impl TypedColumn {
     }
 }
 
-enum KeyColumn {
+enum KeyBuilder {
     Text(StringBuilder),
     Binary(BinaryBuilder),
 }
@@ -426,11 +424,13 @@ impl Columns {
     fn push_key(&mut self, key: &[KeyValue]) {
         for (column, value) in self.key.iter_mut().zip(key) {
             match (column, value) {
-                (KeyColumn::Text(b), KeyValue::S(text) | KeyValue::N(text)) => b.append_value(text),
-                (KeyColumn::Binary(b), KeyValue::B(bytes)) => b.append_value(bytes),
+                (KeyBuilder::Text(b), KeyValue::S(text) | KeyValue::N(text)) => {
+                    b.append_value(text)
+                }
+                (KeyBuilder::Binary(b), KeyValue::B(bytes)) => b.append_value(bytes),
                 // `key_value` answers with the kind it was asked for.
-                (KeyColumn::Text(b), KeyValue::B(_)) => b.append_null(),
-                (KeyColumn::Binary(b), _) => b.append_null(),
+                (KeyBuilder::Text(b), KeyValue::B(_)) => b.append_null(),
+                (KeyBuilder::Binary(b), _) => b.append_null(),
             }
         }
     }
@@ -441,8 +441,8 @@ impl Columns {
             .key
             .iter_mut()
             .map(|column| match column {
-                KeyColumn::Text(b) => Arc::new(b.finish()) as ArrayRef,
-                KeyColumn::Binary(b) => Arc::new(b.finish()) as ArrayRef,
+                KeyBuilder::Text(b) => Arc::new(b.finish()) as ArrayRef,
+                KeyBuilder::Binary(b) => Arc::new(b.finish()) as ArrayRef,
             })
             .collect();
         let mut text = self
@@ -462,15 +462,6 @@ impl Columns {
         }
         arrays.extend(self.typed.iter_mut().map(TypedColumn::finish));
         arrays
-    }
-}
-
-/// The start of a record for messages.
-fn short(text: &str) -> String {
-    const MAX: usize = 120;
-    match text.char_indices().nth(MAX) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
     }
 }
 

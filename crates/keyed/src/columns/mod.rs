@@ -112,7 +112,7 @@ impl TypedColumns {
 
     /// [`TypedColumns::values`] of a document whose path roots (`reader().roots()`) its
     /// caller found already, in the pass that read its key.
-    pub(crate) fn values_found(
+    pub fn values_found(
         &self,
         found: &[Option<&RawValue>],
         stores: impl Fn(&ColumnValue) -> bool,

@@ -39,17 +39,18 @@ use ddbpipe_value::ValueFormat;
 
 mod rows;
 
-pub use rows::key_value;
+pub use rows::{key_of, key_value, short};
 
 use crate::state::DatabaseStore;
 use crate::{
-    CloseSnapshot, Database, DbError, FenceWrite, OnMismatch, RowChange, SnapshotGuard, StateWrite,
-    TableSpec, TypedColumns,
+    CloseSnapshot, Database, DbError, FenceWrite, KeyColumn, OnMismatch, RowChange, SnapshotGuard,
+    StateWrite, TableSpec, TypedColumns,
 };
 
-/// The attributes an item is read for: `table`'s key attributes, then the roots of `columns`.
-fn item_attributes(table: &TableSpec, columns: &TypedColumns) -> Vec<String> {
-    let keys = table.key.iter().map(|column| column.name.clone());
+/// The attributes an item is read for, in one pass: the key attributes `key`, then the roots
+/// of `columns` (the keyed sinks' rows and the lake's).
+pub fn item_attributes(key: &[KeyColumn], columns: &TypedColumns) -> Vec<String> {
+    let keys = key.iter().map(|column| column.name.clone());
     keys.chain(columns.reader().roots().iter().cloned())
         .collect()
 }
@@ -96,7 +97,7 @@ impl KeyedSink {
         let columns = TypedColumns::new(table.columns.clone(), format, OnMismatch::default());
         KeyedSink {
             state: DatabaseStore::new(db.clone(), table.clone()),
-            item_attributes: item_attributes(&table, &columns),
+            item_attributes: item_attributes(&table.key, &columns),
             columns,
             db,
             table,

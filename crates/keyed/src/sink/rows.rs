@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::KeyedSink;
 use crate::sql::describe_key;
-use crate::{ColumnValue, KeyType, KeyValue, RowChange, Version};
+use crate::{ColumnValue, KeyColumn, KeyType, KeyValue, RowChange, Version};
 
 impl KeyedSink {
     /// The row changes of a batch, in order.
@@ -189,23 +189,32 @@ impl KeyedSink {
     /// The key values of a record from its key attributes `found` (of
     /// [`Self::key_attributes`], in key-column order).
     fn key_of(&self, found: &[Option<&RawValue>]) -> Result<Vec<KeyValue>, String> {
-        self.table
-            .key
-            .iter()
-            .zip(found)
-            .map(|(column, raw)| {
-                let raw =
-                    raw.ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
-                key_value(raw, column.kind, self.format).map_err(|problem| {
-                    format!(
-                        "key attribute '{}' ({}): {problem}",
-                        column.name,
-                        column.kind.tag()
-                    )
-                })
-            })
-            .collect()
+        key_of(&self.table.key, found, self.format)
     }
+}
+
+/// The key values of a record from the raw values `found` of the key attributes `columns`
+/// (in their order), read per `format`; the problem names the attribute (the keyed sinks'
+/// rows and the lake's).
+pub fn key_of(
+    columns: &[KeyColumn],
+    found: &[Option<&RawValue>],
+    format: ValueFormat,
+) -> Result<Vec<KeyValue>, String> {
+    columns
+        .iter()
+        .zip(found)
+        .map(|(column, raw)| {
+            let raw = raw.ok_or_else(|| format!("key attribute '{}' is missing", column.name))?;
+            key_value(raw, column.kind, format).map_err(|problem| {
+                format!(
+                    "key attribute '{}' ({}): {problem}",
+                    column.name,
+                    column.kind.tag()
+                )
+            })
+        })
+        .collect()
 }
 
 /// Records below which a batch is converted on one thread: a thread costs tens of µs.
@@ -267,7 +276,7 @@ pub fn key_value(raw: &RawValue, kind: KeyType, format: ValueFormat) -> Result<K
 }
 
 /// The start of a record for messages.
-fn short(text: &str) -> String {
+pub fn short(text: &str) -> String {
     const MAX: usize = 120;
     match text.char_indices().nth(MAX) {
         Some((at, _)) => format!("{}…", &text[..at]),

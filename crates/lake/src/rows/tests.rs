@@ -232,7 +232,7 @@ fn typed_columns_follow_the_others_with_their_arrow_types_and_exact_values() {
     .unwrap();
     let problem = failing.parts(&batch(&[mismatch], None)).unwrap_err();
     assert!(
-        problem.contains("{pk=b, n=2}") && problem.contains("'qty'"),
+        problem.contains(r#"the item with key pk "b", n 2 "#) && problem.contains("'qty'"),
         "{problem}"
     );
     // A typed column may not take a name the sink uses.
