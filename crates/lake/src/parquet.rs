@@ -296,6 +296,9 @@ struct Writer {
     broken: bool,
     /// This writer's part of its files' names (`commits` rule 2).
     token: String,
+    /// The last scan completion the loaded position recorded: a run's entry recording
+    /// another one completes its run (rule 4).
+    completed_before: Option<serde_json::Value>,
     /// A run's writer (rule 6): it claims the log when it loads it, and deletes the orphans.
     /// `false`: a store outside a run (`state`, `lag`, `check`), which deletes nothing.
     runs: bool,
@@ -314,6 +317,7 @@ impl Writer {
             since: None,
             failed: None,
             broken: false,
+            completed_before: None,
             token: commits::writer_token(),
         }
     }
@@ -352,7 +356,13 @@ impl Writer {
         }
         self.last = Some(seq);
         self.run = last.as_ref().and_then(|c| c.run.clone());
-        Ok(last.and_then(|c| c.entry))
+        let entry = last.and_then(|c| c.entry);
+        self.completed_before = entry
+            .as_ref()
+            .and_then(|e| e.get("last_completed"))
+            .filter(|completed| !completed.is_null())
+            .cloned();
+        Ok(entry)
     }
 
     /// Rule 6: the run's first commit, holding `last`'s position and no file; its number.
@@ -551,7 +561,12 @@ impl Writer {
         let mut run = self.run.clone().filter(|_| items);
         if let Some(run) = &mut run {
             run.files.extend(self.written.iter().cloned());
-            if run.completed_at.is_none() && entry.is_some_and(|e| completes(e, run)) {
+            let completes = entry.is_some_and(|e| {
+                e.position.is_none()
+                    && e.last_completed.is_some()
+                    && e.last_completed != self.completed_before
+            });
+            if run.completed_at.is_none() && completes {
                 let now = now_rfc3339();
                 self.write_manifest(run, &now).await?;
                 run.completed_at = Some(now);
@@ -619,22 +634,6 @@ impl Writer {
             .await
             .map_err(Failure::transient)
     }
-}
-
-/// Whether `entry` is the one a completed scan writes for `run`: no position, and a last
-/// completion recorded since the run started (a fresh run's first entry has no position
-/// either, and the previous completion or none).
-fn completes(entry: &Entry, run: &SnapshotRun) -> bool {
-    let parse = |text: &str| {
-        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
-    };
-    let completed = entry
-        .last_completed
-        .as_ref()
-        .and_then(|last| last["at"].as_str())
-        .and_then(parse);
-    entry.position.is_none()
-        && completed.is_some_and(|at| parse(&run.started_at).is_some_and(|start| at >= start))
 }
 
 /// Rows a row group holds at most.
