@@ -268,15 +268,9 @@ pub async fn read_store(
     config: &PipelineConfig,
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
-        SinkConfig::Parquet(settings) => {
-            let sdk =
-                aws::load_sdk_config(&ddbpipe_source::plan::client_settings(&config.source)).await;
-            Ok(Some(Box::new(parquet::positions_reader(
-                settings,
-                config.target(),
-                &sdk,
-            )?)))
-        }
+        SinkConfig::Parquet(settings) => Ok(Some(Box::new(
+            parquet::positions_reader(settings, config.target()).await?,
+        ))),
         SinkConfig::Kafka(settings) => Ok(Some(
             match kafka::positions_reader(settings, config.target())? {
                 Some(positions) => Box::new(positions),

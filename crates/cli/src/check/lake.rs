@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Probes, Status};
 use crate::config::PipelineConfig;
 use crate::sinks::ParquetConfig;
-use crate::sinks::parquet::{objects, shape};
+use crate::sinks::parquet::{reading_objects, shape};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 
@@ -30,8 +30,7 @@ pub(super) async fn probe_parquet(
             return;
         }
     }
-    let (sdk, ..) = crate::wiring::clients(&config.source, None).await;
-    let objects = match objects(parquet, config.target(), &sdk) {
+    let objects = match reading_objects(parquet, config.target()).await {
         Ok(objects) => objects,
         Err(failure) => {
             probes.add("sink", Status::Fail, format!("{failure:#}"));

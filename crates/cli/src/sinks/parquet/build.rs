@@ -48,17 +48,17 @@ pub fn objects(
 fn settings(
     parquet: &ParquetConfig,
     target: Target<'_>,
-    sdk: &aws::SdkSettings,
+    objects: Objects,
     shape: Shape,
-) -> Result<ParquetSettings, Failure> {
-    Ok(ParquetSettings {
-        objects: objects(parquet, target, sdk)?,
+) -> ParquetSettings {
+    ParquetSettings {
+        objects,
         pipeline: target.pipeline.to_string(),
         shape,
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
         compression: parquet.compression,
-    })
+    }
 }
 
 /// Opens the parquet sink of `target` and its position store (its commit log).
@@ -75,7 +75,8 @@ pub fn open_parquet(
         )));
     };
     let shape = shape(parquet, target, table, records)?;
-    Ok(ParquetSink::open(settings(parquet, target, sdk, shape)?))
+    let objects = objects(parquet, target, sdk)?;
+    Ok(ParquetSink::open(settings(parquet, target, objects, shape)))
 }
 
 /// The columns of `parquet` for `table`'s records of `records` kind: what `run` opens with and
@@ -116,11 +117,20 @@ pub fn shape(
     })
 }
 
-/// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).
-pub fn positions_reader(
+/// The files of `parquet` outside a run (`check`, `state`, `lag`), reached with the AWS
+/// configuration the source's settings load, as a run's is when no program gives one.
+pub async fn reading_objects(
     parquet: &ParquetConfig,
     target: Target<'_>,
-    sdk: &aws::SdkSettings,
+) -> Result<Objects, Failure> {
+    let sdk = aws::load_sdk_config(&ddbpipe_source::plan::client_settings(target.source)).await;
+    objects(parquet, target, &sdk)
+}
+
+/// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).
+pub async fn positions_reader(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
 ) -> Result<ParquetPositions, Failure> {
     // No key is needed to read or reset a position: the columns stay unused.
     let shape = Shape::new(
@@ -130,7 +140,8 @@ pub fn positions_reader(
         false,
     )
     .map_err(|p| Failure::runtime(anyhow!("internal error: {p}")))?;
+    let objects = reading_objects(parquet, target).await?;
     Ok(ParquetPositions::reading(settings(
-        parquet, target, sdk, shape,
-    )?))
+        parquet, target, objects, shape,
+    )))
 }

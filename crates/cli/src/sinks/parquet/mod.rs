@@ -3,6 +3,6 @@
 mod build;
 mod config;
 
-pub use build::{location, objects, open_parquet, positions_reader, shape};
+pub use build::{location, open_parquet, positions_reader, reading_objects, shape};
 pub use config::ParquetConfig;
 pub(crate) use config::{FIELDS, S3_ENDPOINT_URL, S3_REGION, anchor, read, validate};
