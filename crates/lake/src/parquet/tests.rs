@@ -260,3 +260,49 @@ async fn a_changed_log_stops_a_reading_store_as_it_stops_a_run() {
     assert!(refused.contains("belongs to commit 5"), "{refused}");
     assert!(dir.path().join(&stray).exists(), "nothing deleted");
 }
+
+/// Rule 1 with rule 2: a file that reaches `target_file_bytes` rolls, and the roll commits
+/// (the hour-long interval never came).
+#[tokio::test]
+async fn a_file_at_its_target_size_rolls_and_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = settings(dir.path(), Duration::from_secs(3600));
+    small.target_file_bytes = 1;
+    let (mut sink, mut store) = ParquetSink::open(small);
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    for i in 0..3 {
+        let (batch, staged) = batch(i * 4, i * 4 + 4);
+        sink.write(&batch, Some(&staged)).await.unwrap();
+    }
+    assert_eq!(
+        rows_in(dir.path()),
+        12,
+        "every batch's file rolled and was committed"
+    );
+    let last = commits::last(&Objects::Local(dir.path().to_path_buf()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last.run.map(|run| run.files.len()), Some(3));
+    assert_eq!(cursor(&store.load("orders").await.unwrap().unwrap()), "k12");
+}
+
+/// `state reset` (a store outside a run) commits an empty position: a run still writing is
+/// stopped at its next commit, and the next run starts from nothing.
+#[tokio::test]
+async fn a_reset_outside_the_run_stops_it_at_its_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (first, staged) = batch(0, 3);
+    sink.write(&first, Some(&staged)).await.unwrap();
+    let mut reset = ParquetPositions::reading(settings(dir.path(), Duration::from_secs(3600)));
+    reset.store("orders", None).await.unwrap();
+    let refused = store.commit_held().await.unwrap_err().to_string();
+    assert!(refused.contains("committed to"), "{refused}");
+    let (_, mut next) = ParquetSink::open(settings(dir.path(), Duration::from_secs(3600)));
+    assert_eq!(next.load("orders").await.unwrap(), None);
+    assert_eq!(rows_in(dir.path()), 0);
+}

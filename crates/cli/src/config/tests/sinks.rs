@@ -447,3 +447,26 @@ fn the_parquet_sink_takes_larger_batches_by_default() {
     assert_eq!(load(""), 5000);
     assert_eq!(load(", batch_size: 700"), 700);
 }
+
+/// docs/sinks.md §7.10 rule 1: a relative directory is relative to the pipeline file's
+/// directory; an s3:// path stays as written.
+#[test]
+fn a_relative_parquet_directory_is_the_pipeline_files() {
+    let path = |sink_path: &str| {
+        let config = crate::config::parse(
+            &format!(
+                "name: t\nsource: {{table_name: o}}\nsink: {{type: parquet, path: '{sink_path}'}}\n"
+            ),
+            std::path::Path::new("/conf"),
+            &|_: &str| None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        match config.sink {
+            crate::config::SinkConfig::Parquet(parquet) => parquet.path,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(path("lake/{table}"), "/conf/lake/o");
+    assert_eq!(path("/data/lake"), "/data/lake");
+    assert_eq!(path("s3://b/p/{table}/"), "s3://b/p/o/");
+}
