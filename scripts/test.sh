@@ -3,7 +3,8 @@
 #
 # - moto's DynamoDB server (PyPI `moto[server]==5.2.5`), started by the tests on free loopback
 #   ports (also their S3); dynoxide is embedded in the tests as a crate, so it needs no install.
-# - pyarrow and DuckDB (PyPI, pinned below), the independent readers of the parquet sink's files.
+# - pyarrow, DuckDB and pyiceberg (PyPI, pinned below), the independent readers of the lake
+#   sinks' files and Iceberg tables.
 # - PostgreSQL for the keyed-destination tests: scripts/postgres.sh starts a throwaway server
 #   (installing Debian's `postgresql` package when missing) and exports
 #   DDBPIPE_TEST_POSTGRES_URL, unless that is already set; the server stops on exit.
@@ -30,12 +31,13 @@ then
 fi
 command -v moto_server >/dev/null || { echo "moto_server is not on PATH after installing moto" >&2; exit 1; }
 
-# The lake tests read what the parquet sink wrote with readers nobody here wrote: pyarrow, and
-# DuckDB running the query docs/sinks.md gives (crates/cli/tests/lake/read_parquet.py); boto3
-# comes with moto.
-if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if (m.version("pyarrow"), m.version("duckdb")) == ("26.0.1", "2.0.1") else 1)' 2>/dev/null; then
-  echo "scripts/test.sh: installing pyarrow==26.0.1 duckdb==2.0.1" >&2
-  python3 -m pip install --quiet 'pyarrow==26.0.1' 'duckdb==2.0.1'
+# The lake tests read what the lake sinks wrote with readers nobody here wrote: pyarrow, DuckDB
+# running the queries docs/sinks.md gives (crates/cli/tests/lake/read_parquet.py), and pyiceberg
+# with its SQL catalog (SQLAlchemy) reading the Iceberg tables (read_iceberg.py); boto3 comes
+# with moto.
+if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if (m.version("pyarrow"), m.version("duckdb"), m.version("pyiceberg")) == ("26.0.1", "2.0.1", "0.12.0") else 1)' 2>/dev/null; then
+  echo "scripts/test.sh: installing pyarrow==26.0.1 duckdb==2.0.1 pyiceberg[sql-sqlite]==0.12.0" >&2
+  python3 -m pip install --quiet 'pyarrow==26.0.1' 'duckdb==2.0.1' 'pyiceberg[sql-sqlite]==0.12.0'
 fi
 
 # shellcheck source=scripts/cargo-deb.sh

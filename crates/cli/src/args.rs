@@ -234,6 +234,8 @@ pub enum InitSink {
     Postgres,
     /// Parquet files in a directory or on S3.
     Parquet,
+    /// An Apache Iceberg table in a SQL catalog.
+    Iceberg,
 }
 
 /// `state` subcommands.

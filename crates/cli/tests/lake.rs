@@ -11,6 +11,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+// The iceberg sink: the same sources and files, committed to an Iceberg table.
+#[path = "lake/iceberg.rs"]
+mod iceberg;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -296,7 +299,7 @@ fn a_streams_run_killed_anywhere_commits_every_change_exactly_once() {
         keyed::table_items(&running.endpoint, "orders"),
         "the documented DuckDB query gives the table"
     );
-    assert_eq!(read.schema["event_time"], "timestamp[ms, tz=UTC]");
+    assert_eq!(read.schema["event_time"], "timestamp[us, tz=UTC]");
     assert_eq!(read.schema["op"], "string");
     assert!(read.schema.contains_key("before"), "{:?}", read.schema);
     // Files sit in the day directory of their rows' event time.

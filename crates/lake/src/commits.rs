@@ -72,6 +72,9 @@ pub struct DataFile {
     pub rows: u64,
     /// Its size in bytes.
     pub bytes: u64,
+    /// The day of its partition (changes): the Iceberg sink's partition value.
+    #[serde(skip)]
+    pub day: Option<i64>,
 }
 
 /// The name of commit `seq`.
@@ -180,6 +183,23 @@ fn commit_seq(name: &str) -> Option<u64> {
     name.strip_prefix(LOG)?.strip_suffix(".json")?.parse().ok()
 }
 
+/// A run directory's name: its start in UTC to the millisecond (`20261205T031038.123Z`).
+pub fn run_dir(at: time::OffsetDateTime) -> String {
+    let format = time::macros::format_description!(
+        "[year][month][day]T[hour][minute][second].[subsecond digits:3]Z"
+    );
+    at.format(&format)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}
+
+/// The scan completion a loaded position records (`parquet` rule 4).
+pub fn completed(entry: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    entry
+        .and_then(|e| e.get("last_completed"))
+        .filter(|completed| !completed.is_null())
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +256,7 @@ mod tests {
             path: kept_2,
             rows: 1,
             bytes: 1,
+            day: None,
         });
         assert_eq!(orphans(&names, Some(&last)), Ok(vec![fenced, next]));
         // A file of a commit after the next one: the log was changed; nothing is deleted.

@@ -26,6 +26,9 @@
 //!    next commit, its files never named), and only then are the files no commit names deleted
 //!    (`commits` rule 2). A store outside a run (`state show`, `lag`, `check`) claims and
 //!    deletes nothing.
+//! 7. With an Iceberg table (`iceberg` rules), its snapshots are the commits and hold the
+//!    position; there is no commit log, no run directory and no `_manifest.json`, and data
+//!    files go under the table's `data/` (changes: `data/event_time_day=YYYY-MM-DD/`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,6 +49,8 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::commits::{self, Commit, DataFile, SnapshotRun};
+use crate::failure::Failure;
+use crate::iceberg::{IcebergSettings, IcebergTable};
 use crate::objects::Objects;
 use crate::rows::Shape;
 
@@ -64,6 +69,9 @@ pub struct ParquetSettings {
     pub commit_interval: Duration,
     /// How the files' pages are compressed.
     pub compression: FileCompression,
+    /// An Iceberg table the files are committed to (docs/sinks.md §7.11), in the warehouse
+    /// `objects` is; `None`: the commit log under `objects` (rule 7).
+    pub iceberg: Option<IcebergSettings>,
 }
 
 /// How a Parquet file's pages are compressed (`sink.compression`).
@@ -112,7 +120,7 @@ impl ParquetSink {
     /// Opens the sink and its position store; nothing is read or written until the run
     /// loads its position.
     pub fn open(settings: ParquetSettings) -> (ParquetSink, ParquetPositions) {
-        let target = format!("parquet {}", settings.objects.describe());
+        let target = target(&settings);
         let writer = Arc::new(Mutex::new(Writer::new(settings, true)));
         let ticker = tokio::spawn(tick(Arc::downgrade(&writer)));
         let positions = ParquetPositions {
@@ -134,7 +142,7 @@ impl ParquetPositions {
     /// The store of `settings` outside a run (`state show`, `state reset`, `check`).
     pub fn reading(settings: ParquetSettings) -> ParquetPositions {
         ParquetPositions {
-            target: format!("parquet {}", settings.objects.describe()),
+            target: target(&settings),
             writer: Arc::new(Mutex::new(Writer::new(settings, false))),
         }
     }
@@ -236,34 +244,11 @@ impl ParquetPositions {
     }
 }
 
-/// A failed step, and what it means for a rerun.
-#[derive(Debug)]
-struct Failure {
-    message: String,
-    class: SinkErrorClass,
-}
-
-impl Failure {
-    fn transient(message: String) -> Failure {
-        Failure {
-            message,
-            class: SinkErrorClass::Transient,
-        }
-    }
-
-    fn definite(message: String) -> Failure {
-        Failure {
-            message,
-            class: SinkErrorClass::Definite,
-        }
-    }
-
-    fn error(self, target: &str) -> SinkError {
-        SinkError {
-            sink: target.to_string(),
-            message: self.message,
-            class: self.class,
-        }
+/// The sink for messages.
+fn target(settings: &ParquetSettings) -> String {
+    match &settings.iceberg {
+        Some(iceberg) => format!("iceberg {}.{}", iceberg.namespace, iceberg.table),
+        None => format!("parquet {}", settings.objects.describe()),
     }
 }
 
@@ -302,12 +287,19 @@ struct Writer {
     /// A run's writer (rule 6): it claims the log when it loads it, and deletes the orphans.
     /// `false`: a store outside a run (`state`, `lag`, `check`), which deletes nothing.
     runs: bool,
+    /// The Iceberg table the commits go to (rule 7).
+    iceberg: Option<IcebergTable>,
 }
 
 impl Writer {
     fn new(settings: ParquetSettings, runs: bool) -> Writer {
+        let token = commits::writer_token();
+        let iceberg = settings.iceberg.clone().map(|iceberg| {
+            IcebergTable::new(iceberg, &settings.objects, &settings.pipeline, &token)
+        });
         Writer {
             settings,
+            iceberg,
             runs,
             last: None,
             run: None,
@@ -318,7 +310,7 @@ impl Writer {
             failed: None,
             broken: false,
             completed_before: None,
-            token: commits::writer_token(),
+            token,
         }
     }
 
@@ -334,6 +326,13 @@ impl Writer {
 
     /// Reads the last commit (`commits` rule 4) and deletes the orphans after it (rule 2).
     async fn load(&mut self, pipeline: &str) -> Result<Option<serde_json::Value>, Failure> {
+        if let Some(table) = &mut self.iceberg {
+            let loaded = table.load(&self.settings.shape, self.runs).await?;
+            self.last = Some(loaded.seq);
+            self.run = loaded.run;
+            self.completed_before = commits::completed(loaded.entry.as_ref());
+            return Ok(loaded.entry);
+        }
         let last = commits::last(self.objects())
             .await
             .map_err(Failure::transient)?;
@@ -357,11 +356,7 @@ impl Writer {
         self.last = Some(seq);
         self.run = last.as_ref().and_then(|c| c.run.clone());
         let entry = last.and_then(|c| c.entry);
-        self.completed_before = entry
-            .as_ref()
-            .and_then(|e| e.get("last_completed"))
-            .filter(|completed| !completed.is_null())
-            .cloned();
+        self.completed_before = commits::completed(entry.as_ref());
         Ok(entry)
     }
 
@@ -429,7 +424,7 @@ impl Writer {
         }
         let now = time::OffsetDateTime::now_utc();
         self.run = Some(SnapshotRun {
-            dir: run_dir(now),
+            dir: commits::run_dir(now),
             started_at: now_rfc3339(),
             files: Vec::new(),
             completed_at: None,
@@ -524,8 +519,13 @@ impl Writer {
             .map_err(|e| Failure::definite(format!("cannot finish a Parquet file: {e}")))?;
         let next = self.last.unwrap_or(0) + 1;
         let dir = match (&self.run, day) {
+            _ if self.iceberg.is_some() => self
+                .iceberg
+                .as_ref()
+                .map(|t| t.data_dir(day))
+                .unwrap_or_default(),
             (Some(run), _) if self.settings.shape.records() == Records::Items => run.dir.clone(),
-            (_, Some(day)) => format!("event_date={}", date(day)),
+            (_, Some(day)) => format!("event_date={}", crate::rows::date(day)),
             (_, None) => "event_date=__HIVE_DEFAULT_PARTITION__".to_string(),
         };
         let name = commits::file_name(&dir, next, &self.token, self.written.len() as u32);
@@ -538,6 +538,7 @@ impl Writer {
             path: name,
             rows: file.rows,
             bytes: size,
+            day,
         });
         Ok(())
     }
@@ -568,9 +569,25 @@ impl Writer {
             });
             if run.completed_at.is_none() && completes {
                 let now = now_rfc3339();
-                self.write_manifest(run, &now).await?;
+                match &mut self.iceberg {
+                    Some(table) => {
+                        table
+                            .commit(&self.written, entry, seq, Some(run), true)
+                            .await?
+                    }
+                    None => self.write_manifest(run, &now).await?,
+                }
                 run.completed_at = Some(now);
+            } else if let Some(table) = &mut self.iceberg {
+                table
+                    .commit(&self.written, entry, seq, Some(run), false)
+                    .await?;
             }
+        } else if let Some(table) = &mut self.iceberg {
+            table.commit(&self.written, entry, seq, None, false).await?;
+        }
+        if self.iceberg.is_some() {
+            return self.committed(seq, run);
         }
         let commit = Commit {
             seq,
@@ -598,7 +615,12 @@ impl Writer {
                 class: SinkErrorClass::Fenced,
             });
         }
-        tracing::debug!(seq, files = commit.files.len(), "Committed to the lake.");
+        self.committed(seq, run)
+    }
+
+    /// What a commit leaves: its number, its run; nothing held.
+    fn committed(&mut self, seq: u64, run: Option<SnapshotRun>) -> Result<(), Failure> {
+        tracing::debug!(seq, files = self.written.len(), "Committed to the lake.");
         self.last = Some(seq);
         self.run = run.or(self.run.take());
         self.written.clear();
@@ -659,24 +681,6 @@ fn open_file(shape: &Shape, compression: FileCompression) -> Result<OpenFile, Fa
     let writer = ArrowWriter::try_new(Vec::new(), shape.schema().clone(), Some(properties))
         .map_err(|e| Failure::definite(format!("cannot start a Parquet file: {e}")))?;
     Ok(OpenFile { writer, rows: 0 })
-}
-
-/// A run directory's name: its start in UTC to the millisecond (`20261205T031038.123Z`).
-fn run_dir(at: time::OffsetDateTime) -> String {
-    let format = time::macros::format_description!(
-        "[year][month][day]T[hour][minute][second].[subsecond digits:3]Z"
-    );
-    at.format(&format)
-        .unwrap_or_else(|_| at.unix_timestamp().to_string())
-}
-
-/// Day `day` since 1970-01-01 as `YYYY-MM-DD`.
-fn date(day: i64) -> String {
-    let format = time::macros::format_description!("[year]-[month]-[day]");
-    time::OffsetDateTime::from_unix_timestamp(day * 86_400)
-        .ok()
-        .and_then(|at| at.format(&format).ok())
-        .unwrap_or_else(|| format!("day-{day}"))
 }
 
 #[cfg(test)]

@@ -9,9 +9,9 @@
 //! 2. Scan, query and export runs (items): then `document`, the item as the line ddbpipe
 //!    writes it (`value_format`), never null.
 //! 3. Streams and mirror runs (envelopes): `op` (`c`, `u`, `d`, `r`), `sequence_number`,
-//!    `event_time` (UTC, ms: the record's `ts_ms`; a snapshot row's, the time its page was
-//!    read), `shard_id`, `document` (the new image; null for a delete), and `before` (the old
-//!    image) when the stream's view has old images.
+//!    `event_time` (UTC, in µs as Iceberg keeps time: the record's `ts_ms`; a snapshot row's,
+//!    the time its page was read), `shard_id`, `document` (the new image; null for a delete),
+//!    and `before` (the old image) when the stream's view has old images.
 //! 4. Then the typed columns (`sink.columns`, docs/sinks.md §7.9), nullable, in the order
 //!    listed, read out of the document (a change's new image; null for a delete) by the keyed
 //!    sinks' reader under `sink.on_type_mismatch`: `text`, `numeric` (the exact digits as a
@@ -22,13 +22,15 @@
 //!    refused when the sink opens, naming it: the two could not be told apart.
 //! 6. A record that cannot become a row fails the batch, named by its event id and shard (or
 //!    its start), never by a value: nothing of the batch is written.
+//! 7. Every column carries a field id, 1 up in column order, in the files' Parquet schema: what
+//!    Iceberg readers find columns by (the Iceberg sink's table schema has the same ids).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
-    TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
+    TimestampMicrosecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -159,7 +161,7 @@ impl Shape {
             records,
             before,
             typed,
-            schema: Arc::new(Schema::new(fields)),
+            schema: Arc::new(Schema::new(numbered(fields))),
         })
     }
 
@@ -227,7 +229,7 @@ impl Shape {
                 })
                 .collect(),
             text: (0..texts).map(|_| StringBuilder::new()).collect(),
-            time: TimestampMillisecondBuilder::new(),
+            time: TimestampMicrosecondBuilder::new(),
             typed: self
                 .typed
                 .iter()
@@ -297,7 +299,7 @@ impl Shape {
         columns.push_key(&key);
         columns.text[0].append_value(envelope.op.as_ref());
         columns.text[1].append_option(envelope.sequence_number.as_deref());
-        columns.time.append_option(time);
+        columns.time.append_option(time.map(|ms| ms * 1000));
         columns.text[2].append_option(envelope.shard_id.as_deref());
         columns.text[3].append_option(document.map(RawValue::get));
         columns.text[4].append_option(present(envelope.before).map(RawValue::get));
@@ -326,6 +328,24 @@ impl Shape {
 }
 
 /// The Arrow type of a typed column (rule 4).
+/// Rule 7: each column's field id, 1 up in order, in its Parquet schema.
+fn numbered(fields: Vec<Field>) -> Vec<Field> {
+    fields
+        .into_iter()
+        .zip(1..)
+        .map(|(field, id): (Field, i32)| {
+            field.with_metadata(
+                [(FIELD_ID.to_string(), id.to_string())]
+                    .into_iter()
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The Arrow field metadata key the Parquet writer stores as a column's field id.
+const FIELD_ID: &str = "PARQUET:field_id";
+
 fn typed_type(kind: ColumnType) -> DataType {
     match kind {
         ColumnType::Text | ColumnType::Numeric | ColumnType::Jsonb => DataType::Utf8,
@@ -338,7 +358,7 @@ fn typed_type(kind: ColumnType) -> DataType {
 
 /// The type of `event_time`.
 fn timestamp() -> DataType {
-    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }
 
 /// A JSON value other than `null`.
@@ -352,7 +372,7 @@ struct Columns {
     /// Items: `document`. Envelopes: `op`, `sequence_number`, `shard_id`, `document`,
     /// `before`.
     text: Vec<StringBuilder>,
-    time: TimestampMillisecondBuilder,
+    time: TimestampMicrosecondBuilder,
     typed: Vec<TypedColumn>,
 }
 
@@ -463,6 +483,15 @@ impl Columns {
         arrays.extend(self.typed.iter_mut().map(TypedColumn::finish));
         arrays
     }
+}
+
+/// Day `day` since 1970-01-01 as `YYYY-MM-DD`.
+pub fn date(day: i64) -> String {
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    time::OffsetDateTime::from_unix_timestamp(day * 86_400)
+        .ok()
+        .and_then(|at| at.format(&format).ok())
+        .unwrap_or_else(|| format!("day-{day}"))
 }
 
 #[cfg(test)]

@@ -237,8 +237,11 @@ pub(super) fn validate(
         )),
         SinkConfig::Parquet(_) => errors.push(ConfigError::new(
             "sink.type",
-            "the parquet sink runs in one process for now: remove coordination (one run of \
-             the pipeline reads every shard), or write into jsonl, sqlite or postgres",
+            format!(
+                "the {} sink runs in one process for now: remove coordination (one run of the \
+                 pipeline reads every shard), or write into jsonl, sqlite or postgres",
+                sink.kind()
+            ),
         )),
         SinkConfig::Custom => errors.push(ConfigError::new(
             "sink.type",

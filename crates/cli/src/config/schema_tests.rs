@@ -337,6 +337,7 @@ fn init_texts() -> Vec<(String, String)> {
             InitSink::Sqlite,
             InitSink::Postgres,
             InitSink::Parquet,
+            InitSink::Iceberg,
         ] {
             let args = InitArgs {
                 table: "orders".into(),
@@ -359,7 +360,7 @@ fn init_texts() -> Vec<(String, String)> {
             // `--columns auto`, from a sample of every kind of attribute.
             let dialect = match sink {
                 InitSink::Postgres => Dialect::Postgres,
-                InitSink::Parquet => Dialect::Lake,
+                InitSink::Parquet | InitSink::Iceberg => Dialect::Lake,
                 _ => Dialect::Sqlite,
             };
             let inference = crate::init::infer(&sampled_items(), &["pk".to_string()], dialect);

@@ -80,6 +80,9 @@ pub(super) fn fill_table(sink: &mut SinkConfig, state: &mut StateConfig, table: 
         SinkConfig::Postgres(postgres) => fill_text(&mut postgres.keyed.table, &name),
         SinkConfig::Parquet(parquet) => {
             parquet.path = parquet.path.replace(TABLE_PLACEHOLDER, &name);
+            if let Some(iceberg) = &mut parquet.iceberg {
+                iceberg.table = iceberg.table.replace(TABLE_PLACEHOLDER, &name);
+            }
         }
         SinkConfig::Kafka(_) | SinkConfig::Custom => {}
     }
@@ -211,10 +214,25 @@ fn shared_rules(
             );
         }
         SinkConfig::Kafka(_) => {}
-        SinkConfig::Parquet(parquet) if !parquet.path.contains(TABLE_PLACEHOLDER) => fail(
-            "sink.path",
-            needs("path", "one location, whose commit log takes one pipeline"),
-        ),
+        SinkConfig::Parquet(parquet)
+            if parquet
+                .iceberg
+                .as_ref()
+                .is_some_and(|iceberg| !iceberg.table.contains(TABLE_PLACEHOLDER)) =>
+        {
+            fail(
+                "sink.table",
+                needs("table", "one Iceberg table, which takes one pipeline"),
+            )
+        }
+        SinkConfig::Parquet(parquet)
+            if parquet.iceberg.is_none() && !parquet.path.contains(TABLE_PLACEHOLDER) =>
+        {
+            fail(
+                "sink.path",
+                needs("path", "one location, whose commit log takes one pipeline"),
+            )
+        }
         SinkConfig::Parquet(_) => {}
         SinkConfig::Custom => fail(
             "sink.type",

@@ -44,11 +44,11 @@ pub async fn init(args: InitArgs) -> Result<Exit, Failure> {
         (None, _) => None,
         (Some(InitColumns::Auto), InitSink::Sqlite) => Some(Dialect::Sqlite),
         (Some(InitColumns::Auto), InitSink::Postgres) => Some(Dialect::Postgres),
-        (Some(InitColumns::Auto), InitSink::Parquet) => Some(Dialect::Lake),
+        (Some(InitColumns::Auto), InitSink::Parquet | InitSink::Iceberg) => Some(Dialect::Lake),
         (Some(InitColumns::Auto), InitSink::Jsonl) => {
             return Err(Failure::usage(anyhow!(
                 "--columns auto writes typed columns of a table: it needs --sink sqlite, \
-                 postgres or parquet"
+                 postgres, parquet or iceberg"
             )));
         }
     };
@@ -214,6 +214,17 @@ pub(crate) fn pipeline(
             out.push_str(&format!(
                 "  path: {name}-lake                # a directory, or s3://bucket/prefix/{{table}}/\n"
             ));
+        }
+        InitSink::Iceberg => {
+            out.push_str("  type: iceberg\n");
+            out.push_str("  catalog:\n    type: sql\n");
+            out.push_str(
+                "    uri: sqlite:///catalog.db       # the pipeline file's directory; sqlite:////abs/path\n",
+            );
+            out.push_str(&format!(
+                "  warehouse: {name}-warehouse      # a directory, or s3://bucket/prefix\n"
+            ));
+            out.push_str("  namespace: dynamodb\n");
         }
     }
     if let Some(inference) = inference {

@@ -63,6 +63,13 @@ static SINKS: &[Variant] = &[
         fields: parquet::FIELDS,
     },
     Variant {
+        tag: "iceberg",
+        description: "An Apache Iceberg table in a SQL catalog, its files on S3 or in a local \
+                      directory; every commit a snapshot holding the position \
+                      (docs/sinks.md §7.11).",
+        fields: parquet::ICEBERG_FIELDS,
+    },
+    Variant {
         tag: "custom",
         description: "A sink given in code by the program that embeds ddbpipe \
                       (`Pipeline::with_sink`, docs/sinks.md §7.5); the position in the state \
@@ -98,7 +105,8 @@ pub enum SinkConfig {
     /// with them (`exactly_once`) or in the state file (`at_least_once`) (docs/sinks.md §7.7).
     Kafka(KafkaConfig),
     /// `type: parquet`: Parquet files on S3 or in a directory, the position in their commit
-    /// log (docs/sinks.md §7.10).
+    /// log (docs/sinks.md §7.10); `type: iceberg` (`ParquetConfig::iceberg` set): the same
+    /// files committed as the snapshots of an Iceberg table, which hold the position (§7.11).
     Parquet(ParquetConfig),
     /// `type: custom`: a sink the embedding program gives in code, the position in the state
     /// file (docs/sinks.md §7.5).
@@ -113,6 +121,7 @@ impl SinkConfig {
             SinkConfig::Sqlite(_) => "sqlite",
             SinkConfig::Postgres(_) => "postgres",
             SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::Parquet(parquet) if parquet.iceberg.is_some() => "iceberg",
             SinkConfig::Parquet(_) => "parquet",
             SinkConfig::Custom => "custom",
         }
@@ -128,6 +137,9 @@ impl SinkConfig {
                 if kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce =>
             {
                 Some("its positions topic")
+            }
+            SinkConfig::Parquet(parquet) if parquet.iceberg.is_some() => {
+                Some("its table's snapshots")
             }
             SinkConfig::Parquet(_) => Some("its commit log"),
             SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => None,
@@ -179,6 +191,7 @@ enum SinkType {
     Postgres,
     Kafka,
     Parquet,
+    Iceberg,
     Custom,
 }
 
@@ -190,6 +203,7 @@ impl Choice for SinkType {
             SinkType::Postgres,
             SinkType::Kafka,
             SinkType::Parquet,
+            SinkType::Iceberg,
             SinkType::Custom,
         ]
     }
@@ -200,6 +214,7 @@ impl Choice for SinkType {
             SinkType::Postgres => "postgres",
             SinkType::Kafka => "kafka",
             SinkType::Parquet => "parquet",
+            SinkType::Iceberg => "iceberg",
             SinkType::Custom => "custom",
         }
     }
@@ -226,6 +241,7 @@ pub(crate) fn read_sink(mut f: Fields<'_>) -> Option<(SinkConfig, BTreeSet<Strin
         SinkType::Postgres => SinkConfig::Postgres(keyed::read_postgres(&mut f)),
         SinkType::Kafka => SinkConfig::Kafka(kafka::read(&mut f)),
         SinkType::Parquet => SinkConfig::Parquet(parquet::read(&mut f)),
+        SinkType::Iceberg => SinkConfig::Parquet(parquet::read_iceberg(&mut f)),
         SinkType::Custom => SinkConfig::Custom,
     };
     Some((sink, f.finish()))

@@ -26,6 +26,7 @@ fn settings(dir: &Path, interval: Duration) -> ParquetSettings {
         target_file_bytes: 64 * 1024 * 1024,
         commit_interval: interval,
         compression: FileCompression::default(),
+        iceberg: None,
     }
 }
 
@@ -306,3 +307,6 @@ async fn a_reset_outside_the_run_stops_it_at_its_next_commit() {
     assert_eq!(next.load("orders").await.unwrap(), None);
     assert_eq!(rows_in(dir.path()), 0);
 }
+
+// The writer committing to an Iceberg table.
+mod iceberg;

@@ -1,5 +1,5 @@
 use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMillisecondType;
+use arrow_array::types::TimestampMicrosecondType;
 use ddbpipe_source::records::Lines;
 
 use super::*;
@@ -67,10 +67,10 @@ fn changes_are_cut_by_the_day_of_their_time_and_snapshot_rows_take_their_read_ti
     );
     let ops = first.column(2).as_string::<i32>();
     assert_eq!((ops.value(0), ops.value(1)), ("c", "r"));
-    let times = first.column(4).as_primitive::<TimestampMillisecondType>();
+    let times = first.column(4).as_primitive::<TimestampMicrosecondType>();
     assert_eq!(
         times.value(1),
-        20_000 * day + 9,
+        (20_000 * day + 9) * 1000,
         "a snapshot row's read time"
     );
     let deleted = &parts[1].rows;

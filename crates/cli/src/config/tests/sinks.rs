@@ -71,7 +71,7 @@ fn keyed_sinks_are_read_with_their_defaults() {
         errors("name: t\nsource: {table_name: o}\nsink: {type: mongodb}\n"),
         [
             "config error: sink.type: unknown value \"mongodb\", expected one of jsonl, sqlite, \
-             postgres, kafka, parquet, custom"
+             postgres, kafka, parquet, iceberg, custom"
         ]
     );
 }

@@ -2,10 +2,12 @@
 //! client from the run's AWS configuration, the columns from the table's key schema and the
 //! stream's view (docs/sinks.md §7.10).
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_keyed::TypedColumns;
+use ddbpipe_lake::iceberg::{IcebergSettings, SqlCatalog};
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
 use ddbpipe_lake::rows::Shape;
@@ -13,7 +15,7 @@ use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
 
-use super::ParquetConfig;
+use super::{IcebergConfig, ParquetConfig};
 use crate::failure::Failure;
 use crate::sinks::Target;
 
@@ -21,8 +23,13 @@ use crate::sinks::Target;
 pub fn location(parquet: &ParquetConfig, target: Target<'_>) -> Result<Location, Failure> {
     // `{table}` was filled in when the file was loaded (`config::tables`).
     let path = parquet.path.replace("{pipeline}", target.pipeline);
-    Location::parse(&path)
-        .map_err(|problem| Failure::usage(anyhow!("config error: sink.path: {problem}")))
+    Location::parse(&path).map_err(|problem| {
+        let key = match parquet.iceberg {
+            Some(_) => "sink.warehouse",
+            None => "sink.path",
+        };
+        Failure::usage(anyhow!("config error: {key}: {problem}"))
+    })
 }
 
 /// The files of `parquet` for `target`: a directory, or an S3 prefix with a client from
@@ -58,6 +65,17 @@ fn settings(
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
         compression: parquet.compression,
+        iceberg: parquet.iceberg.as_ref().map(iceberg_settings),
+    }
+}
+
+/// Where an iceberg sink's table is (its uri was checked when the file was loaded).
+pub fn iceberg_settings(iceberg: &IcebergConfig) -> IcebergSettings {
+    let path = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new("")).unwrap_or_default();
+    IcebergSettings {
+        catalog: SqlCatalog::new(path, iceberg.catalog_name.clone()),
+        namespace: iceberg.namespace.clone(),
+        table: iceberg.table.clone(),
     }
 }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use ddbpipe_keyed::OnMismatch;
+use ddbpipe_lake::iceberg::SqlCatalog;
 use ddbpipe_lake::objects::Location;
 use ddbpipe_lake::parquet::FileCompression;
 use ddbpipe_source::config::ConfigError;
@@ -15,7 +16,7 @@ use crate::sinks::keyed::columns::{
     self, COLUMNS, ColumnConfig, DEFAULT_DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH,
 };
 use crate::yaml::fields::Fields;
-use crate::yaml::schema::{Field, defaulted, of, optional, required};
+use crate::yaml::schema::{Field, Shape, defaulted, of, optional, required};
 use crate::yaml::types::Choice;
 
 /// `sink.target_file_mb` when unset.
@@ -48,29 +49,118 @@ pub(crate) static FIELDS: &[Field] = &[
     ),
     S3_REGION,
     S3_ENDPOINT_URL,
-    defaulted(
-        "target_file_mb",
-        of::<u32>(),
-        || json!(DEFAULT_TARGET_FILE_MB),
-        "Roll a data file at this size (MiB); every commit also closes the open files.",
-    ),
-    defaulted(
-        "commit_interval_secs",
-        of::<u32>(),
-        || json!(DEFAULT_COMMIT_INTERVAL_SECS),
-        "Commit what was written at least this often (a commit also happens when a file rolls \
-         and when the run stops); 0: after every batch.",
-    ),
-    defaulted(
-        "compression",
-        of::<FileCompression>(),
-        || json!(FileCompression::Snappy.name()),
-        "How the files' pages are compressed: snappy (what every reader reads), zstd (smaller \
-         files, more CPU) or none (the least CPU).",
-    ),
+    TARGET_FILE_MB,
+    COMMIT_INTERVAL_SECS,
+    COMPRESSION,
     COLUMNS,
     ON_TYPE_MISMATCH,
 ];
+
+/// The keys of the iceberg sink: the parquet sink's, but `path`, and where its table is.
+pub(crate) static ICEBERG_FIELDS: &[Field] = &[
+    required(
+        "catalog",
+        Shape::Section(CATALOG),
+        "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}.",
+    ),
+    required(
+        "warehouse",
+        of::<String>(),
+        "Where the table's files go: s3://bucket/prefix or a local directory; a new table is \
+         <warehouse>/<namespace>.db/<table>.",
+    ),
+    defaulted(
+        "namespace",
+        of::<String>(),
+        || json!(DEFAULT_NAMESPACE),
+        "The table's namespace in the catalog.",
+    ),
+    defaulted(
+        "table",
+        of::<String>(),
+        || json!("{table}"),
+        "The table's name; {table} is the DynamoDB table's name.",
+    ),
+    S3_REGION,
+    S3_ENDPOINT_URL,
+    TARGET_FILE_MB,
+    COMMIT_INTERVAL_SECS,
+    COMPRESSION,
+    COLUMNS,
+    ON_TYPE_MISMATCH,
+];
+
+/// `sink.namespace` of the iceberg sink when unset.
+pub const DEFAULT_NAMESPACE: &str = "dynamodb";
+/// `sink.catalog.name` when unset.
+pub const DEFAULT_CATALOG_NAME: &str = "ddbpipe";
+
+/// The keys of `sink.catalog`.
+static CATALOG: &[Field] = &[
+    required(
+        "type",
+        of::<CatalogType>(),
+        "sql: a SQLite file with the tables of Iceberg's JDBC catalog and pyiceberg's SqlCatalog.",
+    ),
+    required(
+        "uri",
+        of::<String>(),
+        "sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is the \
+         pipeline file's); the file and its tables are created when missing.",
+    ),
+    defaulted(
+        "name",
+        of::<String>(),
+        || json!(DEFAULT_CATALOG_NAME),
+        "The catalog name its rows are written under (readers must give the same).",
+    ),
+];
+
+/// `sink.catalog.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogType {
+    /// A SQL catalog in a SQLite file.
+    Sql,
+}
+
+impl Choice for CatalogType {
+    fn all() -> &'static [Self] {
+        &[CatalogType::Sql]
+    }
+    fn name(self) -> &'static str {
+        "sql"
+    }
+    fn hint(found: &str) -> Option<&'static str> {
+        matches!(found, "rest" | "glue" | "s3tables" | "hive" | "jdbc")
+            .then_some("only the SQL catalog (type: sql, a SQLite file) is supported yet")
+    }
+}
+
+/// `sink.target_file_mb`.
+const TARGET_FILE_MB: Field = defaulted(
+    "target_file_mb",
+    of::<u32>(),
+    || json!(DEFAULT_TARGET_FILE_MB),
+    "Roll a data file at this size (MiB); every commit also closes the open files.",
+);
+
+/// `sink.commit_interval_secs`.
+const COMMIT_INTERVAL_SECS: Field = defaulted(
+    "commit_interval_secs",
+    of::<u32>(),
+    || json!(DEFAULT_COMMIT_INTERVAL_SECS),
+    "Commit what was written at least this often (a commit also happens when a file rolls \
+         and when the run stops); 0: after every batch.",
+);
+
+/// `sink.compression`.
+const COMPRESSION: Field = defaulted(
+    "compression",
+    of::<FileCompression>(),
+    || json!(FileCompression::Snappy.name()),
+    "How the files' pages are compressed: snappy (what every reader reads), zstd (smaller \
+         files, more CPU) or none (the least CPU).",
+);
 
 impl Choice for FileCompression {
     fn all() -> &'static [Self] {
@@ -112,16 +202,60 @@ pub struct ParquetConfig {
     pub on_type_mismatch: OnMismatch,
     /// How the files' pages are compressed.
     pub compression: FileCompression,
+    /// `type: iceberg`: the table the files are committed to; `path` is its warehouse.
+    pub iceberg: Option<IcebergConfig>,
+}
+
+/// Where the iceberg sink's table is (docs/sinks.md §7.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcebergConfig {
+    /// `catalog.uri`: the SQLite file.
+    pub catalog_uri: String,
+    /// `catalog.name`.
+    pub catalog_name: String,
+    /// The table's namespace.
+    pub namespace: String,
+    /// The table's name; `{table}` filled in when the file was loaded.
+    pub table: String,
 }
 
 /// Reads the parquet sink's keys.
 pub(crate) fn read(f: &mut Fields<'_>) -> ParquetConfig {
+    let path = f.required::<String>("path").unwrap_or_default();
+    read_files(f, path, None)
+}
+
+/// Reads the iceberg sink's keys.
+pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
+    let (catalog_uri, catalog_name) = match f.required_section("catalog") {
+        Some(mut catalog) => {
+            catalog.required::<CatalogType>("type");
+            let uri = catalog.required::<String>("uri").unwrap_or_default();
+            let name = catalog.or("name", DEFAULT_CATALOG_NAME.to_string());
+            catalog.finish();
+            (uri, name)
+        }
+        None => (String::new(), DEFAULT_CATALOG_NAME.to_string()),
+    };
+    let iceberg = IcebergConfig {
+        catalog_uri,
+        catalog_name,
+        namespace: f.or("namespace", DEFAULT_NAMESPACE.to_string()),
+        table: f.or("table", "{table}".to_string()),
+    };
+    let warehouse = f.required::<String>("warehouse").unwrap_or_default();
+    read_files(f, warehouse, Some(iceberg))
+}
+
+/// The keys both lake sinks have.
+fn read_files(f: &mut Fields<'_>, path: String, iceberg: Option<IcebergConfig>) -> ParquetConfig {
     let (columns, on_type_mismatch) = columns::read_typed(f);
     ParquetConfig {
         columns,
         on_type_mismatch,
+        iceberg,
         compression: f.or("compression", FileCompression::Snappy),
-        path: f.required::<String>("path").unwrap_or_default(),
+        path,
         s3_region: f.get("s3_region"),
         s3_endpoint_url: f.get("s3_endpoint_url"),
         target_file_mb: f.or("target_file_mb", DEFAULT_TARGET_FILE_MB),
@@ -132,8 +266,28 @@ pub(crate) fn read(f: &mut Fields<'_>) -> ParquetConfig {
 /// The parquet rules: a location ddbpipe can write (an s3:// URL or a directory), files of at
 /// least 1 MiB.
 pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
+    let place = match parquet.iceberg {
+        Some(_) => "sink.warehouse",
+        None => "sink.path",
+    };
     if let Err(problem) = Location::parse(&parquet.path) {
-        errors.push(ConfigError::new("sink.path", problem));
+        errors.push(ConfigError::new(place, problem));
+    }
+    if let Some(iceberg) = &parquet.iceberg {
+        if let Err(problem) = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new("")) {
+            errors.push(ConfigError::new("sink.catalog.uri", problem));
+        }
+        for (key, value) in [
+            ("sink.namespace", &iceberg.namespace),
+            ("sink.table", &iceberg.table),
+        ] {
+            if value.is_empty() || value.contains(['.', '/']) {
+                errors.push(ConfigError::new(
+                    key,
+                    format!("'{value}' is not a name: give one without '.' or '/'"),
+                ));
+            }
+        }
     }
     if parquet.target_file_mb == 0 {
         errors.push(ConfigError::new(
@@ -149,10 +303,18 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
     );
 }
 
-/// A relative directory is relative to the pipeline file's directory.
+/// A relative directory (and a relative catalog file) is relative to the pipeline file's
+/// directory.
 pub(crate) fn anchor(config_dir: &Path, parquet: &mut ParquetConfig) {
     if let Ok(Location::Local(mut path)) = Location::parse(&parquet.path) {
         crate::yaml::anchor(config_dir, &mut path);
         parquet.path = path.display().to_string();
+    }
+    if let Some(iceberg) = &mut parquet.iceberg
+        && let Ok(mut path) = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new(""))
+        && path.is_relative()
+    {
+        crate::yaml::anchor(config_dir, &mut path);
+        iceberg.catalog_uri = format!("sqlite:///{}", path.display());
     }
 }

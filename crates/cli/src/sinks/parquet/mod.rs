@@ -1,8 +1,13 @@
-//! The parquet sink (docs/sinks.md §7.10): its section, and how a run builds it.
+//! The parquet and iceberg sinks (docs/sinks.md §7.10, §7.11): their sections, and how a run
+//! builds them.
 
 mod build;
 mod config;
 
-pub use build::{location, open_parquet, positions_reader, reading_objects, shape};
-pub use config::ParquetConfig;
-pub(crate) use config::{FIELDS, S3_ENDPOINT_URL, S3_REGION, anchor, read, validate};
+pub use build::{
+    iceberg_settings, location, open_parquet, positions_reader, reading_objects, shape,
+};
+pub(crate) use config::{
+    FIELDS, ICEBERG_FIELDS, S3_ENDPOINT_URL, S3_REGION, anchor, read, read_iceberg, validate,
+};
+pub use config::{IcebergConfig, ParquetConfig};

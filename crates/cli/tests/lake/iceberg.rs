@@ -1,0 +1,313 @@
+//! The iceberg sink end to end (docs/sinks.md §7.11): the parquet sink's sources and files,
+//! committed to an Iceberg table in a SQL catalog (SQLite), read back by pyiceberg — a reader
+//! nobody here wrote (`tests/lake/read_iceberg.py`) — through the same catalog.
+
+use super::*;
+
+/// What pyiceberg read of a table.
+struct Table {
+    schema: BTreeMap<String, String>,
+    partition: Vec<String>,
+    snapshots: Vec<Value>,
+    current: Option<i64>,
+    refs: Vec<String>,
+    files: Vec<String>,
+    rows: Vec<Value>,
+}
+
+impl Table {
+    /// The current snapshot's summary.
+    fn summary(&self) -> &Value {
+        let current = self.current.unwrap();
+        let snapshot = self.snapshots.iter().find(|s| s["id"] == current).unwrap();
+        &snapshot["summary"]
+    }
+
+    fn operation(&self) -> &str {
+        let current = self.current.unwrap();
+        let snapshot = self.snapshots.iter().find(|s| s["id"] == current).unwrap();
+        snapshot["operation"].as_str().unwrap()
+    }
+
+    /// As the parquet tests' reader gives it, for their changelog checks.
+    fn as_read(&self) -> Read {
+        Read {
+            files: BTreeMap::new(),
+            manifests: BTreeMap::new(),
+            commits: Vec::new(),
+            schema: self.schema.clone(),
+            codecs: BTreeSet::new(),
+            rows: self.rows.clone(),
+        }
+    }
+}
+
+fn iceberg_python(args: &[&str]) -> Vec<u8> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_iceberg.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "read_iceberg.py (pyiceberg; scripts/test.sh installs it): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// The catalog of `pipeline`'s iceberg sink: its uri.
+fn catalog_uri(pipeline: &Pipeline) -> String {
+    format!(
+        "sqlite:///{}",
+        pipeline.dir.path().join("catalog.db").display()
+    )
+}
+
+/// pyiceberg's read of `dynamodb.orders` (or `ident`) in `pipeline`'s catalog.
+fn read_table(pipeline: &Pipeline, ident: &str, s3: Option<&str>) -> Table {
+    let uri = catalog_uri(pipeline);
+    let mut args = vec!["table", &uri, "ddbpipe", ident];
+    args.extend(s3);
+    let read: Value = serde_json::from_slice(&iceberg_python(&args)).unwrap();
+    Table {
+        schema: serde_json::from_value(read["schema"].clone()).unwrap(),
+        partition: serde_json::from_value(read["partition"].clone()).unwrap(),
+        snapshots: serde_json::from_value(read["snapshots"].clone()).unwrap(),
+        current: read["current"].as_i64(),
+        refs: serde_json::from_value(read["refs"].clone()).unwrap(),
+        files: serde_json::from_value(read["files"].clone()).unwrap(),
+        rows: serde_json::from_value(read["rows"].clone()).unwrap(),
+    }
+}
+
+/// The current-state query of docs/sinks.md §7.11 over pyiceberg's scan: each key's document.
+fn documented_current_state(pipeline: &Pipeline, s3: Option<&str>) -> BTreeMap<String, Value> {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
+    let uri = catalog_uri(pipeline);
+    let mut args = vec![
+        "current",
+        docs.to_str().unwrap(),
+        &uri,
+        "ddbpipe",
+        "dynamodb.orders",
+    ];
+    args.extend(s3);
+    let found: BTreeMap<String, Value> = serde_json::from_slice(&iceberg_python(&args)).unwrap();
+    found
+        .into_iter()
+        .map(|(pk, mut document)| {
+            normalize_sets(&mut document);
+            (pk, document)
+        })
+        .collect()
+}
+
+/// A `sink:` section into the table `dynamodb.{table}` of a catalog beside the pipeline file,
+/// its files under `warehouse`, and extra keys.
+fn iceberg_sink(pipeline: &Pipeline, warehouse: &str, extra: &str) -> String {
+    format!(
+        "sink:\n  type: iceberg\n  catalog:\n    type: sql\n    uri: '{}'\n  warehouse: \
+         '{warehouse}'\n{extra}",
+        catalog_uri(pipeline)
+    )
+}
+
+/// A table `orders` with a stream and `seeded` items, and a pipeline from it into an Iceberg
+/// table (a local warehouse unless `warehouse` is given).
+fn orders_into_iceberg(
+    source: &str,
+    seeded: usize,
+    warehouse: Option<&str>,
+    extra: &str,
+) -> (Arc<Running>, Pipeline) {
+    let running = Arc::new(Emulator::Dynoxide.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut seed = Writer::new(31, seeded.max(1));
+    let items: Vec<_> = (0..seeded)
+        .map(|i| seed.random_item(&format!("k{i:03}")))
+        .collect();
+    if !items.is_empty() {
+        running.put_items("orders", items);
+    }
+    let pipeline = Pipeline::new("lake", &running.endpoint, source);
+    let local = pipeline.dir.path().join("warehouse").display().to_string();
+    let sink = iceberg_sink(&pipeline, warehouse.unwrap_or(&local), extra);
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    (running, pipeline)
+}
+
+/// §7.11 rules 3 and 4: a scan commits its progress to the scan branch, then one overwrite of
+/// `main` with the run's files and nothing else; pyiceberg reads the table equal to DynamoDB's.
+/// The next scan replaces it; the first stays reachable by time travel.
+#[test]
+fn a_scan_overwrites_the_table_with_the_run_equal_to_dynamodb() {
+    let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 25\n\
+                  batch_size: 20";
+    let (running, pipeline) = orders_into_iceberg(source, 300, None, "  commit_interval_secs: 0\n");
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("not there yet"),
+        "{}",
+        stdout(&check)
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let table = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(table.operation(), "overwrite");
+    assert_eq!(table.refs, ["main"], "the scan branch is gone");
+    assert!(
+        table.files.len() > 1,
+        "a commit per batch: {:?}",
+        table.files
+    );
+    assert_eq!(table.schema["pk"], "string");
+    assert_eq!(table.schema["document"], "string");
+    assert!(table.partition.is_empty(), "{:?}", table.partition);
+    let items: BTreeMap<String, Value> = table.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(table.rows.len(), 300, "each item once");
+    assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
+    assert_eq!(table.summary()["total-records"], "300");
+    assert_eq!(table.summary()["ddbpipe.pipeline"], "lake");
+    let first = table.current.unwrap();
+    // `check` now compares the table's columns; `state show` reads the completed position.
+    let check = pipeline.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).contains("its columns are the sink's"),
+        "{}",
+        stdout(&check)
+    );
+    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(
+        stdout(&show).contains("last_completed"),
+        "{}",
+        stdout(&show)
+    );
+
+    running.delete_pk("orders", "k000");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let again = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(again.rows.len(), 299, "the second run replaced the first");
+    assert!(again.rows.iter().all(|r| pk(r) != "k000"));
+    assert_eq!(again.summary()["deleted-records"], "300");
+    assert!(
+        again.snapshots.iter().any(|s| s["id"] == first),
+        "the first run's snapshot stays for time travel"
+    );
+}
+
+/// §7.11 rules 3 and 5 under SIGKILL: a streams run killed at random points appends every
+/// change exactly once (the position is read back from the newest snapshot's summary), and the
+/// documented current-state query over pyiceberg's scan gives the table.
+#[test]
+fn a_streams_run_killed_anywhere_appends_every_change_exactly_once() {
+    let (running, pipeline) = orders_into_iceberg(STREAMS, 0, None, "  commit_interval_secs: 1\n");
+    killed_under_writes(&running, &pipeline, 6, 0x31, 500..3000);
+    let table = read_table(&pipeline, "dynamodb.orders", None);
+    assert!(!table.rows.is_empty());
+    assert_changelog_exact(&table.as_read(), &running);
+    assert_eq!(
+        documented_current_state(&pipeline, None),
+        keyed::table_items(&running.endpoint, "orders"),
+        "the documented query gives the table"
+    );
+    assert_eq!(table.partition, ["event_time_day"]);
+    assert_eq!(table.schema["event_time"], "timestamptz");
+    assert!(table.schema.contains_key("before"), "{:?}", table.schema);
+    assert!(
+        table.snapshots.iter().all(|s| s["operation"] == "append"),
+        "the changelog only appends"
+    );
+    assert!(
+        table.summary()["ddbpipe.position"]
+            .as_str()
+            .unwrap()
+            .contains("shards"),
+        "{}",
+        table.summary()
+    );
+}
+
+/// §7.11 on moto's S3: a mirror killed at random points writes the snapshot rows and then each
+/// change once; the replay is the table.
+#[test]
+fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
+    let s3 = Emulator::Moto.start();
+    python(&["mkbucket", &s3.endpoint, "lake"]);
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
+                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let (running, pipeline) = orders_into_iceberg(
+        source,
+        200,
+        Some("s3://lake/warehouse"),
+        &format!(
+            "  commit_interval_secs: 1\n  s3_endpoint_url: {}\n",
+            s3.endpoint
+        ),
+    );
+    killed_under_writes(&running, &pipeline, 4, 0x3131, 500..3000);
+    let table = read_table(&pipeline, "dynamodb.orders", Some(&s3.endpoint));
+    assert_changelog_exact(&table.as_read(), &running);
+    assert!(
+        table
+            .files
+            .iter()
+            .all(|f| f.starts_with("s3://lake/warehouse/dynamodb.db/orders/data/")),
+        "{:?}",
+        table.files
+    );
+    assert_eq!(
+        documented_current_state(&pipeline, Some(&s3.endpoint)),
+        keyed::table_items(&running.endpoint, "orders")
+    );
+}
+
+/// §7.11 rules 1 and 2: a table whose columns are not the sink's, and a table another
+/// pipeline writes, are refused by `check` and `run` alike, naming the columns or the pipeline;
+/// nothing is committed.
+#[test]
+fn conflicting_columns_and_another_pipelines_table_are_refused() {
+    let (running, pipeline) = orders_into_iceberg("table_name: orders", 5, None, "");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let before = read_table(&pipeline, "dynamodb.orders", None);
+
+    // The same table from a streams run: the changelog's columns are not a snapshot's.
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), "");
+    pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("'op' is missing"),
+        "{}",
+        stdout(&check)
+    );
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("'op' is missing"),
+        "{}",
+        stderr(&output)
+    );
+
+    // Another pipeline into the same table.
+    pipeline.write_with_sink("other", &running.endpoint, "table_name: orders", &sink);
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("holds the output of pipeline 'lake'"),
+        "{}",
+        stderr(&output)
+    );
+    let after = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(
+        after.snapshots.len(),
+        before.snapshots.len(),
+        "nothing committed"
+    );
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The independent reader of the Iceberg tests: reads what an iceberg sink committed with
+pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and prints it as JSON.
+
+    read_iceberg.py table <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
+    read_iceberg.py current <docs/sinks.md> <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
+
+`table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
+"parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
+"files": [paths of the current snapshot's data files], "rows": [every row of the current
+snapshot]}: binary values as base64, timestamps as unix ms.
+
+`current` runs the current-state query docs/sinks.md §7.11 gives (pyiceberg's scan into DuckDB,
+then the SQL written there) and prints {pk: document}.
+"""
+import base64
+import datetime
+import json
+import sys
+
+from pyiceberg.catalog.sql import SqlCatalog
+
+
+def catalog(uri, name, endpoint):
+    props = {"uri": uri}
+    if endpoint:
+        props.update({
+            "s3.endpoint": endpoint,
+            "s3.access-key-id": "testing",
+            "s3.secret-access-key": "testing",
+            "s3.region": "us-east-1",
+        })
+    return SqlCatalog(name, **props)
+
+
+def plain(value):
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return value
+
+
+def read(table):
+    out = {"schema": {}, "partition": [], "snapshots": [], "current": None, "refs": [],
+           "files": [], "rows": []}
+    for field in table.schema().fields:
+        out["schema"][field.name] = str(field.field_type)
+    out["partition"] = [f.name for f in table.spec().fields]
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        out["snapshots"].append({
+            "id": snapshot.snapshot_id,
+            "parent": snapshot.parent_snapshot_id,
+            "operation": summary.operation.value if summary else None,
+            "summary": dict(summary.additional_properties) if summary else {},
+        })
+    out["refs"] = sorted(table.metadata.refs.keys())
+    current = table.current_snapshot()
+    if current is None:
+        return out
+    out["current"] = current.snapshot_id
+    scan = table.scan()
+    out["files"] = sorted(task.file.file_path for task in scan.plan_files())
+    for row in scan.to_arrow().to_pylist():
+        out["rows"].append({k: plain(v) for k, v in row.items()})
+    return out
+
+
+def documented_query(docs):
+    """The Iceberg changelog's current-state query of docs/sinks.md, as written there."""
+    text = open(docs).read()
+    start = text.index("-- The Iceberg changelog's current state")
+    end = text.index("```", start)
+    return text[start:end]
+
+
+def current(docs, table):
+    changes = table.scan().to_duckdb(table_name="changes")
+    result = changes.sql(documented_query(docs))
+    names = result.columns
+    out = {}
+    for row in result.fetchall():
+        row = dict(zip(names, row))
+        out[row["pk"]] = json.loads(row["document"])
+    return out
+
+
+def main():
+    kind = sys.argv[1]
+    if kind == "table":
+        uri, name, ident = sys.argv[2:5]
+        endpoint = sys.argv[5] if len(sys.argv) > 5 else None
+        print(json.dumps(read(catalog(uri, name, endpoint).load_table(ident))))
+    elif kind == "current":
+        docs, uri, name, ident = sys.argv[2:6]
+        endpoint = sys.argv[6] if len(sys.argv) > 6 else None
+        print(json.dumps(current(docs, catalog(uri, name, endpoint).load_table(ident))))
+    else:
+        sys.exit(f"unknown command {kind}")
+
+
+if __name__ == "__main__":
+    main()

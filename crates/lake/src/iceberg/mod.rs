@@ -1,0 +1,630 @@
+//! The Iceberg sink's table (docs/sinks.md §7.11): the Parquet sink's files, committed as
+//! snapshots of an Iceberg table in a SQL catalog instead of through a commit log.
+//!
+//! # Rules
+//! 1. The table is `namespace.table` in the catalog, created when missing at
+//!    `<warehouse>/<namespace>.db/<table>` with the sink's columns (their field ids as the
+//!    files have them, `rows` rule 7); changes are partitioned by `day(event_time)`. An
+//!    existing table whose columns differ from the sink's is refused, naming each column.
+//! 2. A run claims the table when it loads its position: the table property `ddbpipe.writer`
+//!    becomes its pipeline and token. A table claimed by another pipeline is refused; a run of
+//!    the same pipeline whose claim was taken is stopped at its next commit (fenced).
+//! 3. Every commit is a snapshot whose summary holds the position it reaches
+//!    (`ddbpipe.position`, the entry a state file would hold), the pipeline and the commit's
+//!    number. The position is read back on start from the newest snapshot of the pipeline:
+//!    the scan branch's head when a scan run is under way, else `main`'s lineage.
+//! 4. Changes (streams, mirror) are appended to `main`, the changelog. A scan run's commits
+//!    are appended to the branch `ddbpipe-scan` (readers of `main` see nothing of them); the
+//!    commit that completes the run is an overwrite of `main` listing the run's files and
+//!    nothing else, and removes the branch: readers see the whole previous snapshot until
+//!    then, and earlier snapshots stay reachable by time travel.
+//! 5. A commit swaps the catalog's metadata location only from the one it was built on
+//!    (`catalog` rule 2). When another writer committed first, the table is read again and
+//!    the commit is built again on it (up to 10 times), unless the claim moved (rule 2).
+//! 6. Data files a commit never named (a run stopped between writing and committing) are not
+//!    part of any snapshot: readers never see them; Iceberg's orphan-file maintenance removes
+//!    them.
+
+pub mod catalog;
+mod snapshots;
+pub mod storage;
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use ddbpipe_pipeline::sink::{Records, SinkErrorClass};
+use ddbpipe_pipeline::state::Entry;
+use iceberg::spec::{
+    DataContentType, DataFileBuilder, DataFileFormat, Literal, MAIN_BRANCH, SnapshotRef, Struct,
+    TableMetadata, TableMetadataBuilder, Transform, UnboundPartitionSpec,
+};
+use iceberg::table::Table;
+use iceberg::{MetadataLocation, TableCreation, TableIdent};
+
+pub use catalog::SqlCatalog;
+use snapshots::{Produce, manifests, produce};
+use storage::WarehouseStorage;
+
+use crate::commits::{DataFile, SnapshotRun};
+use crate::failure::Failure;
+use crate::objects::Objects;
+use crate::rows::Shape;
+
+/// Where an Iceberg sink's table is.
+#[derive(Debug, Clone)]
+pub struct IcebergSettings {
+    /// The catalog.
+    pub catalog: SqlCatalog,
+    /// The table's namespace.
+    pub namespace: String,
+    /// The table's name.
+    pub table: String,
+}
+
+/// The table property a run claims (rule 2).
+const WRITER: &str = "ddbpipe.writer";
+/// The branch a scan run commits to (rule 4).
+const SCAN_BRANCH: &str = "ddbpipe-scan";
+/// Summary properties (rule 3).
+const PIPELINE: &str = "ddbpipe.pipeline";
+const POSITION: &str = "ddbpipe.position";
+const COMMIT: &str = "ddbpipe.commit";
+const RUN: &str = "ddbpipe.run";
+/// Commits built again after a conflict (rule 5).
+const ATTEMPTS: usize = 10;
+
+/// What the table says when a run loads its position.
+pub(crate) struct Loaded {
+    pub seq: u64,
+    pub entry: Option<serde_json::Value>,
+    pub run: Option<SnapshotRun>,
+}
+
+/// An Iceberg sink's table, as its writer sees it.
+pub(crate) struct IcebergTable {
+    settings: IcebergSettings,
+    storage: WarehouseStorage,
+    pipeline: String,
+    token: String,
+    records: Records,
+    table: Option<Table>,
+    /// The table's location, as a name in the warehouse.
+    dir: String,
+    /// This writer claimed the table (rule 2): a claim that moved since fences it.
+    claimed: bool,
+}
+
+impl IcebergTable {
+    pub fn new(
+        settings: IcebergSettings,
+        warehouse: &Objects,
+        pipeline: &str,
+        token: &str,
+    ) -> Self {
+        let dir = format!("{}.db/{}", settings.namespace, settings.table);
+        IcebergTable {
+            settings,
+            storage: WarehouseStorage::new(warehouse.clone()),
+            pipeline: pipeline.to_string(),
+            token: token.to_string(),
+            records: Records::Items,
+            table: None,
+            dir,
+            claimed: false,
+        }
+    }
+
+    /// The table for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "Iceberg table {}.{} ({})",
+            self.settings.namespace,
+            self.settings.table,
+            self.settings.catalog.describe()
+        )
+    }
+
+    fn failed(&self, doing: &str, error: impl std::fmt::Display) -> Failure {
+        Failure::transient(format!("cannot {doing} {}: {error}", self.describe()))
+    }
+
+    fn ident(&self) -> Result<TableIdent, Failure> {
+        TableIdent::from_strs([&self.settings.namespace, &self.settings.table])
+            .map_err(|e| Failure::definite(format!("{}: {e}", self.describe())))
+    }
+
+    fn claim(&self) -> String {
+        format!("{} {}", self.pipeline, self.token)
+    }
+
+    /// The table as the catalog has it now; `None` when there is none.
+    async fn current(&self) -> Result<Option<Table>, Failure> {
+        let catalog = &self.settings.catalog;
+        let Some(location) = catalog
+            .location(&self.settings.namespace, &self.settings.table)
+            .await
+            .map_err(Failure::transient)?
+        else {
+            return Ok(None);
+        };
+        let metadata = TableMetadata::read_from(&self.storage.file_io(), &location)
+            .await
+            .map_err(|e| self.failed("read the metadata of", e))?;
+        self.table(location, metadata).map(Some)
+    }
+
+    /// The table at metadata `location`, which holds `metadata`.
+    fn table(&self, location: String, metadata: TableMetadata) -> Result<Table, Failure> {
+        Table::builder()
+            .file_io(self.storage.file_io())
+            .metadata_location(location)
+            .metadata(metadata)
+            .identifier(self.ident()?)
+            .runtime(iceberg::Runtime::current())
+            .build()
+            .map_err(|e| self.failed("open", e))
+    }
+
+    /// Rule 1: the table, created when missing.
+    async fn open(&self, shape: &Shape) -> Result<Table, Failure> {
+        if let Some(table) = self.current().await? {
+            return Ok(table);
+        }
+        let schema = iceberg::arrow::arrow_schema_to_schema(shape.schema())
+            .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        let mut spec = UnboundPartitionSpec::builder();
+        if shape.records() == Records::Envelopes {
+            let time = schema
+                .field_by_name("event_time")
+                .ok_or_else(|| Failure::definite("internal error: no event_time".into()))?;
+            spec = spec
+                .add_partition_field(time.id, "event_time_day", Transform::Day)
+                .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        }
+        let creation = TableCreation::builder()
+            .name(self.settings.table.clone())
+            .location(self.storage.path(&self.dir))
+            .schema(schema)
+            .partition_spec(spec.build())
+            .properties([(WRITER.to_string(), self.claim())])
+            .build();
+        let metadata = TableMetadataBuilder::from_table_creation(creation)
+            .and_then(TableMetadataBuilder::build)
+            .map_err(|e| self.failed("create", e))?
+            .metadata;
+        let location = MetadataLocation::new_with_metadata(self.storage.path(&self.dir), &metadata);
+        metadata
+            .write_to(&self.storage.file_io(), &location)
+            .await
+            .map_err(|e| self.failed("create", e))?;
+        let location = location.to_string();
+        let catalog = &self.settings.catalog;
+        catalog
+            .create(&self.settings.namespace, &self.settings.table, &location)
+            .await
+            .map_err(Failure::transient)?;
+        tracing::info!(table = %self.describe(), "Created the Iceberg table.");
+        self.current()
+            .await?
+            .ok_or_else(|| self.failed("create", "the catalog has no row for it"))
+    }
+
+    /// Rules 1–3: the table opened (created by a run), checked and claimed; the position.
+    pub async fn load(&mut self, shape: &Shape, runs: bool) -> Result<Loaded, Failure> {
+        self.records = shape.records();
+        let table = if runs {
+            self.open(shape).await?
+        } else {
+            match self.current().await? {
+                Some(table) => table,
+                None => {
+                    return Ok(Loaded {
+                        seq: 0,
+                        entry: None,
+                        run: None,
+                    });
+                }
+            }
+        };
+        self.locate(&table)?;
+        if runs {
+            self.check_columns(&table, shape)?;
+        }
+        let loaded = self.position(&table)?;
+        self.table = Some(table);
+        if runs {
+            self.claim_table().await?;
+        }
+        Ok(loaded)
+    }
+
+    /// `check`'s probe: the table as a run would find it (its place, its owner, its columns);
+    /// `false` when there is no table yet (a run creates it).
+    pub async fn probe(&mut self, shape: &Shape) -> Result<bool, Failure> {
+        let Some(table) = self.current().await? else {
+            return Ok(false);
+        };
+        self.locate(&table)?;
+        self.check_columns(&table, shape)?;
+        Ok(true)
+    }
+
+    /// Rules 1 and 2: the table is under the warehouse and not another pipeline's.
+    fn locate(&mut self, table: &Table) -> Result<(), Failure> {
+        let metadata = table.metadata();
+        self.dir = self
+            .storage
+            .name(metadata.location())
+            .map_err(|_| {
+                Failure::definite(format!(
+                    "{} is at {}, outside the warehouse {}: give sink.warehouse its warehouse",
+                    self.describe(),
+                    metadata.location(),
+                    self.storage.path("")
+                ))
+            })?
+            .trim_end_matches('/')
+            .to_string();
+        if let Some(writer) = metadata.properties().get(WRITER)
+            && let Some((pipeline, _)) = writer.split_once(' ')
+            && pipeline != self.pipeline
+        {
+            return Err(Failure::definite(format!(
+                "{} holds the output of pipeline '{pipeline}'; give pipeline '{}' a table of its \
+                 own (sink.table)",
+                self.describe(),
+                self.pipeline
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rule 1: the table's columns are the sink's.
+    fn check_columns(&self, table: &Table, shape: &Shape) -> Result<(), Failure> {
+        let metadata = table.metadata();
+        let wanted = iceberg::arrow::arrow_schema_to_schema(shape.schema())
+            .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        let have = metadata.current_schema();
+        let mut conflicts = Vec::new();
+        for field in wanted.as_struct().fields() {
+            match have.field_by_name(&field.name) {
+                None => conflicts.push(format!("'{}' is missing", field.name)),
+                Some(found) if found.field_type != field.field_type => conflicts.push(format!(
+                    "'{}' is {} (ddbpipe writes {})",
+                    field.name, found.field_type, field.field_type
+                )),
+                Some(found) if found.id != field.id => conflicts.push(format!(
+                    "'{}' has field id {} (ddbpipe writes {})",
+                    field.name, found.id, field.id
+                )),
+                Some(_) => {}
+            }
+        }
+        for field in have.as_struct().fields() {
+            if field.required && wanted.field_by_name(&field.name).is_none() {
+                conflicts.push(format!("'{}' is required but not written", field.name));
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(Failure::definite(format!(
+                "{} has columns that conflict with the sink's: {}; write to a new table \
+                 (sink.table) or drop this one",
+                self.describe(),
+                conflicts.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rule 3: the newest snapshot of the pipeline's position, its commit number and run.
+    fn position(&self, table: &Table) -> Result<Loaded, Failure> {
+        let metadata = table.metadata();
+        let branch = metadata.snapshot_for_ref(SCAN_BRANCH);
+        let found = match branch.filter(|_| self.records == Records::Items) {
+            Some(head) => Some(head.clone()),
+            None => self.lineage(table).find(|s| self.ours(s)),
+        };
+        let Some(snapshot) = found else {
+            return Ok(Loaded {
+                seq: 0,
+                entry: None,
+                run: None,
+            });
+        };
+        let summary = &snapshot.summary().additional_properties;
+        let entry = match summary.get(POSITION).map(String::as_str) {
+            None | Some("null") => None,
+            Some(text) => Some(serde_json::from_str(text).map_err(|e| {
+                Failure::definite(format!(
+                    "{}: snapshot {} holds a position that is not JSON ({e})",
+                    self.describe(),
+                    snapshot.snapshot_id()
+                ))
+            })?),
+        };
+        let run = branch.and_then(|head| head.summary().additional_properties.get(RUN));
+        Ok(Loaded {
+            seq: summary
+                .get(COMMIT)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0),
+            entry,
+            run: run.map(|dir| SnapshotRun {
+                dir: dir.clone(),
+                started_at: dir.clone(),
+                files: Vec::new(),
+                completed_at: None,
+            }),
+        })
+    }
+
+    fn ours(&self, snapshot: &SnapshotRef) -> bool {
+        snapshot.summary().additional_properties.get(PIPELINE) == Some(&self.pipeline)
+    }
+
+    /// `main`'s snapshots, newest first.
+    fn lineage<'a>(&self, table: &'a Table) -> impl Iterator<Item = SnapshotRef> + 'a {
+        let metadata = table.metadata();
+        std::iter::successors(metadata.current_snapshot().cloned(), move |s| {
+            s.parent_snapshot_id()
+                .and_then(|id| metadata.snapshot_by_id(id))
+                .cloned()
+        })
+    }
+
+    /// Rule 2: the run's claim, committed.
+    async fn claim_table(&mut self) -> Result<(), Failure> {
+        for _ in 0..ATTEMPTS {
+            let table = self
+                .table
+                .clone()
+                .ok_or_else(|| self.failed("claim", "not loaded"))?;
+            let claim = HashMap::from([(WRITER.to_string(), self.claim())]);
+            let builder = self
+                .builder(&table)?
+                .set_properties(claim)
+                .map_err(|e| self.failed("claim", e))?;
+            if self.swap(&table, builder).await? {
+                self.claimed = true;
+                return Ok(());
+            }
+        }
+        Err(self.failed("claim", "other writers kept committing first"))
+    }
+
+    fn builder(&self, table: &Table) -> Result<TableMetadataBuilder, Failure> {
+        let location = table
+            .metadata_location_result()
+            .map_err(|e| self.failed("commit to", e))?;
+        Ok(table
+            .metadata()
+            .clone()
+            .into_builder(Some(location.to_string())))
+    }
+
+    /// Writes the new metadata and swaps the catalog to it (rule 5): `false` on a conflict,
+    /// when the table is read again.
+    async fn swap(
+        &mut self,
+        table: &Table,
+        builder: TableMetadataBuilder,
+    ) -> Result<bool, Failure> {
+        let old = table
+            .metadata_location_result()
+            .map_err(|e| self.failed("commit to", e))?;
+        let metadata = builder
+            .build()
+            .map_err(|e| self.failed("commit to", e))?
+            .metadata;
+        let new = MetadataLocation::from_str(old)
+            .map_err(|e| self.failed("commit to", e))?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        metadata
+            .write_to(&self.storage.file_io(), &new)
+            .await
+            .map_err(|e| self.failed("commit to", e))?;
+        let new = new.to_string();
+        let catalog = &self.settings.catalog;
+        if catalog
+            .swap(&self.settings.namespace, &self.settings.table, old, &new)
+            .await
+            .map_err(Failure::transient)?
+        {
+            self.table = Some(self.table(new, metadata)?);
+            return Ok(true);
+        }
+        tracing::info!(table = %self.describe(), "Another writer committed first; committing again on its snapshot.");
+        self.table = self.current().await?;
+        Ok(false)
+    }
+
+    /// Where a data file of partition `day` goes.
+    pub fn data_dir(&self, day: Option<i64>) -> String {
+        match day {
+            Some(day) => format!(
+                "{}/data/event_time_day={}",
+                self.dir,
+                crate::rows::date(day)
+            ),
+            None => format!("{}/data", self.dir),
+        }
+    }
+
+    /// Rules 3–5: one snapshot holding `files` and `entry`'s position.
+    pub async fn commit(
+        &mut self,
+        files: &[DataFile],
+        entry: Option<&Entry>,
+        seq: u64,
+        run: Option<&SnapshotRun>,
+        completes: bool,
+    ) -> Result<(), Failure> {
+        let position = match entry {
+            Some(entry) => entry.to_json().to_string(),
+            None => "null".to_string(),
+        };
+        let mut properties = HashMap::from([
+            (PIPELINE.to_string(), self.pipeline.clone()),
+            (POSITION.to_string(), position),
+            (COMMIT.to_string(), seq.to_string()),
+        ]);
+        if let Some(run) = run {
+            properties.insert(RUN.to_string(), run.dir.clone());
+        }
+        if self.table.is_none() && entry.is_none() {
+            // `state reset` of a table never written: there is no position to clear.
+            return Ok(());
+        }
+        if !self.claimed {
+            // A store outside a run (`state reset`) claims as a run does: a run still going
+            // is fenced at its next commit.
+            self.claim_table().await?;
+        }
+        for _ in 0..ATTEMPTS {
+            let table = self
+                .table
+                .clone()
+                .ok_or_else(|| self.failed("commit to", "the table is gone from the catalog"))?;
+            if table.metadata().properties().get(WRITER) != Some(&self.claim()) {
+                return Err(Failure {
+                    message: format!(
+                        "another run of pipeline '{}' claimed {}; this run stops, its last \
+                         batches uncommitted",
+                        self.pipeline,
+                        self.describe()
+                    ),
+                    class: SinkErrorClass::Fenced,
+                });
+            }
+            let data = self.data_files(&table, files)?;
+            let builder = self
+                .snapshot(&table, data, properties.clone(), run, completes)
+                .await?;
+            if self.swap(&table, builder).await? {
+                return Ok(());
+            }
+        }
+        Err(self.failed("commit to", "other writers kept committing first"))
+    }
+
+    /// Rule 4: the snapshot, on `main` or the scan branch, in the table's new metadata.
+    async fn snapshot(
+        &self,
+        table: &Table,
+        files: Vec<iceberg::spec::DataFile>,
+        properties: HashMap<String, String>,
+        run: Option<&SnapshotRun>,
+        completes: bool,
+    ) -> Result<TableMetadataBuilder, Failure> {
+        let metadata = table.metadata();
+        let main = metadata.current_snapshot().cloned();
+        let failed = |e: iceberg::Error| self.failed("commit to", e);
+        let Some(run) = run.filter(|_| self.records == Records::Items) else {
+            let kept = match &main {
+                Some(main) => manifests(table, main).await.map_err(failed)?,
+                None => Vec::new(),
+            };
+            let snapshot = produce(Produce {
+                table,
+                parent: main.as_ref(),
+                kept,
+                totals_of: main.as_ref(),
+                overwrite: false,
+                replaces: None,
+                files,
+                properties,
+                token: &self.token,
+            })
+            .await
+            .map_err(failed)?;
+            return self
+                .builder(table)?
+                .set_branch_snapshot(snapshot, MAIN_BRANCH)
+                .map_err(failed);
+        };
+        let head = metadata
+            .snapshot_for_ref(SCAN_BRANCH)
+            .filter(|head| head.summary().additional_properties.get(RUN) == Some(&run.dir))
+            .cloned();
+        let kept = match &head {
+            Some(head) => manifests(table, head).await.map_err(failed)?,
+            None => Vec::new(),
+        };
+        let (parent, branch) = if completes {
+            (main.as_ref(), MAIN_BRANCH)
+        } else {
+            (head.as_ref(), SCAN_BRANCH)
+        };
+        let snapshot = produce(Produce {
+            table,
+            parent,
+            kept,
+            totals_of: head.as_ref(),
+            overwrite: completes,
+            replaces: main.as_ref().filter(|_| completes),
+            files,
+            properties,
+            token: &self.token,
+        })
+        .await
+        .map_err(failed)?;
+        let builder = self
+            .builder(table)?
+            .set_branch_snapshot(snapshot, branch)
+            .map_err(failed)?;
+        Ok(if completes {
+            builder.remove_ref(SCAN_BRANCH)
+        } else {
+            builder
+        })
+    }
+
+    /// The commit's files as Iceberg data files.
+    fn data_files(
+        &self,
+        table: &Table,
+        files: &[DataFile],
+    ) -> Result<Vec<iceberg::spec::DataFile>, Failure> {
+        let spec = table.metadata().default_partition_spec();
+        files
+            .iter()
+            .map(|file| {
+                let partition = if spec.fields().is_empty() {
+                    Struct::empty()
+                } else {
+                    Struct::from_iter([file.day.map(|day| Literal::int(day as i32))])
+                };
+                DataFileBuilder::default()
+                    .content(DataContentType::Data)
+                    .file_path(self.storage.path(&file.path))
+                    .file_format(DataFileFormat::Parquet)
+                    .partition(partition)
+                    .partition_spec_id(spec.spec_id())
+                    .record_count(file.rows)
+                    .file_size_in_bytes(file.bytes)
+                    .build()
+                    .map_err(|e| Failure::definite(format!("internal error: {e}")))
+            })
+            .collect()
+    }
+}
+
+/// `check`'s probe of an Iceberg sink's table (rules 1 and 2): what a run would find, told in
+/// one line; an error names what a run would refuse.
+pub async fn probe(
+    settings: IcebergSettings,
+    warehouse: &Objects,
+    pipeline: &str,
+    shape: &Shape,
+) -> Result<String, String> {
+    let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
+    match table.probe(shape).await {
+        Ok(true) => Ok(format!("{}: its columns are the sink's", table.describe())),
+        Ok(false) => Ok(format!(
+            "{}: not there yet (the first run creates it)",
+            table.describe()
+        )),
+        Err(failure) => Err(failure.message),
+    }
+}

@@ -1,0 +1,168 @@
+//! Snapshots of an Iceberg table, built with the `iceberg` crate's manifest, manifest-list,
+//! summary and metadata writers: an append (the changelog; a scan run's progress on its
+//! branch) and the overwrite a completed scan run makes (which `iceberg` 0.10 has no action
+//! for: its `Transaction` only appends, on `main`).
+//!
+//! # Rules
+//! 1. A snapshot lists its parent's manifests (none for a snapshot that replaces the content)
+//!    and one new manifest holding the files it adds (none when it adds no file: a commit of
+//!    a position only).
+//! 2. Its summary holds the commit's own properties (ddbpipe's position), then what the
+//!    `iceberg` crate computes for the added files (`added-*`), then the totals: the base's
+//!    totals plus what was added; an overwrite also names what it deleted (`deleted-*`: the
+//!    totals of the snapshot it replaced).
+//! 3. Manifests and the manifest list are written under `<table>/metadata/`, named by the
+//!    snapshot's id and the writer's token: a failed commit leaves them unreferenced, never
+//!    a file a committed snapshot names.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    DataFile, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotRef, SnapshotSummaryCollector, Summary,
+};
+use iceberg::table::Table;
+
+/// What a new snapshot is built from.
+pub struct Produce<'a> {
+    /// The table as last loaded.
+    pub table: &'a Table,
+    /// The snapshot it follows (its parent).
+    pub parent: Option<&'a SnapshotRef>,
+    /// The manifests it keeps (rule 1).
+    pub kept: Vec<ManifestFile>,
+    /// The snapshot whose totals it adds to (rule 2).
+    pub totals_of: Option<&'a SnapshotRef>,
+    /// It replaces the content of the branch it is committed to (an overwrite).
+    pub overwrite: bool,
+    /// The snapshot whose content it replaces (rule 2's `deleted-*`).
+    pub replaces: Option<&'a SnapshotRef>,
+    /// The data files it adds.
+    pub files: Vec<DataFile>,
+    /// ddbpipe's own summary properties.
+    pub properties: HashMap<String, String>,
+    /// The writer's token (rule 3).
+    pub token: &'a str,
+}
+
+/// The manifests `snapshot` lists.
+pub async fn manifests(
+    table: &Table,
+    snapshot: &SnapshotRef,
+) -> iceberg::Result<Vec<ManifestFile>> {
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    Ok(list.consume_entries().into_iter().collect())
+}
+
+/// A snapshot id no snapshot of `table` has: random, positive.
+fn snapshot_id(table: &Table) -> i64 {
+    loop {
+        let id = (rand::random::<u64>() >> 1) as i64;
+        if id != 0 && table.metadata().snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// Builds the snapshot (rules 1–3): its files are written, the table's metadata is not.
+pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
+    let Produce {
+        table,
+        parent,
+        mut kept,
+        totals_of,
+        overwrite,
+        replaces,
+        files,
+        mut properties,
+        token,
+    } = produce;
+    let metadata = table.metadata();
+    let id = snapshot_id(table);
+    let sequence = metadata.next_sequence_number();
+    let schema = metadata.current_schema().clone();
+    let spec = metadata.default_partition_spec().clone();
+    let io = table.file_io();
+    let dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
+    let mut collected = SnapshotSummaryCollector::default();
+    for file in &files {
+        collected.add_file(file, schema.clone(), spec.clone());
+    }
+    if !files.is_empty() {
+        let output = io.new_output(format!("{dir}/{token}-{id}-m0.avro"))?;
+        let mut manifest =
+            ManifestWriterBuilder::new(output, Some(id), schema.clone(), spec.as_ref().clone())
+                .build_v2_data();
+        for file in files {
+            manifest.add_file(file, sequence)?;
+        }
+        kept.push(manifest.write_manifest_file().await?);
+    }
+    let list = format!("{dir}/snap-{id}-1-{token}.avro");
+    let mut writer = ManifestListWriter::v2(
+        io.new_output(&list)?.writer().await?,
+        id,
+        parent.map(|p| p.snapshot_id()),
+        sequence,
+    );
+    writer.add_manifests(kept.into_iter())?;
+    writer.close().await?;
+    let added = collected.build();
+    let total = |key: &str| -> u64 {
+        let before = totals_of
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get(&format!("total-{key}"))
+            })
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let now = added
+            .get(&format!("added-{key}"))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        before + now
+    };
+    let mut totals: HashMap<String, String> = ["records", "files-size", "data-files"]
+        .into_iter()
+        .map(|key| (format!("total-{key}"), total(key).to_string()))
+        .collect();
+    for key in ["delete-files", "position-deletes", "equality-deletes"] {
+        totals.insert(format!("total-{key}"), "0".into());
+    }
+    if let Some(replaced) = replaces {
+        let summary = &replaced.summary().additional_properties;
+        for (from, to) in [
+            ("total-records", "deleted-records"),
+            ("total-data-files", "deleted-data-files"),
+            ("total-files-size", "removed-files-size"),
+        ] {
+            if let Some(value) = summary.get(from) {
+                totals.insert(to.to_string(), value.clone());
+            }
+        }
+    }
+    properties.extend(added);
+    properties.extend(totals);
+    let operation = if overwrite {
+        Operation::Overwrite
+    } else {
+        Operation::Append
+    };
+    Ok(Snapshot::builder()
+        .with_manifest_list(list)
+        .with_snapshot_id(id)
+        .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence)
+        .with_summary(Summary {
+            operation,
+            additional_properties: properties,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        )
+        .build())
+}

@@ -1,0 +1,105 @@
+//! The writer committing to an Iceberg table (`iceberg` rules 2–5): what another writer
+//! commits is built on, a new claim fences the old run, and the position is read back from the
+//! newest snapshot of the pipeline.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use ::iceberg::MetadataLocation;
+use ::iceberg::spec::TableMetadata;
+
+use super::*;
+use crate::iceberg::storage::WarehouseStorage;
+use crate::iceberg::{IcebergSettings, SqlCatalog};
+
+fn iceberg_settings(dir: &Path) -> ParquetSettings {
+    ParquetSettings {
+        objects: Objects::Local(dir.join("warehouse")),
+        iceberg: Some(IcebergSettings {
+            catalog: SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into()),
+            namespace: "dynamodb".into(),
+            table: "orders".into(),
+        }),
+        ..settings(dir, Duration::ZERO)
+    }
+}
+
+/// What a writer that is not ddbpipe commits: a table property, through the catalog's swap.
+async fn foreign_commit(dir: &Path) {
+    let catalog = SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into());
+    let io = WarehouseStorage::new(Objects::Local(dir.join("warehouse"))).file_io();
+    let old = catalog
+        .location("dynamodb", "orders")
+        .await
+        .unwrap()
+        .unwrap();
+    let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
+    let metadata = metadata
+        .into_builder(Some(old.clone()))
+        .set_properties(HashMap::from([("owner".to_string(), "spark".to_string())]))
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+    let new = MetadataLocation::from_str(&old)
+        .unwrap()
+        .with_next_version()
+        .with_new_metadata(&metadata);
+    metadata.write_to(&io, &new).await.unwrap();
+    assert!(
+        catalog
+            .swap("dynamodb", "orders", &old, &new.to_string())
+            .await
+            .unwrap()
+    );
+}
+
+async fn current(dir: &Path) -> TableMetadata {
+    let catalog = SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into());
+    let io = WarehouseStorage::new(Objects::Local(dir.join("warehouse"))).file_io();
+    let location = catalog
+        .location("dynamodb", "orders")
+        .await
+        .unwrap()
+        .unwrap();
+    TableMetadata::read_from(&io, &location).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_foreign_commit_is_built_on_and_a_new_claim_fences_the_old_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    assert_eq!(store.load("orders").await.unwrap(), None);
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (first, staged) = batch(0, 10);
+    sink.write(&first, Some(&staged)).await.unwrap();
+
+    // Rule 5: another writer's commit in between is kept, and the next commit is built on it.
+    foreign_commit(dir.path()).await;
+    let (second, staged) = batch(10, 20);
+    sink.write(&second, Some(&staged)).await.unwrap();
+    let metadata = current(dir.path()).await;
+    assert_eq!(
+        metadata.properties().get("owner").map(String::as_str),
+        Some("spark")
+    );
+    let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
+    assert_eq!(head.summary().additional_properties["total-records"], "20");
+    assert!(
+        metadata.current_snapshot().is_none(),
+        "main sees nothing of an unfinished scan"
+    );
+
+    // Rule 3: a new run reads the position back from the scan branch's head; rule 2: its claim
+    // fences the first run, whose batch is not committed.
+    let (_, mut next) = ParquetSink::open(iceberg_settings(dir.path()));
+    let entry = next.load("orders").await.unwrap().unwrap();
+    assert_eq!(cursor(&entry), "k20");
+    let (third, staged) = batch(20, 30);
+    let refused = sink.write(&third, Some(&staged)).await.unwrap_err();
+    assert_eq!(refused.class, SinkErrorClass::Fenced, "{refused:?}");
+    assert!(refused.message.contains("claimed"), "{}", refused.message);
+    let metadata = current(dir.path()).await;
+    let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
+    assert_eq!(head.summary().additional_properties["total-records"], "20");
+}
