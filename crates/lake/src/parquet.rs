@@ -579,9 +579,9 @@ impl Writer {
                 }
                 run.completed_at = Some(now);
             } else if let Some(table) = &mut self.iceberg {
-                table
-                    .commit(&self.written, entry, seq, Some(run), false)
-                    .await?;
+                // A completed run's later commits (its position only) go to `main`.
+                let open = Some(&*run).filter(|run| run.completed_at.is_none());
+                table.commit(&self.written, entry, seq, open, false).await?;
             }
         } else if let Some(table) = &mut self.iceberg {
             table.commit(&self.written, entry, seq, None, false).await?;

@@ -103,3 +103,46 @@ async fn a_foreign_commit_is_built_on_and_a_new_claim_fences_the_old_run() {
     let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
     assert_eq!(head.summary().additional_properties["total-records"], "20");
 }
+
+/// Rule 4: the commit completing a scan run overwrites `main` with the run's files and removes
+/// the branch; the run's later commits (its position only) go to `main`, no branch again; a
+/// second run replaces the first.
+#[tokio::test]
+async fn a_completed_scan_overwrites_main_and_leaves_no_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    for run in 0..2 {
+        let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+        store.load("orders").await.unwrap();
+        sink.start(RunStart::Fresh).await.unwrap();
+        let (rows, staged) = batch(0, 10 + run);
+        sink.write(&rows, Some(&staged)).await.unwrap();
+        let done = Entry {
+            position: None,
+            last_completed: Some(serde_json::json!({"at": format!("run {run}")})),
+            ..staged.entry.clone()
+        };
+        store.store("orders", Some(&done)).await.unwrap();
+        store.store("orders", Some(&done)).await.unwrap();
+        let metadata = current(dir.path()).await;
+        assert!(
+            metadata.snapshot_for_ref("ddbpipe-scan").is_none(),
+            "no branch"
+        );
+        let main = metadata.current_snapshot().unwrap();
+        let summary = &main.summary().additional_properties;
+        assert_eq!(summary["total-records"], (10 + run).to_string());
+        let overwrite = metadata
+            .snapshot_by_id(main.parent_snapshot_id().unwrap())
+            .unwrap();
+        assert_eq!(
+            overwrite.summary().operation,
+            ::iceberg::spec::Operation::Overwrite
+        );
+        if run == 1 {
+            assert_eq!(
+                overwrite.summary().additional_properties["deleted-records"],
+                "10"
+            );
+        }
+    }
+}
