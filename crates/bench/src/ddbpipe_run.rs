@@ -66,9 +66,22 @@ impl BenchPipeline {
             ),
             // The position in its commit log; `target_file_mb` and `commit_interval_secs` are
             // the defaults.
-            Destination::Parquet { path } => {
-                (format!("{{type: parquet, path: '{}'}}", path.display()), "")
-            }
+            Destination::Parquet {
+                path,
+                iceberg: false,
+            } => (format!("{{type: parquet, path: '{}'}}", path.display()), ""),
+            Destination::Parquet {
+                path,
+                iceberg: true,
+            } => (
+                format!(
+                    "{{type: iceberg, catalog: {{type: sql, uri: 'sqlite:///{}.catalog.db'}}, \
+                     warehouse: '{}'}}",
+                    path.display(),
+                    path.display()
+                ),
+                "",
+            ),
             Destination::Sqlite { path, columns } => (
                 format!(
                     "{{type: sqlite, path: '{}'{}}}",

@@ -133,7 +133,7 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
             }
             // The parquet load beside the jsonl load of the same table (issue 29: parquet ÷
             // jsonl), the scan case's ddbpipe phase.
-            let mut lake = [Kind::Jsonl, Kind::Parquet];
+            let mut lake = [Kind::Jsonl, Kind::Parquet, Kind::Iceberg];
             if run % 2 == 1 {
                 lake.reverse();
             }
@@ -145,7 +145,7 @@ pub fn run(exe: &Path, args: &BenchArgs, shards: u32, clk: (u64, bool)) -> anyho
                 .iter()
                 .copied()
                 .chain(kinds.iter().filter_map(|kind| kind.typed()))
-                .chain([Kind::Jsonl, Kind::Parquet])
+                .chain([Kind::Jsonl, Kind::Parquet, Kind::Iceberg])
                 .chain(kafka_kinds.iter().copied())
                 .collect();
             if run % 2 == 1 {
@@ -235,10 +235,13 @@ impl Bench<'_> {
                 })
             }
             Kind::Jsonl => Ok(Destination::Jsonl),
-            Kind::Parquet => {
+            Kind::Parquet | Kind::Iceberg => {
                 let path = self.dir.path().join(name);
                 ensure!(!path.exists(), "{} exists already", path.display());
-                Ok(Destination::Parquet { path })
+                Ok(Destination::Parquet {
+                    path,
+                    iceberg: kind == Kind::Iceberg,
+                })
             }
             Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => {
                 let brokers = self.kafka.clone().context("no Kafka broker to write to")?;
@@ -285,10 +288,15 @@ impl Bench<'_> {
                 Some(admin) => admin.drop_schema(schema),
                 None => Ok(()),
             },
-            Destination::Parquet { path } => {
+            Destination::Parquet { path, .. } => {
                 if path.exists() {
                     std::fs::remove_dir_all(path)
                         .with_context(|| format!("cannot remove {}", path.display()))?;
+                }
+                let catalog = PathBuf::from(format!("{}.catalog.db", path.display()));
+                if catalog.exists() {
+                    std::fs::remove_file(&catalog)
+                        .with_context(|| format!("cannot remove {}", catalog.display()))?;
                 }
                 Ok(())
             }
@@ -404,7 +412,9 @@ impl Bench<'_> {
             postmaster: match kind {
                 Kind::Postgres | Kind::PostgresTyped => self.postmaster,
                 Kind::KafkaExactlyOnce | Kind::KafkaAtLeastOnce => self.kafka_pid,
-                Kind::Sqlite | Kind::SqliteTyped | Kind::Jsonl | Kind::Parquet => None,
+                Kind::Sqlite | Kind::SqliteTyped | Kind::Jsonl | Kind::Parquet | Kind::Iceberg => {
+                    None
+                }
             },
         };
         let report = self.phase(&settings, concurrency, run)?;

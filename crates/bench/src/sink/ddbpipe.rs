@@ -49,7 +49,11 @@ async fn run(settings: &SinkPhaseSettings, read: Read) -> anyhow::Result<Written
         // Each record is one line or one message: nothing to count but what was written.
         Destination::Jsonl | Destination::Kafka { .. } => received,
         // The rows of the committed files, read back.
-        Destination::Parquet { path } => match read {
+        Destination::Parquet {
+            path,
+            iceberg: true,
+        } => super::lake::iceberg_rows(path).await?,
+        Destination::Parquet { path, .. } => match read {
             Read::Scan => super::lake::snapshot_rows(path).await?,
             Read::Stream => super::lake::changelog_rows(path).await?,
         },

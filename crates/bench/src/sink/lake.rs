@@ -13,12 +13,15 @@
 //!    (`commits::KEPT`): a file of an older commit was named by a commit pruned since. Each
 //!    file a kept commit names must hold the rows it says. The count is the rows of every
 //!    file, read back.
+//! 3. An Iceberg table (a load or a stream): the data files its current snapshot names, read
+//!    back, and no other; see [`iceberg_rows`].
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, ensure};
 use ddbpipe_lake::commits::{self, Commit, DataFile};
+use ddbpipe_lake::iceberg::{self, IcebergSettings, SqlCatalog};
 use ddbpipe_lake::objects::Objects;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -156,6 +159,50 @@ fn read_rows(path: &Path) -> anyhow::Result<u64> {
         i64::try_from(rows).is_ok_and(|rows| rows == footer),
         "{} decodes to {rows} rows, its footer says {footer}",
         path.display()
+    );
+    Ok(rows)
+}
+
+/// Rule 3: the rows of the fresh Iceberg table whose warehouse is `dir` (its catalog
+/// `<dir>.catalog.db`, the table `dynamodb.<the bench table>`): every data file the current
+/// snapshot names is read back and must hold the rows its manifest entry says, and the
+/// warehouse must hold no other data file. The count is their rows.
+pub async fn iceberg_rows(dir: &Path) -> anyhow::Result<u64> {
+    let catalog = PathBuf::from(format!("{}.catalog.db", dir.display()));
+    let settings = IcebergSettings {
+        catalog: SqlCatalog::new(catalog, "ddbpipe".into()),
+        namespace: "dynamodb".into(),
+        table: crate::items::TABLE.into(),
+    };
+    let files = iceberg::current_files(settings, &Objects::Local(dir.to_path_buf()))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    ensure!(
+        !files.is_empty(),
+        "{} has no committed data file",
+        dir.display()
+    );
+    let mut rows = 0;
+    for (path, expected) in &files {
+        let read = read_rows(Path::new(path))?;
+        ensure!(
+            read == *expected,
+            "{path} holds {read} rows, its manifest says {expected}"
+        );
+        rows += read;
+    }
+    let named: BTreeSet<&str> = files.iter().map(|(path, _)| path.as_str()).collect();
+    let objects = Objects::Local(dir.to_path_buf());
+    let mut names = objects.list("").await.map_err(anyhow::Error::msg)?;
+    names.retain(|name| name.ends_with(".parquet"));
+    let unnamed: Vec<String> = names
+        .into_iter()
+        .map(|name| dir.join(name).display().to_string())
+        .filter(|path| !named.contains(path.as_str()))
+        .collect();
+    ensure!(
+        unnamed.is_empty(),
+        "data files no snapshot names: {unnamed:?}"
     );
     Ok(rows)
 }

@@ -22,7 +22,8 @@
 //! 4. `load` into jsonl or parquet: the scan case's ddbpipe phase (its pipeline into the jsonl
 //!    sink on `/dev/null`) is the reference of the same scan into a fresh Parquet directory
 //!    (the sink's defaults); the stream into a fresh Parquet directory is measured beside the
-//!    stream into jsonl (phase 3). See [`lake`] for how its rows are counted.
+//!    stream into jsonl (phase 3). The same for a fresh Iceberg table (its catalog a SQLite
+//!    file, its warehouse a directory). See [`lake`] for how their rows are counted.
 //!
 //! # CPU and memory
 //! A phase measures its own user and system CPU and peak RSS as the other cases do
@@ -89,6 +90,9 @@ pub enum Kind {
     Jsonl,
     /// Parquet files in a fresh directory (docs/sinks.md §7.10).
     Parquet,
+    /// A fresh Iceberg table: its catalog a SQLite file, its warehouse a directory
+    /// (docs/sinks.md §7.11).
+    Iceberg,
     /// A Kafka topic, `delivery: exactly_once` (a transaction per batch with the position).
     #[serde(rename = "kafka_exactly_once")]
     KafkaExactlyOnce,
@@ -107,6 +111,7 @@ impl Kind {
             Kind::PostgresTyped => "postgres_typed",
             Kind::Jsonl => "jsonl",
             Kind::Parquet => "parquet",
+            Kind::Iceberg => "iceberg",
             Kind::KafkaExactlyOnce => "kafka_exactly_once",
             Kind::KafkaAtLeastOnce => "kafka_at_least_once",
         }
@@ -213,10 +218,14 @@ pub enum Destination {
     },
     /// The jsonl sink on `/dev/null`.
     Jsonl,
-    /// A fresh directory of Parquet files, the sink's defaults otherwise.
+    /// A fresh directory of Parquet files, the sink's defaults otherwise; or, `iceberg`, the
+    /// warehouse of a fresh Iceberg table whose catalog is `<path>.catalog.db`.
     Parquet {
         /// The directory (it does not exist yet).
         path: PathBuf,
+        /// Committed as an Iceberg table's snapshots.
+        #[serde(default)]
+        iceberg: bool,
     },
     /// Fresh topics of a Kafka-protocol broker.
     Kafka {
@@ -240,6 +249,7 @@ impl Destination {
             Destination::Postgres { columns: false, .. } => Kind::Postgres,
             Destination::Postgres { columns: true, .. } => Kind::PostgresTyped,
             Destination::Jsonl => Kind::Jsonl,
+            Destination::Parquet { iceberg: true, .. } => Kind::Iceberg,
             Destination::Parquet { .. } => Kind::Parquet,
             Destination::Kafka {
                 exactly_once: true, ..

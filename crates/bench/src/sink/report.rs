@@ -167,7 +167,7 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
                 || summarize(reports, Work::Stream, kind).is_some()
         })
         .collect();
-    let lake = [Kind::Jsonl, Kind::Parquet]
+    let lake = [Kind::Jsonl, Kind::Parquet, Kind::Iceberg]
         .into_iter()
         .filter(|&kind| summarize(reports, Work::Load, kind).is_some());
     let load = kinds
@@ -187,6 +187,7 @@ pub fn summaries(reports: &[SinkPhaseReport], kinds: &[Kind]) -> Summaries {
         .chain(&[
             Kind::Jsonl,
             Kind::Parquet,
+            Kind::Iceberg,
             Kind::KafkaExactlyOnce,
             Kind::KafkaAtLeastOnce,
         ])

@@ -628,3 +628,30 @@ pub async fn probe(
         Err(failure) => Err(failure.message),
     }
 }
+
+/// The data files `main`'s current snapshot names, with the rows each holds by its manifest
+/// entry: `(path, rows)` (what the bench reads back and counts).
+pub async fn current_files(
+    settings: IcebergSettings,
+    warehouse: &Objects,
+) -> Result<Vec<(String, u64)>, String> {
+    let reader = IcebergTable::new(settings, warehouse, "", "read");
+    let Some(table) = reader.current().await.map_err(|f| f.message)? else {
+        return Ok(Vec::new());
+    };
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(Vec::new());
+    };
+    let failed = |e: iceberg::Error| format!("cannot read {}: {e}", reader.describe());
+    let mut files = Vec::new();
+    for manifest in manifests(&table, snapshot).await.map_err(failed)? {
+        let manifest = manifest
+            .load_manifest(table.file_io())
+            .await
+            .map_err(failed)?;
+        for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+            files.push((entry.file_path().to_string(), entry.record_count()));
+        }
+    }
+    Ok(files)
+}
