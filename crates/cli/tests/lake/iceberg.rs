@@ -311,3 +311,43 @@ fn conflicting_columns_and_another_pipelines_table_are_refused() {
         "nothing committed"
     );
 }
+
+/// §7.11 rules 4 and 5 under SIGKILL: a scan killed at random points resumes on its branch
+/// until it completes; readers of `main` see the previous run whole until then, never part of
+/// the new one; the completed table holds every item once, equal to DynamoDB.
+#[test]
+fn a_scan_killed_anywhere_replaces_the_table_whole_and_once() {
+    let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 10\n\
+                  batch_size: 10";
+    let (running, pipeline) = orders_into_iceberg(source, 400, None, "  commit_interval_secs: 0\n");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let before = keyed::table_items(&running.endpoint, "orders");
+    running.delete_pk("orders", "k000");
+    running.delete_pk("orders", "k001");
+    let after = keyed::table_items(&running.endpoint, "orders");
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0x2931);
+    for attempt in 0..5 {
+        let mut child = common::spawn_logged(&pipeline, attempt);
+        let pause = rand::Rng::random_range(&mut rng, 100..1500);
+        std::thread::sleep(Duration::from_millis(pause));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let table = read_table(&pipeline, "dynamodb.orders", None);
+        let items: BTreeMap<String, Value> =
+            table.rows.iter().map(|r| (pk(r), document(r))).collect();
+        assert_eq!(items.len(), table.rows.len(), "each item once");
+        assert!(
+            items == before || items == after,
+            "main holds a whole run: {} rows",
+            items.len()
+        );
+    }
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let table = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(table.rows.len(), 398, "each item once");
+    let items: BTreeMap<String, Value> = table.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(items, after);
+    assert_eq!(table.refs, ["main"]);
+}
