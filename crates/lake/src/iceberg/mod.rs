@@ -508,8 +508,29 @@ impl IcebergTable {
         Err(self.failed("commit to", "other writers kept committing first"))
     }
 
-    /// Rule 4: the snapshot, on `main` or the scan branch, in the table's new metadata.
+    /// Rule 4: the snapshot, on `main` or the scan branch, in the table's new metadata, and
+    /// what the table's retention expires (`snapshots` rule 4).
     async fn snapshot(
+        &self,
+        table: &Table,
+        files: Vec<iceberg::spec::DataFile>,
+        properties: HashMap<String, String>,
+        run: Option<&SnapshotRun>,
+        completes: bool,
+    ) -> Result<TableMetadataBuilder, Failure> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let position = self.lineage(table).find(|s| self.ours(s));
+        let expired = snapshots::expired(table.metadata(), now, position.map(|s| s.snapshot_id()))
+            .map_err(|e| self.failed("commit to", e))?;
+        let builder = self
+            .add_snapshot(table, files, properties, run, completes)
+            .await?;
+        Ok(builder.remove_snapshots(&expired))
+    }
+
+    async fn add_snapshot(
         &self,
         table: &Table,
         files: Vec<iceberg::spec::DataFile>,

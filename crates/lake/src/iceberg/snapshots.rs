@@ -14,12 +14,19 @@
 //! 3. Manifests and the manifest list are written under `<table>/metadata/`, named by the
 //!    snapshot's id and the writer's token: a failed commit leaves them unreferenced, never
 //!    a file a committed snapshot names.
+//! 4. A commit expires what the table's own retention properties say (Iceberg's
+//!    `history.expire.max-snapshot-age-ms`, default 5 days, and
+//!    `history.expire.min-snapshots-to-keep`, default 1): snapshots older than the age, other
+//!    than the newest of `main`'s lineage to keep, the head of any branch or tag, and the
+//!    newest snapshot holding the pipeline's position. They leave
+//!    the metadata (which would otherwise grow by a snapshot and its position every commit);
+//!    their files are left to Iceberg's orphan-file maintenance.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use iceberg::spec::{
     DataFile, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotRef, SnapshotSummaryCollector, Summary,
+    SnapshotRef, SnapshotSummaryCollector, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -165,4 +172,39 @@ pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
                 .map_or(0, |d| d.as_millis() as i64),
         )
         .build())
+}
+
+/// Rule 4: the snapshots a commit at `now_ms` expires; `position` is kept too (the newest
+/// snapshot holding the pipeline's position, however old: other writers may have committed
+/// since).
+pub fn expired(
+    metadata: &TableMetadata,
+    now_ms: i64,
+    position: Option<i64>,
+) -> iceberg::Result<Vec<i64>> {
+    let properties = metadata.table_properties()?;
+    let cutoff = now_ms.saturating_sub(properties.max_snapshot_age_ms);
+    let mut kept: HashSet<i64> = HashSet::new();
+    let mut next = metadata.current_snapshot_id();
+    while let Some(id) = next.filter(|_| kept.len() < properties.min_snapshots_to_keep) {
+        kept.insert(id);
+        next = metadata
+            .snapshot_by_id(id)
+            .and_then(|snapshot| snapshot.parent_snapshot_id());
+    }
+    // The heads of every branch and tag, a reader's too (the crate gives the refs only in the
+    // metadata's own JSON).
+    let refs = serde_json::to_value(metadata)
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
+    let heads = refs["refs"]
+        .as_object()
+        .into_iter()
+        .flat_map(|refs| refs.values())
+        .filter_map(|reference| reference["snapshot-id"].as_i64());
+    kept.extend(heads.chain(position));
+    Ok(metadata
+        .snapshots()
+        .filter(|s| s.timestamp_ms() < cutoff && !kept.contains(&s.snapshot_id()))
+        .map(|s| s.snapshot_id())
+        .collect())
 }

@@ -26,6 +26,10 @@ fn iceberg_settings(dir: &Path) -> ParquetSettings {
 
 /// What a writer that is not ddbpipe commits: a table property, through the catalog's swap.
 async fn foreign_commit(dir: &Path) {
+    foreign_commit_with(dir, "owner", "spark").await;
+}
+
+async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
     let catalog = SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into());
     let io = WarehouseStorage::new(Objects::Local(dir.join("warehouse"))).file_io();
     let old = catalog
@@ -36,7 +40,7 @@ async fn foreign_commit(dir: &Path) {
     let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
     let metadata = metadata
         .into_builder(Some(old.clone()))
-        .set_properties(HashMap::from([("owner".to_string(), "spark".to_string())]))
+        .set_properties(HashMap::from([(key.to_string(), value.to_string())]))
         .unwrap()
         .build()
         .unwrap()
@@ -145,4 +149,29 @@ async fn a_completed_scan_overwrites_main_and_leaves_no_branch() {
             );
         }
     }
+}
+
+/// `snapshots` rule 4: with the table's retention at 0 ms, a commit expires every snapshot but
+/// the heads it began with and the newest holding the position; the position reads back.
+#[tokio::test]
+async fn a_commit_expires_what_the_tables_retention_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    for i in 0..3 {
+        let (rows, staged) = batch(i * 5, i * 5 + 5);
+        sink.write(&rows, Some(&staged)).await.unwrap();
+    }
+    assert_eq!(current(dir.path()).await.snapshots().count(), 3);
+    foreign_commit_with(dir.path(), "history.expire.max-snapshot-age-ms", "0").await;
+    let (rows, staged) = batch(15, 20);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    let metadata = current(dir.path()).await;
+    // The branch's head, and its parent: the head when the commit began.
+    assert_eq!(metadata.snapshots().count(), 2);
+    let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
+    assert_eq!(head.summary().additional_properties["total-records"], "20");
+    let (_, mut next) = ParquetSink::open(iceberg_settings(dir.path()));
+    assert_eq!(cursor(&next.load("orders").await.unwrap().unwrap()), "k20");
 }
