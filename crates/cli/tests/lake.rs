@@ -41,15 +41,23 @@ struct Read {
 
 /// Runs `read_parquet.py` with `args`; its standard output.
 fn python(args: &[&str]) -> Vec<u8> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_parquet.py");
+    reader_script("read_parquet.py", args)
+}
+
+/// Runs `tests/lake/<script>` (pyarrow, pyiceberg: scripts/test.sh installs them) with `args`;
+/// its standard output.
+fn reader_script(script: &str, args: &[&str]) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/lake")
+        .join(script);
     let output = Command::new("python3")
-        .arg(script)
+        .arg(path)
         .args(args)
         .output()
         .unwrap();
     assert!(
         output.status.success(),
-        "read_parquet.py (pyarrow; scripts/test.sh installs it): {}",
+        "{script} (pyarrow, pyiceberg; scripts/test.sh installs them): {}",
         String::from_utf8_lossy(&output.stderr)
     );
     output.stdout

@@ -43,18 +43,7 @@ impl Table {
 }
 
 fn iceberg_python(args: &[&str]) -> Vec<u8> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lake/read_iceberg.py");
-    let output = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "read_iceberg.py (pyiceberg; scripts/test.sh installs it): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
+    reader_script("read_iceberg.py", args)
 }
 
 /// The catalog of `pipeline`'s iceberg sink: its uri.

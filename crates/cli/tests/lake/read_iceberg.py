@@ -13,12 +13,13 @@ snapshot]}: binary values as base64, timestamps as unix ms.
 `current` runs the current-state query docs/sinks.md §7.11 gives (pyiceberg's scan into DuckDB,
 then the SQL written there) and prints {pk: document}.
 """
-import base64
-import datetime
 import json
 import sys
 
 from pyiceberg.catalog.sql import SqlCatalog
+
+# The parquet reader's value conversions and query extraction (beside this file).
+from read_parquet import documented_query, plain
 
 
 def catalog(uri, name, endpoint):
@@ -31,14 +32,6 @@ def catalog(uri, name, endpoint):
             "s3.region": "us-east-1",
         })
     return SqlCatalog(name, **props)
-
-
-def plain(value):
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp() * 1000)
-    return value
 
 
 def read(table):
@@ -67,17 +60,9 @@ def read(table):
     return out
 
 
-def documented_query(docs):
-    """The Iceberg changelog's current-state query of docs/sinks.md, as written there."""
-    text = open(docs).read()
-    start = text.index("-- The Iceberg changelog's current state")
-    end = text.index("```", start)
-    return text[start:end]
-
-
 def current(docs, table):
     changes = table.scan().to_duckdb(table_name="changes")
-    result = changes.sql(documented_query(docs))
+    result = changes.sql(documented_query(docs, "-- The Iceberg changelog's current state"))
     names = result.columns
     out = {}
     for row in result.fetchall():

@@ -84,10 +84,11 @@ def read(root):
     return out
 
 
-def documented_query(docs):
-    """The changelog's current-state query of docs/sinks.md, as written there."""
+def documented_query(docs, first_line="-- The changelog's current state"):
+    """A current-state query of docs/sinks.md, as written there: from its first line to the
+    end of its block."""
     text = open(docs).read()
-    start = text.index("-- The changelog's current state")
+    start = text.index(first_line)
     end = text.index("```", start)
     return text[start:end]
 

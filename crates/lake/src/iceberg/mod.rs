@@ -500,7 +500,8 @@ impl IcebergTable {
             let data = self.data_files(&table, files)?;
             let builder = self
                 .snapshot(&table, data, properties.clone(), run, completes)
-                .await?;
+                .await?
+                .remove_snapshots(&self.expired(&table)?);
             if self.swap(&table, builder).await? {
                 return Ok(());
             }
@@ -508,29 +509,18 @@ impl IcebergTable {
         Err(self.failed("commit to", "other writers kept committing first"))
     }
 
-    /// Rule 4: the snapshot, on `main` or the scan branch, in the table's new metadata, and
-    /// what the table's retention expires (`snapshots` rule 4).
-    async fn snapshot(
-        &self,
-        table: &Table,
-        files: Vec<iceberg::spec::DataFile>,
-        properties: HashMap<String, String>,
-        run: Option<&SnapshotRun>,
-        completes: bool,
-    ) -> Result<TableMetadataBuilder, Failure> {
+    /// `snapshots` rule 4: what a commit expires.
+    fn expired(&self, table: &Table) -> Result<Vec<i64>, Failure> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let position = self.lineage(table).find(|s| self.ours(s));
-        let expired = snapshots::expired(table.metadata(), now, position.map(|s| s.snapshot_id()))
-            .map_err(|e| self.failed("commit to", e))?;
-        let builder = self
-            .add_snapshot(table, files, properties, run, completes)
-            .await?;
-        Ok(builder.remove_snapshots(&expired))
+        snapshots::expired(table.metadata(), now, position.map(|s| s.snapshot_id()))
+            .map_err(|e| self.failed("commit to", e))
     }
 
-    async fn add_snapshot(
+    /// Rule 4: the snapshot, on `main` or the scan branch, in the table's new metadata.
+    async fn snapshot(
         &self,
         table: &Table,
         files: Vec<iceberg::spec::DataFile>,
