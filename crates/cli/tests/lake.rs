@@ -126,6 +126,28 @@ fn parquet_sink(path: &str, extra: &str) -> String {
     format!("sink:\n  type: parquet\n  path: '{path}'\n{extra}")
 }
 
+/// A table `orders` with a stream (new and old images) and `seeded` random items (from
+/// `seed`) on `emulator`, and a pipeline `lake` reading it with `source` (its sink for the
+/// caller to write).
+fn seeded_orders(
+    emulator: Emulator,
+    seed: u64,
+    seeded: usize,
+    source: &str,
+) -> (Arc<Running>, Pipeline) {
+    let running = Arc::new(emulator.start());
+    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
+    let mut writer = Writer::new(seed, seeded.max(1));
+    let items: Vec<_> = (0..seeded)
+        .map(|i| writer.random_item(&format!("k{i:03}")))
+        .collect();
+    if !items.is_empty() {
+        running.put_items("orders", items);
+    }
+    let pipeline = Pipeline::new("lake", &running.endpoint, source);
+    (running, pipeline)
+}
+
 /// A table `orders` with a stream and `seeded` items on `emulator`, and a pipeline from it
 /// into `path`.
 fn orders_into_parquet(
@@ -135,16 +157,7 @@ fn orders_into_parquet(
     path: Option<&str>,
     extra: &str,
 ) -> (Arc<Running>, Pipeline) {
-    let running = Arc::new(emulator.start());
-    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    let mut seed = Writer::new(29, seeded.max(1));
-    let items: Vec<_> = (0..seeded)
-        .map(|i| seed.random_item(&format!("k{i:03}")))
-        .collect();
-    if !items.is_empty() {
-        running.put_items("orders", items);
-    }
-    let pipeline = Pipeline::new("lake", &running.endpoint, source);
+    let (running, pipeline) = seeded_orders(emulator, 29, seeded, source);
     let local = pipeline.dir.path().join("lake").display().to_string();
     pipeline.write_with_sink(
         "lake",

@@ -111,16 +111,7 @@ fn orders_into_iceberg(
     warehouse: Option<&str>,
     extra: &str,
 ) -> (Arc<Running>, Pipeline) {
-    let running = Arc::new(Emulator::Dynoxide.start());
-    running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    let mut seed = Writer::new(31, seeded.max(1));
-    let items: Vec<_> = (0..seeded)
-        .map(|i| seed.random_item(&format!("k{i:03}")))
-        .collect();
-    if !items.is_empty() {
-        running.put_items("orders", items);
-    }
-    let pipeline = Pipeline::new("lake", &running.endpoint, source);
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 31, seeded, source);
     let local = pipeline.dir.path().join("warehouse").display().to_string();
     let sink = iceberg_sink(&pipeline, warehouse.unwrap_or(&local), extra);
     pipeline.write_with_sink("lake", &running.endpoint, source, &sink);

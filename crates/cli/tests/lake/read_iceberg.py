@@ -19,7 +19,7 @@ import sys
 from pyiceberg.catalog.sql import SqlCatalog
 
 # The parquet reader's value conversions and query extraction (beside this file).
-from read_parquet import documented_query, plain
+from read_parquet import documented_query, documents_by_key, plain
 
 
 def catalog(uri, name, endpoint):
@@ -62,13 +62,8 @@ def read(table):
 
 def current(docs, table):
     changes = table.scan().to_duckdb(table_name="changes")
-    result = changes.sql(documented_query(docs, "-- The Iceberg changelog's current state"))
-    names = result.columns
-    out = {}
-    for row in result.fetchall():
-        row = dict(zip(names, row))
-        out[row["pk"]] = json.loads(row["document"])
-    return out
+    query = documented_query(docs, "-- The Iceberg changelog's current state")
+    return documents_by_key(changes.sql(query))
 
 
 def main():

@@ -97,7 +97,11 @@ def current(docs, root):
     import duckdb
 
     sql = documented_query(docs).replace("s3://bucket/dynamodb/orders/", root.rstrip("/") + "/")
-    result = duckdb.sql(sql)
+    return documents_by_key(duckdb.sql(sql))
+
+
+def documents_by_key(result):
+    """A current-state query's result as {pk: document}."""
     names = result.columns
     out = {}
     for row in result.fetchall():
