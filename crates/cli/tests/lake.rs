@@ -107,7 +107,12 @@ fn documented_current_state(location: &[&str]) -> BTreeMap<String, Value> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
     let mut args = vec!["current", docs.to_str().unwrap()];
     args.extend_from_slice(location);
-    let found: BTreeMap<String, Value> = serde_json::from_slice(&python(&args)).unwrap();
+    documents(&python(&args))
+}
+
+/// A reader script's `{pk: document}`, sets sorted.
+fn documents(printed: &[u8]) -> BTreeMap<String, Value> {
+    let found: BTreeMap<String, Value> = serde_json::from_slice(printed).unwrap();
     found
         .into_iter()
         .map(|(pk, mut document)| {

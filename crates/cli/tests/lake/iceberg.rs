@@ -83,14 +83,7 @@ fn documented_current_state(pipeline: &Pipeline, s3: Option<&str>) -> BTreeMap<S
         "dynamodb.orders",
     ];
     args.extend(s3);
-    let found: BTreeMap<String, Value> = serde_json::from_slice(&iceberg_python(&args)).unwrap();
-    found
-        .into_iter()
-        .map(|(pk, mut document)| {
-            normalize_sets(&mut document);
-            (pk, document)
-        })
-        .collect()
+    documents(&iceberg_python(&args))
 }
 
 /// A `sink:` section into the table `dynamodb.{table}` of a catalog beside the pipeline file,
