@@ -381,37 +381,7 @@ fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
 #[test]
 fn binary_and_38_digit_keys_are_kept_exactly() {
     let running = Emulator::Dynoxide.start();
-    common::create_table_on(
-        &running.client,
-        "blobs",
-        ("id", ScalarAttributeType::B),
-        Some(("n", ScalarAttributeType::N)),
-    );
-    let big = "12345678901234567890123456789012345678";
-    let mut items = Vec::new();
-    for i in 0u8..5 {
-        items.push(common::item(vec![
-            (
-                "id",
-                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0, 255, i])),
-            ),
-            (
-                "n",
-                AttributeValue::N(format!("{big}{i}").chars().take(38).collect()),
-            ),
-            ("x", AttributeValue::N(format!("0.{big}"))),
-        ]));
-    }
-    items.push(common::item(vec![
-        (
-            "id",
-            AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![7])),
-        ),
-        ("n", AttributeValue::N(format!("-{big}E+87"))),
-        // An item near DynamoDB's 400 KB limit.
-        ("text", AttributeValue::S("x".repeat(399_000))),
-    ]));
-    running.put_items("blobs", items);
+    put_blobs(&running);
     let pipeline = Pipeline::new("blobs", &running.endpoint, "table_name: blobs");
     let lake = pipeline.dir.path().join("lake");
     pipeline.write_with_sink(
@@ -425,8 +395,52 @@ fn binary_and_38_digit_keys_are_kept_exactly() {
     let read = read_dir(&lake);
     assert_eq!(read.schema["id"], "binary");
     assert_eq!(read.schema["n"], "string");
-    let keys: BTreeSet<(String, String)> = read
-        .rows
+    assert_blobs_exact(&read.rows);
+}
+
+/// 38 digits.
+const BIG: &str = "12345678901234567890123456789012345678";
+
+/// A table `blobs` keyed by a binary `id` and a number `n` of 38 digits, one item near
+/// DynamoDB's 400 KB limit.
+fn put_blobs(running: &Running) {
+    common::create_table_on(
+        &running.client,
+        "blobs",
+        ("id", ScalarAttributeType::B),
+        Some(("n", ScalarAttributeType::N)),
+    );
+    let mut items = Vec::new();
+    for i in 0u8..5 {
+        items.push(common::item(vec![
+            (
+                "id",
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![0, 255, i])),
+            ),
+            (
+                "n",
+                AttributeValue::N(format!("{BIG}{i}").chars().take(38).collect()),
+            ),
+            ("x", AttributeValue::N(format!("0.{BIG}"))),
+        ]));
+    }
+    items.push(common::item(vec![
+        (
+            "id",
+            AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(vec![7])),
+        ),
+        ("n", AttributeValue::N(format!("-{BIG}E+87"))),
+        // An item near DynamoDB's 400 KB limit.
+        ("text", AttributeValue::S("x".repeat(399_000))),
+    ]));
+    running.put_items("blobs", items);
+}
+
+/// What a reader read of `blobs`: the keys as DynamoDB has them, every digit, the big item
+/// whole.
+fn assert_blobs_exact(rows: &[Value]) {
+    assert_eq!(rows.len(), 6, "each item once");
+    let keys: BTreeSet<(String, String)> = rows
         .iter()
         .map(|r| {
             (
@@ -436,25 +450,24 @@ fn binary_and_38_digit_keys_are_kept_exactly() {
         })
         .collect();
     assert!(
-        keys.contains(&("AP8A".to_string(), big.to_string())),
+        keys.contains(&("AP8A".to_string(), BIG.to_string())),
         "{keys:?}"
     );
     // DynamoDB's own text of the number: every digit, the exponent spelled out.
-    let spelled = format!("-{big}{}", "0".repeat(87));
+    let spelled = format!("-{BIG}{}", "0".repeat(87));
     assert!(keys.contains(&("Bw==".to_string(), spelled)), "{keys:?}");
     assert!(
-        read.rows
-            .iter()
+        rows.iter()
             .any(|r| r["document"].as_str().unwrap().len() > 399_000),
         "the 400 KB item is whole"
     );
     // The document keeps the exact number too.
-    assert!(read.rows.iter().any(|r| {
+    assert!(rows.iter().any(|r| {
         r["document"]
             .as_str()
             .unwrap()
-            .contains(&format!("0.{big}"))
-    }),);
+            .contains(&format!("0.{BIG}"))
+    }));
 }
 
 /// §7.10: `check` writes and deletes a probe file and reads the commit log; `state show` reads

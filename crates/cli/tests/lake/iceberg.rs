@@ -270,6 +270,13 @@ fn conflicting_columns_and_another_pipelines_table_are_refused() {
 
     // Another pipeline into the same table.
     pipeline.write_with_sink("other", &running.endpoint, "table_name: orders", &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("holds the output of pipeline 'lake'"),
+        "{}",
+        stdout(&check)
+    );
     let output = run(&pipeline);
     assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
@@ -323,4 +330,22 @@ fn a_scan_killed_anywhere_replaces_the_table_whole_and_once() {
     let items: BTreeMap<String, Value> = table.rows.iter().map(|r| (pk(r), document(r))).collect();
     assert_eq!(items, after);
     assert_eq!(table.refs, ["main"]);
+}
+
+/// §7.11 rule 2 with `rows` rule 1: binary keys are Iceberg `binary`, 38-digit number keys
+/// `string` with every digit, an item near 400 KB is whole, as pyiceberg reads them.
+#[test]
+fn binary_and_38_digit_keys_are_kept_exactly_in_iceberg() {
+    let running = Emulator::Dynoxide.start();
+    put_blobs(&running);
+    let pipeline = Pipeline::new("blobs", &running.endpoint, "table_name: blobs");
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), "");
+    pipeline.write_with_sink("blobs", &running.endpoint, "table_name: blobs", &sink);
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let table = read_table(&pipeline, "dynamodb.blobs", None);
+    assert_eq!(table.schema["id"], "binary");
+    assert_eq!(table.schema["n"], "string");
+    assert_blobs_exact(&table.rows);
 }
