@@ -470,3 +470,32 @@ fn a_relative_parquet_directory_is_the_pipeline_files() {
     assert_eq!(path("/data/lake"), "/data/lake");
     assert_eq!(path("s3://b/p/{table}/"), "s3://b/p/o/");
 }
+
+/// docs/sinks.md §7.11: an iceberg sink's local warehouse and catalog file are absolute, from
+/// the pipeline file's directory even when that is given relative (the table's location is
+/// written into its metadata for readers anywhere); `{table}` fills the table's name.
+#[test]
+fn an_iceberg_sinks_paths_are_absolute_and_its_table_named() {
+    let config = crate::config::parse(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: sql, uri: \
+         'sqlite:///cat.db'}, warehouse: wh}\n",
+        std::path::Path::new("conf"),
+        &|_: &str| None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let crate::config::SinkConfig::Parquet(parquet) = config.sink else {
+        panic!("{:?}", config.sink);
+    };
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(parquet.path, cwd.join("conf/wh").display().to_string());
+    let iceberg = parquet.iceberg.unwrap();
+    assert_eq!(
+        iceberg.catalog_uri,
+        format!("sqlite:///{}", cwd.join("conf/cat.db").display())
+    );
+    assert_eq!(
+        (iceberg.namespace.as_str(), iceberg.table.as_str()),
+        ("dynamodb", "o")
+    );
+    assert_eq!(iceberg.catalog_name, "ddbpipe");
+}

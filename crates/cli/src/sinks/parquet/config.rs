@@ -304,10 +304,15 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
 }
 
 /// A relative directory (and a relative catalog file) is relative to the pipeline file's
-/// directory.
+/// directory. An iceberg sink's warehouse and catalog file become absolute paths: the table's location
+/// is written into its metadata for every reader, whatever its working directory.
 pub(crate) fn anchor(config_dir: &Path, parquet: &mut ParquetConfig) {
+    let iceberg = parquet.iceberg.is_some();
     if let Ok(Location::Local(mut path)) = Location::parse(&parquet.path) {
         crate::yaml::anchor(config_dir, &mut path);
+        if iceberg {
+            path = std::path::absolute(&path).unwrap_or(path);
+        }
         parquet.path = path.display().to_string();
     }
     if let Some(iceberg) = &mut parquet.iceberg
@@ -315,6 +320,7 @@ pub(crate) fn anchor(config_dir: &Path, parquet: &mut ParquetConfig) {
         && path.is_relative()
     {
         crate::yaml::anchor(config_dir, &mut path);
+        let path = std::path::absolute(&path).unwrap_or(path);
         iceberg.catalog_uri = format!("sqlite:///{}", path.display());
     }
 }
