@@ -191,7 +191,7 @@ pub struct InitArgs {
     /// Write the pipeline here instead of stdout (refused if the file exists).
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// Typed columns of a sqlite, postgres or parquet sink: `auto` samples the table and
+    /// Typed columns of a sqlite, postgres, parquet or iceberg sink: `auto` samples the table and
     /// writes the `columns:` list it infers.
     #[arg(long, value_enum)]
     pub columns: Option<InitColumns>,

@@ -471,7 +471,7 @@ fn init_samples_at_most_the_items_asked_and_only_for_a_table_sink() {
     ]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("it needs --sink sqlite, postgres or parquet"),
+        stderr(&output).contains("it needs --sink sqlite, postgres, parquet or iceberg"),
         "{}",
         stderr(&output)
     );
