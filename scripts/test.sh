@@ -33,11 +33,11 @@ command -v moto_server >/dev/null || { echo "moto_server is not on PATH after in
 
 # The lake tests read what the lake sinks wrote with readers nobody here wrote: pyarrow, DuckDB
 # running the queries docs/sinks.md gives (crates/cli/tests/lake/read_parquet.py), and pyiceberg
-# with its SQL catalog (SQLAlchemy) reading the Iceberg tables (read_iceberg.py); boto3 comes
-# with moto.
-if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if (m.version("pyarrow"), m.version("duckdb"), m.version("pyiceberg")) == ("26.0.1", "2.0.1", "0.12.0") else 1)' 2>/dev/null; then
-  echo "scripts/test.sh: installing pyarrow==26.0.1 duckdb==2.0.1 pyiceberg[sql-sqlite]==0.12.0" >&2
-  python3 -m pip install --quiet 'pyarrow==26.0.1' 'duckdb==2.0.1' 'pyiceberg[sql-sqlite]==0.12.0'
+# with its SQL catalog (SQLAlchemy; psycopg2 for a catalog in PostgreSQL) reading the Iceberg
+# tables (read_iceberg.py); boto3 comes with moto.
+if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if (m.version("pyarrow"), m.version("duckdb"), m.version("pyiceberg"), m.version("psycopg2-binary")) == ("26.0.1", "2.0.1", "0.12.0", "2.9.13") else 1)' 2>/dev/null; then
+  echo "scripts/test.sh: installing pyarrow==26.0.1 duckdb==2.0.1 pyiceberg[sql-sqlite]==0.12.0 psycopg2-binary==2.9.13" >&2
+  python3 -m pip install --quiet 'pyarrow==26.0.1' 'duckdb==2.0.1' 'pyiceberg[sql-sqlite]==0.12.0' 'psycopg2-binary==2.9.13'
 fi
 
 # shellcheck source=scripts/cargo-deb.sh

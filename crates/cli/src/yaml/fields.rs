@@ -92,13 +92,14 @@ impl Report {
 /// kind, never the value (issue 9 item 4: a value typed into the wrong place is still a
 /// secret). An endpoint URL may hold a password or a signature (docs/config.md §1.4), a Kafka client
 /// property a password (`sasl.password`).
-const SECRET_SECTIONS: [&str; 6] = [
+const SECRET_SECTIONS: [&str; 7] = [
     "source.credentials",
     "sink.url",
     "sink.properties",
     "source.endpoint_url",
     "source.snapshot.s3_endpoint_url",
     "sink.s3_endpoint_url",
+    "sink.catalog.uri",
 ];
 
 /// Whether a value at `path` may be a secret.

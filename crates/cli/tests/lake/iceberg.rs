@@ -54,10 +54,14 @@ fn catalog_uri(pipeline: &Pipeline) -> String {
     )
 }
 
-/// pyiceberg's read of `dynamodb.orders` (or `ident`) in `pipeline`'s catalog.
+/// pyiceberg's read of table `ident` in `pipeline`'s catalog.
 fn read_table(pipeline: &Pipeline, ident: &str, s3: Option<&str>) -> Table {
-    let uri = catalog_uri(pipeline);
-    let mut args = vec!["table", &uri, "ddbpipe", ident];
+    read_catalog(&catalog_uri(pipeline), "ddbpipe", ident, s3)
+}
+
+/// pyiceberg's read of table `ident` in the catalog `name` at `uri` (SQLAlchemy's form).
+fn read_catalog(uri: &str, name: &str, ident: &str, s3: Option<&str>) -> Table {
+    let mut args = vec!["table", uri, name, ident];
     args.extend(s3);
     let read: Value = serde_json::from_slice(&iceberg_python(&args)).unwrap();
     Table {
@@ -348,4 +352,54 @@ fn binary_and_38_digit_keys_are_kept_exactly_in_iceberg() {
     assert_eq!(table.schema["id"], "binary");
     assert_eq!(table.schema["n"], "string");
     assert_blobs_exact(&table.rows);
+}
+
+/// §7.11 rule 1 with the catalog in PostgreSQL (the test server `scripts/test.sh` starts): a
+/// mirror's table is there for pyiceberg through SQLAlchemy, equal to DynamoDB's, and the URL's
+/// password reaches neither `check`'s nor `run`'s output.
+#[test]
+fn a_postgres_catalog_holds_the_table_and_its_password_reaches_no_output() {
+    let url = ddbpipe_testkit::postgres::url();
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(user, _)| user.split_once(':'))
+        .map(|(_, password)| password.to_string())
+        .unwrap();
+    assert!(password.len() >= 8, "the test server has a password");
+    // A catalog name of its own: tests share the server's catalog tables.
+    let name = format!("ddbpipe_{:016x}", rand::random::<u64>());
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nidle_termination_secs: 2";
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 33, 50, source);
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let sink = format!(
+        "sink:\n  type: iceberg\n  catalog:\n    type: sql\n    uri: '{url}'\n    name: {name}\n  \
+         warehouse: '{}'\n",
+        warehouse.display()
+    );
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("in postgres 127.0.0.1"),
+        "{}",
+        stdout(&check)
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    for (what, text) in [
+        ("check", stdout(&check) + &stderr(&check)),
+        ("run", stdout(&output) + &stderr(&output)),
+    ] {
+        assert!(
+            !text.contains(&password),
+            "{what} showed the password: {text}"
+        );
+    }
+    let sqlalchemy = url.replacen("postgres://", "postgresql+psycopg2://", 1);
+    let table = read_catalog(&sqlalchemy, &name, "dynamodb.orders", None);
+    assert_eq!(
+        replay(&table.rows),
+        keyed::table_items(&running.endpoint, "orders")
+    );
 }

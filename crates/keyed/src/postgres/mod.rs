@@ -205,6 +205,30 @@ impl PostgresDatabase {
         format!("postgres {}", self.shared.location)
     }
 
+    /// Where it is connected: `host:port/database`, never a user or a password.
+    pub fn location(&self) -> &str {
+        &self.shared.location
+    }
+
+    /// Runs `work` on the connection in one turn of the session (reconnecting when it was
+    /// lost), for tables that are not a keyed sink's (the Iceberg sink's SQL catalog). A
+    /// failure is told with `context`, never with the password.
+    pub async fn run<T>(
+        &self,
+        context: &str,
+        work: impl for<'c> FnOnce(
+            &'c mut tokio_postgres::Client,
+        ) -> BoxFuture<'c, Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, DbError> {
+        let mut session = self.shared.session.lock().await;
+        let result = async {
+            let (client, _) = session.connected(&self.shared).await?;
+            Ok(work(client).await?)
+        }
+        .await;
+        session.finish(&self.shared, context, result)
+    }
+
     pub(crate) async fn prepare_state(&self) -> Result<(), DbError> {
         let schema = self.shared.state_schema();
         let context = table_context(&schema, STATE_TABLE);

@@ -10,21 +10,47 @@
 //!    as older pyiceberg creates it) is written in that layout.
 //! 2. A commit swaps the metadata location only if it is still the one the commit was built on
 //!    (`UPDATE … WHERE metadata_location = old`): one changed row, or a conflict (`false`).
-//! 3. Every call opens the file, runs one statement or transaction, and closes it, on a
-//!    blocking thread: a catalog is shared with every reader, and held open by nobody.
+//! 3. In a SQLite file every call opens the file, runs one statement or transaction, and
+//!    closes it, on a blocking thread: a catalog is shared with every reader, and held open by
+//!    nobody. In PostgreSQL (a `postgres://` URL, connected as the postgres sink connects) one
+//!    connection serves the run, and the tables are created under an advisory lock (two
+//!    writers creating them at once would collide).
+//! 4. The statements are the same text for both (`ON CONFLICT DO NOTHING`, numbered
+//!    parameters), but for whether the table has `iceberg_type`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use ddbpipe_keyed::PostgresDatabase;
+use futures_util::FutureExt;
+use rusqlite::{Connection, OptionalExtension};
 
-/// A SQL catalog in a SQLite file.
-#[derive(Debug, Clone)]
+/// A SQL catalog: its tables in a SQLite file or a PostgreSQL database.
+#[derive(Clone)]
 pub struct SqlCatalog {
-    path: PathBuf,
+    place: Place,
     name: String,
 }
 
-/// The catalog tables (rule 1), as pyiceberg creates them.
+/// Never its URL: it may hold a password.
+impl std::fmt::Debug for SqlCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SqlCatalog({})", self.describe())
+    }
+}
+
+#[derive(Clone)]
+enum Place {
+    Sqlite(PathBuf),
+    Postgres {
+        url: String,
+        /// `host:port/database`, for messages.
+        location: String,
+        connected: Arc<tokio::sync::OnceCell<PostgresDatabase>>,
+    },
+}
+
+/// The catalog tables (rule 1).
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS iceberg_tables (
     catalog_name VARCHAR(255) NOT NULL,
@@ -43,20 +69,88 @@ CREATE TABLE IF NOT EXISTS iceberg_namespace_properties (
     PRIMARY KEY (catalog_name, namespace, property_key)
 );";
 
+/// Rule 4: the statements (`?1`… become `$1`… for PostgreSQL).
+const LOCATION: &str = "SELECT metadata_location FROM iceberg_tables
+    WHERE catalog_name = ?1 AND table_namespace = ?2 AND table_name = ?3";
+const NAMESPACE: &str = "INSERT INTO iceberg_namespace_properties
+    (catalog_name, namespace, property_key, property_value)
+    VALUES (?1, ?2, 'exists', 'true') ON CONFLICT DO NOTHING";
+const CREATE_TYPED: &str = "INSERT INTO iceberg_tables
+    (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location,
+     iceberg_type)
+    VALUES (?1, ?2, ?3, ?4, NULL, 'TABLE') ON CONFLICT DO NOTHING";
+const CREATE: &str = "INSERT INTO iceberg_tables
+    (catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location)
+    VALUES (?1, ?2, ?3, ?4, NULL) ON CONFLICT DO NOTHING";
+const SWAP: &str = "UPDATE iceberg_tables
+    SET metadata_location = ?1, previous_metadata_location = ?2
+    WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
+      AND metadata_location = ?2";
+const TYPED_SQLITE: &str = "SELECT count(*) > 0 FROM pragma_table_info('iceberg_tables')
+    WHERE name = 'iceberg_type'";
+const TYPED_POSTGRES: &str = "SELECT count(*) > 0 FROM information_schema.columns
+    WHERE table_schema = current_schema() AND table_name = 'iceberg_tables'
+      AND column_name = 'iceberg_type'";
+/// The advisory lock the tables are created under in PostgreSQL (rule 3).
+const CREATE_LOCK: i64 = 0x6464_6270_6963_6562;
+
+/// `sql` with PostgreSQL's parameter marks.
+fn numbered(sql: &str) -> String {
+    (1..=5).fold(sql.to_string(), |sql, n| {
+        sql.replace(&format!("?{n}"), &format!("${n}"))
+    })
+}
+
+/// A catalog call's work, the same for both places: its statement's parameters are text.
+enum Call {
+    Location([String; 3]),
+    Create([String; 4]),
+    Swap([String; 5]),
+}
+
+/// What a call found.
+enum Found {
+    Location(Option<String>),
+    Done(bool),
+}
+
 impl SqlCatalog {
     /// The catalog `name` in the SQLite file at `path`.
     pub fn new(path: PathBuf, name: String) -> SqlCatalog {
-        SqlCatalog { path, name }
+        SqlCatalog {
+            place: Place::Sqlite(path),
+            name,
+        }
     }
 
-    /// Reads `uri`: `sqlite:///` then the file's path (`sqlite:////abs/catalog.db`); a relative
-    /// path is taken from `base`.
+    /// The catalog `name` at `uri`: `sqlite:///` then a file's path (a relative one taken from
+    /// `base`), or a `postgres://` (`postgresql://`) URL as the postgres sink takes it.
+    pub fn from_uri(uri: &str, base: &Path, name: String) -> Result<SqlCatalog, String> {
+        if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+            PostgresDatabase::check_url(uri)
+                .map_err(|problem| format!("catalog uri: {problem}"))?;
+            let location = PostgresDatabase::address(uri, &[])
+                .map_err(|problem| format!("catalog uri: {problem}"))?;
+            return Ok(SqlCatalog {
+                place: Place::Postgres {
+                    url: uri.to_string(),
+                    location,
+                    connected: Arc::default(),
+                },
+                name,
+            });
+        }
+        Ok(SqlCatalog::new(SqlCatalog::path_of(uri, base)?, name))
+    }
+
+    /// The SQLite file of `uri` (`sqlite:///` then its path; a relative path is taken from
+    /// `base`); an error for any other uri, naming what is taken.
     pub fn path_of(uri: &str, base: &Path) -> Result<PathBuf, String> {
         let Some(path) = uri.strip_prefix("sqlite:///") else {
             return Err(format!(
-                "catalog uri '{}' is not a SQLite file: write sqlite:////absolute/path/catalog.db \
-                 (PostgreSQL and REST catalogs are not supported yet)",
-                ddbpipe_source::endpoint::mask_url(uri)
+                "catalog uri '{}' is neither a SQLite file (sqlite:////absolute/path/catalog.db) \
+                 nor a PostgreSQL URL (postgres://…); REST and Glue catalogs are not supported yet",
+                PostgresDatabase::redact(&ddbpipe_source::endpoint::mask_url(uri))
             ));
         };
         if path.is_empty() {
@@ -65,9 +159,14 @@ impl SqlCatalog {
         Ok(base.join(path))
     }
 
-    /// The catalog for messages.
+    /// The catalog for messages (never a password).
     pub fn describe(&self) -> String {
-        format!("SQL catalog '{}' in {}", self.name, self.path.display())
+        match &self.place {
+            Place::Sqlite(path) => format!("SQL catalog '{}' in {}", self.name, path.display()),
+            Place::Postgres { location, .. } => {
+                format!("SQL catalog '{}' in postgres {location}", self.name)
+            }
+        }
     }
 
     /// The name readers must give the catalog.
@@ -75,50 +174,54 @@ impl SqlCatalog {
         &self.name
     }
 
-    async fn call<T: Send + 'static>(
-        &self,
-        what: &'static str,
-        work: impl FnOnce(&mut Connection, &str) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, String> {
-        let (path, name) = (self.path.clone(), self.name.clone());
+    /// Runs `call` where the catalog is.
+    async fn call(&self, what: &'static str, call: Call) -> Result<Found, String> {
         let described = self.describe();
-        tokio::task::spawn_blocking(move || {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        let failed = |e: String| format!("cannot {what} in the {described}: {e}");
+        match &self.place {
+            Place::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite(&path, call))
+                    .await
+                    .map_err(|e| format!("internal error: {e}"))?
+                    .map_err(failed)
             }
-            let mut connection = Connection::open(&path).map_err(|e| e.to_string())?;
-            connection
-                .busy_timeout(std::time::Duration::from_secs(10))
-                .map_err(|e| e.to_string())?;
-            connection
-                .execute_batch(TABLES)
-                .map_err(|e| e.to_string())?;
-            work(&mut connection, &name).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| format!("internal error: {e}"))?
-        .map_err(|e| format!("cannot {what} in the {described}: {e}"))
+            Place::Postgres { url, connected, .. } => {
+                let db = connected
+                    .get_or_try_init(|| async {
+                        let db = PostgresDatabase::connect(url).await?;
+                        db.run("create the catalog tables", |client| {
+                            let script = format!(
+                                "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); {TABLES} COMMIT;"
+                            );
+                            async move { client.batch_execute(&script).await }.boxed()
+                        })
+                        .await?;
+                        Ok::<_, ddbpipe_keyed::DbError>(db)
+                    })
+                    .await
+                    .map_err(|e| failed(e.message))?;
+                db.run(what, |client| postgres(client, call).boxed())
+                    .await
+                    .map_err(|e| failed(e.message))
+            }
+        }
     }
 
     /// The current metadata location of `namespace.table`; `None` when the catalog has no
     /// such table.
     pub async fn location(&self, namespace: &str, table: &str) -> Result<Option<String>, String> {
-        if !tokio::fs::try_exists(&self.path).await.unwrap_or(true) {
+        if let Place::Sqlite(path) = &self.place
+            && !tokio::fs::try_exists(path).await.unwrap_or(true)
+        {
             // Reading creates nothing: no file, no table.
             return Ok(None);
         }
-        let (namespace, table) = (namespace.to_string(), table.to_string());
-        self.call("read a table", move |db, name| {
-            db.query_row(
-                "SELECT metadata_location FROM iceberg_tables
-                 WHERE catalog_name = ?1 AND table_namespace = ?2 AND table_name = ?3",
-                params![name, namespace, table],
-                |row| row.get::<_, Option<String>>(0),
-            )
-            .optional()
-            .map(Option::flatten)
-        })
-        .await
+        let call = Call::Location([self.name.clone(), namespace.into(), table.into()]);
+        match self.call("read a table", call).await? {
+            Found::Location(location) => Ok(location),
+            Found::Done(_) => Err("internal error: a read that found no location".into()),
+        }
     }
 
     /// Records a new table (and its namespace); `false` when another writer recorded it first.
@@ -128,38 +231,13 @@ impl SqlCatalog {
         table: &str,
         metadata_location: &str,
     ) -> Result<bool, String> {
-        let (namespace, table) = (namespace.to_string(), table.to_string());
-        let location = metadata_location.to_string();
-        self.call("create a table", move |db, name| {
-            let tx = db.transaction()?;
-            tx.execute(
-                "INSERT OR IGNORE INTO iceberg_namespace_properties
-                 (catalog_name, namespace, property_key, property_value)
-                 VALUES (?1, ?2, 'exists', 'true')",
-                params![name, namespace],
-            )?;
-            let typed: bool = tx.query_row(
-                "SELECT count(*) > 0 FROM pragma_table_info('iceberg_tables')
-                 WHERE name = 'iceberg_type'",
-                [],
-                |row| row.get(0),
-            )?;
-            let insert = if typed {
-                "INSERT OR IGNORE INTO iceberg_tables
-                 (catalog_name, table_namespace, table_name, metadata_location,
-                  previous_metadata_location, iceberg_type)
-                 VALUES (?1, ?2, ?3, ?4, NULL, 'TABLE')"
-            } else {
-                "INSERT OR IGNORE INTO iceberg_tables
-                 (catalog_name, table_namespace, table_name, metadata_location,
-                  previous_metadata_location)
-                 VALUES (?1, ?2, ?3, ?4, NULL)"
-            };
-            let created = tx.execute(insert, params![name, namespace, table, location])?;
-            tx.commit()?;
-            Ok(created == 1)
-        })
-        .await
+        let call = Call::Create([
+            self.name.clone(),
+            namespace.into(),
+            table.into(),
+            metadata_location.into(),
+        ]);
+        self.done("create a table", call).await
     }
 
     /// Rule 2: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
@@ -170,19 +248,92 @@ impl SqlCatalog {
         old: &str,
         new: &str,
     ) -> Result<bool, String> {
-        let (namespace, table) = (namespace.to_string(), table.to_string());
-        let (old, new) = (old.to_string(), new.to_string());
-        self.call("commit", move |db, name| {
-            let changed = db.execute(
-                "UPDATE iceberg_tables
-                 SET metadata_location = ?1, previous_metadata_location = ?2
-                 WHERE catalog_name = ?3 AND table_namespace = ?4 AND table_name = ?5
-                   AND metadata_location = ?2",
-                params![new, old, name, namespace, table],
-            )?;
-            Ok(changed == 1)
-        })
-        .await
+        let call = Call::Swap([
+            new.into(),
+            old.into(),
+            self.name.clone(),
+            namespace.into(),
+            table.into(),
+        ]);
+        self.done("commit", call).await
+    }
+
+    async fn done(&self, what: &'static str, call: Call) -> Result<bool, String> {
+        match self.call(what, call).await? {
+            Found::Done(done) => Ok(done),
+            Found::Location(_) => Err("internal error: a write that found a location".into()),
+        }
+    }
+}
+
+/// `call` in the SQLite file at `path` (rule 3).
+fn sqlite(path: &Path, call: Call) -> Result<Found, String> {
+    let text = |e: rusqlite::Error| e.to_string();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    let mut db = Connection::open(path).map_err(text)?;
+    db.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(text)?;
+    db.execute_batch(TABLES).map_err(text)?;
+    match call {
+        Call::Location(params) => db
+            .query_row(LOCATION, rusqlite::params_from_iter(params), |row| {
+                row.get::<_, Option<String>>(0)
+            })
+            .optional()
+            .map(|found| Found::Location(found.flatten()))
+            .map_err(text),
+        Call::Create([name, namespace, table, location]) => {
+            let tx = db.transaction().map_err(text)?;
+            tx.execute(NAMESPACE, [&name, &namespace]).map_err(text)?;
+            let typed: bool = tx
+                .query_row(TYPED_SQLITE, [], |row| row.get(0))
+                .map_err(text)?;
+            let insert = if typed { CREATE_TYPED } else { CREATE };
+            let created = tx
+                .execute(insert, [&name, &namespace, &table, &location])
+                .map_err(text)?;
+            tx.commit().map_err(text)?;
+            Ok(Found::Done(created == 1))
+        }
+        Call::Swap(params) => db
+            .execute(SWAP, rusqlite::params_from_iter(params))
+            .map(|changed| Found::Done(changed == 1))
+            .map_err(text),
+    }
+}
+
+/// `call` on a PostgreSQL connection.
+async fn postgres(
+    client: &mut tokio_postgres::Client,
+    call: Call,
+) -> Result<Found, tokio_postgres::Error> {
+    match call {
+        Call::Location([name, namespace, table]) => {
+            let row = client
+                .query_opt(&numbered(LOCATION), &[&name, &namespace, &table])
+                .await?;
+            Ok(Found::Location(row.and_then(|row| row.get(0))))
+        }
+        Call::Create([name, namespace, table, location]) => {
+            let tx = client.transaction().await?;
+            tx.execute(&numbered(NAMESPACE), &[&name, &namespace])
+                .await?;
+            let typed: bool = tx.query_one(TYPED_POSTGRES, &[]).await?.get(0);
+            let insert = numbered(if typed { CREATE_TYPED } else { CREATE });
+            let created = tx
+                .execute(&insert, &[&name, &namespace, &table, &location])
+                .await?;
+            tx.commit().await?;
+            Ok(Found::Done(created == 1))
+        }
+        Call::Swap([new, old, name, namespace, table]) => {
+            let changed = client
+                .execute(&numbered(SWAP), &[&new, &old, &name, &namespace, &table])
+                .await?;
+            Ok(Found::Done(changed == 1))
+        }
     }
 }
 

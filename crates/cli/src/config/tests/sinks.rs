@@ -490,7 +490,7 @@ fn an_iceberg_sinks_paths_are_absolute_and_its_table_named() {
     assert_eq!(parquet.path, cwd.join("conf/wh").display().to_string());
     let iceberg = parquet.iceberg.unwrap();
     assert_eq!(
-        iceberg.catalog_uri,
+        iceberg.catalog_uri.expose(),
         format!("sqlite:///{}", cwd.join("conf/cat.db").display())
     );
     assert_eq!(

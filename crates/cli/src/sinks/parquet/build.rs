@@ -71,9 +71,11 @@ fn settings(
 
 /// Where an iceberg sink's table is (its uri was checked when the file was loaded).
 pub fn iceberg_settings(iceberg: &IcebergConfig) -> IcebergSettings {
-    let path = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new("")).unwrap_or_default();
+    let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
+    let catalog = SqlCatalog::from_uri(uri, Path::new(""), name.clone())
+        .unwrap_or_else(|_| SqlCatalog::new(Default::default(), name));
     IcebergSettings {
-        catalog: SqlCatalog::new(path, iceberg.catalog_name.clone()),
+        catalog,
         namespace: iceberg.namespace.clone(),
         table: iceberg.table.clone(),
     }

@@ -8,7 +8,7 @@ use ddbpipe_keyed::OnMismatch;
 use ddbpipe_lake::iceberg::SqlCatalog;
 use ddbpipe_lake::objects::Location;
 use ddbpipe_lake::parquet::FileCompression;
-use ddbpipe_source::config::ConfigError;
+use ddbpipe_source::config::{ConfigError, Secret};
 use ddbpipe_source::endpoint::EndpointUrl;
 use serde_json::json;
 
@@ -100,13 +100,15 @@ static CATALOG: &[Field] = &[
     required(
         "type",
         of::<CatalogType>(),
-        "sql: a SQLite file with the tables of Iceberg's JDBC catalog and pyiceberg's SqlCatalog.",
+        "sql: the tables of Iceberg's JDBC catalog and pyiceberg's SqlCatalog, in a SQLite file \
+         or a PostgreSQL database.",
     ),
     required(
         "uri",
         of::<String>(),
         "sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is the \
-         pipeline file's); the file and its tables are created when missing.",
+         pipeline file's), or a postgres:// URL as the postgres sink takes it; the file and the \
+         catalog tables are created when missing.",
     ),
     defaulted(
         "name",
@@ -209,8 +211,8 @@ pub struct ParquetConfig {
 /// Where the iceberg sink's table is (docs/sinks.md §7.11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IcebergConfig {
-    /// `catalog.uri`: the SQLite file.
-    pub catalog_uri: String,
+    /// `catalog.uri`: the SQLite file or the PostgreSQL URL (which may hold a password).
+    pub catalog_uri: Secret,
     /// `catalog.name`.
     pub catalog_name: String,
     /// The table's namespace.
@@ -230,12 +232,14 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
     let (catalog_uri, catalog_name) = match f.required_section("catalog") {
         Some(mut catalog) => {
             catalog.required::<CatalogType>("type");
-            let uri = catalog.required::<String>("uri").unwrap_or_default();
+            let uri = catalog
+                .required::<Secret>("uri")
+                .unwrap_or_else(|| Secret::new(""));
             let name = catalog.or("name", DEFAULT_CATALOG_NAME.to_string());
             catalog.finish();
             (uri, name)
         }
-        None => (String::new(), DEFAULT_CATALOG_NAME.to_string()),
+        None => (Secret::new(""), DEFAULT_CATALOG_NAME.to_string()),
     };
     let iceberg = IcebergConfig {
         catalog_uri,
@@ -274,7 +278,9 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
         errors.push(ConfigError::new(place, problem));
     }
     if let Some(iceberg) = &parquet.iceberg {
-        if let Err(problem) = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new("")) {
+        let uri = iceberg.catalog_uri.expose();
+        let name = iceberg.catalog_name.clone();
+        if let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name) {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
         }
         for (key, value) in [
@@ -316,11 +322,11 @@ pub(crate) fn anchor(config_dir: &Path, parquet: &mut ParquetConfig) {
         parquet.path = path.display().to_string();
     }
     if let Some(iceberg) = &mut parquet.iceberg
-        && let Ok(mut path) = SqlCatalog::path_of(&iceberg.catalog_uri, Path::new(""))
+        && let Ok(mut path) = SqlCatalog::path_of(iceberg.catalog_uri.expose(), Path::new(""))
         && path.is_relative()
     {
         crate::yaml::anchor(config_dir, &mut path);
         let path = std::path::absolute(&path).unwrap_or(path);
-        iceberg.catalog_uri = format!("sqlite:///{}", path.display());
+        iceberg.catalog_uri = Secret::new(format!("sqlite:///{}", path.display()));
     }
 }
