@@ -13,8 +13,9 @@
 //! 3. In a SQLite file every call opens the file, runs one statement or transaction, and
 //!    closes it, on a blocking thread: a catalog is shared with every reader, and held open by
 //!    nobody. In PostgreSQL (a `postgres://` URL, connected as the postgres sink connects) one
-//!    connection serves the run, and the tables are created under an advisory lock (two
-//!    writers creating them at once would collide).
+//!    connection serves the run, and the tables are created before the first write, under an
+//!    advisory lock (two writers creating them at once would collide). A read creates nothing:
+//!    no file or no catalog tables is no table (`check`, `state show`, `lag`).
 //! 4. The statements are the same text for both (`ON CONFLICT DO NOTHING`, numbered
 //!    parameters), but for whether the table has `iceberg_type`.
 
@@ -47,6 +48,8 @@ enum Place {
         /// `host:port/database`, for messages.
         location: String,
         connected: Arc<tokio::sync::OnceCell<PostgresDatabase>>,
+        /// The catalog tables were made sure of (before the first write).
+        tables: Arc<tokio::sync::OnceCell<()>>,
     },
 }
 
@@ -136,6 +139,7 @@ impl SqlCatalog {
                     url: uri.to_string(),
                     location,
                     connected: Arc::default(),
+                    tables: Arc::default(),
                 },
                 name,
             });
@@ -186,21 +190,32 @@ impl SqlCatalog {
                     .map_err(|e| format!("internal error: {e}"))?
                     .map_err(failed)
             }
-            Place::Postgres { url, connected, .. } => {
+            Place::Postgres {
+                url,
+                connected,
+                tables,
+                ..
+            } => {
                 let db = connected
-                    .get_or_try_init(|| async {
-                        let db = PostgresDatabase::connect(url).await?;
-                        db.run("create the catalog tables", |client| {
-                            let script = format!(
-                                "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); {TABLES} COMMIT;"
-                            );
-                            async move { client.batch_execute(&script).await }.boxed()
-                        })
-                        .await?;
-                        Ok::<_, ddbpipe_keyed::DbError>(db)
-                    })
+                    .get_or_try_init(|| PostgresDatabase::connect(url))
                     .await
                     .map_err(|e| failed(e.message))?;
+                if !matches!(call, Call::Location(_)) {
+                    // A read creates nothing (`check`, `state show`): a missing table is no
+                    // table (`postgres`).
+                    tables
+                        .get_or_try_init(|| {
+                            db.run("create the catalog tables", |client| {
+                                let script = format!(
+                                    "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); \
+                                     {TABLES} COMMIT;"
+                                );
+                                async move { client.batch_execute(&script).await }.boxed()
+                            })
+                        })
+                        .await
+                        .map_err(|e| failed(e.message))?;
+                }
                 db.run(what, |client| postgres(client, call).boxed())
                     .await
                     .map_err(|e| failed(e.message))
@@ -311,10 +326,17 @@ async fn postgres(
 ) -> Result<Found, tokio_postgres::Error> {
     match call {
         Call::Location([name, namespace, table]) => {
-            let row = client
+            let found = client
                 .query_opt(&numbered(LOCATION), &[&name, &namespace, &table])
-                .await?;
-            Ok(Found::Location(row.and_then(|row| row.get(0))))
+                .await;
+            match found {
+                Ok(row) => Ok(Found::Location(row.and_then(|row| row.get(0)))),
+                // No catalog tables yet: no table.
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+                    Ok(Found::Location(None))
+                }
+                Err(e) => Err(e),
+            }
         }
         Call::Create([name, namespace, table, location]) => {
             let tx = client.transaction().await?;
