@@ -379,6 +379,11 @@ impl IcebergTable {
                 .table
                 .clone()
                 .ok_or_else(|| self.failed("claim", "not loaded"))?;
+            if table.metadata().properties().get(WRITER) == Some(&self.claim()) {
+                // The table this writer created holds its claim already.
+                self.claimed = true;
+                return Ok(());
+            }
             let claim = HashMap::from([(WRITER.to_string(), self.claim())]);
             let builder = self
                 .builder(&table)?

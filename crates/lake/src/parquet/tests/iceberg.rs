@@ -30,13 +30,7 @@ async fn foreign_commit(dir: &Path) {
 }
 
 async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
-    let catalog = SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into());
-    let io = WarehouseStorage::new(Objects::Local(dir.join("warehouse"))).file_io();
-    let old = catalog
-        .location("dynamodb", "orders")
-        .await
-        .unwrap()
-        .unwrap();
+    let (catalog, io, old) = catalog_of(dir).await;
     let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
     let metadata = metadata
         .into_builder(Some(old.clone()))
@@ -59,6 +53,12 @@ async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
 }
 
 async fn current(dir: &Path) -> TableMetadata {
+    let (_, io, location) = catalog_of(dir).await;
+    TableMetadata::read_from(&io, &location).await.unwrap()
+}
+
+/// The catalog in `dir`, the warehouse's file access, and the table's metadata location.
+async fn catalog_of(dir: &Path) -> (SqlCatalog, ::iceberg::io::FileIO, String) {
     let catalog = SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into());
     let io = WarehouseStorage::new(Objects::Local(dir.join("warehouse"))).file_io();
     let location = catalog
@@ -66,7 +66,7 @@ async fn current(dir: &Path) -> TableMetadata {
         .await
         .unwrap()
         .unwrap();
-    TableMetadata::read_from(&io, &location).await.unwrap()
+    (catalog, io, location)
 }
 
 #[tokio::test]
@@ -74,6 +74,10 @@ async fn a_foreign_commit_is_built_on_and_a_new_claim_fences_the_old_run() {
     let dir = tempfile::tempdir().unwrap();
     let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
     assert_eq!(store.load("orders").await.unwrap(), None);
+    assert!(
+        current(dir.path()).await.metadata_log().is_empty(),
+        "the table's creation holds the run's claim: no second version for it"
+    );
     sink.start(RunStart::Fresh).await.unwrap();
     let (first, staged) = batch(0, 10);
     sink.write(&first, Some(&staged)).await.unwrap();
