@@ -518,15 +518,12 @@ impl Writer {
             .into_inner()
             .map_err(|e| Failure::definite(format!("cannot finish a Parquet file: {e}")))?;
         let next = self.last.unwrap_or(0) + 1;
-        let dir = match (&self.run, day) {
-            _ if self.iceberg.is_some() => self
-                .iceberg
-                .as_ref()
-                .map(|t| t.data_dir(day))
-                .unwrap_or_default(),
-            (Some(run), _) if self.settings.shape.records() == Records::Items => run.dir.clone(),
-            (_, Some(day)) => format!("event_date={}", crate::rows::date(day)),
-            (_, None) => "event_date=__HIVE_DEFAULT_PARTITION__".to_string(),
+        let items = self.settings.shape.records() == Records::Items;
+        let dir = match (&self.iceberg, &self.run, day) {
+            (Some(table), ..) => table.data_dir(day),
+            (None, Some(run), _) if items => run.dir.clone(),
+            (None, _, Some(day)) => format!("event_date={}", crate::rows::date(day)),
+            (None, _, None) => "event_date=__HIVE_DEFAULT_PARTITION__".to_string(),
         };
         let name = commits::file_name(&dir, next, &self.token, self.written.len() as u32);
         let size = bytes.len() as u64;
@@ -560,34 +557,32 @@ impl Writer {
         let seq = self.last.unwrap_or(0) + 1;
         let items = self.settings.shape.records() == Records::Items;
         let mut run = self.run.clone().filter(|_| items);
-        if let Some(run) = &mut run {
-            run.files.extend(self.written.iter().cloned());
-            let completes = entry.is_some_and(|e| {
+        // Rule 4: the commit that completes the run (a completed run's later commits hold its
+        // position only).
+        let open = run.as_ref().filter(|run| run.completed_at.is_none());
+        let completes = open.is_some()
+            && entry.is_some_and(|e| {
                 e.position.is_none()
                     && e.last_completed.is_some()
                     && e.last_completed != self.completed_before
             });
-            if run.completed_at.is_none() && completes {
-                let now = now_rfc3339();
-                match &mut self.iceberg {
-                    Some(table) => {
-                        table
-                            .commit(&self.written, entry, seq, Some(run), true)
-                            .await?
-                    }
-                    None => self.write_manifest(run, &now).await?,
-                }
-                run.completed_at = Some(now);
-            } else if let Some(table) = &mut self.iceberg {
-                // A completed run's later commits (its position only) go to `main`.
-                let open = Some(&*run).filter(|run| run.completed_at.is_none());
-                table.commit(&self.written, entry, seq, open, false).await?;
+        if let Some(table) = &mut self.iceberg {
+            // Rule 7: one snapshot; a completed run's later commits go to `main`.
+            table
+                .commit(&self.written, entry, seq, open, completes)
+                .await?;
+            if let Some(run) = run.as_mut().filter(|_| completes) {
+                run.completed_at = Some(now_rfc3339());
             }
-        } else if let Some(table) = &mut self.iceberg {
-            table.commit(&self.written, entry, seq, None, false).await?;
-        }
-        if self.iceberg.is_some() {
             return self.committed(seq, run);
+        }
+        if let Some(run) = &mut run {
+            run.files.extend(self.written.iter().cloned());
+            if completes {
+                let now = now_rfc3339();
+                self.write_manifest(run, &now).await?;
+                run.completed_at = Some(now);
+            }
         }
         let commit = Commit {
             seq,

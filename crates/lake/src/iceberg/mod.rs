@@ -516,10 +516,8 @@ impl IcebergTable {
 
     /// `snapshots` rule 4: what a commit expires.
     fn expired(&self, table: &Table) -> Result<Vec<i64>, Failure> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         let position = self.lineage(table).find(|s| self.ours(s));
+        let now = ddbpipe_source::clock::unix_now_ms();
         snapshots::expired(table.metadata(), now, position.map(|s| s.snapshot_id()))
             .map_err(|e| self.failed("commit to", e))
     }

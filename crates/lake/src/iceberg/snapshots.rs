@@ -24,6 +24,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use ddbpipe_source::clock::unix_now_ms;
 use iceberg::spec::{
     DataFile, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
     SnapshotRef, SnapshotSummaryCollector, Summary, TableMetadata,
@@ -166,11 +167,7 @@ pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
             additional_properties: properties,
         })
         .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64),
-        )
+        .with_timestamp_ms(unix_now_ms())
         .build())
 }
 
