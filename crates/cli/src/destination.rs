@@ -381,7 +381,20 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
             settings.brokers,
             kafka::topic_name(settings, config.target())
         ),
-        SinkConfig::Parquet(settings) => format!("parquet {}", settings.path),
+        SinkConfig::Parquet(settings) => match &settings.iceberg {
+            // The catalog as messages name it: a PostgreSQL catalog's address, never its user
+            // or password.
+            Some(iceberg) => format!(
+                "iceberg {}.{}, {}, warehouse {}",
+                iceberg.namespace,
+                iceberg.table,
+                parquet::iceberg_settings(iceberg)
+                    .map(|table| table.catalog.describe())
+                    .unwrap_or_else(|failure| format!("<{:#}>", failure.error)),
+                settings.path
+            ),
+            None => format!("parquet {}", settings.path),
+        },
         SinkConfig::Custom => "custom".to_string(),
     }
 }
@@ -480,5 +493,34 @@ mod tests {
         );
         let jsonl = load("{type: jsonl, path: '/out/orders-{worker}.jsonl'}");
         assert_eq!(sink_identity(&jsonl), "jsonl /out/orders-{worker}.jsonl");
+    }
+
+    /// An iceberg sink is named by its table, its catalog (a PostgreSQL one by its address,
+    /// never its password) and its warehouse, not as a parquet location.
+    #[test]
+    fn an_iceberg_sinks_identity_is_its_table_and_catalog_without_the_password() {
+        let load = |catalog: &str, table: &str| {
+            let yaml = format!(
+                "name: p\nsource: {{table_name: orders}}\nsink: {{type: iceberg, catalog: \
+                 {{type: sql, uri: '{catalog}'}}, warehouse: 's3://b/wh', table: {table}}}\n"
+            );
+            let config = crate::config::parse(&yaml, Path::new("/conf"), &|_: &str| None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            sink_identity(&config)
+        };
+        let postgres = load("postgres://app:Wq7xK9zT@db.example:6543/lake", "orders");
+        assert_eq!(
+            postgres,
+            "iceberg dynamodb.orders, SQL catalog 'ddbpipe' in postgres db.example:6543/lake, \
+             warehouse s3://b/wh"
+        );
+        assert_ne!(
+            load("postgres://app:Wq7xK9zT@db.example:6543/lake", "other"),
+            postgres
+        );
+        assert_eq!(
+            load("sqlite:////var/c.db", "orders"),
+            "iceberg dynamodb.orders, SQL catalog 'ddbpipe' in /var/c.db, warehouse s3://b/wh"
+        );
     }
 }

@@ -49,7 +49,7 @@ pub(super) async fn probe_parquet(
         objects.probe().await?;
         match (&parquet.iceberg, &columns) {
             (Some(iceberg), Some(shape)) => {
-                let settings = iceberg_settings(iceberg);
+                let settings = iceberg_settings(iceberg).map_err(|f| format!("{:#}", f.error))?;
                 let table =
                     ddbpipe_lake::iceberg::probe(settings, &objects, &config.name, shape).await?;
                 Ok(format!("; {table}"))

@@ -57,28 +57,29 @@ fn settings(
     target: Target<'_>,
     objects: Objects,
     shape: Shape,
-) -> ParquetSettings {
-    ParquetSettings {
+) -> Result<ParquetSettings, Failure> {
+    Ok(ParquetSettings {
         objects,
         pipeline: target.pipeline.to_string(),
         shape,
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
         compression: parquet.compression,
-        iceberg: parquet.iceberg.as_ref().map(iceberg_settings),
-    }
+        iceberg: parquet.iceberg.as_ref().map(iceberg_settings).transpose()?,
+    })
 }
 
-/// Where an iceberg sink's table is (its uri was checked when the file was loaded).
-pub fn iceberg_settings(iceberg: &IcebergConfig) -> IcebergSettings {
+/// Where an iceberg sink's table is; a catalog uri that does not read is a config error
+/// (never its value: it may hold a password).
+pub fn iceberg_settings(iceberg: &IcebergConfig) -> Result<IcebergSettings, Failure> {
     let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
-    let catalog = SqlCatalog::from_uri(uri, Path::new(""), name.clone())
-        .unwrap_or_else(|_| SqlCatalog::new(Default::default(), name));
-    IcebergSettings {
+    let catalog = SqlCatalog::from_uri(uri, Path::new(""), name)
+        .map_err(|problem| Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}")))?;
+    Ok(IcebergSettings {
         catalog,
         namespace: iceberg.namespace.clone(),
         table: iceberg.table.clone(),
-    }
+    })
 }
 
 /// Opens the parquet sink of `target` and its position store (its commit log).
@@ -96,7 +97,9 @@ pub fn open_parquet(
     };
     let shape = shape(parquet, target, table, records)?;
     let objects = objects(parquet, target, sdk)?;
-    Ok(ParquetSink::open(settings(parquet, target, objects, shape)))
+    Ok(ParquetSink::open(settings(
+        parquet, target, objects, shape,
+    )?))
 }
 
 /// The columns of `parquet` for `table`'s records of `records` kind: what `run` opens with and
@@ -163,5 +166,5 @@ pub async fn positions_reader(
     let objects = reading_objects(parquet, target).await?;
     Ok(ParquetPositions::reading(settings(
         parquet, target, objects, shape,
-    )))
+    )?))
 }
