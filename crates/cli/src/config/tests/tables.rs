@@ -123,6 +123,15 @@ fn a_list_names_every_place_by_its_table() {
             "  type: custom\n",
             "config error: sink.type: a custom sink takes one table",
         ),
+        (
+            "  type: parquet\n  path: s3://b/all/\n",
+            "config error: sink.path: path must hold {table}",
+        ),
+        (
+            "  type: iceberg\n  catalog: {type: sql, uri: 'sqlite:///c.db'}\n  warehouse: wh\n  \
+             table: everything\n",
+            "config error: sink.table: table must hold {table}",
+        ),
     ];
     for (sink, expected) in cases {
         let errors = errors(&listed("", sink));
@@ -131,6 +140,20 @@ fn a_list_names_every_place_by_its_table() {
             "{sink}: {errors:?}"
         );
     }
+    // The iceberg sink's default table is `{table}`: each table's own.
+    let iceberg = parse_ok(&listed(
+        "",
+        "  type: iceberg\n  catalog: {type: sql, uri: 'sqlite:///c.db'}\n  warehouse: wh\n",
+    ));
+    let tables: Vec<String> = iceberg
+        .per_table()
+        .into_iter()
+        .map(|one| match one.sink {
+            SinkConfig::Parquet(parquet) => parquet.iceberg.unwrap().table,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(tables, ["orders", "customers"]);
     let state = errors(
         "name: sync\nsource:\n  tables: [orders, customers]\nsink:\n  type: jsonl\n  path: \
          out/{table}.jsonl\nstate:\n  path: all.state.json\n",

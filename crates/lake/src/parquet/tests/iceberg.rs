@@ -198,7 +198,11 @@ async fn a_catalog_failing_mid_run_loses_and_repeats_nothing() {
     std::fs::create_dir(&catalog).unwrap();
     let (second, staged) = batch(5, 9);
     let failed = sink.write(&second, Some(&staged)).await.unwrap_err();
-    assert!(failed.message.contains("catalog"), "{}", failed.message);
+    assert!(
+        failed.message.contains("cannot commit in the SQL catalog"),
+        "{}",
+        failed.message
+    );
     let (third, staged) = batch(9, 12);
     let refused = sink.write(&third, Some(&staged)).await.unwrap_err();
     assert!(
@@ -213,4 +217,47 @@ async fn a_catalog_failing_mid_run_loses_and_repeats_nothing() {
     let head = current(dir.path()).await;
     let head = head.snapshot_for_ref("ddbpipe-scan").unwrap();
     assert_eq!(head.summary().additional_properties["total-records"], "5");
+}
+
+/// `iceberg` rule 5 (docs §7.11): `state reset` (a store outside a run) claims the table and
+/// commits an empty position: a run still writing is stopped at its next commit, and the next
+/// run starts from nothing.
+#[tokio::test]
+async fn a_reset_outside_the_run_fences_it_and_clears_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (first, staged) = batch(0, 3);
+    sink.write(&first, Some(&staged)).await.unwrap();
+    let mut reset = ParquetPositions::reading(iceberg_settings(dir.path()));
+    reset.store("orders", None).await.unwrap();
+    let (second, staged) = batch(3, 6);
+    let refused = sink.write(&second, Some(&staged)).await.unwrap_err();
+    assert_eq!(refused.class, SinkErrorClass::Fenced, "{refused:?}");
+    let (_, mut next) = ParquetSink::open(iceberg_settings(dir.path()));
+    assert_eq!(next.load("orders").await.unwrap(), None);
+}
+
+/// `iceberg` rule 1 (docs §7.11 rule 2): a table whose location is outside the configured
+/// warehouse is refused, naming both, before anything is claimed or written.
+#[tokio::test]
+async fn a_table_outside_the_warehouse_is_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    store.load("orders").await.unwrap();
+    let before = current(dir.path()).await;
+    let elsewhere = ParquetSettings {
+        objects: Objects::Local(dir.path().join("elsewhere")),
+        ..iceberg_settings(dir.path())
+    };
+    let (_, mut moved) = ParquetSink::open(elsewhere);
+    let refused = moved.load("orders").await.unwrap_err().to_string();
+    assert!(refused.contains("outside the warehouse"), "{refused}");
+    assert!(refused.contains("elsewhere"), "{refused}");
+    assert!(
+        refused.contains(&dir.path().join("warehouse").display().to_string()),
+        "{refused}"
+    );
+    assert_eq!(current(dir.path()).await, before, "nothing claimed");
 }
