@@ -111,10 +111,11 @@ enum Call {
     Swap([String; 5]),
 }
 
-/// What a call found.
-enum Found {
-    Location(Option<String>),
-    Done(bool),
+/// What a call found: a read, the location; a write, whether it changed a row.
+#[derive(Default)]
+struct Found {
+    location: Option<String>,
+    changed: bool,
 }
 
 impl SqlCatalog {
@@ -233,10 +234,7 @@ impl SqlCatalog {
             return Ok(None);
         }
         let call = Call::Location([self.name.clone(), namespace.into(), table.into()]);
-        match self.call("read a table", call).await? {
-            Found::Location(location) => Ok(location),
-            Found::Done(_) => Err("internal error: a read that found no location".into()),
-        }
+        Ok(self.call("read a table", call).await?.location)
     }
 
     /// Records a new table (and its namespace); `false` when another writer recorded it first.
@@ -252,7 +250,7 @@ impl SqlCatalog {
             table.into(),
             metadata_location.into(),
         ]);
-        self.done("create a table", call).await
+        Ok(self.call("create a table", call).await?.changed)
     }
 
     /// Rule 2: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
@@ -270,14 +268,7 @@ impl SqlCatalog {
             namespace.into(),
             table.into(),
         ]);
-        self.done("commit", call).await
-    }
-
-    async fn done(&self, what: &'static str, call: Call) -> Result<bool, String> {
-        match self.call(what, call).await? {
-            Found::Done(done) => Ok(done),
-            Found::Location(_) => Err("internal error: a write that found a location".into()),
-        }
+        Ok(self.call("commit", call).await?.changed)
     }
 }
 
@@ -297,7 +288,10 @@ fn sqlite(path: &Path, call: Call) -> Result<Found, String> {
                 row.get::<_, Option<String>>(0)
             })
             .optional()
-            .map(|found| Found::Location(found.flatten()))
+            .map(|found| Found {
+                location: found.flatten(),
+                changed: false,
+            })
             .map_err(text),
         Call::Create([name, namespace, table, location]) => {
             let tx = db.transaction().map_err(text)?;
@@ -310,11 +304,17 @@ fn sqlite(path: &Path, call: Call) -> Result<Found, String> {
                 .execute(insert, [&name, &namespace, &table, &location])
                 .map_err(text)?;
             tx.commit().map_err(text)?;
-            Ok(Found::Done(created == 1))
+            Ok(Found {
+                location: None,
+                changed: created == 1,
+            })
         }
         Call::Swap(params) => db
             .execute(SWAP, rusqlite::params_from_iter(params))
-            .map(|changed| Found::Done(changed == 1))
+            .map(|changed| Found {
+                location: None,
+                changed: changed == 1,
+            })
             .map_err(text),
     }
 }
@@ -330,10 +330,13 @@ async fn postgres(
                 .query_opt(&numbered(LOCATION), &[&name, &namespace, &table])
                 .await;
             match found {
-                Ok(row) => Ok(Found::Location(row.and_then(|row| row.get(0)))),
+                Ok(row) => Ok(Found {
+                    location: row.and_then(|row| row.get(0)),
+                    changed: false,
+                }),
                 // No catalog tables yet: no table.
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
-                    Ok(Found::Location(None))
+                    Ok(Found::default())
                 }
                 Err(e) => Err(e),
             }
@@ -348,13 +351,19 @@ async fn postgres(
                 .execute(&insert, &[&name, &namespace, &table, &location])
                 .await?;
             tx.commit().await?;
-            Ok(Found::Done(created == 1))
+            Ok(Found {
+                location: None,
+                changed: created == 1,
+            })
         }
         Call::Swap([new, old, name, namespace, table]) => {
             let changed = client
                 .execute(&numbered(SWAP), &[&new, &old, &name, &namespace, &table])
                 .await?;
-            Ok(Found::Done(changed == 1))
+            Ok(Found {
+                location: None,
+                changed: changed == 1,
+            })
         }
     }
 }
