@@ -86,7 +86,6 @@ pub(crate) struct IcebergTable {
     storage: WarehouseStorage,
     pipeline: String,
     token: String,
-    records: Records,
     table: Option<Table>,
     /// The table's location, as a name in the warehouse.
     dir: String,
@@ -107,7 +106,6 @@ impl IcebergTable {
             storage: WarehouseStorage::new(warehouse.clone()),
             pipeline: pipeline.to_string(),
             token: token.to_string(),
-            records: Records::Items,
             table: None,
             dir,
             claimed: false,
@@ -211,7 +209,6 @@ impl IcebergTable {
 
     /// Rules 1–3: the table opened (created by a run), checked and claimed; the position.
     pub async fn load(&mut self, shape: &Shape, runs: bool) -> Result<Loaded, Failure> {
-        self.records = shape.records();
         let table = if runs {
             self.open(shape).await?
         } else {
@@ -320,7 +317,8 @@ impl IcebergTable {
     fn position(&self, table: &Table) -> Result<Loaded, Failure> {
         let metadata = table.metadata();
         let branch = metadata.snapshot_for_ref(SCAN_BRANCH);
-        let found = match branch.filter(|_| self.records == Records::Items) {
+        // Only a scan run commits to the branch (a changelog's columns are not a snapshot's).
+        let found = match branch {
             Some(head) => Some(head.clone()),
             None => self.lineage(table).find(|s| self.ours(s)),
         };
@@ -534,7 +532,7 @@ impl IcebergTable {
         let metadata = table.metadata();
         let main = metadata.current_snapshot().cloned();
         let failed = |e: iceberg::Error| self.failed("commit to", e);
-        let Some(run) = run.filter(|_| self.records == Records::Items) else {
+        let Some(run) = run else {
             let kept = match &main {
                 Some(main) => manifests(table, main).await.map_err(failed)?,
                 None => Vec::new(),
