@@ -751,12 +751,18 @@ fn check_and_run_refuse_a_typed_column_named_like_the_key() {
         None,
         "  columns:\n    - {name: pk, path: v, type: text}\n",
     );
-    for command in [&["check"][..], &["run", "--progress", "never"][..]] {
-        let output = pipeline.ddbpipe(command);
-        let said = format!("{}{}", stdout(&output), stderr(&output));
-        assert_ne!(output.status.code(), Some(0), "{command:?}: {said}");
-        assert!(said.contains("typed column 'pk'"), "{command:?}: {said}");
-    }
+    refused_by_check_and_run(&pipeline, "typed column 'pk'");
+}
+
+/// `check` fails and `run` refuses, both saying `why` (`check` in its report, `run` in its
+/// error): what `run` refuses, `check` catches.
+fn refused_by_check_and_run(pipeline: &Pipeline, why: &str) {
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(stdout(&check).contains(why), "check: {}", stdout(&check));
+    let output = run(pipeline);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains(why), "run: {}", stderr(&output));
 }
 
 /// `sink.compression`: zstd and none write files pyarrow reads, with that codec, equal to the

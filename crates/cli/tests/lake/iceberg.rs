@@ -257,37 +257,11 @@ fn conflicting_columns_and_another_pipelines_table_are_refused() {
     let warehouse = pipeline.dir.path().join("warehouse");
     let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), "");
     pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
-    let check = pipeline.ddbpipe(&["check"]);
-    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
-    assert!(
-        stdout(&check).contains("'op' is missing"),
-        "{}",
-        stdout(&check)
-    );
-    let output = run(&pipeline);
-    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("'op' is missing"),
-        "{}",
-        stderr(&output)
-    );
+    refused_by_check_and_run(&pipeline, "'op' is missing");
 
     // Another pipeline into the same table.
     pipeline.write_with_sink("other", &running.endpoint, "table_name: orders", &sink);
-    let check = pipeline.ddbpipe(&["check"]);
-    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
-    assert!(
-        stdout(&check).contains("holds the output of pipeline 'lake'"),
-        "{}",
-        stdout(&check)
-    );
-    let output = run(&pipeline);
-    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("holds the output of pipeline 'lake'"),
-        "{}",
-        stderr(&output)
-    );
+    refused_by_check_and_run(&pipeline, "holds the output of pipeline 'lake'");
     let after = read_table(&pipeline, "dynamodb.orders", None);
     assert_eq!(
         after.snapshots.len(),
