@@ -496,13 +496,7 @@ fn check_state_show_and_reset_use_the_commit_log() {
     );
     let output = run(&pipeline);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
-    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
-    assert!(
-        stdout(&show).contains("last_completed"),
-        "{}",
-        stdout(&show)
-    );
+    shows_a_completed_scan(&pipeline);
     let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
     let read = read_dir(&lake);
@@ -752,6 +746,17 @@ fn check_and_run_refuse_a_typed_column_named_like_the_key() {
         "  columns:\n    - {name: pk, path: v, type: text}\n",
     );
     refused_by_check_and_run(&pipeline, "typed column 'pk'");
+}
+
+/// `state show` reads a completed scan's position back from the sink.
+fn shows_a_completed_scan(pipeline: &Pipeline) {
+    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    assert!(
+        stdout(&show).contains("last_completed"),
+        "{}",
+        stdout(&show)
+    );
 }
 
 /// `check` fails and `run` refuses, both saying `why` (`check` in its report, `run` in its

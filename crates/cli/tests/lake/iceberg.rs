@@ -156,13 +156,7 @@ fn a_scan_overwrites_the_table_with_the_run_equal_to_dynamodb() {
         "{}",
         stdout(&check)
     );
-    let show = pipeline.ddbpipe(&["state", "show", "--json"]);
-    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
-    assert!(
-        stdout(&show).contains("last_completed"),
-        "{}",
-        stdout(&show)
-    );
+    shows_a_completed_scan(&pipeline);
 
     running.delete_pk("orders", "k000");
     let output = run(&pipeline);

@@ -105,10 +105,10 @@ static CATALOG: &[Field] = &[
     ),
     required(
         "uri",
-        of::<String>(),
+        of::<Secret>(),
         "sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is the \
-         pipeline file's), or a postgres:// URL as the postgres sink takes it; the file and the \
-         catalog tables are created when missing.",
+         pipeline file's), or a postgres:// URL as the postgres sink takes it (the password is \
+         never printed); the file and the catalog tables are created when missing.",
     ),
     defaulted(
         "name",
