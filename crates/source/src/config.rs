@@ -395,7 +395,7 @@ pub struct SourceConfig {
     /// this is a batch of its own). Default 32 MiB.
     pub batch_max_bytes: usize,
     /// Not a key of the file: set when the sink commits each batch's position with its records
-    /// exactly once (kafka `exactly_once`). A scan page is then never split between batches
+    /// exactly once (kafka `exactly_once`, parquet, iceberg). A scan page is then never split between batches
     /// (docs/scan.md §2.5), so a resumed scan never re-sends a record of a committed batch.
     pub whole_pages: bool,
     /// How attribute values are written: `plain` JSON or `typed` attribute JSON. Default

@@ -318,10 +318,10 @@ pub fn parse(
         // batch per batch: larger batches by default (docs/config.md).
         source.batch_size = ddbpipe_source::config::defaults::KEYED_BATCH_SIZE;
     }
-    if let (Some((source, _)), Some((SinkConfig::Kafka(kafka), _))) = (&mut source, &sink) {
+    if let (Some((source, _)), Some((sink, _))) = (&mut source, &sink) {
         // The position commits with each batch exactly once: a scan page is never split, so a
-        // resumed scan never re-sends a committed record (docs/sinks.md §7.7 rule 3).
-        source.whole_pages = kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce;
+        // resumed scan never re-sends a committed record (docs/scan.md §2.5).
+        source.whole_pages = sink.commits_position_with_records();
     }
     if let (Some((source, _)), Some((SinkConfig::Postgres(postgres), _))) = (&mut source, &sink) {
         // A json/jsonb document keeps numbers as exact numeric: plain records get every number

@@ -146,6 +146,23 @@ impl SinkConfig {
         }
     }
 
+    /// Whether the sink commits each batch's position with its records, exactly once, and
+    /// appends them: kafka `exactly_once` (its transaction), parquet and iceberg (their
+    /// commit). A scan page is then never split between batches, or a resumed scan would send
+    /// the records of a committed batch again (docs/scan.md §2.5); a keyed sink upserts them.
+    pub fn commits_position_with_records(&self) -> bool {
+        match self {
+            SinkConfig::Kafka(kafka) => {
+                kafka.delivery == ddbpipe_kafka::client::Delivery::ExactlyOnce
+            }
+            SinkConfig::Parquet(_) => true,
+            SinkConfig::Jsonl(_)
+            | SinkConfig::Sqlite(_)
+            | SinkConfig::Postgres(_)
+            | SinkConfig::Custom => false,
+        }
+    }
+
     /// Whether the sink needs the table's key schema (so a stream read from a configured
     /// `stream_arn` still describes the table): the keyed sinks (their key columns) and kafka
     /// (the message key, docs/sinks.md §7.8) and parquet (the key columns).

@@ -291,6 +291,22 @@ fn the_kafka_sink_is_read_with_its_defaults_and_its_secrets_hidden() {
     );
     assert_eq!(at_least_once.source.batch_size, 10);
     assert!(!at_least_once.source.whole_pages);
+    // The lake sinks commit each batch's position with its files and append: a resumed scan
+    // must not write a committed page's first items again.
+    for lake in [
+        "{type: parquet, path: lake}",
+        "{type: iceberg, catalog: {type: sql, uri: 'sqlite:///c.db'}, warehouse: wh}",
+    ] {
+        let config = parse_ok(&format!(
+            "name: t\nsource: {{table_name: o, batch_size: 10}}\nsink: {lake}\n"
+        ));
+        assert!(config.source.whole_pages, "{lake}");
+    }
+    let keyed = parse_ok("name: t\nsource: {table_name: o}\nsink: {type: sqlite, path: o.db}\n");
+    assert!(
+        !keyed.source.whole_pages,
+        "a keyed sink upserts a page sent again"
+    );
     assert_eq!(
         crate::sinks::kafka::topic_name(kafka, config.target()),
         "dynamodb.orders"
