@@ -334,7 +334,7 @@ fn a_streams_run_killed_anywhere_commits_every_change_exactly_once() {
             time::OffsetDateTime::from_unix_timestamp(row["event_time"].as_i64().unwrap() / 1000)
                 .unwrap()
                 .date();
-        let dir = format!("event_date={day}/");
+        let dir = format!("event_time_day={day}/");
         assert!(row["_file"].as_str().unwrap().starts_with(&dir), "{row}");
     }
 }
@@ -768,6 +768,43 @@ fn refused_by_check_and_run(pipeline: &Pipeline, why: &str) {
     let output = run(pipeline);
     assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(stderr(&output).contains(why), "run: {}", stderr(&output));
+}
+
+/// §7.10 rule 3's partitions: a scan with `partition_by: [bucket(4, pk)]` puts each row in its
+/// run's `pk_bucket=<b>/` directory, `b` Iceberg's bucket of its key as pyiceberg computes it;
+/// every item once, equal to the table.
+#[test]
+fn a_partitioned_scan_puts_each_row_in_its_buckets_directory() {
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        "table_name: orders\nvalue_format: typed\nbatch_size: 20",
+        60,
+        None,
+        "  partition_by: ['bucket(4, pk)']\n",
+    );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let read = read_dir(&pipeline.dir.path().join("lake"));
+    assert_eq!(read.rows.len(), 60, "each item once");
+    let items: BTreeMap<String, Value> = read.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
+    let pks: Vec<String> = read.rows.iter().map(pk).collect();
+    let mut args = vec!["bucket", "4"];
+    args.extend(pks.iter().map(String::as_str));
+    let buckets: Vec<u32> =
+        serde_json::from_slice(&reader_script("read_iceberg.py", &args)).unwrap();
+    let mut dirs = BTreeSet::new();
+    for (row, bucket) in read.rows.iter().zip(buckets) {
+        let file = row["_file"].as_str().unwrap();
+        let (run_dir, rest) = file.split_once('/').unwrap();
+        assert!(run_dir.ends_with('Z'), "{file}");
+        assert!(
+            rest.starts_with(&format!("pk_bucket={bucket}/part-")),
+            "{file}"
+        );
+        dirs.insert(bucket);
+    }
+    assert!(dirs.len() > 1, "{dirs:?}");
 }
 
 /// `sink.compression`: zstd and none write files pyarrow reads, with that codec, equal to the

@@ -72,9 +72,9 @@ pub struct DataFile {
     pub rows: u64,
     /// Its size in bytes.
     pub bytes: u64,
-    /// The day of its partition (changes): the Iceberg sink's partition value.
+    /// Its partition's values: the Iceberg sink's data file partition.
     #[serde(skip)]
-    pub day: Option<i64>,
+    pub partition: Option<iceberg::spec::Struct>,
 }
 
 /// The name of commit `seq`.
@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(writer.len(), 16);
         assert_ne!(writer, writer_token());
         assert_eq!(
-            file_seq(&file_name("event_date=2026-12-05", 7, &writer, 2)),
+            file_seq(&file_name("event_time_day=2026-12-05", 7, &writer, 2)),
             Some(7)
         );
         assert_eq!(file_seq(&file_name("", 12, &writer, 0)), Some(12));
@@ -256,7 +256,7 @@ mod tests {
             path: kept_2,
             rows: 1,
             bytes: 1,
-            day: None,
+            partition: None,
         });
         assert_eq!(orphans(&names, Some(&last)), Ok(vec![fenced, next]));
         // A file of a commit after the next one: the log was changed; nothing is deleted.

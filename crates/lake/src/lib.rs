@@ -4,6 +4,7 @@
 //!
 //! - `objects`: a local directory or an S3 prefix behind one set of operations.
 //! - `rows`: records as Arrow rows of the lake's columns.
+//! - `partition`: `partition_by` as an Iceberg partition spec; rows split by partition.
 //! - `commits`: the commit log, the orphan rule, the fence between two runs.
 //! - `failure`: a failed step and the class a run reports for it.
 //! - `parquet`: the sink and its position store.
@@ -15,4 +16,5 @@ mod failure;
 pub mod iceberg;
 pub mod objects;
 pub mod parquet;
+pub mod partition;
 pub mod rows;

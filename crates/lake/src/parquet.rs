@@ -14,8 +14,9 @@
 //! 4. Layouts: items (scan, query, export) go into a directory per run under the location,
 //!    named by the run's start (UTC); the run's completion writes `<run>/_manifest.json`
 //!    (its files and rows) before the commit that clears the position. A resumed run writes
-//!    on into its directory. Envelopes (streams, mirror) go into `event_date=YYYY-MM-DD/`
-//!    directories by the day of their `event_time`, the changelog.
+//!    on into its directory. Envelopes (streams, mirror) are the changelog at the location's
+//!    root. Under either, a file is in its partition's directory (`partition` rule 5: changes
+//!    by default `event_time_day=YYYY-MM-DD/`).
 //! 5. A write or a commit that fails, or a commit made by another run first (`commits` rule
 //!    3), fails the run and breaks the writer: what its open files hold may no longer match the
 //!    last batch's entry, so nothing more is committed (not even at the run's end); the files
@@ -28,7 +29,7 @@
 //!    deletes nothing.
 //! 7. With an Iceberg table (`iceberg` rules), its snapshots are the commits and hold the
 //!    position; there is no commit log, no run directory and no `_manifest.json`, and data
-//!    files go under the table's `data/` (changes: `data/event_time_day=YYYY-MM-DD/`).
+//!    files go under the table's `data/`, in their partition's directory.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,10 +42,6 @@ use ddbpipe_pipeline::sink::{Records, RunStart, Sink, SinkError, SinkErrorClass,
 use ddbpipe_pipeline::state::{Entry, StateError};
 use ddbpipe_source::clock::now_rfc3339;
 use futures_util::future::BoxFuture;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -53,6 +50,9 @@ use crate::failure::Failure;
 use crate::iceberg::{IcebergSettings, IcebergTable};
 use crate::objects::Objects;
 use crate::rows::Shape;
+
+pub use file::FileCompression;
+use file::{OpenFile, open_file};
 
 /// What a Parquet sink is opened with.
 #[derive(Debug, Clone)]
@@ -72,28 +72,6 @@ pub struct ParquetSettings {
     /// An Iceberg table the files are committed to (docs/sinks.md §7.11), in the warehouse
     /// `objects` is; `None`: the commit log under `objects` (rule 7).
     pub iceberg: Option<IcebergSettings>,
-}
-
-/// How a Parquet file's pages are compressed (`sink.compression`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FileCompression {
-    /// Snappy: what every reader reads, and cheap.
-    #[default]
-    Snappy,
-    /// Zstandard (level 1): smaller files for more CPU.
-    Zstd,
-    /// None: the least CPU, the largest files.
-    None,
-}
-
-impl FileCompression {
-    fn codec(self) -> Compression {
-        match self {
-            FileCompression::Snappy => Compression::SNAPPY,
-            FileCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
-            FileCompression::None => Compression::UNCOMPRESSED,
-        }
-    }
 }
 
 /// The Parquet sink.
@@ -252,12 +230,6 @@ fn target(settings: &ParquetSettings) -> String {
     }
 }
 
-/// An open Parquet file (rule 1).
-struct OpenFile {
-    writer: ArrowWriter<Vec<u8>>,
-    rows: u64,
-}
-
 /// What the sink and its store share.
 struct Writer {
     settings: ParquetSettings,
@@ -268,7 +240,7 @@ struct Writer {
     /// The open files by partition, reached through `&mut self` only (`files`): a Parquet
     /// writer may be sent between threads but not shared, and the writer is awaited through
     /// `&self`.
-    open: std::sync::Mutex<BTreeMap<Option<i64>, OpenFile>>,
+    open: std::sync::Mutex<BTreeMap<String, OpenFile>>,
     /// Files written out for the next commit.
     written: Vec<DataFile>,
     /// The last batch's entry, not committed yet.
@@ -318,7 +290,7 @@ impl Writer {
         &self.settings.objects
     }
 
-    fn files(&mut self) -> &mut BTreeMap<Option<i64>, OpenFile> {
+    fn files(&mut self) -> &mut BTreeMap<String, OpenFile> {
         self.open
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -466,11 +438,14 @@ impl Writer {
                 .open
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let file = match open.entry(part.day) {
-                std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => {
-                    slot.insert(open_file(shape, compression)?)
-                }
+            let dir = &part.partition.dir;
+            let file = match open.get_mut(dir) {
+                Some(file) => file,
+                None => open.entry(dir.clone()).or_insert(open_file(
+                    shape,
+                    compression,
+                    part.partition.values,
+                )?),
             };
             file.writer
                 .write(&part.rows)
@@ -478,7 +453,7 @@ impl Writer {
             file.rows += part.rows.num_rows() as u64;
             let size = file.writer.bytes_written() + file.writer.in_progress_size();
             if size >= self.settings.target_file_bytes {
-                self.roll(part.day).await?;
+                self.roll(&part.partition.dir).await?;
                 rolled = true;
             }
         }
@@ -508,9 +483,10 @@ impl Writer {
         self.commit(Some(&entry)).await
     }
 
-    /// Closes the file of partition `day` and writes it out under its name (rule 1).
-    async fn roll(&mut self, day: Option<i64>) -> Result<(), Failure> {
-        let Some(file) = self.files().remove(&day) else {
+    /// Closes the file of partition directory `partition` and writes it out under its name
+    /// (rule 1).
+    async fn roll(&mut self, partition: &str) -> Result<(), Failure> {
+        let Some(file) = self.files().remove(partition) else {
             return Ok(());
         };
         let bytes = file
@@ -519,12 +495,16 @@ impl Writer {
             .map_err(|e| Failure::definite(format!("cannot finish a Parquet file: {e}")))?;
         let next = self.last.unwrap_or(0) + 1;
         let items = self.settings.shape.records() == Records::Items;
-        let dir = match (&self.iceberg, &self.run, day) {
-            (Some(table), ..) => table.data_dir(day),
-            (None, Some(run), _) if items => run.dir.clone(),
-            (None, _, Some(day)) => format!("event_date={}", crate::rows::date(day)),
-            (None, _, None) => "event_date=__HIVE_DEFAULT_PARTITION__".to_string(),
+        let under = match (&self.iceberg, &self.run) {
+            (Some(table), _) => table.data_dir(),
+            (None, Some(run)) if items => run.dir.clone(),
+            (None, _) => String::new(),
         };
+        let dir = [under.as_str(), partition]
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join("/");
         let name = commits::file_name(&dir, next, &self.token, self.written.len() as u32);
         let size = bytes.len() as u64;
         self.objects()
@@ -535,7 +515,7 @@ impl Writer {
             path: name,
             rows: file.rows,
             bytes: size,
-            day,
+            partition: Some(file.values),
         });
         Ok(())
     }
@@ -550,9 +530,9 @@ impl Writer {
     }
 
     async fn commit_files(&mut self, entry: Option<&Entry>) -> Result<(), Failure> {
-        let days: Vec<_> = self.files().keys().copied().collect();
-        for day in days {
-            self.roll(day).await?;
+        let partitions: Vec<_> = self.files().keys().cloned().collect();
+        for partition in partitions {
+            self.roll(&partition).await?;
         }
         let seq = self.last.unwrap_or(0) + 1;
         let items = self.settings.shape.records() == Records::Items;
@@ -653,30 +633,6 @@ impl Writer {
     }
 }
 
-/// Rows a row group holds at most.
-const ROW_GROUP_ROWS: usize = 64 * 1024;
-
-fn open_file(shape: &Shape, compression: FileCompression) -> Result<OpenFile, Failure> {
-    let mut properties = WriterProperties::builder()
-        .set_compression(compression.codec())
-        .set_created_by(format!("ddbpipe {}", env!("CARGO_PKG_VERSION")))
-        // A row group is held encoded until it is complete, then copied into the file: groups
-        // of 64 Ki rows keep that second copy small beside the file (the bench's peak RSS).
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS));
-    // Columns whose values are (nearly) all distinct: a dictionary is built only to be given
-    // up, and min/max over whole documents helps no reader (the bench's profile: issue 29).
-    for name in shape.distinct_columns() {
-        properties = properties.set_column_dictionary_enabled(ColumnPath::from(name), false);
-    }
-    for name in ["document", "before"] {
-        properties = properties
-            .set_column_statistics_enabled(ColumnPath::from(name), EnabledStatistics::None);
-    }
-    let properties = properties.build();
-    let writer = ArrowWriter::try_new(Vec::new(), shape.schema().clone(), Some(properties))
-        .map_err(|e| Failure::definite(format!("cannot start a Parquet file: {e}")))?;
-    Ok(OpenFile { writer, rows: 0 })
-}
-
+mod file;
 #[cfg(test)]
 mod tests;

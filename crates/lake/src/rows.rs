@@ -1,5 +1,5 @@
 //! Records to Arrow rows: the columns of a lake table (docs/sinks.md §7.10) and a batch's
-//! records as record batches of them, cut by the day of their `event_time` for changes.
+//! records as record batches of them, cut by partition (`partition`).
 //!
 //! # Columns
 //! 1. The key attributes, hash key first, by their names: `S` and `N` as text (a number keeps
@@ -25,7 +25,6 @@
 //! 7. Every column carries a field id, 1 up in column order, in the files' Parquet schema: what
 //!    Iceberg readers find columns by (the Iceberg sink's table schema has the same ids).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -44,8 +43,7 @@ use ddbpipe_source::envelope::EnvelopeFields;
 use ddbpipe_value::ValueFormat;
 use serde_json::value::RawValue;
 
-/// Milliseconds in a day, for the day of an `event_time`.
-const DAY_MS: i64 = 86_400_000;
+use crate::partition::{Partition, Partitioning, Term};
 
 /// The columns of a lake table and how records fill them.
 #[derive(Debug, Clone)]
@@ -59,14 +57,14 @@ pub struct Shape {
     before: bool,
     typed: Option<TypedColumns>,
     schema: SchemaRef,
+    partitioning: Partitioning,
 }
 
-/// Rows of one partition: the day of their `event_time` (days since 1970-01-01), or `None`
-/// for items and for changes without a time.
+/// Rows of one partition.
 #[derive(Debug)]
 pub struct Part {
-    /// The day.
-    pub day: Option<i64>,
+    /// The partition.
+    pub partition: Partition,
     /// The rows.
     pub rows: RecordBatch,
 }
@@ -154,6 +152,12 @@ impl Shape {
             Some(typed) => item_attributes(&key, typed),
             None => key.iter().map(|column| column.name.clone()).collect(),
         };
+        let schema = Arc::new(Schema::new(numbered(fields)));
+        // `partition` rule 4: changes by day, items not at all.
+        let terms = match records {
+            Records::Items => Vec::new(),
+            Records::Envelopes => vec![Term::parse("day(event_time)")?],
+        };
         Ok(Shape {
             key,
             attributes,
@@ -161,8 +165,21 @@ impl Shape {
             records,
             before,
             typed,
-            schema: Arc::new(Schema::new(numbered(fields))),
+            partitioning: Partitioning::bind(&terms, &schema)?,
+            schema,
         })
+    }
+
+    /// The shape with its rows partitioned by `terms` (`sink.partition_by`) instead of the
+    /// default (`partition` rule 4); a term the columns do not take is refused (rule 3).
+    pub fn partitioned(mut self, terms: &[Term]) -> Result<Shape, String> {
+        self.partitioning = Partitioning::bind(terms, &self.schema)?;
+        Ok(self)
+    }
+
+    /// How the rows are partitioned.
+    pub fn partitioning(&self) -> &Partitioning {
+        &self.partitioning
     }
 
     /// The table's columns.
@@ -187,9 +204,10 @@ impl Shape {
         self.records
     }
 
-    /// The rows of `batch`, by partition in day order (rule 5: the first bad record fails all).
+    /// The rows of `batch`, by partition in the order of their directories (rule 6: the first
+    /// bad record fails all).
     pub fn parts(&self, batch: &Batch) -> Result<Vec<Part>, String> {
-        let mut days: BTreeMap<Option<i64>, Columns> = BTreeMap::new();
+        let mut columns = self.columns();
         for i in 0..batch.records.len() {
             let line = batch.records.get(i).unwrap_or_default();
             let text = std::str::from_utf8(line)
@@ -197,21 +215,20 @@ impl Shape {
             match self.records {
                 Records::Items => {
                     let (key, values) = self.read_item(text)?;
-                    let columns = days.entry(None).or_insert_with(|| self.columns());
                     columns.push_key(&key);
                     columns.text[0].append_value(text);
                     columns.push_typed(values);
                 }
-                Records::Envelopes => self.push_envelope(text, batch.read_ms, &mut days)?,
+                Records::Envelopes => self.push_envelope(text, batch.read_ms, &mut columns)?,
             }
         }
-        days.into_iter()
-            .map(|(day, columns)| {
-                let rows = RecordBatch::try_new(self.schema.clone(), columns.finish(self))
-                    .map_err(|e| format!("internal error: rows do not fit the columns: {e}"))?;
-                Ok(Part { day, rows })
-            })
-            .collect()
+        let rows = RecordBatch::try_new(self.schema.clone(), columns.finish(self))
+            .map_err(|e| format!("internal error: rows do not fit the columns: {e}"))?;
+        let parts = self.partitioning.split(rows)?;
+        Ok(parts
+            .into_iter()
+            .map(|(partition, rows)| Part { partition, rows })
+            .collect())
     }
 
     fn columns(&self) -> Columns {
@@ -260,7 +277,7 @@ impl Shape {
         &self,
         text: &str,
         read_ms: Option<i64>,
-        days: &mut BTreeMap<Option<i64>, Columns>,
+        columns: &mut Columns,
     ) -> Result<(), String> {
         let envelope =
             EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
@@ -293,9 +310,6 @@ impl Shape {
         } else {
             envelope.ts_ms
         };
-        let columns = days
-            .entry(time.map(|ms| ms.div_euclid(DAY_MS)))
-            .or_insert_with(|| self.columns());
         columns.push_key(&key);
         columns.text[0].append_value(envelope.op.as_ref());
         columns.text[1].append_option(envelope.sequence_number.as_deref());
@@ -483,15 +497,6 @@ impl Columns {
         arrays.extend(self.typed.iter_mut().map(TypedColumn::finish));
         arrays
     }
-}
-
-/// Day `day` since 1970-01-01 as `YYYY-MM-DD`.
-pub fn date(day: i64) -> String {
-    let format = time::macros::format_description!("[year]-[month]-[day]");
-    time::OffsetDateTime::from_unix_timestamp(day * 86_400)
-        .ok()
-        .and_then(|at| at.format(&format).ok())
-        .unwrap_or_else(|| format!("day-{day}"))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ use super::*;
 struct Table {
     schema: BTreeMap<String, String>,
     partition: Vec<String>,
+    spec: Vec<String>,
+    partitions: Vec<Value>,
     snapshots: Vec<Value>,
     current: Option<i64>,
     refs: Vec<String>,
@@ -67,6 +69,8 @@ fn read_catalog(uri: &str, name: &str, ident: &str, s3: Option<&str>) -> Table {
     Table {
         schema: serde_json::from_value(read["schema"].clone()).unwrap(),
         partition: serde_json::from_value(read["partition"].clone()).unwrap(),
+        spec: serde_json::from_value(read["spec"].clone()).unwrap(),
+        partitions: serde_json::from_value(read["partitions"].clone()).unwrap_or_default(),
         snapshots: serde_json::from_value(read["snapshots"].clone()).unwrap(),
         current: read["current"].as_i64(),
         refs: serde_json::from_value(read["refs"].clone()).unwrap(),
@@ -152,7 +156,7 @@ fn a_scan_overwrites_the_table_with_the_run_equal_to_dynamodb() {
     // `check` now compares the table's columns; `state show` reads the completed position.
     let check = pipeline.ddbpipe(&["check"]);
     assert!(
-        stdout(&check).contains("its columns are the sink's"),
+        stdout(&check).contains("its columns are the sink's, partitioned by []"),
         "{}",
         stdout(&check)
     );
@@ -369,5 +373,74 @@ fn a_postgres_catalog_holds_the_table_and_its_password_reaches_no_output() {
     assert_eq!(
         replay(&table.rows),
         keyed::table_items(&running.endpoint, "orders")
+    );
+}
+
+/// §7.10 rule 3's partitions in an Iceberg table (§7.11 rule 2): `partition_by` is the table's
+/// partition spec; every data file holds only rows of the partition its manifest entry gives,
+/// as pyiceberg's own transforms compute it, in that partition's directory; every item once.
+/// A changed `partition_by` is refused by `check` and `run` naming both partitionings; a term
+/// the columns do not take, naming the column; one that does not read, when the file is
+/// loaded. Nothing is committed by a refused run.
+#[test]
+fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
+    let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 25\n\
+                  batch_size: 20";
+    let terms = "  partition_by: [bucket(4, pk), truncate(3, pk)]\n";
+    let (running, pipeline) = orders_into_iceberg(source, 120, None, terms);
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let check = pipeline.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).contains("partitioned by [bucket(4, pk), truncate(3, pk)]"),
+        "{}",
+        stdout(&check)
+    );
+    let table = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(table.spec, ["bucket[4](pk)", "truncate[3](pk)"]);
+    assert_eq!(table.partition, ["pk_bucket", "pk_trunc"]);
+    let items: BTreeMap<String, Value> = table.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(table.rows.len(), 120, "each item once");
+    assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
+    assert!(table.partitions.len() >= 8, "{:?}", table.partitions);
+    for file in &table.partitions {
+        let partition = &file["partition"];
+        assert_eq!(file["rows"], serde_json::json!([partition]), "{file}");
+        let dir = format!(
+            "/data/pk_bucket={}/pk_trunc={}/",
+            partition[0],
+            partition[1].as_str().unwrap()
+        );
+        assert!(file["file"].as_str().unwrap().contains(&dir), "{file}");
+    }
+
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let rewrite = |extra: &str| {
+        let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), extra);
+        pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    };
+    rewrite("  partition_by: [bucket(8, pk)]\n");
+    refused_by_check_and_run(
+        &pipeline,
+        "is partitioned by [bucket(4, pk), truncate(3, pk)], the sink by [bucket(8, pk)]",
+    );
+    rewrite("");
+    refused_by_check_and_run(&pipeline, "the sink by [] (sink.partition_by)");
+    rewrite("  partition_by: [day(pk)]\n");
+    refused_by_check_and_run(
+        &pipeline,
+        "sink.partition_by: table 'orders': 'day(pk)': 'pk' is text",
+    );
+    rewrite("  partition_by: [week(pk)]\n");
+    let why = "sink.partition_by[0]: 'week(pk)': no transform 'week'";
+    for output in [pipeline.ddbpipe(&["check"]), run(&pipeline)] {
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(why), "{}", stderr(&output));
+    }
+    let after = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(
+        after.snapshots.len(),
+        table.snapshots.len(),
+        "nothing committed"
     );
 }

@@ -4,19 +4,28 @@ pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and print
 
     read_iceberg.py table <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py current <docs/sinks.md> <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
+    read_iceberg.py bucket <n> <value>...
 
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
 "files": [paths of the current snapshot's data files], "rows": [every row of the current
-snapshot]}: binary values as base64, timestamps as unix ms.
+snapshot], "spec": [partition terms as pyiceberg says them], "partitions": [{"file", "partition":
+[its partition values in the manifest], "rows": [its rows' values, each transformed by pyiceberg
+as the spec says, one of each]}]}: binary values as base64, timestamps as unix ms.
+
+`bucket` prints Iceberg's bucket (pyiceberg's transform) of each string value among n buckets.
 
 `current` runs the current-state query docs/sinks.md §7.11 gives (pyiceberg's scan into DuckDB,
 then the SQL written there) and prints {pk: document}.
 """
+import datetime
 import json
 import sys
 
+import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import StringType
 
 # The parquet reader's value conversions and query extraction (beside this file).
 from read_parquet import documented_query, documents_by_key, plain
@@ -40,6 +49,10 @@ def read(table):
     for field in table.schema().fields:
         out["schema"][field.name] = str(field.field_type)
     out["partition"] = [f.name for f in table.spec().fields]
+    out["spec"] = [
+        f"{f.transform}({table.schema().find_column_name(f.source_id)})"
+        for f in table.spec().fields
+    ]
     for snapshot in table.metadata.snapshots:
         summary = snapshot.summary
         out["snapshots"].append({
@@ -57,7 +70,36 @@ def read(table):
     out["files"] = sorted(task.file.file_path for task in scan.plan_files())
     for row in scan.to_arrow().to_pylist():
         out["rows"].append({k: plain(v) for k, v in row.items()})
+    out["partitions"] = [partition_of(table, task.file) for task in scan.plan_files()]
     return out
+
+
+def internal(value):
+    """A row's value as pyiceberg's transforms take it (a timestamp in µs)."""
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1_000_000)
+    return value
+
+
+def partition_of(table, data_file):
+    """A data file's partition in its manifest, and its rows' values transformed by the spec
+    (each once): equal when every row is in the partition its manifest says."""
+    schema = table.schema()
+    with table.io.new_input(data_file.file_path).open() as f:
+        rows = pq.read_table(f).to_pylist()
+    found = set()
+    for row in rows:
+        values = []
+        for field in table.spec().fields:
+            source = schema.find_field(field.source_id)
+            transform = field.transform.transform(source.field_type)
+            values.append(transform(internal(row[source.name])))
+        found.add(json.dumps(values))
+    return {
+        "file": data_file.file_path,
+        "partition": list(data_file.partition),
+        "rows": sorted(json.loads(v) for v in found),
+    }
 
 
 def current(docs, table):
@@ -72,6 +114,9 @@ def main():
         uri, name, ident = sys.argv[2:5]
         endpoint = sys.argv[5] if len(sys.argv) > 5 else None
         print(json.dumps(read(catalog(uri, name, endpoint).load_table(ident))))
+    elif kind == "bucket":
+        bucket = BucketTransform(int(sys.argv[2])).transform(StringType())
+        print(json.dumps([bucket(value) for value in sys.argv[3:]]))
     elif kind == "current":
         docs, uri, name, ident = sys.argv[2:6]
         endpoint = sys.argv[6] if len(sys.argv) > 6 else None

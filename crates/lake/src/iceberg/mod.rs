@@ -4,8 +4,10 @@
 //! # Rules
 //! 1. The table is `namespace.table` in the catalog, created when missing at
 //!    `<warehouse>/<namespace>.db/<table>` with the sink's columns (their field ids as the
-//!    files have them, `rows` rule 7); changes are partitioned by `day(event_time)`. An
-//!    existing table whose columns differ from the sink's is refused, naming each column.
+//!    files have them, `rows` rule 7) and partition spec (`partition`: changes by
+//!    `day(event_time)` unless `partition_by` says otherwise). An existing table whose columns
+//!    differ from the sink's is refused, naming each column; one partitioned otherwise, naming
+//!    both partitionings.
 //! 2. A run claims the table when it loads its position: the table property `ddbpipe.writer`
 //!    becomes its pipeline and token. A table claimed by another pipeline is refused; a run of
 //!    the same pipeline whose claim was taken is stopped at its next commit (fenced).
@@ -32,11 +34,11 @@ pub mod storage;
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use ddbpipe_pipeline::sink::{Records, SinkErrorClass};
+use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::Entry;
 use iceberg::spec::{
-    DataContentType, DataFileBuilder, DataFileFormat, Literal, MAIN_BRANCH, SnapshotRef, Struct,
-    TableMetadata, TableMetadataBuilder, Transform, UnboundPartitionSpec,
+    DataContentType, DataFileBuilder, DataFileFormat, MAIN_BRANCH, SnapshotRef, Struct,
+    TableMetadata, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
@@ -170,20 +172,12 @@ impl IcebergTable {
         }
         let schema = iceberg::arrow::arrow_schema_to_schema(shape.schema())
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
-        let mut spec = UnboundPartitionSpec::builder();
-        if shape.records() == Records::Envelopes {
-            let time = schema
-                .field_by_name("event_time")
-                .ok_or_else(|| Failure::definite("internal error: no event_time".into()))?;
-            spec = spec
-                .add_partition_field(time.id, "event_time_day", Transform::Day)
-                .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
-        }
+        let spec = shape.partitioning().spec().clone().into_unbound();
         let creation = TableCreation::builder()
             .name(self.settings.table.clone())
             .location(self.storage.path(&self.dir))
             .schema(schema)
-            .partition_spec(spec.build())
+            .partition_spec(spec)
             .properties([(WRITER.to_string(), self.claim())])
             .build();
         let metadata = TableMetadataBuilder::from_table_creation(creation)
@@ -276,7 +270,7 @@ impl IcebergTable {
         Ok(())
     }
 
-    /// Rule 1: the table's columns are the sink's.
+    /// Rule 1: the table's columns and partition spec are the sink's.
     fn check_columns(&self, table: &Table, shape: &Shape) -> Result<(), Failure> {
         let metadata = table.metadata();
         let wanted = iceberg::arrow::arrow_schema_to_schema(shape.schema())
@@ -308,6 +302,18 @@ impl IcebergTable {
                  (sink.table) or drop this one",
                 self.describe(),
                 conflicts.join(", ")
+            )));
+        }
+        // Its data files are written in the table's default spec: it must be the sink's.
+        let (spec, partitioning) = (metadata.default_partition_spec(), shape.partitioning());
+        if !partitioning.matches(spec) {
+            return Err(Failure::definite(format!(
+                "{} is partitioned by {}, the sink by {} (sink.partition_by): give \
+                 partition_by the table's partitioning, write to a new table (sink.table) or \
+                 drop this one",
+                self.describe(),
+                crate::partition::describe(spec, have),
+                partitioning
             )));
         }
         Ok(())
@@ -442,16 +448,9 @@ impl IcebergTable {
         Ok(false)
     }
 
-    /// Where a data file of partition `day` goes.
-    pub fn data_dir(&self, day: Option<i64>) -> String {
-        match day {
-            Some(day) => format!(
-                "{}/data/event_time_day={}",
-                self.dir,
-                crate::rows::date(day)
-            ),
-            None => format!("{}/data", self.dir),
-        }
+    /// Where the table's data files go (under it, a partition's directory).
+    pub fn data_dir(&self) -> String {
+        format!("{}/data", self.dir)
     }
 
     /// Rules 3–5: one snapshot holding `files` and `entry`'s position.
@@ -602,11 +601,7 @@ impl IcebergTable {
         files
             .iter()
             .map(|file| {
-                let partition = if spec.fields().is_empty() {
-                    Struct::empty()
-                } else {
-                    Struct::from_iter([file.day.map(|day| Literal::int(day as i32))])
-                };
+                let partition = file.partition.clone().unwrap_or_else(Struct::empty);
                 DataFileBuilder::default()
                     .content(DataContentType::Data)
                     .file_path(self.storage.path(&file.path))
@@ -632,7 +627,11 @@ pub async fn probe(
 ) -> Result<String, String> {
     let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
     match table.probe(shape).await {
-        Ok(true) => Ok(format!("{}: its columns are the sink's", table.describe())),
+        Ok(true) => Ok(format!(
+            "{}: its columns are the sink's, partitioned by {}",
+            table.describe(),
+            shape.partitioning()
+        )),
         Ok(false) => Ok(format!(
             "{}: not there yet (the first run creates it)",
             table.describe()

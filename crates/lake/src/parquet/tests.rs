@@ -103,7 +103,7 @@ async fn what_no_commit_names_is_neither_output_nor_position() {
     let (second, staged) = batch(10, 25);
     sink.write(&second, Some(&staged)).await.unwrap();
     // The files of a commit that never happens: written out, then the run dies.
-    sink.writer.lock().await.roll(None).await.unwrap();
+    sink.writer.lock().await.roll("").await.unwrap();
     assert_eq!(rows_in(dir.path()), 25);
     drop(sink);
 
@@ -219,7 +219,7 @@ async fn a_run_claims_the_log_and_a_reading_store_deletes_nothing() {
     first.start(RunStart::Fresh).await.unwrap();
     let (batch_a, staged) = batch(0, 6);
     first.write(&batch_a, Some(&staged)).await.unwrap();
-    first.writer.lock().await.roll(None).await.unwrap();
+    first.writer.lock().await.roll("").await.unwrap();
     assert_eq!(rows_in(dir.path()), 6, "written out, not committed");
     let mut reading = ParquetPositions::reading(settings(dir.path(), Duration::from_secs(3600)));
     reading.load("orders").await.unwrap();

@@ -27,7 +27,7 @@ fn items_keep_their_key_exactly_and_their_line_as_the_document() {
     let line = format!(r#"{{"pk":"a","n":{big},"v":[1,2]}}"#);
     let parts = shape.parts(&batch(&[&line], None)).unwrap();
     assert_eq!(parts.len(), 1);
-    assert_eq!(parts[0].day, None);
+    assert_eq!(parts[0].partition.dir, "", "items are not partitioned");
     let rows = &parts[0].rows;
     let names: Vec<_> = rows
         .schema()
@@ -57,8 +57,11 @@ fn changes_are_cut_by_the_day_of_their_time_and_snapshot_rows_take_their_read_ti
     ];
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     let parts = shape.parts(&batch(&lines, Some(20_000 * day + 9))).unwrap();
-    let days: Vec<_> = parts.iter().map(|p| p.day).collect();
-    assert_eq!(days, [Some(20_000), Some(20_001)]);
+    let days: Vec<_> = parts.iter().map(|p| p.partition.dir.as_str()).collect();
+    assert_eq!(
+        days,
+        ["event_time_day=2024-10-04", "event_time_day=2024-10-05"]
+    );
     let first = &parts[0].rows;
     assert_eq!(
         first.num_rows(),

@@ -515,3 +515,42 @@ fn an_iceberg_sinks_paths_are_absolute_and_its_table_named() {
     );
     assert_eq!(iceberg.catalog_name, "ddbpipe");
 }
+
+/// docs/sinks.md §7.10 rule 3: `partition_by` as a YAML flow list, whose commas would cut
+/// `bucket(16, pk)` in two, reads whole terms; a term that does not read is named by its index
+/// when the file is loaded.
+#[test]
+fn partition_by_terms_are_read_whole_and_a_bad_one_named() {
+    let terms = |list: &str| {
+        let config = parse_ok(&format!(
+            "name: t\nsource: {{table_name: o}}\nsink: {{type: parquet, path: out, \
+             partition_by: {list}}}\n"
+        ));
+        let crate::config::SinkConfig::Parquet(parquet) = config.sink else {
+            panic!("{:?}", config.sink);
+        };
+        parquet.partition_by
+    };
+    let read = terms("[bucket(16, pk), day(event_time), 'truncate(4, sk)', pk]").unwrap();
+    assert_eq!(
+        read,
+        ["bucket(16, pk)", "day(event_time)", "truncate(4, sk)", "pk"]
+    );
+    assert_eq!(terms("[]"), Some(Vec::new()));
+    let errors = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: parquet, path: out, partition_by: \
+         [pk, week(t), 'bucket(x, y)']}\n",
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sink.partition_by[1]") && e.contains("no transform 'week'")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sink.partition_by[2]") && e.contains("a count and a column")),
+        "{errors:?}"
+    );
+}

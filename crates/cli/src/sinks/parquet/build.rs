@@ -10,6 +10,7 @@ use ddbpipe_keyed::TypedColumns;
 use ddbpipe_lake::iceberg::{IcebergSettings, SqlCatalog};
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
+use ddbpipe_lake::partition::Term;
 use ddbpipe_lake::rows::Shape;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
@@ -125,7 +126,7 @@ pub fn shape(
         target.source.value_format,
         parquet.on_type_mismatch,
     );
-    Shape::typed(
+    let shape = Shape::typed(
         key,
         target.source.value_format,
         records,
@@ -137,7 +138,23 @@ pub fn shape(
             "config error: sink.columns: table '{}': {p}",
             table.name
         ))
-    })
+    })?;
+    let Some(partition_by) = &parquet.partition_by else {
+        return Ok(shape);
+    };
+    // The terms were read when the file was (`config::validate`).
+    let terms = partition_by
+        .iter()
+        .map(|term| Term::parse(term))
+        .collect::<Result<Vec<_>, _>>();
+    terms
+        .and_then(|terms| shape.partitioned(&terms))
+        .map_err(|p| {
+            Failure::usage(anyhow!(
+                "config error: sink.partition_by: table '{}': {p}",
+                table.name
+            ))
+        })
 }
 
 /// The files of `parquet` outside a run (`check`, `state`, `lag`), reached with the AWS

@@ -1,5 +1,5 @@
 //! The parquet sink's section: `{type: parquet, path, s3_region, s3_endpoint_url,
-//! target_file_mb, commit_interval_secs, compression, columns, on_type_mismatch}`
+//! target_file_mb, commit_interval_secs, compression, columns, on_type_mismatch, partition_by}`
 //! (docs/sinks.md §7.10; the typed columns as the keyed sinks', §7.9).
 
 use std::path::Path;
@@ -8,6 +8,7 @@ use ddbpipe_keyed::OnMismatch;
 use ddbpipe_lake::iceberg::SqlCatalog;
 use ddbpipe_lake::objects::Location;
 use ddbpipe_lake::parquet::FileCompression;
+use ddbpipe_lake::partition::Term;
 use ddbpipe_source::config::{ConfigError, Secret};
 use ddbpipe_source::endpoint::EndpointUrl;
 use serde_json::json;
@@ -54,6 +55,7 @@ pub(crate) static FIELDS: &[Field] = &[
     COMPRESSION,
     COLUMNS,
     ON_TYPE_MISMATCH,
+    PARTITION_BY,
 ];
 
 /// The keys of the iceberg sink: the parquet sink's, but `path`, and where its table is.
@@ -88,6 +90,7 @@ pub(crate) static ICEBERG_FIELDS: &[Field] = &[
     COMPRESSION,
     COLUMNS,
     ON_TYPE_MISMATCH,
+    PARTITION_BY,
 ];
 
 /// `sink.namespace` of the iceberg sink when unset.
@@ -155,6 +158,15 @@ const COMMIT_INTERVAL_SECS: Field = defaulted(
          and when the run stops); 0: after every batch.",
 );
 
+/// `sink.partition_by`.
+const PARTITION_BY: Field = optional(
+    "partition_by",
+    of::<Vec<String>>(),
+    "Partition the rows by these terms, as Iceberg does: a column, or day(c), hour(c), \
+         month(c), year(c) of a timestamp, bucket(N, c), truncate(W, c); [] for none. Unset: \
+         changes by day(event_time), snapshots not at all.",
+);
+
 /// `sink.compression`.
 const COMPRESSION: Field = defaulted(
     "compression",
@@ -204,6 +216,8 @@ pub struct ParquetConfig {
     pub on_type_mismatch: OnMismatch,
     /// How the files' pages are compressed.
     pub compression: FileCompression,
+    /// `partition_by` as written; unset: the default of the records (`partition` rule 4).
+    pub partition_by: Option<Vec<String>>,
     /// `type: iceberg`: the table the files are committed to; `path` is its warehouse.
     pub iceberg: Option<IcebergConfig>,
 }
@@ -259,12 +273,30 @@ fn read_files(f: &mut Fields<'_>, path: String, iceberg: Option<IcebergConfig>) 
         on_type_mismatch,
         iceberg,
         compression: f.or("compression", FileCompression::Snappy),
+        partition_by: f.get::<Vec<String>>("partition_by").map(rejoined),
         path,
         s3_region: f.get("s3_region"),
         s3_endpoint_url: f.get("s3_endpoint_url"),
         target_file_mb: f.or("target_file_mb", DEFAULT_TARGET_FILE_MB),
         commit_interval_secs: f.or("commit_interval_secs", DEFAULT_COMMIT_INTERVAL_SECS),
     }
+}
+
+/// `partition_by`'s terms with the ones a YAML flow list cut at a comma made whole again:
+/// `[bucket(16, pk)]` reads as `bucket(16` and `pk)`, and no term leaves a parenthesis open.
+fn rejoined(items: Vec<String>) -> Vec<String> {
+    let open = |term: &str| term.matches('(').count() > term.matches(')').count();
+    let mut terms: Vec<String> = Vec::new();
+    for item in items {
+        match terms.last_mut() {
+            Some(last) if open(last) => {
+                last.push_str(", ");
+                last.push_str(item.trim());
+            }
+            _ => terms.push(item),
+        }
+    }
+    terms
 }
 
 /// The parquet rules: a location ddbpipe can write (an s3:// URL or a directory), files of at
@@ -293,6 +325,11 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
                     format!("'{value}' is not a name: give one without '.' or '/'"),
                 ));
             }
+        }
+    }
+    for (i, term) in parquet.partition_by.iter().flatten().enumerate() {
+        if let Err(problem) = Term::parse(term) {
+            errors.push(ConfigError::new(format!("sink.partition_by[{i}]"), problem));
         }
     }
     if parquet.target_file_mb == 0 {
