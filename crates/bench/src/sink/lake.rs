@@ -173,6 +173,7 @@ pub async fn iceberg_rows(dir: &Path) -> anyhow::Result<u64> {
         catalog: SqlCatalog::new(catalog, "ddbpipe".into()),
         namespace: "dynamodb".into(),
         table: crate::items::TABLE.into(),
+        properties: Default::default(),
     };
     let files = iceberg::current_files(settings, &Objects::Local(dir.to_path_buf()))
         .await

@@ -9,7 +9,8 @@ pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and print
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
 "files": [paths of the current snapshot's data files], "rows": [every row of the current
-snapshot], "spec": [partition terms as pyiceberg says them], "partitions": [{"file", "partition":
+snapshot], "properties": {table properties}, "manifests": the current snapshot's manifest
+count, "spec": [partition terms as pyiceberg says them], "partitions": [{"file", "partition":
 [its partition values in the manifest], "rows": [its rows' values, each transformed by pyiceberg
 as the spec says, one of each]}]}: binary values as base64, timestamps as unix ms.
 
@@ -66,6 +67,8 @@ def read(table):
     if current is None:
         return out
     out["current"] = current.snapshot_id
+    out["properties"] = dict(table.properties)
+    out["manifests"] = len(current.manifests(table.io))
     scan = table.scan()
     out["files"] = sorted(task.file.file_path for task in scan.plan_files())
     for row in scan.to_arrow().to_pylist():

@@ -9,7 +9,8 @@
 //!    differ from the sink's is refused, naming each column; one partitioned otherwise, naming
 //!    both partitionings.
 //! 2. A run claims the table when it loads its position: the table property `ddbpipe.writer`
-//!    becomes its pipeline and token. A table claimed by another pipeline is refused; a run of
+//!    becomes its pipeline and token, in the same commit as the configured table properties
+//!    (which a new table is created with). A table claimed by another pipeline is refused; a run of
 //!    the same pipeline whose claim was taken is stopped at its next commit (fenced).
 //! 3. Every commit is a snapshot whose summary holds the position it reaches
 //!    (`ddbpipe.position`, the entry a state file would hold), the pipeline and the commit's
@@ -31,7 +32,7 @@ pub mod catalog;
 mod snapshots;
 pub mod storage;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 
 use ddbpipe_pipeline::sink::SinkErrorClass;
@@ -61,6 +62,9 @@ pub struct IcebergSettings {
     pub namespace: String,
     /// The table's name.
     pub table: String,
+    /// Table properties set when the table is created and at every run's claim
+    /// (`sink.table_properties`).
+    pub properties: BTreeMap<String, String>,
 }
 
 /// The table property a run claims (rule 2).
@@ -178,7 +182,7 @@ impl IcebergTable {
             .location(self.storage.path(&self.dir))
             .schema(schema)
             .partition_spec(spec)
-            .properties([(WRITER.to_string(), self.claim())])
+            .properties(self.properties())
             .build();
         let metadata = TableMetadataBuilder::from_table_creation(creation)
             .and_then(TableMetadataBuilder::build)
@@ -388,7 +392,7 @@ impl IcebergTable {
                 self.claimed = true;
                 return Ok(());
             }
-            let claim = HashMap::from([(WRITER.to_string(), self.claim())]);
+            let claim: HashMap<String, String> = self.properties().into_iter().collect();
             let builder = self
                 .builder(&table)?
                 .set_properties(claim)
@@ -399,6 +403,14 @@ impl IcebergTable {
             }
         }
         Err(self.failed("claim", "other writers kept committing first"))
+    }
+
+    /// Rule 2: the properties a run sets: the configured ones and its claim.
+    fn properties(&self) -> Vec<(String, String)> {
+        let configured = self.settings.properties.clone().into_iter();
+        configured
+            .chain([(WRITER.to_string(), self.claim())])
+            .collect()
     }
 
     fn builder(&self, table: &Table) -> Result<TableMetadataBuilder, Failure> {

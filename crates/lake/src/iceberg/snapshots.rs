@@ -21,13 +21,20 @@
 //!    newest snapshot holding the pipeline's position. They leave
 //!    the metadata (which would otherwise grow by a snapshot and its position every commit);
 //!    their files are left to Iceberg's orphan-file maintenance.
+//! 5. Manifests are merged as Iceberg's own writers merge them (the table's
+//!    `commit.manifest-merge.enabled`, default true; `commit.manifest.min-count-to-merge`,
+//!    default 100; `commit.manifest.target-size-bytes`, default 8 MiB): once a snapshot would
+//!    list at least the minimum count, the data manifests it keeps that are smaller than the
+//!    target are rewritten, in order, into manifests of about the target size, each live file
+//!    once with the snapshot and sequence numbers it was added with (`EXISTING`). Otherwise a
+//!    changelog committing every minute would list one more manifest in every commit for ever.
 
 use std::collections::{HashMap, HashSet};
 
 use ddbpipe_source::clock::unix_now_ms;
 use iceberg::spec::{
-    DataFile, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotRef, SnapshotSummaryCollector, Summary, TableMetadata,
+    DataFile, ManifestContentType, ManifestFile, ManifestListWriter, ManifestWriterBuilder,
+    Operation, Snapshot, SnapshotRef, SnapshotSummaryCollector, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -77,7 +84,7 @@ pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
     let Produce {
         table,
         parent,
-        mut kept,
+        kept,
         totals_of,
         overwrite,
         replaces,
@@ -96,6 +103,13 @@ pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
     for file in &files {
         collected.add_file(file, schema.clone(), spec.clone());
     }
+    let written = Written {
+        table,
+        id,
+        dir: &dir,
+        token,
+    };
+    let mut kept = merged(kept, !files.is_empty(), &written).await?;
     if !files.is_empty() {
         let output = io.new_output(format!("{dir}/{token}-{id}-m0.avro"))?;
         let mut manifest =
@@ -169,6 +183,102 @@ pub async fn produce(produce: Produce<'_>) -> iceberg::Result<Snapshot> {
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(unix_now_ms())
         .build())
+}
+
+/// Where a snapshot's new manifests go (rule 3).
+struct Written<'a> {
+    table: &'a Table,
+    id: i64,
+    dir: &'a str,
+    token: &'a str,
+}
+
+/// Rule 5: the table's manifest merge properties, Iceberg's names and defaults.
+fn merge_settings(metadata: &TableMetadata) -> (bool, usize, i64) {
+    let property = |key: &str| metadata.properties().get(key).map(String::as_str);
+    let enabled = property("commit.manifest-merge.enabled") != Some("false");
+    let min_count = property("commit.manifest.min-count-to-merge")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let target = property("commit.manifest.target-size-bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8 * 1024 * 1024);
+    (enabled, min_count, target)
+}
+
+/// Rule 5: `kept`, with its runs of small data manifests merged once the snapshot would list
+/// the minimum count (`adding`: it adds a manifest of its own).
+async fn merged(
+    kept: Vec<ManifestFile>,
+    adding: bool,
+    written: &Written<'_>,
+) -> iceberg::Result<Vec<ManifestFile>> {
+    let metadata = written.table.metadata();
+    let (enabled, min_count, target) = merge_settings(metadata);
+    if !enabled || kept.len() + usize::from(adding) < min_count.max(2) {
+        return Ok(kept);
+    }
+    let spec = metadata.default_partition_spec().spec_id();
+    let mut merged = Vec::new();
+    let mut bin: Vec<ManifestFile> = Vec::new();
+    let mut bytes = 0;
+    for manifest in kept {
+        let small = manifest.content == ManifestContentType::Data
+            && manifest.partition_spec_id == spec
+            && manifest.manifest_length < target;
+        if !small {
+            merged.push(manifest);
+            continue;
+        }
+        if !bin.is_empty() && bytes + manifest.manifest_length > target {
+            let n = merged.len() + 1;
+            merged.extend(rewritten(std::mem::take(&mut bin), n, written).await?);
+            bytes = 0;
+        }
+        bytes += manifest.manifest_length;
+        bin.push(manifest);
+    }
+    let n = merged.len() + 1;
+    merged.extend(rewritten(bin, n, written).await?);
+    Ok(merged)
+}
+
+/// Rule 5: the manifests of `bin` as one (manifest `n` of the snapshot), each live file once
+/// as `EXISTING` with the numbers it was added with; a bin of one stays as it is.
+async fn rewritten(
+    bin: Vec<ManifestFile>,
+    n: usize,
+    written: &Written<'_>,
+) -> iceberg::Result<Vec<ManifestFile>> {
+    if bin.len() < 2 {
+        return Ok(bin);
+    }
+    let (table, id) = (written.table, written.id);
+    let metadata = table.metadata();
+    let output = table
+        .file_io()
+        .new_output(format!("{}/{}-{id}-m{n}.avro", written.dir, written.token))?;
+    let mut writer = ManifestWriterBuilder::new(
+        output,
+        Some(id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    )
+    .build_v2_data();
+    for manifest in &bin {
+        let loaded = manifest.load_manifest(table.file_io()).await?;
+        // A deleted entry says the file left the table as of its snapshot: it is not listed.
+        for entry in loaded.entries().iter().filter(|entry| entry.is_alive()) {
+            let sequence = entry.sequence_number().unwrap_or(manifest.sequence_number);
+            writer.add_existing_file(
+                entry.data_file().clone(),
+                entry.snapshot_id().unwrap_or(manifest.added_snapshot_id),
+                sequence,
+                entry.file_sequence_number.or(Some(sequence)),
+            )?;
+        }
+    }
+    Ok(vec![writer.write_manifest_file().await?])
 }
 
 /// Rule 4: the snapshots a commit at `now_ms` expires; `position` is kept too (the newest

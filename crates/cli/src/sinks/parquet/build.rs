@@ -80,6 +80,7 @@ pub fn iceberg_settings(iceberg: &IcebergConfig) -> Result<IcebergSettings, Fail
         catalog,
         namespace: iceberg.namespace.clone(),
         table: iceberg.table.clone(),
+        properties: iceberg.table_properties.clone(),
     })
 }
 

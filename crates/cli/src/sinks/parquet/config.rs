@@ -2,6 +2,7 @@
 //! target_file_mb, commit_interval_secs, compression, columns, on_type_mismatch, partition_by}`
 //! (docs/sinks.md §7.10; the typed columns as the keyed sinks', §7.9).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use ddbpipe_keyed::OnMismatch;
@@ -16,9 +17,9 @@ use serde_json::json;
 use crate::sinks::keyed::columns::{
     self, COLUMNS, ColumnConfig, DEFAULT_DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH,
 };
-use crate::yaml::fields::Fields;
+use crate::yaml::fields::{Fields, convert};
 use crate::yaml::schema::{Field, Shape, defaulted, of, optional, required};
-use crate::yaml::types::Choice;
+use crate::yaml::types::{Choice, FromYaml};
 
 /// `sink.target_file_mb` when unset.
 pub const DEFAULT_TARGET_FILE_MB: u32 = 128;
@@ -82,6 +83,12 @@ pub(crate) static ICEBERG_FIELDS: &[Field] = &[
         of::<String>(),
         || json!("{table}"),
         "The table's name; {table} is the DynamoDB table's name.",
+    ),
+    optional(
+        "table_properties",
+        Shape::Map(<String as FromYaml>::schema),
+        "Iceberg table properties (quoted strings) a run sets when it creates or claims the \
+         table: history.expire.max-snapshot-age-ms, commit.manifest.min-count-to-merge, ...",
     ),
     S3_REGION,
     S3_ENDPOINT_URL,
@@ -233,6 +240,8 @@ pub struct IcebergConfig {
     pub namespace: String,
     /// The table's name; `{table}` filled in when the file was loaded.
     pub table: String,
+    /// Set on the table when a run creates or claims it.
+    pub table_properties: BTreeMap<String, String>,
 }
 
 /// Reads the parquet sink's keys.
@@ -260,6 +269,7 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
         catalog_name,
         namespace: f.or("namespace", DEFAULT_NAMESPACE.to_string()),
         table: f.or("table", "{table}".to_string()),
+        table_properties: f.map("table_properties", convert::<String>),
     };
     let warehouse = f.required::<String>("warehouse").unwrap_or_default();
     read_files(f, warehouse, Some(iceberg))
@@ -314,6 +324,14 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
         let name = iceberg.catalog_name.clone();
         if let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name) {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
+        }
+        for key in iceberg.table_properties.keys() {
+            if key.starts_with("ddbpipe.") {
+                errors.push(ConfigError::new(
+                    format!("sink.table_properties.{key}"),
+                    "ddbpipe.* properties are ddbpipe's own: choose another name",
+                ));
+            }
         }
         for (key, value) in [
             ("sink.namespace", &iceberg.namespace),

@@ -19,6 +19,7 @@ fn iceberg_settings(dir: &Path) -> ParquetSettings {
             catalog: SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into()),
             namespace: "dynamodb".into(),
             table: "orders".into(),
+            properties: Default::default(),
         }),
         ..settings(dir, Duration::ZERO)
     }
@@ -260,4 +261,69 @@ async fn a_table_outside_the_warehouse_is_refused_naming_both() {
         "{refused}"
     );
     assert_eq!(current(dir.path()).await, before, "nothing claimed");
+}
+
+/// The manifests the scan branch's head lists, and its live files: `(path, snapshot that
+/// added it, rows)`.
+async fn listed(dir: &Path) -> (usize, i64, Vec<(String, i64, u64)>) {
+    let (_, io, _) = catalog_of(dir).await;
+    let metadata = current(dir).await;
+    let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
+    let bytes = io
+        .new_input(head.manifest_list())
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let list = ::iceberg::spec::ManifestList::parse_with_version(&bytes, metadata.format_version())
+        .unwrap();
+    let mut files = Vec::new();
+    for manifest in list.entries() {
+        for entry in manifest.load_manifest(&io).await.unwrap().entries() {
+            assert!(entry.is_alive(), "{entry:?}");
+            files.push((
+                entry.data_file().file_path().to_string(),
+                entry.snapshot_id().unwrap(),
+                entry.data_file().record_count(),
+            ));
+        }
+    }
+    (list.entries().len(), head.snapshot_id(), files)
+}
+
+/// `snapshots` rule 5: with the table's `commit.manifest.min-count-to-merge` at 4, twenty
+/// commits never list more than 4 manifests, and every file committed is listed once, alive,
+/// with the snapshot that added it; without merging, one manifest per commit.
+#[tokio::test]
+async fn manifests_are_merged_at_the_tables_minimum_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let mut added: Vec<(String, i64)> = Vec::new();
+    for i in 0..20 {
+        if i == 6 {
+            foreign_commit_with(dir.path(), "commit.manifest.min-count-to-merge", "4").await;
+        }
+        let (rows, staged) = batch(i * 5, i * 5 + 5);
+        sink.write(&rows, Some(&staged)).await.unwrap();
+        let (manifests, head, files) = listed(dir.path()).await;
+        // The file this commit added: the one its own snapshot added.
+        let new: Vec<_> = files.iter().filter(|f| f.1 == head).collect();
+        assert_eq!(new.len(), 1, "commit {i}: {files:?}");
+        added.push((new[0].0.clone(), head));
+        let mut found: Vec<(String, i64)> = files.iter().map(|f| (f.0.clone(), f.1)).collect();
+        found.sort();
+        let mut expected = added.clone();
+        expected.sort();
+        assert_eq!(
+            found, expected,
+            "commit {i}: each file once, with its snapshot"
+        );
+        assert_eq!(files.iter().map(|f| f.2).sum::<u64>(), 5 * (i as u64 + 1));
+        match i {
+            0..6 => assert_eq!(manifests, i + 1, "commit {i}: no merging yet"),
+            _ => assert!(manifests <= 4, "commit {i}: {manifests} manifests"),
+        }
+    }
 }
