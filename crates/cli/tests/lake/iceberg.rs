@@ -191,7 +191,10 @@ fn a_streams_run_killed_anywhere_appends_every_change_exactly_once() {
     killed_under_writes(&running, &pipeline, 6, 0x31, 500..3000);
     let table = read_table(&pipeline, "dynamodb.orders", None);
     assert_eq!(table.properties["commit.manifest.min-count-to-merge"], "3");
-    let appends = table.snapshots.iter().filter(|s| s["summary"]["added-data-files"].is_string());
+    let appends = table
+        .snapshots
+        .iter()
+        .filter(|s| s["summary"]["added-data-files"].is_string());
     assert!(appends.count() >= 4, "{:?}", table.snapshots);
     assert!(table.manifests <= 3, "{} manifests", table.manifests);
     assert!(!table.rows.is_empty());

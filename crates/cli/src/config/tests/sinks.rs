@@ -554,3 +554,30 @@ fn partition_by_terms_are_read_whole_and_a_bad_one_named() {
         "{errors:?}"
     );
 }
+
+/// docs/sinks.md §7.11 rule 2: `table_properties` are read as strings; a `ddbpipe.*` name is
+/// ddbpipe's own and refused, naming it.
+#[test]
+fn iceberg_table_properties_are_read_and_ddbpipes_own_refused() {
+    let sink = "sink: {type: iceberg, catalog: {type: sql, uri: 'sqlite:///c.db'}, warehouse: wh, \
+                table_properties: {history.expire.min-snapshots-to-keep: '3', ";
+    let config = parse_ok(&format!(
+        "name: t\nsource: {{table_name: o}}\n{sink}write.format.default: parquet}}}}\n"
+    ));
+    let crate::config::SinkConfig::Parquet(parquet) = config.sink else {
+        panic!("{:?}", config.sink);
+    };
+    let properties = parquet.iceberg.unwrap().table_properties;
+    assert_eq!(properties["history.expire.min-snapshots-to-keep"], "3");
+    assert_eq!(properties["write.format.default"], "parquet");
+    let errors = errors(&format!(
+        "name: t\nsource: {{table_name: o}}\n{sink}ddbpipe.writer: me}}}}\n"
+    ));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sink.table_properties.ddbpipe.writer")
+                && e.contains("ddbpipe's own")),
+        "{errors:?}"
+    );
+}
