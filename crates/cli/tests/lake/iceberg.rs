@@ -458,3 +458,30 @@ fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
         "nothing committed"
     );
 }
+
+/// §7.11 rule 8: a catalog a run could not write (its SQLite file under a file that is not a
+/// directory) fails `check` as it fails `run`, naming the place; nothing is made.
+#[test]
+fn a_catalog_the_run_cannot_write_fails_check_as_it_fails_run() {
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 37, 3, "table_name: orders");
+    std::fs::write(pipeline.dir.path().join("plain"), "a file").unwrap();
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let sink = format!(
+        "sink:\n  type: iceberg\n  catalog:\n    type: sql\n    uri: 'sqlite:///{}'\n  \
+         warehouse: '{}'\n",
+        pipeline.dir.path().join("plain/catalog.db").display(),
+        warehouse.display()
+    );
+    pipeline.write_with_sink("lake", &running.endpoint, "table_name: orders", &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_ne!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("cannot be written")
+            && stdout(&check).contains("plain is not a directory"),
+        "{}",
+        stdout(&check)
+    );
+    let output = run(&pipeline);
+    assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stderr(&output).contains("plain"), "{}", stderr(&output));
+}

@@ -224,6 +224,45 @@ impl SqlCatalog {
         }
     }
 
+    /// `check`'s probe: whether a run could write the catalog (create its file and tables, or
+    /// insert and update their rows), found without changing it.
+    pub async fn writable(&self) -> Result<(), String> {
+        let described = self.describe();
+        let refused = |e: String| format!("the {described} cannot be written: {e}");
+        match &self.place {
+            Place::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || sqlite_writable(&path))
+                    .await
+                    .map_err(|e| format!("internal error: {e}"))?
+                    .map_err(refused)
+            }
+            Place::Postgres { url, connected, .. } => {
+                let db = connected
+                    .get_or_try_init(|| PostgresDatabase::connect(url))
+                    .await
+                    .map_err(|e| refused(e.message))?;
+                let allowed = db
+                    .run("probe the catalog", |client| {
+                        async move { Ok(client.query_one(PRIVILEGES, &[]).await?.get::<_, bool>(0)) }
+                            .boxed()
+                    })
+                    .await
+                    .map_err(|e| refused(e.message))?;
+                match allowed {
+                    true => Ok(()),
+                    false => Err(refused(
+                        "the role may neither create the catalog tables in its schema nor \
+                         insert and update their rows: grant it CREATE on the schema, or \
+                         INSERT and UPDATE on iceberg_tables and INSERT on \
+                         iceberg_namespace_properties"
+                            .into(),
+                    )),
+                }
+            }
+        }
+    }
+
     /// The current metadata location of `namespace.table`; `None` when the catalog has no
     /// such table.
     pub async fn location(&self, namespace: &str, table: &str) -> Result<Option<String>, String> {
@@ -271,6 +310,45 @@ impl SqlCatalog {
         Ok(self.call("commit", call).await?.changed)
     }
 }
+
+/// Whether a run could write the SQLite catalog at `path`: the file, when there, opened for
+/// writing; a file made and deleted in its directory (its journal's place), or in the nearest
+/// directory there is when the run would create the rest.
+fn sqlite_writable(path: &Path) -> Result<(), String> {
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let mut dir = path.parent().unwrap_or(Path::new("."));
+    while !dir.as_os_str().is_empty() && !dir.exists() {
+        dir = dir.parent().unwrap_or(Path::new("."));
+    }
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    if !dir.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let probe = dir.join(format!(".ddbpipe-check-{:016x}", rand::random::<u64>()));
+    std::fs::File::create(&probe).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Whether the session's role could write the catalog: insert and update the catalog tables'
+/// rows, or create them in its schema when they are not there yet.
+const PRIVILEGES: &str = "SELECT coalesce(CASE WHEN to_regclass('iceberg_tables') IS NULL \
+     THEN has_schema_privilege(current_schema(), 'CREATE') \
+     ELSE has_table_privilege(to_regclass('iceberg_tables'), 'INSERT, UPDATE') \
+      AND CASE WHEN to_regclass('iceberg_namespace_properties') IS NULL \
+          THEN has_schema_privilege(current_schema(), 'CREATE') \
+          ELSE has_table_privilege(to_regclass('iceberg_namespace_properties'), 'INSERT') END \
+     END, false)";
 
 /// `call` in the SQLite file at `path` (rule 3).
 fn sqlite(path: &Path, call: Call) -> Result<Found, String> {
@@ -391,6 +469,58 @@ mod tests {
             None,
             "by catalog name"
         );
+    }
+
+    /// `check`'s probe: a catalog a run could create is writable, and probing it creates
+    /// nothing; one under a file that is not a directory is not, naming it.
+    #[tokio::test]
+    async fn a_sqlite_catalog_is_probed_writable_without_being_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = SqlCatalog::new(dir.path().join("a/b/catalog.db"), "ddbpipe".into());
+        missing.writable().await.unwrap();
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing made"
+        );
+        assert!(missing.create("ns", "t", "m0").await.unwrap());
+        missing.writable().await.unwrap();
+        std::fs::write(dir.path().join("plain"), "not a directory").unwrap();
+        let under_a_file = SqlCatalog::new(dir.path().join("plain/catalog.db"), "ddbpipe".into());
+        let problem = under_a_file.writable().await.unwrap_err();
+        assert!(problem.contains("cannot be written"), "{problem}");
+        assert!(problem.contains("plain is not a directory"), "{problem}");
+    }
+
+    /// `check`'s probe in PostgreSQL (the test server): a role that may neither create the
+    /// catalog tables nor write their rows is refused, saying what to grant; the server's
+    /// owner may.
+    #[tokio::test]
+    async fn a_postgres_role_without_privileges_is_probed_not_writable() {
+        let admin = ddbpipe_testkit::postgres::connect().await;
+        let role = format!("ddbpipe_probe_{:08x}", rand::random::<u32>());
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN PASSWORD 'probe-secret-1'"
+            ))
+            .await
+            .unwrap();
+        let url = ddbpipe_testkit::postgres::url();
+        let (_, rest) = url.split_once('@').unwrap();
+        let weak = format!("postgres://{role}:probe-secret-1@{rest}");
+        let catalog = SqlCatalog::from_uri(&weak, Path::new(""), "ddbpipe".into()).unwrap();
+        let problem = catalog.writable().await.unwrap_err();
+        assert!(
+            problem.contains("grant it CREATE on the schema"),
+            "{problem}"
+        );
+        assert!(!problem.contains("probe-secret-1"), "{problem}");
+        let owner = SqlCatalog::from_uri(&url, Path::new(""), "ddbpipe".into()).unwrap();
+        owner.writable().await.unwrap();
+        admin
+            .batch_execute(&format!("DROP ROLE {role}"))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

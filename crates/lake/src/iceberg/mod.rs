@@ -637,6 +637,7 @@ pub async fn probe(
     pipeline: &str,
     shape: &Shape,
 ) -> Result<String, String> {
+    settings.catalog.writable().await?;
     let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
     match table.probe(shape).await {
         Ok(true) => Ok(format!(
