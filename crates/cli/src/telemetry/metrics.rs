@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use ddbpipe_source::health::Health;
 use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_tracing_context::TracingContextLayer;
+use metrics_util::layers::Layer as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,7 +28,7 @@ pub struct Metrics {
 }
 
 /// Installs the Prometheus recorder when `output` asks for metrics: every series labelled
-/// `pipeline`, every metric described (`# HELP`). With `--metrics-addr` the listener serves
+/// `pipeline` and `table`, every metric described (`# HELP`). With `--metrics-addr` the listener serves
 /// `/metrics` and `/health`, which judges the run with the bound `stall` (docs/cli.md §8.6).
 pub fn install_metrics(
     output: &MetricsOutput,
@@ -40,6 +42,9 @@ pub fn install_metrics(
         .add_global_label("pipeline", pipeline)
         .build_recorder();
     let handle = recorder.handle();
+    // `table` from the run span a metric is recorded in (`crate::run`'s `Run::span`, whose
+    // tasks are all in it): a file of several tables keeps each one's series apart.
+    let recorder = TracingContextLayer::only_allow(["table"]).layer(recorder);
     metrics::set_global_recorder(recorder)
         .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
     let upkeep = handle.clone();

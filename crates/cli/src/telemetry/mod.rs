@@ -4,6 +4,10 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::args::LogFormat;
 
@@ -103,16 +107,25 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), String> {
          ddbpipe_keyed={level}"
     ))
     .map_err(|e| format!("--log-level {level}: {e}"))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
+    // The metrics' labels come from ddbpipe's own spans (a run's `table`), whatever the level
+    // of the lines: only ddbpipe's spans, so the SDK's are not made for it.
+    let labels = metrics_tracing_context::MetricsLayer::new().with_filter(filter_fn(|meta| {
+        meta.is_span() && meta.target().starts_with("ddbpipe")
+    }));
+    let subscriber = tracing_subscriber::registry().with(labels);
     match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
-            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-            .event_format(json::FlatJson)
+        LogFormat::Text => subscriber.with(lines.with_filter(filter)).try_init(),
+        LogFormat::Json => subscriber
+            .with(
+                lines
+                    .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                    .event_format(json::FlatJson)
+                    .with_filter(filter),
+            )
             .try_init(),
     }
     .map_err(|e| e.to_string())

@@ -49,6 +49,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument as _;
+
 use ddbpipe_source::api::{SnapshotShape, StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
@@ -256,11 +258,14 @@ async fn shared_export<S: SharedSnapshots>(
 /// The task that waits for export `arn` and reads its manifests: its data files are the
 /// snapshot's segments.
 fn export_segments(exports: SharedExports, arn: String, stop: Cancel) -> Waiting {
-    tokio::spawn(async move {
-        tracing::info!(export = %arn, "The shared snapshot reads an export.");
-        let shape = Arc::clone(&exports.shape);
-        Ok(exports.engine.segments(&arn, shape, &stop).await?)
-    })
+    tokio::spawn(
+        async move {
+            tracing::info!(export = %arn, "The shared snapshot reads an export.");
+            let shape = Arc::clone(&exports.shape);
+            Ok(exports.engine.segments(&arn, shape, &stop).await?)
+        }
+        .in_current_span(),
+    )
 }
 
 /// Phase 1 (module docs): this worker's part of the segments, read beside the stream, and the

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::decide::LocalTime;
 use super::holdings::Lessee;
@@ -95,26 +96,29 @@ impl<T: LeaseTable> LeaseKeeper<T> {
     /// it), until the handle is dropped or a fatal error.
     pub fn spawn(self, clock: impl Fn() -> LocalTime + Send + Sync + 'static) -> KeeperHandle {
         let (tx, events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            loop {
-                let pass = match self.pass(clock()).await {
-                    Ok(pass) => pass,
-                    Err(error) => {
-                        let _ = tx.send(KeeperEvent::Failed(error));
-                        return;
+        let task = tokio::spawn(
+            async move {
+                loop {
+                    let pass = match self.pass(clock()).await {
+                        Ok(pass) => pass,
+                        Err(error) => {
+                            let _ = tx.send(KeeperEvent::Failed(error));
+                            return;
+                        }
+                    };
+                    for error in &pass.transient {
+                        tracing::debug!(error = %error, "A lease renewal failed; retried soon.");
                     }
-                };
-                for error in &pass.transient {
-                    tracing::debug!(error = %error, "A lease renewal failed; retried soon.");
-                }
-                for lost in pass.lost {
-                    if tx.send(KeeperEvent::Lost(lost)).is_err() {
-                        return;
+                    for lost in pass.lost {
+                        if tx.send(KeeperEvent::Lost(lost)).is_err() {
+                            return;
+                        }
                     }
+                    tokio::time::sleep(pass.next.since(clock())).await;
                 }
-                tokio::time::sleep(pass.next.since(clock())).await;
             }
-        });
+            .in_current_span(),
+        );
         KeeperHandle { events, task }
     }
 }

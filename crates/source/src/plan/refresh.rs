@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use super::read_rate::ReadRule;
 use crate::api::TableApi;
@@ -74,7 +75,8 @@ impl Refresher {
                 };
                 tracing::warn!(error = %failed, "Re-reading the capacity base failed; keeping the current read rate.");
             }
-        })))
+        }
+        .in_current_span())))
     }
 }
 
