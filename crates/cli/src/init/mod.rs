@@ -214,6 +214,7 @@ pub(crate) fn pipeline(
             out.push_str(&format!(
                 "  path: {name}-lake                # a directory, or s3://bucket/prefix/{{table}}/\n"
             ));
+            out.push_str(PARTITION_BY_HINT);
         }
         InitSink::Iceberg => {
             out.push_str("  type: iceberg\n");
@@ -225,6 +226,7 @@ pub(crate) fn pipeline(
                 "  warehouse: {name}-warehouse      # a directory, or s3://bucket/prefix\n"
             ));
             out.push_str("  namespace: dynamodb\n");
+            out.push_str(PARTITION_BY_HINT);
         }
     }
     if let Some(inference) = inference {
@@ -232,6 +234,10 @@ pub(crate) fn pipeline(
     }
     out
 }
+
+/// The lake sinks' `partition_by`, shown commented out (docs/sinks.md §7.10 rule 3).
+const PARTITION_BY_HINT: &str =
+    "  # partition_by: [bucket(16, pk)]  # Iceberg transforms; unset: changes by day(event_time)\n";
 
 /// A pipeline-name-safe form of a table name (`A-Z a-z 0-9 _ . -`).
 fn table_slug(table: &str) -> String {
