@@ -108,6 +108,7 @@ pub async fn reader(settings: &PhaseSettings, format: ValueFormat) -> SegmentRea
         retry: RetryPolicy::default(),
         render: Render::Items(format),
         observer: Arc::new(NoObserver),
+        slots: SourceConfig::new(TABLE).read_concurrency,
     }
 }
 

@@ -164,6 +164,22 @@ mod sqlite {
         super::each_tables_metrics_carry_its_table(Target::Sqlite);
     }
 
+    /// docs/config.md §1.5 rule 4: with one read slot for the whole process, the three
+    /// tables' snapshots and streams take turns and every table is mirrored (a slot is
+    /// always given back).
+    #[test]
+    fn three_tables_share_one_read_slot_and_each_is_mirrored() {
+        let running = Emulator::Dynoxide.start();
+        for (index, table) in TABLES.iter().enumerate() {
+            seed(&running, table, 20 + 10 * index);
+        }
+        let more = "segments: 3\nmax_concurrency: 3\npage_limit: 4\nread_concurrency: 1\n";
+        let (pipeline, destination) = mirror(&running, Target::Sqlite, &TABLES, more);
+        let output = run(&pipeline);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert_mirrored(&running, &destination, &TABLES);
+    }
+
     #[test]
     fn three_tables_mirror_into_one_database_each_from_its_own_position() {
         mirrors_three_tables_each_from_its_own_position(Target::Sqlite);

@@ -534,6 +534,7 @@ fn shared_mirror(
                 retry: RetryPolicy::default(),
                 render,
                 observer: Arc::new(NoObserver),
+                slots: Default::default(),
             },
             worker: worker(),
             batch: BatchLimits::records(4),

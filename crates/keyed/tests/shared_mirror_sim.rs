@@ -485,6 +485,7 @@ impl Setup {
                     retry: RetryPolicy::default(),
                     render: Render::Snapshots(shape()),
                     observer: Arc::new(NoObserver),
+                    slots: Default::default(),
                 },
                 worker: worker(),
                 batch: self.run.batch,

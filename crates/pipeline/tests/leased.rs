@@ -43,6 +43,7 @@ fn reader(table: &Arc<FakeTable>, segments: u32) -> SegmentReader<FakeTable> {
         retry: RetryPolicy::default(),
         render: Render::Items(ValueFormat::Plain),
         observer: Arc::new(NoObserver),
+        slots: Default::default(),
     }
 }
 

@@ -46,6 +46,7 @@ fn reader(
         },
         render: Render::Items(ValueFormat::Plain),
         observer: Arc::new(NoObserver),
+        slots: Default::default(),
     }
 }
 

@@ -165,6 +165,7 @@ fn plan(seed: u64) -> Plan {
             whole_pages: false,
         },
         kind: StreamKind::Streams,
+        slots: Default::default(),
     };
     let flush_interval = if rng.random_bool(0.7) {
         Duration::ZERO

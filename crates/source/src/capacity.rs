@@ -17,8 +17,8 @@
 //! Without a configured rate the limiter only counts units.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -100,6 +100,65 @@ impl Recent {
         } else {
             self.actuals.iter().sum::<f64>() / self.actuals.len() as f64
         }
+    }
+}
+
+/// The requests reading DynamoDB at once in one process (`source.read_concurrency`), shared by
+/// every table of a file (its tables' configurations are clones of one): a slot is taken for
+/// each Scan, Query or GetRecords request and given back when it is answered, first come first
+/// served (tokio's semaphore queues its waiters fairly), so a busy table's many readers cannot
+/// starve a quiet table's one (docs/config.md §1.5 rule 4). Each table's own
+/// `max_concurrency` and `shard_concurrency` bound it below that.
+#[derive(Clone)]
+pub struct ReadSlots {
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
+impl ReadSlots {
+    /// `size` slots (at least one is made: 0 is refused by the config's rules).
+    pub fn new(size: usize) -> Self {
+        ReadSlots {
+            slots: Arc::new(Semaphore::new(size.max(1))),
+            size,
+        }
+    }
+
+    /// The slots, as configured.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Waits for a slot: held until the permit is dropped.
+    pub async fn take(&self) -> Option<SemaphorePermit<'_>> {
+        // The semaphore is never closed.
+        self.slots.acquire().await.ok()
+    }
+
+    /// Slots free now.
+    pub fn free(&self) -> usize {
+        self.slots.available_permits()
+    }
+}
+
+/// A run's own slots, as many as `read_concurrency`'s default.
+impl Default for ReadSlots {
+    fn default() -> Self {
+        ReadSlots::new(crate::config::defaults::READ_CONCURRENCY)
+    }
+}
+
+impl std::fmt::Debug for ReadSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReadSlots({})", self.size)
+    }
+}
+
+// Two configurations are equal when their numbers are: which semaphore a clone shares is not
+// part of what the file says.
+impl PartialEq for ReadSlots {
+    fn eq(&self, other: &Self) -> bool {
+        self.size == other.size
     }
 }
 
@@ -272,6 +331,53 @@ impl ReadLimiter {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// `ReadSlots`: a parallel scan of 8 segments at `max_concurrency` 8 has at most as many
+    /// pages requested at once as the process has slots, and reads every item; with the
+    /// default slots the segments overlap as before (the fake can tell).
+    #[tokio::test(start_paused = true)]
+    async fn a_scan_holds_no_more_requests_than_the_process_has_slots() {
+        use crate::api::Render;
+        use crate::fake::FakeTable;
+        use crate::retry::{Cancel, NoObserver, RetryPolicy};
+        use crate::scan::{SegmentReader, read_template};
+        use crate::segments::SegmentRanges;
+        let peak = |slots: ReadSlots| async move {
+            let table = Arc::new(FakeTable::numbered(80).slow(Duration::from_millis(50)));
+            let reader = SegmentReader {
+                api: Arc::clone(&table),
+                template: crate::api::ReadRequest {
+                    limit: Some(5),
+                    ..read_template(&crate::config::SourceConfig::new("t"))
+                },
+                total_segments: 8,
+                max_concurrency: 8,
+                limiter: Arc::new(ReadLimiter::new(None)),
+                retry: RetryPolicy::default(),
+                render: Render::Items(ddbpipe_value::ValueFormat::Plain),
+                observer: Arc::new(NoObserver),
+                slots: slots.clone(),
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+            let (_handle, cancel) = Cancel::new();
+            let reading = tokio::spawn(async move {
+                reader
+                    .run(&SegmentRanges::default(), Default::default(), tx, cancel)
+                    .await
+            });
+            let mut items = 0;
+            while let Some(page) = rx.recv().await {
+                items += page.records.len();
+            }
+            reading.await.unwrap().unwrap();
+            assert_eq!(items, 80);
+            assert_eq!(slots.free(), slots.size(), "every slot given back");
+            table.peak()
+        };
+        assert_eq!(peak(ReadSlots::new(2)).await, 2);
+        assert_eq!(peak(ReadSlots::new(1)).await, 1);
+        assert_eq!(peak(ReadSlots::default()).await, 8);
+    }
 
     /// Any f64 a config value or a response could bring, extremes first.
     fn any_rate() -> impl Strategy<Value = f64> {

@@ -43,6 +43,8 @@ pub mod defaults {
     pub const RECORDS_PER_REQUEST: u32 = 1000;
     /// `shard_concurrency`: shards read at once.
     pub const SHARD_CONCURRENCY: usize = 4;
+    /// `read_concurrency`: requests reading DynamoDB at once in the process, over its tables.
+    pub const READ_CONCURRENCY: usize = 64;
     /// `follow`: a streams run ends by `idle_termination_secs` or `max_messages`.
     pub const FOLLOW: bool = false;
     /// `discovery_interval_secs`: how often the stream's shards are listed again.
@@ -369,6 +371,10 @@ pub struct SourceConfig {
     pub records_per_request: u32,
     /// Streams and mirror: shards read at once, at least 1. Default 4.
     pub shard_concurrency: usize,
+    /// ★ Scan, Query and GetRecords requests at once in the process, over every table of the
+    /// file (one set of slots, shared by the clones of this configuration), at least 1.
+    /// Default 64.
+    pub read_concurrency: crate::capacity::ReadSlots,
     /// Streams and mirror: end the run after this many seconds without a new record, at
     /// least 1. Unset: no idle limit.
     pub idle_termination_secs: Option<u64>,
@@ -513,6 +519,7 @@ impl SourceConfig {
             max_idle_poll_ms: defaults::MAX_IDLE_POLL_MS,
             records_per_request: defaults::RECORDS_PER_REQUEST,
             shard_concurrency: defaults::SHARD_CONCURRENCY,
+            read_concurrency: crate::capacity::ReadSlots::new(defaults::READ_CONCURRENCY),
             idle_termination_secs: None,
             max_messages: None,
             follow: defaults::FOLLOW,

@@ -23,6 +23,11 @@ pub struct FakeTable {
     panic_segment: Option<u32>,
     requests: Mutex<Vec<ReadRequest>>,
     description: Option<TableDescription>,
+    /// Each page's answer waits this long (`slow`).
+    delay: Option<std::time::Duration>,
+    /// Pages being answered now, and the most ever at once.
+    answering: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
 }
 
 /// The description of the fake tables: table `t`, hash key `pk` (S), provisioned with 100 read
@@ -69,6 +74,18 @@ impl FakeTable {
     pub fn units_per_page(mut self, units: Option<f64>) -> Self {
         self.units_per_page = units;
         self
+    }
+
+    /// Each page is answered after `delay`: requests overlap, and [`FakeTable::peak`] tells
+    /// how many did at most.
+    pub fn slow(mut self, delay: std::time::Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The most pages answered at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The next calls fail with these errors, in order.
@@ -124,6 +141,13 @@ impl TableApi for FakeTable {
         };
         if self.panic_segment == Some(segment) {
             panic!("scripted panic in segment {segment}");
+        }
+        if let Some(delay) = self.delay {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.answering.fetch_add(1, SeqCst) + 1;
+            self.peak.fetch_max(now, SeqCst);
+            tokio::time::sleep(delay).await;
+            self.answering.fetch_sub(1, SeqCst);
         }
         let mine = self
             .items

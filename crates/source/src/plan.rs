@@ -41,6 +41,7 @@ pub use self::stream::{
 };
 use crate::api::{ReadRequest, TableDescription};
 use crate::aws::ClientSettings;
+use crate::capacity::ReadSlots;
 use crate::config::{ConfigError, Mode, OnGap, RetryConfig, SourceConfig, StartPosition};
 use crate::retry::RetryPolicy;
 use crate::scan::read_template;
@@ -112,6 +113,8 @@ pub struct ScanPlan {
     pub format: ValueFormat,
     /// How large a batch may grow.
     pub batch: BatchLimits,
+    /// The process's read slots (`source.read_concurrency`).
+    pub slots: ReadSlots,
 }
 
 impl ScanPlan {
@@ -130,6 +133,7 @@ impl ScanPlan {
             retry: source.retry.policy(),
             format: source.value_format,
             batch: BatchLimits::of(source),
+            slots: source.read_concurrency.clone(),
         })
     }
 }
@@ -156,6 +160,7 @@ impl ScanPlan {
             retry: plan.retry,
             format: plan.format,
             batch: plan.batch,
+            slots: plan.slots.clone(),
         })
     }
 }
@@ -249,6 +254,9 @@ pub struct StreamPlan {
     pub batch: BatchLimits,
     /// The table scan of a mirror or a resnapshot.
     pub snapshot: SnapshotPlan,
+    /// The process's read slots (`source.read_concurrency`): GetRecords and the snapshot's
+    /// pages take them.
+    pub slots: ReadSlots,
 }
 
 impl StreamPlan {
@@ -280,6 +288,7 @@ impl StreamPlan {
                 consistent_read: source.consistent_read,
                 read_rule: ReadRule::of(source),
             },
+            slots: source.read_concurrency.clone(),
         }
     }
 

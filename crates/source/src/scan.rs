@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::api::{ReadKind, ReadRequest, Render, TableApi};
-use crate::capacity::ReadLimiter;
+use crate::capacity::{ReadLimiter, ReadSlots};
 use crate::config::{Mode, SourceConfig};
 use crate::error::{ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind, SegmentsCounted};
@@ -202,6 +202,8 @@ pub struct SegmentReader<A> {
     pub render: Render,
     /// Told about every attempt (metrics).
     pub observer: Arc<dyn AttemptObserver>,
+    /// The process's read slots: each page's request holds one (`source.read_concurrency`).
+    pub slots: ReadSlots,
 }
 
 // Not derived: a derive would require `A: Clone`, but only the `Arc` is cloned.
@@ -216,6 +218,7 @@ impl<A> Clone for SegmentReader<A> {
             retry: self.retry,
             render: self.render.clone(),
             observer: Arc::clone(&self.observer),
+            slots: self.slots.clone(),
         }
     }
 }
@@ -323,8 +326,13 @@ impl<A: TableApi> SegmentReader<A> {
                     let request = &request;
                     async move {
                         let grant = self.limiter.acquire().await;
+                        // After the governor's grant: a table waiting for its rate holds no
+                        // slot another table could use.
+                        let slot = self.slots.take().await;
                         let requested_ms = self.api.clock_ms();
-                        match self.api.read_records(request, &self.render).await {
+                        let read = self.api.read_records(request, &self.render).await;
+                        drop(slot);
+                        match read {
                             Ok(page) => {
                                 if self.limiter.settle(grant, page.consumed_capacity) {
                                     tracing::warn!(

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use ddbpipe_pipeline::streams::StreamRun;
+use ddbpipe_source::capacity::ReadSlots;
 use ddbpipe_source::config::{OnGap, StartPosition};
 use ddbpipe_source::fake_streams::FAKE_STREAM_ARN;
 use ddbpipe_source::plan::BatchLimits;
@@ -13,7 +14,7 @@ use ddbpipe_value::ValueFormat;
 
 /// A `mode: streams` run of table `t` on [`FAKE_STREAM_ARN`]: plain values, retries from
 /// 10 ms, 100 records per request, a 250 ms poll, one shard at a time, a 10 s discovery, the
-/// run idle after 30 s, `on_gap: fail`, batches of 10.
+/// run idle after 30 s, `on_gap: fail`, batches of 10, 64 read slots of its own.
 pub fn fake_stream_run() -> StreamRun {
     StreamRun {
         table: "t".into(),
@@ -37,5 +38,6 @@ pub fn fake_stream_run() -> StreamRun {
         max_messages: None,
         batch: BatchLimits::records(10),
         kind: StreamKind::Streams,
+        slots: ReadSlots::new(64),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use ddbpipe_source::capacity::ReadSlots;
 use ddbpipe_source::config::{
     Mode, OnGap, RetryConfig, SnapshotConfig, SnapshotEngine, SourceConfig, StartPosition, defaults,
 };
@@ -188,6 +189,13 @@ pub(super) static SOURCE: &[Field] = &[
         of::<usize>(),
         || json!(defaults::SHARD_CONCURRENCY),
         "Shards read at once, at least 1.",
+    ),
+    defaulted(
+        "read_concurrency",
+        of::<usize>(),
+        || json!(defaults::READ_CONCURRENCY),
+        "Scan, Query and GetRecords requests at once over every table of the file, first come \
+         first served, at least 1.",
     ),
     optional(
         "idle_termination_secs",
@@ -392,6 +400,8 @@ pub(super) fn read_source(
     source.max_idle_poll_ms = f.or("max_idle_poll_ms", source.max_idle_poll_ms);
     source.records_per_request = f.or("records_per_request", source.records_per_request);
     source.shard_concurrency = f.or("shard_concurrency", source.shard_concurrency);
+    source.read_concurrency =
+        ReadSlots::new(f.or("read_concurrency", source.read_concurrency.size()));
     source.idle_termination_secs = f.get("idle_termination_secs");
     source.max_messages = f.get("max_messages");
     source.follow = f.or("follow", source.follow);

@@ -174,6 +174,7 @@ pub(crate) fn segment_reader<A: TableApi>(
         retry: plan.retry,
         render,
         observer,
+        slots: plan.slots.clone(),
     };
     (reader, refresher)
 }

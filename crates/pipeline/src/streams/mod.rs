@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::capacity::ReadSlots;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::{Mode, OnGap, StartPosition};
 use ddbpipe_source::error::ReadError;
@@ -80,6 +81,9 @@ pub struct StreamRun {
     /// `streams`, or `mirror`: a mirror's first run captures every shard at its trim horizon
     /// and scans the table before streaming (docs/mirror.md §5).
     pub kind: StreamKind,
+    /// The process's read slots (`source.read_concurrency`): GetRecords and the snapshot's
+    /// pages take them.
+    pub slots: ReadSlots,
 }
 
 impl StreamRun {
@@ -103,6 +107,7 @@ impl StreamRun {
             } else {
                 StreamKind::Streams
             },
+            slots: plan.slots.clone(),
         }
     }
 
@@ -123,6 +128,7 @@ impl StreamRun {
             max_idle_poll: self.max_idle_poll,
             observer,
             gap_remedy: gaps::GapRemedy::OnGap,
+            slots: self.slots.clone(),
         }
     }
 

@@ -245,6 +245,7 @@ impl<T: TableApi> Snapshots<'_, T> {
             retry: run.retry,
             render,
             observer: Arc::clone(&self.observer),
+            slots: run.slots.clone(),
         };
         let completed = self.execute(reader, beside, sink, checkpointer).await?;
         drop(refresher);

@@ -121,6 +121,10 @@ impl SourceConfig {
             ("resnapshot_max_keys", Some(self.resnapshot_max_keys as u64)),
             ("page_limit", self.page_limit.map(u64::from)),
             ("shard_concurrency", Some(self.shard_concurrency as u64)),
+            (
+                "read_concurrency",
+                Some(self.read_concurrency.size() as u64),
+            ),
             ("idle_termination_secs", self.idle_termination_secs),
             ("max_messages", self.max_messages.map(|n| n as u64)),
         ];

@@ -38,6 +38,7 @@ use super::gaps;
 use super::handover::{Closed, Handed, Handover, StreamMark};
 use super::start::FloorFilter;
 use crate::api::{ChangeShape, Changes, StartAt, StreamsApi};
+use crate::capacity::ReadSlots;
 use crate::clock::unix_now_s;
 use crate::error::{ApiError, ErrorClass, ReadError};
 use crate::events::{PageRead, RecordKind};
@@ -80,6 +81,8 @@ pub struct StreamReads<A> {
     pub observer: Arc<dyn AttemptObserver>,
     /// What a gap met while reading tells the user to do.
     pub gap_remedy: gaps::GapRemedy,
+    /// The process's read slots: each `GetRecords` holds one (`source.read_concurrency`).
+    pub slots: ReadSlots,
 }
 
 impl<A> Clone for StreamReads<A> {
@@ -95,6 +98,7 @@ impl<A> Clone for StreamReads<A> {
             max_idle_poll: self.max_idle_poll,
             observer: Arc::clone(&self.observer),
             gap_remedy: self.gap_remedy,
+            slots: self.slots.clone(),
         }
     }
 }
@@ -303,6 +307,11 @@ impl<A: StreamsApi> StreamContext<A> {
                 table: &self.reads.table,
                 format: self.reads.format,
             };
+            let slot = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(StreamError::Stopped),
+                slot = self.reads.slots.take() => slot,
+            };
             let answer = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(StreamError::Stopped),
@@ -311,6 +320,7 @@ impl<A: StreamsApi> StreamContext<A> {
                     self.reads.api.get_changes(&iterator, self.reads.records_per_request, &shape),
                 ) => answer,
             };
+            drop(slot);
             let answer = answer.unwrap_or_else(|_| {
                 Err(ApiError::transport(format!(
                     "attempt timed out after {} ms",

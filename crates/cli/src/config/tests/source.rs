@@ -224,6 +224,10 @@ fn every_source_rule_reports_its_wording() {
             "source.shard_concurrency: shard_concurrency must be at least 1",
         ),
         (
+            "read_concurrency: 0",
+            "source.read_concurrency: read_concurrency must be at least 1",
+        ),
+        (
             "mode: streams\nidle_termination_secs: 0",
             "source.idle_termination_secs: idle_termination_secs must be at least 1",
         ),
