@@ -141,10 +141,13 @@ impl ReadSlots {
     }
 }
 
-/// A run's own slots, as many as `read_concurrency`'s default.
+/// `read_concurrency` when the file gives none.
+pub const DEFAULT_READ_SLOTS: usize = 64;
+
+/// A run's own slots, [`DEFAULT_READ_SLOTS`] of them.
 impl Default for ReadSlots {
     fn default() -> Self {
-        ReadSlots::new(crate::config::defaults::READ_CONCURRENCY)
+        ReadSlots::new(DEFAULT_READ_SLOTS)
     }
 }
 

@@ -44,7 +44,7 @@ pub mod defaults {
     /// `shard_concurrency`: shards read at once.
     pub const SHARD_CONCURRENCY: usize = 4;
     /// `read_concurrency`: requests reading DynamoDB at once in the process, over its tables.
-    pub const READ_CONCURRENCY: usize = 64;
+    pub const READ_CONCURRENCY: usize = crate::capacity::DEFAULT_READ_SLOTS;
     /// `follow`: a streams run ends by `idle_termination_secs` or `max_messages`.
     pub const FOLLOW: bool = false;
     /// `discovery_interval_secs`: how often the stream's shards are listed again.
