@@ -15,7 +15,7 @@
 //! 4. Without `partition_by`: changes by `day(event_time)`, items not at all.
 //! 5. A partition's directory is `<field>=<value>` per field, joined by `/`: the value as
 //!    Iceberg writes it (a year `2026`, a month `2026-12`, a day `2026-12-05`, an hour
-//!    `2026-12-05-03`, a missing value `null`), every byte outside
+//!    `2026-12-05-03`, a missing value `null`, a text that reads `null` `%6Eull`), every byte outside
 //!    `A-Z a-z 0-9 . _ -` as `%XX`, at most [`VALUE_BYTES`] of it (a longer value is cut and
 //!    ends in `~` and a hash of it: two values never share a directory by being cut).
 //! 6. Rows keep their order within a partition; a batch's partitions come in the order of
@@ -323,7 +323,13 @@ impl Partitioning {
                         .to_human_string(&ty.fields()[i].field_type, value),
                     (None, None) => "null".to_string(),
                 };
-                format!("{}={}", escape(&field.name), escape(&text))
+                // A value that reads `null` is not a missing one: the two never share a
+                // directory (nor, in the writer, an open file and its partition values).
+                let shown = match value {
+                    Some(_) if text == "null" => "%6Eull".to_string(),
+                    _ => escape(&text),
+                };
+                format!("{}={shown}", escape(&field.name))
             })
             .collect::<Vec<_>>()
             .join("/")

@@ -170,6 +170,24 @@ fn a_value_becomes_a_safe_bounded_directory_name() {
         .unwrap();
     let dirs: Vec<&str> = parts.iter().map(|(p, _)| p.dir.as_str()).collect();
     assert!(dirs.contains(&"pk=a%2Fb%20c"), "{dirs:?}");
+    // A text that reads `null` and a missing value: two partitions, two directories.
+    let texts = partitioning
+        .split(rows(&["null", "x"], &[None, None]))
+        .unwrap();
+    assert_eq!(texts[0].0.dir, "pk=%6Eull");
+    let with_missing = RecordBatch::try_new(
+        columns(),
+        vec![
+            Arc::new(StringArray::from(vec![Some("null"), None])) as ArrayRef,
+            Arc::new(TimestampMicrosecondArray::from(vec![None, None]).with_timezone("UTC")),
+            Arc::new(StringArray::from(vec!["{}"; 2])),
+            Arc::new(Float64Array::from(vec![1.5; 2])),
+        ],
+    )
+    .unwrap();
+    let apart = partitioning.split(with_missing).unwrap();
+    let apart: Vec<&str> = apart.iter().map(|(p, _)| p.dir.as_str()).collect();
+    assert_eq!(apart, ["pk=%6Eull", "pk=null"]);
     assert!(dirs.contains(&"pk=%C3%BC"), "{dirs:?}");
     let cut: Vec<&&str> = dirs.iter().filter(|d| d.contains('~')).collect();
     assert_eq!(cut.len(), 2, "{dirs:?}");
