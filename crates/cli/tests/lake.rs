@@ -807,6 +807,33 @@ fn a_partitioned_scan_puts_each_row_in_its_buckets_directory() {
     assert!(dirs.len() > 1, "{dirs:?}");
 }
 
+/// §7.10 rule 3: a changelog keeps the partitioning its commits record — `state reset` (a
+/// store outside a run) carries it on — and a `partition_by` that changes it is refused by
+/// `check` and `run` alike, naming both; put back, the run goes on.
+#[test]
+fn a_changelog_partitioned_otherwise_is_refused_by_check_and_run() {
+    let (running, pipeline) = orders_into_parquet(Emulator::Dynoxide, STREAMS, 10, None, "");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let lake = pipeline.dir.path().join("lake").display().to_string();
+    let sink = |extra: &str| parquet_sink(&lake, extra);
+    pipeline.write_with_sink(
+        "lake",
+        &running.endpoint,
+        STREAMS,
+        &sink("  partition_by: []\n"),
+    );
+    refused_by_check_and_run(
+        &pipeline,
+        "holds a changelog partitioned by [day(event_time)], the sink partitions by []",
+    );
+    pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink(""));
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}
+
 /// `sink.compression`: zstd and none write files pyarrow reads, with that codec, equal to the
 /// table.
 #[test]

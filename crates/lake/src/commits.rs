@@ -47,6 +47,10 @@ pub struct Commit {
     /// A snapshot run's directory, while it runs and once it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<SnapshotRun>,
+    /// How the files are partitioned, as `partition_by` says it (`[day(event_time)]`):
+    /// a changelog keeps one layout (`parquet` rule 8); absent in commits written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioning: Option<String>,
 }
 
 /// A scan, query or export run's directory and the files it committed so far.
@@ -212,6 +216,7 @@ mod tests {
             entry: None,
             files: vec![],
             run: None,
+            partitioning: None,
         }
     }
 

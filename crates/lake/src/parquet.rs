@@ -30,6 +30,11 @@
 //! 7. With an Iceberg table (`iceberg` rules), its snapshots are the commits and hold the
 //!    position; there is no commit log, no run directory and no `_manifest.json`, and data
 //!    files go under the table's `data/`, in their partition's directory.
+//! 8. A changelog keeps one layout: each commit records the partitioning its files have, and
+//!    a run partitioning otherwise than the last commit says is refused when it loads (as
+//!    `check` refuses it), naming both — its files would sit where the documented queries do
+//!    not look. A snapshot run may change it: each run has its directory and manifest. A
+//!    store outside a run carries the last commit's partitioning on.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -261,6 +266,8 @@ struct Writer {
     runs: bool,
     /// The Iceberg table the commits go to (rule 7).
     iceberg: Option<IcebergTable>,
+    /// The partitioning its commits record (rule 8).
+    layout: Option<String>,
 }
 
 impl Writer {
@@ -283,6 +290,7 @@ impl Writer {
             broken: false,
             completed_before: None,
             token,
+            layout: None,
         }
     }
 
@@ -321,7 +329,15 @@ impl Writer {
         let mut seq = last.as_ref().map_or(0, |c| c.seq);
         // A log that was changed or lost stops `check` and `state` as it stops a run.
         let orphans = self.orphans(last.as_ref()).await?;
+        self.layout = last.as_ref().and_then(|c| c.partitioning.clone());
         if self.runs {
+            layout_kept(
+                &self.settings.shape,
+                last.as_ref(),
+                &self.objects().describe(),
+            )
+            .map_err(Failure::definite)?;
+            self.layout = Some(self.settings.shape.partitioning().to_string());
             seq = self.claim(last.as_ref(), pipeline).await?;
             self.delete(&orphans).await?;
         }
@@ -341,6 +357,7 @@ impl Writer {
             entry: last.and_then(|c| c.entry.clone()),
             files: Vec::new(),
             run: last.and_then(|c| c.run.clone()),
+            partitioning: self.layout.clone(),
         };
         if !commits::write(self.objects(), &claim)
             .await
@@ -571,6 +588,7 @@ impl Writer {
             entry: entry.map(Entry::to_json),
             files: self.written.clone(),
             run: run.clone(),
+            partitioning: self.layout.clone(),
         };
         let written = commits::write(self.objects(), &commit)
             .await
@@ -631,6 +649,28 @@ impl Writer {
             .await
             .map_err(Failure::transient)
     }
+}
+
+/// Rule 8: a changelog at `place` whose last commit is `last` keeps its partitioning.
+fn layout_kept(shape: &Shape, last: Option<&Commit>, place: &str) -> Result<(), String> {
+    let Some(before) = last.and_then(|c| c.partitioning.as_deref()) else {
+        return Ok(());
+    };
+    let now = shape.partitioning().to_string();
+    if shape.records() == Records::Items || before == now {
+        return Ok(());
+    }
+    Err(format!(
+        "{place} holds a changelog partitioned by {before}, the sink partitions by {now} \
+         (sink.partition_by): give partition_by back that value, or the sink a new path"
+    ))
+}
+
+/// `check`'s probe of a parquet location (no Iceberg table) for a run of `shape`: its commit
+/// log read, and rule 8 applied as the run applies it.
+pub async fn probe(objects: &Objects, shape: &Shape) -> Result<(), String> {
+    let last = commits::last(objects).await?;
+    layout_kept(shape, last.as_ref(), &objects.describe())
 }
 
 mod file;

@@ -54,6 +54,10 @@ pub(super) async fn probe_parquet(
                     ddbpipe_lake::iceberg::probe(settings, &objects, &config.name, shape).await?;
                 Ok(format!("; {table}"))
             }
+            (None, Some(shape)) => {
+                ddbpipe_lake::parquet::probe(&objects, shape).await?;
+                Ok(String::new())
+            }
             _ => Ok::<_, String>(String::new()),
         }
     };

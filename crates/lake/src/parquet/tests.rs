@@ -7,6 +7,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::*;
 use crate::commits::LOG;
+use crate::partition::Term;
 
 fn shape() -> Shape {
     Shape::new(
@@ -185,6 +186,7 @@ async fn a_failed_commit_breaks_the_writer_and_nothing_more_is_committed() {
         entry: Some(staged.entry.to_json()),
         files: Vec::new(),
         run: None,
+        partitioning: None,
     };
     assert_eq!(
         commits::write(&Objects::Local(dir.path().to_path_buf()), &taken).await,
@@ -310,3 +312,59 @@ async fn a_reset_outside_the_run_stops_it_at_its_next_commit() {
 
 // The writer committing to an Iceberg table.
 mod iceberg;
+
+/// Rule 8: a changelog's last commit says its partitioning; a run of another one is refused
+/// naming both, a run of the same one or a snapshot run is not, nor a log from before.
+#[tokio::test]
+async fn a_changelog_keeps_the_partitioning_its_commits_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = Objects::Local(dir.path().to_path_buf());
+    let changes = |terms: Option<&[&str]>| {
+        let shape = Shape::new(
+            vec![("pk".into(), ddbpipe_keyed::KeyType::S)],
+            ddbpipe_value::ValueFormat::Plain,
+            Records::Envelopes,
+            false,
+        )
+        .unwrap();
+        match terms {
+            None => shape,
+            Some(terms) => {
+                let terms: Vec<_> = terms.iter().map(|t| Term::parse(t).unwrap()).collect();
+                shape.partitioned(&terms).unwrap()
+            }
+        }
+    };
+    let mut commit = Commit {
+        seq: 1,
+        pipeline: "orders".into(),
+        at: "2026-12-05T00:00:00Z".into(),
+        entry: None,
+        files: Vec::new(),
+        run: None,
+        partitioning: None,
+    };
+    assert_eq!(commits::write(&objects, &commit).await, Ok(true));
+    assert_eq!(
+        probe(&objects, &changes(Some(&[]))).await,
+        Ok(()),
+        "a log from before"
+    );
+    commit.seq = 2;
+    commit.partitioning = Some(changes(None).partitioning().to_string());
+    assert_eq!(commits::write(&objects, &commit).await, Ok(true));
+    assert_eq!(probe(&objects, &changes(None)).await, Ok(()));
+    let refused = probe(&objects, &changes(Some(&["bucket(4, pk)"])))
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .contains("partitioned by [day(event_time)], the sink partitions by [bucket(4, pk)]"),
+        "{refused}"
+    );
+    assert_eq!(
+        probe(&objects, &shape().partitioned(&[]).unwrap()).await,
+        Ok(()),
+        "a snapshot"
+    );
+}
