@@ -279,61 +279,48 @@ impl Partitioning {
             .and_then(|array| arrow_struct_to_literal(&array, &split.fields))
             .map_err(|e| format!("internal error: partition values: {e}"))?;
         let mut groups: HashMap<Struct, Vec<u32>> = HashMap::new();
-        let mut order = Vec::new();
         for (row, value) in values.into_iter().enumerate() {
             let Some(Literal::Struct(value)) = value else {
                 return Err(format!("internal error: row {row} has no partition value"));
             };
-            groups
-                .entry(value)
-                .or_insert_with_key(|value| {
-                    order.push(value.clone());
-                    Vec::new()
-                })
-                .push(row as u32);
+            groups.entry(value).or_default().push(row as u32);
         }
-        let mut parts = Vec::with_capacity(order.len());
-        for values in order {
-            let rows_of = groups.remove(&values).unwrap_or_default();
+        let mut parts = Vec::with_capacity(groups.len());
+        for (values, rows_of) in groups {
             let part = match rows_of.len() == rows.num_rows() {
                 true => rows.clone(),
                 false => arrow_select::take::take_record_batch(&rows, &UInt32Array::from(rows_of))
                     .map_err(|e| format!("internal error: {e}"))?,
             };
-            let dir = self.dir(&values);
+            let dir = dir(&self.spec, &split.fields, &values);
             parts.push((Partition { dir, values }, part));
         }
         parts.sort_by(|a, b| a.0.dir.cmp(&b.0.dir));
         Ok(parts)
     }
+}
 
-    /// Rule 5: the directory of partition `values`.
-    fn dir(&self, values: &Struct) -> String {
-        let types = self.spec.partition_type(&self.schema).ok();
-        self.spec
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, field)| {
-                let value = values.fields().get(i).and_then(Option::as_ref);
-                let text = match (time(field.transform, value), types.as_ref()) {
-                    (Some(text), _) => text,
-                    (None, Some(ty)) => field
-                        .transform
-                        .to_human_string(&ty.fields()[i].field_type, value),
-                    (None, None) => "null".to_string(),
-                };
-                // A value that reads `null` is not a missing one: the two never share a
-                // directory (nor, in the writer, an open file and its partition values).
-                let shown = match value {
-                    Some(_) if text == "null" => "%6Eull".to_string(),
-                    _ => escape(&text),
-                };
-                format!("{}={shown}", escape(&field.name))
-            })
-            .collect::<Vec<_>>()
-            .join("/")
-    }
+/// Rule 5: the directory of partition `values` of `spec`, whose values have the types of
+/// `fields`.
+fn dir(spec: &PartitionSpec, fields: &StructType, values: &Struct) -> String {
+    spec.fields()
+        .iter()
+        .zip(fields.fields())
+        .enumerate()
+        .map(|(i, (field, ty))| {
+            let value = values.fields().get(i).and_then(Option::as_ref);
+            let text = time(field.transform, value)
+                .unwrap_or_else(|| field.transform.to_human_string(&ty.field_type, value));
+            // A value that reads `null` is not a missing one: the two never share a
+            // directory (nor, in the writer, an open file and its partition values).
+            let shown = match value {
+                Some(_) if text == "null" => "%6Eull".to_string(),
+                _ => escape(&text),
+            };
+            format!("{}={shown}", escape(&field.name))
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// `rows` with their times' zone `UTC` said as the offset `+00:00`, the only form the `iceberg`
