@@ -30,6 +30,8 @@
 
 pub mod catalog;
 mod snapshots;
+
+pub use snapshots::properties_problem;
 pub mod storage;
 
 use std::collections::{BTreeMap, HashMap};

@@ -29,7 +29,7 @@
 //!    once with the snapshot and sequence numbers it was added with (`EXISTING`). Otherwise a
 //!    changelog committing every minute would list one more manifest in every commit for ever.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ddbpipe_source::clock::unix_now_ms;
 use iceberg::spec::{
@@ -193,17 +193,41 @@ struct Written<'a> {
     token: &'a str,
 }
 
-/// Rule 5: the table's manifest merge properties, Iceberg's names and defaults.
-fn merge_settings(metadata: &TableMetadata) -> (bool, usize, i64) {
-    let property = |key: &str| metadata.properties().get(key).map(String::as_str);
-    let enabled = property("commit.manifest-merge.enabled") != Some("false");
-    let min_count = property("commit.manifest.min-count-to-merge")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let target = property("commit.manifest.target-size-bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8 * 1024 * 1024);
-    (enabled, min_count, target)
+/// Rule 5: the manifest merge properties of `properties`, Iceberg's names and defaults; a
+/// value that does not read fails the commit naming it, as rule 4's do in the crate.
+fn merge_settings(properties: &HashMap<String, String>) -> Result<(bool, usize, i64), String> {
+    fn read<T: std::str::FromStr>(
+        properties: &HashMap<String, String>,
+        key: &str,
+        default: T,
+    ) -> Result<T, String> {
+        match properties.get(key) {
+            None => Ok(default),
+            Some(value) => value
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| format!("table property {key} is '{value}', which does not read")),
+        }
+    }
+    Ok((
+        read(properties, "commit.manifest-merge.enabled", true)?,
+        read(properties, "commit.manifest.min-count-to-merge", 100)?,
+        read(
+            properties,
+            "commit.manifest.target-size-bytes",
+            8 * 1024 * 1024,
+        )?,
+    ))
+}
+
+/// Rules 4 and 5: what in `properties` (table properties a run sets) every commit would fail
+/// on, named; `None` when they all read.
+pub fn properties_problem(properties: &BTreeMap<String, String>) -> Option<String> {
+    let properties: HashMap<String, String> = properties.clone().into_iter().collect();
+    if let Err(e) = iceberg::spec::TableProperties::try_from(&properties) {
+        return Some(e.message().to_string());
+    }
+    merge_settings(&properties).err()
 }
 
 /// Rule 5: `kept`, with its runs of small data manifests merged once the snapshot would list
@@ -214,7 +238,8 @@ async fn merged(
     written: &Written<'_>,
 ) -> iceberg::Result<Vec<ManifestFile>> {
     let metadata = written.table.metadata();
-    let (enabled, min_count, target) = merge_settings(metadata);
+    let (enabled, min_count, target) = merge_settings(metadata.properties())
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e))?;
     if !enabled || kept.len() + usize::from(adding) < min_count.max(2) {
         return Ok(kept);
     }

@@ -570,14 +570,30 @@ fn iceberg_table_properties_are_read_and_ddbpipes_own_refused() {
     let properties = parquet.iceberg.unwrap().table_properties;
     assert_eq!(properties["history.expire.min-snapshots-to-keep"], "3");
     assert_eq!(properties["write.format.default"], "parquet");
-    let errors = errors(&format!(
+    let refused = errors(&format!(
         "name: t\nsource: {{table_name: o}}\n{sink}ddbpipe.writer: me}}}}\n"
     ));
     assert!(
-        errors
+        refused
             .iter()
             .any(|e| e.contains("sink.table_properties.ddbpipe.writer")
                 && e.contains("ddbpipe's own")),
-        "{errors:?}"
+        "{refused:?}"
     );
+    // A property every commit reads must read: refused when the file is loaded, not at the
+    // first commit.
+    for (key, value) in [
+        ("history.expire.max-snapshot-age-ms", "5d"),
+        ("commit.manifest.min-count-to-merge", "many"),
+    ] {
+        let refused = errors(&format!(
+            "name: t\nsource: {{table_name: o}}\n{sink}{key}: '{value}'}}}}\n"
+        ));
+        assert!(
+            refused
+                .iter()
+                .any(|e| e.contains("sink.table_properties") && e.contains(key)),
+            "{refused:?}"
+        );
+    }
 }

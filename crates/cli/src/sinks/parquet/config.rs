@@ -325,6 +325,10 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
         if let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name) {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
         }
+        if let Some(problem) = ddbpipe_lake::iceberg::properties_problem(&iceberg.table_properties)
+        {
+            errors.push(ConfigError::new("sink.table_properties", problem));
+        }
         for key in iceberg.table_properties.keys() {
             if key.starts_with("ddbpipe.") {
                 errors.push(ConfigError::new(
