@@ -377,3 +377,27 @@ fn discovery_refuses_what_can_match_nothing_and_what_names_one_table() {
         "{both:?}"
     );
 }
+
+/// docs/config.md §1.5 rule 4: the tables of a file share one set of read slots — those the
+/// list's tables and those `discover` finds later (`with_tables`) alike; another file has
+/// its own.
+#[tokio::test]
+async fn the_tables_of_a_file_share_its_read_slots() {
+    let config = parse_ok(&listed(
+        "  read_concurrency: 2\n",
+        "  type: jsonl\n  path: out/{table}.jsonl\n",
+    ));
+    let tables = config.per_table();
+    let found = config.with_tables(vec!["invoices".into()]).per_table();
+    let slots = |one: &PipelineConfig| one.source.read_concurrency.clone();
+    let (orders, customers, invoices) = (slots(&tables[0]), slots(&tables[1]), slots(&found[0]));
+    assert_eq!(orders.size(), 2);
+    let _held = (orders.take().await, customers.take().await);
+    assert_eq!(
+        invoices.free(),
+        0,
+        "every table's request holds a slot of the one set"
+    );
+    let other = parse_ok(&listed("", "  type: jsonl\n  path: out/{table}.jsonl\n"));
+    assert_eq!(other.per_table()[0].source.read_concurrency.free(), 64);
+}
