@@ -276,7 +276,7 @@ impl IcebergTable {
         Ok(())
     }
 
-    /// Rule 1: the table's columns and partition spec are the sink's.
+    /// Rule 1: the table's columns and partition spec are the sink's, its properties read.
     fn check_columns(&self, table: &Table, shape: &Shape) -> Result<(), Failure> {
         let metadata = table.metadata();
         let wanted = iceberg::arrow::arrow_schema_to_schema(shape.schema())
@@ -308,6 +308,17 @@ impl IcebergTable {
                  (sink.table) or drop this one",
                 self.describe(),
                 conflicts.join(", ")
+            )));
+        }
+        // Every commit reads the table's retention and merge properties (its own, then the
+        // ones the run sets): one that does not read would fail the commits after their files.
+        let mut properties: BTreeMap<String, String> =
+            metadata.properties().clone().into_iter().collect();
+        properties.extend(self.settings.properties.clone());
+        if let Some(problem) = snapshots::properties_problem(&properties) {
+            return Err(Failure::definite(format!(
+                "{}: {problem}: set the property right on the table, or in sink.table_properties",
+                self.describe()
             )));
         }
         // Its data files are written in the table's default spec: it must be the sink's.

@@ -327,3 +327,33 @@ async fn manifests_are_merged_at_the_tables_minimum_count() {
         }
     }
 }
+
+/// `iceberg` rule 1 with `snapshots` rule 5: a table whose merge property does not read (set
+/// by another writer) is refused when a run loads it, naming the property, before any file is
+/// written; the sink's own table_properties setting it right lets the run go on.
+#[tokio::test]
+async fn a_table_property_commits_cannot_read_is_refused_before_any_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (rows, staged) = batch(0, 5);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    foreign_commit_with(dir.path(), "commit.manifest.min-count-to-merge", "many").await;
+    let snapshots = current(dir.path()).await.snapshots().count();
+    let (_, mut next) = ParquetSink::open(iceberg_settings(dir.path()));
+    let refused = next.load("orders").await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("commit.manifest.min-count-to-merge is 'many'"),
+        "{refused}"
+    );
+    assert_eq!(current(dir.path()).await.snapshots().count(), snapshots);
+    let mut settings = iceberg_settings(dir.path());
+    if let Some(iceberg) = &mut settings.iceberg {
+        iceberg.properties = [("commit.manifest.min-count-to-merge".into(), "4".into())].into();
+    }
+    let (_, mut fixed) = ParquetSink::open(settings);
+    assert!(fixed.load("orders").await.is_ok());
+}
