@@ -25,6 +25,15 @@ fn iceberg_settings(dir: &Path) -> ParquetSettings {
     }
 }
 
+/// A run of pipeline `orders` into the table in `dir`: its position loaded (the table
+/// claimed), a fresh scan started.
+async fn started(dir: &Path) -> (ParquetSink, ParquetPositions) {
+    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    (sink, store)
+}
+
 /// What a writer that is not ddbpipe commits: a table property, through the catalog's swap.
 async fn foreign_commit(dir: &Path) {
     foreign_commit_with(dir, "owner", "spark").await;
@@ -120,9 +129,7 @@ async fn a_foreign_commit_is_built_on_and_a_new_claim_fences_the_old_run() {
 async fn a_completed_scan_overwrites_main_and_leaves_no_branch() {
     let dir = tempfile::tempdir().unwrap();
     for run in 0..2 {
-        let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-        store.load("orders").await.unwrap();
-        sink.start(RunStart::Fresh).await.unwrap();
+        let (mut sink, mut store) = started(dir.path()).await;
         let (rows, staged) = batch(0, 10 + run);
         sink.write(&rows, Some(&staged)).await.unwrap();
         let done = Entry {
@@ -161,9 +168,7 @@ async fn a_completed_scan_overwrites_main_and_leaves_no_branch() {
 #[tokio::test]
 async fn a_commit_expires_what_the_tables_retention_says() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-    store.load("orders").await.unwrap();
-    sink.start(RunStart::Fresh).await.unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
     for i in 0..3 {
         let (rows, staged) = batch(i * 5, i * 5 + 5);
         sink.write(&rows, Some(&staged)).await.unwrap();
@@ -187,9 +192,7 @@ async fn a_commit_expires_what_the_tables_retention_says() {
 #[tokio::test]
 async fn a_catalog_failing_mid_run_loses_and_repeats_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-    store.load("orders").await.unwrap();
-    sink.start(RunStart::Fresh).await.unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
     let (first, staged) = batch(0, 5);
     sink.write(&first, Some(&staged)).await.unwrap();
     let catalog = dir.path().join("catalog.db");
@@ -226,9 +229,7 @@ async fn a_catalog_failing_mid_run_loses_and_repeats_nothing() {
 #[tokio::test]
 async fn a_reset_outside_the_run_fences_it_and_clears_the_position() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-    store.load("orders").await.unwrap();
-    sink.start(RunStart::Fresh).await.unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
     let (first, staged) = batch(0, 3);
     sink.write(&first, Some(&staged)).await.unwrap();
     let mut reset = ParquetPositions::reading(iceberg_settings(dir.path()));
@@ -297,9 +298,7 @@ async fn listed(dir: &Path) -> (usize, i64, Vec<(String, i64, u64)>) {
 #[tokio::test]
 async fn manifests_are_merged_at_the_tables_minimum_count() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-    store.load("orders").await.unwrap();
-    sink.start(RunStart::Fresh).await.unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
     let mut added: Vec<(String, i64)> = Vec::new();
     for i in 0..20 {
         if i == 6 {
@@ -334,9 +333,7 @@ async fn manifests_are_merged_at_the_tables_minimum_count() {
 #[tokio::test]
 async fn a_table_property_commits_cannot_read_is_refused_before_any_file() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut sink, mut store) = ParquetSink::open(iceberg_settings(dir.path()));
-    store.load("orders").await.unwrap();
-    sink.start(RunStart::Fresh).await.unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
     let (rows, staged) = batch(0, 5);
     sink.write(&rows, Some(&staged)).await.unwrap();
     foreign_commit_with(dir.path(), "commit.manifest.min-count-to-merge", "many").await;
