@@ -126,6 +126,7 @@ pub mod store;
 mod stream_gaps;
 mod summary;
 mod telemetry;
+mod unlisted;
 mod wiring;
 mod yaml;
 

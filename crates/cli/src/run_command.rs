@@ -47,6 +47,7 @@ pub async fn run(
     )
     .map_err(Failure::runtime)?;
     let outcome = if multi {
+        warn_unlisted(&pipeline, &tables).await;
         run_tables(&pipeline, tables, stop).await
     } else {
         let outcome = pipeline.run(stop).await.map_err(Error::into_failure);
@@ -65,6 +66,25 @@ pub async fn run(
         tracing::warn!("{error:#}");
     }
     outcome.map(|()| Exit::Ok)
+}
+
+/// Warns of each table whose position the file keeps but does not read now (docs/config.md
+/// §1.5 rule 1); a store that cannot be read for it is a warning too (the tables' own runs
+/// report their stores).
+async fn warn_unlisted(file: &Pipeline, tables: &[Pipeline]) {
+    let reading: Vec<_> = tables.iter().map(|one| one.config().clone()).collect();
+    match crate::unlisted::unlisted(file.config(), &reading).await {
+        Ok(Some(unlisted)) => {
+            for one in unlisted {
+                tracing::warn!("{}", one.warning(file.config()));
+            }
+        }
+        Ok(None) => {}
+        Err(failure) => tracing::warn!(
+            "Could not look for kept positions of tables the file no longer reads: {:#}",
+            failure.error
+        ),
+    }
 }
 
 /// Runs every table's pipeline at once, each on a task of its own, until all have ended. Each

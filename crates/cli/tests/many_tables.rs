@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::StreamViewType;
 use serde_json::Value;
 
 use common::keyed::{self, Destination, Target};
-use common::{Emulator, Pipeline, Running, item, n, s, spawn_logged, stderr, stdout};
+use common::{Emulator, Pipeline, Running, item, n, s, signal, spawn_logged, stderr, stdout};
 
 const TABLES: [&str; 3] = ["orders", "customers", "invoices"];
 
@@ -102,6 +102,197 @@ fn mirrors_three_tables_each_from_its_own_position(target: Target) {
     assert!(!customers.contains_key("customers-0003"));
 }
 
+/// Three `ddbpipe run` workers of one file mirroring three tables through one lease table
+/// (docs/config.md §1.5 rule 8): each table's units are leases under its own pipeline
+/// (`sync:<table>`), every worker takes part in every table, and while writers change all
+/// three tables one worker is SIGKILLed during the snapshots and another SIGSTOPped past its
+/// lease. Each table's snapshot is closed once and each destination table ends equal to its
+/// table.
+fn three_workers_share_three_tables(target: Target) {
+    let running = Emulator::Dynoxide.start();
+    for table in TABLES {
+        seed(&running, table, 60);
+    }
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    let destination = Destination::new(target, pipeline.dir.path());
+    let source = format!(
+        "tables: [{}]\nmode: mirror\nfollow: true\npoll_interval_ms: 200\nvalue_format: typed\n\
+         segments: 4\nmax_concurrency: 2\npage_limit: 5\nbatch_size: 5\nmax_read_units_per_second: 2\n",
+        TABLES.join(", ")
+    );
+    let rest = format!(
+        "{}state:\n  flush_interval_ms: 0\ncoordination:\n  lease_table: ddbpipe-leases\n  \
+         lease_duration_secs: 3\n",
+        destination.sink_yaml()
+    );
+    pipeline.write_with_sink("sync", &running.endpoint, &source, &rest);
+    let checked = pipeline.ddbpipe(&["check"]);
+    assert_eq!(checked.status.code(), Some(0), "{}", stderr(&checked));
+    let mut workers: Vec<_> = (0..3).map(|i| spawn_logged(&pipeline, i)).collect();
+    let endpoint = running.endpoint.clone();
+    let writer = std::thread::spawn(move || {
+        let client = common::client(&endpoint);
+        for step in 0..90usize {
+            let table = TABLES[step % 3];
+            let key = s(&format!("{table}-{:04}", (step * 7) % 70));
+            let written = match step % 5 {
+                4 => common::rt()
+                    .block_on(client.delete_item().table_name(table).key("pk", key).send())
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}")),
+                _ => common::rt()
+                    .block_on(
+                        client
+                            .put_item()
+                            .table_name(table)
+                            .set_item(Some(item(vec![("pk", key), ("v", n(&step.to_string()))])))
+                            .send(),
+                    )
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}")),
+            };
+            written.expect("a write");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let marked = |table: &str| {
+        destination
+            .rows(table)
+            .values()
+            .filter(|row| row.snapshot.is_some())
+            .count()
+    };
+    let snapshotting = common::wait_for(Duration::from_secs(90), || {
+        TABLES.iter().all(|table| marked(table) >= 5)
+    });
+    assert!(snapshotting, "the workers write every table's snapshot");
+    let mut killed = workers.remove(0);
+    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
+    killed.wait().unwrap();
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+    writer.join().unwrap();
+
+    let record = |table: &str| -> Value {
+        let stored = destination.query_texts(&format!(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'sync:{table}' AND unit = 'snapshot'"
+        ));
+        stored
+            .first()
+            .map_or(Value::Null, |row| serde_json::from_str(&row[0]).unwrap())
+    };
+    let closed = common::wait_for(Duration::from_secs(240), || {
+        TABLES
+            .iter()
+            .all(|table| !record(table)["closed"].is_null())
+    });
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        TABLES
+            .iter()
+            .all(|table| destination.items(table) == keyed::table_items(&running.endpoint, table))
+    });
+    let mut logs = Vec::new();
+    for (worker, attempt) in workers.into_iter().zip([2, 1]) {
+        signal(&worker, "TERM");
+        let status = worker.wait_with_output().unwrap().status;
+        let log = std::fs::read_to_string(pipeline.dir.path().join(format!("run-{attempt}.log")))
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{log}");
+        logs.push(log);
+    }
+    assert!(closed, "every table's snapshot was closed; {logs:#?}");
+    assert!(converged, "{logs:#?}");
+    assert_mirrored(&running, &destination, &TABLES);
+    for table in TABLES {
+        for log in &logs {
+            assert!(
+                log.contains(&format!("table '{table}': ")),
+                "each worker runs every table: {log}"
+            );
+        }
+    }
+    // The lease rows of each table are its own pipeline's; none under the file's name.
+    let shown = pipeline.ddbpipe(&["state", "show"]);
+    let said = stdout(&shown);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    for table in TABLES {
+        assert!(said.contains(&format!("sync:{table}")), "{said}");
+    }
+    assert!(
+        destination.state("sync").is_empty(),
+        "no position of the file's name"
+    );
+}
+
+/// What `run` and `check` say of a table with a kept position that the file no longer reads
+/// (docs/config.md §1.5 rule 1).
+const CUSTOMERS_KEPT: &str = "table 'customers' has a stored position (pipeline \
+                              'sync:customers') but it is not in source.tables: the position \
+                              is kept, and reading the table again resumes it";
+
+/// A stream into jsonl whose table is taken off the list keeps its state file, `run` and
+/// `check` name it, and listed again it resumes from that file's position (only the change
+/// made meanwhile is written).
+fn a_table_taken_off_the_list_keeps_its_state_file() {
+    let running = Emulator::Dynoxide.start();
+    for table in ["orders", "customers"] {
+        seed(&running, table, 12);
+    }
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    let sink = format!(
+        "sink:\n  type: jsonl\n  path: '{}/{{table}}.jsonl'\n",
+        pipeline.dir.path().display()
+    );
+    let write = |tables: &str| {
+        let source = format!("tables: [{tables}]\nmode: streams\nidle_termination_secs: 1\n");
+        pipeline.write_with_sink("sync", &running.endpoint, &source, &sink);
+    };
+    write("orders, customers");
+    let first = run(&pipeline);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(
+        pipeline
+            .dir
+            .path()
+            .join("sync.customers.state.json")
+            .exists()
+    );
+
+    write("orders");
+    let second = run(&pipeline);
+    let said = stderr(&second);
+    assert_eq!(second.status.code(), Some(0), "{said}");
+    assert!(said.contains(CUSTOMERS_KEPT), "{said}");
+    assert!(!said.contains("table 'orders' has"), "{said}");
+    let checked = pipeline.ddbpipe(&["check"]);
+    assert!(
+        stdout(&checked).contains(&format!("WARN {CUSTOMERS_KEPT}")),
+        "{}",
+        stdout(&checked)
+    );
+
+    running.put_pk("customers", "customers-new", "1");
+    write("orders, customers");
+    let third = run(&pipeline);
+    let said = stderr(&third);
+    assert_eq!(third.status.code(), Some(0), "{said}");
+    assert!(!said.contains("has a stored position"), "{said}");
+    let lines = std::fs::read_to_string(pipeline.dir.path().join("customers.jsonl")).unwrap();
+    let keys: Vec<String> = lines
+        .lines()
+        .map(|line| {
+            let change: Value = serde_json::from_str(line).unwrap();
+            change["key"]["pk"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // The first run wrote the 12 puts; the third only the new one.
+    assert_eq!(keys.len(), 13, "{keys:?}");
+    assert_eq!(keys.last().map(String::as_str), Some("customers-new"));
+}
+
 /// The value of the series of `metric` whose labels hold every one of `labels`, in the
 /// Prometheus text `text`; `None` when there is none.
 fn series(text: &str, metric: &str, labels: &[&str]) -> Option<f64> {
@@ -162,6 +353,16 @@ mod sqlite {
     #[test]
     fn each_tables_metrics_carry_its_table() {
         super::each_tables_metrics_carry_its_table(Target::Sqlite);
+    }
+
+    #[test]
+    fn three_workers_share_three_tables_through_a_kill_and_a_stop() {
+        super::three_workers_share_three_tables(Target::Sqlite);
+    }
+
+    #[test]
+    fn a_table_taken_off_the_list_keeps_its_state_file() {
+        super::a_table_taken_off_the_list_keeps_its_state_file();
     }
 
     /// docs/config.md §1.5 rule 4: with one read slot for the whole process, the three
@@ -232,8 +433,8 @@ mod sqlite {
         assert!(said.contains("2 of 2 tables failed"), "{said}");
     }
 
-    /// docs/config.md §1.5 rule 2: a table taken off the list keeps its position: the runs
-    /// without it leave its state as it was, and put back it goes on from there.
+    /// docs/config.md §1.5 rule 1: a table taken off the list keeps its position: the runs
+    /// without it leave its state as it was and name it, and put back it goes on from there.
     #[test]
     fn a_table_taken_off_the_list_keeps_its_position() {
         let running = Emulator::Dynoxide.start();
@@ -255,7 +456,16 @@ idle_termination_secs: 1
         running.put_pk("orders", "orders-new", "1");
         running.put_pk("customers", "customers-new", "1");
         let output = run(&pipeline);
-        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{said}");
+        assert!(said.contains(CUSTOMERS_KEPT), "run names the table: {said}");
+        let checked = pipeline.ddbpipe(&["check", "--json"]);
+        let report: Value = serde_json::from_str(&stdout(&checked)).unwrap();
+        assert_eq!(checked.status.code(), Some(0), "a warning: {report}");
+        let unlisted = report["unlisted"].as_array().unwrap();
+        assert_eq!(unlisted.len(), 1, "{report}");
+        assert_eq!(unlisted[0]["table"], "customers");
+        assert_eq!(unlisted[0]["pipeline"], "sync:customers");
         assert_eq!(destination.state("sync:customers"), kept, "untouched");
         assert!(!destination.items("customers").contains_key("customers-new"));
         let both = only_orders.replace("[orders]", "[orders, customers]");
@@ -263,6 +473,7 @@ idle_termination_secs: 1
         let output = run(&pipeline);
         let said = stderr(&output);
         assert_eq!(output.status.code(), Some(0), "{said}");
+        assert!(!said.contains("has a stored position"), "{said}");
         assert_mirrored(&running, &destination, &["orders", "customers"]);
         assert_ne!(destination.state("sync:customers"), kept, "it went on");
     }
@@ -531,5 +742,10 @@ mod postgres {
     #[test]
     fn three_tables_mirror_into_one_schema_each_from_its_own_position() {
         mirrors_three_tables_each_from_its_own_position(Target::Postgres);
+    }
+
+    #[test]
+    fn three_workers_share_three_tables_through_a_kill_and_a_stop() {
+        three_workers_share_three_tables(Target::Postgres);
     }
 }

@@ -173,6 +173,25 @@ impl Database {
         Ok(parts.collect())
     }
 
+    /// The names of the pipelines with a stored part, sorted; empty when the state table does
+    /// not exist. (A file of several tables warns of a table it no longer reads whose
+    /// position is kept, docs/config.md §1.5 rule 1.)
+    pub async fn stored_pipelines(&self) -> Result<Vec<String>, DbError> {
+        let mut session = self.backend.session(None, STATE_TABLE).await?;
+        if !session.exists(STATE_TABLE).await? {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT DISTINCT pipeline FROM {} ORDER BY pipeline",
+            session.dialect().table(STATE_TABLE)
+        );
+        let rows = session.query(STATE_TABLE, &sql, &[]).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| row.into_iter().next()?.into_text())
+            .collect())
+    }
+
     /// Deletes every part of `pipeline` and its lease fences; `true` when something was
     /// deleted.
     pub async fn reset_state(&self, pipeline: &str) -> Result<bool, DbError> {

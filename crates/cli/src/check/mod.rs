@@ -157,8 +157,37 @@ pub async fn check(config_path: &Path, json: bool, timeout: Duration) -> Result<
             probes.print();
         }
     }
+    // Kept positions of tables the file no longer reads: warnings, as `run` gives them (a
+    // store that cannot be read is each table's own probe's to fail).
+    let unlisted = match crate::unlisted::unlisted(&config, &tables).await {
+        Ok(found) => found.unwrap_or_default(),
+        Err(failure) => {
+            if !json {
+                println!(
+                    "\nWARN could not look for kept positions of tables the file no longer \
+                     reads: {:#}",
+                    failure.error
+                );
+            }
+            Vec::new()
+        }
+    };
     if json {
-        println!("{}", json!({"ok": ok, "tables": listed}));
+        let unlisted: Vec<_> = unlisted
+            .iter()
+            .map(|one| {
+                json!({"table": one.table, "pipeline": one.pipeline,
+                              "warning": one.warning(&config)})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"ok": ok, "tables": listed, "unlisted": unlisted})
+        );
+    } else {
+        for one in &unlisted {
+            println!("\nWARN {}", one.warning(&config));
+        }
     }
     Ok(if ok { Exit::Ok } else { Exit::Runtime })
 }

@@ -43,7 +43,7 @@ pub use self::coordination::{CoordinationConfig, process_token};
 pub use self::discovery::Discovery;
 pub use self::metrics::MetricsConfig;
 pub use self::state::StateConfig;
-pub use self::tables::TABLE_PLACEHOLDER;
+pub use self::tables::{NAME_SEPARATOR, TABLE_PLACEHOLDER};
 use crate::failure::Failure;
 use crate::origin::Origin;
 use crate::sinks;
@@ -345,14 +345,7 @@ pub fn parse(
         }
     }
     if let (true, Some((source, _)), Some((sink, _))) = (several, &source, &sink) {
-        tables::validate(
-            tables.as_deref(),
-            source,
-            sink,
-            &state,
-            coordination.as_ref(),
-            &mut errors,
-        );
+        tables::validate(tables.as_deref(), source, sink, &state, &mut errors);
     }
     if let Some(discover) = &discover {
         discovery::validate(discover, &mut errors);

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use ddbpipe_source::config::{ConfigError, Mode, SourceConfig};
 
-use super::{CoordinationConfig, JsonlTarget, PipelineConfig, SinkConfig, StateConfig};
+use super::{JsonlTarget, PipelineConfig, SinkConfig, StateConfig};
 use crate::sinks::keyed::table_name_of;
 
 /// The placeholder for the table's name in `sink.path`, `sink.table`, `sink.topic` and
@@ -100,20 +100,19 @@ fn fill_text(text: &mut Option<String>, name: &str) {
 /// The rules of `source.tables` (docs/config.md §1.5): a list of 1 to [`MAX_TABLES`] distinct
 /// tables, each a table name or ARN; every place the tables' records or positions go names
 /// `{table}`, so that no two tables share a file, a destination table or a topic; and what
-/// one table's settings would name (an index, a key condition, a stream or export ARN, a
-/// lease table) is refused.
+/// one table's settings would name (an index, a key condition, a stream or export ARN) is
+/// refused.
 pub(super) fn validate(
     tables: Option<&[String]>,
     source: &SourceConfig,
     sink: &SinkConfig,
     state: &StateConfig,
-    coordination: Option<&CoordinationConfig>,
     errors: &mut Vec<ConfigError>,
 ) {
     let mut fail = |path: &str, message: String| errors.push(ConfigError::new(path, message));
     // Tables found by `discover` keep its own rules (discovery::validate).
     let Some(tables) = tables else {
-        return shared_rules(source, sink, state, coordination, &mut fail);
+        return shared_rules(source, sink, state, &mut fail);
     };
     if tables.is_empty() {
         fail(
@@ -141,7 +140,7 @@ pub(super) fn validate(
             fail(&at, format!("table '{name}' is listed twice"));
         }
     }
-    shared_rules(source, sink, state, coordination, &mut fail);
+    shared_rules(source, sink, state, &mut fail);
 }
 
 /// The rules of several tables however they are named: what names one table is refused, and
@@ -150,7 +149,6 @@ fn shared_rules(
     source: &SourceConfig,
     sink: &SinkConfig,
     state: &StateConfig,
-    coordination: Option<&CoordinationConfig>,
     fail: &mut impl FnMut(&str, String),
 ) {
     let one_table = |field: &str, what: &str| {
@@ -172,15 +170,6 @@ fn shared_rules(
         fail(
             "source.snapshot.export_arn",
             one_table("export_arn", "an export"),
-        );
-    }
-    if coordination.is_some() {
-        fail(
-            "coordination",
-            "several tables (source.tables, source.discover) are read by one process in this \
-             version: remove \
-             coordination, or give each table a pipeline file of its own"
-                .into(),
         );
     }
     let needs = |field: &str, what: &str| {

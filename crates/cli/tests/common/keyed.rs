@@ -93,13 +93,37 @@ impl Destination {
         }
     }
 
-    /// The rows of a PostgreSQL query in the destination's schema, every column as text.
+    /// The rows of a query (PostgreSQL: in the destination's schema), every column as text
+    /// (`NULL` for null). SQLite: none while the file or a table it reads does not exist.
     pub fn query_texts(&self, sql: &str) -> Vec<Vec<String>> {
-        assert_eq!(
-            self.target,
-            Target::Postgres,
-            "query_texts reads PostgreSQL"
-        );
+        if self.target == Target::Sqlite {
+            let Some(db) = self.read_only() else {
+                return Vec::new();
+            };
+            let Ok(mut statement) = db.prepare(sql) else {
+                return Vec::new();
+            };
+            let columns = statement.column_count();
+            return statement
+                .query_map([], |row| {
+                    (0..columns)
+                        .map(|i| {
+                            Ok(match row.get_ref(i)? {
+                                rusqlite::types::ValueRef::Null => "NULL".to_string(),
+                                rusqlite::types::ValueRef::Integer(n) => n.to_string(),
+                                rusqlite::types::ValueRef::Real(x) => x.to_string(),
+                                rusqlite::types::ValueRef::Text(t)
+                                | rusqlite::types::ValueRef::Blob(t) => {
+                                    String::from_utf8_lossy(t).into_owned()
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .expect("sqlite query")
+                .collect::<Result<_, _>>()
+                .expect("sqlite rows");
+        }
         rt().block_on(async {
             let client = pg().await;
             client

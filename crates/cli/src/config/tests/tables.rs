@@ -191,15 +191,40 @@ fn a_list_refuses_what_names_one_table() {
             "{source}: {errors:?}"
         );
     }
-    let shared = errors(&format!(
+}
+
+#[test]
+fn several_tables_share_one_lease_table_each_under_its_own_pipeline() {
+    let shared = parse_ok(&format!(
+        "{}coordination:\n  lease_table: leases\n  worker_id: w1\n",
+        listed(
+            "  mode: streams\n  idle_termination_secs: 1\n",
+            "  type: jsonl\n  path: out/{table}-{worker}.jsonl\n"
+        )
+    ));
+    let tables = shared.per_table();
+    for (one, table) in tables.iter().zip(["orders", "customers"]) {
+        // The lease rows' partition is the pipeline's name: each table's units apart.
+        assert_eq!(one.name, format!("sync:{table}"));
+        let coordination = one.coordination.as_ref().expect("each table is shared");
+        assert_eq!(coordination.lease_table, "leases");
+        assert_eq!(coordination.worker_id(), "w1");
+        assert!(matches!(
+            &one.sink,
+            SinkConfig::Jsonl(JsonlConfig { path: JsonlTarget::File(path), .. })
+                if path.ends_with(format!("out/{table}-{{worker}}.jsonl"))
+        ));
+    }
+    // Each worker's file must still be its own: the rules of a shared jsonl sink hold.
+    let unworked = errors(&format!(
         "{}coordination:\n  lease_table: leases\n",
-        listed("", jsonl)
+        listed("", "  type: jsonl\n  path: out/{table}.jsonl\n")
     ));
     assert!(
-        shared
+        unworked
             .iter()
-            .any(|line| line.starts_with("config error: coordination: several tables")),
-        "{shared:?}"
+            .any(|line| line.starts_with("config error: sink.path: ") && line.contains("{worker}")),
+        "{unworked:?}"
     );
 }
 
