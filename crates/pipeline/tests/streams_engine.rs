@@ -927,6 +927,81 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
     );
 }
 
+/// Runner rule 3 (`runner::together`): when the scan ends, the engine is stopped and waited
+/// for; a shard slice waiting for room in the full hand-over must be received meanwhile, or
+/// the engine never ends and the run hangs after its last snapshot row (found by the bench's
+/// 50 tables into one SQLite file: a slow sink and a busy stream at the scan's end). Here six
+/// shards hold changes from the start, each write takes a second and the scan is one page.
+#[tokio::test(start_paused = true)]
+async fn a_scan_ending_while_the_stream_waits_for_room_ends_and_writes_every_change() {
+    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_source::fake::FakeTable;
+
+    let shards = ["s1", "s2", "s3", "s4", "s5", "s6"];
+    let mut fake = FakeStreams::new(11);
+    for shard in shards {
+        fake = fake.at(Duration::ZERO, root(shard));
+    }
+    for i in 0..40 {
+        for shard in shards {
+            fake = fake.at(Duration::ZERO, write_to(shard, &format!("{shard}-{i}")));
+        }
+    }
+    let fake = Arc::new(fake);
+    let table = Arc::new(FakeTable::numbered(5));
+    let dir = tempfile::tempdir().unwrap();
+    let mut checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.path().join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    let mut sink =
+        MemorySink::decoding(|line| serde_json::from_slice::<serde_json::Value>(line).unwrap());
+    sink.versioned = true;
+    sink.delay = Duration::from_secs(1);
+    let settings = StreamRun {
+        kind: StreamKind::Mirror,
+        batch: BatchLimits {
+            records: 4,
+            ..settings().batch
+        },
+        ..settings()
+    };
+    let run = run_streams_with_snapshots(
+        Arc::clone(&fake),
+        Some(SnapshotScan {
+            api: Arc::clone(&table),
+            segments: 1,
+            max_concurrency: 1,
+            page_limit: None,
+            consistent_read: false,
+            read_rule: ddbpipe_source::plan::ReadRule::default(),
+            exports: None,
+            repairs: None,
+        }),
+        &settings,
+        &mut sink,
+        &mut checkpointer,
+        Cancel::never(),
+        Arc::new(NoObserver),
+        &NoProgress,
+    );
+    // Paused time: a hang leaves only this timer, which then fires at once.
+    let outcome = tokio::time::timeout(Duration::from_secs(24 * 3600), run)
+        .await
+        .expect("the run ends: the hand-over is drained while the engine stops")
+        .unwrap();
+    assert_eq!(outcome.end, EndReason::Idle);
+    let changes = sink.lines.iter().filter(|line| line["op"] != "r").count();
+    assert_eq!(changes, 6 * 40, "every change");
+    let rows = sink.lines.iter().filter(|line| line["op"] == "r").count();
+    assert_eq!(rows, 5, "every item");
+    assert!(stored(dir.path()).snapshot.is_none(), "the snapshot closed");
+}
+
 /// docs/mirror.md §5.2: an open snapshot whose stream was read beside its scan resumes only when
 /// its stored shard positions are still readable; a position trimmed while the run was down
 /// fails the run naming the shard, before any Scan request, and the state stays as it was.

@@ -10,7 +10,9 @@
 //! 2. The stream engine runs in follow mode without `max_messages`: a quiet stream during a
 //!    long scan is not idleness, and the run never ends while its snapshot is open.
 //! 3. When the scan has read every segment, its last batch is written, the engine is stopped,
-//!    what it handed over is written, and the snapshot is closed with its cleanup (§5.3). The
+//!    what it handed over is written (received while it stops too: a shard waiting for room
+//!    in the hand-over would otherwise keep the engine from ending), and the snapshot is
+//!    closed with its cleanup (§5.3). The
 //!    caller then streams on from the committed position with the run's own bounds.
 //! 4. A stop (signal) stops both; everything acknowledged is committed and the next run
 //!    resumes the scan segments and the shards where they were. A failure of either side drops
@@ -119,7 +121,27 @@ pub async fn run_together<R: PageSource, A: StreamsApi, S: Sink>(
     // The scan's end (or a stop): its last batch, then the stream's (rule 3).
     scan.finish(checkpointer, sink).await?;
     engine_stop.cancel();
-    if !engine_ended && let Err(error) = (&mut engine_task.0).await.unwrap_or_else(engine_failed) {
+    // The engine ends once its shard slices do, and a slice may be waiting for room in the
+    // hand-over: what is handed over meanwhile is received and written, or neither would
+    // ever end.
+    let mut stopped = Ok(());
+    while !engine_ended {
+        tokio::select! {
+            biased;
+            joined = &mut engine_task.0 => {
+                engine_ended = true;
+                stopped = joined.unwrap_or_else(engine_failed).map(drop);
+            }
+            next = handed.recv(), if handed_open => match next {
+                Some(next) => {
+                    let full = stream.batcher.push_handed(next);
+                    stream.deliver_all(checkpointer, sink, full).await?;
+                }
+                None => handed_open = false,
+            },
+        }
+    }
+    if let Err(error) = stopped {
         drop(stream.batcher.take());
         checkpointer.give_up_handed().await?;
         checkpointer.flush().await?;
