@@ -37,6 +37,7 @@ mod sdk_streams;
 mod server;
 mod sink;
 mod stream_server;
+mod tables;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -129,6 +130,10 @@ struct BenchArgs {
     /// concurrent reads hide (0: answer at once, so CPU is the only limit).
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    /// The tables case: how many tables share `--items` (each `--items / --tables` items),
+    /// mirrored by one process beside one table of all of them.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    tables: u32,
     /// Print one JSON line instead of the table.
     #[arg(long)]
     json: bool,
@@ -142,6 +147,7 @@ enum WhichCase {
     #[value(alias = "both")]
     All,
     Sink,
+    Tables,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -231,6 +237,13 @@ enum Hidden {
         #[arg(long)]
         clk_tck: u64,
     },
+    /// Runs one mirror of the tables case, its settings read as a JSON line from stdin, and
+    /// prints what it measured as a JSON line.
+    #[command(hide = true)]
+    TablesPhase {
+        #[arg(long)]
+        clk_tck: u64,
+    },
 }
 
 fn positive(text: &str) -> Result<usize, String> {
@@ -291,6 +304,7 @@ fn main() -> ExitCode {
             })
         }
         Some(Hidden::SinkPhase { clk_tck }) => sink::phase(clk_tck),
+        Some(Hidden::TablesPhase { clk_tck }) => tables::phase(clk_tck),
         None => bench(&cli.bench),
     };
     match result {
@@ -505,6 +519,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
         WhichCase::Export => &[Case::Export],
         WhichCase::All => &[Case::Scan, Case::Streams, Case::Export],
         WhichCase::Sink => return sink::bench::run(&exe, args, args.shards(), clk),
+        WhichCase::Tables => return tables::run(&exe, args, clk.0),
     };
     let exported = cases.contains(&Case::Export);
     if !args.json {

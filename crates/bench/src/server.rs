@@ -282,7 +282,7 @@ impl Server {
     fn answer(&self, target: Option<&str>, body: &[u8]) -> Answer<'_> {
         match target {
             Some("DynamoDB_20120810.Scan") => {}
-            Some("DynamoDB_20120810.DescribeTable") => return self.describe(),
+            Some("DynamoDB_20120810.DescribeTable") => return self.describe(body),
             Some(streams) if streams.starts_with("DynamoDBStreams_20120810.") => {
                 let operation = &streams["DynamoDBStreams_20120810.".len()..];
                 return self.stream.answer(operation, body);
@@ -312,11 +312,22 @@ impl Server {
     }
 
     /// `DescribeTable` of the bench table, as `ddbpipe run` asks it before the meter starts:
-    /// its key schema, item count and stream.
-    fn describe(&self) -> Answer<'static> {
+    /// its key schema, item count and stream. The table is described under the name asked
+    /// for, one of [`served`].
+    fn describe(&self, body: &[u8]) -> Answer<'static> {
+        let name = serde_json::from_slice::<Json>(body)
+            .ok()
+            .and_then(|request| request["TableName"].as_str().map(str::to_string))
+            .unwrap_or_else(|| TABLE.to_string());
+        if !served(&name) {
+            return error(
+                "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException",
+                &format!("no table {name:?}; the bench table is {TABLE:?}"),
+            );
+        }
         let body = json!({"Table": {
-            "TableName": TABLE,
-            "TableArn": format!("arn:aws:dynamodb:us-east-1:000000000000:table/{TABLE}"),
+            "TableName": name,
+            "TableArn": format!("arn:aws:dynamodb:us-east-1:000000000000:table/{name}"),
             "TableStatus": "ACTIVE",
             "KeySchema": [
                 {"AttributeName": "pk", "KeyType": "HASH"},
@@ -338,7 +349,7 @@ impl Server {
     }
 
     fn page(&self, request: &ScanRequest) -> Result<Answer<'_>, String> {
-        if request.table_name != TABLE {
+        if !served(&request.table_name) {
             return Err(format!(
                 "no table {:?}; the bench table is {TABLE:?}",
                 request.table_name
@@ -388,6 +399,15 @@ impl Server {
             tail: Cow::Owned(tail),
         })
     }
+}
+
+/// Whether the server answers for table `name`: the bench table, under its own name or as
+/// any `bench-<suffix>` (the tables case's many tables, each the same items).
+fn served(name: &str) -> bool {
+    name == TABLE
+        || name
+            .strip_prefix(TABLE)
+            .is_some_and(|rest| rest.len() > 1 && rest.starts_with('-'))
 }
 
 pub(crate) fn error(kind: &str, message: &str) -> Answer<'static> {
