@@ -151,7 +151,7 @@ enum WhichCase {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum WhichSink {
+pub(crate) enum WhichSink {
     Sqlite,
     Postgres,
     Both,

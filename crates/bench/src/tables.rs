@@ -1,10 +1,10 @@
 //! `ddbpipe-bench --case tables`: many tables in one process (issue 30, docs/config.md §1.5)
 //! beside one table of the same items. `--tables` tables (`bench-00`, `bench-01`, …) of
 //! `--items / --tables` items each are mirrored by one `source.tables` pipeline, and one table
-//! of `--items` items by a pipeline of one table, each into a fresh SQLite file (a destination
-//! table per table), each in a process of its own (`tables-phase`, hidden), alternating from
-//! run to run. Reported: wall time, CPU and peak RSS of each, and the ratios of the many
-//! tables to the one.
+//! of `--items` items by a pipeline of one table, each into a fresh SQLite file or PostgreSQL
+//! schema (`--sink`; a destination table per table), each in a process of its own
+//! (`tables-phase`, hidden), alternating from run to run. Reported: wall time, CPU and peak
+//! RSS of each, and the ratios of the many tables to the one.
 //!
 //! The mirror is the one `ddbpipe run` does (`mode: mirror`): the snapshot by parallel scan,
 //! every table's snapshot marks, its cleanup, then its stream until it has been idle for a
@@ -21,9 +21,11 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, bail, ensure};
 use serde::{Deserialize, Serialize};
 
-use crate::BenchArgs;
 use crate::items::TABLE;
 use crate::procfs::{self, Meter};
+use crate::sink::PostgresUrl;
+use crate::sink::databases::{self, Admin};
+use crate::{BenchArgs, WhichSink};
 
 /// What one phase reads and where it writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,8 +39,61 @@ pub struct TablesPhaseSettings {
     /// `segments` and `max_concurrency` of each table's scan.
     pub segments: u32,
     pub concurrency: usize,
-    /// The SQLite file written (fresh).
-    pub path: PathBuf,
+    /// Where the tables go (fresh).
+    pub into: Target,
+}
+
+/// A phase's destination.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Target {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A schema of a PostgreSQL server.
+    Postgres { url: PostgresUrl, schema: String },
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Sqlite(_) => "sqlite",
+            Target::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// The pipeline file's `sink:` section.
+    fn sink(&self) -> String {
+        match self {
+            Target::Sqlite(path) => format!("{{type: sqlite, path: '{}'}}", path.display()),
+            Target::Postgres { url, schema } => {
+                format!(
+                    "{{type: postgres, url: '{}', schema: {schema}}}",
+                    url.expose()
+                )
+            }
+        }
+    }
+
+    /// The rows of destination table `table`.
+    async fn count(&self, table: &str) -> anyhow::Result<u64> {
+        let sql = |qualified: String| format!("SELECT count(*) FROM {qualified}");
+        match self {
+            Target::Sqlite(path) => {
+                let db = rusqlite::Connection::open(path).context("cannot open the SQLite file")?;
+                let count: u64 =
+                    db.query_row(&sql(format!("\"{table}\"")), [], |row| row.get(0))?;
+                Ok(count)
+            }
+            Target::Postgres { url, schema } => {
+                let (client, connection) =
+                    tokio_postgres::connect(url.expose(), tokio_postgres::NoTls).await?;
+                tokio::spawn(connection);
+                let row = client
+                    .query_one(&sql(format!("\"{schema}\".\"{table}\"")), &[])
+                    .await?;
+                Ok(u64::try_from(row.get::<_, i64>(0))?)
+            }
+        }
+    }
 }
 
 /// What one phase measured.
@@ -72,11 +127,11 @@ fn yaml(settings: &TablesPhaseSettings) -> String {
          credentials: {{type: access_key, config: {{access_key_id: AKIDBENCH, \
          secret_access_key: bench-secret}}}}, mode: mirror, segments: {segments}, \
          max_concurrency: {concurrency}, poll_interval_ms: 200, idle_termination_secs: 1}}\n\
-         sink: {{type: sqlite, path: '{path}'}}\n",
+         sink: {sink}\n",
         endpoint = settings.endpoint,
         segments = settings.segments,
         concurrency = settings.concurrency,
-        path = settings.path.display(),
+        sink = settings.into.sink(),
     )
 }
 
@@ -102,12 +157,9 @@ pub fn phase(clk_tck: u64) -> anyhow::Result<()> {
     let measured = meter.stop()?;
     let peak_rss_kib = procfs::peak_rss_kib()?;
     let mut rows = 0;
-    let db = rusqlite::Connection::open(&settings.path).context("cannot open the SQLite file")?;
     for table in names(&settings) {
-        let count: u64 = db
-            .query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |row| {
-                row.get(0)
-            })
+        let count = runtime
+            .block_on(settings.into.count(&table))
             .with_context(|| format!("cannot count the rows of {table}"))?;
         ensure!(
             count == settings.rows,
@@ -160,6 +212,22 @@ async fn mirror(file: &ddbpipe::Pipeline) -> anyhow::Result<()> {
 
 /// Runs the tables case and prints its report.
 pub fn run(exe: &Path, args: &BenchArgs, clk_tck: u64) -> anyhow::Result<()> {
+    let url = databases::postgres_url(args.postgres_url.as_deref());
+    let mut admin = match (args.sink, url) {
+        (WhichSink::Sqlite, _) => None,
+        (_, Some(url)) => Some(Admin::connect(url)?),
+        (WhichSink::Postgres, None) => bail!(
+            "--sink postgres needs a server: no --postgres-url and DDBPIPE_TEST_POSTGRES_URL \
+             is not set; run `bash -c 'source scripts/postgres.sh; ddbpipe-bench --case tables'`"
+        ),
+        (WhichSink::Both, None) => {
+            eprintln!(
+                "ddbpipe-bench: PostgreSQL skipped: no --postgres-url and \
+                 DDBPIPE_TEST_POSTGRES_URL is not set"
+            );
+            None
+        }
+    };
     let count = args.tables;
     ensure!(
         args.items.is_multiple_of(u64::from(count)),
@@ -181,16 +249,31 @@ pub fn run(exe: &Path, args: &BenchArgs, clk_tck: u64) -> anyhow::Result<()> {
         .prefix("ddbpipe-bench-tables.")
         .tempdir()
         .context("cannot create the directory of the SQLite files")?;
-    let mut reports: Vec<(bool, TablesPhaseReport)> = Vec::new();
+    let targets: Vec<&'static str> = match (args.sink, &admin) {
+        (WhichSink::Sqlite, _) | (WhichSink::Both, None) => vec!["sqlite"],
+        (WhichSink::Postgres, _) => vec!["postgres"],
+        (WhichSink::Both, Some(_)) => vec!["sqlite", "postgres"],
+    };
+    let mut reports: Vec<(&'static str, bool, TablesPhaseReport)> = Vec::new();
     for run in 0..args.runs {
-        let mut order = [false, true];
+        let mut order: Vec<(&'static str, bool)> = targets
+            .iter()
+            .flat_map(|target| [(*target, false), (*target, true)])
+            .collect();
         if run % 2 == 1 {
             order.reverse();
         }
-        for several in order {
+        for (target, several) in order {
             let (port, items) = match several {
                 false => (one.port, args.items),
                 true => (many.port, per_table),
+            };
+            let into = match (target, admin.as_mut()) {
+                ("postgres", Some(admin)) => Target::Postgres {
+                    url: admin.url().clone(),
+                    schema: admin.create_schema("tables")?,
+                },
+                _ => Target::Sqlite(dir.path().join(format!("run{run}-{several}.db"))),
             };
             let settings = TablesPhaseSettings {
                 endpoint: format!("http://127.0.0.1:{port}"),
@@ -201,84 +284,98 @@ pub fn run(exe: &Path, args: &BenchArgs, clk_tck: u64) -> anyhow::Result<()> {
                 rows: items,
                 segments: args.segments,
                 concurrency: args.concurrency[0],
-                path: dir.path().join(format!("run{run}-{several}.db")),
+                into,
             };
             if !args.json {
                 eprintln!(
-                    "ddbpipe-bench: tables, run {} of {}: {}...",
+                    "ddbpipe-bench: tables, run {} of {}: {} into {}...",
                     run + 1,
                     args.runs,
                     match several {
                         false => format!("one table of {items} items"),
                         true => format!("{count} tables of {items} items"),
-                    }
+                    },
+                    settings.into.name()
                 );
             }
             let report = one_phase(exe, &settings, clk_tck)?;
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", settings.path.display()));
+            match &settings.into {
+                Target::Sqlite(path) => {
+                    for suffix in ["", "-wal", "-shm"] {
+                        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                    }
+                }
+                Target::Postgres { schema, .. } => {
+                    if let Some(admin) = admin.as_mut() {
+                        admin.drop_schema(schema)?;
+                    }
+                }
             }
-            reports.push((several, report));
+            reports.push((target, several, report));
         }
     }
-    let median = |several: bool, of: fn(&TablesPhaseReport) -> f64| {
+    let median = |target: &str, several: bool, of: fn(&TablesPhaseReport) -> f64| {
         let mut values: Vec<f64> = reports
             .iter()
-            .filter(|(s, _)| *s == several)
-            .map(|(_, report)| of(report))
+            .filter(|(t, s, _)| *t == target && *s == several)
+            .map(|(_, _, report)| of(report))
             .collect();
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let wall = |s| median(s, |r| r.wall_secs);
-    let cpu = |s| median(s, |r| r.cpu_secs);
-    let rss = |s| median(s, |r| r.peak_rss_kib as f64 / 1024.0);
-    let rows = |s| median(s, |r| r.rows as f64);
+    let wall = |t: &str, s: bool| median(t, s, |r| r.wall_secs);
+    let cpu = |t: &str, s: bool| median(t, s, |r| r.cpu_secs);
+    let rss = |t: &str, s: bool| median(t, s, |r| r.peak_rss_kib as f64 / 1024.0);
+    let rows = |t: &str, s: bool| median(t, s, |r| r.rows as f64);
     if args.json {
-        let side = |s: bool| {
+        let side = |t: &str, s: bool| {
             serde_json::json!({
                 "tables": if s { count } else { 1 },
-                "rows": rows(s), "wall_secs": wall(s), "cpu_secs": cpu(s), "peak_rss_mib": rss(s),
-                "rows_per_sec": rows(s) / wall(s),
+                "rows": rows(t, s), "wall_secs": wall(t, s), "cpu_secs": cpu(t, s),
+                "peak_rss_mib": rss(t, s), "rows_per_sec": rows(t, s) / wall(t, s),
             })
         };
-        let line = serde_json::json!({
-            "case": "tables", "runs": args.runs, "items": args.items,
-            "one": side(false), "many": side(true),
-            "wall_ratio": wall(true) / wall(false),
-            "cpu_ratio": cpu(true) / cpu(false),
-            "rss_ratio": rss(true) / rss(false),
-        });
-        println!("{line}");
+        for target in &targets {
+            let line = serde_json::json!({
+                "case": "tables", "into": target, "runs": args.runs, "items": args.items,
+                "one": side(target, false), "many": side(target, true),
+                "wall_ratio": wall(target, true) / wall(target, false),
+                "cpu_ratio": cpu(target, true) / cpu(target, false),
+                "rss_ratio": rss(target, true) / rss(target, false),
+            });
+            println!("{line}");
+        }
         return Ok(());
     }
     println!(
-        "tables: a mirror into SQLite by one process (medians of {} run(s); an empty stream)",
+        "tables: a mirror by one process (medians of {} run(s); an empty stream)",
         args.runs
     );
     println!(
-        "{:<26} {:>10} {:>9} {:>12} {:>9} {:>13}",
+        "{:<36} {:>10} {:>9} {:>12} {:>9} {:>13}",
         "", "rows", "wall s", "rows/s", "CPU s", "peak RSS MiB"
     );
-    for (several, label) in [
-        (false, format!("1 table of {}", args.items)),
-        (true, format!("{count} tables of {per_table}")),
-    ] {
+    for target in &targets {
+        for (several, label) in [
+            (false, format!("1 table of {} into {target}", args.items)),
+            (true, format!("{count} tables of {per_table} into {target}")),
+        ] {
+            println!(
+                "{label:<36} {:>10} {:>9.2} {:>12.0} {:>9.2} {:>13.1}",
+                rows(target, several),
+                wall(target, several),
+                rows(target, several) / wall(target, several),
+                cpu(target, several),
+                rss(target, several)
+            );
+        }
         println!(
-            "{label:<26} {:>10} {:>9.2} {:>12.0} {:>9.2} {:>13.1}",
-            rows(several),
-            wall(several),
-            rows(several) / wall(several),
-            cpu(several),
-            rss(several)
+            "{target}, many ÷ one: wall {:.2}×, CPU {:.2}×, peak RSS {:.2}×",
+            wall(target, true) / wall(target, false),
+            cpu(target, true) / cpu(target, false),
+            rss(target, true) / rss(target, false)
         );
     }
-    println!(
-        "many ÷ one: wall {:.2}×, CPU {:.2}×, peak RSS {:.2}×",
-        wall(true) / wall(false),
-        cpu(true) / cpu(false),
-        rss(true) / rss(false)
-    );
     Ok(())
 }
 
@@ -327,7 +424,7 @@ mod tests {
             rows: 10,
             segments: 4,
             concurrency: 4,
-            path: PathBuf::from("/tmp/x.db"),
+            into: Target::Sqlite(PathBuf::from("/tmp/x.db")),
         };
         let file = ddbpipe::Pipeline::from_yaml(&yaml(&settings), Path::new("/tmp"))
             .expect("the bench's pipeline file loads");
@@ -341,5 +438,13 @@ mod tests {
             .expect("the bench's pipeline file loads");
         assert_eq!(file.table(), TABLE);
         assert_eq!(names(&one), [TABLE]);
+        let into = Target::Postgres {
+            url: PostgresUrl::new("postgres://u:secret@h/db?sslmode=disable".into()),
+            schema: "s1".into(),
+        };
+        assert_eq!(into.name(), "postgres");
+        let postgres = TablesPhaseSettings { into, ..one };
+        ddbpipe::Pipeline::from_yaml(&yaml(&postgres), Path::new("/tmp"))
+            .expect("the postgres pipeline file loads");
     }
 }

@@ -166,14 +166,7 @@ fn three_workers_share_three_tables(target: Target) {
         TABLES.iter().all(|table| marked(table) >= 5)
     });
     assert!(snapshotting, "the workers write every table's snapshot");
-    let mut killed = workers.remove(0);
-    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
-    killed.wait().unwrap();
-    let stopped = workers.remove(0);
-    signal(&stopped, "STOP");
-    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
-    signal(&stopped, "CONT");
-    workers.push(stopped);
+    common::kill_one_and_stall_another(&mut workers);
     writer.join().unwrap();
 
     let record = |table: &str| -> Value {
@@ -215,12 +208,29 @@ fn three_workers_share_three_tables(target: Target) {
         }
     }
     // The lease rows of each table are its own pipeline's; none under the file's name.
-    let shown = pipeline.ddbpipe(&["state", "show"]);
-    let said = stdout(&shown);
+    let shown = pipeline.ddbpipe(&["state", "show", "--json"]);
     assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
-    for table in TABLES {
-        assert!(said.contains(&format!("sync:{table}")), "{said}");
+    let shown: Vec<Value> = stdout(&shown)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(shown.len(), TABLES.len(), "{shown:?}");
+    for (table, one) in TABLES.iter().zip(&shown) {
+        assert_eq!(one["pipeline"], format!("sync:{table}"), "{one}");
+        assert_eq!(one["phase"], "streaming", "{one}");
     }
+    // `lag` of each table from its lease rows, and the worst.
+    let lag = pipeline.ddbpipe(&["lag", "--json"]);
+    assert_eq!(lag.status.code(), Some(0), "{}", stderr(&lag));
+    let lag: Value = serde_json::from_str(&stdout(&lag)).unwrap();
+    let tables: Vec<&str> = lag["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|one| one["table"].as_str().unwrap())
+        .collect();
+    assert_eq!(tables, TABLES, "{lag}");
+    assert!(lag["worst"]["lag_seconds"].is_number(), "{lag}");
     assert!(
         destination.state("sync").is_empty(),
         "no position of the file's name"

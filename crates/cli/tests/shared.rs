@@ -1156,14 +1156,7 @@ fn three_workers_mirror_one_table_through_a_kill_and_a_stop(emulator: Emulator, 
     };
     let snapshotting = common::wait_for(Duration::from_secs(60), || marked() >= 40);
     assert!(snapshotting, "the workers write the snapshot");
-    let mut killed = workers.remove(0);
-    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
-    killed.wait().unwrap();
-    let stopped = workers.remove(0);
-    signal(&stopped, "STOP");
-    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
-    signal(&stopped, "CONT");
-    workers.push(stopped);
+    common::kill_one_and_stall_another(&mut workers);
     writer.join().unwrap();
 
     let table = common::keyed::table_items(&running.endpoint, "items");
@@ -1221,14 +1214,7 @@ fn three_workers_through_a_kill_and_a_stop(
         common::wait_for(Duration::from_secs(90), || marked() >= 20),
         "the workers write the snapshot"
     );
-    let mut killed = workers.remove(0);
-    killed.kill().unwrap(); // SIGKILL: no final checkpoint, no hand-back.
-    killed.wait().unwrap();
-    let stopped = workers.remove(0);
-    signal(&stopped, "STOP");
-    std::thread::sleep(Duration::from_secs(7)); // past the 3 s lease: a zombie.
-    signal(&stopped, "CONT");
-    workers.push(stopped);
+    common::kill_one_and_stall_another(&mut workers);
     writer.join().unwrap();
     let record = || -> Value {
         let stored = destination.query_texts(

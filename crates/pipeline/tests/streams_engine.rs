@@ -89,6 +89,23 @@ async fn run_into(
     (outcome, sink.lines)
 }
 
+/// A mirror's first run into `dir`: its checkpointer (no position yet) and a sink that keeps
+/// each line as JSON and applies rows by version, as a keyed sink does.
+async fn fresh_mirror(dir: &Path) -> (Checkpointer, MemorySink<serde_json::Value>) {
+    let checkpointer = Checkpointer::open_streams(
+        StateFile::new(dir.join("state.json")),
+        "p",
+        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    let mut sink =
+        MemorySink::decoding(|line| serde_json::from_slice::<serde_json::Value>(line).unwrap());
+    sink.versioned = true;
+    (checkpointer, sink)
+}
+
 fn stored(dir: &Path) -> StreamsPosition {
     let entry = StateFile::new(dir.join("state.json")).load("p").unwrap();
     match entry.and_then(|e| e.position) {
@@ -840,17 +857,7 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
     let fake = Arc::new(fake);
     let table = Arc::new(FakeTable::numbered(40).units_per_page(Some(1.0)));
     let dir = tempfile::tempdir().unwrap();
-    let mut checkpointer = Checkpointer::open_streams(
-        StateFile::new(dir.path().join("state.json")),
-        "p",
-        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
-        Duration::ZERO,
-    )
-    .await
-    .unwrap();
-    let mut sink =
-        MemorySink::decoding(|line| serde_json::from_slice::<serde_json::Value>(line).unwrap());
-    sink.versioned = true;
+    let (mut checkpointer, mut sink) = fresh_mirror(dir.path()).await;
     let outcome = run_streams_with_snapshots(
         Arc::clone(&fake),
         Some(SnapshotScan {
@@ -950,17 +957,7 @@ async fn a_scan_ending_while_the_stream_waits_for_room_ends_and_writes_every_cha
     let fake = Arc::new(fake);
     let table = Arc::new(FakeTable::numbered(5));
     let dir = tempfile::tempdir().unwrap();
-    let mut checkpointer = Checkpointer::open_streams(
-        StateFile::new(dir.path().join("state.json")),
-        "p",
-        Identity::from_json(json!({"table_name": "t", "mode": "mirror"})),
-        Duration::ZERO,
-    )
-    .await
-    .unwrap();
-    let mut sink =
-        MemorySink::decoding(|line| serde_json::from_slice::<serde_json::Value>(line).unwrap());
-    sink.versioned = true;
+    let (mut checkpointer, mut sink) = fresh_mirror(dir.path()).await;
     sink.delay = Duration::from_secs(1);
     let settings = StreamRun {
         kind: StreamKind::Mirror,

@@ -44,7 +44,7 @@
 //! Nothing asserts on time.
 
 pub mod bench;
-mod databases;
+pub(crate) mod databases;
 mod ddbpipe;
 mod destination;
 mod floor;

@@ -440,6 +440,20 @@ pub fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
+/// Of workers sharing leases of 3 s: SIGKILLs the first (no final checkpoint, no hand-back)
+/// and SIGSTOPs the next for 7 s, past its lease (a zombie), then lets it go on; the survivors
+/// stay in `workers`, the stalled one last.
+pub fn kill_one_and_stall_another(workers: &mut Vec<Child>) {
+    let mut killed = workers.remove(0);
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("the killed worker is reaped");
+    let stopped = workers.remove(0);
+    signal(&stopped, "STOP");
+    std::thread::sleep(Duration::from_secs(7));
+    signal(&stopped, "CONT");
+    workers.push(stopped);
+}
+
 /// Sends `child` SIGTERM: a clean stop.
 pub fn sigterm(child: &Child) {
     signal(child, "TERM");
