@@ -106,6 +106,25 @@ async fn fresh_mirror(dir: &Path) -> (Checkpointer, MemorySink<serde_json::Value
     (checkpointer, sink)
 }
 
+/// A snapshot scan of the fake `table` by `segments` segments, `max_concurrency` at once, with
+/// the default page size and read rule, and neither exports nor repairs.
+fn plain_scan(
+    table: &Arc<ddbpipe_source::fake::FakeTable>,
+    segments: u32,
+    max_concurrency: usize,
+) -> ddbpipe_pipeline::streams::SnapshotScan<ddbpipe_source::fake::FakeTable> {
+    ddbpipe_pipeline::streams::SnapshotScan {
+        api: Arc::clone(table),
+        segments,
+        max_concurrency,
+        page_limit: None,
+        consistent_read: false,
+        read_rule: ddbpipe_source::plan::ReadRule::default(),
+        exports: None,
+        repairs: None,
+    }
+}
+
 fn stored(dir: &Path) -> StreamsPosition {
     let entry = StateFile::new(dir.join("state.json")).load("p").unwrap();
     match entry.and_then(|e| e.position) {
@@ -753,7 +772,7 @@ async fn drained_shards_waiting_for_children_hold_no_slot_and_the_run_reads_ever
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation() {
     use ddbpipe_pipeline::state::Entry;
-    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_pipeline::streams::run_streams_with_snapshots;
     use ddbpipe_source::fake::FakeTable;
 
     let fake = Arc::new(FakeStreams::new(5));
@@ -799,16 +818,7 @@ async fn a_snapshot_longer_than_the_retention_margin_fails_with_an_explanation()
     let mut sink = Counting::default();
     let outcome = run_streams_with_snapshots(
         Arc::clone(&fake),
-        Some(SnapshotScan {
-            api: Arc::clone(&table),
-            segments: 2,
-            max_concurrency: 2,
-            page_limit: None,
-            consistent_read: false,
-            read_rule: ddbpipe_source::plan::ReadRule::default(),
-            exports: None,
-            repairs: None,
-        }),
+        Some(plain_scan(&table, 2, 2)),
         &StreamRun {
             kind: StreamKind::Mirror,
             on_gap: OnGap::Resnapshot,
@@ -941,7 +951,7 @@ async fn a_snapshot_longer_than_the_retention_reads_the_stream_beside_its_scan()
 /// shards hold changes from the start, each write takes a second and the scan is one page.
 #[tokio::test(start_paused = true)]
 async fn a_scan_ending_while_the_stream_waits_for_room_ends_and_writes_every_change() {
-    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_pipeline::streams::run_streams_with_snapshots;
     use ddbpipe_source::fake::FakeTable;
 
     let shards = ["s1", "s2", "s3", "s4", "s5", "s6"];
@@ -969,16 +979,7 @@ async fn a_scan_ending_while_the_stream_waits_for_room_ends_and_writes_every_cha
     };
     let run = run_streams_with_snapshots(
         Arc::clone(&fake),
-        Some(SnapshotScan {
-            api: Arc::clone(&table),
-            segments: 1,
-            max_concurrency: 1,
-            page_limit: None,
-            consistent_read: false,
-            read_rule: ddbpipe_source::plan::ReadRule::default(),
-            exports: None,
-            repairs: None,
-        }),
+        Some(plain_scan(&table, 1, 1)),
         &settings,
         &mut sink,
         &mut checkpointer,
@@ -1005,7 +1006,7 @@ async fn a_scan_ending_while_the_stream_waits_for_room_ends_and_writes_every_cha
 #[tokio::test(start_paused = true)]
 async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_trimmed_meanwhile() {
     use ddbpipe_pipeline::state::Entry;
-    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_pipeline::streams::run_streams_with_snapshots;
     use ddbpipe_source::fake::FakeTable;
 
     let fake = Arc::new(FakeStreams::new(9).at(Duration::ZERO, root("s1")));
@@ -1044,16 +1045,7 @@ async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_tri
     let table = Arc::new(FakeTable::numbered(4));
     let outcome = run_streams_with_snapshots(
         Arc::clone(&fake),
-        Some(SnapshotScan {
-            api: Arc::clone(&table),
-            segments: 2,
-            max_concurrency: 1,
-            page_limit: None,
-            consistent_read: false,
-            read_rule: ddbpipe_source::plan::ReadRule::default(),
-            exports: None,
-            repairs: None,
-        }),
+        Some(plain_scan(&table, 2, 1)),
         &StreamRun {
             kind: StreamKind::Mirror,
             on_gap: OnGap::Resnapshot,
@@ -1085,7 +1077,7 @@ async fn resuming_a_snapshot_read_beside_its_stream_fails_when_its_shard_was_tri
 #[tokio::test(start_paused = true)]
 async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged() {
     use ddbpipe_pipeline::state::Entry;
-    use ddbpipe_pipeline::streams::{SnapshotScan, run_streams_with_snapshots};
+    use ddbpipe_pipeline::streams::run_streams_with_snapshots;
     use ddbpipe_source::fake::FakeTable;
 
     let fake = Arc::new(FakeStreams::new(9).at(Duration::ZERO, root("s1")));
@@ -1127,16 +1119,7 @@ async fn a_completed_snapshot_is_closed_before_its_trimmed_positions_are_judged(
     let table = Arc::new(FakeTable::numbered(4));
     let outcome = run_streams_with_snapshots(
         Arc::clone(&fake),
-        Some(SnapshotScan {
-            api: Arc::clone(&table),
-            segments: 2,
-            max_concurrency: 1,
-            page_limit: None,
-            consistent_read: false,
-            read_rule: ddbpipe_source::plan::ReadRule::default(),
-            exports: None,
-            repairs: None,
-        }),
+        Some(plain_scan(&table, 2, 1)),
         &StreamRun {
             kind: StreamKind::Mirror,
             on_gap: OnGap::Fail,
