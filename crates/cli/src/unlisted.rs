@@ -13,8 +13,6 @@
 use std::path::Path;
 
 use ddbpipe_kafka::client::Delivery;
-use ddbpipe_keyed::state::assemble;
-use ddbpipe_keyed::{Database, DbError};
 use ddbpipe_pipeline::state::StateFile;
 
 use crate::config::{NAME_SEPARATOR, PipelineConfig, SinkConfig, TABLE_PLACEHOLDER};
@@ -56,14 +54,7 @@ pub async fn unlisted(
     }
     let prefix = format!("{}{NAME_SEPARATOR}", file.name);
     let stored: Vec<String> = match &file.sink {
-        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => {
-            match crate::sinks::keyed::open_existing(&file.sink).await? {
-                Some(db) => kept_in_database(&db, &prefix).await.map_err(|error| {
-                    Failure::runtime(anyhow::anyhow!("sink {}: {}", db.describe(), error.message))
-                })?,
-                None => Vec::new(),
-            }
-        }
+        SinkConfig::Sqlite(_) | SinkConfig::Postgres(_) => kept_in_database(file, &prefix).await?,
         SinkConfig::Kafka(kafka) if kafka.delivery == Delivery::ExactlyOnce => return Ok(None),
         SinkConfig::Jsonl(_) | SinkConfig::Kafka(_) | SinkConfig::Custom => {
             match state_files(&file.state.path, &prefix) {
@@ -86,21 +77,31 @@ pub async fn unlisted(
     ))
 }
 
-/// The pipelines `<prefix><table>` whose entry in the database's `_ddbpipe_state` holds a
-/// position (a completed scan's keeps none: reading its table again starts over anyway).
-async fn kept_in_database(db: &Database, prefix: &str) -> Result<Vec<String>, DbError> {
+/// The pipelines `<prefix><table>` of `file`'s keyed sink whose entry in `_ddbpipe_state`
+/// holds a position (a completed scan's keeps none: reading its table again starts over
+/// anyway), each read as its table's run reads it (`destination::read_store`).
+async fn kept_in_database(file: &PipelineConfig, prefix: &str) -> Result<Vec<String>, Failure> {
+    let Some(db) = crate::sinks::keyed::open_existing(&file.sink).await? else {
+        return Ok(Vec::new());
+    };
+    let stored = db.stored_pipelines().await.map_err(|error| {
+        Failure::runtime(anyhow::anyhow!("sink {}: {}", db.describe(), error.message))
+    })?;
     let mut kept = Vec::new();
-    for pipeline in db.stored_pipelines().await? {
-        if !pipeline.starts_with(prefix) {
+    for pipeline in stored {
+        let Some(table) = pipeline.strip_prefix(prefix) else {
             continue;
-        }
-        let parts = db.load_state(&pipeline).await?;
-        let parts = parts
-            .into_iter()
-            .filter_map(|(part, text)| Some((part, serde_json::from_str(&text).ok()?)))
-            .collect();
+        };
+        let Some(one) = file.with_tables(vec![table.to_string()]).per_table().pop() else {
+            continue;
+        };
+        let Some(mut store) = crate::destination::read_store(&one).await? else {
+            continue;
+        };
         // An entry that does not read is its table's run's to report.
-        if assemble(&parts).is_ok_and(|entry| !entry["position"].is_null()) {
+        if let Ok(Some(entry)) = store.load(&one.name).await
+            && entry.position.is_some()
+        {
             kept.push(pipeline);
         }
     }
