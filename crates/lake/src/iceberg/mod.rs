@@ -312,8 +312,7 @@ impl IcebergTable {
         }
         // Every commit reads the table's retention and merge properties (its own, then the
         // ones the run sets): one that does not read would fail the commits after their files.
-        let mut properties: BTreeMap<String, String> =
-            metadata.properties().clone().into_iter().collect();
+        let mut properties = metadata.properties().clone();
         properties.extend(self.settings.properties.clone());
         if let Some(problem) = snapshots::properties_problem(&properties) {
             return Err(Failure::definite(format!(

@@ -29,7 +29,7 @@
 //!    once with the snapshot and sequence numbers it was added with (`EXISTING`). Otherwise a
 //!    changelog committing every minute would list one more manifest in every commit for ever.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use ddbpipe_source::clock::unix_now_ms;
 use iceberg::spec::{
@@ -222,12 +222,11 @@ fn merge_settings(properties: &HashMap<String, String>) -> Result<(bool, usize, 
 
 /// Rules 4 and 5: what in `properties` (table properties a run sets) every commit would fail
 /// on, named; `None` when they all read.
-pub fn properties_problem(properties: &BTreeMap<String, String>) -> Option<String> {
-    let properties: HashMap<String, String> = properties.clone().into_iter().collect();
-    if let Err(e) = iceberg::spec::TableProperties::try_from(&properties) {
+pub fn properties_problem(properties: &HashMap<String, String>) -> Option<String> {
+    if let Err(e) = iceberg::spec::TableProperties::try_from(properties) {
         return Some(e.message().to_string());
     }
-    merge_settings(&properties).err()
+    merge_settings(properties).err()
 }
 
 /// Rule 5: `kept`, with its runs of small data manifests merged once the snapshot would list

@@ -325,8 +325,8 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
         if let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name) {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
         }
-        if let Some(problem) = ddbpipe_lake::iceberg::properties_problem(&iceberg.table_properties)
-        {
+        let properties = iceberg.table_properties.clone().into_iter().collect();
+        if let Some(problem) = ddbpipe_lake::iceberg::properties_problem(&properties) {
             errors.push(ConfigError::new("sink.table_properties", problem));
         }
         for key in iceberg.table_properties.keys() {
