@@ -183,3 +183,58 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
         end,
     })
 }
+
+/// Runs `ddbpipe-bench <subcommand> --clk-tck <clk_tck>` (a hidden phase) in a process of its
+/// own, its `settings` a JSON line on its stdin, and reads its report: the last line it
+/// prints. The phase's errors go to stderr; `name` names it in this process's errors.
+pub fn in_process<S: serde::Serialize, R: serde::de::DeserializeOwned>(
+    exe: &std::path::Path,
+    subcommand: &str,
+    clk_tck: u64,
+    settings: &S,
+    name: &str,
+) -> anyhow::Result<R> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    use anyhow::Context as _;
+
+    let mut child = Command::new(exe)
+        .args([subcommand, "--clk-tck", &clk_tck.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start the {name} phase"))?;
+    {
+        let mut stdin = child.stdin.take().context("the phase has no stdin")?;
+        let line = serde_json::to_string(settings)?;
+        writeln!(stdin, "{line}").with_context(|| format!("cannot start the {name} phase"))?;
+    }
+    let output = child
+        .wait_with_output()
+        .with_context(|| format!("the {name} phase did not end"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "the {name} phase failed ({}); its error is above",
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .with_context(|| format!("the {name} phase printed nothing"))?;
+    serde_json::from_str(line).with_context(|| format!("the {name} phase printed {line:?}"))
+}
+
+/// A hidden phase's settings: the JSON line on its stdin.
+pub fn settings_line<S: serde::de::DeserializeOwned>() -> anyhow::Result<S> {
+    use anyhow::Context as _;
+
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the phase's settings")?;
+    serde_json::from_str(line.trim()).context("the phase's settings do not parse")
+}

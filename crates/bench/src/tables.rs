@@ -14,9 +14,7 @@
 //! user waits for. Each phase checks every destination table holds exactly its table's items,
 //! and fails loudly otherwise.
 
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail, ensure};
 use serde::{Deserialize, Serialize};
@@ -138,12 +136,7 @@ fn yaml(settings: &TablesPhaseSettings) -> String {
 /// `tables-phase`: reads its settings (a JSON line on stdin), mirrors, checks the rows and
 /// prints its report as a JSON line.
 pub fn phase(clk_tck: u64) -> anyhow::Result<()> {
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("cannot read the phase's settings")?;
-    let settings: TablesPhaseSettings =
-        serde_json::from_str(line.trim()).context("the phase's settings do not parse")?;
+    let settings: TablesPhaseSettings = crate::phase::settings_line()?;
     // The same runtime as `ddbpipe run` (crates/cli/src/main.rs).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -298,7 +291,8 @@ pub fn run(exe: &Path, args: &BenchArgs, clk_tck: u64) -> anyhow::Result<()> {
                     settings.into.name()
                 );
             }
-            let report = one_phase(exe, &settings, clk_tck)?;
+            let report: TablesPhaseReport =
+                crate::phase::in_process(exe, "tables-phase", clk_tck, &settings, "tables")?;
             match &settings.into {
                 Target::Sqlite(path) => {
                     for suffix in ["", "-wal", "-shm"] {
@@ -377,39 +371,6 @@ pub fn run(exe: &Path, args: &BenchArgs, clk_tck: u64) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Runs one phase in a process of its own.
-fn one_phase(
-    exe: &Path,
-    settings: &TablesPhaseSettings,
-    clk_tck: u64,
-) -> anyhow::Result<TablesPhaseReport> {
-    let mut child = Command::new(exe)
-        .args(["tables-phase", "--clk-tck", &clk_tck.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("cannot start the tables phase")?;
-    {
-        let mut stdin = child.stdin.take().context("the phase has no stdin")?;
-        writeln!(stdin, "{}", serde_json::to_string(settings)?)
-            .context("cannot start the tables phase")?;
-    }
-    let stdout = child.stdout.take().context("the phase has no stdout")?;
-    let mut last = String::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.context("cannot read the phase's report")?;
-        if !line.trim().is_empty() {
-            last = line;
-        }
-    }
-    let status = child.wait().context("the tables phase did not end")?;
-    if !status.success() {
-        bail!("the tables phase failed ({status}); its error is above");
-    }
-    serde_json::from_str(&last).with_context(|| format!("the tables phase printed {last:?}"))
 }
 
 #[cfg(test)]

@@ -489,3 +489,44 @@ impl Drop for Server {
         let _ = self.0.wait();
     }
 }
+
+/// The tables case: three tables of 200 items mirrored by one process beside one table of
+/// 600, into SQLite and (when the test run's server is there) PostgreSQL; every phase checks
+/// each destination table's rows, so the report's row counts are the items.
+#[test]
+fn the_tables_case_mirrors_many_tables_beside_one_into_each_database() {
+    let url = std::env::var("DDBPIPE_TEST_POSTGRES_URL").ok();
+    let output = Command::new(env!("CARGO_BIN_EXE_ddbpipe-bench"))
+        .args([
+            "--case", "tables", "--json", "--items", "600", "--tables", "3",
+        ])
+        .args(["--segments", "2", "--page-items", "100"])
+        .output()
+        .expect("the bench starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the bench failed: {stderr}");
+    let reports: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let into: Vec<&str> = reports
+        .iter()
+        .map(|r| r["into"].as_str().unwrap())
+        .collect();
+    match url {
+        Some(_) => assert_eq!(into, ["sqlite", "postgres"], "{stderr}"),
+        None => assert_eq!(into, ["sqlite"], "{stderr}"),
+    }
+    for report in &reports {
+        assert_eq!(report["many"]["tables"], 3, "{report}");
+        assert_eq!(report["one"]["tables"], 1, "{report}");
+        for side in ["one", "many"] {
+            assert_eq!(report[side]["rows"], 600.0, "{report}");
+            assert!(
+                report[side]["peak_rss_mib"].as_f64().unwrap() > 0.0,
+                "{report}"
+            );
+        }
+        assert!(report["wall_ratio"].as_f64().unwrap() > 0.0, "{report}");
+    }
+}

@@ -11,9 +11,7 @@
 //! directory, removed after its count. The bench server serves the table and the stream
 //! throughout.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail, ensure};
 use ddbpipe_source::streams::shard_reader::READ_SPACING;
@@ -438,35 +436,8 @@ impl Bench<'_> {
                 self.args.runs
             );
         }
-        let mut child = Command::new(self.exe)
-            .args(["sink-phase", "--clk-tck", &self.clk_tck.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("cannot start the {name} phase"))?;
-        {
-            let mut stdin = child.stdin.take().context("the phase has no stdin")?;
-            let line = serde_json::to_string(settings)?;
-            writeln!(stdin, "{line}").with_context(|| format!("cannot start the {name} phase"))?;
-        }
-        let output = child
-            .wait_with_output()
-            .with_context(|| format!("the {name} phase did not end"))?;
-        if !output.status.success() {
-            bail!(
-                "the {name} phase failed ({}); its error is above",
-                output.status
-            );
-        }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let line = stdout
-            .lines()
-            .rev()
-            .find(|line| !line.trim().is_empty())
-            .with_context(|| format!("the {name} phase printed nothing"))?;
-        let report: SinkPhaseReport = serde_json::from_str(line)
-            .with_context(|| format!("the {name} phase printed {line:?}"))?;
+        let report: SinkPhaseReport =
+            crate::phase::in_process(self.exe, "sink-phase", self.clk_tck, settings, &name)?;
         ensure!(
             report.received == settings.received && report.rows == settings.rows,
             "the {name} phase wrote {} of {} and left {} rows, not {}",

@@ -383,12 +383,7 @@ impl ServerMeter {
 /// `ddbpipe-bench sink-phase`: reads the settings from stdin, runs the phase, prints its
 /// report on stdout.
 pub fn phase(clk_tck: u64) -> anyhow::Result<()> {
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("cannot read the phase's settings")?;
-    let settings: SinkPhaseSettings =
-        serde_json::from_str(line.trim()).context("the phase's settings do not parse")?;
+    let settings: SinkPhaseSettings = crate::phase::settings_line()?;
     let report = run(&settings, clk_tck)?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
