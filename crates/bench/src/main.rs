@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::export_files::Written;
@@ -401,20 +401,7 @@ fn run_phase(exe: &Path, settings: &PhaseSettings, clk_tck: u64) -> anyhow::Resu
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start the {name} phase"))?;
-    if !output.status.success() {
-        bail!(
-            "the {name} phase failed ({}); its error is above",
-            output.status
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .with_context(|| format!("the {name} phase printed nothing"))?;
-    let report: PhaseReport =
-        serde_json::from_str(line).with_context(|| format!("the {name} phase printed {line:?}"))?;
+    let report: PhaseReport = phase::report_of(&output, name)?;
     ensure!(
         report.received == settings.expected,
         "the {name} phase received {} {}s, not {}",

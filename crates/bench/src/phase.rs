@@ -214,6 +214,17 @@ pub fn in_process<S: serde::Serialize, R: serde::de::DeserializeOwned>(
     let output = child
         .wait_with_output()
         .with_context(|| format!("the {name} phase did not end"))?;
+    report_of(&output, name)
+}
+
+/// The report of a phase process that ended with `output`: the last line it printed, once it
+/// succeeded.
+pub fn report_of<R: serde::de::DeserializeOwned>(
+    output: &std::process::Output,
+    name: &str,
+) -> anyhow::Result<R> {
+    use anyhow::Context as _;
+
     anyhow::ensure!(
         output.status.success(),
         "the {name} phase failed ({}); its error is above",
