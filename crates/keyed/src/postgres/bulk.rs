@@ -19,14 +19,17 @@
 //!    document type, typed columns to theirs, deleted-key markers and stream-written rows holding back snapshot rows.
 //! 4. The staging rows, the merge and the state parts are one transaction with the batch, as
 //!    on the per-row path.
-//! 5. Stream changes: each staged row keeps its place in the batch (`ord`) and whether it is a
-//!    delete (`op`). The deletes first leave their deleted-key markers (with a snapshot open;
-//!    per key the newest time, null counting as newest, as the per-row marker statement keeps);
-//!    then each key's **last** change decides: a delete deletes the row, an upsert writes its
-//!    document and version. That is the state applying the changes one by one leaves — the same
-//!    rows, documents, versions and markers — except that a key deleted and upserted again in one
+//! 5. Stream changes: ddbpipe stages each key's **last** change of the batch only (the key
+//!    compared by its text, as deleted-key markers are): a delete (`op` 1) deletes the row, an
+//!    upsert (`op` 0) writes its document and version. With a snapshot open, every key the
+//!    batch deletes also leaves one deleted-key marker, at the newest time of its deletes (null
+//!    counting as newest, as the per-row marker statement keeps): on its last change's staged
+//!    row when that is a delete, else on a marker-only row (`op` 2) that neither deletes nor
+//!    writes. That is the state applying the changes one by one leaves — the same rows,
+//!    documents, versions and markers — except that a key deleted and upserted again in one
 //!    batch without a snapshot open keeps its old snapshot marker instead of null, which no
-//!    cleanup tells apart (only the open snapshot's id counts there).
+//!    cleanup tells apart (only the open snapshot's id counts there). Choosing the last change
+//!    here spares the server a sort of the batch; each destination row is touched once.
 //! 6. Straight into the destination: a batch of upserts of one kind with distinct keys whose
 //!    keys are all new to the table is copied into the destination itself (`COPY`'s text
 //!    format, `copy_text`), with the columns the merge would have inserted. That is the merge's
@@ -37,7 +40,7 @@
 //!    the session then stages that table's batches for the rest of its life, since a table
 //!    with rows tends to keep meeting them (a resnapshot, a scan run again).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use bytes::{BufMut as _, BytesMut};
@@ -230,33 +233,21 @@ fn staged_values(spec: &TableSpec, s: &str, marker: &str, vseq: &str) -> String 
     values.join(", ")
 }
 
-/// Rule 5, one statement: each key's last change (`last`, sorted once), the markers of the
-/// deletes (with a snapshot open), the deletes and the upserts. Parameters: `updated_at`, then
-/// with a snapshot open its id and the table name. The parts of a data-modifying `WITH` see
-/// one snapshot of the tables; they touch no row twice, since each key has one last change.
+/// Rule 5, one statement over the staged last changes: the markers (with a snapshot open),
+/// the deletes and the upserts. Parameters: `updated_at`, then with a snapshot open its id and
+/// the table name. The parts of a data-modifying `WITH` see one snapshot of the tables; they
+/// touch no row twice, since each key is staged once (and marked at most once).
 fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
     let table = qualified(&spec.schema, &spec.table);
     let stage = quote(&stage_name(spec));
-    let keys = key_list(spec);
-    let cast_keys = spec
-        .key
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("s.k{i}{}", super::sql::key_cast(k.kind)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut sql = format!(
-        "WITH last AS MATERIALIZED (SELECT DISTINCT ON ({cast_keys}) * FROM {stage} s \
-         ORDER BY {cast_keys}, s.ord DESC), "
-    );
+    let mut sql = String::from("WITH ");
     if marked.is_some() {
         let _ = write!(
             sql,
             "marks AS (INSERT INTO {} AS d (table_name, key_text, version_ms) SELECT $3::text, \
-             s.key_text, CASE WHEN bool_or(s.vms IS NULL) THEN NULL ELSE max(s.vms) END FROM \
-             {stage} s WHERE s.op = 1 GROUP BY s.key_text ON CONFLICT (table_name, key_text) DO \
-             UPDATE SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS NULL \
-             THEN NULL ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END), ",
+             s.key_text, s.vms FROM {stage} s WHERE s.op <> 0 ON CONFLICT (table_name, key_text) \
+             DO UPDATE SET version_ms = CASE WHEN d.version_ms IS NULL OR EXCLUDED.version_ms IS \
+             NULL THEN NULL ELSE GREATEST(d.version_ms, EXCLUDED.version_ms) END), ",
             qualified(&spec.schema, DELETED_TABLE)
         );
     }
@@ -266,7 +257,7 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
         .enumerate()
         .map(|(i, k)| {
             format!(
-                "t.{} = last.k{i}{}",
+                "t.{} = s.k{i}{}",
                 quote(&k.name),
                 super::sql::key_cast(k.kind)
             )
@@ -279,12 +270,13 @@ fn changes_sql(spec: &TableSpec, marked: Option<i64>) -> String {
     };
     let _ = write!(
         sql,
-        "gone AS (DELETE FROM {table} AS t USING last WHERE last.op = 1 AND {}) \
-         INSERT INTO {table} AS t ({}) SELECT {} FROM last WHERE last.op = 0 \
-         ON CONFLICT ({keys}) DO UPDATE SET {}",
+        "gone AS (DELETE FROM {table} AS t USING {stage} s WHERE s.op = 1 AND {}) \
+         INSERT INTO {table} AS t ({}) SELECT {} FROM {stage} s WHERE s.op = 0 \
+         ON CONFLICT ({}) DO UPDATE SET {}",
         matches.join(" AND "),
         upsert_columns(spec),
-        staged_values(spec, "last", marker, "last.vseq"),
+        staged_values(spec, "s", marker, "s.vseq"),
+        key_list(spec),
         conflict_set(spec, marked.is_some())
     );
     sql
@@ -445,18 +437,18 @@ pub(super) async fn direct(
     if !chunk.is_empty() {
         sink.send(chunk.split().freeze()).await?;
     }
-    all_copied(sink.as_mut().finish().await?, rows, "wrote")?;
+    all_copied(sink.as_mut().finish().await?, rows.len(), "wrote")?;
     Ok(())
 }
 
-/// Fails unless a `COPY` took every row of the batch (`copied`, as the server counted).
-fn all_copied(copied: u64, rows: &[RowChange], verb: &str) -> Result<(), Failure> {
-    if copied == rows.len() as u64 {
+/// Fails unless a `COPY` took every row it was sent (`copied`, as the server counted, of
+/// `sent`).
+fn all_copied(copied: u64, sent: usize, verb: &str) -> Result<(), Failure> {
+    if copied == sent as u64 {
         return Ok(());
     }
     Err(crate::DbError::fatal(format!(
-        "postgres: COPY {verb} {copied} rows of a batch of {}",
-        rows.len()
+        "postgres: COPY {verb} {copied} rows of {sent} sent"
     ))
     .into())
 }
@@ -476,7 +468,87 @@ pub(super) async fn merge_statement(
     super::session::statement(client, cache, &sql).await
 }
 
-/// Copies the rows into the staging table and merges them (rules 2–3), inside `tx`.
+/// One row of the staging table: the batch row it comes from, its `op` (0 upsert, 1 delete,
+/// 2 a deleted-key marker only), its version and the key text of its guard or marker.
+struct Stage<'a> {
+    index: usize,
+    op: i16,
+    version_ms: Option<i64>,
+    version_seq: Option<&'a str>,
+    guard: Option<&'a str>,
+}
+
+/// The newer of two deleted-key marker times, null counting as newest (rule 5).
+fn newest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a.zip(b).map(|(a, b)| a.max(b))
+}
+
+/// What a batch stages, in batch order (rules 2 and 5): every row; for stream changes each
+/// key's last change, and with a snapshot open one marker per deleted key.
+fn stage_rows<'a>(
+    rows: &'a [RowChange],
+    writes: &[Write<'a>],
+    key_texts: &'a [String],
+    bulk: Bulk,
+) -> Vec<Stage<'a>> {
+    let stage = |index: usize, op: i16, guard: bool| {
+        let (version_ms, version_seq) = staged_version(&writes[index]);
+        Stage {
+            index,
+            op,
+            version_ms,
+            version_seq,
+            // `apply` made the key text of exactly the guarded and marked rows.
+            guard: guard.then(|| key_texts[index].as_str()),
+        }
+    };
+    let Bulk::Changes { .. } = bulk else {
+        let guarded = matches!(bulk, Bulk::UnlessNewer { .. });
+        return (0..rows.len())
+            .map(|index| stage(index, 0, guarded))
+            .collect();
+    };
+    let mut seen = HashSet::with_capacity(rows.len());
+    // Per deleted key (with a snapshot open): one of its deletes, and their newest time.
+    let mut marks: HashMap<&[KeyValue], (usize, Option<i64>)> = HashMap::new();
+    let mut last = Vec::with_capacity(rows.len());
+    for index in (0..rows.len()).rev() {
+        let key = row_key(&rows[index]);
+        if let Write::DeleteMarked { version_ms } = writes[index] {
+            marks
+                .entry(key)
+                .and_modify(|(_, at)| *at = newest(*at, version_ms))
+                .or_insert((index, version_ms));
+        }
+        if seen.insert(key) {
+            last.push(index);
+        }
+    }
+    last.reverse();
+    let mut staged: Vec<Stage<'a>> = last
+        .into_iter()
+        .map(|index| match &rows[index] {
+            RowChange::Upsert { .. } => stage(index, 0, false),
+            RowChange::Delete { key, .. } => match marks.remove(key.as_slice()) {
+                Some((_, at)) => Stage {
+                    version_ms: at,
+                    ..stage(index, 1, true)
+                },
+                None => stage(index, 1, false),
+            },
+        })
+        .collect();
+    let mut marked_only: Vec<(usize, Option<i64>)> = marks.into_values().collect();
+    marked_only.sort_unstable();
+    staged.extend(marked_only.into_iter().map(|(index, at)| Stage {
+        version_ms: at,
+        version_seq: None,
+        ..stage(index, 2, true)
+    }));
+    staged
+}
+
+/// Copies the batch into the staging table and merges it (rules 2–3, 5), inside `tx`.
 #[allow(clippy::too_many_arguments)] // The batch as `apply` planned it, passed once.
 pub(super) async fn write(
     tx: &Transaction<'_>,
@@ -488,15 +560,16 @@ pub(super) async fn write(
     merge: &Statement,
     updated_at: &str,
 ) -> Result<(), Failure> {
+    let staged = stage_rows(rows, writes, key_texts, bulk);
     let sink = tx.copy_in::<_, bytes::Bytes>(&copy_sql(spec)).await?;
     pin_mut!(sink);
     let fields = u16::try_from(spec.key.len() + spec.columns.len() + 6)
         .map_err(|_| crate::DbError::fatal("postgres: too many key and typed columns"))?;
     let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
     copy_binary::header(&mut chunk);
-    for (ord, ((row, write), key_text)) in rows.iter().zip(writes).zip(key_texts).enumerate() {
-        let (key, document, columns, op): (&[KeyValue], Option<&str>, &[ColumnValue], i16) =
-            match row {
+    for one in &staged {
+        let (key, document, columns): (&[KeyValue], Option<&str>, &[ColumnValue]) =
+            match &rows[one.index] {
                 RowChange::Upsert {
                     key,
                     document,
@@ -506,18 +579,9 @@ pub(super) async fn write(
                     key,
                     spec.document_column.as_ref().map(|_| &**document),
                     columns,
-                    0,
                 ),
-                RowChange::Delete { key, .. } => (key, None, &[], 1),
+                RowChange::Delete { key, .. } => (key, None, &[]),
             };
-        let (version_ms, version_seq) = staged_version(write);
-        // `apply` made the key text of exactly these rows (and "" for the others).
-        let guard = match (bulk, write) {
-            (Bulk::UnlessNewer { .. }, _) | (_, Write::DeleteMarked { .. }) => {
-                Some(key_text.as_str())
-            }
-            _ => None,
-        };
         copy_binary::row(&mut chunk, fields);
         for value in key {
             match value {
@@ -532,18 +596,18 @@ pub(super) async fn write(
             let text = columns.get(i).and_then(ColumnValue::sql_text);
             copy_binary::text_or_null(&mut chunk, text.as_deref());
         }
-        copy_binary::int8(&mut chunk, version_ms);
-        copy_binary::text_or_null(&mut chunk, version_seq);
-        copy_binary::text_or_null(&mut chunk, guard);
-        copy_binary::int2(&mut chunk, op);
-        copy_binary::int8(&mut chunk, Some(ord as i64));
+        copy_binary::int8(&mut chunk, one.version_ms);
+        copy_binary::text_or_null(&mut chunk, one.version_seq);
+        copy_binary::text_or_null(&mut chunk, one.guard);
+        copy_binary::int2(&mut chunk, one.op);
+        copy_binary::int8(&mut chunk, Some(one.index as i64));
         if chunk.len() >= DIRECT_CHUNK_BYTES {
             sink.send(chunk.split().freeze()).await?;
         }
     }
     copy_binary::trailer(&mut chunk);
     sink.send(chunk.split().freeze()).await?;
-    all_copied(sink.as_mut().finish().await?, rows, "staged")?;
+    all_copied(sink.as_mut().finish().await?, staged.len(), "staged")?;
     let params: Vec<&(dyn ToSql + Sync)> = match &bulk {
         Bulk::Change | Bulk::Changes { marked: None } => vec![&updated_at],
         Bulk::Marked { id } => vec![&updated_at, id],
@@ -557,6 +621,7 @@ pub(super) async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::key_text;
     use crate::{KeyColumn, Version};
 
     fn upsert(key: &str, snapshot: bool) -> RowChange {
@@ -631,6 +696,66 @@ mod tests {
     }
 
     #[test]
+    fn stream_changes_stage_each_keys_last_change_and_one_marker_per_deleted_key() {
+        let delete = |key: &str| RowChange::Delete {
+            key: vec![KeyValue::S(key.into())],
+            version: Version::default(),
+        };
+        let rows = [
+            upsert("a", false),
+            delete("a"),
+            upsert("a", false),
+            delete("b"),
+            delete("b"),
+            upsert("c", false),
+            delete("d"),
+            upsert("c", false),
+        ];
+        let marked = || Write::UpsertMarked {
+            id: 7,
+            version_ms: Some(9),
+            version_seq: Some("s"),
+        };
+        let gone = |at| Write::DeleteMarked { version_ms: at };
+        let writes = [
+            marked(),
+            gone(Some(5)),
+            marked(),
+            gone(None),
+            gone(Some(3)),
+            marked(),
+            gone(Some(8)),
+            marked(),
+        ];
+        let texts: Vec<String> = rows.iter().map(|row| key_text(row_key(row))).collect();
+        let staged = stage_rows(&rows, &writes, &texts, Bulk::Changes { marked: Some(7) });
+        let seen: Vec<_> = staged
+            .iter()
+            .map(|s| (s.index, s.op, s.version_ms, s.guard.is_some()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (2, 0, Some(9), false), // a: its last change, an upsert
+                (4, 1, None, true),     // b: deleted, the null time the newest
+                (6, 1, Some(8), true),  // d
+                (7, 0, Some(9), false), // c
+                (1, 2, Some(5), true),  // a's marker from its delete
+            ]
+        );
+        let plain = [Write::Delete, Write::Delete];
+        let unmarked = stage_rows(
+            &rows[3..5],
+            &plain,
+            &texts[3..5],
+            Bulk::Changes { marked: None },
+        );
+        assert_eq!(unmarked.len(), 1, "no snapshot open: no markers");
+        assert_eq!((unmarked[0].index, unmarked[0].op), (1, 1));
+        assert!(unmarked[0].guard.is_none());
+    }
+
+    #[test]
     fn the_merge_casts_as_the_row_statement_does_and_guards_snapshot_rows() {
         let spec = TableSpec {
             table: "orders".into(),
@@ -662,7 +787,14 @@ mod tests {
             },
         );
         let changes = merge_sql(&spec, Bulk::Changes { marked: Some(3) });
-        assert!(changes.contains("DISTINCT ON (s.k0::text, s.k1::text::numeric)"));
+        assert!(
+            !changes.contains("DISTINCT"),
+            "ddbpipe stages each key's last change"
+        );
+        assert!(
+            changes.contains("t.\"n\" = s.k1::text::numeric"),
+            "{changes}"
+        );
         assert!(changes.contains("marks AS (INSERT INTO"), "{changes}");
         assert!(
             !merge_sql(&spec, Bulk::Changes { marked: None }).contains("_ddbpipe_deleted"),
