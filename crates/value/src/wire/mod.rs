@@ -40,7 +40,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::de::{self, DeserializeSeed};
 
 use crate::ValueFormat;
-use crate::json::{write_base64, write_str};
+use crate::json::write_str;
 use crate::limits::{check_number, number_bytes};
 use crate::{exact, plain};
 
@@ -257,13 +257,20 @@ impl<'de> WireWriter<'de> {
         }
     }
 
+    /// Checks a binary's base64 and counts its bytes; writes the text itself. `STANDARD`
+    /// decodes only the canonical encoding (padding required, no stray trailing bits), so a
+    /// text it decodes is exactly what encoding its bytes again writes, and holds nothing a
+    /// JSON string must escape.
     fn write_binary<E: de::Error>(&mut self, text: &str, out: &mut Vec<u8>) -> Result<(), E> {
         self.blob.clear();
         STANDARD
             .decode_vec(text, &mut self.blob)
             .map_err(|error| E::custom(format_args!("invalid base64 binary: {error}")))?;
         self.count(self.blob.len());
-        write_base64(out, &self.blob);
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
         Ok(())
     }
 }
@@ -369,6 +376,29 @@ mod tests {
         let mut out = Vec::new();
         write_wire_item(json.as_bytes(), format, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_binary_is_written_as_its_canonical_base64_and_any_other_spelling_is_refused() {
+        for format in [ValueFormat::Plain, ValueFormat::Typed] {
+            let json = r#"{"b":{"B":"AAEC/w=="},"e":{"B":""},"s":{"BS":["QQ==","QUI=","QUJD"]}}"#;
+            let out = wire(json, format);
+            for text in ["\"AAEC/w==\"", "\"\"", "[\"QQ==\",\"QUI=\",\"QUJD\"]"] {
+                assert!(out.contains(text), "{out}");
+            }
+            // An escape in the wire text is undone before the check, as for any string.
+            assert!(wire(r#"{"b":{"B":"\u0051Q=="}}"#, format).contains("\"QQ==\""));
+            // Unpadded, stray trailing bits, a line break, the URL-safe alphabet.
+            for bad in ["QQ", "QR==", "QQ==\\n", "-_8="] {
+                let item = format!(r#"{{"b":{{"B":"{bad}"}}}}"#);
+                let mut out = Vec::new();
+                let error = write_wire_item(item.as_bytes(), format, &mut out).unwrap_err();
+                assert!(
+                    error.to_string().contains("invalid base64"),
+                    "{bad}: {error}"
+                );
+            }
+        }
     }
 
     #[test]
