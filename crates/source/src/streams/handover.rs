@@ -12,7 +12,10 @@
 //! 4. The handed view of the position (what has been handed over, not yet acknowledged) is
 //!    what admission decisions use: a child is admitted once its parent's last record was
 //!    handed over.
+//! 5. A hand-over waits for room in the channel before it takes the handover's lock: while the
+//!    sink is slow, other shards' reads of the view and the idle clock are not held up.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc};
@@ -87,6 +90,24 @@ struct State {
 pub struct Handover {
     tx: mpsc::Sender<Handed>,
     state: Mutex<State>,
+    /// Hand-overs with records waiting for room in the channel (rule 3).
+    waiting: AtomicUsize,
+}
+
+/// Counts one hand-over waiting for room while it lives (a cancelled wait included).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Handover {
@@ -101,12 +122,25 @@ impl Handover {
                 limit,
                 last_activity: Instant::now(),
             }),
+            waiting: AtomicUsize::new(0),
         }
     }
 
     /// Hands over records (and marks). Returns how many records were accepted; `Err` when the
     /// handover is closed (the records after the limit are dropped, to be read again).
     pub async fn hand(&self, mut handed: Handed) -> Result<usize, Closed> {
+        // Room in the channel is waited for before the state is locked (rule 5); the view is
+        // then updated and the message sent under one lock, so the channel keeps the order of
+        // the view's changes (rule 1).
+        let permit = match self.tx.try_reserve() {
+            Ok(permit) => permit,
+            Err(mpsc::error::TrySendError::Full(())) => {
+                // Waiting for the sink with records in hand is not idleness (rule 3).
+                let _waiting = (!handed.seqs.is_empty()).then(|| Waiting::new(&self.waiting));
+                self.tx.reserve().await.map_err(|_| Closed::Gone)?
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Err(Closed::Gone),
+        };
         let mut state = self.state.lock().await;
         if let Some(limit) = state.limit {
             let room = limit.saturating_sub(state.handed) as usize;
@@ -140,21 +174,12 @@ impl Handover {
             apply(&mut state.view, mark);
         }
         state.handed += accepted as u64;
+        // A non-empty read restarts the idle clock, and so does waiting for the sink with
+        // records in hand (that is not idleness); marks alone do not.
         if accepted > 0 {
             state.last_activity = Instant::now();
         }
-        let waited = match self.tx.try_send(handed) {
-            Ok(()) => false,
-            Err(mpsc::error::TrySendError::Full(handed)) => {
-                self.tx.send(handed).await.map_err(|_| Closed::Gone)?;
-                true
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Closed::Gone),
-        };
-        // Waiting for the sink with records in hand is not idleness; marks alone do not count.
-        if waited && accepted > 0 {
-            state.last_activity = Instant::now();
-        }
+        permit.send(handed);
         Ok(accepted)
     }
 
@@ -163,8 +188,12 @@ impl Handover {
         self.state.lock().await.last_activity = Instant::now();
     }
 
-    /// How long since the last non-empty read or blocked hand-over.
+    /// How long since the last non-empty read or blocked hand-over; none while a hand-over
+    /// with records waits for room.
     pub async fn idle_for(&self) -> Duration {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
         self.state.lock().await.last_activity.elapsed()
     }
 
@@ -202,5 +231,69 @@ pub fn apply(position: &mut StreamsPosition, mark: &StreamMark) {
         } => position.admit(shard, *verified_at, *floor_ms),
         StreamMark::Verify(shard, at) => position.verify(shard, *at),
         StreamMark::ReadAt(shard, at) => position.read(shard, *at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::position::StreamKind;
+
+    fn seq_of(text: &str) -> SequenceNumber {
+        SequenceNumber::parse(text).unwrap()
+    }
+
+    fn records(shard: &str, seqs: &[&str]) -> Handed {
+        let mut lines = Lines::default();
+        for seq in seqs {
+            lines
+                .push_with(|out| out.extend_from_slice(format!(r#"{{"seq":"{seq}"}}"#).as_bytes()));
+        }
+        Handed {
+            records: lines,
+            seqs: seqs.iter().map(|seq| seq_of(seq)).collect(),
+            ops: seqs.iter().map(|_| ChangeOp::Insert).collect(),
+            shard: Some(ShardId::new(shard)),
+            ..Handed::default()
+        }
+    }
+
+    /// While the sink is slow, a hand-over waiting for room holds up neither the view nor the
+    /// idle clock, and the wait does not count as idleness; the channel keeps the order.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_over_waiting_for_room_holds_nothing_up_and_is_not_idleness() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let view = StreamsPosition::new(StreamKind::Streams, None);
+        let handover = Arc::new(Handover::new(tx, view, None));
+        handover.hand(records("a", &["1"])).await.unwrap();
+        let waiting = tokio::spawn({
+            let handover = Arc::clone(&handover);
+            async move { handover.hand(records("b", &["2"])).await }
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!waiting.is_finished(), "the channel is full");
+        let answered = tokio::time::timeout(Duration::from_secs(1), async {
+            (handover.idle_for().await, handover.with_view(|_| ()).await)
+        })
+        .await
+        .expect("the view and the idle clock answer while a hand-over waits");
+        assert_eq!(
+            answered.0,
+            Duration::ZERO,
+            "waiting for the sink is not idleness"
+        );
+        assert_eq!(rx.recv().await.unwrap().seqs, [seq_of("1")]);
+        assert_eq!(waiting.await.unwrap(), Ok(1));
+        assert_eq!(rx.recv().await.unwrap().seqs, [seq_of("2")]);
+        assert_eq!(
+            handover.idle_for().await,
+            Duration::ZERO,
+            "the wait ended just now"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(handover.idle_for().await, Duration::from_secs(5));
+        assert_eq!(handover.handed().await, 2);
     }
 }
