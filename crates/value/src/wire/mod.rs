@@ -69,8 +69,6 @@ pub struct WireWriter<'de> {
     top: Vec<Entry<'de>>,
     /// Where a map's entries wait while they are copied back in order.
     moved: Vec<u8>,
-    /// Decoded binary, before it is encoded again.
-    blob: Vec<u8>,
     /// Maps open around the one being written.
     depth: usize,
     unknown: Option<String>,
@@ -107,7 +105,6 @@ impl<'de> WireWriter<'de> {
             stack: Vec::new(),
             top: Vec::new(),
             moved: Vec::new(),
-            blob: Vec::new(),
             depth: 0,
             unknown: None,
             checks: Checks::Shape,
@@ -133,7 +130,6 @@ impl<'de> WireWriter<'de> {
             stack: relabel(self.stack),
             top: relabel(self.top),
             moved: self.moved,
-            blob: self.blob,
             depth: 0,
             unknown: None,
             checks: self.checks,
@@ -257,22 +253,60 @@ impl<'de> WireWriter<'de> {
         }
     }
 
-    /// Checks a binary's base64 and counts its bytes; writes the text itself. `STANDARD`
-    /// decodes only the canonical encoding (padding required, no stray trailing bits), so a
-    /// text it decodes is exactly what encoding its bytes again writes, and holds nothing a
-    /// JSON string must escape.
+    /// Checks a binary's base64 and counts its bytes; writes the text itself. Only the
+    /// canonical spelling is taken ([`canonical_base64_len`]): it is exactly what encoding its
+    /// bytes again writes, and holds nothing a JSON string must escape.
     fn write_binary<E: de::Error>(&mut self, text: &str, out: &mut Vec<u8>) -> Result<(), E> {
-        self.blob.clear();
-        STANDARD
-            .decode_vec(text, &mut self.blob)
-            .map_err(|error| E::custom(format_args!("invalid base64 binary: {error}")))?;
-        self.count(self.blob.len());
+        let Some(len) = canonical_base64_len(text) else {
+            // The decoder's own message says what is wrong with it.
+            let problem = match STANDARD.decode(text) {
+                Err(error) => error.to_string(),
+                Ok(_) => "not in its canonical spelling".to_owned(),
+            };
+            return Err(E::custom(format_args!("invalid base64 binary: {problem}")));
+        };
+        self.count(len);
         out.reserve(text.len() + 2);
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');
         Ok(())
     }
+}
+
+/// The number of bytes `text` encodes when it is standard base64 (RFC 4648 §4) in its one
+/// canonical spelling — padded with `=` to a multiple of four, the unused low bits of its last
+/// character zero — which is what `STANDARD` encodes and exactly what it decodes; `None` for
+/// any other text. Checked without decoding.
+fn canonical_base64_len(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let padding = bytes.iter().rev().take_while(|&&byte| byte == b'=').count();
+    let body = &bytes[..bytes.len() - padding];
+    let sextet = |byte: u8| match byte {
+        b'A'..=b'Z' => Some(byte - b'A'),
+        b'a'..=b'z' => Some(byte - b'a' + 26),
+        b'0'..=b'9' => Some(byte - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    if padding > 2 || !body.iter().all(|&byte| sextet(byte).is_some()) {
+        return None;
+    }
+    // One `=`: the last character carries 4 bits of the last byte, so its low 2 are unused;
+    // two: it carries 2 bits, its low 4 unused.
+    let unused = [0, 0b11, 0b1111][padding];
+    if body
+        .last()
+        .and_then(|&byte| sextet(byte))
+        .is_some_and(|bits| bits & unused != 0)
+    {
+        return None;
+    }
+    Some(bytes.len() / 4 * 3 - padding)
 }
 
 /// The DynamoDB attribute types, by their tags.
@@ -376,6 +410,29 @@ mod tests {
         let mut out = Vec::new();
         write_wire_item(json.as_bytes(), format, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    proptest::proptest! {
+        /// The check without decoding takes exactly the texts `STANDARD` decodes, and counts
+        /// their bytes: over an alphabet of characters with and without low bits, padding and
+        /// characters outside it.
+        #[test]
+        fn the_canonical_check_takes_exactly_what_standard_decodes(
+            text in "[AQgw/+9zZ=\\-_ ]{0,10}",
+        ) {
+            proptest::prop_assert_eq!(
+                canonical_base64_len(&text),
+                STANDARD.decode(&text).ok().map(|bytes| bytes.len())
+            );
+        }
+
+        #[test]
+        fn every_encoding_is_canonical(bytes in proptest::collection::vec(0u8.., 0..40)) {
+            proptest::prop_assert_eq!(
+                canonical_base64_len(&STANDARD.encode(&bytes)),
+                Some(bytes.len())
+            );
+        }
     }
 
     #[test]
