@@ -280,7 +280,7 @@ impl<'de> WireWriter<'de> {
 /// any other text. Checked without decoding.
 fn canonical_base64_len(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let padding = bytes.iter().rev().take_while(|&&byte| byte == b'=').count();
