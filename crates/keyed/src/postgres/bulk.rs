@@ -187,7 +187,7 @@ fn create_stage_sql(spec: &TableSpec) -> String {
     }
     format!(
         "CREATE TEMP TABLE IF NOT EXISTS {} ({columns}vms bigint, vseq text, \
-         key_text text, op smallint, ord bigint) ON COMMIT DELETE ROWS",
+         key_text text, op smallint) ON COMMIT DELETE ROWS",
         quote(&stage_name(spec))
     )
 }
@@ -195,7 +195,7 @@ fn create_stage_sql(spec: &TableSpec) -> String {
 fn copy_sql(spec: &TableSpec) -> String {
     let keys: Vec<String> = (0..spec.key.len()).map(|i| format!("k{i}")).collect();
     format!(
-        "COPY {} ({}, doc, {}vms, vseq, key_text, op, ord) FROM STDIN (FORMAT binary)",
+        "COPY {} ({}, doc, {}vms, vseq, key_text, op) FROM STDIN (FORMAT binary)",
         quote(&stage_name(spec)),
         keys.join(", "),
         stage_columns(spec)
@@ -563,7 +563,7 @@ pub(super) async fn write(
     let staged = stage_rows(rows, writes, key_texts, bulk);
     let sink = tx.copy_in::<_, bytes::Bytes>(&copy_sql(spec)).await?;
     pin_mut!(sink);
-    let fields = u16::try_from(spec.key.len() + spec.columns.len() + 6)
+    let fields = u16::try_from(spec.key.len() + spec.columns.len() + 5)
         .map_err(|_| crate::DbError::fatal("postgres: too many key and typed columns"))?;
     let mut chunk = BytesMut::with_capacity(DIRECT_CHUNK_BYTES + (1 << 14));
     copy_binary::header(&mut chunk);
@@ -600,7 +600,6 @@ pub(super) async fn write(
         copy_binary::text_or_null(&mut chunk, one.version_seq);
         copy_binary::text_or_null(&mut chunk, one.guard);
         copy_binary::int2(&mut chunk, one.op);
-        copy_binary::int8(&mut chunk, Some(one.index as i64));
         if chunk.len() >= DIRECT_CHUNK_BYTES {
             sink.send(chunk.split().freeze()).await?;
         }
