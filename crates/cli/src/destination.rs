@@ -16,12 +16,15 @@ use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::checkpoint::CleanupPolicy;
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 use ddbpipe_pipeline::files;
-use ddbpipe_pipeline::sink::{Fencing, Records, RunStart, Sink, SinkError, Staged, Versioned};
+use ddbpipe_pipeline::sink::{
+    Fence, Fencing, Records, RunStart, Sink, SinkError, Staged, Versioned,
+};
 use ddbpipe_pipeline::sinks::jsonl::JsonlSink;
 use ddbpipe_pipeline::state::identity::{FileCompression, FileWrite, Output};
 use ddbpipe_pipeline::state::{StateFile, StateLock};
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
+use ddbpipe_source::position::LeaseCheckpoint;
 
 use crate::config::{JsonlTarget, PipelineConfig, SinkConfig, WriteMode};
 use crate::failure::{Failure, state_failure};
@@ -86,12 +89,12 @@ impl Sink for AnySink {
     }
 
     fn fencing(&mut self) -> Option<&mut impl Fencing> {
-        match self {
-            AnySink::Keyed(sink) => sink.fencing(),
-            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Parquet(_) | AnySink::Custom(_) => {
-                None
-            }
-        }
+        let fences = match self {
+            AnySink::Keyed(sink) => sink.fencing().is_some(),
+            AnySink::Kafka(sink) => sink.fencing().is_some(),
+            AnySink::Jsonl(_) | AnySink::Parquet(_) | AnySink::Custom(_) => false,
+        };
+        fences.then_some(self)
     }
 
     fn versioned(&self) -> Option<&impl Versioned> {
@@ -101,6 +104,47 @@ impl Sink for AnySink {
                 None
             }
         }
+    }
+}
+
+/// The fences of the sink inside: a keyed sink's (its database) or a shared `exactly_once`
+/// kafka sink's (a producer per unit); [`Sink::fencing`] answers `Some` only for those.
+impl Fencing for AnySink {
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        match self {
+            AnySink::Keyed(sink) => match sink.fencing() {
+                Some(fences) => fences.write_fenced(batch, fence).await,
+                None => Err(unfenced(sink.describe())),
+            },
+            AnySink::Kafka(sink) => match sink.fencing() {
+                Some(fences) => fences.write_fenced(batch, fence).await,
+                None => Err(unfenced(sink.describe())),
+            },
+            other => Err(unfenced(other.describe())),
+        }
+    }
+
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
+        match self {
+            AnySink::Keyed(sink) => match sink.fencing() {
+                Some(fences) => fences.claim(fence).await,
+                None => Err(unfenced(sink.describe())),
+            },
+            AnySink::Kafka(sink) => match sink.fencing() {
+                Some(fences) => fences.claim(fence).await,
+                None => Err(unfenced(sink.describe())),
+            },
+            other => Err(unfenced(other.describe())),
+        }
+    }
+}
+
+/// A fenced write asked of a sink that keeps no fences.
+fn unfenced(sink: String) -> SinkError {
+    SinkError {
+        sink,
+        message: "internal error: a fenced write to a sink without fences".into(),
+        class: ddbpipe_pipeline::sink::SinkErrorClass::Definite,
     }
 }
 
@@ -158,7 +202,7 @@ pub async fn open(
         ),
         SinkConfig::Kafka(settings) => {
             let (sink, positions) =
-                kafka::open_kafka(settings, config.target(), table, records).await?;
+                kafka::open_kafka(settings, config.target(), table, records, false).await?;
             if let Some(positions) = positions {
                 return Ok(Destination {
                     sink: AnySink::Kafka(sink),

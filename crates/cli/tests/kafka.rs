@@ -631,3 +631,94 @@ fn another_envelope_does_not_continue_the_position() {
     assert_ne!(output.status.code(), Some(0), "{err}");
     assert!(err.contains("sink_path"), "{err}");
 }
+
+/// docs/coordination.md §11.13: two workers with `coordination:` write one topic, each shard
+/// exactly once through a producer of its own. Under a writer, the shard's owner is
+/// SIGSTOPped past its 3 s lease; the other takes the shard, and its producer fences the
+/// stopped one's (whose open transaction the broker aborts). Continued, the zombie's next
+/// transaction is refused and it hands the shard back. The topic's committed view then holds
+/// every stream record once, in order per key, and replays to the table.
+#[test]
+fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
+    let brokers = brokers();
+    let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
+                  value_format: typed\nbatch_size: 20\nfollow: true\npoll_interval_ms: 100";
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, source, "exactly_once", 0);
+    let mut yaml = std::fs::read_to_string(&pipeline.config).unwrap();
+    yaml.push_str(
+        "state:\n  flush_interval_ms: 0\ncoordination:\n  lease_table: ddbpipe-leases\n  \
+         lease_duration_secs: 3\n",
+    );
+    std::fs::write(&pipeline.config, yaml).unwrap();
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writes = common::writer::start_writer(Arc::clone(&running), 0x1913, 60, Arc::clone(&stop));
+    let mut workers: Vec<_> = (0..2)
+        .map(|_| common::spawn_run(&pipeline.config))
+        .collect();
+    // (The topic is not read while the writer writes: the committed view's read follows
+    // what is appended while it reads.)
+    let owned = common::wait_for(Duration::from_secs(60), || {
+        common::shard_lease(&pipeline.config).is_some_and(|lease| {
+            lease["owner"].is_string()
+                && lease["checkpoint"]
+                    .as_str()
+                    .is_some_and(|at| at.starts_with("after:"))
+        })
+    });
+    assert!(owned, "a worker reads the shard and commits");
+    let first = common::shard_owner(&pipeline.config).unwrap();
+    let stopped = common::worker_of(&mut workers, &first).expect("the owner is a worker");
+    common::signal(&stopped, "STOP");
+    let taken = common::wait_for(Duration::from_secs(30), || {
+        common::shard_owner(&pipeline.config).is_some_and(|owner| owner != first)
+    });
+    assert!(taken, "the other worker takes the shard past the lease");
+    std::thread::sleep(Duration::from_secs(2));
+    common::signal(&stopped, "CONT");
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writes.join().unwrap();
+
+    let expected = stream_records(&running);
+    let caught_up = common::wait_for(Duration::from_secs(60), || {
+        let got: BTreeSet<_> = change_records(&committed(&brokers, &topic))
+            .into_keys()
+            .collect();
+        got.is_superset(&expected)
+    });
+    workers.push(stopped);
+    let mut said = String::new();
+    for worker in workers {
+        common::signal(&worker, "TERM");
+        let output = common::finished(worker);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        said.push_str(&stderr(&output));
+    }
+    assert!(caught_up, "every stream record reaches the topic: {said}");
+    let view = committed(&brokers, &topic);
+    let delivered = change_records(&view);
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let got: BTreeSet<_> = delivered.into_keys().collect();
+    assert_eq!(got, expected, "every stream record once, nothing else");
+    assert_in_order_per_key(&view);
+    assert_eq!(
+        replay(&view),
+        keyed::table_items(&running.endpoint, "orders")
+    );
+    assert!(
+        said.contains("Lease lost"),
+        "the stopped worker learns it lost the shard: {said}"
+    );
+    // `state reset` forgets the unit's position with the lease rows.
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    assert!(
+        stdout(&reset).contains("removed 1 unit position(s)"),
+        "{}",
+        stdout(&reset)
+    );
+}

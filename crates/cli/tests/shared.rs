@@ -11,14 +11,16 @@ mod fake_export;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::Child;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;
 use serde_json::Value;
 
 use common::keyed::{Destination, Target};
-use common::{Emulator, item, s, signal, stderr, stdout};
+use common::{
+    Emulator, finished, item, s, shard_lease, shard_owner, signal, stderr, stdout, worker_of,
+};
 
 const ITEMS: usize = 1200;
 
@@ -79,33 +81,6 @@ fn worker_files(dir: &Path) -> Vec<PathBuf> {
 fn keys_in(file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     ddbpipe_testkit::pks(text.lines())
-}
-
-/// Longest a worker of these tests may take to end once the test waits for it: far beyond
-/// any run here, so only a hang reaches it, and then the test fails with the worker's log
-/// instead of waiting forever.
-const HANG: Duration = Duration::from_secs(300);
-
-fn finished(child: Child) -> Output {
-    let pid = child.id();
-    let (done, waited) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let output = child.wait_with_output().unwrap();
-        let _ = done.send(());
-        output
-    });
-    if waited.recv_timeout(HANG).is_err() {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-        let output = waiter.join().unwrap();
-        panic!(
-            "worker {pid} did not end within {} s; its log:\n{}",
-            HANG.as_secs(),
-            stderr(&output)
-        );
-    }
-    waiter.join().unwrap()
 }
 
 fn three_workers_survive_a_kill_and_a_stop_and_their_files_hold_every_item(emulator: Emulator) {
@@ -691,36 +666,6 @@ fn writer(
             std::thread::sleep(pause);
         }
     })
-}
-
-/// The stream's one shard lease, as `state show --json` lists it.
-fn shard_lease(config: &Path) -> Option<Value> {
-    let show = common::ddbpipe(&["state", "show", "--json"], config);
-    let shown: Value = serde_json::from_str(&stdout(&show)).ok()?;
-    shown["leases"]
-        .as_array()?
-        .iter()
-        .find(|lease| {
-            lease["unit"]
-                .as_str()
-                .is_some_and(|u| u.starts_with("shard:"))
-        })
-        .cloned()
-}
-
-/// The owner of the stream's one shard lease.
-fn shard_owner(config: &Path) -> Option<String> {
-    shard_lease(config).and_then(|lease| lease["owner"].as_str().map(str::to_string))
-}
-
-/// The running worker whose default id (`<hostname>-<pid>`) owns as `owner`
-/// (`<id>#<host>/<pid>/<token>`).
-fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
-    let id = owner.split('#').next()?;
-    let at = workers
-        .iter()
-        .position(|w| id.ends_with(&format!("-{}", w.id())))?;
-    Some(workers.remove(at))
 }
 
 /// Three workers follow one stream into a keyed table while it is written: the one reading

@@ -126,6 +126,58 @@ impl KafkaPositions {
     }
 }
 
+impl KafkaPositions {
+    /// Removes every unit position of `pipeline` (a pipeline of several workers,
+    /// `sink::units` rule 2): a null value for each key `<pipeline>/<unit>` whose last
+    /// committed value is not one, in one transaction. Returns how many were removed. The
+    /// whole committed view of the partition is read: the units are not known otherwise.
+    pub async fn remove_units(&mut self, pipeline: &str) -> Result<usize, StateError> {
+        let Some(transactions) = &self.transactions else {
+            return Err(self
+                .failed("internal error: this store only reads; a reset writes positions".into()));
+        };
+        if self
+            .reader
+            .partitions(&self.topic)
+            .await
+            .map_err(|e| self.failed(e.to_string()))?
+            .is_none()
+        {
+            return Ok(0);
+        }
+        let view = self
+            .reader
+            .committed(&self.topic, 0)
+            .await
+            .map_err(|e| self.failed(e.to_string()))?;
+        let prefix = format!("{pipeline}/");
+        let mut last = std::collections::BTreeMap::new();
+        for record in view.records {
+            if let Some(key) = record.key
+                && key.starts_with(prefix.as_bytes())
+            {
+                last.insert(key, record.value.is_some());
+            }
+        }
+        let removals: Vec<Message> = last
+            .into_iter()
+            .filter(|(_, stored)| *stored)
+            .map(|(key, _)| Message {
+                key: key.to_vec(),
+                value: None,
+            })
+            .collect();
+        if removals.is_empty() {
+            return Ok(0);
+        }
+        transactions
+            .store_positions(&removals)
+            .await
+            .map_err(|message| self.failed(message))?;
+        Ok(removals.len())
+    }
+}
+
 impl CheckpointStore for KafkaPositions {
     fn describe(&self) -> String {
         KafkaPositions::label(&self.brokers, &self.topic)
@@ -165,7 +217,7 @@ impl CheckpointStore for KafkaPositions {
                 value: entry.map(|entry| entry.to_json().to_string().into_bytes()),
             };
             transactions
-                .store_position(&message)
+                .store_positions(std::slice::from_ref(&message))
                 .await
                 .map_err(|message| self.failed(message))
         })

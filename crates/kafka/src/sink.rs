@@ -20,12 +20,18 @@
 //! 5. A producer fenced by a newer one with the same `transactional.id` (another run of the
 //!    pipeline took over) stops this run with nothing of the batch visible
 //!    ([`SinkErrorClass::Fenced`]).
+//! 6. **Several workers** (`coordination:`, docs/coordination.md §11.13): `at_least_once`
+//!    writes as rule 1, the positions in the lease rows. `exactly_once` keeps no pipeline
+//!    producer: each leased unit (a shard, a segment) gets its own transactional producer
+//!    when its lease is taken (`units`), whose start fences the unit's earlier owner, and
+//!    each of the unit's batches commits with the unit's position in the positions topic.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{Fence, Fencing, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer as _};
@@ -33,6 +39,9 @@ use rdkafka::producer::{BaseRecord, Producer as _};
 use crate::client::{Connection, Delivery, Producer, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
 use crate::log::Security;
+use units::UnitProducers;
+
+mod units;
 
 /// What a Kafka sink is built from.
 #[derive(Debug, Clone)]
@@ -51,6 +60,9 @@ pub struct KafkaSettings {
     pub transactional_id: String,
     /// The retries of a failed batch (rule 3).
     pub retry: RetryPolicy,
+    /// Written by several workers (`coordination:`, rule 6): with `exactly_once`, one
+    /// transactional producer per leased unit instead of the pipeline's.
+    pub shared: bool,
 }
 
 /// The Kafka sink.
@@ -64,6 +76,8 @@ pub struct KafkaSink {
     timeout: Duration,
     /// `exactly_once`: the transactions, shared with the positions store.
     transactions: Option<Transactions>,
+    /// `exactly_once` with several workers: a producer per held unit (rule 6).
+    units: Option<UnitProducers>,
     /// The messages of the batch being written (kept to reuse its room).
     messages: Vec<Message>,
 }
@@ -131,7 +145,10 @@ impl KafkaSink {
         })
         .await
         .map_err(fail)?;
-        let (producer, transactions) = if exactly_once {
+        let units = (exactly_once && settings.shared)
+            .then(|| UnitProducers::new(&settings, &target))
+            .transpose()?;
+        let (producer, transactions) = if exactly_once && !settings.shared {
             let transactions = Transactions::start(&settings, &target).await?;
             (transactions.producer.clone(), Some(transactions))
         } else {
@@ -148,6 +165,7 @@ impl KafkaSink {
             retry: settings.retry,
             timeout: settings.connection.timeout,
             transactions,
+            units,
             messages: Vec::new(),
         })
     }
@@ -165,25 +183,9 @@ impl KafkaSink {
         }
     }
 
-    /// Sends every message (and the position, into partition 0 of the positions topic).
-    async fn send_all(
-        &self,
-        messages: &[Message],
-        position: Option<&Message>,
-    ) -> Result<(), Failed> {
-        for message in messages {
-            send(&self.producer, &self.topic, None, message).await?;
-        }
-        if let (Some(position), Some(transactions)) = (position, &self.transactions) {
-            send(
-                &self.producer,
-                &transactions.positions_topic,
-                Some(0),
-                position,
-            )
-            .await?;
-        }
-        Ok(())
+    /// Sends every message (and no position).
+    async fn send_all(&self, messages: &[Message]) -> Result<(), Failed> {
+        send_all(&self.producer, &self.topic, messages, None).await
     }
 
     /// Rule 1: sends the batch and waits for the broker's acknowledgement of each message.
@@ -192,7 +194,7 @@ impl KafkaSink {
         // An earlier attempt's messages report first: their refusals are not this attempt's.
         deliveries.settle(self.timeout).await;
         deliveries.reset();
-        self.send_all(messages, None).await?;
+        self.send_all(messages).await?;
         if !deliveries.settle(self.timeout).await {
             return Err(Failed::transient(format!(
                 "the brokers did not acknowledge the batch within {} s",
@@ -213,27 +215,13 @@ impl KafkaSink {
             ));
         };
         let position = staged.map(position_message);
-        let _turn = transactions.turn.lock().await;
-        let deliveries = self.producer.context();
-        deliveries.reset();
-        transactions.begin()?;
-        if let Err(failed) = self.send_all(messages, position.as_ref()).await {
-            return Err(transactions.abort(failed).await);
-        }
-        if let Err(failed) = transactions.commit().await {
-            // The message that was refused, when one was, says more than the commit.
-            let failed = match deliveries.refused() {
-                Some(refusal) => refused(&refusal.error, &refusal.key, refusal.size),
-                None => failed,
-            };
-            return Err(transactions.abort(failed).await);
-        }
-        Ok(())
+        transactions
+            .commit_batch(&self.topic, messages, position.as_ref())
+            .await
     }
-}
 
-impl Sink for KafkaSink {
-    async fn write(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), SinkError> {
+    /// The messages of `batch`'s records, in the room of the last batch's.
+    fn shape(&mut self, batch: &Batch) -> Result<Vec<Message>, SinkError> {
         let mut messages = std::mem::take(&mut self.messages);
         messages.clear();
         let produced_ms = now_ms();
@@ -242,6 +230,19 @@ impl Sink for KafkaSink {
                 .messages(line, produced_ms, batch.read_ms, &mut messages)
                 .map_err(|message| self.error(Failed::definite(message)))?;
         }
+        Ok(messages)
+    }
+}
+
+impl Sink for KafkaSink {
+    async fn write(&mut self, batch: &Batch, staged: Option<&Staged>) -> Result<(), SinkError> {
+        if self.units.is_some() {
+            return Err(self.error(Failed::definite(
+                "internal error: a shared exactly_once kafka sink writes fenced batches only"
+                    .into(),
+            )));
+        }
+        let messages = self.shape(batch)?;
         let written = if self.transactions.is_some() {
             if messages.is_empty() && staged.is_none() {
                 Ok(())
@@ -258,7 +259,43 @@ impl Sink for KafkaSink {
     fn describe(&self) -> String {
         self.target.clone()
     }
+
+    fn fencing(&mut self) -> Option<&mut impl Fencing> {
+        self.units.is_some().then_some(self)
+    }
 }
+
+impl Fencing for KafkaSink {
+    async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {
+        let Some(units) = &mut self.units else {
+            return Err(self.error(Failed::definite(
+                "internal error: a kafka sink without unit producers was claimed".into(),
+            )));
+        };
+        units.claim(fence).await
+    }
+
+    async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
+        if fence.snapshot.is_some() || fence.beside.is_some() {
+            return Err(self.error(Failed::definite(
+                "internal error: a kafka sink keeps no shared snapshot".into(),
+            )));
+        }
+        let messages = self.shape(batch)?;
+        let written = match &mut self.units {
+            Some(units) => units.commit(&self.topic, &messages, fence).await,
+            None => Err(self.error(Failed::definite(
+                "internal error: a kafka sink without unit producers was fenced".into(),
+            ))),
+        };
+        self.messages = messages;
+        written
+    }
+}
+
+/// How often a transaction's commit or abort is resumed after a retriable failure
+/// ([`Transactions::resumed`]).
+const RESUMES: u32 = 5;
 
 /// The transactional producer of an `exactly_once` sink, shared with its positions store: one
 /// transaction at a time.
@@ -281,6 +318,16 @@ impl Transactions {
         settings: &KafkaSettings,
         target: &str,
     ) -> Result<Transactions, SinkError> {
+        Transactions::start_as(settings, &settings.transactional_id, target).await
+    }
+
+    /// [`Transactions::start`] with `transactional_id` in place of the pipeline's (a unit's,
+    /// rule 6).
+    pub(crate) async fn start_as(
+        settings: &KafkaSettings,
+        transactional_id: &str,
+        target: &str,
+    ) -> Result<Transactions, SinkError> {
         let fail = |failed: Failed| SinkError {
             sink: target.to_string(),
             message: failed.message,
@@ -288,7 +335,7 @@ impl Transactions {
         };
         let producer = settings
             .connection
-            .producer(Some(&settings.transactional_id))
+            .producer(Some(transactional_id))
             .map_err(|message| fail(Failed::definite(message)))?;
         let security = Security::of(&settings.connection.properties)
             .map_err(|message| fail(Failed::definite(message)))?;
@@ -330,18 +377,41 @@ impl Transactions {
                 self.timeout.as_secs()
             )));
         }
-        let producer = self.producer.clone();
-        let timeout = self.timeout;
-        blocking(move || producer.commit_transaction(timeout))
+        self.resumed(|producer, timeout| producer.commit_transaction(timeout))
             .await
             .map_err(|e| transaction_failure("the transaction did not commit", &e))
     }
 
+    /// Runs a commit or an abort, calling it again while it fails retriably, up to
+    /// [`RESUMES`] times: after a timeout librdkafka keeps the operation going and takes the
+    /// same call to resume it, while any other call (an abort after a commit, a new
+    /// transaction) conflicts with it.
+    async fn resumed(
+        &self,
+        call: fn(&Producer, Duration) -> Result<(), KafkaError>,
+    ) -> Result<(), KafkaError> {
+        let mut resumes = 0;
+        loop {
+            let producer = self.producer.clone();
+            let timeout = self.timeout;
+            match blocking(move || call(&producer, timeout)).await {
+                Err(KafkaError::Transaction(error))
+                    if error.is_retriable() && resumes < RESUMES =>
+                {
+                    resumes += 1;
+                    tracing::debug!(%error, resumes, "A transaction step timed out; resuming it.");
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     /// Aborts the open transaction after `failed`; the failure to tell.
     async fn abort(&self, failed: Failed) -> Failed {
-        let producer = self.producer.clone();
-        let timeout = self.timeout;
-        match blocking(move || producer.abort_transaction(timeout)).await {
+        match self
+            .resumed(|producer, timeout| producer.abort_transaction(timeout))
+            .await
+        {
             Ok(()) => failed,
             // A fenced or failed producer cannot abort: the broker aborts the transaction when
             // its timeout passes or a newer producer starts.
@@ -359,14 +429,44 @@ impl Transactions {
         }
     }
 
-    /// A transaction holding only `pipeline`'s position message (rule 2).
-    pub(crate) async fn store_position(&self, position: &Message) -> Result<(), String> {
+    /// `messages` into `topic` and `position` (partition 0 of the positions topic) in one
+    /// transaction, aborted when it fails (rules 2 and 3).
+    async fn commit_batch(
+        &self,
+        topic: &str,
+        messages: &[Message],
+        position: Option<&Message>,
+    ) -> Result<(), Failed> {
+        let _turn = self.turn.lock().await;
+        let deliveries = self.producer.context();
+        deliveries.reset();
+        self.begin()?;
+        let position = position.map(|message| (self.positions_topic.as_str(), message));
+        if let Err(failed) = send_all(&self.producer, topic, messages, position).await {
+            return Err(self.abort(failed).await);
+        }
+        if let Err(failed) = self.commit().await {
+            // The message that was refused, when one was, says more than the commit.
+            let failed = match deliveries.refused() {
+                Some(refusal) => refused(&refusal.error, &refusal.key, refusal.size),
+                None => failed,
+            };
+            return Err(self.abort(failed).await);
+        }
+        Ok(())
+    }
+
+    /// A transaction holding only position messages (rule 2): a pipeline's, or the removals
+    /// of its units' (`units` rule 2).
+    pub(crate) async fn store_positions(&self, positions: &[Message]) -> Result<(), String> {
         let _turn = self.turn.lock().await;
         let attempt = async {
             self.begin()?;
-            let sent = send(&self.producer, &self.positions_topic, Some(0), position).await;
-            if let Err(failed) = sent {
-                return Err(self.abort(failed).await);
+            for position in positions {
+                let sent = send(&self.producer, &self.positions_topic, Some(0), position).await;
+                if let Err(failed) = sent {
+                    return Err(self.abort(failed).await);
+                }
             }
             if let Err(failed) = self.commit().await {
                 return Err(self.abort(failed).await);
@@ -383,6 +483,22 @@ fn position_message(staged: &Staged) -> Message {
         key: staged.pipeline.as_bytes().to_vec(),
         value: Some(staged.entry.to_json().to_string().into_bytes()),
     }
+}
+
+/// Sends every message into `topic`, then `position` into partition 0 of its topic.
+async fn send_all(
+    producer: &Producer,
+    topic: &str,
+    messages: &[Message],
+    position: Option<(&str, &Message)>,
+) -> Result<(), Failed> {
+    for message in messages {
+        send(producer, topic, None, message).await?;
+    }
+    if let Some((positions_topic, position)) = position {
+        send(producer, positions_topic, Some(0), position).await?;
+    }
+    Ok(())
 }
 
 /// Sends one message, waiting while the producer's queue is full; its report is counted by
@@ -524,4 +640,9 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Drops a unit's producer on the blocking pool: librdkafka's destroy waits for its threads.
+fn blocking_drop(transactions: Transactions) {
+    drop(tokio::task::spawn_blocking(move || drop(transactions)));
 }

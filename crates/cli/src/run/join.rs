@@ -18,7 +18,7 @@ use super::build::Read;
 use crate::config::{CoordinationConfig, PipelineConfig, SinkConfig, process_token};
 use crate::destination::{self, AnySink};
 use crate::failure::Failure;
-use crate::sinks::{custom, jsonl, keyed};
+use crate::sinks::{custom, jsonl, kafka, keyed};
 use crate::wiring;
 
 /// How long a missing lease table may take to become `ACTIVE`: polled every second.
@@ -108,7 +108,20 @@ pub(crate) async fn join(
         )?),
         // Refused with coordination when the config was loaded.
         SinkConfig::Custom => return Err(custom::no_custom_sink()),
-        SinkConfig::Kafka(_) | SinkConfig::Parquet(_) => {
+        // Every worker writes the one topic: at least once with its positions in the lease
+        // rows, or each unit exactly once through a producer of its own (§11.13).
+        SinkConfig::Kafka(settings) => {
+            let (sink, _) = kafka::open_kafka(
+                settings,
+                config.target(),
+                read.table.as_ref(),
+                records,
+                true,
+            )
+            .await?;
+            AnySink::Kafka(sink)
+        }
+        SinkConfig::Parquet(_) => {
             return Err(Failure::usage(anyhow!(
                 "config error: sink.type: the {} sink runs in one process for now: remove \
                  coordination",

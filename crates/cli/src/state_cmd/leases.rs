@@ -5,6 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use ddbpipe_kafka::client::Delivery;
+use ddbpipe_kafka::positions::KafkaPositions;
+use ddbpipe_pipeline::checkpoint::store::CheckpointStore as _;
 use ddbpipe_pipeline::sink::SharedSnapshot;
 use ddbpipe_source::aws::{self, AwsLeaseTable};
 use ddbpipe_source::config::Mode;
@@ -13,7 +16,7 @@ use ddbpipe_source::plan;
 use ddbpipe_source::position::LeaseCheckpoint;
 use serde_json::json;
 
-use crate::config::{CoordinationConfig, PipelineConfig};
+use crate::config::{CoordinationConfig, PipelineConfig, SinkConfig};
 use crate::failure::{Exit, Failure};
 use crate::run::lease_table_failure;
 
@@ -310,10 +313,32 @@ pub async fn reset(
     clear_fences(config).await
 }
 
-/// Deletes the pipeline's lease fences in a keyed destination. Lease counters start again with
-/// new rows, so fences left behind would refuse every new lease; a reset whose rows are
-/// already gone clears them too.
+/// Deletes the pipeline's lease fences in a keyed destination, or its units' positions in an
+/// `exactly_once` kafka sink's positions topic. Lease counters start again with new rows, so
+/// fences left behind would refuse every new lease; a reset whose rows are already gone
+/// clears them too.
 async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
+    if let SinkConfig::Kafka(kafka) = &config.sink
+        && kafka.delivery == Delivery::ExactlyOnce
+    {
+        // The units' positions, kept with their counters (docs/coordination.md §11.13).
+        let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
+        let mut positions = KafkaPositions::writer(&settings)
+            .await
+            .map_err(|e| Failure::runtime(anyhow!(e)))?;
+        let removed = positions
+            .remove_units(&config.name)
+            .await
+            .map_err(|e| Failure::runtime(anyhow!(e)))?;
+        if removed > 0 {
+            println!(
+                "removed {removed} unit position(s) of pipeline '{}' from {}",
+                config.name,
+                positions.describe()
+            );
+        }
+        return Ok(Exit::Ok);
+    }
     if config.sink.keyed().is_some()
         && let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await?
         && crate::sinks::keyed::reset_database_state(&db, &config.name).await?

@@ -649,3 +649,62 @@ pub fn names_in(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Longest a worker of these tests may take to end once the test waits for it: far beyond
+/// any run here, so only a hang reaches it, and then the test fails with the worker's log
+/// instead of waiting forever.
+pub const HANG: Duration = Duration::from_secs(300);
+
+/// Waits for a worker's end and returns its output; a worker that has not ended after
+/// [`HANG`] is killed and the test fails with its log.
+pub fn finished(child: Child) -> Output {
+    let pid = child.id();
+    let (done, waited) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output().expect("the worker is reaped");
+        let _ = done.send(());
+        output
+    });
+    if waited.recv_timeout(HANG).is_err() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let output = waiter.join().expect("the waiter ends");
+        panic!(
+            "worker {pid} did not end within {} s; its log:\n{}",
+            HANG.as_secs(),
+            stderr(&output)
+        );
+    }
+    waiter.join().expect("the waiter ends")
+}
+
+/// The stream's one shard lease, as `state show --json` lists it.
+pub fn shard_lease(config: &Path) -> Option<serde_json::Value> {
+    let show = ddbpipe(&["state", "show", "--json"], config);
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&show)).ok()?;
+    shown["leases"]
+        .as_array()?
+        .iter()
+        .find(|lease| {
+            lease["unit"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("shard:"))
+        })
+        .cloned()
+}
+
+/// The owner of the stream's one shard lease.
+pub fn shard_owner(config: &Path) -> Option<String> {
+    shard_lease(config).and_then(|lease| lease["owner"].as_str().map(str::to_string))
+}
+
+/// The running worker whose default id (`<hostname>-<pid>`) owns as `owner`
+/// (`<id>#<host>/<pid>/<token>`).
+pub fn worker_of(workers: &mut Vec<Child>, owner: &str) -> Option<Child> {
+    let id = owner.split('#').next()?;
+    let at = workers
+        .iter()
+        .position(|w| id.ends_with(&format!("-{}", w.id())))?;
+    Some(workers.remove(at))
+}

@@ -13,7 +13,8 @@
 //! 3. The worker's leases are renewed by its keeper, on a timer of its own: a slow batch or a
 //!    busy reader delays the rounds, not the renewals (§11.4 rule 1).
 //! 4. A lease reported lost (by the keeper, a round, a checkpoint whose condition failed, or a
-//!    refused fence) stops its unit at once: its reader is cancelled and nothing more is
+//!    refused fence: then also handed back, should its row still name this worker) stops its
+//!    unit at once: its reader is cancelled and nothing more is
 //!    checkpointed for it. What the reader of a lost holding handed over and was not written
 //!    yet is dropped: the unit's next owner reads it again after the last checkpoint, and
 //!    written under a later holding's fence it could land after newer changes.
@@ -574,6 +575,11 @@ impl<U: Units, T: LeaseTable> Commit for Run<U, T> {
             if !written {
                 if let Some(unit) = unit {
                     self.lose(&unit, &LostReason::Taken);
+                    // Handed back, should its row still name this worker (a sink fenced by
+                    // a stale claim, docs/sinks.md §7.7): another worker takes it at once.
+                    if let Err(error) = self.worker.release(&unit).await {
+                        tracing::debug!(lease = %unit, %error, "A fenced unit's lease was not handed back.");
+                    }
                 }
                 return Ok(Wrote::Fenced);
             }

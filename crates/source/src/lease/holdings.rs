@@ -429,36 +429,42 @@ impl<T: LeaseTable> Lessee<T> {
     pub(super) async fn release_all(&self) -> Vec<(UnitId, LeaseError)> {
         let mut failed = Vec::new();
         for (unit, _) in self.held() {
-            let Some(slot) = self.slot(&unit) else {
-                continue;
-            };
-            let _permit = slot.writing.lock().await;
-            if slot.get().is_some_and(|h| h.unsettled)
-                && let Err(error) = self.settle(&unit, &slot).await
-            {
-                failed.push((unit.clone(), error));
-            }
-            let Some(holding) = slot.get() else {
-                continue;
-            };
-            self.remove(&unit);
-            // A presence row is deleted: it stands for this process, which ends (§11.2 rule 7).
-            let result = match unit {
-                UnitId::Worker(_) => {
-                    self.table
-                        .delete(&self.pipeline, &unit, holding.counter)
-                        .await
-                }
-                _ => self
-                    .table
-                    .release(&self.pipeline, &unit, &self.held_by(&holding))
-                    .await
-                    .map(drop),
-            };
-            if let Err(error) = result {
+            if let Err(error) = self.release(&unit).await {
                 failed.push((unit, error));
             }
         }
         failed
+    }
+
+    /// Hands one held lease back (see [`super::Worker::release`]); nothing when it is not
+    /// held.
+    pub(super) async fn release(&self, unit: &UnitId) -> Result<(), LeaseError> {
+        let Some(slot) = self.slot(unit) else {
+            return Ok(());
+        };
+        let _permit = slot.writing.lock().await;
+        let settled = if slot.get().is_some_and(|h| h.unsettled) {
+            self.settle(unit, &slot).await.map(drop)
+        } else {
+            Ok(())
+        };
+        let Some(holding) = slot.get() else {
+            return settled;
+        };
+        self.remove(unit);
+        // A presence row is deleted: it stands for this process, which ends (§11.2 rule 7).
+        let released = match unit {
+            UnitId::Worker(_) => {
+                self.table
+                    .delete(&self.pipeline, unit, holding.counter)
+                    .await
+            }
+            _ => self
+                .table
+                .release(&self.pipeline, unit, &self.held_by(&holding))
+                .await
+                .map(drop),
+        };
+        settled.and(released)
     }
 }

@@ -487,4 +487,12 @@ impl<T: LeaseTable> Worker<T> {
     pub async fn release_all(&mut self) -> Vec<(UnitId, LeaseError)> {
         self.lessee.release_all().await
     }
+
+    /// Hands one held lease back, as [`Worker::release_all`] does each: for a unit this worker
+    /// stopped reading while its row still names it (a sink fenced its writes, docs/sinks.md
+    /// §7.7), so another worker takes it at its next round. Nothing when it is not held; a
+    /// row another worker took meanwhile stays theirs (the write is conditional).
+    pub async fn release(&mut self, unit: &UnitId) -> Result<(), LeaseError> {
+        self.lessee.release(unit).await
+    }
 }

@@ -51,6 +51,7 @@ pub fn kafka_settings(kafka: &KafkaConfig, target: Target<'_>) -> KafkaSettings 
         positions_topic: kafka.positions_topic.clone(),
         transactional_id: transactional_id(target.pipeline),
         retry,
+        shared: false,
     }
 }
 
@@ -68,12 +69,15 @@ fn connection(kafka: &KafkaConfig, timeout: Duration) -> Connection {
 
 /// Opens the kafka sink of `target`: its topics made when missing and, for `exactly_once`,
 /// its transactional producer started (older producers of the pipeline fenced); its store of
-/// positions when the positions topic keeps them.
+/// positions when the positions topic keeps them. `shared`: one worker of several
+/// (`coordination:`): an `exactly_once` sink starts a producer per unit it is given instead,
+/// and keeps no pipeline position (docs/coordination.md §11.13).
 pub async fn open_kafka(
     kafka: &KafkaConfig,
     target: Target<'_>,
     table: Option<&TableDescription>,
     records: Records,
+    shared: bool,
 ) -> Result<(KafkaSink, Option<KafkaPositions>), Failure> {
     let Some(table) = table else {
         return Err(Failure::runtime(anyhow!(
@@ -90,7 +94,10 @@ pub async fn open_kafka(
         tombstones: kafka.tombstones,
     })
     .map_err(|problem| Failure::runtime(anyhow!("sink kafka: {problem}")))?;
-    let settings = kafka_settings(kafka, target);
+    let settings = KafkaSettings {
+        shared,
+        ..kafka_settings(kafka, target)
+    };
     let sink = KafkaSink::open(settings, shaper)
         .await
         .map_err(|e| Failure::runtime(anyhow!(e)))?;

@@ -1,0 +1,225 @@
+//! `exactly_once` with several workers (rule 6 of `super`; docs/coordination.md §11.13): one
+//! transactional producer per leased unit, so Kafka itself fences a unit's earlier owner.
+//!
+//! # Rules
+//! 1. **A producer per unit.** Its `transactional.id` is the pipeline's followed by `/` and the
+//!    unit (`ddbpipe-orders/shard:shardId-…`): the same for every worker, so the producer a
+//!    worker starts when it takes the unit's lease fences every earlier owner's, whose open
+//!    transaction the broker aborts before the start returns.
+//! 2. **The unit's position** is a message in partition 0 of the positions topic, keyed
+//!    `<pipeline>/<unit>` (a pipeline's own key has no `/`), its value
+//!    `{"counter": <lease counter>, "checkpoint": "<the lease checkpoint's text>"}`, committed
+//!    in the transaction of the batch that reaches it; a null value (a tombstone) is its
+//!    removal (`state reset`).
+//! 3. **A claim** starts the unit's producer, then reads the unit's last committed position
+//!    (the committed view, `log` rule 10): final, since the start fenced the earlier owners.
+//!    A position stored under a newer lease counter refuses the claim
+//!    ([`SinkErrorClass::Fenced`]): a newer owner wrote, this holding is stale.
+//! 4. **A batch** of a unit commits on the unit's producer with the position it reaches. A
+//!    producer fenced by a newer one refuses it with nothing visible
+//!    ([`SinkErrorClass::Fenced`]) and is dropped; so is the producer of a unit whose batch
+//!    reached the unit's end (its lease is finished).
+
+use std::collections::HashMap;
+
+use ddbpipe_pipeline::sink::{Fence, SinkError, SinkErrorClass};
+use ddbpipe_source::lease::UnitId;
+use ddbpipe_source::position::LeaseCheckpoint;
+
+use super::{Failed, KafkaSettings, Transactions, blocking_drop, retried};
+use crate::envelope::Message;
+use crate::log::{LogReader, Security};
+
+/// The producers of the units this worker holds.
+pub(crate) struct UnitProducers {
+    settings: KafkaSettings,
+    target: String,
+    reader: LogReader,
+    held: HashMap<UnitId, Transactions>,
+}
+
+/// A unit's stored position (rule 2).
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct StoredPosition {
+    counter: u64,
+    checkpoint: String,
+}
+
+impl UnitProducers {
+    /// No producer yet: each starts with its unit's claim.
+    pub(crate) fn new(settings: &KafkaSettings, target: &str) -> Result<Self, SinkError> {
+        let security =
+            Security::of(&settings.connection.properties).map_err(|message| SinkError {
+                sink: target.to_string(),
+                message,
+                class: SinkErrorClass::Definite,
+            })?;
+        Ok(UnitProducers {
+            settings: settings.clone(),
+            target: target.to_string(),
+            reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
+                .with_security(security),
+            held: HashMap::new(),
+        })
+    }
+
+    fn error(&self, failed: Failed) -> SinkError {
+        SinkError {
+            sink: self.target.clone(),
+            message: failed.message,
+            class: failed.class,
+        }
+    }
+
+    /// Rule 3.
+    pub(crate) async fn claim(
+        &mut self,
+        fence: &Fence,
+    ) -> Result<Option<LeaseCheckpoint>, SinkError> {
+        self.drop_producer(&fence.unit);
+        let id = unit_transactional_id(&self.settings.transactional_id, &fence.unit);
+        let transactions = Transactions::start_as(&self.settings, &id, &self.target).await?;
+        let key = position_key(&fence.pipeline, &fence.unit);
+        let topic = self.settings.positions_topic.clone();
+        let last = std::sync::Mutex::new(None);
+        retried(&self.settings.retry, &self.target, || async {
+            let read = self
+                .reader
+                .last_committed(&topic, 0, key.as_bytes())
+                .await
+                .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))?;
+            *last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = read;
+            Ok(())
+        })
+        .await
+        .map_err(|failed| self.error(failed))?;
+        let last = last
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stored = match last.and_then(|record| record.value) {
+            None => None,
+            Some(value) => Some(
+                serde_json::from_slice::<StoredPosition>(&value).map_err(|e| {
+                    self.error(Failed::definite(format!(
+                        "the position of unit {} in topic '{topic}' is not a unit position \
+                         ({e}): run `ddbpipe state reset` once no worker runs",
+                        fence.unit
+                    )))
+                })?,
+            ),
+        };
+        if let Some(stored) = &stored
+            && stored.counter > fence.counter
+        {
+            blocking_drop(transactions);
+            return Err(SinkError {
+                sink: self.target.clone(),
+                message: format!(
+                    "unit {} was written under lease counter {}, newer than this worker's {}",
+                    fence.unit, stored.counter, fence.counter
+                ),
+                class: SinkErrorClass::Fenced,
+            });
+        }
+        self.held.insert(fence.unit.clone(), transactions);
+        Ok(stored.map(|stored| fence.unit.checkpoint(&stored.checkpoint)))
+    }
+
+    /// Rule 4: `messages` into `topic` with the unit's position, in one transaction.
+    pub(crate) async fn commit(
+        &mut self,
+        topic: &str,
+        messages: &[Message],
+        fence: &Fence,
+    ) -> Result<(), SinkError> {
+        let Some(transactions) = self.held.get(&fence.unit) else {
+            return Err(self.error(Failed::definite(format!(
+                "internal error: unit {} written before its claim",
+                fence.unit
+            ))));
+        };
+        let position = fence
+            .position
+            .as_ref()
+            .map(|at| position_message(&fence.pipeline, &fence.unit, fence.counter, at));
+        if messages.is_empty() && position.is_none() {
+            return Ok(());
+        }
+        let committed = retried(&self.settings.retry, &self.target, || {
+            transactions.commit_batch(topic, messages, position.as_ref())
+        })
+        .await;
+        let ended = fence
+            .position
+            .as_ref()
+            .is_some_and(LeaseCheckpoint::is_finished);
+        match committed {
+            Ok(()) => {
+                if ended {
+                    self.drop_producer(&fence.unit);
+                }
+                Ok(())
+            }
+            Err(failed) => {
+                if failed.class == SinkErrorClass::Fenced {
+                    self.drop_producer(&fence.unit);
+                }
+                Err(self.error(failed))
+            }
+        }
+    }
+
+    fn drop_producer(&mut self, unit: &UnitId) {
+        if let Some(transactions) = self.held.remove(unit) {
+            blocking_drop(transactions);
+        }
+    }
+}
+
+/// Rule 1.
+pub(crate) fn unit_transactional_id(pipeline_id: &str, unit: &UnitId) -> String {
+    format!("{pipeline_id}/{unit}")
+}
+
+/// Rule 2: the key of `unit`'s position.
+pub(crate) fn position_key(pipeline: &str, unit: &UnitId) -> String {
+    format!("{pipeline}/{unit}")
+}
+
+/// Rule 2: the message storing `unit`'s position `at`, reached under lease `counter`.
+fn position_message(pipeline: &str, unit: &UnitId, counter: u64, at: &LeaseCheckpoint) -> Message {
+    let stored = StoredPosition {
+        counter,
+        checkpoint: at.encode(),
+    };
+    Message {
+        key: position_key(pipeline, unit).into_bytes(),
+        value: Some(serde_json::to_vec(&stored).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_units_position_reads_back_as_its_checkpoint() {
+        let unit: UnitId = "shard:shardId-0001".parse().unwrap();
+        let at = unit.checkpoint("after:000000000000000000123");
+        let message = position_message("orders", &unit, 7, &at);
+        assert_eq!(message.key, b"orders/shard:shardId-0001");
+        let value = message.value.unwrap();
+        assert_eq!(
+            String::from_utf8(value.clone()).unwrap(),
+            r#"{"counter":7,"checkpoint":"after:000000000000000000123"}"#
+        );
+        let stored: StoredPosition = serde_json::from_slice(&value).unwrap();
+        assert_eq!(unit.checkpoint(&stored.checkpoint), at);
+        assert_eq!(
+            unit_transactional_id("ddbpipe-orders", &unit),
+            "ddbpipe-orders/shard:shardId-0001"
+        );
+    }
+}
