@@ -98,12 +98,12 @@ impl Sink for AnySink {
     }
 
     fn versioned(&self) -> Option<&impl Versioned> {
-        match self {
-            AnySink::Keyed(sink) => sink.versioned(),
-            AnySink::Jsonl(_) | AnySink::Kafka(_) | AnySink::Parquet(_) | AnySink::Custom(_) => {
-                None
-            }
-        }
+        let versioned = match self {
+            AnySink::Keyed(sink) => sink.versioned().is_some(),
+            AnySink::Kafka(sink) => sink.versioned().is_some(),
+            AnySink::Jsonl(_) | AnySink::Parquet(_) | AnySink::Custom(_) => false,
+        };
+        versioned.then_some(self)
     }
 }
 
@@ -138,6 +138,10 @@ impl Fencing for AnySink {
         }
     }
 }
+
+/// The versioned apply of the sink inside: a keyed sink's, or an `exactly_once` kafka sink's
+/// (docs/mirror.md §5.6, docs/sinks.md §7.7 rule 7).
+impl Versioned for AnySink {}
 
 /// A fenced write asked of a sink that keeps no fences.
 fn unfenced(sink: String) -> SinkError {

@@ -100,6 +100,15 @@ pub struct Message {
     pub value: Option<Vec<u8>>,
 }
 
+/// What a record line was, as [`Shaper::messages`] tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shaped {
+    /// A snapshot row or a scanned item (`op: r`).
+    Row,
+    /// A stream change (`c`, `u`, `d`).
+    Change,
+}
+
 /// The operation of a message (Debezium's `op`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -221,15 +230,15 @@ impl Shaper {
 
     /// Appends the messages of one record line to `out`: one, or two for a delete with
     /// tombstones. `produced_ms`: now (the event's top-level `ts_ms`); `read_ms`: the batch's
-    /// read time (the `source.ts_ms` of snapshot rows `op: r` and of scan items). On error
-    /// nothing is appended.
+    /// read time (the `source.ts_ms` of snapshot rows `op: r` and of scan items). Returns
+    /// whether the line was a row or a change. On error nothing is appended.
     pub fn messages(
         &self,
         line: &[u8],
         produced_ms: i64,
         read_ms: Option<i64>,
         out: &mut Vec<Message>,
-    ) -> Result<(), String> {
+    ) -> Result<Shaped, String> {
         let (key, value, op) = match self.records {
             Records::Items => self.item_message(line, produced_ms, read_ms)?,
             Records::Envelopes => self.envelope_message(line, produced_ms, read_ms)?,
@@ -246,7 +255,11 @@ impl Shaper {
                 value: Some(value),
             });
         }
-        Ok(())
+        Ok(if op == Op::Read {
+            Shaped::Row
+        } else {
+            Shaped::Change
+        })
     }
 
     /// The key and value of a scanned item (`op: r`).

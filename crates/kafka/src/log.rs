@@ -74,6 +74,7 @@
 
 mod batches;
 mod error;
+mod sasl;
 mod tls;
 mod view;
 mod wire;
@@ -177,7 +178,7 @@ impl LogReader {
         LogReader {
             brokers: brokers.to_string(),
             timeout,
-            security: Security::Plaintext,
+            security: Security::default(),
         }
     }
 

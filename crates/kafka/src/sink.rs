@@ -25,12 +25,16 @@
 //!    producer: each leased unit (a shard, a segment) gets its own transactional producer
 //!    when its lease is taken (`units`), whose start fences the unit's earlier owner, and
 //!    each of the unit's batches commits with the unit's position in the positions topic.
+//! 7. **A mirror's snapshot beside its stream** (`exactly_once` in one process: the sink is
+//!    [`Versioned`]): while a snapshot is open, a row of a key whose change was produced since
+//!    it opened is not produced (`beside`), so the stream is read while the table is scanned and
+//!    a snapshot may take longer than the stream's retention.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
-use ddbpipe_pipeline::sink::{Fence, Fencing, Sink, SinkError, SinkErrorClass, Staged};
+use ddbpipe_pipeline::sink::{Fence, Fencing, Sink, SinkError, SinkErrorClass, Staged, Versioned};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -39,8 +43,10 @@ use rdkafka::producer::{BaseRecord, Producer as _};
 use crate::client::{Connection, Delivery, Producer, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
 use crate::log::Security;
+use beside::Beside;
 use units::UnitProducers;
 
+mod beside;
 mod units;
 
 /// What a Kafka sink is built from.
@@ -77,9 +83,12 @@ pub struct KafkaSink {
     /// `exactly_once`: the transactions, shared with the positions store.
     transactions: Option<Transactions>,
     /// `exactly_once` with several workers: a producer per held unit (rule 6).
-    units: Option<UnitProducers>,
+    units: Option<Box<UnitProducers>>,
     /// The messages of the batch being written (kept to reuse its room).
     messages: Vec<Message>,
+    /// `exactly_once` in one process: the keys changed while a mirror's snapshot is open
+    /// (rule 7).
+    beside: Beside,
 }
 
 /// One attempt's failure.
@@ -146,7 +155,7 @@ impl KafkaSink {
         .await
         .map_err(fail)?;
         let units = (exactly_once && settings.shared)
-            .then(|| UnitProducers::new(&settings, &target))
+            .then(|| UnitProducers::new(&settings, &target).map(Box::new))
             .transpose()?;
         let (producer, transactions) = if exactly_once && !settings.shared {
             let transactions = Transactions::start(&settings, &target).await?;
@@ -167,6 +176,7 @@ impl KafkaSink {
             transactions,
             units,
             messages: Vec::new(),
+            beside: Beside::new(),
         })
     }
 
@@ -226,9 +236,14 @@ impl KafkaSink {
         messages.clear();
         let produced_ms = now_ms();
         for line in batch.records.iter() {
-            self.shaper
+            let start = messages.len();
+            let shaped = self
+                .shaper
                 .messages(line, produced_ms, batch.read_ms, &mut messages)
                 .map_err(|message| self.error(Failed::definite(message)))?;
+            if !self.beside.keeps(shaped, &messages[start].key) {
+                messages.truncate(start);
+            }
         }
         Ok(messages)
     }
@@ -241,6 +256,12 @@ impl Sink for KafkaSink {
                 "internal error: a shared exactly_once kafka sink writes fenced batches only"
                     .into(),
             )));
+        }
+        if self.transactions.is_some()
+            && let Some(staged) = staged
+        {
+            // Rule 7: the snapshot the batch's rows belong to, when one is open.
+            self.beside.open(staged.snapshot_id());
         }
         let messages = self.shape(batch)?;
         let written = if self.transactions.is_some() {
@@ -263,7 +284,14 @@ impl Sink for KafkaSink {
     fn fencing(&mut self) -> Option<&mut impl Fencing> {
         self.units.is_some().then_some(self)
     }
+
+    /// Rule 7: `exactly_once` in one process, whose position tells the open snapshot.
+    fn versioned(&self) -> Option<&impl Versioned> {
+        self.transactions.is_some().then_some(self)
+    }
 }
+
+impl Versioned for KafkaSink {}
 
 impl Fencing for KafkaSink {
     async fn claim(&mut self, fence: &Fence) -> Result<Option<LeaseCheckpoint>, SinkError> {

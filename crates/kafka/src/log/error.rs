@@ -103,6 +103,20 @@ pub enum LogError {
         error: ResponseError,
     },
     /// Definite: the topic does not exist.
+    #[error(
+        "Kafka broker {broker} did not authenticate ddbpipe's position reader with SASL \
+         {mechanism}: {message}; check sink.properties sasl.mechanism, sasl.username and \
+         sasl.password"
+    )]
+    /// SASL failed (`sasl` rule 3).
+    Authentication {
+        /// The broker.
+        broker: String,
+        /// The mechanism.
+        mechanism: &'static str,
+        /// What failed, never a secret.
+        message: String,
+    },
     #[error("Kafka topic {topic:?} does not exist; create it, or check the topic name")]
     UnknownTopic {
         /// The topic.
@@ -178,6 +192,7 @@ impl LogError {
             | LogError::BadAddress { .. }
             | LogError::Protocol { .. }
             | LogError::Unsupported { .. }
+            | LogError::Authentication { .. }
             | LogError::Broker { .. }
             | LogError::UnknownTopic { .. }
             | LogError::UnknownPartition { .. }

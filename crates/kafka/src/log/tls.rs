@@ -3,9 +3,9 @@
 //! so the producer and the reader of the positions meet the cluster alike.
 //!
 //! # Rules
-//! 1. `security.protocol` (any case; default `PLAINTEXT`): `PLAINTEXT` or `SSL`. The SASL
-//!    protocols are not spoken by the reader yet: [`Security::of`] refuses them naming the
-//!    property, and the configuration refuses `exactly_once` with them.
+//! 1. `security.protocol` (any case; default `PLAINTEXT`): `PLAINTEXT`, `SSL`,
+//!    `SASL_PLAINTEXT` or `SASL_SSL`; the SASL ones authenticate each connection as `sasl`
+//!    says (PLAIN or SCRAM, the credentials of `sasl.username`/`sasl.password`).
 //! 2. TLS verifies the broker, as librdkafka does by default: its certificate chains to
 //!    `ssl.ca.location` (a PEM file of one or more certificates) or, without it, to the
 //!    Mozilla roots (webpki-roots), and names the host of the address connected to (a DNS
@@ -27,22 +27,28 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-/// How the reader's connections are made (rule 1).
+use super::sasl::Sasl;
+
+/// How the reader's connections are made (rule 1): plain TCP or TLS, with or without SASL.
 #[derive(Clone, Default)]
-pub enum Security {
-    /// Plain TCP.
-    #[default]
-    Plaintext,
-    /// TLS with this client configuration (rules 2 and 3).
-    Tls(Arc<ClientConfig>),
+pub struct Security {
+    /// TLS with this client configuration (rules 2 and 3); `None`: plain TCP.
+    tls: Option<Arc<ClientConfig>>,
+    /// SASL after the connection opened (`sasl`).
+    sasl: Option<Arc<Sasl>>,
 }
 
 impl std::fmt::Debug for Security {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Security::Plaintext => "Plaintext",
-            Security::Tls(_) => "Tls",
-        })
+        f.write_str(if self.tls.is_some() {
+            "Tls"
+        } else {
+            "Plaintext"
+        })?;
+        if let Some(sasl) = &self.sasl {
+            write!(f, "+{sasl:?}")?;
+        }
+        Ok(())
     }
 }
 
@@ -57,22 +63,24 @@ impl Security {
                 .map(|(_, value)| value.as_str())
         };
         let protocol = get("security.protocol").unwrap_or("plaintext");
-        match protocol.to_ascii_lowercase().as_str() {
-            "plaintext" => return Ok(Security::Plaintext),
-            "ssl" => {}
-            "sasl_plaintext" | "sasl_ssl" => {
-                return Err(
-                    "sink.properties.security.protocol: ddbpipe reads the positions back \
-                     over PLAINTEXT or SSL; SASL is not spoken by that reader yet: use delivery: \
-                     at_least_once with SASL"
-                        .to_string(),
-                );
-            }
+        let (tls, sasl) = match protocol.to_ascii_lowercase().as_str() {
+            "plaintext" => (false, false),
+            "ssl" => (true, false),
+            "sasl_plaintext" => (false, true),
+            "sasl_ssl" => (true, true),
             _ => {
                 return Err("sink.properties.security.protocol must be PLAINTEXT, SSL, \
                      SASL_PLAINTEXT or SASL_SSL"
                     .to_string());
             }
+        };
+        let sasl = if sasl {
+            Some(Arc::new(Sasl::of(get)?))
+        } else {
+            None
+        };
+        if !tls {
+            return Ok(Security { tls: None, sasl });
         }
         if get("enable.ssl.certificate.verification")
             .is_some_and(|value| value.eq_ignore_ascii_case("false"))
@@ -129,7 +137,20 @@ impl Security {
                     .to_string());
             }
         };
-        Ok(Security::Tls(Arc::new(config)))
+        Ok(Security {
+            tls: Some(Arc::new(config)),
+            sasl,
+        })
+    }
+
+    /// The TLS configuration, when the connections are TLS.
+    pub(super) fn tls(&self) -> Option<&Arc<ClientConfig>> {
+        self.tls.as_ref()
+    }
+
+    /// The SASL settings, when the connections authenticate.
+    pub(super) fn sasl(&self) -> Option<&Sasl> {
+        self.sasl.as_deref()
     }
 }
 

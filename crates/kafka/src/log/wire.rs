@@ -71,13 +71,13 @@ const UNSUPPORTED_VERSION: i16 = 35;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Api {
     /// The request's API key.
-    key: ApiKey,
+    pub(super) key: ApiKey,
     /// The request's name in errors.
     pub(super) name: &'static str,
     /// The lowest version spoken.
-    min: i16,
+    pub(super) min: i16,
     /// The highest version spoken.
-    max: i16,
+    pub(super) max: i16,
 }
 
 /// Metadata: from v4 a request can refuse to create the topic it asks about; v13 adds nothing
@@ -131,9 +131,9 @@ impl Connection {
             let tcp = TcpStream::connect(broker).await?;
             // Requests are small and answered before the next is sent: no batching to wait for.
             let _ = tcp.set_nodelay(true);
-            match security {
-                Security::Plaintext => Ok(Socket::Plain(tcp)),
-                Security::Tls(config) => {
+            match security.tls() {
+                None => Ok(Socket::Plain(tcp)),
+                Some(config) => {
                     let host = broker.rsplit_once(':').map_or(broker, |(host, _)| host);
                     let host = host.trim_start_matches('[').trim_end_matches(']');
                     let tls = tls::connect(config, host, tcp).await?;
@@ -160,6 +160,9 @@ impl Connection {
             served: HashMap::new(),
         };
         connection.served = connection.api_versions().await?;
+        if let Some(sasl) = security.sasl() {
+            sasl.authenticate(&mut connection).await?;
+        }
         Ok(connection)
     }
 

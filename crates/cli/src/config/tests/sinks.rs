@@ -355,8 +355,14 @@ fn the_kafka_rules_name_the_field() {
         ),
         (
             "brokers: 'k:1', properties: {security.protocol: SASL_SSL}",
-            "config error: sink.properties.security.protocol: ddbpipe reads the positions back \
-             over PLAINTEXT or SSL; SASL is not spoken by that reader yet",
+            "config error: sink.properties.sasl.mechanism: ddbpipe reads the positions back \
+             with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, not GSSAPI",
+        ),
+        (
+            "brokers: 'k:1', properties: {security.protocol: SASL_PLAINTEXT, \
+             sasl.mechanism: SCRAM-SHA-512, sasl.username: u}",
+            "config error: sink.properties.sasl.password: required with sasl.mechanism \
+             SCRAM-SHA-512",
         ),
         (
             "brokers: 'k:1', properties: {security.protocol: ssl, ssl.ca.location: /nonexistent/ca.pem}",
@@ -396,6 +402,10 @@ fn the_kafka_rules_name_the_field() {
     ));
     parse_ok(&file(
         "brokers: 'k:1', properties: {security.protocol: SSL}",
+    ));
+    parse_ok(&file(
+        "brokers: 'k:1', properties: {security.protocol: SASL_SSL, sasl.mechanism: PLAIN, \
+         sasl.username: u, sasl.password: p}",
     ));
     assert_eq!(
         errors(
