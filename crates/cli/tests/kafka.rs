@@ -385,6 +385,11 @@ fn check_state_show_and_reset_work_on_the_positions_topic() {
         stderr(&output)
     );
     assert!(stdout(&output).contains("PASS sink"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("/check' may be used"),
+        "the transactional ids are probed: {}",
+        stdout(&output)
+    );
     let output = run(&pipeline);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(

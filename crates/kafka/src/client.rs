@@ -223,6 +223,41 @@ impl Connection {
         ))
     }
 
+    /// What `check` reports of the transactional ids of `exactly_once`: a producer of
+    /// `probe_id` (the pipeline's own id followed by `/check`: the prefix the run's ids share,
+    /// so one ACL on the prefix grants both, and an id no run uses, so nothing running is
+    /// fenced) is started and dropped. Refused, it names the permission to grant.
+    pub async fn probe_transactional(&self, probe_id: &str) -> Result<String, String> {
+        let producer = self.producer(Some(probe_id))?;
+        let timeout = self.timeout;
+        let started = tokio::task::spawn_blocking(move || {
+            rdkafka::producer::Producer::init_transactions(producer.as_ref(), timeout)
+        })
+        .await
+        .map_err(|e| format!("starting a transactional producer did not finish: {e}"))?;
+        match started {
+            Ok(()) => Ok(format!("transactional id '{probe_id}' may be used")),
+            Err(error)
+                if matches!(
+                    error.rdkafka_error_code(),
+                    Some(
+                        rdkafka::types::RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                            | rdkafka::types::RDKafkaErrorCode::ClusterAuthorizationFailed
+                    )
+                ) =>
+            {
+                Err(format!(
+                    "not authorized to use the transactional id '{probe_id}': grant this \
+                     client WRITE on the transactional ids with its prefix ({error})"
+                ))
+            }
+            Err(error) => Err(broker_error(
+                "cannot start a transactional producer",
+                &error,
+            )),
+        }
+    }
+
     /// Whether the cluster has `topic`, by the metadata of all topics (asking for one topic
     /// may create it where the broker creates topics on use).
     async fn topic_exists(

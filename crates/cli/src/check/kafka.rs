@@ -1,6 +1,7 @@
 //! `check`'s kafka probe (docs/sinks.md §7.7 rule 9): the brokers answer, whether the topic is
-//! there, and that the positions topic of `exactly_once` is compacted when it is there. Nothing
-//! is created and no producer is started: a transactional one would fence a running pipeline.
+//! there, and, for `exactly_once`, that the positions topic is compacted when it is there and
+//! that the pipeline's transactional ids may be used (a producer of `ddbpipe-<pipeline>/check`,
+//! an id no run uses: nothing running is fenced). Nothing is created.
 
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub(super) async fn probe_kafka(
         said.push(connection.probe(topic, false).await?);
         if kafka.delivery == Delivery::ExactlyOnce {
             said.push(connection.probe(&kafka.positions_topic, true).await?);
+            let probe_id = format!("{}/check", settings.transactional_id);
+            said.push(connection.probe_transactional(&probe_id).await?);
         }
         Ok::<(), String>(())
     };
