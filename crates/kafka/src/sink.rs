@@ -195,7 +195,7 @@ impl KafkaSink {
 
     /// Sends every message (and no position).
     async fn send_all(&self, messages: &[Message]) -> Result<(), Failed> {
-        send_all(&self.producer, &self.topic, messages, None).await
+        send_all(&self.producer, &self.topic, messages, ("", &[])).await
     }
 
     /// Rule 1: sends the batch and waits for the broker's acknowledgement of each message.
@@ -224,9 +224,9 @@ impl KafkaSink {
                 "internal error: a transaction without a transactional producer".into(),
             ));
         };
-        let position = staged.map(position_message);
+        let position: Vec<Message> = staged.map(position_message).into_iter().collect();
         transactions
-            .commit_batch(&self.topic, messages, position.as_ref())
+            .commit_batch(&self.topic, messages, &position)
             .await
     }
 
@@ -346,14 +346,21 @@ impl Transactions {
         settings: &KafkaSettings,
         target: &str,
     ) -> Result<Transactions, SinkError> {
-        Transactions::start_as(settings, &settings.transactional_id, target).await
+        let security =
+            Security::of(&settings.connection.properties).map_err(|message| SinkError {
+                sink: target.to_string(),
+                message,
+                class: SinkErrorClass::Definite,
+            })?;
+        Transactions::start_as(settings, &settings.transactional_id, security, target).await
     }
 
     /// [`Transactions::start`] with `transactional_id` in place of the pipeline's (a unit's,
-    /// rule 6).
+    /// rule 6) and the positions read back as `security` (parsed once by the caller).
     pub(crate) async fn start_as(
         settings: &KafkaSettings,
         transactional_id: &str,
+        security: Security,
         target: &str,
     ) -> Result<Transactions, SinkError> {
         let fail = |failed: Failed| SinkError {
@@ -364,8 +371,6 @@ impl Transactions {
         let producer = settings
             .connection
             .producer(Some(transactional_id))
-            .map_err(|message| fail(Failed::definite(message)))?;
-        let security = Security::of(&settings.connection.properties)
             .map_err(|message| fail(Failed::definite(message)))?;
         let transactions = Transactions {
             producer,
@@ -457,20 +462,20 @@ impl Transactions {
         }
     }
 
-    /// `messages` into `topic` and `position` (partition 0 of the positions topic) in one
+    /// `messages` into `topic` and `positions` (partition 0 of the positions topic) in one
     /// transaction, aborted when it fails (rules 2 and 3).
     async fn commit_batch(
         &self,
         topic: &str,
         messages: &[Message],
-        position: Option<&Message>,
+        positions: &[Message],
     ) -> Result<(), Failed> {
         let _turn = self.turn.lock().await;
         let deliveries = self.producer.context();
         deliveries.reset();
         self.begin()?;
-        let position = position.map(|message| (self.positions_topic.as_str(), message));
-        if let Err(failed) = send_all(&self.producer, topic, messages, position).await {
+        let positions = (self.positions_topic.as_str(), positions);
+        if let Err(failed) = send_all(&self.producer, topic, messages, positions).await {
             return Err(self.abort(failed).await);
         }
         if let Err(failed) = self.commit().await {
@@ -487,21 +492,9 @@ impl Transactions {
     /// A transaction holding only position messages (rule 2): a pipeline's, or the removals
     /// of its units' (`units` rule 2).
     pub(crate) async fn store_positions(&self, positions: &[Message]) -> Result<(), String> {
-        let _turn = self.turn.lock().await;
-        let attempt = async {
-            self.begin()?;
-            for position in positions {
-                let sent = send(&self.producer, &self.positions_topic, Some(0), position).await;
-                if let Err(failed) = sent {
-                    return Err(self.abort(failed).await);
-                }
-            }
-            if let Err(failed) = self.commit().await {
-                return Err(self.abort(failed).await);
-            }
-            Ok(())
-        };
-        attempt.await.map_err(|failed: Failed| failed.message)
+        self.commit_batch(&self.positions_topic, &[], positions)
+            .await
+            .map_err(|failed| failed.message)
     }
 }
 
@@ -513,17 +506,17 @@ fn position_message(staged: &Staged) -> Message {
     }
 }
 
-/// Sends every message into `topic`, then `position` into partition 0 of its topic.
+/// Sends every message into `topic`, then the positions into partition 0 of their topic.
 async fn send_all(
     producer: &Producer,
     topic: &str,
     messages: &[Message],
-    position: Option<(&str, &Message)>,
+    (positions_topic, positions): (&str, &[Message]),
 ) -> Result<(), Failed> {
     for message in messages {
         send(producer, topic, None, message).await?;
     }
-    if let Some((positions_topic, position)) = position {
+    for position in positions {
         send(producer, positions_topic, Some(0), position).await?;
     }
     Ok(())
@@ -631,10 +624,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Rule 3: `attempt` retried with `policy` while its failures may pass.
-async fn retried<F, Fut>(policy: &RetryPolicy, target: &str, mut attempt: F) -> Result<(), Failed>
+async fn retried<T, F, Fut>(policy: &RetryPolicy, target: &str, mut attempt: F) -> Result<T, Failed>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), Failed>>,
+    Fut: Future<Output = Result<T, Failed>>,
 {
     let retrying = |n: u32, failed: &Failed, _delay| {
         tracing::debug!(sink = target, attempt = n + 1, error = %failed.message, "Kafka attempt failed; retrying.");
@@ -650,7 +643,7 @@ where
         )
         .await
     {
-        Ok(()) => Ok(()),
+        Ok(answer) => Ok(answer),
         Err(GaveUp::Failed {
             mut error,
             attempts,

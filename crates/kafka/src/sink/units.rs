@@ -34,6 +34,8 @@ use crate::log::{LogReader, Security};
 pub(crate) struct UnitProducers {
     settings: KafkaSettings,
     target: String,
+    /// How the positions are read back, parsed once from the client properties.
+    security: Security,
     reader: LogReader,
     held: HashMap<UnitId, Transactions>,
 }
@@ -58,7 +60,8 @@ impl UnitProducers {
             settings: settings.clone(),
             target: target.to_string(),
             reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
-                .with_security(security),
+                .with_security(security.clone()),
+            security,
             held: HashMap::new(),
         })
     }
@@ -78,26 +81,19 @@ impl UnitProducers {
     ) -> Result<Option<LeaseCheckpoint>, SinkError> {
         self.drop_producer(&fence.unit);
         let id = unit_transactional_id(&self.settings.transactional_id, &fence.unit);
-        let transactions = Transactions::start_as(&self.settings, &id, &self.target).await?;
+        let transactions =
+            Transactions::start_as(&self.settings, &id, self.security.clone(), &self.target)
+                .await?;
         let key = position_key(&fence.pipeline, &fence.unit);
-        let topic = self.settings.positions_topic.clone();
-        let last = std::sync::Mutex::new(None);
-        retried(&self.settings.retry, &self.target, || async {
-            let read = self
-                .reader
-                .last_committed(&topic, 0, key.as_bytes())
+        let topic = &self.settings.positions_topic;
+        let last = retried(&self.settings.retry, &self.target, || async {
+            self.reader
+                .last_committed(topic, 0, key.as_bytes())
                 .await
-                .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))?;
-            *last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = read;
-            Ok(())
+                .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))
         })
         .await
         .map_err(|failed| self.error(failed))?;
-        let last = last
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stored = match last.and_then(|record| record.value) {
             None => None,
             Some(value) => Some(
@@ -140,15 +136,16 @@ impl UnitProducers {
                 fence.unit
             ))));
         };
-        let position = fence
+        let position: Vec<Message> = fence
             .position
-            .as_ref()
-            .map(|at| position_message(&fence.pipeline, &fence.unit, fence.counter, at));
-        if messages.is_empty() && position.is_none() {
+            .iter()
+            .map(|at| position_message(&fence.pipeline, &fence.unit, fence.counter, at))
+            .collect();
+        if messages.is_empty() && position.is_empty() {
             return Ok(());
         }
         let committed = retried(&self.settings.retry, &self.target, || {
-            transactions.commit_batch(topic, messages, position.as_ref())
+            transactions.commit_batch(topic, messages, &position)
         })
         .await;
         let ended = fence
