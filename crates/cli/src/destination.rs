@@ -424,11 +424,22 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
                 keyed::destination_table(&config.source, &postgres.keyed)
             )
         }
-        SinkConfig::Kafka(settings) => format!(
-            "kafka {}, topic {}",
-            settings.brokers,
-            kafka::topic_name(settings, config.target())
-        ),
+        // Workers of one run must keep their positions in one place: `exactly_once` in the
+        // positions topic with the unit's batches, `at_least_once` in the lease rows
+        // (docs/coordination.md §11.13). A worker of the other kind would resume from a
+        // position the others do not write.
+        SinkConfig::Kafka(settings) => {
+            let topic = kafka::topic_name(settings, config.target());
+            match settings.delivery {
+                Delivery::ExactlyOnce => format!(
+                    "kafka {}, topic {topic}, exactly_once, positions topic {}",
+                    settings.brokers, settings.positions_topic
+                ),
+                Delivery::AtLeastOnce => {
+                    format!("kafka {}, topic {topic}, at_least_once", settings.brokers)
+                }
+            }
+        }
         SinkConfig::Parquet(settings) => match &settings.iceberg {
             // The catalog as messages name it: a PostgreSQL catalog's address, never its user
             // or password.
@@ -541,6 +552,18 @@ mod tests {
         );
         let jsonl = load("{type: jsonl, path: '/out/orders-{worker}.jsonl'}");
         assert_eq!(sink_identity(&jsonl), "jsonl /out/orders-{worker}.jsonl");
+        // Kafka workers agree on where the positions live, not only on the topic.
+        let exactly = sink_identity(&load("{type: kafka, brokers: 'k:9092', topic: t}"));
+        assert_eq!(
+            exactly,
+            "kafka k:9092, topic t, exactly_once, positions topic _ddbpipe_positions"
+        );
+        for other in [
+            "{type: kafka, brokers: 'k:9092', topic: t, delivery: at_least_once}",
+            "{type: kafka, brokers: 'k:9092', topic: t, positions_topic: p2}",
+        ] {
+            assert_ne!(sink_identity(&load(other)), exactly, "{other}");
+        }
     }
 
     /// An iceberg sink is named by its table, its catalog (a PostgreSQL one by its address,
