@@ -719,17 +719,29 @@ fn another_envelope_does_not_continue_the_position() {
 /// stopped one's (whose open transaction the broker aborts). Continued, the zombie's next
 /// transaction is refused and it hands the shard back. The topic's committed view then holds
 /// every stream record once, in order per key, and replays to the table.
-#[test]
-fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
+/// Two workers follow one stream into one topic with `delivery` under a writer; the shard's
+/// owner is SIGSTOPped past its 3 s lease, the other takes the shard, the stopped one is
+/// continued. Returns the pipeline, the stream's records (read independently), the topic's
+/// committed view once it holds them all, and what the workers logged.
+fn two_workers_through_a_stop_past_the_lease(
+    delivery: &str,
+) -> (
+    Arc<Running>,
+    Pipeline,
+    BTreeSet<(String, String)>,
+    Vec<Vec<Event>>,
+    String,
+) {
     let brokers = brokers();
     let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
                   value_format: typed\nbatch_size: 20\nfollow: true\npoll_interval_ms: 100";
-    let (running, pipeline, topic) = orders_into_kafka(&brokers, source, "exactly_once", 0);
+    let (running, pipeline, topic) = orders_into_kafka(&brokers, source, delivery, 0);
     let mut yaml = std::fs::read_to_string(&pipeline.config).unwrap();
-    yaml.push_str(
-        "state:\n  flush_interval_ms: 0\ncoordination:\n  lease_table: ddbpipe-leases\n  \
-         lease_duration_secs: 3\n",
-    );
+    if delivery == "exactly_once" {
+        // (`at_least_once` has its `state:` from `orders_into_kafka`.)
+        yaml.push_str("state:\n  flush_interval_ms: 0\n");
+    }
+    yaml.push_str("coordination:\n  lease_table: ddbpipe-leases\n  lease_duration_secs: 3\n");
     std::fs::write(&pipeline.config, yaml).unwrap();
     let check = pipeline.ddbpipe(&["check"]);
     assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
@@ -779,7 +791,20 @@ fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
         said.push_str(&stderr(&output));
     }
     assert!(caught_up, "every stream record reaches the topic: {said}");
+    assert!(
+        said.contains("Lease lost"),
+        "the stopped worker learns it lost the shard: {said}"
+    );
     let view = committed(&brokers, &topic);
+    (running, pipeline, expected, view, said)
+}
+
+/// docs/coordination.md §11.13, `exactly_once`: the stopped owner's late transaction is
+/// fenced; every stream record is in the committed view once, in order per key.
+#[test]
+fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
+    let (running, pipeline, expected, view, _) =
+        two_workers_through_a_stop_past_the_lease("exactly_once");
     let delivered = change_records(&view);
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
@@ -790,10 +815,6 @@ fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
         replay(&view),
         keyed::table_items(&running.endpoint, "orders")
     );
-    assert!(
-        said.contains("Lease lost"),
-        "the stopped worker learns it lost the shard: {said}"
-    );
     // `state reset` forgets the unit's position with the lease rows.
     let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
@@ -801,5 +822,30 @@ fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
         stdout(&reset).contains("removed 1 unit position(s)"),
         "{}",
         stdout(&reset)
+    );
+}
+
+/// docs/coordination.md §11.13, `at_least_once`: the positions live in the lease rows; around
+/// the hand-over records may come twice, none is missing, nothing outside the stream is sent,
+/// and `state reset` deletes the lease rows (no positions topic is written).
+#[test]
+fn two_workers_write_one_topic_at_least_once_through_a_stop_past_the_lease() {
+    let (_running, pipeline, expected, view, _) =
+        two_workers_through_a_stop_past_the_lease("at_least_once");
+    let got: BTreeSet<_> = change_records(&view).into_keys().collect();
+    let missing: Vec<_> = expected.difference(&got).collect();
+    assert!(missing.is_empty(), "{} missing: {missing:?}", missing.len());
+    let extra: Vec<_> = got.difference(&expected).collect();
+    assert!(extra.is_empty(), "not in the stream: {extra:?}");
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    assert!(
+        !stdout(&reset).contains("unit position"),
+        "{}",
+        stdout(&reset)
+    );
+    assert!(
+        common::shard_lease(&pipeline.config).is_none(),
+        "the lease rows are gone"
     );
 }
