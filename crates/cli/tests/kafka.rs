@@ -721,17 +721,18 @@ fn another_envelope_does_not_continue_the_position() {
 /// every stream record once, in order per key, and replays to the table.
 /// Two workers follow one stream into one topic with `delivery` under a writer; the shard's
 /// owner is SIGSTOPped past its 3 s lease, the other takes the shard, the stopped one is
-/// continued. Returns the pipeline, the stream's records (read independently), the topic's
-/// committed view once it holds them all, and what the workers logged.
-fn two_workers_through_a_stop_past_the_lease(
-    delivery: &str,
-) -> (
-    Arc<Running>,
-    Pipeline,
-    BTreeSet<(String, String)>,
-    Vec<Vec<Event>>,
-    String,
-) {
+/// What became of two workers' run through a stop (`two_workers_through_a_stop_past_the_lease`).
+struct Stopped {
+    running: Arc<Running>,
+    pipeline: Pipeline,
+    /// The stream's records, read independently.
+    expected: BTreeSet<(String, String)>,
+    /// The topic's committed view once it holds them all.
+    view: Vec<Vec<Event>>,
+}
+
+/// continued (the stopped one must log the lost lease).
+fn two_workers_through_a_stop_past_the_lease(delivery: &str) -> Stopped {
     let brokers = brokers();
     let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
                   value_format: typed\nbatch_size: 20\nfollow: true\npoll_interval_ms: 100";
@@ -796,15 +797,24 @@ fn two_workers_through_a_stop_past_the_lease(
         "the stopped worker learns it lost the shard: {said}"
     );
     let view = committed(&brokers, &topic);
-    (running, pipeline, expected, view, said)
+    Stopped {
+        running,
+        pipeline,
+        expected,
+        view,
+    }
 }
 
 /// docs/coordination.md §11.13, `exactly_once`: the stopped owner's late transaction is
 /// fenced; every stream record is in the committed view once, in order per key.
 #[test]
 fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
-    let (running, pipeline, expected, view, _) =
-        two_workers_through_a_stop_past_the_lease("exactly_once");
+    let Stopped {
+        running,
+        pipeline,
+        expected,
+        view,
+    } = two_workers_through_a_stop_past_the_lease("exactly_once");
     let delivered = change_records(&view);
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
@@ -830,8 +840,12 @@ fn two_workers_write_one_topic_exactly_once_through_a_stop_past_the_lease() {
 /// and `state reset` deletes the lease rows (no positions topic is written).
 #[test]
 fn two_workers_write_one_topic_at_least_once_through_a_stop_past_the_lease() {
-    let (_running, pipeline, expected, view, _) =
-        two_workers_through_a_stop_past_the_lease("at_least_once");
+    let Stopped {
+        pipeline,
+        expected,
+        view,
+        ..
+    } = two_workers_through_a_stop_past_the_lease("at_least_once");
     let got: BTreeSet<_> = change_records(&view).into_keys().collect();
     let missing: Vec<_> = expected.difference(&got).collect();
     assert!(missing.is_empty(), "{} missing: {missing:?}", missing.len());

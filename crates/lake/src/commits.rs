@@ -79,6 +79,9 @@ pub struct DataFile {
     /// Its partition's values: the Iceberg sink's data file partition.
     #[serde(skip)]
     pub partition: Option<iceberg::spec::Struct>,
+    /// Its columns' metrics: the Iceberg sink's data file bounds and counts.
+    #[serde(skip)]
+    pub metrics: Option<crate::parquet::metrics::FileMetrics>,
 }
 
 /// The name of commit `seq`.
@@ -262,6 +265,7 @@ mod tests {
             rows: 1,
             bytes: 1,
             partition: None,
+            metrics: None,
         });
         assert_eq!(orphans(&names, Some(&last)), Ok(vec![fenced, next]));
         // A file of a commit after the next one: the log was changed; nothing is deleted.

@@ -58,6 +58,7 @@ use crate::rows::Shape;
 
 pub use file::FileCompression;
 use file::{OpenFile, open_file};
+use metrics::FileMetrics;
 
 /// What a Parquet sink is opened with.
 #[derive(Debug, Clone)]
@@ -506,10 +507,14 @@ impl Writer {
         let Some(file) = self.files().remove(partition) else {
             return Ok(());
         };
-        let bytes = file
-            .writer
-            .into_inner()
+        let mut writer = file.writer;
+        let footer = writer
+            .finish()
             .map_err(|e| Failure::definite(format!("cannot finish a Parquet file: {e}")))?;
+        // The finished file: the footer is written, nothing more will be.
+        let bytes = std::mem::take(writer.inner_mut());
+        // An Iceberg data file carries its columns' metrics (§7.11 rule 9).
+        let metrics = self.iceberg.is_some().then(|| FileMetrics::of(&footer));
         let next = self.last.unwrap_or(0) + 1;
         let items = self.settings.shape.records() == Records::Items;
         let under = match (&self.iceberg, &self.run) {
@@ -533,6 +538,7 @@ impl Writer {
             rows: file.rows,
             bytes: size,
             partition: Some(file.values),
+            metrics,
         });
         Ok(())
     }
@@ -674,5 +680,6 @@ pub async fn probe(objects: &Objects, shape: &Shape) -> Result<(), String> {
 }
 
 mod file;
+pub mod metrics;
 #[cfg(test)]
 mod tests;

@@ -17,6 +17,10 @@ struct Table {
     refs: Vec<String>,
     files: Vec<String>,
     rows: Vec<Value>,
+    /// Each data file's manifest counts and bounds beside its own values.
+    metrics: Vec<Value>,
+    /// A scan filtered on the first column's least value: files planned, files holding it.
+    pruned: Value,
 }
 
 impl Table {
@@ -80,6 +84,60 @@ fn read_catalog(uri: &str, name: &str, ident: &str, s3: Option<&str>) -> Table {
         refs: serde_json::from_value(read["refs"].clone()).unwrap(),
         files: serde_json::from_value(read["files"].clone()).unwrap(),
         rows: serde_json::from_value(read["rows"].clone()).unwrap(),
+        metrics: serde_json::from_value(read["metrics"].clone()).unwrap_or_default(),
+        pruned: read["pruned"].clone(),
+    }
+}
+
+/// §7.11 rule 9: every data file's manifest entry counts its rows in every column and bounds
+/// each of `bounded` (the key first) by the file's least and greatest value, exactly but for
+/// text over 64 bytes (cut there, the upper bound rounded up); the
+/// documents have counts
+/// and no bounds. With `skips`, a scan filtered on the key's least value plans only the files
+/// that hold it, and fewer than all.
+fn assert_metrics(table: &Table, bounded: &[&str], skips: bool) {
+    assert!(!table.metrics.is_empty(), "no data files");
+    for file in &table.metrics {
+        let rows = &file["rows"];
+        for (column, count) in file["values"].as_object().unwrap() {
+            assert_eq!(count, rows, "{column} values in {}", file["file"]);
+        }
+        assert_eq!(file["nulls"][bounded[0]], 0, "the key has no nulls: {file}");
+        for column in bounded {
+            let bounds = &file["bounds"][column];
+            assert!(bounds.is_object(), "{column} has no bounds: {file}");
+            let (lower, upper) = (&bounds["lower"], &bounds["upper"]);
+            let (min, max) = (&bounds["min"], &bounds["max"]);
+            // A text value over 64 bytes has a bound of 64 bytes: its prefix below, above
+            // rounded up (the Parquet writer's statistics).
+            let truncated = |bound: &Value| bound.as_str().is_some_and(|b| b.len() == 64);
+            let below = |bound: &Value, value: &Value| match (bound.as_str(), value.as_str()) {
+                (Some(bound), Some(value)) => value.starts_with(bound),
+                _ => false,
+            };
+            let above = |bound: &Value, value: &Value| match (bound.as_str(), value.as_str()) {
+                (Some(bound), Some(value)) => bound.as_bytes() > value.as_bytes(),
+                _ => false,
+            };
+            assert!(
+                lower == min || (truncated(lower) && below(lower, min)),
+                "{column}'s lower bound: {file}"
+            );
+            assert!(
+                upper == max || (truncated(upper) && above(upper, max)),
+                "{column}'s upper bound: {file}"
+            );
+        }
+        assert!(file["bounds"]["document"].is_null(), "{file}");
+        assert!(file["values"]["document"].is_number(), "{file}");
+    }
+    let pruned = &table.pruned;
+    assert_eq!(pruned["planned"], pruned["holding"], "{pruned}");
+    if skips {
+        assert!(
+            pruned["planned"].as_u64() < pruned["files"].as_u64(),
+            "a filtered scan skips files: {pruned}"
+        );
     }
 }
 
@@ -151,6 +209,7 @@ fn a_scan_overwrites_the_table_with_the_run_equal_to_dynamodb() {
     assert_eq!(table.schema["pk"], "string");
     assert_eq!(table.schema["document"], "string");
     assert!(table.partition.is_empty(), "{:?}", table.partition);
+    assert_metrics(&table, &["pk"], true);
     let items: BTreeMap<String, Value> = table.rows.iter().map(|r| (pk(r), document(r))).collect();
     assert_eq!(table.rows.len(), 300, "each item once");
     assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
@@ -206,6 +265,11 @@ fn a_streams_run_killed_anywhere_appends_every_change_exactly_once() {
     );
     assert_eq!(table.partition, ["event_time_day"]);
     assert_eq!(table.schema["event_time"], "timestamptz");
+    assert_metrics(
+        &table,
+        &["pk", "op", "sequence_number", "event_time", "shard_id"],
+        true,
+    );
     assert!(table.schema.contains_key("before"), "{:?}", table.schema);
     assert!(
         table.snapshots.iter().all(|s| s["operation"] == "append"),
@@ -338,6 +402,8 @@ fn binary_and_38_digit_keys_are_kept_exactly_in_iceberg() {
     assert_eq!(table.schema["id"], "binary");
     assert_eq!(table.schema["n"], "string");
     assert_blobs_exact(&table.rows);
+    // Binary bounds as bytes, a 38-digit key's as its digits.
+    assert_metrics(&table, &["id", "n"], false);
 }
 
 /// §7.11 rule 1 with the catalog in PostgreSQL (the test server `scripts/test.sh` starts): a

@@ -12,7 +12,12 @@ pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and print
 snapshot], "properties": {table properties}, "manifests": the current snapshot's manifest
 count, "spec": [partition terms as pyiceberg says them], "partitions": [{"file", "partition":
 [its partition values in the manifest], "rows": [its rows' values, each transformed by pyiceberg
-as the spec says, one of each]}]}: binary values as base64, timestamps as unix ms.
+as the spec says, one of each]}], "metrics": [{"file", "rows": its record count, "values" and
+"nulls": {column: count} from its manifest entry, "bounds": {column: {"lower", "upper": the
+manifest's bounds as pyiceberg decodes them, "min", "max": the file's own values as pyarrow
+reads them}}}], "pruned": {"column": the first column, "value": its least value, "files": data
+files, "planned": files a scan filtered on that value plans, "holding": files holding it}}:
+binary values as base64, timestamps as unix ms (bounds and their min and max: µs).
 
 `bucket` prints Iceberg's bucket (pyiceberg's transform) of each string value among n buckets.
 
@@ -23,7 +28,10 @@ import datetime
 import json
 import sys
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
+from pyiceberg.expressions import EqualTo
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
@@ -74,7 +82,73 @@ def read(table):
     for row in scan.to_arrow().to_pylist():
         out["rows"].append({k: plain(v) for k, v in row.items()})
     out["partitions"] = [partition_of(table, task.file) for task in scan.plan_files()]
+    out["metrics"] = [metrics_of(table, task.file) for task in scan.plan_files()]
+    out["pruned"] = pruned(table, out["metrics"])
     return out
+
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def comparable(value):
+    """A bound or a value as JSON compares them: µs for a time, base64 for bytes."""
+    if isinstance(value, datetime.datetime):
+        return (value - EPOCH) // datetime.timedelta(microseconds=1)
+    return plain(value)
+
+
+def read_file(table, data_file):
+    with table.io.new_input(data_file.file_path).open() as f:
+        return pq.read_table(f)
+
+
+def metrics_of(table, data_file):
+    """A data file's counts and bounds in its manifest entry, beside its own least and
+    greatest values."""
+    schema = table.schema()
+    name = lambda field_id: schema.find_field(field_id).name
+    rows = read_file(table, data_file)
+    bounds = {}
+    for field_id, lower in (data_file.lower_bounds or {}).items():
+        field = schema.find_field(field_id)
+        least = pc.min_max(rows.column(field.name))
+        bounds[field.name] = {
+            "lower": comparable(from_bytes(field.field_type, lower)),
+            "upper": comparable(from_bytes(field.field_type, data_file.upper_bounds[field_id])),
+            "min": comparable(least["min"].as_py()),
+            "max": comparable(least["max"].as_py()),
+        }
+    return {
+        "file": data_file.file_path,
+        "rows": data_file.record_count,
+        "values": {name(i): n for i, n in (data_file.value_counts or {}).items()},
+        "nulls": {name(i): n for i, n in (data_file.null_value_counts or {}).items()},
+        "bounds": bounds,
+    }
+
+
+def pruned(table, metrics):
+    """What pyiceberg plans for a scan filtered on the first column's least value, against
+    the files that hold it: a reader skips a file by its bounds."""
+    column = table.schema().fields[0].name
+    held = {m["file"]: set(read_file_column(table, m["file"], column)) for m in metrics}
+    every = set().union(*held.values())
+    if not every:
+        return {"column": column, "files": len(metrics)}
+    value = min(every)
+    planned = table.scan(row_filter=EqualTo(column, value)).plan_files()
+    return {
+        "column": column,
+        "value": comparable(value),
+        "files": len(metrics),
+        "planned": len(list(planned)),
+        "holding": sum(1 for values in held.values() if value in values),
+    }
+
+
+def read_file_column(table, path, column):
+    with table.io.new_input(path).open() as f:
+        return pq.read_table(f, columns=[column]).column(column).to_pylist()
 
 
 def internal(value):

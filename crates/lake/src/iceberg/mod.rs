@@ -622,12 +622,24 @@ impl IcebergTable {
         files: &[DataFile],
     ) -> Result<Vec<iceberg::spec::DataFile>, Failure> {
         let spec = table.metadata().default_partition_spec();
+        let schema = table.metadata().current_schema();
         files
             .iter()
             .map(|file| {
                 let partition = file.partition.clone().unwrap_or_else(Struct::empty);
+                // Rule 9: the columns' counts and bounds, that readers skip files by.
+                let metrics = file
+                    .metrics
+                    .as_ref()
+                    .map(|metrics| metrics.iceberg(schema))
+                    .unwrap_or_default();
                 DataFileBuilder::default()
                     .content(DataContentType::Data)
+                    .column_sizes(metrics.column_sizes)
+                    .value_counts(metrics.value_counts)
+                    .null_value_counts(metrics.null_value_counts)
+                    .lower_bounds(metrics.lower_bounds)
+                    .upper_bounds(metrics.upper_bounds)
                     .file_path(self.storage.path(&file.path))
                     .file_format(DataFileFormat::Parquet)
                     .partition(partition)
