@@ -81,7 +81,7 @@ pub struct DataFile {
     pub partition: Option<iceberg::spec::Struct>,
     /// Its columns' metrics: the Iceberg sink's data file bounds and counts.
     #[serde(skip)]
-    pub metrics: Option<crate::parquet::metrics::FileMetrics>,
+    pub metrics: Option<crate::metrics::FileMetrics>,
 }
 
 /// The name of commit `seq`.

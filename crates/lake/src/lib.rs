@@ -7,6 +7,7 @@
 //! - `partition`: `partition_by` as an Iceberg partition spec; rows split by partition.
 //! - `commits`: the commit log, the orphan rule, the fence between two runs.
 //! - `failure`: a failed step and the class a run reports for it.
+//! - `metrics`: a Parquet file's column counts and bounds, as an Iceberg data file keeps them.
 //! - `parquet`: the sink and its position store.
 //! - `iceberg`: the Iceberg table the sink commits to instead of a commit log: its SQL
 //!   catalog, its storage (the lake's objects), its snapshots.
@@ -14,6 +15,7 @@
 pub mod commits;
 mod failure;
 pub mod iceberg;
+pub mod metrics;
 pub mod objects;
 pub mod parquet;
 pub mod partition;

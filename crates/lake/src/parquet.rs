@@ -56,9 +56,9 @@ use crate::iceberg::{IcebergSettings, IcebergTable};
 use crate::objects::Objects;
 use crate::rows::Shape;
 
+use crate::metrics::FileMetrics;
 pub use file::FileCompression;
 use file::{OpenFile, open_file};
-use metrics::FileMetrics;
 
 /// What a Parquet sink is opened with.
 #[derive(Debug, Clone)]
@@ -680,6 +680,5 @@ pub async fn probe(objects: &Objects, shape: &Shape) -> Result<(), String> {
 }
 
 mod file;
-pub mod metrics;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,9 @@
 //!    files have them, `rows` rule 7) and partition spec (`partition`: changes by
 //!    `day(event_time)` unless `partition_by` says otherwise). An existing table whose columns
 //!    differ from the sink's is refused, naming each column; one partitioned otherwise, naming
-//!    both partitionings.
+//!    both partitionings. The one difference taken: optional columns the table lacks whose
+//!    field ids it never used (typed columns added at the end of `columns:`) are added by the
+//!    run's claim (rule 2) as a new current schema; earlier files read them as null.
 //! 2. A run claims the table when it loads its position: the table property `ddbpipe.writer`
 //!    becomes its pipeline and token, in the same commit as the configured table properties
 //!    (which a new table is created with). A table claimed by another pipeline is refused; a run of
@@ -40,8 +42,8 @@ use std::str::FromStr;
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::Entry;
 use iceberg::spec::{
-    DataContentType, DataFileBuilder, DataFileFormat, MAIN_BRANCH, SnapshotRef, Struct,
-    TableMetadata, TableMetadataBuilder,
+    DataContentType, DataFileBuilder, DataFileFormat, MAIN_BRANCH, NestedFieldRef, Schema,
+    SnapshotRef, Struct, TableMetadata, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
@@ -99,6 +101,8 @@ pub(crate) struct IcebergTable {
     dir: String,
     /// This writer claimed the table (rule 2): a claim that moved since fences it.
     claimed: bool,
+    /// Columns the claim adds to the table (rule 1).
+    adding: Vec<NestedFieldRef>,
 }
 
 impl IcebergTable {
@@ -117,6 +121,7 @@ impl IcebergTable {
             table: None,
             dir,
             claimed: false,
+            adding: Vec::new(),
         }
     }
 
@@ -225,7 +230,7 @@ impl IcebergTable {
         };
         self.locate(&table)?;
         if runs {
-            self.check_columns(&table, shape)?;
+            self.adding = self.check_columns(&table, shape)?;
         }
         let loaded = self.position(&table)?;
         self.table = Some(table);
@@ -235,15 +240,17 @@ impl IcebergTable {
         Ok(loaded)
     }
 
-    /// `check`'s probe: the table as a run would find it (its place, its owner, its columns);
-    /// `false` when there is no table yet (a run creates it).
-    pub async fn probe(&mut self, shape: &Shape) -> Result<bool, Failure> {
+    /// `check`'s probe: the table as a run would find it (its place, its owner, its columns):
+    /// the columns a run would add; `None` when there is no table yet (a run creates it).
+    pub async fn probe(&mut self, shape: &Shape) -> Result<Option<Vec<String>>, Failure> {
         let Some(table) = self.current().await? else {
-            return Ok(false);
+            return Ok(None);
         };
         self.locate(&table)?;
-        self.check_columns(&table, shape)?;
-        Ok(true)
+        let adding = self.check_columns(&table, shape)?;
+        Ok(Some(
+            adding.iter().map(|field| field.name.clone()).collect(),
+        ))
     }
 
     /// Rules 1 and 2: the table is under the warehouse and not another pipeline's.
@@ -276,15 +283,21 @@ impl IcebergTable {
         Ok(())
     }
 
-    /// Rule 1: the table's columns and partition spec are the sink's, its properties read.
-    fn check_columns(&self, table: &Table, shape: &Shape) -> Result<(), Failure> {
+    /// Rule 1: the table's columns and partition spec are the sink's, its properties read;
+    /// the columns a run adds.
+    fn check_columns(&self, table: &Table, shape: &Shape) -> Result<Vec<NestedFieldRef>, Failure> {
         let metadata = table.metadata();
         let wanted = iceberg::arrow::arrow_schema_to_schema(shape.schema())
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
         let have = metadata.current_schema();
         let mut conflicts = Vec::new();
+        let mut adding = Vec::new();
         for field in wanted.as_struct().fields() {
             match have.field_by_name(&field.name) {
+                // An id no schema of the table ever had: no file holds it for another column.
+                None if !field.required && field.id > metadata.last_column_id() => {
+                    adding.push(field.clone());
+                }
                 None => conflicts.push(format!("'{}' is missing", field.name)),
                 Some(found) if found.field_type != field.field_type => conflicts.push(format!(
                     "'{}' is {} (ddbpipe writes {})",
@@ -332,7 +345,7 @@ impl IcebergTable {
                 partitioning
             )));
         }
-        Ok(())
+        Ok(adding)
     }
 
     /// Rule 3: the newest snapshot of the pipeline's position, its commit number and run.
@@ -405,16 +418,45 @@ impl IcebergTable {
                 return Ok(());
             }
             let claim: HashMap<String, String> = self.properties().into_iter().collect();
-            let builder = self
+            let mut builder = self
                 .builder(&table)?
                 .set_properties(claim)
                 .map_err(|e| self.failed("claim", e))?;
+            if let Some(schema) = self.added_schema(&table)? {
+                builder = builder
+                    .add_current_schema(schema)
+                    .map_err(|e| self.failed("claim", e))?;
+            }
             if self.swap(&table, builder).await? {
                 self.claimed = true;
                 return Ok(());
             }
         }
         Err(self.failed("claim", "other writers kept committing first"))
+    }
+
+    /// Rule 1: the table's current schema with the columns this run adds that it does not
+    /// have yet (a writer that committed first may have added them); `None` when none is.
+    fn added_schema(&self, table: &Table) -> Result<Option<Schema>, Failure> {
+        let have = table.metadata().current_schema();
+        let adding: Vec<NestedFieldRef> = self
+            .adding
+            .iter()
+            .filter(|field| have.field_by_name(&field.name).is_none())
+            .cloned()
+            .collect();
+        if adding.is_empty() {
+            return Ok(None);
+        }
+        let names: Vec<&str> = adding.iter().map(|field| field.name.as_str()).collect();
+        tracing::info!(table = %self.describe(), columns = ?names, "Adding columns to the Iceberg table.");
+        have.as_ref()
+            .clone()
+            .into_builder()
+            .with_fields(adding)
+            .build()
+            .map(Some)
+            .map_err(|e| self.failed("add columns to", e))
     }
 
     /// Rule 2: the properties a run sets: the configured ones and its claim.
@@ -664,12 +706,23 @@ pub async fn probe(
     settings.catalog.writable().await?;
     let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
     match table.probe(shape).await {
-        Ok(true) => Ok(format!(
+        Ok(Some(adding)) if adding.is_empty() => Ok(format!(
             "{}: its columns are the sink's, partitioned by {}",
             table.describe(),
             shape.partitioning()
         )),
-        Ok(false) => Ok(format!(
+        Ok(Some(adding)) => Ok(format!(
+            "{}: partitioned by {}; a run adds the column(s) {} (earlier rows read them as \
+             null)",
+            table.describe(),
+            shape.partitioning(),
+            adding
+                .iter()
+                .map(|name| format!("'{name}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Ok(None) => Ok(format!(
             "{}: not there yet (the first run creates it)",
             table.describe()
         )),
