@@ -71,6 +71,18 @@ pub struct KafkaSettings {
     pub shared: bool,
 }
 
+impl KafkaSettings {
+    /// How positions are read back (`log::Security`, from the client properties), or the
+    /// sink's error naming `target`.
+    pub(crate) fn security(&self, target: &str) -> Result<Security, SinkError> {
+        Security::of(&self.connection.properties).map_err(|message| SinkError {
+            sink: target.to_string(),
+            message,
+            class: SinkErrorClass::Definite,
+        })
+    }
+}
+
 /// The Kafka sink.
 pub struct KafkaSink {
     producer: Producer,
@@ -346,12 +358,7 @@ impl Transactions {
         settings: &KafkaSettings,
         target: &str,
     ) -> Result<Transactions, SinkError> {
-        let security =
-            Security::of(&settings.connection.properties).map_err(|message| SinkError {
-                sink: target.to_string(),
-                message,
-                class: SinkErrorClass::Definite,
-            })?;
+        let security = settings.security(target)?;
         Transactions::start_as(settings, &settings.transactional_id, security, target).await
     }
 

@@ -161,10 +161,6 @@ fn bounds(statistics: &Statistics) -> Option<(Bound, Bound)> {
             Bound::Bytes(s.min_opt()?.data().to_vec()),
             Bound::Bytes(s.max_opt()?.data().to_vec()),
         )),
-        Statistics::FixedLenByteArray(s) => Some((
-            Bound::Bytes(s.min_opt()?.data().to_vec()),
-            Bound::Bytes(s.max_opt()?.data().to_vec()),
-        )),
         Statistics::Int64(s) => Some((Bound::Long(*s.min_opt()?), Bound::Long(*s.max_opt()?))),
         Statistics::Boolean(s) => Some((Bound::Bool(*s.min_opt()?), Bound::Bool(*s.max_opt()?))),
         _ => None,

@@ -423,6 +423,36 @@ fn a_typed_column_added_at_the_end_is_added_to_the_table() {
     );
     assert_metrics(&table, &["pk"], false);
 
+    // The last typed column dropped from `columns:`: it stays in the table, null in the rows
+    // written after (their documents still hold it).
+    let mut writer = Writer::new(0x21, 3);
+    let items: Vec<_> = (10..13)
+        .map(|i| {
+            let mut item = writer.random_item(&format!("k{i:03}"));
+            item.insert("w".into(), AttributeValue::N(format!("{}", 1000 + i)));
+            item
+        })
+        .collect();
+    running.put_items("orders", items);
+    let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), &typed(&["v"]));
+    pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let table = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(table.schema["w"], "long");
+    let unwritten = table
+        .rows
+        .iter()
+        .filter(|row| {
+            let document: Value = serde_json::from_str(row["document"].as_str().unwrap()).unwrap();
+            document.get("w").is_some() && row["w"].is_null()
+        })
+        .count();
+    assert_eq!(
+        unwritten, 3,
+        "the three changes after w was dropped read it as null"
+    );
+
     // The columns in another order: other field ids.
     let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), &typed(&["w", "v"]));
     pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);

@@ -97,9 +97,15 @@ def comparable(value):
     return plain(value)
 
 
-def read_file(table, data_file):
-    with table.io.new_input(data_file.file_path).open() as f:
-        return pq.read_table(f)
+FILES = {}
+
+
+def read_file(table, path):
+    """A data file's rows as pyarrow reads them, read once."""
+    if path not in FILES:
+        with table.io.new_input(path).open() as f:
+            FILES[path] = pq.read_table(f)
+    return FILES[path]
 
 
 def metrics_of(table, data_file):
@@ -107,7 +113,7 @@ def metrics_of(table, data_file):
     greatest values."""
     schema = table.schema()
     name = lambda field_id: schema.find_field(field_id).name
-    rows = read_file(table, data_file)
+    rows = read_file(table, data_file.file_path)
     bounds = {}
     for field_id, lower in (data_file.lower_bounds or {}).items():
         field = schema.find_field(field_id)
@@ -131,7 +137,7 @@ def pruned(table, metrics):
     """What pyiceberg plans for a scan filtered on the first column's least value, against
     the files that hold it: a reader skips a file by its bounds."""
     column = table.schema().fields[0].name
-    held = {m["file"]: set(read_file_column(table, m["file"], column)) for m in metrics}
+    held = {m["file"]: set(read_file(table, m["file"]).column(column).to_pylist()) for m in metrics}
     every = set().union(*held.values())
     if not every:
         return {"column": column, "files": len(metrics)}
@@ -146,11 +152,6 @@ def pruned(table, metrics):
     }
 
 
-def read_file_column(table, path, column):
-    with table.io.new_input(path).open() as f:
-        return pq.read_table(f, columns=[column]).column(column).to_pylist()
-
-
 def internal(value):
     """A row's value as pyiceberg's transforms take it (a timestamp in µs)."""
     if isinstance(value, datetime.datetime):
@@ -162,8 +163,7 @@ def partition_of(table, data_file):
     """A data file's partition in its manifest, and its rows' values transformed by the spec
     (each once): equal when every row is in the partition its manifest says."""
     schema = table.schema()
-    with table.io.new_input(data_file.file_path).open() as f:
-        rows = pq.read_table(f).to_pylist()
+    rows = read_file(table, data_file.file_path).to_pylist()
     found = set()
     for row in rows:
         values = []

@@ -50,12 +50,7 @@ struct StoredPosition {
 impl UnitProducers {
     /// No producer yet: each starts with its unit's claim.
     pub(crate) fn new(settings: &KafkaSettings, target: &str) -> Result<Self, SinkError> {
-        let security =
-            Security::of(&settings.connection.properties).map_err(|message| SinkError {
-                sink: target.to_string(),
-                message,
-                class: SinkErrorClass::Definite,
-            })?;
+        let security = settings.security(target)?;
         Ok(UnitProducers {
             settings: settings.clone(),
             target: target.to_string(),
