@@ -6,7 +6,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 use ddbpipe_source::endpoint::EndpointUrl;
 
 /// Get data out of Amazon DynamoDB: parallel scans, queries, change streams and mirrors into
-/// JSON Lines, SQLite or PostgreSQL, resumable.
+/// JSON Lines, SQLite, PostgreSQL, Kafka, Parquet or Iceberg, resumable.
 #[derive(Debug, Parser)]
 #[command(name = "ddbpipe", version, about, long_about = None)]
 pub struct Args {

@@ -128,6 +128,15 @@ impl Failed {
             retry: false,
         }
     }
+
+    /// Rule 5: a newer producer took over.
+    fn fenced(message: String) -> Failed {
+        Failed {
+            message,
+            class: SinkErrorClass::Fenced,
+            retry: false,
+        }
+    }
 }
 
 impl KafkaSink {
@@ -348,6 +357,8 @@ pub(crate) struct Transactions {
     pub(crate) timeout: Duration,
     /// How the positions are read back (`log::Security`, from the client properties).
     pub(crate) security: Security,
+    /// A unit's producer: where a newer owner's position would show (`units` rule 5).
+    owner: Option<Arc<units::UnitOwner>>,
 }
 
 impl Transactions {
@@ -385,6 +396,7 @@ impl Transactions {
             turn: Arc::new(tokio::sync::Mutex::new(())),
             positions_topic: settings.positions_topic.clone(),
             timeout: settings.connection.timeout,
+            owner: None,
         };
         retried(&settings.retry, target, || transactions.init())
             .await
@@ -411,25 +423,36 @@ impl Transactions {
         // librdkafka's commit first flushes, and rdkafka's flush waits in steps of 100 ms for
         // reports the producer's own thread takes: wait for every report here instead, so the
         // flush finds none outstanding (measured: 103 ms → 17 ms a commit on the test broker).
-        if !self.producer.context().settle(self.timeout).await {
+        let deliveries = self.producer.context();
+        if !deliveries.settle(self.timeout).await {
             return Err(Failed::transient(format!(
                 "the brokers did not acknowledge the transaction's messages within {} s",
                 self.timeout.as_secs()
             )));
         }
+        // A refused message fails the transaction: it is aborted, never committed. Asking
+        // librdkafka to commit it anyway can block for the whole timeout, every resume of it
+        // (seen with a produce request refused as fenced: 150 s, past a stop's drain).
+        if let Some(refusal) = deliveries.refused() {
+            return Err(refused(&refusal.error, &refusal.key, refusal.size));
+        }
         self.resumed(|producer, timeout| producer.commit_transaction(timeout))
             .await
-            .map_err(|e| transaction_failure("the transaction did not commit", &e))
+            .map_err(|resumed| resumed.failure("the transaction did not commit"))
     }
 
     /// Runs a commit or an abort, calling it again while it fails retriably, up to
     /// [`RESUMES`] times: after a timeout librdkafka keeps the operation going and takes the
     /// same call to resume it, while any other call (an abort after a commit, a new
     /// transaction) conflicts with it.
+    ///
+    /// A unit's producer first reads the unit's position: one stored under a newer lease counter
+    /// means a newer owner started and wrote, so this producer is fenced, whether or not the
+    /// broker says so (`units` rule 5).
     async fn resumed(
         &self,
         call: fn(&Producer, Duration) -> Result<(), KafkaError>,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<(), Resumed> {
         let mut resumes = 0;
         loop {
             let producer = self.producer.clone();
@@ -438,28 +461,34 @@ impl Transactions {
                 Err(KafkaError::Transaction(error))
                     if error.is_retriable() && resumes < RESUMES =>
                 {
+                    if let Some(owner) = &self.owner
+                        && let Some(fenced) = owner.newer().await
+                    {
+                        return Err(Resumed::Superseded(fenced));
+                    }
                     resumes += 1;
                     tracing::debug!(%error, resumes, "A transaction step timed out; resuming it.");
                 }
-                answer => return answer,
+                Ok(()) => return Ok(()),
+                Err(error) => return Err(Resumed::Failed(error)),
             }
         }
     }
 
     /// Aborts the open transaction after `failed`; the failure to tell.
     async fn abort(&self, failed: Failed) -> Failed {
+        // Rule 5: a fenced producer cannot abort (librdkafka may wait the whole timeout on
+        // each try); the broker aborts its transaction as the newer producer starts.
+        if failed.class == SinkErrorClass::Fenced {
+            return failed;
+        }
         match self
             .resumed(|producer, timeout| producer.abort_transaction(timeout))
             .await
         {
             Ok(()) => failed,
-            // A fenced or failed producer cannot abort: the broker aborts the transaction when
-            // its timeout passes or a newer producer starts.
-            Err(error) if failed.class == SinkErrorClass::Fenced => {
-                tracing::debug!(%error, "The fenced producer's abort failed.");
-                failed
-            }
-            Err(error) => {
+            Err(Resumed::Superseded(fenced)) => fenced,
+            Err(Resumed::Failed(error)) => {
                 let aborted = transaction_failure("the transaction could not be aborted", &error);
                 Failed {
                     message: format!("{}; then {}", failed.message, aborted.message),
@@ -502,6 +531,23 @@ impl Transactions {
         self.commit_batch(&self.positions_topic, &[], positions)
             .await
             .map_err(|failed| failed.message)
+    }
+}
+
+/// How a resumed transaction step ended when it did not succeed.
+enum Resumed {
+    /// librdkafka's error.
+    Failed(KafkaError),
+    /// A newer owner of the unit wrote (`units` rule 5): fenced.
+    Superseded(Failed),
+}
+
+impl Resumed {
+    fn failure(self, what: &str) -> Failed {
+        match self {
+            Resumed::Failed(error) => transaction_failure(what, &error),
+            Resumed::Superseded(fenced) => fenced,
+        }
     }
 }
 
@@ -611,14 +657,10 @@ fn transaction_failure(what: &str, error: &KafkaError) -> Failed {
 
 /// Rule 5.
 fn fenced(error: &KafkaError) -> Failed {
-    Failed {
-        message: format!(
-            "another worker took over: a newer producer with this pipeline's transactional.id \
-             fenced this one ({error}); nothing of the batch is visible"
-        ),
-        class: SinkErrorClass::Fenced,
-        retry: false,
-    }
+    Failed::fenced(format!(
+        "another worker took over: a newer producer with this pipeline's transactional.id \
+         fenced this one ({error}); nothing of the batch is visible"
+    ))
 }
 
 /// Runs a blocking librdkafka call on the blocking pool.

@@ -19,6 +19,11 @@
 //!    producer fenced by a newer one refuses it with nothing visible
 //!    ([`SinkErrorClass::Fenced`]) and is dropped; so is the producer of a unit whose batch
 //!    reached the unit's end (its lease is finished).
+//! 5. **A commit or abort that times out** reads the unit's position before it is resumed: one
+//!    stored under a newer lease counter than the producer's means a newer owner started and
+//!    committed, so the producer is fenced ([`SinkErrorClass::Fenced`]) even where the broker
+//!    keeps the late transaction step waiting instead of refusing it (seen with the tests'
+//!    broker: a worker stopped past its lease, continued, waited out every resume).
 
 use std::collections::HashMap;
 
@@ -38,6 +43,36 @@ pub(crate) struct UnitProducers {
     security: Security,
     reader: LogReader,
     held: HashMap<UnitId, Transactions>,
+}
+
+/// Where a unit producer's newer owner shows (rule 5): the unit's position, and the lease
+/// counter the producer was claimed under.
+pub(super) struct UnitOwner {
+    reader: LogReader,
+    topic: String,
+    key: String,
+    unit: UnitId,
+    counter: u64,
+}
+
+impl UnitOwner {
+    /// The failure to tell when the unit's stored position is under a newer counter; `None`
+    /// when it is not, or cannot be read now (the step is resumed as before).
+    pub(super) async fn newer(&self) -> Option<Failed> {
+        let record = self
+            .reader
+            .last_committed(&self.topic, 0, self.key.as_bytes())
+            .await
+            .ok()??;
+        let stored: StoredPosition = serde_json::from_slice(&record.value?).ok()?;
+        (stored.counter > self.counter).then(|| {
+            Failed::fenced(format!(
+                "another worker took over: unit {} was written under lease counter {}, newer \
+                 than this worker's {}; nothing of the batch is visible",
+                self.unit, stored.counter, self.counter
+            ))
+        })
+    }
 }
 
 /// A unit's stored position (rule 2).
@@ -76,11 +111,18 @@ impl UnitProducers {
     ) -> Result<Option<LeaseCheckpoint>, SinkError> {
         self.drop_producer(&fence.unit);
         let id = unit_transactional_id(&self.settings.transactional_id, &fence.unit);
-        let transactions =
+        let mut transactions =
             Transactions::start_as(&self.settings, &id, self.security.clone(), &self.target)
                 .await?;
         let key = position_key(&fence.pipeline, &fence.unit);
         let topic = &self.settings.positions_topic;
+        transactions.owner = Some(std::sync::Arc::new(UnitOwner {
+            reader: self.reader.clone(),
+            topic: topic.clone(),
+            key: key.clone(),
+            unit: fence.unit.clone(),
+            counter: fence.counter,
+        }));
         let last = retried(&self.settings.retry, &self.target, || async {
             self.reader
                 .last_committed(topic, 0, key.as_bytes())
@@ -195,6 +237,76 @@ fn position_message(pipeline: &str, unit: &UnitId, counter: u64, at: &LeaseCheck
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::{Connection, Delivery, TopicShape};
+    use ddbpipe_source::retry::RetryPolicy;
+
+    fn fence(unit: &UnitId, counter: u64, at: Option<&str>) -> Fence {
+        Fence {
+            pipeline: "owners".to_string(),
+            unit: unit.clone(),
+            counter,
+            position: at.map(|text| unit.checkpoint(text)),
+            snapshot: None,
+            beside: None,
+        }
+    }
+
+    /// Rule 5: a unit producer whose unit a newer owner committed under a higher lease counter
+    /// learns it from the position, without the broker's word; the newer owner's does not.
+    #[tokio::test]
+    async fn a_producer_learns_of_a_newer_owner_from_the_units_position() {
+        let brokers = ddbpipe_testkit::kafka::brokers();
+        let topic = ddbpipe_testkit::kafka::topic_name("owners");
+        let settings = KafkaSettings {
+            connection: Connection {
+                brokers,
+                properties: Vec::new(),
+                timeout: std::time::Duration::from_secs(30),
+            },
+            topic: topic.clone(),
+            topic_shape: TopicShape::default(),
+            delivery: Delivery::ExactlyOnce,
+            positions_topic: ddbpipe_testkit::kafka::topic_name("owner-positions"),
+            transactional_id: format!("ddbpipe-{topic}"),
+            retry: RetryPolicy {
+                max_retries: 1,
+                ..RetryPolicy::default()
+            },
+            shared: true,
+        };
+        for (name, compacted) in [(&settings.topic, false), (&settings.positions_topic, true)] {
+            let shape = TopicShape::default();
+            settings
+                .connection
+                .ensure_topic(name, shape, compacted)
+                .await
+                .unwrap();
+        }
+        let unit: UnitId = "shard:shardId-00000001".parse().unwrap();
+        let mut first = UnitProducers::new(&settings, "kafka").unwrap();
+        first.claim(&fence(&unit, 1, None)).await.unwrap();
+        let owner = |producers: &UnitProducers| producers.held[&unit].owner.clone().unwrap();
+        assert!(owner(&first).newer().await.is_none(), "nothing stored yet");
+
+        let mut second = UnitProducers::new(&settings, "kafka").unwrap();
+        second.claim(&fence(&unit, 2, None)).await.unwrap();
+        second
+            .commit(&topic, &[], &fence(&unit, 2, Some("after:5")))
+            .await
+            .unwrap();
+
+        let fenced = owner(&first)
+            .newer()
+            .await
+            .expect("counter 2 is newer than 1");
+        assert_eq!(fenced.class, SinkErrorClass::Fenced);
+        assert!(
+            fenced.message.contains("lease counter 2"),
+            "{}",
+            fenced.message
+        );
+        assert!(owner(&second).newer().await.is_none(), "its own position");
+    }
 
     #[test]
     fn a_units_position_reads_back_as_its_checkpoint() {
