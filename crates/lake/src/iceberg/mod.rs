@@ -25,7 +25,8 @@
 //!    then, and earlier snapshots stay reachable by time travel.
 //! 5. A commit swaps the catalog's metadata location only from the one it was built on
 //!    (`catalog` rule 2). When another writer committed first, the table is read again and
-//!    the commit is built again on it (up to 10 times), unless the claim moved (rule 2).
+//!    the commit is built again on it (up to 10 times), unless the claim moved (rule 2). A
+//!    run's claim built again checks the columns again (rule 1) on what that writer committed.
 //! 6. Data files a commit never named (a run stopped between writing and committing) are not
 //!    part of any snapshot: readers never see them; Iceberg's orphan-file maintenance removes
 //!    them.
@@ -103,6 +104,8 @@ pub(crate) struct IcebergTable {
     claimed: bool,
     /// Columns the claim adds to the table (rule 1).
     adding: Vec<NestedFieldRef>,
+    /// The columns a run writes: checked again on the table a lost claim reads (rule 5).
+    shape: Option<Shape>,
 }
 
 impl IcebergTable {
@@ -122,6 +125,7 @@ impl IcebergTable {
             dir,
             claimed: false,
             adding: Vec::new(),
+            shape: None,
         }
     }
 
@@ -231,6 +235,7 @@ impl IcebergTable {
         self.locate(&table)?;
         if runs {
             self.adding = self.check_columns(&table, shape)?;
+            self.shape = Some(shape.clone());
         }
         let loaded = self.position(&table)?;
         self.table = Some(table);
@@ -342,7 +347,7 @@ impl IcebergTable {
 
     /// Rule 2: the run's claim, committed.
     async fn claim_table(&mut self) -> Result<(), Failure> {
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
             let table = self
                 .table
                 .clone()
@@ -351,6 +356,13 @@ impl IcebergTable {
                 // The table this writer created holds its claim already.
                 self.claimed = true;
                 return Ok(());
+            }
+            // Rule 5: the writer that committed first may have changed the columns (taken the
+            // field id of a column this run adds, among others): checked again, as a load does.
+            if attempt > 0
+                && let Some(shape) = &self.shape
+            {
+                self.adding = self.check_columns(&table, shape)?;
             }
             let claim: HashMap<String, String> = self.properties().into_iter().collect();
             let mut builder = self

@@ -354,3 +354,108 @@ async fn a_table_property_commits_cannot_read_is_refused_before_any_file() {
     let (_, mut fixed) = ParquetSink::open(settings);
     assert!(fixed.load("orders").await.is_ok());
 }
+
+/// The sink's items with one typed column, `w`, at the end of `columns:` (field id 3, after
+/// `pk` and `document`).
+fn with_typed_w(dir: &Path) -> ParquetSettings {
+    let column = ddbpipe_keyed::ColumnSpec {
+        name: "w".into(),
+        path: ddbpipe_value::ColumnPath::parse("w").unwrap(),
+        kind: ddbpipe_keyed::ColumnType::Text,
+        time_format: ddbpipe_keyed::TimeFormat::default(),
+    };
+    let typed = ddbpipe_keyed::TypedColumns::new(
+        vec![column],
+        ddbpipe_value::ValueFormat::Plain,
+        ddbpipe_keyed::OnMismatch::Null,
+    );
+    let shape = crate::rows::Shape::typed(
+        vec![("pk".into(), ddbpipe_keyed::KeyType::S)],
+        ddbpipe_value::ValueFormat::Plain,
+        Records::Items,
+        false,
+        Some(typed),
+    )
+    .unwrap();
+    ParquetSettings {
+        shape,
+        ..iceberg_settings(dir)
+    }
+}
+
+/// Rules 1 and 5: a run's claim that loses to another writer is built again on what that
+/// writer committed, its columns checked again: a column that writer added under the field id
+/// the run's new typed column would take refuses the run, naming both, as a load would; the
+/// table keeps that writer's schema, nothing added over it.
+#[tokio::test]
+async fn a_claim_lost_to_a_column_change_checks_the_columns_again() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(started(dir.path()).await);
+
+    // Another writer's schema (a column `x` under the next id, 3), written but not yet swapped
+    // in: the catalog swaps it in when the next run's claim is swapped, so that claim loses.
+    let (_, io, old) = catalog_of(dir.path()).await;
+    let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
+    let schema = metadata
+        .current_schema()
+        .as_ref()
+        .clone()
+        .into_builder()
+        .with_fields([::iceberg::spec::NestedField::optional(
+            3,
+            "x",
+            ::iceberg::spec::Type::Primitive(::iceberg::spec::PrimitiveType::String),
+        )
+        .into()])
+        .build()
+        .unwrap();
+    let foreign = metadata
+        .into_builder(Some(old.clone()))
+        .add_current_schema(schema)
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+    let location = MetadataLocation::from_str(&old)
+        .unwrap()
+        .with_next_version()
+        .with_new_metadata(&foreign);
+    foreign.write_to(&io, &location).await.unwrap();
+    let catalog = rusqlite::Connection::open(dir.path().join("catalog.db")).unwrap();
+    catalog
+        .execute_batch(&format!(
+            "CREATE TABLE armed (location TEXT);
+             INSERT INTO armed VALUES ('{location}');
+             CREATE TRIGGER first_swap_loses BEFORE UPDATE ON iceberg_tables
+             WHEN EXISTS (SELECT 1 FROM armed)
+             BEGIN
+               UPDATE iceberg_tables SET metadata_location = (SELECT location FROM armed),
+                 previous_metadata_location = OLD.metadata_location
+               WHERE table_name = OLD.table_name;
+               DELETE FROM armed;
+               SELECT RAISE(IGNORE);
+             END;"
+        ))
+        .unwrap();
+
+    let (_sink, mut store) = ParquetSink::open(with_typed_w(dir.path()));
+    let refused = store.load("orders").await.unwrap_err().to_string();
+    assert!(
+        refused.contains("'w' cannot be added: its field id 3 is the table's column 'x'"),
+        "{refused}"
+    );
+    let armed: i64 = catalog
+        .query_row("SELECT count(*) FROM armed", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(armed, 0, "the claim lost once");
+    let now = current(dir.path()).await;
+    let names: Vec<_> = now
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|field| field.name.clone())
+        .collect();
+    assert_eq!(names, ["pk", "document", "x"]);
+    assert_eq!(now.schemas_iter().count(), 2, "no schema added over x");
+}
