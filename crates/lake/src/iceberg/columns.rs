@@ -32,14 +32,16 @@ impl IcebergTable {
                 None if !field.required && field.id > metadata.last_column_id() => {
                     adding.push(field.clone());
                 }
-                None => match have.field_by_id(field.id) {
-                    // Another writer's column holds the id (a typed column added at the end).
-                    Some(taken) => conflicts.push(format!(
+                // A typed column added at the end whose field id another writer's column took.
+                None if !field.required
+                    && let Some(taken) = have.field_by_id(field.id) =>
+                {
+                    conflicts.push(format!(
                         "'{}' cannot be added: its field id {} is the table's column '{}'",
                         field.name, field.id, taken.name
-                    )),
-                    None => conflicts.push(format!("'{}' is missing", field.name)),
-                },
+                    ));
+                }
+                None => conflicts.push(format!("'{}' is missing", field.name)),
                 Some(found) if found.field_type != field.field_type => conflicts.push(format!(
                     "'{}' is {} (ddbpipe writes {})",
                     field.name, found.field_type, field.field_type

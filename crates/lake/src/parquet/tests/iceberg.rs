@@ -40,11 +40,32 @@ async fn foreign_commit(dir: &Path) {
 }
 
 async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
-    let (catalog, io, old) = catalog_of(dir).await;
+    let (catalog, _, old) = catalog_of(dir).await;
+    let new = foreign_metadata(dir, |_, metadata| {
+        metadata.set_properties(HashMap::from([(key.to_string(), value.to_string())]))
+    })
+    .await;
+    assert!(
+        catalog
+            .swap("dynamodb", "orders", &old, &new)
+            .await
+            .unwrap()
+    );
+}
+
+/// Another writer's next metadata of the table in `dir`, `change` made to the current one:
+/// written, not swapped in; its location.
+async fn foreign_metadata(
+    dir: &Path,
+    change: impl FnOnce(
+        &TableMetadata,
+        ::iceberg::spec::TableMetadataBuilder,
+    ) -> ::iceberg::Result<::iceberg::spec::TableMetadataBuilder>,
+) -> String {
+    let (_, io, old) = catalog_of(dir).await;
     let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
-    let metadata = metadata
-        .into_builder(Some(old.clone()))
-        .set_properties(HashMap::from([(key.to_string(), value.to_string())]))
+    let builder = metadata.clone().into_builder(Some(old.clone()));
+    let metadata = change(&metadata, builder)
         .unwrap()
         .build()
         .unwrap()
@@ -54,12 +75,7 @@ async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
         .with_next_version()
         .with_new_metadata(&metadata);
     metadata.write_to(&io, &new).await.unwrap();
-    assert!(
-        catalog
-            .swap("dynamodb", "orders", &old, &new.to_string())
-            .await
-            .unwrap()
-    );
+    new.to_string()
 }
 
 async fn current(dir: &Path) -> TableMetadata {
@@ -394,33 +410,22 @@ async fn a_claim_lost_to_a_column_change_checks_the_columns_again() {
 
     // Another writer's schema (a column `x` under the next id, 3), written but not yet swapped
     // in: the catalog swaps it in when the next run's claim is swapped, so that claim loses.
-    let (_, io, old) = catalog_of(dir.path()).await;
-    let metadata = TableMetadata::read_from(&io, &old).await.unwrap();
-    let schema = metadata
-        .current_schema()
-        .as_ref()
-        .clone()
-        .into_builder()
-        .with_fields([::iceberg::spec::NestedField::optional(
+    let location = foreign_metadata(dir.path(), |current, metadata| {
+        let x = ::iceberg::spec::NestedField::optional(
             3,
             "x",
             ::iceberg::spec::Type::Primitive(::iceberg::spec::PrimitiveType::String),
-        )
-        .into()])
-        .build()
-        .unwrap();
-    let foreign = metadata
-        .into_builder(Some(old.clone()))
-        .add_current_schema(schema)
-        .unwrap()
-        .build()
-        .unwrap()
-        .metadata;
-    let location = MetadataLocation::from_str(&old)
-        .unwrap()
-        .with_next_version()
-        .with_new_metadata(&foreign);
-    foreign.write_to(&io, &location).await.unwrap();
+        );
+        let schema = current
+            .current_schema()
+            .as_ref()
+            .clone()
+            .into_builder()
+            .with_fields([x.into()])
+            .build()?;
+        metadata.add_current_schema(schema)
+    })
+    .await;
     let catalog = rusqlite::Connection::open(dir.path().join("catalog.db")).unwrap();
     catalog
         .execute_batch(&format!(
