@@ -136,7 +136,7 @@ impl Transactions {
                     if error.is_retriable() && resumes < RESUMES =>
                 {
                     if let Some(owner) = &self.owner
-                        && let Some(fenced) = owner.newer().await
+                        && let Some(fenced) = owner.superseded().await
                     {
                         return Err(Resumed::Superseded(fenced));
                     }

@@ -56,22 +56,41 @@ pub(super) struct UnitOwner {
 }
 
 impl UnitOwner {
-    /// The failure to tell when the unit's stored position is under a newer counter; `None`
-    /// when it is not, or cannot be read now (the step is resumed as before).
-    pub(super) async fn newer(&self) -> Option<Failed> {
-        let record = self
+    /// The unit's last committed position (rule 3), read back from the positions topic.
+    async fn stored(&self) -> Result<Option<StoredPosition>, Failed> {
+        let last = self
             .reader
             .last_committed(&self.topic, 0, self.key.as_bytes())
             .await
-            .ok()??;
-        let stored: StoredPosition = serde_json::from_slice(&record.value?).ok()?;
+            .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))?;
+        let Some(value) = last.and_then(|record| record.value) else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&value).map(Some).map_err(|e| {
+            Failed::definite(format!(
+                "the position of unit {} in topic '{}' is not a unit position ({e}): run \
+                 `ddbpipe state reset` once no worker runs",
+                self.unit, self.topic
+            ))
+        })
+    }
+
+    /// Rules 3 and 5: the failure to tell when `stored` was written under a newer lease
+    /// counter than this producer's.
+    fn newer(&self, stored: &StoredPosition) -> Option<Failed> {
         (stored.counter > self.counter).then(|| {
             Failed::fenced(format!(
                 "another worker took over: unit {} was written under lease counter {}, newer \
-                 than this worker's {}; nothing of the batch is visible",
+                 than this worker's {}",
                 self.unit, stored.counter, self.counter
             ))
         })
+    }
+
+    /// Rule 5: [`UnitOwner::newer`] on the position read now; `None` as well when it cannot
+    /// be read now (the step is resumed as before).
+    pub(super) async fn superseded(&self) -> Option<Failed> {
+        self.newer(&self.stored().await.ok()??)
     }
 }
 
@@ -114,48 +133,21 @@ impl UnitProducers {
         let mut transactions =
             Transactions::start_as(&self.settings, &id, self.security.clone(), &self.target)
                 .await?;
-        let key = position_key(&fence.pipeline, &fence.unit);
-        let topic = &self.settings.positions_topic;
-        transactions.owner = Some(std::sync::Arc::new(UnitOwner {
+        let owner = UnitOwner {
             reader: self.reader.clone(),
-            topic: topic.clone(),
-            key: key.clone(),
+            topic: self.settings.positions_topic.clone(),
+            key: position_key(&fence.pipeline, &fence.unit),
             unit: fence.unit.clone(),
             counter: fence.counter,
-        }));
-        let last = retried(&self.settings.retry, &self.target, || async {
-            self.reader
-                .last_committed(topic, 0, key.as_bytes())
-                .await
-                .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))
-        })
-        .await
-        .map_err(|failed| self.error(failed))?;
-        let stored = match last.and_then(|record| record.value) {
-            None => None,
-            Some(value) => Some(
-                serde_json::from_slice::<StoredPosition>(&value).map_err(|e| {
-                    self.error(Failed::definite(format!(
-                        "the position of unit {} in topic '{topic}' is not a unit position \
-                         ({e}): run `ddbpipe state reset` once no worker runs",
-                        fence.unit
-                    )))
-                })?,
-            ),
         };
-        if let Some(stored) = &stored
-            && stored.counter > fence.counter
-        {
+        let stored = retried(&self.settings.retry, &self.target, || owner.stored())
+            .await
+            .map_err(|failed| self.error(failed))?;
+        if let Some(fenced) = stored.as_ref().and_then(|stored| owner.newer(stored)) {
             blocking_drop(transactions);
-            return Err(SinkError {
-                sink: self.target.clone(),
-                message: format!(
-                    "unit {} was written under lease counter {}, newer than this worker's {}",
-                    fence.unit, stored.counter, fence.counter
-                ),
-                class: SinkErrorClass::Fenced,
-            });
+            return Err(self.error(fenced));
         }
+        transactions.owner = Some(std::sync::Arc::new(owner));
         self.held.insert(fence.unit.clone(), transactions);
         Ok(stored.map(|stored| fence.unit.checkpoint(&stored.checkpoint)))
     }
@@ -286,7 +278,10 @@ mod tests {
         let mut first = UnitProducers::new(&settings, "kafka").unwrap();
         first.claim(&fence(&unit, 1, None)).await.unwrap();
         let owner = |producers: &UnitProducers| producers.held[&unit].owner.clone().unwrap();
-        assert!(owner(&first).newer().await.is_none(), "nothing stored yet");
+        assert!(
+            owner(&first).superseded().await.is_none(),
+            "nothing stored yet"
+        );
 
         let mut second = UnitProducers::new(&settings, "kafka").unwrap();
         second.claim(&fence(&unit, 2, None)).await.unwrap();
@@ -296,7 +291,7 @@ mod tests {
             .unwrap();
 
         let fenced = owner(&first)
-            .newer()
+            .superseded()
             .await
             .expect("counter 2 is newer than 1");
         assert_eq!(fenced.class, SinkErrorClass::Fenced);
@@ -305,7 +300,10 @@ mod tests {
             "{}",
             fenced.message
         );
-        assert!(owner(&second).newer().await.is_none(), "its own position");
+        assert!(
+            owner(&second).superseded().await.is_none(),
+            "its own position"
+        );
     }
 
     #[test]
