@@ -366,16 +366,20 @@ fn a_typed_column_added_at_the_end_is_added_to_the_table() {
     let first = read_table(&pipeline, "dynamodb.orders", None);
     assert!(!first.schema.contains_key("w"));
 
+    // Items `keys` (k005…), each with a number `w`, from the writer of `seed`.
+    let put_with_w = |seed: u64, keys: std::ops::Range<usize>| {
+        let mut writer = Writer::new(seed, keys.len());
+        let items: Vec<_> = keys
+            .map(|i| {
+                let mut item = writer.random_item(&format!("k{i:03}"));
+                item.insert("w".into(), AttributeValue::N(format!("{}", 1000 + i)));
+                item
+            })
+            .collect();
+        running.put_items("orders", items);
+    };
     // More changes, then the same pipeline with a second typed column (a number, as `v`).
-    let mut writer = Writer::new(0x20, 5);
-    let items: Vec<_> = (5..10)
-        .map(|i| {
-            let mut item = writer.random_item(&format!("k{i:03}"));
-            item.insert("w".into(), AttributeValue::N(format!("{}", 1000 + i)));
-            item
-        })
-        .collect();
-    running.put_items("orders", items);
+    put_with_w(0x20, 5..10);
     let warehouse = pipeline.dir.path().join("warehouse");
     let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), &typed(&["v", "w"]));
     pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
@@ -425,15 +429,7 @@ fn a_typed_column_added_at_the_end_is_added_to_the_table() {
 
     // The last typed column dropped from `columns:`: it stays in the table, null in the rows
     // written after (their documents still hold it).
-    let mut writer = Writer::new(0x21, 3);
-    let items: Vec<_> = (10..13)
-        .map(|i| {
-            let mut item = writer.random_item(&format!("k{i:03}"));
-            item.insert("w".into(), AttributeValue::N(format!("{}", 1000 + i)));
-            item
-        })
-        .collect();
-    running.put_items("orders", items);
+    put_with_w(0x21, 10..13);
     let sink = iceberg_sink(&pipeline, warehouse.to_str().unwrap(), &typed(&["v"]));
     pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
     let output = run(&pipeline);

@@ -91,21 +91,20 @@ impl IcebergTable {
         Ok(adding)
     }
 
-    /// Rule 1: the table's current schema with the columns this run adds that it does not
-    /// have yet (a writer that committed first may have added them); `None` when none is.
+    /// Rules 1 and 5: the table's current schema with the typed columns a run adds that it
+    /// does not have yet, its columns checked on `table` (a writer that committed first may
+    /// have added them, or changed others); `None` when none is, or outside a run.
     pub(super) fn added_schema(&self, table: &Table) -> Result<Option<Schema>, Failure> {
-        let have = table.metadata().current_schema();
-        let adding: Vec<NestedFieldRef> = self
-            .adding
-            .iter()
-            .filter(|field| have.field_by_name(&field.name).is_none())
-            .cloned()
-            .collect();
+        let Some(shape) = &self.shape else {
+            return Ok(None);
+        };
+        let adding = self.check_columns(table, shape)?;
         if adding.is_empty() {
             return Ok(None);
         }
         let names: Vec<&str> = adding.iter().map(|field| field.name.as_str()).collect();
         tracing::info!(table = %self.describe(), columns = ?names, "Adding columns to the Iceberg table.");
+        let have = table.metadata().current_schema();
         have.as_ref()
             .clone()
             .into_builder()

@@ -43,9 +43,7 @@ use std::str::FromStr;
 
 use ddbpipe_pipeline::sink::SinkErrorClass;
 use ddbpipe_pipeline::state::Entry;
-use iceberg::spec::{
-    MAIN_BRANCH, NestedFieldRef, SnapshotRef, TableMetadata, TableMetadataBuilder,
-};
+use iceberg::spec::{MAIN_BRANCH, SnapshotRef, TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
@@ -102,9 +100,8 @@ pub(crate) struct IcebergTable {
     dir: String,
     /// This writer claimed the table (rule 2): a claim that moved since fences it.
     claimed: bool,
-    /// Columns the claim adds to the table (rule 1).
-    adding: Vec<NestedFieldRef>,
-    /// The columns a run writes: checked again on the table a lost claim reads (rule 5).
+    /// The columns a run writes: its claim checks them on the table it is built on and adds
+    /// the typed ones the table lacks (rules 1 and 5).
     shape: Option<Shape>,
 }
 
@@ -124,7 +121,6 @@ impl IcebergTable {
             table: None,
             dir,
             claimed: false,
-            adding: Vec::new(),
             shape: None,
         }
     }
@@ -234,7 +230,8 @@ impl IcebergTable {
         };
         self.locate(&table)?;
         if runs {
-            self.adding = self.check_columns(&table, shape)?;
+            // Refused before the position is read; the claim checks again on what it is built on.
+            self.check_columns(&table, shape)?;
             self.shape = Some(shape.clone());
         }
         let loaded = self.position(&table)?;
@@ -347,7 +344,7 @@ impl IcebergTable {
 
     /// Rule 2: the run's claim, committed.
     async fn claim_table(&mut self) -> Result<(), Failure> {
-        for attempt in 0..ATTEMPTS {
+        for _ in 0..ATTEMPTS {
             let table = self
                 .table
                 .clone()
@@ -356,13 +353,6 @@ impl IcebergTable {
                 // The table this writer created holds its claim already.
                 self.claimed = true;
                 return Ok(());
-            }
-            // Rule 5: the writer that committed first may have changed the columns (taken the
-            // field id of a column this run adds, among others): checked again, as a load does.
-            if attempt > 0
-                && let Some(shape) = &self.shape
-            {
-                self.adding = self.check_columns(&table, shape)?;
             }
             let claim: HashMap<String, String> = self.properties().into_iter().collect();
             let mut builder = self
