@@ -54,6 +54,13 @@
 //!     begins inside a transaction holds its later records until its marker as any read does;
 //!     the key's last committed record, when it lies in the window, is the last of the whole
 //!     view, since every later record of the key is in the window too.
+//! 11. **Following a partition** ([`Follower`], [`LogReader::follow`]: a worker's unit
+//!     positions). The first read covers the partition; each later one begins where the last
+//!     stopped and reads what was appended since, the transactions still open at the last
+//!     read's end carried over, so each key's last committed record is the one a whole read
+//!     would give. A read begins at the partition's first offset again (everything forgotten)
+//!     when records after the last read were deleted (the first offset moved past it), when
+//!     the topic's id changed (deleted and created again), and after a read that failed.
 //!
 //! # Why not the broker's `read_committed`
 //! A correct broker answers a READ_COMMITTED fetch only up to the last stable offset and lists
@@ -74,6 +81,7 @@
 
 mod batches;
 mod error;
+mod follow;
 mod sasl;
 mod tls;
 mod view;
@@ -93,6 +101,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 pub use error::LogError;
+pub use follow::Follower;
 pub use tls::Security;
 use view::View;
 use wire::{Connection, FETCH, LIST_OFFSETS, METADATA};
@@ -242,7 +251,7 @@ impl LogReader {
         partition: i32,
         from: ReadFrom,
     ) -> Result<Committed, LogError> {
-        let mut leader = self.leader(topic, partition).await?;
+        let (mut leader, _) = self.leader(topic, partition).await?;
         let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
         let end = list_offset(&mut leader, topic, partition, LATEST).await?;
         let start = match from {
@@ -252,46 +261,33 @@ impl LogReader {
                 .max(earliest),
         };
         let mut view = View::new(start, start <= earliest);
-        let mut next = start;
-        let mut partition_max_bytes = PARTITION_MAX_BYTES;
-        let mut empty_fetches = 0;
-        while next < end {
-            let records = fetch(&mut leader, topic, partition, next, partition_max_bytes).await?;
-            let before = next;
-            next = take_answer(&mut view, &records, next, end)
-                .map_err(|error| error.in_partition(topic, partition))?;
-            if next > before {
-                empty_fetches = 0;
-                continue;
-            }
-            empty_fetches += 1;
-            if empty_fetches >= MAX_EMPTY_FETCHES {
-                return Err(LogError::StoppedShort {
-                    broker: leader.broker().to_string(),
-                    topic: topic.to_string(),
-                    partition,
-                    at: next,
-                    end,
-                });
-            }
-            // A first batch larger than the partition's share is not answered by every broker.
-            partition_max_bytes = partition_max_bytes.saturating_mul(2).min(FETCH_MAX_BYTES);
-        }
-        // Rule 9: a high watermark behind the log (tansu counts a batch of several records as
-        // one) leaves records past it that a fetch still serves: read on until a fetch brings
-        // nothing new. A correct broker answers the first such fetch with nothing.
-        let mut end = end;
-        loop {
-            let records = fetch(&mut leader, topic, partition, next, partition_max_bytes).await?;
-            let before = next;
-            next = take_answer(&mut view, &records, next, i64::MAX)
-                .map_err(|error| error.in_partition(topic, partition))?;
-            if next <= before {
-                break;
-            }
-            end = next;
-        }
+        let end = read_range(&mut leader, topic, partition, &mut view, start, end).await?;
         Ok(view.finish(end))
+    }
+
+    /// Brings `follower` up to the partition's end now (rule 11): the records appended since
+    /// its last read, or the whole partition on its first read and after a reset.
+    pub async fn follow(
+        &self,
+        topic: &str,
+        partition: i32,
+        follower: &mut Follower,
+    ) -> Result<(), LogError> {
+        let (mut leader, topic_id) = self.leader(topic, partition).await?;
+        let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
+        let end = list_offset(&mut leader, topic, partition, LATEST).await?;
+        let start = follower.begin(topic_id, earliest);
+        match read_range(&mut leader, topic, partition, follower.view(), start, end).await {
+            Ok(next) => {
+                follower.absorb(next);
+                Ok(())
+            }
+            Err(error) => {
+                // What was taken before the failure would be taken again from `start`.
+                follower.forget();
+                Err(error)
+            }
+        }
     }
 
     /// A connection to the first broker of `brokers` that answers, in the order given.
@@ -322,8 +318,9 @@ impl LogReader {
         Ok((connection, response))
     }
 
-    /// A connection to the partition's leader (rule 2).
-    async fn leader(&self, topic: &str, partition: i32) -> Result<Connection, LogError> {
+    /// A connection to the partition's leader (rule 2), and the topic's id (0 when the
+    /// broker gives none: Metadata before version 10).
+    async fn leader(&self, topic: &str, partition: i32) -> Result<(Connection, u128), LogError> {
         let (bootstrap, response) = self.metadata(topic).await?;
         let found = find_topic(&response, topic, bootstrap.broker())?.ok_or_else(|| {
             LogError::UnknownTopic {
@@ -366,11 +363,61 @@ impl LogReader {
             .iter()
             .find(|broker| broker.node_id == entry.leader_id)
             .ok_or_else(no_leader)?;
+        let topic_id = found.topic_id.as_u128();
         let address = format!("{}:{}", leader.host.as_str(), leader.port);
         if address == bootstrap.broker() {
-            return Ok(bootstrap);
+            return Ok((bootstrap, topic_id));
         }
-        Connection::open(&address, self.timeout, &self.security).await
+        let connection = Connection::open(&address, self.timeout, &self.security).await?;
+        Ok((connection, topic_id))
+    }
+}
+
+/// Reads `[next, end)` of the partition into `view`, then on past `end` while fetches bring
+/// whole batches (rules 3 and 9); returns where the read stopped.
+async fn read_range(
+    leader: &mut Connection,
+    topic: &str,
+    partition: i32,
+    view: &mut View,
+    mut next: i64,
+    end: i64,
+) -> Result<i64, LogError> {
+    let mut partition_max_bytes = PARTITION_MAX_BYTES;
+    let mut empty_fetches = 0;
+    while next < end {
+        let records = fetch(leader, topic, partition, next, partition_max_bytes).await?;
+        let before = next;
+        next = take_answer(view, &records, next, end)
+            .map_err(|error| error.in_partition(topic, partition))?;
+        if next > before {
+            empty_fetches = 0;
+            continue;
+        }
+        empty_fetches += 1;
+        if empty_fetches >= MAX_EMPTY_FETCHES {
+            return Err(LogError::StoppedShort {
+                broker: leader.broker().to_string(),
+                topic: topic.to_string(),
+                partition,
+                at: next,
+                end,
+            });
+        }
+        // A first batch larger than the partition's share is not answered by every broker.
+        partition_max_bytes = partition_max_bytes.saturating_mul(2).min(FETCH_MAX_BYTES);
+    }
+    // Rule 9: a high watermark behind the log (tansu counts a batch of several records as
+    // one) leaves records past it that a fetch still serves: read on until a fetch brings
+    // nothing new. A correct broker answers the first such fetch with nothing.
+    loop {
+        let records = fetch(leader, topic, partition, next, partition_max_bytes).await?;
+        let before = next;
+        next = take_answer(view, &records, next, i64::MAX)
+            .map_err(|error| error.in_partition(topic, partition))?;
+        if next <= before {
+            return Ok(next);
+        }
     }
 }
 

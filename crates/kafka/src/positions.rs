@@ -24,9 +24,10 @@ use ddbpipe_pipeline::state::{Entry, StateError};
 use futures_util::future::BoxFuture;
 
 use crate::envelope::Message;
-use crate::log::{LogReader, Security};
+use crate::log::{Follower, LogReader, Security};
 use ddbpipe_pipeline::sink::SinkError;
 
+use crate::sink::units::position_prefix;
 use crate::sink::{KafkaSettings, KafkaSink, Transactions};
 
 /// The positions topic of an `exactly_once` Kafka sink.
@@ -145,28 +146,21 @@ impl KafkaPositions {
         {
             return Ok(0);
         }
-        let view = self
-            .reader
-            .committed(&self.topic, 0)
+        let mut follower = Follower::new(position_prefix(pipeline).as_bytes());
+        self.reader
+            .follow(&self.topic, 0, &mut follower)
             .await
             .map_err(|e| self.failed(e.to_string()))?;
-        let prefix = format!("{pipeline}/");
-        let mut last = std::collections::BTreeMap::new();
-        for record in view.records {
-            if let Some(key) = record.key
-                && key.starts_with(prefix.as_bytes())
-            {
-                last.insert(key, record.value.is_some());
-            }
-        }
-        let removals: Vec<Message> = last
-            .into_iter()
-            .filter(|(_, stored)| *stored)
-            .map(|(key, _)| Message {
+        let mut removals: Vec<Message> = follower
+            .records()
+            .filter(|record| record.value.is_some())
+            .filter_map(|record| record.key.as_ref())
+            .map(|key| Message {
                 key: key.to_vec(),
                 value: None,
             })
             .collect();
+        removals.sort_by(|a, b| a.key.cmp(&b.key));
         if removals.is_empty() {
             return Ok(0);
         }

@@ -48,7 +48,7 @@ use units::UnitProducers;
 
 mod beside;
 mod transactions;
-mod units;
+pub(crate) mod units;
 
 /// What a Kafka sink is built from.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ddbpipe_kafka::log::{LogError, LogReader, LogRecord, ReadFrom};
+use ddbpipe_kafka::log::{Follower, LogError, LogReader, LogRecord, ReadFrom};
 use ddbpipe_testkit::kafka::{brokers, committed_view, topic_name};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -502,4 +502,81 @@ async fn whether_producing_creates_a_missing_topic_is_recorded() {
                 .map_err(|(error, _)| error)
         ),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_agrees_with_a_whole_read_and_reads_only_what_was_appended() {
+    let brokers = brokers();
+    let topic = topic_name("log-follow");
+    create_topic(&brokers, &topic, 1, &[("cleanup.policy", "compact")]).await;
+    let producer = transactional(&brokers, &topic_name("tx"), &[]);
+    let write = |keys: Vec<String>, commit: bool| {
+        let (producer, topic) = (&producer, &topic);
+        async move {
+            producer.begin_transaction().unwrap();
+            for key in &keys {
+                let value = format!("{key}@{commit}");
+                let record = FutureRecord::to(topic)
+                    .partition(0)
+                    .key(key)
+                    .payload(&value);
+                producer.send(record, Duration::ZERO).await.unwrap();
+            }
+            if commit {
+                producer.commit_transaction(TIMEOUT).unwrap();
+            } else {
+                producer.abort_transaction(TIMEOUT).unwrap();
+            }
+        }
+    };
+    let units = |range: std::ops::Range<u32>| range.map(|n| format!("p/u{n}")).collect();
+    for _ in 0..3 {
+        write(units(0..30), true).await;
+    }
+    write(vec!["other/u1".into()], true).await;
+    write(units(5..8), false).await;
+
+    let reader = LogReader::new(&brokers, TIMEOUT);
+    let mut follower = Follower::new(b"p/");
+    reader.follow(&topic, 0, &mut follower).await.unwrap();
+    // A whole read of the partition, each key's last committed record taken from it.
+    let agree = |follower: &Follower| {
+        let kept: Vec<(String, Option<LogRecord>)> = units(0..40)
+            .into_iter()
+            .map(|key: String| {
+                let record = follower.last(key.as_bytes()).cloned();
+                (key, record)
+            })
+            .collect();
+        let (reader, topic) = (reader.clone(), topic.clone());
+        async move {
+            let whole = reader.committed(&topic, 0).await.unwrap();
+            for (key, kept) in kept {
+                let last = whole
+                    .records
+                    .iter()
+                    .rev()
+                    .find(|record| record.key.as_deref() == Some(key.as_bytes()));
+                assert_eq!(kept.as_ref(), last, "{key}");
+            }
+        }
+    };
+    agree(&follower).await;
+    assert_eq!(follower.records().count(), 30, "only the keys of p/");
+    let first = follower.records_read();
+    assert_eq!(
+        first, 99,
+        "the first read covers the partition: 5 transactions' 94 records and their markers"
+    );
+
+    write(units(28..38), true).await;
+    reader.follow(&topic, 0, &mut follower).await.unwrap();
+    agree(&follower).await;
+    let appended = follower.records_read() - first;
+    assert_eq!(
+        appended, 11,
+        "the second read takes the 10 records and the marker appended, not the partition"
+    );
+    assert_eq!(follower.full_reads(), 1);
+    assert_eq!(follower.last(b"p/u39"), None, "never written");
 }

@@ -9,7 +9,7 @@ use kafka_protocol::records::{
 
 use super::view::View;
 use super::wire::choose_version;
-use super::{Committed, LogError, batches, parse_brokers, take_answer};
+use super::{Committed, Follower, LogError, batches, parse_brokers, take_answer};
 
 /// The producer id of a plain (non-transactional, non-idempotent) record.
 const NO_PRODUCER: i64 = -1;
@@ -429,4 +429,101 @@ fn brokers_are_host_port_entries_separated_by_commas() {
             other => panic!("{bad}: {other:?}"),
         }
     }
+}
+
+/// One read of `follower` (rule 11): `log` answered whole, from where the follower begins
+/// (`earliest`: the partition's first offset, of topic `topic_id`) up to `end`.
+fn follow(follower: &mut Follower, topic_id: u128, earliest: i64, log: &Bytes, end: i64) {
+    let start = follower.begin(topic_id, earliest);
+    let next = take_answer(follower.view(), log, start, end).unwrap();
+    assert!(next >= end, "the answer stopped at {next}, short of {end}");
+    follower.absorb(next);
+}
+
+/// The offset of `key`'s last committed record in `follower`.
+fn last_offset(follower: &Follower, key: &str) -> Option<i64> {
+    follower.last(key.as_bytes()).map(|record| record.offset)
+}
+
+#[test]
+fn a_follower_decides_a_transaction_read_before_its_marker_at_a_later_read() {
+    let mut follower = Follower::new(b"k-");
+    let first = log_of(
+        &[&[data(0, 7, "a")], &[data(1, NO_PRODUCER, "b")]],
+        Compression::None,
+    );
+    follow(&mut follower, 1, 0, &first, 2);
+    assert_eq!(last_offset(&follower, "k-a"), None, "still undecided");
+    assert_eq!(last_offset(&follower, "k-b"), Some(1));
+    let second = log_of(&[&[commit(2, 7)]], Compression::None);
+    follow(&mut follower, 1, 0, &second, 3);
+    assert_eq!(last_offset(&follower, "k-a"), Some(0));
+    assert_eq!(follower.records_read(), 3, "each record once");
+    assert_eq!(follower.full_reads(), 1);
+}
+
+#[test]
+fn a_follower_keeps_a_keys_newest_record_and_drops_what_an_abort_ends() {
+    let mut follower = Follower::new(b"k-");
+    let log = log_of(
+        &[
+            &[data(0, 7, "x")],
+            &[data(1, NO_PRODUCER, "x")],
+            &[data(2, NO_PRODUCER, "y")],
+        ],
+        Compression::None,
+    );
+    follow(&mut follower, 1, 0, &log, 3);
+    let log = log_of(&[&[commit(3, 7)], &[data(4, 8, "y")]], Compression::None);
+    follow(&mut follower, 1, 0, &log, 5);
+    assert_eq!(
+        last_offset(&follower, "k-x"),
+        Some(1),
+        "the transaction committed later holds an older record of k-x"
+    );
+    let log = log_of(&[&[abort(5, 8)]], Compression::None);
+    follow(&mut follower, 1, 0, &log, 6);
+    assert_eq!(last_offset(&follower, "k-y"), Some(2));
+}
+
+#[test]
+fn a_follower_keeps_only_the_keys_of_its_prefix() {
+    let mut follower = Follower::new(b"k-a");
+    let log = log_of(
+        &[&[data(0, NO_PRODUCER, "a1")], &[data(1, NO_PRODUCER, "b1")]],
+        Compression::None,
+    );
+    follow(&mut follower, 1, 0, &log, 2);
+    assert_eq!(last_offset(&follower, "k-a1"), Some(0));
+    assert_eq!(last_offset(&follower, "k-b1"), None);
+    assert_eq!(follower.records().count(), 1);
+}
+
+#[test]
+fn a_follower_reads_from_the_start_again_after_a_deletion_or_a_new_topic() {
+    let mut follower = Follower::new(b"k-");
+    let log = log_of(
+        &[&[data(0, NO_PRODUCER, "a")], &[data(1, NO_PRODUCER, "b")]],
+        Compression::None,
+    );
+    follow(&mut follower, 1, 0, &log, 2);
+    assert_eq!(
+        follower.begin(1, 2),
+        2,
+        "nothing after the last read was deleted"
+    );
+    assert_eq!(follower.full_reads(), 1);
+    assert_eq!(
+        follower.begin(1, 5),
+        5,
+        "records after the last read were deleted"
+    );
+    assert_eq!(follower.full_reads(), 2);
+    assert_eq!(last_offset(&follower, "k-a"), None, "everything forgotten");
+    follow(&mut follower, 1, 0, &log, 2);
+    assert_eq!(follower.full_reads(), 3, "a new first read after the reset");
+    assert_eq!(last_offset(&follower, "k-b"), Some(1));
+    assert_eq!(follower.begin(2, 0), 0, "the topic was created again");
+    assert_eq!(follower.full_reads(), 4);
+    assert_eq!(last_offset(&follower, "k-b"), None);
 }

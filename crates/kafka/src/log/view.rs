@@ -29,6 +29,8 @@ pub(super) struct View {
     start_offset: i64,
     /// The read began at the partition's first offset.
     from_start: bool,
+    /// Records taken, control records included (what a read cost).
+    taken: u64,
 }
 
 /// A control record whose key does not say which marker it is.
@@ -63,6 +65,7 @@ impl View {
     /// Takes the log's next record. Records must come in offset order, each once (the reader
     /// skips what a fetch returns twice).
     pub(super) fn push(&mut self, record: Record) -> Result<(), UnreadableMarker> {
+        self.taken += 1;
         if record.control {
             let producer = record.producer_id;
             match marker(&record)? {
@@ -88,6 +91,20 @@ impl View {
             self.committed.push(log_record(record));
         }
         Ok(())
+    }
+
+    /// The records that joined the view since the last call, in offset order; the
+    /// transactions still open stay held, so the view goes on with the next records of the
+    /// log (a [`Follower`](super::Follower)'s reads).
+    pub(super) fn take_committed(&mut self) -> Vec<LogRecord> {
+        let mut records = std::mem::take(&mut self.committed);
+        records.sort_by_key(|record| record.offset);
+        records
+    }
+
+    /// Records taken so far, control records included.
+    pub(super) fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// The view at the end of the read, `end_offset` being where the read stopped (rule 8:

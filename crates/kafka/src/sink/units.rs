@@ -12,7 +12,10 @@
 //!    in the transaction of the batch that reaches it; a null value (a tombstone) is its
 //!    removal (`state reset`).
 //! 3. **A claim** starts the unit's producer, then reads the unit's last committed position
-//!    (the committed view, `log` rule 10): final, since the start fenced the earlier owners.
+//!    (the committed view): final, since the start fenced the earlier owners. The worker
+//!    follows partition 0 of the positions topic for its pipeline's keys (`log` rule 11), so
+//!    a claim reads what was written since its previous read, not the partition's history:
+//!    a unit never written (a new shard) costs no read back to the partition's start.
 //!    A position stored under a newer lease counter refuses the claim
 //!    ([`SinkErrorClass::Fenced`]): a newer owner wrote, this holding is stale.
 //! 4. **A batch** of a unit commits on the unit's producer with the position it reaches. A
@@ -26,6 +29,7 @@
 //!    broker: a worker stopped past its lease, continued, waited out every resume).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ddbpipe_pipeline::sink::{Fence, SinkError, SinkErrorClass};
 use ddbpipe_source::lease::UnitId;
@@ -33,7 +37,7 @@ use ddbpipe_source::position::LeaseCheckpoint;
 
 use super::{Failed, KafkaSettings, Transactions, blocking_drop, retried};
 use crate::envelope::Message;
-use crate::log::{LogReader, Security};
+use crate::log::{Follower, LogReader, Security};
 
 /// The producers of the units this worker holds.
 pub(crate) struct UnitProducers {
@@ -42,6 +46,8 @@ pub(crate) struct UnitProducers {
     /// How the positions are read back, parsed once from the client properties.
     security: Security,
     reader: LogReader,
+    /// The pipeline's unit positions as last read (rule 3), made at the first claim.
+    follower: Option<Arc<tokio::sync::Mutex<Follower>>>,
     held: HashMap<UnitId, Transactions>,
 }
 
@@ -49,6 +55,7 @@ pub(crate) struct UnitProducers {
 /// counter the producer was claimed under.
 pub(super) struct UnitOwner {
     reader: LogReader,
+    follower: Arc<tokio::sync::Mutex<Follower>>,
     topic: String,
     key: String,
     unit: UnitId,
@@ -56,14 +63,15 @@ pub(super) struct UnitOwner {
 }
 
 impl UnitOwner {
-    /// The unit's last committed position (rule 3), read back from the positions topic.
+    /// The unit's last committed position (rule 3), read from the positions topic.
     async fn stored(&self) -> Result<Option<StoredPosition>, Failed> {
-        let last = self
-            .reader
-            .last_committed(&self.topic, 0, self.key.as_bytes())
+        let mut follower = self.follower.lock().await;
+        self.reader
+            .follow(&self.topic, 0, &mut follower)
             .await
             .map_err(|e| Failed::transient(format!("cannot read the unit's position: {e}")))?;
-        let Some(value) = last.and_then(|record| record.value) else {
+        let last = follower.last(self.key.as_bytes());
+        let Some(value) = last.and_then(|record| record.value.clone()) else {
             return Ok(None);
         };
         serde_json::from_slice(&value).map(Some).map_err(|e| {
@@ -111,6 +119,7 @@ impl UnitProducers {
             reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
                 .with_security(security.clone()),
             security,
+            follower: None,
             held: HashMap::new(),
         })
     }
@@ -133,8 +142,13 @@ impl UnitProducers {
         let mut transactions =
             Transactions::start_as(&self.settings, &id, self.security.clone(), &self.target)
                 .await?;
+        let follower = self.follower.get_or_insert_with(|| {
+            let prefix = position_prefix(&fence.pipeline);
+            Arc::new(tokio::sync::Mutex::new(Follower::new(prefix.as_bytes())))
+        });
         let owner = UnitOwner {
             reader: self.reader.clone(),
+            follower: Arc::clone(follower),
             topic: self.settings.positions_topic.clone(),
             key: position_key(&fence.pipeline, &fence.unit),
             unit: fence.unit.clone(),
@@ -211,7 +225,12 @@ pub(crate) fn unit_transactional_id(pipeline_id: &str, unit: &UnitId) -> String 
 
 /// Rule 2: the key of `unit`'s position.
 pub(crate) fn position_key(pipeline: &str, unit: &UnitId) -> String {
-    format!("{pipeline}/{unit}")
+    format!("{}{unit}", position_prefix(pipeline))
+}
+
+/// Rule 2: how the keys of a pipeline's unit positions begin.
+pub(crate) fn position_prefix(pipeline: &str) -> String {
+    format!("{pipeline}/")
 }
 
 /// Rule 2: the message storing `unit`'s position `at`, reached under lease `counter`.
