@@ -60,7 +60,9 @@
 //!     read's end carried over, so each key's last committed record is the one a whole read
 //!     would give. A read begins at the partition's first offset again (everything forgotten)
 //!     when records after the last read were deleted (the first offset moved past it), when
-//!     the topic's id changed (deleted and created again), and after a read that failed.
+//!     the topic's id changed (deleted and created again), and after a read that failed. A
+//!     follower holds one entry per key of its prefix: the committed records of each fetch
+//!     answer are moved into it as the answer is taken, so a read never holds the partition.
 //!
 //! # Why not the broker's `read_committed`
 //! A correct broker answers a READ_COMMITTED fetch only up to the last stable offset and lists
@@ -74,8 +76,8 @@
 //!
 //! # Limits
 //! - PLAINTEXT and TLS listeners (`tls`); SASL is not spoken here yet.
-//! - The whole view is held in memory: it is meant for the positions topic (compacted and
-//!   small) and for the tests' judgement of a topic.
+//! - A whole read ([`LogReader::committed`]) holds its view in memory: it is meant for the
+//!   tests' judgement of a topic; a [`Follower`] holds one record per key.
 //! - Message format v2 only (Kafka 0.11 and later); a header repeated in one record keeps
 //!   its last value.
 
@@ -277,7 +279,7 @@ impl LogReader {
         let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
         let end = list_offset(&mut leader, topic, partition, LATEST).await?;
         let start = follower.begin(topic_id, earliest);
-        match read_range(&mut leader, topic, partition, follower.view(), start, end).await {
+        match read_range(&mut leader, topic, partition, follower, start, end).await {
             Ok(next) => {
                 follower.absorb(next);
                 Ok(())
@@ -373,13 +375,29 @@ impl LogReader {
     }
 }
 
-/// Reads `[next, end)` of the partition into `view`, then on past `end` while fetches bring
+/// What a read takes the partition's records into: a [`View`], and what is told after each
+/// fetch answer was taken (a [`Follower`] moves what joined the view into its keys, so a read
+/// holds one answer's records and the open transactions, not the partition).
+trait Fold {
+    /// The view the records are pushed into.
+    fn view(&mut self) -> &mut View;
+    /// Told after each fetch answer was taken.
+    fn answered(&mut self) {}
+}
+
+impl Fold for View {
+    fn view(&mut self) -> &mut View {
+        self
+    }
+}
+
+/// Reads `[next, end)` of the partition into `fold`, then on past `end` while fetches bring
 /// whole batches (rules 3 and 9); returns where the read stopped.
 async fn read_range(
     leader: &mut Connection,
     topic: &str,
     partition: i32,
-    view: &mut View,
+    fold: &mut impl Fold,
     mut next: i64,
     end: i64,
 ) -> Result<i64, LogError> {
@@ -388,8 +406,9 @@ async fn read_range(
     while next < end {
         let records = fetch(leader, topic, partition, next, partition_max_bytes).await?;
         let before = next;
-        next = take_answer(view, &records, next, end)
+        next = take_answer(fold.view(), &records, next, end)
             .map_err(|error| error.in_partition(topic, partition))?;
+        fold.answered();
         if next > before {
             empty_fetches = 0;
             continue;
@@ -413,8 +432,9 @@ async fn read_range(
     loop {
         let records = fetch(leader, topic, partition, next, partition_max_bytes).await?;
         let before = next;
-        next = take_answer(view, &records, next, i64::MAX)
+        next = take_answer(fold.view(), &records, next, i64::MAX)
             .map_err(|error| error.in_partition(topic, partition))?;
+        fold.answered();
         if next <= before {
             return Ok(next);
         }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::LogRecord;
 use super::view::View;
+use super::{Fold, LogRecord};
 
 /// The last committed record of each key with a given prefix in one partition, as of the end
 /// of the last read ([`LogReader::follow`](super::LogReader::follow)).
@@ -88,15 +88,9 @@ impl Follower {
         }
     }
 
-    /// The fold the read pushes the log's records into.
-    pub(super) fn view(&mut self) -> &mut View {
-        &mut self.view
-    }
-
-    /// Takes what joined the view in a read that stopped at `next`: each kept key's record
-    /// replaces an earlier one (by offset: a transaction committed late may hold a key's
-    /// older record).
-    pub(super) fn absorb(&mut self, next: i64) {
+    /// Takes what joined the view: each kept key's record replaces an earlier one (by
+    /// offset: a transaction committed late may hold a key's older record).
+    fn take_joined(&mut self) {
         for record in self.view.take_committed() {
             let Some(key) = record.key.clone() else {
                 continue;
@@ -111,6 +105,11 @@ impl Follower {
                 }
             }
         }
+    }
+
+    /// Ends a read that stopped at `next`.
+    pub(super) fn absorb(&mut self, next: i64) {
+        self.take_joined();
         self.next = Some(next);
     }
 
@@ -120,5 +119,16 @@ impl Follower {
         self.view = View::default();
         self.next = None;
         self.last.clear();
+    }
+}
+
+impl Fold for Follower {
+    fn view(&mut self) -> &mut View {
+        &mut self.view
+    }
+
+    /// A read holds one answer's records, not the partition's.
+    fn answered(&mut self) {
+        self.take_joined();
     }
 }

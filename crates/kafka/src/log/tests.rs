@@ -9,7 +9,7 @@ use kafka_protocol::records::{
 
 use super::view::View;
 use super::wire::choose_version;
-use super::{Committed, Follower, LogError, batches, parse_brokers, take_answer};
+use super::{Committed, Fold, Follower, LogError, batches, parse_brokers, take_answer};
 
 /// The producer id of a plain (non-transactional, non-idempotent) record.
 const NO_PRODUCER: i64 = -1;
@@ -435,7 +435,7 @@ fn brokers_are_host_port_entries_separated_by_commas() {
 /// (`earliest`: the partition's first offset, of topic `topic_id`) up to `end`.
 fn follow(follower: &mut Follower, topic_id: u128, earliest: i64, log: &Bytes, end: i64) {
     let start = follower.begin(topic_id, earliest);
-    let next = take_answer(follower.view(), log, start, end).unwrap();
+    let next = take_answer(Fold::view(follower), log, start, end).unwrap();
     assert!(next >= end, "the answer stopped at {next}, short of {end}");
     follower.absorb(next);
 }
