@@ -440,6 +440,16 @@ fn follow(follower: &mut Follower, topic_id: u128, earliest: i64, log: &Bytes, e
     follower.absorb(next);
 }
 
+/// A log of plain records, one batch each, from offset 0: keys `k-<text>`.
+fn plain(texts: &[&str]) -> Bytes {
+    let records: Vec<Record> = (0..)
+        .zip(texts)
+        .map(|(offset, text)| data(offset, NO_PRODUCER, text))
+        .collect();
+    let batches: Vec<&[Record]> = records.iter().map(std::slice::from_ref).collect();
+    log_of(&batches, Compression::None)
+}
+
 /// The offset of `key`'s last committed record in `follower`.
 fn last_offset(follower: &Follower, key: &str) -> Option<i64> {
     follower.last(key.as_bytes()).map(|record| record.offset)
@@ -489,11 +499,7 @@ fn a_follower_keeps_a_keys_newest_record_and_drops_what_an_abort_ends() {
 #[test]
 fn a_follower_keeps_only_the_keys_of_its_prefix() {
     let mut follower = Follower::new(b"k-a");
-    let log = log_of(
-        &[&[data(0, NO_PRODUCER, "a1")], &[data(1, NO_PRODUCER, "b1")]],
-        Compression::None,
-    );
-    follow(&mut follower, 1, 0, &log, 2);
+    follow(&mut follower, 1, 0, &plain(&["a1", "b1"]), 2);
     assert_eq!(last_offset(&follower, "k-a1"), Some(0));
     assert_eq!(last_offset(&follower, "k-b1"), None);
     assert_eq!(follower.records().count(), 1);
@@ -502,10 +508,7 @@ fn a_follower_keeps_only_the_keys_of_its_prefix() {
 #[test]
 fn a_follower_reads_from_the_start_again_after_a_deletion_or_a_new_topic() {
     let mut follower = Follower::new(b"k-");
-    let log = log_of(
-        &[&[data(0, NO_PRODUCER, "a")], &[data(1, NO_PRODUCER, "b")]],
-        Compression::None,
-    );
+    let log = plain(&["a", "b"]);
     follow(&mut follower, 1, 0, &log, 2);
     assert_eq!(
         follower.begin(1, 2),
