@@ -10,9 +10,11 @@
 //! judge data topics the same way.
 //!
 //! # Reading
-//! 1. **Versions.** Each connection first asks ApiVersions; every request then goes in the
-//!    highest version both sides speak (Metadata 4–12, ListOffsets 1–7, Fetch 4–12). A broker
-//!    that serves none of them is refused ([`LogError::Unsupported`]).
+//! 1. **Versions.** Each connection first asks ApiVersions (in v3; a broker that does not
+//!    serve v3 answers in v0, and one whose answer reads in neither form is asked again in
+//!    v0, as librdkafka's mock cluster needs); every request then goes in the highest version
+//!    both sides speak (Metadata 4–12, ListOffsets 1–7, Fetch 4–12). A broker that serves
+//!    none of them is refused ([`LogError::Unsupported`]).
 //! 2. **Where.** The first broker of `brokers` that answers is asked for the topic's Metadata
 //!    (never creating the topic); the partition's leader is found among the brokers it lists
 //!    and asked, by ListOffsets, for the partition's earliest offset and its end (the high

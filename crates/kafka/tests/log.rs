@@ -580,3 +580,26 @@ async fn a_follower_agrees_with_a_whole_read_and_reads_only_what_was_appended() 
     assert_eq!(follower.full_reads(), 1);
     assert_eq!(follower.last(b"p/u39"), None, "never written");
 }
+
+/// librdkafka's mock cluster answers an ApiVersions version it does not serve (v3) in neither
+/// v3's form nor v0's; the reader asks again in v0 and reads the mock's log like a broker's.
+/// (The mock writes no transaction markers into a partition, so only plain records are in
+/// its committed view: it cannot stand in for the tests' broker.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reader_reads_librdkafkas_mock_cluster() {
+    let cluster = rdkafka::mocking::MockCluster::new(3).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    cluster.create_topic("mocked", 3, 1).unwrap();
+    let reader = LogReader::new(&brokers, TIMEOUT);
+    assert_eq!(
+        reader.partitions("mocked").await.unwrap(),
+        Some(vec![0, 1, 2])
+    );
+    let plain = producer_of(&brokers);
+    for value in ["a", "b", "c"] {
+        send(&plain, "mocked", 1, value).await;
+    }
+    let view = reader.committed("mocked", 1).await.unwrap();
+    let read: Vec<(i32, LogRecord)> = view.records.into_iter().map(|r| (1, r)).collect();
+    assert_eq!(values(&read), ["a", "b", "c"]);
+}
