@@ -182,7 +182,12 @@ impl CheckpointStore for KafkaPositions {
         pipeline: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, StateError>> {
         Box::pin(async move {
-            let Some(Some(value)) = self.last_committed(pipeline).await? else {
+            let stored = self.last_committed(pipeline).await?.flatten();
+            if let Some(transactions) = &self.transactions {
+                // A timed-out step finds another run's position by it (`sink::transactions`).
+                transactions.loaded(pipeline.as_bytes(), stored.clone());
+            }
+            let Some(value) = stored else {
                 return Ok(None);
             };
             let store = self.describe();

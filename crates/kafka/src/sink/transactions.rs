@@ -1,6 +1,19 @@
 //! The transactional producer of an `exactly_once` sink (rules 2 and 5 of `super`): one
 //! transaction at a time, each batch's messages with its position; a step that times out is
 //! resumed, a refused or fenced one aborted or left to the broker.
+//!
+//! # A step that times out
+//! Before a timed-out commit or abort is resumed, the producer looks for a newer owner where
+//! it would show, since a broker may keep a fenced producer's late step waiting instead of
+//! refusing it (the tests' broker does, for the whole timeout, every time it is resumed):
+//! - a unit's producer (`units` rule 5): the unit's position, written under a newer lease
+//!   counter;
+//! - the pipeline's producer (one process): the pipeline's position, holding a value this
+//!   producer neither loaded nor wrote. Only another run's producer, started with the same
+//!   `transactional.id` (which fenced this one), writes the key: this run is fenced.
+//!
+//! Either way the producer is fenced at once ([`SinkErrorClass::Fenced`]); a position that
+//! cannot be read leaves the step resumed as before.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +27,7 @@ use super::{
 };
 use crate::client::Producer;
 use crate::envelope::Message;
-use crate::log::Security;
+use crate::log::{LogReader, Security};
 
 /// How often a transaction's commit or abort is resumed after a retriable failure
 /// ([`Transactions::resumed`]).
@@ -33,6 +46,25 @@ pub(crate) struct Transactions {
     pub(crate) security: Security,
     /// A unit's producer: where a newer owner's position would show (`units` rule 5).
     pub(super) owner: Option<Arc<units::UnitOwner>>,
+    /// The pipeline's position as this producer knows it (module docs).
+    own: Arc<std::sync::Mutex<OwnPosition>>,
+    /// Reads the pipeline's position back.
+    reader: LogReader,
+}
+
+/// The pipeline's position as its producer knows it (module docs): the values of the
+/// pipeline's key that are this run's.
+#[derive(Debug, Default)]
+struct OwnPosition {
+    /// The pipeline's key in the positions topic; `None` until the run loaded its position.
+    key: Option<Vec<u8>>,
+    /// The value loaded or last committed (`None`: none stored).
+    committed: Option<Vec<u8>>,
+    /// The value the open (or last) transaction writes, when it writes the key.
+    open: Option<Option<Vec<u8>>>,
+    /// Values of transactions that failed since the last commit: a failed one may still
+    /// have committed.
+    failed: Vec<Option<Vec<u8>>>,
 }
 
 impl Transactions {
@@ -66,11 +98,14 @@ impl Transactions {
             .map_err(|message| fail(Failed::definite(message)))?;
         let transactions = Transactions {
             producer,
-            security,
             turn: Arc::new(tokio::sync::Mutex::new(())),
             positions_topic: settings.positions_topic.clone(),
             timeout: settings.connection.timeout,
             owner: None,
+            own: Arc::default(),
+            reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
+                .with_security(security.clone()),
+            security,
         };
         retried(&settings.retry, target, || transactions.init())
             .await
@@ -120,9 +155,7 @@ impl Transactions {
     /// same call to resume it, while any other call (an abort after a commit, a new
     /// transaction) conflicts with it.
     ///
-    /// A unit's producer first reads the unit's position: one stored under a newer lease counter
-    /// means a newer owner started and wrote, so this producer is fenced, whether or not the
-    /// broker says so (`units` rule 5).
+    /// Before a resume the producer looks for a newer owner (module docs).
     async fn resumed(
         &self,
         call: fn(&Producer, Duration) -> Result<(), KafkaError>,
@@ -135,9 +168,7 @@ impl Transactions {
                 Err(KafkaError::Transaction(error))
                     if error.is_retriable() && resumes < RESUMES =>
                 {
-                    if let Some(owner) = &self.owner
-                        && let Some(fenced) = owner.superseded().await
-                    {
+                    if let Some(fenced) = self.superseded().await {
                         return Err(Resumed::Superseded(fenced));
                     }
                     resumes += 1;
@@ -184,6 +215,7 @@ impl Transactions {
         let deliveries = self.producer.context();
         deliveries.reset();
         self.begin()?;
+        self.writes(positions);
         let positions = (self.positions_topic.as_str(), positions);
         if let Err(failed) = send_all(&self.producer, topic, messages, positions).await {
             return Err(self.abort(failed).await);
@@ -196,6 +228,7 @@ impl Transactions {
             };
             return Err(self.abort(failed).await);
         }
+        self.committed();
         Ok(())
     }
 
@@ -205,6 +238,75 @@ impl Transactions {
         self.commit_batch(&self.positions_topic, &[], positions)
             .await
             .map_err(|failed| failed.message)
+    }
+}
+
+impl Transactions {
+    /// The run loaded `value` as the pipeline's position, under `key` (module docs).
+    pub(crate) fn loaded(&self, key: &[u8], value: Option<Vec<u8>>) {
+        if let Ok(mut own) = self.own.lock() {
+            *own = OwnPosition {
+                key: Some(key.to_vec()),
+                committed: value,
+                ..OwnPosition::default()
+            };
+        }
+    }
+
+    /// A transaction begins that writes `positions`: the pipeline's value among them is this
+    /// run's, whatever becomes of the transaction; so is the last one's, which did not commit.
+    fn writes(&self, positions: &[Message]) {
+        if let Ok(mut own) = self.own.lock()
+            && let Some(key) = own.key.clone()
+        {
+            if let Some(unsure) = own.open.take() {
+                own.failed.push(unsure);
+            }
+            own.open = positions
+                .iter()
+                .rev()
+                .find(|message| message.key == key)
+                .map(|message| message.value.clone());
+        }
+    }
+
+    /// The open transaction committed: its value, if it wrote one, is the pipeline's position.
+    fn committed(&self) {
+        if let Ok(mut own) = self.own.lock()
+            && let Some(value) = own.open.take()
+        {
+            own.committed = value;
+            own.failed.clear();
+        }
+    }
+
+    /// A newer owner, where it would show (module docs); `None` when there is none, or when
+    /// the position cannot be read now.
+    async fn superseded(&self) -> Option<Failed> {
+        if let Some(owner) = &self.owner {
+            return owner.superseded().await;
+        }
+        let (key, ours) = {
+            let own = self.own.lock().ok()?;
+            let mut ours = own.failed.clone();
+            ours.extend(own.open.clone());
+            ours.push(own.committed.clone());
+            (own.key.clone()?, ours)
+        };
+        let stored = self
+            .reader
+            .last_committed(&self.positions_topic, 0, &key)
+            .await
+            .ok()?
+            .and_then(|record| record.value)
+            .map(|value| value.to_vec());
+        (!ours.contains(&stored)).then(|| {
+            Failed::fenced(format!(
+                "another run of the pipeline took over: its position in topic '{}' was \
+                 written by another producer since this run's last commit",
+                self.positions_topic
+            ))
+        })
     }
 }
 
@@ -222,5 +324,68 @@ impl Resumed {
             Resumed::Failed(error) => transaction_failure(what, &error),
             Resumed::Superseded(fenced) => fenced,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Connection, Delivery, TopicShape};
+    use ddbpipe_source::retry::RetryPolicy;
+
+    /// The module docs' pipeline rule: a producer fenced by another run of its pipeline learns
+    /// it from the pipeline's position, without the broker's word; its own values (loaded,
+    /// committed, or of a transaction that failed) are not another run's.
+    #[tokio::test]
+    async fn a_pipeline_producer_learns_of_another_run_from_the_position() {
+        let topic = ddbpipe_testkit::kafka::topic_name("runs");
+        let settings = KafkaSettings {
+            connection: Connection {
+                brokers: ddbpipe_testkit::kafka::brokers(),
+                properties: Vec::new(),
+                timeout: Duration::from_secs(30),
+            },
+            topic: topic.clone(),
+            topic_shape: TopicShape::default(),
+            delivery: Delivery::ExactlyOnce,
+            positions_topic: ddbpipe_testkit::kafka::topic_name("run-positions"),
+            transactional_id: format!("ddbpipe-{topic}"),
+            retry: RetryPolicy {
+                max_retries: 1,
+                ..RetryPolicy::default()
+            },
+            shared: false,
+        };
+        let shape = TopicShape::default();
+        for (name, compacted) in [(&settings.topic, false), (&settings.positions_topic, true)] {
+            settings
+                .connection
+                .ensure_topic(name, shape, compacted)
+                .await
+                .unwrap();
+        }
+        let position = |value: &str| Message {
+            key: b"runs".to_vec(),
+            value: Some(value.as_bytes().to_vec()),
+        };
+        let first = Transactions::start(&settings, "kafka").await.unwrap();
+        first.loaded(b"runs", None);
+        assert!(first.superseded().await.is_none(), "nothing stored yet");
+        first.store_positions(&[position("1")]).await.unwrap();
+        assert!(first.superseded().await.is_none(), "its own commit");
+        // A transaction of its own that did not commit (here: never sent) stays its own.
+        first.writes(&[position("2")]);
+        assert!(first.superseded().await.is_none(), "its open transaction");
+
+        let second = Transactions::start(&settings, "kafka").await.unwrap();
+        second.loaded(b"runs", Some(b"1".to_vec()));
+        second.store_positions(&[position("3")]).await.unwrap();
+        let fenced = first
+            .superseded()
+            .await
+            .expect("another producer wrote the key");
+        assert_eq!(fenced.class, SinkErrorClass::Fenced);
+        assert!(fenced.message.contains("another run"), "{}", fenced.message);
+        assert!(second.superseded().await.is_none(), "its own position");
     }
 }
