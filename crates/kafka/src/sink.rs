@@ -47,6 +47,8 @@ pub(crate) use transactions::Transactions;
 use units::UnitProducers;
 
 mod beside;
+#[cfg(test)]
+mod tests_broker;
 mod transactions;
 pub(crate) mod units;
 

@@ -330,40 +330,13 @@ impl Resumed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Connection, Delivery, TopicShape};
-    use ddbpipe_source::retry::RetryPolicy;
 
     /// The module docs' pipeline rule: a producer fenced by another run of its pipeline learns
     /// it from the pipeline's position, without the broker's word; its own values (loaded,
     /// committed, or of a transaction that failed) are not another run's.
     #[tokio::test]
     async fn a_pipeline_producer_learns_of_another_run_from_the_position() {
-        let topic = ddbpipe_testkit::kafka::topic_name("runs");
-        let settings = KafkaSettings {
-            connection: Connection {
-                brokers: ddbpipe_testkit::kafka::brokers(),
-                properties: Vec::new(),
-                timeout: Duration::from_secs(30),
-            },
-            topic: topic.clone(),
-            topic_shape: TopicShape::default(),
-            delivery: Delivery::ExactlyOnce,
-            positions_topic: ddbpipe_testkit::kafka::topic_name("run-positions"),
-            transactional_id: format!("ddbpipe-{topic}"),
-            retry: RetryPolicy {
-                max_retries: 1,
-                ..RetryPolicy::default()
-            },
-            shared: false,
-        };
-        let shape = TopicShape::default();
-        for (name, compacted) in [(&settings.topic, false), (&settings.positions_topic, true)] {
-            settings
-                .connection
-                .ensure_topic(name, shape, compacted)
-                .await
-                .unwrap();
-        }
+        let settings = super::super::tests_broker::exactly_once("runs", false).await;
         let position = |value: &str| Message {
             key: b"runs".to_vec(),
             value: Some(value.as_bytes().to_vec()),

@@ -248,8 +248,6 @@ fn position_message(pipeline: &str, unit: &UnitId, counter: u64, at: &LeaseCheck
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Connection, Delivery, TopicShape};
-    use ddbpipe_source::retry::RetryPolicy;
 
     fn fence(unit: &UnitId, counter: u64, at: Option<&str>) -> Fence {
         Fence {
@@ -266,33 +264,8 @@ mod tests {
     /// learns it from the position, without the broker's word; the newer owner's does not.
     #[tokio::test]
     async fn a_producer_learns_of_a_newer_owner_from_the_units_position() {
-        let brokers = ddbpipe_testkit::kafka::brokers();
-        let topic = ddbpipe_testkit::kafka::topic_name("owners");
-        let settings = KafkaSettings {
-            connection: Connection {
-                brokers,
-                properties: Vec::new(),
-                timeout: std::time::Duration::from_secs(30),
-            },
-            topic: topic.clone(),
-            topic_shape: TopicShape::default(),
-            delivery: Delivery::ExactlyOnce,
-            positions_topic: ddbpipe_testkit::kafka::topic_name("owner-positions"),
-            transactional_id: format!("ddbpipe-{topic}"),
-            retry: RetryPolicy {
-                max_retries: 1,
-                ..RetryPolicy::default()
-            },
-            shared: true,
-        };
-        for (name, compacted) in [(&settings.topic, false), (&settings.positions_topic, true)] {
-            let shape = TopicShape::default();
-            settings
-                .connection
-                .ensure_topic(name, shape, compacted)
-                .await
-                .unwrap();
-        }
+        let settings = super::super::tests_broker::exactly_once("owners", true).await;
+        let topic = settings.topic.clone();
         let unit: UnitId = "shard:shardId-00000001".parse().unwrap();
         let mut first = UnitProducers::new(&settings, "kafka").unwrap();
         first.claim(&fence(&unit, 1, None)).await.unwrap();
