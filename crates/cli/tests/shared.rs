@@ -1043,6 +1043,37 @@ fn shared_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
     config
 }
 
+/// Moto with table `items` (a stream of new and old images) holding `n` items, and the export
+/// fake in front of it, exporting into bucket `exports`.
+fn exported_items(n: usize) -> (common::Running, fake_export::FakeExport) {
+    let running = Emulator::Moto.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..n {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    fake_export::create_bucket(&running.endpoint, "exports");
+    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    (running, fake)
+}
+
+/// [`shared_mirror_pipeline`] reading its snapshot from an export in bucket `exports`, one
+/// data file at a time per worker, 10 lines a batch.
+fn shared_export_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
+    let config = shared_mirror_pipeline(dir, endpoint, sink);
+    let exported = std::fs::read_to_string(&config).unwrap().replace(
+        "  segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
+             max_read_units_per_second: 2\n",
+        "  snapshot: {engine: export, s3_bucket: exports}\n  max_concurrency: 1\n  \
+             batch_size: 10\n",
+    );
+    assert!(exported.contains("engine: export"), "{exported}");
+    std::fs::write(&config, exported).unwrap();
+    config
+}
+
 /// Three workers mirror one table into a keyed table that already holds rows, some of them of
 /// items the table no longer has, while the table is written: one worker is SIGKILLed during
 /// the snapshot and another SIGSTOPped past its lease. The destination ends equal to the
@@ -1243,30 +1274,13 @@ fn three_workers_mirror_a_snapshot_longer_than_the_streams_retention() {
 /// made, the cleanup runs once, and the destination ends equal to the table.
 #[test]
 fn three_workers_mirror_one_table_from_one_export() {
-    let running = Emulator::Moto.start();
-    running.create_pk_table(
-        "items",
-        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
-    );
-    for i in 0..300 {
-        running.put_pk("items", &format!("k{i:03}"), "0");
-    }
-    fake_export::create_bucket(&running.endpoint, "exports");
-    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    let (running, fake) = exported_items(300);
     fake.set_data_files(6);
     fake.set_in_progress_describes(3);
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Postgres, dir.path());
-    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
     // One file at a time per worker, 10 lines a page: the files outlast the first kill.
-    let exported = std::fs::read_to_string(&config).unwrap().replace(
-        "  segments: 6\n  max_concurrency: 2\n  page_limit: 10\n  batch_size: 10\n  \
-             max_read_units_per_second: 2\n",
-        "  snapshot: {engine: export, s3_bucket: exports}\n  max_concurrency: 1\n  \
-             batch_size: 10\n",
-    );
-    assert!(exported.contains("engine: export"), "{exported}");
-    std::fs::write(&config, exported).unwrap();
+    let config = shared_export_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
     let (record, said) =
         three_workers_through_a_kill_and_a_stop(&config, &running, &destination, || {
             writer(&running.endpoint, 150, Duration::from_millis(100), |step| {
@@ -1356,4 +1370,84 @@ fn a_second_process_with_a_standbys_id_is_refused_on_moto() {
 #[test]
 fn a_killed_workers_segment_is_resumed_after_its_committed_position_on_dynoxide() {
     a_killed_workers_segment_is_resumed_after_its_committed_position(Emulator::Dynoxide);
+}
+
+/// A shared snapshot's export with a damaged data file (its manifest's MD5 stale): the worker
+/// reading it stops, exit 1, naming the file, with nothing of it written, and its hint says
+/// what works with workers (the record keeps naming the export, so a rerun meets the same
+/// file; a single process's "the next run replaces it" would be false here). After that
+/// remedy — `state reset`, start again — a new snapshot reads a new export and the destination
+/// ends equal to the table.
+#[test]
+fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
+    let (running, fake) = exported_items(60);
+    fake.set_data_files(1);
+    fake.damage_next_export();
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_export_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+
+    let output = common::ddbpipe(&["run", "--progress", "never"], &config);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("its MD5 is"), "{text}");
+    assert!(
+        text.contains("do not replace its export") && text.contains("ddbpipe state reset"),
+        "{text}"
+    );
+    // The stream's records of the puts above are read beside the snapshot and written (a
+    // change carries its sequence number); a snapshot row, read from the file, has none.
+    let snapshot_rows =
+        destination.query_texts("SELECT pk FROM items WHERE _ddbpipe_version_seq IS NULL");
+    assert!(
+        snapshot_rows.is_empty(),
+        "nothing of the damaged file was written: {snapshot_rows:?}; {text}"
+    );
+
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    // A stop while the new snapshot waits for its export (its first describes answer
+    // IN_PROGRESS): exit 0, the snapshot incomplete.
+    fake.set_in_progress_describes(3);
+    let described = fake.describe_calls();
+    let worker = common::spawn_run(&config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || fake.describe_calls()
+            > described),
+        "the worker waits for the new export"
+    );
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("during its snapshot"), "{text}");
+
+    // The next start waits for the same export and mirrors the table.
+    let worker = common::spawn_run(&config);
+    let record = || -> Value {
+        let stored = destination.query_texts(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
+        );
+        stored
+            .first()
+            .map_or(Value::Null, |row| serde_json::from_str(&row[0]).unwrap())
+    };
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        !record()["closed"].is_null() && destination.items("items") == table
+    });
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        converged,
+        "the new snapshot mirrors the table: {}; {text}",
+        record()
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "one new export for the new snapshot, resumed after the stop"
+    );
 }

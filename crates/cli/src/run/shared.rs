@@ -21,6 +21,7 @@ use super::join::{Joined, Parts};
 use crate::config::{CoordinationConfig, PipelineConfig};
 use crate::destination::AnySink;
 use crate::failure::Failure;
+use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
 
@@ -251,6 +252,9 @@ pub(super) async fn run_mirror(
     bar.finish();
     drop(refresher);
     let outcome = match outcome {
+        Err(error) if error.damaged_export().is_some() => {
+            return Err(damaged_shared_export(error, origin));
+        }
         Err(error) => return super::streams::stream_end(error, config, origin),
         Ok(outcome) => outcome,
     };
@@ -360,4 +364,17 @@ fn summarize(
             coordination.lease_table
         ),
     )
+}
+
+/// A shared snapshot's export whose files are damaged or gone (docs/coordination.md §11.12
+/// rule 7): every worker that reads the file stops on it, and the snapshot's record keeps
+/// naming the export, so a rerun meets the same file. What works is a new snapshot.
+fn damaged_shared_export(error: StreamRunError, origin: &Origin) -> Failure {
+    Failure::runtime(error).hint(format!(
+        "the export's files are damaged or gone (check the bucket's objects: S3 is the trust \
+         boundary, docs/scan.md §2.10), and workers sharing a snapshot do not replace its \
+         export: stop every worker, {}, then start them again: a new snapshot reads a new \
+         export (nothing of a damaged file was written)",
+        origin.reset()
+    ))
 }

@@ -157,7 +157,15 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             let segments = match exports {
                 None => Segments::new(Arc::new(scan.reader.clone()), scan.batch, Some(snapshot.id)),
                 Some(exports) => {
-                    let arn = shared_export(&exports, &pipeline, &snapshot, sink, &stop).await?;
+                    let arn = match shared_export(&exports, &pipeline, &snapshot, sink, &stop).await
+                    {
+                        // A stop while the export starts: the snapshot is incomplete, as after a
+                        // stop during its segments (rule 6 of docs/coordination.md §11.12).
+                        Err(_) if stop.is_cancelled() => {
+                            return Err(StreamRunError::SnapshotInterrupted);
+                        }
+                        result => result?,
+                    };
                     // The record closes with its export named.
                     snapshot.export = Some(arn.clone());
                     let waiting = export_segments(exports, arn, stop.clone());

@@ -153,6 +153,9 @@ impl Segments {
                     Some(Ok(Ok(reader))) => {
                         let _ = self.reader.set(reader);
                     }
+                    // Stopped with the run, whose stop ends it (docs/coordination.md §11.12
+                    // rule 6): no failure.
+                    Some(Ok(Err(RunError::Read(ReadError::Cancelled)))) => {}
                     Some(Ok(Err(error))) => *self.lock_failed() = Some(error),
                     Some(Err(failed)) => {
                         *self.lock_failed() = Some(RunError::Read(ReadError::Internal(format!(
