@@ -165,6 +165,31 @@ fn an_export_in_progress_across_a_restart_is_not_started_again() {
     assert_eq!(pipeline.lines().len(), 30);
 }
 
+/// A stop (SIGTERM) while the run waits for its export: the run drains and exits 0, its
+/// position keeps the export, and the next run reads that export (docs/cli.md §8.5).
+#[test]
+fn a_stop_while_the_export_is_awaited_exits_0_and_the_next_run_reads_the_same_export() {
+    let (_running, fake) = setup(30);
+    fake.set_in_progress_describes(3);
+    let pipeline = Pipeline::new(
+        "stopped",
+        &fake.url(),
+        &format!("table_name: orders\n{EXPORT}"),
+    );
+    let child = common::spawn_run(&pipeline.config);
+    assert!(
+        common::wait_for(Duration::from_secs(30), || fake.describe_calls() >= 1),
+        "the run asked about its export"
+    );
+    common::signal(&child, "TERM");
+    let output = common::finished(child);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(fake.exports_started(), 1, "the same export was read");
+    assert_eq!(pipeline.lines().len(), 30);
+}
+
 /// The data files of the one export under `prefix`, in manifest order: each file's S3 key and
 /// item count.
 fn data_files(running: &Running, prefix: &str) -> Vec<(String, u64)> {
