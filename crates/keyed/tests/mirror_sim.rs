@@ -499,14 +499,16 @@ async fn simulate(seed: u64) -> Simulated {
         "seed {seed}: the destination differs from the table"
     );
     if let Engine::Export(script) = &engine {
-        assert_eq!(
-            carried.failed_exports,
-            u64::from(script.fails),
-            "seed {seed}: the FAILED export failed one run"
+        // The run waiting on the FAILED export fails, once; a run crashed before it saw the
+        // failure leaves it to the next, which finds the export FAILED when it starts and
+        // replaces it without failing (seed 1965 of 3000).
+        assert!(
+            carried.failed_exports <= u64::from(script.fails),
+            "seed {seed}: the FAILED export failed at most one run"
         );
         assert_eq!(
             script.fake.calls().started,
-            1 + carried.failed_exports,
+            1 + u64::from(script.fails),
             "seed {seed}: one export per snapshot, and one more after a FAILED one"
         );
     }
