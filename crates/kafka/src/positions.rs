@@ -50,9 +50,7 @@ impl KafkaPositions {
     pub(crate) fn new(brokers: &str, transactions: Transactions) -> KafkaPositions {
         let topic = transactions.positions_topic.clone();
         KafkaPositions {
-            // Bounded as the sink's own requests are (`source.retry`'s attempt time).
-            reader: LogReader::new(brokers, transactions.timeout)
-                .with_security(transactions.security.clone()),
+            reader: transactions.reader.clone(),
             transactions: Some(transactions),
             topic,
             brokers: brokers.to_string(),

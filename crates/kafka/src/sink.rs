@@ -41,7 +41,7 @@ use rdkafka::producer::{BaseRecord, Producer as _};
 
 use crate::client::{Connection, Delivery, Producer, TopicError, TopicShape};
 use crate::envelope::{Message, Shaper};
-use crate::log::Security;
+use crate::log::{LogReader, Security};
 use beside::Beside;
 pub(crate) use transactions::Transactions;
 use units::UnitProducers;
@@ -75,14 +75,21 @@ pub struct KafkaSettings {
 }
 
 impl KafkaSettings {
-    /// How positions are read back (`log::Security`, from the client properties), or the
-    /// sink's error naming `target`.
-    pub(crate) fn security(&self, target: &str) -> Result<Security, SinkError> {
-        Security::of(&self.connection.properties).map_err(|message| SinkError {
+    /// The reader of the positions topic: connecting as the client properties say
+    /// (`log::Security`), each request bounded by the sink's timeout; or the sink's error
+    /// naming `target`. One per pipeline producer or worker, shared by its position checks and
+    /// its positions store.
+    pub(crate) fn positions_reader(&self, target: &str) -> Result<LogReader, SinkError> {
+        let security = Security::of(&self.connection.properties).map_err(|message| SinkError {
             sink: target.to_string(),
             message,
             class: SinkErrorClass::Definite,
-        })
+        })?;
+        // Bounded as the sink's own requests are (`source.retry`'s attempt time).
+        Ok(
+            LogReader::new(&self.connection.brokers, self.connection.timeout)
+                .with_security(security),
+        )
     }
 }
 

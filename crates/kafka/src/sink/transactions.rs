@@ -27,7 +27,7 @@ use super::{
 };
 use crate::client::Producer;
 use crate::envelope::Message;
-use crate::log::{LogReader, Security};
+use crate::log::LogReader;
 
 /// How often a transaction's commit or abort is resumed after a retriable failure
 /// ([`Transactions::resumed`]).
@@ -42,14 +42,12 @@ pub(crate) struct Transactions {
     pub(crate) positions_topic: String,
     /// Bound of one transaction step.
     pub(crate) timeout: Duration,
-    /// How the positions are read back (`log::Security`, from the client properties).
-    pub(crate) security: Security,
     /// A unit's producer: where a newer owner's position would show (`units` rule 5).
     pub(super) owner: Option<Arc<units::UnitOwner>>,
     /// The pipeline's position as this producer knows it (module docs).
     own: Arc<std::sync::Mutex<OwnPosition>>,
-    /// Reads the pipeline's position back.
-    reader: LogReader,
+    /// Reads the positions back (its own position checks, and the store's).
+    pub(crate) reader: LogReader,
 }
 
 /// The pipeline's position as its producer knows it (module docs): the values of the
@@ -75,16 +73,16 @@ impl Transactions {
         settings: &KafkaSettings,
         target: &str,
     ) -> Result<Transactions, SinkError> {
-        let security = settings.security(target)?;
-        Transactions::start_as(settings, &settings.transactional_id, security, target).await
+        let reader = settings.positions_reader(target)?;
+        Transactions::start_as(settings, &settings.transactional_id, reader, target).await
     }
 
     /// [`Transactions::start`] with `transactional_id` in place of the pipeline's (a unit's,
-    /// rule 6) and the positions read back as `security` (parsed once by the caller).
+    /// rule 6) and the positions read back by `reader` (made once by the caller).
     pub(crate) async fn start_as(
         settings: &KafkaSettings,
         transactional_id: &str,
-        security: Security,
+        reader: LogReader,
         target: &str,
     ) -> Result<Transactions, SinkError> {
         let fail = |failed: Failed| SinkError {
@@ -103,9 +101,7 @@ impl Transactions {
             timeout: settings.connection.timeout,
             owner: None,
             own: Arc::default(),
-            reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
-                .with_security(security.clone()),
-            security,
+            reader,
         };
         retried(&settings.retry, target, || transactions.init())
             .await

@@ -37,14 +37,12 @@ use ddbpipe_source::position::LeaseCheckpoint;
 
 use super::{Failed, KafkaSettings, Transactions, blocking_drop, retried};
 use crate::envelope::Message;
-use crate::log::{Follower, LogReader, Security};
+use crate::log::{Follower, LogReader};
 
 /// The producers of the units this worker holds.
 pub(crate) struct UnitProducers {
     settings: KafkaSettings,
     target: String,
-    /// How the positions are read back, parsed once from the client properties.
-    security: Security,
     reader: LogReader,
     /// The pipeline's unit positions as last read (rule 3), made at the first claim.
     follower: Option<Arc<tokio::sync::Mutex<Follower>>>,
@@ -112,13 +110,10 @@ struct StoredPosition {
 impl UnitProducers {
     /// No producer yet: each starts with its unit's claim.
     pub(crate) fn new(settings: &KafkaSettings, target: &str) -> Result<Self, SinkError> {
-        let security = settings.security(target)?;
         Ok(UnitProducers {
             settings: settings.clone(),
             target: target.to_string(),
-            reader: LogReader::new(&settings.connection.brokers, settings.connection.timeout)
-                .with_security(security.clone()),
-            security,
+            reader: settings.positions_reader(target)?,
             follower: None,
             held: HashMap::new(),
         })
@@ -140,8 +135,7 @@ impl UnitProducers {
         self.drop_producer(&fence.unit);
         let id = unit_transactional_id(&self.settings.transactional_id, &fence.unit);
         let mut transactions =
-            Transactions::start_as(&self.settings, &id, self.security.clone(), &self.target)
-                .await?;
+            Transactions::start_as(&self.settings, &id, self.reader.clone(), &self.target).await?;
         let follower = self.follower.get_or_insert_with(|| {
             let prefix = position_prefix(&fence.pipeline);
             Arc::new(tokio::sync::Mutex::new(Follower::new(prefix.as_bytes())))
