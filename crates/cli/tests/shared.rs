@@ -1406,9 +1406,22 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
 
     let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
-    // A stop while the new snapshot waits for its export (its first describes answer
-    // IN_PROGRESS): exit 0, the snapshot incomplete.
+    // A stop while the new snapshot starts its export (the fake holds the StartExport), then
+    // one while it waits for it (its first describes answer IN_PROGRESS): each exits 0, the
+    // snapshot incomplete.
     fake.set_in_progress_describes(3);
+    fake.delay_export_starts(Duration::from_secs(5));
+    let worker = common::spawn_run(&config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), || fake.exports_started() >= 2),
+        "the worker starts the new export"
+    );
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("during its snapshot"), "{text}");
+    fake.delay_export_starts(Duration::ZERO);
     let described = fake.describe_calls();
     let worker = common::spawn_run(&config);
     assert!(
@@ -1422,7 +1435,10 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("during its snapshot"), "{text}");
 
-    // The next start waits for the same export and mirrors the table.
+    // The next start waits for the same export and mirrors the table. (A StartExport the
+    // stopped worker abandoned is dropped by the fake with its connection, so the one awaited
+    // is the second worker's.)
+    let started = fake.exports_started();
     let worker = common::spawn_run(&config);
     let record = || -> Value {
         let stored = destination.query_texts(
@@ -1447,7 +1463,7 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
     );
     assert_eq!(
         fake.exports_started(),
-        2,
-        "one new export for the new snapshot, resumed after the stop"
+        started,
+        "the export awaited before the stop is read after it"
     );
 }

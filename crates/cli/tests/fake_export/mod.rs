@@ -170,6 +170,8 @@ struct Knobs {
     /// A rolling trim point: records older than this are gone.
     retention: Option<Duration>,
     denied_bucket: Option<String>,
+    /// How long a `StartExport` is held before the export's work begins (default none).
+    start_delay: Duration,
 }
 
 impl Knobs {
@@ -202,6 +204,7 @@ impl Default for Knobs {
             trim_before_ms: None,
             retention: None,
             denied_bucket: None,
+            start_delay: Duration::ZERO,
         }
     }
 }
@@ -426,6 +429,12 @@ impl FakeExport {
     /// a rolling [`FakeExport::trim_stream_before`].
     pub fn set_stream_retention(&self, kept: Duration) {
         self.state().knobs.retention = Some(kept);
+    }
+
+    /// `StartExport` requests from now on are held `delay` before they are answered (and
+    /// counted in [`FakeExport::exports_started`] when they arrive).
+    pub fn delay_export_starts(&self, delay: Duration) {
+        self.state().knobs.start_delay = delay;
     }
 
     /// Exports started from now on answer `IN_PROGRESS` to their first `n` `DescribeExport`
@@ -1138,7 +1147,7 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
         Some(prefix) => format!("{prefix}/AWSDynamoDB"),
         None => "AWSDynamoDB".to_string(),
     };
-    let (fail, miscount, damage, in_progress_for, export_type_in_summary, zero_bytes) = {
+    let (fail, miscount, damage, in_progress_for, export_type_in_summary, zero_bytes, delay) = {
         let mut state = inner.lock();
         state.exports_started += 1;
         (
@@ -1152,8 +1161,10 @@ async fn start_export(inner: &Inner, access: &(String, String), input: &Value) -
             state.knobs.in_progress_describes,
             state.knobs.full_summary_export_type,
             state.knobs.empty_files_zero_bytes,
+            state.knobs.start_delay,
         )
     };
+    tokio::time::sleep(delay).await;
     let started = put(
         &clients.s3,
         &bucket,

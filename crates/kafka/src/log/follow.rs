@@ -82,7 +82,6 @@ impl Follower {
                 self.forget();
                 self.topic_id = topic_id;
                 self.full_reads += 1;
-                self.view = View::new(earliest, true);
                 earliest
             }
         }

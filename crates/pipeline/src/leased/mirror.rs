@@ -54,6 +54,7 @@ use tracing::Instrument as _;
 use ddbpipe_source::api::{SnapshotShape, StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::config::StartPosition;
+use ddbpipe_source::error::ReadError;
 use ddbpipe_source::export::{GivenExport, SnapshotExports};
 use ddbpipe_source::lease::Lease;
 use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
@@ -161,7 +162,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                     {
                         // A stop while the export starts: the snapshot is incomplete, as after a
                         // stop during its segments (rule 6 of docs/coordination.md §11.12).
-                        Err(_) if stop.is_cancelled() => {
+                        Err(RunError::Read(ReadError::Cancelled)) => {
                             return Err(StreamRunError::SnapshotInterrupted);
                         }
                         result => result?,
