@@ -1059,6 +1059,21 @@ fn exported_items(n: usize) -> (common::Running, fake_export::FakeExport) {
     (running, fake)
 }
 
+/// Starts a worker of `config`, waits until `reached` (what the worker `does`), stops it with
+/// SIGTERM and checks it ends as a stop during the snapshot: exit 0, the snapshot incomplete.
+fn stop_once(config: &Path, does: &str, reached: impl FnMut() -> bool) {
+    let worker = common::spawn_run(config);
+    assert!(
+        common::wait_for(Duration::from_secs(60), reached),
+        "the worker {does}"
+    );
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("during its snapshot"), "{text}");
+}
+
 /// [`shared_mirror_pipeline`] reading its snapshot from an export in bucket `exports`, one
 /// data file at a time per worker, 10 lines a batch.
 fn shared_export_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
@@ -1411,29 +1426,14 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
     // snapshot incomplete.
     fake.set_in_progress_describes(3);
     fake.delay_export_starts(Duration::from_secs(5));
-    let worker = common::spawn_run(&config);
-    assert!(
-        common::wait_for(Duration::from_secs(60), || fake.exports_started() >= 2),
-        "the worker starts the new export"
-    );
-    signal(&worker, "TERM");
-    let output = finished(worker);
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(0), "{text}");
-    assert!(text.contains("during its snapshot"), "{text}");
+    stop_once(&config, "starts the new export", || {
+        fake.exports_started() >= 2
+    });
     fake.delay_export_starts(Duration::ZERO);
     let described = fake.describe_calls();
-    let worker = common::spawn_run(&config);
-    assert!(
-        common::wait_for(Duration::from_secs(60), || fake.describe_calls()
-            > described),
-        "the worker waits for the new export"
-    );
-    signal(&worker, "TERM");
-    let output = finished(worker);
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(0), "{text}");
-    assert!(text.contains("during its snapshot"), "{text}");
+    stop_once(&config, "waits for the new export", || {
+        fake.describe_calls() > described
+    });
 
     // The next start waits for the same export and mirrors the table. (A StartExport the
     // stopped worker abandoned is dropped by the fake with its connection, so the one awaited

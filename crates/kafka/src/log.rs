@@ -256,8 +256,7 @@ impl LogReader {
         from: ReadFrom,
     ) -> Result<Committed, LogError> {
         let (mut leader, _) = self.leader(topic, partition).await?;
-        let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
-        let end = list_offset(&mut leader, topic, partition, LATEST).await?;
+        let (earliest, end) = bounds(&mut leader, topic, partition).await?;
         let start = match from {
             ReadFrom::Start => earliest,
             ReadFrom::Last(offsets) => end
@@ -278,8 +277,7 @@ impl LogReader {
         follower: &mut Follower,
     ) -> Result<(), LogError> {
         let (mut leader, topic_id) = self.leader(topic, partition).await?;
-        let earliest = list_offset(&mut leader, topic, partition, EARLIEST).await?;
-        let end = list_offset(&mut leader, topic, partition, LATEST).await?;
+        let (earliest, end) = bounds(&mut leader, topic, partition).await?;
         let start = follower.begin(topic_id, earliest);
         match read_range(&mut leader, topic, partition, follower, start, end).await {
             Ok(next) => {
@@ -519,6 +517,17 @@ fn find_topic<'a>(
         Some(ResponseError::UnknownTopicOrPartition) => Ok(None),
         Some(error) => Err(broker_error(broker, METADATA.name, topic, None, error)),
     }
+}
+
+/// The partition's first offset and its end (the high watermark), from its leader (rule 2).
+async fn bounds(
+    leader: &mut Connection,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), LogError> {
+    let earliest = list_offset(leader, topic, partition, EARLIEST).await?;
+    let end = list_offset(leader, topic, partition, LATEST).await?;
+    Ok((earliest, end))
 }
 
 /// The partition's offset at `timestamp` ([`EARLIEST`] or [`LATEST`]), READ_UNCOMMITTED.
