@@ -279,17 +279,8 @@ impl LogReader {
         let (mut leader, topic_id) = self.leader(topic, partition).await?;
         let (earliest, end) = bounds(&mut leader, topic, partition).await?;
         let start = follower.begin(topic_id, earliest);
-        match read_range(&mut leader, topic, partition, follower, start, end).await {
-            Ok(next) => {
-                follower.absorb(next);
-                Ok(())
-            }
-            Err(error) => {
-                // What was taken before the failure would be taken again from `start`.
-                follower.forget();
-                Err(error)
-            }
-        }
+        let read = read_range(&mut leader, topic, partition, follower, start, end).await;
+        follower.end(read)
     }
 
     /// A connection to the first broker of `brokers` that answers, in the order given.

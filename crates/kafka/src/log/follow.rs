@@ -106,10 +106,22 @@ impl Follower {
         }
     }
 
-    /// Ends a read that stopped at `next`.
-    pub(super) fn absorb(&mut self, next: i64) {
-        self.take_joined();
-        self.next = Some(next);
+    /// Ends a read from its outcome: one that stopped at `next` is kept and the next read
+    /// begins there; a failed one forgets everything, since what it took before the failure
+    /// would be taken again from where it began (its records folded twice), so the next read
+    /// begins at the partition's first offset.
+    pub(super) fn end<E>(&mut self, read: Result<i64, E>) -> Result<(), E> {
+        match read {
+            Ok(next) => {
+                self.take_joined();
+                self.next = Some(next);
+                Ok(())
+            }
+            Err(error) => {
+                self.forget();
+                Err(error)
+            }
+        }
     }
 
     /// Forgets everything: the next read begins at the partition's first offset.

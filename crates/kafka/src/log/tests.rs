@@ -437,7 +437,7 @@ fn follow(follower: &mut Follower, topic_id: u128, earliest: i64, log: &Bytes, e
     let start = follower.begin(topic_id, earliest);
     let next = take_answer(Fold::view(follower), log, start, end).unwrap();
     assert!(next >= end, "the answer stopped at {next}, short of {end}");
-    follower.absorb(next);
+    follower.end::<()>(Ok(next)).unwrap();
 }
 
 /// A log of plain records, one batch each, from offset 0: keys `k-<text>`.
@@ -529,4 +529,39 @@ fn a_follower_reads_from_the_start_again_after_a_deletion_or_a_new_topic() {
     assert_eq!(follower.begin(2, 0), 0, "the topic was created again");
     assert_eq!(follower.full_reads(), 4);
     assert_eq!(last_offset(&follower, "k-b"), None);
+}
+
+#[test]
+fn a_follower_reads_from_the_start_again_after_a_failed_read() {
+    let mut follower = Follower::new(b"k-");
+    follow(&mut follower, 1, 0, &plain(&["a"]), 1);
+    // The second read takes a transaction's record, then fails before the marker comes.
+    let start = follower.begin(1, 0);
+    assert_eq!(start, 1, "after the first read");
+    let partial = log_of(&[&[data(1, 7, "b")]], Compression::None);
+    let next = take_answer(Fold::view(&mut follower), &partial, start, 3).unwrap();
+    assert_eq!(next, 2, "the answer stopped short of the end");
+    assert_eq!(
+        follower.end(Err("the leader went away")),
+        Err("the leader went away")
+    );
+    // The next read begins at the first offset: read from 1 again, the transaction's record
+    // would be folded twice.
+    let whole = log_of(
+        &[
+            &[data(0, NO_PRODUCER, "a")],
+            &[data(1, 7, "b")],
+            &[commit(2, 7)],
+        ],
+        Compression::None,
+    );
+    follow(&mut follower, 1, 0, &whole, 3);
+    assert_eq!(
+        follower.full_reads(),
+        2,
+        "a failed read is followed by a whole one"
+    );
+    assert_eq!(last_offset(&follower, "k-a"), Some(0));
+    assert_eq!(last_offset(&follower, "k-b"), Some(1));
+    assert_eq!(follower.records().count(), 2);
 }
