@@ -282,6 +282,38 @@ async fn an_iterator_that_keeps_expiring_fails_the_run() {
     assert!(error.contains("s1"), "{error}");
 }
 
+/// Expiries of iterators kept across a yield (here a throttle's) do not count toward the
+/// limit: each is explained by the wait, and the renewed iterator is read. Counted, the third
+/// failed the run (a stream of many shards read by few lanes, whose turns come minutes apart).
+#[tokio::test(start_paused = true)]
+async fn an_iterator_expired_while_its_shard_waited_is_renewed_without_counting() {
+    let mut fake = FakeStreams::new(10).at(Duration::ZERO, root("s1"));
+    for i in 0..10 {
+        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
+    }
+    let fake = Arc::new(fake);
+    let throttled = || {
+        ApiError::from_code(
+            Some("ProvisionedThroughputExceededException".into()),
+            "Rate exceeded",
+        )
+    };
+    let script = (0..3).flat_map(|_| [throttled(), expired()]).collect();
+    fake.fail_get_records("s1", 1, script);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StreamRun {
+        records_per_request: 3,
+        ..settings()
+    };
+
+    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+
+    assert_eq!(outcome.unwrap().written, 10);
+    let got: Vec<String> = lines.into_iter().map(|l| l.seq).collect();
+    assert_eq!(got, seqs_of(&fake, "s1"), "every record once, in order");
+    assert_eq!(fake.calls().shard_iterator, 4, "three renewals");
+}
+
 /// docs/testing.md §10 scenario 15: 10 old records in a closed parent and its open child; a first run
 /// at `latest` emits nothing; one change later, the second run emits only that change.
 async fn latest_emits_only_the_change_made_after_the_first_run(expire_first_reads: bool) {

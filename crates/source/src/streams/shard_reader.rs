@@ -15,7 +15,9 @@
 //!      any record brings it back there), and the second empty answer in a row means **caught
 //!      up**;
 //!    - `ExpiredIteratorException` → re-acquire (not a read, not an error); three in a row
-//!      without a successful read fail the shard;
+//!      without a successful read fail the shard, counting only iterators used in the slice
+//!      that obtained them: one kept across a yield (a throttle's, an idle shard's, or a turn
+//!      behind many shards) may have waited out its 15 minutes, and is renewed uncounted;
 //!    - trimmed / shard not found → a runtime gap (always fails the run);
 //!    - throttle → yield with `min(delay(n), 10 s)`; never fails; a streak over 60 s warns;
 //!    - transient → yield with `min(delay(n), 10 s)`; more than `max_retries` in a row fail;
@@ -156,6 +158,8 @@ pub struct ShardState {
     empty_streak: u32,
     first_empty_at_s: Option<i64>,
     expiries: u32,
+    /// Its iterator was kept across the end of a slice: it may have waited out its lifetime.
+    held: bool,
     throttles: u32,
     transients: u32,
     throttled_since: Option<Instant>,
@@ -186,6 +190,7 @@ impl ShardState {
             empty_streak: 0,
             first_empty_at_s: None,
             expiries: 0,
+            held: false,
             throttles: 0,
             transients: 0,
             throttled_since: None,
@@ -278,6 +283,7 @@ impl<A: StreamsApi> StreamContext<A> {
     /// Runs one slice of `shard` (see the module docs).
     pub async fn slice(&self, shard: &mut ShardState) -> Result<SliceEnd, StreamError> {
         let mut reads = 0;
+        shard.held = shard.iterator.is_some();
         loop {
             if self.cancel.is_cancelled() {
                 return Err(StreamError::Stopped);
@@ -286,6 +292,7 @@ impl<A: StreamsApi> StreamContext<A> {
                 match self.acquire(shard).await? {
                     Some(iterator) => {
                         shard.iterator = Some(iterator);
+                        shard.held = false;
                         continue;
                     }
                     None => {
@@ -371,7 +378,10 @@ impl<A: StreamsApi> StreamContext<A> {
                     self.hand_drained(shard, handed).await?;
                     return Ok(SliceEnd::Drained);
                 }
-                Some(next) => shard.iterator = Some(next),
+                Some(next) => {
+                    shard.iterator = Some(next);
+                    shard.held = false;
+                }
             }
             if !handed.seqs.is_empty() {
                 shard.handed_any = true;
@@ -458,6 +468,12 @@ impl<A: StreamsApi> StreamContext<A> {
     ) -> Result<Option<SliceEnd>, StreamError> {
         if error.code.as_deref() == Some("ExpiredIteratorException") {
             shard.iterator = None;
+            if shard.held {
+                // Kept across a yield: its age explains the expiry, which says nothing of
+                // the renewal.
+                tracing::debug!(shard = %shard.id, "Shard iterator expired while the shard waited; renewing it after the last record read.");
+                return Ok(None);
+            }
             shard.expiries += 1;
             if shard.expiries >= EXPIRY_LIMIT {
                 return Err(StreamError::ShardFailed(format!(
