@@ -76,6 +76,7 @@ fn fence(unit: &UnitId, counter: u64, position: Option<&str>) -> Fence {
         position: position.map(|text| unit.checkpoint(text)),
         snapshot: None,
         beside: None,
+        of: None,
     }
 }
 

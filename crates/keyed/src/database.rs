@@ -244,7 +244,7 @@ impl Database {
                 return Ok(text);
             }
             let rows_at_start = count_existing(tx, &spec.table).await?;
-            let text = open_record(id, rows_at_start);
+            let text = open_record(id, rows_at_start, 0, None);
             // Of workers opening it at once, one inserts; the others wait for its commit and
             // read its record.
             let sql = fence::open_record_sql(tx);
@@ -260,6 +260,54 @@ impl Database {
         .await;
         let stored = end(tx, FENCE_TABLE, result).await?;
         shared_record(stored.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))
+    }
+
+    /// Opens snapshot `id` of the next generation in place of snapshot `replaces` (open or
+    /// closed) for the reason `why`, with the destination table's row count as
+    /// `rows_at_start`, in one transaction that locks the record (docs/coordination.md
+    /// §11.12 rule 8); returns the record afterwards: the new one, or the one another worker
+    /// put in place of `replaces` first. Refused when the record is gone (a `state reset`).
+    pub async fn reopen_shared_snapshot(
+        &self,
+        spec: &TableSpec,
+        pipeline: &str,
+        replaces: i64,
+        id: i64,
+        why: &str,
+    ) -> Result<SharedSnapshot, DbError> {
+        self.backend.check_names(spec)?;
+        let mut session = self.backend.session(Some(spec), FENCE_TABLE).await?;
+        let mut tx = session.begin(FENCE_TABLE).await?;
+        let tx = &mut *tx;
+        let result = async {
+            let Some((_, text)) = fence::record(tx, pipeline, RowLock::Update).await? else {
+                return Err(tx.fail(
+                    FENCE_TABLE,
+                    &format!(
+                        "snapshot {replaces}'s record is gone (a `state reset` ran meanwhile): \
+                         no snapshot is opened in its place"
+                    ),
+                ));
+            };
+            let stored =
+                shared_record(text.as_deref()).map_err(|why| tx.fail(FENCE_TABLE, &why))?;
+            if stored.id != replaces {
+                return Ok(stored);
+            }
+            let rows_at_start = count_existing(tx, &spec.table).await?;
+            let text = open_record(id, rows_at_start, stored.generation + 1, Some(why));
+            // Counter 0: open.
+            let sql = fence::reopen_record_sql(tx);
+            let params = [
+                Param::Text(pipeline),
+                Param::Text(SNAPSHOT_UNIT),
+                Param::Text(&text),
+            ];
+            tx.execute(FENCE_TABLE, &sql, &params).await?;
+            shared_record(Some(&text)).map_err(|why| tx.fail(FENCE_TABLE, &why))
+        }
+        .await;
+        end(tx, FENCE_TABLE, result).await
     }
 
     /// Stores `arn` as the export of the open shared snapshot `id` when its record still

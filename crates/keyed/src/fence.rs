@@ -10,8 +10,10 @@
 //! # Passing a transaction's fences ([`pass`])
 //! 1. With a [`SnapshotGuard`], the record is read (share-locked for a batch, so batches of
 //!    several workers do not wait on each other, only on the close; locked alone for the
-//!    close): a batch passes only while the record is open and of its snapshot; a close only
-//!    then too, and it writes the closed record in the same transaction.
+//!    close), under the pipeline's own name when the fences are a generation's: a batch of
+//!    snapshot rows passes only while the record is open and of its snapshot, a batch of
+//!    changes only while the record is its generation's snapshot (open or closed); a close
+//!    only while it is open, and it writes the closed record in the same transaction.
 //! 2. Each fence advances its unit's counter (and position, when given) unless a newer
 //!    owner's counter is stored: no row changed means refused, and the stored counter is read
 //!    for the message.
@@ -74,10 +76,11 @@ pub(crate) async fn pass(tx: &mut dyn Transaction, state: &StateWrite) -> Result
     let sql = FenceSql::new(tx);
     if let Some(guard) = &state.snapshot {
         let lock = match guard {
-            SnapshotGuard::Open(_) => RowLock::Share,
+            SnapshotGuard::Open(_) | SnapshotGuard::Of(_) => RowLock::Share,
             SnapshotGuard::Close { .. } => RowLock::Update,
         };
-        let stored = record(tx, pipeline, lock).await?;
+        let record_of = state.record_of.as_deref().unwrap_or(pipeline);
+        let stored = record(tx, record_of, lock).await?;
         if let Some(why) = guard.refusal(
             stored
                 .as_ref()
@@ -87,7 +90,7 @@ pub(crate) async fn pass(tx: &mut dyn Transaction, state: &StateWrite) -> Result
         }
         if let SnapshotGuard::Close { record, .. } = guard {
             let params = [
-                Param::Text(pipeline),
+                Param::Text(record_of),
                 Param::Text(SNAPSHOT_UNIT),
                 Param::Text(record),
             ];
@@ -169,6 +172,19 @@ pub(crate) fn rewrite_record_sql(statements: &dyn Statements) -> String {
     )
 }
 
+/// Replaces the shared snapshot record by an open one: parameters the pipeline, the unit and
+/// the record's JSON.
+pub(crate) fn reopen_record_sql(statements: &dyn Statements) -> String {
+    let d = statements.dialect();
+    format!(
+        "UPDATE {} SET counter = 0, position = {} WHERE pipeline = {} AND unit = {}",
+        d.table(FENCE_TABLE),
+        d.param(3, SqlType::Text),
+        d.param(1, SqlType::Text),
+        d.param(2, SqlType::Text)
+    )
+}
+
 /// The first value of the first row.
 pub(crate) fn first(rows: Vec<crate::backend::Row>) -> Option<crate::backend::Cell> {
     rows.into_iter()
@@ -185,12 +201,13 @@ impl SnapshotGuard {
             None => return Some(format!("its snapshot record (snapshot {id}) is gone")),
             Some((counter, text)) => (counter, text.and_then(stored_snapshot_id)),
         };
-        match found {
-            (0, Some(stored)) if stored == id => None,
-            (_, Some(stored)) if stored != id => Some(format!(
+        match (self, found) {
+            (SnapshotGuard::Of(_), (_, Some(stored))) if stored == id => None,
+            (_, (0, Some(stored))) if stored == id => None,
+            (_, (_, Some(stored))) if stored != id => Some(format!(
                 "the destination's snapshot record is of another snapshot ({stored}, not {id})"
             )),
-            (0, _) => Some(format!("snapshot {id}'s record cannot be read")),
+            (_, (_, None)) => Some(format!("snapshot {id}'s record cannot be read")),
             _ => Some(format!(
                 "snapshot {id} is closed: its complete-read cleanup has run"
             )),
@@ -198,13 +215,21 @@ impl SnapshotGuard {
     }
 }
 
-/// The text of a new open shared snapshot record.
-pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
+/// The text of a new open shared snapshot record of generation `generation`, opened in place
+/// of another one for the reason `replaced`.
+pub(crate) fn open_record(
+    id: i64,
+    rows_at_start: u64,
+    generation: u32,
+    replaced: Option<&str>,
+) -> String {
     let record = SharedSnapshot {
         id,
         rows_at_start,
         closed: None,
         export: None,
+        generation,
+        replaced: replaced.map(str::to_string),
     };
     // Two integers: serializing cannot fail.
     serde_json::to_string(&record).unwrap_or_default()

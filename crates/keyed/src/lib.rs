@@ -264,6 +264,9 @@ pub struct StateWrite {
     /// The shared snapshot record the transaction depends on (a mirror across workers,
     /// docs/coordination.md §11.12).
     pub snapshot: Option<SnapshotGuard>,
+    /// The pipeline whose record `snapshot` reads when the fences are kept under a
+    /// generation's name (docs/coordination.md §11.12 rule 8); `None`: `pipeline`'s.
+    pub record_of: Option<String>,
 }
 
 /// The fence-table unit under which a mirror shared by several workers keeps its snapshot
@@ -278,6 +281,10 @@ pub enum SnapshotGuard {
     /// record is share-locked (PostgreSQL) so that batches of several workers do not wait on
     /// each other, only on the close.
     Open(i64),
+    /// A batch of changes read by the generation of snapshot `id`: refused (fenced) unless
+    /// the record is that snapshot's, open or closed, so a worker of an earlier generation
+    /// writes nothing once another snapshot was opened in place of its own. Share-locked.
+    Of(i64),
     /// Closing snapshot `id`: refused (fenced) unless it is open; the record is locked for the
     /// transaction and replaced by `record` (the closed record's JSON), counter 1.
     Close {
@@ -292,7 +299,9 @@ impl SnapshotGuard {
     /// The snapshot guarded.
     pub fn id(&self) -> i64 {
         match self {
-            SnapshotGuard::Open(id) | SnapshotGuard::Close { id, .. } => *id,
+            SnapshotGuard::Open(id) | SnapshotGuard::Of(id) | SnapshotGuard::Close { id, .. } => {
+                *id
+            }
         }
     }
 }

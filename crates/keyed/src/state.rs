@@ -199,6 +199,7 @@ impl DatabaseStore {
             }),
             fences: Vec::new(),
             snapshot: None,
+            record_of: None,
         };
         (write, parts)
     }

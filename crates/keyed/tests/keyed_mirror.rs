@@ -635,6 +635,7 @@ async fn shared_workers_clean_up_once_then_stream(target: Target) {
         position: None,
         snapshot: Some(outcomes[0].snapshot.id),
         beside: None,
+        of: None,
     };
     let refused = sink.write_fenced(&late, &fence).await.unwrap_err();
     assert_eq!(refused.class, SinkErrorClass::Fenced, "{refused}");

@@ -1484,6 +1484,15 @@ async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
 }
 
 #[tokio::test]
+async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation() {
+    let fx = Fixture::new().await;
+    let spec = fx.spec("orders", &[("pk", KeyType::S)]);
+    fx.db.prepare(&spec).await.unwrap();
+    common::a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation(&fx.db, &spec)
+        .await;
+}
+
+#[tokio::test]
 async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
     let fx = Fixture::new().await;
     let spec = fx.spec("orders", &[("pk", KeyType::S)]);

@@ -68,8 +68,8 @@ use ddbpipe_pipeline::leased::{
 };
 use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::sink::{
-    CleanedUp, CloseShared, Fence, Fencing, Records, SharedSnapshot, SharedSnapshots, Sink,
-    SinkError, SinkErrorClass, Staged, Versioned,
+    CleanedUp, CloseShared, Fence, Fencing, RecordReader, Records, SharedSnapshot, SharedSnapshots,
+    Sink, SinkError, SinkErrorClass, Staged, Versioned,
 };
 use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
@@ -292,6 +292,26 @@ impl SharedSnapshots for Checked {
     ) -> Result<String, SinkError> {
         let _committed = self.shared.committed.lock().await;
         self.inner.shared_export(pipeline, id, expected, arn).await
+    }
+
+    async fn reopen_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        replaces: i64,
+        id: i64,
+        why: &str,
+    ) -> Result<SharedSnapshot, SinkError> {
+        let committed = self.shared.committed.lock().await;
+        let reopened = self
+            .inner
+            .reopen_shared_snapshot(pipeline, replaces, id, why)
+            .await?;
+        self.check(&committed, "a snapshot opened in place of another");
+        Ok(reopened)
+    }
+
+    fn record_reader(&self) -> Arc<dyn RecordReader> {
+        self.inner.record_reader()
     }
 
     async fn close_shared_snapshot(

@@ -967,6 +967,13 @@ async fn a_shared_snapshot_record_is_opened_once_and_its_cleanup_runs_once() {
 }
 
 #[tokio::test]
+async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation() {
+    let (fx, spec) = Fixture::with_orders().await;
+    common::a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation(&fx.db, &spec)
+        .await;
+}
+
+#[tokio::test]
 async fn a_state_write_under_an_older_fence_is_refused_and_writes_nothing() {
     let (fx, spec) = Fixture::with_orders().await;
     common::a_state_write_under_an_older_fence_is_refused_and_writes_nothing(&fx.db, &spec).await;

@@ -34,6 +34,7 @@
 //! ```
 
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::batch::Batch;
 use crate::state::Entry;
@@ -86,8 +87,13 @@ pub struct Fence {
     /// The shared snapshot whose stream the batch's changes were read beside (a mirror across
     /// workers, docs/coordination.md §11.12): its upserts are marked with this id and its
     /// deletes leave markers (docs/mirror.md §5.6 rules 1 and 2), so that the snapshot's rows
-    /// never overwrite them and its cleanup counts them seen. Never refused for the snapshot.
+    /// never overwrite them and its cleanup counts them seen.
     pub beside: Option<i64>,
+    /// The shared snapshot of the generation that read the batch (a mirror across workers,
+    /// docs/coordination.md §11.12 rule 8): the batch is refused ([`SinkErrorClass::Fenced`])
+    /// once the record is another snapshot's, opened in its place after a gap, so a worker of
+    /// an earlier generation writes nothing.
+    pub of: Option<i64>,
 }
 
 /// The snapshot record of a mirror shared by several workers (docs/coordination.md §11.12),
@@ -110,6 +116,38 @@ pub struct SharedSnapshot {
     /// ([`SharedSnapshots::shared_export`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<String>,
+    /// 0 for the pipeline's first snapshot, one more for each snapshot opened in place of
+    /// another ([`SharedSnapshots::reopen_shared_snapshot`]). The leases and fences of a
+    /// generation are kept under its own name ([`SharedSnapshot::lease_pipeline`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u32,
+    /// Why this snapshot replaced the one before it (a gap in the stream, a damaged export).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+}
+
+fn is_zero(generation: &u32) -> bool {
+    *generation == 0
+}
+
+impl SharedSnapshot {
+    /// The name the leases of this snapshot's generation are kept under, in the lease table
+    /// and the fence table, for pipeline `pipeline`: the pipeline's own for generation 0,
+    /// `<pipeline>/generation-<n>` after (docs/coordination.md §11.12 rule 8). A generation's
+    /// rows are new: nothing of an earlier one (a segment `Done`, a shard's position, a fence)
+    /// is taken for its own.
+    pub fn lease_pipeline(&self, pipeline: &str) -> String {
+        generation_pipeline(pipeline, self.generation)
+    }
+}
+
+/// The lease name of generation `generation` of `pipeline` ([`SharedSnapshot::lease_pipeline`]).
+pub fn generation_pipeline(pipeline: &str, generation: u32) -> String {
+    if generation == 0 {
+        pipeline.to_string()
+    } else {
+        format!("{pipeline}/generation-{generation}")
+    }
 }
 
 /// Who closed a shared snapshot, kept in its record.
@@ -177,6 +215,32 @@ pub trait SharedSnapshots: Sink {
         snapshot: &SharedSnapshot,
         close: &CloseShared,
     ) -> impl Future<Output = Result<Option<CleanedUp>, SinkError>> + Send;
+
+    /// Opens snapshot `id` of the next generation in place of snapshot `replaces` (open or
+    /// closed), for the reason `why`, with the destination's row count, in one transaction
+    /// that locks the record; returns the record afterwards: the new one, or the one another
+    /// worker put in its place first (whose id is not `replaces` any more). Refused when the
+    /// record is gone (a `state reset`).
+    fn reopen_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        replaces: i64,
+        id: i64,
+        why: &str,
+    ) -> impl Future<Output = Result<SharedSnapshot, SinkError>> + Send;
+
+    /// A reader of the pipeline's record beside this sink's writes, for a worker to learn that
+    /// another one opened a snapshot in place of its own.
+    fn record_reader(&self) -> Arc<dyn RecordReader>;
+}
+
+/// Reads a pipeline's shared snapshot record ([`SharedSnapshots::record_reader`]).
+pub trait RecordReader: Send + Sync {
+    /// The record as stored; `None` when there is none.
+    fn read(
+        &self,
+        pipeline: String,
+    ) -> futures_util::future::BoxFuture<'static, Result<Option<SharedSnapshot>, SinkError>>;
 }
 
 /// The entry a batch's positions reach, for a sink whose database holds the position: it

@@ -251,6 +251,7 @@ mod tests {
             position: at.map(|text| unit.checkpoint(text)),
             snapshot: None,
             beside: None,
+            of: None,
         }
     }
 

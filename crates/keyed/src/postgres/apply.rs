@@ -355,6 +355,7 @@ mod tests {
             updated_at: String::new(),
             fences: Vec::new(),
             snapshot: None,
+            record_of: None,
         };
         let odd = "tab\there\nnewline\\back\rcr";
         let first = [

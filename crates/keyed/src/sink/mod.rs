@@ -26,12 +26,13 @@
 //! any other failure (a record that cannot become a row, a document the column cannot store, a
 //! constraint) is [`SinkErrorClass::Definite`]: a rerun fails on the same batch.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::{
-    CleanedUp, CloseShared, Fence, Fencing, Records, SharedSnapshot, SharedSnapshots, Sink,
-    SinkError, SinkErrorClass, SnapshotClosed, Staged, Versioned,
+    CleanedUp, CloseShared, Fence, Fencing, RecordReader, Records, SharedSnapshot, SharedSnapshots,
+    Sink, SinkError, SinkErrorClass, SnapshotClosed, Staged, Versioned,
 };
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
@@ -81,6 +82,10 @@ pub struct KeyedSink {
     item_attributes: Vec<String>,
     records: Records,
     retry: SinkRetry,
+    /// The pipeline whose shared snapshot record guards the fenced batches, once opened
+    /// ([`SharedSnapshots::open_shared_snapshot`]): the fences are kept under a generation's
+    /// name, the record under the pipeline's.
+    shared_record: Option<String>,
 }
 
 impl KeyedSink {
@@ -104,6 +109,7 @@ impl KeyedSink {
             format,
             records,
             retry,
+            shared_record: None,
         }
     }
 
@@ -218,9 +224,11 @@ impl KeyedSink {
         fence: Option<&Fence>,
     ) -> Result<(), SinkError> {
         // A mirror shared by several workers names its open snapshot in the fence: its rows'
-        // batches, refused once it is closed, and the changes read beside it, marked with it.
+        // batches, refused once it is closed, and the changes read beside it, marked with it;
+        // and the snapshot of the generation that read them, refused once it is replaced.
         let shared = fence.and_then(|fence| fence.snapshot);
         let beside = fence.and_then(|fence| fence.beside);
+        let of = fence.and_then(|fence| fence.of);
         let snapshot_id = state.and_then(Staged::snapshot_id).or(shared).or(beside);
         let repair_id = state.and_then(Staged::repair_id);
         let rows = self
@@ -241,7 +249,10 @@ impl KeyedSink {
                 counter: fence.counter,
                 position: fence.position.as_ref().map(LeaseCheckpoint::encode),
             });
-            write.snapshot = shared.map(SnapshotGuard::Open);
+            write.snapshot = shared
+                .map(SnapshotGuard::Open)
+                .or(of.map(SnapshotGuard::Of));
+            write.record_of.clone_from(&self.shared_record);
         }
         if rows.is_empty() && write.is_empty() {
             return Ok(());
@@ -310,10 +321,31 @@ impl SharedSnapshots for KeyedSink {
         pipeline: &str,
         id: i64,
     ) -> Result<SharedSnapshot, SinkError> {
+        self.shared_record = Some(pipeline.to_string());
         self.db
             .open_shared_snapshot(&self.table, pipeline, id)
             .await
             .map_err(|e| self.db_error(e))
+    }
+
+    async fn reopen_shared_snapshot(
+        &mut self,
+        pipeline: &str,
+        replaces: i64,
+        id: i64,
+        why: &str,
+    ) -> Result<SharedSnapshot, SinkError> {
+        self.shared_record = Some(pipeline.to_string());
+        self.db
+            .reopen_shared_snapshot(&self.table, pipeline, replaces, id, why)
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
+    fn record_reader(&self) -> Arc<dyn RecordReader> {
+        Arc::new(SharedRecord {
+            db: self.db.clone(),
+        })
     }
 
     async fn shared_export(
@@ -378,6 +410,29 @@ impl SharedSnapshots for KeyedSink {
             }
             Err(error) => Err(self.db_error(error)),
         }
+    }
+}
+
+/// Reads the shared snapshot record beside the sink's writes ([`SharedSnapshots::record_reader`]).
+struct SharedRecord {
+    db: Database,
+}
+
+impl RecordReader for SharedRecord {
+    fn read(
+        &self,
+        pipeline: String,
+    ) -> futures_util::future::BoxFuture<'static, Result<Option<SharedSnapshot>, SinkError>> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            db.shared_snapshot(&pipeline)
+                .await
+                .map_err(|error| SinkError {
+                    sink: db.describe(),
+                    message: error.message,
+                    class: error.class,
+                })
+        })
     }
 }
 

@@ -66,6 +66,7 @@ pub fn state_at(
         deletes: deletes.iter().map(|part| part.to_string()).collect(),
         fences: Vec::new(),
         snapshot: None,
+        record_of: None,
         updated_at: updated_at.to_string(),
     }
 }
@@ -340,6 +341,114 @@ pub async fn a_shared_snapshot_opens_once_and_closes_once(
         (fresh.id, fresh.rows_at_start, fresh.closed),
         (500, 3, None)
     );
+}
+
+/// docs/coordination.md §11.12 rule 8 on `db`, whose table `spec` (one S key column) is
+/// prepared and empty: a snapshot is opened in place of another once (of two workers
+/// replacing the same one, the first one's is kept, of the next generation, with the row
+/// count and the reason); a batch of changes read by the replaced generation is refused with
+/// nothing written, whether its snapshot was open or closed, and one of the new generation
+/// passes, also once its snapshot is closed; the guard reads the record under the pipeline's
+/// name while the fences are kept under the generation's; a reopen after a reset is refused.
+pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation(
+    db: &ddbpipe_keyed::Database,
+    spec: &TableSpec,
+) {
+    use ddbpipe_keyed::{CloseSnapshot, SnapshotGuard};
+    use ddbpipe_pipeline::sink::{SharedSnapshot, SnapshotClosed};
+
+    let count = || async { db.count_rows(spec).await.expect("count rows") };
+    let change = |key: &str| vec![upsert_key(vec![s(key)], r#"{"v":1}"#, false)];
+    let first = db.open_shared_snapshot(spec, "p", 100).await.expect("open");
+    assert_eq!((first.generation, first.replaced.clone()), (0, None));
+    let of = |id: i64, pipeline: &str, counter: u64| StateWrite {
+        pipeline: pipeline.to_string(),
+        fences: vec![ddbpipe_keyed::FenceWrite::new("shard:a", counter)],
+        snapshot: Some(SnapshotGuard::Of(id)),
+        record_of: Some("p".to_string()),
+        ..StateWrite::default()
+    };
+    db.apply(spec, &change("k1"), None, &of(100, "p", 1))
+        .await
+        .expect("a change of the first generation while its snapshot is open");
+    let second = db
+        .reopen_shared_snapshot(spec, "p", 100, 200, "shard a was trimmed")
+        .await
+        .expect("the first replacement");
+    assert_eq!(
+        (
+            second.id,
+            second.rows_at_start,
+            second.generation,
+            second.closed.clone()
+        ),
+        (200, 1, 1, None)
+    );
+    assert_eq!(second.replaced.as_deref(), Some("shard a was trimmed"));
+    assert_eq!(second.lease_pipeline("p"), "p/generation-1");
+    let late = db
+        .reopen_shared_snapshot(spec, "p", 100, 300, "the same gap, found by another worker")
+        .await
+        .expect("a second replacement of the same snapshot");
+    assert_eq!(late, second, "the first replacement is kept");
+    let stale = db
+        .apply(spec, &change("k2"), None, &of(100, "p", 2))
+        .await
+        .expect_err("a change of the replaced generation");
+    assert!(stale.is_fenced(), "{stale:?}");
+    assert_contains_all("another snapshot", &stale.message, &["100", "200"]);
+    assert_eq!(count().await, 1, "nothing of the refused batch was written");
+    // The new generation's fences are kept under its own name, from counter 1 again.
+    db.apply(spec, &change("k3"), None, &of(200, "p/generation-1", 1))
+        .await
+        .expect("a change of the new generation");
+    let closed_record = serde_json::to_string(&SharedSnapshot {
+        closed: Some(SnapshotClosed {
+            by: "w1".into(),
+            at_ms: 400,
+        }),
+        ..second.clone()
+    })
+    .expect("the closed record as JSON");
+    let closing = StateWrite {
+        pipeline: "p".into(),
+        snapshot: Some(SnapshotGuard::Close {
+            id: 200,
+            record: closed_record,
+        }),
+        ..StateWrite::default()
+    };
+    let close = CloseSnapshot {
+        id: 200,
+        delete_unseen: false,
+        max_keys: 100,
+    };
+    db.close_snapshot(spec, close, &closing)
+        .await
+        .expect("the new generation's close");
+    db.apply(spec, &change("k4"), None, &of(200, "p/generation-1", 2))
+        .await
+        .expect("a change of the new generation after its snapshot closed");
+    let stale = db
+        .apply(spec, &change("k5"), None, &of(100, "p", 3))
+        .await
+        .expect_err("a change of the replaced generation after the close");
+    assert!(stale.is_fenced(), "{stale:?}");
+    assert_eq!(count().await, 3, "k1, k3 and k4");
+    let third = db
+        .reopen_shared_snapshot(spec, "p", 200, 500, "a damaged export")
+        .await
+        .expect("a closed snapshot replaced");
+    assert_eq!(
+        (third.id, third.generation, third.rows_at_start),
+        (500, 2, 3)
+    );
+    db.reset_state("p").await.expect("reset");
+    let gone = db
+        .reopen_shared_snapshot(spec, "p", 500, 600, "after a reset")
+        .await
+        .expect_err("a replacement after a reset");
+    assert_contains_all("after a reset", &gone.message, &["500", "state reset"]);
 }
 
 /// docs/coordination.md §11.7 rules 2 and 4 on `db`, whose table `spec` (one S key column) is

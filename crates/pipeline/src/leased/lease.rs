@@ -150,6 +150,7 @@ pub(crate) fn fence<T: LeaseTable>(
         position,
         snapshot: None,
         beside: None,
+        of: None,
     }
 }
 
@@ -278,6 +279,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
     let fence = Fence {
         snapshot: mark.rows,
         beside: mark.beside,
+        of: mark.of,
         ..fence(worker, &unit, counter, position)
     };
     match fencing.write_fenced(batch, &fence).await {

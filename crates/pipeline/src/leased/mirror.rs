@@ -295,7 +295,16 @@ async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable
     );
     let both = Both {
         segments,
-        shards: Shards::new(source, streams.run.clone(), Vec::new(), snapshot),
+        shards: Shards::new(
+            source,
+            streams.run.clone(),
+            Vec::new(),
+            SnapshotMark {
+                rows: None,
+                beside: snapshot,
+                of: snapshot,
+            },
+        ),
         listed: Vec::new(),
         changes: 0,
     };

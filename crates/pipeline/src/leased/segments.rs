@@ -287,6 +287,7 @@ impl Units for Segments {
         SnapshotMark {
             rows: self.snapshot,
             beside: None,
+            of: self.snapshot,
         }
     }
 

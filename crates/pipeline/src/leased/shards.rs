@@ -119,6 +119,18 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
         stop: Cancel,
         progress: &dyn Progress,
     ) -> Result<LeasedStreamOutcome, RunError> {
+        self.run_of(sink, stop, progress, None).await
+    }
+
+    /// [`run`](Self::run) as the stream of a shared mirror's generation whose snapshot is
+    /// `of`: every batch is refused once another snapshot replaced it.
+    pub(crate) async fn run_of<S: Sink>(
+        self,
+        sink: &mut S,
+        stop: Cancel,
+        progress: &dyn Progress,
+        of: Option<i64>,
+    ) -> Result<LeasedStreamOutcome, RunError> {
         let LeasedStreams {
             api,
             run,
@@ -128,7 +140,11 @@ impl<A: StreamsApi + 'static, T: LeaseTable> LeasedStreams<A, T> {
             identity,
             kept,
         } = self;
-        let shards = Shards::new(shard_reads(&run, api, observer), run, kept, None);
+        let mark = SnapshotMark {
+            of,
+            ..SnapshotMark::default()
+        };
+        let shards = Shards::new(shard_reads(&run, api, observer), run, kept, mark);
         let leased = Leased {
             units: shards,
             worker,
@@ -182,18 +198,19 @@ pub(crate) struct Shards<A> {
     unread: Mutex<BTreeMap<ShardId, Option<i64>>>,
     /// When records last arrived from a shard: the idle clock.
     last_records: Instant,
-    /// The open shared snapshot the stream is read beside (a shared mirror's first phase).
-    beside: Option<i64>,
+    /// What the batches carry of a shared mirror's snapshot: the open one the stream is read
+    /// beside (its first phase), and the one whose generation reads it.
+    mark: SnapshotMark,
 }
 
 impl<A> Shards<A> {
-    /// The shards read through `source` under `run`; `kept` and `beside` as
-    /// [`LeasedStreams::kept`] and [`Shards::beside`] say.
+    /// The shards read through `source` under `run`; `kept` and `mark` as
+    /// [`LeasedStreams::kept`] and [`Shards::mark`] say.
     pub(crate) fn new(
         source: ShardReads<A>,
         run: StreamRun,
         kept: Vec<UnitSpec>,
-        beside: Option<i64>,
+        mark: SnapshotMark,
     ) -> Self {
         Shards {
             source,
@@ -205,7 +222,7 @@ impl<A> Shards<A> {
             seen: BTreeMap::new(),
             unread: Mutex::default(),
             last_records: Instant::now(),
-            beside,
+            mark,
         }
     }
 }
@@ -293,10 +310,7 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
     }
 
     fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {
-        SnapshotMark {
-            rows: None,
-            beside: self.beside,
-        }
+        self.mark
     }
 
     fn push(&mut self, batcher: &mut Batcher, handed: Handed) -> Vec<Batch> {
@@ -490,7 +504,7 @@ impl<A: StreamsApi + 'static> Shards<A> {
             })
             .collect();
         self.listed_ms = Some(started_ms);
-        let start_ms = self.beside.unwrap_or(started_ms);
+        let start_ms = self.mark.beside.unwrap_or(started_ms);
         let verified = |id: &ShardId| {
             if first {
                 Some(start_ms)

@@ -117,6 +117,9 @@ pub(crate) struct SnapshotMark {
     pub rows: Option<i64>,
     /// The batch holds changes read beside the snapshot.
     pub beside: Option<i64>,
+    /// The snapshot of the generation reading the batch (a shared mirror): refused once
+    /// another snapshot replaced it.
+    pub of: Option<i64>,
 }
 
 /// What a kind's end rule looks at.
