@@ -1043,6 +1043,38 @@ fn shared_mirror_pipeline(dir: &Path, endpoint: &str, sink: &str) -> PathBuf {
     config
 }
 
+/// Starts a worker of `config`, waits until the destination's snapshot record is closed and
+/// its `items` rows are `table`, then stops it (SIGTERM, exit 0).
+fn mirror_until_closed_and_equal(
+    config: &Path,
+    destination: &Destination,
+    table: &std::collections::BTreeMap<String, Value>,
+) {
+    let worker = common::spawn_run(config);
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        !snapshot_record(destination)["closed"].is_null() && destination.items("items") == *table
+    });
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        converged,
+        "the snapshot mirrors the table: {}; {text}",
+        snapshot_record(destination)
+    );
+}
+
+/// The shared snapshot record of pipeline `shared-mirror` in `destination` (null when none).
+fn snapshot_record(destination: &Destination) -> Value {
+    let stored = destination.query_texts(
+        "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
+    );
+    stored
+        .first()
+        .map_or(Value::Null, |row| serde_json::from_str(&row[0]).unwrap())
+}
+
 /// Moto with table `items` (a stream of new and old images) holding `n` items, and the export
 /// fake in front of it, exporting into bucket `exports`.
 fn exported_items(n: usize) -> (common::Running, fake_export::FakeExport) {
@@ -1327,6 +1359,114 @@ fn three_workers_mirror_one_table_from_one_export() {
     assert_eq!(closed_here, 1, "the cleanup ran once: {said:#?}");
 }
 
+/// docs/coordination.md §11.12 rule 8 end to end: a shared mirror with `on_gap: resnapshot`
+/// into SQLite, on moto behind the scripted fake. A worker mirrors the table and is stopped;
+/// while none runs, items are changed, deleted and added, and the stream is trimmed past
+/// every record it had read. Two workers started then find the gap, take one snapshot of the
+/// next generation between them (generation 1, not 2), and the destination ends equal to the
+/// table (the deleted items' rows removed by its cleanup). `lag` reads the new generation's
+/// shard rows (the first generation's stored checkpoints are trimmed: read there, it fails
+/// on the gap), and `state reset` removes them with the record. With `on_gap: fail` the same
+/// gap stops the workers (`keyed_mirror::a_shared_mirror_finds_a_gap_...`).
+#[test]
+fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
+    let running = Emulator::Moto.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..40 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+    let resnapshot = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("  mode: mirror\n", "  mode: mirror\n  on_gap: resnapshot\n")
+        .replace(
+            "max_read_units_per_second: 2",
+            "max_read_units_per_second: 50",
+        );
+    assert!(resnapshot.contains("on_gap: resnapshot"), "{resnapshot}");
+    std::fs::write(&config, resnapshot).unwrap();
+    let table = || common::keyed::table_items(&running.endpoint, "items");
+    let record = || snapshot_record(&destination);
+
+    let worker = common::spawn_run(&config);
+    let mirrored = common::wait_for(Duration::from_secs(60), || {
+        !record()["closed"].is_null() && destination.items("items") == table()
+    });
+    signal(&worker, "TERM");
+    let output = finished(worker);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        mirrored,
+        "the first snapshot mirrors the table: {}",
+        record()
+    );
+    let first = record()["id"].clone();
+    // The gap: changes while no worker runs, then every record read so far is trimmed.
+    for i in 0..5 {
+        running.put_pk("items", &format!("k{i:03}"), "1");
+    }
+    for i in 5..10 {
+        running.delete_pk("items", &format!("k{i:03}"));
+    }
+    for i in 40..45 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    fake.trim_stream_before(fake_export::now_ms());
+
+    let workers = [common::spawn_run(&config), common::spawn_run(&config)];
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        record()["id"] != first
+            && !record()["closed"].is_null()
+            && destination.items("items") == table()
+    });
+    let lag = common::ddbpipe(&["lag"], &config);
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{text}");
+        said.push(text);
+    }
+    let replaced = record();
+    assert!(
+        converged,
+        "the new snapshot mirrors the table: {replaced}; {said:#?}"
+    );
+    assert_eq!(replaced["generation"], 1, "one replacement: {replaced}");
+    let why = replaced["replaced"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("a gap in the stream") && why.contains("trimmed"),
+        "{why}"
+    );
+    assert!(
+        said.iter().any(|text| text.contains("generation 1")),
+        "a worker's summary names the generation: {said:#?}"
+    );
+    assert_eq!(lag.status.code(), Some(0), "{}", stderr(&lag));
+
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    assert_eq!(record(), Value::Null, "the record is gone");
+    let fences = destination.query_texts("SELECT pipeline, unit FROM _ddbpipe_fences");
+    assert!(
+        fences.is_empty(),
+        "every generation's fences are gone: {fences:?}"
+    );
+    let (code, shown) = json_of(&["state", "show", "--json"], &config);
+    assert_eq!(code, Some(0), "{shown}");
+    assert_eq!(
+        shown["units"], 0,
+        "no lease of either generation is left: {shown}"
+    );
+}
+
 #[test]
 fn three_workers_mirror_one_table_into_sqlite_on_moto() {
     three_workers_mirror_one_table_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);
@@ -1387,36 +1527,55 @@ fn a_killed_workers_segment_is_resumed_after_its_committed_position_on_dynoxide(
     a_killed_workers_segment_is_resumed_after_its_committed_position(Emulator::Dynoxide);
 }
 
-/// A shared snapshot's export with a damaged data file (its manifest's MD5 stale): the worker
-/// reading it stops, exit 1, naming the file, with nothing of it written, and its hint says
-/// what works with workers (the record keeps naming the export, so a rerun meets the same
-/// file; a single process's "the next run replaces it" would be false here). After that
-/// remedy — `state reset`, start again — a new snapshot reads a new export and the destination
-/// ends equal to the table.
+/// docs/coordination.md §11.12 rules 7 and 8: a damaged data file of a shared export snapshot
+/// (its MD5 differs from the manifest's) replaces the snapshot by one of the next generation,
+/// which starts a new export: the worker reads it and the destination ends equal to the table,
+/// the record naming generation 1 and the damage. A snapshot that replaced a damaged export and
+/// meets another stops the worker (exit 1) naming the file, with the remedy that works with
+/// workers: check the bucket, stop every worker, `state reset`, start them again. After it, a
+/// worker stopped while the new snapshot starts its export, and one stopped while it waits for
+/// it, exit 0; the next start awaits the same export and mirrors the table.
 #[test]
-fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
+fn a_damaged_shared_export_is_replaced_once_then_stops_the_worker_with_the_remedy() {
     let (running, fake) = exported_items(60);
     fake.set_data_files(1);
     fake.damage_next_export();
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_export_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+    let record = || snapshot_record(&destination);
+    let table = common::keyed::table_items(&running.endpoint, "items");
 
+    mirror_until_closed_and_equal(&config, &destination, &table);
+    let replaced = record();
+    assert_eq!(replaced["generation"], 1, "{replaced}");
+    let why = replaced["replaced"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("damaged export") && why.contains("its MD5 is"),
+        "{why}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        2,
+        "the damaged export and its replacement"
+    );
+
+    let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    fake.damage_next_exports(2);
     let output = common::ddbpipe(&["run", "--progress", "never"], &config);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("its MD5 is"), "{text}");
     assert!(
-        text.contains("do not replace its export") && text.contains("ddbpipe state reset"),
+        text.contains("damaged or gone again") && text.contains("ddbpipe state reset"),
         "{text}"
     );
-    // The stream's records of the puts above are read beside the snapshot and written (a
-    // change carries its sequence number); a snapshot row, read from the file, has none.
-    let snapshot_rows =
-        destination.query_texts("SELECT pk FROM items WHERE _ddbpipe_version_seq IS NULL");
-    assert!(
-        snapshot_rows.is_empty(),
-        "nothing of the damaged file was written: {snapshot_rows:?}; {text}"
+    assert_eq!(
+        record()["generation"],
+        1,
+        "replaced once, not again: {}",
+        record()
     );
 
     let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
@@ -1426,8 +1585,9 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
     // snapshot incomplete.
     fake.set_in_progress_describes(3);
     fake.delay_export_starts(Duration::from_secs(5));
+    let started = fake.exports_started();
     stop_once(&config, "starts the new export", || {
-        fake.exports_started() >= 2
+        fake.exports_started() > started
     });
     fake.delay_export_starts(Duration::ZERO);
     let described = fake.describe_calls();
@@ -1439,28 +1599,7 @@ fn a_damaged_shared_export_stops_the_worker_with_the_remedy_that_works() {
     // stopped worker abandoned is dropped by the fake with its connection, so the one awaited
     // is the second worker's.)
     let started = fake.exports_started();
-    let worker = common::spawn_run(&config);
-    let record = || -> Value {
-        let stored = destination.query_texts(
-            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'shared-mirror' AND unit = 'snapshot'",
-        );
-        stored
-            .first()
-            .map_or(Value::Null, |row| serde_json::from_str(&row[0]).unwrap())
-    };
-    let table = common::keyed::table_items(&running.endpoint, "items");
-    let converged = common::wait_for(Duration::from_secs(120), || {
-        !record()["closed"].is_null() && destination.items("items") == table
-    });
-    signal(&worker, "TERM");
-    let output = finished(worker);
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(0), "{text}");
-    assert!(
-        converged,
-        "the new snapshot mirrors the table: {}; {text}",
-        record()
-    );
+    mirror_until_closed_and_equal(&config, &destination, &table);
     assert_eq!(
         fake.exports_started(),
         started,

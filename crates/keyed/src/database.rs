@@ -248,12 +248,7 @@ impl Database {
             // Of workers opening it at once, one inserts; the others wait for its commit and
             // read its record.
             let sql = fence::open_record_sql(tx);
-            let params = [
-                Param::Text(pipeline),
-                Param::Text(SNAPSHOT_UNIT),
-                Param::Text(&text),
-            ];
-            tx.execute(FENCE_TABLE, &sql, &params).await?;
+            fence::write_record(tx, &sql, pipeline, &text).await?;
             let stored = fence::record(tx, pipeline, RowLock::None).await?;
             Ok(stored.and_then(|(_, text)| text))
         }
@@ -266,7 +261,8 @@ impl Database {
     /// closed) for the reason `why`, with the destination table's row count as
     /// `rows_at_start`, in one transaction that locks the record (docs/coordination.md
     /// §11.12 rule 8); returns the record afterwards: the new one, or the one another worker
-    /// put in place of `replaces` first. Refused when the record is gone (a `state reset`).
+    /// put in place of `replaces` first. The replaced generation's unit fences are deleted in
+    /// the same transaction. Refused when the record is gone (a `state reset`).
     pub async fn reopen_shared_snapshot(
         &self,
         spec: &TableSpec,
@@ -298,12 +294,17 @@ impl Database {
             let text = open_record(id, rows_at_start, stored.generation + 1, Some(why));
             // Counter 0: open.
             let sql = fence::reopen_record_sql(tx);
-            let params = [
-                Param::Text(pipeline),
-                Param::Text(SNAPSHOT_UNIT),
-                Param::Text(&text),
-            ];
-            tx.execute(FENCE_TABLE, &sql, &params).await?;
+            fence::write_record(tx, &sql, pipeline, &text).await?;
+            // The replaced generation's fences: nothing of it writes any more (its batches are
+            // refused by the record), and the new generation's are kept under its own name.
+            let replaced = stored.lease_pipeline(pipeline);
+            let sql = fence::drop_unit_fences_sql(tx);
+            tx.execute(
+                FENCE_TABLE,
+                &sql,
+                &[Param::Text(&replaced), Param::Text(SNAPSHOT_UNIT)],
+            )
+            .await?;
             shared_record(Some(&text)).map_err(|why| tx.fail(FENCE_TABLE, &why))
         }
         .await;
@@ -356,12 +357,7 @@ impl Database {
             let text = serde_json::to_string(&record)
                 .map_err(|e| tx.fail(FENCE_TABLE, &format!("the snapshot record: {e}")))?;
             let sql = fence::rewrite_record_sql(&*tx);
-            let params = [
-                Param::Text(pipeline),
-                Param::Text(SNAPSHOT_UNIT),
-                Param::Text(&text),
-            ];
-            tx.execute(FENCE_TABLE, &sql, &params).await?;
+            fence::write_record(&mut *tx, &sql, pipeline, &text).await?;
         }
         tx.commit(FENCE_TABLE).await?;
         Ok(record.export.unwrap_or_else(|| arn.to_string()))

@@ -185,6 +185,34 @@ pub(crate) fn reopen_record_sql(statements: &dyn Statements) -> String {
     )
 }
 
+/// Runs `sql`, one of the record's statements (parameters the pipeline, the record's unit
+/// and its JSON), for `pipeline`'s record `text`.
+pub(crate) async fn write_record(
+    tx: &mut dyn Transaction,
+    sql: &str,
+    pipeline: &str,
+    text: &str,
+) -> Result<u64, DbError> {
+    let params = [
+        Param::Text(pipeline),
+        Param::Text(SNAPSHOT_UNIT),
+        Param::Text(text),
+    ];
+    tx.execute(FENCE_TABLE, sql, &params).await
+}
+
+/// Deletes the unit fences kept under a name: parameters the name and the record's unit,
+/// which is kept.
+pub(crate) fn drop_unit_fences_sql(statements: &dyn Statements) -> String {
+    let d = statements.dialect();
+    format!(
+        "DELETE FROM {} WHERE pipeline = {} AND unit <> {}",
+        d.table(FENCE_TABLE),
+        d.param(1, SqlType::Text),
+        d.param(2, SqlType::Text)
+    )
+}
+
 /// The first value of the first row.
 pub(crate) fn first(rows: Vec<crate::backend::Row>) -> Option<crate::backend::Cell> {
     rows.into_iter()

@@ -32,9 +32,11 @@ use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
-use ddbpipe_source::fake_streams::{Change, FakeStreams};
+use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
-use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
+use ddbpipe_source::lease::{
+    LeaseSettings, LeaseState, LeaseTable as _, PipelineName, UnitId, Worker, WorkerId,
+};
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
@@ -499,13 +501,13 @@ async fn replaying_the_same_batches_leaves_the_destination_unchanged(target: Tar
 
 /// One worker `id` of a mirror shared through `leases` (docs/coordination.md §11.12): 3
 /// segments of 2 items a page of `table`, then `stream`, ending idle after 2 s.
-fn shared_mirror(
-    table: &Arc<FakeTable>,
+fn shared_mirror<TA: TableApi>(
+    table: &Arc<TA>,
     stream: &Arc<FakeStreams>,
     leases: &MemoryLeaseTable,
     id: &str,
     max_keys: u64,
-) -> LeasedMirror<FakeTable, FakeStreams, MemoryLeaseTable> {
+) -> LeasedMirror<TA, FakeStreams, MemoryLeaseTable> {
     let worker = || {
         Worker::new(
             leases.connect(),
@@ -556,12 +558,14 @@ fn shared_mirror(
         deletes: true,
         max_keys,
         exports: None,
+        resnapshot: false,
+        watch_interval: Duration::from_millis(200),
     }
 }
 
 /// Runs `mirror` into a new sink of `destination` on a task of its own.
-async fn spawn_mirror(
-    mirror: LeasedMirror<FakeTable, FakeStreams, MemoryLeaseTable>,
+async fn spawn_mirror<TA: TableApi>(
+    mirror: LeasedMirror<TA, FakeStreams, MemoryLeaseTable>,
     destination: &Destination,
 ) -> tokio::task::JoinHandle<Result<LeasedMirrorOutcome, StreamRunError>> {
     let mut sink = sink(destination, Records::Envelopes).await;
@@ -739,14 +743,10 @@ async fn a_shared_snapshot_longer_than_the_retention_loses_no_change(target: Tar
     assert_eq!(destination.keys().await, expected);
 }
 
-/// A shared mirror's gap is a position the stream no longer holds (docs/coordination.md
-/// §11.12 rule 5): a worker streams a change and ends; while no worker runs, the stream takes
-/// two more and trims them (a 2 s retention); the next worker stops with the gap, naming the
-/// shard, and writes neither trimmed change nor any later one.
-async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: Target) {
-    let destination = Destination::new(target).await;
-    let stream = Arc::new(
-        FakeStreams::new(23)
+/// One shard `s1` whose records are kept 2 s.
+fn short_lived_stream(seed: u64) -> Arc<FakeStreams> {
+    Arc::new(
+        FakeStreams::new(seed)
             .with_retention(Duration::from_secs(2))
             .at(
                 Duration::ZERO,
@@ -755,7 +755,16 @@ async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: T
                     range: None,
                 },
             ),
-    );
+    )
+}
+
+/// A shared mirror's gap is a position the stream no longer holds (docs/coordination.md
+/// §11.12 rule 5): a worker streams a change and ends; while no worker runs, the stream takes
+/// two more and trims them (a 2 s retention); the next worker stops with the gap, naming the
+/// shard, and writes neither trimmed change nor any later one.
+async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = short_lived_stream(23);
     stream.apply(Change::Write {
         key: "w1".into(),
         remove: false,
@@ -792,6 +801,164 @@ async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: T
     assert!(
         !keys.contains("w2") && !keys.contains("w3"),
         "nothing after the gap is written: {keys:?}"
+    );
+}
+
+/// docs/coordination.md §11.12 rule 8: with `on_gap: resnapshot` the gap a worker finds opens a
+/// snapshot of the next generation in place of the first, and every worker moves to it. A
+/// worker mirrors the table and ends; while none runs, an item is written and another deleted,
+/// and the stream trims both changes (a 2 s retention); two workers started then take one new
+/// snapshot between them (generation 1, not 2: whichever finds the gap second, or learns of
+/// the replacement from the record, moves to the first one's), whose cleanup deletes the row
+/// of the item deleted in the gap, and the destination ends equal to the table. With
+/// `on_gap: fail` the same gap stops the worker (`a_shared_mirror_finds_a_gap_...`).
+async fn a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_to(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = short_lived_stream(29);
+    let write = |key: &str, remove: bool| {
+        stream.apply(Change::Write {
+            key: key.into(),
+            remove,
+        });
+    };
+    write("w1", false);
+    write("gone", false);
+    let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
+    let leases = MemoryLeaseTable::seeded(5);
+    let mirror = |id: &str| LeasedMirror {
+        resnapshot: true,
+        ..shared_mirror(&table, &stream, &leases, id, 1000)
+    };
+    let first = spawn_mirror(mirror("w1"), &destination).await;
+    let first = first.await.unwrap().unwrap();
+    assert_eq!((first.snapshot.generation, first.replaced), (0, 0));
+    let keys = |keys: &[&str]| -> BTreeSet<String> { keys.iter().map(|k| k.to_string()).collect() };
+    assert_eq!(destination.keys().await, keys(&["gone", "w1"]));
+    write("w2", false);
+    write("gone", true);
+    // Longer than the retention: both changes are trimmed before any worker reads them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let two = spawn_mirror(mirror("w2"), &destination).await;
+    let three = spawn_mirror(mirror("w3"), &destination).await;
+    let outcomes = [two.await.unwrap().unwrap(), three.await.unwrap().unwrap()];
+
+    assert_eq!(
+        destination.keys().await,
+        keys(&["w1", "w2"]),
+        "equal to the table"
+    );
+    let record = destination
+        .database()
+        .await
+        .shared_snapshot("p")
+        .await
+        .unwrap()
+        .expect("the record");
+    assert_eq!(record.generation, 1, "one replacement: {record:?}");
+    assert!(record.closed.is_some(), "{record:?}");
+    let why = record.replaced.clone().unwrap_or_default();
+    assert!(why.contains("shard s1 was trimmed"), "{why}");
+    // A worker that opened the record after the replacement started in generation 1.
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.snapshot.id, record.id,
+            "every worker ends on the replacement"
+        );
+        assert!(outcome.replaced <= 1, "moved once at most: {outcome:?}");
+    }
+    assert!(
+        outcomes.iter().any(|outcome| outcome.replaced == 1),
+        "the worker that found the gap moved past the first snapshot"
+    );
+    let deleted: u64 = (outcomes.iter())
+        .filter_map(|outcome| outcome.cleanup.map(|cleanup| cleanup.deleted))
+        .sum();
+    assert_eq!(
+        deleted, 1,
+        "the new snapshot's cleanup deleted the item deleted in the gap"
+    );
+}
+
+/// docs/coordination.md §11.12 rule 8, rule 4 of `leased::generations`: a worker streaming in
+/// generation 0 learns from the record that another snapshot replaced its own, stops its
+/// generation and runs the new one: it reads the new snapshot (every row ends marked with it)
+/// and closes it, under the new generation's leases, and the destination ends equal to the
+/// table. Without the move it streams on under the replaced snapshot, which nobody reads.
+async fn a_worker_moves_to_the_snapshot_another_opened_in_place_of_its_own(target: Target) {
+    let destination = Destination::new(target).await;
+    let stream = stream();
+    let write = |key: &str, remove: bool| {
+        stream.apply(Change::Write {
+            key: key.into(),
+            remove,
+        });
+    };
+    write("w1", false);
+    let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
+    let leases = MemoryLeaseTable::seeded(7);
+    let mut mirror = LeasedMirror {
+        resnapshot: true,
+        ..shared_mirror(&table, &stream, &leases, "w1", 1000)
+    };
+    mirror.streams.run.bounds.idle_termination = Some(Duration::from_secs(4));
+    let running = spawn_mirror(mirror, &destination).await;
+    let db = destination.database().await;
+    let closed = async {
+        loop {
+            match db.shared_snapshot("p").await.unwrap() {
+                Some(record) if record.closed.is_some() => return record,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    };
+    let first = tokio::time::timeout(Duration::from_secs(20), closed)
+        .await
+        .expect("the first snapshot closes");
+    // Another worker replaces the snapshot.
+    write("w2", false);
+    let second = db
+        .reopen_shared_snapshot(
+            &destination.spec(),
+            "p",
+            first.id,
+            first.id + 1,
+            "a test's gap",
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.generation, 1);
+
+    // Unmoved, the worker's batches are refused by the record without end.
+    let outcome = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the worker moved to the new snapshot and ended idle")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            outcome.snapshot.id,
+            outcome.snapshot.generation,
+            outcome.replaced
+        ),
+        (second.id, 1, 1)
+    );
+    assert!(
+        outcome.cleanup.is_some(),
+        "the moved worker closed the new snapshot"
+    );
+    let rows = destination.rows().await;
+    let keys: Vec<&str> = rows.iter().map(|(key, _, _)| key.as_str()).collect();
+    assert_eq!(keys, ["w1", "w2"], "equal to the table");
+    assert!(
+        rows.iter().all(|(_, _, marker)| *marker == Some(second.id)),
+        "every row was read by the new snapshot: {rows:?}"
+    );
+    let generation = PipelineName::new(format!("p/snapshot-{}", second.id)).unwrap();
+    let rows = leases.connect().list(&generation).await.unwrap();
+    assert!(
+        rows.iter()
+            .any(|row| matches!(row.unit, UnitId::Segment { .. })),
+        "the new generation's leases are kept under its own name: {rows:?}"
     );
 }
 
@@ -872,4 +1039,6 @@ on_each_target!(
     a_shared_snapshot_longer_than_the_retention_loses_no_change,
     a_shared_mirrors_stream_phase_is_reported_as_streaming,
     a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock,
+    a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_to,
+    a_worker_moves_to_the_snapshot_another_opened_in_place_of_its_own,
 );

@@ -40,6 +40,16 @@
 //! on blocking threads, which hold tokio's paused clock still, so export seeds have no lease
 //! request delays and no stalls (a stall becomes a crash).
 //!
+//! # A gap, and a new snapshot across the workers
+//! A quarter of the Scan seeds run `on_gap: resnapshot` (docs/coordination.md §11.12 rule 8)
+//! and script an outage: once every worker of the script ended, items are written and
+//! deleted while no worker runs, for twice the retention, so the stream trims every record
+//! the workers had read and those changes with them. The next round's two workers find the
+//! gap, one of them replaces the snapshot by one of generation 1, and both read it. Checked
+//! besides: the record is of generation 1, the cleanup committed once per generation, and the
+//! segment and shard rows checked are generation 1's (the per-batch check forgets the keys the
+//! outage changed: their changes never reach a batch).
+//!
 //! Runs until the script is over: workers end idle (240 s without a record, longer than the
 //! script's writes last); when the script still had writes to come as a round started,
 //! another round of workers is started, as an operator would restart them.
@@ -477,6 +487,8 @@ struct Setup {
     run: StreamRun,
     /// An odd seed's snapshot reads an export.
     exports: Option<Arc<dyn SnapshotExports>>,
+    /// `on_gap: resnapshot` (an outage seed).
+    resnapshot: bool,
 }
 
 impl Setup {
@@ -528,6 +540,8 @@ impl Setup {
                 table_arn: TABLE_ARN.into(),
                 shape: shape(),
             }),
+            resnapshot: self.resnapshot,
+            watch_interval: Duration::from_secs(1),
         }
     }
 
@@ -642,6 +656,8 @@ struct Simulated {
     exported: bool,
     /// Its first export FAILED: the workers waiting on it failed, the next round read another.
     export_failed: bool,
+    /// An outage's gap replaced the snapshot (module docs).
+    resnapshotted: bool,
 }
 
 async fn simulate(seed: u64) -> Simulated {
@@ -654,6 +670,8 @@ async fn simulate(seed: u64) -> Simulated {
     // a worker that waited on a timer while its reader waits for it (a lease request's delay,
     // a stall in a write) would wait for ever. Export seeds have neither.
     let exported = seed % 2 == 1;
+    // A Scan seed of four scripts an outage that trims what the workers read (module docs).
+    let outage = seed.is_multiple_of(4);
     let delay = rng.random_range(0..20);
     leases.set_faults(ddbpipe_source::lease::memory::Faults {
         fail_rate: rng.random_range(0.0..0.03),
@@ -687,6 +705,7 @@ async fn simulate(seed: u64) -> Simulated {
         }),
         run,
         exports,
+        resnapshot: outage,
     });
     let workers = rng.random_range(2..=5usize);
     let fates: Vec<Fate> = (0..workers)
@@ -697,6 +716,7 @@ async fn simulate(seed: u64) -> Simulated {
         .collect();
     let mut round = 0;
     let mut export_failures = 0;
+    let mut outage_done = false;
     loop {
         let quiet_start = stream.quiescent();
         let mut failed_here = false;
@@ -745,7 +765,11 @@ async fn simulate(seed: u64) -> Simulated {
             }
         }
         if quiet_start && !failed_here {
-            break;
+            if !outage || outage_done {
+                break;
+            }
+            outage_done = true;
+            an_outage(&setup, &mut rng).await;
         }
         round += 1;
         assert!(round < 12, "seed {seed}: the script never ended");
@@ -803,13 +827,19 @@ async fn simulate(seed: u64) -> Simulated {
         );
     }
     let seen = &setup.shared.seen;
+    let record = stored_record(&path);
+    assert_eq!(
+        record.generation,
+        u32::from(outage),
+        "seed {seed}: an outage replaces the snapshot once, nothing else does: {record:?}"
+    );
     assert_eq!(
         seen.cleanups.load(Ordering::Relaxed),
-        1,
-        "seed {seed}: one cleanup"
+        1 + u64::from(record.generation),
+        "seed {seed}: one cleanup per generation"
     );
     leases.set_faults(ddbpipe_source::lease::memory::Faults::default());
-    let lease_rows = leases.rows(&PipelineName::new("p").unwrap());
+    let lease_rows = leases.rows(&PipelineName::new(record.lease_pipeline("p")).unwrap());
     // A Scan's segments, or the export's files: every one `Done`.
     let segments: Vec<_> = lease_rows
         .iter()
@@ -827,7 +857,8 @@ async fn simulate(seed: u64) -> Simulated {
                 .all(|(_, t, state)| Some(*t) == total && *state == LeaseState::Done),
         "seed {seed}: segment rows {segments:?}"
     );
-    for shard in stream.shards().into_iter().filter(|s| s.closed) {
+    // A generation after an outage lists only the shards the stream still has.
+    for shard in (stream.shards().into_iter()).filter(|s| s.closed && (s.listed || !outage)) {
         let row = lease_rows
             .iter()
             .find(|r| r.unit == UnitId::Shard(shard.id.clone()))
@@ -859,7 +890,41 @@ async fn simulate(seed: u64) -> Simulated {
         outlasted_retention: seen.closed_after_ms.load(Ordering::Relaxed) > retention_ms,
         exported: script.is_some(),
         export_failed: script.as_ref().is_some_and(|s| s.fails),
+        resnapshotted: record.generation > 0,
     }
+}
+
+/// The outage of an outage seed (module docs): items written and deleted while no worker
+/// runs, then twice the retention, so the stream trims what the workers read and those
+/// changes; the per-batch check forgets the keys changed, whose changes no batch brings.
+async fn an_outage(setup: &Setup, rng: &mut StdRng) {
+    let mut changed = Vec::new();
+    for _ in 0..rng.random_range(2..8) {
+        let (key, remove) = (rng.random_range(0..KEYS), rng.random_bool(0.4));
+        setup.stream.apply(write(key, remove));
+        changed.push(format!("k{key:02}"));
+    }
+    {
+        let mut committed = setup.shared.committed.lock().await;
+        for key in &changed {
+            committed.remove(key);
+        }
+    }
+    let retention_ms = stream_retention_ms(setup.shared.seed);
+    tokio::time::sleep(Duration::from_millis(2 * retention_ms + 10_000)).await;
+}
+
+/// The snapshot record stored in the database at `path`.
+fn stored_record(path: &Path) -> SharedSnapshot {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let text: String = db
+        .query_row(
+            "SELECT position FROM _ddbpipe_fences WHERE pipeline = 'p' AND unit = 'snapshot'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
 /// The retention seed `seed`'s script drew (the draw `stream` makes first after the skew).
@@ -910,11 +975,12 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
     let stalls = count(&|s| s.fates.iter().any(|f| matches!(f, Fate::Stall(_))));
     let exported = count(&|s| s.exported);
     let export_failed = count(&|s| s.export_failed);
+    let resnapshotted = count(&|s| s.resnapshotted);
     eprintln!(
         "{} seeds: cleanup crashed inside {inside}, right after {after}; a zombie's batch \
          refused {fenced} (stalls in {stalls}); split {split}; snapshot outlasted the retention \
          {outlasted}; 5 workers {five}; read an export {exported}, its first FAILED \
-         {export_failed}",
+         {export_failed}; a new snapshot after an outage {resnapshotted}",
         seeds.len()
     );
     if seeds.len() >= SEEDS as usize {
@@ -926,6 +992,7 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
             ("a split", split),
             ("a snapshot that outlasted the retention", outlasted),
             ("an export", exported),
+            ("a new snapshot after an outage", resnapshotted),
         ] {
             assert!(n >= enough, "{case}: {n} of {} seeds", seeds.len());
         }

@@ -117,7 +117,7 @@ pub struct SharedSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<String>,
     /// 0 for the pipeline's first snapshot, one more for each snapshot opened in place of
-    /// another ([`SharedSnapshots::reopen_shared_snapshot`]). The leases and fences of a
+    /// another ([`SharedSnapshots::reopen_shared_snapshot`]). The leases and fences of a later
     /// generation are kept under its own name ([`SharedSnapshot::lease_pipeline`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub generation: u32,
@@ -133,20 +133,15 @@ fn is_zero(generation: &u32) -> bool {
 impl SharedSnapshot {
     /// The name the leases of this snapshot's generation are kept under, in the lease table
     /// and the fence table, for pipeline `pipeline`: the pipeline's own for generation 0,
-    /// `<pipeline>/generation-<n>` after (docs/coordination.md §11.12 rule 8). A generation's
+    /// `<pipeline>/snapshot-<id>` after (docs/coordination.md §11.12 rule 8). A generation's
     /// rows are new: nothing of an earlier one (a segment `Done`, a shard's position, a fence)
-    /// is taken for its own.
+    /// is taken for its own, nor of a generation of a pipeline reset since.
     pub fn lease_pipeline(&self, pipeline: &str) -> String {
-        generation_pipeline(pipeline, self.generation)
-    }
-}
-
-/// The lease name of generation `generation` of `pipeline` ([`SharedSnapshot::lease_pipeline`]).
-pub fn generation_pipeline(pipeline: &str, generation: u32) -> String {
-    if generation == 0 {
-        pipeline.to_string()
-    } else {
-        format!("{pipeline}/generation-{generation}")
+        if self.generation == 0 {
+            pipeline.to_string()
+        } else {
+            format!("{pipeline}/snapshot-{}", self.id)
+        }
     }
 }
 

@@ -239,21 +239,34 @@ async fn three_busy_shards_sharing_one_slot_each_deliver_within_the_first_three_
     assert!(per_shard.values().all(|&n| n >= 8), "{per_shard:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_expired_iterator_resumes_after_the_last_record_read_without_loss_or_repeat() {
-    let mut fake = FakeStreams::new(9).at(Duration::ZERO, root("s1"));
+/// A run of shard `s1` holding ten records, read three a request, whose `GetRecords` fail with
+/// `errors` after the first success: the fake, and the run's outcome and lines.
+async fn ten_records_failing(
+    seed: u64,
+    errors: Vec<ApiError>,
+) -> (
+    Arc<FakeStreams>,
+    Result<StreamOutcome, StreamRunError>,
+    Vec<Line>,
+) {
+    let mut fake = FakeStreams::new(seed).at(Duration::ZERO, root("s1"));
     for i in 0..10 {
         fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
     }
     let fake = Arc::new(fake);
-    fake.fail_get_records("s1", 1, vec![expired()]);
+    fake.fail_get_records("s1", 1, errors);
     let dir = tempfile::tempdir().unwrap();
     let settings = StreamRun {
         records_per_request: 3,
         ..settings()
     };
-
     let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+    (fake, outcome, lines)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_iterator_resumes_after_the_last_record_read_without_loss_or_repeat() {
+    let (fake, outcome, lines) = ten_records_failing(9, vec![expired()]).await;
 
     assert_eq!(outcome.unwrap().written, 10);
     let got: Vec<String> = lines.into_iter().map(|l| l.seq).collect();
@@ -263,19 +276,7 @@ async fn an_expired_iterator_resumes_after_the_last_record_read_without_loss_or_
 
 #[tokio::test(start_paused = true)]
 async fn an_iterator_that_keeps_expiring_fails_the_run() {
-    let mut fake = FakeStreams::new(10).at(Duration::ZERO, root("s1"));
-    for i in 0..10 {
-        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
-    }
-    let fake = Arc::new(fake);
-    fake.fail_get_records("s1", 1, vec![expired(), expired(), expired()]);
-    let dir = tempfile::tempdir().unwrap();
-    let settings = StreamRun {
-        records_per_request: 3,
-        ..settings()
-    };
-
-    let (outcome, _) = run(&fake, dir.path(), &settings).await;
+    let (_, outcome, _) = ten_records_failing(10, vec![expired(), expired(), expired()]).await;
 
     let error = outcome.unwrap_err().to_string();
     assert!(error.contains("keeps expiring"), "{error}");
@@ -287,11 +288,6 @@ async fn an_iterator_that_keeps_expiring_fails_the_run() {
 /// failed the run (a stream of many shards read by few lanes, whose turns come minutes apart).
 #[tokio::test(start_paused = true)]
 async fn an_iterator_expired_while_its_shard_waited_is_renewed_without_counting() {
-    let mut fake = FakeStreams::new(10).at(Duration::ZERO, root("s1"));
-    for i in 0..10 {
-        fake = fake.at(Duration::ZERO, write_to("s1", &format!("k{i}")));
-    }
-    let fake = Arc::new(fake);
     let throttled = || {
         ApiError::from_code(
             Some("ProvisionedThroughputExceededException".into()),
@@ -299,14 +295,7 @@ async fn an_iterator_expired_while_its_shard_waited_is_renewed_without_counting(
         )
     };
     let script = (0..3).flat_map(|_| [throttled(), expired()]).collect();
-    fake.fail_get_records("s1", 1, script);
-    let dir = tempfile::tempdir().unwrap();
-    let settings = StreamRun {
-        records_per_request: 3,
-        ..settings()
-    };
-
-    let (outcome, lines) = run(&fake, dir.path(), &settings).await;
+    let (fake, outcome, lines) = ten_records_failing(10, script).await;
 
     assert_eq!(outcome.unwrap().written, 10);
     let got: Vec<String> = lines.into_iter().map(|l| l.seq).collect();

@@ -34,12 +34,21 @@ pub(super) async fn probe_leases(
     let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
     let table = aws::lease_table(&sdk, name);
     let worker = coordination.worker_id();
+    // A shared mirror's current generation keeps its leases under its own name; when the
+    // destination cannot say which, the pipeline's own (its probe tells why).
+    let current = crate::state_cmd::leases::lease_names(config)
+        .await
+        .ok()
+        .and_then(|mut names| names.pop());
     let probe = async {
         if !table.exists().await? {
             return Ok(None);
         }
-        let pipeline =
-            PipelineName::new(config.name.clone()).map_err(|e| LeaseError::Fatal(e.to_string()))?;
+        let pipeline = match current {
+            Some(name) => name,
+            None => PipelineName::new(config.name.clone())
+                .map_err(|e| LeaseError::Fatal(e.to_string()))?,
+        };
         table.list(&pipeline).await.map(Some)
     };
     match tokio::time::timeout(timeout, probe).await {

@@ -206,7 +206,12 @@ async fn alone_with_id(
     owner: &WorkerId,
     stop: &Cancel,
 ) -> Result<(), Failure> {
-    let pipeline = pipeline_name(config)?;
+    // The live processes of a shared mirror whose snapshot was replaced keep their presence
+    // under the current generation's name (docs/coordination.md §11.12 rule 8).
+    let pipeline = match crate::state_cmd::leases::lease_names(config).await?.pop() {
+        Some(current) => current,
+        None => pipeline_name(config)?,
+    };
     let list = || async {
         leases
             .list(&pipeline)

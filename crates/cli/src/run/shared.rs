@@ -12,6 +12,7 @@ use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
 use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws;
+use ddbpipe_source::config::OnGap;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::retry::Cancel;
@@ -24,6 +25,10 @@ use crate::failure::Failure;
 use crate::origin::Origin;
 use crate::summary::{Ended, Summary};
 use crate::telemetry::ScanProgress;
+
+/// How often a worker of a shared mirror reads the snapshot record to learn that another
+/// worker replaced its snapshot (docs/coordination.md §11.12 rule 8).
+const RECORD_WATCH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs one worker of a shared `mode: scan` or `mode: query` pipeline.
 pub(super) async fn run(
@@ -247,6 +252,8 @@ pub(super) async fn run_mirror(
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
         exports,
+        resnapshot: source.on_gap == OnGap::Resnapshot,
+        watch_interval: RECORD_WATCH_INTERVAL,
     };
     let outcome = mirror.run(&mut sink, stop, &bar).await;
     bar.finish();
@@ -266,7 +273,7 @@ pub(super) async fn run_mirror(
         .scan
         .as_ref()
         .map_or(0, |scan| scan.written.saturating_sub(beside));
-    let snapshot = match (&outcome.scan, &outcome.cleanup) {
+    let mut snapshot = match (&outcome.scan, &outcome.cleanup) {
         (_, Some(cleanup)) => format!(
             "snapshot {} read ({items} item(s) here) and closed here: {} key(s), {} row(s) deleted",
             outcome.snapshot.id, cleanup.keys_written, cleanup.deleted
@@ -280,6 +287,24 @@ pub(super) async fn run_mirror(
             outcome.snapshot.id
         ),
     };
+    // A snapshot opened in place of another (docs/coordination.md §11.12 rule 8).
+    if outcome.snapshot.generation > 0 {
+        snapshot.push_str(&format!(
+            " (generation {}, replacing one for {})",
+            outcome.snapshot.generation,
+            outcome
+                .snapshot
+                .replaced
+                .as_deref()
+                .unwrap_or("a reason not kept")
+        ));
+    }
+    if outcome.replaced > 0 {
+        snapshot.push_str(&format!(
+            "; this worker moved past {} replaced snapshot(s), writing {} record(s) under them",
+            outcome.replaced, outcome.written_before
+        ));
+    }
     tracing::info!(
         worker = %worker_id,
         records = outcome.streams.written,
@@ -366,15 +391,15 @@ fn summarize(
     )
 }
 
-/// A shared snapshot's export whose files are damaged or gone (docs/coordination.md §11.12
-/// rule 7): every worker that reads the file stops on it, and the snapshot's record keeps
-/// naming the export, so a rerun meets the same file. What works is a new snapshot.
+/// A shared snapshot's export whose files are damaged or gone twice in a row (docs/coordination.md
+/// §11.12 rules 7 and 8): the first damaged export was replaced by a new snapshot reading a
+/// new one, and that one is damaged too: what works is to check the bucket, then a new snapshot.
 fn damaged_shared_export(error: StreamRunError, origin: &Origin) -> Failure {
     Failure::runtime(error).hint(format!(
-        "the export's files are damaged or gone (check the bucket's objects: S3 is the trust \
-         boundary, docs/scan.md §2.10), and workers sharing a snapshot do not replace its \
-         export: stop every worker, {}, then start them again: a new snapshot reads a new \
-         export (nothing of a damaged file was written)",
+        "the export's files are damaged or gone again after the snapshot was replaced once \
+         for a damaged export (check the bucket's objects and who writes them: S3 is the trust \
+         boundary, docs/scan.md §2.10); then stop every worker, {}, and start them again: a \
+         new snapshot reads a new export (nothing of a damaged file was written)",
         origin.reset()
     ))
 }

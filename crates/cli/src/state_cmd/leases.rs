@@ -20,8 +20,9 @@ use crate::config::{CoordinationConfig, PipelineConfig, SinkConfig};
 use crate::failure::{Exit, Failure};
 use crate::run::lease_table_failure;
 
-/// The lease table of `config`, and the pipeline's name in it; `None` when the table does not
-/// exist (nothing was run yet). Creates nothing.
+/// The lease table of `config`, and the name the pipeline's current leases are kept under in
+/// it ([`lease_names`]); `None` when the table does not exist (nothing was run yet). Creates
+/// nothing.
 async fn open(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
@@ -35,9 +36,31 @@ async fn open(
     if !exists {
         return Ok(None);
     }
-    let name =
-        PipelineName::new(config.name.clone()).map_err(|e| Failure::usage(anyhow!("{e}")))?;
+    let name = lease_names(config)
+        .await?
+        .pop()
+        .unwrap_or(base_name(config)?);
     Ok(Some((table, name)))
+}
+
+/// The pipeline's own name in the lease table.
+fn base_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
+    PipelineName::new(config.name.clone()).map_err(|e| Failure::usage(anyhow!("{e}")))
+}
+
+/// The names the pipeline's leases are kept under, its current ones last: the pipeline's own,
+/// then, for a shared mirror whose snapshot was replaced, the current generation's
+/// (docs/coordination.md §11.12 rule 8), read from the destination's snapshot record.
+pub(crate) async fn lease_names(config: &PipelineConfig) -> Result<Vec<PipelineName>, Failure> {
+    let mut names = vec![base_name(config)?];
+    if let Some(record) = shared_snapshot(config).await?
+        && record.generation > 0
+    {
+        let name = PipelineName::new(record.lease_pipeline(&config.name))
+            .map_err(|e| Failure::usage(anyhow!("{e}")))?;
+        names.push(name);
+    }
+    Ok(names)
 }
 
 /// The pipeline's lease rows, read without taking any; none when the lease table does not
@@ -243,36 +266,47 @@ pub async fn reset(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
 ) -> Result<Exit, Failure> {
-    let Some((table, name)) = open(config, coordination).await? else {
+    // A shared mirror's current generation keeps its leases and fences under its own name.
+    let names = lease_names(config).await?;
+    let Some((table, _)) = open(config, coordination).await? else {
         println!("no leases for pipeline '{}'", config.name);
-        return clear_fences(config).await;
+        return clear_fences(config, &names).await;
     };
-    let before = list(&table, &name, coordination).await?;
+    let list_all = || async {
+        let mut rows = Vec::new();
+        for name in &names {
+            for lease in list(&table, name, coordination).await? {
+                rows.push((name.clone(), lease));
+            }
+        }
+        Ok::<_, Failure>(rows)
+    };
+    let before = list_all().await?;
     if before.is_empty() {
         println!("no leases for pipeline '{}'", config.name);
-        return clear_fences(config).await;
+        return clear_fences(config, &names).await;
     }
-    let after = if before.iter().any(|l| l.owner.is_some()) {
+    let after = if before.iter().any(|(_, l)| l.owner.is_some()) {
         let wait = Duration::from_secs(coordination.lease_duration_secs);
         eprintln!(
             "ddbpipe: waiting {}s (the lease duration) to see whether a worker still renews its leases",
             wait.as_secs()
         );
         tokio::time::sleep(wait).await;
-        list(&table, &name, coordination).await?
+        list_all().await?
     } else {
         before.clone()
     };
     let live: Vec<String> = after
         .iter()
-        .filter(|now| {
+        .filter(|(name, now)| {
             now.owner.is_some()
                 && before
                     .iter()
-                    .find(|then| then.unit == now.unit)
-                    .is_none_or(|then| then.counter != now.counter)
+                    .find(|(then_name, then)| then_name == name && then.unit == now.unit)
+                    .is_none_or(|(_, then)| then.counter != now.counter)
         })
-        .map(|l| {
+        .map(|(_, l)| {
             format!(
                 "{} ({})",
                 l.unit,
@@ -290,8 +324,8 @@ pub async fn reset(
         .hint("stop every worker of the pipeline (SIGTERM hands its leases back), then reset"));
     }
     let mut kept = Vec::new();
-    for lease in &after {
-        if let Err(error) = table.delete(&name, &lease.unit, lease.counter).await {
+    for (name, lease) in &after {
+        if let Err(error) = table.delete(name, &lease.unit, lease.counter).await {
             kept.push(format!("{}: {error}", lease.unit));
         }
     }
@@ -310,14 +344,14 @@ pub async fn reset(
         config.name,
         coordination.lease_table
     );
-    clear_fences(config).await
+    clear_fences(config, &names).await
 }
 
 /// Deletes the pipeline's lease fences in a keyed destination, or its units' positions in an
 /// `exactly_once` kafka sink's positions topic. Lease counters start again with new rows, so
 /// fences left behind would refuse every new lease; a reset whose rows are already gone
 /// clears them too.
-async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
+async fn clear_fences(config: &PipelineConfig, names: &[PipelineName]) -> Result<Exit, Failure> {
     if let SinkConfig::Kafka(kafka) = &config.sink
         && kafka.delivery == Delivery::ExactlyOnce
     {
@@ -339,10 +373,18 @@ async fn clear_fences(config: &PipelineConfig) -> Result<Exit, Failure> {
         }
         return Ok(Exit::Ok);
     }
-    if config.sink.keyed().is_some()
-        && let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await?
-        && crate::sinks::keyed::reset_database_state(&db, &config.name).await?
-    {
+    let Some(db) = (match config.sink.keyed() {
+        Some(_) => crate::sinks::keyed::open_existing(&config.sink).await?,
+        None => None,
+    }) else {
+        return Ok(Exit::Ok);
+    };
+    // A generation's fences first: the record, kept under the pipeline's own name, names it.
+    let mut removed = false;
+    for name in names.iter().rev() {
+        removed |= crate::sinks::keyed::reset_database_state(&db, name.as_str()).await?;
+    }
+    if removed {
         println!(
             "removed the lease fences of pipeline '{}' from {}",
             config.name,

@@ -385,7 +385,10 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
         (200, 1, 1, None)
     );
     assert_eq!(second.replaced.as_deref(), Some("shard a was trimmed"));
-    assert_eq!(second.lease_pipeline("p"), "p/generation-1");
+    assert_eq!(second.lease_pipeline("p"), "p/snapshot-200");
+    db.apply(spec, &[], None, &fence("shard:a", 0))
+        .await
+        .expect("the replaced generation's fences were deleted with the replacement");
     let late = db
         .reopen_shared_snapshot(spec, "p", 100, 300, "the same gap, found by another worker")
         .await
@@ -399,7 +402,7 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
     assert_contains_all("another snapshot", &stale.message, &["100", "200"]);
     assert_eq!(count().await, 1, "nothing of the refused batch was written");
     // The new generation's fences are kept under its own name, from counter 1 again.
-    db.apply(spec, &change("k3"), None, &of(200, "p/generation-1", 1))
+    db.apply(spec, &change("k3"), None, &of(200, "p/snapshot-200", 1))
         .await
         .expect("a change of the new generation");
     let closed_record = serde_json::to_string(&SharedSnapshot {
@@ -426,7 +429,7 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
     db.close_snapshot(spec, close, &closing)
         .await
         .expect("the new generation's close");
-    db.apply(spec, &change("k4"), None, &of(200, "p/generation-1", 2))
+    db.apply(spec, &change("k4"), None, &of(200, "p/snapshot-200", 2))
         .await
         .expect("a change of the new generation after its snapshot closed");
     let stale = db

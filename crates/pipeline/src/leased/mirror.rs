@@ -48,6 +48,7 @@
 //! another worker wrote the file rows (a sync without them would delete the finished ones).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::Instrument as _;
 
@@ -57,7 +58,7 @@ use ddbpipe_source::config::StartPosition;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::export::{GivenExport, SnapshotExports};
 use ddbpipe_source::lease::Lease;
-use ddbpipe_source::lease::{LeaseTable, UnitId, UnitSpec};
+use ddbpipe_source::lease::{LeaseTable, PipelineName, UnitId, UnitSpec};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::scan::PageOut;
@@ -91,7 +92,17 @@ pub struct LeasedMirror<TA, SA, T> {
     /// `snapshot.engine: export`: the snapshot is read from a full export instead of `Scan`
     /// pages, its data files leased as segments (module docs, Exports).
     pub exports: Option<SharedExports>,
+    /// `on_gap: resnapshot`: a gap this worker finds opens a snapshot of the next generation
+    /// in place of the current one, and every worker moves to it (module docs, Gaps);
+    /// otherwise the gap fails the worker.
+    pub resnapshot: bool,
+    /// How often the worker reads the snapshot record to learn that another worker replaced
+    /// its snapshot.
+    pub watch_interval: Duration,
 }
+
+/// A worker's scan and stream of one generation.
+type Phases<TA, SA, T> = (LeasedScan<TA, T>, LeasedStreams<SA, T>);
 
 /// How a shared mirror's snapshot is read from an export (`snapshot.engine: export`).
 #[derive(Clone)]
@@ -118,47 +129,72 @@ pub struct LeasedMirrorOutcome {
     pub cleanup: Option<CleanedUp>,
     /// This worker's part of the stream.
     pub streams: LeasedStreamOutcome,
+    /// Snapshots this worker saw replaced (a gap, a damaged export) and moved past.
+    pub replaced: u32,
+    /// Records this worker wrote under the snapshots it moved past.
+    pub written_before: u64,
 }
 
-impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA, T> {
-    /// Runs this worker through the phases (module docs). A stop during the segments is
-    /// [`StreamRunError::SnapshotInterrupted`]: the leases are handed back with their
-    /// checkpoints and the next run resumes the snapshot.
-    pub async fn run<S: SharedSnapshots>(
-        self,
+impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror<TA, SA, T> {
+    /// This worker's scan and stream for the leases of `snapshot`'s generation, kept under
+    /// their own name (docs/coordination.md §11.12 rule 8).
+    fn parts(&self, snapshot: &SharedSnapshot) -> Result<Phases<TA, SA, T>, StreamRunError> {
+        let pipeline = self.scan.worker.pipeline().as_str();
+        let partition = PipelineName::new(snapshot.lease_pipeline(pipeline))
+            .map_err(|error| StreamRunError::Config(format!("name: {error}")))?;
+        let scan = LeasedScan {
+            reader: self.scan.reader.clone(),
+            worker: self.scan.worker.under(partition.clone()),
+            batch: self.scan.batch,
+            checkpoint_interval: self.scan.checkpoint_interval,
+            identity: self.scan.identity.clone(),
+        };
+        let mut run = self.streams.run.clone();
+        run.start_position = StartPosition::TrimHorizon;
+        let streams = LeasedStreams {
+            api: Arc::clone(&self.streams.api),
+            run,
+            worker: self.streams.worker.under(partition),
+            checkpoint_interval: self.streams.checkpoint_interval,
+            observer: Arc::clone(&self.streams.observer),
+            identity: self.streams.identity.clone(),
+            kept: Vec::new(),
+        };
+        Ok((scan, streams))
+    }
+
+    /// Runs this worker through the phases (module docs) of `snapshot`'s generation. A stop
+    /// during the segments is [`StreamRunError::SnapshotInterrupted`]: the leases are handed
+    /// back with their checkpoints and the next run resumes the snapshot.
+    pub(super) async fn generation<S: SharedSnapshots>(
+        &self,
+        mut snapshot: SharedSnapshot,
         sink: &mut S,
-        stop: ddbpipe_source::retry::Cancel,
+        stop: Cancel,
         progress: &dyn Progress,
     ) -> Result<LeasedMirrorOutcome, StreamRunError> {
-        let LeasedMirror {
-            scan,
-            mut streams,
-            deletes,
-            max_keys,
-            exports,
-        } = self;
-        let pipeline = scan.worker.pipeline().to_string();
+        let (scan, mut streams) = self.parts(&snapshot)?;
+        let pipeline = self.scan.worker.pipeline().to_string();
         let worker = scan.worker.id().to_string();
         // The segment rows the stream phase keeps: a Scan's, or those of the export's files.
-        let mut total = exports.is_none().then(|| scan.reader.total_segments.max(1));
-        let mut snapshot = sink
-            .open_shared_snapshot(&pipeline, unix_now_ms())
-            .await
-            .map_err(RunError::from)?;
-        streams.run.start_position = StartPosition::TrimHorizon;
+        let mut total = self
+            .exports
+            .is_none()
+            .then(|| scan.reader.total_segments.max(1));
         let mut scanned = None;
         let mut changes_beside = 0;
         let mut cleanup = None;
         if snapshot.closed.is_none() {
             tracing::info!(
                 snapshot = snapshot.id,
+                generation = snapshot.generation,
                 rows_at_start = snapshot.rows_at_start,
                 "The shared snapshot is open: reading its segments beside the stream."
             );
-            let segments = match exports {
+            let segments = match &self.exports {
                 None => Segments::new(Arc::new(scan.reader.clone()), scan.batch, Some(snapshot.id)),
                 Some(exports) => {
-                    let arn = match shared_export(&exports, &pipeline, &snapshot, sink, &stop).await
+                    let arn = match shared_export(exports, &pipeline, &snapshot, sink, &stop).await
                     {
                         // A stop while the export starts: the snapshot is incomplete, as after a
                         // stop during its segments (rule 6 of docs/coordination.md §11.12).
@@ -169,7 +205,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                     };
                     // The record closes with its export named.
                     snapshot.export = Some(arn.clone());
-                    let waiting = export_segments(exports, arn, stop.clone());
+                    let waiting = export_segments(exports.clone(), arn, stop.clone());
                     Segments::waiting(waiting, scan.batch, Some(snapshot.id))
                 }
             };
@@ -185,8 +221,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
             let close = CloseShared {
                 by: worker.clone(),
                 at_ms: unix_now_ms(),
-                delete_unseen: deletes && snapshot.rows_at_start > 0,
-                max_keys,
+                delete_unseen: self.deletes && snapshot.rows_at_start > 0,
+                max_keys: self.max_keys,
             };
             cleanup = sink
                 .close_shared_snapshot(&pipeline, &snapshot, &close)
@@ -203,7 +239,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
                     if done.ceiling_hit {
                         return Err(StreamRunError::CleanupSkipped {
                             keys: done.keys_written,
-                            max_keys,
+                            max_keys: self.max_keys,
                         });
                     }
                 }
@@ -224,13 +260,17 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable> LeasedMirror<TA, SA,
         // The stream has no total to show progress against: the observer is told so (issue 24
         // item 20: the stream phase printed the snapshot's item count and percentage).
         progress.streaming();
-        let streamed = streams.run(sink, stop, progress).await?;
+        let streamed = streams
+            .run_of(sink, stop, progress, Some(snapshot.id))
+            .await?;
         Ok(LeasedMirrorOutcome {
             snapshot,
             scan: scanned,
             changes_beside,
             cleanup,
             streams: streamed,
+            replaced: 0,
+            written_before: 0,
         })
     }
 }

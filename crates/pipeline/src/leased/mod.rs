@@ -35,6 +35,7 @@
 //! - A read or sink failure: what was acknowledged is checkpointed, the leases are handed back,
 //!   and the error is returned.
 
+mod generations;
 mod lease;
 mod mirror;
 mod rows;

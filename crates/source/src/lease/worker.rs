@@ -148,6 +148,19 @@ pub struct Worker<T> {
     last_round: LocalTime,
 }
 
+impl<T: LeaseTable + Clone> Worker<T> {
+    /// A worker of the same owner, table and settings that holds nothing yet, for the leases
+    /// kept under `pipeline` (a shared mirror's generation, docs/coordination.md §11.12 rule 8).
+    pub fn under(&self, pipeline: PipelineName) -> Worker<T> {
+        Worker::new(
+            self.lessee.table.clone(),
+            pipeline,
+            self.lessee.id.clone(),
+            self.lessee.settings,
+        )
+    }
+}
+
 impl<T: LeaseTable> Worker<T> {
     /// A worker that holds nothing yet.
     pub fn new(table: T, pipeline: PipelineName, id: WorkerId, settings: LeaseSettings) -> Self {

@@ -125,6 +125,18 @@ fn a_jsonl_sink_needs_the_worker_in_its_path_and_append() {
     );
 }
 
+/// docs/coordination.md §11.12 rule 8: a shared mirror's gap opens a new snapshot across the
+/// workers.
+#[test]
+fn a_shared_mirror_may_resnapshot_on_a_gap() {
+    let config = parse_ok(&shared(
+        "mode: mirror, follow: true, on_gap: resnapshot",
+        "{type: sqlite, path: m.db}",
+        "{lease_table: leases}",
+    ));
+    assert!(config.coordination.is_some());
+}
+
 #[test]
 fn a_mirror_into_a_keyed_sink_is_shared() {
     for sink in [
@@ -145,7 +157,7 @@ fn what_this_version_does_not_share_is_refused_up_front() {
     for (source, sink, field) in [
         ("mode: mirror", WORKER_FILE, "coordination"),
         (
-            "mode: mirror, on_gap: resnapshot",
+            "mode: mirror, on_gap: repair, snapshot: {s3_bucket: b}",
             "{type: sqlite, path: m.db}",
             "source.on_gap",
         ),

@@ -1,0 +1,220 @@
+//! A shared mirror's snapshots, one after another (docs/coordination.md §11.12 rule 8): when a
+//! worker finds that its snapshot cannot be completed or kept up — a gap in the stream with
+//! `on_gap: resnapshot`, a damaged export file — it opens a snapshot of the next generation in
+//! place of its own, and every worker moves to it.
+//!
+//! # Rules
+//! 1. **One record, one generation at a time.** The destination's record names the snapshot
+//!    every worker reads; a new one replaces it in one transaction that locks the record and
+//!    succeeds only while the record is still the replaced snapshot's
+//!    ([`SharedSnapshots::reopen_shared_snapshot`]): of workers finding the same gap, the first
+//!    one's snapshot is kept and the others move to it.
+//! 2. **A generation's leases are new.** They are kept under the generation's own name
+//!    ([`SharedSnapshot::lease_pipeline`]), in the lease table and the fence table: nothing of
+//!    an earlier generation (a segment `Done`, a shard's position, a fence's counter) is taken
+//!    for its own, and a worker that crashes between the record's replacement and its first
+//!    lease finds an empty generation, which its leader fills: segments from the start, shards
+//!    from their trim horizon, as a first snapshot's.
+//! 3. **An earlier generation writes nothing.** Every batch names its generation's snapshot
+//!    (`Fence::of`, its snapshot rows `Fence::snapshot`) and is refused once the record is
+//!    another's, so a worker still reading the replaced snapshot, or a zombie of it, cannot
+//!    write an old image or change over the new snapshot's rows.
+//! 4. **Moving.** Each worker reads the record every `watch_interval`; once it names another
+//!    snapshot, the worker stops its generation as a signal would (the leases handed back
+//!    with their checkpoints) and runs the new one. The worker that replaced it moves at once.
+//! 5. **What replaces a snapshot.** A gap (a position the stream no longer holds, a listed
+//!    shard whose parent expired unread, a row unread past the staleness limit) with
+//!    `on_gap: resnapshot`; without it the gap fails the worker as before. A damaged or
+//!    missing export file, whatever `on_gap` says, once: a snapshot that replaced a damaged
+//!    export and meets another fails the worker naming the file (as one process abandons a
+//!    damaged export once, docs/scan.md §2.10).
+//! 6. A signal ends the worker in whatever generation it is; a failure that is none of rule 5
+//!    fails it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ddbpipe_source::api::{StreamsApi, TableApi};
+use ddbpipe_source::clock::unix_now_ms;
+use ddbpipe_source::lease::LeaseTable;
+use ddbpipe_source::retry::{Cancel, CancelHandle};
+use ddbpipe_source::streams::shard_reader::StreamError;
+
+use super::{LeasedMirror, LeasedMirrorOutcome};
+use crate::runner::{Progress, RunError};
+use crate::sink::{RecordReader, SharedSnapshot, SharedSnapshots};
+use crate::streams::StreamRunError;
+
+/// The reason a snapshot opened in place of one whose export was damaged begins with (rule 5).
+const DAMAGED_EXPORT: &str = "a damaged export file";
+
+impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror<TA, SA, T> {
+    /// Runs this worker through the generations of the pipeline's snapshot (module docs),
+    /// each through its phases ([`LeasedMirror::generation`]). A stop during the segments is
+    /// [`StreamRunError::SnapshotInterrupted`]: the leases are handed back with their
+    /// checkpoints and the next run resumes the snapshot.
+    pub async fn run<S: SharedSnapshots>(
+        self,
+        sink: &mut S,
+        stop: Cancel,
+        progress: &dyn Progress,
+    ) -> Result<LeasedMirrorOutcome, StreamRunError> {
+        let pipeline = self.scan.worker.pipeline().to_string();
+        let reader = sink.record_reader();
+        let mut snapshot = sink
+            .open_shared_snapshot(&pipeline, unix_now_ms())
+            .await
+            .map_err(RunError::from)?;
+        let mut replaced = 0;
+        let mut written_before = 0;
+        loop {
+            let (handle, generation_stop) = Cancel::new();
+            let moved = Arc::new(AtomicBool::new(false));
+            let watch = tokio::spawn(watch(
+                Arc::clone(&reader),
+                pipeline.clone(),
+                snapshot.id,
+                self.watch_interval,
+                stop.clone(),
+                handle,
+                Arc::clone(&moved),
+            ));
+            let id = snapshot.id;
+            let result = self
+                .generation(snapshot.clone(), sink, generation_stop, progress)
+                .await;
+            watch.abort();
+            if stop.is_cancelled() {
+                return with_earlier(result, replaced, written_before);
+            }
+            let why = if moved.load(Ordering::SeqCst) {
+                None
+            } else {
+                match self.replaces(&snapshot, &result) {
+                    Some(why) => Some(why),
+                    None => return with_earlier(result, replaced, written_before),
+                }
+            };
+            written_before += written(&result);
+            snapshot = match why {
+                Some(why) => {
+                    tracing::warn!(
+                        snapshot = id,
+                        generation = snapshot.generation,
+                        reason = %why,
+                        "The shared snapshot cannot be completed or kept up: a snapshot of the \
+                         next generation replaces it, and every worker moves to it."
+                    );
+                    sink.reopen_shared_snapshot(&pipeline, id, unix_now_ms(), &why)
+                        .await
+                        .map_err(RunError::from)?
+                }
+                None => reader
+                    .read(pipeline.clone())
+                    .await
+                    .map_err(RunError::from)?
+                    .ok_or_else(|| {
+                        StreamRunError::Gap(format!(
+                            "the shared snapshot record of pipeline '{pipeline}' is gone (a \
+                             `state reset` ran while this worker ran): stop every worker and \
+                             start them again"
+                        ))
+                    })?,
+            };
+            replaced += 1;
+            tracing::info!(
+                replaced = id,
+                snapshot = snapshot.id,
+                generation = snapshot.generation,
+                "Moving to the shared snapshot that replaced this worker's."
+            );
+        }
+    }
+
+    /// Why `result`, the end of `snapshot`'s generation on this worker, replaces the snapshot
+    /// (rule 5); `None` when it is the worker's end.
+    fn replaces(
+        &self,
+        snapshot: &SharedSnapshot,
+        result: &Result<LeasedMirrorOutcome, StreamRunError>,
+    ) -> Option<String> {
+        let error = result.as_ref().err()?;
+        if let Some(damaged) = error.damaged_export() {
+            let again =
+                (snapshot.replaced.as_deref()).is_some_and(|why| why.starts_with(DAMAGED_EXPORT));
+            return (!again).then(|| format!("{DAMAGED_EXPORT}: {damaged}"));
+        }
+        match error {
+            StreamRunError::Run(RunError::Stream(StreamError::Gap(gap))) if self.resnapshot => {
+                Some(format!("a gap in the stream: {}", gap_reason(gap)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The gap of a worker's error without the remedy it tells a worker that stops on it.
+fn gap_reason(gap: &str) -> &str {
+    gap.split_once("; a shared pipeline stops on a gap")
+        .map_or(gap, |(reason, _)| reason)
+}
+
+/// What a generation's end wrote on this worker.
+fn written(result: &Result<LeasedMirrorOutcome, StreamRunError>) -> u64 {
+    match result {
+        Ok(outcome) => {
+            outcome.scan.as_ref().map_or(0, |scan| scan.written) + outcome.streams.written
+        }
+        Err(_) => 0,
+    }
+}
+
+/// `result` with what this worker did under the snapshots it moved past.
+fn with_earlier(
+    result: Result<LeasedMirrorOutcome, StreamRunError>,
+    replaced: u32,
+    written_before: u64,
+) -> Result<LeasedMirrorOutcome, StreamRunError> {
+    result.map(|outcome| LeasedMirrorOutcome {
+        replaced,
+        written_before,
+        ..outcome
+    })
+}
+
+/// Reads the record every `interval` until it names another snapshot than `id` (rule 4): then
+/// sets `moved` and fires `handle`. Fires it too when `stop` fires: the generation stops with
+/// the worker.
+async fn watch(
+    reader: Arc<dyn RecordReader>,
+    pipeline: String,
+    id: i64,
+    interval: Duration,
+    stop: Cancel,
+    handle: CancelHandle,
+    moved: Arc<AtomicBool>,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => {
+                handle.cancel();
+                return;
+            }
+            () = tokio::time::sleep(interval) => {}
+        }
+        match reader.read(pipeline.clone()).await {
+            Ok(Some(record)) if record.id != id => {
+                moved.store(true, Ordering::SeqCst);
+                handle.cancel();
+                return;
+            }
+            // Gone (a reset): the generation's batches are refused; the worker ends on them.
+            Ok(_) => {}
+            Err(error) => tracing::debug!(
+                error = %error,
+                "The shared snapshot record could not be read; read again at the next interval."
+            ),
+        }
+    }
+}
