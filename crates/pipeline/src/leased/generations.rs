@@ -21,7 +21,8 @@
 //!    write an old image or change over the new snapshot's rows.
 //! 4. **Moving.** Each worker reads the record every `watch_interval`; once it names another
 //!    snapshot, the worker stops its generation as a signal would (the leases handed back
-//!    with their checkpoints) and runs the new one. The worker that replaced it moves at once.
+//!    with their checkpoints) and runs the new one. The worker that replaced it moves at once,
+//!    and so does one whose generation failed after it was replaced (its close refused).
 //! 5. **What replaces a snapshot.** A gap (a position the stream no longer holds, a listed
 //!    shard whose parent expired unread, a row unread past the staleness limit) with
 //!    `on_gap: resnapshot`; without it the gap fails the worker as before. A damaged or
@@ -88,7 +89,13 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             if stop.is_cancelled() {
                 return with_earlier(result, replaced, written_before);
             }
-            let why = if moved.load(Ordering::SeqCst) {
+            // A failure of a generation already replaced (its close refused, say, as another
+            // worker replaced it between this one's last segment and its close) moves too.
+            let replaced_meanwhile = || async {
+                result.is_err()
+                    && matches!(reader.read(pipeline.clone()).await, Ok(Some(record)) if record.id != id)
+            };
+            let why = if moved.load(Ordering::SeqCst) || replaced_meanwhile().await {
                 None
             } else {
                 match self.replaces(&snapshot, &result) {
