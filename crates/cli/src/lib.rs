@@ -114,6 +114,7 @@ mod generate;
 mod given;
 mod init;
 mod lag;
+mod lease_names;
 mod library;
 mod origin;
 mod run;

@@ -36,10 +36,7 @@ pub(super) async fn probe_leases(
     let worker = coordination.worker_id();
     // A shared mirror's current generation keeps its leases under its own name; when the
     // destination cannot say which, the pipeline's own (its probe tells why).
-    let current = crate::state_cmd::leases::lease_names(config)
-        .await
-        .ok()
-        .and_then(|mut names| names.pop());
+    let current = crate::lease_names::current_lease_name(config).await.ok();
     let probe = async {
         if !table.exists().await? {
             return Ok(None);

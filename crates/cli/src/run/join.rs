@@ -208,10 +208,7 @@ async fn alone_with_id(
 ) -> Result<(), Failure> {
     // The live processes of a shared mirror whose snapshot was replaced keep their presence
     // under the current generation's name (docs/coordination.md §11.12 rule 8).
-    let pipeline = match crate::state_cmd::leases::lease_names(config).await?.pop() {
-        Some(current) => current,
-        None => pipeline_name(config)?,
-    };
+    let pipeline = crate::lease_names::current_lease_name(config).await?;
     let list = || async {
         leases
             .list(&pipeline)

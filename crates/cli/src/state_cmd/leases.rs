@@ -21,7 +21,7 @@ use crate::failure::{Exit, Failure};
 use crate::run::lease_table_failure;
 
 /// The lease table of `config`, and the name the pipeline's current leases are kept under in
-/// it ([`lease_names`]); `None` when the table does not exist (nothing was run yet). Creates
+/// it ([`crate::lease_names::current_lease_name`]); `None` when the table does not exist (nothing was run yet). Creates
 /// nothing.
 async fn open(
     config: &PipelineConfig,
@@ -36,31 +36,8 @@ async fn open(
     if !exists {
         return Ok(None);
     }
-    let name = lease_names(config)
-        .await?
-        .pop()
-        .unwrap_or(base_name(config)?);
+    let name = crate::lease_names::current_lease_name(config).await?;
     Ok(Some((table, name)))
-}
-
-/// The pipeline's own name in the lease table.
-fn base_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
-    PipelineName::new(config.name.clone()).map_err(|e| Failure::usage(anyhow!("{e}")))
-}
-
-/// The names the pipeline's leases are kept under, its current ones last: the pipeline's own,
-/// then, for a shared mirror whose snapshot was replaced, the current generation's
-/// (docs/coordination.md §11.12 rule 8), read from the destination's snapshot record.
-pub(crate) async fn lease_names(config: &PipelineConfig) -> Result<Vec<PipelineName>, Failure> {
-    let mut names = vec![base_name(config)?];
-    if let Some(record) = shared_snapshot(config).await?
-        && record.generation > 0
-    {
-        let name = PipelineName::new(record.lease_pipeline(&config.name))
-            .map_err(|e| Failure::usage(anyhow!("{e}")))?;
-        names.push(name);
-    }
-    Ok(names)
 }
 
 /// The pipeline's lease rows, read without taking any; none when the lease table does not
@@ -164,20 +141,6 @@ fn shared_mirror_phase(rows: &[Lease]) -> &'static str {
     }
 }
 
-/// A shared mirror's snapshot record, kept in its keyed destination (docs/coordination.md
-/// §11.12): `None` for another mode, or when the destination holds none.
-async fn shared_snapshot(config: &PipelineConfig) -> Result<Option<SharedSnapshot>, Failure> {
-    if config.source.mode != Mode::Mirror || config.sink.keyed().is_none() {
-        return Ok(None);
-    }
-    let Some(db) = crate::sinks::keyed::open_existing(&config.sink).await? else {
-        return Ok(None);
-    };
-    db.shared_snapshot(&config.name)
-        .await
-        .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))
-}
-
 /// The snapshot record in a line: its id, open or who closed it when, the rows the
 /// destination held at its start, and its export.
 fn snapshot_line(snapshot: &SharedSnapshot) -> String {
@@ -206,7 +169,7 @@ pub async fn show(
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
     let summary = positions(&leases);
     let phase = (config.source.mode == Mode::Mirror).then(|| shared_mirror_phase(&leases));
-    let snapshot = shared_snapshot(config).await?;
+    let snapshot = crate::lease_names::shared_snapshot(config).await?;
     if json {
         let rows: Vec<_> = leases.iter().map(lease_json).collect();
         println!(
@@ -267,7 +230,7 @@ pub async fn reset(
     coordination: &CoordinationConfig,
 ) -> Result<Exit, Failure> {
     // A shared mirror's current generation keeps its leases and fences under its own name.
-    let names = lease_names(config).await?;
+    let names = crate::lease_names::lease_names(config).await?;
     let Some((table, _)) = open(config, coordination).await? else {
         println!("no leases for pipeline '{}'", config.name);
         return clear_fences(config, &names).await;
