@@ -393,3 +393,32 @@ pub enum RunStart {
     /// A saved position is continued (an earlier run was interrupted).
     Resumed,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/coordination.md §11.12 rules 1 and 8: a first snapshot's record reads and writes
+    /// as earlier versions stored it, its leases under the pipeline's name; a later
+    /// generation's names its generation and reason, its leases under its own name.
+    #[test]
+    fn a_first_snapshots_record_keeps_its_stored_form_and_a_later_one_names_its_generation() {
+        let stored =
+            r#"{"id":100,"rows_at_start":3,"closed":{"by":"w1","at_ms":300},"export":"arn:x"}"#;
+        let record: SharedSnapshot = serde_json::from_str(stored).unwrap();
+        assert_eq!((record.generation, record.replaced.clone()), (0, None));
+        assert_eq!(serde_json::to_string(&record).unwrap(), stored);
+        assert_eq!(record.lease_pipeline("p"), "p");
+        let later = SharedSnapshot {
+            id: 500,
+            generation: 2,
+            replaced: Some("a gap in the stream".into()),
+            ..record
+        };
+        assert_eq!(
+            serde_json::to_string(&later).unwrap(),
+            r#"{"id":500,"rows_at_start":3,"closed":{"by":"w1","at_ms":300},"export":"arn:x","generation":2,"replaced":"a gap in the stream"}"#
+        );
+        assert_eq!(later.lease_pipeline("p"), "p/snapshot-500");
+    }
+}
