@@ -295,6 +295,12 @@ impl Database {
             // Counter 0: open.
             let sql = fence::reopen_record_sql(tx);
             fence::write_record(tx, &sql, pipeline, &text).await?;
+            // The replaced snapshot's deleted-key markers, as its close would have dropped them:
+            // kept, one would keep the new snapshot from writing the row of an item deleted and
+            // created again under the replaced one, whose cleanup then deletes it.
+            let sql = drop_deleted_marks_sql(tx);
+            tx.execute(DELETED_TABLE, &sql, &[Param::Text(&spec.table)])
+                .await?;
             // The replaced generation's fences: nothing of it writes any more (its batches are
             // refused by the record), and the new generation's are kept under its own name.
             let replaced = stored.lease_pipeline(pipeline);
@@ -400,11 +406,7 @@ impl Database {
             let count_marked = format!("SELECT count(*) FROM {quoted} WHERE {marker} = {id}");
             let delete_unmarked =
                 format!("DELETE FROM {quoted} WHERE {marker} IS DISTINCT FROM {id}");
-            let drop_deleted_marks = format!(
-                "DELETE FROM {} WHERE table_name = {}",
-                d.table(DELETED_TABLE),
-                d.param(1, SqlType::Text)
-            );
+            let drop_deleted_marks = drop_deleted_marks_sql(tx);
             let params = [Param::Int(close.id)];
             let marked = tx.query(table, &count_marked, &params).await?;
             let keys_written = row_count(first(marked).and_then(|cell| cell.int()).unwrap_or(0));
@@ -504,6 +506,17 @@ async fn end<T>(
             Err(error)
         }
     }
+}
+
+/// Deletes the deleted-key markers of one destination table (docs/mirror.md §5.6): parameter
+/// the table's name.
+fn drop_deleted_marks_sql(statements: &dyn Statements) -> String {
+    let d = statements.dialect();
+    format!(
+        "DELETE FROM {} WHERE table_name = {}",
+        d.table(DELETED_TABLE),
+        d.param(1, SqlType::Text)
+    )
 }
 
 /// The rows of table `name`, 0 when it does not exist.
