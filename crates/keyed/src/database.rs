@@ -261,8 +261,9 @@ impl Database {
     /// closed) for the reason `why`, with the destination table's row count as
     /// `rows_at_start`, in one transaction that locks the record (docs/coordination.md
     /// §11.12 rule 8); returns the record afterwards: the new one, or the one another worker
-    /// put in place of `replaces` first. The replaced generation's unit fences are deleted in
-    /// the same transaction. Refused when the record is gone (a `state reset`).
+    /// put in place of `replaces` first. The replaced generation's unit fences and the
+    /// replaced snapshot's deleted-key markers are deleted in the same transaction. Refused
+    /// when the record is gone (a `state reset`).
     pub async fn reopen_shared_snapshot(
         &self,
         spec: &TableSpec,
