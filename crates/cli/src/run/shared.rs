@@ -301,8 +301,9 @@ pub(super) async fn run_mirror(
     }
     if outcome.replaced > 0 {
         snapshot.push_str(&format!(
-            "; this worker moved past {} replaced snapshot(s), writing {} record(s) under them",
-            outcome.replaced, outcome.written_before
+            "; this worker moved past {} replaced snapshot(s) (what it wrote under them is not \
+             counted below)",
+            outcome.replaced
         ));
     }
     tracing::info!(

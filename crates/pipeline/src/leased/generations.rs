@@ -68,7 +68,6 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             .await
             .map_err(RunError::from)?;
         let mut replaced = 0;
-        let mut written_before = 0;
         loop {
             let (handle, generation_stop) = Cancel::new();
             let moved = Arc::new(AtomicBool::new(false));
@@ -87,7 +86,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 .await;
             watch.abort();
             if stop.is_cancelled() {
-                return with_earlier(result, replaced, written_before);
+                return with_earlier(result, replaced);
             }
             // A failure of a generation already replaced (its close refused, say, as another
             // worker replaced it between this one's last segment and its close) moves too.
@@ -100,10 +99,9 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             } else {
                 match self.replaces(&snapshot, &result) {
                     Some(why) => Some(why),
-                    None => return with_earlier(result, replaced, written_before),
+                    None => return with_earlier(result, replaced),
                 }
             };
-            written_before += written(&result);
             snapshot = match why {
                 Some(why) => {
                     tracing::warn!(
@@ -167,25 +165,13 @@ fn gap_reason(gap: &str) -> &str {
         .map_or(gap, |(reason, _)| reason)
 }
 
-/// What a generation's end wrote on this worker.
-fn written(result: &Result<LeasedMirrorOutcome, StreamRunError>) -> u64 {
-    match result {
-        Ok(outcome) => {
-            outcome.scan.as_ref().map_or(0, |scan| scan.written) + outcome.streams.written
-        }
-        Err(_) => 0,
-    }
-}
-
-/// `result` with what this worker did under the snapshots it moved past.
+/// `result` with the snapshots this worker moved past.
 fn with_earlier(
     result: Result<LeasedMirrorOutcome, StreamRunError>,
     replaced: u32,
-    written_before: u64,
 ) -> Result<LeasedMirrorOutcome, StreamRunError> {
     result.map(|outcome| LeasedMirrorOutcome {
         replaced,
-        written_before,
         ..outcome
     })
 }

@@ -129,10 +129,9 @@ pub struct LeasedMirrorOutcome {
     pub cleanup: Option<CleanedUp>,
     /// This worker's part of the stream.
     pub streams: LeasedStreamOutcome,
-    /// Snapshots this worker saw replaced (a gap, a damaged export) and moved past.
+    /// Snapshots this worker saw replaced (a gap, a damaged export) and moved past; what it
+    /// wrote under them is not in this outcome's counts.
     pub replaced: u32,
-    /// Records this worker wrote under the snapshots it moved past.
-    pub written_before: u64,
 }
 
 impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror<TA, SA, T> {
@@ -270,7 +269,6 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             cleanup,
             streams: streamed,
             replaced: 0,
-            written_before: 0,
         })
     }
 }
