@@ -244,7 +244,7 @@ impl Database {
                 return Ok(text);
             }
             let rows_at_start = count_existing(tx, &spec.table).await?;
-            let text = open_record(id, rows_at_start, 0, None);
+            let text = open_record(id, rows_at_start);
             // Of workers opening it at once, one inserts; the others wait for its commit and
             // read its record.
             let sql = fence::open_record_sql(tx);
@@ -292,7 +292,16 @@ impl Database {
                 return Ok(stored);
             }
             let rows_at_start = count_existing(tx, &spec.table).await?;
-            let text = open_record(id, rows_at_start, stored.generation + 1, Some(why));
+            let record = SharedSnapshot {
+                id,
+                rows_at_start,
+                closed: None,
+                export: None,
+                generation: stored.generation + 1,
+                replaced: Some(why.to_string()),
+            };
+            let text = serde_json::to_string(&record)
+                .map_err(|e| tx.fail(FENCE_TABLE, &format!("the snapshot record: {e}")))?;
             // Counter 0: open.
             let sql = fence::reopen_record_sql(tx);
             fence::write_record(tx, &sql, pipeline, &text).await?;
@@ -312,7 +321,7 @@ impl Database {
                 &[Param::Text(&replaced), Param::Text(SNAPSHOT_UNIT)],
             )
             .await?;
-            shared_record(Some(&text)).map_err(|why| tx.fail(FENCE_TABLE, &why))
+            Ok(record)
         }
         .await;
         end(tx, FENCE_TABLE, result).await

@@ -243,21 +243,15 @@ impl SnapshotGuard {
     }
 }
 
-/// The text of a new open shared snapshot record of generation `generation`, opened in place
-/// of another one for the reason `replaced`.
-pub(crate) fn open_record(
-    id: i64,
-    rows_at_start: u64,
-    generation: u32,
-    replaced: Option<&str>,
-) -> String {
+/// The text of a new open shared snapshot record.
+pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
     let record = SharedSnapshot {
         id,
         rows_at_start,
         closed: None,
         export: None,
-        generation,
-        replaced: replaced.map(str::to_string),
+        generation: 0,
+        replaced: None,
     };
     // Two integers: serializing cannot fail.
     serde_json::to_string(&record).unwrap_or_default()

@@ -287,7 +287,8 @@ impl Units for Segments {
         SnapshotMark {
             rows: self.snapshot,
             beside: None,
-            of: self.snapshot,
+            // A snapshot batch is guarded by its rows' snapshot, which names the generation.
+            of: None,
         }
     }
 
