@@ -40,6 +40,7 @@ use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::lease::LeaseTable;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
+use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::shard_reader::StreamError;
 
 use super::{LeasedMirror, LeasedMirrorOutcome};
@@ -152,17 +153,12 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         }
         match error {
             StreamRunError::Run(RunError::Stream(StreamError::Gap(gap))) if self.resnapshot => {
-                Some(format!("a gap in the stream: {}", gap_reason(gap)))
+                let gap = gaps::without_remedy(gap, gaps::GapRemedy::StateReset);
+                Some(format!("a gap in the stream: {gap}"))
             }
             _ => None,
         }
     }
-}
-
-/// The gap of a worker's error without the remedy it tells a worker that stops on it.
-fn gap_reason(gap: &str) -> &str {
-    gap.split_once("; a shared pipeline stops on a gap")
-        .map_or(gap, |(reason, _)| reason)
 }
 
 /// `result` with the snapshots this worker moved past.

@@ -226,6 +226,16 @@ pub fn found_before_reading(reasons: &[String], remedy: GapRemedy) -> String {
     )
 }
 
+/// The gap of an error text made with `remedy` ([`trimmed_while_reading`],
+/// [`found_before_reading`]), without the remedy: what a shared mirror that mends the gap
+/// itself keeps as the reason.
+pub fn without_remedy(message: &str, remedy: GapRemedy) -> &str {
+    message
+        .strip_suffix(remedy.what())
+        .and_then(|gap| gap.strip_suffix("; "))
+        .unwrap_or(message)
+}
+
 impl GapRemedy {
     /// What the user does about a gap.
     fn what(self) -> &'static str {
@@ -488,6 +498,18 @@ mod tests {
              shard d's parent q expired unread; a shared pipeline stops on a gap: run `ddbpipe \
              state reset` once no worker runs, then start the workers again (a mirror takes a \
              new snapshot)"
+        );
+        let told = found_before_reading(&reasons, GapRemedy::StateReset);
+        assert_eq!(
+            without_remedy(&told, GapRemedy::StateReset),
+            "cannot read the stream without losing changes: shard c's parent p expired unread; \
+             shard d's parent q expired unread"
+        );
+        let other = trimmed_while_reading(&id("s1"), GapRemedy::OnGap);
+        assert_eq!(
+            without_remedy(&other, GapRemedy::StateReset),
+            other,
+            "another remedy stays"
         );
     }
 
