@@ -20,8 +20,16 @@ fn base_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
 /// then, for a shared mirror whose snapshot was replaced, the current generation's
 /// (docs/coordination.md §11.12 rule 8), read from the destination's snapshot record.
 pub(crate) async fn lease_names(config: &PipelineConfig) -> Result<Vec<PipelineName>, Failure> {
+    names_of(config, shared_snapshot(config).await?.as_ref())
+}
+
+/// [`lease_names`] of a pipeline whose shared snapshot record is `record`.
+pub(crate) fn names_of(
+    config: &PipelineConfig,
+    record: Option<&SharedSnapshot>,
+) -> Result<Vec<PipelineName>, Failure> {
     let mut names = vec![base_name(config)?];
-    if let Some(record) = shared_snapshot(config).await?
+    if let Some(record) = record
         && record.generation > 0
     {
         let name = PipelineName::new(record.lease_pipeline(&config.name))

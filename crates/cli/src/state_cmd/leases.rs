@@ -20,24 +20,19 @@ use crate::config::{CoordinationConfig, PipelineConfig, SinkConfig};
 use crate::failure::{Exit, Failure};
 use crate::run::lease_table_failure;
 
-/// The lease table of `config`, and the name the pipeline's current leases are kept under in
-/// it ([`crate::lease_names::current_lease_name`]); `None` when the table does not exist (nothing was run yet). Creates
+/// The lease table of `config`; `None` when it does not exist (nothing was run yet). Creates
 /// nothing.
 async fn open(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
-) -> Result<Option<(AwsLeaseTable, PipelineName)>, Failure> {
+) -> Result<Option<AwsLeaseTable>, Failure> {
     let sdk = aws::load_sdk_config(&plan::client_settings(&config.source)).await;
     let table = aws::lease_table(&sdk, &coordination.lease_table);
     let exists = table
         .exists()
         .await
         .map_err(|e| lease_table_failure(e, &coordination.lease_table))?;
-    if !exists {
-        return Ok(None);
-    }
-    let name = crate::lease_names::current_lease_name(config).await?;
-    Ok(Some((table, name)))
+    Ok(exists.then_some(table))
 }
 
 /// The pipeline's lease rows, read without taking any; none when the lease table does not
@@ -46,8 +41,19 @@ pub(crate) async fn rows(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
 ) -> Result<Vec<Lease>, Failure> {
+    let name = crate::lease_names::current_lease_name(config).await?;
+    current_rows(config, coordination, &name).await
+}
+
+/// The rows kept under `name`, the pipeline's current lease name; none when the lease table
+/// does not exist.
+async fn current_rows(
+    config: &PipelineConfig,
+    coordination: &CoordinationConfig,
+    name: &PipelineName,
+) -> Result<Vec<Lease>, Failure> {
     match open(config, coordination).await? {
-        Some((table, name)) => list(&table, &name, coordination).await,
+        Some(table) => list(&table, name, coordination).await,
         None => Ok(Vec::new()),
     }
 }
@@ -164,12 +170,16 @@ pub async fn show(
     coordination: &CoordinationConfig,
     json: bool,
 ) -> Result<Exit, Failure> {
-    let leases = rows(config, coordination).await?;
+    // The record, read once, names the current generation whose rows are shown.
+    let snapshot = crate::lease_names::shared_snapshot(config).await?;
+    let name = crate::lease_names::names_of(config, snapshot.as_ref())?
+        .pop()
+        .ok_or_else(|| Failure::runtime(anyhow!("internal error: no lease name")))?;
+    let leases = current_rows(config, coordination, &name).await?;
     let work: Vec<&Lease> = leases.iter().filter(|l| l.unit.is_work()).collect();
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
     let summary = positions(&leases);
     let phase = (config.source.mode == Mode::Mirror).then(|| shared_mirror_phase(&leases));
-    let snapshot = crate::lease_names::shared_snapshot(config).await?;
     if json {
         let rows: Vec<_> = leases.iter().map(lease_json).collect();
         println!(
@@ -231,7 +241,7 @@ pub async fn reset(
 ) -> Result<Exit, Failure> {
     // A shared mirror's current generation keeps its leases and fences under its own name.
     let names = crate::lease_names::lease_names(config).await?;
-    let Some((table, _)) = open(config, coordination).await? else {
+    let Some(table) = open(config, coordination).await? else {
         println!("no leases for pipeline '{}'", config.name);
         return clear_fences(config, &names).await;
     };
