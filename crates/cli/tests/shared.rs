@@ -1426,6 +1426,8 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
             && destination.items("items") == table()
     });
     let lag = common::ddbpipe(&["lag"], &config);
+    let (_, state) = state_probe(&config);
+    let (shown_code, shown) = json_of(&["state", "show", "--json"], &config);
     let mut said = Vec::new();
     for worker in workers {
         signal(&worker, "TERM");
@@ -1450,6 +1452,19 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
         "a worker's summary names the generation: {said:#?}"
     );
     assert_eq!(lag.status.code(), Some(0), "{}", stderr(&lag));
+    // `check` and `state show` read the new generation's rows too: the first generation's
+    // checkpoints are trimmed.
+    assert_eq!(state["status"], "PASS", "{state}");
+    assert_eq!(shown_code, Some(0), "{shown}");
+    assert_eq!(shown["snapshot"]["generation"], 1, "{shown}");
+    assert!(
+        shown["leases"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|row| row["unit"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("shard:")))),
+        "the new generation's shard rows: {shown}"
+    );
 
     let reset = common::ddbpipe(&["state", "reset", "--yes"], &config);
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
