@@ -1482,6 +1482,122 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
     );
 }
 
+/// docs/coordination.md §11.12 rule 9 end to end: a shared mirror with `on_gap: repair` into
+/// SQLite, on moto behind the export fake. A worker mirrors the table (a Scan snapshot) and is
+/// stopped; while none runs, items are changed, deleted, added, and one is created and deleted,
+/// and the stream is trimmed past every record it had read. Two workers started then plan one
+/// repair from the shard rows' `read_at`, apply one incremental export between them (its files
+/// leased as segments) and make no Scan request; the destination ends equal to the table, the
+/// items deleted in the gap gone (the export's deletes).
+#[test]
+fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
+    let running = Emulator::Moto.start();
+    running.create_pk_table(
+        "items",
+        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
+    );
+    for i in 0..40 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    fake_export::create_bucket(&running.endpoint, "exports");
+    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
+    // Backups reach back an hour: the shortest incremental export (15 min) fits.
+    fake.set_earliest_restorable_ms(Some(fake_export::now_ms() - 3_600_000));
+    let dir = tempfile::tempdir().unwrap();
+    let destination = Destination::new(Target::Sqlite, dir.path());
+    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
+    let repairing = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "  mode: mirror\n",
+            "  mode: mirror\n  on_gap: repair\n  snapshot: {s3_bucket: exports}\n",
+        )
+        .replace(
+            "max_read_units_per_second: 2",
+            "max_read_units_per_second: 50",
+        );
+    assert!(repairing.contains("on_gap: repair"), "{repairing}");
+    std::fs::write(&config, repairing).unwrap();
+    let table = || common::keyed::table_items(&running.endpoint, "items");
+    let record = || snapshot_record(&destination);
+
+    mirror_until_closed_and_equal(&config, &destination, &table());
+    let first = record()["id"].clone();
+    let scans = fake.forwarded("Scan");
+    assert!(scans > 0, "the first snapshot scans the table");
+    let shown = stdout(&common::ddbpipe(&["state", "show"], &config));
+    assert!(
+        shown.contains(",read:"),
+        "a positioned shard row keeps its read_at: {shown}"
+    );
+    // The gap: changes while no worker runs, then every record read so far is trimmed.
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..5 {
+        running.put_pk("items", &format!("k{i:03}"), "1");
+    }
+    for i in 5..10 {
+        running.delete_pk("items", &format!("k{i:03}"));
+    }
+    for i in 40..45 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+    running.put_pk("items", "ghost", "1");
+    running.delete_pk("items", "ghost");
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(fake_export::now_ms());
+
+    let workers = [common::spawn_run(&config), common::spawn_run(&config)];
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        record()["id"] != first
+            && !record()["closed"].is_null()
+            && destination.items("items") == table()
+    });
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{text}");
+        said.push(text);
+    }
+    let repaired = record();
+    assert!(
+        converged,
+        "the repair mirrors the table: {repaired}; {said:#?}"
+    );
+    assert_eq!(repaired["generation"], 1, "one repair: {repaired}");
+    assert!(
+        repaired["repair"]["window_from_ms"].is_i64() && repaired["export"].is_string(),
+        "the record names its window and its incremental export: {repaired}"
+    );
+    assert!(
+        repaired["replaced"]
+            .as_str()
+            .is_some_and(|why| why.contains("a gap in the stream")),
+        "{repaired}"
+    );
+    assert_eq!(
+        fake.exports_started(),
+        1,
+        "one incremental export: {said:#?}"
+    );
+    assert_eq!(
+        fake.forwarded("Scan"),
+        scans,
+        "no Scan request for the repair: {said:#?}"
+    );
+    let rows = destination.items("items");
+    assert!(
+        !rows.contains_key("ghost") && !rows.contains_key("k005"),
+        "{rows:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|text| text.contains("repair ") && text.contains("applied")),
+        "a worker's summary names the repair: {said:#?}"
+    );
+}
+
 #[test]
 fn three_workers_mirror_one_table_into_sqlite_on_moto() {
     three_workers_mirror_one_table_through_a_kill_and_a_stop(Emulator::Moto, Target::Sqlite);

@@ -77,6 +77,7 @@ fn fence(unit: &UnitId, counter: u64, position: Option<&str>) -> Fence {
         snapshot: None,
         beside: None,
         of: None,
+        repair: None,
     }
 }
 

@@ -36,6 +36,7 @@ use crate::{
 };
 use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::SharedSnapshot;
+use ddbpipe_source::position::SharedRepair;
 
 /// A keyed destination database: a SQLite file or a PostgreSQL database (a cheap handle:
 /// clones share the connection).
@@ -225,6 +226,39 @@ impl Database {
         count_existing(&mut *session, &spec.table).await
     }
 
+    /// Rows of the destination table whose last write carries no stream sequence number (a
+    /// snapshot's row, a repair's change, a row without a version) at a version at or after
+    /// `since_ms`, or none: a repair whose window starts before them cannot tell an item of
+    /// theirs created and deleted inside the window, which its sweep would delete
+    /// (docs/coordination.md §11.12 rule 9). 0 when the table does not exist.
+    pub async fn rows_without_sequence_since(
+        &self,
+        spec: &TableSpec,
+        since_ms: i64,
+    ) -> Result<u64, DbError> {
+        self.backend.check_names(spec)?;
+        let table = spec.table.as_str();
+        let mut session = self.backend.session(Some(spec), table).await?;
+        if !session.exists(table).await? {
+            return Ok(0);
+        }
+        let sql = {
+            let d = session.dialect();
+            let version_ms = quote(VERSION_MS_COLUMN);
+            format!(
+                "SELECT count(*) FROM {} WHERE {} IS NULL AND ({version_ms} IS NULL OR \
+                 {version_ms} >= {})",
+                d.table(table),
+                quote(VERSION_SEQ_COLUMN),
+                d.param(1, SqlType::Int),
+            )
+        };
+        let rows = session.query(table, &sql, &[Param::Int(since_ms)]).await?;
+        Ok(row_count(
+            first(rows).and_then(|cell| cell.int()).unwrap_or(0),
+        ))
+    }
+
     /// The pipeline's shared snapshot record (docs/coordination.md §11.12): the stored one, or
     /// a new open one of snapshot `id` with the destination table's row count as
     /// `rows_at_start`, stored in one transaction when none is (of workers opening it at once,
@@ -261,7 +295,8 @@ impl Database {
     /// closed) for the reason `why`, with the destination table's row count as
     /// `rows_at_start`, in one transaction that locks the record (docs/coordination.md
     /// §11.12 rule 8); returns the record afterwards: the new one, or the one another worker
-    /// put in place of `replaces` first. The replaced generation's unit fences and the
+    /// put in place of `replaces` first. With `repair`, the new generation repairs a gap in
+    /// that window instead of reading the table (§11.12 rule 9). The replaced generation's unit fences and the
     /// replaced snapshot's deleted-key markers are deleted in the same transaction. Refused
     /// when the record is gone (a `state reset`).
     pub async fn reopen_shared_snapshot(
@@ -271,6 +306,7 @@ impl Database {
         replaces: i64,
         id: i64,
         why: &str,
+        repair: Option<&SharedRepair>,
     ) -> Result<SharedSnapshot, DbError> {
         self.backend.check_names(spec)?;
         let mut session = self.backend.session(Some(spec), FENCE_TABLE).await?;
@@ -299,6 +335,7 @@ impl Database {
                 export: None,
                 generation: stored.generation + 1,
                 replaced: Some(why.to_string()),
+                repair: repair.copied(),
             };
             let text = serde_json::to_string(&record)
                 .map_err(|e| tx.fail(FENCE_TABLE, &format!("the snapshot record: {e}")))?;
@@ -455,6 +492,8 @@ impl Database {
         let mut tx = session.begin(table).await?;
         let tx = &mut *tx;
         let result = async {
+            // A shared repair's window closes its record here (`state.snapshot`).
+            fence::pass(tx, state).await?;
             let d = tx.dialect();
             let (version_ms, int) = (quote(VERSION_MS_COLUMN), SqlType::Int);
             let sql = format!(

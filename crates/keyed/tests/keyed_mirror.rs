@@ -559,6 +559,7 @@ fn shared_mirror<TA: TableApi>(
         max_keys,
         exports: None,
         resnapshot: false,
+        repairs: None,
         watch_interval: Duration::from_millis(200),
     }
 }
@@ -640,6 +641,7 @@ async fn shared_workers_clean_up_once_then_stream(target: Target) {
         snapshot: Some(outcomes[0].snapshot.id),
         beside: None,
         of: None,
+        repair: None,
     };
     let refused = sink.write_fenced(&late, &fence).await.unwrap_err();
     assert_eq!(refused.class, SinkErrorClass::Fenced, "{refused}");
@@ -923,6 +925,7 @@ async fn a_worker_moves_to_the_snapshot_another_opened_in_place_of_its_own(targe
             first.id,
             first.id + 1,
             "a test's gap",
+            None,
         )
         .await
         .unwrap();

@@ -50,6 +50,18 @@
 //! segment and shard rows checked are generation 1's (the per-batch check forgets the keys the
 //! outage changed: their changes never reach a batch).
 //!
+//! Every other outage seed runs `on_gap: repair` instead (rule 9): the next round's workers
+//! plan one repair from the shard rows' `read_at` and apply one incremental export of the
+//! in-memory `FakeExports` between them, its files leased as segments (point-in-time recovery
+//! reaching the stream's clock when the outage ends). Checked besides: the record is the
+//! repair's (generation 1, with its window), one incremental export for every worker, its
+//! files' rows `Done`; a repair seed has no lease request delays, as an export seed. In half
+//! of them the stream's clock meets this machine's only at the outage, which comes long after
+//! the snapshot closed; in the other half the repair's window reaches back over the snapshot's
+//! rows, and the repair is refused for a new snapshot (without that refusal seed 4, then of
+//! this kind, kept an item created before the snapshot and deleted in the gap: the export
+//! leaves such an item out, and the sweep deletes only rows a stream change wrote).
+//!
 //! In the Scan seeds between those, the first worker replaces the snapshot right before its
 //! own close, as another worker finding a gap would in that moment: its close is refused and
 //! it moves to the new snapshot (as the others do by the record), instead of failing. Checked
@@ -99,7 +111,7 @@ use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams, Faults}
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{LeaseSettings, LeaseState, PipelineName, UnitId, Worker, WorkerId};
 use ddbpipe_source::plan::BatchLimits;
-use ddbpipe_source::position::{LeaseCheckpoint, StreamKind};
+use ddbpipe_source::position::{LeaseCheckpoint, SharedRepair, StreamKind};
 use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{SegmentReader, snapshot_template};
 use ddbpipe_value::ValueFormat;
@@ -118,6 +130,16 @@ const KEYS: usize = 24;
 const SEGMENTS: u32 = 3;
 /// A worker stalled in a write waits this long: four times its lease.
 const STALL: Duration = Duration::from_secs(40);
+/// Whether repair seed `seed`'s stream clock meets this machine's before its outage (half of
+/// them): in the others the repair's window reaches back over the snapshot's rows, which it
+/// cannot judge, and a new snapshot mends the gap instead (module docs).
+fn meets(seed: u64) -> bool {
+    seed % 16 == 4
+}
+
+/// When a repair seed's stream clock meets this machine's (the stream's time since its start):
+/// later than any snapshot of the script closes, before its outage begins.
+const REPAIR_MEET: Duration = Duration::from_secs(40 * 60);
 
 /// The latest committed change per key: its version, and whether it deleted the item.
 type Committed = BTreeMap<String, (u64, bool)>;
@@ -324,11 +346,12 @@ impl SharedSnapshots for Checked {
         replaces: i64,
         id: i64,
         why: &str,
+        repair: Option<&SharedRepair>,
     ) -> Result<SharedSnapshot, SinkError> {
         let mut committed = self.shared.committed.lock().await;
         let reopened = self
             .inner
-            .reopen_shared_snapshot(pipeline, replaces, id, why)
+            .reopen_shared_snapshot(pipeline, replaces, id, why, repair)
             .await?;
         self.check(&committed, "a snapshot opened in place of another");
         if reopened.id == id {
@@ -342,6 +365,10 @@ impl SharedSnapshots for Checked {
 
     fn record_reader(&self) -> Arc<dyn RecordReader> {
         self.inner.record_reader()
+    }
+
+    async fn rows_without_sequence_since(&mut self, since_ms: i64) -> Result<u64, SinkError> {
+        self.inner.rows_without_sequence_since(since_ms).await
     }
 
     async fn close_shared_snapshot(
@@ -364,7 +391,7 @@ impl SharedSnapshots for Checked {
                     .fetch_add(1, Ordering::Relaxed);
             }
             let why = "the simulation's replacement right before a close";
-            self.reopen_shared_snapshot(pipeline, snapshot.id, snapshot.id + 1, why)
+            self.reopen_shared_snapshot(pipeline, snapshot.id, snapshot.id + 1, why, None)
                 .await?;
         }
         if self.fate == Fate::CrashInsideCleanup {
@@ -459,9 +486,21 @@ fn write(key: usize, remove: bool) -> Change {
 fn stream(seed: u64, rng: &mut StdRng) -> (Arc<FakeStreams>, i64) {
     // Inside the version rule's margin (docs/mirror.md §5.6: 61 s).
     let skew_ms = rng.random_range(-50_000..=50_000);
+    // Paused time holds this machine's clock (the real one) still while the stream's runs on:
+    // a repair seed's stream clock starts early enough to meet it, skewed, at `REPAIR_MEET`,
+    // so that the times the workers take from this machine's clock (a caught-up shard's
+    // `read_at`, a row's verification) are as close to the stream's as in life when the
+    // outage comes (see `an_outage`).
+    let meet = if meets(seed) {
+        REPAIR_MEET
+    } else {
+        Duration::ZERO
+    };
     let mut fake = FakeStreams::new(seed)
         .with_faults(Faults::none())
-        .with_wall_origin_ms(ddbpipe_source::clock::unix_now_ms() + skew_ms)
+        .with_wall_origin_ms(
+            ddbpipe_source::clock::unix_now_ms() + skew_ms - meet.as_millis() as i64,
+        )
         .with_retention(Duration::from_secs(rng.random_range(40..=60)));
     let roots = rng.random_range(1..=2u32);
     let mut open = Vec::new();
@@ -526,6 +565,8 @@ struct Setup {
     exports: Option<Arc<dyn SnapshotExports>>,
     /// `on_gap: resnapshot` (an outage seed).
     resnapshot: bool,
+    /// A repair seed's incremental exports (`on_gap: repair`; module docs).
+    repairs: Option<Arc<dyn SnapshotExports>>,
 }
 
 impl Setup {
@@ -578,6 +619,11 @@ impl Setup {
                 shape: shape(),
             }),
             resnapshot: self.resnapshot,
+            repairs: self.repairs.clone().map(|engine| SharedExports {
+                engine,
+                table_arn: TABLE_ARN.into(),
+                shape: shape(),
+            }),
             watch_interval: Duration::from_secs(1),
         }
     }
@@ -697,6 +743,11 @@ struct Simulated {
     export_failed: bool,
     /// An outage's gap replaced the snapshot (module docs).
     resnapshotted: bool,
+    /// An outage's gap was repaired (module docs).
+    repaired: bool,
+    /// A repair seed's gap was mended by a new snapshot: its window reached back over the
+    /// snapshot's rows.
+    refused: bool,
 }
 
 async fn simulate(seed: u64) -> Simulated {
@@ -712,12 +763,14 @@ async fn simulate(seed: u64) -> Simulated {
     // A Scan seed of four scripts an outage that trims what the workers read, another one's
     // first worker replaces the snapshot right before its close (module docs).
     let outage = seed.is_multiple_of(4);
+    // Every other outage seed repairs (module docs); `stream` sets its clock for it.
+    let repaired = seed % 8 == 4;
     let replace_before_close = seed % 4 == 2;
     let delay = rng.random_range(0..20);
     leases.set_faults(ddbpipe_source::lease::memory::Faults {
         fail_rate: rng.random_range(0.0..0.03),
         lost_reply_rate: rng.random_range(0.0..0.03),
-        delay: Duration::from_millis(if exported { 0 } else { delay }),
+        delay: Duration::from_millis(if exported || repaired { 0 } else { delay }),
     });
     let mut run = ddbpipe_testkit::fake_stream_run();
     run.bounds.shard_concurrency = rng.random_range(1..=3);
@@ -729,9 +782,11 @@ async fn simulate(seed: u64) -> Simulated {
         whole_pages: false,
     };
     run.kind = StreamKind::Mirror;
-    run.on_gap = OnGap::Fail;
+    run.on_gap = if repaired { OnGap::Repair } else { OnGap::Fail };
     let script = exported.then(|| ExportScript::seeded(seed, &stream));
     let exports = script.as_ref().map(|script| script.engine(&run));
+    let repair_script = repaired.then(|| ExportScript::plain(seed, &stream));
+    let repairs = repair_script.as_ref().map(|script| script.engine(&run));
     tokio::time::sleep(CAPTURE).await;
     let setup = Arc::new(Setup {
         stream: Arc::clone(&stream),
@@ -747,6 +802,7 @@ async fn simulate(seed: u64) -> Simulated {
         run,
         exports,
         resnapshot: outage,
+        repairs,
     });
     let workers = rng.random_range(2..=5usize);
     let fates: Vec<Fate> = (0..workers)
@@ -812,6 +868,17 @@ async fn simulate(seed: u64) -> Simulated {
             }
             outage_done = true;
             an_outage(&setup, &mut rng).await;
+            // The backups reach the stream's clock when the outage ends: a repair's window ends
+            // there, and the stream holds what follows.
+            if let Some(script) = &repair_script {
+                script
+                    .fake
+                    .set_recovery(ddbpipe_source::export::api::Recovery {
+                        enabled: true,
+                        earliest_ms: Some(0),
+                        latest_ms: Some(stream.wall_now_ms()),
+                    });
+            }
         }
         round += 1;
         assert!(round < 12, "seed {seed}: the script never ended");
@@ -877,6 +944,19 @@ async fn simulate(seed: u64) -> Simulated {
          nothing else does: {record:?}"
     );
     assert_eq!(
+        record.repair.is_some(),
+        repaired && meets(seed),
+        "seed {seed}: a repair seed's gap is repaired, unless its window reaches back over the \
+         snapshot's rows: {record:?}"
+    );
+    if let Some(script) = &repair_script {
+        assert_eq!(
+            script.fake.calls().started,
+            u64::from(meets(seed)),
+            "seed {seed}: one incremental export for every worker, none for a refused repair"
+        );
+    }
+    assert_eq!(
         seen.cleanups.load(Ordering::Relaxed),
         1 + u64::from(record.generation) - seen.replaced_open.load(Ordering::Relaxed),
         "seed {seed}: one cleanup per generation closed"
@@ -894,7 +974,7 @@ async fn simulate(seed: u64) -> Simulated {
     let total = segments.first().map(|(_, total, _)| *total);
     assert!(
         total.is_some_and(|total| segments.len() == total as usize)
-            && (script.is_some() || total == Some(SEGMENTS))
+            && (script.is_some() || repaired || total == Some(SEGMENTS))
             && segments
                 .iter()
                 .all(|(_, t, state)| Some(*t) == total && *state == LeaseState::Done),
@@ -935,6 +1015,8 @@ async fn simulate(seed: u64) -> Simulated {
         exported: script.is_some(),
         export_failed: script.as_ref().is_some_and(|s| s.fails),
         resnapshotted: record.generation > 0,
+        repaired: record.repair.is_some(),
+        refused: repaired && record.repair.is_none(),
     }
 }
 
@@ -942,6 +1024,17 @@ async fn simulate(seed: u64) -> Simulated {
 /// runs, then twice the retention, so the stream trims what the workers read and those
 /// changes; the per-batch check forgets the keys changed, whose changes no batch brings.
 async fn an_outage(setup: &Setup, rng: &mut StdRng) {
+    if setup.repairs.is_some() && meets(setup.shared.seed) {
+        // A repair seed: the outage begins once this machine's clock met the stream's, and
+        // long enough after the snapshot closed that the repair's window (15 min at least)
+        // starts after its rows (which a repair cannot judge: a new snapshot would mend it).
+        let closed_ms = setup.shared.seen.closed_after_ms.load(Ordering::Relaxed);
+        let closed = CAPTURE + Duration::from_millis(closed_ms);
+        let begin = (REPAIR_MEET + Duration::from_secs(60)).max(closed + Duration::from_secs(1000));
+        if let Some(wait) = begin.checked_sub(setup.stream.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
     let mut changed = Vec::new();
     for _ in 0..rng.random_range(2..8) {
         let (key, remove) = (rng.random_range(0..KEYS), rng.random_bool(0.4));
@@ -1027,11 +1120,14 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
     let exported = count(&|s| s.exported);
     let export_failed = count(&|s| s.export_failed);
     let replaced = count(&|s| s.resnapshotted);
+    let repaired = count(&|s| s.repaired);
+    let refused = count(&|s| s.refused);
     eprintln!(
         "{} seeds: cleanup crashed inside {inside}, right after {after}; a zombie's batch \
          refused {fenced} (stalls in {stalls}); split {split}; snapshot outlasted the retention \
          {outlasted}; 5 workers {five}; read an export {exported}, its first FAILED \
-         {export_failed}; a snapshot replaced (an outage, or right before a close) {replaced}",
+         {export_failed}; a snapshot replaced (an outage, or right before a close) {replaced}, \
+         of which repaired {repaired}, a repair refused for the snapshot's rows {refused}",
         seeds.len()
     );
     if seeds.len() >= SEEDS as usize {
@@ -1046,6 +1142,16 @@ fn a_shared_mirror_read_beside_its_stream_converges_under_crashes_zombies_splits
             ("a snapshot replaced", replaced),
         ] {
             assert!(n >= enough, "{case}: {n} of {} seeds", seeds.len());
+        }
+        for (case, n) in [
+            ("a gap repaired", repaired),
+            ("a repair refused for the snapshot's rows", refused),
+        ] {
+            assert!(
+                n >= seeds.len() / 20,
+                "{case}: {n} of {} seeds",
+                seeds.len()
+            );
         }
         assert!(
             export_failed >= seeds.len() / 20,

@@ -94,6 +94,11 @@ pub struct Fence {
     /// once the record is another snapshot's, opened in its place after a gap, so a worker of
     /// an earlier generation writes nothing.
     pub of: Option<i64>,
+    /// The shared repair whose incremental export's changes the batch holds (a mirror across
+    /// workers, docs/coordination.md §11.12 rule 9): they are applied by version and mark
+    /// their rows with this id, and the batch is refused once that repair's window is closed
+    /// or its record replaced.
+    pub repair: Option<i64>,
 }
 
 /// The snapshot record of a mirror shared by several workers (docs/coordination.md §11.12),
@@ -124,6 +129,12 @@ pub struct SharedSnapshot {
     /// Why this snapshot replaced the one before it (a gap in the stream, a damaged export).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced: Option<String>,
+    /// Set when this generation repairs a gap instead of reading the table (docs/coordination.md
+    /// §11.12 rule 9): its "snapshot" is the incremental export of this window, its changes
+    /// applied by version and marked with the record's id, and its close deletes what the
+    /// window's changes leave out instead of the rows the snapshot did not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<ddbpipe_source::position::SharedRepair>,
 }
 
 fn is_zero(generation: &u32) -> bool {
@@ -142,6 +153,13 @@ impl SharedSnapshot {
         } else {
             format!("{pipeline}/snapshot-{}", self.id)
         }
+    }
+
+    /// The window a repair goes on with once this record's is applied (closed); `None` for
+    /// a snapshot's record, an open one, and a repair's last window.
+    pub fn next_window(&self) -> Option<ddbpipe_source::position::SharedRepair> {
+        self.closed.as_ref()?;
+        self.repair.as_ref()?.next()
     }
 }
 
@@ -216,17 +234,30 @@ pub trait SharedSnapshots: Sink {
     /// that locks the record; returns the record afterwards: the new one, or the one another
     /// worker put in its place first (whose id is not `replaces` any more). Refused when the
     /// record is gone (a `state reset`).
+    ///
+    /// With `repair`, the new generation repairs a gap in that window instead of reading the
+    /// table (docs/coordination.md §11.12 rule 9).
     fn reopen_shared_snapshot(
         &mut self,
         pipeline: &str,
         replaces: i64,
         id: i64,
         why: &str,
+        repair: Option<&ddbpipe_source::position::SharedRepair>,
     ) -> impl Future<Output = Result<SharedSnapshot, SinkError>> + Send;
 
     /// A reader of the pipeline's record beside this sink's writes, for a worker to learn that
     /// another one opened a snapshot in place of its own.
     fn record_reader(&self) -> Arc<dyn RecordReader>;
+
+    /// The destination's rows whose last write carries no stream sequence number (a snapshot's
+    /// row, a repair's change, a row without a version) at or after `since_ms`: a repair whose
+    /// window starts before them cannot sweep an item of theirs created and deleted inside it
+    /// (docs/coordination.md §11.12 rule 9).
+    fn rows_without_sequence_since(
+        &mut self,
+        since_ms: i64,
+    ) -> impl Future<Output = Result<u64, SinkError>> + Send;
 }
 
 /// Reads a pipeline's shared snapshot record ([`SharedSnapshots::record_reader`]).

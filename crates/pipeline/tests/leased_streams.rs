@@ -144,7 +144,7 @@ impl Fencing for FencingLog {
         );
         let last = records
             .last()
-            .map(|r| LeaseCheckpoint::After(SequenceNumber::parse(&r.seq).unwrap()));
+            .map(|r| LeaseCheckpoint::after(SequenceNumber::parse(&r.seq).unwrap()));
         assert!(
             fence.position == last || fence.position == Some(LeaseCheckpoint::ShardEnd),
             "the batch's position is its last record, or the shard's end it reaches: {:?}",

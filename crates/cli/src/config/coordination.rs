@@ -184,27 +184,17 @@ pub(super) fn validate(
     }
     if matches!(source.mode, Mode::Streams | Mode::Mirror) {
         // A gap found by one worker of a shared mirror opens a new snapshot for all of them
-        // (§11.12 rule 8); a shared stream has no snapshot, and a repair is not leased.
-        let allowed = match source.mode {
-            Mode::Mirror => source.on_gap != OnGap::Repair,
-            _ => source.on_gap == OnGap::Fail,
-        };
+        // (§11.12 rule 8), or a repair of it (rule 9); a shared stream has no snapshot.
+        let allowed = source.mode == Mode::Mirror || source.on_gap == OnGap::Fail;
         if !allowed {
             errors.push(ConfigError::new(
                 "source.on_gap",
-                if source.mode == Mode::Mirror {
-                    "with coordination a mirror's gap is mended by a new snapshot across the \
-                     workers (on_gap: resnapshot) or stops them (on_gap: fail); on_gap: repair \
-                     runs in one process in this version"
-                        .to_string()
-                } else {
-                    format!(
-                        "with coordination a stream's gap stops the workers: use on_gap: fail, \
-                         not {} (a shared stream has no snapshot to take again; a shared mirror \
-                         takes one with on_gap: resnapshot)",
-                        source.on_gap
-                    )
-                },
+                format!(
+                    "with coordination a stream's gap stops the workers: use on_gap: fail, not \
+                     {} (a shared stream has no snapshot to take again or repair onto; a shared \
+                     mirror takes one with on_gap: resnapshot, or repairs with on_gap: repair)",
+                    source.on_gap
+                ),
             ));
         }
         if let Some(max) = source.max_messages {

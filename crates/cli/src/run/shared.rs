@@ -12,7 +12,6 @@ use ddbpipe_pipeline::runner::NoProgress;
 use ddbpipe_pipeline::streams::{StreamRun, StreamRunError};
 use ddbpipe_source::api::{Render, SnapshotShape};
 use ddbpipe_source::aws;
-use ddbpipe_source::config::OnGap;
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{ScanPlan, StreamPlan};
 use ddbpipe_source::retry::Cancel;
@@ -215,6 +214,16 @@ pub(super) async fn run_mirror(
         }),
         None => None,
     };
+    // `on_gap: repair`: a gap's changes are read from incremental exports (docs/coordination.md
+    // §11.12 rule 9); a repair the record holds is finished whatever `on_gap` says now.
+    let repairs = match crate::export::repairs(&read.sdk, source, true) {
+        Some(engine) => Some(SharedExports {
+            engine: Arc::new(engine),
+            table_arn: crate::export::table_arn(source, table)?,
+            shape: Arc::clone(&shape),
+        }),
+        None => None,
+    };
     let (reader, refresher) = super::scan::segment_reader(
         Arc::clone(&read.table_api),
         &plan,
@@ -252,7 +261,8 @@ pub(super) async fn run_mirror(
         deletes: source.resnapshot_deletes,
         max_keys: source.resnapshot_max_keys as u64,
         exports,
-        resnapshot: source.on_gap == OnGap::Resnapshot,
+        resnapshot: source.on_gap.may_resnapshot(),
+        repairs,
         watch_interval: RECORD_WATCH_INTERVAL,
     };
     let outcome = mirror.run(&mut sink, stop, &bar).await;
@@ -273,16 +283,34 @@ pub(super) async fn run_mirror(
         .scan
         .as_ref()
         .map_or(0, |scan| scan.written.saturating_sub(beside));
-    let mut snapshot = match (&outcome.scan, &outcome.cleanup) {
-        (_, Some(cleanup)) => format!(
+    let mut snapshot = match (&outcome.snapshot.repair, &outcome.scan, &outcome.cleanup) {
+        // A repair's generation (docs/coordination.md §11.12 rule 9).
+        (Some(repair), scan, cleanup) => {
+            let closed = match cleanup {
+                Some(cleanup) => format!(
+                    "closed here, {} row(s) its changes left out deleted",
+                    cleanup.deleted
+                ),
+                None => "closed by another worker".to_string(),
+            };
+            format!(
+                "repair {} of the gap's changes from {} to {} (unix ms) applied ({} change(s) \
+                 of its last window here; that window {closed})",
+                outcome.snapshot.id,
+                repair.from_ms,
+                repair.to_ms,
+                scan.as_ref().map_or(0, |scan| scan.written)
+            )
+        }
+        (None, _, Some(cleanup)) => format!(
             "snapshot {} read ({items} item(s) here) and closed here: {} key(s), {} row(s) deleted",
             outcome.snapshot.id, cleanup.keys_written, cleanup.deleted
         ),
-        (Some(_), None) => format!(
+        (None, Some(_), None) => format!(
             "snapshot {} read ({items} item(s) here), closed by another worker",
             outcome.snapshot.id
         ),
-        (None, None) => format!(
+        (None, None, None) => format!(
             "snapshot {} closed before this worker came",
             outcome.snapshot.id
         ),

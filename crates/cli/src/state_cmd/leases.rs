@@ -107,7 +107,7 @@ pub(crate) fn positions(rows: &[Lease]) -> Vec<String> {
         let positioned = open
             .iter()
             .filter(|row| match row.unit {
-                UnitId::Shard(_) => matches!(row.checkpoint, Some(LeaseCheckpoint::After(_))),
+                UnitId::Shard(_) => matches!(row.checkpoint, Some(LeaseCheckpoint::After { .. })),
                 _ => row.checkpoint.is_some(),
             })
             .count();
@@ -158,8 +158,16 @@ fn snapshot_line(snapshot: &SharedSnapshot) -> String {
         .export
         .as_deref()
         .map_or_else(String::new, |arn| format!(", export {arn}"));
+    // A repair's generation (docs/coordination.md §11.12 rule 9) names its window.
+    let repair = snapshot.repair.map_or_else(String::new, |repair| {
+        let (window, windows) = repair.window_of();
+        format!(
+            ", repairing the gap's changes from {} to {} (unix ms), window {window} of {windows}",
+            repair.from_ms, repair.to_ms
+        )
+    });
     format!(
-        "{} {state}, {} row(s) in the destination at its start{export}",
+        "{} {state}, {} row(s) in the destination at its start{export}{repair}",
         snapshot.id, snapshot.rows_at_start
     )
 }
@@ -179,7 +187,14 @@ pub async fn show(
     let work: Vec<&Lease> = leases.iter().filter(|l| l.unit.is_work()).collect();
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
     let summary = positions(&leases);
-    let phase = (config.source.mode == Mode::Mirror).then(|| shared_mirror_phase(&leases));
+    let phase = (config.source.mode == Mode::Mirror).then(|| {
+        // A repair's generation reads its window's export files, no stream beside them
+        // (docs/coordination.md §11.12 rule 9).
+        match &snapshot {
+            Some(record) if record.repair.is_some() && record.closed.is_none() => "repair",
+            _ => shared_mirror_phase(&leases),
+        }
+    });
     if json {
         let rows: Vec<_> = leases.iter().map(lease_json).collect();
         println!(
@@ -215,8 +230,9 @@ pub async fn show(
             .checkpoint
             .as_ref()
             .map_or_else(|| "-".to_string(), LeaseCheckpoint::encode);
-        let checkpoint: String = if checkpoint.chars().count() > 60 {
-            checkpoint.chars().take(57).chain("...".chars()).collect()
+        // Wide enough for a shard's 40-digit sequence number with its `read_at`.
+        let checkpoint: String = if checkpoint.chars().count() > 72 {
+            checkpoint.chars().take(69).chain("...".chars()).collect()
         } else {
             checkpoint.to_string()
         };

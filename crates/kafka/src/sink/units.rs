@@ -252,6 +252,7 @@ mod tests {
             snapshot: None,
             beside: None,
             of: None,
+            repair: None,
         }
     }
 

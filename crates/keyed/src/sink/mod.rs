@@ -30,11 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_pipeline::batch::Batch;
+use ddbpipe_pipeline::checkpoint::store::RepairSweep;
 use ddbpipe_pipeline::sink::{
     CleanedUp, CloseShared, Fence, Fencing, RecordReader, Records, SharedSnapshot, SharedSnapshots,
     Sink, SinkError, SinkErrorClass, SnapshotClosed, Staged, Versioned,
 };
-use ddbpipe_source::position::LeaseCheckpoint;
+use ddbpipe_source::position::{LeaseCheckpoint, SharedRepair};
 use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy};
 use ddbpipe_value::ValueFormat;
 
@@ -229,8 +230,10 @@ impl KeyedSink {
         let shared = fence.and_then(|fence| fence.snapshot);
         let beside = fence.and_then(|fence| fence.beside);
         let of = fence.and_then(|fence| fence.of);
+        // A shared repair's window: its changes apply by version, refused once it is closed.
+        let repair = fence.and_then(|fence| fence.repair);
         let snapshot_id = state.and_then(Staged::snapshot_id).or(shared).or(beside);
-        let repair_id = state.and_then(Staged::repair_id);
+        let repair_id = state.and_then(Staged::repair_id).or(repair);
         let rows = self
             .rows_during(batch, snapshot_id.is_some(), repair_id)
             .map_err(|message| self.error(message))?;
@@ -249,7 +252,7 @@ impl KeyedSink {
                 counter: fence.counter,
                 position: fence.position.as_ref().map(LeaseCheckpoint::encode),
             });
-            write.snapshot = shared
+            write.snapshot = (shared.or(repair))
                 .map(SnapshotGuard::Open)
                 .or(of.map(SnapshotGuard::Of));
             write.record_of.clone_from(&self.shared_record);
@@ -334,10 +337,11 @@ impl SharedSnapshots for KeyedSink {
         replaces: i64,
         id: i64,
         why: &str,
+        repair: Option<&SharedRepair>,
     ) -> Result<SharedSnapshot, SinkError> {
         self.shared_record = Some(pipeline.to_string());
         self.db
-            .reopen_shared_snapshot(&self.table, pipeline, replaces, id, why)
+            .reopen_shared_snapshot(&self.table, pipeline, replaces, id, why, repair)
             .await
             .map_err(|e| self.db_error(e))
     }
@@ -346,6 +350,13 @@ impl SharedSnapshots for KeyedSink {
         Arc::new(SharedRecord {
             db: self.db.clone(),
         })
+    }
+
+    async fn rows_without_sequence_since(&mut self, since_ms: i64) -> Result<u64, SinkError> {
+        self.db
+            .rows_without_sequence_since(&self.table, since_ms)
+            .await
+            .map_err(|e| self.db_error(e))
     }
 
     async fn shared_export(
@@ -384,17 +395,41 @@ impl SharedSnapshots for KeyedSink {
             }),
             ..StateWrite::default()
         };
-        let request = CloseSnapshot {
-            id: snapshot.id,
-            delete_unseen: close.delete_unseen,
-            max_keys: close.max_keys,
+        let closed = match snapshot.repair {
+            // A repair's window (docs/coordination.md §11.12 rule 9): the rows its changes
+            // left out are swept, as one process closes a repair window.
+            Some(repair) => {
+                let sweep = RepairSweep {
+                    id: snapshot.id,
+                    from_ms: repair.window_from_ms,
+                    to_ms: repair.window_to_ms,
+                };
+                let deleted = self
+                    .db
+                    .close_repair_window(&self.table, sweep, &write)
+                    .await;
+                deleted.map(|deleted| CleanedUp {
+                    keys_written: 0,
+                    deleted,
+                    ceiling_hit: false,
+                })
+            }
+            None => {
+                let request = CloseSnapshot {
+                    id: snapshot.id,
+                    delete_unseen: close.delete_unseen,
+                    max_keys: close.max_keys,
+                };
+                let done = self.db.close_snapshot(&self.table, request, &write).await;
+                done.map(|done| CleanedUp {
+                    keys_written: done.keys_written,
+                    deleted: done.deleted,
+                    ceiling_hit: done.ceiling_hit,
+                })
+            }
         };
-        match self.db.close_snapshot(&self.table, request, &write).await {
-            Ok(done) => Ok(Some(CleanedUp {
-                keys_written: done.keys_written,
-                deleted: done.deleted,
-                ceiling_hit: done.ceiling_hit,
-            })),
+        match closed {
+            Ok(done) => Ok(Some(done)),
             Err(error) if error.is_fenced() => {
                 // Refused: closed already, or the record is not this snapshot's any more (a
                 // reset): read, not opened again.

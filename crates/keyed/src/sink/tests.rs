@@ -294,6 +294,7 @@ async fn a_claim_on_a_busy_database_is_retried() {
         snapshot: None,
         beside: None,
         of: None,
+        repair: None,
     };
     let claimed = sink.fencing().unwrap().claim(&fence).await.unwrap();
     assert_eq!(claimed, None, "nothing stored for the unit yet");

@@ -372,7 +372,7 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
         .await
         .expect("a change of the first generation while its snapshot is open");
     let second = db
-        .reopen_shared_snapshot(spec, "p", 100, 200, "shard a was trimmed")
+        .reopen_shared_snapshot(spec, "p", 100, 200, "shard a was trimmed", None)
         .await
         .expect("the first replacement");
     assert_eq!(
@@ -390,7 +390,14 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
         .await
         .expect("the replaced generation's fences were deleted with the replacement");
     let late = db
-        .reopen_shared_snapshot(spec, "p", 100, 300, "the same gap, found by another worker")
+        .reopen_shared_snapshot(
+            spec,
+            "p",
+            100,
+            300,
+            "the same gap, found by another worker",
+            None,
+        )
         .await
         .expect("a second replacement of the same snapshot");
     assert_eq!(late, second, "the first replacement is kept");
@@ -439,7 +446,7 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
     assert!(stale.is_fenced(), "{stale:?}");
     assert_eq!(count().await, 3, "k1, k3 and k4");
     let third = db
-        .reopen_shared_snapshot(spec, "p", 200, 500, "a damaged export")
+        .reopen_shared_snapshot(spec, "p", 200, 500, "a damaged export", None)
         .await
         .expect("a closed snapshot replaced");
     assert_eq!(
@@ -448,7 +455,7 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
     );
     db.reset_state("p").await.expect("reset");
     let gone = db
-        .reopen_shared_snapshot(spec, "p", 500, 600, "after a reset")
+        .reopen_shared_snapshot(spec, "p", 500, 600, "after a reset", None)
         .await
         .expect_err("a replacement after a reset");
     assert_contains_all("after a reset", &gone.message, &["500", "state reset"]);

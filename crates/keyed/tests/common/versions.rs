@@ -29,6 +29,7 @@ macro_rules! each_versions_scenario {
         $each!(a_snapshot_row_without_a_version_is_written_as_before_versions);
         $each!(a_repair_change_applies_only_over_an_older_row_and_marks_the_row_either_way);
         $each!(closing_a_repair_window_deletes_the_rows_streamed_inside_it_that_it_did_not_mark);
+        $each!(a_shared_repair_window_is_applied_under_its_record_and_closed_once);
         $each!(a_batch_of_stream_changes_ends_as_its_changes_applied_one_by_one);
     };
 }
@@ -538,6 +539,128 @@ pub async fn closing_a_repair_window_deletes_the_rows_streamed_inside_it_that_it
         db.load_state("p").await.expect("state")["meta"],
         "{}",
         "the state is written in the same transaction"
+    );
+}
+
+/// docs/coordination.md §11.12 rule 9: a shared repair's window is a generation of the
+/// snapshot record. Its batches apply by version under the record's guard (refused once the
+/// window is closed), and its close sweeps the rows streamed inside the window that it did
+/// not mark and closes the record, in one transaction, once.
+pub async fn a_shared_repair_window_is_applied_under_its_record_and_closed_once(
+    db: &Database,
+    spec: &TableSpec,
+    look: &impl Look,
+) {
+    use ddbpipe_keyed::{FenceWrite, SnapshotGuard};
+    use ddbpipe_pipeline::checkpoint::store::RepairSweep;
+    use ddbpipe_pipeline::sink::{SharedSnapshot, SnapshotClosed};
+    use ddbpipe_source::position::SharedRepair;
+
+    db.open_shared_snapshot(spec, "p", 100).await.expect("open");
+    // What generation 0 streamed: before the window, inside it (an item created and deleted
+    // inside the gap, which the export leaves out), after it.
+    let streamed = [
+        change("older", r#"{"v":1}"#, T - 1000, "100"),
+        change("vanished", r#"{"v":1}"#, T + 1000, "101"),
+        change("newer", r#"{"v":1}"#, T + 20_000, "102"),
+    ];
+    apply(db, spec, &streamed, None).await;
+    let window = SharedRepair::open(T, T + 10_000);
+    let record = db
+        .reopen_shared_snapshot(spec, "p", 100, 200, "a gap in the stream", Some(&window))
+        .await
+        .expect("the repair's generation");
+    assert_eq!((record.generation, record.repair), (1, Some(window)));
+    let under = |counter: u64| StateWrite {
+        pipeline: "p/snapshot-200".into(),
+        fences: vec![FenceWrite::new("segment:0/1", counter)],
+        snapshot: Some(SnapshotGuard::Open(200)),
+        record_of: Some("p".into()),
+        ..StateWrite::default()
+    };
+    let changes = [
+        repaired("older", Some(r#"{"v":2}"#), T + 5000, 200),
+        repaired("newer", Some(r#"{"v":0}"#), T + 5000, 200),
+        repaired("created", Some(r#"{"v":2}"#), T + 6000, 200),
+    ];
+    db.apply(spec, &changes, None, &under(1))
+        .await
+        .expect("the window's changes");
+    // The rows a later repair's sweep could not judge: written without a stream sequence
+    // number (this repair's two applied changes), at or after a time.
+    let unsure = |since_ms| db.rows_without_sequence_since(spec, since_ms);
+    assert_eq!(unsure(T).await.expect("count"), 2);
+    assert_eq!(unsure(T + 5001).await.expect("count"), 1);
+    assert_eq!(unsure(T + 6001).await.expect("count"), 0);
+    let closed = serde_json::to_string(&SharedSnapshot {
+        closed: Some(SnapshotClosed {
+            by: "w1".into(),
+            at_ms: T + 30_000,
+        }),
+        ..record.clone()
+    })
+    .expect("the closed record as JSON");
+    let closing = StateWrite {
+        pipeline: "p".into(),
+        snapshot: Some(SnapshotGuard::Close {
+            id: 200,
+            record: closed,
+        }),
+        ..StateWrite::default()
+    };
+    let sweep = RepairSweep {
+        id: 200,
+        from_ms: T,
+        to_ms: T + 10_000,
+    };
+    let deleted = db
+        .close_repair_window(spec, sweep, &closing)
+        .await
+        .expect("the window's close");
+    assert_eq!(
+        deleted, 1,
+        "the row streamed inside the window and left out"
+    );
+    let rows = look.rows(spec).await;
+    let docs: Vec<(&str, &serde_json::Value)> =
+        rows.iter().map(|(k, row)| (k.as_str(), &row.doc)).collect();
+    assert_eq!(
+        docs,
+        [
+            ("created", &serde_json::json!({"v": 2})),
+            ("newer", &serde_json::json!({"v": 1})),
+            ("older", &serde_json::json!({"v": 2})),
+        ],
+        "the window's changes applied over older rows only"
+    );
+    let late = db
+        .apply(
+            spec,
+            &[repaired("late", Some(r#"{"v":2}"#), T + 7000, 200)],
+            None,
+            &under(2),
+        )
+        .await
+        .expect_err("a batch of the window after its close");
+    assert!(late.is_fenced(), "{late:?}");
+    let again = db
+        .close_repair_window(spec, sweep, &closing)
+        .await
+        .expect_err("a second close");
+    assert!(again.is_fenced(), "{again:?}");
+    assert_eq!(
+        look.rows(spec).await.len(),
+        3,
+        "nothing more written or swept"
+    );
+    let stored = db
+        .shared_snapshot("p")
+        .await
+        .expect("read")
+        .expect("a record");
+    assert!(
+        stored.closed.is_some() && stored.repair == Some(window),
+        "{stored:?}"
     );
 }
 

@@ -58,6 +58,23 @@ impl ExportScript {
         }
     }
 
+    /// The exports of seed `seed` of the table behind `stream` without faults: 1–3 data files,
+    /// `IN_PROGRESS` for a describe or two (a repair's in the shared simulation).
+    // Only the shared simulation calls it; the single-process one includes this module too.
+    #[allow(dead_code)]
+    pub fn plain(seed: u64, stream: &Arc<FakeStreams>) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x7265_7061);
+        let fake = FakeExports::new("b", FakeStreamTable::of(Arc::clone(stream)))
+            .with_files(rng.random_range(1..=3))
+            .in_progress_for(rng.random_range(0..=2));
+        ExportScript {
+            fake,
+            max_concurrency: rng.random_range(1..=3),
+            page_lines: rng.random_range(1..=5),
+            fails: false,
+        }
+    }
+
     /// The export engine over the fake, with the run's retry policy.
     pub fn engine(&self, settings: &StreamRun) -> Arc<dyn SnapshotExports> {
         Arc::new(ExportEngine {

@@ -31,6 +31,11 @@
 //!    damaged export once, docs/scan.md §2.10).
 //! 6. A signal ends the worker in whatever generation it is; a failure that is none of rule 5
 //!    fails it.
+//! 7. **A repair is generations too.** With `on_gap: repair`, a gap that can be repaired
+//!    replaces the snapshot by a generation that applies the gap's changes from an incremental
+//!    export instead of reading the table, a generation per window of at most 24 h; once a
+//!    window is applied and closed, the next window's replaces it (`super::repair`; docs/
+//!    coordination.md §11.12 rule 9). Where the gap cannot be repaired it opens a snapshot.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,10 +44,12 @@ use std::time::Duration;
 use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::lease::LeaseTable;
+use ddbpipe_source::position::SharedRepair;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::shard_reader::StreamError;
 
+use super::mirror::Ended;
 use super::{LeasedMirror, LeasedMirrorOutcome};
 use crate::runner::{Progress, RunError};
 use crate::sink::{RecordReader, SharedSnapshot, SharedSnapshots};
@@ -70,6 +77,31 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             .map_err(RunError::from)?;
         let mut replaced = 0;
         loop {
+            // A repair whose window is applied goes on with its next window, in a generation of
+            // its own (rule 9); of workers opening it at once, the first one's is kept.
+            if let Some(next) = snapshot.next_window() {
+                let (window, windows) = next.window_of();
+                tracing::info!(
+                    snapshot = snapshot.id,
+                    window,
+                    windows,
+                    "The shared repair's window is applied: the next one follows."
+                );
+                let why =
+                    (snapshot.replaced.clone()).unwrap_or_else(|| "a gap in the stream".into());
+                snapshot = sink
+                    .reopen_shared_snapshot(
+                        &pipeline,
+                        snapshot.id,
+                        unix_now_ms(),
+                        &why,
+                        Some(&next),
+                    )
+                    .await
+                    .map_err(RunError::from)?;
+                replaced += 1;
+                continue;
+            }
             let (handle, generation_stop) = Cancel::new();
             let moved = Arc::new(AtomicBool::new(false));
             let watch = tokio::spawn(watch(
@@ -82,37 +114,54 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 Arc::clone(&moved),
             ));
             let id = snapshot.id;
-            let result = self
+            let ended = self
                 .generation(snapshot.clone(), sink, generation_stop, progress)
                 .await;
             watch.abort();
+            let result = match ended {
+                Ok(Ended::WindowApplied(_)) if stop.is_cancelled() => {
+                    return Err(StreamRunError::RepairInterrupted);
+                }
+                Ok(Ended::WindowApplied(closed)) => {
+                    snapshot = closed;
+                    continue;
+                }
+                Ok(Ended::Worker(outcome)) => Ok(outcome),
+                Err(error) => Err(error),
+            };
             if stop.is_cancelled() {
                 return with_earlier(result, replaced);
             }
+            let moved = moved.load(Ordering::SeqCst);
             // A failure of a generation already replaced (its close refused, say, as another
             // worker replaced it between this one's last segment and its close) moves too.
-            let replaced_meanwhile = || async {
-                result.is_err()
-                    && matches!(reader.read(pipeline.clone()).await, Ok(Some(record)) if record.id != id)
+            let stored = match &result {
+                Err(_) if !moved => reader.read(pipeline.clone()).await.ok().flatten(),
+                _ => None,
             };
-            let why = if moved.load(Ordering::SeqCst) || replaced_meanwhile().await {
-                None
-            } else {
-                match self.replaces(&snapshot, &result) {
-                    Some(why) => Some(why),
-                    None => return with_earlier(result, replaced),
+            let replacement = match stored {
+                _ if moved => None,
+                Some(stored) if stored.id != id => None,
+                stored => {
+                    let current = stored.unwrap_or_else(|| snapshot.clone());
+                    match self.replacement(&current, &result, sink, &stop).await? {
+                        Some(replacement) => Some(replacement),
+                        None => return with_earlier(result, replaced),
+                    }
                 }
             };
-            snapshot = match why {
-                Some(why) => {
+            snapshot = match replacement {
+                Some((why, repair)) => {
                     tracing::warn!(
                         snapshot = id,
                         generation = snapshot.generation,
                         reason = %why,
-                        "The shared snapshot cannot be completed or kept up: a snapshot of the \
-                         next generation replaces it, and every worker moves to it."
+                        repair = repair.is_some(),
+                        "The shared snapshot cannot be completed or kept up: a generation that \
+                         snapshots the table again (or, with repair, applies the gap's changes \
+                         from incremental exports) replaces it, and every worker moves to it."
                     );
-                    sink.reopen_shared_snapshot(&pipeline, id, unix_now_ms(), &why)
+                    sink.reopen_shared_snapshot(&pipeline, id, unix_now_ms(), &why, repair.as_ref())
                         .await
                         .map_err(RunError::from)?
                 }
@@ -138,25 +187,31 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         }
     }
 
-    /// Why `result`, the end of `snapshot`'s generation on this worker, replaces the snapshot
-    /// (rule 5); `None` when it is the worker's end.
-    fn replaces(
+    /// Why `result`, the end of a generation on this worker whose record is `current`, replaces
+    /// the snapshot (rule 5), and the repair that does (rule 9); `None` when it is the worker's
+    /// end.
+    async fn replacement<S: SharedSnapshots>(
         &self,
-        snapshot: &SharedSnapshot,
+        current: &SharedSnapshot,
         result: &Result<LeasedMirrorOutcome, StreamRunError>,
-    ) -> Option<String> {
-        let error = result.as_ref().err()?;
+        sink: &mut S,
+        stop: &Cancel,
+    ) -> Result<Option<(String, Option<SharedRepair>)>, StreamRunError> {
+        let Some(error) = result.as_ref().err() else {
+            return Ok(None);
+        };
         if let Some(damaged) = error.damaged_export() {
             let again =
-                (snapshot.replaced.as_deref()).is_some_and(|why| why.starts_with(DAMAGED_EXPORT));
-            return (!again).then(|| format!("{DAMAGED_EXPORT}: {damaged}"));
+                (current.replaced.as_deref()).is_some_and(|why| why.starts_with(DAMAGED_EXPORT));
+            return Ok((!again).then(|| (format!("{DAMAGED_EXPORT}: {damaged}"), None)));
         }
         match error {
             StreamRunError::Run(RunError::Stream(StreamError::Gap(gap))) if self.resnapshot => {
                 let gap = gaps::without_remedy(gap, gaps::GapRemedy::StateReset);
-                Some(format!("a gap in the stream: {gap}"))
+                let repair = self.plan_repair(current, sink, stop).await?;
+                Ok(Some((format!("a gap in the stream: {gap}"), repair)))
             }
-            _ => None,
+            _ => Ok(None),
         }
     }
 }

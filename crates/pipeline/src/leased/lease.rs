@@ -151,6 +151,7 @@ pub(crate) fn fence<T: LeaseTable>(
         snapshot: None,
         beside: None,
         of: None,
+        repair: None,
     }
 }
 
@@ -280,6 +281,7 @@ pub(crate) async fn write<T: LeaseTable, S: Sink>(
         snapshot: mark.rows,
         beside: mark.beside,
         of: mark.of,
+        repair: mark.repair,
         ..fence(worker, &unit, counter, position)
     };
     match fencing.write_fenced(batch, &fence).await {

@@ -74,7 +74,9 @@ use super::units::{SnapshotMark, Units, View};
 use super::{Leased, LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::runner::{Progress, RunError};
-use crate::sink::{CleanedUp, CloseShared, RunStart, SharedSnapshot, SharedSnapshots, Sink};
+use crate::sink::{
+    CleanedUp, CloseShared, RunStart, SharedSnapshot, SharedSnapshots, Sink, SnapshotClosed,
+};
 use crate::streams::StreamRunError;
 
 /// A mirror run by one worker of several.
@@ -96,6 +98,10 @@ pub struct LeasedMirror<TA, SA, T> {
     /// in place of the current one, and every worker moves to it (module docs, Gaps);
     /// otherwise the gap fails the worker.
     pub resnapshot: bool,
+    /// The export engine a gap is repaired with (`on_gap: repair`, docs/coordination.md §11.12
+    /// rule 9; a repair left open in the record is finished through it whatever `on_gap` says
+    /// now): `None` without an export bucket.
+    pub repairs: Option<SharedExports>,
     /// How often the worker reads the snapshot record to learn that another worker replaced
     /// its snapshot.
     pub watch_interval: Duration,
@@ -103,6 +109,15 @@ pub struct LeasedMirror<TA, SA, T> {
 
 /// A worker's scan and stream of one generation.
 type Phases<TA, SA, T> = (LeasedScan<TA, T>, LeasedStreams<SA, T>);
+
+/// How a generation ended on this worker, when it did not fail.
+pub(super) enum Ended {
+    /// This worker's end (its stream ended).
+    Worker(LeasedMirrorOutcome),
+    /// A repair's window was applied and closed, and another window follows (its record as
+    /// this worker last knows it, closed): the next generation goes on with it.
+    WindowApplied(SharedSnapshot),
+}
 
 /// How a shared mirror's snapshot is read from an export (`snapshot.engine: export`).
 #[derive(Clone)]
@@ -171,19 +186,25 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         sink: &mut S,
         stop: Cancel,
         progress: &dyn Progress,
-    ) -> Result<LeasedMirrorOutcome, StreamRunError> {
+    ) -> Result<Ended, StreamRunError> {
         let (scan, mut streams) = self.parts(&snapshot)?;
         let pipeline = self.scan.worker.pipeline().to_string();
         let worker = scan.worker.id().to_string();
-        // The segment rows the stream phase keeps: a Scan's, or those of the export's files.
-        let mut total = self
-            .exports
-            .is_none()
+        // The segment rows the stream phase keeps: a Scan's, or those of the export's files
+        // (a repair window's included).
+        let mut total = (self.exports.is_none() && snapshot.repair.is_none())
             .then(|| scan.reader.total_segments.max(1));
         let mut scanned = None;
         let mut changes_beside = 0;
         let mut cleanup = None;
-        if snapshot.closed.is_none() {
+        if snapshot.closed.is_none() && snapshot.repair.is_some() {
+            let outcome = self
+                .repair_window(scan, &mut snapshot, sink, &stop, progress)
+                .await?;
+            total = Some(outcome.total_segments);
+            scanned = Some(outcome);
+            cleanup = self.close(&pipeline, &worker, &snapshot, sink).await?;
+        } else if snapshot.closed.is_none() {
             tracing::info!(
                 snapshot = snapshot.id,
                 generation = snapshot.generation,
@@ -191,7 +212,11 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 "The shared snapshot is open: reading its segments beside the stream."
             );
             let segments = match &self.exports {
-                None => Segments::new(Arc::new(scan.reader.clone()), scan.batch, Some(snapshot.id)),
+                None => Segments::new(
+                    Arc::new(scan.reader.clone()),
+                    scan.batch,
+                    SnapshotMark::rows(snapshot.id),
+                ),
                 Some(exports) => {
                     let arn = match shared_export(exports, &pipeline, &snapshot, sink, &stop).await
                     {
@@ -204,8 +229,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                     };
                     // The record closes with its export named.
                     snapshot.export = Some(arn.clone());
-                    let waiting = export_segments(exports.clone(), arn, stop.clone());
-                    Segments::waiting(waiting, scan.batch, Some(snapshot.id))
+                    let waiting = export_segments(exports.clone(), arn, false, stop.clone());
+                    Segments::waiting(waiting, scan.batch, SnapshotMark::rows(snapshot.id))
                 }
             };
             let (outcome, beside) =
@@ -217,35 +242,15 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             if !completed {
                 return Err(StreamRunError::SnapshotInterrupted);
             }
-            let close = CloseShared {
+            cleanup = self.close(&pipeline, &worker, &snapshot, sink).await?;
+        }
+        if snapshot.repair.is_some() {
+            snapshot.closed.get_or_insert(SnapshotClosed {
                 by: worker.clone(),
                 at_ms: unix_now_ms(),
-                delete_unseen: self.deletes && snapshot.rows_at_start > 0,
-                max_keys: self.max_keys,
-            };
-            cleanup = sink
-                .close_shared_snapshot(&pipeline, &snapshot, &close)
-                .await
-                .map_err(RunError::from)?;
-            match cleanup {
-                Some(done) => {
-                    tracing::info!(
-                        snapshot = snapshot.id,
-                        keys = done.keys_written,
-                        deleted = done.deleted,
-                        "Shared snapshot closed here: complete-read cleanup committed."
-                    );
-                    if done.ceiling_hit {
-                        return Err(StreamRunError::CleanupSkipped {
-                            keys: done.keys_written,
-                            max_keys: self.max_keys,
-                        });
-                    }
-                }
-                None => tracing::info!(
-                    snapshot = snapshot.id,
-                    "The shared snapshot was closed by another worker."
-                ),
+            });
+            if snapshot.next_window().is_some() {
+                return Ok(Ended::WindowApplied(snapshot));
             }
         }
         // An export's files are unknown to a worker that came after the close: the rows found
@@ -262,22 +267,74 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         let streamed = streams
             .run_of(sink, stop, progress, Some(snapshot.id))
             .await?;
-        Ok(LeasedMirrorOutcome {
+        Ok(Ended::Worker(LeasedMirrorOutcome {
             snapshot,
             scan: scanned,
             changes_beside,
             cleanup,
             streams: streamed,
             replaced: 0,
-        })
+        }))
+    }
+
+    /// Tries the close of `snapshot` (its complete-read cleanup, or a repair window's sweep,
+    /// docs/coordination.md §11.12 rule 9) as `worker`: what it did when this worker committed
+    /// it, `None` when another worker had. A cleanup that skipped its deletes stops the worker
+    /// once, as one process does.
+    async fn close<S: SharedSnapshots>(
+        &self,
+        pipeline: &str,
+        worker: &str,
+        snapshot: &SharedSnapshot,
+        sink: &mut S,
+    ) -> Result<Option<CleanedUp>, StreamRunError> {
+        let close = CloseShared {
+            by: worker.to_string(),
+            at_ms: unix_now_ms(),
+            delete_unseen: self.deletes && snapshot.rows_at_start > 0,
+            max_keys: self.max_keys,
+        };
+        let cleanup = sink
+            .close_shared_snapshot(pipeline, snapshot, &close)
+            .await
+            .map_err(RunError::from)?;
+        match (cleanup, snapshot.repair) {
+            (Some(done), Some(repair)) => tracing::info!(
+                snapshot = snapshot.id,
+                window_from_ms = repair.window_from_ms,
+                window_to_ms = repair.window_to_ms,
+                deleted = done.deleted,
+                "Shared repair window closed here: the rows its changes left out are deleted."
+            ),
+            (Some(done), None) => {
+                tracing::info!(
+                    snapshot = snapshot.id,
+                    keys = done.keys_written,
+                    deleted = done.deleted,
+                    "Shared snapshot closed here: complete-read cleanup committed."
+                );
+                if done.ceiling_hit {
+                    return Err(StreamRunError::CleanupSkipped {
+                        keys: done.keys_written,
+                        max_keys: self.max_keys,
+                    });
+                }
+            }
+            (None, _) => tracing::info!(
+                snapshot = snapshot.id,
+                "The shared snapshot was closed by another worker."
+            ),
+        }
+        Ok(cleanup)
     }
 }
 
 /// The export shared snapshot `snapshot` reads (module docs, Exports): the one its record
 /// names unless it FAILED, else the configured `export_arn`, else a new one whose client token
 /// is made of the snapshot's id (so workers starting it at once start one), stored in the
-/// record before anything waits for it; the record's export wins.
-async fn shared_export<S: SharedSnapshots>(
+/// record before anything waits for it; the record's export wins. A repair's record reads the
+/// incremental export of its window so (`super::repair`, rule 3).
+pub(super) async fn shared_export<S: SharedSnapshots>(
     exports: &SharedExports,
     pipeline: &str,
     snapshot: &SharedSnapshot,
@@ -286,10 +343,17 @@ async fn shared_export<S: SharedSnapshots>(
 ) -> Result<String, RunError> {
     let stored = snapshot.export.as_deref();
     let unique = snapshot.id.to_string();
-    let arn = exports
-        .engine
-        .begin(stored, &exports.table_arn, &unique, GivenExport::Read, stop)
-        .await?;
+    let engine = &exports.engine;
+    let arn = match snapshot.repair {
+        None => {
+            let given = GivenExport::Read;
+            (engine.begin(stored, &exports.table_arn, &unique, given, stop)).await?
+        }
+        Some(repair) => {
+            let window = (repair.window_from_ms, repair.window_to_ms);
+            (engine.begin_incremental(stored, &exports.table_arn, window, &unique, stop)).await?
+        }
+    };
     if stored == Some(arn.as_str()) {
         return Ok(arn);
     }
@@ -302,14 +366,24 @@ async fn shared_export<S: SharedSnapshots>(
     Ok(kept)
 }
 
-/// The task that waits for export `arn` and reads its manifests: its data files are the
-/// snapshot's segments.
-fn export_segments(exports: SharedExports, arn: String, stop: Cancel) -> Waiting {
+/// The task that waits for export `arn` (`incremental`: a repair window's) and reads its
+/// manifests: its data files are the snapshot's segments.
+pub(super) fn export_segments(
+    exports: SharedExports,
+    arn: String,
+    incremental: bool,
+    stop: Cancel,
+) -> Waiting {
     tokio::spawn(
         async move {
-            tracing::info!(export = %arn, "The shared snapshot reads an export.");
+            tracing::info!(export = %arn, incremental, "The shared snapshot reads an export.");
             let shape = Arc::clone(&exports.shape);
-            Ok(exports.engine.segments(&arn, shape, &stop).await?)
+            let engine = &exports.engine;
+            Ok(if incremental {
+                engine.incremental_segments(&arn, shape, &stop).await?
+            } else {
+                engine.segments(&arn, shape, &stop).await?
+            })
         }
         .in_current_span(),
     )
@@ -338,9 +412,9 @@ async fn beside_the_stream<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable
             streams.run.clone(),
             Vec::new(),
             SnapshotMark {
-                rows: None,
                 beside: snapshot,
                 of: snapshot,
+                ..SnapshotMark::default()
             },
         ),
         listed: Vec::new(),

@@ -38,6 +38,7 @@
 mod generations;
 mod lease;
 mod mirror;
+mod repair;
 mod rows;
 mod segments;
 mod shards;

@@ -69,28 +69,46 @@ impl<A: TableApi, T: LeaseTable> LeasedScan<A, T> {
         progress: &dyn Progress,
     ) -> Result<LeasedOutcome, RunError> {
         let total = self.reader.total_segments.max(1);
-        let segments = Segments::new(Arc::new(self.reader), self.batch, None);
-        let run = Leased {
-            units: segments,
-            worker: self.worker,
-            checkpoint_interval: self.checkpoint_interval,
-            identity: self.identity,
-        };
-        sink.start(RunStart::Resumed).await?;
-        let (ran, segments) = run.run(sink, stop, progress).await?;
-        if ran.end {
+        let segments = Segments::new(Arc::new(self.reader), self.batch, SnapshotMark::default());
+        let parts = (self.worker, self.checkpoint_interval, self.identity);
+        let outcome = read_segments(segments, parts, sink, stop, progress).await?;
+        if outcome.completed {
             sink.complete().await?;
         }
         Ok(LeasedOutcome {
-            read: segments.items_read(),
-            written: ran.written,
-            capacity_units: segments.capacity_units(),
-            completed: ran.end,
-            segments_done: segments.done(&ran.rows),
             total_segments: total,
-            leases: ran.leases,
+            ..outcome
         })
     }
+}
+
+/// This worker's part of a shared run of `segments` (a scan's, a repair's window), with its
+/// worker, checkpoint interval and settings: until every segment is done (by any worker),
+/// `stop` fires, or something fails.
+pub(crate) async fn read_segments<T: LeaseTable, S: Sink>(
+    segments: Segments,
+    (worker, checkpoint_interval, identity): (Worker<T>, Duration, Identity),
+    sink: &mut S,
+    stop: Cancel,
+    progress: &dyn Progress,
+) -> Result<LeasedOutcome, RunError> {
+    let run = Leased {
+        units: segments,
+        worker,
+        checkpoint_interval,
+        identity,
+    };
+    sink.start(RunStart::Resumed).await?;
+    let (ran, segments) = run.run(sink, stop, progress).await?;
+    Ok(LeasedOutcome {
+        read: segments.items_read(),
+        written: ran.written,
+        capacity_units: segments.capacity_units(),
+        completed: ran.end,
+        segments_done: segments.done(&ran.rows),
+        total_segments: segments.total().unwrap_or_default(),
+        leases: ran.leases,
+    })
 }
 
 /// The segments of one snapshot or scan: a Scan's, or an export's data files.
@@ -104,20 +122,20 @@ pub(crate) struct Segments {
     batch: BatchLimits,
     /// Items received.
     read: u64,
-    /// The open shared snapshot whose rows the segments are (a shared mirror).
-    snapshot: Option<i64>,
+    /// What the segments' batches carry of a shared mirror's record: the open snapshot whose
+    /// rows they are, or the repair whose window's changes they are.
+    mark: SnapshotMark,
 }
 
 /// The task that finds a snapshot's segments (an export's wait and manifests).
 pub(crate) type Waiting = tokio::task::JoinHandle<Result<Arc<dyn SegmentRead>, RunError>>;
 
 impl Segments {
-    /// The segments `reader` reads, in batches of `batch`; `snapshot`: the open shared
-    /// snapshot whose rows they are.
+    /// The segments `reader` reads, in batches of `batch` carrying `mark`.
     pub(crate) fn new(
         reader: Arc<dyn SegmentRead>,
         batch: BatchLimits,
-        snapshot: Option<i64>,
+        mark: SnapshotMark,
     ) -> Self {
         Segments {
             reader: OnceLock::from(reader),
@@ -125,21 +143,21 @@ impl Segments {
             failed: Mutex::new(None),
             batch,
             read: 0,
-            snapshot,
+            mark,
         }
     }
 
     /// The segments `waiting` finds (an export's files once it completed): none is listed or
     /// read before (one taken meanwhile is held); its failure fails the run at the next round
     /// (`check`).
-    pub(crate) fn waiting(waiting: Waiting, batch: BatchLimits, snapshot: Option<i64>) -> Self {
+    pub(crate) fn waiting(waiting: Waiting, batch: BatchLimits, mark: SnapshotMark) -> Self {
         Segments {
             reader: OnceLock::new(),
             waiting: Mutex::new(Some(waiting)),
             failed: Mutex::new(None),
             batch,
             read: 0,
-            snapshot,
+            mark,
         }
     }
 
@@ -175,7 +193,7 @@ impl Segments {
 
     /// The open shared snapshot whose rows the segments are.
     pub(crate) fn snapshot(&self) -> Option<i64> {
-        self.snapshot
+        self.mark.rows
     }
 
     /// The segments' number, once known.
@@ -283,13 +301,10 @@ impl Units for Segments {
             .is_some_and(|reader| reading < reader.max_concurrency())
     }
 
+    /// A snapshot batch is guarded by its rows' snapshot, a repair's by its window's record:
+    /// either names the generation.
     fn snapshot_of(&self, _unit: &UnitId) -> SnapshotMark {
-        SnapshotMark {
-            rows: self.snapshot,
-            beside: None,
-            // A snapshot batch is guarded by its rows' snapshot, which names the generation.
-            of: None,
-        }
+        self.mark
     }
 
     fn push(&mut self, batcher: &mut Batcher, page: PageOut) -> Vec<Batch> {

@@ -10,10 +10,12 @@
 //!
 //! # Where a shard starts
 //! At its row's checkpoint (`ddbpipe_source::streams::leased::leased_start`): none at
-//! `TRIM_HORIZON`, `After(seq)` after it, `Latest { since_ms }` (a first run from `latest`
+//! `TRIM_HORIZON`, `After { seq, .. }` after it, `Latest { since_ms }` (a first run from `latest`
 //! creates the open shards' rows so) from `TRIM_HORIZON` dropping records created before that
 //! time, so a take-over before the first checkpoint loses nothing. Shards already closed then
-//! are created `ShardEnd`, unread.
+//! are created `ShardEnd`, unread. A positioned row also keeps the shard's `read_at`, raised by
+//! the batches' `ReadAt` marks as one process's position is: a repair across workers starts
+//! its window there (docs/coordination.md §11.12 rule 9).
 //!
 //! # Gaps found before reading (docs/streams.md §4.5 layers 2 and 3, for lease rows)
 //! 1. The leader's listing: a shard without a row whose parent is neither listed nor has a
@@ -45,7 +47,7 @@ use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::events::{LagMeasured, ShardsCounted};
-use ddbpipe_source::ids::ShardId;
+use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, UnitSpec, Worker};
 use ddbpipe_source::position::LeaseCheckpoint;
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
@@ -178,6 +180,10 @@ pub(crate) fn shard_reads<A: StreamsApi>(
     }
 }
 
+/// Where a held shard stands in the batches marked so far: its last sequence number (none while
+/// nothing is read) and its `read_at` (unix s).
+type Reached = (Option<SequenceNumber>, Option<i64>);
+
 /// The shards of one stream.
 pub(crate) struct Shards<A> {
     source: ShardReads<A>,
@@ -196,6 +202,10 @@ pub(crate) struct Shards<A> {
     /// The held shards read from nothing read yet, with their floors: what a `Verify` mark
     /// refreshes.
     unread: Mutex<BTreeMap<ShardId, Option<i64>>>,
+    /// Each held shard's last sequence number marked (none while nothing is read) and its
+    /// `read_at` (unix s): a row's verification, then raised by the `Verify` and `ReadAt`
+    /// marks, as one process's position keeps it (module docs, Where a shard starts).
+    positioned: Mutex<BTreeMap<ShardId, Reached>>,
     /// When records last arrived from a shard: the idle clock.
     last_records: Instant,
     /// What the batches carry of a shared mirror's snapshot: the open one the stream is read
@@ -221,6 +231,7 @@ impl<A> Shards<A> {
             listed_ms: None,
             seen: BTreeMap::new(),
             unread: Mutex::default(),
+            positioned: Mutex::default(),
             last_records: Instant::now(),
             mark,
         }
@@ -283,6 +294,19 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
             reads.remove(shard);
         }
         drop(reads);
+        let reached = match from {
+            Some(LeaseCheckpoint::After { seq, read_at_s }) => (Some(seq.clone()), *read_at_s),
+            other => (
+                None,
+                other
+                    .and_then(LeaseCheckpoint::verified_ms)
+                    .map(|ms| ms.div_euclid(1000)),
+            ),
+        };
+        self.positioned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(shard.clone(), reached);
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -320,29 +344,58 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         batcher.push_handed(handed)
     }
 
-    /// The shard positions a batch reaches; the lease row keeps the sequence number alone. A
-    /// shard with nothing read that read empty twice is verified again, keeping its floor.
+    /// The shard positions a batch reaches: a positioned shard's row keeps its sequence number
+    /// and its `read_at`, raised by the batch's `ReadAt` marks (one process's rule, docs/streams.md
+    /// §4.12). A shard with nothing read that read empty twice is verified again, keeping its
+    /// floor.
     fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
         let unread = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut positioned = self
+            .positioned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let raise = |read_at: &mut Option<i64>, at: i64| {
+            *read_at = Some(read_at.map_or(at, |stored| stored.max(at)));
+        };
+        let after = |shard: &ShardId, (seq, read_at_s): &Reached| {
+            let at = LeaseCheckpoint::After {
+                seq: seq.clone()?,
+                read_at_s: *read_at_s,
+            };
+            Some((UnitId::Shard(shard.clone()), at))
+        };
         batch
             .shards
             .iter()
             .filter_map(|mark| match mark {
-                StreamMark::Verify(shard, at_s) => unread.get(shard).map(|floor_ms| {
-                    let at_ms = at_s.saturating_mul(1000);
-                    (
-                        UnitId::Shard(shard.clone()),
-                        LeaseCheckpoint::verified(at_ms, *floor_ms),
-                    )
-                }),
-                StreamMark::Advance(shard, seq) => Some((
-                    UnitId::Shard(shard.clone()),
-                    LeaseCheckpoint::After(seq.clone()),
-                )),
+                StreamMark::Verify(shard, at_s) => {
+                    if let Some((None, read_at)) = positioned.get_mut(shard) {
+                        raise(read_at, *at_s);
+                    }
+                    unread.get(shard).map(|floor_ms| {
+                        let at_ms = at_s.saturating_mul(1000);
+                        (
+                            UnitId::Shard(shard.clone()),
+                            LeaseCheckpoint::verified(at_ms, *floor_ms),
+                        )
+                    })
+                }
+                StreamMark::Advance(shard, seq) => {
+                    let at = positioned.entry(shard.clone()).or_default();
+                    at.0 = Some(seq.clone());
+                    after(shard, at)
+                }
+                StreamMark::ReadAt(shard, read_at) => {
+                    let at = positioned.get_mut(shard)?;
+                    at.0.as_ref()?;
+                    raise(&mut at.1, *read_at);
+                    after(shard, at)
+                }
                 StreamMark::Finish(shard, _) => {
+                    positioned.remove(shard);
                     Some((UnitId::Shard(shard.clone()), LeaseCheckpoint::ShardEnd))
                 }
-                StreamMark::Admit { .. } | StreamMark::ReadAt(..) => None,
+                StreamMark::Admit { .. } => None,
             })
             .collect()
     }

@@ -120,6 +120,27 @@ pub(crate) struct SnapshotMark {
     /// The snapshot of the generation reading the batch (a shared mirror): refused once
     /// another snapshot replaced it.
     pub of: Option<i64>,
+    /// The batch holds the changes of a shared repair's window (docs/coordination.md §11.12
+    /// rule 9).
+    pub repair: Option<i64>,
+}
+
+impl SnapshotMark {
+    /// The batches of snapshot `id`'s rows.
+    pub(crate) fn rows(id: i64) -> Self {
+        SnapshotMark {
+            rows: Some(id),
+            ..SnapshotMark::default()
+        }
+    }
+
+    /// The batches of the changes of shared repair `id`'s window.
+    pub(crate) fn repair(id: i64) -> Self {
+        SnapshotMark {
+            repair: Some(id),
+            ..SnapshotMark::default()
+        }
+    }
 }
 
 /// What a kind's end rule looks at.

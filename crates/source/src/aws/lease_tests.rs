@@ -390,5 +390,5 @@ async fn two_processes_with_one_worker_id_are_fenced_apart() {
 
 /// A shard's checkpoint after sequence number `seq`.
 fn after(seq: &str) -> LeaseCheckpoint {
-    LeaseCheckpoint::After(crate::ids::SequenceNumber::parse(seq).unwrap())
+    LeaseCheckpoint::after(crate::ids::SequenceNumber::parse(seq).unwrap())
 }

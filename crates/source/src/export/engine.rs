@@ -124,6 +124,16 @@ pub trait SnapshotExports: Send + Sync {
         cancel: &'a Cancel,
     ) -> Pending<'a, Arc<dyn SegmentRead>>;
 
+    /// Incremental export `arn` as [`segments`](SnapshotExports::segments) are read, writing
+    /// its changes as change envelopes of `shape`'s table: the units of a repair across
+    /// workers (docs/coordination.md §11.12 rule 9).
+    fn incremental_segments<'a>(
+        &'a self,
+        arn: &'a str,
+        shape: Arc<SnapshotShape>,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, Arc<dyn SegmentRead>>;
+
     /// `DescribeContinuousBackups` of `table_name`: whether point-in-time recovery is on and
     /// the window it covers (a repair needs its start inside it).
     fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery>;
@@ -294,14 +304,16 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
         shape: Arc<SnapshotShape>,
         cancel: &'a Cancel,
     ) -> Pending<'a, Arc<dyn SegmentRead>> {
-        Box::pin(async move {
-            let key_schema = shape.key_schema.clone();
-            let reader = self
-                .typed_reader(arn, Render::Snapshots(shape), key_schema)
-                .reader;
-            let segments = ExportSegments::of(reader, cancel).await?;
-            Ok(Arc::new(segments) as Arc<dyn SegmentRead>)
-        })
+        self.segments_of(arn, ExportType::Full, shape, cancel)
+    }
+
+    fn incremental_segments<'a>(
+        &'a self,
+        arn: &'a str,
+        shape: Arc<SnapshotShape>,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, Arc<dyn SegmentRead>> {
+        self.segments_of(arn, ExportType::Incremental, shape, cancel)
     }
 
     fn recovery<'a>(&'a self, table_name: &'a str, cancel: &'a Cancel) -> Pending<'a, Recovery> {
@@ -381,6 +393,25 @@ impl<E: ExportApi, O: ObjectStore> SnapshotExports for ExportEngine<E, O> {
 }
 
 impl<E: ExportApi, O: ObjectStore> ExportEngine<E, O> {
+    /// Export `arn` of `kind`, waited for and its manifests read, as segments (file `i`
+    /// segment `i`).
+    fn segments_of<'a>(
+        &'a self,
+        arn: &'a str,
+        kind: ExportType,
+        shape: Arc<SnapshotShape>,
+        cancel: &'a Cancel,
+    ) -> Pending<'a, Arc<dyn SegmentRead>> {
+        Box::pin(async move {
+            let key_schema = shape.key_schema.clone();
+            let reader = self
+                .typed_reader_of(arn, kind, Render::Snapshots(shape), key_schema)
+                .reader;
+            let segments = ExportSegments::of(reader, cancel).await?;
+            Ok(Arc::new(segments) as Arc<dyn SegmentRead>)
+        })
+    }
+
     /// A new full export of `table_arn`, its token made of the target, `unique` and `after`
     /// (the failed or damaged export it replaces, or nothing).
     async fn start_full(

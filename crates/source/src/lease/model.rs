@@ -111,7 +111,7 @@ impl LeaseState {
                 LeaseState::Pending
             }
             LeaseCheckpoint::Cursor(_)
-            | LeaseCheckpoint::After(_)
+            | LeaseCheckpoint::After { .. }
             | LeaseCheckpoint::Settings(_)
             | LeaseCheckpoint::Unknown(_) => LeaseState::Processing,
         }
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(taken.renewed(2).unwrap().counter, LeaseCounter(2));
         assert_eq!(taken.released(2).unwrap().counter, LeaseCounter(2));
         assert_eq!(taken.released(2).unwrap().owner, None);
-        let at = LeaseCheckpoint::After(crate::ids::SequenceNumber::parse("7").unwrap());
+        let at = LeaseCheckpoint::after(crate::ids::SequenceNumber::parse("7").unwrap());
         let checkpointed = taken.checkpointed(&at, 3).unwrap();
         assert_eq!(checkpointed.state, LeaseState::Processing);
         assert_eq!(checkpointed.counter, LeaseCounter(2));

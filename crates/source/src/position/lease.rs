@@ -6,7 +6,7 @@
 //! |-----------------------------|------------------------------------|----------|
 //! | [`LeaseCheckpoint::Cursor`] | the key as typed JSON (`{"pk":{"S":"k"}}`) | segment |
 //! | [`LeaseCheckpoint::Done`]   | `done`                             | segment  |
-//! | [`LeaseCheckpoint::After`]  | `after:<sequence number>`          | shard    |
+//! | [`LeaseCheckpoint::After`]  | `after:<sequence number>`, or `after:<sequence number>,read:<unix s>` with its `read_at` | shard |
 //! | [`LeaseCheckpoint::Latest`] | `latest:<unix ms>`                 | shard    |
 //! | [`LeaseCheckpoint::Verified`] | `verified:<unix ms>`, or `verified:<unix ms>,latest:<unix ms>` with a floor | shard |
 //! | [`LeaseCheckpoint::ShardEnd`] | `end`                            | shard    |
@@ -27,6 +27,13 @@
 //! listed, shown and reset; a worker that takes it stops, naming the row
 //! ([`LeaseCheckpoint::unreadable`]). The forms are pinned by golden tests: lease tables written
 //! by earlier versions keep loading.
+//!
+//! # When a positioned shard was read
+//! A positioned row keeps its `read_at` (one process's, docs/streams.md
+//! §4.12): every record of the shard created before that time (unix s) was delivered. A repair
+//! of a gap across workers starts its window there (docs/coordination.md §11.12 rule 9). A row
+//! without it (`after:<seq>` alone, written before `read_at` was kept) says nothing: such a gap is mended
+//! by a new snapshot instead.
 
 use ddbpipe_value::Item;
 
@@ -40,7 +47,13 @@ pub enum LeaseCheckpoint {
     /// A segment read to its end.
     Done,
     /// A shard read up to this sequence number: it resumes after it.
-    After(SequenceNumber),
+    After {
+        /// The last sequence number delivered.
+        seq: SequenceNumber,
+        /// Every record of the shard created before this time (unix s) was delivered (module
+        /// docs, When a positioned shard was read); `None` in an earlier version's row.
+        read_at_s: Option<i64>,
+    },
     /// A shard not read yet whose first run started from `latest`: it is read from
     /// `TRIM_HORIZON`, dropping records created before this time (unix ms), so a take-over
     /// before the first checkpoint loses nothing.
@@ -103,6 +116,7 @@ const AFTER: &str = "after:";
 const LATEST: &str = "latest:";
 const VERIFIED: &str = "verified:";
 const FLOOR: &str = ",latest:";
+const READ_AT: &str = ",read:";
 
 impl LeaseCheckpoint {
     /// The stored text.
@@ -110,7 +124,10 @@ impl LeaseCheckpoint {
         match self {
             LeaseCheckpoint::Cursor(key) => ddbpipe_value::item_to_typed_json(key).to_string(),
             LeaseCheckpoint::Done => DONE.to_string(),
-            LeaseCheckpoint::After(seq) => format!("{AFTER}{}", seq.as_str()),
+            LeaseCheckpoint::After { seq, read_at_s } => match read_at_s {
+                None => format!("{AFTER}{}", seq.as_str()),
+                Some(at) => format!("{AFTER}{}{READ_AT}{at}", seq.as_str()),
+            },
             LeaseCheckpoint::Latest { since_ms } => format!("{LATEST}{since_ms}"),
             LeaseCheckpoint::Verified { at_ms, floor_ms } => match floor_ms {
                 None => format!("{VERIFIED}{at_ms}"),
@@ -134,8 +151,8 @@ impl LeaseCheckpoint {
                 .map_or_else(unknown, LeaseCheckpoint::Cursor),
             CheckpointKind::Shard if text == SHARD_END => LeaseCheckpoint::ShardEnd,
             CheckpointKind::Shard => {
-                if let Some(seq) = text.strip_prefix(AFTER) {
-                    SequenceNumber::parse(seq).map_or_else(|_| unknown(), LeaseCheckpoint::After)
+                if let Some(rest) = text.strip_prefix(AFTER) {
+                    after(rest).unwrap_or_else(unknown)
                 } else if let Some(ms) = text.strip_prefix(LATEST) {
                     ms.parse().map_or_else(
                         |_| unknown(),
@@ -148,6 +165,23 @@ impl LeaseCheckpoint {
                 }
             }
             CheckpointKind::Presence => unknown(),
+        }
+    }
+
+    /// A shard read up to `seq`, without a `read_at`.
+    pub fn after(seq: SequenceNumber) -> LeaseCheckpoint {
+        LeaseCheckpoint::After {
+            seq,
+            read_at_s: None,
+        }
+    }
+
+    /// When every record of a positioned shard created before it was delivered (unix s):
+    /// its `read_at`; `None` for every other checkpoint and for an earlier version's row.
+    pub fn read_at_s(&self) -> Option<i64> {
+        match self {
+            LeaseCheckpoint::After { read_at_s, .. } => *read_at_s,
+            _ => None,
         }
     }
 
@@ -192,6 +226,18 @@ impl LeaseCheckpoint {
     }
 }
 
+/// `after:`'s rest: `<seq>` or `<seq>,read:<s>`.
+fn after(rest: &str) -> Option<LeaseCheckpoint> {
+    let (seq, read_at_s) = match rest.split_once(READ_AT) {
+        Some((seq, at)) => (seq, Some(at.parse().ok()?)),
+        None => (rest, None),
+    };
+    Some(LeaseCheckpoint::After {
+        seq: SequenceNumber::parse(seq).ok()?,
+        read_at_s,
+    })
+}
+
 /// `verified:`'s rest: `<ms>` or `<ms>,latest:<ms>`.
 fn verified(rest: &str) -> Option<LeaseCheckpoint> {
     let (at, floor) = match rest.split_once(FLOOR) {
@@ -229,7 +275,15 @@ mod tests {
             (
                 CheckpointKind::Shard,
                 "after:000000000000000000123",
-                LeaseCheckpoint::After(seq("000000000000000000123")),
+                LeaseCheckpoint::after(seq("000000000000000000123")),
+            ),
+            (
+                CheckpointKind::Shard,
+                "after:000000000000000000123,read:1767225600",
+                LeaseCheckpoint::After {
+                    seq: seq("000000000000000000123"),
+                    read_at_s: Some(1_767_225_600),
+                },
             ),
             (
                 CheckpointKind::Shard,
@@ -294,6 +348,9 @@ mod tests {
             (CheckpointKind::Shard, "done"),
             (CheckpointKind::Shard, "after:12a"),
             (CheckpointKind::Shard, "after:"),
+            (CheckpointKind::Shard, "after:123,read:"),
+            (CheckpointKind::Shard, "after:123,read:soon"),
+            (CheckpointKind::Shard, "after:,read:5"),
             (CheckpointKind::Shard, "latest:soon"),
             (CheckpointKind::Shard, "verified:"),
             (CheckpointKind::Shard, "verified:soon"),
@@ -338,7 +395,7 @@ mod tests {
         );
         let plain = LeaseCheckpoint::verified(9, None);
         assert_eq!((plain.verified_ms(), plain.floor_ms()), (Some(9), None));
-        let after = LeaseCheckpoint::After(seq("1"));
+        let after = LeaseCheckpoint::after(seq("1"));
         assert_eq!((after.verified_ms(), after.floor_ms()), (None, None));
     }
 
@@ -346,7 +403,7 @@ mod tests {
     fn only_the_ends_are_finished() {
         assert!(LeaseCheckpoint::Done.is_finished());
         assert!(LeaseCheckpoint::ShardEnd.is_finished());
-        assert!(!LeaseCheckpoint::After(seq("1")).is_finished());
+        assert!(!LeaseCheckpoint::after(seq("1")).is_finished());
         assert!(!LeaseCheckpoint::Latest { since_ms: 0 }.is_finished());
         assert!(!LeaseCheckpoint::verified(0, None).is_finished());
         assert!(!LeaseCheckpoint::Cursor(key("k")).is_finished());

@@ -28,7 +28,7 @@ use serde_json::Value as Json;
 
 pub use lease::{CheckpointKind, LeaseCheckpoint};
 pub use parts::{PositionParts, put_parts, take_parts};
-pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord};
+pub use repair::{MAX_WINDOW_MS, MIN_WINDOW_MS, RepairRecord, SharedRepair};
 pub use scan::{ScanKind, ScanPosition, cursor_lines, file_cursor};
 pub use snapshot::{SnapshotReason, SnapshotRecord};
 pub use streams::{ShardProgress, StreamKind, StreamsPosition};

@@ -144,6 +144,50 @@ impl RepairRecord {
 }
 
 /// The end of the window starting at `from_ms` of a repair ending at `to_ms`.
+/// The window of a shared mirror's snapshot record that repairs a gap instead of reading the
+/// table (docs/coordination.md §11.12 rule 9): the whole gap is `[from_ms, to_ms)`, exported in
+/// windows of at most [`MAX_WINDOW_MS`], one generation of the record per window, oldest first;
+/// this generation applies `[window_from_ms, window_to_ms)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedRepair {
+    /// The start of the whole window (unix ms, inclusive).
+    pub from_ms: i64,
+    /// The end of the whole window (unix ms, exclusive).
+    pub to_ms: i64,
+    /// The start of this generation's window.
+    pub window_from_ms: i64,
+    /// The end of this generation's window.
+    pub window_to_ms: i64,
+}
+
+impl SharedRepair {
+    /// The first window of a repair of `[from_ms, to_ms)`.
+    pub fn open(from_ms: i64, to_ms: i64) -> Self {
+        SharedRepair {
+            from_ms,
+            to_ms,
+            window_from_ms: from_ms,
+            window_to_ms: window_end(from_ms, to_ms),
+        }
+    }
+
+    /// The window after this one; `None` after the last.
+    pub fn next(&self) -> Option<SharedRepair> {
+        (self.window_to_ms < self.to_ms).then(|| SharedRepair {
+            window_from_ms: self.window_to_ms,
+            window_to_ms: window_end(self.window_to_ms, self.to_ms),
+            ..*self
+        })
+    }
+
+    /// This window and the whole repair's number of windows, counted from 1.
+    pub fn window_of(&self) -> (i64, i64) {
+        let count =
+            |to_ms: i64| (to_ms - self.from_ms + MAX_WINDOW_MS - 1).div_euclid(MAX_WINDOW_MS);
+        (count(self.window_to_ms), count(self.to_ms))
+    }
+}
+
 fn window_end(from_ms: i64, to_ms: i64) -> i64 {
     to_ms.min(from_ms.saturating_add(MAX_WINDOW_MS))
 }
@@ -155,6 +199,29 @@ mod tests {
     use super::*;
 
     const H: i64 = 3_600_000;
+
+    /// A shared repair of 50 h is three windows of at most 24 h, one after the other, oldest
+    /// first; its stored form names the whole window and the current one.
+    #[test]
+    fn a_shared_repair_walks_its_windows_oldest_first() {
+        let first = SharedRepair::open(0, 50 * H);
+        assert_eq!((first.window_from_ms, first.window_to_ms), (0, 24 * H));
+        assert_eq!(first.window_of(), (1, 3));
+        let second = first.next().unwrap();
+        assert_eq!(
+            (second.window_from_ms, second.window_to_ms),
+            (24 * H, 48 * H)
+        );
+        let third = second.next().unwrap();
+        assert_eq!((third.window_from_ms, third.window_to_ms), (48 * H, 50 * H));
+        assert_eq!(third.window_of(), (3, 3));
+        assert_eq!(third.next(), None);
+        assert_eq!(SharedRepair::open(5, 10).next(), None);
+        assert_eq!(
+            serde_json::to_value(second).unwrap(),
+            json!({"from_ms": 0, "to_ms": 50 * H, "window_from_ms": 24 * H, "window_to_ms": 48 * H})
+        );
+    }
 
     #[test]
     fn a_long_repair_is_read_in_windows_of_at_most_a_day_oldest_first() {

@@ -13,6 +13,7 @@ use super::handover::{Handed, Handover};
 use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError, StreamReads};
 use crate::api::{StartAt, StreamsApi};
 use crate::ids::ShardId;
+use crate::lease::{Lease, UnitId};
 use crate::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
 use crate::retry::Cancel;
 
@@ -23,7 +24,7 @@ use crate::retry::Cancel;
 pub fn leased_start(checkpoint: Option<&LeaseCheckpoint>) -> Option<(StartAt, Option<i64>)> {
     match checkpoint {
         None => Some((StartAt::TrimHorizon, None)),
-        Some(LeaseCheckpoint::After(seq)) => Some((StartAt::After(seq.clone()), None)),
+        Some(LeaseCheckpoint::After { seq, .. }) => Some((StartAt::After(seq.clone()), None)),
         Some(at @ (LeaseCheckpoint::Latest { .. } | LeaseCheckpoint::Verified { .. })) => {
             Some((StartAt::TrimHorizon, at.floor_ms()))
         }
@@ -168,17 +169,97 @@ async fn slices<A: StreamsApi>(
     }
 }
 
+/// The stream position the shard rows of a shared run stand at, for the plan of a repair
+/// across workers (docs/coordination.md §11.12 rule 9; `super::repair::plan`): a positioned
+/// row with its `read_at`, a row with nothing read with its verification (unix s), a finished
+/// row finished. A row that says nothing (no checkpoint, a positioned row written before
+/// `read_at` was kept, an unknown text) makes the window unknown, as one process's position
+/// written by an earlier version does.
+pub fn position_of_rows(rows: &[Lease], kind: StreamKind, stream_arn: &str) -> StreamsPosition {
+    let mut position = StreamsPosition::new(kind, Some(stream_arn.to_string()));
+    for row in rows {
+        let UnitId::Shard(shard) = &row.unit else {
+            continue;
+        };
+        match &row.checkpoint {
+            Some(LeaseCheckpoint::After { seq, read_at_s }) => {
+                position.admit(shard, None, None);
+                position.advance(shard, seq);
+                if let Some(at) = read_at_s {
+                    position.read(shard, *at);
+                }
+            }
+            Some(LeaseCheckpoint::ShardEnd) => position.finish(shard, None),
+            other => {
+                let other = other.as_ref();
+                let verified_s = other
+                    .and_then(LeaseCheckpoint::verified_ms)
+                    .map(|ms| ms.div_euclid(1000));
+                position.admit(shard, verified_s, other.and_then(LeaseCheckpoint::floor_ms));
+            }
+        }
+    }
+    position
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::api::Recovery;
     use crate::ids::SequenceNumber;
+    use crate::streams::repair::{REPAIR_MARGIN_MS, RepairPlan, plan};
+
+    /// A repair across workers starts where the shard rows say every record was delivered:
+    /// the earliest `read_at` of the positioned rows and verification of the rows with nothing
+    /// read; a row that does not say makes it a resnapshot, naming the shard.
+    #[test]
+    fn the_shard_rows_say_where_a_repair_across_workers_starts() {
+        let now_ms = 1_800_000_000_000_i64;
+        let recovery = Recovery {
+            enabled: true,
+            earliest_ms: Some(now_ms - 30 * 86_400_000),
+            latest_ms: Some(now_ms - 300_000),
+        };
+        let row = |shard: &str, checkpoint: Option<LeaseCheckpoint>| Lease {
+            checkpoint,
+            ..Lease::new(UnitId::Shard(ShardId::new(shard)), Vec::new(), 0)
+        };
+        let read_s = (now_ms - 30 * 3_600_000) / 1000;
+        let after = |read_at_s| LeaseCheckpoint::After {
+            seq: SequenceNumber::parse("000000000000000000123").unwrap(),
+            read_at_s,
+        };
+        let mut rows = vec![
+            row("a", Some(after(Some(read_s + 600)))),
+            row(
+                "b",
+                Some(LeaseCheckpoint::verified(read_s * 1000 + 999, None)),
+            ),
+            row("c", Some(LeaseCheckpoint::ShardEnd)),
+            Lease::new(UnitId::Segment { index: 0, total: 1 }, Vec::new(), 0),
+        ];
+        let position = position_of_rows(&rows, StreamKind::Mirror, "arn:s");
+        assert_eq!(
+            plan(&position, "arn:s", "t", &recovery, now_ms),
+            RepairPlan::Repair {
+                from_ms: read_s * 1000 - REPAIR_MARGIN_MS,
+                to_ms: now_ms - 300_000,
+            }
+        );
+        rows.push(row("d", Some(after(None))));
+        let position = position_of_rows(&rows, StreamKind::Mirror, "arn:s");
+        assert!(matches!(
+            plan(&position, "arn:s", "t", &recovery, now_ms),
+            RepairPlan::Resnapshot(why) if why.contains("shard d")
+        ));
+    }
 
     #[test]
     fn a_shard_starts_where_its_checkpoint_says_and_nowhere_else() {
         let seq = SequenceNumber::parse("000000000000000000123").unwrap();
         assert_eq!(leased_start(None), Some((StartAt::TrimHorizon, None)));
         assert_eq!(
-            leased_start(Some(&LeaseCheckpoint::After(seq.clone()))),
+            leased_start(Some(&LeaseCheckpoint::after(seq.clone()))),
             Some((StartAt::After(seq), None))
         );
         assert_eq!(
@@ -232,7 +313,7 @@ mod tests {
         );
         assert_eq!(stale_row(&shard, None, now_ms), RowFreshness::Unverified);
         let seq = SequenceNumber::parse("000000000000000000123").unwrap();
-        for read in [LeaseCheckpoint::After(seq), LeaseCheckpoint::ShardEnd] {
+        for read in [LeaseCheckpoint::after(seq), LeaseCheckpoint::ShardEnd] {
             assert_eq!(
                 stale_row(&shard, Some(&read), now_ms),
                 RowFreshness::Fresh,

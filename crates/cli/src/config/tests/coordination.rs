@@ -150,17 +150,29 @@ fn a_mirror_into_a_keyed_sink_is_shared() {
         ));
         assert!(config.coordination.is_some(), "{sink}");
     }
+    // A gap across workers is repaired by incremental exports (docs/coordination.md §11.12
+    // rule 9), which need the bucket as one process's repair does.
+    let config = parse_ok(&shared(
+        "mode: mirror, on_gap: repair, snapshot: {s3_bucket: b}",
+        "{type: sqlite, path: m.db}",
+        "{lease_table: leases}",
+    ));
+    assert!(config.coordination.is_some());
+    let lines = errors(&shared(
+        "mode: mirror, on_gap: repair",
+        "{type: sqlite, path: m.db}",
+        "{lease_table: leases}",
+    ));
+    assert!(
+        lines.iter().any(|l| l.contains("s3_bucket")),
+        "a repair without its bucket: {lines:?}"
+    );
 }
 
 #[test]
 fn what_this_version_does_not_share_is_refused_up_front() {
     for (source, sink, field) in [
         ("mode: mirror", WORKER_FILE, "coordination"),
-        (
-            "mode: mirror, on_gap: repair, snapshot: {s3_bucket: b}",
-            "{type: sqlite, path: m.db}",
-            "source.on_gap",
-        ),
         (
             "mode: mirror, max_messages: 10",
             "{type: postgres, url: 'postgres://u@h/db', table: orders}",

@@ -682,7 +682,7 @@ fn mark(unit: &UnitId, read: u64, records: u64) -> LeaseCheckpoint {
     if read >= records {
         unit.end()
     } else {
-        LeaseCheckpoint::After(SequenceNumber::parse(&read.to_string()).unwrap())
+        LeaseCheckpoint::after(SequenceNumber::parse(&read.to_string()).unwrap())
     }
 }
 
@@ -690,7 +690,7 @@ fn mark(unit: &UnitId, read: u64, records: u64) -> LeaseCheckpoint {
 fn read_at(checkpoint: Option<&LeaseCheckpoint>, records: u64) -> u64 {
     match checkpoint {
         None => 0,
-        Some(LeaseCheckpoint::After(seq)) => seq.as_str().parse().unwrap(),
+        Some(LeaseCheckpoint::After { seq, .. }) => seq.as_str().parse().unwrap(),
         Some(end) if end.is_finished() => records,
         Some(other) => panic!("the simulation wrote no checkpoint {other:?}"),
     }
