@@ -141,7 +141,15 @@ impl Fencing for AnySink {
 
 /// The versioned apply of the sink inside: a keyed sink's, or an `exactly_once` kafka sink's
 /// (docs/mirror.md §5.6, docs/sinks.md §7.7 rule 7).
-impl Versioned for AnySink {}
+impl Versioned for AnySink {
+    fn rows_without_sequence_since(&self, since_ms: i64) -> ddbpipe_pipeline::sink::Detached<u64> {
+        match self {
+            AnySink::Keyed(sink) => sink.rows_without_sequence_since(since_ms),
+            // A topic keeps every change: its repairs sweep nothing.
+            _ => Box::pin(async { Ok(0) }),
+        }
+    }
+}
 
 /// A fenced write asked of a sink that keeps no fences.
 fn unfenced(sink: String) -> SinkError {

@@ -273,7 +273,11 @@ impl Sink for Checked {
 }
 
 /// The keyed sink it checks writes by version.
-impl Versioned for Checked {}
+impl Versioned for Checked {
+    fn rows_without_sequence_since(&self, since_ms: i64) -> ddbpipe_pipeline::sink::Detached<u64> {
+        self.inner.rows_without_sequence_since(since_ms)
+    }
+}
 
 impl Fencing for Checked {
     async fn write_fenced(&mut self, batch: &Batch, fence: &Fence) -> Result<(), SinkError> {
@@ -365,10 +369,6 @@ impl SharedSnapshots for Checked {
 
     fn record_reader(&self) -> Arc<dyn RecordReader> {
         self.inner.record_reader()
-    }
-
-    async fn rows_without_sequence_since(&mut self, since_ms: i64) -> Result<u64, SinkError> {
-        self.inner.rows_without_sequence_since(since_ms).await
     }
 
     async fn close_shared_snapshot(

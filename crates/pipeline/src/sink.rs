@@ -249,15 +249,6 @@ pub trait SharedSnapshots: Sink {
     /// A reader of the pipeline's record beside this sink's writes, for a worker to learn that
     /// another one opened a snapshot in place of its own.
     fn record_reader(&self) -> Arc<dyn RecordReader>;
-
-    /// The destination's rows whose last write carries no stream sequence number (a snapshot's
-    /// row, a repair's change, a row without a version) at or after `since_ms`: a repair whose
-    /// window starts before them cannot sweep an item of theirs created and deleted inside it
-    /// (docs/coordination.md §11.12 rule 9).
-    fn rows_without_sequence_since(
-        &mut self,
-        since_ms: i64,
-    ) -> impl Future<Output = Result<u64, SinkError>> + Send;
 }
 
 /// Reads a pipeline's shared snapshot record ([`SharedSnapshots::record_reader`]).
@@ -382,11 +373,26 @@ pub trait Fencing: Sink {
     ) -> impl Future<Output = Result<Option<ddbpipe_source::position::LeaseCheckpoint>, SinkError>> + Send;
 }
 
+/// A sink's answer that borrows nothing of the sink: a run may hold it across its awaits
+/// without the sink being shared between threads.
+pub type Detached<T> = futures_util::future::BoxFuture<'static, Result<T, SinkError>>;
+
 /// An opt-in capability of a [`Sink`]: it applies snapshot rows beside stream changes by their
 /// versions (docs/mirror.md §5.6), so a row never goes back to an older version whichever
 /// arrives first. Writing by version needs no method beyond [`Sink::write`]: a sink has it by
 /// implementing this trait and answering [`Sink::versioned`] with itself.
-pub trait Versioned: Sink {}
+pub trait Versioned: Sink {
+    /// The destination's rows whose last write carries no stream sequence number (a
+    /// snapshot's row, a repair's change, a row without a version) at or after `since_ms`: a
+    /// repair whose window starts before them cannot tell an item of theirs created and
+    /// deleted inside the window, which its incremental export leaves out and its sweep does
+    /// not delete (docs/streams.md §4.12). The default, for a sink whose repairs sweep
+    /// nothing: none. The answer borrows nothing of the sink, which a run holds across it.
+    fn rows_without_sequence_since(&self, since_ms: i64) -> Detached<u64> {
+        let _ = since_ms;
+        Box::pin(async { Ok(0) })
+    }
+}
 
 /// The answer of a sink without a capability: no value of it exists.
 enum Lacks {}

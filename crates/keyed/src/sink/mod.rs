@@ -316,7 +316,18 @@ impl Fencing for KeyedSink {
 
 /// Snapshot rows are written by their versions (docs/mirror.md §5.6): the stream is read
 /// beside a snapshot's scan.
-impl Versioned for KeyedSink {}
+impl Versioned for KeyedSink {
+    fn rows_without_sequence_since(&self, since_ms: i64) -> ddbpipe_pipeline::sink::Detached<u64> {
+        let (db, table) = (self.db.clone(), self.table.clone());
+        Box::pin(async move {
+            (db.rows_without_sequence_since(&table, since_ms).await).map_err(|error| SinkError {
+                sink: db.describe(),
+                message: error.message,
+                class: error.class,
+            })
+        })
+    }
+}
 
 impl SharedSnapshots for KeyedSink {
     async fn open_shared_snapshot(
@@ -350,13 +361,6 @@ impl SharedSnapshots for KeyedSink {
         Arc::new(SharedRecord {
             db: self.db.clone(),
         })
-    }
-
-    async fn rows_without_sequence_since(&mut self, since_ms: i64) -> Result<u64, SinkError> {
-        self.db
-            .rows_without_sequence_since(&self.table, since_ms)
-            .await
-            .map_err(|e| self.db_error(e))
     }
 
     async fn shared_export(

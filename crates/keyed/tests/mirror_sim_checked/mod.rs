@@ -160,7 +160,11 @@ impl Sink for Checked {
 }
 
 /// The keyed sink it checks writes by version.
-impl Versioned for Checked {}
+impl Versioned for Checked {
+    fn rows_without_sequence_since(&self, since_ms: i64) -> ddbpipe_pipeline::sink::Detached<u64> {
+        self.inner.rows_without_sequence_since(since_ms)
+    }
+}
 
 /// `pk → v` of the destination table.
 pub fn rows(path: &Path) -> BTreeMap<String, u64> {

@@ -42,7 +42,7 @@ use ddbpipe_source::lease::{LeaseTable, PipelineName};
 use ddbpipe_source::position::{SharedRepair, StreamKind};
 use ddbpipe_source::retry::Cancel;
 use ddbpipe_source::streams::leased::position_of_rows;
-use ddbpipe_source::streams::repair::{self, REPAIR_MARGIN_MS, RepairPlan};
+use ddbpipe_source::streams::repair::{self, RepairPlan};
 
 use super::mirror::{export_segments, shared_export};
 use super::segments::{LeasedScan, Segments, read_segments};
@@ -51,6 +51,7 @@ use super::{LeasedMirror, LeasedOutcome};
 use crate::runner::{Progress, RunError};
 use crate::sink::{SharedSnapshot, SharedSnapshots};
 use crate::streams::StreamRunError;
+use crate::streams::repair::unjudged;
 
 impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror<TA, SA, T> {
     /// Rule 1: the repair of a gap found in `current`'s generation (its record as stored
@@ -101,17 +102,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         };
         // Rule 1's last case: rows the window's sweep cannot judge (a snapshot's rows, an
         // earlier repair's), within the margin of the two clocks.
-        let since_ms = from_ms - REPAIR_MARGIN_MS;
-        let unsure = sink
-            .rows_without_sequence_since(since_ms)
-            .await
-            .map_err(RunError::from)?;
-        if unsure > 0 {
-            return instead(&format!(
-                "{unsure} row(s) of the destination were written by a snapshot or a repair at or \
-                 after the window's start ({from_ms}, unix ms, less 60 s): the repair could not \
-                 tell which of their items were created and deleted inside the window"
-            ));
+        if let Some(why) = unjudged(&*sink, from_ms).await? {
+            return instead(&why);
         }
         Ok(Some(SharedRepair::open(from_ms, to_ms)))
     }

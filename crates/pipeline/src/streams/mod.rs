@@ -14,7 +14,7 @@
 //!
 //! Nothing here names an AWS type: it runs on the AWS client and on the in-memory fake alike.
 
-mod repair;
+pub(crate) mod repair;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -457,7 +457,13 @@ pub async fn run_streams_with_snapshots<A: StreamsApi, T: TableApi, S: Sink>(
             );
             if let Resume::Repair(reasons) = &resume {
                 let scan = snapshots.scan("a repair needs the table's description")?;
-                match snapshots.plan_repair(scan, &stored).await? {
+                let mut planned = snapshots.plan_repair(scan, &stored).await?;
+                if let RepairPlan::Repair { from_ms, .. } = planned
+                    && let Some(why) = repair::unjudged(&*sink, from_ms).await?
+                {
+                    planned = RepairPlan::Resnapshot(why);
+                }
+                match planned {
                     RepairPlan::Repair { from_ms, to_ms } => {
                         tracing::warn!(
                             table = %run.table,

@@ -4,7 +4,11 @@
 //! # Rules
 //! 1. The plan (`ddbpipe_source::streams::repair::plan`) needs the table's point-in-time
 //!    recovery window, from `DescribeContinuousBackups`; where it says "resnapshot", the run
-//!    resnapshots with the configured engine and logs why in one line.
+//!    resnapshots with the configured engine and logs why in one line. So it does when the
+//!    window starts (less 60 s) before rows the destination holds without a stream sequence
+//!    number ([`unjudged`]: a snapshot's rows, an earlier repair's): an item of theirs created
+//!    and deleted inside the window leaves no line in the export, and the sweep deletes only
+//!    rows a stream change wrote.
 //! 2. The repair record is committed **before** the first export is started, and each window's
 //!    export ARN before it is waited for: a crash resumes the same window and export.
 //! 3. A window's files are read as a snapshot's are (in parallel, exact cursors, resumable),
@@ -19,16 +23,17 @@ use std::sync::Arc;
 use ddbpipe_source::api::{SnapshotShape, StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::position::StreamsPosition;
-use ddbpipe_source::streams::repair::{self, RepairPlan};
+use ddbpipe_source::streams::repair::{self, REPAIR_MARGIN_MS, RepairPlan};
 
 use super::snapshot::{SnapshotScan, Snapshots};
 use super::{StreamRunError, discover};
 use crate::checkpoint::Checkpointer;
 use crate::runner::{RunError, run_scan};
-use crate::sink::Sink;
+use crate::sink::{Sink, Versioned};
 
 impl<T: TableApi> Snapshots<'_, T> {
-    /// Rule 1: what a gap of `stored` with `on_gap: repair` leads to.
+    /// Rule 1: what a gap of `stored` with `on_gap: repair` leads to, before the destination's
+    /// rows are asked ([`unjudged`]).
     pub async fn plan_repair(
         &self,
         scan: &SnapshotScan<T>,
@@ -197,4 +202,31 @@ pub(super) async fn recapture<A: StreamsApi>(
         .await
         .map_err(RunError::from)?;
     Ok((capture, graph, status))
+}
+
+/// Why a repair whose window starts at `from_ms` cannot be trusted with `sink`'s rows (rule 1,
+/// docs/streams.md §4.12; across workers docs/coordination.md §11.12 rule 9): rows written
+/// without a stream sequence number (a snapshot's, an earlier repair's) at or after its start,
+/// less the margin of the two clocks; `None` when none is. The answer borrows nothing of the
+/// sink.
+pub(crate) fn unjudged<S: Sink>(
+    sink: &S,
+    from_ms: i64,
+) -> impl Future<Output = Result<Option<String>, RunError>> + Send + use<S> {
+    let since_ms = from_ms - REPAIR_MARGIN_MS;
+    let answer =
+        (sink.versioned()).map(|versioned| versioned.rows_without_sequence_since(since_ms));
+    async move {
+        let Some(answer) = answer else {
+            return Ok(None);
+        };
+        let unsure = answer.await?;
+        Ok((unsure > 0).then(|| {
+            format!(
+                "{unsure} row(s) of the destination were written by a snapshot or a repair at or \
+                 after the window's start ({from_ms}, unix ms, less 60 s): the repair could not \
+                 tell which of their items were created and deleted inside the window"
+            )
+        }))
+    }
 }

@@ -153,13 +153,13 @@ fn a_mirror_into_a_keyed_sink_is_shared() {
     // A gap across workers is repaired by incremental exports (docs/coordination.md §11.12
     // rule 9), which need the bucket as one process's repair does.
     let config = parse_ok(&shared(
-        "mode: mirror, on_gap: repair, snapshot: {s3_bucket: b}",
+        "mode: mirror, follow: true, on_gap: repair, snapshot: {s3_bucket: b}",
         "{type: sqlite, path: m.db}",
         "{lease_table: leases}",
     ));
     assert!(config.coordination.is_some());
     let lines = errors(&shared(
-        "mode: mirror, on_gap: repair",
+        "mode: mirror, follow: true, on_gap: repair",
         "{type: sqlite, path: m.db}",
         "{lease_table: leases}",
     ));
