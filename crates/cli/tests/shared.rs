@@ -1359,17 +1359,17 @@ fn three_workers_mirror_one_table_from_one_export() {
     assert_eq!(closed_here, 1, "the cleanup ran once: {said:#?}");
 }
 
-/// docs/coordination.md §11.12 rule 8 end to end: a shared mirror with `on_gap: resnapshot`
-/// into SQLite, on moto behind the scripted fake. A worker mirrors the table and is stopped;
-/// while none runs, items are changed, deleted and added, and the stream is trimmed past
-/// every record it had read. Two workers started then find the gap, take one snapshot of the
-/// next generation between them (generation 1, not 2), and the destination ends equal to the
-/// table (the deleted items' rows removed by its cleanup). `lag` reads the new generation's
-/// shard rows (the first generation's stored checkpoints are trimmed: read there, it fails
-/// on the gap), and `state reset` removes them with the record. With `on_gap: fail` the same
-/// gap stops the workers (`keyed_mirror::a_shared_mirror_finds_a_gap_...`).
-#[test]
-fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
+/// A shared mirror of `items` (40 items, NEW_AND_OLD_IMAGES) on moto behind the scripted fake,
+/// into SQLite, with `source` added to its source section (`on_gap: …`).
+struct GapSetup {
+    running: common::Running,
+    fake: fake_export::FakeExport,
+    dir: tempfile::TempDir,
+    destination: Destination,
+    config: PathBuf,
+}
+
+fn gap_setup(source: &str) -> GapSetup {
     let running = Emulator::Moto.start();
     running.create_pk_table(
         "items",
@@ -1382,15 +1382,85 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
-    let resnapshot = std::fs::read_to_string(&config)
+    let yaml = std::fs::read_to_string(&config)
         .unwrap()
-        .replace("  mode: mirror\n", "  mode: mirror\n  on_gap: resnapshot\n")
+        .replace("  mode: mirror\n", &format!("  mode: mirror\n  {source}"))
         .replace(
             "max_read_units_per_second: 2",
             "max_read_units_per_second: 50",
         );
-    assert!(resnapshot.contains("on_gap: resnapshot"), "{resnapshot}");
-    std::fs::write(&config, resnapshot).unwrap();
+    assert!(yaml.contains(source), "{yaml}");
+    std::fs::write(&config, yaml).unwrap();
+    GapSetup {
+        running,
+        fake,
+        dir,
+        destination,
+        config,
+    }
+}
+
+/// What changes while no worker runs: five items updated, five deleted, five new.
+fn changes_while_no_worker_runs(running: &common::Running) {
+    for i in 0..5 {
+        running.put_pk("items", &format!("k{i:03}"), "1");
+    }
+    for i in 5..10 {
+        running.delete_pk("items", &format!("k{i:03}"));
+    }
+    for i in 40..45 {
+        running.put_pk("items", &format!("k{i:03}"), "0");
+    }
+}
+
+/// Starts two workers of `config` and waits until the destination's record names another
+/// snapshot than `first`, closed, with the destination equal to `table`; runs `meanwhile` while
+/// they run; stops them (SIGTERM, exit 0). Whether it converged, what `meanwhile` gave, and the
+/// workers' stderr.
+fn two_workers_past<T>(
+    config: &Path,
+    destination: &Destination,
+    first: &Value,
+    table: &dyn Fn() -> std::collections::BTreeMap<String, Value>,
+    meanwhile: impl FnOnce() -> T,
+) -> (bool, T, Vec<String>) {
+    let workers = [common::spawn_run(config), common::spawn_run(config)];
+    let converged = common::wait_for(Duration::from_secs(120), || {
+        let record = snapshot_record(destination);
+        record["id"] != *first
+            && !record["closed"].is_null()
+            && destination.items("items") == table()
+    });
+    let seen = meanwhile();
+    let mut said = Vec::new();
+    for worker in workers {
+        signal(&worker, "TERM");
+        let output = finished(worker);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{text}");
+        said.push(text);
+    }
+    (converged, seen, said)
+}
+
+/// docs/coordination.md §11.12 rule 8 end to end: a shared mirror with `on_gap: resnapshot`
+/// into SQLite, on moto behind the scripted fake. A worker mirrors the table and is stopped;
+/// while none runs, items are changed, deleted and added, and the stream is trimmed past
+/// every record it had read. Two workers started then find the gap, take one snapshot of the
+/// next generation between them (generation 1, not 2), and the destination ends equal to the
+/// table (the deleted items' rows removed by its cleanup). `lag` reads the new generation's
+/// shard rows (the first generation's stored checkpoints are trimmed: read there, it fails
+/// on the gap), and `state reset` removes them with the record. With `on_gap: fail` the same
+/// gap stops the workers (`keyed_mirror::a_shared_mirror_finds_a_gap_...`).
+#[test]
+fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
+    let GapSetup {
+        running,
+        fake,
+        dir: _dir,
+        destination,
+        config,
+    } = gap_setup("on_gap: resnapshot\n");
     let table = || common::keyed::table_items(&running.endpoint, "items");
     let record = || snapshot_record(&destination);
 
@@ -1408,34 +1478,16 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
     );
     let first = record()["id"].clone();
     // The gap: changes while no worker runs, then every record read so far is trimmed.
-    for i in 0..5 {
-        running.put_pk("items", &format!("k{i:03}"), "1");
-    }
-    for i in 5..10 {
-        running.delete_pk("items", &format!("k{i:03}"));
-    }
-    for i in 40..45 {
-        running.put_pk("items", &format!("k{i:03}"), "0");
-    }
+    changes_while_no_worker_runs(&running);
     fake.trim_stream_before(fake_export::now_ms());
 
-    let workers = [common::spawn_run(&config), common::spawn_run(&config)];
-    let converged = common::wait_for(Duration::from_secs(120), || {
-        record()["id"] != first
-            && !record()["closed"].is_null()
-            && destination.items("items") == table()
-    });
-    let lag = common::ddbpipe(&["lag"], &config);
-    let (_, state) = state_probe(&config);
-    let (shown_code, shown) = json_of(&["state", "show", "--json"], &config);
-    let mut said = Vec::new();
-    for worker in workers {
-        signal(&worker, "TERM");
-        let output = finished(worker);
-        let text = stderr(&output);
-        assert_eq!(output.status.code(), Some(0), "{text}");
-        said.push(text);
-    }
+    let (converged, (lag, state, shown), said) =
+        two_workers_past(&config, &destination, &first, &table, || {
+            let lag = common::ddbpipe(&["lag"], &config);
+            let (_, state) = state_probe(&config);
+            (lag, state, json_of(&["state", "show", "--json"], &config))
+        });
+    let (shown_code, shown) = shown;
     let replaced = record();
     assert!(
         converged,
@@ -1491,33 +1543,16 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
 /// items deleted in the gap gone (the export's deletes).
 #[test]
 fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
-    let running = Emulator::Moto.start();
-    running.create_pk_table(
-        "items",
-        Some(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages),
-    );
-    for i in 0..40 {
-        running.put_pk("items", &format!("k{i:03}"), "0");
-    }
+    let GapSetup {
+        running,
+        fake,
+        dir: _dir,
+        destination,
+        config,
+    } = gap_setup("on_gap: repair\n  snapshot: {s3_bucket: exports}\n");
     fake_export::create_bucket(&running.endpoint, "exports");
-    let fake = fake_export::FakeExport::start(&running.endpoint, &running.endpoint);
     // Backups reach back an hour: the shortest incremental export (15 min) fits.
     fake.set_earliest_restorable_ms(Some(fake_export::now_ms() - 3_600_000));
-    let dir = tempfile::tempdir().unwrap();
-    let destination = Destination::new(Target::Sqlite, dir.path());
-    let config = shared_mirror_pipeline(dir.path(), &fake.url(), &destination.sink_yaml());
-    let repairing = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace(
-            "  mode: mirror\n",
-            "  mode: mirror\n  on_gap: repair\n  snapshot: {s3_bucket: exports}\n",
-        )
-        .replace(
-            "max_read_units_per_second: 2",
-            "max_read_units_per_second: 50",
-        );
-    assert!(repairing.contains("on_gap: repair"), "{repairing}");
-    std::fs::write(&config, repairing).unwrap();
     let table = || common::keyed::table_items(&running.endpoint, "items");
     let record = || snapshot_record(&destination);
 
@@ -1532,34 +1567,13 @@ fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
     );
     // The gap: changes while no worker runs, then every record read so far is trimmed.
     std::thread::sleep(Duration::from_millis(1100));
-    for i in 0..5 {
-        running.put_pk("items", &format!("k{i:03}"), "1");
-    }
-    for i in 5..10 {
-        running.delete_pk("items", &format!("k{i:03}"));
-    }
-    for i in 40..45 {
-        running.put_pk("items", &format!("k{i:03}"), "0");
-    }
+    changes_while_no_worker_runs(&running);
     running.put_pk("items", "ghost", "1");
     running.delete_pk("items", "ghost");
     std::thread::sleep(Duration::from_millis(1100));
     fake.trim_stream_before(fake_export::now_ms());
 
-    let workers = [common::spawn_run(&config), common::spawn_run(&config)];
-    let converged = common::wait_for(Duration::from_secs(120), || {
-        record()["id"] != first
-            && !record()["closed"].is_null()
-            && destination.items("items") == table()
-    });
-    let mut said = Vec::new();
-    for worker in workers {
-        signal(&worker, "TERM");
-        let output = finished(worker);
-        let text = stderr(&output);
-        assert_eq!(output.status.code(), Some(0), "{text}");
-        said.push(text);
-    }
+    let (converged, (), said) = two_workers_past(&config, &destination, &first, &table, || ());
     let repaired = record();
     assert!(
         converged,
