@@ -144,10 +144,20 @@ impl Fencing for FencingLog {
         );
         let last = records
             .last()
-            .map(|r| LeaseCheckpoint::after(SequenceNumber::parse(&r.seq).unwrap()));
+            .map(|r| SequenceNumber::parse(&r.seq).unwrap());
+        // A positioned row keeps when its shard was read (docs/coordination.md §11.1).
+        let reached = match &fence.position {
+            Some(LeaseCheckpoint::After {
+                seq,
+                read_at_s: Some(_),
+            }) => Some(seq.clone()),
+            _ => None,
+        };
         assert!(
-            fence.position == last || fence.position == Some(LeaseCheckpoint::ShardEnd),
-            "the batch's position is its last record, or the shard's end it reaches: {:?}",
+            (reached.is_some() && reached == last)
+                || fence.position == Some(LeaseCheckpoint::ShardEnd),
+            "the batch's position is its last record with its read_at, or the shard's end it \
+             reaches: {:?}",
             fence.position
         );
         log.extend(records);
