@@ -17,8 +17,9 @@ fn base_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
 }
 
 /// The names the pipeline's leases are kept under, its current ones last: the pipeline's own,
-/// then, for a shared mirror whose snapshot was replaced, the current generation's
-/// (docs/coordination.md §11.12 rule 8), read from the destination's snapshot record.
+/// then, for a shared mirror whose snapshot was replaced, the earlier generations' and the
+/// current generation's (docs/coordination.md §11.12 rule 8), read from the destination's
+/// snapshot record.
 pub(crate) async fn lease_names(config: &PipelineConfig) -> Result<Vec<PipelineName>, Failure> {
     names_of(config, shared_snapshot(config).await?.as_ref())
 }
@@ -32,9 +33,11 @@ pub(crate) fn names_of(
     if let Some(record) = record
         && record.generation > 0
     {
-        let name = PipelineName::new(record.lease_pipeline(&config.name))
-            .map_err(|e| Failure::usage(anyhow!("{e}")))?;
-        names.push(name);
+        let mut generations = record.earlier_lease_pipelines(&config.name);
+        generations.push(record.lease_pipeline(&config.name));
+        for name in generations {
+            names.push(PipelineName::new(name).map_err(|e| Failure::usage(anyhow!("{e}")))?);
+        }
     }
     Ok(names)
 }
@@ -62,4 +65,42 @@ pub(crate) async fn shared_snapshot(
     db.shared_snapshot(&config.name)
         .await
         .map_err(|e| Failure::runtime(anyhow!("{}: {}", db.describe(), e.message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// docs/coordination.md §11.12 rule 8: the names of a shared mirror replaced twice are the
+    /// pipeline's own, the earlier generation's and the current one's, in that order (`state
+    /// reset` deletes the rows of each; the others read the last).
+    #[test]
+    fn a_record_replaced_twice_names_every_generation_since_the_first() {
+        let yaml = "name: p\nsource: {table_name: t, mode: mirror, follow: true}\n\
+                    sink: {type: sqlite, path: m.db}\ncoordination: {lease_table: leases}\n";
+        let config = crate::config::parse(yaml, Path::new("conf"), &|_| None).unwrap();
+        let record: SharedSnapshot = serde_json::from_str(
+            r#"{"id":700,"rows_at_start":3,"generation":2,"replaced":"a gap","earlier":[500]}"#,
+        )
+        .unwrap();
+        let names: Vec<String> = names_of(&config, Some(&record))
+            .unwrap()
+            .iter()
+            .map(|name| name.as_str().to_string())
+            .collect();
+        assert_eq!(names, ["p", "p/snapshot-500", "p/snapshot-700"]);
+        let first = SharedSnapshot {
+            generation: 0,
+            earlier: Vec::new(),
+            ..record
+        };
+        let names = names_of(&config, Some(&first)).unwrap();
+        assert_eq!(
+            names.len(),
+            1,
+            "a first snapshot's leases are the pipeline's own"
+        );
+    }
 }

@@ -336,6 +336,11 @@ impl Database {
                 generation: stored.generation + 1,
                 replaced: Some(why.to_string()),
                 repair: repair.copied(),
+                // The replaced generation's leases, under their own name from generation 1
+                // on, are left to `state reset`, which the record names them to.
+                earlier: (stored.earlier.iter().copied())
+                    .chain((stored.generation > 0).then_some(stored.id))
+                    .collect(),
             };
             let text = serde_json::to_string(&record)
                 .map_err(|e| tx.fail(FENCE_TABLE, &format!("the snapshot record: {e}")))?;

@@ -253,6 +253,7 @@ pub(crate) fn open_record(id: i64, rows_at_start: u64) -> String {
         generation: 0,
         replaced: None,
         repair: None,
+        earlier: Vec::new(),
     };
     // Two integers: serializing cannot fail.
     serde_json::to_string(&record).unwrap_or_default()

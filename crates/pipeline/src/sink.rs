@@ -135,6 +135,16 @@ pub struct SharedSnapshot {
     /// window's changes leave out instead of the rows the snapshot did not read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<ddbpipe_source::position::SharedRepair>,
+    /// The ids of the generations before this one whose leases were kept under their own
+    /// names (generation 1 and later), oldest first: nothing takes their rows again, and
+    /// `state reset` deletes them with the current generation's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<i64>,
+}
+
+/// The lease name of the generation whose snapshot is `id`, from generation 1 on.
+fn generation_name(pipeline: &str, id: i64) -> String {
+    format!("{pipeline}/snapshot-{id}")
 }
 
 fn is_zero(generation: &u32) -> bool {
@@ -151,8 +161,16 @@ impl SharedSnapshot {
         if self.generation == 0 {
             pipeline.to_string()
         } else {
-            format!("{pipeline}/snapshot-{}", self.id)
+            generation_name(pipeline, self.id)
         }
+    }
+
+    /// The names the leases of the generations before this one were kept under, besides the
+    /// pipeline's own ([`SharedSnapshot::earlier`]), oldest first.
+    pub fn earlier_lease_pipelines(&self, pipeline: &str) -> Vec<String> {
+        (self.earlier.iter())
+            .map(|id| generation_name(pipeline, *id))
+            .collect()
     }
 
     /// The window a repair goes on with once this record's is applied (closed); `None` for
@@ -457,5 +475,21 @@ mod tests {
             r#"{"id":500,"rows_at_start":3,"closed":{"by":"w1","at_ms":300},"export":"arn:x","generation":2,"replaced":"a gap in the stream"}"#
         );
         assert_eq!(later.lease_pipeline("p"), "p/snapshot-500");
+        let third = SharedSnapshot {
+            id: 700,
+            generation: 3,
+            earlier: vec![500, 600],
+            ..later
+        };
+        let text = serde_json::to_string(&third).unwrap();
+        assert!(text.ends_with(r#","earlier":[500,600]}"#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<SharedSnapshot>(&text).unwrap(),
+            third
+        );
+        assert_eq!(
+            third.earlier_lease_pipelines("p"),
+            ["p/snapshot-500", "p/snapshot-600"]
+        );
     }
 }

@@ -453,6 +453,11 @@ pub async fn a_shared_snapshot_is_replaced_once_and_refuses_the_older_generation
         (third.id, third.generation, third.rows_at_start),
         (500, 2, 3)
     );
+    assert_eq!(
+        third.earlier,
+        [200],
+        "the replaced generation's lease name is kept for `state reset`"
+    );
     db.reset_state("p").await.expect("reset");
     let gone = db
         .reopen_shared_snapshot(spec, "p", 500, 600, "after a reset", None)
