@@ -119,14 +119,16 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 .await;
             watch.abort();
             let result = match ended {
-                Ok(Ended::WindowApplied(_)) if stop.is_cancelled() => {
+                Ok(Ended::WindowApplied) if stop.is_cancelled() => {
                     return Err(StreamRunError::RepairInterrupted);
                 }
-                Ok(Ended::WindowApplied(closed)) => {
-                    snapshot = closed;
+                // The record as stored: closed (by whichever worker), or already the next
+                // window's.
+                Ok(Ended::WindowApplied) => {
+                    snapshot = stored_record(&reader, &pipeline).await?;
                     continue;
                 }
-                Ok(Ended::Worker(outcome)) => Ok(outcome),
+                Ok(Ended::Worker(outcome)) => Ok(*outcome),
                 Err(error) => Err(error),
             };
             if stop.is_cancelled() {
@@ -165,17 +167,7 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                         .await
                         .map_err(RunError::from)?
                 }
-                None => reader
-                    .read(pipeline.clone())
-                    .await
-                    .map_err(RunError::from)?
-                    .ok_or_else(|| {
-                        StreamRunError::Gap(format!(
-                            "the shared snapshot record of pipeline '{pipeline}' is gone (a \
-                             `state reset` ran while this worker ran): stop every worker and \
-                             start them again"
-                        ))
-                    })?,
+                None => stored_record(&reader, &pipeline).await?,
             };
             replaced += 1;
             tracing::info!(
@@ -214,6 +206,23 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             _ => Ok(None),
         }
     }
+}
+
+/// The pipeline's record as stored now; gone, a `state reset` ran while this worker ran.
+async fn stored_record(
+    reader: &Arc<dyn RecordReader>,
+    pipeline: &str,
+) -> Result<SharedSnapshot, StreamRunError> {
+    reader
+        .read(pipeline.to_string())
+        .await
+        .map_err(RunError::from)?
+        .ok_or_else(|| {
+            StreamRunError::Gap(format!(
+                "the shared snapshot record of pipeline '{pipeline}' is gone (a `state reset` \
+                 ran while this worker ran): stop every worker and start them again"
+            ))
+        })
 }
 
 /// `result` with the snapshots this worker moved past.

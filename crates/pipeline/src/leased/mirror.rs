@@ -74,9 +74,7 @@ use super::units::{SnapshotMark, Units, View};
 use super::{Leased, LeasedOutcome, LeasedScan, LeasedStreamOutcome, LeasedStreams};
 use crate::batch::{Batch, BatchLimits, Batcher};
 use crate::runner::{Progress, RunError};
-use crate::sink::{
-    CleanedUp, CloseShared, RunStart, SharedSnapshot, SharedSnapshots, Sink, SnapshotClosed,
-};
+use crate::sink::{CleanedUp, CloseShared, RunStart, SharedSnapshot, SharedSnapshots, Sink};
 use crate::streams::StreamRunError;
 
 /// A mirror run by one worker of several.
@@ -113,10 +111,10 @@ type Phases<TA, SA, T> = (LeasedScan<TA, T>, LeasedStreams<SA, T>);
 /// How a generation ended on this worker, when it did not fail.
 pub(super) enum Ended {
     /// This worker's end (its stream ended).
-    Worker(LeasedMirrorOutcome),
-    /// A repair's window was applied and closed, and another window follows (its record as
-    /// this worker last knows it, closed): the next generation goes on with it.
-    WindowApplied(SharedSnapshot),
+    Worker(Box<LeasedMirrorOutcome>),
+    /// A repair's window was applied and closed, and another window follows: the next
+    /// generation goes on with it.
+    WindowApplied,
 }
 
 /// How a shared mirror's snapshot is read from an export (`snapshot.engine: export`).
@@ -244,14 +242,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
             }
             cleanup = self.close(&pipeline, &worker, &snapshot, sink).await?;
         }
-        if snapshot.repair.is_some() {
-            snapshot.closed.get_or_insert(SnapshotClosed {
-                by: worker.clone(),
-                at_ms: unix_now_ms(),
-            });
-            if snapshot.next_window().is_some() {
-                return Ok(Ended::WindowApplied(snapshot));
-            }
+        if snapshot.repair.and_then(|repair| repair.next()).is_some() {
+            return Ok(Ended::WindowApplied);
         }
         // An export's files are unknown to a worker that came after the close: the rows found
         // are kept then (`Shards::specs`).
@@ -267,14 +259,14 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         let streamed = streams
             .run_of(sink, stop, progress, Some(snapshot.id))
             .await?;
-        Ok(Ended::Worker(LeasedMirrorOutcome {
+        Ok(Ended::Worker(Box::new(LeasedMirrorOutcome {
             snapshot,
             scan: scanned,
             changes_beside,
             cleanup,
             streams: streamed,
             replaced: 0,
-        }))
+        })))
     }
 
     /// Tries the close of `snapshot` (its complete-read cleanup, or a repair window's sweep,
