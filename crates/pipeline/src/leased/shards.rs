@@ -47,15 +47,15 @@ use ddbpipe_source::api::StreamsApi;
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::error::ReadError;
 use ddbpipe_source::events::{LagMeasured, ShardsCounted};
-use ddbpipe_source::ids::{SequenceNumber, ShardId};
+use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::{Lease, LeaseTable, UnitId, UnitSpec, Worker};
-use ddbpipe_source::position::LeaseCheckpoint;
+use ddbpipe_source::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
 use ddbpipe_source::retry::{AttemptObserver, Cancel};
 use ddbpipe_source::streams::engine::{EndReason, LagInfo, running_lag};
 use ddbpipe_source::streams::gaps;
-use ddbpipe_source::streams::handover::{Handed, StreamMark};
+use ddbpipe_source::streams::handover::{Handed, StreamMark, apply};
 use ddbpipe_source::streams::leased::{
-    ReadFlags, RowFreshness, ShardReads, leased_start, stale_row, unread,
+    ReadFlags, RowFreshness, ShardReads, checkpoint_of, hold, leased_start, stale_row,
 };
 use ddbpipe_source::streams::shard_reader::StreamError;
 use ddbpipe_source::streams::shard_sync;
@@ -180,10 +180,6 @@ pub(crate) fn shard_reads<A: StreamsApi>(
     }
 }
 
-/// Where a held shard stands in the batches marked so far: its last sequence number (none while
-/// nothing is read) and its `read_at` (unix s).
-type Reached = (Option<SequenceNumber>, Option<i64>);
-
 /// The shards of one stream.
 pub(crate) struct Shards<A> {
     source: ShardReads<A>,
@@ -199,13 +195,10 @@ pub(crate) struct Shards<A> {
     /// (`super::rows`, rule 2): the start of the listing before the one that first found it,
     /// less the margin.
     seen: BTreeMap<ShardId, Option<i64>>,
-    /// The held shards read from nothing read yet, with their floors: what a `Verify` mark
-    /// refreshes.
-    unread: Mutex<BTreeMap<ShardId, Option<i64>>>,
-    /// Each held shard's last sequence number marked (none while nothing is read) and its
-    /// `read_at` (unix s): a row's verification, then raised by the `Verify` and `ReadAt`
-    /// marks, as one process's position keeps it (module docs, Where a shard starts).
-    positioned: Mutex<BTreeMap<ShardId, Reached>>,
+    /// Where the held shards stand in the batches marked so far, as one process's position
+    /// keeps them (`leased::hold` from their rows, then each batch's marks applied): what their
+    /// rows' checkpoints become (module docs, Where a shard starts).
+    held: Mutex<StreamsPosition>,
     /// When records last arrived from a shard: the idle clock.
     last_records: Instant,
     /// What the batches carry of a shared mirror's snapshot: the open one the stream is read
@@ -230,8 +223,7 @@ impl<A> Shards<A> {
             listed_at: None,
             listed_ms: None,
             seen: BTreeMap::new(),
-            unread: Mutex::default(),
-            positioned: Mutex::default(),
+            held: Mutex::new(StreamsPosition::new(StreamKind::Streams, None)),
             last_records: Instant::now(),
             mark,
         }
@@ -287,26 +279,9 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         let UnitId::Shard(shard) = unit else {
             return Err(self.panicked(unit));
         };
-        let mut reads = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
-        if unread(from) {
-            reads.insert(shard.clone(), from.and_then(LeaseCheckpoint::floor_ms));
-        } else {
-            reads.remove(shard);
-        }
-        drop(reads);
-        let reached = match from {
-            Some(LeaseCheckpoint::After { seq, read_at_s }) => (Some(seq.clone()), *read_at_s),
-            other => (
-                None,
-                other
-                    .and_then(LeaseCheckpoint::verified_ms)
-                    .map(|ms| ms.div_euclid(1000)),
-            ),
-        };
-        self.positioned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(shard.clone(), reached);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        hold(&mut held, shard, from);
+        drop(held);
         let Some(read) = self.source.read(shard.clone(), from, out, cancel, flags) else {
             let at = from
                 .cloned()
@@ -344,58 +319,35 @@ impl<A: StreamsApi + 'static> Units for Shards<A> {
         batcher.push_handed(handed)
     }
 
-    /// The shard positions a batch reaches: a positioned shard's row keeps its sequence number
-    /// and its `read_at`, raised by the batch's `ReadAt` marks (one process's rule, docs/streams.md
-    /// §4.12). A shard with nothing read that read empty twice is verified again, keeping its
-    /// floor.
+    /// The shard positions a batch reaches, its marks applied to the held shards as to one
+    /// process's position: a positioned shard's row keeps its sequence number and its
+    /// `read_at` (docs/streams.md §4.12); a shard with nothing read that read empty twice is
+    /// verified again, keeping its floor.
     fn marks(&self, batch: &Batch) -> Vec<(UnitId, LeaseCheckpoint)> {
-        let unread = self.unread.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut positioned = self
-            .positioned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let raise = |read_at: &mut Option<i64>, at: i64| {
-            *read_at = Some(read_at.map_or(at, |stored| stored.max(at)));
-        };
-        let after = |shard: &ShardId, (seq, read_at_s): &Reached| {
-            let at = LeaseCheckpoint::After {
-                seq: seq.clone()?,
-                read_at_s: *read_at_s,
-            };
-            Some((UnitId::Shard(shard.clone()), at))
-        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         batch
             .shards
             .iter()
-            .filter_map(|mark| match mark {
-                StreamMark::Verify(shard, at_s) => {
-                    if let Some((None, read_at)) = positioned.get_mut(shard) {
-                        raise(read_at, *at_s);
-                    }
-                    unread.get(shard).map(|floor_ms| {
-                        let at_ms = at_s.saturating_mul(1000);
-                        (
-                            UnitId::Shard(shard.clone()),
-                            LeaseCheckpoint::verified(at_ms, *floor_ms),
-                        )
-                    })
-                }
-                StreamMark::Advance(shard, seq) => {
-                    let at = positioned.entry(shard.clone()).or_default();
-                    at.0 = Some(seq.clone());
-                    after(shard, at)
-                }
-                StreamMark::ReadAt(shard, read_at) => {
-                    let at = positioned.get_mut(shard)?;
-                    at.0.as_ref()?;
-                    raise(&mut at.1, *read_at);
-                    after(shard, at)
-                }
-                StreamMark::Finish(shard, _) => {
-                    positioned.remove(shard);
-                    Some((UnitId::Shard(shard.clone()), LeaseCheckpoint::ShardEnd))
-                }
-                StreamMark::Admit { .. } => None,
+            .filter_map(|mark| {
+                let shard = match mark {
+                    // A child's admission is its own row's, written by the leader.
+                    StreamMark::Admit { .. } => return None,
+                    StreamMark::Advance(shard, _)
+                    | StreamMark::Finish(shard, _)
+                    | StreamMark::Verify(shard, _)
+                    | StreamMark::ReadAt(shard, _) => shard,
+                };
+                apply(&mut held, mark);
+                let at = checkpoint_of(&held, shard)?;
+                // A positioned shard's `Verify` and a `ReadAt` of one with nothing read change
+                // nothing of its row.
+                let changed = match (mark, &at) {
+                    (StreamMark::Verify(..), LeaseCheckpoint::Verified { .. }) => true,
+                    (StreamMark::ReadAt(..), LeaseCheckpoint::After { .. }) => true,
+                    (StreamMark::Verify(..) | StreamMark::ReadAt(..), _) => false,
+                    _ => true,
+                };
+                changed.then(|| (UnitId::Shard(shard.clone()), at))
             })
             .collect()
     }

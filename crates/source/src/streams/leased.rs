@@ -14,7 +14,7 @@ use super::shard_reader::{ShardState, SliceEnd, StreamContext, StreamError, Stre
 use crate::api::{StartAt, StreamsApi};
 use crate::ids::ShardId;
 use crate::lease::{Lease, UnitId};
-use crate::position::{LeaseCheckpoint, StreamKind, StreamsPosition};
+use crate::position::{LeaseCheckpoint, ShardProgress, StreamKind, StreamsPosition};
 use crate::retry::Cancel;
 
 /// Where a shard whose lease row is at `checkpoint` is read from: the iterator's start and the
@@ -178,28 +178,54 @@ async fn slices<A: StreamsApi>(
 pub fn position_of_rows(rows: &[Lease], kind: StreamKind, stream_arn: &str) -> StreamsPosition {
     let mut position = StreamsPosition::new(kind, Some(stream_arn.to_string()));
     for row in rows {
-        let UnitId::Shard(shard) = &row.unit else {
-            continue;
-        };
-        match &row.checkpoint {
-            Some(LeaseCheckpoint::After { seq, read_at_s }) => {
-                position.admit(shard, None, None);
-                position.advance(shard, seq);
-                if let Some(at) = read_at_s {
-                    position.read(shard, *at);
-                }
-            }
-            Some(LeaseCheckpoint::ShardEnd) => position.finish(shard, None),
-            other => {
-                let other = other.as_ref();
-                let verified_s = other
-                    .and_then(LeaseCheckpoint::verified_ms)
-                    .map(|ms| ms.div_euclid(1000));
-                position.admit(shard, verified_s, other.and_then(LeaseCheckpoint::floor_ms));
-            }
+        if let UnitId::Shard(shard) = &row.unit {
+            hold(&mut position, shard, row.checkpoint.as_ref());
         }
     }
     position
+}
+
+/// Puts `shard` into `position` as its lease row's `checkpoint` says, whatever it held of it
+/// before: positioned with its `read_at`, finished, or nothing read with its verification
+/// (unix s) and floor. A worker's held shards are kept so, and the marks of its batches
+/// applied to them as to one process's position ([`super::handover::apply`]).
+pub fn hold(position: &mut StreamsPosition, shard: &ShardId, checkpoint: Option<&LeaseCheckpoint>) {
+    position.forget(shard);
+    match checkpoint {
+        Some(LeaseCheckpoint::After { seq, read_at_s }) => {
+            position.admit(shard, None, None);
+            position.advance(shard, seq);
+            if let Some(at) = read_at_s {
+                position.read(shard, *at);
+            }
+        }
+        Some(LeaseCheckpoint::ShardEnd) => position.finish(shard, None),
+        other => {
+            let verified_s = other
+                .and_then(LeaseCheckpoint::verified_ms)
+                .map(|ms| ms.div_euclid(1000));
+            position.admit(shard, verified_s, other.and_then(LeaseCheckpoint::floor_ms));
+        }
+    }
+}
+
+/// The lease checkpoint of `shard` as `position` holds it ([`hold`]'s inverse): positioned
+/// with its `read_at`, finished, or nothing read and verified (keeping its floor); `None` for
+/// a shard it does not hold, or holds unverified.
+pub fn checkpoint_of(position: &StreamsPosition, shard: &ShardId) -> Option<LeaseCheckpoint> {
+    match position.shards.get(shard)? {
+        ShardProgress::After(seq) => Some(LeaseCheckpoint::After {
+            seq: seq.clone(),
+            read_at_s: position.read_at.get(shard).copied(),
+        }),
+        ShardProgress::ShardEnd { .. } => Some(LeaseCheckpoint::ShardEnd),
+        ShardProgress::TrimHorizon {
+            verified_at,
+            floor_ms,
+        } => {
+            verified_at.map(|at_s| LeaseCheckpoint::verified(at_s.saturating_mul(1000), *floor_ms))
+        }
+    }
 }
 
 #[cfg(test)]
