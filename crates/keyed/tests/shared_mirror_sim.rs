@@ -54,8 +54,11 @@
 //! plan one repair from the shard rows' `read_at` and apply one incremental export of the
 //! in-memory `FakeExports` between them, its files leased as segments (point-in-time recovery
 //! reaching the stream's clock when the outage ends). Checked besides: the record is the
-//! repair's (generation 1, with its window), one incremental export for every worker, its
-//! files' rows `Done`; a repair seed has no lease request delays, as an export seed. In half
+//! repair's (a generation per window, with its window), one incremental export per window for
+//! every worker, its files' rows `Done`; a repair seed has no lease request delays, as an
+//! export seed. In half of the repair seeds whose clocks meet the outage lasts over a day
+//! (seeds 4 and 36), so the repair reads two windows, the second opened by whichever worker
+//! comes first once the first is closed. In half
 //! of them the stream's clock meets this machine's only at the outage, which comes long after
 //! the snapshot closed; in the other half the repair's window reaches back over the snapshot's
 //! rows, and the repair is refused for a new snapshot (without that refusal seed 4, then of
@@ -136,6 +139,12 @@ const STALL: Duration = Duration::from_secs(40);
 /// cannot judge, and a new snapshot mends the gap instead (module docs).
 fn meets(seed: u64) -> bool {
     seed % 16 == 4
+}
+
+/// Whether outage seed `seed`'s outage lasts over a day (half the repair seeds whose clocks
+/// meet): its repair reads two windows, a generation each.
+fn long_outage(seed: u64) -> bool {
+    seed % 32 == 4
 }
 
 /// When a repair seed's stream clock meets this machine's (the stream's time since its start):
@@ -938,11 +947,17 @@ async fn simulate(seed: u64) -> Simulated {
     }
     let seen = &setup.shared.seen;
     let record = stored_record(&path);
+    // A repair is a generation per window (docs/coordination.md §11.12 rule 9).
+    let windows = record.repair.map_or(1, |repair| repair.window_of().1);
     assert_eq!(
-        record.generation,
-        u32::from(outage || replace_before_close),
-        "seed {seed}: an outage or a replacement before a close replaces the snapshot once, \
-         nothing else does: {record:?}"
+        i64::from(record.generation),
+        i64::from(outage || replace_before_close) * windows,
+        "seed {seed}: an outage or a replacement before a close replaces the snapshot once (a \
+         repair once per window), nothing else does: {record:?}"
+    );
+    assert!(
+        !(long_outage(seed) && meets(seed)) || windows > 1,
+        "seed {seed}: an outage of over a day is repaired in two windows: {record:?}"
     );
     // A seed whose clocks meet before the outage repairs; in another the window may reach
     // back over the snapshot's rows (a new snapshot then) or not (a repair).
@@ -954,8 +969,13 @@ async fn simulate(seed: u64) -> Simulated {
     if let Some(script) = &repair_script {
         assert_eq!(
             script.fake.calls().started,
-            u64::from(record.repair.is_some()),
-            "seed {seed}: one incremental export for every worker, none for a refused repair"
+            if record.repair.is_some() {
+                windows as u64
+            } else {
+                0
+            },
+            "seed {seed}: one incremental export per window for every worker, none for a \
+             refused repair"
         );
     }
     assert_eq!(
@@ -1038,7 +1058,12 @@ async fn an_outage(setup: &Setup, rng: &mut StdRng) {
         }
     }
     let mut changed = Vec::new();
-    for _ in 0..rng.random_range(2..8) {
+    let writes = rng.random_range(2..8);
+    for n in 0..writes {
+        // A long outage's writes come at its start and a day later: a repair in two windows.
+        if n == writes / 2 && long_outage(setup.shared.seed) {
+            tokio::time::sleep(Duration::from_secs(24 * 3600 + 600)).await;
+        }
         let (key, remove) = (rng.random_range(0..KEYS), rng.random_bool(0.4));
         setup.stream.apply(write(key, remove));
         changed.push(format!("k{key:02}"));
