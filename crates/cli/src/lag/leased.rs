@@ -3,7 +3,9 @@
 //!
 //! # Rules
 //! 1. A shared mirror with no shard row yet is in its `snapshot` phase: the progress of its
-//!    segment rows is printed and there is no value.
+//!    segment rows is printed and there is no value. When its record (in the keyed
+//!    destination) is a repair window (§11.12 rule 9), the segments are the window's
+//!    incremental export data files and the report says so, with the gap and the window.
 //! 2. No shard row yet (a shared stream not begun): the shards are probed as a first run
 //!    starts them (`start_position`).
 //! 3. Otherwise the rows are read as one process's position ([`stream_gaps::leased`]): a finished
@@ -22,8 +24,10 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use ddbpipe_pipeline::leased::row_shard;
 use ddbpipe_source::aws;
+use ddbpipe_source::clock::rfc3339_ms;
 use ddbpipe_source::config::{Mode, StartPosition};
 use ddbpipe_source::lease::{Lease, UnitId};
+use ddbpipe_source::position::SharedRepair;
 use ddbpipe_source::retry::Cancel;
 use serde_json::{Value as Json, json};
 
@@ -51,7 +55,12 @@ pub(super) async fn report(
         })
         .collect();
     if source.mode == Mode::Mirror && holders.is_empty() {
-        return Ok(shared_snapshot(&rows).in_lease_table(table_name, holders));
+        let record = crate::lease_names::shared_snapshot(config).await?;
+        let repair = record
+            .filter(|record| record.closed.is_none())
+            .and_then(|record| record.repair);
+        let report = shared_snapshot(&rows, repair.as_ref());
+        return Ok(report.in_lease_table(table_name, holders));
     }
     let stream = resolve_stream(&aws::table_api(sdk), source, &Cancel::never()).await?;
     let api = Arc::new(aws::streams_api(sdk));
@@ -82,12 +91,16 @@ pub(super) async fn report(
     Ok(report.in_lease_table(table_name, holders))
 }
 
-/// The snapshot phase of a shared mirror whose stream has no shard row yet (rule 1).
-fn shared_snapshot(rows: &[Lease]) -> LagReport {
+/// The snapshot phase of a shared mirror whose stream has no shard row yet, or its open
+/// repair window (rule 1).
+fn shared_snapshot(rows: &[Lease], repair: Option<&SharedRepair>) -> LagReport {
     let segments: Vec<&Lease> = rows
         .iter()
         .filter(|row| matches!(row.unit, UnitId::Segment { .. }))
         .collect();
+    if let Some(repair) = repair {
+        return shared_repair(&segments, repair);
+    }
     if segments.is_empty() {
         return LagReport::snapshot(
             "no snapshot yet: the first workers of a shared mirror scan the table before \
@@ -115,6 +128,36 @@ fn shared_snapshot(rows: &[Lease]) -> LagReport {
     )
 }
 
+/// An open repair window of a shared mirror (rule 1): its export's data files applied so far.
+fn shared_repair(segments: &[&Lease], repair: &SharedRepair) -> LagReport {
+    let done = segments
+        .iter()
+        .filter(|row| row.state.is_finished())
+        .count();
+    let total = segments.len();
+    let window = format!(
+        "the gap from {} to {}, window {} to {}",
+        rfc3339_ms(repair.from_ms),
+        rfc3339_ms(repair.to_ms),
+        rfc3339_ms(repair.window_from_ms),
+        rfc3339_ms(repair.window_to_ms)
+    );
+    let progress = if total == 0 {
+        format!("shared repair open ({window}): its incremental export is not read yet")
+    } else if done == total {
+        format!(
+            "shared repair window applied ({window}), {done} of {total} export data file(s); \
+             streaming resumes after its close"
+        )
+    } else {
+        format!("shared repair open ({window}): {done} of {total} export data file(s) applied")
+    };
+    LagReport::snapshot(
+        progress,
+        json!({"segments_done": done, "total_segments": total, "repair": repair}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use ddbpipe_source::ids::ShardId;
@@ -132,14 +175,14 @@ mod tests {
 
     #[test]
     fn a_shared_mirror_without_shard_rows_is_in_its_snapshot_phase() {
-        let report = shared_snapshot(&[]);
+        let report = shared_snapshot(&[], None);
         assert!(report.to_text().contains("no snapshot yet"), "{report:?}");
         let rows = [
             row("segment:0/3", None, LeaseState::Done),
             row("segment:1/3", Some("w1#h/1/a"), LeaseState::Processing),
             row("segment:2/3", None, LeaseState::Pending),
         ];
-        let report = shared_snapshot(&rows);
+        let report = shared_snapshot(&rows, None);
         assert_eq!(
             report.to_text(),
             "lag: no value (shared snapshot open: 1 of 3 segment(s) done)"
@@ -149,6 +192,46 @@ mod tests {
             json!({"segments_done": 1, "total_segments": 3})
         );
         assert!(report.verdict(Some(60.0)).is_err());
+    }
+
+    /// Rule 1: an open repair window is not reported as a snapshot, and says what it mends.
+    #[test]
+    fn a_shared_repair_window_reports_its_gap_and_the_export_files_applied() {
+        let repair = SharedRepair {
+            from_ms: 1_700_000_000_000,
+            to_ms: 1_700_003_600_000,
+            window_from_ms: 1_700_000_000_000,
+            window_to_ms: 1_700_001_800_000,
+        };
+        let window = "the gap from 2023-11-14T22:13:20.000Z to 2023-11-14T23:13:20.000Z, \
+                      window 2023-11-14T22:13:20.000Z to 2023-11-14T22:43:20.000Z";
+        let report = shared_snapshot(&[], Some(&repair));
+        assert_eq!(
+            report.to_text(),
+            format!(
+                "lag: no value (shared repair open ({window}): its incremental export is not \
+                 read yet)"
+            )
+        );
+        let rows = [
+            row("segment:0/2", None, LeaseState::Done),
+            row("segment:1/2", Some("w1#h/1/a"), LeaseState::Processing),
+        ];
+        let report = shared_snapshot(&rows, Some(&repair));
+        assert_eq!(
+            report.to_text(),
+            format!(
+                "lag: no value (shared repair open ({window}): 1 of 2 export data file(s) applied)"
+            )
+        );
+        assert_eq!(
+            report.to_json()["snapshot"]["repair"]["window_to_ms"],
+            1_700_001_800_000_i64
+        );
+        assert!(report.verdict(Some(60.0)).is_err());
+        let rows = [row("segment:0/1", None, LeaseState::Done)];
+        let text = shared_snapshot(&rows, Some(&repair)).to_text();
+        assert!(text.contains("shared repair window applied"), "{text}");
     }
 
     #[test]
