@@ -184,9 +184,27 @@ pub fn run(settings: &PhaseSettings, clk_tck: u64) -> anyhow::Result<PhaseReport
     })
 }
 
+/// The phases to profile: a comma-separated list of phase names as the bench prints them
+/// (`stream kafka_at_least_once`, `load parquet`), each run under `perf record` (README:
+/// profiling a phase).
+const PROFILE_VARIABLE: &str = "DDBPIPE_BENCH_PERF";
+
+/// Where the profile of phase `name` goes when `names` (the variable's value) lists it:
+/// `perf-<name>.data` in the temporary directory, spaces and slashes as `_`.
+fn profile_file(names: &str, name: &str) -> Option<String> {
+    names
+        .split(',')
+        .any(|listed| listed.trim() == name)
+        .then(|| {
+            let file = format!("perf-{}.data", name.replace([' ', '/'], "_"));
+            std::env::temp_dir().join(file).display().to_string()
+        })
+}
+
 /// Runs `ddbpipe-bench <subcommand> --clk-tck <clk_tck>` (a hidden phase) in a process of its
 /// own, its `settings` a JSON line on its stdin, and reads its report: the last line it
-/// prints. The phase's errors go to stderr; `name` names it in this process's errors.
+/// prints. The phase's errors go to stderr; `name` names it in this process's errors. Under
+/// `perf record` when [`PROFILE_VARIABLE`] lists it (its CPU figures then include perf's).
 pub fn in_process<S: serde::Serialize, R: serde::de::DeserializeOwned>(
     exe: &std::path::Path,
     subcommand: &str,
@@ -199,7 +217,29 @@ pub fn in_process<S: serde::Serialize, R: serde::de::DeserializeOwned>(
 
     use anyhow::Context as _;
 
-    let mut child = Command::new(exe)
+    let profiled = std::env::var(PROFILE_VARIABLE).ok();
+    let mut command = match profiled
+        .as_deref()
+        .and_then(|names| profile_file(names, name))
+    {
+        Some(file) => {
+            eprintln!("ddbpipe-bench: the {name} phase runs under perf record: {file}");
+            let mut perf = Command::new("perf");
+            perf.args([
+                "record",
+                "-F",
+                "999",
+                "--call-graph",
+                "dwarf,32768",
+                "-o",
+                &file,
+            ])
+            .arg(exe);
+            perf
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
         .args([subcommand, "--clk-tck", &clk_tck.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -248,4 +288,28 @@ pub fn settings_line<S: serde::de::DeserializeOwned>() -> anyhow::Result<S> {
         .read_line(&mut line)
         .context("cannot read the phase's settings")?;
     serde_json::from_str(line.trim()).context("the phase's settings do not parse")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_file;
+
+    #[test]
+    fn only_the_listed_phases_are_profiled_each_into_a_file_of_its_own() {
+        let names = "stream kafka_at_least_once, load parquet";
+        let file = profile_file(names, "load parquet").unwrap();
+        assert!(file.ends_with("perf-load_parquet.data"), "{file}");
+        let file = profile_file(names, "stream kafka_at_least_once").unwrap();
+        assert!(
+            file.ends_with("perf-stream_kafka_at_least_once.data"),
+            "{file}"
+        );
+        assert_eq!(profile_file(names, "load jsonl"), None);
+        assert_eq!(
+            profile_file(names, "stream kafka"),
+            None,
+            "whole names only"
+        );
+        assert_eq!(profile_file("", "load parquet"), None);
+    }
 }
