@@ -44,8 +44,15 @@ pub(crate) fn names_of(
 
 /// The name the pipeline's current leases are kept under: the last of [`lease_names`].
 pub(crate) async fn current_lease_name(config: &PipelineConfig) -> Result<PipelineName, Failure> {
-    let mut names = lease_names(config).await?;
-    match names.pop() {
+    current_of(config, shared_snapshot(config).await?.as_ref())
+}
+
+/// [`current_lease_name`] of a pipeline whose shared snapshot record is `record`.
+pub(crate) fn current_of(
+    config: &PipelineConfig,
+    record: Option<&SharedSnapshot>,
+) -> Result<PipelineName, Failure> {
+    match names_of(config, record)?.pop() {
         Some(name) => Ok(name),
         None => base_name(config),
     }

@@ -1610,6 +1610,37 @@ fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
             .any(|text| text.contains("repair ") && text.contains("applied")),
         "a worker's summary names the repair: {said:#?}"
     );
+
+    // `lag` of an open repair window (docs/coordination.md §11.11): the record as a worker
+    // leaves it when it opens the repair's next generation, whose rows are not made yet.
+    let mut open = repaired.clone();
+    let map = open.as_object_mut().unwrap();
+    map.remove("closed");
+    map.remove("export");
+    map.insert(
+        "id".into(),
+        Value::from(repaired["id"].as_i64().unwrap() + 1),
+    );
+    map.insert("generation".into(), Value::from(2));
+    destination.execute(&format!(
+        "UPDATE _ddbpipe_fences SET position = '{open}' WHERE pipeline = 'shared-mirror' AND \
+         unit = 'snapshot'"
+    ));
+    let (code, lag) = json_of(&["lag", "--json"], &config);
+    assert_eq!(code, Some(0), "{lag}");
+    assert_eq!(lag["snapshot"]["repair"], repaired["repair"], "{lag}");
+    let limited = common::ddbpipe(&["lag", "--max-lag-seconds", "60"], &config);
+    let text = format!("{}{}", stdout(&limited), stderr(&limited));
+    assert_eq!(
+        limited.status.code(),
+        Some(1),
+        "no value to compare: {text}"
+    );
+    assert!(
+        text.contains("shared repair open (the gap from")
+            && text.contains("its incremental export is not read yet"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub(super) async fn report(
 ) -> Result<LagReport, Failure> {
     let source = &config.source;
     let table_name = coordination.lease_table.as_str();
-    let rows = leases::rows(config, coordination).await?;
+    let (rows, record) = leases::rows(config, coordination).await?;
     let holders: BTreeMap<_, Holder> = rows
         .iter()
         .filter_map(|row| {
@@ -55,7 +55,6 @@ pub(super) async fn report(
         })
         .collect();
     if source.mode == Mode::Mirror && holders.is_empty() {
-        let record = crate::lease_names::shared_snapshot(config).await?;
         let repair = record
             .filter(|record| record.closed.is_none())
             .and_then(|record| record.repair);
@@ -145,9 +144,13 @@ fn shared_repair(segments: &[&Lease], repair: &SharedRepair) -> LagReport {
     let progress = if total == 0 {
         format!("shared repair open ({window}): its incremental export is not read yet")
     } else if done == total {
+        let then = match repair.next() {
+            Some(_) => "the next window follows its close",
+            None => "streaming resumes after its close",
+        };
         format!(
             "shared repair window applied ({window}), {done} of {total} export data file(s); \
-             streaming resumes after its close"
+             {then}"
         )
     } else {
         format!("shared repair open ({window}): {done} of {total} export data file(s) applied")
@@ -232,6 +235,14 @@ mod tests {
         let rows = [row("segment:0/1", None, LeaseState::Done)];
         let text = shared_snapshot(&rows, Some(&repair)).to_text();
         assert!(text.contains("shared repair window applied"), "{text}");
+        assert!(text.contains("the next window follows"), "{text}");
+        let last = SharedRepair {
+            window_from_ms: repair.window_to_ms,
+            window_to_ms: repair.to_ms,
+            ..repair
+        };
+        let text = shared_snapshot(&rows, Some(&last)).to_text();
+        assert!(text.contains("streaming resumes after its close"), "{text}");
     }
 
     #[test]

@@ -35,14 +35,17 @@ async fn open(
     Ok(exists.then_some(table))
 }
 
-/// The pipeline's lease rows, read without taking any; none when the lease table does not
-/// exist. `lag` and `check` read a shared pipeline's position here.
+/// The pipeline's lease rows, read without taking any (none when the lease table does not
+/// exist), with the shared snapshot record that names their generation, read once (`None`
+/// for another mode, or a destination without one). `lag` reads a shared pipeline's position
+/// here.
 pub(crate) async fn rows(
     config: &PipelineConfig,
     coordination: &CoordinationConfig,
-) -> Result<Vec<Lease>, Failure> {
-    let name = crate::lease_names::current_lease_name(config).await?;
-    current_rows(config, coordination, &name).await
+) -> Result<(Vec<Lease>, Option<SharedSnapshot>), Failure> {
+    let record = crate::lease_names::shared_snapshot(config).await?;
+    let name = crate::lease_names::current_of(config, record.as_ref())?;
+    Ok((current_rows(config, coordination, &name).await?, record))
 }
 
 /// The rows kept under `name`, the pipeline's current lease name; none when the lease table
@@ -180,9 +183,7 @@ pub async fn show(
 ) -> Result<Exit, Failure> {
     // The record, read once, names the current generation whose rows are shown.
     let snapshot = crate::lease_names::shared_snapshot(config).await?;
-    let name = crate::lease_names::names_of(config, snapshot.as_ref())?
-        .pop()
-        .ok_or_else(|| Failure::runtime(anyhow!("internal error: no lease name")))?;
+    let name = crate::lease_names::current_of(config, snapshot.as_ref())?;
     let leases = current_rows(config, coordination, &name).await?;
     let work: Vec<&Lease> = leases.iter().filter(|l| l.unit.is_work()).collect();
     let finished = work.iter().filter(|l| l.state.is_finished()).count();
