@@ -106,7 +106,7 @@ pub async fn reader(settings: &PhaseSettings, format: ValueFormat) -> SegmentRea
         max_concurrency: settings.concurrency,
         limiter: Arc::new(ReadLimiter::new(None)),
         retry: RetryPolicy::default(),
-        render: Render::Items(format),
+        render: Render::items(format),
         observer: Arc::new(NoObserver),
         slots: SourceConfig::new(TABLE).read_concurrency,
     }

@@ -207,7 +207,7 @@ pub async fn prepare(settings: &PhaseSettings) -> anyhow::Result<Prepared> {
             key_type: KeyType::N,
         },
     ];
-    let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), key_schema);
+    let reader = engine.typed_reader(&arn, Render::items(ValueFormat::Plain), key_schema);
     let (stop_handle, stop) = Cancel::new();
     Ok(Prepared {
         reader,

@@ -152,7 +152,7 @@ fn seed(setup: &Setup, items: &[Value]) {
 fn plain(item: &Value) -> String {
     let item = item_from_typed_json(item, "Item").expect("an item in DynamoDB JSON");
     let mut out = Vec::new();
-    Render::Items(ValueFormat::Plain).write_item(&item, &mut out);
+    Render::items(ValueFormat::Plain).write_item(&item, &mut out);
     String::from_utf8(out).expect("records are UTF-8")
 }
 
@@ -211,7 +211,7 @@ fn read_files(endpoint: &str, files: &[ManifestFile]) -> Vec<Result<Vec<String>,
             let reading = FileReading {
                 file,
                 kind: SummaryType::Full,
-                render: Render::Items(ValueFormat::Plain),
+                render: Render::items(ValueFormat::Plain),
                 key_schema: &[],
                 batch: 4,
                 skip: 0,

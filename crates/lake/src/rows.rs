@@ -40,6 +40,7 @@ use ddbpipe_keyed::{
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::envelope::EnvelopeFields;
+use ddbpipe_source::records::Lines;
 use ddbpipe_value::ValueFormat;
 use serde_json::value::RawValue;
 
@@ -214,7 +215,7 @@ impl Shape {
                 .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
             match self.records {
                 Records::Items => {
-                    let (key, values) = self.read_item(text)?;
+                    let (key, values) = self.read_item(&batch.records, i, text)?;
                     columns.push_key(&key);
                     columns.text[0].append_value(text);
                     columns.push_typed(values);
@@ -257,10 +258,16 @@ impl Shape {
     }
 
     /// An item's key and typed columns, read in one pass over its line (as the keyed sinks
-    /// read it).
-    fn read_item(&self, text: &str) -> Result<(Vec<KeyValue>, Vec<ColumnValue>), String> {
+    /// read it), or without reading it where the page noted them: record `i` of `records`.
+    fn read_item(
+        &self,
+        records: &Lines,
+        i: usize,
+        text: &str,
+    ) -> Result<(Vec<KeyValue>, Vec<ColumnValue>), String> {
         let unreadable = |problem: String| format!("item {}: {problem}", short(text));
-        let found = ddbpipe_value::key_attributes(text, &self.attributes, String::as_str)
+        let found = records
+            .attributes(i, text, &self.attributes, String::as_str)
             .map_err(|e| unreadable(format!("not a JSON object: {e}")))?;
         let (key_found, roots_found) = found.split_at(self.key.len());
         let key = key_of(&self.key, key_found, self.format).map_err(unreadable)?;

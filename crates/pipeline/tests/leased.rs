@@ -41,7 +41,7 @@ fn reader(table: &Arc<FakeTable>, segments: u32) -> SegmentReader<FakeTable> {
         max_concurrency: 2,
         limiter: Arc::new(ReadLimiter::new(None)),
         retry: RetryPolicy::default(),
-        render: Render::Items(ValueFormat::Plain),
+        render: Render::items(ValueFormat::Plain),
         observer: Arc::new(NoObserver),
         slots: Default::default(),
     }

@@ -44,7 +44,7 @@ fn reader(
             initial_backoff: Duration::from_millis(10),
             ..RetryPolicy::default()
         },
-        render: Render::Items(ValueFormat::Plain),
+        render: Render::items(ValueFormat::Plain),
         observer: Arc::new(NoObserver),
         slots: Default::default(),
     }
@@ -484,7 +484,7 @@ mod export {
             .unwrap();
         cp.set_export(&arn).await.unwrap();
         let mut first = MemorySink::default().failing_at(5);
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
+        let reader = engine.typed_reader(&arn, Render::items(ValueFormat::Plain), Vec::new());
         run_scan(
             reader,
             BatchLimits::records(5),
@@ -515,7 +515,7 @@ mod export {
             .unwrap();
         assert_eq!(again, arn, "the stored export is read again");
         let mut rest = MemorySink::default();
-        let reader = engine.typed_reader(&arn, Render::Items(ValueFormat::Plain), Vec::new());
+        let reader = engine.typed_reader(&arn, Render::items(ValueFormat::Plain), Vec::new());
         let outcome = run_scan(
             reader,
             BatchLimits::records(5),

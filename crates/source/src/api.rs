@@ -102,17 +102,31 @@ impl Page {
 /// How each item of a page becomes one record.
 #[derive(Debug, Clone)]
 pub enum Render {
-    /// The item itself (scan and query), in this format.
-    Items(ValueFormat),
+    /// The item itself (scan and query), in this format; with the table's key attribute
+    /// names, a page's records note where their key values sit ([`Lines::noted`]).
+    Items(ValueFormat, Option<Arc<[String]>>),
     /// The item's snapshot envelope (mirror and resnapshot rows, docs/streams.md §4.1).
     Snapshots(Arc<SnapshotShape>),
 }
 
 impl Render {
+    /// Items in `format`, noting nothing.
+    pub fn items(format: ValueFormat) -> Render {
+        Render::Items(format, None)
+    }
+
+    /// Items in `format` whose records note where the values of the key attributes
+    /// `key_schema` sit: the keyed and lake sinks then take each record's key without reading
+    /// the record again.
+    pub fn keyed_items(format: ValueFormat, key_schema: &[KeyAttribute]) -> Render {
+        let names: Arc<[String]> = key_schema.iter().map(|key| key.name.clone()).collect();
+        Render::Items(format, (!names.is_empty()).then_some(names))
+    }
+
     /// The format of attribute values.
     pub fn format(&self) -> ValueFormat {
         match self {
-            Render::Items(format) => *format,
+            Render::Items(format, _) => *format,
             Render::Snapshots(shape) => shape.format,
         }
     }
@@ -120,7 +134,7 @@ impl Render {
     /// Appends the record of `item`, without newline.
     pub fn write_item(&self, item: &Item, out: &mut Vec<u8>) {
         match self {
-            Render::Items(format) => format.write_item(item, out),
+            Render::Items(format, _) => format.write_item(item, out),
             Render::Snapshots(shape) => {
                 envelope::write_snapshot(item, &shape.key_schema, &shape.table, shape.format, out)
             }

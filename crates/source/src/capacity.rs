@@ -357,7 +357,7 @@ mod tests {
                 max_concurrency: 8,
                 limiter: Arc::new(ReadLimiter::new(None)),
                 retry: RetryPolicy::default(),
-                render: Render::Items(ddbpipe_value::ValueFormat::Plain),
+                render: Render::items(ddbpipe_value::ValueFormat::Plain),
                 observer: Arc::new(NoObserver),
                 slots: slots.clone(),
             };

@@ -1,15 +1,52 @@
 //! Records rendered as JSON lines, and the positions a page of them reaches.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use ddbpipe_value::Item;
+use serde_json::value::RawValue;
 
 /// JSON records, each one compact line, stored back to back in one buffer.
 ///
 /// One allocation per page instead of one per record; the sink writes the buffer as it is.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Items rendered from a Scan or Query page also note where their key attributes' values sit
+/// in them ([`Lines::noted`]), so that a sink takes a record's key without parsing the record
+/// a second time.
+#[derive(Debug, Clone, Default)]
 pub struct Lines {
     buf: Vec<u8>,
     ends: Vec<usize>,
+    noted: Option<Noted>,
 }
+
+/// Lines are equal when their records are: the notes only say where parts of them are.
+impl PartialEq for Lines {
+    fn eq(&self, other: &Lines) -> bool {
+        self.buf == other.buf && self.ends == other.ends
+    }
+}
+
+impl Eq for Lines {}
+
+/// Where the values of the attributes `names` sit in each record: `names.len()` spans per
+/// record, in record order, each from the record's start ([`ABSENT`] where the record lacks
+/// the attribute). Kept only while every record has its spans: a record pushed or appended
+/// without them drops the notes of all (the sinks then read each record, as without notes).
+#[derive(Debug, Clone)]
+struct Noted {
+    names: Arc<[String]>,
+    spans: Vec<(u32, u32)>,
+}
+
+impl Noted {
+    /// Whether each of `records` records has its spans.
+    fn complete(&self, records: usize) -> bool {
+        self.spans.len() == self.names.len() * records
+    }
+}
+
+/// The span of an attribute the record does not have.
+const ABSENT: (u32, u32) = (u32::MAX, u32::MAX);
 
 impl Lines {
     /// Empty, with room for about `records` records of `bytes` bytes in all.
@@ -17,11 +54,94 @@ impl Lines {
         Lines {
             buf: Vec::with_capacity(bytes),
             ends: Vec::with_capacity(records),
+            noted: None,
         }
+    }
+
+    /// Notes, for each record pushed from now on, where the values of the attributes `names`
+    /// sit in it (each push followed by [`Lines::note_last`]). Only on empty lines.
+    pub fn note_attributes(&mut self, names: Arc<[String]>) {
+        if self.is_empty() && !names.is_empty() {
+            self.noted = Some(Noted {
+                names,
+                spans: Vec::with_capacity(self.ends.capacity() * 2),
+            });
+        }
+    }
+
+    /// Notes where the noted attributes' values sit in the record just pushed: `span_of(name)`
+    /// is the value's byte range in the buffer the record was written to, `None` where the
+    /// record lacks the attribute. Without a record just pushed (or outside
+    /// [`Lines::note_attributes`]) the notes are dropped.
+    pub fn note_last(&mut self, span_of: impl Fn(&str) -> Option<Range<usize>>) {
+        let Some(noted) = &mut self.noted else {
+            return;
+        };
+        let start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
+        let end = self.ends.last().copied().unwrap_or(0);
+        if self.ends.is_empty() || !noted.complete(self.ends.len() - 1) {
+            self.noted = None;
+            return;
+        }
+        for name in noted.names.iter() {
+            let span = match span_of(name) {
+                Some(span) if start <= span.start && span.start <= span.end && span.end < end => {
+                    match (
+                        u32::try_from(span.start - start),
+                        u32::try_from(span.end - start),
+                    ) {
+                        (Ok(from), Ok(to)) => (from, to),
+                        _ => {
+                            self.noted = None;
+                            return;
+                        }
+                    }
+                }
+                Some(_) => {
+                    self.noted = None;
+                    return;
+                }
+                None => ABSENT,
+            };
+            noted.spans.push(span);
+        }
+    }
+
+    /// The raw values of the attributes `names` of record `i` (`None` where it lacks one), in
+    /// the order of `names`, from where the record noted them when it was written, without
+    /// reading the record: what [`ddbpipe_value::key_attributes`] reads from it. `None` when the
+    /// record did not note every one of `names`: the caller reads the record.
+    pub fn noted<K>(
+        &self,
+        i: usize,
+        names: &[K],
+        name: impl Fn(&K) -> &str,
+    ) -> Option<Vec<Option<&RawValue>>> {
+        let noted = self.noted.as_ref()?;
+        if !noted.complete(self.ends.len()) {
+            return None;
+        }
+        let width = noted.names.len();
+        let record = self.get(i)?;
+        let spans = noted.spans.get(i * width..(i + 1) * width)?;
+        names
+            .iter()
+            .map(|wanted| {
+                let at = noted.names.iter().position(|noted| noted == name(wanted))?;
+                match spans[at] {
+                    ABSENT => Some(None),
+                    (from, to) => {
+                        let text = std::str::from_utf8(record.get(from as usize..to as usize)?);
+                        serde_json::from_str::<&RawValue>(text.ok()?).ok().map(Some)
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Appends one record: `write` appends its JSON (without newline) to the buffer.
     pub fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        self.forget_unnoted();
         write(&mut self.buf);
         self.buf.push(b'\n');
         self.ends.push(self.buf.len());
@@ -33,6 +153,7 @@ impl Lines {
         &mut self,
         write: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
     ) -> Result<bool, E> {
+        self.forget_unnoted();
         let start = self.buf.len();
         let written = write(&mut self.buf);
         if matches!(written, Ok(true)) {
@@ -78,8 +199,53 @@ impl Lines {
         from + self.ends[from..to].partition_point(|&end| end <= limit)
     }
 
-    /// Appends records `from..to` of `other`.
+    /// The raw values of the attributes `names` of record `i`, whose text is `text`, as
+    /// [`ddbpipe_value::key_attributes`] reads them from it: taken from the record's notes when
+    /// it has them for every one of `names` (nothing read), else read from `text`. What the
+    /// keyed, lake and Kafka sinks take an item's key from.
+    pub fn attributes<'a, K>(
+        &'a self,
+        i: usize,
+        text: &'a str,
+        names: &[K],
+        name: impl Fn(&K) -> &str,
+    ) -> serde_json::Result<Vec<Option<&'a RawValue>>> {
+        match self.noted(i, names, &name) {
+            Some(found) => Ok(found),
+            None => ddbpipe_value::key_attributes(text, names, name),
+        }
+    }
+
+    /// Drops the notes when the last record has none: a record is about to follow it.
+    fn forget_unnoted(&mut self) {
+        if let Some(noted) = &self.noted
+            && !noted.complete(self.ends.len())
+        {
+            self.noted = None;
+        }
+    }
+
+    /// Appends records `from..to` of `other`, with their notes when both lines note the same
+    /// attributes (or these lines are empty).
     pub fn extend_from(&mut self, other: &Lines, from: usize, to: usize) {
+        self.forget_unnoted();
+        let theirs = other
+            .noted
+            .as_ref()
+            .filter(|theirs| theirs.complete(other.ends.len()));
+        self.noted = match (self.noted.take(), theirs) {
+            (None, Some(theirs)) if self.ends.is_empty() => Some(Noted {
+                names: theirs.names.clone(),
+                spans: Vec::new(),
+            }),
+            (Some(ours), Some(theirs)) if ours.names == theirs.names => Some(ours),
+            _ => None,
+        };
+        if let (Some(ours), Some(theirs)) = (&mut self.noted, theirs) {
+            let width = ours.names.len();
+            ours.spans
+                .extend_from_slice(&theirs.spans[from * width..to * width]);
+        }
         let base = self.buf.len();
         let start = if from == 0 { 0 } else { other.ends[from - 1] };
         self.buf.extend_from_slice(other.range_bytes(from, to));
@@ -170,5 +336,79 @@ mod tests {
         );
         assert_eq!(lines.as_bytes(), b"a\n");
         assert_eq!(lines.len(), 1);
+    }
+
+    /// Lines of `records` items `{"k":"<i>","v":…}` noting `k` (or `names`).
+    fn noted_lines(records: usize, names: &[&str]) -> Lines {
+        let mut lines = Lines::default();
+        lines.note_attributes(names.iter().map(|name| name.to_string()).collect());
+        for i in 0..records {
+            let start = lines.bytes();
+            lines.push_with(|buf| {
+                buf.extend_from_slice(format!(r#"{{"k":"{i}","v":1}}"#).as_bytes())
+            });
+            lines.note_last(|name| (name == "k").then(|| start + 5..start + 8));
+        }
+        lines
+    }
+
+    fn noted_keys(lines: &Lines) -> Option<Vec<String>> {
+        (0..lines.len())
+            .map(|i| {
+                let found = lines.noted(i, &["k"], |name| name)?;
+                Some(found[0].map_or("absent".to_string(), |v| v.get().to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn notes_follow_their_records_and_are_dropped_when_any_record_lacks_them() {
+        let page = noted_lines(3, &["k", "x"]);
+        assert_eq!(
+            noted_keys(&page),
+            Some(vec![r#""0""#.into(), r#""1""#.into(), r#""2""#.into()])
+        );
+        assert_eq!(
+            page.noted(0, &["x"], |n| n).map(|f| f[0].is_none()),
+            Some(true)
+        );
+        // Into empty lines, in parts: the notes come along.
+        let mut batch = Lines::default();
+        batch.extend_from(&page, 2, 3);
+        batch.extend_from(&page, 0, 2);
+        assert_eq!(
+            noted_keys(&batch),
+            Some(vec![r#""2""#.into(), r#""0""#.into(), r#""1""#.into()])
+        );
+        // Records noting other attributes, records without notes, a record pushed without
+        // its note: no notes at all (the sinks read every record).
+        let mut mixed = batch.clone();
+        mixed.extend_from(&noted_lines(1, &["k"]), 0, 1);
+        assert_eq!(noted_keys(&mixed), None);
+        let mut unnoted = batch.clone();
+        unnoted.push_with(|buf| buf.extend_from_slice(b"{}"));
+        assert_eq!(noted_keys(&unnoted), None);
+        unnoted.push_with(|buf| buf.extend_from_slice(b"{}"));
+        unnoted.note_last(|_| None);
+        assert_eq!(
+            noted_keys(&unnoted),
+            None,
+            "a note of the next record does not bring them back"
+        );
+        let mut plain = Lines::default();
+        plain.push_with(|buf| buf.extend_from_slice(b"{}"));
+        plain.extend_from(&page, 0, 1);
+        assert_eq!(noted_keys(&plain), None);
+        // A span outside the record just pushed drops the notes.
+        let mut wrong = noted_lines(1, &["k"]);
+        wrong.push_with(|buf| buf.extend_from_slice(b"{}"));
+        wrong.note_last(|_| Some(0..3));
+        assert_eq!(noted_keys(&wrong), None);
+        // Equal records are equal lines, noted or not.
+        let mut same = Lines::default();
+        for line in page.iter() {
+            same.push_with(|buf| buf.extend_from_slice(line));
+        }
+        assert_eq!(same, page);
     }
 }

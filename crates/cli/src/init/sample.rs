@@ -45,7 +45,7 @@ pub(crate) async fn sample<A: TableApi>(
     }
     let plan = ScanPlan::build(&source, table).map_err(|e| Failure::runtime(anyhow!(e)))?;
     let (stop_handle, stop) = Cancel::new();
-    let (reader, refresher) = segment_reader(api, &plan, Render::Items(plan.format), &stop);
+    let (reader, refresher) = segment_reader(api, &plan, Render::items(plan.format), &stop);
     let (pages_in, mut pages) = mpsc::channel(1);
     let read = reader.read_segment(0, None, pages_in, stop.clone());
     let wanted = wanted as usize;

@@ -47,7 +47,7 @@ pub(super) async fn run(
     let plan = ScanPlan::build(source, &table)
         .map_err(|problem| Failure::usage(problem.config_error()))?;
     let started = Instant::now();
-    let render = Render::Items(plan.format);
+    let render = Render::keyed_items(plan.format, &table.key_schema);
     let outcome = match export::engine(&read.sdk, source) {
         Some(engine) => {
             let table_arn = export::table_arn(source, &table)?;

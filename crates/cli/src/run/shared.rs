@@ -54,8 +54,8 @@ pub(super) async fn run(
     } = joined.parts(config, coordination)?;
     let plan =
         ScanPlan::build(source, table).map_err(|problem| Failure::usage(problem.config_error()))?;
-    let (reader, refresher) =
-        super::scan::segment_reader(read.table_api, &plan, Render::Items(plan.format), &stop);
+    let render = Render::keyed_items(plan.format, &table.key_schema);
+    let (reader, refresher) = super::scan::segment_reader(read.table_api, &plan, render, &stop);
     tracing::info!(
         mode = %source.mode,
         worker = %worker_id,

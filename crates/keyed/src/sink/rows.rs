@@ -9,6 +9,7 @@ use base64::Engine as _;
 use ddbpipe_pipeline::batch::Batch;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::envelope::EnvelopeFields;
+use ddbpipe_source::records::Lines;
 use ddbpipe_value::ValueFormat;
 use serde_json::value::RawValue;
 
@@ -37,7 +38,7 @@ impl KeyedSink {
             let text = std::str::from_utf8(line)
                 .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
             match self.records {
-                Records::Items => self.item_row(text),
+                Records::Items => self.item_row(records, i, text),
                 Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms, repair),
             }
         };
@@ -74,10 +75,12 @@ impl KeyedSink {
 
     /// An item's upsert. A record that cannot become a row is named by its start; a typed
     /// column's mismatch names the item's key, never a value (`crate::columns` rule 4).
-    fn item_row(&self, text: &str) -> Result<RowChange, String> {
+    fn item_row(&self, records: &Lines, i: usize, text: &str) -> Result<RowChange, String> {
         let unreadable = |problem: String| format!("item {}: {problem}", short(text));
-        // One pass finds the key attributes and the typed columns' roots.
-        let found = ddbpipe_value::key_attributes(text, &self.item_attributes, String::as_str)
+        // One pass finds the key attributes and the typed columns' roots (none where the page
+        // noted them).
+        let found = records
+            .attributes(i, text, &self.item_attributes, String::as_str)
             .map_err(|e| unreadable(format!("not a JSON object: {e}")))?;
         let (key_found, roots_found) = found.split_at(self.table.key.len());
         let key = self.key_of(key_found).map_err(unreadable)?;

@@ -320,3 +320,34 @@ fn a_missing_key_attribute_is_named() {
     let error = sink.rows(&batch(&[r#"{"pk":"a"}"#]), false).unwrap_err();
     assert!(error.contains("key attribute 'sk' is missing"), "{error}");
 }
+
+/// Items whose page noted their key (`Lines::noted`) give their key from the notes, without
+/// reading the record again: here a note that points elsewhere than the record's `pk`, which
+/// only a sink taking the notes would follow; a record without notes is read.
+#[test]
+fn an_item_takes_its_key_from_the_pages_notes() {
+    let sink = sink(ValueFormat::Plain, Records::Items, &[("pk", KeyType::S)]);
+    let line = r#"{"other":"noted","pk":"read"}"#;
+    let noted = line.find(r#""noted""#).unwrap();
+    let mut records = Lines::default();
+    records.note_attributes(std::sync::Arc::from(vec!["pk".to_string()]));
+    records.push_with(|buf| buf.extend_from_slice(line.as_bytes()));
+    records.note_last(|_| Some(noted..noted + r#""noted""#.len()));
+    let key_of = |records: Lines| match &sink
+        .rows(
+            &Batch {
+                records,
+                ..Batch::default()
+            },
+            false,
+        )
+        .unwrap()[0]
+    {
+        RowChange::Upsert { key, .. } => key.clone(),
+        RowChange::Delete { .. } => panic!("an upsert"),
+    };
+    assert_eq!(key_of(records.clone()), vec![KeyValue::S("noted".into())]);
+    // Another record pushed without its notes: the sink reads every record.
+    records.push_with(|buf| buf.extend_from_slice(line.as_bytes()));
+    assert_eq!(key_of(records), vec![KeyValue::S("read".into())]);
+}

@@ -324,7 +324,7 @@ impl LineWriter {
             (ExportType::Incremental, Render::Snapshots(shape)) => {
                 Ok(LineWriter::Incremental(shape, key_schema))
             }
-            (ExportType::Incremental, Render::Items(_)) => {
+            (ExportType::Incremental, Render::Items(..)) => {
                 Err("an incremental export is read only as change envelopes".into())
             }
         }

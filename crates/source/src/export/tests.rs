@@ -68,7 +68,7 @@ fn snapshot(
             arn: arn.to_string(),
             max_concurrency: 2,
             kind: ExportType::Full,
-            render: Render::Items(ValueFormat::Plain),
+            render: Render::items(ValueFormat::Plain),
             key_schema: vec![crate::api::KeyAttribute {
                 name: "pk".into(),
                 key_type: crate::api::KeyType::S,

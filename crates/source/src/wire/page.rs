@@ -21,6 +21,9 @@ pub(crate) fn rendered_page(
     let mut writer = WireWriter::new(render.format());
     // The records take about as many bytes as the items on the wire.
     let mut records = Lines::with_capacity(0, body.len());
+    if let Render::Items(_, Some(key)) = render {
+        records.note_attributes(key.clone());
+    }
     let answer = parse(body, |deserializer| {
         PageSeed {
             writer: &mut writer,
@@ -149,7 +152,10 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
                 out,
             };
             seq.next_element_seed(record).map(|read| read.is_some())
-        })? {}
+        })? {
+            // The writer knows where the item's top-level values went (its key's too).
+            records.note_last(|name| writer.attribute(name));
+        }
         Ok(())
     }
 }
@@ -171,7 +177,7 @@ impl<'de> DeserializeSeed<'de> for RecordSeed<'_, 'de> {
             out,
         } = self;
         match render {
-            Render::Items(_) => writer.item(out).deserialize(deserializer),
+            Render::Items(..) => writer.item(out).deserialize(deserializer),
             Render::Snapshots(shape) => {
                 out.extend_from_slice(b"{\"after\":");
                 writer.item(out).deserialize(deserializer)?;

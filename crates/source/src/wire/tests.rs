@@ -37,16 +37,11 @@ fn optional<T: std::fmt::Debug>(
 /// Every way a page can be rendered: items and snapshots, plain and typed. The key schema
 /// names an attribute the random items usually lack, so `null` keys are covered too.
 fn renders() -> Vec<Render> {
-    let key_schema = ["pk", "a", ""]
-        .into_iter()
-        .map(|name| KeyAttribute {
-            name: name.to_string(),
-            key_type: KeyType::S,
-        })
-        .collect::<Vec<_>>();
+    let key_schema = key_schema();
     let mut renders = Vec::new();
     for format in [ValueFormat::Plain, ValueFormat::Typed] {
-        renders.push(Render::Items(format));
+        renders.push(Render::items(format));
+        renders.push(Render::keyed_items(format, &key_schema));
         renders.push(Render::Snapshots(Arc::new(SnapshotShape {
             key_schema: key_schema.clone(),
             table: "or\"ders".to_string(),
@@ -54,6 +49,58 @@ fn renders() -> Vec<Render> {
         })));
     }
     renders
+}
+
+fn key_schema() -> Vec<KeyAttribute> {
+    ["pk", "a", ""]
+        .into_iter()
+        .map(|name| KeyAttribute {
+            name: name.to_string(),
+            key_type: KeyType::S,
+        })
+        .collect()
+}
+
+/// Where a keyed render noted each record's key attributes, the raw values are what reading
+/// the record finds (`key_attributes`), absent ones included; an unkeyed render notes nothing.
+fn noted_as_read(render: &Render, records: &crate::records::Lines) -> Result<(), String> {
+    let names: Vec<String> = key_schema().into_iter().map(|key| key.name).collect();
+    for (i, line) in records.iter().enumerate() {
+        let noted = records.noted(i, &names, String::as_str);
+        let keyed = matches!(render, Render::Items(_, Some(_)));
+        if noted.is_some() != keyed {
+            return Err(format!("record {i} noted {noted:?} under {render:?}"));
+        }
+        let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+        let read = ddbpipe_value::key_attributes(text, &names, String::as_str)
+            .map_err(|e| e.to_string())?;
+        let raw = |found: &[Option<&serde_json::value::RawValue>]| -> Vec<Option<String>> {
+            found
+                .iter()
+                .map(|v| v.map(|v| v.get().to_string()))
+                .collect()
+        };
+        if let Some(noted) = noted
+            && raw(&noted) != raw(&read)
+        {
+            return Err(format!(
+                "record {i} {text}: noted {:?}, read {:?}",
+                raw(&noted),
+                raw(&read)
+            ));
+        }
+        let taken = records
+            .attributes(i, text, &names, String::as_str)
+            .map_err(|e| e.to_string())?;
+        if raw(&taken) != raw(&read) {
+            return Err(format!(
+                "record {i} {text}: taken {:?}, read {:?}",
+                raw(&taken),
+                raw(&read)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A Scan answer of `items` on the wire, with the other fields DynamoDB sends.
@@ -100,8 +147,57 @@ proptest! {
                 String::from_utf8_lossy(expected.records.as_bytes()),
                 "{:?} {}", render, body
             );
+            if let Err(problem) = noted_as_read(&render, &decoded.records) {
+                prop_assert!(false, "{}", problem);
+            }
             prop_assert_eq!(decoded, expected);
         }
+    }
+}
+
+/// Key values with escapes, numbers of 38 digits, binary values and a missing attribute are
+/// noted as the record holds them, in every value format; the notes survive batching.
+#[test]
+fn a_keyed_scan_page_notes_its_key_values_as_the_records_hold_them() {
+    let body = r#"{"Items":[
+        {"z":{"S":"last"},"pk":{"S":"k\"1\u00e9"},"a":{"N":"12345678901234567890123456789012345678"},"":{"B":"AAEC"}},
+        {"a":{"N":"-0.5"},"pk":{"S":""},"m":{"M":{"pk":{"S":"inner"}}}},
+        {"pk":{"S":"only"},"b":{"BOOL":true}}
+    ],"Count":3}"#;
+    for format in [
+        ValueFormat::Plain,
+        ValueFormat::PlainExact,
+        ValueFormat::Typed,
+    ] {
+        let render = Render::keyed_items(format, &key_schema());
+        let page = rendered_page(body.as_bytes(), &render, "orders").unwrap();
+        assert_eq!(page.records.len(), 3);
+        noted_as_read(&render, &page.records).unwrap();
+        let names = ["pk".to_string()];
+        let found = page.records.noted(1, &names, String::as_str).unwrap();
+        assert_eq!(
+            found[0].map(|v| v.get()),
+            Some(match format {
+                ValueFormat::Typed => r#"{"S":""}"#,
+                _ => r#""""#,
+            })
+        );
+        let absent = page
+            .records
+            .noted(2, &["a".to_string()], String::as_str)
+            .unwrap();
+        assert!(absent[0].is_none(), "{absent:?}");
+        // An attribute the page did not note is read from the record instead.
+        assert!(
+            page.records
+                .noted(0, &["z".to_string()], String::as_str)
+                .is_none()
+        );
+        // Batched whole or in part, the records keep their notes.
+        let mut batch = crate::records::Lines::default();
+        batch.extend_from(&page.records, 1, 3);
+        batch.extend_from(&page.records, 0, 1);
+        noted_as_read(&render, &batch).unwrap();
     }
 }
 
@@ -301,7 +397,7 @@ fn an_unknown_attribute_type_in_a_scan_is_fatal_and_names_the_table() {
     let body = r#"{"Items":[{"pk":{"S":"a"}},{"pk":{"XS":"b"}}],"Count":2}"#;
     let error = rendered_page(
         body.as_bytes(),
-        &Render::Items(ValueFormat::Plain),
+        &Render::items(ValueFormat::Plain),
         "orders",
     )
     .unwrap_err();
@@ -314,7 +410,7 @@ fn an_unknown_attribute_type_in_a_scan_is_fatal_and_names_the_table() {
 
 #[test]
 fn a_body_cut_short_or_not_json_is_transient_like_an_unreadable_sdk_answer() {
-    let render = Render::Items(ValueFormat::Plain);
+    let render = Render::items(ValueFormat::Plain);
     for body in [&b"{\"Items\":[{\"pk\":{\"S\":\"a\"}}"[..], b"<html>", b""] {
         let error = rendered_page(body, &render, "orders").unwrap_err();
         assert_eq!(error.class, ErrorClass::Transient, "{error}");
@@ -329,7 +425,7 @@ fn a_body_cut_short_or_not_json_is_transient_like_an_unreadable_sdk_answer() {
 /// retrying it 9 times only waited ~25 s.
 #[test]
 fn a_complete_answer_that_does_not_decode_is_definite() {
-    let render = Render::Items(ValueFormat::Plain);
+    let render = Render::items(ValueFormat::Plain);
     for body in [
         &b"{\"Items\":[{\"pk\":{\"S\":1}}]}"[..],
         b"{\"Items\":[]} trailing",
@@ -352,7 +448,7 @@ fn a_complete_answer_that_does_not_decode_is_definite() {
 
 #[test]
 fn null_and_missing_parts_of_an_answer_are_absent() {
-    let render = Render::Items(ValueFormat::Plain);
+    let render = Render::items(ValueFormat::Plain);
     let page = rendered_page(br#"{"Items":null,"LastEvaluatedKey":{}}"#, &render, "t").unwrap();
     assert!(page.records.is_empty());
     assert_eq!(page.last_evaluated_key, None);

@@ -29,7 +29,7 @@ fn full(file: &ManifestFile, format: ValueFormat, batch: usize, skip: u64) -> Fi
     FileReading {
         file,
         kind: ExportType::Full,
-        render: Render::Items(format),
+        render: Render::items(format),
         key_schema: &*KEY_SCHEMA,
         batch,
         skip,
@@ -97,7 +97,7 @@ fn exported_items_give_the_bytes_their_scan_gives_in_both_formats() {
                 let json: serde_json::Value = serde_json::from_str(line).unwrap();
                 let item = item_from_typed_json(&json["Item"], "Item").unwrap();
                 let mut out = Vec::new();
-                Render::Items(format).write_item(&item, &mut out);
+                Render::items(format).write_item(&item, &mut out);
                 String::from_utf8(out).unwrap()
             })
             .collect();
