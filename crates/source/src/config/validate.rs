@@ -493,9 +493,12 @@ impl SourceConfig {
                 "page_limit",
                 "max_read_units_per_second",
                 "read_capacity_fraction",
-                "snapshot",
             ] {
                 ineffective.push((field, scan_condition));
+            }
+            // Its bucket finishes a repair left open whatever `on_gap` says (rule 13).
+            if self.snapshot.s3_bucket.is_none() {
+                ineffective.push(("snapshot", scan_condition));
             }
         }
         if mode != Mode::Query {
