@@ -8,6 +8,8 @@
 
 mod common;
 mod fake_export;
+#[path = "shared/repair_faults.rs"]
+mod repair_faults;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1092,8 +1094,9 @@ fn exported_items(n: usize) -> (common::Running, fake_export::FakeExport) {
 }
 
 /// Starts a worker of `config`, waits until `reached` (what the worker `does`), stops it with
-/// SIGTERM and checks it ends as a stop during the snapshot: exit 0, the snapshot incomplete.
-fn stop_once(config: &Path, does: &str, reached: impl FnMut() -> bool) {
+/// SIGTERM and checks it ends as a stop `during` its snapshot or its repair: exit 0, the
+/// snapshot (or repair) incomplete.
+fn stop_once(config: &Path, does: &str, during: &str, reached: impl FnMut() -> bool) {
     let worker = common::spawn_run(config);
     assert!(
         common::wait_for(Duration::from_secs(60), reached),
@@ -1103,7 +1106,7 @@ fn stop_once(config: &Path, does: &str, reached: impl FnMut() -> bool) {
     let output = finished(worker);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{text}");
-    assert!(text.contains("during its snapshot"), "{text}");
+    assert!(text.contains(&format!("during its {during}")), "{text}");
 }
 
 /// [`shared_mirror_pipeline`] reading its snapshot from an export in bucket `exports`, one
@@ -1534,6 +1537,42 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
     );
 }
 
+/// [`gap_setup`] with `on_gap: repair` and bucket `exports` (backups reaching back an hour: the
+/// shortest incremental export, 15 min, fits), and a gap a repair mends: a worker mirrors the
+/// table (a Scan snapshot, closed) and is stopped; while none runs, items are changed,
+/// deleted, added, one is created and deleted, and the stream is trimmed past every record it
+/// had read. The first snapshot's id and the Scan requests it made.
+fn repairable_gap() -> (GapSetup, Value, usize) {
+    let setup = gap_setup("on_gap: repair\n  snapshot: {s3_bucket: exports}\n");
+    let GapSetup {
+        running,
+        fake,
+        destination,
+        config,
+        ..
+    } = &setup;
+    fake_export::create_bucket(&running.endpoint, "exports");
+    fake.set_earliest_restorable_ms(Some(fake_export::now_ms() - 3_600_000));
+    let table = common::keyed::table_items(&running.endpoint, "items");
+    mirror_until_closed_and_equal(config, destination, &table);
+    let first = snapshot_record(destination)["id"].clone();
+    let scans = fake.forwarded("Scan");
+    assert!(scans > 0, "the first snapshot scans the table");
+    let shown = stdout(&common::ddbpipe(&["state", "show"], config));
+    assert!(
+        shown.contains(",read:"),
+        "a positioned shard row keeps its read_at: {shown}"
+    );
+    // The gap: changes while no worker runs, then every record read so far is trimmed.
+    std::thread::sleep(Duration::from_millis(1100));
+    changes_while_no_worker_runs(running);
+    running.put_pk("items", "ghost", "1");
+    running.delete_pk("items", "ghost");
+    std::thread::sleep(Duration::from_millis(1100));
+    fake.trim_stream_before(fake_export::now_ms());
+    (setup, first, scans)
+}
+
 /// docs/coordination.md §11.12 rule 9 end to end: a shared mirror with `on_gap: repair` into
 /// SQLite, on moto behind the export fake. A worker mirrors the table (a Scan snapshot) and is
 /// stopped; while none runs, items are changed, deleted, added, and one is created and deleted,
@@ -1543,35 +1582,19 @@ fn two_workers_take_one_new_snapshot_between_them_on_a_gap() {
 /// items deleted in the gap gone (the export's deletes).
 #[test]
 fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
-    let GapSetup {
-        running,
-        fake,
-        dir: _dir,
-        destination,
-        config,
-    } = gap_setup("on_gap: repair\n  snapshot: {s3_bucket: exports}\n");
-    fake_export::create_bucket(&running.endpoint, "exports");
-    // Backups reach back an hour: the shortest incremental export (15 min) fits.
-    fake.set_earliest_restorable_ms(Some(fake_export::now_ms() - 3_600_000));
+    let (
+        GapSetup {
+            running,
+            fake,
+            dir: _dir,
+            destination,
+            config,
+        },
+        first,
+        scans,
+    ) = repairable_gap();
     let table = || common::keyed::table_items(&running.endpoint, "items");
     let record = || snapshot_record(&destination);
-
-    mirror_until_closed_and_equal(&config, &destination, &table());
-    let first = record()["id"].clone();
-    let scans = fake.forwarded("Scan");
-    assert!(scans > 0, "the first snapshot scans the table");
-    let shown = stdout(&common::ddbpipe(&["state", "show"], &config));
-    assert!(
-        shown.contains(",read:"),
-        "a positioned shard row keeps its read_at: {shown}"
-    );
-    // The gap: changes while no worker runs, then every record read so far is trimmed.
-    std::thread::sleep(Duration::from_millis(1100));
-    changes_while_no_worker_runs(&running);
-    running.put_pk("items", "ghost", "1");
-    running.delete_pk("items", "ghost");
-    std::thread::sleep(Duration::from_millis(1100));
-    fake.trim_stream_before(fake_export::now_ms());
 
     let (converged, (), said) = two_workers_past(&config, &destination, &first, &table, || ());
     let repaired = record();
@@ -1762,12 +1785,12 @@ fn a_damaged_shared_export_is_replaced_once_then_stops_the_worker_with_the_remed
     fake.set_in_progress_describes(3);
     fake.delay_export_starts(Duration::from_secs(5));
     let started = fake.exports_started();
-    stop_once(&config, "starts the new export", || {
+    stop_once(&config, "starts the new export", "snapshot", || {
         fake.exports_started() > started
     });
     fake.delay_export_starts(Duration::ZERO);
     let described = fake.describe_calls();
-    stop_once(&config, "waits for the new export", || {
+    stop_once(&config, "waits for the new export", "snapshot", || {
         fake.describe_calls() > described
     });
 

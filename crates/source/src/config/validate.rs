@@ -19,8 +19,9 @@
 //!     none of `filter_expression`, `projection`, `index_name`, `segments` above 1 or
 //!     `consistent_read` (an export has none of them); `export_arn` is an export's ARN and only
 //!     with the export engine; the export fields need `engine: export`, except that
-//!     `on_gap: repair` (streams and mirror) needs `s3_bucket` and may set the other bucket
-//!     fields whatever the engine (docs/streams.md §4.12).
+//!     `on_gap: repair` (streams and mirror) needs `s3_bucket`, and streams and mirror may set
+//!     the bucket fields whatever the engine and `on_gap` (a repair left open is finished
+//!     through them whatever `on_gap` says now: docs/streams.md §4.12).
 //!
 //! Rule 12 (the pipeline name, sink and state) belongs to the CLI, which sees the whole file.
 //! Decoding a typed expression value (part of rule 8) happens while the CLI reads the YAML,
@@ -383,8 +384,14 @@ impl SourceConfig {
             );
         }
         if snapshot.engine != SnapshotEngine::Export {
-            let needs = if self.repairs_by_export() {
-                "snapshot.engine: export (on_gap: repair uses only the bucket fields)"
+            // The bucket fields serve a repair by incremental exports in the modes that read a
+            // stream whatever `on_gap` says: a repair left open (in the state, or in a shared
+            // mirror's record) is finished by a run with another `on_gap` as long as it has the
+            // bucket (docs/streams.md §4.12 "Crash safety", docs/coordination.md §11.12 rule 9).
+            let for_repairs = self.mode.reads_stream();
+            let needs = if for_repairs {
+                "snapshot.engine: export (a repair by incremental exports uses only the bucket \
+                 fields)"
             } else {
                 "snapshot.engine: export or on_gap: repair"
             };
@@ -397,7 +404,7 @@ impl SourceConfig {
                 ("export_arn", snapshot.export_arn.is_some()),
             ];
             for (field, set) in export_only {
-                let for_repair = self.repairs_by_export() && field != "export_arn";
+                let for_repair = for_repairs && field != "export_arn";
                 if set && !for_repair {
                     fail(
                         &format!("snapshot.{field}"),
@@ -486,9 +493,12 @@ impl SourceConfig {
                 "page_limit",
                 "max_read_units_per_second",
                 "read_capacity_fraction",
-                "snapshot",
             ] {
                 ineffective.push((field, scan_condition));
+            }
+            // Its bucket finishes a repair left open whatever `on_gap` says (rule 13).
+            if self.snapshot.s3_bucket.is_none() {
+                ineffective.push(("snapshot", scan_condition));
             }
         }
         if mode != Mode::Query {

@@ -142,7 +142,6 @@ fn a_snapshot_engine_of_a_run_that_never_snapshots_is_ineffective() {
     config.mode = Mode::Streams;
     config.follow = true;
     config.snapshot.engine = SnapshotEngine::Export;
-    config.snapshot.s3_bucket = Some("exports".into());
     let present: BTreeSet<String> = ["snapshot".to_string()].into();
     let warnings = config.ineffective_fields(&present);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -151,6 +150,10 @@ fn a_snapshot_engine_of_a_run_that_never_snapshots_is_ineffective() {
         "{warnings:?}"
     );
     config.on_gap = OnGap::Resnapshot;
+    assert!(config.ineffective_fields(&present).is_empty());
+    // With a bucket it finishes a repair left open, whatever `on_gap` says now (rule 13).
+    config.on_gap = OnGap::Fail;
+    config.snapshot.s3_bucket = Some("exports".into());
     assert!(config.ineffective_fields(&present).is_empty());
 }
 
@@ -163,6 +166,29 @@ fn export_fields_without_the_export_engine_are_errors() {
         paths(&config),
         ["source.snapshot.s3_bucket", "source.snapshot.export_arn"]
     );
+}
+
+/// A repair left open is finished whatever `on_gap` says now, as long as the run has the bucket
+/// (docs/streams.md §4.12, docs/coordination.md §11.12 rule 9): streams and mirror accept the
+/// bucket fields with the scan engine and any `on_gap`; `export_arn` still needs the export
+/// engine.
+#[test]
+fn the_bucket_fields_of_a_repair_are_accepted_with_any_on_gap_where_a_stream_is_read() {
+    for (mode, on_gap) in [
+        (Mode::Mirror, OnGap::Fail),
+        (Mode::Mirror, OnGap::Resnapshot),
+        (Mode::Streams, OnGap::Fail),
+    ] {
+        let mut config = SourceConfig::new("orders");
+        config.mode = mode;
+        config.follow = true;
+        config.on_gap = on_gap;
+        config.snapshot.s3_bucket = Some("exports".into());
+        config.snapshot.s3_prefix = Some("p".into());
+        assert!(paths(&config).is_empty(), "{mode} {on_gap:?}");
+        config.snapshot.export_arn = Some("arn:x".into());
+        assert_eq!(paths(&config), ["source.snapshot.export_arn"]);
+    }
 }
 
 #[test]
