@@ -37,6 +37,7 @@ use std::borrow::Cow;
 use std::io::Write as _;
 
 use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::records::Lines;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -228,19 +229,21 @@ impl Shaper {
         })
     }
 
-    /// Appends the messages of one record line to `out`: one, or two for a delete with
-    /// tombstones. `produced_ms`: now (the event's top-level `ts_ms`); `read_ms`: the batch's
-    /// read time (the `source.ts_ms` of snapshot rows `op: r` and of scan items). Returns
-    /// whether the line was a row or a change. On error nothing is appended.
+    /// Appends the messages of record `i` of `records` to `out`: one, or two for a delete
+    /// with tombstones. `produced_ms`: now (the event's top-level `ts_ms`); `read_ms`: the
+    /// batch's read time (the `source.ts_ms` of snapshot rows `op: r` and of scan items).
+    /// Returns whether the record was a row or a change. On error nothing is appended.
     pub fn messages(
         &self,
-        line: &[u8],
+        records: &Lines,
+        i: usize,
         produced_ms: i64,
         read_ms: Option<i64>,
         out: &mut Vec<Message>,
     ) -> Result<Shaped, String> {
+        let line = records.get(i).unwrap_or_default();
         let (key, value, op) = match self.records {
-            Records::Items => self.item_message(line, produced_ms, read_ms)?,
+            Records::Items => self.item_message(records, i, line, produced_ms, read_ms)?,
             Records::Envelopes => self.envelope_message(line, produced_ms, read_ms)?,
         };
         if op == Op::Delete && self.tombstones {
@@ -262,17 +265,20 @@ impl Shaper {
         })
     }
 
-    /// The key and value of a scanned item (`op: r`).
+    /// The key and value of a scanned item (`op: r`): record `i` of `records`, `line`; its key
+    /// from the page's notes where it has them.
     fn item_message(
         &self,
+        records: &Lines,
+        i: usize,
         line: &[u8],
         produced_ms: i64,
         read_ms: Option<i64>,
     ) -> Result<(Vec<u8>, Vec<u8>, Op), String> {
         let text = std::str::from_utf8(line)
             .map_err(|_| format!("item {} is not UTF-8", short_lossy(line)))?;
-        let found = self
-            .key_attributes(text)
+        let found = records
+            .attributes(i, text, &self.key, |key| key.name.as_str())
             .map_err(|e| format!("item {}: not a JSON object: {e}", short(text)))?;
         let key = self
             .key_bytes(&found)

@@ -266,11 +266,11 @@ impl KafkaSink {
         let mut messages = std::mem::take(&mut self.messages);
         messages.clear();
         let produced_ms = now_ms();
-        for line in batch.records.iter() {
+        for i in 0..batch.records.len() {
             let start = messages.len();
             let shaped = self
                 .shaper
-                .messages(line, produced_ms, batch.read_ms, &mut messages)
+                .messages(&batch.records, i, produced_ms, batch.read_ms, &mut messages)
                 .map_err(|message| self.error(Failed::definite(message)))?;
             if !self.beside.keeps(shaped, &messages[start].key) {
                 messages.truncate(start);

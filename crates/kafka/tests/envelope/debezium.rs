@@ -273,7 +273,13 @@ fn the_source_names_pipeline_table_and_region_as_json_strings() {
     );
     let mut out = Vec::new();
     shaper
-        .messages(br#"{"customer":"c1","order_id":7}"#, 5, None, &mut out)
+        .messages(
+            &super::one(br#"{"customer":"c1","order_id":7}"#),
+            0,
+            5,
+            None,
+            &mut out,
+        )
         .expect("a message");
     let value = text(out.remove(0).value.expect("a value"));
     assert!(

@@ -8,6 +8,7 @@ use ddbpipe_source::envelope::{
 };
 use ddbpipe_source::ids::{SequenceNumber, ShardId};
 use ddbpipe_source::key_schema::{KeyAttribute, KeyType};
+use ddbpipe_source::records::Lines;
 use ddbpipe_value::{Item, Number, Value, ValueFormat};
 
 mod ddbpipe_and_tombstones;
@@ -143,11 +144,18 @@ fn shaper(envelope: EnvelopeKind, records: Records, tombstones: bool) -> Shaper 
     Shaper::new(settings(envelope, records, tombstones)).expect("a shaper")
 }
 
+/// Lines of one record.
+pub(crate) fn one(line: &[u8]) -> Lines {
+    let mut records = Lines::default();
+    records.push_with(|buf| buf.extend_from_slice(line));
+    records
+}
+
 /// The messages of one line, which must be accepted.
 fn messages(shaper: &Shaper, line: &[u8]) -> Vec<Message> {
     let mut out = Vec::new();
     shaper
-        .messages(line, PRODUCED_MS, READ_MS, &mut out)
+        .messages(&one(line), 0, PRODUCED_MS, READ_MS, &mut out)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(line)));
     out
 }
@@ -174,7 +182,7 @@ fn text(bytes: Vec<u8>) -> String {
 fn error(shaper: &Shaper, line: &[u8]) -> String {
     let mut out = Vec::new();
     let error = shaper
-        .messages(line, PRODUCED_MS, READ_MS, &mut out)
+        .messages(&one(line), 0, PRODUCED_MS, READ_MS, &mut out)
         .expect_err("the line is refused");
     assert!(out.is_empty(), "nothing is appended on error: {out:?}");
     error
@@ -182,4 +190,41 @@ fn error(shaper: &Shaper, line: &[u8]) -> String {
 
 fn debezium_envelopes() -> Shaper {
     shaper(EnvelopeKind::Debezium, Records::Envelopes, false)
+}
+
+/// A scanned item whose page noted its key takes the message key from the notes without reading the record again: here notes that point elsewhere than the record's
+/// own attributes, which only a shaper taking the notes would follow.
+#[test]
+fn an_item_takes_its_message_key_from_the_pages_notes() {
+    let shaper = shaper(EnvelopeKind::Debezium, Records::Items, false);
+    let line = br#"{"customer":"c1","n1":"c9","n2":8,"order_id":7}"#;
+    let text = std::str::from_utf8(line).unwrap();
+    let at = |value: &str| {
+        let start = text.find(value).unwrap();
+        start..start + value.len()
+    };
+    let mut records = Lines::default();
+    records.note_attributes(vec!["customer".to_string(), "order_id".to_string()].into());
+    records.push_with(|buf| buf.extend_from_slice(line));
+    records.note_last(|name| {
+        Some(if name == "customer" {
+            at(r#""c9""#)
+        } else {
+            at("8")
+        })
+    });
+    let mut out = Vec::new();
+    shaper
+        .messages(&records, 0, PRODUCED_MS, READ_MS, &mut out)
+        .unwrap();
+    assert_eq!(text_of(&out[0].key), r#"{"customer":"c9","order_id":8}"#);
+    out.clear();
+    shaper
+        .messages(&one(line), 0, PRODUCED_MS, READ_MS, &mut out)
+        .unwrap();
+    assert_eq!(text_of(&out[0].key), r#"{"customer":"c1","order_id":7}"#);
+}
+
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -40,6 +40,41 @@ fn items_keep_their_key_exactly_and_their_line_as_the_document() {
     assert_eq!(rows.column(2).as_string::<i32>().value(0), line);
 }
 
+/// An item whose page noted its key (`Lines::noted`) gives its key columns from the notes,
+/// without reading the record again: notes pointing elsewhere than the record's own `pk` and
+/// `n`, which only rows taken from the notes follow; the document is the record as it is.
+#[test]
+fn items_take_their_key_from_the_pages_notes() {
+    let shape = Shape::new(key(), ValueFormat::Plain, Records::Items, false).unwrap();
+    let line = r#"{"m":"noted","n":1,"o":99,"pk":"read"}"#;
+    let at = |value: &str| {
+        let start = line.find(value).unwrap();
+        start..start + value.len()
+    };
+    let mut records = Lines::default();
+    records.note_attributes(vec!["n".to_string(), "pk".to_string()].into());
+    records.push_with(|buf| buf.extend_from_slice(line.as_bytes()));
+    records.note_last(|name| {
+        Some(if name == "pk" {
+            at(r#""noted""#)
+        } else {
+            at("99")
+        })
+    });
+    let parts = shape
+        .parts(&Batch {
+            records,
+            ..Batch::default()
+        })
+        .unwrap();
+    let rows = &parts[0].rows;
+    assert_eq!(rows.column(0).as_string::<i32>().value(0), "noted");
+    assert_eq!(rows.column(1).as_string::<i32>().value(0), "99");
+    assert_eq!(rows.column(2).as_string::<i32>().value(0), line);
+    let rows = &shape.parts(&batch(&[line], None)).unwrap()[0].rows;
+    assert_eq!(rows.column(0).as_string::<i32>().value(0), "read");
+}
+
 #[test]
 fn changes_are_cut_by_the_day_of_their_time_and_snapshot_rows_take_their_read_time() {
     let shape = Shape::new(key(), ValueFormat::Plain, Records::Envelopes, true).unwrap();
