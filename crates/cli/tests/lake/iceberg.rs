@@ -568,9 +568,10 @@ fn a_postgres_catalog_holds_the_table_and_its_password_reaches_no_output() {
 /// §7.10 rule 3's partitions in an Iceberg table (§7.11 rule 2): `partition_by` is the table's
 /// partition spec; every data file holds only rows of the partition its manifest entry gives,
 /// as pyiceberg's own transforms compute it, in that partition's directory; every item once.
-/// A changed `partition_by` is refused by `check` and `run` naming both partitionings; a term
-/// the columns do not take, naming the column; one that does not read, when the file is
-/// loaded. Nothing is committed by a refused run.
+/// A changed `partition_by` becomes the table's default spec at the next run's claim
+/// (partition evolution, `check` saying so), its files written in it; none at all leaves the
+/// table unpartitioned. A term the columns do not take is refused naming the column; one
+/// that does not read, when the file is loaded. Nothing is committed by a refused run.
 #[test]
 fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
     let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 25\n\
@@ -609,12 +610,39 @@ fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
         pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
     };
     rewrite("  partition_by: [bucket(8, pk)]\n");
-    refused_by_check_and_run(
-        &pipeline,
-        "is partitioned by [bucket(4, pk), truncate(3, pk)], the sink by [bucket(8, pk)]",
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains(
+            "partitioned by [bucket(4, pk), truncate(3, pk)]; a run partitions it by \
+             [bucket(8, pk)] from its first commit"
+        ),
+        "{}",
+        stdout(&check)
     );
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let evolved = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(evolved.spec, ["bucket[8](pk)"]);
+    assert_eq!(evolved.partition, ["pk_bucket"]);
+    let items: BTreeMap<String, Value> =
+        evolved.rows.iter().map(|r| (pk(r), document(r))).collect();
+    assert_eq!(evolved.rows.len(), 120, "each item once");
+    assert_eq!(items, keyed::table_items(&running.endpoint, "orders"));
+    for file in &evolved.partitions {
+        let partition = &file["partition"];
+        assert_eq!(file["rows"], serde_json::json!([partition]), "{file}");
+        assert_ne!(file["spec_id"], 0, "written in the new spec: {file}");
+        let dir = format!("/data/pk_bucket={}/", partition[0]);
+        assert!(file["file"].as_str().unwrap().contains(&dir), "{file}");
+    }
     rewrite("");
-    refused_by_check_and_run(&pipeline, "the sink by [] (sink.partition_by)");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let unpartitioned = read_table(&pipeline, "dynamodb.orders", None);
+    assert!(unpartitioned.spec.is_empty(), "{:?}", unpartitioned.spec);
+    assert_eq!(unpartitioned.rows.len(), 120, "each item once");
+    let table = unpartitioned;
     rewrite("  partition_by: [day(pk)]\n");
     refused_by_check_and_run(
         &pipeline,
@@ -632,6 +660,69 @@ fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
         table.snapshots.len(),
         "nothing committed"
     );
+}
+
+/// §7.11 rule 2's partition evolution in a changelog: after a streams run partitioned by
+/// `day(event_time)`, a changed `partition_by` becomes the table's default spec at the next
+/// run's claim; its files are written in it, the files written before keep theirs, and
+/// pyiceberg reads every change exactly once across both specs, each file's rows in the
+/// partition its own spec gives.
+#[test]
+fn a_changed_partition_by_evolves_the_changelogs_spec_keeping_every_change() {
+    let (running, pipeline) = orders_into_iceberg(STREAMS, 0, None, "  commit_interval_secs: 0\n");
+    for i in 0..30 {
+        running.put_pk("orders", &format!("k{i:03}"), "1");
+    }
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let before = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(before.partition, ["event_time_day"]);
+
+    let warehouse = pipeline.dir.path().join("warehouse");
+    let sink = iceberg_sink(
+        &pipeline,
+        warehouse.to_str().unwrap(),
+        "  commit_interval_secs: 0\n  partition_by: [bucket(4, pk)]\n",
+    );
+    pipeline.write_with_sink("lake", &running.endpoint, STREAMS, &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("; a run partitions it by [bucket(4, pk)] from its first commit"),
+        "{}",
+        stdout(&check)
+    );
+    for i in 20..50 {
+        running.put_pk("orders", &format!("k{i:03}"), "2");
+    }
+    running.delete_pk("orders", "k001");
+    let output = run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let after = read_table(&pipeline, "dynamodb.orders", None);
+    assert_eq!(after.spec, ["bucket[4](pk)"]);
+    let specs: BTreeSet<i64> = after
+        .partitions
+        .iter()
+        .map(|file| file["spec_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        specs.len(),
+        2,
+        "files of both specs stay: {:?}",
+        after.partitions
+    );
+    for file in &after.partitions {
+        assert_eq!(
+            file["rows"],
+            serde_json::json!([file["partition"]]),
+            "{file}"
+        );
+    }
+    assert!(
+        after.snapshots.iter().all(|s| s["operation"] == "append"),
+        "the changelog only appends"
+    );
+    assert_changelog_exact(&after.as_read(), &running);
 }
 
 /// §7.11 rule 8: a catalog a run could not write (its SQLite file under a file that is not a

@@ -10,9 +10,10 @@ pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and print
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
 "files": [paths of the current snapshot's data files], "rows": [every row of the current
 snapshot], "properties": {table properties}, "manifests": the current snapshot's manifest
-count, "spec": [partition terms as pyiceberg says them], "partitions": [{"file", "partition":
-[its partition values in the manifest], "rows": [its rows' values, each transformed by pyiceberg
-as the spec says, one of each]}], "metrics": [{"file", "rows": its record count, "values" and
+count, "spec": [the default spec's partition terms as pyiceberg says them], "spec_id": its id,
+"partitions": [{"file", "partition": [its partition values in the manifest], "spec_id": its
+spec's, "rows": [its rows' values, each transformed by pyiceberg as its spec says, one of
+each]}], "metrics": [{"file", "rows": its record count, "values" and
 "nulls": {column: count} from its manifest entry, "bounds": {column: {"lower", "upper": the
 manifest's bounds as pyiceberg decodes them, "min", "max": the file's own values as pyarrow
 reads them}}}], "pruned": {"column": the first column, "value": its least value, "files": data
@@ -58,6 +59,7 @@ def read(table):
     for field in table.schema().fields:
         out["schema"][field.name] = str(field.field_type)
     out["partition"] = [f.name for f in table.spec().fields]
+    out["spec_id"] = table.spec().spec_id
     out["spec"] = [
         f"{f.transform}({table.schema().find_column_name(f.source_id)})"
         for f in table.spec().fields
@@ -160,14 +162,14 @@ def internal(value):
 
 
 def partition_of(table, data_file):
-    """A data file's partition in its manifest, and its rows' values transformed by the spec
-    (each once): equal when every row is in the partition its manifest says."""
+    """A data file's partition in its manifest, and its rows' values transformed by the file's
+    own spec (each once): equal when every row is in the partition its manifest says."""
     schema = table.schema()
     rows = read_file(table, data_file.file_path).to_pylist()
     found = set()
     for row in rows:
         values = []
-        for field in table.spec().fields:
+        for field in table.specs()[data_file.spec_id].fields:
             source = schema.find_field(field.source_id)
             transform = field.transform.transform(source.field_type)
             values.append(transform(internal(row[source.name])))
@@ -175,6 +177,7 @@ def partition_of(table, data_file):
     return {
         "file": data_file.file_path,
         "partition": list(data_file.partition),
+        "spec_id": data_file.spec_id,
         "rows": sorted(json.loads(v) for v in found),
     }
 

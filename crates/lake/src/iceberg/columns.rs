@@ -1,9 +1,9 @@
-//! The Iceberg table's columns (docs/sinks.md §7.11 rules 1, 2 and 9): the sink's checked
-//! against the table's, the typed columns a run adds, and a data file's column metrics as its
-//! manifest entry carries them.
+//! The Iceberg table's columns and partitioning (docs/sinks.md §7.11 rules 1, 2 and 9): the
+//! sink's checked against the table's, the typed columns a run adds and the partitioning it
+//! gives the table, and a data file's column metrics as its manifest entry carries them.
 
 use iceberg::spec::{
-    DataContentType, DataFileBuilder, DataFileFormat, NestedFieldRef, Schema, Struct,
+    DataContentType, DataFileBuilder, DataFileFormat, NestedFieldRef, Struct, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 
@@ -12,14 +12,18 @@ use crate::commits::DataFile;
 use crate::failure::Failure;
 use crate::rows::Shape;
 
+/// What a run changes in an existing table (rule 2).
+pub(super) struct Changes {
+    /// The typed columns it adds at the end (schema evolution).
+    pub(super) columns: Vec<NestedFieldRef>,
+    /// The table's partitioning, described, when the sink's is another: the run makes the
+    /// sink's the table's default spec (partition evolution).
+    pub(super) repartitions: Option<String>,
+}
+
 impl IcebergTable {
-    /// Rule 1: the table's columns and partition spec are the sink's, its properties read;
-    /// the columns a run adds.
-    pub(super) fn check_columns(
-        &self,
-        table: &Table,
-        shape: &Shape,
-    ) -> Result<Vec<NestedFieldRef>, Failure> {
+    /// Rule 2: the table's columns are the sink's, its properties read; what a run changes.
+    pub(super) fn check_columns(&self, table: &Table, shape: &Shape) -> Result<Changes, Failure> {
         let metadata = table.metadata();
         let wanted = iceberg::arrow::arrow_schema_to_schema(shape.schema())
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
@@ -76,42 +80,54 @@ impl IcebergTable {
                 self.describe()
             )));
         }
-        // Its data files are written in the table's default spec: it must be the sink's.
-        let (spec, partitioning) = (metadata.default_partition_spec(), shape.partitioning());
-        if !partitioning.matches(spec) {
-            return Err(Failure::definite(format!(
-                "{} is partitioned by {}, the sink by {} (sink.partition_by): give \
-                 partition_by the table's partitioning, write to a new table (sink.table) or \
-                 drop this one",
-                self.describe(),
-                crate::partition::describe(spec, have),
-                partitioning
-            )));
-        }
-        Ok(adding)
+        // A run's data files are written in the table's default spec: where the sink's
+        // partitioning is another, the run's claim makes it the default (partition evolution:
+        // the files written before keep theirs).
+        let spec = metadata.default_partition_spec();
+        let repartitions =
+            (!shape.partitioning().matches(spec)).then(|| crate::partition::describe(spec, have));
+        Ok(Changes {
+            columns: adding,
+            repartitions,
+        })
     }
 
-    /// Rules 1 and 5: the table's current schema with the typed columns a run adds that it
-    /// does not have yet, its columns checked on `table` (a writer that committed first may
-    /// have added them, or changed others); `None` when none is, or outside a run.
-    pub(super) fn added_schema(&self, table: &Table) -> Result<Option<Schema>, Failure> {
+    /// Rules 2 and 5: `builder` (of `table`'s next metadata) with what the run changes,
+    /// checked on `table` (a writer that committed first may have changed it): the typed
+    /// columns it adds, as a new current schema, then the sink's partitioning as the default
+    /// spec where the table's is another. `builder` as it is outside a run.
+    pub(super) fn evolved(
+        &self,
+        table: &Table,
+        mut builder: TableMetadataBuilder,
+    ) -> Result<TableMetadataBuilder, Failure> {
         let Some(shape) = &self.shape else {
-            return Ok(None);
+            return Ok(builder);
         };
-        let adding = self.check_columns(table, shape)?;
-        if adding.is_empty() {
-            return Ok(None);
+        let changes = self.check_columns(table, shape)?;
+        if !changes.columns.is_empty() {
+            let names: Vec<&str> = changes.columns.iter().map(|f| f.name.as_str()).collect();
+            tracing::info!(table = %self.describe(), columns = ?names, "Adding columns to the Iceberg table.");
+            let have = table.metadata().current_schema();
+            let schema = have
+                .as_ref()
+                .clone()
+                .into_builder()
+                .with_fields(changes.columns)
+                .build()
+                .map_err(|e| self.failed("add columns to", e))?;
+            builder = builder
+                .add_current_schema(schema)
+                .map_err(|e| self.failed("add columns to", e))?;
         }
-        let names: Vec<&str> = adding.iter().map(|field| field.name.as_str()).collect();
-        tracing::info!(table = %self.describe(), columns = ?names, "Adding columns to the Iceberg table.");
-        let have = table.metadata().current_schema();
-        have.as_ref()
-            .clone()
-            .into_builder()
-            .with_fields(adding)
-            .build()
-            .map(Some)
-            .map_err(|e| self.failed("add columns to", e))
+        if let Some(was) = changes.repartitions {
+            let partitioning = shape.partitioning();
+            tracing::info!(table = %self.describe(), was = %was, now = %partitioning, "Changing the Iceberg table's partitioning.");
+            builder = builder
+                .add_default_partition_spec(partitioning.spec().clone().into_unbound())
+                .map_err(|e| self.failed("change the partitioning of", e))?;
+        }
+        Ok(builder)
     }
 
     /// The commit's files as Iceberg data files.
@@ -122,6 +138,20 @@ impl IcebergTable {
     ) -> Result<Vec<iceberg::spec::DataFile>, Failure> {
         let spec = table.metadata().default_partition_spec();
         let schema = table.metadata().current_schema();
+        // The files' partitions are the sink's: recorded only under a spec that is the sink's
+        // (another writer may have changed the table's since this run's claim).
+        if let Some(shape) = self.shape.as_ref().filter(|_| !files.is_empty())
+            && !shape.partitioning().matches(spec)
+        {
+            return Err(Failure::definite(format!(
+                "{} is now partitioned by {} (another writer changed it), this run's files by \
+                 {}: this run stops, its last batches uncommitted; run it again to write in \
+                 its partitioning",
+                self.describe(),
+                crate::partition::describe(spec, schema),
+                shape.partitioning()
+            )));
+        }
         files
             .iter()
             .map(|file| {

@@ -48,6 +48,7 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
 pub use catalog::SqlCatalog;
+use columns::Changes;
 use snapshots::{Produce, manifests, produce};
 use storage::WarehouseStorage;
 
@@ -243,16 +244,13 @@ impl IcebergTable {
     }
 
     /// `check`'s probe: the table as a run would find it (its place, its owner, its columns):
-    /// the columns a run would add; `None` when there is no table yet (a run creates it).
-    pub async fn probe(&mut self, shape: &Shape) -> Result<Option<Vec<String>>, Failure> {
+    /// what a run would change; `None` when there is no table yet (a run creates it).
+    async fn probe(&mut self, shape: &Shape) -> Result<Option<Changes>, Failure> {
         let Some(table) = self.current().await? else {
             return Ok(None);
         };
         self.locate(&table)?;
-        let adding = self.check_columns(&table, shape)?;
-        Ok(Some(
-            adding.iter().map(|field| field.name.clone()).collect(),
-        ))
+        self.check_columns(&table, shape).map(Some)
     }
 
     /// Rules 1 and 2: the table is under the warehouse and not another pipeline's.
@@ -359,11 +357,7 @@ impl IcebergTable {
                 .builder(&table)?
                 .set_properties(claim)
                 .map_err(|e| self.failed("claim", e))?;
-            if let Some(schema) = self.added_schema(&table)? {
-                builder = builder
-                    .add_current_schema(schema)
-                    .map_err(|e| self.failed("claim", e))?;
-            }
+            builder = self.evolved(&table, builder)?;
             if self.swap(&table, builder).await? {
                 self.claimed = true;
                 return Ok(());
@@ -582,22 +576,31 @@ pub async fn probe(
     settings.catalog.writable().await?;
     let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
     match table.probe(shape).await {
-        Ok(Some(adding)) if adding.is_empty() => Ok(format!(
-            "{}: its columns are the sink's, partitioned by {}",
-            table.describe(),
-            shape.partitioning()
-        )),
-        Ok(Some(adding)) => Ok(format!(
-            "{}: partitioned by {}; a run adds the column(s) {} (earlier rows read them as \
-             null)",
-            table.describe(),
-            shape.partitioning(),
-            adding
-                .iter()
-                .map(|name| format!("'{name}'"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        Ok(Some(changes)) => {
+            let (table, partitioning) = (table.describe(), shape.partitioning());
+            let mut said = match changes.repartitions {
+                None if changes.columns.is_empty() => {
+                    format!("{table}: its columns are the sink's, partitioned by {partitioning}")
+                }
+                None => format!("{table}: partitioned by {partitioning}"),
+                Some(was) => format!(
+                    "{table}: partitioned by {was}; a run partitions it by {partitioning} from \
+                     its first commit (partition evolution: the files written before keep theirs)"
+                ),
+            };
+            if !changes.columns.is_empty() {
+                let names: Vec<String> = changes
+                    .columns
+                    .iter()
+                    .map(|f| format!("'{}'", f.name))
+                    .collect();
+                said.push_str(&format!(
+                    "; a run adds the column(s) {} (earlier rows read them as null)",
+                    names.join(", ")
+                ));
+            }
+            Ok(said)
+        }
         Ok(None) => Ok(format!(
             "{}: not there yet (the first run creates it)",
             table.describe()

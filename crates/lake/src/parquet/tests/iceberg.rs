@@ -464,3 +464,45 @@ async fn a_claim_lost_to_a_column_change_checks_the_columns_again() {
     assert_eq!(names, ["pk", "document", "x"]);
     assert_eq!(now.schemas_iter().count(), 2, "no schema added over x");
 }
+
+/// Rule 2: a run's files are recorded only under a spec that is the sink's partitioning.
+/// Another writer that gives the table another default spec while a run writes stops the run
+/// at its next commit, naming both partitionings, that batch uncommitted; what it committed
+/// before stays.
+#[tokio::test]
+async fn a_partitioning_another_writer_gives_the_table_stops_the_run_uncommitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _store) = started(dir.path()).await;
+    let (first, staged) = batch(0, 10);
+    sink.write(&first, Some(&staged)).await.unwrap();
+
+    let (catalog, _, old) = catalog_of(dir.path()).await;
+    let new = foreign_metadata(dir.path(), |current, metadata| {
+        let pk = current.current_schema().field_by_name("pk").unwrap().id;
+        let spec = ::iceberg::spec::UnboundPartitionSpec::builder()
+            .add_partition_field(pk, "pk_bucket", ::iceberg::spec::Transform::Bucket(4))?
+            .build();
+        metadata.add_default_partition_spec(spec)
+    })
+    .await;
+    assert!(
+        catalog
+            .swap("dynamodb", "orders", &old, &new)
+            .await
+            .unwrap()
+    );
+    let (second, staged) = batch(10, 20);
+    let refused = sink.write(&second, Some(&staged)).await.unwrap_err();
+    assert_eq!(refused.class, SinkErrorClass::Definite, "{refused:?}");
+    assert!(
+        refused.message.contains(
+            "is now partitioned by [bucket(4, pk)] (another writer changed it), this run's \
+             files by []"
+        ),
+        "{}",
+        refused.message
+    );
+    let metadata = current(dir.path()).await;
+    let head = metadata.snapshot_for_ref("ddbpipe-scan").unwrap();
+    assert_eq!(head.summary().additional_properties["total-records"], "10");
+}
