@@ -1582,21 +1582,18 @@ fn repairable_gap() -> (GapSetup, Value, usize) {
 /// items deleted in the gap gone (the export's deletes).
 #[test]
 fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
-    let (
-        GapSetup {
-            running,
-            fake,
-            dir: _dir,
-            destination,
-            config,
-        },
-        first,
-        scans,
-    ) = repairable_gap();
+    let (gap, first, scans) = repairable_gap();
+    let GapSetup {
+        running,
+        fake,
+        destination,
+        config,
+        ..
+    } = &gap;
     let table = || common::keyed::table_items(&running.endpoint, "items");
-    let record = || snapshot_record(&destination);
+    let record = || snapshot_record(destination);
 
-    let (converged, (), said) = two_workers_past(&config, &destination, &first, &table, || ());
+    let (converged, (), said) = two_workers_past(config, destination, &first, &table, || ());
     let repaired = record();
     assert!(
         converged,
@@ -1649,10 +1646,10 @@ fn two_workers_repair_a_gap_from_one_incremental_export_between_them() {
         "UPDATE _ddbpipe_fences SET position = '{open}' WHERE pipeline = 'shared-mirror' AND \
          unit = 'snapshot'"
     ));
-    let (code, lag) = json_of(&["lag", "--json"], &config);
+    let (code, lag) = json_of(&["lag", "--json"], config);
     assert_eq!(code, Some(0), "{lag}");
     assert_eq!(lag["snapshot"]["repair"], repaired["repair"], "{lag}");
-    let limited = common::ddbpipe(&["lag", "--max-lag-seconds", "60"], &config);
+    let limited = common::ddbpipe(&["lag", "--max-lag-seconds", "60"], config);
     let text = format!("{}{}", stdout(&limited), stderr(&limited));
     assert_eq!(
         limited.status.code(),

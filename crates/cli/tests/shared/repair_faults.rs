@@ -33,23 +33,20 @@ fn variant(config: &Path, name: &str, replaced: &[(&str, &str)]) -> PathBuf {
 /// here the replacing snapshot is a Scan, which reads no export.)
 #[test]
 fn a_damaged_incremental_export_replaces_the_shared_repair_by_a_full_snapshot() {
-    let (
-        GapSetup {
-            running,
-            fake,
-            dir: _dir,
-            destination,
-            config,
-        },
-        first,
-        scans,
-    ) = repairable_gap();
+    let (gap, first, scans) = repairable_gap();
+    let GapSetup {
+        running,
+        fake,
+        destination,
+        config,
+        ..
+    } = &gap;
     fake.set_data_files(1);
     fake.damage_next_export();
     let table = || common::keyed::table_items(&running.endpoint, "items");
 
-    let (converged, (), said) = two_workers_past(&config, &destination, &first, &table, || ());
-    let replaced = snapshot_record(&destination);
+    let (converged, (), said) = two_workers_past(config, destination, &first, &table, || ());
+    let replaced = snapshot_record(destination);
     assert!(
         converged,
         "the snapshot in the repair's place mirrors the table: {replaced}; {said:#?}"
@@ -87,24 +84,21 @@ fn a_damaged_incremental_export_replaces_the_shared_repair_by_a_full_snapshot() 
 /// export), and the destination ends equal to the table.
 #[test]
 fn a_repair_left_open_is_finished_with_on_gap_fail_and_the_bucket_and_named_without_it() {
-    let (
-        GapSetup {
-            running,
-            fake,
-            dir: _dir,
-            destination,
-            config,
-        },
-        first,
-        scans,
-    ) = repairable_gap();
+    let (gap, first, scans) = repairable_gap();
+    let GapSetup {
+        running,
+        fake,
+        destination,
+        config,
+        ..
+    } = &gap;
     // The incremental export answers IN_PROGRESS to its first three describes.
     fake.set_in_progress_describes(3);
     let described = fake.describe_calls();
-    stop_once(&config, "awaits the repair's export", "repair", || {
+    stop_once(config, "awaits the repair's export", "repair", || {
         fake.describe_calls() > described
     });
-    let open = snapshot_record(&destination);
+    let open = snapshot_record(destination);
     assert!(
         open["id"] != first
             && open["repair"].is_object()
@@ -113,7 +107,7 @@ fn a_repair_left_open_is_finished_with_on_gap_fail_and_the_bucket_and_named_with
         "the repair is left open, its export stored: {open}"
     );
 
-    let failing = variant(&config, "fail.yaml", &[("on_gap: repair", "on_gap: fail")]);
+    let failing = variant(config, "fail.yaml", &[("on_gap: repair", "on_gap: fail")]);
     let bare = variant(
         &failing,
         "bare.yaml",
@@ -129,14 +123,14 @@ fn a_repair_left_open_is_finished_with_on_gap_fail_and_the_bucket_and_named_with
         "{text}"
     );
     assert_eq!(
-        snapshot_record(&destination),
+        snapshot_record(destination),
         open,
         "the worker without the bucket leaves the repair as it was"
     );
 
     let table = common::keyed::table_items(&running.endpoint, "items");
-    mirror_until_closed_and_equal(&failing, &destination, &table);
-    let finished = snapshot_record(&destination);
+    mirror_until_closed_and_equal(&failing, destination, &table);
+    let finished = snapshot_record(destination);
     assert!(
         finished["id"] == open["id"]
             && finished["repair"] == open["repair"]
