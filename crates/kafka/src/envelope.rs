@@ -37,6 +37,7 @@ use std::borrow::Cow;
 use std::io::Write as _;
 
 use ddbpipe_pipeline::sink::Records;
+use ddbpipe_source::envelope::{NotedEnvelope, decoded};
 use ddbpipe_source::records::Lines;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -159,27 +160,56 @@ struct Event<'a> {
     user_identity: Option<&'a str>,
 }
 
-/// The fields of a change envelope a message needs, borrowed from the line.
+/// The fields of a change envelope a message needs, borrowed from the line: its images, key
+/// and ids as the JSON text the line holds (`None` for `null`).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
     op: Cow<'a, str>,
-    #[serde(borrow, default)]
-    key: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    before: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    after: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    event_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    shard_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    sequence_number: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    key: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    before: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    after: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    event_id: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    shard_id: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    sequence_number: Option<&'a str>,
     #[serde(default)]
     ts_ms: Option<i64>,
-    #[serde(borrow, default)]
-    user_identity: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    user_identity: Option<&'a str>,
+}
+
+impl<'a> Envelope<'a> {
+    /// Record `i` of `records`, whose text is `text`: from where its page noted its fields
+    /// (the images not read at all), else read from `text`.
+    fn of(records: &'a Lines, i: usize, text: &'a str) -> serde_json::Result<Envelope<'a>> {
+        let Some(noted) = NotedEnvelope::of(records, i) else {
+            return serde_json::from_str(text);
+        };
+        Ok(Envelope {
+            op: decoded(noted.op)?,
+            key: noted.key,
+            before: noted.before,
+            after: noted.after,
+            event_id: noted.event_id,
+            shard_id: noted.shard_id,
+            sequence_number: noted.sequence_number,
+            ts_ms: noted.ts_ms.map(serde_json::from_str).transpose()?,
+            user_identity: noted.user_identity,
+        })
+    }
+}
+
+/// A field's raw JSON text; `None` for `null`.
+fn raw_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de str>, D::Error> {
+    Ok(Option::<&'de RawValue>::deserialize(deserializer)?.map(RawValue::get))
 }
 
 /// Bytes a Debezium value adds to its images besides the shaper's fixed parts: field names,
@@ -244,7 +274,7 @@ impl Shaper {
         let line = records.get(i).unwrap_or_default();
         let (key, value, op) = match self.records {
             Records::Items => self.item_message(records, i, line, produced_ms, read_ms)?,
-            Records::Envelopes => self.envelope_message(line, produced_ms, read_ms)?,
+            Records::Envelopes => self.envelope_message(records, i, line, produced_ms, read_ms)?,
         };
         if op == Op::Delete && self.tombstones {
             out.push(Message {
@@ -303,16 +333,18 @@ impl Shaper {
         Ok((key, value, Op::Read))
     }
 
-    /// The key and value of a change or snapshot envelope.
+    /// The key and value of a change or snapshot envelope: record `i` of `records`, `line`.
     fn envelope_message(
         &self,
+        records: &Lines,
+        i: usize,
         line: &[u8],
         produced_ms: i64,
         read_ms: Option<i64>,
     ) -> Result<(Vec<u8>, Vec<u8>, Op), String> {
         let text = std::str::from_utf8(line)
             .map_err(|_| format!("record {} is not UTF-8", short_lossy(line)))?;
-        let envelope: Envelope<'_> = serde_json::from_str(text)
+        let envelope = Envelope::of(records, i, text)
             .map_err(|e| format!("record {}: not a change envelope: {e}", short(text)))?;
         let record = || record_name(&envelope, text);
         let op = Op::of(&envelope.op).ok_or_else(|| {
@@ -324,10 +356,10 @@ impl Shaper {
         })?;
         let raw_key = envelope
             .key
-            .filter(|raw| raw.get() != "null")
+            .filter(|raw| *raw != "null")
             .ok_or_else(|| format!("{} has no key", record()))?;
         let found = self
-            .key_attributes(raw_key.get())
+            .key_attributes(raw_key)
             .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
         let key = self
             .key_bytes(&found)
@@ -336,18 +368,18 @@ impl Shaper {
             EnvelopeKind::Ddbpipe => line.to_vec(),
             EnvelopeKind::Debezium => {
                 let event = Event {
-                    before: raw(envelope.before),
-                    after: raw(envelope.after),
+                    before: envelope.before,
+                    after: envelope.after,
                     op,
                     source_ts_ms: if op == Op::Read {
                         read_ms
                     } else {
                         envelope.ts_ms
                     },
-                    shard_id: raw(envelope.shard_id),
-                    sequence_number: raw(envelope.sequence_number),
-                    event_id: raw(envelope.event_id),
-                    user_identity: raw(envelope.user_identity),
+                    shard_id: envelope.shard_id,
+                    sequence_number: envelope.sequence_number,
+                    event_id: envelope.event_id,
+                    user_identity: envelope.user_identity,
                 };
                 let images = event.before.map_or(0, str::len) + event.after.map_or(0, str::len);
                 self.debezium(&event, produced_ms, images)
@@ -426,10 +458,8 @@ impl Shaper {
 /// How an error names an envelope: `record <event id> in <shard>` (`?` for a missing event
 /// id, "the snapshot" for a missing shard), or by the start of its text when it has neither
 /// (snapshot rows, changes read from an export).
-fn record_name(envelope: &Envelope<'_>, text: &str) -> String {
-    let string = |raw: Option<&RawValue>| {
-        raw.and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok())
-    };
+fn record_name<'a>(envelope: &Envelope<'a>, text: &str) -> String {
+    let string = |raw: Option<&'a str>| raw.and_then(|raw| decoded(raw).ok());
     match (string(envelope.event_id), string(envelope.shard_id)) {
         (None, None) => format!("record {}", short(text)),
         (event_id, shard) => format!(
@@ -443,11 +473,6 @@ fn record_name(envelope: &Envelope<'_>, text: &str) -> String {
 /// `text` as a JSON string, escaped as `serde_json` (and so ddbpipe's writers) escape it.
 fn json_string(text: &str) -> Vec<u8> {
     serde_json::to_vec(text).expect("a string serializes to JSON without error")
-}
-
-/// The JSON text of a field, `None` when the line lacks it or has `null`.
-fn raw(value: Option<&RawValue>) -> Option<&str> {
-    value.map(RawValue::get)
 }
 
 /// Appends a raw JSON text, or `null`.

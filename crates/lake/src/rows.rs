@@ -42,7 +42,6 @@ use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::envelope::EnvelopeFields;
 use ddbpipe_source::records::Lines;
 use ddbpipe_value::ValueFormat;
-use serde_json::value::RawValue;
 
 use crate::partition::{Partition, Partitioning, Term};
 
@@ -220,7 +219,9 @@ impl Shape {
                     columns.text[0].append_value(text);
                     columns.push_typed(values);
                 }
-                Records::Envelopes => self.push_envelope(text, batch.read_ms, &mut columns)?,
+                Records::Envelopes => {
+                    self.push_envelope(&batch.records, i, text, batch.read_ms, &mut columns)?
+                }
             }
         }
         let rows = RecordBatch::try_new(self.schema.clone(), columns.finish(self))
@@ -282,15 +283,18 @@ impl Shape {
 
     fn push_envelope(
         &self,
+        records: &Lines,
+        i: usize,
         text: &str,
         read_ms: Option<i64>,
         columns: &mut Columns,
     ) -> Result<(), String> {
-        let envelope =
-            EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        // Its fields where its page noted them, else read from it (record `i` of `records`).
+        let envelope = EnvelopeFields::of(records, i, text)
+            .map_err(|e| format!("record is not an envelope: {e}"))?;
         let record = || envelope.record();
         let raw = present(envelope.key).ok_or_else(|| format!("{} has no key", record()))?;
-        let found = ddbpipe_value::key_attributes(raw.get(), &self.key, |c| c.name.as_str())
+        let found = ddbpipe_value::key_attributes(raw, &self.key, |c| c.name.as_str())
             .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
         let key = key_of(&self.key, &found, self.format)
             .map_err(|problem| format!("{}: {problem}", record()))?;
@@ -311,7 +315,7 @@ impl Shape {
                 ));
             }
         }
-        let values = self.typed_values(document.map(RawValue::get), &key, record)?;
+        let values = self.typed_values(document, &key, record)?;
         let time = if envelope.op == "r" {
             read_ms
         } else {
@@ -322,8 +326,8 @@ impl Shape {
         columns.text[1].append_option(envelope.sequence_number.as_deref());
         columns.time.append_option(time.map(|ms| ms * 1000));
         columns.text[2].append_option(envelope.shard_id.as_deref());
-        columns.text[3].append_option(document.map(RawValue::get));
-        columns.text[4].append_option(present(envelope.before).map(RawValue::get));
+        columns.text[3].append_option(document);
+        columns.text[4].append_option(present(envelope.before));
         columns.push_typed(values);
         Ok(())
     }
@@ -383,8 +387,8 @@ fn timestamp() -> DataType {
 }
 
 /// A JSON value other than `null`.
-fn present(raw: Option<&RawValue>) -> Option<&RawValue> {
-    raw.filter(|raw| raw.get() != "null")
+fn present(raw: Option<&str>) -> Option<&str> {
+    raw.filter(|raw| *raw != "null")
 }
 
 /// The columns of one partition being filled.

@@ -6,7 +6,8 @@
 //! - scan/query items → upsert of the item, the key taken from its key attributes (where the
 //!   Scan or Query page noted where they sit in the record, from there, without reading the
 //!   record again: `Lines::noted`);
-//! - envelopes: `op` `c`, `u`, `r` → upsert of `after`; `d` → delete by `key`; any other `op`
+//! - envelopes (their fields from the page's notes where it has them: `NotedEnvelope`):
+//!   `op` `c`, `u`, `r` → upsert of `after`; `d` → delete by `key`; any other `op`
 //!   fails the run naming the record's `event_id` and shard. `r` rows written while a snapshot
 //!   is open carry its id (docs/sinks.md §7.4).
 //!

@@ -39,7 +39,9 @@ impl KeyedSink {
                 .map_err(|_| format!("record {i} of the batch is not UTF-8"))?;
             match self.records {
                 Records::Items => self.item_row(records, i, text),
-                Records::Envelopes => self.envelope_row(text, snapshot_open, batch.read_ms, repair),
+                Records::Envelopes => {
+                    self.envelope_row(records, i, text, snapshot_open, batch.read_ms, repair)
+                }
             }
         };
         let parts = conversion_threads(records.len());
@@ -119,21 +121,24 @@ impl KeyedSink {
     /// an open repair's export (no sequence number) at its exact `ts_ms`, with the repair id.
     fn envelope_row(
         &self,
+        records: &Lines,
+        i: usize,
         text: &str,
         snapshot_open: bool,
         read_ms: Option<i64>,
         repair: Option<i64>,
     ) -> Result<RowChange, String> {
-        let envelope =
-            EnvelopeFields::read(text).map_err(|e| format!("record is not an envelope: {e}"))?;
+        // Its fields where its page noted them, else read from it (record `i` of `records`).
+        let envelope = EnvelopeFields::of(records, i, text)
+            .map_err(|e| format!("record is not an envelope: {e}"))?;
         let record = || envelope.record();
         let key = || -> Result<Vec<KeyValue>, String> {
             let raw = envelope
                 .key
-                .filter(|raw| raw.get() != "null")
+                .filter(|raw| *raw != "null")
                 .ok_or_else(|| format!("{} has no key", record()))?;
             let found = self
-                .key_attributes(raw.get())
+                .key_attributes(raw)
                 .map_err(|e| format!("{}: its key is not an object: {e}", record()))?;
             self.key_of(&found)
                 .map_err(|problem| format!("{}: {problem}", record()))
@@ -154,7 +159,7 @@ impl KeyedSink {
         };
         match envelope.op.as_ref() {
             "c" | "u" | "r" => {
-                let after = envelope.after.filter(|raw| raw.get() != "null").ok_or_else(|| {
+                let after = envelope.after.filter(|raw| *raw != "null").ok_or_else(|| {
                     format!(
                         "{} has no new image: the {} sink needs a stream view of NEW_IMAGE or NEW_AND_OLD_IMAGES",
                         record(),
@@ -163,11 +168,11 @@ impl KeyedSink {
                 })?;
                 let key = key()?;
                 let columns = self
-                    .column_values(after.get(), &key)
+                    .column_values(after, &key)
                     .map_err(|problem| format!("{}: {problem}", record()))?;
                 Ok(RowChange::Upsert {
                     key,
-                    document: after.get().to_string(),
+                    document: after.to_string(),
                     columns,
                     snapshot: snapshot_open && envelope.op == "r",
                     version,

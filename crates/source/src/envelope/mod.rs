@@ -31,9 +31,11 @@
 mod fields;
 mod record;
 
-pub use fields::EnvelopeFields;
+pub use fields::{EnvelopeFields, NotedEnvelope, decoded};
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::{Arc, LazyLock};
 
 use ddbpipe_value::{Item, ValueFormat};
 use serde::Serialize;
@@ -118,7 +120,7 @@ fn write_record(
             .as_ref()
             .map(|identity| (identity.principal_id.as_deref(), identity.kind.as_deref())),
     };
-    write_envelope(&fields, shape.table, out, |image, out| {
+    let _ = write_envelope(&fields, shape.table, out, |image, out| {
         let item = match image {
             Image::New => change.new_image.as_ref(),
             Image::Old => change.old_image.as_ref(),
@@ -202,54 +204,112 @@ pub(crate) enum Image {
     Keys,
 }
 
+/// The fields of a change envelope whose values a page of changes notes where it writes them
+/// ([`Lines::noted_text`](crate::records::Lines::noted_text)), in name order: what the keyed,
+/// lake and Kafka sinks read back from an envelope without parsing it.
+pub const NOTED_FIELDS: [&str; 9] = [
+    "after",
+    "before",
+    "event_id",
+    "key",
+    "op",
+    "sequence_number",
+    "shard_id",
+    "ts_ms",
+    "user_identity",
+];
+
+/// [`NOTED_FIELDS`] as the lines of every page of changes note them (one list, shared).
+pub(crate) fn noted_fields() -> Arc<[String]> {
+    static NAMES: LazyLock<Arc<[String]>> =
+        LazyLock::new(|| NOTED_FIELDS.iter().map(|name| name.to_string()).collect());
+    NAMES.clone()
+}
+
+/// Where [`write_envelope`] wrote the values of [`NOTED_FIELDS`] in its output.
+pub(crate) struct EnvelopeSpans([Range<usize>; NOTED_FIELDS.len()]);
+
+impl EnvelopeSpans {
+    /// The span of field `name`'s value; `None` for a field not noted.
+    pub(crate) fn of(&self, name: &str) -> Option<Range<usize>> {
+        let at = NOTED_FIELDS.iter().position(|field| *field == name)?;
+        Some(self.0[at].clone())
+    }
+}
+
 /// Appends a change envelope; `image` appends each image in the record's format, or `null`.
-/// The keys are written once and their bytes copied for the second field.
+/// The keys are written once and their bytes copied for the second field. Returns where the
+/// values of [`NOTED_FIELDS`] went.
 pub(crate) fn write_envelope(
     fields: &ChangeFields<'_>,
     table: &str,
     out: &mut Vec<u8>,
     mut image: impl FnMut(Image, &mut Vec<u8>),
-) {
-    out.extend_from_slice(b"{\"after\":");
-    image(Image::New, out);
-    out.extend_from_slice(b",\"before\":");
-    image(Image::Old, out);
-    out.extend_from_slice(b",\"document_key\":");
-    let key_start = out.len();
-    image(Image::Keys, out);
-    let key_end = out.len();
-    out.extend_from_slice(b",\"event_id\":");
-    write_optional_str(fields.event_id, out);
+) -> EnvelopeSpans {
+    let mut spans: [Range<usize>; NOTED_FIELDS.len()] = Default::default();
+    // Writes the field named `name` by `write`, noting its span when it is noted.
+    let field = |name: &[u8], out: &mut Vec<u8>, write: &mut dyn FnMut(&mut Vec<u8>)| {
+        out.extend_from_slice(name);
+        let start = out.len();
+        write(out);
+        (start, out.len())
+    };
+    let (start, end) = field(b"{\"after\":", out, &mut |out| image(Image::New, out));
+    spans[0] = start..end;
+    let (start, end) = field(b",\"before\":", out, &mut |out| image(Image::Old, out));
+    spans[1] = start..end;
+    let (key_start, key_end) = field(b",\"document_key\":", out, &mut |out| {
+        image(Image::Keys, out)
+    });
+    let (start, end) = field(b",\"event_id\":", out, &mut |out| {
+        write_optional_str(fields.event_id, out)
+    });
+    spans[2] = start..end;
     out.extend_from_slice(b",\"event_name\":");
     write_json(fields.event_name.unwrap_or("UNKNOWN"), out);
-    out.extend_from_slice(b",\"key\":");
-    out.extend_from_within(key_start..key_end);
-    out.extend_from_slice(b",\"op\":");
-    write_json(op_of(fields.event_name).as_ref(), out);
-    out.extend_from_slice(b",\"sequence_number\":");
-    write_optional_str(fields.sequence_number, out);
-    out.extend_from_slice(b",\"shard_id\":");
-    write_optional_str(fields.shard_id, out);
+    let (start, end) = field(b",\"key\":", out, &mut |out| {
+        out.extend_from_within(key_start..key_end)
+    });
+    spans[3] = start..end;
+    let (start, end) = field(b",\"op\":", out, &mut |out| {
+        write_json(op_of(fields.event_name).as_ref(), out)
+    });
+    spans[4] = start..end;
+    let (start, end) = field(b",\"sequence_number\":", out, &mut |out| {
+        write_optional_str(fields.sequence_number, out)
+    });
+    spans[5] = start..end;
+    let (start, end) = field(b",\"shard_id\":", out, &mut |out| {
+        write_optional_str(fields.shard_id, out)
+    });
+    spans[6] = start..end;
     out.extend_from_slice(b",\"size_bytes\":");
     write_optional_i64(fields.size_bytes, out);
     out.extend_from_slice(b",\"stream_view_type\":");
     write_optional_str(fields.view_type, out);
     out.extend_from_slice(b",\"table\":");
     write_json(table, out);
-    out.extend_from_slice(b",\"ts_ms\":");
-    write_optional_i64(fields.created_ms, out);
-    out.extend_from_slice(b",\"user_identity\":");
-    match fields.user_identity {
-        Some((principal_id, kind)) => {
-            out.extend_from_slice(b"{\"principal_id\":");
-            write_optional_str(principal_id, out);
-            out.extend_from_slice(b",\"type\":");
-            write_optional_str(kind, out);
-            out.push(b'}');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
+    let (start, end) = field(b",\"ts_ms\":", out, &mut |out| {
+        write_optional_i64(fields.created_ms, out)
+    });
+    spans[7] = start..end;
+    let (start, end) = field(
+        b",\"user_identity\":",
+        out,
+        &mut |out| match fields.user_identity {
+            Some((principal_id, kind)) => {
+                out.extend_from_slice(b"{\"principal_id\":");
+                write_optional_str(principal_id, out);
+                out.extend_from_slice(b",\"type\":");
+                write_optional_str(kind, out);
+                out.push(b'}');
+            }
+            None => out.extend_from_slice(b"null"),
+        },
+    );
+    spans[8] = start..end;
     out.push(b'}');
+    EnvelopeSpans(spans)
 }
 
 /// Appends the change envelope of one line of an incremental export (docs/streams.md §4.12):
@@ -282,7 +342,7 @@ pub fn write_export_change(
         created_ms: Some(written_ms),
         user_identity: None,
     };
-    write_envelope(&fields, table, out, |image, out| {
+    let _ = write_envelope(&fields, table, out, |image, out| {
         let item = match image {
             Image::New => new_image,
             Image::Old => old_image,

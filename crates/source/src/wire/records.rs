@@ -22,7 +22,12 @@ pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<Change
         shape,
         images: Vec::new(),
         changes: Changes {
-            envelopes: Lines::with_capacity(0, body.len()),
+            envelopes: {
+                // Each envelope notes where its fields' values are, for the sinks.
+                let mut envelopes = Lines::with_capacity(0, body.len());
+                envelopes.note_attributes(envelope::noted_fields());
+                envelopes
+            },
             records: Vec::new(),
         },
         seen: 0,
@@ -159,19 +164,28 @@ impl<'de> ChangeState<'_, 'de> {
                 .map(|identity| (text(&identity.principal_id), text(&identity.kind))),
         };
         let images = &self.images;
+        let mut spans = None;
         self.changes.envelopes.push_with(|out| {
-            envelope::write_envelope(&fields, self.shape.table, out, |image, out| {
-                let range = match image {
-                    Image::New => &change.new_image,
-                    Image::Old => &change.old_image,
-                    Image::Keys => &change.keys,
-                };
-                match range {
-                    Some(range) => out.extend_from_slice(&images[range.clone()]),
-                    None => out.extend_from_slice(b"null"),
-                }
-            });
+            spans = Some(envelope::write_envelope(
+                &fields,
+                self.shape.table,
+                out,
+                |image, out| {
+                    let range = match image {
+                        Image::New => &change.new_image,
+                        Image::Old => &change.old_image,
+                        Image::Keys => &change.keys,
+                    };
+                    match range {
+                        Some(range) => out.extend_from_slice(&images[range.clone()]),
+                        None => out.extend_from_slice(b"null"),
+                    }
+                },
+            ));
         });
+        if let Some(spans) = spans {
+            self.changes.envelopes.note_last(|name| spans.of(name));
+        }
         let op = ChangeOp::of(fields.event_name);
         self.changes.records.push(ChangeMeta {
             sequence_number,

@@ -293,6 +293,29 @@ fn envelopes(page: &ChangePage) -> Result<String, EnvelopeError> {
         .map(|changes| String::from_utf8_lossy(changes.envelopes.as_bytes()).into_owned())
 }
 
+/// Every envelope of a decoded page is noted, and what the notes give is what reading the
+/// line gives: `EnvelopeFields` field by field, and `user_identity`'s text.
+fn envelopes_noted_as_read(lines: &crate::records::Lines) -> Result<(), String> {
+    use crate::envelope::{EnvelopeFields, NotedEnvelope};
+    for (i, line) in lines.iter().enumerate() {
+        let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+        let noted = NotedEnvelope::of(lines, i).ok_or(format!("record {i} not noted: {text}"))?;
+        let read = EnvelopeFields::read(text).map_err(|e| e.to_string())?;
+        let taken = EnvelopeFields::of(lines, i, text).map_err(|e| e.to_string())?;
+        if format!("{read:?}") != format!("{taken:?}") {
+            return Err(format!("{text}: read {read:?}, noted {taken:?}"));
+        }
+        let identity = ddbpipe_value::key_attributes(text, &["user_identity"], |n| n)
+            .map_err(|e| e.to_string())?[0]
+            .map(|raw| raw.get())
+            .filter(|raw| *raw != "null");
+        if identity != noted.user_identity {
+            return Err(format!("{text}: user_identity {:?}", noted.user_identity));
+        }
+    }
+    Ok(())
+}
+
 fn records_body(records: &[String], next: Option<&str>) -> String {
     let next = next.map_or(String::new(), |next| {
         format!("\"NextShardIterator\":{},", json_text(next))
@@ -326,6 +349,11 @@ proptest! {
             .into_changes(&shape);
             let decoded = change_page(body.as_bytes(), &shape).unwrap();
             prop_assert_eq!(envelopes(&decoded), envelopes(&expected), "{}", body);
+            if let Ok(changes) = &decoded.changes
+                && let Err(problem) = envelopes_noted_as_read(&changes.envelopes)
+            {
+                prop_assert!(false, "{}", problem);
+            }
             prop_assert_eq!(decoded, expected);
         }
     }
