@@ -188,7 +188,7 @@ impl<'a> Envelope<'a> {
     /// Record `i` of `records`, whose text is `text`: from where its page noted its fields
     /// (the images not read at all), else read from `text`.
     fn of(records: &'a Lines, i: usize, text: &'a str) -> serde_json::Result<Envelope<'a>> {
-        let Some(noted) = NotedEnvelope::of(records, i) else {
+        let Some(noted) = NotedEnvelope::of(records, i, text) else {
             return serde_json::from_str(text);
         };
         Ok(Envelope {

@@ -156,6 +156,34 @@ impl Lines {
             .collect()
     }
 
+    /// Record `i`'s noted values in the order they were noted, sliced from `text`, the record's
+    /// text (`None` where it lacks the attribute): for a reader that knows that order, when the
+    /// lines note exactly the list `names` (the same list, by address) — else `None`.
+    pub fn noted_values<'t, const N: usize>(
+        &self,
+        i: usize,
+        text: &'t str,
+        names: &Arc<[String]>,
+    ) -> Option<[Option<&'t str>; N]> {
+        let noted = self.noted.as_ref()?;
+        if !Arc::ptr_eq(&noted.names, names)
+            || names.len() != N
+            || !noted.complete(self.ends.len())
+            || self.get(i)?.len() != text.len()
+        {
+            return None;
+        }
+        let spans = noted.spans.get(i * N..(i + 1) * N)?;
+        let mut values = [None; N];
+        for (value, span) in values.iter_mut().zip(spans) {
+            *value = match *span {
+                ABSENT => None,
+                (from, to) => Some(text.get(from as usize..to as usize)?),
+            };
+        }
+        Some(values)
+    }
+
     /// Appends one record: `write` appends its JSON (without newline) to the buffer.
     pub fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         self.forget_unnoted();

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::NOTED_FIELDS;
+use super::{NOTED_FIELDS, NOTED_NAMES};
 use crate::records::Lines;
 
 /// The fields of an envelope a destination reads, borrowed from its line; the images and the
@@ -59,7 +59,7 @@ impl<'a> EnvelopeFields<'a> {
         i: usize,
         text: &'a str,
     ) -> serde_json::Result<EnvelopeFields<'a>> {
-        let Some(noted) = NotedEnvelope::of(records, i) else {
+        let Some(noted) = NotedEnvelope::of(records, i, text) else {
             return Self::read(text);
         };
         Ok(EnvelopeFields {
@@ -111,10 +111,11 @@ pub struct NotedEnvelope<'a> {
 }
 
 impl<'a> NotedEnvelope<'a> {
-    /// Record `i` of `records` as its page noted it; `None` when it was not noted (a snapshot
-    /// row, a change read from an export, lines built otherwise).
-    pub fn of(records: &'a Lines, i: usize) -> Option<NotedEnvelope<'a>> {
-        let found = records.noted_text(i, &NOTED_FIELDS, |name| name)?;
+    /// Record `i` of `records`, whose text is `text`, as its page noted it; `None` when it was
+    /// not noted (a snapshot row, a change read from an export, lines built otherwise).
+    pub fn of(records: &Lines, i: usize, text: &'a str) -> Option<NotedEnvelope<'a>> {
+        let found: [Option<&'a str>; NOTED_FIELDS.len()] =
+            records.noted_values(i, text, &NOTED_NAMES)?;
         let present = |raw: Option<&'a str>| raw.filter(|raw| *raw != "null");
         let [
             after,
@@ -126,10 +127,7 @@ impl<'a> NotedEnvelope<'a> {
             shard_id,
             ts_ms,
             user_identity,
-        ] = found[..]
-        else {
-            return None;
-        };
+        ] = found;
         Some(NotedEnvelope {
             after: present(after),
             before: present(before),

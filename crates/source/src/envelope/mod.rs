@@ -219,12 +219,10 @@ pub const NOTED_FIELDS: [&str; 9] = [
     "user_identity",
 ];
 
-/// [`NOTED_FIELDS`] as the lines of every page of changes note them (one list, shared).
-pub(crate) fn noted_fields() -> Arc<[String]> {
-    static NAMES: LazyLock<Arc<[String]>> =
-        LazyLock::new(|| NOTED_FIELDS.iter().map(|name| name.to_string()).collect());
-    NAMES.clone()
-}
+/// [`NOTED_FIELDS`] as the lines of every page of changes note them: one list, shared, which
+/// a reader of the notes recognises by its address.
+pub(crate) static NOTED_NAMES: LazyLock<Arc<[String]>> =
+    LazyLock::new(|| NOTED_FIELDS.iter().map(|name| name.to_string()).collect());
 
 /// Where [`write_envelope`] wrote the values of [`NOTED_FIELDS`] in its output.
 pub(crate) struct EnvelopeSpans([Range<usize>; NOTED_FIELDS.len()]);

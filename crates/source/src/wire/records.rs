@@ -25,7 +25,7 @@ pub(crate) fn change_page(body: &[u8], shape: &ChangeShape<'_>) -> Result<Change
             envelopes: {
                 // Each envelope notes where its fields' values are, for the sinks.
                 let mut envelopes = Lines::with_capacity(0, body.len());
-                envelopes.note_attributes(envelope::noted_fields());
+                envelopes.note_attributes(envelope::NOTED_NAMES.clone());
                 envelopes
             },
             records: Vec::new(),

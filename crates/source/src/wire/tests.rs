@@ -299,7 +299,8 @@ fn envelopes_noted_as_read(lines: &crate::records::Lines) -> Result<(), String> 
     use crate::envelope::{EnvelopeFields, NotedEnvelope};
     for (i, line) in lines.iter().enumerate() {
         let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
-        let noted = NotedEnvelope::of(lines, i).ok_or(format!("record {i} not noted: {text}"))?;
+        let noted =
+            NotedEnvelope::of(lines, i, text).ok_or(format!("record {i} not noted: {text}"))?;
         let read = EnvelopeFields::read(text).map_err(|e| e.to_string())?;
         let taken = EnvelopeFields::of(lines, i, text).map_err(|e| e.to_string())?;
         if format!("{read:?}") != format!("{taken:?}") {
