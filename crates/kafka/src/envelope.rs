@@ -37,7 +37,7 @@ use std::borrow::Cow;
 use std::io::Write as _;
 
 use ddbpipe_pipeline::sink::Records;
-use ddbpipe_source::envelope::{NotedEnvelope, decoded};
+use ddbpipe_source::envelope::{NotedEnvelope, decoded, raw_text};
 use ddbpipe_source::records::Lines;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -203,13 +203,6 @@ impl<'a> Envelope<'a> {
             user_identity: noted.user_identity,
         })
     }
-}
-
-/// A field's raw JSON text; `None` for `null`.
-fn raw_text<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<&'de str>, D::Error> {
-    Ok(Option::<&'de RawValue>::deserialize(deserializer)?.map(RawValue::get))
 }
 
 /// Bytes a Debezium value adds to its images besides the shaper's fixed parts: field names,

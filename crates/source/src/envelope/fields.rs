@@ -40,8 +40,9 @@ pub struct EnvelopeFields<'a> {
     pub ts_ms: Option<i64>,
 }
 
-/// A field's raw JSON text; `None` for `null`.
-fn raw_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de str>, D::Error> {
+/// A field's raw JSON text; `None` for `null` (serde's `deserialize_with` of the images, the
+/// key and the ids, here and in the Kafka shaper's view of an envelope).
+pub fn raw_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de str>, D::Error> {
     Ok(Option::<&'de RawValue>::deserialize(deserializer)?.map(RawValue::get))
 }
 

@@ -31,7 +31,7 @@
 mod fields;
 mod record;
 
-pub use fields::{EnvelopeFields, NotedEnvelope, decoded};
+pub use fields::{EnvelopeFields, NotedEnvelope, decoded, raw_text};
 
 use std::borrow::Cow;
 use std::ops::Range;
