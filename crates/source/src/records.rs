@@ -117,23 +117,6 @@ impl Lines {
         names: &[K],
         name: impl Fn(&K) -> &str,
     ) -> Option<Vec<Option<&RawValue>>> {
-        self.noted_text(i, names, name)?
-            .into_iter()
-            .map(|text| match text {
-                None => Some(None),
-                Some(text) => serde_json::from_str::<&RawValue>(text).ok().map(Some),
-            })
-            .collect()
-    }
-
-    /// As [`Lines::noted`], each value as the JSON text the record holds, not read at all (an
-    /// image of a change envelope is not scanned either).
-    pub fn noted_text<K>(
-        &self,
-        i: usize,
-        names: &[K],
-        name: impl Fn(&K) -> &str,
-    ) -> Option<Vec<Option<&str>>> {
         let noted = self.noted.as_ref()?;
         if !noted.complete(self.ends.len()) {
             return None;
@@ -148,8 +131,8 @@ impl Lines {
                 match spans[at] {
                     ABSENT => Some(None),
                     (from, to) => {
-                        let bytes = record.get(from as usize..to as usize)?;
-                        std::str::from_utf8(bytes).ok().map(Some)
+                        let text = std::str::from_utf8(record.get(from as usize..to as usize)?);
+                        serde_json::from_str::<&RawValue>(text.ok()?).ok().map(Some)
                     }
                 }
             })

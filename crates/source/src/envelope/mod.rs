@@ -205,7 +205,7 @@ pub(crate) enum Image {
 }
 
 /// The fields of a change envelope whose values a page of changes notes where it writes them
-/// ([`Lines::noted_text`](crate::records::Lines::noted_text)), in name order: what the keyed,
+/// ([`Lines::noted_values`](crate::records::Lines::noted_values)), in name order: what the keyed,
 /// lake and Kafka sinks read back from an envelope without parsing it.
 pub const NOTED_FIELDS: [&str; 9] = [
     "after",
