@@ -571,7 +571,8 @@ fn a_postgres_catalog_holds_the_table_and_its_password_reaches_no_output() {
 /// A changed `partition_by` becomes the table's default spec at the next run's claim
 /// (partition evolution, `check` saying so), its files written in it; none at all leaves the
 /// table unpartitioned. A term the columns do not take is refused naming the column; one
-/// that does not read, when the file is loaded. Nothing is committed by a refused run.
+/// that does not read, when the file is loaded; a typed column named like a partition field
+/// the table had, by `check` and the run alike. Nothing is committed by a refused run.
 #[test]
 fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
     let source = "table_name: orders\nvalue_format: typed\nsegments: 2\npage_limit: 25\n\
@@ -643,6 +644,13 @@ fn partition_by_is_the_tables_spec_and_each_file_holds_its_partition_only() {
     assert!(unpartitioned.spec.is_empty(), "{:?}", unpartitioned.spec);
     assert_eq!(unpartitioned.rows.len(), 120, "each item once");
     let table = unpartitioned;
+    // A typed column named like a partition field of an earlier spec: the claim's builder
+    // refuses it against the table's history, and `check` builds what the claim builds.
+    rewrite("  columns:\n    - {name: pk_bucket, path: v, type: bigint}\n");
+    refused_by_check_and_run(
+        &pipeline,
+        "cannot add columns to Iceberg table dynamodb.orders",
+    );
     rewrite("  partition_by: [day(pk)]\n");
     refused_by_check_and_run(
         &pipeline,

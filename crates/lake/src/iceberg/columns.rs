@@ -99,7 +99,7 @@ impl IcebergTable {
     pub(super) fn evolved(
         &self,
         table: &Table,
-        mut builder: TableMetadataBuilder,
+        builder: TableMetadataBuilder,
     ) -> Result<TableMetadataBuilder, Failure> {
         let Some(shape) = &self.shape else {
             return Ok(builder);
@@ -108,24 +108,53 @@ impl IcebergTable {
         if !changes.columns.is_empty() {
             let names: Vec<&str> = changes.columns.iter().map(|f| f.name.as_str()).collect();
             tracing::info!(table = %self.describe(), columns = ?names, "Adding columns to the Iceberg table.");
+        }
+        if let Some(was) = &changes.repartitions {
+            let partitioning = shape.partitioning();
+            tracing::info!(table = %self.describe(), was = %was, now = %partitioning, "Changing the Iceberg table's partitioning.");
+        }
+        self.evolve(table, builder, shape, &changes)
+    }
+
+    /// `builder` with `changes` (of the sink's `shape`) made. The builder checks them against
+    /// every schema and spec the table ever had, which `check_columns` does not: `check` builds
+    /// them too (and drops them), so it refuses what a run's claim would. A refusal is
+    /// definite: the table's history does not change by retrying.
+    pub(super) fn evolve(
+        &self,
+        table: &Table,
+        mut builder: TableMetadataBuilder,
+        shape: &Shape,
+        changes: &Changes,
+    ) -> Result<TableMetadataBuilder, Failure> {
+        if !changes.columns.is_empty() {
+            let refused = |e: iceberg::Error| {
+                Failure::definite(format!(
+                    "cannot add columns to {}: {e}; give the column another name in \
+                     sink.columns, or write to a new table (sink.table)",
+                    self.describe()
+                ))
+            };
             let have = table.metadata().current_schema();
             let schema = have
                 .as_ref()
                 .clone()
                 .into_builder()
-                .with_fields(changes.columns)
+                .with_fields(changes.columns.iter().cloned())
                 .build()
-                .map_err(|e| self.failed("add columns to", e))?;
-            builder = builder
-                .add_current_schema(schema)
-                .map_err(|e| self.failed("add columns to", e))?;
+                .map_err(refused)?;
+            builder = builder.add_current_schema(schema).map_err(refused)?;
         }
-        if let Some(was) = changes.repartitions {
-            let partitioning = shape.partitioning();
-            tracing::info!(table = %self.describe(), was = %was, now = %partitioning, "Changing the Iceberg table's partitioning.");
+        if changes.repartitions.is_some() {
             builder = builder
-                .add_default_partition_spec(partitioning.spec().clone().into_unbound())
-                .map_err(|e| self.failed("change the partitioning of", e))?;
+                .add_default_partition_spec(shape.partitioning().spec().clone().into_unbound())
+                .map_err(|e| {
+                    Failure::definite(format!(
+                        "cannot change the partitioning of {}: {e}; keep the table's in \
+                         sink.partition_by, or write to a new table (sink.table)",
+                        self.describe()
+                    ))
+                })?;
         }
         Ok(builder)
     }

@@ -250,7 +250,12 @@ impl IcebergTable {
             return Ok(None);
         };
         self.locate(&table)?;
-        self.check_columns(&table, shape).map(Some)
+        let changes = self.check_columns(&table, shape)?;
+        // The claim's metadata, built and dropped (rule 2).
+        self.evolve(&table, self.builder(&table)?, shape, &changes)?
+            .build()
+            .map_err(|e| Failure::definite(format!("{}: {e}", self.describe())))?;
+        Ok(Some(changes))
     }
 
     /// Rules 1 and 2: the table is under the warehouse and not another pipeline's.
