@@ -364,37 +364,66 @@ pub fn write_snapshot(
     out: &mut Vec<u8>,
 ) {
     out.extend_from_slice(b"{\"after\":");
+    let after = out.len();
     format.write_item(item, out);
-    finish_snapshot(key_schema, table, out, |name, out| match item.get(name) {
-        Some(value) => {
-            format.write_value(value, out);
-            true
+    let after = after..out.len();
+    finish_snapshot(key_schema, table, out, after, |name, out| {
+        match item.get(name) {
+            Some(value) => {
+                format.write_value(value, out);
+                true
+            }
+            None => false,
         }
-        None => false,
     });
 }
 
-/// Appends what follows `after` in a snapshot envelope whose item was just written.
-/// `value_of` appends the value of a key attribute in the item's format and says whether the
-/// item has it.
+/// Appends what follows `after` in a snapshot envelope whose item was just written at
+/// `after` (a range of `out`). `value_of` appends the value of a key attribute in the item's
+/// format and says whether the item has it. Returns where the values of [`NOTED_FIELDS`]
+/// are, as [`write_envelope`] does.
 pub(crate) fn finish_snapshot(
     key_schema: &[KeyAttribute],
     table: &str,
     out: &mut Vec<u8>,
+    after: Range<usize>,
     value_of: impl FnMut(&str, &mut Vec<u8>) -> bool,
-) {
-    out.extend_from_slice(b",\"before\":null,\"document_key\":");
+) -> EnvelopeSpans {
+    // Writes `text`, then a literal value, returning the value's span.
+    let literal = |out: &mut Vec<u8>, text: &[u8], value: &[u8]| {
+        out.extend_from_slice(text);
+        let start = out.len();
+        out.extend_from_slice(value);
+        start..out.len()
+    };
+    let before = literal(out, b",\"before\":", b"null");
+    out.extend_from_slice(b",\"document_key\":");
     let key_start = out.len();
     write_key_of(key_schema, out, value_of);
     let key_end = out.len();
-    out.extend_from_slice(b",\"event_id\":null,\"event_name\":\"SNAPSHOT\",\"key\":");
+    let event_id = literal(out, b",\"event_id\":", b"null");
+    out.extend_from_slice(b",\"event_name\":\"SNAPSHOT\",\"key\":");
+    let key = out.len()..out.len() + (key_end - key_start);
     out.extend_from_within(key_start..key_end);
-    out.extend_from_slice(
-        b",\"op\":\"r\",\"sequence_number\":null,\"shard_id\":null,\"size_bytes\":null,\
-          \"stream_view_type\":null,\"table\":",
-    );
+    let op = literal(out, b",\"op\":", b"\"r\"");
+    let sequence_number = literal(out, b",\"sequence_number\":", b"null");
+    let shard_id = literal(out, b",\"shard_id\":", b"null");
+    out.extend_from_slice(b",\"size_bytes\":null,\"stream_view_type\":null,\"table\":");
     write_json(table, out);
-    out.extend_from_slice(b",\"ts_ms\":null,\"user_identity\":null}");
+    let ts_ms = literal(out, b",\"ts_ms\":", b"null");
+    let user_identity = literal(out, b",\"user_identity\":", b"null");
+    out.push(b'}');
+    EnvelopeSpans([
+        after,
+        before,
+        event_id,
+        key,
+        op,
+        sequence_number,
+        shard_id,
+        ts_ms,
+        user_identity,
+    ])
 }
 
 /// op mapping: INSERT→"c", MODIFY→"u", REMOVE→"d", other names lower-cased, missing →

@@ -21,8 +21,11 @@ pub(crate) fn rendered_page(
     let mut writer = WireWriter::new(render.format());
     // The records take about as many bytes as the items on the wire.
     let mut records = Lines::with_capacity(0, body.len());
-    if let Render::Items(_, Some(key)) = render {
-        records.note_attributes(key.clone());
+    match render {
+        Render::Items(_, Some(key)) => records.note_attributes(key.clone()),
+        // Each snapshot envelope notes where its fields' values are, as a page of changes.
+        Render::Snapshots(_) => records.note_attributes(envelope::NOTED_NAMES.clone()),
+        Render::Items(_, None) => {}
     }
     let answer = parse(body, |deserializer| {
         PageSeed {
@@ -145,16 +148,27 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
             render,
             records,
         } = self;
+        let mut spans = None;
         while records.try_push_with(|out| {
             let record = RecordSeed {
                 writer: &mut *writer,
                 render,
                 out,
             };
-            seq.next_element_seed(record).map(|read| read.is_some())
+            seq.next_element_seed(record).map(|read| match read {
+                Some(noted) => {
+                    spans = noted;
+                    true
+                }
+                None => false,
+            })
         })? {
-            // The writer knows where the item's top-level values went (its key's too).
-            records.note_last(|name| writer.attribute(name));
+            match &spans {
+                // Where the snapshot envelope's fields went.
+                Some(spans) => records.note_last(|name| spans.of(name)),
+                // The writer knows where the item's top-level values went (its key's too).
+                None => records.note_last(|name| writer.attribute(name)),
+            }
         }
         Ok(())
     }
@@ -168,29 +182,36 @@ pub(super) struct RecordSeed<'w, 'de> {
 }
 
 impl<'de> DeserializeSeed<'de> for RecordSeed<'_, 'de> {
-    type Value = ();
+    /// Where a snapshot envelope's noted fields went; `None` for an item.
+    type Value = Option<envelope::EnvelopeSpans>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         let RecordSeed {
             writer,
             render,
             out,
         } = self;
         match render {
-            Render::Items(..) => writer.item(out).deserialize(deserializer),
+            Render::Items(..) => writer.item(out).deserialize(deserializer).map(|()| None),
             Render::Snapshots(shape) => {
                 out.extend_from_slice(b"{\"after\":");
+                let after = out.len();
                 writer.item(out).deserialize(deserializer)?;
-                envelope::finish_snapshot(&shape.key_schema, &shape.table, out, |name, out| {
-                    match writer.attribute(name) {
+                let after = after..out.len();
+                let spans = envelope::finish_snapshot(
+                    &shape.key_schema,
+                    &shape.table,
+                    out,
+                    after,
+                    |name, out| match writer.attribute(name) {
                         Some(value) => {
                             out.extend_from_within(value);
                             true
                         }
                         None => false,
-                    }
-                });
-                Ok(())
+                    },
+                );
+                Ok(Some(spans))
             }
         }
     }

@@ -150,6 +150,11 @@ proptest! {
             if let Err(problem) = noted_as_read(&render, &decoded.records) {
                 prop_assert!(false, "{}", problem);
             }
+            if let Render::Snapshots(_) = render
+                && let Err(problem) = envelopes_noted_as_read(&decoded.records)
+            {
+                prop_assert!(false, "{}", problem);
+            }
             prop_assert_eq!(decoded, expected);
         }
     }
