@@ -113,7 +113,7 @@ pub struct NotedEnvelope<'a> {
 
 impl<'a> NotedEnvelope<'a> {
     /// Record `i` of `records`, whose text is `text`, as its page noted it; `None` when it was
-    /// not noted (a snapshot row, a change read from an export, lines built otherwise).
+    /// not noted (a snapshot row or a change read from an export, lines built otherwise).
     pub fn of(records: &Lines, i: usize, text: &'a str) -> Option<NotedEnvelope<'a>> {
         let found: [Option<&'a str>; NOTED_FIELDS.len()] =
             records.noted_values(i, text, &NOTED_NAMES)?;
