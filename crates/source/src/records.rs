@@ -48,6 +48,33 @@ impl Noted {
 /// The span of an attribute the record does not have.
 const ABSENT: (u32, u32) = (u32::MAX, u32::MAX);
 
+/// Pushes `span` (`None`: absent) of the record at `record` (its range in the buffer, the
+/// newline past its end) to `spans`, relative to the record's start; `false` for a span
+/// outside the record or too far into it to be kept.
+fn push_span(
+    spans: &mut Vec<(u32, u32)>,
+    record: &Range<usize>,
+    span: Option<Range<usize>>,
+) -> bool {
+    let Some(span) = span else {
+        spans.push(ABSENT);
+        return true;
+    };
+    if !(record.start <= span.start && span.start <= span.end && span.end < record.end) {
+        return false;
+    }
+    match (
+        u32::try_from(span.start - record.start),
+        u32::try_from(span.end - record.start),
+    ) {
+        (Ok(from), Ok(to)) => {
+            spans.push((from, to));
+            true
+        }
+        _ => false,
+    }
+}
+
 impl Lines {
     /// Empty, with room for about `records` records of `bytes` bytes in all.
     pub fn with_capacity(records: usize, bytes: usize) -> Self {
@@ -74,36 +101,46 @@ impl Lines {
     /// record lacks the attribute. Without a record just pushed (or outside
     /// [`Lines::note_attributes`]) the notes are dropped.
     pub fn note_last(&mut self, span_of: impl Fn(&str) -> Option<Range<usize>>) {
+        self.note_last_with(|names, spans, record| {
+            names
+                .iter()
+                .all(|name| push_span(spans, &record, span_of(name)))
+        });
+    }
+
+    /// [`Lines::note_last`] for a writer that knows the noted names' order: `spans` are the
+    /// values' ranges in that order, when the lines note exactly the list `names` (the same
+    /// list, by address; else the notes are dropped). No name is looked up.
+    pub fn note_last_in_order(&mut self, names: &Arc<[String]>, spans: &[Range<usize>]) {
+        match &self.noted {
+            Some(noted) if Arc::ptr_eq(&noted.names, names) && spans.len() == names.len() => {}
+            Some(_) => self.noted = None,
+            None => return,
+        }
+        self.note_last_with(|_, noted, record| {
+            spans
+                .iter()
+                .all(|span| push_span(noted, &record, Some(span.clone())))
+        });
+    }
+
+    /// Notes the record just pushed by `fill`, given the noted names, the spans to push to
+    /// and the record's range in the buffer; `fill` says whether every span was right, else
+    /// the notes are dropped (as they are without a record just pushed).
+    fn note_last_with(
+        &mut self,
+        fill: impl FnOnce(&[String], &mut Vec<(u32, u32)>, Range<usize>) -> bool,
+    ) {
         let Some(noted) = &mut self.noted else {
             return;
         };
         let start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
         let end = self.ends.last().copied().unwrap_or(0);
-        if self.ends.is_empty() || !noted.complete(self.ends.len() - 1) {
+        if self.ends.is_empty()
+            || !noted.complete(self.ends.len() - 1)
+            || !fill(&noted.names, &mut noted.spans, start..end)
+        {
             self.noted = None;
-            return;
-        }
-        for name in noted.names.iter() {
-            let span = match span_of(name) {
-                Some(span) if start <= span.start && span.start <= span.end && span.end < end => {
-                    match (
-                        u32::try_from(span.start - start),
-                        u32::try_from(span.end - start),
-                    ) {
-                        (Ok(from), Ok(to)) => (from, to),
-                        _ => {
-                            self.noted = None;
-                            return;
-                        }
-                    }
-                }
-                Some(_) => {
-                    self.noted = None;
-                    return;
-                }
-                None => ABSENT,
-            };
-            noted.spans.push(span);
         }
     }
 
@@ -442,5 +479,36 @@ mod tests {
             same.push_with(|buf| buf.extend_from_slice(line));
         }
         assert_eq!(same, page);
+    }
+
+    /// Spans given in the noted names' order are noted as `note_last` notes them, only for the
+    /// list the lines note (by address: an equal list elsewhere drops the notes, as does a
+    /// span outside the record or a count of spans other than the names').
+    #[test]
+    fn spans_in_order_are_noted_for_the_list_the_lines_note_only() {
+        let names: Arc<[String]> = ["k", "x"].map(String::from).into();
+        let ordered = |names_given: &Arc<[String]>, spans: &[Range<usize>]| {
+            let mut lines = Lines::default();
+            lines.note_attributes(names.clone());
+            lines.push_with(|buf| buf.extend_from_slice(br#"{"k":"0","v":1}"#));
+            lines.note_last_in_order(names_given, spans);
+            lines
+        };
+        let noted = ordered(&names, &[5..8, 13..14]);
+        assert_eq!(noted_keys(&noted), Some(vec![r#""0""#.into()]));
+        assert_eq!(
+            noted
+                .noted(0, &["x"], |n| n)
+                .map(|f| f[0].map(|v| v.get().to_string())),
+            Some(Some("1".into()))
+        );
+        assert_eq!(
+            noted.noted_values::<2>(0, r#"{"k":"0","v":1}"#, &names),
+            Some([Some(r#""0""#), Some("1")])
+        );
+        let equal: Arc<[String]> = ["k", "x"].map(String::from).into();
+        assert_eq!(noted_keys(&ordered(&equal, &[5..8, 13..14])), None);
+        assert_eq!(noted_keys(&ordered(&names, &[5..8, 12..40])), None);
+        assert_eq!(noted_keys(&ordered(&names, &[5..8])), None);
     }
 }

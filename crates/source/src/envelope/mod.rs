@@ -228,10 +228,10 @@ pub(crate) static NOTED_NAMES: LazyLock<Arc<[String]>> =
 pub(crate) struct EnvelopeSpans([Range<usize>; NOTED_FIELDS.len()]);
 
 impl EnvelopeSpans {
-    /// The span of field `name`'s value; `None` for a field not noted.
-    pub(crate) fn of(&self, name: &str) -> Option<Range<usize>> {
-        let at = NOTED_FIELDS.iter().position(|field| *field == name)?;
-        Some(self.0[at].clone())
+    /// Notes these spans as those of the record `lines` just took (lines noting
+    /// [`NOTED_NAMES`]), in [`NOTED_FIELDS`]' order: no name is looked up.
+    pub(crate) fn note(&self, lines: &mut Lines) {
+        lines.note_last_in_order(&NOTED_NAMES, &self.0);
     }
 }
 

@@ -165,7 +165,7 @@ impl<'de> Visitor<'de> for ItemsSeed<'_, 'de> {
         })? {
             match &spans {
                 // Where the snapshot envelope's fields went.
-                Some(spans) => records.note_last(|name| spans.of(name)),
+                Some(spans) => spans.note(records),
                 // The writer knows where the item's top-level values went (its key's too).
                 None => records.note_last(|name| writer.attribute(name)),
             }

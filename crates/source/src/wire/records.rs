@@ -184,7 +184,7 @@ impl<'de> ChangeState<'_, 'de> {
             ));
         });
         if let Some(spans) = spans {
-            self.changes.envelopes.note_last(|name| spans.of(name));
+            spans.note(&mut self.changes.envelopes);
         }
         let op = ChangeOp::of(fields.event_name);
         self.changes.records.push(ChangeMeta {
