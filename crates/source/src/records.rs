@@ -509,6 +509,7 @@ mod tests {
         let equal: Arc<[String]> = ["k", "x"].map(String::from).into();
         assert_eq!(noted_keys(&ordered(&equal, &[5..8, 13..14])), None);
         assert_eq!(noted_keys(&ordered(&names, &[5..8, 12..40])), None);
-        assert_eq!(noted_keys(&ordered(&names, &[5..8])), None);
+        let one_span = vec![Range { start: 5, end: 8 }];
+        assert_eq!(noted_keys(&ordered(&names, &one_span)), None);
     }
 }
