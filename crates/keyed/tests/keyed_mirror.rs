@@ -27,12 +27,16 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::api::{KeyAttribute, ReadKind, Render, SnapshotShape, TableApi};
+use ddbpipe_source::api::{
+    KeyAttribute, ReadKind, RecordsPage, Render, SnapshotShape, StartAt, StreamPage, StreamsApi,
+    TableApi,
+};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
+use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{
     LeaseSettings, LeaseState, LeaseTable as _, PipelineName, UnitId, Worker, WorkerId,
@@ -40,7 +44,7 @@ use ddbpipe_source::lease::{
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
-use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_testkit::postgres::{self as test_postgres, TestSchema};
@@ -881,6 +885,148 @@ async fn a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_t
     );
 }
 
+/// The fake stream, firing a stop as it answers `TrimmedDataAccessException`: a signal that
+/// comes the moment a worker finds a gap.
+struct SignalOnTrim {
+    inner: Arc<FakeStreams>,
+    stop: CancelHandle,
+}
+
+impl SignalOnTrim {
+    fn seen<T>(&self, answer: Result<T, ApiError>) -> Result<T, ApiError> {
+        if let Err(error) = &answer
+            && error.code.as_deref() == Some("TrimmedDataAccessException")
+        {
+            self.stop.cancel();
+        }
+        answer
+    }
+}
+
+impl StreamsApi for SignalOnTrim {
+    async fn describe_stream(
+        &self,
+        stream_arn: &str,
+        exclusive_start: Option<&ShardId>,
+        child_of: Option<&ShardId>,
+    ) -> Result<StreamPage, ApiError> {
+        let page = self
+            .inner
+            .describe_stream(stream_arn, exclusive_start, child_of);
+        self.seen(page.await)
+    }
+
+    async fn shard_iterator(
+        &self,
+        stream_arn: &str,
+        shard: &ShardId,
+        start: &StartAt,
+    ) -> Result<Option<String>, ApiError> {
+        self.seen(self.inner.shard_iterator(stream_arn, shard, start).await)
+    }
+
+    async fn get_records(&self, iterator: &str, limit: u32) -> Result<RecordsPage, ApiError> {
+        self.seen(self.inner.get_records(iterator, limit).await)
+    }
+}
+
+/// docs/coordination.md §11.12 rule 6, rule 6 of `leased::generations`: a signal that comes as
+/// a worker finds a gap with `on_gap: resnapshot` (after its generation ended on the gap,
+/// before the snapshot is replaced) ends the worker as a signal does: a clean stop (the CLI
+/// exits 0), nothing replaced, its shard lease handed back; the next worker finds the same gap,
+/// replaces the snapshot and mirrors the table. Before, the signal returned the gap itself,
+/// with `on_gap: fail`'s remedy (`state reset`), and the worker exited 1 (a two-worker test
+/// stopped in that moment failed once in CI).
+async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_snapshot(
+    target: Target,
+) {
+    let destination = Destination::new(target).await;
+    let stream = short_lived_stream(31);
+    let write = |key: &str, remove: bool| {
+        stream.apply(Change::Write {
+            key: key.into(),
+            remove,
+        });
+    };
+    write("w1", false);
+    write("gone", false);
+    let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
+    let leases = MemoryLeaseTable::seeded(11);
+    let mirror = |id: &str| LeasedMirror {
+        resnapshot: true,
+        ..shared_mirror(&table, &stream, &leases, id, 1000)
+    };
+    let first = spawn_mirror(mirror("w1"), &destination).await;
+    first.await.unwrap().unwrap();
+    write("w2", false);
+    write("gone", true);
+    // Longer than the retention: both changes are trimmed before any worker reads them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let (signal, stop) = Cancel::new();
+    let LeasedMirror {
+        scan,
+        streams,
+        deletes,
+        max_keys,
+        exports,
+        resnapshot,
+        repairs,
+        watch_interval,
+    } = mirror("w2");
+    let signalled = LeasedMirror {
+        scan,
+        streams: LeasedStreams {
+            api: Arc::new(SignalOnTrim {
+                inner: Arc::clone(&stream),
+                stop: signal,
+            }),
+            run: streams.run,
+            worker: streams.worker,
+            checkpoint_interval: streams.checkpoint_interval,
+            observer: streams.observer,
+            identity: streams.identity,
+            kept: streams.kept,
+        },
+        deletes,
+        max_keys,
+        exports,
+        resnapshot,
+        repairs,
+        watch_interval,
+    };
+    let mut sink = sink(&destination, Records::Envelopes).await;
+    let error = signalled
+        .run(&mut sink, stop, &NoProgress)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, StreamRunError::ReplacementInterrupted),
+        "a clean stop, not the gap: {error:?}"
+    );
+    let db = destination.database().await;
+    let record = db.shared_snapshot("p").await.unwrap().expect("the record");
+    assert_eq!(record.generation, 0, "nothing was replaced: {record:?}");
+    let rows = leases
+        .connect()
+        .list(&PipelineName::new("p").unwrap())
+        .await;
+    let held: Vec<_> = (rows.unwrap().into_iter())
+        .filter(|row| matches!(row.unit, UnitId::Shard(_)) && row.owner.is_some())
+        .collect();
+    assert!(held.is_empty(), "the shard lease is handed back: {held:?}");
+
+    let next = spawn_mirror(mirror("w3"), &destination).await;
+    let outcome = next.await.unwrap().unwrap();
+    assert_eq!(
+        (outcome.snapshot.generation, outcome.replaced),
+        (1, 1),
+        "the next worker found the gap and replaced the snapshot"
+    );
+    let keys: BTreeSet<String> = ["w1", "w2"].iter().map(|k| k.to_string()).collect();
+    assert_eq!(destination.keys().await, keys, "equal to the table");
+}
+
 /// docs/coordination.md §11.12 rule 8, rule 4 of `leased::generations`: a worker streaming in
 /// generation 0 learns from the record that another snapshot replaced its own, stops its
 /// generation and runs the new one: it reads the new snapshot (every row ends marked with it)
@@ -1044,4 +1190,5 @@ on_each_target!(
     a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock,
     a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_to,
     a_worker_moves_to_the_snapshot_another_opened_in_place_of_its_own,
+    a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_snapshot,
 );

@@ -45,7 +45,9 @@
 //! rule 8) and scripts an outage: once every worker of the script ended, items are written and
 //! deleted while no worker runs, for twice the retention, so the stream trims every record
 //! the workers had read and those changes with them. The next round's two workers find the
-//! gap, one of them replaces the snapshot by one of generation 1, and both read it. Checked
+//! gap, one of them replaces the snapshot by one of generation 1, and both read it; the second
+//! is stopped (a signal) within its first 6 s, about when the gap is found and the snapshot
+//! replaced or left, and restarted at once: a clean stop wherever it lands. Checked
 //! besides: the record is of generation 1, the cleanup committed once per generation, and the
 //! segment and shard rows checked are generation 1's (the per-batch check forgets the keys the
 //! outage changed: their changes never reach a batch).
@@ -685,8 +687,15 @@ async fn worker(setup: Arc<Setup>, id: String, fate: Fate, restart: Duration) ->
                 stop.cancel();
                 // A stop during the segments hands them back with their checkpoints.
                 let ran = (&mut task).await.unwrap();
+                // So does a stop as the snapshot is replaced or left, or in a repair's window.
                 assert!(
-                    matches!(ran, Ok(_) | Err(StreamRunError::SnapshotInterrupted)),
+                    matches!(
+                        ran,
+                        Ok(_)
+                            | Err(StreamRunError::SnapshotInterrupted
+                                | StreamRunError::ReplacementInterrupted
+                                | StreamRunError::RepairInterrupted)
+                    ),
                     "seed {}: {id} stopped: {ran:?}",
                     setup.shared.seed
                 );
@@ -825,6 +834,7 @@ async fn simulate(seed: u64) -> Simulated {
     let mut round = 0;
     let mut export_failures = 0;
     let mut outage_done = false;
+    let mut gap_round = false;
     loop {
         let quiet_start = stream.quiescent();
         let mut failed_here = false;
@@ -845,13 +855,21 @@ async fn simulate(seed: u64) -> Simulated {
                 })
                 .collect()
         } else {
+            // In the round after an outage, the second worker is stopped within its first 6 s,
+            // about when the gap is found and the snapshot replaced, and restarted at once.
+            let stop_at = Duration::from_millis(seed * 997 % 6_000);
             (0..2)
                 .map(|w| {
                     let id = format!("r{round}w{w}");
-                    tokio::spawn(worker(Arc::clone(&setup), id, Fate::Steady, Duration::ZERO))
+                    let fate = match w {
+                        1 if gap_round => Fate::StopAt(stop_at),
+                        _ => Fate::Steady,
+                    };
+                    tokio::spawn(worker(Arc::clone(&setup), id, fate, Duration::ZERO))
                 })
                 .collect()
         };
+        gap_round = false;
         for task in tasks {
             let ran = tokio::time::timeout(Duration::from_secs(3600), task)
                 .await
@@ -877,6 +895,7 @@ async fn simulate(seed: u64) -> Simulated {
                 break;
             }
             outage_done = true;
+            gap_round = true;
             an_outage(&setup, &mut rng).await;
             // The backups reach the stream's clock when the outage ends: a repair's window ends
             // there, and the stream holds what follows.

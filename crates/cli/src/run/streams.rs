@@ -149,6 +149,11 @@ pub(super) fn stream_end(
             "the destination misses changes of the gap until the repair completes",
             "resumes the repair",
         ),
+        StreamRunError::ReplacementInterrupted => (
+            Ended::SnapshotStopped,
+            "the shared snapshot was to be replaced when it came, and nothing was replaced",
+            "replaces it, or moves to the snapshot another worker replaced it by",
+        ),
         error => return Err(stream_failure(error, origin)),
     };
     let during = match ended {

@@ -29,8 +29,10 @@
 //!    missing export file, whatever `on_gap` says, once: a snapshot that replaced a damaged
 //!    export and meets another fails the worker naming the file (as one process abandons a
 //!    damaged export once, docs/scan.md §2.10).
-//! 6. A signal ends the worker in whatever generation it is; a failure that is none of rule 5
-//!    fails it.
+//! 6. A signal ends the worker in whatever generation it is, one that comes as its generation
+//!    ends on what rule 5 names or as it finds the record replaced too
+//!    ([`StreamRunError::ReplacementInterrupted`]: nothing replaced, the leases handed back,
+//!    the next run replaces the snapshot or moves); a failure that is none of rule 5 fails it.
 //! 7. **A repair is generations too.** With `on_gap: repair`, a gap that can be repaired
 //!    replaces the snapshot by a generation that applies the gap's changes from an incremental
 //!    export instead of reading the table, a generation per window of at most 24 h; once a
@@ -44,7 +46,6 @@ use std::time::Duration;
 use ddbpipe_source::api::{StreamsApi, TableApi};
 use ddbpipe_source::clock::unix_now_ms;
 use ddbpipe_source::lease::LeaseTable;
-use ddbpipe_source::position::SharedRepair;
 use ddbpipe_source::retry::{Cancel, CancelHandle};
 use ddbpipe_source::streams::gaps;
 use ddbpipe_source::streams::shard_reader::StreamError;
@@ -131,9 +132,6 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 Ok(Ended::Worker(outcome)) => Ok(*outcome),
                 Err(error) => Err(error),
             };
-            if stop.is_cancelled() {
-                return with_earlier(result, replaced);
-            }
             let moved = moved.load(Ordering::SeqCst);
             // A failure of a generation already replaced (its close refused, say, as another
             // worker replaced it between this one's last segment and its close) moves too.
@@ -146,11 +144,47 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 Some(stored) if stored.id != id => None,
                 stored => {
                     let current = stored.unwrap_or_else(|| snapshot.clone());
-                    match self.replacement(&current, &result, sink, &stop).await? {
-                        Some(replacement) => Some(replacement),
+                    match self.replaced_because(&current, &result) {
+                        Some(why) => Some((current, why)),
                         None => return with_earlier(result, replaced),
                     }
                 }
+            };
+            // A signal ends the worker in whatever generation it is (rule 6), one that came as
+            // its generation ended on what replaces the snapshot or moves past it too: nothing
+            // is replaced, the leases are handed back, and the next run finds the same (or the
+            // record another worker replaced) and goes on from there.
+            if stop.is_cancelled() {
+                return match result {
+                    Ok(outcome) => with_earlier(Ok(outcome), replaced),
+                    Err(error) => {
+                        let why = match replacement {
+                            Some((_, why)) => why,
+                            None => "another worker replaced it".into(),
+                        };
+                        tracing::info!(
+                            snapshot = id,
+                            reason = %why,
+                            error = %error,
+                            "A signal came as the shared snapshot was to be replaced or left: \
+                             this worker stops; the next run replaces it or moves to its \
+                             replacement."
+                        );
+                        Err(StreamRunError::ReplacementInterrupted)
+                    }
+                };
+            }
+            let replacement = match replacement {
+                Some((current, why)) => {
+                    let repair = match &result {
+                        Err(StreamRunError::Run(RunError::Stream(StreamError::Gap(_)))) => {
+                            self.plan_repair(&current, sink, &stop).await?
+                        }
+                        _ => None,
+                    };
+                    Some((why, repair))
+                }
+                None => None,
             };
             snapshot = match replacement {
                 Some((why, repair)) => {
@@ -180,30 +214,25 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
     }
 
     /// Why `result`, the end of a generation on this worker whose record is `current`, replaces
-    /// the snapshot (rule 5), and the repair that does (rule 9); `None` when it is the worker's
-    /// end.
-    async fn replacement<S: SharedSnapshots>(
+    /// the snapshot (rule 5); `None` when it is the worker's end. A gap's repair, where one
+    /// mends it, is planned after (rule 9).
+    fn replaced_because(
         &self,
         current: &SharedSnapshot,
         result: &Result<LeasedMirrorOutcome, StreamRunError>,
-        sink: &mut S,
-        stop: &Cancel,
-    ) -> Result<Option<(String, Option<SharedRepair>)>, StreamRunError> {
-        let Some(error) = result.as_ref().err() else {
-            return Ok(None);
-        };
+    ) -> Option<String> {
+        let error = result.as_ref().err()?;
         if let Some(damaged) = error.damaged_export() {
             let again =
                 (current.replaced.as_deref()).is_some_and(|why| why.starts_with(DAMAGED_EXPORT));
-            return Ok((!again).then(|| (format!("{DAMAGED_EXPORT}: {damaged}"), None)));
+            return (!again).then(|| format!("{DAMAGED_EXPORT}: {damaged}"));
         }
         match error {
             StreamRunError::Run(RunError::Stream(StreamError::Gap(gap))) if self.resnapshot => {
                 let gap = gaps::without_remedy(gap, gaps::GapRemedy::StateReset);
-                let repair = self.plan_repair(current, sink, stop).await?;
-                Ok(Some((format!("a gap in the stream: {gap}"), repair)))
+                Some(format!("a gap in the stream: {gap}"))
             }
-            _ => Ok(None),
+            _ => None,
         }
     }
 }

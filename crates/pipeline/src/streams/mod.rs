@@ -291,6 +291,14 @@ pub enum StreamRunError {
     /// resumes it.
     #[error("the repair was interrupted: its progress is saved and the next run resumes it")]
     RepairInterrupted,
+    /// A signal came as a shared mirror's generation ended on what replaces its snapshot (a
+    /// gap, a damaged export) or as another worker's replacement of it was found: nothing was
+    /// replaced and the leases are handed back; the next run replaces the snapshot or moves to
+    /// its replacement (docs/coordination.md §11.12 rule 6).
+    #[error(
+        "the shared snapshot's replacement was interrupted: nothing was replaced and the next run replaces it or moves to the snapshot that did"
+    )]
+    ReplacementInterrupted,
     /// The snapshot wrote more keys than `resnapshot_max_keys`: it was closed without deletes
     /// (docs/mirror.md §5.3); the next run streams on.
     #[error(
