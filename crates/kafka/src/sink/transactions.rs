@@ -298,7 +298,7 @@ impl Transactions {
             .map(|value| value.to_vec());
         (!ours.contains(&stored)).then(|| {
             Failed::fenced(format!(
-                "another run of the pipeline took over: its position in topic '{}' was \
+                "another worker took over: the pipeline's position in topic '{}' was \
                  written by another producer since this run's last commit",
                 self.positions_topic
             ))
@@ -354,7 +354,11 @@ mod tests {
             .await
             .expect("another producer wrote the key");
         assert_eq!(fenced.class, SinkErrorClass::Fenced);
-        assert!(fenced.message.contains("another run"), "{}", fenced.message);
+        assert!(
+            fenced.message.contains("another worker took over"),
+            "{}",
+            fenced.message
+        );
         assert!(second.superseded().await.is_none(), "its own position");
     }
 }
