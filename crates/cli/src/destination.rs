@@ -455,9 +455,7 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
                 "iceberg {}.{}, {}, warehouse {}",
                 iceberg.namespace,
                 iceberg.table,
-                parquet::iceberg_settings(iceberg)
-                    .map(|table| table.catalog.describe())
-                    .unwrap_or_else(|failure| format!("<{:#}>", failure.error)),
+                parquet::describe_catalog(settings, iceberg, config.target()),
                 settings.path
             ),
             None => format!("parquet {}", settings.path),

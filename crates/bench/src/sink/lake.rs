@@ -170,7 +170,7 @@ fn read_rows(path: &Path) -> anyhow::Result<u64> {
 pub async fn iceberg_rows(dir: &Path) -> anyhow::Result<u64> {
     let catalog = PathBuf::from(format!("{}.catalog.db", dir.display()));
     let settings = IcebergSettings {
-        catalog: SqlCatalog::new(catalog, "ddbpipe".into()),
+        catalog: SqlCatalog::new(catalog, "ddbpipe".into()).into(),
         namespace: "dynamodb".into(),
         table: crate::items::TABLE.into(),
         properties: Default::default(),

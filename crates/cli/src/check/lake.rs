@@ -36,7 +36,7 @@ pub(super) async fn probe_parquet(
             }
         }
     }
-    let objects = match reading_objects(parquet, config.target()).await {
+    let (objects, sdk) = match reading_objects(parquet, config.target()).await {
         Ok(objects) => objects,
         Err(failure) => {
             probes.add("sink", Status::Fail, format!("{failure:#}"));
@@ -49,7 +49,8 @@ pub(super) async fn probe_parquet(
         objects.probe().await?;
         match (&parquet.iceberg, &columns) {
             (Some(iceberg), Some(shape)) => {
-                let settings = iceberg_settings(iceberg).map_err(|f| format!("{:#}", f.error))?;
+                let settings = iceberg_settings(parquet, iceberg, config.target(), &sdk)
+                    .map_err(|f| format!("{:#}", f.error))?;
                 let table =
                     ddbpipe_lake::iceberg::probe(settings, &objects, &config.name, shape).await?;
                 Ok(format!("; {table}"))

@@ -143,13 +143,17 @@ fn assert_metrics(table: &Table, bounded: &[&str], skips: bool) {
 
 /// The current-state query of docs/sinks.md §7.11 over pyiceberg's scan: each key's document.
 fn documented_current_state(pipeline: &Pipeline, s3: Option<&str>) -> BTreeMap<String, Value> {
+    documented_current_state_in(&catalog_uri(pipeline), "ddbpipe", s3)
+}
+
+/// [`documented_current_state`] of `dynamodb.orders` in the catalog `name` at `uri`.
+fn documented_current_state_in(uri: &str, name: &str, s3: Option<&str>) -> BTreeMap<String, Value> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
-    let uri = catalog_uri(pipeline);
     let mut args = vec![
         "current",
         docs.to_str().unwrap(),
-        &uri,
-        "ddbpipe",
+        uri,
+        name,
         "dynamodb.orders",
     ];
     args.extend(s3);
@@ -758,4 +762,78 @@ fn a_catalog_the_run_cannot_write_fails_check_as_it_fails_run() {
     let output = run(&pipeline);
     assert_ne!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(stderr(&output).contains("plain"), "{}", stderr(&output));
+}
+
+/// An iceberg sink's `sink:` section into the Glue Data Catalog moto serves at `moto`, the
+/// files under `s3://lake/warehouse` there, and extra keys.
+fn glue_sink(moto: &str, extra: &str) -> String {
+    format!(
+        "sink:\n  type: iceberg\n  catalog:\n    type: glue\n    endpoint_url: {moto}\n  \
+         warehouse: s3://lake/warehouse\n  s3_endpoint_url: {moto}\n{extra}"
+    )
+}
+
+/// §7.11 with the AWS Glue Data Catalog (`iceberg::catalog` rules; moto serves Glue and S3):
+/// `check` reads the catalog and finds no table yet; a mirror killed at random points under a
+/// writer commits through Glue each change once; pyiceberg's `GlueCatalog` — a reader nobody
+/// here wrote — reads the table: the changelog exact, the documented current state equal to
+/// DynamoDB's table. A Glue table of the sink's name that is not an Iceberg table is refused
+/// by `check` and `run` alike, naming it; nothing is written to it.
+#[test]
+fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
+    let moto = Emulator::Moto.start();
+    python(&["mkbucket", &moto.endpoint, "lake"]);
+    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
+                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 37, 150, source);
+    let sink = glue_sink(&moto.endpoint, "  commit_interval_secs: 1\n");
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    let check = pipeline.ddbpipe(&["check"]);
+    let said = stdout(&check);
+    assert_eq!(check.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("Glue Data Catalog") && said.contains("not there yet"),
+        "{said}"
+    );
+
+    killed_under_writes(&running, &pipeline, 3, 0x6c75, 500..3000);
+    let uri = format!("glue:{}", moto.endpoint);
+    let table = read_catalog(&uri, "glue", "dynamodb.orders", Some(&moto.endpoint));
+    assert_changelog_exact(&table.as_read(), &running);
+    assert!(
+        (table.files.iter()).all(|f| f.starts_with("s3://lake/warehouse/dynamodb.db/orders/data/")),
+        "{:?}",
+        table.files
+    );
+    assert_eq!(
+        documented_current_state_in(&uri, "glue", Some(&moto.endpoint)),
+        keyed::table_items(&running.endpoint, "orders"),
+        "the documented query over pyiceberg's GlueCatalog gives the table"
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    assert!(
+        stdout(&check).contains("its columns are the sink's"),
+        "{}",
+        stdout(&check)
+    );
+
+    // A Glue table of the name that is not Iceberg's.
+    iceberg_python(&["glue-table", &moto.endpoint, "dynamodb", "plain"]);
+    let sink = glue_sink(&moto.endpoint, "  table: plain\n");
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    let why = "Glue table dynamodb.plain";
+    let check = pipeline.ddbpipe(&["check"]);
+    let said = stdout(&check);
+    assert_ne!(check.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(why) && said.contains("is not an Iceberg table"),
+        "{said}"
+    );
+    let output = run(&pipeline);
+    let err = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(why) && err.contains("is not an Iceberg table"),
+        "{err}"
+    );
 }

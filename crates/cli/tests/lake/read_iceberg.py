@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """The independent reader of the Iceberg tests: reads what an iceberg sink committed with
-pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, and prints it as JSON.
+pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, or through the Glue
+Data Catalog (pyiceberg's GlueCatalog: a catalog uri `glue:<endpoint>`, moto's), and prints
+it as JSON.
 
     read_iceberg.py table <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py current <docs/sinks.md> <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py bucket <n> <value>...
+    read_iceberg.py glue-table <endpoint> <database> <table>
+
+`glue-table` makes a Glue table that is not an Iceberg table (a Hive table's parameters), in
+a database made when missing, and prints its parameters after a pyiceberg read was refused.
 
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
@@ -33,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import EqualTo
+from pyiceberg.catalog.glue import GlueCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
@@ -42,7 +49,15 @@ from read_parquet import documented_query, documents_by_key, plain
 
 
 def catalog(uri, name, endpoint):
-    props = {"uri": uri}
+    if uri.startswith("glue:"):
+        props = {
+            "glue.endpoint": uri[len("glue:"):],
+            "glue.region": "us-east-1",
+            "glue.access-key-id": "testing",
+            "glue.secret-access-key": "testing",
+        }
+    else:
+        props = {"uri": uri}
     if endpoint:
         props.update({
             "s3.endpoint": endpoint,
@@ -50,7 +65,27 @@ def catalog(uri, name, endpoint):
             "s3.secret-access-key": "testing",
             "s3.region": "us-east-1",
         })
+    if uri.startswith("glue:"):
+        return GlueCatalog(name, **props)
     return SqlCatalog(name, **props)
+
+
+def glue_table(endpoint, database, table):
+    import boto3
+
+    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    try:
+        glue.create_database(DatabaseInput={"Name": database})
+    except glue.exceptions.AlreadyExistsException:
+        pass
+    glue.create_table(DatabaseName=database, TableInput={
+        "Name": table,
+        "TableType": "EXTERNAL_TABLE",
+        "Parameters": {"classification": "parquet"},
+        "StorageDescriptor": {"Location": f"s3://elsewhere/{table}"},
+    })
+    return glue.get_table(DatabaseName=database, Name=table)["Table"]["Parameters"]
 
 
 def read(table):
@@ -194,6 +229,8 @@ def main():
         uri, name, ident = sys.argv[2:5]
         endpoint = sys.argv[5] if len(sys.argv) > 5 else None
         print(json.dumps(read(catalog(uri, name, endpoint).load_table(ident))))
+    elif kind == "glue-table":
+        print(json.dumps(glue_table(*sys.argv[2:5])))
     elif kind == "bucket":
         bucket = BucketTransform(int(sys.argv[2])).transform(StringType())
         print(json.dumps([bucket(value) for value in sys.argv[3:]]))

@@ -47,7 +47,7 @@ use iceberg::spec::{MAIN_BRANCH, SnapshotRef, TableMetadata, TableMetadataBuilde
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
-pub use catalog::SqlCatalog;
+pub use catalog::{Catalog, GlueCatalog, SqlCatalog};
 use columns::Changes;
 use snapshots::{Produce, manifests, produce};
 use storage::WarehouseStorage;
@@ -61,7 +61,7 @@ use crate::rows::Shape;
 #[derive(Debug, Clone)]
 pub struct IcebergSettings {
     /// The catalog.
-    pub catalog: SqlCatalog,
+    pub catalog: Catalog,
     /// The table's namespace.
     pub namespace: String,
     /// The table's name.
@@ -154,8 +154,7 @@ impl IcebergTable {
         let catalog = &self.settings.catalog;
         let Some(location) = catalog
             .location(&self.settings.namespace, &self.settings.table)
-            .await
-            .map_err(Failure::transient)?
+            .await?
         else {
             return Ok(None);
         };
@@ -205,8 +204,7 @@ impl IcebergTable {
         let catalog = &self.settings.catalog;
         catalog
             .create(&self.settings.namespace, &self.settings.table, &location)
-            .await
-            .map_err(Failure::transient)?;
+            .await?;
         tracing::info!(table = %self.describe(), "Created the Iceberg table.");
         self.current()
             .await?
@@ -415,8 +413,7 @@ impl IcebergTable {
         let catalog = &self.settings.catalog;
         if catalog
             .swap(&self.settings.namespace, &self.settings.table, old, &new)
-            .await
-            .map_err(Failure::transient)?
+            .await?
         {
             self.table = Some(self.table(new, metadata)?);
             return Ok(true);

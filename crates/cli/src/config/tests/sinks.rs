@@ -530,6 +530,66 @@ fn an_iceberg_sinks_paths_are_absolute_and_its_table_named() {
     assert_eq!(iceberg.catalog_name, "ddbpipe");
 }
 
+/// docs/sinks.md §7.11: a Glue catalog's keys are read (`catalog_id`, `region`,
+/// `endpoint_url`); each type refuses the other's keys, naming them, and a SQL catalog without
+/// its uri is reported missing; `rest` names what is supported.
+#[test]
+fn a_glue_catalog_reads_its_keys_and_each_type_refuses_the_others() {
+    let config = parse_ok(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: glue, \
+         catalog_id: '123456789012', region: eu-west-1, endpoint_url: 'http://127.0.0.1:5000'}, \
+         warehouse: 's3://b/wh'}\n",
+    );
+    let crate::config::SinkConfig::Parquet(parquet) = config.sink else {
+        panic!("{:?}", config.sink);
+    };
+    let iceberg = parquet.iceberg.unwrap();
+    assert_eq!(
+        iceberg.catalog_type,
+        crate::sinks::parquet::CatalogType::Glue
+    );
+    assert_eq!(iceberg.catalog_id.as_deref(), Some("123456789012"));
+    assert_eq!(iceberg.catalog_region.as_deref(), Some("eu-west-1"));
+    assert_eq!(
+        iceberg
+            .catalog_endpoint_url
+            .map(|url| url.expose().to_string()),
+        Some("http://127.0.0.1:5000".to_string())
+    );
+    let refused = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: glue, \
+         uri: 'sqlite:///c.db', name: n}, warehouse: wh}\n",
+    );
+    let said = refused.join("\n");
+    assert!(
+        said.contains("sink.catalog.uri") && said.contains("a glue catalog has no uri"),
+        "{said}"
+    );
+    assert!(
+        said.contains("sink.catalog.name") && said.contains("a glue catalog has no name"),
+        "{said}"
+    );
+    let refused = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: sql, \
+         region: eu-west-1}, warehouse: wh}\n",
+    );
+    let said = refused.join("\n");
+    assert!(
+        said.contains("sink.catalog.region") && said.contains("a glue catalog's key"),
+        "{said}"
+    );
+    assert!(
+        said.contains("sink.catalog.uri") && said.contains("missing required field"),
+        "{said}"
+    );
+    let said = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: rest}, \
+         warehouse: wh}\n",
+    )
+    .join("\n");
+    assert!(said.contains("REST catalogs are not yet"), "{said}");
+}
+
 /// docs/sinks.md §7.10 rule 3: `partition_by` as a YAML flow list, whose commas would cut
 /// `bucket(16, pk)` in two, reads whole terms; a term that does not read is named by its index
 /// when the file is loaded.

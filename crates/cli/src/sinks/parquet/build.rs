@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_keyed::TypedColumns;
-use ddbpipe_lake::iceberg::{IcebergSettings, SqlCatalog};
+use ddbpipe_lake::iceberg::{Catalog, GlueCatalog, IcebergSettings, SqlCatalog};
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
 use ddbpipe_lake::partition::Term;
@@ -16,7 +16,7 @@ use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
 
-use super::{IcebergConfig, ParquetConfig};
+use super::{CatalogType, IcebergConfig, ParquetConfig};
 use crate::failure::Failure;
 use crate::sinks::Target;
 
@@ -56,6 +56,7 @@ pub fn objects(
 fn settings(
     parquet: &ParquetConfig,
     target: Target<'_>,
+    sdk: &aws::SdkSettings,
     objects: Objects,
     shape: Shape,
 ) -> Result<ParquetSettings, Failure> {
@@ -66,22 +67,71 @@ fn settings(
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
         compression: parquet.compression,
-        iceberg: parquet.iceberg.as_ref().map(iceberg_settings).transpose()?,
+        iceberg: (parquet.iceberg.as_ref())
+            .map(|iceberg| iceberg_settings(parquet, iceberg, target, sdk))
+            .transpose()?,
     })
 }
 
 /// Where an iceberg sink's table is; a catalog uri that does not read is a config error
-/// (never its value: it may hold a password).
-pub fn iceberg_settings(iceberg: &IcebergConfig) -> Result<IcebergSettings, Failure> {
-    let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
-    let catalog = SqlCatalog::from_uri(uri, Path::new(""), name)
-        .map_err(|problem| Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}")))?;
+/// (never its value: it may hold a password). A Glue catalog is reached with `sdk`'s
+/// credentials, in `catalog.region` (else `s3_region`, else `sdk`'s), at `catalog.endpoint_url`
+/// (else the source's endpoint, when set).
+pub fn iceberg_settings(
+    parquet: &ParquetConfig,
+    iceberg: &IcebergConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+) -> Result<IcebergSettings, Failure> {
+    let catalog: Catalog = match iceberg.catalog_type {
+        CatalogType::Sql => {
+            let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
+            SqlCatalog::from_uri(uri, Path::new(""), name)
+                .map_err(|problem| {
+                    Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
+                })?
+                .into()
+        }
+        CatalogType::Glue => GlueCatalog::new(
+            sdk,
+            (iceberg.catalog_region.as_deref()).or(parquet.s3_region.as_deref()),
+            (iceberg.catalog_endpoint_url.as_ref()).or(target.source.endpoint_url.as_ref()),
+            iceberg.catalog_id.clone(),
+        )
+        .into(),
+    };
     Ok(IcebergSettings {
         catalog,
         namespace: iceberg.namespace.clone(),
         table: iceberg.table.clone(),
         properties: iceberg.table_properties.clone(),
     })
+}
+
+/// The catalog of `iceberg` for messages, without reaching it (a SQL catalog's address, never
+/// its user or password).
+pub fn describe_catalog(
+    parquet: &ParquetConfig,
+    iceberg: &IcebergConfig,
+    target: Target<'_>,
+) -> String {
+    match iceberg.catalog_type {
+        CatalogType::Sql => {
+            let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
+            SqlCatalog::from_uri(uri, Path::new(""), name)
+                .map_or_else(|problem| format!("<{problem}>"), |c| c.describe())
+        }
+        CatalogType::Glue => {
+            let endpoint = (iceberg.catalog_endpoint_url.as_ref())
+                .or(target.source.endpoint_url.as_ref())
+                .map(ToString::to_string);
+            GlueCatalog::describe_with(
+                iceberg.catalog_id.as_deref(),
+                (iceberg.catalog_region.as_deref()).or(parquet.s3_region.as_deref()),
+                endpoint.as_deref(),
+            )
+        }
+    }
 }
 
 /// Opens the parquet sink of `target` and its position store (its commit log).
@@ -100,7 +150,7 @@ pub fn open_parquet(
     let shape = shape(parquet, target, table, records)?;
     let objects = objects(parquet, target, sdk)?;
     Ok(ParquetSink::open(settings(
-        parquet, target, objects, shape,
+        parquet, target, sdk, objects, shape,
     )?))
 }
 
@@ -163,9 +213,9 @@ pub fn shape(
 pub async fn reading_objects(
     parquet: &ParquetConfig,
     target: Target<'_>,
-) -> Result<Objects, Failure> {
+) -> Result<(Objects, aws::SdkSettings), Failure> {
     let sdk = aws::load_sdk_config(&ddbpipe_source::plan::client_settings(target.source)).await;
-    objects(parquet, target, &sdk)
+    Ok((objects(parquet, target, &sdk)?, sdk))
 }
 
 /// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).
@@ -181,8 +231,8 @@ pub async fn positions_reader(
         false,
     )
     .map_err(|p| Failure::runtime(anyhow!("internal error: {p}")))?;
-    let objects = reading_objects(parquet, target).await?;
+    let (objects, sdk) = reading_objects(parquet, target).await?;
     Ok(ParquetPositions::reading(settings(
-        parquet, target, objects, shape,
+        parquet, target, &sdk, objects, shape,
     )?))
 }

@@ -64,7 +64,8 @@ pub(crate) static ICEBERG_FIELDS: &[Field] = &[
     required(
         "catalog",
         Shape::Section(CATALOG),
-        "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}.",
+        "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}, or \
+         {type: glue} (the AWS Glue Data Catalog; catalog_id, region, endpoint_url).",
     ),
     required(
         "warehouse",
@@ -111,9 +112,10 @@ static CATALOG: &[Field] = &[
         "type",
         of::<CatalogType>(),
         "sql: the tables of Iceberg's JDBC catalog and pyiceberg's SqlCatalog, in a SQLite file \
-         or a PostgreSQL database.",
+         or a PostgreSQL database; glue: the AWS Glue Data Catalog (namespace = Glue database), \
+         what Athena, EMR and pyiceberg's GlueCatalog read, with the run's AWS credentials.",
     ),
-    required(
+    optional(
         "uri",
         of::<Secret>(),
         "sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is the \
@@ -124,27 +126,90 @@ static CATALOG: &[Field] = &[
         "name",
         of::<String>(),
         || json!(DEFAULT_CATALOG_NAME),
-        "The catalog name its rows are written under (readers must give the same).",
+        "sql: the catalog name its rows are written under (readers must give the same).",
+    ),
+    optional(
+        "catalog_id",
+        of::<String>(),
+        "glue: the account id of the Glue catalog (another account's, shared to this one); \
+         unset: the caller's account.",
+    ),
+    optional(
+        "region",
+        of::<String>(),
+        "glue: the catalog's region; unset: sink.s3_region, else the run's region.",
+    ),
+    optional(
+        "endpoint_url",
+        of::<EndpointUrl>(),
+        "glue: a Glue endpoint; unset: source.endpoint_url when set (an emulator serving both), \
+         else AWS's.",
     ),
 ];
 
 /// `sink.catalog.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CatalogType {
-    /// A SQL catalog in a SQLite file.
+    /// A SQL catalog in a SQLite file or a PostgreSQL database.
     Sql,
+    /// The AWS Glue Data Catalog.
+    Glue,
 }
 
 impl Choice for CatalogType {
     fn all() -> &'static [Self] {
-        &[CatalogType::Sql]
+        &[CatalogType::Sql, CatalogType::Glue]
     }
     fn name(self) -> &'static str {
-        "sql"
+        match self {
+            CatalogType::Sql => "sql",
+            CatalogType::Glue => "glue",
+        }
     }
     fn hint(found: &str) -> Option<&'static str> {
-        matches!(found, "rest" | "glue" | "s3tables" | "hive" | "jdbc")
-            .then_some("only the SQL catalog (type: sql, a SQLite file) is supported yet")
+        matches!(found, "rest" | "s3tables" | "hive" | "jdbc").then_some(
+            "the SQL catalog (type: sql) and the AWS Glue Data Catalog (type: glue) are \
+             supported; REST catalogs are not yet",
+        )
+    }
+}
+
+/// Reads `sink.catalog` into `iceberg`: each type's keys, the other type's refused.
+fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
+    let kind = catalog.required::<CatalogType>("type");
+    iceberg.catalog_type = kind.unwrap_or(CatalogType::Sql);
+    match kind {
+        Some(CatalogType::Sql) => {
+            match catalog.get::<Secret>("uri") {
+                Some(uri) => iceberg.catalog_uri = uri,
+                None => catalog.missing("uri"),
+            }
+            iceberg.catalog_name = catalog.or("name", DEFAULT_CATALOG_NAME.to_string());
+            for key in ["catalog_id", "region", "endpoint_url"] {
+                catalog.refuse(key, "a glue catalog's key: a sql catalog has none");
+            }
+        }
+        Some(CatalogType::Glue) => {
+            catalog.refuse(
+                "uri",
+                "a glue catalog has no uri: it is the account's (catalog_id), reached with the \
+                 run's AWS credentials in region (endpoint_url for an emulator)",
+            );
+            catalog.refuse(
+                "name",
+                "a glue catalog has no name: readers name it as they like (pyiceberg's \
+                 GlueCatalog, Athena's AwsDataCatalog)",
+            );
+            iceberg.catalog_id = catalog.get("catalog_id");
+            iceberg.catalog_region = catalog.get("region");
+            iceberg.catalog_endpoint_url = catalog.get("endpoint_url");
+        }
+        // The type's error is reported: the other keys are not judged.
+        None => {
+            for key in ["uri", "name", "catalog_id", "region", "endpoint_url"] {
+                catalog.skip(key);
+            }
+        }
     }
 }
 
@@ -232,10 +297,19 @@ pub struct ParquetConfig {
 /// Where the iceberg sink's table is (docs/sinks.md §7.11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IcebergConfig {
-    /// `catalog.uri`: the SQLite file or the PostgreSQL URL (which may hold a password).
+    /// `catalog.type`.
+    pub catalog_type: CatalogType,
+    /// `catalog.uri` (`sql`): the SQLite file or the PostgreSQL URL (which may hold a
+    /// password).
     pub catalog_uri: Secret,
-    /// `catalog.name`.
+    /// `catalog.name` (`sql`).
     pub catalog_name: String,
+    /// `catalog.catalog_id` (`glue`).
+    pub catalog_id: Option<String>,
+    /// `catalog.region` (`glue`).
+    pub catalog_region: Option<String>,
+    /// `catalog.endpoint_url` (`glue`).
+    pub catalog_endpoint_url: Option<EndpointUrl>,
     /// The table's namespace.
     pub namespace: String,
     /// The table's name; `{table}` filled in when the file was loaded.
@@ -252,25 +326,21 @@ pub(crate) fn read(f: &mut Fields<'_>) -> ParquetConfig {
 
 /// Reads the iceberg sink's keys.
 pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
-    let (catalog_uri, catalog_name) = match f.required_section("catalog") {
-        Some(mut catalog) => {
-            catalog.required::<CatalogType>("type");
-            let uri = catalog
-                .required::<Secret>("uri")
-                .unwrap_or_else(|| Secret::new(""));
-            let name = catalog.or("name", DEFAULT_CATALOG_NAME.to_string());
-            catalog.finish();
-            (uri, name)
-        }
-        None => (Secret::new(""), DEFAULT_CATALOG_NAME.to_string()),
-    };
-    let iceberg = IcebergConfig {
-        catalog_uri,
-        catalog_name,
+    let mut iceberg = IcebergConfig {
+        catalog_type: CatalogType::Sql,
+        catalog_uri: Secret::new(""),
+        catalog_name: DEFAULT_CATALOG_NAME.to_string(),
+        catalog_id: None,
+        catalog_region: None,
+        catalog_endpoint_url: None,
         namespace: f.or("namespace", DEFAULT_NAMESPACE.to_string()),
         table: f.or("table", "{table}".to_string()),
         table_properties: f.map("table_properties", convert::<String>),
     };
+    if let Some(mut catalog) = f.required_section("catalog") {
+        read_catalog(&mut catalog, &mut iceberg);
+        catalog.finish();
+    }
     let warehouse = f.required::<String>("warehouse").unwrap_or_default();
     read_files(f, warehouse, Some(iceberg))
 }
@@ -322,7 +392,10 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
     if let Some(iceberg) = &parquet.iceberg {
         let uri = iceberg.catalog_uri.expose();
         let name = iceberg.catalog_name.clone();
-        if let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name) {
+        if iceberg.catalog_type == CatalogType::Sql
+            && !uri.is_empty()
+            && let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name)
+        {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
         }
         let properties = iceberg.table_properties.clone().into_iter().collect();

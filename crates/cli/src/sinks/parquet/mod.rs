@@ -5,9 +5,10 @@ mod build;
 mod config;
 
 pub use build::{
-    iceberg_settings, location, open_parquet, positions_reader, reading_objects, shape,
+    describe_catalog, iceberg_settings, location, open_parquet, positions_reader, reading_objects,
+    shape,
 };
+pub use config::{CatalogType, IcebergConfig, ParquetConfig};
 pub(crate) use config::{
     FIELDS, ICEBERG_FIELDS, S3_ENDPOINT_URL, S3_REGION, anchor, read, read_iceberg, validate,
 };
-pub use config::{IcebergConfig, ParquetConfig};

@@ -16,7 +16,7 @@ fn iceberg_settings(dir: &Path) -> ParquetSettings {
     ParquetSettings {
         objects: Objects::Local(dir.join("warehouse")),
         iceberg: Some(IcebergSettings {
-            catalog: SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into()),
+            catalog: SqlCatalog::new(dir.join("catalog.db"), "ddbpipe".into()).into(),
             namespace: "dynamodb".into(),
             table: "orders".into(),
             properties: Default::default(),

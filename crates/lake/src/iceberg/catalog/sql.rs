@@ -154,7 +154,8 @@ impl SqlCatalog {
         let Some(path) = uri.strip_prefix("sqlite:///") else {
             return Err(format!(
                 "catalog uri '{}' is neither a SQLite file (sqlite:////absolute/path/catalog.db) \
-                 nor a PostgreSQL URL (postgres://…); REST and Glue catalogs are not supported yet",
+                 nor a PostgreSQL URL (postgres://…); for the Glue Data Catalog set type: \
+                 glue (no uri); REST catalogs are not supported yet",
                 PostgresDatabase::redact(&ddbpipe_source::endpoint::mask_url(uri))
             ));
         };

@@ -1,0 +1,341 @@
+//! The AWS Glue Data Catalog as the Iceberg sink's catalog (docs/sinks.md §7.11, `catalog`
+//! rules): the tables Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read.
+//!
+//! # Rules
+//! 1. A namespace is a Glue database and a table a Glue table of the same names, in the
+//!    catalog of the caller's account or of `catalog_id`. A Glue table is an Iceberg table
+//!    when its `table_type` parameter is `ICEBERG` (in any case, as Athena and pyiceberg write
+//!    it); its current metadata is its `metadata_location` parameter. Another table of the
+//!    name is refused, naming it.
+//! 2. **Create**: the database when missing (`AlreadyExistsException`: another writer made
+//!    it), then the table: `EXTERNAL_TABLE`, `table_type` `ICEBERG`, `metadata_location`, its
+//!    storage location the directory above the metadata's. `AlreadyExistsException` is another
+//!    writer's table: `false`. The Glue columns are not listed: engines read an Iceberg
+//!    table's schema from its metadata.
+//! 3. **Swap**: `GetTable`; a `metadata_location` other than the commit's base is a conflict.
+//!    Else `UpdateTable` with what the table had kept (description, owner, storage
+//!    descriptor, partition keys, parameters others set), `metadata_location` the new one and
+//!    `previous_metadata_location` the old, under the `VersionId` it was read with: Glue
+//!    refuses it when the table changed since (`ConcurrentModificationException`: a
+//!    conflict), so two writers never both move it from one base. No table version is
+//!    archived per commit (`SkipArchive`, as pyiceberg's default: a stream commits every
+//!    minute, and Glue keeps a bounded number of versions per table).
+//! 4. **`check`** reads the catalog (`GetDatabases`, one): the credentials, the endpoint and
+//!    the permission to read it. Whether the role may create and update tables shows at a
+//!    run's first commit: Glue has no dry run.
+
+use std::collections::HashMap;
+
+use aws_sdk_glue::Client;
+use aws_sdk_glue::error::SdkError;
+use aws_sdk_glue::types::{DatabaseInput, StorageDescriptor, Table, TableInput};
+use ddbpipe_source::aws::{SdkSettings, api_error};
+use ddbpipe_source::endpoint::EndpointUrl;
+use ddbpipe_source::error::{ApiError, Contact};
+
+use crate::failure::Failure;
+
+/// The Glue table parameters an Iceberg table is read by (rule 1).
+const TABLE_TYPE: &str = "table_type";
+const ICEBERG: &str = "ICEBERG";
+const METADATA_LOCATION: &str = "metadata_location";
+const PREVIOUS_METADATA_LOCATION: &str = "previous_metadata_location";
+
+/// The Glue Data Catalog of an account, through the run's AWS configuration.
+#[derive(Clone)]
+pub struct GlueCatalog {
+    client: Client,
+    /// `catalog_id`: another account's catalog; `None`, the caller's.
+    catalog_id: Option<String>,
+    /// The endpoint when not AWS's, masked, for messages.
+    endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for GlueCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GlueCatalog({})", self.describe())
+    }
+}
+
+impl GlueCatalog {
+    /// The catalog of `catalog_id` (the caller's account when `None`) with the credentials of
+    /// `config`, in `region` and at `endpoint` when given.
+    pub fn new(
+        config: &SdkSettings,
+        region: Option<&str>,
+        endpoint: Option<&EndpointUrl>,
+        catalog_id: Option<String>,
+    ) -> GlueCatalog {
+        let mut builder = aws_sdk_glue::config::Builder::from(config);
+        if let Some(region) = region {
+            builder = builder.region(aws_sdk_glue::config::Region::new(region.to_string()));
+        }
+        if let Some(url) = endpoint {
+            builder = builder.endpoint_url(url.expose());
+        }
+        GlueCatalog {
+            client: Client::from_conf(builder.build()),
+            catalog_id,
+            endpoint: endpoint.map(ToString::to_string),
+        }
+    }
+
+    /// The catalog for messages.
+    pub fn describe(&self) -> String {
+        let region = self.client.config().region().map(|r| r.as_ref());
+        GlueCatalog::describe_with(self.catalog_id.as_deref(), region, self.endpoint.as_deref())
+    }
+
+    /// The catalog of `catalog_id` in `region` at `endpoint` (masked) for messages, before its
+    /// client is made (the run's region unknown: `None`).
+    pub fn describe_with(
+        catalog_id: Option<&str>,
+        region: Option<&str>,
+        endpoint: Option<&str>,
+    ) -> String {
+        let account = match catalog_id {
+            Some(id) => format!("account {id}"),
+            None => "the caller's account".into(),
+        };
+        let region = region.unwrap_or("the run's region");
+        match endpoint {
+            Some(endpoint) => format!("Glue Data Catalog of {account} in {region} at {endpoint}"),
+            None => format!("Glue Data Catalog of {account} in {region}"),
+        }
+    }
+
+    /// A call that failed: its code and message; when no connection was made, what to check.
+    fn failed<E, R>(&self, what: &str, error: SdkError<E, R>) -> Failure
+    where
+        E: aws_sdk_glue::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
+    {
+        let error: ApiError = api_error(error);
+        let mut message = format!("cannot {what} in the {}: {error}", self.describe());
+        if error.contact == Contact::NotMade {
+            message.push_str(
+                " (the endpoint could not be reached: check sink.catalog.region and \
+                 sink.catalog.endpoint_url)",
+            );
+        }
+        Failure::transient(message)
+    }
+
+    /// Rule 4.
+    pub async fn writable(&self) -> Result<(), String> {
+        (self.client.get_databases())
+            .set_catalog_id(self.catalog_id.clone())
+            .max_results(1)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|error| self.failed("list the databases", error).message)
+    }
+
+    /// The Glue table `namespace.table`; `None` when there is none (or no such database).
+    async fn table(&self, namespace: &str, table: &str) -> Result<Option<Table>, Failure> {
+        let got = (self.client.get_table())
+            .set_catalog_id(self.catalog_id.clone())
+            .database_name(namespace)
+            .name(table)
+            .send()
+            .await;
+        match got {
+            Ok(answer) => Ok(answer.table),
+            Err(SdkError::ServiceError(error)) if error.err().is_entity_not_found_exception() => {
+                Ok(None)
+            }
+            Err(error) => Err(self.failed(&format!("read table {namespace}.{table}"), error)),
+        }
+    }
+
+    /// Rule 1: the metadata location of Glue table `found`, an Iceberg table's; definite
+    /// when it is none.
+    fn metadata_location(&self, namespace: &str, found: &Table) -> Result<String, Failure> {
+        let parameters = found.parameters.as_ref();
+        let kind = parameters.and_then(|p| p.get(TABLE_TYPE));
+        let name = format!(
+            "Glue table {namespace}.{} in the {}",
+            found.name,
+            self.describe()
+        );
+        if !kind.is_some_and(|kind| kind.eq_ignore_ascii_case(ICEBERG)) {
+            let kind = kind.map_or_else(|| "unset".to_string(), |kind| format!("'{kind}'"));
+            return Err(Failure::definite(format!(
+                "{name} is not an Iceberg table (its table_type is {kind}): give sink.table or \
+                 sink.namespace another name"
+            )));
+        }
+        (parameters.and_then(|p| p.get(METADATA_LOCATION)).cloned()).ok_or_else(|| {
+            Failure::definite(format!(
+                "{name} is an Iceberg table without a metadata_location parameter: repair it \
+                 (pyiceberg's register_table), or give sink.table another name"
+            ))
+        })
+    }
+
+    /// The current metadata location of `namespace.table`; `None` when there is no such
+    /// table.
+    pub(crate) async fn location(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<String>, Failure> {
+        match self.table(namespace, table).await? {
+            Some(found) => self.metadata_location(namespace, &found).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Rule 2; `false` when another writer recorded the table first.
+    pub(crate) async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        metadata_location: &str,
+    ) -> Result<bool, Failure> {
+        let database = DatabaseInput::builder()
+            .name(namespace)
+            .build()
+            .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        let made = (self.client.create_database())
+            .set_catalog_id(self.catalog_id.clone())
+            .database_input(database)
+            .send()
+            .await;
+        match made {
+            Ok(_) => {}
+            Err(SdkError::ServiceError(error)) if error.err().is_already_exists_exception() => {}
+            Err(error) => return Err(self.failed(&format!("create database {namespace}"), error)),
+        }
+        let location =
+            (metadata_location.rsplit_once("/metadata/")).map_or(metadata_location, |(dir, _)| dir);
+        let input = TableInput::builder()
+            .name(table)
+            .table_type("EXTERNAL_TABLE")
+            .parameters(TABLE_TYPE, ICEBERG)
+            .parameters(METADATA_LOCATION, metadata_location)
+            .storage_descriptor(StorageDescriptor::builder().location(location).build())
+            .build()
+            .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
+        let made = (self.client.create_table())
+            .set_catalog_id(self.catalog_id.clone())
+            .database_name(namespace)
+            .table_input(input)
+            .send()
+            .await;
+        match made {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(error)) if error.err().is_already_exists_exception() => {
+                Ok(false)
+            }
+            Err(error) => Err(self.failed(&format!("create table {namespace}.{table}"), error)),
+        }
+    }
+
+    /// Rule 3: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
+    pub(crate) async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<bool, Failure> {
+        let Some(found) = self.table(namespace, table).await? else {
+            return Ok(false);
+        };
+        if self.metadata_location(namespace, &found)? != old {
+            return Ok(false);
+        }
+        let version = found.version_id.clone();
+        let input = kept(found, old, new)?;
+        let updated = (self.client.update_table())
+            .set_catalog_id(self.catalog_id.clone())
+            .database_name(namespace)
+            .table_input(input)
+            .set_version_id(version)
+            .skip_archive(true)
+            .send()
+            .await;
+        match updated {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(error))
+                if error.err().is_concurrent_modification_exception()
+                    || error.err().is_entity_not_found_exception() =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(self.failed(&format!("commit to table {namespace}.{table}"), error)),
+        }
+    }
+}
+
+/// Rule 3: the input that keeps what Glue table `found` had, moved from metadata `old` to
+/// `new`.
+fn kept(found: Table, old: &str, new: &str) -> Result<TableInput, Failure> {
+    let mut parameters: HashMap<String, String> = found.parameters.unwrap_or_default();
+    parameters.insert(METADATA_LOCATION.into(), new.into());
+    parameters.insert(PREVIOUS_METADATA_LOCATION.into(), old.into());
+    TableInput::builder()
+        .name(found.name)
+        .set_description(found.description)
+        .set_owner(found.owner)
+        .set_last_access_time(found.last_access_time)
+        .set_last_analyzed_time(found.last_analyzed_time)
+        .retention(found.retention)
+        .set_storage_descriptor(found.storage_descriptor)
+        .set_partition_keys(found.partition_keys)
+        .set_table_type(found.table_type)
+        .set_parameters(Some(parameters))
+        .set_target_table(found.target_table)
+        .build()
+        .map_err(|e| Failure::definite(format!("internal error: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rule 3: a commit keeps what others set on the table (its owner, description, storage
+    /// descriptor, their parameters) and moves only the two locations.
+    #[test]
+    fn a_commit_keeps_what_the_table_had_and_moves_the_locations() {
+        let found = Table::builder()
+            .name("orders")
+            .owner("data-team")
+            .description("orders from DynamoDB")
+            .table_type("EXTERNAL_TABLE")
+            .parameters(TABLE_TYPE, ICEBERG)
+            .parameters(METADATA_LOCATION, "s3://w/t/metadata/00001-a.metadata.json")
+            .parameters("lakeformation.owner", "someone")
+            .storage_descriptor(StorageDescriptor::builder().location("s3://w/t").build())
+            .version_id("7")
+            .build()
+            .unwrap();
+        let input = kept(
+            found,
+            "s3://w/t/metadata/00001-a.metadata.json",
+            "s3://w/t/metadata/00002-b.metadata.json",
+        )
+        .unwrap();
+        assert_eq!(input.name, "orders");
+        assert_eq!(input.owner.as_deref(), Some("data-team"));
+        assert_eq!(input.description.as_deref(), Some("orders from DynamoDB"));
+        assert_eq!(input.table_type.as_deref(), Some("EXTERNAL_TABLE"));
+        assert_eq!(
+            input.storage_descriptor.and_then(|sd| sd.location),
+            Some("s3://w/t".to_string())
+        );
+        let parameters = input.parameters.unwrap();
+        assert_eq!(parameters[TABLE_TYPE], ICEBERG);
+        assert_eq!(parameters["lakeformation.owner"], "someone");
+        assert_eq!(
+            parameters[METADATA_LOCATION],
+            "s3://w/t/metadata/00002-b.metadata.json"
+        );
+        assert_eq!(
+            parameters[PREVIOUS_METADATA_LOCATION],
+            "s3://w/t/metadata/00001-a.metadata.json"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The Iceberg sink's catalogs (docs/sinks.md §7.11): where a table's current metadata
+//! location is kept, read and swapped. Two kinds: a SQL catalog (`sql`: Iceberg's JDBC catalog
+//! and pyiceberg's `SqlCatalog`, in SQLite or PostgreSQL) and the AWS Glue Data Catalog
+//! (`glue`: what Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read).
+//!
+//! # Rules
+//! 1. A catalog answers four calls, the same for both: the table's metadata location (`None`:
+//!    no such table), a new table recorded (`false`: another writer recorded it first), a
+//!    commit's swap from the location it was built on to the new one (`false`: a conflict,
+//!    the table read again and the commit built again), and `check`'s probe.
+//! 2. A swap happens only while the catalog still holds the location the commit was built
+//!    on, atomically: SQL by `UPDATE … WHERE metadata_location = old`, Glue by `UpdateTable`
+//!    with the `VersionId` the location was read under (Glue refuses it when the table changed
+//!    since: `ConcurrentModificationException`).
+
+mod glue;
+mod sql;
+
+use crate::failure::Failure;
+
+pub use glue::GlueCatalog;
+pub use sql::SqlCatalog;
+
+/// An Iceberg sink's catalog.
+#[derive(Debug, Clone)]
+pub enum Catalog {
+    /// A SQL catalog.
+    Sql(SqlCatalog),
+    /// The Glue Data Catalog.
+    Glue(GlueCatalog),
+}
+
+impl Catalog {
+    /// The catalog for messages (never a password).
+    pub fn describe(&self) -> String {
+        match self {
+            Catalog::Sql(catalog) => catalog.describe(),
+            Catalog::Glue(catalog) => catalog.describe(),
+        }
+    }
+
+    /// `check`'s probe (rule 1), found without changing the catalog.
+    pub async fn writable(&self) -> Result<(), String> {
+        match self {
+            Catalog::Sql(catalog) => catalog.writable().await,
+            Catalog::Glue(catalog) => catalog.writable().await,
+        }
+    }
+
+    /// The current metadata location of `namespace.table`; `None` when the catalog has no
+    /// such table.
+    /// A failure is transient unless the table cannot be this sink's (a Glue table not
+    /// Iceberg's).
+    pub(crate) async fn location(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<String>, Failure> {
+        match self {
+            Catalog::Sql(catalog) => {
+                (catalog.location(namespace, table).await).map_err(Failure::transient)
+            }
+            Catalog::Glue(catalog) => catalog.location(namespace, table).await,
+        }
+    }
+
+    /// Records a new table (and its namespace) at `metadata_location`; `false` when another
+    /// writer recorded it first.
+    pub(crate) async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        metadata_location: &str,
+    ) -> Result<bool, Failure> {
+        match self {
+            Catalog::Sql(catalog) => (catalog.create(namespace, table, metadata_location).await)
+                .map_err(Failure::transient),
+            Catalog::Glue(catalog) => catalog.create(namespace, table, metadata_location).await,
+        }
+    }
+
+    /// Rule 2: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
+    pub(crate) async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<bool, Failure> {
+        match self {
+            Catalog::Sql(catalog) => {
+                (catalog.swap(namespace, table, old, new).await).map_err(Failure::transient)
+            }
+            Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new).await,
+        }
+    }
+}
+
+impl From<SqlCatalog> for Catalog {
+    fn from(catalog: SqlCatalog) -> Self {
+        Catalog::Sql(catalog)
+    }
+}
+
+impl From<GlueCatalog> for Catalog {
+    fn from(catalog: GlueCatalog) -> Self {
+        Catalog::Glue(catalog)
+    }
+}
