@@ -73,10 +73,16 @@ impl GlueCatalog {
         if let Some(url) = endpoint {
             builder = builder.endpoint_url(url.expose());
         }
+        let endpoint = endpoint.map(ToString::to_string);
+        GlueCatalog::of(Client::from_conf(builder.build()), catalog_id, endpoint)
+    }
+
+    /// The catalog `client` reaches (`endpoint`, masked, for messages).
+    fn of(client: Client, catalog_id: Option<String>, endpoint: Option<String>) -> GlueCatalog {
         GlueCatalog {
-            client: Client::from_conf(builder.build()),
+            client,
             catalog_id,
-            endpoint: endpoint.map(ToString::to_string),
+            endpoint,
         }
     }
 
@@ -294,7 +300,127 @@ fn kept(found: Table, old: &str, new: &str) -> Result<TableInput, Failure> {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_glue::config::{Credentials, Region};
+    use aws_smithy_http_client::test_util::{ReplayEvent, StaticReplayClient};
+    use aws_smithy_types::body::SdkBody;
+
     use super::*;
+
+    const OLD: &str = "s3://w/dynamodb.db/orders/metadata/00001-a.metadata.json";
+    const NEW: &str = "s3://w/dynamodb.db/orders/metadata/00002-b.metadata.json";
+
+    /// A Glue answer of `status` with the JSON `body` (an error's `__type` its code).
+    fn answer(status: u16, body: &str) -> ReplayEvent {
+        let request = http::Request::builder()
+            .uri("https://glue.us-east-1.amazonaws.com/")
+            .body(SdkBody::empty())
+            .unwrap();
+        let response = http::Response::builder()
+            .status(status)
+            .header("content-type", "application/x-amz-json-1.1")
+            .body(SdkBody::from(body.to_string()))
+            .unwrap();
+        ReplayEvent::new(request, response)
+    }
+
+    /// `GetTable`'s answer: an Iceberg table at `OLD`, version 7.
+    fn iceberg_table() -> ReplayEvent {
+        answer(
+            200,
+            &format!(
+                r#"{{"Table": {{"Name": "orders", "DatabaseName": "dynamodb",
+                "TableType": "EXTERNAL_TABLE", "VersionId": "7", "Owner": "data-team",
+                "Parameters": {{"table_type": "iceberg", "metadata_location": "{OLD}"}}}}}}"#
+            ),
+        )
+    }
+
+    /// A catalog whose requests `replay` answers in turn.
+    fn scripted(replay: &StaticReplayClient) -> GlueCatalog {
+        let config = aws_sdk_glue::Config::builder()
+            .behavior_version_latest()
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("a", "b", None, None, "test"))
+            .http_client(replay.clone())
+            .build();
+        GlueCatalog::of(Client::from_conf(config), None, None)
+    }
+
+    /// The JSON body of the `n`th request `replay` was sent.
+    fn sent(replay: &StaticReplayClient, n: usize) -> serde_json::Value {
+        let request = replay.actual_requests().nth(n).expect("the request");
+        serde_json::from_slice(request.body().bytes().unwrap()).unwrap()
+    }
+
+    /// Rule 3: a commit is `UpdateTable` under the `VersionId` the table was read with,
+    /// archiving nothing, moving the locations and keeping the owner; Glue's refusal of it
+    /// (`ConcurrentModificationException`: the table changed since) is a conflict, `false`,
+    /// not a failure. (moto does not check `VersionId`: Glue's answer is scripted.)
+    #[tokio::test]
+    async fn a_commit_goes_under_the_version_read_and_a_refused_one_is_a_conflict() {
+        let replay = StaticReplayClient::new(vec![
+            iceberg_table(),
+            answer(
+                400,
+                r#"{"__type": "ConcurrentModificationException", "Message": "changed"}"#,
+            ),
+        ]);
+        let catalog = scripted(&replay);
+        let swapped = catalog.swap("dynamodb", "orders", OLD, NEW).await;
+        assert!(!swapped.unwrap(), "a conflict");
+        let update = sent(&replay, 1);
+        assert_eq!(update["VersionId"], "7", "{update}");
+        assert_eq!(update["SkipArchive"], true, "{update}");
+        let input = &update["TableInput"];
+        assert_eq!(input["Parameters"]["metadata_location"], NEW, "{update}");
+        assert_eq!(input["Parameters"]["previous_metadata_location"], OLD);
+        assert_eq!(input["Parameters"]["table_type"], "iceberg");
+        assert_eq!(input["Owner"], "data-team");
+
+        // Accepted, it is a commit.
+        let replay = StaticReplayClient::new(vec![iceberg_table(), answer(200, "{}")]);
+        let swapped = scripted(&replay).swap("dynamodb", "orders", OLD, NEW).await;
+        assert!(swapped.unwrap(), "committed");
+    }
+
+    /// Rule 3: a table whose location moved since the commit's base is a conflict at once:
+    /// nothing is updated.
+    #[tokio::test]
+    async fn a_commit_on_a_moved_table_updates_nothing() {
+        let replay = StaticReplayClient::new(vec![iceberg_table()]);
+        let catalog = scripted(&replay);
+        let other = "s3://w/dynamodb.db/orders/metadata/00000-z.metadata.json";
+        assert!(
+            !catalog
+                .swap("dynamodb", "orders", other, NEW)
+                .await
+                .unwrap()
+        );
+        assert_eq!(replay.actual_requests().count(), 1, "GetTable only");
+    }
+
+    /// Rule 1: a Glue table that is not an Iceberg table is refused (definite), naming it.
+    #[tokio::test]
+    async fn a_table_not_icebergs_is_refused_naming_it() {
+        let replay = StaticReplayClient::new(vec![answer(
+            200,
+            r#"{"Table": {"Name": "orders", "Parameters": {"classification": "parquet"}}}"#,
+        )]);
+        let refused = scripted(&replay).location("dynamodb", "orders").await;
+        let failure = refused.unwrap_err();
+        assert_eq!(
+            failure.class,
+            ddbpipe_pipeline::sink::SinkErrorClass::Definite
+        );
+        assert!(
+            failure.message.contains("Glue table dynamodb.orders")
+                && failure
+                    .message
+                    .contains("not an Iceberg table (its table_type is unset)"),
+            "{}",
+            failure.message
+        );
+    }
 
     /// Rule 3: a commit keeps what others set on the table (its owner, description, storage
     /// descriptor, their parameters) and moves only the two locations.
