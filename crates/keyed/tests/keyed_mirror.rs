@@ -810,6 +810,63 @@ async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: T
     );
 }
 
+/// A gap after a shared mirror with `on_gap: resnapshot` (the gap tests): worker `w1`
+/// mirrored `w1` and `gone` and ended; while no worker ran, `w2` was written and `gone`
+/// deleted, and the stream trimmed both changes (a 2 s retention).
+struct GapAfterMirror {
+    destination: Destination,
+    stream: Arc<FakeStreams>,
+    table: Arc<FakeStreamTable>,
+    leases: MemoryLeaseTable,
+    /// The first worker's outcome.
+    first: Option<LeasedMirrorOutcome>,
+}
+
+impl GapAfterMirror {
+    async fn new(target: Target, seed: u64, leases: u64) -> GapAfterMirror {
+        let destination = Destination::new(target).await;
+        let stream = short_lived_stream(seed);
+        let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
+        let mut gap = GapAfterMirror {
+            destination,
+            stream,
+            table,
+            leases: MemoryLeaseTable::seeded(leases),
+            first: None,
+        };
+        gap.write("w1", false);
+        gap.write("gone", false);
+        let first = spawn_mirror(gap.mirror("w1"), &gap.destination).await;
+        gap.first = Some(first.await.unwrap().unwrap());
+        assert_eq!(gap.destination.keys().await, keys(&["gone", "w1"]));
+        gap.write("w2", false);
+        gap.write("gone", true);
+        // Longer than the retention: both changes are trimmed before any worker reads them.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        gap
+    }
+
+    fn write(&self, key: &str, remove: bool) {
+        self.stream.apply(Change::Write {
+            key: key.into(),
+            remove,
+        });
+    }
+
+    /// Worker `id` of the mirror.
+    fn mirror(&self, id: &str) -> LeasedMirror<FakeStreamTable, FakeStreams, MemoryLeaseTable> {
+        LeasedMirror {
+            resnapshot: true,
+            ..shared_mirror(&self.table, &self.stream, &self.leases, id, 1000)
+        }
+    }
+}
+
+/// `keys` as the destination lists them.
+fn keys(keys: &[&str]) -> BTreeSet<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
 /// docs/coordination.md §11.12 rule 8: with `on_gap: resnapshot` the gap a worker finds opens a
 /// snapshot of the next generation in place of the first, and every worker moves to it. A
 /// worker mirrors the table and ends; while none runs, an item is written and another deleted,
@@ -819,33 +876,11 @@ async fn a_shared_mirror_finds_a_gap_by_its_checkpoints_not_by_a_clock(target: T
 /// of the item deleted in the gap, and the destination ends equal to the table. With
 /// `on_gap: fail` the same gap stops the worker (`a_shared_mirror_finds_a_gap_...`).
 async fn a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_to(target: Target) {
-    let destination = Destination::new(target).await;
-    let stream = short_lived_stream(29);
-    let write = |key: &str, remove: bool| {
-        stream.apply(Change::Write {
-            key: key.into(),
-            remove,
-        });
-    };
-    write("w1", false);
-    write("gone", false);
-    let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
-    let leases = MemoryLeaseTable::seeded(5);
-    let mirror = |id: &str| LeasedMirror {
-        resnapshot: true,
-        ..shared_mirror(&table, &stream, &leases, id, 1000)
-    };
-    let first = spawn_mirror(mirror("w1"), &destination).await;
-    let first = first.await.unwrap().unwrap();
+    let gap = GapAfterMirror::new(target, 29, 5).await;
+    let (first, destination) = (gap.first.as_ref().unwrap(), &gap.destination);
     assert_eq!((first.snapshot.generation, first.replaced), (0, 0));
-    let keys = |keys: &[&str]| -> BTreeSet<String> { keys.iter().map(|k| k.to_string()).collect() };
-    assert_eq!(destination.keys().await, keys(&["gone", "w1"]));
-    write("w2", false);
-    write("gone", true);
-    // Longer than the retention: both changes are trimmed before any worker reads them.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let two = spawn_mirror(mirror("w2"), &destination).await;
-    let three = spawn_mirror(mirror("w3"), &destination).await;
+    let two = spawn_mirror(gap.mirror("w2"), destination).await;
+    let three = spawn_mirror(gap.mirror("w3"), destination).await;
     let outcomes = [two.await.unwrap().unwrap(), three.await.unwrap().unwrap()];
 
     assert_eq!(
@@ -940,29 +975,8 @@ impl StreamsApi for SignalOnTrim {
 async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_snapshot(
     target: Target,
 ) {
-    let destination = Destination::new(target).await;
-    let stream = short_lived_stream(31);
-    let write = |key: &str, remove: bool| {
-        stream.apply(Change::Write {
-            key: key.into(),
-            remove,
-        });
-    };
-    write("w1", false);
-    write("gone", false);
-    let table = Arc::new(FakeStreamTable::of(Arc::clone(&stream)));
-    let leases = MemoryLeaseTable::seeded(11);
-    let mirror = |id: &str| LeasedMirror {
-        resnapshot: true,
-        ..shared_mirror(&table, &stream, &leases, id, 1000)
-    };
-    let first = spawn_mirror(mirror("w1"), &destination).await;
-    first.await.unwrap().unwrap();
-    write("w2", false);
-    write("gone", true);
-    // Longer than the retention: both changes are trimmed before any worker reads them.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-
+    let gap = GapAfterMirror::new(target, 31, 11).await;
+    let (destination, stream, leases) = (&gap.destination, &gap.stream, &gap.leases);
     let (signal, stop) = Cancel::new();
     let LeasedMirror {
         scan,
@@ -973,12 +987,12 @@ async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_s
         resnapshot,
         repairs,
         watch_interval,
-    } = mirror("w2");
+    } = gap.mirror("w2");
     let signalled = LeasedMirror {
         scan,
         streams: LeasedStreams {
             api: Arc::new(SignalOnTrim {
-                inner: Arc::clone(&stream),
+                inner: Arc::clone(stream),
                 stop: signal,
             }),
             run: streams.run,
@@ -995,7 +1009,7 @@ async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_s
         repairs,
         watch_interval,
     };
-    let mut sink = sink(&destination, Records::Envelopes).await;
+    let mut sink = sink(destination, Records::Envelopes).await;
     let error = signalled
         .run(&mut sink, stop, &NoProgress)
         .await
@@ -1016,15 +1030,18 @@ async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_s
         .collect();
     assert!(held.is_empty(), "the shard lease is handed back: {held:?}");
 
-    let next = spawn_mirror(mirror("w3"), &destination).await;
+    let next = spawn_mirror(gap.mirror("w3"), destination).await;
     let outcome = next.await.unwrap().unwrap();
     assert_eq!(
         (outcome.snapshot.generation, outcome.replaced),
         (1, 1),
         "the next worker found the gap and replaced the snapshot"
     );
-    let keys: BTreeSet<String> = ["w1", "w2"].iter().map(|k| k.to_string()).collect();
-    assert_eq!(destination.keys().await, keys, "equal to the table");
+    assert_eq!(
+        destination.keys().await,
+        keys(&["w1", "w2"]),
+        "equal to the table"
+    );
 }
 
 /// docs/coordination.md §11.12 rule 8, rule 4 of `leased::generations`: a worker streaming in
