@@ -300,8 +300,15 @@ fn kept(found: Table, old: &str, new: &str) -> Result<TableInput, Failure> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
     use aws_sdk_glue::config::{Credentials, Region};
-    use aws_smithy_http_client::test_util::{ReplayEvent, StaticReplayClient};
+    use aws_smithy_runtime_api::client::http::{
+        HttpConnector, HttpConnectorFuture, SharedHttpConnector, http_client_fn,
+    };
+    use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+    use aws_smithy_runtime_api::http::{Response, StatusCode};
     use aws_smithy_types::body::SdkBody;
 
     use super::*;
@@ -309,47 +316,61 @@ mod tests {
     const OLD: &str = "s3://w/dynamodb.db/orders/metadata/00001-a.metadata.json";
     const NEW: &str = "s3://w/dynamodb.db/orders/metadata/00002-b.metadata.json";
 
-    /// A Glue answer of `status` with the JSON `body` (an error's `__type` its code).
-    fn answer(status: u16, body: &str) -> ReplayEvent {
-        let request = http::Request::builder()
-            .uri("https://glue.us-east-1.amazonaws.com/")
-            .body(SdkBody::empty())
-            .unwrap();
-        let response = http::Response::builder()
-            .status(status)
-            .header("content-type", "application/x-amz-json-1.1")
-            .body(SdkBody::from(body.to_string()))
-            .unwrap();
-        ReplayEvent::new(request, response)
+    /// Glue's answers, in turn (a status and a JSON body, an error's `__type` its code), and
+    /// the bodies of the requests they answered.
+    #[derive(Debug, Clone, Default)]
+    struct Scripted {
+        answers: Arc<Mutex<VecDeque<(u16, String)>>>,
+        sent: Arc<Mutex<Vec<serde_json::Value>>>,
+    }
+
+    impl HttpConnector for Scripted {
+        fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+            let body = request.body().bytes().unwrap_or_default();
+            let sent = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+            self.sent.lock().unwrap().push(sent);
+            let (status, body) = (self.answers.lock().unwrap().pop_front()).expect("an answer");
+            let mut response =
+                Response::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
+            (response.headers_mut()).insert("content-type", "application/x-amz-json-1.1");
+            HttpConnectorFuture::ready(Ok(response))
+        }
+    }
+
+    impl Scripted {
+        fn answering(answers: &[(u16, &str)]) -> Scripted {
+            let scripted = Scripted::default();
+            let queued = answers.iter().map(|(s, b)| (*s, b.to_string()));
+            scripted.answers.lock().unwrap().extend(queued);
+            scripted
+        }
+
+        /// A catalog whose requests this answers.
+        fn catalog(&self) -> GlueCatalog {
+            let connector = SharedHttpConnector::new(self.clone());
+            let config = aws_sdk_glue::Config::builder()
+                .behavior_version_latest()
+                .region(Region::new("us-east-1"))
+                .credentials_provider(Credentials::new("a", "b", None, None, "test"))
+                .http_client(http_client_fn(move |_, _| connector.clone()))
+                .build();
+            GlueCatalog::of(Client::from_conf(config), None, None)
+        }
+
+        /// The `n`th request's JSON body.
+        fn sent(&self, n: usize) -> serde_json::Value {
+            self.sent.lock().unwrap()[n].clone()
+        }
     }
 
     /// `GetTable`'s answer: an Iceberg table at `OLD`, version 7.
-    fn iceberg_table() -> ReplayEvent {
-        answer(
-            200,
-            &format!(
-                r#"{{"Table": {{"Name": "orders", "DatabaseName": "dynamodb",
-                "TableType": "EXTERNAL_TABLE", "VersionId": "7", "Owner": "data-team",
-                "Parameters": {{"table_type": "iceberg", "metadata_location": "{OLD}"}}}}}}"#
-            ),
-        )
-    }
-
-    /// A catalog whose requests `replay` answers in turn.
-    fn scripted(replay: &StaticReplayClient) -> GlueCatalog {
-        let config = aws_sdk_glue::Config::builder()
-            .behavior_version_latest()
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("a", "b", None, None, "test"))
-            .http_client(replay.clone())
-            .build();
-        GlueCatalog::of(Client::from_conf(config), None, None)
-    }
-
-    /// The JSON body of the `n`th request `replay` was sent.
-    fn sent(replay: &StaticReplayClient, n: usize) -> serde_json::Value {
-        let request = replay.actual_requests().nth(n).expect("the request");
-        serde_json::from_slice(request.body().bytes().unwrap()).unwrap()
+    fn iceberg_table() -> (u16, String) {
+        let body = format!(
+            r#"{{"Table": {{"Name": "orders", "DatabaseName": "dynamodb",
+            "TableType": "EXTERNAL_TABLE", "VersionId": "7", "Owner": "data-team",
+            "Parameters": {{"table_type": "iceberg", "metadata_location": "{OLD}"}}}}}}"#
+        );
+        (200, body)
     }
 
     /// Rule 3: a commit is `UpdateTable` under the `VersionId` the table was read with,
@@ -358,17 +379,12 @@ mod tests {
     /// not a failure. (moto does not check `VersionId`: Glue's answer is scripted.)
     #[tokio::test]
     async fn a_commit_goes_under_the_version_read_and_a_refused_one_is_a_conflict() {
-        let replay = StaticReplayClient::new(vec![
-            iceberg_table(),
-            answer(
-                400,
-                r#"{"__type": "ConcurrentModificationException", "Message": "changed"}"#,
-            ),
-        ]);
-        let catalog = scripted(&replay);
-        let swapped = catalog.swap("dynamodb", "orders", OLD, NEW).await;
+        let (status, table) = iceberg_table();
+        let refused = r#"{"__type": "ConcurrentModificationException", "Message": "changed"}"#;
+        let glue = Scripted::answering(&[(status, &table), (400, refused)]);
+        let swapped = glue.catalog().swap("dynamodb", "orders", OLD, NEW).await;
         assert!(!swapped.unwrap(), "a conflict");
-        let update = sent(&replay, 1);
+        let update = glue.sent(1);
         assert_eq!(update["VersionId"], "7", "{update}");
         assert_eq!(update["SkipArchive"], true, "{update}");
         let input = &update["TableInput"];
@@ -378,8 +394,8 @@ mod tests {
         assert_eq!(input["Owner"], "data-team");
 
         // Accepted, it is a commit.
-        let replay = StaticReplayClient::new(vec![iceberg_table(), answer(200, "{}")]);
-        let swapped = scripted(&replay).swap("dynamodb", "orders", OLD, NEW).await;
+        let glue = Scripted::answering(&[(status, &table), (200, "{}")]);
+        let swapped = glue.catalog().swap("dynamodb", "orders", OLD, NEW).await;
         assert!(swapped.unwrap(), "committed");
     }
 
@@ -387,27 +403,24 @@ mod tests {
     /// nothing is updated.
     #[tokio::test]
     async fn a_commit_on_a_moved_table_updates_nothing() {
-        let replay = StaticReplayClient::new(vec![iceberg_table()]);
-        let catalog = scripted(&replay);
+        let (status, table) = iceberg_table();
+        let glue = Scripted::answering(&[(status, &table)]);
         let other = "s3://w/dynamodb.db/orders/metadata/00000-z.metadata.json";
-        assert!(
-            !catalog
-                .swap("dynamodb", "orders", other, NEW)
-                .await
-                .unwrap()
-        );
-        assert_eq!(replay.actual_requests().count(), 1, "GetTable only");
+        let swapped = glue.catalog().swap("dynamodb", "orders", other, NEW).await;
+        assert!(!swapped.unwrap());
+        assert_eq!(glue.sent.lock().unwrap().len(), 1, "GetTable only");
     }
 
     /// Rule 1: a Glue table that is not an Iceberg table is refused (definite), naming it.
     #[tokio::test]
     async fn a_table_not_icebergs_is_refused_naming_it() {
-        let replay = StaticReplayClient::new(vec![answer(
-            200,
-            r#"{"Table": {"Name": "orders", "Parameters": {"classification": "parquet"}}}"#,
-        )]);
-        let refused = scripted(&replay).location("dynamodb", "orders").await;
-        let failure = refused.unwrap_err();
+        let plain = r#"{"Table": {"Name": "orders", "Parameters": {"classification": "parquet"}}}"#;
+        let glue = Scripted::answering(&[(200, plain)]);
+        let failure = glue
+            .catalog()
+            .location("dynamodb", "orders")
+            .await
+            .unwrap_err();
         assert_eq!(
             failure.class,
             ddbpipe_pipeline::sink::SinkErrorClass::Definite

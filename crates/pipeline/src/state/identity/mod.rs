@@ -381,7 +381,9 @@ impl Identity {
     /// The fingerprint of an identity as stored, before [`Identity::from_json`] masks it: what
     /// the stored fingerprint beside it was made from.
     pub fn fingerprint_of(json: &Json) -> String {
-        let digest = Sha256::digest(json.to_string().as_bytes());
+        let mut text = String::new();
+        canonical(json, &mut text);
+        let digest = Sha256::digest(text.as_bytes());
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         format!("sha256:{hex}")
     }
@@ -465,6 +467,41 @@ use differing;
 /// Whether a field both identities hold differs (rule 2).
 fn differs<T: PartialEq>(old: &Option<T>, new: &Option<T>) -> bool {
     matches!((old, new), (Some(old), Some(new)) if old != new)
+}
+
+/// `json` as text with every object's keys in sorted order, whatever order its map keeps:
+/// the text serde_json writes by default. With serde_json's `preserve_order` (enabled by
+/// another crate of a program that embeds ddbpipe, or of the workspace's tests) a map keeps
+/// the order it was read in, and PostgreSQL's `jsonb` gives an entry's keys back in its own
+/// order: fingerprinted as read, a stored identity would no longer match its fingerprint.
+fn canonical(json: &Json, out: &mut String) {
+    match json {
+        Json::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Json::String(key.clone()).to_string());
+                out.push(':');
+                canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 #[cfg(test)]

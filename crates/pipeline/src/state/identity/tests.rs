@@ -402,3 +402,24 @@ fn a_document_column_stored_as_a_name_still_reads() {
     assert_eq!(stored.fingerprint(), Identity::fingerprint_of(&stored_json));
     assert!(now.changes_from(&stored, true).is_empty());
 }
+
+/// A fingerprint is of the identity's keys in sorted order, whatever order its map keeps: the
+/// text serde_json writes by default, so fingerprints stored before stay valid. Read back in
+/// another order (PostgreSQL's `jsonb` reorders keys; with serde_json's `preserve_order`, which
+/// a crate of an embedding program may enable, a map keeps that order) it is the same. Before,
+/// the fingerprint was of the text as the map held it: with `preserve_order` a PostgreSQL
+/// state entry read back "corrupt" (the workspace's tests met it when a dev-dependency enabled
+/// the feature). Fails that way without the sorting under
+/// `cargo test -p ddbpipe-pipeline --lib --features serde_json/preserve_order` (checked).
+#[test]
+fn a_fingerprint_is_of_the_keys_in_sorted_order_whatever_order_they_are_held_in() {
+    let sorted = r#"{"a":2,"b":{"x":[{"p":2,"q":1}],"y":"\u00e9\""}}"#;
+    let shuffled = r#"{"b":{"y":"é\"","x":[{"q":1,"p":2}]},"a":2}"#;
+    let of = |text: &str| Identity::fingerprint_of(&serde_json::from_str(text).unwrap());
+    assert_eq!(of(shuffled), of(sorted));
+    let expected: String = Sha256::digest(r#"{"a":2,"b":{"x":[{"p":2,"q":1}],"y":"é\""}}"#)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(of(sorted), format!("sha256:{expected}"));
+}
