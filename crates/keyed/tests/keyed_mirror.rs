@@ -27,16 +27,12 @@ use ddbpipe_pipeline::state::identity::Identity;
 use ddbpipe_pipeline::streams::{
     SnapshotScan, StreamRun, StreamRunError, run_streams_with_snapshots,
 };
-use ddbpipe_source::api::{
-    KeyAttribute, ReadKind, RecordsPage, Render, SnapshotShape, StartAt, StreamPage, StreamsApi,
-    TableApi,
-};
+use ddbpipe_source::api::{KeyAttribute, ReadKind, Render, SnapshotShape, TableApi};
 use ddbpipe_source::capacity::ReadLimiter;
 use ddbpipe_source::config::OnGap;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::fake::FakeTable;
 use ddbpipe_source::fake_streams::{Change, FakeStreamTable, FakeStreams};
-use ddbpipe_source::ids::ShardId;
 use ddbpipe_source::lease::memory::MemoryLeaseTable;
 use ddbpipe_source::lease::{
     LeaseSettings, LeaseState, LeaseTable as _, PipelineName, UnitId, Worker, WorkerId,
@@ -44,7 +40,7 @@ use ddbpipe_source::lease::{
 use ddbpipe_source::plan::BatchLimits;
 use ddbpipe_source::position::StreamKind;
 use ddbpipe_source::records::Lines;
-use ddbpipe_source::retry::{Cancel, CancelHandle, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{Cancel, NoObserver, RetryPolicy};
 use ddbpipe_source::scan::{SegmentReader, snapshot_template};
 use ddbpipe_source::streams::engine::RunBounds;
 use ddbpipe_testkit::postgres::{self as test_postgres, TestSchema};
@@ -920,51 +916,6 @@ async fn a_gap_opens_a_snapshot_of_the_next_generation_that_every_worker_moves_t
     );
 }
 
-/// The fake stream, firing a stop as it answers `TrimmedDataAccessException`: a signal that
-/// comes the moment a worker finds a gap.
-struct SignalOnTrim {
-    inner: Arc<FakeStreams>,
-    stop: CancelHandle,
-}
-
-impl SignalOnTrim {
-    fn seen<T>(&self, answer: Result<T, ApiError>) -> Result<T, ApiError> {
-        if let Err(error) = &answer
-            && error.code.as_deref() == Some("TrimmedDataAccessException")
-        {
-            self.stop.cancel();
-        }
-        answer
-    }
-}
-
-impl StreamsApi for SignalOnTrim {
-    async fn describe_stream(
-        &self,
-        stream_arn: &str,
-        exclusive_start: Option<&ShardId>,
-        child_of: Option<&ShardId>,
-    ) -> Result<StreamPage, ApiError> {
-        let page = self
-            .inner
-            .describe_stream(stream_arn, exclusive_start, child_of);
-        self.seen(page.await)
-    }
-
-    async fn shard_iterator(
-        &self,
-        stream_arn: &str,
-        shard: &ShardId,
-        start: &StartAt,
-    ) -> Result<Option<String>, ApiError> {
-        self.seen(self.inner.shard_iterator(stream_arn, shard, start).await)
-    }
-
-    async fn get_records(&self, iterator: &str, limit: u32) -> Result<RecordsPage, ApiError> {
-        self.seen(self.inner.get_records(iterator, limit).await)
-    }
-}
-
 /// docs/coordination.md §11.12 rule 6, rule 6 of `leased::generations`: a signal that comes as
 /// a worker finds a gap with `on_gap: resnapshot` (after its generation ended on the gap,
 /// before the snapshot is replaced) ends the worker as a signal does: a clean stop (the CLI
@@ -976,41 +927,12 @@ async fn a_signal_as_a_gap_is_found_stops_the_worker_and_the_next_replaces_the_s
     target: Target,
 ) {
     let gap = GapAfterMirror::new(target, 31, 11).await;
-    let (destination, stream, leases) = (&gap.destination, &gap.stream, &gap.leases);
+    let (destination, leases) = (&gap.destination, &gap.leases);
+    // The signal, the moment the stream answers that the position is trimmed.
     let (signal, stop) = Cancel::new();
-    let LeasedMirror {
-        scan,
-        streams,
-        deletes,
-        max_keys,
-        exports,
-        resnapshot,
-        repairs,
-        watch_interval,
-    } = gap.mirror("w2");
-    let signalled = LeasedMirror {
-        scan,
-        streams: LeasedStreams {
-            api: Arc::new(SignalOnTrim {
-                inner: Arc::clone(stream),
-                stop: signal,
-            }),
-            run: streams.run,
-            worker: streams.worker,
-            checkpoint_interval: streams.checkpoint_interval,
-            observer: streams.observer,
-            identity: streams.identity,
-            kept: streams.kept,
-        },
-        deletes,
-        max_keys,
-        exports,
-        resnapshot,
-        repairs,
-        watch_interval,
-    };
+    (gap.stream).on_error("TrimmedDataAccessException", move || signal.cancel());
     let mut sink = sink(destination, Records::Envelopes).await;
-    let error = signalled
+    let error = (gap.mirror("w2"))
         .run(&mut sink, stop, &NoProgress)
         .await
         .unwrap_err();

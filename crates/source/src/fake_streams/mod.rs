@@ -276,6 +276,23 @@ struct State {
 #[derive(Debug)]
 pub struct FakeStreams {
     state: Mutex<State>,
+    hooks: Hooks,
+}
+
+/// What a test asked to run when the stream answers an error of a code
+/// ([`FakeStreams::on_error`]).
+#[derive(Default)]
+struct Hooks(Mutex<Vec<(String, Hook)>>);
+
+/// One of [`Hooks`].
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hooks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let codes: Vec<&str> = hooks.iter().map(|(code, _)| code.as_str()).collect();
+        f.debug_tuple("Hooks").field(&codes).finish()
+    }
 }
 
 fn api(code: &str, message: impl Into<String>) -> ApiError {
@@ -324,7 +341,28 @@ impl FakeStreams {
                 calls: Calls::default(),
                 journal: VecDeque::new(),
             }),
+            hooks: Hooks::default(),
         }
+    }
+
+    /// Runs `then` each time the stream answers an error of `code`, once the answer is made:
+    /// a test's way to act in that very moment (a signal as a worker finds a gap).
+    pub fn on_error(&self, code: &str, then: impl Fn() + Send + Sync + 'static) {
+        let mut hooks = self.hooks.0.lock().unwrap_or_else(|e| e.into_inner());
+        hooks.push((code.to_string(), Box::new(then)));
+    }
+
+    /// `answer`, after running the hooks of its error's code.
+    fn answered<T>(&self, answer: Result<T, ApiError>) -> Result<T, ApiError> {
+        if let Err(error) = &answer {
+            let hooks = self.hooks.0.lock().unwrap_or_else(|e| e.into_inner());
+            for (code, then) in hooks.iter() {
+                if error.code.as_deref() == Some(code.as_str()) {
+                    then();
+                }
+            }
+        }
+        answer
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -484,20 +522,23 @@ impl StreamsApi for FakeStreams {
         child_of: Option<&ShardId>,
     ) -> Result<StreamPage, ApiError> {
         tokio::time::sleep(self.latency()).await;
-        let mut state = self.lock();
-        let now = Instant::now();
-        state.advance(now);
-        let answer = state.describe_stream(stream_arn, exclusive_start, child_of, now);
-        let call = format!("DescribeStream(start {exclusive_start:?}, child_of {child_of:?})");
-        let shown = summary(&answer, |p| {
-            format!(
-                "{} shards, last {:?}",
-                p.shards.len(),
-                p.last_evaluated_shard_id
-            )
-        });
-        state.note(now, call, shown);
-        answer
+        let answer = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            state.advance(now);
+            let answer = state.describe_stream(stream_arn, exclusive_start, child_of, now);
+            let call = format!("DescribeStream(start {exclusive_start:?}, child_of {child_of:?})");
+            let shown = summary(&answer, |p| {
+                format!(
+                    "{} shards, last {:?}",
+                    p.shards.len(),
+                    p.last_evaluated_shard_id
+                )
+            });
+            state.note(now, call, shown);
+            answer
+        };
+        self.answered(answer)
     }
 
     async fn shard_iterator(
@@ -507,27 +548,33 @@ impl StreamsApi for FakeStreams {
         start: &StartAt,
     ) -> Result<Option<String>, ApiError> {
         tokio::time::sleep(self.latency()).await;
-        let mut state = self.lock();
-        let now = Instant::now();
-        state.advance(now);
-        let answer = state.shard_iterator(stream_arn, shard, start, now);
-        let shown = summary(&answer, |it| format!("{it:?}"));
-        state.note(now, format!("GetShardIterator({shard}, {start:?})"), shown);
-        answer
+        let answer = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            state.advance(now);
+            let answer = state.shard_iterator(stream_arn, shard, start, now);
+            let shown = summary(&answer, |it| format!("{it:?}"));
+            state.note(now, format!("GetShardIterator({shard}, {start:?})"), shown);
+            answer
+        };
+        self.answered(answer)
     }
 
     async fn get_records(&self, iterator: &str, limit: u32) -> Result<RecordsPage, ApiError> {
         tokio::time::sleep(self.latency()).await;
-        let mut state = self.lock();
-        let now = Instant::now();
-        state.advance(now);
-        state.calls.get_records += 1;
-        let answer = state.get_records(iterator, limit, now);
-        let shown = summary(&answer, |p| {
-            format!("{} records, next {:?}", p.records.len(), p.next_iterator)
-        });
-        state.note(now, format!("GetRecords({iterator}, {limit})"), shown);
-        answer
+        let answer = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            state.advance(now);
+            state.calls.get_records += 1;
+            let answer = state.get_records(iterator, limit, now);
+            let shown = summary(&answer, |p| {
+                format!("{} records, next {:?}", p.records.len(), p.next_iterator)
+            });
+            state.note(now, format!("GetRecords({iterator}, {limit})"), shown);
+            answer
+        };
+        self.answered(answer)
     }
 }
 
