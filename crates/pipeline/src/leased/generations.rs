@@ -139,13 +139,13 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 Err(_) if !moved => reader.read(pipeline.clone()).await.ok().flatten(),
                 _ => None,
             };
-            let replacement = match stored {
+            let replaces = match stored {
                 _ if moved => None,
                 Some(stored) if stored.id != id => None,
                 stored => {
                     let current = stored.unwrap_or_else(|| snapshot.clone());
-                    match self.replaced_because(&current, &result) {
-                        Some(why) => Some((current, why)),
+                    match self.replaces(&current, &result) {
+                        Some(replaces) => Some((current, replaces)),
                         None => return with_earlier(result, replaced),
                     }
                 }
@@ -158,10 +158,8 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                 return match result {
                     Ok(outcome) => with_earlier(Ok(outcome), replaced),
                     Err(error) => {
-                        let why = match replacement {
-                            Some((_, why)) => why,
-                            None => "another worker replaced it".into(),
-                        };
+                        let why =
+                            replaces.map_or("another worker replaced it".into(), |r| r.1.why());
                         tracing::info!(
                             snapshot = id,
                             reason = %why,
@@ -174,16 +172,11 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
                     }
                 };
             }
-            let replacement = match replacement {
-                Some((current, why)) => {
-                    let repair = match &result {
-                        Err(StreamRunError::Run(RunError::Stream(StreamError::Gap(_)))) => {
-                            self.plan_repair(&current, sink, &stop).await?
-                        }
-                        _ => None,
-                    };
-                    Some((why, repair))
+            let replacement = match replaces {
+                Some((current, Replaces::Gap(why))) => {
+                    Some((why, self.plan_repair(&current, sink, &stop).await?))
                 }
+                Some((_, Replaces::DamagedExport(why))) => Some((why, None)),
                 None => None,
             };
             snapshot = match replacement {
@@ -213,26 +206,43 @@ impl<TA: TableApi, SA: StreamsApi + 'static, T: LeaseTable + Clone> LeasedMirror
         }
     }
 
-    /// Why `result`, the end of a generation on this worker whose record is `current`, replaces
-    /// the snapshot (rule 5); `None` when it is the worker's end. A gap's repair, where one
-    /// mends it, is planned after (rule 9).
-    fn replaced_because(
+    /// What in `result`, the end of a generation on this worker whose record is `current`,
+    /// replaces the snapshot (rule 5); `None` when it is the worker's end. A gap's repair,
+    /// where one mends it, is planned after (rule 9).
+    fn replaces(
         &self,
         current: &SharedSnapshot,
         result: &Result<LeasedMirrorOutcome, StreamRunError>,
-    ) -> Option<String> {
+    ) -> Option<Replaces> {
         let error = result.as_ref().err()?;
         if let Some(damaged) = error.damaged_export() {
             let again =
                 (current.replaced.as_deref()).is_some_and(|why| why.starts_with(DAMAGED_EXPORT));
-            return (!again).then(|| format!("{DAMAGED_EXPORT}: {damaged}"));
+            return (!again)
+                .then(|| Replaces::DamagedExport(format!("{DAMAGED_EXPORT}: {damaged}")));
         }
         match error {
             StreamRunError::Run(RunError::Stream(StreamError::Gap(gap))) if self.resnapshot => {
                 let gap = gaps::without_remedy(gap, gaps::GapRemedy::StateReset);
-                Some(format!("a gap in the stream: {gap}"))
+                Some(Replaces::Gap(format!("a gap in the stream: {gap}")))
             }
             _ => None,
+        }
+    }
+}
+
+/// What replaces a generation's snapshot (rule 5), with the reason the new record keeps.
+enum Replaces {
+    /// A gap: a new snapshot, or with `on_gap: repair` a repair where one mends it.
+    Gap(String),
+    /// A damaged or missing export file: a new snapshot.
+    DamagedExport(String),
+}
+
+impl Replaces {
+    fn why(self) -> String {
+        match self {
+            Replaces::Gap(why) | Replaces::DamagedExport(why) => why,
         }
     }
 }
