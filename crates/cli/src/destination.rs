@@ -599,5 +599,21 @@ mod tests {
             load("sqlite:////var/c.db", "orders"),
             "iceberg dynamodb.orders, SQL catalog 'ddbpipe' in /var/c.db, warehouse s3://b/wh"
         );
+        // A Glue catalog by its account, region and endpoint, the endpoint's password masked.
+        let yaml = "name: p\nsource: {table_name: orders}\nsink: {type: iceberg, catalog: \
+                    {type: glue, catalog_id: '123456789012', region: eu-west-1, endpoint_url: \
+                    'http://app:Wq7xK9zT@glue.example:4566'}, warehouse: 's3://b/wh'}\n";
+        let config = crate::config::parse(yaml, Path::new("/conf"), &|_: &str| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let glue = sink_identity(&config);
+        assert!(
+            glue.starts_with(
+                "iceberg dynamodb.orders, Glue Data Catalog of account 123456789012 in eu-west-1 \
+                 at http://"
+            ) && glue.contains("glue.example:4566")
+                && glue.ends_with(", warehouse s3://b/wh"),
+            "{glue}"
+        );
+        assert!(!glue.contains("Wq7xK9zT"), "{glue}");
     }
 }

@@ -10,7 +10,7 @@ it as JSON.
     read_iceberg.py glue-table <endpoint> <database> <table>
 
 `glue-table` makes a Glue table that is not an Iceberg table (a Hive table's parameters), in
-a database made when missing, and prints its parameters after a pyiceberg read was refused.
+a database made when missing, and prints its parameters.
 
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],

@@ -15,6 +15,7 @@ use ddbpipe_lake::rows::Shape;
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
+use ddbpipe_source::endpoint::EndpointUrl;
 
 use super::{CatalogType, IcebergConfig, ParquetConfig};
 use crate::failure::Failure;
@@ -84,21 +85,15 @@ pub fn iceberg_settings(
     sdk: &aws::SdkSettings,
 ) -> Result<IcebergSettings, Failure> {
     let catalog: Catalog = match iceberg.catalog_type {
-        CatalogType::Sql => {
-            let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
-            SqlCatalog::from_uri(uri, Path::new(""), name)
-                .map_err(|problem| {
-                    Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
-                })?
-                .into()
+        CatalogType::Sql => sql_catalog(iceberg)
+            .map_err(|problem| {
+                Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
+            })?
+            .into(),
+        CatalogType::Glue => {
+            let (region, endpoint) = glue_place(parquet, iceberg, target);
+            GlueCatalog::new(sdk, region, endpoint, iceberg.catalog_id.clone()).into()
         }
-        CatalogType::Glue => GlueCatalog::new(
-            sdk,
-            (iceberg.catalog_region.as_deref()).or(parquet.s3_region.as_deref()),
-            (iceberg.catalog_endpoint_url.as_ref()).or(target.source.endpoint_url.as_ref()),
-            iceberg.catalog_id.clone(),
-        )
-        .into(),
     };
     Ok(IcebergSettings {
         catalog,
@@ -117,21 +112,32 @@ pub fn describe_catalog(
 ) -> String {
     match iceberg.catalog_type {
         CatalogType::Sql => {
-            let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
-            SqlCatalog::from_uri(uri, Path::new(""), name)
-                .map_or_else(|problem| format!("<{problem}>"), |c| c.describe())
+            sql_catalog(iceberg).map_or_else(|problem| format!("<{problem}>"), |c| c.describe())
         }
         CatalogType::Glue => {
-            let endpoint = (iceberg.catalog_endpoint_url.as_ref())
-                .or(target.source.endpoint_url.as_ref())
-                .map(ToString::to_string);
-            GlueCatalog::describe_with(
-                iceberg.catalog_id.as_deref(),
-                (iceberg.catalog_region.as_deref()).or(parquet.s3_region.as_deref()),
-                endpoint.as_deref(),
-            )
+            let (region, endpoint) = glue_place(parquet, iceberg, target);
+            let endpoint = endpoint.map(ToString::to_string);
+            GlueCatalog::describe_with(iceberg.catalog_id.as_deref(), region, endpoint.as_deref())
         }
     }
+}
+
+/// The SQL catalog of `iceberg`; what is wrong with its uri (never the uri itself).
+fn sql_catalog(iceberg: &IcebergConfig) -> Result<SqlCatalog, String> {
+    let (uri, name) = (iceberg.catalog_uri.expose(), iceberg.catalog_name.clone());
+    SqlCatalog::from_uri(uri, Path::new(""), name)
+}
+
+/// Where a Glue catalog is: `catalog.region` (else `s3_region`; neither, the run's) and
+/// `catalog.endpoint_url` (else the source's endpoint; neither, AWS's).
+fn glue_place<'a>(
+    parquet: &'a ParquetConfig,
+    iceberg: &'a IcebergConfig,
+    target: Target<'a>,
+) -> (Option<&'a str>, Option<&'a EndpointUrl>) {
+    let region = (iceberg.catalog_region.as_deref()).or(parquet.s3_region.as_deref());
+    let endpoint = (iceberg.catalog_endpoint_url.as_ref()).or(target.source.endpoint_url.as_ref());
+    (region, endpoint)
 }
 
 /// Opens the parquet sink of `target` and its position store (its commit log).

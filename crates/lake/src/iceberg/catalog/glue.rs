@@ -160,22 +160,23 @@ impl GlueCatalog {
     fn metadata_location(&self, namespace: &str, found: &Table) -> Result<String, Failure> {
         let parameters = found.parameters.as_ref();
         let kind = parameters.and_then(|p| p.get(TABLE_TYPE));
-        let name = format!(
-            "Glue table {namespace}.{} in the {}",
-            found.name,
-            self.describe()
-        );
+        let name = || {
+            let described = self.describe();
+            format!("Glue table {namespace}.{} in the {described}", found.name)
+        };
         if !kind.is_some_and(|kind| kind.eq_ignore_ascii_case(ICEBERG)) {
             let kind = kind.map_or_else(|| "unset".to_string(), |kind| format!("'{kind}'"));
             return Err(Failure::definite(format!(
-                "{name} is not an Iceberg table (its table_type is {kind}): give sink.table or \
-                 sink.namespace another name"
+                "{} is not an Iceberg table (its table_type is {kind}): give sink.table or \
+                 sink.namespace another name",
+                name()
             )));
         }
         (parameters.and_then(|p| p.get(METADATA_LOCATION)).cloned()).ok_or_else(|| {
             Failure::definite(format!(
-                "{name} is an Iceberg table without a metadata_location parameter: repair it \
-                 (pyiceberg's register_table), or give sink.table another name"
+                "{} is an Iceberg table without a metadata_location parameter: repair it \
+                 (pyiceberg's register_table), or give sink.table another name",
+                name()
             ))
         })
     }
@@ -409,6 +410,36 @@ mod tests {
         let swapped = glue.catalog().swap("dynamodb", "orders", other, NEW).await;
         assert!(!swapped.unwrap());
         assert_eq!(glue.sent.lock().unwrap().len(), 1, "GetTable only");
+    }
+
+    /// A catalog that cannot be reached fails `check`'s probe naming the endpoint, its
+    /// password masked, and what to check; the description masks it too.
+    #[tokio::test]
+    async fn an_unreachable_catalog_is_named_without_its_password() {
+        let settings = ddbpipe_source::aws::ClientSettings {
+            region: Some("us-east-1".into()),
+            endpoint_url: None,
+            credentials: ddbpipe_source::config::Credentials::AccessKey {
+                access_key_id: "a".into(),
+                secret_access_key: ddbpipe_source::config::Secret::new("b"),
+                session_token: None,
+            },
+        };
+        let sdk = ddbpipe_source::aws::load_sdk_config(&settings).await;
+        let endpoint = EndpointUrl::new("http://app:Wq7xK9zT@127.0.0.1:1").unwrap();
+        let catalog = GlueCatalog::new(&sdk, None, Some(&endpoint), None);
+        assert!(
+            !catalog.describe().contains("Wq7xK9zT"),
+            "{}",
+            catalog.describe()
+        );
+        let refused = catalog.writable().await.unwrap_err();
+        assert!(
+            refused.contains("127.0.0.1:1")
+                && refused.contains("check sink.catalog.region and sink.catalog.endpoint_url")
+                && !refused.contains("Wq7xK9zT"),
+            "{refused}"
+        );
     }
 
     /// Rule 1: a Glue table that is not an Iceberg table is refused (definite), naming it.

@@ -484,7 +484,7 @@ fn canonical(json: &Json, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Json::String(key.clone()).to_string());
+                out.push_str(&serde_json::to_string(key).unwrap_or_default());
                 out.push(':');
                 canonical(&map[key], out);
             }
