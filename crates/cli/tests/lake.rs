@@ -244,6 +244,17 @@ fn assert_changelog_exact(read: &Read, running: &Running) {
     );
 }
 
+/// moto, serving S3 (and Glue), with the bucket `lake`.
+fn moto_with_lake() -> Running {
+    let moto = Emulator::Moto.start();
+    python(&["mkbucket", &moto.endpoint, "lake"]);
+    moto
+}
+
+/// The mirror the S3 tests run: two segments in pages of 25, batches of 20, idle after 2 s.
+const S3_MIRROR: &str = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
+                         page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+
 const STREAMS: &str = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
                        value_format: typed\nbatch_size: 20\nidle_termination_secs: 2";
 
@@ -343,10 +354,8 @@ fn a_streams_run_killed_anywhere_commits_every_change_exactly_once() {
 /// `op: r` once per untouched key, then each change once, and the replay is the table.
 #[test]
 fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
-    let s3 = Emulator::Moto.start();
-    python(&["mkbucket", &s3.endpoint, "lake"]);
-    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
-                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let s3 = moto_with_lake();
+    let source = S3_MIRROR;
     let (running, pipeline) = orders_into_parquet(
         Emulator::Dynoxide,
         source,
@@ -640,8 +649,7 @@ fn a_stop_by_signal_commits_what_the_run_holds() {
 /// change once.
 #[test]
 fn of_two_runs_into_one_s3_location_one_stops() {
-    let s3 = Emulator::Moto.start();
-    python(&["mkbucket", &s3.endpoint, "lake"]);
+    let s3 = moto_with_lake();
     let source = "table_name: orders\nmode: streams\nstart_position: trim_horizon\n\
                   value_format: typed\nbatch_size: 20\nfollow: true";
     let extra = format!(

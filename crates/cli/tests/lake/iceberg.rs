@@ -294,10 +294,8 @@ fn a_streams_run_killed_anywhere_appends_every_change_exactly_once() {
 /// change once; the replay is the table.
 #[test]
 fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
-    let s3 = Emulator::Moto.start();
-    python(&["mkbucket", &s3.endpoint, "lake"]);
-    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
-                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let s3 = moto_with_lake();
+    let source = S3_MIRROR;
     let (running, pipeline) = orders_into_iceberg(
         source,
         200,
@@ -781,10 +779,8 @@ fn glue_sink(moto: &str, extra: &str) -> String {
 /// by `check` and `run` alike, naming it; nothing is written to it.
 #[test]
 fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
-    let moto = Emulator::Moto.start();
-    python(&["mkbucket", &moto.endpoint, "lake"]);
-    let source = "table_name: orders\nmode: mirror\nvalue_format: typed\nsegments: 2\n\
-                  page_limit: 25\nbatch_size: 20\nidle_termination_secs: 2";
+    let moto = moto_with_lake();
+    let source = S3_MIRROR;
     let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 37, 150, source);
     let sink = glue_sink(&moto.endpoint, "  commit_interval_secs: 1\n");
     pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
