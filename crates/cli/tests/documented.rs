@@ -7,8 +7,9 @@
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+use ddbpipe_testkit::repository;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Options every command has.
@@ -72,10 +73,6 @@ fn commands() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     commands
-}
-
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// README.md and every page of docs/, with their names.

@@ -47,7 +47,7 @@ fn python(args: &[&str]) -> Vec<u8> {
 /// Runs `tests/lake/<script>` (pyarrow, pyiceberg: scripts/test.sh installs them) with `args`;
 /// its standard output.
 fn reader_script(script: &str, args: &[&str]) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let path = ddbpipe_testkit::package_dir()
         .join("tests/lake")
         .join(script);
     let output = Command::new("python3")
@@ -104,7 +104,7 @@ fn read_s3(endpoint: &str, bucket: &str, prefix: &str) -> Read {
 /// The current-state query of docs/sinks.md §7.10 run by DuckDB on a location (`dir <path>`
 /// or `s3 <endpoint> <bucket> <prefix>`): each key's document, sets sorted.
 fn documented_current_state(location: &[&str]) -> BTreeMap<String, Value> {
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
+    let docs = ddbpipe_testkit::repository().join("docs/sinks.md");
     let mut args = vec!["current", docs.to_str().unwrap()];
     args.extend_from_slice(location);
     documents(&python(&args))

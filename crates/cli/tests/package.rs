@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use ddbpipe_testkit::repository;
 use tempfile::TempDir;
 
 /// Every part the package must hold: its path and mode as `dpkg-deb --contents` lists them.
@@ -65,10 +66,6 @@ fn package() -> &'static Package {
             _dir: dir,
         }
     })
-}
-
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The test build's binary, and the target directory it is in (`<target>/debug/ddbpipe`).

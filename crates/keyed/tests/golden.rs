@@ -12,7 +12,7 @@ use ddbpipe_keyed::{Database, DocumentType, KeyColumn, KeyType, SqliteDatabase, 
 use ddbpipe_pipeline::checkpoint::store::CheckpointStore;
 
 fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    ddbpipe_testkit::package_dir()
         .join("../pipeline/tests/golden")
         .join(name)
 }

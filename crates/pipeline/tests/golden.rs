@@ -5,7 +5,7 @@
 // A failed unwrap in a test is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ddbpipe_pipeline::checkpoint::Checkpointer;
@@ -14,7 +14,7 @@ use ddbpipe_pipeline::state::identity::Identity;
 use serde_json::Value;
 
 fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    ddbpipe_testkit::package_dir()
         .join("tests/golden")
         .join(name)
 }

@@ -28,6 +28,27 @@ mod stream_run;
 pub use memory::{Acked, MemorySink};
 pub use stream_run::fake_stream_run;
 
+/// The directory of the package whose test is running, as cargo gives it when it *runs* the
+/// test (the test's working directory when it is run by hand).
+///
+/// Not `env!("CARGO_MANIFEST_DIR")`, the directory it was *built* from: cargo takes a test
+/// binary built from another checkout of the same sources as fresh when the two share a target
+/// directory (the gate's cache; a copy of the repository at another path), and the path
+/// compiled into it may be gone. `tests/doc_references.rs` keeps every test on this one.
+///
+/// # Panics
+/// When neither is known (a failed test).
+pub fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::current_dir().unwrap())
+}
+
+/// The repository's root: two levels above the package's directory (`crates/<name>`).
+pub fn repository() -> std::path::PathBuf {
+    package_dir().join("../..")
+}
+
 /// The `pk` string of each JSON line, in order: the key of the test tables' items.
 ///
 /// # Panics

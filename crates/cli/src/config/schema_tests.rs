@@ -257,7 +257,7 @@ fn every_declared_key_has_a_description() {
 /// The pipeline examples of the README and the docs: full files, and sections (`sink: …`)
 /// completed with a minimal name and source.
 fn documented_examples() -> Vec<(String, Json)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = ddbpipe_testkit::repository();
     let mut pages = vec![root.join("README.md")];
     let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
         .expect("docs/")

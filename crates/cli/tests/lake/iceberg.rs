@@ -148,7 +148,7 @@ fn documented_current_state(pipeline: &Pipeline, s3: Option<&str>) -> BTreeMap<S
 
 /// [`documented_current_state`] of `dynamodb.orders` in the catalog `name` at `uri`.
 fn documented_current_state_in(uri: &str, name: &str, s3: Option<&str>) -> BTreeMap<String, Value> {
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sinks.md");
+    let docs = ddbpipe_testkit::repository().join("docs/sinks.md");
     let mut args = vec![
         "current",
         docs.to_str().unwrap(),

@@ -4,7 +4,7 @@ use super::*;
 
 /// The ```json examples of docs/sinks.md §7.8, each joined into one compact line.
 fn documented_examples() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sinks.md");
+    let path = ddbpipe_testkit::repository().join("docs/sinks.md");
     let page = std::fs::read_to_string(path).expect("docs/sinks.md");
     let section = page
         .split("\n## ")

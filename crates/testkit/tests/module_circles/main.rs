@@ -20,11 +20,8 @@ mod lex;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
+use ddbpipe_testkit::repository;
 use graph::{Edge, Graph, ROOT, crate_graph};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The strongly connected components of more than one module (Tarjan).
 fn circles(graph: &Graph) -> Vec<Vec<String>> {
@@ -170,7 +167,7 @@ fn read_disk(path: &Path) -> Option<String> {
 
 #[test]
 fn no_crate_has_a_circle_of_modules() {
-    let root = root().canonicalize().expect("the workspace root");
+    let root = repository().canonicalize().expect("the workspace root");
     let roots = crate_roots(&root);
     assert!(roots.len() >= 6, "only {roots:?}: is the scan broken?");
     let mut problems = Vec::new();
