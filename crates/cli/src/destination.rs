@@ -453,8 +453,8 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
             // or password.
             Some(iceberg) => format!(
                 "iceberg {}.{}, {}, warehouse {}",
-                iceberg.namespace,
-                iceberg.table,
+                parquet::stored_name(iceberg, &iceberg.namespace),
+                parquet::stored_name(iceberg, &iceberg.table),
                 parquet::describe_catalog(settings, iceberg, config.target()),
                 settings.path
             ),

@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::args::DiscoverArgs;
 use crate::config::PipelineConfig;
+use crate::config::one_destination;
 use crate::failure::{Exit, Failure};
 use crate::wiring;
 
@@ -112,6 +113,16 @@ pub async fn each_table(config: &PipelineConfig) -> Result<Vec<PipelineConfig>, 
             "check the patterns and tags, source.region and the account of the credentials \
              (`ddbpipe discover` lists the tables they see)",
         ));
+    }
+    if let Some((first, second, what)) = one_destination(&config.sink, &found) {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "source.discover ({}) finds tables '{first}' and '{second}', which would write {what}",
+            discovery.describe()
+        ))
+        .hint(format!(
+            "exclude one of them (source.discover.exclude: ['{second}']) and read it in a \
+             pipeline file of its own with another sink.table"
+        )));
     }
     Ok(config.with_tables(found).per_table())
 }

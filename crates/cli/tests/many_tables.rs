@@ -732,6 +732,34 @@ fn discovery_mirrors_the_matching_tables_and_picks_up_a_new_one(emulator: Emulat
     }
 }
 
+/// Two tables whose names differ only in case would be one table of a SQLite file: `check`
+/// and `run` refuse them as discovery finds them, naming both and the remedy, and nothing is
+/// written (docs/config.md §1.5). On moto: dynoxide, on SQLite itself, holds one of them.
+#[test]
+fn tables_found_differing_only_in_case_are_refused_before_a_row_is_written() {
+    let running = Emulator::Moto.start();
+    seed(&running, "Orders", 3);
+    seed(&running, "orders", 3);
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    let destination = Destination::new(Target::Sqlite, pipeline.dir.path());
+    pipeline.write_with_sink(
+        "sync",
+        &running.endpoint,
+        "discover: {names: ['*']}\nmode: scan",
+        &destination.sink_yaml(),
+    );
+    let why = "finds tables 'Orders' and 'orders', which would write one SQLite table";
+    for output in [pipeline.ddbpipe(&["check"]), run(&pipeline)] {
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(2), "{said}");
+        assert!(
+            said.contains(why) && said.contains("source.discover.exclude: ['orders']"),
+            "{said}"
+        );
+    }
+    assert!(destination.rows("orders").is_empty(), "nothing is written");
+}
+
 mod discovery {
     use super::*;
 

@@ -43,6 +43,7 @@ pub use self::coordination::{CoordinationConfig, process_token};
 pub use self::discovery::Discovery;
 pub use self::metrics::MetricsConfig;
 pub use self::state::StateConfig;
+pub(crate) use self::tables::one_destination;
 pub use self::tables::{NAME_SEPARATOR, TABLE_PLACEHOLDER};
 use crate::failure::Failure;
 use crate::origin::Origin;

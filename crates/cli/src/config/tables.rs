@@ -3,13 +3,14 @@
 //! `{table}` filled in ([`PipelineConfig::per_table`]). The rules a list must keep are here
 //! ([`validate`]); `{table}` in a single table's file is filled in when it is loaded.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use ddbpipe_source::config::{ConfigError, Mode, SourceConfig};
 
 use super::{JsonlTarget, PipelineConfig, SinkConfig, StateConfig};
 use crate::sinks::keyed::table_name_of;
+use crate::sinks::parquet::{CatalogType, stored_name};
 
 /// The placeholder for the table's name in `sink.path`, `sink.table`, `sink.topic` and
 /// `state.path`.
@@ -62,18 +63,25 @@ impl PipelineConfig {
 /// Puts `table`'s name (of a name or an ARN) in place of `{table}` in the sink and the state
 /// path. The kafka topic's `{table}` is filled in when the sink is built, from the source.
 pub(super) fn fill_table(sink: &mut SinkConfig, state: &mut StateConfig, table: &str) {
+    fill_sink(sink, table);
+    fill_path(&mut state.path, &table_name_of(table));
+}
+
+fn fill_path(path: &mut PathBuf, name: &str) {
+    if let Some(text) = path.to_str()
+        && text.contains(TABLE_PLACEHOLDER)
+    {
+        *path = PathBuf::from(text.replace(TABLE_PLACEHOLDER, name));
+    }
+}
+
+/// Puts `table`'s name in place of `{table}` in the sink ([`fill_table`]).
+fn fill_sink(sink: &mut SinkConfig, table: &str) {
     let name = table_name_of(table);
-    let fill_path = |path: &mut PathBuf| {
-        if let Some(text) = path.to_str()
-            && text.contains(TABLE_PLACEHOLDER)
-        {
-            *path = PathBuf::from(text.replace(TABLE_PLACEHOLDER, &name));
-        }
-    };
     match sink {
         SinkConfig::Jsonl(jsonl) => {
             if let JsonlTarget::File(path) = &mut jsonl.path {
-                fill_path(path);
+                fill_path(path, &name);
             }
         }
         SinkConfig::Sqlite(sqlite) => fill_text(&mut sqlite.keyed.table, &name),
@@ -86,7 +94,53 @@ pub(super) fn fill_table(sink: &mut SinkConfig, state: &mut StateConfig, table: 
         }
         SinkConfig::Kafka(_) | SinkConfig::Custom => {}
     }
-    fill_path(&mut state.path);
+}
+
+/// The first two of `tables` whose rows `sink` would write into one table of a destination
+/// that does not tell names apart by case (docs/config.md §1.5): a SQLite file, whose table
+/// names compare ignoring ASCII case, or the Glue Data Catalog, which keeps names in lowercase.
+/// `{table}` keeps every other destination's tables apart (DynamoDB's names are distinct).
+pub(crate) fn one_destination<'a>(
+    sink: &SinkConfig,
+    tables: &'a [String],
+) -> Option<(&'a str, &'a str, &'static str)> {
+    let folded = |table: &str| {
+        let mut one = sink.clone();
+        fill_sink(&mut one, table);
+        match one {
+            SinkConfig::Sqlite(sqlite) => Some((
+                (sqlite.keyed.table)
+                    .unwrap_or_else(|| table_name_of(table))
+                    .to_ascii_lowercase(),
+                "one SQLite table (SQLite does not tell table names apart by case)",
+            )),
+            SinkConfig::Parquet(parquet) => (parquet.iceberg)
+                .filter(|iceberg| iceberg.catalog_type == CatalogType::Glue)
+                .map(|iceberg| {
+                    (
+                        stored_name(&iceberg, &iceberg.table),
+                        "one Glue table (Glue keeps table names in lowercase)",
+                    )
+                }),
+            _ => None,
+        }
+    };
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    for table in tables {
+        let (name, what) = folded(table)?;
+        if let Some(first) = seen.insert(name, table) {
+            return Some((first, table, what));
+        }
+    }
+    None
+}
+
+/// [`one_destination`]'s refusal of `first` and `second`.
+pub(crate) fn one_destination_problem(first: &str, second: &str, what: &str) -> String {
+    format!(
+        "tables '{first}' and '{second}' would write {what}: read one of them in a pipeline \
+         file of its own with another sink.table"
+    )
 }
 
 fn fill_text(text: &mut Option<String>, name: &str) {
@@ -139,6 +193,12 @@ pub(super) fn validate(
         } else if !seen.insert(name.clone()) {
             fail(&at, format!("table '{name}' is listed twice"));
         }
+    }
+    if let Some((first, second, what)) = one_destination(sink, tables) {
+        fail(
+            "source.tables",
+            one_destination_problem(first, second, what),
+        );
     }
     shared_rules(source, sink, state, &mut fail);
 }

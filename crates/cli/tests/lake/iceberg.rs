@@ -775,20 +775,27 @@ fn glue_sink(moto: &str, extra: &str) -> String {
 /// `check` reads the catalog and finds no table yet; a mirror killed at random points under a
 /// writer commits through Glue each change once; pyiceberg's `GlueCatalog` — a reader nobody
 /// here wrote — reads the table: the changelog exact, the documented current state equal to
-/// DynamoDB's table. A Glue table of the sink's name that is not an Iceberg table is refused
-/// by `check` and `run` alike, naming it; nothing is written to it.
+/// DynamoDB's table. Names are the ones Glue keeps, in lowercase (`namespace: DynamoDB` is the
+/// database `dynamodb`, its directory `dynamodb.db`). A Glue table of the sink's name that is
+/// not an Iceberg table is refused by `check` and `run` alike, naming it; nothing is written
+/// to it.
 #[test]
 fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
     let moto = moto_with_lake();
     let source = S3_MIRROR;
     let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 37, 150, source);
-    let sink = glue_sink(&moto.endpoint, "  commit_interval_secs: 1\n");
+    let sink = glue_sink(
+        &moto.endpoint,
+        "  namespace: DynamoDB\n  commit_interval_secs: 1\n",
+    );
     pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
     let check = pipeline.ddbpipe(&["check"]);
     let said = stdout(&check);
     assert_eq!(check.status.code(), Some(0), "{said}");
     assert!(
-        said.contains("Glue Data Catalog") && said.contains("not there yet"),
+        said.contains("Glue Data Catalog")
+            && said.contains("not there yet")
+            && said.contains("dynamodb.orders"),
         "{said}"
     );
 
@@ -815,7 +822,7 @@ fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
 
     // A Glue table of the name that is not Iceberg's.
     iceberg_python(&["glue-table", &moto.endpoint, "dynamodb", "plain"]);
-    let sink = glue_sink(&moto.endpoint, "  table: plain\n");
+    let sink = glue_sink(&moto.endpoint, "  table: Plain\n");
     pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
     let why = "Glue table dynamodb.plain";
     let check = pipeline.ddbpipe(&["check"]);

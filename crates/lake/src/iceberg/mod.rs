@@ -47,7 +47,7 @@ use iceberg::spec::{MAIN_BRANCH, SnapshotRef, TableMetadata, TableMetadataBuilde
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
-pub use catalog::{Catalog, GlueCatalog, SqlCatalog};
+pub use catalog::{Catalog, GlueCatalog, SqlCatalog, glue_name};
 use columns::Changes;
 use snapshots::{Produce, manifests, produce};
 use storage::WarehouseStorage;

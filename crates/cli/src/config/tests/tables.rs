@@ -279,6 +279,61 @@ fn the_list_itself_holds_distinct_table_names() {
     );
 }
 
+/// Tables whose names differ only in case are distinct in DynamoDB and in most destinations,
+/// but one table in a SQLite file (names compare ignoring ASCII case) and in the Glue Data
+/// Catalog (names kept in lowercase): refused there, naming both, before anything is written.
+#[test]
+fn tables_differing_only_in_case_are_refused_where_one_destination_would_take_both() {
+    let with = |sink: &str| {
+        errors(&format!(
+            "name: sync\nsource:\n  tables: [Orders, customers, orders]\nsink:\n{sink}"
+        ))
+    };
+    let glue = "  type: iceberg\n  catalog: {type: glue}\n  warehouse: s3://b/w\n";
+    for (sink, what) in [
+        ("  type: sqlite\n  path: out.db\n", "one SQLite table"),
+        (
+            "  type: sqlite\n  path: out.db\n  table: t_{table}\n",
+            "one SQLite table",
+        ),
+        (glue, "one Glue table"),
+    ] {
+        let errors = with(sink);
+        let expected =
+            format!("config error: source.tables: tables 'Orders' and 'orders' would write {what}");
+        assert!(
+            errors.iter().any(|line| line.starts_with(&expected)),
+            "{sink}: {errors:?}"
+        );
+    }
+    for sink in [
+        "  type: postgres\n  url: postgres://h/db\n",
+        "  type: jsonl\n  path: out/{table}.jsonl\n",
+        "  type: kafka\n  brokers: 'k:9092'\n",
+        "  type: iceberg\n  catalog: {type: sql, uri: 'sqlite:///c.db'}\n  warehouse: wh\n",
+    ] {
+        let yaml = format!("name: sync\nsource:\n  tables: [Orders, orders]\nsink:\n{sink}");
+        assert_eq!(parse_ok(&yaml).per_table().len(), 2, "{sink}");
+    }
+    // What discovery finds goes through the same rule (crate::discover::each_table).
+    let found = ["Orders".to_string(), "orders".to_string()];
+    let config = parse_ok(&discovering("    names: ['*']\n", glue));
+    assert_eq!(
+        crate::config::one_destination(&config.sink, &found).map(|(a, b, _)| (a, b)),
+        Some(("Orders", "orders"))
+    );
+    let glue_one = parse_ok(&format!(
+        "name: sync\nsource:\n  table_name: Orders\nsink:\n{glue}  namespace: DynamoDB\n"
+    ));
+    assert_eq!(
+        crate::destination::sink_identity(&glue_one)
+            .split(',')
+            .next(),
+        Some("iceberg dynamodb.orders"),
+        "the Glue names are the ones Glue keeps"
+    );
+}
+
 /// The library reads the same file: one `Pipeline` per table, and the file's own pipeline is
 /// not run as one (each table's outcome is its own).
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_keyed::TypedColumns;
-use ddbpipe_lake::iceberg::{Catalog, GlueCatalog, IcebergSettings, SqlCatalog};
+use ddbpipe_lake::iceberg::{Catalog, GlueCatalog, IcebergSettings, SqlCatalog, glue_name};
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
 use ddbpipe_lake::partition::Term;
@@ -97,10 +97,19 @@ pub fn iceberg_settings(
     };
     Ok(IcebergSettings {
         catalog,
-        namespace: iceberg.namespace.clone(),
-        table: iceberg.table.clone(),
+        namespace: stored_name(iceberg, &iceberg.namespace),
+        table: stored_name(iceberg, &iceberg.table),
         properties: iceberg.table_properties.clone(),
     })
+}
+
+/// The name `iceberg`'s catalog keeps a namespace or table `name` under: as given in a SQL
+/// catalog, in lowercase in Glue (`ddbpipe_lake::iceberg::glue_name`).
+pub fn stored_name(iceberg: &IcebergConfig, name: &str) -> String {
+    match iceberg.catalog_type {
+        CatalogType::Sql => name.to_string(),
+        CatalogType::Glue => glue_name(name),
+    }
 }
 
 /// The catalog of `iceberg` for messages, without reaching it (a SQL catalog's address, never

@@ -6,7 +6,7 @@ mod config;
 
 pub use build::{
     describe_catalog, iceberg_settings, location, open_parquet, positions_reader, reading_objects,
-    shape,
+    shape, stored_name,
 };
 pub use config::{CatalogType, IcebergConfig, ParquetConfig};
 pub(crate) use config::{

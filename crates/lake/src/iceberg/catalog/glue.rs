@@ -2,8 +2,10 @@
 //! rules): the tables Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read.
 //!
 //! # Rules
-//! 1. A namespace is a Glue database and a table a Glue table of the same names, in the
-//!    catalog of the caller's account or of `catalog_id`. A Glue table is an Iceberg table
+//! 1. A namespace is a Glue database and a table a Glue table of the same names in lowercase
+//!    ([`glue_name`]: Glue folds them so as it stores them, and a name compared or read back
+//!    as given would not be found again), in the catalog of the caller's account or of
+//!    `catalog_id`. A Glue table is an Iceberg table
 //!    when its `table_type` parameter is `ICEBERG` (in any case, as Athena and pyiceberg write
 //!    it); its current metadata is its `metadata_location` parameter. Another table of the
 //!    name is refused, naming it.
@@ -40,6 +42,14 @@ const TABLE_TYPE: &str = "table_type";
 const ICEBERG: &str = "ICEBERG";
 const METADATA_LOCATION: &str = "metadata_location";
 const PREVIOUS_METADATA_LOCATION: &str = "previous_metadata_location";
+
+/// The name the Glue Data Catalog keeps a database or table name under: in lowercase, as Glue
+/// folds it "for Hive compatibility" when it stores it (rule 1). The sink names its namespace
+/// and table so, and its directory in the warehouse, so that every message, path and lookup
+/// is the name the catalog holds.
+pub fn glue_name(name: &str) -> String {
+    name.to_lowercase()
+}
 
 /// The Glue Data Catalog of an account, through the run's AWS configuration.
 #[derive(Clone)]

@@ -18,7 +18,7 @@ mod sql;
 
 use crate::failure::Failure;
 
-pub use glue::GlueCatalog;
+pub use glue::{GlueCatalog, glue_name};
 pub use sql::SqlCatalog;
 
 /// An Iceberg sink's catalog.
