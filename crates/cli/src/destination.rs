@@ -214,7 +214,8 @@ pub async fn open(
         ),
         SinkConfig::Kafka(settings) => {
             let (sink, positions) =
-                kafka::open_kafka(settings, config.target(), table, records, false).await?;
+                kafka::open_kafka(settings, config.target(), table, records, false, Some(sdk))
+                    .await?;
             if let Some(positions) = positions {
                 return Ok(Destination {
                     sink: AnySink::Kafka(sink),
@@ -328,7 +329,7 @@ pub async fn read_store(
             parquet::positions_reader(settings, config.target()).await?,
         ))),
         SinkConfig::Kafka(settings) => Ok(Some(
-            match kafka::positions_reader(settings, config.target())? {
+            match kafka::positions_reader(settings, config.target()).await? {
                 Some(positions) => Box::new(positions),
                 None => Box::new(StateFile::new(&config.state.path)),
             },

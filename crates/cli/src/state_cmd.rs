@@ -224,7 +224,8 @@ async fn reset_in_sink(config: &PipelineConfig) -> Result<Exit, Failure> {
     }
     let mut writer: Box<dyn CheckpointStore> = match &config.sink {
         SinkConfig::Kafka(kafka) => {
-            let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
+            let settings =
+                crate::sinks::kafka::kafka_settings(kafka, config.target(), None).await?;
             Box::new(
                 KafkaPositions::writer(&settings)
                     .await

@@ -665,6 +665,7 @@ fn a_positions_topic_that_is_not_compacted_is_refused_by_run_and_check() {
         brokers: brokers.clone(),
         properties: Vec::new(),
         timeout: Duration::from_secs(30),
+        msk_iam: None,
     };
     // Made as a data topic: cleanup.policy stays the broker's default (delete).
     rt().block_on(connection.ensure_topic(&positions, Default::default(), false))
@@ -866,4 +867,105 @@ fn two_workers_write_one_topic_at_least_once_through_a_stop_past_the_lease() {
         common::shard_lease(&pipeline.config).is_none(),
         "the lease rows are gone"
     );
+}
+
+/// §7.7 rule 4, `msk_iam` from the CLI: a broker of the test's own behind a listener that
+/// takes only SASL OAUTHBEARER with an MSK IAM token of `us-east-1` (the source's region, the
+/// default) — as MSK Serverless takes nothing else. `check` reads the topics and proves the
+/// transactional ids through it, a scan is delivered exactly once, `state show` reads the
+/// position back and a second run finds the scan done; every token the listener was given is
+/// signed with the run's AWS credentials (judged by botocore), and none is printed.
+#[test]
+fn msk_iam_authenticates_check_run_and_state_with_the_runs_credentials() {
+    use ddbpipe_testkit::kafka_front::{Accepts, broker, free_port, msk_token_signed_by};
+    let (plain, sasl) = (free_port(), free_port());
+    let _broker = broker(plain, sasl);
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let accepts = Accepts::Bearer {
+        region: "us-east-1",
+        tokens: Arc::clone(&tokens),
+    };
+    rt().block_on(ddbpipe_testkit::kafka_front::sasl_listener(
+        sasl, plain, accepts,
+    ));
+    let address = format!("127.0.0.1:{sasl}");
+    let (running, pipeline, topic) =
+        orders_into_kafka(&address, "table_name: orders", "exactly_once", 0);
+    for i in 0..30 {
+        running.put_pk("orders", &format!("m{i:02}"), &i.to_string());
+    }
+    let positions = fresh_topic("positions");
+    pipeline.write_with_sink(
+        &topic,
+        &running.endpoint,
+        "table_name: orders\nvalue_format: typed",
+        &kafka_sink(
+            &address,
+            &topic,
+            &positions,
+            "exactly_once",
+            "  msk_iam: {}\n  properties: {security.protocol: SASL_PLAINTEXT}\n",
+        ),
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    let said = format!("{}{}", stdout(&check), stderr(&check));
+    assert_eq!(check.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("PASS sink") && said.contains("/check' may be used"),
+        "{said}"
+    );
+    let output = run(&pipeline);
+    let ran = format!("{}{}", stdout(&output), stderr(&output));
+    assert_eq!(output.status.code(), Some(0), "{ran}");
+    let shown = pipeline.ddbpipe(&["state", "show", "--json"]);
+    let entry: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(entry["entry"]["last_completed"]["items"], 30, "{entry}");
+
+    // The topic, read through the listener with a token of the same credentials.
+    let delivered = rt().block_on(async {
+        use aws_credential_types::Credentials;
+        use aws_credential_types::provider::SharedCredentialsProvider;
+        use ddbpipe_kafka::log::{LogReader, Security};
+        let credentials = Credentials::new("testing", "testing", None, None, "test");
+        let msk_iam = ddbpipe_kafka::msk_iam::MskIam::new(
+            "us-east-1",
+            SharedCredentialsProvider::new(credentials),
+        );
+        let properties = [
+            (
+                "security.protocol".to_string(),
+                "SASL_PLAINTEXT".to_string(),
+            ),
+            ("sasl.mechanism".to_string(), "OAUTHBEARER".to_string()),
+        ];
+        let security = Security::of(&properties, Some(&msk_iam)).unwrap();
+        let reader = LogReader::new(&address, Duration::from_secs(30)).with_security(security);
+        let mut keys = Vec::new();
+        for partition in reader.partitions(&topic).await.unwrap().unwrap() {
+            let view = reader.committed(&topic, partition).await.unwrap();
+            keys.extend(
+                view.records
+                    .into_iter()
+                    .map(|r| pk_of(std::str::from_utf8(&r.key.unwrap()).unwrap())),
+            );
+        }
+        keys
+    });
+    let unique: BTreeSet<&String> = delivered.iter().collect();
+    assert_eq!(delivered.len(), 30, "each item once: {delivered:?}");
+    assert_eq!(unique.len(), 30);
+
+    let again = run(&pipeline);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let tokens = tokens.lock().unwrap().clone();
+    assert!(tokens.len() >= 4, "{} tokens", tokens.len());
+    for token in &tokens {
+        assert!(msk_token_signed_by(token, "testing", "testing"));
+        for text in [&said, &ran] {
+            assert!(
+                !text.contains(token.as_str()),
+                "a token was printed: {text}"
+            );
+        }
+    }
 }

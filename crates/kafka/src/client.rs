@@ -16,6 +16,13 @@
 //!    (else the broker's defaults); a missing positions topic with one partition and
 //!    `cleanup.policy=compact`. An existing positions topic must be compacted: a topic that
 //!    deletes by age would one day lose the position of a pipeline that wrote none for a while.
+//! 5. With MSK's IAM access control ([`crate::msk_iam`]) every producer of the connection
+//!    answers librdkafka's token refresh with a new token; without it, a refresh is refused
+//!    (an `OAUTHBEARER` token has no other source: the config refuses that mechanism without
+//!    `msk_iam`).
+//! 6. Topics are read, made and checked by librdkafka's admin client; with MSK IAM's tokens,
+//!    which that client cannot use (it never serves its token refresh: rust-rdkafka #757), by
+//!    the log reader's own connections (`crate::log`'s `admin`), over the same TLS and SASL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +30,13 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::OAuthToken;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message as _};
 use rdkafka::producer::{ProducerContext, ThreadedProducer};
+
+use crate::log::{Created, LogReader, Security};
+use crate::msk_iam::MskIam;
 
 /// The client properties ddbpipe sets itself (rule 1).
 pub const OWN_PROPERTIES: [&str; 5] = [
@@ -78,6 +88,8 @@ pub struct Connection {
     pub properties: Vec<(String, String)>,
     /// Bound of one request or transaction step.
     pub timeout: Duration,
+    /// MSK's IAM access control: the tokens of SASL `OAUTHBEARER` (rule 5).
+    pub msk_iam: Option<MskIam>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -90,6 +102,7 @@ impl std::fmt::Debug for Connection {
                 &self.properties.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("timeout", &self.timeout)
+            .field("msk_iam", &self.msk_iam)
             .finish()
     }
 }
@@ -127,16 +140,26 @@ impl Connection {
                 (self.timeout.as_millis().max(1_000) * 2).to_string(),
             );
         }
+        let deliveries = Deliveries {
+            tokens: Tokens(self.msk_iam.clone()),
+            ..Deliveries::default()
+        };
         config
-            .create_with_context(Deliveries::default())
+            .create_with_context(deliveries)
             .map(Arc::new)
             .map_err(|e| format!("cannot create the producer: {e}"))
     }
 
-    fn admin(&self) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
+    /// The topics' client (rule 6).
+    fn admin(&self) -> Result<Admin, String> {
+        if let Some(msk_iam) = &self.msk_iam {
+            let security = Security::of(&self.properties, Some(msk_iam))?;
+            let reader = LogReader::new(&self.brokers, self.timeout).with_security(security);
+            return Ok(Admin::Reader(reader));
+        }
         self.config()
-            .create()
-            .map(Arc::new)
+            .create_with_context(Tokens(None))
+            .map(|client| Admin::Client(Arc::new(client)))
             .map_err(|e| format!("cannot create the admin client: {e}"))
     }
 
@@ -150,11 +173,8 @@ impl Connection {
         compacted: bool,
     ) -> Result<bool, TopicError> {
         let admin = self.admin().map_err(TopicError::Definite)?;
-        if self
-            .topic_exists(&admin, topic)
-            .await
-            .map_err(TopicError::Transient)?
-        {
+        let found = (admin.partitions(topic, self.timeout).await).map_err(TopicError::Transient)?;
+        if found.is_some() {
             if compacted {
                 self.check_compacted(&admin, topic).await?;
             }
@@ -168,36 +188,22 @@ impl Connection {
                 shape.replication_factor.unwrap_or(-1),
             )
         };
-        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
-        if compacted {
-            new = new.set("cleanup.policy", "compact");
-        }
-        let options = AdminOptions::new().operation_timeout(Some(self.timeout));
         let created = admin
-            .create_topics([&new], &options)
+            .create(topic, partitions, replication, compacted, self.timeout)
             .await
             .map_err(|e| TopicError::Transient(format!("cannot create topic '{topic}': {e}")))?;
-        for result in created {
-            match result {
-                Ok(_) => {}
-                // Another process made it meanwhile.
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(false),
-                Err((_, RDKafkaErrorCode::TopicAuthorizationFailed))
-                | Err((_, RDKafkaErrorCode::ClusterAuthorizationFailed)) => {
-                    return Err(TopicError::Definite(format!(
-                        "topic '{topic}' does not exist and this client may not create it: \
-                         create it, or grant CREATE"
-                    )));
-                }
-                Err((_, code)) => {
-                    return Err(TopicError::Transient(format!(
-                        "cannot create topic '{topic}': {code}"
-                    )));
-                }
+        match created {
+            Created::Made => {
+                tracing::info!(topic, compacted, "Created Kafka topic.");
+                Ok(true)
             }
+            // Another process made it meanwhile.
+            Created::There => Ok(false),
+            Created::NotAllowed(_) => Err(TopicError::Definite(format!(
+                "topic '{topic}' does not exist and this client may not create it: create it, \
+                 or grant CREATE"
+            ))),
         }
-        tracing::info!(topic, compacted, "Created Kafka topic.");
-        Ok(true)
     }
 
     /// What `check` reports of `topic`: that the brokers answer, and whether the topic exists
@@ -205,7 +211,7 @@ impl Connection {
     /// compacted.
     pub async fn probe(&self, topic: &str, compacted: bool) -> Result<String, String> {
         let admin = self.admin()?;
-        if let Some(partitions) = self.partitions(&admin, topic).await? {
+        if let Some(partitions) = admin.partitions(topic, self.timeout).await? {
             if compacted {
                 self.check_compacted(&admin, topic)
                     .await
@@ -258,26 +264,46 @@ impl Connection {
         }
     }
 
-    /// Whether the cluster has `topic`, by the metadata of all topics (asking for one topic
-    /// may create it where the broker creates topics on use).
-    async fn topic_exists(
-        &self,
-        admin: &Arc<AdminClient<DefaultClientContext>>,
-        topic: &str,
-    ) -> Result<bool, String> {
-        Ok(self.partitions(admin, topic).await?.is_some())
+    /// The positions topic must keep each key's last message (rule 4).
+    async fn check_compacted(&self, admin: &Admin, topic: &str) -> Result<(), TopicError> {
+        let policy = (admin.cleanup_policy(topic, self.timeout).await).map_err(|e| {
+            TopicError::Transient(format!(
+                "cannot read the configuration of topic '{topic}': {e}"
+            ))
+        })?;
+        match policy {
+            Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => Ok(()),
+            found => Err(TopicError::Definite(format!(
+                "the positions topic '{topic}' is not compacted (cleanup.policy={}): it would \
+                 one day delete a pipeline's position; set cleanup.policy=compact on it, or \
+                 name another positions_topic",
+                found.as_deref().unwrap_or("unknown")
+            ))),
+        }
     }
+}
 
-    /// The partitions of `topic`; `None` when the cluster does not have it (read from the
-    /// metadata of all topics: asking for one may create it where the broker creates topics on
-    /// use).
-    async fn partitions(
-        &self,
-        admin: &Arc<AdminClient<DefaultClientContext>>,
-        topic: &str,
-    ) -> Result<Option<usize>, String> {
-        let admin = Arc::clone(admin);
-        let timeout = self.timeout;
+/// The client of a connection's topics (rule 6): librdkafka's admin client, or, with MSK
+/// IAM's tokens (which librdkafka's admin client cannot use), the log reader's connections.
+enum Admin {
+    Client(Arc<AdminClient<Tokens>>),
+    Reader(LogReader),
+}
+
+impl Admin {
+    /// The partitions of `topic`; `None` when the cluster does not have it (nothing is made
+    /// by asking: librdkafka's client reads the metadata of all topics, as asking for one may
+    /// create it where the broker creates topics on use; the reader asks without creation).
+    async fn partitions(&self, topic: &str, timeout: Duration) -> Result<Option<usize>, String> {
+        let admin = match self {
+            Admin::Reader(reader) => {
+                // Boxed: the reader's futures are deep, and a sink's open awaits this.
+                let partitions =
+                    (Box::pin(reader.partitions(topic)).await).map_err(|e| e.to_string())?;
+                return Ok(partitions.map(|p| p.len()));
+            }
+            Admin::Client(admin) => Arc::clone(admin),
+        };
         let metadata =
             tokio::task::spawn_blocking(move || admin.inner().fetch_metadata(None, timeout))
                 .await
@@ -290,36 +316,68 @@ impl Connection {
             .map(|t| t.partitions().len()))
     }
 
-    /// The positions topic must keep each key's last message (rule 4).
-    async fn check_compacted(
+    /// Makes `topic` (rule 4's partitions and replication; `compacted`: the positions
+    /// topic's cleanup policy).
+    async fn create(
         &self,
-        admin: &AdminClient<DefaultClientContext>,
         topic: &str,
-    ) -> Result<(), TopicError> {
-        let options = AdminOptions::new().request_timeout(Some(self.timeout));
-        let described = admin
-            .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        partitions: i32,
+        replication: i32,
+        compacted: bool,
+        timeout: Duration,
+    ) -> Result<Created, String> {
+        let settings: &[(&str, &str)] = match compacted {
+            true => &[("cleanup.policy", "compact")],
+            false => &[],
+        };
+        let admin = match self {
+            Admin::Reader(reader) => {
+                let replication = i16::try_from(replication).unwrap_or(i16::MAX);
+                let made = reader.create_topic(topic, partitions, replication, settings);
+                return Box::pin(made).await.map_err(|e| e.to_string());
+            }
+            Admin::Client(admin) => admin,
+        };
+        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+        for (name, value) in settings {
+            new = new.set(name, value);
+        }
+        let options = AdminOptions::new().operation_timeout(Some(timeout));
+        let created = (admin.create_topics([&new], &options).await).map_err(|e| e.to_string())?;
+        match created.into_iter().next() {
+            None | Some(Ok(_)) => Ok(Created::Made),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(Created::There),
+            Some(Err((_, code @ RDKafkaErrorCode::TopicAuthorizationFailed)))
+            | Some(Err((_, code @ RDKafkaErrorCode::ClusterAuthorizationFailed))) => {
+                Ok(Created::NotAllowed(code.to_string()))
+            }
+            Some(Err((_, code))) => Err(code.to_string()),
+        }
+    }
+
+    /// The cleanup policy of `topic`; `None` when the broker does not say.
+    async fn cleanup_policy(
+        &self,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Option<String>, String> {
+        let admin = match self {
+            Admin::Reader(reader) => {
+                let setting = reader.topic_setting(topic, "cleanup.policy");
+                return Box::pin(setting).await.map_err(|e| e.to_string());
+            }
+            Admin::Client(admin) => admin,
+        };
+        let options = AdminOptions::new().request_timeout(Some(timeout));
+        let described = (admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options))
             .await
-            .map_err(|e| {
-                TopicError::Transient(format!(
-                    "cannot read the configuration of topic '{topic}': {e}"
-                ))
-            })?;
-        let policy = described
+            .map_err(|e| e.to_string())?;
+        Ok(described
             .into_iter()
             .filter_map(Result::ok)
             .flat_map(|resource| resource.entries)
             .find(|entry| entry.name == "cleanup.policy")
-            .and_then(|entry| entry.value);
-        match policy {
-            Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => Ok(()),
-            found => Err(TopicError::Definite(format!(
-                "the positions topic '{topic}' is not compacted (cleanup.policy={}): it would \
-                 one day delete a pipeline's position; set cleanup.policy=compact on it, or \
-                 name another positions_topic",
-                found.as_deref().unwrap_or("unknown")
-            ))),
-        }
+            .and_then(|entry| entry.value))
     }
 }
 
@@ -351,6 +409,26 @@ pub type Producer = Arc<ThreadedProducer<Deliveries>>;
 pub struct Deliveries {
     tally: std::sync::Mutex<Tally>,
     settled: tokio::sync::Notify,
+    tokens: Tokens,
+}
+
+/// The context of a client: its tokens for SASL `OAUTHBEARER` when the cluster is MSK's with
+/// IAM access control (rule 5).
+#[derive(Debug, Default, Clone)]
+pub struct Tokens(Option<MskIam>);
+
+impl ClientContext for Tokens {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        match &self.0 {
+            Some(msk_iam) => Ok(msk_iam.oauth_token()?),
+            None => Err("an OAUTHBEARER token comes only from sink.msk_iam".into()),
+        }
+    }
 }
 
 /// What [`Deliveries`] counts.
@@ -410,7 +488,16 @@ impl Deliveries {
     }
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate_oauth_token(config)
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = ();

@@ -11,9 +11,12 @@
 //! - [`sink`]: the sink: a batch's messages at least once, or exactly once in one transaction
 //!   with the position.
 //! - [`positions`]: the positions topic as the pipeline's checkpoint store.
+//! - [`msk_iam`]: Amazon MSK's IAM access control: the SASL OAUTHBEARER token of the run's
+//!   AWS credentials.
 
 pub mod client;
 pub mod envelope;
 pub mod log;
+pub mod msk_iam;
 pub mod positions;
 pub mod sink;

@@ -83,6 +83,7 @@
 //! - Message format v2 only (Kafka 0.11 and later); a header repeated in one record keeps
 //!   its last value.
 
+mod admin;
 mod batches;
 mod error;
 mod follow;
@@ -104,8 +105,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+pub use admin::Created;
 pub use error::LogError;
 pub use follow::Follower;
+pub use sasl::NO_TOKENS;
 pub use tls::Security;
 use view::View;
 use wire::{Connection, FETCH, LIST_OFFSETS, METADATA};

@@ -80,7 +80,11 @@ impl KafkaSettings {
     /// naming `target`. One per pipeline producer or worker, shared by its position checks and
     /// its positions store.
     pub(crate) fn positions_reader(&self, target: &str) -> Result<LogReader, SinkError> {
-        let security = Security::of(&self.connection.properties).map_err(|message| SinkError {
+        let security = Security::of(
+            &self.connection.properties,
+            self.connection.msk_iam.as_ref(),
+        )
+        .map_err(|message| SinkError {
             sink: target.to_string(),
             message,
             class: SinkErrorClass::Definite,

@@ -3,19 +3,21 @@
 //! TLS listener with a self-signed certificate, which it advertises, so librdkafka's producer
 //! and ddbpipe's reader both reach it only through TLS. The broker of the tests serves no TLS
 //! itself; the listener here terminates it and passes the bytes on. And over SASL
-//! (`SASL_PLAINTEXT` with SCRAM-SHA-512): a listener in front of the broker that authenticates
-//! every connection with rsasl's SCRAM server before passing its bytes on (the tests' broker
-//! keeps no SASL users in its in-memory storage).
+//! (`SASL_PLAINTEXT` with SCRAM-SHA-512, or OAUTHBEARER with MSK IAM's tokens): a listener in
+//! front of the broker that authenticates every connection before passing its bytes on
+//! (`ddbpipe_testkit::kafka_front`; the tests' broker keeps no SASL users in its in-memory
+//! storage).
 
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpListener as StdListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_kafka::log::{LogReader, Security};
+use ddbpipe_testkit::kafka_front::{
+    Accepts, Secrets, broker, free_port, msk_token_signed_by, sasl_listener,
+};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rustls::pki_types::pem::PemObject;
@@ -23,56 +25,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
+/// The MSK IAM test's AWS credentials (no AWS is reached: the listener takes the tokens).
+const KEY: &str = "AKIDMSKIAMTEST";
+const SECRET: &str = "msk-iam-test-secret-kept-out-of-every-message";
+
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The broker, stopped when dropped.
-struct Broker(Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A broker listening on `port` that advertises `advertised`.
-fn broker(port: u16, advertised: u16) -> Broker {
-    let bin = std::env::var("DDBPIPE_TEST_KAFKA_BIN").unwrap_or_else(|_| {
-        panic!("DDBPIPE_TEST_KAFKA_BIN is not set: run the tests through scripts/test.sh (scripts/kafka.sh exports it)")
-    });
-    let broker = Broker(
-        Command::new(bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &format!("tcp://127.0.0.1:{port}"),
-                "--advertised-listener-url",
-                &format!("tcp://127.0.0.1:{advertised}"),
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return broker;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("the test's broker did not listen on {port}");
-}
 
 /// Terminates TLS on `port` with `certificate` and `key`, passing each connection's bytes to
 /// the broker on `to`.
@@ -133,7 +90,7 @@ async fn positions_are_read_back_over_tls_from_a_verified_broker_only() {
     // librdkafka writes a committed position and an aborted one, over TLS.
     committed_and_aborted(&address, "positions", &tls_properties(ca)).await;
 
-    let security = Security::of(&tls_properties(ca)).unwrap();
+    let security = Security::of(&tls_properties(ca), None).unwrap();
     let reader = LogReader::new(&address, TIMEOUT).with_security(security);
     let last = reader.last_committed("positions", 0, b"p").await.unwrap();
     let value = last.and_then(|record| record.value).unwrap();
@@ -141,7 +98,7 @@ async fn positions_are_read_back_over_tls_from_a_verified_broker_only() {
 
     // A broker whose certificate does not chain to the trusted roots is refused: the Mozilla
     // roots do not hold the test's self-signed certificate.
-    let unverified = Security::of(&[("security.protocol".into(), "SSL".into())]).unwrap();
+    let unverified = Security::of(&[("security.protocol".into(), "SSL".into())], None).unwrap();
     let refused = LogReader::new(&address, Duration::from_secs(5))
         .with_security(unverified)
         .last_committed("positions", 0, b"p")
@@ -180,216 +137,6 @@ async fn committed_and_aborted(address: &str, topic: &str, properties: &[(String
     }
 }
 
-/// The SCRAM-SHA-512 secrets of the proxy's one user, as a broker keeps them.
-struct Secrets {
-    salt: Vec<u8>,
-    stored_key: Vec<u8>,
-    server_key: Vec<u8>,
-}
-
-impl Secrets {
-    fn of(password: &str) -> Secrets {
-        use rsasl::mechanisms::scram::tools;
-        use sha2::{Digest, Sha512};
-        let salt = b"ddbpipe-test-salt".to_vec();
-        let mut salted = Default::default();
-        tools::hash_password::<Sha512>(password.as_bytes(), 4096, &salt, &mut salted);
-        let (client_key, server_key) = tools::derive_keys::<Sha512>(salted.as_slice());
-        Secrets {
-            salt,
-            stored_key: Sha512::digest(client_key).to_vec(),
-            server_key: server_key.to_vec(),
-        }
-    }
-}
-
-impl rsasl::callback::SessionCallback for Secrets {
-    fn callback(
-        &self,
-        _: &rsasl::callback::SessionData,
-        context: &rsasl::callback::Context,
-        request: &mut rsasl::callback::Request,
-    ) -> Result<(), rsasl::prelude::SessionError> {
-        use rsasl::mechanisms::scram::properties::ScramStoredPassword;
-        if context.get_ref::<rsasl::property::AuthId>() == Some("ddbpipe") {
-            request.satisfy::<ScramStoredPassword>(&ScramStoredPassword::new(
-                4096,
-                &self.salt,
-                &self.stored_key,
-                &self.server_key,
-            ))?;
-        }
-        Ok(())
-    }
-}
-
-/// One frame of the Kafka protocol: its size, then its bytes.
-async fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    use tokio::io::AsyncReadExt;
-    let size = stream.read_i32().await.ok()?;
-    let mut frame = vec![0; usize::try_from(size).ok()?];
-    stream.read_exact(&mut frame).await.ok()?;
-    Some(frame)
-}
-
-async fn write_frame(stream: &mut TcpStream, frame: &[u8]) -> Option<()> {
-    use tokio::io::AsyncWriteExt;
-    let size = i32::try_from(frame.len()).ok()?;
-    stream.write_all(&size.to_be_bytes()).await.ok()?;
-    stream.write_all(frame).await.ok()
-}
-
-/// An answer to a request of `version` with `correlation`: header and body.
-fn answer<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion>(
-    correlation: i32,
-    version: i16,
-    body: &R,
-) -> Vec<u8> {
-    use kafka_protocol::protocol::Encodable as _;
-    let mut out = bytes::BytesMut::new();
-    kafka_protocol::messages::ResponseHeader::default()
-        .with_correlation_id(correlation)
-        .encode(&mut out, R::header_version(version))
-        .unwrap();
-    body.encode(&mut out, version).unwrap();
-    out.to_vec()
-}
-
-/// A listener on `port` in front of the broker on `to` that requires SASL SCRAM-SHA-512 as
-/// the user `ddbpipe` with `password`, as a broker with authentication does: ApiVersions is
-/// passed on, SaslHandshake and SaslAuthenticate are answered here by rsasl's SCRAM server,
-/// anything else before the user is authenticated closes the connection, and once it is the
-/// bytes pass on both ways.
-async fn sasl_listener(port: u16, to: u16, password: &str) {
-    use kafka_protocol::messages::{
-        RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
-        SaslHandshakeResponse,
-    };
-    use kafka_protocol::protocol::{Decodable, HeaderVersion, StrBytes};
-    let secrets = Arc::new(Secrets::of(password));
-    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut client, _)) = listener.accept().await else {
-                return;
-            };
-            let secrets = Arc::clone(&secrets);
-            tokio::spawn(async move {
-                let Ok(mut broker) = TcpStream::connect(("127.0.0.1", to)).await else {
-                    return;
-                };
-                let config = rsasl::prelude::SASLConfig::builder()
-                    .with_defaults()
-                    .with_callback(Secrets {
-                        salt: secrets.salt.clone(),
-                        stored_key: secrets.stored_key.clone(),
-                        server_key: secrets.server_key.clone(),
-                    })
-                    .unwrap();
-                let mechanism = rsasl::prelude::Mechname::parse(b"SCRAM-SHA-512").unwrap();
-                let mut session = None;
-                loop {
-                    let Some(frame) = read_frame(&mut client).await else {
-                        return;
-                    };
-                    let key = i16::from_be_bytes([frame[0], frame[1]]);
-                    let version = i16::from_be_bytes([frame[2], frame[3]]);
-                    let mut body = bytes::Bytes::from(frame.clone());
-                    match key {
-                        17 => {
-                            let header = RequestHeader::decode(
-                                &mut body,
-                                SaslHandshakeRequest::header_version(version),
-                            )
-                            .unwrap();
-                            let asked = SaslHandshakeRequest::decode(&mut body, version).unwrap();
-                            let known = asked.mechanism.as_str() == "SCRAM-SHA-512";
-                            let said = SaslHandshakeResponse::default()
-                                .with_error_code(if known { 0 } else { 33 })
-                                .with_mechanisms(vec![StrBytes::from_static_str("SCRAM-SHA-512")]);
-                            if known {
-                                let server = rsasl::prelude::SASLServer::<
-                                    rsasl::validate::NoValidation,
-                                >::new(Arc::clone(
-                                    &config,
-                                ));
-                                session = Some(server.start_suggested(mechanism).unwrap());
-                            }
-                            let out = answer(header.correlation_id, version, &said);
-                            if write_frame(&mut client, &out).await.is_none() {
-                                return;
-                            }
-                        }
-                        36 => {
-                            let header = RequestHeader::decode(
-                                &mut body,
-                                SaslAuthenticateRequest::header_version(version),
-                            )
-                            .unwrap();
-                            let asked =
-                                SaslAuthenticateRequest::decode(&mut body, version).unwrap();
-                            let Some(running) = session.as_mut() else {
-                                return;
-                            };
-                            let mut sent = std::io::Cursor::new(Vec::new());
-                            let stepped = running.step(Some(&asked.auth_bytes), &mut sent);
-                            let sent = sent.into_inner();
-                            // As a Kafka broker does, a failed exchange (SCRAM's `e=` final
-                            // message) is answered SASL_AUTHENTICATION_FAILED.
-                            let failed = match &stepped {
-                                Ok(_) if sent.starts_with(b"e=") => {
-                                    Some(String::from_utf8_lossy(&sent).into_owned())
-                                }
-                                Ok(_) => None,
-                                Err(error) => Some(error.to_string()),
-                            };
-                            let said = match &failed {
-                                None => SaslAuthenticateResponse::default()
-                                    .with_auth_bytes(bytes::Bytes::from(sent)),
-                                Some(why) => SaslAuthenticateResponse::default()
-                                    .with_error_code(58)
-                                    .with_error_message(Some(StrBytes::from_string(format!(
-                                        "authentication failed: {why}"
-                                    )))),
-                            };
-                            let out = answer(header.correlation_id, version, &said);
-                            if write_frame(&mut client, &out).await.is_none() {
-                                return;
-                            }
-                            if failed.is_some() {
-                                return;
-                            }
-                            match stepped {
-                                Ok(state) if !state.is_running() => {
-                                    // Authenticated: the rest passes on.
-                                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker)
-                                        .await;
-                                    return;
-                                }
-                                Ok(_) => {}
-                                Err(_) => return,
-                            }
-                        }
-                        18 => {
-                            if write_frame(&mut broker, &frame).await.is_none() {
-                                return;
-                            }
-                            let Some(answered) = read_frame(&mut broker).await else {
-                                return;
-                            };
-                            if write_frame(&mut client, &answered).await.is_none() {
-                                return;
-                            }
-                        }
-                        // Not authenticated: nothing else is served.
-                        _ => return,
-                    }
-                }
-            });
-        }
-    });
-}
-
 /// SASL client properties: `mechanism` as `user` with `password`.
 fn sasl_properties(mechanism: &str, user: &str, password: &str) -> Vec<(String, String)> {
     vec![
@@ -409,19 +156,25 @@ fn sasl_properties(mechanism: &str, user: &str, password: &str) -> Vec<(String, 
 async fn positions_are_read_back_over_sasl_with_the_producers_credentials() {
     let (plain, sasl) = (free_port(), free_port());
     let _broker = broker(plain, sasl);
-    sasl_listener(sasl, plain, "s3cret-pass").await;
+    sasl_listener(
+        sasl,
+        plain,
+        Accepts::Scram(Arc::new(Secrets::of("s3cret-pass"))),
+    )
+    .await;
     let address = format!("127.0.0.1:{sasl}");
     let good = sasl_properties("SCRAM-SHA-512", "ddbpipe", "s3cret-pass");
     committed_and_aborted(&address, "positions", &good).await;
 
-    let reader = LogReader::new(&address, TIMEOUT).with_security(Security::of(&good).unwrap());
+    let reader =
+        LogReader::new(&address, TIMEOUT).with_security(Security::of(&good, None).unwrap());
     let last = reader.last_committed("positions", 0, b"p").await.unwrap();
     let value = last.and_then(|record| record.value).unwrap();
     assert_eq!(&value[..], b"committed");
 
     let wrong = sasl_properties("SCRAM-SHA-512", "ddbpipe", "wrong-password-42");
     let refused = LogReader::new(&address, Duration::from_secs(5))
-        .with_security(Security::of(&wrong).unwrap())
+        .with_security(Security::of(&wrong, None).unwrap())
         .last_committed("positions", 0, b"p")
         .await
         .unwrap_err();
@@ -432,7 +185,7 @@ async fn positions_are_read_back_over_sasl_with_the_producers_credentials() {
 
     let other = sasl_properties("SCRAM-SHA-256", "ddbpipe", "s3cret-pass");
     let unoffered = LogReader::new(&address, Duration::from_secs(5))
-        .with_security(Security::of(&other).unwrap())
+        .with_security(Security::of(&other, None).unwrap())
         .last_committed("positions", 0, b"p")
         .await
         .unwrap_err()
@@ -443,4 +196,103 @@ async fn positions_are_read_back_over_sasl_with_the_producers_credentials() {
         .last_committed("positions", 0, b"p")
         .await;
     assert!(plaintext.is_err(), "{plaintext:?}");
+}
+
+/// `msk_iam.rs` and `log/sasl.rs` (docs/sinks.md §7.7 rule 4): behind a listener that takes
+/// only OAUTHBEARER with an MSK IAM token of its region (`sasl_listener`, which it
+/// advertises), the admin client makes the positions topic, librdkafka's transactional
+/// producer writes a committed position and an aborted one, and the reader reads back the
+/// committed one, each with tokens ddbpipe made from the run's credentials (librdkafka's token
+/// refresh answered by the clients' context). Every token the listener was given is signed as
+/// botocore signs (its signature made again by botocore at the token's time is the same), and
+/// none holds the secret key. A token of another region is refused, naming the mechanism and
+/// never the secret; OAUTHBEARER without `msk_iam` is refused before anything connects.
+#[tokio::test(flavor = "multi_thread")]
+async fn msk_iam_tokens_authenticate_the_admin_client_the_producer_and_the_reader() {
+    use aws_credential_types::Credentials;
+    use aws_credential_types::provider::SharedCredentialsProvider;
+    use ddbpipe_kafka::client::{Connection, TopicShape};
+    use ddbpipe_kafka::msk_iam::MskIam;
+    use rdkafka::producer::BaseRecord;
+
+    let (plain, sasl) = (free_port(), free_port());
+    let _broker = broker(plain, sasl);
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let accepts = Accepts::Bearer {
+        region: "eu-west-1",
+        tokens: Arc::clone(&tokens),
+    };
+    sasl_listener(sasl, plain, accepts).await;
+    let address = format!("127.0.0.1:{sasl}");
+    let credentials =
+        || SharedCredentialsProvider::new(Credentials::new(KEY, SECRET, None, None, "test"));
+    let msk_iam = MskIam::new("eu-west-1", credentials());
+    let properties: Vec<(String, String)> = vec![
+        ("security.protocol".into(), "SASL_PLAINTEXT".into()),
+        ("sasl.mechanism".into(), "OAUTHBEARER".into()),
+    ];
+    let connection = Connection {
+        brokers: address.clone(),
+        properties: properties.clone(),
+        timeout: TIMEOUT,
+        msk_iam: Some(msk_iam.clone()),
+    };
+    connection
+        .ensure_topic("positions", TopicShape::default(), true)
+        .await
+        .unwrap();
+    let producer = connection.producer(Some("msk-iam-test")).unwrap();
+    producer.init_transactions(TIMEOUT).unwrap();
+    for (value, commit) in [("committed", true), ("aborted", false)] {
+        producer.begin_transaction().unwrap();
+        let record = BaseRecord::to("positions")
+            .partition(0)
+            .key("p")
+            .payload(value);
+        producer.send(record).map_err(|(error, _)| error).unwrap();
+        producer.flush(TIMEOUT).unwrap();
+        if commit {
+            producer.commit_transaction(TIMEOUT).unwrap();
+        } else {
+            producer.abort_transaction(TIMEOUT).unwrap();
+        }
+    }
+
+    let security = Security::of(&properties, Some(&msk_iam)).unwrap();
+    let reader = LogReader::new(&address, TIMEOUT).with_security(security);
+    let last = reader.last_committed("positions", 0, b"p").await.unwrap();
+    let value = last.and_then(|record| record.value).unwrap();
+    assert_eq!(&value[..], b"committed");
+
+    let elsewhere = MskIam::new("us-east-1", credentials());
+    let refused = LogReader::new(&address, Duration::from_secs(5))
+        .with_security(Security::of(&properties, Some(&elsewhere)).unwrap())
+        .last_committed("positions", 0, b"p")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("OAUTHBEARER") && refused.contains("not an MSK IAM token"),
+        "{refused}"
+    );
+    assert!(!refused.contains(SECRET), "{refused}");
+    assert_eq!(
+        Security::of(&properties, None).unwrap_err(),
+        ddbpipe_kafka::log::NO_TOKENS
+    );
+
+    let tokens = tokens.lock().unwrap().clone();
+    assert!(
+        tokens.len() >= 4,
+        "the admin client, the producer and the reader each authenticated: {} tokens",
+        tokens.len()
+    );
+    for token in &tokens {
+        assert!(!token.contains(SECRET));
+        assert!(
+            msk_token_signed_by(token, KEY, SECRET),
+            "botocore signs the token's request otherwise: {token}"
+        );
+        assert!(!msk_token_signed_by(token, KEY, "another-secret"));
+    }
 }

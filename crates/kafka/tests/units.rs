@@ -28,6 +28,7 @@ async fn worker(brokers: &str, topic: &str, positions: &str) -> KafkaSink {
             brokers: brokers.to_string(),
             properties: Vec::new(),
             timeout: Duration::from_secs(30),
+            msk_iam: None,
         },
         topic: topic.to_string(),
         topic_shape: TopicShape::default(),

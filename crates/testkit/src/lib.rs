@@ -21,6 +21,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod kafka;
+pub mod kafka_front;
 mod memory;
 pub mod postgres;
 mod stream_run;

@@ -22,7 +22,13 @@ pub(super) async fn probe_kafka(
     timeout: Duration,
     probes: &mut Probes,
 ) {
-    let mut settings = kafka_settings(kafka, config.target());
+    let mut settings = match kafka_settings(kafka, config.target(), None).await {
+        Ok(settings) => settings,
+        Err(failure) => {
+            let detail = format!("kafka {}: {}", kafka.brokers, failure.error);
+            return probes.add("sink", Status::Fail, detail);
+        }
+    };
     settings.connection.timeout = timeout;
     let (topic, connection) = (&settings.topic, &settings.connection);
     let mut said = Vec::new();

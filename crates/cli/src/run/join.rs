@@ -117,6 +117,7 @@ pub(crate) async fn join(
                 read.table.as_ref(),
                 records,
                 true,
+                Some(&read.sdk),
             )
             .await?;
             AnySink::Kafka(sink)

@@ -346,7 +346,7 @@ async fn clear_fences(config: &PipelineConfig, names: &[PipelineName]) -> Result
         && kafka.delivery == Delivery::ExactlyOnce
     {
         // The units' positions, kept with their counters (docs/coordination.md §11.13).
-        let settings = crate::sinks::kafka::kafka_settings(kafka, config.target());
+        let settings = crate::sinks::kafka::kafka_settings(kafka, config.target(), None).await?;
         let mut positions = KafkaPositions::writer(&settings)
             .await
             .map_err(|e| Failure::runtime(anyhow!(e)))?;

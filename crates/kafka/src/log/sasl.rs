@@ -4,13 +4,17 @@
 //!
 //! # Rules
 //! 1. `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (any case), with
-//!    `sasl.username` and `sasl.password`. Any other (librdkafka's default `GSSAPI`,
-//!    `OAUTHBEARER`) is refused naming the property: the reader cannot speak it, and a producer
-//!    whose positions could not be read back would not be exactly once.
+//!    `sasl.username` and `sasl.password`; or `OAUTHBEARER` with MSK's IAM tokens
+//!    ([`crate::msk_iam`], `sink.msk_iam`), the only source of tokens ddbpipe has. Any other
+//!    (librdkafka's default `GSSAPI`) is refused naming the property: the reader cannot speak
+//!    it, and a producer whose positions could not be read back would not be exactly once.
 //! 2. After ApiVersions, each connection sends SaslHandshake (v1: the exchange then rides in
 //!    SaslAuthenticate requests, KIP-152) naming the mechanism, then SaslAuthenticate requests
 //!    carrying the mechanism's steps until it finishes. The mechanisms are rsasl's: for SCRAM
 //!    the server's final message is verified too (the broker proves it knows the password).
+//!    `OAUTHBEARER` sends one message, RFC 7628's initial response with a token made for the
+//!    connection (`n,,^Aauth=Bearer <token>^A^A`); the broker's answer without an error
+//!    accepts it.
 //! 3. A refused handshake names the mechanisms the broker offers; a refused authentication
 //!    names the broker and what it said, never the password nor the exchanged bytes (they
 //!    derive from it). Both are definite failures: a retry would be refused again.
@@ -19,12 +23,15 @@ use std::io::Cursor;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::{ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest};
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use rsasl::prelude::{Mechname, SASLClient, SASLConfig, State};
 
 use super::LogError;
 use super::wire::{Api, Connection};
+use crate::msk_iam::MskIam;
 
 /// SaslHandshake v1 only: v0 would send the exchange as raw frames (rule 2).
 const SASL_HANDSHAKE: Api = Api {
@@ -50,6 +57,7 @@ pub(super) enum Mechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    OAuthBearer,
 }
 
 impl Mechanism {
@@ -58,6 +66,7 @@ impl Mechanism {
             Mechanism::Plain => "PLAIN",
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -66,8 +75,16 @@ impl Mechanism {
 #[derive(Clone)]
 pub(super) struct Sasl {
     mechanism: Mechanism,
-    username: String,
-    password: String,
+    credentials: Credentials,
+}
+
+/// What proves who the reader is (rule 1).
+#[derive(Clone)]
+enum Credentials {
+    /// PLAIN and SCRAM's.
+    Password { username: String, password: String },
+    /// `OAUTHBEARER`'s: MSK IAM tokens.
+    Token(MskIam),
 }
 
 impl std::fmt::Debug for Sasl {
@@ -77,9 +94,12 @@ impl std::fmt::Debug for Sasl {
 }
 
 impl Sasl {
-    /// The SASL settings of the client properties `get` reads (rule 1); `Err` names the
-    /// property and what to do, never a value.
-    pub(super) fn of<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Sasl, String> {
+    /// The SASL settings of the client properties `get` reads, with `msk_iam`'s tokens for
+    /// `OAUTHBEARER` (rule 1); `Err` names the property and what to do, never a value.
+    pub(super) fn of<'a>(
+        get: impl Fn(&str) -> Option<&'a str>,
+        msk_iam: Option<&MskIam>,
+    ) -> Result<Sasl, String> {
         let mechanism = get("sasl.mechanism")
             .or(get("sasl.mechanisms"))
             .unwrap_or("GSSAPI");
@@ -87,11 +107,21 @@ impl Sasl {
             "PLAIN" => Mechanism::Plain,
             "SCRAM-SHA-256" => Mechanism::ScramSha256,
             "SCRAM-SHA-512" => Mechanism::ScramSha512,
+            "OAUTHBEARER" => {
+                let Some(msk_iam) = msk_iam else {
+                    return Err(NO_TOKENS.to_string());
+                };
+                return Ok(Sasl {
+                    mechanism: Mechanism::OAuthBearer,
+                    credentials: Credentials::Token(msk_iam.clone()),
+                });
+            }
             other => {
                 return Err(format!(
                     "sink.properties.sasl.mechanism: ddbpipe reads the positions back with \
-                     PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, not {other} (librdkafka's default is \
-                     GSSAPI): set one of those, or use delivery: at_least_once"
+                     PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or MSK IAM (sink.msk_iam), not {other} \
+                     (librdkafka's default is GSSAPI): set one of those, or use delivery: \
+                     at_least_once"
                 ));
             }
         };
@@ -105,8 +135,10 @@ impl Sasl {
         };
         Ok(Sasl {
             mechanism,
-            username: required("sasl.username")?,
-            password: required("sasl.password")?,
+            credentials: Credentials::Password {
+                username: required("sasl.username")?,
+                password: required("sasl.password")?,
+            },
         })
     }
 
@@ -135,9 +167,22 @@ impl Sasl {
                 ),
             ));
         }
-        let config =
-            SASLConfig::with_credentials(None, self.username.clone(), self.password.clone())
-                .map_err(|e| refused(connection, format!("the credentials cannot be used: {e}")))?;
+        let (username, password) = match &self.credentials {
+            Credentials::Password { username, password } => (username, password),
+            Credentials::Token(msk_iam) => {
+                let token = (msk_iam.token().await).map_err(|e| refused(connection, e))?;
+                let first = format!("n,,\x01auth=Bearer {}\x01\x01", token.value);
+                let request =
+                    SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(first));
+                let answer = connection.send(SASL_AUTHENTICATE, &request).await?;
+                return match answer.error_code {
+                    0 => Ok(()),
+                    _ => Err(refused(connection, refusal(&answer))),
+                };
+            }
+        };
+        let config = SASLConfig::with_credentials(None, username.clone(), password.clone())
+            .map_err(|e| refused(connection, format!("the credentials cannot be used: {e}")))?;
         let name = Mechname::parse(mechanism.as_bytes())
             .map_err(|e| refused(connection, format!("no such mechanism: {e}")))?;
         let mut session = SASLClient::new(config)
@@ -157,16 +202,7 @@ impl Sasl {
             let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(sent));
             let answer = connection.send(SASL_AUTHENTICATE, &request).await?;
             if answer.error_code != 0 {
-                let said = answer
-                    .error_message
-                    .as_ref()
-                    .map_or_else(String::new, |m| format!(": {}", m.as_str()));
-                let error = ResponseError::try_from_code(answer.error_code)
-                    .map_or_else(|| format!("code {}", answer.error_code), |e| e.to_string());
-                return Err(refused(
-                    connection,
-                    format!("the broker refused the credentials ({error}{said})"),
-                ));
+                return Err(refused(connection, refusal(&answer)));
             }
             if matches!(state, State::Finished(_)) {
                 // A mechanism that ends with the client's message (PLAIN): accepted.
@@ -181,12 +217,32 @@ impl Sasl {
     }
 }
 
+/// Rule 1's refusal of `OAUTHBEARER` without `msk_iam`.
+pub const NO_TOKENS: &str = "sink.properties.sasl.mechanism: OAUTHBEARER tokens come from \
+     sink.msk_iam (Amazon MSK's IAM access control), ddbpipe's only source of them: set msk_iam \
+     instead of the mechanism";
+
+/// What a refused SaslAuthenticate says (rule 3): the error and the broker's message, which
+/// holds no credential.
+fn refusal(answer: &SaslAuthenticateResponse) -> String {
+    let said = answer
+        .error_message
+        .as_ref()
+        .map_or_else(String::new, |m| format!(": {}", m.as_str()));
+    let error = ResponseError::try_from_code(answer.error_code)
+        .map_or_else(|| format!("code {}", answer.error_code), |e| e.to_string());
+    format!("the broker refused the credentials ({error}{said})")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn of(pairs: &[(&'static str, &'static str)]) -> Result<Sasl, String> {
-        Sasl::of(|name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v))
+        Sasl::of(
+            |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| *v),
+            None,
+        )
     }
 
     #[test]
@@ -202,10 +258,7 @@ mod tests {
         let default = of(&[("sasl.username", "u"), ("sasl.password", "p")]).unwrap_err();
         assert!(default.contains("not GSSAPI"), "{default}");
         let oauth = of(&[("sasl.mechanism", "OAUTHBEARER")]).unwrap_err();
-        assert!(
-            oauth.starts_with("sink.properties.sasl.mechanism:"),
-            "{oauth}"
-        );
+        assert_eq!(oauth, NO_TOKENS);
         let missing = of(&[("sasl.mechanism", "PLAIN"), ("sasl.username", "u")]).unwrap_err();
         assert_eq!(
             missing,

@@ -5,7 +5,8 @@
 //! # Rules
 //! 1. `security.protocol` (any case; default `PLAINTEXT`): `PLAINTEXT`, `SSL`,
 //!    `SASL_PLAINTEXT` or `SASL_SSL`; the SASL ones authenticate each connection as `sasl`
-//!    says (PLAIN or SCRAM, the credentials of `sasl.username`/`sasl.password`).
+//!    says (PLAIN or SCRAM, the credentials of `sasl.username`/`sasl.password`; OAUTHBEARER,
+//!    MSK IAM's tokens).
 //! 2. TLS verifies the broker, as librdkafka does by default: its certificate chains to
 //!    `ssl.ca.location` (a PEM file of one or more certificates) or, without it, to the
 //!    Mozilla roots (webpki-roots), and names the host of the address connected to (a DNS
@@ -28,6 +29,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::sasl::Sasl;
+use crate::msk_iam::MskIam;
 
 /// How the reader's connections are made (rule 1): plain TCP or TLS, with or without SASL.
 #[derive(Clone, Default)]
@@ -55,7 +57,10 @@ impl std::fmt::Debug for Security {
 impl Security {
     /// The security the client `properties` ask for (rules 1–3); `Err` names the property and
     /// what to do.
-    pub fn of(properties: &[(String, String)]) -> Result<Security, String> {
+    pub fn of(
+        properties: &[(String, String)],
+        msk_iam: Option<&MskIam>,
+    ) -> Result<Security, String> {
         let get = |name: &str| {
             properties
                 .iter()
@@ -75,7 +80,7 @@ impl Security {
             }
         };
         let sasl = if sasl {
-            Some(Arc::new(Sasl::of(get)?))
+            Some(Arc::new(Sasl::of(get, msk_iam)?))
         } else {
             None
         };

@@ -17,6 +17,7 @@ pub(super) async fn exactly_once(name: &str, shared: bool) -> KafkaSettings {
             brokers: ddbpipe_testkit::kafka::brokers(),
             properties: Vec::new(),
             timeout: Duration::from_secs(30),
+            msk_iam: None,
         },
         topic: topic.clone(),
         topic_shape: TopicShape::default(),

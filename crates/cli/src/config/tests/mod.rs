@@ -61,6 +61,7 @@ mod coordination;
 mod credentials;
 mod file;
 mod interpolation;
+mod kafka;
 mod sinks;
 mod source;
 mod tables;

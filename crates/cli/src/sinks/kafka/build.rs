@@ -8,10 +8,12 @@ use anyhow::anyhow;
 use ddbpipe_kafka::client::{Connection, Delivery};
 use ddbpipe_kafka::envelope::{Shaper, ShaperSettings};
 use ddbpipe_kafka::log::Security;
+use ddbpipe_kafka::msk_iam::MskIam;
 use ddbpipe_kafka::positions::KafkaPositions;
 use ddbpipe_kafka::sink::{KafkaSettings, KafkaSink};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
+use ddbpipe_source::{aws, plan};
 
 use super::KafkaConfig;
 use super::config::fill_topic;
@@ -40,11 +42,17 @@ fn transactional_id(pipeline: &str) -> String {
     format!("ddbpipe-{pipeline}")
 }
 
-/// The client settings of `kafka`.
-pub fn kafka_settings(kafka: &KafkaConfig, target: Target<'_>) -> KafkaSettings {
+/// The client settings of `kafka`; with `msk_iam`, its tokens signed with `sdk`'s credentials
+/// (a run's AWS configuration; `None`: the one the source's settings load, as `check` and
+/// `state` do).
+pub async fn kafka_settings(
+    kafka: &KafkaConfig,
+    target: Target<'_>,
+    sdk: Option<&aws::SdkSettings>,
+) -> Result<KafkaSettings, Failure> {
     let retry = target.source.retry.policy();
-    KafkaSettings {
-        connection: connection(kafka, retry.attempt_timeout),
+    Ok(KafkaSettings {
+        connection: connection(kafka, target, sdk, retry.attempt_timeout).await?,
         topic: topic_name(kafka, target),
         topic_shape: kafka.topic_config,
         delivery: kafka.delivery,
@@ -52,19 +60,58 @@ pub fn kafka_settings(kafka: &KafkaConfig, target: Target<'_>) -> KafkaSettings 
         transactional_id: transactional_id(target.pipeline),
         retry,
         shared: false,
-    }
+    })
 }
 
-fn connection(kafka: &KafkaConfig, timeout: Duration) -> Connection {
-    Connection {
+async fn connection(
+    kafka: &KafkaConfig,
+    target: Target<'_>,
+    sdk: Option<&aws::SdkSettings>,
+    timeout: Duration,
+) -> Result<Connection, Failure> {
+    Ok(Connection {
         brokers: kafka.brokers.clone(),
-        properties: kafka
-            .properties
-            .iter()
-            .map(|(name, value)| (name.clone(), value.expose().to_string()))
-            .collect(),
+        properties: kafka.client_properties(),
         timeout,
-    }
+        msk_iam: msk_iam(kafka, target, sdk).await?,
+    })
+}
+
+/// The MSK IAM tokens of `kafka` (docs/sinks.md §7.7 rule 4): for the cluster's region
+/// (`msk_iam.region`, else `source.region`, else the AWS configuration's), signed with the
+/// AWS configuration's credentials; `None` without `msk_iam`.
+async fn msk_iam(
+    kafka: &KafkaConfig,
+    target: Target<'_>,
+    sdk: Option<&aws::SdkSettings>,
+) -> Result<Option<MskIam>, Failure> {
+    let Some(msk_iam) = &kafka.msk_iam else {
+        return Ok(None);
+    };
+    let loaded;
+    let sdk = match sdk {
+        Some(sdk) => sdk,
+        None => {
+            loaded = aws::load_sdk_config(&plan::client_settings(target.source)).await;
+            &loaded
+        }
+    };
+    let region = (msk_iam.region.clone())
+        .or_else(|| target.source.region.clone())
+        .or_else(|| sdk.region().map(ToString::to_string));
+    let Some(region) = region else {
+        return Err(Failure::usage(anyhow!(
+            "config error: sink.msk_iam.region: the cluster's region is not known: set \
+             msk_iam.region (or source.region, or AWS_REGION)"
+        )));
+    };
+    let Some(credentials) = sdk.credentials_provider() else {
+        return Err(Failure::usage(anyhow!(
+            "config error: sink.msk_iam: the AWS configuration has no credentials to sign \
+             MSK IAM tokens with"
+        )));
+    };
+    Ok(Some(MskIam::new(region, credentials)))
 }
 
 /// Opens the kafka sink of `target`: its topics made when missing and, for `exactly_once`,
@@ -78,6 +125,7 @@ pub async fn open_kafka(
     table: Option<&TableDescription>,
     records: Records,
     shared: bool,
+    sdk: Option<&aws::SdkSettings>,
 ) -> Result<(KafkaSink, Option<KafkaPositions>), Failure> {
     let Some(table) = table else {
         return Err(Failure::runtime(anyhow!(
@@ -96,7 +144,7 @@ pub async fn open_kafka(
     .map_err(|problem| Failure::runtime(anyhow!("sink kafka: {problem}")))?;
     let settings = KafkaSettings {
         shared,
-        ..kafka_settings(kafka, target)
+        ..kafka_settings(kafka, target, sdk).await?
     };
     let sink = KafkaSink::open(settings, shaper)
         .await
@@ -107,7 +155,7 @@ pub async fn open_kafka(
 
 /// The positions topic of an `exactly_once` kafka sink, for reading (`state show`, `lag`,
 /// `check`); `None` for `at_least_once`, whose position is in the state file.
-pub fn positions_reader(
+pub async fn positions_reader(
     kafka: &KafkaConfig,
     target: Target<'_>,
 ) -> Result<Option<KafkaPositions>, Failure> {
@@ -115,7 +163,8 @@ pub fn positions_reader(
         return Ok(None);
     }
     let timeout = target.source.retry.policy().attempt_timeout;
-    let security = Security::of(&connection(kafka, timeout).properties)
+    let connection = connection(kafka, target, None, timeout).await?;
+    let security = Security::of(&connection.properties, connection.msk_iam.as_ref())
         .map_err(|problem| Failure::usage(anyhow!("config error: {problem}")))?;
     Ok(Some(KafkaPositions::reading(
         &kafka.brokers,

@@ -70,7 +70,27 @@ pub(crate) static FIELDS: &[Field] = &[
         Shape::Section(TOPIC_CONFIG),
         "Partitions and replication of a topic ddbpipe creates; unset: the broker's defaults.",
     ),
+    optional(
+        "msk_iam",
+        Shape::Section(MSK_IAM),
+        "Amazon MSK's IAM access control: SASL OAUTHBEARER with tokens signed by the run's AWS \
+         credentials (security.protocol SASL_SSL unless set); {} for the defaults.",
+    ),
 ];
+
+/// The keys of `sink.msk_iam`.
+static MSK_IAM: &[Field] = &[optional(
+    "region",
+    of::<String>(),
+    "The cluster's region; default source.region, else the run's.",
+)];
+
+/// `sink.msk_iam`: MSK's IAM access control (docs/sinks.md §7.7 rule 4).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MskIamConfig {
+    /// The cluster's region; `None`: the source's, else the run's.
+    pub region: Option<String>,
+}
 
 /// The keys of `sink.topic_config`.
 static TOPIC_CONFIG: &[Field] = &[
@@ -101,6 +121,8 @@ pub struct KafkaConfig {
     pub properties: BTreeMap<String, Secret>,
     /// How a missing topic is made.
     pub topic_config: TopicShape,
+    /// MSK's IAM access control, when set.
+    pub msk_iam: Option<MskIamConfig>,
 }
 
 impl Choice for EnvelopeKind {
@@ -151,6 +173,11 @@ pub(crate) fn read(f: &mut Fields<'_>) -> KafkaConfig {
         }
         None => TopicShape::default(),
     };
+    let msk_iam = f.section("msk_iam").map(|mut section| {
+        let region = section.get::<String>("region");
+        section.finish();
+        MskIamConfig { region }
+    });
     KafkaConfig {
         brokers: brokers.unwrap_or_default(),
         topic,
@@ -160,6 +187,68 @@ pub(crate) fn read(f: &mut Fields<'_>) -> KafkaConfig {
         positions_topic,
         properties,
         topic_config,
+        msk_iam,
+    }
+}
+
+impl KafkaConfig {
+    /// The client properties: the section's, and with `msk_iam` SASL `OAUTHBEARER` over
+    /// `SASL_SSL` unless `security.protocol` says `SASL_PLAINTEXT` (docs/sinks.md §7.7 rule 4).
+    pub(crate) fn client_properties(&self) -> Vec<(String, String)> {
+        let mut properties: Vec<(String, String)> = (self.properties.iter())
+            .map(|(name, value)| (name.clone(), value.expose().to_string()))
+            .collect();
+        if self.msk_iam.is_some() {
+            if !self.properties.contains_key(PROTOCOL) {
+                properties.push((PROTOCOL.into(), "SASL_SSL".into()));
+            }
+            properties.push((MECHANISM.into(), OAUTHBEARER.into()));
+        }
+        properties
+    }
+}
+
+const PROTOCOL: &str = "security.protocol";
+const MECHANISM: &str = "sasl.mechanism";
+const OAUTHBEARER: &str = "OAUTHBEARER";
+
+/// What `msk_iam` cannot be set beside, or needs of `properties` (docs/sinks.md §7.7 rule
+/// 4); without `msk_iam`, `OAUTHBEARER` has no token (librdkafka's own sources are not used:
+/// ddbpipe answers its token refreshes).
+fn msk_iam_problems(kafka: &KafkaConfig, errors: &mut Vec<ConfigError>) {
+    let property = |name: &str| kafka.properties.get(name).map(|value| value.expose());
+    let mechanism = property(MECHANISM).or(property("sasl.mechanisms"));
+    if kafka.msk_iam.is_none() {
+        if mechanism.is_some_and(|m| m.eq_ignore_ascii_case(OAUTHBEARER)) {
+            let (field, message) = (ddbpipe_kafka::log::NO_TOKENS.split_once(": "))
+                .unwrap_or(("sink.properties", ddbpipe_kafka::log::NO_TOKENS));
+            errors.push(ConfigError::new(field, message));
+        }
+        return;
+    }
+    for name in [
+        MECHANISM,
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+    ] {
+        if property(name).is_some() {
+            errors.push(ConfigError::new(
+                format!("sink.properties.{name}"),
+                "msk_iam authenticates with its own OAUTHBEARER tokens: remove this property",
+            ));
+        }
+    }
+    if let Some(protocol) = property(PROTOCOL)
+        && !["SASL_SSL", "SASL_PLAINTEXT"]
+            .iter()
+            .any(|sasl| protocol.eq_ignore_ascii_case(sasl))
+    {
+        errors.push(ConfigError::new(
+            format!("sink.properties.{PROTOCOL}"),
+            "msk_iam authenticates over SASL: SASL_SSL (the default with msk_iam, as MSK's IAM \
+             listener on port 9098 takes), or SASL_PLAINTEXT",
+        ));
     }
 }
 
@@ -206,16 +295,23 @@ pub(crate) fn validate(kafka: &KafkaConfig, errors: &mut Vec<ConfigError>) {
             ));
         }
     }
+    let before = errors.len();
+    msk_iam_problems(kafka, errors);
     // The positions are read back by ddbpipe's own reader of the log, over PLAINTEXT or TLS
     // as the same properties say (docs/sinks.md §7.7 rule 4): what it cannot use is refused
-    // here, naming the property, before anything connects.
-    if kafka.delivery == Delivery::ExactlyOnce {
-        let properties: Vec<(String, String)> = kafka
-            .properties
-            .iter()
-            .map(|(name, value)| (name.clone(), value.expose().to_string()))
-            .collect();
-        if let Err(problem) = Security::of(&properties) {
+    // here, naming the property, before anything connects. With msk_iam its SASL is the
+    // tokens' (checked above), and the rest is read as for any connection.
+    if kafka.delivery == Delivery::ExactlyOnce && errors.len() == before {
+        let mut properties = kafka.client_properties();
+        if kafka.msk_iam.is_some() {
+            properties.retain(|(name, _)| name != MECHANISM);
+            for (name, value) in &mut properties {
+                if name == PROTOCOL {
+                    *value = value.to_ascii_uppercase().replace("SASL_", "");
+                }
+            }
+        }
+        if let Err(problem) = Security::of(&properties, None) {
             let (field, message) = problem
                 .split_once(": ")
                 .unwrap_or(("sink.properties", &problem));
