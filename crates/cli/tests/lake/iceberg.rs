@@ -819,6 +819,29 @@ fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
         "{}",
         stdout(&check)
     );
+    // The columns Glue lists (boto3 reads them) are the table's, with Hive's types.
+    let listed = iceberg_python(&["glue-columns", &moto.endpoint, "dynamodb", "orders"]);
+    let listed: Vec<(String, String, BTreeMap<String, String>)> =
+        serde_json::from_slice(&listed).unwrap();
+    let hive = |iceberg: &str| {
+        match iceberg {
+            "long" => "bigint",
+            "timestamptz" => "timestamp",
+            other => other,
+        }
+        .to_string()
+    };
+    let names: BTreeMap<String, String> = (listed.iter())
+        .map(|(name, kind, _)| (name.clone(), kind.clone()))
+        .collect();
+    let expected: BTreeMap<String, String> = (table.schema.iter())
+        .map(|(name, kind)| (name.clone(), hive(kind)))
+        .collect();
+    assert_eq!(names, expected, "{listed:?}");
+    assert!(
+        (listed.iter()).all(|(_, _, parameters)| parameters.contains_key("iceberg.field.id")),
+        "{listed:?}"
+    );
 
     // A Glue table of the name that is not Iceberg's.
     iceberg_python(&["glue-table", &moto.endpoint, "dynamodb", "plain"]);

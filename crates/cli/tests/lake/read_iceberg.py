@@ -8,9 +8,11 @@ it as JSON.
     read_iceberg.py current <docs/sinks.md> <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py bucket <n> <value>...
     read_iceberg.py glue-table <endpoint> <database> <table>
+    read_iceberg.py glue-columns <endpoint> <database> <table>
 
 `glue-table` makes a Glue table that is not an Iceberg table (a Hive table's parameters), in
-a database made when missing, and prints its parameters.
+a database made when missing, and prints its parameters. `glue-columns` prints the columns a
+Glue table lists (boto3's GetTable): [[name, type, {parameters}], ...].
 
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
@@ -86,6 +88,16 @@ def glue_table(endpoint, database, table):
         "StorageDescriptor": {"Location": f"s3://elsewhere/{table}"},
     })
     return glue.get_table(DatabaseName=database, Name=table)["Table"]["Parameters"]
+
+
+def glue_columns(endpoint, database, table):
+    import boto3
+
+    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    found = glue.get_table(DatabaseName=database, Name=table)["Table"]
+    columns = found.get("StorageDescriptor", {}).get("Columns", [])
+    return [[c["Name"], c["Type"], c.get("Parameters", {})] for c in columns]
 
 
 def read(table):
@@ -231,6 +243,8 @@ def main():
         print(json.dumps(read(catalog(uri, name, endpoint).load_table(ident))))
     elif kind == "glue-table":
         print(json.dumps(glue_table(*sys.argv[2:5])))
+    elif kind == "glue-columns":
+        print(json.dumps(glue_columns(*sys.argv[2:5])))
     elif kind == "bucket":
         bucket = BucketTransform(int(sys.argv[2])).transform(StringType())
         print(json.dumps([bucket(value) for value in sys.argv[3:]]))

@@ -203,7 +203,12 @@ impl IcebergTable {
         let location = location.to_string();
         let catalog = &self.settings.catalog;
         catalog
-            .create(&self.settings.namespace, &self.settings.table, &location)
+            .create(
+                &self.settings.namespace,
+                &self.settings.table,
+                &location,
+                metadata.current_schema(),
+            )
             .await?;
         tracing::info!(table = %self.describe(), "Created the Iceberg table.");
         self.current()
@@ -412,7 +417,13 @@ impl IcebergTable {
         let new = new.to_string();
         let catalog = &self.settings.catalog;
         if catalog
-            .swap(&self.settings.namespace, &self.settings.table, old, &new)
+            .swap(
+                &self.settings.namespace,
+                &self.settings.table,
+                old,
+                &new,
+                metadata.current_schema(),
+            )
             .await?
         {
             self.table = Some(self.table(new, metadata)?);

@@ -11,9 +11,8 @@
 //!    name is refused, naming it.
 //! 2. **Create**: the database when missing (`AlreadyExistsException`: another writer made
 //!    it), then the table: `EXTERNAL_TABLE`, `table_type` `ICEBERG`, `metadata_location`, its
-//!    storage location the directory above the metadata's. `AlreadyExistsException` is another
-//!    writer's table: `false`. The Glue columns are not listed: engines read an Iceberg
-//!    table's schema from its metadata.
+//!    storage location the directory above the metadata's, its columns the schema's (rule 5).
+//!    `AlreadyExistsException` is another writer's table: `false`.
 //! 3. **Swap**: `GetTable`; a `metadata_location` other than the commit's base is a conflict.
 //!    Else `UpdateTable` with what the table had kept (description, owner, storage
 //!    descriptor, partition keys, parameters others set), `metadata_location` the new one and
@@ -25,15 +24,25 @@
 //! 4. **`check`** reads the catalog (`GetDatabases`, one): the credentials, the endpoint and
 //!    the permission to read it. Whether the role may create and update tables shows at a
 //!    run's first commit: Glue has no dry run.
+//! 5. **Columns.** The table's storage descriptor lists the current schema's columns, as
+//!    pyiceberg's and Iceberg's own Glue catalogs write them: each field's name, its Hive type
+//!    ([`hive_type`]: `long` is `bigint`, a timestamp `timestamp`, a decimal
+//!    `decimal(p,s)`, nested types spelled out) and parameters `iceberg.field.id`,
+//!    `iceberg.field.optional` and `iceberg.field.current`. Engines read an Iceberg table's
+//!    schema from its metadata; the Glue console, Lake Formation's column permissions and
+//!    crawlers read these. A commit rewrites them from the schema it commits (a typed column
+//!    added shows at once), keeping the rest of the storage descriptor.
 
 use std::collections::HashMap;
 
 use aws_sdk_glue::Client;
 use aws_sdk_glue::error::SdkError;
-use aws_sdk_glue::types::{DatabaseInput, StorageDescriptor, Table, TableInput};
+use aws_sdk_glue::types::{Column, DatabaseInput, StorageDescriptor, Table, TableInput};
 use ddbpipe_source::aws::{SdkSettings, api_error};
 use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::error::{ApiError, Contact};
+
+use iceberg::spec::{PrimitiveType, Schema, Type};
 
 use crate::failure::Failure;
 
@@ -210,6 +219,7 @@ impl GlueCatalog {
         namespace: &str,
         table: &str,
         metadata_location: &str,
+        schema: &Schema,
     ) -> Result<bool, Failure> {
         let database = DatabaseInput::builder()
             .name(namespace)
@@ -232,7 +242,12 @@ impl GlueCatalog {
             .table_type("EXTERNAL_TABLE")
             .parameters(TABLE_TYPE, ICEBERG)
             .parameters(METADATA_LOCATION, metadata_location)
-            .storage_descriptor(StorageDescriptor::builder().location(location).build())
+            .storage_descriptor(
+                StorageDescriptor::builder()
+                    .location(location)
+                    .set_columns(Some(columns(schema)?))
+                    .build(),
+            )
             .build()
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
         let made = (self.client.create_table())
@@ -257,6 +272,7 @@ impl GlueCatalog {
         table: &str,
         old: &str,
         new: &str,
+        schema: &Schema,
     ) -> Result<bool, Failure> {
         let Some(found) = self.table(namespace, table).await? else {
             return Ok(false);
@@ -265,7 +281,7 @@ impl GlueCatalog {
             return Ok(false);
         }
         let version = found.version_id.clone();
-        let input = kept(found, old, new)?;
+        let input = kept(found, old, new, schema)?;
         let updated = (self.client.update_table())
             .set_catalog_id(self.catalog_id.clone())
             .database_name(namespace)
@@ -288,11 +304,15 @@ impl GlueCatalog {
 }
 
 /// Rule 3: the input that keeps what Glue table `found` had, moved from metadata `old` to
-/// `new`.
-fn kept(found: Table, old: &str, new: &str) -> Result<TableInput, Failure> {
+/// `new`, its columns `schema`'s (rule 5).
+fn kept(found: Table, old: &str, new: &str, schema: &Schema) -> Result<TableInput, Failure> {
     let mut parameters: HashMap<String, String> = found.parameters.unwrap_or_default();
     parameters.insert(METADATA_LOCATION.into(), new.into());
     parameters.insert(PREVIOUS_METADATA_LOCATION.into(), old.into());
+    let mut storage = found
+        .storage_descriptor
+        .unwrap_or_else(|| StorageDescriptor::builder().build());
+    storage.columns = Some(columns(schema)?);
     TableInput::builder()
         .name(found.name)
         .set_description(found.description)
@@ -300,13 +320,64 @@ fn kept(found: Table, old: &str, new: &str) -> Result<TableInput, Failure> {
         .set_last_access_time(found.last_access_time)
         .set_last_analyzed_time(found.last_analyzed_time)
         .retention(found.retention)
-        .set_storage_descriptor(found.storage_descriptor)
+        .storage_descriptor(storage)
         .set_partition_keys(found.partition_keys)
         .set_table_type(found.table_type)
         .set_parameters(Some(parameters))
         .set_target_table(found.target_table)
         .build()
         .map_err(|e| Failure::definite(format!("internal error: {e}")))
+}
+
+/// Rule 5: the Glue columns of `schema`.
+fn columns(schema: &Schema) -> Result<Vec<Column>, Failure> {
+    (schema.as_struct().fields().iter())
+        .map(|field| {
+            Column::builder()
+                .name(&field.name)
+                .r#type(hive_type(&field.field_type))
+                .set_comment(field.doc.clone())
+                .parameters("iceberg.field.id", field.id.to_string())
+                .parameters("iceberg.field.optional", (!field.required).to_string())
+                .parameters("iceberg.field.current", "true")
+                .build()
+                .map_err(|e| Failure::definite(format!("internal error: {e}")))
+        })
+        .collect()
+}
+
+/// The Hive type Glue lists for an Iceberg type (rule 5), as Iceberg's and pyiceberg's Glue
+/// catalogs spell it.
+pub(crate) fn hive_type(field_type: &Type) -> String {
+    match field_type {
+        Type::Primitive(primitive) => match primitive {
+            PrimitiveType::Boolean => "boolean".into(),
+            PrimitiveType::Int => "int".into(),
+            PrimitiveType::Long => "bigint".into(),
+            PrimitiveType::Float => "float".into(),
+            PrimitiveType::Double => "double".into(),
+            PrimitiveType::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
+            PrimitiveType::Date => "date".into(),
+            PrimitiveType::Timestamp
+            | PrimitiveType::Timestamptz
+            | PrimitiveType::TimestampNs
+            | PrimitiveType::TimestamptzNs => "timestamp".into(),
+            PrimitiveType::Time | PrimitiveType::String | PrimitiveType::Uuid => "string".into(),
+            PrimitiveType::Fixed(_) | PrimitiveType::Binary => "binary".into(),
+        },
+        Type::Struct(fields) => {
+            let fields: Vec<String> = (fields.fields().iter())
+                .map(|field| format!("{}:{}", field.name, hive_type(&field.field_type)))
+                .collect();
+            format!("struct<{}>", fields.join(","))
+        }
+        Type::List(list) => format!("array<{}>", hive_type(&list.element_field.field_type)),
+        Type::Map(map) => format!(
+            "map<{},{}>",
+            hive_type(&map.key_field.field_type),
+            hive_type(&map.value_field.field_type)
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +445,62 @@ mod tests {
         }
     }
 
+    /// A table's schema: a key, a typed decimal and list, a document, an event time.
+    fn schema() -> Schema {
+        use iceberg::spec::{ListType, NestedField};
+        let list = ListType::new(
+            NestedField::list_element(6, Type::from(PrimitiveType::Long), false).into(),
+        );
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "pk", Type::from(PrimitiveType::String)).into(),
+                NestedField::optional(
+                    2,
+                    "price",
+                    Type::from(PrimitiveType::Decimal {
+                        precision: 38,
+                        scale: 4,
+                    }),
+                )
+                .into(),
+                NestedField::optional(3, "tags", Type::List(list)).into(),
+                NestedField::optional(4, "document", Type::from(PrimitiveType::String)).into(),
+                NestedField::optional(5, "event_time", Type::from(PrimitiveType::Timestamptz))
+                    .into(),
+            ])
+            .build()
+            .unwrap()
+    }
+
+    /// Rule 5: the columns Glue lists are the schema's, in order, with their Hive types and
+    /// Iceberg's field parameters.
+    #[test]
+    fn the_glue_columns_are_the_schemas_with_hive_types() {
+        let columns = columns(&schema()).unwrap();
+        let listed: Vec<(&str, &str)> = columns
+            .iter()
+            .map(|c| (c.name(), c.r#type().unwrap()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("pk", "string"),
+                ("price", "decimal(38,4)"),
+                ("tags", "array<bigint>"),
+                ("document", "string"),
+                ("event_time", "timestamp"),
+            ]
+        );
+        let pk = columns[0].parameters().unwrap();
+        assert_eq!(pk["iceberg.field.id"], "1");
+        assert_eq!(pk["iceberg.field.optional"], "false");
+        assert_eq!(pk["iceberg.field.current"], "true");
+        assert_eq!(
+            columns[1].parameters().unwrap()["iceberg.field.optional"],
+            "true"
+        );
+    }
+
     /// `GetTable`'s answer: an Iceberg table at `OLD`, version 7.
     fn iceberg_table() -> (u16, String) {
         let body = format!(
@@ -393,7 +520,10 @@ mod tests {
         let (status, table) = iceberg_table();
         let refused = r#"{"__type": "ConcurrentModificationException", "Message": "changed"}"#;
         let glue = Scripted::answering(&[(status, &table), (400, refused)]);
-        let swapped = glue.catalog().swap("dynamodb", "orders", OLD, NEW).await;
+        let swapped = glue
+            .catalog()
+            .swap("dynamodb", "orders", OLD, NEW, &schema())
+            .await;
         assert!(!swapped.unwrap(), "a conflict");
         let update = glue.sent(1);
         assert_eq!(update["VersionId"], "7", "{update}");
@@ -406,7 +536,10 @@ mod tests {
 
         // Accepted, it is a commit.
         let glue = Scripted::answering(&[(status, &table), (200, "{}")]);
-        let swapped = glue.catalog().swap("dynamodb", "orders", OLD, NEW).await;
+        let swapped = glue
+            .catalog()
+            .swap("dynamodb", "orders", OLD, NEW, &schema())
+            .await;
         assert!(swapped.unwrap(), "committed");
     }
 
@@ -417,7 +550,10 @@ mod tests {
         let (status, table) = iceberg_table();
         let glue = Scripted::answering(&[(status, &table)]);
         let other = "s3://w/dynamodb.db/orders/metadata/00000-z.metadata.json";
-        let swapped = glue.catalog().swap("dynamodb", "orders", other, NEW).await;
+        let swapped = glue
+            .catalog()
+            .swap("dynamodb", "orders", other, NEW, &schema())
+            .await;
         assert!(!swapped.unwrap());
         assert_eq!(glue.sent.lock().unwrap().len(), 1, "GetTable only");
     }
@@ -477,7 +613,8 @@ mod tests {
     }
 
     /// Rule 3: a commit keeps what others set on the table (its owner, description, storage
-    /// descriptor, their parameters) and moves only the two locations.
+    /// descriptor, their parameters) and moves only the two locations, and the columns to the
+    /// schema it commits (rule 5).
     #[test]
     fn a_commit_keeps_what_the_table_had_and_moves_the_locations() {
         let found = Table::builder()
@@ -496,16 +633,17 @@ mod tests {
             found,
             "s3://w/t/metadata/00001-a.metadata.json",
             "s3://w/t/metadata/00002-b.metadata.json",
+            &schema(),
         )
         .unwrap();
         assert_eq!(input.name, "orders");
         assert_eq!(input.owner.as_deref(), Some("data-team"));
         assert_eq!(input.description.as_deref(), Some("orders from DynamoDB"));
         assert_eq!(input.table_type.as_deref(), Some("EXTERNAL_TABLE"));
-        assert_eq!(
-            input.storage_descriptor.and_then(|sd| sd.location),
-            Some("s3://w/t".to_string())
-        );
+        let storage = input.storage_descriptor.unwrap();
+        assert_eq!(storage.location.as_deref(), Some("s3://w/t"));
+        let columns: Vec<&str> = storage.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(columns, ["pk", "price", "tags", "document", "event_time"]);
         let parameters = input.parameters.unwrap();
         assert_eq!(parameters[TABLE_TYPE], ICEBERG);
         assert_eq!(parameters["lakeformation.owner"], "someone");

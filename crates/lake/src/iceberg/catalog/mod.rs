@@ -16,6 +16,8 @@
 mod glue;
 mod sql;
 
+use iceberg::spec::Schema;
+
 use crate::failure::Failure;
 
 pub use glue::{GlueCatalog, glue_name};
@@ -64,34 +66,39 @@ impl Catalog {
         }
     }
 
-    /// Records a new table (and its namespace) at `metadata_location`; `false` when another
-    /// writer recorded it first.
+    /// Records a new table (and its namespace) at `metadata_location`, whose current schema
+    /// is `schema` (Glue lists its columns); `false` when another writer recorded it first.
     pub(crate) async fn create(
         &self,
         namespace: &str,
         table: &str,
         metadata_location: &str,
+        schema: &Schema,
     ) -> Result<bool, Failure> {
         match self {
             Catalog::Sql(catalog) => (catalog.create(namespace, table, metadata_location).await)
                 .map_err(Failure::transient),
-            Catalog::Glue(catalog) => catalog.create(namespace, table, metadata_location).await,
+            Catalog::Glue(catalog) => {
+                (catalog.create(namespace, table, metadata_location, schema)).await
+            }
         }
     }
 
-    /// Rule 2: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
+    /// Rule 2: moves `namespace.table` from metadata `old` to `new`, whose current schema is
+    /// `schema`; `false` on a conflict.
     pub(crate) async fn swap(
         &self,
         namespace: &str,
         table: &str,
         old: &str,
         new: &str,
+        schema: &Schema,
     ) -> Result<bool, Failure> {
         match self {
             Catalog::Sql(catalog) => {
                 (catalog.swap(namespace, table, old, new).await).map_err(Failure::transient)
             }
-            Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new).await,
+            Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new, schema).await,
         }
     }
 }
