@@ -199,9 +199,9 @@ impl Connection {
             }
             // Another process made it meanwhile.
             Created::There => Ok(false),
-            Created::NotAllowed(_) => Err(TopicError::Definite(format!(
-                "topic '{topic}' does not exist and this client may not create it: create it, \
-                 or grant CREATE"
+            Created::NotAllowed(why) => Err(TopicError::Definite(format!(
+                "topic '{topic}' does not exist and this client may not create it ({why}): \
+                 create it, or grant CREATE"
             ))),
         }
     }
