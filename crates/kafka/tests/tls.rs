@@ -29,6 +29,23 @@ use tokio_rustls::TlsAcceptor;
 const KEY: &str = "AKIDMSKIAMTEST";
 const SECRET: &str = "msk-iam-test-secret-kept-out-of-every-message";
 
+/// A credentials chain that finds none.
+#[derive(Debug)]
+struct NoCredentials;
+
+impl aws_credential_types::provider::ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+            aws_credential_types::provider::error::CredentialsError::not_loaded("no profile here"),
+        ))
+    }
+}
+
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Terminates TLS on `port` with `certificate` and `key`, passing each connection's bytes to
@@ -272,10 +289,25 @@ async fn msk_iam_tokens_authenticate_the_admin_client_the_producer_and_the_reade
         .unwrap_err()
         .to_string();
     assert!(
-        refused.contains("OAUTHBEARER") && refused.contains("not an MSK IAM token"),
+        refused.contains("OAUTHBEARER")
+            && refused.contains("not an MSK IAM token")
+            && refused.contains("sink.msk_iam.region"),
         "{refused}"
     );
     assert!(!refused.contains(SECRET), "{refused}");
+    // Credentials that cannot be had: the token is not made, and the error says why.
+    let nowhere = MskIam::new("eu-west-1", SharedCredentialsProvider::new(NoCredentials));
+    let failed = LogReader::new(&address, Duration::from_secs(5))
+        .with_security(Security::of(&properties, Some(&nowhere)).unwrap())
+        .last_committed("positions", 0, b"p")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        failed.contains("cannot make an MSK IAM token for region eu-west-1")
+            && failed.contains("no profile here"),
+        "{failed}"
+    );
     assert_eq!(
         Security::of(&properties, None).unwrap_err(),
         ddbpipe_kafka::log::NO_TOKENS

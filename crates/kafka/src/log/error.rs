@@ -105,8 +105,7 @@ pub enum LogError {
     /// Definite: the topic does not exist.
     #[error(
         "Kafka broker {broker} did not authenticate ddbpipe's position reader with SASL \
-         {mechanism}: {message}; check sink.properties sasl.mechanism, sasl.username and \
-         sasl.password"
+         {mechanism}: {message}; {remedy}"
     )]
     /// SASL failed (`sasl` rule 3).
     Authentication {
@@ -116,6 +115,8 @@ pub enum LogError {
         mechanism: &'static str,
         /// What failed, never a secret.
         message: String,
+        /// What to check for the mechanism.
+        remedy: &'static str,
     },
     #[error("Kafka topic {topic:?} does not exist; create it, or check the topic name")]
     UnknownTopic {

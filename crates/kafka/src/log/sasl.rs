@@ -145,10 +145,20 @@ impl Sasl {
     /// Rule 2 on an open connection whose API versions are known.
     pub(super) async fn authenticate(&self, connection: &mut Connection) -> Result<(), LogError> {
         let mechanism = self.mechanism.name();
+        let remedy = match &self.credentials {
+            Credentials::Password { .. } => {
+                "check sink.properties sasl.mechanism, sasl.username and sasl.password"
+            }
+            Credentials::Token(_) => {
+                "check the run's AWS credentials, sink.msk_iam.region and that the role may \
+                 kafka-cluster:Connect"
+            }
+        };
         let refused = |connection: &Connection, message: String| LogError::Authentication {
             broker: connection.broker().to_string(),
             mechanism,
             message,
+            remedy,
         };
         let handshake =
             SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
