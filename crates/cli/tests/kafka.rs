@@ -911,7 +911,9 @@ fn msk_iam_authenticates_check_run_and_state_with_the_runs_credentials() {
     let said = format!("{}{}", stdout(&check), stderr(&check));
     assert_eq!(check.status.code(), Some(0), "{said}");
     assert!(
-        said.contains("PASS sink") && said.contains("/check' may be used"),
+        said.contains("PASS sink")
+            && said.contains("(MSK IAM, us-east-1)")
+            && said.contains("/check' may be used"),
         "{said}"
     );
     let output = run(&pipeline);

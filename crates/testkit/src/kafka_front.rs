@@ -207,18 +207,20 @@ pub async fn sasl_listener(port: u16, to: u16, accepts: Accepts) {
                 let Ok(mut broker) = TcpStream::connect(("127.0.0.1", to)).await else {
                     return;
                 };
-                let secrets = match &accepts {
-                    Accepts::Scram(secrets) => Arc::clone(secrets),
-                    Accepts::Bearer { .. } => Arc::new(Secrets::of("")),
+                // SCRAM's server configuration; OAUTHBEARER's tokens are judged by `bearer`.
+                let config = match &accepts {
+                    Accepts::Scram(secrets) => Some(
+                        rsasl::prelude::SASLConfig::builder()
+                            .with_defaults()
+                            .with_callback(Secrets {
+                                salt: secrets.salt.clone(),
+                                stored_key: secrets.stored_key.clone(),
+                                server_key: secrets.server_key.clone(),
+                            })
+                            .unwrap(),
+                    ),
+                    Accepts::Bearer { .. } => None,
                 };
-                let config = rsasl::prelude::SASLConfig::builder()
-                    .with_defaults()
-                    .with_callback(Secrets {
-                        salt: secrets.salt.clone(),
-                        stored_key: secrets.stored_key.clone(),
-                        server_key: secrets.server_key.clone(),
-                    })
-                    .unwrap();
                 let mechanism = rsasl::prelude::Mechname::parse(b"SCRAM-SHA-512").unwrap();
                 let mut session = None;
                 loop {
@@ -241,11 +243,11 @@ pub async fn sasl_listener(port: u16, to: u16, accepts: Accepts) {
                             let said = SaslHandshakeResponse::default()
                                 .with_error_code(if known { 0 } else { 33 })
                                 .with_mechanisms(vec![StrBytes::from_static_str(offered)]);
-                            if known && matches!(accepts, Accepts::Scram(_)) {
+                            if known && let Some(config) = &config {
                                 let server = rsasl::prelude::SASLServer::<
                                     rsasl::validate::NoValidation,
                                 >::new(Arc::clone(
-                                    &config,
+                                    config,
                                 ));
                                 session = Some(server.start_suggested(mechanism).unwrap());
                             }

@@ -31,6 +31,11 @@ pub(super) async fn probe_kafka(
     };
     settings.connection.timeout = timeout;
     let (topic, connection) = (&settings.topic, &settings.connection);
+    // With MSK IAM, the region its tokens are signed for (docs/sinks.md §7.7 rule 4).
+    let brokers = match &connection.msk_iam {
+        Some(msk_iam) => format!("{} (MSK IAM, {})", kafka.brokers, msk_iam.region()),
+        None => kafka.brokers.clone(),
+    };
     let mut said = Vec::new();
     let probed = async {
         said.push(connection.probe(topic, false).await?);
@@ -46,19 +51,15 @@ pub(super) async fn probe_kafka(
         Ok(Ok(())) => probes.add(
             "sink",
             Status::Pass,
-            format!("kafka {}: {}", kafka.brokers, said.join("; ")),
+            format!("kafka {brokers}: {}", said.join("; ")),
         ),
-        Ok(Err(problem)) => probes.add(
-            "sink",
-            Status::Fail,
-            format!("kafka {}: {problem}", kafka.brokers),
-        ),
+        Ok(Err(problem)) => probes.add("sink", Status::Fail, format!("kafka {brokers}: {problem}")),
         Err(_) => probes.add(
             "sink",
             Status::Fail,
             format!(
-                "kafka {}: no answer within {} s: check sink.brokers and that the brokers run",
-                kafka.brokers,
+                "kafka {brokers}: no answer within {} s: check sink.brokers and that the brokers \
+                 run",
                 (timeout * 2).as_secs()
             ),
         ),
