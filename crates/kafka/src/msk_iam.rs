@@ -82,7 +82,7 @@ impl MskIam {
             Ok(Err(error)) => Err(format!(
                 "cannot make an MSK IAM token for region {}: {}",
                 self.region,
-                with_causes(&error)
+                ddbpipe_source::aws::causes(&error)
             )),
             Err(_) => Err(format!(
                 "cannot make an MSK IAM token for region {}: no credentials within {}s",
@@ -113,21 +113,6 @@ impl MskIam {
             lifetime_ms: token.expires_at_ms,
         })
     }
-}
-
-/// `error` and its causes, each once (the credentials chain says why in its causes).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut said = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        let text = inner.to_string();
-        if !said.contains(&text) {
-            said.push_str(": ");
-            said.push_str(&text);
-        }
-        cause = inner.source();
-    }
-    said
 }
 
 #[cfg(test)]

@@ -281,13 +281,16 @@ async fn msk_iam_tokens_authenticate_the_admin_client_the_producer_and_the_reade
     let value = last.and_then(|record| record.value).unwrap();
     assert_eq!(&value[..], b"committed");
 
-    let elsewhere = MskIam::new("us-east-1", credentials());
-    let refused = LogReader::new(&address, Duration::from_secs(5))
-        .with_security(Security::of(&properties, Some(&elsewhere)).unwrap())
-        .last_committed("positions", 0, b"p")
-        .await
-        .unwrap_err()
-        .to_string();
+    // What a reader with `tokens` is told.
+    let refusal = |tokens: MskIam| {
+        let security = Security::of(&properties, Some(&tokens)).unwrap();
+        let reader = LogReader::new(&address, Duration::from_secs(5)).with_security(security);
+        async move {
+            let read = reader.last_committed("positions", 0, b"p").await;
+            read.unwrap_err().to_string()
+        }
+    };
+    let refused = refusal(MskIam::new("us-east-1", credentials())).await;
     assert!(
         refused.contains("OAUTHBEARER")
             && refused.contains("not an MSK IAM token")
@@ -297,12 +300,7 @@ async fn msk_iam_tokens_authenticate_the_admin_client_the_producer_and_the_reade
     assert!(!refused.contains(SECRET), "{refused}");
     // Credentials that cannot be had: the token is not made, and the error says why.
     let nowhere = MskIam::new("eu-west-1", SharedCredentialsProvider::new(NoCredentials));
-    let failed = LogReader::new(&address, Duration::from_secs(5))
-        .with_security(Security::of(&properties, Some(&nowhere)).unwrap())
-        .last_committed("positions", 0, b"p")
-        .await
-        .unwrap_err()
-        .to_string();
+    let failed = refusal(nowhere).await;
     assert!(
         failed.contains("cannot make an MSK IAM token for region eu-west-1")
             && failed.contains("no profile here"),

@@ -133,7 +133,7 @@ fn credentials_error(error: &(dyn std::error::Error + 'static)) -> Option<String
 }
 
 /// An error and its sources as one line, `outer: inner: …`, each message once.
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current = Some(error);
     while let Some(error) = current {
