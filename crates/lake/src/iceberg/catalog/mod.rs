@@ -14,6 +14,7 @@
 //!    since: `ConcurrentModificationException`).
 
 mod glue;
+mod s3tables;
 mod sql;
 
 use iceberg::spec::Schema;
@@ -21,6 +22,7 @@ use iceberg::spec::Schema;
 use crate::failure::Failure;
 
 pub use glue::{GlueCatalog, glue_name};
+pub use s3tables::S3TablesCatalog;
 pub use sql::SqlCatalog;
 
 /// An Iceberg sink's catalog.

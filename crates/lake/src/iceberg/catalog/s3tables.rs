@@ -1,0 +1,375 @@
+//! WORK IN PROGRESS (branch `wip/s3tables`, not wired into the sink): Amazon S3 Tables as the
+//! Iceberg sink's catalog (issue 29's list). See the stop 56 closing note for what is left:
+//! the table's location comes from the service, so the sink's objects and Iceberg storage must
+//! be bound to it at load instead of to `warehouse`.
+//!
+//! # Rules
+//! 1. A namespace is a namespace of the table bucket `table_bucket_arn`, a table one of its
+//!    Iceberg tables of the same name. The table's location is the service's: its
+//!    `warehouseLocation` (a bucket of its own), known once the table exists.
+//! 2. **Place** ([`S3TablesCatalog::place`]): the namespace and the table are created when
+//!    missing (`ConflictException`: another writer made them), then the table's warehouse
+//!    location is read. A table made so has no metadata yet: [`S3TablesCatalog::location`]
+//!    says `None` until a first commit records one.
+//! 3. **Create**: `UpdateTableMetadataLocation` under the version token read with a table
+//!    that has no metadata yet; a table with metadata, or a refused token
+//!    (`ConflictException`), is another writer's: `false`.
+//! 4. **Swap**: `GetTableMetadataLocation`; a location other than the commit's base is a
+//!    conflict. Else `UpdateTableMetadataLocation` under the version token read with it:
+//!    S3 Tables refuses a token another commit has moved past (`ConflictException`), so two
+//!    writers never both move the table from one base.
+//! 5. **`check`** reads the table bucket (`GetTableBucket`).
+
+use aws_sdk_s3tables::Client;
+use aws_sdk_s3tables::error::SdkError;
+use aws_sdk_s3tables::types::OpenTableFormat;
+use ddbpipe_source::aws::{SdkSettings, api_error};
+use ddbpipe_source::endpoint::EndpointUrl;
+use ddbpipe_source::error::{ApiError, Contact};
+
+use crate::failure::Failure;
+
+/// The tables of one S3 table bucket, through the run's AWS configuration.
+#[derive(Clone)]
+pub struct S3TablesCatalog {
+    client: Client,
+    table_bucket_arn: String,
+    /// The endpoint when not AWS's, masked, for messages.
+    endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for S3TablesCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3TablesCatalog({})", self.describe())
+    }
+}
+
+/// A table's metadata location as the service holds it, with the token a change of it must
+/// name (rules 3 and 4).
+struct Held {
+    metadata_location: Option<String>,
+    version_token: String,
+}
+
+impl S3TablesCatalog {
+    /// The catalog of `table_bucket_arn` with the credentials of `config`, in `region` and at
+    /// `endpoint` when given.
+    pub fn new(
+        config: &SdkSettings,
+        table_bucket_arn: String,
+        region: Option<&str>,
+        endpoint: Option<&EndpointUrl>,
+    ) -> S3TablesCatalog {
+        let mut builder = aws_sdk_s3tables::config::Builder::from(config);
+        if let Some(region) = region {
+            builder = builder.region(aws_sdk_s3tables::config::Region::new(region.to_string()));
+        }
+        if let Some(url) = endpoint {
+            builder = builder.endpoint_url(url.expose());
+        }
+        S3TablesCatalog {
+            client: Client::from_conf(builder.build()),
+            table_bucket_arn,
+            endpoint: endpoint.map(ToString::to_string),
+        }
+    }
+
+    /// The catalog for messages.
+    pub fn describe(&self) -> String {
+        match &self.endpoint {
+            Some(endpoint) => format!("S3 table bucket {} at {endpoint}", self.table_bucket_arn),
+            None => format!("S3 table bucket {}", self.table_bucket_arn),
+        }
+    }
+
+    fn failed<E, R>(&self, what: &str, error: SdkError<E, R>) -> Failure
+    where
+        E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
+    {
+        let error: ApiError = api_error(error);
+        let mut message = format!("cannot {what} in the {}: {error}", self.describe());
+        if error.contact == Contact::NotMade {
+            message.push_str(
+                " (the endpoint could not be reached: check sink.catalog.region and \
+                 sink.catalog.endpoint_url)",
+            );
+        }
+        Failure::transient(message)
+    }
+
+    /// Rule 5.
+    pub async fn writable(&self) -> Result<(), String> {
+        (self.client.get_table_bucket())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|error| self.failed("read the table bucket", error).message)
+    }
+
+    /// What the service holds of `namespace.table`; `None` when there is no such table.
+    async fn held(&self, namespace: &str, table: &str) -> Result<Option<Held>, Failure> {
+        let read = (self.client.get_table_metadata_location())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(namespace)
+            .name(table)
+            .send()
+            .await;
+        match read {
+            Ok(found) => Ok(Some(Held {
+                metadata_location: found.metadata_location().map(str::to_string),
+                version_token: found.version_token().to_string(),
+            })),
+            Err(SdkError::ServiceError(error)) if error.err().is_not_found_exception() => Ok(None),
+            Err(error) => Err(self.failed(&format!("read table {namespace}.{table}"), error)),
+        }
+    }
+
+    /// The current metadata location of `namespace.table`; `None` when there is no such
+    /// table or it has no metadata yet (rule 2).
+    pub(crate) async fn location(
+        &self,
+        namespace: &str,
+        table: &str,
+    ) -> Result<Option<String>, Failure> {
+        Ok(self
+            .held(namespace, table)
+            .await?
+            .and_then(|held| held.metadata_location))
+    }
+
+    /// Rule 2: the table's warehouse location, the namespace and table made when missing.
+    pub(crate) async fn place(&self, namespace: &str, table: &str) -> Result<String, Failure> {
+        let made = (self.client.create_namespace())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(namespace)
+            .send()
+            .await;
+        match made {
+            Ok(_) => {}
+            Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
+            Err(error) => return Err(self.failed(&format!("create namespace {namespace}"), error)),
+        }
+        let made = (self.client.create_table())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(namespace)
+            .name(table)
+            .format(OpenTableFormat::Iceberg)
+            .send()
+            .await;
+        match made {
+            Ok(_) => {}
+            Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
+            Err(error) => {
+                return Err(self.failed(&format!("create table {namespace}.{table}"), error));
+            }
+        }
+        let found = (self.client.get_table_metadata_location())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(namespace)
+            .name(table)
+            .send()
+            .await
+            .map_err(|error| self.failed(&format!("read table {namespace}.{table}"), error))?;
+        Ok(found.warehouse_location().to_string())
+    }
+
+    /// Rule 3; `false` when another writer recorded the table's metadata first.
+    pub(crate) async fn create(
+        &self,
+        namespace: &str,
+        table: &str,
+        metadata_location: &str,
+    ) -> Result<bool, Failure> {
+        match self.held(namespace, table).await? {
+            Some(held) if held.metadata_location.is_none() => {
+                self.update(namespace, table, held.version_token, metadata_location)
+                    .await
+            }
+            // Recorded by another writer (or dropped since it was placed).
+            _ => Ok(false),
+        }
+    }
+
+    /// Rule 4: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
+    pub(crate) async fn swap(
+        &self,
+        namespace: &str,
+        table: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<bool, Failure> {
+        match self.held(namespace, table).await? {
+            Some(held) if held.metadata_location.as_deref() == Some(old) => {
+                self.update(namespace, table, held.version_token, new).await
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// `UpdateTableMetadataLocation` under `token`; `false` when the service refuses the token.
+    /// An answer that is lost or does not read (moto's names the namespace as a string where
+    /// the API has a list) leaves the outcome unknown: the table is read again, and holding
+    /// `location` — a name only this commit writes — it was this commit's.
+    async fn update(
+        &self,
+        namespace: &str,
+        table: &str,
+        token: String,
+        location: &str,
+    ) -> Result<bool, Failure> {
+        let updated = (self.client.update_table_metadata_location())
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(namespace)
+            .name(table)
+            .version_token(token)
+            .metadata_location(location)
+            .send()
+            .await;
+        match updated {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(error))
+                if error.err().is_conflict_exception() || error.err().is_not_found_exception() =>
+            {
+                Ok(false)
+            }
+            Err(error) => {
+                let failure = self.failed(&format!("commit to table {namespace}.{table}"), error);
+                match self.held(namespace, table).await? {
+                    Some(held) if held.metadata_location.as_deref() == Some(location) => Ok(true),
+                    _ => Err(failure),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command, Stdio};
+
+    use aws_credential_types::Credentials;
+
+    use super::*;
+
+    /// moto's server on a free port, stopped when dropped.
+    struct Moto(Child, String);
+
+    impl Drop for Moto {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn moto() -> Moto {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("moto_server")
+            .args(["-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server (scripts/test.sh installs it)");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Moto(child, format!("http://127.0.0.1:{port}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("moto_server did not listen on {port}");
+    }
+
+    fn settings() -> SdkSettings {
+        SdkSettings::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(Credentials::new(
+                    "testing", "testing", None, None, "test",
+                )),
+            )
+            .build()
+    }
+
+    /// Rules 2–4 on moto's S3 Tables: a placed table has a warehouse of its own and no
+    /// metadata; its first record is one writer's, a second is refused; a swap moves it only
+    /// from the location it holds; the version token is the lock.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_table_is_placed_recorded_once_and_moved_only_from_its_base() {
+        let moto = moto();
+        let endpoint = EndpointUrl::new(moto.1.clone()).unwrap();
+        let settings = settings();
+        let bucket = Client::from_conf(
+            aws_sdk_s3tables::config::Builder::from(&settings)
+                .endpoint_url(&moto.1)
+                .build(),
+        )
+        .create_table_bucket()
+        .name("lake")
+        .send()
+        .await
+        .unwrap()
+        .arn()
+        .to_string();
+        let catalog = S3TablesCatalog::new(&settings, bucket, None, Some(&endpoint));
+        catalog.writable().await.unwrap();
+        let warehouse = catalog.place("dynamodb", "orders").await.unwrap();
+        assert!(warehouse.starts_with("s3://"), "{warehouse}");
+        assert_eq!(
+            catalog.place("dynamodb", "orders").await.unwrap(),
+            warehouse
+        );
+        assert_eq!(catalog.location("dynamodb", "orders").await.unwrap(), None);
+        let first = format!("{warehouse}/metadata/00000-a.metadata.json");
+        let second = format!("{warehouse}/metadata/00001-b.metadata.json");
+        assert!(catalog.create("dynamodb", "orders", &first).await.unwrap());
+        assert!(!catalog.create("dynamodb", "orders", &second).await.unwrap());
+        assert_eq!(
+            catalog.location("dynamodb", "orders").await.unwrap(),
+            Some(first.clone())
+        );
+        assert!(
+            !catalog
+                .swap("dynamodb", "orders", &second, &first)
+                .await
+                .unwrap()
+        );
+        assert!(
+            catalog
+                .swap("dynamodb", "orders", &first, &second)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !catalog
+                .swap("dynamodb", "orders", &first, &second)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            catalog.location("dynamodb", "orders").await.unwrap(),
+            Some(second)
+        );
+        // A stale token is refused by the service itself.
+        let held = catalog.held("dynamodb", "orders").await.unwrap().unwrap();
+        let third = format!("{warehouse}/metadata/00002-c.metadata.json");
+        let fourth = format!("{warehouse}/metadata/00003-d.metadata.json");
+        assert!(
+            (catalog.update("dynamodb", "orders", held.version_token.clone(), &third))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !(catalog.update("dynamodb", "orders", held.version_token, &fourth))
+                .await
+                .unwrap(),
+            "the token read before the last update is refused"
+        );
+        assert_eq!(catalog.location("dynamodb", "nowhere").await.unwrap(), None);
+    }
+}
