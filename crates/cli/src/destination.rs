@@ -31,6 +31,7 @@ use crate::failure::{Failure, state_failure};
 use crate::given::Given;
 use crate::origin::Origin;
 use crate::sink::{CustomSink, GivenSink};
+use crate::sinks::parquet::{IcebergConfig, ParquetConfig};
 use crate::sinks::{self, kafka, keyed, parquet};
 
 /// The sink a pipeline's config chose.
@@ -228,7 +229,7 @@ pub async fn open(
         }
         SinkConfig::Parquet(settings) => {
             let (sink, positions) =
-                parquet::open_parquet(settings, config.target(), sdk, table, records)?;
+                parquet::open_parquet(settings, config.target(), sdk, table, records).await?;
             return Ok(Destination {
                 sink: AnySink::Parquet(sink),
                 store: Box::new(positions),
@@ -320,14 +321,14 @@ pub fn distinct_paths(config: &PipelineConfig, config_path: Option<&Path>) -> Re
 }
 
 /// The position store for reading (`state`, `lag`, `check`): creates nothing and takes no
-/// lock. `None` when a sqlite sink's database does not exist yet.
+/// lock. `None` when a sqlite sink's database or an S3 table does not exist yet.
 pub async fn read_store(
     config: &PipelineConfig,
 ) -> Result<Option<Box<dyn CheckpointStore>>, Failure> {
     match &config.sink {
-        SinkConfig::Parquet(settings) => Ok(Some(Box::new(
-            parquet::positions_reader(settings, config.target()).await?,
-        ))),
+        SinkConfig::Parquet(settings) => Ok(parquet::positions_reader(settings, config.target())
+            .await?
+            .map(|positions| Box::new(positions) as Box<dyn CheckpointStore>)),
         SinkConfig::Kafka(settings) => Ok(Some(
             match kafka::positions_reader(settings, config.target()).await? {
                 Some(positions) => Box::new(positions),
@@ -355,9 +356,13 @@ pub fn position_label(config: &PipelineConfig) -> String {
         SinkConfig::Kafka(_) => config.state.path.display().to_string(),
         SinkConfig::Jsonl(_) | SinkConfig::Custom => config.state.path.display().to_string(),
         SinkConfig::Sqlite(sqlite) => format!("sqlite {}", sqlite.path.display()),
-        SinkConfig::Parquet(settings) => match parquet::location(settings, config.target()) {
-            Ok(location) => format!("parquet {}", location.describe()),
-            Err(_) => format!("parquet {}", settings.path),
+        SinkConfig::Parquet(settings) => match &settings.iceberg {
+            // The position is in the table's snapshots.
+            Some(iceberg) => iceberg_table(config, settings, iceberg),
+            None => match parquet::location(settings, config.target()) {
+                Ok(location) => format!("parquet {}", location.describe()),
+                Err(_) => format!("parquet {}", settings.path),
+            },
         },
         SinkConfig::Postgres(postgres) => format!(
             "postgres {} (schema {})",
@@ -450,19 +455,31 @@ pub fn sink_identity(config: &PipelineConfig) -> String {
             }
         }
         SinkConfig::Parquet(settings) => match &settings.iceberg {
-            // The catalog as messages name it: a PostgreSQL catalog's address, never its user
-            // or password.
-            Some(iceberg) => format!(
-                "iceberg {}.{}, {}, warehouse {}",
-                parquet::stored_name(iceberg, &iceberg.namespace),
-                parquet::stored_name(iceberg, &iceberg.table),
-                parquet::describe_catalog(settings, iceberg, config.target()),
-                settings.path
-            ),
+            Some(iceberg) => iceberg_table(config, settings, iceberg),
             None => format!("parquet {}", settings.path),
         },
         SinkConfig::Custom => "custom".to_string(),
     }
+}
+
+/// An iceberg sink's table for messages and the output's identity: its names as the catalog
+/// keeps them, the catalog as messages name it (a PostgreSQL catalog's address, never its user
+/// or password) and its warehouse (an S3 table's is the service's: none is configured).
+fn iceberg_table(
+    config: &PipelineConfig,
+    settings: &ParquetConfig,
+    iceberg: &IcebergConfig,
+) -> String {
+    let mut said = format!(
+        "iceberg {}.{}, {}",
+        parquet::stored_name(iceberg, &iceberg.namespace),
+        parquet::stored_name(iceberg, &iceberg.table),
+        parquet::describe_catalog(settings, iceberg, config.target()),
+    );
+    if iceberg.catalog_type != parquet::CatalogType::S3Tables {
+        said.push_str(&format!(", warehouse {}", settings.path));
+    }
+    said
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::args::DiscoverArgs;
 use crate::config::PipelineConfig;
-use crate::config::one_destination;
+use crate::config::{destination_name_problem, one_destination};
 use crate::failure::{Exit, Failure};
 use crate::wiring;
 
@@ -122,6 +122,18 @@ pub async fn each_table(config: &PipelineConfig) -> Result<Vec<PipelineConfig>, 
         .hint(format!(
             "exclude one of them (source.discover.exclude: ['{second}']) and read it in a \
              pipeline file of its own with another sink.table"
+        )));
+    }
+    if let Some((table, problem)) = (found.iter())
+        .find_map(|table| destination_name_problem(&config.sink, table).map(|p| (table, p)))
+    {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "source.discover ({}) finds table '{table}': sink.table: {problem}",
+            discovery.describe()
+        ))
+        .hint(format!(
+            "exclude it (source.discover.exclude: ['{table}']) and read it in a pipeline file \
+             of its own with another sink.table"
         )));
     }
     Ok(config.with_tables(found).per_table())

@@ -1,15 +1,17 @@
 //! `check`'s probe of a lake sink (docs/sinks.md §7.10, §7.11): the columns `run` would write
 //! (a name taken twice is refused), and the location takes a file and lets it be deleted again
 //! (a file under `_ddbpipe/`, gone afterwards); an iceberg sink's catalog is read and an
-//! existing table's columns compared with the sink's. The position probe reads the commit log
-//! or the table's snapshots.
+//! existing table's columns compared with the sink's. An S3 table's files are where the
+//! service placed them: a table not made yet is found without making it, and its bucket read.
+//! The position probe reads the commit log or the table's snapshots.
 
 use std::time::Duration;
 
 use super::{Probes, Status};
 use crate::config::PipelineConfig;
 use crate::sinks::ParquetConfig;
-use crate::sinks::parquet::{iceberg_settings, reading_objects, shape};
+use crate::sinks::parquet::{Placed, reading_objects, shape};
+use ddbpipe_lake::iceberg::{Catalog, probe};
 use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 
@@ -36,38 +38,64 @@ pub(super) async fn probe_parquet(
             }
         }
     }
-    let (objects, sdk) = match reading_objects(parquet, config.target()).await {
-        Ok(objects) => objects,
+    let kind = config.sink.kind();
+    let (objects, iceberg) = match reading_objects(parquet, config.target()).await {
+        Ok(Placed::At(objects, iceberg)) => (objects, iceberg),
+        Ok(Placed::NotMade(iceberg)) => {
+            // An S3 table a run makes: its bucket is what can be read now.
+            match iceberg.catalog.writable().await {
+                Ok(()) => probes.add(
+                    "sink",
+                    Status::Pass,
+                    format!(
+                        "{kind} {}.{} in the {}: not there yet (the first run creates it)",
+                        iceberg.namespace,
+                        iceberg.table,
+                        iceberg.catalog.describe()
+                    ),
+                ),
+                Err(problem) => probes.add("sink", Status::Fail, format!("{kind}: {problem}")),
+            }
+            return;
+        }
         Err(failure) => {
             probes.add("sink", Status::Fail, format!("{failure:#}"));
             return;
         }
     };
     let place = objects.describe();
-    let kind = config.sink.kind();
+    // An S3 table's storage takes no deletes (S3 Tables' maintenance removes files): the
+    // probe reads its metadata, and write access shows at the first commit.
+    let placed = (iceberg.as_ref()).is_some_and(|i| matches!(i.catalog, Catalog::S3Tables(_)));
     let probed = async {
+        if placed {
+            return match (iceberg, &columns) {
+                (Some(settings), Some(shape)) => {
+                    let table = probe(settings, &objects, &config.name, shape).await?;
+                    Ok(format!(
+                        "{table} (S3 Tables takes no test file: write access shows at the \
+                         first commit)"
+                    ))
+                }
+                _ => Ok(String::new()),
+            };
+        }
         objects.probe().await?;
-        match (&parquet.iceberg, &columns) {
-            (Some(iceberg), Some(shape)) => {
-                let settings = iceberg_settings(parquet, iceberg, config.target(), &sdk)
-                    .map_err(|f| format!("{:#}", f.error))?;
-                let table =
-                    ddbpipe_lake::iceberg::probe(settings, &objects, &config.name, shape).await?;
-                Ok(format!("; {table}"))
+        let written = "a file was written and deleted";
+        match (iceberg, &columns) {
+            (Some(settings), Some(shape)) => {
+                let table = probe(settings, &objects, &config.name, shape).await?;
+                Ok(format!("{written}; {table}"))
             }
             (None, Some(shape)) => {
                 ddbpipe_lake::parquet::probe(&objects, shape).await?;
-                Ok(String::new())
+                Ok(written.to_string())
             }
-            _ => Ok::<_, String>(String::new()),
+            _ => Ok::<_, String>(written.to_string()),
         }
     };
     match tokio::time::timeout(timeout * 2, probed).await {
-        Ok(Ok(table)) => probes.add(
-            "sink",
-            Status::Pass,
-            format!("{kind} {place}: a file was written and deleted{table}"),
-        ),
+        Ok(Ok(said)) => probes.add("sink", Status::Pass, format!("{kind} {place}: {said}")),
         Ok(Err(problem)) => probes.add("sink", Status::Fail, format!("{kind}: {problem}")),
         Err(_) => probes.add(
             "sink",

@@ -43,8 +43,8 @@ pub use self::coordination::{CoordinationConfig, process_token};
 pub use self::discovery::Discovery;
 pub use self::metrics::MetricsConfig;
 pub use self::state::StateConfig;
-pub(crate) use self::tables::one_destination;
 pub use self::tables::{NAME_SEPARATOR, TABLE_PLACEHOLDER};
+pub(crate) use self::tables::{destination_name_problem, one_destination};
 use crate::failure::Failure;
 use crate::origin::Origin;
 use crate::sinks;
@@ -598,6 +598,12 @@ fn validate_sink_for_source(
     sink: &SinkConfig,
     errors: &mut Vec<ConfigError>,
 ) {
+    // One table's name (several tables': `tables::validate`, `discover::each_table`).
+    if !source.table_name.is_empty()
+        && let Some(problem) = tables::destination_name_problem(sink, &source.table_name)
+    {
+        errors.push(ConfigError::new("sink.table", problem));
+    }
     if sink.keyed().is_none() && source.on_gap.may_resnapshot() && source.resnapshot_deletes {
         errors.push(ConfigError::new(
             "source.resnapshot_deletes",

@@ -11,6 +11,7 @@ use ddbpipe_source::config::{ConfigError, Mode, SourceConfig};
 use super::{JsonlTarget, PipelineConfig, SinkConfig, StateConfig};
 use crate::sinks::keyed::table_name_of;
 use crate::sinks::parquet::{CatalogType, stored_name};
+use ddbpipe_lake::iceberg::s3tables_name_problem;
 
 /// The placeholder for the table's name in `sink.path`, `sink.table`, `sink.topic` and
 /// `state.path`.
@@ -98,7 +99,8 @@ fn fill_sink(sink: &mut SinkConfig, table: &str) {
 
 /// The first two of `tables` whose rows `sink` would write into one table of a destination
 /// that does not tell names apart by case (docs/config.md §1.5): a SQLite file, whose table
-/// names compare ignoring ASCII case, or the Glue Data Catalog, which keeps names in lowercase.
+/// names compare ignoring ASCII case, the Glue Data Catalog, which keeps names in lowercase,
+/// or S3 Tables, which keeps them in lowercase with underscores for hyphens.
 /// `{table}` keeps every other destination's tables apart (DynamoDB's names are distinct).
 pub(crate) fn one_destination<'a>(
     sink: &SinkConfig,
@@ -114,14 +116,17 @@ pub(crate) fn one_destination<'a>(
                     .to_ascii_lowercase(),
                 "one SQLite table (SQLite does not tell table names apart by case)",
             )),
-            SinkConfig::Parquet(parquet) => (parquet.iceberg)
-                .filter(|iceberg| iceberg.catalog_type == CatalogType::Glue)
-                .map(|iceberg| {
-                    (
-                        stored_name(&iceberg, &iceberg.table),
-                        "one Glue table (Glue keeps table names in lowercase)",
-                    )
-                }),
+            SinkConfig::Parquet(parquet) => (parquet.iceberg).and_then(|iceberg| {
+                let what = match iceberg.catalog_type {
+                    CatalogType::Sql => return None,
+                    CatalogType::Glue => "one Glue table (Glue keeps table names in lowercase)",
+                    CatalogType::S3Tables => {
+                        "one S3 table (S3 Tables keeps table names in lowercase, with \
+                         underscores for hyphens)"
+                    }
+                };
+                Some((stored_name(&iceberg, &iceberg.table), what))
+            }),
             _ => None,
         }
     };
@@ -133,6 +138,24 @@ pub(crate) fn one_destination<'a>(
         }
     }
     None
+}
+
+/// What a destination refuses in the name `sink.table` gives `table`'s rows: an S3 table's name (lowercase letters, digits and underscores: S3 Tables keeps
+/// `{table}` of `Orders-2026` as `orders_2026`, and refuses `_orders`). Every other
+/// destination takes what `{table}` makes of a DynamoDB table's name.
+pub(crate) fn destination_name_problem(sink: &SinkConfig, table: &str) -> Option<String> {
+    let mut one = sink.clone();
+    fill_sink(&mut one, table);
+    let SinkConfig::Parquet(parquet) = one else {
+        return None;
+    };
+    let iceberg = parquet
+        .iceberg
+        .filter(|iceberg| iceberg.catalog_type == CatalogType::S3Tables)?;
+    let problem = s3tables_name_problem(&stored_name(&iceberg, &iceberg.table), false)?;
+    Some(format!(
+        "{problem} (the name of table '{table}'): give one it takes"
+    ))
 }
 
 /// [`one_destination`]'s refusal of `first` and `second`.
@@ -199,6 +222,11 @@ pub(super) fn validate(
             "source.tables",
             one_destination_problem(first, second, what),
         );
+    }
+    for table in tables {
+        if let Some(problem) = destination_name_problem(sink, table) {
+            fail("sink.table", problem);
+        }
     }
     shared_rules(source, sink, state, &mut fail);
 }

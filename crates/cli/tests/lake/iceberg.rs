@@ -4,6 +4,9 @@
 
 use super::*;
 
+#[path = "s3tables.rs"]
+mod s3tables;
+
 /// What pyiceberg read of a table.
 struct Table {
     schema: BTreeMap<String, String>,

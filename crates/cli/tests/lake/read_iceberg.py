@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """The independent reader of the Iceberg tests: reads what an iceberg sink committed with
 pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, or through the Glue
-Data Catalog (pyiceberg's GlueCatalog: a catalog uri `glue:<endpoint>`, moto's), and prints
-it as JSON.
+Data Catalog (pyiceberg's GlueCatalog: a catalog uri `glue:<endpoint>`, moto's), or from an S3
+table bucket (a catalog uri `s3tables:<table bucket arn>`: boto3's GetTableMetadataLocation at
+the S3 endpoint, then pyiceberg's StaticTable of that metadata), and prints it as JSON.
 
     read_iceberg.py table <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py current <docs/sinks.md> <catalog uri> <catalog name> <namespace.table> [<s3 endpoint>]
     read_iceberg.py bucket <n> <value>...
     read_iceberg.py glue-table <endpoint> <database> <table>
     read_iceberg.py glue-columns <endpoint> <database> <table>
+    read_iceberg.py s3tables-bucket <endpoint> <name>
+    read_iceberg.py s3tables-tables <endpoint> <table bucket arn>
 
 `glue-table` makes a Glue table that is not an Iceberg table (a Hive table's parameters), in
 a database made when missing, and prints its parameters. `glue-columns` prints the columns a
-Glue table lists (boto3's GetTable): [[name, type, {parameters}], ...].
+Glue table lists (boto3's GetTable): [[name, type, {parameters}], ...]. `s3tables-bucket`
+makes a table bucket and prints its ARN; `s3tables-tables` prints the bucket's tables:
+{"namespace.table": {"warehouse": its warehouse location, "metadata": its metadata location}}.
 
 `table` prints {"schema": {column: type}, "partition": [field names], "snapshots": [{"id",
 "parent", "operation", "summary"}] (oldest first), "current": id, "refs": [names],
@@ -43,6 +48,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import EqualTo
 from pyiceberg.catalog.glue import GlueCatalog
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
 
@@ -61,15 +67,50 @@ def catalog(uri, name, endpoint):
     else:
         props = {"uri": uri}
     if endpoint:
-        props.update({
-            "s3.endpoint": endpoint,
-            "s3.access-key-id": "testing",
-            "s3.secret-access-key": "testing",
-            "s3.region": "us-east-1",
-        })
+        props.update(s3_properties(endpoint))
     if uri.startswith("glue:"):
         return GlueCatalog(name, **props)
     return SqlCatalog(name, **props)
+
+
+def s3_properties(endpoint):
+    return {
+        "s3.endpoint": endpoint,
+        "s3.access-key-id": "testing",
+        "s3.secret-access-key": "testing",
+        "s3.region": "us-east-1",
+    }
+
+
+def s3tables(endpoint):
+    import boto3
+    return boto3.client("s3tables", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def load_table(uri, name, ident, endpoint):
+    """Table `ident` of the catalog `uri`: an S3 table read from the metadata S3 Tables holds."""
+    if uri.startswith("s3tables:"):
+        namespace, table = ident.split(".")
+        found = s3tables(endpoint).get_table_metadata_location(
+            tableBucketARN=uri[len("s3tables:"):], namespace=namespace, name=table)
+        return StaticTable.from_metadata(found["metadataLocation"], s3_properties(endpoint))
+    return catalog(uri, name, endpoint).load_table(ident)
+
+
+def s3tables_tables(endpoint, arn):
+    client = s3tables(endpoint)
+    out = {}
+    for table in client.list_tables(tableBucketARN=arn)["tables"]:
+        namespace = table["namespace"]
+        namespace = namespace[0] if isinstance(namespace, list) else namespace
+        found = client.get_table_metadata_location(
+            tableBucketARN=arn, namespace=namespace, name=table["name"])
+        out[f"{namespace}.{table['name']}"] = {
+            "warehouse": found["warehouseLocation"],
+            "metadata": found.get("metadataLocation"),
+        }
+    return out
 
 
 def glue_table(endpoint, database, table):
@@ -240,18 +281,23 @@ def main():
     if kind == "table":
         uri, name, ident = sys.argv[2:5]
         endpoint = sys.argv[5] if len(sys.argv) > 5 else None
-        print(json.dumps(read(catalog(uri, name, endpoint).load_table(ident))))
+        print(json.dumps(read(load_table(uri, name, ident, endpoint))))
     elif kind == "glue-table":
         print(json.dumps(glue_table(*sys.argv[2:5])))
     elif kind == "glue-columns":
         print(json.dumps(glue_columns(*sys.argv[2:5])))
+    elif kind == "s3tables-bucket":
+        endpoint, name = sys.argv[2:4]
+        print(s3tables(endpoint).create_table_bucket(name=name)["arn"])
+    elif kind == "s3tables-tables":
+        print(json.dumps(s3tables_tables(*sys.argv[2:4])))
     elif kind == "bucket":
         bucket = BucketTransform(int(sys.argv[2])).transform(StringType())
         print(json.dumps([bucket(value) for value in sys.argv[3:]]))
     elif kind == "current":
         docs, uri, name, ident = sys.argv[2:6]
         endpoint = sys.argv[6] if len(sys.argv) > 6 else None
-        print(json.dumps(current(docs, catalog(uri, name, endpoint).load_table(ident))))
+        print(json.dumps(current(docs, load_table(uri, name, ident, endpoint))))
     else:
         sys.exit(f"unknown command {kind}")
 

@@ -47,7 +47,10 @@ use iceberg::spec::{MAIN_BRANCH, SnapshotRef, TableMetadata, TableMetadataBuilde
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
-pub use catalog::{Catalog, GlueCatalog, SqlCatalog, glue_name};
+pub use catalog::{
+    Catalog, GlueCatalog, S3TablesCatalog, SqlCatalog, glue_name, s3tables_name,
+    s3tables_name_problem, table_bucket_region,
+};
 use columns::Changes;
 use snapshots::{Produce, manifests, produce};
 use storage::WarehouseStorage;
@@ -113,7 +116,7 @@ impl IcebergTable {
         pipeline: &str,
         token: &str,
     ) -> Self {
-        let dir = format!("{}.db/{}", settings.namespace, settings.table);
+        let dir = (settings.catalog).table_dir(&settings.namespace, &settings.table);
         IcebergTable {
             settings,
             storage: WarehouseStorage::new(warehouse.clone()),
@@ -186,7 +189,7 @@ impl IcebergTable {
         let spec = shape.partitioning().spec().clone().into_unbound();
         let creation = TableCreation::builder()
             .name(self.settings.table.clone())
-            .location(self.storage.path(&self.dir))
+            .location(self.location())
             .schema(schema)
             .partition_spec(spec)
             .properties(self.properties())
@@ -195,7 +198,7 @@ impl IcebergTable {
             .and_then(TableMetadataBuilder::build)
             .map_err(|e| self.failed("create", e))?
             .metadata;
-        let location = MetadataLocation::new_with_metadata(self.storage.path(&self.dir), &metadata);
+        let location = MetadataLocation::new_with_metadata(self.location(), &metadata);
         metadata
             .write_to(&self.storage.file_io(), &location)
             .await
@@ -261,12 +264,21 @@ impl IcebergTable {
         Ok(Some(changes))
     }
 
+    /// The table's location: its directory in the warehouse, or the warehouse itself (an S3
+    /// table's, `catalog` rule 3).
+    fn location(&self) -> String {
+        let path = self.storage.path(&self.dir);
+        path.trim_end_matches('/').to_string()
+    }
+
     /// Rules 1 and 2: the table is under the warehouse and not another pipeline's.
     fn locate(&mut self, table: &Table) -> Result<(), Failure> {
         let metadata = table.metadata();
+        // A location is a directory: the warehouse itself is one (`catalog` rule 3).
+        let location = format!("{}/", metadata.location().trim_end_matches('/'));
         self.dir = self
             .storage
-            .name(metadata.location())
+            .name(&location)
             .map_err(|_| {
                 Failure::definite(format!(
                     "{} is at {}, outside the warehouse {}: give sink.warehouse its warehouse",
@@ -436,7 +448,10 @@ impl IcebergTable {
 
     /// Where the table's data files go (under it, a partition's directory).
     pub fn data_dir(&self) -> String {
-        format!("{}/data", self.dir)
+        match self.dir.as_str() {
+            "" => "data".to_string(),
+            dir => format!("{dir}/data"),
+        }
     }
 
     /// Rules 3–5: one snapshot holding `files` and `entry`'s position.

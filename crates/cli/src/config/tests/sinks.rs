@@ -402,7 +402,7 @@ fn a_glue_catalog_reads_its_keys_and_each_type_refuses_the_others() {
     );
     let said = refused.join("\n");
     assert!(
-        said.contains("sink.catalog.region") && said.contains("a glue catalog's key"),
+        said.contains("sink.catalog.region") && said.contains("a key of the AWS catalogs"),
         "{said}"
     );
     assert!(
@@ -415,6 +415,103 @@ fn a_glue_catalog_reads_its_keys_and_each_type_refuses_the_others() {
     )
     .join("\n");
     assert!(said.contains("REST catalogs are not yet"), "{said}");
+}
+
+/// docs/sinks.md §7.11: an S3 table bucket's keys are read (`table_bucket_arn`, `region`,
+/// `endpoint_url`); it takes no warehouse (the service places the table's files), no other
+/// type's keys, an ARN only of a table bucket; the names as S3 Tables keeps them (lowercase,
+/// a hyphen an underscore), one it refuses refused for one table and for each listed one,
+/// naming the table.
+#[test]
+fn an_s3tables_catalog_reads_its_keys_and_refuses_a_warehouse_and_names_it_cannot_keep() {
+    let sink = "sink: {type: iceberg, namespace: Live-Data, catalog: {type: s3tables, \
+                table_bucket_arn: 'arn:aws:s3tables:eu-west-1:123456789012:bucket/lake', \
+                endpoint_url: 'http://127.0.0.1:5000'}}\n";
+    let config = parse_ok(&format!(
+        "name: t\nsource: {{table_name: Orders-2026}}\n{sink}"
+    ));
+    let crate::config::SinkConfig::Parquet(parquet) = &config.sink else {
+        panic!("{:?}", config.sink);
+    };
+    let iceberg = parquet.iceberg.as_ref().unwrap();
+    assert_eq!(
+        iceberg.catalog_type,
+        crate::sinks::parquet::CatalogType::S3Tables
+    );
+    assert_eq!(
+        iceberg.table_bucket_arn.as_deref(),
+        Some("arn:aws:s3tables:eu-west-1:123456789012:bucket/lake")
+    );
+    let stored = |name: &str| crate::sinks::parquet::stored_name(iceberg, name);
+    assert_eq!(
+        (stored(&iceberg.namespace), stored(&iceberg.table)),
+        ("live_data".to_string(), "orders_2026".to_string())
+    );
+    let label = crate::destination::position_label(&config);
+    assert!(
+        label.starts_with("iceberg live_data.orders_2026, S3 table bucket arn:aws:s3tables:")
+            && !label.contains("warehouse"),
+        "{label}"
+    );
+
+    let said = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, warehouse: 's3://b/wh', \
+         catalog: {type: s3tables, uri: 'sqlite:///c.db', catalog_id: '1', table_bucket_arn: \
+         'arn:aws:s3:::lake'}}\n",
+    )
+    .join("\n");
+    for (key, why) in [
+        ("sink.warehouse", "where S3 Tables places them"),
+        ("sink.catalog.uri", "it is table_bucket_arn"),
+        ("sink.catalog.catalog_id", "its table bucket's"),
+        (
+            "sink.catalog.table_bucket_arn",
+            "is not a table bucket's ARN",
+        ),
+    ] {
+        assert!(said.contains(key) && said.contains(why), "{key}: {said}");
+    }
+    let said = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: s3tables}}\n",
+    )
+    .join("\n");
+    assert!(
+        said.contains("sink.catalog.table_bucket_arn") && said.contains("missing required field"),
+        "{said}"
+    );
+    assert!(!said.contains("sink.warehouse"), "{said}");
+
+    // Names S3 Tables does not take: the namespace, one table's, each listed table's.
+    let said = errors(&format!(
+        "name: t\nsource: {{table_name: _orders}}\n{}",
+        sink.replace("Live-Data", "aws_data")
+    ))
+    .join("\n");
+    assert!(
+        said.contains("sink.namespace") && said.contains("'aws' are AWS's"),
+        "{said}"
+    );
+    assert!(
+        said.contains("sink.table") && said.contains("the name of table '_orders'"),
+        "{said}"
+    );
+    let said = errors(&format!(
+        "name: t\nsource: {{tables: [orders, orders.v2_]}}\n{sink}"
+    ))
+    .join("\n");
+    assert!(
+        said.contains("sink.table") && said.contains("table 'orders.v2_'"),
+        "{said}"
+    );
+    assert!(!said.contains("table 'orders'"), "{said}");
+    let said = errors(&format!(
+        "name: t\nsource: {{tables: [Orders-1, orders_1]}}\n{sink}"
+    ))
+    .join("\n");
+    assert!(
+        said.contains("'Orders-1' and 'orders_1' would write one S3 table"),
+        "{said}"
+    );
 }
 
 /// docs/sinks.md §7.10 rule 3: `partition_by` as a YAML flow list, whose commas would cut

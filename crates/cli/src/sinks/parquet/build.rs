@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use ddbpipe_keyed::TypedColumns;
-use ddbpipe_lake::iceberg::{Catalog, GlueCatalog, IcebergSettings, SqlCatalog, glue_name};
+use ddbpipe_lake::iceberg::{
+    Catalog, GlueCatalog, IcebergSettings, S3TablesCatalog, SqlCatalog, glue_name, s3tables_name,
+    table_bucket_region,
+};
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
 use ddbpipe_lake::partition::Term;
@@ -34,51 +37,105 @@ pub fn location(parquet: &ParquetConfig, target: Target<'_>) -> Result<Location,
     })
 }
 
-/// The files of `parquet` for `target`: a directory, or an S3 prefix with a client from
-/// `sdk` (`s3_region`, and `s3_endpoint_url` or the source's endpoint, path-style).
-pub fn objects(
+/// The files of `parquet` at `location`: a directory, or an S3 prefix with a client from
+/// `sdk` (`s3_region` — an S3 table's: its catalog's region — and `s3_endpoint_url` or the
+/// source's endpoint, path-style).
+fn objects_at(
     parquet: &ParquetConfig,
     target: Target<'_>,
     sdk: &aws::SdkSettings,
-) -> Result<Objects, Failure> {
-    let location = location(parquet, target)?;
+    location: &Location,
+) -> Objects {
     let endpoint = parquet
         .s3_endpoint_url
         .as_ref()
         .or(target.source.endpoint_url.as_ref());
+    let region = match &parquet.iceberg {
+        Some(iceberg) if iceberg.catalog_type == CatalogType::S3Tables => {
+            (parquet.s3_region.as_deref()).or(s3tables_place(iceberg, target).1)
+        }
+        _ => parquet.s3_region.as_deref(),
+    };
     // Messages show the endpoint masked (docs/config.md §1.4).
-    Ok(Objects::new(
-        &location,
-        endpoint.map(ToString::to_string),
-        || aws::s3_client(sdk, parquet.s3_region.as_deref(), endpoint),
+    Objects::new(location, endpoint.map(ToString::to_string), || {
+        aws::s3_client(sdk, region, endpoint)
+    })
+}
+
+/// Where a lake sink's files are.
+pub enum Placed {
+    /// Its files, with its Iceberg table's settings when it is an iceberg sink.
+    At(Objects, Option<IcebergSettings>),
+    /// An S3 table not made yet (outside a run, which makes it): its settings.
+    NotMade(IcebergSettings),
+}
+
+/// Where the files of `parquet` for `target` go: its `path` (the warehouse), or an S3 table's
+/// own location (the catalog's rule 3), found by asking the service — the namespace and table
+/// made when missing when `place`, else [`Placed::NotMade`] while there is no such table
+/// (`check`, `state` and `lag` create nothing).
+async fn placed(
+    parquet: &ParquetConfig,
+    target: Target<'_>,
+    sdk: &aws::SdkSettings,
+    place: bool,
+) -> Result<Placed, Failure> {
+    let iceberg = (parquet.iceberg.as_ref())
+        .map(|iceberg| iceberg_settings(parquet, iceberg, target, sdk))
+        .transpose()?;
+    let location = match &iceberg {
+        Some(IcebergSettings {
+            catalog: Catalog::S3Tables(catalog),
+            namespace,
+            table,
+            ..
+        }) => {
+            let found = match place {
+                true => catalog.place(namespace, table).await.map(Some),
+                false => catalog.warehouse(namespace, table).await,
+            };
+            let found = found.map_err(|problem| Failure::runtime(anyhow!(problem)))?;
+            let Some(found) = found else {
+                return Ok(Placed::NotMade(iceberg.expect("an S3 table's settings")));
+            };
+            Location::parse(&found).map_err(|problem| {
+                Failure::runtime(anyhow!(
+                    "table {namespace}.{table} of the {}: its warehouse location {problem}",
+                    catalog.describe()
+                ))
+            })?
+        }
+        _ => location(parquet, target)?,
+    };
+    Ok(Placed::At(
+        objects_at(parquet, target, sdk, &location),
+        iceberg,
     ))
 }
 
 fn settings(
     parquet: &ParquetConfig,
     target: Target<'_>,
-    sdk: &aws::SdkSettings,
     objects: Objects,
+    iceberg: Option<IcebergSettings>,
     shape: Shape,
-) -> Result<ParquetSettings, Failure> {
-    Ok(ParquetSettings {
+) -> ParquetSettings {
+    ParquetSettings {
         objects,
         pipeline: target.pipeline.to_string(),
         shape,
         target_file_bytes: parquet.target_file_mb as usize * 1024 * 1024,
         commit_interval: Duration::from_secs(u64::from(parquet.commit_interval_secs)),
         compression: parquet.compression,
-        iceberg: (parquet.iceberg.as_ref())
-            .map(|iceberg| iceberg_settings(parquet, iceberg, target, sdk))
-            .transpose()?,
-    })
+        iceberg,
+    }
 }
 
 /// Where an iceberg sink's table is; a catalog uri that does not read is a config error
 /// (never its value: it may hold a password). A Glue catalog is reached with `sdk`'s
 /// credentials, in `catalog.region` (else `s3_region`, else `sdk`'s), at `catalog.endpoint_url`
 /// (else the source's endpoint, when set).
-pub fn iceberg_settings(
+fn iceberg_settings(
     parquet: &ParquetConfig,
     iceberg: &IcebergConfig,
     target: Target<'_>,
@@ -94,6 +151,10 @@ pub fn iceberg_settings(
             let (region, endpoint) = glue_place(parquet, iceberg, target);
             GlueCatalog::new(sdk, region, endpoint, iceberg.catalog_id.clone()).into()
         }
+        CatalogType::S3Tables => {
+            let (arn, region, endpoint) = s3tables_place(iceberg, target);
+            S3TablesCatalog::new(sdk, arn.to_string(), region, endpoint).into()
+        }
     };
     Ok(IcebergSettings {
         catalog,
@@ -104,11 +165,13 @@ pub fn iceberg_settings(
 }
 
 /// The name `iceberg`'s catalog keeps a namespace or table `name` under: as given in a SQL
-/// catalog, in lowercase in Glue (`ddbpipe_lake::iceberg::glue_name`).
+/// catalog, in lowercase in Glue (`ddbpipe_lake::iceberg::glue_name`), in lowercase with
+/// underscores for hyphens in S3 Tables (`ddbpipe_lake::iceberg::s3tables_name`).
 pub fn stored_name(iceberg: &IcebergConfig, name: &str) -> String {
     match iceberg.catalog_type {
         CatalogType::Sql => name.to_string(),
         CatalogType::Glue => glue_name(name),
+        CatalogType::S3Tables => s3tables_name(name),
     }
 }
 
@@ -127,6 +190,11 @@ pub fn describe_catalog(
             let (region, endpoint) = glue_place(parquet, iceberg, target);
             let endpoint = endpoint.map(ToString::to_string);
             GlueCatalog::describe_with(iceberg.catalog_id.as_deref(), region, endpoint.as_deref())
+        }
+        CatalogType::S3Tables => {
+            let (arn, _, endpoint) = s3tables_place(iceberg, target);
+            let endpoint = endpoint.map(ToString::to_string);
+            S3TablesCatalog::describe_with(arn, endpoint.as_deref())
         }
     }
 }
@@ -149,8 +217,22 @@ fn glue_place<'a>(
     (region, endpoint)
 }
 
-/// Opens the parquet sink of `target` and its position store (its commit log).
-pub fn open_parquet(
+/// Where an S3 table bucket is: its ARN, `catalog.region` (else the ARN's) and
+/// `catalog.endpoint_url` (else the source's endpoint; neither, AWS's).
+fn s3tables_place<'a>(
+    iceberg: &'a IcebergConfig,
+    target: Target<'a>,
+) -> (&'a str, Option<&'a str>, Option<&'a EndpointUrl>) {
+    // A missing or malformed ARN was refused when the file was read (`config::validate`).
+    let arn = iceberg.table_bucket_arn.as_deref().unwrap_or_default();
+    let region = (iceberg.catalog_region.as_deref()).or(table_bucket_region(arn).ok());
+    let endpoint = (iceberg.catalog_endpoint_url.as_ref()).or(target.source.endpoint_url.as_ref());
+    (arn, region, endpoint)
+}
+
+/// Opens the parquet sink of `target` and its position store (its commit log, or its
+/// Iceberg table's snapshots; an S3 table is placed first: the catalog's rule 3).
+pub async fn open_parquet(
     parquet: &ParquetConfig,
     target: Target<'_>,
     sdk: &aws::SdkSettings,
@@ -163,10 +245,14 @@ pub fn open_parquet(
         )));
     };
     let shape = shape(parquet, target, table, records)?;
-    let objects = objects(parquet, target, sdk)?;
+    let Placed::At(objects, iceberg) = placed(parquet, target, sdk, true).await? else {
+        return Err(Failure::runtime(anyhow!(
+            "internal error: a placed table has no location"
+        )));
+    };
     Ok(ParquetSink::open(settings(
-        parquet, target, sdk, objects, shape,
-    )?))
+        parquet, target, objects, iceberg, shape,
+    )))
 }
 
 /// The columns of `parquet` for `table`'s records of `records` kind: what `run` opens with and
@@ -224,20 +310,22 @@ pub fn shape(
 }
 
 /// The files of `parquet` outside a run (`check`, `state`, `lag`), reached with the AWS
-/// configuration the source's settings load, as a run's is when no program gives one.
+/// configuration the source's settings load, as a run's is when no program gives one, with
+/// its Iceberg table's settings (an S3 table not made yet is not made).
 pub async fn reading_objects(
     parquet: &ParquetConfig,
     target: Target<'_>,
-) -> Result<(Objects, aws::SdkSettings), Failure> {
+) -> Result<Placed, Failure> {
     let sdk = aws::load_sdk_config(&ddbpipe_source::plan::client_settings(target.source)).await;
-    Ok((objects(parquet, target, &sdk)?, sdk))
+    placed(parquet, target, &sdk, false).await
 }
 
-/// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`).
+/// The commit log of a parquet sink, for reading and resetting (`state`, `lag`, `check`);
+/// `None`: an S3 table not made yet, which holds no position.
 pub async fn positions_reader(
     parquet: &ParquetConfig,
     target: Target<'_>,
-) -> Result<ParquetPositions, Failure> {
+) -> Result<Option<ParquetPositions>, Failure> {
     // No key is needed to read or reset a position: the columns stay unused.
     let shape = Shape::new(
         Vec::new(),
@@ -246,8 +334,10 @@ pub async fn positions_reader(
         false,
     )
     .map_err(|p| Failure::runtime(anyhow!("internal error: {p}")))?;
-    let (objects, sdk) = reading_objects(parquet, target).await?;
-    Ok(ParquetPositions::reading(settings(
-        parquet, target, &sdk, objects, shape,
-    )?))
+    match reading_objects(parquet, target).await? {
+        Placed::At(objects, iceberg) => Ok(Some(ParquetPositions::reading(settings(
+            parquet, target, objects, iceberg, shape,
+        )))),
+        Placed::NotMade(_) => Ok(None),
+    }
 }

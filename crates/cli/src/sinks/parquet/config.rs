@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ddbpipe_keyed::OnMismatch;
-use ddbpipe_lake::iceberg::SqlCatalog;
+use ddbpipe_lake::iceberg::{SqlCatalog, s3tables_name_problem, table_bucket_region};
 use ddbpipe_lake::objects::Location;
 use ddbpipe_lake::parquet::FileCompression;
 use ddbpipe_lake::partition::Term;
@@ -14,6 +14,7 @@ use ddbpipe_source::config::{ConfigError, Secret};
 use ddbpipe_source::endpoint::EndpointUrl;
 use serde_json::json;
 
+use super::stored_name;
 use crate::sinks::keyed::columns::{
     self, COLUMNS, ColumnConfig, DEFAULT_DOCUMENT_COLUMN, Dialect, ON_TYPE_MISMATCH,
 };
@@ -64,14 +65,16 @@ pub(crate) static ICEBERG_FIELDS: &[Field] = &[
     required(
         "catalog",
         Shape::Section(CATALOG),
-        "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}, or \
-         {type: glue} (the AWS Glue Data Catalog; catalog_id, region, endpoint_url).",
+        "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}, \
+         {type: glue} (the AWS Glue Data Catalog; catalog_id, region, endpoint_url), or \
+         {type: s3tables, table_bucket_arn} (an Amazon S3 table bucket; region, endpoint_url).",
     ),
-    required(
+    optional(
         "warehouse",
         of::<String>(),
-        "Where the table's files go: s3://bucket/prefix or a local directory; a new table is \
-         <warehouse>/<namespace>.db/<table>.",
+        "sql and glue (required): where the table's files go, s3://bucket/prefix or a local \
+         directory; a new table is <warehouse>/<namespace>.db/<table>. s3tables: none, the \
+         service gives each table its own storage.",
     ),
     defaulted(
         "namespace",
@@ -113,7 +116,9 @@ static CATALOG: &[Field] = &[
         of::<CatalogType>(),
         "sql: the tables of Iceberg's JDBC catalog and pyiceberg's SqlCatalog, in a SQLite file \
          or a PostgreSQL database; glue: the AWS Glue Data Catalog (namespace = Glue database), \
-         what Athena, EMR and pyiceberg's GlueCatalog read, with the run's AWS credentials.",
+         what Athena, EMR and pyiceberg's GlueCatalog read, with the run's AWS credentials; \
+         s3tables: an Amazon S3 table bucket (namespace and table as S3 Tables keeps them), with \
+         the run's AWS credentials.",
     ),
     optional(
         "uri",
@@ -135,15 +140,22 @@ static CATALOG: &[Field] = &[
          unset: the caller's account.",
     ),
     optional(
+        "table_bucket_arn",
+        of::<String>(),
+        "s3tables (required): the table bucket's ARN, \
+         arn:aws:s3tables:<region>:<account>:bucket/<name>.",
+    ),
+    optional(
         "region",
         of::<String>(),
-        "glue: the catalog's region; unset: sink.s3_region, else the run's region.",
+        "glue: the catalog's region; unset: sink.s3_region, else the run's region. s3tables: \
+         unset, the region of table_bucket_arn.",
     ),
     optional(
         "endpoint_url",
         of::<EndpointUrl>(),
-        "glue: a Glue endpoint; unset: source.endpoint_url when set (an emulator serving both), \
-         else AWS's.",
+        "glue, s3tables: the service's endpoint; unset: source.endpoint_url when set (an \
+         emulator serving all), else AWS's.",
     ),
 ];
 
@@ -154,22 +166,25 @@ pub enum CatalogType {
     Sql,
     /// The AWS Glue Data Catalog.
     Glue,
+    /// An Amazon S3 table bucket.
+    S3Tables,
 }
 
 impl Choice for CatalogType {
     fn all() -> &'static [Self] {
-        &[CatalogType::Sql, CatalogType::Glue]
+        &[CatalogType::Sql, CatalogType::Glue, CatalogType::S3Tables]
     }
     fn name(self) -> &'static str {
         match self {
             CatalogType::Sql => "sql",
             CatalogType::Glue => "glue",
+            CatalogType::S3Tables => "s3tables",
         }
     }
     fn hint(found: &str) -> Option<&'static str> {
-        matches!(found, "rest" | "s3tables" | "hive" | "jdbc").then_some(
-            "the SQL catalog (type: sql) and the AWS Glue Data Catalog (type: glue) are \
-             supported; REST catalogs are not yet",
+        matches!(found, "rest" | "s3_tables" | "s3-tables" | "hive" | "jdbc").then_some(
+            "the SQL catalog (type: sql), the AWS Glue Data Catalog (type: glue) and S3 table \
+             buckets (type: s3tables) are supported; REST catalogs are not yet",
         )
     }
 }
@@ -185,8 +200,11 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
                 None => catalog.missing("uri"),
             }
             iceberg.catalog_name = catalog.or("name", DEFAULT_CATALOG_NAME.to_string());
-            for key in ["catalog_id", "region", "endpoint_url"] {
-                catalog.refuse(key, "a glue catalog's key: a sql catalog has none");
+            for key in ["catalog_id", "region", "endpoint_url", "table_bucket_arn"] {
+                catalog.refuse(
+                    key,
+                    "a key of the AWS catalogs (glue, s3tables): a sql catalog has none",
+                );
             }
         }
         Some(CatalogType::Glue) => {
@@ -200,13 +218,48 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
                 "a glue catalog has no name: readers name it as they like (pyiceberg's \
                  GlueCatalog, Athena's AwsDataCatalog)",
             );
+            catalog.refuse(
+                "table_bucket_arn",
+                "an s3tables catalog's key: a glue catalog is the account's (catalog_id)",
+            );
             iceberg.catalog_id = catalog.get("catalog_id");
+            iceberg.catalog_region = catalog.get("region");
+            iceberg.catalog_endpoint_url = catalog.get("endpoint_url");
+        }
+        Some(CatalogType::S3Tables) => {
+            for (key, why) in [
+                (
+                    "uri",
+                    "an s3tables catalog has no uri: it is table_bucket_arn",
+                ),
+                (
+                    "name",
+                    "an s3tables catalog has no name: readers name it as they like",
+                ),
+                (
+                    "catalog_id",
+                    "an s3tables catalog is its table bucket's (table_bucket_arn)",
+                ),
+            ] {
+                catalog.refuse(key, why);
+            }
+            iceberg.table_bucket_arn = catalog.get("table_bucket_arn");
+            if iceberg.table_bucket_arn.is_none() {
+                catalog.missing("table_bucket_arn");
+            }
             iceberg.catalog_region = catalog.get("region");
             iceberg.catalog_endpoint_url = catalog.get("endpoint_url");
         }
         // The type's error is reported: the other keys are not judged.
         None => {
-            for key in ["uri", "name", "catalog_id", "region", "endpoint_url"] {
+            for key in [
+                "uri",
+                "name",
+                "catalog_id",
+                "table_bucket_arn",
+                "region",
+                "endpoint_url",
+            ] {
                 catalog.skip(key);
             }
         }
@@ -306,9 +359,11 @@ pub struct IcebergConfig {
     pub catalog_name: String,
     /// `catalog.catalog_id` (`glue`).
     pub catalog_id: Option<String>,
-    /// `catalog.region` (`glue`).
+    /// `catalog.table_bucket_arn` (`s3tables`).
+    pub table_bucket_arn: Option<String>,
+    /// `catalog.region` (`glue`, `s3tables`).
     pub catalog_region: Option<String>,
-    /// `catalog.endpoint_url` (`glue`).
+    /// `catalog.endpoint_url` (`glue`, `s3tables`).
     pub catalog_endpoint_url: Option<EndpointUrl>,
     /// The table's namespace.
     pub namespace: String,
@@ -331,6 +386,7 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
         catalog_uri: Secret::new(""),
         catalog_name: DEFAULT_CATALOG_NAME.to_string(),
         catalog_id: None,
+        table_bucket_arn: None,
         catalog_region: None,
         catalog_endpoint_url: None,
         namespace: f.or("namespace", DEFAULT_NAMESPACE.to_string()),
@@ -341,8 +397,24 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
         read_catalog(&mut catalog, &mut iceberg);
         catalog.finish();
     }
-    let warehouse = f.required::<String>("warehouse").unwrap_or_default();
-    read_files(f, warehouse, Some(iceberg))
+    // An S3 table's files are where the service places them (`catalog` rule 3).
+    let warehouse = match iceberg.catalog_type {
+        CatalogType::S3Tables => {
+            f.refuse(
+                "warehouse",
+                "an S3 table's files are where S3 Tables places them: give no warehouse",
+            );
+            None
+        }
+        CatalogType::Sql | CatalogType::Glue => {
+            let warehouse = f.get::<String>("warehouse");
+            if warehouse.is_none() {
+                f.missing("warehouse");
+            }
+            warehouse
+        }
+    };
+    read_files(f, warehouse.unwrap_or_default(), Some(iceberg))
 }
 
 /// The keys both lake sinks have.
@@ -386,10 +458,17 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
         Some(_) => "sink.warehouse",
         None => "sink.path",
     };
-    if let Err(problem) = Location::parse(&parquet.path) {
+    let placed = (parquet.iceberg.as_ref())
+        .is_some_and(|iceberg| iceberg.catalog_type == CatalogType::S3Tables);
+    if !placed && let Err(problem) = Location::parse(&parquet.path) {
         errors.push(ConfigError::new(place, problem));
     }
     if let Some(iceberg) = &parquet.iceberg {
+        if let Some(arn) = &iceberg.table_bucket_arn
+            && let Err(problem) = table_bucket_region(arn)
+        {
+            errors.push(ConfigError::new("sink.catalog.table_bucket_arn", problem));
+        }
         let uri = iceberg.catalog_uri.expose();
         let name = iceberg.catalog_name.clone();
         if iceberg.catalog_type == CatalogType::Sql
@@ -418,6 +497,18 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
                 errors.push(ConfigError::new(
                     key,
                     format!("'{value}' is not a name: give one without '.' or '/'"),
+                ));
+            } else if placed
+                && let Some(problem) =
+                    // `{table}` is judged with each table's name (`config::tables`).
+                    s3tables_name_problem(
+                        &stored_name(iceberg, &value.replace("{table}", "t")),
+                        key == "sink.namespace",
+                    )
+            {
+                errors.push(ConfigError::new(
+                    key,
+                    format!("{problem}: give one it takes"),
                 ));
             }
         }

@@ -5,8 +5,8 @@ mod build;
 mod config;
 
 pub use build::{
-    describe_catalog, iceberg_settings, location, open_parquet, positions_reader, reading_objects,
-    shape, stored_name,
+    Placed, describe_catalog, location, open_parquet, positions_reader, reading_objects, shape,
+    stored_name,
 };
 pub use config::{CatalogType, IcebergConfig, ParquetConfig};
 pub(crate) use config::{

@@ -1,17 +1,23 @@
 //! The Iceberg sink's catalogs (docs/sinks.md §7.11): where a table's current metadata
-//! location is kept, read and swapped. Two kinds: a SQL catalog (`sql`: Iceberg's JDBC catalog
-//! and pyiceberg's `SqlCatalog`, in SQLite or PostgreSQL) and the AWS Glue Data Catalog
-//! (`glue`: what Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read).
+//! location is kept, read and swapped. Three kinds: a SQL catalog (`sql`: Iceberg's JDBC catalog
+//! and pyiceberg's `SqlCatalog`, in SQLite or PostgreSQL), the AWS Glue Data Catalog
+//! (`glue`: what Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read) and an
+//! Amazon S3 table bucket (`s3tables`: its tables, whose files the service places).
 //!
 //! # Rules
-//! 1. A catalog answers four calls, the same for both: the table's metadata location (`None`:
+//! 1. A catalog answers four calls, the same for all: the table's metadata location (`None`:
 //!    no such table), a new table recorded (`false`: another writer recorded it first), a
 //!    commit's swap from the location it was built on to the new one (`false`: a conflict,
 //!    the table read again and the commit built again), and `check`'s probe.
 //! 2. A swap happens only while the catalog still holds the location the commit was built
 //!    on, atomically: SQL by `UPDATE … WHERE metadata_location = old`, Glue by `UpdateTable`
 //!    with the `VersionId` the location was read under (Glue refuses it when the table changed
-//!    since: `ConcurrentModificationException`).
+//!    since: `ConcurrentModificationException`), S3 Tables by `UpdateTableMetadataLocation`
+//!    under the version token the location was read with (`ConflictException`).
+//! 3. Where a table's files are: SQL and Glue tables at `<warehouse>/<namespace>.db/<table>`
+//!    ([`Catalog::table_dir`]); an S3 table at the location the service gives it (its
+//!    warehouse, [`S3TablesCatalog::place`]), as Iceberg's and pyiceberg's S3 Tables catalogs
+//!    place it.
 
 mod glue;
 mod s3tables;
@@ -22,7 +28,7 @@ use iceberg::spec::Schema;
 use crate::failure::Failure;
 
 pub use glue::{GlueCatalog, glue_name};
-pub use s3tables::S3TablesCatalog;
+pub use s3tables::{S3TablesCatalog, s3tables_name, s3tables_name_problem, table_bucket_region};
 pub use sql::SqlCatalog;
 
 /// An Iceberg sink's catalog.
@@ -32,6 +38,8 @@ pub enum Catalog {
     Sql(SqlCatalog),
     /// The Glue Data Catalog.
     Glue(GlueCatalog),
+    /// An S3 table bucket.
+    S3Tables(S3TablesCatalog),
 }
 
 impl Catalog {
@@ -40,6 +48,15 @@ impl Catalog {
         match self {
             Catalog::Sql(catalog) => catalog.describe(),
             Catalog::Glue(catalog) => catalog.describe(),
+            Catalog::S3Tables(catalog) => catalog.describe(),
+        }
+    }
+
+    /// Rule 3: the directory of `namespace.table` in its warehouse.
+    pub fn table_dir(&self, namespace: &str, table: &str) -> String {
+        match self {
+            Catalog::Sql(_) | Catalog::Glue(_) => format!("{namespace}.db/{table}"),
+            Catalog::S3Tables(_) => String::new(),
         }
     }
 
@@ -48,6 +65,7 @@ impl Catalog {
         match self {
             Catalog::Sql(catalog) => catalog.writable().await,
             Catalog::Glue(catalog) => catalog.writable().await,
+            Catalog::S3Tables(catalog) => catalog.writable().await,
         }
     }
 
@@ -65,6 +83,7 @@ impl Catalog {
                 (catalog.location(namespace, table).await).map_err(Failure::transient)
             }
             Catalog::Glue(catalog) => catalog.location(namespace, table).await,
+            Catalog::S3Tables(catalog) => catalog.location(namespace, table).await,
         }
     }
 
@@ -83,6 +102,7 @@ impl Catalog {
             Catalog::Glue(catalog) => {
                 (catalog.create(namespace, table, metadata_location, schema)).await
             }
+            Catalog::S3Tables(catalog) => catalog.create(namespace, table, metadata_location).await,
         }
     }
 
@@ -101,6 +121,7 @@ impl Catalog {
                 (catalog.swap(namespace, table, old, new).await).map_err(Failure::transient)
             }
             Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new, schema).await,
+            Catalog::S3Tables(catalog) => catalog.swap(namespace, table, old, new).await,
         }
     }
 }
@@ -114,5 +135,11 @@ impl From<SqlCatalog> for Catalog {
 impl From<GlueCatalog> for Catalog {
     fn from(catalog: GlueCatalog) -> Self {
         Catalog::Glue(catalog)
+    }
+}
+
+impl From<S3TablesCatalog> for Catalog {
+    fn from(catalog: S3TablesCatalog) -> Self {
+        Catalog::S3Tables(catalog)
     }
 }

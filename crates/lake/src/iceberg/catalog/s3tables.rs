@@ -1,12 +1,13 @@
-//! WORK IN PROGRESS (branch `wip/s3tables`, not wired into the sink): Amazon S3 Tables as the
-//! Iceberg sink's catalog (issue 29's list). See the stop 56 closing note for what is left:
-//! the table's location comes from the service, so the sink's objects and Iceberg storage must
-//! be bound to it at load instead of to `warehouse`.
+//! An Amazon S3 table bucket as the Iceberg sink's catalog (docs/sinks.md §7.11, `catalog`
+//! rules): the tables Athena, EMR, Redshift, Spark and pyiceberg reach through S3 Tables.
 //!
 //! # Rules
 //! 1. A namespace is a namespace of the table bucket `table_bucket_arn`, a table one of its
-//!    Iceberg tables of the same name. The table's location is the service's: its
-//!    `warehouseLocation` (a bucket of its own), known once the table exists.
+//!    Iceberg tables of the same name. S3 Tables takes names of 1 to 255 lowercase letters,
+//!    digits and underscores that begin and end with a letter or digit
+//!    ([`s3tables_name_problem`]; a namespace not beginning with `aws`). The table's location
+//!    is the service's: its `warehouseLocation` (storage of its own), known once the table
+//!    exists; the table's files are written there ([`S3TablesCatalog::warehouse`]).
 //! 2. **Place** ([`S3TablesCatalog::place`]): the namespace and the table are created when
 //!    missing (`ConflictException`: another writer made them), then the table's warehouse
 //!    location is read. A table made so has no metadata yet: [`S3TablesCatalog::location`]
@@ -18,7 +19,8 @@
 //!    conflict. Else `UpdateTableMetadataLocation` under the version token read with it:
 //!    S3 Tables refuses a token another commit has moved past (`ConflictException`), so two
 //!    writers never both move the table from one base.
-//! 5. **`check`** reads the table bucket (`GetTableBucket`).
+//! 5. **`check`** reads the table bucket (`GetTableBucket`), and finds a table without
+//!    creating it ([`S3TablesCatalog::warehouse`]).
 
 use aws_sdk_s3tables::Client;
 use aws_sdk_s3tables::error::SdkError;
@@ -45,10 +47,65 @@ impl std::fmt::Debug for S3TablesCatalog {
 }
 
 /// A table's metadata location as the service holds it, with the token a change of it must
-/// name (rules 3 and 4).
+/// name (rules 3 and 4) and where its files are (rule 1).
 struct Held {
     metadata_location: Option<String>,
     version_token: String,
+    warehouse: String,
+}
+
+/// The name S3 Tables keeps a namespace or table `name` under: in lowercase, a hyphen an
+/// underscore (DynamoDB's `Orders-2026` is `orders_2026`): S3 Tables takes neither capitals
+/// nor hyphens (rule 1), and the sink names its table so in every lookup and message.
+pub fn s3tables_name(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// The region of the table bucket `arn` (`arn:aws:s3tables:<region>:<account>:bucket/<name>`);
+/// what is wrong with it when it is not a table bucket's ARN.
+pub fn table_bucket_region(arn: &str) -> Result<&str, String> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    match parts.as_slice() {
+        ["arn", partition, "s3tables", region, account, resource]
+            if !partition.is_empty()
+                && !region.is_empty()
+                && !account.is_empty()
+                && resource
+                    .strip_prefix("bucket/")
+                    .is_some_and(|name| !name.is_empty() && !name.contains('/')) =>
+        {
+            Ok(region)
+        }
+        _ => Err(format!(
+            "'{arn}' is not a table bucket's ARN: give \
+             arn:aws:s3tables:<region>:<account>:bucket/<name> (aws s3tables list-table-buckets \
+             lists them)"
+        )),
+    }
+}
+
+/// What S3 Tables refuses in `name`, a namespace's (`namespace`) or a table's (rule 1);
+/// `None`: a name it takes.
+pub fn s3tables_name_problem(name: &str, namespace: bool) -> Option<String> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let what = if namespace { "namespace" } else { "table" };
+    if name.is_empty() || name.len() > 255 || !name.chars().all(allowed) {
+        Some(format!(
+            "'{name}' is not an S3 Tables {what} name: it takes 1 to 255 lowercase letters, \
+             digits and underscores"
+        ))
+    } else if !edge(name.chars().next()) || !edge(name.chars().last()) {
+        Some(format!(
+            "'{name}' is not an S3 Tables {what} name: it begins and ends with a letter or digit"
+        ))
+    } else if namespace && name.starts_with("aws") {
+        Some(format!(
+            "'{name}' is not an S3 Tables namespace: names beginning with 'aws' are AWS's"
+        ))
+    } else {
+        None
+    }
 }
 
 impl S3TablesCatalog {
@@ -76,9 +133,14 @@ impl S3TablesCatalog {
 
     /// The catalog for messages.
     pub fn describe(&self) -> String {
-        match &self.endpoint {
-            Some(endpoint) => format!("S3 table bucket {} at {endpoint}", self.table_bucket_arn),
-            None => format!("S3 table bucket {}", self.table_bucket_arn),
+        S3TablesCatalog::describe_with(&self.table_bucket_arn, self.endpoint.as_deref())
+    }
+
+    /// The table bucket `arn` at `endpoint` (masked) for messages, before its client is made.
+    pub fn describe_with(arn: &str, endpoint: Option<&str>) -> String {
+        match endpoint {
+            Some(endpoint) => format!("S3 table bucket {arn} at {endpoint}"),
+            None => format!("S3 table bucket {arn}"),
         }
     }
 
@@ -120,6 +182,7 @@ impl S3TablesCatalog {
             Ok(found) => Ok(Some(Held {
                 metadata_location: found.metadata_location().map(str::to_string),
                 version_token: found.version_token().to_string(),
+                warehouse: found.warehouse_location().to_string(),
             })),
             Err(SdkError::ServiceError(error)) if error.err().is_not_found_exception() => Ok(None),
             Err(error) => Err(self.failed(&format!("read table {namespace}.{table}"), error)),
@@ -139,8 +202,26 @@ impl S3TablesCatalog {
             .and_then(|held| held.metadata_location))
     }
 
+    /// Rule 1: where the files of `namespace.table` are; `None` when there is no such table
+    /// (nothing is created).
+    pub async fn warehouse(&self, namespace: &str, table: &str) -> Result<Option<String>, String> {
+        match self.held(namespace, table).await {
+            Ok(held) => Ok(held.map(|held| held.warehouse)),
+            Err(failure) => Err(failure.message),
+        }
+    }
+
     /// Rule 2: the table's warehouse location, the namespace and table made when missing.
-    pub(crate) async fn place(&self, namespace: &str, table: &str) -> Result<String, Failure> {
+    /// A name the service refuses is refused before it is asked (`check` refuses it too).
+    pub async fn place(&self, namespace: &str, table: &str) -> Result<String, String> {
+        for (name, is_namespace) in [(namespace, true), (table, false)] {
+            if let Some(problem) = s3tables_name_problem(name, is_namespace) {
+                return Err(format!(
+                    "{problem}: give sink.{} one it takes",
+                    if is_namespace { "namespace" } else { "table" }
+                ));
+            }
+        }
         let made = (self.client.create_namespace())
             .table_bucket_arn(&self.table_bucket_arn)
             .namespace(namespace)
@@ -149,7 +230,10 @@ impl S3TablesCatalog {
         match made {
             Ok(_) => {}
             Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
-            Err(error) => return Err(self.failed(&format!("create namespace {namespace}"), error)),
+            Err(error) => {
+                let failure = self.failed(&format!("create namespace {namespace}"), error);
+                return Err(failure.message);
+            }
         }
         let made = (self.client.create_table())
             .table_bucket_arn(&self.table_bucket_arn)
@@ -162,17 +246,17 @@ impl S3TablesCatalog {
             Ok(_) => {}
             Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
             Err(error) => {
-                return Err(self.failed(&format!("create table {namespace}.{table}"), error));
+                let failure = self.failed(&format!("create table {namespace}.{table}"), error);
+                return Err(failure.message);
             }
         }
-        let found = (self.client.get_table_metadata_location())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(namespace)
-            .name(table)
-            .send()
-            .await
-            .map_err(|error| self.failed(&format!("read table {namespace}.{table}"), error))?;
-        Ok(found.warehouse_location().to_string())
+        match self.warehouse(namespace, table).await? {
+            Some(warehouse) => Ok(warehouse),
+            None => Err(format!(
+                "table {namespace}.{table} was made in the {} and is gone: dropped since?",
+                self.describe()
+            )),
+        }
     }
 
     /// Rule 3; `false` when another writer recorded the table's metadata first.
@@ -294,6 +378,37 @@ mod tests {
                 )),
             )
             .build()
+    }
+
+    /// Rule 1: the names S3 Tables takes, and the ARN's region.
+    #[test]
+    fn names_and_arns() {
+        assert_eq!(s3tables_name("Orders-2026"), "orders_2026");
+        assert_eq!(s3tables_name_problem("orders_2026", false), None);
+        for (name, namespace, says) in [
+            ("", false, "1 to 255"),
+            ("orders.v2", false, "1 to 255"),
+            ("Orders", true, "1 to 255"),
+            ("_orders", false, "begins and ends"),
+            ("orders_", true, "begins and ends"),
+            ("aws_data", true, "AWS's"),
+        ] {
+            let problem = s3tables_name_problem(name, namespace).expect(name);
+            assert!(problem.contains(says), "{name}: {problem}");
+        }
+        assert_eq!(s3tables_name_problem("aws_data", false), None);
+        assert!(s3tables_name_problem(&"a".repeat(256), false).is_some());
+        let arn = "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake";
+        assert_eq!(table_bucket_region(arn), Ok("eu-west-1"));
+        for arn in [
+            "lake",
+            "arn:aws:s3:::lake",
+            "arn:aws:s3tables:eu-west-1:123456789012:bucket/",
+            "arn:aws:s3tables::123456789012:bucket/lake",
+            "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake/table/t",
+        ] {
+            assert!(table_bucket_region(arn).is_err(), "{arn}");
+        }
     }
 
     /// Rules 2–4 on moto's S3 Tables: a placed table has a warehouse of its own and no
