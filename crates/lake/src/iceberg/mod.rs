@@ -17,7 +17,11 @@
 //! 3. Every commit is a snapshot whose summary holds the position it reaches
 //!    (`ddbpipe.position`, the entry a state file would hold), the pipeline and the commit's
 //!    number. The position is read back on start from the newest snapshot of the pipeline:
-//!    the scan branch's head when a scan run is under way, else `main`'s lineage.
+//!    the scan branch's head when a scan run is under way, else `main`'s lineage. The same
+//!    commit sets the table properties `ddbpipe.position` and `ddbpipe.commit` to its own: a
+//!    table whose lineage holds no snapshot of its pipeline any more (expired by another
+//!    writer's maintenance — S3 Tables' own, a Spark `expire_snapshots` — behind newer
+//!    snapshots of theirs) is read from them, never taken for a table without a position.
 //! 4. Changes (streams, mirror) are appended to `main`, the changelog. A scan run's commits
 //!    are appended to the branch `ddbpipe-scan` (readers of `main` see nothing of them); the
 //!    commit that completes the run is an overwrite of `main` listing the run's files and
@@ -313,23 +317,35 @@ impl IcebergTable {
             None => self.lineage(table).find(|s| self.ours(s)),
         };
         let Some(snapshot) = found else {
+            // Rule 3: the last commit's own position, kept in the table's properties.
+            let properties = metadata.properties();
+            let ours = (properties.get(WRITER)).and_then(|writer| writer.split_once(' '));
+            if ours.is_none_or(|(pipeline, _)| pipeline != self.pipeline) {
+                return Ok(Loaded {
+                    seq: 0,
+                    entry: None,
+                    run: None,
+                });
+            }
+            if properties.contains_key(POSITION) {
+                tracing::warn!(
+                    table = %self.describe(),
+                    "No snapshot of the pipeline is left in the table's history (expired by \
+                     another writer's maintenance); its last position is read from the table's \
+                     properties."
+                );
+            }
             return Ok(Loaded {
-                seq: 0,
-                entry: None,
+                seq: (properties.get(COMMIT)).map_or(0, |c| c.parse().unwrap_or(0)),
+                entry: self.entry(properties.get(POSITION), "the table's properties")?,
                 run: None,
             });
         };
         let summary = &snapshot.summary().additional_properties;
-        let entry = match summary.get(POSITION).map(String::as_str) {
-            None | Some("null") => None,
-            Some(text) => Some(serde_json::from_str(text).map_err(|e| {
-                Failure::definite(format!(
-                    "{}: snapshot {} holds a position that is not JSON ({e})",
-                    self.describe(),
-                    snapshot.snapshot_id()
-                ))
-            })?),
-        };
+        let entry = self.entry(
+            summary.get(POSITION),
+            &format!("snapshot {}", snapshot.snapshot_id()),
+        )?;
         let run = branch.and_then(|head| head.summary().additional_properties.get(RUN));
         Ok(Loaded {
             seq: summary
@@ -344,6 +360,23 @@ impl IcebergTable {
                 completed_at: None,
             }),
         })
+    }
+
+    /// The position `text` (`null`, or none: no position) that `holder` holds.
+    fn entry(
+        &self,
+        text: Option<&String>,
+        holder: &str,
+    ) -> Result<Option<serde_json::Value>, Failure> {
+        match text.map(String::as_str) {
+            None | Some("null") => Ok(None),
+            Some(text) => serde_json::from_str(text).map(Some).map_err(|e| {
+                Failure::definite(format!(
+                    "{}: {holder} holds a position that is not JSON ({e})",
+                    self.describe()
+                ))
+            }),
+        }
     }
 
     fn ours(&self, snapshot: &SnapshotRef) -> bool {
@@ -501,10 +534,17 @@ impl IcebergTable {
                 });
             }
             let data = self.data_files(&table, files)?;
+            // Rule 3: the position kept beside the snapshot, for when it expires.
+            let kept = HashMap::from([
+                (POSITION.to_string(), properties[POSITION].clone()),
+                (COMMIT.to_string(), seq.to_string()),
+            ]);
             let builder = self
                 .snapshot(&table, data, properties.clone(), run, completes)
                 .await?
-                .remove_snapshots(&self.expired(&table)?);
+                .remove_snapshots(&self.expired(&table)?)
+                .set_properties(kept)
+                .map_err(|e| self.failed("commit to", e))?;
             if self.swap(&table, builder).await? {
                 return Ok(());
             }

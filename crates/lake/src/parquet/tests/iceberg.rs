@@ -202,6 +202,67 @@ async fn a_commit_expires_what_the_tables_retention_says() {
     assert_eq!(cursor(&next.load("orders").await.unwrap().unwrap()), "k20");
 }
 
+/// `iceberg` rule 3 (docs §7.11 rule 5): another writer's maintenance — a compaction's
+/// `replace` snapshot on `main`, then every snapshot behind it expired, as S3 Tables' own
+/// maintenance or Spark's `expire_snapshots` do — leaves no snapshot of the pipeline: the
+/// position is read from the table's properties its last commit set, not lost; another
+/// pipeline's run of a table it does not hold is refused as before.
+#[tokio::test]
+async fn a_position_whose_snapshots_expired_under_another_writer_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, mut store) = started(dir.path()).await;
+    let (rows, staged) = batch(0, 10);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    let done = Entry {
+        position: None,
+        last_completed: Some(serde_json::json!({"at": "run 0"})),
+        ..staged.entry.clone()
+    };
+    store.store("orders", Some(&done)).await.unwrap();
+    drop((sink, store));
+    let (catalog, _, old) = catalog_of(dir.path()).await;
+    let new = foreign_metadata(dir.path(), |metadata, builder| {
+        let main = metadata.current_snapshot().unwrap();
+        let compaction = ::iceberg::spec::Snapshot::builder()
+            .with_snapshot_id(main.snapshot_id() + 1)
+            .with_parent_snapshot_id(Some(main.snapshot_id()))
+            .with_sequence_number(metadata.last_sequence_number() + 1)
+            .with_timestamp_ms(main.timestamp_ms() + 1)
+            .with_manifest_list(main.manifest_list())
+            .with_summary(::iceberg::spec::Summary {
+                operation: ::iceberg::spec::Operation::Replace,
+                additional_properties: HashMap::new(),
+            })
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let ours: Vec<i64> = metadata.snapshots().map(|s| s.snapshot_id()).collect();
+        Ok(builder
+            .set_branch_snapshot(compaction, "main")?
+            .remove_snapshots(&ours))
+    })
+    .await;
+    assert!(
+        catalog
+            .swap("dynamodb", "orders", &old, &new)
+            .await
+            .unwrap()
+    );
+    let metadata = current(dir.path()).await;
+    assert_eq!(
+        metadata.snapshots().count(),
+        1,
+        "only the compaction's is left"
+    );
+
+    let (_, mut next) = ParquetSink::open(iceberg_settings(dir.path()));
+    let entry = next.load("orders").await.unwrap();
+    assert_eq!(
+        entry.and_then(|e| e.last_completed),
+        Some(serde_json::json!({"at": "run 0"})),
+        "the last commit's position, from the table's properties"
+    );
+}
+
 /// `parquet` rule 5 with `iceberg` rule 7 (docs §7.11): the catalog gone mid-run fails the
 /// commit and breaks the writer; once it is back, the next run's position is the last
 /// committed snapshot's and the table holds only what was committed.
