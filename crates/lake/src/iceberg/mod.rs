@@ -317,16 +317,9 @@ impl IcebergTable {
             None => self.lineage(table).find(|s| self.ours(s)),
         };
         let Some(snapshot) = found else {
-            // Rule 3: the last commit's own position, kept in the table's properties.
+            // Rule 3: the last commit's own position, kept in the table's properties (a table
+            // claimed by another pipeline was refused: `locate`).
             let properties = metadata.properties();
-            let ours = (properties.get(WRITER)).and_then(|writer| writer.split_once(' '));
-            if ours.is_none_or(|(pipeline, _)| pipeline != self.pipeline) {
-                return Ok(Loaded {
-                    seq: 0,
-                    entry: None,
-                    run: None,
-                });
-            }
             if properties.contains_key(POSITION) {
                 tracing::warn!(
                     table = %self.describe(),

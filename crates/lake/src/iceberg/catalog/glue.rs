@@ -40,7 +40,6 @@ use aws_sdk_glue::error::SdkError;
 use aws_sdk_glue::types::{Column, DatabaseInput, StorageDescriptor, Table, TableInput};
 use ddbpipe_source::aws::{SdkSettings, api_error};
 use ddbpipe_source::endpoint::EndpointUrl;
-use ddbpipe_source::error::{ApiError, Contact};
 
 use iceberg::spec::{PrimitiveType, Schema, Type};
 
@@ -135,15 +134,7 @@ impl GlueCatalog {
         E: aws_sdk_glue::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug + 'static,
     {
-        let error: ApiError = api_error(error);
-        let mut message = format!("cannot {what} in the {}: {error}", self.describe());
-        if error.contact == Contact::NotMade {
-            message.push_str(
-                " (the endpoint could not be reached: check sink.catalog.region and \
-                 sink.catalog.endpoint_url)",
-            );
-        }
-        Failure::transient(message)
+        super::aws_failure(&self.describe(), what, api_error(error))
     }
 
     /// Rule 4.

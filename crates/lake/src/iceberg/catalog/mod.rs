@@ -23,9 +23,23 @@ mod glue;
 mod s3tables;
 mod sql;
 
+use ddbpipe_source::error::{ApiError, Contact};
 use iceberg::spec::Schema;
 
 use crate::failure::Failure;
+
+/// A call to an AWS catalog (Glue, S3 Tables) that failed, `catalog` for messages: its code
+/// and message; when no connection was made, what to check.
+fn aws_failure(catalog: &str, what: &str, error: ApiError) -> Failure {
+    let mut message = format!("cannot {what} in the {catalog}: {error}");
+    if error.contact == Contact::NotMade {
+        message.push_str(
+            " (the endpoint could not be reached: check sink.catalog.region and \
+             sink.catalog.endpoint_url)",
+        );
+    }
+    Failure::transient(message)
+}
 
 pub use glue::{GlueCatalog, glue_name};
 pub use s3tables::{S3TablesCatalog, s3tables_name, s3tables_name_problem, table_bucket_region};

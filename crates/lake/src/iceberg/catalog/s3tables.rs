@@ -27,7 +27,6 @@ use aws_sdk_s3tables::error::SdkError;
 use aws_sdk_s3tables::types::OpenTableFormat;
 use ddbpipe_source::aws::{SdkSettings, api_error};
 use ddbpipe_source::endpoint::EndpointUrl;
-use ddbpipe_source::error::{ApiError, Contact};
 
 use crate::failure::Failure;
 
@@ -149,15 +148,7 @@ impl S3TablesCatalog {
         E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug + 'static,
     {
-        let error: ApiError = api_error(error);
-        let mut message = format!("cannot {what} in the {}: {error}", self.describe());
-        if error.contact == Contact::NotMade {
-            message.push_str(
-                " (the endpoint could not be reached: check sink.catalog.region and \
-                 sink.catalog.endpoint_url)",
-            );
-        }
-        Failure::transient(message)
+        super::aws_failure(&self.describe(), what, api_error(error))
     }
 
     /// Rule 5.
@@ -227,14 +218,7 @@ impl S3TablesCatalog {
             .namespace(namespace)
             .send()
             .await;
-        match made {
-            Ok(_) => {}
-            Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
-            Err(error) => {
-                let failure = self.failed(&format!("create namespace {namespace}"), error);
-                return Err(failure.message);
-            }
-        }
+        self.made(&format!("create namespace {namespace}"), made)?;
         let made = (self.client.create_table())
             .table_bucket_arn(&self.table_bucket_arn)
             .namespace(namespace)
@@ -242,20 +226,31 @@ impl S3TablesCatalog {
             .format(OpenTableFormat::Iceberg)
             .send()
             .await;
-        match made {
-            Ok(_) => {}
-            Err(SdkError::ServiceError(error)) if error.err().is_conflict_exception() => {}
-            Err(error) => {
-                let failure = self.failed(&format!("create table {namespace}.{table}"), error);
-                return Err(failure.message);
-            }
-        }
+        self.made(&format!("create table {namespace}.{table}"), made)?;
         match self.warehouse(namespace, table).await? {
             Some(warehouse) => Ok(warehouse),
             None => Err(format!(
                 "table {namespace}.{table} was made in the {} and is gone: dropped since?",
                 self.describe()
             )),
+        }
+    }
+
+    /// Rule 2: a namespace or table made, or made by another writer first
+    /// (`ConflictException`).
+    fn made<T, E, R>(&self, what: &str, made: Result<T, SdkError<E, R>>) -> Result<(), String>
+    where
+        E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
+    {
+        match made {
+            Err(SdkError::ServiceError(error))
+                if error.err().code() == Some("ConflictException") =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(self.failed(what, error).message),
+            Ok(_) => Ok(()),
         }
     }
 
@@ -353,15 +348,19 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("moto_server")
-            .args(["-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto_server (scripts/test.sh installs it)");
-        for _ in 0..200 {
+        let moto = Moto(
+            Command::new("moto_server")
+                .args(["-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("moto_server (scripts/test.sh installs it)"),
+            format!("http://127.0.0.1:{port}"),
+        );
+        // Python's start is slow on a busy machine: up to 60 s.
+        for _ in 0..1200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Moto(child, format!("http://127.0.0.1:{port}"));
+                return moto;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
