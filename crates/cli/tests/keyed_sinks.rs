@@ -29,6 +29,69 @@ fn pipeline_with_sink(running: &Running, source: &str, sink: &str) -> Pipeline {
     pipeline
 }
 
+/// docs/sinks.md §7.2: a table another pipeline writes — its position in the database's
+/// `_ddbpipe_state` names the table, in any case SQLite takes for it — is refused by `check`
+/// and `run` of a second pipeline file, naming the first pipeline and how to go on, before a
+/// row is written; once the first pipeline's position is cleared (`state reset`), the second
+/// runs. Another table of the same database is no one's.
+#[test]
+fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared() {
+    let running = Emulator::Dynoxide.start();
+    orders(&running);
+    running.put_pk("orders", "b", "2");
+    let scan = "table_name: orders\nmode: scan";
+    let first = Pipeline::new("first", &running.endpoint, scan);
+    let db = first.dir.path().join("shared.db");
+    let sink = |table: &str| {
+        format!(
+            "sink:\n  type: sqlite\n  path: {}\n  table: {table}\n",
+            db.display()
+        )
+    };
+    first.write_with_sink("first", &running.endpoint, scan, &sink("Orders"));
+    let output = first.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let second = Pipeline::new("second", &running.endpoint, scan);
+    second.write_with_sink("second", &running.endpoint, scan, &sink("orders"));
+    running.put_pk("orders", "c", "3");
+    let check = second.ddbpipe(&["check"]);
+    let said = stdout(&check);
+    assert_ne!(check.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("FAIL state") && said.contains("holds the rows of pipeline 'first'"),
+        "{said}"
+    );
+    let output = second.ddbpipe(&["run"]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("table 'orders' holds the rows of pipeline 'first'")
+            && err.contains("sink.table")
+            && err.contains("ddbpipe state reset"),
+        "{err}"
+    );
+    let rows = |table: &str| {
+        let db = rusqlite::Connection::open(&db).unwrap();
+        db.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+    };
+    assert_eq!(rows("orders"), 2, "nothing written by the refused run");
+
+    let other = Pipeline::new("other", &running.endpoint, scan);
+    other.write_with_sink("other", &running.endpoint, scan, &sink("orders_copy"));
+    let output = other.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let reset = first.ddbpipe(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
+    let output = second.ddbpipe(&["run"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(rows("orders"), 3);
+}
+
 mod postgres {
     use super::*;
 

@@ -45,6 +45,35 @@ pub struct DatabaseStore {
     written: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
+/// Another pipeline whose position in `db` is of rows it writes into `table` (its `meta`
+/// part's `identity.sink_table`; docs/state.md §6.5): a run of `pipeline` writing there too
+/// would mix its rows with that pipeline's, each deleting and overwriting the other's. Table
+/// names compare as the database does: ignoring ASCII case in SQLite, exactly in PostgreSQL
+/// (the names are quoted). A part that does not read names no table.
+pub async fn other_writer(
+    db: &Database,
+    table: &TableSpec,
+    pipeline: &str,
+) -> Result<Option<String>, crate::DbError> {
+    let same = |name: &str| match db.kind() {
+        "sqlite" => name.eq_ignore_ascii_case(&table.table),
+        _ => name == table.table,
+    };
+    for other in db.stored_pipelines().await? {
+        if other == pipeline {
+            continue;
+        }
+        let parts = db.load_state(&other).await?;
+        let written = (parts.get(META))
+            .and_then(|meta| serde_json::from_str::<Json>(meta).ok())
+            .and_then(|meta| Some(meta.pointer("/identity/sink_table")?.as_str()?.to_string()));
+        if written.is_some_and(|name| same(&name)) {
+            return Ok(Some(other));
+        }
+    }
+    Ok(None)
+}
+
 impl DatabaseStore {
     /// The store in `db`, beside the destination `table` (whose snapshot rows it cleans up).
     pub fn new(db: Database, table: TableSpec) -> Self {

@@ -647,11 +647,14 @@ async fn probe_keyed(
     let (Some(spec), None) = (spec, &config.coordination) else {
         return;
     };
+    // What the run refuses: another pipeline's position of rows in this table.
+    let another = crate::sinks::keyed::another_writer(&db, &spec, &config.name).await;
     let mut store = DatabaseStore::new(db.clone(), spec);
     let where_ = store.describe();
-    let (mut status, mut detail) = match store.load(&config.name).await {
-        Err(error) => (Status::Fail, error.to_string()),
-        Ok(entry) => state_verdict(config, location, stream, &where_, entry, timeout).await,
+    let (mut status, mut detail) = match (another, store.load(&config.name).await) {
+        (Err(failure) | Ok(Some(failure)), _) => (Status::Fail, with_hint(&failure)),
+        (_, Err(error)) => (Status::Fail, error.to_string()),
+        (_, Ok(entry)) => state_verdict(config, location, stream, &where_, entry, timeout).await,
     };
     if let Ok(Some(holder)) = db.lock_holder(&config.name).await
         && status == Status::Pass

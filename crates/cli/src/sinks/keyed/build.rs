@@ -46,6 +46,9 @@ pub async fn keyed_sink(
         .ok_or_else(|| Failure::runtime(anyhow!("the sink database could not be opened")))?;
     if lock_run {
         lock(&db, target.pipeline).await?;
+        if let Some(refused) = another_writer(&db, &spec, target.pipeline).await? {
+            return Err(refused);
+        }
     }
     let retry = source.retry.policy();
     let on_mismatch = target.sink.keyed().map(|keyed| keyed.on_type_mismatch);
@@ -80,6 +83,33 @@ pub async fn lock(db: &Database, pipeline: &str) -> Result<(), Failure> {
         }
         Err(error) => Err(sink_failure(db, error.message)),
     }
+}
+
+/// Refuses `pipeline`'s run into `spec`'s table when the database holds another pipeline's
+/// position of rows written there (`ddbpipe_keyed::state::other_writer`): `check` says the
+/// same.
+pub async fn another_writer(
+    db: &Database,
+    spec: &TableSpec,
+    pipeline: &str,
+) -> Result<Option<Failure>, Failure> {
+    let other = ddbpipe_keyed::state::other_writer(db, spec, pipeline)
+        .await
+        .map_err(|error| sink_failure(db, error.message))?;
+    Ok(other.map(|other| {
+        Failure::runtime(anyhow!(
+            "sink {}: table '{}' holds the rows of pipeline '{other}' (its position is in \
+             _ddbpipe_state): pipeline '{pipeline}' would mix its rows with them",
+            db.describe(),
+            spec.table
+        ))
+        .hint(format!(
+            "give pipeline '{pipeline}' a table of its own (sink.table); or, when pipeline \
+             '{other}' no longer writes there (renamed, moved), clear its position: `ddbpipe \
+             state reset` with its file, or DELETE FROM _ddbpipe_state WHERE pipeline = \
+             '{other}'"
+        ))
+    }))
 }
 
 /// Opens (creating a sqlite file when missing) or connects to a keyed sink's database.

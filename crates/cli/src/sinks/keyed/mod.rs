@@ -8,8 +8,8 @@ mod config;
 
 pub(crate) use build::table_name_of;
 pub use build::{
-    destination_table, keyed_sink, libpq_defaults, lock, open_existing, reset_database_state,
-    table_spec,
+    another_writer, destination_table, keyed_sink, libpq_defaults, lock, open_existing,
+    reset_database_state, table_spec,
 };
 pub use columns::{DEFAULT_DOCUMENT_COLUMN, Dialect, unusable_name};
 pub use config::{KeyedConfig, PostgresConfig, SqliteConfig, stale_rows_warning};
