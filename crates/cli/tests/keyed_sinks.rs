@@ -30,25 +30,24 @@ fn pipeline_with_sink(running: &Running, source: &str, sink: &str) -> Pipeline {
 }
 
 /// docs/sinks.md §7.2: a table another pipeline writes — its position in the database's
-/// `_ddbpipe_state` names the table, in any case SQLite takes for it — is refused by `check`
-/// and `run` of a second pipeline file, naming the first pipeline and how to go on, before a
-/// row is written; once the first pipeline's position is cleared (`state reset`), the second
-/// runs. Another table of the same database is no one's.
-#[test]
-fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared() {
+/// `_ddbpipe_state` names the table (in SQLite in any case) — is refused by `check` and `run`
+/// of a second pipeline file, naming the first pipeline and how to go on, before a row is
+/// written; once the first pipeline's position is cleared (`state reset`), the second runs.
+/// Another table of the same database is no one's.
+fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared(target: Target) {
     let running = Emulator::Dynoxide.start();
     orders(&running);
     running.put_pk("orders", "b", "2");
     let scan = "table_name: orders\nmode: scan";
     let first = Pipeline::new("first", &running.endpoint, scan);
-    let db = first.dir.path().join("shared.db");
-    let sink = |table: &str| {
-        format!(
-            "sink:\n  type: sqlite\n  path: {}\n  table: {table}\n",
-            db.display()
-        )
+    let db = Destination::new(target, first.dir.path());
+    let sink = |table: &str| format!("{}  table: {table}\n", db.sink_yaml());
+    // SQLite takes `Orders` for `orders`; PostgreSQL's quoted names are two tables.
+    let named = match target {
+        Target::Sqlite => "Orders",
+        Target::Postgres => "orders",
     };
-    first.write_with_sink("first", &running.endpoint, scan, &sink("Orders"));
+    first.write_with_sink("first", &running.endpoint, scan, &sink(named));
     let output = first.ddbpipe(&["run"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 
@@ -71,14 +70,11 @@ fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared() {
             && err.contains("ddbpipe state reset"),
         "{err}"
     );
-    let rows = |table: &str| {
-        let db = rusqlite::Connection::open(&db).unwrap();
-        db.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .unwrap()
-    };
-    assert_eq!(rows("orders"), 2, "nothing written by the refused run");
+    assert_eq!(
+        db.rows("orders").len(),
+        2,
+        "nothing written by the refused run"
+    );
 
     let other = Pipeline::new("other", &running.endpoint, scan);
     other.write_with_sink("other", &running.endpoint, scan, &sink("orders_copy"));
@@ -89,7 +85,17 @@ fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared() {
     assert_eq!(reset.status.code(), Some(0), "{}", stderr(&reset));
     let output = second.ddbpipe(&["run"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(rows("orders"), 3);
+    assert_eq!(db.rows("orders").len(), 3);
+}
+
+#[test]
+fn a_sqlite_table_another_pipeline_writes_is_refused() {
+    a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared(Target::Sqlite);
+}
+
+#[test]
+fn a_postgres_table_another_pipeline_writes_is_refused() {
+    a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared(Target::Postgres);
 }
 
 mod postgres {
