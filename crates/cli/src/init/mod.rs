@@ -222,6 +222,10 @@ pub(crate) fn pipeline(
             out.push_str(
                 "    uri: sqlite:///catalog.db       # the pipeline file's directory; sqlite:////abs/path\n",
             );
+            out.push_str(
+                "    # or type: glue (the Glue Data Catalog), or type: s3tables with table_bucket_arn\n    \
+                 # (an S3 table bucket: then no warehouse, S3 Tables places the files)\n",
+            );
             out.push_str(&format!(
                 "  warehouse: {name}-warehouse      # a directory, or s3://bucket/prefix\n"
             ));
