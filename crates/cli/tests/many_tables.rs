@@ -760,6 +760,33 @@ fn tables_found_differing_only_in_case_are_refused_before_a_row_is_written() {
     assert!(destination.rows("orders").is_empty(), "nothing is written");
 }
 
+/// A table `discover` finds whose name an S3 table cannot take (`_staging`: S3 Tables' names
+/// begin with a letter or digit) is refused by `check` and `run` before any table is made,
+/// naming it, the key and the `exclude` to add (docs/sinks.md §7.11 rule 1).
+#[test]
+fn a_table_found_whose_s3_table_name_is_refused_stops_check_and_run() {
+    let running = Emulator::Moto.start();
+    seed(&running, "orders", 2);
+    seed(&running, "_staging", 2);
+    let pipeline = Pipeline::new("sync", &running.endpoint, "table_name: unused");
+    pipeline.write_with_sink(
+        "sync",
+        &running.endpoint,
+        "discover: {names: ['*']}\nmode: scan",
+        "sink:\n  type: iceberg\n  catalog: {type: s3tables, table_bucket_arn: \
+         'arn:aws:s3tables:us-east-1:123456789012:bucket/lake'}\n",
+    );
+    for output in [pipeline.ddbpipe(&["check"]), run(&pipeline)] {
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(2), "{said}");
+        assert!(
+            said.contains("finds table '_staging': sink.table: '_staging' is not an S3 Tables")
+                && said.contains("source.discover.exclude: ['_staging']"),
+            "{said}"
+        );
+    }
+}
+
 mod discovery {
     use super::*;
 
