@@ -33,7 +33,7 @@ fn pipeline_with_sink(running: &Running, source: &str, sink: &str) -> Pipeline {
 /// `_ddbpipe_state` names the table (in SQLite in any case) — is refused by `check` and `run`
 /// of a second pipeline file, naming the first pipeline and how to go on, before a row is
 /// written; once the first pipeline's position is cleared (`state reset`), the second runs.
-/// Another table of the same database is no one's.
+/// Another table of the same database (in PostgreSQL, one named in another case) is no one's.
 fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared(target: Target) {
     let running = Emulator::Dynoxide.start();
     orders(&running);
@@ -76,8 +76,14 @@ fn a_table_another_pipeline_writes_is_refused_until_its_position_is_cleared(targ
         "nothing written by the refused run"
     );
 
+    // Another table of the database: in PostgreSQL, `Orders` is one (quoted names compare
+    // exactly).
+    let another = match target {
+        Target::Sqlite => "orders_copy",
+        Target::Postgres => "Orders",
+    };
     let other = Pipeline::new("other", &running.endpoint, scan);
-    other.write_with_sink("other", &running.endpoint, scan, &sink("orders_copy"));
+    other.write_with_sink("other", &running.endpoint, scan, &sink(another));
     let output = other.ddbpipe(&["run"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 
@@ -109,7 +115,7 @@ mod postgres {
         let running = Emulator::Dynoxide.start();
         orders(&running);
         let password = "Pa@Wq7xK9zT";
-        let port = common::free_port();
+        let port = ddbpipe_testkit::free_port();
         let url = format!(
             "postgres://ddbpipe:{password}@127.0.0.1:{port}/app?sslmode=disable&connect_timeout=2"
         );
@@ -140,7 +146,7 @@ mod postgres {
         let password = "Wq7 xK9:zT@q";
         let url = format!(
             "host=127.0.0.1 port={} user=ddbpipe pasword='{password}' dbname=app",
-            common::free_port()
+            ddbpipe_testkit::free_port()
         );
         let pipeline = pipeline_with_sink(
             &running,
@@ -237,7 +243,7 @@ mod postgres {
         assert_eq!(destination.documents("orders").len(), 1);
         assert_hidden(&stderr(&output), &password, 10, "run");
 
-        let down = common::free_port();
+        let down = ddbpipe_testkit::free_port();
         let output = run(down);
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(1), "{err}");
@@ -532,7 +538,7 @@ mod postgres {
                 destination.sink_yaml()
             ),
         );
-        let port = common::free_port();
+        let port = ddbpipe_testkit::free_port();
         let address = format!("127.0.0.1:{port}");
         let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
         let limit = Duration::from_secs(60);

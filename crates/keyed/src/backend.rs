@@ -188,6 +188,10 @@ pub(crate) trait Backend: std::fmt::Debug + Send + Sync {
     /// Refuses names the backend cannot hold, before a script on `spec`'s table.
     fn check_names(&self, spec: &TableSpec) -> Result<(), DbError>;
 
+    /// Whether two names are one table or column (`columns` rule 6: SQLite ignores ASCII
+    /// case, PostgreSQL's quoted names compare exactly).
+    fn same_name(&self, a: &str, b: &str) -> bool;
+
     /// Whether the backend stores a typed column's value (`columns` rule 2: PostgreSQL holds no
     /// U+0000 in `text` and `jsonb`).
     fn stores(&self, value: &ColumnValue) -> bool;

@@ -153,25 +153,47 @@ impl Database {
     /// The stored parts of `pipeline` as `part → JSON text`; empty when there are none or the
     /// state table does not exist.
     pub async fn load_state(&self, pipeline: &str) -> Result<BTreeMap<String, String>, DbError> {
+        Ok(self
+            .state_rows("pipeline", pipeline)
+            .await?
+            .into_iter()
+            .collect())
+    }
+
+    /// Whether two names are one table in this database (SQLite ignores ASCII case).
+    pub fn same_name(&self, a: &str, b: &str) -> bool {
+        self.backend.same_name(a, b)
+    }
+
+    /// Each pipeline's part `part` as `(pipeline, JSON text)`; empty when the state table does
+    /// not exist.
+    pub async fn stored_part(&self, part: &str) -> Result<Vec<(String, String)>, DbError> {
+        self.state_rows("part", part).await
+    }
+
+    /// The state rows whose column `by` (`pipeline` or `part`) is `value`, each as the other
+    /// column and the value's JSON text; none when the state table does not exist.
+    async fn state_rows(&self, by: &str, value: &str) -> Result<Vec<(String, String)>, DbError> {
         let mut session = self.backend.session(None, STATE_TABLE).await?;
         if !session.exists(STATE_TABLE).await? {
-            return Ok(BTreeMap::new());
+            return Ok(Vec::new());
         }
+        let other = if by == "part" { "pipeline" } else { "part" };
         let d = session.dialect();
         let sql = format!(
-            "SELECT part, {} FROM {} WHERE pipeline = {}",
+            "SELECT {other}, {} FROM {} WHERE {by} = {}",
             d.json_text("value"),
             d.table(STATE_TABLE),
             d.param(1, SqlType::Text)
         );
         let rows = session
-            .query(STATE_TABLE, &sql, &[Param::Text(pipeline)])
+            .query(STATE_TABLE, &sql, &[Param::Text(value)])
             .await?;
-        let parts = rows.into_iter().filter_map(|row| {
+        let pairs = rows.into_iter().filter_map(|row| {
             let mut cells = row.into_iter().map(|cell| cell.into_text());
             Some((cells.next()??, cells.next()??))
         });
-        Ok(parts.collect())
+        Ok(pairs.collect())
     }
 
     /// The names of the pipelines with a stored part, sorted; empty when the state table does

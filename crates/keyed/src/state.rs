@@ -48,30 +48,22 @@ pub struct DatabaseStore {
 /// Another pipeline whose position in `db` is of rows it writes into `table` (its `meta`
 /// part's `identity.sink_table`; docs/state.md §6.5): a run of `pipeline` writing there too
 /// would mix its rows with that pipeline's, each deleting and overwriting the other's. Table
-/// names compare as the database does: ignoring ASCII case in SQLite, exactly in PostgreSQL
-/// (the names are quoted). A part that does not read names no table.
+/// names compare as the database does ([`Database::same_name`]). Only the `meta` parts are
+/// read; one that does not read names no table.
 pub async fn other_writer(
     db: &Database,
     table: &TableSpec,
     pipeline: &str,
 ) -> Result<Option<String>, crate::DbError> {
-    let same = |name: &str| match db.kind() {
-        "sqlite" => name.eq_ignore_ascii_case(&table.table),
-        _ => name == table.table,
+    let writes = |meta: &str| {
+        let meta = serde_json::from_str::<Json>(meta).ok()?;
+        let name = meta.pointer("/identity/sink_table")?.as_str()?;
+        Some(db.same_name(name, &table.table))
     };
-    for other in db.stored_pipelines().await? {
-        if other == pipeline {
-            continue;
-        }
-        let parts = db.load_state(&other).await?;
-        let written = (parts.get(META))
-            .and_then(|meta| serde_json::from_str::<Json>(meta).ok())
-            .and_then(|meta| Some(meta.pointer("/identity/sink_table")?.as_str()?.to_string()));
-        if written.is_some_and(|name| same(&name)) {
-            return Ok(Some(other));
-        }
-    }
-    Ok(None)
+    let mut metas = db.stored_part(META).await?.into_iter();
+    Ok(metas.find_map(|(other, meta)| {
+        (other != pipeline && writes(&meta) == Some(true)).then_some(other)
+    }))
 }
 
 impl DatabaseStore {

@@ -368,6 +368,10 @@ impl Backend for PostgresDatabase {
         "postgres"
     }
 
+    fn same_name(&self, a: &str, b: &str) -> bool {
+        (schema::NAMING.same)(a, b)
+    }
+
     fn check_names(&self, spec: &TableSpec) -> Result<(), DbError> {
         validate(spec)
     }

@@ -499,6 +499,10 @@ impl Backend for SqliteDatabase {
         "sqlite"
     }
 
+    fn same_name(&self, a: &str, b: &str) -> bool {
+        (NAMING.same)(a, b)
+    }
+
     fn check_names(&self, _: &TableSpec) -> Result<(), DbError> {
         // Any name `prepare` accepted.
         Ok(())

@@ -106,8 +106,8 @@ pub async fn another_writer(
         .hint(format!(
             "give pipeline '{pipeline}' a table of its own (sink.table); or, when pipeline \
              '{other}' no longer writes there (renamed, moved), clear its position: `ddbpipe \
-             state reset` with its file, or DELETE FROM _ddbpipe_state WHERE pipeline = \
-             '{other}'"
+             state reset` with its file, or delete its rows (pipeline = '{other}') from \
+             the _ddbpipe_state beside the table"
         ))
     }))
 }
