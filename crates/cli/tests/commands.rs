@@ -435,7 +435,7 @@ fn relative_paths_are_relative_to_the_pipeline_file_wherever_ddbpipe_runs() {
 #[test]
 fn missing_credentials_fail_at_once_in_one_line() {
     let home = tempfile::tempdir().unwrap();
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_ddbpipe"))
         .args(["discover", "--region", "us-east-1", "--endpoint-url"])
         .arg(format!("http://127.0.0.1:{port}"))
@@ -562,7 +562,7 @@ fn log_format_json_makes_every_stderr_line_json() {
 /// refused), not only that nothing came back.
 #[test]
 fn check_names_the_connection_error_of_a_down_endpoint() {
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let pipeline = Pipeline::new(
         "items-export",
         &format!("http://127.0.0.1:{port}"),
@@ -774,7 +774,7 @@ fn an_endless_or_deeply_nested_config_file_is_refused_at_once() {
 
 #[test]
 fn an_unreachable_endpoint_fails_with_a_clear_error() {
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
     let pipeline = Pipeline::new(
         "items-export",
@@ -815,7 +815,7 @@ fn an_unreachable_endpoint_fails_with_a_clear_error() {
 /// (well under a second), not the whole retry budget (nine attempts, ~17 s); `check` alike.
 #[test]
 fn a_refused_first_request_fails_after_three_attempts_not_the_whole_budget() {
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
     // The default retry budget: eight retries.
     let pipeline = Pipeline::new("items-export", &endpoint, "table_name: items");

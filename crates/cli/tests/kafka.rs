@@ -464,7 +464,7 @@ fn an_item_over_the_message_size_fails_naming_its_key() {
 fn brokers_that_do_not_answer_fail_the_run_and_secrets_stay_hidden() {
     let running = Emulator::Dynoxide.start();
     running.create_pk_table("orders", Some(StreamViewType::NewAndOldImages));
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let brokers = format!("127.0.0.1:{port}");
     let secret = "kafka-hunter2-secret";
     let source = format!("{STREAMS}\nretry: {{max_retries: 1, attempt_timeout_ms: 2000}}");
@@ -877,7 +877,8 @@ fn two_workers_write_one_topic_at_least_once_through_a_stop_past_the_lease() {
 /// signed with the run's AWS credentials (judged by botocore), and none is printed.
 #[test]
 fn msk_iam_authenticates_check_run_and_state_with_the_runs_credentials() {
-    use ddbpipe_testkit::kafka_front::{Accepts, broker, free_port, msk_token_signed_by};
+    use ddbpipe_testkit::free_port;
+    use ddbpipe_testkit::kafka_front::{Accepts, broker, msk_token_signed_by};
     let (plain, sasl) = (free_port(), free_port());
     let _broker = broker(plain, sasl);
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));

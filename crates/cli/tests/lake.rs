@@ -877,7 +877,7 @@ fn zstd_and_uncompressed_files_read_back_equal_to_the_table() {
 /// neither says the password.
 #[test]
 fn the_s3_endpoints_password_reaches_no_output() {
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let (_running, pipeline) = orders_into_parquet(
         Emulator::Dynoxide,
         "table_name: orders",

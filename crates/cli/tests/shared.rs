@@ -747,7 +747,7 @@ fn a_shared_stream_worker_serves_its_lag_and_leases_as_metrics(emulator: Emulato
     let dir = tempfile::tempdir().unwrap();
     let destination = Destination::new(Target::Sqlite, dir.path());
     let config = shared_stream_pipeline(dir.path(), &running.endpoint, &destination.sink_yaml());
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let address = format!("127.0.0.1:{port}");
     let child = common::spawn_run_with(&config, &["--metrics-addr", &address]);
     let scrape = || common::scrape_metrics(port);
@@ -979,7 +979,7 @@ fn an_endpoints_password_reaches_no_lease_row_or_metric_of_a_shared_run() {
         .endpoint
         .replace("http://", &format!("http://user:{SECRET}@"));
     let config = shared_pipeline(dir.path(), &endpoint, Some("only-worker"));
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let address = format!("127.0.0.1:{port}");
     let worker = common::spawn_run_with(
         &config,

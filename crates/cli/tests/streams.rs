@@ -176,7 +176,7 @@ fn a_following_run_serves_prometheus_metrics(emulator: Emulator) {
         &running.endpoint,
         "table_name: orders\nmode: streams\nfollow: true",
     );
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let address = format!("127.0.0.1:{port}");
     let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
     assert!(
@@ -237,7 +237,7 @@ fn a_quiet_stream_is_idle_and_healthy_past_the_stall_bound(emulator: Emulator) {
     let mut yaml = std::fs::read_to_string(&pipeline.config).unwrap();
     yaml.push_str("metrics:\n  health_stall_secs: 4\n");
     std::fs::write(&pipeline.config, yaml).unwrap();
-    let port = common::free_port();
+    let port = ddbpipe_testkit::free_port();
     let address = format!("127.0.0.1:{port}");
     let child = common::spawn_run_with(&pipeline.config, &["--metrics-addr", &address]);
     let answered = common::wait_for(Duration::from_secs(60), || common::health(port).is_some());

@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ddbpipe_kafka::log::{LogReader, Security};
-use ddbpipe_testkit::kafka_front::{
-    Accepts, Secrets, broker, free_port, msk_token_signed_by, sasl_listener,
-};
+use ddbpipe_testkit::free_port;
+use ddbpipe_testkit::kafka_front::{Accepts, Secrets, broker, msk_token_signed_by, sasl_listener};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rustls::pki_types::pem::PemObject;

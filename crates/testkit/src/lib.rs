@@ -10,8 +10,8 @@
 //! - **Scripted HTTP fakes** (`wiremock`, the CLI's `fake_dynamodb` and `fake_streams`): what
 //!   no emulator does (throttling, 5xx, timeouts, shard splits, trims, iterator expiry), through
 //!   the real AWS client and the binary.
-//! - **Emulators** (dynoxide in process, moto as a server): the real wire protocol end to end,
-//!   from the CLI.
+//! - **Emulators** (dynoxide in process, moto as a server, [`moto`]): the real wire protocol end
+//!   to end, from the CLI.
 //! - **Databases**: SQLite in a temporary directory; PostgreSQL from [`postgres`], a fresh schema
 //!   per test in the server `scripts/test.sh` starts.
 //! - **Kafka**: the broker `scripts/test.sh` starts, from [`kafka`], a topic of its own per
@@ -23,11 +23,21 @@
 pub mod kafka;
 pub mod kafka_front;
 mod memory;
+pub mod moto;
 pub mod postgres;
 mod stream_run;
 
 pub use memory::{Acked, MemorySink};
 pub use stream_run::fake_stream_run;
+
+/// A free loopback port (for a server a test starts, or `--metrics-addr`): free when chosen;
+/// a server that finds it taken since is the caller's to retry.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
 
 /// The directory of the package whose test is running, as cargo gives it when it *runs* the
 /// test (the test's working directory when it is run by hand).

@@ -68,30 +68,22 @@ pub(super) async fn probe_parquet(
     // probe reads its metadata, and write access shows at the first commit.
     let placed = (iceberg.as_ref()).is_some_and(|i| matches!(i.catalog, Catalog::S3Tables(_)));
     let probed = async {
-        if placed {
-            return match (iceberg, &columns) {
-                (Some(settings), Some(shape)) => {
-                    let table = probe(settings, &objects, &config.name, shape).await?;
-                    Ok(format!(
-                        "{table} (S3 Tables takes no test file: write access shows at the \
-                         first commit)"
-                    ))
-                }
-                _ => Ok(String::new()),
-            };
-        }
-        objects.probe().await?;
-        let written = "a file was written and deleted";
+        let tried = if placed {
+            "S3 Tables takes no test file: write access shows at the first commit"
+        } else {
+            objects.probe().await?;
+            "a file was written and deleted"
+        };
         match (iceberg, &columns) {
             (Some(settings), Some(shape)) => {
                 let table = probe(settings, &objects, &config.name, shape).await?;
-                Ok(format!("{written}; {table}"))
+                Ok(format!("{tried}; {table}"))
             }
             (None, Some(shape)) => {
                 ddbpipe_lake::parquet::probe(&objects, shape).await?;
-                Ok(written.to_string())
+                Ok(tried.to_string())
             }
-            _ => Ok::<_, String>(written.to_string()),
+            _ => Ok::<_, String>(tried.to_string()),
         }
     };
     match tokio::time::timeout(timeout * 2, probed).await {

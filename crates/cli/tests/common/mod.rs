@@ -8,7 +8,6 @@ pub mod keyed;
 pub mod writer;
 
 use std::collections::HashMap;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -33,16 +32,7 @@ pub enum Emulator {
 pub struct Running {
     pub endpoint: String,
     pub client: Client,
-    _moto: Option<ChildGuard>,
-}
-
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    _moto: Option<ddbpipe_testkit::moto::Moto>,
 }
 
 /// One runtime for the harness's async calls (seeding, the embedded emulator).
@@ -55,14 +45,6 @@ pub fn rt() -> &'static tokio::runtime::Runtime {
             .build()
             .expect("the test runtime starts")
     })
-}
-
-/// A free loopback port (for an emulator, or `--metrics-addr`).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 impl Emulator {
@@ -83,57 +65,15 @@ impl Emulator {
                 }
             }
             Emulator::Moto => {
-                // The port is free when chosen, but another test's server may take it before
-                // moto binds it (moto then exits): a server that is not this moto is retried
-                // on another port.
-                let (port, guard) = (0..3)
-                    .find_map(|_| {
-                        let port = free_port();
-                        let child = Command::new("moto_server")
-                            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                            .stdout(Stdio::null())
-                            .stderr(Stdio::null())
-                            .spawn()
-                            .expect(
-                                "moto_server runs: install it with `pip install \
-                                 'moto[server]==5.2.5'` (scripts/test.sh does)",
-                            );
-                        let mut guard = ChildGuard(child);
-                        moto_answers(&mut guard, port).then_some((port, guard))
-                    })
-                    .expect("moto_server listened on none of 3 free ports within 60 s each");
-                let endpoint = format!("http://127.0.0.1:{port}");
+                let moto = ddbpipe_testkit::moto::Moto::start();
                 Running {
-                    client: client(&endpoint),
-                    endpoint,
-                    _moto: Some(guard),
+                    client: client(&moto.endpoint),
+                    endpoint: moto.endpoint.clone(),
+                    _moto: Some(moto),
                 }
             }
         }
     }
-}
-
-/// Whether the moto of `guard` answers on `port` (its own `/moto-api/`, not another test's
-/// server that took the port first), waiting up to 60 s; `false` once it exited.
-fn moto_answers(guard: &mut ChildGuard, port: u16) -> bool {
-    use std::io::{Read as _, Write as _};
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if guard.0.try_wait().ok().flatten().is_some() {
-            return false;
-        }
-        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut answer = String::new();
-            let asked = stream
-                .write_all(b"GET /moto-api/data.json HTTP/1.0\r\nHost: moto\r\n\r\n")
-                .and_then(|()| stream.read_to_string(&mut answer));
-            if asked.is_ok() && answer.split_whitespace().nth(1) == Some("200") {
-                return guard.0.try_wait().ok().flatten().is_none();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 /// A seeding client for the emulator (static test credentials).

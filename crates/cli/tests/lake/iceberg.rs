@@ -146,19 +146,18 @@ fn assert_metrics(table: &Table, bounded: &[&str], skips: bool) {
 
 /// The current-state query of docs/sinks.md §7.11 over pyiceberg's scan: each key's document.
 fn documented_current_state(pipeline: &Pipeline, s3: Option<&str>) -> BTreeMap<String, Value> {
-    documented_current_state_in(&catalog_uri(pipeline), "ddbpipe", s3)
+    documented_current_state_in(&catalog_uri(pipeline), "ddbpipe", "dynamodb.orders", s3)
 }
 
-/// [`documented_current_state`] of `dynamodb.orders` in the catalog `name` at `uri`.
-fn documented_current_state_in(uri: &str, name: &str, s3: Option<&str>) -> BTreeMap<String, Value> {
+/// [`documented_current_state`] of table `ident` in the catalog `name` at `uri`.
+fn documented_current_state_in(
+    uri: &str,
+    name: &str,
+    ident: &str,
+    s3: Option<&str>,
+) -> BTreeMap<String, Value> {
     let docs = ddbpipe_testkit::repository().join("docs/sinks.md");
-    let mut args = vec![
-        "current",
-        docs.to_str().unwrap(),
-        uri,
-        name,
-        "dynamodb.orders",
-    ];
+    let mut args = vec!["current", docs.to_str().unwrap(), uri, name, ident];
     args.extend(s3);
     documents(&iceberg_python(&args))
 }
@@ -812,7 +811,7 @@ fn a_glue_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
         table.files
     );
     assert_eq!(
-        documented_current_state_in(&uri, "glue", Some(&moto.endpoint)),
+        documented_current_state_in(&uri, "glue", "dynamodb.orders", Some(&moto.endpoint)),
         keyed::table_items(&running.endpoint, "orders"),
         "the documented query over pyiceberg's GlueCatalog gives the table"
     );

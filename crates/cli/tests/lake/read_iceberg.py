@@ -82,9 +82,10 @@ def s3_properties(endpoint):
     }
 
 
-def s3tables(endpoint):
+def aws(service, endpoint):
+    """boto3's client of `service` at moto's `endpoint`, with the tests' credentials."""
     import boto3
-    return boto3.client("s3tables", endpoint_url=endpoint, region_name="us-east-1",
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1",
                         aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
@@ -92,14 +93,14 @@ def load_table(uri, name, ident, endpoint):
     """Table `ident` of the catalog `uri`: an S3 table read from the metadata S3 Tables holds."""
     if uri.startswith("s3tables:"):
         namespace, table = ident.split(".")
-        found = s3tables(endpoint).get_table_metadata_location(
+        found = aws("s3tables", endpoint).get_table_metadata_location(
             tableBucketARN=uri[len("s3tables:"):], namespace=namespace, name=table)
         return StaticTable.from_metadata(found["metadataLocation"], s3_properties(endpoint))
     return catalog(uri, name, endpoint).load_table(ident)
 
 
 def s3tables_tables(endpoint, arn):
-    client = s3tables(endpoint)
+    client = aws("s3tables", endpoint)
     out = {}
     for table in client.list_tables(tableBucketARN=arn)["tables"]:
         namespace = table["namespace"]
@@ -114,10 +115,7 @@ def s3tables_tables(endpoint, arn):
 
 
 def glue_table(endpoint, database, table):
-    import boto3
-
-    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    glue = aws("glue", endpoint)
     try:
         glue.create_database(DatabaseInput={"Name": database})
     except glue.exceptions.AlreadyExistsException:
@@ -132,10 +130,7 @@ def glue_table(endpoint, database, table):
 
 
 def glue_columns(endpoint, database, table):
-    import boto3
-
-    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+    glue = aws("glue", endpoint)
     found = glue.get_table(DatabaseName=database, Name=table)["Table"]
     columns = found.get("StorageDescriptor", {}).get("Columns", [])
     return [[c["Name"], c["Type"], c.get("Parameters", {})] for c in columns]
@@ -288,7 +283,7 @@ def main():
         print(json.dumps(glue_columns(*sys.argv[2:5])))
     elif kind == "s3tables-bucket":
         endpoint, name = sys.argv[2:4]
-        print(s3tables(endpoint).create_table_bucket(name=name)["arn"])
+        print(aws("s3tables", endpoint).create_table_bucket(name=name)["arn"])
     elif kind == "s3tables-tables":
         print(json.dumps(s3tables_tables(*sys.argv[2:4])))
     elif kind == "bucket":

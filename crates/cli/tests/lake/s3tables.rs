@@ -27,7 +27,7 @@ fn tables_of(moto: &str, arn: &str) -> BTreeMap<String, (String, Option<String>)
         .collect()
 }
 
-/// `check` finds no table and makes none; a mirror killed at random points under a writer
+/// `check` and `state show` find no table and make none; a mirror killed at random points under a writer
 /// makes the namespace and table (names as S3 Tables keeps them: `namespace: Live-Data` is
 /// `live_data`), writes its files under the location the service gives the table and records
 /// each commit's metadata under the version token: every change once, the documented current
@@ -58,10 +58,17 @@ fn an_s3_table_bucket_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
             && said.contains("not there yet"),
         "{said}"
     );
+    let state = pipeline.ddbpipe(&["state", "show"]);
+    assert_eq!(state.status.code(), Some(0), "{}", stderr(&state));
+    assert!(
+        stdout(&state).contains("no stored state"),
+        "{}",
+        stdout(&state)
+    );
     assert_eq!(
         tables_of(&moto.endpoint, &arn),
         BTreeMap::new(),
-        "check makes nothing"
+        "check and state show make nothing"
     );
 
     killed_under_writes(&running, &pipeline, 3, 0x5374, 500..3000);
@@ -81,19 +88,8 @@ fn an_s3_table_bucket_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
         "{:?} under {warehouse}",
         table.files
     );
-    let current = iceberg_python(&[
-        "current",
-        ddbpipe_testkit::repository()
-            .join("docs/sinks.md")
-            .to_str()
-            .unwrap(),
-        &uri,
-        "s3tables",
-        "live_data.orders",
-        &moto.endpoint,
-    ]);
     assert_eq!(
-        documents(&current),
+        documented_current_state_in(&uri, "s3tables", "live_data.orders", Some(&moto.endpoint)),
         keyed::table_items(&running.endpoint, "orders"),
         "the documented query over the table S3 Tables holds gives DynamoDB's table"
     );

@@ -104,7 +104,8 @@ pub(crate) struct IcebergTable {
     pipeline: String,
     token: String,
     table: Option<Table>,
-    /// The table's location, as a name in the warehouse.
+    /// The table's location, as a directory's name in the warehouse: `dynamodb.db/orders/`,
+    /// or `` for the warehouse itself (`catalog` rule 3).
     dir: String,
     /// This writer claimed the table (rule 2): a claim that moved since fences it.
     claimed: bool,
@@ -268,8 +269,7 @@ impl IcebergTable {
         Ok(Some(changes))
     }
 
-    /// The table's location: its directory in the warehouse, or the warehouse itself (an S3
-    /// table's, `catalog` rule 3).
+    /// The table's location: its directory, without the `/` that ends a directory's name.
     fn location(&self) -> String {
         let path = self.storage.path(&self.dir);
         path.trim_end_matches('/').to_string()
@@ -291,7 +291,6 @@ impl IcebergTable {
                     self.storage.path("")
                 ))
             })?
-            .trim_end_matches('/')
             .to_string();
         if let Some(writer) = metadata.properties().get(WRITER)
             && let Some((pipeline, _)) = writer.split_once(' ')
@@ -474,10 +473,7 @@ impl IcebergTable {
 
     /// Where the table's data files go (under it, a partition's directory).
     pub fn data_dir(&self) -> String {
-        match self.dir.as_str() {
-            "" => "data".to_string(),
-            dir => format!("{dir}/data"),
-        }
+        format!("{}data", self.dir)
     }
 
     /// Rules 3–5: one snapshot holding `files` and `entry`'s position.

@@ -164,12 +164,8 @@ pub fn s3_client(
     region: Option<&str>,
     endpoint_url: Option<&EndpointUrl>,
 ) -> aws_sdk_s3::Client {
-    let mut builder = aws_sdk_s3::config::Builder::from(config);
-    if let Some(region) = region {
-        builder = builder.region(aws_config::Region::new(region.to_string()));
-    }
-    if let Some(url) = endpoint_url {
-        builder = builder.endpoint_url(url.expose()).force_path_style(true);
-    }
+    let config = super::sdk_config_at(config, region, endpoint_url);
+    let builder =
+        aws_sdk_s3::config::Builder::from(&config).force_path_style(endpoint_url.is_some());
     aws_sdk_s3::Client::from_conf(builder.build())
 }

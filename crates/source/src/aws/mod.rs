@@ -172,6 +172,24 @@ pub fn adopt_sdk_config(given: &SdkConfig) -> SdkConfig {
         .build()
 }
 
+/// The run's configuration `config` (credentials, retries, timeouts) for a service in `region`
+/// at `endpoint` when given (another region's bucket, a catalog, an emulator): what a client
+/// of S3, Glue or S3 Tables is built from.
+pub fn sdk_config_at(
+    config: &SdkConfig,
+    region: Option<&str>,
+    endpoint: Option<&EndpointUrl>,
+) -> SdkConfig {
+    let mut builder = config.to_builder();
+    if let Some(region) = region {
+        builder = builder.region(Region::new(region.to_string()));
+    }
+    if let Some(url) = endpoint {
+        builder = builder.endpoint_url(url.expose());
+    }
+    builder.build()
+}
+
 /// Loads the shared SDK configuration: region, credentials, endpoint; SDK retries off.
 pub async fn load_sdk_config(settings: &ClientSettings) -> SdkConfig {
     let (retry, timeouts) = client_timeouts();

@@ -341,3 +341,52 @@ pub async fn positions_reader(
         Placed::NotMade(_) => Ok(None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SinkConfig;
+
+    /// docs/sinks.md §7.11 rule 1: an S3 table bucket is reached in its ARN's region unless
+    /// `catalog.region` says otherwise, at `catalog.endpoint_url`, else the source's endpoint.
+    #[test]
+    fn an_s3_table_bucket_is_reached_in_its_arns_region() {
+        let file = |catalog: &str| {
+            let yaml = format!(
+                "name: t\nsource: {{table_name: o, endpoint_url: 'http://127.0.0.1:1'}}\nsink: \
+                 {{type: iceberg, catalog: {{type: s3tables, table_bucket_arn: \
+                 'arn:aws:s3tables:eu-west-1:123456789012:bucket/lake'{catalog}}}}}\n"
+            );
+            crate::config::parse(&yaml, std::path::Path::new("conf"), &|_: &str| None)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let place = |config: &crate::config::PipelineConfig| {
+            let SinkConfig::Parquet(parquet) = &config.sink else {
+                panic!("{:?}", config.sink);
+            };
+            let (arn, region, endpoint) =
+                s3tables_place(parquet.iceberg.as_ref().unwrap(), config.target());
+            let endpoint = endpoint.map(|url| url.expose().to_string());
+            (arn.to_string(), region.map(str::to_string), endpoint)
+        };
+        let arn = "arn:aws:s3tables:eu-west-1:123456789012:bucket/lake".to_string();
+        assert_eq!(
+            place(&file("")),
+            (
+                arn.clone(),
+                Some("eu-west-1".into()),
+                Some("http://127.0.0.1:1".into())
+            )
+        );
+        assert_eq!(
+            place(&file(
+                ", region: us-east-2, endpoint_url: 'http://127.0.0.1:2'"
+            )),
+            (
+                arn,
+                Some("us-east-2".into()),
+                Some("http://127.0.0.1:2".into())
+            )
+        );
+    }
+}

@@ -498,19 +498,17 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
                     key,
                     format!("'{value}' is not a name: give one without '.' or '/'"),
                 ));
-            } else if placed
-                && let Some(problem) =
-                    // `{table}` is judged with each table's name (`config::tables`).
-                    s3tables_name_problem(
-                        &stored_name(iceberg, &value.replace("{table}", "t")),
-                        key == "sink.namespace",
-                    )
-            {
-                errors.push(ConfigError::new(
-                    key,
-                    format!("{problem}: give one it takes"),
-                ));
             }
+        }
+        // The table's name is judged with each table's (`config::tables::destination_name_problem`).
+        if placed
+            && let Some(problem) =
+                s3tables_name_problem(&stored_name(iceberg, &iceberg.namespace), true)
+        {
+            errors.push(ConfigError::new(
+                "sink.namespace",
+                format!("{problem}: give one it takes"),
+            ));
         }
     }
     for (i, term) in parquet.partition_by.iter().flatten().enumerate() {

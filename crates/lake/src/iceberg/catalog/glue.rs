@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use aws_sdk_glue::Client;
 use aws_sdk_glue::error::SdkError;
 use aws_sdk_glue::types::{Column, DatabaseInput, StorageDescriptor, Table, TableInput};
-use ddbpipe_source::aws::{SdkSettings, api_error};
+use ddbpipe_source::aws::{SdkSettings, api_error, sdk_config_at};
 use ddbpipe_source::endpoint::EndpointUrl;
 
 use iceberg::spec::{PrimitiveType, Schema, Type};
@@ -84,15 +84,8 @@ impl GlueCatalog {
         endpoint: Option<&EndpointUrl>,
         catalog_id: Option<String>,
     ) -> GlueCatalog {
-        let mut builder = aws_sdk_glue::config::Builder::from(config);
-        if let Some(region) = region {
-            builder = builder.region(aws_sdk_glue::config::Region::new(region.to_string()));
-        }
-        if let Some(url) = endpoint {
-            builder = builder.endpoint_url(url.expose());
-        }
-        let endpoint = endpoint.map(ToString::to_string);
-        GlueCatalog::of(Client::from_conf(builder.build()), catalog_id, endpoint)
+        let client = Client::new(&sdk_config_at(config, region, endpoint));
+        GlueCatalog::of(client, catalog_id, endpoint.map(ToString::to_string))
     }
 
     /// The catalog `client` reaches (`endpoint`, masked, for messages).

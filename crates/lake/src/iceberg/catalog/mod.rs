@@ -66,10 +66,11 @@ impl Catalog {
         }
     }
 
-    /// Rule 3: the directory of `namespace.table` in its warehouse.
+    /// Rule 3: the directory of `namespace.table` in its warehouse (ending in `/`; `` for the
+    /// warehouse itself).
     pub fn table_dir(&self, namespace: &str, table: &str) -> String {
         match self {
-            Catalog::Sql(_) | Catalog::Glue(_) => format!("{namespace}.db/{table}"),
+            Catalog::Sql(_) | Catalog::Glue(_) => format!("{namespace}.db/{table}/"),
             Catalog::S3Tables(_) => String::new(),
         }
     }

@@ -25,7 +25,7 @@
 use aws_sdk_s3tables::Client;
 use aws_sdk_s3tables::error::SdkError;
 use aws_sdk_s3tables::types::OpenTableFormat;
-use ddbpipe_source::aws::{SdkSettings, api_error};
+use ddbpipe_source::aws::{SdkSettings, api_error, sdk_config_at};
 use ddbpipe_source::endpoint::EndpointUrl;
 
 use crate::failure::Failure;
@@ -116,15 +116,8 @@ impl S3TablesCatalog {
         region: Option<&str>,
         endpoint: Option<&EndpointUrl>,
     ) -> S3TablesCatalog {
-        let mut builder = aws_sdk_s3tables::config::Builder::from(config);
-        if let Some(region) = region {
-            builder = builder.region(aws_sdk_s3tables::config::Region::new(region.to_string()));
-        }
-        if let Some(url) = endpoint {
-            builder = builder.endpoint_url(url.expose());
-        }
         S3TablesCatalog {
-            client: Client::from_conf(builder.build()),
+            client: Client::new(&sdk_config_at(config, region, endpoint)),
             table_bucket_arn,
             endpoint: endpoint.map(ToString::to_string),
         }
@@ -203,16 +196,9 @@ impl S3TablesCatalog {
     }
 
     /// Rule 2: the table's warehouse location, the namespace and table made when missing.
-    /// A name the service refuses is refused before it is asked (`check` refuses it too).
+    /// Names the service refuses were refused with the pipeline file
+    /// ([`s3tables_name_problem`]: the file's rules, and `discover`'s for the tables it finds).
     pub async fn place(&self, namespace: &str, table: &str) -> Result<String, String> {
-        for (name, is_namespace) in [(namespace, true), (table, false)] {
-            if let Some(problem) = s3tables_name_problem(name, is_namespace) {
-                return Err(format!(
-                    "{problem}: give sink.{} one it takes",
-                    if is_namespace { "namespace" } else { "table" }
-                ));
-            }
-        }
         let made = (self.client.create_namespace())
             .table_bucket_arn(&self.table_bucket_arn)
             .namespace(namespace)
@@ -326,46 +312,10 @@ impl S3TablesCatalog {
 
 #[cfg(test)]
 mod tests {
-    use std::process::{Child, Command, Stdio};
-
     use aws_credential_types::Credentials;
+    use ddbpipe_testkit::moto::Moto;
 
     use super::*;
-
-    /// moto's server on a free port, stopped when dropped.
-    struct Moto(Child, String);
-
-    impl Drop for Moto {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    fn moto() -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let moto = Moto(
-            Command::new("moto_server")
-                .args(["-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("moto_server (scripts/test.sh installs it)"),
-            format!("http://127.0.0.1:{port}"),
-        );
-        // Python's start is slow on a busy machine: up to 60 s.
-        for _ in 0..1200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return moto;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("moto_server did not listen on {port}");
-    }
 
     fn settings() -> SdkSettings {
         SdkSettings::builder()
@@ -412,15 +362,18 @@ mod tests {
 
     /// Rules 2–4 on moto's S3 Tables: a placed table has a warehouse of its own and no
     /// metadata; its first record is one writer's, a second is refused; a swap moves it only
-    /// from the location it holds; the version token is the lock.
+    /// from the location it holds; the version token is the lock. moto's answer to
+    /// `UpdateTableMetadataLocation` does not read (its `namespace` a string where the API has a
+    /// list), so each update that succeeds here is settled as a lost answer is: by reading the
+    /// table back.
     #[tokio::test(flavor = "multi_thread")]
     async fn a_table_is_placed_recorded_once_and_moved_only_from_its_base() {
-        let moto = moto();
-        let endpoint = EndpointUrl::new(moto.1.clone()).unwrap();
+        let moto = Moto::start();
+        let endpoint = EndpointUrl::new(moto.endpoint.clone()).unwrap();
         let settings = settings();
         let bucket = Client::from_conf(
             aws_sdk_s3tables::config::Builder::from(&settings)
-                .endpoint_url(&moto.1)
+                .endpoint_url(&moto.endpoint)
                 .build(),
         )
         .create_table_bucket()

@@ -40,11 +40,22 @@ async fn foreign_commit(dir: &Path) {
 }
 
 async fn foreign_commit_with(dir: &Path, key: &str, value: &str) {
-    let (catalog, _, old) = catalog_of(dir).await;
-    let new = foreign_metadata(dir, |_, metadata| {
+    foreign_commit_of(dir, |_, metadata| {
         metadata.set_properties(HashMap::from([(key.to_string(), value.to_string())]))
     })
     .await;
+}
+
+/// Another writer's commit of `change` to the table in `dir` ([`foreign_metadata`], swapped in).
+async fn foreign_commit_of(
+    dir: &Path,
+    change: impl FnOnce(
+        &TableMetadata,
+        ::iceberg::spec::TableMetadataBuilder,
+    ) -> ::iceberg::Result<::iceberg::spec::TableMetadataBuilder>,
+) {
+    let (catalog, _, old) = catalog_of(dir).await;
+    let new = foreign_metadata(dir, change).await;
     assert!(
         catalog
             .swap("dynamodb", "orders", &old, &new)
@@ -220,8 +231,7 @@ async fn a_position_whose_snapshots_expired_under_another_writer_is_kept() {
     };
     store.store("orders", Some(&done)).await.unwrap();
     drop((sink, store));
-    let (catalog, _, old) = catalog_of(dir.path()).await;
-    let new = foreign_metadata(dir.path(), |metadata, builder| {
+    foreign_commit_of(dir.path(), |metadata, builder| {
         let main = metadata.current_snapshot().unwrap();
         let compaction = ::iceberg::spec::Snapshot::builder()
             .with_snapshot_id(main.snapshot_id() + 1)
@@ -241,12 +251,6 @@ async fn a_position_whose_snapshots_expired_under_another_writer_is_kept() {
             .remove_snapshots(&ours))
     })
     .await;
-    assert!(
-        catalog
-            .swap("dynamodb", "orders", &old, &new)
-            .await
-            .unwrap()
-    );
     let metadata = current(dir.path()).await;
     assert_eq!(
         metadata.snapshots().count(),
@@ -537,8 +541,7 @@ async fn a_partitioning_another_writer_gives_the_table_stops_the_run_uncommitted
     let (first, staged) = batch(0, 10);
     sink.write(&first, Some(&staged)).await.unwrap();
 
-    let (catalog, _, old) = catalog_of(dir.path()).await;
-    let new = foreign_metadata(dir.path(), |current, metadata| {
+    foreign_commit_of(dir.path(), |current, metadata| {
         let pk = current.current_schema().field_by_name("pk").unwrap().id;
         let spec = ::iceberg::spec::UnboundPartitionSpec::builder()
             .add_partition_field(pk, "pk_bucket", ::iceberg::spec::Transform::Bucket(4))?
@@ -546,12 +549,6 @@ async fn a_partitioning_another_writer_gives_the_table_stops_the_run_uncommitted
         metadata.add_default_partition_spec(spec)
     })
     .await;
-    assert!(
-        catalog
-            .swap("dynamodb", "orders", &old, &new)
-            .await
-            .unwrap()
-    );
     let (second, staged) = batch(10, 20);
     let refused = sink.write(&second, Some(&staged)).await.unwrap_err();
     assert_eq!(refused.class, SinkErrorClass::Definite, "{refused:?}");
