@@ -13,7 +13,7 @@ use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::error::{Contact, ErrorClass, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{self, ResolvedStream};
-use ddbpipe_source::retry::Cancel;
+use ddbpipe_source::retry::{Cancel, FIRST_CONTACT_ATTEMPTS};
 
 use crate::config::{self, PipelineConfig};
 use crate::destination;
@@ -87,9 +87,6 @@ pub fn identity(
         destination::output(config, sink).as_ref(),
     )
 }
-
-/// Attempts of a run's first request when no connection can be made (docs/errors.md §9.6).
-const FIRST_CONTACT_ATTEMPTS: u32 = 3;
 
 /// `DescribeTable`, retried by the one policy; it is every run's first request, so a
 /// connection that cannot be made ends it after [`FIRST_CONTACT_ATTEMPTS`]. `None` when the response held no table.

@@ -11,6 +11,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+// An HTTP proxy in front of moto, here for its faults of S3 and Glue requests.
+mod fake_export;
 // The iceberg sink: the same sources and files, committed to an Iceberg table.
 #[path = "lake/iceberg.rs"]
 mod iceberg;
@@ -382,6 +384,38 @@ fn a_mirror_into_s3_killed_anywhere_converges_with_each_change_once() {
     }
     assert_eq!(untouched.len(), 100, "{untouched:?}");
     assert!(untouched.values().all(|n| *n == 1), "{untouched:?}");
+    assert!(!read.commits.is_empty());
+}
+
+/// §7.10 rule 6, docs/errors.md §9.4: S3 refusing every third request (`503 SlowDown`) or
+/// losing their answers (a 500 after the request was done: a data file, a commit, a delete
+/// landed unbeknown) under a mirror killed at random points and a writer: each request is
+/// tried again, a commit found taken on its retry is read back and known for its own, and
+/// the files hold every change once, replaying to the table. Without the retries the first
+/// fault ends a run (exit 1).
+#[test]
+fn s3_refusing_or_losing_answers_now_and_then_loses_and_repeats_nothing() {
+    let s3 = moto_with_lake();
+    let fake = fake_export::FakeExport::start(&s3.endpoint, &s3.endpoint);
+    fake.fail_lake_requests(3);
+    let (running, pipeline) = orders_into_parquet(
+        Emulator::Dynoxide,
+        S3_MIRROR,
+        300,
+        Some("s3://lake/dynamodb/{table}/"),
+        &format!(
+            "  commit_interval_secs: 1\n  s3_endpoint_url: {}\n",
+            fake.url()
+        ),
+    );
+    killed_under_writes(&running, &pipeline, 2, 0x5107, 1500..3000);
+    let (refused, lost) = fake.lake_faults();
+    assert!(
+        refused >= 3 && lost >= 3,
+        "{refused} refused, {lost} answers lost"
+    );
+    let read = read_s3(&s3.endpoint, "lake", "dynamodb/orders/");
+    assert_changelog_exact(&read, &running);
     assert!(!read.commits.is_empty());
 }
 

@@ -10,13 +10,24 @@
 //! 3. Messages name the place (`s3://bucket/prefix/name`, a path) and the operation; an S3
 //!    error is told as every AWS error is (`ddbpipe_source::aws::api_error`: its code and
 //!    message, any URL in it masked), never a credential.
+//! 4. Every S3 request goes through the run's one retry layer (`source.retry`,
+//!    docs/errors.md §9): a throttle (`SlowDown`), a 5xx, a timed-out attempt or a lost answer
+//!    is tried again within the budget, a listing page by page (an endpoint that took no
+//!    connection yet only three times, as a run's first request: docs/errors.md §9.6); a
+//!    `ConditionalRequestConflict` (two conditional writes of one name at once) too. A
+//!    conditional write whose retry finds the name taken reads the object back: the same
+//!    bytes are its own earlier attempt, which landed although its answer was lost
+//!    ([`Created::Written`]), other bytes another writer's ([`Created::Taken`]).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
+use bytes::Bytes;
 use ddbpipe_source::aws::api_error;
-use ddbpipe_source::error::Contact;
+use ddbpipe_source::error::{ApiError, Contact, ErrorClass, ReadError};
+use ddbpipe_source::retry::{Cancel, FirstContact, NoObserver, RetryPolicy};
 
 /// A lake location as configured: `s3://bucket/prefix` or a local directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +96,10 @@ pub enum Objects {
         prefix: String,
         /// The endpoint when one is configured, masked (for messages).
         endpoint: Option<String>,
+        /// The run's retry budget (rule 4).
+        retry: RetryPolicy,
+        /// Whether S3 answered yet (rule 4).
+        contact: FirstContact,
     },
 }
 
@@ -105,10 +120,12 @@ pub enum Created {
 
 impl Objects {
     /// The files of `location`; `client` builds the S3 client when it is on S3, whose
-    /// configured endpoint, `endpoint`, is given masked (for messages).
+    /// configured endpoint, `endpoint`, is given masked (for messages), and whose requests are
+    /// retried within `retry` (rule 4).
     pub fn new(
         location: &Location,
         endpoint: Option<String>,
+        retry: RetryPolicy,
         client: impl FnOnce() -> aws_sdk_s3::Client,
     ) -> Objects {
         match location {
@@ -118,6 +135,8 @@ impl Objects {
                 bucket: bucket.clone(),
                 prefix: prefix.clone(),
                 endpoint,
+                retry,
+                contact: FirstContact::default(),
             },
         }
     }
@@ -163,19 +182,36 @@ impl Objects {
                 prefix,
                 ..
             } => {
-                let sent = client
-                    .put_object()
-                    .bucket(bucket)
-                    .key(format!("{prefix}{name}"))
-                    .set_if_none_match(exclusive.then(|| "*".to_string()))
-                    .body(ByteStream::from(bytes))
-                    .send()
-                    .await;
-                match sent {
-                    Ok(_) => Ok(Created::Written),
-                    Err(error) if exclusive && status(&error) == Some(412) => Ok(Created::Taken),
-                    Err(error) => Err(self.s3_failed("write", name, error)),
-                }
+                let key = format!("{prefix}{name}");
+                let bytes = Bytes::from(bytes);
+                self.s3_call("put_object", "write", name, |n| {
+                    let (key, bytes) = (&key, bytes.clone());
+                    async move {
+                        let sent = (client.put_object())
+                            .bucket(bucket)
+                            .key(key)
+                            .set_if_none_match(exclusive.then(|| "*".to_string()))
+                            .body(ByteStream::from(bytes.clone()))
+                            .send()
+                            .await;
+                        match sent {
+                            Ok(_) => Ok(Created::Written),
+                            Err(error) if exclusive && status(&error) == Some(412) => {
+                                // Rule 4: taken by an earlier attempt of this write, or by
+                                // another writer.
+                                let ours =
+                                    n > 0 && self.s3_get(key).await?.as_ref() == Some(&bytes);
+                                Ok(if ours {
+                                    Created::Written
+                                } else {
+                                    Created::Taken
+                                })
+                            }
+                            Err(error) => Err(conflict_retried(api_error(error))),
+                        }
+                    }
+                })
+                .await
             }
         }
     }
@@ -188,31 +224,28 @@ impl Objects {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(format!("cannot read {}: {e}", self.name(name))),
             },
-            Objects::S3 {
-                client,
-                bucket,
-                prefix,
-                ..
-            } => {
-                let got = client
-                    .get_object()
-                    .bucket(bucket)
-                    .key(format!("{prefix}{name}"))
-                    .send()
-                    .await;
-                let out = match got {
-                    Ok(out) => out,
-                    Err(error) if status(&error) == Some(404) => return Ok(None),
-                    Err(error) => return Err(self.s3_failed("read", name, error)),
-                };
-                let bytes = out
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| format!("cannot read {}: {e}", self.name(name)))?;
-                Ok(Some(bytes.into_bytes().to_vec()))
+            Objects::S3 { prefix, .. } => {
+                let key = format!("{prefix}{name}");
+                let got = self.s3_call("get_object", "read", name, |_| self.s3_get(&key));
+                Ok(got.await?.map(Vec::from))
             }
         }
+    }
+
+    /// One attempt at the object `key`'s bytes (`None`: there is none), its body read whole.
+    async fn s3_get(&self, key: &str) -> Result<Option<Bytes>, ApiError> {
+        let Objects::S3 { client, bucket, .. } = self else {
+            unreachable!("an S3 call of a directory");
+        };
+        let got = client.get_object().bucket(bucket).key(key).send().await;
+        let out = match got {
+            Ok(out) => out,
+            Err(error) if status(&error) == Some(404) => return Ok(None),
+            Err(error) => return Err(api_error(error)),
+        };
+        let body = (out.body.collect().await)
+            .map_err(|e| ApiError::transport(format!("reading the object's body failed: {e}")))?;
+        Ok(Some(body.into_bytes()))
     }
 
     /// Every file whose name starts with `under`, by name, in no particular order.
@@ -237,14 +270,18 @@ impl Objects {
                 ..
             } => {
                 let mut names = Vec::new();
-                let mut pages = client
-                    .list_objects_v2()
-                    .bucket(bucket)
-                    .prefix(format!("{prefix}{under}"))
-                    .into_paginator()
-                    .send();
-                while let Some(page) = pages.next().await {
-                    let page = page.map_err(|e| self.s3_failed("list", under, e))?;
+                let mut token: Option<String> = None;
+                loop {
+                    let page = self
+                        .s3_call("list_objects_v2", "list", under, |_| {
+                            let listed = (client.list_objects_v2())
+                                .bucket(bucket)
+                                .prefix(format!("{prefix}{under}"))
+                                .set_continuation_token(token.clone())
+                                .send();
+                            async { listed.await.map_err(api_error) }
+                        })
+                        .await?;
                     for object in page.contents() {
                         if let Some(key) =
                             object.key().and_then(|k| k.strip_prefix(prefix.as_str()))
@@ -252,8 +289,11 @@ impl Objects {
                             names.push(key.to_string());
                         }
                     }
+                    token = page.next_continuation_token().map(str::to_string);
+                    if token.is_none() {
+                        return Ok(names);
+                    }
                 }
-                Ok(names)
             }
         }
     }
@@ -285,32 +325,60 @@ impl Objects {
                 bucket,
                 prefix,
                 ..
-            } => client
-                .delete_object()
-                .bucket(bucket)
-                .key(format!("{prefix}{name}"))
-                .send()
+            } => {
+                let key = format!("{prefix}{name}");
+                self.s3_call("delete_object", "delete", name, |_| async {
+                    let deleted = client.delete_object().bucket(bucket).key(&key).send().await;
+                    deleted.map(|_| ()).map_err(api_error)
+                })
                 .await
-                .map(|_| ())
-                .map_err(|e| self.s3_failed("delete", name, e)),
+            }
         }
     }
 }
 
 impl Objects {
-    /// An S3 call that failed, as every AWS error is told (rule 3): `cannot <verb> <name>:`
-    /// its code and message; when no connection was made, the endpoint too, masked.
-    fn s3_failed<E>(
+    /// Rule 4: an S3 request (`operation`, each attempt made by `attempt`) through the run's
+    /// retry layer, the last failure told as rule 3 says (`cannot <verb> <name>`).
+    async fn s3_call<T, F, Fut>(
         &self,
+        operation: &'static str,
         verb: &str,
         name: &str,
-        error: aws_sdk_s3::error::SdkError<E, HttpResponse>,
-    ) -> String
+        mut attempt: F,
+    ) -> Result<T, String>
     where
-        E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
     {
-        let error = api_error(error);
-        let mut message = format!("cannot {verb} {}: {error}", self.name(name));
+        let Objects::S3 { retry, contact, .. } = self else {
+            unreachable!("an S3 call of a directory");
+        };
+        let what = || self.name(name);
+        let judged = |n| {
+            let attempt = attempt(n);
+            async move { contact.judged(n, attempt.await) }
+        };
+        // On the heap: an SDK request's future is kilobytes, and a sink's write holds several.
+        Box::pin(retry.run(operation, what, &Cancel::never(), &NoObserver, judged))
+            .await
+            .map_err(|failed| match failed {
+                ReadError::Request {
+                    error, attempts, ..
+                } => self.s3_failed(verb, name, &error, attempts),
+                other => format!("cannot {verb} {}: {other}", self.name(name)),
+            })
+    }
+
+    /// An S3 call that failed after `attempts`, as every AWS error is told (rule 3): `cannot
+    /// <verb> <name>:` its code and message; when no connection was made, the endpoint too,
+    /// masked.
+    fn s3_failed(&self, verb: &str, name: &str, error: &ApiError, attempts: u32) -> String {
+        let mut message = format!("cannot {verb} {}", self.name(name));
+        if attempts > 1 {
+            message.push_str(&format!(" ({attempts} attempts)"));
+        }
+        message.push_str(&format!(": {error}"));
         if error.contact == Contact::NotMade
             && let Objects::S3 { endpoint, .. } = self
         {
@@ -323,6 +391,18 @@ impl Objects {
             ));
         }
         message
+    }
+}
+
+/// Rule 4: a conditional write refused for another one of the same name in flight is tried
+/// again (S3 says to), as a transient failure.
+fn conflict_retried(error: ApiError) -> ApiError {
+    match error.code.as_deref() {
+        Some("ConditionalRequestConflict") => ApiError {
+            class: ErrorClass::Transient,
+            ..error
+        },
+        _ => error,
     }
 }
 
@@ -396,59 +476,4 @@ async fn blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn locations_read_s3_urls_and_directories() {
-        assert_eq!(
-            Location::parse("s3://bucket/dynamodb/orders"),
-            Ok(Location::S3 {
-                bucket: "bucket".into(),
-                prefix: "dynamodb/orders/".into()
-            })
-        );
-        assert_eq!(
-            Location::parse("s3://bucket"),
-            Ok(Location::S3 {
-                bucket: "bucket".into(),
-                prefix: String::new()
-            })
-        );
-        assert!(Location::parse("s3:///x").is_err());
-        assert!(Location::parse("gs://bucket/x").is_err());
-        assert_eq!(
-            Location::parse("out/lake"),
-            Ok(Location::Local(PathBuf::from("out/lake")))
-        );
-    }
-
-    #[tokio::test]
-    async fn a_directory_creates_a_name_once_and_lists_what_it_holds() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let objects = Objects::Local(dir.path().to_path_buf());
-        let created = objects.create("a/b/1.json", b"one".to_vec()).await;
-        assert_eq!(created, Ok(Created::Written));
-        let again = objects.create("a/b/1.json", b"two".to_vec()).await;
-        assert_eq!(again, Ok(Created::Taken));
-        assert_eq!(
-            objects.get("a/b/1.json").await,
-            Ok(Some(b"one".to_vec())),
-            "the first write stays"
-        );
-        objects
-            .put("c.parquet", b"x".to_vec())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mut names = objects.list("").await.unwrap_or_else(|e| panic!("{e}"));
-        names.sort();
-        assert_eq!(names, vec!["a/b/1.json".to_string(), "c.parquet".into()]);
-        assert_eq!(objects.list("a/").await.map(|n| n.len()), Ok(1));
-        objects
-            .delete("c.parquet")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(objects.get("c.parquet").await, Ok(None));
-        assert_eq!(objects.delete("c.parquet").await, Ok(()));
-    }
-}
+mod tests;

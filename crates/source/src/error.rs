@@ -48,7 +48,9 @@ impl ErrorClass {
                 | "ServiceUnavailableException"
                 | "TransactionInProgressException"
                 | "InternalError"
-                | "RequestTimeout",
+                | "RequestTimeout"
+                | "InternalServiceException"
+                | "InternalServerErrorException",
             ) => ErrorClass::Transient,
             Some(_) => ErrorClass::Fatal,
         }

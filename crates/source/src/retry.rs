@@ -269,6 +269,39 @@ impl RetryPolicy {
     }
 }
 
+/// Attempts of a request that makes no connection before a client's first answer
+/// (docs/errors.md §9.6): an endpoint that takes none is wrong far more often than passing.
+pub const FIRST_CONTACT_ATTEMPTS: u32 = 3;
+
+/// docs/errors.md §9.6 for a client of its own (a sink's S3, its catalog): until one of its
+/// requests reached the service, a request that makes no connection ends after
+/// [`FIRST_CONTACT_ATTEMPTS`]; once one did, such a failure is retried by the whole budget.
+/// Clones share what they saw.
+#[derive(Debug, Clone, Default)]
+pub struct FirstContact(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl FirstContact {
+    /// Attempt `n`'s `outcome`, noted, its failure made final when rule §9.6 says.
+    pub fn judged<T>(&self, n: u32, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
+        use std::sync::atomic::Ordering;
+        let reached = match &outcome {
+            Ok(_) => true,
+            Err(error) => error.contact == crate::error::Contact::Made,
+        };
+        if reached {
+            self.0.store(true, Ordering::Relaxed);
+            return outcome;
+        }
+        outcome.map_err(|error| {
+            let first = !self.0.load(Ordering::Relaxed);
+            match first && n + 1 >= FIRST_CONTACT_ATTEMPTS {
+                true => error.final_if_not_reached(),
+                false => error,
+            }
+        })
+    }
+}
+
 /// The least time between two `info` lines about one operation's retries.
 pub const RETRY_NOTE_INTERVAL: Duration = Duration::from_secs(60);
 

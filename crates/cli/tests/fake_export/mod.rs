@@ -67,6 +67,11 @@
 //! [`FakeExport::deny_bucket`] answers every forwarded S3 request (no `x-amz-target`) to a
 //! path in that bucket with S3's `403 AccessDenied`, as S3 does for a role without the rights.
 //!
+//! # A lake's S3 and Glue failing now and then
+//! [`FakeExport::fail_lake_requests`] fails every nth S3 or Glue request forwarded through the
+//! fake: refused (`503 SlowDown`, `ThrottlingException`) or forwarded with its answer replaced
+//! by a 500 (the request done, the client not told): what a lake sink's retries meet.
+//!
 //! # Refusals (HTTP 400, AWS's codes)
 //! - `ExportConflictException`: a `ClientToken` used before with other parameters (the same
 //!   token and parameters return the first export, starting none);
@@ -172,6 +177,8 @@ struct Knobs {
     denied_bucket: Option<String>,
     /// How long a `StartExport` is held before the export's work begins (default none).
     start_delay: Duration,
+    /// Every this many S3 and Glue requests one fails ([`FakeExport::fail_lake_requests`]).
+    lake_faults_every: Option<usize>,
 }
 
 impl Knobs {
@@ -205,6 +212,7 @@ impl Default for Knobs {
             retention: None,
             denied_bucket: None,
             start_delay: Duration::ZERO,
+            lake_faults_every: None,
         }
     }
 }
@@ -222,6 +230,9 @@ struct State {
     describe_calls: usize,
     backups_calls: usize,
     forwarded: Vec<Forwarded>,
+    /// S3 and Glue requests forwarded, and the faults of them (refused, answer lost).
+    lake_requests: usize,
+    lake_faults: (usize, usize),
     /// `ApproximateCreationDateTime` (unix ms) of every stream record a forwarded `GetRecords`
     /// answered, by sequence number.
     record_times: HashMap<String, i64>,
@@ -458,6 +469,20 @@ impl FakeExport {
     /// export itself still writes there: its writer talks to the S3 endpoint directly).
     pub fn deny_bucket(&self, bucket: &str) {
         self.state().knobs.denied_bucket = Some(bucket.to_string());
+    }
+
+    /// Every `every`th S3 or Glue request through the fake fails, in turn: refused without
+    /// being forwarded (S3's `503 SlowDown`, Glue's `ThrottlingException`), or forwarded and
+    /// its answer replaced by a 500 (`InternalError`, `InternalServiceException`): done, but
+    /// the client cannot know it.
+    pub fn fail_lake_requests(&self, every: usize) {
+        self.state().knobs.lake_faults_every = Some(every.max(1));
+    }
+
+    /// The faults [`fail_lake_requests`](Self::fail_lake_requests) made: (refused, answers
+    /// lost).
+    pub fn lake_faults(&self) -> (usize, usize) {
+        self.state().lake_faults
     }
 
     /// The next export started fails: `FAILED` with this `FailureCode` and `FailureMessage`
@@ -707,6 +732,10 @@ async fn handle(inner: &Inner, request: Request<Incoming>) -> Response<Full<Byte
         {
             return access_denied(&bucket);
         }
+        let glue = target.as_deref().is_some_and(|t| t.starts_with("AWSGlue."));
+        if target.is_none() || glue {
+            return lake_request(inner, parts, body, glue).await;
+        }
         let streams_op = target
             .as_deref()
             .and_then(|t| t.strip_prefix(STREAMS_TARGET_PREFIX));
@@ -780,6 +809,72 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
 }
 
 /// S3's answer to a request the credentials may not make.
+/// An S3 or Glue request: forwarded, unless [`FakeExport::fail_lake_requests`] makes it fail.
+async fn lake_request(
+    inner: &Inner,
+    parts: hyper::http::request::Parts,
+    body: Bytes,
+    glue: bool,
+) -> Response<Full<Bytes>> {
+    let fault = {
+        let mut state = inner.lock();
+        state.lake_requests += 1;
+        let n = state.lake_requests;
+        let every = state.knobs.lake_faults_every;
+        match every.filter(|every| n.is_multiple_of(*every)) {
+            None => None,
+            Some(_) => {
+                let (refused, lost) = &mut state.lake_faults;
+                let refuse = *refused <= *lost;
+                *(if refuse { refused } else { lost }) += 1;
+                Some(refuse)
+            }
+        }
+    };
+    let failed = |status: StatusCode, s3: (&str, &str), glue_code: &str| {
+        let (body, kind) = match glue {
+            true => (
+                format!(r#"{{"__type": "{glue_code}", "message": "fake_export's fault"}}"#),
+                "application/x-amz-json-1.1",
+            ),
+            false => (
+                format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code>\
+                     <Message>{}</Message></Error>",
+                    s3.0, s3.1
+                ),
+                "application/xml",
+            ),
+        };
+        let mut response = plain(status, &body);
+        let kind = hyper::header::HeaderValue::from_static(kind);
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, kind);
+        response
+    };
+    match fault {
+        Some(true) if glue => failed(StatusCode::BAD_REQUEST, ("", ""), "ThrottlingException"),
+        Some(true) => failed(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ("SlowDown", "Please reduce your request rate."),
+            "",
+        ),
+        Some(false) => {
+            let _done = forward(inner, parts, body).await;
+            failed(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                (
+                    "InternalError",
+                    "We encountered an internal error. Please try again.",
+                ),
+                "InternalServiceException",
+            )
+        }
+        None => forward(inner, parts, body).await,
+    }
+}
+
 fn access_denied(bucket: &str) -> Response<Full<Bytes>> {
     let mut response = plain(
         StatusCode::FORBIDDEN,

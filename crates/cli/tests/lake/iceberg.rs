@@ -773,6 +773,32 @@ fn glue_sink(moto: &str, extra: &str) -> String {
     )
 }
 
+/// §7.11 rule 7, the catalogs' rules 4 and 5: Glue and S3 refusing every few requests
+/// (`ThrottlingException`, `503 SlowDown`) or losing their answers (a 500 after the request
+/// was done: a table recorded, a commit swapped, a file written, unbeknown) under a mirror
+/// killed at random points and a writer: each request is tried again, a recording found made
+/// on its retry is read back and known for its own, and pyiceberg's `GlueCatalog` reads every
+/// change once. Without the retries the first fault ends a run (exit 1).
+#[test]
+fn glue_and_s3_refusing_or_losing_answers_now_and_then_lose_and_repeat_nothing() {
+    let moto = moto_with_lake();
+    let fake = super::fake_export::FakeExport::start(&moto.endpoint, &moto.endpoint);
+    fake.fail_lake_requests(4);
+    let source = S3_MIRROR;
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 41, 150, source);
+    let sink = glue_sink(&fake.url(), "  commit_interval_secs: 1\n");
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    killed_under_writes(&running, &pipeline, 2, 0x6c76, 1500..3000);
+    let (refused, lost) = fake.lake_faults();
+    assert!(
+        refused >= 3 && lost >= 3,
+        "{refused} refused, {lost} answers lost"
+    );
+    let uri = format!("glue:{}", moto.endpoint);
+    let table = read_catalog(&uri, "glue", "dynamodb.orders", Some(&moto.endpoint));
+    assert_changelog_exact(&table.as_read(), &running);
+}
+
 /// §7.11 with the AWS Glue Data Catalog (`iceberg::catalog` rules; moto serves Glue and S3):
 /// `check` reads the catalog and finds no table yet; a mirror killed at random points under a
 /// writer commits through Glue each change once; pyiceberg's `GlueCatalog` — a reader nobody

@@ -38,7 +38,7 @@ pub fn location(parquet: &ParquetConfig, target: Target<'_>) -> Result<Location,
 }
 
 /// The files of `parquet` at `location`: a directory, or an S3 prefix with a client from
-/// `sdk` (`s3_region` — an S3 table's: its catalog's region — and `s3_endpoint_url` or the
+/// `sdk`, retried within `source.retry` (`s3_region` — an S3 table's: its catalog's region — and `s3_endpoint_url` or the
 /// source's endpoint, path-style).
 fn objects_at(
     parquet: &ParquetConfig,
@@ -56,8 +56,10 @@ fn objects_at(
         }
         _ => parquet.s3_region.as_deref(),
     };
-    // Messages show the endpoint masked (docs/config.md §1.4).
-    Objects::new(location, endpoint.map(ToString::to_string), || {
+    // Messages show the endpoint masked (docs/config.md §1.4); requests are retried within
+    // the run's budget (docs/errors.md §9).
+    let retry = target.source.retry.policy();
+    Objects::new(location, endpoint.map(ToString::to_string), retry, || {
         aws::s3_client(sdk, region, endpoint)
     })
 }
@@ -149,11 +151,13 @@ fn iceberg_settings(
             .into(),
         CatalogType::Glue => {
             let (region, endpoint) = glue_place(parquet, iceberg, target);
-            GlueCatalog::new(sdk, region, endpoint, iceberg.catalog_id.clone()).into()
+            let retry = target.source.retry.policy();
+            GlueCatalog::new(sdk, region, endpoint, iceberg.catalog_id.clone(), retry).into()
         }
         CatalogType::S3Tables => {
             let (arn, region, endpoint) = s3tables_place(iceberg, target);
-            S3TablesCatalog::new(sdk, arn.to_string(), region, endpoint).into()
+            let retry = target.source.retry.policy();
+            S3TablesCatalog::new(sdk, arn.to_string(), region, endpoint, retry).into()
         }
     };
     Ok(IcebergSettings {

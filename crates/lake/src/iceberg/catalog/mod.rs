@@ -18,20 +18,65 @@
 //!    ([`Catalog::table_dir`]); an S3 table at the location the service gives it (its
 //!    warehouse, [`S3TablesCatalog::place`]), as Iceberg's and pyiceberg's S3 Tables catalogs
 //!    place it.
+//! 4. Every request to an AWS catalog (Glue, S3 Tables) goes through the run's one retry layer
+//!    (`source.retry`, docs/errors.md §9, [`aws_call`]): throttles, 5xx, timed-out attempts and
+//!    lost answers are tried again within its budget (an endpoint that took no connection yet
+//!    only three times, as a run's first request: §9.6).
+//! 5. A recording or swap answered "another writer was first" is read back: a catalog holding
+//!    this commit's own metadata location — a name only this commit writes — took it (an
+//!    earlier attempt landed although its answer was lost, and its retry found the change).
 
 mod glue;
 mod s3tables;
 mod sql;
 
-use ddbpipe_source::error::{ApiError, Contact};
+use std::future::Future;
+
+use ddbpipe_source::error::{ApiError, Contact, ReadError};
+use ddbpipe_source::retry::{Cancel, FirstContact, NoObserver, RetryPolicy};
 use iceberg::spec::Schema;
 
 use crate::failure::Failure;
 
-/// A call to an AWS catalog (Glue, S3 Tables) that failed, `catalog` for messages: its code
-/// and message; when no connection was made, what to check.
-fn aws_failure(catalog: &str, what: &str, error: ApiError) -> Failure {
-    let mut message = format!("cannot {what} in the {catalog}: {error}");
+/// Rule 4: a request to an AWS catalog, `catalog` for messages, to `what` (`operation` in the
+/// retry log), each attempt made by `attempt`: `Ok` with what the caller reads (an answer it
+/// expects, such as "no such table", included), `Err` with the attempt's failure.
+async fn aws_call<T, F, Fut>(
+    (retry, contact): (&RetryPolicy, &FirstContact),
+    catalog: &str,
+    operation: &'static str,
+    what: &str,
+    attempt: F,
+) -> Result<T, Failure>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, ApiError>>,
+{
+    let described = || format!("{what} in the {catalog}");
+    let mut attempt = attempt;
+    let judged = |n| {
+        let attempt = attempt(n);
+        async move { contact.judged(n, attempt.await) }
+    };
+    let never = Cancel::never();
+    // On the heap: an SDK request's future is kilobytes, and a commit holds several.
+    let called = Box::pin(retry.run(operation, described, &never, &NoObserver, judged));
+    called.await.map_err(|failed| match failed {
+        ReadError::Request {
+            error, attempts, ..
+        } => aws_failure(catalog, what, error, attempts),
+        other => Failure::transient(format!("cannot {what} in the {catalog}: {other}")),
+    })
+}
+
+/// A call to an AWS catalog (Glue, S3 Tables) that failed after `attempts`, `catalog` for
+/// messages: its code and message; when no connection was made, what to check.
+fn aws_failure(catalog: &str, what: &str, error: ApiError, attempts: u32) -> Failure {
+    let tries = match attempts {
+        0 | 1 => String::new(),
+        n => format!(" ({n} attempts)"),
+    };
+    let mut message = format!("cannot {what} in the {catalog}{tries}: {error}");
     if error.contact == Contact::NotMade {
         message.push_str(
             " (the endpoint could not be reached: check sink.catalog.region and \
@@ -111,14 +156,32 @@ impl Catalog {
         metadata_location: &str,
         schema: &Schema,
     ) -> Result<bool, Failure> {
-        match self {
+        let created = match self {
             Catalog::Sql(catalog) => (catalog.create(namespace, table, metadata_location).await)
                 .map_err(Failure::transient),
             Catalog::Glue(catalog) => {
                 (catalog.create(namespace, table, metadata_location, schema)).await
             }
             Catalog::S3Tables(catalog) => catalog.create(namespace, table, metadata_location).await,
+        };
+        self.settled(namespace, table, metadata_location, created?)
+            .await
+    }
+
+    /// Rule 5: `done`, or, when the catalog answered that another writer was first, whether
+    /// it holds `location`, this commit's own.
+    async fn settled(
+        &self,
+        namespace: &str,
+        table: &str,
+        location: &str,
+        done: bool,
+    ) -> Result<bool, Failure> {
+        if done {
+            return Ok(true);
         }
+        let held = self.location(namespace, table).await?;
+        Ok(held.as_deref() == Some(location))
     }
 
     /// Rule 2: moves `namespace.table` from metadata `old` to `new`, whose current schema is
@@ -131,13 +194,14 @@ impl Catalog {
         new: &str,
         schema: &Schema,
     ) -> Result<bool, Failure> {
-        match self {
+        let swapped = match self {
             Catalog::Sql(catalog) => {
                 (catalog.swap(namespace, table, old, new).await).map_err(Failure::transient)
             }
             Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new, schema).await,
             Catalog::S3Tables(catalog) => catalog.swap(namespace, table, old, new).await,
-        }
+        };
+        self.settled(namespace, table, new, swapped?).await
     }
 }
 

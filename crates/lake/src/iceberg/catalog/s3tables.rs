@@ -25,8 +25,12 @@
 use aws_sdk_s3tables::Client;
 use aws_sdk_s3tables::error::SdkError;
 use aws_sdk_s3tables::types::OpenTableFormat;
+use std::future::Future;
+
 use ddbpipe_source::aws::{SdkSettings, api_error, sdk_config_at};
 use ddbpipe_source::endpoint::EndpointUrl;
+use ddbpipe_source::error::ApiError;
+use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 
 use crate::failure::Failure;
 
@@ -37,6 +41,10 @@ pub struct S3TablesCatalog {
     table_bucket_arn: String,
     /// The endpoint when not AWS's, masked, for messages.
     endpoint: Option<String>,
+    /// The run's retry budget (the catalogs' rule 4).
+    retry: RetryPolicy,
+    /// Whether the service answered yet (the catalogs' rule 4).
+    contact: FirstContact,
 }
 
 impl std::fmt::Debug for S3TablesCatalog {
@@ -109,17 +117,20 @@ pub fn s3tables_name_problem(name: &str, namespace: bool) -> Option<String> {
 
 impl S3TablesCatalog {
     /// The catalog of `table_bucket_arn` with the credentials of `config`, in `region` and at
-    /// `endpoint` when given.
+    /// `endpoint` when given, its requests retried within `retry`.
     pub fn new(
         config: &SdkSettings,
         table_bucket_arn: String,
         region: Option<&str>,
         endpoint: Option<&EndpointUrl>,
+        retry: RetryPolicy,
     ) -> S3TablesCatalog {
         S3TablesCatalog {
             client: Client::new(&sdk_config_at(config, region, endpoint)),
             table_bucket_arn,
             endpoint: endpoint.map(ToString::to_string),
+            retry,
+            contact: FirstContact::default(),
         }
     }
 
@@ -136,41 +147,57 @@ impl S3TablesCatalog {
         }
     }
 
-    fn failed<E, R>(&self, what: &str, error: SdkError<E, R>) -> Failure
+    /// A request (`operation`) to `what`, each attempt made by `attempt`, through the run's
+    /// retry layer (the catalogs' rule 4).
+    async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        what: &str,
+        attempt: F,
+    ) -> Result<T, Failure>
     where
-        E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug + 'static,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
     {
-        super::aws_failure(&self.describe(), what, api_error(error))
+        let budget = (&self.retry, &self.contact);
+        super::aws_call(budget, &self.describe(), operation, what, attempt).await
     }
 
     /// Rule 5.
     pub async fn writable(&self) -> Result<(), String> {
-        (self.client.get_table_bucket())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|error| self.failed("read the table bucket", error).message)
+        let read = self.call("get_table_bucket", "read the table bucket", |_| async {
+            let read = (self.client.get_table_bucket())
+                .table_bucket_arn(&self.table_bucket_arn)
+                .send()
+                .await;
+            read.map(|_| ()).map_err(api_error)
+        });
+        read.await.map_err(|failure| failure.message)
     }
 
     /// What the service holds of `namespace.table`; `None` when there is no such table.
     async fn held(&self, namespace: &str, table: &str) -> Result<Option<Held>, Failure> {
-        let read = (self.client.get_table_metadata_location())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(namespace)
-            .name(table)
-            .send()
-            .await;
-        match read {
-            Ok(found) => Ok(Some(Held {
-                metadata_location: found.metadata_location().map(str::to_string),
-                version_token: found.version_token().to_string(),
-                warehouse: found.warehouse_location().to_string(),
-            })),
-            Err(SdkError::ServiceError(error)) if error.err().is_not_found_exception() => Ok(None),
-            Err(error) => Err(self.failed(&format!("read table {namespace}.{table}"), error)),
-        }
+        let what = format!("read table {namespace}.{table}");
+        self.call("get_table_metadata_location", &what, |_| async {
+            let read = (self.client.get_table_metadata_location())
+                .table_bucket_arn(&self.table_bucket_arn)
+                .namespace(namespace)
+                .name(table)
+                .send()
+                .await;
+            match read {
+                Ok(found) => Ok(Some(Held {
+                    metadata_location: found.metadata_location().map(str::to_string),
+                    version_token: found.version_token().to_string(),
+                    warehouse: found.warehouse_location().to_string(),
+                })),
+                Err(SdkError::ServiceError(error)) if error.err().is_not_found_exception() => {
+                    Ok(None)
+                }
+                Err(error) => Err(api_error(error)),
+            }
+        })
+        .await
     }
 
     /// The current metadata location of `namespace.table`; `None` when there is no such
@@ -198,45 +225,37 @@ impl S3TablesCatalog {
     /// Rule 2: the table's warehouse location, the namespace and table made when missing.
     /// Names the service refuses were refused with the pipeline file
     /// ([`s3tables_name_problem`]: the file's rules, and `discover`'s for the tables it finds).
+    /// Its requests are retried as every other (the catalogs' rule 4): a throttled or briefly
+    /// unavailable service at a run's start does not stop it.
     pub async fn place(&self, namespace: &str, table: &str) -> Result<String, String> {
-        let made = (self.client.create_namespace())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(namespace)
-            .send()
-            .await;
-        self.made(&format!("create namespace {namespace}"), made)?;
-        let made = (self.client.create_table())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(namespace)
-            .name(table)
-            .format(OpenTableFormat::Iceberg)
-            .send()
-            .await;
-        self.made(&format!("create table {namespace}.{table}"), made)?;
+        let what = format!("create namespace {namespace}");
+        let made = self.call("create_namespace", &what, |_| async {
+            let made = (self.client.create_namespace())
+                .table_bucket_arn(&self.table_bucket_arn)
+                .namespace(namespace)
+                .send()
+                .await;
+            made_by_anyone(made)
+        });
+        made.await.map_err(|failure| failure.message)?;
+        let what = format!("create table {namespace}.{table}");
+        let made = self.call("create_table", &what, |_| async {
+            let made = (self.client.create_table())
+                .table_bucket_arn(&self.table_bucket_arn)
+                .namespace(namespace)
+                .name(table)
+                .format(OpenTableFormat::Iceberg)
+                .send()
+                .await;
+            made_by_anyone(made)
+        });
+        made.await.map_err(|failure| failure.message)?;
         match self.warehouse(namespace, table).await? {
             Some(warehouse) => Ok(warehouse),
             None => Err(format!(
                 "table {namespace}.{table} was made in the {} and is gone: dropped since?",
                 self.describe()
             )),
-        }
-    }
-
-    /// Rule 2: a namespace or table made, or made by another writer first
-    /// (`ConflictException`).
-    fn made<T, E, R>(&self, what: &str, made: Result<T, SdkError<E, R>>) -> Result<(), String>
-    where
-        E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug + 'static,
-    {
-        match made {
-            Err(SdkError::ServiceError(error))
-                if error.err().code() == Some("ConflictException") =>
-            {
-                Ok(())
-            }
-            Err(error) => Err(self.failed(what, error).message),
-            Ok(_) => Ok(()),
         }
     }
 
@@ -273,10 +292,10 @@ impl S3TablesCatalog {
         }
     }
 
-    /// `UpdateTableMetadataLocation` under `token`; `false` when the service refuses the token.
-    /// An answer that is lost or does not read (moto's names the namespace as a string where
-    /// the API has a list) leaves the outcome unknown: the table is read again, and holding
-    /// `location` — a name only this commit writes — it was this commit's.
+    /// `UpdateTableMetadataLocation` under `token`; `false` when the service refuses the token
+    /// — also when an earlier attempt's change landed and its answer was lost: the catalogs'
+    /// rule 5 reads the table back. An answer of success that does not read (moto's names the
+    /// namespace as a string where the API has a list) is a success.
     async fn update(
         &self,
         namespace: &str,
@@ -284,30 +303,54 @@ impl S3TablesCatalog {
         token: String,
         location: &str,
     ) -> Result<bool, Failure> {
-        let updated = (self.client.update_table_metadata_location())
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(namespace)
-            .name(table)
-            .version_token(token)
-            .metadata_location(location)
-            .send()
-            .await;
-        match updated {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(error))
-                if error.err().is_conflict_exception() || error.err().is_not_found_exception() =>
-            {
-                Ok(false)
-            }
-            Err(error) => {
-                let failure = self.failed(&format!("commit to table {namespace}.{table}"), error);
-                match self.held(namespace, table).await? {
-                    Some(held) if held.metadata_location.as_deref() == Some(location) => Ok(true),
-                    _ => Err(failure),
+        let what = format!("commit to table {namespace}.{table}");
+        self.call("update_table_metadata_location", &what, |_| async {
+            let updated = (self.client.update_table_metadata_location())
+                .table_bucket_arn(&self.table_bucket_arn)
+                .namespace(namespace)
+                .name(table)
+                .version_token(token.clone())
+                .metadata_location(location)
+                .send()
+                .await;
+            match updated {
+                Ok(_) => Ok(true),
+                Err(SdkError::ServiceError(error))
+                    if error.err().is_conflict_exception()
+                        || error.err().is_not_found_exception() =>
+                {
+                    Ok(false)
                 }
+                Err(error) if answered_success(&error) => Ok(true),
+                Err(error) => Err(api_error(error)),
             }
-        }
+        })
+        .await
     }
+}
+
+/// Rule 2: a namespace or table made, or made by another writer first (`ConflictException`),
+/// or the failure.
+fn made_by_anyone<T, E, R>(made: Result<T, SdkError<E, R>>) -> Result<(), ApiError>
+where
+    E: aws_sdk_s3tables::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    match made {
+        Err(SdkError::ServiceError(error)) if error.err().code() == Some("ConflictException") => {
+            Ok(())
+        }
+        Err(error) => Err(api_error(error)),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Whether a request failed only in reading an answer of success: what it asked was done.
+fn answered_success<E>(error: &SdkError<E, aws_smithy_runtime_api::http::Response>) -> bool {
+    // The SDK tells it as a service error without a code, or a response error.
+    error
+        .raw_response()
+        .is_some_and(|raw| raw.status().is_success())
 }
 
 #[cfg(test)]
@@ -383,7 +426,13 @@ mod tests {
         .unwrap()
         .arn()
         .to_string();
-        let catalog = S3TablesCatalog::new(&settings, bucket, None, Some(&endpoint));
+        let catalog = S3TablesCatalog::new(
+            &settings,
+            bucket,
+            None,
+            Some(&endpoint),
+            RetryPolicy::default(),
+        );
         catalog.writable().await.unwrap();
         let warehouse = catalog.place("dynamodb", "orders").await.unwrap();
         assert!(warehouse.starts_with("s3://"), "{warehouse}");
