@@ -27,7 +27,7 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use bytes::Bytes;
 use ddbpipe_source::aws::api_error;
 use ddbpipe_source::error::{ApiError, Contact, ErrorClass, ReadError};
-use ddbpipe_source::retry::{Cancel, FirstContact, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 
 /// A lake location as configured: `s3://bucket/prefix` or a local directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,7 +345,7 @@ impl Objects {
         operation: &'static str,
         verb: &str,
         name: &str,
-        mut attempt: F,
+        attempt: F,
     ) -> Result<T, String>
     where
         F: FnMut(u32) -> Fut,
@@ -355,12 +355,7 @@ impl Objects {
             unreachable!("an S3 call of a directory");
         };
         let what = || self.name(name);
-        let judged = |n| {
-            let attempt = attempt(n);
-            async move { contact.judged(n, attempt.await) }
-        };
-        // On the heap: an SDK request's future is kilobytes, and a sink's write holds several.
-        Box::pin(retry.run(operation, what, &Cancel::never(), &NoObserver, judged))
+        (contact.run(retry, operation, what, attempt))
             .await
             .map_err(|failed| match failed {
                 ReadError::Request {

@@ -281,6 +281,29 @@ pub const FIRST_CONTACT_ATTEMPTS: u32 = 3;
 pub struct FirstContact(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl FirstContact {
+    /// [`RetryPolicy::run`] for a request of this client (`operation`, on `what`), each
+    /// attempt [`judged`](Self::judged); never cancelled (a sink finishes what it holds on a
+    /// stop) and told to no observer. On the heap: an SDK request's future is kilobytes, and
+    /// a sink's write holds several.
+    pub async fn run<T, F, Fut>(
+        &self,
+        retry: &RetryPolicy,
+        operation: &'static str,
+        what: impl Fn() -> String,
+        mut attempt: F,
+    ) -> Result<T, ReadError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let judged = |n| {
+            let attempt = attempt(n);
+            async move { self.judged(n, attempt.await) }
+        };
+        let never = Cancel::never();
+        Box::pin(retry.run(operation, what, &never, &NoObserver, judged)).await
+    }
+
     /// Attempt `n`'s `outcome`, noted, its failure made final when rule §9.6 says.
     pub fn judged<T>(&self, n: u32, outcome: Result<T, ApiError>) -> Result<T, ApiError> {
         use std::sync::atomic::Ordering;

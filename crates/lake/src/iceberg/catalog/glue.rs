@@ -33,19 +33,17 @@
 //!    crawlers read these. A commit rewrites them from the schema it commits (a typed column
 //!    added shows at once), keeping the rest of the storage descriptor.
 
-use std::collections::HashMap;
-use std::future::Future;
-
 use aws_sdk_glue::Client;
 use aws_sdk_glue::error::SdkError;
 use aws_sdk_glue::types::{Column, DatabaseInput, StorageDescriptor, Table, TableInput};
 use ddbpipe_source::aws::{SdkSettings, api_error, sdk_config_at};
 use ddbpipe_source::endpoint::EndpointUrl;
-use ddbpipe_source::error::ApiError;
-use ddbpipe_source::retry::{FirstContact, RetryPolicy};
+use ddbpipe_source::retry::RetryPolicy;
+use std::collections::HashMap;
 
 use iceberg::spec::{PrimitiveType, Schema, Type};
 
+use super::Requests;
 use crate::failure::Failure;
 
 /// The Glue table parameters an Iceberg table is read by (rule 1).
@@ -70,10 +68,8 @@ pub struct GlueCatalog {
     catalog_id: Option<String>,
     /// The endpoint when not AWS's, masked, for messages.
     endpoint: Option<String>,
-    /// The run's retry budget (the catalogs' rule 4).
-    retry: RetryPolicy,
-    /// Whether Glue answered yet (the catalogs' rule 4).
-    contact: FirstContact,
+    /// How its requests are made (the catalogs' rule 4).
+    requests: Requests,
 }
 
 impl std::fmt::Debug for GlueCatalog {
@@ -108,8 +104,7 @@ impl GlueCatalog {
             client,
             catalog_id,
             endpoint,
-            retry,
-            contact: FirstContact::default(),
+            requests: Requests::new(retry),
         }
     }
 
@@ -137,56 +132,46 @@ impl GlueCatalog {
         }
     }
 
-    /// A request (`operation`) to `what`, each attempt made by `attempt`, through the run's
-    /// retry layer (the catalogs' rule 4).
-    async fn call<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        what: &str,
-        attempt: F,
-    ) -> Result<T, Failure>
-    where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, ApiError>>,
-    {
-        let budget = (&self.retry, &self.contact);
-        super::aws_call(budget, &self.describe(), operation, what, attempt).await
-    }
-
     /// Rule 4.
     pub async fn writable(&self) -> Result<(), String> {
-        let listed = self.call("get_databases", "list the databases", |_| async {
-            let listed = (self.client.get_databases())
-                .set_catalog_id(self.catalog_id.clone())
-                .max_results(1)
-                .send()
-                .await;
-            listed.map(|_| ()).map_err(api_error)
-        });
+        let listed = self.requests.call(
+            self.describe(),
+            "get_databases",
+            "list the databases",
+            |_| async {
+                let listed = (self.client.get_databases())
+                    .set_catalog_id(self.catalog_id.clone())
+                    .max_results(1)
+                    .send()
+                    .await;
+                listed.map(|_| ()).map_err(api_error)
+            },
+        );
         listed.await.map_err(|failure| failure.message)
     }
 
     /// The Glue table `namespace.table`; `None` when there is none (or no such database).
     async fn table(&self, namespace: &str, table: &str) -> Result<Option<Table>, Failure> {
         let what = format!("read table {namespace}.{table}");
-        self.call("get_table", &what, |_| async {
-            let got = (self.client.get_table())
-                .set_catalog_id(self.catalog_id.clone())
-                .database_name(namespace)
-                .name(table)
-                .send()
-                .await;
-            match got {
-                Ok(answer) => Ok(answer.table),
-                Err(SdkError::ServiceError(error))
-                    if error.err().is_entity_not_found_exception() =>
-                {
-                    Ok(None)
+        self.requests
+            .call(self.describe(), "get_table", &what, |_| async {
+                let got = (self.client.get_table())
+                    .set_catalog_id(self.catalog_id.clone())
+                    .database_name(namespace)
+                    .name(table)
+                    .send()
+                    .await;
+                match got {
+                    Ok(answer) => Ok(answer.table),
+                    Err(SdkError::ServiceError(error))
+                        if error.err().is_entity_not_found_exception() =>
+                    {
+                        Ok(None)
+                    }
+                    Err(error) => Err(api_error(error)),
                 }
-                Err(error) => Err(api_error(error)),
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Rule 1: the metadata location of Glue table `found`, an Iceberg table's; definite
@@ -241,20 +226,23 @@ impl GlueCatalog {
             .build()
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
         let what = format!("create database {namespace}");
-        self.call("create_database", &what, |_| async {
-            let made = (self.client.create_database())
-                .set_catalog_id(self.catalog_id.clone())
-                .database_input(database.clone())
-                .send()
-                .await;
-            match made {
-                Err(SdkError::ServiceError(error)) if error.err().is_already_exists_exception() => {
-                    Ok(())
+        self.requests
+            .call(self.describe(), "create_database", &what, |_| async {
+                let made = (self.client.create_database())
+                    .set_catalog_id(self.catalog_id.clone())
+                    .database_input(database.clone())
+                    .send()
+                    .await;
+                match made {
+                    Err(SdkError::ServiceError(error))
+                        if error.err().is_already_exists_exception() =>
+                    {
+                        Ok(())
+                    }
+                    made => made.map(|_| ()).map_err(api_error),
                 }
-                made => made.map(|_| ()).map_err(api_error),
-            }
-        })
-        .await?;
+            })
+            .await?;
         let location =
             (metadata_location.rsplit_once("/metadata/")).map_or(metadata_location, |(dir, _)| dir);
         let input = TableInput::builder()
@@ -271,22 +259,25 @@ impl GlueCatalog {
             .build()
             .map_err(|e| Failure::definite(format!("internal error: {e}")))?;
         let what = format!("create table {namespace}.{table}");
-        self.call("create_table", &what, |_| async {
-            let made = (self.client.create_table())
-                .set_catalog_id(self.catalog_id.clone())
-                .database_name(namespace)
-                .table_input(input.clone())
-                .send()
-                .await;
-            match made {
-                Ok(_) => Ok(true),
-                Err(SdkError::ServiceError(error)) if error.err().is_already_exists_exception() => {
-                    Ok(false)
+        self.requests
+            .call(self.describe(), "create_table", &what, |_| async {
+                let made = (self.client.create_table())
+                    .set_catalog_id(self.catalog_id.clone())
+                    .database_name(namespace)
+                    .table_input(input.clone())
+                    .send()
+                    .await;
+                match made {
+                    Ok(_) => Ok(true),
+                    Err(SdkError::ServiceError(error))
+                        if error.err().is_already_exists_exception() =>
+                    {
+                        Ok(false)
+                    }
+                    Err(error) => Err(api_error(error)),
                 }
-                Err(error) => Err(api_error(error)),
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// Rule 3: moves `namespace.table` from metadata `old` to `new`; `false` on a conflict.
@@ -307,29 +298,30 @@ impl GlueCatalog {
         let version = found.version_id.clone();
         let input = kept(found, old, new, schema)?;
         let what = format!("commit to table {namespace}.{table}");
-        self.call("update_table", &what, |_| async {
-            let updated = (self.client.update_table())
-                .set_catalog_id(self.catalog_id.clone())
-                .database_name(namespace)
-                .table_input(input.clone())
-                .set_version_id(version.clone())
-                .skip_archive(true)
-                .send()
-                .await;
-            match updated {
-                Ok(_) => Ok(true),
-                // A retry after a lost answer meets its own change here too (rule 5 of the
-                // catalogs reads it back).
-                Err(SdkError::ServiceError(error))
-                    if error.err().is_concurrent_modification_exception()
-                        || error.err().is_entity_not_found_exception() =>
-                {
-                    Ok(false)
+        self.requests
+            .call(self.describe(), "update_table", &what, |_| async {
+                let updated = (self.client.update_table())
+                    .set_catalog_id(self.catalog_id.clone())
+                    .database_name(namespace)
+                    .table_input(input.clone())
+                    .set_version_id(version.clone())
+                    .skip_archive(true)
+                    .send()
+                    .await;
+                match updated {
+                    Ok(_) => Ok(true),
+                    // A retry after a lost answer meets its own change here too (rule 5 of the
+                    // catalogs reads it back).
+                    Err(SdkError::ServiceError(error))
+                        if error.err().is_concurrent_modification_exception()
+                            || error.err().is_entity_not_found_exception() =>
+                    {
+                        Ok(false)
+                    }
+                    Err(error) => Err(api_error(error)),
                 }
-                Err(error) => Err(api_error(error)),
-            }
-        })
-        .await
+            })
+            .await
     }
 }
 

@@ -19,7 +19,7 @@
 //!    warehouse, [`S3TablesCatalog::place`]), as Iceberg's and pyiceberg's S3 Tables catalogs
 //!    place it.
 //! 4. Every request to an AWS catalog (Glue, S3 Tables) goes through the run's one retry layer
-//!    (`source.retry`, docs/errors.md §9, [`aws_call`]): throttles, 5xx, timed-out attempts and
+//!    (`source.retry`, docs/errors.md §9, [`Requests`]): throttles, 5xx, timed-out attempts and
 //!    lost answers are tried again within its budget (an endpoint that took no connection yet
 //!    only three times, as a run's first request: §9.6).
 //! 5. A recording or swap answered "another writer was first" is read back: a catalog holding
@@ -33,40 +33,50 @@ mod sql;
 use std::future::Future;
 
 use ddbpipe_source::error::{ApiError, Contact, ReadError};
-use ddbpipe_source::retry::{Cancel, FirstContact, NoObserver, RetryPolicy};
+use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 use iceberg::spec::Schema;
 
 use crate::failure::Failure;
 
-/// Rule 4: a request to an AWS catalog, `catalog` for messages, to `what` (`operation` in the
-/// retry log), each attempt made by `attempt`: `Ok` with what the caller reads (an answer it
-/// expects, such as "no such table", included), `Err` with the attempt's failure.
-async fn aws_call<T, F, Fut>(
-    (retry, contact): (&RetryPolicy, &FirstContact),
-    catalog: &str,
-    operation: &'static str,
-    what: &str,
-    attempt: F,
-) -> Result<T, Failure>
-where
-    F: FnMut(u32) -> Fut,
-    Fut: Future<Output = Result<T, ApiError>>,
-{
-    let described = || format!("{what} in the {catalog}");
-    let mut attempt = attempt;
-    let judged = |n| {
-        let attempt = attempt(n);
-        async move { contact.judged(n, attempt.await) }
-    };
-    let never = Cancel::never();
-    // On the heap: an SDK request's future is kilobytes, and a commit holds several.
-    let called = Box::pin(retry.run(operation, described, &never, &NoObserver, judged));
-    called.await.map_err(|failed| match failed {
-        ReadError::Request {
-            error, attempts, ..
-        } => aws_failure(catalog, what, error, attempts),
-        other => Failure::transient(format!("cannot {what} in the {catalog}: {other}")),
-    })
+/// Rule 4: how an AWS catalog's requests are made: within the run's retry budget, and
+/// whether the service answered yet (docs/errors.md §9.6).
+#[derive(Debug, Clone)]
+struct Requests {
+    retry: RetryPolicy,
+    contact: FirstContact,
+}
+
+impl Requests {
+    fn new(retry: RetryPolicy) -> Requests {
+        Requests {
+            retry,
+            contact: FirstContact::default(),
+        }
+    }
+
+    /// A request to `catalog` (for messages) to `what` (`operation` in the retry log), each
+    /// attempt made by `attempt`: `Ok` with what the caller reads (an answer it expects, such
+    /// as "no such table", included), `Err` with the attempt's failure.
+    async fn call<T, F, Fut>(
+        &self,
+        catalog: String,
+        operation: &'static str,
+        what: &str,
+        attempt: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let described = || format!("{what} in the {catalog}");
+        let called = self.contact.run(&self.retry, operation, described, attempt);
+        called.await.map_err(|failed| match failed {
+            ReadError::Request {
+                error, attempts, ..
+            } => aws_failure(&catalog, what, error, attempts),
+            other => Failure::transient(format!("cannot {what} in the {catalog}: {other}")),
+        })
+    }
 }
 
 /// A call to an AWS catalog (Glue, S3 Tables) that failed after `attempts`, `catalog` for

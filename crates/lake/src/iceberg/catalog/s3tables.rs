@@ -25,13 +25,12 @@
 use aws_sdk_s3tables::Client;
 use aws_sdk_s3tables::error::SdkError;
 use aws_sdk_s3tables::types::OpenTableFormat;
-use std::future::Future;
-
 use ddbpipe_source::aws::{SdkSettings, api_error, sdk_config_at};
 use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::error::ApiError;
-use ddbpipe_source::retry::{FirstContact, RetryPolicy};
+use ddbpipe_source::retry::RetryPolicy;
 
+use super::Requests;
 use crate::failure::Failure;
 
 /// The tables of one S3 table bucket, through the run's AWS configuration.
@@ -41,10 +40,8 @@ pub struct S3TablesCatalog {
     table_bucket_arn: String,
     /// The endpoint when not AWS's, masked, for messages.
     endpoint: Option<String>,
-    /// The run's retry budget (the catalogs' rule 4).
-    retry: RetryPolicy,
-    /// Whether the service answered yet (the catalogs' rule 4).
-    contact: FirstContact,
+    /// How its requests are made (the catalogs' rule 4).
+    requests: Requests,
 }
 
 impl std::fmt::Debug for S3TablesCatalog {
@@ -129,8 +126,7 @@ impl S3TablesCatalog {
             client: Client::new(&sdk_config_at(config, region, endpoint)),
             table_bucket_arn,
             endpoint: endpoint.map(ToString::to_string),
-            retry,
-            contact: FirstContact::default(),
+            requests: Requests::new(retry),
         }
     }
 
@@ -147,57 +143,54 @@ impl S3TablesCatalog {
         }
     }
 
-    /// A request (`operation`) to `what`, each attempt made by `attempt`, through the run's
-    /// retry layer (the catalogs' rule 4).
-    async fn call<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        what: &str,
-        attempt: F,
-    ) -> Result<T, Failure>
-    where
-        F: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, ApiError>>,
-    {
-        let budget = (&self.retry, &self.contact);
-        super::aws_call(budget, &self.describe(), operation, what, attempt).await
-    }
-
     /// Rule 5.
     pub async fn writable(&self) -> Result<(), String> {
-        let read = self.call("get_table_bucket", "read the table bucket", |_| async {
-            let read = (self.client.get_table_bucket())
-                .table_bucket_arn(&self.table_bucket_arn)
-                .send()
-                .await;
-            read.map(|_| ()).map_err(api_error)
-        });
+        let read = self.requests.call(
+            self.describe(),
+            "get_table_bucket",
+            "read the table bucket",
+            |_| async {
+                let read = (self.client.get_table_bucket())
+                    .table_bucket_arn(&self.table_bucket_arn)
+                    .send()
+                    .await;
+                read.map(|_| ()).map_err(api_error)
+            },
+        );
         read.await.map_err(|failure| failure.message)
     }
 
     /// What the service holds of `namespace.table`; `None` when there is no such table.
     async fn held(&self, namespace: &str, table: &str) -> Result<Option<Held>, Failure> {
         let what = format!("read table {namespace}.{table}");
-        self.call("get_table_metadata_location", &what, |_| async {
-            let read = (self.client.get_table_metadata_location())
-                .table_bucket_arn(&self.table_bucket_arn)
-                .namespace(namespace)
-                .name(table)
-                .send()
-                .await;
-            match read {
-                Ok(found) => Ok(Some(Held {
-                    metadata_location: found.metadata_location().map(str::to_string),
-                    version_token: found.version_token().to_string(),
-                    warehouse: found.warehouse_location().to_string(),
-                })),
-                Err(SdkError::ServiceError(error)) if error.err().is_not_found_exception() => {
-                    Ok(None)
-                }
-                Err(error) => Err(api_error(error)),
-            }
-        })
-        .await
+        self.requests
+            .call(
+                self.describe(),
+                "get_table_metadata_location",
+                &what,
+                |_| async {
+                    let read = (self.client.get_table_metadata_location())
+                        .table_bucket_arn(&self.table_bucket_arn)
+                        .namespace(namespace)
+                        .name(table)
+                        .send()
+                        .await;
+                    match read {
+                        Ok(found) => Ok(Some(Held {
+                            metadata_location: found.metadata_location().map(str::to_string),
+                            version_token: found.version_token().to_string(),
+                            warehouse: found.warehouse_location().to_string(),
+                        })),
+                        Err(SdkError::ServiceError(error))
+                            if error.err().is_not_found_exception() =>
+                        {
+                            Ok(None)
+                        }
+                        Err(error) => Err(api_error(error)),
+                    }
+                },
+            )
+            .await
     }
 
     /// The current metadata location of `namespace.table`; `None` when there is no such
@@ -229,26 +222,30 @@ impl S3TablesCatalog {
     /// unavailable service at a run's start does not stop it.
     pub async fn place(&self, namespace: &str, table: &str) -> Result<String, String> {
         let what = format!("create namespace {namespace}");
-        let made = self.call("create_namespace", &what, |_| async {
-            let made = (self.client.create_namespace())
-                .table_bucket_arn(&self.table_bucket_arn)
-                .namespace(namespace)
-                .send()
-                .await;
-            made_by_anyone(made)
-        });
+        let made = self
+            .requests
+            .call(self.describe(), "create_namespace", &what, |_| async {
+                let made = (self.client.create_namespace())
+                    .table_bucket_arn(&self.table_bucket_arn)
+                    .namespace(namespace)
+                    .send()
+                    .await;
+                made_by_anyone(made)
+            });
         made.await.map_err(|failure| failure.message)?;
         let what = format!("create table {namespace}.{table}");
-        let made = self.call("create_table", &what, |_| async {
-            let made = (self.client.create_table())
-                .table_bucket_arn(&self.table_bucket_arn)
-                .namespace(namespace)
-                .name(table)
-                .format(OpenTableFormat::Iceberg)
-                .send()
-                .await;
-            made_by_anyone(made)
-        });
+        let made = self
+            .requests
+            .call(self.describe(), "create_table", &what, |_| async {
+                let made = (self.client.create_table())
+                    .table_bucket_arn(&self.table_bucket_arn)
+                    .namespace(namespace)
+                    .name(table)
+                    .format(OpenTableFormat::Iceberg)
+                    .send()
+                    .await;
+                made_by_anyone(made)
+            });
         made.await.map_err(|failure| failure.message)?;
         match self.warehouse(namespace, table).await? {
             Some(warehouse) => Ok(warehouse),
@@ -304,28 +301,34 @@ impl S3TablesCatalog {
         location: &str,
     ) -> Result<bool, Failure> {
         let what = format!("commit to table {namespace}.{table}");
-        self.call("update_table_metadata_location", &what, |_| async {
-            let updated = (self.client.update_table_metadata_location())
-                .table_bucket_arn(&self.table_bucket_arn)
-                .namespace(namespace)
-                .name(table)
-                .version_token(token.clone())
-                .metadata_location(location)
-                .send()
-                .await;
-            match updated {
-                Ok(_) => Ok(true),
-                Err(SdkError::ServiceError(error))
-                    if error.err().is_conflict_exception()
-                        || error.err().is_not_found_exception() =>
-                {
-                    Ok(false)
-                }
-                Err(error) if answered_success(&error) => Ok(true),
-                Err(error) => Err(api_error(error)),
-            }
-        })
-        .await
+        self.requests
+            .call(
+                self.describe(),
+                "update_table_metadata_location",
+                &what,
+                |_| async {
+                    let updated = (self.client.update_table_metadata_location())
+                        .table_bucket_arn(&self.table_bucket_arn)
+                        .namespace(namespace)
+                        .name(table)
+                        .version_token(token.clone())
+                        .metadata_location(location)
+                        .send()
+                        .await;
+                    match updated {
+                        Ok(_) => Ok(true),
+                        Err(SdkError::ServiceError(error))
+                            if error.err().is_conflict_exception()
+                                || error.err().is_not_found_exception() =>
+                        {
+                            Ok(false)
+                        }
+                        Err(error) if answered_success(&error) => Ok(true),
+                        Err(error) => Err(api_error(error)),
+                    }
+                },
+            )
+            .await
     }
 }
 
