@@ -148,6 +148,7 @@ fn iceberg_settings(
             .map_err(|problem| {
                 Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
             })?
+            .with_retry(target.source.retry.policy())
             .into(),
         CatalogType::Glue => {
             let (region, endpoint) = glue_place(parquet, iceberg, target);

@@ -18,11 +18,20 @@
 //!    no file or no catalog tables is no table (`check`, `state show`, `lag`).
 //! 4. The statements are the same text for both (`ON CONFLICT DO NOTHING`, numbered
 //!    parameters), but for whether the table has `iceberg_type`.
+//! 5. In PostgreSQL a call that fails as the postgres sink's transactions are retried
+//!    (docs/errors.md §9.4: a lost connection, reconnected; a serialization failure, a
+//!    deadlock, too many connections, a shutdown) is tried again within the run's
+//!    `source.retry` budget, from the connection on (a server never reached fails at once,
+//!    as a run's first request does: docs/errors.md §9.6). A commit whose answer was lost and whose
+//!    retry changes no row is settled by reading the location back (the catalogs' rule 5). In
+//!    SQLite a busy file is waited for (10 s) as before; other failures are not retried.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use ddbpipe_keyed::PostgresDatabase;
+use ddbpipe_keyed::{DbError, PostgresDatabase};
+use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy, note_retry};
 use futures_util::FutureExt;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -31,6 +40,8 @@ use rusqlite::{Connection, OptionalExtension};
 pub struct SqlCatalog {
     place: Place,
     name: String,
+    /// The run's retry budget (rule 5).
+    retry: RetryPolicy,
 }
 
 /// Never its URL: it may hold a password.
@@ -105,6 +116,7 @@ fn numbered(sql: &str) -> String {
 }
 
 /// A catalog call's work, the same for both places: its statement's parameters are text.
+#[derive(Clone)]
 enum Call {
     Location([String; 3]),
     Create([String; 4]),
@@ -124,7 +136,13 @@ impl SqlCatalog {
         SqlCatalog {
             place: Place::Sqlite(path),
             name,
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// This catalog with its PostgreSQL calls retried within `retry` (rule 5).
+    pub fn with_retry(self, retry: RetryPolicy) -> SqlCatalog {
+        SqlCatalog { retry, ..self }
     }
 
     /// The catalog `name` at `uri`: `sqlite:///` then a file's path (a relative one taken from
@@ -143,6 +161,7 @@ impl SqlCatalog {
                     tables: Arc::default(),
                 },
                 name,
+                retry: RetryPolicy::default(),
             });
         }
         Ok(SqlCatalog::new(SqlCatalog::path_of(uri, base)?, name))
@@ -198,29 +217,46 @@ impl SqlCatalog {
                 tables,
                 ..
             } => {
-                let db = connected
-                    .get_or_try_init(|| PostgresDatabase::connect(url))
-                    .await
-                    .map_err(|e| failed(e.message))?;
-                if !matches!(call, Call::Location(_)) {
-                    // A read creates nothing (`check`, `state show`): a missing table is no
-                    // table (`postgres`).
-                    tables
-                        .get_or_try_init(|| {
-                            db.run("create the catalog tables", |client| {
-                                let script = format!(
-                                    "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); \
-                                     {TABLES} COMMIT;"
-                                );
-                                async move { client.batch_execute(&script).await }.boxed()
-                            })
-                        })
-                        .await
-                        .map_err(|e| failed(e.message))?;
-                }
-                db.run(what, |client| postgres(client, call).boxed())
-                    .await
-                    .map_err(|e| failed(e.message))
+                let attempt = |_| {
+                    let call = call.clone();
+                    async move {
+                        let db =
+                            (connected.get_or_try_init(|| PostgresDatabase::connect(url))).await?;
+                        if !matches!(call, Call::Location(_)) {
+                            // A read creates nothing (`check`, `state show`): a missing table
+                            // is no table (`postgres`).
+                            tables
+                                .get_or_try_init(|| {
+                                    db.run("create the catalog tables", |client| {
+                                        let script = format!(
+                                            "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); \
+                                             {TABLES} COMMIT;"
+                                        );
+                                        async move { client.batch_execute(&script).await }.boxed()
+                                    })
+                                })
+                                .await?;
+                        }
+                        db.run(what, |client| postgres(client, call).boxed()).await
+                    }
+                };
+                let retrying = |n: u32, error: &DbError, delay: Duration| {
+                    tracing::debug!(attempt = n, delay_ms = delay.as_millis() as u64, error = %error.message, "SQL catalog call failed; retrying.");
+                    note_retry("iceberg_sql_catalog", &error.message);
+                };
+                // A server never reached is not waited for (docs/errors.md §9.6): a wrong
+                // `catalog.uri` fails at once.
+                let retryable = |error: &DbError| error.is_retryable() && connected.get().is_some();
+                let never = Cancel::never();
+                let called =
+                    (self.retry).retry(Duration::MAX, &never, retryable, retrying, attempt);
+                Box::pin(called).await.map_err(|gave_up| match gave_up {
+                    GaveUp::Failed { error, attempts } if attempts > 1 => {
+                        failed(format!("{} ({attempts} attempts)", error.message))
+                    }
+                    GaveUp::Failed { error, .. } => failed(error.message),
+                    GaveUp::Cancelled => failed("cancelled".to_string()),
+                })
             }
         }
     }
@@ -522,6 +558,60 @@ mod tests {
             .batch_execute(&format!("DROP ROLE {role}"))
             .await
             .unwrap();
+    }
+
+    /// Rule 5: a PostgreSQL catalog whose connection is lost mid-commit (its backend
+    /// terminated while the commit waits on a lock another session holds) reconnects and
+    /// tries the commit again: it lands, once. Without the retry the commit fails.
+    #[tokio::test]
+    async fn a_commit_whose_postgres_connection_is_lost_is_tried_again() {
+        let app = format!("ddbpipe_catalog_{:08x}", rand::random::<u32>());
+        let url = ddbpipe_testkit::postgres::url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}application_name={app}");
+        let fast = RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+            ..RetryPolicy::default()
+        };
+        let catalog = SqlCatalog::from_uri(&url, Path::new(""), app.clone())
+            .unwrap()
+            .with_retry(fast);
+        let old = "s3://w/ns.db/t/metadata/00000-a.metadata.json";
+        let new = "s3://w/ns.db/t/metadata/00001-b.metadata.json";
+        assert!(catalog.create("ns", "t", old).await.unwrap());
+
+        let locker = ddbpipe_testkit::postgres::connect().await;
+        (locker.batch_execute("BEGIN; LOCK TABLE iceberg_tables IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .unwrap();
+        let committing = {
+            let catalog = catalog.clone();
+            tokio::spawn(async move { catalog.swap("ns", "t", old, new).await })
+        };
+        let admin = ddbpipe_testkit::postgres::connect().await;
+        let waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+                       AND wait_event_type = 'Lock'";
+        let pid: i32 = loop {
+            if let Some(row) = admin.query_opt(waiting, &[&app]).await.unwrap() {
+                break row.get(0);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let terminated = admin
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await;
+        assert!(terminated.unwrap().get::<_, bool>(0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        locker.batch_execute("COMMIT").await.unwrap();
+
+        let committed = committing.await.unwrap();
+        assert_eq!(
+            committed,
+            Ok(true),
+            "the commit tried again on a new connection"
+        );
+        assert_eq!(catalog.location("ns", "t").await, Ok(Some(new.to_string())));
     }
 
     #[tokio::test]
