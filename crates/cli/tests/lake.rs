@@ -417,6 +417,35 @@ fn s3_refusing_or_losing_answers_now_and_then_loses_and_repeats_nothing() {
     let read = read_s3(&s3.endpoint, "lake", "dynamodb/orders/");
     assert_changelog_exact(&read, &running);
     assert!(!read.commits.is_empty());
+
+    // Each attempt is counted under its operation: a run with nothing left to do still meets
+    // a fault in its first three requests.
+    let metrics = pipeline.dir.path().join("lake.prom");
+    let metrics_file = metrics.display().to_string();
+    let output = pipeline.ddbpipe(&[
+        "run",
+        "--progress",
+        "never",
+        "--metrics-file",
+        &metrics_file,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let counted = std::fs::read_to_string(&metrics).unwrap();
+    let s3_operations = [
+        "put_object",
+        "get_object",
+        "list_objects_v2",
+        "delete_object",
+    ];
+    let failed_attempts = (counted.lines())
+        .filter(|line| line.starts_with("ddbpipe_requests_total{"))
+        .filter(|line| {
+            s3_operations
+                .iter()
+                .any(|op| line.contains(&format!("operation=\"{op}\"")))
+        })
+        .filter(|line| !line.contains("outcome=\"ok\""));
+    assert!(failed_attempts.count() > 0, "{counted}");
 }
 
 /// Rule 1 of `rows`: binary keys stay bytes and 38-digit number keys keep every digit; an item

@@ -282,8 +282,8 @@ pub struct FirstContact(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl FirstContact {
     /// [`RetryPolicy::run`] for a request of this client (`operation`, on `what`), each
-    /// attempt [`judged`](Self::judged); never cancelled (a sink finishes what it holds on a
-    /// stop) and told to no observer. On the heap: an SDK request's future is kilobytes, and
+    /// attempt [`judged`](Self::judged) and counted in `ddbpipe_requests_total` as every
+    /// request is; never cancelled (a sink finishes what it holds on a stop). On the heap: an SDK request's future is kilobytes, and
     /// a sink's write holds several.
     pub async fn run<T, F, Fut>(
         &self,
@@ -301,7 +301,8 @@ impl FirstContact {
             async move { self.judged(n, attempt.await) }
         };
         let never = Cancel::never();
-        Box::pin(retry.run(operation, what, &never, &NoObserver, judged)).await
+        let counted = crate::events::RequestMetrics;
+        Box::pin(retry.run(operation, what, &never, &counted, judged)).await
     }
 
     /// Attempt `n`'s `outcome`, noted, its failure made final when rule §9.6 says.
