@@ -27,6 +27,37 @@ fn tables_of(moto: &str, arn: &str) -> BTreeMap<String, (String, Option<String>)
         .collect()
 }
 
+/// The catalogs' rules 4 and 5 with S3 Tables: the service and S3 refusing every third request
+/// (`503`) or losing its answer (a 500 after the request was done: a namespace or table made,
+/// a metadata location recorded under its version token, a file written, unbeknown) under a
+/// mirror killed at random points and a writer. Each request is tried again; a commit whose
+/// retry the service refuses for its stale token (`ConflictException`: the token moved with
+/// the commit's own change) reads the location back and is known for a commit, not rebuilt;
+/// pyiceberg reads every change once. Without the retries the first fault ends a run.
+#[test]
+fn an_s3_table_bucket_failing_now_and_then_loses_and_repeats_nothing() {
+    let moto = moto_with_lake();
+    let fake = super::super::fake_export::FakeExport::start(&moto.endpoint, &moto.endpoint);
+    let arn = String::from_utf8(iceberg_python(&["s3tables-bucket", &moto.endpoint, "lake"]))
+        .unwrap()
+        .trim()
+        .to_string();
+    fake.fail_lake_requests(3);
+    let source = S3_MIRROR;
+    let (running, pipeline) = seeded_orders(Emulator::Dynoxide, 43, 150, source);
+    let sink = s3tables_sink(&fake.url(), &arn, "  commit_interval_secs: 1\n");
+    pipeline.write_with_sink("lake", &running.endpoint, source, &sink);
+    killed_under_writes(&running, &pipeline, 2, 0x5375, 1500..3000);
+    let (refused, lost) = fake.lake_faults();
+    assert!(
+        refused >= 3 && lost >= 3,
+        "{refused} refused, {lost} answers lost"
+    );
+    let uri = format!("s3tables:{arn}");
+    let table = read_catalog(&uri, "s3tables", "dynamodb.orders", Some(&moto.endpoint));
+    assert_changelog_exact(&table.as_read(), &running);
+}
+
 /// `check` and `state show` find no table and make none; a mirror killed at random points under a writer
 /// makes the namespace and table (names as S3 Tables keeps them: `namespace: Live-Data` is
 /// `live_data`), writes its files under the location the service gives the table and records
