@@ -27,6 +27,7 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use bytes::Bytes;
 use ddbpipe_source::aws::api_error;
 use ddbpipe_source::error::{ApiError, Contact, ErrorClass, ReadError};
+use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 
 /// A lake location as configured: `s3://bucket/prefix` or a local directory.
@@ -355,7 +356,7 @@ impl Objects {
             unreachable!("an S3 call of a directory");
         };
         let what = || self.name(name);
-        (contact.run(retry, operation, what, attempt))
+        (contact.run((retry, &RequestMetrics), operation, what, attempt))
             .await
             .map_err(|failed| match failed {
                 ReadError::Request {

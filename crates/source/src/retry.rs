@@ -282,12 +282,13 @@ pub struct FirstContact(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl FirstContact {
     /// [`RetryPolicy::run`] for a request of this client (`operation`, on `what`), each
-    /// attempt [`judged`](Self::judged) and counted in `ddbpipe_requests_total` as every
-    /// request is; never cancelled (a sink finishes what it holds on a stop). On the heap: an SDK request's future is kilobytes, and
-    /// a sink's write holds several.
+    /// attempt [`judged`](Self::judged) and told to `observer` (a sink's: `RequestMetrics`,
+    /// so that `ddbpipe_requests_total` counts it as every request); never cancelled (a sink
+    /// finishes what it holds on a stop). On the heap: an SDK request's future is kilobytes,
+    /// and a sink's write holds several.
     pub async fn run<T, F, Fut>(
         &self,
-        retry: &RetryPolicy,
+        (retry, observer): (&RetryPolicy, &dyn AttemptObserver),
         operation: &'static str,
         what: impl Fn() -> String,
         mut attempt: F,
@@ -301,8 +302,7 @@ impl FirstContact {
             async move { self.judged(n, attempt.await) }
         };
         let never = Cancel::never();
-        let counted = crate::events::RequestMetrics;
-        Box::pin(retry.run(operation, what, &never, &counted, judged)).await
+        Box::pin(retry.run(operation, what, &never, observer, judged)).await
     }
 
     /// Attempt `n`'s `outcome`, noted, its failure made final when rule §9.6 says.

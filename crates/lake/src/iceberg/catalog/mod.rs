@@ -33,6 +33,7 @@ mod sql;
 use std::future::Future;
 
 use ddbpipe_source::error::{ApiError, Contact, ReadError};
+use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 use iceberg::spec::Schema;
 
@@ -69,7 +70,12 @@ impl Requests {
         Fut: Future<Output = Result<T, ApiError>>,
     {
         let described = || format!("{what} in the {catalog}");
-        let called = self.contact.run(&self.retry, operation, described, attempt);
+        let called = (self.contact).run(
+            (&self.retry, &RequestMetrics),
+            operation,
+            described,
+            attempt,
+        );
         called.await.map_err(|failed| match failed {
             ReadError::Request {
                 error, attempts, ..
