@@ -171,7 +171,7 @@ impl KeyedSink {
     /// connection), with the source's backoff and budget: a batch's apply, a lease's claim.
     async fn retried<T, F: Future<Output = Result<T, DbError>>>(
         &self,
-        mut transaction: impl FnMut() -> F,
+        transaction: impl FnMut() -> F,
     ) -> Result<T, DbError> {
         let policy = RetryPolicy {
             max_retries: self.retry.max_retries,
@@ -179,42 +179,54 @@ impl KeyedSink {
             max_backoff: self.retry.max_backoff,
             ..RetryPolicy::default()
         };
-        let retrying = |n: u32, error: &DbError, _delay| {
-            tracing::debug!(
-                sink = %self.db.describe(),
-                attempt = n + 1,
-                error = %error.message,
-                "Sink transaction failed; retrying the batch."
-            );
-            ddbpipe_source::retry::note_retry("sink_transaction", &error.message);
-        };
-        let applied = policy
-            .retry(
-                Duration::MAX,
-                &Cancel::never(),
-                DbError::is_retryable,
-                retrying,
-                |_| transaction(),
-            )
-            .await;
-        match applied {
-            Ok(value) => Ok(value),
-            Err(GaveUp::Failed {
-                mut error,
-                attempts,
-            }) => {
-                if attempts > 1 {
-                    error.message =
-                        format!("{} (failed after {attempts} attempt(s))", error.message);
-                }
-                Err(error)
+        let target = self.db.describe();
+        retried(&policy, "sink_transaction", &target, transaction).await
+    }
+}
+
+/// Runs `transaction` on the database `target` (for the log) again while it fails with a
+/// retryable error (a busy database, a lost connection: docs/errors.md §9.4), within `policy`,
+/// its retries logged as `operation`'s; the last error says how many attempts were made. The
+/// keyed sinks' transactions and the Iceberg sink's PostgreSQL catalog.
+pub async fn retried<T, F: Future<Output = Result<T, DbError>>>(
+    policy: &RetryPolicy,
+    operation: &'static str,
+    target: &str,
+    mut transaction: impl FnMut() -> F,
+) -> Result<T, DbError> {
+    let retrying = |n: u32, error: &DbError, _delay| {
+        tracing::debug!(
+            sink = %target,
+            attempt = n + 1,
+            error = %error.message,
+            "Database transaction failed; retrying it."
+        );
+        ddbpipe_source::retry::note_retry(operation, &error.message);
+    };
+    let applied = policy
+        .retry(
+            Duration::MAX,
+            &Cancel::never(),
+            DbError::is_retryable,
+            retrying,
+            |_| transaction(),
+        )
+        .await;
+    match applied {
+        Ok(value) => Ok(value),
+        Err(GaveUp::Failed {
+            mut error,
+            attempts,
+        }) => {
+            if attempts > 1 {
+                error.message = format!("{} (failed after {attempts} attempt(s))", error.message);
             }
-            // `Cancel::never()` never fires.
-            Err(GaveUp::Cancelled) => Err(DbError::fatal(format!(
-                "{}: the transaction was cancelled",
-                self.db.describe()
-            ))),
+            Err(error)
         }
+        // `Cancel::never()` never fires.
+        Err(GaveUp::Cancelled) => Err(DbError::fatal(format!(
+            "{target}: the transaction was cancelled"
+        ))),
     }
 }
 

@@ -18,20 +18,20 @@
 //!    no file or no catalog tables is no table (`check`, `state show`, `lag`).
 //! 4. The statements are the same text for both (`ON CONFLICT DO NOTHING`, numbered
 //!    parameters), but for whether the table has `iceberg_type`.
-//! 5. In PostgreSQL a call that fails as the postgres sink's transactions are retried
-//!    (docs/errors.md §9.4: a lost connection, reconnected; a serialization failure, a
-//!    deadlock, too many connections, a shutdown) is tried again within the run's
-//!    `source.retry` budget, from the connection on (a server never reached fails at once,
-//!    as a run's first request does: docs/errors.md §9.6). A commit whose answer was lost and whose
-//!    retry changes no row is settled by reading the location back (the catalogs' rule 5). In
+//! 5. In PostgreSQL a call is retried as the postgres sink's transactions are
+//!    (`ddbpipe_keyed::sink::retried`, docs/errors.md §9.4: a lost connection, made again; a
+//!    serialization failure, a deadlock, too many connections, a shutdown), within the run's
+//!    `source.retry` budget, once connected (a server never reached fails at once, as a run's
+//!    first request does: docs/errors.md §9.6). A commit whose answer was lost and whose retry
+//!    changes no row is settled by reading the location back (the catalogs' rule 5). In
 //!    SQLite a busy file is waited for (10 s) as before; other failures are not retried.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
+use ddbpipe_keyed::sink::retried;
 use ddbpipe_keyed::{DbError, PostgresDatabase};
-use ddbpipe_source::retry::{Cancel, GaveUp, RetryPolicy, note_retry};
+use ddbpipe_source::retry::RetryPolicy;
 use futures_util::FutureExt;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -217,11 +217,17 @@ impl SqlCatalog {
                 tables,
                 ..
             } => {
-                let attempt = |_| {
+                let attempt = || {
                     let call = call.clone();
                     async move {
-                        let db =
-                            (connected.get_or_try_init(|| PostgresDatabase::connect(url))).await?;
+                        // A server never reached is not waited for (docs/errors.md §9.6): a
+                        // wrong `catalog.uri` fails at once. Once connected, a lost connection
+                        // is made again by the session.
+                        let connect = || async {
+                            let connected = PostgresDatabase::connect(url).await;
+                            connected.map_err(|e| DbError::fatal(e.message))
+                        };
+                        let db = connected.get_or_try_init(connect).await?;
                         if !matches!(call, Call::Location(_)) {
                             // A read creates nothing (`check`, `state show`): a missing table
                             // is no table (`postgres`).
@@ -240,23 +246,8 @@ impl SqlCatalog {
                         db.run(what, |client| postgres(client, call).boxed()).await
                     }
                 };
-                let retrying = |n: u32, error: &DbError, delay: Duration| {
-                    tracing::debug!(attempt = n, delay_ms = delay.as_millis() as u64, error = %error.message, "SQL catalog call failed; retrying.");
-                    note_retry("iceberg_sql_catalog", &error.message);
-                };
-                // A server never reached is not waited for (docs/errors.md §9.6): a wrong
-                // `catalog.uri` fails at once.
-                let retryable = |error: &DbError| error.is_retryable() && connected.get().is_some();
-                let never = Cancel::never();
-                let called =
-                    (self.retry).retry(Duration::MAX, &never, retryable, retrying, attempt);
-                Box::pin(called).await.map_err(|gave_up| match gave_up {
-                    GaveUp::Failed { error, attempts } if attempts > 1 => {
-                        failed(format!("{} ({attempts} attempts)", error.message))
-                    }
-                    GaveUp::Failed { error, .. } => failed(error.message),
-                    GaveUp::Cancelled => failed("cancelled".to_string()),
-                })
+                let called = retried(&self.retry, "iceberg_sql_catalog", &described, attempt);
+                Box::pin(called).await.map_err(|e| failed(e.message))
             }
         }
     }
@@ -485,6 +476,8 @@ async fn postgres(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]
