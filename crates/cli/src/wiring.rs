@@ -13,7 +13,7 @@ use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::error::{Contact, ErrorClass, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::plan::{self, ResolvedStream};
-use ddbpipe_source::retry::{Cancel, FIRST_CONTACT_ATTEMPTS};
+use ddbpipe_source::retry::{Cancel, FirstContact};
 
 use crate::config::{self, PipelineConfig};
 use crate::destination;
@@ -89,13 +89,14 @@ pub fn identity(
 }
 
 /// `DescribeTable`, retried by the one policy; it is every run's first request, so a
-/// connection that cannot be made ends it after [`FIRST_CONTACT_ATTEMPTS`]. `None` when the response held no table.
+/// connection that cannot be made ends it as [`FirstContact`] says (docs/errors.md §9.6).
 pub async fn describe<A: TableApi>(
     api: &A,
     source: &SourceConfig,
     cancel: &Cancel,
 ) -> Result<TableDescription, Failure> {
     let table = source.table_name.as_str();
+    let first_contact = &FirstContact::default();
     let described = source
         .retry
         .policy()
@@ -107,13 +108,7 @@ pub async fn describe<A: TableApi>(
             |n| async move {
                 // The run's first request: an endpoint that takes no connection is wrong, not
                 // passing (docs/errors.md §9.6).
-                api.describe_table(table).await.map_err(|error| {
-                    if n + 1 >= FIRST_CONTACT_ATTEMPTS {
-                        error.final_if_not_reached()
-                    } else {
-                        error
-                    }
-                })
+                first_contact.judged(n, api.describe_table(table).await)
             },
         )
         .await;

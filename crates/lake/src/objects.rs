@@ -14,7 +14,8 @@
 //!    docs/errors.md §9): a throttle (`SlowDown`), a 5xx, a timed-out attempt or a lost answer
 //!    is tried again within the budget, a listing page by page (an endpoint that took no
 //!    connection yet only three times, as a run's first request: docs/errors.md §9.6); a
-//!    `ConditionalRequestConflict` (two conditional writes of one name at once) too. A
+//!    `ConditionalRequestConflict` (two conditional writes of one name at once) too, a
+//!    transient code. A
 //!    conditional write whose retry finds the name taken reads the object back: the same
 //!    bytes are its own earlier attempt, which landed although its answer was lost
 //!    ([`Created::Written`]), other bytes another writer's ([`Created::Taken`]).
@@ -26,7 +27,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use bytes::Bytes;
 use ddbpipe_source::aws::api_error;
-use ddbpipe_source::error::{ApiError, Contact, ErrorClass, ReadError};
+use ddbpipe_source::error::{ApiError, Contact, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 
@@ -186,7 +187,7 @@ impl Objects {
                 let key = format!("{prefix}{name}");
                 let bytes = Bytes::from(bytes);
                 self.s3_call("put_object", "write", name, |n| {
-                    let (key, bytes) = (&key, bytes.clone());
+                    let (key, bytes) = (&key, &bytes);
                     async move {
                         let sent = (client.put_object())
                             .bucket(bucket)
@@ -200,15 +201,14 @@ impl Objects {
                             Err(error) if exclusive && status(&error) == Some(412) => {
                                 // Rule 4: taken by an earlier attempt of this write, or by
                                 // another writer.
-                                let ours =
-                                    n > 0 && self.s3_get(key).await?.as_ref() == Some(&bytes);
+                                let ours = n > 0 && self.s3_get(key).await?.as_ref() == Some(bytes);
                                 Ok(if ours {
                                     Created::Written
                                 } else {
                                     Created::Taken
                                 })
                             }
-                            Err(error) => Err(conflict_retried(api_error(error))),
+                            Err(error) => Err(api_error(error)),
                         }
                     }
                 })
@@ -387,18 +387,6 @@ impl Objects {
             ));
         }
         message
-    }
-}
-
-/// Rule 4: a conditional write refused for another one of the same name in flight is tried
-/// again (S3 says to), as a transient failure.
-fn conflict_retried(error: ApiError) -> ApiError {
-    match error.code.as_deref() {
-        Some("ConditionalRequestConflict") => ApiError {
-            class: ErrorClass::Transient,
-            ..error
-        },
-        _ => error,
     }
 }
 

@@ -50,7 +50,8 @@ impl ErrorClass {
                 | "InternalError"
                 | "RequestTimeout"
                 | "InternalServiceException"
-                | "InternalServerErrorException",
+                | "InternalServerErrorException"
+                | "ConditionalRequestConflict",
             ) => ErrorClass::Transient,
             Some(_) => ErrorClass::Fatal,
         }

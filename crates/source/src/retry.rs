@@ -271,12 +271,12 @@ impl RetryPolicy {
 
 /// Attempts of a request that makes no connection before a client's first answer
 /// (docs/errors.md §9.6): an endpoint that takes none is wrong far more often than passing.
-pub const FIRST_CONTACT_ATTEMPTS: u32 = 3;
+const FIRST_CONTACT_ATTEMPTS: u32 = 3;
 
-/// docs/errors.md §9.6 for a client of its own (a sink's S3, its catalog): until one of its
-/// requests reached the service, a request that makes no connection ends after
-/// [`FIRST_CONTACT_ATTEMPTS`]; once one did, such a failure is retried by the whole budget.
-/// Clones share what they saw.
+/// docs/errors.md §9.6 for a client (the run's first `DescribeTable`, a sink's S3, its
+/// catalog): until one of its requests reached the service, a request that makes no
+/// connection ends after `FIRST_CONTACT_ATTEMPTS` (3); once one did, such a failure is retried
+/// by the whole budget. Clones share what they saw.
 #[derive(Debug, Clone, Default)]
 pub struct FirstContact(std::sync::Arc<std::sync::atomic::AtomicBool>);
 

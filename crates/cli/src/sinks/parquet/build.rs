@@ -38,8 +38,8 @@ pub fn location(parquet: &ParquetConfig, target: Target<'_>) -> Result<Location,
 }
 
 /// The files of `parquet` at `location`: a directory, or an S3 prefix with a client from
-/// `sdk`, retried within `source.retry` (`s3_region` — an S3 table's: its catalog's region — and `s3_endpoint_url` or the
-/// source's endpoint, path-style).
+/// `sdk`, retried within `source.retry` (`s3_region` — an S3 table's: its catalog's region —
+/// and `s3_endpoint_url` or the source's endpoint, path-style).
 fn objects_at(
     parquet: &ParquetConfig,
     target: Target<'_>,
@@ -143,21 +143,21 @@ fn iceberg_settings(
     target: Target<'_>,
     sdk: &aws::SdkSettings,
 ) -> Result<IcebergSettings, Failure> {
+    // Requests are retried within the run's budget (docs/errors.md §9.4).
+    let retry = target.source.retry.policy();
     let catalog: Catalog = match iceberg.catalog_type {
         CatalogType::Sql => sql_catalog(iceberg)
             .map_err(|problem| {
                 Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
             })?
-            .with_retry(target.source.retry.policy())
+            .with_retry(retry)
             .into(),
         CatalogType::Glue => {
             let (region, endpoint) = glue_place(parquet, iceberg, target);
-            let retry = target.source.retry.policy();
             GlueCatalog::new(sdk, region, endpoint, iceberg.catalog_id.clone(), retry).into()
         }
         CatalogType::S3Tables => {
             let (arn, region, endpoint) = s3tables_place(iceberg, target);
-            let retry = target.source.retry.policy();
             S3TablesCatalog::new(sdk, arn.to_string(), region, endpoint, retry).into()
         }
     };
