@@ -70,7 +70,9 @@
 //! # A lake's S3 and Glue failing now and then
 //! [`FakeExport::fail_lake_requests`] fails every nth S3 or Glue request forwarded through the
 //! fake: refused (`503 SlowDown`, `ThrottlingException`) or forwarded with its answer replaced
-//! by a 500 (the request done, the client not told): what a lake sink's retries meet.
+//! by a 500 (the request done, the client not told): what a lake sink's retries meet. S3
+//! Tables' requests, which carry no `x-amz-target` either, are answered as S3's (an error body
+//! its client cannot read: a failure without a code, transient as a lost answer is).
 //!
 //! # Refusals (HTTP 400, AWS's codes)
 //! - `ExportConflictException`: a `ClientToken` used before with other parameters (the same
