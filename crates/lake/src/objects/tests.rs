@@ -23,6 +23,8 @@ enum Fault {
     Refuse(u16, &'static str),
     /// Does what was asked, then the answer is lost (the connection reset).
     LoseAnswer,
+    /// Takes no connection (refused): nothing is done.
+    NoConnection,
 }
 
 /// A bucket whose requests are answered in process: PUT (with `If-None-Match: *`), GET and
@@ -51,8 +53,15 @@ impl HttpConnector for ScriptedS3 {
         let key = path.splitn(3, '/').nth(2).unwrap_or_default().to_string();
         (self.requests.lock().unwrap()).push(format!("{method} {key}"));
         let fault = self.faults.lock().unwrap().pop_front();
-        if let Some(Fault::Refuse(status, code)) = fault {
-            return HttpConnectorFuture::ready(Ok(error(status, code)));
+        match fault {
+            Some(Fault::Refuse(status, code)) => {
+                return HttpConnectorFuture::ready(Ok(error(status, code)));
+            }
+            Some(Fault::NoConnection) => {
+                let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                return HttpConnectorFuture::ready(Err(ConnectorError::io(refused.into())));
+            }
+            _ => {}
         }
         let mut objects = self.objects.lock().unwrap();
         let response = match method.as_str() {
@@ -267,4 +276,28 @@ async fn a_directory_creates_a_name_once_and_lists_what_it_holds() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(objects.get("c.parquet").await, Ok(None));
     assert_eq!(objects.delete("c.parquet").await, Ok(()));
+}
+
+/// Rule 4 with docs/errors.md §9.6: an S3 that never answered is asked three times when it
+/// takes no connection (a wrong endpoint fails at once, naming it); once it has answered, the
+/// same failure is retried by the whole budget (an endpoint restarting).
+#[tokio::test]
+async fn an_s3_never_reached_is_asked_three_times_one_that_answered_the_whole_budget() {
+    let s3 = ScriptedS3::default();
+    let objects = s3.objects(8);
+    s3.fail_next(&[Fault::NoConnection; 5]);
+    let failed = objects
+        .put("x.parquet", b"rows".to_vec())
+        .await
+        .unwrap_err();
+    assert!(failed.contains("(3 attempts)"), "{failed}");
+    assert!(failed.contains("could not be reached"), "{failed}");
+    assert_eq!(s3.requests().len(), 3);
+
+    s3.faults.lock().unwrap().clear();
+    assert_eq!(objects.put("x.parquet", b"rows".to_vec()).await, Ok(()));
+    s3.requests();
+    s3.fail_next(&[Fault::NoConnection; 5]);
+    assert_eq!(objects.put("y.parquet", b"rows".to_vec()).await, Ok(()));
+    assert_eq!(s3.requests().len(), 6, "five refused, then written");
 }

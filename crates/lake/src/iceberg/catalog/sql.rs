@@ -607,6 +607,21 @@ mod tests {
         assert_eq!(catalog.location("ns", "t").await, Ok(Some(new.to_string())));
     }
 
+    /// Rule 5: a PostgreSQL catalog never reached (nothing listens) fails at once, after one
+    /// attempt, naming where it is and not its password: a wrong `catalog.uri` is not waited
+    /// for through the retry budget.
+    #[tokio::test]
+    async fn a_postgres_catalog_never_reached_fails_at_once() {
+        let port = ddbpipe_testkit::free_port();
+        let url = format!("postgres://ddbpipe:hunter22@127.0.0.1:{port}/catalog?sslmode=disable");
+        let catalog = SqlCatalog::from_uri(&url, Path::new(""), "ddbpipe".into()).unwrap();
+        let old = "s3://w/ns.db/t/metadata/00000-a.metadata.json";
+        let failed = catalog.create("ns", "t", old).await.unwrap_err();
+        assert!(failed.contains(&format!("127.0.0.1:{port}")), "{failed}");
+        assert!(!failed.contains("attempt(s)"), "tried once: {failed}");
+        assert!(!failed.contains("hunter22"), "{failed}");
+    }
+
     #[tokio::test]
     async fn a_catalog_of_the_first_layout_is_written_in_it() {
         let dir = tempfile::tempdir().unwrap();
