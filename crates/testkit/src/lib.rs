@@ -20,6 +20,7 @@
 // A failed unwrap in a test helper is a failed test, with its location.
 #![allow(clippy::unwrap_used)]
 
+pub mod iceberg_rest;
 pub mod kafka;
 pub mod kafka_front;
 mod memory;

@@ -118,7 +118,7 @@ pub(crate) fn one_destination<'a>(
             )),
             SinkConfig::Parquet(parquet) => (parquet.iceberg).and_then(|iceberg| {
                 let what = match iceberg.catalog_type {
-                    CatalogType::Sql => return None,
+                    CatalogType::Sql | CatalogType::Rest => return None,
                     CatalogType::Glue => "one Glue table (Glue keeps table names in lowercase)",
                     CatalogType::S3Tables => {
                         "one S3 table (S3 Tables keeps table names in lowercase, with \

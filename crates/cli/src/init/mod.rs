@@ -224,7 +224,8 @@ pub(crate) fn pipeline(
             );
             out.push_str(
                 "    # or type: glue (the Glue Data Catalog), or type: s3tables with table_bucket_arn\n    \
-                 # (an S3 table bucket: then no warehouse, S3 Tables places the files)\n",
+                 # (an S3 table bucket: then no warehouse, S3 Tables places the files), or type: rest\n    \
+                 # with uri: https://host/api/catalog (Polaris, Lakekeeper, Nessie…; token or credential)\n",
             );
             out.push_str(&format!(
                 "  warehouse: {name}-warehouse      # a directory, or s3://bucket/prefix\n"

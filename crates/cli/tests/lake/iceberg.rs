@@ -4,6 +4,8 @@
 
 use super::*;
 
+#[path = "rest.rs"]
+mod rest;
 #[path = "s3tables.rs"]
 mod s3tables;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The independent reader of the Iceberg tests: reads what an iceberg sink committed with
 pyiceberg (PyPI; scripts/test.sh installs it) through the SQL catalog, or through the Glue
-Data Catalog (pyiceberg's GlueCatalog: a catalog uri `glue:<endpoint>`, moto's), or from an S3
+Data Catalog (pyiceberg's GlueCatalog: a catalog uri `glue:<endpoint>`, moto's), through a
+REST catalog (pyiceberg's RestCatalog: a catalog uri `rest:<its properties as JSON>`), or from an S3
 table bucket (a catalog uri `s3tables:<table bucket arn>`: boto3's GetTableMetadataLocation at
 the S3 endpoint, then pyiceberg's StaticTable of that metadata), and prints it as JSON.
 
@@ -47,6 +48,7 @@ import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import EqualTo
 from pyiceberg.catalog.glue import GlueCatalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 from pyiceberg.transforms import BucketTransform
@@ -57,6 +59,12 @@ from read_parquet import documented_query, documents_by_key, plain
 
 
 def catalog(uri, name, endpoint):
+    if uri.startswith("rest:"):
+        # pyiceberg's RestCatalog: its client's own routes, OAuth and prefix handling.
+        props = json.loads(uri[len("rest:"):])
+        if endpoint:
+            props.update(s3_properties(endpoint))
+        return RestCatalog(name, **props)
     if uri.startswith("glue:"):
         props = {
             "glue.endpoint": uri[len("glue:"):],

@@ -28,15 +28,26 @@
 //!    nothing else, and removes the branch: readers see the whole previous snapshot until
 //!    then, and earlier snapshots stay reachable by time travel.
 //! 5. A commit swaps the catalog's metadata location only from the one it was built on
-//!    (`catalog` rule 2). When another writer committed first, the table is read again and
-//!    the commit is built again on it (up to 10 times), unless the claim moved (rule 2). A
-//!    run's claim built again checks the columns again (rule 1) on what that writer committed.
+//!    (`catalog` rule 2); a REST catalog applies the commit's updates only while the table's
+//!    refs (`main`, the scan branch, the claim branch), schema and spec are the ones it was
+//!    built on (`RestCatalog::commit`). When another writer committed first, the table is read
+//!    again and the commit is built again on it (up to 10 times), unless the claim moved
+//!    (rule 2). A run's claim built again checks the columns again (rule 1) on what that
+//!    writer committed.
+//! 7. In a REST catalog a claim also moves the branch `ddbpipe-claim` to a snapshot of its
+//!    own (no files, no parent; the previous claim's snapshot expired in the same commit):
+//!    a claim that only set a property would not fail another run's commit asserted on the
+//!    refs, and that run would commit after it instead of being fenced. A table the sink
+//!    creates there holds its creator's claim snapshot from the start, so that every commit
+//!    is built on a table with a snapshot (`RestCatalog::commit` asserts a ref's absence only
+//!    there).
 //! 6. Data files a commit never named (a run stopped between writing and committing) are not
 //!    part of any snapshot: readers never see them; Iceberg's orphan-file maintenance removes
 //!    them.
 
 pub mod catalog;
 mod columns;
+mod rest;
 mod snapshots;
 
 pub use snapshots::properties_problem;
@@ -52,8 +63,8 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
 pub use catalog::{
-    Catalog, GlueCatalog, S3TablesCatalog, SqlCatalog, glue_name, s3tables_name,
-    s3tables_name_problem, table_bucket_region,
+    Catalog, DEFAULT_SCOPE, GlueCatalog, RestAuth, RestCatalog, S3TablesCatalog, SqlCatalog,
+    glue_name, s3tables_name, s3tables_name_problem, table_bucket_region,
 };
 use columns::Changes;
 use snapshots::{Produce, manifests, produce};
@@ -160,6 +171,13 @@ impl IcebergTable {
     /// The table as the catalog has it now; `None` when there is none.
     async fn current(&self) -> Result<Option<Table>, Failure> {
         let catalog = &self.settings.catalog;
+        if let Catalog::Rest(rest) = catalog {
+            let loaded = rest.load(&self.settings.namespace, &self.settings.table);
+            return match loaded.await? {
+                Some((location, metadata)) => self.table(location, metadata).map(Some),
+                None => Ok(None),
+            };
+        }
         let Some(location) = catalog
             .location(&self.settings.namespace, &self.settings.table)
             .await?
@@ -199,10 +217,13 @@ impl IcebergTable {
             .partition_spec(spec)
             .properties(self.properties())
             .build();
-        let metadata = TableMetadataBuilder::from_table_creation(creation)
+        let mut metadata = TableMetadataBuilder::from_table_creation(creation)
             .and_then(TableMetadataBuilder::build)
             .map_err(|e| self.failed("create", e))?
             .metadata;
+        if matches!(self.settings.catalog, Catalog::Rest(_)) {
+            metadata = self.claimed_at_creation(metadata).await?;
+        }
         let location = MetadataLocation::new_with_metadata(self.location(), &metadata);
         metadata
             .write_to(&self.storage.file_io(), &location)
@@ -403,6 +424,9 @@ impl IcebergTable {
                 .set_properties(claim)
                 .map_err(|e| self.failed("claim", e))?;
             builder = self.evolved(&table, builder)?;
+            if matches!(self.settings.catalog, Catalog::Rest(_)) {
+                builder = self.claim_branch(&table, builder).await?;
+            }
             if self.swap(&table, builder).await? {
                 self.claimed = true;
                 return Ok(());
@@ -436,6 +460,10 @@ impl IcebergTable {
         table: &Table,
         builder: TableMetadataBuilder,
     ) -> Result<bool, Failure> {
+        if let Catalog::Rest(rest) = &self.settings.catalog {
+            let rest = rest.clone();
+            return self.commit_updates(&rest, table, builder).await;
+        }
         let old = table
             .metadata_location_result()
             .map_err(|e| self.failed("commit to", e))?;

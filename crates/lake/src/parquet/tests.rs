@@ -312,6 +312,7 @@ async fn a_reset_outside_the_run_stops_it_at_its_next_commit() {
 
 // The writer committing to an Iceberg table.
 mod iceberg;
+mod rest;
 
 /// Rule 8: a changelog's last commit says its partitioning; a run of another one is refused
 /// naming both, a run of the same one or a snapshot run is not, nor a log from before.

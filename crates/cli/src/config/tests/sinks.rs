@@ -410,11 +410,74 @@ fn a_glue_catalog_reads_its_keys_and_each_type_refuses_the_others() {
         "{said}"
     );
     let said = errors(
-        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: rest}, \
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: polaris}, \
          warehouse: wh}\n",
     )
     .join("\n");
-    assert!(said.contains("REST catalogs are not yet"), "{said}");
+    assert!(said.contains("type: rest"), "{said}");
+}
+
+/// docs/sinks.md §7.11 rule 1: a REST catalog's keys are read (`uri`, `warehouse`, `token` or
+/// `credential`, `oauth2_server_uri`, `scope`), its secrets never shown; it needs a uri of
+/// http(s) and the sink's warehouse, takes no other type's keys (nor they its own), and not
+/// both a token and a credential.
+#[test]
+fn a_rest_catalog_reads_its_keys_and_shows_no_secret() {
+    let config = parse_ok(
+        "name: t\nsource: {table_name: Orders}\nsink: {type: iceberg, warehouse: 's3://b/wh', \
+         catalog: {type: rest, uri: 'https://polaris.example/api/catalog', warehouse: lake, \
+         credential: 'ddb:t0p-s3cret', scope: 'PRINCIPAL_ROLE:ALL', oauth2_server_uri: \
+         'https://idp.example/token'}}\n",
+    );
+    let crate::config::SinkConfig::Parquet(parquet) = &config.sink else {
+        panic!("{:?}", config.sink);
+    };
+    let iceberg = parquet.iceberg.as_ref().unwrap();
+    assert_eq!(
+        iceberg.catalog_type,
+        crate::sinks::parquet::CatalogType::Rest
+    );
+    assert_eq!(iceberg.rest.warehouse.as_deref(), Some("lake"));
+    assert_eq!(iceberg.rest.scope.as_deref(), Some("PRINCIPAL_ROLE:ALL"));
+    assert_eq!(
+        iceberg.rest.credential.as_ref().map(|c| c.expose()),
+        Some("ddb:t0p-s3cret")
+    );
+    let label = crate::destination::position_label(&config);
+    assert_eq!(
+        label,
+        "iceberg dynamodb.Orders, REST catalog https://polaris.example/api/catalog (warehouse \
+         'lake'), warehouse s3://b/wh"
+    );
+    assert!(!format!("{config:?}").contains("t0p-s3cret"));
+
+    let said = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, catalog: {type: rest, \
+         uri: 'ftp://host', token: a, credential: 'b:c', name: x, region: eu-west-1}}\n",
+    )
+    .join("\n");
+    for (key, why) in [
+        ("sink.warehouse", "missing"),
+        ("sink.catalog.uri", "http://"),
+        ("sink.catalog.credential", "not both"),
+        ("sink.catalog.name", "a REST catalog has no name"),
+        ("sink.catalog.region", "a REST catalog is reached at uri"),
+    ] {
+        assert!(
+            said.lines().any(|l| l.contains(key) && l.contains(why)),
+            "{key}: {said}"
+        );
+    }
+    let said = errors(
+        "name: t\nsource: {table_name: o}\nsink: {type: iceberg, warehouse: wh, catalog: \
+         {type: sql, uri: 'sqlite:///c.db', token: a, warehouse: w}}\n",
+    )
+    .join("\n");
+    assert!(said.contains("sink.catalog.token"), "{said}");
+    assert!(
+        said.contains("a key of the sink, not of its catalog"),
+        "{said}"
+    );
 }
 
 /// docs/sinks.md §7.11: an S3 table bucket's keys are read (`table_bucket_arn`, `region`,

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::anyhow;
 use ddbpipe_keyed::TypedColumns;
 use ddbpipe_lake::iceberg::{
-    Catalog, GlueCatalog, IcebergSettings, S3TablesCatalog, SqlCatalog, glue_name, s3tables_name,
-    table_bucket_region,
+    Catalog, GlueCatalog, IcebergSettings, RestAuth, RestCatalog, S3TablesCatalog, SqlCatalog,
+    glue_name, s3tables_name, table_bucket_region,
 };
 use ddbpipe_lake::objects::{Location, Objects};
 use ddbpipe_lake::parquet::{ParquetPositions, ParquetSettings, ParquetSink};
@@ -19,6 +19,7 @@ use ddbpipe_pipeline::sink::Records;
 use ddbpipe_source::api::TableDescription;
 use ddbpipe_source::aws;
 use ddbpipe_source::endpoint::EndpointUrl;
+use ddbpipe_source::retry::RetryPolicy;
 
 use super::{CatalogType, IcebergConfig, ParquetConfig};
 use crate::failure::Failure;
@@ -160,6 +161,11 @@ fn iceberg_settings(
             let (arn, region, endpoint) = s3tables_place(iceberg, target);
             S3TablesCatalog::new(sdk, arn.to_string(), region, endpoint, retry).into()
         }
+        CatalogType::Rest => rest_catalog(iceberg, retry)
+            .map_err(|problem| {
+                Failure::usage(anyhow!("config error: sink.catalog.uri: {problem}"))
+            })?
+            .into(),
     };
     Ok(IcebergSettings {
         catalog,
@@ -174,7 +180,7 @@ fn iceberg_settings(
 /// underscores for hyphens in S3 Tables (`ddbpipe_lake::iceberg::s3tables_name`).
 pub fn stored_name(iceberg: &IcebergConfig, name: &str) -> String {
     match iceberg.catalog_type {
-        CatalogType::Sql => name.to_string(),
+        CatalogType::Sql | CatalogType::Rest => name.to_string(),
         CatalogType::Glue => glue_name(name),
         CatalogType::S3Tables => s3tables_name(name),
     }
@@ -201,7 +207,25 @@ pub fn describe_catalog(
             let endpoint = endpoint.map(ToString::to_string);
             S3TablesCatalog::describe_with(arn, endpoint.as_deref())
         }
+        CatalogType::Rest => {
+            let warehouse = iceberg.rest.warehouse.as_deref();
+            RestCatalog::describe_with(iceberg.catalog_uri.expose(), warehouse)
+        }
     }
+}
+
+/// The REST catalog of `iceberg`, its requests retried within `retry`; what is wrong with
+/// its uri (never the uri itself).
+fn rest_catalog(iceberg: &IcebergConfig, retry: RetryPolicy) -> Result<RestCatalog, String> {
+    let rest = &iceberg.rest;
+    let auth = RestAuth {
+        token: rest.token.clone(),
+        credential: rest.credential.clone(),
+        oauth2_server_uri: (rest.oauth2_server_uri.as_ref()).map(|uri| uri.expose().to_string()),
+        scope: rest.scope.clone(),
+    };
+    let uri = iceberg.catalog_uri.expose();
+    RestCatalog::new(uri, rest.warehouse.clone(), auth, retry)
 }
 
 /// The SQL catalog of `iceberg`; what is wrong with its uri (never the uri itself).

@@ -66,15 +66,17 @@ pub(crate) static ICEBERG_FIELDS: &[Field] = &[
         "catalog",
         Shape::Section(CATALOG),
         "The catalog the table is in: {type: sql, uri: sqlite:////path/catalog.db, name}, \
-         {type: glue} (the AWS Glue Data Catalog; catalog_id, region, endpoint_url), or \
-         {type: s3tables, table_bucket_arn} (an Amazon S3 table bucket; region, endpoint_url).",
+         {type: glue} (the AWS Glue Data Catalog; catalog_id, region, endpoint_url), \
+         {type: s3tables, table_bucket_arn} (an Amazon S3 table bucket; region, endpoint_url), \
+         or {type: rest, uri: https://host/api/catalog} (an Iceberg REST catalog; warehouse, \
+         token or credential, oauth2_server_uri, scope).",
     ),
     optional(
         "warehouse",
         of::<String>(),
-        "sql and glue (required): where the table's files go, s3://bucket/prefix or a local \
-         directory; a new table is <warehouse>/<namespace>.db/<table>. s3tables: none, the \
-         service gives each table its own storage.",
+        "sql, glue and rest (required): where the table's files go, s3://bucket/prefix or a \
+         local directory; a new table is <warehouse>/<namespace>.db/<table>. s3tables: none, \
+         the service gives each table its own storage.",
     ),
     defaulted(
         "namespace",
@@ -118,14 +120,44 @@ static CATALOG: &[Field] = &[
          or a PostgreSQL database; glue: the AWS Glue Data Catalog (namespace = Glue database), \
          what Athena, EMR and pyiceberg's GlueCatalog read, with the run's AWS credentials; \
          s3tables: an Amazon S3 table bucket (namespace and table as S3 Tables keeps them), with \
-         the run's AWS credentials.",
+         the run's AWS credentials; rest: an Iceberg REST catalog (Polaris, Lakekeeper, Nessie, \
+         Unity Catalog…).",
     ),
     optional(
         "uri",
         of::<Secret>(),
-        "sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is the \
-         pipeline file's), or a postgres:// URL as the postgres sink takes it (the password is \
-         never printed); the file and the catalog tables are created when missing.",
+        "sql: sqlite:////absolute/path/catalog.db (four slashes; a relative path after three is \
+         the pipeline file's), or a postgres:// URL as the postgres sink takes it (the password \
+         is never printed); the file and the catalog tables are created when missing. rest: \
+         the catalog's http(s) URL, its v1/ routes under it.",
+    ),
+    optional(
+        "warehouse",
+        of::<String>(),
+        "rest: the warehouse the catalog serves the table from, as the server names it (sent \
+         to its v1/config); unset: the server's default.",
+    ),
+    optional(
+        "token",
+        of::<Secret>(),
+        "rest: a bearer token sent with every request (never printed; ${ENV} reads it from the \
+         environment).",
+    ),
+    optional(
+        "credential",
+        of::<Secret>(),
+        "rest: <client_id>:<client_secret>, exchanged for tokens by OAuth 2's client \
+         credentials grant (never printed).",
+    ),
+    optional(
+        "oauth2_server_uri",
+        of::<EndpointUrl>(),
+        "rest: where the credential is exchanged; unset: <uri>/v1/oauth/tokens.",
+    ),
+    optional(
+        "scope",
+        of::<String>(),
+        "rest: the scope the credential's tokens are asked for; unset: catalog.",
     ),
     defaulted(
         "name",
@@ -168,24 +200,41 @@ pub enum CatalogType {
     Glue,
     /// An Amazon S3 table bucket.
     S3Tables,
+    /// An Iceberg REST catalog.
+    Rest,
 }
 
 impl Choice for CatalogType {
     fn all() -> &'static [Self] {
-        &[CatalogType::Sql, CatalogType::Glue, CatalogType::S3Tables]
+        &[
+            CatalogType::Sql,
+            CatalogType::Glue,
+            CatalogType::S3Tables,
+            CatalogType::Rest,
+        ]
     }
     fn name(self) -> &'static str {
         match self {
             CatalogType::Sql => "sql",
             CatalogType::Glue => "glue",
             CatalogType::S3Tables => "s3tables",
+            CatalogType::Rest => "rest",
         }
     }
     fn hint(found: &str) -> Option<&'static str> {
-        matches!(found, "rest" | "s3_tables" | "s3-tables" | "hive" | "jdbc").then_some(
-            "the SQL catalog (type: sql), the AWS Glue Data Catalog (type: glue) and S3 table \
-             buckets (type: s3tables) are supported; REST catalogs are not yet",
-        )
+        match found {
+            "s3_tables" | "s3-tables" => Some("an S3 table bucket is type: s3tables"),
+            "jdbc" => Some("Iceberg's JDBC catalog is type: sql"),
+            "polaris" | "nessie" | "lakekeeper" | "unity" | "gravitino" | "tabular" => {
+                Some("this catalog is reached by its Iceberg REST API: type: rest, uri: …")
+            }
+            "hive" => Some(
+                "a Hive metastore is not supported: the SQL catalog (type: sql), the AWS Glue \
+                 Data Catalog (type: glue), S3 table buckets (type: s3tables) and REST catalogs \
+                 (type: rest) are",
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -206,6 +255,39 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
                     "a key of the AWS catalogs (glue, s3tables): a sql catalog has none",
                 );
             }
+            refuse_rest_keys(catalog, "sql");
+        }
+        Some(CatalogType::Rest) => {
+            match catalog.get::<Secret>("uri") {
+                Some(uri) => iceberg.catalog_uri = uri,
+                None => catalog.missing("uri"),
+            }
+            catalog.refuse(
+                "name",
+                "a REST catalog has no name: it is the server at uri (warehouse, when it \
+                 serves several)",
+            );
+            for key in ["catalog_id", "region", "endpoint_url", "table_bucket_arn"] {
+                catalog.refuse(
+                    key,
+                    "a key of the AWS catalogs (glue, s3tables): a REST catalog is reached at \
+                     uri",
+                );
+            }
+            let token = catalog.get("token");
+            if token.is_some() {
+                catalog.refuse(
+                    "credential",
+                    "give token or credential, not both: a credential is exchanged for a token",
+                );
+            }
+            iceberg.rest = RestConfig {
+                warehouse: catalog.get("warehouse"),
+                credential: token.is_none().then(|| catalog.get("credential")).flatten(),
+                token,
+                oauth2_server_uri: catalog.get("oauth2_server_uri"),
+                scope: catalog.get("scope"),
+            };
         }
         Some(CatalogType::Glue) => {
             catalog.refuse(
@@ -225,6 +307,7 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
             iceberg.catalog_id = catalog.get("catalog_id");
             iceberg.catalog_region = catalog.get("region");
             iceberg.catalog_endpoint_url = catalog.get("endpoint_url");
+            refuse_rest_keys(catalog, "glue");
         }
         Some(CatalogType::S3Tables) => {
             for (key, why) in [
@@ -249,20 +332,40 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
             }
             iceberg.catalog_region = catalog.get("region");
             iceberg.catalog_endpoint_url = catalog.get("endpoint_url");
+            refuse_rest_keys(catalog, "s3tables");
         }
         // The type's error is reported: the other keys are not judged.
         None => {
-            for key in [
-                "uri",
-                "name",
-                "catalog_id",
-                "table_bucket_arn",
-                "region",
-                "endpoint_url",
-            ] {
+            for key in ["uri", "name", "catalog_id", "table_bucket_arn", "region"] {
+                catalog.skip(key);
+            }
+            for key in ["endpoint_url"].iter().chain(&REST_KEYS) {
                 catalog.skip(key);
             }
         }
+    }
+}
+
+/// The keys only a REST catalog has.
+const REST_KEYS: [&str; 5] = [
+    "warehouse",
+    "token",
+    "credential",
+    "oauth2_server_uri",
+    "scope",
+];
+
+/// The REST catalog's keys refused in a catalog of `kind`.
+fn refuse_rest_keys(catalog: &mut Fields<'_>, kind: &str) {
+    for key in REST_KEYS {
+        let why = match key {
+            "warehouse" => format!(
+                "a REST catalog's key: a {kind} catalog's files go to sink.warehouse (a key of \
+                 the sink, not of its catalog)"
+            ),
+            _ => format!("a REST catalog's key: a {kind} catalog has none"),
+        };
+        catalog.refuse(key, &why);
     }
 }
 
@@ -343,8 +446,9 @@ pub struct ParquetConfig {
     pub compression: FileCompression,
     /// `partition_by` as written; unset: the default of the records (`partition` rule 4).
     pub partition_by: Option<Vec<String>>,
-    /// `type: iceberg`: the table the files are committed to; `path` is its warehouse.
-    pub iceberg: Option<IcebergConfig>,
+    /// `type: iceberg`: the table the files are committed to; `path` is its warehouse (boxed:
+    /// a parquet sink has none).
+    pub iceberg: Option<Box<IcebergConfig>>,
 }
 
 /// Where the iceberg sink's table is (docs/sinks.md §7.11).
@@ -365,12 +469,29 @@ pub struct IcebergConfig {
     pub catalog_region: Option<String>,
     /// `catalog.endpoint_url` (`glue`, `s3tables`).
     pub catalog_endpoint_url: Option<EndpointUrl>,
+    /// A REST catalog's keys beside `uri`.
+    pub rest: RestConfig,
     /// The table's namespace.
     pub namespace: String,
     /// The table's name; `{table}` filled in when the file was loaded.
     pub table: String,
     /// Set on the table when a run creates or claims it.
     pub table_properties: BTreeMap<String, String>,
+}
+
+/// A REST catalog's keys beside `uri` (docs/sinks.md §7.11 rule 1).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RestConfig {
+    /// `catalog.warehouse`: the server's name of the warehouse.
+    pub warehouse: Option<String>,
+    /// `catalog.token`.
+    pub token: Option<Secret>,
+    /// `catalog.credential`: `<client_id>:<client_secret>`.
+    pub credential: Option<Secret>,
+    /// `catalog.oauth2_server_uri`.
+    pub oauth2_server_uri: Option<EndpointUrl>,
+    /// `catalog.scope`.
+    pub scope: Option<String>,
 }
 
 /// Reads the parquet sink's keys.
@@ -389,6 +510,7 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
         table_bucket_arn: None,
         catalog_region: None,
         catalog_endpoint_url: None,
+        rest: RestConfig::default(),
         namespace: f.or("namespace", DEFAULT_NAMESPACE.to_string()),
         table: f.or("table", "{table}".to_string()),
         table_properties: f.map("table_properties", convert::<String>),
@@ -406,7 +528,7 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
             );
             None
         }
-        CatalogType::Sql | CatalogType::Glue => {
+        CatalogType::Sql | CatalogType::Glue | CatalogType::Rest => {
             let warehouse = f.get::<String>("warehouse");
             if warehouse.is_none() {
                 f.missing("warehouse");
@@ -414,11 +536,15 @@ pub(crate) fn read_iceberg(f: &mut Fields<'_>) -> ParquetConfig {
             warehouse
         }
     };
-    read_files(f, warehouse.unwrap_or_default(), Some(iceberg))
+    read_files(f, warehouse.unwrap_or_default(), Some(Box::new(iceberg)))
 }
 
 /// The keys both lake sinks have.
-fn read_files(f: &mut Fields<'_>, path: String, iceberg: Option<IcebergConfig>) -> ParquetConfig {
+fn read_files(
+    f: &mut Fields<'_>,
+    path: String,
+    iceberg: Option<Box<IcebergConfig>>,
+) -> ParquetConfig {
     let (columns, on_type_mismatch) = columns::read_typed(f);
     ParquetConfig {
         columns,
@@ -476,6 +602,12 @@ pub(crate) fn validate(parquet: &ParquetConfig, errors: &mut Vec<ConfigError>) {
             && let Err(problem) = SqlCatalog::from_uri(uri, Path::new(""), name)
         {
             errors.push(ConfigError::new("sink.catalog.uri", problem));
+        }
+        if iceberg.catalog_type == CatalogType::Rest
+            && !uri.is_empty()
+            && let Err(problem) = EndpointUrl::new(uri)
+        {
+            errors.push(ConfigError::new("sink.catalog.uri", problem.to_string()));
         }
         let properties = iceberg.table_properties.clone().into_iter().collect();
         if let Some(problem) = ddbpipe_lake::iceberg::properties_problem(&properties) {

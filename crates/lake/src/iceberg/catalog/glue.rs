@@ -43,7 +43,7 @@ use std::collections::HashMap;
 
 use iceberg::spec::{PrimitiveType, Schema, Type};
 
-use super::Requests;
+use super::{AWS_UNREACHED, Requests};
 use crate::failure::Failure;
 
 /// The Glue table parameters an Iceberg table is read by (rule 1).
@@ -104,7 +104,7 @@ impl GlueCatalog {
             client,
             catalog_id,
             endpoint,
-            requests: Requests::new(retry),
+            requests: Requests::new(retry, AWS_UNREACHED),
         }
     }
 

@@ -1,14 +1,16 @@
 //! The Iceberg sink's catalogs (docs/sinks.md §7.11): where a table's current metadata
 //! location is kept, read and swapped. Three kinds: a SQL catalog (`sql`: Iceberg's JDBC catalog
 //! and pyiceberg's `SqlCatalog`, in SQLite or PostgreSQL), the AWS Glue Data Catalog
-//! (`glue`: what Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read) and an
-//! Amazon S3 table bucket (`s3tables`: its tables, whose files the service places).
+//! (`glue`: what Athena, EMR, Redshift Spectrum and pyiceberg's `GlueCatalog` read), an
+//! Amazon S3 table bucket (`s3tables`: its tables, whose files the service places) and an
+//! Iceberg REST catalog (`rest`: Polaris, Lakekeeper, Nessie, Unity Catalog…).
 //!
 //! # Rules
 //! 1. A catalog answers four calls, the same for all: the table's metadata location (`None`:
 //!    no such table), a new table recorded (`false`: another writer recorded it first), a
 //!    commit's swap from the location it was built on to the new one (`false`: a conflict,
-//!    the table read again and the commit built again), and `check`'s probe.
+//!    the table read again and the commit built again), and `check`'s probe. A REST catalog
+//!    commits by updates instead of a swap ([`RestCatalog::commit`]; the sink's table rule 5).
 //! 2. A swap happens only while the catalog still holds the location the commit was built
 //!    on, atomically: SQL by `UPDATE … WHERE metadata_location = old`, Glue by `UpdateTable`
 //!    with the `VersionId` the location was read under (Glue refuses it when the table changed
@@ -18,7 +20,7 @@
 //!    ([`Catalog::table_dir`]); an S3 table at the location the service gives it (its
 //!    warehouse, [`S3TablesCatalog::place`]), as Iceberg's and pyiceberg's S3 Tables catalogs
 //!    place it.
-//! 4. Every request to an AWS catalog (Glue, S3 Tables) goes through the run's one retry layer
+//! 4. Every request to an AWS or REST catalog goes through the run's one retry layer
 //!    (`source.retry`, docs/errors.md §9, [`Requests`]): throttles, 5xx, timed-out attempts and
 //!    lost answers are tried again within its budget (an endpoint that took no connection yet
 //!    only three times, as a run's first request: §9.6).
@@ -27,6 +29,7 @@
 //!    earlier attempt landed although its answer was lost, and its retry found the change).
 
 mod glue;
+mod rest;
 mod s3tables;
 mod sql;
 
@@ -39,19 +42,25 @@ use iceberg::spec::Schema;
 
 use crate::failure::Failure;
 
-/// Rule 4: how an AWS catalog's requests are made: within the run's retry budget, and
+/// What to check when an AWS catalog could not be reached.
+const AWS_UNREACHED: &str = "check sink.catalog.region and sink.catalog.endpoint_url";
+
+/// Rule 4: how an AWS or REST catalog's requests are made: within the run's retry budget, and
 /// whether the service answered yet (docs/errors.md §9.6).
 #[derive(Debug, Clone)]
 struct Requests {
     retry: RetryPolicy,
     contact: FirstContact,
+    /// What to check when the catalog could not be reached.
+    unreached: &'static str,
 }
 
 impl Requests {
-    fn new(retry: RetryPolicy) -> Requests {
+    fn new(retry: RetryPolicy, unreached: &'static str) -> Requests {
         Requests {
             retry,
             contact: FirstContact::default(),
+            unreached,
         }
     }
 
@@ -79,30 +88,31 @@ impl Requests {
         called.await.map_err(|failed| match failed {
             ReadError::Request {
                 error, attempts, ..
-            } => aws_failure(&catalog, what, error, attempts),
+            } => self.failure(&catalog, what, error, attempts),
             other => Failure::transient(format!("cannot {what} in the {catalog}: {other}")),
         })
     }
-}
 
-/// A call to an AWS catalog (Glue, S3 Tables) that failed after `attempts`, `catalog` for
-/// messages: its code and message; when no connection was made, what to check.
-fn aws_failure(catalog: &str, what: &str, error: ApiError, attempts: u32) -> Failure {
-    let tries = match attempts {
-        0 | 1 => String::new(),
-        n => format!(" ({n} attempts)"),
-    };
-    let mut message = format!("cannot {what} in the {catalog}{tries}: {error}");
-    if error.contact == Contact::NotMade {
-        message.push_str(
-            " (the endpoint could not be reached: check sink.catalog.region and \
-             sink.catalog.endpoint_url)",
-        );
+    /// A call that failed after `attempts`, `catalog` for messages: its code and message;
+    /// when no connection was made, what to check.
+    fn failure(&self, catalog: &str, what: &str, error: ApiError, attempts: u32) -> Failure {
+        let tries = match attempts {
+            0 | 1 => String::new(),
+            n => format!(" ({n} attempts)"),
+        };
+        let mut message = format!("cannot {what} in the {catalog}{tries}: {error}");
+        if error.contact == Contact::NotMade {
+            let unreached = self.unreached;
+            message.push_str(&format!(
+                " (the endpoint could not be reached: {unreached})"
+            ));
+        }
+        Failure::transient(message)
     }
-    Failure::transient(message)
 }
 
 pub use glue::{GlueCatalog, glue_name};
+pub use rest::{DEFAULT_SCOPE, RestAuth, RestCatalog};
 pub use s3tables::{S3TablesCatalog, s3tables_name, s3tables_name_problem, table_bucket_region};
 pub use sql::SqlCatalog;
 
@@ -115,6 +125,8 @@ pub enum Catalog {
     Glue(GlueCatalog),
     /// An S3 table bucket.
     S3Tables(S3TablesCatalog),
+    /// An Iceberg REST catalog.
+    Rest(RestCatalog),
 }
 
 impl Catalog {
@@ -124,6 +136,7 @@ impl Catalog {
             Catalog::Sql(catalog) => catalog.describe(),
             Catalog::Glue(catalog) => catalog.describe(),
             Catalog::S3Tables(catalog) => catalog.describe(),
+            Catalog::Rest(catalog) => catalog.describe(),
         }
     }
 
@@ -131,7 +144,9 @@ impl Catalog {
     /// warehouse itself).
     pub fn table_dir(&self, namespace: &str, table: &str) -> String {
         match self {
-            Catalog::Sql(_) | Catalog::Glue(_) => format!("{namespace}.db/{table}/"),
+            Catalog::Sql(_) | Catalog::Glue(_) | Catalog::Rest(_) => {
+                format!("{namespace}.db/{table}/")
+            }
             Catalog::S3Tables(_) => String::new(),
         }
     }
@@ -142,6 +157,7 @@ impl Catalog {
             Catalog::Sql(catalog) => catalog.writable().await,
             Catalog::Glue(catalog) => catalog.writable().await,
             Catalog::S3Tables(catalog) => catalog.writable().await,
+            Catalog::Rest(catalog) => catalog.writable().await,
         }
     }
 
@@ -160,6 +176,7 @@ impl Catalog {
             }
             Catalog::Glue(catalog) => catalog.location(namespace, table).await,
             Catalog::S3Tables(catalog) => catalog.location(namespace, table).await,
+            Catalog::Rest(catalog) => catalog.location(namespace, table).await,
         }
     }
 
@@ -179,6 +196,7 @@ impl Catalog {
                 (catalog.create(namespace, table, metadata_location, schema)).await
             }
             Catalog::S3Tables(catalog) => catalog.create(namespace, table, metadata_location).await,
+            Catalog::Rest(catalog) => catalog.create(namespace, table, metadata_location).await,
         };
         self.settled(namespace, table, metadata_location, created?)
             .await
@@ -216,6 +234,11 @@ impl Catalog {
             }
             Catalog::Glue(catalog) => catalog.swap(namespace, table, old, new, schema).await,
             Catalog::S3Tables(catalog) => catalog.swap(namespace, table, old, new).await,
+            // A REST catalog commits by updates (`IcebergTable::swap`), never by a location.
+            Catalog::Rest(catalog) => Err(Failure::definite(format!(
+                "internal error: the {} was asked to swap a metadata location",
+                catalog.describe()
+            ))),
         };
         self.settled(namespace, table, new, swapped?).await
     }
@@ -230,6 +253,12 @@ impl From<SqlCatalog> for Catalog {
 impl From<GlueCatalog> for Catalog {
     fn from(catalog: GlueCatalog) -> Self {
         Catalog::Glue(catalog)
+    }
+}
+
+impl From<RestCatalog> for Catalog {
+    fn from(catalog: RestCatalog) -> Self {
+        Catalog::Rest(catalog)
     }
 }
 

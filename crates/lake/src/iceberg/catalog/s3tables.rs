@@ -30,7 +30,7 @@ use ddbpipe_source::endpoint::EndpointUrl;
 use ddbpipe_source::error::ApiError;
 use ddbpipe_source::retry::RetryPolicy;
 
-use super::Requests;
+use super::{AWS_UNREACHED, Requests};
 use crate::failure::Failure;
 
 /// The tables of one S3 table bucket, through the run's AWS configuration.
@@ -126,7 +126,7 @@ impl S3TablesCatalog {
             client: Client::new(&sdk_config_at(config, region, endpoint)),
             table_bucket_arn,
             endpoint: endpoint.map(ToString::to_string),
-            requests: Requests::new(retry),
+            requests: Requests::new(retry, AWS_UNREACHED),
         }
     }
 
