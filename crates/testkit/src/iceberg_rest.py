@@ -9,6 +9,7 @@ same way, over its JDBC catalog.
 
     iceberg_rest.py --port P --catalog sqlite:////path/catalog.db --warehouse DIR
         [--prefix P] [--warehouse-name W] [--token T] [--client ID:SECRET] [--expires-in S]
+        [--tokens-last S]
         [--fail-every N] [--lose-every N] [--s3-endpoint URL]
 
 Routes (under /v1, and the prefix when given): GET config; POST oauth/tokens (the
@@ -18,7 +19,8 @@ namespaces/{ns}; POST namespaces/{ns}/register; GET, HEAD, POST namespaces/{ns}/
 
 Authentication: with --token, every route but config's and the token endpoint's takes only
 `Authorization: Bearer <T>`; with --client, the tokens the token endpoint issued for that
-client, each for --expires-in seconds (default 3600). A refused request is 401.
+client, each said to last --expires-in seconds (default 3600) and taken for --tokens-last
+seconds (default: as long as it is said to). A refused request is 401.
 
 Faults: --fail-every N answers every Nth request under /v1 503 without doing it;
 --lose-every N does every Nth commit, then answers it 502 (its answer lost).
@@ -148,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
         if ":".join(given) != args.client:
             return 401, {"error": "invalid_client", "error_description": "unknown client"}
         token = secrets.token_hex(16)
-        issued[token] = time.time() + args.expires_in
+        issued[token] = time.time() + (args.tokens_last or args.expires_in)
         return 200, {
             "access_token": token,
             "token_type": "bearer",
@@ -205,6 +207,7 @@ def main():
     parser.add_argument("--token")
     parser.add_argument("--client")
     parser.add_argument("--expires-in", type=int, default=3600)
+    parser.add_argument("--tokens-last", type=float, default=0)
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--lose-every", type=int, default=0)
     parser.add_argument("--s3-endpoint")

@@ -192,6 +192,37 @@ async fn a_credential_is_exchanged_for_tokens_and_a_wrong_one_is_named_never_sho
     assert!(refused.contains("sink.catalog.token"), "{refused}");
 }
 
+/// Rule 2: a token the catalog stops taking before it said it would expire (revoked, or a
+/// clock apart) is refused with 401 once it has worked: a new one is asked and the request
+/// tried again, and the run goes on.
+#[tokio::test]
+async fn a_token_refused_after_it_worked_is_renewed_and_the_request_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ["--client", "ddb:s3cr3t", "--tokens-last", "0.5"];
+    let server = server(dir.path(), &options);
+    let auth = RestAuth {
+        credential: Some(Secret::new("ddb:s3cr3t")),
+        ..RestAuth::default()
+    };
+    let rest = catalog(&server, auth);
+    let (mut sink, mut store) = ParquetSink::open(rest_settings(dir.path(), rest.clone()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (rows, staged) = batch(0, 5);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (rows, staged) = batch(5, 10);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    let log = std::fs::read_to_string(dir.path().join("rest.log")).unwrap();
+    assert!(log.contains(" 401 NotAuthorizedException"), "{log}");
+    assert!(
+        log.matches("POST /v1/oauth/tokens 200").count() >= 2,
+        "{log}"
+    );
+    let (_, metadata) = held(&rest).await;
+    assert_eq!(scanned(&metadata), "10");
+}
+
 /// Rule 6: a catalog that takes no connection fails after three attempts (a run's first
 /// contact, docs/errors.md §9.6), naming the uri to check, its password masked.
 #[tokio::test]
