@@ -1,11 +1,8 @@
 //! The tests' Iceberg REST catalog (`iceberg_rest.py` beside this file): the REST catalog API
 //! served over pyiceberg's own `SqlCatalog`, one process per test, on a free loopback port.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::{free_port, repository};
 
@@ -54,29 +51,8 @@ impl RestCatalogServer {
                     sqlite_uri: sqlite_uri.clone(),
                     child,
                 };
-                server.answers(port).then_some(server)
+                crate::answers(&mut server.child, port, "/health").then_some(server)
             })
             .expect("the REST catalog answered on none of 3 free ports within 60 s each")
-    }
-
-    /// Whether this server answers `/health` on `port`, waiting up to 60 s.
-    fn answers(&mut self, port: u16) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                let mut answer = String::new();
-                let asked = stream
-                    .write_all(b"GET /health HTTP/1.0\r\nHost: rest\r\n\r\n")
-                    .and_then(|()| stream.read_to_string(&mut answer));
-                if asked.is_ok() && answer.split_whitespace().nth(1) == Some("200") {
-                    return self.child.try_wait().ok().flatten().is_none();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
     }
 }

@@ -40,6 +40,31 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Whether `child`, a server a test started on `port`, answers `GET <path>` with 200 (its
+/// own route: not another test's server that took the port first), waiting up to 60 s;
+/// `false` once it exited.
+pub(crate) fn answers(child: &mut std::process::Child, port: u16, path: &str) -> bool {
+    use std::io::{Read as _, Write as _};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let request = format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n");
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let mut answer = String::new();
+            let asked = stream
+                .write_all(request.as_bytes())
+                .and_then(|()| stream.read_to_string(&mut answer));
+            if asked.is_ok() && answer.split_whitespace().nth(1) == Some("200") {
+                return child.try_wait().ok().flatten().is_none();
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
 /// The directory of the package whose test is running, as cargo gives it when it *runs* the
 /// test (the test's working directory when it is run by hand).
 ///

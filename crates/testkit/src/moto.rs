@@ -1,9 +1,7 @@
 //! moto's server (`moto_server`, `moto[server]==5.2.5`; `scripts/test.sh` installs it): the
 //! tests' DynamoDB, S3, Glue and S3 Tables, one process per test.
 
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::free_port;
 
@@ -45,31 +43,8 @@ impl Moto {
                     endpoint: format!("http://127.0.0.1:{port}"),
                     child,
                 };
-                moto.answers(port).then_some(moto)
+                crate::answers(&mut moto.child, port, "/moto-api/data.json").then_some(moto)
             })
             .expect("moto_server listened on none of 3 free ports within 60 s each")
-    }
-
-    /// Whether this moto answers on `port` (its own `/moto-api/`, not another test's server
-    /// that took the port first), waiting up to 60 s; `false` once it exited.
-    fn answers(&mut self, port: u16) -> bool {
-        use std::io::{Read as _, Write as _};
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return false;
-            }
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                let mut answer = String::new();
-                let asked = stream
-                    .write_all(b"GET /moto-api/data.json HTTP/1.0\r\nHost: moto\r\n\r\n")
-                    .and_then(|()| stream.read_to_string(&mut answer));
-                if asked.is_ok() && answer.split_whitespace().nth(1) == Some("200") {
-                    return self.child.try_wait().ok().flatten().is_none();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
     }
 }
