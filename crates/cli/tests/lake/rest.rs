@@ -15,8 +15,9 @@ const CREDENTIAL: &str = "ddbpipe:Rest-Catalog-S3cret";
 /// tokens for a client credential and loses the answer of every fourth commit after doing it,
 /// makes the namespace and registers the table, then commits by updates: every change once
 /// (a lost answer read back, never committed twice), the documented current state equal to
-/// DynamoDB's, as pyiceberg's RestCatalog reads it. `check` then compares the table's columns
-/// and `state show` reads the position from it; the credential reaches no output or log.
+/// DynamoDB's, as pyiceberg's RestCatalog reads it. `check` then compares the table's columns,
+/// `state show` reads the position from it and `state reset` clears it; the credential
+/// reaches no output or log.
 #[test]
 fn a_rest_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
     let moto = moto_with_lake();
@@ -100,6 +101,13 @@ fn a_rest_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
     said.push_str(&format!("{}{}", stdout(&state), stderr(&state)));
     assert_eq!(state.status.code(), Some(0), "{said}");
     assert!(stdout(&state).contains("mirror"), "{said}");
+    // `state reset` claims the table (the claim branch moved) and commits no position.
+    let reset = pipeline.ddbpipe(&["state", "reset", "--yes"]);
+    said.push_str(&format!("{}{}", stdout(&reset), stderr(&reset)));
+    assert_eq!(reset.status.code(), Some(0), "{said}");
+    let state = pipeline.ddbpipe(&["state", "show"]);
+    said.push_str(&format!("{}{}", stdout(&state), stderr(&state)));
+    assert!(stdout(&state).contains("no stored state"), "{said}");
     for attempt in 0..3 {
         let log = pipeline.dir.path().join(format!("run-{attempt}.log"));
         said.push_str(&std::fs::read_to_string(log).unwrap());
