@@ -9,7 +9,7 @@ same way, over its JDBC catalog.
 
     iceberg_rest.py --port P --catalog sqlite:////path/catalog.db --warehouse DIR
         [--prefix P] [--warehouse-name W] [--token T] [--client ID:SECRET] [--expires-in S]
-        [--tokens-last S]
+        [--tokens-last S] [--namespaces A,B] [--no-namespace-creation]
         [--fail-every N] [--lose-every N] [--s3-endpoint URL]
 
 Routes (under /v1, and the prefix when given): GET config; POST oauth/tokens (the
@@ -21,6 +21,9 @@ Authentication: with --token, every route but config's and the token endpoint's 
 `Authorization: Bearer <T>`; with --client, the tokens the token endpoint issued for that
 client, each said to last --expires-in seconds (default 3600) and taken for --tokens-last
 seconds (default: as long as it is said to). A refused request is 401.
+
+--namespaces makes those namespaces at the start; --no-namespace-creation refuses to make any
+more (403: a principal without that grant).
 
 Faults: --fail-every N answers every Nth request under /v1 503 without doing it;
 --lose-every N does every Nth commit, then answers it 502 (its answer lost).
@@ -163,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["namespaces"]:
             if method == "GET":
                 return 200, {"namespaces": [list(n) for n in catalog.list_namespaces()]}
+            if args.no_namespace_creation:
+                return error(403, "ForbiddenException", "not allowed to create namespaces")
             request = json.loads(body)
             namespace = tuple(request["namespace"])
             catalog.create_namespace(namespace, request.get("properties") or {})
@@ -211,6 +216,8 @@ def main():
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--lose-every", type=int, default=0)
     parser.add_argument("--s3-endpoint")
+    parser.add_argument("--namespaces", default="")
+    parser.add_argument("--no-namespace-creation", action="store_true")
     args = parser.parse_args()
     properties = {"uri": args.catalog, "warehouse": args.warehouse}
     if args.s3_endpoint:
@@ -223,6 +230,8 @@ def main():
             }
         )
     catalog = SqlCatalog("rest", **properties)
+    for namespace in filter(None, args.namespaces.split(",")):
+        catalog.create_namespace_if_not_exists(namespace)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.serve_forever()
 

@@ -15,7 +15,8 @@
 //!    message, a log line or `Debug`.
 //! 3. **Location**: `LoadTable`'s `metadata-location` (`None` on 404: no such table; the sink
 //!    reads the metadata file itself, from its warehouse).
-//! 4. **Create**: the namespace when missing (409: another writer made it), then the
+//! 4. **Create**: the namespace when it is not there (read first: a principal may write
+//!    tables in a namespace it may not create; 409: another writer made it), then the
 //!    metadata the sink wrote is registered as the table (`register`, the API's way to record
 //!    a table whose metadata exists); 409 is another writer's table: `false`.
 //! 5. **Commit.** A REST catalog moves a table by updates, not by a location: the sink sends
@@ -237,16 +238,23 @@ impl RestCatalog {
         table: &str,
         metadata_location: &str,
     ) -> Result<bool, Failure> {
-        let body = json!({"namespace": [namespace], "properties": {}});
-        (self.ask(
-            "create_namespace",
-            &format!("create namespace {namespace}"),
-            "POST",
-            "namespaces",
-            Some(body),
-            &[409],
-        ))
-        .await?;
+        // Read first: a principal may write tables in a namespace it may not create.
+        let path = format!("namespaces/{}", segment(namespace));
+        let what = format!("read namespace {namespace}");
+        let found = (self.ask("load_namespace", &what, "GET", &path, None, &[404])).await?;
+        if found.status == 404 {
+            let body = json!({"namespace": [namespace], "properties": {}});
+            let what = format!("create namespace {namespace}");
+            (self.ask(
+                "create_namespace",
+                &what,
+                "POST",
+                "namespaces",
+                Some(body),
+                &[409],
+            ))
+            .await?;
+        }
         let path = format!("namespaces/{}/register", segment(namespace));
         let body = json!({"name": table, "metadata-location": metadata_location});
         let what = format!("register table {namespace}.{table}");

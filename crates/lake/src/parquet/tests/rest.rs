@@ -223,6 +223,38 @@ async fn a_token_refused_after_it_worked_is_renewed_and_the_request_retried() {
     assert_eq!(scanned(&metadata), "10");
 }
 
+/// Rule 4: a principal that may not create namespaces writes into one that is there (it is
+/// read first, not created); where it is not, the run stops naming the grant, its table not
+/// made.
+#[tokio::test]
+async fn a_namespace_that_is_there_is_not_created_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ["--namespaces", "dynamodb", "--no-namespace-creation"];
+    let server = server(dir.path(), &options);
+    let rest = catalog(&server, RestAuth::default());
+    let (mut sink, mut store) = ParquetSink::open(rest_settings(dir.path(), rest.clone()));
+    store.load("orders").await.unwrap();
+    sink.start(RunStart::Fresh).await.unwrap();
+    let (rows, staged) = batch(0, 5);
+    sink.write(&rows, Some(&staged)).await.unwrap();
+    assert_eq!(scanned(&held(&rest).await.1), "5");
+
+    let elsewhere = ParquetSettings {
+        iceberg: Some(IcebergSettings {
+            catalog: rest.clone().into(),
+            namespace: "other".into(),
+            table: "orders".into(),
+            properties: Default::default(),
+        }),
+        ..rest_settings(dir.path(), rest.clone())
+    };
+    let (_, mut store) = ParquetSink::open(elsewhere);
+    let refused = store.load("orders").await.unwrap_err().to_string();
+    assert!(refused.contains("HTTP 403"), "{refused}");
+    assert!(refused.contains("grant it in the catalog"), "{refused}");
+    assert!(rest.load("other", "orders").await.unwrap().is_none());
+}
+
 /// Rule 6: a catalog that takes no connection fails after three attempts (a run's first
 /// contact, docs/errors.md §9.6), naming the uri to check, its password masked.
 #[tokio::test]
