@@ -16,8 +16,9 @@ const CREDENTIAL: &str = "ddbpipe:Rest-Catalog-S3cret";
 /// makes the namespace and registers the table, then commits by updates: every change once
 /// (a lost answer read back, never committed twice), the documented current state equal to
 /// DynamoDB's, as pyiceberg's RestCatalog reads it. `check` then compares the table's columns,
-/// `state show` reads the position from it and `state reset` clears it; the credential
-/// reaches no output or log.
+/// `state show` reads the position from it and `state reset` clears it; a credential the
+/// catalog refuses fails `check` as it fails `run`, naming the setting; no credential reaches
+/// any output or log.
 #[test]
 fn a_rest_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
     let moto = moto_with_lake();
@@ -108,6 +109,19 @@ fn a_rest_catalog_holds_a_mirror_killed_anywhere_and_pyiceberg_reads_it() {
     let state = pipeline.ddbpipe(&["state", "show"]);
     said.push_str(&format!("{}{}", stdout(&state), stderr(&state)));
     assert!(stdout(&state).contains("no stored state"), "{said}");
+    // A credential the catalog refuses: `check` fails as `run` does, naming the setting.
+    let wrong = sink.replace(CREDENTIAL, "ddbpipe:Not-The-S3cret");
+    pipeline.write_with_sink("lake", &running.endpoint, source, &wrong);
+    refused_by_check_and_run(
+        &pipeline,
+        "check sink.catalog.token or sink.catalog.credential",
+    );
+    let check = pipeline.ddbpipe(&["check"]);
+    let output = pipeline.ddbpipe(&["run", "--progress", "never"]);
+    for output in [&check, &output] {
+        let text = format!("{}{}", stdout(output), stderr(output));
+        assert!(!text.contains("Not-The-S3cret"), "{text}");
+    }
     for attempt in 0..3 {
         let log = pipeline.dir.path().join(format!("run-{attempt}.log"));
         said.push_str(&std::fs::read_to_string(log).unwrap());
