@@ -47,9 +47,11 @@
 
 pub mod catalog;
 mod columns;
+mod probe;
 mod rest;
 mod snapshots;
 
+pub use probe::{current_files, probe};
 pub use snapshots::properties_problem;
 pub mod storage;
 
@@ -63,10 +65,9 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableCreation, TableIdent};
 
 pub use catalog::{
-    Catalog, DEFAULT_SCOPE, GlueCatalog, RestAuth, RestCatalog, S3TablesCatalog, SqlCatalog,
-    glue_name, s3tables_name, s3tables_name_problem, table_bucket_region,
+    Catalog, GlueCatalog, RestAuth, RestCatalog, S3TablesCatalog, SqlCatalog, glue_name,
+    s3tables_name, s3tables_name_problem, table_bucket_region,
 };
-use columns::Changes;
 use snapshots::{Produce, manifests, produce};
 use storage::WarehouseStorage;
 
@@ -275,21 +276,6 @@ impl IcebergTable {
         Ok(loaded)
     }
 
-    /// `check`'s probe: the table as a run would find it (its place, its owner, its columns):
-    /// what a run would change; `None` when there is no table yet (a run creates it).
-    async fn probe(&mut self, shape: &Shape) -> Result<Option<Changes>, Failure> {
-        let Some(table) = self.current().await? else {
-            return Ok(None);
-        };
-        self.locate(&table)?;
-        let changes = self.check_columns(&table, shape)?;
-        // The claim's metadata, built and dropped (rule 2).
-        self.evolve(&table, self.builder(&table)?, shape, &changes)?
-            .build()
-            .map_err(|e| Failure::definite(format!("{}: {e}", self.describe())))?;
-        Ok(Some(changes))
-    }
-
     /// The table's location: its directory, without the `/` that ends a directory's name.
     fn location(&self) -> String {
         let path = self.storage.path(&self.dir);
@@ -460,10 +446,27 @@ impl IcebergTable {
         table: &Table,
         builder: TableMetadataBuilder,
     ) -> Result<bool, Failure> {
-        if let Catalog::Rest(rest) = &self.settings.catalog {
-            let rest = rest.clone();
-            return self.commit_updates(&rest, table, builder).await;
+        let committed = match &self.settings.catalog {
+            Catalog::Rest(rest) => self.commit_updates(rest, table, builder).await?,
+            catalog => self.swap_location(catalog, table, builder).await?,
+        };
+        if let Some((location, metadata)) = committed {
+            self.table = Some(self.table(location, metadata)?);
+            return Ok(true);
         }
+        tracing::info!(table = %self.describe(), "Another writer committed first; committing again on its snapshot.");
+        self.table = self.current().await?;
+        Ok(false)
+    }
+
+    /// Rule 5 in a catalog of locations: the new metadata written and swapped in; its
+    /// location and metadata, `None` on a conflict.
+    async fn swap_location(
+        &self,
+        catalog: &Catalog,
+        table: &Table,
+        builder: TableMetadataBuilder,
+    ) -> Result<Option<(String, TableMetadata)>, Failure> {
         let old = table
             .metadata_location_result()
             .map_err(|e| self.failed("commit to", e))?;
@@ -480,23 +483,10 @@ impl IcebergTable {
             .await
             .map_err(|e| self.failed("commit to", e))?;
         let new = new.to_string();
-        let catalog = &self.settings.catalog;
-        if catalog
-            .swap(
-                &self.settings.namespace,
-                &self.settings.table,
-                old,
-                &new,
-                metadata.current_schema(),
-            )
-            .await?
-        {
-            self.table = Some(self.table(new, metadata)?);
-            return Ok(true);
-        }
-        tracing::info!(table = %self.describe(), "Another writer committed first; committing again on its snapshot.");
-        self.table = self.current().await?;
-        Ok(false)
+        let (namespace, name) = (&self.settings.namespace, &self.settings.table);
+        let schema = metadata.current_schema();
+        let swapped = catalog.swap(namespace, name, old, &new, schema).await?;
+        Ok(swapped.then_some((new, metadata)))
     }
 
     /// Where the table's data files go (under it, a partition's directory).
@@ -648,75 +638,4 @@ impl IcebergTable {
             builder
         })
     }
-}
-
-/// `check`'s probe of an Iceberg sink's table (rules 1 and 2): what a run would find, told in
-/// one line; an error names what a run would refuse.
-pub async fn probe(
-    settings: IcebergSettings,
-    warehouse: &Objects,
-    pipeline: &str,
-    shape: &Shape,
-) -> Result<String, String> {
-    settings.catalog.writable().await?;
-    let mut table = IcebergTable::new(settings, warehouse, pipeline, "check");
-    match table.probe(shape).await {
-        Ok(Some(changes)) => {
-            let (table, partitioning) = (table.describe(), shape.partitioning());
-            let mut said = match changes.repartitions {
-                None if changes.columns.is_empty() => {
-                    format!("{table}: its columns are the sink's, partitioned by {partitioning}")
-                }
-                None => format!("{table}: partitioned by {partitioning}"),
-                Some(was) => format!(
-                    "{table}: partitioned by {was}; a run partitions it by {partitioning} from \
-                     its first commit (partition evolution: the files written before keep theirs)"
-                ),
-            };
-            if !changes.columns.is_empty() {
-                let names: Vec<String> = changes
-                    .columns
-                    .iter()
-                    .map(|f| format!("'{}'", f.name))
-                    .collect();
-                said.push_str(&format!(
-                    "; a run adds the column(s) {} (earlier rows read them as null)",
-                    names.join(", ")
-                ));
-            }
-            Ok(said)
-        }
-        Ok(None) => Ok(format!(
-            "{}: not there yet (the first run creates it)",
-            table.describe()
-        )),
-        Err(failure) => Err(failure.message),
-    }
-}
-
-/// The data files `main`'s current snapshot names, with the rows each holds by its manifest
-/// entry: `(path, rows)` (what the bench reads back and counts).
-pub async fn current_files(
-    settings: IcebergSettings,
-    warehouse: &Objects,
-) -> Result<Vec<(String, u64)>, String> {
-    let reader = IcebergTable::new(settings, warehouse, "", "read");
-    let Some(table) = reader.current().await.map_err(|f| f.message)? else {
-        return Ok(Vec::new());
-    };
-    let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(Vec::new());
-    };
-    let failed = |e: iceberg::Error| format!("cannot read {}: {e}", reader.describe());
-    let mut files = Vec::new();
-    for manifest in manifests(&table, snapshot).await.map_err(failed)? {
-        let manifest = manifest
-            .load_manifest(table.file_io())
-            .await
-            .map_err(failed)?;
-        for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
-            files.push((entry.file_path().to_string(), entry.record_count()));
-        }
-    }
-    Ok(files)
 }

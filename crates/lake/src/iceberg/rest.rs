@@ -65,35 +65,28 @@ impl IcebergTable {
     }
 
     /// Rule 5 in a REST catalog: the builder's updates committed under the requirements that
-    /// the table is still `table`; `false` on a conflict, when the table is read again.
+    /// the table is still `table`; the table's new location and metadata, `None` on a
+    /// conflict.
     pub(super) async fn commit_updates(
-        &mut self,
+        &self,
         rest: &RestCatalog,
         table: &Table,
         builder: TableMetadataBuilder,
-    ) -> Result<bool, Failure> {
+    ) -> Result<Option<(String, TableMetadata)>, Failure> {
         let built = builder.build().map_err(|e| self.failed("commit to", e))?;
         let snapshot = built.changes.iter().find_map(|update| match update {
             TableUpdate::AddSnapshot { snapshot } => Some(snapshot.snapshot_id()),
             _ => None,
         });
         let (namespace, name) = (&self.settings.namespace, &self.settings.table);
-        let committed = rest
-            .commit(
-                namespace,
-                name,
-                table.metadata(),
-                &REFS,
-                built.changes,
-                snapshot,
-            )
-            .await?;
-        if let Some((location, metadata)) = committed {
-            self.table = Some(self.table(location, metadata)?);
-            return Ok(true);
-        }
-        tracing::info!(table = %self.describe(), "Another writer committed first; committing again on its snapshot.");
-        self.table = self.current().await?;
-        Ok(false)
+        rest.commit(
+            namespace,
+            name,
+            table.metadata(),
+            &REFS,
+            built.changes,
+            snapshot,
+        )
+        .await
     }
 }

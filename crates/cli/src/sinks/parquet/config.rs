@@ -336,10 +336,15 @@ fn read_catalog(catalog: &mut Fields<'_>, iceberg: &mut IcebergConfig) {
         }
         // The type's error is reported: the other keys are not judged.
         None => {
-            for key in ["uri", "name", "catalog_id", "table_bucket_arn", "region"] {
-                catalog.skip(key);
-            }
-            for key in ["endpoint_url"].iter().chain(&REST_KEYS) {
+            let keys = [
+                "uri",
+                "name",
+                "catalog_id",
+                "table_bucket_arn",
+                "region",
+                "endpoint_url",
+            ];
+            for key in keys.into_iter().chain(REST_KEYS) {
                 catalog.skip(key);
             }
         }

@@ -112,7 +112,7 @@ impl Requests {
 }
 
 pub use glue::{GlueCatalog, glue_name};
-pub use rest::{DEFAULT_SCOPE, RestAuth, RestCatalog};
+pub use rest::{RestAuth, RestCatalog};
 pub use s3tables::{S3TablesCatalog, s3tables_name, s3tables_name_problem, table_bucket_region};
 pub use sql::SqlCatalog;
 

@@ -57,7 +57,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a connection may take to be made.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `scope` when unset (rule 2): what pyiceberg and Iceberg's Java client ask.
-pub const DEFAULT_SCOPE: &str = "catalog";
+const DEFAULT_SCOPE: &str = "catalog";
 
 /// What a path segment may not hold unencoded (a name's `/`, `%`, `?`, `#`, space…).
 const SEGMENT: &AsciiSet = &CONTROLS
