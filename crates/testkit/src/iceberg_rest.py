@@ -9,7 +9,8 @@ same way, over its JDBC catalog.
 
     iceberg_rest.py --port P --catalog sqlite:////path/catalog.db --warehouse DIR
         [--prefix P] [--warehouse-name W] [--token T] [--client ID:SECRET] [--expires-in S]
-        [--tokens-last S] [--namespaces A,B] [--no-namespace-creation]
+        [--tokens-last S] [--token-path /P] [--scope S] [--namespaces A,B]
+        [--no-namespace-creation]
         [--fail-every N] [--lose-every N] [--s3-endpoint URL]
 
 Routes (under /v1, and the prefix when given): GET config; POST oauth/tokens (the
@@ -19,7 +20,8 @@ namespaces/{ns}; POST namespaces/{ns}/register; GET, HEAD, POST namespaces/{ns}/
 
 Authentication: with --token, every route but config's and the token endpoint's takes only
 `Authorization: Bearer <T>`; with --client, the tokens the token endpoint issued for that
-client, each said to last --expires-in seconds (default 3600) and taken for --tokens-last
+client (at --token-path instead of v1/oauth/tokens when given: an identity provider of its
+own; only for the scope --scope when given), each said to last --expires-in seconds (default 3600) and taken for --tokens-last
 seconds (default: as long as it is said to). A refused request is 401.
 
 --namespaces makes those namespaces at the start; --no-namespace-creation refuses to make any
@@ -110,6 +112,8 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlparse(self.path)
         if url.path == "/health":
             return self.answer(200, {})
+        if args.token_path and url.path == args.token_path and self.command == "POST":
+            return self.answer(*self.grant(self.body()))
         parts = [p for p in url.path.split("/") if p]
         if parts[:1] != ["v1"]:
             return self.answer(*error(404, "NotFoundException", f"no route {url.path}"))
@@ -125,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
                     return self.answer(*error(400, "BadRequestException", "no such warehouse"))
                 overrides = {"prefix": args.prefix} if args.prefix else {}
                 return self.answer(200, {"defaults": {}, "overrides": overrides})
-            if parts == ["oauth", "tokens"] and self.command == "POST":
+            if parts == ["oauth", "tokens"] and self.command == "POST" and not args.token_path:
                 return self.answer(*self.grant(body))
             if not self.authorized():
                 return self.answer(*error(401, "NotAuthorizedException", "not authorized"))
@@ -152,6 +156,8 @@ class Handler(BaseHTTPRequestHandler):
             return 400, {"error": "unsupported_grant_type"}
         if ":".join(given) != args.client:
             return 401, {"error": "invalid_client", "error_description": "unknown client"}
+        if args.scope and form.get("scope") != [args.scope]:
+            return 400, {"error": "invalid_scope", "error_description": "scope not granted"}
         token = secrets.token_hex(16)
         issued[token] = time.time() + (args.tokens_last or args.expires_in)
         return 200, {
@@ -213,6 +219,8 @@ def main():
     parser.add_argument("--client")
     parser.add_argument("--expires-in", type=int, default=3600)
     parser.add_argument("--tokens-last", type=float, default=0)
+    parser.add_argument("--token-path")
+    parser.add_argument("--scope")
     parser.add_argument("--fail-every", type=int, default=0)
     parser.add_argument("--lose-every", type=int, default=0)
     parser.add_argument("--s3-endpoint")

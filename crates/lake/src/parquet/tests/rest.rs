@@ -192,6 +192,44 @@ async fn a_credential_is_exchanged_for_tokens_and_a_wrong_one_is_named_never_sho
     assert!(refused.contains("sink.catalog.token"), "{refused}");
 }
 
+/// Rule 2: a credential is exchanged at `oauth2_server_uri` (an identity provider's, not the
+/// catalog's own route) for `scope`; another scope is refused there, naming the settings.
+#[tokio::test]
+async fn a_credential_is_exchanged_at_its_token_server_for_its_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = [
+        "--client",
+        "ddb:s3cr3t",
+        "--token-path",
+        "/idp/token",
+        "--scope",
+        "PRINCIPAL_ROLE:ALL",
+    ];
+    let server = server(dir.path(), &options);
+    let auth = |scope: &str| RestAuth {
+        credential: Some(Secret::new("ddb:s3cr3t")),
+        oauth2_server_uri: Some(format!("{}/idp/token", server.uri)),
+        scope: Some(scope.to_string()),
+        ..RestAuth::default()
+    };
+    catalog(&server, auth("PRINCIPAL_ROLE:ALL"))
+        .writable()
+        .await
+        .unwrap();
+    let refused = catalog(&server, auth("catalog"))
+        .writable()
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("/idp/token answered HTTP 400"),
+        "{refused}"
+    );
+    assert!(refused.contains("sink.catalog.scope"), "{refused}");
+    let log = std::fs::read_to_string(dir.path().join("rest.log")).unwrap();
+    assert!(log.contains("POST /idp/token 200"), "{log}");
+    assert!(!log.contains("/v1/oauth/tokens"), "{log}");
+}
+
 /// Rule 2: a token the catalog stops taking before it said it would expire (revoked, or a
 /// clock apart) is refused with 401 once it has worked: a new one is asked and the request
 /// tried again, and the run goes on.
