@@ -207,7 +207,7 @@ impl Shape {
     /// The rows of `batch`, by partition in the order of their directories (rule 6: the first
     /// bad record fails all).
     pub fn parts(&self, batch: &Batch) -> Result<Vec<Part>, String> {
-        let mut columns = self.columns();
+        let mut columns = self.columns(&batch.records);
         for i in 0..batch.records.len() {
             let line = batch.records.get(i).unwrap_or_default();
             let text = std::str::from_utf8(line)
@@ -233,21 +233,32 @@ impl Shape {
             .collect())
     }
 
-    fn columns(&self) -> Columns {
-        let texts = match self.records {
-            Records::Items => 1,
-            Records::Envelopes => 5,
+    /// The empty columns of `records`' rows, sized for them: the documents (and old images)
+    /// hold at most the records' bytes, so filling them copies nothing twice. Reserved, not
+    /// touched: memory only holds what is written.
+    fn columns(&self, records: &Lines) -> Columns {
+        let (rows, bytes) = (records.len(), records.bytes());
+        // Items: `document`. Envelopes: `op`, `sequence_number`, `shard_id` (short), then
+        // `document` and `before` (each at most the records' bytes).
+        let texts: &[usize] = match self.records {
+            Records::Items => &[bytes],
+            Records::Envelopes => &[2 * rows, 32 * rows, 64 * rows, bytes, bytes],
         };
         Columns {
             key: self
                 .key
                 .iter()
                 .map(|column| match column.kind {
-                    KeyType::B => KeyBuilder::Binary(BinaryBuilder::new()),
-                    KeyType::S | KeyType::N => KeyBuilder::Text(StringBuilder::new()),
+                    KeyType::B => KeyBuilder::Binary(BinaryBuilder::with_capacity(rows, 0)),
+                    KeyType::S | KeyType::N => {
+                        KeyBuilder::Text(StringBuilder::with_capacity(rows, 32 * rows))
+                    }
                 })
                 .collect(),
-            text: (0..texts).map(|_| StringBuilder::new()).collect(),
+            text: texts
+                .iter()
+                .map(|&bytes| StringBuilder::with_capacity(rows, bytes))
+                .collect(),
             time: TimestampMicrosecondBuilder::new(),
             typed: self
                 .typed

@@ -45,6 +45,10 @@ impl Batch {
     }
 }
 
+/// The most a batch reserves before it is filled: the default `batch_max_bytes`, whatever the
+/// limits.
+const ROOM_AT_MOST: usize = ddbpipe_source::config::defaults::BATCH_MAX_BYTES;
+
 /// Cuts pages into batches within [`BatchLimits`]: at most so many records and so many bytes
 /// (docs/scan.md §2.5), a record larger than the byte bound alone in its batch.
 #[derive(Debug)]
@@ -79,6 +83,29 @@ impl Batcher {
         }
     }
 
+    /// Before the first records of a batch join it from `incoming`: room for a whole batch
+    /// of records the size of `incoming`'s (at most the byte limit, and at most
+    /// [`ROOM_AT_MOST`] bytes; without a limit, `incoming`'s own size), so that filling it does
+    /// not copy it again at each doubling.
+    /// Reserved, not touched: memory only holds what is written.
+    fn make_room(&mut self, incoming: &Lines) {
+        let batch = &mut self.current.records;
+        if !batch.is_empty() || incoming.is_empty() {
+            return;
+        }
+        // An unbounded batcher's batch is what its caller hands over at once (a page).
+        let records = match self.limits.records {
+            usize::MAX => incoming.len(),
+            records => records,
+        };
+        let mean = incoming.bytes().div_ceil(incoming.len()).max(1);
+        let bytes = mean
+            .saturating_mul(records)
+            .min(self.limits.bytes)
+            .min(ROOM_AT_MOST);
+        batch.reserve(bytes / mean, bytes);
+    }
+
     /// Whether the current batch has reached a limit.
     fn full(&self) -> bool {
         let batch = &self.current.records;
@@ -96,6 +123,7 @@ impl Batcher {
         while from < total {
             let to = self.cut(&page.records, from, total);
             if to > from {
+                self.make_room(&page.records);
                 self.current.records.extend_from(&page.records, from, to);
                 self.current.read_ms = Some(
                     self.current
@@ -137,6 +165,7 @@ impl Batcher {
         }
         let total = page.records.len();
         if total > 0 {
+            self.make_room(&page.records);
             self.current.records.extend_from(&page.records, 0, total);
             self.current.read_ms = Some(
                 self.current
@@ -162,6 +191,7 @@ impl Batcher {
         while from < total {
             let to = self.cut(&handed.records, from, total);
             if to > from {
+                self.make_room(&handed.records);
                 self.current.records.extend_from(&handed.records, from, to);
                 if let Some(ops) = handed.ops.get(from..to) {
                     self.current.count_ops(ops);
@@ -226,6 +256,27 @@ mod tests {
             requested_ms: 1_000 * i64::from(segment),
             lines_from: None,
         }
+    }
+
+    #[test]
+    fn a_batch_has_room_for_its_records_before_it_is_filled_within_its_bounds() {
+        // 40 records of 4 bytes ("0-12\n" is 5 with its newline) join an empty batch of 50:
+        // room for 50 such records, so the next pages fill it without copying it again.
+        let mut batcher = Batcher::new(BatchLimits::records(50));
+        assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
+        assert!(batcher.current.records.capacity_bytes() >= 50 * 4);
+        // The byte limit bounds the room; without limits it is the page's own.
+        let mut batcher = Batcher::new(BatchLimits {
+            records: 1_000_000,
+            bytes: 1024,
+            whole_pages: false,
+        });
+        assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
+        assert!(batcher.current.records.capacity_bytes() < 2 * 1024);
+        let mut batcher = Batcher::new(BatchLimits::UNBOUNDED);
+        assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
+        let room = batcher.current.records.capacity_bytes();
+        assert!((190..1024).contains(&room), "{room}");
     }
 
     #[test]

@@ -85,6 +85,13 @@ impl Lines {
         }
     }
 
+    /// Makes room for about `records` more records of `bytes` more bytes in all, so that
+    /// filling them copies nothing already held (a batch grown by doubling copies itself).
+    pub fn reserve(&mut self, records: usize, bytes: usize) {
+        self.buf.reserve(bytes);
+        self.ends.reserve(records);
+    }
+
     /// Notes, for each record pushed from now on, where the values of the attributes `names`
     /// sit in it (each push followed by [`Lines::note_last`]). Only on empty lines.
     pub fn note_attributes(&mut self, names: Arc<[String]>) {
@@ -250,6 +257,11 @@ impl Lines {
         let start = if from == 0 { 0 } else { self.ends[from - 1] };
         let end = if to == 0 { 0 } else { self.ends[to - 1] };
         &self.buf[start..end]
+    }
+
+    /// Bytes the records' buffer holds room for without growing.
+    pub fn capacity_bytes(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Bytes of all records, newlines included.
