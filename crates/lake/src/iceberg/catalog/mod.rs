@@ -27,6 +27,10 @@
 //! 5. A recording or swap answered "another writer was first" is read back: a catalog holding
 //!    this commit's own metadata location — a name only this commit writes — took it (an
 //!    earlier attempt landed although its answer was lost, and its retry found the change).
+//! 6. A request the catalog refused for good (a fatal answer: a refused credential, a missing
+//!    grant, a request it does not take) fails the run as definite: a rerun meets the same
+//!    answer until its cause is fixed, and the run's hint says so instead of promising that a
+//!    rerun resumes. What ran out of retries (throttles, 5xx, no connection) stays transient.
 
 mod glue;
 mod rest;
@@ -35,7 +39,7 @@ mod sql;
 
 use std::future::Future;
 
-use ddbpipe_source::error::{ApiError, Contact, ReadError};
+use ddbpipe_source::error::{ApiError, Contact, ErrorClass, ReadError};
 use ddbpipe_source::events::RequestMetrics;
 use ddbpipe_source::retry::{FirstContact, RetryPolicy};
 use iceberg::spec::Schema;
@@ -94,7 +98,7 @@ impl Requests {
     }
 
     /// A call that failed after `attempts`, `catalog` for messages: its code and message;
-    /// when no connection was made, what to check.
+    /// when no connection was made, what to check; definite when refused for good (rule 6).
     fn failure(&self, catalog: &str, what: &str, error: ApiError, attempts: u32) -> Failure {
         let tries = match attempts {
             0 | 1 => String::new(),
@@ -107,7 +111,10 @@ impl Requests {
                 " (the endpoint could not be reached: {unreached})"
             ));
         }
-        Failure::transient(message)
+        match error.class {
+            ErrorClass::Fatal => Failure::definite(message),
+            ErrorClass::Throttle | ErrorClass::Transient => Failure::transient(message),
+        }
     }
 }
 
@@ -265,5 +272,52 @@ impl From<RestCatalog> for Catalog {
 impl From<S3TablesCatalog> for Catalog {
     fn from(catalog: S3TablesCatalog) -> Self {
         Catalog::S3Tables(catalog)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ddbpipe_pipeline::sink::SinkErrorClass;
+    use ddbpipe_source::error::{ApiError, Contact, ErrorClass};
+    use ddbpipe_source::retry::RetryPolicy;
+
+    use super::Requests;
+
+    /// Rule 6: a request refused for good fails the run as definite (a rerun meets the same
+    /// answer); one that ran out of retries stays transient.
+    #[tokio::test]
+    async fn a_request_refused_for_good_is_definite_and_one_out_of_retries_transient() {
+        let retry = RetryPolicy {
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+            ..RetryPolicy::default()
+        };
+        let requests = Requests::new(retry, "check sink.catalog.uri");
+        let answers = [
+            (ErrorClass::Fatal, SinkErrorClass::Definite),
+            (ErrorClass::Transient, SinkErrorClass::Transient),
+            (ErrorClass::Throttle, SinkErrorClass::Transient),
+        ];
+        for (class, expected) in answers {
+            let failed = requests
+                .call(
+                    "REST catalog".into(),
+                    "load_table",
+                    "load table a.b",
+                    |_| {
+                        std::future::ready(Err::<(), _>(ApiError {
+                            class,
+                            code: None,
+                            message: "HTTP 403: no".into(),
+                            contact: Contact::Made,
+                        }))
+                    },
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(failed.class, expected, "{class:?}: {}", failed.message);
+        }
     }
 }
