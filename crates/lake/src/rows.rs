@@ -239,10 +239,12 @@ impl Shape {
     fn columns(&self, records: &Lines) -> Columns {
         let (rows, bytes) = (records.len(), records.bytes());
         // Items: `document`. Envelopes: `op`, `sequence_number`, `shard_id` (short), then
-        // `document` and `before` (each at most the records' bytes).
+        // `document` and `before` (each at most the records' bytes; `before` only when the
+        // stream's view has old images, else it stays empty).
+        let before = if self.before { bytes } else { 0 };
         let texts: &[usize] = match self.records {
             Records::Items => &[bytes],
-            Records::Envelopes => &[2 * rows, 32 * rows, 64 * rows, bytes, bytes],
+            Records::Envelopes => &[2 * rows, 32 * rows, 64 * rows, bytes, before],
         };
         Columns {
             key: self

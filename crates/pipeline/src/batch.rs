@@ -260,8 +260,8 @@ mod tests {
 
     #[test]
     fn a_batch_has_room_for_its_records_before_it_is_filled_within_its_bounds() {
-        // 40 records of 4 bytes ("0-12\n" is 5 with its newline) join an empty batch of 50:
-        // room for 50 such records, so the next pages fill it without copying it again.
+        // 40 records of 4 or 5 bytes with their newlines (190 in all) join an empty batch of
+        // 50: room for 50 such records, where extending it from empty gives exactly 190.
         let mut batcher = Batcher::new(BatchLimits::records(50));
         assert!(batcher.push(page(0, 40, Some("a"))).is_empty());
         assert!(batcher.current.records.capacity_bytes() >= 50 * 4);
